@@ -1,0 +1,65 @@
+# gpulab: one Makefile for learners, instructors and CI.
+#   make lab      set everything up (in .venv) and open the course in JupyterLab
+#   make test     set everything up and run the whole test suite (what CI runs)
+# Other targets: setup, lint, format, notebooks (re-execute in place), exercises (regenerate), grade, bench-NN.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# CPU machines get the CPU build of torch and Triton 3.6 for its interpreter; a machine with nvidia-smi gets CUDA torch.
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+REQUIREMENTS ?= requirements/$(if $(HAS_GPU),gpu,cpu).txt
+# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' on a laptop.
+TORCH_PIP_ARGS ?=
+STAMP := $(VENV)/.gpulab-installed
+
+.PHONY: setup lab test lint format notebooks exercises grade clean
+.DEFAULT_GOAL := help
+
+help:
+	@sed -n '2,5p' Makefile
+
+$(STAMP): pyproject.toml $(REQUIREMENTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) -r $(REQUIREMENTS)
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# The whole suite: lint, package tests, lesson and solution notebooks under nbval, exercise pipeline checks.
+test: lint
+	$(BIN)/python -m pytest -q tests/ --timeout=180
+	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m gpulab exercises --check
+
+# Re-execute every lesson and solution notebook in place (on this machine: CPU interpreter unless a GPU is present).
+notebooks: setup
+	$(BIN)/python -m gpulab notebooks
+
+# Regenerate exercises/ from solutions/.
+exercises: setup
+	$(BIN)/python -m gpulab exercises
+
+# Grade your exercise notebook: make grade NB=exercises/00_memory_hierarchy.ipynb
+grade: setup
+	$(BIN)/python -m gpulab grade $(NB)
+
+bench-%: setup
+	$(BIN)/python -m gpulab bench $*
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,11 @@
+"""gpulab: the companion package of a course on GPU-aware sequence models.
+
+Importing gpulab first decides where kernels run (:mod:`gpulab.runtime`): on a CUDA GPU, or in Triton's CPU
+interpreter when there is none. Import gpulab before defining your own ``@triton.jit`` kernels.
+"""
+
+from gpulab import runtime  # noqa: I001 - must come first: sets TRITON_INTERPRET before any kernel is defined
+from gpulab import bench, check, hardware, lessons
+
+__version__ = "0.1.0"
+__all__ = ["runtime", "bench", "check", "hardware", "lessons", "__version__"]

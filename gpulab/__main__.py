@@ -1,0 +1,158 @@
+"""Command line: ``python -m gpulab COMMAND``.
+
+info                 device, runtime mode, versions, spec and measured ceilings
+bench NN [--out DIR] run lesson NN's benchmark, write benchmarks/NN_name/<gpu>-<date>.jsonl and .png
+notebooks [PATH...]  re-execute lesson and solution notebooks in place (what gets committed)
+exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
+grade PATH           run an exercise notebook and report each grader
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cmd_info(args) -> int:
+    from gpulab import bench, hardware, runtime
+
+    info = runtime.describe()
+    print("gpulab runtime")
+    for k, v in info.items():
+        print(f"  {k:15s} {v}")
+    s = hardware.spec()
+    label = "this GPU" if runtime.on_gpu() else "reference GPU (no CUDA device here)"
+    print(f"\n{label}: {s.name}  [{s.source}]")
+    print(f"  SMs {s.sm_count}, compute capability {s.compute_capability[0]}.{s.compute_capability[1]}")
+    print(f"  HBM {s.hbm_gbps:,.0f} GB/s, L2 {s.l2_bytes / 2**20:.0f} MB, shared memory {s.smem_per_sm // 1024} KB/SM")
+    rates = ", ".join(f"{k} {v:,.0f}" for k, v in s.tensor_tflops.items())
+    print(f"  FP32 {s.fp32_tflops:.1f} TFLOP/s; tensor cores (TFLOP/s): {rates or 'none'}")
+    if runtime.on_gpu():
+        print("\nlive properties")
+        for k, v in hardware.live_properties().items():
+            print(f"  {k:22s} {v}")
+    print("\nmeasured ceilings (stored results)")
+    try:
+        stored = bench.load("00", gpu=s.name if runtime.on_gpu() else "h100")
+        for r in stored:
+            if r.case != "working-set sweep":
+                print(f"  {r.case}: {r.gbps:,.0f} GB/s on {r.device} ({r.date})")
+        best = max((r for r in stored if r.case == "working-set sweep"), key=lambda r: r.gbps)
+        print(
+            f"  peak cached read bandwidth (sweep): {best.gbps:,.0f} GB/s at {best.params['working_set_bytes']:,} bytes"
+        )
+    except FileNotFoundError as exc:
+        print(f"  none: {exc}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from tqdm.auto import tqdm
+
+    from gpulab import bench, lessons, runtime
+
+    lesson = lessons.find(args.lesson)
+    if lesson is None:
+        print(f"unknown lesson {args.lesson!r}; known: {', '.join(lessons.ids())}", file=sys.stderr)
+        return 2
+    if lesson.benchmark is None:
+        print(f"lesson {lesson.id} has no benchmark yet", file=sys.stderr)
+        return 2
+    if not runtime.on_gpu():
+        print(
+            "note: no CUDA device; running the CPU-interpreter version (numbers are not GPU numbers)", file=sys.stderr
+        )
+    module, func = lesson.benchmark.split(":")
+    out = getattr(importlib.import_module(module), func)(progress=lambda it: tqdm(it, desc=f"bench {lesson.id}"))
+    results, figure = out if isinstance(out, tuple) else (out, None)
+    print(bench.table(results, columns=("case", "ms", "gbps", "tflops", "registers", "spills")))
+    path = bench.save(results, lesson.id, root=args.out)
+    print(f"wrote {path}")
+    if figure is not None:
+        figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
+        print(f"wrote {path.with_suffix('.png')}")
+    return 0
+
+
+def _notebook_paths(paths) -> list[Path]:
+    if paths:
+        return [Path(p) for p in paths]
+    return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+
+
+def cmd_notebooks(args) -> int:
+    import time
+
+    from gpulab.course import execute_notebook
+
+    for path in _notebook_paths(args.paths):
+        t0 = time.perf_counter()
+        execute_notebook(path, write=True)
+        print(f"executed {path} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_exercises(args) -> int:
+    from gpulab.course import check_exercises, generate_exercises, grade_notebook
+
+    solutions, exercises = ROOT / "solutions", ROOT / "exercises"
+    if not args.check:
+        for path in generate_exercises(solutions, exercises):
+            print(f"wrote {path.relative_to(ROOT)}")
+        return 0
+    problems = check_exercises(solutions, exercises)
+    for path in sorted(exercises.glob("*.ipynb")):
+        report = grade_notebook(path)
+        if not report:
+            problems.append(f"{path.name}: has no grader cells ('# GRADER: ...').")
+        for title, passed, _ in report:
+            if passed:
+                problems.append(f"{path.name}: grader '{title}' passes on the unsolved exercise; it cannot fail.")
+        print(f"{path.relative_to(ROOT)}: {len(report)} graders, all fail before the work is done" if report else "")
+    for p in problems:
+        print("PROBLEM:", p, file=sys.stderr)
+    print(f"exercise check: {0 if problems else 1} passed, {1 if problems else 0} failed")
+    return 1 if problems else 0
+
+
+def cmd_grade(args) -> int:
+    from gpulab.course import grade_notebook
+
+    report = grade_notebook(args.path)
+    if not report:
+        print(f"{args.path} has no grader cells.")
+        return 2
+    for title, passed, message in report:
+        print(f"{'PASS' if passed else 'FAIL'}  {title}" + ("" if passed else f"\n      {message}"))
+    n_pass = sum(p for _, p, _ in report)
+    print(f"{n_pass} of {len(report)} graders pass")
+    return 0 if n_pass == len(report) else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpulab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="device, runtime mode, versions, ceilings").set_defaults(fn=cmd_info)
+    p = sub.add_parser("bench", help="run a lesson's benchmark and store its results")
+    p.add_argument("lesson", help="lesson number, e.g. 00")
+    p.add_argument("--out", default=None, help="results root (default: benchmarks/ in the repository)")
+    p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("notebooks", help="re-execute notebooks in place")
+    p.add_argument("paths", nargs="*", help="notebooks (default: notebooks/ and solutions/)")
+    p.set_defaults(fn=cmd_notebooks)
+    p = sub.add_parser("exercises", help="generate exercises/ from solutions/")
+    p.add_argument("--check", action="store_true", help="verify exercises/ matches and every grader fails")
+    p.set_defaults(fn=cmd_exercises)
+    p = sub.add_parser("grade", help="grade an exercise notebook")
+    p.add_argument("path")
+    p.set_defaults(fn=cmd_grade)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

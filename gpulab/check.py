@@ -1,0 +1,209 @@
+"""Checking kernels against float64 references.
+
+Every check in the course (tests, graders, notebook cells) goes through here, so they all agree on:
+
+- **the metric**: element i passes when ``|out_i - ref_i| <= tol * (|ref_i| + rms(ref))``: relative to the element
+  where it is large, relative to the tensor's typical size where the element is near zero (so values that should be
+  ~0 do not demand impossible precision). The norm-wise relative error ``||out - ref|| / ||ref||`` is reported too.
+- **tolerances per dtype** (:data:`TOLERANCES`): what rounding in that precision can explain, no more.
+- **NaN and inf never pass**, even where the reference has them in the same place, unless the caller allows it.
+- **poison**: outputs are filled with NaN before a kernel runs (:func:`poisoned`), so an element the kernel never
+  wrote shows up as a NaN and fails, instead of passing by accident because memory happened to hold the right value.
+- **fresh random inputs** each call (:func:`random_tensor`), with the seed in the failure message to reproduce it.
+- **messages for learners**: which element, expected vs got, how many mismatches. Failures raise AssertionError.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+import torch
+
+__all__ = [
+    "TOLERANCES",
+    "tolerance",
+    "relative_error",
+    "assert_close",
+    "poisoned",
+    "poison_",
+    "random_tensor",
+    "new_seed",
+    "to_float64",
+    "check_function",
+]
+
+TOLERANCES: dict[str, float] = {
+    "float64": 1e-10,
+    "float32": 1e-5,  # IEEE fp32 arithmetic; long reductions in another order stay far below
+    "tf32": 5e-3,  # fp32 operands rounded to a 10-bit mantissa inside tensor cores (~3e-4 typical)
+    "float16": 5e-3,  # 10-bit mantissa, fp32 accumulation
+    "bfloat16": 3e-2,  # 7-bit mantissa, fp32 accumulation
+}
+
+
+def _dtype_key(dtype) -> str:
+    if isinstance(dtype, str):
+        key = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}.get(dtype, dtype)
+    else:
+        key = str(dtype).replace("torch.", "")
+    if key not in TOLERANCES:
+        raise ValueError(f"dtype={dtype!r} has no tolerance; known: {', '.join(TOLERANCES)}.")
+    return key
+
+
+def tolerance(dtype) -> float:
+    """Tolerance for results computed in ``dtype`` (a torch dtype or 'float32', 'tf32', 'float16', 'bfloat16')."""
+    return TOLERANCES[_dtype_key(dtype)]
+
+
+def to_float64(x):
+    """Float tensors (and tensors inside tuples/lists/dicts) upcast to float64 on CPU; anything else unchanged."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64) if x.is_floating_point() else x.detach().cpu()
+    if isinstance(x, (tuple, list)):
+        return type(x)(to_float64(v) for v in x)
+    if isinstance(x, dict):
+        return {k: to_float64(v) for k, v in x.items()}
+    return x
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64 (inf if out has a NaN/inf; absolute error if ref is all zero)."""
+    o, r = to_float64(out), to_float64(ref)
+    if not torch.isfinite(o).all():
+        return math.inf
+    num = torch.linalg.vector_norm(o - r).item()
+    den = torch.linalg.vector_norm(r).item()
+    return num / den if den > 0 else num
+
+
+def new_seed() -> int:
+    """A fresh seed from the OS: each check sees inputs nobody tuned the kernel for."""
+    return secrets.randbits(31)
+
+
+def random_tensor(*shape, dtype=torch.float32, device=None, seed=None, scale=1.0, distribution="normal"):
+    """Random input of ``shape`` on ``device`` (default: gpulab's device), drawn from a fresh seed unless given.
+
+    ``distribution`` is 'normal' (mean 0, std ``scale``) or 'uniform' (in [-scale, scale)). Never zeros: zeros hide
+    unwritten outputs and wrong indexing.
+    """
+    if device is None:
+        from gpulab import runtime
+
+        device = runtime.device
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
+    if distribution == "normal":
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+    elif distribution == "uniform":
+        x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * scale
+    else:
+        raise ValueError(f"distribution={distribution!r} is not supported; use 'normal' or 'uniform'.")
+    return x.to(device=device, dtype=dtype)
+
+
+def poison_(x: torch.Tensor) -> torch.Tensor:
+    """Fill ``x`` in place with a value no kernel should produce: NaN for floats, the minimum for integers."""
+    if x.is_floating_point():
+        return x.fill_(float("nan"))
+    if x.dtype == torch.bool:
+        return x.fill_(True)
+    return x.fill_(torch.iinfo(x.dtype).min)
+
+
+def poisoned(*shape, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``torch.empty`` whose elements are all poison (see :func:`poison_`): pass it as a kernel's output."""
+    if device is None:
+        from gpulab import runtime
+
+        device = runtime.device
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    return poison_(torch.empty(shape, dtype=dtype, device=device))
+
+
+def _fmt_index(flat: int, shape) -> str:
+    if len(shape) == 0:
+        return "()"
+    idx = []
+    for s in reversed(shape):
+        idx.append(flat % s)
+        flat //= s
+    return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
+
+
+def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="") -> float:
+    """Raise AssertionError unless ``out`` matches the float64 ``ref`` within the tolerance for ``dtype``.
+
+    ``dtype`` defaults to ``out``'s dtype; pass 'tf32' for fp32 matrix products that were allowed TF32. ``rtol``
+    overrides the tolerance. Returns the norm-wise relative error, so callers can print it.
+    """
+    if isinstance(out, (tuple, list)):
+        if not isinstance(ref, (tuple, list)) or len(out) != len(ref):
+            raise AssertionError(f"{name}: expected {len(ref) if isinstance(ref, (tuple, list)) else 1} outputs.")
+        return max(
+            assert_close(o, r, dtype, rtol, f"{name}[{i}]", allow_nonfinite, context)
+            for i, (o, r) in enumerate(zip(out, ref))
+        )
+    if not isinstance(out, torch.Tensor):
+        raise AssertionError(f"{name}: expected a torch.Tensor, got {type(out).__name__}.")
+    ref = torch.as_tensor(ref)
+    where = f" ({context})" if context else ""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise AssertionError(f"{name}{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}.")
+    tol = rtol if rtol is not None else tolerance(dtype if dtype is not None else out.dtype)
+    o = to_float64(out).reshape(-1)
+    r = to_float64(ref).reshape(-1)
+    n = o.numel()
+    if n == 0:
+        return 0.0
+
+    bad_nonfinite = ~torch.isfinite(o)
+    if allow_nonfinite:  # only where the reference has exactly the same value (inf == inf, NaN == NaN)
+        same = (o == r) | (torch.isnan(o) & torch.isnan(r))
+        bad_nonfinite &= ~same
+    problems = []
+    if bad_nonfinite.any():
+        k = int(bad_nonfinite.sum())
+        first = int(bad_nonfinite.nonzero()[0])
+        problems.append(
+            f"{k} of {n} elements are NaN or inf, first at index {_fmt_index(first, out.shape)}: got {o[first].item()},"
+            f" expected {r[first].item():.6g}. (Outputs are poisoned with NaN before the run, so an element the"
+            " kernel never wrote shows up here: check masks and the grid.)"
+        )
+    finite_r = torch.isfinite(r)
+    scale = torch.sqrt(torch.mean(r[finite_r] ** 2)).item() if finite_r.any() else 0.0
+    err = (o - r).abs()
+    limit = tol * (r.abs() + scale)
+    mismatch = (err > limit) & torch.isfinite(o) & finite_r
+    if mismatch.any():
+        k = int(mismatch.sum())
+        worst = int(torch.where(mismatch, err / limit.clamp_min(1e-300), torch.zeros_like(err)).argmax())
+        problems.append(
+            f"{k} of {n} elements differ by more than the {tol:.0e} tolerance; worst at index"
+            f" {_fmt_index(worst, out.shape)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
+            f" (error {err[worst].item():.3g})."
+        )
+    rel = relative_error(out, ref) if not bad_nonfinite.any() else math.inf
+    if problems:
+        header = f"{name}{where} does not match the float64 reference (relative error {rel:.3g}, tolerance {tol:.0e})"
+        raise AssertionError(header + ":\n  " + "\n  ".join(problems))
+    return rel
+
+
+def check_function(fn, reference, inputs, dtype=None, rtol=None, name=None, context="") -> float:
+    """Run ``fn(*inputs)`` and ``reference`` on float64 copies of the same inputs, and :func:`assert_close` them.
+
+    ``inputs`` is a tuple of arguments (tensors are upcast for the reference; other values pass through).
+    Returns the relative error.
+    """
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    ref = reference(*to_float64(tuple(inputs)))
+    out = fn(*inputs)
+    return assert_close(
+        out, ref, dtype=dtype, rtol=rtol, name=name or getattr(fn, "__name__", "output"), context=context
+    )

@@ -1,0 +1,83 @@
+"""Graders used by the exercise notebooks. Each takes the learner's function, runs it on fresh random inputs
+against a reference through :mod:`gpulab.check`, and raises AssertionError with a message that says what to fix.
+On success it prints one deterministic line (nbval compares it)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from gpulab import check, hardware
+
+
+def grader(title):
+    """Turn 'not implemented yet' into a clear failure, and print a one-line pass message."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                detail = fn(*args, **kwargs)
+            except NotImplementedError as exc:
+                raise AssertionError(
+                    f"{title}: not implemented yet. Replace `raise NotImplementedError()` with your code."
+                ) from exc
+            print(f"PASSED {title}" + (f": {detail}" if detail else ""))
+
+        return run
+
+    return wrap
+
+
+@grader("masked copy kernel")
+def grade_copy_kernel(kernel, sizes=(1, 17, 1000, 1024, 4097), blocks=(16, 256, 1024)):
+    """``kernel[grid](src, dst, n, BLOCK=...)`` must copy n elements and write nothing past n."""
+    import triton
+
+    for block in blocks:
+        for n in sizes:
+            src = check.random_tensor(n, dtype=torch.float32)
+            guard = check.poisoned(n + block, dtype=torch.float32)  # elements past n must stay poisoned
+            dst = guard[:n]
+            kernel[(triton.cdiv(n, block),)](src, dst, n, BLOCK=block)
+            check.assert_close(dst, src, name="dst", context=f"n={n}, BLOCK={block}")
+            if not torch.isnan(guard[n:]).all():
+                k = int((~torch.isnan(guard[n:])).sum())
+                raise AssertionError(
+                    f"n={n}, BLOCK={block}: the kernel wrote {k} elements past the end of dst. "
+                    "Mask the store: lanes whose offset is >= n must not write (tl.store(..., mask=offs < n))."
+                )
+    return f"{len(sizes)} sizes x {len(blocks)} block sizes, nothing written past the end"
+
+
+@grader("which level serves a working set")
+def grade_which_level(which_level):
+    """``which_level(working_set_bytes, gpu_spec) -> 'L1' | 'L2' | 'HBM'``, checked on every GPU in the table."""
+    tried = 0
+    for spec in hardware.SPECS.values():
+        for w in sorted({1, spec.l1_per_sm, spec.l1_per_sm + 1, spec.l2_bytes, spec.l2_bytes + 1, 4 << 30}):
+            got, want = which_level(w, spec), hardware.cache_level(w, spec)
+            tried += 1
+            if got != want:
+                raise AssertionError(
+                    f"{spec.name}: which_level({w:,} bytes) returned {got!r}, expected {want!r} "
+                    f"(L1 per SM {spec.l1_per_sm:,} bytes, L2 {spec.l2_bytes:,} bytes)."
+                )
+    return f"{tried} cases on {len(hardware.SPECS)} GPUs"
+
+
+@grader("copy bandwidth")
+def grade_copy_bandwidth(copy_gbps):
+    """``copy_gbps(n_elements, dtype, ms) -> GB/s``: bytes read + written over time."""
+    cases = [(1000, torch.float32, 1.0), (1 << 28, torch.float32, 0.36), (12345, torch.float16, 0.002)]
+    cases.append((7, torch.float64, 1e-3))
+    for n, dtype, ms in cases:
+        want = 2 * n * torch.empty(0, dtype=dtype).element_size() / (ms * 1e-3) / 1e9
+        got = copy_gbps(n, dtype, ms)
+        if not isinstance(got, (int, float)) or abs(got - want) > 1e-9 * max(1.0, abs(want)):
+            raise AssertionError(
+                f"copy_gbps({n}, {dtype}, {ms}) returned {got!r}, expected {want:.6g}. A copy reads n elements and "
+                "writes n elements; GB/s is 1e9 bytes per second, and ms is milliseconds."
+            )
+    return f"{len(cases)} cases"

@@ -1,0 +1,239 @@
+"""Where gpulab's kernels run: a CUDA GPU at full size, or Triton's CPU interpreter at small sizes.
+
+This module decides once, at import, before any ``@triton.jit`` function is defined (Triton reads
+``TRITON_INTERPRET`` when a kernel is decorated; set it too late and Triton raises "0 active drivers").
+Every gpulab module that defines a kernel imports this one first.
+
+The decision:
+- ``GPULAB_DEVICE=cpu`` forces the interpreter, ``GPULAB_DEVICE=cuda`` insists on a GPU (an error if there is none);
+- otherwise a CUDA device means GPU mode and no CUDA device means interpreter mode;
+- an explicit ``TRITON_INTERPRET=1`` from the user is respected (interpreter on a GPU machine, for debugging).
+
+Interpreter traps, handled here rather than only documented:
+- bf16 *arithmetic* and bf16 ``tl.dot`` are silently wrong in the interpreter (bf16 load/store/cast and fp16 are
+  fine): :func:`require_dtype` refuses bf16 on CPU with a clear error, and kernels compute in fp32.
+- ``tl.dot`` needs K >= 16 on a GPU but not in the interpreter: :func:`dot_block` pads tile sizes to 16 everywhere,
+  so a shape that works on CPU also compiles on the GPU.
+- fp32 ``tl.dot`` is TF32 on a GPU unless ``input_precision="ieee"``: :func:`dot_precision` returns "ieee" unless
+  the caller allows tf32.
+- ``tl.device_assert`` and ``tl.debug_barrier`` do nothing in the interpreter, and programs run one after another,
+  so cross-program synchronisation cannot be tested on CPU: wrappers validate inputs in Python, before launch.
+- Triton 3.6's interpreter fails on numpy >= 2.3 (a loop over a runtime bound raises "only 0-dimensional arrays can
+  be converted to Python scalars"): :data:`INTERPRETER_PROBLEM` says so, and `python -m gpulab info` shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+__all__ = [
+    "MODE",
+    "INTERPRET",
+    "device",
+    "on_gpu",
+    "pick",
+    "make_stream",
+    "stream",
+    "synchronize",
+    "require_dtype",
+    "supported_dtypes",
+    "dot_precision",
+    "dot_block",
+    "next_power_of_2",
+    "describe",
+    "INTERPRETER_PROBLEM",
+]
+
+
+def _decide() -> str:
+    forced = os.environ.get("GPULAB_DEVICE", "").strip().lower()
+    if forced not in ("", "cpu", "cuda"):
+        raise ValueError(f"GPULAB_DEVICE={forced!r} is not supported; use 'cpu', 'cuda' or leave it unset.")
+    if forced == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("GPULAB_DEVICE=cuda, but torch sees no CUDA device; unset it to use the CPU interpreter.")
+    if forced == "cpu" or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return "interpreter"
+    return "cuda"
+
+
+MODE: str = _decide()
+"""``"cuda"`` (kernels compiled for the GPU) or ``"interpreter"`` (kernels run by Triton's interpreter on CPU)."""
+
+INTERPRET: bool = MODE == "interpreter"
+if INTERPRET:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+device: torch.device = torch.device("cuda" if MODE == "cuda" else "cpu")
+"""The torch device that gpulab's kernels take their tensors on."""
+
+
+def _interpreter_problem() -> str | None:
+    if not INTERPRET:
+        return None
+    try:
+        import numpy
+        import triton
+    except ImportError as exc:  # pragma: no cover - triton is a hard dependency on Linux
+        return f"Triton is not importable ({exc}); install it with `pip install triton==3.6.0`."
+    triton_v = tuple(int(p) for p in triton.__version__.split(".")[:2])
+    numpy_v = tuple(int(p) for p in numpy.__version__.split(".")[:2])
+    if triton_v <= (3, 6) and numpy_v >= (2, 3):
+        return (
+            f"Triton {triton.__version__}'s interpreter fails with numpy {numpy.__version__} (loops over a runtime "
+            "bound raise 'only 0-dimensional arrays can be converted to Python scalars'); "
+            "fix: pip install 'numpy<2.3'."
+        )
+    return None
+
+
+INTERPRETER_PROBLEM: str | None = _interpreter_problem()
+if INTERPRETER_PROBLEM:
+    warnings.warn(INTERPRETER_PROBLEM, RuntimeWarning, stacklevel=2)
+
+
+def on_gpu() -> bool:
+    """True when kernels run on a CUDA GPU."""
+    return MODE == "cuda"
+
+
+def pick(cpu, gpu):
+    """Return the problem size (or anything) for the current mode: ``pick(cpu=2**10, gpu=2**26)``.
+
+    The interpreter runs a kernel as numpy code, one program at a time, so CPU sizes are a few thousand elements;
+    the GPU wants sizes that fill every SM.
+    """
+    return gpu if on_gpu() else cpu
+
+
+def make_stream():
+    """A new CUDA stream on a GPU; None on CPU, where :func:`stream` is then a no-op."""
+    return torch.cuda.Stream() if on_gpu() else None
+
+
+@contextlib.contextmanager
+def stream(s=None):
+    """Run the block on stream ``s`` (from :func:`make_stream`); a no-op on CPU or when ``s`` is None."""
+    if s is None or not on_gpu():
+        yield s
+    else:
+        with torch.cuda.stream(s):
+            yield s
+
+
+def synchronize() -> None:
+    """Wait for the GPU (no-op on CPU). Call before reading a host clock."""
+    if on_gpu():
+        torch.cuda.synchronize()
+
+
+_DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}
+
+
+def as_dtype(dtype, name: str = "dtype") -> torch.dtype:
+    """Accept a torch dtype or one of the names 'float32'/'fp32', 'float16'/'fp16', 'bfloat16'/'bf16'."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype.lower()]
+    raise ValueError(
+        f"{name}={dtype!r} is not a dtype gpulab knows; use a torch dtype or one of {sorted(set(_DTYPE_NAMES))}."
+    )
+
+
+def supported_dtypes(gpu=None) -> tuple[torch.dtype, ...]:
+    """Dtypes gpulab kernels accept in the current mode, or on ``gpu`` (a name or :class:`gpulab.hardware.GPUSpec`).
+
+    In the interpreter: fp32 and fp16 (bf16 arithmetic is wrong there). On a GPU: fp32, fp16, and bf16 where the
+    architecture has it (compute capability 8.0 and newer; not on a T4 or V100).
+    """
+    if gpu is None and INTERPRET:
+        return (torch.float32, torch.float16)
+    from gpulab import hardware
+
+    spec = hardware.spec(gpu)
+    return (torch.float32, torch.float16, torch.bfloat16) if spec.has_bf16 else (torch.float32, torch.float16)
+
+
+def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
+    """Raise a ValueError naming ``name`` unless ``dtype`` is usable here (or on ``gpu``); return it as a torch dtype.
+
+    ``allowed`` narrows the kernel's own choice (e.g. ``(torch.float32,)``) before the mode's restrictions apply.
+    """
+    dtype = as_dtype(dtype, name)
+    supported = tuple(allowed) if allowed is not None else (torch.float32, torch.float16, torch.bfloat16)
+    if dtype not in supported:
+        raise ValueError(f"{name} has dtype {dtype}; this kernel supports {_names(supported)}.")
+    here = supported_dtypes(gpu)
+    if dtype not in here:
+        if gpu is None and INTERPRET and dtype == torch.bfloat16:
+            raise ValueError(
+                f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
+                f"{_names(tuple(d for d in supported if d in here))}, e.g. `x.float()`, or run on a GPU with bf16."
+            )
+        where = f"GPU {gpu}" if gpu is not None else "this GPU"
+        usable = _names(tuple(d for d in supported if d in here))
+        raise ValueError(f"{name} is {dtype}, which {where} has no hardware for; use {usable}.")
+    return dtype
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes) or "nothing"
+
+
+def dot_precision(dtype, allow_tf32: bool = False) -> str:
+    """The ``input_precision`` to pass to ``tl.dot``: 'ieee' for fp32 unless the caller allows 'tf32'.
+
+    fp16/bf16 operands are exact inputs to the tensor cores, so the argument only matters for fp32.
+    """
+    return "tf32" if (allow_tf32 and as_dtype(dtype) == torch.float32 and on_gpu()) else "ieee"
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    return 1 << (int(n) - 1).bit_length()
+
+
+def dot_block(n: int, minimum: int = 16) -> int:
+    """Tile size for a ``tl.dot`` dimension of extent ``n``: a power of two, at least 16 in every mode.
+
+    GPUs need dot operands of at least 16 along each dimension; the interpreter does not, so without this a tile
+    that works in CI could fail to compile on the GPU.
+    """
+    return max(minimum, next_power_of_2(n))
+
+
+def describe() -> dict:
+    """Mode, device and versions, for `python -m gpulab info` and result records."""
+    import numpy
+    import triton
+
+    info = {
+        "mode": MODE,
+        "device": str(device),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "numpy": numpy.__version__,
+        "cuda_available": torch.cuda.is_available(),
+    }
+    if on_gpu():
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    if INTERPRETER_PROBLEM:
+        info["problem"] = INTERPRETER_PROBLEM
+    return info

@@ -1,0 +1,52 @@
+"""GPU self-test: every kernel at full size, in one call (`pytest -m gpu` on the H100). Skipped without CUDA."""
+
+import math
+
+import pytest
+import torch
+
+from gpulab import bench, check, hardware, memory, runtime
+
+pytestmark = pytest.mark.gpu
+
+
+def test_runtime_is_cuda():
+    assert runtime.MODE == "cuda" and runtime.device.type == "cuda"
+    assert not runtime.INTERPRET
+
+
+def test_live_spec_matches_device():
+    s = hardware.spec()
+    p = hardware.live_properties()
+    assert s.sm_count == p["sm_count"] > 0
+    assert s.l2_bytes > 0
+
+
+@pytest.mark.parametrize("n", [1, 17, 4097, (1 << 28) + 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_copy_full_size(n, dtype):
+    src = check.random_tensor(n, dtype=dtype)
+    out = check.poisoned(n, dtype=dtype)
+    check.assert_close(memory.copy(src, out), src.double(), dtype=dtype, rtol=0.0)
+
+
+@pytest.mark.parametrize("working_set", [16 << 10, (1 << 20) + 4 * 17, 64 << 20, 1 << 30])
+def test_sweep_full_size(working_set):
+    n = working_set // 4
+    x = check.random_tensor(n)
+    plan = memory.sweep_plan(n, 2 * working_set, 4096, 4 * hardware.spec().sm_count)
+    out = memory.working_set_sweep(x, n, plan["programs"], plan["iters"], 4096)
+    ref = memory.sweep_reference(x, n, plan["programs"], plan["iters"], 4096)
+    check.assert_close(out, ref, rtol=1e-4)
+
+
+def test_timing_and_resources():
+    x = check.random_tensor(1 << 24)
+    y = torch.empty_like(x)
+    r = bench.measure(
+        lambda: memory.copy(x, y), lesson="00", case="copy", bytes=2 * x.numel() * 4, kernel=memory.copy_kernel
+    )
+    assert r.mode == "cuda" and r.ms > 0 and math.isfinite(r.gbps)
+    assert r.ms_q25 <= r.ms <= r.ms_q75
+    assert r.registers is not None and r.registers > 0 and r.spills == 0
+    assert r.sm_count == torch.cuda.get_device_properties(0).multi_processor_count
