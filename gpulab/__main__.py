@@ -112,10 +112,11 @@ def cmd_exercises(args) -> int:
         for title, passed, _ in report:
             if passed:
                 problems.append(f"{path.name}: grader '{title}' passes on the unsolved exercise; it cannot fail.")
-        print(f"{path.relative_to(ROOT)}: {len(report)} graders, all fail before the work is done" if report else "")
+        if report and not any(passed for _, passed, _ in report):
+            print(f"{path.relative_to(ROOT)}: all {len(report)} graders fail before the work is done")
     for p in problems:
         print("PROBLEM:", p, file=sys.stderr)
-    print(f"exercise check: {0 if problems else 1} passed, {1 if problems else 0} failed")
+    print(f"exercises: {0 if problems else 1} passed, {1 if problems else 0} failed")
     return 1 if problems else 0
 
 

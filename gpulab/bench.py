@@ -344,7 +344,7 @@ def _fmt(v, digits=3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, float):
-        return f"{v:.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        return f"{v:.{digits}g}" if abs(v) < 10**digits else f"{v:,.0f}"
     return str(v)
 
 

@@ -45,6 +45,9 @@ __all__ = [
     "sweep_reference",
     "sweep_plan",
     "sweep_kernel",
+    "chunk_schedule",
+    "plot_hierarchy",
+    "plot_ridge_points",
     "working_set_sizes",
     "measure_sweep",
     "plot_sweep",
@@ -146,7 +149,7 @@ def sweep_plan(n: int, bytes_to_read: float, block: int, programs: int, itemsize
     return {"programs": p, "iters": iters, "n_chunks": n_chunks, "bytes": total}
 
 
-def _chunk_schedule(n_chunks: int, programs: int, iters: int) -> np.ndarray:
+def chunk_schedule(n_chunks: int, programs: int, iters: int) -> np.ndarray:
     """The [programs, iters] matrix of chunk indices the kernel reads."""
     p = np.arange(programs, dtype=np.int64)[:, None]
     i = np.arange(iters, dtype=np.int64)[None, :]
@@ -154,7 +157,7 @@ def _chunk_schedule(n_chunks: int, programs: int, iters: int) -> np.ndarray:
 
 
 def _visits(chunk: int, n_chunks: int, programs: int, iters: int) -> int:
-    return int((_chunk_schedule(n_chunks, programs, iters) == chunk).sum())
+    return int((chunk_schedule(n_chunks, programs, iters) == chunk).sum())
 
 
 def sweep_reference(x: torch.Tensor, n: int, programs: int, iters: int, block: int) -> torch.Tensor:
@@ -164,7 +167,7 @@ def sweep_reference(x: torch.Tensor, n: int, programs: int, iters: int, block: i
     padded[:n] = x.reshape(-1)[:n].detach()  # float64 on x's device: a 4 GB working set need not visit the host
     chunk_sums = padded.view(n_chunks, block).sum(1).cpu()
     del padded
-    sched = torch.from_numpy(_chunk_schedule(n_chunks, programs, iters))
+    sched = torch.from_numpy(chunk_schedule(n_chunks, programs, iters))
     return chunk_sums[sched].sum(1)
 
 
@@ -281,10 +284,62 @@ def plot_sweep(results, ax=None, gpu=None, title=None):
     return ax
 
 
+def plot_hierarchy(gpu=None, ax=None):
+    """Capacity of each level of the hierarchy on one GPU, summed over the chip (log scale)."""
+    import matplotlib.pyplot as plt
+
+    from gpulab import hardware
+
+    s = hardware.spec(gpu)
+    levels = [
+        ("registers", s.registers_per_sm * 4 * s.sm_count, f"{s.registers_per_sm * 4 // 1024} KB per SM"),
+        ("L1 / shared", s.l1_per_sm * s.sm_count, f"{s.l1_per_sm // 1024} KB per SM"),
+        ("L2", s.l2_bytes, "shared by all SMs"),
+        ("HBM", s.memory_gb * 2**30, f"{s.hbm_gbps:,.0f} GB/s to the chip"),
+    ]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.8))
+    names = [n for n, _, _ in levels][::-1]
+    sizes = [b for _, b, _ in levels][::-1]
+    notes = [t for _, _, t in levels][::-1]
+    ax.barh(names, sizes, color=["C3", "C2", "C1", "C0"])
+    ax.set_xscale("log")
+    for y, (b, t) in enumerate(zip(sizes, notes)):
+        ax.text(b * 1.3, y, f"{_human_bytes(b)}  ({t})", va="center", fontsize=8)
+    ax.set_xlim(1e6, 1e13)
+    ax.set_xlabel("capacity, whole chip (bytes)")
+    ax.set_title(f"Memory hierarchy of the {s.name}")
+    return ax
+
+
+def plot_ridge_points(specs=None, dtype="float16", ax=None):
+    """Ridge point (FLOPs per HBM byte needed to be compute-bound) of each GPU in the spec table."""
+    import matplotlib.pyplot as plt
+
+    from gpulab import hardware
+
+    specs = list(specs or hardware.SPECS.values())
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3))
+    names = [s.name.replace("NVIDIA ", "").replace("GeForce ", "") for s in specs]
+    ridges = [hardware.ridge_point(s, dtype) for s in specs]
+    ax.bar(names, ridges, color="C0")
+    ax.axhline(1 / 12, color="C3", lw=1)
+    ax.text(-0.4, 0.1, "fp32 vector add: 1 FLOP per 12 bytes", color="C3", fontsize=8, backgroundcolor="white")
+    ax.set_ylim(0.03, None)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"FLOP per byte ({dtype} peak / HBM)")
+    ax.set_title("How many FLOPs a kernel must do per byte to stop being memory-bound")
+    ax.tick_params(axis="x", rotation=45)
+    for label in ax.get_xticklabels():
+        label.set_ha("right")
+    return ax
+
+
 def _human_bytes(b: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if b < 1024:
-            return f"{b:g} {unit}"
+            return f"{b:.3g} {unit}"
         b /= 1024
     return f"{b:g} PB"
 

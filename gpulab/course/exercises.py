@@ -60,7 +60,6 @@ def make_exercise(nb):
             cell.execution_count = None
         elif cell.cell_type == "markdown" and has_solution(cell.source):
             cell.source = strip_solutions(cell.source, MARKDOWN_STUB)
-        cell.pop("id", None)
         cell.metadata.pop("execution", None)
     ex.metadata.pop("widgets", None)
     return ex
@@ -78,7 +77,6 @@ def generate_exercises(solutions="solutions", exercises="exercises") -> list[Pat
         nb = nbformat.read(src, as_version=4)
         ex = make_exercise(nb)
         dst = Path(exercises) / src.name
-        nbformat.validator.normalize(ex)
         nbformat.write(ex, dst)
         written.append(dst)
     return written
