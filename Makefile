@@ -42,8 +42,8 @@ format: setup
 
 # The whole suite: lint, package tests, lesson and solution notebooks under nbval, exercise pipeline checks.
 test: lint
-	$(BIN)/python -m pytest -q tests/ --timeout=180
-	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m pytest -q tests/ --timeout=180 --session-timeout=180
+	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
 
 # Re-execute every lesson and solution notebook in place (on this machine: CPU interpreter unless a GPU is present).

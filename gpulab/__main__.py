@@ -39,12 +39,13 @@ def cmd_info(args) -> int:
     try:
         stored = bench.load("00", gpu=s.name if runtime.on_gpu() else "h100")
         for r in stored:
-            if r.case != "working-set sweep":
+            if r.case != "working-set sweep" and r.gbps:
                 print(f"  {r.case}: {r.gbps:,.0f} GB/s on {r.device} ({r.date})")
-        best = max((r for r in stored if r.case == "working-set sweep"), key=lambda r: r.gbps)
-        print(
-            f"  peak cached read bandwidth (sweep): {best.gbps:,.0f} GB/s at {best.params['working_set_bytes']:,} bytes"
-        )
+        sweep = [r for r in stored if r.case == "working-set sweep" and r.gbps]
+        if sweep:
+            best = max(sweep, key=lambda r: r.gbps)
+            at = best.params.get("working_set_bytes", 0)
+            print(f"  peak cached read bandwidth (sweep): {best.gbps:,.0f} GB/s at a {at:,}-byte working set")
     except FileNotFoundError as exc:
         print(f"  none: {exc}")
     return 0

@@ -228,7 +228,7 @@ class Result:
         names = {f.name for f in dataclasses.fields(cls)}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k not in ("tflops", "gbps")}
-        known.setdefault("params", {}).update(extra)
+        known["params"] = {**(d.get("params") or {}), **extra}
         return cls(**known)
 
 
@@ -327,8 +327,8 @@ def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Resu
     if path is None:
         folder = _lesson_dir(lesson, results_dir(root))
         files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
-        if gpu:
-            files = [f for f in files if hardware.gpu_slug(gpu) in f.name]
+        if gpu:  # whole words of the slug: 'l4' matches nvidia-l4-..., not nvidia-l40s-...
+            files = [f for f in files if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
         if not files:
             raise FileNotFoundError(
                 f"no stored results for lesson {lesson!r}{f' on {gpu}' if gpu else ''} in {folder}; "

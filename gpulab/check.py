@@ -68,10 +68,14 @@ def to_float64(x):
     return x
 
 
+def _as_float64(x) -> torch.Tensor:
+    return torch.as_tensor(x).detach().to("cpu", torch.float64)
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``||out - ref|| / ||ref||`` in float64 (inf if out has a NaN/inf; absolute error if ref is all zero)."""
-    o, r = to_float64(out), to_float64(ref)
-    if not torch.isfinite(o).all():
+    o, r = _as_float64(out), _as_float64(ref)
+    if not torch.isfinite(o).all() or not torch.isfinite(r).all():
         return math.inf
     num = torch.linalg.vector_norm(o - r).item()
     den = torch.linalg.vector_norm(r).item()
@@ -106,12 +110,13 @@ def random_tensor(*shape, dtype=torch.float32, device=None, seed=None, scale=1.0
 
 
 def poison_(x: torch.Tensor) -> torch.Tensor:
-    """Fill ``x`` in place with a value no kernel should produce: NaN for floats, the minimum for integers."""
+    """Fill ``x`` in place with a value no kernel should produce: NaN for floats, the extreme for integers."""
     if x.is_floating_point():
         return x.fill_(float("nan"))
     if x.dtype == torch.bool:
         return x.fill_(True)
-    return x.fill_(torch.iinfo(x.dtype).min)
+    info = torch.iinfo(x.dtype)
+    return x.fill_(info.min if info.min < 0 else info.max)  # unsigned: the minimum is 0, a plausible value
 
 
 def poisoned(*shape, dtype=torch.float32, device=None) -> torch.Tensor:
@@ -139,7 +144,8 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
     """Raise AssertionError unless ``out`` matches the float64 ``ref`` within the tolerance for ``dtype``.
 
     ``dtype`` defaults to ``out``'s dtype; pass 'tf32' for fp32 matrix products that were allowed TF32. ``rtol``
-    overrides the tolerance. Returns the norm-wise relative error, so callers can print it.
+    overrides the tolerance. Integer and bool outputs must match exactly. Returns the norm-wise relative error
+    (over the finite elements when ``allow_nonfinite``), so callers can print it.
     """
     if isinstance(out, (tuple, list)):
         if not isinstance(ref, (tuple, list)) or len(out) != len(ref):
@@ -154,14 +160,20 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
     where = f" ({context})" if context else ""
     if tuple(out.shape) != tuple(ref.shape):
         raise AssertionError(f"{name}{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}.")
-    tol = rtol if rtol is not None else tolerance(dtype if dtype is not None else out.dtype)
-    o = to_float64(out).reshape(-1)
-    r = to_float64(ref).reshape(-1)
+    if rtol is not None:
+        tol = rtol
+    elif dtype is None and not out.is_floating_point():
+        tol = 0.0  # integers and bools: exact
+    else:
+        tol = tolerance(dtype if dtype is not None else out.dtype)
+    o = _as_float64(out).reshape(-1)
+    r = _as_float64(ref).reshape(-1)
     n = o.numel()
     if n == 0:
         return 0.0
 
-    bad_nonfinite = ~torch.isfinite(o)
+    # A NaN/inf in either tensor fails, unless the caller allows non-finite values and both agree exactly.
+    bad_nonfinite = ~torch.isfinite(o) | ~torch.isfinite(r)
     if allow_nonfinite:  # only where the reference has exactly the same value (inf == inf, NaN == NaN)
         same = (o == r) | (torch.isnan(o) & torch.isnan(r))
         bad_nonfinite &= ~same
@@ -170,9 +182,10 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
         k = int(bad_nonfinite.sum())
         first = int(bad_nonfinite.nonzero()[0])
         problems.append(
-            f"{k} of {n} elements are NaN or inf, first at index {_fmt_index(first, out.shape)}: got {o[first].item()},"
-            f" expected {r[first].item():.6g}. (Outputs are poisoned with NaN before the run, so an element the"
-            " kernel never wrote shows up here: check masks and the grid.)"
+            f"{k} of {n} elements are NaN or inf in the output or the reference, first at index"
+            f" {_fmt_index(first, out.shape)}: got {o[first].item():.6g}, expected {r[first].item():.6g}. (Outputs are"
+            " poisoned with NaN before the run, so an element the kernel never wrote shows up here: check masks and"
+            " the grid.)"
         )
     finite_r = torch.isfinite(r)
     scale = torch.sqrt(torch.mean(r[finite_r] ** 2)).item() if finite_r.any() else 0.0
@@ -187,7 +200,8 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
             f" {_fmt_index(worst, out.shape)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
             f" (error {err[worst].item():.3g})."
         )
-    rel = relative_error(out, ref) if not bad_nonfinite.any() else math.inf
+    finite = torch.isfinite(o) & finite_r
+    rel = relative_error(o[finite], r[finite]) if not bad_nonfinite.any() else math.inf
     if problems:
         header = f"{name}{where} does not match the float64 reference (relative error {rel:.3g}, tolerance {tol:.0e})"
         raise AssertionError(header + ":\n  " + "\n  ".join(problems))

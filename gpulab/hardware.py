@@ -55,7 +55,20 @@ class GPUSpec:
 
     def peak_tflops(self, dtype="float32", tensor_cores: bool = True, allow_tf32: bool = False) -> float:
         """Peak rate for a dtype: tensor cores where the GPU has them for it, else the FP32 pipe."""
-        key = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}.get(dtype, dtype)
+        if dtype in ("tf32", "float8"):
+            key = dtype
+        else:
+            from gpulab.runtime import as_dtype
+
+            key = str(as_dtype(dtype)).replace("torch.", "")  # 'fp16', 'half', torch.float16 -> 'float16'
+        if key == "float64":
+            raise ValueError("dtype float64 has no peak rate in the spec table; use float32, tf32, float16, bfloat16.")
+        if key == "tf32":
+            return self.tensor_tflops.get("tf32", self.fp32_tflops)
+        if key == "float8":
+            if "float8" not in self.tensor_tflops:
+                raise ValueError(f"{self.name} has no float8 tensor cores.")
+            return self.tensor_tflops["float8"]
         if key == "float32":
             return self.tensor_tflops["tf32"] if (allow_tf32 and self.has_tf32) else self.fp32_tflops
         if tensor_cores and key in self.tensor_tflops:

@@ -42,7 +42,7 @@ def find(lesson: str) -> Lesson | None:
     """The lesson whose id ('00') or slug ('00_memory_hierarchy') is ``lesson``; None if there is none."""
     lesson = str(lesson)
     for entry in LESSONS:
-        if lesson in (entry.id, entry.slug) or lesson == entry.id.lstrip("0"):
+        if lesson in (entry.id, entry.slug) or (lesson.isdigit() and int(lesson) == int(entry.id)):
             return entry
     return None
 

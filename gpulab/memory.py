@@ -80,7 +80,9 @@ def copy(src: torch.Tensor, out: torch.Tensor | None = None, block: int | None =
         raise ValueError(f"src must be contiguous, got strides {src.stride()}; pass src.contiguous().")
     if out is None:
         out = torch.empty_like(src)
-    elif out.shape != src.shape or out.dtype != src.dtype or out.device != src.device or not out.is_contiguous():
+    else:
+        _require_tensor("out", out)
+    if out.shape != src.shape or out.dtype != src.dtype or out.device != src.device or not out.is_contiguous():
         raise ValueError(
             f"out must be a contiguous tensor like src ({tuple(src.shape)}, {src.dtype}, {src.device}); "
             f"got ({tuple(out.shape)}, {out.dtype}, {out.device})."
@@ -184,6 +186,8 @@ def working_set_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block:
         raise ValueError(f"x must be contiguous, got strides {x.stride()}; pass x.contiguous().")
     if not 1 <= n <= x.numel():
         raise ValueError(f"n must be between 1 and x.numel()={x.numel()}, got {n}.")
+    if programs < 1 or iters < 1:
+        raise ValueError(f"programs and iters must be >= 1, got programs={programs}, iters={iters}; see sweep_plan().")
     block = block or 4096
     n_chunks = math.ceil(n / block)
     if math.gcd(programs, n_chunks) != 1:

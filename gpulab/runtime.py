@@ -41,6 +41,7 @@ __all__ = [
     "synchronize",
     "require_dtype",
     "supported_dtypes",
+    "default_dtype",
     "dot_precision",
     "dot_block",
     "next_power_of_2",
@@ -168,6 +169,16 @@ def supported_dtypes(gpu=None) -> tuple[torch.dtype, ...]:
     return (torch.float32, torch.float16, torch.bfloat16) if spec.has_bf16 else (torch.float32, torch.float16)
 
 
+def default_dtype(gpu=None) -> torch.dtype:
+    """The low-precision dtype a lesson should use: bf16 where the GPU has it, else fp16; fp32 in the interpreter.
+
+    With ``gpu`` (a name or GPUSpec) the answer is for that GPU, so the choice can be tested on CPU for any GPU.
+    """
+    if gpu is None and INTERPRET:
+        return torch.float32
+    return torch.bfloat16 if torch.bfloat16 in supported_dtypes(gpu) else torch.float16
+
+
 def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
     """Raise a ValueError naming ``name`` unless ``dtype`` is usable here (or on ``gpu``); return it as a torch dtype.
 
@@ -182,7 +193,7 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
         if gpu is None and INTERPRET and dtype == torch.bfloat16:
             raise ValueError(
                 f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
-                f"{_names(tuple(d for d in supported if d in here))}, e.g. `x.float()`, or run on a GPU with bf16."
+                f"{_names(tuple(d for d in supported if d in here))}, e.g. `{name}.float()`, or run on a GPU with bf16."
             )
         where = f"GPU {gpu}" if gpu is not None else "this GPU"
         usable = _names(tuple(d for d in supported if d in here))
@@ -199,7 +210,8 @@ def dot_precision(dtype, allow_tf32: bool = False) -> str:
 
     fp16/bf16 operands are exact inputs to the tensor cores, so the argument only matters for fp32.
     """
-    return "tf32" if (allow_tf32 and as_dtype(dtype) == torch.float32 and on_gpu()) else "ieee"
+    dtype = as_dtype(dtype)
+    return "tf32" if (allow_tf32 and dtype == torch.float32 and on_gpu()) else "ieee"
 
 
 def next_power_of_2(n: int) -> int:

@@ -176,11 +176,6 @@ def test_ridge_point_values():
     assert hardware.ridge_point("A100", torch.float32) == pytest.approx(19.5e12 / 2039e9)
 
 
-@pytest.mark.xfail(
-    reason="BUG: GPUSpec.peak_tflops maps only torch dtypes and 'float16'-style names; 'fp16'/'bf16'/'fp32' "
-    "(accepted everywhere else in gpulab) silently get the FP32 rate",
-    strict=True,
-)
 @pytest.mark.parametrize(
     ("name", "dtype", "allow_tf32"),
     [("fp16", torch.float16, False), ("bf16", torch.bfloat16, False), ("fp32", torch.float32, True)],

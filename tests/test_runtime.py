@@ -157,6 +157,16 @@ def test_supported_dtypes():
     assert torch.bfloat16 not in runtime.supported_dtypes("V100")
 
 
+def test_default_dtype():
+    assert runtime.default_dtype() is torch.float32  # the interpreter computes in fp32
+    assert runtime.default_dtype("H100") is torch.bfloat16
+    assert runtime.default_dtype("A100") is torch.bfloat16
+    assert runtime.default_dtype("T4") is torch.float16
+    assert runtime.default_dtype("V100") is torch.float16
+    for gpu in ("H100", "T4", "P100"):
+        assert runtime.require_dtype("x", runtime.default_dtype(gpu), gpu=gpu) is runtime.default_dtype(gpu)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16", "bfloat16", "BF16"])
 def test_require_dtype_refuses_bf16_on_cpu(dtype):
     with pytest.raises(ValueError) as e:
@@ -168,10 +178,6 @@ def test_require_dtype_refuses_bf16_on_cpu(dtype):
     assert ".float()" in msg  # and how
 
 
-@pytest.mark.xfail(
-    reason="BUG: runtime.require_dtype's bf16-on-CPU message suggests `x.float()` whatever the argument is called",
-    strict=True,
-)
 def test_require_dtype_bf16_fix_uses_the_argument_name():
     with pytest.raises(ValueError) as e:
         runtime.require_dtype("q", torch.bfloat16)
