@@ -35,7 +35,11 @@ def cmd_info(args) -> int:
         print("\nlive properties")
         for k, v in hardware.live_properties().items():
             print(f"  {k:22s} {v}")
-    print("\nmeasured ceilings (stored results)")
+    from gpulab import roofline
+
+    print()
+    print(roofline.ceilings().summary())
+    print("\nlesson 0 measurements (stored results)")
     try:
         stored = bench.load("00", gpu=s.name if runtime.on_gpu() else "h100")
         for r in stored:

@@ -87,7 +87,8 @@ def time_callable(
     """Time ``fn()`` (or ``fn(*rotate[i % len(rotate)])`` when ``rotate`` lists argument tuples).
 
     GPU: a few calls estimate the cost; then ``warmup_ms`` of warm-up and about ``rep_ms`` of timed calls, each
-    between its own pair of CUDA events. ``flush_l2`` overwrites a 256 MB buffer before each call (outside the
+    between its own pair of CUDA events, each preceded by a short spin on the GPU so that the host's launch overhead
+    is not counted as device time. ``flush_l2`` overwrites a 256 MB buffer before each call (outside the
     events) so every call starts with a cold L2. CPU (the interpreter): wall clock around each call, fewer calls.
     """
     if rotate is not None:
@@ -113,21 +114,30 @@ def time_callable(
     call()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
     start.record()
     for _ in range(3):
         call()
     end.record()
+    host_ms = (time.perf_counter() - t0) * 1e3 / 3  # Python + launch cost of one call, as seen by the host
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 3, 1e-4)
     n_warm = max(1, int(warmup_ms / estimate))
     n_rep = int(min(max_reps, max(min_reps, rep_ms / estimate)))
     for _ in range(n_warm):
         call()
+    # With an idle GPU, the start event fires at once and the GPU then waits for the host to launch the work, so a
+    # small kernel would be charged its launch overhead. A short spin kernel before each start event keeps the GPU
+    # busy while the host enqueues the call: the interval between the events is then device time only.
+    sleep = getattr(torch.cuda, "_sleep", None)
+    spin_cycles = int(min(2 * host_ms, 5.0) * 1e-3 * 2e9)  # ~2 GHz clock; capped at 5 ms
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     for s, e in zip(starts, ends):
         if flush is not None:
             flush.zero_()
+        if sleep is not None:
+            sleep(spin_cycles)
         s.record()
         call()
         e.record()

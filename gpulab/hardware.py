@@ -12,6 +12,7 @@ fp32 accumulation (``"tf32"`` for fp32 operands in TF32 mode). A GPU without ten
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import torch
@@ -164,10 +165,18 @@ def spec(gpu=None) -> GPUSpec:
 
 
 def live_properties(index: int | None = None) -> dict:
-    """Properties the driver reports for the current (or given) CUDA device; {} without one."""
+    """Properties the driver reports for the current (or given) CUDA device; {} without one.
+
+    Cached per device: kernel wrappers consult the device description on every call (dtype rules, tiles), and
+    asking the driver each time costs about a millisecond of host time, more than many kernels take.
+    """
     if not torch.cuda.is_available():
         return {}
-    idx = torch.cuda.current_device() if index is None else index
+    return dict(_live_properties(torch.cuda.current_device() if index is None else index))
+
+
+@functools.cache
+def _live_properties(idx: int) -> dict:
     p = torch.cuda.get_device_properties(idx)
     props = {
         "name": p.name,
@@ -197,7 +206,12 @@ def live_properties(index: int | None = None) -> dict:
 
 
 def _live_spec() -> GPUSpec:
-    p = live_properties()
+    return _live_spec_of(torch.cuda.current_device())
+
+
+@functools.cache
+def _live_spec_of(idx: int) -> GPUSpec:
+    p = live_properties(idx)
     base = _lookup(p["name"])
     if base is None:
         # Unknown GPU: build a description from what the driver says; rates unknown (0) until measured.

@@ -35,6 +35,8 @@ class Lesson:
 
 LESSONS: list[Lesson] = [
     Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory", "gpulab.memory:benchmark"),
+    Lesson("01", "01_roofline", "The roofline", "gpulab.roofline", "gpulab.roofline:benchmark"),
+    Lesson("02", "02_codesign", "GEMM shapes and hardware co-design", "gpulab.codesign", "gpulab.codesign:benchmark"),
 ]
 
 

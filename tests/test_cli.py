@@ -36,7 +36,7 @@ def test_info_subprocess():
     assert proc.returncode == 0, proc.stderr
     assert "interpreter" in proc.stdout
     assert "reference GPU (no CUDA device here): NVIDIA H100 SXM5 80GB" in proc.stdout
-    assert "measured ceilings" in proc.stdout
+    assert "Ceilings of the" in proc.stdout and "lesson 0 measurements" in proc.stdout
 
 
 def test_info_without_stored_results(tmp_path, monkeypatch, capsys):

@@ -50,3 +50,27 @@ def test_timing_and_resources():
     assert r.ms_q25 <= r.ms <= r.ms_q75
     assert r.registers is not None and r.registers > 0 and r.spills == 0
     assert r.sm_count == torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(("m", "n", "k"), [(1536, 4096, 4096), (1000, 1017, 333), (1, 17, 4095)])
+def test_fixed_tile_matmul_full_size(m, n, k, dtype):
+    from gpulab import codesign
+
+    a = check.random_tensor(m, k, dtype=dtype)
+    b = check.random_tensor(k, n, dtype=dtype)
+    out = check.poisoned(m, n, dtype=dtype)
+    codesign.matmul_fixed_tile(a, b, out, **codesign.TRITON_GPU_CONFIG)
+    ref = a.double() @ b.double()
+    check.assert_close(out, ref, dtype=dtype)
+
+
+def test_wrapper_overhead_is_small():
+    """Kernel wrappers consult the device description on every call: it must be cached, not asked of the driver."""
+    import time
+
+    hardware.spec()
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        runtime.require_dtype("x", torch.bfloat16)
+    assert (time.perf_counter() - t0) / 1000 < 50e-6

@@ -1,14 +1,25 @@
-"""Course machinery: exercise notebooks generated from solutions, notebook execution, and grading."""
+"""Course machinery: exercise notebooks generated from solutions (:mod:`.exercises`), notebook execution and
+grading (:mod:`.notebooks`), and the graders the exercise notebooks call (:mod:`.grading` and one module per lesson).
 
-from gpulab.course.exercises import check_exercises, generate_exercises, make_exercise, strip_solutions
-from gpulab.course.notebooks import execute_notebook, grade_notebook, grader_cells
+Submodules are imported on first use, so the graders work where Jupyter's packages (nbformat, nbclient) are not
+installed, e.g. on a bare GPU machine running `pytest -m gpu`.
+"""
 
-__all__ = [
-    "strip_solutions",
-    "make_exercise",
-    "generate_exercises",
-    "check_exercises",
-    "execute_notebook",
-    "grade_notebook",
-    "grader_cells",
-]
+import importlib
+
+_EXPORTS = {
+    "strip_solutions": "exercises",
+    "make_exercise": "exercises",
+    "generate_exercises": "exercises",
+    "check_exercises": "exercises",
+    "execute_notebook": "notebooks",
+    "grade_notebook": "notebooks",
+    "grader_cells": "notebooks",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"gpulab.course.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'gpulab.course' has no attribute {name!r}")
