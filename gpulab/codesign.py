@@ -413,16 +413,7 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.detach().to("cpu", torch.float64) @ b.detach().to("cpu", torch.float64)
 
 
-def _require_tensor(name, x, ndim):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
-    if x.device.type != runtime.device.type:
-        raise ValueError(
-            f"{name} is on {x.device}, but gpulab runs kernels on {runtime.device} ({runtime.MODE} mode); "
-            f"move it with {name}.to(gpulab.runtime.device)."
-        )
-    if x.dim() != ndim:
-        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {tuple(x.shape)}.")
+_require_tensor = runtime.require_tensor
 
 
 def _block(name, value) -> int:

@@ -95,14 +95,7 @@ def copy(src: torch.Tensor, out: torch.Tensor | None = None, block: int | None =
     return out
 
 
-def _require_tensor(name, x):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
-    if x.device.type != runtime.device.type:
-        raise ValueError(
-            f"{name} is on {x.device}, but gpulab runs kernels on {runtime.device} ({runtime.MODE} mode); "
-            f"move it with {name}.to(gpulab.runtime.device)."
-        )
+_require_tensor = runtime.require_tensor
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -173,12 +166,8 @@ def sweep_reference(x: torch.Tensor, n: int, programs: int, iters: int, block: i
     return chunk_sums[sched].sum(1)
 
 
-def working_set_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block: int | None = None):
-    """Launch :func:`sweep_kernel` over the first ``n`` elements of ``x``; returns the per-program sums [programs].
-
-    ``programs`` must be coprime to the chunk count (use :func:`sweep_plan`), so that every program visits every
-    chunk. The sums are fp32, poisoned with NaN before the launch so an unwritten one shows.
-    """
+def check_sweep_args(x, n: int, programs: int, iters: int, block: int | None) -> tuple[int, int]:
+    """Validate the arguments of a sweep launch; return ``(block, n_chunks)``. Shared by every sweep kernel."""
     _require_tensor("x", x)
     if x.dtype != torch.float32:
         raise ValueError(f"x must be float32, got {x.dtype}; pass x.float().")
@@ -195,6 +184,16 @@ def working_set_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block:
             f"programs={programs} shares a factor with the chunk count {n_chunks}, so some programs would never "
             "visit some chunks; get a valid count from sweep_plan()."
         )
+    return block, n_chunks
+
+
+def working_set_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block: int | None = None):
+    """Launch :func:`sweep_kernel` over the first ``n`` elements of ``x``; returns the per-program sums [programs].
+
+    ``programs`` must be coprime to the chunk count (use :func:`sweep_plan`), so that every program visits every
+    chunk. The sums are fp32, poisoned with NaN before the launch so an unwritten one shows.
+    """
+    block, n_chunks = check_sweep_args(x, n, programs, iters, block)
     from gpulab.check import poisoned
 
     partial = poisoned(programs, dtype=torch.float32, device=x.device)

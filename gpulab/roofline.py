@@ -645,22 +645,7 @@ def l2_sweep_kernel(x_ptr, partial_ptr, n, n_chunks, n_programs, iters, BLOCK: t
 def l2_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block: int | None = None) -> torch.Tensor:
     """:func:`gpulab.memory.working_set_sweep` through :func:`l2_sweep_kernel`: same checks, same schedule, so
     :func:`gpulab.memory.sweep_reference` is its reference too."""
-    memory._require_tensor("x", x)
-    if x.dtype != torch.float32:
-        raise ValueError(f"x must be float32, got {x.dtype}; pass x.float().")
-    if not x.is_contiguous():
-        raise ValueError(f"x must be contiguous, got strides {x.stride()}; pass x.contiguous().")
-    if not 1 <= n <= x.numel():
-        raise ValueError(f"n must be between 1 and x.numel()={x.numel()}, got {n}.")
-    if programs < 1 or iters < 1:
-        raise ValueError(f"programs and iters must be >= 1, got programs={programs}, iters={iters}; see sweep_plan().")
-    block = block or 4096
-    n_chunks = math.ceil(n / block)
-    if math.gcd(programs, n_chunks) != 1:
-        raise ValueError(
-            f"programs={programs} shares a factor with the chunk count {n_chunks}; get a valid count from "
-            "gpulab.memory.sweep_plan()."
-        )
+    block, n_chunks = memory.check_sweep_args(x, n, programs, iters, block)
     partial = check.poisoned(programs, dtype=torch.float32, device=x.device)
     l2_sweep_kernel[(programs,)](
         x, partial, n, n_chunks, programs, iters, BLOCK=block, num_warps=8 if block >= 2048 else 4

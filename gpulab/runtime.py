@@ -40,6 +40,7 @@ __all__ = [
     "stream",
     "synchronize",
     "require_dtype",
+    "require_tensor",
     "supported_dtypes",
     "default_dtype",
     "dot_precision",
@@ -203,6 +204,20 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
 
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes) or "nothing"
+
+
+def require_tensor(name: str, x, ndim: int | None = None) -> torch.Tensor:
+    """Raise a clear error unless ``x`` is a tensor on gpulab's device (and of rank ``ndim``, if given)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
+    if x.device.type != device.type:
+        raise ValueError(
+            f"{name} is on {x.device}, but gpulab runs kernels on {device} ({MODE} mode); "
+            f"move it with {name}.to(gpulab.runtime.device)."
+        )
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {tuple(x.shape)}.")
+    return x
 
 
 def dot_precision(dtype, allow_tf32: bool = False) -> str:
