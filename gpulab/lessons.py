@@ -37,6 +37,13 @@ LESSONS: list[Lesson] = [
     Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory", "gpulab.memory:benchmark"),
     Lesson("01", "01_roofline", "The roofline", "gpulab.roofline", "gpulab.roofline:benchmark"),
     Lesson("02", "02_codesign", "GEMM shapes and hardware co-design", "gpulab.codesign", "gpulab.codesign:benchmark"),
+    Lesson(
+        "03",
+        "03_cudnn_ladder",
+        "The cuDNN 5 LSTM optimization ladder",
+        "gpulab.rnn.ladder",
+        "gpulab.rnn.ladder:benchmark",
+    ),
 ]
 
 

@@ -1,0 +1,126 @@
+"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs) and the fused LSTM pointwise kernel.
+
+Each runs the learner's code on fresh random sizes against ``torch.nn.LSTM`` (float64) or the float64 cell
+reference, and raises AssertionError with a message that says what to fix. On success it prints one deterministic
+line (nbval compares it)."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import torch
+
+from gpulab import check, runtime
+from gpulab.course.grading import grader
+from gpulab.rnn import cells, from_torch_lstm
+
+_PRODUCTS = {
+    torch.matmul,
+    torch.mm,
+    torch.addmm,
+    torch.bmm,
+    torch.baddbmm,
+    torch.einsum,
+    torch.nn.functional.linear,
+    torch.Tensor.__matmul__,
+    torch.Tensor.__rmatmul__,
+    torch.Tensor.matmul,
+    torch.Tensor.mm,
+    torch.Tensor.addmm,
+    torch.Tensor.addmm_,
+    torch.Tensor.bmm,
+}
+
+
+class _CountProducts(torch.overrides.TorchFunctionMode):
+    """Counts calls of matrix-product functions made inside the ``with`` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _PRODUCTS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _rng() -> random.Random:
+    return random.Random(check.new_seed())
+
+
+@grader("step 1: combined GEMMs")
+def grade_combined_gemm(step1, cases=4):
+    """``step1(x, weights, state=None) -> (y, (h_n, c_n))`` must reproduce nn.LSTM with 2 products per cell."""
+    rng = _rng()
+    sizes = [(1, 5, 3, 1, 1)] + [
+        (rng.randint(1, 3), rng.randint(2, 24), rng.randint(1, 12), rng.randint(1, 4), rng.randint(1, 5))
+        for _ in range(cases - 1)
+    ]
+    for layers, hidden, inp, batch, seq in sizes:
+        torch.manual_seed(check.new_seed())
+        m = torch.nn.LSTM(inp, hidden, num_layers=layers).eval()
+        x = check.random_tensor(seq, batch, inp, device="cpu")
+        state = tuple(check.random_tensor(layers, batch, hidden, device="cpu") for _ in range(2))
+        with torch.no_grad():
+            y_r, (h_r, c_r) = copy.deepcopy(m).double()(x.double(), tuple(s.double() for s in state))
+        w = from_torch_lstm(m.to(runtime.device))
+        where = f"layers={layers}, hidden={hidden}, input={inp}, batch={batch}, seq={seq}"
+        with torch.no_grad(), _CountProducts() as counter:
+            out = step1(x.to(runtime.device), w, tuple(s.to(runtime.device) for s in state))
+        if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], (tuple, list)) or len(out[1]) != 2:
+            raise AssertionError(f"step1 returned {type(out).__name__}; return (y, (h_n, c_n)) like nn.LSTM.")
+        y, (h, c) = out
+        check.assert_close(y, y_r, dtype=torch.float32, name="y", context=where)
+        check.assert_close(h, h_r, dtype=torch.float32, name="h_n", context=where)
+        check.assert_close(c, c_r, dtype=torch.float32, name="c_n", context=where)
+        cells_run = layers * seq
+        if counter.count > 2 * cells_run:
+            raise AssertionError(
+                f"{where}: {counter.count} matrix products for {cells_run} cells; step 1 does 2 per cell: "
+                "x_t @ W_ih.t() with all four gates' rows at once ([4H, I]) and h @ W_hh.t() ([4H, H])."
+            )
+    return f"{len(sizes)} random LSTMs, 2 products per cell"
+
+
+@grader("fused LSTM pointwise kernel")
+def grade_pointwise_kernel(kernel, cases=5):
+    """``kernel[(N, cdiv(M, BLOCK))](gates, c, h_out, c_out, M, BLOCK=...)``: gates [N, 4, M] pre-activations
+    (i, f, z, o), c [N, M] fp32; writes h_out [N, M] (gates' dtype) and c_out [N, M] (fp32), nothing else."""
+    import triton
+
+    rng = _rng()
+    dtypes = [torch.float32, torch.float16]
+    tried = 0
+    for j in range(cases):
+        n, m = rng.randint(1, 6), rng.choice([1, 7, 64, 100, 257])
+        block = rng.choice([16, 64, 128])
+        dtype = dtypes[j % 2]
+        gates = check.random_tensor(n, 4, m, dtype=dtype, scale=2.0)
+        c = check.random_tensor(n, m, dtype=torch.float32)
+        h_buf = check.poisoned(n * m + block, dtype=dtype)  # anything written past n*m stays visible
+        c_buf = check.poisoned(n * m + block, dtype=torch.float32)
+        h_out, c_out = h_buf[: n * m].view(n, m), c_buf[: n * m].view(n, m)
+        kernel[(n, triton.cdiv(m, block))](gates, c, h_out, c_out, m, BLOCK=block)
+        h_ref, c_ref = cells.lstm_pointwise_reference(gates.view(n, 4, 1, m), c.view(n, 1, m))
+        where = f"N={n}, M={m}, BLOCK={block}, {str(dtype).replace('torch.', '')}"
+        try:
+            check.assert_close(h_out, h_ref.view(n, m), name="h_out", context=where)
+            check.assert_close(c_out, c_ref.view(n, m), dtype=dtype, name="c_out", context=where)
+        except AssertionError as exc:
+            i, f, z, o = gates.double().unbind(1)
+            swapped = torch.sigmoid(o) * torch.tanh(torch.sigmoid(f) * c.double() + torch.sigmoid(i) * torch.tanh(z))
+            hint = ""
+            if torch.isnan(h_out).any():
+                hint = " Some outputs were never written: mask with offs < M and cover every program's block."
+            elif check.relative_error(h_out, swapped) > 1e-2:
+                hint = (
+                    " Gate g of row n starts at gates_ptr + n*4*M + g*M; the order is i, f, z, o; "
+                    "c = sigmoid(f)*c + sigmoid(i)*tanh(z), h = sigmoid(o)*tanh(c)."
+                )
+            raise AssertionError(f"{exc}{hint}") from None
+        if not (torch.isnan(h_buf[n * m :]).all() and torch.isnan(c_buf[n * m :]).all()):
+            raise AssertionError(f"{where}: the kernel wrote past the end of h_out or c_out; mask the stores.")
+        tried += 1
+    return f"{tried} random sizes in fp32 and fp16, nothing written past the end"
