@@ -14,6 +14,8 @@ This module rebuilds that ladder: every step is a small function computing the *
     step 6  many layers: a wavefront over (layer, time); each wavefront's layers in one batched product
     step 7  (beyond the article) step 6 with [x_t ; h_{t-1}] x [W_ih ; W_hh]^T: one K = 2H batched product for
             the input and recurrent products of layers >= 1, read from an interleaved state buffer
+    step 8  (beyond the article) step 6 with each wavefront's input and recurrent products on two streams, so
+            together they fill the SMs that each leaves idle; the pointwise kernel adds the two parts
 
 and every step runs **eagerly** and **captured in a CUDA graph** (:func:`capture`; CUDA graphs came with CUDA 10,
 after the article: graph mode is itself beyond it). Eagerly, every step is bound by kernel launches from Python
@@ -814,7 +816,7 @@ def plot_ladder(results, metric="tflops"):
             best = max(cud, key=lambda r: getattr(r, metric) or 0.0)
             ax.axhline(getattr(best, metric) or 0.0, color="0.4", ls="--", lw=1, label="cuDNN (best mode)")
         ax.set_xticks(range(len(steps)), [str(s) if s != "cuDNN" else "cuDNN" for s in steps])
-        ax.set_xlabel("step (7: beyond the article)")
+        ax.set_xlabel(f"step ({', '.join(map(str, BEYOND_ARTICLE))}: beyond the article)")
         ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms"}.get(metric, metric))
         where = "interpreter, not GPU numbers" if rs[0].params.get("interpreter") else rs[0].device
         ax.set_title(f"{_short(dt)}: LSTM L=4 H=512 B=64 T=100" if not rs[0].params.get("interpreter") else
