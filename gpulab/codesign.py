@@ -58,7 +58,6 @@ import dataclasses
 import itertools
 import math
 
-import numpy as np
 import torch
 
 from gpulab import runtime  # noqa: F401 - sets interpreter mode before any kernel is defined
@@ -151,21 +150,14 @@ DEFAULT_TILE = (128, 128)
 # The pieces of the model
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
+_positive_int = runtime.positive_int
 
 
 def _dtype_key(dtype, spec=None) -> tuple[str, int]:
     """('bfloat16', 2) for any spelling of a dtype the model covers; ValueError naming ``dtype`` otherwise."""
-    if isinstance(dtype, str) and dtype.lower() == "tf32":
-        key, itemsize = "tf32", 4
-    else:
-        d = runtime.as_dtype(dtype, "dtype")
-        key, itemsize = str(d).replace("torch.", ""), torch.empty(0, dtype=d).element_size()
-    if key == "float64":
-        raise ValueError("dtype=float64 is not modelled; use float32, tf32, float16 or bfloat16.")
+    from gpulab.roofline import dtype_and_size
+
+    key, itemsize = dtype_and_size(dtype, allow_tf32=True)
     if spec is not None and key == "bfloat16" and not spec.has_bf16:
         raise ValueError(f"dtype=bfloat16, but the {spec.name} has no bf16 hardware; use float16 there.")
     return key, itemsize

@@ -137,18 +137,14 @@ class Intensity:
         return self.flops / self.bytes
 
 
-def _size(name: str, value) -> int:
-    """A positive integer size, or a ValueError that names the argument."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
+_size = runtime.positive_int  # a positive integer size, or a ValueError that names the argument
 
 
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tf32": 4}
 _SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "tf32": "tf32"}  # also the compute roof keys
 
 
-def _dtype(dtype, allow_tf32: bool = False, name: str = "dtype") -> tuple[str, int]:
+def dtype_and_size(dtype, allow_tf32: bool = False, name: str = "dtype") -> tuple[str, int]:
     """('float32' | 'float16' | 'bfloat16' | 'tf32', bytes per element). 'tf32' means fp32 storage, TF32 math."""
     if allow_tf32 and isinstance(dtype, str) and dtype.lower() == "tf32":
         return "tf32", 4
@@ -165,7 +161,7 @@ def _dtype(dtype, allow_tf32: bool = False, name: str = "dtype") -> tuple[str, i
 def vector_add(n, dtype="float32") -> Intensity:
     """``z = x + y`` on n elements: n FLOPs; reads 2n and writes n elements."""
     n = _size("n", n)
-    key, s = _dtype(dtype)
+    key, s = dtype_and_size(dtype)
     return Intensity(f"vector add n={n} {_SHORT[key]}", float(n), float(3 * n * s), "fp32", key, "read x, y; write z")
 
 
@@ -173,7 +169,7 @@ def softmax(rows, cols, dtype="float32") -> Intensity:
     """Row-wise softmax of a rows x cols matrix: 5 FLOPs per element (max, subtract, exp, sum, divide); reads the
     matrix once and writes it once (a one-pass kernel that keeps each row on chip)."""
     rows, cols = _size("rows", rows), _size("cols", cols)
-    key, s = _dtype(dtype)
+    key, s = dtype_and_size(dtype)
     e = rows * cols
     return Intensity(f"softmax {rows}x{cols} {_SHORT[key]}", 5.0 * e, float(2 * e * s), "fp32", key, "read x; write y")
 
@@ -182,7 +178,7 @@ def gemm(m, n, k, dtype="bfloat16") -> Intensity:
     """``C = A @ B`` with A (m, k), B (k, n): 2mnk FLOPs; reads A and B, writes C (all in ``dtype``; 'tf32' means
     fp32 matrices multiplied by TF32 tensor cores)."""
     m, n, k = _size("m", m), _size("n", n), _size("k", k)
-    key, s = _dtype(dtype, allow_tf32=True)
+    key, s = dtype_and_size(dtype, allow_tf32=True)
     flops, nbytes = 2.0 * m * n * k, float((m * k + k * n + m * n) * s)
     return Intensity(f"GEMM {m}x{n}x{k} {_SHORT[key]}", flops, nbytes, _SHORT[key], key, "read A, B; write C")
 
@@ -191,7 +187,7 @@ def _attention(kind, batch, heads, seq_q, seq_k, head_dim, dtype, causal):
     """Shared by the two attention counts: validated sizes, FLOPs, Q/K/V/O elements, and a name."""
     names = ("batch", "heads", "seq_q", "seq_k", "head_dim")
     b, h, nq, nk, d = (_size(nm, v) for nm, v in zip(names, (batch, heads, seq_q, seq_k, head_dim)))
-    key, s = _dtype(dtype, allow_tf32=True)
+    key, s = dtype_and_size(dtype, allow_tf32=True)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}.")
     flops = bench.attention_flops(b, h, nq, nk, d, causal=causal)
@@ -235,7 +231,7 @@ def lstm_step(batch, input_size, hidden, dtype="bfloat16") -> Intensity:
     weights dominate the bytes and the intensity is about ``2B / itemsize``: batch decides the bound.
     """
     b, i, h = _size("batch", batch), _size("input_size", input_size), _size("hidden", hidden)
-    key, s = _dtype(dtype, allow_tf32=True)
+    key, s = dtype_and_size(dtype, allow_tf32=True)
     flops, nbytes = 2.0 * b * 4 * h * (i + h), float(s * _lstm_step_elements(b, i, h))
     note = "x_t, h, c, W, U, bias read; h, c written"
     return Intensity(f"LSTM step B={b} I={i} H={h} {_SHORT[key]}", flops, nbytes, _SHORT[key], key, note)
@@ -256,7 +252,7 @@ def lstm_sequence(batch, seq, input_size, hidden, dtype="bfloat16", layers=1, we
     """
     b, t = _size("batch", batch), _size("seq", seq)
     i, h, n_layers = _size("input_size", input_size), _size("hidden", hidden), _size("layers", layers)
-    key, s = _dtype(dtype, allow_tf32=True)
+    key, s = dtype_and_size(dtype, allow_tf32=True)
     if not isinstance(weights_on_chip, bool):
         raise ValueError(f"weights_on_chip must be True or False, got {weights_on_chip!r}.")
     flops = elements = 0

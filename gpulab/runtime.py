@@ -41,6 +41,7 @@ __all__ = [
     "synchronize",
     "require_dtype",
     "require_tensor",
+    "positive_int",
     "supported_dtypes",
     "default_dtype",
     "dot_precision",
@@ -204,6 +205,15 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
 
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes) or "nothing"
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as an int if it is a positive integer (not a bool), else a ValueError that names ``name``."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
 
 
 def require_tensor(name: str, x, ndim: int | None = None) -> torch.Tensor:
