@@ -1,0 +1,344 @@
+"""Lesson 4, step 5: the FlashAttention-2 backward in Triton.
+
+What you will learn: the backward needs P, and P is N x N, so it is *recomputed* from Q, K and the saved
+log-sum-exp instead of stored. With ``S = scale * Q K^T``, ``P = exp(S - LSE)``, ``O = P V`` and the output
+gradient ``dO``:
+
+    dV = P^T dO                    dP = dO V^T
+    dS = P * (dP - D)              where D_i = sum_j P_ij dP_ij = rowsum(dO * O)_i
+    dQ = scale * dS K              dK = scale * dS^T Q
+
+``D = rowsum(dO * O)`` is an O(N d) preprocess (one small kernel) that saves a reduction over the N x N ``dP``.
+
+FlashAttention-2 splits the work so that no two programs write the same output (no atomics):
+
+- :func:`attention_dkdv_kernel`, one program per (batch*head, K block): keeps ``k, v`` and the ``dK, dV``
+  accumulators in registers and loops over Q blocks (causal: only those at or below the diagonal; a key that no
+  query sees gets dK = dV = 0 because its loop is empty);
+- :func:`attention_dq_kernel`, one program per (batch*head, Q block): keeps ``q, dO`` and ``dQ`` in registers and
+  loops over K blocks, like the forward.
+
+Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
+the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpulab import runtime
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+from gpulab.attention.configs import AttentionConfig, attention_config  # noqa: E402
+from gpulab.attention.forward import LOG2E, check_inputs  # noqa: E402
+
+__all__ = [
+    "attention_preprocess_kernel",
+    "attention_dkdv_kernel",
+    "attention_dq_kernel",
+    "attention_backward",
+]
+
+
+@triton.jit
+def attention_preprocess_kernel(
+    o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
+):
+    """delta[bh, i] = sum_d dO[bh, i, d] * O[bh, i, d] in fp32, for one (batch*head, block of rows)."""
+    bh = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
+
+
+@triton.jit
+def _dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    q_ptrs,
+    do_ptrs,
+    lse_ptr,
+    delta_ptr,
+    lo,
+    hi,
+    n_q,
+    qk_scale,
+    offs_n,
+    offs_m0,
+    d_mask,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Q blocks [lo, hi) against one K block: accumulate dK (unscaled) and dV. Works with transposed tiles."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        if MASKED:
+            row_ok = offs_m < n_q
+            ld_mask = row_ok[:, None] & d_mask[None, :]
+        else:
+            row_ok = offs_m >= 0  # all true
+            ld_mask = row_ok[:, None] & d_mask[None, :]
+        q = tl.load(q_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
+        do = tl.load(do_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
+        lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634  # natural log -> base 2
+        delta = tl.load(delta_ptr + offs_m, mask=row_ok, other=0.0)
+        # P^T, [BLOCK_N, BLOCK_M], rebuilt from the saved log-sum-exp
+        if IS_FP32:
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+        else:
+            s_t = tl.dot(k, tl.trans(q)) * qk_scale
+        if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
+            visible = row_ok[None, :]
+            if IS_CAUSAL:
+                visible = visible & (offs_n[:, None] <= offs_m[None, :])
+            s_t = tl.where(visible, s_t, float("-inf"))
+        p_t = tl.exp2(s_t - lse2[None, :])
+        if IS_FP32:
+            dv += tl.dot(p_t, do, input_precision=PRECISION)  # dV = P^T dO
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dP^T = V dO^T
+            ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - D)
+            dk += tl.dot(ds_t, q, input_precision=PRECISION)  # dK = dS^T Q (scaled at the end)
+        else:
+            dv += tl.dot(p_t.to(do.dtype), do)
+            dp_t = tl.dot(v, tl.trans(do))
+            ds_t = p_t * (dp_t - delta[None, :])
+            dk += tl.dot(ds_t.to(q.dtype), q)
+    return dk, dv
+
+
+@triton.jit
+def attention_dkdv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dk_ptr,
+    dv_ptr,
+    n_q,
+    n_k,
+    qk_scale,
+    scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dK and dV of one (batch*head, K block): loop over the Q blocks that see it."""
+    bh = tl.program_id(0)
+    start_n = tl.program_id(1) * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    kv_mask = (offs_n < n_k)[:, None] & d_mask[None, :]
+    kv_offs = bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    # Keys past n_k load as 0; their dK/dV rows are never stored, and dK[j] depends on key j only.
+    k = tl.load(k_ptr + kv_offs, mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + kv_offs, mask=kv_mask, other=0.0)
+    q_ptrs = q_ptr + bh * n_q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
+    do_ptrs = do_ptr + bh * n_q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
+    lse_ptr += bh * n_q
+    delta_ptr += bh * n_q
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    # Q blocks [lo, a) are cut by the causal diagonal, [a, b) are whole and see the whole K block (no mask),
+    # [b, n_q) is the ragged last Q block. Causal: queries before start_n see none of these keys, so lo skips them.
+    lo = 0
+    full_lo = 0
+    if IS_CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
+    full_hi = (n_q // BLOCK_M) * BLOCK_M
+    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
+    b = tl.maximum(a, full_hi)
+    dk, dv = _dkdv_inner(
+        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n, offs_m0, d_mask,
+        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
+    )  # fmt: skip
+    dk, dv = _dkdv_inner(
+        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, a, b, n_q, qk_scale, offs_n, offs_m0, d_mask,
+        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, False, IS_FP32, PRECISION,
+    )  # fmt: skip
+    dk, dv = _dkdv_inner(
+        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, b, n_q, n_q, qk_scale, offs_n, offs_m0, d_mask,
+        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
+    )  # fmt: skip
+    tl.store(dk_ptr + kv_offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + kv_offs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_inner(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_ptrs,
+    v_ptrs,
+    lo,
+    hi,
+    n_k,
+    qk_scale,
+    offs_m,
+    offs_n0,
+    d_mask,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """K blocks [lo, hi) against one Q block: accumulate dQ (unscaled)."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        if MASKED:
+            ld_mask = (offs_n < n_k)[:, None] & d_mask[None, :]
+        else:
+            ld_mask = (offs_n >= 0)[:, None] & d_mask[None, :]
+        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
+        if IS_FP32:
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        else:
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
+            visible = (offs_n < n_k)[None, :]
+            if IS_CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None])
+            s = tl.where(visible, s, float("-inf"))
+        p = tl.exp2(s - lse2[:, None])
+        if IS_FP32:
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # dP = dO V^T
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds, k, input_precision=PRECISION)  # dQ = dS K (scaled at the end)
+        else:
+            dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k)
+    return dq
+
+
+@triton.jit
+def attention_dq_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    lse_ptr,
+    delta_ptr,
+    dq_ptr,
+    n_q,
+    n_k,
+    qk_scale,
+    scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop."""
+    bh = tl.program_id(0)
+    start_m = tl.program_id(1) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    row_ok = offs_m < n_q
+    q_offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    q_mask = row_ok[:, None] & d_mask[None, :]
+    q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)
+    do = tl.load(do_ptr + q_offs, mask=q_mask, other=0.0)
+    lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    hi = n_k
+    full = (n_k // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        hi = tl.minimum(n_k, start_m + BLOCK_M)
+        full = tl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_ptrs, v_ptrs, 0, full, n_k, qk_scale, offs_m, offs_n0, d_mask,
+        HEAD_DIM, BLOCK_N, BLOCK_D, IS_CAUSAL, False, IS_FP32, PRECISION,
+    )  # fmt: skip
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_ptrs, v_ptrs, full, hi, n_k, qk_scale, offs_m, offs_n0, d_mask,
+        HEAD_DIM, BLOCK_N, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
+    )  # fmt: skip
+    tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
+
+
+def attention_backward(
+    do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
+):
+    """dQ, dK, dV from the inputs, the output O, its gradient dO and the saved LSE (fp32 [B, H, Nq]).
+
+    ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s. Uses O(N d) memory beyond the
+    gradients themselves: the fp32 ``D = rowsum(dO * O)``.
+    """
+    scale = check_inputs(q, k, v, scale, allow_tf32)
+    check_inputs(o, do, o, scale, allow_tf32, names=("o", "do", "o"))
+    if o.shape != q.shape or do.shape != q.shape or o.dtype != q.dtype:
+        raise ValueError(f"o and do must be shaped and typed like q {tuple(q.shape)}, {q.dtype}.")
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    if tuple(lse.shape) != (b, h, n_q) or lse.dtype != torch.float32:
+        raise ValueError(f"lse must be float32 [{b}, {h}, {n_q}], got {lse.dtype} {tuple(lse.shape)}.")
+    from gpulab.check import poisoned
+
+    dq = poisoned(q.shape, dtype=q.dtype, device=q.device)
+    dk = poisoned(k.shape, dtype=k.dtype, device=k.device)
+    dv = poisoned(v.shape, dtype=v.dtype, device=v.device)
+    if n_q == 0 or n_k == 0 or b * h == 0 or d == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
+    configs = configs or {}
+    cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)
+    cfg_q: AttentionConfig = configs.get("dq") or attention_config("dq", d, q.dtype, n_q, n_k)
+    common = dict(
+        IS_CAUSAL=bool(is_causal),
+        IS_FP32=q.dtype == torch.float32,
+        PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
+        HEAD_DIM=d,
+    )
+    delta = poisoned(b, h, n_q, dtype=torch.float32, device=q.device)
+    pre_m = 16 if runtime.INTERPRET else 64
+    attention_preprocess_kernel[(b * h, triton.cdiv(n_q, pre_m))](
+        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d
+    )
+    attention_dkdv_kernel[(b * h, triton.cdiv(n_k, cfg_kv.block_n))](
+        q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E, scale,
+        BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common, **cfg_kv.launch(),
+    )  # fmt: skip
+    attention_dq_kernel[(b * h, triton.cdiv(n_q, cfg_q.block_m))](
+        q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E, scale,
+        BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common, **cfg_q.launch(),
+    )  # fmt: skip
+    return dq, dk, dv
