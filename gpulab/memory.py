@@ -49,6 +49,7 @@ __all__ = [
     "plot_hierarchy",
     "plot_ridge_points",
     "working_set_sizes",
+    "sweep_data",
     "measure_sweep",
     "plot_sweep",
     "benchmark",
@@ -203,6 +204,18 @@ def working_set_sweep(x: torch.Tensor, n: int, programs: int, iters: int, block:
     return partial
 
 
+def sweep_data(n: int, device=None, seed=None) -> torch.Tensor:
+    """Fresh random fp32 data for a sweep: uniform in [0.5, 1.5).
+
+    Positive and never zero, so the per-program sums have no cancellation: their fp32 rounding error stays small
+    relative to the sums themselves, and a check against the float64 reference is meaningful at every size. (With
+    mean-zero data a sum of thousands of values can land near zero by chance, and its relative error explode.)
+    """
+    from gpulab import check
+
+    return check.random_tensor(n, device=device, seed=seed, distribution="uniform", scale=0.5) + 1.0
+
+
 def working_set_sizes(cpu_max: int = 1 << 20, gpu_max: int = 4 << 30, smallest: int = 16 << 10) -> list[int]:
     """Working-set sizes in bytes: powers of two from 16 KB to 4 GB on a GPU (1 MB on CPU)."""
     top = runtime.pick(cpu=cpu_max, gpu=gpu_max)
@@ -224,10 +237,7 @@ def measure_sweep(sizes=None, bytes_to_read=None, programs=None, block=None, pro
     if bytes_to_read is None:
         bytes_to_read = runtime.pick(cpu=256 << 10, gpu=4 << 30)
     n_max = max(sizes) // 4
-    # Positive values, never zero: the per-program sums then have no cancellation, so their fp32 rounding error
-    # stays relative to the sums themselves and the 1e-4 check is meaningful at every size (with mean-zero data a
-    # sum can land near zero by chance, and its relative error explode).
-    x = torch.rand(n_max, device=runtime.device, dtype=torch.float32) + 0.5
+    x = sweep_data(n_max)
     results = []
     for w in progress(sizes) if progress else sizes:
         n = w // 4

@@ -697,7 +697,7 @@ def measure_cache(level: str, sizes=None, bytes_to_read=None, programs=None, blo
     bytes_to_read = bytes_to_read or runtime.pick(cpu=128 << 10, gpu=4 << 30)
     sweep = l2_sweep if level == "L2" else memory.working_set_sweep
     kernel = l2_sweep_kernel if level == "L2" else memory.sweep_kernel
-    x = torch.rand(max(sizes) // 4, device=runtime.device) + 0.5  # positive: well-conditioned sums (memory.py)
+    x = memory.sweep_data(max(sizes) // 4)
     out = []
     for w in sizes:
         n = w // 4

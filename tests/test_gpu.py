@@ -33,7 +33,7 @@ def test_copy_full_size(n, dtype):
 @pytest.mark.parametrize("working_set", [16 << 10, (1 << 20) + 4 * 17, 64 << 20, 1 << 30])
 def test_sweep_full_size(working_set):
     n = working_set // 4
-    x = check.random_tensor(n)
+    x = memory.sweep_data(n)
     plan = memory.sweep_plan(n, 2 * working_set, 4096, 4 * hardware.spec().sm_count)
     out = memory.working_set_sweep(x, n, plan["programs"], plan["iters"], 4096)
     ref = memory.sweep_reference(x, n, plan["programs"], plan["iters"], 4096)

@@ -187,7 +187,7 @@ def test_programs_sharing_a_factor_miss_chunks():
     ],
 )
 def test_working_set_sweep_matches_reference(n, block, programs):
-    x = check.random_tensor(n + 50)
+    x = memory.sweep_data(n + 50)
     x[n:] = 1e6  # past the working set: must never be read
     plan = memory.sweep_plan(n, 3 * n * 4, block, programs)
     out = memory.working_set_sweep(x, n, plan["programs"], plan["iters"], block)

@@ -372,7 +372,7 @@ def test_fma_chain_rejects_bad_input(make, kwargs, word):
 
 @pytest.mark.parametrize(("n", "block", "programs"), [(1, 4096, 3), (4097, 4096, 3), (17, 16, 3), (1000, 64, 4)])
 def test_l2_sweep_matches_reference_and_lesson_0(n, block, programs):
-    x = check.random_tensor(n + 50)
+    x = memory.sweep_data(n + 50)
     x[n:] = 1e6  # past the working set: must never be read
     plan = memory.sweep_plan(n, 3 * n * 4, block, programs)
     out = roofline.l2_sweep(x, n, plan["programs"], plan["iters"], block)
@@ -661,7 +661,7 @@ def test_fma_kernel_full_size():
 @pytest.mark.parametrize("working_set", [(1 << 20) + 4 * 17, 8 << 20])
 def test_l2_sweep_full_size(working_set):
     n = working_set // 4
-    x = check.random_tensor(n)
+    x = memory.sweep_data(n)
     plan = memory.sweep_plan(n, 4 * working_set, 4096, 4 * hardware.spec().sm_count)
     out = roofline.l2_sweep(x, n, plan["programs"], plan["iters"], 4096)
     check.assert_close(out, memory.sweep_reference(x, n, plan["programs"], plan["iters"], 4096), rtol=1e-4)
