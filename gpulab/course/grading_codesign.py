@@ -6,15 +6,10 @@ from __future__ import annotations
 import math
 import random
 
-from gpulab import check, codesign, hardware
-from gpulab.course.grading import grader
+from gpulab import codesign, hardware
+from gpulab.course.grading import fresh_rng, grader
 
 _GPUS = ("H100", "A100", "V100", "RTX 4090", "L4", "T4")
-
-
-def _rng() -> tuple[random.Random, int]:
-    seed = check.new_seed()
-    return random.Random(seed), seed
 
 
 def _size(rng: random.Random) -> int:
@@ -30,7 +25,7 @@ def _size(rng: random.Random) -> int:
 @grader("tile and wave quantization")
 def grade_quantization(quantization, cases: int = 300):
     """``quantization(m, n, tile, sm_count, batch=1) -> (tiles, waves, tile_efficiency, wave_efficiency)``."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     fixed = [
         (128 * 12, 128 * 11, (128, 128), 132, 1),  # exactly one wave
         (128 * 12, 128 * 11 + 8, (128, 128), 132, 1),  # one more column of tiles: a second, nearly empty wave
@@ -81,7 +76,7 @@ def grade_quantization(quantization, cases: int = 300):
 @grader("GEMM time model")
 def grade_predict_ms(predict_ms, cases: int = 300):
     """``predict_ms(m, n, k, dtype, gpu, tile, batch=1)`` must equal ``codesign.gemm_time(...).ms`` (rel. 1e-6)."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     fixed = [
         (8192, 8192, 4096, "bfloat16", "H100", (128, 256), 1),
         (8192, 8192, 4095, "bfloat16", "H100", (128, 256), 1),  # misaligned K
@@ -111,7 +106,7 @@ def grade_predict_ms(predict_ms, cases: int = 300):
 @grader("rank shapes by predicted throughput")
 def grade_rank(rank_by_throughput, cases: int = 40):
     """``rank_by_throughput(shapes, gpu) -> indices``, highest predicted TFLOP/s first (cuBLAS model, tile=None)."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     for _ in range(cases):
         gpu = rng.choice(("H100", "A100", "L4"))
         shapes = [(_size(rng), _size(rng), _size(rng)) for _ in range(rng.randint(2, 7))]
@@ -160,7 +155,7 @@ def grade_fix_config(fix_config, cases: int = 12):
     """``fix_config(config) -> config`` that passes every rule of ``codesign.check_config`` and stays close:
     seq and tensor_parallel unchanged, vocabulary padded by less than 64*t, hidden moved by at most 64*t, heads
     within a factor of two, microbatch not smaller."""
-    rng, seed = _rng()
+    rng, seed = fresh_rng()
     for _ in range(cases):
         cfg = _flagged_config(rng)
         fixed = fix_config(cfg)

@@ -7,12 +7,11 @@ line (nbval compares it)."""
 from __future__ import annotations
 
 import copy
-import random
 
 import torch
 
 from gpulab import check, runtime
-from gpulab.course.grading import grader
+from gpulab.course.grading import fresh_rng, grader
 from gpulab.rnn import cells, from_torch_lstm
 
 _PRODUCTS = {
@@ -46,14 +45,10 @@ class _CountProducts(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _rng() -> random.Random:
-    return random.Random(check.new_seed())
-
-
 @grader("step 1: combined GEMMs")
 def grade_combined_gemm(step1, cases=4):
     """``step1(x, weights, state=None) -> (y, (h_n, c_n))`` must reproduce nn.LSTM with 2 products per cell."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     sizes = [(1, 5, 3, 1, 1)] + [
         (rng.randint(1, 3), rng.randint(2, 24), rng.randint(1, 12), rng.randint(1, 4), rng.randint(1, 5))
         for _ in range(cases - 1)
@@ -90,7 +85,7 @@ def grade_pointwise_kernel(kernel, cases=5):
     (i, f, z, o), c [N, M] fp32; writes h_out [N, M] (gates' dtype) and c_out [N, M] (fp32), nothing else."""
     import triton
 
-    rng = _rng()
+    rng, _ = fresh_rng()
     dtypes = [torch.float32, torch.float16]
     tried = 0
     for j in range(cases):

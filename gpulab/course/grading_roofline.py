@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import random
 
-from gpulab import check, hardware, roofline
-from gpulab.course.grading import grader
+from gpulab import hardware, roofline
+from gpulab.course.grading import fresh_rng, grader
 
 _DTYPE_OF_ITEMSIZE = {2: "float16", 4: "float32"}
-
-
-def _rng() -> random.Random:
-    return random.Random(check.new_seed())  # fresh sizes each run: no answer can be tuned to fixed cases
 
 
 def _close(got, want, rel=1e-9) -> bool:
@@ -45,7 +40,7 @@ def _check_cost(name, got, args, ref: roofline.Intensity, hints):
 @grader("roofline formula")
 def grade_attainable(attainable_tflops, cases=40):
     """``attainable_tflops(intensity, peak_tflops, bandwidth_gbps) -> TFLOP/s``: min(peak, intensity * bandwidth)."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     tried = [(0.0, 989.4, 3350.0), (1 / 12, 989.4, 3350.0), (295.34, 989.4, 3350.0), (1e4, 66.9, 3350.0)]
     for _ in range(cases):
         tried.append((10 ** rng.uniform(-2, 4), 10 ** rng.uniform(0, 3.5), 10 ** rng.uniform(2, 4.5)))
@@ -66,7 +61,7 @@ def grade_attainable(attainable_tflops, cases=40):
 @grader("GEMM cost")
 def grade_gemm_cost(gemm_cost, cases=25):
     """``gemm_cost(m, n, k, itemsize) -> (flops, bytes)`` for C[m, n] = A[m, k] @ B[k, n]."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     for _ in range(cases):
         m, n, k, s = rng.randint(1, 5000), rng.randint(1, 5000), rng.randint(1, 5000), rng.choice((2, 4))
         ref = roofline.gemm(m, n, k, _DTYPE_OF_ITEMSIZE[s])
@@ -83,7 +78,7 @@ def grade_gemm_cost(gemm_cost, cases=25):
 @grader("softmax cost")
 def grade_softmax_cost(softmax_cost, cases=25):
     """``softmax_cost(rows, cols, itemsize) -> (flops, bytes)``: 5 FLOPs per element, read once, write once."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     for _ in range(cases):
         r, c, s = rng.randint(1, 20000), rng.randint(1, 20000), rng.choice((2, 4))
         ref = roofline.softmax(r, c, _DTYPE_OF_ITEMSIZE[s])
@@ -100,7 +95,7 @@ def grade_softmax_cost(softmax_cost, cases=25):
 @grader("LSTM step cost")
 def grade_lstm_step_cost(lstm_step_cost, cases=25):
     """``lstm_step_cost(batch, input_size, hidden, itemsize) -> (flops, bytes)`` for one LSTM step."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     for _ in range(cases):
         b, i, h, s = rng.randint(1, 512), rng.randint(1, 4096), rng.randint(1, 4096), rng.choice((2, 4))
         ref = roofline.lstm_step(b, i, h, _DTYPE_OF_ITEMSIZE[s])
@@ -126,7 +121,7 @@ def _is_answer(got):
 @grader("memory- or compute-bound")
 def grade_bound(bound, cases=40):
     """``bound(flops, bytes, peak_tflops, bandwidth_gbps) -> 'memory' | 'compute'``."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     tried = 0
     for spec in hardware.SPECS.values():
         for dtype in ("float32", "float16"):
@@ -183,7 +178,7 @@ def smallest_compute_bound_batch(input_size, hidden, itemsize, peak_tflops, band
 @grader("smallest compute-bound batch")
 def grade_compute_bound_batch(fn, cases=20):
     """``fn(input_size, hidden, itemsize, peak_tflops, bandwidth_gbps) -> int | None``."""
-    rng = _rng()
+    rng, _ = fresh_rng()
     tried = [(1024, 1024, 2, 989.4, 3350.0), (64, 64, 2, 989.4, 3350.0), (4096, 4096, 4, 494.7, 3350.0)]
     gpus = list(hardware.SPECS.values())
     for _ in range(cases):

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import torch
 
-from gpulab import runtime  # noqa: F401 - sets interpreter mode before any kernel is defined
+from gpulab import runtime  # first: sets interpreter mode before any kernel is defined
 
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
+
+_require_tensor = runtime.require_tensor
 
 __all__ = [
     "lstm_cell",
@@ -220,13 +222,3 @@ def lstm_pointwise(gates, c, bias=None, h_out=None, c_out=None, gates2=None):
         num_warps=4 if block <= 512 else 8,
     )
     return h_out, c_out
-
-
-def _require_tensor(name, x):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
-    if x.device.type != runtime.device.type:
-        raise ValueError(
-            f"{name} is on {x.device}, but gpulab runs kernels on {runtime.device} ({runtime.MODE} mode); "
-            f"move it with {name}.to(gpulab.runtime.device)."
-        )
