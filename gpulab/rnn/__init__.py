@@ -1,5 +1,8 @@
-"""Recurrent networks in gpulab: the LSTM cell (:mod:`gpulab.rnn.cells`), lesson 3's cuDNN ladder
-(:mod:`gpulab.rnn.ladder`), and the weights of a ``torch.nn.LSTM`` in the layouts gpulab uses.
+"""Recurrent networks in gpulab: the cells (:mod:`gpulab.rnn.cells`), lesson 3's cuDNN ladder
+(:mod:`gpulab.rnn.ladder`), the weights of a ``torch.nn.LSTM`` in the layouts gpulab uses, and lesson 5's
+FlashRNN-style recurrences: :func:`flashrnn` (backends ``vanilla``, ``alternating``, ``fused``; see
+:mod:`gpulab.rnn.api`), the tile chooser :mod:`gpulab.rnn.tiling`, and the :class:`LSTM` module
+(:mod:`gpulab.rnn.module`).
 
 :func:`from_torch_lstm` reads every layer of an ``nn.LSTM`` into an :class:`LSTMWeights`:
 
@@ -22,7 +25,17 @@ import torch
 
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise, lstm_pointwise_reference
 
-__all__ = ["LSTMWeights", "from_torch_lstm", "lstm_pointwise", "lstm_pointwise_reference", "lstm_cell_torch"]
+__all__ = [
+    "LSTMWeights",
+    "from_torch_lstm",
+    "lstm_pointwise",
+    "lstm_pointwise_reference",
+    "lstm_cell_torch",
+    "flashrnn",
+    "BACKENDS",
+    "FUNCTIONS",
+    "LSTM",
+]
 
 
 @dataclasses.dataclass
@@ -87,3 +100,9 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
         module.num_layers,
         bool(module.batch_first),
     )
+
+
+# Lesson 5 (imported last: module.py reads from_torch_lstm from this package).
+from gpulab.rnn.api import BACKENDS, flashrnn  # noqa: E402
+from gpulab.rnn.functions import FUNCTIONS  # noqa: E402
+from gpulab.rnn.module import LSTM  # noqa: E402

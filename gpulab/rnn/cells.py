@@ -1,4 +1,4 @@
-"""The LSTM cell: its math as a ``@triton.jit`` function, a PyTorch twin, and a fused pointwise kernel.
+"""The recurrent cells: their math as ``@triton.jit`` functions, PyTorch twins, and a fused LSTM pointwise kernel.
 
 One LSTM step, for gate pre-activations ``i, f, z, o`` (each ``x_t W_g^T + h_{t-1} U_g^T + b_g``):
 
@@ -19,6 +19,21 @@ bound, so fp32 arithmetic costs nothing, and fp16/bf16 arithmetic would be wrong
 :func:`lstm_pointwise` replaces the ~10 elementwise launches of an unfused cell (adds, three sigmoids, two tanh,
 multiplies, the bias add) by one kernel that reads the four gate pre-activations, the bias and ``c`` once and writes
 ``h`` and ``c`` once.
+
+Lesson 5 adds the GRU and Elman cells and the *backward* of each cell, all on fp32 blocks of gate
+pre-activations (the layout and gate order of :mod:`gpulab.rnn.functions`):
+
+    gru_cell(g, r, z, n, h) -> h'          r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g),
+                                           h' = z' * h + (1 - z') * n'
+    elman_cell(g) -> h'                    h' = tanh(g)
+    lstm_cell_backward(i, f, z, o, c_prev, dh, dc) -> (di, df, dz, do, dc_prev)
+    gru_cell_backward(g, r, z, n, h_prev, dh) -> (dg, dr, dz, dn, dh_prev through the cell only)
+    elman_cell_backward(g, dh) -> dg
+
+The backward functions take the same pre-activations as the forward (the forward saves them) and return the
+gradients of the pre-activations, dG. ``dh`` there is the total gradient reaching h_t (from the output and from
+step t + 1); the part of dh_{t-1} that flows through R is ``sum_g dG_g R_g``, which the time loop adds.
+Every fused and alternating kernel calls these functions, so there is one definition of each cell's math.
 """
 
 from __future__ import annotations
@@ -34,6 +49,12 @@ _require_tensor = runtime.require_tensor
 
 __all__ = [
     "lstm_cell",
+    "gru_cell",
+    "elman_cell",
+    "lstm_cell_backward",
+    "gru_cell_backward",
+    "elman_cell_backward",
+    "cell_step_torch",
     "lstm_cell_torch",
     "lstm_pointwise_kernel",
     "lstm_pointwise",
@@ -56,6 +77,87 @@ def lstm_cell(i, f, z, o, c):
     c_new = f * c + i * z
     h_new = o * _tanh(c_new)
     return h_new, c_new
+
+
+@triton.jit
+def gru_cell(g, r, z, n, h):
+    """One GRU cell update on fp32 blocks (flashrnn's gate order): returns the new h.
+
+    g = R_0 h + b_0 (PyTorch's W_hn h + b_hn), r and z the reset/update pre-activations, n = Wx_2 + b_3.
+    """
+    r = tl.sigmoid(r)
+    z = tl.sigmoid(z)
+    n = _tanh(n + r * g)
+    return z * h + (1.0 - z) * n
+
+
+@triton.jit
+def elman_cell(g):
+    """One Elman cell update: h' = tanh(g) for the pre-activation g = Wx + R h + b."""
+    return _tanh(g)
+
+
+@triton.jit
+def lstm_cell_backward(i, f, z, o, c_prev, dh, dc):
+    """Backward of :func:`lstm_cell`: pre-activations i, f, z, o, the old c, the gradients reaching h_t and c_t.
+
+    Returns the pre-activation gradients (di, df, dz, do) and the gradient reaching c_{t-1}:
+    dc_t += dh * o' * (1 - tanh(c_t)^2); di = dc_t z' i'(1 - i'); df = dc_t c_{t-1} f'(1 - f');
+    dz = dc_t i' (1 - z'^2); do = dh tanh(c_t) o'(1 - o'); dc_{t-1} = dc_t f'.
+    """
+    i = tl.sigmoid(i)
+    f = tl.sigmoid(f)
+    z = _tanh(z)
+    o = tl.sigmoid(o)
+    c = f * c_prev + i * z  # recomputed: cheaper than saving c_t in fp32
+    tc = _tanh(c)
+    dc = dc + dh * o * (1.0 - tc * tc)
+    di = dc * z * i * (1.0 - i)
+    df = dc * c_prev * f * (1.0 - f)
+    dz = dc * i * (1.0 - z * z)
+    do = dh * tc * o * (1.0 - o)
+    return di, df, dz, do, dc * f
+
+
+@triton.jit
+def gru_cell_backward(g, r, z, n, h_prev, dh):
+    """Backward of :func:`gru_cell`: returns (dg, dr, dz, dn) and the part of dh_{t-1} that skips R (dh z')."""
+    r = tl.sigmoid(r)
+    z = tl.sigmoid(z)
+    nn = _tanh(n + r * g)
+    dz = dh * (h_prev - nn) * z * (1.0 - z)
+    dn = dh * (1.0 - z) * (1.0 - nn * nn)
+    dr = dn * g * r * (1.0 - r)
+    dg = dn * r
+    return dg, dr, dz, dn, dh * z
+
+
+@triton.jit
+def elman_cell_backward(g, dh):
+    """Backward of :func:`elman_cell`: dg = dh (1 - tanh(g)^2)."""
+    t = _tanh(g)
+    return dh * (1.0 - t * t)
+
+
+def cell_step_torch(function, wx, ry, b, states):
+    """One time step of ``function`` in PyTorch, in the inputs' dtype (the vanilla backend's cell).
+
+    wx [B, G_w, NH, DH], ry [B, G_r, NH, DH] (= R h_{t-1} per gate), b [G_b, NH, DH], states [S, B, NH, DH];
+    returns the new states [S, B, NH, DH]. Same math as the ``@triton.jit`` cells and flashrnn's vanilla backend.
+    """
+    if function == "lstm":
+        i, f, z, o = (wx + ry + b).unbind(1)
+        c = torch.sigmoid(f) * states[1] + torch.sigmoid(i) * torch.tanh(z)
+        return torch.stack((torch.sigmoid(o) * torch.tanh(c), c))
+    if function == "gru":
+        g = ry[:, 0] + b[0]
+        r = torch.sigmoid(wx[:, 0] + ry[:, 1] + b[1])
+        z = torch.sigmoid(wx[:, 1] + ry[:, 2] + b[2])
+        n = torch.tanh(wx[:, 2] + b[3] + r * g)
+        return (z * states[0] + (1 - z) * n).unsqueeze(0)
+    if function == "elman":
+        return torch.tanh(wx[:, 0] + ry[:, 0] + b[0]).unsqueeze(0)
+    raise ValueError(f"function={function!r} is not supported; use 'lstm', 'gru' or 'elman'.")
 
 
 def lstm_cell_torch(i, f, z, o, c):

@@ -1,0 +1,112 @@
+"""``gpulab.rnn.flashrnn``: one entry point, drop-in compatible with the ``flashrnn`` package, three backends.
+
+Layouts (flashrnn's defaults; B batch, T time, G gates, NH heads, DH head dim, S states):
+
+- ``Wx`` [B, T, G_w, NH, DH]: the input projections, precomputed (e.g. ``x @ W^T`` viewed per gate and head);
+- ``R`` [G_r, NH, DH, DH]: block-diagonal recurrent weights, ``R[g, n, j, k]`` maps unit k of head n's previous
+  h to unit j of gate g (so ``Ry[b, g, n, j] = sum_k R[g, n, j, k] h[b, n, k]``, i.e. ``h_n @ R[g, n]^T``, and
+  nn.LSTM's ``weight_hh`` [4H, H] is ``R`` with NH = 1 viewed as [4, 1, H, H]);
+- ``b`` [G_b, NH, DH]; optional initial ``states`` [S, B, 1, NH, DH] (default zeros);
+- returns ``(states_all [S, B, T, NH, DH], states_last [S, B, 1, NH, DH])``; ``states_all[0]`` is h.
+
+Gate counts per function are in :mod:`gpulab.rnn.functions`. ``dtype`` is the compute dtype (flashrnn's names
+'float32', 'float16', 'bfloat16', or a torch dtype; default: Wx's dtype): the inputs are cast to it (autograd flows
+back through the cast) and the outputs come in it; Triton kernels multiply in it and accumulate in fp32.
+
+Backends (``backend=``), each a module of its own:
+
+- ``"vanilla"`` (:mod:`gpulab.rnn.vanilla`): a PyTorch time loop; any device and float dtype (float64 too: the
+  reference);
+- ``"alternating"`` (:mod:`gpulab.rnn.alternating`): per step one batched product over heads + one Triton
+  pointwise kernel; no on-chip limit on the head dim;
+- ``"fused"`` (:mod:`gpulab.rnn.fused`): one persistent Triton kernel for the whole sequence (and one for the
+  backward); fastest, needs R of a head to fit on chip (:mod:`gpulab.rnn.tiling` decides, or says why not).
+
+The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at small sizes: fp32 and fp16 there).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from gpulab import runtime
+from gpulab.rnn.functions import RNNFunction, get_function
+
+__all__ = ["flashrnn", "BACKENDS", "check_inputs"]
+
+BACKENDS: dict[str, str] = {
+    "vanilla": "gpulab.rnn.vanilla:vanilla_forward",
+    "alternating": "gpulab.rnn.alternating:alternating_forward",
+    "fused": "gpulab.rnn.fused:fused_forward",
+}
+"""backend name -> "module:function"; each function takes (Wx, R, b, states, function) in the compute dtype."""
+
+_FLASHRNN_NAMES = {"cuda": "alternating", "cuda_fused": "fused", "triton_fused": "fused", "vanilla_fwbw": "vanilla"}
+
+
+def _backend(backend) -> str:
+    if isinstance(backend, str) and backend in BACKENDS:
+        return backend
+    hint = ""
+    if isinstance(backend, str) and backend in _FLASHRNN_NAMES:
+        hint = f" (flashrnn's {backend!r} corresponds to backend={_FLASHRNN_NAMES[backend]!r} here)"
+    raise ValueError(f"backend={backend!r} is not supported; use one of {', '.join(map(repr, BACKENDS))}{hint}.")
+
+
+def _shape(name, t, expected, meaning):
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"{name} must be {meaning} = {tuple(expected)}, got {tuple(t.shape)}.")
+
+
+def check_inputs(Wx, R, b, states, function, backend, dtype):
+    """Validate flashrnn's arguments; return ``(RNNFunction, backend, compute dtype)`` or raise naming the argument."""
+    fn: RNNFunction = get_function(function)
+    backend = _backend(backend)
+    for name, t in (("Wx", Wx), ("R", R), ("b", b)) + ((("states", states),) if states is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} has dtype {t.dtype}; pass floating-point tensors.")
+        if t.device != Wx.device:
+            raise ValueError(f"{name} is on {t.device} but Wx is on {Wx.device}; put all inputs on one device.")
+        if backend != "vanilla":
+            runtime.require_tensor(name, t)
+    if Wx.dim() != 5:
+        raise ValueError(
+            f"Wx must be [B, T, G_w, NH, DH] (5-dimensional), got shape {tuple(Wx.shape)}; a dense input "
+            "projection [B, T, G*H] is Wx.view(B, T, G, NH, H // NH)."
+        )
+    B, T, gw, nh, dh = Wx.shape
+    if gw != fn.gates_w:
+        raise ValueError(f"Wx has {gw} gates (dim 2) but {fn.name} takes G_w = {fn.gates_w} input gates.")
+    if min(B, T, nh, dh) < 1:
+        raise ValueError(f"Wx {tuple(Wx.shape)} is empty; B, T, NH and DH must be at least 1.")
+    _shape("R", R, (fn.gates_r, nh, dh, dh), f"[G_r, NH, DH, DH] for {fn.name} and Wx {tuple(Wx.shape)}")
+    _shape("b", b, (fn.gates_b, nh, dh), f"[G_b, NH, DH] for {fn.name}")
+    if states is not None:
+        _shape("states", states, (fn.states, B, 1, nh, dh), f"[S, B, 1, NH, DH] for {fn.name}")
+    cdt = Wx.dtype if dtype is None else runtime.as_dtype(dtype)
+    if backend != "vanilla":
+        runtime.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
+    elif not cdt.is_floating_point:
+        raise ValueError(f"dtype={dtype!r} is not a floating-point dtype.")
+    return fn, backend, cdt
+
+
+def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None):
+    """Run a recurrent ``function`` ('lstm', 'gru', 'elman') over the sequence with ``backend``.
+
+    Shapes, index conventions, dtypes and backends: see the module docstring. Returns
+    ``(states_all [S, B, T, NH, DH], states_last [S, B, 1, NH, DH])``. Differentiable with respect to Wx, R, b and
+    states with every backend.
+    """
+    fn, backend, cdt = check_inputs(Wx, R, b, states, function, backend, dtype)
+    B, T, _, nh, dh = Wx.shape
+    if states is None:
+        states = torch.zeros((fn.states, B, 1, nh, dh), dtype=cdt, device=Wx.device)
+    Wx, R, b, states = (t.to(cdt) for t in (Wx, R, b, states))
+    module, name = BACKENDS[backend].split(":")
+    run = getattr(importlib.import_module(module), name)
+    return run(Wx, R, b, states, fn.name)
