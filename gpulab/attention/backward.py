@@ -47,8 +47,8 @@ def attention_preprocess_kernel(
     o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
 ):
     """delta[bh, i] = sum_d dO[bh, i, d] * O[bh, i, d] in fp32, for one (batch*head, block of rows)."""
-    bh = tl.program_id(0)
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
     offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -142,8 +142,8 @@ def attention_dkdv_kernel(
     PRECISION: tl.constexpr,
 ):
     """dK and dV of one (batch*head, K block): loop over the Q blocks that see it."""
-    bh = tl.program_id(0)
-    start_n = tl.program_id(1) * BLOCK_N
+    bh = tl.program_id(1)  # K blocks of one head are neighbours in the launch order (shared Q/dO in L2)
+    start_n = tl.program_id(0) * BLOCK_N  # causal: the first K blocks (seen by the most queries) start first
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -262,8 +262,11 @@ def attention_dq_kernel(
     PRECISION: tl.constexpr,
 ):
     """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop."""
-    bh = tl.program_id(0)
-    start_m = tl.program_id(1) * BLOCK_M
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -330,14 +333,14 @@ def attention_backward(
     )
     delta = poisoned(b, h, n_q, dtype=torch.float32, device=q.device)
     pre_m = 16 if runtime.INTERPRET else 64
-    attention_preprocess_kernel[(b * h, triton.cdiv(n_q, pre_m))](
+    attention_preprocess_kernel[(triton.cdiv(n_q, pre_m), b * h)](
         o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d
     )
-    attention_dkdv_kernel[(b * h, triton.cdiv(n_k, cfg_kv.block_n))](
+    attention_dkdv_kernel[(triton.cdiv(n_k, cfg_kv.block_n), b * h)](
         q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E, scale,
         BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common, **cfg_kv.launch(),
     )  # fmt: skip
-    attention_dq_kernel[(b * h, triton.cdiv(n_q, cfg_q.block_m))](
+    attention_dq_kernel[(triton.cdiv(n_q, cfg_q.block_m), b * h)](
         q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E, scale,
         BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common, **cfg_q.launch(),
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 What you will learn: how :func:`gpulab.attention.reference.tiled_attention` becomes one GPU kernel.
 
-- **One program per (batch*head, Q block).** It loads its ``[BLOCK_M, D]`` block of queries once and keeps it, the
+- **One program per (Q block, batch*head).** It loads its ``[BLOCK_M, D]`` block of queries once and keeps it, the
   running max ``m``, the running sum ``l`` and the output accumulator ``acc`` in registers, while an inner loop
   streams ``[BLOCK_N, D]`` blocks of K and V from memory. Q, K and V are each read once per Q block; O is written
   once. Nothing N x N ever reaches memory.
@@ -124,8 +124,12 @@ def attention_forward_kernel(
     PRECISION: tl.constexpr,
 ):
     """O[bh, rows] and LSE[bh, rows] for one (batch*head, Q block). Inputs contiguous [B*H, N, HEAD_DIM]."""
-    bh = tl.program_id(0)
-    start_m = tl.program_id(1) * BLOCK_M
+    # Q blocks of one head are neighbours in the launch order: the programs running at once share K/V in L2.
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first: the final wave is made of short ones
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -192,6 +196,11 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             f"batch and heads differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
             "all three must be [batch, heads, seq, head_dim] with the same batch and heads (no broadcasting)."
         )
+    if b * h > 65535:
+        raise ValueError(
+            f"batch * heads = {b * h} is over 65535, the largest second grid dimension these kernels launch; "
+            "split the batch into chunks of at most 65535 // heads."
+        )
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape.")
     if k.shape[3] != d:
@@ -229,7 +238,7 @@ def attention_forward(
         return o.zero_(), lse.zero_()
     q, k, v = (t.contiguous() for t in (q, k, v))
     cfg: AttentionConfig = config or attention_config("forward", d, q.dtype, n_q, n_k)
-    grid = (b * h, triton.cdiv(n_q, cfg.block_m))
+    grid = (triton.cdiv(n_q, cfg.block_m), b * h)  # Q blocks fastest: neighbours share K/V
     attention_forward_kernel[grid](
         q,
         k,

@@ -164,15 +164,17 @@ def logsumexp_reference(q, k, is_causal: bool = False, scale: float | None = Non
 
 
 def attention_reference(q, k, v, is_causal: bool = False, scale: float | None = None, do=None):
-    """float64 attention on CPU copies of the inputs; with ``do`` (the output's gradient) also dQ, dK, dV.
+    """float64 attention on float64 copies of the inputs; with ``do`` (the output's gradient) also dQ, dK, dV.
 
-    Returns ``O`` or ``(O, dQ, dK, dV)``, all float64 on CPU. Gradients come from autograd through
+    Returns ``O`` or ``(O, dQ, dK, dV)``, all float64 on the inputs' device (a GPU computes the reference in its
+    float64 units, far faster than the CPU at long sequences). Gradients come from autograd through
     :func:`naive_attention`, computed in float64, so they are exact to ~1e-15 and independent of the kernels.
     """
-    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_(do is not None) for t in (q, k, v))
+    dev = q.device
+    q64, k64, v64 = (t.detach().to(dev, torch.float64).requires_grad_(do is not None) for t in (q, k, v))
     with torch.enable_grad():
         o = naive_attention(q64, k64, v64, is_causal=is_causal, scale=scale)
         if do is None:
             return o.detach()
-        dq, dk, dv = torch.autograd.grad(o, (q64, k64, v64), do.detach().to("cpu", torch.float64))
+        dq, dk, dv = torch.autograd.grad(o, (q64, k64, v64), do.detach().to(dev, torch.float64))
     return o.detach(), dq, dk, dv

@@ -1,0 +1,447 @@
+"""Lesson 4, measured: the Triton FlashAttention against PyTorch's SDPA backends, and memory against sequence length.
+
+``python -m gpulab bench 04`` runs :func:`benchmark` on a GPU. Three kinds of records (``params['kind']``):
+
+- ``throughput``: every implementation on the issue's grid (bf16 and fp16; head dim 64 with 16 heads and 128 with
+  8 heads; sequence 1k, 4k, 16k with batch * seq = 16k; causal and not; forward and forward+backward), in one run
+  so that the peers share the GPU's clocks and state:
+
+  * ``gpulab``: :func:`gpulab.attention.flash_attention`;
+  * ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to ``SDPBackend.FLASH_ATTENTION``;
+  * ``SDPA default``: the backend PyTorch picks (on torch 2.11 and an H100, cuDNN attention);
+  * ``naive (PyTorch)``: :func:`gpulab.attention.naive_attention` (three kernels, N x N in memory), forward only at
+    1k and 4k (and as far as memory allows), for the roofline.
+
+  Before timing, each output (and, for forward+backward, each gradient) is compared with SDPA's math backend in
+  fp32 on one batch element: ``params['rel_err']``; a failing check is recorded, never hidden.
+  FLOPs follow the course convention (:func:`gpulab.bench.attention_flops`: 4 B H N^2 D, halved if causal, x3.5
+  with the backward), the same for every implementation, so TFLOP/s compare like with like. Bytes are the tiled
+  minimum (:func:`gpulab.roofline.attention_tiled`), or the naive count for the naive implementation.
+
+- ``memory``: peak memory *beyond the inputs* of one forward+backward at batch 1, 16 heads, head dim 64, bf16, over
+  sequence lengths: naive (N x N scores and probabilities, kept for the backward) against gpulab's kernel (O(N)).
+
+Records carry ``impl``, ``direction`` ('forward' or 'forward+backward'), ``causal``, ``head_dim``, ``seq``,
+``batch``, ``heads``, and for gpulab the ratios ``vs_fa2`` and ``vs_default`` (their ms / gpulab's ms: above 1 means
+gpulab is faster).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gpulab import runtime
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "grid",
+    "benchmark",
+    "add_ratios",
+    "summary_table",
+    "targets",
+    "memory_table",
+    "plot_throughput",
+    "plot_memory",
+    "plot",
+]
+
+IMPLEMENTATIONS = ("gpulab", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
+TOKENS = 16384  # batch * seq in the throughput grid
+
+
+def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(False, True)):
+    """The throughput problems as dicts (dtype, batch, heads, seq, head_dim, causal): batch * seq = 16k tokens,
+    16 heads at head dim 64 and 8 at 128 (1024 model width either way)."""
+    dtypes = dtypes or (torch.bfloat16, torch.float16)
+    out = []
+    for dtype in dtypes:
+        for d in head_dims:
+            for n in seqs:
+                for c in causal:
+                    out.append(
+                        dict(dtype=dtype, batch=max(1, TOKENS // n), heads=1024 // d, seq=n, head_dim=d, causal=c)
+                    )
+    return out
+
+
+def _sdpa(backend):
+    """SDPA restricted to ``backend`` (a ``torch.nn.attention.SDPBackend`` or None for PyTorch's own choice)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, is_causal):
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+    return run
+
+
+def _implementations():
+    from torch.nn.attention import SDPBackend
+
+    from gpulab.attention import flash_attention, naive_attention
+
+    return {
+        "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
+        "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION),
+        "SDPA default": _sdpa(None),
+        "naive (PyTorch)": lambda q, k, v, c: naive_attention(q, k, v, is_causal=c),
+    }
+
+
+def _check(fn, q, k, v, causal, backward) -> float:
+    """Largest relative error of fn's output (and gradients) against SDPA's math backend in fp32.
+
+    On batch element 0 and heads 0-1 only: the math backend materializes N x N matrices in fp32."""
+    from torch.nn.attention import SDPBackend
+
+    from gpulab.check import relative_error
+
+    q1, k1, v1 = (t[:1, :2].detach().clone().requires_grad_(backward) for t in (q, k, v))
+    out = fn(q1, k1, v1, causal)
+    ref_in = [t.detach().float().requires_grad_(backward) for t in (q1, k1, v1)]
+    ref = _sdpa(SDPBackend.MATH)(*ref_in, causal)
+    errs = [relative_error(out, ref)]
+    if backward:
+        g = torch.randn_like(ref)
+        out.backward(g.to(out.dtype))
+        ref.backward(g)
+        errs += [relative_error(a.grad, b.grad) for a, b in zip((q1, k1, v1), ref_in)]
+    return max(float(e) for e in errs)
+
+
+def _measure_problem(p, impls, bench, roofline):
+    """Every implementation on problem ``p``, forward and forward+backward."""
+    from gpulab import check
+
+    b, h, n, d, dtype, causal = p["batch"], p["heads"], p["seq"], p["head_dim"], p["dtype"], p["causal"]
+    gen = torch.Generator(device=runtime.device).manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, device=runtime.device, dtype=dtype, generator=gen) for _ in range(3))
+    do = torch.randn_like(q)
+    tiled = roofline.attention_tiled(b, h, n, n, d, dtype, causal)
+    naive = roofline.attention_naive(b, h, n, n, d, dtype, causal)
+    results = []
+    for name, fn in impls.items():
+        if name == "naive (PyTorch)" and b * h * n * n * 4 * 2 > 24e9:  # S and P (fp32 softmax) would not fit
+            continue
+        for backward in (False, True):
+            if name == "naive (PyTorch)" and backward:
+                continue  # the naive forward is enough for the roofline; its memory is measured separately
+            try:
+                err = _check(fn, q, k, v, causal, backward)
+                status = "ok" if err <= check.tolerance(dtype) and math.isfinite(err) else f"FAILED: rel_err {err:.3g}"
+            except Exception as exc:  # noqa: BLE001 - e.g. a backend that refuses the shape: record it, go on
+                print(f"{name} {p}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                continue
+            if backward:
+                qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+
+                def call(fn=fn, qg=qg, kg=kg, vg=vg):
+                    qg.grad = kg.grad = vg.grad = None
+                    fn(qg, kg, vg, causal).backward(do)
+            else:
+
+                def call(fn=fn):
+                    with torch.no_grad():
+                        fn(q, k, v, causal)
+
+            cost = naive if name.startswith("naive") else tiled
+            r = bench.measure(
+                call,
+                lesson="04",
+                case=name,
+                flops=bench.attention_flops(b, h, n, n, d, causal=causal, backward=backward),
+                bytes=cost.bytes * (3.5 if backward else 1.0),  # rough: the backward reads/writes ~2.5x more
+                dtype=dtype,
+                shape=[b, h, n, d],
+                warmup_ms=runtime.pick(cpu=0, gpu=25),
+                rep_ms=runtime.pick(cpu=1, gpu=100),
+                kind="throughput",
+                impl=name,
+                direction="forward+backward" if backward else "forward",
+                causal=causal,
+                batch=b,
+                heads=h,
+                seq=n,
+                head_dim=d,
+                rel_err=err,
+                check=status,
+            )
+            results.append(r)
+    return results
+
+
+def _problem_key(r):
+    p = r.params
+    return (r.dtype, p.get("head_dim"), p.get("seq"), p.get("causal"), p.get("direction"))
+
+
+def add_ratios(results):
+    """Set ``vs_fa2`` and ``vs_default`` on gpulab's throughput records (peer ms / gpulab ms)."""
+    by = {}
+    for r in results:
+        if r.params.get("kind") == "throughput":
+            by[(_problem_key(r), r.params["impl"])] = r
+    for (key, impl), r in by.items():
+        if impl != "gpulab":
+            continue
+        for peer, field in (("SDPA FlashAttention-2", "vs_fa2"), ("SDPA default", "vs_default")):
+            other = by.get((key, peer))
+            r.params[field] = other.ms / r.ms if other else None
+    return results
+
+
+def _memory_records(seqs, bench, progress=None):
+    """Peak memory beyond the inputs of one forward+backward, naive against gpulab, at B=1, H=16, D=64, bf16."""
+    from gpulab.attention import flash_attention, naive_attention
+
+    dtype = runtime.pick(cpu=torch.float32, gpu=torch.bfloat16)
+    heads, d = 16, 64
+    out = []
+    impls = {"gpulab": flash_attention, "naive (PyTorch)": naive_attention}
+    jobs = [(n, name) for n in seqs for name in impls]
+    for n, name in progress(jobs) if progress else jobs:
+        fn = impls[name]
+        q, k, v, do = (torch.randn(1, heads, n, d, device=runtime.device, dtype=dtype) for _ in range(4))
+        q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+        if runtime.on_gpu():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        peak, status = None, "ok"
+        try:
+            fn(q, k, v, is_causal=False).backward(do)
+            if runtime.on_gpu():
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - base
+        except torch.OutOfMemoryError:
+            status = "out of memory"
+        inputs = 4 * q.numel() * q.element_size()
+        extra = None
+        if peak is not None:  # the gradients dq, dk, dv are outputs, like the inputs: not counted as extra
+            extra = max(0, peak - 3 * q.numel() * q.element_size())
+        out.append(
+            bench.Result(
+                lesson="04",
+                case=name,
+                ms=math.nan,
+                dtype=str(dtype).replace("torch.", ""),
+                shape=[1, heads, n, d],
+                params=dict(
+                    kind="memory",
+                    impl=name,
+                    seq=n,
+                    heads=heads,
+                    head_dim=d,
+                    batch=1,
+                    peak_extra_bytes=extra,
+                    input_bytes=inputs,
+                    check=status,
+                ),
+                **_environment(bench),
+            )
+        )
+        del q, k, v, do
+        if runtime.on_gpu():
+            torch.cuda.empty_cache()
+    return out
+
+
+def _environment(bench):
+    env = bench.environment()
+    return dict(
+        device=env["device"],
+        sm_count=env["sm_count"],
+        torch=env["torch"],
+        triton=env["triton"],
+        mode=env["mode"],
+        date=env["date"],
+    )
+
+
+def benchmark(progress=None, problems=None, memory_seqs=None):
+    """`python -m gpulab bench 04`: throughput against SDPA, and memory against sequence length.
+
+    On CPU (interpreter) it runs a tiny version of both (for the tests), not the grid. Returns (results, figure).
+    """
+    import sys
+
+    import matplotlib
+
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    from gpulab import bench, roofline
+
+    if problems is None:
+        problems = runtime.pick(
+            cpu=[dict(dtype=torch.float32, batch=1, heads=2, seq=33, head_dim=16, causal=c) for c in (False, True)],
+            gpu=grid(),
+        )
+    if memory_seqs is None:
+        memory_seqs = runtime.pick(cpu=(16, 32), gpu=(1024, 2048, 4096, 8192, 16384, 32768))
+    impls = _implementations()
+    if not runtime.on_gpu():
+        impls = {k: fn for k, fn in impls.items() if not k.startswith("SDPA FlashAttention")}  # no FA2 on CPU
+    results = []
+    for p in progress(problems) if progress else problems:
+        results += _measure_problem(p, impls, bench, roofline)
+        if runtime.on_gpu():
+            torch.cuda.empty_cache()  # the previous problem's tensors are gone now
+    add_ratios(results)
+    results += _memory_records(memory_seqs, bench, progress)
+    print(summary_table(results))
+    print(memory_table(results))
+    for line in targets(results):
+        print(line)
+    return results, plot(results)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading results
+
+
+def _throughput(results, direction=None, impl=None):
+    out = [r for r in results if r.params.get("kind") == "throughput"]
+    if direction:
+        out = [r for r in out if r.params.get("direction") == direction]
+    if impl:
+        out = [r for r in out if r.params.get("impl") == impl]
+    return out
+
+
+def _label(r) -> str:
+    p = r.params
+    short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(r.dtype, r.dtype)
+    return f"{short} d{p['head_dim']} N{p['seq']}{' causal' if p['causal'] else ''}"
+
+
+def summary_table(results) -> str:
+    """TFLOP/s per problem (rows) and implementation (columns), with gpulab's ratios to the two SDPA backends."""
+    lines = []
+    for direction in ("forward", "forward+backward"):
+        rows = {}
+        for r in _throughput(results, direction):
+            rows.setdefault(_label(r), {})[r.params["impl"]] = r
+        if not rows:
+            continue
+        impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
+        head = ["problem"] + impls + ["vs FA2", "vs default"]
+        body = []
+        for label, row in rows.items():
+            g = row.get("gpulab")
+            cells = [label]
+            for i in impls:
+                r = row.get(i)
+                cells.append("-" if r is None else f"{r.tflops:.0f}" + ("" if r.params.get("check") == "ok" else "!"))
+            for field in ("vs_fa2", "vs_default"):
+                v = g.params.get(field) if g else None
+                cells.append("-" if v is None else f"{v:.2f}x")
+            body.append(cells)
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+        lines.append(f"{direction}, TFLOP/s ('!' = failed its check):")
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in body]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def memory_table(results) -> str:
+    """Peak extra memory (MB) of one forward+backward against sequence length."""
+    rows = {}
+    for r in results:
+        if r.params.get("kind") == "memory":
+            v = r.params.get("peak_extra_bytes")
+            rows.setdefault(r.params["seq"], {})[r.params["impl"]] = (
+                ("n/a" if r.params.get("check") == "ok" else r.params.get("check")) if v is None else f"{v / 1e6:,.1f}"
+            )
+    if not rows:
+        return ""
+    impls = sorted({i for row in rows.values() for i in row})
+    lines = ["peak memory beyond inputs and gradients, forward+backward (MB):", "seq      " + "  ".join(impls)]
+    for n in sorted(rows):
+        lines.append(f"{n:<8} " + "  ".join(str(rows[n].get(i, "-")).rjust(len(i)) for i in impls))
+    return "\n".join(lines)
+
+
+def targets(results) -> list[str]:
+    """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
+    out = []
+    for direction in ("forward", "forward+backward"):
+        g = _throughput(results, direction, "gpulab")
+        fa2 = [r.params.get("vs_fa2") for r in g if r.params.get("vs_fa2")]
+        dflt = [r.params.get("vs_default") for r in g if r.params.get("vs_default")]
+        bad = [r for r in g if r.params.get("check") != "ok"]
+        if fa2:
+            met = sum(x >= 1.0 for x in fa2)
+            out.append(
+                f"{direction}: gpulab / SDPA FlashAttention-2 = {min(fa2):.2f}x .. {max(fa2):.2f}x "
+                f"(>= 1.0x in {met} of {len(fa2)} problems)"
+            )
+        if dflt:
+            out.append(
+                f"{direction}: gpulab / SDPA default = {min(dflt):.2f}x .. {max(dflt):.2f}x "
+                f"(median {sorted(dflt)[len(dflt) // 2]:.2f}x)"
+            )
+        if bad:
+            out.append(f"{direction}: {len(bad)} gpulab checks FAILED")
+    return out
+
+
+def plot_throughput(results, direction="forward", ax=None):
+    """Grouped bars: TFLOP/s per problem, one bar per implementation."""
+    import matplotlib.pyplot as plt
+
+    rows = {}
+    for r in _throughput(results, direction):
+        rows.setdefault(_label(r), {})[r.params["impl"]] = r.tflops
+    if ax is None:
+        _, ax = plt.subplots(figsize=(12, 3.8))
+    impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
+    width = 0.8 / max(1, len(impls))
+    for j, impl in enumerate(impls):
+        xs = [i + j * width for i in range(len(rows))]
+        ax.bar(xs, [row.get(impl) or 0.0 for row in rows.values()], width, label=impl, color=f"C{j}")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], list(rows), rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"attention {direction}")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_memory(results, ax=None):
+    """Peak extra memory against sequence length, log-log: naive grows as N^2, the tiled kernel as N."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.8))
+    series = {}
+    for r in results:
+        if r.params.get("kind") == "memory" and r.params.get("peak_extra_bytes") is not None:
+            series.setdefault(r.params["impl"], []).append((r.params["seq"], r.params["peak_extra_bytes"] / 1e6))
+    for impl, pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=impl, color=f"C{IMPLEMENTATIONS.index(impl)}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (batch 1, 16 heads, d 64)")
+    ax.set_ylabel("peak extra memory, MB")
+    ax.set_title("memory beyond inputs, forward+backward")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot(results):
+    """The lesson's figure: forward and forward+backward throughput bars, and memory against sequence length."""
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(13, 8.5))
+    gs = fig.add_gridspec(2, 3)
+    plot_throughput(results, "forward", fig.add_subplot(gs[0, :]))
+    plot_throughput(results, "forward+backward", fig.add_subplot(gs[1, :2]))
+    plot_memory(results, fig.add_subplot(gs[1, 2]))
+    fig.tight_layout()
+    return fig
