@@ -1,0 +1,84 @@
+"""Lesson 6 (capstone): state tracking, LSTM vs Transformer, trained with the course's own kernels.
+
+- :mod:`.data`: the tasks, generated on the fly and seeded (parity, running sum mod 5, composition in S_5);
+- :mod:`.models`: a multi-head LSTM on :class:`gpulab.rnn.LSTM` and a causal Transformer with RoPE on
+  :mod:`gpulab.attention`;
+- :mod:`.training`: a standard AdamW loop, the evaluation (accuracy of the final state vs string length) and the
+  training throughput;
+- :mod:`.experiments`: the H100 run, ``python -m gpulab bench 06``, its result records and plots.
+"""
+
+from gpulab.tasks.data import (
+    TASKS,
+    Task,
+    composition_table,
+    get_task,
+    modular_sum,
+    parity,
+    parity_labels,
+    permutation_composition,
+    permutations,
+)
+from gpulab.tasks.experiments import (
+    SIZES,
+    accuracy_records,
+    accuracy_table,
+    benchmark,
+    compare,
+    figure,
+    make_model,
+    plot_accuracy,
+    plot_throughput,
+    throughput,
+    throughput_records,
+    throughput_table,
+)
+from gpulab.tasks.models import (
+    ATTENTION,
+    CausalSelfAttention,
+    LSTMModel,
+    TransformerModel,
+    count_parameters,
+    default_attention,
+    default_rnn_backend,
+    rope,
+)
+from gpulab.tasks.training import TrainLog, accuracy_vs_length, evaluate, model_device, train, train_step_throughput
+
+__all__ = [
+    "Task",
+    "TASKS",
+    "get_task",
+    "parity",
+    "parity_labels",
+    "modular_sum",
+    "permutation_composition",
+    "permutations",
+    "composition_table",
+    "ATTENTION",
+    "default_attention",
+    "default_rnn_backend",
+    "rope",
+    "CausalSelfAttention",
+    "TransformerModel",
+    "LSTMModel",
+    "count_parameters",
+    "TrainLog",
+    "model_device",
+    "train",
+    "evaluate",
+    "accuracy_vs_length",
+    "train_step_throughput",
+    "SIZES",
+    "make_model",
+    "accuracy_records",
+    "throughput_records",
+    "figure",
+    "compare",
+    "throughput",
+    "benchmark",
+    "accuracy_table",
+    "throughput_table",
+    "plot_accuracy",
+    "plot_throughput",
+]

@@ -1,0 +1,193 @@
+"""The two contenders: a multi-head LSTM on :class:`gpulab.rnn.LSTM` and a causal Transformer on
+:mod:`gpulab.attention`, both mapping tokens [B, T] to logits [B, T, C] (one prediction of the state per position).
+
+What you will learn:
+- where the sequence length enters each model: the LSTM applies the same cell T times (any T works, nothing in
+  the model knows how long the training strings were); the Transformer attends over all T positions at once, and
+  what it knows about *order* comes only from the causal mask and the positional encoding;
+- why the positional encoding must be able to extrapolate: learned absolute positions (one trained vector per
+  position) leave every position past the training length untrained, so a longer test string is out of the model's
+  domain by construction. We use **RoPE** (Su et al., 2021): q and k are rotated by an angle proportional to the
+  position, so a score depends only on the *relative* distance i - j and is defined at any length (``"none"``, no
+  positional encoding at all, is the other choice that extrapolates: the causal mask alone lets a model count);
+- which attention runs: ``"flash"`` is the course's Triton FlashAttention (:func:`gpulab.attention.flash_attention`,
+  lesson 4), the one to train with on a GPU; ``"naive"`` is its PyTorch reference
+  (:func:`gpulab.attention.naive_attention`, differentiable by autograd), the one to train with on CPU, where the
+  Triton interpreter would run the kernels as numpy code far too slowly to train; ``"sdpa"`` is PyTorch's own
+  ``scaled_dot_product_attention``, the peer. All three compute the same function.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gpulab import attention, runtime
+
+__all__ = [
+    "ATTENTION",
+    "default_attention",
+    "default_rnn_backend",
+    "rope",
+    "CausalSelfAttention",
+    "TransformerModel",
+    "LSTMModel",
+    "count_parameters",
+]
+
+ATTENTION = {
+    "flash": attention.flash_attention,  # Triton, lesson 4: the GPU path
+    "naive": attention.naive_attention,  # PyTorch reference: the CPU path
+    "sdpa": torch.nn.functional.scaled_dot_product_attention,  # PyTorch's own, the peer
+}
+
+
+def default_attention() -> str:
+    """``"flash"`` on a GPU, ``"naive"`` (the PyTorch reference) on CPU, where the Triton interpreter is too slow to
+    train with."""
+    return "flash" if runtime.on_gpu() else "naive"
+
+
+def default_rnn_backend() -> str:
+    """``"fused"`` (the Triton persistent kernel of lesson 5) on a GPU, ``"vanilla"`` (a PyTorch loop) on CPU."""
+    return "fused" if runtime.on_gpu() else "vanilla"
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding of ``x`` [B, H, N, D] (D even), computed in fp32 (or fp64), returned in ``x``'s dtype.
+
+    Pairs of features ``(x_k, x_{k + D/2})`` at position p are rotated by the angle ``p * base^(-2k/D)``. A rotation
+    of q by angle a and of k by angle b changes ``q . k`` by a rotation of b - a only, so scores depend on relative
+    position, at any length.
+    """
+    n, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
+    half, work = d // 2, torch.promote_types(x.dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
+    freqs = base ** (-torch.arange(half, device=x.device, dtype=work) / half)
+    angles = torch.arange(n, device=x.device, dtype=work)[:, None] * freqs[None, :]  # [N, D/2]
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., :half].to(work), x[..., half:].to(work)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention: qkv projection, RoPE (or nothing), ``attention(q, k, v, is_causal=True)``
+    on [B, H, N, D], output projection."""
+
+    def __init__(self, d_model: int, num_heads: int, attention: str | None = None, positional: str = "rope"):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; pick a divisor.")
+        attention = attention or default_attention()
+        if attention not in ATTENTION:
+            raise ValueError(f"attention={attention!r} is not supported; use one of {sorted(ATTENTION)}.")
+        if positional not in ("rope", "none"):
+            raise ValueError(
+                f"positional={positional!r} is not supported; use 'rope' or 'none' (both are defined at any length; "
+                "learned absolute positions are not, past the training length)."
+            )
+        self.num_heads, self.attention, self.positional = num_heads, attention, positional
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        if self.positional == "rope":
+            q, k = rope(q), rope(k)
+        q, k, v = (t.contiguous() for t in (q, k, v))  # [B, H, N, D], the layout of lesson 4's kernels
+        o = ATTENTION[self.attention](q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(b, n, d))
+
+
+def _mlp(d_model: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm residual block: ``x + mixer(ln(x))``, then ``x + mlp(ln(x))`` (MLP 4x wide, GELU). The mixer,
+    the only part that moves information along the sequence, is causal self-attention or an LSTM layer."""
+
+    def __init__(self, d_model: int, mixer: nn.Module):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.mixer, self.mlp = mixer, _mlp(d_model)
+
+    def forward(self, x):
+        y = self.mixer(self.ln1(x))
+        x = x + (y[0] if isinstance(y, tuple) else y)  # an LSTM returns (output, (h_n, c_n))
+        return x + self.mlp(self.ln2(x))
+
+
+class _Stack(nn.Module):
+    """Embedding, residual blocks, LayerNorm, linear head: tokens [B, T] -> logits [B, T, classes]."""
+
+    def __init__(self, vocab: int, classes: int, d_model: int, mixers):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.blocks = nn.ModuleList(_Block(d_model, m) for m in mixers)
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln(h))
+
+
+class TransformerModel(_Stack):
+    """Tokens [B, T] -> logits [B, T, classes]: embedding, ``num_layers`` pre-LN blocks of causal self-attention and
+    MLP, LayerNorm, linear head. About ``12 * d_model^2`` parameters per layer (4 d^2 attention, 8 d^2 MLP).
+
+    ``attention``: ``"flash"`` | ``"naive"`` | ``"sdpa"`` (default :func:`default_attention`); ``positional``:
+    ``"rope"`` | ``"none"``.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        classes: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        attention: str | None = None,
+        positional: str = "rope",
+    ):
+        mixers = [CausalSelfAttention(d_model, num_heads, attention, positional) for _ in range(num_layers)]
+        super().__init__(vocab, classes, d_model, mixers)
+
+
+class LSTMModel(_Stack):
+    """Tokens [B, T] -> logits [B, T, classes]: the same stack as :class:`TransformerModel` with each attention
+    layer replaced by a one-layer :class:`gpulab.rnn.LSTM` of ``num_heads`` block-diagonal recurrent heads (the
+    FlashRNN / xLSTM way to compare the two at equal width and depth). About ``4 d^2 + 4 d^2 / num_heads + 8 d^2``
+    parameters per layer (input projection, recurrence, MLP).
+
+    ``backend``: ``"fused"`` (Triton persistent kernel, GPU), ``"vanilla"`` (PyTorch loop, CPU) or
+    ``"alternating"``; default :func:`default_rnn_backend`.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        classes: int,
+        d_model: int = 64,
+        num_heads: int = 1,
+        num_layers: int = 1,
+        backend: str | None = None,
+    ):
+        from gpulab.rnn import LSTM  # lesson 5's module
+
+        backend = backend or default_rnn_backend()
+        mixers = [
+            LSTM(d_model, d_model, num_heads=num_heads, batch_first=True, backend=backend) for _ in range(num_layers)
+        ]
+        super().__init__(vocab, classes, d_model, mixers)
+        self.backend = backend
