@@ -35,6 +35,7 @@ __all__ = [
     "BACKENDS",
     "FUNCTIONS",
     "LSTM",
+    "tiling",
 ]
 
 
@@ -106,3 +107,5 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
 from gpulab.rnn.api import BACKENDS, flashrnn  # noqa: E402
 from gpulab.rnn.functions import FUNCTIONS  # noqa: E402
 from gpulab.rnn.module import LSTM  # noqa: E402
+
+from gpulab.rnn import tiling  # noqa: E402  isort: skip

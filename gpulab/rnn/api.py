@@ -34,7 +34,21 @@ import torch
 from gpulab import runtime
 from gpulab.rnn.functions import RNNFunction, get_function
 
-__all__ = ["flashrnn", "BACKENDS", "check_inputs"]
+__all__ = ["flashrnn", "BACKENDS", "check_inputs", "POISON", "new_output"]
+
+POISON = runtime.INTERPRET
+"""Fill the Triton backends' outputs with NaN before their kernels run, so that an element a kernel never wrote fails
+every check. On in the interpreter; the GPU tests switch it on, timings leave it off (a fill writes every output)."""
+
+
+def new_output(*shape, dtype, device):
+    """An output buffer for a kernel: poisoned (:func:`gpulab.check.poisoned`) when :data:`POISON`, else empty."""
+    if POISON:
+        from gpulab.check import poisoned
+
+        return poisoned(*shape, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
 
 BACKENDS: dict[str, str] = {
     "vanilla": "gpulab.rnn.vanilla:vanilla_forward",
