@@ -44,6 +44,13 @@ LESSONS: list[Lesson] = [
         "gpulab.rnn.ladder",
         "gpulab.rnn.ladder:benchmark",
     ),
+    Lesson(
+        "04",
+        "04_attention",
+        "From online softmax to FlashAttention",
+        "gpulab.attention",
+        "gpulab.attention.benchmark:benchmark",
+    ),
 ]
 
 

@@ -251,3 +251,47 @@ def test_gpu_tf32_and_online_softmax():
     check.assert_close(o, A.attention_reference(q, k, v), dtype="tf32", name="O (tf32)")
     x = check.random_tensor(64, 100_000, scale=10.0)
     check.assert_close(A.online_softmax(x), torch.softmax(x.double(), -1), name="online softmax, long rows")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the forward's block schedule and the lesson's benchmark (CPU smoke run)
+
+
+@pytest.mark.parametrize(
+    "nq, nk, bm, bn, causal",
+    [(100, 100, 32, 16, True), (17, 50, 16, 16, True), (33, 70, 16, 32, False), (64, 17, 16, 16, True)],
+)
+def test_block_schedule_is_exact(nq, nk, bm, bn, causal):
+    sched = A.block_schedule(nq, nk, bm, bn, causal)
+    assert len(sched) == -(-nq // bm) and all(len(row) == -(-nk // bn) for row in sched)
+    for qi, row in enumerate(sched):
+        for ki, kind in enumerate(row):
+            pairs = [(i, j) for i in range(qi * bm, (qi + 1) * bm) for j in range(ki * bn, (ki + 1) * bn)]
+            seen = [i < nq and j < nk and (not causal or j <= i) for i, j in pairs]
+            if kind == A.forward.FULL:  # no mask applied: every pair must be a real, visible one
+                assert all(j < nk and (not causal or j <= i) for i, j in pairs if i < nq), (qi, ki)
+            elif kind == A.forward.SKIPPED:  # never loaded: nothing in it may be visible
+                assert not any(seen), (qi, ki)
+            else:
+                assert kind == A.forward.MASKED
+
+
+def test_block_schedule_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="block_m"):
+        A.block_schedule(10, 10, 0, 16)
+
+
+def test_benchmark_runs_on_cpu_and_reports():
+    from gpulab.attention import benchmark as ab
+
+    results, fig = ab.benchmark(
+        problems=[dict(dtype=torch.float32, batch=1, heads=2, seq=17, head_dim=16, causal=True)], memory_seqs=(16,)
+    )
+    ours = [r for r in results if r.params.get("impl") == "gpulab" and r.params.get("kind") == "throughput"]
+    assert {r.params["direction"] for r in ours} == {"forward", "forward+backward"}
+    assert all(r.params["check"] == "ok" and r.params["rel_err"] < 1e-5 for r in ours)
+    assert all(r.params["vs_default"] > 0 for r in ours)
+    assert "forward+backward" in ab.summary_table(results)
+    assert any("gpulab / SDPA default" in line for line in ab.targets(results))
+    assert {r.params["kind"] for r in results} == {"throughput", "memory"}
+    assert fig is not None

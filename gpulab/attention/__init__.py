@@ -28,7 +28,13 @@ from gpulab.attention.backward import (
     attention_preprocess_kernel,
 )
 from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config, smem_estimate
-from gpulab.attention.forward import attention_forward, attention_forward_kernel, check_inputs
+from gpulab.attention.forward import (
+    attention_forward,
+    attention_forward_kernel,
+    block_schedule,
+    check_inputs,
+    plot_block_schedule,
+)
 from gpulab.attention.reference import (
     attention_reference,
     causal_mask,
@@ -52,6 +58,8 @@ __all__ = [
     "attention_dkdv_kernel",
     "attention_dq_kernel",
     "check_inputs",
+    "block_schedule",
+    "plot_block_schedule",
     "AttentionConfig",
     "attention_config",
     "smem_estimate",

@@ -36,7 +36,14 @@ import triton.language as tl  # isort: skip
 from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config  # noqa: E402
 from gpulab.attention.reference import default_scale  # noqa: E402
 
-__all__ = ["attention_forward_kernel", "attention_forward", "check_inputs", "LOG2E"]
+__all__ = [
+    "attention_forward_kernel",
+    "attention_forward",
+    "check_inputs",
+    "block_schedule",
+    "plot_block_schedule",
+    "LOG2E",
+]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
@@ -258,3 +265,47 @@ def attention_forward(
         **cfg.launch(),
     )
     return o, lse
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the kernel's loop split, as data (for the lesson's picture and its tests)
+
+SKIPPED, FULL, MASKED = 0, 1, 2
+
+
+def block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, is_causal: bool = False) -> list[list[int]]:
+    """What :func:`attention_forward_kernel` does with each (Q block, K block) pair: ``FULL`` (loaded, no mask),
+    ``MASKED`` (loaded, bounds/causal mask applied) or ``SKIPPED`` (never loaded). Mirrors the kernel's ``full``
+    and ``hi`` bounds exactly; rows are Q blocks, columns K blocks."""
+    for name, v in (("n_q", n_q), ("n_k", n_k), ("block_m", block_m), ("block_n", block_n)):
+        runtime.positive_int(name, v)
+    rows = []
+    for start_m in range(0, n_q, block_m):
+        hi, full = n_k, (n_k // block_n) * block_n
+        if is_causal:
+            hi = min(n_k, start_m + block_m)
+            full = min(full, ((start_m + 1) // block_n) * block_n)
+        rows.append(
+            [FULL if start_n < full else MASKED if start_n < hi else SKIPPED for start_n in range(0, n_k, block_n)]
+        )
+    return rows
+
+
+def plot_block_schedule(n_q, n_k, block_m, block_n, is_causal=False, ax=None):
+    """The schedule as a picture: grey blocks are skipped, blue ones run without a mask, orange ones with one."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    sched = block_schedule(n_q, n_k, block_m, block_n, is_causal)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
+    ax.imshow(sched, cmap=ListedColormap(["0.9", "C0", "C1"]), vmin=0, vmax=2)
+    counts = [sum(row.count(k) for row in sched) for k in (FULL, MASKED, SKIPPED)]
+    ax.set_title(
+        f"Nq={n_q}, Nk={n_k}, {block_m}x{block_n} tiles{', causal' if is_causal else ''}\n"
+        f"{counts[0]} full, {counts[1]} masked, {counts[2]} skipped",
+        fontsize=9,
+    )
+    ax.set_xlabel("K block")
+    ax.set_ylabel("Q block")
+    return ax

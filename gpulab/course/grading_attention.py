@@ -1,0 +1,92 @@
+"""Graders for exercise 4 (attention): the online-softmax update and the inner loop of the forward kernel.
+
+Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
+message that says what to fix. On success it prints one deterministic line (nbval compares it)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gpulab import check, runtime
+from gpulab.attention import attention_reference
+from gpulab.course.grading import fresh_rng, grader
+
+
+@grader("online softmax update")
+def grade_online_update(update, cases=6):
+    """``update(m, l, x) -> (m_new, l_new)``: fold a block ``x`` [R, C] into each row's running max ``m`` [R] and
+    running sum ``l`` [R] (of ``exp(value - m)``). Folding every block of a row must give ``m = max`` and
+    ``m + log(l) = logsumexp`` of the row, for any split into blocks, huge values, and rows that are ``-inf`` so far.
+    """
+    rng, _ = fresh_rng()
+    for j in range(cases):
+        rows, cols = rng.randint(1, 5), rng.choice([1, 7, 33, 100])
+        scale = [1.0, 30.0, 1000.0][j % 3]  # 1000: exp of the raw values overflows even float64
+        x = check.random_tensor(rows, cols, dtype=torch.float32, device="cpu", scale=scale)
+        if j % 2 == 1 and cols > 2:  # a masked row start: the first values of row 0 are -inf
+            x[0, : cols // 2] = float("-inf")
+        block = rng.randint(1, cols)
+        where = f"rows={rows}, cols={cols}, blocks of {block}, values ~{scale:g}"
+        m = torch.full((rows,), float("-inf"))
+        l = torch.zeros(rows)  # noqa: E741 - the paper's name
+        for start in range(0, cols, block):
+            out = update(m, l, x[:, start : start + block])
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise AssertionError(f"update returned {type(out).__name__}; return the pair (m_new, l_new).")
+            m, l = out  # noqa: E741
+            if torch.isnan(m).any() or torch.isnan(l).any():
+                raise AssertionError(
+                    f"{where}: NaN after the block at column {start}. A row that has seen only -inf has m = -inf, "
+                    "and exp(m - m_new) is exp(-inf - (-inf)) = NaN: use 0 as the reference point while m_new is "
+                    "-inf (l stays 0)."
+                )
+        x64 = x.double()
+        check.assert_close(m, x64.max(1).values, name="m (running max)", context=where)
+        lse = m.double() + torch.log(l.double())
+        ref = torch.logsumexp(x64, 1)
+        if not torch.isfinite(lse).all():
+            raise AssertionError(
+                f"{where}: m + log(l) is not finite; rescale l by exp(m_old - m_new) before adding this block's "
+                "sum of exp(x - m_new), so that no exp ever sees a large positive argument."
+            )
+        check.assert_close(lse, ref, rtol=1e-5, name="m + log(l) (the log-sum-exp)", context=where)
+    return f"{cases} random row sets, any block split, values up to 1e3 and -inf"
+
+
+@grader("FlashAttention forward inner loop")
+def grade_forward_kernel(kernel, cases=4):
+    """``kernel[(cdiv(n_q, BLOCK_M), B*H)](q, k, v, o, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)`` on
+    contiguous [B*H, N, HEAD_DIM] tensors must write O = softmax(scale Q K^T) V (non-causal) for every row."""
+    import triton
+
+    from gpulab.attention.forward import LOG2E
+
+    rng, _ = fresh_rng()
+    shapes = [(1, 1, 1, 16)] + [
+        (rng.randint(1, 3), rng.choice([1, 17, 33, 40]), rng.choice([1, 16, 17, 50]), rng.choice([16, 32]))
+        for _ in range(cases - 1)
+    ]
+    for bh, n_q, n_k, d in shapes:
+        q, k, v = (check.random_tensor(1, bh, n, d, scale=s) for n, s in ((n_q, 2.0), (n_k, 2.0), (n_k, 1.0)))
+        o = check.poisoned(1, bh, n_q, d, dtype=torch.float32, device=runtime.device)
+        scale = 1.0 / math.sqrt(d)
+        where = f"B*H={bh}, n_q={n_q}, n_k={n_k}, head_dim={d}, 16 x 16 tiles"
+        kernel[(triton.cdiv(n_q, 16), bh)](q, k, v, o, n_q, n_k, scale * LOG2E, HEAD_DIM=d, BLOCK_M=16, BLOCK_N=16)
+        if torch.isnan(o).any():
+            raise AssertionError(
+                f"{where}: some outputs are NaN: either never written (store every row of the block, masked with "
+                "offs_m < n_q) or computed from masked keys (set scores of keys >= n_k to -inf before the max)."
+            )
+        ref = attention_reference(q, k, v)
+        try:
+            check.assert_close(o, ref, dtype=torch.float32, name="O", context=where)
+        except AssertionError as exc:
+            hint = ""
+            if n_k % 16:
+                hint = " The last K block is ragged: load it with mask cols < n_k and give those scores -inf."
+            raise AssertionError(
+                f"{exc}{hint} Check the rescaling: alpha = exp2(m_old - m_new) multiplies both l and acc."
+            ) from None
+    return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
