@@ -51,6 +51,13 @@ LESSONS: list[Lesson] = [
         "gpulab.attention",
         "gpulab.attention.benchmark:benchmark",
     ),
+    Lesson(
+        "06",
+        "06_state_tracking",
+        "Capstone: state tracking, LSTM vs Transformer",
+        "gpulab.tasks",
+        "gpulab.tasks:benchmark",
+    ),
 ]
 
 

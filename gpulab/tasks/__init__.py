@@ -31,6 +31,7 @@ from gpulab.tasks.experiments import (
     plot_throughput,
     throughput,
     throughput_records,
+    throughput_summary,
     throughput_table,
 )
 from gpulab.tasks.models import (
@@ -79,6 +80,7 @@ __all__ = [
     "benchmark",
     "accuracy_table",
     "throughput_table",
+    "throughput_summary",
     "plot_accuracy",
     "plot_throughput",
 ]

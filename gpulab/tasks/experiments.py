@@ -7,7 +7,7 @@
    length, then evaluated on fresh strings from a quarter of it to 16 times it. One record per (task, model, test
    length): ``params["accuracy"]``; ``ms`` is the mean time of a training step.
 2. **throughput** (:func:`throughput`): tokens per second of a whole training step (forward, backward, AdamW) of a
-   GPT-2-small-width stack (d = 768) in bf16, for the LSTM with 1, 4 and 12 heads and the Transformer with 6, 12
+   GPT-2-small-width stack (d = 768) in bf16, for the LSTM with 1, 4, 12 and 24 heads and the Transformer with 6, 12
    and 24 heads (FlashAttention takes head dims up to 128, so a 768-wide Transformer needs at least 6 heads), and
    the Transformer on PyTorch's SDPA as the peer of the course's FlashAttention. The LSTM runs the ``fused`` backend
    where a head's recurrent weights fit on chip (:mod:`gpulab.rnn.tiling`), else ``alternating``; the record says
@@ -43,6 +43,7 @@ __all__ = [
     "throughput_records",
     "accuracy_table",
     "throughput_table",
+    "throughput_summary",
     "plot_accuracy",
     "plot_throughput",
 ]
@@ -66,20 +67,20 @@ SIZES = {
         "throughput": {
             "d_model": 768,
             "num_layers": 2,
-            "batch_size": 16,
+            "batch_size": 32,
             "length": 1024,
             "dtype": "bfloat16",
-            "lstm_heads": (1, 4, 12),
+            "lstm_heads": (1, 4, 12, 24),
             "transformer_heads": (6, 12, 24),
             "peer_heads": 12,
         },
     },
     # the lesson notebook on CPU (vanilla LSTM, PyTorch reference attention): a few seconds per model
     "cpu": {
-        "tasks": ("parity",),
+        "tasks": ("parity", "modsum5"),
         "train_length": 16,
         "test_lengths": (4, 8, 16, 32, 64),
-        "steps": 400,
+        "steps": 600,
         "batch_size": 32,
         "lr": 3e-3,
         "max_seconds": None,
@@ -332,6 +333,30 @@ def throughput_table(results) -> str:
     return "\n".join(lines)
 
 
+ARTICLE_RATIO = {1: 0.6, 12: 0.75}
+"""FlashRNN (Pöppel et al., 2024) on 8 H100s: the LSTM's training throughput relative to a Transformer's, ~40%
+slower with one head and ~25% slower with 12 heads."""
+
+
+def throughput_summary(results, reference_heads: int = 12) -> list[str]:
+    """One line per LSTM head count: its tokens/s relative to the FlashAttention Transformer with
+    ``reference_heads`` heads (else the fastest one), beside the article's ratio where it gives one."""
+    recs = throughput_records(results)
+    flash = [r for r in recs if r.params["model"] == "Transformer" and r.params.get("attention") != "sdpa"]
+    if not flash:
+        return ["no Transformer throughput to compare with"]
+    ref = next((r for r in flash if r.params["num_heads"] == reference_heads), None)
+    ref = ref or max(flash, key=lambda r: r.params["tokens_per_s"])
+    lines = [f"reference: {ref.case}, {ref.params['tokens_per_s']:,.0f} tokens/s"]
+    for r in recs:
+        if r.params["model"] != "LSTM":
+            continue
+        heads, ratio = r.params["num_heads"], r.params["tokens_per_s"] / ref.params["tokens_per_s"]
+        article = f" (FlashRNN article: ~{ARTICLE_RATIO[heads]:.2f}x)" if heads in ARTICLE_RATIO else ""
+        lines.append(f"{r.case} ({r.params.get('backend', '?')}): {ratio:.2f}x the Transformer's tokens/s{article}")
+    return lines
+
+
 def plot_accuracy(results, axes=None, title=None):
     """One panel per task: accuracy of the final state vs test length, one line per model, the training length
     dashed, chance dotted. Returns the axes."""
@@ -419,6 +444,7 @@ def benchmark(progress=None, size=None):
     print(f"[{time.perf_counter() - t0:.0f} s] throughput measured", flush=True)
     print(accuracy_table(results))
     print(throughput_table(results))
+    print("\n".join(throughput_summary(results)))
     for r in results:
         if "error" in r.params:
             print(f"FAILED {r.case}: {r.params['error']}")
