@@ -37,6 +37,7 @@ __all__ = [
     "Result",
     "time_callable",
     "measure",
+    "record",
     "environment",
     "kernel_resources",
     "results_dir",
@@ -264,16 +265,34 @@ def measure(
     Any other keyword is stored in ``params`` (e.g. ``working_set_bytes=...``).
     """
     t = time_callable(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, rotate=rotate, flush_l2=flush_l2)
-    env = environment()
     res = kernel_resources(kernel) if kernel is not None else {}
     extra = {k: v for k, v in res.items() if k not in ("registers", "spills")}
+    r = record(lesson=lesson, case=case, ms=t.median_ms, flops=flops, bytes=bytes, dtype=dtype, shape=shape)
+    r.ms_q25, r.ms_q75, r.reps = t.q25_ms, t.q75_ms, t.reps
+    r.registers, r.spills = res.get("registers"), res.get("spills")
+    r.params = {**params, **extra}
+    return r
+
+
+def record(
+    *,
+    lesson: str,
+    case: str,
+    ms: float = math.nan,
+    flops=None,
+    bytes=None,  # noqa: A002 - the record's field name
+    dtype=None,
+    shape=None,
+    **params,
+) -> Result:
+    """A :class:`Result` with the environment filled in but no timing of its own: for values that are not times
+    (peak memory, accuracy) or a time measured elsewhere (e.g. a whole training run). ``params`` as in
+    :func:`measure`."""
+    env = environment()
     return Result(
         lesson=lesson,
         case=case,
-        ms=t.median_ms,
-        ms_q25=t.q25_ms,
-        ms_q75=t.q75_ms,
-        reps=t.reps,
+        ms=ms,
         flops=float(flops) if flops is not None else None,
         bytes=float(bytes) if bytes is not None else None,
         dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
@@ -284,9 +303,7 @@ def measure(
         triton=env["triton"],
         mode=env["mode"],
         date=env["date"],
-        registers=res.get("registers"),
-        spills=res.get("spills"),
-        params={**params, **extra},
+        params=dict(params),
     )
 
 

@@ -331,3 +331,11 @@ def test_line_returns_axes_with_one_line_per_group():
     assert list(lines[0].get_ydata()) == pytest.approx([2.0, 4.0])
     assert ax.get_xscale() == "log" and ax.get_ylabel() == "GB/s" and ax.get_xlabel() == "w"
     assert ax.get_legend() is not None
+
+
+def test_record_fills_the_environment_without_timing():
+    r = bench.record(lesson="04", case="peak memory", dtype=torch.bfloat16, shape=(1, 2), peak_extra_bytes=123)
+    assert math.isnan(r.ms) and r.reps == 0 and r.dtype == "bfloat16" and r.shape == [1, 2]
+    assert r.device and r.date and r.torch == torch.__version__
+    assert r.params == {"peak_extra_bytes": 123}
+    assert bench.Result.from_dict(r.to_dict()).params["peak_extra_bytes"] == 123

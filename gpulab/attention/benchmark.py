@@ -225,42 +225,26 @@ def _memory_records(seqs, bench, progress=None):
         if peak is not None:  # the gradients dq, dk, dv are outputs, like the inputs: not counted as extra
             extra = max(0, peak - 3 * q.numel() * q.element_size())
         out.append(
-            bench.Result(
+            bench.record(
                 lesson="04",
                 case=name,
-                ms=math.nan,
-                dtype=str(dtype).replace("torch.", ""),
+                dtype=dtype,
                 shape=[1, heads, n, d],
-                params=dict(
-                    kind="memory",
-                    impl=name,
-                    seq=n,
-                    heads=heads,
-                    head_dim=d,
-                    batch=1,
-                    peak_extra_bytes=extra,
-                    input_bytes=inputs,
-                    check=status,
-                ),
-                **_environment(bench),
+                kind="memory",
+                impl=name,
+                seq=n,
+                heads=heads,
+                head_dim=d,
+                batch=1,
+                peak_extra_bytes=extra,
+                input_bytes=inputs,
+                check=status,
             )
         )
         del q, k, v, do
         if runtime.on_gpu():
             torch.cuda.empty_cache()
     return out
-
-
-def _environment(bench):
-    env = bench.environment()
-    return dict(
-        device=env["device"],
-        sm_count=env["sm_count"],
-        torch=env["torch"],
-        triton=env["triton"],
-        mode=env["mode"],
-        date=env["date"],
-    )
 
 
 def benchmark(progress=None, problems=None, memory_seqs=None):
