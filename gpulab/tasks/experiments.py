@@ -151,7 +151,8 @@ def make_model(kind: str, task, seed: int = 0, device=None, dtype=torch.float32,
 
 
 def _runs(model, task, batch_size=2, length=4) -> None:
-    """One forward and backward on a tiny batch: raises if the model's kernels cannot run this configuration."""
+    """One forward and backward (a tiny batch by default): raises if the model's kernels cannot run this
+    configuration, and compiles them, so that a timed run that follows does not pay for it."""
     x, y = get_task(task).sample(
         batch_size, length, generator=torch.Generator().manual_seed(0), device=model.head.weight.device
     )
@@ -211,6 +212,7 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
             else:
                 model = make_model(kind, task, seed=seed, dtype=dtype, **sizes)
                 info["attention"] = model.blocks[0].mixer.attention
+            _runs(model, task, cfg["batch_size"], cfg["train_length"])  # compile outside the timed training
             log = train(
                 model,
                 task,
@@ -304,24 +306,32 @@ def accuracy_table(results) -> str:
     rows = {}
     for r in recs:
         rows.setdefault((r.params["task"], r.params["model"]), {})[r.params["test_length"]] = r.params["accuracy"]
-    first = ["task / model (params, train length)"] + [str(n) for n in lengths]
+    first = ["task / model (params, train length, steps)"] + [str(n) for n in lengths]
     lines = []
     for (task, model), accs in rows.items():
         r = next(x for x in recs if x.params["task"] == task and x.params["model"] == model)
-        label = f"{task} {model} ({r.params['parameters']:,}, {r.params['train_length']})"
+        label = f"{task} {model} ({r.params['parameters']:,}, {r.params['train_length']}, {r.params['steps']})"
         lines.append([label] + [f"{100 * accs[n]:.1f}" if n in accs else "-" for n in lengths])
     widths = [max(len(row[i]) for row in [first, *lines]) for i in range(len(first))]
     fmt = lambda row: "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
     return "\n".join([fmt(first), fmt(["-" * w for w in widths]), *map(fmt, lines)])
 
 
+def _reference(recs, heads: int = 12):
+    """The Transformer (not the SDPA peer) with ``heads`` heads, else the fastest; None if there is none."""
+    flash = [r for r in recs if r.params["model"] == "Transformer" and r.params.get("attention") != "sdpa"]
+    same = [r for r in flash if r.params["num_heads"] == heads]
+    return same[0] if same else max(flash, key=lambda r: r.params["tokens_per_s"], default=None)
+
+
 def throughput_table(results) -> str:
-    """Tokens/s per model and head count, with the ratio to the fastest FlashAttention Transformer."""
+    """Tokens/s per model and head count, with the ratio to the reference Transformer (12 heads, else the fastest
+    one; not the SDPA peer)."""
     recs = throughput_records(results)
     if not recs:
         return "no throughput records"
-    flash = [r for r in recs if r.params["model"] == "Transformer" and r.params.get("attention") != "sdpa"]
-    best = max((r.params["tokens_per_s"] for r in flash), default=None)
+    ref = _reference(recs)
+    best = ref.params["tokens_per_s"] if ref is not None else None
     lines = [f"{'case':28s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s}"]
     for r in recs:
         backend = r.params.get("backend") or r.params.get("attention") or ""
@@ -342,11 +352,9 @@ def throughput_summary(results, reference_heads: int = 12) -> list[str]:
     """One line per LSTM head count: its tokens/s relative to the FlashAttention Transformer with
     ``reference_heads`` heads (else the fastest one), beside the article's ratio where it gives one."""
     recs = throughput_records(results)
-    flash = [r for r in recs if r.params["model"] == "Transformer" and r.params.get("attention") != "sdpa"]
-    if not flash:
+    ref = _reference(recs, reference_heads)
+    if ref is None:
         return ["no Transformer throughput to compare with"]
-    ref = next((r for r in flash if r.params["num_heads"] == reference_heads), None)
-    ref = ref or max(flash, key=lambda r: r.params["tokens_per_s"])
     lines = [f"reference: {ref.case}, {ref.params['tokens_per_s']:,.0f} tokens/s"]
     for r in recs:
         if r.params["model"] != "LSTM":
