@@ -22,7 +22,6 @@ Sizes: ``SIZES["full"]`` on a GPU, ``SIZES["tiny"]`` on CPU (seconds; it checks 
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 
@@ -180,19 +179,7 @@ def _lstm(task, seed, dtype, backend=None, **kw):
 
 def _failed(case: str, exc: BaseException, **params) -> bench.Result:
     traceback.print_exc()
-    env = bench.environment()
-    return bench.Result(
-        lesson="06",
-        case=case,
-        ms=math.nan,
-        device=env["device"],
-        sm_count=env["sm_count"],
-        torch=env["torch"],
-        triton=env["triton"],
-        mode=env["mode"],
-        date=env["date"],
-        params={**params, "error": f"{type(exc).__name__}: {exc}"[:500]},
-    )
+    return bench.record(lesson="06", case=case, **params, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> list[bench.Result]:
@@ -228,33 +215,23 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
         except Exception as exc:  # noqa: BLE001 - recorded, and the run goes on
             out.append(_failed(case, exc, **info))
             continue
-        env = bench.environment()
         for n, acc in accuracy.items():
-            out.append(
-                bench.Result(
-                    lesson="06",
-                    case=case,
-                    ms=log.seconds * 1e3 / log.steps,
-                    reps=log.steps,
-                    dtype=str(dtype).replace("torch.", ""),
-                    shape=[cfg["batch_size"], cfg["train_length"]],
-                    device=env["device"],
-                    sm_count=env["sm_count"],
-                    torch=env["torch"],
-                    triton=env["triton"],
-                    mode=env["mode"],
-                    date=env["date"],
-                    params={
-                        **info,
-                        "test_length": n,
-                        "accuracy": acc,
-                        "parameters": count_parameters(model),
-                        "steps": log.steps,
-                        "train_seconds": log.seconds,
-                        "final_loss": log.final_loss,
-                    },
-                )
+            r = bench.record(
+                lesson="06",
+                case=case,
+                ms=log.seconds * 1e3 / log.steps,
+                dtype=dtype,
+                shape=[cfg["batch_size"], cfg["train_length"]],
+                **info,
+                test_length=n,
+                accuracy=acc,
+                parameters=count_parameters(model),
+                steps=log.steps,
+                train_seconds=log.seconds,
+                final_loss=log.final_loss,
             )
+            r.reps = log.steps
+            out.append(r)
     return out
 
 
