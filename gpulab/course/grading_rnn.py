@@ -1,0 +1,195 @@
+"""Graders for exercise 5 (the fused RNN): the GRU cell as a ``@triton.jit`` function, and the time loop of a fused
+LSTM forward kernel.
+
+Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
+message that says what to fix. On success it prints one deterministic line (nbval compares it).
+
+The GRU cell is graded through a small kernel owned by this module that takes the learner's ``@triton.jit``
+function as a ``tl.constexpr`` argument and calls it on blocks of random pre-activations, so what is tested is the
+learner's function, compiled (or interpreted) exactly as the fused kernels would call it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+
+import torch
+
+from gpulab import check
+from gpulab.course.grading import fresh_rng, grader
+from gpulab.rnn.api import flashrnn
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+__all__ = ["grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
+
+
+@triton.jit
+def _apply_cell_kernel(g_ptr, r_ptr, z_ptr, n_ptr, h_ptr, out_ptr, N, CELL: tl.constexpr, BLOCK: tl.constexpr):
+    """out = CELL(g, r, z, n, h) elementwise on fp32 blocks; CELL is the learner's ``@triton.jit`` function."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    r = tl.load(r_ptr + offs, mask=mask, other=0.0)
+    z = tl.load(z_ptr + offs, mask=mask, other=0.0)
+    n = tl.load(n_ptr + offs, mask=mask, other=0.0)
+    h = tl.load(h_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, CELL(g, r, z, n, h), mask=mask)
+
+
+def gru_reference(g, r, z, n, h, variant="flashrnn"):
+    """float64 GRU update in flashrnn's gate order (``variant='flashrnn'``), or a common mistake (for hints)."""
+    g, r, z, n, h = (t.double() for t in (g, r, z, n, h))
+    rs, zs = torch.sigmoid(r), torch.sigmoid(z)
+    if variant == "flashrnn":
+        return zs * h + (1 - zs) * torch.tanh(n + rs * g)
+    if variant == "z swapped":
+        return (1 - zs) * h + zs * torch.tanh(n + rs * g)
+    if variant == "reset outside tanh":
+        return zs * h + (1 - zs) * (torch.tanh(n) + rs * g)
+    if variant == "no reset sigmoid":
+        return zs * h + (1 - zs) * torch.tanh(n + r * g)
+    if variant == "no update sigmoid":
+        return z * h + (1 - z) * torch.tanh(n + rs * g)
+    raise ValueError(f"variant={variant!r} is unknown.")
+
+
+_GRU_HINTS = {
+    "z swapped": "the update gate keeps the OLD state: h' = z' * h + (1 - z') * n' (z' = sigmoid(z)), not the reverse.",
+    "reset outside tanh": "the reset gate acts inside the tanh: n' = tanh(n + r' * g), with r' = sigmoid(r).",
+    "no reset sigmoid": "r is a pre-activation: use r' = sigmoid(r) in n' = tanh(n + r' * g).",
+    "no update sigmoid": "z is a pre-activation: use z' = sigmoid(z) in h' = z' * h + (1 - z') * n'.",
+}
+
+
+def _calls_course_cell(fn) -> bool:
+    """Whether the learner's function body just calls a ``gru_cell`` (e.g. gpulab.rnn.cells.gru_cell)."""
+    try:
+        src = inspect.getsource(getattr(fn, "fn", fn))
+    except (OSError, TypeError):
+        return False
+    body = src.split(":", 1)[1] if "def " in src else src
+    body = "\n".join(line.split("#", 1)[0] for line in body.splitlines())
+    return re.search(r"\bgru_cell\s*\(", body) is not None
+
+
+@grader("GRU cell")
+def grade_gru_cell(gru_cell, cases=5):
+    """``gru_cell(g, r, z, n, h) -> h'``, a ``@triton.jit`` function on fp32 blocks (flashrnn's GRU):
+    r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g), h' = z' * h + (1 - z') * n'."""
+    from gpulab.rnn import cells
+
+    if not hasattr(gru_cell, "fn"):  # a JITFunction (compiled) or an InterpretedFunction (CPU) wraps .fn
+        raise AssertionError(
+            f"gru_cell is a {type(gru_cell).__name__}; decorate it with @triton.jit so a kernel can call it."
+        )
+    if gru_cell is cells.gru_cell or _calls_course_cell(gru_cell):
+        raise AssertionError(
+            "gru_cell calls the course's gru_cell: write the math yourself (sigmoid, tanh, the blend)."
+        )
+    rng, _ = fresh_rng()
+    for j in range(cases):
+        size = rng.choice([1, 17, 64, 200, 333])
+        block = rng.choice([16, 64, 128])
+        scale = [1.0, 3.0, 30.0][j % 3]  # 30: exp(2x) overflows fp32, so tanh must be written stably
+        g, r, z, n, h = (check.random_tensor(size, dtype=torch.float32, scale=scale) for _ in range(5))
+        out = check.poisoned(size, dtype=torch.float32)
+        with warnings.catch_warnings():  # the interpreter's numpy exp overflows to inf in sigmoid: correct, but loud
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _apply_cell_kernel[(triton.cdiv(size, block),)](g, r, z, n, h, out, size, CELL=gru_cell, BLOCK=block)
+        where = f"{size} elements, pre-activations ~{scale:g}"
+        ref = gru_reference(g, r, z, n, h)
+        try:
+            check.assert_close(out, ref, dtype=torch.float32, name="h'", context=where)
+        except AssertionError as exc:
+            hint = ""
+            if torch.isnan(out).any() and scale > 10:
+                hint = (
+                    " NaN at large inputs: tanh(x) as (exp(2x) - 1) / (exp(2x) + 1) is inf / inf once exp "
+                    "overflows; write tanh(x) = 2 * sigmoid(2x) - 1 (tl.sigmoid is stable)."
+                )
+            for variant, text in _GRU_HINTS.items():
+                if check.relative_error(out, gru_reference(g, r, z, n, h, variant)) < 1e-4:
+                    hint = " It matches a common mistake: " + text
+                    break
+            raise AssertionError(f"{exc}{hint}") from None
+    return f"{cases} random blocks (up to 333 elements, pre-activations up to ~30) against float64"
+
+
+def launch_lstm_kernel(kernel, Wx, R, b, states):
+    """Run the exercise's ``kernel[(NH,)](wx, r, b, s0, out, last, B, T, NH, DH=, BLOCK_B=16)`` (fp32, B <= 16)
+    on poisoned outputs; returns ``(out [2, B, T, NH, DH], last [2, B, 1, NH, DH])``."""
+    B, T, _, NH, DH = Wx.shape
+    out = check.poisoned(2, B, T, NH, DH, dtype=torch.float32)
+    last = check.poisoned(2, B, 1, NH, DH, dtype=torch.float32)
+    kernel[(NH,)](Wx, R, b, states, out, last, B, T, NH, DH=DH, BLOCK_B=16)
+    return out, last
+
+
+def _lstm_inputs(B, T, NH, DH):
+    Wx = check.random_tensor(B, T, 4, NH, DH)
+    R = check.random_tensor(4, NH, DH, DH, scale=0.5 / DH**0.5)
+    b = check.random_tensor(4, NH, DH, scale=0.5)
+    s0 = check.random_tensor(2, B, 1, NH, DH, scale=0.5)
+    return Wx, R, b, s0
+
+
+def _reference(Wx, R, b, s0):
+    with torch.no_grad():
+        return flashrnn(*(t.double() for t in (Wx, R, b, s0)), function="lstm", backend="vanilla")
+
+
+def _loop_hint(out, ref, Wx, R, b, s0) -> str:
+    """What the most likely mistake is, from which steps are wrong and which variant of the inputs matches."""
+    B, T, _, NH, DH = Wx.shape
+    unwritten = [t for t in range(T) if torch.isnan(out[:, :, t]).any()]
+    if unwritten:
+        return (
+            f" Steps {unwritten} of the outputs were never written: at each step store h at out_rows + t * HD and "
+            "c at out_rows + state_stride + t * HD (masked with mask)."
+        )
+    bad = [t for t in range(T) if check.relative_error(out[:, :, t], ref[:, :, t]) > 1e-4]
+    if bad and bad[0] > 0:
+        return (
+            f" Step 0 is right but step {bad[0]} is not: h and c must carry over, so assign the cell's results to "
+            "the same h and c that the next step reads (h, c = lstm_cell(...)), and use this step's Wx_t "
+            "(wx_rows + t * 4 * HD)."
+        )
+    no_bias = "no bias: add b_i, b_f, b_z, b_o to the gate pre-activations"
+    r_not_t = "R not transposed: the prologue's rt_g already holds R^T, so Ry_g = tl.dot(h, rt_g)"
+    for what, alt in ((no_bias, (Wx, R, torch.zeros_like(b), s0)), (r_not_t, (Wx, R.transpose(2, 3), b, s0))):
+        if check.relative_error(out, _reference(*alt)[0]) < 1e-4:
+            return " It matches a common mistake: " + what + "."
+    if check.relative_error(out[0], ref[1]) < 1e-4 or check.relative_error(out[1], ref[0]) < 1e-4:
+        return " h and c are swapped: h goes to out_rows + t * HD, c to out_rows + state_stride + t * HD."
+    return (
+        " Per step: i, f, z, o = Wx_t (gate g at + g * HD) + tl.dot(h, rt_g) + b_g, "
+        "then h, c = lstm_cell(i, f, z, o, c)."
+    )
+
+
+@grader("fused LSTM forward time loop")
+def grade_lstm_loop(kernel, cases=5):
+    """``kernel[(NH,)](wx, r, b, s0, out, last, B, T, NH, DH=DH, BLOCK_B=16)`` on flashrnn layouts (fp32): one
+    program per head runs all T steps and writes every state (out) and the last states (last)."""
+    rng, _ = fresh_rng()
+    shapes = [(1, 1, 1, 16)] + [(rng.randint(1, 3), rng.randint(2, 5), rng.randint(1, 3), 16) for _ in range(cases - 1)]
+    for B, T, NH, DH in shapes:
+        Wx, R, b, s0 = _lstm_inputs(B, T, NH, DH)
+        out, last = launch_lstm_kernel(kernel, Wx, R, b, s0)
+        ref, ref_last = _reference(Wx, R, b, s0)
+        where = f"B={B}, T={T}, NH={NH}, DH={DH}"
+        try:
+            check.assert_close(out, ref, dtype=torch.float32, name="all states [2, B, T, NH, DH]", context=where)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{_loop_hint(out, ref, Wx, R, b, s0)}") from None
+        try:
+            check.assert_close(last, ref_last, dtype=torch.float32, name="last states", context=where)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc} The epilogue stores h and c after the loop: keep the loop's states in the variables h and c."
+            ) from None
+    return f"{len(shapes)} random shapes (B 1-3, T 1-5, NH 1-3, DH 16) against float64, all states and the last"

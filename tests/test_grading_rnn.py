@@ -1,0 +1,101 @@
+"""Exercise 5's graders (gpulab.course.grading_rnn): they pass correct answers and name the usual mistakes."""
+
+import pytest
+
+from gpulab import runtime  # noqa: F401  first: interpreter mode before any kernel is defined
+from gpulab.course import grading_rnn as grading
+from gpulab.rnn import cells
+from gpulab.rnn.cells import lstm_cell
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+
+@triton.jit
+def gru_right(g, r, z, n, h):
+    r = tl.sigmoid(r)
+    z = tl.sigmoid(z)
+    n = 2.0 * tl.sigmoid(2.0 * (n + r * g)) - 1.0
+    return z * h + (1.0 - z) * n
+
+
+@triton.jit
+def gru_swapped(g, r, z, n, h):
+    r = tl.sigmoid(r)
+    z = tl.sigmoid(z)
+    n = 2.0 * tl.sigmoid(2.0 * (n + r * g)) - 1.0
+    return (1.0 - z) * h + z * n
+
+
+@triton.jit
+def gru_calls_course(g, r, z, n, h):
+    return cells.gru_cell(g, r, z, n, h)
+
+
+def test_gru_grader(capsys):
+    grading.grade_gru_cell(gru_right)
+    assert capsys.readouterr().out.startswith("PASSED GRU cell")
+    with pytest.raises(AssertionError, match="keeps the OLD state"):
+        grading.grade_gru_cell(gru_swapped)
+    with pytest.raises(AssertionError, match="write the math yourself"):
+        grading.grade_gru_cell(gru_calls_course)
+    with pytest.raises(AssertionError, match="decorate it with @triton.jit"):
+        grading.grade_gru_cell(lambda g, r, z, n, h: h)
+
+
+@triton.jit
+def _prologue_and_loop(wx_ptr, r_ptr, b_ptr, s0_ptr, out_ptr, last_ptr, B, T, NH, DH: tl.constexpr,
+                       BLOCK_B: tl.constexpr, BIAS: tl.constexpr, CARRY: tl.constexpr):  # fmt: skip
+    n = tl.program_id(0)
+    rows = tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, DH)
+    mask = (rows < B)[:, None] & (cols < DH)[None, :]
+    HD = NH * DH
+    state_stride = B * T * HD
+    r_tile = r_ptr + n * DH * DH + cols[:, None] + cols[None, :] * DH
+    rt_i = tl.load(r_tile)
+    rt_f = tl.load(r_tile + 1 * NH * DH * DH)
+    rt_z = tl.load(r_tile + 2 * NH * DH * DH)
+    rt_o = tl.load(r_tile + 3 * NH * DH * DH)
+    b_row = b_ptr + n * DH + cols[None, :]
+    b_i = tl.load(b_row) * BIAS
+    b_f = tl.load(b_row + 1 * HD) * BIAS
+    b_z = tl.load(b_row + 2 * HD) * BIAS
+    b_o = tl.load(b_row + 3 * HD) * BIAS
+    s_off = rows[:, None] * HD + n * DH + cols[None, :]
+    h = tl.load(s0_ptr + s_off, mask=mask, other=0.0)
+    c = tl.load(s0_ptr + B * HD + s_off, mask=mask, other=0.0)
+    wx_rows = wx_ptr + rows[:, None] * T * 4 * HD + n * DH + cols[None, :]
+    out_rows = out_ptr + rows[:, None] * T * HD + n * DH + cols[None, :]
+    for t in range(T):
+        wx = wx_rows + t * 4 * HD
+        i = tl.load(wx, mask=mask, other=0.0) + tl.dot(h, rt_i, input_precision="ieee") + b_i
+        f = tl.load(wx + 1 * HD, mask=mask, other=0.0) + tl.dot(h, rt_f, input_precision="ieee") + b_f
+        z = tl.load(wx + 2 * HD, mask=mask, other=0.0) + tl.dot(h, rt_z, input_precision="ieee") + b_z
+        o = tl.load(wx + 3 * HD, mask=mask, other=0.0) + tl.dot(h, rt_o, input_precision="ieee") + b_o
+        h_new, c_new = lstm_cell(i, f, z, o, c)
+        if CARRY:
+            h, c = h_new, c_new
+        tl.store(out_rows + t * HD, h_new, mask=mask)
+        tl.store(out_rows + state_stride + t * HD, c_new, mask=mask)
+    tl.store(last_ptr + s_off, h, mask=mask)
+    tl.store(last_ptr + B * HD + s_off, c, mask=mask)
+
+
+class _Variant:
+    """The kernel above with BIAS/CARRY fixed, launched like the exercise's kernel."""
+
+    def __init__(self, bias, carry):
+        self.bias, self.carry = bias, carry
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: _prologue_and_loop[grid](*a, BIAS=self.bias, CARRY=self.carry, **kw)
+
+
+def test_loop_grader(capsys):
+    grading.grade_lstm_loop(_Variant(1.0, True), cases=3)
+    assert capsys.readouterr().out.startswith("PASSED fused LSTM forward time loop")
+    with pytest.raises(AssertionError, match="no bias"):
+        grading.grade_lstm_loop(_Variant(0.0, True), cases=2)
+    with pytest.raises(AssertionError, match="must carry over|keep the loop.s states"):
+        grading.grade_lstm_loop(_Variant(1.0, False), cases=3)
