@@ -52,6 +52,13 @@ LESSONS: list[Lesson] = [
         "gpulab.attention.benchmark:benchmark",
     ),
     Lesson(
+        "05",
+        "05_fused_rnn",
+        "A fused RNN kernel (FlashRNN-style)",
+        "gpulab.rnn.fused",
+        "gpulab.rnn.benchmark:benchmark",
+    ),
+    Lesson(
         "06",
         "06_state_tracking",
         "Capstone: state tracking, LSTM vs Transformer",

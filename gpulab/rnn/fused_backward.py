@@ -39,7 +39,7 @@ import triton.language as tl  # isort: skip
 from gpulab.rnn.api import new_output  # noqa: E402
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.fused_forward import matmul  # noqa: E402
+from gpulab.rnn.fused_forward import load_r, matmul  # noqa: E402
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
 __all__ = ["fused_backward_kernel", "fused_rnn_backward", "parameter_grads", "previous_h"]
@@ -90,6 +90,7 @@ def fused_backward_kernel(
     DH: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    R_ON_CHIP: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -101,17 +102,14 @@ def fused_backward_kernel(
     HD = NH * DH
     s0_stride = B * HD
 
-    # R of this head per gate, loaded once: r_g[j, k] = R[g, n, j, k], so that dh_{t-1} += dG_g @ r_g.
+    # R of this head per gate: r_g[j, k] = R[g, n, j, k], so that dh_{t-1} += dG_g @ r_g. Loaded once into
+    # registers (R_ON_CHIP), or re-read every step for large head dims (from L1).
     r_tile = r_ptr + n * DH * DH + cols[:, None] * DH + cols[None, :]
     r_mask = (cols < DH)[:, None] & (cols < DH)[None, :]
-    r0 = tl.load(r_tile, mask=r_mask, other=0.0)
-    r1, r2, r3 = r0, r0, r0
-    if G_R > 1:
-        r1 = tl.load(r_tile + 1 * NH * DH * DH, mask=r_mask, other=0.0)
-        r2 = tl.load(r_tile + 2 * NH * DH * DH, mask=r_mask, other=0.0)
-    if G_R > 3:
-        r3 = tl.load(r_tile + 3 * NH * DH * DH, mask=r_mask, other=0.0)
+    if R_ON_CHIP:
+        r0, r1, r2, r3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
 
+    RDT = r_ptr.dtype.element_ty  # the products' operand dtype
     head = n * DH + cols[None, :]
     gate_rows = gates_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + head
     dg_rows = dg_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + head
@@ -130,19 +128,20 @@ def fused_backward_kernel(
             gate_rows, dout_rows, out_rows, s0_rows, t - 1, mask, HD, state_stride, s0_stride, G_B, FUNCTION
         )  # fmt: skip (prefetch step t-1 while step t computes)
         dh = dh + dh_out
+        if not R_ON_CHIP:
+            r0, r1, r2, r3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
         if FUNCTION == 0:  # lstm
             d0, d1, d2, d3, dc = lstm_cell_backward(g0, g1, g2, g3, prev, dh, dc + dc_out)
-            dq0, dq1, dq2, dq3 = d0.to(r0.dtype), d1.to(r0.dtype), d2.to(r0.dtype), d3.to(r0.dtype)
-            dh = matmul(dq0, r0, IS_FP32, PRECISION) + matmul(dq1, r1, IS_FP32, PRECISION)
-            dh += matmul(dq2, r2, IS_FP32, PRECISION) + matmul(dq3, r3, IS_FP32, PRECISION)
+            dh = matmul(d0.to(RDT), r0, IS_FP32, PRECISION) + matmul(d1.to(RDT), r1, IS_FP32, PRECISION)
+            dh += matmul(d2.to(RDT), r2, IS_FP32, PRECISION) + matmul(d3.to(RDT), r3, IS_FP32, PRECISION)
         elif FUNCTION == 1:  # gru: the recurrent gates are (g, r, z), n takes no R
             d0, d1, d2, d3, direct = gru_cell_backward(g0, g1, g2, g3, prev, dh)
-            dh = direct + matmul(d0.to(r0.dtype), r0, IS_FP32, PRECISION)
-            dh += matmul(d1.to(r0.dtype), r1, IS_FP32, PRECISION) + matmul(d2.to(r0.dtype), r2, IS_FP32, PRECISION)
+            dh = direct + matmul(d0.to(RDT), r0, IS_FP32, PRECISION)
+            dh += matmul(d1.to(RDT), r1, IS_FP32, PRECISION) + matmul(d2.to(RDT), r2, IS_FP32, PRECISION)
         else:  # elman
             d0 = elman_cell_backward(g0, dh)
             d1, d2, d3 = d0, d0, d0
-            dh = matmul(d0.to(r0.dtype), r0, IS_FP32, PRECISION)
+            dh = matmul(d0.to(RDT), r0, IS_FP32, PRECISION)
         dgt = dg_rows + t * G_B * HD
         tl.store(dgt, d0.to(dg_ptr.dtype.element_ty), mask=mask)
         if G_B > 1:
@@ -193,7 +192,7 @@ def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
         gates, out, states, R, d_out, dG, ds0,
         B, T, NH, B * T * NH * DH,
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
-        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d,
+        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip,
         IS_FP32=out.dtype == torch.float32, PRECISION=runtime.dot_precision(out.dtype),
         **cfg.launch(),
     )  # fmt: skip

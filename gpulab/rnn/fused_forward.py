@@ -40,7 +40,7 @@ from gpulab.rnn.cells import elman_cell, gru_cell, lstm_cell  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
-__all__ = ["fused_forward_kernel", "fused_rnn_forward", "matmul"]
+__all__ = ["fused_forward_kernel", "fused_rnn_forward", "matmul", "load_r"]
 
 
 @triton.jit
@@ -50,6 +50,19 @@ def matmul(a, b, IS_FP32: tl.constexpr, PRECISION: tl.constexpr):
         return tl.dot(a, b, input_precision=PRECISION)
     else:
         return tl.dot(a, b)
+
+
+@triton.jit
+def load_r(r_tile, r_mask, gate_stride, G_R: tl.constexpr):
+    """The G_R (1, 3 or 4) DH x DH blocks of R at ``r_tile`` (+ g * gate_stride); unused ones repeat block 0."""
+    r0 = tl.load(r_tile, mask=r_mask, other=0.0)
+    r1, r2, r3 = r0, r0, r0
+    if G_R > 1:
+        r1 = tl.load(r_tile + 1 * gate_stride, mask=r_mask, other=0.0)
+        r2 = tl.load(r_tile + 2 * gate_stride, mask=r_mask, other=0.0)
+    if G_R > 3:
+        r3 = tl.load(r_tile + 3 * gate_stride, mask=r_mask, other=0.0)
+    return r0, r1, r2, r3
 
 
 @triton.jit
@@ -73,6 +86,7 @@ def fused_forward_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     SAVE_GATES: tl.constexpr,
+    R_ON_CHIP: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -83,18 +97,12 @@ def fused_forward_kernel(
     mask = (rows < B)[:, None] & (cols < DH)[None, :]
     HD = NH * DH  # elements of one (gate or state) slice of all heads
 
-    # R^T of this head, per gate, loaded once: rt_g[k, j] = R[g, n, j, k], so that Ry_g = h @ rt_g.
+    # R^T of this head, per gate: rt_g[k, j] = R[g, n, j, k], so that Ry_g = h @ rt_g. Loaded once, into
+    # registers (R_ON_CHIP), or for head dims too large for that, re-read every step (it then stays in L1).
     r_tile = r_ptr + n * DH * DH + cols[:, None] + cols[None, :] * DH
     r_mask = (cols < DH)[:, None] & (cols < DH)[None, :]
-    rt0 = tl.load(r_tile, mask=r_mask, other=0.0)
-    rt1 = rt0
-    rt2 = rt0
-    rt3 = rt0
-    if G_R > 1:
-        rt1 = tl.load(r_tile + 1 * NH * DH * DH, mask=r_mask, other=0.0)
-        rt2 = tl.load(r_tile + 2 * NH * DH * DH, mask=r_mask, other=0.0)
-    if G_R > 3:
-        rt3 = tl.load(r_tile + 3 * NH * DH * DH, mask=r_mask, other=0.0)
+    if R_ON_CHIP:
+        rt0, rt1, rt2, rt3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
     # biases, fp32 [1, BLOCK_D] rows broadcast over the batch tile
     b_row = b_ptr + n * DH + cols[None, :]
     b_mask = (cols < DH)[None, :]
@@ -143,7 +151,9 @@ def fused_forward_kernel(
             x3 = tl.load(nxt + 3 * HD, mask=nmask, other=0.0)
 
         # the recurrent products: the only part of a step that mixes units
-        hq = h.to(rt0.dtype)
+        if not R_ON_CHIP:
+            rt0, rt1, rt2, rt3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
+        hq = h.to(r_ptr.dtype.element_ty)
         ry0 = matmul(hq, rt0, IS_FP32, PRECISION)
         if FUNCTION == 0:  # lstm: i, f, z, o
             g0 = w0 + ry0 + b0
@@ -198,7 +208,7 @@ def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
         Wx, R, b, states, out, last, gates if save_gates else out,
         B, T, NH, B * T * NH * DH,
         FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
-        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, SAVE_GATES=save_gates,
+        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, SAVE_GATES=save_gates, R_ON_CHIP=cfg.r_on_chip,
         IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype),
         **cfg.launch(),
     )  # fmt: skip
