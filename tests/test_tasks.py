@@ -271,3 +271,16 @@ def test_lstm_falls_back_to_alternating_when_fused_does_not_fit():
     assert all(block.mixer.backend == "alternating" for block in model.blocks)
     model, backend, note = experiments._lstm("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=2)
     assert backend == "fused" and note == ""
+
+
+def test_learning_rate_schedules():
+    from gpulab.tasks.training import learning_rate
+
+    assert learning_rate(0, 100, 1e-2) == 1e-2 and learning_rate(99, 100, 1e-2) == 1e-2
+    assert learning_rate(0, 100, 1e-2, "cosine") == pytest.approx(1e-2)
+    assert learning_rate(50, 100, 1e-2, "cosine") == pytest.approx(5e-3)
+    assert learning_rate(99, 100, 1e-2, "cosine") < 1e-5
+    assert learning_rate(0, 100, 1e-2, "constant", warmup=10) == pytest.approx(1e-3)
+    assert learning_rate(9, 100, 1e-2, "constant", warmup=10) == pytest.approx(1e-2)
+    with pytest.raises(ValueError, match="schedule"):
+        tasks.train(torch.nn.Linear(1, 1), "parity", schedule="linear")

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import torch
@@ -55,6 +56,14 @@ def _loss(model, x, y):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
+def learning_rate(step: int, steps: int, lr: float, schedule: str = "constant", warmup: int = 0) -> float:
+    """The rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps, then constant or cosine."""
+    factor = min(1.0, (step + 1) / warmup) if warmup else 1.0
+    if schedule == "cosine":
+        factor *= 0.5 * (1.0 + math.cos(math.pi * step / steps))
+    return lr * factor
+
+
 def train(
     model: torch.nn.Module,
     task,
@@ -68,6 +77,8 @@ def train(
     seed: int = 0,
     progress=None,
     max_seconds: float | None = None,
+    schedule: str = "constant",
+    warmup: int = 0,
 ) -> TrainLog:
     """Train ``model`` on ``task`` (a :class:`gpulab.tasks.Task` or its name) with AdamW for ``steps`` steps of
     ``batch_size`` fresh strings of ``length`` tokens, drawn from a generator seeded with ``seed``.
@@ -75,7 +86,15 @@ def train(
     The loss is the cross-entropy of the state at every position. ``progress`` wraps the step loop (e.g.
     ``tqdm.auto.tqdm``); ``max_seconds`` stops early (the log says how many steps ran). The model is trained in its
     own dtype on its own device. Returns a :class:`TrainLog`.
+
+    ``schedule``: ``"constant"`` (``lr`` throughout) or ``"cosine"`` (``lr`` decayed to 0 over ``steps`` on a half
+    cosine, the usual choice: a large rate early, a small one to settle at the end); ``warmup`` steps ramp the rate
+    up linearly from ``lr / warmup`` first.
     """
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule={schedule!r} is not supported; use 'constant' or 'cosine'.")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a number of steps >= 0, got {warmup!r}.")
     task = get_task(task)
     steps = runtime.positive_int("steps", steps)
     device = model_device(model)
@@ -85,7 +104,9 @@ def train(
     losses, done = [], 0
     loop = progress(range(steps)) if progress is not None else range(steps)
     t0 = time.perf_counter()
-    for _ in loop:
+    for step in loop:
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, steps, lr, schedule, warmup)
         x, y = task.sample(batch_size, length, generator=gen, device=device)
         loss = _loss(model, x, y)
         opt.zero_grad(set_to_none=True)
