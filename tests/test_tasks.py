@@ -162,8 +162,10 @@ def test_defaults_follow_the_device():
 @pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
 def test_a_few_steps_lower_the_loss(kind):
     model = _models("parity")[kind]
-    log = tasks.train(model, "parity", steps=60, batch_size=16, length=8, lr=1e-2, seed=0)
-    assert log.steps == 60 and log.tokens == 60 * 16 * 8 and len(log.losses) == 60
+    # Strings of 4 bits: 16 of them, learnable in 60 steps by both models with a wide margin (loss ratio <= 0.71 over
+    # seeds 0-3; at 8 bits parity's early plateau left the Transformer at 0.86, too close to the bound to be robust)
+    log = tasks.train(model, "parity", steps=60, batch_size=16, length=4, lr=1e-2, seed=0)
+    assert log.steps == 60 and log.tokens == 60 * 16 * 4 and len(log.losses) == 60
     first, last = sum(log.losses[:5]) / 5, sum(log.losses[-5:]) / 5
     assert last < 0.9 * first, f"{kind}: loss {first:.3f} -> {last:.3f} in 60 steps"
 
