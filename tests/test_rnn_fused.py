@@ -143,3 +143,20 @@ def test_gpu_grid(B, T, DH, NH, function, backend, dtype, monkeypatch):
             rnn.flashrnn(*make_inputs(function, B, T, NH, DH, dtype, runtime.device), function, backend)
         return
     run_case(backend, function, B, T, NH, DH, dtype=dtype)
+
+
+@pytest.mark.parametrize("function", ["lstm", "gru"])
+def test_fused_backward_takes_the_last_states_gradient_as_its_initial_carry(function):
+    """d_last passed to the kernel (no copy of d_out) == d_last added into d_out at the last step (the old way)."""
+    from gpulab.rnn import fused_backward
+
+    Wx, R, b, s0 = make_inputs(function, 3, 5, 2, 16, device=runtime.device)
+    out, _, gates = fused_forward.fused_rnn_forward(Wx, R, b, s0, function, save_gates=True)
+    d_out, d_last = check.random_tensor(*out.shape, seed=3), check.random_tensor(*s0.shape, seed=4)
+    d_out, d_last = d_out.to(out), d_last.to(out)
+    added = d_out.clone()
+    added[:, :, -1:] += d_last
+    dg_a, ds_a = fused_backward.fused_rnn_backward(d_out, gates, out, s0, R, function, d_last=d_last)
+    dg_b, ds_b = fused_backward.fused_rnn_backward(added, gates, out, s0, R, function)
+    check.assert_close(dg_a, dg_b.double(), name="dG")
+    check.assert_close(ds_a, ds_b.double(), name="d_states")

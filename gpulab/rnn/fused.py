@@ -1,8 +1,9 @@
 """The ``fused`` backend: :mod:`gpulab.rnn.fused_forward` and :mod:`gpulab.rnn.fused_backward` as one autograd op.
 
 Forward: one persistent kernel (R on chip, the time loop inside), saving the gate pre-activations only when a
-gradient will be needed. Backward: one reverse-time persistent kernel writing dG, then dR as one batched product,
-db as one reduction, dWx = dG. Saved for the backward: R, the initial states, the outputs and the gates; no
+gradient will be needed. Backward: one reverse-time persistent kernel writing dG (it reads the incoming gradients
+as they are: dL/d(last states) is its initial carried gradient, no copy or zero-fill), then dR as one batched
+product, db as one reduction, dWx = dG. Saved for the backward: R, the initial states, the outputs and the gates; no
 per-step intermediates.
 
 The tile, warps and whether the kernels fit at all come from :func:`gpulab.rnn.tiling.fused_tiling` (a ValueError
@@ -35,10 +36,9 @@ class FusedRNN(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_last):
         R, states, out, gates = ctx.saved_tensors
-        d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype).clone()
-        if d_last is not None:
-            d[:, :, -1:] += d_last.to(out.dtype)
-        dG, ds0 = fused_rnn_backward(d, gates, out, states, R, ctx.function)
+        d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)  # no copy: the kernel only reads it
+        d_last = None if d_last is None else d_last.to(out.dtype)  # the kernel's initial dh (dc)
+        dG, ds0 = fused_rnn_backward(d, gates, out, states, R, ctx.function, d_last=d_last)
         dWx, dR, db = parameter_grads(dG, out, states, ctx.function)
         return dWx, dR, db, ds0, None
 

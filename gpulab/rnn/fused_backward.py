@@ -1,15 +1,17 @@
-"""Lesson 5: the fused RNN backward, one persistent reverse-time Triton kernel, then three big products.
+"""Lesson 5: the fused RNN backward, one persistent reverse-time Triton kernel, then one batched product.
 
 What you will learn:
 
 - **The backward is a recurrence too, run backwards in time.** The gradient reaching h_{t-1} depends on the gate
   gradients of step t: ``dh_{t-1} = sum_g dG_{t,g} @ R[g]`` (+ the cell's direct path). So one program per
   (head, batch tile) walks t = T-1 ... 0 carrying dh and dc in fp32 registers, with R (this time *not*
-  transposed) loaded once, exactly like the forward.
+  transposed) loaded once, exactly like the forward, and as there as one tile for all gates:
+  ``dG_all @ R_all``, [BLOCK_B, G * DH] x [G * DH, DH], is the sum over the gates in one product.
 - **Only the recurrence is sequential.** The kernel writes the gate gradients dG [B, T, G_b, NH, DH] and stops
   there. Everything else is one parallel operation over all steps at once:
 
-      dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   one batched product (K = B*T) per head and gate
+      dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   one batched product (K = B*T, bf16 operands, fp32
+                                                              accumulation) over heads and gates
       db       = sum_{b, t} dG[b, t]                            one reduction
       dWx      = dG (its input gates)                           no work at all: the same tensor
 
@@ -17,13 +19,16 @@ What you will learn:
   that is 256 KB, the whole register file of an SM, on top of R itself (see :mod:`gpulab.rnn.tiling`).
 - **Recompute, don't store.** The forward saved the gate pre-activations; the cells' backward functions
   (:mod:`gpulab.rnn.cells`) recompute sigmoid, tanh and c_t from them, which is cheaper than storing more.
+- **No copies of the incoming gradient.** dL/d(last states) enters as the initial value of the carried dh (and dc)
+  instead of being added into a copy of dL/d(all states).
 
 Per step t (all fp32; the cell backward functions hold the math):
 
-    dh_t = dL/dh_t (from the outputs) + dh carried from step t+1
+    dh_t = dL/dh_t (from the outputs) + dh carried from step t+1  (at t = T-1: dL/d(last h))
     lstm:  dc_t = dL/dc_t + dc carried;  (di, df, dz, do), dc = lstm_cell_backward(i, f, z, o, c_{t-1}, dh_t, dc_t)
-           dh = di @ R_0 + df @ R_1 + dz @ R_2 + do @ R_3
-    gru:   (dg, dr, dz, dn), direct = gru_cell_backward(g, r, z, n, h_{t-1}, dh_t);  dh = direct + dg @ R_0 + ...
+           dh = [di, df, dz, do] @ R_all
+    gru:   (dg, dr, dz, dn), direct = gru_cell_backward(g, r, z, n, h_{t-1}, dh_t)
+           dh = direct + [dg, dr, dz, dn] @ R_all  (R_all's slot 3 is zero: n takes no R)
     elman: dg = elman_cell_backward(g, dh_t);  dh = dg @ R_0
 """
 
@@ -39,36 +44,48 @@ import triton.language as tl  # isort: skip
 from gpulab.rnn.api import new_output  # noqa: E402
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.fused_forward import load_r, matmul  # noqa: E402
+from gpulab.rnn.fused_forward import (  # noqa: E402
+    fast_activations,
+    gate_columns,
+    join_gates,
+    load_r,
+    matmul,
+    split_gates,
+    tanh_approx,
+)
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
 __all__ = ["fused_backward_kernel", "fused_rnn_backward", "parameter_grads", "previous_h"]
 
 
 @triton.jit
-def _step_inputs(gate_rows, dout_rows, out_rows, s0_rows, t, mask, HD, state_stride, s0_stride,
-                 G_B: tl.constexpr, FUNCTION: tl.constexpr):  # fmt: skip
-    """The loads of step t (nothing when t < 0): saved pre-activations (up to 4), dL/dh_t, dL/dc_t and the previous
-    state the cell's backward needs (c_{t-1} for the LSTM, h_{t-1} for the GRU; from the initial states at t = 0)."""
-    valid = mask & (t >= 0)
-    g = gate_rows + t * G_B * HD
-    g0 = tl.load(g, mask=valid, other=0.0).to(tl.float32)
-    g1, g2, g3 = g0, g0, g0
-    if G_B > 1:
-        g1 = tl.load(g + 1 * HD, mask=valid, other=0.0).to(tl.float32)
-        g2 = tl.load(g + 2 * HD, mask=valid, other=0.0).to(tl.float32)
-        g3 = tl.load(g + 3 * HD, mask=valid, other=0.0).to(tl.float32)
-    dh_out = tl.load(dout_rows + t * HD, mask=valid, other=0.0).to(tl.float32)
-    dc_out = dh_out
-    prev = dh_out
-    if FUNCTION == 0:
-        dc_out = tl.load(dout_rows + state_stride + t * HD, mask=valid, other=0.0).to(tl.float32)
-        prev_ptr = tl.where(t > 0, out_rows + state_stride + (t - 1) * HD, s0_rows + s0_stride)
-        prev = tl.load(prev_ptr, mask=valid, other=0.0).to(tl.float32)
-    if FUNCTION == 1:
-        prev_ptr = tl.where(t > 0, out_rows + (t - 1) * HD, s0_rows)
-        prev = tl.load(prev_ptr, mask=valid, other=0.0).to(tl.float32)
-    return g0, g1, g2, g3, dh_out, dc_out, prev
+def lstm_cell_backward_approx(i, f, z, o, c_prev, dh, dc):
+    """:func:`gpulab.rnn.cells.lstm_cell_backward` with one-instruction activations (as
+    :func:`gpulab.rnn.fused_forward.lstm_cell_approx`): same math, for bf16 on the GPU."""
+    i = 0.5 + 0.5 * tanh_approx(0.5 * i)
+    f = 0.5 + 0.5 * tanh_approx(0.5 * f)
+    z = tanh_approx(z)
+    o = 0.5 + 0.5 * tanh_approx(0.5 * o)
+    c = f * c_prev + i * z
+    tc = tanh_approx(c)
+    dc = dc + dh * o * (1.0 - tc * tc)
+    di = dc * z * i * (1.0 - i)
+    df = dc * c_prev * f * (1.0 - f)
+    dz = dc * i * (1.0 - z * z)
+    do = dh * tc * o * (1.0 - o)
+    return di, df, dz, do, dc * f
+
+
+@triton.jit
+def _step_inputs(gate_rows, gate_mask, gate_step, dout_rows, prev_rows, s0_rows, in_mask, t, HD):
+    """The loads of step t (nothing when t < 0), as two all-slot tiles [BLOCK_B, G * BLOCK_D] in the storage dtype:
+    the saved pre-activations (one slot per gate) and the state inputs: slot 0 dL/dh_t, slot 1 dL/dc_t (lstm),
+    slot 2 the previous state the cell's backward needs (c_{t-1} for the LSTM, h_{t-1} for the GRU; from the
+    initial states at t = 0). Two tiles, not six: each costs one layout round trip."""
+    g = tl.load(gate_rows + t * gate_step, mask=gate_mask & (t >= 0), other=0.0)
+    ptr = tl.where(in_mask == 2, tl.where(t > 0, prev_rows + (t - 1) * HD, s0_rows), dout_rows + t * HD)
+    s = tl.load(ptr, mask=(in_mask > 0) & (t >= 0), other=0.0)
+    return g, s
 
 
 @triton.jit
@@ -77,7 +94,8 @@ def fused_backward_kernel(
     out_ptr,  # [S, B, T, NH, DH] the forward's states
     s0_ptr,  # [S, B, 1, NH, DH] initial states
     r_ptr,  # [G_R, NH, DH, DH]
-    dout_ptr,  # [S, B, T, NH, DH] dL/d(states), the last states' gradient already added at T-1
+    dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
+    dlast_ptr,  # [S, B, 1, NH, DH] dL/d(last states): the carried dh (dc) at t = T-1 (read if HAS_DLAST)
     dg_ptr,  # [B, T, G_B, NH, DH] gate gradients (written)
     ds0_ptr,  # [S, B, 1, NH, DH] dL/d(initial states) (written)
     B,
@@ -91,63 +109,76 @@ def fused_backward_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     R_ON_CHIP: tl.constexpr,
+    HAS_DLAST: tl.constexpr,
+    FAST: tl.constexpr,  # one-instruction activations (lstm_cell_backward_approx)
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     """Program (n, tile): head n, one batch tile, steps T-1 down to 0."""
+    G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
     n = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, BLOCK_D)
-    mask = (rows < B)[:, None] & (cols < DH)[None, :]
     HD = NH * DH
     s0_stride = B * HD
 
-    # R of this head per gate: r_g[j, k] = R[g, n, j, k], so that dh_{t-1} += dG_g @ r_g. Loaded once into
-    # registers (R_ON_CHIP), or re-read every step for large head dims (from L1).
-    r_tile = r_ptr + n * DH * DH + cols[:, None] * DH + cols[None, :]
-    r_mask = (cols < DH)[:, None] & (cols < DH)[None, :]
+    # R_all of this head [G * BLOCK_D, BLOCK_D], so that dh_{t-1} += dG_all @ R_all. Loaded once (R_ON_CHIP), or
+    # re-read every step (as in the forward).
     if R_ON_CHIP:
-        r0, r1, r2, r3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
+        r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
 
     RDT = r_ptr.dtype.element_ty  # the products' operand dtype
+    slot, j = gate_columns(G, BLOCK_D)
+    row_ok = (rows < B)[:, None]
+    gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
+    gate_off = rows[:, None].to(tl.int64) * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
+    gate_rows = gates_ptr + gate_off
+    dg_rows = dg_ptr + gate_off
+    # the state-inputs tile: which slot holds what (0 unused, 1 a gradient from d_out, 2 the previous state)
+    S: tl.constexpr = 2 if FUNCTION == 0 else 1  # states
+    PREV: tl.constexpr = FUNCTION != 2  # lstm and gru need the previous state
+    kind = tl.where(slot == 2, 2, 1) * (((slot < S) | ((slot == 2) & PREV)) & (j < DH))  # per column
+    in_mask = tl.where(row_ok, kind[None, :], 0)  # [BLOCK_B, G * BLOCK_D]
+    state_off = (S - 1) * (slot == 2)  # c (state 1) for the lstm, h for the gru
+    rows_t = rows[:, None].to(tl.int64) * T * HD + (n * DH + j)[None, :]
+    dout_rows = dout_ptr + rows_t + (slot * state_stride)[None, :]
+    prev_rows = out_ptr + rows_t + (state_off * state_stride)[None, :]
+    s0_rows = s0_ptr + rows[:, None] * HD + (state_off * s0_stride + n * DH + j)[None, :]
+    cols = tl.arange(0, BLOCK_D)
+    mask = row_ok & (cols < DH)[None, :]
     head = n * DH + cols[None, :]
-    gate_rows = gates_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + head
-    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + head
-    out_rows = out_ptr + rows[:, None].to(tl.int64) * T * HD + head
-    dout_rows = dout_ptr + rows[:, None].to(tl.int64) * T * HD + head
-    s0_rows = s0_ptr + rows[:, None] * HD + head
 
-    dh = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)  # dL/dh_t through step t+1 (R and the cell's direct path)
-    dc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)  # dL/dc_t through step t+1
-    nxt = _step_inputs(gate_rows, dout_rows, out_rows, s0_rows, T - 1, mask, HD, state_stride, s0_stride,
-                       G_B, FUNCTION)  # fmt: skip
+    # dL/dh_t and dL/dc_t through step t+1 (R and the cell's direct path); at t = T-1, dL/d(last states)
+    dh = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
+    dc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
+    if HAS_DLAST:
+        dh = tl.load(dlast_ptr + rows[:, None] * HD + head, mask=mask, other=0.0).to(tl.float32)
+        if FUNCTION == 0:
+            dc = tl.load(dlast_ptr + s0_stride + rows[:, None] * HD + head, mask=mask, other=0.0).to(tl.float32)
+    nxt = _step_inputs(gate_rows, gate_mask, G_B * HD, dout_rows, prev_rows, s0_rows, in_mask, T - 1, HD)
     for tt in range(T):
         t = T - 1 - tt
-        g0, g1, g2, g3, dh_out, dc_out, prev = nxt
-        nxt = _step_inputs(
-            gate_rows, dout_rows, out_rows, s0_rows, t - 1, mask, HD, state_stride, s0_stride, G_B, FUNCTION
-        )  # fmt: skip (prefetch step t-1 while step t computes)
-        dh = dh + dh_out
+        g_all, s_all = nxt
+        nxt = _step_inputs(gate_rows, gate_mask, G_B * HD, dout_rows, prev_rows, s0_rows, in_mask, t - 1, HD)
         if not R_ON_CHIP:
-            r0, r1, r2, r3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
+            r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
+        g0, g1, g2, g3 = split_gates(g_all.to(tl.float32), BLOCK_B, BLOCK_D, G)
+        dh_out, dc_out, prev, _ = split_gates(s_all.to(tl.float32), BLOCK_B, BLOCK_D, G)
+        dh = dh + dh_out
+        direct = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)  # the part of dh_{t-1} that skips R
         if FUNCTION == 0:  # lstm
-            d0, d1, d2, d3, dc = lstm_cell_backward(g0, g1, g2, g3, prev, dh, dc + dc_out)
-            dh = matmul(d0.to(RDT), r0, IS_FP32, PRECISION) + matmul(d1.to(RDT), r1, IS_FP32, PRECISION)
-            dh += matmul(d2.to(RDT), r2, IS_FP32, PRECISION) + matmul(d3.to(RDT), r3, IS_FP32, PRECISION)
-        elif FUNCTION == 1:  # gru: the recurrent gates are (g, r, z), n takes no R
+            if FAST:
+                d0, d1, d2, d3, dc = lstm_cell_backward_approx(g0, g1, g2, g3, prev, dh, dc + dc_out)
+            else:
+                d0, d1, d2, d3, dc = lstm_cell_backward(g0, g1, g2, g3, prev, dh, dc + dc_out)
+            d_all = join_gates(d0, d1, d2, d3, BLOCK_B, BLOCK_D, G)
+        elif FUNCTION == 1:  # gru: the recurrent gates are (g, r, z), n takes no R (R_all's slot 3 is zero)
             d0, d1, d2, d3, direct = gru_cell_backward(g0, g1, g2, g3, prev, dh)
-            dh = direct + matmul(d0.to(RDT), r0, IS_FP32, PRECISION)
-            dh += matmul(d1.to(RDT), r1, IS_FP32, PRECISION) + matmul(d2.to(RDT), r2, IS_FP32, PRECISION)
+            d_all = join_gates(d0, d1, d2, d3, BLOCK_B, BLOCK_D, G)
         else:  # elman
-            d0 = elman_cell_backward(g0, dh)
-            d1, d2, d3 = d0, d0, d0
-            dh = matmul(d0.to(RDT), r0, IS_FP32, PRECISION)
-        dgt = dg_rows + t * G_B * HD
-        tl.store(dgt, d0.to(dg_ptr.dtype.element_ty), mask=mask)
-        if G_B > 1:
-            tl.store(dgt + 1 * HD, d1.to(dg_ptr.dtype.element_ty), mask=mask)
-            tl.store(dgt + 2 * HD, d2.to(dg_ptr.dtype.element_ty), mask=mask)
-            tl.store(dgt + 3 * HD, d3.to(dg_ptr.dtype.element_ty), mask=mask)
+            d_all = elman_cell_backward(g0, dh)
+        dG = d_all.to(dg_ptr.dtype.element_ty)
+        dh = direct + matmul(dG.to(RDT), r_all, IS_FP32, PRECISION)
+        tl.store(dg_rows + t * G_B * HD, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
     tl.store(ds0_rows, dh.to(ds0_ptr.dtype.element_ty), mask=mask)
@@ -176,24 +207,26 @@ def parameter_grads(dG, out, states, function):
     return dG[:, :, fn.w_gates], dR, db
 
 
-def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None):
+def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
     """Launch :func:`fused_backward_kernel`: returns ``(dG [B, T, G_b, NH, DH], d_states [S, B, 1, NH, DH])``.
 
-    ``d_out`` [S, B, T, NH, DH] is dL/d(all states) with dL/d(last states) already added at the last step.
+    ``d_out`` [S, B, T, NH, DH] is dL/d(all states); ``d_last`` [S, B, 1, NH, DH] dL/d(last states), or None when
+    it is already added into ``d_out`` at the last step.
     """
     fn = get_function(function)
     S, B, T, NH, DH = out.shape
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
+    d_last = d_last.contiguous() if d_last is not None else None
     cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
     dG = new_output(B, T, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
     ds0 = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
     grid = (NH, triton.cdiv(B, cfg.block_b))
     fused_backward_kernel[grid](
-        gates, out, states, R, d_out, dG, ds0,
+        gates, out, states, R, d_out, d_last if d_last is not None else states, dG, ds0,
         B, T, NH, B * T * NH * DH,
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
-        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip,
-        IS_FP32=out.dtype == torch.float32, PRECISION=runtime.dot_precision(out.dtype),
-        **cfg.launch(),
+        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=d_last is not None,
+        FAST=fast_activations(out.dtype), IS_FP32=out.dtype == torch.float32,
+        PRECISION=runtime.dot_precision(out.dtype), **cfg.launch(),
     )  # fmt: skip
     return dG, ds0

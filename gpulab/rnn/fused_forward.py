@@ -3,23 +3,38 @@
 What you will learn:
 
 - **R stays on chip.** One program per (head n, batch tile) loads its head's recurrent weights, G_r blocks of
-  DH x DH, into registers *once*, then runs all T steps. The ``alternating`` backend reads R from memory at every
-  step (T times); here it is read once.
+  DH x DH, *once*, as one tile R_all^T [DH, G * DH] (all gates side by side), then runs all T steps. The
+  ``alternating`` backend reads R from memory at every step (T times); here it is read once. (Triton keeps a
+  ``tl.dot`` operand that never changes in shared memory and feeds it to the tensor cores from there.)
 - **The time loop is inside the kernel.** One launch instead of ~2T; the state h (and c) lives in registers in fp32
   from the first step to the last and never makes a round trip through HBM (each h_t is still *written*: it is
   the output).
-- **Prefetch.** The loads of step t+1's input projections Wx_{t+1} are issued before step t's products, so their
-  memory latency hides behind the step's compute instead of adding to it.
+- **A step is a latency chain: shorten it.** With B = 16 a program is alone on its SM and nothing hides its
+  latency, so a step costs the sum of its dependent parts. Three choices make the chain short:
+
+  * *one product per step for all gates*: ``h @ R_all^T`` [BLOCK_B, DH] x [DH, G * DH], and one load of Wx_t and
+    one store of the gates, each [BLOCK_B, G * DH]. Every tile whose layout differs between memory and the tensor
+    cores makes a round trip through shared memory with barriers (a ``convert_layout``): one per tile, so few big
+    tiles beat many small ones. The gates come apart again with ``reshape``/``permute``/``split``, which costs
+    nothing: in the tensor cores' output layout a thread already holds all G gates of its units.
+  * *prefetch two steps ahead*: the loads of Wx_{t+2} are issued at step t, so memory latency (about one step)
+    never stalls the chain;
+  * *one-instruction activations* for 16-bit dtypes on the GPU: ``tanh.approx.f32`` (and sigmoid(x) =
+    (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division, ten special-function instructions per unit down to
+    five. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
+    cells of :mod:`gpulab.rnn.cells`.
+
 - **Write only what the backward needs.** Besides the outputs (all states), the gate pre-activations (G_b per
   step, in the compute dtype) when a gradient is needed; nothing else.
 
-Per step, for the program's rows (batch tile) of head n (``@`` = ``tl.dot`` on fp32-accumulating tensor cores):
+Per step, for the program's rows (batch tile) of head n (``@`` = ``tl.dot`` on fp32-accumulating tensor cores;
+G = 4 gate slots for lstm and gru, 1 for elman):
 
-    Ry_g = h_{t-1} @ R[g, n]^T                  g < G_r, [BLOCK_B, DH] x [DH, DH]
-    lstm:  (i, f, z, o) = Wx_t + Ry + b;  h_t, c_t = lstm_cell(i, f, z, o, c_{t-1})
-    gru:   g = Ry_0 + b_0;  r = Wx_t,0 + Ry_1 + b_1;  z = Wx_t,1 + Ry_2 + b_2;  n = Wx_t,2 + b_3
-           h_t = gru_cell(g, r, z, n, h_{t-1})
-    elman: g = Wx_t + Ry_0 + b_0;  h_t = elman_cell(g)
+    pre = h_{t-1} @ R_all^T + (Wx_t + b)        [BLOCK_B, DH] x [DH, G * DH] -> [BLOCK_B, G * DH]
+    lstm:  (i, f, z, o) = pre;  h_t, c_t = lstm_cell(i, f, z, o, c_{t-1})
+    gru:   slots (g, r, z, n): g = Ry_0 + b_0;  r = Wx_t,0 + Ry_1 + b_1;  z = Wx_t,1 + Ry_2 + b_2;  n = Wx_t,2 + b_3
+           (R's slot 3 and Wx's slot 0 are zero);  h_t = gru_cell(g, r, z, n, h_{t-1})
+    elman: g = pre;  h_t = elman_cell(g)
 
 The cells are :mod:`gpulab.rnn.cells`' ``@triton.jit`` functions. Batch rows past B and head-dim columns past DH
 (when DH is not a power of two >= 16) are masked: R's padding is loaded as zero, so padded columns of h never
@@ -40,7 +55,20 @@ from gpulab.rnn.cells import elman_cell, gru_cell, lstm_cell  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
-__all__ = ["fused_forward_kernel", "fused_rnn_forward", "matmul", "load_r"]
+__all__ = [
+    "fused_forward_kernel",
+    "fused_rnn_forward",
+    "matmul",
+    "load_r",
+    "gate_columns",
+    "split_gates",
+    "fast_activations",
+]
+
+
+def fast_activations(dtype) -> bool:
+    """Whether the fused kernels use one-instruction activations: 16-bit (bf16) compute on a GPU only."""
+    return not runtime.INTERPRET and runtime.as_dtype(dtype) == torch.bfloat16
 
 
 @triton.jit
@@ -53,16 +81,69 @@ def matmul(a, b, IS_FP32: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def load_r(r_tile, r_mask, gate_stride, G_R: tl.constexpr):
-    """The G_R (1, 3 or 4) DH x DH blocks of R at ``r_tile`` (+ g * gate_stride); unused ones repeat block 0."""
-    r0 = tl.load(r_tile, mask=r_mask, other=0.0)
-    r1, r2, r3 = r0, r0, r0
-    if G_R > 1:
-        r1 = tl.load(r_tile + 1 * gate_stride, mask=r_mask, other=0.0)
-        r2 = tl.load(r_tile + 2 * gate_stride, mask=r_mask, other=0.0)
-    if G_R > 3:
-        r3 = tl.load(r_tile + 3 * gate_stride, mask=r_mask, other=0.0)
-    return r0, r1, r2, r3
+def gate_columns(G: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Column index of a [*, G * BLOCK_D] gate tile split into (gate slot, unit): slot = col // BLOCK_D."""
+    col = tl.arange(0, G * BLOCK_D)
+    return col // BLOCK_D, col % BLOCK_D
+
+
+@triton.jit
+def load_r(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, G_R: tl.constexpr, G: tl.constexpr,
+           TRANSPOSED: tl.constexpr):  # fmt: skip
+    """Head n's R [G_R, DH, DH] as one tile, gate slots side by side (slots >= G_R and padding are zero).
+
+    TRANSPOSED (the forward): R_all^T [BLOCK_D, G * BLOCK_D], element [k, g * BLOCK_D + j] = R[g, n, j, k], so that
+    ``h @ R_all^T`` gives all gates at once. Else (the backward): R_all [G * BLOCK_D, BLOCK_D], element
+    [g * BLOCK_D + j, k] = R[g, n, j, k], so that ``dG_all @ R_all`` sums dG_g @ R_g over the gates.
+    """
+    slot, j = gate_columns(G, BLOCK_D)
+    k = tl.arange(0, BLOCK_D)
+    row = r_ptr + slot * NH * DH * DH + n * DH * DH + j * DH  # start of row j of R[slot, n]
+    ok = (slot < G_R) & (j < DH)
+    if TRANSPOSED:
+        return tl.load(row[None, :] + k[:, None], mask=ok[None, :] & (k < DH)[:, None], other=0.0)
+    else:
+        return tl.load(row[:, None] + k[None, :], mask=ok[:, None] & (k < DH)[None, :], other=0.0)
+
+
+@triton.jit
+def split_gates(x, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
+    """[BLOCK_B, G * BLOCK_D] -> G tiles [BLOCK_B, BLOCK_D] (G = 4; for G = 1 the tile four times)."""
+    if G == 1:
+        return x, x, x, x
+    else:
+        x = tl.permute(tl.reshape(x, [BLOCK_B, 2, 2, BLOCK_D]), (0, 3, 1, 2))  # [b, j, a, c]: gate slot 2a + c
+        x02, x13 = tl.split(x)
+        x0, x2 = tl.split(x02)
+        x1, x3 = tl.split(x13)
+        return x0, x1, x2, x3
+
+
+@triton.jit
+def join_gates(x0, x1, x2, x3, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
+    """The inverse of :func:`split_gates`: G tiles [BLOCK_B, BLOCK_D] -> [BLOCK_B, G * BLOCK_D]."""
+    if G == 1:
+        return x0
+    else:
+        x = tl.join(tl.join(x0, x2), tl.join(x1, x3))  # [b, j, a, c]
+        return tl.reshape(tl.permute(x, (0, 2, 3, 1)), [BLOCK_B, G * BLOCK_D])
+
+
+@triton.jit
+def tanh_approx(x):
+    """tanh in one special-function instruction (PTX ``tanh.approx.f32``, relative error ~5e-4); GPU only."""
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def lstm_cell_approx(i, f, z, o, c):
+    """:func:`gpulab.rnn.cells.lstm_cell` with sigmoid(x) = 0.5 + 0.5 tanh(x / 2) and tanh in one instruction each."""
+    i = 0.5 + 0.5 * tanh_approx(0.5 * i)
+    f = 0.5 + 0.5 * tanh_approx(0.5 * f)
+    z = tanh_approx(z)
+    o = 0.5 + 0.5 * tanh_approx(0.5 * o)
+    c_new = f * c + i * z
+    return o * tanh_approx(c_new), c_new
 
 
 @triton.jit
@@ -87,102 +168,75 @@ def fused_forward_kernel(
     BLOCK_D: tl.constexpr,
     SAVE_GATES: tl.constexpr,
     R_ON_CHIP: tl.constexpr,
+    FAST: tl.constexpr,  # one-instruction activations (lstm_cell_approx); see fast_activations()
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     """Program (n, tile): head n, batch rows [tile * BLOCK_B, (tile + 1) * BLOCK_B), all T steps."""
+    G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots of the all-gates tiles (gru's 3 + 1 padded to 4)
     n = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, BLOCK_D)
-    mask = (rows < B)[:, None] & (cols < DH)[None, :]
     HD = NH * DH  # elements of one (gate or state) slice of all heads
 
-    # R^T of this head, per gate: rt_g[k, j] = R[g, n, j, k], so that Ry_g = h @ rt_g. Loaded once, into
-    # registers (R_ON_CHIP), or for head dims too large for that, re-read every step (it then stays in L1).
-    r_tile = r_ptr + n * DH * DH + cols[:, None] + cols[None, :] * DH
-    r_mask = (cols < DH)[:, None] & (cols < DH)[None, :]
+    # R_all^T of this head [BLOCK_D, G * BLOCK_D], loaded once (R_ON_CHIP), or re-read every step (from L1 at best;
+    # it is staged through shared memory either way, so gpulab.rnn.tiling keeps it on chip whenever it fits).
     if R_ON_CHIP:
-        rt0, rt1, rt2, rt3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
-    # biases, fp32 [1, BLOCK_D] rows broadcast over the batch tile
-    b_row = b_ptr + n * DH + cols[None, :]
-    b_mask = (cols < DH)[None, :]
-    b0 = tl.load(b_row, mask=b_mask, other=0.0).to(tl.float32)
-    b1 = b0
-    b2 = b0
-    b3 = b0
-    if G_B > 1:
-        b1 = tl.load(b_row + 1 * HD, mask=b_mask, other=0.0).to(tl.float32)
-        b2 = tl.load(b_row + 2 * HD, mask=b_mask, other=0.0).to(tl.float32)
-        b3 = tl.load(b_row + 3 * HD, mask=b_mask, other=0.0).to(tl.float32)
+        rt = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True)
 
-    # states, fp32 in registers for the whole sequence
+    # all-gates tiles [BLOCK_B, G * BLOCK_D]: column (slot, j) of head n. Wx's gate for slot s is s - (G_B - G_W)
+    # (gru's Wx starts at slot 1), biases are per slot.
+    slot, j = gate_columns(G, BLOCK_D)
+    wslot = slot - (G_B - G_W)
+    row_ok = (rows < B)[:, None]
+    wx_mask = row_ok & ((wslot >= 0) & (wslot < G_W) & (j < DH))[None, :]
+    bias = tl.load(b_ptr + slot * HD + n * DH + j, mask=(slot < G_B) & (j < DH), other=0.0).to(tl.float32)[None, :]
+    wx_rows = wx_ptr + rows[:, None].to(tl.int64) * T * G_W * HD + (wslot * HD + n * DH + j)[None, :]
+    gate_rows = gates_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
+    gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
+
+    # states [BLOCK_B, BLOCK_D], fp32 in registers for the whole sequence
+    cols = tl.arange(0, BLOCK_D)
+    mask = row_ok & (cols < DH)[None, :]
     s_off = rows[:, None] * HD + n * DH + cols[None, :]  # [S, B, 1, NH, DH] without the state offset
     h = tl.load(s0_ptr + s_off, mask=mask, other=0.0).to(tl.float32)
     c = h
     if FUNCTION == 0:
         c = tl.load(s0_ptr + B * HD + s_off, mask=mask, other=0.0).to(tl.float32)
-
-    # row pointers of step 0; step t adds t * (row stride of T)
-    wx_rows = wx_ptr + rows[:, None].to(tl.int64) * T * G_W * HD + n * DH + cols[None, :]
     out_rows = out_ptr + rows[:, None].to(tl.int64) * T * HD + n * DH + cols[None, :]
-    gate_rows = gates_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + n * DH + cols[None, :]
+    state = tl.arange(0, 2)  # h, c of the LSTM: state_stride apart
+    hc_rows = out_rows[:, :, None] + (state * state_stride)[None, None, :]
+    hc_mask = mask[:, :, None] & (state < 2)[None, None, :]
 
-    # prefetch step 0's Wx
-    x0 = tl.load(wx_rows, mask=mask, other=0.0)
-    x1 = x0
-    x2 = x0
-    x3 = x0
-    if G_W > 1:
-        x1 = tl.load(wx_rows + 1 * HD, mask=mask, other=0.0)
-        x2 = tl.load(wx_rows + 2 * HD, mask=mask, other=0.0)
-    if G_W > 3:
-        x3 = tl.load(wx_rows + 3 * HD, mask=mask, other=0.0)
+    # prefetch: Wx of steps 0 and 1 (x_next, x_after); step t issues the load of step t + 2
+    x_next = tl.load(wx_rows, mask=wx_mask, other=0.0)
+    x_after = tl.load(wx_rows + G_W * HD, mask=wx_mask & (T > 1), other=0.0)
 
     for t in range(T):
-        # this step's inputs are the prefetched ones; issue the loads of step t+1 now (masked off after the end)
-        w0, w1, w2, w3 = x0.to(tl.float32), x1.to(tl.float32), x2.to(tl.float32), x3.to(tl.float32)
-        nxt = wx_rows + (t + 1) * G_W * HD
-        nmask = mask & (t + 1 < T)
-        x0 = tl.load(nxt, mask=nmask, other=0.0)
-        if G_W > 1:
-            x1 = tl.load(nxt + 1 * HD, mask=nmask, other=0.0)
-            x2 = tl.load(nxt + 2 * HD, mask=nmask, other=0.0)
-        if G_W > 3:
-            x3 = tl.load(nxt + 3 * HD, mask=nmask, other=0.0)
+        x = x_next
+        x_next = x_after
+        x_after = tl.load(wx_rows + (t + 2) * G_W * HD, mask=wx_mask & (t + 2 < T), other=0.0)
 
-        # the recurrent products: the only part of a step that mixes units
+        # the recurrent product, all gates at once: the only part of a step that mixes units
         if not R_ON_CHIP:
-            rt0, rt1, rt2, rt3 = load_r(r_tile, r_mask, NH * DH * DH, G_R)
-        hq = h.to(r_ptr.dtype.element_ty)
-        ry0 = matmul(hq, rt0, IS_FP32, PRECISION)
+            rt = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True)
+        pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + (x.to(tl.float32) + bias)
+        g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_D, G)
         if FUNCTION == 0:  # lstm: i, f, z, o
-            g0 = w0 + ry0 + b0
-            g1 = w1 + matmul(hq, rt1, IS_FP32, PRECISION) + b1
-            g2 = w2 + matmul(hq, rt2, IS_FP32, PRECISION) + b2
-            g3 = w3 + matmul(hq, rt3, IS_FP32, PRECISION) + b3
-            h, c = lstm_cell(g0, g1, g2, g3, c)
+            if FAST:
+                h, c = lstm_cell_approx(g0, g1, g2, g3, c)
+            else:
+                h, c = lstm_cell(g0, g1, g2, g3, c)
         elif FUNCTION == 1:  # gru: g (recurrent only), r, z, n (input only)
-            g0 = ry0 + b0
-            g1 = w0 + matmul(hq, rt1, IS_FP32, PRECISION) + b1
-            g2 = w1 + matmul(hq, rt2, IS_FP32, PRECISION) + b2
-            g3 = w2 + b3
             h = gru_cell(g0, g1, g2, g3, h)
         else:  # elman
-            g0 = w0 + ry0 + b0
-            g1, g2, g3 = g0, g0, g0
             h = elman_cell(g0)
 
-        out_t = out_rows + t * HD
-        tl.store(out_t, h.to(out_ptr.dtype.element_ty), mask=mask)
-        if FUNCTION == 0:
-            tl.store(out_t + state_stride, c.to(out_ptr.dtype.element_ty), mask=mask)
+        if FUNCTION == 0:  # h_t and c_t as one [BLOCK_B, BLOCK_D, 2] tile: one layout round trip, not two
+            tl.store(hc_rows + t * HD, tl.join(h, c).to(out_ptr.dtype.element_ty), mask=hc_mask)
+        else:
+            tl.store(out_rows + t * HD, h.to(out_ptr.dtype.element_ty), mask=mask)
         if SAVE_GATES:
-            gt = gate_rows + t * G_B * HD
-            tl.store(gt, g0.to(gates_ptr.dtype.element_ty), mask=mask)
-            if G_B > 1:
-                tl.store(gt + 1 * HD, g1.to(gates_ptr.dtype.element_ty), mask=mask)
-                tl.store(gt + 2 * HD, g2.to(gates_ptr.dtype.element_ty), mask=mask)
-                tl.store(gt + 3 * HD, g3.to(gates_ptr.dtype.element_ty), mask=mask)
+            tl.store(gate_rows + t * G_B * HD, pre.to(gates_ptr.dtype.element_ty), mask=gate_mask)
 
     tl.store(last_ptr + s_off, h.to(last_ptr.dtype.element_ty), mask=mask)
     if FUNCTION == 0:
@@ -209,7 +263,7 @@ def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
         B, T, NH, B * T * NH * DH,
         FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
         BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, SAVE_GATES=save_gates, R_ON_CHIP=cfg.r_on_chip,
-        IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype),
+        FAST=fast_activations(Wx.dtype), IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype),
         **cfg.launch(),
     )  # fmt: skip
     return out, last, gates

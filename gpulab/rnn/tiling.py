@@ -1,36 +1,39 @@
 """Does the ``fused`` kernel fit, and with which tile? A small integer constraint problem, as in FlashRNN's ConstrINT.
 
-What you will learn: the fused RNN kernels keep a head's recurrent weights R *in registers* for the whole
-sequence, so whether they can run at all is a question of on-chip capacity, answered before launch.
+What you will learn: the fused RNN kernels keep a head's recurrent weights R *on chip* for the whole sequence, so
+whether they can run at all is a question of on-chip capacity, answered before launch.
 
 The unknowns, for one problem (B, NH, DH, function, dtype) on one GPU (a :class:`gpulab.hardware.GPUSpec`):
 
 - ``block_b`` in {16, 32, 64, 128}: batch rows per program (``tl.dot`` needs at least 16 rows);
 - ``num_warps`` in {4, 8, 16}: threads per program = 32 * num_warps;
-- ``r_on_chip`` in {True, False}: R held in registers for the whole sequence, or re-read at every step (it then
-  stays in the SM's L1 cache, if it fits there: the fallback for large head dims, slower by the L1 traffic).
+- ``r_on_chip`` in {True, False}: R loaded once and kept for the whole sequence, or re-read at every step (from L1
+  at best). Both stage R through shared memory: the kernels multiply by R as *one* tile for all gates,
+  R_all [DH, G * DH], and Triton keeps a ``tl.dot`` operand in shared memory (measured: the compiled kernels'
+  shared memory is R_all plus one [block_b, G * DH] layout-conversion buffer). So re-reading costs the same
+  capacity and only adds traffic: it never wins, and is listed for comparison.
 
 The grid is NH * ceil(B / block_b) programs, each running the whole time loop for one head and batch tile.
-Constraints (D = head dim padded to a power of two >= 16, G = gates, e = bytes per element):
+Constraints (D = head dim padded to a power of two >= 16, G = 4 gate slots (gru's 3 recurrent gates padded to 4;
+1 for elman), e = bytes per element):
 
-1. registers of R:  G_r * D * D * e / 4  (32-bit registers, shared out over the program's threads), or, with
-                    r_on_chip False, G_r * D * D * e bytes <= the L1 left beside shared memory
-2. live tiles:      ``TILES`` fp32 [block_b, D] tiles (gate accumulators, states, the prefetched Wx, for the
-                    backward also dh, dc, dG): ``TILES * block_b * D`` registers
-3. per thread:      (1 + 2) / (32 * num_warps) + ``OVERHEAD`` <= the GPU's registers per thread (255)
-4. per SM:          a program's registers <= the register file (64 K), i.e. at least one program fits on an SM
-5. shared memory:   the layout conversion of h (and dG) between the dot's output and input layouts:
-                    (G_r + 1) * block_b * D * 4 bytes <= shared memory per block
+1. shared memory:  R_all, G * D * D * e, plus the conversion buffer G * block_b * D * e
+                   <= shared memory per block (and per SM, for several programs on one SM)
+2. live tiles:     ``tiles(function, direction)`` [block_b, D] tiles of 32-bit registers (fp32 gate
+                   pre-activations, states, the prefetched 16-bit inputs, the 64-bit addresses of the all-gates
+                   tiles), calibrated on the compiled kernels' register counts (Triton 3.6, H100)
+3. per thread:     2 * block_b * D / (32 * num_warps) + ``OVERHEAD`` <= the GPU's registers per thread (255)
+4. per SM:         a program's registers <= the register file (64 K), i.e. at least one program fits on an SM
 
 Objective: the least estimated time per step. Programs run concurrently; a step costs a fixed latency (the chain
 load -> dot -> cell -> store of one step) plus the tensor-core work of the programs sharing an SM; so the score is
 ``rounds * (LATENCY + programs_per_SM * block_b * G_r * D^2 / RATE)`` with rounds = ceil(programs / slots).
-Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` registers (room for the compiler to
-issue the prefetch loads early: measured faster on the H100), else the fewest warps.
-Nothing satisfies 1-5 when R alone is too big: then :func:`fused_tiling` raises a ValueError that says how much
+Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` registers (measured on the H100: at
+DH = 64, 8 warps beat 4 and 16 in the forward), else the fewest warps.
+Nothing satisfies 1-4 when R alone is too big: then :func:`fused_tiling` raises a ValueError that says how much
 on-chip memory a head needs and what to do (backend='alternating', more heads, 16-bit dtype).
 
-``stages`` (Wx prefetch depth) is fixed at 1: the kernel loads step t+1's Wx while computing step t, into registers.
+``stages`` is fixed at 1 (no Triton software pipelining): the kernels prefetch their inputs themselves.
 Everything is testable on CPU for any GPU in :data:`gpulab.hardware.SPECS`.
 """
 
@@ -49,20 +52,31 @@ __all__ = ["FusedTiling", "candidates", "fused_tiling", "fits", "explain", "BLOC
 
 BLOCK_B = (16, 32, 64, 128)
 NUM_WARPS = (4, 8, 16)
-OVERHEAD = 24  # registers per thread for addresses, loop counters, masks, temporaries
+OVERHEAD = 24  # registers per thread for scalars, loop counters, temporaries
 ROOMY = 128
 L1_RATE = 200.0  # bytes per ns per SM from L1 (about 128 B/clock): the cost of re-reading R every step
 LATENCY = 400.0  # ns, one step's dependent chain at small tiles (measured order of magnitude on the H100)
 RATE = 4.0e3  # dense FLOP per ns per SM for mma.sync-sized tiles (about 1/2 of peak/SM on an H100)
 
 
+def slots(function) -> int:
+    """Gate slots of the kernels' all-gates tiles: 4 (lstm; gru's gates padded to 4) or 1 (elman)."""
+    return 4 if get_function(function).gates_b > 1 else 1
+
+
 def tiles(function, direction: str) -> int:
-    """Live fp32 [block_b, D] tiles of the forward or backward kernel for ``function`` (constraint 2)."""
+    """Live [block_b, D] tiles of 32-bit registers of the forward or backward kernel (constraint 2).
+
+    Calibrated on the compiled kernels (Triton 3.6, sm_90, LSTM: 19 forward, 22 backward): per gate slot the fp32
+    pre-activations and the 64-bit addresses of the all-gates loads and stores, the 16-bit inputs prefetched ahead,
+    and the fp32 states (and in the backward dh, dc and the gate gradients).
+    """
     fn = get_function(function)
-    if direction == "forward":  # gate accumulators (G_r), states (S), prefetched Wx (G_w)
-        return fn.gates_r + fn.states + fn.gates_w
-    if direction == "backward":  # dG and the saved gates (G_b each), dh, dc, their prefetched loads, dh accumulator
-        return 2 * fn.gates_b + 2 * fn.states + 4
+    g = slots(fn)
+    if direction == "forward":
+        return 4 * g + 2 * fn.states - 1
+    if direction == "backward":
+        return 5 * g + 2
     raise ValueError(f"direction={direction!r}; use 'forward' or 'backward'.")
 
 
@@ -94,7 +108,7 @@ def _dtype_size(dtype) -> int:
 
 
 def candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
-    """Every (block_b, num_warps) with its resource counts and whether constraints 1-5 hold."""
+    """Every (r_on_chip, block_b, num_warps) with its resource counts and whether constraints 1-4 hold."""
     b = runtime.positive_int("batch", batch)
     nh = runtime.positive_int("num_heads", num_heads)
     dh = runtime.positive_int("head_dim", head_dim)
@@ -102,34 +116,32 @@ def candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     spec = hardware.spec(gpu)
     e = _dtype_size(dtype)
     d = runtime.dot_block(dh)
-    r_regs = fn.gates_r * d * d * e / 4
+    g = slots(fn)
     out = []
     max_bb = max(16, runtime.next_power_of_2(b))
-    r_bytes = int(fn.gates_r * d * d * e)
+    r_bytes = int(g * d * d * e)  # R_all, the gate slots side by side
     for on_chip, bb, w in itertools.product((True, False), BLOCK_B, NUM_WARPS):
         if bb > max_bb:
             continue
         threads = 32 * w
-        live = tiles(fn, direction) * bb * d + (r_regs if on_chip else 0)
-        regs = math.ceil(live / threads) + OVERHEAD
-        smem = (fn.gates_r + 1) * bb * d * 4
+        regs = math.ceil(tiles(fn, direction) * bb * d / threads) + OVERHEAD
+        smem = r_bytes + g * bb * d * e  # R_all staged for the tensor cores + one layout-conversion buffer
         programs = nh * math.ceil(b / bb)
         per_sm = min(spec.registers_per_sm // (regs * threads), spec.smem_per_sm // max(smem, 1), 64 // w)
         reason = ""
-        if not on_chip and r_bytes > spec.l1_per_sm - smem:
-            reason = f"R ({r_bytes // 1024} KB) does not fit the {spec.l1_per_sm // 1024} KB L1 either"
+        if smem > spec.smem_per_block:
+            reason = f"R_all ({r_bytes // 1024} KB) and a {bb}-row buffer need {smem} B of shared memory > "
+            reason += f"{spec.smem_per_block} per block"
         elif regs > spec.max_registers_per_thread:
             reason = f"{regs} registers per thread > {spec.max_registers_per_thread}"
         elif per_sm < 1:
             reason = f"a program needs {regs * threads} registers > {spec.registers_per_sm} per SM"
-        elif smem > spec.smem_per_block:
-            reason = f"{smem} B of shared memory > {spec.smem_per_block} per block"
         score = math.inf
         if not reason:
             if not on_chip:
                 per_sm = 1  # programs sharing an SM would share (and evict) its L1
-            slots = spec.sm_count * per_sm
-            rounds = math.ceil(programs / slots)
+            resident = spec.sm_count * per_sm  # programs that run at once
+            rounds = math.ceil(programs / resident)
             on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
             step = LATENCY + on_sm * bb * 2 * fn.gates_r * d * d / RATE
             score = rounds * (step + (0 if on_chip else r_bytes / L1_RATE))
@@ -153,17 +165,16 @@ def fused_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
         return min(ok, key=lambda c: (c.score, c.registers_per_thread > ROOMY, c.num_warps, c.block_b))
     fn = get_function(function)
     spec = hardware.spec(gpu)
-    need = fn.gates_r * head_dim * head_dim * _dtype_size(dtype)
-    chip = spec.registers_per_sm * 4
+    need = slots(fn) * head_dim * head_dim * _dtype_size(dtype)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16 and c.num_warps == NUM_WARPS[-1]))
     dt = str(runtime.as_dtype(dtype)).replace("torch.", "")
     hint = "use backend='alternating' or more heads (a smaller head dim)"
     if _dtype_size(dtype) > 2:
         hint += ", or float16/bfloat16 (half the bytes)"
     raise ValueError(
-        f"head dim {head_dim} needs {need / 1e6:.2g} MB of on-chip memory per head for R alone ({fn.gates_r} gates x "
-        f"{head_dim}^2 x {dt}), more than one {spec.name} SM holds for the fused {direction} kernel beside "
-        f"its working tiles ({chip // 1024} KB of registers, {spec.l1_per_sm // 1024} KB of L1: {why}); {hint}."
+        f"head dim {head_dim} needs {need / 1e6:.2g} MB of on-chip memory per head for R alone ({slots(fn)} gate "
+        f"slots x {head_dim}^2 x {dt}), more than one {spec.name} SM holds for the fused {direction} kernel beside "
+        f"its working tiles ({spec.smem_per_block // 1024} KB of shared memory per block: {why}); {hint}."
     )
 
 
@@ -186,7 +197,7 @@ def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, g
     try:
         best = fused_tiling(batch, num_heads, head_dim, function, dtype, gpu, direction)
         lines.append(
-            f"chosen: R {'in registers' if best.r_on_chip else 're-read from L1 every step'}, "
+            f"chosen: R {'on chip' if best.r_on_chip else 're-read every step'}, "
             f"block_b={best.block_b}, num_warps={best.num_warps}, stages={best.num_stages}"
         )
     except ValueError as exc:
