@@ -126,18 +126,11 @@ class _Bench:
                     **{"pass": "fwd+bwd" if training else "fwd", "mode": "eager", **params},
                 )
         except Exception as exc:  # noqa: BLE001 - a backend that cannot run here is a result too
-            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else type(exc).__name__
-            print(f"{case}: unavailable ({msg})")
-            from gpulab import bench
-
-            env = bench.environment()
-            r = bench.Result(
-                lesson="05", case=case, ms=math.nan, dtype=str(dtype).replace("torch.", ""),
-                shape=[B, T, NH, DH], device=env["device"], sm_count=env["sm_count"], torch=env["torch"],
-                triton=env["triton"], mode=env["mode"], date=env["date"],
-                params={"B": B, "T": T, "NH": NH, "DH": DH, "status": f"unavailable: {msg}",
-                        "pass": "fwd+bwd" if training else "fwd", "mode": "eager", **params},
-            )  # fmt: skip
+            # The whole message (a compiler error's first line says only where it happened), trimmed for the file.
+            msg = f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}" if str(exc) else type(exc).__name__
+            print(f"{case}: unavailable ({msg[:300]})")
+            r = _record(case, B, T, NH, DH, dtype, f"unavailable: {msg}",
+                        **{"pass": "fwd+bwd" if training else "fwd", "mode": "eager", **params})  # fmt: skip
         r.params["ns_per_step"] = r.ms * 1e6 / T if r.ms == r.ms else None
         self.results.append(r)
         if runtime.on_gpu():
@@ -190,17 +183,17 @@ def _ours(bm, sweep, B, T, NH, DH, dtype, backends=("fused", "alternating", "van
                     sweep=sweep, check=status)  # fmt: skip
 
 
-def _skip(sweep, backend, B, T, NH, DH, dtype, why):
+def _record(case, B, T, NH, DH, dtype, status, **params):
+    """A record without a time: a configuration that did not run, and why (``status``)."""
     from gpulab import bench
 
-    env = bench.environment()
-    return bench.Result(
-        lesson="05", case=f"gpulab {backend}", ms=math.nan, dtype=str(dtype).replace("torch.", ""),
-        shape=[B, T, NH, DH], device=env["device"], sm_count=env["sm_count"], torch=env["torch"],
-        triton=env["triton"], mode=env["mode"], date=env["date"],
-        params={"B": B, "T": T, "NH": NH, "DH": DH, "backend": backend, "sweep": sweep, "pass": "fwd",
-                "mode": "eager", "status": why, "ns_per_step": None},
-    )  # fmt: skip
+    return bench.record(lesson="05", case=case, dtype=dtype, shape=[B, T, NH, DH], B=B, T=T, NH=NH, DH=DH,
+                        status=status, ns_per_step=None, **params)  # fmt: skip
+
+
+def _skip(sweep, backend, B, T, NH, DH, dtype, why):
+    return _record(f"gpulab {backend}", B, T, NH, DH, dtype, why, backend=backend, sweep=sweep, mode="eager",
+                   **{"pass": "fwd"})  # fmt: skip
 
 
 def _package(bm, B, T, NH, DH, dtype):
@@ -212,8 +205,21 @@ def _package(bm, B, T, NH, DH, dtype):
                 backend=f"flashrnn {backend}", sweep="main")  # fmt: skip
     why = "unavailable, not attempted: flashrnn's CUDA extension does not build on CUDA 13 (see issue #7)"
     for backend in ("cuda", "cuda_fused"):  # CUDA extensions built at first use; not attempted (minutes, then fail)
-        bm.results.append(_skip("main", f"flashrnn {backend}", B, T, NH, DH, dtype, why))
-        bm.results[-1].case = f"flashrnn {backend}"
+        bm.results.append(
+            _record(
+                f"flashrnn {backend}",
+                B,
+                T,
+                NH,
+                DH,
+                dtype,
+                why,
+                backend=f"flashrnn {backend}",
+                sweep="main",
+                mode="eager",
+                **{"pass": "fwd"},
+            )  # fmt: skip
+        )
 
 
 def _dense(bm, B, T, H, dtypes, heads):
@@ -309,8 +315,10 @@ def _find(results, backend, pass_, mode="eager", sweep="main"):
 
 
 def summary_table(results) -> str:
-    """Every record: case, pass, mode, B/NH/DH, ms, ns per step, TFLOP/s, x vanilla, status."""
-    head = f"{'case':30s} {'sweep':10s} {'pass':8s} {'mode':5s} {'B':>4s} {'NH':>3s} {'DH':>4s} {'ms':>9s} "
+    """Every record: case, dtype, pass, mode, B/NH/DH, ms, ns per step, TFLOP/s, x vanilla, status."""
+    head = (
+        f"{'case':30s} {'dtype':8s} {'sweep':10s} {'pass':8s} {'mode':5s} {'B':>4s} {'NH':>3s} {'DH':>4s} {'ms':>9s} "
+    )
     head += f"{'ns/step':>9s} {'TFLOP/s':>8s} {'x vanilla':>9s}  status"
     lines = [head, "-" * len(head)]
     for r in results:
@@ -324,9 +332,9 @@ def summary_table(results) -> str:
         if p.get("check") not in (None, "ok", "-"):
             st += " CHECK " + p["check"][:40]
         lines.append(
-            f"{r.case[:30]:30s} {p.get('sweep', ''):10s} {p.get('pass', ''):8s} {p.get('mode', ''):5s} "
-            f"{p.get('B', '')!s:>4s} {p.get('NH', '')!s:>3s} {p.get('DH', '')!s:>4s} {ms:>9s} {ns:>9s} {tf:>8s} "
-            f"{vs:>9s}  {st}"
+            f"{r.case[:30]:30s} {(r.dtype or '')[:8]:8s} {p.get('sweep', ''):10s} {p.get('pass', ''):8s} "
+            f"{p.get('mode', ''):5s} {p.get('B', '')!s:>4s} {p.get('NH', '')!s:>3s} {p.get('DH', '')!s:>4s} "
+            f"{ms:>9s} {ns:>9s} {tf:>8s} {vs:>9s}  {st}"
         )
     return "\n".join(lines)
 
