@@ -26,6 +26,7 @@ import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
 from gpulab.rnn.api import new_output  # noqa: E402
+from gpulab.rnn.autograd import TritonRNN  # noqa: E402
 from gpulab.rnn.cells import (  # noqa: E402
     elman_cell,
     elman_cell_backward,
@@ -35,9 +36,8 @@ from gpulab.rnn.cells import (  # noqa: E402
     lstm_cell_backward,
 )
 from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.fused_backward import parameter_grads  # noqa: E402
 
-__all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "AlternatingRNN", "alternating_forward"]
+__all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "alternating_forward"]
 
 
 @triton.jit
@@ -207,9 +207,13 @@ def alternating_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True):
     return out, last, gates if save_gates else None
 
 
-def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm"):
-    """The reverse step loop: returns ``(dG [B, T, G_b, NH, DH], d_states [S, B, 1, NH, DH])``."""
+def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm", d_last=None):
+    """The reverse step loop: returns ``(dG [B, T, G_b, NH, DH], d_states [S, B, 1, NH, DH])``. ``d_last``
+    ([S, B, 1, NH, DH] or None): the gradient of the last states, added to that of the last step's outputs."""
     fn = get_function(function)
+    if d_last is not None:
+        d_out = d_out.clone()
+        d_out[:, :, -1:] += d_last
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
     S, B, T, NH, DH = out.shape
     dev, dt = out.device, out.dtype
@@ -231,29 +235,6 @@ def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm"):
     return dG, ds0.unsqueeze(2).to(states.dtype)
 
 
-class AlternatingRNN(torch.autograd.Function):
-    """``AlternatingRNN.apply(Wx, R, b, states, function) -> (states_all, states_last)``."""
-
-    @staticmethod
-    def forward(ctx, Wx, R, b, states, function):
-        need_grad = any(ctx.needs_input_grad[:4])
-        out, last, gates = alternating_rnn_forward(Wx, R, b, states, function, save_gates=need_grad)
-        ctx.function = function
-        if need_grad:
-            ctx.save_for_backward(R, states, out, gates)
-        return out, last
-
-    @staticmethod
-    def backward(ctx, d_out, d_last):
-        R, states, out, gates = ctx.saved_tensors
-        d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype).clone()
-        if d_last is not None:
-            d[:, :, -1:] += d_last.to(out.dtype)
-        dG, ds0 = alternating_rnn_backward(d, gates, out, states, R, ctx.function)
-        dWx, dR, db = parameter_grads(dG, out, states, ctx.function)
-        return dWx, dR, db, ds0, None
-
-
 def alternating_forward(Wx, R, b, states, function="lstm"):
     """The ``alternating`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype)."""
-    return AlternatingRNN.apply(Wx, R, b, states, function)
+    return TritonRNN.apply(Wx, R, b, states, function, alternating_rnn_forward, alternating_rnn_backward)

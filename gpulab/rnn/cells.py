@@ -52,6 +52,7 @@ __all__ = [
     "gru_cell",
     "elman_cell",
     "lstm_cell_backward",
+    "lstm_gate_grads",
     "gru_cell_backward",
     "elman_cell_backward",
     "cell_step_torch",
@@ -110,7 +111,13 @@ def lstm_cell_backward(i, f, z, o, c_prev, dh, dc):
     z = _tanh(z)
     o = tl.sigmoid(o)
     c = f * c_prev + i * z  # recomputed: cheaper than saving c_t in fp32
-    tc = _tanh(c)
+    return lstm_gate_grads(i, f, z, o, c_prev, _tanh(c), dh, dc)
+
+
+@triton.jit
+def lstm_gate_grads(i, f, z, o, c_prev, tc, dh, dc):
+    """The rest of :func:`lstm_cell_backward` once the activations are known: gates i' f' z' o' (after sigmoid /
+    tanh), the old c and ``tc = tanh(c_t)``. Shared with the fused kernel's fast-activation variant."""
     dc = dc + dh * o * (1.0 - tc * tc)
     di = dc * z * i * (1.0 - i)
     df = dc * c_prev * f * (1.0 - f)

@@ -42,7 +42,12 @@ import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
 from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward  # noqa: E402
+from gpulab.rnn.cells import (  # noqa: E402
+    elman_cell_backward,
+    gru_cell_backward,
+    lstm_cell_backward,
+    lstm_gate_grads,
+)
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.fused_forward import (  # noqa: E402
     fast_activations,
@@ -67,13 +72,7 @@ def lstm_cell_backward_approx(i, f, z, o, c_prev, dh, dc):
     z = tanh_approx(z)
     o = 0.5 + 0.5 * tanh_approx(0.5 * o)
     c = f * c_prev + i * z
-    tc = tanh_approx(c)
-    dc = dc + dh * o * (1.0 - tc * tc)
-    di = dc * z * i * (1.0 - i)
-    df = dc * c_prev * f * (1.0 - f)
-    dz = dc * i * (1.0 - z * z)
-    do = dh * tc * o * (1.0 - o)
-    return di, df, dz, do, dc * f
+    return lstm_gate_grads(i, f, z, o, c_prev, tanh_approx(c), dh, dc)
 
 
 @triton.jit

@@ -1,0 +1,43 @@
+"""The autograd op of the two Triton backends, ``alternating`` and ``fused``: they differ in their loops, not here.
+
+Forward: the backend's forward loop, saving the gate pre-activations only when a gradient will be needed. Backward:
+the backend's reverse-time loop writes the gate gradients dG (it reads the incoming gradients as they are;
+dL/d(last states) is its initial carried gradient), then the parameter gradients that need no recurrence, dR as one
+batched product, db as one reduction, dWx = dG (:func:`gpulab.rnn.fused_backward.parameter_grads`). Saved for the
+backward: R, the initial states, the outputs and the gates; no per-step intermediates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpulab.rnn.fused_backward import parameter_grads
+
+__all__ = ["TritonRNN"]
+
+
+class TritonRNN(torch.autograd.Function):
+    """``TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward) -> (states_all, states_last)``.
+
+    ``run_forward(Wx, R, b, states, function, save_gates) -> (states_all, states_last, gates or None)`` and
+    ``run_backward(d_states_all, gates, states_all, states, R, function, d_last=None) -> (dG, d_states)`` are a
+    backend's two loops; shapes as in :func:`gpulab.rnn.flashrnn`.
+    """
+
+    @staticmethod
+    def forward(ctx, Wx, R, b, states, function, run_forward, run_backward):
+        need_grad = any(ctx.needs_input_grad[:4])
+        out, last, gates = run_forward(Wx, R, b, states, function, save_gates=need_grad)
+        ctx.function, ctx.run_backward = function, run_backward
+        if need_grad:
+            ctx.save_for_backward(R, states, out, gates)
+        return out, last
+
+    @staticmethod
+    def backward(ctx, d_out, d_last):
+        R, states, out, gates = ctx.saved_tensors
+        d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)  # not copied: the loops only read it
+        d_last = None if d_last is None else d_last.to(out.dtype)
+        dG, ds0 = ctx.run_backward(d, gates, out, states, R, ctx.function, d_last=d_last)
+        dWx, dR, db = parameter_grads(dG, out, states, ctx.function)
+        return dWx, dR, db, ds0, None, None, None
