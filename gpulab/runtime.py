@@ -193,9 +193,10 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
     here = supported_dtypes(gpu)
     if dtype not in here:
         if gpu is None and INTERPRET and dtype == torch.bfloat16:
+            fix = f"{name}='float32'" if name == "dtype" else f"{name}.float()"  # an argument, or a tensor's dtype
             raise ValueError(
                 f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
-                f"{_names(tuple(d for d in supported if d in here))}, e.g. `{name}.float()`, or run on a GPU with bf16."
+                f"{_names(tuple(d for d in supported if d in here))}, e.g. `{fix}`, or run on a GPU with bf16."
             )
         where = f"GPU {gpu}" if gpu is not None else "this GPU"
         usable = _names(tuple(d for d in supported if d in here))
