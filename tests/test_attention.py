@@ -295,3 +295,66 @@ def test_benchmark_runs_on_cpu_and_reports():
     assert any("gpulab / SDPA default" in line for line in ab.targets(results))
     assert {r.params["kind"] for r in results} == {"throughput", "memory"}
     assert fig is not None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# autotuning (the choice logic runs anywhere; the timing on a GPU)
+
+
+def test_candidates_start_with_the_default_and_fit():
+    for kind in ("forward", "dkdv", "dq"):
+        for d in (64, 80, 128):
+            cs = A.candidates(kind, d, torch.bfloat16, 4096, 4096, gpu="H100", interpreter=False)
+            assert cs[0] == A.attention_config(kind, d, torch.bfloat16, 4096, 4096, gpu="H100", interpreter=False)
+            assert len(cs) == len(set(cs)) >= 2
+            for c in cs:
+                smem = A.smem_estimate(kind, c.block_m, c.block_n, c.block_d, 2, c.num_stages)
+                assert smem <= hardware.spec("H100").smem_per_block
+    assert len(A.candidates("forward", 64, torch.float32, 17, 17, interpreter=True)) == 1
+
+
+def test_autotune_keeps_the_fastest_skips_failures_and_remembers(monkeypatch):
+    from gpulab.attention import configs
+
+    monkeypatch.setattr(configs, "_TUNED", {})
+    cs = A.candidates("forward", 64, torch.float16, 1000, 1000, gpu="H100", interpreter=False)
+    fake_ms = {c: 3.0 - i for i, c in enumerate(cs)}  # the last candidate is fastest
+    calls = []
+
+    def run(c):
+        calls.append(c)
+        if c == cs[0]:
+            raise RuntimeError("out of resources")  # a candidate this GPU cannot run
+        return fake_ms[c]
+
+    key = configs.tuning_key("forward", 64, torch.float16, False, 1000, 1000)
+    assert key == ("forward", 64, "float16", False, 1024, 1024)
+    best = A.autotune(key, cs, run, timer=lambda fn: fn())
+    assert best == cs[-1] and calls == cs
+    assert A.autotune(key, cs, run, timer=lambda fn: fn()) == best and calls == cs  # remembered: not re-timed
+    assert A.tuned()[key]["config"] == best and A.tuned()[key]["tried"] == len(cs) - 1
+    with pytest.raises(RuntimeError, match="out of resources"):
+        A.autotune(("other",), cs[:1], run, timer=lambda fn: fn())
+
+
+def test_flash_attention_autotune_flag_runs_on_cpu_and_is_validated():
+    q, k, v, do = _inputs(1, 2, 17, 17, 16, torch.float32)
+    qg = q.clone().requires_grad_(True)
+    o = A.flash_attention(qg, k, v, is_causal=True, autotune=True)  # the interpreter keeps the fixed config
+    o.backward(do)
+    check.assert_close(o.detach(), A.attention_reference(q, k, v, is_causal=True), name="O")
+    with pytest.raises(ValueError, match="autotune"):
+        A.flash_attention(q, k, v, autotune="yes")
+
+
+@pytest.mark.gpu
+def test_gpu_autotune_is_correct_and_records_its_choice():
+    q, k, v, do = _inputs(2, 4, 1000, 1000, 64, torch.bfloat16)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o = A.flash_attention(qg, kg, vg, is_causal=True, autotune=True)
+    o.backward(do)
+    refs = A.attention_reference(q, k, v, is_causal=True, do=do)
+    for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o.detach(), qg.grad, kg.grad, vg.grad), refs):
+        check.assert_close(got, ref, dtype=torch.bfloat16, rtol=8e-2, name=name)
+    kinds = {key[0] for key in A.tuned() if key[1:4] == (64, "bfloat16", True)}
+    assert kinds == {"forward", "dkdv", "dq"}

@@ -27,7 +27,15 @@ from gpulab.attention.backward import (
     attention_dq_kernel,
     attention_preprocess_kernel,
 )
-from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config, smem_estimate
+from gpulab.attention.configs import (
+    MAX_HEAD_DIM,
+    AttentionConfig,
+    attention_config,
+    autotune,
+    candidates,
+    smem_estimate,
+    tuned,
+)
 from gpulab.attention.forward import (
     attention_forward,
     attention_forward_kernel,
@@ -63,6 +71,9 @@ __all__ = [
     "AttentionConfig",
     "attention_config",
     "smem_estimate",
+    "candidates",
+    "autotune",
+    "tuned",
     "MAX_HEAD_DIM",
     "online_softmax",
     "online_softmax_kernel",
@@ -85,26 +96,34 @@ class FlashAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False, scale=None, allow_tf32=False):
-        o, lse = attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32)
+    def forward(ctx, q, k, v, is_causal=False, scale=None, allow_tf32=False, autotune=False):
+        config = "auto" if autotune else None
+        o, lse = attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, config=config)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.is_causal, ctx.scale, ctx.allow_tf32 = is_causal, scale, allow_tf32
+        ctx.is_causal, ctx.scale, ctx.allow_tf32, ctx.autotune = is_causal, scale, allow_tf32, autotune
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(
-            do, q, k, v, o, lse, is_causal=ctx.is_causal, scale=ctx.scale, allow_tf32=ctx.allow_tf32
-        )
-        return dq, dk, dv, None, None, None
+            do, q, k, v, o, lse, is_causal=ctx.is_causal, scale=ctx.scale, allow_tf32=ctx.allow_tf32,
+            configs="auto" if ctx.autotune else None,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None
 
 
-def flash_attention(q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False):
+def flash_attention(
+    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, autotune: bool = False
+):
     """FlashAttention with SDPA's semantics; differentiable in q, k, v.
 
     fp16 and bf16 on a GPU, fp32 everywhere (IEEE products unless ``allow_tf32``); head dims 1 to 128, powers of
-    two or not; any sequence lengths. Unsupported inputs raise ValueError saying what is supported.
+    two or not; any sequence lengths. Unsupported inputs raise ValueError saying what is supported. ``autotune``:
+    on a GPU, time a few tile configs per problem on first use and keep the fastest
+    (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).
     """
     check_inputs(q, k, v, scale, allow_tf32)
-    return FlashAttentionFunction.apply(q, k, v, bool(is_causal), scale, bool(allow_tf32))
+    if not isinstance(autotune, bool):
+        raise ValueError(f"autotune must be True or False, got {autotune!r}.")
+    return FlashAttentionFunction.apply(q, k, v, bool(is_causal), scale, bool(allow_tf32), autotune)

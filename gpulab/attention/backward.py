@@ -31,7 +31,7 @@ from gpulab import runtime
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
-from gpulab.attention.configs import AttentionConfig, attention_config  # noqa: E402
+from gpulab.attention.configs import AttentionConfig, attention_config, autotune, candidates, tuning_key  # noqa: E402
 from gpulab.attention.forward import LOG2E, check_inputs  # noqa: E402
 
 __all__ = [
@@ -303,7 +303,8 @@ def attention_backward(
 ):
     """dQ, dK, dV from the inputs, the output O, its gradient dO and the saved LSE (fp32 [B, H, Nq]).
 
-    ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s. Uses O(N d) memory beyond the
+    ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s, or is ``"auto"`` to autotune both
+    on a GPU (:func:`gpulab.attention.configs.autotune`). Uses O(N d) memory beyond the
     gradients themselves: the fp32 ``D = rowsum(dO * O)``.
     """
     scale = check_inputs(q, k, v, scale, allow_tf32)
@@ -322,7 +323,14 @@ def attention_backward(
     if n_q == 0 or n_k == 0 or b * h == 0 or d == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
-    configs = configs or {}
+    if configs == "auto" and not runtime.INTERPRET:  # tune each kernel once for this problem (the other at default)
+        tuned = {}
+        for kind in ("dkdv", "dq"):
+            key = tuning_key(kind, d, q.dtype, is_causal, n_q, n_k)
+            run = lambda c, kind=kind: attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, {kind: c})  # noqa: E731
+            tuned[kind] = autotune(key, candidates(kind, d, q.dtype, n_q, n_k), run)
+        configs = tuned
+    configs = configs if isinstance(configs, dict) else {}
     cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)
     cfg_q: AttentionConfig = configs.get("dq") or attention_config("dq", d, q.dtype, n_q, n_k)
     common = dict(

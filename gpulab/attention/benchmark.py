@@ -6,7 +6,10 @@
   8 heads; sequence 1k, 4k, 16k with batch * seq = 16k; causal and not; forward and forward+backward), in one run
   so that the peers share the GPU's clocks and state:
 
-  * ``gpulab``: :func:`gpulab.attention.flash_attention`;
+  * ``gpulab``: :func:`gpulab.attention.flash_attention` with the fixed per-GPU tiles of
+    :func:`gpulab.attention.attention_config`;
+  * ``gpulab (autotuned)``: the same with ``autotune=True`` (a few candidate tiles timed per problem, the fastest
+    kept; ``params['configs']`` records the tiles each gpulab record ran with);
   * ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to ``SDPBackend.FLASH_ATTENTION``;
   * ``SDPA default``: the backend PyTorch picks (on torch 2.11 and an H100, cuDNN attention);
   * ``naive (PyTorch)``: :func:`gpulab.attention.naive_attention` (three kernels, N x N in memory), forward only at
@@ -47,7 +50,7 @@ __all__ = [
     "plot",
 ]
 
-IMPLEMENTATIONS = ("gpulab", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
+IMPLEMENTATIONS = ("gpulab", "gpulab (autotuned)", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
 TOKENS = 16384  # batch * seq in the throughput grid
 
 
@@ -87,6 +90,7 @@ def _implementations():
 
     return {
         "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
+        "gpulab (autotuned)": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, autotune=True),
         "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION),
         "SDPA default": _sdpa(None),
         "naive (PyTorch)": lambda q, k, v, c: naive_attention(q, k, v, is_causal=c),
@@ -171,8 +175,24 @@ def _measure_problem(p, impls, bench, roofline):
                 rel_err=err,
                 check=status,
             )
+            if name.startswith("gpulab"):
+                r.params["configs"] = _configs_used(name, d, dtype, causal, n, backward)
             results.append(r)
     return results
+
+
+def _configs_used(name, d, dtype, causal, n, backward) -> dict:
+    """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
+    autotuner chose for this problem."""
+    from gpulab.attention import configs as cf
+
+    out = {}
+    for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
+        c = cf.attention_config(kind, d, dtype, n, n)
+        if name.endswith("(autotuned)"):
+            c = cf.tuned().get(cf.tuning_key(kind, d, dtype, causal, n, n), {}).get("config", c)
+        out[kind] = [c.block_m, c.block_n, c.num_warps, c.num_stages]
+    return out
 
 
 def _problem_key(r):
@@ -187,7 +207,7 @@ def add_ratios(results):
         if r.params.get("kind") == "throughput":
             by[(_problem_key(r), r.params["impl"])] = r
     for (key, impl), r in by.items():
-        if impl != "gpulab":
+        if not impl.startswith("gpulab"):
             continue
         for peer, field in (("SDPA FlashAttention-2", "vs_fa2"), ("SDPA default", "vs_default")):
             other = by.get((key, peer))
@@ -354,24 +374,25 @@ def memory_table(results) -> str:
 def targets(results) -> list[str]:
     """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
     out = []
-    for direction in ("forward", "forward+backward"):
-        g = _throughput(results, direction, "gpulab")
-        fa2 = [r.params.get("vs_fa2") for r in g if r.params.get("vs_fa2")]
-        dflt = [r.params.get("vs_default") for r in g if r.params.get("vs_default")]
-        bad = [r for r in g if r.params.get("check") != "ok"]
-        if fa2:
-            met = sum(x >= 1.0 for x in fa2)
-            out.append(
-                f"{direction}: gpulab / SDPA FlashAttention-2 = {min(fa2):.2f}x .. {max(fa2):.2f}x "
-                f"(>= 1.0x in {met} of {len(fa2)} problems)"
-            )
-        if dflt:
-            out.append(
-                f"{direction}: gpulab / SDPA default = {min(dflt):.2f}x .. {max(dflt):.2f}x "
-                f"(median {sorted(dflt)[len(dflt) // 2]:.2f}x)"
-            )
-        if bad:
-            out.append(f"{direction}: {len(bad)} gpulab checks FAILED")
+    for impl in ("gpulab", "gpulab (autotuned)"):
+        for direction in ("forward", "forward+backward"):
+            g = _throughput(results, direction, impl)
+            fa2 = [r.params.get("vs_fa2") for r in g if r.params.get("vs_fa2")]
+            dflt = [r.params.get("vs_default") for r in g if r.params.get("vs_default")]
+            bad = [r for r in g if r.params.get("check") != "ok"]
+            if fa2:
+                met = sum(x >= 1.0 for x in fa2)
+                out.append(
+                    f"{direction}: {impl} / SDPA FlashAttention-2 = {min(fa2):.2f}x .. {max(fa2):.2f}x "
+                    f"(>= 1.0x in {met} of {len(fa2)} problems)"
+                )
+            if dflt:
+                out.append(
+                    f"{direction}: {impl} / SDPA default = {min(dflt):.2f}x .. {max(dflt):.2f}x "
+                    f"(median {sorted(dflt)[len(dflt) // 2]:.2f}x)"
+                )
+            if bad:
+                out.append(f"{direction}: {len(bad)} {impl} checks FAILED")
     return out
 
 

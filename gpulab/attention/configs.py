@@ -17,6 +17,12 @@ of at least 16, so a head dim of 80 runs as 128 with the extra columns masked of
 
 In the interpreter (CPU) the config is small and fixed: 16 x 16 tiles, one stage; the interpreter runs programs
 one after another, so small tiles only cost Python overhead, and they exercise the multi-block paths on tiny inputs.
+
+**Autotuning** (on a GPU, opt-in: ``flash_attention(..., autotune=True)``): :func:`candidates` lists a few configs
+around the preferred one (each shrunk to fit like the default), :func:`autotune` times each on the real inputs once
+per problem key (kind, head dim, dtype, causal, sequence lengths rounded up to powers of two) and keeps the fastest;
+:func:`tuned` returns what was chosen, so a benchmark can record it. The default stays the fixed, measured config:
+tuning costs a compilation per candidate, and its choice depends on the GPU it ran on.
 """
 
 from __future__ import annotations
@@ -27,7 +33,15 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["AttentionConfig", "attention_config", "smem_estimate", "MAX_HEAD_DIM"]
+__all__ = [
+    "AttentionConfig",
+    "attention_config",
+    "smem_estimate",
+    "candidates",
+    "autotune",
+    "tuned",
+    "MAX_HEAD_DIM",
+]
 
 MAX_HEAD_DIM = 128
 """The largest head dim the kernels take: a [BLOCK, 128] fp32 accumulator already uses most of the registers."""
@@ -73,6 +87,14 @@ _PREFERRED = {
 }
 
 
+# Alternatives tried by the autotuner, beside the preferred tile above (same meaning: block_m, block_n, warps, stages).
+_ALTERNATIVES = {
+    "forward": {64: [(128, 128, 8, 3), (64, 64, 4, 3)], 128: [(128, 32, 4, 3), (64, 64, 4, 3)]},
+    "dkdv": {64: [(64, 128, 8, 3), (32, 64, 4, 3)], 128: [(32, 128, 8, 2), (64, 64, 8, 2)]},
+    "dq": {64: [(64, 64, 4, 3), (128, 64, 8, 3)], 128: [(64, 32, 4, 3), (128, 64, 8, 2)]},
+}
+
+
 def attention_config(
     kind: str,
     head_dim: int,
@@ -97,12 +119,16 @@ def attention_config(
         interpreter = runtime.INTERPRET
     if interpreter:
         return AttentionConfig(block_m=16, block_n=16, block_d=block_d, num_warps=4, num_stages=1)
+    return _fit(kind, _PREFERRED[kind][64 if block_d <= 64 else 128], block_d, dtype, seq_q, seq_k, gpu)
 
+
+def _fit(kind, tile, block_d, dtype, seq_q, seq_k, gpu) -> AttentionConfig:
+    """``tile`` (block_m, block_n, warps, stages) adapted to the dtype, the sequence lengths and the GPU's budget."""
     from gpulab import hardware
 
     spec = hardware.spec(gpu)
     itemsize = torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
-    block_m, block_n, warps, stages = _PREFERRED[kind][64 if block_d <= 64 else 128]
+    block_m, block_n, warps, stages = tile
     if itemsize == 4:  # fp32 tiles are twice the bytes (and the registers): halve the long side
         if block_m >= block_n:
             block_m //= 2
@@ -125,3 +151,60 @@ def attention_config(
         else:
             break
     return AttentionConfig(block_m=block_m, block_n=block_n, block_d=block_d, num_warps=warps, num_stages=stages)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# autotuning (opt-in, GPU)
+
+_TUNED: dict = {}
+
+
+def candidates(kind, head_dim, dtype=torch.float16, seq_q=None, seq_k=None, gpu=None, interpreter=None):
+    """The configs :func:`autotune` tries: the default of :func:`attention_config` first, then the alternatives,
+    each fitted to the sequence lengths and the GPU in the same way; duplicates removed. One config in the
+    interpreter."""
+    first = attention_config(kind, head_dim, dtype, seq_q, seq_k, gpu, interpreter)
+    if interpreter if interpreter is not None else runtime.INTERPRET:
+        return [first]
+    out = [first]
+    for tile in _ALTERNATIVES[kind][64 if first.block_d <= 64 else 128]:
+        c = _fit(kind, tile, first.block_d, dtype, seq_q, seq_k, gpu)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def tuning_key(kind, head_dim, dtype, is_causal, seq_q, seq_k) -> tuple:
+    """What a tuned choice is kept for: sequence lengths rounded up to powers of two (similar lengths share it)."""
+    return (kind, head_dim, str(runtime.as_dtype(dtype)).replace("torch.", ""), bool(is_causal),
+            runtime.next_power_of_2(seq_q), runtime.next_power_of_2(seq_k))  # fmt: skip
+
+
+def autotune(key, configs, run, timer=None) -> AttentionConfig:
+    """The fastest of ``configs`` for ``run(config)`` (which launches the kernel with it), remembered under ``key``.
+
+    ``timer(fn) -> ms`` defaults to :func:`gpulab.bench.time_callable`'s median over a short run. A config that
+    fails to compile or launch (e.g. out of resources on this GPU) is skipped; if all fail, the error is raised.
+    """
+    if key in _TUNED:
+        return _TUNED[key][0]
+    if timer is None:
+        from gpulab import bench
+
+        timer = lambda fn: bench.time_callable(fn, warmup_ms=5, rep_ms=20).median_ms  # noqa: E731
+    times, error = [], None
+    for config in configs:
+        try:
+            times.append((timer(lambda config=config: run(config)), config))
+        except Exception as exc:  # noqa: BLE001 - a candidate this GPU cannot run: try the next
+            error = exc
+    if not times:
+        raise error
+    ms, best = min(times, key=lambda t: t[0])
+    _TUNED[key] = (best, ms, [(c, t) for t, c in times])
+    return best
+
+
+def tuned() -> dict:
+    """What :func:`autotune` chose so far: ``{key: {'config': AttentionConfig, 'ms': best time, 'tried': n}}``."""
+    return {k: {"config": v[0], "ms": v[1], "tried": len(v[2])} for k, v in _TUNED.items()}

@@ -33,7 +33,14 @@ from gpulab import runtime
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
-from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config  # noqa: E402
+from gpulab.attention.configs import (  # noqa: E402
+    MAX_HEAD_DIM,
+    AttentionConfig,
+    attention_config,
+    autotune,
+    candidates,
+    tuning_key,
+)
 from gpulab.attention.reference import default_scale  # noqa: E402
 
 __all__ = [
@@ -230,6 +237,9 @@ def attention_forward(
 ):
     """Run :func:`attention_forward_kernel`; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq] (natural log).
 
+    ``config``: an :class:`AttentionConfig`, None for :func:`attention_config`'s, or ``"auto"`` to autotune on a GPU
+    (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config).
+
     No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
     """
     scale = check_inputs(q, k, v, scale, allow_tf32)
@@ -244,7 +254,13 @@ def attention_forward(
     if n_k == 0:  # no key to see: every row is 0 (SDPA would give NaN)
         return o.zero_(), lse.zero_()
     q, k, v = (t.contiguous() for t in (q, k, v))
-    cfg: AttentionConfig = config or attention_config("forward", d, q.dtype, n_q, n_k)
+    if config == "auto" and not runtime.INTERPRET:  # time the candidates once for this problem, keep the fastest
+        key = tuning_key("forward", d, q.dtype, is_causal, n_q, n_k)
+        run = lambda c: attention_forward(q, k, v, is_causal, scale, allow_tf32, config=c)  # noqa: E731
+        config = autotune(key, candidates("forward", d, q.dtype, n_q, n_k), run)
+    cfg: AttentionConfig = (
+        config if isinstance(config, AttentionConfig) else attention_config("forward", d, q.dtype, n_q, n_k)
+    )
     grid = (triton.cdiv(n_q, cfg.block_m), b * h)  # Q blocks fastest: neighbours share K/V
     attention_forward_kernel[grid](
         q,
