@@ -360,7 +360,7 @@ def targets(results) -> list[str]:
     for r in results:
         p = r.params
         if p.get("sweep") in ("batch", "main") and p.get("pass") == "fwd" and r.ms == r.ms:
-            if p.get("backend") in ("fused", "alternating") and p.get("NH") == MAIN["NH"]:
+            if p.get("backend") in ("fused", "alternating") and p.get("NH") == _main_problem(results)["NH"]:
                 k = (p["B"], p["backend"])
                 sweep[k] = min(sweep.get(k, math.inf), r.ms)
     for b in sorted({k[0] for k in sweep}):
@@ -370,11 +370,20 @@ def targets(results) -> list[str]:
     return out
 
 
+def _main_problem(results) -> dict:
+    """B, T, NH, DH of the main problem as recorded (the CPU run uses a tiny one), else :data:`MAIN`."""
+    for r in results:
+        if r.params.get("sweep") == "main" and all(k in r.params for k in MAIN):
+            return {k: r.params[k] for k in MAIN}
+    return dict(MAIN)
+
+
 def plot_results(results):
     """Four panels: main problem (ms per implementation), batch sweep (ns/step), head-dim sweep (ms), roofline."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    prob = _main_problem(results)
     ax = axes[0][0]
     main = [r for r in results if r.params.get("sweep") in ("main", "dense") and r.ms == r.ms]
     labels = [
@@ -385,7 +394,7 @@ def plot_results(results):
     ax.set_xscale("log")
     ax.set_xlabel("ms (log)")
     where = "interpreter, not GPU numbers" if results and results[0].params.get("interpreter") else results[0].device
-    ax.set_title(f"LSTM B={MAIN['B']} T={MAIN['T']} hidden 768 ({where})", fontsize=9)
+    ax.set_title(f"LSTM B={prob['B']} T={prob['T']} hidden {prob['NH'] * prob['DH']} ({where})", fontsize=9)
     for panel, sweep, x in ((axes[0][1], "batch", "B"), (axes[1][0], "head_dim", "DH")):
         groups = {}
         for r in results:
@@ -395,9 +404,9 @@ def plot_results(results):
                 and r.ms == r.ms
                 and p.get("backend") in ("fused", "alternating", "vanilla")
             ):
-                if sweep == "batch" and p.get("NH") != MAIN["NH"]:
+                if sweep == "batch" and p.get("NH") != prob["NH"]:
                     continue
-                if sweep == "head_dim" and p.get("B") != MAIN["B"]:
+                if sweep == "head_dim" and p.get("B") != prob["B"]:
                     continue
                 name = f"{p['backend']} {p['pass']}" + (" graph" if p.get("mode") == "graph" else "")
                 groups.setdefault(name, []).append((p[x], p["ns_per_step"]))
@@ -408,7 +417,8 @@ def plot_results(results):
         panel.set_yscale("log")
         panel.set_xlabel("batch B" if sweep == "batch" else "head dim DH (hidden 768 = NH x DH)")
         panel.set_ylabel("ns per time step")
-        panel.legend(fontsize=6)
+        if groups:
+            panel.legend(fontsize=6)
         panel.grid(True, which="both", alpha=0.3)
     try:
         plot_roofline(results, ax=axes[1][1])
