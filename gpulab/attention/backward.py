@@ -31,7 +31,7 @@ from gpulab import runtime
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
-from gpulab.attention.configs import AttentionConfig, attention_config, autotune, candidates, tuning_key  # noqa: E402
+from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config  # noqa: E402
 from gpulab.attention.forward import LOG2E, check_inputs  # noqa: E402
 
 __all__ = [
@@ -323,12 +323,14 @@ def attention_backward(
     if n_q == 0 or n_k == 0 or b * h == 0 or d == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
-    if configs == "auto" and not runtime.INTERPRET:  # tune each kernel once for this problem (the other at default)
+    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
         tuned = {}
         for kind in ("dkdv", "dq"):
-            key = tuning_key(kind, d, q.dtype, is_causal, n_q, n_k)
-            run = lambda c, kind=kind: attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, {kind: c})  # noqa: E731
-            tuned[kind] = autotune(key, candidates(kind, d, q.dtype, n_q, n_k), run)
+
+            def run(c, kind=kind):
+                return attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, {kind: c})
+
+            tuned[kind] = autotuned_config(kind, d, q.dtype, is_causal, n_q, n_k, run)
         configs = tuned
     configs = configs if isinstance(configs, dict) else {}
     cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)

@@ -39,6 +39,7 @@ __all__ = [
     "smem_estimate",
     "candidates",
     "autotune",
+    "autotuned_config",
     "tuned",
     "MAX_HEAD_DIM",
 ]
@@ -203,6 +204,16 @@ def autotune(key, configs, run, timer=None) -> AttentionConfig:
     ms, best = min(times, key=lambda t: t[0])
     _TUNED[key] = (best, ms, [(c, t) for t, c in times])
     return best
+
+
+def autotuned_config(kind, head_dim, dtype, is_causal, seq_q, seq_k, run) -> AttentionConfig:
+    """The config for one launch of ``kind`` when autotuning is asked for: :func:`autotune` over :func:`candidates`
+    under :func:`tuning_key` on a GPU (``run(config)`` launches the kernel with it); the fixed config in the
+    interpreter, which is not timed."""
+    if runtime.INTERPRET:
+        return attention_config(kind, head_dim, dtype, seq_q, seq_k)
+    key = tuning_key(kind, head_dim, dtype, is_causal, seq_q, seq_k)
+    return autotune(key, candidates(kind, head_dim, dtype, seq_q, seq_k), run)
 
 
 def tuned() -> dict:

@@ -37,9 +37,7 @@ from gpulab.attention.configs import (  # noqa: E402
     MAX_HEAD_DIM,
     AttentionConfig,
     attention_config,
-    autotune,
-    candidates,
-    tuning_key,
+    autotuned_config,
 )
 from gpulab.attention.reference import default_scale  # noqa: E402
 
@@ -254,10 +252,9 @@ def attention_forward(
     if n_k == 0:  # no key to see: every row is 0 (SDPA would give NaN)
         return o.zero_(), lse.zero_()
     q, k, v = (t.contiguous() for t in (q, k, v))
-    if config == "auto" and not runtime.INTERPRET:  # time the candidates once for this problem, keep the fastest
-        key = tuning_key("forward", d, q.dtype, is_causal, n_q, n_k)
+    if config == "auto":  # time the candidates once for this problem, keep the fastest
         run = lambda c: attention_forward(q, k, v, is_causal, scale, allow_tf32, config=c)  # noqa: E731
-        config = autotune(key, candidates("forward", d, q.dtype, n_q, n_k), run)
+        config = autotuned_config("forward", d, q.dtype, is_causal, n_q, n_k, run)
     cfg: AttentionConfig = (
         config if isinstance(config, AttentionConfig) else attention_config("forward", d, q.dtype, n_q, n_k)
     )

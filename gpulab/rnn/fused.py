@@ -12,6 +12,8 @@ says why not and suggests ``backend='alternating'``).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from gpulab.rnn.autograd import TritonRNN
@@ -28,9 +30,10 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     Checks first that both kernels fit (:mod:`gpulab.rnn.tiling`) so an unsupported size fails before any work.
     """
     B, _, _, NH, DH = Wx.shape
-    direction = (
-        "forward" if not (torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))) else None
-    )
-    for d in (direction,) if direction else ("forward", "backward"):
-        fused_tiling(B, NH, DH, function, Wx.dtype, direction=d)
-    return TritonRNN.apply(Wx, R, b, states, function, fused_rnn_forward, fused_rnn_backward)
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
+    fwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="forward")
+    bwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="backward") if training else None
+    # the chosen tiles go to the launches: the tile chooser runs once per call, not once more per kernel
+    run_forward = functools.partial(fused_rnn_forward, tiling=fwd)
+    run_backward = functools.partial(fused_rnn_backward, tiling=bwd)
+    return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
