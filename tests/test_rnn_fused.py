@@ -61,6 +61,15 @@ def test_float16(backend):
     run_case(backend, "lstm", 2, 3, 1, 16, dtype=torch.float16)
 
 
+@pytest.mark.parametrize(
+    ("function", "T", "DH"), [("gru", 1, 16), ("elman", 2, 24), ("lstm", 4, 17)], ids=["gru-T1", "elman-T2", "lstm-DH17"]
+)
+def test_float16_fused_paths(function, T, DH):
+    """16-bit inputs travel as 32-bit pairs in the fused kernels when DH is even, element by element when odd; the
+    forward's loop is unrolled by two, so even and odd T take different paths."""
+    run_case("fused", function, 3, T, 2, DH, dtype=torch.float16)
+
+
 @pytest.mark.parametrize("backend", ["fused", "alternating"])
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")

@@ -28,7 +28,9 @@ def test_every_gpu_gets_a_valid_choice_or_a_clear_error(gpu, direction):
 
 def test_h100_choices():
     fwd = tiling.fused_tiling(16, 12, 64, "lstm", torch.bfloat16, gpu="H100")
-    assert (fwd.block_b, fwd.num_warps, fwd.r_on_chip) == (16, 8, True)
+    assert (fwd.block_b, fwd.num_warps, fwd.r_on_chip) == (16, 4, True)  # measured: 4 warps beat 8 at DH 64
+    for direction in ("forward", "backward"):  # at DH 128 four warps would need more than 255 registers
+        assert tiling.fused_tiling(16, 6, 128, "lstm", torch.bfloat16, gpu="H100", direction=direction).num_warps == 8
     assert tiling.fits(16, 6, 128, "lstm", torch.bfloat16, gpu="H100")  # at least up to head dim 128
     assert not tiling.fits(16, 3, 256, "lstm", torch.bfloat16, gpu="H100")
     big = tiling.fused_tiling(256, 12, 64, "lstm", torch.bfloat16, gpu="H100")

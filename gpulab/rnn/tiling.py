@@ -28,8 +28,10 @@ Constraints (D = head dim padded to a power of two >= 16, G = 4 gate slots (gru'
 Objective: the least estimated time per step. Programs run concurrently; a step costs a fixed latency (the chain
 load -> dot -> cell -> store of one step) plus the tensor-core work of the programs sharing an SM; so the score is
 ``rounds * (LATENCY + programs_per_SM * block_b * G_r * D^2 / RATE)`` with rounds = ceil(programs / slots).
-Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` registers (measured on the H100: at
-DH = 64, 8 warps beat 4 and 16 in the forward), else the fewest warps.
+Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.
+Measured on the H100 (B = 16, bf16, Triton 3.6): 4 warps beat 8 at DH 16 to 64 in the forward (DH 64: 0.78 vs
+0.85 ms) and in the backward (1.38 vs 1.43 ms); at DH 128 four warps do not fit (estimated 440 and 312 registers)
+and 8 warps win (forward 1.61 ms, backward 3.52 ms).
 Nothing satisfies 1-4 when R alone is too big: then :func:`fused_tiling` raises a ValueError that says how much
 on-chip memory a head needs and what to do (backend='alternating', more heads, 16-bit dtype).
 
@@ -53,7 +55,7 @@ __all__ = ["FusedTiling", "candidates", "fused_tiling", "fits", "explain", "BLOC
 BLOCK_B = (16, 32, 64, 128)
 NUM_WARPS = (4, 8, 16)
 OVERHEAD = 24  # registers per thread for scalars, loop counters, temporaries
-ROOMY = 128
+ROOMY = 240  # prefer the fewest warps whose threads stay below this many registers (the cap is 255)
 L1_RATE = 200.0  # bytes per ns per SM from L1 (about 128 B/clock): the cost of re-reading R every step
 LATENCY = 400.0  # ns, one step's dependent chain at small tiles (measured order of magnitude on the H100)
 RATE = 4.0e3  # dense FLOP per ns per SM for mma.sync-sized tiles (about 1/2 of peak/SM on an H100)
@@ -67,16 +69,17 @@ def slots(function) -> int:
 def tiles(function, direction: str) -> int:
     """Live [block_b, D] tiles of 32-bit registers of the forward or backward kernel (constraint 2).
 
-    Calibrated on the compiled kernels (Triton 3.6, sm_90, LSTM: 19 forward, 22 backward): per gate slot the fp32
-    pre-activations and the 64-bit addresses of the all-gates loads and stores, the 16-bit inputs prefetched ahead,
-    and the fp32 states (and in the backward dh, dc and the gate gradients).
+    Calibrated on the compiled kernels' register counts (Triton 3.6, sm_90, LSTM at DH 64: 229 registers per thread
+    at 4 warps and 128 at 8 in the forward, 168 and 96 in the backward, i.e. 26 and 18 tiles): per gate slot the
+    fp32 pre-activations, the addresses of the all-gates loads and stores, and the inputs prefetched ahead (two in
+    the forward's loop, unrolled by two), and the fp32 states (and in the backward dh, dc and the gate gradients).
     """
     fn = get_function(function)
     g = slots(fn)
     if direction == "forward":
-        return 4 * g + 2 * fn.states - 1
+        return 6 * g + 2 * fn.states - 2
     if direction == "backward":
-        return 5 * g + 2
+        return 4 * g + 2
     raise ValueError(f"direction={direction!r}; use 'forward' or 'backward'.")
 
 

@@ -1,0 +1,127 @@
+"""Compile gpulab's fused RNN kernels for sm_90 on a machine without a GPU and count the instructions of their time loop.
+
+Usage: python scripts/sass_probe.py [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
+
+Triton compiles for a target it is told about (``GPUTarget("cuda", 90, 32)``) without a driver, and its bundled
+``cuobjdump`` disassembles the cubin: so the SASS of a kernel's time loop (its instruction mix, barriers, loads and
+stores per step) can be read on a laptop, before any GPU time is spent. Numbers from here are instruction counts,
+not timings.
+"""
+
+import argparse
+import collections
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import torch
+
+torch.cuda.is_available = lambda: True  # gpulab compiles its kernels (no interpreter); nothing is launched here
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+from gpulab.rnn import fused_backward, fused_forward  # noqa: E402
+from gpulab.rnn.tiling import fused_tiling  # noqa: E402
+
+BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH",)):
+    """As a launch would: pointers 16-byte aligned, integers divisible by 16 except those named in ``unaligned``."""
+    import inspect
+
+    for name, prm in inspect.signature(fn.fn).parameters.items():  # constexpr defaults, as a launch applies them
+        if prm.default is not inspect.Parameter.empty and name not in signature:
+            signature[name] = "constexpr"
+            constexprs[name] = prm.default
+    names = list(signature)
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
+             if v != "constexpr" and k not in unaligned}  # fmt: skip
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": 1})
+
+
+def forward(dh, warps, save_gates, dtype="bf16", **extra):
+    sig = {n: f"*{dtype}" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")}
+    sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
+    const = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
+                 SAVE_GATES=save_gates, R_ON_CHIP=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32",
+                 PRECISION="ieee", **extra)  # fmt: skip
+    sig.update({k: "constexpr" for k in const})
+    return compile_kernel(fused_forward.fused_forward_kernel, sig, const, warps)
+
+
+def backward(dh, warps, dtype="bf16", **extra):
+    names = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "ds0_ptr")
+    sig = {n: f"*{dtype}" for n in names}
+    sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
+    const = dict(FUNCTION=int(os.environ.get("FN", 0)), G_R=int(os.environ.get("GR", 4)), G_B=int(os.environ.get("GB", 4)), DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
+                 R_ON_CHIP=True, HAS_DLAST=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32", PRECISION="ieee", **extra)  # fmt: skip
+    sig.update({k: "constexpr" for k in const})
+    return compile_kernel(fused_backward.fused_backward_kernel, sig, const, warps)
+
+
+def loop_stats(kernel, name, dump=None):
+    """Disassemble; find the longest backward branch (the time loop) and count its instructions by opcode."""
+    cubin = pathlib.Path("/tmp") / f"gpulab_{name}.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    sass = subprocess.run([str(BIN / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    ins = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)
+    addr = [(int(a, 16), text.strip()) for a, text in ins]
+    loops = []
+    for a, text in addr:
+        m = re.search(r"BRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a:
+            loops.append((int(m.group(1), 16), a))
+    start, end = max(loops, key=lambda se: se[1] - se[0])
+    body = [t for a, t in addr if start <= a <= end]
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] for t in body)
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for key in ("ttgir", "ptx"):
+            pathlib.Path(dump, f"{name}.{key}").write_text(kernel.asm[key])
+        pathlib.Path(dump, f"{name}.loop.sass").write_text("\n".join(body) + "\n")
+    res = subprocess.run([str(BIN / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    regs = re.search(r"REG:(\d+)", res)
+    return body, ops, int(regs.group(1)) if regs else -1
+
+
+def report(kernel, name, dump=None):
+    body, ops, regs = loop_stats(kernel, name, dump)
+    md = kernel.metadata
+    mem = {k: sum(v for o, v in ops.items() if o.startswith(k)) for k in ("LDG", "STG", "LDS", "STS", "LDSM", "STSM")}
+    print(f"{name}: {len(body)} instructions per step and warp; registers {regs}, "
+          f"shared {md.shared} B")  # fmt: skip
+    print(f"  BAR {ops.get('BAR.SYNC.DEFER_BLOCKING', 0)}  HMMA {sum(v for o, v in ops.items() if 'MMA' in o)}  "
+          f"MUFU {sum(v for o, v in ops.items() if o.startswith('MUFU'))}  "
+          + "  ".join(f"{k} {v}" for k, v in mem.items()))  # fmt: skip
+    print("  " + ", ".join(f"{o} {c}" for o, c in ops.most_common(14)))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both"))
+    p.add_argument("--save-gates", action="store_true")
+    p.add_argument("--dh", type=int, default=64)
+    p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--dump", default=None, help="write TTGIR, PTX and the loop's SASS here")
+    p.add_argument("--set", nargs="*", default=[], help="extra constexprs, NAME=int")
+    a = p.parse_args(argv)
+    extra = {k: int(v) for k, v in (kv.split("=") for kv in a.set)}
+    tag = "".join(f"_{k}{v}" for k, v in extra.items())
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
+    if a.which in ("forward", "both"):
+        w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="forward").num_warps
+        report(forward(a.dh, w, a.save_gates, a.dtype, **extra),
+               f"forward_dh{a.dh}_w{w}{'_gates' if a.save_gates else ''}{tag}", a.dump)
+    if a.which in ("backward", "both"):
+        w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="backward").num_warps
+        report(backward(a.dh, w, a.dtype, **extra), f"backward_dh{a.dh}_w{w}{tag}", a.dump)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
