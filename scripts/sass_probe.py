@@ -1,4 +1,4 @@
-"""Compile gpulab's fused RNN kernels for sm_90 on a machine without a GPU and count the instructions of their time loop.
+"""Compile gpulab's fused RNN kernels for sm_90 without a GPU and count the instructions of their time loop.
 
 Usage: python scripts/sass_probe.py [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
 
@@ -58,8 +58,10 @@ def backward(dh, warps, dtype="bf16", **extra):
     names = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "ds0_ptr")
     sig = {n: f"*{dtype}" for n in names}
     sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
-    const = dict(FUNCTION=int(os.environ.get("FN", 0)), G_R=int(os.environ.get("GR", 4)), G_B=int(os.environ.get("GB", 4)), DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
-                 R_ON_CHIP=True, HAS_DLAST=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32", PRECISION="ieee", **extra)  # fmt: skip
+    fn, gr, gb = (int(os.environ.get(k, v)) for k, v in (("FN", 0), ("GR", 4), ("GB", 4)))  # FN=2 GR=1 GB=1: elman
+    const = dict(FUNCTION=fn, G_R=gr, G_B=gb, DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
+                 R_ON_CHIP=True, HAS_DLAST=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32", PRECISION="ieee",
+                 **extra)  # fmt: skip
     sig.update({k: "constexpr" for k in const})
     return compile_kernel(fused_backward.fused_backward_kernel, sig, const, warps)
 
@@ -93,7 +95,7 @@ def report(kernel, name, dump=None):
     body, ops, regs = loop_stats(kernel, name, dump)
     md = kernel.metadata
     mem = {k: sum(v for o, v in ops.items() if o.startswith(k)) for k in ("LDG", "STG", "LDS", "STS", "LDSM", "STSM")}
-    print(f"{name}: {len(body)} instructions per step and warp; registers {regs}, "
+    print(f"{name}: {len(body)} instructions per loop iteration and warp (the forward: two steps); registers {regs}, "
           f"shared {md.shared} B")  # fmt: skip
     print(f"  BAR {ops.get('BAR.SYNC.DEFER_BLOCKING', 0)}  HMMA {sum(v for o, v in ops.items() if 'MMA' in o)}  "
           f"MUFU {sum(v for o, v in ops.items() if o.startswith('MUFU'))}  "
@@ -116,8 +118,11 @@ def main(argv=None):
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     if a.which in ("forward", "both"):
         w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="forward").num_warps
-        report(forward(a.dh, w, a.save_gates, a.dtype, **extra),
-               f"forward_dh{a.dh}_w{w}{'_gates' if a.save_gates else ''}{tag}", a.dump)
+        report(
+            forward(a.dh, w, a.save_gates, a.dtype, **extra),
+            f"forward_dh{a.dh}_w{w}{'_gates' if a.save_gates else ''}{tag}",
+            a.dump,
+        )
     if a.which in ("backward", "both"):
         w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="backward").num_warps
         report(backward(a.dh, w, a.dtype, **extra), f"backward_dh{a.dh}_w{w}{tag}", a.dump)

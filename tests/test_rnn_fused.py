@@ -62,7 +62,9 @@ def test_float16(backend):
 
 
 @pytest.mark.parametrize(
-    ("function", "T", "DH"), [("gru", 1, 16), ("elman", 2, 24), ("lstm", 4, 17)], ids=["gru-T1", "elman-T2", "lstm-DH17"]
+    ("function", "T", "DH"),
+    [("gru", 1, 16), ("elman", 2, 24), ("lstm", 4, 17)],
+    ids=["gru-T1", "elman-T2", "lstm-DH17"],
 )
 def test_float16_fused_paths(function, T, DH):
     """16-bit inputs travel as 32-bit pairs in the fused kernels when DH is even, element by element when odd; the

@@ -69,13 +69,14 @@ __all__ = ["fused_backward_kernel", "fused_rnn_backward", "parameter_grads", "pr
 
 
 @triton.jit
-def lstm_cell_backward_approx(i, f, z, o, c_prev, dh, dc):
+def lstm_cell_backward_approx(i2, f2, z, o2, c_prev, dh, dc):
     """:func:`gpulab.rnn.cells.lstm_cell_backward` with one-instruction activations (as
-    :func:`gpulab.rnn.fused_forward.lstm_cell_approx`): same math, for bf16 on the GPU."""
-    i = 0.5 + 0.5 * tanh_approx(0.5 * i)
-    f = 0.5 + 0.5 * tanh_approx(0.5 * f)
+    :func:`gpulab.rnn.fused_forward.lstm_cell_approx`, the sigmoid gates' saved pre-activations halved): same
+    math, for bf16 on the GPU. The gradients are those of the true pre-activations."""
+    i = 0.5 + 0.5 * tanh_approx(i2)
+    f = 0.5 + 0.5 * tanh_approx(f2)
     z = tanh_approx(z)
-    o = 0.5 + 0.5 * tanh_approx(0.5 * o)
+    o = 0.5 + 0.5 * tanh_approx(o2)
     c = f * c_prev + i * z
     return lstm_gate_grads(i, f, z, o, c_prev, tanh_approx(c), dh, dc)
 
