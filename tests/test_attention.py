@@ -248,7 +248,9 @@ def test_gpu_large_logits_finite(dtype):
 def test_gpu_tf32_and_online_softmax():
     q, k, v, _ = _inputs(2, 2, 1000, 1000, 64)
     o = A.flash_attention(q, k, v, allow_tf32=True)
-    check.assert_close(o, A.attention_reference(q, k, v), dtype="tf32", name="O (tf32)")
+    # two chained TF32 products (S = QK^T, then PV; unit roundoff 2^-11 each): elementwise errors reach ~6e-3 of the
+    # output's rms on some draws (one H100 run: 4 of 256000 elements over 5e-3, norm-wise error 1.6e-3), so 1e-2
+    check.assert_close(o, A.attention_reference(q, k, v), dtype="tf32", rtol=1e-2, name="O (tf32)")
     x = check.random_tensor(64, 100_000, scale=10.0)
     check.assert_close(A.online_softmax(x), torch.softmax(x.double(), -1), name="online softmax, long rows")
 
