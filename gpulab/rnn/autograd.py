@@ -1,10 +1,11 @@
 """The autograd op of the two Triton backends, ``alternating`` and ``fused``: they differ in their loops, not here.
 
-Forward: the backend's forward loop, saving the gate pre-activations only when a gradient will be needed. Backward:
-the backend's reverse-time loop writes the gate gradients dG (it reads the incoming gradients as they are;
-dL/d(last states) is its initial carried gradient), then the parameter gradients that need no recurrence, dR as one
-batched product, db as one reduction, dWx = dG (:func:`gpulab.rnn.fused_backward.parameter_grads`). Saved for the
-backward: R, the initial states, the outputs and the gates; no per-step intermediates.
+Forward: the backend's forward loop, saving what its backward needs of the gates only when a gradient will be
+needed. Backward: the backend's reverse-time loop writes the gate gradients dG (it reads the incoming gradients as
+they are; dL/d(last states) is its initial carried gradient), then the parameter gradients that need no recurrence:
+dR as one batched product per gate (which also gives db), dWx = dG
+(:func:`gpulab.rnn.fused_backward.parameter_grads`). Saved for the backward: R, the initial states, the outputs and
+the gates; no per-step intermediates.
 """
 
 from __future__ import annotations

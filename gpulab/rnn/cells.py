@@ -49,6 +49,7 @@ _require_tensor = runtime.require_tensor
 
 __all__ = [
     "lstm_cell",
+    "lstm_activations",
     "gru_cell",
     "elman_cell",
     "lstm_cell_backward",
@@ -69,12 +70,15 @@ def _tanh(x):
 
 
 @triton.jit
+def lstm_activations(i, f, z, o):
+    """The LSTM's gate activations from their pre-activations: (sigmoid(i), sigmoid(f), tanh(z), sigmoid(o))."""
+    return tl.sigmoid(i), tl.sigmoid(f), _tanh(z), tl.sigmoid(o)
+
+
+@triton.jit
 def lstm_cell(i, f, z, o, c):
     """One LSTM cell update on fp32 blocks: returns (h, c). Inputs are gate *pre-activations* and the old c."""
-    i = tl.sigmoid(i)
-    f = tl.sigmoid(f)
-    z = _tanh(z)
-    o = tl.sigmoid(o)
+    i, f, z, o = lstm_activations(i, f, z, o)
     c_new = f * c + i * z
     h_new = o * _tanh(c_new)
     return h_new, c_new

@@ -1,10 +1,10 @@
 """The ``fused`` backend: :mod:`gpulab.rnn.fused_forward` and :mod:`gpulab.rnn.fused_backward` as one autograd op
 (:class:`gpulab.rnn.autograd.TritonRNN`).
 
-Forward: one persistent kernel (R on chip, the time loop inside), saving the gate pre-activations only when a
+Forward: one persistent kernel (R on chip, the time loop inside), saving the gates (LSTM: activations) only when a
 gradient will be needed. Backward: one reverse-time persistent kernel writing dG (it reads the incoming gradients
 as they are: dL/d(last states) is its initial carried gradient, no copy or zero-fill), then dR as one batched
-product, db as one reduction, dWx = dG.
+product per gate that also gives db, dWx = dG.
 
 The tile, warps and whether the kernels fit at all come from :func:`gpulab.rnn.tiling.fused_tiling` (a ValueError
 says why not and suggests ``backend='alternating'``).

@@ -34,8 +34,9 @@ What you will learn:
     614 instructions per warp and pair of steps at DH = 64). A tempting further step does not pay:
     ``tanh.approx.f16x2`` (two values per instruction) compiles to two special-function instructions on sm_90.
 
-- **Write only what the backward needs.** Besides the outputs (all states), the gate pre-activations (G_b per
-  step, in the compute dtype) when a gradient is needed; nothing else.
+- **Write only what the backward needs.** Besides the outputs (all states), when a gradient is needed G_b values per
+  unit and step: for the LSTM the gate *activations* i', f', z', o' (the backward then recomputes one tanh per unit
+  instead of five; kept in fp16 for 16-bit dtypes, :func:`saved_dtype`), for GRU and Elman the pre-activations.
 
 Per step, for the program's rows (batch tile) of head n (``@`` = ``tl.dot`` on fp32-accumulating tensor cores;
 G = 4 gate slots for lstm and gru, 1 for elman):
@@ -61,7 +62,7 @@ import triton  # isort: skip
 import triton.language as tl  # isort: skip
 
 from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.cells import elman_cell, gru_cell, lstm_cell  # noqa: E402
+from gpulab.rnn.cells import _tanh, elman_cell, gru_cell, lstm_activations  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
@@ -73,6 +74,7 @@ __all__ = [
     "gate_columns",
     "split_gates",
     "fast_activations",
+    "saved_dtype",
 ]
 
 
@@ -175,15 +177,19 @@ def gate_scale(slot, FAST: tl.constexpr, FUNCTION: tl.constexpr):
 
 
 @triton.jit
-def lstm_cell_approx(i2, f2, z, o2, c):
-    """:func:`gpulab.rnn.cells.lstm_cell` with sigmoid(x) = 0.5 + 0.5 tanh(x / 2) and tanh in one instruction each;
-    the sigmoid gates' pre-activations arrive halved (i2 = i / 2, see :func:`gate_scale`)."""
-    i = 0.5 + 0.5 * tanh_approx(i2)
-    f = 0.5 + 0.5 * tanh_approx(f2)
-    z = tanh_approx(z)
-    o = 0.5 + 0.5 * tanh_approx(o2)
-    c_new = f * c + i * z
-    return o * tanh_approx(c_new), c_new
+def lstm_activations_approx(i2, f2, z, o2):
+    """:func:`gpulab.rnn.cells.lstm_activations` with sigmoid(x) = 0.5 + 0.5 tanh(x / 2) and tanh in one instruction
+    each; the sigmoid gates' pre-activations arrive halved (i2 = i / 2, see :func:`gate_scale`)."""
+    return 0.5 + 0.5 * tanh_approx(i2), 0.5 + 0.5 * tanh_approx(f2), tanh_approx(z), 0.5 + 0.5 * tanh_approx(o2)
+
+
+@triton.jit
+def cell_tanh(x, FAST: tl.constexpr):
+    """tanh in one instruction (FAST: 16-bit dtypes on the GPU) or exactly (:mod:`gpulab.rnn.cells`)."""
+    if FAST:
+        return tanh_approx(x)
+    else:
+        return _tanh(x)
 
 
 @triton.jit
@@ -206,11 +212,16 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + (xf * scale + bias)
     x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
     g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_D, G)
-    if FUNCTION == 0:  # lstm: i, f, z, o
+    saved = pre
+    if FUNCTION == 0:  # lstm: i, f, z, o; the backward gets the activations (it then recomputes one tanh, not five)
         if FAST:
-            h, c = lstm_cell_approx(g0, g1, g2, g3, c)
+            i, f, z, o = lstm_activations_approx(g0, g1, g2, g3)
         else:
-            h, c = lstm_cell(g0, g1, g2, g3, c)
+            i, f, z, o = lstm_activations(g0, g1, g2, g3)
+        c = f * c + i * z
+        h = o * cell_tanh(c, FAST)
+        if SAVE_GATES:
+            saved = join_gates(i, f, z, o, BLOCK_B, BLOCK_D, G)
     elif FUNCTION == 1:  # gru: g (recurrent only), r, z, n (input only)
         h = gru_cell(g0, g1, g2, g3, h)
     else:  # elman
@@ -221,7 +232,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     else:
         tl.store(out_rows + t * HD, h.to(out_rows.dtype.element_ty), mask=mask)
     if SAVE_GATES:
-        tl.store(gate_rows + t * G_B * HD, pre.to(gate_rows.dtype.element_ty), mask=gate_mask)
+        tl.store(gate_rows + t * G_B * HD, saved.to(gate_rows.dtype.element_ty), mask=gate_mask)
     return h, c, x
 
 
@@ -322,11 +333,22 @@ def fused_forward_kernel(
         tl.store(last_ptr + B * HD + s_off, c.to(last_ptr.dtype.element_ty), mask=mask)
 
 
+def saved_dtype(function, dtype) -> torch.dtype:
+    """The dtype of what the forward saves for the backward: the LSTM's activations are bounded (|a| <= 1), so for
+    16-bit compute they are kept in float16, whose 11-bit mantissa keeps 1 - sigmoid near 1 (bfloat16 would round
+    it to a multiple of 2^-8); the other functions save pre-activations in the compute dtype."""
+    dtype = runtime.as_dtype(dtype)
+    if get_function(function).name == "lstm" and dtype in (torch.float16, torch.bfloat16):
+        return torch.float16
+    return dtype
+
+
 def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling=None):
     """Launch :func:`fused_forward_kernel`; returns ``(states_all, states_last, gates or None)``.
 
     Inputs as :func:`gpulab.rnn.flashrnn` takes them, already validated and in one compute dtype (contiguous copies
-    are made if needed). ``gates`` [B, T, G_b, NH, DH] are the pre-activations (bias included), for the backward.
+    are made if needed). ``gates`` [B, T, G_b, NH, DH] are what the backward needs: for the LSTM the gate activations
+    (i', f', z', o', in :func:`saved_dtype`), for GRU and Elman the pre-activations (bias included).
     ``tiling``: a :class:`gpulab.rnn.tiling.FusedTiling` (default: :func:`gpulab.rnn.tiling.fused_tiling`).
     """
     fn = get_function(function)
@@ -335,7 +357,9 @@ def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
     cfg = tiling or fused_tiling(B, NH, DH, fn.name, Wx.dtype, direction="forward")
     out = new_output(fn.states, B, T, NH, DH, dtype=Wx.dtype, device=Wx.device)
     last = new_output(fn.states, B, 1, NH, DH, dtype=Wx.dtype, device=Wx.device)
-    gates = new_output(B, T, fn.gates_b, NH, DH, dtype=Wx.dtype, device=Wx.device) if save_gates else None
+    gates = None
+    if save_gates:
+        gates = new_output(B, T, fn.gates_b, NH, DH, dtype=saved_dtype(fn, Wx.dtype), device=Wx.device)
     grid = (NH, triton.cdiv(B, cfg.block_b))
     fused_forward_kernel[grid](
         Wx, R, b, states, out, last, gates if save_gates else out,
