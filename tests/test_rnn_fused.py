@@ -171,3 +171,14 @@ def test_fused_backward_takes_the_last_states_gradient_as_its_initial_carry(func
     dg_b, ds_b = fused_backward.fused_rnn_backward(added, gates, out, s0, R, function)
     check.assert_close(dg_a, dg_b.double(), name="dG")
     check.assert_close(ds_a, ds_b.double(), name="d_states")
+
+
+@pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
+def test_backward_in_time_pieces_equals_one_launch(function, monkeypatch):
+    """The overlapped backward (the kernel run piece by piece in time, last piece first, each starting from the
+    previous piece's carry; dR and db summed per piece) gives the gradients of the float64 reference."""
+    from gpulab.rnn import fused_backward
+
+    monkeypatch.setattr(fused_backward, "CHUNKS", 3)
+    monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 1)
+    run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps

@@ -36,8 +36,9 @@ from gpulab.rnn.cells import (  # noqa: E402
     lstm_cell_backward,
 )
 from gpulab.rnn.functions import get_function  # noqa: E402
+from gpulab.rnn.fused_backward import parameter_grads  # noqa: E402
 
-__all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "alternating_forward"]
+__all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "alternating_forward", "alternating_rnn_gradients"]
 
 
 @triton.jit
@@ -235,6 +236,13 @@ def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm", d_la
     return dG, ds0.unsqueeze(2).to(states.dtype)
 
 
+def alternating_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=None):
+    """The whole backward: the reverse step loop, then dR and db as one batched product per gate
+    (:func:`gpulab.rnn.fused_backward.parameter_grads`): ``(dWx, dR, db, d_states)``."""
+    dG, ds0 = alternating_rnn_backward(d_out, gates, out, states, R, function, d_last)
+    return (*parameter_grads(dG, out, states, function), ds0)
+
+
 def alternating_forward(Wx, R, b, states, function="lstm"):
     """The ``alternating`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype)."""
-    return TritonRNN.apply(Wx, R, b, states, function, alternating_rnn_forward, alternating_rnn_backward)
+    return TritonRNN.apply(Wx, R, b, states, function, alternating_rnn_forward, alternating_rnn_gradients)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.rnn.fused_backward import parameter_grads
-
 __all__ = ["TritonRNN"]
 
 
@@ -21,8 +19,8 @@ class TritonRNN(torch.autograd.Function):
     """``TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward) -> (states_all, states_last)``.
 
     ``run_forward(Wx, R, b, states, function, save_gates) -> (states_all, states_last, gates or None)`` and
-    ``run_backward(d_states_all, gates, states_all, states, R, function, d_last=None) -> (dG, d_states)`` are a
-    backend's two loops; shapes as in :func:`gpulab.rnn.flashrnn`.
+    ``run_backward(d_states_all, gates, states_all, states, R, function, d_last=None) -> (dWx, dR, db, d_states)``
+    are a backend's two loops (the backward's parameter gradients included); shapes as in :func:`gpulab.rnn.flashrnn`.
     """
 
     @staticmethod
@@ -39,6 +37,5 @@ class TritonRNN(torch.autograd.Function):
         R, states, out, gates = ctx.saved_tensors
         d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)  # not copied: the loops only read it
         d_last = None if d_last is None else d_last.to(out.dtype)
-        dG, ds0 = ctx.run_backward(d, gates, out, states, R, ctx.function, d_last=d_last)
-        dWx, dR, db = parameter_grads(dG, out, states, ctx.function)
+        dWx, dR, db, ds0 = ctx.run_backward(d, gates, out, states, R, ctx.function, d_last=d_last)
         return dWx, dR, db, ds0, None, None, None

@@ -3,8 +3,9 @@
 
 Forward: one persistent kernel (R on chip, the time loop inside), saving the gates (LSTM: activations) only when a
 gradient will be needed. Backward: one reverse-time persistent kernel writing dG (it reads the incoming gradients
-as they are: dL/d(last states) is its initial carried gradient, no copy or zero-fill), then dR as one batched
-product per gate that also gives db, dWx = dG.
+as they are: dL/d(last states) is its initial carried gradient, no copy or zero-fill), with dR and db (one batched
+product per gate) computed on a second stream beside it, piece by piece in time, on the SMs it leaves idle
+(:func:`gpulab.rnn.fused_backward.fused_rnn_gradients`); dWx = dG.
 
 The tile, warps and whether the kernels fit at all come from :func:`gpulab.rnn.tiling.fused_tiling` (a ValueError
 says why not and suggests ``backend='alternating'``).
@@ -17,7 +18,7 @@ import functools
 import torch
 
 from gpulab.rnn.autograd import TritonRNN
-from gpulab.rnn.fused_backward import fused_rnn_backward
+from gpulab.rnn.fused_backward import fused_rnn_gradients
 from gpulab.rnn.fused_forward import fused_rnn_forward
 from gpulab.rnn.tiling import fused_tiling
 
@@ -35,5 +36,5 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     bwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="backward") if training else None
     # the chosen tiles go to the launches: the tile chooser runs once per call, not once more per kernel
     run_forward = functools.partial(fused_rnn_forward, tiling=fwd)
-    run_backward = functools.partial(fused_rnn_backward, tiling=bwd)
+    run_backward = functools.partial(fused_rnn_gradients, tiling=bwd)
     return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)

@@ -42,6 +42,8 @@ Per step t (all fp32; the cell backward functions hold the math):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from gpulab import runtime
@@ -64,7 +66,7 @@ from gpulab.rnn.fused_forward import (  # noqa: E402
 )
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
-__all__ = ["fused_backward_kernel", "fused_rnn_backward", "parameter_grads"]
+__all__ = ["fused_backward_kernel", "fused_rnn_backward", "fused_rnn_gradients", "parameter_grads", "previous_h_ones"]
 
 
 @triton.jit
@@ -85,10 +87,12 @@ def fused_backward_kernel(
     r_ptr,  # [G_R, NH, DH, DH]
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     dlast_ptr,  # [S, B, 1, NH, DH] dL/d(last states): the carried dh (dc) at t = T-1 (read if HAS_DLAST)
-    dg_ptr,  # [B, T, G_B, NH, DH] gate gradients (written)
-    ds0_ptr,  # [S, B, 1, NH, DH] dL/d(initial states) (written)
+    dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written for steps T0 .. T1-1)
+    ds0_ptr,  # [S, B, 1, NH, DH] the carried dh (dc) after step T0: dL/d(initial states) when T0 = 0 (written)
     B,
     T,
+    T0,  # this launch runs steps T1-1 down to T0 (the whole sequence: 0, T)
+    T1,
     NH,
     state_stride,  # B * T * NH * DH
     FUNCTION: tl.constexpr,
@@ -103,7 +107,7 @@ def fused_backward_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """Program (n, tile): head n, one batch tile, steps T-1 down to 0."""
+    """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
     n = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -119,7 +123,7 @@ def fused_backward_kernel(
     slot, j = gate_columns(G, BLOCK_D)
     row_ok = (rows < B)[:, None]
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
-    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
+    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * B * G_B * HD
     # The loads, in units of P elements: P = 2 packs two 16-bit values into one 32-bit word (see unpack_pairs in
     # gpulab.rnn.fused_forward). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved pre-activations, and the state
     # inputs (slot 0 dL/dh_t, slot 1 dL/dc_t (lstm), slot 2 the previous state the cell's backward needs: c_{t-1}
@@ -163,9 +167,9 @@ def fused_backward_kernel(
         if FUNCTION == 0:
             dc = tl.load(dlast_ptr + s0_stride + rows[:, None] * HD + head, mask=mask, other=0.0).to(tl.float32)
     # step t's inputs are loaded during step t+1, once that step's own inputs are used (their registers are free)
-    g_in, s_in = _step_inputs(gate_rows, gate_in_mask, G_B * HDP, dout_rows, prev_rows, s0_rows, in_mask, T - 1, HDP)
-    for tt in range(T):
-        t = T - 1 - tt
+    g_in, s_in = _step_inputs(gate_rows, gate_in_mask, G_B * HDP, dout_rows, prev_rows, s0_rows, in_mask, T1 - 1, HDP)
+    for tt in range(T1 - T0):
+        t = T1 - 1 - tt
         if not R_ON_CHIP:
             r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
         if P == 2:
@@ -177,7 +181,7 @@ def fused_backward_kernel(
         g0, g1, g2, g3 = split_gates(g_all, BLOCK_B, BLOCK_D, G)
         dh_out, dc_out, prev, _ = split_gates(s_all, BLOCK_B, BLOCK_D, G)
         g_in, s_in = _step_inputs(
-            gate_rows, gate_in_mask, G_B * HDP, dout_rows, prev_rows, s0_rows, in_mask, tl.maximum(t - 1, 0), HDP
+            gate_rows, gate_in_mask, G_B * HDP, dout_rows, prev_rows, s0_rows, in_mask, tl.maximum(t - 1, T0), HDP
         )
         dh = dh + dh_out
         direct = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)  # the part of dh_{t-1} that skips R
@@ -192,7 +196,7 @@ def fused_backward_kernel(
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
         dh = direct + matmul(dG.to(RDT), r_all, IS_FP32, PRECISION)
-        tl.store(dg_rows + t * G_B * HD, dG, mask=gate_mask)
+        tl.store(dg_rows + t.to(tl.int64) * B * G_B * HD, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
     tl.store(ds0_rows, dh.to(ds0_ptr.dtype.element_ty), mask=mask)
@@ -203,50 +207,128 @@ def fused_backward_kernel(
 PAD = 8  # h_{t-1} gets a column of ones and 7 of zeros: db comes out of the dR product, rows stay 16-byte aligned
 
 
+def previous_h_ones(out, states, time_major=False):
+    """[h_{t-1}, 1, 0 ...] for every step: [B, T, NH, DH + PAD] ([T, B, ...] if ``time_major``), h_{-1} = the initial
+    h. The column of ones makes ``dG^T @ it`` give db beside dR."""
+    _, B, T, NH, DH = out.shape
+    h = torch.zeros((T, B, NH, DH + PAD) if time_major else (B, T, NH, DH + PAD), dtype=out.dtype, device=out.device)
+    steps = h if time_major else h.transpose(0, 1)  # [T, B, ...] view either way
+    steps[0, :, :, :DH] = states[0, :, 0]
+    steps[1:, :, :, :DH] = out[0, :, :-1].transpose(0, 1)
+    h[..., DH] = 1
+    return h
+
+
+def _products(dg_rows, h_rows):
+    """sum over rows of dG^T [h, 1, 0...] per gate and head: [G_b, NH, DH, DH + PAD] in fp32 (column DH is db).
+
+    ``dg_rows`` [K, G_b, NH, DH] and ``h_rows`` [K, NH, DH + PAD] are views (K = the batch and time rows); per gate
+    one batched product over the heads reads dG where it lies (as a matrix per head, [DH, K] with leading
+    dimension G_b * NH * DH): no copy."""
+    K, G_b, NH, DH = dg_rows.shape
+    h = h_rows.transpose(0, 1)  # [NH, K, DH + PAD]
+    out = torch.empty(G_b, NH, DH, DH + PAD, dtype=dg_rows.dtype, device=dg_rows.device)
+    for g in range(G_b):
+        torch.bmm(dg_rows[:, g].permute(1, 2, 0), h, out=out[g])
+    return out.float()
+
+
+def _split(prod, fn, dtype):
+    """(dR, db) in ``dtype`` from :func:`_products`'s sums."""
+    DH = prod.shape[2]
+    return prod[fn.r_gates, :, :, :DH].to(dtype).contiguous(), prod[..., DH].to(dtype).contiguous()
+
+
 def parameter_grads(dG, out, states, function):
-    """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH], in dG's dtype.
+    """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] (any strides with B*T mergeable), in dG's dtype.
 
     dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: per gate one batched product over the heads with
-    K = B*T (fp32 accumulation), reading dG where it lies (a strided view, no copy: as a matrix per head, [DH, B*T]
-    with leading dimension G_b * NH * DH). The same product gives db: h_{t-1} carries an extra column of ones, so
-    column DH of the result is sum_{b,t} dG (no separate pass over dG). dWx = the input gates of dG, no copy.
+    K = B*T (fp32 accumulation), reading dG where it lies. The same product gives db: h_{t-1} carries an extra column
+    of ones, so column DH of the result is sum_{b,t} dG (no separate pass over dG). dWx = the input gates of dG.
     """
     fn = get_function(function)
     B, T, G_b, NH, DH = dG.shape
-    h_aug = torch.zeros(B, T, NH, DH + PAD, dtype=dG.dtype, device=dG.device)  # [h_{t-1}, 1, 0, ...]
-    h_aug[:, :1, :, :DH] = states[0]
-    h_aug[:, 1:, :, :DH] = out[0, :, :-1]
-    h_aug[..., DH] = 1
-    h_aug = h_aug.view(B * T, NH, DH + PAD).transpose(0, 1)  # [NH, B*T, DH + PAD], a view
-    prod = torch.empty(G_b, NH, DH, DH + PAD, dtype=dG.dtype, device=dG.device)
-    for g in range(G_b):
-        dg = dG[:, :, g].reshape(B * T, NH, DH).permute(1, 2, 0)  # [NH, DH_j, B*T], a view
-        torch.bmm(dg, h_aug, out=prod[g])
-    dR = prod[fn.r_gates, :, :, :DH].contiguous()
-    db = prod[..., DH].contiguous()
+    h = previous_h_ones(out, states)
+    prod = _products(dG.reshape(B * T, G_b, NH, DH), h.view(B * T, NH, DH + PAD))
+    dR, db = _split(prod, fn, dG.dtype)
     return dG[:, :, fn.w_gates], dR, db
 
 
-def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
-    """Launch :func:`fused_backward_kernel`: returns ``(dG [B, T, G_b, NH, DH], d_states [S, B, 1, NH, DH])``.
-
-    ``d_out`` [S, B, T, NH, DH] is dL/d(all states); ``d_last`` [S, B, 1, NH, DH] dL/d(last states), or None when
-    it is already added into ``d_out`` at the last step.
-    """
-    fn = get_function(function)
+def _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, T0, T1, d_last):
+    """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0; returns the carry after step T0."""
     S, B, T, NH, DH = out.shape
-    d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
-    d_last = d_last.contiguous() if d_last is not None else None
-    cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
-    dG = new_output(B, T, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
-    ds0 = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
+    carry = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
     grid = (NH, triton.cdiv(B, cfg.block_b))
     fused_backward_kernel[grid](
-        gates, out, states, R, d_out, d_last if d_last is not None else states, dG, ds0,
-        B, T, NH, B * T * NH * DH,
+        gates, out, states, R, d_out, d_last if d_last is not None else states, dG_tm, carry,
+        B, T, T0, T1, NH, B * T * NH * DH,
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
         BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=d_last is not None,
         FAST=fast_activations(out.dtype), IS_FP32=out.dtype == torch.float32,
         PRECISION=runtime.dot_precision(out.dtype), **cfg.launch(),
     )  # fmt: skip
-    return dG, ds0
+    return carry
+
+
+def _inputs(d_out, gates, out, states, R, function, tiling, d_last):
+    fn = get_function(function)
+    S, B, T, NH, DH = out.shape
+    d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
+    d_last = d_last.contiguous() if d_last is not None else None
+    cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
+    dG_tm = new_output(T, B, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
+    return fn, (d_out, gates, out, states, R), d_last, cfg, dG_tm
+
+
+def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
+    """Launch :func:`fused_backward_kernel` once over the whole sequence: returns ``(dG [B, T, G_b, NH, DH] (a view
+    of time-major storage), d_states [S, B, 1, NH, DH])``.
+
+    ``d_out`` [S, B, T, NH, DH] is dL/d(all states); ``d_last`` [S, B, 1, NH, DH] dL/d(last states), or None when
+    it is already added into ``d_out`` at the last step.
+    """
+    fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
+    ds0 = _launch(*tensors, fn, cfg, dG_tm, 0, out.shape[2], d_last)
+    return dG_tm.transpose(0, 1), ds0
+
+
+CHUNKS = 4  # time chunks of the overlapped backward (sequences of at least MIN_CHUNK_STEPS steps per chunk)
+MIN_CHUNK_STEPS = 64
+
+
+def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
+    """The whole backward: ``(dWx, dR, db, d_states)``, with the parameter products overlapped with the kernel.
+
+    The reverse-time kernel runs one program per head and batch tile: 12 of the H100's 132 SMs at the lesson's
+    problem. So the sequence is cut into :data:`CHUNKS` pieces in time, the kernel runs them last to first (each
+    launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
+    and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece. Only the
+    first piece's products remain after the kernel. On CPU (the interpreter) the same steps run in order.
+    """
+    fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
+    d_out, gates, out, states, R = tensors
+    S, B, T, NH, DH = out.shape
+    n = CHUNKS if T >= CHUNKS * MIN_CHUNK_STEPS else 1
+    bounds = [(T * i // n, T * (i + 1) // n) for i in range(n)]
+    cuda = out.is_cuda
+    main = torch.cuda.current_stream() if cuda else None
+    side = torch.cuda.Stream(device=out.device) if cuda else None
+    if cuda:
+        side.wait_stream(main)
+    with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+        h = previous_h_ones(out, states, time_major=True)  # [T, B, NH, DH + PAD], built beside the first piece
+        prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
+    carry = d_last
+    for t0, t1 in reversed(bounds):
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
+        if cuda:
+            side.wait_stream(main)  # this piece's dG is written
+        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+            rows = (t1 - t0) * B
+            prod += _products(dG_tm[t0:t1].view(rows, fn.gates_b, NH, DH), h[t0:t1].view(rows, NH, DH + PAD))
+    if cuda:
+        main.wait_stream(side)
+        for t in (dG_tm, prod, h):
+            t.record_stream(side)
+    dR, db = _split(prod, fn, out.dtype)
+    return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry
