@@ -182,3 +182,17 @@ def test_backward_in_time_pieces_equals_one_launch(function, monkeypatch):
     monkeypatch.setattr(fused_backward, "CHUNKS", 3)
     monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 1)
     run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", ["lstm", "gru"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_backward_pieces_on_two_streams(function, dtype, monkeypatch):
+    """At a length where the overlapped backward cuts the sequence (here into 3 pieces: 100, 100, 101 steps), its
+    products on the second stream give the float64 reference's gradients (outputs poisoned first)."""
+    from gpulab.rnn import fused_backward
+
+    monkeypatch.setattr(api, "POISON", True)
+    monkeypatch.setattr(fused_backward, "CHUNKS", 3)
+    monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 64)
+    run_case("fused", function, 5, 301, 3, 32, dtype=dtype)
