@@ -70,18 +70,22 @@ def _tanh(x):
 
 
 @triton.jit
-def lstm_activations(i, f, z, o):
-    """The LSTM's gate activations from their pre-activations: (sigmoid(i), sigmoid(f), tanh(z), sigmoid(o))."""
-    return tl.sigmoid(i), tl.sigmoid(f), _tanh(z), tl.sigmoid(o)
-
-
-@triton.jit
 def lstm_cell(i, f, z, o, c):
     """One LSTM cell update on fp32 blocks: returns (h, c). Inputs are gate *pre-activations* and the old c."""
-    i, f, z, o = lstm_activations(i, f, z, o)
+    i = tl.sigmoid(i)
+    f = tl.sigmoid(f)
+    z = _tanh(z)
+    o = tl.sigmoid(o)
     c_new = f * c + i * z
     h_new = o * _tanh(c_new)
     return h_new, c_new
+
+
+@triton.jit
+def lstm_activations(i, f, z, o):
+    """The gate activations of :func:`lstm_cell` alone, (sigmoid(i), sigmoid(f), tanh(z), sigmoid(o)): for kernels
+    that save them for the backward (:mod:`gpulab.rnn.fused_forward`)."""
+    return tl.sigmoid(i), tl.sigmoid(f), _tanh(z), tl.sigmoid(o)
 
 
 @triton.jit
