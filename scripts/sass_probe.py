@@ -29,7 +29,7 @@ from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH",)):
+def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH", "T0", "T1")):
     """As a launch would: pointers 16-byte aligned, integers divisible by 16 except those named in ``unaligned``."""
     import inspect
 
@@ -49,7 +49,8 @@ def forward(dh, warps, save_gates, dtype="bf16", **extra):
     sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
     const = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
                  SAVE_GATES=save_gates, R_ON_CHIP=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32",
-                 PRECISION="ieee", **extra)  # fmt: skip
+                 PRECISION="ieee")  # fmt: skip
+    const.update(extra)
     sig.update({k: "constexpr" for k in const})
     return compile_kernel(fused_forward.fused_forward_kernel, sig, const, warps)
 
@@ -57,11 +58,12 @@ def forward(dh, warps, save_gates, dtype="bf16", **extra):
 def backward(dh, warps, dtype="bf16", **extra):
     names = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "ds0_ptr")
     sig = {n: f"*{dtype}" for n in names}
-    sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
+    sig.update({n: "i32" for n in ("B", "T", "T0", "T1", "NH", "state_stride")})
     fn, gr, gb = (int(os.environ.get(k, v)) for k, v in (("FN", 0), ("GR", 4), ("GB", 4)))  # FN=2 GR=1 GB=1: elman
     const = dict(FUNCTION=fn, G_R=gr, G_B=gb, DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
-                 R_ON_CHIP=True, HAS_DLAST=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32", PRECISION="ieee",
-                 **extra)  # fmt: skip
+                 R_ON_CHIP=True, HAS_DLAST=True, FAST=dtype == "bf16", IS_FP32=dtype == "fp32",
+                 PRECISION="ieee")  # fmt: skip
+    const.update(extra)
     sig.update({k: "constexpr" for k in const})
     return compile_kernel(fused_backward.fused_backward_kernel, sig, const, warps)
 

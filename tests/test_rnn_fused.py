@@ -196,3 +196,27 @@ def test_gpu_backward_pieces_on_two_streams(function, dtype, monkeypatch):
     monkeypatch.setattr(fused_backward, "CHUNKS", 3)
     monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 64)
     run_case("fused", function, 5, 301, 3, 32, dtype=dtype)
+
+
+@pytest.mark.parametrize("function", ["lstm", "gru"])
+def test_fused_kernels_rereading_r_every_step_agree(function):
+    """The tiling's other option, R re-read at every step instead of kept on chip, computes the same states and
+    gate gradients (it is never chosen on the GPUs in the spec table, but it must stay correct)."""
+    import dataclasses
+
+    from gpulab.rnn import fused_backward, tiling
+
+    Wx, R, b, s0 = make_inputs(function, 3, 4, 2, 16, device=runtime.device)
+    fwd = tiling.fused_tiling(3, 2, 16, function, Wx.dtype, direction="forward")
+    bwd = tiling.fused_tiling(3, 2, 16, function, Wx.dtype, direction="backward")
+    runs = []
+    for on_chip in (True, False):
+        f = dataclasses.replace(fwd, r_on_chip=on_chip)
+        out, last, gates = fused_forward.fused_rnn_forward(Wx, R, b, s0, function, tiling=f)
+        d_out = check.random_tensor(*out.shape, seed=5).to(out)
+        dG, ds0 = fused_backward.fused_rnn_backward(
+            d_out, gates, out, s0, R, function, tiling=dataclasses.replace(bwd, r_on_chip=on_chip)
+        )
+        runs.append((out, last, dG, ds0))
+    for name, a, r in zip(("states", "last", "dG", "d_states"), runs[1], runs[0]):
+        check.assert_close(a, r.double(), name=name)

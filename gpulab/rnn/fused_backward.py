@@ -76,7 +76,7 @@ __all__ = ["fused_backward_kernel", "fused_rnn_backward", "fused_rnn_gradients",
 
 @triton.jit
 def _step_inputs(gate_rows, gate_mask, gate_step, dout_rows, prev_rows, s0_rows, in_mask, t, HD):
-    """The loads of step t: the saved pre-activations and the state inputs, two all-slot tiles (the pointers and
+    """The loads of step t: the saved gates and the state inputs, two all-slot tiles (the pointers and
     the row stride ``HD`` in the kernel's units of P elements)."""
     g = tl.load(gate_rows + t * gate_step, mask=gate_mask, other=0)
     ptr = tl.where(in_mask == 2, tl.where(t > 0, prev_rows + (t - 1) * HD, s0_rows), dout_rows + t * HD)
@@ -86,7 +86,7 @@ def _step_inputs(gate_rows, gate_mask, gate_step, dout_rows, prev_rows, s0_rows,
 
 @triton.jit
 def fused_backward_kernel(
-    gates_ptr,  # [B, T, G_B, NH, DH] pre-activations saved by the forward
+    gates_ptr,  # [B, T, G_B, NH, DH] saved by the forward: LSTM activations (fp16 if 16-bit), else pre-activations
     out_ptr,  # [S, B, T, NH, DH] the forward's states
     s0_ptr,  # [S, B, 1, NH, DH] initial states
     r_ptr,  # [G_R, NH, DH, DH]
@@ -130,7 +130,7 @@ def fused_backward_kernel(
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
     dg_rows = dg_ptr + rows[:, None].to(tl.int64) * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * B * G_B * HD
     # The loads, in units of P elements: P = 2 packs two 16-bit values into one 32-bit word (see unpack_pairs in
-    # gpulab.rnn.fused_forward). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved pre-activations, and the state
+    # gpulab.rnn.fused_forward). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved gates, and the state
     # inputs (slot 0 dL/dh_t, slot 1 dL/dc_t (lstm), slot 2 the previous state the cell's backward needs: c_{t-1}
     # for the LSTM, h_{t-1} for the GRU, from the initial states at t = 0). Two tiles, not four: each costs one
     # layout round trip.

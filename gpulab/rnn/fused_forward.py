@@ -244,7 +244,7 @@ def fused_forward_kernel(
     s0_ptr,  # [S, B, 1, NH, DH] initial states
     out_ptr,  # [S, B, T, NH, DH] all states (written)
     last_ptr,  # [S, B, 1, NH, DH] last states (written)
-    gates_ptr,  # [B, T, G_B, NH, DH] gate pre-activations for the backward (written if SAVE_GATES)
+    gates_ptr,  # [B, T, G_B, NH, DH] for the backward: LSTM activations, else pre-activations (if SAVE_GATES)
     B,
     T,
     NH,
@@ -258,7 +258,7 @@ def fused_forward_kernel(
     BLOCK_D: tl.constexpr,
     SAVE_GATES: tl.constexpr,
     R_ON_CHIP: tl.constexpr,
-    FAST: tl.constexpr,  # one-instruction activations (lstm_cell_approx); see fast_activations()
+    FAST: tl.constexpr,  # one-instruction activations (lstm_activations_approx); see fast_activations()
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -268,8 +268,6 @@ def fused_forward_kernel(
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     HD = NH * DH  # elements of one (gate or state) slice of all heads
 
-    # R_all^T of this head [BLOCK_D, G * BLOCK_D], loaded once (R_ON_CHIP), or re-read every step (from L1 at best;
-    # it is staged through shared memory either way, so gpulab.rnn.tiling keeps it on chip whenever it fits).
     # all-gates tiles [BLOCK_B, G * BLOCK_D]: column (slot, j) of head n. Wx's gate for slot s is s - (G_B - G_W)
     # (gru's Wx starts at slot 1), biases are per slot.
     slot, j = gate_columns(G, BLOCK_D)
@@ -277,6 +275,9 @@ def fused_forward_kernel(
     scale = gate_scale(slot, FAST, FUNCTION)[None, :]  # 1/2 on the LSTM's sigmoid gates in FAST mode
     bias = tl.load(b_ptr + slot * HD + n * DH + j, mask=(slot < G_B) & (j < DH), other=0.0).to(tl.float32)[None, :]
     bias = bias * scale
+    # R_all^T of this head [BLOCK_D, G * BLOCK_D], loaded once (R_ON_CHIP), or re-read every step (from L1 at best;
+    # it is staged through shared memory either way, so gpulab.rnn.tiling keeps it on chip whenever it fits).
+    rt = 0.0  # (re-read in every step when not R_ON_CHIP)
     if R_ON_CHIP:
         rt = (load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True).to(tl.float32) * scale).to(r_ptr.dtype.element_ty)
     # Wx in units of P elements: P = 2 loads two 16-bit values as one 32-bit word (see unpack_pairs)

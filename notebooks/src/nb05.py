@@ -286,7 +286,7 @@ for function in ("lstm", "gru", "elman"):
 ("md", r"""
 ## 5. The fused backward: a recurrence in reverse time
 
-Let $\delta h_t$ and $\delta c_t$ be the total gradients reaching $h_t$ and $c_t$ (from the outputs and from step $t+1$). With $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ recomputed from the saved pre-activations:
+Let $\delta h_t$ and $\delta c_t$ be the total gradients reaching $h_t$ and $c_t$ (from the outputs and from step $t+1$). With the gate activations $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ (saved by the forward, see below):
 
 $$ \delta c_t \mathrel{+}= \delta h_t \, o' (1 - \tanh^2 c_t), \qquad
 \delta o = \delta h_t \tanh(c_t)\, o'(1-o'), \qquad \delta i = \delta c_t\, z'\, i'(1-i'), $$
