@@ -179,8 +179,9 @@ def test_backward_in_time_pieces_equals_one_launch(function, monkeypatch):
     previous piece's carry; dR and db summed per piece) gives the gradients of the float64 reference."""
     from gpulab.rnn import fused_backward
 
-    monkeypatch.setattr(fused_backward, "CHUNKS", 3)
-    monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 1)
+    monkeypatch.setattr(fused_backward, "CUTS", (0.3, 0.6))
+    monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 1)
+    assert fused_backward.pieces(7) == [(0, 2), (2, 4), (4, 7)]
     run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps
 
 
@@ -193,8 +194,9 @@ def test_gpu_backward_pieces_on_two_streams(function, dtype, monkeypatch):
     from gpulab.rnn import fused_backward
 
     monkeypatch.setattr(api, "POISON", True)
-    monkeypatch.setattr(fused_backward, "CHUNKS", 3)
-    monkeypatch.setattr(fused_backward, "MIN_CHUNK_STEPS", 64)
+    monkeypatch.setattr(fused_backward, "CUTS", (1 / 3, 2 / 3))
+    monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 64)
+    assert fused_backward.pieces(301) == [(0, 100), (100, 201), (201, 301)]
     run_case("fused", function, 5, 301, 3, 32, dtype=dtype)
 
 

@@ -297,15 +297,23 @@ def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
     return dG_tm.transpose(0, 1), ds0
 
 
-CHUNKS = 2  # time chunks of the overlapped backward (sequences of at least MIN_CHUNK_STEPS steps per chunk)
-MIN_CHUNK_STEPS = 64
+CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
+MIN_PIECE_STEPS = 64  # shorter sequences run in one piece
+
+
+def pieces(T):
+    """The time pieces [(t0, t1), ...] of :func:`fused_rnn_gradients` for a sequence of T steps."""
+    if T < MIN_PIECE_STEPS * (len(CUTS) + 1):
+        return [(0, T)]
+    edges = [0] + [min(max(round(T * c), 1), T - 1) for c in CUTS] + [T]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
 def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
     """The whole backward: ``(dWx, dR, db, d_states)``, with the parameter products overlapped with the kernel.
 
     The reverse-time kernel runs one program per head and batch tile: 12 of the H100's 132 SMs at the lesson's
-    problem. So the sequence is cut into :data:`CHUNKS` pieces in time, the kernel runs them last to first (each
+    problem. So the sequence is cut into pieces in time (at :data:`CUTS`), the kernel runs them last to first (each
     launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
     and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece. Only the
     first piece's products remain after the kernel. On CPU (the interpreter) the same steps run in order.
@@ -313,8 +321,7 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
-    n = CHUNKS if T >= CHUNKS * MIN_CHUNK_STEPS else 1
-    bounds = [(T * i // n, T * (i + 1) // n) for i in range(n)]
+    bounds = pieces(T)
     cuda = out.is_cuda
     main = torch.cuda.current_stream() if cuda else None
     side = torch.cuda.Stream(device=out.device) if cuda else None
