@@ -10,6 +10,7 @@ not timings.
 
 import argparse
 import collections
+import inspect
 import os
 import pathlib
 import re
@@ -31,8 +32,6 @@ BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH", "T0", "T1")):
     """As a launch would: pointers 16-byte aligned, integers divisible by 16 except those named in ``unaligned``."""
-    import inspect
-
     for name, prm in inspect.signature(fn.fn).parameters.items():  # constexpr defaults, as a launch applies them
         if prm.default is not inspect.Parameter.empty and name not in signature:
             signature[name] = "constexpr"

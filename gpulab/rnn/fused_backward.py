@@ -66,9 +66,10 @@ from gpulab.rnn.fused_forward import (  # noqa: E402
     gate_columns,
     join_gates,
     load_r,
+    loaded_f32,
     matmul,
     split_gates,
-    unpack_pairs,
+    word_pointer,
 )
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
@@ -139,16 +140,8 @@ def fused_backward_kernel(
     DHP: tl.constexpr = DH // P
     HDP = NH * DHP
     pslot, pj = gate_columns(G, BLOCK_D // P)
-    if P == 2:
-        gates_base = gates_ptr.to(tl.pointer_type(tl.int32))
-        dout_base = dout_ptr.to(tl.pointer_type(tl.int32))
-        out_base = out_ptr.to(tl.pointer_type(tl.int32))
-        s0_base = s0_ptr.to(tl.pointer_type(tl.int32))
-    else:
-        gates_base = gates_ptr
-        dout_base = dout_ptr
-        out_base = out_ptr
-        s0_base = s0_ptr
+    gates_base, dout_base = word_pointer(gates_ptr, P), word_pointer(dout_ptr, P)
+    out_base, s0_base = word_pointer(out_ptr, P), word_pointer(s0_ptr, P)
     gate_in_mask = row_ok & ((pslot < G_B) & (pj < DHP))[None, :]
     gate_rows = gates_base + rows[:, None].to(tl.int64) * T * G_B * HDP + (pslot * HDP + n * DHP + pj)[None, :]
     S: tl.constexpr = 2 if FUNCTION == 0 else 1  # states
@@ -178,12 +171,8 @@ def fused_backward_kernel(
         t = T1 - 1 - tt
         if not R_ON_CHIP:
             r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
-        if P == 2:
-            g_all = unpack_pairs(g_in, gates_ptr.dtype.element_ty, BLOCK_B, G * BLOCK_D).to(tl.float32)
-            s_all = unpack_pairs(s_in, RDT, BLOCK_B, G * BLOCK_D).to(tl.float32)
-        else:
-            g_all = g_in.to(tl.float32)
-            s_all = s_in.to(tl.float32)
+        g_all = loaded_f32(g_in, gates_ptr.dtype.element_ty, P, BLOCK_B, G * BLOCK_D)
+        s_all = loaded_f32(s_in, RDT, P, BLOCK_B, G * BLOCK_D)
         g0, g1, g2, g3 = split_gates(g_all, BLOCK_B, BLOCK_D, G)
         dh_out, dc_out, prev, _ = split_gates(s_all, BLOCK_B, BLOCK_D, G)
         g_in, s_in = _step_inputs(

@@ -157,6 +157,24 @@ def unpack_pairs(v, DT: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
+def word_pointer(ptr, P: tl.constexpr):
+    """``ptr`` as a pointer to loads of P elements: 32-bit words when P = 2 (see :func:`unpack_pairs`), else itself."""
+    if P == 2:
+        return ptr.to(tl.pointer_type(tl.int32))
+    else:
+        return ptr
+
+
+@triton.jit
+def loaded_f32(v, DT: tl.constexpr, P: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """A tile loaded through :func:`word_pointer` as fp32 [ROWS, COLS]: unpacked from words when P = 2."""
+    if P == 2:
+        return unpack_pairs(v, DT, ROWS, COLS).to(tl.float32)
+    else:
+        return v.to(tl.float32)
+
+
+@triton.jit
 def tanh_approx(x):
     """tanh in one special-function instruction (PTX ``tanh.approx.f32``, relative error ~5e-4); GPU only."""
     return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
@@ -173,7 +191,7 @@ def gate_scale(slot, FAST: tl.constexpr, FUNCTION: tl.constexpr):
     if FAST and FUNCTION == 0:
         return tl.where(slot == 2, 1.0, 0.5)
     else:
-        return tl.where(slot >= 0, 1.0, 1.0)
+        return tl.full(slot.shape, 1.0, tl.float32)
 
 
 @triton.jit
@@ -202,10 +220,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     """Step t: (h_t, c_t) from (h_{t-1}, c_{t-1}) and x = Wx_t (as loaded: P = 2 packs 16-bit pairs in 32-bit
     words); stores h_t, c_t (and the gates), and returns them with the load of Wx at step ``t_load``, issued as soon
     as x is used (so that the load lands in x's registers)."""
-    if P == 2:
-        xf = unpack_pairs(x, r_ptr.dtype.element_ty, BLOCK_B, G * BLOCK_D).to(tl.float32)
-    else:
-        xf = x.to(tl.float32)
+    xf = loaded_f32(x, r_ptr.dtype.element_ty, P, BLOCK_B, G * BLOCK_D)
     # the recurrent product, all gates at once: the only part of a step that mixes units
     if not R_ON_CHIP:
         rt = (load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True).to(tl.float32) * scale).to(r_ptr.dtype.element_ty)
@@ -285,10 +300,7 @@ def fused_forward_kernel(
     pslot, pj = gate_columns(G, BLOCK_D // P)
     pwslot = pslot - (G_B - G_W)
     wx_mask = row_ok & ((pwslot >= 0) & (pwslot < G_W) & (pj < DH // P))[None, :]
-    if P == 2:
-        wx_base = wx_ptr.to(tl.pointer_type(tl.int32))
-    else:
-        wx_base = wx_ptr
+    wx_base = word_pointer(wx_ptr, P)
     HDP = NH * (DH // P)
     wx_rows = wx_base + rows[:, None].to(tl.int64) * T * G_W * HDP + (pwslot * HDP + n * (DH // P) + pj)[None, :]
     gate_rows = gates_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
