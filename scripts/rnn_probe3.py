@@ -21,7 +21,7 @@ def main():
     ref_in = [t.detach().double().requires_grad_() for t in inputs]
     ref = flashrnn(*ref_in, function="lstm", backend="vanilla")
     ref_grads = torch.autograd.grad(sum((o * wi).sum() for o, wi in zip(ref, w)), ref_in)
-    for cuts in ((), (0.5,), (0.25,), (0.125,), (0.125, 0.5), (0.25, 0.5, 0.75)):
+    for cuts in ((), (0.0625,), (0.125,), (0.25,)):
         fused_backward.CUTS = cuts
         out = flashrnn(*leaves, function="lstm", backend="fused")
         grads = torch.autograd.grad(sum((o.double() * wi).sum() for o, wi in zip(out, w)), leaves)

@@ -62,6 +62,7 @@ from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_g
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.fused_forward import (  # noqa: E402
     cell_tanh,
+    dot_operand,
     fast_activations,
     gate_columns,
     join_gates,
@@ -113,6 +114,7 @@ def fused_backward_kernel(
     FAST: tl.constexpr,  # the LSTM's tanh(c_t) in one instruction (fused_forward.cell_tanh)
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
+    COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
 ):
     """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
@@ -190,7 +192,7 @@ def fused_backward_kernel(
         else:  # elman
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
-        dh = direct + matmul(dG.to(RDT), r_all, IS_FP32, PRECISION)
+        dh = direct + matmul(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
         tl.store(dg_rows + t.to(tl.int64) * B * G_B * HD, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
@@ -260,7 +262,7 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, T0, T1, d_last):
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
         BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=d_last is not None,
         FAST=fast_activations(out.dtype), IS_FP32=out.dtype == torch.float32,
-        PRECISION=runtime.dot_precision(out.dtype), **cfg.launch(),
+        PRECISION=runtime.dot_precision(out.dtype), COMPILED=not runtime.INTERPRET, **cfg.launch(),
     )  # fmt: skip
     return carry
 

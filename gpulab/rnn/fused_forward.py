@@ -68,6 +68,7 @@ from gpulab.rnn.tiling import fused_tiling  # noqa: E402
 
 __all__ = [
     "fused_forward_kernel",
+    "dot_operand",
     "fused_rnn_forward",
     "matmul",
     "load_r",
@@ -175,6 +176,23 @@ def loaded_f32(v, DT: tl.constexpr, P: tl.constexpr, ROWS: tl.constexpr, COLS: t
 
 
 @triton.jit
+def dot_operand(x, OPAQUE: tl.constexpr):
+    """``x`` itself, for use as a ``tl.dot`` operand; with OPAQUE (compiled 16-bit kernels) through an identity
+    instruction that the compiler cannot look through.
+
+    Why: for an operand computed in registers, Triton 3.6 chooses the tensor-core operand layout from the ops that
+    produced it, and halves its "kWidth" when a ``tl.join`` is among them (here: :func:`join_gates`). The backward's
+    product then groups k by four instead of two, and the other operand, R, read from shared memory every step, is
+    reordered with ~170 register moves per step and warp. A non-pure inline-asm ``mov`` ends that search (ptxas then
+    drops the mov): the backward's loop went from 703 to 531 instructions per step and warp at DH = 64.
+    """
+    if OPAQUE:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
+    else:
+        return x
+
+
+@triton.jit
 def tanh_approx(x):
     """tanh in one special-function instruction (PTX ``tanh.approx.f32``, relative error ~5e-4); GPU only."""
     return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
@@ -224,8 +242,12 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     # the recurrent product, all gates at once: the only part of a step that mixes units
     if not R_ON_CHIP:
         rt = (load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True).to(tl.float32) * scale).to(r_ptr.dtype.element_ty)
-    pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + (xf * scale + bias)
-    x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
+    xs = xf * scale + bias
+    if BLOCK_D <= 64:  # x's registers are free once x is converted: load the input of step t_load into them now
+        x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
+    pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + xs
+    if BLOCK_D > 64:  # at DH 128 the kernel is at the 255-register cap: loading after the product costs less
+        x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
     g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_D, G)
     saved = pre
     if FUNCTION == 0:  # lstm: i, f, z, o; the backward gets the activations (it then recomputes one tanh, not five)
