@@ -27,6 +27,7 @@ __all__ = [
     "assert_close",
     "poisoned",
     "poison_",
+    "new_output",
     "random_tensor",
     "new_seed",
     "to_float64",
@@ -128,6 +129,20 @@ def poisoned(*shape, dtype=torch.float32, device=None) -> torch.Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
     return poison_(torch.empty(shape, dtype=dtype, device=device))
+
+
+def new_output(*shape, dtype, device=None) -> torch.Tensor:
+    """A kernel's output buffer: :func:`poisoned` when :data:`gpulab.runtime.POISON` is on (interpreter, tests),
+    else ``torch.empty`` (timed GPU runs). Every kernel wrapper allocates its outputs through this one function."""
+    from gpulab import runtime
+
+    if runtime.POISON:
+        return poisoned(*shape, dtype=dtype, device=device)
+    if device is None:
+        device = runtime.device
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _fmt_index(flat: int, shape) -> str:

@@ -49,6 +49,8 @@ __all__ = [
     "next_power_of_2",
     "describe",
     "INTERPRETER_PROBLEM",
+    "POISON",
+    "poisoning",
 ]
 
 
@@ -72,6 +74,25 @@ if INTERPRET:
 
 device: torch.device = torch.device("cuda" if MODE == "cuda" else "cpu")
 """The torch device that gpulab's kernels take their tensors on."""
+
+POISON: bool = INTERPRET or os.environ.get("GPULAB_POISON", "") == "1"
+"""One poison policy for every kernel: when True, kernel outputs are filled with NaN before the launch
+(:func:`gpulab.check.new_output`), so an element a kernel never wrote fails every check. On in the interpreter and in
+the tests (``GPULAB_POISON=1``, set by ``conftest.py``), off in timed GPU runs (a fill writes every output once more).
+Change it for a block of code with :func:`poisoning`."""
+
+
+@contextlib.contextmanager
+def poisoning(on: bool = True):
+    """``with runtime.poisoning(True): ...`` turns :data:`POISON` on (or off) inside the block."""
+    global POISON
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be True or False, got {on!r}.")
+    before, POISON = POISON, on
+    try:
+        yield
+    finally:
+        POISON = before
 
 
 def _interpreter_problem() -> str | None:

@@ -1,5 +1,9 @@
+import os
+
 import pytest
 import torch
+
+os.environ.setdefault("GPULAB_POISON", "1")  # one poison policy: outputs NaN-filled in tests, also on the GPU
 
 import gpulab  # noqa: F401 - decides interpreter vs CUDA before any test defines a kernel
 
