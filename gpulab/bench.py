@@ -19,6 +19,7 @@ FLOP conventions live beside each operation and are stated once, here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -26,6 +27,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,6 +49,9 @@ __all__ = [
     "bar",
     "line",
     "attention_flops",
+    "CapturedStep",
+    "capture",
+    "no_tf32",
 ]
 
 
@@ -435,3 +440,54 @@ def line(results, x, y="gbps", group="case", ax=None, logx=True, logy=False, tit
         ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     return ax
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CUDA graphs and precision
+
+
+class CapturedStep:
+    """A callable captured in a CUDA graph: ``captured()`` replays it and returns the (static) outputs.
+
+    Warm-up runs on a side stream first (as PyTorch requires: it compiles Triton kernels, lets cuBLAS pick its
+    kernels and the allocator settle); then one call is captured. Inputs must stay at the same addresses: to run
+    on new data, copy it into the tensors the function closes over.
+    """
+
+    def __init__(self, fn, warmup=2):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.output = fn()
+        torch.cuda.synchronize()
+
+    def __call__(self):
+        self.graph.replay()
+        return self.output
+
+
+def capture(fn, warmup=2):
+    """:class:`CapturedStep` of ``fn`` on a GPU; None on CPU (graphs are a CUDA feature: "graphed: n/a")."""
+    return CapturedStep(fn, warmup) if runtime.on_gpu() else None
+
+
+@contextlib.contextmanager
+def no_tf32():
+    """fp32 products in IEEE fp32 (cuBLAS and cuDNN), as cuDNN's fp32 LSTM is timed; restores the flags after."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old

@@ -1,15 +1,19 @@
 """The syllabus as data: one row per lesson, used by the command line, the README check and result files.
 
-A lesson registers its benchmark here as ``"module:function"``; `python -m gpulab bench NN` imports and runs it.
-A benchmark function takes ``progress`` (a tqdm-like wrapper for loops) and returns a list of
+Each lesson's package registers its benchmark *callable* when it is imported
+(``lessons.register_benchmark("04", benchmark)`` in ``gpulab/attention/__init__.py``), so importing the syllabus
+imports no benchmark; :func:`benchmark` imports the lesson's package (``Lesson.module``) and returns what it
+registered. A benchmark function takes ``progress`` (a tqdm-like wrapper for loops) and returns a list of
 :class:`gpulab.bench.Result`, plus optionally a matplotlib figure to store beside the result file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from collections.abc import Callable
 
-__all__ = ["Lesson", "LESSONS", "find", "ids"]
+__all__ = ["Lesson", "LESSONS", "find", "ids", "register_benchmark", "benchmark"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,3 +83,29 @@ def find(lesson: str) -> Lesson | None:
 
 def ids() -> list[str]:
     return [f"{e.id} ({e.slug})" for e in LESSONS]
+
+
+_BENCHMARKS: dict[str, Callable] = {}
+
+
+def register_benchmark(lesson_id: str, fn: Callable) -> Callable:
+    """Register ``fn`` as lesson ``lesson_id``'s benchmark (called by the lesson's package when it is imported);
+    returns ``fn``, so it also works as a decorator factory's target."""
+    entry = find(lesson_id)
+    if entry is None:
+        raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
+    _BENCHMARKS[entry.id] = fn
+    return fn
+
+
+def benchmark(lesson_id: str) -> Callable | None:
+    """Lesson ``lesson_id``'s benchmark callable: imports the lesson's package, which registers it; None if the
+    lesson has none. A ValueError for an unknown lesson."""
+    entry = find(lesson_id)
+    if entry is None:
+        raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")
+    if entry.id not in _BENCHMARKS:
+        importlib.import_module(entry.module)
+    return _BENCHMARKS.get(entry.id)

@@ -41,7 +41,14 @@ __all__ = [
     "synchronize",
     "require_dtype",
     "require_tensor",
+    "ArgumentTypeError",
+    "integer",
     "positive_int",
+    "nonnegative_int",
+    "finite_float",
+    "strict_bool",
+    "one_of",
+    "same_shape",
     "supported_dtypes",
     "default_dtype",
     "dot_precision",
@@ -229,27 +236,135 @@ def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes) or "nothing"
 
 
-def positive_int(name: str, value) -> int:
-    """``value`` as an int if it is a positive integer (not a bool), else a ValueError that names ``name``."""
+# --- The validation vocabulary: every public function checks its arguments with these. ---------------------------
+# Each error names the argument, what was given, what is allowed and, where there is one, the fix. Integers must be
+# integers (5.0 is refused everywhere), booleans must be bools (0/1 and "no" are refused), floats must be finite.
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (a float where an integer is needed, a string where a bool is): both a TypeError
+    and a ValueError, so code that catches either sees it."""
+
+
+def _integer_kind(minimum) -> str:
+    return {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, "an integer")
+
+
+def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an int if it is an integer (not a bool, not a float) within [minimum, maximum], else an error
+    naming ``name``: :class:`ArgumentTypeError` for the wrong type, ValueError for a value out of range."""
     import numbers
 
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
+    kind = _integer_kind(minimum)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        hint = f"; use {int(value)}" if isinstance(value, float) and value.is_integer() else ""
+        raise ArgumentTypeError(f"{name} must be {kind}, got {value!r} ({type(value).__name__}){hint}.")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be {kind}{'' if minimum in (0, 1) else f' >= {minimum}'}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be an integer <= {maximum}, got {value}.")
+    return value
 
 
-def require_tensor(name: str, x, ndim: int | None = None) -> torch.Tensor:
-    """Raise a clear error unless ``x`` is a tensor on gpulab's device (and of rank ``ndim``, if given)."""
+def positive_int(name: str, value) -> int:
+    """``value`` as an int if it is a positive integer (not a bool, not a float), else an error naming ``name``."""
+    return integer(name, value, minimum=1)
+
+
+def nonnegative_int(name: str, value) -> int:
+    """``value`` as an int if it is an integer >= 0 (not a bool, not a float), else an error naming ``name``."""
+    return integer(name, value, minimum=0)
+
+
+def finite_float(name: str, value, minimum: float | None = None, positive: bool = False, maximum=None) -> float:
+    """``value`` as a float if it is a finite real number (>= minimum; > 0 with ``positive``), else an error naming
+    ``name``. Bools and strings are refused with a TypeError; NaN, inf and out-of-range values with a ValueError."""
+    import math
+    import numbers
+
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}.")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}.")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value!r}.")
+    return value
+
+
+def strict_bool(name: str, value) -> bool:
+    """``value`` if it is a bool (or numpy bool), else a TypeError naming ``name``: 0, 1, "no" and None are refused."""
+    try:
+        import numpy
+
+        if isinstance(value, numpy.bool_):
+            return bool(value)
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return value
+
+
+def one_of(name: str, value, choices):
+    """``value`` if it is one of ``choices`` (compared with ==, hashable or not), else an error naming ``name`` that
+    lists the choices."""
+    choices = tuple(choices)
+    try:
+        ok = any(value == c and type(value) is type(c) for c in choices) or any(
+            value == c for c in choices if not isinstance(c, (bool, int, float))
+        )
+    except Exception:  # noqa: BLE001 - a value that cannot even be compared is not one of the choices
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}={value!r} is not supported; use one of {', '.join(repr(c) for c in choices)}.")
+    return value
+
+
+def require_tensor(
+    name: str,
+    x,
+    ndim: int | None = None,
+    dtype=None,
+    shape: tuple | None = None,
+    device_check: bool = True,
+) -> torch.Tensor:
+    """Raise a clear error unless ``x`` is a tensor (on gpulab's device unless ``device_check=False``), of rank
+    ``ndim``, dtype ``dtype`` (a dtype or a tuple of dtypes) and ``shape`` (None entries match any size), as given."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
-    if x.device.type != device.type:
+    if device_check and x.device.type != device.type:
         raise ValueError(
             f"{name} is on {x.device}, but gpulab runs kernels on {device} ({MODE} mode); "
             f"move it with {name}.to(gpulab.runtime.device)."
         )
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {tuple(x.shape)}.")
+    if dtype is not None:
+        allowed = tuple(dtype) if isinstance(dtype, (tuple, list)) else (dtype,)
+        if x.dtype not in allowed:
+            raise ValueError(f"{name} has dtype {x.dtype}; allowed: {_names(allowed)}. Convert it with {name}.to(...).")
+    if shape is not None:
+        if x.dim() != len(shape) or any(s is not None and s != n for s, n in zip(shape, x.shape)):
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"{name} must have shape {want}, got {list(x.shape)}.")
     return x
+
+
+def same_shape(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    """A ValueError unless ``a`` and ``b`` have exactly the same shape (no broadcasting)."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(
+            f"{name_a} has shape {list(a.shape)} but {name_b} has shape {list(b.shape)}; they must match exactly "
+            "(no broadcasting)."
+        )
 
 
 def dot_precision(dtype, allow_tf32: bool = False) -> str:

@@ -43,14 +43,13 @@ tests and the benchmark).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import warnings
 
 import torch
 
 from gpulab import runtime  # noqa: F401 - sets interpreter mode before any kernel is defined
+from gpulab.bench import CapturedStep, capture, no_tf32  # noqa: F401 - part of lesson 3's face
 from gpulab.rnn import LSTMWeights, from_torch_lstm
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise
 
@@ -544,51 +543,7 @@ def lstm_reference(x, weights, state=None):
 # Graphs and precision
 
 
-class CapturedStep:
-    """A callable captured in a CUDA graph: ``captured()`` replays it and returns the (static) outputs.
-
-    Warm-up runs on a side stream first (as PyTorch requires: it compiles Triton kernels, lets cuBLAS pick its
-    kernels and the allocator settle); then one call is captured. Inputs must stay at the same addresses: to run
-    on new data, copy it into the tensors the function closes over.
-    """
-
-    def __init__(self, fn, warmup=2):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.output = fn()
-        torch.cuda.synchronize()
-
-    def __call__(self):
-        self.graph.replay()
-        return self.output
-
-
-def capture(fn, warmup=2):
-    """:class:`CapturedStep` of ``fn`` on a GPU; None on CPU (graphs are a CUDA feature: "graphed: n/a")."""
-    return CapturedStep(fn, warmup) if runtime.on_gpu() else None
-
-
-@contextlib.contextmanager
-def no_tf32():
-    """fp32 products in IEEE fp32 (cuBLAS and cuDNN), as cuDNN's fp32 LSTM is timed; restores the flags after."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+# CapturedStep, capture and no_tf32 live in gpulab.bench (imported above); lesson 3 shows them from there.
 
 
 # ----------------------------------------------------------------------------------------------------------------
