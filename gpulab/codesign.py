@@ -60,7 +60,10 @@ import math
 
 import torch
 
-from gpulab import runtime  # noqa: F401 - sets interpreter mode before any kernel is defined
+from gpulab import (
+    dtypes,
+    runtime,  # noqa: F401 - sets interpreter mode before any kernel is defined
+)
 
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
@@ -433,7 +436,7 @@ def matmul_fixed_tile(
     """
     _require_tensor("a", a, 2)
     _require_tensor("b", b, 2)
-    dtype = runtime.require_dtype("a", a.dtype)
+    dtype = dtypes.require_dtype("a", a.dtype)
     if b.dtype != dtype:
         raise ValueError(f"b has dtype {b.dtype}, but a has {dtype}; pass both in the same dtype.")
     (m, k), (k2, n) = a.shape, b.shape
@@ -928,7 +931,7 @@ def sweep_k(ks=None, m=None, n=None, dtype=None, gpu=None, progress=None, check=
     """torch.matmul of ``[m, K] @ [K, n]`` for K around 4096 (GPU; around 64 on CPU): the alignment effect."""
     from gpulab import bench, hardware
 
-    dtype = runtime.as_dtype(dtype or runtime.default_dtype(), "dtype")
+    dtype = runtime.as_dtype(dtype or dtypes.default_dtype(), "dtype")
     m = m or runtime.pick(cpu=64, gpu=8192)
     n = n or runtime.pick(cpu=64, gpu=8192)
     offsets = runtime.pick(cpu=(-16, -8, -1, 0, 1, 8, 16), gpu=(-64, -32, -8, -4, -2, -1, 0, 1, 2, 4, 8, 32, 64))
@@ -968,7 +971,7 @@ def sweep_head_dim(head_dims=None, batch_heads=None, seq=None, dtype=None, gpu=N
     """Batched attention scores ``Q @ K^T`` for head dimensions 60..128: ``batch_heads`` GEMMs of ``seq x seq x d``."""
     from gpulab import bench, hardware
 
-    dtype = runtime.as_dtype(dtype or runtime.default_dtype(), "dtype")
+    dtype = runtime.as_dtype(dtype or dtypes.default_dtype(), "dtype")
     bh = batch_heads or runtime.pick(cpu=2, gpu=256)
     s = seq or runtime.pick(cpu=32, gpu=2048)
     head_dims = list(head_dims or (60, 64, 72, 80, 96, 100, 128))
@@ -1017,7 +1020,7 @@ def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, ch
     """``[m, k] @ [k, N]`` for N across wave boundaries, with torch.matmul and the fixed-tile Triton kernel."""
     from gpulab import bench, hardware
 
-    dtype = runtime.as_dtype(dtype or runtime.default_dtype(), "dtype")
+    dtype = runtime.as_dtype(dtype or dtypes.default_dtype(), "dtype")
     m = m or runtime.pick(cpu=32, gpu=1536)
     k = k or runtime.pick(cpu=32, gpu=4096)
     ns = list(ns or runtime.pick(cpu=range(16, 129, 16), gpu=range(1024, 8448 + 1, 128)))

@@ -39,7 +39,6 @@ __all__ = [
     "make_stream",
     "stream",
     "synchronize",
-    "require_dtype",
     "require_tensor",
     "ArgumentTypeError",
     "integer",
@@ -49,8 +48,6 @@ __all__ = [
     "strict_bool",
     "one_of",
     "same_shape",
-    "supported_dtypes",
-    "default_dtype",
     "dot_precision",
     "dot_block",
     "next_power_of_2",
@@ -183,53 +180,6 @@ def as_dtype(dtype, name: str = "dtype") -> torch.dtype:
     raise ValueError(
         f"{name}={dtype!r} is not a dtype gpulab knows; use a torch dtype or one of {sorted(set(_DTYPE_NAMES))}."
     )
-
-
-def supported_dtypes(gpu=None) -> tuple[torch.dtype, ...]:
-    """Dtypes gpulab kernels accept in the current mode, or on ``gpu`` (a name or :class:`gpulab.hardware.GPUSpec`).
-
-    In the interpreter: fp32 and fp16 (bf16 arithmetic is wrong there). On a GPU: fp32, fp16, and bf16 where the
-    architecture has it (compute capability 8.0 and newer; not on a T4 or V100).
-    """
-    if gpu is None and INTERPRET:
-        return (torch.float32, torch.float16)
-    from gpulab import hardware
-
-    spec = hardware.spec(gpu)
-    return (torch.float32, torch.float16, torch.bfloat16) if spec.has_bf16 else (torch.float32, torch.float16)
-
-
-def default_dtype(gpu=None) -> torch.dtype:
-    """The low-precision dtype a lesson should use: bf16 where the GPU has it, else fp16; fp32 in the interpreter.
-
-    With ``gpu`` (a name or GPUSpec) the answer is for that GPU, so the choice can be tested on CPU for any GPU.
-    """
-    if gpu is None and INTERPRET:
-        return torch.float32
-    return torch.bfloat16 if torch.bfloat16 in supported_dtypes(gpu) else torch.float16
-
-
-def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
-    """Raise a ValueError naming ``name`` unless ``dtype`` is usable here (or on ``gpu``); return it as a torch dtype.
-
-    ``allowed`` narrows the kernel's own choice (e.g. ``(torch.float32,)``) before the mode's restrictions apply.
-    """
-    dtype = as_dtype(dtype, name)
-    supported = tuple(allowed) if allowed is not None else (torch.float32, torch.float16, torch.bfloat16)
-    if dtype not in supported:
-        raise ValueError(f"{name} has dtype {dtype}; this kernel supports {_names(supported)}.")
-    here = supported_dtypes(gpu)
-    if dtype not in here:
-        if gpu is None and INTERPRET and dtype == torch.bfloat16:
-            fix = f"{name}='float32'" if name == "dtype" else f"{name}.float()"  # an argument, or a tensor's dtype
-            raise ValueError(
-                f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
-                f"{_names(tuple(d for d in supported if d in here))}, e.g. `{fix}`, or run on a GPU with bf16."
-            )
-        where = f"GPU {gpu}" if gpu is not None else "this GPU"
-        usable = _names(tuple(d for d in supported if d in here))
-        raise ValueError(f"{name} is {dtype}, which {where} has no hardware for; use {usable}.")
-    return dtype
 
 
 def _names(dtypes) -> str:

@@ -11,7 +11,7 @@ import torch
 import triton
 
 import gpulab
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
 ROOT = Path(gpulab.__file__).resolve().parent.parent
 
@@ -150,27 +150,27 @@ def test_import_without_triton_interpret_sets_it():
 
 
 def test_supported_dtypes():
-    assert runtime.supported_dtypes() == (torch.float32, torch.float16)
-    assert torch.bfloat16 in runtime.supported_dtypes("H100")
-    assert torch.bfloat16 in runtime.supported_dtypes("A100")
-    assert torch.bfloat16 not in runtime.supported_dtypes("T4")
-    assert torch.bfloat16 not in runtime.supported_dtypes("V100")
+    assert dtypes.supported_dtypes() == (torch.float32, torch.float16)
+    assert torch.bfloat16 in dtypes.supported_dtypes("H100")
+    assert torch.bfloat16 in dtypes.supported_dtypes("A100")
+    assert torch.bfloat16 not in dtypes.supported_dtypes("T4")
+    assert torch.bfloat16 not in dtypes.supported_dtypes("V100")
 
 
 def test_default_dtype():
-    assert runtime.default_dtype() is torch.float32  # the interpreter computes in fp32
-    assert runtime.default_dtype("H100") is torch.bfloat16
-    assert runtime.default_dtype("A100") is torch.bfloat16
-    assert runtime.default_dtype("T4") is torch.float16
-    assert runtime.default_dtype("V100") is torch.float16
+    assert dtypes.default_dtype() is torch.float32  # the interpreter computes in fp32
+    assert dtypes.default_dtype("H100") is torch.bfloat16
+    assert dtypes.default_dtype("A100") is torch.bfloat16
+    assert dtypes.default_dtype("T4") is torch.float16
+    assert dtypes.default_dtype("V100") is torch.float16
     for gpu in ("H100", "T4", "P100"):
-        assert runtime.require_dtype("x", runtime.default_dtype(gpu), gpu=gpu) is runtime.default_dtype(gpu)
+        assert dtypes.require_dtype("x", dtypes.default_dtype(gpu), gpu=gpu) is dtypes.default_dtype(gpu)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16", "bfloat16", "BF16"])
 def test_require_dtype_refuses_bf16_on_cpu(dtype):
     with pytest.raises(ValueError) as e:
-        runtime.require_dtype("q", dtype)
+        dtypes.require_dtype("q", dtype)
     msg = str(e.value)
     assert msg.startswith("q ")  # names the argument
     assert "bfloat16" in msg and "interpreter" in msg
@@ -180,14 +180,14 @@ def test_require_dtype_refuses_bf16_on_cpu(dtype):
 
 def test_require_dtype_bf16_fix_uses_the_argument_name():
     with pytest.raises(ValueError) as e:
-        runtime.require_dtype("q", torch.bfloat16)
+        dtypes.require_dtype("q", torch.bfloat16)
     assert "q.float()" in str(e.value)
 
 
 @pytest.mark.parametrize("gpu", ["T4", "V100", "Tesla T4"])
 def test_require_dtype_refuses_bf16_on_old_gpus(gpu):
     with pytest.raises(ValueError) as e:
-        runtime.require_dtype("weights", torch.bfloat16, gpu=gpu)
+        dtypes.require_dtype("weights", torch.bfloat16, gpu=gpu)
     msg = str(e.value)
     assert msg.startswith("weights ")
     assert gpu in msg
@@ -197,7 +197,7 @@ def test_require_dtype_refuses_bf16_on_old_gpus(gpu):
 @pytest.mark.parametrize("gpu", ["H100", "A100", "L4", "RTX 4090"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16"])
 def test_require_dtype_accepts_bf16_on_ampere_and_newer(gpu, dtype):
-    assert runtime.require_dtype("x", dtype, gpu=gpu) is torch.bfloat16
+    assert dtypes.require_dtype("x", dtype, gpu=gpu) is torch.bfloat16
 
 
 @pytest.mark.parametrize(
@@ -214,23 +214,23 @@ def test_require_dtype_accepts_bf16_on_ampere_and_newer(gpu, dtype):
     ],
 )
 def test_require_dtype_accepts_names(name, expected):
-    assert runtime.require_dtype("x", name) is expected
+    assert dtypes.require_dtype("x", name) is expected
 
 
 @pytest.mark.parametrize("bad", ["int8", "float8", "fp17", "", None, 3, torch.int32])
 def test_require_dtype_rejects_unknown(bad):
     with pytest.raises(ValueError) as e:
-        runtime.require_dtype("scores", bad)
+        dtypes.require_dtype("scores", bad)
     assert "scores" in str(e.value)
 
 
 def test_require_dtype_allowed_narrows_the_choice():
     with pytest.raises(ValueError) as e:
-        runtime.require_dtype("acc", torch.float16, allowed=(torch.float32,))
+        dtypes.require_dtype("acc", torch.float16, allowed=(torch.float32,))
     assert "acc" in str(e.value) and "float32" in str(e.value)
-    assert runtime.require_dtype("acc", "fp32", allowed=(torch.float32,)) is torch.float32
+    assert dtypes.require_dtype("acc", "fp32", allowed=(torch.float32,)) is torch.float32
     with pytest.raises(ValueError, match="acc"):
-        runtime.require_dtype("acc", torch.float64)  # not among the default kernel dtypes
+        dtypes.require_dtype("acc", torch.float64)  # not among the default kernel dtypes
 
 
 # ----------------------------------------------------------------------------------------------------------------

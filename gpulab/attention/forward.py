@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
@@ -201,7 +201,7 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             raise ValueError(f"{name} is {t.dtype} but {names[0]} is {q.dtype}; q, k and v must share one dtype.")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
-    runtime.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+    dtypes.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     b, h, _, d = q.shape
     if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
         raise ValueError(

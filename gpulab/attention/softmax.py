@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
@@ -66,7 +66,7 @@ def online_softmax(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
     ``torch.softmax``.
     """
     runtime.require_tensor("x", x)
-    runtime.require_dtype("x", x.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+    dtypes.require_dtype("x", x.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension; softmax runs over the last one.")
     block = block or runtime.pick(cpu=256, gpu=1024)

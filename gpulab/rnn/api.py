@@ -31,7 +31,7 @@ import importlib
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 from gpulab.rnn.functions import RNNFunction, get_function
 
 __all__ = ["flashrnn", "BACKENDS", "check_inputs", "POISON", "new_output"]
@@ -103,7 +103,7 @@ def check_inputs(Wx, R, b, states, function, backend, dtype):
         _shape("states", states, (fn.states, B, 1, nh, dh), f"[S, B, 1, NH, DH] for {fn.name}")
     cdt = Wx.dtype if dtype is None else runtime.as_dtype(dtype)
     if backend != "vanilla":
-        runtime.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
+        dtypes.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
     elif not cdt.is_floating_point:
         raise ValueError(f"dtype={dtype!r} is not a floating-point dtype.")
     return fn, backend, cdt

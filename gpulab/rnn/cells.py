@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import torch
 
-from gpulab import runtime  # first: sets interpreter mode before any kernel is defined
+from gpulab import (
+    dtypes,
+    runtime,  # first: sets interpreter mode before any kernel is defined
+)
 
 import triton  # isort: skip
 import triton.language as tl  # isort: skip
@@ -266,7 +269,7 @@ def lstm_pointwise(gates, c, bias=None, h_out=None, c_out=None, gates2=None):
     """
     _require_tensor("gates", gates)
     _require_tensor("c", c)
-    runtime.require_dtype("gates", gates.dtype)
+    dtypes.require_dtype("gates", gates.dtype)
     if gates.dim() != 4 or gates.shape[1] != 4:
         raise ValueError(
             f"gates must be [N, 4, NH, DH] (nn.LSTM's [N, 4H] is gates.view(N, 4, 1, H)), got {tuple(gates.shape)}."

@@ -48,7 +48,10 @@ import math
 
 import torch
 
-from gpulab import runtime  # noqa: F401 - sets interpreter mode before any kernel is defined
+from gpulab import (
+    dtypes,
+    runtime,  # noqa: F401 - sets interpreter mode before any kernel is defined
+)
 from gpulab.bench import CapturedStep, capture, no_tf32  # noqa: F401 - part of lesson 3's face
 from gpulab.rnn import LSTMWeights, from_torch_lstm
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise
@@ -111,7 +114,7 @@ def _prepare(x, w, state, reference=False):
             f"x is {x.dtype} but the weights are {w.dtype}; convert one: x.to({w.dtype}) or weights.to({x.dtype})."
         )
     if not reference:
-        runtime.require_dtype("x", x.dtype)
+        dtypes.require_dtype("x", x.dtype)
     if x.device != w.device:
         raise ValueError(f"x is on {x.device} but the weights are on {w.device}; move x with x.to(weights.device).")
     x = x.transpose(0, 1) if w.batch_first else x
