@@ -1,0 +1,39 @@
+"""Checkpoints with ``torch.distributed.checkpoint`` (DCP): each rank writes and reads its own shard.
+
+``get_state_dict`` gives the model's and the optimizer's state in a form that does not depend on how the model is
+wrapped (plain, DDP, FSDP2): a checkpoint written by 2 ranks under FSDP2 loads into 2 ranks again, and DCP can
+reshard it for another world size. The step and the data seed are saved beside the weights; since the data of a
+step is a function of (seed, step) (:mod:`gpulab.distributed.data`), a resumed run draws the same batches and
+continues the same loss curve.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from gpulab import runtime
+
+__all__ = ["save_checkpoint", "load_checkpoint"]
+
+
+def save_checkpoint(path, model, optimizer, step: int) -> None:
+    """Write model, optimizer and ``step`` (the number of steps done) to the folder ``path`` (every rank calls it)."""
+    step = runtime.nonnegative_int("step", step)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)}, checkpoint_id=os.fspath(path))
+
+
+def load_checkpoint(path, model, optimizer) -> int:
+    """Restore model and optimizer from the folder ``path`` in place; returns the number of steps done."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no checkpoint at {path!r}; train with checkpoint_dir={path!r} first.")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return int(state["step"])

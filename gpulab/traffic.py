@@ -1,0 +1,211 @@
+"""Memory traffic counted, not only modelled: bytes each Triton program loads and stores, in the CPU interpreter.
+
+The roofline (lesson 1) models the *fewest* bytes an operation must move; a kernel can move more (re-reads, spills,
+an N x N matrix written and read back). On a GPU, Nsight Compute counts DRAM bytes (``dram__bytes_read.sum``,
+``dram__bytes_write.sum``; :func:`parse_ncu_csv` reads its CSV). In Triton's CPU interpreter every ``tl.load`` and
+``tl.store`` (plain, masked, block pointer or tensor descriptor) ends in one of two methods of the interpreter's
+builder; :func:`count` wraps them for the duration of a ``with`` block and records, per program, the bytes of every
+element the mask lets through and which addresses they were:
+
+    with traffic.count(q=q, k=k, v=v, o=o) as c:
+        flash_attention(q, k, v)
+    c.loaded, c.stored                  # bytes, all programs
+    c.by_tensor["k"].loaded             # bytes of k loaded, re-reads included
+    c.unique_loaded                     # bytes of distinct addresses loaded: the IO-aware minimum if it matches
+    c.touched("k", program=(0, 0, 0))   # which elements of k program (0, 0, 0) loaded: a picture of its tiles
+
+These are the interpreter's accesses, which mirror the kernel's code, not the GPU's caches: a tile loaded twice counts
+twice even if L2 would serve the second read. The methods wrapped are internal to Triton (checked for 3.6): if they
+move, :func:`count` raises instead of counting zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import torch
+
+from gpulab import runtime
+
+__all__ = ["Counts", "Traffic", "count", "parse_ncu_csv", "TESTED_TRITON"]
+
+TESTED_TRITON = ("3.6",)
+"""Triton versions whose interpreter internals :func:`count` was written against (major.minor)."""
+
+
+@dataclasses.dataclass
+class Counts:
+    """Bytes loaded and stored (each access counted, re-reads included)."""
+
+    loaded: int = 0
+    stored: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.loaded + self.stored
+
+
+@dataclasses.dataclass
+class _Region:
+    name: str
+    start: int
+    end: int  # exclusive, in bytes
+    itemsize: int
+    shape: tuple
+
+
+class Traffic:
+    """What :func:`count` saw: totals, per program, per named tensor, and the addresses each program touched."""
+
+    def __init__(self, regions: list[_Region]):
+        self._regions = regions
+        self.total = Counts()
+        self.per_program: dict[tuple, Counts] = {}
+        self.by_tensor: dict[str, Counts] = {r.name: Counts() for r in regions}
+        self._addresses: dict[tuple[str, tuple, str], list[np.ndarray]] = {}
+        self._seen: dict[str, list[tuple[np.ndarray, int]]] = {"load": [], "store": []}
+        self.accesses = 0
+
+    def _add(self, kind: str, program: tuple, addresses: np.ndarray, itemsize: int) -> None:
+        nbytes = int(addresses.size) * itemsize
+        self.accesses += 1
+        prog = self.per_program.setdefault(program, Counts())
+        for counts in (self.total, prog):
+            if kind == "load":
+                counts.loaded += nbytes
+            else:
+                counts.stored += nbytes
+        self._seen[kind].append((addresses, itemsize))
+        for r in self._regions:
+            inside = addresses[(addresses >= r.start) & (addresses < r.end)]
+            if inside.size:
+                c = self.by_tensor[r.name]
+                if kind == "load":
+                    c.loaded += int(inside.size) * itemsize
+                else:
+                    c.stored += int(inside.size) * itemsize
+                self._addresses.setdefault((r.name, program, kind), []).append(inside)
+
+    @property
+    def loaded(self) -> int:
+        return self.total.loaded
+
+    @property
+    def stored(self) -> int:
+        return self.total.stored
+
+    def _unique(self, kind: str) -> int:
+        by_size: dict[int, list[np.ndarray]] = {}
+        for a, itemsize in self._seen[kind]:
+            by_size.setdefault(itemsize, []).append(a)
+        return sum(int(np.unique(np.concatenate(a)).size) * size for size, a in by_size.items())
+
+    @property
+    def unique_loaded(self) -> int:
+        """Bytes at distinct addresses loaded: what an ideal cache would fetch from memory once."""
+        return self._unique("load")
+
+    @property
+    def unique_stored(self) -> int:
+        """Bytes at distinct addresses stored."""
+        return self._unique("store")
+
+    def touched(self, name: str, program=None, kind: str = "load") -> torch.Tensor:
+        """A bool tensor shaped like tensor ``name``: True where ``program`` (a grid index (x, y, z), or None for
+        any program) made a ``kind`` access ('load' or 'store')."""
+        runtime.one_of("kind", kind, ("load", "store"))
+        region = next((r for r in self._regions if r.name == name), None)
+        if region is None:
+            raise ValueError(f"name={name!r} is not a counted tensor; counted: {[r.name for r in self._regions]}.")
+        numel = (region.end - region.start) // region.itemsize
+        mask = np.zeros(numel, dtype=bool)
+        for (n, prog, k), chunks in self._addresses.items():
+            if n == name and k == kind and (program is None or tuple(program) == prog):
+                for a in chunks:
+                    mask[(a - region.start) // region.itemsize] = True
+        return torch.from_numpy(mask).reshape(region.shape)
+
+
+def _check_triton():
+    import triton
+    from triton.runtime import interpreter
+
+    version = ".".join(triton.__version__.split(".")[:2])
+    builder = getattr(interpreter, "interpreter_builder", None)
+    missing = [m for m in ("create_masked_load", "create_masked_store", "set_grid_idx") if not hasattr(builder, m)]
+    if version not in TESTED_TRITON or missing:
+        raise RuntimeError(
+            f"gpulab.traffic wraps Triton's interpreter internals as of Triton {', '.join(TESTED_TRITON)}; this is "
+            f"Triton {triton.__version__}{f' (missing: {missing})' if missing else ''}. Check that every load and "
+            "store still passes through InterpreterBuilder.create_masked_load/store, then add the version."
+        )
+    return builder
+
+
+def _region(name: str, t) -> _Region:
+    runtime.require_tensor(name, t, device_check=False)
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous to be mapped to its elements; pass {name}.contiguous().")
+    start = t.data_ptr()
+    return _Region(name, start, start + t.numel() * t.element_size(), t.element_size(), tuple(t.shape))
+
+
+@contextlib.contextmanager
+def count(**tensors):
+    """Count every load and store of Triton kernels launched inside the block (interpreter mode only).
+
+    Keyword arguments name tensors whose traffic is also reported separately (``by_tensor``, ``touched``). Raises a
+    RuntimeError on a GPU (use Nsight Compute there), on an untested Triton, or if kernels ran but nothing was counted.
+    """
+    if not runtime.INTERPRET:
+        raise RuntimeError(
+            "traffic.count needs Triton's CPU interpreter; on a GPU count DRAM bytes with Nsight Compute "
+            "(ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum), see gpulab.traffic.parse_ncu_csv."
+        )
+    builder = _check_triton()
+    traffic = Traffic([_region(n, t) for n, t in tensors.items()])
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def counted_load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), ptrs.data.shape)
+        itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        traffic._add("load", tuple(builder.grid_idx or ()), ptrs.data[m], itemsize)
+        return load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+
+    def counted_store(ptrs, value, mask, cache_modifier, eviction_policy):
+        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), ptrs.data.shape)
+        itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        traffic._add("store", tuple(builder.grid_idx or ()), ptrs.data[m], itemsize)
+        return store(ptrs, value, mask, cache_modifier, eviction_policy)
+
+    builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
+    try:
+        yield traffic
+    finally:
+        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Rows of Nsight Compute's ``--csv --metrics dram__bytes_read.sum,dram__bytes_write.sum`` output as dicts:
+    ``{"kernel": name, "id": launch id, "dram_read": bytes, "dram_write": bytes}``, one per kernel launch."""
+    import csv
+    import io
+
+    units = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1}
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    rows: dict[str, dict] = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        key = rec.get("ID", "")
+        row = rows.setdefault(key, {"kernel": rec.get("Kernel Name", ""), "id": key})
+        name, unit, value = rec.get("Metric Name"), rec.get("Metric Unit", "byte"), rec.get("Metric Value", "0")
+        scale = units.get(unit, 1)
+        v = float(value.replace(",", "")) * scale
+        if name == "dram__bytes_read.sum":
+            row["dram_read"] = v
+        elif name == "dram__bytes_write.sum":
+            row["dram_write"] = v
+        elif name:
+            row[name] = v
+    return list(rows.values())

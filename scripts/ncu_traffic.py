@@ -1,0 +1,143 @@
+"""DRAM bytes counted by Nsight Compute for the course's kernels and their naive peers (issue: IO made visible).
+
+Run on a GPU machine with ncu (one case per process, only the measured call between cudaProfilerStart/Stop):
+
+    bash scripts/ncu_traffic.sh        # every case; writes $OUT/ncu_traffic.jsonl (records) and the raw CSV
+
+or one case by hand: ncu --profile-from-start off --csv --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+    python scripts/ncu_traffic.py run CASE
+`python scripts/ncu_traffic.py records RAW_DIR OUT.jsonl` turns the raw CSVs into records beside the model's
+fewest bytes (each input read once, each output written once).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+import gpulab
+from gpulab import bench, traffic
+
+B, H, N, D = 1, 16, 2048, 64  # attention: the N x N matrix of one head is 8 MB in bf16, 128 MB over 16 heads
+RB, RT, RNH, RDH = 16, 256, 12, 64  # fused RNN: the lesson's main problem, 256 steps
+COPY_BYTES = 256 << 20
+
+
+def _attention_inputs(grad=False):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(grad)
+            for _ in range(3)]  # fmt: skip
+
+
+def _rnn_inputs(grad=False):
+    from gpulab.rnn import functions
+
+    fn = functions.get_function("lstm")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    wx = torch.randn(RB, RT, fn.gates_x, RNH, RDH, device="cuda", generator=g).bfloat16().requires_grad_(grad)
+    r = (torch.randn(fn.gates_r, RNH, RDH, RDH, device="cuda", generator=g) / RDH**0.5).bfloat16().requires_grad_(grad)
+    b = torch.zeros(fn.gates_b, RNH, RDH, device="cuda", dtype=torch.bfloat16).requires_grad_(grad)
+    return wx, r, b
+
+
+def _attention(kind, backward):
+    from gpulab import attention
+
+    q, k, v = _attention_inputs(backward)
+    f = attention.flash_attention if kind == "flash" else attention.naive_attention
+
+    def call():
+        o = f(q, k, v, is_causal=False)
+        if backward:
+            o.backward(torch.ones_like(o))
+
+    return call
+
+
+def _rnn(backend, backward):
+    from gpulab.rnn import flashrnn
+
+    wx, r, b = _rnn_inputs(backward)
+
+    def call():
+        out, _ = flashrnn(wx, r, b, function="lstm", backend=backend)
+        if backward:
+            out[0].sum().backward()
+
+    return call
+
+
+def _copy(kind):
+    from gpulab import memory
+
+    src = torch.randn(COPY_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+    return (lambda: memory.copy(src, dst)) if kind == "gpulab" else (lambda: dst.copy_(src))
+
+
+def _min_bytes(case: str) -> float:
+    """The fewest bytes each case must move (bf16 = 2 bytes): inputs read once, outputs written once."""
+    qkv = 3 * B * H * N * D * 2
+    if case.startswith("04"):
+        fwd = qkv + B * H * N * D * 2 + B * H * N * 4  # q, k, v in; O and LSE out
+        bwd = qkv + 2 * B * H * N * D * 2 + B * H * N * 4 + qkv  # q, k, v, O, dO, LSE in; dQ, dK, dV out
+        return fwd + bwd if "bwd" in case else fwd
+    if case.startswith("05"):
+        wx, r, out = RB * RT * 4 * RNH * RDH * 2, 4 * RNH * RDH * RDH * 2, 2 * RB * RT * RNH * RDH * 2
+        fwd = wx + r + out
+        return fwd + (out + r + wx + r) if "bwd" in case else fwd  # backward: read states and R, write dWx and dR
+    return 2.0 * COPY_BYTES
+
+
+CASES = {
+    "00 copy gpulab": lambda: _copy("gpulab"),
+    "00 copy torch": lambda: _copy("torch"),
+    "04 naive fwd": lambda: _attention("naive", False),
+    "04 flash fwd": lambda: _attention("flash", False),
+    "04 naive fwd+bwd": lambda: _attention("naive", True),
+    "04 flash fwd+bwd": lambda: _attention("flash", True),
+    "05 alternating fwd": lambda: _rnn("alternating", False),
+    "05 fused fwd": lambda: _rnn("fused", False),
+    "05 alternating fwd+bwd": lambda: _rnn("alternating", True),
+    "05 fused fwd+bwd": lambda: _rnn("fused", True),
+}
+
+
+def run(case: str) -> None:
+    call = CASES[case]()
+    call()  # compile and warm up outside the profiled region
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def records(raw_dir: str, out: str) -> None:
+    recs = []
+    for path in sorted(Path(raw_dir).glob("*.csv")):
+        case = path.stem.replace("_", " ").replace("fwd bwd", "fwd+bwd")
+        rows = traffic.parse_ncu_csv(path.read_text())
+        read = sum(r.get("dram_read", 0.0) for r in rows)
+        write = sum(r.get("dram_write", 0.0) for r in rows)
+        r = bench.record(lesson=case[:2], case=f"ncu {case[3:]}", bytes=_min_bytes(case))
+        r.params.update(dram_read=read, dram_write=write, kernels=len(rows), counted_over_min=(read + write) / r.bytes)
+        recs.append(r)
+        print(f"{case:28s} kernels {len(rows):5d}  read {read / 1e6:10.1f} MB  write {write / 1e6:10.1f} MB  "
+              f"minimum {r.bytes / 1e6:9.1f} MB  x{(read + write) / r.bytes:6.2f}")  # fmt: skip
+    with open(out, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r.to_dict()) + "\n")
+
+
+if __name__ == "__main__":
+    assert gpulab.runtime.on_gpu(), "needs a CUDA GPU"
+    if sys.argv[1] == "list":
+        print("\n".join(c.replace(" ", "_").replace("+", "_") for c in CASES))
+    elif sys.argv[1] == "run":
+        run(sys.argv[2].replace("fwd_bwd", "fwd+bwd").replace("_", " "))
+    else:
+        records(sys.argv[2], sys.argv[3])
