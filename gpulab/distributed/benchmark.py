@@ -34,9 +34,9 @@ __all__ = ["SIZES", "step_time", "kernel_split", "run", "main"]
 
 SIZES = {
     "gpu": {"d_model": 768, "num_layers": 2, "length": 1024, "per_gpu_batch": 32, "lstm_heads": 12, "heads": 12,
-            "steps": 20, "curve_steps": 150, "curve_batch": 64},
+            "steps": 40, "repeats": 3, "curve_steps": 200, "curve_batch": 64, "curve_length": 16, "curve_lr": 3e-4},
     "cpu": {"d_model": 16, "num_layers": 1, "length": 8, "per_gpu_batch": 2, "lstm_heads": 2, "heads": 2,
-            "steps": 2, "curve_steps": 3, "curve_batch": 4},
+            "steps": 2, "repeats": 1, "curve_steps": 3, "curve_batch": 4, "curve_length": 8, "curve_lr": 1e-3},
 }  # fmt: skip
 
 
@@ -78,17 +78,20 @@ def _sync(world: World) -> None:
         torch.cuda.synchronize(world.device)
 
 
-def step_time(step, world: World, steps: int, warmup: int = 3) -> float:
-    """Eager wall time per training step in ms: ``steps`` steps back to back, one synchronize at the end; the
-    slowest rank's time (all ranks wait for it at the next collective anyway)."""
+def step_time(step, world: World, steps: int, warmup: int = 3, repeats: int = 1) -> float:
+    """Eager wall time per training step in ms: ``steps`` steps back to back, one synchronize at the end, the median
+    of ``repeats`` such loops; the slowest rank's time (all ranks wait for it at the next collective anyway)."""
     for _ in range(warmup):
         step()
     _sync(world)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    _sync(world)
-    ms = (time.perf_counter() - t0) * 1e3 / steps
+    loops = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(world)
+        loops.append((time.perf_counter() - t0) * 1e3 / steps)
+    ms = sorted(loops)[len(loops) // 2]
     if world.distributed:
         t = torch.tensor([ms], device=world.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -104,6 +107,16 @@ def _union(intervals):
         total += e - max(s, end)
         end = e
     return total
+
+
+def _merged(intervals):
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
 
 
 def _intersection(a, b):
@@ -139,8 +152,13 @@ def kernel_split(step, world: World) -> dict:
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
     comm = [(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" in e.get("name", "").lower()]
     compute = [(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" not in e.get("name", "").lower()]
-    span = (max(e for _, e in comm + compute) - min(s for s, _ in comm + compute)) if kernels else 0.0
+    t0 = min(s for s, _ in comm + compute) if kernels else 0.0
+    span = (max(e for _, e in comm + compute) - t0) if kernels else 0.0
     return {
+        "timeline": {  # merged busy intervals in ms from the first kernel, for the lesson's picture
+            "comm": [[round((s - t0) / 1e3, 4), round((e - t0) / 1e3, 4)] for s, e in _merged(comm)],
+            "compute": [[round((s - t0) / 1e3, 4), round((e - t0) / 1e3, 4)] for s, e in _merged(compute)],
+        },
         "comm_ms": _union(comm) / 1e3,
         "compute_ms": _union(compute) / 1e3,
         "overlap_ms": _intersection(comm, compute) / 1e3,
@@ -156,7 +174,7 @@ def run(size: dict, world: World, models=("lstm", "transformer"), strategies=("d
         for strategy in strategies if world.distributed else ("none",):
             config = _config(model, strategy, size, world)
             step = _step_fn(config, world)
-            ms = step_time(step, world, size["steps"])
+            ms = step_time(step, world, size["steps"], repeats=size["repeats"])
             split = kernel_split(step, world)
             tokens = config.global_batch * config.length
             r = bench.record(lesson="07", case=f"{model} {config.strategy}", ms=ms, dtype=config.dtype,
@@ -170,7 +188,9 @@ def run(size: dict, world: World, models=("lstm", "transformer"), strategies=("d
             del step
             torch.cuda.empty_cache() if world.device.type == "cuda" else None
         curve = _config(model, "ddp", size, world, steps=size["curve_steps"])
-        curve = dataclasses.replace(curve, global_batch=size["curve_batch"], length=min(size["length"], 64))
+        curve = dataclasses.replace(
+            curve, global_batch=size["curve_batch"], length=size["curve_length"], lr=size["curve_lr"]
+        )
         log = train(curve, world)
         r = bench.record(lesson="07", case=f"{model} loss curve", ms=log.seconds * 1e3 / max(1, log.steps))
         r.params.update(model=model, world_size=world.world_size, strategy=curve.strategy, losses=log.losses,
