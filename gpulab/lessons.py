@@ -69,6 +69,13 @@ LESSONS: list[Lesson] = [
         "gpulab.tasks",
         "gpulab.tasks:benchmark",
     ),
+    Lesson(
+        "07",
+        "07_distributed",
+        "Scaling out: the capstone on several GPUs with torchrun",
+        "gpulab.distributed",
+        None,
+    ),
 ]
 
 

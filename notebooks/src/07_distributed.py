@@ -1,0 +1,315 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 7 — Scaling out: the capstone on several GPUs with torchrun
+#
+# **What you will learn**
+# - what **data parallelism** is: one process per GPU, each with a copy of the model and a slice of every batch,
+#   agreeing on the gradient through a collective, and why the loss curve does not change when GPUs are added;
+# - how to count what it costs before measuring: the bytes of a **ring all-reduce**, and how DDP hides them behind
+#   the backward pass by reducing gradients in buckets while later layers are still computing;
+# - what **FSDP2** (`fully_shard`) changes: parameters, gradients and optimizer state split over the GPUs, gathered
+#   layer by layer, for memory that falls as 1/N at the price of more communication;
+# - how to start, check, checkpoint and resume a distributed run with PyTorch's own tools (`torchrun`,
+#   `DistributedDataParallel`, `fully_shard`, `torch.distributed.checkpoint`) — nothing home-made;
+# - what 2 GPUs measured for lesson 6's LSTM (lesson 5's fused kernels) and Transformer (lesson 4's FlashAttention),
+#   and a model of what 8 GPUs and several nodes would do.
+#
+# **How this notebook runs.** On a machine without a GPU, every distributed run here uses 2 CPU processes talking
+# through *gloo* (PyTorch's CPU backend) on tiny models: the same code paths as NCCL on GPUs, at toy sizes. The GPU
+# measurements were made with `bash scripts/gpu_lesson7.sh` on a machine with two H200 GPUs and are stored under
+# `benchmarks/07_distributed/`; section 6 reads them.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab import bench, distributed, runtime, tasks
+
+torch.set_num_threads(1)
+print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
+print(f"process-group backends in this build: {distributed.available_backends()}")
+
+# %% [markdown]
+# ## 1. Count first: what a data-parallel step must send
+#
+# With $N$ GPUs and a global batch of $B$ strings, each GPU runs the forward and backward pass on $B/N$ strings and
+# gets the gradient of *its* slice. The gradient of the whole batch is their mean (each local loss is already a mean
+# over its slice, and the slices are equal):
+#
+# $$ g = \frac{1}{N} \sum_{r=0}^{N-1} g_r . $$
+#
+# An **all-reduce** leaves that sum on every GPU. NCCL does it as a ring: the $G$ bytes of gradients are cut into $N$
+# chunks; in a *reduce-scatter* each GPU passes a chunk to its neighbour $N-1$ times, adding as it goes, until each
+# GPU holds one fully reduced chunk; an *all-gather* passes the reduced chunks around the ring $N-1$ more times. Each
+# GPU sends $2 (N-1)$ chunks of $G/N$ bytes:
+#
+# $$ \text{bytes sent per GPU} = 2\,\frac{N-1}{N}\, G, $$
+#
+# almost independent of $N$: the ring's total traffic grows with $N$, but so does the number of links carrying it.
+# The time is those bytes over the link's bandwidth (NCCL calls it *bus bandwidth*), plus a latency per step of the
+# ring. For lesson 6's models at width 768 in bf16:
+
+# %%
+for kind in ("LSTM", "Transformer"):
+    model = tasks.make_model(kind, "parity", device="meta", backend="vanilla", attention="naive",
+                             d_model=768, num_heads=12, num_layers=2)  # fmt: skip
+    params = tasks.count_parameters(model)
+    grad_bytes = 2 * params  # bf16 gradients
+    print(f"{kind:11s}: {params / 1e6:5.1f} M parameters, {grad_bytes / 1e6:5.1f} MB of bf16 gradients; "
+          f"a ring all-reduce over 2 GPUs sends {2 * (2 - 1) / 2 * grad_bytes / 1e6:5.1f} MB per GPU, over 8 GPUs "
+          f"{2 * (8 - 1) / 8 * grad_bytes / 1e6:5.1f} MB")  # fmt: skip
+
+# %%
+n = torch.arange(1, 65)
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(n, 2 * (n - 1) / n, marker=".")
+ax.axhline(2, color="gray", linestyle=":", label="limit: 2 G")
+ax.set_xscale("log", base=2)
+ax.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
+ax.set_xlabel("GPUs in the ring, N")
+ax.set_ylabel("bytes sent per GPU / G")
+ax.set_title("ring all-reduce: what each GPU sends, per byte of gradient")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Against the step's computation (lesson 6 timed a training step of 32 strings of 1,024 tokens at tens of
+# milliseconds), tens of megabytes over NVLink (hundreds of GB/s per direction) are a fraction of a millisecond: data
+# parallelism at this size should scale almost perfectly inside one machine, *if* the all-reduce overlaps the backward
+# pass. DDP arranges that: gradients are grouped in **buckets** (25 MB by default) in the reverse order of the
+# forward pass, and a bucket's all-reduce starts on a separate CUDA stream as soon as its last gradient is ready, while
+# the backward of earlier layers continues.
+#
+# ## 2. One process per GPU: `torchrun` and the world
+#
+# `torchrun --nproc-per-node N -m module` starts N copies of a program and tells each its place through environment
+# variables: `RANK`, `LOCAL_RANK` (which GPU), `WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` where rank 0 listens.
+# `gpulab.distributed.init_world` reads them, picks the device and the backend (NCCL between GPUs, gloo on CPU) and
+# opens the process group; without torchrun it is a world of one, so the same script runs on a laptop:
+
+# %%
+print(inspect.getsource(distributed.world.World))
+world = distributed.init_world(device="cpu")
+print(world)
+
+# %% [markdown]
+# ## 3. The same strings on 1 or N GPUs
+#
+# For the loss curve to be the same on any number of GPUs, N processes with a slice each must see exactly what one
+# process with the whole batch sees. `global_batch(task, step, ...)` draws a step's strings from a generator seeded
+# with (seed, step) only; rank $r$ keeps rows $[r B/N, (r+1) B/N)$. That also makes a resumed run draw the batches
+# the uninterrupted run would have drawn.
+
+# %%
+x, y = distributed.global_batch("parity", step=3, batch_size=4, length=6)
+print("global batch x:\n", x)
+for rank in range(2):
+    xr, _ = distributed.local_batch("parity", step=3, batch_size=4, length=6, rank=rank, world_size=2)
+    print(f"rank {rank} of 2 keeps rows {rank * 2}..{rank * 2 + 1}:", xr.tolist())
+
+# %% [markdown]
+# ## 4. Two processes compute what one process computes
+#
+# `python -m gpulab.distributed.verify`, started by torchrun with 2 processes, runs four checks on tiny models: one DDP
+# backward of the LSTM, one FSDP2 backward of the Transformer (gradients gathered from the shards), an FSDP2
+# checkpoint written with `torch.distributed.checkpoint` and loaded into fresh models, and a run of 4 steps against
+# 2 steps + checkpoint + a resumed run to step 4. We start it exactly as one starts training, then compare with one
+# process that takes the whole batch:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+out = tempfile.mkdtemp()
+cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29611",
+       "-m", "gpulab.distributed.verify", "--out", out, "--device", "cpu"]  # fmt: skip
+done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GPULAB_DEVICE": "cpu"})
+print("torchrun exit code", done.returncode)
+results = torch.load(os.path.join(out, "results.pt"), weights_only=False)
+
+# %%
+from gpulab.distributed.verify import CONFIGS, single_process_gradients  # noqa: E402
+
+
+def largest_relative_difference(got, want):
+    return max(float((got[n] - want[n]).norm() / want[n].norm()) for n in want)
+
+
+for key, config in (("ddp_grads", "lstm"), ("fsdp2_grads", "transformer")):
+    diff = largest_relative_difference(results[key], single_process_gradients(CONFIGS[config]))
+    print(f"{key}: {len(results[key])} parameters, largest relative difference from one process {diff:.0e} "
+          f"({'equal up to rounding' if diff < 1e-5 else 'DIFFERENT'})")  # fmt: skip
+print(f"FSDP2 checkpoint round trip: largest difference {results['fsdp2_roundtrip']:.0e}")
+r = results["resume"]
+same = all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r["first"] + r["rest"], r["straight"]))
+print(f"resume: 4 steps straight vs 2 + checkpoint + 2 resumed: {'the same losses' if same else 'DIFFERENT'}")
+
+# %% [markdown]
+# The gradients agree to rounding (the sums are taken in another order), so data parallelism is *exact*: it changes
+# how fast a step runs, not what it computes. The same check with NCCL on GPUs adds only bf16 rounding.
+#
+# ## 5. DDP and FSDP2, side by side
+#
+# `gpulab.distributed.wrap` is all the code either needs:
+
+# %%
+print(inspect.getsource(distributed.parallel.wrap))
+
+# %% [markdown]
+# - **DDP** keeps a full copy of the model, its gradients and AdamW's two moments on every GPU (16 bytes per fp32
+#   parameter: 4 + 4 + 8) and all-reduces gradients once per step.
+# - **FSDP2** (`fully_shard` on each block, then on the whole model) keeps $1/N$ of every parameter, gradient and
+#   moment. Before a block's forward it *all-gathers* the block's parameters, and frees them after; the backward
+#   gathers them again and *reduce-scatters* the gradients, so each GPU ends with the reduced gradient of its own
+#   shard only. Per step it sends about 1.5x what DDP sends (a reduce-scatter and two all-gathers, against a
+#   reduce-scatter and one all-gather) and waits on each block's gather: it is the choice when the model does not fit,
+#   not when it does.
+#
+# ## 6. Measured on 2 GPUs
+#
+# `python -m gpulab.distributed.benchmark`, under torchrun with 1 and then 2 processes, trains each model at a fixed
+# per-GPU batch (32 strings of 1,024 tokens, 32k tokens per GPU per step) and records the step's eager wall time
+# (steps back to back, one synchronize), tokens per second over all GPUs, and from one profiled step the time GPUs
+# spent in communication (NCCL) and compute kernels and how much of it overlapped.
+
+# %%
+try:
+    stored = bench.load("07")
+except FileNotFoundError as exc:
+    stored = []
+    print(exc)
+speed = [r for r in stored if "tokens_per_s" in r.params]
+curves = [r for r in stored if "losses" in r.params]
+if speed:
+    print(f"{speed[0].device}, {speed[0].date}, torch {speed[0].torch}, triton {speed[0].triton}\n")
+    print(f"{'model':12s} {'strategy':9s} {'GPUs':>4s} {'ms/step':>8s} {'tokens/s':>12s} {'scaling':>8s} "
+          f"{'NCCL ms':>8s} {'compute ms':>10s} {'overlap ms':>10s}")  # fmt: skip
+    base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
+    for r in sorted(speed, key=lambda r: (r.params["model"], r.params["strategy"], r.params["world_size"])):
+        q = r.params
+        b = base.get((q["model"], q["strategy"]))
+        eff = q["tokens_per_s"] / (q["world_size"] * b.params["tokens_per_s"]) if b else float("nan")
+        comm, compute, overlap = (q.get(k, 0.0) for k in ("comm_ms", "compute_ms", "overlap_ms"))
+        print(f"{q['model']:12s} {q['strategy']:9s} {q['world_size']:4d} {r.ms:8.2f} {q['tokens_per_s']:12,.0f} "
+              f"{eff:8.0%} {comm:8.2f} {compute:10.2f} {overlap:10.2f}")  # fmt: skip
+
+# %% [markdown]
+# *Scaling* is tokens/s on N GPUs over N times tokens/s on one, each strategy against itself on one GPU. The NCCL
+# column is the time NCCL kernels were *resident* on the GPU, which includes time spent waiting for the other GPU to
+# reach the same collective, not only moving bytes; the overlap column is the part of it during which compute kernels
+# ran too. The timeline of one profiled step shows where that happens:
+
+# %%
+def plot_timeline(records, ax):
+    rows = [r for r in records if r.params.get("world_size", 1) > 1 and r.params.get("timeline")]
+    for i, r in enumerate(rows):
+        for kind, color in (("compute", "tab:blue"), ("comm", "tab:orange")):
+            spans = [(s, e - s) for s, e in r.params["timeline"][kind]]
+            ax.broken_barh(spans, (i - 0.35 + (0.4 if kind == "comm" else 0), 0.3), color=color,
+                           label=kind if i == 0 else None)  # fmt: skip
+    ax.set_yticks(range(len(rows)), [r.case for r in rows])
+    ax.set_xlabel("ms from the step's first kernel (rank 0)")
+    ax.set_title("one training step on 2 GPUs: compute kernels (blue) and NCCL kernels (orange)")
+    if rows:
+        ax.legend(loc="lower right")
+
+
+def plot_curves(records, ax):
+    for r in records:
+        ax.plot(r.params["losses"], label=f"{r.params['model']}, {r.params['world_size']} GPU(s)",
+                linestyle="-" if r.params["world_size"] == 1 else "--")  # fmt: skip
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (global batch)")
+    ax.set_title("same global batch on 1 and 2 GPUs")
+    ax.legend()
+
+
+if speed:
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4), gridspec_kw={"width_ratios": [3, 2]})
+    plot_timeline(speed, axes[0])
+    plot_curves(curves, axes[1])
+    fig.tight_layout()
+    plt.show()
+
+# %%
+if curves:
+    by = {(r.params["model"], r.params["world_size"]): r.params["losses"] for r in curves}
+    for model in sorted({m for m, _ in by}):
+        one, two = by.get((model, 1)), by.get((model, 2))
+        if one and two:
+            gap = max(abs(a - b) for a, b in zip(one, two))
+            print(f"{model}: {len(one)} steps, loss {one[0]:.3f} -> {one[-1]:.3f} on 1 GPU, {two[0]:.3f} -> "
+                  f"{two[-1]:.3f} on 2; largest difference at any step {gap:.3f}")  # fmt: skip
+
+# %% [markdown]
+# ## 7. A model of growth (a model, not a measurement)
+#
+# Calibrated on the two measurements above, for a fixed per-GPU batch:
+#
+# 1. **Compute per GPU is constant**: each GPU does the same work at any $N$, so $t_\text{compute}(N) = t(1)$.
+# 2. **Communication per GPU is about constant inside a node**: $2\frac{N-1}{N} G / \beta$ with $\beta$ the bus
+#    bandwidth; it grows by at most $2\times$ from $N = 2$ to $N \to \infty$.
+# 3. **What the step pays is the part not hidden**: $t(N) = t(1) + \max(0,\, t_\text{comm}(N) - t_\text{overlap})$.
+#    We read the exposed part at $N = 2$ off the measurements as $t(2) - t(1)$.
+# 4. **Across nodes**, $\beta$ drops from NVLink's hundreds of GB/s to the network's (e.g. 400 Gb/s InfiniBand per
+#    GPU, 50 GB/s), about $10\times$; the same gradient bytes then take about $10\times$ longer, and whether the
+#    backward still hides them decides the scaling.
+# 5. **FSDP2** sends about $1.5\times$ DDP's bytes and waits on a gather per block; it scales worse at this size and
+#    is used when memory, not time, is the limit.
+
+# %%
+def predict(records, model, n, link_ratio=1.0):
+    """Predicted tokens/s of ``model`` under DDP on ``n`` GPUs, from the 1- and 2-GPU records: the exposed
+    communication at 2 GPUs, scaled by the ring's 2 (n - 1) / n and by ``link_ratio`` (slower links)."""
+    one = next(r for r in records if r.params["model"] == model and r.params["strategy"] == "ddp"
+               and r.params["world_size"] == 1)  # fmt: skip
+    two = next(r for r in records if r.params["model"] == model and r.params["strategy"] == "ddp"
+               and r.params["world_size"] == 2)  # fmt: skip
+    exposed2 = max(0.0, two.ms - one.ms)
+    ring = (2 * (n - 1) / n) / (2 * (2 - 1) / 2)
+    ms = one.ms + exposed2 * ring * link_ratio
+    tokens = one.params["tokens_per_s"] * one.ms / ms
+    return n * tokens, tokens / one.params["tokens_per_s"]
+
+
+if speed:
+    print("model: DDP, fixed 32k tokens per GPU; 'network' = links 10x slower than NVLink (several nodes)")
+    for model in ("lstm", "transformer"):
+        for n, ratio, where in ((2, 1.0, "one node"), (8, 1.0, "one node"), (16, 10.0, "network"),
+                                (64, 10.0, "network")):  # fmt: skip
+            tps, eff = predict(speed, model, n, ratio)
+            print(f"  {model:12s} {n:3d} GPUs ({where:8s}): {tps / 1e6:7.1f} M tokens/s, {eff:4.0%} scaling")
+
+# %% [markdown]
+# ## 8. What it means
+#
+# - Data parallelism is exact: the gradients of N slices averaged are the gradient of the whole batch, and with the
+#   data drawn as a function of (seed, step) the loss curve is the same on any number of GPUs (section 4; on GPUs,
+#   up to bf16 rounding, section 6).
+# - At width 768 a step moves tens of MB of gradients and computes for tens of ms: inside one node DDP scales nearly
+#   perfectly for both models; the table says by how much on the GPUs measured.
+# - The LSTM's recurrence runs as a persistent kernel on a few SMs for the whole sequence, so NCCL kernels find free
+#   SMs and run beside it: its NCCL time is long (it waits for the other GPU inside a long backward) but largely
+#   overlapped; the Transformer's backward is many short kernels, and its all-reduce is short and mostly exposed.
+# - FSDP2 costs time at this size (its gathers are on the critical path); it is the tool for models that do not fit.
+# - Past one node the same bytes cross a network about ten times slower; the model above says when overlap stops
+#   hiding them.

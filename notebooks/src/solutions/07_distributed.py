@@ -1,0 +1,90 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 7 — Data parallelism by hand
+#
+# Two tasks that go with `notebooks/07_distributed.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete
+# the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh cases and
+# raises with a message if something is wrong.
+#
+# Grade the whole notebook from a terminal with
+#
+# ```
+# make grade NB=exercises/07_distributed.ipynb
+# ```
+#
+# Everything runs on CPU in a few seconds: the grader forks 2 processes that talk through gloo.
+
+# %%
+import torch
+import torch.distributed as dist
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab.course import grading_distributed as grading
+
+torch.set_num_threads(1)
+
+# %% [markdown]
+# ## Task 1: average the gradients yourself
+#
+# DDP does one thing to your training step: after the backward pass it replaces every parameter's gradient by the
+# mean over the ranks. Write `average_gradients(model, world_size)` that does the same with `torch.distributed`:
+# for every parameter with a gradient, `dist.all_reduce(tensor, op=dist.ReduceOp.SUM)` sums `tensor` over all ranks
+# *in place* (every rank ends with the sum); then turn the sum into the mean.
+#
+# The grader runs your function on 2 ranks, each after a backward on its half of a batch, and compares the result
+# with one process that took the whole batch.
+
+# %%
+def average_gradients(model, world_size):
+    ### BEGIN SOLUTION
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: every rank now holds the sum
+            p.grad /= world_size  # each rank's loss was a mean over its slice, so the mean of the g_r is the answer
+    ### END SOLUTION
+
+
+# %%
+# GRADER: averaging gradients by hand
+grading.grade_average_gradients(average_gradients)
+
+# %% [markdown]
+# Why the mean and not the sum: each rank's loss is the *mean* over its $B/N$ strings, so its gradient $g_r$ is a
+# mean too, and the gradient of the mean over all $B$ strings is $\frac{1}{N}\sum_r g_r$. Summing would multiply the
+# learning rate by $N$. DDP does exactly this, but per bucket of gradients, on a second CUDA stream, while the backward
+# pass of earlier layers is still running; your loop waits for the whole backward first.
+#
+# ## Task 2: the bytes of a ring all-reduce
+#
+# Write `ring_bytes_per_gpu(nbytes, world_size)`: how many bytes each GPU *sends* in a ring all-reduce of a buffer of
+# `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather; each phase passes chunks of `nbytes /
+# world_size` to the next GPU in the ring, `world_size - 1` times).
+
+# %%
+def ring_bytes_per_gpu(nbytes, world_size):
+    ### BEGIN SOLUTION
+    return 2 * (world_size - 1) / world_size * nbytes
+    ### END SOLUTION
+
+
+# %%
+# GRADER: bytes of a ring all-reduce
+grading.grade_ring_bytes(ring_bytes_per_gpu)
+
+# %% [markdown]
+# Each of the two phases takes $N-1$ hops of $G/N$ bytes, so a GPU sends $2\frac{N-1}{N}G$: $G$ at $N = 2$, and
+# never more than $2G$ however many GPUs share the work. That is why data parallelism inside one node costs about the
+# same time per step at 2 or 8 GPUs, and why the link's bandwidth, not the number of GPUs, decides it.
