@@ -1,0 +1,53 @@
+"""Lesson 0's measurements and figures (gpulab.memory.measure, gpulab.memory.plots) on CPU, headless."""
+
+import math
+
+import matplotlib.axes
+import pytest
+
+from gpulab import hardware, memory
+
+# ----------------------------------------------------------------------------------------------------------------
+# measuring and plotting
+
+
+def test_working_set_sizes_on_cpu():
+    sizes = memory.working_set_sizes()
+    assert sizes == [2**k for k in range(14, 21)]
+    assert sizes[0] == 16 * 1024 and sizes[-1] == 1024 * 1024
+    assert memory.working_set_sizes(cpu_max=1 << 16, smallest=1 << 12) == [4096, 8192, 16384, 32768, 65536]
+
+
+def test_measure_sweep_and_plot():
+    sizes = [16384, 65536]
+    results = memory.measure_sweep(sizes=sizes)
+    assert [r.params["working_set_bytes"] for r in results] == sizes
+    for r, w in zip(results, sizes):
+        assert r.lesson == "00" and r.case == "working-set sweep" and r.mode == "interpreter"
+        assert r.gbps is not None and math.isfinite(r.gbps) and r.gbps > 0
+        assert r.bytes >= 2 * w  # at least two passes over the working set
+        n_chunks = math.ceil(w // 4 / r.params["block"])
+        assert math.gcd(r.params["programs"], n_chunks) == 1
+        assert r.params["level"] == hardware.cache_level(w)
+        assert r.flops == r.bytes / 4
+    ax = memory.plot_sweep(results, title="sweep")
+    assert isinstance(ax, matplotlib.axes.Axes)
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == sizes
+    assert list(line.get_ydata()) == pytest.approx([r.gbps for r in results])
+    assert ax.get_title() == "sweep"
+
+
+def test_plot_hierarchy_and_ridge_points_headless():
+    ax = memory.plot_hierarchy("H100")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["HBM", "L2", "L1 / shared", "registers"]
+    ax = memory.plot_ridge_points(["H100", "T4"], dtype="float16")
+    heights = [bar.get_height() for bar in ax.patches]
+    assert heights == pytest.approx([hardware.ridge_point("H100", "float16"), hardware.ridge_point("T4", "float16")])
+
+
+@pytest.mark.parametrize(
+    ("b", "text"), [(0, "0 B"), (1000, "1e+03 B"), (16384, "16 KB"), (3 << 30, "3 GB"), (1.5 * 2**20, "1.5 MB")]
+)
+def test_human_bytes(b, text):
+    assert memory.human_bytes(b) == text

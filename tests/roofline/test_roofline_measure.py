@@ -1,0 +1,131 @@
+"""Lesson 1's measurements (gpulab.roofline.measure) on CPU, labelled as interpreter numbers; the benchmark through
+the command line; the package face (light names eager, kernels lazy) and the benchmark registry."""
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gpulab.__main__ as cli
+from gpulab import bench, lessons, memory, roofline
+
+# ----------------------------------------------------------------------------------------------------------------
+# measuring on CPU (interpreter numbers, labelled as such)
+
+
+def test_measure_ceilings_on_cpu():
+    c = roofline.measure_ceilings()
+    assert c.mode == "interpreter" and "interpreter" in c.source and "not hardware ceilings" in c.source
+    assert all(c.value(k) and c.value(k) > 0 for k in roofline.MEMORY_LEVELS + roofline.COMPUTE_ROOFS)
+    cases = [r.case for r in c.records]
+    assert "HBM: copy kernel (gpulab)" in cases and "HBM: torch copy_ (peer)" in cases
+    assert any(r.params.get("peer_of") == "bf16" for r in c.records)
+    assert {r.params.get("ceiling") for r in c.records} >= set(roofline.MEMORY_LEVELS + roofline.COMPUTE_ROOFS)
+    assert all(r.lesson == "01" and r.mode == "interpreter" for r in c.records)
+    assert [what for what, *_ in roofline.targets(c)] == [
+        "HBM ceiling / HBM: torch copy_ (peer)",
+        "bf16 ceiling / torch.matmul bf16 96x80x112 (peer)",  # on a GPU: 8192x8192x8192
+    ]
+    assert not any("vs_spec" in r.params for r in c.records)  # interpreter numbers are not compared with a spec
+    assert "interpreter" in c.summary()
+
+
+def test_measure_matmul_restores_the_tf32_setting():
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for setting in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = setting
+            (r,) = roofline.measure_matmul("tf32", shapes=[(17, 33, 9)])
+            assert torch.backends.cuda.matmul.allow_tf32 is setting
+            assert r.params["ceiling"] == "tf32" and r.dtype == "tf32" and r.flops == 2 * 17 * 33 * 9
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    (peer,) = roofline.measure_matmul("fp32", shapes=[(8, 8, 8)])
+    assert peer.params == {**peer.params, "peer_of": "fp32"} and "ceiling" not in peer.params
+    with pytest.raises(ValueError, match="roof='fp64'"):
+        roofline.measure_matmul("fp64")
+
+
+def test_measure_cache_and_hbm_records():
+    (l2,) = roofline.measure_cache("L2", sizes=[16 << 10])
+    assert l2.params["ceiling"] == "L2" and l2.params["working_set_bytes"] == 16 << 10 and l2.flops == l2.bytes / 4
+    copy, peer = roofline.measure_hbm(n=1000)
+    assert copy.bytes == peer.bytes == 8000 and copy.params["ceiling"] == "HBM" and peer.params["peer_of"] == "HBM"
+    with pytest.raises(ValueError, match="level='HBM'"):
+        roofline.measure_cache("HBM")
+    with pytest.raises(ValueError, match="n must be"):
+        roofline.measure_hbm(n=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the benchmark, through the command line
+
+
+def test_bench_01_on_cpu(tmp_path, capsys):
+    assert cli.main(["bench", "01", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "source: Triton interpreter on CPU" in out and "(interpreter: not a hardware figure)" in out
+    folder = tmp_path / "01_roofline"
+    (jsonl,) = folder.glob("*.jsonl")
+    assert jsonl.name.startswith("cpu-triton-interpreter-") and jsonl.with_suffix(".png").exists()
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert all(r["lesson"] == "01" and math.isfinite(r["ms"]) for r in rows)
+    assert roofline.Ceilings.from_results(bench.load("01", path=jsonl)).mode == "interpreter"
+    assert roofline.ceilings("h100", root=tmp_path).mode == "spec"  # a CPU run never stands in for a GPU's ceilings
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("roof", ["bf16", "fp16", "tf32", "fp32"])
+def test_measure_matmul_full_size(roof):
+    (r,) = roofline.measure_matmul(roof, shapes=[(4096, 4096, 4096)])
+    assert r.mode == "cuda" and r.tflops > 0
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the package face: light names load with it, kernels and measurements on first use; the benchmark registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_LIGHT_IMPORT = """
+import sys
+from gpulab import roofline
+c = roofline.ceilings("h100")
+roofline.intensity_table(roofline.course_operations(), c)  # plot() imports no gpulab module beyond the face's
+heavy = ("gpulab.roofline.kernels", "gpulab.roofline.measure", "gpulab.memory.kernels", "gpulab.memory.measure")
+loaded = [m for m in heavy if m in sys.modules]
+assert not loaded, f"importing the face and drawing the roofline loaded {loaded}"
+assert roofline.fma_chain is sys.modules["gpulab.roofline.kernels"].fma_chain
+assert "gpulab.roofline.measure" not in sys.modules
+print("light")
+"""
+
+
+def test_ceilings_and_plot_do_not_load_the_measurement_kernels():
+    proc = subprocess.run([sys.executable, "-c", _LIGHT_IMPORT], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "light", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("package", [roofline, memory], ids=lambda p: p.__name__)
+def test_every_public_name_of_the_face_resolves(package):
+    assert set(package._LAZY) <= set(package.__all__) and set(package._LAZY) <= set(dir(package))
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'fma_chian'"):
+        package.fma_chian  # noqa: B018 - a misspelt name is an AttributeError, not a lazy import
+
+
+@pytest.mark.parametrize(("lesson", "module"), [("00", "gpulab.memory.measure"), ("01", "gpulab.roofline.measure")])
+def test_lessons_register_a_benchmark_that_loads_on_call(lesson, module, monkeypatch):
+    fn = lessons.benchmark(lesson)
+    assert callable(fn)
+    calls = []
+    monkeypatch.setattr(importlib.import_module(module), "benchmark", lambda progress=None: calls.append(progress))
+    wrap = list
+    fn(progress=wrap)
+    assert calls == [wrap]  # the registered callable forwards to the lesson's benchmark module
