@@ -209,3 +209,50 @@ def parse_ncu_csv(text: str) -> list[dict]:
         elif name:
             row[name] = v
     return list(rows.values())
+
+
+def plot_dram(records, ax=None, title=None):
+    """Bars of the DRAM bytes Nsight Compute counted (read + written) beside the fewest bytes the operation must move,
+    one pair per record of ``scripts/ncu_traffic.py`` (log scale: naive attention is two orders of magnitude off)."""
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if "dram_read" in r.params]
+    if not recs:
+        raise ValueError("records holds no Nsight Compute traffic records (see scripts/ncu_traffic.py).")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(6, 1.1 * len(recs)), 3.5))
+    x = np.arange(len(recs))
+    counted = [(r.params["dram_read"] + r.params["dram_write"]) / 1e6 for r in recs]
+    minimum = [r.bytes / 1e6 for r in recs]
+    ax.bar(x - 0.2, minimum, 0.4, label="fewest bytes (each input read once, each output written once)", color="gray")
+    ax.bar(x + 0.2, counted, 0.4, label="DRAM bytes counted (ncu: read + write)", color="tab:red")
+    for xi, c, m in zip(x, counted, minimum):
+        label = f"{c / m:.0f}x" if c / m >= 10 else f"{c / m:.2f}x"
+        ax.annotate(label, (xi + 0.2, c), ha="center", va="bottom", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylim(top=max(counted + minimum) * 30)  # room for the labels and the legend
+    ax.set_xticks(x, [r.case.replace("ncu ", "") for r in recs], rotation=20, ha="right")
+    ax.set_ylabel("MB")
+    ax.set_title(title or f"memory traffic counted on {recs[0].device}")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_touched(traffic: Traffic, name: str, programs, ax=None, title=None):
+    """Which elements of 2-D tensor ``name`` (or its last two dims, summed over the others) each of ``programs``
+    loaded: one colour per program, white where none did."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
+    image = None
+    for i, prog in enumerate(programs, start=1):
+        t = traffic.touched(name, program=prog)
+        t = t.reshape(-1, t.shape[-2], t.shape[-1]).any(0) if t.dim() > 2 else t.reshape(t.shape[0], -1)
+        image = torch.zeros(t.shape) if image is None else image
+        image[t] = i
+    cmap = plt.get_cmap("tab10", len(programs) + 1).copy()
+    cmap.colors[0] = (1, 1, 1, 1) if hasattr(cmap, "colors") else cmap(0)
+    ax.imshow(image.numpy(), cmap=cmap, vmin=0, vmax=len(programs), aspect="auto", interpolation="nearest")
+    ax.set_title(title or f"elements of {name} loaded, by program")
+    return ax

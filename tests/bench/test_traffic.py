@@ -84,3 +84,22 @@ def test_parse_ncu_csv():
     )
     (row,) = traffic.parse_ncu_csv("==PROF== noise\n" + text)
     assert row["kernel"] == "copy_kernel" and row["dram_read"] == 1.5e6 and row["dram_write"] == 1024
+
+
+def test_plots_draw_and_refuse_empty_input():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpulab import bench
+
+    n = 40
+    src, dst = torch.randn(4, 10), torch.empty(n)
+    with traffic.count(src=src) as c:
+        _copy[(3,)](src, dst, n, BLOCK=16)
+    ax = traffic.plot_touched(c, "src", [(0, 0, 0), (1, 0, 0), (2, 0, 0)])
+    assert ax.images
+    r = bench.record(lesson="00", case="ncu copy", bytes=1e6)
+    r.params.update(dram_read=6e5, dram_write=5e5)
+    assert traffic.plot_dram([r]).patches
+    with pytest.raises(ValueError, match="no Nsight Compute"):
+        traffic.plot_dram([bench.record(lesson="00", case="x")])
