@@ -1,0 +1,125 @@
+"""README sections generated from the stored records, so the README says only what the records show.
+
+A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; :func:`render` returns its
+text from ``benchmarks/``, :func:`update` rewrites every block of README.md, and ``tests/course/test_readme.py``
+fails when a block differs from what the records give (``python -m gpulab.course.readme`` fixes it).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from gpulab import bench
+
+__all__ = ["SECTIONS", "render", "update", "main"]
+
+ROOT = Path(__file__).resolve().parents[2]
+_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def _load_jsonl(path: Path) -> list[bench.Result]:
+    import json
+
+    return [bench.Result.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
+    files = sorted((ROOT / "benchmarks" / folder).glob("*.jsonl"), key=lambda f: (f.stem[-10:], f.name))
+    if not files:
+        raise FileNotFoundError(f"no records in benchmarks/{folder}/")
+    return files[-1], _load_jsonl(files[-1])
+
+
+def lesson07() -> str:
+    path, recs = _newest("07_distributed")
+    speed = [r for r in recs if "tokens_per_s" in r.params]
+    base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
+    head = speed[0]
+    lines = [
+        f"{head.device} x2 (NVLink), torch {head.torch}, Triton {head.triton}, {head.date}; width "
+        f"{head.params['d_model']}, {head.params['num_layers']} layers, {head.params['per_gpu_batch']} strings of "
+        f"{head.shape[1]:,} tokens per GPU, bf16; eager wall clock per training step (steps back to back, one "
+        "synchronize), tokens/s over all GPUs.",
+        "",
+        "| model | strategy | GPUs | ms / step | tokens/s | scaling | NCCL kernels (ms) | overlapped (ms) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(speed, key=lambda r: (r.params["model"], r.params["strategy"], r.params["world_size"])):
+        q = r.params
+        b = base.get((q["model"], q["strategy"]))
+        eff = f"{q['tokens_per_s'] / (q['world_size'] * b.params['tokens_per_s']):.0%}" if b else "-"
+        lines.append(
+            f"| {q['model']} | {q['strategy']} | {q['world_size']} | {r.ms:.2f} | {q['tokens_per_s'] / 1e6:.2f} M | "
+            f"{eff} | {q.get('comm_ms', 0):.2f} | {q.get('overlap_ms', 0):.2f} |"
+        )
+    lines += ["", f"Raw records: `{path.relative_to(ROOT)}`; notebook 07 draws the timeline and the loss curves."]
+    return "\n".join(lines) + "\n"
+
+
+def io_traffic() -> str:
+    path, recs = _newest("io_traffic")
+    head = recs[0]
+    lines = [
+        f"Nsight Compute on the {head.device} ({head.date}): DRAM bytes read + written by all kernels of one call, "
+        "against the fewest bytes the operation must move (each input read once, each output written once).",
+        "",
+        "| lesson | case | kernels | DRAM read (MB) | DRAM written (MB) | fewest (MB) | counted / fewest |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in recs:
+        q = r.params
+        ratio = (q["dram_read"] + q["dram_write"]) / r.bytes
+        lines.append(
+            f"| {r.lesson} | {r.case.replace('ncu ', '')} | {q['kernels']} | {q['dram_read'] / 1e6:,.1f} | "
+            f"{q['dram_write'] / 1e6:,.1f} | {r.bytes / 1e6:,.1f} | {ratio:.2f}x |"
+        )
+    lines += [
+        "",
+        "Below 1x: outputs that still sat in L2 when the last kernel ended reach DRAM later, outside the count. "
+        "Far above 1x: re-reads (the alternating RNN reads its state and gates back every step) and intermediates "
+        "that go through DRAM (naive attention writes and reads the N x N scores and probabilities several times).",
+        "",
+        f"Raw records: `{path.relative_to(ROOT)}` (`bash scripts/ncu_traffic.sh` on a GPU).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS = {"lesson07": lesson07, "io-traffic": io_traffic}
+"""Generated README blocks: name -> function returning the block's markdown from the records."""
+
+
+def render(name: str) -> str:
+    if name not in SECTIONS:
+        raise ValueError(f"name={name!r} is not a generated README section; known: {sorted(SECTIONS)}.")
+    return SECTIONS[name]()
+
+
+def update(path=None, check: bool = False) -> list[str]:
+    """Rewrite every generated block of README.md from the records; returns the names of blocks that changed.
+    With ``check``, change nothing and return what would change."""
+    path = Path(path) if path is not None else ROOT / "README.md"
+    text = path.read_text()
+    changed = []
+
+    def fill(m):
+        body = render(m.group("name"))
+        if body != m.group("body"):
+            changed.append(m.group("name"))
+        return m.group(1) + body + m.group(4)
+
+    new = _BLOCK.sub(fill, text)
+    if changed and not check:
+        path.write_text(new)
+    return changed
+
+
+def main(argv=None) -> int:
+    changed = update(check="--check" in (argv if argv is not None else sys.argv[1:]))
+    print(f"README blocks {'out of date' if changed else 'up to date'}: {', '.join(changed) or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

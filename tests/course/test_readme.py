@@ -1,0 +1,27 @@
+"""The README's generated blocks say what the records say."""
+
+import pytest
+
+from gpulab.course import readme
+
+
+def test_generated_readme_blocks_match_the_records():
+    stale = readme.update(check=True)
+    assert not stale, f"README blocks {stale} differ from the records: run `python -m gpulab.course.readme`"
+
+
+def test_every_section_renders_and_names_its_records():
+    for name in readme.SECTIONS:
+        assert "benchmarks/" in readme.render(name)
+
+
+def test_a_changed_record_is_caught(tmp_path):
+    text = (readme.ROOT / "README.md").read_text().replace("| lstm | ddp | 2 |", "| lstm | ddp | 3 |", 1)
+    path = tmp_path / "README.md"
+    path.write_text(text)
+    assert readme.update(path, check=True) == ["lesson07"]
+
+
+def test_unknown_section_is_refused():
+    with pytest.raises(ValueError, match="name"):
+        readme.render("lesson99")
