@@ -63,7 +63,12 @@ TOKENS = 16384  # batch * seq in the throughput grid
 def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(False, True)):
     """The throughput problems as dicts (dtype, batch, heads, seq, head_dim, causal): batch * seq = 16k tokens,
     16 heads at head dim 64 and 8 at 128 (1024 model width either way)."""
-    dtypes = dtypes or (torch.bfloat16, torch.float16)
+    dtypes = tuple(runtime.as_dtype(d, "dtypes") for d in (dtypes or (torch.bfloat16, torch.float16)))
+    head_dims = [runtime.integer("head_dims", d, minimum=1, maximum=1024) for d in head_dims]
+    if any(1024 % d for d in head_dims):
+        raise ValueError(f"head_dims={head_dims}: each must divide the model width 1024 (e.g. 64 or 128).")
+    seqs = [runtime.positive_int("seqs", n) for n in seqs]
+    causal = [runtime.strict_bool("causal", c) for c in causal]
     out = []
     for dtype in dtypes:
         for d in head_dims:
@@ -261,7 +266,12 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
     """`python -m gpulab bench 04`: throughput against SDPA, and memory against sequence length.
 
     On CPU (interpreter) it runs a tiny version of both (for the tests), not the grid. Returns (results, figure).
+    ``problems``: dicts like :func:`grid`'s; ``memory_seqs``: sequence lengths for the memory records.
     """
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (e.g. tqdm) or None, got {type(progress).__name__}.")
+    if memory_seqs is not None:
+        memory_seqs = [runtime.positive_int("memory_seqs", n) for n in memory_seqs]
     import matplotlib  # heavy and optional: only when the benchmark runs
 
     if "ipykernel" not in sys.modules:

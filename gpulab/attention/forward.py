@@ -177,15 +177,18 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             )
     for name, t in zip(names[1:], (k, v)):
         if t.dtype != q.dtype:
-            raise ValueError(f"{name} is {t.dtype} but {names[0]} is {q.dtype}; q, k and v must share one dtype.")
+            raise ValueError(
+                f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {', '.join(names)} must share one dtype."
+            )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
     dtypes.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
+    nq_, nk_, nv_ = names
     b, h, n_q, d = q.shape
     if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
         raise ValueError(
-            f"batch and heads differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
+            f"batch and heads differ: {nq_} {tuple(q.shape)}, {nk_} {tuple(k.shape)}, {nv_} {tuple(v.shape)}; "
             "all three must be [batch, heads, seq, head_dim] with the same batch and heads (no broadcasting)."
         )
     if b * h > 65535:
@@ -194,15 +197,15 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             "split the batch into chunks of at most 65535 // heads."
         )
     if k.shape != v.shape:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape.")
+        raise ValueError(f"{nk_} {tuple(k.shape)} and {nv_} {tuple(v.shape)} must have the same shape.")
     if k.shape[3] != d:
-        raise ValueError(f"q has head_dim {d} but k and v have {k.shape[3]}; they must match.")
+        raise ValueError(f"{nq_} has head_dim {d} but {nk_} and {nv_} have {k.shape[3]}; they must match.")
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(
             f"head_dim {d} is not supported; these kernels take head dims 1 to {MAX_HEAD_DIM} (any value, "
             "powers of two or not)."
         )
-    for name, n in ((f"{names[0]}'s seq (Nq)", n_q), (f"{names[1]}'s seq (Nk)", k.shape[2])):
+    for name, n in ((f"{nq_}'s seq (Nq)", n_q), (f"{nk_}'s seq (Nk)", k.shape[2])):
         if n < 1:
             raise ValueError(
                 f"{name} is {n}; attention needs at least one query and one key (a query that sees no key has no "
