@@ -25,14 +25,13 @@ the blocks that are ragged (past the end of a sequence) or cut by the causal dia
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
-from gpulab import runtime
-
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config  # noqa: E402
-from gpulab.attention.forward import LOG2E, check_inputs  # noqa: E402
+from gpulab import check, runtime
+from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
+from gpulab.attention.forward import check_config, check_inputs
+from gpulab.triton_ops import LOG2E, LOG2E_F, dot
 
 __all__ = [
     "attention_preprocess_kernel",
@@ -93,29 +92,20 @@ def _dkdv_inner(
             ld_mask = row_ok[:, None] & d_mask[None, :]
         q = tl.load(q_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
         do = tl.load(do_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
-        lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634  # natural log -> base 2
+        lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * LOG2E  # natural log -> base 2
         delta = tl.load(delta_ptr + offs_m, mask=row_ok, other=0.0)
         # P^T, [BLOCK_N, BLOCK_M], rebuilt from the saved log-sum-exp
-        if IS_FP32:
-            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
-        else:
-            s_t = tl.dot(k, tl.trans(q)) * qk_scale
+        s_t = dot(k, tl.trans(q), IS_FP32, PRECISION) * qk_scale
         if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
             visible = row_ok[None, :]
             if IS_CAUSAL:
                 visible = visible & (offs_n[:, None] <= offs_m[None, :])
             s_t = tl.where(visible, s_t, float("-inf"))
         p_t = tl.exp2(s_t - lse2[None, :])
-        if IS_FP32:
-            dv += tl.dot(p_t, do, input_precision=PRECISION)  # dV = P^T dO
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # dP^T = V dO^T
-            ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - D)
-            dk += tl.dot(ds_t, q, input_precision=PRECISION)  # dK = dS^T Q (scaled at the end)
-        else:
-            dv += tl.dot(p_t.to(do.dtype), do)
-            dp_t = tl.dot(v, tl.trans(do))
-            ds_t = p_t * (dp_t - delta[None, :])
-            dk += tl.dot(ds_t.to(q.dtype), q)
+        dv += dot(p_t.to(do.dtype), do, IS_FP32, PRECISION)  # dV = P^T dO
+        dp_t = dot(v, tl.trans(do), IS_FP32, PRECISION)  # dP^T = V dO^T
+        ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - D)
+        dk += dot(ds_t.to(q.dtype), q, IS_FP32, PRECISION)  # dK = dS^T Q (scaled at the end)
     return dk, dv
 
 
@@ -219,24 +209,16 @@ def _dq_inner(
             ld_mask = (offs_n >= 0)[:, None] & d_mask[None, :]
         k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
         v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
-        if IS_FP32:
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        else:
-            s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = dot(q, tl.trans(k), IS_FP32, PRECISION) * qk_scale
         if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
             visible = (offs_n < n_k)[None, :]
             if IS_CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None])
             s = tl.where(visible, s, float("-inf"))
         p = tl.exp2(s - lse2[:, None])
-        if IS_FP32:
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # dP = dO V^T
-            ds = p * (dp - delta[:, None])
-            dq += tl.dot(ds, k, input_precision=PRECISION)  # dQ = dS K (scaled at the end)
-        else:
-            dp = tl.dot(do, tl.trans(v))
-            ds = p * (dp - delta[:, None])
-            dq += tl.dot(ds.to(k.dtype), k)
+        dp = dot(do, tl.trans(v), IS_FP32, PRECISION)  # dP = dO V^T
+        ds = p * (dp - delta[:, None])
+        dq += dot(ds.to(k.dtype), k, IS_FP32, PRECISION)  # dQ = dS K (scaled at the end)
     return dq
 
 
@@ -276,7 +258,7 @@ def attention_dq_kernel(
     q_mask = row_ok[:, None] & d_mask[None, :]
     q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + q_offs, mask=q_mask, other=0.0)
-    lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+    lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * LOG2E
     delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
     k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
@@ -309,19 +291,25 @@ def attention_backward(
     """
     scale = check_inputs(q, k, v, scale, allow_tf32)
     check_inputs(o, do, o, scale, allow_tf32, names=("o", "do", "o"))
+    is_causal = runtime.strict_bool("is_causal", is_causal)
     if o.shape != q.shape or do.shape != q.shape or o.dtype != q.dtype:
         raise ValueError(f"o and do must be shaped and typed like q {tuple(q.shape)}, {q.dtype}.")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    if tuple(lse.shape) != (b, h, n_q) or lse.dtype != torch.float32:
-        raise ValueError(f"lse must be float32 [{b}, {h}, {n_q}], got {lse.dtype} {tuple(lse.shape)}.")
-    from gpulab.check import poisoned
-
-    dq = poisoned(q.shape, dtype=q.dtype, device=q.device)
-    dk = poisoned(k.shape, dtype=k.dtype, device=k.device)
-    dv = poisoned(v.shape, dtype=v.dtype, device=v.device)
-    if n_q == 0 or n_k == 0 or b * h == 0 or d == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
+    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
+    if configs is not None and not (isinstance(configs, str) and configs == "auto"):
+        if not isinstance(configs, dict) or not set(configs) <= {"dkdv", "dq"}:
+            raise TypeError(
+                f"configs must be None, 'auto' or a dict with keys 'dkdv' and/or 'dq' mapping to AttentionConfig, "
+                f"got {configs!r}."
+            )
+        for kind, config in configs.items():
+            check_config(f"configs[{kind!r}]", config, d)
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    if b * h == 0:
+        return dq, dk, dv
     q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
     if configs == "auto":  # tune each kernel once for this problem (the other at its default)
         tuned = {}
@@ -336,22 +324,22 @@ def attention_backward(
     cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)
     cfg_q: AttentionConfig = configs.get("dq") or attention_config("dq", d, q.dtype, n_q, n_k)
     common = dict(
-        IS_CAUSAL=bool(is_causal),
+        IS_CAUSAL=is_causal,
         IS_FP32=q.dtype == torch.float32,
         PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
         HEAD_DIM=d,
     )
-    delta = poisoned(b, h, n_q, dtype=torch.float32, device=q.device)
+    delta = check.new_output(b, h, n_q, dtype=torch.float32, device=q.device)
     pre_m = 16 if runtime.INTERPRET else 64
     attention_preprocess_kernel[(triton.cdiv(n_q, pre_m), b * h)](
         o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d
     )
     attention_dkdv_kernel[(triton.cdiv(n_k, cfg_kv.block_n), b * h)](
-        q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E, scale,
+        q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E_F, scale,
         BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common, **cfg_kv.launch(),
     )  # fmt: skip
     attention_dq_kernel[(triton.cdiv(n_q, cfg_q.block_m), b * h)](
-        q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E, scale,
+        q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E_F, scale,
         BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common, **cfg_q.launch(),
     )  # fmt: skip
     return dq, dk, dv

@@ -32,10 +32,16 @@ gpulab is faster).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gpulab import runtime
+from gpulab import bench, check, roofline, runtime
+from gpulab.attention.configs import attention_config, tuned, tuning_key
+from gpulab.attention.function import flash_attention
+from gpulab.attention.reference import naive_attention
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -57,7 +63,12 @@ TOKENS = 16384  # batch * seq in the throughput grid
 def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(False, True)):
     """The throughput problems as dicts (dtype, batch, heads, seq, head_dim, causal): batch * seq = 16k tokens,
     16 heads at head dim 64 and 8 at 128 (1024 model width either way)."""
-    dtypes = dtypes or (torch.bfloat16, torch.float16)
+    dtypes = tuple(runtime.as_dtype(d, "dtypes") for d in (dtypes or (torch.bfloat16, torch.float16)))
+    head_dims = [runtime.integer("head_dims", d, minimum=1, maximum=1024) for d in head_dims]
+    if any(1024 % d for d in head_dims):
+        raise ValueError(f"head_dims={head_dims}: each must divide the model width 1024 (e.g. 64 or 128).")
+    seqs = [runtime.positive_int("seqs", n) for n in seqs]
+    causal = [runtime.strict_bool("causal", c) for c in causal]
     out = []
     for dtype in dtypes:
         for d in head_dims:
@@ -71,8 +82,6 @@ def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(Fal
 
 def _sdpa(backend):
     """SDPA restricted to ``backend`` (a ``torch.nn.attention.SDPBackend`` or None for PyTorch's own choice)."""
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
 
     def run(q, k, v, is_causal):
         if backend is None:
@@ -84,10 +93,6 @@ def _sdpa(backend):
 
 
 def _implementations():
-    from torch.nn.attention import SDPBackend
-
-    from gpulab.attention import flash_attention, naive_attention
-
     return {
         "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
         "gpulab (autotuned)": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, autotune=True),
@@ -101,27 +106,21 @@ def _check(fn, q, k, v, causal, backward) -> float:
     """Largest relative error of fn's output (and gradients) against SDPA's math backend in fp32.
 
     On batch element 0 and heads 0-1 only: the math backend materializes N x N matrices in fp32."""
-    from torch.nn.attention import SDPBackend
-
-    from gpulab.check import relative_error
-
     q1, k1, v1 = (t[:1, :2].detach().clone().requires_grad_(backward) for t in (q, k, v))
     out = fn(q1, k1, v1, causal)
     ref_in = [t.detach().float().requires_grad_(backward) for t in (q1, k1, v1)]
     ref = _sdpa(SDPBackend.MATH)(*ref_in, causal)
-    errs = [relative_error(out, ref)]
+    errs = [check.relative_error(out, ref)]
     if backward:
         g = torch.randn_like(ref)
         out.backward(g.to(out.dtype))
         ref.backward(g)
-        errs += [relative_error(a.grad, b.grad) for a, b in zip((q1, k1, v1), ref_in)]
+        errs += [check.relative_error(a.grad, b.grad) for a, b in zip((q1, k1, v1), ref_in)]
     return max(float(e) for e in errs)
 
 
 def _measure_problem(p, impls, bench, roofline):
     """Every implementation on problem ``p``, forward and forward+backward."""
-    from gpulab import check
-
     b, h, n, d, dtype, causal = p["batch"], p["heads"], p["seq"], p["head_dim"], p["dtype"], p["causal"]
     gen = torch.Generator(device=runtime.device).manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device=runtime.device, dtype=dtype, generator=gen) for _ in range(3))
@@ -184,13 +183,11 @@ def _measure_problem(p, impls, bench, roofline):
 def _configs_used(name, d, dtype, causal, n, backward) -> dict:
     """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
     autotuner chose for this problem."""
-    from gpulab.attention import configs as cf
-
     out = {}
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
-        c = cf.attention_config(kind, d, dtype, n, n)
+        c = attention_config(kind, d, dtype, n, n)
         if name.endswith("(autotuned)"):
-            c = cf.tuned().get(cf.tuning_key(kind, d, dtype, causal, n, n), {}).get("config", c)
+            c = tuned().get(tuning_key(kind, d, dtype, causal, n, n), {}).get("config", c)
         out[kind] = [c.block_m, c.block_n, c.num_warps, c.num_stages]
     return out
 
@@ -217,8 +214,6 @@ def add_ratios(results):
 
 def _memory_records(seqs, bench, progress=None):
     """Peak memory beyond the inputs of one forward+backward, naive against gpulab, at B=1, H=16, D=64, bf16."""
-    from gpulab.attention import flash_attention, naive_attention
-
     dtype = runtime.pick(cpu=torch.float32, gpu=torch.bfloat16)
     heads, d = 16, 64
     out = []
@@ -271,15 +266,16 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
     """`python -m gpulab bench 04`: throughput against SDPA, and memory against sequence length.
 
     On CPU (interpreter) it runs a tiny version of both (for the tests), not the grid. Returns (results, figure).
+    ``problems``: dicts like :func:`grid`'s; ``memory_seqs``: sequence lengths for the memory records.
     """
-    import sys
-
-    import matplotlib
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (e.g. tqdm) or None, got {type(progress).__name__}.")
+    if memory_seqs is not None:
+        memory_seqs = [runtime.positive_int("memory_seqs", n) for n in memory_seqs]
+    import matplotlib  # heavy and optional: only when the benchmark runs
 
     if "ipykernel" not in sys.modules:
         matplotlib.use("Agg")
-    from gpulab import bench, roofline
-
     if problems is None:
         problems = runtime.pick(
             cpu=[dict(dtype=torch.float32, batch=1, heads=2, seq=33, head_dim=16, causal=c) for c in (False, True)],

@@ -28,10 +28,11 @@ tuning costs a compilation per candidate, and its choice depends on the GPU it r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Hashable
 
 import torch
 
-from gpulab import runtime
+from gpulab import bench, hardware, runtime
 
 __all__ = [
     "AttentionConfig",
@@ -47,6 +48,29 @@ __all__ = [
 MAX_HEAD_DIM = 128
 """The largest head dim the kernels take: a [BLOCK, 128] fp32 accumulator already uses most of the registers."""
 
+KINDS = ("forward", "dkdv", "dq")
+"""The three attention kernels a config is for: the forward, the dK/dV backward and the dQ backward."""
+
+
+def _power_of_two(name: str, value, minimum: int = 1) -> int:
+    value = runtime.integer(name, value, minimum=minimum)
+    if value & (value - 1):
+        raise ValueError(
+            f"{name} must be a power of two >= {minimum}, got {value}; use {runtime.next_power_of_2(value)}."
+        )
+    return value
+
+
+def _head_dim(head_dim) -> int:
+    head_dim = runtime.integer("head_dim", head_dim)
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim={head_dim} is not supported; the attention kernels take 1 to {MAX_HEAD_DIM}.")
+    return head_dim
+
+
+def _optional_seq(name: str, value) -> int | None:
+    return None if value is None else runtime.positive_int(name, value)
+
 
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
@@ -58,6 +82,12 @@ class AttentionConfig:
     num_warps: int
     num_stages: int
 
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "block_d"):  # tl.dot wants power-of-two tiles of at least 16
+            _power_of_two(name, getattr(self, name), minimum=16)
+        _power_of_two("num_warps", self.num_warps)
+        runtime.positive_int("num_stages", self.num_stages)
+
     def launch(self) -> dict:
         """The keyword arguments a kernel launch takes."""
         return {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -65,6 +95,10 @@ class AttentionConfig:
 
 def smem_estimate(kind: str, block_m: int, block_n: int, block_d: int, itemsize: int, num_stages: int) -> int:
     """Bytes of shared memory one program of ``kind`` ('forward', 'dkdv', 'dq') needs, by the formulas above."""
+    runtime.one_of("kind", kind, KINDS)
+    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_d", block_d), ("itemsize", itemsize),
+                        ("num_stages", num_stages)):  # fmt: skip
+        runtime.positive_int(name, value)
     if kind == "forward":
         elems = block_m * block_d + num_stages * 2 * block_n * block_d
     elif kind == "dkdv":
@@ -111,13 +145,11 @@ def attention_config(
     ``interpreter`` (default: the current mode) selects the small fixed CPU config. Tiles are never larger than the
     sequence needs (rounded up to a power of two >= 16), so a 17-token sequence does not run 128-row tiles.
     """
-    if kind not in _PREFERRED:
-        raise ValueError(f"kind={kind!r} is not supported; use 'forward', 'dkdv' or 'dq'.")
-    if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim={head_dim} is not supported; the attention kernels take 1 to {MAX_HEAD_DIM}.")
-    block_d = runtime.dot_block(head_dim)
-    if interpreter is None:
-        interpreter = runtime.INTERPRET
+    runtime.one_of("kind", kind, KINDS)
+    block_d = runtime.dot_block(_head_dim(head_dim))
+    dtype = runtime.as_dtype(dtype)
+    seq_q, seq_k = _optional_seq("seq_q", seq_q), _optional_seq("seq_k", seq_k)
+    interpreter = runtime.INTERPRET if interpreter is None else runtime.strict_bool("interpreter", interpreter)
     if interpreter:
         return AttentionConfig(block_m=16, block_n=16, block_d=block_d, num_warps=4, num_stages=1)
     return _fit(kind, _PREFERRED[kind][64 if block_d <= 64 else 128], block_d, dtype, seq_q, seq_k, gpu)
@@ -125,8 +157,6 @@ def attention_config(
 
 def _fit(kind, tile, block_d, dtype, seq_q, seq_k, gpu) -> AttentionConfig:
     """``tile`` (block_m, block_n, warps, stages) adapted to the dtype, the sequence lengths and the GPU's budget."""
-    from gpulab import hardware
-
     spec = hardware.spec(gpu)
     itemsize = torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
     block_m, block_n, warps, stages = tile
@@ -165,7 +195,7 @@ def candidates(kind, head_dim, dtype=torch.float16, seq_q=None, seq_k=None, gpu=
     each fitted to the sequence lengths and the GPU in the same way; duplicates removed. One config in the
     interpreter."""
     first = attention_config(kind, head_dim, dtype, seq_q, seq_k, gpu, interpreter)
-    if interpreter if interpreter is not None else runtime.INTERPRET:
+    if runtime.INTERPRET if interpreter is None else interpreter:
         return [first]
     out = [first]
     for tile in _ALTERNATIVES[kind][64 if first.block_d <= 64 else 128]:
@@ -181,17 +211,24 @@ def tuning_key(kind, head_dim, dtype, is_causal, seq_q, seq_k) -> tuple:
             runtime.next_power_of_2(seq_q), runtime.next_power_of_2(seq_k))  # fmt: skip
 
 
-def autotune(key, configs, run, timer=None) -> AttentionConfig:
+def autotune(key, configs, run: Callable, timer: Callable | None = None) -> AttentionConfig:
     """The fastest of ``configs`` for ``run(config)`` (which launches the kernel with it), remembered under ``key``.
 
     ``timer(fn) -> ms`` defaults to :func:`gpulab.bench.time_callable`'s median over a short run. A config that
     fails to compile or launch (e.g. out of resources on this GPU) is skipped; if all fail, the error is raised.
     """
+    if not isinstance(key, Hashable):
+        raise TypeError(f"key must be hashable (a tuple such as tuning_key(...)), got {type(key).__name__}.")
+    if not callable(run):
+        raise TypeError(f"run must be callable (run(config) launches the kernel), got {type(run).__name__}.")
+    if timer is not None and not callable(timer):
+        raise TypeError(f"timer must be callable (timer(fn) -> ms) or None, got {type(timer).__name__}.")
     if key in _TUNED:
         return _TUNED[key][0]
+    configs = list(configs)
+    if not configs or not all(isinstance(c, AttentionConfig) for c in configs):
+        raise ValueError(f"configs must be a non-empty list of AttentionConfig (see candidates()), got {configs!r}.")
     if timer is None:
-        from gpulab import bench
-
         timer = lambda fn: bench.time_callable(fn, warmup_ms=5, rep_ms=20).median_ms  # noqa: E731
     times, error = [], None
     for config in configs:

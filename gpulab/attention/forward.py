@@ -18,40 +18,23 @@ What you will learn: how :func:`gpulab.attention.reference.tiled_attention` beco
 - **The log-sum-exp is saved** (``LSE = (m + log2 l) * ln 2``, natural log, fp32, [B, H, Nq]): with it the backward
   rebuilds ``P = exp(S - LSE)`` without storing P.
 
-A row that sees no key at all (possible only with ``Nk = 0``, which the wrapper handles before launch) would give
+A row that sees no key at all (the wrapper refuses ``Nk = 0``, and a causal row i always sees key 0) would give
 ``O = 0`` and ``LSE = 0``: the max is replaced by 0 where it is still ``-inf`` before any ``exp2``, so no NaN appears.
+:func:`gpulab.attention.schedule.block_schedule` draws which (Q block, K block) pairs run with and without a mask.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+import triton
+import triton.language as tl
 
-from gpulab import dtypes, runtime
+from gpulab import check, dtypes, runtime, triton_ops
+from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config, autotuned_config
+from gpulab.attention.reference import default_scale
+from gpulab.triton_ops import dot
 
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.attention.configs import (  # noqa: E402
-    MAX_HEAD_DIM,
-    AttentionConfig,
-    attention_config,
-    autotuned_config,
-)
-from gpulab.attention.reference import default_scale  # noqa: E402
-
-__all__ = [
-    "attention_forward_kernel",
-    "attention_forward",
-    "check_inputs",
-    "block_schedule",
-    "plot_block_schedule",
-    "LOG2E",
-]
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * LN2
+__all__ = ["attention_forward_kernel", "attention_forward", "check_inputs", "check_config"]
 
 
 @triton.jit
@@ -94,10 +77,7 @@ def _fwd_inner(
             k = tl.load(k_ptrs + start_n * HEAD_DIM)
             v = tl.load(v_ptrs + start_n * HEAD_DIM)
         # S2 = Q K^T * scale * log2(e): the scores in base 2, [BLOCK_M, BLOCK_N]
-        if IS_FP32:
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        else:
-            s = tl.dot(q, tl.trans(k)) * qk_scale  # 16-bit operands: the tensor-core default
+        s = dot(q, tl.trans(k), IS_FP32, PRECISION) * qk_scale
         if MASKED:
             visible = (cols < n_k)[None, :]
             if IS_CAUSAL:
@@ -109,10 +89,7 @@ def _fwd_inner(
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if IS_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IS_FP32, PRECISION)  # P in the operands' dtype
         m_i = m_new
     return acc, l_i, m_i
 
@@ -177,7 +154,7 @@ def attention_forward_kernel(
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # a row that saw no key: O = 0, not 0/0
     m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
     o = acc / l_safe[:, None]
-    lse = (m_safe + tl.log2(l_safe)) * 0.6931471805599453  # base 2 back to natural log
+    lse = (m_safe + tl.log2(l_safe)) * triton_ops.LN2  # base 2 back to natural log
     o_ptrs = o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
     tl.store(lse_ptr + bh * n_q + offs_m, lse, mask=row_mask)
@@ -188,7 +165,9 @@ def attention_forward_kernel(
 
 
 def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k", "v")) -> float:
-    """Raise ValueError (saying what is supported) unless q, k, v are valid attention inputs; return the scale."""
+    """Raise a clear error (naming the argument, saying what is supported) unless q, k, v are valid attention inputs:
+    tensors on gpulab's device, one supported dtype, q [B, H, Nq, D], k and v [B, H, Nk, D] with the same B, H and
+    D, 1 <= D <= 128, Nq, Nk >= 1; ``scale`` None or a finite number > 0; ``allow_tf32`` a bool. Returns the scale."""
     for name, t in zip(names, (q, k, v)):
         runtime.require_tensor(name, t)
         if t.dim() != 4:
@@ -198,14 +177,18 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             )
     for name, t in zip(names[1:], (k, v)):
         if t.dtype != q.dtype:
-            raise ValueError(f"{name} is {t.dtype} but {names[0]} is {q.dtype}; q, k and v must share one dtype.")
+            raise ValueError(
+                f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {', '.join(names)} must share one dtype."
+            )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
     dtypes.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-    b, h, _, d = q.shape
+    allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
+    nq_, nk_, nv_ = names
+    b, h, n_q, d = q.shape
     if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
         raise ValueError(
-            f"batch and heads differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; "
+            f"batch and heads differ: {nq_} {tuple(q.shape)}, {nk_} {tuple(k.shape)}, {nv_} {tuple(v.shape)}; "
             "all three must be [batch, heads, seq, head_dim] with the same batch and heads (no broadcasting)."
         )
     if b * h > 65535:
@@ -214,20 +197,37 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             "split the batch into chunks of at most 65535 // heads."
         )
     if k.shape != v.shape:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape.")
+        raise ValueError(f"{nk_} {tuple(k.shape)} and {nv_} {tuple(v.shape)} must have the same shape.")
     if k.shape[3] != d:
-        raise ValueError(f"q has head_dim {d} but k and v have {k.shape[3]}; they must match.")
+        raise ValueError(f"{nq_} has head_dim {d} but {nk_} and {nv_} have {k.shape[3]}; they must match.")
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(
             f"head_dim {d} is not supported; these kernels take head dims 1 to {MAX_HEAD_DIM} (any value, "
             "powers of two or not)."
         )
+    for name, n in ((f"{nq_}'s seq (Nq)", n_q), (f"{nk_}'s seq (Nk)", k.shape[2])):
+        if n < 1:
+            raise ValueError(
+                f"{name} is {n}; attention needs at least one query and one key (a query that sees no key has no "
+                "softmax: SDPA returns NaN there). Skip the call for empty sequences."
+            )
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
-    scale = default_scale(d, scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number, got {scale}.")
-    return scale
+    return default_scale(d, scale)
+
+
+def check_config(name: str, config, head_dim: int) -> AttentionConfig | str | None:
+    """``config`` if it is None, ``"auto"`` or an :class:`AttentionConfig` whose head-dim tile holds ``head_dim``."""
+    if config is None or (isinstance(config, str) and config == "auto"):
+        return config
+    if not isinstance(config, AttentionConfig):
+        raise TypeError(
+            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU) or an AttentionConfig, "
+            f"got {config!r}."
+        )
+    if config.block_d < head_dim:
+        raise ValueError(f"{name}.block_d={config.block_d} is smaller than head_dim {head_dim}; use block_d >= it.")
+    return config
 
 
 def attention_forward(
@@ -241,16 +241,14 @@ def attention_forward(
     No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
     """
     scale = check_inputs(q, k, v, scale, allow_tf32)
+    is_causal = runtime.strict_bool("is_causal", is_causal)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from gpulab.check import poisoned
-
-    o = poisoned(b, h, n_q, d, dtype=q.dtype, device=q.device)
-    lse = poisoned(b, h, n_q, dtype=torch.float32, device=q.device)
-    if o.numel() == 0:
+    config = check_config("config", config, d)
+    o = check.new_output(b, h, n_q, d, dtype=q.dtype, device=q.device)
+    lse = check.new_output(b, h, n_q, dtype=torch.float32, device=q.device)
+    if o.numel() == 0:  # batch or heads 0
         return o, lse
-    if n_k == 0:  # no key to see: every row is 0 (SDPA would give NaN)
-        return o.zero_(), lse.zero_()
     q, k, v = (t.contiguous() for t in (q, k, v))
     if config == "auto":  # time the candidates once for this problem, keep the fastest
         run = lambda c: attention_forward(q, k, v, is_causal, scale, allow_tf32, config=c)  # noqa: E731
@@ -267,58 +265,14 @@ def attention_forward(
         lse,
         n_q,
         n_k,
-        scale * LOG2E,
+        scale * triton_ops.LOG2E_F,
         HEAD_DIM=d,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_D=cfg.block_d,
-        IS_CAUSAL=bool(is_causal),
+        IS_CAUSAL=is_causal,
         IS_FP32=q.dtype == torch.float32,
         PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
         **cfg.launch(),
     )
     return o, lse
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# the kernel's loop split, as data (for the lesson's picture and its tests)
-
-SKIPPED, FULL, MASKED = 0, 1, 2
-
-
-def block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, is_causal: bool = False) -> list[list[int]]:
-    """What :func:`attention_forward_kernel` does with each (Q block, K block) pair: ``FULL`` (loaded, no mask),
-    ``MASKED`` (loaded, bounds/causal mask applied) or ``SKIPPED`` (never loaded). Mirrors the kernel's ``full``
-    and ``hi`` bounds exactly; rows are Q blocks, columns K blocks."""
-    for name, v in (("n_q", n_q), ("n_k", n_k), ("block_m", block_m), ("block_n", block_n)):
-        runtime.positive_int(name, v)
-    rows = []
-    for start_m in range(0, n_q, block_m):
-        hi, full = n_k, (n_k // block_n) * block_n
-        if is_causal:
-            hi = min(n_k, start_m + block_m)
-            full = min(full, ((start_m + 1) // block_n) * block_n)
-        rows.append(
-            [FULL if start_n < full else MASKED if start_n < hi else SKIPPED for start_n in range(0, n_k, block_n)]
-        )
-    return rows
-
-
-def plot_block_schedule(n_q, n_k, block_m, block_n, is_causal=False, ax=None):
-    """The schedule as a picture: grey blocks are skipped, blue ones run without a mask, orange ones with one."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-
-    sched = block_schedule(n_q, n_k, block_m, block_n, is_causal)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4, 4))
-    ax.imshow(sched, cmap=ListedColormap(["0.9", "C0", "C1"]), vmin=0, vmax=2)
-    counts = [sum(row.count(k) for row in sched) for k in (FULL, MASKED, SKIPPED)]
-    ax.set_title(
-        f"Nq={n_q}, Nk={n_k}, {block_m}x{block_n} tiles{', causal' if is_causal else ''}\n"
-        f"{counts[0]} full, {counts[1]} masked, {counts[2]} skipped",
-        fontsize=9,
-    )
-    ax.set_xlabel("K block")
-    ax.set_ylabel("Q block")
-    return ax

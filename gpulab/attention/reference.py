@@ -1,21 +1,14 @@
-"""Lesson 4, steps 1-3 in plain PyTorch: naive attention, softmax three ways, tiled attention; the float64 reference.
+"""Lesson 4, steps 1 and 3 in plain PyTorch: naive attention and tiled attention; the float64 reference.
 
 What you will learn:
 - naive attention materializes the N x N score matrix ``S = scale * Q K^T`` and its softmax ``P``: O(N^2) memory
   traffic for an operation whose inputs and output are O(N d);
-- softmax three ways. *Naive*: ``exp(x) / sum(exp(x))`` overflows as soon as a logit passes ~88 (fp32). *Safe*:
-  subtract the row max first, ``exp(x - m) / sum(exp(x - m))``: same result, never overflows, but needs the max
-  before the sum (three passes over the row). *Online* (Milakov & Gimelshein, 2018): one pass keeps a running max
-  ``m`` and a running sum ``l`` of ``exp(x - m)``; when a new block raises the max from ``m`` to ``m'``, the old sum
-  is rescaled by ``exp(m - m')``:
-
-      m' = max(m, max_j x_j)        l' = l * exp(m - m') + sum_j exp(x_j - m')
-
-  and a second pass writes ``exp(x - m) / l``;
-- the same rescaling makes attention *tiled*: for a block of queries, walk over blocks of keys/values keeping ``m``,
-  ``l`` and an unnormalised output accumulator ``acc``; a new key block rescales ``acc`` by ``exp(m - m')`` too. At
-  the end ``O = acc / l`` and the log-sum-exp ``L = m + log(l)`` is all the backward needs to rebuild ``P = exp(S -
-  L)``. No N x N tensor is ever formed (:func:`tiled_attention`), which is exactly what the Triton kernel does.
+- the online softmax of step 2 (:mod:`gpulab.attention.softmax`: a running max ``m`` and a running sum ``l``,
+  rescaled by ``exp(m - m')`` when the max grows) makes attention *tiled*: for a block of queries, walk over blocks
+  of keys/values keeping ``m``, ``l`` and an unnormalised output accumulator ``acc``; a new key block rescales
+  ``acc`` by ``exp(m - m')`` too. At the end ``O = acc / l`` and the log-sum-exp ``L = m + log(l)`` is all the
+  backward needs to rebuild ``P = exp(S - L)``. No N x N tensor is ever formed (:func:`tiled_attention`), which is
+  exactly what the Triton kernel does.
 
 Semantics are those of ``torch.nn.functional.scaled_dot_product_attention``: q ``[B, H, Nq, D]``, k and v ``[B, H,
 Nk, D]``, default scale ``1 / sqrt(D)``; ``is_causal`` is SDPA's *top-left* mask, query i sees keys ``j <= i`` also
@@ -28,13 +21,13 @@ import math
 
 import torch
 
+from gpulab import runtime
+from gpulab.attention.softmax import softmax_safe
+
 __all__ = [
     "default_scale",
     "causal_mask",
     "naive_attention",
-    "softmax_naive",
-    "softmax_safe",
-    "softmax_online",
     "tiled_attention",
     "attention_reference",
     "logsumexp_reference",
@@ -42,13 +35,35 @@ __all__ = [
 
 
 def default_scale(head_dim: int, scale: float | None = None) -> float:
-    """SDPA's default softmax scale ``1 / sqrt(head_dim)`` unless ``scale`` is given."""
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    """SDPA's default softmax scale ``1 / sqrt(head_dim)`` unless ``scale`` (a finite number > 0) is given."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return runtime.finite_float("scale", scale, positive=True)
 
 
 def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
     """SDPA's causal mask, aligned top-left: ``mask[i, j]`` is True where query i may see key j, i.e. ``j <= i``."""
+    seq_q, seq_k = runtime.nonnegative_int("seq_q", seq_q), runtime.nonnegative_int("seq_k", seq_k)
     return torch.ones(seq_q, seq_k, dtype=torch.bool, device=device).tril()
+
+
+def _check_reference_inputs(q, k, v=None, is_causal=False) -> None:
+    """Tensors (on any device, any float dtype) whose shapes multiply as attention's: q [..., Nq, D], k [..., Nk, D]
+    and v [..., Nk, Dv]; ``is_causal`` a bool."""
+    runtime.strict_bool("is_causal", is_causal)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t is None:
+            continue
+        runtime.require_tensor(name, t, device_check=False)
+        if t.dim() < 2 or not t.is_floating_point():
+            raise ValueError(
+                f"{name} must be a floating-point tensor [..., seq, head_dim], got {t.dtype} of shape {list(t.shape)}."
+            )
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q has head_dim {q.shape[-1]} but k has {k.shape[-1]}; they must match.")
+    if v is not None and v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"k has {k.shape[-2]} keys but v has {v.shape[-2]} values; they must match.")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -57,56 +72,13 @@ def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
 
 def naive_attention(q, k, v, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """``softmax(scale * Q K^T) V`` with the full [Nq, Nk] score matrix in memory. Differentiable by autograd."""
+    _check_reference_inputs(q, k, v, is_causal)
     scale = default_scale(q.shape[-1], scale)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # [B, H, Nq, Nk]: the N x N matrix FlashAttention avoids
     if is_causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     p = softmax_safe(s)
     return torch.matmul(p, v)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# step 2: softmax three ways (over the last dimension)
-
-
-def softmax_naive(x: torch.Tensor) -> torch.Tensor:
-    """``exp(x) / sum(exp(x))``: the textbook formula. Overflows to inf/NaN for logits above ~88 in fp32."""
-    e = torch.exp(x)
-    return e / e.sum(-1, keepdim=True)
-
-
-def softmax_safe(x: torch.Tensor) -> torch.Tensor:
-    """Subtract the row max first: pass 1 the max, pass 2 the sum, pass 3 the output. A row of all -inf gives 0."""
-    m = x.amax(-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf row: exp(-inf) = 0, not NaN
-    e = torch.exp(x - m)
-    l = e.sum(-1, keepdim=True)
-    return e / torch.where(l > 0, l, torch.ones_like(l))
-
-
-def _online_stats(x: torch.Tensor, block: int):
-    """Running max and sum over blocks of the last dimension (the online algorithm's single pass)."""
-    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)
-    l = torch.zeros_like(m)
-    for start in range(0, x.shape[-1], block):
-        xb = x[..., start : start + block]
-        m_new = torch.maximum(m, xb.amax(-1, keepdim=True))
-        m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-        l = l * torch.exp(m - m_safe) + torch.exp(xb - m_safe).sum(-1, keepdim=True)  # rescale the old sum
-        m = m_new
-    return m, l
-
-
-def softmax_online(x: torch.Tensor, block: int = 1) -> torch.Tensor:
-    """Online softmax: one pass for the running max and sum (``block`` elements at a time), one to write the output.
-
-    ``block=1`` is the algorithm exactly as Milakov & Gimelshein write it, one element at a time.
-    """
-    if block < 1:
-        raise ValueError(f"block must be >= 1, got {block}.")
-    m, l = _online_stats(x, block)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    return torch.exp(x - m) / torch.where(l > 0, l, torch.ones_like(l))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -119,6 +91,8 @@ def tiled_attention(q, k, v, is_causal: bool = False, scale: float | None = None
     ``LSE[b, h, i] = log(sum_j exp(S_ij))`` over the keys query i sees (natural log), the statistic the backward
     uses to rebuild P. Never forms more than a [block_q, block_k] piece of S.
     """
+    _check_reference_inputs(q, k, v, is_causal)
+    block_q, block_k = runtime.positive_int("block_q", block_q), runtime.positive_int("block_k", block_k)
     scale = default_scale(q.shape[-1], scale)
     nq, nk = q.shape[-2], k.shape[-2]
     out = torch.zeros_like(q)
@@ -155,6 +129,7 @@ def tiled_attention(q, k, v, is_causal: bool = False, scale: float | None = None
 
 def logsumexp_reference(q, k, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """float64 ``log(sum_j exp(S_ij))`` over visible keys, [B, H, Nq] (0 for a row that sees no key)."""
+    _check_reference_inputs(q, k, None, is_causal)
     q64, k64 = (t.detach().to("cpu", torch.float64) for t in (q, k))
     s = torch.matmul(q64, k64.transpose(-2, -1)) * default_scale(q.shape[-1], scale)
     if is_causal:
@@ -170,6 +145,13 @@ def attention_reference(q, k, v, is_causal: bool = False, scale: float | None = 
     float64 units, far faster than the CPU at long sequences). Gradients come from autograd through
     :func:`naive_attention`, computed in float64, so they are exact to ~1e-15 and independent of the kernels.
     """
+    _check_reference_inputs(q, k, v, is_causal)
+    if do is not None:
+        runtime.require_tensor("do", do, device_check=False)
+        if do.shape[:-1] != q.shape[:-1] or do.shape[-1] != v.shape[-1]:
+            raise ValueError(
+                f"do must be shaped like the output {list(q.shape[:-1]) + [v.shape[-1]]}, got {list(do.shape)}."
+            )
     dev = q.device
     q64, k64, v64 = (t.detach().to(dev, torch.float64).requires_grad_(do is not None) for t in (q, k, v))
     with torch.enable_grad():

@@ -8,10 +8,17 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
 from gpulab.course.grading import fresh_rng, grader
+from gpulab.triton_ops import LOG2E_F
+
+
+def _require_callable(name: str, fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r}.")
 
 
 @grader("online softmax update")
@@ -20,6 +27,8 @@ def grade_online_update(update, cases=6):
     running sum ``l`` [R] (of ``exp(value - m)``). Folding every block of a row must give ``m = max`` and
     ``m + log(l) = logsumexp`` of the row, for any split into blocks, huge values, and rows that are ``-inf`` so far.
     """
+    _require_callable("update", update)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     for j in range(cases):
         rows, cols = rng.randint(1, 5), rng.choice([1, 7, 33, 100])
@@ -59,10 +68,9 @@ def grade_online_update(update, cases=6):
 def grade_forward_kernel(kernel, cases=4):
     """``kernel[(cdiv(n_q, BLOCK_M), B*H)](q, k, v, o, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)`` on
     contiguous [B*H, N, HEAD_DIM] tensors must write O = softmax(scale Q K^T) V (non-causal) for every row."""
-    import triton
-
-    from gpulab.attention.forward import LOG2E
-
+    if not hasattr(kernel, "__getitem__"):
+        raise TypeError(f"kernel must be a @triton.jit function (launched as kernel[grid](...)), got {kernel!r}.")
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16)] + [
         (rng.randint(1, 3), rng.choice([1, 17, 33, 40]), rng.choice([1, 16, 17, 50]), rng.choice([16, 32]))
@@ -73,7 +81,7 @@ def grade_forward_kernel(kernel, cases=4):
         o = check.poisoned(1, bh, n_q, d, dtype=torch.float32, device=runtime.device)
         scale = 1.0 / math.sqrt(d)
         where = f"B*H={bh}, n_q={n_q}, n_k={n_k}, head_dim={d}, 16 x 16 tiles"
-        kernel[(triton.cdiv(n_q, 16), bh)](q, k, v, o, n_q, n_k, scale * LOG2E, HEAD_DIM=d, BLOCK_M=16, BLOCK_N=16)
+        kernel[(triton.cdiv(n_q, 16), bh)](q, k, v, o, n_q, n_k, scale * LOG2E_F, HEAD_DIM=d, BLOCK_M=16, BLOCK_N=16)
         if torch.isnan(o).any():
             raise AssertionError(
                 f"{where}: some outputs are NaN: either never written (store every row of the block, masked with "

@@ -5,9 +5,11 @@
   :mod:`gpulab.attention`;
 - :mod:`.training`: a standard AdamW loop, the evaluation (accuracy of the final state vs string length) and the
   training throughput;
-- :mod:`.experiments`: the H100 run, ``python -m gpulab bench 06``, its result records and plots.
+- :mod:`.experiments`: the H100 run, ``python -m gpulab bench 06`` (registered here as lesson 06's benchmark);
+- :mod:`.results`: its records read back as tables, a summary against the FlashRNN article, and figures.
 """
 
+from gpulab import lessons
 from gpulab.tasks.data import (
     TASKS,
     Task,
@@ -19,21 +21,7 @@ from gpulab.tasks.data import (
     permutation_composition,
     permutations,
 )
-from gpulab.tasks.experiments import (
-    SIZES,
-    accuracy_records,
-    accuracy_table,
-    benchmark,
-    compare,
-    figure,
-    make_model,
-    plot_accuracy,
-    plot_throughput,
-    throughput,
-    throughput_records,
-    throughput_summary,
-    throughput_table,
-)
+from gpulab.tasks.experiments import SIZES, benchmark, compare, make_model, throughput
 from gpulab.tasks.models import (
     ATTENTION,
     CausalSelfAttention,
@@ -43,6 +31,16 @@ from gpulab.tasks.models import (
     default_attention,
     default_rnn_backend,
     rope,
+)
+from gpulab.tasks.results import (
+    accuracy_records,
+    accuracy_table,
+    figure,
+    plot_accuracy,
+    plot_throughput,
+    throughput_records,
+    throughput_summary,
+    throughput_table,
 )
 from gpulab.tasks.training import TrainLog, accuracy_vs_length, evaluate, model_device, train, train_step_throughput
 
@@ -84,3 +82,5 @@ __all__ = [
     "plot_accuracy",
     "plot_throughput",
 ]
+
+lessons.register_benchmark("06", benchmark)

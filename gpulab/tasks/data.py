@@ -38,26 +38,37 @@ __all__ = [
 ]
 
 
-def _check_sizes(batch, length) -> tuple[int, int]:
+def _check_sizes(batch, length, generator=None) -> tuple[int, int]:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}; "
+            "use torch.Generator().manual_seed(seed)."
+        )
     return runtime.positive_int("batch", batch), runtime.positive_int("length", length)
 
 
 def parity_labels(x: torch.Tensor) -> torch.Tensor:
     """Running parity of bit strings ``x`` [B, T]: ``y[:, t] = (x[:, 0] + ... + x[:, t]) mod 2`` (int64)."""
+    runtime.require_tensor("x", x, device_check=False)
+    if x.dim() != 2 or x.is_floating_point() or x.is_complex():
+        raise ValueError(
+            f"x must be a 2-D integer (or bool) tensor of bits [batch, length], got {x.dtype} of shape "
+            f"{list(x.shape)}; for one string use x[None]."
+        )
     return torch.cumsum(x.long(), dim=1) % 2
 
 
 def parity(batch: int, length: int, generator: torch.Generator | None = None, device=None):
     """``batch`` random bit strings of ``length`` bits (each bit 0 or 1 with probability 1/2) and their running
     parity: ``x`` [B, T] int64 in {0, 1}, ``y[:, t] = x[:, 0] xor ... xor x[:, t]``."""
-    batch, length = _check_sizes(batch, length)
+    batch, length = _check_sizes(batch, length, generator)
     x = torch.randint(0, 2, (batch, length), generator=generator)
     return x.to(device or "cpu"), parity_labels(x).to(device or "cpu")
 
 
 def modular_sum(batch: int, length: int, generator: torch.Generator | None = None, device=None, modulus: int = 5):
     """Tokens uniform in {0 .. m-1}, labels the running sum mod m (the cyclic group Z_m; m = 2 is parity)."""
-    batch, length = _check_sizes(batch, length)
+    batch, length = _check_sizes(batch, length, generator)
     modulus = runtime.positive_int("modulus", modulus)
     x = torch.randint(0, modulus, (batch, length), generator=generator)
     return x.to(device or "cpu"), (torch.cumsum(x, dim=1) % modulus).to(device or "cpu")
@@ -70,6 +81,7 @@ def permutations(n: int) -> list[tuple[int, ...]]:
 
 def composition_table(n: int) -> torch.Tensor:
     """``table[a, b]`` = index of the permutation ``b ∘ a`` (first a, then b), [n!, n!] int64."""
+    n = runtime.positive_int("n", n)
     perms = permutations(n)
     index = {p: i for i, p in enumerate(perms)}
     return torch.tensor([[index[tuple(b[a[i]] for i in range(n))] for b in perms] for a in perms], dtype=torch.long)
@@ -81,7 +93,8 @@ _TABLES: dict[int, torch.Tensor] = {}
 def permutation_composition(batch: int, length: int, generator: torch.Generator | None = None, device=None, n: int = 5):
     """Tokens: uniform random permutations of n objects (indices into :func:`permutations`); labels: the index of
     the composition of the prefix, ``y_t = x_t ∘ y_{t-1}`` (the group S_n; n = 5 gives 120 tokens and states)."""
-    batch, length = _check_sizes(batch, length)
+    batch, length = _check_sizes(batch, length, generator)
+    n = runtime.positive_int("n", n)  # before the cache: 5.0 is refused whether or not n = 5 was seen
     if n not in _TABLES:
         _TABLES[n] = composition_table(n)
     table = _TABLES[n]
@@ -120,6 +133,10 @@ def get_task(task) -> Task:
     """A :class:`Task` or one of the names in :data:`TASKS`."""
     if isinstance(task, Task):
         return task
+    if not isinstance(task, str):
+        raise TypeError(
+            f"task must be a gpulab.tasks.Task or one of the names {sorted(TASKS)}, got {type(task).__name__} {task!r}."
+        )
     if task in TASKS:
         return TASKS[task]
     raise ValueError(f"task={task!r} is not a known task; use a gpulab.tasks.Task or one of {sorted(TASKS)}.")

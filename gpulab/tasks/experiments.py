@@ -17,7 +17,7 @@ A case that fails is recorded with ``params["error"]`` (and ``ms`` NaN) instead 
 unsupported configuration cannot cost the others.
 
 Sizes: ``SIZES["full"]`` on a GPU, ``SIZES["tiny"]`` on CPU (seconds; it checks the code path, not the claim);
-``SIZES["cpu"]`` is what the lesson notebook trains on CPU.
+``SIZES["cpu"]`` is what the lesson notebook trains on CPU. Tables and plots of the records: :mod:`.results`.
 """
 
 from __future__ import annotations
@@ -30,24 +30,10 @@ import torch
 from gpulab import bench, runtime
 from gpulab.tasks.data import get_task
 from gpulab.tasks.models import LSTMModel, TransformerModel, count_parameters, default_attention, default_rnn_backend
+from gpulab.tasks.results import MODELS, accuracy_table, figure, throughput_summary, throughput_table
 from gpulab.tasks.training import accuracy_vs_length, train, train_step_throughput
 
-__all__ = [
-    "SIZES",
-    "make_model",
-    "compare",
-    "throughput",
-    "benchmark",
-    "accuracy_records",
-    "throughput_records",
-    "accuracy_table",
-    "throughput_table",
-    "throughput_summary",
-    "plot_accuracy",
-    "plot_throughput",
-]
-
-MODELS = ("LSTM", "Transformer")
+__all__ = ["SIZES", "MODELS", "make_model", "compare", "throughput", "benchmark"]
 
 SIZES = {
     # the H100 run
@@ -131,12 +117,19 @@ SIZES = {
 }
 
 
+_SIZE_KEYS = ("tasks", "train_length", "test_lengths", "steps", "batch_size", "lr", "samples", "dtype", "lstm",
+              "transformer", "throughput")  # fmt: skip
+
+
 def _size(size) -> dict:
     if size is None:
         size = runtime.pick(cpu="tiny", gpu="full")
     if isinstance(size, dict):
+        missing = [k for k in _SIZE_KEYS if k not in size]
+        if missing:
+            raise ValueError(f"size is missing the keys {missing}; shape it like gpulab.tasks.SIZES['tiny'].")
         return size
-    if size not in SIZES:
+    if not isinstance(size, str) or size not in SIZES:
         raise ValueError(f"size={size!r} is not known; use one of {sorted(SIZES)} or a dict shaped like them.")
     return SIZES[size]
 
@@ -144,14 +137,13 @@ def _size(size) -> dict:
 def make_model(kind: str, task, seed: int = 0, device=None, dtype=torch.float32, backend=None, attention=None, **kw):
     """A seeded ``"LSTM"`` or ``"Transformer"`` for ``task`` on ``device`` in ``dtype``; ``kw`` are the model's
     sizes (d_model, num_heads, num_layers). The same seed gives the same initial weights on every machine."""
+    runtime.one_of("kind", kind, MODELS)
     task = get_task(task)
-    torch.manual_seed(seed)
+    torch.manual_seed(runtime.integer("seed", seed))
     if kind == "LSTM":
         model = LSTMModel(task.vocab, task.classes, backend=backend, **kw)
-    elif kind == "Transformer":
-        model = TransformerModel(task.vocab, task.classes, attention=attention, **kw)
     else:
-        raise ValueError(f"kind={kind!r} is not a model here; use one of {MODELS}.")
+        model = TransformerModel(task.vocab, task.classes, attention=attention, **kw)
     return model.to(device=device or runtime.device, dtype=dtype)
 
 
@@ -192,6 +184,9 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
     """Train each model of ``models`` on ``task`` (seeded, same recipe) and evaluate it at the test lengths of
     ``size`` (a name in :data:`SIZES` or a dict shaped like them); one Result per (model, test length)."""
     task, cfg = get_task(task), _size(size)
+    seed = runtime.integer("seed", seed)
+    if isinstance(models, str) or not all(isinstance(m, str) and m in MODELS for m in models):
+        raise ValueError(f"models={models!r} is not supported; use a tuple drawn from {MODELS}.")
     dtype = runtime.as_dtype(cfg["dtype"])
     out = []
     for kind in models:
@@ -276,154 +271,6 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
             if runtime.on_gpu():
                 torch.cuda.empty_cache()
     return out
-
-
-def accuracy_records(results) -> list[bench.Result]:
-    return [r for r in results if r.params.get("kind") == "accuracy" and "error" not in r.params]
-
-
-def throughput_records(results) -> list[bench.Result]:
-    return [r for r in results if r.params.get("kind") == "throughput" and "error" not in r.params]
-
-
-def accuracy_table(results) -> str:
-    """Accuracy (%) of the final state per task and model (rows) and test length (columns)."""
-    recs = accuracy_records(results)
-    lengths = sorted({r.params["test_length"] for r in recs})
-    rows = {}
-    for r in recs:
-        rows.setdefault((r.params["task"], r.params["model"]), {})[r.params["test_length"]] = r.params["accuracy"]
-    first = ["task / model (params, train length, steps)"] + [str(n) for n in lengths]
-    lines = []
-    for (task, model), accs in rows.items():
-        r = next(x for x in recs if x.params["task"] == task and x.params["model"] == model)
-        label = f"{task} {model} ({r.params['parameters']:,}, {r.params['train_length']}, {r.params['steps']})"
-        lines.append([label] + [f"{100 * accs[n]:.1f}" if n in accs else "-" for n in lengths])
-    widths = [max(len(row[i]) for row in [first, *lines]) for i in range(len(first))]
-    fmt = lambda row: "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
-    return "\n".join([fmt(first), fmt(["-" * w for w in widths]), *map(fmt, lines)])
-
-
-def _reference(recs, heads: int = 12):
-    """The Transformer (not the SDPA peer) with ``heads`` heads, else the fastest; None if there is none."""
-    flash = [r for r in recs if r.params["model"] == "Transformer" and r.params.get("attention") != "sdpa"]
-    same = [r for r in flash if r.params["num_heads"] == heads]
-    return same[0] if same else max(flash, key=lambda r: r.params["tokens_per_s"], default=None)
-
-
-def throughput_table(results) -> str:
-    """Tokens/s per model and head count, with the ratio to the reference Transformer (12 heads, else the fastest
-    one; not the SDPA peer)."""
-    recs = throughput_records(results)
-    if not recs:
-        return "no throughput records"
-    ref = _reference(recs)
-    best = ref.params["tokens_per_s"] if ref is not None else None
-    lines = [f"{'case':28s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s}"]
-    for r in recs:
-        backend = r.params.get("backend") or r.params.get("attention") or ""
-        ratio = f"{r.params['tokens_per_s'] / best:.2f}x" if best else "-"
-        lines.append(
-            f"{r.case:28s} {backend:12s} {r.params['parameters']:>11,} {r.ms:>9.2f} "
-            f"{r.params['tokens_per_s']:>12,.0f} {ratio:>15s}"
-        )
-    return "\n".join(lines)
-
-
-ARTICLE_RATIO = {1: 0.6, 12: 0.75}
-"""FlashRNN (Pöppel et al., 2024) on 8 H100s: the LSTM's training throughput relative to a Transformer's, ~40%
-slower with one head and ~25% slower with 12 heads."""
-
-
-def throughput_summary(results, reference_heads: int = 12) -> list[str]:
-    """One line per LSTM head count: its tokens/s relative to the FlashAttention Transformer with
-    ``reference_heads`` heads (else the fastest one), beside the article's ratio where it gives one."""
-    recs = throughput_records(results)
-    ref = _reference(recs, reference_heads)
-    if ref is None:
-        return ["no Transformer throughput to compare with"]
-    lines = [f"reference: {ref.case}, {ref.params['tokens_per_s']:,.0f} tokens/s"]
-    for r in recs:
-        if r.params["model"] != "LSTM":
-            continue
-        heads, ratio = r.params["num_heads"], r.params["tokens_per_s"] / ref.params["tokens_per_s"]
-        article = f" (FlashRNN article: ~{ARTICLE_RATIO[heads]:.2f}x)" if heads in ARTICLE_RATIO else ""
-        lines.append(f"{r.case} ({r.params.get('backend', '?')}): {ratio:.2f}x the Transformer's tokens/s{article}")
-    return lines
-
-
-def plot_accuracy(results, axes=None, title=None):
-    """One panel per task: accuracy of the final state vs test length, one line per model, the training length
-    dashed, chance dotted. Returns the axes."""
-    import matplotlib.pyplot as plt
-
-    recs = accuracy_records(results)
-    tasks = list(dict.fromkeys(r.params["task"] for r in recs))
-    if axes is None:
-        _, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.5 * max(1, len(tasks)), 3.8), squeeze=False)
-        axes = axes[0]
-    for ax, task in zip(axes, tasks):
-        for i, model in enumerate(MODELS):
-            rs = sorted(
-                (r for r in recs if r.params["task"] == task and r.params["model"] == model),
-                key=lambda r: r.params["test_length"],
-            )
-            if rs:
-                ax.plot(
-                    [r.params["test_length"] for r in rs],
-                    [100 * r.params["accuracy"] for r in rs],
-                    marker="o",
-                    color=f"C{i}",
-                    label=f"{model} ({rs[0].params['parameters']:,} params)",
-                )
-        train_len = next(r.params["train_length"] for r in recs if r.params["task"] == task)
-        ax.axvline(train_len, color="0.5", ls="--", lw=1, label=f"training length {train_len}")
-        ax.axhline(100 / get_task(task).classes, color="0.5", ls=":", lw=1, label="chance")
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 105)
-        ax.set_xlabel("test length (tokens)")
-        ax.set_ylabel("final-state accuracy (%)")
-        ax.set_title(f"{get_task(task).description}" if title is None else title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
-    return axes
-
-
-def plot_throughput(results, ax=None, title=None):
-    """Bar chart of training tokens/s per model and head count (LSTM blue, Transformer orange, SDPA peer grey)."""
-    import matplotlib.pyplot as plt
-
-    recs = throughput_records(results)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(max(5, 0.9 * len(recs) + 2), 3.8))
-    colors = [
-        "0.6" if r.params.get("attention") == "sdpa" else ("C0" if r.params["model"] == "LSTM" else "C1") for r in recs
-    ]
-    labels = [r.case + (f"\n{r.params['backend']}" if r.params["model"] == "LSTM" else "") for r in recs]
-    ax.bar(range(len(recs)), [r.params["tokens_per_s"] for r in recs], color=colors)
-    ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("training tokens / s")
-    if recs:
-        r = recs[0]
-        ax.set_title(
-            title
-            or f"train step, d={r.params['d_model']}, {r.params['num_layers']} layers, "
-            f"B x T = {r.shape[0]} x {r.shape[1]}, {r.dtype}"
-        )
-    ax.grid(True, axis="y", alpha=0.3)
-    return ax
-
-
-def figure(results):
-    """The result figure: accuracy vs length per task, and the throughput bars."""
-    import matplotlib.pyplot as plt
-
-    tasks = list(dict.fromkeys(r.params["task"] for r in accuracy_records(results))) or ["-"]
-    fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.5 * (len(tasks) + 1), 4.2))
-    plot_accuracy(results, axes=axes[: len(tasks)])
-    plot_throughput(results, ax=axes[-1])
-    fig.tight_layout()
-    return fig
 
 
 def benchmark(progress=None, size=None):

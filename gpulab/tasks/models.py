@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gpulab import attention, runtime
+from gpulab.rnn import LSTM
 
 __all__ = [
     "ATTENTION",
@@ -55,6 +56,8 @@ def default_rnn_backend() -> str:
 
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -65,6 +68,10 @@ def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     of q by angle a and of k by angle b changes ``q . k`` by a rotation of b - a only, so scores depend on relative
     position, at any length.
     """
+    runtime.require_tensor("x", x, device_check=False)
+    if x.dim() < 2 or not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor [..., N, D], got {x.dtype} of shape {list(x.shape)}.")
+    base = runtime.finite_float("base", base, positive=True)
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
@@ -82,12 +89,13 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, attention: str | None = None, positional: str = "rope"):
         super().__init__()
+        d_model, num_heads = runtime.positive_int("d_model", d_model), runtime.positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; pick a divisor.")
-        attention = attention or default_attention()
-        if attention not in ATTENTION:
+        attention = default_attention() if attention is None else attention
+        if not isinstance(attention, str) or attention not in ATTENTION:
             raise ValueError(f"attention={attention!r} is not supported; use one of {sorted(ATTENTION)}.")
-        if positional not in ("rope", "none"):
+        if not isinstance(positional, str) or positional not in ("rope", "none"):
             raise ValueError(
                 f"positional={positional!r} is not supported; use 'rope' or 'none' (both are defined at any length; "
                 "learned absolute positions are not, past the training length)."
@@ -130,6 +138,7 @@ class _Stack(nn.Module):
 
     def __init__(self, vocab: int, classes: int, d_model: int, mixers):
         super().__init__()
+        vocab, classes = runtime.positive_int("vocab", vocab), runtime.positive_int("classes", classes)
         self.embed = nn.Embedding(vocab, d_model)
         self.blocks = nn.ModuleList(_Block(d_model, m) for m in mixers)
         self.ln = nn.LayerNorm(d_model)
@@ -160,6 +169,7 @@ class TransformerModel(_Stack):
         attention: str | None = None,
         positional: str = "rope",
     ):
+        num_layers = runtime.positive_int("num_layers", num_layers)
         mixers = [CausalSelfAttention(d_model, num_heads, attention, positional) for _ in range(num_layers)]
         super().__init__(vocab, classes, d_model, mixers)
 
@@ -183,9 +193,8 @@ class LSTMModel(_Stack):
         num_layers: int = 1,
         backend: str | None = None,
     ):
-        from gpulab.rnn import LSTM  # lesson 5's module
-
         backend = backend or default_rnn_backend()
+        d_model, num_layers = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)
         mixers = [
             LSTM(d_model, d_model, num_heads=num_heads, batch_first=True, backend=backend) for _ in range(num_layers)
         ]

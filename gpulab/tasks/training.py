@@ -25,8 +25,21 @@ from gpulab.tasks.data import get_task
 __all__ = ["TrainLog", "model_device", "train", "evaluate", "accuracy_vs_length", "train_step_throughput"]
 
 
+def _require_model(model) -> torch.nn.Module:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    return model
+
+
+def _optional_callable(name: str, value):
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {value!r}.")
+    return value
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of the model's first parameter (CPU for a model without parameters)."""
+    _require_model(model)
     p = next(model.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
 
@@ -58,6 +71,11 @@ def _loss(model, x, y):
 
 def learning_rate(step: int, steps: int, lr: float, schedule: str = "constant", warmup: int = 0) -> float:
     """The rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps, then constant or cosine."""
+    steps = runtime.positive_int("steps", steps)
+    step = runtime.integer("step", step, minimum=0, maximum=steps - 1)
+    lr = runtime.finite_float("lr", lr, positive=True)
+    runtime.one_of("schedule", schedule, ("constant", "cosine"))
+    warmup = runtime.nonnegative_int("warmup", warmup)
     factor = min(1.0, (step + 1) / warmup) if warmup else 1.0
     if schedule == "cosine":
         factor *= 0.5 * (1.0 + math.cos(math.pi * step / steps))
@@ -91,12 +109,19 @@ def train(
     cosine, the usual choice: a large rate early, a small one to settle at the end); ``warmup`` steps ramp the rate
     up linearly from ``lr / warmup`` first.
     """
-    if schedule not in ("constant", "cosine"):
-        raise ValueError(f"schedule={schedule!r} is not supported; use 'constant' or 'cosine'.")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a number of steps >= 0, got {warmup!r}.")
+    _require_model(model)
     task = get_task(task)
     steps = runtime.positive_int("steps", steps)
+    batch_size, length = runtime.positive_int("batch_size", batch_size), runtime.positive_int("length", length)
+    lr = runtime.finite_float("lr", lr, positive=True)
+    weight_decay = runtime.finite_float("weight_decay", weight_decay, minimum=0.0)
+    clip = None if clip is None else runtime.finite_float("clip", clip, minimum=0.0)
+    seed = runtime.integer("seed", seed)
+    _optional_callable("progress", progress)
+    if max_seconds is not None:
+        max_seconds = runtime.finite_float("max_seconds", max_seconds, positive=True)
+    runtime.one_of("schedule", schedule, ("constant", "cosine"))
+    warmup = runtime.nonnegative_int("warmup", warmup)
     device = model_device(model)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -128,7 +153,10 @@ def evaluate(model: torch.nn.Module, task, length: int, samples: int = 512, batc
     """Fraction of ``samples`` fresh strings of ``length`` tokens (seeded with ``seed``) whose *final* state the model
     predicts correctly: ``argmax(model(x)[:, -1]) == y[:, -1]``. Runs in eval mode without gradients, in batches of
     at most ``batch_size``, and leaves the model in the mode it was in. Returns a float in [0, 1]."""
+    _require_model(model)
     task = get_task(task)
+    length, samples = runtime.positive_int("length", length), runtime.positive_int("samples", samples)
+    batch_size, seed = runtime.positive_int("batch_size", batch_size), runtime.integer("seed", seed)
     device = model_device(model)
     gen = torch.Generator().manual_seed(seed)
     was_training = model.training
@@ -149,7 +177,13 @@ def evaluate(model: torch.nn.Module, task, length: int, samples: int = 512, batc
 
 def accuracy_vs_length(model, task, lengths, samples: int = 512, batch_size: int = 256, seed: int = 1234) -> dict:
     """``{length: evaluate(model, task, length, ...)}`` for every length in ``lengths``."""
-    return {int(n): evaluate(model, task, int(n), samples, batch_size, seed + int(n)) for n in lengths}
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a list of positive integers, got {type(lengths).__name__} {lengths!r}.")
+    lengths = [runtime.positive_int(f"lengths[{i}]", n) for i, n in enumerate(lengths)]
+    if not lengths:
+        raise ValueError("lengths is empty; give at least one string length to evaluate at.")
+    seed = runtime.integer("seed", seed)
+    return {n: evaluate(model, task, n, samples, batch_size, seed + n) for n in lengths}
 
 
 def train_step_throughput(
@@ -157,7 +191,11 @@ def train_step_throughput(
 ) -> bench.Result:
     """Time one whole training step (forward, backward, AdamW) with :func:`gpulab.bench.measure`; the Result's
     ``params`` carry ``tokens_per_s`` (= batch_size * length / step time) and everything in ``params``."""
+    _require_model(model)
     task = get_task(task)
+    batch_size, length = runtime.positive_int("batch_size", batch_size), runtime.positive_int("length", length)
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(f"params must be a dict or None, got {type(params).__name__}.")
     device = model_device(model)
     x, y = task.sample(batch_size, length, generator=torch.Generator().manual_seed(0), device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -1,0 +1,69 @@
+"""Lesson 4, the public entry point: :func:`flash_attention`, the forward and backward kernels as one differentiable
+function with the semantics of ``torch.nn.functional.scaled_dot_product_attention``.
+
+What you will learn: what an autograd Function saves decides the memory of training. FlashAttention saves q, k, v,
+the output O and the fp32 log-sum-exp ([B, H, Nq]) — nothing N x N — and its backward recomputes P from them
+(:mod:`gpulab.attention.backward`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpulab import runtime
+from gpulab.attention.backward import attention_backward
+from gpulab.attention.forward import attention_forward, check_inputs
+
+__all__ = ["FlashAttentionFunction", "flash_attention"]
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Autograd glue: forward runs the Triton forward; backward the Triton backward.
+
+    Saved for the backward: q [B, H, Nq, D], k and v [B, H, Nk, D], O [B, H, Nq, D] and the fp32 log-sum-exp
+    [B, H, Nq], nothing N x N.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False, scale=None, allow_tf32=False, autotune=False):
+        config = "auto" if autotune else None
+        o, lse = attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, config=config)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.is_causal, ctx.scale, ctx.allow_tf32, ctx.autotune = is_causal, scale, allow_tf32, autotune
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(
+            do, q, k, v, o, lse, is_causal=ctx.is_causal, scale=ctx.scale, allow_tf32=ctx.allow_tf32,
+            configs="auto" if ctx.autotune else None,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(
+    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, autotune: bool = False
+):
+    """FlashAttention with SDPA's semantics; differentiable in q, k, v.
+
+    Args:
+        q: [B, H, Nq, D] queries; k, v: [B, H, Nk, D] keys and values (same B, H, D; Nq, Nk >= 1).
+        is_causal: SDPA's top-left causal mask (query i sees keys ``j <= i``, also when ``Nq != Nk``); a bool.
+        scale: the softmax scale, a finite number > 0; None for ``1 / sqrt(D)``.
+        allow_tf32: fp32 inputs only: products in TF32 on a GPU (IEEE fp32 otherwise).
+        autotune: on a GPU, time a few tile configs per problem on first use and keep the fastest
+            (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).
+
+    Returns O [B, H, Nq, D] in q's dtype. fp16 and bf16 on a GPU, fp32 everywhere; head dims 1 to 128, powers of two
+    or not; any sequence lengths. Unsupported inputs raise a ValueError or TypeError naming the argument.
+
+    Examples:
+        >>> q, k, v = (torch.randn(1, 2, 17, 16, device=runtime.device) for _ in range(3))
+        >>> flash_attention(q, k, v, is_causal=True).shape
+        torch.Size([1, 2, 17, 16])
+    """
+    check_inputs(q, k, v, scale, allow_tf32)
+    is_causal = runtime.strict_bool("is_causal", is_causal)
+    autotune = runtime.strict_bool("autotune", autotune)
+    return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune)

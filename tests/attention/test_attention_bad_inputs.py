@@ -1,0 +1,167 @@
+"""Lesson 4's public callables refuse bad input with a TypeError or ValueError that names the argument.
+
+One table: (id, call, expected exception, a word the message must contain). ``call`` takes a namespace of small
+valid inputs (q, k, v, do of shape [1, 2, 5, 16] / [1, 2, 7, 16]) and changes one thing."""
+
+import types
+
+import pytest
+import torch
+
+from gpulab import attention as A
+from gpulab import runtime
+from gpulab.attention import benchmark as ab
+from gpulab.course import grading_attention
+
+CFG = A.AttentionConfig(16, 16, 16, 4, 1)
+
+
+def _zeros(*shape, dtype=torch.float32):
+    return torch.zeros(*shape, dtype=dtype, device=runtime.device)
+
+
+def _ones(*shape, dtype=torch.float32):
+    return torch.ones(*shape, dtype=dtype, device=runtime.device)
+
+
+CASES = [
+    # flash_attention: scale, flags
+    ("flash-scale-str", lambda x: A.flash_attention(x.q, x.k, x.v, scale="big"), TypeError, "scale"),
+    ("flash-scale-nan", lambda x: A.flash_attention(x.q, x.k, x.v, scale=float("nan")), ValueError, "scale"),
+    ("flash-scale-inf", lambda x: A.flash_attention(x.q, x.k, x.v, scale=float("inf")), ValueError, "finite"),
+    ("flash-scale-zero", lambda x: A.flash_attention(x.q, x.k, x.v, scale=0.0), ValueError, "scale"),
+    ("flash-scale-negative", lambda x: A.flash_attention(x.q, x.k, x.v, scale=-1.0), ValueError, "scale"),
+    ("flash-causal-str", lambda x: A.flash_attention(x.q, x.k, x.v, is_causal="no"), TypeError, "is_causal"),
+    ("flash-causal-int", lambda x: A.flash_attention(x.q, x.k, x.v, is_causal=1), TypeError, "is_causal"),
+    ("flash-tf32-str", lambda x: A.flash_attention(x.q, x.k, x.v, allow_tf32="yes"), TypeError, "allow_tf32"),
+    (
+        "flash-tf32-fp16",
+        lambda x: A.flash_attention(x.q.half(), x.k.half(), x.v.half(), allow_tf32=True),
+        ValueError,
+        "allow_tf32",
+    ),  # fmt: skip
+    ("flash-autotune-str", lambda x: A.flash_attention(x.q, x.k, x.v, autotune="yes"), ValueError, "autotune"),
+    # flash_attention: tensors, shapes, dtypes, devices
+    ("flash-q-list", lambda x: A.flash_attention(x.q.tolist(), x.k, x.v), TypeError, "q"),
+    ("flash-3d", lambda x: A.flash_attention(x.q[0], x.k[0], x.v[0]), ValueError, "4-dimensional"),
+    (
+        "flash-heads-differ",
+        lambda x: A.flash_attention(x.q, x.k[:, :1], x.v[:, :1]),
+        ValueError,
+        "same batch and heads",
+    ),  # fmt: skip
+    ("flash-kv-differ", lambda x: A.flash_attention(x.q, x.k, x.v[:, :, :3]), ValueError, "same shape"),
+    ("flash-head-dim-differ", lambda x: A.flash_attention(x.q, x.k[..., :8], x.v[..., :8]), ValueError, "head_dim"),
+    (
+        "flash-head-dim-160",
+        lambda x: A.flash_attention(*(_zeros(1, 1, 4, 160),) * 3),
+        ValueError,
+        "head dims 1 to 128",
+    ),  # fmt: skip
+    ("flash-dtype-differ", lambda x: A.flash_attention(x.q, x.k.half(), x.v), ValueError, "share one dtype"),
+    ("flash-float64", lambda x: A.flash_attention(x.q.double(), x.k.double(), x.v.double()), ValueError, "q"),
+    ("flash-int", lambda x: A.flash_attention(*(_ones(1, 1, 4, 16, dtype=torch.int32),) * 3), ValueError, "q"),
+    ("flash-meta", lambda x: A.flash_attention(x.q.to("meta"), x.k, x.v), ValueError, "is on"),
+    ("flash-nq-0", lambda x: A.flash_attention(x.q[:, :, :0], x.k, x.v), ValueError, "Nq"),
+    ("flash-nk-0", lambda x: A.flash_attention(x.q, x.k[:, :, :0], x.v[:, :, :0]), ValueError, "Nk"),
+    # the forward and backward wrappers
+    ("forward-config-str", lambda x: A.attention_forward(x.q, x.k, x.v, config="fast"), TypeError, "config"),
+    (
+        "forward-config-small",
+        lambda x: A.attention_forward(*(_zeros(1, 1, 4, 24),) * 3, config=CFG),
+        ValueError,
+        "block_d",
+    ),  # fmt: skip
+    ("forward-causal-str", lambda x: A.attention_forward(x.q, x.k, x.v, is_causal="yes"), TypeError, "is_causal"),
+    (
+        "backward-lse-shape",
+        lambda x: A.attention_backward(x.do, x.q, x.k, x.v, x.q, _zeros(1, 2, 4)),
+        ValueError,
+        "lse",
+    ),  # fmt: skip
+    (
+        "backward-configs-key",
+        lambda x: A.attention_backward(x.do, x.q, x.k, x.v, x.q, _zeros(1, 2, 5), configs={"fwd": CFG}),
+        TypeError,
+        "configs",
+    ),  # fmt: skip
+    (
+        "backward-do-shape",
+        lambda x: A.attention_backward(x.do[:, :1], x.q, x.k, x.v, x.q, _zeros(1, 2, 5)),
+        ValueError,
+        "do",
+    ),  # fmt: skip
+    # references
+    ("naive-causal-str", lambda x: A.naive_attention(x.q, x.k, x.v, is_causal="no"), TypeError, "is_causal"),
+    ("naive-scale-str", lambda x: A.naive_attention(x.q, x.k, x.v, scale="big"), TypeError, "scale"),
+    ("naive-q-list", lambda x: A.naive_attention([1.0], x.k, x.v), TypeError, "q"),
+    ("naive-head-dim-differ", lambda x: A.naive_attention(x.q, x.k[..., :8], x.v), ValueError, "head_dim"),
+    ("tiled-block-q-0", lambda x: A.tiled_attention(x.q, x.k, x.v, block_q=0), ValueError, "block_q"),
+    ("tiled-block-k-float", lambda x: A.tiled_attention(x.q, x.k, x.v, block_k=2.5), TypeError, "block_k"),
+    ("reference-do-shape", lambda x: A.attention_reference(x.q, x.k, x.v, do=x.k), ValueError, "do"),
+    ("lse-reference-causal-none", lambda x: A.logsumexp_reference(x.q, x.k, is_causal=None), TypeError, "is_causal"),
+    ("causal-mask-negative", lambda x: A.causal_mask(-1, 2), ValueError, "seq_q"),
+    ("causal-mask-float", lambda x: A.causal_mask(2, 2.0), TypeError, "seq_k"),
+    ("default-scale-head-dim-0", lambda x: A.default_scale(0), ValueError, "head_dim"),
+    ("default-scale-str", lambda x: A.default_scale(16, "x"), TypeError, "scale"),
+    # softmax
+    ("softmax-naive-list", lambda x: A.softmax_naive([1.0, 2.0]), TypeError, "x"),
+    ("softmax-safe-0d", lambda x: A.softmax_safe(_zeros(())), ValueError, "x"),
+    ("softmax-online-block-0", lambda x: A.softmax_online(x.q, block=0), ValueError, "block"),
+    ("softmax-online-block-float", lambda x: A.softmax_online(x.q, block=2.0), TypeError, "block"),
+    ("online-softmax-block-3", lambda x: A.online_softmax(x.q, block=3), ValueError, "power of two"),
+    ("online-softmax-block-0", lambda x: A.online_softmax(x.q, block=0), ValueError, "block"),
+    ("online-softmax-int", lambda x: A.online_softmax(_ones(3, dtype=torch.int32)), ValueError, "x"),
+    ("online-softmax-0d", lambda x: A.online_softmax(_zeros(())), ValueError, "x"),
+    # configs and autotuning
+    ("config-kind", lambda x: A.attention_config("fwd", 64), ValueError, "kind"),
+    ("config-head-dim-256", lambda x: A.attention_config("forward", 256), ValueError, "head_dim"),
+    ("config-head-dim-float", lambda x: A.attention_config("forward", 64.0), TypeError, "head_dim"),
+    ("config-seq-0", lambda x: A.attention_config("forward", 64, seq_q=0), ValueError, "seq_q"),
+    (
+        "config-interpreter-str",
+        lambda x: A.attention_config("forward", 64, interpreter="no"),
+        TypeError,
+        "interpreter",
+    ),  # fmt: skip
+    ("config-dtype", lambda x: A.attention_config("forward", 64, dtype="int8"), ValueError, "dtype"),
+    ("config-record-tile", lambda x: A.AttentionConfig(24, 16, 16, 4, 1), ValueError, "block_m"),
+    ("config-record-stages", lambda x: A.AttentionConfig(16, 16, 16, 4, 0), ValueError, "num_stages"),
+    ("smem-kind", lambda x: A.smem_estimate("both", 16, 16, 16, 2, 1), ValueError, "kind"),
+    ("smem-block-0", lambda x: A.smem_estimate("dq", 0, 16, 16, 2, 1), ValueError, "block_m"),
+    ("candidates-kind", lambda x: A.candidates("fwd", 64), ValueError, "kind"),
+    ("autotune-run", lambda x: A.autotune(("k",), [CFG], run=None), TypeError, "run"),
+    ("autotune-empty", lambda x: A.autotune(("k2",), [], run=print), ValueError, "configs"),
+    ("autotune-key", lambda x: A.autotune(["k"], [CFG], run=print), TypeError, "key"),
+    ("autotune-timer", lambda x: A.autotune(("k3",), [CFG], run=print, timer=3), TypeError, "timer"),
+    # the schedule and the benchmark
+    ("schedule-block-0", lambda x: A.block_schedule(10, 10, 0, 16), ValueError, "block_m"),
+    ("schedule-causal-str", lambda x: A.block_schedule(10, 10, 16, 16, is_causal="yes"), TypeError, "is_causal"),
+    ("grid-head-dim", lambda x: ab.grid(head_dims=(48.0,)), TypeError, "head_dims"),
+    ("grid-seq-0", lambda x: ab.grid(seqs=(0,)), ValueError, "seqs"),
+    ("grid-causal-int", lambda x: ab.grid(causal=(0,)), TypeError, "causal"),
+    ("benchmark-progress", lambda x: ab.benchmark(progress=3), TypeError, "progress"),
+    ("benchmark-memory-seqs", lambda x: ab.benchmark(problems=[], memory_seqs=(-1,)), ValueError, "memory_seqs"),
+    # graders of exercise 4
+    ("grade-update-none", lambda x: grading_attention.grade_online_update(None), TypeError, "update"),
+    ("grade-update-cases", lambda x: grading_attention.grade_online_update(print, cases=0), ValueError, "cases"),
+    ("grade-kernel-fn", lambda x: grading_attention.grade_forward_kernel(print), TypeError, "kernel"),
+]
+
+
+@pytest.fixture
+def inputs(attention_inputs):
+    q, k, v, do = attention_inputs(1, 2, 5, 7, 16)
+    return types.SimpleNamespace(q=q, k=k, v=v, do=do)
+
+
+@pytest.mark.parametrize("call, error, word", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_by_name(inputs, call, error, word):
+    with pytest.raises(error, match=word):
+        call(inputs)
+
+
+@pytest.mark.skipif(not runtime.INTERPRET, reason="bf16 is refused only by the CPU interpreter")
+def test_bf16_is_refused_in_the_interpreter(inputs):
+    with pytest.raises(ValueError, match="bfloat16"):
+        A.flash_attention(inputs.q.bfloat16(), inputs.k.bfloat16(), inputs.v.bfloat16())

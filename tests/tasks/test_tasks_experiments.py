@@ -1,0 +1,72 @@
+"""Lesson 6's benchmark end to end at its tiny size (gpulab.tasks.experiments, .results), failures recorded, the
+fused-to-alternating fallback, its registration as lesson 06's benchmark, and a GPU smoke run."""
+
+import pytest
+import torch
+
+from gpulab import bench, lessons, tasks
+from gpulab.tasks import experiments
+
+
+def test_benchmark_tiny_end_to_end(tmp_path):
+    results, fig = tasks.benchmark(size="tiny")
+    errors = [f"{r.case}: {r.params['error']}" for r in results if "error" in r.params]
+    assert not errors, errors
+    acc, thr = tasks.accuracy_records(results), tasks.throughput_records(results)
+    cfg = tasks.SIZES["tiny"]
+    assert len(acc) == len(cfg["tasks"]) * 2 * len(cfg["test_lengths"])
+    assert {r.params["model"] for r in acc} == {"LSTM", "Transformer"}
+    assert all(0 <= r.params["accuracy"] <= 1 and r.params["parameters"] > 0 for r in acc)
+    t = cfg["throughput"]
+    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 1
+    assert all(r.params["tokens_per_s"] > 0 for r in thr)
+    assert "parity LSTM" in tasks.accuracy_table(results) and "tokens/s" in tasks.throughput_table(results)
+    summary = tasks.throughput_summary(results, reference_heads=2)
+    assert summary[0].startswith("reference: Transformer 2 heads") and len(summary) == 1 + len(t["lstm_heads"])
+    assert "FlashRNN article: ~0.60x" in summary[1]
+    path = bench.save(results, "06", root=tmp_path)
+    assert path.parent.name == "06_state_tracking"
+    loaded = bench.load("06", root=tmp_path)
+    assert tasks.accuracy_table(loaded) == tasks.accuracy_table(results)
+    assert len(fig.axes) == len(cfg["tasks"]) + 1
+
+
+def test_lesson_06_registers_its_benchmark():
+    assert lessons.benchmark("06") is tasks.benchmark
+
+
+def test_a_failing_case_is_recorded_not_raised(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(experiments, "train", broken)
+    out = experiments.compare("parity", "tiny", models=("Transformer",))
+    assert len(out) == 1 and "kernel exploded" in out[0].params["error"]
+    assert tasks.accuracy_records(out) == []
+
+
+def test_lstm_falls_back_to_alternating_when_fused_does_not_fit():
+    # head dim 256 in fp32: R alone is 1 MB per head, more than an SM's registers (gpulab.rnn.tiling says so)
+    model, backend, note = experiments._lstm("parity", 0, torch.float32, backend="fused", d_model=256, num_heads=1)
+    assert backend == "alternating" and "fused backend refused" in note
+    assert all(block.mixer.backend == "alternating" for block in model.blocks)
+    model, backend, note = experiments._lstm("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=2)
+    assert backend == "fused" and note == ""
+
+
+@pytest.mark.gpu
+def test_gpu_smoke_fused_lstm_and_flash_transformer():
+    """A few training steps of both models with the GPU paths (fused LSTM, FlashAttention), fp32 and bf16."""
+    assert tasks.default_attention() == "flash" and tasks.default_rnn_backend() == "fused"
+    for dtype in (torch.float32, torch.bfloat16):
+        for kind, sizes in (("LSTM", {"num_heads": 1}), ("Transformer", {"num_heads": 4})):
+            model = experiments.make_model(kind, "parity", dtype=dtype, d_model=64, num_layers=2, **sizes)
+            assert model.head.weight.is_cuda
+            log = tasks.train(model, "parity", steps=60, batch_size=64, length=16, lr=1e-2)
+            assert all(map(torch.isfinite, map(torch.tensor, log.losses)))
+            assert sum(log.losses[-5:]) < sum(log.losses[:5]), f"{kind} {dtype}: the loss did not go down"
+            assert 0 <= tasks.evaluate(model, "parity", 100, samples=256) <= 1
+    r = tasks.train_step_throughput(
+        experiments.make_model("LSTM", "parity", dtype=torch.bfloat16, d_model=768, num_heads=12), "parity", 4, 256
+    )
+    assert r.params["tokens_per_s"] > 0

@@ -1,0 +1,48 @@
+"""Lesson 6: the two contenders (gpulab.tasks.models): RoPE, causality, the three attention paths agree."""
+
+import itertools
+
+import pytest
+import torch
+
+from gpulab import runtime, tasks
+
+
+def test_rope_depends_on_relative_position_only():
+    torch.manual_seed(0)
+    q = torch.randn(1, 1, 1, 8, dtype=torch.float64).expand(1, 1, 12, 8)
+    k = torch.randn(1, 1, 1, 8, dtype=torch.float64).expand(1, 1, 12, 8)
+    s = tasks.rope(q) @ tasks.rope(k).transpose(-1, -2)  # [12, 12], s[i, j] depends on i - j only
+    for i, j in itertools.product(range(1, 12), repeat=2):
+        assert torch.allclose(s[0, 0, i, j], s[0, 0, i - 1, j - 1])
+    assert torch.allclose(tasks.rope(q).norm(dim=-1), q.norm(dim=-1)), "a rotation keeps norms"
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
+def test_models_are_causal(gen, small_models, kind):
+    model = small_models("modsum5", num_layers=2)[kind].eval()
+    x, _ = tasks.modular_sum(3, 11, generator=gen(5))
+    x2 = x.clone()
+    x2[:, 7:] = (x2[:, 7:] + 1) % 5  # change the future
+    with torch.no_grad():
+        a, b = model(x), model(x2)
+    assert a.shape == (3, 11, 5)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6) and not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_attention_paths_agree(gen):
+    t = tasks.get_task("parity")
+    x, _ = t(2, 9, generator=gen(6))
+    outs = {}
+    for attention in ("naive", "sdpa", "flash"):  # flash runs in Triton's interpreter on CPU: tiny sizes only
+        torch.manual_seed(1)
+        m = tasks.TransformerModel(t.vocab, t.classes, d_model=16, num_heads=2, num_layers=1, attention=attention)
+        with torch.no_grad():
+            outs[attention] = m.to(runtime.device)(x.to(runtime.device)).cpu()
+    assert torch.allclose(outs["naive"], outs["sdpa"], atol=1e-5)
+    assert torch.allclose(outs["naive"], outs["flash"], atol=1e-4)
+
+
+def test_defaults_follow_the_device():
+    assert tasks.default_attention() == ("flash" if runtime.on_gpu() else "naive")
+    assert tasks.default_rnn_backend() == ("fused" if runtime.on_gpu() else "vanilla")
