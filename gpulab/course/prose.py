@@ -1,0 +1,58 @@
+"""The lessons say only what their records show: no measured figure typed into a lesson's markdown.
+
+A measured number (a time, a rate, a percentage, a ratio) belongs in a code cell that computes it from the stored
+records or from live outputs when the notebook runs, so it cannot drift from the data. Markdown may still state:
+spec-sheet constants, targets, figures quoted from papers, and arithmetic of the lesson's own derivations — each on
+:data:`ALLOWED` with its reason. :func:`figures` finds every number-with-unit in a notebook's markdown (LaTeX math
+excluded), :func:`offenders` those not allowed; ``tests/course/test_prose.py`` runs it on every lesson.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["UNITS", "ALLOWED", "figures", "offenders"]
+
+UNITS = r"ms|µs|us|ns|TFLOP/s|GFLOP/s|GB/s|TB/s|%|x|×"
+_FIGURE = re.compile(rf"(?<![\w.$])(\d[\d,]*(?:\.\d+)?)(?:\s*(?:{UNITS[:-4]})|(?:x|×))(?![\w/])")
+_MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$", re.S)
+_CODE = re.compile(r"`[^`\n]*`")
+
+ALLOWED: dict[str, str] = {
+    "3.35 TB/s": "H100 SXM HBM3 bandwidth, spec sheet",
+    "989 TFLOP/s": "H100 SXM dense bf16/fp16 tensor-core rate, spec sheet",
+    "50 GB/s": "400 Gb/s InfiniBand per GPU, a network spec (lesson 7's model)",
+    "1.5x": "FSDP's bytes against DDP's, derived in lesson 7",
+    "0.97×": "a target of lesson 1",
+    "90%": "a target",
+    "10×": "an order of magnitude in a derivation",
+    "2x": "a factor in a derivation",
+    "4x": "a factor in a derivation",
+    "16x": "lesson 6 tests at 16x the training length (a design choice)",
+    "40%": "the FlashRNN article's figure, quoted",
+    "25%": "the FlashRNN article's figure, quoted",
+    "0.6x": "the FlashRNN article's figure, quoted",
+    "0.75x": "the FlashRNN article's figure, quoted",
+    "100%": "a bound (accuracy, efficiency)",
+}
+"""Figures markdown may state, with the reason; anything else must be computed when the notebook runs."""
+
+
+def figures(source: str) -> list[str]:
+    """Every number-with-unit in markdown ``source``, outside LaTeX math and inline code."""
+    text = _CODE.sub("", _MATH.sub("", source))
+    return [m.group(0) for m in _FIGURE.finditer(text)]
+
+
+def offenders(path, allowed=None) -> list[tuple[int, str]]:
+    """``(cell index, figure)`` for every figure in the notebook's markdown cells that is not allowed."""
+    allowed = ALLOWED if allowed is None else allowed
+    nb = nbformat.read(Path(path), as_version=4)
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            out += [(i, f) for f in figures(cell.source) if f not in allowed]
+    return out
