@@ -20,7 +20,7 @@ def _cases():
         yield pytest.param(entry, marks=marks if entry.id in NOT_YET_DERIVED else [], id=entry.slug)
 
 
-@pytest.mark.parametrize("lesson", _cases())
+@pytest.mark.parametrize("lesson", list(_cases()))
 def test_lesson_markdown_states_no_measured_figure(lesson):
     found = prose.offenders(ROOT / lesson.notebook)
     assert not found, (
