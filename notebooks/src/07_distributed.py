@@ -212,6 +212,32 @@ if speed:
         print(f"{q['model']:12s} {q['strategy']:9s} {q['world_size']:4d} {r.ms:8.2f} {q['tokens_per_s']:12,.0f} "
               f"{eff:8.0%} {comm:8.2f} {compute:10.2f} {overlap:10.2f}")  # fmt: skip
 
+# %%
+def plot_scaling(records, ax):
+    """Tokens/s per model and strategy on 1 and 2 GPUs, with perfect scaling (2x the 1-GPU bar) as a dotted line."""
+    groups = sorted({(r.params["model"], r.params["strategy"]) for r in records})
+    for i, (model, strategy) in enumerate(groups):
+        by_n = {r.params["world_size"]: r.params["tokens_per_s"] / 1e6 for r in records
+                if (r.params["model"], r.params["strategy"]) == (model, strategy)}  # fmt: skip
+        for j, n in enumerate(sorted(by_n)):
+            ax.bar(i + 0.38 * j - 0.19, by_n[n], 0.36, color=("tab:gray", "tab:green")[j % 2],
+                   label=f"{n} GPU(s)" if i == 0 else None)  # fmt: skip
+            if n > 1 and 1 in by_n:
+                ax.hlines(n * by_n[1], i + 0.38 * j - 0.37, i + 0.38 * j - 0.01, colors="k", linestyles=":")
+                ax.annotate(f"{by_n[n] / (n * by_n[1]):.0%}", (i + 0.38 * j - 0.19, by_n[n]), ha="center",
+                            va="bottom", fontsize=8)  # fmt: skip
+    ax.set_xticks(range(len(groups)), [f"{m}\n{s}" for m, s in groups])
+    ax.set_ylabel("M tokens/s (all GPUs)")
+    ax.set_title("training throughput; dotted: 2x one GPU (perfect scaling)")
+    ax.legend()
+
+
+if speed:
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    plot_scaling(speed, ax)
+    plt.show()
+
+
 # %% [markdown]
 # *Scaling* is tokens/s on N GPUs over N times tokens/s on one, each strategy against itself on one GPU. The NCCL
 # column is the time NCCL kernels were *resident* on the GPU, which includes time spent waiting for the other GPU to
