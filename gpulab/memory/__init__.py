@@ -38,10 +38,9 @@ importing this package (for :func:`human_bytes` or a figure) defines no kernel.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from gpulab import lessons
+from gpulab import lazy
 from gpulab.memory.plots import human_bytes, plot_hierarchy, plot_ridge_points, plot_sweep
 from gpulab.memory.schedule import (
     chunk_schedule,
@@ -106,23 +105,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Load a kernel or measurement name on first use (PEP 562), and keep it here for the next."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-def _benchmark(progress=None):
-    """Lesson 0's benchmark (:func:`gpulab.memory.measure.benchmark`), loaded when it runs."""
-    return importlib.import_module("gpulab.memory.measure").benchmark(progress=progress)
-
-
-lessons.register_benchmark("00", _benchmark)
+__getattr__, __dir__ = lazy.attributes(__name__, globals(), _LAZY)
+lazy.register_benchmark("00", "gpulab.memory.measure")

@@ -29,10 +29,9 @@ and plotting load with the package; the kernels and measurements load on first u
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from gpulab import lessons
+from gpulab import lazy
 from gpulab.roofline.intensity import (
     COMPUTE_ROOFS,
     MEMORY_LEVELS,
@@ -127,23 +126,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Load a kernel or measurement name on first use (PEP 562), and keep it here for the next."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-def _benchmark(progress=None):
-    """Lesson 1's benchmark (:func:`gpulab.roofline.measure.benchmark`), loaded when it runs."""
-    return importlib.import_module("gpulab.roofline.measure").benchmark(progress=progress)
-
-
-lessons.register_benchmark("01", _benchmark)
+__getattr__, __dir__ = lazy.attributes(__name__, globals(), _LAZY)
+lazy.register_benchmark("01", "gpulab.roofline.measure")
