@@ -29,7 +29,18 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["Counts", "Traffic", "count", "parse_ncu_csv", "TESTED_TRITON"]
+__all__ = [
+    "Counts",
+    "Traffic",
+    "count",
+    "parse_ncu_csv",
+    "stored",
+    "plot_dram",
+    "plot_rows",
+    "rows_touched",
+    "plot_touched",
+    "TESTED_TRITON",
+]
 
 TESTED_TRITON = ("3.6",)
 """Triton versions whose interpreter internals :func:`count` was written against (major.minor)."""
@@ -256,3 +267,44 @@ def plot_touched(traffic: Traffic, name: str, programs, ax=None, title=None):
     ax.imshow(image.numpy(), cmap=cmap, vmin=0, vmax=len(programs), aspect="auto", interpolation="nearest")
     ax.set_title(title or f"elements of {name} loaded, by program")
     return ax
+
+
+def rows_touched(traffic: Traffic, name: str, programs, kind: str = "load") -> torch.Tensor:
+    """bool [len(programs), R]: which rows of tensor ``name`` (its second-to-last dim, any of the leading dims) each
+    program in ``programs`` touched."""
+    out = []
+    for prog in programs:
+        t = traffic.touched(name, program=prog, kind=kind)
+        if t.dim() < 2:
+            raise ValueError(f"{name} has shape {list(t.shape)}; rows need at least 2 dimensions.")
+        out.append(t.reshape(-1, t.shape[-2], t.shape[-1]).any(0).any(-1))
+    return torch.stack(out)
+
+
+def plot_rows(traffic: Traffic, name: str, programs, ax=None, title=None, kind: str = "load"):
+    """A picture of :func:`rows_touched`: one row per program, one column per row of ``name``; dark = touched."""
+    import matplotlib.pyplot as plt
+
+    grid = rows_touched(traffic, name, programs, kind)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.35 * len(programs) + 1))
+    ax.imshow(grid.numpy(), cmap="Greys", aspect="auto", interpolation="nearest", vmin=0, vmax=1)
+    ax.set_yticks(range(len(programs)), [f"program {p[0] if len(p) else p}" for p in programs])
+    ax.set_xlabel(f"row of {name}")
+    ax.set_title(title or f"rows of {name} each program {'loads' if kind == 'load' else 'stores'}")
+    return ax
+
+
+def stored(lesson: str | None = None, root=None) -> list:
+    """The newest Nsight Compute traffic records under ``benchmarks/io_traffic/`` (only ``lesson``'s if given)."""
+    import json
+    from pathlib import Path
+
+    from gpulab import bench
+
+    folder = Path(root) if root is not None else bench.results_dir() / "io_traffic"
+    files = sorted(folder.glob("*.jsonl"), key=lambda f: (f.stem[-10:], f.name))
+    if not files:
+        raise FileNotFoundError(f"no traffic records in {folder}; run `bash scripts/ncu_traffic.sh` on a GPU.")
+    recs = [bench.Result.from_dict(json.loads(line)) for line in files[-1].read_text().splitlines() if line.strip()]
+    return [r for r in recs if lesson is None or r.lesson == lesson]

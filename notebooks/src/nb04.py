@@ -283,6 +283,51 @@ if stored:
     plt.show()
 """),
 ("md", r"""
+## 8b. The bytes, counted
+
+FlashAttention's claim is about bytes: it never writes the $N \times N$ scores to memory, at the price of reading K and V once per block of queries. Both halves can be counted. In the interpreter, `gpulab.traffic.count` records which rows of K each program of the forward kernel loads — one program per block of 16 queries here; with the causal mask, blocks above the diagonal are skipped (the schedule launches the longest rows first):
+"""),
+("code", r"""
+from gpulab import traffic
+
+if runtime.INTERPRET:
+    q_, k_, v_ = (torch.randn(1, 1, 64, 16) for _ in range(3))
+    cfg = A.AttentionConfig(16, 16, 16, 4, 1)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 2.2))
+    for ax, causal in zip(axes, (False, True)):
+        with traffic.count(q=q_, k=k_, v=v_) as counted:
+            A.attention_forward(q_, k_, v_, is_causal=causal, config=cfg)
+        programs = sorted(counted.per_program)
+        kind = "causal" if causal else "full"
+        traffic.plot_rows(counted, "k", programs, ax=ax, title=f"rows of K each program loads ({kind})")
+        k_loaded, k_bytes = counted.by_tensor["k"].loaded, 4 * k_.numel()
+        print(f"{kind:6s}: K loaded {k_loaded:,} B by {len(programs)} programs; K itself is {k_bytes:,} B: "
+              f"read {k_loaded / k_bytes:.2f} times")
+    fig.tight_layout()
+    plt.show()
+else:
+    print("on a GPU the interpreter's counter does not run: Nsight Compute counts the bytes (next cell)")
+"""),
+("code", r"""
+try:
+    io_records = traffic.stored("04")
+except FileNotFoundError as exc:
+    io_records = []
+    print(exc)
+if io_records:
+    device = io_records[0].device
+    traffic.plot_dram(io_records, title=f"attention, B 8, H 16, N 4096, d 64, bf16: DRAM bytes on {device}")
+    plt.show()
+    for r in io_records:
+        rp = r.params
+        dram = rp["dram_read"] + rp["dram_write"]
+        print(f"{r.case.replace('ncu ', ''):16s} {rp['kernels']:3d} kernels, DRAM {dram / 1e6:10,.0f} MB "
+              f"= {dram / r.bytes:6.1f}x the fewest")
+"""),
+("md", r"""
+Counted, not modelled: naive attention moves two orders of magnitude more than the fewest bytes, because the scores and the probabilities (each $B H N^2$ elements) are written and read back by every step of the softmax, and the backward writes and reads their gradients too. FlashAttention's forward moves about the fewest bytes; its backward somewhat more, since K, V and the gradients dK, dV are visited once per block of queries and dQ once per block of keys — re-reads that L2 mostly absorbs, against $N^2$ traffic that no cache can.
+"""),
+("md", r"""
 ## 9. What the measurements mean
 
 - **Against FlashAttention-2** (the algorithm this lesson implements), the Triton kernel is faster on every problem of the grid, forward and forward+backward (the ratios are printed above). Two changes carried most of it: Q blocks of one head launched next to each other (at $N = 1024$, $d = 128$ the K/V of all heads is 64 MB, more than the 50 MB L2; with the heads interleaved, the programs in flight touched K/V of ~130 heads at once: 285 → 346 TFLOP/s), and the measured head-dim-128 backward tiles (2.9x faster backward).
