@@ -78,6 +78,24 @@ def _copy(kind):
     return (lambda: memory.copy(src, dst)) if kind == "gpulab" else (lambda: dst.copy_(src))
 
 
+def _ladder(step):
+    from gpulab.rnn import ladder
+
+    module, weights, x = ladder.make_problem(torch.float16)
+    if step == "cuDNN":
+        return lambda: module(x)
+    return lambda: ladder.run_step(step, x, weights)
+
+
+def _ladder_min_bytes() -> float:
+    from gpulab.rnn import ladder
+
+    p = ladder.problem()
+    layers, hidden, batch, seq = p["layers"], p["hidden"], p["batch"], p["seq"]
+    weights = layers * (2 * 4 * hidden * hidden + 2 * 4 * hidden) * 2  # W_ih, W_hh (input = hidden), two biases
+    return weights + 2 * batch * seq * hidden * 2  # + x read once, y written once (fp16)
+
+
 def _min_bytes(case: str) -> float:
     """The fewest bytes each case must move (bf16 = 2 bytes): inputs read once, outputs written once."""
     qkv = 3 * B * H * N * D * 2
@@ -85,6 +103,8 @@ def _min_bytes(case: str) -> float:
         fwd = qkv + B * H * N * D * 2 + B * H * N * 4  # q, k, v in; O and LSE out
         bwd = qkv + 2 * B * H * N * D * 2 + B * H * N * 4 + qkv  # q, k, v, O, dO, LSE in; dQ, dK, dV out
         return fwd + bwd if "bwd" in case else fwd
+    if case.startswith("03"):
+        return _ladder_min_bytes()
     if case.startswith("05"):
         wx, r, out = RB * RT * 4 * RNH * RDH * 2, 4 * RNH * RDH * RDH * 2, 2 * RB * RT * RNH * RDH * 2
         fwd = wx + r + out
@@ -94,6 +114,11 @@ def _min_bytes(case: str) -> float:
 
 CASES = {
     "00 copy gpulab": lambda: _copy("gpulab"),
+    "03 step0": lambda: _ladder(0),
+    "03 step3": lambda: _ladder(3),
+    "03 step6": lambda: _ladder(6),
+    "03 step7": lambda: _ladder(7),
+    "03 cuDNN": lambda: _ladder("cuDNN"),
     "04 naive fwd": lambda: _attention("naive", False),
     "04 flash fwd": lambda: _attention("flash", False),
     "04 naive fwd+bwd": lambda: _attention("naive", True),
@@ -107,6 +132,7 @@ CASES = {
 
 def run(case: str) -> None:
     call = CASES[case]()
+    torch.set_grad_enabled("bwd" in case)
     call()  # compile and warm up outside the profiled region
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
