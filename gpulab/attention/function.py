@@ -66,4 +66,8 @@ def flash_attention(
     check_inputs(q, k, v, scale, allow_tf32)
     is_causal = runtime.strict_bool("is_causal", is_causal)
     autotune = runtime.strict_bool("autotune", autotune)
+    if torch.compiler.is_compiling():  # torch.compile: the custom ops (gpulab.attention.ops), opaque to the tracer
+        from gpulab.attention import ops  # noqa: PLC0415 - the ops module registers them; it imports this one's peers
+
+        return ops.flash_attention_op(q, k, v, is_causal, scale, allow_tf32, autotune)
     return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune)
