@@ -13,6 +13,7 @@ import torch
 from gpulab import runtime
 from gpulab.attention.backward import attention_backward
 from gpulab.attention.forward import attention_forward, check_inputs
+from gpulab.attention.ops import flash_attention_op
 
 __all__ = ["FlashAttentionFunction", "flash_attention"]
 
@@ -67,7 +68,5 @@ def flash_attention(
     is_causal = runtime.strict_bool("is_causal", is_causal)
     autotune = runtime.strict_bool("autotune", autotune)
     if torch.compiler.is_compiling():  # torch.compile: the custom ops (gpulab.attention.ops), opaque to the tracer
-        from gpulab.attention import ops  # noqa: PLC0415 - the ops module registers them; it imports this one's peers
-
-        return ops.flash_attention_op(q, k, v, is_causal, scale, allow_tf32, autotune)
+        return flash_attention_op(q, k, v, is_causal, scale, allow_tf32, autotune)
     return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune)
