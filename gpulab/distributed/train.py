@@ -56,6 +56,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: bool = False
     compile: bool = False
+    compile_backend: str = "inductor"
 
     def validate(self, world_size: int = 1) -> TrainConfig:
         runtime.one_of("model", self.model, tuple(MODELS))
@@ -71,6 +72,7 @@ class TrainConfig:
         runtime.as_dtype(self.dtype)
         runtime.strict_bool("resume", self.resume)
         runtime.strict_bool("compile", self.compile)
+        runtime.one_of("compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}.")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
@@ -131,7 +133,7 @@ def train(config: TrainConfig, world: World | None = None, progress=None) -> Tra
     world = world or init_world()
     config.validate(world.world_size)
     model = wrap(build_model(config, world.device), config.strategy, world)
-    step_fn = torch.compile(_loss) if config.compile else _loss
+    step_fn = torch.compile(_loss, backend=config.compile_backend) if config.compile else _loss
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     start = 0
     if config.resume and config.checkpoint_dir and os.path.isdir(config.checkpoint_dir):

@@ -3,6 +3,7 @@
 One torchrun of ``gpulab.distributed.verify`` (two processes, ~5 s) serves every comparison in this file.
 """
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from gpulab.distributed import TrainConfig, init_world, local_batch_size, wrap
+from gpulab.distributed import TrainConfig, init_world, local_batch_size, train, wrap
 from gpulab.distributed.verify import CONFIGS, single_process_gradients
 
 
@@ -111,3 +112,14 @@ def test_train_config_refuses_bad_values(field, value, match):
     config = TrainConfig(**{field: value})
     with pytest.raises(ValueError, match=match):
         config.validate(world_size=2)
+
+
+def test_compiled_training_with_gpulab_kernels_equals_eager():
+    """The fused LSTM kernel and FlashAttention (custom ops, here in the interpreter) inside a compiled step."""
+    world = init_world(device="cpu")
+    for model, kw in (("lstm", {"rnn_backend": "fused"}), ("transformer", {"attention": "flash"})):
+        config = TrainConfig(model=model, d_model=16, num_layers=1, num_heads=1, global_batch=2, length=4, steps=2,
+                             strategy="none", **kw)  # fmt: skip
+        eager = train(config, world).losses
+        compiled = train(dataclasses.replace(config, compile=True, compile_backend="aot_eager"), world).losses
+        assert compiled == pytest.approx(eager, rel=1e-5), model
