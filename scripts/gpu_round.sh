@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call, several phases, each under its own time limit; everything lands in $OUT (at most 8 files come back).
 # Usage: bash scripts/gpu_round.sh PHASE...   with PHASE one of
-#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME (scripts/probe_NAME.py) | bench:NN
+#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME (scripts/probe_NAME.py) | ncu | bench:NN
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
@@ -14,7 +14,7 @@ for phase in "$@"; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
         python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1 | tee -a "$log" ;;
     selftest)
-      GPULAB_POISON=1 timeout 420 python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -o addopts="" -n 8 -x \
+      GPULAB_POISON=1 timeout 420 python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -o addopts="" -n 8 \
         2>&1 | tail -40 | tee -a "$log" "$OUT/selftest.txt" ;;
     selftest:*)
       paths=${phase#selftest:}
@@ -23,6 +23,8 @@ for phase in "$@"; do
     probe:*)
       name=${phase#probe:}
       timeout 300 python3 "scripts/probe_$name.py" 2>&1 | grep -v $'\r' | tail -80 | tee -a "$log" "$OUT/probe_$name.txt" ;;
+    ncu)
+      timeout 400 bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
     bench:*)
       timeout 540 python3 -m gpulab bench "${phase#bench:}" --out "$OUT" 2>&1 | grep -v $'\r' | tail -60 | tee -a "$log" ;;
   esac
