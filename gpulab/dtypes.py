@@ -22,8 +22,15 @@ def supported_dtypes(gpu=None) -> tuple[torch.dtype, ...]:
     """
     if gpu is None and INTERPRET:
         return (torch.float32, torch.float16)
-    spec = hardware.spec(gpu)
-    return (torch.float32, torch.float16, torch.bfloat16) if spec.has_bf16 else (torch.float32, torch.float16)
+    has_bf16 = _this_gpu_has_bf16() if gpu is None else hardware.spec(gpu).has_bf16
+    return (torch.float32, torch.float16, torch.bfloat16) if has_bf16 else (torch.float32, torch.float16)
+
+
+@torch.compiler.assume_constant_result
+def _this_gpu_has_bf16() -> bool:
+    """Whether the current GPU has bf16 (read once per call eagerly; a constant to ``torch.compile``, which cannot
+    trace the CUDA property query: so a compiled function that validates its dtype has no graph break)."""
+    return hardware.spec().has_bf16
 
 
 def default_dtype(gpu=None) -> torch.dtype:

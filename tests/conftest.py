@@ -21,4 +21,4 @@ def pytest_collection_modifyitems(config, items):
 try:
     import nbformat  # noqa: F401
 except ImportError:
-    collect_ignore = ["test_course.py", "test_repository.py"]
+    collect_ignore = ["test_course.py", "test_repository.py", "course"]
