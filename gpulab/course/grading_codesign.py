@@ -4,12 +4,33 @@ against :mod:`gpulab.codesign` and raises AssertionError saying what differs; on
 from __future__ import annotations
 
 import math
+import numbers
 import random
 
-from gpulab import codesign, hardware
+from gpulab import codesign, hardware, runtime
 from gpulab.course.grading import fresh_rng, grader
 
 _GPUS = ("H100", "A100", "V100", "RTX 4090", "L4", "T4")
+
+
+def _require_callable(name: str, fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r}.")
+
+
+def _number(value) -> bool:
+    """A real number a learner's function may return (numpy numbers too; not a bool, a string or None)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _indices(got) -> list[int] | None:
+    """``got`` as a list of ints when it is a sequence of integers (a list, tuple or numpy array); else None."""
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+        return None
+    got = list(got)
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in got):
+        return None
+    return [int(i) for i in got]
 
 
 def _size(rng: random.Random) -> int:
@@ -25,6 +46,8 @@ def _size(rng: random.Random) -> int:
 @grader("tile and wave quantization")
 def grade_quantization(quantization, cases: int = 300):
     """``quantization(m, n, tile, sm_count, batch=1) -> (tiles, waves, tile_efficiency, wave_efficiency)``."""
+    _require_callable("quantization", quantization)
+    cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     fixed = [
         (128 * 12, 128 * 11, (128, 128), 132, 1),  # exactly one wave
@@ -54,6 +77,10 @@ def grade_quantization(quantization, cases: int = 300):
                 f"{where}: return a tuple (tiles, waves, tile_efficiency, wave_efficiency), got {got!r}."
             )
         g_tiles, g_waves, g_tile, g_wave = got
+        if not all(_number(v) for v in got):
+            raise AssertionError(
+                f"{where}: return four numbers (tiles, waves, tile_efficiency, wave_efficiency), got {got!r}."
+            )
         if g_tiles != tiles:
             raise AssertionError(
                 f"{where}: tiles = {g_tiles!r}, expected {tiles} = batch x ceil(m/tile_m) x ceil(n/tile_n). "
@@ -76,6 +103,8 @@ def grade_quantization(quantization, cases: int = 300):
 @grader("GEMM time model")
 def grade_predict_ms(predict_ms, cases: int = 300):
     """``predict_ms(m, n, k, dtype, gpu, tile, batch=1)`` must equal ``codesign.gemm_time(...).ms`` (rel. 1e-6)."""
+    _require_callable("predict_ms", predict_ms)
+    cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     fixed = [
         (8192, 8192, 4096, "bfloat16", "H100", (128, 256), 1),
@@ -95,7 +124,7 @@ def grade_predict_ms(predict_ms, cases: int = 300):
     for m, n, k, dtype, gpu, tile, batch in fixed + randoms:
         ref = codesign.gemm_time(m, n, k, dtype=dtype, gpu=gpu, batch=batch, tile=tile)
         got = predict_ms(m, n, k, dtype, gpu, tile, batch)
-        if not isinstance(got, (int, float)) or not math.isfinite(got) or not math.isclose(got, ref.ms, rel_tol=1e-6):
+        if not _number(got) or not math.isfinite(got) or not math.isclose(got, ref.ms, rel_tol=1e-6):
             raise AssertionError(
                 f"predict_ms({m}, {n}, {k}, {dtype!r}, {gpu!r}, {tile}, batch={batch}) returned {got!r}, expected "
                 f"{ref.ms:.6g} ms (seed {seed}). The model's view of this shape:\n{ref.explain()}"
@@ -106,13 +135,22 @@ def grade_predict_ms(predict_ms, cases: int = 300):
 @grader("rank shapes by predicted throughput")
 def grade_rank(rank_by_throughput, cases: int = 40):
     """``rank_by_throughput(shapes, gpu) -> indices``, highest predicted TFLOP/s first (cuBLAS model, tile=None)."""
+    _require_callable("rank_by_throughput", rank_by_throughput)
+    cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     for _ in range(cases):
         gpu = rng.choice(("H100", "A100", "L4"))
         shapes = [(_size(rng), _size(rng), _size(rng)) for _ in range(rng.randint(2, 7))]
         rate = [codesign.gemm_time(m, n, k, gpu=gpu, tile=None).tflops for m, n, k in shapes]
         got = rank_by_throughput(shapes, gpu)
-        if sorted(list(got)) != list(range(len(shapes))):
+        indices = _indices(got)
+        if indices is None:
+            raise AssertionError(
+                f"rank_by_throughput({shapes}, {gpu!r}) returned {got!r}: return a list of indices (integers) "
+                f"(seed {seed})."
+            )
+        got = indices
+        if sorted(got) != list(range(len(shapes))):
             raise AssertionError(
                 f"rank_by_throughput({shapes}, {gpu!r}) returned {got!r}: return every index 0..{len(shapes) - 1} "
                 f"once, fastest first (seed {seed})."
@@ -155,6 +193,8 @@ def grade_fix_config(fix_config, cases: int = 12):
     """``fix_config(config) -> config`` that passes every rule of ``codesign.check_config`` and stays close:
     seq and tensor_parallel unchanged, vocabulary padded by less than 64*t, hidden moved by at most 64*t, heads
     within a factor of two, microbatch not smaller."""
+    _require_callable("fix_config", fix_config)
+    cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     for _ in range(cases):
         cfg = _flagged_config(rng)
