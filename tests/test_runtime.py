@@ -284,4 +284,4 @@ def test_next_power_of_2(n, expected):
 def test_next_power_of_2_rejects_non_positive(n):
     with pytest.raises(ValueError) as e:
         runtime.next_power_of_2(n)
-    assert "n must be >= 1" in str(e.value) and str(n) in str(e.value)
+    assert "n must be a positive integer" in str(e.value) and str(n) in str(e.value)
