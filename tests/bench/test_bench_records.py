@@ -89,15 +89,6 @@ def test_result_from_dict_does_not_change_its_argument():
     assert d["params"] == {"block": 16}
 
 
-def test_attention_flops():
-    base = 4 * 2 * 3 * 128 * 256 * 64
-    assert bench.attention_flops(2, 3, 128, 256, 64) == base
-    assert bench.attention_flops(2, 3, 128, 256, 64, causal=True) == base / 2
-    assert bench.attention_flops(2, 3, 128, 256, 64, backward=True) == base * 3.5
-    assert bench.attention_flops(2, 3, 128, 256, 64, causal=True, backward=True) == base / 2 * 3.5
-    assert bench.attention_flops(1, 1, 1, 1, 1) == 4
-
-
 def test_save_load_round_trip(tmp_path, make_result):
     results = [make_result("a"), make_result("b", ms=3.0, params={"working_set_bytes": 1 << 20})]
     path = bench.save(results, "00", root=tmp_path)
