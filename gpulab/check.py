@@ -183,9 +183,7 @@ def _fmt_index(flat: int, shape) -> str:
     return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
 
 
-def assert_close(
-    out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="", atol=0.0
-) -> float:
+def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="", atol=0.0) -> float:
     """Raise AssertionError unless ``out`` matches the float64 ``ref`` within the tolerance for ``dtype``.
 
     ``dtype`` defaults to ``out``'s dtype; pass 'tf32' for fp32 matrix products that were allowed TF32. ``rtol``

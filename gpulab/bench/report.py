@@ -314,7 +314,14 @@ def summary(results, clock: str = "wall", baseline: str | None = None, title: st
     heads.append("status")
     rows = []
     for r in results:
-        row = [r.case, r.provider, _clock_label(r, clock), r.time(clock), r.rate("tflops", clock), r.rate("gbps", clock)]
+        row = [
+            r.case,
+            r.provider,
+            _clock_label(r, clock),
+            r.time(clock),
+            r.rate("tflops", clock),
+            r.rate("gbps", clock),
+        ]
         if baseline is not None:
             mine, theirs = r.time(clock), base.get(r.case)
             row.append(theirs / mine if r.status == "ok" and _positive(mine) and _positive(theirs) else None)
