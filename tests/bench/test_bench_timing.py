@@ -77,3 +77,22 @@ def test_no_tf32_restores_the_flags():
     with bench.no_tf32():
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_wall_clock_counts_the_host_and_measure_fills_both_clocks():
+    from gpulab import runtime
+
+    x = torch.ones(16, device=runtime.device)
+
+    def many_tiny_launches():  # host-bound: 20 launches of almost no device work
+        for _ in range(20):
+            x.add_(0.0)
+
+    device = bench.time_callable(many_tiny_launches, rep_ms=20)
+    wall = bench.wall_time(many_tiny_launches, rep_ms=20)
+    assert wall.calls > 1 and wall.median_ms > 0
+    assert wall.median_ms > device.median_ms  # the device clock leaves the host's launches out
+    r = bench.measure(many_tiny_launches, lesson="00", case="tiny", rep_ms=20)
+    assert r.wall_ms is not None and r.wall_ms > 0 and not r.interpreter
+    assert bench.measure(many_tiny_launches, lesson="00", case="tiny", rep_ms=20, wall_clock=False).wall_ms is None
