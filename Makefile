@@ -30,6 +30,7 @@ $(STAMP): pyproject.toml $(REQUIREMENTS)
 setup: $(STAMP)
 
 lab: setup
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[lab,test]'
 	$(BIN)/jupyter lab notebooks/
 
 lint: setup

@@ -7,5 +7,5 @@ interpreter when there is none. Import gpulab before defining your own ``@triton
 from gpulab import runtime  # noqa: I001 - must come first: sets TRITON_INTERPRET before any kernel is defined
 from gpulab import bench, check, hardware, lessons
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version: pyproject.toml reads it (setuptools dynamic version)
 __all__ = ["runtime", "bench", "check", "hardware", "lessons", "__version__"]

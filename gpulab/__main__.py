@@ -10,16 +10,15 @@ grade PATH           run an exercise notebook and report each grader
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
+
+from gpulab import bench, hardware, lessons, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def cmd_info(args) -> int:
-    from gpulab import bench, hardware, runtime
-
     info = runtime.describe()
     print("gpulab runtime")
     for k, v in info.items():
@@ -35,7 +34,7 @@ def cmd_info(args) -> int:
         print("\nlive properties")
         for k, v in hardware.live_properties().items():
             print(f"  {k:22s} {v}")
-    from gpulab import roofline
+    from gpulab import roofline  # deferred: only `info` needs lesson 1's ceilings
 
     print()
     print(roofline.ceilings().summary())
@@ -55,26 +54,32 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from tqdm.auto import tqdm
+BENCH_COLUMNS = ("case", "provider", "ms", "wall_ms", "gbps", "tflops", "registers", "spills", "status")
+CLOCK_NOTE = (
+    "ms: device time (CUDA events; host work not counted, what CUDA graphs or torch.compile can reach); "
+    "wall ms: eager wall time per call (calls back to back, one synchronize), what a training loop gets."
+)
 
-    from gpulab import bench, lessons, runtime
+
+def cmd_bench(args) -> int:
+    from tqdm.auto import tqdm  # deferred: only `bench` shows progress bars
 
     lesson = lessons.find(args.lesson)
     if lesson is None:
         print(f"unknown lesson {args.lesson!r}; known: {', '.join(lessons.ids())}", file=sys.stderr)
         return 2
-    if lesson.benchmark is None:
+    benchmark = lessons.benchmark(lesson.id)
+    if benchmark is None:
         print(f"lesson {lesson.id} has no benchmark yet", file=sys.stderr)
         return 2
     if not runtime.on_gpu():
         print(
             "note: no CUDA device; running the CPU-interpreter version (numbers are not GPU numbers)", file=sys.stderr
         )
-    module, func = lesson.benchmark.split(":")
-    out = getattr(importlib.import_module(module), func)(progress=lambda it: tqdm(it, desc=f"bench {lesson.id}"))
+    out = benchmark(progress=lambda it: tqdm(it, desc=f"bench {lesson.id}"))
     results, figure = out if isinstance(out, tuple) else (out, None)
-    print(bench.table(results, columns=("case", "ms", "gbps", "tflops", "registers", "spills")))
+    print(bench.table(results, columns=BENCH_COLUMNS))
+    print(CLOCK_NOTE)
     path = bench.save(results, lesson.id, root=args.out)
     print(f"wrote {path}")
     if figure is not None:

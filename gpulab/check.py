@@ -6,7 +6,9 @@ Every check in the course (tests, graders, notebook cells) goes through here, so
   where it is large, relative to the tensor's typical size where the element is near zero (so values that should be
   ~0 do not demand impossible precision). The norm-wise relative error ``||out - ref|| / ||ref||`` is reported too.
 - **tolerances per dtype** (:data:`TOLERANCES`): what rounding in that precision can explain, no more.
-- **NaN and inf never pass**, even where the reference has them in the same place, unless the caller allows it.
+- **NaN and inf never pass**, even where the reference has them in the same place, unless the caller allows it;
+  tolerances must be finite and >= 0 (a NaN tolerance would pass anything), shapes must match exactly (no
+  broadcasting: a (2, 1) output is not a (1, 2) one).
 - **poison**: outputs are filled with NaN before a kernel runs (:func:`poisoned`), so an element the kernel never
   wrote shows up as a NaN and fails, instead of passing by accident because memory happened to hold the right value.
 - **fresh random inputs** each call (:func:`random_tensor`), with the seed in the failure message to reproduce it.
@@ -20,7 +22,10 @@ import secrets
 
 import torch
 
+from gpulab import runtime
+
 __all__ = [
+    "ShapeMismatch",
     "TOLERANCES",
     "tolerance",
     "relative_error",
@@ -73,9 +78,18 @@ def _as_float64(x) -> torch.Tensor:
     return torch.as_tensor(x).detach().to("cpu", torch.float64)
 
 
+class ShapeMismatch(AssertionError, ValueError):
+    """An output whose shape differs from its reference's: a failed check (AssertionError, as graders expect) and a
+    refused argument (ValueError) at once; never broadcast."""
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref|| / ||ref||`` in float64 (inf if out has a NaN/inf; absolute error if ref is all zero)."""
+    """``||out - ref|| / ||ref||`` in float64 (inf if either has a NaN/inf; absolute error if ref is all zero).
+
+    ``out`` and ``ref`` must have the same shape (a ValueError otherwise: nothing is broadcast).
+    """
     o, r = _as_float64(out), _as_float64(ref)
+    runtime.same_shape("out", o, "ref", r)
     if not torch.isfinite(o).all() or not torch.isfinite(r).all():
         return math.inf
     num = torch.linalg.vector_norm(o - r).item()
@@ -91,23 +105,41 @@ def new_seed() -> int:
 def random_tensor(*shape, dtype=torch.float32, device=None, seed=None, scale=1.0, distribution="normal"):
     """Random input of ``shape`` on ``device`` (default: gpulab's device), drawn from a fresh seed unless given.
 
-    ``distribution`` is 'normal' (mean 0, std ``scale``) or 'uniform' (in [-scale, scale)). Never zeros: zeros hide
-    unwritten outputs and wrong indexing.
+    ``distribution`` is 'normal' (mean 0, std ``scale``) or 'uniform' (in [-scale, scale)); ``scale`` must be > 0.
+    Never zeros: zeros hide unwritten outputs and wrong indexing, so an element that is 0 in ``dtype`` (a draw that
+    underflows) becomes ``scale`` (or the dtype's smallest normal number, if ``scale`` itself underflows). Integer
+    dtypes draw non-zero integers of magnitude 1..max(1, round(scale)) with a random sign (positive for unsigned
+    types); bool is refused (its only non-zero value is True).
     """
     if device is None:
-        from gpulab import runtime
-
         device = runtime.device
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
-    g = torch.Generator().manual_seed(new_seed() if seed is None else seed)
+    shape = tuple(runtime.nonnegative_int(f"shape[{i}]", n) for i, n in enumerate(shape))
+    if not isinstance(dtype, torch.dtype):
+        raise runtime.ArgumentTypeError(f"dtype must be a torch dtype such as torch.float32, got {dtype!r}.")
+    if dtype == torch.bool or dtype.is_complex:
+        raise ValueError(f"dtype={dtype} is not supported by random_tensor; use a float or integer dtype.")
+    scale = runtime.finite_float("scale", scale, positive=True)
+    runtime.one_of("distribution", distribution, ("normal", "uniform"))
+    seed = new_seed() if seed is None else runtime.nonnegative_int("seed", seed)
+    g = torch.Generator().manual_seed(seed)
+    if not dtype.is_floating_point:
+        top = max(1, round(scale))
+        magnitude = torch.randint(1, top + 1, shape, generator=g, dtype=torch.int64)
+        signed = torch.iinfo(dtype).min < 0
+        sign = torch.randint(0, 2, shape, generator=g, dtype=torch.int64) * 2 - 1 if signed else 1
+        return (magnitude * sign).clamp(torch.iinfo(dtype).min, torch.iinfo(dtype).max).to(device=device, dtype=dtype)
     if distribution == "normal":
         x = torch.randn(shape, generator=g, dtype=torch.float64) * scale
-    elif distribution == "uniform":
-        x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * scale
     else:
-        raise ValueError(f"distribution={distribution!r} is not supported; use 'normal' or 'uniform'.")
-    return x.to(device=device, dtype=dtype)
+        x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * scale
+    x = x.to(dtype=dtype)
+    zero = x == 0
+    if zero.any():
+        fill = torch.tensor(scale, dtype=dtype)
+        x[zero] = fill if fill != 0 else torch.finfo(dtype).tiny
+    return x.to(device=device)
 
 
 def poison_(x: torch.Tensor) -> torch.Tensor:
@@ -123,8 +155,6 @@ def poison_(x: torch.Tensor) -> torch.Tensor:
 def poisoned(*shape, dtype=torch.float32, device=None) -> torch.Tensor:
     """``torch.empty`` whose elements are all poison (see :func:`poison_`): pass it as a kernel's output."""
     if device is None:
-        from gpulab import runtime
-
         device = runtime.device
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
@@ -134,8 +164,6 @@ def poisoned(*shape, dtype=torch.float32, device=None) -> torch.Tensor:
 def new_output(*shape, dtype, device=None) -> torch.Tensor:
     """A kernel's output buffer: :func:`poisoned` when :data:`gpulab.runtime.POISON` is on (interpreter, tests),
     else ``torch.empty`` (timed GPU runs). Every kernel wrapper allocates its outputs through this one function."""
-    from gpulab import runtime
-
     if runtime.POISON:
         return poisoned(*shape, dtype=dtype, device=device)
     if device is None:
@@ -155,26 +183,40 @@ def _fmt_index(flat: int, shape) -> str:
     return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
 
 
-def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="") -> float:
+def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="", atol=0.0) -> float:
     """Raise AssertionError unless ``out`` matches the float64 ``ref`` within the tolerance for ``dtype``.
 
     ``dtype`` defaults to ``out``'s dtype; pass 'tf32' for fp32 matrix products that were allowed TF32. ``rtol``
-    overrides the tolerance. Integer and bool outputs must match exactly. Returns the norm-wise relative error
-    (over the finite elements when ``allow_nonfinite``), so callers can print it.
+    overrides the tolerance; ``atol`` adds an absolute allowance (both finite and >= 0, else a ValueError naming
+    them). Integer and bool outputs must match exactly. A shape that differs from ``ref``'s fails with
+    :class:`ShapeMismatch` (nothing is broadcast). Returns the norm-wise relative error (over the finite elements
+    when ``allow_nonfinite``), so callers can print it.
     """
+    if rtol is not None:
+        rtol = runtime.finite_float("rtol", rtol, minimum=0.0)
+    atol = runtime.finite_float("atol", atol, minimum=0.0)
+    allow_nonfinite = runtime.strict_bool("allow_nonfinite", allow_nonfinite)
     if isinstance(out, (tuple, list)):
         if not isinstance(ref, (tuple, list)) or len(out) != len(ref):
             raise AssertionError(f"{name}: expected {len(ref) if isinstance(ref, (tuple, list)) else 1} outputs.")
         return max(
-            assert_close(o, r, dtype, rtol, f"{name}[{i}]", allow_nonfinite, context)
-            for i, (o, r) in enumerate(zip(out, ref))
+            (
+                assert_close(o, r, dtype, rtol, f"{name}[{i}]", allow_nonfinite, context, atol)
+                for i, (o, r) in enumerate(zip(out, ref))
+            ),
+            default=0.0,
         )
     if not isinstance(out, torch.Tensor):
         raise AssertionError(f"{name}: expected a torch.Tensor, got {type(out).__name__}.")
+    if isinstance(ref, (tuple, list)) and any(isinstance(r, torch.Tensor) for r in ref):
+        raise AssertionError(f"{name}: expected {len(ref)} outputs, got one tensor.")
     ref = torch.as_tensor(ref)
     where = f" ({context})" if context else ""
     if tuple(out.shape) != tuple(ref.shape):
-        raise AssertionError(f"{name}{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}.")
+        raise ShapeMismatch(
+            f"{name}{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)} (shapes must match exactly; "
+            "nothing is broadcast)."
+        )
     if rtol is not None:
         tol = rtol
     elif dtype is None and not out.is_floating_point():
@@ -205,7 +247,7 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
     finite_r = torch.isfinite(r)
     scale = torch.sqrt(torch.mean(r[finite_r] ** 2)).item() if finite_r.any() else 0.0
     err = (o - r).abs()
-    limit = tol * (r.abs() + scale)
+    limit = tol * (r.abs() + scale) + atol
     mismatch = (err > limit) & torch.isfinite(o) & finite_r
     if mismatch.any():
         k = int(mismatch.sum())

@@ -17,6 +17,8 @@ import re
 
 import torch
 
+from gpulab import runtime
+
 __all__ = ["GPUSpec", "SPECS", "spec", "live_properties", "gpu_slug", "cache_level", "spec_table", "ridge_point"]
 
 KB = 1024
@@ -56,12 +58,12 @@ class GPUSpec:
 
     def peak_tflops(self, dtype="float32", tensor_cores: bool = True, allow_tf32: bool = False) -> float:
         """Peak rate for a dtype: tensor cores where the GPU has them for it, else the FP32 pipe."""
+        tensor_cores = runtime.strict_bool("tensor_cores", tensor_cores)
+        allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
         if dtype in ("tf32", "float8"):
             key = dtype
         else:
-            from gpulab.runtime import as_dtype
-
-            key = str(as_dtype(dtype)).replace("torch.", "")  # 'fp16', 'half', torch.float16 -> 'float16'
+            key = str(runtime.as_dtype(dtype)).replace("torch.", "")  # 'fp16', 'half', torch.float16 -> 'float16'
         if key == "float64":
             raise ValueError("dtype float64 has no peak rate in the spec table; use float32, tf32, float16, bfloat16.")
         if key == "tf32":
@@ -125,6 +127,8 @@ _ALIASES = {
 
 def gpu_slug(name: str) -> str:
     """File-name form of a device name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    if not isinstance(name, str):
+        raise runtime.ArgumentTypeError(f"name must be a device name (str), got {name!r}.")
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
@@ -151,8 +155,6 @@ def spec(gpu=None) -> GPUSpec:
     if isinstance(gpu, GPUSpec):
         return gpu
     if gpu is None:
-        from gpulab import runtime
-
         if runtime.on_gpu():
             return _live_spec()
         return SPECS[_ALIASES["h100"]]
@@ -170,6 +172,8 @@ def live_properties(index: int | None = None) -> dict:
     Cached per device: kernel wrappers consult the device description on every call (dtype rules, tiles), and
     asking the driver each time costs about a millisecond of host time, more than many kernels take.
     """
+    if index is not None:
+        index = runtime.nonnegative_int("index", index)
     if not torch.cuda.is_available():
         return {}
     return dict(_live_properties(torch.cuda.current_device() if index is None else index))
@@ -244,8 +248,7 @@ def cache_level(working_set_bytes: int, gpu=None) -> str:
     the L2 size, it is served by L2; larger working sets stream from HBM. (Real caches start missing a little before
     they are full; this is the first-order picture the lesson 0 sweep tests.)
     """
-    if working_set_bytes < 0:
-        raise ValueError(f"working_set_bytes must be >= 0, got {working_set_bytes}.")
+    working_set_bytes = runtime.nonnegative_int("working_set_bytes", working_set_bytes)
     s = spec(gpu)
     if working_set_bytes <= s.l1_per_sm:
         return "L1"
@@ -256,7 +259,10 @@ def cache_level(working_set_bytes: int, gpu=None) -> str:
 
 def spec_table(specs=None) -> str:
     """The spec table as text: one row per GPU, with the ridge point (FLOPs per byte needed to be compute-bound)."""
-    specs = list(specs or SPECS.values())
+    specs = list(SPECS.values() if specs is None else specs)
+    for i, s in enumerate(specs):
+        if not isinstance(s, GPUSpec):
+            raise runtime.ArgumentTypeError(f"specs[{i}] is a {type(s).__name__}, not a hardware.GPUSpec.")
     head = (
         f"{'GPU':30s} {'CC':>4s} {'SMs':>4s} {'HBM GB/s':>9s} {'L2 MB':>6s} {'SMEM/SM KB':>10s} {'FP32 TF':>8s} "
         f"{'FP16 TC TF':>10s} {'bf16':>5s} {'ridge FP16':>10s}"

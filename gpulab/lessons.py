@@ -21,8 +21,7 @@ class Lesson:
     id: str
     slug: str
     title: str
-    module: str
-    benchmark: str | None = None  # "module:function", None until the lesson lands
+    module: str  # the package that registers the lesson's benchmark when imported
 
     @property
     def notebook(self) -> str:
@@ -38,49 +37,21 @@ class Lesson:
 
 
 LESSONS: list[Lesson] = [
-    Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory", "gpulab.memory:benchmark"),
-    Lesson("01", "01_roofline", "The roofline", "gpulab.roofline", "gpulab.roofline:benchmark"),
-    Lesson("02", "02_codesign", "GEMM shapes and hardware co-design", "gpulab.codesign", "gpulab.codesign:benchmark"),
-    Lesson(
-        "03",
-        "03_cudnn_ladder",
-        "The cuDNN 5 LSTM optimization ladder",
-        "gpulab.rnn.ladder",
-        "gpulab.rnn.ladder:benchmark",
-    ),
-    Lesson(
-        "04",
-        "04_attention",
-        "From online softmax to FlashAttention",
-        "gpulab.attention",
-        "gpulab.attention.benchmark:benchmark",
-    ),
-    Lesson(
-        "05",
-        "05_fused_rnn",
-        "A fused RNN kernel (FlashRNN-style)",
-        "gpulab.rnn.fused",
-        "gpulab.rnn.benchmark:benchmark",
-    ),
-    Lesson(
-        "06",
-        "06_state_tracking",
-        "Capstone: state tracking, LSTM vs Transformer",
-        "gpulab.tasks",
-        "gpulab.tasks:benchmark",
-    ),
-    Lesson(
-        "07",
-        "07_distributed",
-        "Scaling out: the capstone on several GPUs with torchrun",
-        "gpulab.distributed",
-        None,
-    ),
+    Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory"),
+    Lesson("01", "01_roofline", "The roofline", "gpulab.roofline"),
+    Lesson("02", "02_codesign", "GEMM shapes and hardware co-design", "gpulab.codesign"),
+    Lesson("03", "03_cudnn_ladder", "The cuDNN 5 LSTM optimization ladder", "gpulab.rnn.ladder"),
+    Lesson("04", "04_attention", "From online softmax to FlashAttention", "gpulab.attention"),
+    Lesson("05", "05_fused_rnn", "A fused RNN kernel (FlashRNN-style)", "gpulab.rnn.fused"),
+    Lesson("06", "06_state_tracking", "Capstone: state tracking, LSTM vs Transformer", "gpulab.tasks"),
+    Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]
 
 
 def find(lesson: str) -> Lesson | None:
     """The lesson whose id ('00') or slug ('00_memory_hierarchy') is ``lesson``; None if there is none."""
+    if not isinstance(lesson, (str, int)) or isinstance(lesson, bool):
+        raise TypeError(f"lesson must be a lesson id such as '04' or a slug, got {lesson!r}.")
     lesson = str(lesson)
     for entry in LESSONS:
         if lesson in (entry.id, entry.slug) or (lesson.isdigit() and int(lesson) == int(entry.id)):
@@ -89,6 +60,7 @@ def find(lesson: str) -> Lesson | None:
 
 
 def ids() -> list[str]:
+    """Every lesson as "id (slug)", for error messages and help."""
     return [f"{e.id} ({e.slug})" for e in LESSONS]
 
 
@@ -108,8 +80,8 @@ def register_benchmark(lesson_id: str, fn: Callable) -> Callable:
 
 
 def benchmark(lesson_id: str) -> Callable | None:
-    """Lesson ``lesson_id``'s benchmark callable: imports the lesson's package, which registers it; None if the
-    lesson has none. A ValueError for an unknown lesson."""
+    """Lesson ``lesson_id``'s benchmark callable: imports the lesson's package (``Lesson.module``), which registers
+    it; None if the lesson registers none. A ValueError for an unknown lesson."""
     entry = find(lesson_id)
     if entry is None:
         raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")

@@ -25,9 +25,12 @@ Interpreter traps, handled here rather than only documented:
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import os
 import warnings
 
+import numpy
 import torch
 
 __all__ = [
@@ -90,8 +93,7 @@ Change it for a block of code with :func:`poisoning`."""
 def poisoning(on: bool = True):
     """``with runtime.poisoning(True): ...`` turns :data:`POISON` on (or off) inside the block."""
     global POISON
-    if not isinstance(on, bool):
-        raise TypeError(f"on must be True or False, got {on!r}.")
+    on = strict_bool("on", on)
     before, POISON = POISON, on
     try:
         yield
@@ -103,8 +105,7 @@ def _interpreter_problem() -> str | None:
     if not INTERPRET:
         return None
     try:
-        import numpy
-        import triton
+        import triton  # deferred: importing Triton before TRITON_INTERPRET is set above would be too early
     except ImportError as exc:  # pragma: no cover - triton is a hard dependency on Linux
         return f"Triton is not importable ({exc}); install it with `pip install triton==3.6.0`."
     triton_v = tuple(int(p) for p in triton.__version__.split(".")[:2])
@@ -203,8 +204,6 @@ def _integer_kind(minimum) -> str:
 def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an int if it is an integer (not a bool, not a float) within [minimum, maximum], else an error
     naming ``name``: :class:`ArgumentTypeError` for the wrong type, ValueError for a value out of range."""
-    import numbers
-
     kind = _integer_kind(minimum)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         hint = f"; use {int(value)}" if isinstance(value, float) and value.is_integer() else ""
@@ -230,9 +229,6 @@ def nonnegative_int(name: str, value) -> int:
 def finite_float(name: str, value, minimum: float | None = None, positive: bool = False, maximum=None) -> float:
     """``value`` as a float if it is a finite real number (>= minimum; > 0 with ``positive``), else an error naming
     ``name``. Bools and strings are refused with a TypeError; NaN, inf and out-of-range values with a ValueError."""
-    import math
-    import numbers
-
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -251,13 +247,8 @@ def finite_float(name: str, value, minimum: float | None = None, positive: bool 
 
 def strict_bool(name: str, value) -> bool:
     """``value`` if it is a bool (or numpy bool), else a TypeError naming ``name``: 0, 1, "no" and None are refused."""
-    try:
-        import numpy
-
-        if isinstance(value, numpy.bool_):
-            return bool(value)
-    except ImportError:  # pragma: no cover - numpy comes with torch
-        pass
+    if isinstance(value, numpy.bool_):
+        return bool(value)
     if not isinstance(value, bool):
         raise ArgumentTypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
     return value
@@ -309,7 +300,11 @@ def require_tensor(
 
 
 def same_shape(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
-    """A ValueError unless ``a`` and ``b`` have exactly the same shape (no broadcasting)."""
+    """A ValueError unless ``a`` and ``b`` have exactly the same shape (no broadcasting); a TypeError naming the
+    argument that is not a tensor."""
+    for name, x in ((name_a, a), (name_b, b)):
+        if not isinstance(x, torch.Tensor):
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
     if tuple(a.shape) != tuple(b.shape):
         raise ValueError(
             f"{name_a} has shape {list(a.shape)} but {name_b} has shape {list(b.shape)}; they must match exactly "
@@ -327,10 +322,9 @@ def dot_precision(dtype, allow_tf32: bool = False) -> str:
 
 
 def next_power_of_2(n: int) -> int:
-    """Smallest power of two >= n (n >= 1)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}.")
-    return 1 << (int(n) - 1).bit_length()
+    """Smallest power of two >= n (n a positive integer)."""
+    n = positive_int("n", n)
+    return 1 << (n - 1).bit_length()
 
 
 def dot_block(n: int, minimum: int = 16) -> int:
@@ -339,13 +333,12 @@ def dot_block(n: int, minimum: int = 16) -> int:
     GPUs need dot operands of at least 16 along each dimension; the interpreter does not, so without this a tile
     that works in CI could fail to compile on the GPU.
     """
-    return max(minimum, next_power_of_2(n))
+    return max(positive_int("minimum", minimum), next_power_of_2(n))
 
 
 def describe() -> dict:
     """Mode, device and versions, for `python -m gpulab info` and result records."""
-    import numpy
-    import triton
+    import triton  # deferred for the same reason as in _interpreter_problem
 
     info = {
         "mode": MODE,

@@ -16,7 +16,7 @@ log="$OUT/session.log"
 } 2>&1 | tee "$log"
 lessons=("$@")
 if [ ${#lessons[@]} -eq 0 ]; then
-  mapfile -t lessons < <(python3 -c "from gpulab import lessons; print('\n'.join(l.id for l in lessons.LESSONS if l.benchmark))")
+  mapfile -t lessons < <(python3 -c "from gpulab import lessons; print('\n'.join(l.id for l in lessons.LESSONS if lessons.benchmark(l.id)))")
 fi
 for l in "${lessons[@]}"; do
   python3 -m gpulab bench "$l" --out "$OUT" 2>&1 | grep -v $'\r' | tee -a "$log"

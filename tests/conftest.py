@@ -18,7 +18,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The course tools need Jupyter's packages; a bare GPU machine running `pytest -m gpu` may not have them.
+collect_ignore = []
 try:
     import nbformat  # noqa: F401
 except ImportError:
-    collect_ignore = ["test_course.py", "test_repository.py", "course"]
+    collect_ignore += ["test_course.py", "test_repository.py", "course"]
+
+# Property-based tests (hypothesis, in the test extra): bounded, no deadline (the interpreter and 2 shared cores make
+# timings noisy), and derandomized in CI so a run there is reproducible. HYPOTHESIS_PROFILE=dev explores new examples.
+try:
+    from hypothesis import settings
+except ImportError:
+    collect_ignore += ["test_validation_properties.py", "bench/test_bench_flops.py"]
+else:
+    settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True, print_blob=True)
+    settings.register_profile("dev", max_examples=50, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

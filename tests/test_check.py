@@ -380,3 +380,99 @@ def test_check_function_tuple_outputs():
     bad = lambda t: (t + 1, t.sum().reshape(1) + 1)
     with pytest.raises(AssertionError, match=re.escape("[1]")):
         check.check_function(bad, ok, (x,), name="pair")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bad input: refused with the argument's name
+
+
+def test_a_nan_tolerance_cannot_pass_anything():
+    ref = _ref(8)
+    with pytest.raises(ValueError, match="rtol"):
+        check.assert_close(ref + 100, ref, rtol=math.nan)
+
+
+def test_shape_mismatch_is_a_failed_check_and_a_refused_argument():
+    with pytest.raises(check.ShapeMismatch) as e:
+        check.assert_close(torch.ones(2, 1), torch.ones(1, 2))
+    assert isinstance(e.value, AssertionError) and isinstance(e.value, ValueError)
+    assert "nothing is broadcast" in str(e.value)
+
+
+def test_atol_allows_an_absolute_difference():
+    ref = torch.zeros(4, dtype=torch.float64)
+    with pytest.raises(AssertionError):
+        check.assert_close(ref + 1e-3, ref, rtol=0.0)
+    check.assert_close(ref + 1e-3, ref, rtol=0.0, atol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_random_tensor_integers_are_non_zero(dtype):
+    x = check.random_tensor(1000, dtype=dtype, device="cpu", scale=3.0)
+    assert (x != 0).all() and x.abs().max() <= 3
+    if dtype != torch.uint8:
+        assert (x < 0).any() and (x > 0).any()
+
+
+def test_random_tensor_underflow_is_made_non_zero():
+    x = check.random_tensor(1000, dtype=torch.float16, device="cpu", scale=1e-12)
+    assert (x != 0).all()
+
+
+CHECK_BAD = [
+    (
+        "assert_close rtol=nan",
+        lambda: check.assert_close(torch.ones(2), torch.ones(2), rtol=math.nan),
+        ValueError,
+        "rtol",
+    ),
+    (
+        "assert_close rtol=inf",
+        lambda: check.assert_close(torch.ones(2), torch.ones(2), rtol=math.inf),
+        ValueError,
+        "rtol",
+    ),
+    ("assert_close rtol<0", lambda: check.assert_close(torch.ones(2), torch.ones(2), rtol=-1e-3), ValueError, "rtol"),
+    ("assert_close rtol='x'", lambda: check.assert_close(torch.ones(2), torch.ones(2), rtol="x"), TypeError, "rtol"),
+    ("assert_close atol<0", lambda: check.assert_close(torch.ones(2), torch.ones(2), atol=-1.0), ValueError, "atol"),
+    (
+        "assert_close atol=nan",
+        lambda: check.assert_close(torch.ones(2), torch.ones(2), atol=math.nan),
+        ValueError,
+        "atol",
+    ),
+    (
+        "assert_close allow_nonfinite=1",
+        lambda: check.assert_close(torch.ones(2), torch.ones(2), allow_nonfinite=1),
+        TypeError,
+        "allow_nonfinite",
+    ),
+    ("assert_close dtype", lambda: check.assert_close(torch.ones(2), torch.ones(2), dtype="fp8"), ValueError, "dtype"),
+    ("assert_close shapes", lambda: check.assert_close(torch.ones(2, 1), torch.ones(1, 2)), ValueError, "shape"),
+    (
+        "relative_error shapes",
+        lambda: check.relative_error(torch.ones(2, 1), torch.ones(1, 2)),
+        ValueError,
+        "out has shape [2, 1]",
+    ),
+    ("relative_error lengths", lambda: check.relative_error(torch.ones(3), torch.ones(2)), ValueError, "ref"),
+    ("tolerance", lambda: check.tolerance("int4"), ValueError, "dtype"),
+    ("random_tensor scale=0", lambda: check.random_tensor(3, scale=0), ValueError, "scale"),
+    ("random_tensor scale<0", lambda: check.random_tensor(3, scale=-1.0), ValueError, "scale"),
+    ("random_tensor scale=nan", lambda: check.random_tensor(3, scale=math.nan), ValueError, "scale"),
+    ("random_tensor scale='big'", lambda: check.random_tensor(3, scale="big"), TypeError, "scale"),
+    ("random_tensor shape<0", lambda: check.random_tensor(-3), ValueError, "shape[0]"),
+    ("random_tensor shape=2.5", lambda: check.random_tensor(4, 2.5), TypeError, "shape[1]"),
+    ("random_tensor dtype=str", lambda: check.random_tensor(3, dtype="float32"), TypeError, "dtype"),
+    ("random_tensor bool", lambda: check.random_tensor(3, dtype=torch.bool), ValueError, "dtype"),
+    ("random_tensor seed<0", lambda: check.random_tensor(3, seed=-1), ValueError, "seed"),
+    ("random_tensor seed=1.0", lambda: check.random_tensor(3, seed=1.0), TypeError, "seed"),
+    ("random_tensor distribution", lambda: check.random_tensor(3, distribution="gamma"), ValueError, "distribution"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in CHECK_BAD], ids=[b[0] for b in CHECK_BAD])
+def test_check_refuses_bad_input_naming_the_argument(call, error, words):
+    with pytest.raises(error) as e:
+        call()
+    assert words in str(e.value)

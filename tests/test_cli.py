@@ -9,11 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the headless backend
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import gpulab  # noqa: E402
 import gpulab.__main__ as cli  # noqa: E402
-from gpulab import bench  # noqa: E402
+from gpulab import bench, lessons  # noqa: E402
 from gpulab.bench import Result  # noqa: E402
 
 ROOT = Path(gpulab.__file__).resolve().parent.parent
@@ -70,21 +72,53 @@ def test_bench_unknown_lesson_subprocess():
     assert proc.stdout == ""
 
 
-def test_bench_00_on_cpu(tmp_path, capsys):
+def _tiny_benchmark(progress=None):
+    """A lesson-shaped benchmark on the harness: two providers of one case, both clocks."""
+    b = bench.Benchmark(
+        lesson="00",
+        name="copy",
+        cases=[{"n": 64}],
+        inputs=lambda n: (torch.arange(n, dtype=torch.float32),),
+        providers={"clone": torch.clone, "fa2": bench.unavailable("not installed")},
+        reference=lambda x: x.double(),
+        bytes=lambda n: 8.0 * n,
+    )
+    results = bench.run([b], progress=progress)
+    fig = plt.figure()
+    bench.plot(results, x="n", ax=fig.gca())
+    return results, fig
+
+
+def test_bench_runs_the_registered_callable_and_prints_both_clocks(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(lessons._BENCHMARKS, "00", _tiny_benchmark)
     assert cli.main(["bench", "00", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "CPU-interpreter version" in captured.err
     folder = tmp_path / "00_memory_hierarchy"
     jsonl, png = sorted(folder.glob("*.jsonl")), sorted(folder.glob("*.png"))
-    assert len(jsonl) == 1 and len(png) == 1
-    assert jsonl[0].name.startswith("cpu-triton-interpreter-") and png[0].stem == jsonl[0].stem
+    assert len(jsonl) == 1 and len(png) == 1 and png[0].stem == jsonl[0].stem
+    assert jsonl[0].name.startswith("cpu-triton-interpreter-")
     assert png[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    header = captured.out.splitlines()[0].split()
+    assert header[:6] == ["case", "provider", "ms", "wall", "ms", "GB/s"] and header[-1] == "status"
+    assert "wall ms: eager wall time per call" in captured.out and "ms: device time" in captured.out
     assert f"wrote {jsonl[0]}" in captured.out and f"wrote {png[0]}" in captured.out
+    by = {r.provider: r for r in bench.load("00", root=tmp_path)}
+    assert by["clone"].status == "ok" and by["clone"].wall_ms > 0 and by["clone"].gbps > 0
+    assert by["fa2"].status == "unavailable: not installed"
+
+
+def test_bench_of_a_lesson_without_a_benchmark(capsys, monkeypatch):
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id: None)
+    assert cli.main(["bench", "02"]) == 2
+    assert "lesson 02 has no benchmark yet" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(lessons.benchmark("00") is None, reason="lesson 00's package registers no benchmark")
+def test_bench_00_on_cpu(tmp_path, capsys):
+    assert cli.main(["bench", "00", "--out", str(tmp_path)]) == 0
     results = bench.load("00", root=tmp_path)
-    cases = {r.case for r in results}
-    assert {"working-set sweep", "copy kernel (gpulab)", "torch copy_ (peer)"} <= cases
-    sweep = [r for r in results if r.case == "working-set sweep"]
-    assert [r.params["working_set_bytes"] for r in sweep] == [2**k for k in range(14, 21)]
+    assert {"working-set sweep", "copy kernel (gpulab)", "torch copy_ (peer)"} <= {r.case for r in results}
     assert all(r.mode == "interpreter" and r.gbps > 0 for r in results)
 
 
@@ -93,3 +127,17 @@ def test_no_command_is_a_usage_error(capsys):
         cli.main([])
     assert e.value.code == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_importing_the_cli_imports_no_lesson():
+    code = "import sys, gpulab.__main__; print(sorted(m for m in sys.modules if m.startswith('gpulab.roofline')))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_one_version():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "gpulab.__version__"}' in pyproject
+    assert "\nversion = " not in pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
+    assert gpulab.__version__.count(".") == 2

@@ -269,3 +269,34 @@ def test_spec_table_of_a_subset():
 def test_live_properties_without_cuda():
     assert hardware.live_properties() == {}
     assert hardware.live_properties(0) == {}
+
+
+HARDWARE_BAD = [
+    ("spec list", lambda: hardware.spec(["H100"]), TypeError, "gpu must be"),
+    ("spec unknown", lambda: hardware.spec("H1000"), ValueError, "gpu='H1000'"),
+    ("gpu_slug None", lambda: hardware.gpu_slug(None), TypeError, "name must be a device name"),
+    ("cache_level float", lambda: hardware.cache_level(1024.5), TypeError, "working_set_bytes"),
+    ("cache_level negative", lambda: hardware.cache_level(-1), ValueError, "working_set_bytes"),
+    ("cache_level gpu", lambda: hardware.cache_level(1, gpu="B9000"), ValueError, "gpu='B9000'"),
+    ("live_properties index", lambda: hardware.live_properties(-1), ValueError, "index"),
+    ("live_properties index float", lambda: hardware.live_properties(0.0), TypeError, "index"),
+    ("peak_tflops dtype", lambda: SPECS["NVIDIA Tesla T4"].peak_tflops("fp17"), ValueError, "dtype='fp17'"),
+    ("peak_tflops float64", lambda: SPECS["NVIDIA Tesla T4"].peak_tflops("float64"), ValueError, "float64"),
+    ("peak_tflops float8", lambda: SPECS["NVIDIA Tesla T4"].peak_tflops("float8"), ValueError, "float8"),
+    (
+        "peak_tflops tensor_cores",
+        lambda: SPECS["NVIDIA Tesla T4"].peak_tflops(tensor_cores="yes"),
+        TypeError,
+        "tensor_cores",
+    ),
+    ("peak_tflops allow_tf32", lambda: SPECS["NVIDIA Tesla T4"].peak_tflops(allow_tf32=0), TypeError, "allow_tf32"),
+    ("spec_table items", lambda: hardware.spec_table(["H100"]), TypeError, "specs[0]"),
+    ("ridge_point dtype", lambda: hardware.ridge_point("H100", "fp17"), ValueError, "dtype"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in HARDWARE_BAD], ids=[b[0] for b in HARDWARE_BAD])
+def test_hardware_refuses_bad_input_naming_the_argument(call, error, words):
+    with pytest.raises(error) as e:
+        call()
+    assert words in str(e.value)

@@ -284,4 +284,78 @@ def test_next_power_of_2(n, expected):
 def test_next_power_of_2_rejects_non_positive(n):
     with pytest.raises(ValueError) as e:
         runtime.next_power_of_2(n)
-    assert "n must be >= 1" in str(e.value) and str(n) in str(e.value)
+    assert "n must be a positive integer" in str(e.value) and str(n) in str(e.value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the validation vocabulary: bad input refused, naming the argument
+
+
+RUNTIME_BAD = [
+    ("integer float", lambda: runtime.integer("n", 5.0), runtime.ArgumentTypeError, "n must be an integer"),
+    ("integer float hint", lambda: runtime.integer("n", 5.0), TypeError, "use 5"),
+    ("integer bool", lambda: runtime.integer("n", True), TypeError, "n"),
+    ("integer str", lambda: runtime.integer("n", "5"), TypeError, "n"),
+    ("integer below", lambda: runtime.integer("n", 2, minimum=3), ValueError, "n must be an integer >= 3, got 2"),
+    ("integer above", lambda: runtime.integer("n", 9, maximum=8), ValueError, "n must be an integer <= 8"),
+    ("positive_int 0", lambda: runtime.positive_int("block", 0), ValueError, "block must be a positive integer"),
+    ("nonnegative_int -1", lambda: runtime.nonnegative_int("size", -1), ValueError, "size must be a non-negative"),
+    ("finite_float nan", lambda: runtime.finite_float("scale", float("nan")), ValueError, "scale must be a finite"),
+    ("finite_float str", lambda: runtime.finite_float("scale", "big"), TypeError, "scale must be a real number"),
+    ("finite_float bool", lambda: runtime.finite_float("scale", True), TypeError, "scale"),
+    ("finite_float positive", lambda: runtime.finite_float("scale", 0.0, positive=True), ValueError, "scale must be >"),
+    ("finite_float minimum", lambda: runtime.finite_float("x", -1, minimum=0), ValueError, "x must be >= 0"),
+    ("finite_float maximum", lambda: runtime.finite_float("x", 2, maximum=1), ValueError, "x must be <= 1"),
+    ("strict_bool 1", lambda: runtime.strict_bool("is_causal", 1), TypeError, "is_causal must be True or False"),
+    ("strict_bool 'no'", lambda: runtime.strict_bool("is_causal", "no"), TypeError, "is_causal"),
+    ("strict_bool None", lambda: runtime.strict_bool("is_causal", None), ValueError, "is_causal"),
+    ("one_of", lambda: runtime.one_of("mode", "fast", ("eager", "graph")), ValueError, "mode='fast'"),
+    ("one_of list", lambda: runtime.one_of("mode", ["eager"], ("eager",)), ValueError, "'eager'"),
+    ("one_of 1.0 vs 1", lambda: runtime.one_of("k", 1.0, (1, 2)), ValueError, "k=1.0"),
+    (
+        "same_shape",
+        lambda: runtime.same_shape("a", torch.ones(2, 1), "b", torch.ones(1, 2)),
+        ValueError,
+        "a has shape [2, 1] but b has shape [1, 2]",
+    ),
+    ("same_shape list", lambda: runtime.same_shape("a", [1.0], "b", torch.ones(1)), TypeError, "a must be a torch"),
+    ("require_tensor type", lambda: runtime.require_tensor("q", [1.0]), TypeError, "q must be a torch.Tensor"),
+    ("require_tensor ndim", lambda: runtime.require_tensor("q", torch.ones(2), ndim=4), ValueError, "q must be 4-dim"),
+    (
+        "require_tensor dtype",
+        lambda: runtime.require_tensor("q", torch.ones(2), dtype=torch.float16),
+        ValueError,
+        "q has dtype torch.float32",
+    ),
+    (
+        "require_tensor shape",
+        lambda: runtime.require_tensor("q", torch.ones(2, 3), shape=(2, None, 1)),
+        ValueError,
+        "q must have shape [2, *, 1]",
+    ),
+    ("next_power_of_2 0", lambda: runtime.next_power_of_2(0), ValueError, "n must be a positive integer"),
+    ("next_power_of_2 2.5", lambda: runtime.next_power_of_2(2.5), TypeError, "n"),
+    ("dot_block minimum", lambda: runtime.dot_block(8, minimum=0), ValueError, "minimum"),
+    ("poisoning 1", lambda: runtime.poisoning(1).__enter__(), TypeError, "on must be True or False"),
+    ("as_dtype", lambda: runtime.as_dtype("fp17", "dtype"), ValueError, "dtype='fp17'"),
+    ("dot_precision", lambda: runtime.dot_precision("int8"), ValueError, "dtype"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in RUNTIME_BAD], ids=[b[0] for b in RUNTIME_BAD])
+def test_runtime_refuses_bad_input_naming_the_argument(call, error, words):
+    with pytest.raises(error) as e:
+        call()
+    assert words in str(e.value)
+
+
+def test_argument_type_error_is_both_kinds():
+    assert issubclass(runtime.ArgumentTypeError, TypeError) and issubclass(runtime.ArgumentTypeError, ValueError)
+
+
+def test_vocabulary_accepts_what_it_promises():
+    assert runtime.integer("n", numpy.int64(3)) == 3 and type(runtime.integer("n", numpy.int64(3))) is int
+    assert runtime.finite_float("x", torch.tensor(2.5)) == 2.5
+    assert runtime.strict_bool("b", numpy.bool_(True)) is True
+    assert runtime.one_of("mode", "eager", ["eager", "graph"]) == "eager"
+    runtime.same_shape("a", torch.ones(2, 3), "b", torch.zeros(2, 3))

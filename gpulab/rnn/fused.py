@@ -17,6 +17,7 @@ import functools
 
 import torch
 
+from gpulab import lazy
 from gpulab.rnn.autograd import TritonRNN
 from gpulab.rnn.fused_backward import fused_rnn_gradients
 from gpulab.rnn.fused_forward import fused_rnn_forward
@@ -38,3 +39,6 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     run_forward = functools.partial(fused_rnn_forward, tiling=fwd)
     run_backward = functools.partial(fused_rnn_gradients, tiling=bwd)
     return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
+
+
+lazy.register_benchmark("05", "gpulab.rnn.benchmark")

@@ -50,6 +50,7 @@ import torch
 
 from gpulab import (
     dtypes,
+    lessons,
     runtime,  # noqa: F401 - sets interpreter mode before any kernel is defined
 )
 from gpulab.bench import CapturedStep, capture, no_tf32  # noqa: F401 - part of lesson 3's face
@@ -829,3 +830,6 @@ def math_floor_ms(dtype, ceilings=None) -> float | None:
 
 
 _ = math  # kept for readers extending the module (ceil/log in their own steps)
+
+
+lessons.register_benchmark("03", benchmark)

@@ -1,0 +1,138 @@
+"""Tables and charts of :class:`~gpulab.bench.Result` records: what every lesson shows.
+
+Columns and axes name a Result attribute (``ms``, ``wall_ms``, ``tflops``, ``wall_gbps``, ``provider`` ...) or a key
+of its ``params``. A value that does not exist or is undefined (a rate without a time) shows as "-" in a table and
+is left out of a chart.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpulab import runtime
+from gpulab.bench.records import Result
+
+__all__ = ["table", "text_table", "bar", "line", "value", "HEADINGS"]
+
+HEADINGS = {
+    "tflops": "TFLOP/s",
+    "gbps": "GB/s",
+    "wall_ms": "wall ms",
+    "wall_tflops": "wall TFLOP/s",
+    "wall_gbps": "wall GB/s",
+}
+"""Column headings and axis labels for the derived quantities (anything else is shown by its own name)."""
+
+
+def _results(results, name: str = "results") -> list[Result]:
+    if isinstance(results, Result):
+        raise runtime.ArgumentTypeError(f"{name} must be a list of Result records, got one Result; use [result].")
+    results = list(results)
+    for i, r in enumerate(results):
+        if not isinstance(r, Result):
+            raise runtime.ArgumentTypeError(f"{name}[{i}] is a {type(r).__name__}, not a gpulab.bench.Result.")
+    return results
+
+
+def _names(name: str, keys) -> tuple[str, ...]:
+    if isinstance(keys, str):
+        keys = (keys,)
+    keys = tuple(keys)
+    for k in keys:
+        if not isinstance(k, str):
+            raise runtime.ArgumentTypeError(f"{name} must hold column names (str), got {k!r}.")
+    return keys
+
+
+def value(r: Result, key: str):
+    """The attribute ``key`` of ``r`` (rates included), else ``r.params[key]``, else None."""
+    return getattr(r, key) if hasattr(r, key) else r.params.get(key)
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 10**digits else f"{v:,.0f}"
+    return str(v)
+
+
+def _label(key: str) -> str:
+    return HEADINGS.get(key, key)
+
+
+def table(results, columns=("case", "ms", "tflops", "gbps"), title=None, headings=None) -> str:
+    """A plain-text table of results; ``columns`` are Result attributes or keys of ``params``; ``headings``
+    overrides a column's heading (``{"ms": "device ms"}``)."""
+    results = _results(results)
+    columns = _names("columns", columns)
+    rows = [[value(r, c) for c in columns] for r in results]
+    return text_table([(headings or {}).get(c, _label(c)) for c in columns], rows, title=title)
+
+
+def text_table(heads, rows, title=None) -> str:
+    """Rows of values under ``heads``, left-aligned in columns; None and NaN show as "-", floats with 3 digits."""
+    heads = [str(h) for h in heads]
+    rows = [[_fmt(v) for v in row] for row in rows]
+    for i, row in enumerate(rows):
+        if len(row) != len(heads):
+            raise ValueError(f"rows[{i}] has {len(row)} values but there are {len(heads)} headings.")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    lines = [title] if title else []
+    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _number(v) -> float:
+    return 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def bar(results, metric="tflops", label="case", ax=None, reference=None, title=None):
+    """Bar chart of ``metric`` per result; ``reference`` names a case drawn in grey (e.g. the cuDNN baseline)."""
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only charts need it
+
+    results = _results(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(4, 0.8 * len(results) + 2), 3.5))
+    values = [_number(value(r, metric)) for r in results]
+    labels = [str(value(r, label)) for r in results]
+    colors = ["0.6" if (reference is not None and lab == reference) else "C0" for lab in labels]
+    ax.bar(range(len(values)), values, color=colors)
+    ax.set_xticks(range(len(values)), labels, rotation=30, ha="right")
+    ax.set_ylabel(_label(metric))
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def line(results, x, y="gbps", group="case", ax=None, logx=True, logy=False, title=None, xlabel=None):
+    """Line chart of ``y`` against ``x`` (attributes or params), one line per value of ``group``; points where ``x``
+    or ``y`` is undefined are left out."""
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only charts need it
+
+    results = _results(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.8))
+    groups: dict = {}
+    for r in results:
+        yv = value(r, y)
+        if value(r, x) is None or yv is None or (isinstance(yv, float) and math.isnan(yv)):
+            continue
+        groups.setdefault(value(r, group), []).append(r)
+    for name, rs in groups.items():
+        rs = sorted(rs, key=lambda r: value(r, x))
+        ax.plot([value(r, x) for r in rs], [value(r, y) for r in rs], marker="o", ms=3, label=str(name))
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(_label(y))
+    if len(groups) > 1:
+        ax.legend()
+    if title:
+        ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
