@@ -13,6 +13,7 @@ fewest bytes (each input read once, each output written once).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -112,13 +113,15 @@ def _min_bytes(case: str) -> float:
     return 2.0 * COPY_BYTES
 
 
-CASES = {
-    "00 copy gpulab": lambda: _copy("gpulab"),
-    "03 step0": lambda: _ladder(0),
-    "03 step3": lambda: _ladder(3),
-    "03 step6": lambda: _ladder(6),
+LADDER = {
     "03 step7": lambda: _ladder(7),
     "03 cuDNN": lambda: _ladder("cuDNN"),
+}
+"""The cuDNN ladder under ncu: opt-in (NCU_LADDER=1): its early steps launch thousands of kernels per call, each
+replayed by ncu; the run of all steps did not finish in 400 s on the H100 (2026-11-23)."""
+
+CASES = {
+    "00 copy gpulab": lambda: _copy("gpulab"),
     "04 naive fwd": lambda: _attention("naive", False),
     "04 flash fwd": lambda: _attention("flash", False),
     "04 naive fwd+bwd": lambda: _attention("naive", True),
@@ -158,6 +161,10 @@ def records(raw_dir: str, out: str) -> None:
     with open(out, "w") as f:
         for r in recs:
             f.write(json.dumps(r.to_dict()) + "\n")
+
+
+if os.environ.get("NCU_LADDER") == "1":
+    CASES.update(LADDER)
 
 
 if __name__ == "__main__":
