@@ -66,6 +66,7 @@ from gpulab.rnn.api import new_output  # noqa: E402
 from gpulab.rnn.cells import _tanh, elman_cell, gru_cell, lstm_activations  # noqa: E402
 from gpulab.rnn.functions import get_function  # noqa: E402
 from gpulab.rnn.tiling import fused_tiling  # noqa: E402
+from gpulab.triton_ops import dot_operand, loaded_f32, tanh_approx, unpack_pairs, word_pointer  # noqa: E402, F401
 
 __all__ = [
     "fused_forward_kernel",
@@ -141,62 +142,6 @@ def join_gates(x0, x1, x2, x3, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: 
     else:
         x = tl.join(tl.join(x0, x2), tl.join(x1, x3))  # [b, j, a, c]
         return tl.reshape(tl.permute(x, (0, 2, 3, 1)), [BLOCK_B, G * BLOCK_D])
-
-
-@triton.jit
-def unpack_pairs(v, DT: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """int32 [ROWS, COLS // 2], each word two 16-bit values of dtype ``DT`` (the lower half first, as in memory)
-    -> DT [ROWS, COLS].
-
-    Why load 16-bit data as 32-bit words: a tile that is loaded in one step and used in the next is carried in
-    registers across the loop's back edge; carried as 16-bit elements, the compiler splits the loaded words into
-    halves *in the step of the load*, which waits for the load to arrive and undoes the prefetch. Carried as
-    words, nothing touches them until the step that uses them.
-    """
-    lo = v.to(tl.int16).to(DT, bitcast=True)
-    hi = (v >> 16).to(tl.int16).to(DT, bitcast=True)
-    return tl.reshape(tl.join(lo, hi), [ROWS, COLS])
-
-
-@triton.jit
-def word_pointer(ptr, P: tl.constexpr):
-    """``ptr`` as a pointer to loads of P elements: 32-bit words when P = 2 (see :func:`unpack_pairs`), else itself."""
-    if P == 2:
-        return ptr.to(tl.pointer_type(tl.int32))
-    else:
-        return ptr
-
-
-@triton.jit
-def loaded_f32(v, DT: tl.constexpr, P: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """A tile loaded through :func:`word_pointer` as fp32 [ROWS, COLS]: unpacked from words when P = 2."""
-    if P == 2:
-        return unpack_pairs(v, DT, ROWS, COLS).to(tl.float32)
-    else:
-        return v.to(tl.float32)
-
-
-@triton.jit
-def dot_operand(x, OPAQUE: tl.constexpr):
-    """``x`` itself, for use as a ``tl.dot`` operand; with OPAQUE (compiled 16-bit kernels) through an identity
-    instruction that the compiler cannot look through.
-
-    Why: for an operand computed in registers, Triton 3.6 chooses the tensor-core operand layout from the ops that
-    produced it, and halves its "kWidth" when a ``tl.join`` is among them (here: :func:`join_gates`). The backward's
-    product then groups k by four instead of two, and the other operand, R, read from shared memory every step, is
-    reordered with ~170 register moves per step and warp. A non-pure inline-asm ``mov`` ends that search (ptxas then
-    drops the mov): the backward's loop went from 703 to 531 instructions per step and warp at DH = 64.
-    """
-    if OPAQUE:
-        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
-    else:
-        return x
-
-
-@triton.jit
-def tanh_approx(x):
-    """tanh in one special-function instruction (PTX ``tanh.approx.f32``, relative error ~5e-4); GPU only."""
-    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
