@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from gpulab import runtime
+from gpulab import bench, runtime
 
 __all__ = [
     "Counts",
@@ -38,7 +39,6 @@ __all__ = [
     "plot_dram",
     "plot_rows",
     "rows_touched",
-    "plot_touched",
     "TESTED_TRITON",
 ]
 
@@ -249,26 +249,6 @@ def plot_dram(records, ax=None, title=None):
     return ax
 
 
-def plot_touched(traffic: Traffic, name: str, programs, ax=None, title=None):
-    """Which elements of 2-D tensor ``name`` (or its last two dims, summed over the others) each of ``programs``
-    loaded: one colour per program, white where none did."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4, 4))
-    image = None
-    for i, prog in enumerate(programs, start=1):
-        t = traffic.touched(name, program=prog)
-        t = t.reshape(-1, t.shape[-2], t.shape[-1]).any(0) if t.dim() > 2 else t.reshape(t.shape[0], -1)
-        image = torch.zeros(t.shape) if image is None else image
-        image[t] = i
-    cmap = plt.get_cmap("tab10", len(programs) + 1).copy()
-    cmap.colors[0] = (1, 1, 1, 1) if hasattr(cmap, "colors") else cmap(0)
-    ax.imshow(image.numpy(), cmap=cmap, vmin=0, vmax=len(programs), aspect="auto", interpolation="nearest")
-    ax.set_title(title or f"elements of {name} loaded, by program")
-    return ax
-
-
 def rows_touched(traffic: Traffic, name: str, programs, kind: str = "load") -> torch.Tensor:
     """bool [len(programs), R]: which rows of tensor ``name`` (its second-to-last dim, any of the leading dims) each
     program in ``programs`` touched."""
@@ -297,14 +277,10 @@ def plot_rows(traffic: Traffic, name: str, programs, ax=None, title=None, kind: 
 
 def stored(lesson: str | None = None, root=None) -> list:
     """The newest Nsight Compute traffic records under ``benchmarks/io_traffic/`` (only ``lesson``'s if given)."""
-    import json
-    from pathlib import Path
-
-    from gpulab import bench
-
     folder = Path(root) if root is not None else bench.results_dir() / "io_traffic"
-    files = sorted(folder.glob("*.jsonl"), key=lambda f: (f.stem[-10:], f.name))
-    if not files:
-        raise FileNotFoundError(f"no traffic records in {folder}; run `bash scripts/ncu_traffic.sh` on a GPU.")
-    recs = [bench.Result.from_dict(json.loads(line)) for line in files[-1].read_text().splitlines() if line.strip()]
-    return [r for r in recs if lesson is None or r.lesson == lesson]
+    try:
+        path = bench.newest(folder)
+    except FileNotFoundError:
+        hint = "run `bash scripts/ncu_traffic.sh` on a GPU"
+        raise FileNotFoundError(f"no traffic records in {folder}; {hint}.") from None
+    return [r for r in bench.load("io_traffic", path=path) if lesson is None or r.lesson == lesson]

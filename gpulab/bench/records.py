@@ -35,6 +35,7 @@ __all__ = [
     "results_dir",
     "save",
     "load",
+    "newest",
 ]
 
 CLOCKS = ("device", "wall")
@@ -325,6 +326,17 @@ def save(results, lesson: str, root=None, path=None) -> Path:
     return path
 
 
+def newest(files) -> Path:
+    """The newest of record files (a folder, or a list of paths): by the date that ends each name (YYYY-MM-DD sorts
+    as text), then by modification time. FileNotFoundError when there is none."""
+    if isinstance(files, (str, Path)):
+        folder = Path(files)
+        files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
+        if not files:
+            raise FileNotFoundError(f"no records (*.jsonl) in {folder}")
+    return max(files, key=lambda f: (f.stem[-10:], f.stat().st_mtime))
+
+
 def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Result]:
     """The newest stored results of ``lesson`` (optionally only files whose GPU slug contains ``gpu``, e.g. 'h100').
 
@@ -342,7 +354,6 @@ def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Resu
                 f"no stored results for lesson {lesson!r}{f' on {gpu}' if gpu else ''} in {folder}; "
                 f"run `python -m gpulab bench {lesson}` on a GPU to make them."
             )
-        # Newest by the date in the name (YYYY-MM-DD sorts as text), then by modification time.
-        path = max(files, key=lambda f: (f.stem[-10:], f.stat().st_mtime))
+        path = newest(files)
     with Path(path).open() as f:
         return [Result.from_dict(json.loads(line)) for line in f if line.strip()]

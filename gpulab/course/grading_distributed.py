@@ -19,21 +19,13 @@ CONFIG = TrainConfig(
 )
 
 
-def _grads_by_hand(average_gradients, config, step):
-    def run(rank, world_size):
-        model = build_model(config, "cpu")
-        x, y = local_batch(config.task, step, config.global_batch, config.length, rank, world_size, config.seed)
-        _loss(model, x, y).backward()
-        average_gradients(model, world_size)
-        return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-
-    return run
-
-
-def _local_grads(config, step, rank, world_size):
+def _local_grads(config, step, rank, world_size, average=None):
+    """Rank ``rank``'s gradients after a backward on its slice of step ``step``'s batch (then ``average`` applied)."""
     model = build_model(config, "cpu")
     x, y = local_batch(config.task, step, config.global_batch, config.length, rank, world_size, config.seed)
     _loss(model, x, y).backward()
+    if average is not None:
+        average(model, world_size)
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
@@ -44,7 +36,7 @@ def grade_average_gradients(average_gradients, world_size=2):
     rng, _ = fresh_rng()
     config = dataclasses.replace(CONFIG, seed=rng.randrange(1000))
     step = rng.randrange(100)
-    per_rank = run_on_ranks(_grads_by_hand(average_gradients, config, step), world_size)
+    per_rank = run_on_ranks(lambda rank, n: _local_grads(config, step, rank, n, average_gradients), world_size)
     model = build_model(config, "cpu")
     x, y = global_batch(config.task, step, config.global_batch, config.length, config.seed)
     _loss(model, x, y).backward()

@@ -16,8 +16,9 @@ import nbformat
 
 __all__ = ["UNITS", "ALLOWED", "figures", "offenders"]
 
-UNITS = r"ms|µs|us|ns|TFLOP/s|GFLOP/s|GB/s|TB/s|%|x|×"
-_FIGURE = re.compile(rf"(?<![\w.$])(\d[\d,]*(?:\.\d+)?)(?:\s*(?:{UNITS[:-4]})|(?:x|×))(?![\w/])")
+UNITS = r"ms|µs|us|ns|TFLOP/s|GFLOP/s|GB/s|TB/s|%"
+"""Units of a measured figure; a ratio is a number followed directly by x or × (no space: "4 × 64" is a shape)."""
+_FIGURE = re.compile(rf"(?<![\w.$])(\d[\d,]*(?:\.\d+)?)(?:\s*(?:{UNITS})|[x×])(?![\w/])")
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$", re.S)
 _CODE = re.compile(r"`[^`\n]*`")
 

@@ -19,17 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
-def _load_jsonl(path: Path) -> list[bench.Result]:
-    import json
-
-    return [bench.Result.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
-    files = sorted((ROOT / "benchmarks" / folder).glob("*.jsonl"), key=lambda f: (f.stem[-10:], f.name))
-    if not files:
-        raise FileNotFoundError(f"no records in benchmarks/{folder}/")
-    return files[-1], _load_jsonl(files[-1])
+    path = bench.newest(ROOT / "benchmarks" / folder)
+    return path, bench.load(folder, path=path)
 
 
 def lesson07() -> str:

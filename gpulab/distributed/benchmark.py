@@ -186,7 +186,8 @@ def run(size: dict, world: World, models=("lstm", "transformer"), strategies=("d
             )  # fmt: skip
             results.append(r)
             del step
-            torch.cuda.empty_cache() if world.device.type == "cuda" else None
+            if world.device.type == "cuda":
+                torch.cuda.empty_cache()
         curve = _config(model, "ddp", size, world, steps=size["curve_steps"])
         curve = dataclasses.replace(
             curve, global_batch=size["curve_batch"], length=size["curve_length"], lr=size["curve_lr"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import socket
 import traceback
 
@@ -32,7 +33,8 @@ def _child(fn, rank, world_size, port, queue):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
         try:
-            queue.put((rank, "ok", fn(rank, world_size)))
+            # plain pickle: tensors travel as bytes, not as shared-memory handles that vanish with the child
+            queue.put((rank, "ok", pickle.dumps(fn(rank, world_size))))
         finally:
             dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - the parent reports it with the child's traceback
@@ -59,7 +61,7 @@ def run_on_ranks(fn, world_size: int = 2, timeout: float = 120.0) -> list:
             if status == "error":
                 kind = AssertionError if value.startswith("AssertionError") else RuntimeError
                 raise kind(f"rank {rank}: {value.split(chr(10))[0]}") from None
-            results[rank] = value
+            results[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=5)

@@ -188,8 +188,8 @@ def main(argv=None) -> int:
     device, backend = args.pop("device"), args.pop("backend")
     world = init_world(backend=backend, device=device)
     config = TrainConfig(**args)
-    if world.world_size == 1 and config.strategy != "none":
-        config.strategy = "none" if not world.distributed else config.strategy
+    if not world.distributed:  # a world of one without torchrun: nothing to wrap
+        config.strategy = "none"
     try:
         progress = None
         if world.is_main:

@@ -96,8 +96,12 @@ def test_plots_draw_and_refuse_empty_input():
     src, dst = torch.randn(4, 10), torch.empty(n)
     with traffic.count(src=src) as c:
         _copy[(3,)](src, dst, n, BLOCK=16)
-    ax = traffic.plot_touched(c, "src", [(0, 0, 0), (1, 0, 0), (2, 0, 0)])
+    ax = traffic.plot_rows(c, "src", [(0, 0, 0), (1, 0, 0), (2, 0, 0)])
     assert ax.images
+    assert traffic.rows_touched(c, "src", [(0, 0, 0), (2, 0, 0)]).tolist() == [
+        [True, True, False, False],
+        [False, False, False, True],
+    ]
     r = bench.record(lesson="00", case="ncu copy", bytes=1e6)
     r.params.update(dram_read=6e5, dram_write=5e5)
     assert traffic.plot_dram([r]).patches
