@@ -56,177 +56,27 @@ reach a real one.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from gpulab import runtime
+from gpulab.check import new_output
+from gpulab.rnn.backends.fused.tiles import (
+    cell_tanh,
+    fast_activations,
+    gate_columns,
+    gate_scale,
+    join_gates,
+    load_r,
+    lstm_activations_approx,
+    split_gates,
+)
+from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.tiling import fused_tiling
+from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.cells import _tanh, elman_cell, gru_cell, lstm_activations  # noqa: E402
-from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.tiling import fused_tiling  # noqa: E402
-
-__all__ = [
-    "fused_forward_kernel",
-    "dot_operand",
-    "fused_rnn_forward",
-    "matmul",
-    "load_r",
-    "gate_columns",
-    "split_gates",
-    "fast_activations",
-    "saved_dtype",
-]
-
-
-def fast_activations(dtype) -> bool:
-    """Whether the fused kernels use one-instruction activations: 16-bit (bf16) compute on a GPU only."""
-    return not runtime.INTERPRET and runtime.as_dtype(dtype) == torch.bfloat16
-
-
-@triton.jit
-def matmul(a, b, IS_FP32: tl.constexpr, PRECISION: tl.constexpr):
-    """a @ b accumulated in fp32; fp32 operands in ``PRECISION`` ('ieee' unless tf32 is allowed)."""
-    if IS_FP32:
-        return tl.dot(a, b, input_precision=PRECISION)
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
-def gate_columns(G: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Column index of a [*, G * BLOCK_D] gate tile split into (gate slot, unit): slot = col // BLOCK_D."""
-    col = tl.arange(0, G * BLOCK_D)
-    return col // BLOCK_D, col % BLOCK_D
-
-
-@triton.jit
-def load_r(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, G_R: tl.constexpr, G: tl.constexpr,
-           TRANSPOSED: tl.constexpr):  # fmt: skip
-    """Head n's R [G_R, DH, DH] as one tile, gate slots side by side (slots >= G_R and padding are zero).
-
-    TRANSPOSED (the forward): R_all^T [BLOCK_D, G * BLOCK_D], element [k, g * BLOCK_D + j] = R[g, n, j, k], so that
-    ``h @ R_all^T`` gives all gates at once. Else (the backward): R_all [G * BLOCK_D, BLOCK_D], element
-    [g * BLOCK_D + j, k] = R[g, n, j, k], so that ``dG_all @ R_all`` sums dG_g @ R_g over the gates.
-    """
-    slot, j = gate_columns(G, BLOCK_D)
-    k = tl.arange(0, BLOCK_D)
-    row = r_ptr + slot * NH * DH * DH + n * DH * DH + j * DH  # start of row j of R[slot, n]
-    ok = (slot < G_R) & (j < DH)
-    if TRANSPOSED:
-        return tl.load(row[None, :] + k[:, None], mask=ok[None, :] & (k < DH)[:, None], other=0.0)
-    else:
-        return tl.load(row[:, None] + k[None, :], mask=ok[:, None] & (k < DH)[None, :], other=0.0)
-
-
-@triton.jit
-def split_gates(x, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
-    """[BLOCK_B, G * BLOCK_D] -> G tiles [BLOCK_B, BLOCK_D] (G = 4; for G = 1 the tile four times)."""
-    if G == 1:
-        return x, x, x, x
-    else:
-        x = tl.permute(tl.reshape(x, [BLOCK_B, 2, 2, BLOCK_D]), (0, 3, 1, 2))  # [b, j, a, c]: gate slot 2a + c
-        x02, x13 = tl.split(x)
-        x0, x2 = tl.split(x02)
-        x1, x3 = tl.split(x13)
-        return x0, x1, x2, x3
-
-
-@triton.jit
-def join_gates(x0, x1, x2, x3, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
-    """The inverse of :func:`split_gates`: G tiles [BLOCK_B, BLOCK_D] -> [BLOCK_B, G * BLOCK_D]."""
-    if G == 1:
-        return x0
-    else:
-        x = tl.join(tl.join(x0, x2), tl.join(x1, x3))  # [b, j, a, c]
-        return tl.reshape(tl.permute(x, (0, 2, 3, 1)), [BLOCK_B, G * BLOCK_D])
-
-
-@triton.jit
-def unpack_pairs(v, DT: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """int32 [ROWS, COLS // 2], each word two 16-bit values of dtype ``DT`` (the lower half first, as in memory)
-    -> DT [ROWS, COLS].
-
-    Why load 16-bit data as 32-bit words: a tile that is loaded in one step and used in the next is carried in
-    registers across the loop's back edge; carried as 16-bit elements, the compiler splits the loaded words into
-    halves *in the step of the load*, which waits for the load to arrive and undoes the prefetch. Carried as
-    words, nothing touches them until the step that uses them.
-    """
-    lo = v.to(tl.int16).to(DT, bitcast=True)
-    hi = (v >> 16).to(tl.int16).to(DT, bitcast=True)
-    return tl.reshape(tl.join(lo, hi), [ROWS, COLS])
-
-
-@triton.jit
-def word_pointer(ptr, P: tl.constexpr):
-    """``ptr`` as a pointer to loads of P elements: 32-bit words when P = 2 (see :func:`unpack_pairs`), else itself."""
-    if P == 2:
-        return ptr.to(tl.pointer_type(tl.int32))
-    else:
-        return ptr
-
-
-@triton.jit
-def loaded_f32(v, DT: tl.constexpr, P: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """A tile loaded through :func:`word_pointer` as fp32 [ROWS, COLS]: unpacked from words when P = 2."""
-    if P == 2:
-        return unpack_pairs(v, DT, ROWS, COLS).to(tl.float32)
-    else:
-        return v.to(tl.float32)
-
-
-@triton.jit
-def dot_operand(x, OPAQUE: tl.constexpr):
-    """``x`` itself, for use as a ``tl.dot`` operand; with OPAQUE (compiled 16-bit kernels) through an identity
-    instruction that the compiler cannot look through.
-
-    Why: for an operand computed in registers, Triton 3.6 chooses the tensor-core operand layout from the ops that
-    produced it, and halves its "kWidth" when a ``tl.join`` is among them (here: :func:`join_gates`). The backward's
-    product then groups k by four instead of two, and the other operand, R, read from shared memory every step, is
-    reordered with ~170 register moves per step and warp. A non-pure inline-asm ``mov`` ends that search (ptxas then
-    drops the mov): the backward's loop went from 703 to 531 instructions per step and warp at DH = 64.
-    """
-    if OPAQUE:
-        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
-    else:
-        return x
-
-
-@triton.jit
-def tanh_approx(x):
-    """tanh in one special-function instruction (PTX ``tanh.approx.f32``, relative error ~5e-4); GPU only."""
-    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
-def gate_scale(slot, FAST: tl.constexpr, FUNCTION: tl.constexpr):
-    """Per all-gates column: 1/2 for the LSTM's sigmoid gates (slots 0, 1, 3) when FAST, else 1.
-
-    sigmoid(x) = 1/2 + tanh(x / 2) / 2: the kernels fold the 1/2 *inside* into R, Wx and b once (exact: a power
-    of two), so the fast cell takes the sigmoid gates' pre-activations already halved and saves a multiply per
-    gate and step. The gates saved for the backward are the halved ones (the backward's fast cell expects them).
-    """
-    if FAST and FUNCTION == 0:
-        return tl.where(slot == 2, 1.0, 0.5)
-    else:
-        return tl.full(slot.shape, 1.0, tl.float32)
-
-
-@triton.jit
-def lstm_activations_approx(i2, f2, z, o2):
-    """:func:`gpulab.rnn.cells.lstm_activations` with sigmoid(x) = 0.5 + 0.5 tanh(x / 2) and tanh in one instruction
-    each; the sigmoid gates' pre-activations arrive halved (i2 = i / 2, see :func:`gate_scale`)."""
-    return 0.5 + 0.5 * tanh_approx(i2), 0.5 + 0.5 * tanh_approx(f2), tanh_approx(z), 0.5 + 0.5 * tanh_approx(o2)
-
-
-@triton.jit
-def cell_tanh(x, FAST: tl.constexpr):
-    """tanh in one instruction (FAST: 16-bit dtypes on the GPU) or exactly (:mod:`gpulab.rnn.cells`)."""
-    if FAST:
-        return tanh_approx(x)
-    else:
-        return _tanh(x)
+__all__ = ["fused_forward_kernel", "fused_rnn_forward", "saved_dtype"]
 
 
 @triton.jit
@@ -248,7 +98,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     xs = xf * scale + bias
     if BLOCK_D <= 64:  # x's registers are free once x is converted: load the input of step t_load into them now
         x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
-    pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + xs
+    pre = dot(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + xs
     if BLOCK_D > 64:  # at DH 128 the kernel is at the 255-register cap: loading after the product costs less
         x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
     g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_D, G)
