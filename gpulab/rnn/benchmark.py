@@ -28,7 +28,7 @@ import torch
 
 from gpulab import bench, check, roofline, runtime
 from gpulab.bench import capture
-from gpulab.rnn import tiling
+from gpulab.rnn.tiling import fits, fused_tiling
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
@@ -45,6 +45,8 @@ HEAD_DIMS = (16, 32, 64, 128, 256)
 def problem_inputs(B, T, NH, DH, dtype=torch.bfloat16, function="lstm", seed=0):
     """(Wx, R, b, states) on gpulab's device; R scaled by 0.5 / sqrt(DH) (a contractive, well-conditioned RNN)."""
     fn = get_function(function)
+    B, T, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("T", T), ("NH", NH), ("DH", DH)))
+    dtype = runtime.as_dtype(dtype)
     g = torch.Generator(device="cpu").manual_seed(seed)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to(runtime.device, dtype)
     return (
@@ -158,10 +160,10 @@ def _ours(bm, sweep, B, T, NH, DH, dtype, backends=("fused", "alternating", "van
         with torch.no_grad():
             refs = flashrnn(*(t.float() for t in inputs), function="lstm", backend="vanilla")[0].double()
     for backend in backends:
-        if backend == "fused" and not tiling.fits(B, NH, DH, "lstm", dtype):
+        if backend == "fused" and not fits(B, NH, DH, "lstm", dtype):
             try:
-                tiling.fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
-                tiling.fused_tiling(B, NH, DH, "lstm", dtype)
+                fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
+                fused_tiling(B, NH, DH, "lstm", dtype)
             except ValueError as exc:
                 print(f"fused B={B} NH={NH} DH={DH}: {exc}")
                 bm.results.append(_skip(sweep, backend, B, T, NH, DH, dtype, f"does not fit: {exc}"))
@@ -243,7 +245,8 @@ def _dense(bm, B, T, H, dtypes, heads):
 
 
 def benchmark(progress=None, quick_ms=None):
-    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers)."""
+    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
+    ``quick_ms``: the timing budget per fast configuration (default 60 ms)."""
     import matplotlib  # deferred: heavy, and only the benchmark draws
 
     if "ipykernel" not in sys.modules:
@@ -254,7 +257,7 @@ def benchmark(progress=None, quick_ms=None):
     batches = BATCHES if on_gpu else (1, 3)
     head_dims = HEAD_DIMS if on_gpu else (16, 32)
     hidden = 768 if on_gpu else 32
-    bm = _Bench(quick_ms or 60)
+    bm = _Bench(60 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True))
     jobs = ["main", "package", "dense", "same_flops", "batch", "head_dim"]
     for job in progress(jobs) if progress else jobs:
         B, T, NH, DH = main["B"], main["T"], main["NH"], main["DH"]

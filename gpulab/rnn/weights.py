@@ -28,7 +28,7 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["LSTMWeights", "from_torch_lstm"]
+__all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "as_device"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -80,10 +80,21 @@ class LSTMWeights:
 
     def to(self, dtype=None, device=None) -> LSTMWeights:
         """A copy in another dtype and/or on another device (derived layouts are rebuilt on first use)."""
+        dtype = None if dtype is None else runtime.as_dtype(dtype)
+        device = None if device is None else as_device(device)
         conv = lambda ts, dt: tuple(t.to(device=device or t.device, dtype=dt or t.dtype, copy=True) for t in ts)
         w_ih, w_hh = conv(self.w_ih, dtype), conv(self.w_hh, dtype)
         b_ih, b_hh = conv(self.b_ih, torch.float64), conv(self.b_hh, torch.float64)  # exact: summed in float64
         return dataclasses.replace(self, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, cache={})
+
+
+def as_device(device, name: str = "device") -> torch.device:
+    """``device`` (a torch.device or a name such as 'cpu', 'cuda:0') as a torch.device, else a ValueError naming it."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        msg = f"{name}={device!r} is not a device; use e.g. 'cpu', 'cuda' or gpulab.runtime.device."
+        raise ValueError(msg) from exc
 
 
 def check_lstm_module(module, name: str = "module") -> torch.nn.LSTM:
@@ -109,7 +120,7 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
     check_lstm_module(module)
     first = module.weight_ih_l0
     dt = first.dtype if dtype is None else runtime.as_dtype(dtype)
-    dev = torch.device(device) if device is not None else first.device
+    dev = first.device if device is None else as_device(device)
     if dev.type == first.device.type and dev.index is None:
         dev = first.device  # "cuda" is the module's "cuda:0"
     share = dt == first.dtype and dev == first.device

@@ -500,6 +500,10 @@ def run_step(n, x, weights, state=None):
 
 def lstm_reference(x, weights, state=None):
     """float64 reference: the same equations, one cell at a time, on float64 copies. Returns float64 outputs."""
+    if not isinstance(weights, LSTMWeights):
+        _prepare(x, weights, state)  # the same error as every step's
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
     w = weights.to(dtype=torch.float64)
     x64 = x.detach().double()
     if state is not None:

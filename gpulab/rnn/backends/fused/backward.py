@@ -20,24 +20,24 @@ What you will learn:
 - **Recompute what is cheap, store what is not.** For the LSTM the forward saved the gate *activations* i', f', z',
   o' (fp16 for 16-bit dtypes: bounded values, finer than bf16 near 1); the backward recomputes c_t = f' c_{t-1} +
   i' z' and one tanh per unit. (Saving pre-activations instead costs five special-function instructions per unit
-  and step; on the H100 the kernel went from 1.38 to 1.36 ms, since its time is the chain, not those.) GRU and
+  and step; on the H100 that barely mattered, since the kernel's time is the chain, not those.) GRU and
   Elman save pre-activations, and the cells' backward functions (:mod:`gpulab.rnn.cells`) recompute from them.
 - **Use the SMs the recurrence leaves idle.** The kernel runs one program per head and batch tile: 12 of the H100's
   132 SMs at the lesson's problem. :func:`fused_rnn_gradients` cuts the sequence into pieces in time, runs the
   kernel on them last to first (each launch starts from the previous one's carried dh, dc), and computes each
   finished piece's share of dR and db on a second CUDA stream while the kernel works on the next piece: only the
-  first piece's products are left when the kernel ends (H100, one cut at T/8: forward+backward 2.41 -> 2.29 ms in
-  one probe).
+  first piece's products are left when the kernel ends (one cut, at T/8: :data:`CUTS`).
 - **Check what the compiler made of the product.** dG is assembled from the gate tiles with ``tl.join``; from that,
   Triton 3.6 picked a k-by-4 register layout for the operand and reordered R's fragments to match with ~170 register
-  moves per step and warp. :func:`gpulab.triton_ops.dot_operand` hides dG's origin: 703 -> 531 instructions
-  per step (``scripts/sass_probe.py``), forward+backward 2.34 -> 2.08 ms on the H100 (with the forward's earlier load).
+  moves per step and warp. :func:`gpulab.triton_ops.dot_operand` hides dG's origin and removes them (count the
+  loop's instructions with :mod:`gpulab.rnn.backends.fused.sass`; ``tests/rnn/backends/fused/test_rnn_compiled.py``
+  checks the operand layout).
 - **No copies of the incoming gradient.** dL/d(last states) enters as the initial value of the carried dh (and dc)
   instead of being added into a copy of dL/d(all states).
 - **Prefetch without waiting** (as in the forward, :mod:`.forward`): step t-1's inputs are loaded
   during step t, right after step t's own inputs were unpacked, into the same variables, and 16-bit data travels
-  as 32-bit words. Nsight Compute on the H100 found the wait this removes at 17% of the backward's stall samples
-  (B = 16, DH = 64, bf16: 1.84 -> 1.40 ms at 8 warps, 1.38 at 4).
+  as 32-bit words. Nsight Compute's stall sampling on the H100 found the wait this removes among the backward's
+  largest stalls (``scripts/rnn_ncu.sh``).
 
 Per step t (all fp32; the cell backward functions hold the math):
 

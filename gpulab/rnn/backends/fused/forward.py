@@ -18,21 +18,21 @@ What you will learn:
     tiles beat many small ones. The gates come apart again with ``reshape``/``permute``/``split``, which costs
     nothing: in the tensor cores' output layout a thread already holds all G gates of its units.
   * *prefetch two steps ahead, for real*: the load of Wx_{t+2} is issued at step t, right after Wx_t was moved into
-    the product's layout (its registers are free from then on; 0.70 -> 0.67 ms against issuing it after the
-    product), so memory latency (about one step) never stalls the chain. Two details decide whether the compiled
+    the product's layout (its registers are free from then on, which beat issuing it after the product), so
+    memory latency (about one step) never stalls the chain. Two details decide whether the compiled
     loop actually waits: (1) the loop is unrolled by two and each step of a pair loads into its *own* variable:
     written as a rotation (``x = x_next; x_next = x_after; x_after = load(...)``) the back edge copies the fresh
     registers and the copy waits for the load in the step that issued it; (2) 16-bit data is loaded and carried as
     32-bit words (two values each, :func:`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded
-    word in halves in the step of the load, with the same wait. Measured with Nsight Compute's stall sampling on
-    the H100 (B = 16, DH = 64, bf16): that one wait was 23% of the forward's stall samples; removing it took the
-    forward from 0.90 to 0.78 ms;
+    word in halves in the step of the load, with the same wait. Nsight Compute's stall sampling on the H100 found
+    that one wait among the forward's largest stalls (``scripts/rnn_ncu.sh``; the timings are in lesson 5's
+    records);
   * *one-instruction activations* for 16-bit dtypes on the GPU: ``tanh.approx.f32`` (and sigmoid(x) =
-    (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division, ten special-function instructions per unit down to
-    five. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
+    (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division: five special-function instructions per unit instead
+    of ten. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
     cells of :mod:`gpulab.rnn.cells`. The 1/2 inside the sigmoid is folded into R, Wx and b once
-    (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (565 instead of
-    614 instructions per warp and pair of steps at DH = 64). A tempting further step does not pay:
+    (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (count the loop's
+    instructions with :mod:`gpulab.rnn.backends.fused.sass`). A tempting further step does not pay:
     ``tanh.approx.f16x2`` (two values per instruction) compiles to two special-function instructions on sm_90.
 
 - **Write only what the backward needs.** Besides the outputs (all states), when a gradient is needed G_b values per
@@ -89,7 +89,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     """Step t: (h_t, c_t) from (h_{t-1}, c_{t-1}) and x = Wx_t (as loaded: P = 2 packs 16-bit pairs in 32-bit
     words); stores h_t, c_t (and the gates), and returns them with the load of Wx at step ``t_load``, issued as soon
     as x is used (so that the load lands in x's registers): at DH <= 64 once x is in the product's layout, at
-    DH 128 (255 registers, where the early load made the compiler pad the loop: 1.73 instead of 1.61 ms in a probe)
+    DH 128 (at the 255-register cap, where the early load made the compiler pad the loop and the step slower)
     after the product."""
     xf = loaded_f32(x, r_ptr.dtype.element_ty, P, BLOCK_B, G * BLOCK_D)
     # the recurrent product, all gates at once: the only part of a step that mixes units
