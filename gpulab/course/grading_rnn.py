@@ -16,13 +16,13 @@ import re
 import warnings
 
 import torch
+import triton
+import triton.language as tl
 
 from gpulab import check
 from gpulab.course.grading import fresh_rng, grader
+from gpulab.rnn import cells
 from gpulab.rnn.api import flashrnn
-
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
 
 __all__ = ["grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
 
@@ -80,8 +80,6 @@ def _calls_course_cell(fn) -> bool:
 def grade_gru_cell(gru_cell, cases=5):
     """``gru_cell(g, r, z, n, h) -> h'``, a ``@triton.jit`` function on fp32 blocks (flashrnn's GRU):
     r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g), h' = z' * h + (1 - z') * n'."""
-    from gpulab.rnn import cells
-
     if not hasattr(gru_cell, "fn"):  # a JITFunction (compiled) or an InterpretedFunction (CPU) wraps .fn
         raise AssertionError(
             f"gru_cell is a {type(gru_cell).__name__}; decorate it with @triton.jit so a kernel can call it."

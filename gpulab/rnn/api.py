@@ -15,11 +15,11 @@ back through the cast) and the outputs come in it; Triton kernels multiply in it
 
 Backends (``backend=``), each a module of its own:
 
-- ``"vanilla"`` (:mod:`gpulab.rnn.vanilla`): a PyTorch time loop; any device and float dtype (float64 too: the
+- ``"vanilla"`` (:mod:`gpulab.rnn.backends.vanilla`): a PyTorch time loop; any device and float dtype (float64 too: the
   reference);
-- ``"alternating"`` (:mod:`gpulab.rnn.alternating`): per step one batched product over heads + one Triton
+- ``"alternating"`` (:mod:`gpulab.rnn.backends.alternating`): per step one batched product over heads + one Triton
   pointwise kernel; no on-chip limit on the head dim;
-- ``"fused"`` (:mod:`gpulab.rnn.fused`): one persistent Triton kernel for the whole sequence (and one for the
+- ``"fused"`` (:mod:`gpulab.rnn.backends.fused`): one persistent Triton kernel for the whole sequence (and one for the
   backward); fastest, needs R of a head to fit on chip (:mod:`gpulab.rnn.tiling` decides, or says why not).
 
 The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at small sizes: fp32 and fp16 there).
@@ -27,46 +27,39 @@ The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at sma
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
 import torch
 
 from gpulab import dtypes, runtime
+from gpulab.rnn import ops
+from gpulab.rnn.backends.alternating import alternating_forward
+from gpulab.rnn.backends.fused import fused_forward
+from gpulab.rnn.backends.vanilla import vanilla_forward
 from gpulab.rnn.functions import RNNFunction, get_function
 
-__all__ = ["flashrnn", "BACKENDS", "check_inputs", "POISON", "new_output"]
+__all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs"]
 
-POISON = runtime.INTERPRET
-"""Fill the Triton backends' outputs with NaN before their kernels run, so that an element a kernel never wrote fails
-every check. On in the interpreter; the GPU tests switch it on, timings leave it off (a fill writes every output)."""
-
-
-def new_output(*shape, dtype, device):
-    """An output buffer for a kernel: poisoned (:func:`gpulab.check.poisoned`) when :data:`POISON`, else empty."""
-    if POISON:
-        from gpulab.check import poisoned
-
-        return poisoned(*shape, dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-BACKENDS: dict[str, str] = {
-    "vanilla": "gpulab.rnn.vanilla:vanilla_forward",
-    "alternating": "gpulab.rnn.alternating:alternating_forward",
-    "fused": "gpulab.rnn.fused:fused_forward",
+BACKENDS: dict[str, Callable] = {
+    "vanilla": vanilla_forward,
+    "alternating": alternating_forward,
+    "fused": fused_forward,
 }
-"""backend name -> "module:function"; each function takes (Wx, R, b, states, function) in the compute dtype."""
+"""backend name -> its function ``(Wx, R, b, states, function) -> (states_all, states_last)``, inputs validated and
+in the compute dtype."""
 
 _FLASHRNN_NAMES = {"cuda": "alternating", "cuda_fused": "fused", "triton_fused": "fused", "vanilla_fwbw": "vanilla"}
 
 
-def _backend(backend) -> str:
+def backend_name(backend, name: str = "backend") -> str:
+    """``backend`` if it names one of :data:`BACKENDS`, else a ValueError naming the argument and the choices (and
+    the corresponding gpulab backend for the ``flashrnn`` package's names)."""
     if isinstance(backend, str) and backend in BACKENDS:
         return backend
     hint = ""
     if isinstance(backend, str) and backend in _FLASHRNN_NAMES:
-        hint = f" (flashrnn's {backend!r} corresponds to backend={_FLASHRNN_NAMES[backend]!r} here)"
-    raise ValueError(f"backend={backend!r} is not supported; use one of {', '.join(map(repr, BACKENDS))}{hint}.")
+        hint = f" (flashrnn's {backend!r} corresponds to {name}={_FLASHRNN_NAMES[backend]!r} here)"
+    raise ValueError(f"{name}={backend!r} is not supported; use one of {', '.join(map(repr, BACKENDS))}{hint}.")
 
 
 def _shape(name, t, expected, meaning):
@@ -77,7 +70,7 @@ def _shape(name, t, expected, meaning):
 def check_inputs(Wx, R, b, states, function, backend, dtype):
     """Validate flashrnn's arguments; return ``(RNNFunction, backend, compute dtype)`` or raise naming the argument."""
     fn: RNNFunction = get_function(function)
-    backend = _backend(backend)
+    backend = backend_name(backend)
     for name, t in (("Wx", Wx), ("R", R), ("b", b)) + ((("states", states),) if states is not None else ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
@@ -122,9 +115,5 @@ def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None
         states = torch.zeros((fn.states, B, 1, nh, dh), dtype=cdt, device=Wx.device)
     Wx, R, b, states = (t.to(cdt) for t in (Wx, R, b, states))
     if backend != "vanilla" and torch.compiler.is_compiling():  # torch.compile: the custom ops, opaque to the tracer
-        from gpulab.rnn import ops  # the ops import the backends, which import this module
-
         return ops.rnn_op(Wx, R, b, states, fn.name, backend)
-    module, name = BACKENDS[backend].split(":")
-    run = getattr(importlib.import_module(module), name)
-    return run(Wx, R, b, states, fn.name)
+    return BACKENDS[backend](Wx, R, b, states, fn.name)

@@ -20,12 +20,20 @@ sits on the lesson 1 roofline at the same intensity per problem (:func:`plot_roo
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 
 import torch
 
-from gpulab import runtime
+from gpulab import bench, check, roofline, runtime
+from gpulab.bench import capture
 from gpulab.rnn.api import flashrnn
+from gpulab.rnn.backends.fused.backward import fused_backward_kernel
+from gpulab.rnn.backends.fused.forward import fused_forward_kernel
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.module import LSTM
+from gpulab.rnn.tiling import fits, fused_tiling
 
 __all__ = ["benchmark", "problem_inputs", "summary_table", "plot_results", "plot_roofline", "MAIN"]
 
@@ -36,9 +44,9 @@ HEAD_DIMS = (16, 32, 64, 128, 256)
 
 def problem_inputs(B, T, NH, DH, dtype=torch.bfloat16, function="lstm", seed=0):
     """(Wx, R, b, states) on gpulab's device; R scaled by 0.5 / sqrt(DH) (a contractive, well-conditioned RNN)."""
-    from gpulab.rnn.functions import get_function
-
     fn = get_function(function)
+    B, T, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("T", T), ("NH", NH), ("DH", DH)))
+    dtype = runtime.as_dtype(dtype)
     g = torch.Generator(device="cpu").manual_seed(seed)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to(runtime.device, dtype)
     return (
@@ -61,7 +69,7 @@ def _cost(B, T, NH, DH, dtype, training):
 
 def _fwd(backend, inputs, package=False):
     if package:
-        from flashrnn import flashrnn as pkg
+        from flashrnn import flashrnn as pkg  # the optional peer package, imported only when it is timed
 
         return lambda: pkg(*inputs, function="lstm", backend=backend, dtype="bfloat16")
     return lambda: flashrnn(*inputs, function="lstm", backend=backend)
@@ -81,8 +89,6 @@ def _fwd_bwd(backend, inputs, package=False):
 
 
 def _graph(fn):
-    from gpulab.rnn.ladder import capture
-
     with torch.no_grad():
         return capture(fn)
 
@@ -95,8 +101,6 @@ class _Bench:
         self.quick = quick
 
     def time(self, fn, case, B, T, NH, DH, dtype, training, slow=False, kernel=None, **params):
-        from gpulab import bench
-
         flops, moved = _cost(B, T, NH, DH, dtype, training)
         status = "ok"
         try:
@@ -139,8 +143,6 @@ class _Bench:
 
 
 def _check(fn, ref, dtype):
-    from gpulab import check
-
     try:
         with torch.no_grad():
             out = fn()[0]
@@ -152,25 +154,23 @@ def _check(fn, ref, dtype):
 
 def _ours(bm, sweep, B, T, NH, DH, dtype, backends=("fused", "alternating", "vanilla"), training=True, ref=True):
     """Our backends on one problem: forward (eager, and graphed for alternating), forward+backward."""
-    from gpulab.rnn import fused_backward, fused_forward, tiling
-
     inputs = problem_inputs(B, T, NH, DH, dtype)
     refs = None
     if ref:
         with torch.no_grad():
             refs = flashrnn(*(t.float() for t in inputs), function="lstm", backend="vanilla")[0].double()
     for backend in backends:
-        if backend == "fused" and not tiling.fits(B, NH, DH, "lstm", dtype):
+        if backend == "fused" and not fits(B, NH, DH, "lstm", dtype):
             try:
-                tiling.fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
-                tiling.fused_tiling(B, NH, DH, "lstm", dtype)
+                fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
+                fused_tiling(B, NH, DH, "lstm", dtype)
             except ValueError as exc:
                 print(f"fused B={B} NH={NH} DH={DH}: {exc}")
                 bm.results.append(_skip(sweep, backend, B, T, NH, DH, dtype, f"does not fit: {exc}"))
             continue
         status = _check(_fwd(backend, inputs), refs, dtype) if refs is not None and backend != "vanilla" else "-"
         slow = backend == "vanilla"
-        kern = fused_forward.fused_forward_kernel if backend == "fused" else None
+        kern = fused_forward_kernel if backend == "fused" else None
         case = f"gpulab {backend}"
         bm.time(_fwd(backend, inputs), case, B, T, NH, DH, dtype, False, slow, kern, backend=backend, sweep=sweep,
                 check=status)  # fmt: skip
@@ -178,15 +178,13 @@ def _ours(bm, sweep, B, T, NH, DH, dtype, backends=("fused", "alternating", "van
             bm.time(_fwd(backend, inputs), case, B, T, NH, DH, dtype, False, backend=backend, sweep=sweep,
                     check=status, mode="graph")  # fmt: skip
         if training and (backend != "vanilla" or sweep in ("main", "head_dim")):
-            kern = fused_backward.fused_backward_kernel if backend == "fused" else None
+            kern = fused_backward_kernel if backend == "fused" else None
             bm.time(_fwd_bwd(backend, inputs), case, B, T, NH, DH, dtype, True, slow, kern, backend=backend,
                     sweep=sweep, check=status)  # fmt: skip
 
 
 def _record(case, B, T, NH, DH, dtype, status, **params):
     """A record without a time: a configuration that did not run, and why (``status``)."""
-    from gpulab import bench
-
     return bench.record(lesson="05", case=case, dtype=dtype, shape=[B, T, NH, DH], B=B, T=T, NH=NH, DH=DH,
                         status=status, ns_per_step=None, **params)  # fmt: skip
 
@@ -224,8 +222,6 @@ def _package(bm, B, T, NH, DH, dtype):
 
 def _dense(bm, B, T, H, dtypes, heads):
     """torch.nn.LSTM (cuDNN) and gpulab.rnn.LSTM (12 heads, fused), both with the input projection."""
-    from gpulab.rnn.module import LSTM
-
     for dtype in dtypes:
         torch.manual_seed(0)
         x = torch.randn(T, B, H, device=runtime.device, dtype=dtype)
@@ -249,10 +245,9 @@ def _dense(bm, B, T, H, dtypes, heads):
 
 
 def benchmark(progress=None, quick_ms=None):
-    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers)."""
-    import sys
-
-    import matplotlib
+    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
+    ``quick_ms``: the timing budget per fast configuration (default 60 ms)."""
+    import matplotlib  # deferred: heavy, and only the benchmark draws
 
     if "ipykernel" not in sys.modules:
         matplotlib.use("Agg")
@@ -262,7 +257,7 @@ def benchmark(progress=None, quick_ms=None):
     batches = BATCHES if on_gpu else (1, 3)
     head_dims = HEAD_DIMS if on_gpu else (16, 32)
     hidden = 768 if on_gpu else 32
-    bm = _Bench(quick_ms or 60)
+    bm = _Bench(60 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True))
     jobs = ["main", "package", "dense", "same_flops", "batch", "head_dim"]
     for job in progress(jobs) if progress else jobs:
         B, T, NH, DH = main["B"], main["T"], main["NH"], main["DH"]
@@ -380,7 +375,7 @@ def _main_problem(results) -> dict:
 
 def plot_results(results):
     """Four panels: main problem (ms per implementation), batch sweep (ns/step), head-dim sweep (ms), roofline."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     prob = _main_problem(results)
@@ -430,10 +425,6 @@ def plot_results(results):
 
 def plot_roofline(results, ax=None):
     """The main problem's implementations (forward, eager; fused also fwd+bwd) on the lesson 1 roofline."""
-    import dataclasses
-
-    from gpulab import roofline
-
     picked = [
         dataclasses.replace(r, case=f"{r.case} {r.params['pass']}")
         for r in results

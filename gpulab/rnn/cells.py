@@ -14,7 +14,8 @@ outputs ``h`` and ``c`` ``[B, NH, DH]``. nn.LSTM's gates ``[B, 4H]`` are the NH 
 
 Everything is computed in fp32, whatever the storage dtype: the cell is about 10 FLOPs per hidden unit and memory
 bound, so fp32 arithmetic costs nothing, and fp16/bf16 arithmetic would be wrong in Triton's interpreter anyway.
-``tanh`` is written as ``2 * sigmoid(2x) - 1`` so that the same code runs compiled and interpreted.
+``tanh`` is :func:`gpulab.triton_ops.tanh`, ``2 * sigmoid(2x) - 1``, so that the same code runs compiled and
+interpreted.
 
 :func:`lstm_pointwise` replaces the ~10 elementwise launches of an unfused cell (adds, three sigmoids, two tanh,
 multiplies, the bias add) by one kernel that reads the four gate pre-activations, the bias and ``c`` once and writes
@@ -39,14 +40,11 @@ Every fused and alternating kernel calls these functions, so there is one defini
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
-from gpulab import (
-    dtypes,
-    runtime,  # first: sets interpreter mode before any kernel is defined
-)
-
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
+from gpulab import dtypes, runtime
+from gpulab.triton_ops import tanh
 
 _require_tensor = runtime.require_tensor
 
@@ -68,27 +66,22 @@ __all__ = [
 
 
 @triton.jit
-def _tanh(x):
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
 def lstm_cell(i, f, z, o, c):
     """One LSTM cell update on fp32 blocks: returns (h, c). Inputs are gate *pre-activations* and the old c."""
     i = tl.sigmoid(i)
     f = tl.sigmoid(f)
-    z = _tanh(z)
+    z = tanh(z)
     o = tl.sigmoid(o)
     c_new = f * c + i * z
-    h_new = o * _tanh(c_new)
+    h_new = o * tanh(c_new)
     return h_new, c_new
 
 
 @triton.jit
 def lstm_activations(i, f, z, o):
     """The gate activations of :func:`lstm_cell` alone, (sigmoid(i), sigmoid(f), tanh(z), sigmoid(o)): for kernels
-    that save them for the backward (:mod:`gpulab.rnn.fused_forward`)."""
-    return tl.sigmoid(i), tl.sigmoid(f), _tanh(z), tl.sigmoid(o)
+    that save them for the backward (:mod:`gpulab.rnn.backends.fused.forward`)."""
+    return tl.sigmoid(i), tl.sigmoid(f), tanh(z), tl.sigmoid(o)
 
 
 @triton.jit
@@ -99,14 +92,14 @@ def gru_cell(g, r, z, n, h):
     """
     r = tl.sigmoid(r)
     z = tl.sigmoid(z)
-    n = _tanh(n + r * g)
+    n = tanh(n + r * g)
     return z * h + (1.0 - z) * n
 
 
 @triton.jit
 def elman_cell(g):
     """One Elman cell update: h' = tanh(g) for the pre-activation g = Wx + R h + b."""
-    return _tanh(g)
+    return tanh(g)
 
 
 @triton.jit
@@ -119,10 +112,10 @@ def lstm_cell_backward(i, f, z, o, c_prev, dh, dc):
     """
     i = tl.sigmoid(i)
     f = tl.sigmoid(f)
-    z = _tanh(z)
+    z = tanh(z)
     o = tl.sigmoid(o)
     c = f * c_prev + i * z  # recomputed: cheaper than saving c_t in fp32
-    return lstm_gate_grads(i, f, z, o, c_prev, _tanh(c), dh, dc)
+    return lstm_gate_grads(i, f, z, o, c_prev, tanh(c), dh, dc)
 
 
 @triton.jit
@@ -142,7 +135,7 @@ def gru_cell_backward(g, r, z, n, h_prev, dh):
     """Backward of :func:`gru_cell`: returns (dg, dr, dz, dn) and the part of dh_{t-1} that skips R (dh z')."""
     r = tl.sigmoid(r)
     z = tl.sigmoid(z)
-    nn = _tanh(n + r * g)
+    nn = tanh(n + r * g)
     dz = dh * (h_prev - nn) * z * (1.0 - z)
     dn = dh * (1.0 - z) * (1.0 - nn * nn)
     dr = dn * g * r * (1.0 - r)
@@ -153,7 +146,7 @@ def gru_cell_backward(g, r, z, n, h_prev, dh):
 @triton.jit
 def elman_cell_backward(g, dh):
     """Backward of :func:`elman_cell`: dg = dh (1 - tanh(g)^2)."""
-    t = _tanh(g)
+    t = tanh(g)
     return dh * (1.0 - t * t)
 
 

@@ -31,7 +31,8 @@ import torch
 from torch import nn
 
 from gpulab import runtime
-from gpulab.rnn.api import _backend, flashrnn
+from gpulab.rnn.api import backend_name, flashrnn
+from gpulab.rnn.weights import check_lstm_module, from_torch_lstm
 
 __all__ = ["LSTM"]
 
@@ -68,10 +69,10 @@ class LSTM(nn.Module):
                 "hidden_size // num_heads units: pick a divisor."
             )
         self.head_dim = hidden_size // num_heads
-        self.batch_first = bool(batch_first)
-        self.backend = _backend(backend)
-        self.bias = bool(bias)
-        kw = {"device": device, "dtype": dtype}
+        self.batch_first = runtime.strict_bool("batch_first", batch_first)
+        self.backend = backend_name(backend)
+        self.bias = runtime.strict_bool("bias", bias)
+        kw = {"device": device, "dtype": None if dtype is None else runtime.as_dtype(dtype)}
         nh, dh = num_heads, self.head_dim
         for layer in range(num_layers):
             i_l = input_size if layer == 0 else hidden_size
@@ -104,24 +105,39 @@ class LSTM(nn.Module):
         )
 
     def forward(self, x, state=None):
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must be [T, B, I] ([B, T, I] with batch_first=True), got {shape}.")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor [T, B, I] ([B, T, I] with batch_first=True), got "
+                            f"{type(x).__name__}.")  # fmt: skip
+        if x.dim() != 3:
+            raise ValueError(f"x must be [T, B, I] ([B, T, I] with batch_first=True), got shape {tuple(x.shape)}.")
+        dtype = self.weight_ih_l0.dtype
+        if x.dtype != dtype:  # as nn.LSTM: no silent cast between the input's and the module's dtypes
+            raise ValueError(
+                f"x has dtype {x.dtype} but the module's parameters are {dtype}; convert one: x.to({dtype}) or "
+                f"module.to({x.dtype})."
+            )
         xb = x if self.batch_first else x.transpose(0, 1)  # [B, T, I]
         B, T, I = xb.shape
         if I != self.input_size:
             raise ValueError(f"x has {I} features but input_size={self.input_size}.")
         H, nh, dh, L = self.hidden_size, self.num_heads, self.head_dim, self.num_layers
         if state is not None:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                got = f"a {type(state).__name__} of {len(state)}" if isinstance(state, (tuple, list)) else repr(state)
+                raise ValueError(
+                    f"state must be a pair (h0, c0) of [num_layers, B, H] tensors, like nn.LSTM's hx; got {got}."
+                )
             h0, c0 = state
             for name, t in (("h0", h0), ("c0", c0)):
-                if tuple(t.shape) != (L, B, H):
-                    raise ValueError(f"{name} must be [num_layers, B, H] = {(L, B, H)}, got {tuple(t.shape)}.")
+                runtime.require_tensor(f"state's {name}", t, shape=(L, B, H), device_check=False)
+                if t.dtype != dtype:
+                    raise ValueError(f"state's {name} has dtype {t.dtype} but the module's parameters are {dtype}; "
+                                     f"pass it as {name}.to({dtype}).")  # fmt: skip
         h_n, c_n = [], []
         inp = xb
         for layer in range(L):
             w_ih, R, b = self.layer_weights(layer)
-            wx = torch.nn.functional.linear(inp, w_ih.to(inp.dtype)).view(B, T, 4, nh, dh)
+            wx = torch.nn.functional.linear(inp, w_ih).view(B, T, 4, nh, dh)
             s0 = None
             if state is not None:
                 s0 = torch.stack((state[0][layer], state[1][layer])).view(2, B, 1, nh, dh)
@@ -134,10 +150,19 @@ class LSTM(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.LSTM, backend: str = "fused", dtype=None, device=None) -> LSTM:
-        """An :class:`LSTM` (num_heads = 1) with the weights of ``module`` (read by lesson 3's ``from_torch_lstm``):
-        the same function, now run by ``backend``."""
-        from gpulab.rnn import from_torch_lstm
+        """An :class:`LSTM` (num_heads = 1) with a copy of the weights of ``module`` (read by lesson 3's
+        ``from_torch_lstm``): the same function, now run by ``backend``.
 
+        Refused with a ValueError: anything but an ``nn.LSTM``, ``bidirectional=True``, ``proj_size > 0``, and
+        ``dropout > 0`` (this module has no dropout between layers, so it would not train the same function).
+        """
+        check_lstm_module(module)
+        if module.dropout:
+            raise ValueError(
+                f"module has dropout={module.dropout}; gpulab.rnn.LSTM has no dropout between layers. Build the "
+                "nn.LSTM with dropout=0 (or set module.dropout = 0 to read it for inference only)."
+            )
+        backend = backend_name(backend)
         w = from_torch_lstm(module, dtype=dtype, device=device)
         out = cls(
             w.input_size,

@@ -7,18 +7,19 @@
 
 A custom op takes tensors and plain values, not callables: the backend's loops are looked up by name, and "no gates
 saved" is an empty tensor. The outputs are contiguous and in the compute dtype (the fused LSTM keeps its gates in
-:func:`gpulab.rnn.fused_forward.saved_dtype`), which the fakes state exactly. :func:`gpulab.rnn.flashrnn` validates
-its arguments first (the same errors compiled or not) and calls :func:`rnn_op` when it is being compiled.
+:func:`gpulab.rnn.backends.fused.forward.saved_dtype`), which the fakes state exactly.
+:func:`gpulab.rnn.flashrnn` validates its arguments first (the same errors compiled or not) and calls
+:func:`rnn_op` when it is being compiled.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gpulab.rnn.alternating import alternating_rnn_forward, alternating_rnn_gradients
+from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
+from gpulab.rnn.backends.fused.backward import fused_rnn_gradients
+from gpulab.rnn.backends.fused.forward import fused_rnn_forward, saved_dtype
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.fused_backward import fused_rnn_gradients
-from gpulab.rnn.fused_forward import fused_rnn_forward, saved_dtype
 from gpulab.rnn.tiling import fused_tiling
 
 __all__ = ["rnn_forward_op", "rnn_backward_op", "rnn_op", "BACKENDS"]

@@ -43,22 +43,15 @@ tests and the benchmark).
 
 from __future__ import annotations
 
-import copy
-import math
-
 import torch
 
-from gpulab import (
-    dtypes,
-    lessons,
-    runtime,  # noqa: F401 - sets interpreter mode before any kernel is defined
-)
-from gpulab.bench import CapturedStep, capture, no_tf32  # noqa: F401 - part of lesson 3's face
-from gpulab.rnn import LSTMWeights, from_torch_lstm
+from gpulab import dtypes, runtime
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise
+from gpulab.rnn.weights import LSTMWeights
 
 __all__ = [
     "STEPS",
+    "BEYOND_ARTICLE",
     "step0_baseline",
     "step1_combined_gemm",
     "step2_streams",
@@ -70,24 +63,8 @@ __all__ = [
     "step8_wavefront_two_streams",
     "run_step",
     "lstm_reference",
-    "capture",
-    "CapturedStep",
-    "no_tf32",
-    "ARTICLE",
-    "problem",
-    "make_problem",
-    "ladder_table",
-    "targets",
-    "plot_ladder",
-    "plot_roofline",
-    "benchmark",
+    "lstm_cell_torch",
 ]
-
-ARTICLE = {"layers": 4, "hidden": 512, "batch": 64, "seq": 100}
-"""The article's problem: 4 layers, hidden (= input) 512, minibatch 64, sequence 100, forward only."""
-
-ARTICLE_M40 = {"step 0 GFLOP/s": 349, "best GFLOP/s": 3898, "speed-up": 11.1}
-"""The article's own numbers on a 2016 Tesla M40 (fp32)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -197,29 +174,29 @@ def _join(parent, streams):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Derived weight layouts, computed once per LSTMWeights and cached on it (not part of any timed call)
+# Derived weight layouts, built once per LSTMWeights and cached on it (not part of any timed call); rebuilt when the
+# weights change (LSTMWeights.derived keys the cache on the source tensors' versions)
+
+_LAYOUTS = {
+    "w_ih_t": lambda w: tuple(m.t().contiguous() for m in w.w_ih),  # step 4+: [I_l, 4H] row-major
+    "w_hh_t": lambda w: tuple(m.t().contiguous() for m in w.w_hh),
+    # [L, 4, 1, H]: the pointwise kernel's per-layer bias
+    "bias_g": lambda w: torch.stack(w.bias).view(w.num_layers, 4, 1, w.hidden_size).contiguous(),
+    "w_hh_t_stacked": lambda w: torch.stack(_layout(w, "w_hh_t")).contiguous(),  # step 6: [L, H, 4H]
+    "w_ih_t_stacked": lambda w: _stacked(_layout(w, "w_ih_t")[1:]),  # step 6: layers 1.. [L-1, H, 4H]
+    # step 7: layers 1.. [L-1, 2H, 4H] = [W_ih^T ; W_hh^T]
+    "w_cat_t_stacked": lambda w: _stacked(
+        [torch.cat([a, b]) for a, b in zip(_layout(w, "w_ih_t")[1:], _layout(w, "w_hh_t")[1:])]
+    ),
+}
+
+
+def _stacked(mats):
+    return torch.stack(mats).contiguous() if mats else None
 
 
 def _layout(w, key):
-    if key not in w.cache:
-        h, n = w.hidden_size, w.num_layers
-        if key == "w_ih_t":  # step 4+: [I_l, 4H] row-major
-            w.cache[key] = tuple(m.t().contiguous() for m in w.w_ih)
-        elif key == "w_hh_t":
-            w.cache[key] = tuple(m.t().contiguous() for m in w.w_hh)
-        elif key == "bias_g":  # [L, 4, 1, H]: the pointwise kernel's per-layer bias
-            w.cache[key] = torch.stack(w.bias).view(n, 4, 1, h).contiguous()
-        elif key == "w_hh_t_stacked":  # step 6: [L, H, 4H]
-            w.cache[key] = torch.stack(_layout(w, "w_hh_t")).contiguous()
-        elif key == "w_ih_t_stacked":  # step 6: layers 1.. [L-1, H, 4H]
-            rest = _layout(w, "w_ih_t")[1:]
-            w.cache[key] = torch.stack(rest).contiguous() if rest else None
-        elif key == "w_cat_t_stacked":  # step 7: layers 1.. [L-1, 2H, 4H] = [W_ih^T ; W_hh^T]
-            rest = [torch.cat([a, b]) for a, b in zip(_layout(w, "w_ih_t")[1:], _layout(w, "w_hh_t")[1:])]
-            w.cache[key] = torch.stack(rest).contiguous() if rest else None
-        else:  # pragma: no cover - internal
-            raise KeyError(key)
-    return w.cache[key]
+    return w.derived(key, lambda: _LAYOUTS[key](w))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -270,7 +247,7 @@ def step2_streams(x, weights, state=None):
     the calling stream and written in place, so no tensor is freed while another stream still reads it.
     """
     x, h0, c0 = _prepare(x, weights, state)
-    n_t, n_l = x.shape[0], weights.num_layers
+    n_t, n_l, bias = x.shape[0], weights.num_layers, weights.bias
     ys = [torch.empty(n_t, *h0.shape[1:], dtype=x.dtype, device=x.device) for _ in range(n_l)]
     cs = [None] * n_l
     parent, streams = _current_stream(), _side_streams(n_l)
@@ -284,7 +261,7 @@ def step2_streams(x, weights, state=None):
                 inp = x[t] if layer == 0 else ys[layer - 1][t]
                 h = h0[layer] if t == 0 else ys[layer][t - 1]
                 c = c0[layer] if t == 0 else cs[layer]
-                gates = inp @ weights.w_ih[layer].t() + h @ weights.w_hh[layer].t() + weights.bias[layer]
+                gates = inp @ weights.w_ih[layer].t() + h @ weights.w_hh[layer].t() + bias[layer]
                 h_new, cs[layer] = _unfused_cell(*gates.chunk(4, dim=1), c, x.dtype)
                 ys[layer][t].copy_(h_new)
                 done[layer][t] = _record(streams[layer])
@@ -523,6 +500,10 @@ def run_step(n, x, weights, state=None):
 
 def lstm_reference(x, weights, state=None):
     """float64 reference: the same equations, one cell at a time, on float64 copies. Returns float64 outputs."""
+    if not isinstance(weights, LSTMWeights):
+        _prepare(x, weights, state)  # the same error as every step's
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
     w = weights.to(dtype=torch.float64)
     x64 = x.detach().double()
     if state is not None:
@@ -541,295 +522,3 @@ def lstm_reference(x, weights, state=None):
         c_n.append(c)
     y = inp.transpose(0, 1) if w.batch_first else inp
     return y, (torch.stack(h_n), torch.stack(c_n))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Graphs and precision
-
-
-# CapturedStep, capture and no_tf32 live in gpulab.bench (imported above); lesson 3 shows them from there.
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The problem, the benchmark, the table and the figures
-
-
-def problem():
-    """The problem size for this mode: the article's on a GPU, a tiny one for the CPU interpreter."""
-    return runtime.pick(cpu={"layers": 2, "hidden": 16, "batch": 3, "seq": 4}, gpu=dict(ARTICLE))
-
-
-def make_problem(dtype=torch.float32, layers=None, hidden=None, batch=None, seq=None, input_size=None, seed=0):
-    """(module, weights, x): a seeded ``nn.LSTM`` in ``dtype`` on gpulab's device (flattened for cuDNN), its
-    :class:`LSTMWeights` and a random input [T, B, I]."""
-    p = problem()
-    layers, hidden = layers or p["layers"], hidden or p["hidden"]
-    batch, seq = batch or p["batch"], seq or p["seq"]
-    input_size = input_size or hidden
-    torch.manual_seed(seed)
-    module = torch.nn.LSTM(input_size, hidden, num_layers=layers).to(runtime.device, dtype).eval()
-    if runtime.on_gpu():
-        module.flatten_parameters()
-    from gpulab import check
-
-    x = check.random_tensor(seq, batch, input_size, dtype=dtype, seed=seed + 1)
-    return module, from_torch_lstm(module), x
-
-
-def _short(dtype) -> str:
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(dtype).replace("torch.", ""), "?")
-
-
-def _check(out, ref, dtype, context):
-    from gpulab import check
-
-    y, (h, c) = out
-    y_r, (h_r, c_r) = ref
-    check.assert_close(y, y_r, dtype=dtype, name="y", context=context)
-    check.assert_close(h, h_r, dtype=dtype, name="h_n", context=context)
-    check.assert_close(c, c_r, dtype=dtype, name="c_n", context=context)
-
-
-def benchmark(progress=None, dtypes=None, steps=None):
-    """`python -m gpulab bench 03`: every step, eager and graphed, and cuDNN, in fp32 (no TF32), fp16, bf16.
-
-    Each implementation is checked against ``nn.LSTM`` run in float64 on the same weights before it is timed
-    (``params['check']``: 'ok', or the failure). Records: params ``step`` (0-7 or 'cuDNN'), ``mode`` ('eager' or
-    'graph'), ``speedup`` over step 0 in the same dtype and mode, ``vs_cudnn`` (cuDNN eager ms / this ms: above 1
-    is faster than cuDNN), ``beyond`` (not in the article). Returns (results, bar chart figure).
-    """
-    import sys
-
-    import matplotlib
-
-    if "ipykernel" not in sys.modules:  # headless from the command line; a notebook keeps its inline backend
-        matplotlib.use("Agg")
-    from gpulab import bench, roofline
-
-    p = problem()
-    if dtypes is None:
-        dtypes = runtime.pick(cpu=[torch.float32, torch.float16], gpu=[torch.float32, torch.float16, torch.bfloat16])
-    steps = sorted(STEPS) if steps is None else list(steps)
-    results = []
-    jobs = [(dt, n) for dt in dtypes for n in steps + ["cuDNN"]]
-    refs = {}
-    for dtype, n in progress(jobs) if progress else jobs:
-        with no_tf32():
-            if dtype not in refs:
-                module, weights, x = make_problem(dtype)
-                ref64 = copy.deepcopy(module).double()
-                with torch.no_grad():
-                    refs[dtype] = (module, weights, x, ref64(x.double()))
-                del ref64
-            module, weights, x, ref = refs[dtype]
-            results += _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline)
-        if runtime.on_gpu():
-            torch.cuda.empty_cache()
-    _annotate(results)
-    print(ladder_table(results))
-    for line in targets(results):
-        print(line)
-    return results, plot_ladder(results)
-
-
-def _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline):
-    cost = roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype, layers=p["layers"])
-    if n == "cuDNN":
-        fn, case = (lambda: module(x)), "cuDNN (nn.LSTM)"
-    else:
-        fn, case = (lambda: run_step(n, x, weights)), f"step {n}: {STEPS[n][0]}"
-    short, out = _short(dtype), []
-    slow = n in (0, 1, 2)  # ~100 ms per eager call at full size: few repetitions
-    for mode in ("eager", "graph"):
-        call, status = fn, "ok"
-        if mode == "graph":
-            if not runtime.on_gpu():
-                continue  # graphs: n/a on CPU
-            try:
-                with torch.no_grad():
-                    call = capture(fn)
-            except Exception as exc:  # noqa: BLE001 - e.g. a library that cannot be captured: record, go on
-                print(f"{case} [{short}]: graph capture failed ({type(exc).__name__}: {exc}); graphed: n/a")
-                continue
-        try:
-            with torch.no_grad():
-                _check(call(), ref, dtype, f"{case}, {short}, {mode}")
-        except AssertionError as exc:
-            status = f"FAILED: {str(exc).splitlines()[0]}"
-            print(f"{case} [{short}, {mode}]: check {status}")
-        with torch.no_grad():
-            r = bench.measure(
-                call,
-                lesson="03",
-                case=case,
-                flops=cost.flops,
-                bytes=cost.bytes,
-                dtype=dtype,
-                shape=[p["layers"], p["seq"], p["batch"], p["hidden"]],
-                warmup_ms=runtime.pick(cpu=0, gpu=10 if slow and mode == "eager" else 25),
-                rep_ms=runtime.pick(cpu=1, gpu=300 if slow and mode == "eager" else 150),
-                step=n if n == "cuDNN" else int(n),
-                mode=mode,
-                check=status,
-                beyond=n in BEYOND_ARTICLE,
-                interpreter=not runtime.on_gpu(),
-            )
-        out.append(r)
-        del call
-    return out
-
-
-def _annotate(results):
-    """speedup (over step 0, same dtype and mode) and vs_cudnn (cuDNN eager ms / ms) on every record."""
-    for r in results:
-        base = _find(results, r.dtype, 0, r.params["mode"])
-        cudnn = _find(results, r.dtype, "cuDNN", "eager")
-        r.params["speedup"] = base.ms / r.ms if base else None
-        r.params["vs_cudnn"] = cudnn.ms / r.ms if cudnn else None
-
-
-def _find(results, dtype, step, mode):
-    for r in results:
-        if r.dtype == dtype and r.params.get("step") == step and r.params.get("mode") == mode:
-            return r
-    return None
-
-
-def _dtypes(results):
-    return list(dict.fromkeys(r.dtype for r in results))
-
-
-def ladder_table(results) -> str:
-    """The ladder as text, one block per dtype: eager and graphed ms, TFLOP/s, speed-up over step 0, vs cuDNN."""
-    lines = []
-    for dt in _dtypes(results):
-        rs = [r for r in results if r.dtype == dt]
-        where = rs[0].device + (" (interpreter: not GPU numbers)" if rs[0].params.get("interpreter") else "")
-        lines.append(f"{_short(dt)} on {where}")
-        head = f"{'step':>5s}  {'what':56s} {'eager ms':>9s} {'graph ms':>9s} {'TFLOP/s':>8s}"
-        head += f" {'x step 0':>9s} {'vs cuDNN':>9s}"
-        lines += [head, "-" * len(head)]
-        steps = list(dict.fromkeys(r.params["step"] for r in rs))
-        for s in steps:
-            e, g = _find(rs, dt, s, "eager"), _find(rs, dt, s, "graph")
-            best = min([r for r in (e, g) if r], key=lambda r: r.ms)
-            what = "cuDNN (torch.nn.LSTM, flattened)" if s == "cuDNN" else STEPS[s][0]
-            bad = any(r and r.params.get("check", "ok") != "ok" for r in (e, g))
-            what = (what + " [CHECK FAILED]") if bad else what
-            sp = best.params.get("speedup")
-            vs = best.params.get("vs_cudnn")
-            lines.append(
-                f"{s!s:>5s}  {what[:56]:56s} {_ms(e):>9s} {_ms(g):>9s} {best.tflops:8.3g} "
-                f"{'-' if sp is None else f'{sp:8.1f}x':>9s} {'-' if vs is None else f'{vs:8.2f}x':>9s}"
-            )
-        lines.append("")
-    return "\n".join(lines).rstrip()
-
-
-def _ms(r):
-    if r is None:
-        return "n/a"
-    return f"{r.ms:.3g}" if r.ms < 100 else f"{r.ms:.0f}"
-
-
-def targets(results) -> list[str]:
-    """Per dtype: is the best step (any mode) at least as fast as cuDNN (eager, as the issue measured it)?"""
-    out = []
-    for dt in _dtypes(results):
-        rs = [r for r in results if r.dtype == dt]
-        steps = [r for r in rs if r.params["step"] != "cuDNN" and r.params.get("check", "ok") == "ok"]
-        cud = [r for r in rs if r.params["step"] == "cuDNN"]
-        if not steps or not cud:
-            continue
-        best = min(steps, key=lambda r: r.ms)
-        eager = _find(rs, dt, "cuDNN", "eager") or min(cud, key=lambda r: r.ms)
-        fastest = min(cud, key=lambda r: r.ms)
-        met = best.ms <= eager.ms
-        out.append(
-            f"target {_short(dt)}: best step {best.params['step']} ({best.params['mode']}) {best.ms:.3g} ms vs "
-            f"cuDNN {eager.ms:.3g} ms (eager; fastest cuDNN {fastest.ms:.3g} ms, {fastest.params['mode']}): "
-            f"{'MET' if met else 'not met'}"
-            + (" [interpreter: not GPU numbers]" if rs[0].params.get("interpreter") else "")
-        )
-    return out
-
-
-def plot_ladder(results, metric="tflops"):
-    """Bar chart, one panel per dtype: eager and graphed bars per step, cuDNN in grey as the reference."""
-    import matplotlib.pyplot as plt
-
-    dts = _dtypes(results)
-    fig, axes = plt.subplots(1, len(dts), figsize=(5.2 * len(dts), 3.8), squeeze=False)
-    for ax, dt in zip(axes[0], dts):
-        rs = [r for r in results if r.dtype == dt]
-        steps = list(dict.fromkeys(r.params["step"] for r in rs))
-        for mode, color, dx in (("eager", "C0", -0.2), ("graph", "C1", 0.2)):
-            for i, s in enumerate(steps):
-                r = _find(rs, dt, s, mode)
-                if r is None:
-                    continue
-                c = ("0.75" if mode == "eager" else "0.45") if s == "cuDNN" else color
-                ax.bar(i + dx, getattr(r, metric) or 0.0, width=0.4, color=c, label=mode if i == 0 else None)
-        cud = [r for r in rs if r.params["step"] == "cuDNN"]
-        if cud:
-            best = max(cud, key=lambda r: getattr(r, metric) or 0.0)
-            ax.axhline(getattr(best, metric) or 0.0, color="0.4", ls="--", lw=1, label="cuDNN (best mode)")
-        ax.set_xticks(range(len(steps)), [str(s) if s != "cuDNN" else "cuDNN" for s in steps])
-        ax.set_xlabel(f"step ({', '.join(map(str, BEYOND_ARTICLE))}: beyond the article)")
-        ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms"}.get(metric, metric))
-        where = "interpreter, not GPU numbers" if rs[0].params.get("interpreter") else rs[0].device
-        ax.set_title(f"{_short(dt)}: LSTM L=4 H=512 B=64 T=100" if not rs[0].params.get("interpreter") else
-                     f"{_short(dt)} ({where})", fontsize=9)  # fmt: skip
-        if metric == "ms":
-            ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_roofline(results, dtype="float16", mode="graph", ceilings=None, ax=None):
-    """Place each step (and cuDNN) of one dtype and mode on the lesson 1 roofline (:func:`gpulab.roofline.plot`).
-
-    The bytes are the per-step model (weights read at every cell), so the intensity is the same for every step:
-    the steps differ only in height, how close they get to the roof.
-    """
-    import dataclasses
-
-    from gpulab import roofline
-
-    dtype = str(dtype).replace("torch.", "")
-    picked = [
-        dataclasses.replace(r, case=f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN")
-        for r in results
-        if r.dtype == dtype and r.params.get("mode") == mode
-    ]
-    return roofline.plot(picked, ceilings, ax=ax, title=f"LSTM ladder on the roofline ({_short(dtype)}, {mode})")
-
-
-def best_by_dtype(results) -> dict:
-    """dtype -> (best step record, cuDNN eager record), for the notebook's conclusions."""
-    out = {}
-    for dt in _dtypes(results):
-        rs = [r for r in results if r.dtype == dt]
-        steps = [r for r in rs if r.params["step"] != "cuDNN"]
-        if steps:
-            out[dt] = (min(steps, key=lambda r: r.ms), _find(rs, dt, "cuDNN", "eager"))
-    return out
-
-
-def math_floor_ms(dtype, ceilings=None) -> float | None:
-    """The article problem's FLOPs at the compute roof of ``dtype``: the time no implementation can beat."""
-    from gpulab import roofline
-
-    p = dict(ARTICLE)
-    cost = roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype, layers=p["layers"])
-    c = roofline.ceilings(ceilings) if ceilings is not None and not isinstance(ceilings, roofline.Ceilings) else None
-    c = c or (ceilings if isinstance(ceilings, roofline.Ceilings) else roofline.ceilings())
-    peak = c.compute(cost.compute)
-    return cost.flops / (peak * 1e12) * 1e3 if peak else None
-
-
-_ = math  # kept for readers extending the module (ceil/log in their own steps)
-
-
-lessons.register_benchmark("03", benchmark)

@@ -20,24 +20,24 @@ What you will learn:
 - **Recompute what is cheap, store what is not.** For the LSTM the forward saved the gate *activations* i', f', z',
   o' (fp16 for 16-bit dtypes: bounded values, finer than bf16 near 1); the backward recomputes c_t = f' c_{t-1} +
   i' z' and one tanh per unit. (Saving pre-activations instead costs five special-function instructions per unit
-  and step; on the H100 the kernel went from 1.38 to 1.36 ms, since its time is the chain, not those.) GRU and
+  and step; on the H100 that barely mattered, since the kernel's time is the chain, not those.) GRU and
   Elman save pre-activations, and the cells' backward functions (:mod:`gpulab.rnn.cells`) recompute from them.
 - **Use the SMs the recurrence leaves idle.** The kernel runs one program per head and batch tile: 12 of the H100's
   132 SMs at the lesson's problem. :func:`fused_rnn_gradients` cuts the sequence into pieces in time, runs the
   kernel on them last to first (each launch starts from the previous one's carried dh, dc), and computes each
   finished piece's share of dR and db on a second CUDA stream while the kernel works on the next piece: only the
-  first piece's products are left when the kernel ends (H100, one cut at T/8: forward+backward 2.41 -> 2.29 ms in
-  one probe).
+  first piece's products are left when the kernel ends (one cut, at T/8: :data:`CUTS`).
 - **Check what the compiler made of the product.** dG is assembled from the gate tiles with ``tl.join``; from that,
   Triton 3.6 picked a k-by-4 register layout for the operand and reordered R's fragments to match with ~170 register
-  moves per step and warp. :func:`gpulab.rnn.fused_forward.dot_operand` hides dG's origin: 703 -> 531 instructions
-  per step (``scripts/sass_probe.py``), forward+backward 2.34 -> 2.08 ms on the H100 (with the forward's earlier load).
+  moves per step and warp. :func:`gpulab.triton_ops.dot_operand` hides dG's origin and removes them (count the
+  loop's instructions with :mod:`gpulab.rnn.backends.fused.sass`; ``tests/rnn/backends/fused/test_rnn_compiled.py``
+  checks the operand layout).
 - **No copies of the incoming gradient.** dL/d(last states) enters as the initial value of the carried dh (and dc)
   instead of being added into a copy of dL/d(all states).
-- **Prefetch without waiting** (as in the forward, :mod:`gpulab.rnn.fused_forward`): step t-1's inputs are loaded
+- **Prefetch without waiting** (as in the forward, :mod:`.forward`): step t-1's inputs are loaded
   during step t, right after step t's own inputs were unpacked, into the same variables, and 16-bit data travels
-  as 32-bit words. Nsight Compute on the H100 found the wait this removes at 17% of the backward's stall samples
-  (B = 16, DH = 64, bf16: 1.84 -> 1.40 ms at 8 warps, 1.38 at 4).
+  as 32-bit words. Nsight Compute's stall sampling on the H100 found the wait this removes among the backward's
+  largest stalls (``scripts/rnn_ncu.sh``).
 
 Per step t (all fp32; the cell backward functions hold the math):
 
@@ -55,30 +55,27 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import triton
+import triton.language as tl
 
 from gpulab import runtime
+from gpulab.check import new_output
+from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
+from gpulab.rnn.backends.parameter_grads import PAD, gate_products, parameter_grads, previous_h_ones, split_products
+from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.tiling import fused_tiling
+from gpulab.triton_ops import dot, dot_operand, loaded_f32, word_pointer
 
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads  # noqa: E402
-from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.fused_forward import (  # noqa: E402
-    cell_tanh,
-    dot_operand,
-    fast_activations,
-    gate_columns,
-    join_gates,
-    load_r,
-    loaded_f32,
-    matmul,
-    split_gates,
-    word_pointer,
-)
-from gpulab.rnn.tiling import fused_tiling  # noqa: E402
-
-__all__ = ["fused_backward_kernel", "fused_rnn_backward", "fused_rnn_gradients", "parameter_grads", "previous_h_ones"]
+__all__ = [
+    "fused_backward_kernel",
+    "fused_rnn_backward",
+    "fused_rnn_gradients",
+    "pieces",
+    "CUTS",
+    "parameter_grads",  # re-exported: the parameter products (gpulab.rnn.backends.parameter_grads)
+    "previous_h_ones",
+]
 
 
 @triton.jit
@@ -115,7 +112,7 @@ def fused_backward_kernel(
     BLOCK_D: tl.constexpr,
     R_ON_CHIP: tl.constexpr,
     HAS_DLAST: tl.constexpr,
-    FAST: tl.constexpr,  # the LSTM's tanh(c_t) in one instruction (fused_forward.cell_tanh)
+    FAST: tl.constexpr,  # the LSTM's tanh(c_t) in one instruction (tiles.cell_tanh)
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
@@ -138,7 +135,7 @@ def fused_backward_kernel(
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
     dg_rows = dg_ptr + rows[:, None].to(tl.int64) * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * B * G_B * HD
     # The loads, in units of P elements: P = 2 packs two 16-bit values into one 32-bit word (see unpack_pairs in
-    # gpulab.rnn.fused_forward). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved gates, and the state
+    # gpulab.triton_ops). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved gates, and the state
     # inputs (slot 0 dL/dh_t, slot 1 dL/dc_t (lstm), slot 2 the previous state the cell's backward needs: c_{t-1}
     # for the LSTM, h_{t-1} for the GRU, from the initial states at t = 0). Two tiles, not four: each costs one
     # layout round trip.
@@ -196,63 +193,13 @@ def fused_backward_kernel(
         else:  # elman
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
-        dh = direct + matmul(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
+        dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
         tl.store(dg_rows + t.to(tl.int64) * B * G_B * HD, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
     tl.store(ds0_rows, dh.to(ds0_ptr.dtype.element_ty), mask=mask)
     if FUNCTION == 0:
         tl.store(ds0_rows + s0_stride, dc.to(ds0_ptr.dtype.element_ty), mask=mask)
-
-
-PAD = 8  # h_{t-1} gets a column of ones and 7 of zeros: db comes out of the dR product, rows stay 16-byte aligned
-
-
-def previous_h_ones(out, states, time_major=False):
-    """[h_{t-1}, 1, 0 ...] for every step: [B, T, NH, DH + PAD] ([T, B, ...] if ``time_major``), h_{-1} = the initial
-    h. The column of ones makes ``dG^T @ it`` give db beside dR."""
-    _, B, T, NH, DH = out.shape
-    h = torch.zeros((T, B, NH, DH + PAD) if time_major else (B, T, NH, DH + PAD), dtype=out.dtype, device=out.device)
-    steps = h if time_major else h.transpose(0, 1)  # [T, B, ...] view either way
-    steps[0, :, :, :DH] = states[0, :, 0]
-    steps[1:, :, :, :DH] = out[0, :, :-1].transpose(0, 1)
-    h[..., DH] = 1
-    return h
-
-
-def _products(dg_rows, h_rows):
-    """sum over rows of dG^T [h, 1, 0...] per gate and head: [G_b, NH, DH, DH + PAD] in fp32 (column DH is db).
-
-    ``dg_rows`` [K, G_b, NH, DH] and ``h_rows`` [K, NH, DH + PAD] are views (K = the batch and time rows); per gate
-    one batched product over the heads reads dG where it lies (as a matrix per head, [DH, K] with leading
-    dimension G_b * NH * DH): no copy."""
-    K, G_b, NH, DH = dg_rows.shape
-    h = h_rows.transpose(0, 1)  # [NH, K, DH + PAD]
-    out = torch.empty(G_b, NH, DH, DH + PAD, dtype=dg_rows.dtype, device=dg_rows.device)
-    for g in range(G_b):
-        torch.bmm(dg_rows[:, g].permute(1, 2, 0), h, out=out[g])
-    return out.float()
-
-
-def _split(prod, fn, dtype):
-    """(dR, db) in ``dtype`` from :func:`_products`'s sums."""
-    DH = prod.shape[2]
-    return prod[fn.r_gates, :, :, :DH].to(dtype).contiguous(), prod[..., DH].to(dtype).contiguous()
-
-
-def parameter_grads(dG, out, states, function):
-    """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] (any strides with B*T mergeable), in dG's dtype.
-
-    dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: per gate one batched product over the heads with
-    K = B*T (fp32 accumulation), reading dG where it lies. The same product gives db: h_{t-1} carries an extra column
-    of ones, so column DH of the result is sum_{b,t} dG (no separate pass over dG). dWx = the input gates of dG.
-    """
-    fn = get_function(function)
-    B, T, G_b, NH, DH = dG.shape
-    h = previous_h_ones(out, states)
-    prod = _products(dG.reshape(B * T, G_b, NH, DH), h.view(B * T, NH, DH + PAD))
-    dR, db = _split(prod, fn, dG.dtype)
-    return dG[:, :, fn.w_gates], dR, db
 
 
 def _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, T0, T1, d_last):
@@ -333,10 +280,10 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
             side.wait_stream(main)  # this piece's dG is written
         with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
             rows = (t1 - t0) * B
-            prod += _products(dG_tm[t0:t1].view(rows, fn.gates_b, NH, DH), h[t0:t1].view(rows, NH, DH + PAD))
+            prod += gate_products(dG_tm[t0:t1].view(rows, fn.gates_b, NH, DH), h[t0:t1].view(rows, NH, DH + PAD))
     if cuda:
         main.wait_stream(side)
         for t in (dG_tm, prod, h):
             t.record_stream(side)
-    dR, db = _split(prod, fn, out.dtype)
+    dR, db = split_products(prod, fn, out.dtype)
     return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry

@@ -1,12 +1,18 @@
-"""Compile gpulab's fused RNN kernels for sm_90 without a GPU and count the instructions of their time loop.
+"""Compile the fused RNN kernels for sm_90 without a GPU and count the instructions of their time loop.
 
-Usage: python scripts/sass_probe.py [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
+    python -m gpulab.rnn.backends.fused.sass [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
 
 Triton compiles for a target it is told about (``GPUTarget("cuda", 90, 32)``) without a driver, and its bundled
 ``cuobjdump`` disassembles the cubin: so the SASS of a kernel's time loop (its instruction mix, barriers, loads and
 stores per step) can be read on a laptop, before any GPU time is spent. Numbers from here are instruction counts,
 not timings.
+
+A kernel can only be compiled if gpulab decided for compiled kernels when it was imported (no interpreter). On a
+machine without a GPU, :func:`main` (and :func:`run_offline`, which tests use) therefore runs the probe in a fresh
+Python process that tells gpulab a GPU is present before importing it; nothing is launched there.
 """
+
+from __future__ import annotations
 
 import argparse
 import collections
@@ -16,16 +22,24 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
 
-torch.cuda.is_available = lambda: True  # gpulab compiles its kernels (no interpreter); nothing is launched here
+from gpulab import runtime
+from gpulab.rnn.backends.fused.backward import fused_backward_kernel
+from gpulab.rnn.backends.fused.forward import fused_forward_kernel
+from gpulab.rnn.tiling import fused_tiling
 
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+__all__ = ["compile_kernel", "forward", "backward", "loop_stats", "report", "main", "run_offline", "kwidths"]
 
-from gpulab.rnn import fused_backward, fused_forward  # noqa: E402
-from gpulab.rnn.tiling import fused_tiling  # noqa: E402
+# Run in the fresh process: claim a GPU before gpulab decides (kernels are compiled, never launched), then probe.
+_BOOTSTRAP = (
+    "import sys, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.rnn.backends.fused import sass; sys.exit(sass.main(sys.argv[1:]))"
+)
 
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
@@ -51,7 +65,7 @@ def forward(dh, warps, save_gates, dtype="bf16", **extra):
                  PRECISION="ieee")  # fmt: skip
     const.update(extra)
     sig.update({k: "constexpr" for k in const})
-    return compile_kernel(fused_forward.fused_forward_kernel, sig, const, warps)
+    return compile_kernel(fused_forward_kernel, sig, const, warps)
 
 
 def backward(dh, warps, dtype="bf16", **extra):
@@ -64,14 +78,20 @@ def backward(dh, warps, dtype="bf16", **extra):
                  PRECISION="ieee")  # fmt: skip
     const.update(extra)
     sig.update({k: "constexpr" for k in const})
-    return compile_kernel(fused_backward.fused_backward_kernel, sig, const, warps)
+    return compile_kernel(fused_backward_kernel, sig, const, warps)
+
+
+def _cuobjdump(flag, cubin) -> str:
+    return subprocess.run([str(BIN / "cuobjdump"), flag, str(cubin)], capture_output=True, text=True).stdout
 
 
 def loop_stats(kernel, name, dump=None):
     """Disassemble; find the longest backward branch (the time loop) and count its instructions by opcode."""
-    cubin = pathlib.Path("/tmp") / f"gpulab_{name}.cubin"
-    cubin.write_bytes(kernel.asm["cubin"])
-    sass = subprocess.run([str(BIN / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = pathlib.Path(tmp, f"gpulab_{name}.cubin")
+        cubin.write_bytes(kernel.asm["cubin"])
+        sass = _cuobjdump("-sass", cubin)
+        res = _cuobjdump("-res-usage", cubin)
     ins = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)
     addr = [(int(a, 16), text.strip()) for a, text in ins]
     loops = []
@@ -87,7 +107,6 @@ def loop_stats(kernel, name, dump=None):
         for key in ("ttgir", "ptx"):
             pathlib.Path(dump, f"{name}.{key}").write_text(kernel.asm[key])
         pathlib.Path(dump, f"{name}.loop.sass").write_text("\n".join(body) + "\n")
-    res = subprocess.run([str(BIN / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     regs = re.search(r"REG:(\d+)", res)
     return body, ops, int(regs.group(1)) if regs else -1
 
@@ -104,7 +123,27 @@ def report(kernel, name, dump=None):
     print("  " + ", ".join(f"{o} {c}" for o, c in ops.most_common(14)))
 
 
+def run_offline(argv, cwd=None, timeout=600) -> subprocess.CompletedProcess:
+    """Run ``main(argv)`` in a fresh Python process that compiles kernels (see the module docstring); returns the
+    finished process (its stdout holds the report)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
+    root = str(pathlib.Path(__file__).resolve().parents[4])  # the directory that holds the gpulab package
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-c", _BOOTSTRAP, *map(str, argv)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or root, env=env, timeout=timeout)
+
+
+def kwidths(ttgir: str) -> list[tuple[str, str]]:
+    """(operand index, kWidth) of every tensor-core operand layout in a TTGIR listing."""
+    return re.findall(r"dot_op<\{opIdx = (\d), parent = #mma\d*, kWidth = (\d+)\}>", ttgir)
+
+
 def main(argv=None):
+    if runtime.INTERPRET:  # kernels were defined for the interpreter: compile them in a process that does not
+        done = run_offline(sys.argv[1:] if argv is None else argv)
+        print(done.stdout, end="")
+        print(done.stderr, end="", file=sys.stderr)
+        return done.returncode
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both"))
     p.add_argument("--save-gates", action="store_true")
@@ -127,6 +166,7 @@ def main(argv=None):
     if a.which in ("backward", "both"):
         w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="backward").num_warps
         report(backward(a.dh, w, a.dtype, **extra), f"backward_dh{a.dh}_w{w}{tag}", a.dump)
+    return 0
 
 
 if __name__ == "__main__":

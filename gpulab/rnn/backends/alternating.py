@@ -13,21 +13,20 @@ launch cost mostly disappears; what remains is the round trip of h through memor
 Backward, per step in reverse: one pointwise-backward kernel (:func:`pointwise_backward_kernel`: dG_t from the
 saved pre-activations, dh_t and dc) and one batched product ``dh_{t-1} = dG_t @ R`` over heads. dR is not built per
 step: like the fused backend, dG of all steps is kept and dR = sum_t dG_t^T h_{t-1} is one big product at the end
-(:func:`gpulab.rnn.fused_backward.parameter_grads`).
+(:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`).
 """
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from gpulab import runtime
-
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.autograd import TritonRNN  # noqa: E402
-from gpulab.rnn.cells import (  # noqa: E402
+from gpulab.check import new_output
+from gpulab.rnn.backends.autograd import TritonRNN
+from gpulab.rnn.backends.parameter_grads import parameter_grads
+from gpulab.rnn.cells import (
     elman_cell,
     elman_cell_backward,
     gru_cell,
@@ -35,8 +34,7 @@ from gpulab.rnn.cells import (  # noqa: E402
     lstm_cell,
     lstm_cell_backward,
 )
-from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.fused_backward import parameter_grads  # noqa: E402
+from gpulab.rnn.functions import get_function
 
 __all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "alternating_forward", "alternating_rnn_gradients"]
 
@@ -238,7 +236,7 @@ def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm", d_la
 
 def alternating_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=None):
     """The whole backward: the reverse step loop, then dR and db as one batched product per gate
-    (:func:`gpulab.rnn.fused_backward.parameter_grads`): ``(dWx, dR, db, d_states)``."""
+    (:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`): ``(dWx, dR, db, d_states)``."""
     dG, ds0 = alternating_rnn_backward(d_out, gates, out, states, R, function, d_last)
     return (*parameter_grads(dG, out, states, function), ds0)
 

@@ -1,14 +1,12 @@
 """Exercise 5's graders (gpulab.course.grading_rnn): they pass correct answers and name the usual mistakes."""
 
 import pytest
+import triton
+import triton.language as tl
 
-from gpulab import runtime  # noqa: F401  first: interpreter mode before any kernel is defined
 from gpulab.course import grading_rnn as grading
 from gpulab.rnn import cells
 from gpulab.rnn.cells import lstm_cell
-
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
 
 
 @triton.jit

@@ -1,10 +1,10 @@
-"""The LSTM cell (gpulab.rnn.cells) and reading nn.LSTM weights (gpulab.rnn.from_torch_lstm)."""
+"""The recurrent cells (gpulab.rnn.cells): the fused LSTM pointwise kernel against its reference and twin."""
 
 import pytest
 import torch
 
 from gpulab import check, runtime
-from gpulab.rnn import LSTMWeights, cells, from_torch_lstm
+from gpulab.rnn import cells
 
 
 @pytest.mark.parametrize("n, nh, dh", [(1, 1, 1), (3, 1, 100), (5, 2, 7), (2, 1, 257), (4, 3, 33)])
@@ -70,28 +70,3 @@ def test_pointwise_validation():
     if not runtime.on_gpu():
         with pytest.raises(ValueError, match="bfloat16"):
             cells.lstm_pointwise(g.bfloat16(), c)
-
-
-@pytest.mark.parametrize("batch_first", [False, True])
-@pytest.mark.parametrize("bias", [True, False])
-def test_from_torch_lstm_layouts(batch_first, bias):
-    m = torch.nn.LSTM(5, 7, num_layers=3, batch_first=batch_first, bias=bias)
-    w = from_torch_lstm(m)
-    assert isinstance(w, LSTMWeights) and w.batch_first == batch_first
-    assert (w.input_size, w.hidden_size, w.num_layers) == (5, 7, 3)
-    assert [tuple(t.shape) for t in w.w_ih] == [(28, 5), (28, 7), (28, 7)]
-    assert all(tuple(t.shape) == (28, 7) for t in w.w_hh) and all(tuple(b.shape) == (28,) for b in w.bias)
-    assert torch.equal(w.w_ih[1], m.weight_ih_l1.detach()) and torch.equal(w.w_hh[2], m.weight_hh_l2.detach())
-    want = (m.bias_ih_l0 + m.bias_hh_l0).detach() if bias else torch.zeros(28)
-    check.assert_close(w.bias[0], want.double(), rtol=1e-6)
-    half = w.to(dtype=torch.float16)
-    assert half.dtype == torch.float16 and half.cache == {}
-
-
-def test_from_torch_lstm_rejects():
-    with pytest.raises(ValueError, match="module must be a torch.nn.LSTM"):
-        from_torch_lstm(torch.nn.GRU(4, 4))
-    with pytest.raises(ValueError, match="bidirectional"):
-        from_torch_lstm(torch.nn.LSTM(4, 4, bidirectional=True))
-    with pytest.raises(ValueError, match="proj_size"):
-        from_torch_lstm(torch.nn.LSTM(4, 8, proj_size=2))

@@ -4,8 +4,8 @@ Forward: the backend's forward loop, saving what its backward needs of the gates
 needed. Backward: the backend's reverse-time loop writes the gate gradients dG (it reads the incoming gradients as
 they are; dL/d(last states) is its initial carried gradient), then the parameter gradients that need no recurrence:
 dR as one batched product per gate (which also gives db), dWx = dG
-(:func:`gpulab.rnn.fused_backward.parameter_grads`). Saved for the backward: R, the initial states, the outputs and
-the gates; no per-step intermediates.
+(:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`). Saved for the backward: R, the initial states, the
+outputs and the gates; no per-step intermediates.
 """
 
 from __future__ import annotations

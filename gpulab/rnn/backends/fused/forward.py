@@ -18,21 +18,21 @@ What you will learn:
     tiles beat many small ones. The gates come apart again with ``reshape``/``permute``/``split``, which costs
     nothing: in the tensor cores' output layout a thread already holds all G gates of its units.
   * *prefetch two steps ahead, for real*: the load of Wx_{t+2} is issued at step t, right after Wx_t was moved into
-    the product's layout (its registers are free from then on; 0.70 -> 0.67 ms against issuing it after the
-    product), so memory latency (about one step) never stalls the chain. Two details decide whether the compiled
+    the product's layout (its registers are free from then on, which beat issuing it after the product), so
+    memory latency (about one step) never stalls the chain. Two details decide whether the compiled
     loop actually waits: (1) the loop is unrolled by two and each step of a pair loads into its *own* variable:
     written as a rotation (``x = x_next; x_next = x_after; x_after = load(...)``) the back edge copies the fresh
     registers and the copy waits for the load in the step that issued it; (2) 16-bit data is loaded and carried as
     32-bit words (two values each, :func:`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded
-    word in halves in the step of the load, with the same wait. Measured with Nsight Compute's stall sampling on
-    the H100 (B = 16, DH = 64, bf16): that one wait was 23% of the forward's stall samples; removing it took the
-    forward from 0.90 to 0.78 ms;
+    word in halves in the step of the load, with the same wait. Nsight Compute's stall sampling on the H100 found
+    that one wait among the forward's largest stalls (``scripts/rnn_ncu.sh``; the timings are in lesson 5's
+    records);
   * *one-instruction activations* for 16-bit dtypes on the GPU: ``tanh.approx.f32`` (and sigmoid(x) =
-    (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division, ten special-function instructions per unit down to
-    five. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
+    (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division: five special-function instructions per unit instead
+    of ten. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
     cells of :mod:`gpulab.rnn.cells`. The 1/2 inside the sigmoid is folded into R, Wx and b once
-    (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (565 instead of
-    614 instructions per warp and pair of steps at DH = 64). A tempting further step does not pay:
+    (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (count the loop's
+    instructions with :mod:`gpulab.rnn.backends.fused.sass`). A tempting further step does not pay:
     ``tanh.approx.f16x2`` (two values per instruction) compiles to two special-function instructions on sm_90.
 
 - **Write only what the backward needs.** Besides the outputs (all states), when a gradient is needed G_b values per
@@ -56,122 +56,27 @@ reach a real one.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from gpulab import runtime
+from gpulab.check import new_output
+from gpulab.rnn.backends.fused.tiles import (
+    cell_tanh,
+    fast_activations,
+    gate_columns,
+    gate_scale,
+    join_gates,
+    load_r,
+    lstm_activations_approx,
+    split_gates,
+)
+from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.tiling import fused_tiling
+from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
-import triton  # isort: skip
-import triton.language as tl  # isort: skip
-
-from gpulab.rnn.api import new_output  # noqa: E402
-from gpulab.rnn.cells import _tanh, elman_cell, gru_cell, lstm_activations  # noqa: E402
-from gpulab.rnn.functions import get_function  # noqa: E402
-from gpulab.rnn.tiling import fused_tiling  # noqa: E402
-from gpulab.triton_ops import dot_operand, loaded_f32, tanh_approx, unpack_pairs, word_pointer  # noqa: E402, F401
-
-__all__ = [
-    "fused_forward_kernel",
-    "dot_operand",
-    "fused_rnn_forward",
-    "matmul",
-    "load_r",
-    "gate_columns",
-    "split_gates",
-    "fast_activations",
-    "saved_dtype",
-]
-
-
-def fast_activations(dtype) -> bool:
-    """Whether the fused kernels use one-instruction activations: 16-bit (bf16) compute on a GPU only."""
-    return not runtime.INTERPRET and runtime.as_dtype(dtype) == torch.bfloat16
-
-
-@triton.jit
-def matmul(a, b, IS_FP32: tl.constexpr, PRECISION: tl.constexpr):
-    """a @ b accumulated in fp32; fp32 operands in ``PRECISION`` ('ieee' unless tf32 is allowed)."""
-    if IS_FP32:
-        return tl.dot(a, b, input_precision=PRECISION)
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
-def gate_columns(G: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Column index of a [*, G * BLOCK_D] gate tile split into (gate slot, unit): slot = col // BLOCK_D."""
-    col = tl.arange(0, G * BLOCK_D)
-    return col // BLOCK_D, col % BLOCK_D
-
-
-@triton.jit
-def load_r(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, G_R: tl.constexpr, G: tl.constexpr,
-           TRANSPOSED: tl.constexpr):  # fmt: skip
-    """Head n's R [G_R, DH, DH] as one tile, gate slots side by side (slots >= G_R and padding are zero).
-
-    TRANSPOSED (the forward): R_all^T [BLOCK_D, G * BLOCK_D], element [k, g * BLOCK_D + j] = R[g, n, j, k], so that
-    ``h @ R_all^T`` gives all gates at once. Else (the backward): R_all [G * BLOCK_D, BLOCK_D], element
-    [g * BLOCK_D + j, k] = R[g, n, j, k], so that ``dG_all @ R_all`` sums dG_g @ R_g over the gates.
-    """
-    slot, j = gate_columns(G, BLOCK_D)
-    k = tl.arange(0, BLOCK_D)
-    row = r_ptr + slot * NH * DH * DH + n * DH * DH + j * DH  # start of row j of R[slot, n]
-    ok = (slot < G_R) & (j < DH)
-    if TRANSPOSED:
-        return tl.load(row[None, :] + k[:, None], mask=ok[None, :] & (k < DH)[:, None], other=0.0)
-    else:
-        return tl.load(row[:, None] + k[None, :], mask=ok[:, None] & (k < DH)[None, :], other=0.0)
-
-
-@triton.jit
-def split_gates(x, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
-    """[BLOCK_B, G * BLOCK_D] -> G tiles [BLOCK_B, BLOCK_D] (G = 4; for G = 1 the tile four times)."""
-    if G == 1:
-        return x, x, x, x
-    else:
-        x = tl.permute(tl.reshape(x, [BLOCK_B, 2, 2, BLOCK_D]), (0, 3, 1, 2))  # [b, j, a, c]: gate slot 2a + c
-        x02, x13 = tl.split(x)
-        x0, x2 = tl.split(x02)
-        x1, x3 = tl.split(x13)
-        return x0, x1, x2, x3
-
-
-@triton.jit
-def join_gates(x0, x1, x2, x3, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, G: tl.constexpr):
-    """The inverse of :func:`split_gates`: G tiles [BLOCK_B, BLOCK_D] -> [BLOCK_B, G * BLOCK_D]."""
-    if G == 1:
-        return x0
-    else:
-        x = tl.join(tl.join(x0, x2), tl.join(x1, x3))  # [b, j, a, c]
-        return tl.reshape(tl.permute(x, (0, 2, 3, 1)), [BLOCK_B, G * BLOCK_D])
-
-
-@triton.jit
-def gate_scale(slot, FAST: tl.constexpr, FUNCTION: tl.constexpr):
-    """Per all-gates column: 1/2 for the LSTM's sigmoid gates (slots 0, 1, 3) when FAST, else 1.
-
-    sigmoid(x) = 1/2 + tanh(x / 2) / 2: the kernels fold the 1/2 *inside* into R, Wx and b once (exact: a power
-    of two), so the fast cell takes the sigmoid gates' pre-activations already halved and saves a multiply per
-    gate and step. The gates saved for the backward are the halved ones (the backward's fast cell expects them).
-    """
-    if FAST and FUNCTION == 0:
-        return tl.where(slot == 2, 1.0, 0.5)
-    else:
-        return tl.full(slot.shape, 1.0, tl.float32)
-
-
-@triton.jit
-def lstm_activations_approx(i2, f2, z, o2):
-    """:func:`gpulab.rnn.cells.lstm_activations` with sigmoid(x) = 0.5 + 0.5 tanh(x / 2) and tanh in one instruction
-    each; the sigmoid gates' pre-activations arrive halved (i2 = i / 2, see :func:`gate_scale`)."""
-    return 0.5 + 0.5 * tanh_approx(i2), 0.5 + 0.5 * tanh_approx(f2), tanh_approx(z), 0.5 + 0.5 * tanh_approx(o2)
-
-
-@triton.jit
-def cell_tanh(x, FAST: tl.constexpr):
-    """tanh in one instruction (FAST: 16-bit dtypes on the GPU) or exactly (:mod:`gpulab.rnn.cells`)."""
-    if FAST:
-        return tanh_approx(x)
-    else:
-        return _tanh(x)
+__all__ = ["fused_forward_kernel", "fused_rnn_forward", "saved_dtype"]
 
 
 @triton.jit
@@ -184,7 +89,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     """Step t: (h_t, c_t) from (h_{t-1}, c_{t-1}) and x = Wx_t (as loaded: P = 2 packs 16-bit pairs in 32-bit
     words); stores h_t, c_t (and the gates), and returns them with the load of Wx at step ``t_load``, issued as soon
     as x is used (so that the load lands in x's registers): at DH <= 64 once x is in the product's layout, at
-    DH 128 (255 registers, where the early load made the compiler pad the loop: 1.73 instead of 1.61 ms in a probe)
+    DH 128 (at the 255-register cap, where the early load made the compiler pad the loop and the step slower)
     after the product."""
     xf = loaded_f32(x, r_ptr.dtype.element_ty, P, BLOCK_B, G * BLOCK_D)
     # the recurrent product, all gates at once: the only part of a step that mixes units
@@ -193,7 +98,7 @@ def _forward_step(t, h, c, x, t_load, rt, scale, bias, wx_rows, wx_mask, out_row
     xs = xf * scale + bias
     if BLOCK_D <= 64:  # x's registers are free once x is converted: load the input of step t_load into them now
         x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
-    pre = matmul(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + xs
+    pre = dot(h.to(r_ptr.dtype.element_ty), rt, IS_FP32, PRECISION) + xs
     if BLOCK_D > 64:  # at DH 128 the kernel is at the 255-register cap: loading after the product costs less
         x = tl.load(wx_rows + t_load * G_W * HDP, mask=wx_mask, other=0)
     g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_D, G)

@@ -1,0 +1,45 @@
+"""The ``fused`` backend: :mod:`.forward` and :mod:`.backward` as one autograd op
+(:class:`gpulab.rnn.backends.autograd.TritonRNN`).
+
+- :mod:`.tiles`: the ``@triton.jit`` tiles and cell variants both kernels use (R as one all-gates tile, gate
+  split/join, fast activations);
+- :mod:`.forward`: one persistent kernel (R on chip, the time loop inside), saving the gates (LSTM: activations)
+  only when a gradient will be needed;
+- :mod:`.backward`: one reverse-time persistent kernel writing dG (it reads the incoming gradients as they are:
+  dL/d(last states) is its initial carried gradient, no copy or zero-fill), with dR and db (one batched product per
+  gate, :mod:`gpulab.rnn.backends.parameter_grads`) computed on a second stream beside it, piece by piece in time,
+  on the SMs it leaves idle (:func:`.backward.fused_rnn_gradients`); dWx = dG;
+- :mod:`.sass`: compile both kernels for sm_90 without a GPU and count the instructions of their time loops.
+
+The tile, warps and whether the kernels fit at all come from :func:`gpulab.rnn.tiling.fused_tiling` (a ValueError
+says why not and suggests ``backend='alternating'``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from gpulab.rnn.backends.autograd import TritonRNN
+from gpulab.rnn.backends.fused import backward, forward, tiles
+from gpulab.rnn.backends.fused.backward import fused_rnn_gradients
+from gpulab.rnn.backends.fused.forward import fused_rnn_forward
+from gpulab.rnn.tiling import fused_tiling
+
+__all__ = ["fused_forward", "forward", "backward", "tiles"]
+
+
+def fused_forward(Wx, R, b, states, function="lstm"):
+    """The ``fused`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype).
+
+    Checks first that both kernels fit (:mod:`gpulab.rnn.tiling`) so an unsupported size fails before any work.
+    """
+    B, _, _, NH, DH = Wx.shape
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
+    fwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="forward")
+    bwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="backward") if training else None
+    # the chosen tiles go to the launches: the tile chooser runs once per call, not once more per kernel
+    run_forward = functools.partial(fused_rnn_forward, tiling=fwd)
+    run_backward = functools.partial(fused_rnn_gradients, tiling=bwd)
+    return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)

@@ -1,0 +1,240 @@
+"""Lesson 3's measurement (`python -m gpulab bench 03`): every ladder step, eager and graphed, beside cuDNN.
+
+Each implementation is checked against ``nn.LSTM`` run in float64 on the same weights before it is timed; the table
+(:func:`ladder_table`) and the targets (:func:`targets`) read the records; :mod:`gpulab.rnn.ladder.plot` draws them.
+The problem is the article's (:data:`ARTICLE`) on a GPU and a tiny one in the interpreter (:func:`problem`).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import torch
+
+from gpulab import bench, check, roofline, runtime
+from gpulab.bench import capture, no_tf32
+from gpulab.rnn.ladder.plot import find, plot_ladder, result_dtypes, short_dtype
+from gpulab.rnn.ladder.steps import BEYOND_ARTICLE, STEPS, run_step
+from gpulab.rnn.weights import from_torch_lstm
+
+__all__ = [
+    "ARTICLE",
+    "ARTICLE_M40",
+    "problem",
+    "make_problem",
+    "check_outputs",
+    "benchmark",
+    "ladder_table",
+    "targets",
+    "best_by_dtype",
+    "math_floor_ms",
+]
+
+ARTICLE = {"layers": 4, "hidden": 512, "batch": 64, "seq": 100}
+"""The article's problem: 4 layers, hidden (= input) 512, minibatch 64, sequence 100, forward only."""
+
+ARTICLE_M40 = {"step 0 GFLOP/s": 349, "best GFLOP/s": 3898, "speed-up": 11.1}
+"""The article's own numbers on a 2016 Tesla M40 (fp32)."""
+
+
+def problem():
+    """The problem size for this mode: the article's on a GPU, a tiny one for the CPU interpreter."""
+    return runtime.pick(cpu={"layers": 2, "hidden": 16, "batch": 3, "seq": 4}, gpu=dict(ARTICLE))
+
+
+def make_problem(dtype=torch.float32, layers=None, hidden=None, batch=None, seq=None, input_size=None, seed=0):
+    """(module, weights, x): a seeded ``nn.LSTM`` in ``dtype`` on gpulab's device (flattened for cuDNN), its
+    :class:`LSTMWeights` and a random input [T, B, I]."""
+    p = problem()
+    size = lambda name, v, default: default if v is None else runtime.positive_int(name, v)  # 0 is refused
+    layers, hidden = size("layers", layers, p["layers"]), size("hidden", hidden, p["hidden"])
+    batch, seq = size("batch", batch, p["batch"]), size("seq", seq, p["seq"])
+    input_size = size("input_size", input_size, hidden)
+    dtype = runtime.as_dtype(dtype)
+    torch.manual_seed(seed)
+    module = torch.nn.LSTM(input_size, hidden, num_layers=layers).to(runtime.device, dtype).eval()
+    if runtime.on_gpu():
+        module.flatten_parameters()
+    x = check.random_tensor(seq, batch, input_size, dtype=dtype, seed=seed + 1)
+    return module, from_torch_lstm(module), x
+
+
+def check_outputs(out, ref, dtype, context):
+    """Assert that a step's ``(y, (h_n, c_n))`` match the reference's (:func:`gpulab.check.assert_close`)."""
+    y, (h, c) = out
+    y_r, (h_r, c_r) = ref
+    check.assert_close(y, y_r, dtype=dtype, name="y", context=context)
+    check.assert_close(h, h_r, dtype=dtype, name="h_n", context=context)
+    check.assert_close(c, c_r, dtype=dtype, name="c_n", context=context)
+
+
+def benchmark(progress=None, dtypes=None, steps=None):
+    """`python -m gpulab bench 03`: every step, eager and graphed, and cuDNN, in fp32 (no TF32), fp16, bf16.
+
+    Each implementation is checked against ``nn.LSTM`` run in float64 on the same weights before it is timed
+    (``params['check']``: 'ok', or the failure). Records: params ``step`` (0-7 or 'cuDNN'), ``mode`` ('eager' or
+    'graph'), ``speedup`` over step 0 in the same dtype and mode, ``vs_cudnn`` (cuDNN eager ms / this ms: above 1
+    is faster than cuDNN), ``beyond`` (not in the article). Returns (results, bar chart figure).
+    """
+    import matplotlib  # deferred: heavy, and only the benchmark draws
+
+    if "ipykernel" not in sys.modules:  # headless from the command line; a notebook keeps its inline backend
+        matplotlib.use("Agg")
+    p = problem()
+    if dtypes is None:
+        dtypes = runtime.pick(cpu=[torch.float32, torch.float16], gpu=[torch.float32, torch.float16, torch.bfloat16])
+    steps = sorted(STEPS) if steps is None else [runtime.one_of("steps' item", n, sorted(STEPS)) for n in steps]
+    dtypes = [runtime.as_dtype(dt, "dtypes' item") for dt in dtypes]
+    results = []
+    jobs = [(dt, n) for dt in dtypes for n in steps + ["cuDNN"]]
+    refs = {}
+    for dtype, n in progress(jobs) if progress else jobs:
+        with no_tf32():
+            if dtype not in refs:
+                module, weights, x = make_problem(dtype)
+                ref64 = copy.deepcopy(module).double()
+                with torch.no_grad():
+                    refs[dtype] = (module, weights, x, ref64(x.double()))
+                del ref64
+            module, weights, x, ref = refs[dtype]
+            results += _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline)
+        if runtime.on_gpu():
+            torch.cuda.empty_cache()
+    _annotate(results)
+    print(ladder_table(results))
+    for line in targets(results):
+        print(line)
+    return results, plot_ladder(results)
+
+
+def _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline):
+    cost = roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype, layers=p["layers"])
+    if n == "cuDNN":
+        fn, case = (lambda: module(x)), "cuDNN (nn.LSTM)"
+    else:
+        fn, case = (lambda: run_step(n, x, weights)), f"step {n}: {STEPS[n][0]}"
+    short, out = short_dtype(dtype), []
+    slow = n in (0, 1, 2)  # ~100 ms per eager call at full size: few repetitions
+    for mode in ("eager", "graph"):
+        call, status = fn, "ok"
+        if mode == "graph":
+            if not runtime.on_gpu():
+                continue  # graphs: n/a on CPU
+            try:
+                with torch.no_grad():
+                    call = capture(fn)
+            except Exception as exc:  # noqa: BLE001 - e.g. a library that cannot be captured: record, go on
+                print(f"{case} [{short}]: graph capture failed ({type(exc).__name__}: {exc}); graphed: n/a")
+                continue
+        try:
+            with torch.no_grad():
+                check_outputs(call(), ref, dtype, f"{case}, {short}, {mode}")
+        except AssertionError as exc:
+            status = f"FAILED: {str(exc).splitlines()[0]}"
+            print(f"{case} [{short}, {mode}]: check {status}")
+        with torch.no_grad():
+            r = bench.measure(
+                call,
+                lesson="03",
+                case=case,
+                flops=cost.flops,
+                bytes=cost.bytes,
+                dtype=dtype,
+                shape=[p["layers"], p["seq"], p["batch"], p["hidden"]],
+                warmup_ms=runtime.pick(cpu=0, gpu=10 if slow and mode == "eager" else 25),
+                rep_ms=runtime.pick(cpu=1, gpu=300 if slow and mode == "eager" else 150),
+                step=n if n == "cuDNN" else int(n),
+                mode=mode,
+                check=status,
+                beyond=n in BEYOND_ARTICLE,
+                interpreter=not runtime.on_gpu(),
+            )
+        out.append(r)
+        del call
+    return out
+
+
+def _annotate(results):
+    """speedup (over step 0, same dtype and mode) and vs_cudnn (cuDNN eager ms / ms) on every record."""
+    for r in results:
+        base = find(results, r.dtype, 0, r.params["mode"])
+        cudnn = find(results, r.dtype, "cuDNN", "eager")
+        r.params["speedup"] = base.ms / r.ms if base else None
+        r.params["vs_cudnn"] = cudnn.ms / r.ms if cudnn else None
+
+
+def ladder_table(results) -> str:
+    """The ladder as text, one block per dtype: eager and graphed ms, TFLOP/s, speed-up over step 0, vs cuDNN."""
+    lines = []
+    for dt in result_dtypes(results):
+        rs = [r for r in results if r.dtype == dt]
+        where = rs[0].device + (" (interpreter: not GPU numbers)" if rs[0].params.get("interpreter") else "")
+        lines.append(f"{short_dtype(dt)} on {where}")
+        head = f"{'step':>5s}  {'what':56s} {'eager ms':>9s} {'graph ms':>9s} {'TFLOP/s':>8s}"
+        head += f" {'x step 0':>9s} {'vs cuDNN':>9s}"
+        lines += [head, "-" * len(head)]
+        steps = list(dict.fromkeys(r.params["step"] for r in rs))
+        for s in steps:
+            e, g = find(rs, dt, s, "eager"), find(rs, dt, s, "graph")
+            best = min([r for r in (e, g) if r], key=lambda r: r.ms)
+            what = "cuDNN (torch.nn.LSTM, flattened)" if s == "cuDNN" else STEPS[s][0]
+            bad = any(r and r.params.get("check", "ok") != "ok" for r in (e, g))
+            what = (what + " [CHECK FAILED]") if bad else what
+            sp = best.params.get("speedup")
+            vs = best.params.get("vs_cudnn")
+            lines.append(
+                f"{s!s:>5s}  {what[:56]:56s} {_ms(e):>9s} {_ms(g):>9s} {best.tflops:8.3g} "
+                f"{'-' if sp is None else f'{sp:8.1f}x':>9s} {'-' if vs is None else f'{vs:8.2f}x':>9s}"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _ms(r):
+    if r is None:
+        return "n/a"
+    return f"{r.ms:.3g}" if r.ms < 100 else f"{r.ms:.0f}"
+
+
+def targets(results) -> list[str]:
+    """Per dtype: is the best step (any mode) at least as fast as cuDNN (eager, as the issue measured it)?"""
+    out = []
+    for dt in result_dtypes(results):
+        rs = [r for r in results if r.dtype == dt]
+        steps = [r for r in rs if r.params["step"] != "cuDNN" and r.params.get("check", "ok") == "ok"]
+        cud = [r for r in rs if r.params["step"] == "cuDNN"]
+        if not steps or not cud:
+            continue
+        best = min(steps, key=lambda r: r.ms)
+        eager = find(rs, dt, "cuDNN", "eager") or min(cud, key=lambda r: r.ms)
+        fastest = min(cud, key=lambda r: r.ms)
+        met = best.ms <= eager.ms
+        out.append(
+            f"target {short_dtype(dt)}: best step {best.params['step']} ({best.params['mode']}) {best.ms:.3g} ms vs "
+            f"cuDNN {eager.ms:.3g} ms (eager; fastest cuDNN {fastest.ms:.3g} ms, {fastest.params['mode']}): "
+            f"{'MET' if met else 'not met'}"
+            + (" [interpreter: not GPU numbers]" if rs[0].params.get("interpreter") else "")
+        )
+    return out
+
+
+def best_by_dtype(results) -> dict:
+    """dtype -> (best step record, cuDNN eager record), for the notebook's conclusions."""
+    out = {}
+    for dt in result_dtypes(results):
+        rs = [r for r in results if r.dtype == dt]
+        steps = [r for r in rs if r.params["step"] != "cuDNN"]
+        if steps:
+            out[dt] = (min(steps, key=lambda r: r.ms), find(rs, dt, "cuDNN", "eager"))
+    return out
+
+
+def math_floor_ms(dtype, ceilings=None) -> float | None:
+    """The article problem's FLOPs at the compute roof of ``dtype``: the time no implementation can beat."""
+    p = dict(ARTICLE)
+    cost = roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype, layers=p["layers"])
+    c = roofline.ceilings(ceilings) if ceilings is not None and not isinstance(ceilings, roofline.Ceilings) else None
+    c = c or (ceilings if isinstance(ceilings, roofline.Ceilings) else roofline.ceilings())
+    peak = c.compute(cost.compute)
+    return cost.flops / (peak * 1e12) * 1e3 if peak else None

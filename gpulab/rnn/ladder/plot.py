@@ -1,0 +1,75 @@
+"""Lesson 3's figures: the ladder as bars per dtype (eager and graphed, cuDNN as the reference line), and the steps
+on lesson 1's roofline. Both read the records of :func:`gpulab.rnn.ladder.benchmark.benchmark`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpulab import roofline
+from gpulab.rnn.ladder.steps import BEYOND_ARTICLE
+
+__all__ = ["plot_ladder", "plot_roofline", "short_dtype", "find", "result_dtypes"]
+
+
+def short_dtype(dtype) -> str:
+    """fp32, fp16, bf16 for a dtype or its name."""
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(dtype).replace("torch.", ""), "?")
+
+
+def find(results, dtype, step, mode):
+    for r in results:
+        if r.dtype == dtype and r.params.get("step") == step and r.params.get("mode") == mode:
+            return r
+    return None
+
+
+def result_dtypes(results):
+    return list(dict.fromkeys(r.dtype for r in results))
+
+
+def plot_ladder(results, metric="tflops"):
+    """Bar chart, one panel per dtype: eager and graphed bars per step, cuDNN in grey as the reference."""
+    import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
+
+    dts = result_dtypes(results)
+    fig, axes = plt.subplots(1, len(dts), figsize=(5.2 * len(dts), 3.8), squeeze=False)
+    for ax, dt in zip(axes[0], dts):
+        rs = [r for r in results if r.dtype == dt]
+        steps = list(dict.fromkeys(r.params["step"] for r in rs))
+        for mode, color, dx in (("eager", "C0", -0.2), ("graph", "C1", 0.2)):
+            for i, s in enumerate(steps):
+                r = find(rs, dt, s, mode)
+                if r is None:
+                    continue
+                c = ("0.75" if mode == "eager" else "0.45") if s == "cuDNN" else color
+                ax.bar(i + dx, getattr(r, metric) or 0.0, width=0.4, color=c, label=mode if i == 0 else None)
+        cud = [r for r in rs if r.params["step"] == "cuDNN"]
+        if cud:
+            best = max(cud, key=lambda r: getattr(r, metric) or 0.0)
+            ax.axhline(getattr(best, metric) or 0.0, color="0.4", ls="--", lw=1, label="cuDNN (best mode)")
+        ax.set_xticks(range(len(steps)), [str(s) if s != "cuDNN" else "cuDNN" for s in steps])
+        ax.set_xlabel(f"step ({', '.join(map(str, BEYOND_ARTICLE))}: beyond the article)")
+        ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms"}.get(metric, metric))
+        where = "interpreter, not GPU numbers" if rs[0].params.get("interpreter") else rs[0].device
+        ax.set_title(f"{short_dtype(dt)}: LSTM L=4 H=512 B=64 T=100" if not rs[0].params.get("interpreter") else
+                     f"{short_dtype(dt)} ({where})", fontsize=9)  # fmt: skip
+        if metric == "ms":
+            ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_roofline(results, dtype="float16", mode="graph", ceilings=None, ax=None):
+    """Place each step (and cuDNN) of one dtype and mode on the lesson 1 roofline (:func:`gpulab.roofline.plot`).
+
+    The bytes are the per-step model (weights read at every cell), so the intensity is the same for every step:
+    the steps differ only in height, how close they get to the roof.
+    """
+    dtype = str(dtype).replace("torch.", "")
+    picked = [
+        dataclasses.replace(r, case=f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN")
+        for r in results
+        if r.dtype == dtype and r.params.get("mode") == mode
+    ]
+    return roofline.plot(picked, ceilings, ax=ax, title=f"LSTM ladder on the roofline ({short_dtype(dtype)}, {mode})")

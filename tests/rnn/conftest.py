@@ -1,0 +1,63 @@
+"""Shared builders of the rnn tests: flashrnn inputs in the package's layouts, and one forward+backward check of a
+backend against the float64 vanilla reference."""
+
+import pytest
+import torch
+
+from gpulab import check, rnn, runtime
+
+COUNTS = {"lstm": (4, 4, 4, 2), "gru": (3, 3, 4, 1), "elman": (1, 1, 1, 1)}  # G_w, G_r, G_b, S (flashrnn's)
+GRAD_NAMES = ["states", "last", "dWx", "dR", "db", "dstates"]
+
+
+def _make_inputs(function, B, T, NH, DH, dtype=torch.float32, device="cpu", seed=0, scale=0.5):
+    gw, gr, gb, s = COUNTS[function]
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape, sc=1.0: (torch.randn(*shape, generator=g, dtype=torch.float64) * sc).to(device, dtype)
+    return r(B, T, gw, NH, DH), r(gr, NH, DH, DH, sc=scale / DH**0.5), r(gb, NH, DH), r(s, B, 1, NH, DH)
+
+
+def _run_case(backend, function, B, T, NH, DH, dtype=torch.float32, scale=0.5, seed=0, rtol=None):
+    """Forward + backward of ``backend`` vs the vanilla backend in float64 on the same inputs and loss weights."""
+    dev = runtime.device
+    inputs = [t.requires_grad_() for t in _make_inputs(function, B, T, NH, DH, dtype, dev, seed=seed, scale=scale)]
+    before = [t.detach().clone() for t in inputs]
+    out = rnn.flashrnn(*inputs, function=function, backend=backend)
+    g = torch.Generator().manual_seed(seed + 1)
+    w_all, w_last = (torch.randn(o.shape, generator=g, dtype=torch.float64).to(dev) for o in out)
+    grads = torch.autograd.grad((out[0].double() * w_all).sum() + (out[1].double() * w_last).sum(), inputs)
+    ref_in = [t.detach().double().requires_grad_() for t in inputs]
+    ref = rnn.flashrnn(*ref_in, function=function, backend="vanilla")
+    ref_grads = torch.autograd.grad((ref[0] * w_all).sum() + (ref[1] * w_last).sum(), ref_in)
+    context = f"{backend} {function} B={B} T={T} NH={NH} DH={DH} {dtype}"
+    for got, want, name in zip(tuple(out) + grads, tuple(ref) + ref_grads, GRAD_NAMES):
+        assert got.shape == want.shape, f"{name}: {tuple(got.shape)} != {tuple(want.shape)} ({context})"
+        if dtype == torch.bfloat16 and name.startswith("d"):
+            # bf16 gradients are sums over B*T products of bf16-rounded dG and h: a few elements that cancel to
+            # near zero miss an elementwise 3e-2, so they are checked norm-wise (and must be finite).
+            err = check.relative_error(got, want)
+            assert err <= check.tolerance(dtype), f"{name} ({context}): relative error {err:.3g}"
+            continue
+        check.assert_close(got, want, dtype=dtype, rtol=rtol, name=name, context=context)
+    for t, b in zip(inputs, before):
+        assert torch.equal(t.detach(), b), f"{context}: an input was modified in place"
+
+
+@pytest.fixture
+def make_inputs():
+    """``make_inputs(function, B, T, NH, DH, dtype=float32, device="cpu", seed=0, scale=0.5) -> (Wx, R, b, states)``
+    in flashrnn's layouts, R scaled by ``scale / sqrt(DH)``."""
+    return _make_inputs
+
+
+@pytest.fixture
+def run_case():
+    """``run_case(backend, function, B, T, NH, DH, dtype=float32, ...)``: forward and every gradient of ``backend``
+    against the float64 vanilla backend (and no input modified in place)."""
+    return _run_case
+
+
+@pytest.fixture
+def gate_counts():
+    """function -> (G_w, G_r, G_b, S), as the flashrnn package counts them."""
+    return COUNTS

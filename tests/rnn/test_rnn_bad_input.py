@@ -1,0 +1,172 @@
+"""Bad input to every public callable of lessons 3 and 5 that takes user input: a clear error of the right type whose
+message names the argument (table-driven; nothing here launches a kernel)."""
+
+import pytest
+import torch
+
+from gpulab import rnn
+from gpulab.rnn import benchmark as rnn_benchmark
+from gpulab.rnn import cells, functions, ladder, tiling
+
+M = torch.nn.LSTM(3, 4, num_layers=2)
+W = rnn.from_torch_lstm(M)
+X = torch.randn(2, 1, 3)
+
+
+def _flashrnn(**change):
+    args = {
+        "Wx": torch.zeros(2, 3, 4, 1, 4),
+        "R": torch.zeros(4, 1, 4, 4),
+        "b": torch.zeros(4, 1, 4),
+        "states": None,
+        "function": "lstm",
+        "backend": "vanilla",
+    }
+    return lambda: rnn.flashrnn(**(args | change))
+
+
+def _module(**change):
+    args = {"input_size": 3, "hidden_size": 8} | change
+    return lambda: rnn.LSTM(**args)
+
+
+def _forward(x=None, state=None):
+    m = rnn.LSTM(3, 8, num_layers=2, backend="vanilla")
+    return lambda: m(torch.randn(4, 2, 3) if x is None else x, state)
+
+
+H = torch.zeros(2, 2, 8)
+
+CASES = [
+    # lesson 5: flashrnn
+    ("flashrnn-Wx-type", _flashrnn(Wx=[1.0]), TypeError, "Wx must be a torch.Tensor"),
+    ("flashrnn-Wx-rank", _flashrnn(Wx=torch.zeros(2, 3, 16)), ValueError, "Wx must be [B, T, G_w, NH, DH]"),
+    ("flashrnn-Wx-int", _flashrnn(Wx=torch.zeros(2, 3, 4, 1, 4, dtype=torch.int64)), ValueError, "Wx has dtype"),
+    ("flashrnn-Wx-empty", _flashrnn(Wx=torch.zeros(0, 3, 4, 1, 4)), ValueError, "Wx (0, 3, 4, 1, 4) is empty"),
+    ("flashrnn-Wx-gates", _flashrnn(Wx=torch.zeros(2, 3, 3, 1, 4)), ValueError, "Wx has 3 gates"),
+    ("flashrnn-R-shape", _flashrnn(R=torch.zeros(4, 1, 4, 5)), ValueError, "R must be [G_r, NH, DH, DH]"),
+    ("flashrnn-R-type", _flashrnn(R=None), TypeError, "R must be a torch.Tensor"),
+    ("flashrnn-b-shape", _flashrnn(b=torch.zeros(4, 4)), ValueError, "b must be [G_b, NH, DH]"),
+    ("flashrnn-states-shape", _flashrnn(states=torch.zeros(2, 2, 3, 1, 4)), ValueError, "states must be"),
+    ("flashrnn-states-type", _flashrnn(states=[0.0]), TypeError, "states must be a torch.Tensor"),
+    ("flashrnn-function", _flashrnn(function="slstm"), ValueError, "function='slstm'"),
+    ("flashrnn-function-none", _flashrnn(function=None), ValueError, "function=None"),
+    ("flashrnn-backend", _flashrnn(backend="cuda"), ValueError, "backend='cuda'"),
+    ("flashrnn-dtype-name", _flashrnn(dtype="float8"), ValueError, "dtype='float8'"),
+    ("flashrnn-dtype-int", _flashrnn(dtype=torch.int32), ValueError, "dtype=torch.int32"),
+    ("get_function", lambda: functions.get_function(3), ValueError, "function=3"),
+    # lesson 5: the LSTM module
+    ("LSTM-input_size", _module(input_size=0), ValueError, "input_size"),
+    ("LSTM-hidden_size-float", _module(hidden_size=8.0), TypeError, "hidden_size"),
+    ("LSTM-num_heads", _module(num_heads=3), ValueError, "num_heads=3"),
+    ("LSTM-num_layers", _module(num_layers=0), ValueError, "num_layers"),
+    ("LSTM-batch_first", _module(batch_first="yes"), TypeError, "batch_first"),
+    ("LSTM-bias", _module(bias=1), TypeError, "bias"),
+    ("LSTM-backend", _module(backend="cudnn"), ValueError, "backend='cudnn'"),
+    ("LSTM-dtype", _module(dtype="float8"), ValueError, "dtype='float8'"),
+    ("LSTM.forward-x-type", _forward(x=[1.0]), TypeError, "x must be a torch.Tensor"),
+    ("LSTM.forward-x-rank", _forward(x=torch.zeros(4, 3)), ValueError, "x must be [T, B, I]"),
+    ("LSTM.forward-x-features", _forward(x=torch.zeros(4, 2, 5)), ValueError, "input_size=3"),
+    ("LSTM.forward-x-dtype", _forward(x=torch.zeros(4, 2, 3, dtype=torch.float64)), ValueError, "x has dtype"),
+    ("LSTM.forward-state-3", _forward(state=(H, H, H)), ValueError, "state must be a pair"),
+    ("LSTM.forward-state-tensor", _forward(state=H), ValueError, "state must be a pair"),
+    ("LSTM.forward-h0-shape", _forward(state=(H[:1], H)), ValueError, "state's h0 must have shape"),
+    ("LSTM.forward-c0-type", _forward(state=(H, 0.0)), TypeError, "state's c0 must be a torch.Tensor"),
+    ("LSTM.forward-c0-dtype", _forward(state=(H, H.double())), ValueError, "state's c0 has dtype"),
+    (
+        "LSTM.from_torch-dropout",
+        lambda: rnn.LSTM.from_torch(torch.nn.LSTM(3, 4, 2, dropout=0.1)),
+        ValueError,
+        "dropout=0.1",
+    ),  # fmt: skip
+    ("LSTM.from_torch-gru", lambda: rnn.LSTM.from_torch(torch.nn.GRU(3, 4)), ValueError, "module must be"),
+    ("LSTM.from_torch-backend", lambda: rnn.LSTM.from_torch(M, backend="x"), ValueError, "backend='x'"),
+    # lesson 5: tiling and the benchmark's inputs
+    ("fused_tiling-batch", lambda: tiling.fused_tiling(16.0, 1, 64), TypeError, "batch"),
+    ("fused_tiling-head_dim", lambda: tiling.fused_tiling(16, 1, 0), ValueError, "head_dim"),
+    ("fused_tiling-num_heads", lambda: tiling.fused_tiling(16, -1, 64), ValueError, "num_heads"),
+    ("fused_tiling-dtype", lambda: tiling.fused_tiling(16, 1, 64, dtype="x"), ValueError, "dtype='x'"),
+    ("fused_tiling-direction", lambda: tiling.fused_tiling(16, 1, 64, direction="up"), ValueError, "direction='up'"),
+    ("fused_tiling-gpu", lambda: tiling.fused_tiling(16, 1, 64, gpu="nope"), ValueError, "gpu='nope'"),
+    ("fused_tiling-function", lambda: tiling.fused_tiling(16, 1, 64, function="rnn"), ValueError, "function='rnn'"),
+    ("fits-direction", lambda: tiling.fits(16, 1, 64, direction="x"), ValueError, "direction='x'"),
+    ("explain-head_dim", lambda: tiling.explain(16, 1, 0), ValueError, "head_dim"),
+    ("problem_inputs-B", lambda: rnn_benchmark.problem_inputs(0, 2, 1, 4), ValueError, "B must be"),
+    ("problem_inputs-DH", lambda: rnn_benchmark.problem_inputs(1, 2, 1, 4.0), TypeError, "DH must be"),
+    (
+        "problem_inputs-function",
+        lambda: rnn_benchmark.problem_inputs(1, 2, 1, 4, function="x"),
+        ValueError,
+        "function='x'",
+    ),  # fmt: skip
+    ("benchmark-quick_ms", lambda: rnn_benchmark.benchmark(quick_ms=-1), ValueError, "quick_ms"),
+    # lesson 3: the cell kernel (lesson 5 reuses it)
+    ("lstm_pointwise-gates-type", lambda: cells.lstm_pointwise([1], torch.zeros(1)), TypeError, "gates must be"),
+    (
+        "lstm_pointwise-gates-shape",
+        lambda: cells.lstm_pointwise(torch.zeros(2, 3, 1, 4), torch.zeros(2, 1, 4)),
+        ValueError,
+        "gates must be [N, 4, NH, DH]",
+    ),  # fmt: skip
+    (
+        "lstm_pointwise-c-shape",
+        lambda: cells.lstm_pointwise(torch.zeros(2, 4, 1, 4), torch.zeros(3, 1, 4)),
+        ValueError,
+        "c must be [N, NH, DH]",
+    ),  # fmt: skip
+    (
+        "lstm_pointwise-bias",
+        lambda: cells.lstm_pointwise(torch.zeros(2, 4, 1, 4), torch.zeros(2, 1, 4), bias=torch.zeros(3, 1, 4)),
+        ValueError,
+        "bias must be",
+    ),  # fmt: skip
+    (
+        "lstm_pointwise-h_out",
+        lambda: cells.lstm_pointwise(torch.zeros(2, 4, 1, 4), torch.zeros(2, 1, 4), h_out=torch.zeros(3, 1, 4)),
+        ValueError,
+        "h_out must be",
+    ),  # fmt: skip
+    # lesson 3: weights and the ladder
+    ("from_torch_lstm-module", lambda: rnn.from_torch_lstm(torch.nn.GRU(3, 4)), ValueError, "module must be"),
+    (
+        "from_torch_lstm-bidirectional",
+        lambda: rnn.from_torch_lstm(torch.nn.LSTM(3, 4, bidirectional=True)),
+        ValueError,
+        "bidirectional",
+    ),  # fmt: skip
+    (
+        "from_torch_lstm-proj_size",
+        lambda: rnn.from_torch_lstm(torch.nn.LSTM(3, 4, proj_size=2)),
+        ValueError,
+        "proj_size=2",
+    ),  # fmt: skip
+    ("from_torch_lstm-dtype", lambda: rnn.from_torch_lstm(M, dtype="x"), ValueError, "dtype='x'"),
+    ("from_torch_lstm-device", lambda: rnn.from_torch_lstm(M, device="nope"), ValueError, "device='nope'"),
+    ("LSTMWeights.to-dtype", lambda: W.to(dtype="x"), ValueError, "dtype='x'"),
+    ("run_step-n", lambda: ladder.run_step("1", X, W), ValueError, "n='1'"),
+    ("run_step-state", lambda: ladder.run_step(1, X, W, (1, 2, 3)), ValueError, "state must be a pair"),
+    ("step0-weights", lambda: ladder.step0_baseline(X, M), ValueError, "weights must be gpulab.rnn.LSTMWeights"),
+    ("step1-x-type", lambda: ladder.step1_combined_gemm([1.0], W), ValueError, "x must be a torch.Tensor"),
+    ("step3-x-features", lambda: ladder.step3_fused_pointwise(torch.zeros(2, 1, 4), W), ValueError, "x has input"),
+    ("step6-x-dtype", lambda: ladder.step6_wavefront(X.half(), W), ValueError, "x is torch.float16"),
+    (
+        "step8-h0",
+        lambda: ladder.step8_wavefront_two_streams(X, W, (torch.zeros(1, 1, 4), torch.zeros(2, 1, 4))),
+        ValueError,
+        "h0 must be",
+    ),  # fmt: skip
+    ("lstm_reference-weights", lambda: ladder.lstm_reference(X, M), ValueError, "weights must be"),
+    ("lstm_reference-x", lambda: ladder.lstm_reference([1.0], W), TypeError, "x must be a torch.Tensor"),
+    ("make_problem-layers", lambda: ladder.make_problem(layers=0), ValueError, "layers must be"),
+    ("make_problem-seq", lambda: ladder.make_problem(seq=2.0), TypeError, "seq must be"),
+    ("make_problem-dtype", lambda: ladder.make_problem(dtype="x"), ValueError, "dtype='x'"),
+    ("ladder.benchmark-steps", lambda: ladder.benchmark(steps=[42]), ValueError, "steps' item=42"),
+    ("ladder.benchmark-dtypes", lambda: ladder.benchmark(dtypes=["x"]), ValueError, "dtypes' item='x'"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_naming_the_argument(call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert message in str(info.value), f"the message should name the argument ({message!r}): {info.value}"
