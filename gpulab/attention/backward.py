@@ -30,14 +30,17 @@ import triton.language as tl
 
 from gpulab import check, runtime
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.forward import check_config, check_inputs
-from gpulab.triton_ops import LOG2E, LOG2E_F, dot
+from gpulab.attention.launch import Launch, direct_stream
+from gpulab.attention.plan import Plan, backward_plan
+from gpulab.triton_ops import LOG2E, dot
 
 __all__ = [
     "attention_preprocess_kernel",
     "attention_dkdv_kernel",
     "attention_dq_kernel",
     "attention_backward",
+    "run_backward",
+    "backward_launches",
 ]
 
 
@@ -280,6 +283,62 @@ def attention_dq_kernel(
     tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
+def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
+    """The three :class:`Launch` es of the backward for ``plan``: preprocess, dK/dV with ``cfg_kv``, dQ with
+    ``cfg_q``."""
+    common = dict(IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d)
+    bh = plan.b * plan.h
+    pre_m = 16 if runtime.INTERPRET else 64
+    pre = Launch(attention_preprocess_kernel, (-(-plan.n_q // pre_m), bh),
+                 dict(HEAD_DIM=plan.d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d))  # fmt: skip
+    dkdv = Launch(attention_dkdv_kernel, (-(-plan.n_k // cfg_kv.block_n), bh),
+                  dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
+                       num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip
+    dq = Launch(attention_dq_kernel, (-(-plan.n_q // cfg_q.block_m), bh),
+                dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
+                     num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
+    return pre, dkdv, dq
+
+
+def run_backward(plan: Plan, do, q, k, v, o, lse):
+    """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
+    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    if plan.empty:
+        return dq, dk, dv
+    if not plan.contiguous:
+        q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
+    do = do.contiguous()
+    launches = plan.backward
+    if launches is None:
+        configs = plan.backward_configs
+        if configs == "auto":  # tune each kernel once for this problem (the other at its default)
+            tuned = {}
+            for kind in ("dkdv", "dq"):
+
+                def run(c, kind=kind):
+                    return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
+                                              {kind: c})  # fmt: skip
+
+                tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+            configs = tuned
+        configs = configs if isinstance(configs, dict) else {}
+        cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
+    pre, dkdv, dqk = launches
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    stream = direct_stream(plan.device) if aligned else None
+    delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
+    pre(stream, o, do, delta, n_q)
+    dkdv(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)
+    dqk(stream, q, k, v, do, lse, delta, dq, n_q, n_k, qk_scale, scale)
+    return dq, dk, dv
+
+
 def attention_backward(
     do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
 ):
@@ -287,59 +346,8 @@ def attention_backward(
 
     ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s, or is ``"auto"`` to autotune both
     on a GPU (:func:`gpulab.attention.configs.autotune`). Uses O(N d) memory beyond the
-    gradients themselves: the fp32 ``D = rowsum(dO * O)``.
+    gradients themselves: the fp32 ``D = rowsum(dO * O)``. The checks and tile choices run once per input
+    signature (:func:`gpulab.attention.plan.backward_plan`).
     """
-    scale = check_inputs(q, k, v, scale, allow_tf32)
-    check_inputs(o, do, o, scale, allow_tf32, names=("o", "do", "o"))
-    is_causal = runtime.strict_bool("is_causal", is_causal)
-    if o.shape != q.shape or do.shape != q.shape or o.dtype != q.dtype:
-        raise ValueError(f"o and do must be shaped and typed like q {tuple(q.shape)}, {q.dtype}.")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
-    if configs is not None and not (isinstance(configs, str) and configs == "auto"):
-        if not isinstance(configs, dict) or not set(configs) <= {"dkdv", "dq"}:
-            raise TypeError(
-                f"configs must be None, 'auto' or a dict with keys 'dkdv' and/or 'dq' mapping to AttentionConfig, "
-                f"got {configs!r}."
-            )
-        for kind, config in configs.items():
-            check_config(f"configs[{kind!r}]", config, d)
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
-    if b * h == 0:
-        return dq, dk, dv
-    q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
-    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
-        tuned = {}
-        for kind in ("dkdv", "dq"):
-
-            def run(c, kind=kind):
-                return attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, {kind: c})
-
-            tuned[kind] = autotuned_config(kind, d, q.dtype, is_causal, n_q, n_k, run)
-        configs = tuned
-    configs = configs if isinstance(configs, dict) else {}
-    cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)
-    cfg_q: AttentionConfig = configs.get("dq") or attention_config("dq", d, q.dtype, n_q, n_k)
-    common = dict(
-        IS_CAUSAL=is_causal,
-        IS_FP32=q.dtype == torch.float32,
-        PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
-        HEAD_DIM=d,
-    )
-    delta = check.new_output(b, h, n_q, dtype=torch.float32, device=q.device)
-    pre_m = 16 if runtime.INTERPRET else 64
-    attention_preprocess_kernel[(triton.cdiv(n_q, pre_m), b * h)](
-        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d
-    )
-    attention_dkdv_kernel[(triton.cdiv(n_k, cfg_kv.block_n), b * h)](
-        q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E_F, scale,
-        BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common, **cfg_kv.launch(),
-    )  # fmt: skip
-    attention_dq_kernel[(triton.cdiv(n_q, cfg_q.block_m), b * h)](
-        q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E_F, scale,
-        BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common, **cfg_q.launch(),
-    )  # fmt: skip
-    return dq, dk, dv
+    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
+    return run_backward(plan, do, q, k, v, o, lse)
