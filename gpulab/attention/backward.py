@@ -8,7 +8,10 @@ gradient ``dO``:
     dS = P * (dP - D)              where D_i = sum_j P_ij dP_ij = rowsum(dO * O)_i
     dQ = scale * dS K              dK = scale * dS^T Q
 
-``D = rowsum(dO * O)`` is an O(N d) preprocess (one small kernel) that saves a reduction over the N x N ``dP``.
+``D = rowsum(dO * O)`` is an O(N d) preprocess that saves a reduction over the N x N ``dP``. On its own it is one
+small kernel, :func:`attention_preprocess_kernel`; here the dQ kernel computes it for its own rows (it holds that
+block of dO anyway and loads the block of O once) and writes it out for the dK/dV kernel, which runs second. One
+launch fewer: at short sequences a launch costs more host time than the whole preprocess takes on the GPU.
 
 FlashAttention-2 splits the work so that no two programs write the same output (no atomics):
 
@@ -16,7 +19,7 @@ FlashAttention-2 splits the work so that no two programs write the same output (
   accumulators in registers and loops over Q blocks (causal: only those at or below the diagonal; a key that no
   query sees gets dK = dV = 0 because its loop is empty);
 - :func:`attention_dq_kernel`, one program per (batch*head, Q block): keeps ``q, dO`` and ``dQ`` in registers and
-  loops over K blocks, like the forward.
+  loops over K blocks, like the forward; it runs first and also writes ``D`` for its rows.
 
 Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
 the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
@@ -28,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, runtime
+from gpulab import check
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
 from gpulab.attention.launch import Launch, direct_stream
 from gpulab.attention.plan import Plan, backward_plan
@@ -230,6 +233,7 @@ def attention_dq_kernel(
     q_ptr,
     k_ptr,
     v_ptr,
+    o_ptr,
     do_ptr,
     lse_ptr,
     delta_ptr,
@@ -246,7 +250,8 @@ def attention_dq_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop."""
+    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop. Also
+    D[bh, rows] = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for :func:`attention_dkdv_kernel`."""
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -262,7 +267,9 @@ def attention_dq_kernel(
     q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + q_offs, mask=q_mask, other=0.0)
     lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * LOG2E
-    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    o = tl.load(o_ptr + q_offs, mask=q_mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # D = rowsum(dO * O), [BLOCK_M], fp32
+    tl.store(delta_ptr + bh * n_q + offs_m, delta, mask=row_ok)
     k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -284,20 +291,17 @@ def attention_dq_kernel(
 
 
 def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
-    """The three :class:`Launch` es of the backward for ``plan``: preprocess, dK/dV with ``cfg_kv``, dQ with
-    ``cfg_q``."""
+    """The two :class:`Launch` es of the backward for ``plan``: dQ (and D) with ``cfg_q``, then dK/dV with
+    ``cfg_kv``."""
     common = dict(IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d)
     bh = plan.b * plan.h
-    pre_m = 16 if runtime.INTERPRET else 64
-    pre = Launch(attention_preprocess_kernel, (-(-plan.n_q // pre_m), bh),
-                 dict(HEAD_DIM=plan.d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d))  # fmt: skip
     dkdv = Launch(attention_dkdv_kernel, (-(-plan.n_k // cfg_kv.block_n), bh),
                   dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
                        num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip
     dq = Launch(attention_dq_kernel, (-(-plan.n_q // cfg_q.block_m), bh),
                 dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
                      num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
-    return pre, dkdv, dq
+    return dq, dkdv
 
 
 def run_backward(plan: Plan, do, q, k, v, o, lse):
@@ -328,14 +332,13 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
         cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
         cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
         launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
-    pre, dkdv, dqk = launches
+    dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
     stream = direct_stream(plan.device) if aligned else None
     delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
-    pre(stream, o, do, delta, n_q)
-    dkdv(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)
-    dqk(stream, q, k, v, do, lse, delta, dq, n_q, n_k, qk_scale, scale)
+    dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
+    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
     return dq, dk, dv
 
 

@@ -220,6 +220,7 @@ def plan_cache_info() -> dict:
 
 
 def clear_plan_cache() -> None:
-    """Forget every plan (the next call with any signature runs the full checks again)."""
+    """Forget every plan (the next call with any signature runs the full checks again); the miss counts restart."""
     _FORWARD.clear()
     _BACKWARD.clear()
+    _MISSES.update(forward=0, backward=0)
