@@ -74,4 +74,6 @@ def flash_attention(
     if autotune.__class__ is not bool:
         autotune = runtime.strict_bool("autotune", autotune)
     plan = forward_plan(q, k, v, is_causal, scale, allow_tf32, "auto" if autotune else None)
-    return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune, plan)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune, plan)
+    return run_forward(plan, q, k, v)[0]  # no graph to record: skip the autograd Function's own cost

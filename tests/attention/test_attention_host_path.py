@@ -223,3 +223,15 @@ def test_launch_stays_on_the_jit_path_without_the_compiled_api():
 @pytest.mark.skipif(not runtime.INTERPRET, reason="the interpreter has no compiled kernels to launch directly")
 def test_the_interpreter_always_launches_through_triton():
     assert L.direct_stream(runtime.device) is None
+
+
+def test_no_graph_is_recorded_when_no_gradient_is_needed(fresh_plans, attention_inputs):
+    q, k, v, _ = attention_inputs(1, 2, 9, 9, 16)
+    o = A.flash_attention(q, k, v)  # no input requires grad: the kernels without the autograd Function
+    assert o.grad_fn is None
+    qg = q.clone().requires_grad_(True)
+    with torch.no_grad():
+        assert A.flash_attention(qg, k, v).grad_fn is None
+    og = A.flash_attention(qg, k, v)
+    assert isinstance(og.grad_fn, A.FlashAttentionFunction._backward_cls)
+    assert torch.equal(o, og.detach())
