@@ -8,7 +8,10 @@ gradient ``dO``:
     dS = P * (dP - D)              where D_i = sum_j P_ij dP_ij = rowsum(dO * O)_i
     dQ = scale * dS K              dK = scale * dS^T Q
 
-``D = rowsum(dO * O)`` is an O(N d) preprocess (one small kernel) that saves a reduction over the N x N ``dP``.
+``D = rowsum(dO * O)`` is an O(N d) preprocess that saves a reduction over the N x N ``dP``. On its own it is one
+small kernel, :func:`attention_preprocess_kernel`; here the dQ kernel computes it for its own rows (it holds that
+block of dO anyway and loads the block of O once) and writes it out for the dK/dV kernel, which runs second. One
+launch fewer: at short sequences a launch costs more host time than the whole preprocess takes on the GPU.
 
 FlashAttention-2 splits the work so that no two programs write the same output (no atomics):
 
@@ -16,7 +19,7 @@ FlashAttention-2 splits the work so that no two programs write the same output (
   accumulators in registers and loops over Q blocks (causal: only those at or below the diagonal; a key that no
   query sees gets dK = dV = 0 because its loop is empty);
 - :func:`attention_dq_kernel`, one program per (batch*head, Q block): keeps ``q, dO`` and ``dQ`` in registers and
-  loops over K blocks, like the forward.
+  loops over K blocks, like the forward; it runs first and also writes ``D`` for its rows.
 
 Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
 the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
@@ -28,16 +31,19 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, runtime
+from gpulab import check
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.forward import check_config, check_inputs
-from gpulab.triton_ops import LOG2E, LOG2E_F, dot
+from gpulab.attention.launch import Launch, direct_stream
+from gpulab.attention.plan import Plan, backward_plan
+from gpulab.triton_ops import LOG2E, dot
 
 __all__ = [
     "attention_preprocess_kernel",
     "attention_dkdv_kernel",
     "attention_dq_kernel",
     "attention_backward",
+    "run_backward",
+    "backward_launches",
 ]
 
 
@@ -227,6 +233,7 @@ def attention_dq_kernel(
     q_ptr,
     k_ptr,
     v_ptr,
+    o_ptr,
     do_ptr,
     lse_ptr,
     delta_ptr,
@@ -243,7 +250,8 @@ def attention_dq_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop."""
+    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop. Also
+    D[bh, rows] = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for :func:`attention_dkdv_kernel`."""
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -259,7 +267,9 @@ def attention_dq_kernel(
     q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + q_offs, mask=q_mask, other=0.0)
     lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * LOG2E
-    delta = tl.load(delta_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0)
+    o = tl.load(o_ptr + q_offs, mask=q_mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # D = rowsum(dO * O), [BLOCK_M], fp32
+    tl.store(delta_ptr + bh * n_q + offs_m, delta, mask=row_ok)
     k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -280,6 +290,58 @@ def attention_dq_kernel(
     tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
+def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
+    """The two :class:`Launch` es of the backward for ``plan``: dQ (and D) with ``cfg_q``, then dK/dV with
+    ``cfg_kv``."""
+    common = dict(IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d)
+    bh = plan.b * plan.h
+    dkdv = Launch(attention_dkdv_kernel, (-(-plan.n_k // cfg_kv.block_n), bh),
+                  dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
+                       num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip
+    dq = Launch(attention_dq_kernel, (-(-plan.n_q // cfg_q.block_m), bh),
+                dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
+                     num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
+    return dq, dkdv
+
+
+def run_backward(plan: Plan, do, q, k, v, o, lse):
+    """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
+    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    if plan.empty:
+        return dq, dk, dv
+    if not plan.contiguous:
+        q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
+    do = do.contiguous()
+    launches = plan.backward
+    if launches is None:
+        configs = plan.backward_configs
+        if configs == "auto":  # tune each kernel once for this problem (the other at its default)
+            tuned = {}
+            for kind in ("dkdv", "dq"):
+
+                def run(c, kind=kind):
+                    return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
+                                              {kind: c})  # fmt: skip
+
+                tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+            configs = tuned
+        configs = configs if isinstance(configs, dict) else {}
+        cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
+    dq_launch, dkdv_launch = launches
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    stream = direct_stream(plan.device) if aligned else None
+    delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
+    dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
+    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
+    return dq, dk, dv
+
+
 def attention_backward(
     do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
 ):
@@ -287,59 +349,8 @@ def attention_backward(
 
     ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s, or is ``"auto"`` to autotune both
     on a GPU (:func:`gpulab.attention.configs.autotune`). Uses O(N d) memory beyond the
-    gradients themselves: the fp32 ``D = rowsum(dO * O)``.
+    gradients themselves: the fp32 ``D = rowsum(dO * O)``. The checks and tile choices run once per input
+    signature (:func:`gpulab.attention.plan.backward_plan`).
     """
-    scale = check_inputs(q, k, v, scale, allow_tf32)
-    check_inputs(o, do, o, scale, allow_tf32, names=("o", "do", "o"))
-    is_causal = runtime.strict_bool("is_causal", is_causal)
-    if o.shape != q.shape or do.shape != q.shape or o.dtype != q.dtype:
-        raise ValueError(f"o and do must be shaped and typed like q {tuple(q.shape)}, {q.dtype}.")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
-    if configs is not None and not (isinstance(configs, str) and configs == "auto"):
-        if not isinstance(configs, dict) or not set(configs) <= {"dkdv", "dq"}:
-            raise TypeError(
-                f"configs must be None, 'auto' or a dict with keys 'dkdv' and/or 'dq' mapping to AttentionConfig, "
-                f"got {configs!r}."
-            )
-        for kind, config in configs.items():
-            check_config(f"configs[{kind!r}]", config, d)
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
-    if b * h == 0:
-        return dq, dk, dv
-    q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
-    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
-        tuned = {}
-        for kind in ("dkdv", "dq"):
-
-            def run(c, kind=kind):
-                return attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, {kind: c})
-
-            tuned[kind] = autotuned_config(kind, d, q.dtype, is_causal, n_q, n_k, run)
-        configs = tuned
-    configs = configs if isinstance(configs, dict) else {}
-    cfg_kv: AttentionConfig = configs.get("dkdv") or attention_config("dkdv", d, q.dtype, n_q, n_k)
-    cfg_q: AttentionConfig = configs.get("dq") or attention_config("dq", d, q.dtype, n_q, n_k)
-    common = dict(
-        IS_CAUSAL=is_causal,
-        IS_FP32=q.dtype == torch.float32,
-        PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
-        HEAD_DIM=d,
-    )
-    delta = check.new_output(b, h, n_q, dtype=torch.float32, device=q.device)
-    pre_m = 16 if runtime.INTERPRET else 64
-    attention_preprocess_kernel[(triton.cdiv(n_q, pre_m), b * h)](
-        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=pre_m, BLOCK_D=cfg_q.block_d
-    )
-    attention_dkdv_kernel[(triton.cdiv(n_k, cfg_kv.block_n), b * h)](
-        q, k, v, do, lse, delta, dk, dv, n_q, n_k, scale * LOG2E_F, scale,
-        BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common, **cfg_kv.launch(),
-    )  # fmt: skip
-    attention_dq_kernel[(triton.cdiv(n_q, cfg_q.block_m), b * h)](
-        q, k, v, do, lse, delta, dq, n_q, n_k, scale * LOG2E_F, scale,
-        BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common, **cfg_q.launch(),
-    )  # fmt: skip
-    return dq, dk, dv
+    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
+    return run_backward(plan, do, q, k, v, o, lse)

@@ -29,12 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, dtypes, runtime, triton_ops
-from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.reference import default_scale
+from gpulab import check, triton_ops
+from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
+from gpulab.attention.launch import Launch, direct_stream
+from gpulab.attention.plan import Plan, check_config, check_inputs, forward_plan
 from gpulab.triton_ops import dot
 
-__all__ = ["attention_forward_kernel", "attention_forward", "check_inputs", "check_config"]
+__all__ = ["attention_forward_kernel", "attention_forward", "run_forward", "forward_launch", "check_inputs",
+           "check_config"]  # fmt: skip
 
 
 @triton.jit
@@ -164,70 +166,38 @@ def attention_forward_kernel(
 # wrappers
 
 
-def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k", "v")) -> float:
-    """Raise a clear error (naming the argument, saying what is supported) unless q, k, v are valid attention inputs:
-    tensors on gpulab's device, one supported dtype, q [B, H, Nq, D], k and v [B, H, Nk, D] with the same B, H and
-    D, 1 <= D <= 128, Nq, Nk >= 1; ``scale`` None or a finite number > 0; ``allow_tf32`` a bool. Returns the scale."""
-    for name, t in zip(names, (q, k, v)):
-        runtime.require_tensor(name, t)
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must be 4-dimensional [batch, heads, seq, head_dim], got shape {tuple(t.shape)}; "
-                "add the missing dimensions with unsqueeze."
-            )
-    for name, t in zip(names[1:], (k, v)):
-        if t.dtype != q.dtype:
-            raise ValueError(
-                f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {', '.join(names)} must share one dtype."
-            )
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
-    dtypes.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-    allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
-    nq_, nk_, nv_ = names
-    b, h, n_q, d = q.shape
-    if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
-        raise ValueError(
-            f"batch and heads differ: {nq_} {tuple(q.shape)}, {nk_} {tuple(k.shape)}, {nv_} {tuple(v.shape)}; "
-            "all three must be [batch, heads, seq, head_dim] with the same batch and heads (no broadcasting)."
-        )
-    if b * h > 65535:
-        raise ValueError(
-            f"batch * heads = {b * h} is over 65535, the largest second grid dimension these kernels launch; "
-            "split the batch into chunks of at most 65535 // heads."
-        )
-    if k.shape != v.shape:
-        raise ValueError(f"{nk_} {tuple(k.shape)} and {nv_} {tuple(v.shape)} must have the same shape.")
-    if k.shape[3] != d:
-        raise ValueError(f"{nq_} has head_dim {d} but {nk_} and {nv_} have {k.shape[3]}; they must match.")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(
-            f"head_dim {d} is not supported; these kernels take head dims 1 to {MAX_HEAD_DIM} (any value, "
-            "powers of two or not)."
-        )
-    for name, n in ((f"{nq_}'s seq (Nq)", n_q), (f"{nk_}'s seq (Nk)", k.shape[2])):
-        if n < 1:
-            raise ValueError(
-                f"{name} is {n}; attention needs at least one query and one key (a query that sees no key has no "
-                "softmax: SDPA returns NaN there). Skip the call for empty sequences."
-            )
-    if allow_tf32 and q.dtype != torch.float32:
-        raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
-    return default_scale(d, scale)
+def forward_launch(plan: Plan, cfg: AttentionConfig) -> Launch:
+    """The :class:`Launch` of :func:`attention_forward_kernel` for ``plan`` with tiles ``cfg``."""
+    grid = (-(-plan.n_q // cfg.block_m), plan.b * plan.h)  # Q blocks fastest: neighbours share K/V
+    constexprs = dict(HEAD_DIM=plan.d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
+                      IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision,
+                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+    return Launch(attention_forward_kernel, grid, constexprs)
 
 
-def check_config(name: str, config, head_dim: int) -> AttentionConfig | str | None:
-    """``config`` if it is None, ``"auto"`` or an :class:`AttentionConfig` whose head-dim tile holds ``head_dim``."""
-    if config is None or (isinstance(config, str) and config == "auto"):
-        return config
-    if not isinstance(config, AttentionConfig):
-        raise TypeError(
-            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU) or an AttentionConfig, "
-            f"got {config!r}."
-        )
-    if config.block_d < head_dim:
-        raise ValueError(f"{name}.block_d={config.block_d} is smaller than head_dim {head_dim}; use block_d >= it.")
-    return config
+def run_forward(plan: Plan, q, k, v):
+    """``(O, LSE)`` for inputs whose signature ``plan`` was made for (no checks here: :func:`forward_plan` did them).
+
+    The host work per call: two allocations, ``contiguous()`` only where the plan says an input is not, one launch.
+    """
+    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
+    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    if plan.empty:  # batch or heads 0
+        return o, lse
+    if not plan.contiguous:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    launch = plan.forward
+    if launch is None:
+        cfg = plan.config
+        if cfg == "auto":  # time the candidates once for this problem, keep the fastest
+            run = lambda c: attention_forward(q, k, v, plan.is_causal, plan.scale, plan.allow_tf32, config=c)  # noqa: E731
+            cfg = autotuned_config("forward", plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+        elif cfg is None:
+            cfg = attention_config("forward", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        launch = plan.forward = forward_launch(plan, cfg)
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
+    launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k, plan.qk_scale)
+    return o, lse
 
 
 def attention_forward(
@@ -236,43 +206,9 @@ def attention_forward(
     """Run :func:`attention_forward_kernel`; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq] (natural log).
 
     ``config``: an :class:`AttentionConfig`, None for :func:`attention_config`'s, or ``"auto"`` to autotune on a GPU
-    (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config).
+    (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config). The checks and the tile
+    choice run once per input signature (:func:`gpulab.attention.plan.forward_plan`).
 
     No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
     """
-    scale = check_inputs(q, k, v, scale, allow_tf32)
-    is_causal = runtime.strict_bool("is_causal", is_causal)
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    config = check_config("config", config, d)
-    o = check.new_output(b, h, n_q, d, dtype=q.dtype, device=q.device)
-    lse = check.new_output(b, h, n_q, dtype=torch.float32, device=q.device)
-    if o.numel() == 0:  # batch or heads 0
-        return o, lse
-    q, k, v = (t.contiguous() for t in (q, k, v))
-    if config == "auto":  # time the candidates once for this problem, keep the fastest
-        run = lambda c: attention_forward(q, k, v, is_causal, scale, allow_tf32, config=c)  # noqa: E731
-        config = autotuned_config("forward", d, q.dtype, is_causal, n_q, n_k, run)
-    cfg: AttentionConfig = (
-        config if isinstance(config, AttentionConfig) else attention_config("forward", d, q.dtype, n_q, n_k)
-    )
-    grid = (triton.cdiv(n_q, cfg.block_m), b * h)  # Q blocks fastest: neighbours share K/V
-    attention_forward_kernel[grid](
-        q,
-        k,
-        v,
-        o,
-        lse,
-        n_q,
-        n_k,
-        scale * triton_ops.LOG2E_F,
-        HEAD_DIM=d,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_D=cfg.block_d,
-        IS_CAUSAL=is_causal,
-        IS_FP32=q.dtype == torch.float32,
-        PRECISION=runtime.dot_precision(q.dtype, allow_tf32),
-        **cfg.launch(),
-    )
-    return o, lse
+    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config), q, k, v)

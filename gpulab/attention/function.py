@@ -11,36 +11,42 @@ from __future__ import annotations
 import torch
 
 from gpulab import runtime
-from gpulab.attention.backward import attention_backward
-from gpulab.attention.forward import attention_forward, check_inputs
+from gpulab.attention.backward import attention_backward, run_backward
+from gpulab.attention.forward import run_forward
 from gpulab.attention.ops import flash_attention_op
+from gpulab.attention.plan import check_inputs, forward_plan
 
-__all__ = ["FlashAttentionFunction", "flash_attention"]
+__all__ = ["FlashAttentionFunction", "flash_attention", "check_inputs"]
 
 
 class FlashAttentionFunction(torch.autograd.Function):
     """Autograd glue: forward runs the Triton forward; backward the Triton backward.
 
     Saved for the backward: q [B, H, Nq, D], k and v [B, H, Nk, D], O [B, H, Nq, D] and the fp32 log-sum-exp
-    [B, H, Nq], nothing N x N.
+    [B, H, Nq], nothing N x N; and the call's :class:`gpulab.attention.plan.Plan` (checks done, tiles chosen), so
+    the backward does no checks of its own. ``plan`` is :func:`flash_attention`'s; None makes one here.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False, scale=None, allow_tf32=False, autotune=False):
-        config = "auto" if autotune else None
-        o, lse = attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, config=config)
+    def forward(ctx, q, k, v, is_causal=False, scale=None, allow_tf32=False, autotune=False, plan=None):
+        if plan is None:
+            autotune = runtime.strict_bool("autotune", autotune)
+            plan = forward_plan(q, k, v, is_causal, scale, allow_tf32, "auto" if autotune else None)
+        o, lse = run_forward(plan, q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.is_causal, ctx.scale, ctx.allow_tf32, ctx.autotune = is_causal, scale, allow_tf32, autotune
+        ctx.plan = plan
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(
-            do, q, k, v, o, lse, is_causal=ctx.is_causal, scale=ctx.scale, allow_tf32=ctx.allow_tf32,
-            configs="auto" if ctx.autotune else None,
-        )  # fmt: skip
-        return dq, dk, dv, None, None, None, None
+        plan = ctx.plan
+        if do.shape == o.shape and do.dtype == o.dtype:
+            dq, dk, dv = run_backward(plan, do, q, k, v, o, lse)
+        else:  # not from autograd as it is: the full checks, and their clear error
+            dq, dk, dv = attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
+                                            plan.backward_configs)  # fmt: skip
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention(
@@ -57,16 +63,22 @@ def flash_attention(
             (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).
 
     Returns O [B, H, Nq, D] in q's dtype. fp16 and bf16 on a GPU, fp32 everywhere; head dims 1 to 128, powers of two
-    or not; any sequence lengths. Unsupported inputs raise a ValueError or TypeError naming the argument.
+    or not; any sequence lengths. Unsupported inputs raise a ValueError or TypeError naming the argument. The checks
+    and tile choices run once per input signature (shapes, strides, dtypes, devices, flags):
+    :func:`gpulab.attention.plan.forward_plan`.
 
     Examples:
         >>> q, k, v = (torch.randn(1, 2, 17, 16, device=runtime.device) for _ in range(3))
         >>> flash_attention(q, k, v, is_causal=True).shape
         torch.Size([1, 2, 17, 16])
     """
-    check_inputs(q, k, v, scale, allow_tf32)
-    is_causal = runtime.strict_bool("is_causal", is_causal)
-    autotune = runtime.strict_bool("autotune", autotune)
+    if autotune.__class__ is not bool:
+        autotune = runtime.strict_bool("autotune", autotune)
     if torch.compiler.is_compiling():  # torch.compile: the custom ops (gpulab.attention.ops), opaque to the tracer
+        check_inputs(q, k, v, scale, allow_tf32)
+        is_causal = runtime.strict_bool("is_causal", is_causal)
         return flash_attention_op(q, k, v, is_causal, scale, allow_tf32, autotune)
-    return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune)
+    plan = forward_plan(q, k, v, is_causal, scale, allow_tf32, "auto" if autotune else None)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune, plan)
+    return run_forward(plan, q, k, v)[0]  # no graph to record: skip the autograd Function's own cost

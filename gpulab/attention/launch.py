@@ -1,0 +1,111 @@
+"""Cheap kernel launches: one :class:`Launch` per (kernel, tile config, problem shape), reused call after call.
+
+What you will learn: at short sequences a kernel takes a few microseconds on the GPU, and launching it from Python
+can take longer. ``kernel[grid](*args, **constexprs)`` goes through Triton's ``JITFunction.run`` every time: it
+binds the arguments, computes the specialization key (dtype and 16-byte alignment of every pointer, divisibility of
+every integer), formats the options into a cache key, looks the compiled kernel up and only then launches it.
+For a problem whose shapes, dtypes and flags are fixed, all of that gives the same answer every call.
+
+So a :class:`Launch` keeps the grid and the constexprs, launches through ``JITFunction`` the first time, and
+keeps the :class:`triton.compiler.CompiledKernel` it returns; later calls go to that kernel's launcher
+(``CompiledKernel.run``, the call ``JITFunction.run`` itself ends with) with the arguments in signature order.
+Every condition under which ``JITFunction.run`` could pick a different kernel sends the call back through it:
+
+- a pointer that is not 16-byte aligned (the caller passes ``stream=None``; the compiled kernel assumes alignment),
+- a launch hook installed (profilers such as Proton), or Triton's debug mode,
+- the current CUDA device is not the one the kernel was compiled on (the caller checks: :func:`direct_stream`),
+- no compiled kernel yet, or a Triton whose compiled kernel lacks ``run``/``function``/``packed_metadata``,
+- the interpreter (CPU): ``InterpretedFunction`` has no compiled kernel, so every call goes through it,
+- :data:`DIRECT` set to False (or ``GPULAB_DIRECT_LAUNCH=0`` in the environment), to compare the two paths.
+
+Integer arguments (sequence lengths) are part of the caller's key, so their specialization cannot change.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from gpulab import runtime
+
+__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts"]
+
+DIRECT: bool = os.environ.get("GPULAB_DIRECT_LAUNCH", "1") != "0"
+"""Launch compiled kernels directly after their first launch (see the module docstring); False: always through
+Triton's ``JITFunction.run``."""
+
+_COUNTS = {"jit": 0, "direct": 0}
+
+if runtime.INTERPRET:
+    _knobs = _stream_of = None
+else:  # pragma: no cover - needs a GPU
+    from triton import knobs as _knobs
+    from triton.runtime import driver as _driver
+
+    _stream_of = _driver.active.get_current_stream
+
+
+def launch_counts() -> dict:
+    """How many launches went through ``JITFunction.run`` ('jit') and straight to a compiled kernel ('direct')."""
+    return dict(_COUNTS)
+
+
+def direct_stream(device: torch.device):
+    """The raw CUDA stream to launch on directly, or None when launches must go through Triton's ``JITFunction``:
+    in the interpreter, with :data:`DIRECT` off, with a launch hook or Triton's debug mode on, or when ``device``
+    is not the current CUDA device (Triton compiles and launches for the current one)."""
+    if _knobs is None or not DIRECT:
+        return None
+    rt = _knobs.runtime
+    if rt.debug or rt.launch_enter_hook.calls or rt.launch_exit_hook.calls:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index != torch.cuda.current_device():
+        return None
+    return _stream_of(index)
+
+
+class Launch:
+    """``kernel[grid](*args, **constexprs)`` for one fixed grid and constexprs, launched directly once compiled.
+
+    ``args`` of :meth:`__call__` are the kernel's leading (non-constexpr) parameters, in order; ``constexprs`` name
+    every remaining parameter (block sizes, flags) plus launch options (``num_warps``, ``num_stages``).
+    """
+
+    __slots__ = ("kernel", "grid", "kwargs", "tail", "compiled", "_run", "_function", "_meta")
+
+    def __init__(self, kernel, grid: tuple, constexprs: dict):
+        self.kernel, self.grid, self.kwargs = kernel, tuple(grid) + (1,) * (3 - len(grid)), dict(constexprs)
+        self.tail = None  # the constexpr values in signature order, after the leading args (once compiled)
+        self.compiled = self._run = self._function = self._meta = None
+
+    def __call__(self, stream, *args):
+        """Launch with the leading ``args``; ``stream`` from :func:`direct_stream` (None: through ``JITFunction``,
+        e.g. when a pointer is not 16-byte aligned)."""
+        if stream is not None and self._run is not None:
+            g = self.grid
+            self._run(g[0], g[1], g[2], stream, self._function, self._meta, None, None, None, *args, *self.tail)
+            _COUNTS["direct"] += 1
+            return
+        compiled = self.kernel[self.grid](*args, **self.kwargs)
+        _COUNTS["jit"] += 1
+        if stream is not None and self.compiled is None:
+            self._remember(compiled, len(args))
+
+    def _remember(self, compiled, n_args: int) -> None:
+        """Keep ``compiled``'s launcher if it has the API this module uses and the signature is fully known."""
+        names = list(getattr(self.kernel, "arg_names", ()))
+        tail = names[n_args:]
+        if not names or any(n not in self.kwargs for n in tail):
+            return  # a parameter left to its default: its value is not known here, stay on the JIT path
+        if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+            compiled = compiled.result()
+        try:
+            run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
+        except AttributeError:
+            return
+        if not callable(run):
+            return
+        self.tail = tuple(self.kwargs[n] for n in tail)
+        self.compiled, self._run, self._function, self._meta = compiled, run, function, meta
