@@ -171,7 +171,7 @@ def run_gpu(args):
             print("    " + "  ".join(f"{n} wall {r[0]:.3f} dev {r[1]:.3f}" for n, r in res.items() if r), flush=True)
     print("\nms per call (wall = eager, back to back; dev = do_bench) and ratios (> 1: gpulab faster)")
     print(f"{'problem':42s} {'gpulab wall':>11s} {'dev':>7s} {'jit wall':>9s} {'sdpa wall':>9s} {'fa2 wall':>9s} "
-          f"{'fa2 dev':>8s} {'fa2/gl wall':>11s} {'fa2/gl dev':>10s} {'gl-sdpa host':>12s}")  # fmt: skip
+          f"{'fa2 dev':>8s} {'fa2/gl wall':>11s} {'fa2/gl dev':>10s} {'gl/sdpa wall':>12s}")  # fmt: skip
     for label, res in rows:
         g, j, s, f = (res.get(n) for n in ("gpulab", "gpulab-jit-launch", "sdpa", "sdpa-flash2"))
 
@@ -180,8 +180,8 @@ def run_gpu(args):
 
         ratio_w = f"{f[0] / g[0]:11.2f}" if g and f else f"{'-':>11s}"
         ratio_d = f"{f[1] / g[1]:10.2f}" if g and f else f"{'-':>10s}"
-        # host overhead: wall beyond device time, gpulab over SDPA's
-        host = f"{(g[0] - g[1]) / max(s[0] - s[1], 1e-6):12.2f}" if g and s else f"{'-':>12s}"
+        # the tiny problem's target: gpulab's eager wall time over SDPA's (host cost per call, <= 1.5)
+        host = f"{g[0] / s[0]:12.2f}" if g and s else f"{'-':>12s}"
         print(f"{label:42s} {cell(g, 0, 11)} {cell(g, 1, 7)} {cell(j, 0)} {cell(s, 0)} {cell(f, 0)} {cell(f, 1, 8)} "
               f"{ratio_w} {ratio_d} {host}")  # fmt: skip
     print(f"\nlaunch counts: {attn_launch.launch_counts()}; plan cache: {attn_plan.plan_cache_info()}")
