@@ -39,7 +39,7 @@ from gpulab.attention import flash_attention
 from gpulab.attention import forward as attn_forward
 
 try:  # the lean host path (absent before it: --stub still runs, to compare)
-    from gpulab.attention import launch as attn_launch
+    from gpulab import launch as attn_launch
     from gpulab.attention import plan as attn_plan
 except ImportError:  # pragma: no cover
     attn_launch = attn_plan = None

@@ -33,8 +33,8 @@ import triton.language as tl
 
 from gpulab import check
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.launch import Launch, direct_stream
 from gpulab.attention.plan import Plan, backward_plan
+from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E, dot
 
 __all__ = [

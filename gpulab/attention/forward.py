@@ -31,8 +31,8 @@ import triton.language as tl
 
 from gpulab import check, triton_ops
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.launch import Launch, direct_stream
 from gpulab.attention.plan import Plan, check_config, check_inputs, forward_plan
+from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import dot
 
 __all__ = ["attention_forward_kernel", "attention_forward", "run_forward", "forward_launch", "check_inputs",

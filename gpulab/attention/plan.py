@@ -115,7 +115,7 @@ def _check_backward_configs(configs, head_dim: int):
 class Plan:
     """One validated input signature and what its launches need.
 
-    ``forward`` and ``backward`` hold the kernels' :class:`gpulab.attention.launch.Launch` objects once built (by
+    ``forward`` and ``backward`` hold the kernels' :class:`gpulab.launch.Launch` objects once built (by
     :mod:`gpulab.attention.forward` and :mod:`gpulab.attention.backward`, on first use: with ``"auto"`` configs
     that is when the tiles are timed).
     """

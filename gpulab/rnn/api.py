@@ -102,6 +102,22 @@ def check_inputs(Wx, R, b, states, function, backend, dtype):
     return fn, backend, cdt
 
 
+_CHECKED: dict = {}  # input signature -> check_inputs' answer: the checks read only what the signature holds
+
+
+def _signature(Wx, R, b, states, function, backend, dtype):
+    """What :func:`check_inputs` looks at (each tensor's class, shape, dtype and device, and the other arguments),
+    or None when an argument cannot be a dict key (then the checks run and say what is wrong)."""
+    try:
+        key = (function, backend, dtype)
+        for t in (Wx, R, b) if states is None else (Wx, R, b, states):
+            key += (t.__class__, t.shape, t.dtype, t.device)
+        hash(key)
+        return key
+    except (AttributeError, TypeError):
+        return None
+
+
 def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None):
     """Run a recurrent ``function`` ('lstm', 'gru', 'elman') over the sequence with ``backend``.
 
@@ -109,7 +125,15 @@ def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None
     ``(states_all [S, B, T, NH, DH], states_last [S, B, 1, NH, DH])``. Differentiable with respect to Wx, R, b and
     states with every backend.
     """
-    fn, backend, cdt = check_inputs(Wx, R, b, states, function, backend, dtype)
+    key = _signature(Wx, R, b, states, function, backend, dtype)
+    checked = _CHECKED.get(key) if key is not None else None
+    if checked is None:
+        checked = check_inputs(Wx, R, b, states, function, backend, dtype)
+        if key is not None:
+            if len(_CHECKED) >= 256:
+                _CHECKED.clear()
+            _CHECKED[key] = checked
+    fn, backend, cdt = checked
     B, T, _, nh, dh = Wx.shape
     if states is None:
         states = torch.zeros((fn.states, B, 1, nh, dh), dtype=cdt, device=Wx.device)

@@ -1,5 +1,5 @@
 """Lesson 4's lean host path: checks and tiles once per input signature (gpulab.attention.plan), launches kept per
-plan (gpulab.attention.launch), D = rowsum(dO * O) computed by the dQ kernel. Outputs must not change; a bad input
+plan (gpulab.launch), D = rowsum(dO * O) computed by the dQ kernel. Outputs must not change; a bad input
 must be refused whatever was called before it."""
 
 import types
@@ -10,7 +10,7 @@ import torch
 from gpulab import attention as A
 from gpulab import check, runtime
 from gpulab.attention import backward as B
-from gpulab.attention import launch as L
+from gpulab import launch as L
 from gpulab.attention import plan as P
 
 

@@ -36,10 +36,32 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     Checks first that both kernels fit (:mod:`gpulab.rnn.tiling`) so an unsupported size fails before any work.
     """
     B, _, _, NH, DH = Wx.shape
-    training = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
-    fwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="forward")
-    bwd = fused_tiling(B, NH, DH, function, Wx.dtype, direction="backward") if training else None
-    # the chosen tiles go to the launches: the tile chooser runs once per call, not once more per kernel
-    run_forward = functools.partial(fused_rnn_forward, tiling=fwd)
-    run_backward = functools.partial(fused_rnn_gradients, tiling=bwd)
-    return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
+    training = torch.is_grad_enabled() and (
+        Wx.requires_grad or R.requires_grad or b.requires_grad or states.requires_grad
+    )
+    fwd, bwd = _tilings(B, NH, DH, function, Wx.dtype, Wx.device, training)
+    return TritonRNN.apply(Wx, R, b, states, function, fwd.forward_call, bwd.backward_call if bwd else None)
+
+
+class _Bound:
+    """The forward or backward loop with its tiles bound (what :class:`TritonRNN` calls), made once per problem."""
+
+    __slots__ = ("tiling",)
+
+    def __init__(self, tiling):
+        self.tiling = tiling
+
+    def forward_call(self, Wx, R, b, states, function, save_gates):
+        return fused_rnn_forward(Wx, R, b, states, function, save_gates, self.tiling)
+
+    def backward_call(self, d_out, gates, out, states, R, function, d_last=None):
+        return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=self.tiling, d_last=d_last)
+
+
+@functools.lru_cache(maxsize=256)
+def _tilings(B, NH, DH, function, dtype, device, training):
+    """The forward's and (when training) the backward's tiles for one problem, chosen once: the tile chooser weighs
+    every candidate, too slow to repeat on every call."""
+    fwd = fused_tiling(B, NH, DH, function, dtype, direction="forward")
+    bwd = fused_tiling(B, NH, DH, function, dtype, direction="backward") if training else None
+    return _Bound(fwd), (_Bound(bwd) if bwd is not None else None)

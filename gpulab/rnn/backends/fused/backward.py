@@ -52,14 +52,13 @@ Per step t (all fp32; the cell backward functions hold the math):
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
 from gpulab import runtime
 from gpulab.check import new_output
+from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
 from gpulab.rnn.backends.parameter_grads import PAD, gate_products, parameter_grads, previous_h_ones, split_products
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
@@ -206,15 +205,15 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, T0, T1, d_last):
     """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0; returns the carry after step T0."""
     S, B, T, NH, DH = out.shape
     carry = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
-    grid = (NH, triton.cdiv(B, cfg.block_b))
-    fused_backward_kernel[grid](
-        gates, out, states, R, d_out, d_last if d_last is not None else states, dG_tm, carry,
-        B, T, T0, T1, NH, B * T * NH * DH,
+    ints = (B, T, T0, T1, NH, B * T * NH * DH)
+    launch = cached_launch(fused_backward_kernel, (NH, triton.cdiv(B, cfg.block_b)), dict(
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
         BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=d_last is not None,
         FAST=fast_activations(out.dtype), IS_FP32=out.dtype == torch.float32,
         PRECISION=runtime.dot_precision(out.dtype), COMPILED=not runtime.INTERPRET, **cfg.launch(),
-    )  # fmt: skip
+    ), ints)  # fmt: skip
+    tensors = (gates, out, states, R, d_out, d_last if d_last is not None else states, dG_tm, carry)
+    launch(direct_stream(out.device) if aligned(*tensors) else None, *tensors, *ints)
     return carry
 
 
@@ -259,31 +258,50 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     problem. So the sequence is cut into pieces in time (at :data:`CUTS`), the kernel runs them last to first (each
     launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
     and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece. Only the
-    first piece's products remain after the kernel. On CPU (the interpreter) the same steps run in order.
+    first piece's products remain after the kernel. A sequence too short to cut (one piece), and the interpreter, run
+    the kernel and then the products on one stream: a second stream costs host time that only pays beside a long
+    kernel.
     """
     fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
     bounds = pieces(T)
-    cuda = out.is_cuda
-    main = torch.cuda.current_stream() if cuda else None
-    side = torch.cuda.Stream(device=out.device) if cuda else None
-    if cuda:
-        side.wait_stream(main)
-    with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+    if len(bounds) == 1 or not out.is_cuda:  # one piece (or the interpreter): kernel, then products, one stream
+        carry = d_last
+        for t0, t1 in reversed(bounds):
+            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
+        h = previous_h_ones(out, states, time_major=True)
+        rows = T * B
+        prod = gate_products(dG_tm.view(rows, fn.gates_b, NH, DH), h.view(rows, NH, DH + PAD))
+        dR, db = split_products(prod, fn, out.dtype)
+        return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry
+    main = torch.cuda.current_stream(out.device)
+    side = _side_stream(out.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
         h = previous_h_ones(out, states, time_major=True)  # [T, B, NH, DH + PAD], built beside the first piece
         prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
     carry = d_last
     for t0, t1 in reversed(bounds):
         carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
-        if cuda:
-            side.wait_stream(main)  # this piece's dG is written
-        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+        side.wait_stream(main)  # this piece's dG is written
+        with torch.cuda.stream(side):
             rows = (t1 - t0) * B
             prod += gate_products(dG_tm[t0:t1].view(rows, fn.gates_b, NH, DH), h[t0:t1].view(rows, NH, DH + PAD))
-    if cuda:
-        main.wait_stream(side)
-        for t in (dG_tm, prod, h):
-            t.record_stream(side)
+    main.wait_stream(side)
+    for t in (dG_tm, prod, h):
+        t.record_stream(side)
     dR, db = split_products(prod, fn, out.dtype)
     return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device) -> torch.cuda.Stream:
+    """The second stream of :func:`fused_rnn_gradients` on ``device``, made once (a new stream per call costs host
+    time)."""
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    return stream

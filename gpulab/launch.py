@@ -29,13 +29,15 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts"]
+__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts", "cached_launch", "aligned"]
 
 DIRECT: bool = os.environ.get("GPULAB_DIRECT_LAUNCH", "1") != "0"
 """Launch compiled kernels directly after their first launch (see the module docstring); False: always through
 Triton's ``JITFunction.run``."""
 
 _COUNTS = {"jit": 0, "direct": 0}
+_LAUNCHES: dict = {}
+MAX_LAUNCHES = 512  # kept Launch objects (one per kernel, grid, constexprs and integer arguments); then start over
 
 if runtime.INTERPRET:
     _knobs = _stream_of = None
@@ -43,7 +45,7 @@ else:  # pragma: no cover - needs a GPU
     from triton import knobs as _knobs
     from triton.runtime import driver as _driver
 
-    _stream_of = _driver.active.get_current_stream
+    _stream_of = None  # the driver's current-stream getter, looked up on first use (importing needs no GPU)
 
 
 def launch_counts() -> dict:
@@ -63,6 +65,9 @@ def direct_stream(device: torch.device):
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index != torch.cuda.current_device():
         return None
+    global _stream_of
+    if _stream_of is None:
+        _stream_of = _driver.active.get_current_stream
     return _stream_of(index)
 
 
@@ -109,3 +114,23 @@ class Launch:
             return
         self.tail = tuple(self.kwargs[n] for n in tail)
         self.compiled, self._run, self._function, self._meta = compiled, run, function, meta
+
+
+def cached_launch(kernel, grid: tuple, constexprs: dict, ints: tuple = ()) -> Launch:
+    """The :class:`Launch` of ``kernel`` for ``grid`` and ``constexprs``, made once and kept: ``ints`` are the values
+    of the kernel's integer arguments (sizes), which Triton specializes on, so a new value gets its own Launch."""
+    key = (kernel, grid, tuple(constexprs.items()), ints)
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        launch = _LAUNCHES[key] = Launch(kernel, grid, constexprs)
+    return launch
+
+
+def aligned(*tensors) -> bool:
+    """Whether every tensor's data pointer is 16-byte aligned (what a compiled kernel assumes of its pointers)."""
+    bits = 0
+    for t in tensors:
+        bits |= t.data_ptr()
+    return not bits & 15

@@ -1,0 +1,63 @@
+"""The fused backend's host path (issue 16): checks and tiles chosen once per input signature, launches kept per
+problem, one stream for a sequence too short to cut. What it must not change: the results, and the errors for bad
+input (a bad call after good ones with another signature is still refused)."""
+
+import pytest
+import torch
+
+import gpulab.rnn.backends.fused as fused
+from gpulab import launch, rnn, runtime
+from gpulab.rnn import api
+
+
+def test_tiles_and_checks_are_chosen_once_per_signature(monkeypatch, make_inputs):
+    calls = {"tiling": 0, "checks": 0}
+    real_tiling, real_checks = fused.fused_tiling, api.check_inputs
+
+    def counting_tiling(*args, **kwargs):
+        calls["tiling"] += 1
+        return real_tiling(*args, **kwargs)
+
+    def counting_checks(*args, **kwargs):
+        calls["checks"] += 1
+        return real_checks(*args, **kwargs)
+
+    monkeypatch.setattr(fused, "fused_tiling", counting_tiling)
+    monkeypatch.setattr(api, "check_inputs", counting_checks)
+    fused._tilings.cache_clear()
+    api._CHECKED.clear()
+    Wx, R, b, s = (t.to(runtime.device) for t in make_inputs("lstm", 2, 3, 1, 16))
+    first = rnn.flashrnn(Wx, R, b, s, backend="fused")
+    again = rnn.flashrnn(Wx, R, b, s, backend="fused")
+    assert calls == {"tiling": 1, "checks": 1}, calls  # inference: the forward's tiles only, once
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    rnn.flashrnn(Wx, R, b, backend="fused")  # no initial states: another signature, checked once more
+    assert calls["checks"] == 2
+
+
+def test_a_bad_call_after_good_ones_is_still_refused(make_inputs):
+    Wx, R, b, s = (t.to(runtime.device) for t in make_inputs("lstm", 2, 3, 1, 16))
+    rnn.flashrnn(Wx, R, b, s, backend="fused")
+    with pytest.raises(ValueError, match="R must be"):
+        rnn.flashrnn(Wx, R[:, :, :8], b, s, backend="fused")
+    with pytest.raises(ValueError, match="states"):
+        rnn.flashrnn(Wx, R, b, s[:1], backend="fused")
+    with pytest.raises(ValueError, match="backend"):
+        rnn.flashrnn(Wx, R, b, s, backend=["fused"])  # unhashable: no cache key, the checks say what is wrong
+    with pytest.raises(TypeError, match="R must be a torch.Tensor"):
+        rnn.flashrnn(Wx, R.tolist(), b, s, backend="fused")
+
+
+def test_launches_are_kept_per_problem(make_inputs):
+    launch._LAUNCHES.clear()
+    inputs = [t.to(runtime.device).requires_grad_() for t in make_inputs("gru", 3, 2, 2, 16)]
+    for _ in range(2):
+        out, last = rnn.flashrnn(*inputs, function="gru", backend="fused")
+        torch.autograd.grad(out.sum() + last.sum(), inputs)
+    kernels = sorted(k[0].__name__ if hasattr(k[0], "__name__") else str(k[0]) for k in launch._LAUNCHES)
+    assert len(launch._LAUNCHES) == 2, kernels  # the forward and the backward kernel, one Launch each
+
+
+def test_aligned():
+    x = torch.zeros(8, dtype=torch.float32)
+    assert launch.aligned(x) and not launch.aligned(x[1:]) and not launch.aligned(x, x[1:])
