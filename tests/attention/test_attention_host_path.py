@@ -9,8 +9,8 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check, runtime
-from gpulab.attention import backward as B
 from gpulab import launch as L
+from gpulab.attention import backward as B
 from gpulab.attention import plan as P
 
 
