@@ -3,12 +3,14 @@
 Once a backend's reverse-time loop has written dG [B, T, G_b, NH, DH] (the gradients of the gate
 pre-activations), what is left needs no time loop:
 
-    dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate one batched product over the heads (K = B*T)
-    db       = sum_{b, t} dG[b, t]                            the same product: h_{t-1} gets a column of ones
+    dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per head one product over K = B*T rows
+    db       = sum_{b, t} dG[b, t]                            one reduction (fp32 accumulation)
     dWx      = dG (its input gates)                           no work at all: the same tensor
 
-Used by the ``alternating`` backend (:func:`parameter_grads`, after its loop) and by the ``fused`` backend
-(:func:`gate_products` piece by piece beside its kernel, :mod:`gpulab.rnn.backends.fused.backward`).
+In one pass (:func:`parameter_grads`: the ``alternating`` backend, and the ``fused`` one for a sequence it does not
+cut), or piece by piece in time (:func:`gate_products`, summed in fp32 beside the fused backward kernel on a second
+stream, :mod:`gpulab.rnn.backends.fused.backward`), where h_{t-1} gets a column of ones so that one product per
+piece gives db too.
 """
 
 from __future__ import annotations
@@ -55,16 +57,23 @@ def split_products(prod, fn, dtype):
     return prod[fn.r_gates, :, :, :DH].to(dtype).contiguous(), prod[..., DH].to(dtype).contiguous()
 
 
-def parameter_grads(dG, out, states, function):
-    """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] (any strides with B*T mergeable), in dG's dtype.
+def parameter_grads(dG, out, states, function, time_major=False):
+    """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``; B and T
+    mergeable into one row dimension), in dG's dtype, in one pass: the products of a sequence that is not cut.
 
-    dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: per gate one batched product over the heads with
-    K = B*T (fp32 accumulation), reading dG where it lies. The same product gives db: h_{t-1} carries an extra column
-    of ones, so column DH of the result is sum_{b,t} dG (no separate pass over dG). dWx = the input gates of dG.
+    dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: one product per head over the K = B*T rows
+    (fp32 accumulation); db = sum_{b,t} dG (fp32 accumulation); dWx = the input gates of dG (a view, no copy).
+    Few launches: h_{t-1} is one concatenation, the products one einsum, db one reduction.
     """
     fn = get_function(function)
-    B, T, G_b, NH, DH = dG.shape
-    h = previous_h_ones(out, states)
-    prod = gate_products(dG.reshape(B * T, G_b, NH, DH), h.view(B * T, NH, DH + PAD))
-    dR, db = split_products(prod, fn, dG.dtype)
-    return dG[:, :, fn.w_gates], dR, db
+    B, T = out.shape[1], out.shape[2]
+    G_b, NH, DH = dG.shape[2:]
+    if time_major:  # h_{t-1} [T, B, NH, DH]: the initial h, then h_0 .. h_{T-2}
+        h = torch.cat((states[0].transpose(0, 1), out[0, :, : T - 1].transpose(0, 1)))
+    else:  # [B, T, NH, DH]
+        h = torch.cat((states[0], out[0, :, : T - 1]), dim=1)
+    rows = dG.reshape(B * T, G_b, NH, DH)
+    dR = torch.einsum("kgnj,knm->gnjm", rows[:, fn.r_gates], h.reshape(B * T, NH, DH)).contiguous()
+    db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
+    dWx = dG[:, :, fn.w_gates] if not time_major else dG.transpose(0, 1)[:, :, fn.w_gates]
+    return dWx, dR, db

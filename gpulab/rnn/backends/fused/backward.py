@@ -270,11 +270,7 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
         carry = d_last
         for t0, t1 in reversed(bounds):
             carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
-        h = previous_h_ones(out, states, time_major=True)
-        rows = T * B
-        prod = gate_products(dG_tm.view(rows, fn.gates_b, NH, DH), h.view(rows, NH, DH + PAD))
-        dR, db = split_products(prod, fn, out.dtype)
-        return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry
+        return (*parameter_grads(dG_tm, out, states, fn.name, time_major=True), carry)
     main = torch.cuda.current_stream(out.device)
     side = _side_stream(out.device)
     side.wait_stream(main)
