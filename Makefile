@@ -47,7 +47,7 @@ test: lint
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
 
-# Re-execute every lesson and solution notebook in place (on this machine: CPU interpreter unless a GPU is present).
+# Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
 	$(BIN)/python -m gpulab notebooks
 

@@ -2,7 +2,8 @@
 
 info                 device, runtime mode, versions, spec and measured ceilings
 bench NN [--out DIR] run lesson NN's benchmark, write benchmarks/NN_name/<gpu>-<date>.jsonl and .png
-notebooks [PATH...]  re-execute lesson and solution notebooks in place (what gets committed)
+notebooks [PATH...]  build notebooks from their sources (notebooks/src/) and execute them in place (what gets
+                     committed); PATH: a source or a notebook (default: all); --build-only: do not execute
 exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
 grade PATH           run an exercise notebook and report each grader
 """
@@ -88,18 +89,34 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _notebook_paths(paths) -> list[Path]:
-    if paths:
-        return [Path(p) for p in paths]
-    return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+def _notebook_paths(paths) -> list[tuple[Path | None, Path]]:
+    """(source, notebook) for each PATH (a source .py or a notebook .ipynb), or every pair."""
+    from gpulab.course import sources
+
+    if not paths:
+        return sources.source_paths()
+    pairs = []
+    for p in map(Path, paths):
+        if p.suffix == ".py":
+            pairs.append((p, sources.notebook_for(p)))
+        elif p.suffix == ".ipynb":
+            pairs.append((sources.source_for(p), p))
+        else:
+            raise SystemExit(f"notebooks: {p} is neither a source (.py in notebooks/src/) nor a notebook (.ipynb).")
+    return pairs
 
 
 def cmd_notebooks(args) -> int:
     import time
 
-    from gpulab.course import execute_notebook
+    from gpulab.course import execute_notebook, sources
 
-    for path in _notebook_paths(args.paths):
+    for src, path in _notebook_paths(args.paths):
+        changed = sources.build(src, path)
+        print(f"built {path.relative_to(ROOT) if path.is_absolute() else path} from {src.name}"
+              f"{'' if changed else ' (unchanged)'}")  # fmt: skip
+        if args.build_only:
+            continue
         t0 = time.perf_counter()
         execute_notebook(path, write=True)
         print(f"executed {path} in {time.perf_counter() - t0:.1f} s")
@@ -152,8 +169,9 @@ def main(argv=None) -> int:
     p.add_argument("lesson", help="lesson number, e.g. 00")
     p.add_argument("--out", default=None, help="results root (default: benchmarks/ in the repository)")
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("notebooks", help="re-execute notebooks in place")
-    p.add_argument("paths", nargs="*", help="notebooks (default: notebooks/ and solutions/)")
+    p = sub.add_parser("notebooks", help="build notebooks from their sources and execute them in place")
+    p.add_argument("paths", nargs="*", help="sources or notebooks (default: every lesson and solution)")
+    p.add_argument("--build-only", action="store_true", help="build from the sources, do not execute")
     p.set_defaults(fn=cmd_notebooks)
     p = sub.add_parser("exercises", help="generate exercises/ from solutions/")
     p.add_argument("--check", action="store_true", help="verify exercises/ matches and every grader fails")

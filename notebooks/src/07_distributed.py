@@ -1,11 +1,12 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -all
-#     formats: py:percent
+#     cell_metadata_filter: tags,-all
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -211,6 +212,7 @@ if speed:
         comm, compute, overlap = (q.get(k, 0.0) for k in ("comm_ms", "compute_ms", "overlap_ms"))
         print(f"{q['model']:12s} {q['strategy']:9s} {q['world_size']:4d} {r.ms:8.2f} {q['tokens_per_s']:12,.0f} "
               f"{eff:8.0%} {comm:8.2f} {compute:10.2f} {overlap:10.2f}")  # fmt: skip
+
 
 # %%
 def plot_scaling(records, ax):

@@ -1,11 +1,12 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -all
-#     formats: py:percent
+#     cell_metadata_filter: tags,-all
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -36,6 +37,7 @@ from gpulab.course import grading_distributed as grading
 
 torch.set_num_threads(1)
 
+
 # %% [markdown]
 # ## Task 1: average the gradients yourself
 #
@@ -47,7 +49,7 @@ torch.set_num_threads(1)
 # The grader runs your function on 2 ranks, each after a backward on its half of a batch, and compares the result
 # with one process that took the whole batch.
 
-# %%
+# %% tags=["solution"]
 def average_gradients(model, world_size):
     ### BEGIN SOLUTION
     for p in model.parameters():
@@ -61,6 +63,7 @@ def average_gradients(model, world_size):
 # GRADER: averaging gradients by hand
 grading.grade_average_gradients(average_gradients)
 
+
 # %% [markdown]
 # Why the mean and not the sum: each rank's loss is the *mean* over its $B/N$ strings, so its gradient $g_r$ is a
 # mean too, and the gradient of the mean over all $B$ strings is $\frac{1}{N}\sum_r g_r$. Summing would multiply the
@@ -73,7 +76,7 @@ grading.grade_average_gradients(average_gradients)
 # `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather; each phase passes chunks of `nbytes /
 # world_size` to the next GPU in the ring, `world_size - 1` times).
 
-# %%
+# %% tags=["solution"]
 def ring_bytes_per_gpu(nbytes, world_size):
     ### BEGIN SOLUTION
     return 2 * (world_size - 1) / world_size * nbytes

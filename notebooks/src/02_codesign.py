@@ -1,0 +1,318 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 2 — GEMM shapes and hardware co-design
+#
+# **What you will learn**
+# - why two matrix products with (almost) the same FLOP count can run at 675 and at 145 TFLOP/s on the same GPU: **alignment**, **tile quantization** and **wave quantization**;
+# - a model of GEMM time on a given GPU — a memory roof, a compute roof, and those three shape effects — that predicts time and throughput for any $(M, N, K)$, dtype and GPU in the spec table;
+# - to build a fixed-tile matrix product in Triton, check it against float64, and use it to *see* waves, which cuBLAS hides by changing its tiles;
+# - to check a model configuration (GPT-2, Pythia, GPT-NeoX, a multi-head LSTM) against the sizing rules of Anthony et al., *The Case for Co-Designing Model Architectures with Hardware* (2024), and find the nearest compliant sizes.
+#
+# **How this notebook runs.** The model is pure arithmetic and runs anywhere. On a machine without a GPU the Triton kernel runs in the CPU interpreter at small sizes and the "measurements" time the interpreter and the CPU, not a GPU. The measurements that matter were taken on an NVIDIA H100 with `python -m gpulab bench 02` and are stored under `benchmarks/02_codesign/`; section 9 shows them beside the model.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import dataclasses
+import inspect
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab import bench, check, codesign, hardware, runtime
+
+import triton  # isort: skip
+
+print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}, triton {triton.__version__}")
+
+# %% [markdown]
+# ## 1. Count: what a GEMM must do
+#
+# $C = AB$ with $A \in \mathbb{R}^{M\times K}$, $B \in \mathbb{R}^{K\times N}$ does $F = 2MNK$ FLOPs (a multiply-add is two) and must move at least $Q = s\,(MK + KN + MN)$ bytes for $s$-byte elements: each operand read once, the output written once. Lesson 0's roofline bound is
+#
+# $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
+#
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q \approx 1600$ FLOPs per byte, far beyond the H100's ridge point (~295): compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain about 70% of it (675 TFLOP/s measured at this shape), so the model uses $P = 0.70\,P_\text{peak}$ — `codesign.PEAK_FRACTION`, with its source beside it — and $B = 0.93\,B_\text{HBM}$, the fraction lesson 0 measured.
+
+# %%
+spec = hardware.spec("H100")
+p = codesign.gemm_time(8192, 8192, 4096, dtype="bfloat16", gpu="H100", tile=None)
+print(f"F = {p.flops:.3e} FLOPs, Q = {p.bytes / 1e6:.0f} MB, F/Q = {p.flops / p.bytes:.0f} FLOP/byte; "
+      f"ridge point {hardware.ridge_point(spec, 'bfloat16'):.0f}")
+print(p.explain())
+
+# %% [markdown]
+# Three lines of that explanation are about the *shape*. The rest of the lesson takes them one at a time.
+#
+# ## 2. Alignment: 4095 is not 4096
+#
+# A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
+#
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. Measured on the H100 (bf16, $M = N = 8192$): $K = 4096$ ran at **675 TFLOP/s**, $K = 4095$ and $K = 4097$ at **145 TFLOP/s** — 4.66 times slower for *one* element more or less. That ratio is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path: the first H100 run of this lesson's sweep measured them at about 273 TFLOP/s, 2.5 times slower (`codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own measurement, after the first version of the model, which charged them the full penalty, misordered them):
+#
+# $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ 2.5 & \text{4- or 8-byte aligned} \\ 4.66 & \text{2-byte aligned} \end{cases} $$
+#
+# The second factor is the smaller penalty for a $K$ that is aligned but not a multiple of the K-step $B_K$ = 128 bytes (64 bf16 elements): the last step of the K loop is partly empty but costs a whole step. That is why "multiples of 64" is the usual advice, and "multiples of 8" the hard rule.
+
+# %%
+ks = list(range(4032, 4161))
+preds = [codesign.gemm_time(8192, 8192, k, tile=None) for k in ks]
+ax = codesign.plot_prediction(ks, preds, label="model (cuBLAS tiles)", xlabel="K", marker=".", ms=3)
+ax.scatter([4095, 4096, 4097], [145, 675, 145], color="C3", zorder=3, label="quoted H100 measurements")
+ax.set_ylim(0, 800)
+ax.set_title("8192 x 8192 x K in bf16: predicted TFLOP/s around K = 4096")
+ax.legend()
+plt.show()
+
+# %%
+print(f"{'K':>5s}  {'misaligned':>10s}  {'e_align':>7s}  {'last K-step':>11s}  {'ms':>6s}  {'TFLOP/s':>7s}")
+for k in (4088, 4092, 4094, 4095, 4096, 4097, 4100, 4104, 4160):
+    q = codesign.gemm_time(8192, 8192, k, tile=None)
+    print(f"{k:5d}  {'/'.join(q.misaligned) or '-':>10s}  {q.alignment_efficiency:7.3f}  {q.k_fill:11.1%}  "
+          f"{q.ms:6.3f}  {q.tflops:7.0f}")
+
+# %% [markdown]
+# The model has one measured anchor: misalignment down to 2 bytes (odd $K$). $K = 4092$ is misaligned only to 8 bytes, $K = 4094$ to 4; cuBLAS may have faster fallbacks for those, and the K sweep measures them. A model is a hypothesis: where it is wrong, the measurement says so.
+#
+# ## 3. Tile quantization: partial tiles cost whole tiles
+#
+# A GEMM kernel cuts $C$ into tiles of $t_m \times t_n$; one program (thread block) computes one tile, looping over $K$. When $M$ or $N$ is not a multiple of the tile, the edge tiles are partly empty — masked, but they take as long as full ones:
+#
+# $$ e_\text{tile} = \frac{MN}{\lceil M/t_m\rceil t_m \cdot \lceil N/t_n\rceil t_n}. $$
+#
+# Left: a $200 \times 300$ output in $128 \times 128$ tiles does 61% useful work. Right: $1536 \times 1472$ is 96% useful — but see the colours.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+codesign.plot_tiles(200, 300, (128, 128), ax=axes[0])
+codesign.plot_tiles(1536, 1472, (128, 128), ax=axes[1], gpu="H100")
+plt.show()
+
+# %% [markdown]
+# ## 4. Wave quantization: the last wave runs nearly empty
+#
+# The $T$ tiles are handed to the SMs — 132 on an H100 — in **waves**: with one tile per SM at a time, $W = \lceil T / \text{SMs}\rceil$ waves, and the last may leave most SMs idle. On the right above, $12 \times 12 = 144$ tiles make 2 waves: 132 tiles, then 12 tiles on 12 SMs while 120 SMs wait. The fraction of SM slots doing work is
+#
+# $$ e_\text{wave} = \frac{T}{W \cdot \text{SMs}}, \qquad T = \text{batch}\cdot\lceil M/t_m\rceil\lceil N/t_n\rceil . $$
+#
+# Since every wave takes the same time, time is a **staircase** in $N$ and throughput a **saw-tooth**. Here for the tile the Triton kernel of section 6 uses on the GPU ($128 \times 256$), and for the model of cuBLAS, which picks the best of three large tiles per shape (`tile=None`) and so has more, smaller steps:
+
+# %%
+ns = range(1024, 8448 + 1, 64)
+fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+for metric, ax in zip(("ms", "tflops"), axes):
+    codesign.plot_wave_staircase(1536, 4096, ns, tile=(128, 256), ax=ax, metric=metric)
+    codesign.plot_prediction(ns, [codesign.gemm_time(1536, n, 4096, tile=None) for n in ns], ax=ax,
+                             label="model, cuBLAS (best of 3 tiles)", metric=metric, xlabel="N", ls="--")
+    ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ## 5. The whole model
+#
+# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep below shows it: Q·Kᵀ at head dimension 60 or 100 is memory-bound, yet 2.4 times slower than at 64):
+#
+# $$ t = \max\left(\frac{F}{P\,e_\text{align}\,e_\text{tile}\,e_\text{wave}},\; \frac{Q \cdot \text{penalty}}{B}\right) $$
+#
+# `codesign.gemm_time(m, n, k, dtype, gpu, batch, tile)` returns a record with the prediction and every factor; `codesign.relative_throughput(...)` is the predicted TFLOP/s as a fraction of the best the GPU sustains (1.0 = an ideal shape). The three pieces:
+
+# %%
+for fn in (codesign.alignment_efficiency, codesign.tile_quantization, codesign.wave_quantization):
+    print(inspect.getsource(fn))
+
+# %%
+for gpu in ("H100", "A100", "L4"):
+    r = {k: codesign.relative_throughput(8192, 8192, k, gpu=gpu, tile=None) for k in (4095, 4096)}
+    w = codesign.gemm_time(1536, 1408, 4096, gpu=gpu, tile=(128, 128))
+    print(f"{gpu:5s}: relative throughput K=4096 {r[4096]:.2f}, K=4095 {r[4095]:.2f}; "
+          f"1536 x 1408 in 128x128 tiles = {w.tiles} tiles on {w.sm_count} SMs -> {w.waves} wave(s), "
+          f"e_wave = {w.wave_efficiency:.2f}")
+
+# %% [markdown]
+# The same shape is one perfect wave on an H100 (132 SMs) and two badly filled ones on an A100 (108 SMs): shape rules are rules *for a GPU*.
+#
+# ## 6. A fixed-tile matmul in Triton
+#
+# cuBLAS picks a different kernel (tile, split of $K$, cluster shape) for almost every shape, which smooths its wave staircase. To see the waves themselves we need a kernel whose tile never changes: `codesign.matmul_fixed_tile_kernel`. One program per $B_M \times B_N$ output tile; a loop over $K$ in steps of $B_K$, accumulating `tl.dot` products in fp32; masks for the ragged edges in $M$, $N$ and the $K$ tail (masked loads read zeros, which add nothing).
+
+# %%
+print(inspect.getsource(codesign.matmul_fixed_tile_kernel.fn))
+
+# %% [markdown]
+# The wrapper `codesign.matmul_fixed_tile` validates its inputs, launches a grid of $\lceil M/B_M\rceil \times \lceil N/B_N\rceil$ programs and passes `input_precision` from `runtime.dot_precision` (IEEE products for fp32). Checked against a float64 reference at awkward sizes, into a *poisoned* output (NaN everywhere), so a tile the grid misses cannot pass:
+
+# %%
+for m, n, k in ((1, 1, 1), (17, 17, 17), (33, 20, 19), (100, 37, 70)):
+    a, b = check.random_tensor(m, k), check.random_tensor(k, n)
+    out = check.poisoned(m, n)
+    codesign.matmul_fixed_tile(a, b, out, block_m=16, block_n=32, block_k=16)
+    err = check.assert_close(out, codesign.matmul_reference(a, b), name="C")
+    grid = (triton.cdiv(m, 16), triton.cdiv(n, 32))
+    assert err < 1e-6
+    print(f"{m:3d} x {n:3d} x {k:3d}: grid {grid}, every element written, matches float64 (relative error < 1e-6)")
+
+# %% [markdown]
+# On the GPU the sweep uses $B_M \times B_N \times B_K = 128 \times 256 \times 64$, 8 warps, 3 stages — the first configuration in the autotuning list of Triton's matmul tutorial. With all three stages buffered its shared memory is $3 \times (128 \times 64 + 64 \times 256) \times 2$ bytes = 144 KB, more than half of an SM's 228 KB, so each SM runs one tile at a time: one tile per SM per wave, as the model assumes. (The stored results record the compiled kernel's shared memory, so section 9 can check this.)
+#
+# ## 7. Predictions for the H100 sweeps
+#
+# Before measuring, write down what the model expects for the three sweeps `python -m gpulab bench 02` runs (bf16):
+#
+# 1. **K sweep**: $8192 \times 8192 \times K$ for $K$ from 4032 to 4160, through `torch.matmul`;
+# 2. **head dimension**: the attention scores $QK^\top$ of 256 (batch $\times$ heads) sequences of 2048 tokens, head dimension $d \in \{60, 64, 72, 80, 96, 100, 128\}$ — a batched GEMM $2048 \times 2048 \times d$;
+# 3. **waves**: $1536 \times N \times 4096$ for $N$ from 1024 to 8448 in steps of 128, with `torch.matmul` and the fixed-tile kernel.
+
+# %%
+print("K sweep, 8192 x 8192 x K, cuBLAS model")
+for k in (4032, 4064, 4088, 4092, 4094, 4095, 4096, 4097, 4098, 4100, 4104, 4128, 4160):
+    q = codesign.gemm_time(8192, 8192, k, tile=None)
+    print(f"  K = {k}: {q.ms:6.3f} ms {q.tflops:5.0f} TFLOP/s  ({'misaligned' if q.misaligned else 'aligned'})")
+print("\nQ K^T, 256 x (2048 x 2048 x d)")
+for d in (60, 64, 72, 80, 96, 100, 128):
+    q = codesign.gemm_time(2048, 2048, d, batch=256, tile=None)
+    print(f"  d = {d:3d}: {q.ms:6.3f} ms {q.tflops:5.0f} TFLOP/s  {q.bound}-bound"
+          + (f", misaligned {'/'.join(q.misaligned)}" if q.misaligned else "")
+          + (f", last K-step {q.k_fill:.0%} full" if q.k_fill < 1 else ""))
+
+# %% [markdown]
+# Two predictions worth pausing on. The attention scores are **memory-bound** for every aligned head dimension: writing the $2048 \times 2048$ score matrix per head moves far more bytes than the $2 \cdot 2048 \cdot d$ inputs, so $d = 64$ and $d = 128$ should take nearly the same time (and $d = 128$ does twice the FLOPs in it). Only the misaligned $d = 60$ and $d = 100$ drop to the slow kernels and become compute-bound. And in the wave sweep the model expects a clean saw-tooth for the fixed tile, a busier one for cuBLAS.
+#
+# ## 8. Measure here
+
+# %% [markdown]
+# The same three sweeps at the sizes of this machine. On a GPU these are real measurements (bf16, full size, about a minute); on CPU they are tiny fp32 problems timed through the CPU's `torch.matmul` and the Triton interpreter, compared against the model *of the H100*: they show that the code runs and is checked, not how a GPU behaves.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+live = codesign.sweep_k() + codesign.sweep_head_dim() + codesign.sweep_waves()
+print(codesign.format_agreement(codesign.pair_agreement(live)))
+fig = codesign.plot_benchmark(live)
+where = "" if runtime.on_gpu() else ": CPU and interpreter timings, H100 model"
+fig.suptitle(f"Live sweeps in {runtime.MODE} mode{where}")
+plt.show()
+
+# %% [markdown]
+# ## 9. Measured on an H100
+#
+# The stored run of `python -m gpulab bench 02` (result file and figure in `benchmarks/02_codesign/`): each point is the median of many timed calls, each result checked against a float64 reference first; the model's prediction is stored beside each measurement. The target: for every pair of shapes in a sweep whose measured times differ by more than 10%, the model should order them correctly in at least 90% of the pairs.
+
+# %%
+try:
+    stored = bench.load("02", gpu="h100")
+except FileNotFoundError:
+    stored = []
+    print("No stored H100 results for lesson 2 yet: run `python -m gpulab bench 02` on an H100 to make them.")
+if stored:
+    print(f"{stored[0].device}, torch {stored[0].torch}, triton {stored[0].triton}, measured {stored[0].date}\n")
+    agreement = codesign.pair_agreement(stored)
+    print(codesign.format_agreement(agreement))
+
+# %%
+if stored:
+    for sweep in ("K", "head dim", "N (waves)"):
+        codesign.plot_sweep(stored, sweep, title=f"{sweep} sweep on {stored[0].device}: measured vs model")
+        plt.show()
+else:
+    print("(the measured sweeps appear here once the H100 results are stored)")
+
+# %%
+if stored:
+    rows = [r for r in stored if r.params["sweep"] in ("K", "head dim")]
+    columns = ("case", "x", "ms", "predicted_ms", "tflops", "predicted_tflops", "predicted_bound")
+    print(bench.table(rows, columns=columns))
+    tri = [r for r in stored if "Triton" in r.params.get("impl", "")]
+    if tri and tri[0].params.get("shared_bytes"):
+        shared = tri[0].params["shared_bytes"]
+        print(f"\nfixed-tile kernel: {shared / 1024:.0f} KB of shared memory per program -> "
+              f"{spec.smem_per_sm // shared} program(s) per SM; {tri[0].registers} registers, {tri[0].spills} spills")
+    misses = agreement["misses"]
+    print(f"\n{len(misses)} pairs the model orders wrongly" + (", the first few:" if misses else "."))
+    for miss in misses[:8]:
+        (m1, m2), (p1, p2) = miss["measured_ms"], miss["predicted_ms"]
+        print(f"  {miss['sweep']}: x = {miss['x']}, measured {m1:.4g} vs {m2:.4g}, predicted {p1:.4g} vs {p2:.4g} ms")
+
+# %% [markdown]
+# ## 10. Co-design: checking model configurations
+#
+# Every GEMM of a transformer layer has a shape set by the model's hyperparameters — vocabulary $v$, hidden size $h$, heads $a$, sequence $s$, microbatch $b$, tensor-parallel degree $t$:
+#
+# | GEMM | $M$ | $N$ | $K$ | batch |
+# |---|---|---|---|---|
+# | QKV projection | $bs$ | $3h/t$ | $h$ | 1 |
+# | attention scores $QK^\top$ | $s$ | $s$ | $h/a$ | $ba/t$ |
+# | attention over values | $s$ | $h/a$ | $s$ | $ba/t$ |
+# | output projection | $bs$ | $h$ | $h/t$ | 1 |
+# | MLP up / down | $bs$ | $4h/t$, $h$ | $h$, $4h/t$ | 1 |
+# | logits | $bs$ | $v/t$ | $h$ | 1 |
+#
+# Anthony et al. turn the three effects into rules: **the vocabulary divisible by 64; $bs$, $h/a$ and $h/t$ divisible by a large power of two (64 here); $ba/t$ an integer; the microbatch as large as memory allows.** `codesign.check_config` applies them (the last through the model: it fails while doubling $b$ would still make the layer's GEMMs more than 5% faster per token) and proposes the nearest compliant sizes.
+
+# %%
+for name in ("GPT-2 small", "Pythia-2.8B", "GPT-NeoX-20B"):
+    cfg = codesign.KNOWN_CONFIGS[name]
+    print(codesign.format_checks(codesign.check_config(cfg),
+                                 title=f"{name}: v={cfg.vocab}, h={cfg.hidden}, a={cfg.heads}, s={cfg.seq}, "
+                                       f"b={cfg.microbatch}, t={cfg.tensor_parallel}"))
+    print(f"  source: {cfg.source}\n")
+
+# %% [markdown]
+# GPT-2's vocabulary of 50257 is the classic miss (nanoGPT pads it to 50304, "the nearest multiple of 64, for efficiency"); EleutherAI padded theirs. Pythia-2.8B (GPT-3 2.7B's shape) has a head dimension of 80, GPT-NeoX-20B of 96. Is the nearest fix the best one? Ask the model for the layer's GEMM time with each compliant head count:
+
+# %%
+for name in ("Pythia-2.8B", "GPT-NeoX-20B"):
+    cfg = codesign.KNOWN_CONFIGS[name]
+    a0, t = cfg.heads, cfg.tensor_parallel
+    # the compliant head counts within a factor of two of the original, and the original
+    options = sorted({a for a in codesign.heads_options(cfg.hidden, a0, t) if a0 / 2 <= a <= 2 * a0} | {a0})
+    base, _ = codesign.layer_time(cfg)
+    for a in options:
+        t, parts = codesign.layer_time(dataclasses.replace(cfg, heads=a))
+        scores = parts[1][1]
+        print(f"{name:13s} a = {a:3d} (h/a = {cfg.hidden // a:3d}): layer GEMMs {t:6.2f} ms ({t / base - 1:+5.1%}); "
+              f"Q K^T {scores.ms:.3f} ms, {scores.bound}-bound")
+    print(f"  fix_config picks {codesign.fix_config(cfg).heads} heads\n")
+
+# %% [markdown]
+# The nearest compliant head count is not the fastest: with attention computed as separate GEMMs, every head writes its own $s \times s$ score matrix, so *more* heads move *more* bytes, and the memory-bound score GEMMs dominate the difference. Fewer, wider heads ($h/a = 128$) win. `codesign.fix_config` therefore chooses, among compliant head counts within a factor of two, the one the model predicts fastest. (FlashAttention — lesson 4 — never writes the scores to HBM, which changes this trade-off.)
+#
+# The same rules apply to a **multi-head LSTM** (block-diagonal recurrence, one block per head, as in FlashRNN): the input projection is a $bs \times 4h/t \times h$ GEMM, and every time step runs a small batched GEMM of $b \times 4d \times d$ per head ($d = h/\text{heads}$). Those step GEMMs are tiny, so two more rules matter: the batch should fill whole 16-row tensor-core tiles, and one step should have enough tiles to occupy every SM.
+
+# %%
+lstm = codesign.KNOWN_CONFIGS["multi-head LSTM (example)"]
+print(codesign.format_checks(codesign.check_config(lstm),
+                             title=f"{lstm.name}: h={lstm.hidden}, heads={lstm.heads}, batch={lstm.batch}, "
+                                   f"seq={lstm.seq}, vocab={lstm.vocab}"))
+fixed = codesign.fix_config(lstm)
+print(f"\nfix_config: hidden {fixed.hidden}, heads {fixed.heads}, batch {fixed.batch}, vocab {fixed.vocab}; "
+      f"all rules pass: {all(c.passed for c in codesign.check_config(fixed))}")
+for cfg in (lstm, fixed):
+    t, parts = codesign.layer_time(cfg)
+    step = parts[1][1]
+    print(f"  batch {cfg.batch:4d}: {t / (cfg.batch * cfg.seq) * 1e6:7.2f} ns per token per layer; "
+          f"one step: {step.tiles} tiles, {step.waves} wave(s), {step.bound}-bound")
+
+# %% [markdown]
+# At batch 12 one time step moves about 1.3 MB — almost all of it the recurrent weights, $4 \times 192 \times 768$ bf16 values per head — to do 14 MFLOPs, and only 48 of 132 SMs have a tile: the step is memory-bound and the GPU mostly idle. A larger batch amortises the weights over more sequences, which is why the microbatch rule asks for hundreds. A fused RNN kernel (lesson 5) attacks the same cost from the other side: it keeps the recurrent weights on chip across time steps instead of re-reading them.
+#
+# ## What it means
+#
+# - **Shape is a performance parameter.** One element of $K$ moved an 8192-square GEMM from 675 to 145 TFLOP/s on the H100: the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
+# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the 2.5x penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
+# - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
+#
+# **Exercises:** `exercises/02_codesign.ipynb` — compute tile and wave quantization, build the time model yourself, predict which shapes run fastest and compare with the H100 measurements, and fix a config the checker flags. Grade your work with `make grade NB=exercises/02_codesign.ipynb`.

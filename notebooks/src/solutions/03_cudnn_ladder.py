@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 3 — The cuDNN 5 LSTM optimization ladder
+#
+# Two tasks that go with `notebooks/03_cudnn_ladder.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random LSTMs against `torch.nn.LSTM` in float64 and raises with a message if something is wrong.
+#
+# Grade the whole notebook from a terminal with
+#
+# ```
+# make grade NB=exercises/03_cudnn_ladder.ipynb
+# ```
+#
+# Everything runs on CPU (Triton's interpreter) as well as on a GPU.
+
+# %%
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab.course import grading_ladder as grading
+from gpulab.rnn import cells, ladder
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+
+# %% [markdown]
+# ## Task 1: step 1, combined GEMMs
+#
+# Write `step1(x, weights, state=None)`: a multi-layer LSTM forward with **two** matrix products per cell. `weights` is a `gpulab.rnn.LSTMWeights`: per layer `weights.w_ih[l]` is $[4H, I_l]$ (the four gates' rows i, f, z, o stacked), `weights.w_hh[l]` is $[4H, H]$, `weights.bias[l]` is $[4H]$. `x` is $[T, B, I]$, `state` is `(h0, c0)` of shape $[L, B, H]$ or None (zeros). Return `(y, (h_n, c_n))` like `nn.LSTM`: `y` $[T, B, H]$ is the last layer's $h_t$ for every $t$, `h_n` and `c_n` $[L, B, H]$ the final states.
+#
+# Use `ladder.lstm_cell_torch(i, f, z, o, c)` (or write the cell yourself); `gates.chunk(4, dim=1)` splits $[B, 4H]$ into the four gates. The grader counts your matrix products: at most 2 per cell.
+
+# %% tags=["solution"]
+def step1(x, weights, state=None):
+    ### BEGIN SOLUTION
+    n_l, (n_t, b, _) = weights.num_layers, x.shape
+    shape = (n_l, b, weights.hidden_size)
+    h0, c0 = state if state is not None else (x.new_zeros(shape), x.new_zeros(shape))
+    inp, h_n, c_n = x, [], []
+    for layer in range(n_l):
+        h, c, out = h0[layer], c0[layer], []
+        for t in range(n_t):
+            gates = inp[t] @ weights.w_ih[layer].t() + h @ weights.w_hh[layer].t() + weights.bias[layer]
+            h, c = ladder.lstm_cell_torch(*gates.chunk(4, dim=1), c)
+            out.append(h)
+        inp = torch.stack(out)
+        h_n.append(h)
+        c_n.append(c)
+    return inp, (torch.stack(h_n), torch.stack(c_n))
+    ### END SOLUTION
+
+
+# %%
+# GRADER: step 1: combined GEMMs
+grading.grade_combined_gemm(step1)
+
+
+# %% [markdown]
+# ## Task 2: the fused pointwise kernel
+#
+# Write `pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK)`. `gates` is $[N, 4, M]$ contiguous (pre-activations in the order i, f, z, o: gate $g$ of row $n$ starts at `gates_ptr + n*4*M + g*M`), `c` is $[N, M]$ in fp32. Program $(n, b)$ handles units $[b \cdot \text{BLOCK}, (b+1) \cdot \text{BLOCK})$ of row $n$: load the four gates and $c$, compute in fp32 (`.to(tl.float32)`), and store $h$ (in `h_out`'s dtype: `.to(h_out_ptr.dtype.element_ty)`) and the new $c$. The last block is ragged: mask it.
+#
+# You may call `cells.lstm_cell(i, f, z, o, c)`, the course's `@triton.jit` cell math, which returns `(h, c)`.
+
+# %% tags=["solution"]
+@triton.jit
+def pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK: tl.constexpr):
+    ### BEGIN SOLUTION
+    n = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M
+    g = gates_ptr + n * 4 * M + offs
+    i = tl.load(g, mask=mask).to(tl.float32)
+    f = tl.load(g + M, mask=mask).to(tl.float32)
+    z = tl.load(g + 2 * M, mask=mask).to(tl.float32)
+    o = tl.load(g + 3 * M, mask=mask).to(tl.float32)
+    c = tl.load(c_ptr + n * M + offs, mask=mask).to(tl.float32)
+    h, c = cells.lstm_cell(i, f, z, o, c)
+    tl.store(h_out_ptr + n * M + offs, h.to(h_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(c_out_ptr + n * M + offs, c, mask=mask)
+    ### END SOLUTION
+
+
+# %%
+# GRADER: fused LSTM pointwise kernel
+grading.grade_pointwise_kernel(pointwise_kernel)
+
+# %% [markdown]
+# ## Question
+#
+# Step 1 cut the products per cell from 8 to 2 and your kernel cut the pointwise launches from about 20 to 1. On an H100, run eagerly, which of the two saves more time per cell, and why does neither matter much once the forward is captured in a CUDA graph?
+#
+# ### BEGIN SOLUTION
+# Eagerly both save launches, and a launch costs the host a few microseconds whatever the kernel does: the pointwise fusion removes about 20 launches per cell, the combined GEMMs 6, so fusion saves more (the products it removes are each only microseconds of GPU work too). In a graph, launches cost almost nothing; what remains is GPU time along the dependency chain: the small kernels' start-up and drain, and products with only B = 64 rows that cannot fill the GPU. There, fewer, larger products (combined input GEMMs, the wavefront that batches the layers) matter more than fewer pointwise kernels.
+# ### END SOLUTION

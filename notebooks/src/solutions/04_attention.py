@@ -1,0 +1,120 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 4 — From online softmax to FlashAttention
+#
+# Two tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+#
+# Grade the whole notebook from a terminal with
+#
+# ```
+# make grade NB=exercises/04_attention.ipynb
+# ```
+#
+# Everything runs on CPU (Triton's interpreter) as well as on a GPU.
+
+# %%
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab.course import grading_attention as grading
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+
+# %% [markdown]
+# ## Task 1: the online-softmax update
+#
+# A row of scores arrives in blocks. After each block you keep two numbers per row: the running max $m$ and the running sum $\ell = \sum_j e^{x_j - m}$ over the values seen so far. Write `update(m, l, x)` that folds one block `x` ($[R, C]$) into `m` and `l` (both $[R]$, float32) and returns the new pair:
+#
+# $$ m' = \max(m, \max_j x_j), \qquad \ell' = \ell \, e^{m - m'} + \sum_j e^{x_j - m'}. $$
+#
+# At the start $m = -\infty$ and $\ell = 0$. Blocks may contain $-\infty$ (masked scores), and a row may have seen only $-\infty$ so far: then $m' = -\infty$ too, and $e^{m - m'}$ would be $e^{-\infty + \infty}$ = NaN. In that case use 0 as the reference point instead of $m'$ (the row's $\ell$ stays 0). The grader folds random rows in random block sizes, with values up to $10^3$ (where $e^x$ overflows even in float64), and checks $m$ = the row max and $m + \log \ell$ = the row's log-sum-exp.
+
+# %% tags=["solution"]
+def update(m, l, x):
+    ### BEGIN SOLUTION
+    m_new = torch.maximum(m, x.max(dim=1).values)
+    ref = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
+    l_new = l * torch.exp(m - ref) + torch.exp(x - ref[:, None]).sum(dim=1)
+    return m_new, l_new
+    ### END SOLUTION
+
+
+# %%
+# GRADER: online softmax update
+grading.grade_online_update(update)
+
+
+# %% [markdown]
+# ## Task 2: the inner loop of the FlashAttention forward
+#
+# Below is the forward kernel of the lesson without its loop over key blocks (non-causal, head dim a power of two, fp32). The prologue loads this program's `[BLOCK_M, HEAD_DIM]` block of queries and sets up the running max `m_i`, the running sum `l_i` and the output accumulator `acc`; the epilogue divides by `l_i` and stores the rows. Write the loop: for each block of `BLOCK_N` keys,
+#
+# 1. load the K and V blocks (`k_ptrs + start_n * HEAD_DIM`; the last block may be ragged: mask rows with `cols < n_k`, `other=0.0`);
+# 2. scores in base 2: `s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale` (`qk_scale` already holds `scale * log2(e)`); give keys `>= n_k` a score of `-inf`;
+# 3. the online-softmax update of task 1 in base 2 (`tl.exp2`), on `m_i`, `l_i` and on `acc`: `acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")`.
+#
+# Every query sees at least one key here, so the NaN guard of task 1 is not needed (but does no harm).
+
+# %% tags=["solution"]
+# ruff: noqa: F841 - until the loop is written, some names set up here are unused
+@triton.jit
+def forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    bh = tl.program_id(1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=(offs_m < n_q)[:, None], other=0.0)
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    ### BEGIN SOLUTION
+    for start_n in range(0, n_k, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.where((cols < n_k)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    ### END SOLUTION
+    o = acc / l_i[:, None]
+    tl.store(o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o,
+             mask=(offs_m < n_q)[:, None])
+
+
+# %%
+# GRADER: FlashAttention forward inner loop
+grading.grade_forward_kernel(forward_kernel)
+
+# %% [markdown]
+# ## Question
+#
+# The kernel reads each K/V block once per Q block. At sequence length $N$, head dim $d$, and Q blocks of $B_M$ rows, how many bytes of K and V does one head read in total, and why is the kernel still compute-bound on an H100 at $N = 4096$, $d = 128$, $B_M = 128$ in bf16?
+#
+# ### BEGIN SOLUTION
+# Each of the $N / B_M$ Q blocks reads all of K and V: $(N / B_M) \cdot 2 N d \cdot 2$ bytes = $4 N^2 d / B_M$ bytes per head, against $4 N^2 d$ FLOPs (non-causal). The intensity is therefore about $B_M$ FLOPs per byte of K/V traffic: 128 FLOP/B, and most of those re-reads hit L2 (one head's K and V at $N = 4096$, $d = 128$ are 2 MB), so the intensity against HBM is far higher. The H100's ridge point for bf16 tensor cores is about 300 FLOP/B against HBM but under 100 against L2, so the kernel sits right of the L2 ridge: compute-bound, and larger $B_M$ (more reuse per load) helps until registers run out.
+# ### END SOLUTION

@@ -1,0 +1,145 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 5 — A fused RNN kernel
+#
+# Two tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+#
+# Grade the whole notebook from a terminal with
+#
+# ```
+# make grade NB=exercises/05_fused_rnn.ipynb
+# ```
+#
+# Everything runs on CPU (Triton's interpreter) as well as on a GPU.
+
+# %%
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab.course import grading_rnn as grading
+from gpulab.rnn.cells import lstm_cell
+
+import triton  # isort: skip
+import triton.language as tl  # isort: skip
+
+
+# %% [markdown]
+# ## Task 1: the GRU cell as a Triton function
+#
+# The fused kernels of the lesson call the cell's math as a `@triton.jit` *function* (not a kernel): it takes blocks of fp32 values and returns a block, and Triton inlines it wherever it is called. Write `gru_cell(g, r, z, n, h)` with the GRU semantics of the `flashrnn` package. Its four inputs are gate **pre-activations**, already summed:
+#
+# - `g` $= R_0 h_{t-1} + b_0$ (the recurrent part of the candidate; PyTorch's $W_{hn} h + b_{hn}$),
+# - `r` $= Wx_0 + R_1 h_{t-1} + b_1$ (reset), `z` $= Wx_1 + R_2 h_{t-1} + b_2$ (update),
+# - `n` $= Wx_2 + b_3$ (the input part of the candidate),
+# - `h` $= h_{t-1}$, the old state.
+#
+# Return the new state:
+#
+# $$ r' = \sigma(r), \qquad z' = \sigma(z), \qquad n' = \tanh(n + r' \odot g), \qquad h_t = z' \odot h_{t-1} + (1 - z') \odot n'. $$
+#
+# `tl.sigmoid` exists; write $\tanh(x) = 2\sigma(2x) - 1$ (it never overflows, and runs the same compiled and interpreted). The grader launches its own kernel that calls *your* function on random blocks, with pre-activations up to about 30.
+
+# %% tags=["solution"]
+@triton.jit
+def gru_cell(g, r, z, n, h):
+    ### BEGIN SOLUTION
+    r = tl.sigmoid(r)
+    z = tl.sigmoid(z)
+    n = 2.0 * tl.sigmoid(2.0 * (n + r * g)) - 1.0
+    return z * h + (1.0 - z) * n
+    ### END SOLUTION
+
+
+# %%
+# GRADER: GRU cell
+grading.grade_gru_cell(gru_cell)
+
+
+# %% [markdown]
+# ## Task 2: the time loop of a fused LSTM forward
+#
+# Below is a simplified version of the lesson's fused forward kernel: LSTM only, fp32, one program per head holding every batch row ($B \le$ `BLOCK_B` = 16), head dim `DH` a power of two $\ge 16$. Layouts are flashrnn's: `wx` $[B, T, 4, NH, DH]$, `r` $[4, NH, DH, DH]$, `b` $[4, NH, DH]$, `s0` (initial $h, c$) $[2, B, 1, NH, DH]$, `out` (all states) $[2, B, T, NH, DH]$, `last` $[2, B, 1, NH, DH]$.
+#
+# The prologue is written: it loads this head's $R^\top$ per gate **once**, into registers (`rt_i, rt_f, rt_z, rt_o`, each $[DH, DH]$ with `rt_g[k, j] = R[g, n, j, k]`), the four biases as $[1, DH]$ rows, the initial $h$ and $c$ as fp32 $[BLOCK\_B, DH]$ tiles, and the row pointers of step 0. The epilogue stores the last $h$ and $c$. Write the loop over the $T$ steps. At step $t$:
+#
+# 1. load the four gates of $Wx_t$: gate $g$ of step $t$ is at `wx_rows + t * 4 * HD + g * HD` (masked with `mask`, `other=0.0`);
+# 2. the pre-activations $[i, f, z, o]$: $Wx_{t,g} + h\, R_g^\top + b_g$, with the product as `tl.dot(h, rt_g, input_precision="ieee")`;
+# 3. `h, c = lstm_cell(i, f, z, o, c)` (the course's cell, imported above);
+# 4. store $h$ at `out_rows + t * HD` and $c$ at `out_rows + state_stride + t * HD` (masked).
+#
+# The grader runs your kernel on random shapes ($B$ 1–3, $T$ 1–5, $NH$ 1–3, $DH$ = 16) against `gpulab.rnn.flashrnn(..., backend="vanilla")` in float64, with outputs poisoned with NaN beforehand.
+
+# %% tags=["solution"]
+# ruff: noqa: F841  (until the loop is written, the prologue's values are unused)
+@triton.jit
+def lstm_forward_kernel(wx_ptr, r_ptr, b_ptr, s0_ptr, out_ptr, last_ptr, B, T, NH,
+                        DH: tl.constexpr, BLOCK_B: tl.constexpr):
+    n = tl.program_id(0)  # this program's head
+    rows = tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, DH)
+    mask = (rows < B)[:, None] & (cols < DH)[None, :]
+    HD = NH * DH  # elements of one gate (or state) slice of all heads
+    state_stride = B * T * HD  # from h to c in out
+
+    # R^T of head n per gate, in registers for the whole sequence: rt_g[k, j] = R[g, n, j, k]
+    r_tile = r_ptr + n * DH * DH + cols[:, None] + cols[None, :] * DH
+    rt_i = tl.load(r_tile)
+    rt_f = tl.load(r_tile + 1 * NH * DH * DH)
+    rt_z = tl.load(r_tile + 2 * NH * DH * DH)
+    rt_o = tl.load(r_tile + 3 * NH * DH * DH)
+    # biases, [1, DH] rows broadcast over the batch
+    b_row = b_ptr + n * DH + cols[None, :]
+    b_i = tl.load(b_row)
+    b_f = tl.load(b_row + 1 * HD)
+    b_z = tl.load(b_row + 2 * HD)
+    b_o = tl.load(b_row + 3 * HD)
+    # initial states, fp32 [BLOCK_B, DH] tiles that stay in registers
+    s_off = rows[:, None] * HD + n * DH + cols[None, :]
+    h = tl.load(s0_ptr + s_off, mask=mask, other=0.0)
+    c = tl.load(s0_ptr + B * HD + s_off, mask=mask, other=0.0)
+    # row pointers of step 0
+    wx_rows = wx_ptr + rows[:, None] * T * 4 * HD + n * DH + cols[None, :]
+    out_rows = out_ptr + rows[:, None] * T * HD + n * DH + cols[None, :]
+
+    ### BEGIN SOLUTION
+    for t in range(T):
+        wx = wx_rows + t * 4 * HD
+        i = tl.load(wx, mask=mask, other=0.0) + tl.dot(h, rt_i, input_precision="ieee") + b_i
+        f = tl.load(wx + 1 * HD, mask=mask, other=0.0) + tl.dot(h, rt_f, input_precision="ieee") + b_f
+        z = tl.load(wx + 2 * HD, mask=mask, other=0.0) + tl.dot(h, rt_z, input_precision="ieee") + b_z
+        o = tl.load(wx + 3 * HD, mask=mask, other=0.0) + tl.dot(h, rt_o, input_precision="ieee") + b_o
+        h, c = lstm_cell(i, f, z, o, c)
+        tl.store(out_rows + t * HD, h, mask=mask)
+        tl.store(out_rows + state_stride + t * HD, c, mask=mask)
+    ### END SOLUTION
+
+    tl.store(last_ptr + s_off, h, mask=mask)
+    tl.store(last_ptr + B * HD + s_off, c, mask=mask)
+
+
+# %%
+# GRADER: fused LSTM forward time loop
+grading.grade_lstm_loop(lstm_forward_kernel)
+
+# %% [markdown]
+# ## Question
+#
+# Your kernel reads the four $DH \times DH$ blocks of $R$ once and then runs all $T$ steps. The `alternating` backend reads $R$ at every step. For the lesson's problem ($B = 16$, $T = 1024$, 12 heads of $DH = 64$, bf16), how many bytes of $R$ does each read per forward pass, and why does the fused kernel still not run anywhere near the H100's tensor-core roof?
+#
+# ### BEGIN SOLUTION
+# $R$ is $4 \cdot 12 \cdot 64^2 \cdot 2$ bytes = 393 KB. The fused kernel reads it once (393 KB); the alternating backend reads it at every step, $1024 \times 393$ KB = 403 MB (mostly from L2, where it fits). Even so, the fused kernel is far from the tensor-core roof because the work is a chain of 1024 dependent steps, each tiny: per step and program a $[16, 64] \times [64, 64]$ product per gate, about 0.5 MFLOP, a few nanoseconds of tensor-core time, while the step's chain (load $Wx_t$, four products, the cell's sigmoids and tanh, the store, the layout conversion of $h$ back into a product operand) takes hundreds of nanoseconds of latency. Only 12 programs run (one per head), on 12 of 132 SMs. The kernel is latency-bound: a larger batch per program or more heads fill the GPU at almost no extra time per step.
+# ### END SOLUTION

@@ -1,0 +1,127 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 6 — State tracking: the data and the evaluation
+#
+# Two tasks that go with `notebooks/06_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
+#
+# Grade the whole notebook from a terminal with
+#
+# ```
+# make grade NB=exercises/06_state_tracking.ipynb
+# ```
+#
+# Everything runs on CPU in a few seconds.
+
+# %%
+import torch
+
+import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
+from gpulab import tasks
+from gpulab.course import grading_tasks as grading
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and steady on a busy machine
+
+
+# %% [markdown]
+# ## Task 1: the parity data generator
+#
+# Write `parity(batch, length, generator)`: `batch` random bit strings of `length` bits, each bit 0 or 1 with probability 1/2, and their **running** parity. Return `(x, y)`, both int64 tensors of shape `[batch, length]`, where
+#
+# $$ y_{b,t} = x_{b,0} \oplus x_{b,1} \oplus \dots \oplus x_{b,t} \qquad (\text{the number of ones in } x_{b, 0..t} \bmod 2). $$
+#
+# So `y[:, -1]` is the parity of the whole string, and every earlier position is the parity of a prefix: one string of length $T$ gives $T$ training labels. Draw every random number from `generator` (a seeded `torch.Generator`), so that a seed fixes the data: `torch.randint(low, high, size, generator=generator)`.
+
+# %% tags=["solution"]
+def parity(batch, length, generator=None):
+    ### BEGIN SOLUTION
+    x = torch.randint(0, 2, (batch, length), generator=generator)
+    y = torch.cumsum(x, dim=1) % 2
+    return x, y
+    ### END SOLUTION
+
+
+# %%
+# GRADER: parity data generator
+grading.grade_parity(parity)
+
+# %%
+x, y = parity(3, 12, torch.Generator().manual_seed(0))
+print("x =", x.tolist())
+print("y =", y.tolist())
+
+
+# %% [markdown]
+# ## Task 2: the evaluation loop
+#
+# Write `evaluate(model, task, length, samples=512, batch_size=256, seed=1234)`: the fraction of `samples` fresh strings of `length` tokens whose **final** state the model predicts correctly.
+#
+# - `model(x)` takes tokens `x` `[B, T]` and returns logits `[B, T, C]`, one prediction of the state per position; the prediction for the whole string is `model(x)[:, -1].argmax(-1)`, to be compared with `y[:, -1]`;
+# - `task` is a `gpulab.tasks.Task`: `task.sample(b, length, generator=g, device=d)` returns `(x, y)` like your `parity`;
+# - draw all strings from one `torch.Generator().manual_seed(seed)`, on the model's device (`next(model.parameters()).device`), in batches of at most `batch_size` (the last one may be smaller);
+# - evaluate in eval mode (`model.eval()`) without gradients (`torch.no_grad()`), and leave the model in the mode it was in (`model.training` says which);
+# - return a Python float in [0, 1].
+
+# %% tags=["solution"]
+def evaluate(model, task, length, samples=512, batch_size=256, seed=1234):
+    ### BEGIN SOLUTION
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    correct, seen = 0, 0
+    with torch.no_grad():
+        while seen < samples:
+            b = min(batch_size, samples - seen)
+            x, y = task.sample(b, length, generator=gen, device=device)
+            correct += int((model(x)[:, -1].argmax(-1) == y[:, -1]).sum())
+            seen += b
+    model.train(was_training)
+    return correct / seen
+    ### END SOLUTION
+
+
+# %%
+# GRADER: evaluation loop
+grading.grade_evaluate(evaluate)
+
+
+# %% [markdown]
+# ## Put them together
+#
+# Train a small LSTM (the `vanilla` PyTorch backend of `gpulab.rnn.LSTM`) on strings of 16 bits with `gpulab.tasks.train`, then measure it with your `evaluate` on strings up to four times longer than any it has seen.
+
+# %%
+def my_parity(batch, length, generator=None, device=None):
+    x, y = parity(batch, length, generator)
+    return x.to(device or "cpu"), y.to(device or "cpu")
+
+
+task = tasks.Task("my parity", "parity of a bit string, your generator", 2, 2, my_parity)
+model = tasks.make_model("LSTM", task, seed=0, d_model=32, num_heads=1, num_layers=1, backend="vanilla")
+log = tasks.train(model, task, steps=400, batch_size=32, length=16, lr=3e-3, seed=0)
+print(f"trained on strings of 16 bits: {log.steps} steps, final loss below 0.01: {log.final_loss < 0.01}")
+for n in (16, 32, 64):
+    print(f"length {n:2d}: final-state accuracy 100%: {evaluate(model, task, n, samples=256) == 1.0}")
+
+# %% [markdown]
+# ## Question
+#
+# The LSTM reads one bit per step and only has to keep one bit of state, so it is right at any length. The Transformer of the lesson, trained the same way with RoPE, is near chance on strings longer than its training strings. RoPE is defined at every length, so what is missing? Why is a longer string still out of the Transformer's reach?
+#
+# ### BEGIN SOLUTION
+# RoPE makes scores depend on relative distance, but the computation a fixed-depth Transformer has learned is not a loop: to get parity it must count the ones in the whole prefix (averaging attention over up to t positions) and map that count to odd/even. At longer lengths the average is over more positions (its resolution shrinks as 1/t, so the count's parity cannot be read off a value it never saw), relative distances beyond the training length were never trained, and the model has no step that is repeated once per token. In theory a fixed-depth Transformer computes functions in TC^0, which cannot express the word problems of non-solvable groups such as S_5 at all (Merrill et al., 2024), and parity needs precision that grows with length; an RNN applies the same state update once per token, which is exactly the task's structure, so it generalizes to any length.
+# ### END SOLUTION

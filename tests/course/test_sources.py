@@ -1,0 +1,74 @@
+"""Lesson and solution notebooks are built from jupytext percent sources (gpulab.course.sources): every source
+round-trips byte for byte, every committed notebook has exactly its source's cells, ids are stable, solution cells
+are tagged, and a changed source or a hand-edited notebook is caught."""
+
+import shutil
+
+import nbformat
+import pytest
+
+from gpulab.course import sources
+
+PAIRS = sources.source_paths()
+
+
+def test_every_lesson_and_solution_has_a_source():
+    notebooks = {p.name for p in (sources.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    notebooks |= {f"solutions/{p.name}" for p in (sources.ROOT / "solutions").glob("*.ipynb")}
+    built = {nb.name if nb.parent.name == "notebooks" else f"solutions/{nb.name}" for _, nb in PAIRS}
+    assert notebooks == built and len(PAIRS) >= 16
+
+
+@pytest.mark.parametrize("source", [s for s, _ in PAIRS], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_source_round_trips_byte_for_byte(source):
+    assert sources.roundtrip_problems(source) == []
+
+
+def test_committed_notebooks_have_their_sources_cells():
+    assert sources.stale_notebooks() == []
+
+
+def test_cell_ids_and_solution_tags():
+    for _, notebook in PAIRS:
+        nb = nbformat.read(notebook, as_version=4)
+        assert [c.id for c in nb.cells] == [f"cell-{i:02d}" for i in range(len(nb.cells))], notebook.name
+        for c in nb.cells:
+            solution = c.cell_type == "code" and "### BEGIN SOLUTION" in c.source
+            assert (sources.SOLUTION_TAG in c.metadata.get("tags", [])) == solution, f"{notebook.name} {c.id}"
+    assert any("solution" in s.read_text() for s, nb in PAIRS if nb.parent.name == "solutions")
+
+
+def test_a_changed_source_is_caught_and_rebuilt_keeping_other_outputs(tmp_path):
+    source, notebook = next((s, n) for s, n in PAIRS if n.parent.name == "notebooks")
+    root = tmp_path / "repo"
+    (root / "notebooks" / "src").mkdir(parents=True)
+    (root / "solutions").mkdir()
+    src = root / "notebooks" / "src" / source.name
+    nb = root / "notebooks" / notebook.name
+    shutil.copy(source, src)
+    shutil.copy(notebook, nb)
+    assert sources.stale_notebooks(root) == [] and not sources.build(src, nb)
+    text = src.read_text()
+    marker = "# %%\n"
+    cut = text.rindex(marker)  # the last code cell: add a line to it
+    src.write_text(text[: cut + len(marker)] + "x_added_here = 1\n" + text[cut + len(marker) :])
+    problems = sources.stale_notebooks(root)
+    assert len(problems) == 1 and "differs from" in problems[0] and "python -m gpulab notebooks" in problems[0]
+    before = nbformat.read(nb, as_version=4)
+    assert sources.build(src, nb) and sources.stale_notebooks(root) == []
+    after = nbformat.read(nb, as_version=4)
+    kept = [
+        a.outputs == b.outputs
+        for a, b in zip(after.cells, before.cells)
+        if a.cell_type == "code" and a.source == b.source
+    ]
+    assert kept and all(kept)  # unchanged cells keep their outputs
+    changed = [a for a in after.cells if "x_added_here" in a.source]
+    assert len(changed) == 1 and changed[0].outputs == []
+
+
+def test_paths_that_are_not_sources_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="source="):
+        sources.notebook_for(tmp_path / "x.py")
+    with pytest.raises(ValueError, match="never edited by hand"):
+        sources.source_for(tmp_path / "x.ipynb")
