@@ -259,6 +259,11 @@ def cache_level(working_set_bytes: int, gpu=None) -> str:
 
 def spec_table(specs=None) -> str:
     """The spec table as text: one row per GPU, with the ridge point (FLOPs per byte needed to be compute-bound)."""
+    if specs is not None and (isinstance(specs, (str, GPUSpec)) or not hasattr(specs, "__iter__")):
+        raise runtime.ArgumentTypeError(
+            f"specs must be a list of hardware.GPUSpec (or None for the whole table), got {type(specs).__name__}; "
+            "wrap one spec in a list."
+        )
     specs = list(SPECS.values() if specs is None else specs)
     for i, s in enumerate(specs):
         if not isinstance(s, GPUSpec):

@@ -204,6 +204,10 @@ def parse_ncu_csv(text: str) -> list[dict]:
     import csv
     import io
 
+    if not isinstance(text, str):
+        raise runtime.ArgumentTypeError(
+            f"text must be Nsight Compute's CSV output (a str), got {type(text).__name__}; read the file first."
+        )
     units = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1}
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     rows: dict[str, dict] = {}
@@ -227,6 +231,10 @@ def plot_dram(records, ax=None, title=None):
     one pair per record of ``scripts/ncu_traffic.py`` (log scale: naive attention is two orders of magnitude off)."""
     import matplotlib.pyplot as plt
 
+    if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
+        raise runtime.ArgumentTypeError(
+            f"records must be a list of gpulab.bench.Result (gpulab.traffic.stored()), got {type(records).__name__}."
+        )
     recs = [r for r in records if "dram_read" in r.params]
     if not recs:
         raise ValueError("records holds no Nsight Compute traffic records (see scripts/ncu_traffic.py).")
@@ -252,6 +260,10 @@ def plot_dram(records, ax=None, title=None):
 def rows_touched(traffic: Traffic, name: str, programs, kind: str = "load") -> torch.Tensor:
     """bool [len(programs), R]: which rows of tensor ``name`` (its second-to-last dim, any of the leading dims) each
     program in ``programs`` touched."""
+    if not isinstance(traffic, Traffic):
+        raise runtime.ArgumentTypeError(
+            f"traffic must be a gpulab.traffic.Traffic (from gpulab.traffic.count), got {type(traffic).__name__}."
+        )
     out = []
     for prog in programs:
         t = traffic.touched(name, program=prog, kind=kind)

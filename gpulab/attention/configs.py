@@ -112,9 +112,9 @@ def smem_estimate(kind: str, block_m: int, block_n: int, block_d: int, itemsize:
 
 # Starting points (block_m, block_n, num_warps, num_stages) for 16-bit inputs on Hopper/Ampere, by padded head dim;
 # the FlashAttention-2 shapes: the forward takes a tall Q tile, dK/dV a tall K tile, dQ a tall Q tile.
-# Head dim 128's backward tiles were measured on the H100 (bf16, B=4, H=8, N=4096; 2026-11-22): dK/dV at
-# (32, 64, 8 warps, 2 stages) and dQ at (64, 32, 8, 2) took 5.5 ms against FlashAttention-2's 2.4 ms; the tiles
-# below took 1.85 ms. dK/dV with 4 warps spilled ~270 bytes per thread (255 registers) and ran 2x slower.
+# Head dim 128's backward tiles were chosen by measuring on the H100: smaller tiles (dK/dV at (32, 64, 8, 2), dQ at
+# (64, 32, 8, 2)) ran about 3x slower than these, and dK/dV with 4 warps spills registers (lesson 4's records hold
+# the times of the tiles it uses).
 _PREFERRED = {
     "forward": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)},
     "dkdv": {64: (32, 128, 4, 3), 128: (64, 128, 8, 3)},

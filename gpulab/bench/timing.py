@@ -212,6 +212,9 @@ class CapturedStep:
 
 def capture(fn, warmup=2):
     """:class:`CapturedStep` of ``fn`` on a GPU; None on CPU (graphs are a CUDA feature: "graphed: n/a")."""
+    if not callable(fn):
+        raise runtime.ArgumentTypeError(f"fn must be a function to capture, got {type(fn).__name__}.")
+    warmup = runtime.nonnegative_int("warmup", warmup)
     return CapturedStep(fn, warmup) if runtime.on_gpu() else None
 
 

@@ -173,6 +173,10 @@ def _loop_hint(out, ref, Wx, R, b, s0) -> str:
 def grade_lstm_loop(kernel, cases=5):
     """``kernel[(NH,)](wx, r, b, s0, out, last, B, T, NH, DH=DH, BLOCK_B=16)`` on flashrnn layouts (fp32): one
     program per head runs all T steps and writes every state (out) and the last states (last)."""
+    if not hasattr(kernel, "__getitem__"):  # launched as kernel[grid](...), as a @triton.jit function is
+        raise AssertionError(
+            f"kernel is a {type(kernel).__name__}; decorate your kernel with @triton.jit and pass the function itself."
+        )
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16)] + [(rng.randint(1, 3), rng.randint(2, 5), rng.randint(1, 3), 16) for _ in range(cases - 1)]
     for B, T, NH, DH in shapes:

@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from gpulab import bench
+from gpulab import bench, runtime
 from gpulab.distributed.data import local_batch
 from gpulab.distributed.parallel import wrap
 from gpulab.distributed.train import TrainConfig, _loss, build_model, train
@@ -78,9 +78,21 @@ def _sync(world: World) -> None:
         torch.cuda.synchronize(world.device)
 
 
+def _check_step_and_world(step, world) -> None:
+    if not callable(step):
+        raise runtime.ArgumentTypeError(
+            f"step must be a function that runs one training step, got {type(step).__name__}."
+        )
+    if not isinstance(world, World):
+        raise runtime.ArgumentTypeError(
+            f"world must be a gpulab.distributed.World (from init_world()), got {type(world).__name__}."
+        )
+
+
 def step_time(step, world: World, steps: int, warmup: int = 3, repeats: int = 1) -> float:
     """Eager wall time per training step in ms: ``steps`` steps back to back, one synchronize at the end, the median
     of ``repeats`` such loops; the slowest rank's time (all ranks wait for it at the next collective anyway)."""
+    _check_step_and_world(step, world)
     for _ in range(warmup):
         step()
     _sync(world)
@@ -135,6 +147,7 @@ def _intersection(a, b):
 def kernel_split(step, world: World) -> dict:
     """Profile one step: ms of collective (NCCL) kernels, of compute kernels, and of their overlap (each as the
     union of its kernels' intervals on the GPU's clock)."""
+    _check_step_and_world(step, world)
     if world.device.type != "cuda":
         return {}
     from torch.profiler import ProfilerActivity, profile

@@ -20,9 +20,17 @@ from gpulab import runtime
 __all__ = ["save_checkpoint", "load_checkpoint"]
 
 
+def _check_path_and_model(path, model) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"path must be a folder path (str or Path), got {type(path).__name__}.")
+    if not isinstance(model, torch.nn.Module):
+        raise runtime.ArgumentTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+
+
 def save_checkpoint(path, model, optimizer, step: int) -> None:
     """Write model, optimizer and ``step`` (the number of steps done) to the folder ``path`` (every rank calls it)."""
     step = runtime.nonnegative_int("step", step)
+    _check_path_and_model(path, model)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)}, checkpoint_id=os.fspath(path))
 

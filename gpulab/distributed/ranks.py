@@ -45,6 +45,8 @@ def run_on_ranks(fn, world_size: int = 2, timeout: float = 120.0) -> list:
     """``[fn(0, N), ..., fn(N - 1, N)]``, each called in its own forked process inside a gloo process group of N.
 
     An exception on any rank is raised here (an AssertionError stays one, so graders keep their messages)."""
+    if not callable(fn):
+        raise runtime.ArgumentTypeError(f"fn must be a function fn(rank, world_size), got {type(fn).__name__}.")
     world_size = runtime.integer("world_size", world_size, minimum=1, maximum=8)
     timeout = runtime.finite_float("timeout", timeout, positive=True)
     if "fork" not in mp.get_all_start_methods():

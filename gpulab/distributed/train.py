@@ -100,6 +100,11 @@ class TrainResult:
 
 def build_model(config: TrainConfig, device) -> torch.nn.Module:
     """The seeded lesson 6 model of ``config`` on ``device`` (the same weights on every rank)."""
+    if not isinstance(config, TrainConfig):
+        raise runtime.ArgumentTypeError(
+            f"config must be a gpulab.distributed.TrainConfig, got {type(config).__name__}; "
+            "e.g. TrainConfig(model='lstm')."
+        )
     return make_model(
         MODELS[config.model],
         config.task,

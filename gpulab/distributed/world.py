@@ -66,6 +66,8 @@ def init_world(backend: str | None = None, device: str | None = None) -> World:
     """
     if device is not None:
         runtime.one_of("device", device, ("cuda", "cpu"))
+    if backend is not None:  # checked even for a world of one, so a typo shows before the run is scaled out
+        runtime.one_of("backend", backend, ("nccl", "gloo"))
     use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu' (gloo) on this machine.")

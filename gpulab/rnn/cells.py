@@ -173,6 +173,8 @@ def cell_step_torch(function, wx, ry, b, states):
 
 def lstm_cell_torch(i, f, z, o, c):
     """The PyTorch twin of :func:`lstm_cell`: same signature, fp32 math; returns fp32 (h, c)."""
+    for name, t in (("f", f), ("z", z), ("o", o), ("c", c)):
+        runtime.same_shape("i", i, name, t)
     i, f, z, o, c = (t.float() for t in (i, f, z, o, c))
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(z)
     h_new = torch.sigmoid(o) * torch.tanh(c_new)
@@ -233,6 +235,11 @@ def lstm_pointwise_kernel(
 
 def lstm_pointwise_reference(gates, c, bias=None, gates2=None):
     """float64 reference of :func:`lstm_pointwise`: returns float64 (h, c) of shape [N, NH, DH]."""
+    runtime.require_tensor("gates", gates, ndim=4, shape=(None, 4, None, None), device_check=False)
+    n, _, nh, dh = gates.shape
+    runtime.require_tensor("c", c, shape=(n, nh, dh), device_check=False)
+    if gates2 is not None:
+        runtime.same_shape("gates", gates, "gates2", gates2)
     g = gates.detach().double()
     if gates2 is not None:
         g = g + gates2.detach().double()

@@ -29,9 +29,8 @@ Objective: the least estimated time per step. Programs run concurrently; a step 
 load -> dot -> cell -> store of one step) plus the tensor-core work of the programs sharing an SM; so the score is
 ``rounds * (LATENCY + programs_per_SM * block_b * G_r * D^2 / RATE)`` with rounds = ceil(programs / slots).
 Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.
-Measured on the H100 (B = 16, bf16, Triton 3.6): 4 warps beat 8 at DH 16 to 64 in the forward (DH 64: 0.78 vs
-0.85 ms) and in the backward (1.38 vs 1.43 ms); at DH 128 four warps do not fit (estimated 440 and 312 registers)
-and 8 warps win (forward 1.61 ms, backward 3.52 ms).
+Why the tie-break: on the H100 (B = 16, bf16) 4 warps beat 8 at DH 16 to 64 in both directions, and at DH 128
+four warps do not fit (the estimate exceeds 255 registers), so 8 win; lesson 5's records hold the times.
 Nothing satisfies 1-4 when R alone is too big: then :func:`fused_tiling` raises a ValueError that says how much
 on-chip memory a head needs and what to do (backend='alternating', more heads, 16-bit dtype).
 

@@ -5,7 +5,7 @@ figures. Everything here takes a list of :class:`gpulab.bench.Result` (live from
 
 from __future__ import annotations
 
-from gpulab import bench
+from gpulab import bench, runtime
 from gpulab.tasks.data import get_task
 
 __all__ = [
@@ -96,6 +96,7 @@ slower with one head and ~25% slower with 12 heads."""
 def throughput_summary(results, reference_heads: int = 12) -> list[str]:
     """One line per LSTM head count: its tokens/s relative to the FlashAttention Transformer with
     ``reference_heads`` heads (else the fastest one), beside the article's ratio where it gives one."""
+    reference_heads = runtime.positive_int("reference_heads", reference_heads)
     recs = throughput_records(results)
     ref = _reference(recs, reference_heads)
     if ref is None:

@@ -1,0 +1,202 @@
+"""Every public callable that takes user input has a bad-input test (issue 15): a callable in a module's ``__all__``,
+defined there and taking arguments, must be named in one of the bad-input test files, or be listed in ALLOWED with
+the reason it takes no user input. A new public function without a bad-input test fails here."""
+
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import gpulab
+
+TESTS = Path(__file__).resolve().parent
+BAD_INPUT_FILES = ["test_check.py", "test_runtime.py", "test_validation_properties.py", "test_sources.py"]
+
+_INTERNAL = "internal: called by the package with inputs it has already validated"
+_RECORD = "a record type the package constructs (or a dataclass whose fields its users validate)"
+_CLI = "a command-line entry: argparse validates its arguments"
+_STORED = "reads the package's own stored records or results, built by validated code"
+_AUTHOR = "a course author's tool over the repository's own sources (paths from source_paths())"
+ALLOWED = {
+    **dict.fromkeys(
+        [
+            "gpulab.attention.backward.run_backward",
+            "gpulab.attention.backward.backward_launches",
+            "gpulab.attention.forward.run_forward",
+            "gpulab.attention.forward.forward_launch",
+            "gpulab.attention.function.FlashAttentionFunction",
+            "gpulab.attention.ops.flash_attention_op",
+            "gpulab.attention.plan.forward_plan",
+            "gpulab.attention.plan.check_inputs",
+            "gpulab.rnn.api.check_inputs",
+            "gpulab.attention.plan.backward_plan",
+            "gpulab.attention.configs.autotuned_config",
+            "gpulab.bench.records.kernel_resources",
+            "gpulab.check.poison_",
+            "gpulab.check.new_output",
+            "gpulab.launch.Launch",
+            "gpulab.launch.direct_stream",
+            "gpulab.launch.cached_launch",
+            "gpulab.launch.aligned",
+            "gpulab.lazy.attributes",
+            "gpulab.lazy.register_benchmark",
+            "gpulab.lessons.register_benchmark",
+            "gpulab.memory.kernels.block_size",
+            "gpulab.memory.measure.check_progress",
+            "gpulab.memory.plots.check_axes",
+            "gpulab.rnn.api.backend_name",
+            "gpulab.rnn.backends.alternating.alternating_forward",
+            "gpulab.rnn.backends.alternating.alternating_rnn_gradients",
+            "gpulab.rnn.backends.autograd.TritonRNN",
+            "gpulab.rnn.backends.fused.fused_forward",
+            "gpulab.rnn.backends.fused.backward.fused_rnn_backward",
+            "gpulab.rnn.backends.fused.backward.fused_rnn_gradients",
+            "gpulab.rnn.backends.fused.backward.pieces",
+            "gpulab.rnn.backends.fused.forward.fused_rnn_forward",
+            "gpulab.rnn.backends.fused.forward.saved_dtype",
+            "gpulab.rnn.backends.fused.sass.compile_kernel",
+            "gpulab.rnn.backends.fused.sass.loop_stats",
+            "gpulab.rnn.backends.fused.sass.report",
+            "gpulab.rnn.backends.fused.sass.run_offline",
+            "gpulab.rnn.backends.fused.sass.kwidths",
+            "gpulab.rnn.backends.fused.tiles.fast_activations",
+            "gpulab.rnn.backends.parameter_grads.previous_h_ones",
+            "gpulab.rnn.backends.parameter_grads.gate_products",
+            "gpulab.rnn.backends.parameter_grads.split_products",
+            "gpulab.rnn.backends.parameter_grads.parameter_grads",
+            "gpulab.rnn.backends.vanilla.vanilla_forward",
+            "gpulab.rnn.backends.vanilla.recurrent_matrix",
+            "gpulab.rnn.ops.rnn_op",
+            "gpulab.rnn.ladder.benchmark.check_outputs",
+            "gpulab.rnn.ladder.benchmark.math_floor_ms",
+            "gpulab.rnn.ladder.plot.short_dtype",
+            "gpulab.roofline.roofs.resolve",
+            "gpulab.roofline.roofs.rate_of",
+            "gpulab.roofline.roofs.spec_value",
+            "gpulab.roofline.roofs.rate_text",
+            "gpulab.runtime.pick",
+            "gpulab.runtime.stream",
+            "gpulab.distributed.world.shutdown",
+            "gpulab.distributed.world.local_batch_size",
+            "gpulab.distributed.data.global_batch",
+            "gpulab.distributed.parallel.wrap",
+            "gpulab.distributed.verify.single_process_gradients",
+            "gpulab.distributed.verify.run_checks",
+            "gpulab.course.grading_rnn.gru_reference",
+            "gpulab.course.grading_rnn.launch_lstm_kernel",
+        ],
+        _INTERNAL,
+    ),
+    **dict.fromkeys(
+        [
+            "gpulab.attention.plan.Plan",
+            "gpulab.bench.timing.Timing",
+            "gpulab.codesign.configs.TransformerConfig",
+            "gpulab.codesign.configs.LSTMConfig",
+            "gpulab.codesign.configs.RuleCheck",
+            "gpulab.codesign.gemm_model.GemmPrediction",
+            "gpulab.distributed.train.TrainConfig",
+            "gpulab.distributed.train.TrainResult",
+            "gpulab.distributed.world.World",
+            "gpulab.hardware.GPUSpec",
+            "gpulab.rnn.functions.RNNFunction",
+            "gpulab.rnn.tiling.FusedTiling",
+            "gpulab.roofline.plotting.Placement",
+            "gpulab.tasks.data.Task",
+            "gpulab.tasks.training.TrainLog",
+            "gpulab.traffic.Counts",
+            "gpulab.traffic.Traffic",
+        ],
+        _RECORD,
+    ),
+    **dict.fromkeys(
+        [
+            "gpulab.course.readme.main",
+            "gpulab.distributed.benchmark.main",
+            "gpulab.distributed.train.main",
+            "gpulab.distributed.verify.main",
+            "gpulab.rnn.backends.fused.sass.main",
+        ],
+        _CLI,
+    ),
+    **dict.fromkeys(["gpulab.course.sources.read_source", "gpulab.course.sources.notebook_text"], _AUTHOR),
+    **dict.fromkeys(
+        [
+            "gpulab.attention.benchmark.add_ratios",
+            "gpulab.attention.benchmark.summary_table",
+            "gpulab.attention.benchmark.memory_table",
+            "gpulab.attention.benchmark.plot_throughput",
+            "gpulab.attention.benchmark.plot_memory",
+            "gpulab.bench.records.results_dir",
+            "gpulab.bench.records.newest",
+            "gpulab.course.prose.offenders",
+            "gpulab.course.readme.render",
+            "gpulab.rnn.benchmark.summary_table",
+            "gpulab.rnn.benchmark.plot_results",
+            "gpulab.rnn.benchmark.plot_roofline",
+            "gpulab.rnn.ladder.benchmark.ladder_table",
+            "gpulab.rnn.ladder.benchmark.best_by_dtype",
+            "gpulab.rnn.ladder.plot.plot_ladder",
+            "gpulab.rnn.ladder.plot.plot_roofline",
+            "gpulab.rnn.ladder.plot.result_dtypes",
+            "gpulab.tasks.results.accuracy_records",
+            "gpulab.tasks.results.throughput_records",
+            "gpulab.tasks.results.plot_throughput",
+            "gpulab.tasks.results.figure",
+            "gpulab.traffic.stored",
+            "gpulab.traffic.plot_rows",
+        ],
+        _STORED,
+    ),
+}
+
+
+def public_callables() -> list[str]:
+    """``module.name`` of every callable in a gpulab module's ``__all__`` that is defined there and takes arguments."""
+    out = []
+    for info in pkgutil.walk_packages(gpulab.__path__, "gpulab."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name, None)
+            if not callable(obj) or getattr(obj, "__module__", None) != info.name:
+                continue
+            if inspect.isclass(obj) and issubclass(obj, BaseException):
+                continue
+            try:
+                if not inspect.signature(obj).parameters:
+                    continue
+            except (TypeError, ValueError):
+                pass
+            out.append(f"{info.name}.{name}")
+    return out
+
+
+def _bad_input_text() -> str:
+    files = [p for p in TESTS.rglob("test_*.py") if "bad_input" in p.name or p.name in BAD_INPUT_FILES]
+    return "\n".join(p.read_text() for p in files)
+
+
+def test_every_public_callable_has_a_bad_input_test_or_a_reason():
+    text = _bad_input_text()
+    missing = [
+        q
+        for q in public_callables()
+        if q not in ALLOWED and not re.search(rf"\b{re.escape(q.rpartition('.')[2])}\b", text)
+    ]
+    assert not missing, (
+        "public callables without a bad-input test (add one to a tests/**/test_*bad_input*.py table, or list the "
+        f"callable in ALLOWED with the reason it takes no user input): {missing}"
+    )
+
+
+def test_the_allow_list_names_only_what_exists():
+    stale = sorted(set(ALLOWED) - set(public_callables()))
+    assert not stale, f"ALLOWED names callables that are no longer public: {stale}"
+
+
+def test_the_audit_sees_the_main_entry_points():
+    found = set(public_callables())
+    assert {"gpulab.attention.function.flash_attention", "gpulab.rnn.api.flashrnn", "gpulab.check.assert_close"} <= found

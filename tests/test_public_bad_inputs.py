@@ -1,0 +1,103 @@
+"""Bad input to public functions outside the kernels' packages (hardware, lessons, traffic, distributed, tasks
+results, rnn cells and ladder steps): each refused with a ValueError or TypeError that names the argument."""
+
+import sys
+
+import pytest
+import torch
+
+import gpulab.distributed.benchmark  # noqa: F401 - modules by their full names (the function train shadows train)
+from gpulab import hardware, lessons, traffic
+from gpulab.attention import schedule
+from gpulab.bench import timing
+from gpulab.distributed import ranks, world
+from gpulab.rnn import cells, from_torch_lstm, weights
+from gpulab.rnn.ladder import steps
+from gpulab.tasks import results
+
+train = sys.modules["gpulab.distributed.train"]
+data = sys.modules["gpulab.distributed.data"]
+checkpoint = sys.modules["gpulab.distributed.checkpoint"]
+dbench = sys.modules["gpulab.distributed.benchmark"]
+
+_LSTM = torch.nn.LSTM(4, 4)
+_W = from_torch_lstm(_LSTM)
+_X = torch.randn(3, 2, 4)
+_Z = torch.zeros(2, 3)
+
+CASES = [
+    ("spec-type", lambda: hardware.spec(5), TypeError, "gpu"),
+    ("spec-name", lambda: hardware.spec("nope"), ValueError, "gpu='nope'"),
+    ("gpu_slug", lambda: hardware.gpu_slug(5), TypeError, "name"),
+    ("cache_level-negative", lambda: hardware.cache_level(-1), ValueError, "working_set_bytes"),
+    ("cache_level-str", lambda: hardware.cache_level("x"), TypeError, "working_set_bytes"),
+    ("spec_table-int", lambda: hardware.spec_table(5), TypeError, "specs"),
+    ("spec_table-str", lambda: hardware.spec_table(["x"]), TypeError, r"specs\[0\]"),
+    ("live_properties", lambda: hardware.live_properties(-1), ValueError, "index"),
+    ("init_world-backend", lambda: world.init_world(backend="mpi"), ValueError, "backend"),
+    ("init_world-device", lambda: world.init_world(device="tpu"), ValueError, "device"),
+    ("capture-fn", lambda: timing.capture(5), TypeError, "fn"),
+    ("capture-warmup", lambda: timing.capture(lambda: None, warmup=-1), ValueError, "warmup"),
+    ("plot_block_schedule-n", lambda: schedule.plot_block_schedule(0, 4, 2, 2), ValueError, "n_q"),
+    ("plot_block_schedule-block", lambda: schedule.plot_block_schedule(4, 4, 2.5, 2), TypeError, "block_m"),
+    (
+        "plot_block_schedule-causal",
+        lambda: schedule.plot_block_schedule(4, 4, 2, 2, is_causal="no"),
+        TypeError,
+        "is_causal",
+    ),
+    ("lessons.find", lambda: lessons.find([1]), TypeError, "lesson"),
+    ("parse_ncu_csv", lambda: traffic.parse_ncu_csv(5), TypeError, "text"),
+    ("rows_touched", lambda: traffic.rows_touched(None, "x", [0]), TypeError, "traffic"),
+    ("plot_dram-int", lambda: traffic.plot_dram(5), TypeError, "records"),
+    ("plot_dram-empty", lambda: traffic.plot_dram([]), ValueError, "records"),
+    ("run_on_ranks-fn", lambda: ranks.run_on_ranks(5, 2), TypeError, "fn"),
+    ("run_on_ranks-0", lambda: ranks.run_on_ranks(lambda r, w: r, 0), ValueError, "world_size"),
+    ("local_batch-rank", lambda: data.local_batch("parity", 0, 4, 8, 2, 2), ValueError, "rank"),
+    ("local_batch-split", lambda: data.local_batch("parity", 0, 3, 8, 0, 2), ValueError, "world_size"),
+    ("local_batch-step", lambda: data.local_batch("parity", -1, 4, 8, 0, 2), ValueError, "step"),
+    ("save_checkpoint-path", lambda: checkpoint.save_checkpoint(None, _LSTM, None, 0), TypeError, "path"),
+    ("save_checkpoint-model", lambda: checkpoint.save_checkpoint("/tmp/x", None, None, 0), TypeError, "model"),
+    ("save_checkpoint-step", lambda: checkpoint.save_checkpoint("/tmp/x", _LSTM, None, -1), ValueError, "step"),
+    ("build_model", lambda: train.build_model(None, "cpu"), TypeError, "config"),
+    ("step_time-step", lambda: dbench.step_time(5, None, 1), TypeError, "step"),
+    ("step_time-world", lambda: dbench.step_time(lambda: None, None, 1), TypeError, "world"),
+    ("kernel_split-world", lambda: dbench.kernel_split(lambda: None, "w"), TypeError, "world"),
+    ("step-x-size", lambda: steps.step2_streams(_X[..., :3], _W), ValueError, "x"),
+    ("step-x-type", lambda: steps.step2_streams("x", _W), ValueError, "x"),
+    ("step-weights", lambda: steps.step4_pretransposed(_X, "w"), ValueError, "weights"),
+    ("step-state", lambda: steps.step7_wavefront_concat(_X, _W, state=(torch.zeros(1, 2, 4),)), ValueError, "state"),
+    ("step-rank", lambda: steps.step5_combined_input_gemm(_X[0], _W), ValueError, "x"),
+    ("lstm_cell_torch", lambda: cells.lstm_cell_torch(_Z, _Z, _Z, _Z, torch.zeros(3, 2)), ValueError, "c"),
+    ("lstm_pointwise_reference", lambda: cells.lstm_pointwise_reference(_Z, None, _Z), ValueError, "gates"),
+    (
+        "lstm_pointwise_reference-c",
+        lambda: cells.lstm_pointwise_reference(torch.zeros(2, 4, 1, 3), _Z),
+        ValueError,
+        "c must",
+    ),
+    ("cell_step_torch", lambda: cells.cell_step_torch("nope", None, None, None, None), ValueError, "function"),
+    ("as_device", lambda: weights.as_device(5), ValueError, "device"),
+    ("check_lstm_module", lambda: weights.check_lstm_module(5), ValueError, "module"),
+    ("throughput_table", lambda: results.throughput_table(5), TypeError, "results"),
+    ("throughput_summary", lambda: results.throughput_summary([], reference_heads=0), ValueError, "reference_heads"),
+]
+
+
+@pytest.mark.parametrize("label,call,error,names", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_naming_the_argument(label, call, error, names):
+    with pytest.raises(error, match=names):
+        call()
+
+
+def test_a_missing_checkpoint_says_how_to_make_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint_dir"):
+        checkpoint.load_checkpoint(tmp_path / "none", _LSTM, None)
+
+
+def test_graders_given_no_kernel_say_so():
+    from gpulab.course import grading_rnn
+
+    for grade, name in ((grading_rnn.grade_gru_cell, "gru_cell"), (grading_rnn.grade_lstm_loop, "kernel")):
+        with pytest.raises(AssertionError, match=f"{name} is a int; decorate"):
+            grade(5)
