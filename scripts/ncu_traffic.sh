@@ -6,7 +6,7 @@ OUT=${OUT:-out}
 raw=$(mktemp -d)
 NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
 for c in $(python3 scripts/ncu_traffic.py list); do
-  "$NCU" --profile-from-start off --csv --clock-control none \
+  timeout "${NCU_CASE_TIMEOUT:-120}" "$NCU" --profile-from-start off --csv --clock-control none \
     --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum python3 scripts/ncu_traffic.py run "$c" \
     > "$raw/$c.csv" 2> "$raw/$c.err" || { echo "ncu failed for $c"; tail -5 "$raw/$c.err"; }
 done

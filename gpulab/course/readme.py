@@ -52,9 +52,11 @@ def lesson07() -> str:
 
 def io_traffic() -> str:
     path, recs = _newest("io_traffic")
+    recs = sorted(recs, key=lambda r: r.lesson)  # by lesson, then as measured
     head = recs[0]
+    dates = " and ".join(sorted({r.date for r in recs}))
     lines = [
-        f"Nsight Compute on the {head.device} ({head.date}): DRAM bytes read + written by all kernels of one call, "
+        f"Nsight Compute on the {head.device} ({dates}): DRAM bytes read + written by all kernels of one call, "
         "against the fewest bytes the operation must move (each input read once, each output written once).",
         "",
         "| lesson | case | kernels | DRAM read (MB) | DRAM written (MB) | fewest (MB) | counted / fewest |",
@@ -73,6 +75,17 @@ def io_traffic() -> str:
         "Far above 1x: re-reads (the alternating RNN reads its state and gates back every step) and intermediates "
         "that go through DRAM (naive attention writes and reads the N x N scores and probabilities several times).",
         "",
+    ]
+    seqs = sorted({r.params["seq"] for r in recs if "seq" in r.params})
+    if seqs:
+        lines += [
+            f"Lesson 3's ladder ran at {seqs[0]} time steps (the article's 4 layers, hidden 512, batch 64): ncu "
+            "replays every kernel, too slow for 100 steps. ncu also empties the caches before each kernel by default, "
+            "so the weights, which fit in L2 and stay there between a real run's kernels, count again for every "
+            "kernel that reads them: the ratio measures how many kernels re-read them, not what a warm run fetches.",
+            "",
+        ]
+    lines += [
         f"Raw records: `{path.relative_to(ROOT)}` (`bash scripts/ncu_traffic.sh` on a GPU).",
     ]
     return "\n".join(lines) + "\n"
