@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import torch
 import triton
@@ -21,17 +20,9 @@ from gpulab import bench, rnn
 from gpulab.rnn import functions
 
 
-def wall_ms(fn, calls=50, loops=5):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(loops):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e3 / calls)
-    return sorted(out)[len(out) // 2]
+def wall_ms(fn):
+    """Eager wall time per call (gpulab.bench.wall_time: calls back to back, one synchronize, median of 5 loops)."""
+    return bench.wall_time(fn).median_ms
 
 
 def attention_case(B, H, N, D, causal, backward):

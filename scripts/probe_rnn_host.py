@@ -11,26 +11,17 @@ NH heads of DH are 1/NH of a dense NH*DH recurrence), forward+backward the same 
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 import triton
 
 import gpulab  # noqa: F401
-from gpulab import rnn
+from gpulab import bench, rnn
 
 
-def wall_ms(fn, calls=50, loops=5):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(loops):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e3 / calls)
-    return sorted(out)[len(out) // 2]
+def wall_ms(fn):
+    """Eager wall time per call (gpulab.bench.wall_time: calls back to back, one synchronize, median of 5 loops)."""
+    return bench.wall_time(fn).median_ms
 
 
 def gpulab_case(B, T, NH, DH, backward, dtype=torch.bfloat16):
