@@ -125,7 +125,8 @@ def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None
     ``(states_all [S, B, T, NH, DH], states_last [S, B, 1, NH, DH])``. Differentiable with respect to Wx, R, b and
     states with every backend.
     """
-    key = _signature(Wx, R, b, states, function, backend, dtype)
+    # the cache of checked signatures serves eager calls; traced (torch.compile), the checks run once at trace time
+    key = None if torch.compiler.is_compiling() else _signature(Wx, R, b, states, function, backend, dtype)
     checked = _CHECKED.get(key) if key is not None else None
     if checked is None:
         checked = check_inputs(Wx, R, b, states, function, backend, dtype)

@@ -17,12 +17,14 @@ def test_pointwise_matches_reference_and_twin(n, nh, dh, dtype):
     h, c_new = cells.lstm_pointwise(gates, c, bias, h_out=h_out, c_out=c_out)
     assert h is h_out and c_new is c_out
     h_ref, c_ref = cells.lstm_pointwise_reference(gates, c, bias)
-    check.assert_close(h, h_ref, name="h")
+    # |h| <= 1 and h near 0 has no relative precision to spare (h = sigmoid(o) tanh(c) with c ~ 0): an absolute
+    # allowance of a few fp32 ulps of 1 keeps a lone near-zero h from failing on rounding alone
+    check.assert_close(h, h_ref, name="h", atol=1e-6)
     check.assert_close(c_new, c_ref, dtype=dtype, name="c")  # gates rounded to dtype: the state's error follows
     # The twin computes the same in PyTorch (fp32): agreement within fp32 rounding of the inputs.
     i, f, z, o = (gates.float() + bias.float()).unbind(1)
     h_twin, c_twin = cells.lstm_cell_torch(i, f, z, o, c)
-    check.assert_close(h.float(), h_twin.double(), dtype=dtype, name="h vs twin")
+    check.assert_close(h.float(), h_twin.double(), dtype=dtype, name="h vs twin", atol=1e-6)
     check.assert_close(c_new, c_twin.double(), dtype=torch.float32, rtol=1e-5, name="c vs twin")
 
 

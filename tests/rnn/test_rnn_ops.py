@@ -65,3 +65,20 @@ def test_bad_input_raises_the_same_error_compiled():
 
     with pytest.raises(ValueError, match="R must be"):
         torch.compile(f, backend="aot_eager")(Wx, R[:, :1], b)
+
+
+def test_compiled_flashrnn_does_not_trace_the_eager_check_cache(monkeypatch):
+    """The eager path's signature cache hashes a tuple, which torch 2.11's dynamo cannot trace: traced calls must
+    check their inputs directly (found on the H100, where the compiled LSTM failed with "hash" untraceable)."""
+    from gpulab.rnn import api
+
+    def not_when_tracing(*args):
+        if torch.compiler.is_compiling():
+            raise AssertionError("flashrnn's eager signature cache was traced")
+        return None
+
+    monkeypatch.setattr(api, "_signature", not_when_tracing)
+    torch._dynamo.reset()
+    Wx, R, b, s0 = _inputs("lstm")
+    f = torch.compile(lambda *a: rnn.flashrnn(*a, backend="fused")[0].sum(), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(f(Wx, R, b, s0), rnn.flashrnn(Wx, R, b, s0, backend="fused")[0].sum())
