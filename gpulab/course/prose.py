@@ -38,6 +38,8 @@ ALLOWED: dict[str, str] = {
     "0.6x": "the FlashRNN article's figure, quoted",
     "0.75x": "the FlashRNN article's figure, quoted",
     "100%": "a bound (accuracy, efficiency)",
+    "3898 GFLOP/s": "the cuDNN 5 article's (Appleyard 2016) fastest step on an M40, quoted",
+    "11.1x": "the cuDNN 5 article's (Appleyard 2016) speed-up over its ladder, quoted",
 }
 """Figures markdown may state, with the reason; anything else must be computed when the notebook runs."""
 

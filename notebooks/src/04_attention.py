@@ -338,9 +338,45 @@ if io_records:
 # %% [markdown]
 # ## 9. What the measurements mean
 #
-# - **Against FlashAttention-2** (the algorithm this lesson implements), the Triton kernel is faster on every problem of the grid, forward and forward+backward (the ratios are printed above). Two changes carried most of it: Q blocks of one head launched next to each other (at $N = 1024$, $d = 128$ the K/V of all heads is 64 MB, more than the 50 MB L2; with the heads interleaved, the programs in flight touched K/V of ~130 heads at once: 285 → 346 TFLOP/s), and the measured head-dim-128 backward tiles (2.9x faster backward).
-# - **Against cuDNN attention** (PyTorch's default on the H100) the kernel reaches 0.6–0.9x. cuDNN's kernels are FlashAttention-3 class: they use Hopper's asynchronous tensor-core instructions (`wgmma`) and the tensor memory accelerator (TMA) with warp specialization — producer warps load while consumer warps multiply, and the softmax of one tile overlaps the products of the next. Triton 3.6 emits `wgmma` for `tl.dot` on Hopper, but the overlap of softmax and matmul and the ping-pong scheduling are not expressible in this kernel; that gap is the subject of FlashAttention-3.
+# The figures this section discusses, computed from the stored run: gpulab's ratio to each peer on both clocks
+# (peer time / gpulab time: above 1, gpulab is faster), and what autotuning changed against the fixed tiles.
+
+# %%
+def ratio_ranges(records):
+    """(direction, peer, clock) -> (lowest, highest) of peer time / gpulab time over the grid."""
+    by = {}
+    for r in records:
+        q = r.params
+        if q.get("kind") == "throughput" and r.ms == r.ms:
+            by.setdefault((r.dtype, q["head_dim"], q["seq"], q["causal"], q["direction"]), {})[q["impl"]] = r
+    out = {}
+    for key, impls in by.items():
+        mine = impls.get("gpulab")
+        for peer, other in impls.items():
+            if mine is None or peer.startswith("gpulab") or peer.startswith("naive"):
+                continue
+            for clock, get in (("device", lambda x: x.ms), ("wall", lambda x: x.wall_ms)):
+                if get(mine) and get(other):
+                    lo, hi = out.get((key[4], peer, clock), (float("inf"), 0.0))
+                    out[(key[4], peer, clock)] = (min(lo, get(other) / get(mine)), max(hi, get(other) / get(mine)))
+    tuned = [(impls["gpulab"].ms / impls["gpulab (autotuned)"].ms, key) for key, impls in by.items()
+             if "gpulab" in impls and "gpulab (autotuned)" in impls]  # fmt: skip
+    return out, tuned
+
+
+if stored:
+    ranges, tuned = ratio_ranges(stored)
+    for (direction, peer, clock), (lo, hi) in sorted(ranges.items()):
+        print(f"{direction:17s} vs {peer:22s} {clock:6s} clock: {lo:.2f}x to {hi:.2f}x")
+    best, worst = max(tuned), min(tuned)
+    print(f"autotuned vs fixed tiles (device clock): best {best[0]:.2f}x at {best[1]}, worst {worst[0]:.2f}x at "
+          f"{worst[1]}  (key: dtype, head dim, N, causal, direction)")
+
+# %% [markdown]
+#
+# - **Against FlashAttention-2** (the algorithm this lesson implements), the Triton kernel is faster on every problem of the grid, forward and forward+backward, on both clocks (the ranges above). Two changes carried most of it: Q blocks of one head launched next to each other (at $N = 1024$, $d = 128$ the K/V of all heads is 64 MB, more than the 50 MB L2; with the heads interleaved, the programs in flight touched the K/V of about 130 heads at once and kept evicting one another's), and measured backward tiles for head dim 128 (the first, smaller ones ran the backward several times slower).
+# - **Against cuDNN attention** (PyTorch's default on the H100) the kernel is slower on every problem (the ranges above). cuDNN's kernels are FlashAttention-3 class: they use Hopper's asynchronous tensor-core instructions (`wgmma`) and the tensor memory accelerator (TMA) with warp specialization — producer warps load while consumer warps multiply, and the softmax of one tile overlaps the products of the next. Triton 3.6 emits `wgmma` for `tl.dot` on Hopper, but the overlap of softmax and matmul and the ping-pong scheduling are not expressible in this kernel; that gap is the subject of FlashAttention-3.
 # - **Causal** problems run at lower TFLOP/s for everyone: half the work, but the diagonal blocks need masks and the programs are unequal in length; launching the longest Q blocks first keeps the last wave short.
 # - **Short sequences** have less work per program to hide the prologue and epilogue: at $N = 1024$ each program runs only 16 key blocks.
-# - **Autotuning** (the `gpulab (autotuned)` column) gains up to 12% on the forward at $d = 64$ up to 4k tokens and on short causal problems, where smaller Q tiles make more programs; the fixed tiles stay the default because the tuner, timing each candidate briefly and each backward kernel with the other at its default, also mis-picked once in this run (bf16, $d = 128$, $N = 1024$, forward+backward: 226 against the fixed tiles' 301 TFLOP/s). Tuning is a measurement too, with its own noise.
+# - **Autotuning** (the `gpulab (autotuned)` column) gains on some problems, where smaller Q tiles make more programs, and loses on others (its best and worst ratio above); the fixed tiles stay the default because the tuner, timing each candidate briefly and each backward kernel with the other at its default, can mis-pick. Tuning is a measurement too, with its own noise.
 # - **Memory** is the other win: $O(N)$ instead of $O(N^2)$, which is what makes 16k–32k contexts trainable at all.

@@ -145,7 +145,7 @@ plt.show()
 # %% [markdown]
 # ## 5. The H100 results
 #
-# The stored run of `python -m gpulab bench 06` on an H100: per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), both trained up to 3,000 AdamW steps (30 s at most) of 128 strings of 40 tokens in fp32 on a cosine schedule after 100 warmup steps, each at its own peak rate (LSTM 1e-2, Transformer 1e-3; at 1e-3 the LSTM fit 40 tokens of the running sum mod 5 but fell to ~20% at 640, at 1e-2 it is exact), tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length; then the training throughput of a GPT-2-small-width stack (d = 768, 2 layers, 32 strings of 1,024 tokens, bf16).
+# The stored run of `python -m gpulab bench 06` on an H100: per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), both trained up to 3,000 AdamW steps (30 s at most) of 128 strings of 40 tokens in fp32 on a cosine schedule after 100 warmup steps, each at its own peak rate (LSTM 1e-2, Transformer 1e-3; at 1e-3 the LSTM fit 40 tokens of the running sum mod 5 but fell to chance, one answer in five, at 640; at 1e-2 it is exact), tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length; then the training throughput of a GPT-2-small-width stack (d = 768, 2 layers, 32 strings of 1,024 tokens, bf16).
 
 # %%
 try:
