@@ -9,6 +9,7 @@ import torch
 import gpulab.distributed.benchmark  # noqa: F401 - modules by their full names (the function train shadows train)
 from gpulab import hardware, lessons, traffic
 from gpulab.attention import schedule
+from gpulab.bench import report as timing_report
 from gpulab.bench import timing
 from gpulab.distributed import ranks, world
 from gpulab.rnn import cells, from_torch_lstm, weights
@@ -46,6 +47,8 @@ CASES = [
         TypeError,
         "is_causal",
     ),
+    ("interpreter_summary-against", lambda: timing_report.interpreter_summary([], 5), TypeError, "against"),
+    ("interpreter_summary-results", lambda: timing_report.interpreter_summary(5), TypeError, "results"),
     ("lessons.find", lambda: lessons.find([1]), TypeError, "lesson"),
     ("parse_ncu_csv", lambda: traffic.parse_ncu_csv(5), TypeError, "text"),
     ("rows_touched", lambda: traffic.rows_touched(None, "x", [0]), TypeError, "traffic"),

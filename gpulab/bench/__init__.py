@@ -26,7 +26,17 @@ from gpulab.bench.records import (
     results_dir,
     save,
 )
-from gpulab.bench.report import Benchmark, CheckFailed, Unavailable, plot, run, speedup, summary, unavailable
+from gpulab.bench.report import (
+    Benchmark,
+    CheckFailed,
+    Unavailable,
+    interpreter_summary,
+    plot,
+    run,
+    speedup,
+    summary,
+    unavailable,
+)
 from gpulab.bench.timing import CapturedStep, Timing, capture, no_tf32, time_callable, wall_time
 
 __all__ = [
@@ -59,4 +69,5 @@ __all__ = [
     "summary",
     "speedup",
     "plot",
+    "interpreter_summary",
 ]

@@ -39,6 +39,7 @@ from gpulab.bench.records import CLOCKS, Result, kernel_resources, record
 from gpulab.bench.timing import time_callable, wall_time
 
 __all__ = ["Benchmark", "Unavailable", "unavailable", "CheckFailed", "run", "summary", "speedup", "plot"]
+__all__ += ["interpreter_summary"]
 
 
 class Unavailable(Exception):  # noqa: N818 - it names a state, as in "the provider is unavailable"
@@ -290,6 +291,20 @@ def speedup(results, provider: str, over: str, clock: str = "wall") -> dict[str,
         a, b = by.get(provider), by.get(over)
         out[case] = b / a if _positive(a) and _positive(b) else None
     return out
+
+
+def interpreter_summary(results, against: str = "their references") -> str:
+    """The one line a CPU run prints instead of timing tables and plots: how many cases ran and matched ``against``
+    in Triton's interpreter, and that its timings say nothing about a GPU."""
+    results = _results(results)
+    if not isinstance(against, str):
+        raise runtime.ArgumentTypeError(f"against must name what the cases were checked against, got {against!r}.")
+    failed = sorted({r.case for r in results if r.status != "ok" or str(r.params.get("check", "ok")) != "ok"})
+    ok = len(results) - len(failed)
+    line = f"checked in Triton's CPU interpreter: {ok} of {len(results)} cases matched {against}"
+    if failed:
+        line += f"; failed: {', '.join(failed)}"
+    return line + ". Interpreter timings measure the interpreter, not a GPU: the stored H100 run does the teaching."
 
 
 def _positive(t) -> bool:

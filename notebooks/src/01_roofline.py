@@ -229,9 +229,12 @@ for n, iters in ((1, 1), (17, 2), (131, 3)):
 # %%
 # NBVAL_IGNORE_OUTPUT
 live = roofline.measure_ceilings()
-print(live.summary())
-roofline.plot(live.records, live)
-plt.show()
+if runtime.on_gpu():
+    print(live.summary())
+    roofline.plot(live.records, live)
+    plt.show()
+else:
+    print(bench.interpreter_summary(live.records))
 
 # %% [markdown]
 # ## 4. The H100's ceilings

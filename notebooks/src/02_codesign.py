@@ -199,11 +199,13 @@ for d in (60, 64, 72, 80, 96, 100, 128):
 # %%
 # NBVAL_IGNORE_OUTPUT
 live = codesign.sweep_k() + codesign.sweep_head_dim() + codesign.sweep_waves()
-print(codesign.format_agreement(codesign.pair_agreement(live)))
-fig = codesign.plot_benchmark(live)
-where = "" if runtime.on_gpu() else ": CPU and interpreter timings, H100 model"
-fig.suptitle(f"Live sweeps in {runtime.MODE} mode{where}")
-plt.show()
+if runtime.on_gpu():
+    print(codesign.format_agreement(codesign.pair_agreement(live)))
+    fig = codesign.plot_benchmark(live)
+    fig.suptitle(f"Live sweeps on {torch.cuda.get_device_name()}")
+    plt.show()
+else:
+    print(bench.interpreter_summary(live, "a float64 product"))
 
 # %% [markdown]
 # ## 9. Measured on an H100

@@ -157,7 +157,10 @@ print(inspect.getsource(ladder.CapturedStep))
 # %%
 # NBVAL_IGNORE_OUTPUT
 live, fig = ladder.benchmark(dtypes=[torch.float32])
-plt.show()
+if runtime.on_gpu():
+    plt.show()
+else:
+    plt.close(fig)
 
 # %% [markdown]
 # ## 5. The H100 ladder

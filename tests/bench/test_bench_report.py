@@ -156,3 +156,16 @@ def test_plot_draws_one_line_per_available_provider():
     assert isinstance(ax, matplotlib.axes.Axes)
     assert sorted(line.get_label() for line in ax.get_lines()) == ["gpulab", "sdpa"]
     assert "wall clock" in ax.get_ylabel()
+
+
+def test_interpreter_summary_counts_checked_and_failed_cases():
+    from gpulab.bench import interpreter_summary, record
+
+    ok = record(lesson="00", case="copy", ms=1.0)
+    bad = record(lesson="00", case="sweep", ms=1.0)
+    bad.params["check"] = "FAILED: mismatch"
+    line = interpreter_summary([ok, bad], "a float64 reference")
+    assert line.startswith(
+        "checked in Triton's CPU interpreter: 1 of 2 cases matched a float64 reference; failed: sweep"
+    )
+    assert "not a GPU" in line

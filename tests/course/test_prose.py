@@ -1,5 +1,6 @@
 """No measured figure typed into a lesson's markdown (gpulab.course.prose): numbers come from records when it runs."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,26 @@ def test_the_drift_the_issue_lists_would_be_caught(tmp_path):
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     assert [f for _, f in prose.offenders(path)] == ["10x", "145 TFLOP/s"]
+
+
+QUIET = re.compile(r"NOT MET|MISSES|\b0\.00x|No CUDA runtime|the issue'?s\b|machines of this pool")
+"""What an executed CPU notebook must not say (issue 21): target verdicts and ratios of interpreter timings, stored
+warnings, and words of the project's own process."""
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_executed_cpu_notebooks_stay_quiet(notebook):
+    import nbformat
+
+    said = []
+    for i, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
+        texts = [cell.source] if cell.cell_type == "markdown" else []
+        for out in cell.get("outputs", []):
+            texts += [out.get("text", ""), out.get("data", {}).get("text/plain", "")]
+        said += [(i, m.group(0)) for t in texts for m in QUIET.finditer(str(t))]
+    assert not said, f"{notebook.name} says {said[:6]}: a CPU run prints one interpreter line instead"
+
+
+def test_the_quiet_check_catches_a_verdict():
+    assert QUIET.search("target x: 0.000 (>= 0.97) NOT MET") and QUIET.search("ratio 0.00x")
+    assert not QUIET.search("ratio 10.00x and 1.00x")

@@ -102,9 +102,12 @@ def benchmark(progress=None, dtypes=None, steps=None):
         if runtime.on_gpu():
             torch.cuda.empty_cache()
     _annotate(results)
-    print(ladder_table(results))
-    for line in targets(results):
-        print(line)
+    if runtime.on_gpu():
+        print(ladder_table(results))
+        for line in targets(results):
+            print(line)
+    else:  # a CPU run checks the steps; its timings would only mislead
+        print(bench.interpreter_summary(results, "nn.LSTM in float64"))
     return results, plot_ladder(results)
 
 
