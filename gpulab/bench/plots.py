@@ -27,6 +27,8 @@ HEADINGS = {
 def _results(results, name: str = "results") -> list[Result]:
     if isinstance(results, Result):
         raise runtime.ArgumentTypeError(f"{name} must be a list of Result records, got one Result; use [result].")
+    if isinstance(results, (str, bytes)) or not hasattr(results, "__iter__"):
+        raise runtime.ArgumentTypeError(f"{name} must be a list of Result records, got {type(results).__name__}.")
     results = list(results)
     for i, r in enumerate(results):
         if not isinstance(r, Result):
