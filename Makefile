@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) -r $(REQUIREMENTS)
-	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[test,grading]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 

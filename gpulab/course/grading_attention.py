@@ -98,3 +98,82 @@ def grade_forward_kernel(kernel, cases=4):
                 f"{exc}{hint} Check the rescaling: alpha = exp2(m_old - m_new) multiplies both l and acc."
             ) from None
     return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
+
+
+def _same(got, want) -> bool:
+    return bool(torch.allclose(got.double(), want, rtol=1e-6, atol=1e-9))
+
+
+def _backward_reference(q, k, v, do, scale):
+    """float64 (dq, dk, dv) of O = softmax(scale Q K^T) V for one head, by autograd."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o = torch.softmax(scale * q @ k.T, dim=-1) @ v
+    return torch.autograd.grad(o, (q, k, v), do.double())
+
+
+def _backward_mistakes(q, k, v, o, do, lse, scale):
+    """The likely wrong answers, each with what to fix: [((dq, dk, dv), message)]."""
+    q, k, v, o, do, lse = (t.double() for t in (q, k, v, o, do, lse))
+    s = scale * q @ k.T
+    p = torch.exp(s - lse[:, None])
+    dp = do @ v.T
+    ds = p * (dp - (do * o).sum(-1)[:, None])
+    no_d = p * dp
+    raw = torch.exp(s)  # P not normalized: lse left out
+    raw_ds = raw * (dp - (do * o).sum(-1)[:, None])
+    return [
+        (
+            (scale * no_d @ k, scale * no_d.T @ q, None),
+            "dS = P o (dP - D): subtract D = rowsum(dO o O) from every column of dP (the softmax's Jacobian has a "
+            "-p p^T part, and D is what it sums to).",
+        ),
+        (
+            (ds @ k, ds.T @ q, None),
+            "S = scale Q K^T, so dQ = scale dS K and dK = scale dS^T Q: the scale comes back through the chain rule.",
+        ),
+        (
+            (scale * raw_ds @ k, scale * raw_ds.T @ q, raw.T @ do),
+            "P = exp(scale Q K^T - lse): subtract each row's log-sum-exp, or P is not the softmax the forward used.",
+        ),
+    ]
+
+
+@grader("attention backward for one block")
+def grade_attention_backward(backward_block, cases=5):
+    """``backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`` for one head: q, o, do [n_q, d]; k, v [n_k, d];
+    lse [n_q] the forward's log-sum-exp of ``scale q k^T`` per row (natural log). It must recompute P from lse
+    (no softmax) and return the gradients of O = softmax(scale Q K^T) V, checked against autograd in float64."""
+    _require_callable("backward_block", backward_block)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    shapes = [(1, 1, 4)] + [
+        (rng.choice([1, 5, 17]), rng.choice([3, 16, 33]), rng.choice([8, 16])) for _ in range(cases - 1)
+    ]
+    for n_q, n_k, d in shapes:
+        q, k, v, do = (check.random_tensor(n, d, dtype=torch.float64, device="cpu") for n in (n_q, n_k, n_k, n_q))
+        scale = 1.0 / math.sqrt(d)
+        s = scale * q @ k.T
+        lse = torch.logsumexp(s, -1)
+        o = torch.softmax(s, -1) @ v
+        where = f"n_q={n_q}, n_k={n_k}, d={d}"
+        out = backward_block(q.clone(), k.clone(), v.clone(), o.clone(), do.clone(), lse.clone(), scale)
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise AssertionError(f"backward_block returned {type(out).__name__}; return the triple (dq, dk, dv).")
+        want = _backward_reference(q, k, v, do, scale)
+        for name, got, ref in zip(("dq", "dk", "dv"), out, want):
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise AssertionError(
+                    f"{where}: {name} has shape {shape}, expected {tuple(ref.shape)} (the shape of {name[1:]}). "
+                    "dK = scale dS^T Q and dV = P^T dO: the transposes put the key dimension first."
+                )
+        close = [_same(g, r) for g, r in zip(out, want)]
+        if all(close):
+            continue
+        for wrong, message in _backward_mistakes(q, k, v, o, do, lse, scale):
+            if any(not ok and w is not None and _same(g, w) for g, w, ok in zip(out, wrong, close)):
+                raise AssertionError(f"{where}: common mistake: {message}")
+        for name, got, ref, ok in zip(("dq", "dk", "dv"), out, want, close):
+            if not ok:
+                check.assert_close(got.double(), ref, dtype=torch.float64, rtol=1e-6, name=name, context=where)
+    return f"{len(shapes)} random blocks (one query, ragged keys) against autograd in float64"

@@ -13,6 +13,7 @@ separate step (:func:`gpulab.course.notebooks.execute_notebook`); ``python -m gp
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jupytext
@@ -21,7 +22,7 @@ import nbformat
 from gpulab.course.exercises import has_solution
 
 __all__ = ["ROOT", "SOURCES", "FORMAT", "source_paths", "notebook_for", "source_for", "read_source", "notebook_text"]
-__all__ += ["build", "roundtrip_problems", "stale_notebooks", "SOLUTION_TAG"]
+__all__ += ["build", "roundtrip_problems", "stale_notebooks", "SOLUTION_TAG", "add_nbgrader_metadata"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 SOURCES = ROOT / "notebooks" / "src"
@@ -71,9 +72,36 @@ def read_source(source) -> nbformat.NotebookNode:
     nb = jupytext.read(Path(source), fmt=FORMAT)
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i:02d}"
+    add_nbgrader_metadata(nb)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.metadata.setdefault("language_info", {"name": "python"})
     return nb
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def add_nbgrader_metadata(nb) -> None:
+    """nbgrader's cell metadata, derived from the cells themselves, so that ``solutions/`` laid out as an nbgrader
+    course (``source/<lesson>/``) runs through ``nbgrader generate_assignment`` and ``autograde``: a code cell with a
+    ``### BEGIN SOLUTION`` region is an answer cell; a ``# GRADER: title`` cell is a locked, graded test cell worth
+    one point (``grade_id``: the title); a markdown answer (a region in markdown) is graded by hand."""
+    answers = 0
+    for cell in nb.cells:
+        first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
+        meta = None
+        if cell.cell_type == "code" and first.startswith("# GRADER:"):
+            meta = {"grade": True, "solution": False, "locked": True, "points": 1,
+                    "grade_id": _slug(first.removeprefix("# GRADER:"))}  # fmt: skip
+        elif has_solution(cell.source):
+            answers += 1
+            meta = {"grade": cell.cell_type == "markdown", "solution": True, "locked": False,
+                    "grade_id": f"answer-{answers}"}  # fmt: skip
+            if cell.cell_type == "markdown":
+                meta["points"] = 1
+        if meta is not None:
+            cell.metadata["nbgrader"] = {**meta, "schema_version": 3, "task": False}
 
 
 def notebook_text(notebook) -> str:

@@ -72,3 +72,41 @@ def test_paths_that_are_not_sources_are_refused(tmp_path):
         sources.notebook_for(tmp_path / "x.py")
     with pytest.raises(ValueError, match="never edited by hand"):
         sources.source_for(tmp_path / "x.ipynb")
+
+
+def test_solution_notebooks_carry_nbgrader_metadata():
+    for _, notebook in PAIRS:
+        if notebook.parent.name != "solutions":
+            continue
+        cells = nbformat.read(notebook, as_version=4).cells
+        meta = [c.metadata.get("nbgrader") for c in cells]
+        ids = [m["grade_id"] for m in meta if m]
+        assert len(ids) == len(set(ids)), f"{notebook.name}: grade_id repeated {ids}"
+        for c, m in zip(cells, meta):
+            if c.cell_type == "code" and c.source.startswith("# GRADER:"):
+                assert m and m["grade"] and m["locked"] and m["points"] == 1 and not m["solution"], (
+                    notebook.name,
+                    c.id,
+                )
+            elif "### BEGIN SOLUTION" in c.source:
+                assert m and m["solution"] and not m["locked"], (notebook.name, c.id)
+            else:
+                assert m is None, (notebook.name, c.id)
+        assert any(m and m["grade"] for m in meta), f"{notebook.name} has no graded cell"
+
+
+def test_nbgrader_metadata_follows_the_cells():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    nb = new_notebook(
+        cells=[
+            new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
+            new_code_cell("# GRADER: my first task\ngrade(f)"),
+            new_markdown_cell("### BEGIN SOLUTION\nbecause\n### END SOLUTION"),
+            new_code_cell("x = 1"),
+        ]
+    )
+    sources.add_nbgrader_metadata(nb)
+    got = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+    assert got == ["answer-1", "my-first-task", "answer-2", None]
+    assert nb.cells[2].metadata["nbgrader"]["grade"] and nb.cells[2].metadata["nbgrader"]["points"] == 1

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Exercises 4 — From online softmax to FlashAttention
 #
-# Two tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Three tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -109,6 +109,57 @@ def forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale,
 # %%
 # GRADER: FlashAttention forward inner loop
 grading.grade_forward_kernel(forward_kernel)
+
+# %% [markdown]
+# ## Task 3: the backward pass for one block
+#
+# The forward kept, per query row, only $O$ and the log-sum-exp $L_i = \log \sum_j e^{S_{ij}}$ of the scaled scores
+# $S = s\,QK^\top$ ($s$ the scale). The backward never stores $P$ either: it recomputes it from $L$. Write, in PyTorch
+# (float64 here), the gradients of one head's block, `backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`:
+# `q`, `o`, `do` are $[n_q, d]$, `k`, `v` are $[n_k, d]$, `lse` is $[n_q]$. Do not call `torch.softmax` or autograd:
+# the point is the algebra the FlashAttention-2 kernels run block by block.
+#
+# **Spec.** With $P = e^{S - L}$ (row-wise), $O = PV$:
+#
+# $$ dV = P^\top dO, \qquad dP = dO\,V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = s\,dS\,K, \qquad dK = s\,dS^\top Q, $$
+#
+# where $D_i = \sum_j P_{ij}\,dP_{ij}$. **Why $D$?** The softmax of a row has Jacobian $\partial P_j / \partial S_k =
+# P_j(\delta_{jk} - P_k)$, so $dS_k = P_k\,dP_k - P_k \sum_j P_j\,dP_j$; and $\sum_j P_{ij} dP_{ij} = \sum_j P_{ij}
+# (dO_i \cdot V_j) = dO_i \cdot O_i$: $D$ is a row sum of $dO \circ O$, an $O(Nd)$ product that needs no $P$ at all
+# (the kernels compute it before the main loop).
+#
+# Hints, opened one at a time only when you are stuck:
+#
+# <details><summary>Hint 1</summary>
+#
+# Start with `p = torch.exp(scale * q @ k.T - lse[:, None])`: every row of `p` sums to 1 (check it).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# $dV$ and $dP$ are plain products; $D$ is `(do * o).sum(-1, keepdim=True)`, broadcast over the columns of `dp`.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Shapes tell the transposes: `dk` must be $[n_k, d]$, so it is `dS.T @ q` (times the scale), and `dq` is `dS @ k`.
+# </details>
+
+# %% tags=["solution"]
+def backward_block(q, k, v, o, do, lse, scale):
+    ### BEGIN SOLUTION
+    p = torch.exp(scale * q @ k.T - lse[:, None])  # [n_q, n_k]: P recomputed from the forward's log-sum-exp
+    dv = p.T @ do  # [n_k, d]
+    dp = do @ v.T  # [n_q, n_k]
+    ds = p * (dp - (do * o).sum(-1, keepdim=True))  # D = rowsum(dO o O), no P needed
+    return scale * ds @ k, scale * ds.T @ q, dv
+    ### END SOLUTION
+
+
+# %%
+# GRADER: attention backward for one block
+grading.grade_attention_backward(backward_block)
+
 
 # %% [markdown]
 # ## Question
