@@ -195,3 +195,82 @@ def grade_lstm_loop(kernel, cases=5):
                 f"{exc} The epilogue stores h and c after the loop: keep the loop's states in the variables h and c."
             ) from None
     return f"{len(shapes)} random shapes (B 1-3, T 1-5, NH 1-3, DH 16) against float64, all states and the last"
+
+
+def _lstm_step_reference(pre, c_prev, h_prev, R, dh, dc):
+    """float64 autograd of one LSTM step: pre [B, 4, H] the gate pre-activations without h_prev's part; the gates
+    take ``pre[:, g] + h_prev @ R[g]^T``. Returns (activations i, f, z, o, dG [B, 4, H], dh_prev, dc_prev)."""
+    pre, c_prev, h_prev = (t.detach().double().requires_grad_() for t in (pre, c_prev, h_prev))
+    gates = pre + torch.einsum("bk,gjk->bgj", h_prev, R.double())
+    gates.retain_grad()
+    i, f, o = (torch.sigmoid(gates[:, g]) for g in (0, 1, 3))
+    z = torch.tanh(gates[:, 2])
+    c = f * c_prev + i * z
+    h = o * torch.tanh(c)
+    ((h * dh.double()).sum() + (c * dc.double()).sum()).backward()
+    return (i, f, z, o), gates.grad, h_prev.grad, c_prev.grad
+
+
+def _step_mistakes(i, f, z, o, c_prev, dh, dc, R):
+    """Likely wrong answers: [((dG, dh_prev, dc_prev) with None where not affected, message)]."""
+    c = f * c_prev + i * z
+    t = torch.tanh(c)
+
+    def grads(dc_total, sig=lambda a: a * (1 - a)):
+        dg = torch.stack([dc_total * z * sig(i), dc_total * c_prev * sig(f), dc_total * i * (1 - z * z),
+                          dh * t * sig(o)], 1)  # fmt: skip
+        return dg, torch.einsum("bgj,gjk->bk", dg, R), dc_total * f
+
+    right = dc + dh * o * (1 - t * t)
+    return [
+        (
+            grads(dc + dh * o),
+            "dL/dc_t = dc (from step t+1) + dh o (1 - tanh(c_t)^2): the tanh between c and h has a derivative too.",
+        ),  # fmt: skip
+        (grads(dh * o * (1 - t * t)), "dL/dc_t also flows in from step t+1: add the carried dc to dh o tanh'(c_t)."),
+        (grads(right, sig=lambda a: a), "sigmoid'(a) = s (1 - s) with s the activation: the gates arrive activated."),
+        (
+            (None, torch.einsum("bgj,gkj->bk", grads(right)[0], R), None),
+            "dh_{t-1} = sum_g dG_g R[g]: R[g] maps h_{t-1} to gate g (gate = h R[g]^T), so the gradient goes back "
+            "through R[g] untransposed.",
+        ),
+    ]
+
+
+@grader("LSTM backward step")
+def grade_lstm_backward_step(step, cases=5):
+    """``step(i, f, z, o, c_prev, dh, dc, R) -> (dG, dh_prev, dc_prev)``: one reverse-time step of the LSTM. i, f, z,
+    o [B, H] are the forward's activations (after sigmoid/tanh), c_prev [B, H] the previous cell state, dh and dc
+    [B, H] dL/dh_t and the dL/dc_t carried from step t+1, R [4, H, H] the recurrent weights (gate g gets
+    ``h_{t-1} @ R[g]^T``). Returns dG [B, 4, H] (the gradients of the four pre-activations, order i, f, z, o),
+    dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64."""
+    if not callable(step):
+        raise AssertionError(f"step is a {type(step).__name__}; pass your function itself.")
+    rng, _ = fresh_rng()
+    shapes = [(1, 1)] + [(rng.choice([1, 3, 5]), rng.choice([4, 7, 16])) for _ in range(max(cases, 1) - 1)]
+    for B, H in shapes:
+        pre = check.random_tensor(B, 4, H, dtype=torch.float64, device="cpu", scale=1.5)
+        c_prev, h_prev, dh, dc = (check.random_tensor(B, H, dtype=torch.float64, device="cpu") for _ in range(4))
+        R = check.random_tensor(4, H, H, dtype=torch.float64, device="cpu", scale=0.5 / H**0.5)
+        (i, f, z, o), dG, dh_prev, dc_prev = _lstm_step_reference(pre, c_prev, h_prev, R, dh, dc)
+        i, f, z, o = (t.detach() for t in (i, f, z, o))
+        where = f"B={B}, H={H}"
+        out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise AssertionError(f"step returned {type(out).__name__}; return the triple (dG, dh_prev, dc_prev).")
+        want = (dG, dh_prev, dc_prev)
+        for name, got, ref in zip(("dG", "dh_prev", "dc_prev"), out, want):
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise AssertionError(f"{where}: {name} has shape {shape}, expected {tuple(ref.shape)}.")
+        same = lambda a, b: bool(torch.allclose(a.double(), b, rtol=1e-6, atol=1e-10))  # noqa: E731
+        close = [same(g, r) for g, r in zip(out, want)]
+        if all(close):
+            continue
+        for wrong, message in _step_mistakes(i, f, z, o, c_prev, dh, dc, R):
+            if any(not ok and w is not None and same(g, w) for g, w, ok in zip(out, wrong, close)):
+                raise AssertionError(f"{where}: common mistake: {message}")
+        for name, got, ref, ok in zip(("dG", "dh_prev", "dc_prev"), out, want, close):
+            if not ok:
+                check.assert_close(got.double(), ref, dtype=torch.float64, rtol=1e-6, name=name, context=where)
+    return f"{len(shapes)} random steps against autograd in float64"

@@ -1,6 +1,7 @@
 """Exercise 5's graders (gpulab.course.grading_rnn): they pass correct answers and name the usual mistakes."""
 
 import pytest
+import torch
 import triton
 import triton.language as tl
 
@@ -97,3 +98,37 @@ def test_loop_grader(capsys):
         grading.grade_lstm_loop(_Variant(0.0, True), cases=2)
     with pytest.raises(AssertionError, match="must carry over|keep the loop.s states"):
         grading.grade_lstm_loop(_Variant(1.0, False), cases=3)
+
+
+def _lstm_step(i, f, z, o, c_prev, dh, dc, R, mistake=None):
+    t = torch.tanh(f * c_prev + i * z)
+    dc_total = dc + dh * o * (1 - t * t)
+    if mistake == "no tanh'":
+        dc_total = dc + dh * o
+    if mistake == "no carry":
+        dc_total = dh * o * (1 - t * t)
+    sig = (lambda a: a) if mistake == "sigmoid'" else (lambda a: a * (1 - a))
+    dG = torch.stack(
+        [dc_total * z * sig(i), dc_total * c_prev * sig(f), dc_total * i * (1 - z * z), dh * t * sig(o)], 1
+    )
+    r = R.transpose(1, 2) if mistake == "R transposed" else R
+    return dG, torch.einsum("bgj,gjk->bk", dG, r), dc_total * f
+
+
+def test_lstm_backward_step_grader(capsys):
+    grading.grade_lstm_backward_step(_lstm_step)
+    assert capsys.readouterr().out.startswith("PASSED LSTM backward step")
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("no tanh'", "derivative too"),
+        ("no carry", "carried dc"),
+        ("sigmoid'", "s \\(1 - s\\)"),
+        ("R transposed", "untransposed"),
+    ],
+)
+def test_lstm_backward_step_mistakes_are_named(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_lstm_backward_step(lambda *a: _lstm_step(*a, mistake=mistake))

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Two tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Three tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -134,6 +134,61 @@ def lstm_forward_kernel(wx_ptr, r_ptr, b_ptr, s0_ptr, out_ptr, last_ptr, B, T, N
 # %%
 # GRADER: fused LSTM forward time loop
 grading.grade_lstm_loop(lstm_forward_kernel)
+
+# %% [markdown]
+# ## Task 3: one reverse-time step of the LSTM backward
+#
+# The fused backward kernel walks the sequence from $t = T-1$ down to 0, carrying $\delta h$ and $\delta c$ in
+# registers; each step turns them into the gate gradients $\delta G_t$ (written out for the parameter products) and
+# the carries of step $t-1$. Write that step in PyTorch (float64 here):
+# `step(i, f, z, o, c_prev, dh, dc, R) -> (dG, dh_prev, dc_prev)`, where `i, f, z, o` $[B, H]$ are the forward's
+# activations (the kernel saves them), `c_prev` is $c_{t-1}$, `dh` is $\partial L / \partial h_t$ (everything that
+# reaches $h_t$), `dc` the $\partial L / \partial c_t$ carried from step $t+1$, and `R` $[4, H, H]$ the recurrent
+# weights: gate $g$'s pre-activation is $\ldots + h_{t-1} R_g^\top$. Return `dG` $[B, 4, H]$ (order i, f, z, o).
+#
+# **Spec.** Forward: $c_t = f \odot c_{t-1} + i \odot z$, $h_t = o \odot \tanh c_t$ with $i, f, o = \sigma(\cdot)$,
+# $z = \tanh(\cdot)$. Backward, with $\tau = \tanh c_t$:
+#
+# $$ \delta c = dc + dh \odot o \odot (1 - \tau^2), \quad \delta G_i = \delta c\, z\, i(1-i), \quad
+#    \delta G_f = \delta c\, c_{t-1}\, f(1-f), \quad \delta G_z = \delta c\, i\, (1 - z^2), \quad
+#    \delta G_o = dh\, \tau\, o(1-o), $$
+#
+# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g . $$
+#
+# Each line is the chain rule through one forward line; the derivatives of $\sigma$ and $\tanh$ are written with
+# the activations the forward saved ($\sigma' = s(1-s)$, $\tanh' = 1 - z^2$), which is why the kernel saves
+# activations, not pre-activations, and recomputes only $\tau$ (one tanh per unit).
+#
+# <details><summary>Hint 1</summary>
+#
+# Compute $\tau$ from $c_t = f c_{t-1} + i z$ first; everything else is elementwise except $dh_{t-1}$.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# $\delta c$ has two sources: the carry `dc` from step $t+1$ and the path through $h_t = o \tanh c_t$.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# `dG = torch.stack([...], 1)` gives $[B, 4, H]$; then `torch.einsum("bgj,gjk->bk", dG, R)` sums
+# $\delta G_g R_g$ over the gates (check which index of `R[g]` the gate unit $j$ is).
+# </details>
+
+# %% tags=["solution"]
+def step(i, f, z, o, c_prev, dh, dc, R):
+    ### BEGIN SOLUTION
+    tau = torch.tanh(f * c_prev + i * z)  # tanh(c_t), recomputed
+    dct = dc + dh * o * (1 - tau * tau)  # both ways into c_t
+    dG = torch.stack([dct * z * i * (1 - i), dct * c_prev * f * (1 - f), dct * i * (1 - z * z), dh * tau * o * (1 - o)], 1)
+    return dG, torch.einsum("bgj,gjk->bk", dG, R), dct * f
+    ### END SOLUTION
+
+
+# %%
+# GRADER: LSTM backward step
+grading.grade_lstm_backward_step(step)
+
 
 # %% [markdown]
 # ## Question
