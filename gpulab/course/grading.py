@@ -106,3 +106,31 @@ def grade_copy_bandwidth(copy_gbps):
                 "writes n elements; GB/s is 1e9 bytes per second, and ms is milliseconds."
             )
     return f"{len(cases)} cases"
+
+
+def check_gradients(where: str, names, out, want, mistakes, shape_hint: str = "") -> None:
+    """Check a learner's tuple of tensors ``out`` against float64 ``want`` (same order as ``names``), for graders of
+    backward passes: a wrong count or shape fails first (with ``shape_hint``); then, if any value is off, the likely
+    wrong answers ``mistakes()`` (a callable returning [(tuple of tensors or None, message)]) are tried, and a match
+    fails with its "common mistake" message; else the first wrong tensor fails :func:`gpulab.check.assert_close`."""
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        raise AssertionError(f"{where}: got {type(out).__name__}; return the tuple ({', '.join(names)}).")
+    for name, got, ref in zip(names, out, want):
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(
+                f"{where}: {name} has shape {shape}, expected {tuple(ref.shape)}. {shape_hint}".strip()
+            )
+
+    def same(a, b):
+        return bool(torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-10))
+
+    close = [same(g, r) for g, r in zip(out, want)]
+    if all(close):
+        return
+    for wrong, message in mistakes():
+        if any(not ok and w is not None and same(g, w) for g, w, ok in zip(out, wrong, close)):
+            raise AssertionError(f"{where}: common mistake: {message}")
+    for name, got, ref, ok in zip(names, out, want, close):
+        if not ok:
+            check.assert_close(got.double(), ref.double(), dtype=torch.float64, rtol=1e-6, name=name, context=where)

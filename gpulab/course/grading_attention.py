@@ -5,6 +5,7 @@ message that says what to fix. On success it prints one deterministic line (nbva
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -12,7 +13,7 @@ import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
-from gpulab.course.grading import fresh_rng, grader
+from gpulab.course.grading import check_gradients, fresh_rng, grader
 from gpulab.triton_ops import LOG2E_F
 
 
@@ -100,10 +101,6 @@ def grade_forward_kernel(kernel, cases=4):
     return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
 
 
-def _same(got, want) -> bool:
-    return bool(torch.allclose(got.double(), want, rtol=1e-6, atol=1e-9))
-
-
 def _backward_reference(q, k, v, do, scale):
     """float64 (dq, dk, dv) of O = softmax(scale Q K^T) V for one head, by autograd."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -157,23 +154,9 @@ def grade_attention_backward(backward_block, cases=5):
         o = torch.softmax(s, -1) @ v
         where = f"n_q={n_q}, n_k={n_k}, d={d}"
         out = backward_block(q.clone(), k.clone(), v.clone(), o.clone(), do.clone(), lse.clone(), scale)
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise AssertionError(f"backward_block returned {type(out).__name__}; return the triple (dq, dk, dv).")
-        want = _backward_reference(q, k, v, do, scale)
-        for name, got, ref in zip(("dq", "dk", "dv"), out, want):
-            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
-                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-                raise AssertionError(
-                    f"{where}: {name} has shape {shape}, expected {tuple(ref.shape)} (the shape of {name[1:]}). "
-                    "dK = scale dS^T Q and dV = P^T dO: the transposes put the key dimension first."
-                )
-        close = [_same(g, r) for g, r in zip(out, want)]
-        if all(close):
-            continue
-        for wrong, message in _backward_mistakes(q, k, v, o, do, lse, scale):
-            if any(not ok and w is not None and _same(g, w) for g, w, ok in zip(out, wrong, close)):
-                raise AssertionError(f"{where}: common mistake: {message}")
-        for name, got, ref, ok in zip(("dq", "dk", "dv"), out, want, close):
-            if not ok:
-                check.assert_close(got.double(), ref, dtype=torch.float64, rtol=1e-6, name=name, context=where)
+        check_gradients(
+            where, ("dq", "dk", "dv"), out, _backward_reference(q, k, v, do, scale),
+            functools.partial(_backward_mistakes, q, k, v, o, do, lse, scale),
+            "dK = scale dS^T Q and dV = P^T dO: the transposes put the key dimension first.",
+        )  # fmt: skip
     return f"{len(shapes)} random blocks (one query, ragged keys) against autograd in float64"

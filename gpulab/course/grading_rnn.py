@@ -11,6 +11,7 @@ learner's function, compiled (or interpreted) exactly as the fused kernels would
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import warnings
@@ -20,7 +21,7 @@ import triton
 import triton.language as tl
 
 from gpulab import check
-from gpulab.course.grading import fresh_rng, grader
+from gpulab.course.grading import check_gradients, fresh_rng, grader
 from gpulab.rnn import cells
 from gpulab.rnn.api import flashrnn
 
@@ -256,21 +257,8 @@ def grade_lstm_backward_step(step, cases=5):
         i, f, z, o = (t.detach() for t in (i, f, z, o))
         where = f"B={B}, H={H}"
         out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise AssertionError(f"step returned {type(out).__name__}; return the triple (dG, dh_prev, dc_prev).")
-        want = (dG, dh_prev, dc_prev)
-        for name, got, ref in zip(("dG", "dh_prev", "dc_prev"), out, want):
-            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
-                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-                raise AssertionError(f"{where}: {name} has shape {shape}, expected {tuple(ref.shape)}.")
-        same = lambda a, b: bool(torch.allclose(a.double(), b, rtol=1e-6, atol=1e-10))  # noqa: E731
-        close = [same(g, r) for g, r in zip(out, want)]
-        if all(close):
-            continue
-        for wrong, message in _step_mistakes(i, f, z, o, c_prev, dh, dc, R):
-            if any(not ok and w is not None and same(g, w) for g, w, ok in zip(out, wrong, close)):
-                raise AssertionError(f"{where}: common mistake: {message}")
-        for name, got, ref, ok in zip(("dG", "dh_prev", "dc_prev"), out, want, close):
-            if not ok:
-                check.assert_close(got.double(), ref, dtype=torch.float64, rtol=1e-6, name=name, context=where)
+        check_gradients(
+            where, ("dG", "dh_prev", "dc_prev"), out, (dG, dh_prev, dc_prev),
+            functools.partial(_step_mistakes, i, f, z, o, c_prev, dh, dc, R),
+        )  # fmt: skip
     return f"{len(shapes)} random steps against autograd in float64"

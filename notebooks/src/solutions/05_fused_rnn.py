@@ -180,7 +180,9 @@ def step(i, f, z, o, c_prev, dh, dc, R):
     ### BEGIN SOLUTION
     tau = torch.tanh(f * c_prev + i * z)  # tanh(c_t), recomputed
     dct = dc + dh * o * (1 - tau * tau)  # both ways into c_t
-    dG = torch.stack([dct * z * i * (1 - i), dct * c_prev * f * (1 - f), dct * i * (1 - z * z), dh * tau * o * (1 - o)], 1)
+    dG = torch.stack(  # [B, 4, H]: the pre-activations' gradients, gates i, f, z, o
+        [dct * z * i * (1 - i), dct * c_prev * f * (1 - f), dct * i * (1 - z * z), dh * tau * o * (1 - o)], 1
+    )
     return dG, torch.einsum("bgj,gjk->bk", dG, R), dct * f
     ### END SOLUTION
 
