@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from gpulab import bench
+from gpulab.rnn.ladder.benchmark import same_mode
+from gpulab.rnn.ladder.plot import find, short_dtype
 
 __all__ = ["SECTIONS", "render", "update", "main"]
 
@@ -22,6 +24,44 @@ _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!--
 def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
     path = bench.newest(ROOT / "benchmarks" / folder)
     return path, bench.load(folder, path=path)
+
+
+def lesson03() -> str:
+    path, recs = _newest("03_cudnn_ladder")
+    dts = list(dict.fromkeys(r.dtype for r in recs))
+    pairs = same_mode(recs)
+    cells = {"naive": [], "best": [], "cudnn": [], "eager": [], "graph": []}
+    for dt in dts:
+        e, g = find(recs, dt, 0, "eager"), find(recs, dt, 0, "graph")
+        cells["naive"].append(f"{e.wall_ms or e.ms:.0f} / {g.ms:.1f} ms" if e and g else "-")
+        ce, cg = find(recs, dt, "cuDNN", "eager"), find(recs, dt, "cuDNN", "graph")
+        cells["cudnn"].append(f"{ce.wall_ms or ce.ms:.2f} / {cg.ms:.2f} ms" if ce and cg else "-")
+        for mode in ("eager", "graph"):
+            p = next((p for p in pairs if p[0] == dt and p[1] == mode), None)
+            if p is None:
+                cells[mode].append("-")
+                continue
+            best, cud = p[2], p[3]
+            b, c = (best.wall_ms or best.ms, cud.wall_ms or cud.ms) if mode == "eager" else (best.ms, cud.ms)
+            cells[mode].append(f"step {best.params['step']}: {b:.2f} ms, {c / b:.2f}x")
+            if mode == "graph":
+                cells["best"].append(f"step {best.params['step']}: {best.ms:.2f} ms, {best.tflops:.1f} TFLOP/s")
+    head = recs[0]
+    lines = [
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}. Eager times are wall clock per call "
+        "(what a loop pays), graphed times device time; each step is compared with cuDNN in the same mode.",
+        "",
+        "| | " + " | ".join(short_dtype(dt) for dt in dts) + " |",
+        "|---|" + "---|" * len(dts),
+        "| step 0, naive (eager / CUDA graph) | " + " | ".join(cells["naive"]) + " |",
+        "| best step (CUDA graph) | " + " | ".join(cells["best"]) + " |",
+        "| cuDNN (`nn.LSTM`, same run): eager / graphed | " + " | ".join(cells["cudnn"]) + " |",
+        "| best eager step, x cuDNN eager | " + " | ".join(cells["eager"]) + " |",
+        "| best graphed step, x cuDNN graphed | " + " | ".join(cells["graph"]) + " |",
+        "",
+        f"Raw records: `{path.relative_to(ROOT)}`.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def lesson07() -> str:
@@ -91,7 +131,7 @@ def io_traffic() -> str:
     return "\n".join(lines) + "\n"
 
 
-SECTIONS = {"lesson07": lesson07, "io-traffic": io_traffic}
+SECTIONS = {"lesson03": lesson03, "lesson07": lesson07, "io-traffic": io_traffic}
 """Generated README blocks: name -> function returning the block's markdown from the records."""
 
 

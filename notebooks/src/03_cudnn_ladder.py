@@ -194,18 +194,23 @@ if stored:
 #
 # - **Eagerly**, each step is worth what it saves in launches. Steps 0 → 1 cut 8 products and ~20 pointwise kernels per cell to 2 and ~15; step 3 replaces the pointwise kernels by one; step 5 takes one product per cell out of the recurrence; the wavefront (6-8) runs $T + L - 1$ wavefronts instead of $T L$ cells. Streams (step 2) add event records and waits, which are host work too: eagerly they can cost as much as they overlap.
 # - **Graphed**, launch costs vanish and the GPU's time remains: the number of kernels in the dependency chain, and how well each small product fills 132 SMs. Here the wavefront matters most: batching $L$ layers' products into one turns 4 products on a quarter of the GPU into 1 product on about half of it — and step 8 fills the other half by running the input and recurrent products side by side, which is what finally puts fp32 ahead of cuDNN.
-# - **Against cuDNN**: cuDNN's persistent kernels run the recurrence with few launches; the target is that the best step is at least as fast on the same problem and dtype. The cell below prints, from the stored results, the best step, cuDNN, and the floor set by the compute roof.
+# - **Against cuDNN, mode for mode**: cuDNN's persistent kernels run the recurrence with few launches, and a CUDA graph sheds cuDNN's launch costs too; so the cell below compares the fastest step with cuDNN in the same mode, graphed against graphed (device time) and eager against eager (wall time, what a training loop pays), and the floor set by the compute roof. Graphed, the best wavefront steps edge past cuDNN; eagerly, cuDNN's few launches win by far, which is the case for lesson 5's single kernel. A step can also get slower in a graph (a capture fixes its allocations and turns stream forks and joins into graph edges); the cell lists any that did.
 #
-# What remains between the best step and the hardware: the floor below is the problem's FLOPs at the measured (or spec) compute roof of the dtype — IEEE fp32 on the FMA units, fp16/bf16 on the tensor cores. The weights (8 MB in fp32) fit in the H100's 50 MB L2, so after the first wavefront the bytes come from L2, not HBM: the per-step HBM bound of section 1 is pessimistic. What is left is latency: about 103 dependent wavefronts, each a few kernels whose products have $M = 64$ rows — too few to fill the tensor cores — plus the time each kernel takes to start and drain. Removing it needs what lesson 5 builds: one persistent kernel that keeps the weights on chip and synchronises across the sequence, instead of one launch per wavefront.
+# What remains between the best step and the hardware: the floor below is the problem's FLOPs at the measured (or spec) compute roof of the dtype — IEEE fp32 on the FMA units, fp16/bf16 on the tensor cores. The weights (four layers of $2 \cdot 4 \cdot 512 \cdot 512$ values: about 34 MB in fp32, half that in fp16) fit in the H100's 50 MB L2, so after the first wavefront the bytes come from L2, not HBM: the per-step HBM bound of section 1 is pessimistic. What is left is latency: about 103 dependent wavefronts, each a few kernels whose products have $M = 64$ rows — too few to fill the tensor cores — plus the time each kernel takes to start and drain. Removing it needs what lesson 5 builds: one persistent kernel that keeps the weights on chip and synchronises across the sequence, instead of one launch per wavefront.
 
 # %%
 if not stored:
     print("no stored H100 results yet: run `python -m gpulab bench 03` on an H100")
-for dt, (best, cud) in ladder.best_by_dtype(stored).items():
+for dt, mode, best, cud in ladder.same_mode(stored):
+    clock = "wall" if mode == "eager" else "device"  # eager: what a loop pays; graphed: host work is gone
+    b, c = (r.wall_ms if clock == "wall" and r.wall_ms else r.ms for r in (best, cud))
+    print(f"{dt:9s} {mode:5s} ({clock} clock): best step {best.params['step']} {b:6.2f} ms, cuDNN {c:6.2f} ms: "
+          f"{c / b:.2f}x cuDNN's speed")  # fmt: skip
+slower = ladder.slower_graphed(stored)
+print("steps slower graphed than eager:", ", ".join(f"{dt} step {s}" for dt, s, _, _ in slower) or "none in this run")
+for dt in dict.fromkeys(r.dtype for r in stored):
+    graphed = [best for d, mode, best, _ in ladder.same_mode(stored) if d == dt and mode == "graph"]
     floor = ladder.math_floor_ms(dt)
-    line = f"{dt}: best step {best.params['step']} ({best.params['mode']}) {best.ms:.2f} ms, {best.tflops:.1f} TFLOP/s"
-    if cud is not None:
-        line += f"; cuDNN {cud.ms:.2f} ms ({cud.ms / best.ms:.2f}x the best step's time)"
-    if floor:
-        line += f"; compute-roof floor {floor:.2f} ms ({best.ms / floor:.1f}x above it)"
-    print(line)
+    if graphed and floor:
+        above = graphed[0].ms / floor
+        print(f"{dt}: the best graphed step is {above:.1f}x above the compute-roof floor ({floor:.2f} ms)")
