@@ -40,6 +40,11 @@ ALLOWED: dict[str, str] = {
     "100%": "a bound (accuracy, efficiency)",
     "3898 GFLOP/s": "the cuDNN 5 article's (Appleyard 2016) fastest step on an M40, quoted",
     "11.1x": "the cuDNN 5 article's (Appleyard 2016) speed-up over its ladder, quoted",
+    "61%": "lesson 2: tile efficiency of a 200 x 300 output in 128 x 128 tiles, by its formula",
+    "96%": "lesson 2: tile efficiency of a 1536 x 1472 output in 128 x 128 tiles, by its formula",
+    "10%": "a threshold of a target (pairs whose times differ by more)",
+    "5%": "a threshold of a design rule (lesson 2's microbatch rule)",
+    "9%": "lesson 2: a last wave of 12 programs on 132 SMs, an example",
 }
 """Figures markdown may state, with the reason; anything else must be computed when the notebook runs."""
 

@@ -17,7 +17,7 @@
 # # Lesson 2 — GEMM shapes and hardware co-design
 #
 # **What you will learn**
-# - why two matrix products with (almost) the same FLOP count can run at 675 and at 145 TFLOP/s on the same GPU: **alignment**, **tile quantization** and **wave quantization**;
+# - why two matrix products with (almost) the same FLOP count can run four to five times apart on the same GPU: **alignment**, **tile quantization** and **wave quantization**;
 # - a model of GEMM time on a given GPU — a memory roof, a compute roof, and those three shape effects — that predicts time and throughput for any $(M, N, K)$, dtype and GPU in the spec table;
 # - to build a fixed-tile matrix product in Triton, check it against float64, and use it to *see* waves, which cuBLAS hides by changing its tiles;
 # - to check a model configuration (GPT-2, Pythia, GPT-NeoX, a multi-head LSTM) against the sizing rules of Anthony et al., *The Case for Co-Designing Model Architectures with Hardware* (2024), and find the nearest compliant sizes.
@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q \approx 1600$ FLOPs per byte, far beyond the H100's ridge point (~295): compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain about 70% of it (675 TFLOP/s measured at this shape), so the model uses $P = 0.70\,P_\text{peak}$ — `codesign.PEAK_FRACTION`, with its source beside it — and $B = 0.93\,B_\text{HBM}$, the fraction lesson 0 measured.
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction lesson 0 measured.
 
 # %%
 spec = hardware.spec("H100")
@@ -62,9 +62,9 @@ print(p.explain())
 #
 # A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
-# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. Measured on the H100 (bf16, $M = N = 8192$): $K = 4096$ ran at **675 TFLOP/s**, $K = 4095$ and $K = 4097$ at **145 TFLOP/s** — 4.66 times slower for *one* element more or less. That ratio is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path: the first H100 run of this lesson's sweep measured them at about 273 TFLOP/s, 2.5 times slower (`codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own measurement, after the first version of the model, which charged them the full penalty, misordered them):
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$; the cell below prints the stored run) $K = 4095$ and $K = 4097$ run several times slower than $K = 4096$, for *one* element more or less. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
 #
-# $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ 2.5 & \text{4- or 8-byte aligned} \\ 4.66 & \text{2-byte aligned} \end{cases} $$
+# $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ \pi_{4,8} & \text{4- or 8-byte aligned} \\ \pi_2 & \text{2-byte aligned} \end{cases} $$
 #
 # The second factor is the smaller penalty for a $K$ that is aligned but not a multiple of the K-step $B_K$ = 128 bytes (64 bf16 elements): the last step of the K loop is partly empty but costs a whole step. That is why "multiples of 64" is the usual advice, and "multiples of 8" the hard rule.
 
@@ -72,13 +72,30 @@ print(p.explain())
 ks = list(range(4032, 4161))
 preds = [codesign.gemm_time(8192, 8192, k, tile=None) for k in ks]
 ax = codesign.plot_prediction(ks, preds, label="model (cuBLAS tiles)", xlabel="K", marker=".", ms=3)
-ax.scatter([4095, 4096, 4097], [145, 675, 145], color="C3", zorder=3, label="quoted H100 measurements")
+try:
+    k_sweep = {r.params["x"]: r for r in bench.load("02", gpu="h100") if r.params.get("sweep") == "K"}
+except FileNotFoundError:
+    k_sweep = {}
+near = [k for k in (4092, 4094, 4095, 4096, 4097) if k in k_sweep]
+if near:
+    ax.scatter(near, [k_sweep[k].tflops for k in near], color="C3", zorder=3, label="stored H100 run")
 ax.set_ylim(0, 800)
 ax.set_title("8192 x 8192 x K in bf16: predicted TFLOP/s around K = 4096")
 ax.legend()
 plt.show()
 
 # %%
+print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
+      f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
+      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f}")
+if k_sweep.get(4096):
+    top = k_sweep[4096]
+    print(f"stored run ({top.device}, {top.date}): K = 4096 at {top.tflops:.0f} TFLOP/s "
+          f"= {top.tflops / hardware.spec('H100').tensor_tflops['bfloat16']:.0%} of the spec peak")
+    for k in (k for k in near if k != 4096):
+        r = k_sweep[k]
+        print(f"  K = {k}: {r.tflops:5.0f} TFLOP/s, {top.tflops / r.tflops:.2f}x slower than K = 4096")
+print()
 print(f"{'K':>5s}  {'misaligned':>10s}  {'e_align':>7s}  {'last K-step':>11s}  {'ms':>6s}  {'TFLOP/s':>7s}")
 for k in (4088, 4092, 4094, 4095, 4096, 4097, 4100, 4104, 4160):
     q = codesign.gemm_time(8192, 8192, k, tile=None)
@@ -312,9 +329,9 @@ for cfg in (lstm, fixed):
 #
 # ## What it means
 #
-# - **Shape is a performance parameter.** One element of $K$ moved an 8192-square GEMM from 675 to 145 TFLOP/s on the H100: the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Shape is a performance parameter.** One element of $K$ made an 8192-square GEMM several times slower on the H100 (section 2): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
-# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the 2.5x penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
+# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
 #
 # **Exercises:** `exercises/02_codesign.ipynb` — compute tile and wave quantization, build the time model yourself, predict which shapes run fastest and compare with the H100 measurements, and fix a config the checker flags. Grade your work with `make grade NB=exercises/02_codesign.ipynb`.
