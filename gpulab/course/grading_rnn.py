@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 import re
 import warnings
 
@@ -20,10 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check
+from gpulab import check, runtime
 from gpulab.course.grading import check_gradients, fresh_rng, grader
-from gpulab.rnn import cells
+from gpulab.rnn import cells, tiling
 from gpulab.rnn.api import flashrnn
+from gpulab.rnn.functions import get_function
 
 __all__ = ["grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
 
@@ -262,3 +264,40 @@ def grade_lstm_backward_step(step, cases=5):
             functools.partial(_step_mistakes, i, f, z, o, c_prev, dh, dc, R),
         )  # fmt: skip
     return f"{len(shapes)} random steps against autograd in float64"
+
+
+@grader("does a head fit on chip")
+def grade_shared_bytes(shared_bytes, cases=8):
+    """``shared_bytes(head_dim, function, dtype_bytes, block_b) -> int``: the shared memory the fused kernel needs per
+    program, as :func:`gpulab.rnn.tiling.candidates` counts it: ``R_all`` (gate slots x D x D elements, D the head dim
+    padded to the tensor cores' block) plus one [block_b, slots x D] layout-conversion buffer."""
+    if not callable(shared_bytes):
+        raise AssertionError(f"shared_bytes is a {type(shared_bytes).__name__}; pass your function itself.")
+    rng, _ = fresh_rng()
+    functions = ("lstm", "gru", "elman")
+    cases_ = [(64, "lstm", 2, 16), (17, "gru", 4, 16)] + [
+        (rng.choice([1, 16, 20, 33, 64, 100, 128, 200]), rng.choice(functions), rng.choice([2, 4]), bb)
+        for bb in (rng.choice([16, 32, 64]) for _ in range(max(cases, 2) - 2))
+    ]  # fmt: skip
+    for dh, function, e, bb in cases_:
+        g, d = tiling.slots(function), runtime.dot_block(dh)
+        want = g * d * d * e + g * bb * d * e
+        got = shared_bytes(dh, function, e, bb)
+        where = f"head_dim={dh}, {function}, {e}-byte elements, block_b={bb}"
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+            raise AssertionError(f"{where}: shared_bytes returned {got!r}; return a whole number of bytes (an int).")
+        if got == want:
+            continue
+        gates = get_function(function).gates_r
+        mistakes = [
+            (g * dh * dh * e + g * bb * dh * e, "pad the head dim to the tensor cores' block first: "
+             "D = gpulab.runtime.dot_block(head_dim) (a power of two, at least 16), for R and the buffer alike."),
+            (g * d * d * e, "add the layout-conversion buffer: one [block_b, slots x D] tile beside R_all."),
+            (gates * d * d * e + gates * bb * d * e, "the tiles have gpulab.rnn.tiling.slots(function) gate slots "
+             "(the GRU's three recurrent gates are padded to four), not the function's gate count."),
+        ]  # fmt: skip
+        for wrong, message in mistakes:
+            if got == wrong and wrong != want:
+                raise AssertionError(f"{where}: common mistake: {message}")
+        raise AssertionError(f"{where}: got {got} bytes, expected {want}.")
+    return f"{len(cases_)} head sizes, functions and dtypes against gpulab.rnn.tiling's count"

@@ -132,3 +132,32 @@ def test_lstm_backward_step_grader(capsys):
 def test_lstm_backward_step_mistakes_are_named(mistake, message):
     with pytest.raises(AssertionError, match=message):
         grading.grade_lstm_backward_step(lambda *a: _lstm_step(*a, mistake=mistake))
+
+
+def _shared_bytes(head_dim, function, dtype_bytes, block_b, mistake=None):
+    from gpulab import runtime
+    from gpulab.rnn import tiling
+
+    g, d = tiling.slots(function), runtime.dot_block(head_dim)
+    if mistake == "no padding":
+        d = head_dim
+    if mistake == "gate count":
+        g = {"lstm": 4, "gru": 3, "elman": 1}[function]
+    buffer = 0 if mistake == "no buffer" else g * block_b * d * dtype_bytes
+    return g * d * d * dtype_bytes + buffer
+
+
+def test_shared_bytes_grader(capsys):
+    tiling = pytest.importorskip("gpulab.rnn.tiling")
+    c = tiling.candidates(16, 12, 64, "lstm", torch.bfloat16, gpu="H100")[0]
+    assert _shared_bytes(64, "lstm", 2, c.block_b) == c.shared_bytes  # the exercise counts what the tiling counts
+    grading.grade_shared_bytes(_shared_bytes)
+    assert capsys.readouterr().out.startswith("PASSED does a head fit on chip")
+
+
+@pytest.mark.parametrize(
+    "mistake, message", [("no padding", "pad the head dim"), ("no buffer", "buffer"), ("gate count", "slots")]
+)
+def test_shared_bytes_mistakes_are_named(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_shared_bytes(lambda *a: _shared_bytes(*a, mistake=mistake))

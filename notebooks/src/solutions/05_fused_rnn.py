@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Three tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Four tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -190,6 +190,59 @@ def step(i, f, z, o, c_prev, dh, dc, R):
 # %%
 # GRADER: LSTM backward step
 grading.grade_lstm_backward_step(step)
+
+
+# %% [markdown]
+# ## Task 4: does a head fit on one SM?
+#
+# The fused kernel keeps a head's recurrent weights on chip for the whole sequence. Count what one program needs in
+# shared memory, as `gpulab.rnn.tiling` does: `shared_bytes(head_dim, function, dtype_bytes, block_b) -> int`.
+#
+# **Spec.** The tensor cores work on blocks, so the head dim is padded to $D$ = `gpulab.runtime.dot_block(head_dim)`
+# (a power of two, at least 16). The kernels hold all gates side by side: $g$ = `gpulab.rnn.tiling.slots(function)`
+# gate slots (4 for the LSTM and the GRU, whose three recurrent gates are padded to four; 1 for Elman). Shared memory
+# holds $R_\text{all}$, $g \cdot D \cdot D$ elements, and one layout-conversion buffer of $[B_\text{tile}, g D]$
+# elements (`block_b` rows), each element `dtype_bytes` bytes.
+#
+# <details><summary>Hint 1</summary>
+#
+# Two terms: $g D^2 s$ for the weights and $g\, B_\text{tile} D\, s$ for the buffer ($s$ bytes per element).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Pad first, then count: `runtime.dot_block(17)` is 32, so a head dim of 17 costs as much as 32.
+# </details>
+
+# %% tags=["solution"]
+def shared_bytes(head_dim, function, dtype_bytes, block_b):
+    ### BEGIN SOLUTION
+    from gpulab import runtime
+    from gpulab.rnn import tiling
+
+    g, d = tiling.slots(function), runtime.dot_block(head_dim)
+    return g * d * d * dtype_bytes + g * block_b * d * dtype_bytes
+    ### END SOLUTION
+
+
+# %%
+# GRADER: does a head fit on chip
+grading.grade_shared_bytes(shared_bytes)
+
+# %% [markdown]
+# With the H100's 227 KB of shared memory per block, which LSTM head dims fit in bf16 with 16-row tiles? The cell
+# below asks your function; `gpulab.rnn.tiling.explain` shows the full constraint problem (registers too).
+
+# %%
+from gpulab import hardware
+
+smem = hardware.spec("H100").smem_per_block
+try:
+    for dh in (64, 128, 192, 256):
+        need = shared_bytes(dh, "lstm", 2, 16)
+        print(f"head dim {dh:3d}: {need / 1024:6.0f} KB {'fits' if need <= smem else 'does not fit'}")
+except NotImplementedError:
+    print("write shared_bytes (task 4) first")
 
 
 # %% [markdown]
