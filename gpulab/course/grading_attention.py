@@ -160,3 +160,31 @@ def grade_attention_backward(backward_block, cases=5):
             "dK = scale dS^T Q and dV = P^T dO: the transposes put the key dimension first.",
         )  # fmt: skip
     return f"{len(shapes)} random blocks (one query, ragged keys) against autograd in float64"
+
+
+@grader("K/V bytes read by the forward")
+def grade_kv_bytes(kv_bytes, cases=8):
+    """``kv_bytes(n, d, block_m, elem_bytes) -> int``: bytes of K and V one head's forward reads when each of its
+    Q blocks (``block_m`` rows, the last one ragged) reads all ``n`` keys and values of head dim ``d``."""
+    _require_callable("kv_bytes", kv_bytes)
+    rng, _ = fresh_rng()
+    shapes = [(4096, 128, 128, 2), (1000, 64, 128, 2)] + [
+        (rng.choice([1, 17, 512, 1000, 4096]), rng.choice([64, 128]), rng.choice([64, 128]), rng.choice([2, 4]))
+        for _ in range(max(cases, 2) - 2)
+    ]
+    for n, d, bm, e in shapes:
+        blocks = -(-n // bm)
+        want = blocks * 2 * n * d * e
+        got = kv_bytes(n, d, bm, e)
+        where = f"n={n}, d={d}, block_m={bm}, {e}-byte elements"
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != want:
+            mistakes = [
+                (blocks * n * d * e, "count both K and V: 2 N d elements per Q block."),
+                (n / bm * 2 * n * d * e, "the last Q block is ragged but reads all of K and V too: ceil(n / block_m)."),
+                (2 * n * d * e, "every Q block reads K and V again: multiply by the number of Q blocks."),
+            ]
+            for wrong, message in mistakes:
+                if got == wrong and wrong != want:
+                    raise AssertionError(f"{where}: common mistake: {message}")
+            raise AssertionError(f"{where}: got {got!r}, expected {want} bytes.")
+    return f"{len(shapes)} sizes (ragged last Q block included)"

@@ -46,3 +46,15 @@ def test_the_unsolved_stub_fails_clearly():
 
     with pytest.raises(AssertionError, match="not implemented|NotImplementedError|YOUR CODE"):
         grading.grade_attention_backward(stub)
+
+
+def test_kv_bytes_grader_and_its_mistakes(capsys):
+    grading.grade_kv_bytes(lambda n, d, bm, e: -(-n // bm) * 2 * n * d * e)
+    assert capsys.readouterr().out.startswith("PASSED K/V bytes read by the forward")
+    for wrong, message in (
+        (lambda n, d, bm, e: -(-n // bm) * n * d * e, "both K and V"),
+        (lambda n, d, bm, e: n / bm * 2 * n * d * e, "ragged"),
+        (lambda n, d, bm, e: 2 * n * d * e, "number of Q blocks"),
+    ):
+        with pytest.raises(AssertionError, match=message):
+            grading.grade_kv_bytes(wrong)

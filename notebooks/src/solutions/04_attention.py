@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Exercises 4 — From online softmax to FlashAttention
 #
-# Three tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Four tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -162,9 +162,27 @@ grading.grade_attention_backward(backward_block)
 
 
 # %% [markdown]
+# ## Task 4 (a number, auto-graded): the K/V bytes of the forward
+#
+# The kernel reads each K/V block once per Q block. Write `kv_bytes(n, d, block_m, elem_bytes)`: the bytes of K and V
+# one head reads in total at sequence length `n`, head dim `d`, Q blocks of `block_m` rows (the last may be ragged).
+
+# %% tags=["solution"]
+def kv_bytes(n, d, block_m, elem_bytes):
+    ### BEGIN SOLUTION
+    q_blocks = -(-n // block_m)  # ceil: a ragged last block reads all of K and V too
+    return q_blocks * 2 * n * d * elem_bytes
+    ### END SOLUTION
+
+
+# %%
+# GRADER: K/V bytes read by the forward
+grading.grade_kv_bytes(kv_bytes)
+
+# %% [markdown]
 # ## Question
 #
-# The kernel reads each K/V block once per Q block. At sequence length $N$, head dim $d$, and Q blocks of $B_M$ rows, how many bytes of K and V does one head read in total, and why is the kernel still compute-bound on an H100 at $N = 4096$, $d = 128$, $B_M = 128$ in bf16?
+# With the bytes of task 4 against the FLOPs, why is the kernel still compute-bound on an H100 at $N = 4096$, $d = 128$, $B_M = 128$ in bf16?
 #
 # ### BEGIN SOLUTION
 # Each of the $N / B_M$ Q blocks reads all of K and V: $(N / B_M) \cdot 2 N d \cdot 2$ bytes = $4 N^2 d / B_M$ bytes per head, against $4 N^2 d$ FLOPs (non-causal). The intensity is therefore about $B_M$ FLOPs per byte of K/V traffic: 128 FLOP/B, and most of those re-reads hit L2 (one head's K and V at $N = 4096$, $d = 128$ are 2 MB), so the intensity against HBM is far higher. The H100's ridge point for bf16 tensor cores is about 300 FLOP/B against HBM but under 100 against L2, so the kernel sits right of the L2 ridge: compute-bound, and larger $B_M$ (more reuse per load) helps until registers run out.
