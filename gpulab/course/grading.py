@@ -108,6 +108,17 @@ def grade_copy_bandwidth(copy_gbps):
     return f"{len(cases)} cases"
 
 
+def check_number(where: str, got, want, mistakes, unit: str = "") -> None:
+    """Check a learner's number ``got`` against ``want``: on a miss, the likely wrong answers ``mistakes`` ([(value,
+    message)]) are tried first and a match fails with its "common mistake" message; else the miss itself fails."""
+    if got == want:
+        return
+    for wrong, message in mistakes:
+        if got == wrong and wrong != want:
+            raise AssertionError(f"{where}: common mistake: {message}")
+    raise AssertionError(f"{where}: got {got!r}, expected {want}{unit}.")
+
+
 def check_gradients(where: str, names, out, want, mistakes, shape_hint: str = "") -> None:
     """Check a learner's tuple of tensors ``out`` against float64 ``want`` (same order as ``names``), for graders of
     backward passes: a wrong count or shape fails first (with ``shape_hint``); then, if any value is off, the likely

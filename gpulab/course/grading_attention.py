@@ -13,7 +13,7 @@ import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
-from gpulab.course.grading import check_gradients, fresh_rng, grader
+from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader
 from gpulab.triton_ops import LOG2E_F
 
 
@@ -177,14 +177,11 @@ def grade_kv_bytes(kv_bytes, cases=8):
         want = blocks * 2 * n * d * e
         got = kv_bytes(n, d, bm, e)
         where = f"n={n}, d={d}, block_m={bm}, {e}-byte elements"
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != want:
-            mistakes = [
-                (blocks * n * d * e, "count both K and V: 2 N d elements per Q block."),
-                (n / bm * 2 * n * d * e, "the last Q block is ragged but reads all of K and V too: ceil(n / block_m)."),
-                (2 * n * d * e, "every Q block reads K and V again: multiply by the number of Q blocks."),
-            ]
-            for wrong, message in mistakes:
-                if got == wrong and wrong != want:
-                    raise AssertionError(f"{where}: common mistake: {message}")
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise AssertionError(f"{where}: got {got!r}, expected {want} bytes.")
+        check_number(where, got, want, [
+            (blocks * n * d * e, "count both K and V: 2 N d elements per Q block."),
+            (n / bm * 2 * n * d * e, "the last Q block is ragged but reads all of K and V too: ceil(n / block_m)."),
+            (2 * n * d * e, "every Q block reads K and V again: multiply by the number of Q blocks."),
+        ], " bytes")  # fmt: skip
     return f"{len(shapes)} sizes (ragged last Q block included)"

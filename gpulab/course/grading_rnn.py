@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
-from gpulab.course.grading import check_gradients, fresh_rng, grader
+from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader
 from gpulab.rnn import cells, tiling
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
@@ -286,18 +286,12 @@ def grade_shared_bytes(shared_bytes, cases=8):
         where = f"head_dim={dh}, {function}, {e}-byte elements, block_b={bb}"
         if not isinstance(got, numbers.Integral) or isinstance(got, bool):
             raise AssertionError(f"{where}: shared_bytes returned {got!r}; return a whole number of bytes (an int).")
-        if got == want:
-            continue
         gates = get_function(function).gates_r
-        mistakes = [
+        check_number(where, got, want, [
             (g * dh * dh * e + g * bb * dh * e, "pad the head dim to the tensor cores' block first: "
              "D = gpulab.runtime.dot_block(head_dim) (a power of two, at least 16), for R and the buffer alike."),
             (g * d * d * e, "add the layout-conversion buffer: one [block_b, slots x D] tile beside R_all."),
             (gates * d * d * e + gates * bb * d * e, "the tiles have gpulab.rnn.tiling.slots(function) gate slots "
              "(the GRU's three recurrent gates are padded to four), not the function's gate count."),
-        ]  # fmt: skip
-        for wrong, message in mistakes:
-            if got == wrong and wrong != want:
-                raise AssertionError(f"{where}: common mistake: {message}")
-        raise AssertionError(f"{where}: got {got} bytes, expected {want}.")
+        ], " bytes")  # fmt: skip
     return f"{len(cases_)} head sizes, functions and dtypes against gpulab.rnn.tiling's count"
