@@ -9,10 +9,13 @@
   dL/d(last states) is its initial carried gradient, no copy or zero-fill), with dR and db (one batched product per
   gate, :mod:`gpulab.rnn.backends.parameter_grads`) computed on a second stream beside it, piece by piece in time,
   on the SMs it leaves idle (:func:`.backward.fused_rnn_gradients`); dWx = dG;
+- :mod:`.split`: one head over several SMs (a grid barrier per step) when R of a head does not fit one SM; until
+  the split backward exists, training through it runs the ``alternating`` backward
+  (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations it saves;
 - :mod:`.sass`: compile both kernels for sm_90 without a GPU and count the instructions of their time loops.
 
-The tile, warps and whether the kernels fit at all come from :func:`gpulab.rnn.tiling.fused_tiling` (a ValueError
-says why not and suggests ``backend='alternating'``).
+Which kernel, tile and warps: :func:`gpulab.rnn.split_tiling.plan` (one SM per head and batch tile whenever that
+fits, else the split; a ValueError says why neither fits and suggests ``backend='alternating'``).
 """
 
 from __future__ import annotations
@@ -21,19 +24,22 @@ import functools
 
 import torch
 
+from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
-from gpulab.rnn.backends.fused import backward, forward, tiles
+from gpulab.rnn.backends.fused import backward, forward, split, tiles
 from gpulab.rnn.backends.fused.backward import fused_rnn_gradients
 from gpulab.rnn.backends.fused.forward import fused_rnn_forward
+from gpulab.rnn.backends.fused.split import split_rnn_forward
+from gpulab.rnn.split_tiling import plan
 from gpulab.rnn.tiling import fused_tiling
 
-__all__ = ["fused_forward", "forward", "backward", "tiles"]
+__all__ = ["fused_forward", "forward", "backward", "split", "tiles"]
 
 
 def fused_forward(Wx, R, b, states, function="lstm"):
     """The ``fused`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype).
 
-    Checks first that both kernels fit (:mod:`gpulab.rnn.tiling`) so an unsupported size fails before any work.
+    Plans first (:func:`gpulab.rnn.split_tiling.plan`) so an unsupported size fails before any work.
     """
     B, _, _, NH, DH = Wx.shape
     training = torch.is_grad_enabled() and (
@@ -58,10 +64,28 @@ class _Bound:
         return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=self.tiling, d_last=d_last)
 
 
+class _Split:
+    """The split-head forward with its tiles bound; its backward is the alternating one (see the module docstring)."""
+
+    __slots__ = ("tiling",)
+
+    def __init__(self, tiling):
+        self.tiling = tiling
+
+    def forward_call(self, Wx, R, b, states, function, save_gates):
+        return split_rnn_forward(Wx, R, b, states, function, save_gates, self.tiling)
+
+    backward_call = staticmethod(alternating_rnn_gradients)
+
+
 @functools.lru_cache(maxsize=256)
 def _tilings(B, NH, DH, function, dtype, device, training):
     """The forward's and (when training) the backward's tiles for one problem, chosen once: the tile chooser weighs
     every candidate, too slow to repeat on every call."""
+    chosen = plan(B, NH, DH, function, dtype, training=training)
+    if chosen.kind == "split":
+        bound = _Split(chosen.tiling)
+        return bound, bound
     fwd = fused_tiling(B, NH, DH, function, dtype, direction="forward")
     bwd = fused_tiling(B, NH, DH, function, dtype, direction="backward") if training else None
     return _Bound(fwd), (_Bound(bwd) if bwd is not None else None)

@@ -1,0 +1,262 @@
+"""Lesson 5, part 2: one head on several SMs, a persistent forward kernel with a grid barrier per step.
+
+What you will learn:
+
+- **Split the head by output units.** R of one head of 768 (LSTM, bf16) is 4.7 MB; an SM holds 227 KB. Program p
+  of P owns ``BLOCK_U`` hidden units and *all gates* of them, so its slice R_p^T [DH, G * BLOCK_U] (column
+  ``slot * BLOCK_U + u`` is gate ``slot`` of unit ``p * BLOCK_U + u``) stays on chip for the whole sequence, and the
+  cell update of its units needs nothing from other programs: c never leaves the program.
+- **h is the only thing exchanged, through L2.** Each step every program reads the whole h_{t-1} [BLOCK_B, DH],
+  written one step earlier by all P programs, as the rows of the output ``states_all[0, :, t-1]``: the output is
+  the exchange buffer, one slot per step, so a slot is never overwritten while someone still reads it and one
+  barrier per step is enough. The reads bypass L1 (``cache_modifier=".cg"``): the data was written on other SMs.
+- **One grid barrier per step.** After storing its units of h_t a program arrives at a counter in global memory
+  (``tl.atomic_add(..., sem="acq_rel", scope="gpu")``, after a CTA barrier so all its threads' stores come first)
+  and spins (acquire) until all programs have arrived. The counter is never reset: arrival number ``old`` belongs to
+  the generation ``old // programs``, so a program waits for ``(old // programs + 1) * programs``, which stays right
+  across launches and CUDA-graph replays as long as every launch on that counter has the same number of programs
+  (:func:`barrier_counter` keeps one counter per device, stream and program count).
+- **Everyone resident, or no launch.** A program spinning for one that never started would wait forever, so the
+  launch is cooperative (``launch_cooperative_grid=True``): the driver starts the grid only if all of it fits on the
+  GPU at once (:mod:`gpulab.rnn.split_tiling` checks the same thing before launch and says why not).
+- **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
+  also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
+  the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
+  learners exercise exactly the math of the persistent kernel; :func:`split_rnn_forward` picks the mode.
+
+Per step t, program (p, n, tile) (``@`` = ``tl.dot``, fp32 accumulation; K chunks of BLOCK_K; G = 4 slots for lstm
+and gru, 1 for elman; gate layout and cells as in :mod:`.forward`):
+
+    pre = sum_k h_{t-1}[:, chunk k] @ R_p^T[chunk k]  +  Wx_t[:, slots, units of p] + b     [BLOCK_B, G * BLOCK_U]
+    (h_t, c_t) of p's units = cell(pre, (h_{t-1}, c_{t-1}) of p's units)
+    store h_t (the next step's exchange), c_t, the pre-activations (when training)
+    barrier
+
+The saved gates are pre-activations (as the ``alternating`` backend saves them), so the ``alternating`` backward
+trains through this forward until the split backward exists.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpulab import runtime
+from gpulab.check import new_output
+from gpulab.launch import cached_launch, direct_stream, aligned
+from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, gate_scale, split_gates
+from gpulab.rnn.backends.fused.tiles import lstm_activations_approx
+from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.split_tiling import split_tiling
+from gpulab.triton_ops import dot
+
+__all__ = ["split_forward_kernel", "split_rnn_forward", "barrier_counter"]
+
+
+@triton.jit
+def load_r_slice(r_ptr, n, p, k0, NH, DH: tl.constexpr, BLOCK_U: tl.constexpr, BLOCK_K: tl.constexpr,
+                 G_R: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """Rows [k0, k0 + BLOCK_K) of R_p^T: [BLOCK_K, G * BLOCK_U], element [k, slot * BLOCK_U + u] =
+    R[slot, n, p * BLOCK_U + u, k0 + k] (zero past DH and for slots >= G_R)."""
+    slot, u = gate_columns(G, BLOCK_U)
+    j = p * BLOCK_U + u
+    k = k0 + tl.arange(0, BLOCK_K)
+    ptr = r_ptr + ((slot * NH + n) * DH + j)[None, :] * DH + k[:, None]
+    return tl.load(ptr, mask=((slot < G_R) & (j < DH))[None, :] & (k < DH)[:, None], other=0.0)
+
+
+@triton.jit
+def _h_chunk(prev, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr):
+    """h_{t-1}[:, k0 : k0 + BLOCK_K] from the exchange buffer, read from L2 (other SMs wrote it)."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(prev + k0, mask=row_ok & (kk < DH)[None, :], other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def split_forward_kernel(
+    wx_ptr,  # [B, T, G_W, NH, DH]
+    r_ptr,  # [G_R, NH, DH, DH]
+    b_ptr,  # [G_B, NH, DH]
+    s0_ptr,  # [S, B, 1, NH, DH] initial states (h_{-1} for the product at step 0)
+    init_ptr,  # [S, B, 1, NH, DH] the states this launch starts from (s0, or the previous launch's fp32 carry)
+    out_ptr,  # [S, B, T, NH, DH] all states (written); states_all[0] is the exchange buffer of h
+    last_ptr,  # [S, B, 1, NH, DH] the states after step t_stop - 1 (written)
+    gates_ptr,  # [B, T, G_B, NH, DH] pre-activations for the backward (if SAVE_GATES)
+    bar_ptr,  # int64 counter of the grid barrier (BARRIER only)
+    B,
+    T,
+    NH,
+    state_stride,  # B * T * NH * DH: from h to c in the outputs
+    t_start,
+    t_stop,
+    n_programs,  # programs in the grid: arrivals per barrier
+    FUNCTION: tl.constexpr,
+    G_W: tl.constexpr,
+    G_R: tl.constexpr,
+    G_B: tl.constexpr,
+    DH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_U: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    CHUNKS: tl.constexpr,  # 1..4 chunks of BLOCK_K cover DH
+    SAVE_GATES: tl.constexpr,
+    FAST: tl.constexpr,
+    IS_FP32: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BARRIER: tl.constexpr,  # True: steps t_start..t_stop-1 in one launch with a grid barrier after each
+):
+    """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``."""
+    G: tl.constexpr = 4 if G_B > 1 else 1
+    p = tl.program_id(0)
+    n = tl.program_id(1)
+    rows = tl.program_id(2) * BLOCK_B + tl.arange(0, BLOCK_B)
+    HD = NH * DH
+    row_ok = (rows < B)[:, None]
+    rows64 = rows.to(tl.int64)
+
+    # this program's columns of the all-gates tiles [BLOCK_B, G * BLOCK_U]: (slot, unit j of the head)
+    slot, u = gate_columns(G, BLOCK_U)
+    j = p * BLOCK_U + u
+    col_ok = j < DH
+    scale = gate_scale(slot, FAST, FUNCTION)[None, :]
+    bias = tl.load(b_ptr + slot * HD + n * DH + j, mask=(slot < G_B) & col_ok, other=0.0).to(tl.float32)[None, :]
+    bias = bias * scale
+    wslot = slot - (G_B - G_W)  # gru's Wx starts at slot 1
+    wx_rows = wx_ptr + rows64[:, None] * T * G_W * HD + (wslot * HD + n * DH + j)[None, :]
+    wx_mask = row_ok & ((wslot >= 0) & (wslot < G_W) & col_ok)[None, :]
+    gate_rows = gates_ptr + rows64[:, None] * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
+    gate_mask = row_ok & ((slot < G_B) & col_ok)[None, :]
+
+    # R_p^T in up to four chunks of rows, loaded once, scaled as the single-SM kernel does (FAST folds sigmoid's 1/2)
+    dt = r_ptr.dtype.element_ty
+    r0 = (load_r_slice(r_ptr, n, p, 0, NH, DH, BLOCK_U, BLOCK_K, G_R, G).to(tl.float32) * scale).to(dt)
+    r1 = r0
+    r2 = r0
+    r3 = r0
+    if CHUNKS > 1:
+        r1 = (load_r_slice(r_ptr, n, p, BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G).to(tl.float32) * scale).to(dt)
+    if CHUNKS > 2:
+        r2 = (load_r_slice(r_ptr, n, p, 2 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G).to(tl.float32) * scale).to(dt)
+    if CHUNKS > 3:
+        r3 = (load_r_slice(r_ptr, n, p, 3 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G).to(tl.float32) * scale).to(dt)
+
+    # this program's units of the states, fp32 for the whole launch
+    units = p * BLOCK_U + tl.arange(0, BLOCK_U)
+    own_mask = row_ok & (units < DH)[None, :]
+    own = rows[:, None] * HD + n * DH + units[None, :]  # in [S, B, 1, NH, DH] without the state offset
+    h = tl.load(init_ptr + own, mask=own_mask, other=0.0).to(tl.float32)
+    c = h
+    if FUNCTION == 0:
+        c = tl.load(init_ptr + B * HD + own, mask=own_mask, other=0.0).to(tl.float32)
+    out_own = out_ptr + rows64[:, None] * T * HD + n * DH + units[None, :]
+    # h_{t-1} for the product, all DH units: from s0 at step 0, else from the output of step t-1
+    kk = tl.arange(0, BLOCK_K)
+    s0_h = s0_ptr + rows[:, None] * HD + n * DH + kk[None, :]
+    out_h = out_ptr + rows64[:, None] * T * HD + n * DH + kk[None, :]
+
+    x = tl.load(wx_rows + t_start * G_W * HD, mask=wx_mask, other=0.0)
+    for t in range(t_start, t_stop):
+        prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
+        pre = x.to(tl.float32) * scale + bias
+        x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HD, mask=wx_mask, other=0.0)  # the next step's
+        pre += dot(_h_chunk(prev, 0, row_ok, DH, BLOCK_K), r0, IS_FP32, PRECISION)
+        if CHUNKS > 1:
+            pre += dot(_h_chunk(prev, BLOCK_K, row_ok, DH, BLOCK_K), r1, IS_FP32, PRECISION)
+        if CHUNKS > 2:
+            pre += dot(_h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K), r2, IS_FP32, PRECISION)
+        if CHUNKS > 3:
+            pre += dot(_h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K), r3, IS_FP32, PRECISION)
+        g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
+        if FUNCTION == 0:  # lstm: i, f, z, o
+            if FAST:
+                i, f, z, o = lstm_activations_approx(g0, g1, g2, g3)
+            else:
+                i, f, z, o = lstm_activations(g0, g1, g2, g3)
+            c = f * c + i * z
+            h = o * cell_tanh(c, FAST)
+            tl.store(out_own + t * HD + state_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
+        elif FUNCTION == 1:  # gru: g (recurrent only), r, z, n (input only)
+            h = gru_cell(g0, g1, g2, g3, h)
+        else:  # elman
+            h = elman_cell(g0)
+        if SAVE_GATES:  # pre-activations as the alternating backward reads them (FAST's halving undone)
+            tl.store(gate_rows + t * G_B * HD, (pre / scale).to(gates_ptr.dtype.element_ty), mask=gate_mask)
+        tl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
+        if BARRIER:
+            if t < t_stop - 1:  # (after the last step nobody reads h from another program)
+                tl.debug_barrier()  # every thread's store of h_t is issued before the arrival releases them
+                old = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
+                target = old - old % n_programs + n_programs
+                seen = old + 1
+                while seen < target:
+                    seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+
+    tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
+    if FUNCTION == 0:
+        tl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
+
+
+_COUNTERS: dict = {}
+
+
+def barrier_counter(device: torch.device, programs: int) -> torch.Tensor:
+    """The grid barrier's int64 counter for launches of ``programs`` programs on ``device``'s current stream: made
+    zero once and never reset (see the module docstring), so CUDA-graph replays find it consistent."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream, programs)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = torch.zeros(1, dtype=torch.int64, device=device)
+    return counter
+
+
+def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling=None, persistent=None):
+    """The split-head forward: ``(states_all, states_last, gates or None)``; inputs as for
+    :func:`gpulab.rnn.backends.fused.forward.fused_rnn_forward` (validated, one compute dtype). ``gates`` are the
+    pre-activations [B, T, G_b, NH, DH] in the compute dtype.
+
+    ``persistent``: one launch for all steps with a grid barrier (default on a GPU), or one launch per step
+    (default in the interpreter, where a barrier cannot work; asking for ``persistent=True`` there raises).
+    ``tiling``: a :class:`gpulab.rnn.split_tiling.SplitTiling` (default: :func:`~gpulab.rnn.split_tiling.split_tiling`).
+    """
+    if persistent is None:
+        persistent = not runtime.INTERPRET
+    if persistent and runtime.INTERPRET:
+        raise RuntimeError(
+            "persistent=True: the interpreter runs programs one after another, so a grid barrier would wait "
+            "forever; use persistent=False (one launch per step, the same math)."
+        )
+    fn = get_function(function)
+    Wx, R, b, states = (t.contiguous() for t in (Wx, R, b, states))
+    B, T, _, NH, DH = Wx.shape
+    cfg = tiling or split_tiling(B, NH, DH, fn.name, Wx.dtype)
+    dev, dt = Wx.device, Wx.dtype
+    out = new_output(fn.states, B, T, NH, DH, dtype=dt, device=dev)
+    gates = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev) if save_gates else None
+    grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
+    programs = grid[0] * grid[1] * grid[2]
+    consts = dict(
+        FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_B=cfg.block_b,
+        BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=save_gates,
+        FAST=fast_activations(dt), IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
+        BARRIER=persistent, **cfg.launch(),
+    )  # fmt: skip
+    stride = B * T * NH * DH
+    g = gates if save_gates else out
+    if persistent:
+        last = new_output(fn.states, B, 1, NH, DH, dtype=dt, device=dev)
+        bar = barrier_counter(dev, programs)
+        ints = (B, T, NH, stride, 0, T, programs)
+        launch = cached_launch(split_forward_kernel, grid, dict(consts, launch_cooperative_grid=True), ints)
+        tensors = (Wx, R, b, states, states, out, last, g, bar)
+        launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
+        return out, last, gates
+    carry = states.to(torch.float32, copy=True)  # each program's units, from one launch to the next
+    for t in range(T):
+        split_forward_kernel[grid](
+            Wx, R, b, states, states if t == 0 else carry, out, carry, g, carry, B, T, NH, stride, t, t + 1,
+            programs, **consts,
+        )  # fmt: skip
+    return out, carry.to(dt), gates

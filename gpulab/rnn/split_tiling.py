@@ -1,0 +1,204 @@
+"""One head on several SMs: how many programs share a head, and the plan that picks one SM or several.
+
+What you will learn: when R of one head does not fit one SM (:mod:`gpulab.rnn.tiling` says so: one head of 768
+needs 4.7 MB for an LSTM in bf16, an SM holds 227 KB), the head can still stay on chip, spread over P programs on
+P SMs. Program p owns ``block_u`` hidden units of the head, *all gates* of them, and so the slice of R that
+produces them: R_p^T [DH, G * block_u], held on chip for the whole sequence. Every step each program needs the
+whole h_{t-1} (every unit feeds every gate) but produces only its units of h_t, so the programs exchange h through
+L2 and wait for each other at a grid barrier once per step (:mod:`gpulab.rnn.backends.fused.split`).
+
+The unknowns (beside those of the one-SM chooser): ``block_u`` in {8, 16, 32, 64} units per program (so
+P = ceil(DH / block_u)); ``block_k``, the width of the chunks R_p^T is held in (at most :data:`MAX_CHUNKS` chunks,
+each a power of two >= 16, so a head dim like 768 = 3 x 256 wastes nothing); ``block_b`` and ``num_warps``.
+Constraints (e bytes per element, G gate slots, S states):
+
+1. shared memory: the R slice G * block_u * block_k * chunks * e, plus the h chunks and the gate tile converted to
+   the tensor cores' layout, <= shared memory per block;
+2. registers: the live tiles per thread <= the GPU's registers per thread;
+3. residency: NH * P * ceil(B / block_b) programs all resident at once (programs_per_SM * SMs), since each waits
+   for all others every step; the launch is cooperative, which refuses rather than deadlocks.
+
+Objective, the estimated time of one step (ns): the barrier (a fixed round trip through L2 plus a few ns per arriving
+program) + reading h_{t-1} from L2 (per SM, and all programs together against L2's bandwidth) + streaming the R
+slice from shared memory into the tensor cores + the product. Fewer, fatter programs read less h in total but each
+streams more R; lesson 5's records sweep block_u on the H100 against this estimate.
+
+:func:`plan` is the chooser the ``fused`` backend asks: one SM per (head, batch tile) whenever that fits (no
+barrier at all), else the best split, else a ValueError naming the alternative.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import torch
+
+from gpulab import hardware, runtime
+from gpulab.rnn import tiling
+from gpulab.rnn.functions import get_function
+
+__all__ = ["SplitTiling", "Plan", "split_candidates", "split_tiling", "plan", "explain_plan", "BLOCK_U", "MAX_CHUNKS"]
+
+BLOCK_U = (8, 16, 32, 64)
+MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
+BARRIER_NS = 700.0  # one grid barrier: an atomic to L2 and the spin that sees the last arrival (H100 order)
+ARRIVAL_NS = 4.0  # each arriving program's atomic, serialized at one L2 address
+L2_SM_RATE = 110.0  # bytes per ns one SM reads from L2 (about 64 B/clock)
+L2_RATE = 5500.0  # bytes per ns all SMs together read from L2
+SMEM_RATE = 220.0  # bytes per ns one SM streams from shared memory (128 B/clock)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitTiling:
+    """One candidate (or the choice) for a head split over ``split`` programs; ``reason`` says why it does not fit."""
+
+    block_b: int
+    block_u: int
+    block_k: int
+    chunks: int
+    num_warps: int
+    split: int  # P: programs per head (and batch tile)
+    programs: int  # NH * P * batch tiles, all resident at once
+    registers_per_thread: int
+    shared_bytes: int
+    programs_per_sm: int
+    score: float  # estimated ns per step
+    fits: bool
+    reason: str = ""
+
+    def launch(self) -> dict:
+        """Keyword arguments for the (cooperative) kernel launch."""
+        return {"num_warps": self.num_warps, "num_stages": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the ``fused`` backend runs for one problem: ``kind`` 'single' (:class:`gpulab.rnn.tiling.FusedTiling`,
+    one program per head and batch tile) or 'split' (:class:`SplitTiling`), and why."""
+
+    kind: str
+    tiling: object
+    why: str
+
+
+def chunking(head_dim: int) -> tuple[int, int]:
+    """``(block_k, chunks)``: the fewest power-of-two chunks (>= 16 wide, at most :data:`MAX_CHUNKS`) that cover
+    ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3),
+    256 -> (256, 1)."""
+    dh = runtime.positive_int("head_dim", head_dim)
+    best = None
+    for k in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+        n = math.ceil(dh / k)
+        if n <= MAX_CHUNKS and (best is None or k * n <= best[0] * best[1]):
+            best = (k, n)
+    if best is None:
+        k = runtime.next_power_of_2(math.ceil(dh / MAX_CHUNKS))
+        best = (k, math.ceil(dh / k))
+    return best
+
+
+def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None):
+    """Every (block_u, block_b, num_warps) of a split head with its resources, estimate and verdict."""
+    b = runtime.positive_int("batch", batch)
+    nh = runtime.positive_int("num_heads", num_heads)
+    dh = runtime.positive_int("head_dim", head_dim)
+    fn = get_function(function)
+    spec = hardware.spec(gpu)
+    e = torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    g = tiling.slots(fn)
+    block_k, chunks = chunking(dh)
+    max_bb = max(16, runtime.next_power_of_2(b))
+    out = []
+    for bu, bb, w in itertools.product(BLOCK_U, tiling.BLOCK_B, tiling.NUM_WARPS):
+        if bb > max_bb or g * bu < 16 or bu > runtime.next_power_of_2(dh):
+            continue
+        split = math.ceil(dh / bu)
+        threads = 32 * w
+        live = (6 * g * bu + 2 * fn.states * bu) * bb + bb * block_k  # gate tiles, states, one h chunk
+        regs = math.ceil(live / threads) + tiling.OVERHEAD
+        r_bytes = g * bu * block_k * chunks * e
+        smem = r_bytes + bb * block_k * chunks * e + g * bb * bu * e
+        programs = nh * split * math.ceil(b / bb)
+        per_sm = min(spec.registers_per_sm // (regs * threads), spec.smem_per_sm // smem, 64 // w)
+        reason = ""
+        if smem > spec.smem_per_block:
+            reason = f"the R slice ({r_bytes // 1024} KB) and buffers need {smem} B > {spec.smem_per_block} per block"
+        elif regs > spec.max_registers_per_thread:
+            reason = f"{regs} registers per thread > {spec.max_registers_per_thread}"
+        elif per_sm < 1:
+            reason = f"a program needs {regs * threads} registers > {spec.registers_per_sm} per SM"
+        elif programs > per_sm * spec.sm_count:
+            reason = f"{programs} programs > {per_sm * spec.sm_count} resident at once ({per_sm} per SM)"
+        score = math.inf
+        if not reason:
+            h_bytes = bb * block_k * chunks * e
+            on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
+            h_read = max(on_sm * h_bytes / L2_SM_RATE, programs * h_bytes / L2_RATE)
+            product = on_sm * (r_bytes / SMEM_RATE + bb * 2 * fn.gates_r * bu * block_k * chunks / tiling.RATE)
+            score = BARRIER_NS + ARRIVAL_NS * programs + h_read + product
+        out.append(SplitTiling(bb, bu, block_k, chunks, w, split, programs, regs, smem, max(per_sm, 0), score,
+                               not reason, reason))  # fmt: skip
+    return out
+
+
+def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None):
+    """The best fitting :class:`SplitTiling` (least estimated step time; then fewer programs, fewer warps), or a
+    ValueError saying why none fits and what to do instead. In the interpreter (no ``gpu`` named) the fewest
+    programs win instead: there every program is a Python loop run one after another."""
+    cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu)
+    ok = [c for c in cands if c.fits]
+    if ok:
+        if runtime.INTERPRET and gpu is None:
+            return min(ok, key=lambda c: (c.programs, c.num_warps, c.score))
+        return min(ok, key=lambda c: (c.score, c.programs, c.num_warps, c.block_b))
+    spec = hardware.spec(gpu)
+    why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16)) or "no candidate"
+    raise ValueError(
+        f"the fused kernels cannot hold head dim {head_dim} ({num_heads} head(s), batch {batch}, {function}) on "
+        f"{spec.name} even split over several SMs ({why}); use backend='alternating' (R read from memory every "
+        "step), fewer heads per call or a smaller batch per call, or a 16-bit dtype."
+    )
+
+
+def plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False) -> Plan:
+    """One SM per (head, batch tile) when the forward (and, when ``training``, the backward) fit; else the head
+    split over several SMs (:func:`split_tiling`); else a ValueError naming the alternative."""
+    dirs = ("forward", "backward") if training else ("forward",)
+    spec = hardware.spec(gpu)
+    if all(tiling.fits(batch, num_heads, head_dim, function, dtype, spec, d) for d in dirs):
+        single = tiling.fused_tiling(batch, num_heads, head_dim, function, dtype, spec, "forward")
+        why = f"R of a head ({single.r_bytes // 1024} KB) fits one SM beside its tiles: no barrier needed"
+        return Plan("single", single, why)
+    split = split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
+    need = tiling.slots(function) * head_dim * head_dim * torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    why = (
+        f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
+        f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
+        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
+    )
+    return Plan("split", split, why)
+
+
+def explain_plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:
+    """The split candidates as a table, and the plan with its reason."""
+    spec = hardware.spec(gpu)
+    lines = [
+        f"split head, {function}, B={batch} NH={num_heads} DH={head_dim} "
+        f"{str(runtime.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
+        f"{'block_u':>7s} {'P':>4s} {'block_b':>7s} {'warps':>5s} {'progs':>5s} {'regs':>5s} {'smem KB':>7s} "
+        f"{'ns/step':>8s}  verdict",
+    ]
+    for c in split_candidates(batch, num_heads, head_dim, function, dtype, spec):
+        score = f"{c.score:8.0f}" if c.fits else f"{'-':>8s}"
+        lines.append(
+            f"{c.block_u:7d} {c.split:4d} {c.block_b:7d} {c.num_warps:5d} {c.programs:5d} {c.registers_per_thread:5d} "
+            f"{c.shared_bytes / 1024:7.1f} {score}  " + ("fits" if c.fits else c.reason)
+        )
+    try:
+        p = plan(batch, num_heads, head_dim, function, dtype, spec)
+        lines.append(f"plan: {p.kind} ({p.why})")
+    except ValueError as exc:
+        lines.append(f"none fits: {exc}")
+    return "\n".join(lines)

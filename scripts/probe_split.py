@@ -1,0 +1,165 @@
+"""The split-head fused RNN forward on a GPU: correctness at full size, a barrier stress test, CUDA-graph replays,
+then times (device and eager wall clock) beside cuDNN and the alternating backend, a block_u (P) sweep and the
+barrier's share of a step.
+
+    python scripts/probe_split.py [quick]     (a GPU; prints tables, writes $OUT/probe_split.jsonl when OUT is set)
+
+Device time: triton.testing.do_bench's median; wall: gpulab.bench.wall_time (calls back to back, one synchronize).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import torch
+import triton
+
+import gpulab  # noqa: F401
+from gpulab import bench, check, rnn
+from gpulab.rnn import split_tiling
+from gpulab.rnn.backends.fused import split as S
+
+OUT = os.environ.get("OUT")
+QUICK = "quick" in sys.argv
+rows = []
+
+
+def emit(**rec):
+    rows.append(rec)
+    print(json.dumps(rec), flush=True)
+
+
+def inputs(fn, B, T, DH, dtype, NH=1, seed=0):
+    counts = {"lstm": (4, 4, 4, 2), "gru": (3, 3, 4, 1), "elman": (1, 1, 1, 1)}[fn]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda", generator=g) * sc).to(dtype)
+    return (r(B, T, counts[0], NH, DH), r(counts[1], NH, DH, DH, sc=0.5 / DH**0.5), r(counts[2], NH, DH),
+            r(counts[3], B, 1, NH, DH))  # fmt: skip
+
+
+def times(f):
+    ms = triton.testing.do_bench(f, warmup=25, rep=100)
+    wall = bench.wall_time(f).median_ms
+    return ms, wall
+
+
+# 1. correctness against float64, persistent vs one-launch-per-step on the GPU
+for fn in ("lstm", "gru", "elman"):
+    for DH, dtype, T in ((256, torch.bfloat16, 64), (300, torch.bfloat16, 33), (768, torch.bfloat16, 64),
+                         (1024, torch.bfloat16, 16), (768, torch.float32, 16), (384, torch.float16, 16)):  # fmt: skip
+        x = inputs(fn, 16, T, DH, dtype)
+        t0 = time.time()
+        try:
+            cfg = split_tiling.split_tiling(16, 1, DH, fn, dtype)
+            out, last, gates = S.split_rnn_forward(*x, function=fn, save_gates=True, tiling=cfg)
+            step, slast, sg = S.split_rnn_forward(*x, function=fn, save_gates=True, tiling=cfg, persistent=False)
+            ref = rnn.flashrnn(*(t.double() for t in x), function=fn, backend="vanilla")
+            torch.cuda.synchronize()
+            emit(kind="check", fn=fn, DH=DH, dtype=str(dtype), T=T, split=cfg.split, block_u=cfg.block_u,
+                 err_out=check.relative_error(out, ref[0]), err_last=check.relative_error(last, ref[1]),
+                 vs_steps=check.relative_error(out.float(), step.float()), finite=bool(out.isfinite().all()),
+                 s=round(time.time() - t0, 1))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            emit(kind="check", fn=fn, DH=DH, dtype=str(dtype), T=T, error=f"{type(exc).__name__}: {exc}"[:800])
+
+# 2. stress: P at its maximum, many launches back to back, then CUDA-graph replays: every result identical
+for DH in (768, 1024):
+    x = inputs("lstm", 16, 256, DH, torch.bfloat16, seed=1)
+    cands = [c for c in split_tiling.split_candidates(16, 1, DH, "lstm", torch.bfloat16) if c.fits]
+    cfg = max(cands, key=lambda c: (c.programs, -c.score))
+    try:
+        want, _, _ = S.split_rnn_forward(*x, save_gates=False, tiling=cfg)
+        bad = 0
+        for _ in range(200):
+            got, _, _ = S.split_rnn_forward(*x, save_gates=False, tiling=cfg)
+            bad += not torch.equal(got, want)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            S.split_rnn_forward(*x, save_gates=False, tiling=cfg)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g, stream=s):
+                gout, _, _ = S.split_rnn_forward(*x, save_gates=False, tiling=cfg)
+        torch.cuda.current_stream().wait_stream(s)
+        gbad = 0
+        for _ in range(50):
+            g.replay()
+            torch.cuda.synchronize()
+            gbad += not torch.equal(gout, want)
+        emit(kind="stress", DH=DH, programs=cfg.programs, block_u=cfg.block_u, launches=200, mismatches=bad,
+             graph_replays=50, graph_mismatches=gbad)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        emit(kind="stress", DH=DH, error=f"{type(exc).__name__}: {exc}"[:800])
+
+# 3. times, B16 T1024 bf16, one head: split fused (chosen) vs alternating vs cuDNN (dense, input product included)
+B, T = 16, 1024
+for DH in (256, 384, 512, 768, 1024):
+    x = inputs("lstm", B, T, DH, torch.bfloat16)
+    with torch.no_grad():
+        cfg = split_tiling.split_tiling(B, 1, DH, "lstm", torch.bfloat16)
+        f = lambda: rnn.flashrnn(*x, function="lstm", backend="fused")
+        ms, wall = times(f)
+        emit(kind="time", case="fused split (chosen)", DH=DH, split=cfg.split, block_u=cfg.block_u,
+             warps=cfg.num_warps, ms=ms, wall_ms=wall, est_ms=cfg.score * T * 1e-6)  # fmt: skip
+        if DH in (768,) or not QUICK:
+            a = lambda: rnn.flashrnn(*x, function="lstm", backend="alternating")
+            ms, wall = times(a)
+            emit(kind="time", case="alternating", DH=DH, ms=ms, wall_ms=wall)
+        for dt in (torch.float16, torch.bfloat16):
+            m = torch.nn.LSTM(DH, DH).cuda().to(dt)
+            xi = torch.randn(T, B, DH, device="cuda", dtype=dt)
+            ms, wall = times(lambda m=m, xi=xi: m(xi))
+            emit(kind="time", case=f"cuDNN nn.LSTM {str(dt)[6:]}", DH=DH, ms=ms, wall_ms=wall,
+                 includes_input_product=True)  # fmt: skip
+        # 4. the P sweep and the barrier's share (the same launch without the barrier: wrong numbers, its time)
+        if DH in (512, 768, 1024):
+            for c in split_tiling.split_candidates(B, 1, DH, "lstm", torch.bfloat16):
+                if not c.fits or c.num_warps not in (4, 8):
+                    continue
+                try:
+                    g = lambda c=c: S.split_rnn_forward(*x, save_gates=False, tiling=c)
+                    ms, wall = times(g)
+                    rec = dict(kind="sweep", DH=DH, block_u=c.block_u, split=c.split, warps=c.num_warps,
+                               block_b=c.block_b, ms=ms, wall_ms=wall, est_ms=c.score * T * 1e-6)  # fmt: skip
+                    Wx, R, b, s0 = (t.contiguous() for t in x)
+                    out = torch.empty(2, B, T, 1, DH, device="cuda", dtype=torch.bfloat16)
+                    last = torch.empty(2, B, 1, 1, DH, device="cuda", dtype=torch.bfloat16)
+                    consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=c.block_b, BLOCK_U=c.block_u,
+                                  BLOCK_K=c.block_k, CHUNKS=c.chunks, SAVE_GATES=False, FAST=True, IS_FP32=False,
+                                  PRECISION="ieee", num_warps=c.num_warps, num_stages=1)  # fmt: skip
+                    nob = lambda c=c: S.split_forward_kernel[(c.split, 1, 1)](
+                        Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs,
+                        BARRIER=False, **consts)  # fmt: skip
+                    rec["no_barrier_ms"] = triton.testing.do_bench(nob, warmup=25, rep=100)
+                    emit(**rec)
+                except Exception as exc:  # noqa: BLE001
+                    emit(kind="sweep", DH=DH, block_u=c.block_u, warps=c.num_warps, error=f"{exc}"[:400])
+    torch.cuda.empty_cache()
+
+# 5. single-SM fused (12 heads of 64) for scale, and the training path through the split forward (alternating bwd)
+x = inputs("lstm", B, T, 64, torch.bfloat16, NH=12)
+with torch.no_grad():
+    ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="fused"))
+emit(kind="time", case="fused single-SM 12x64", DH=64, NH=12, ms=ms, wall_ms=wall)
+x = [t.requires_grad_() for t in inputs("lstm", B, T, 768, torch.bfloat16)]
+
+
+def train():
+    out, last = rnn.flashrnn(*x, function="lstm", backend="fused")
+    return torch.autograd.grad(out.sum(), x)
+
+
+ms, wall = times(train)
+emit(kind="time", case="fused split fwd + alternating bwd", DH=768, ms=ms, wall_ms=wall, pass_="fwd+bwd")
+
+if OUT:
+    with open(os.path.join(OUT, "probe_split.jsonl"), "w") as fh:
+        env = bench.environment() if hasattr(bench, "environment") else {}
+        fh.write(json.dumps({"kind": "env", **env, "date": time.strftime("%Y-%m-%d")}, default=str) + "\n")
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
