@@ -39,9 +39,10 @@ from gpulab import hardware, runtime
 from gpulab.rnn import tiling
 from gpulab.rnn.functions import get_function
 
-__all__ = ["SplitTiling", "Plan", "split_candidates", "split_tiling", "plan", "explain_plan", "BLOCK_U", "MAX_CHUNKS"]
+__all__ = ["SplitTiling", "Plan", "split_candidates", "split_tiling", "plan", "explain_plan", "BLOCK_U", "NUM_WARPS", "MAX_CHUNKS"]
 
 BLOCK_U = (8, 16, 32, 64)
+NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
 MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
 BARRIER_NS = 700.0  # one grid barrier: an atomic to L2 and the spin that sees the last arrival (H100 order)
 ARRIVAL_NS = 4.0  # each arriving program's atomic, serialized at one L2 address
@@ -85,7 +86,7 @@ class Plan:
 
 def chunking(head_dim: int) -> tuple[int, int]:
     """``(block_k, chunks)``: the fewest power-of-two chunks (>= 16 wide, at most :data:`MAX_CHUNKS`) that cover
-    ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3),
+    ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3), 1024 -> (1024, 1),
     256 -> (256, 1)."""
     dh = runtime.positive_int("head_dim", head_dim)
     best = None
@@ -111,7 +112,7 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     block_k, chunks = chunking(dh)
     max_bb = max(16, runtime.next_power_of_2(b))
     out = []
-    for bu, bb, w in itertools.product(BLOCK_U, tiling.BLOCK_B, tiling.NUM_WARPS):
+    for bu, bb, w in itertools.product(BLOCK_U, tiling.BLOCK_B, NUM_WARPS):
         if bb > max_bb or g * bu < 16 or bu > runtime.next_power_of_2(dh):
             continue
         split = math.ceil(dh / bu)
@@ -165,6 +166,8 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
 def plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False) -> Plan:
     """One SM per (head, batch tile) when the forward (and, when ``training``, the backward) fit; else the head
     split over several SMs (:func:`split_tiling`); else a ValueError naming the alternative."""
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be True or False, got {training!r}.")
     dirs = ("forward", "backward") if training else ("forward",)
     spec = hardware.spec(gpu)
     if all(tiling.fits(batch, num_heads, head_dim, function, dtype, spec, d) for d in dirs):

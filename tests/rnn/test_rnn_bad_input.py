@@ -6,7 +6,7 @@ import torch
 
 from gpulab import rnn
 from gpulab.rnn import benchmark as rnn_benchmark
-from gpulab.rnn import cells, functions, ladder, tiling
+from gpulab.rnn import cells, functions, ladder, split_tiling, tiling
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
 W = rnn.from_torch_lstm(M)
@@ -91,6 +91,14 @@ CASES = [
     ("fused_tiling-function", lambda: tiling.fused_tiling(16, 1, 64, function="rnn"), ValueError, "function='rnn'"),
     ("fits-direction", lambda: tiling.fits(16, 1, 64, direction="x"), ValueError, "direction='x'"),
     ("explain-head_dim", lambda: tiling.explain(16, 1, 0), ValueError, "head_dim"),
+    ("split_tiling-batch", lambda: split_tiling.split_tiling(0, 1, 768), ValueError, "batch"),
+    ("split_tiling-gpu", lambda: split_tiling.split_tiling(16, 1, 768, gpu="nope"), ValueError, "gpu='nope'"),
+    ("split_candidates-head_dim", lambda: split_tiling.split_candidates(16, 1, 7.5), TypeError, "head_dim"),
+    ("split_candidates-function", lambda: split_tiling.split_candidates(16, 1, 768, "rnn"), ValueError, "function="),
+    ("plan-dtype", lambda: split_tiling.plan(16, 1, 768, dtype="x"), ValueError, "dtype='x'"),
+    ("plan-training", lambda: split_tiling.plan(16, 1, 768, training="yes"), TypeError, "training"),
+    ("explain_plan-num_heads", lambda: split_tiling.explain_plan(16, 0, 768), ValueError, "num_heads"),
+    ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
     ("problem_inputs-B", lambda: rnn_benchmark.problem_inputs(0, 2, 1, 4), ValueError, "B must be"),
     ("problem_inputs-DH", lambda: rnn_benchmark.problem_inputs(1, 2, 1, 4.0), TypeError, "DH must be"),
     (

@@ -11,11 +11,14 @@ What you will learn:
   the exchange buffer, one slot per step, so a slot is never overwritten while someone still reads it and one
   barrier per step is enough. The reads bypass L1 (``cache_modifier=".cg"``): the data was written on other SMs.
 - **One grid barrier per step.** After storing its units of h_t a program arrives at a counter in global memory
-  (``tl.atomic_add(..., sem="acq_rel", scope="gpu")``, after a CTA barrier so all its threads' stores come first)
-  and spins (acquire) until all programs have arrived. The counter is never reset: arrival number ``old`` belongs to
-  the generation ``old // programs``, so a program waits for ``(old // programs + 1) * programs``, which stays right
-  across launches and CUDA-graph replays as long as every launch on that counter has the same number of programs
-  (:func:`barrier_counter` keeps one counter per device, stream and program count).
+  (``tl.atomic_add(..., sem="release", scope="gpu")`` after a CTA barrier, so all its threads' stores come first;
+  its result unused, so nobody waits for it) and spins with acquire loads until all programs have arrived. The
+  counter is never reset: each program reads it once at the start, when it holds ``base`` (a multiple of the
+  program count: every earlier launch added programs x barriers) plus the arrivals of programs already waiting at
+  the first barrier, never all of them; step t's barrier then waits for ``base + (t + 1) * programs``. That stays
+  right across launches and CUDA-graph replays as long as every launch on a counter has the same number of
+  programs and they do not overlap (:func:`barrier_counter` keeps one counter per device, stream and program
+  count).
 - **Everyone resident, or no launch.** A program spinning for one that never started would wait forever, so the
   launch is cooperative (``launch_cooperative_grid=True``): the driver starts the grid only if all of it fits on the
   GPU at once (:mod:`gpulab.rnn.split_tiling` checks the same thing before launch and says why not).
@@ -156,18 +159,33 @@ def split_forward_kernel(
     s0_h = s0_ptr + rows[:, None] * HD + n * DH + kk[None, :]
     out_h = out_ptr + rows64[:, None] * T * HD + n * DH + kk[None, :]
 
+    base = 0  # the barrier's count before this launch: programs * (the generations of earlier launches)
+    if BARRIER:
+        base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # a load: nobody passed our first barrier yet
+        base = base - base % n_programs
     x = tl.load(wx_rows + t_start * G_W * HD, mask=wx_mask, other=0.0)
     for t in range(t_start, t_stop):
+        # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
         prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
+        h0 = _h_chunk(prev, 0, row_ok, DH, BLOCK_K)
+        h1 = h0
+        h2 = h0
+        h3 = h0
+        if CHUNKS > 1:
+            h1 = _h_chunk(prev, BLOCK_K, row_ok, DH, BLOCK_K)
+        if CHUNKS > 2:
+            h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
+        if CHUNKS > 3:
+            h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
         pre = x.to(tl.float32) * scale + bias
         x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HD, mask=wx_mask, other=0.0)  # the next step's
-        pre += dot(_h_chunk(prev, 0, row_ok, DH, BLOCK_K), r0, IS_FP32, PRECISION)
+        pre += dot(h0, r0, IS_FP32, PRECISION)
         if CHUNKS > 1:
-            pre += dot(_h_chunk(prev, BLOCK_K, row_ok, DH, BLOCK_K), r1, IS_FP32, PRECISION)
+            pre += dot(h1, r1, IS_FP32, PRECISION)
         if CHUNKS > 2:
-            pre += dot(_h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K), r2, IS_FP32, PRECISION)
+            pre += dot(h2, r2, IS_FP32, PRECISION)
         if CHUNKS > 3:
-            pre += dot(_h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K), r3, IS_FP32, PRECISION)
+            pre += dot(h3, r3, IS_FP32, PRECISION)
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
         if FUNCTION == 0:  # lstm: i, f, z, o
             if FAST:
@@ -187,9 +205,9 @@ def split_forward_kernel(
         if BARRIER:
             if t < t_stop - 1:  # (after the last step nobody reads h from another program)
                 tl.debug_barrier()  # every thread's store of h_t is issued before the arrival releases them
-                old = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
-                target = old - old % n_programs + n_programs
-                seen = old + 1
+                tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")  # arrive (result unused: no wait)
+                target = base + (t + 1 - t_start) * n_programs
+                seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # spin: loads with acquire
                 while seen < target:
                     seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
 

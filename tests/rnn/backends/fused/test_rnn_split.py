@@ -1,0 +1,139 @@
+"""The split-head fused forward (one head over several programs, a grid barrier per step) and its chooser.
+
+On CPU the kernel runs one launch per step (the interpreter runs programs one after another, so a barrier cannot
+work there); tilings with few programs keep the interpreter quick. The persistent kernel with its barrier runs in
+the GPU tests at full size (and in scripts/probe_split.py's stress test).
+"""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from gpulab import check, hardware, rnn, runtime
+from gpulab.rnn import split_tiling
+from gpulab.rnn.backends.fused import split
+
+FUNCTIONS = ["lstm", "gru", "elman"]
+
+
+def _few_programs(B, DH, function, dtype, block_u=64):
+    """The chosen tiling with ``block_u`` units per program: few programs, quick in the interpreter."""
+    cfg = split_tiling.split_tiling(B, 1, DH, function, dtype, gpu="H100")
+    return dataclasses.replace(cfg, block_u=block_u, split=math.ceil(DH / block_u), programs=math.ceil(DH / block_u))
+
+
+def _reference(inputs, function):
+    return rnn.flashrnn(*(t.double() for t in inputs), function=function, backend="vanilla")
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 1, 300), (2, 2, 768)])
+def test_split_forward_matches_float64(function, B, T, DH, make_inputs):
+    """Every state of every step, and the last states, from random initial states; outputs poisoned first."""
+    inputs = make_inputs(function, B, T, 1, DH, device=runtime.device, seed=B * T + DH)
+    cfg = _few_programs(B, DH, function, torch.float32)
+    out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True, tiling=cfg)
+    ref = _reference(inputs, function)
+    check.assert_close(out, ref[0], dtype=torch.float32, name="states_all", context=f"{function} DH={DH}")
+    check.assert_close(last, ref[1], dtype=torch.float32, name="states_last", context=f"{function} DH={DH}")
+    assert gates.shape == (B, T, rnn.functions.get_function(function).gates_b, 1, DH) and gates.isfinite().all()
+
+
+def test_split_forward_with_two_heads_and_two_batch_tiles(make_inputs):
+    """Programs of several heads and batch tiles share the grid: each head's units and rows stay its own."""
+    inputs = make_inputs("lstm", 17, 2, 2, 40, device=runtime.device, seed=5)
+    cfg = dataclasses.replace(split_tiling.split_tiling(17, 2, 40, "lstm", torch.float32, gpu="H100"), block_b=16)
+    cfg = dataclasses.replace(cfg, block_u=16, split=3, programs=3 * 2 * 2)
+    out, last, _ = split.split_rnn_forward(*inputs, function="lstm", save_gates=False, tiling=cfg)
+    ref = _reference(inputs, "lstm")
+    check.assert_close(out, ref[0], dtype=torch.float32, name="states_all")
+    check.assert_close(last, ref[1], dtype=torch.float32, name="states_last")
+
+
+def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(run_case):
+    """flashrnn(backend='fused') plans a split for one head of 300 (fp32: R is 1.4 MB) and every gradient is right
+    (the backward is the alternating one on the saved pre-activations)."""
+    assert split_tiling.plan(2, 1, 300, "lstm", torch.float32, training=True).kind == "split"
+    run_case("fused", "lstm", 2, 2, 1, 300)
+
+
+def test_persistent_kernel_refuses_the_interpreter(make_inputs):
+    if not runtime.INTERPRET:
+        pytest.skip("the interpreter's refusal")
+    inputs = make_inputs("elman", 1, 1, 1, 256, device=runtime.device)
+    with pytest.raises(RuntimeError, match="persistent=False"):
+        split.split_rnn_forward(*inputs, function="elman", persistent=True)
+
+
+@pytest.mark.parametrize("dh,want", [(768, (256, 3)), (300, (128, 3)), (256, (256, 1)), (1024, (1024, 1)), (17, (32, 1))])
+def test_chunking_covers_the_head_dim_with_little_padding(dh, want):
+    block_k, chunks = split_tiling.chunking(dh)
+    assert (block_k, chunks) == want
+    assert block_k * chunks >= dh and chunks <= split_tiling.MAX_CHUNKS
+
+
+@pytest.mark.parametrize("gpu", sorted(hardware.SPECS))
+def test_plan_for_every_gpu_is_a_fit_or_a_clear_refusal(gpu):
+    spec = hardware.SPECS[gpu]
+    dtype = torch.bfloat16 if spec.has_bf16 else torch.float16
+    for dh in (64, 256, 384, 512, 768, 1024):
+        try:
+            p = split_tiling.plan(16, 1, dh, "lstm", dtype, gpu=spec, training=True)
+        except ValueError as exc:
+            assert dh >= 256 and "backend='alternating'" in str(exc) and spec.name in str(exc)
+            continue
+        assert p.kind == ("single" if dh <= 64 else "split") and p.why
+        if p.kind == "split":
+            c = p.tiling
+            assert c.fits and c.split == math.ceil(dh / c.block_u) and c.programs <= spec.sm_count * c.programs_per_sm
+            assert c.shared_bytes <= spec.smem_per_block and c.registers_per_thread <= spec.max_registers_per_thread
+            assert str(c.split) in p.why
+
+
+def test_h100_splits_one_head_of_768_and_says_why():
+    p = split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
+    assert p.kind == "split" and "does not fit one SM" in p.why
+    assert p.tiling.programs <= 132 and p.tiling.block_k * p.tiling.chunks == 768
+    text = split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
+    assert "block_u" in text and "plan: split" in text and "per block" in text  # a refused candidate says why
+    assert split_tiling.plan(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").kind == "single"
+
+
+def test_refusal_when_nothing_fits_names_the_alternative():
+    with pytest.raises(ValueError, match=r"head dim 4096.*backend='alternating'"):
+        split_tiling.plan(16, 1, 4096, "lstm", torch.float32, gpu="H100")
+    with pytest.raises(ValueError, match="resident at once"):  # an L4 has 58 SMs: 768 units need more programs
+        split_tiling.split_tiling(16, 1, 768, "lstm", torch.bfloat16, gpu="L4")
+
+
+def test_fused_backend_refuses_what_no_split_holds():
+    big = torch.zeros(1, 1, 1, 1, 1, device=runtime.device).expand(1, 1, 4, 1, 4096)
+    R = torch.zeros(1, 1, 1, 1, device=runtime.device).expand(4, 1, 4096, 4096)
+    b = torch.zeros(4, 1, 4096, device=runtime.device)
+    with pytest.raises(ValueError, match="backend='alternating'"):
+        rnn.flashrnn(big, R, b, backend="fused")
+
+
+def test_barrier_counter_is_one_per_device_and_program_count():
+    dev = torch.device(runtime.device)
+    a, b, c = split.barrier_counter(dev, 96), split.barrier_counter(dev, 96), split.barrier_counter(dev, 48)
+    assert a is b and a is not c and a.dtype == torch.int64 and int(a) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("DH", [256, 768, 1024])
+def test_persistent_split_forward_on_gpu(function, DH, make_inputs):
+    """The barrier kernel at full size (B = 16, T = 64, bf16, the chooser's tiling) equals the per-step launches
+    bit for bit and float64 within bf16's tolerance, and repeated launches and graph replays agree."""
+    inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
+    out, last, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False)
+    steps, _, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False, persistent=False)
+    assert torch.equal(out, steps)
+    ref = _reference(inputs, function)
+    check.assert_close(out, ref[0], dtype=torch.bfloat16, name="states_all")
+    for _ in range(50):
+        again, _, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False)
+        assert torch.equal(again, out)
