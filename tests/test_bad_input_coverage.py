@@ -141,6 +141,8 @@ ALLOWED = {
             "gpulab.rnn.benchmark.plot_roofline",
             "gpulab.rnn.ladder.benchmark.ladder_table",
             "gpulab.rnn.ladder.benchmark.same_mode",
+            "gpulab.rnn.ladder.benchmark.same_mode_summary",
+            "gpulab.rnn.ladder.benchmark.mode_ms",
             "gpulab.rnn.ladder.benchmark.slower_graphed",
             "gpulab.rnn.ladder.plot.plot_ladder",
             "gpulab.rnn.ladder.plot.plot_roofline",

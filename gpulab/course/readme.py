@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gpulab import bench
-from gpulab.rnn.ladder.benchmark import same_mode
+from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
 __all__ = ["SECTIONS", "render", "update", "main"]
@@ -33,23 +33,22 @@ def lesson03() -> str:
     cells = {"naive": [], "best": [], "cudnn": [], "eager": [], "graph": []}
     for dt in dts:
         e, g = find(recs, dt, 0, "eager"), find(recs, dt, 0, "graph")
-        cells["naive"].append(f"{e.wall_ms or e.ms:.0f} / {g.ms:.1f} ms" if e and g else "-")
+        cells["naive"].append(f"{mode_ms(e):.0f} / {mode_ms(g):.1f} ms" if e and g else "-")
         ce, cg = find(recs, dt, "cuDNN", "eager"), find(recs, dt, "cuDNN", "graph")
-        cells["cudnn"].append(f"{ce.wall_ms or ce.ms:.2f} / {cg.ms:.2f} ms" if ce and cg else "-")
+        cells["cudnn"].append(f"{mode_ms(ce):.2f} / {mode_ms(cg):.2f} ms" if ce and cg else "-")
         for mode in ("eager", "graph"):
             p = next((p for p in pairs if p[0] == dt and p[1] == mode), None)
             if p is None:
                 cells[mode].append("-")
                 continue
             best, cud = p[2], p[3]
-            b, c = (best.wall_ms or best.ms, cud.wall_ms or cud.ms) if mode == "eager" else (best.ms, cud.ms)
+            b, c = mode_ms(best), mode_ms(cud)
             cells[mode].append(f"step {best.params['step']}: {b:.2f} ms, {c / b:.2f}x")
             if mode == "graph":
                 cells["best"].append(f"step {best.params['step']}: {best.ms:.2f} ms, {best.tflops:.1f} TFLOP/s")
     head = recs[0]
     lines = [
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}. Eager times are wall clock per call "
-        "(what a loop pays), graphed times device time; each step is compared with cuDNN in the same mode.",
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}. {SAME_MODE_CLOCKS}",
         "",
         "| | " + " | ".join(short_dtype(dt) for dt in dts) + " |",
         "|---|" + "---|" * len(dts),

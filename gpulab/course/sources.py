@@ -29,6 +29,12 @@ SOURCES = ROOT / "notebooks" / "src"
 FORMAT = "py:percent"
 SOLUTION_TAG = "solution"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# the header of a source names no jupytext version, so that a jupytext upgrade does not rewrite every source
+HEADER_OPTIONS = {
+    "cell_metadata_filter": "tags,-all",
+    "notebook_metadata_filter": "-jupytext.text_representation.jupytext_version,"
+    "-jupytext.text_representation.format_version",
+}
 
 
 def source_paths(root: Path = ROOT) -> list[tuple[Path, Path]]:
@@ -113,7 +119,7 @@ def notebook_text(notebook) -> str:
         if cell.cell_type == "code" and has_solution(cell.source):
             tags.append(SOLUTION_TAG)
         cell.metadata = {"tags": tags} if tags else {}
-    nb.metadata = {"jupytext": {"cell_metadata_filter": "tags,-all"}, "kernelspec": dict(KERNELSPEC)}
+    nb.metadata = {"jupytext": dict(HEADER_OPTIONS), "kernelspec": dict(KERNELSPEC)}
     return jupytext.writes(nb, fmt=FORMAT)
 
 
@@ -133,11 +139,12 @@ def build(source, notebook=None) -> bool:
             if match:
                 was = match.pop(0)
                 cell.metadata = {**was.metadata, **cell.metadata}  # the source's tags win
-                cell.metadata.pop("lines_to_next_cell", None)
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = was.outputs, was.execution_count
         nb.metadata = {**old.metadata, "kernelspec": nb.metadata["kernelspec"]}
-        nb.metadata.pop("jupytext", None)
+    nb.metadata.pop("jupytext", None)  # the source's header options are not the notebook's
+    for cell in nb.cells:  # nor its blank lines: a new cell is written as a rebuilt one will be
+        cell.metadata.pop("lines_to_next_cell", None)
     text = nbformat.writes(nb) + "\n"
     if text == before:
         return False

@@ -2,11 +2,10 @@
 # jupyter:
 #   jupytext:
 #     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#       format_version: '1.3'
-#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -201,11 +200,7 @@ if stored:
 # %%
 if not stored:
     print("no stored H100 results yet: run `python -m gpulab bench 03` on an H100")
-for dt, mode, best, cud in ladder.same_mode(stored):
-    clock = "wall" if mode == "eager" else "device"  # eager: what a loop pays; graphed: host work is gone
-    b, c = (r.wall_ms if clock == "wall" and r.wall_ms else r.ms for r in (best, cud))
-    print(f"{dt:9s} {mode:5s} ({clock} clock): best step {best.params['step']} {b:6.2f} ms, cuDNN {c:6.2f} ms: "
-          f"{c / b:.2f}x cuDNN's speed")  # fmt: skip
+print(ladder.same_mode_summary(stored))  # eager on wall clock (what a loop pays), graphed on device time
 slower = ladder.slower_graphed(stored)
 print("steps slower graphed than eager:", ", ".join(f"{dt} step {s}" for dt, s, _, _ in slower) or "none in this run")
 for dt in dict.fromkeys(r.dtype for r in stored):

@@ -24,6 +24,23 @@ def test_source_round_trips_byte_for_byte(source):
     assert sources.roundtrip_problems(source) == []
 
 
+def test_source_headers_name_no_jupytext_version():
+    for source, notebook in PAIRS:
+        header = source.read_text().split("\n# ---\n", 1)[0]
+        assert "jupytext_version" not in header.replace("text_representation.jupytext_version", ""), source.name
+        assert "format_version:" not in header, source.name
+        assert sources.notebook_text(notebook).split("\n# ---\n", 1)[0] == header, source.name
+
+
+def test_a_new_notebook_is_built_as_a_rebuild_writes_it(tmp_path):
+    source, nb = tmp_path / "01_x.py", tmp_path / "01_x.ipynb"
+    source.write_text("# %%\ndef f():\n    return 1\n\n\n# %% [markdown]\n# two blank lines above\n")
+    assert any("lines_to_next_cell" in c.metadata for c in sources.read_source(source).cells)
+    assert sources.build(source, nb) and not sources.build(source, nb)
+    meta = nbformat.read(nb, as_version=4)
+    assert "jupytext" not in meta.metadata and not any("lines_to_next_cell" in c.metadata for c in meta.cells)
+
+
 def test_committed_notebooks_have_their_sources_cells():
     assert sources.stale_notebooks() == []
 

@@ -28,6 +28,9 @@ __all__ = [
     "ladder_table",
     "targets",
     "same_mode",
+    "SAME_MODE_CLOCKS",
+    "mode_ms",
+    "same_mode_summary",
     "slower_graphed",
     "math_floor_ms",
 ]
@@ -215,6 +218,35 @@ def same_mode(results) -> list[tuple[str, str, Result, Result]]:
             if steps and cud:
                 out.append((dt, mode, min(steps, key=lambda r: r.ms), cud[0]))
     return out
+
+
+SAME_MODE_CLOCKS = (
+    "Eager times are wall clock per call (what a loop pays), graphed times device time; each step is compared with "
+    "cuDNN in the same mode."
+)
+"""How lesson 3's comparison reads its records (:func:`mode_ms`), said once for the notebook and the README."""
+
+
+def mode_ms(record: Result) -> float:
+    """``record``'s time on its mode's clock: an eager call on the wall clock (what a loop pays; the device time for
+    a record without a wall time), a graphed one on device time (a graph leaves the host no work)."""
+    if record.params["mode"] == "eager" and record.wall_ms is not None:
+        return record.wall_ms
+    return record.ms
+
+
+def same_mode_summary(results) -> str:
+    """:data:`SAME_MODE_CLOCKS`, then for every :func:`same_mode` pair the best step against cuDNN, both read with
+    :func:`mode_ms`: eager on wall clock, graphed on device time."""
+    lines = [SAME_MODE_CLOCKS]
+    for dt, mode, best, cud in same_mode(results):
+        clock = "wall" if mode == "eager" else "device"
+        b, c = mode_ms(best), mode_ms(cud)
+        lines.append(
+            f"{dt:9s} {mode:5s} ({clock} clock): best step {best.params['step']} {b:6.2f} ms, cuDNN {c:6.2f} ms: "
+            f"{c / b:.2f}x cuDNN's speed"
+        )
+    return "\n".join(lines)
 
 
 def slower_graphed(results) -> list[tuple[str, object, Result, Result]]:

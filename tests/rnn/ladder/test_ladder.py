@@ -116,6 +116,23 @@ def test_benchmark_cpu_tables(capsys):
     plt.close(fig)
 
 
+def test_same_mode_reads_eager_on_wall_clock_and_graphed_on_device_time():
+    from gpulab.bench import Result
+
+    def rec(step, mode, ms, wall_ms):
+        params = {"step": step, "mode": mode}
+        return Result(lesson="03", case=f"step {step}", ms=ms, wall_ms=wall_ms, dtype="float32", params=params)
+
+    recs = [rec(6, "eager", 5.0, 20.0), rec("cuDNN", "eager", 4.0, 10.0), rec(8, "graph", 2.0, None)]
+    recs += [rec("cuDNN", "graph", 3.0, None)]
+    assert [ladder.mode_ms(r) for r in recs] == [20.0, 10.0, 2.0, 3.0]
+    assert ladder.mode_ms(rec(6, "eager", 5.0, None)) == 5.0  # a record without a wall time: its device time
+    lines = ladder.same_mode_summary(recs).splitlines()
+    assert lines[0] == ladder.SAME_MODE_CLOCKS
+    assert "eager (wall clock): best step 6  20.00 ms, cuDNN  10.00 ms: 0.50x" in lines[1]
+    assert "graph (device clock): best step 8   2.00 ms, cuDNN   3.00 ms: 1.50x" in lines[2]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # GPU self-test: the article's full size, every step, eager and captured, fp32 (no TF32), fp16, bf16.
 
