@@ -2,7 +2,8 @@
 then times (device and eager wall clock) beside cuDNN and the alternating backend, a block_u (P) sweep and the
 barrier's share of a step.
 
-    python scripts/probe_split.py [quick]     (a GPU; prints tables, writes $OUT/probe_split.jsonl when OUT is set)
+    python scripts/probe_split.py [check] [stress] [time] [train]   (a GPU; default: all phases; prints tables, writes
+                                                                    $OUT/probe_split.jsonl when OUT is set)
 
 Device time: triton.testing.do_bench's median; wall: gpulab.bench.wall_time (calls back to back, one synchronize).
 """
@@ -24,7 +25,8 @@ from gpulab.rnn import split_tiling
 from gpulab.rnn.backends.fused import split as S
 
 OUT = os.environ.get("OUT")
-QUICK = "quick" in sys.argv
+PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train"}
+QUICK = False
 rows = []
 
 
@@ -48,7 +50,7 @@ def times(f):
 
 
 # 1. correctness against float64, persistent vs one-launch-per-step on the GPU
-for fn in ("lstm", "gru", "elman"):
+for fn in ("lstm", "gru", "elman") if "check" in PHASES else ():
     for DH, dtype, T in ((256, torch.bfloat16, 64), (300, torch.bfloat16, 33), (768, torch.bfloat16, 64),
                          (1024, torch.bfloat16, 16), (768, torch.float32, 16), (384, torch.float16, 16)):  # fmt: skip
         x = inputs(fn, 16, T, DH, dtype)
@@ -67,7 +69,7 @@ for fn in ("lstm", "gru", "elman"):
             emit(kind="check", fn=fn, DH=DH, dtype=str(dtype), T=T, error=f"{type(exc).__name__}: {exc}"[:800])
 
 # 2. stress: P at its maximum, many launches back to back, then CUDA-graph replays: every result identical
-for DH in (768, 1024):
+for DH in (768, 1024) if "stress" in PHASES else ():
     x = inputs("lstm", 16, 256, DH, torch.bfloat16, seed=1)
     cands = [c for c in split_tiling.split_candidates(16, 1, DH, "lstm", torch.bfloat16) if c.fits]
     cfg = max(cands, key=lambda c: (c.programs, -c.score))
@@ -98,7 +100,7 @@ for DH in (768, 1024):
 
 # 3. times, B16 T1024 bf16, one head: split fused (chosen) vs alternating vs cuDNN (dense, input product included)
 B, T = 16, 1024
-for DH in (256, 384, 512, 768, 1024):
+for DH in (256, 384, 512, 768, 1024) if "time" in PHASES else ():
     x = inputs("lstm", B, T, DH, torch.bfloat16)
     with torch.no_grad():
         cfg = split_tiling.split_tiling(B, 1, DH, "lstm", torch.bfloat16)
@@ -119,7 +121,7 @@ for DH in (256, 384, 512, 768, 1024):
         # 4. the P sweep and the barrier's share (the same launch without the barrier: wrong numbers, its time)
         if DH in (512, 768, 1024):
             for c in split_tiling.split_candidates(B, 1, DH, "lstm", torch.bfloat16):
-                if not c.fits or c.num_warps not in (4, 8):
+                if not c.fits or c.num_warps not in (2, 4, 8) or c.block_b != 16:
                     continue
                 try:
                     g = lambda c=c: S.split_rnn_forward(*x, save_gates=False, tiling=c)
@@ -131,31 +133,38 @@ for DH in (256, 384, 512, 768, 1024):
                     last = torch.empty(2, B, 1, 1, DH, device="cuda", dtype=torch.bfloat16)
                     consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=c.block_b, BLOCK_U=c.block_u,
                                   BLOCK_K=c.block_k, CHUNKS=c.chunks, SAVE_GATES=False, FAST=True, IS_FP32=False,
-                                  PRECISION="ieee", num_warps=c.num_warps, num_stages=1)  # fmt: skip
+                                  PRECISION="ieee", APART=True, num_warps=c.num_warps, num_stages=1)  # fmt: skip
                     nob = lambda c=c: S.split_forward_kernel[(c.split, 1, 1)](
                         Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs,
                         BARRIER=False, **consts)  # fmt: skip
                     rec["no_barrier_ms"] = triton.testing.do_bench(nob, warmup=25, rep=100)
+                    chain = lambda c=c: S.split_forward_kernel[(c.split, 1, 1)](
+                        Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs,
+                        BARRIER=False, **dict(consts, APART=False))  # fmt: skip
+                    rec["no_barrier_one_chain_ms"] = triton.testing.do_bench(chain, warmup=25, rep=100)
                     emit(**rec)
                 except Exception as exc:  # noqa: BLE001
                     emit(kind="sweep", DH=DH, block_u=c.block_u, warps=c.num_warps, error=f"{exc}"[:400])
     torch.cuda.empty_cache()
 
 # 5. single-SM fused (12 heads of 64) for scale, and the training path through the split forward (alternating bwd)
-x = inputs("lstm", B, T, 64, torch.bfloat16, NH=12)
-with torch.no_grad():
-    ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="fused"))
-emit(kind="time", case="fused single-SM 12x64", DH=64, NH=12, ms=ms, wall_ms=wall)
-x = [t.requires_grad_() for t in inputs("lstm", B, T, 768, torch.bfloat16)]
+def train_phase():
+    x = inputs("lstm", B, T, 64, torch.bfloat16, NH=12)
+    with torch.no_grad():
+        ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="fused"))
+    emit(kind="time", case="fused single-SM 12x64", DH=64, NH=12, ms=ms, wall_ms=wall)
+    x = [t.requires_grad_() for t in inputs("lstm", B, T, 768, torch.bfloat16)]
+
+    def train():
+        out, last = rnn.flashrnn(*x, function="lstm", backend="fused")
+        return torch.autograd.grad(out.sum(), x)
+
+    ms, wall = times(train)
+    emit(kind="time", case="fused split fwd + alternating bwd", DH=768, ms=ms, wall_ms=wall, pass_="fwd+bwd")
 
 
-def train():
-    out, last = rnn.flashrnn(*x, function="lstm", backend="fused")
-    return torch.autograd.grad(out.sum(), x)
-
-
-ms, wall = times(train)
-emit(kind="time", case="fused split fwd + alternating bwd", DH=768, ms=ms, wall_ms=wall, pass_="fwd+bwd")
+if "train" in PHASES:
+    train_phase()
 
 if OUT:
     with open(os.path.join(OUT, "probe_split.jsonl"), "w") as fh:

@@ -78,6 +78,17 @@ def _h_chunk(prev, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _apart(x, APART: tl.constexpr):
+    """A product's result through an identity instruction the compiler cannot look through (GPU only), so that
+    ``a + dot(h, r)`` stays an add instead of becoming the accumulator of the product: the chunks' products are then
+    independent chains of tensor-core instructions that overlap, not one chain K / 16 instructions long."""
+    if APART:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=False, pack=1)
+    else:
+        return x
+
+
+@triton.jit
 def split_forward_kernel(
     wx_ptr,  # [B, T, G_W, NH, DH]
     r_ptr,  # [G_R, NH, DH, DH]
@@ -109,6 +120,7 @@ def split_forward_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     BARRIER: tl.constexpr,  # True: steps t_start..t_stop-1 in one launch with a grid barrier after each
+    APART: tl.constexpr,  # the chunks' products as independent chains (see _apart; compiled kernels only)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``."""
     G: tl.constexpr = 4 if G_B > 1 else 1
@@ -179,13 +191,15 @@ def split_forward_kernel(
             h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
         pre = x.to(tl.float32) * scale + bias
         x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HD, mask=wx_mask, other=0.0)  # the next step's
-        pre += dot(h0, r0, IS_FP32, PRECISION)
+        acc = _apart(dot(h0, r0, IS_FP32, PRECISION), APART)
         if CHUNKS > 1:
-            pre += dot(h1, r1, IS_FP32, PRECISION)
+            acc += _apart(dot(h1, r1, IS_FP32, PRECISION), APART)
         if CHUNKS > 2:
-            pre += dot(h2, r2, IS_FP32, PRECISION)
-        if CHUNKS > 3:
-            pre += dot(h3, r3, IS_FP32, PRECISION)
+            acc2 = _apart(dot(h2, r2, IS_FP32, PRECISION), APART)
+            if CHUNKS > 3:
+                acc2 += _apart(dot(h3, r3, IS_FP32, PRECISION), APART)
+            acc += acc2
+        pre += acc
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
         if FUNCTION == 0:  # lstm: i, f, z, o
             if FAST:
@@ -259,7 +273,7 @@ def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
         FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_B=cfg.block_b,
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=save_gates,
         FAST=fast_activations(dt), IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
-        BARRIER=persistent, **cfg.launch(),
+        BARRIER=persistent, APART=not runtime.INTERPRET, **cfg.launch(),
     )  # fmt: skip
     stride = B * T * NH * DH
     g = gates if save_gates else out
