@@ -259,15 +259,10 @@ def cache_level(working_set_bytes: int, gpu=None) -> str:
 
 def spec_table(specs=None) -> str:
     """The spec table as text: one row per GPU, with the ridge point (FLOPs per byte needed to be compute-bound)."""
-    if specs is not None and (isinstance(specs, (str, GPUSpec)) or not hasattr(specs, "__iter__")):
-        raise runtime.ArgumentTypeError(
-            f"specs must be a list of hardware.GPUSpec (or None for the whole table), got {type(specs).__name__}; "
-            "wrap one spec in a list."
-        )
-    specs = list(SPECS.values() if specs is None else specs)
-    for i, s in enumerate(specs):
-        if not isinstance(s, GPUSpec):
-            raise runtime.ArgumentTypeError(f"specs[{i}] is a {type(s).__name__}, not a hardware.GPUSpec.")
+    if specs is None:
+        specs = list(SPECS.values())
+    where = " (e.g. [hardware.spec('H100')], or None for the whole table)"
+    specs = runtime.record_list("specs", specs, GPUSpec, "hardware.GPUSpec records", where)
     head = (
         f"{'GPU':30s} {'CC':>4s} {'SMs':>4s} {'HBM GB/s':>9s} {'L2 MB':>6s} {'SMEM/SM KB':>10s} {'FP32 TF':>8s} "
         f"{'FP16 TC TF':>10s} {'bf16':>5s} {'ridge FP16':>10s}"

@@ -51,6 +51,7 @@ __all__ = [
     "strict_bool",
     "one_of",
     "same_shape",
+    "record_list",
     "dot_precision",
     "dot_block",
     "next_power_of_2",
@@ -310,6 +311,34 @@ def same_shape(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> No
             f"{name_a} has shape {list(a.shape)} but {name_b} has shape {list(b.shape)}; they must match exactly "
             "(no broadcasting)."
         )
+
+
+def _kind_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def record_list(name: str, value, kind, what: str | None = None, source: str = "", allow_empty: bool = False) -> list:
+    """``value`` as a list if it is a list (tuple, or other iterable; not a string, a mapping or one record) of
+    ``kind`` instances (a type or a tuple of types), with at least one unless ``allow_empty``; else an error naming
+    ``name``: a TypeError for a value that is not a list or an item that is not a ``kind``, a ValueError for an empty
+    list. ``what`` names the records in messages (default: the type's name), ``source`` says where they come from
+    (e.g. " (from gpulab.bench.load)"). The one check of "a list of records" that every public function uses."""
+    what = what or f"{_kind_name(kind)} records"
+    if isinstance(value, kind):
+        raise ArgumentTypeError(f"{name} must be a list of {what}, got one {type(value).__name__}; use [{name}].")
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be a list of {what}{source}, got {type(value).__name__} {value!r:.80}.")
+    items = list(value)
+    if not items and not allow_empty:
+        raise ValueError(f"{name} is empty; pass at least one of the {what}{source}.")
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ArgumentTypeError(
+                f"{name}[{i}] is a {type(item).__name__} {item!r:.60}, not a {_kind_name(kind)}; {name} must hold "
+                f"only {what}{source}."
+            )
+    return items
 
 
 def dot_precision(dtype, allow_tf32: bool = False) -> str:

@@ -231,11 +231,8 @@ def plot_dram(records, ax=None, title=None):
     one pair per record of ``scripts/ncu_traffic.py`` (log scale: naive attention is two orders of magnitude off)."""
     import matplotlib.pyplot as plt
 
-    if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
-        raise runtime.ArgumentTypeError(
-            f"records must be a list of gpulab.bench.Result (gpulab.traffic.stored()), got {type(records).__name__}."
-        )
-    recs = [r for r in records if "dram_read" in r.params]
+    recs = bench.result_list("records", records, source=" (gpulab.traffic.stored())")
+    recs = [r for r in recs if "dram_read" in r.params]
     if not recs:
         raise ValueError("records holds no Nsight Compute traffic records (see scripts/ncu_traffic.py).")
     if ax is None:

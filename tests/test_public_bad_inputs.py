@@ -26,6 +26,14 @@ _W = from_torch_lstm(_LSTM)
 _X = torch.randn(3, 2, 4)
 _Z = torch.zeros(2, 3)
 
+
+def _cell(gw=4, gr=4, gb=4, s=2, **change):
+    """Valid (wx, ry, b, states) of cell_step_torch at B=2, NH=1, DH=4, with one of them changed."""
+    args = {"wx": torch.zeros(2, gw, 1, 4), "ry": torch.zeros(2, gr, 1, 4), "b": torch.zeros(gb, 1, 4)}
+    args["states"] = torch.zeros(s, 2, 1, 4)
+    return tuple((args | change).values())
+
+
 CASES = [
     ("spec-type", lambda: hardware.spec(5), TypeError, "gpu"),
     ("spec-name", lambda: hardware.spec("nope"), ValueError, "gpu='nope'"),
@@ -34,6 +42,9 @@ CASES = [
     ("cache_level-str", lambda: hardware.cache_level("x"), TypeError, "working_set_bytes"),
     ("spec_table-int", lambda: hardware.spec_table(5), TypeError, "specs"),
     ("spec_table-str", lambda: hardware.spec_table(["x"]), TypeError, r"specs\[0\]"),
+    ("spec_table-empty", lambda: hardware.spec_table([]), ValueError, "specs is empty"),
+    ("spec_table-one", lambda: hardware.spec_table(hardware.spec("H100")), TypeError, r"use \[specs\]"),
+    ("spec_table-dict", lambda: hardware.spec_table({}), TypeError, "specs must be a list"),
     ("live_properties", lambda: hardware.live_properties(-1), ValueError, "index"),
     ("init_world-backend", lambda: world.init_world(backend="mpi"), ValueError, "backend"),
     ("init_world-device", lambda: world.init_world(device="tpu"), ValueError, "device"),
@@ -53,7 +64,8 @@ CASES = [
     ("parse_ncu_csv", lambda: traffic.parse_ncu_csv(5), TypeError, "text"),
     ("rows_touched", lambda: traffic.rows_touched(None, "x", [0]), TypeError, "traffic"),
     ("plot_dram-int", lambda: traffic.plot_dram(5), TypeError, "records"),
-    ("plot_dram-empty", lambda: traffic.plot_dram([]), ValueError, "records"),
+    ("plot_dram-empty", lambda: traffic.plot_dram([]), ValueError, "records is empty"),
+    ("plot_dram-items", lambda: traffic.plot_dram([{}]), TypeError, r"records\[0\] is a dict"),
     ("run_on_ranks-fn", lambda: ranks.run_on_ranks(5, 2), TypeError, "fn"),
     ("run_on_ranks-0", lambda: ranks.run_on_ranks(lambda r, w: r, 0), ValueError, "world_size"),
     ("local_batch-rank", lambda: data.local_batch("parity", 0, 4, 8, 2, 2), ValueError, "rank"),
@@ -80,6 +92,17 @@ CASES = [
         "c must",
     ),
     ("cell_step_torch", lambda: cells.cell_step_torch("nope", None, None, None, None), ValueError, "function"),
+    ("cell_step_torch-wx", lambda: cells.cell_step_torch("lstm", *_cell(wx=torch.zeros(2, 3, 1, 4))), ValueError, "wx"),
+    ("cell_step_torch-ry", lambda: cells.cell_step_torch("lstm", *_cell(ry=torch.zeros(2, 4, 1, 1))), ValueError, "ry"),
+    ("cell_step_torch-b", lambda: cells.cell_step_torch("lstm", *_cell(b=torch.zeros(4, 4))), ValueError, "b must"),
+    (
+        "cell_step_torch-B",
+        lambda: cells.cell_step_torch("lstm", *_cell(states=torch.zeros(2, 1, 1, 4))),
+        ValueError,
+        r"states must have shape \[2, 2, 1, 4\]",
+    ),
+    ("cell_step_torch-S", lambda: cells.cell_step_torch("gru", *_cell(3, 3, 4, 2)), ValueError, r"states must"),
+    ("cell_step_torch-type", lambda: cells.cell_step_torch("elman", *_cell(1, 1, 1, 1, ry=[0.0])), TypeError, "ry"),
     ("as_device", lambda: weights.as_device(5), ValueError, "device"),
     ("check_lstm_module", lambda: weights.check_lstm_module(5), ValueError, "module"),
     ("throughput_table", lambda: results.throughput_table(5), TypeError, "results"),
@@ -102,5 +125,6 @@ def test_graders_given_no_kernel_say_so():
     from gpulab.course import grading_rnn
 
     for grade, name in ((grading_rnn.grade_gru_cell, "gru_cell"), (grading_rnn.grade_lstm_loop, "kernel")):
-        with pytest.raises(AssertionError, match=f"{name} is a int; decorate"):
-            grade(5)
+        for given in (5, "kernel"):  # a string has [] too: it must not get as far as a launch
+            with pytest.raises(TypeError, match=f"{name} is a {type(given).__name__} .*not a @triton.jit function"):
+                grade(given)

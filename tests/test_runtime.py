@@ -359,3 +359,28 @@ def test_vocabulary_accepts_what_it_promises():
     assert runtime.strict_bool("b", numpy.bool_(True)) is True
     assert runtime.one_of("mode", "eager", ["eager", "graph"]) == "eager"
     runtime.same_shape("a", torch.ones(2, 3), "b", torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize(
+    "value, error, words",
+    [
+        (5.5, TypeError, "xs must be a list of int records, got float 5.5"),
+        ("ab", TypeError, "xs must be a list of int records, got str"),
+        ({1: 2}, TypeError, "xs must be a list"),
+        (3, TypeError, "got one int; use [xs]"),
+        ([], ValueError, "xs is empty; pass at least one of the int records"),
+        ([1, "2"], TypeError, "xs[1] is a str '2', not a int"),
+    ],
+    ids=["int", "str", "dict", "one", "empty", "item"],
+)
+def test_record_list_refuses_what_is_not_a_non_empty_list_of_the_kind(value, error, words):
+    with pytest.raises(error) as info:
+        runtime.record_list("xs", value, int, source="")
+    assert words in str(info.value)
+
+
+def test_record_list_takes_any_iterable_and_may_allow_empty():
+    assert runtime.record_list("xs", (1, 2), int) == [1, 2]
+    assert runtime.record_list("xs", iter([]), int, allow_empty=True) == []
+    with pytest.raises(TypeError, match=r"got one float; use \[xs\]"):
+        runtime.record_list("xs", 1.5, (int, float), "numbers")

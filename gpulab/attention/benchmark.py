@@ -199,6 +199,7 @@ def _problem_key(r):
 
 def add_ratios(results):
     """Set ``vs_fa2`` and ``vs_default`` on gpulab's throughput records (peer ms / gpulab ms)."""
+    results = bench.result_list("results", results)
     by = {}
     for r in results:
         if r.params.get("kind") == "throughput":
@@ -321,6 +322,7 @@ def _label(r) -> str:
 
 def summary_table(results) -> str:
     """TFLOP/s per problem (rows) and implementation (columns), with gpulab's ratios to the two SDPA backends."""
+    results = bench.result_list("results", results)
     lines = []
     for direction in ("forward", "forward+backward"):
         rows = {}
@@ -351,6 +353,7 @@ def summary_table(results) -> str:
 
 def memory_table(results) -> str:
     """Peak extra memory (MB) of one forward+backward against sequence length."""
+    results = bench.result_list("results", results)
     rows = {}
     for r in results:
         if r.params.get("kind") == "memory":
@@ -369,6 +372,7 @@ def memory_table(results) -> str:
 
 def targets(results) -> list[str]:
     """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
+    results = bench.result_list("results", results)
     out = []
     for impl in ("gpulab", "gpulab (autotuned)"):
         for direction in ("forward", "forward+backward"):
@@ -394,6 +398,7 @@ def targets(results) -> list[str]:
 
 def plot_throughput(results, direction="forward", ax=None):
     """Grouped bars: TFLOP/s per problem, one bar per implementation."""
+    results = bench.result_list("results", results)
     import matplotlib.pyplot as plt
 
     rows = {}
@@ -415,6 +420,7 @@ def plot_throughput(results, direction="forward", ax=None):
 
 def plot_memory(results, ax=None):
     """Peak extra memory against sequence length, log-log: naive grows as N^2, the tiled kernel as N."""
+    results = bench.result_list("results", results)
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -440,6 +446,7 @@ def plot_memory(results, ax=None):
 
 def plot(results):
     """The lesson's figure: forward and forward+backward throughput bars, and memory against sequence length."""
+    results = bench.result_list("results", results)
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(13, 8.5))

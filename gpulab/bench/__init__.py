@@ -5,7 +5,8 @@ shows.
   :func:`wall_time` (eager wall clock: calls back to back, one synchronize), CUDA graphs (:func:`capture`),
   :func:`no_tf32`.
 - :mod:`~gpulab.bench.records`: :class:`Result` (``ms`` and ``wall_ms``, rates on either clock, provider, status,
-  environment), :func:`measure`, :func:`record`, :func:`save`/:func:`load` as JSON lines under ``benchmarks/``.
+  environment), :func:`measure`, :func:`record`, :func:`save`/:func:`load` as JSON lines under ``benchmarks/``,
+  :func:`result_list` (the check of a list of records every reader uses).
 - :mod:`~gpulab.bench.report`: :class:`Benchmark` and :func:`run` (every case checked before any is timed),
   :func:`summary` (a table on one named clock), :func:`speedup`, :func:`plot`.
 - :mod:`~gpulab.bench.plots`: :func:`table`, :func:`bar`, :func:`line`.
@@ -23,6 +24,7 @@ from gpulab.bench.records import (
     measure,
     newest,
     record,
+    result_list,
     results_dir,
     save,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "environment",
     "kernel_resources",
     "results_dir",
+    "result_list",
     "save",
     "load",
     "newest",

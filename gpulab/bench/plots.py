@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gpulab import runtime
-from gpulab.bench.records import Result
+from gpulab.bench.records import Result, result_list
 
 __all__ = ["table", "text_table", "bar", "line", "value", "HEADINGS"]
 
@@ -25,15 +25,7 @@ HEADINGS = {
 
 
 def _results(results, name: str = "results") -> list[Result]:
-    if isinstance(results, Result):
-        raise runtime.ArgumentTypeError(f"{name} must be a list of Result records, got one Result; use [result].")
-    if isinstance(results, (str, bytes)) or not hasattr(results, "__iter__"):
-        raise runtime.ArgumentTypeError(f"{name} must be a list of Result records, got {type(results).__name__}.")
-    results = list(results)
-    for i, r in enumerate(results):
-        if not isinstance(r, Result):
-            raise runtime.ArgumentTypeError(f"{name}[{i}] is a {type(r).__name__}, not a gpulab.bench.Result.")
-    return results
+    return result_list(name, results, allow_empty=True)
 
 
 def _names(name: str, keys) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ __all__ = [
     "save",
     "load",
     "newest",
+    "result_list",
 ]
 
 CLOCKS = ("device", "wall")
@@ -283,9 +284,10 @@ def measure(
 
 
 def results_dir(root=None) -> Path:
-    """Where result files live: ``$GPULAB_BENCHMARKS``, else ``benchmarks/`` at the repository root."""
+    """Where result files live: ``root`` (a folder path), else ``$GPULAB_BENCHMARKS``, else ``benchmarks/`` at the
+    repository root."""
     if root is not None:
-        return Path(root)
+        return Path(_path("root", root))
     if os.environ.get("GPULAB_BENCHMARKS"):
         return Path(os.environ["GPULAB_BENCHMARKS"])
     return Path(__file__).resolve().parent.parent.parent / "benchmarks"
@@ -305,20 +307,11 @@ def _lesson_dir(lesson: str, root: Path) -> Path:
 
 def save(results, lesson: str, root=None, path=None) -> Path:
     """Write results as JSON lines to ``benchmarks/<lesson>/<gpu>-<date>.jsonl`` (or ``path``); return the path."""
-    if isinstance(results, Result):
-        raise runtime.ArgumentTypeError("results must be a list of Result records, got one Result; use [result].")
-    results = list(results)
-    if not results:
-        raise ValueError("results is empty: there is nothing to save.")
-    for i, r in enumerate(results):
-        if not isinstance(r, Result):
-            raise runtime.ArgumentTypeError(
-                f"results[{i}] is a {type(r).__name__}, not a gpulab.bench.Result; save only Result records."
-            )
+    results = result_list("results", results)
     if path is None:
         folder = _lesson_dir(lesson, results_dir(root))
         path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}.jsonl"
-    path = Path(path)
+    path = Path(_path("path", path, "a file path"))
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for r in results:
@@ -327,14 +320,34 @@ def save(results, lesson: str, root=None, path=None) -> Path:
 
 
 def newest(files) -> Path:
-    """The newest of record files (a folder, or a list of paths): by the date that ends each name (YYYY-MM-DD sorts
-    as text), then by modification time. FileNotFoundError when there is none."""
-    if isinstance(files, (str, Path)):
+    """The newest of record files (a folder, or a non-empty list of paths): by the date that ends each name
+    (YYYY-MM-DD sorts as text), then by modification time. FileNotFoundError for a folder without records."""
+    if isinstance(files, (str, os.PathLike)):
         folder = Path(files)
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"files={str(folder)!r} is a file, not a folder; pass its folder, or a list: [files].")
         files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
         if not files:
             raise FileNotFoundError(f"no records (*.jsonl) in {folder}")
+    files = [
+        Path(f)
+        for f in runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
+    ]
     return max(files, key=lambda f: (f.stem[-10:], f.stat().st_mtime))
+
+
+def result_list(name: str, value, allow_empty: bool = False, source: str = "") -> list[Result]:
+    """``value`` as a list of :class:`Result` records, non-empty unless ``allow_empty``; a TypeError or ValueError
+    naming ``name`` otherwise (one Result, a string, a dict, an item that is not a Result, an empty list). Every
+    function that reads records checks them with this (:func:`gpulab.runtime.record_list` for other kinds)."""
+    where = source or " (from a benchmark run or gpulab.bench.load)"
+    return runtime.record_list(name, value, Result, "gpulab.bench.Result records", where, allow_empty)
+
+
+def _path(name: str, value, what: str = "a folder path"):
+    if not isinstance(value, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"{name} must be {what} (str or Path), got {type(value).__name__} {value!r}.")
+    return value
 
 
 def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Result]:
@@ -355,5 +368,5 @@ def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Resu
                 f"run `python -m gpulab bench {lesson}` on a GPU to make them."
             )
         path = newest(files)
-    with Path(path).open() as f:
+    with Path(_path("path", path, "a file path")).open() as f:
         return [Result.from_dict(json.loads(line)) for line in f if line.strip()]

@@ -244,13 +244,7 @@ def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, ch
 
 def _results(results) -> list:
     """``results`` as a list of :class:`gpulab.bench.Result`; a TypeError naming the first item that is not one."""
-    if isinstance(results, bench.Result) or not isinstance(results, Iterable):
-        raise TypeError(f"results must be a list of gpulab.bench.Result, got {type(results).__name__}.")
-    results = list(results)
-    for i, r in enumerate(results):
-        if not isinstance(r, bench.Result):
-            raise TypeError(f"results[{i}] must be a gpulab.bench.Result, got {type(r).__name__}.")
-    return results
+    return bench.result_list("results", results, allow_empty=True)
 
 
 def pair_agreement(results, threshold: float = 0.10) -> dict:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from gpulab import check, hardware
+from gpulab import check, hardware, runtime
 
 
 def fresh_rng() -> tuple[random.Random, int]:
@@ -17,6 +18,31 @@ def fresh_rng() -> tuple[random.Random, int]:
     answer can be tuned to fixed ones."""
     seed = check.new_seed()
     return random.Random(seed), seed
+
+
+def require_callable(name: str, fn) -> None:
+    """A TypeError naming ``name`` unless ``fn`` is the learner's function (a callable): a grader given a string,
+    a number or None says so before it draws a case."""
+    if not callable(fn):
+        raise runtime.ArgumentTypeError(
+            f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r:.60}; pass the function "
+            "itself, without calling it or quoting its name."
+        )
+
+
+def require_kernel(name: str, kernel, called_as: str | None = None) -> None:
+    """A TypeError naming ``name`` unless ``kernel`` is a ``@triton.jit`` function. A kernel the grader launches as
+    ``kernel[grid](...)`` may also be a launcher object with ``[]`` (not a string, list or dict, which have ``[]``
+    too); a device function the grader's own kernel calls (``called_as``, e.g. "gru_cell(g, r, z, n, h)") must be
+    jitted itself (compiled and interpreted ones both wrap the Python function as ``.fn``)."""
+    jitted = hasattr(kernel, "fn") and not isinstance(kernel, (str, bytes))
+    launcher = hasattr(kernel, "__getitem__") and not isinstance(kernel, (str, bytes, Sequence, Mapping))
+    if not (jitted if called_as else jitted or launcher):
+        use = f"calls it inside its kernel as {called_as}" if called_as else f"launches it as {name}[grid](...)"
+        raise runtime.ArgumentTypeError(
+            f"{name} is a {type(kernel).__name__} ({kernel!r:.60}), not a @triton.jit function; decorate it with "
+            f"@triton.jit and pass the function itself (the grader {use})."
+        )
 
 
 def _raised_not_implemented(exc: BaseException) -> bool:
@@ -60,6 +86,13 @@ def grade_copy_kernel(kernel, sizes=(1, 17, 1000, 1024, 4097), blocks=(16, 256, 
     """``kernel[grid](src, dst, n, BLOCK=...)`` must copy n elements and write nothing past n."""
     import triton
 
+    require_kernel("kernel", kernel)
+    for name, values in (("sizes", sizes), ("blocks", blocks)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+            raise runtime.ArgumentTypeError(f"{name} must be a non-empty list of positive integers, got {values!r}.")
+        for v in values:
+            runtime.positive_int(f"{name}' item", v)
+
     for block in blocks:
         for n in sizes:
             src = check.random_tensor(n, dtype=torch.float32)
@@ -79,6 +112,7 @@ def grade_copy_kernel(kernel, sizes=(1, 17, 1000, 1024, 4097), blocks=(16, 256, 
 @grader("which level serves a working set")
 def grade_which_level(which_level):
     """``which_level(working_set_bytes, gpu_spec) -> 'L1' | 'L2' | 'HBM'``, checked on every GPU in the table."""
+    require_callable("which_level", which_level)
     tried = 0
     for spec in hardware.SPECS.values():
         for w in sorted({1, spec.l1_per_sm, spec.l1_per_sm + 1, spec.l2_bytes, spec.l2_bytes + 1, 4 << 30}):
@@ -95,6 +129,7 @@ def grade_which_level(which_level):
 @grader("copy bandwidth")
 def grade_copy_bandwidth(copy_gbps):
     """``copy_gbps(n_elements, dtype, ms) -> GB/s``: bytes read + written over time."""
+    require_callable("copy_gbps", copy_gbps)
     cases = [(1000, torch.float32, 1.0), (1 << 28, torch.float32, 0.36), (12345, torch.float16, 0.002)]
     cases.append((7, torch.float64, 1e-3))
     for n, dtype, ms in cases:

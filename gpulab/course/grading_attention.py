@@ -13,13 +13,8 @@ import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
-from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader
+from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader, require_callable, require_kernel
 from gpulab.triton_ops import LOG2E_F
-
-
-def _require_callable(name: str, fn) -> None:
-    if not callable(fn):
-        raise TypeError(f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r}.")
 
 
 @grader("online softmax update")
@@ -28,7 +23,7 @@ def grade_online_update(update, cases=6):
     running sum ``l`` [R] (of ``exp(value - m)``). Folding every block of a row must give ``m = max`` and
     ``m + log(l) = logsumexp`` of the row, for any split into blocks, huge values, and rows that are ``-inf`` so far.
     """
-    _require_callable("update", update)
+    require_callable("update", update)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     for j in range(cases):
@@ -69,8 +64,7 @@ def grade_online_update(update, cases=6):
 def grade_forward_kernel(kernel, cases=4):
     """``kernel[(cdiv(n_q, BLOCK_M), B*H)](q, k, v, o, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)`` on
     contiguous [B*H, N, HEAD_DIM] tensors must write O = softmax(scale Q K^T) V (non-causal) for every row."""
-    if not hasattr(kernel, "__getitem__"):
-        raise TypeError(f"kernel must be a @triton.jit function (launched as kernel[grid](...)), got {kernel!r}.")
+    require_kernel("kernel", kernel)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16)] + [
@@ -140,7 +134,7 @@ def grade_attention_backward(backward_block, cases=5):
     """``backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`` for one head: q, o, do [n_q, d]; k, v [n_k, d];
     lse [n_q] the forward's log-sum-exp of ``scale q k^T`` per row (natural log). It must recompute P from lse
     (no softmax) and return the gradients of O = softmax(scale Q K^T) V, checked against autograd in float64."""
-    _require_callable("backward_block", backward_block)
+    require_callable("backward_block", backward_block)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 4)] + [
@@ -166,7 +160,8 @@ def grade_attention_backward(backward_block, cases=5):
 def grade_kv_bytes(kv_bytes, cases=8):
     """``kv_bytes(n, d, block_m, elem_bytes) -> int``: bytes of K and V one head's forward reads when each of its
     Q blocks (``block_m`` rows, the last one ragged) reads all ``n`` keys and values of head dim ``d``."""
-    _require_callable("kv_bytes", kv_bytes)
+    require_callable("kv_bytes", kv_bytes)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(4096, 128, 128, 2), (1000, 64, 128, 2)] + [
         (rng.choice([1, 17, 512, 1000, 4096]), rng.choice([64, 128]), rng.choice([64, 128]), rng.choice([2, 4]))

@@ -8,14 +8,9 @@ import numbers
 import random
 
 from gpulab import codesign, hardware, runtime
-from gpulab.course.grading import fresh_rng, grader
+from gpulab.course.grading import fresh_rng, grader, require_callable
 
 _GPUS = ("H100", "A100", "V100", "RTX 4090", "L4", "T4")
-
-
-def _require_callable(name: str, fn) -> None:
-    if not callable(fn):
-        raise TypeError(f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r}.")
 
 
 def _number(value) -> bool:
@@ -46,7 +41,7 @@ def _size(rng: random.Random) -> int:
 @grader("tile and wave quantization")
 def grade_quantization(quantization, cases: int = 300):
     """``quantization(m, n, tile, sm_count, batch=1) -> (tiles, waves, tile_efficiency, wave_efficiency)``."""
-    _require_callable("quantization", quantization)
+    require_callable("quantization", quantization)
     cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     fixed = [
@@ -103,7 +98,7 @@ def grade_quantization(quantization, cases: int = 300):
 @grader("GEMM time model")
 def grade_predict_ms(predict_ms, cases: int = 300):
     """``predict_ms(m, n, k, dtype, gpu, tile, batch=1)`` must equal ``codesign.gemm_time(...).ms`` (rel. 1e-6)."""
-    _require_callable("predict_ms", predict_ms)
+    require_callable("predict_ms", predict_ms)
     cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     fixed = [
@@ -135,7 +130,7 @@ def grade_predict_ms(predict_ms, cases: int = 300):
 @grader("rank shapes by predicted throughput")
 def grade_rank(rank_by_throughput, cases: int = 40):
     """``rank_by_throughput(shapes, gpu) -> indices``, highest predicted TFLOP/s first (cuBLAS model, tile=None)."""
-    _require_callable("rank_by_throughput", rank_by_throughput)
+    require_callable("rank_by_throughput", rank_by_throughput)
     cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     for _ in range(cases):
@@ -193,7 +188,7 @@ def grade_fix_config(fix_config, cases: int = 12):
     """``fix_config(config) -> config`` that passes every rule of ``codesign.check_config`` and stays close:
     seq and tensor_parallel unchanged, vocabulary padded by less than 64*t, hidden moved by at most 64*t, heads
     within a factor of two, microbatch not smaller."""
-    _require_callable("fix_config", fix_config)
+    require_callable("fix_config", fix_config)
     cases = runtime.positive_int("cases", cases)
     rng, seed = fresh_rng()
     for _ in range(cases):

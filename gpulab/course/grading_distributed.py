@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from gpulab.course.grading import fresh_rng, grader
+from gpulab.course.grading import fresh_rng, grader, require_callable
 from gpulab.distributed.data import global_batch, local_batch
 from gpulab.distributed.ranks import run_on_ranks
 from gpulab.distributed.train import TrainConfig, _loss, build_model
@@ -33,6 +33,7 @@ def _local_grads(config, step, rank, world_size, average=None):
 def grade_average_gradients(average_gradients, world_size=2):
     """``average_gradients(model, world_size)``: after each rank's backward on its slice, every parameter's ``.grad``
     becomes the mean over ranks; compared with the single-process gradient of the whole batch."""
+    require_callable("average_gradients", average_gradients)
     rng, _ = fresh_rng()
     config = dataclasses.replace(CONFIG, seed=rng.randrange(1000))
     step = rng.randrange(100)
@@ -70,6 +71,7 @@ def grade_average_gradients(average_gradients, world_size=2):
 @grader("bytes of a ring all-reduce")
 def grade_ring_bytes(ring_bytes_per_gpu):
     """``ring_bytes_per_gpu(nbytes, world_size)``: bytes each GPU sends in a ring all-reduce of ``nbytes``."""
+    require_callable("ring_bytes_per_gpu", ring_bytes_per_gpu)
     rng, _ = fresh_rng()
     cases = [(1 << 20, 1), (1 << 20, 2), (4096, 8)]
     cases += [(rng.randrange(1, 1 << 30), rng.randint(2, 64)) for _ in range(3)]

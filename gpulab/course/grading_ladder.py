@@ -11,7 +11,7 @@ import copy
 import torch
 
 from gpulab import check, runtime
-from gpulab.course.grading import fresh_rng, grader
+from gpulab.course.grading import fresh_rng, grader, require_callable, require_kernel
 from gpulab.rnn import cells, from_torch_lstm
 
 _PRODUCTS = {
@@ -48,6 +48,8 @@ class _CountProducts(torch.overrides.TorchFunctionMode):
 @grader("step 1: combined GEMMs")
 def grade_combined_gemm(step1, cases=4):
     """``step1(x, weights, state=None) -> (y, (h_n, c_n))`` must reproduce nn.LSTM with 2 products per cell."""
+    require_callable("step1", step1)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     sizes = [(1, 5, 3, 1, 1)] + [
         (rng.randint(1, 3), rng.randint(2, 24), rng.randint(1, 12), rng.randint(1, 4), rng.randint(1, 5))
@@ -83,6 +85,8 @@ def grade_combined_gemm(step1, cases=4):
 def grade_pointwise_kernel(kernel, cases=5):
     """``kernel[(N, cdiv(M, BLOCK))](gates, c, h_out, c_out, M, BLOCK=...)``: gates [N, 4, M] pre-activations
     (i, f, z, o), c [N, M] fp32; writes h_out [N, M] (gates' dtype) and c_out [N, M] (fp32), nothing else."""
+    require_kernel("kernel", kernel)
+    cases = runtime.positive_int("cases", cases)
     import triton
 
     rng, _ = fresh_rng()

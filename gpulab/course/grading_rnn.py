@@ -22,7 +22,14 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
-from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader
+from gpulab.course.grading import (
+    check_gradients,
+    check_number,
+    fresh_rng,
+    grader,
+    require_callable,
+    require_kernel,
+)
 from gpulab.rnn import cells, tiling
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
@@ -44,7 +51,11 @@ def _apply_cell_kernel(g_ptr, r_ptr, z_ptr, n_ptr, h_ptr, out_ptr, N, CELL: tl.c
 
 
 def gru_reference(g, r, z, n, h, variant="flashrnn"):
-    """float64 GRU update in flashrnn's gate order (``variant='flashrnn'``), or a common mistake (for hints)."""
+    """float64 GRU update in flashrnn's gate order (``variant='flashrnn'``), or a common mistake (for hints): g, r, z,
+    n (the pre-activations) and h are tensors of one shape."""
+    runtime.one_of("variant", variant, ("flashrnn", *_GRU_HINTS))
+    for name, t in (("r", r), ("z", z), ("n", n), ("h", h)):
+        runtime.same_shape("g", g, name, t)
     g, r, z, n, h = (t.double() for t in (g, r, z, n, h))
     rs, zs = torch.sigmoid(r), torch.sigmoid(z)
     if variant == "flashrnn":
@@ -55,9 +66,7 @@ def gru_reference(g, r, z, n, h, variant="flashrnn"):
         return zs * h + (1 - zs) * (torch.tanh(n) + rs * g)
     if variant == "no reset sigmoid":
         return zs * h + (1 - zs) * torch.tanh(n + r * g)
-    if variant == "no update sigmoid":
-        return z * h + (1 - z) * torch.tanh(n + rs * g)
-    raise ValueError(f"variant={variant!r} is unknown.")
+    return z * h + (1 - z) * torch.tanh(n + rs * g)  # "no update sigmoid"
 
 
 _GRU_HINTS = {
@@ -83,10 +92,8 @@ def _calls_course_cell(fn) -> bool:
 def grade_gru_cell(gru_cell, cases=5):
     """``gru_cell(g, r, z, n, h) -> h'``, a ``@triton.jit`` function on fp32 blocks (flashrnn's GRU):
     r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g), h' = z' * h + (1 - z') * n'."""
-    if not hasattr(gru_cell, "fn"):  # a JITFunction (compiled) or an InterpretedFunction (CPU) wraps .fn
-        raise AssertionError(
-            f"gru_cell is a {type(gru_cell).__name__}; decorate it with @triton.jit so a kernel can call it."
-        )
+    require_kernel("gru_cell", gru_cell, called_as="gru_cell(g, r, z, n, h)")
+    cases = runtime.positive_int("cases", cases)
     if gru_cell is cells.gru_cell or _calls_course_cell(gru_cell):
         raise AssertionError(
             "gru_cell calls the course's gru_cell: write the math yourself (sigmoid, tanh, the blend)."
@@ -123,7 +130,14 @@ def grade_gru_cell(gru_cell, cases=5):
 def launch_lstm_kernel(kernel, Wx, R, b, states):
     """Run the exercise's ``kernel[(NH,)](wx, r, b, s0, out, last, B, T, NH, DH=, BLOCK_B=16)`` (fp32, B <= 16)
     on poisoned outputs; returns ``(out [2, B, T, NH, DH], last [2, B, 1, NH, DH])``."""
+    require_kernel("kernel", kernel)
+    runtime.require_tensor("Wx", Wx, dtype=torch.float32, shape=(None, None, 4, None, None))
     B, T, _, NH, DH = Wx.shape
+    if B > 16:
+        raise ValueError(f"Wx has batch B={B}; the exercise's kernel holds one block of BLOCK_B=16 rows, use B <= 16.")
+    runtime.require_tensor("R", R, dtype=torch.float32, shape=(4, NH, DH, DH))
+    runtime.require_tensor("b", b, dtype=torch.float32, shape=(4, NH, DH))
+    runtime.require_tensor("states", states, dtype=torch.float32, shape=(2, B, 1, NH, DH))
     out = check.poisoned(2, B, T, NH, DH, dtype=torch.float32)
     last = check.poisoned(2, B, 1, NH, DH, dtype=torch.float32)
     kernel[(NH,)](Wx, R, b, states, out, last, B, T, NH, DH=DH, BLOCK_B=16)
@@ -176,10 +190,8 @@ def _loop_hint(out, ref, Wx, R, b, s0) -> str:
 def grade_lstm_loop(kernel, cases=5):
     """``kernel[(NH,)](wx, r, b, s0, out, last, B, T, NH, DH=DH, BLOCK_B=16)`` on flashrnn layouts (fp32): one
     program per head runs all T steps and writes every state (out) and the last states (last)."""
-    if not hasattr(kernel, "__getitem__"):  # launched as kernel[grid](...), as a @triton.jit function is
-        raise AssertionError(
-            f"kernel is a {type(kernel).__name__}; decorate your kernel with @triton.jit and pass the function itself."
-        )
+    require_kernel("kernel", kernel)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16)] + [(rng.randint(1, 3), rng.randint(2, 5), rng.randint(1, 3), 16) for _ in range(cases - 1)]
     for B, T, NH, DH in shapes:
@@ -247,8 +259,8 @@ def grade_lstm_backward_step(step, cases=5):
     [B, H] dL/dh_t and the dL/dc_t carried from step t+1, R [4, H, H] the recurrent weights (gate g gets
     ``h_{t-1} @ R[g]^T``). Returns dG [B, 4, H] (the gradients of the four pre-activations, order i, f, z, o),
     dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64."""
-    if not callable(step):
-        raise AssertionError(f"step is a {type(step).__name__}; pass your function itself.")
+    require_callable("step", step)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     shapes = [(1, 1)] + [(rng.choice([1, 3, 5]), rng.choice([4, 7, 16])) for _ in range(max(cases, 1) - 1)]
     for B, H in shapes:
@@ -271,8 +283,8 @@ def grade_shared_bytes(shared_bytes, cases=8):
     """``shared_bytes(head_dim, function, dtype_bytes, block_b) -> int``: the shared memory the fused kernel needs per
     program, as :func:`gpulab.rnn.tiling.candidates` counts it: ``R_all`` (gate slots x D x D elements, D the head dim
     padded to the tensor cores' block) plus one [block_b, slots x D] layout-conversion buffer."""
-    if not callable(shared_bytes):
-        raise AssertionError(f"shared_bytes is a {type(shared_bytes).__name__}; pass your function itself.")
+    require_callable("shared_bytes", shared_bytes)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     functions = ("lstm", "gru", "elman")
     cases_ = [(64, "lstm", 2, 16), (17, "gru", 4, 16)] + [

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from gpulab import hardware, roofline
-from gpulab.course.grading import fresh_rng, grader
+from gpulab import hardware, roofline, runtime
+from gpulab.course.grading import fresh_rng, grader, require_callable
 
 _DTYPE_OF_ITEMSIZE = {2: "float16", 4: "float32"}
 
@@ -40,6 +40,8 @@ def _check_cost(name, got, args, ref: roofline.Intensity, hints):
 @grader("roofline formula")
 def grade_attainable(attainable_tflops, cases=40):
     """``attainable_tflops(intensity, peak_tflops, bandwidth_gbps) -> TFLOP/s``: min(peak, intensity * bandwidth)."""
+    require_callable("attainable_tflops", attainable_tflops)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     tried = [(0.0, 989.4, 3350.0), (1 / 12, 989.4, 3350.0), (295.34, 989.4, 3350.0), (1e4, 66.9, 3350.0)]
     for _ in range(cases):
@@ -61,6 +63,8 @@ def grade_attainable(attainable_tflops, cases=40):
 @grader("GEMM cost")
 def grade_gemm_cost(gemm_cost, cases=25):
     """``gemm_cost(m, n, k, itemsize) -> (flops, bytes)`` for C[m, n] = A[m, k] @ B[k, n]."""
+    require_callable("gemm_cost", gemm_cost)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     for _ in range(cases):
         m, n, k, s = rng.randint(1, 5000), rng.randint(1, 5000), rng.randint(1, 5000), rng.choice((2, 4))
@@ -78,6 +82,8 @@ def grade_gemm_cost(gemm_cost, cases=25):
 @grader("softmax cost")
 def grade_softmax_cost(softmax_cost, cases=25):
     """``softmax_cost(rows, cols, itemsize) -> (flops, bytes)``: 5 FLOPs per element, read once, write once."""
+    require_callable("softmax_cost", softmax_cost)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     for _ in range(cases):
         r, c, s = rng.randint(1, 20000), rng.randint(1, 20000), rng.choice((2, 4))
@@ -95,6 +101,8 @@ def grade_softmax_cost(softmax_cost, cases=25):
 @grader("LSTM step cost")
 def grade_lstm_step_cost(lstm_step_cost, cases=25):
     """``lstm_step_cost(batch, input_size, hidden, itemsize) -> (flops, bytes)`` for one LSTM step."""
+    require_callable("lstm_step_cost", lstm_step_cost)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     for _ in range(cases):
         b, i, h, s = rng.randint(1, 512), rng.randint(1, 4096), rng.randint(1, 4096), rng.choice((2, 4))
@@ -121,6 +129,8 @@ def _is_answer(got):
 @grader("memory- or compute-bound")
 def grade_bound(bound, cases=40):
     """``bound(flops, bytes, peak_tflops, bandwidth_gbps) -> 'memory' | 'compute'``."""
+    require_callable("bound", bound)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     tried = 0
     for spec in hardware.SPECS.values():
@@ -178,6 +188,8 @@ def smallest_compute_bound_batch(input_size, hidden, itemsize, peak_tflops, band
 @grader("smallest compute-bound batch")
 def grade_compute_bound_batch(fn, cases=20):
     """``fn(input_size, hidden, itemsize, peak_tflops, bandwidth_gbps) -> int | None``."""
+    require_callable("fn", fn)
+    cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
     tried = [(1024, 1024, 2, 989.4, 3350.0), (64, 64, 2, 989.4, 3350.0), (4096, 4096, 4, 494.7, 3350.0)]
     gpus = list(hardware.SPECS.values())

@@ -9,12 +9,7 @@ from __future__ import annotations
 import torch
 
 from gpulab import runtime, tasks
-from gpulab.course.grading import fresh_rng, grader
-
-
-def _require_callable(name: str, fn) -> None:
-    if not callable(fn):
-        raise TypeError(f"{name} must be your function (a callable), got {type(fn).__name__} {fn!r}.")
+from gpulab.course.grading import fresh_rng, grader, require_callable
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -25,7 +20,7 @@ def _gen(seed: int) -> torch.Generator:
 def grade_parity(parity, cases=5):
     """``parity(batch, length, generator) -> (x, y)``: x [batch, length] int64 random bits drawn with
     ``generator``, y [batch, length] int64 with ``y[:, t]`` the parity of ``x[:, : t + 1]``."""
-    _require_callable("parity", parity)
+    require_callable("parity", parity)
     cases = runtime.integer("cases", cases, minimum=2)  # two fixed sizes, then random ones
     rng, _ = fresh_rng()
     sizes = [(1, 1), (3, 17)] + [(rng.randint(1, 9), rng.randint(2, 48)) for _ in range(cases - 2)]
@@ -122,7 +117,7 @@ class _HandMade(torch.nn.Module):
 def grade_evaluate(evaluate):
     """``evaluate(model, task, length, samples=512, batch_size=256, seed=1234) -> float``: the fraction of ``samples``
     fresh strings whose final state the model predicts, in eval mode, without gradients, in batches."""
-    _require_callable("evaluate", evaluate)
+    require_callable("evaluate", evaluate)
     rng, _ = fresh_rng()
     tried = 0
     for name in ("parity", "modsum5"):

@@ -93,6 +93,9 @@ def step_time(step, world: World, steps: int, warmup: int = 3, repeats: int = 1)
     """Eager wall time per training step in ms: ``steps`` steps back to back, one synchronize at the end, the median
     of ``repeats`` such loops; the slowest rank's time (all ranks wait for it at the next collective anyway)."""
     _check_step_and_world(step, world)
+    steps = runtime.positive_int("steps", steps)
+    warmup = runtime.nonnegative_int("warmup", warmup)
+    repeats = runtime.positive_int("repeats", repeats)
     for _ in range(warmup):
         step()
     _sync(world)

@@ -20,28 +20,41 @@ from gpulab import runtime
 __all__ = ["save_checkpoint", "load_checkpoint"]
 
 
-def _check_path_and_model(path, model) -> None:
+def _check_path_model_optimizer(path, model, optimizer) -> None:
     if not isinstance(path, (str, os.PathLike)):
         raise runtime.ArgumentTypeError(f"path must be a folder path (str or Path), got {type(path).__name__}.")
     if not isinstance(model, torch.nn.Module):
         raise runtime.ArgumentTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise runtime.ArgumentTypeError(
+            f"optimizer must be a torch.optim.Optimizer (the one training model) or None, got "
+            f"{type(optimizer).__name__}."
+        )
+
+
+def _optimizers(optimizer):
+    return () if optimizer is None else optimizer  # DCP takes an optimizer or an iterable of them
 
 
 def save_checkpoint(path, model, optimizer, step: int) -> None:
     """Write model, optimizer and ``step`` (the number of steps done) to the folder ``path`` (every rank calls it)."""
     step = runtime.nonnegative_int("step", step)
-    _check_path_and_model(path, model)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    _check_path_model_optimizer(path, model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, _optimizers(optimizer))
     dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)}, checkpoint_id=os.fspath(path))
 
 
 def load_checkpoint(path, model, optimizer) -> int:
-    """Restore model and optimizer from the folder ``path`` in place; returns the number of steps done."""
+    """Restore model and optimizer (or None: the model alone) from the folder ``path`` in place; returns the number
+    of steps done."""
+    _check_path_model_optimizer(path, model, optimizer)
     path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"path={path!r} is a file; a checkpoint is the folder save_checkpoint wrote (checkpoint_dir).")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}; train with checkpoint_dir={path!r} first.")
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, _optimizers(optimizer))
     state = {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0)}
     dcp.load(state, checkpoint_id=path)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, _optimizers(optimizer), model_state_dict=state["model"], optim_state_dict=state["optim"])
     return int(state["step"])

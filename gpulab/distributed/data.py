@@ -25,6 +25,8 @@ def global_batch(task, step: int, batch_size: int, length: int, seed: int = 0, d
     task = get_task(task)
     step = runtime.nonnegative_int("step", step)
     seed = runtime.nonnegative_int("seed", seed)
+    batch_size = runtime.positive_int("batch_size", batch_size)
+    length = runtime.positive_int("length", length)
     gen = torch.Generator().manual_seed(seed * _STEP_STRIDE + step)
     return task.sample(batch_size, length, generator=gen, device=device)
 

@@ -29,7 +29,13 @@ STRATEGIES = ("none", "ddp", "fsdp2")
 
 def wrap(model: nn.Module, strategy: str, world: World) -> nn.Module:
     """``model`` (already on ``world.device``) prepared for ``strategy``: 'none', 'ddp' or 'fsdp2'."""
+    if not isinstance(model, nn.Module):
+        raise runtime.ArgumentTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
     runtime.one_of("strategy", strategy, STRATEGIES)
+    if not isinstance(world, World):
+        raise runtime.ArgumentTypeError(
+            f"world must be the gpulab.distributed.World that init_world() returned, got {type(world).__name__}."
+        )
     if strategy == "none":
         if world.world_size > 1:
             raise ValueError(

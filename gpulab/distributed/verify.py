@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from gpulab import runtime
 from gpulab.distributed.checkpoint import load_checkpoint
 from gpulab.distributed.data import global_batch, local_batch
 from gpulab.distributed.parallel import full_gradients, unwrap, wrap
@@ -42,6 +43,12 @@ CONFIGS = {
 
 def single_process_gradients(config: TrainConfig, step: int = 0) -> dict[str, torch.Tensor]:
     """Gradients of the loss of step ``step``'s whole global batch in one process: what DDP and FSDP2 must match."""
+    if not isinstance(config, TrainConfig):
+        raise runtime.ArgumentTypeError(
+            f"config must be a gpulab.distributed.TrainConfig (e.g. CONFIGS['lstm']), got {config!r:.60}."
+        )
+    config.validate()
+    step = runtime.nonnegative_int("step", step)
     model = build_model(config, "cpu")
     x, y = global_batch(config.task, step, config.global_batch, config.length, config.seed)
     _loss(model, x, y).backward()
@@ -96,6 +103,8 @@ def _roundtrip(config: TrainConfig, world: World, folder: str) -> float:
 
 def run_checks(out: str, device: str | None = None) -> dict | None:
     """Run the four checks in this process's world; rank 0 returns (and saves) the results, others None."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"out must be a folder path (str or Path), got {type(out).__name__}.")
     world = init_world(device=device)
     try:
         results = {"world_size": world.world_size}

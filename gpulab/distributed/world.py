@@ -32,6 +32,30 @@ class World:
     device: torch.device = torch.device("cpu")
     backend: str | None = None
 
+    def __post_init__(self):
+        world_size = runtime.positive_int("world_size", self.world_size)
+        rank = runtime.nonnegative_int("rank", self.rank)
+        if rank >= world_size:
+            raise ValueError(
+                f"rank={rank} must lie in [0, world_size={world_size}); ranks count 0..{world_size - 1} "
+                "(init_world() reads them from torchrun)."
+            )
+        local_rank = runtime.nonnegative_int("local_rank", self.local_rank)
+        device = self.device
+        if isinstance(device, str):
+            try:
+                device = torch.device(device)
+            except RuntimeError:
+                raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:0'.") from None
+        if not isinstance(device, torch.device):
+            raise runtime.ArgumentTypeError(
+                f"device must be a torch.device (or a name such as 'cuda:0'), got {type(device).__name__}."
+            )
+        if self.backend is not None:
+            runtime.one_of("backend", self.backend, ("nccl", "gloo"))
+        for name, value in (("world_size", world_size), ("rank", rank), ("local_rank", local_rank), ("device", device)):
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
+
     @property
     def is_main(self) -> bool:
         """Rank 0: the process that prints, draws progress bars and writes records."""
@@ -108,6 +132,10 @@ def init_world(backend: str | None = None, device: str | None = None) -> World:
 
 def shutdown(world: World) -> None:
     """Close the process group (if this world opened one)."""
+    if not isinstance(world, World):
+        raise runtime.ArgumentTypeError(
+            f"world must be the gpulab.distributed.World that init_world() returned, got {type(world).__name__}."
+        )
     if world.distributed and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

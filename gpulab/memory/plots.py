@@ -113,15 +113,7 @@ def human_bytes(b: float) -> str:
 
 
 def _results(results) -> list:
-    if isinstance(results, (str, bytes)) or not hasattr(results, "__iter__"):
-        raise runtime.ArgumentTypeError(f"results must be a list of gpulab.bench.Result, got {type(results).__name__}.")
-    results = list(results)
-    for i, r in enumerate(results):
-        if not isinstance(r, bench.Result):
-            raise runtime.ArgumentTypeError(
-                f"results[{i}] is a {type(r).__name__}; results must hold gpulab.bench.Result."
-            )
-    return results
+    return bench.result_list("results", results, allow_empty=True)
 
 
 def check_axes(ax, title=None) -> None:

@@ -311,6 +311,7 @@ def _find(results, backend, pass_, mode="eager", sweep="main"):
 
 def summary_table(results) -> str:
     """Every record: case, dtype, pass, mode, B/NH/DH, ms, ns per step, TFLOP/s, x vanilla, status."""
+    results = bench.result_list("results", results)
     head = (
         f"{'case':30s} {'dtype':8s} {'sweep':10s} {'pass':8s} {'mode':5s} {'B':>4s} {'NH':>3s} {'DH':>4s} {'ms':>9s} "
     )
@@ -336,6 +337,7 @@ def summary_table(results) -> str:
 
 def targets(results) -> list[str]:
     """The issue's targets at the main problem: fused fwd <= 0.7 ms, fwd+bwd <= 2.3 ms, >= 3x alternating."""
+    results = bench.result_list("results", results)
     out = []
     f, fb = _find(results, "fused", "fwd"), _find(results, "fused", "fwd+bwd")
     alt = [r for r in (_find(results, "alternating", "fwd"), _find(results, "alternating", "fwd", "graph")) if r]
@@ -375,6 +377,7 @@ def _main_problem(results) -> dict:
 
 def plot_results(results):
     """Four panels: main problem (ms per implementation), batch sweep (ns/step), head-dim sweep (ms), roofline."""
+    results = bench.result_list("results", results)
     import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
@@ -425,6 +428,7 @@ def plot_results(results):
 
 def plot_roofline(results, ax=None):
     """The main problem's implementations (forward, eager; fused also fwd+bwd) on the lesson 1 roofline."""
+    results = bench.result_list("results", results)
     picked = [
         dataclasses.replace(r, case=f"{r.case} {r.params['pass']}")
         for r in results

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from gpulab import dtypes, runtime
+from gpulab.rnn.functions import get_function
 from gpulab.triton_ops import tanh
 
 _require_tensor = runtime.require_tensor
@@ -155,7 +156,15 @@ def cell_step_torch(function, wx, ry, b, states):
 
     wx [B, G_w, NH, DH], ry [B, G_r, NH, DH] (= R h_{t-1} per gate), b [G_b, NH, DH], states [S, B, NH, DH];
     returns the new states [S, B, NH, DH]. Same math as the ``@triton.jit`` cells and flashrnn's vanilla backend.
+    Shapes that do not match are refused (no broadcasting), naming the tensor and the shape it needs.
     """
+    fn = get_function(function)
+    runtime.require_tensor("wx", wx, shape=(None, fn.gates_w, None, None), device_check=False)
+    B, _, NH, DH = wx.shape
+    runtime.require_tensor("ry", ry, shape=(B, fn.gates_r, NH, DH), device_check=False)
+    runtime.require_tensor("b", b, shape=(fn.gates_b, NH, DH), device_check=False)
+    runtime.require_tensor("states", states, shape=(fn.states, B, NH, DH), device_check=False)
+    function = fn.name
     if function == "lstm":
         i, f, z, o = (wx + ry + b).unbind(1)
         c = torch.sigmoid(f) * states[1] + torch.sigmoid(i) * torch.tanh(z)
@@ -166,9 +175,7 @@ def cell_step_torch(function, wx, ry, b, states):
         z = torch.sigmoid(wx[:, 1] + ry[:, 2] + b[2])
         n = torch.tanh(wx[:, 2] + b[3] + r * g)
         return (z * states[0] + (1 - z) * n).unsqueeze(0)
-    if function == "elman":
-        return torch.tanh(wx[:, 0] + ry[:, 0] + b[0]).unsqueeze(0)
-    raise ValueError(f"function={function!r} is not supported; use 'lstm', 'gru' or 'elman'.")
+    return torch.tanh(wx[:, 0] + ry[:, 0] + b[0]).unsqueeze(0)  # elman
 
 
 def lstm_cell_torch(i, f, z, o, c):

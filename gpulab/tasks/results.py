@@ -25,13 +25,9 @@ MODELS = ("LSTM", "Transformer")
 
 
 def _results(results) -> list:
-    """``results`` as a list, if it is a list (or tuple) of :class:`gpulab.bench.Result`; else a TypeError."""
-    if isinstance(results, (list, tuple)) and all(isinstance(r, bench.Result) for r in results):
-        return list(results)
-    raise TypeError(
-        f"results must be a list of gpulab.bench.Result (from tasks.compare/throughput or bench.load), got "
-        f"{type(results).__name__}."
-    )
+    """``results`` as a list of :class:`gpulab.bench.Result`; else a TypeError naming it."""
+    where = " (from tasks.compare/throughput or bench.load)"
+    return bench.result_list("results", results, allow_empty=True, source=where)
 
 
 def accuracy_records(results) -> list[bench.Result]:

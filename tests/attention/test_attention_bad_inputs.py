@@ -146,6 +146,17 @@ CASES = [
     ("grade-update-none", lambda x: grading_attention.grade_online_update(None), TypeError, "update"),
     ("grade-update-cases", lambda x: grading_attention.grade_online_update(print, cases=0), ValueError, "cases"),
     ("grade-kernel-fn", lambda x: grading_attention.grade_forward_kernel(print), TypeError, "kernel"),
+    ("grade-kernel-str", lambda x: grading_attention.grade_forward_kernel("kernel"), TypeError, "kernel is a str"),
+    # the benchmark's tables and figures read a non-empty list of records
+    ("add_ratios-str", lambda x: ab.add_ratios("results"), TypeError, "results must be a list"),
+    ("summary_table-int", lambda x: ab.summary_table(5), TypeError, "results must be a list"),
+    ("summary_table-empty", lambda x: ab.summary_table([]), ValueError, "results is empty"),
+    ("memory_table-empty", lambda x: ab.memory_table([]), ValueError, "results is empty"),
+    ("memory_table-items", lambda x: ab.memory_table([{"kind": "memory"}]), TypeError, r"results\[0\] is a dict"),
+    ("targets-empty", lambda x: ab.targets([]), ValueError, "results is empty"),
+    ("plot_throughput-empty", lambda x: ab.plot_throughput([]), ValueError, "results is empty"),
+    ("plot_memory-items", lambda x: ab.plot_memory([None]), TypeError, r"results\[0\] is a NoneType"),
+    ("plot-dict", lambda x: ab.plot({}), TypeError, "results must be a list"),
 ]
 
 

@@ -70,6 +70,17 @@ BAD = [
     ("save empty", lambda: bench.save([], "00"), ValueError, "results is empty"),
     ("save unknown lesson", lambda: bench.save([_result()], "99"), ValueError, "lesson='99'"),
     ("load gpu=3", lambda: bench.load("00", gpu=3), TypeError, "gpu"),
+    ("load path=3", lambda: bench.load("00", path=3), TypeError, "path must be a file path"),
+    ("save path=3", lambda: bench.save([_result()], "00", path=3), TypeError, "path must be a file path"),
+    ("results_dir root=3", lambda: bench.results_dir(3), TypeError, "root must be a folder path"),
+    ("newest of an int", lambda: bench.newest(3), TypeError, "files must be a list of record file paths"),
+    ("newest of []", lambda: bench.newest([]), ValueError, "files is empty"),
+    ("newest of [3]", lambda: bench.newest([3]), TypeError, "files[0] is a int"),
+    ("newest of a file", lambda: bench.newest(__file__), ValueError, "is a file, not a folder"),
+    ("result_list one Result", lambda: bench.result_list("rs", _result()), TypeError, "got one Result; use [rs]"),
+    ("result_list dict", lambda: bench.result_list("rs", {}), TypeError, "rs must be a list of gpulab.bench.Result"),
+    ("result_list []", lambda: bench.result_list("rs", []), ValueError, "rs is empty"),
+    ("result_list [1.0]", lambda: bench.result_list("rs", [_result(), 1.0]), TypeError, "rs[1] is a float 1.0"),
     ("table of strings", lambda: bench.table(["a"]), TypeError, "results[0]"),
     ("table columns=[1]", lambda: bench.table([_result()], columns=[1]), TypeError, "columns"),
     ("text_table ragged", lambda: bench.text_table(["a", "b"], [[1]]), ValueError, "rows[0]"),
@@ -115,3 +126,11 @@ def test_bad_input_is_refused_naming_the_argument(call, error, words):
     with pytest.raises(error) as e:
         call()
     assert words in str(e.value)
+
+
+def test_result_list_gives_a_list_and_may_allow_empty(tmp_path):
+    r = _result()
+    assert bench.result_list("results", (r, r)) == [r, r]
+    assert bench.result_list("results", iter([]), allow_empty=True) == []
+    with pytest.raises(FileNotFoundError, match="no records"):
+        bench.newest(tmp_path)

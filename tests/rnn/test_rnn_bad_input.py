@@ -4,9 +4,13 @@ message names the argument (table-driven; nothing here launches a kernel)."""
 import pytest
 import torch
 
-from gpulab import rnn
+from gpulab import bench, rnn
+from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import benchmark as rnn_benchmark
 from gpulab.rnn import cells, functions, ladder, split_tiling, tiling
+from gpulab.rnn.backends import vanilla
+from gpulab.rnn.backends.fused import sass
+from gpulab.rnn.ladder import plot as ladder_plot
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
 W = rnn.from_torch_lstm(M)
@@ -36,6 +40,17 @@ def _forward(x=None, state=None):
 
 
 H = torch.zeros(2, 2, 8)
+R1 = bench.Result(lesson="05", case="c", ms=1.0)
+G = torch.zeros(3)
+LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
+
+
+def _launch(i, t):
+    """grading_rnn.launch_lstm_kernel with its i-th tensor (Wx, R, b, states) replaced by t."""
+    args = list(LSTM_IN)
+    args[i] = t
+    return lambda: grading_rnn.launch_lstm_kernel(cells.lstm_pointwise_kernel, *args)
+
 
 CASES = [
     # lesson 5: flashrnn
@@ -170,6 +185,83 @@ CASES = [
     ("make_problem-dtype", lambda: ladder.make_problem(dtype="x"), ValueError, "dtype='x'"),
     ("ladder.benchmark-steps", lambda: ladder.benchmark(steps=[42]), ValueError, "steps' item=42"),
     ("ladder.benchmark-dtypes", lambda: ladder.benchmark(dtypes=["x"]), ValueError, "dtypes' item='x'"),
+    # the vanilla backend's recurrent matrix
+    ("recurrent_matrix-type", lambda: vanilla.recurrent_matrix([1.0]), TypeError, "R must be a torch.Tensor"),
+    ("recurrent_matrix-rank", lambda: vanilla.recurrent_matrix(torch.zeros(4, 4, 4)), ValueError, "R must be 4-dim"),
+    ("recurrent_matrix-square", lambda: vanilla.recurrent_matrix(torch.zeros(4, 1, 4, 3)), ValueError, "DH, DH"),
+    # lesson 3 and 5 graders: a string (or anything) where the learner's function belongs
+    ("grade_gru_cell-str", lambda: grading_rnn.grade_gru_cell("gru_cell"), TypeError, "gru_cell is a str"),
+    ("grade_gru_cell-cases", lambda: grading_rnn.grade_gru_cell(cells.lstm_cell, cases=0), ValueError, "cases"),
+    ("grade_lstm_loop-str", lambda: grading_rnn.grade_lstm_loop("kernel"), TypeError, "kernel is a str"),
+    ("grade_lstm_loop-fn", lambda: grading_rnn.grade_lstm_loop(print), TypeError, "not a @triton.jit function"),
+    ("grade_lstm_backward_step-str", lambda: grading_rnn.grade_lstm_backward_step("step"), TypeError, "step must"),
+    (
+        "grade_lstm_backward_step-cases",
+        lambda: grading_rnn.grade_lstm_backward_step(print, cases=0),
+        ValueError,
+        "cases",
+    ),
+    ("grade_shared_bytes-str", lambda: grading_rnn.grade_shared_bytes("f"), TypeError, "shared_bytes must be"),
+    ("grade_combined_gemm-str", lambda: grading_ladder.grade_combined_gemm("step1"), TypeError, "step1 must be"),
+    ("grade_combined_gemm-cases", lambda: grading_ladder.grade_combined_gemm(print, cases=-1), ValueError, "cases"),
+    ("grade_pointwise_kernel-str", lambda: grading_ladder.grade_pointwise_kernel("k"), TypeError, "kernel is a str"),
+    ("gru_reference-variant", lambda: grading_rnn.gru_reference(G, G, G, G, G, variant="x"), ValueError, "variant='x'"),
+    ("gru_reference-shape", lambda: grading_rnn.gru_reference(G, G, G, G, torch.zeros(1)), ValueError, "h has shape"),
+    ("gru_reference-type", lambda: grading_rnn.gru_reference(G, 0.5, G, G, G), TypeError, "r must be a torch.Tensor"),
+    ("launch_lstm_kernel-kernel", lambda: grading_rnn.launch_lstm_kernel("k", *LSTM_IN), TypeError, "kernel is a str"),
+    ("launch_lstm_kernel-Wx", _launch(0, torch.zeros(1, 2, 3, 1, 16)), ValueError, "Wx must have shape"),
+    ("launch_lstm_kernel-Wx-B", _launch(0, torch.zeros(17, 2, 4, 1, 16)), ValueError, "B <= 16"),
+    ("launch_lstm_kernel-R", _launch(1, torch.zeros(4, 1, 16, 8)), ValueError, "R must have shape [4, 1, 16, 16]"),
+    ("launch_lstm_kernel-b", _launch(2, torch.zeros(4, 1, 16).double()), ValueError, "b has dtype"),
+    ("launch_lstm_kernel-states", _launch(3, torch.zeros(2, 1, 2, 1, 16)), ValueError, "states must have shape"),
+    # lesson 5: the SASS probe's entry points (checked before anything compiles)
+    ("sass.forward-dh", lambda: sass.forward(0, 4, False), ValueError, "dh must be a positive integer"),
+    ("sass.forward-warps", lambda: sass.forward(64, 3, False), ValueError, "warps=3"),
+    ("sass.forward-save_gates", lambda: sass.forward(64, 4, 1), TypeError, "save_gates"),
+    ("sass.forward-dtype", lambda: sass.forward(64, 4, False, "bfloat16"), ValueError, "dtype='bfloat16'"),
+    ("sass.backward-warps", lambda: sass.backward(64, 0), ValueError, "warps must be"),
+    ("sass.backward-dtype", lambda: sass.backward(64, 4, dtype="fp8"), ValueError, "dtype='fp8'"),
+    ("compile_kernel-fn", lambda: sass.compile_kernel(print, {}, {}, 4), TypeError, "fn must be a @triton.jit"),
+    (
+        "compile_kernel-signature",
+        lambda: sass.compile_kernel(cells.lstm_pointwise_kernel, [], {}, 4),
+        TypeError,
+        "signature must be a dict",
+    ),
+    (
+        "compile_kernel-num_warps",
+        lambda: sass.compile_kernel(cells.lstm_pointwise_kernel, {}, {}, 6),
+        ValueError,
+        "num_warps=6",
+    ),
+    (
+        "compile_kernel-unaligned",
+        lambda: sass.compile_kernel(cells.lstm_pointwise_kernel, {}, {}, 4, "NH"),
+        TypeError,
+        "unaligned must be",
+    ),
+    ("loop_stats-kernel", lambda: sass.loop_stats("kernel", "x"), TypeError, "kernel must be a compiled kernel"),
+    ("report-kernel", lambda: sass.report(None, "x"), TypeError, "kernel must be a compiled kernel"),
+    ("run_offline-argv", lambda: sass.run_offline("forward --dh 64"), TypeError, "argv must be a list"),
+    ("run_offline-timeout", lambda: sass.run_offline(["forward"], timeout=0), ValueError, "timeout must be > 0"),
+    ("run_offline-cwd", lambda: sass.run_offline(["forward"], cwd=3), TypeError, "cwd must be"),
+    ("kwidths-ttgir", lambda: sass.kwidths(None), TypeError, "ttgir must be the TTGIR text"),
+    # lesson 5's benchmark tables and lesson 3's ladder read a non-empty list of records
+    ("rnn summary_table-int", lambda: rnn_benchmark.summary_table(5), TypeError, "results must be a list"),
+    ("rnn summary_table-empty", lambda: rnn_benchmark.summary_table([]), ValueError, "results is empty"),
+    ("rnn targets-empty", lambda: rnn_benchmark.targets([]), ValueError, "results is empty"),
+    ("rnn plot_results-empty", lambda: rnn_benchmark.plot_results([]), ValueError, "results is empty"),
+    ("rnn plot_roofline-items", lambda: rnn_benchmark.plot_roofline([None]), TypeError, "results[0] is a NoneType"),
+    ("ladder_table-empty", lambda: ladder.ladder_table([]), ValueError, "results is empty"),
+    ("ladder_table-one", lambda: ladder.ladder_table(R1), TypeError, "got one Result; use [results]"),
+    ("same_mode-str", lambda: ladder.same_mode("results"), TypeError, "results must be a list"),
+    ("slower_graphed-items", lambda: ladder.slower_graphed([{}]), TypeError, "results[0] is a dict"),
+    ("ladder targets-empty", lambda: ladder.targets([]), ValueError, "results is empty"),
+    ("plot_ladder-empty", lambda: ladder.plot_ladder([]), ValueError, "results is empty"),
+    ("plot_ladder-metric", lambda: ladder.plot_ladder([R1], metric="flops"), ValueError, "metric='flops'"),
+    ("ladder plot_roofline-mode", lambda: ladder.plot_roofline([R1], mode="fast"), ValueError, "mode='fast'"),
+    ("ladder plot_roofline-dtype", lambda: ladder.plot_roofline([R1], dtype="int8"), ValueError, "dtype='int8'"),
+    ("result_dtypes-dict", lambda: ladder_plot.result_dtypes({}), TypeError, "results must be a list"),
 ]
 
 

@@ -105,6 +105,16 @@ CASES = [
     ("grade-parity-str", lambda m: grading_tasks.grade_parity("parity"), TypeError, "parity"),
     ("grade-parity-cases", lambda m: grading_tasks.grade_parity(tasks.parity, cases=1), ValueError, "cases"),
     ("grade-evaluate-none", lambda m: grading_tasks.grade_evaluate(None), TypeError, "evaluate"),
+    # reading results: a list of gpulab.bench.Result records
+    ("accuracy_records-int", lambda m: tasks.results.accuracy_records(5), TypeError, "results must be a list"),
+    (
+        "throughput_records-items",
+        lambda m: tasks.results.throughput_records([{}]),
+        TypeError,
+        r"results\[0\] is a dict",
+    ),
+    ("plot_throughput-str", lambda m: tasks.results.plot_throughput("results"), TypeError, "results must be a list"),
+    ("figure-dict", lambda m: tasks.results.figure({}), TypeError, "results must be a list"),
 ]
 
 

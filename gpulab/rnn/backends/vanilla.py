@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from gpulab import runtime
 from gpulab.rnn.cells import cell_step_torch
 from gpulab.rnn.functions import get_function
 
@@ -25,7 +26,10 @@ __all__ = ["vanilla_forward", "recurrent_matrix"]
 
 def recurrent_matrix(R: torch.Tensor) -> torch.Tensor:
     """R [G, NH, DH, DH] (R[g, n, j, k]: input unit k to gate unit j) as [NH, DH_k, G*DH_j] for ``h @ R``."""
-    g, nh, dh, _ = R.shape
+    runtime.require_tensor("R", R, ndim=4, device_check=False)
+    g, nh, dh, dk = R.shape
+    if dk != dh:
+        raise ValueError(f"R must be [G, NH, DH, DH] (square per head), got shape {list(R.shape)}: DH={dh} but {dk}.")
     return R.permute(1, 3, 0, 2).reshape(nh, dh, g * dh)
 
 

@@ -173,6 +173,7 @@ def _annotate(results):
 
 def ladder_table(results) -> str:
     """The ladder as text, one block per dtype: eager and graphed ms, TFLOP/s, speed-up over step 0, vs cuDNN."""
+    results = bench.result_list("results", results)
     lines = []
     for dt in result_dtypes(results):
         rs = [r for r in results if r.dtype == dt]
@@ -209,6 +210,7 @@ def same_mode(results) -> list[tuple[str, str, Result, Result]]:
     """``(dtype, mode, best step, cuDNN)`` per dtype and mode ('eager', 'graph'): the fastest checked step against
     cuDNN in the same mode, graphed against graphed and eager against eager (a graphed step against eager cuDNN
     would credit the ladder with launch costs that cuDNN sheds in a graph too)."""
+    results = bench.result_list("results", results)
     out = []
     for dt in result_dtypes(results):
         for mode in ("eager", "graph"):
@@ -251,6 +253,7 @@ def same_mode_summary(results) -> str:
 
 def slower_graphed(results) -> list[tuple[str, object, Result, Result]]:
     """``(dtype, step, eager, graphed)`` for every step whose graph took longer than its eager call (device time)."""
+    results = bench.result_list("results", results)
     out = []
     for dt in result_dtypes(results):
         for step in dict.fromkeys(r.params["step"] for r in results if r.dtype == dt):
@@ -262,6 +265,7 @@ def slower_graphed(results) -> list[tuple[str, object, Result, Result]]:
 
 def targets(results) -> list[str]:
     """Per dtype: is the best step at least as fast as cuDNN in the same mode (graphed if the run has graphs)?"""
+    results = bench.result_list("results", results)
     out = []
     pairs = same_mode(results)
     for dt in result_dtypes(results):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpulab import roofline
+from gpulab import bench, roofline, runtime
 from gpulab.rnn.ladder.steps import BEYOND_ARTICLE
 
 __all__ = ["plot_ladder", "plot_roofline", "short_dtype", "find", "result_dtypes"]
@@ -24,13 +24,16 @@ def find(results, dtype, step, mode):
 
 
 def result_dtypes(results):
-    return list(dict.fromkeys(r.dtype for r in results))
+    """The dtypes of ``results`` (a non-empty list of the ladder's records), in the order they first appear."""
+    return list(dict.fromkeys(r.dtype for r in bench.result_list("results", results)))
 
 
 def plot_ladder(results, metric="tflops"):
     """Bar chart, one panel per dtype: eager and graphed bars per step, cuDNN in grey as the reference."""
     import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
 
+    results = bench.result_list("results", results)
+    runtime.one_of("metric", metric, ("tflops", "ms", "wall_ms", "wall_tflops"))
     dts = result_dtypes(results)
     fig, axes = plt.subplots(1, len(dts), figsize=(5.2 * len(dts), 3.8), squeeze=False)
     for ax, dt in zip(axes[0], dts):
@@ -66,7 +69,10 @@ def plot_roofline(results, dtype="float16", mode="graph", ceilings=None, ax=None
     The bytes are the per-step model (weights read at every cell), so the intensity is the same for every step:
     the steps differ only in height, how close they get to the roof.
     """
+    results = bench.result_list("results", results)
+    runtime.one_of("mode", mode, ("eager", "graph"))
     dtype = str(dtype).replace("torch.", "")
+    runtime.one_of("dtype", dtype, ("float32", "float16", "bfloat16"))
     picked = [
         dataclasses.replace(r, case=f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN")
         for r in results

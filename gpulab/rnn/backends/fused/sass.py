@@ -44,8 +44,48 @@ _BOOTSTRAP = (
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
+_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _warps(name: str, value) -> int:
+    value = runtime.positive_int(name, value)
+    if value & (value - 1) or value > 32:
+        raise ValueError(f"{name}={value} is not a warp count Triton compiles; use 1, 2, 4, 8, 16 or 32.")
+    return value
+
+
+def _mapping(name: str, value) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise runtime.ArgumentTypeError(
+            f"{name} must be a dict from parameter names (str) to values, got {type(value).__name__} {value!r:.60}."
+        )
+    return value
+
+
+def _compiled(kernel, name, dump) -> None:
+    if not isinstance(getattr(kernel, "asm", None), dict) or "cubin" not in kernel.asm:
+        raise runtime.ArgumentTypeError(
+            f"kernel must be a compiled kernel with a cubin (from compile_kernel, forward or backward), got "
+            f"{type(kernel).__name__}."
+        )
+    if not isinstance(name, str) or not re.fullmatch(r"[\w.+-]+", name):
+        raise ValueError(
+            f"name={name!r} must be a file-name-safe label such as 'forward_dh64_w8' (letters, digits, _.-+)."
+        )
+    if dump is not None and not isinstance(dump, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"dump must be a folder path (str or Path) or None, got {type(dump).__name__}.")
+
+
 def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH", "T0", "T1")):
     """As a launch would: pointers 16-byte aligned, integers divisible by 16 except those named in ``unaligned``."""
+    if not hasattr(fn, "fn") or not inspect.isfunction(fn.fn):
+        raise runtime.ArgumentTypeError(f"fn must be a @triton.jit kernel, got {type(fn).__name__} {fn!r:.60}.")
+    signature, constexprs = _mapping("signature", signature), _mapping("constexprs", constexprs)
+    num_warps = _warps("num_warps", num_warps)
+    if isinstance(unaligned, str) or not all(isinstance(u, str) for u in unaligned):
+        raise runtime.ArgumentTypeError(
+            f"unaligned must be a tuple of parameter names, got {unaligned!r}; e.g. ('NH',)."
+        )
     for name, prm in inspect.signature(fn.fn).parameters.items():  # constexpr defaults, as a launch applies them
         if prm.default is not inspect.Parameter.empty and name not in signature:
             signature[name] = "constexpr"
@@ -58,6 +98,11 @@ def compile_kernel(fn, signature, constexprs, num_warps, unaligned=("NH", "T0", 
 
 
 def forward(dh, warps, save_gates, dtype="bf16", **extra):
+    """The fused forward kernel compiled for sm_90 at head dim ``dh`` with ``warps`` warps (LSTM, BLOCK_B=16);
+    ``extra`` overrides constexprs."""
+    dh, warps = runtime.positive_int("dh", dh), _warps("warps", warps)
+    save_gates = runtime.strict_bool("save_gates", save_gates)
+    runtime.one_of("dtype", dtype, _DTYPES)
     sig = {n: f"*{dtype}" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")}
     sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride")})
     const = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=dh, BLOCK_B=16, BLOCK_D=max(16, triton.next_power_of_2(dh)),
@@ -69,6 +114,10 @@ def forward(dh, warps, save_gates, dtype="bf16", **extra):
 
 
 def backward(dh, warps, dtype="bf16", **extra):
+    """The fused backward kernel compiled for sm_90 at head dim ``dh`` with ``warps`` warps; ``extra`` overrides
+    constexprs (the environment's FN, GR, GB pick the function: FN=2 GR=1 GB=1 is the Elman cell)."""
+    dh, warps = runtime.positive_int("dh", dh), _warps("warps", warps)
+    runtime.one_of("dtype", dtype, _DTYPES)
     names = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "ds0_ptr")
     sig = {n: f"*{dtype}" for n in names}
     sig.update({n: "i32" for n in ("B", "T", "T0", "T1", "NH", "state_stride")})
@@ -87,6 +136,7 @@ def _cuobjdump(flag, cubin) -> str:
 
 def loop_stats(kernel, name, dump=None):
     """Disassemble; find the longest backward branch (the time loop) and count its instructions by opcode."""
+    _compiled(kernel, name, dump)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = pathlib.Path(tmp, f"gpulab_{name}.cubin")
         cubin.write_bytes(kernel.asm["cubin"])
@@ -112,6 +162,8 @@ def loop_stats(kernel, name, dump=None):
 
 
 def report(kernel, name, dump=None):
+    """Print the time loop's instruction counts of a compiled ``kernel`` (see :func:`loop_stats`)."""
+    _compiled(kernel, name, dump)
     body, ops, regs = loop_stats(kernel, name, dump)
     md = kernel.metadata
     mem = {k: sum(v for o, v in ops.items() if o.startswith(k)) for k in ("LDG", "STG", "LDS", "STS", "LDSM", "STSM")}
@@ -126,6 +178,14 @@ def report(kernel, name, dump=None):
 def run_offline(argv, cwd=None, timeout=600) -> subprocess.CompletedProcess:
     """Run ``main(argv)`` in a fresh Python process that compiles kernels (see the module docstring); returns the
     finished process (its stdout holds the report)."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise runtime.ArgumentTypeError(
+            f"argv must be a list of command-line words, got {type(argv).__name__} {argv!r:.60}; e.g. ['forward', "
+            "'--dh', '64'] (a string would be split into letters)."
+        )
+    if cwd is not None and not isinstance(cwd, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"cwd must be a folder path (str or Path) or None, got {type(cwd).__name__}.")
+    timeout = runtime.finite_float("timeout", timeout, positive=True)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
     root = str(pathlib.Path(__file__).resolve().parents[4])  # the directory that holds the gpulab package
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -135,6 +195,10 @@ def run_offline(argv, cwd=None, timeout=600) -> subprocess.CompletedProcess:
 
 def kwidths(ttgir: str) -> list[tuple[str, str]]:
     """(operand index, kWidth) of every tensor-core operand layout in a TTGIR listing."""
+    if not isinstance(ttgir, str):
+        raise runtime.ArgumentTypeError(
+            f"ttgir must be the TTGIR text (a str, e.g. kernel.asm['ttgir']), got {type(ttgir).__name__}."
+        )
     return re.findall(r"dot_op<\{opIdx = (\d), parent = #mma\d*, kWidth = (\d+)\}>", ttgir)
 
 
