@@ -10,7 +10,6 @@ Device time: triton.testing.do_bench's median; wall: gpulab.bench.wall_time (cal
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -100,54 +99,60 @@ for DH in (768, 1024) if "stress" in PHASES else ():
 
 # 3. times, B16 T1024 bf16, one head: split fused (chosen) vs alternating vs cuDNN (dense, input product included)
 B, T = 16, 1024
-for DH in (256, 384, 512, 768, 1024) if "time" in PHASES else ():
+HEAD_DIMS = [int(d) for d in os.environ.get("SPLIT_DH", "256,384,512,768,1024").split(",")]
+SWEEP_DH = (512, 768, 1024)
+
+
+def sweep_one(x, DH, c):
+    """One tiling of the split kernel: both clocks, and the same launch without its barrier (wrong numbers, its
+    time), with and without the chunks' products kept apart."""
+    g = lambda: S.split_rnn_forward(*x, save_gates=False, tiling=c)
+    ms, wall = times(g)
+    rec = dict(kind="sweep", DH=DH, block_u=c.block_u, split=c.split, warps=c.num_warps, block_b=c.block_b, ms=ms,
+               wall_ms=wall, est_ms=c.score * T * 1e-6)  # fmt: skip
+    Wx, R, b, s0 = (t.contiguous() for t in x)
+    out = torch.empty(2, B, T, 1, DH, device="cuda", dtype=torch.bfloat16)
+    last = torch.empty(2, B, 1, 1, DH, device="cuda", dtype=torch.bfloat16)
+    consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=c.block_b, BLOCK_U=c.block_u, BLOCK_K=c.block_k,
+                  CHUNKS=c.chunks, SAVE_GATES=False, FAST=True, IS_FP32=False, PRECISION="ieee", BARRIER=False,
+                  num_warps=c.num_warps, num_stages=1)  # fmt: skip
+    args = (Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs)
+    for name, apart in (("no_barrier_ms", True), ("no_barrier_one_chain_ms", False)):
+        f = lambda apart=apart: S.split_forward_kernel[(c.split, 1, 1)](*args, APART=apart, **consts)
+        rec[name] = triton.testing.do_bench(f, warmup=25, rep=100)
+    emit(**rec)
+
+
+def time_one(DH):
     x = inputs("lstm", B, T, DH, torch.bfloat16)
     with torch.no_grad():
         cfg = split_tiling.split_tiling(B, 1, DH, "lstm", torch.bfloat16)
-        f = lambda: rnn.flashrnn(*x, function="lstm", backend="fused")
-        ms, wall = times(f)
+        ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="fused"))
         emit(kind="time", case="fused split (chosen)", DH=DH, split=cfg.split, block_u=cfg.block_u,
              warps=cfg.num_warps, ms=ms, wall_ms=wall, est_ms=cfg.score * T * 1e-6)  # fmt: skip
-        if DH in (768,) or not QUICK:
-            a = lambda: rnn.flashrnn(*x, function="lstm", backend="alternating")
-            ms, wall = times(a)
-            emit(kind="time", case="alternating", DH=DH, ms=ms, wall_ms=wall)
+        ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="alternating"))
+        emit(kind="time", case="alternating", DH=DH, ms=ms, wall_ms=wall)
         for dt in (torch.float16, torch.bfloat16):
             m = torch.nn.LSTM(DH, DH).cuda().to(dt)
+            m.flatten_parameters()
             xi = torch.randn(T, B, DH, device="cuda", dtype=dt)
             ms, wall = times(lambda m=m, xi=xi: m(xi))
             emit(kind="time", case=f"cuDNN nn.LSTM {str(dt)[6:]}", DH=DH, ms=ms, wall_ms=wall,
                  includes_input_product=True)  # fmt: skip
-        # 4. the P sweep and the barrier's share (the same launch without the barrier: wrong numbers, its time)
-        if DH in (512, 768, 1024):
+        if DH in SWEEP_DH:  # 4. the P sweep and the barrier's share
             for c in split_tiling.split_candidates(B, 1, DH, "lstm", torch.bfloat16):
-                if not c.fits or c.num_warps not in (2, 4, 8) or c.block_b != 16:
-                    continue
-                try:
-                    g = lambda c=c: S.split_rnn_forward(*x, save_gates=False, tiling=c)
-                    ms, wall = times(g)
-                    rec = dict(kind="sweep", DH=DH, block_u=c.block_u, split=c.split, warps=c.num_warps,
-                               block_b=c.block_b, ms=ms, wall_ms=wall, est_ms=c.score * T * 1e-6)  # fmt: skip
-                    Wx, R, b, s0 = (t.contiguous() for t in x)
-                    out = torch.empty(2, B, T, 1, DH, device="cuda", dtype=torch.bfloat16)
-                    last = torch.empty(2, B, 1, 1, DH, device="cuda", dtype=torch.bfloat16)
-                    consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=c.block_b, BLOCK_U=c.block_u,
-                                  BLOCK_K=c.block_k, CHUNKS=c.chunks, SAVE_GATES=False, FAST=True, IS_FP32=False,
-                                  PRECISION="ieee", APART=True, num_warps=c.num_warps, num_stages=1)  # fmt: skip
-                    nob = lambda c=c: S.split_forward_kernel[(c.split, 1, 1)](
-                        Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs,
-                        BARRIER=False, **consts)  # fmt: skip
-                    rec["no_barrier_ms"] = triton.testing.do_bench(nob, warmup=25, rep=100)
-                    chain = lambda c=c: S.split_forward_kernel[(c.split, 1, 1)](
-                        Wx, R, b, s0, s0, out, last, out, out, B, T, 1, B * T * DH, 0, T, c.programs,
-                        BARRIER=False, **dict(consts, APART=False))  # fmt: skip
-                    rec["no_barrier_one_chain_ms"] = triton.testing.do_bench(chain, warmup=25, rep=100)
-                    emit(**rec)
-                except Exception as exc:  # noqa: BLE001
-                    emit(kind="sweep", DH=DH, block_u=c.block_u, warps=c.num_warps, error=f"{exc}"[:400])
+                if c.fits and c.block_b == 16:
+                    try:
+                        sweep_one(x, DH, c)
+                    except Exception as exc:  # noqa: BLE001
+                        emit(kind="sweep", DH=DH, block_u=c.block_u, warps=c.num_warps, error=f"{exc}"[:400])
     torch.cuda.empty_cache()
 
-# 5. single-SM fused (12 heads of 64) for scale, and the training path through the split forward (alternating bwd)
+
+for DH in HEAD_DIMS if "time" in PHASES else ():
+    time_one(DH)
+
+
 def train_phase():
     x = inputs("lstm", B, T, 64, torch.bfloat16, NH=12)
     with torch.no_grad():

@@ -39,7 +39,17 @@ from gpulab import hardware, runtime
 from gpulab.rnn import tiling
 from gpulab.rnn.functions import get_function
 
-__all__ = ["SplitTiling", "Plan", "split_candidates", "split_tiling", "plan", "explain_plan", "BLOCK_U", "NUM_WARPS", "MAX_CHUNKS"]
+__all__ = [
+    "SplitTiling",
+    "Plan",
+    "split_candidates",
+    "split_tiling",
+    "plan",
+    "explain_plan",
+    "BLOCK_U",
+    "NUM_WARPS",
+    "MAX_CHUNKS",
+]
 
 BLOCK_U = (8, 16, 32, 64)
 NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
@@ -86,8 +96,8 @@ class Plan:
 
 def chunking(head_dim: int) -> tuple[int, int]:
     """``(block_k, chunks)``: the fewest power-of-two chunks (>= 16 wide, at most :data:`MAX_CHUNKS`) that cover
-    ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3), 1024 -> (1024, 1),
-    256 -> (256, 1)."""
+    ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3),
+    1024 -> (1024, 1), 256 -> (256, 1)."""
     dh = runtime.positive_int("head_dim", head_dim)
     best = None
     for k in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):

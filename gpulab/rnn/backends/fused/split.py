@@ -47,13 +47,19 @@ import triton.language as tl
 
 from gpulab import runtime
 from gpulab.check import new_output
-from gpulab.launch import cached_launch, direct_stream, aligned
-from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, gate_scale, split_gates
-from gpulab.rnn.backends.fused.tiles import lstm_activations_approx
+from gpulab.launch import aligned, cached_launch, direct_stream
+from gpulab.rnn.backends.fused.tiles import (
+    cell_tanh,
+    fast_activations,
+    gate_columns,
+    gate_scale,
+    lstm_activations_approx,
+    split_gates,
+)
 from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.split_tiling import split_tiling
-from gpulab.triton_ops import dot
+from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
 __all__ = ["split_forward_kernel", "split_rnn_forward", "barrier_counter"]
 
@@ -138,9 +144,15 @@ def split_forward_kernel(
     scale = gate_scale(slot, FAST, FUNCTION)[None, :]
     bias = tl.load(b_ptr + slot * HD + n * DH + j, mask=(slot < G_B) & col_ok, other=0.0).to(tl.float32)[None, :]
     bias = bias * scale
-    wslot = slot - (G_B - G_W)  # gru's Wx starts at slot 1
-    wx_rows = wx_ptr + rows64[:, None] * T * G_W * HD + (wslot * HD + n * DH + j)[None, :]
-    wx_mask = row_ok & ((wslot >= 0) & (wslot < G_W) & col_ok)[None, :]
+    # Wx in words of PK elements: PK = 2 loads two 16-bit values as one 32-bit word, so the prefetched tile crosses
+    # the loop's back edge untouched (see gpulab.triton_ops.unpack_pairs and the single-SM kernel, .forward)
+    PK: tl.constexpr = 2 if (not IS_FP32) and DH % 2 == 0 and BLOCK_U % 2 == 0 else 1
+    wslot, wu = gate_columns(G, BLOCK_U // PK)
+    wslot = wslot - (G_B - G_W)  # gru's Wx starts at slot 1
+    wj = p * (BLOCK_U // PK) + wu
+    HDP = NH * (DH // PK)
+    wx_rows = word_pointer(wx_ptr, PK) + rows64[:, None] * T * G_W * HDP + (wslot * HDP + n * (DH // PK) + wj)[None, :]
+    wx_mask = row_ok & ((wslot >= 0) & (wslot < G_W) & (wj < DH // PK))[None, :]
     gate_rows = gates_ptr + rows64[:, None] * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
     gate_mask = row_ok & ((slot < G_B) & col_ok)[None, :]
 
@@ -175,7 +187,7 @@ def split_forward_kernel(
     if BARRIER:
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # a load: nobody passed our first barrier yet
         base = base - base % n_programs
-    x = tl.load(wx_rows + t_start * G_W * HD, mask=wx_mask, other=0.0)
+    x = tl.load(wx_rows + t_start * G_W * HDP, mask=wx_mask, other=0)
     for t in range(t_start, t_stop):
         # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
         prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
@@ -189,8 +201,8 @@ def split_forward_kernel(
             h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
         if CHUNKS > 3:
             h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
-        pre = x.to(tl.float32) * scale + bias
-        x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HD, mask=wx_mask, other=0.0)  # the next step's
+        pre = loaded_f32(x, dt, PK, BLOCK_B, G * BLOCK_U) * scale + bias
+        x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HDP, mask=wx_mask, other=0)  # the next step's
         acc = _apart(dot(h0, r0, IS_FP32, PRECISION), APART)
         if CHUNKS > 1:
             acc += _apart(dot(h1, r1, IS_FP32, PRECISION), APART)

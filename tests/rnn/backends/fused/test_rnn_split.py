@@ -41,15 +41,17 @@ def test_split_forward_matches_float64(function, B, T, DH, make_inputs):
     assert gates.shape == (B, T, rnn.functions.get_function(function).gates_b, 1, DH) and gates.isfinite().all()
 
 
-def test_split_forward_with_two_heads_and_two_batch_tiles(make_inputs):
-    """Programs of several heads and batch tiles share the grid: each head's units and rows stay its own."""
-    inputs = make_inputs("lstm", 17, 2, 2, 40, device=runtime.device, seed=5)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_split_forward_with_two_heads_and_two_batch_tiles(dtype, make_inputs):
+    """Programs of several heads and batch tiles share the grid: each head's units and rows stay its own (float16:
+    the input projections travel as 32-bit words of two values)."""
+    inputs = make_inputs("lstm", 17, 2, 2, 40, dtype=dtype, device=runtime.device, seed=5)
     cfg = dataclasses.replace(split_tiling.split_tiling(17, 2, 40, "lstm", torch.float32, gpu="H100"), block_b=16)
     cfg = dataclasses.replace(cfg, block_u=16, split=3, programs=3 * 2 * 2)
     out, last, _ = split.split_rnn_forward(*inputs, function="lstm", save_gates=False, tiling=cfg)
     ref = _reference(inputs, "lstm")
-    check.assert_close(out, ref[0], dtype=torch.float32, name="states_all")
-    check.assert_close(last, ref[1], dtype=torch.float32, name="states_last")
+    check.assert_close(out, ref[0], dtype=dtype, name="states_all")
+    check.assert_close(last, ref[1], dtype=dtype, name="states_last")
 
 
 def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(run_case):
@@ -67,7 +69,9 @@ def test_persistent_kernel_refuses_the_interpreter(make_inputs):
         split.split_rnn_forward(*inputs, function="elman", persistent=True)
 
 
-@pytest.mark.parametrize("dh,want", [(768, (256, 3)), (300, (128, 3)), (256, (256, 1)), (1024, (1024, 1)), (17, (32, 1))])
+@pytest.mark.parametrize(
+    "dh,want", [(768, (256, 3)), (300, (128, 3)), (256, (256, 1)), (1024, (1024, 1)), (17, (32, 1))]
+)
 def test_chunking_covers_the_head_dim_with_little_padding(dh, want):
     block_k, chunks = split_tiling.chunking(dh)
     assert (block_k, chunks) == want
