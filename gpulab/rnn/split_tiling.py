@@ -18,9 +18,9 @@ Constraints (e bytes per element, G gate slots, S states):
 3. residency: NH * P * ceil(B / block_b) programs all resident at once (programs_per_SM * SMs), since each waits
    for all others every step; the launch is cooperative, which refuses rather than deadlocks.
 
-Objective, the estimated time of one step (ns): the barrier (a fixed round trip through L2 plus a few ns per arriving
-program) + reading h_{t-1} from L2 (per SM, and all programs together against L2's bandwidth) + streaming the R
-slice from shared memory into the tensor cores + the product. Fewer, fatter programs read less h in total but each
+Objective, the estimated time of one step (ns): the barrier (a fixed round trip through L2 plus a little per arriving
+program) + reading h_{t-1} from L2 (one round trip, plus its bytes per SM and for all programs together against
+L2's bandwidth) + streaming the R slice from shared memory into the tensor cores + the product. Fewer, fatter programs read less h in total but each
 streams more R; lesson 5's records sweep block_u on the H100 against this estimate.
 
 :func:`plan` is the chooser the ``fused`` backend asks: one SM per (head, batch tile) whenever that fits (no
@@ -54,8 +54,10 @@ __all__ = [
 BLOCK_U = (8, 16, 32, 64)
 NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
 MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
-BARRIER_NS = 700.0  # one grid barrier: an atomic to L2 and the spin that sees the last arrival (H100 order)
-ARRIVAL_NS = 4.0  # each arriving program's atomic, serialized at one L2 address
+# Calibrated on the H100 (lesson 5's split records: the same kernel timed with and without its barrier, B = 16)
+BARRIER_NS = 500.0  # one grid barrier: the release of h_t, an atomic to L2, the spin that sees the last arrival
+ARRIVAL_NS = 1.0  # each arriving program's atomic at one L2 address (too small to see up to 128 programs)
+H_LATENCY_NS = 600.0  # the round trip of the h_{t-1} read through L2 that every step starts with
 L2_SM_RATE = 110.0  # bytes per ns one SM reads from L2 (about 64 B/clock)
 L2_RATE = 5500.0  # bytes per ns all SMs together read from L2
 SMEM_RATE = 220.0  # bytes per ns one SM streams from shared memory (128 B/clock)
@@ -148,7 +150,7 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
             on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
             h_read = max(on_sm * h_bytes / L2_SM_RATE, programs * h_bytes / L2_RATE)
             product = on_sm * (r_bytes / SMEM_RATE + bb * 2 * fn.gates_r * bu * block_k * chunks / tiling.RATE)
-            score = BARRIER_NS + ARRIVAL_NS * programs + h_read + product
+            score = BARRIER_NS + ARRIVAL_NS * programs + H_LATENCY_NS + h_read + product
         out.append(SplitTiling(bb, bu, block_k, chunks, w, split, programs, regs, smem, max(per_sm, 0), score,
                                not reason, reason))  # fmt: skip
     return out
