@@ -20,8 +20,9 @@ Constraints (e bytes per element, G gate slots, S states):
 
 Objective, the estimated time of one step (ns): the barrier (a fixed round trip through L2 plus a little per arriving
 program) + reading h_{t-1} from L2 (one round trip, plus its bytes per SM and for all programs together against
-L2's bandwidth) + streaming the R slice from shared memory into the tensor cores + the product. Fewer, fatter programs read less h in total but each
-streams more R; lesson 5's records sweep block_u on the H100 against this estimate.
+L2's bandwidth) + streaming the R slice from shared memory into the tensor cores + the product. Fewer, fatter
+programs read less h in total but each streams more R; lesson 5's records sweep block_u on the H100 against this
+estimate.
 
 :func:`plan` is the chooser the ``fused`` backend asks: one SM per (head, batch tile) whenever that fits (no
 barrier at all), else the best split, else a ValueError naming the alternative.
