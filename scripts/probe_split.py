@@ -158,14 +158,34 @@ def train_phase():
     with torch.no_grad():
         ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="fused"))
     emit(kind="time", case="fused single-SM 12x64", DH=64, NH=12, ms=ms, wall_ms=wall)
-    x = [t.requires_grad_() for t in inputs("lstm", B, T, 768, torch.bfloat16)]
+    for DH in (256, 512, 768, 1024):
+        x = [t.requires_grad_() for t in inputs("lstm", B, T, DH, torch.bfloat16)]
+        for backend in ("fused", "alternating") if DH == 768 else ("fused",):
 
-    def train():
-        out, last = rnn.flashrnn(*x, function="lstm", backend="fused")
-        return torch.autograd.grad(out.sum(), x)
+            def train(backend=backend, x=x):
+                out, last = rnn.flashrnn(*x, function="lstm", backend=backend)
+                return torch.autograd.grad(out.sum(), x)
 
-    ms, wall = times(train)
-    emit(kind="time", case="fused split fwd + alternating bwd", DH=768, ms=ms, wall_ms=wall, pass_="fwd+bwd")
+            try:
+                ms, wall = times(train)
+                case = "fused split fwd+bwd" if backend == "fused" else "alternating fwd+bwd"
+                emit(kind="time", case=case, DH=DH, ms=ms, wall_ms=wall, pass_="fwd+bwd")
+            except Exception as exc:  # noqa: BLE001
+                emit(kind="time", case=f"{backend} fwd+bwd", DH=DH, error=f"{type(exc).__name__}: {exc}"[:600])
+        for dt in (torch.float16, torch.bfloat16):
+            m = torch.nn.LSTM(DH, DH).cuda().to(dt)
+            m.flatten_parameters()
+            xi = torch.randn(T, B, DH, device="cuda", dtype=dt, requires_grad=True)
+            params = [xi, *m.parameters()]
+
+            def cudnn_train(m=m, xi=xi, params=params):
+                y, _ = m(xi)
+                return torch.autograd.grad(y.sum(), params)
+
+            ms, wall = times(cudnn_train)
+            emit(kind="time", case=f"cuDNN nn.LSTM {str(dt)[6:]} fwd+bwd", DH=DH, ms=ms, wall_ms=wall, pass_="fwd+bwd",
+                 includes_input_product=True)  # fmt: skip
+        torch.cuda.empty_cache()
 
 
 if "train" in PHASES:

@@ -56,6 +56,8 @@ ALLOWED = {
             "gpulab.rnn.backends.fused.forward.fused_rnn_forward",
             "gpulab.rnn.backends.fused.split.split_rnn_forward",
             "gpulab.rnn.backends.fused.split.barrier_counter",
+            "gpulab.rnn.backends.fused.split_backward.split_rnn_backward",
+            "gpulab.rnn.backends.fused.split_backward.split_rnn_gradients",
             "gpulab.rnn.backends.fused.forward.saved_dtype",
             "gpulab.rnn.backends.fused.tiles.fast_activations",
             "gpulab.rnn.backends.parameter_grads.previous_h_ones",

@@ -90,11 +90,14 @@ class SplitTiling:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What the ``fused`` backend runs for one problem: ``kind`` 'single' (:class:`gpulab.rnn.tiling.FusedTiling`,
-    one program per head and batch tile) or 'split' (:class:`SplitTiling`), and why."""
+    one program per head and batch tile) or 'split' (:class:`SplitTiling`), and why. ``backward``: for a split
+    planned for training, the backward's :class:`SplitTiling`, or None where no split backward fits (the
+    ``alternating`` backward then runs)."""
 
     kind: str
     tiling: object
     why: str
+    backward: object = None
 
 
 def chunking(head_dim: int) -> tuple[int, int]:
@@ -113,8 +116,14 @@ def chunking(head_dim: int) -> tuple[int, int]:
     return best
 
 
-def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None):
-    """Every (block_u, block_b, num_warps) of a split head with its resources, estimate and verdict."""
+def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
+    """Every (block_u, block_b, num_warps) of a split head with its resources, estimate and verdict.
+
+    ``direction`` 'backward': the reverse-time kernel (:mod:`gpulab.rnn.backends.fused.split_backward`) holds the
+    same bytes of R (its columns instead of its rows), exchanges dG (G values per unit) instead of h, and multiplies
+    [block_b, G * block_k] by [G * block_k, block_u], so block_u must be at least 16 (a product's width)."""
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"direction={direction!r}; use 'forward' or 'backward'.")
     b = runtime.positive_int("batch", batch)
     nh = runtime.positive_int("num_heads", num_heads)
     dh = runtime.positive_int("head_dim", head_dim)
@@ -128,12 +137,15 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     for bu, bb, w in itertools.product(BLOCK_U, tiling.BLOCK_B, NUM_WARPS):
         if bb > max_bb or g * bu < 16 or bu > runtime.next_power_of_2(dh):
             continue
+        if direction == "backward" and bu < 16:
+            continue
+        xg = g if direction == "backward" else 1  # the exchanged tile: dG (G slots per unit) or h
         split = math.ceil(dh / bu)
         threads = 32 * w
-        live = (6 * g * bu + 2 * fn.states * bu) * bb + bb * block_k  # gate tiles, states, one h chunk
+        live = (6 * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k  # gate tiles, states, one exchanged chunk
         regs = math.ceil(live / threads) + tiling.OVERHEAD
         r_bytes = g * bu * block_k * chunks * e
-        smem = r_bytes + bb * block_k * chunks * e + g * bb * bu * e
+        smem = r_bytes + xg * bb * block_k * chunks * e + g * bb * bu * e
         programs = nh * split * math.ceil(b / bb)
         per_sm = min(spec.registers_per_sm // (regs * threads), spec.smem_per_sm // smem, 64 // w)
         reason = ""
@@ -147,7 +159,7 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
             reason = f"{programs} programs > {per_sm * spec.sm_count} resident at once ({per_sm} per SM)"
         score = math.inf
         if not reason:
-            h_bytes = bb * block_k * chunks * e
+            h_bytes = xg * bb * block_k * chunks * e
             on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
             h_read = max(on_sm * h_bytes / L2_SM_RATE, programs * h_bytes / L2_RATE)
             product = on_sm * (r_bytes / SMEM_RATE + bb * 2 * fn.gates_r * bu * block_k * chunks / tiling.RATE)
@@ -157,11 +169,11 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     return out
 
 
-def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None):
+def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
     """The best fitting :class:`SplitTiling` (least estimated step time; then fewer programs, fewer warps), or a
     ValueError saying why none fits and what to do instead. In the interpreter (no ``gpu`` named) the fewest
     programs win instead: there every program is a Python loop run one after another."""
-    cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu)
+    cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu, direction)
     ok = [c for c in cands if c.fits]
     if ok:
         if runtime.INTERPRET and gpu is None:
@@ -170,9 +182,9 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     spec = hardware.spec(gpu)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16)) or "no candidate"
     raise ValueError(
-        f"the fused kernels cannot hold head dim {head_dim} ({num_heads} head(s), batch {batch}, {function}) on "
-        f"{spec.name} even split over several SMs ({why}); use backend='alternating' (R read from memory every "
-        "step), fewer heads per call or a smaller batch per call, or a 16-bit dtype."
+        f"the fused {direction} kernel cannot hold head dim {head_dim} ({num_heads} head(s), batch {batch}, "
+        f"{function}) on {spec.name} even split over several SMs ({why}); use backend='alternating' (R read from "
+        "memory every step), fewer heads per call or a smaller batch per call, or a 16-bit dtype."
     )
 
 
@@ -194,7 +206,14 @@ def plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=
         f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
         f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
     )
-    return Plan("split", split, why)
+    back = None
+    if training:
+        try:
+            back = split_tiling(batch, num_heads, head_dim, function, dtype, gpu, direction="backward")
+            why += f"; backward over {back.split} programs of {back.block_u} units"
+        except ValueError:
+            why += "; no split backward fits: the alternating backward runs"
+    return Plan("split", split, why, back)
 
 
 def explain_plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:

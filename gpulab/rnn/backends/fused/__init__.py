@@ -9,9 +9,9 @@
   dL/d(last states) is its initial carried gradient, no copy or zero-fill), with dR and db (one batched product per
   gate, :mod:`gpulab.rnn.backends.parameter_grads`) computed on a second stream beside it, piece by piece in time,
   on the SMs it leaves idle (:func:`.backward.fused_rnn_gradients`); dWx = dG;
-- :mod:`.split`: one head over several SMs (a grid barrier per step) when R of a head does not fit one SM; until
-  the split backward exists, training through it runs the ``alternating`` backward
-  (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations it saves;
+- :mod:`.split` and :mod:`.split_backward`: one head over several SMs (a grid barrier per step) when R of a head
+  does not fit one SM; where no split backward fits, training runs the ``alternating`` backward
+  (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split forward saves;
 - :mod:`.sass`: compile both kernels for sm_90 without a GPU and count the instructions of their time loops.
 
 Which kernel, tile and warps: :func:`gpulab.rnn.split_tiling.plan` (one SM per head and batch tile whenever that
@@ -26,14 +26,15 @@ import torch
 
 from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
-from gpulab.rnn.backends.fused import backward, forward, split, tiles
+from gpulab.rnn.backends.fused import backward, forward, split, split_backward, tiles
 from gpulab.rnn.backends.fused.backward import fused_rnn_gradients
 from gpulab.rnn.backends.fused.forward import fused_rnn_forward
 from gpulab.rnn.backends.fused.split import split_rnn_forward
+from gpulab.rnn.backends.fused.split_backward import split_rnn_gradients
 from gpulab.rnn.split_tiling import plan
 from gpulab.rnn.tiling import fused_tiling
 
-__all__ = ["fused_forward", "forward", "backward", "split", "tiles"]
+__all__ = ["fused_forward", "forward", "backward", "split", "split_backward", "tiles"]
 
 
 def fused_forward(Wx, R, b, states, function="lstm"):
@@ -65,17 +66,21 @@ class _Bound:
 
 
 class _Split:
-    """The split-head forward with its tiles bound; its backward is the alternating one (see the module docstring)."""
+    """The split-head forward and backward with their tiles bound (the alternating backward where no split
+    backward fits: ``backward`` None)."""
 
-    __slots__ = ("tiling",)
+    __slots__ = ("tiling", "backward")
 
-    def __init__(self, tiling):
-        self.tiling = tiling
+    def __init__(self, tiling, backward):
+        self.tiling, self.backward = tiling, backward
 
     def forward_call(self, Wx, R, b, states, function, save_gates):
         return split_rnn_forward(Wx, R, b, states, function, save_gates, self.tiling)
 
-    backward_call = staticmethod(alternating_rnn_gradients)
+    def backward_call(self, d_out, gates, out, states, R, function, d_last=None):
+        if self.backward is None:
+            return alternating_rnn_gradients(d_out, gates, out, states, R, function, d_last)
+        return split_rnn_gradients(d_out, gates, out, states, R, function, d_last, self.backward)
 
 
 @functools.lru_cache(maxsize=256)
@@ -84,7 +89,7 @@ def _tilings(B, NH, DH, function, dtype, device, training):
     every candidate, too slow to repeat on every call."""
     chosen = plan(B, NH, DH, function, dtype, training=training)
     if chosen.kind == "split":
-        bound = _Split(chosen.tiling)
+        bound = _Split(chosen.tiling, chosen.backward)
         return bound, bound
     fwd = fused_tiling(B, NH, DH, function, dtype, direction="forward")
     bwd = fused_tiling(B, NH, DH, function, dtype, direction="backward") if training else None

@@ -54,11 +54,12 @@ def test_split_forward_with_two_heads_and_two_batch_tiles(dtype, make_inputs):
     check.assert_close(last, ref[1], dtype=dtype, name="states_last")
 
 
-def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(run_case):
-    """flashrnn(backend='fused') plans a split for one head of 300 (fp32: R is 1.4 MB) and every gradient is right
-    (the backward is the alternating one on the saved pre-activations)."""
-    assert split_tiling.plan(2, 1, 300, "lstm", torch.float32, training=True).kind == "split"
-    run_case("fused", "lstm", 2, 2, 1, 300)
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(function, run_case):
+    """flashrnn(backend='fused') plans a split for one head of 300 (fp32: R is 1.4 MB for an LSTM) and every
+    gradient is right (split forward, split backward, parameter products)."""
+    assert split_tiling.plan(2, 1, 300, function, torch.float32, training=True).kind == "split"
+    run_case("fused", function, 2, 2, 1, 300)
 
 
 def test_persistent_kernel_refuses_the_interpreter(make_inputs):
@@ -141,3 +142,62 @@ def test_persistent_split_forward_on_gpu(function, DH, make_inputs):
     for _ in range(50):
         again, _, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False)
         assert torch.equal(again, out)
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 1, 300), (1, 2, 768)])
+def test_split_backward_matches_float64(function, B, T, DH, make_inputs):
+    """Every gradient (Wx, R, b, initial states) of the split forward + split backward, with a gradient on every
+    state and on the last states, against float64 autograd through the vanilla backend."""
+    from gpulab.rnn.backends.fused import split_backward
+
+    inputs = make_inputs(function, B, T, 1, DH, device=runtime.device, seed=DH + T)
+    fwd = _few_programs(B, DH, function, torch.float32)
+    bwd = dataclasses.replace(
+        split_tiling.split_tiling(B, 1, DH, function, torch.bfloat16, gpu="H100", direction="backward"),
+        block_u=64, split=math.ceil(DH / 64), programs=math.ceil(DH / 64),
+    )  # fmt: skip
+    out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True, tiling=fwd)
+    g = torch.Generator().manual_seed(7)
+    d_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    d_last = torch.randn(last.shape, generator=g, dtype=torch.float64)
+    got = split_backward.split_rnn_gradients(
+        d_out.float(), gates, out, inputs[3], inputs[1], function, d_last=d_last.float(), tiling=bwd
+    )
+    ref_in = [t.detach().double().requires_grad_() for t in inputs]
+    ref = rnn.flashrnn(*ref_in, function=function, backend="vanilla")
+    want = torch.autograd.grad((ref[0] * d_out).sum() + (ref[1] * d_last).sum(), ref_in)
+    for name, a, w in zip(("dWx", "dR", "db", "dstates"), got, want):
+        check.assert_close(a, w, dtype=torch.float32, name=name, context=f"split backward {function} DH={DH}")
+
+
+def test_fused_backend_trains_a_split_head_through_the_split_backward():
+    """The plan for training a head past one SM carries a split backward; elman at DH 300 end to end."""
+    p = split_tiling.plan(2, 1, 300, "elman", torch.float32, training=True)
+    assert p.kind == "split" and p.backward is not None and p.backward.block_u >= 16 and "backward over" in p.why
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("DH", [256, 768])
+def test_persistent_split_backward_on_gpu(function, DH, make_inputs):
+    """The barrier backward at full size (B = 16, T = 64, bf16) equals its per-step launches bit for bit, and its
+    gradients match float64 norm-wise within bf16's tolerance."""
+    from gpulab.rnn.backends.fused import split_backward
+
+    inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
+    out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True)
+    d_out = torch.randn_like(out)
+    d_last = torch.randn_like(last)
+    dG, ds0 = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], function, d_last=d_last)
+    dG2, ds02 = split_backward.split_rnn_backward(
+        d_out, gates, out, inputs[3], inputs[1], function, d_last=d_last, persistent=False
+    )
+    assert torch.equal(dG, dG2) and torch.equal(ds0, ds02)
+    got = split_backward.split_rnn_gradients(d_out, gates, out, inputs[3], inputs[1], function, d_last=d_last)
+    ref_in = [t.detach().double().requires_grad_() for t in inputs]
+    ref = rnn.flashrnn(*ref_in, function=function, backend="vanilla")
+    want = torch.autograd.grad((ref[0] * d_out.double()).sum() + (ref[1] * d_last.double()).sum(), ref_in)
+    for name, a, w in zip(("dWx", "dR", "db", "dstates"), got, want):
+        err = check.relative_error(a, w)
+        assert err <= check.tolerance(torch.bfloat16), f"{name}: relative error {err:.3g} ({function} DH={DH})"
