@@ -2,7 +2,7 @@
 then times (device and eager wall clock) beside cuDNN and the alternating backend, a block_u (P) sweep and the
 barrier's share of a step.
 
-    python scripts/probe_split.py [check] [stress] [time] [train]   (a GPU; default: all phases; prints tables, writes
+    python scripts/probe_split.py [check] [stress] [time] [train] [bsweep]   (a GPU; default: all phases; prints tables, writes
                                                                     $OUT/probe_split.jsonl when OUT is set)
 
 Device time: triton.testing.do_bench's median; wall: gpulab.bench.wall_time (calls back to back, one synchronize).
@@ -24,7 +24,7 @@ from gpulab.rnn import split_tiling
 from gpulab.rnn.backends.fused import split as S
 
 OUT = os.environ.get("OUT")
-PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train"}
+PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train", "bsweep"}
 QUICK = False
 rows = []
 
@@ -190,6 +190,29 @@ def train_phase():
 
 if "train" in PHASES:
     train_phase()
+
+
+def backward_sweep(DH):
+    """Every fitting backward tiling (block_b 16) at one head of DH: the reverse-time kernel alone, device time."""
+    from gpulab.rnn.backends.fused import split_backward as SB
+
+    x = inputs("lstm", B, T, DH, torch.bfloat16)
+    out, last, gates = S.split_rnn_forward(*x, save_gates=True)
+    d_out = torch.randn_like(out)
+    for c in split_tiling.split_candidates(B, 1, DH, "lstm", torch.bfloat16, direction="backward"):
+        if not (c.fits and c.block_b == 16):
+            continue
+        try:
+            f = lambda c=c: SB.split_rnn_backward(d_out, gates, out, x[3], x[1], "lstm", tiling=c)
+            ms = triton.testing.do_bench(f, warmup=25, rep=100)
+            emit(kind="bsweep", DH=DH, block_u=c.block_u, split=c.split, warps=c.num_warps, ms=ms,
+                 est_ms=c.score * T * 1e-6, regs_est=c.registers_per_thread)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            emit(kind="bsweep", DH=DH, block_u=c.block_u, warps=c.num_warps, error=f"{exc}"[:400])
+
+
+for DH in (512, 768) if "bsweep" in PHASES else ():
+    backward_sweep(DH)
 
 if OUT:
     with open(os.path.join(OUT, "probe_split.jsonl"), "w") as fh:
