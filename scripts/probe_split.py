@@ -2,8 +2,9 @@
 then times (device and eager wall clock) beside cuDNN and the alternating backend, a block_u (P) sweep and the
 barrier's share of a step.
 
-    python scripts/probe_split.py [check] [stress] [time] [train] [bsweep]   (a GPU; default: all phases; prints tables, writes
-                                                                    $OUT/probe_split.jsonl when OUT is set)
+    python scripts/probe_split.py [check] [stress] [time] [train] [bsweep]
+
+(a GPU; default: all phases; prints JSON lines, writes $OUT/probe_split.jsonl when OUT is set)
 
 Device time: triton.testing.do_bench's median; wall: gpulab.bench.wall_time (calls back to back, one synchronize).
 """
