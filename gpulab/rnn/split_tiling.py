@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 BLOCK_U = (8, 16, 32, 64)
-NUM_WARPS = (2, 4, 8, 16)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
+NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
 MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
 # Calibrated on the H100 (lesson 5's split records: the same kernel timed with and without its barrier, B = 16)
 BARRIER_NS = 500.0  # one grid barrier: the release of h_t, an atomic to L2, the spin that sees the last arrival
@@ -142,8 +142,9 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
         xg = g if direction == "backward" else 1  # the exchanged tile: dG (G slots per unit) or h
         split = math.ceil(dh / bu)
         threads = 32 * w
-        # gate tiles, states, and the exchanged chunks in flight (16-bit: two per register)
-        live = (6 * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k * chunks * e // 4
+        # gate tiles, states, one exchanged chunk. (Counting all chunks in flight pushed the backward to 8 and 16
+        # warps, measured slower on the H100: with 16 rows the warps repeat one product, so fewer warps win.)
+        live = (6 * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k
         regs = math.ceil(live / threads) + tiling.OVERHEAD
         r_bytes = g * bu * block_k * chunks * e
         smem = r_bytes + xg * bb * block_k * chunks * e + g * bb * bu * e
