@@ -28,19 +28,6 @@ def _reference(inputs, function):
     return rnn.flashrnn(*(t.double() for t in inputs), function=function, backend="vanilla")
 
 
-@pytest.mark.parametrize("function", FUNCTIONS)
-@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 1, 300), (2, 2, 768)])
-def test_split_forward_matches_float64(function, B, T, DH, make_inputs):
-    """Every state of every step, and the last states, from random initial states; outputs poisoned first."""
-    inputs = make_inputs(function, B, T, 1, DH, device=runtime.device, seed=B * T + DH)
-    cfg = _few_programs(B, DH, function, torch.float32)
-    out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True, tiling=cfg)
-    ref = _reference(inputs, function)
-    check.assert_close(out, ref[0], dtype=torch.float32, name="states_all", context=f"{function} DH={DH}")
-    check.assert_close(last, ref[1], dtype=torch.float32, name="states_last", context=f"{function} DH={DH}")
-    assert gates.shape == (B, T, rnn.functions.get_function(function).gates_b, 1, DH) and gates.isfinite().all()
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_split_forward_with_two_heads_and_two_batch_tiles(dtype, make_inputs):
     """Programs of several heads and batch tiles share the grid: each head's units and rows stay its own (float16:
@@ -54,12 +41,12 @@ def test_split_forward_with_two_heads_and_two_batch_tiles(dtype, make_inputs):
     check.assert_close(last, ref[1], dtype=dtype, name="states_last")
 
 
-@pytest.mark.parametrize("function", FUNCTIONS)
-def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(function, run_case):
+def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(run_case):
     """flashrnn(backend='fused') plans a split for one head of 300 (fp32: R is 1.4 MB for an LSTM) and every
-    gradient is right (split forward, split backward, parameter products)."""
-    assert split_tiling.plan(2, 1, 300, function, torch.float32, training=True).kind == "split"
-    run_case("fused", function, 2, 2, 1, 300)
+    gradient is right (split forward, split backward, parameter products; each function's kernels are checked
+    alone below)."""
+    assert split_tiling.plan(2, 1, 300, "lstm", torch.float32, training=True).kind == "split"
+    run_case("fused", "lstm", 2, 2, 1, 300)
 
 
 def test_persistent_kernel_refuses_the_interpreter(make_inputs):
@@ -145,9 +132,10 @@ def test_persistent_split_forward_on_gpu(function, DH, make_inputs):
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
-@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 1, 300), (1, 2, 768)])
-def test_split_backward_matches_float64(function, B, T, DH, make_inputs):
-    """Every gradient (Wx, R, b, initial states) of the split forward + split backward, with a gradient on every
+@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 2, 300), (1, 1, 768)])
+def test_split_forward_and_backward_match_float64(function, B, T, DH, make_inputs):
+    """The split forward (every state of every step, the last states, from random initial states; outputs
+    poisoned first) and every gradient (Wx, R, b, initial states) of the split backward, with a gradient on every
     state and on the last states, against float64 autograd through the vanilla backend."""
     from gpulab.rnn.backends.fused import split_backward
 
@@ -166,9 +154,13 @@ def test_split_backward_matches_float64(function, B, T, DH, make_inputs):
     )
     ref_in = [t.detach().double().requires_grad_() for t in inputs]
     ref = rnn.flashrnn(*ref_in, function=function, backend="vanilla")
+    context = f"split {function} B={B} T={T} DH={DH}"
+    check.assert_close(out, ref[0], dtype=torch.float32, name="states_all", context=context)
+    check.assert_close(last, ref[1], dtype=torch.float32, name="states_last", context=context)
+    assert gates.shape == (B, T, rnn.functions.get_function(function).gates_b, 1, DH) and gates.isfinite().all()
     want = torch.autograd.grad((ref[0] * d_out).sum() + (ref[1] * d_last).sum(), ref_in)
     for name, a, w in zip(("dWx", "dR", "db", "dstates"), got, want):
-        check.assert_close(a, w, dtype=torch.float32, name=name, context=f"split backward {function} DH={DH}")
+        check.assert_close(a, w, dtype=torch.float32, name=name, context=context)
 
 
 def test_fused_backend_trains_a_split_head_through_the_split_backward():
