@@ -144,7 +144,8 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
         threads = 32 * w
         # gate tiles, states, one exchanged chunk. (Counting all chunks in flight pushed the backward to 8 and 16
         # warps, measured slower on the H100: with 16 rows the warps repeat one product, so fewer warps win.)
-        live = (6 * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k * e // 4  # (16-bit: two per register)
+        per_gate = 6 if direction == "forward" else 4  # as the one-SM kernels' tiles (gpulab.rnn.tiling.tiles)
+        live = (per_gate * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k * e // 4  # (16-bit: 2 per register)
         regs = math.ceil(live / threads) + tiling.OVERHEAD
         r_bytes = g * bu * block_k * chunks * e
         smem = r_bytes + xg * bb * block_k * chunks * e + g * bb * bu * e
