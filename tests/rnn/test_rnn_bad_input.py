@@ -7,7 +7,7 @@ import torch
 from gpulab import bench, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import benchmark as rnn_benchmark
-from gpulab.rnn import cells, functions, ladder, split_tiling, tiling
+from gpulab.rnn import cells, functions, ladder, split_report, split_tiling, tiling
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.backends.fused import sass
 from gpulab.rnn.ladder import plot as ladder_plot
@@ -114,6 +114,10 @@ CASES = [
     ("plan-training", lambda: split_tiling.plan(16, 1, 768, training="yes"), TypeError, "training"),
     ("explain_plan-num_heads", lambda: split_tiling.explain_plan(16, 0, 768), ValueError, "num_heads"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
+    ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
+    ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
+    ("step_budget-head_dim", lambda: split_report.step_budget([{"kind": "env"}], 0), ValueError, "head_dim"),
+    ("plot_split-rows", lambda: split_report.plot_split([]), TypeError, "rows must be"),
     ("problem_inputs-B", lambda: rnn_benchmark.problem_inputs(0, 2, 1, 4), ValueError, "B must be"),
     ("problem_inputs-DH", lambda: rnn_benchmark.problem_inputs(1, 2, 1, 4.0), TypeError, "DH must be"),
     (

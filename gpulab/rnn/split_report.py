@@ -1,0 +1,152 @@
+"""Lesson 5, part 2: the split-head kernel's stored H100 measurements, read back as tables and a figure.
+
+The records (``scripts/probe_split.py`` on a GPU, under ``benchmarks/05_fused_rnn/split/``) are JSON lines: an
+``env`` line (device, versions, date), then rows of kind ``check`` (the kernels against float64), ``stress``
+(repeated launches and CUDA-graph replays), ``time`` (LSTM, B = 16, T = 1024, one head, bf16: the split fused
+kernel, ``alternating`` and cuDNN's ``nn.LSTM`` in fp16 and bf16, with ``ms`` the device time and ``wall_ms`` the
+eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forward per block_u and warps, with
+``no_barrier_ms``: the same launch without its barrier) and ``bsweep``/``bsweep2`` (the backward per tiling).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpulab import hardware, runtime
+from gpulab.bench.records import newest, results_dir
+
+__all__ = ["load_split", "split_table", "step_budget", "plot_split"]
+
+_FOLDER = ("05_fused_rnn", "split")
+
+
+def load_split(gpu: str = "h100", root=None) -> list[dict]:
+    """The newest split record (``*-split.jsonl``) of ``gpu`` as a list of dicts (the ``env`` line first)."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    folder = results_dir(root).joinpath(*_FOLDER)
+    files = [f for f in folder.glob("*-split.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    if not files:
+        raise FileNotFoundError(
+            f"no split records for {gpu!r} in {folder}; run `python scripts/probe_split.py` on that GPU with OUT set."
+        )
+    with Path(newest(files)).open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _rows(rows, name="rows") -> list[dict]:
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and "kind" in r for r in rows):
+        raise TypeError(
+            f"{name} must be the list of record dicts that load_split() returns, got {type(rows).__name__}."
+        )
+    return rows
+
+
+def _time(rows, case, dh, training):
+    for r in rows:
+        if r.get("kind") == "time" and r.get("case") == case and r.get("DH") == dh and "ms" in r:
+            if (r.get("pass_") == "fwd+bwd") == training:
+                return r
+    return None
+
+
+def _cell(r, key="ms"):
+    return f"{r[key]:8.2f}" if r is not None and r.get(key) is not None else f"{'-':>8s}"
+
+
+def split_table(rows) -> str:
+    """Per head dim, forward and forward+backward: the split kernel, cuDNN fp16/bf16 and alternating on both clocks
+    (device ms / eager wall ms), and the split kernel's time over cuDNN fp16's on the wall clock."""
+    rows = _rows(rows)
+    env = rows[0] if rows[0].get("kind") == "env" else {}
+    dims = sorted({r["DH"] for r in rows if r.get("kind") == "time" and r.get("case", "").startswith("fused split")})
+    lines = [
+        f"{env.get('device', '?')}, torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, "
+        f"{env.get('date', '?')} | LSTM, one head, B = 16, T = 1024, bf16 "
+        "(cuDNN: dense nn.LSTM, also computes the input product)",
+        f"{'pass':8s} {'DH':>5s} {'split ms':>8s} {'wall':>8s} {'cuDNN16':>8s} {'wall':>8s} {'cuDNNbf':>8s} "
+        f"{'altern.':>8s}  split/cuDNN16 (wall)",
+    ]
+    for training, label in ((False, "fwd"), (True, "fwd+bwd")):
+        suffix = " fwd+bwd" if training else ""
+        for dh in dims:
+            ours = _time(rows, "fused split fwd+bwd" if training else "fused split (chosen)", dh, training)
+            fp16 = _time(rows, f"cuDNN nn.LSTM float16{suffix}", dh, training)
+            bf16 = _time(rows, f"cuDNN nn.LSTM bfloat16{suffix}", dh, training)
+            alt = _time(rows, f"alternating{suffix}", dh, training)
+            if ours is None:
+                continue
+            ratio = f"{ours['wall_ms'] / fp16['wall_ms']:.2f}x" if fp16 and ours.get("wall_ms") else "-"
+            lines.append(
+                f"{label:8s} {dh:5d} {_cell(ours)} {_cell(ours, 'wall_ms')} {_cell(fp16)} {_cell(fp16, 'wall_ms')} "
+                f"{_cell(bf16)} {_cell(alt)}  {ratio}"
+            )
+    return "\n".join(lines)
+
+
+def step_budget(rows, head_dim: int = 768) -> str:
+    """The forward's step at ``head_dim`` per swept (block_u, warps): ns per step in all, without the barrier, the
+    barrier's share; and cuDNN fp16's ns per step (its whole forward / T)."""
+    rows = _rows(rows)
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    sweep = [r for r in rows if r.get("kind") == "sweep" and r.get("DH") == head_dim and "ms" in r]
+    if not sweep:
+        raise ValueError(f"head_dim={head_dim}: no forward sweep in these records; swept: "
+                         f"{sorted({r['DH'] for r in rows if r.get('kind') == 'sweep'})}.")  # fmt: skip
+    T = 1024
+    lines = [f"forward step at DH = {head_dim} (ns per step, device time / T = {T})",
+             f"{'block_u':>7s} {'P':>4s} {'warps':>5s} {'step':>7s} {'no barrier':>10s} {'barrier':>8s}"]  # fmt: skip
+    for r in sorted(sweep, key=lambda r: (r["block_u"], r["warps"])):
+        step, free = r["ms"] * 1e6 / T, r["no_barrier_ms"] * 1e6 / T
+        lines.append(f"{r['block_u']:7d} {r['split']:4d} {r['warps']:5d} {step:7.0f} {free:10.0f} {step - free:8.0f}")
+    fp16 = _time(rows, "cuDNN nn.LSTM float16", head_dim, False)
+    if fp16:
+        lines.append(f"cuDNN fp16 (dense nn.LSTM, input product included): {fp16['ms'] * 1e6 / T:.0f} ns per step")
+    return "\n".join(lines)
+
+
+def plot_split(rows, head_dim: int = 768):
+    """Two panels: (a) forward time vs head dim (split, cuDNN fp16 and bf16, alternating; device time, log scale);
+    (b) the forward step at ``head_dim`` per swept tiling, stacked: the work without the barrier, and the barrier;
+    cuDNN fp16's step as a line."""
+    import matplotlib.pyplot as plt  # deferred: only the figure needs it
+
+    rows = _rows(rows)
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    series = [
+        ("fused split (chosen)", "split fused (gpulab)", "o-"),
+        ("cuDNN nn.LSTM float16", "cuDNN fp16", "s-"),
+        ("cuDNN nn.LSTM bfloat16", "cuDNN bf16", "^--"),
+        ("alternating", "alternating (gpulab)", "x:"),
+    ]
+    dims = sorted({r["DH"] for r in rows if r.get("kind") == "time" and r.get("case") == series[0][0]})
+    for case, label, style in series:
+        pts = [(dh, _time(rows, case, dh, False)) for dh in dims]
+        pts = [(dh, r["ms"]) for dh, r in pts if r is not None]
+        if pts:
+            ax1.plot(*zip(*pts), style, label=label)
+    ax1.set_yscale("log")
+    ax1.set_xticks(dims, [str(d) for d in dims])
+    ax1.set_xlabel("head dim (one head)")
+    ax1.set_ylabel("forward, ms (device time)")
+    ax1.set_title("LSTM forward, B = 16, T = 1024")
+    ax1.legend(fontsize=8)
+    sweep = sorted((r for r in rows if r.get("kind") == "sweep" and r.get("DH") == head_dim and "ms" in r),
+                   key=lambda r: (r["block_u"], r["warps"]))  # fmt: skip
+    labels = [f"u{r['block_u']}\nP{r['split']}\n{r['warps']}w" for r in sweep]
+    free = [r["no_barrier_ms"] * 1e6 / 1024 for r in sweep]
+    barrier = [(r["ms"] - r["no_barrier_ms"]) * 1e6 / 1024 for r in sweep]
+    x = range(len(sweep))
+    ax2.bar(x, free, label="step without the barrier")
+    ax2.bar(x, barrier, bottom=free, label="the barrier")
+    fp16 = _time(rows, "cuDNN nn.LSTM float16", head_dim, False)
+    if fp16:
+        ax2.axhline(fp16["ms"] * 1e6 / 1024, color="k", ls="--", lw=1, label="cuDNN fp16 step")
+    ax2.set_xticks(list(x), labels, fontsize=8)
+    ax2.set_ylabel("ns per step")
+    ax2.set_title(f"forward step at DH = {head_dim}: block_u, programs P, warps")
+    ax2.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,57 @@
+"""gpulab.rnn.split_report: the split kernel's stored records as tables and a figure."""
+
+import json
+
+import pytest
+
+from gpulab.rnn import split_report
+
+
+def _write(tmp_path, rows):
+    folder = tmp_path / "05_fused_rnn" / "split"
+    folder.mkdir(parents=True)
+    path = folder / "nvidia-h100-80gb-hbm3-2030-01-01-split.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+ROWS = [
+    {"kind": "env", "device": "NVIDIA H100 80GB HBM3", "torch": "t", "triton": "3.6.0", "date": "2030-01-01"},
+    {"kind": "time", "case": "fused split (chosen)", "DH": 768, "ms": 3.0, "wall_ms": 3.3},
+    {"kind": "time", "case": "cuDNN nn.LSTM float16", "DH": 768, "ms": 2.0, "wall_ms": 2.2},
+    {"kind": "time", "case": "fused split fwd+bwd", "DH": 768, "ms": 9.0, "wall_ms": 9.9, "pass_": "fwd+bwd"},
+    {"kind": "time", "case": "cuDNN nn.LSTM float16 fwd+bwd", "DH": 768, "ms": 6.0, "wall_ms": 6.6, "pass_": "fwd+bwd"},
+    {"kind": "sweep", "DH": 768, "block_u": 8, "split": 96, "warps": 2, "ms": 2.048, "no_barrier_ms": 1.024},
+]
+
+
+def test_tables_come_from_the_records(tmp_path):
+    rows = split_report.load_split("h100", root=_write(tmp_path, ROWS))
+    table = split_report.split_table(rows)
+    assert "2030-01-01" in table and "1.50x" in table  # forward: 3.3 / 2.2 on the wall clock
+    assert "fwd+bwd" in table and "1.50x" in table.splitlines()[-1]  # 9.9 / 6.6
+    budget = split_report.step_budget(rows, 768)
+    assert "2000" in budget and "1000" in budget  # 2.048 ms / 1024 steps; half of it without the barrier
+    fig = split_report.plot_split(rows)
+    assert len(fig.axes) == 2
+
+
+def test_the_stored_h100_record_reads():
+    rows = split_report.load_split("h100")
+    assert rows[0]["kind"] == "env" and "H100" in rows[0]["device"]
+    assert "768" in split_report.split_table(rows) and "barrier" in split_report.step_budget(rows)
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="probe_split"):
+        split_report.load_split("h100", root=tmp_path)
+    with pytest.raises(TypeError, match="gpu"):
+        split_report.load_split(100)
+    with pytest.raises(TypeError, match="rows"):
+        split_report.split_table("rows")
+    with pytest.raises(TypeError, match="rows"):
+        split_report.plot_split([])
+    with pytest.raises(ValueError, match="head_dim=512"):
+        split_report.step_budget(ROWS, 512)
+    with pytest.raises(ValueError, match="head_dim"):
+        split_report.step_budget(ROWS, 0)
