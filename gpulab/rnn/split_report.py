@@ -16,7 +16,7 @@ from pathlib import Path
 from gpulab import hardware, runtime
 from gpulab.bench.records import newest, results_dir
 
-__all__ = ["load_split", "split_table", "step_budget", "plot_split"]
+__all__ = ["load_split", "split_table", "step_budget", "plot_split", "time_row"]
 
 _FOLDER = ("05_fused_rnn", "split")
 
@@ -41,6 +41,16 @@ def _rows(rows, name="rows") -> list[dict]:
             f"{name} must be the list of record dicts that load_split() returns, got {type(rows).__name__}."
         )
     return rows
+
+
+def time_row(rows, case: str, head_dim: int, training: bool = False) -> dict | None:
+    """The ``time`` record of ``case`` (e.g. 'fused split (chosen)', 'cuDNN nn.LSTM float16', 'alternating'; the
+    training rows' cases end in ' fwd+bwd' except the split kernel's, 'fused split fwd+bwd') at ``head_dim``, or None
+    if the run has none."""
+    rows = _rows(rows)
+    if not isinstance(case, str):
+        raise TypeError(f"case must be a str such as 'cuDNN nn.LSTM float16', got {case!r}.")
+    return _time(rows, case, runtime.positive_int("head_dim", head_dim), training)
 
 
 def _time(rows, case, dh, training):

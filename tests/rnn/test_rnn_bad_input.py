@@ -118,6 +118,7 @@ CASES = [
     ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
     ("step_budget-head_dim", lambda: split_report.step_budget([{"kind": "env"}], 0), ValueError, "head_dim"),
     ("plot_split-rows", lambda: split_report.plot_split([]), TypeError, "rows must be"),
+    ("time_row-case", lambda: split_report.time_row([{"kind": "env"}], 3, 768), TypeError, "case must be"),
     ("problem_inputs-B", lambda: rnn_benchmark.problem_inputs(0, 2, 1, 4), ValueError, "B must be"),
     ("problem_inputs-DH", lambda: rnn_benchmark.problem_inputs(1, 2, 1, 4.0), TypeError, "DH must be"),
     (
