@@ -468,9 +468,9 @@ if split_rows:
     fwd768 = split_report.time_row(split_rows, "fused split (chosen)", 768)
     cud768 = split_report.time_row(split_rows, "cuDNN nn.LSTM float16", 768)
     alt768 = split_report.time_row(split_rows, "alternating", 768)
-    print(f"\none head of 768, forward: split {fwd768['wall_ms']:.2f} ms wall, {fwd768['wall_ms'] / cud768['wall_ms']:.2f}x "
-          f"cuDNN fp16's time (which includes the input product), {alt768['ms'] / fwd768['ms']:.0f}x faster than "
-          f"alternating (device time)")
+    print(f"\none head of 768, forward: split {fwd768['wall_ms']:.2f} ms wall, "
+          f"{fwd768['wall_ms'] / cud768['wall_ms']:.2f}x cuDNN fp16's time (which includes the input product), "
+          f"{alt768['ms'] / fwd768['ms']:.0f}x faster than alternating (device time)")
 
 # %% [markdown]
 # Where a step's time goes at head dim 768: each swept tiling timed as it is, and the same launch *without its barrier* (wrong numbers, its time). The difference is the barrier's share; the rest is the chain of the h read, the product and the cell. The dashed line is cuDNN fp16's whole step.
@@ -480,7 +480,8 @@ if split_rows:
     print(split_report.step_budget(split_rows, 768))
     fig = split_report.plot_split(split_rows)
     plt.show()
-print("\nhead dim 1024, training:", split_tiling.plan(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", training=True).why)
+plan_1024 = split_tiling.plan(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", training=True)
+print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
 # **What it means.** At head dims up to a few hundred the split kernel keeps pace with cuDNN; at 768 and beyond it is slower per step, and the step budget says why: a step is a chain of L2 round trips (the barrier, the $h$ read) plus the product, and even without its barrier the chain is longer than cuDNN's whole step. Against `alternating` (which reads $R$ from memory and launches two kernels per step) it is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend. The backward is slower still relative to cuDNN: each program reads all of $dG_t$ ($4\times$ the bytes of $h$) every step; and at head dim 1024 no split backward fits an SM's shared memory (the plan above), so training there runs the `alternating` backward, which is why that row is so much slower. Shortening the chain (fewer round trips per step, the product's operands staged better) is where the next gains are.
