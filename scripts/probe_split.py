@@ -2,7 +2,7 @@
 then times (device and eager wall clock) beside cuDNN and the alternating backend, a block_u (P) sweep and the
 barrier's share of a step.
 
-    python scripts/probe_split.py [check] [stress] [time] [train] [bsweep]
+    python scripts/probe_split.py [check] [stress] [time] [train] [bsweep] [cross]
 
 (a GPU; default: all phases; prints JSON lines, writes $OUT/probe_split.jsonl when OUT is set)
 
@@ -25,7 +25,7 @@ from gpulab.rnn import split_tiling
 from gpulab.rnn.backends.fused import split as S
 
 OUT = os.environ.get("OUT")
-PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train", "bsweep"}
+PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train", "bsweep", "cross"}
 QUICK = False
 rows = []
 
@@ -214,6 +214,29 @@ def backward_sweep(DH):
 
 for DH in (512, 768) if "bsweep" in PHASES else ():
     backward_sweep(DH)
+
+
+def crossover(DH, batch):
+    """Forward at one (head dim, batch): the split kernel (the chooser's tiling) beside the one-SM fused kernel where
+    that fits, and alternating; both clocks."""
+    from gpulab.rnn import tiling
+    from gpulab.rnn.backends.fused import forward as F
+
+    x = inputs("lstm", batch, T, DH, torch.bfloat16)
+    with torch.no_grad():
+        cfg = split_tiling.split_tiling(batch, 1, DH, "lstm", torch.bfloat16)
+        ms, wall = times(lambda: S.split_rnn_forward(*x, save_gates=False, tiling=cfg))
+        emit(kind="cross", DH=DH, B=batch, case="split", split=cfg.split, block_b=cfg.block_b, ms=ms, wall_ms=wall)
+        if tiling.fits(batch, 1, DH, "lstm", torch.bfloat16, direction="forward"):
+            ms, wall = times(lambda: F.fused_rnn_forward(*x, "lstm", save_gates=False))
+            emit(kind="cross", DH=DH, B=batch, case="one-SM fused", ms=ms, wall_ms=wall)
+        ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="alternating"))
+        emit(kind="cross", DH=DH, B=batch, case="alternating", ms=ms, wall_ms=wall)
+    torch.cuda.empty_cache()
+
+
+for DH, batch in [(d, b) for d in (128, 768) for b in (1, 4, 16, 64)] if "cross" in PHASES else ():
+    crossover(DH, batch)
 
 if OUT:
     with open(os.path.join(OUT, "probe_split.jsonl"), "w") as fh:
