@@ -41,9 +41,11 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The whole suite: lint, package tests, lesson and solution notebooks under nbval, exercise pipeline checks.
+# The whole suite: lint, package tests (3-minute budget), the course pipeline (nbgrader round trip), lesson and
+# solution notebooks under nbval, exercise pipeline checks.
 test: lint
-	$(BIN)/python -m pytest -q tests/ --timeout=180 --session-timeout=180
+	$(BIN)/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
+	$(BIN)/python -m pytest -q -m pipeline tests/course/ -p no:cacheprovider
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
 

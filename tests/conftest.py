@@ -7,6 +7,9 @@ os.environ.setdefault("GPULAB_POISON", "1")  # one poison policy: outputs NaN-fi
 
 import gpulab  # noqa: F401 - decides interpreter vs CUDA before any test defines a kernel
 
+if os.environ.get("PYTEST_XDIST_WORKER") and not torch.cuda.is_available():
+    torch.set_num_threads(1)  # `make test` runs one pytest-xdist worker per core: one thread each
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():

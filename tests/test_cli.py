@@ -33,12 +33,13 @@ def _gpulab(*args, **env):
     )
 
 
-def test_info_subprocess():
-    proc = _gpulab("info")
-    assert proc.returncode == 0, proc.stderr
-    assert "interpreter" in proc.stdout
-    assert "reference GPU (no CUDA device here): NVIDIA H100 SXM5 80GB" in proc.stdout
-    assert "Ceilings of the" in proc.stdout and "lesson 0 measurements" in proc.stdout
+def test_info(capsys):
+    """`python -m gpulab info` in process (the entry point itself runs as a subprocess below)."""
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "interpreter" in out
+    assert "reference GPU (no CUDA device here): NVIDIA H100 SXM5 80GB" in out
+    assert "Ceilings of the" in out and "lesson 0 measurements" in out
 
 
 def test_info_without_stored_results(tmp_path, monkeypatch, capsys):

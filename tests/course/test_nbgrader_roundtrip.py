@@ -13,6 +13,7 @@ import pytest
 from gpulab.course import sources
 
 pytest.importorskip("nbgrader")
+pytestmark = pytest.mark.pipeline  # the course step of `make test`, beside nbval (about 25 s on two cores)
 
 LESSON = "00_memory_hierarchy"
 

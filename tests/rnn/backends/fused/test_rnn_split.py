@@ -28,7 +28,7 @@ def _reference(inputs, function):
     return rnn.flashrnn(*(t.double() for t in inputs), function=function, backend="vanilla")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float16])
 def test_split_forward_with_two_heads_and_two_batch_tiles(dtype, make_inputs):
     """Programs of several heads and batch tiles share the grid: each head's units and rows stay its own (float16:
     the input projections travel as 32-bit words of two values)."""
@@ -132,7 +132,7 @@ def test_persistent_split_forward_on_gpu(function, DH, make_inputs):
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
-@pytest.mark.parametrize("B,T,DH", [(2, 3, 256), (1, 2, 300), (1, 1, 768)])
+@pytest.mark.parametrize("B,T,DH", [(2, 1, 256), (1, 2, 300), (1, 1, 768)])
 def test_split_forward_and_backward_match_float64(function, B, T, DH, make_inputs):
     """The split forward (every state of every step, the last states, from random initial states; outputs
     poisoned first) and every gradient (Wx, R, b, initial states) of the split backward, with a gradient on every
@@ -140,10 +140,11 @@ def test_split_forward_and_backward_match_float64(function, B, T, DH, make_input
     from gpulab.rnn.backends.fused import split_backward
 
     inputs = make_inputs(function, B, T, 1, DH, device=runtime.device, seed=DH + T)
-    fwd = _few_programs(B, DH, function, torch.float32)
+    block_u = 128 if DH > 512 else 64  # 6 programs at 768, 5 at 300: a real split, quick in the interpreter
+    fwd = _few_programs(B, DH, function, torch.float32, block_u=block_u)
     bwd = dataclasses.replace(
         split_tiling.split_tiling(B, 1, DH, function, torch.bfloat16, gpu="H100", direction="backward"),
-        block_u=64, split=math.ceil(DH / 64), programs=math.ceil(DH / 64),
+        block_u=block_u, split=math.ceil(DH / block_u), programs=math.ceil(DH / block_u),
     )  # fmt: skip
     out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True, tiling=fwd)
     g = torch.Generator().manual_seed(7)
