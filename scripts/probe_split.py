@@ -216,9 +216,9 @@ for DH in (512, 768) if "bsweep" in PHASES else ():
     backward_sweep(DH)
 
 
-def crossover(DH, batch):
-    """Forward at one (head dim, batch): the split kernel (the chooser's tiling) beside the one-SM fused kernel where
-    that fits, and alternating; both clocks."""
+def crossover(DH, batch, T=1024):
+    """Forward at one (head dim, batch), T = 1024: the split kernel (the chooser's tiling) beside the one-SM fused
+    kernel where that fits, and alternating; both clocks."""
     from gpulab.rnn import tiling
     from gpulab.rnn.backends.fused import forward as F
 
@@ -226,12 +226,12 @@ def crossover(DH, batch):
     with torch.no_grad():
         cfg = split_tiling.split_tiling(batch, 1, DH, "lstm", torch.bfloat16)
         ms, wall = times(lambda: S.split_rnn_forward(*x, save_gates=False, tiling=cfg))
-        emit(kind="cross", DH=DH, B=batch, case="split", split=cfg.split, block_b=cfg.block_b, ms=ms, wall_ms=wall)
+        emit(kind="cross", DH=DH, B=batch, T=T, case="split", split=cfg.split, block_b=cfg.block_b, ms=ms, wall_ms=wall)
         if tiling.fits(batch, 1, DH, "lstm", torch.bfloat16, direction="forward"):
             ms, wall = times(lambda: F.fused_rnn_forward(*x, "lstm", save_gates=False))
-            emit(kind="cross", DH=DH, B=batch, case="one-SM fused", ms=ms, wall_ms=wall)
+            emit(kind="cross", DH=DH, B=batch, T=T, case="one-SM fused", ms=ms, wall_ms=wall)
         ms, wall = times(lambda: rnn.flashrnn(*x, function="lstm", backend="alternating"))
-        emit(kind="cross", DH=DH, B=batch, case="alternating", ms=ms, wall_ms=wall)
+        emit(kind="cross", DH=DH, B=batch, T=T, case="alternating", ms=ms, wall_ms=wall)
     torch.cuda.empty_cache()
 
 

@@ -6,6 +6,8 @@ The records (``scripts/probe_split.py`` on a GPU, under ``benchmarks/05_fused_rn
 kernel, ``alternating`` and cuDNN's ``nn.LSTM`` in fp16 and bf16, with ``ms`` the device time and ``wall_ms`` the
 eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forward per block_u and warps, with
 ``no_barrier_ms``: the same launch without its barrier) and ``bsweep``/``bsweep2`` (the backward per tiling).
+A second record, ``*-cross.jsonl``, holds rows of kind ``cross``: the LSTM forward (one head, T = 1024, bf16) over
+batch at two head dims, the split kernel beside the one-SM fused kernel (where it fits) and ``alternating``.
 """
 
 from __future__ import annotations
@@ -16,20 +18,27 @@ from pathlib import Path
 from gpulab import hardware, runtime
 from gpulab.bench.records import newest, results_dir
 
-__all__ = ["load_split", "split_table", "step_budget", "plot_split", "time_row"]
+__all__ = ["load_split", "split_table", "step_budget", "crossover_table", "plot_split", "time_row"]
 
 _FOLDER = ("05_fused_rnn", "split")
 
 
-def load_split(gpu: str = "h100", root=None) -> list[dict]:
-    """The newest split record (``*-split.jsonl``) of ``gpu`` as a list of dicts (the ``env`` line first)."""
+_RECORDS = {"split": "", "cross": " cross"}  # record -> the probe's phases that write it
+
+
+def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
+    """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
+    ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers)."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    if record not in _RECORDS:
+        raise ValueError(f"record must be one of {sorted(_RECORDS)}, got {record!r}.")
     folder = results_dir(root).joinpath(*_FOLDER)
-    files = [f for f in folder.glob("*-split.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    files = [f for f in folder.glob(f"*-{record}.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
     if not files:
         raise FileNotFoundError(
-            f"no split records for {gpu!r} in {folder}; run `python scripts/probe_split.py` on that GPU with OUT set."
+            f"no {record} records for {gpu!r} in {folder}; run `python scripts/probe_split.py{_RECORDS[record]}` on "
+            "that GPU with OUT set."
         )
     with Path(newest(files)).open() as fh:
         return [json.loads(line) for line in fh if line.strip()]
@@ -113,6 +122,27 @@ def step_budget(rows, head_dim: int = 768) -> str:
     fp16 = _time(rows, "cuDNN nn.LSTM float16", head_dim, False)
     if fp16:
         lines.append(f"cuDNN fp16 (dense nn.LSTM, input product included): {fp16['ms'] * 1e6 / T:.0f} ns per step")
+    return "\n".join(lines)
+
+
+def crossover_table(rows) -> str:
+    """Per head dim and batch (``cross`` rows): the LSTM forward of the split kernel, the one-SM fused kernel ('-'
+    where one SM cannot hold the head) and ``alternating``, device ms / eager wall ms, and the fastest on the wall
+    clock with its speed over the runner-up's."""
+    rows = [r for r in _rows(rows) if r.get("kind") == "cross" and "ms" in r]
+    if not rows:
+        raise ValueError("no 'cross' rows in these records: load them with load_split(record='cross').")
+    cases = ("split", "one-SM fused", "alternating")
+    lines = [
+        "LSTM forward, one head, T = 1024, bf16: device ms / eager wall ms",
+        f"{'DH':>5s} {'B':>4s} {'split':>15s} {'one-SM fused':>15s} {'alternating':>15s}  fastest (wall)",
+    ]
+    for dh, batch in sorted({(r["DH"], r["B"]) for r in rows}):
+        at = {r["case"]: r for r in rows if r["DH"] == dh and r["B"] == batch}
+        cells = [f"{at[c]['ms']:6.2f} / {at[c]['wall_ms']:6.2f}" if c in at else f"{'-':>15s}" for c in cases]
+        ranked = sorted((at[c]["wall_ms"], c) for c in cases if c in at)
+        lead = f", {ranked[1][0] / ranked[0][0]:.2f}x the runner-up's speed" if len(ranked) > 1 else ""
+        lines.append(f"{dh:5d} {batch:4d} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s}  {ranked[0][1]}{lead}")
     return "\n".join(lines)
 
 

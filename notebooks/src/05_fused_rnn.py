@@ -487,6 +487,28 @@ print("\nhead dim 1024, training:", plan_1024.why)
 # **What it means.** At head dims up to a few hundred the split kernel keeps pace with cuDNN; at 768 and beyond it is slower per step, and the step budget says why: a step is a chain of L2 round trips (the barrier, the $h$ read) plus the product, and even without its barrier the chain is longer than cuDNN's whole step. Against `alternating` (which reads $R$ from memory and launches two kernels per step) it is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend. The backward is slower still relative to cuDNN: each program reads all of $dG_t$ ($4\times$ the bytes of $h$) every step; and at head dim 1024 no split backward fits an SM's shared memory (the plan above), so training there runs the `alternating` backward, which is why that row is so much slower. Shortening the chain (fewer round trips per step, the product's operands staged better) is where the next gains are.
 
 # %% [markdown]
+# **Where the split pays.** A split costs a barrier per step and an exchange through L2; one SM holding the whole head costs neither, but keeps one SM busy per head and batch tile. The stored crossover run times the forward over batch at a head dim that fits one SM (128) and at one that does not (768), beside `alternating`:
+
+# %%
+try:
+    cross_rows = split_report.load_split("h100", record="cross")
+except FileNotFoundError as exc:
+    cross_rows = []
+    print(exc)
+if cross_rows:
+    print(split_report.crossover_table(cross_rows))
+    cross = {(r["DH"], r["B"], r["case"]): r for r in cross_rows if r["kind"] == "cross"}
+    gaps = [cross[128, b, "one-SM fused"]["wall_ms"] / cross[128, b, "split"]["wall_ms"]
+            for b in sorted({k[1] for k in cross if k[0] == 128})]  # fmt: skip
+    print(f"\nhead dim 128: the one-SM kernel takes {min(gaps):.2f}x to {max(gaps):.2f}x the split kernel's wall "
+          f"time over the batches; head dim 768: the split kernel grows from "
+          f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
+          "device time")
+
+# %% [markdown]
+# Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch because every program's product gets wider while the chain of round trips per step stays the same; `alternating` is an order of magnitude slower at every batch.
+
+# %% [markdown]
 # ## 7. `gpulab.rnn.LSTM`: a module like `nn.LSTM`
 #
 # `gpulab.rnn.LSTM(input_size, hidden_size, num_heads, num_layers, backend=...)` computes each layer as FlashRNN's benchmarks do: one dense input product for all steps ($Wx = x W_{ih}^\top$), then the recurrence through `flashrnn` with the chosen backend. With one head it is `nn.LSTM`: `LSTM.from_torch` copies an `nn.LSTM`'s weights (through lesson 3's `from_torch_lstm`), and outputs and gradients match. With several heads it is a different (block-diagonal) model with $NH$ times fewer recurrent weights.

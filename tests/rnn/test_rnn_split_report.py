@@ -36,10 +36,28 @@ def test_tables_come_from_the_records(tmp_path):
     assert len(fig.axes) == 2
 
 
+def test_crossover_table_names_the_fastest_on_the_wall_clock():
+    rows = [
+        {"kind": "env", "device": "NVIDIA H100 80GB HBM3"},
+        {"kind": "cross", "DH": 128, "B": 4, "case": "split", "ms": 1.0, "wall_ms": 1.2},
+        {"kind": "cross", "DH": 128, "B": 4, "case": "one-SM fused", "ms": 1.1, "wall_ms": 1.5},
+        {"kind": "cross", "DH": 128, "B": 4, "case": "alternating", "ms": 9.0, "wall_ms": 12.0},
+        {"kind": "cross", "DH": 768, "B": 4, "case": "split", "ms": 3.0, "wall_ms": 3.0},
+        {"kind": "cross", "DH": 768, "B": 4, "case": "alternating", "ms": 30.0, "wall_ms": 45.0},
+    ]
+    lines = split_report.crossover_table(rows).splitlines()
+    assert lines[2].split()[:2] == ["128", "4"] and lines[2].endswith("split, 1.25x the runner-up's speed")  # 1.5/1.2
+    assert lines[3].endswith("split, 15.00x the runner-up's speed") and " - " in lines[3]  # no one-SM fit at 768
+    with pytest.raises(ValueError, match="record='cross'"):
+        split_report.crossover_table(ROWS)
+
+
 def test_the_stored_h100_record_reads():
     rows = split_report.load_split("h100")
     assert rows[0]["kind"] == "env" and "H100" in rows[0]["device"]
     assert "768" in split_report.split_table(rows) and "barrier" in split_report.step_budget(rows)
+    cross = split_report.load_split("h100", record="cross")
+    assert {r["case"] for r in cross if r["kind"] == "cross"} == {"split", "one-SM fused", "alternating"}
 
 
 def test_bad_input(tmp_path):
@@ -47,6 +65,8 @@ def test_bad_input(tmp_path):
         split_report.load_split("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         split_report.load_split(100)
+    with pytest.raises(ValueError, match="record must be one of"):
+        split_report.load_split("h100", record="splits")
     with pytest.raises(TypeError, match="rows"):
         split_report.split_table("rows")
     with pytest.raises(TypeError, match="rows"):
