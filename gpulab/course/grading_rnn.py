@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import numbers
 import re
 import warnings
@@ -34,7 +35,7 @@ from gpulab.rnn import cells, tiling
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
 
-__all__ = ["grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
+__all__ = ["grade_all_gates", "grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
 
 
 @triton.jit
@@ -276,6 +277,95 @@ def grade_lstm_backward_step(step, cases=5):
             functools.partial(_step_mistakes, i, f, z, o, c_prev, dh, dc, R),
         )  # fmt: skip
     return f"{len(shapes)} random steps against autograd in float64"
+
+
+@triton.jit
+def _all_gates_kernel(h_ptr, r_ptr, out_ptr, B, NH, GATES: tl.constexpr, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    """Program n: h of head n [B, DH] (rows past B zero) -> GATES(h, r_ptr, n, NH, BLOCK_B, DH) = four [BLOCK_B, DH]
+    products, stored as out [4, NH, B, DH]; GATES is the learner's ``@triton.jit`` function."""
+    n = tl.program_id(0)
+    rows = tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, DH)
+    mask = (rows < B)[:, None] & (cols < DH)[None, :]
+    tile = rows[:, None] * DH + cols[None, :]
+    h = tl.load(h_ptr + n * B * DH + tile, mask=mask, other=0.0)
+    i, f, z, o = GATES(h, r_ptr, n, NH, BLOCK_B, DH)
+    gate = NH * B * DH
+    tl.store(out_ptr + n * B * DH + tile, i, mask=mask)
+    tl.store(out_ptr + gate + n * B * DH + tile, f, mask=mask)
+    tl.store(out_ptr + 2 * gate + n * B * DH + tile, z, mask=mask)
+    tl.store(out_ptr + 3 * gate + n * B * DH + tile, o, mask=mask)
+
+
+def _dot_calls(fn) -> int | None:
+    """How many ``tl.dot`` calls the body of the learner's function writes (comments left out), or None if its source
+    cannot be read."""
+    src = getattr(fn, "src", None)
+    if not isinstance(src, str):
+        try:
+            src = inspect.getsource(getattr(fn, "fn", fn))
+        except (OSError, TypeError):
+            return None
+    code = "\n".join(line.split("#", 1)[0] for line in src.splitlines())
+    return len(re.findall(r"\bdot\s*\(", code))
+
+
+def _gate_order_hint(out, want) -> str:
+    """If ``out`` [4, ...] is ``want`` with its gates permuted, a hint naming which slot got which gate."""
+    tol = check.tolerance(torch.float32)
+    for perm in itertools.permutations(range(4)):
+        if perm != (0, 1, 2, 3) and check.relative_error(out, want[list(perm)]) <= tol:
+            order = ", ".join(f"your {'ifzo'[a]} is gate {'ifzo'[b]}" for a, b in enumerate(perm) if a != b)
+            return (
+                f" The products are right but in the wrong order ({order}). tl.split halves the LAST dimension: "
+                "reshaped to [BLOCK_B, 2, 2, DH], gate g = 2a + c sits at [b, a, c, j]; permute to [b, j, a, c], "
+                "split over c (gates 0, 2 | 1, 3), then split each half over a."
+            )
+    return ""
+
+
+@grader("all gates in one product")
+def grade_all_gates(all_gates, cases=4):
+    """``all_gates(h, r_ptr, n, NH, BLOCK_B, DH)``, a ``@triton.jit`` function: from h [BLOCK_B, DH] (fp32) and R
+    [4, NH, DH, DH] (``r_ptr``; gate g of head n gets ``h @ R[g, n]^T``), the four gates' products, each [BLOCK_B,
+    DH], in the order i, f, z, o, from ONE ``tl.dot`` of h with the [DH, 4 * DH] tile R_all^T. Checked on random
+    heads and batches against float64."""
+    require_kernel("all_gates", all_gates, called_as="all_gates(h, r_ptr, n, NH, BLOCK_B, DH)")
+    cases = runtime.positive_int("cases", cases)
+    dots = _dot_calls(all_gates)
+    if dots is not None and dots > 1:
+        raise AssertionError(
+            f"all_gates writes tl.dot {dots} times: that is lesson 5's v1 (one product per gate). Load R^T of all four "
+            "gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take the gates apart."
+        )
+    rng, _ = fresh_rng()
+    shapes = [(1, 1, 16)] + [(rng.choice([2, 7, 16]), rng.choice([1, 2, 3]), 16) for _ in range(max(cases, 2) - 2)]
+    shapes.append((rng.choice([3, 16]), 2, 32))
+    for B, NH, DH in shapes:
+        h = check.random_tensor(NH, B, DH, dtype=torch.float32, device=runtime.device)
+        R = check.random_tensor(4, NH, DH, DH, dtype=torch.float32, device=runtime.device, scale=DH**-0.5)
+        out = check.poisoned(4, NH, B, DH, dtype=torch.float32, device=runtime.device)
+        _all_gates_kernel[(NH,)](h, R, out, B, NH, GATES=all_gates, BLOCK_B=16, DH=DH)
+        want = torch.einsum("nbk,gnjk->gnbj", h.double(), R.double())
+        where = f"B={B}, NH={NH}, DH={DH}"
+        if check.relative_error(out, want) <= check.tolerance(torch.float32):
+            continue
+        hint = ""
+        transposed = torch.einsum("nbk,gnkj->gnbj", h.double(), R.double())
+        if check.relative_error(out, transposed) <= check.tolerance(torch.float32):
+            hint = (
+                " It equals h @ R[g, n] without the transpose: element [k, c] of the tile is R[g, n, j, k] (input "
+                "unit k is the row, gate g = c // DH and unit j = c % DH the column), offset g*NH*DH*DH + n*DH*DH + "
+                "j*DH + k."
+            )
+        else:
+            hint = _gate_order_hint(out, want)
+        try:
+            check.assert_close(out, want, dtype=torch.float32, name="gates", context=where)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{hint}") from None
+        raise AssertionError(f"{where}: the gates differ from float64 h @ R[g, n]^T.{hint}")
+    return f"{len(shapes)} random heads and batches (head dims 16 and 32) against float64"
 
 
 @grader("does a head fit on chip")

@@ -161,3 +161,82 @@ def test_shared_bytes_grader(capsys):
 def test_shared_bytes_mistakes_are_named(mistake, message):
     with pytest.raises(AssertionError, match=message):
         grading.grade_shared_bytes(lambda *a: _shared_bytes(*a, mistake=mistake))
+
+
+@triton.jit
+def _rt_all(r_ptr, n, NH, DH: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """R^T of all four gates of head n as one [DH, 4 * DH] tile (TRANSPOSED: R itself, the common mistake)."""
+    k = tl.arange(0, DH)[:, None]
+    c = tl.arange(0, 4 * DH)[None, :]
+    g, j = c // DH, c % DH
+    if TRANSPOSED:
+        return tl.load(r_ptr + g * NH * DH * DH + n * DH * DH + k * DH + j)
+    else:
+        return tl.load(r_ptr + g * NH * DH * DH + n * DH * DH + j * DH + k)
+
+
+@triton.jit
+def _split4(acc, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    x = tl.permute(tl.reshape(acc, [BLOCK_B, 2, 2, DH]), (0, 3, 1, 2))
+    x02, x13 = tl.split(x)
+    x0, x2 = tl.split(x02)
+    x1, x3 = tl.split(x13)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def all_gates_right(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    acc = tl.dot(h, _rt_all(r_ptr, n, NH, DH, False), input_precision="ieee")
+    return _split4(acc, BLOCK_B, DH)
+
+
+@triton.jit
+def all_gates_transposed(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    acc = tl.dot(h, _rt_all(r_ptr, n, NH, DH, True), input_precision="ieee")
+    return _split4(acc, BLOCK_B, DH)
+
+
+@triton.jit
+def all_gates_wrong_order(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    acc = tl.dot(h, _rt_all(r_ptr, n, NH, DH, False), input_precision="ieee")
+    x = tl.permute(tl.reshape(acc, [BLOCK_B, 2, 2, DH]), (0, 3, 1, 2))
+    x02, x13 = tl.split(x)
+    x0, x2 = tl.split(x02)
+    x1, x3 = tl.split(x13)
+    return x0, x2, x1, x3  # split's halves read as consecutive gates
+
+
+@triton.jit
+def all_gates_per_gate(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    k = tl.arange(0, DH)[:, None]
+    j = tl.arange(0, DH)[None, :]
+    rt = r_ptr + n * DH * DH + j * DH + k
+    i = tl.dot(h, tl.load(rt), input_precision="ieee")
+    f = tl.dot(h, tl.load(rt + NH * DH * DH), input_precision="ieee")
+    z = tl.dot(h, tl.load(rt + 2 * NH * DH * DH), input_precision="ieee")
+    o = tl.dot(h, tl.load(rt + 3 * NH * DH * DH), input_precision="ieee")
+    return i, f, z, o
+
+
+@triton.jit
+def all_gates_stub(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    raise NotImplementedError()
+
+
+def test_all_gates_grader(capsys):
+    grading.grade_all_gates(all_gates_right, cases=3)
+    assert capsys.readouterr().out.startswith("PASSED all gates in one product")
+
+
+@pytest.mark.parametrize(
+    "fn,message",
+    [
+        (all_gates_transposed, "without the transpose"),
+        (all_gates_wrong_order, "your f is gate z, your z is gate f"),
+        (all_gates_per_gate, "writes tl.dot 4 times"),
+        (all_gates_stub, "not implemented yet"),
+    ],
+)
+def test_all_gates_mistakes_are_named(fn, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_all_gates(fn, cases=2)

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Four tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Five tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -135,7 +135,81 @@ def lstm_forward_kernel(wx_ptr, r_ptr, b_ptr, s0_ptr, out_ptr, last_ptr, B, T, N
 grading.grade_lstm_loop(lstm_forward_kernel)
 
 # %% [markdown]
-# ## Task 3: one reverse-time step of the LSTM backward
+# ## Task 3: all gates in one product (lesson 5's v1 -> v2)
+#
+# Your loop makes four products per step, `tl.dot(h, rt_g)` for each gate: four small tensor-core operations, each
+# with its own $[DH, DH]$ operand in registers. The lesson's kernel makes **one**: it lays $R^\top$ of the four gates
+# side by side as one $[DH, 4\,DH]$ tile, $R_\text{all}^\top$, so a single `tl.dot` computes every gate's product,
+# $[B_\text{tile}, 4\,DH]$, and then takes the gates apart.
+#
+# **Spec.** Write the `@triton.jit` function `all_gates(h, r_ptr, n, NH, BLOCK_B, DH)`:
+#
+# - `h` is an fp32 $[BLOCK\_B, DH]$ tile (head `n`'s state); `r_ptr` points at $R$ $[4, NH, DH, DH]$ (fp32,
+#   contiguous) and gate $g$ of head $n$ gets $h\, R_{g,n}^\top$, i.e. `R[g, n, j, k]` takes input unit $k$ to gate
+#   unit $j$;
+# - load $R_\text{all}^\top$ of head `n` as one $[DH, 4\,DH]$ tile: row $k$, column $c$ holds gate $g = c // DH$,
+#   unit $j = c \bmod DH$;
+# - make **one** product, `tl.dot(h, rt_all, input_precision="ieee")`;
+# - return the four $[BLOCK\_B, DH]$ products in the order $i, f, z, o$. `tl.split` only halves a last dimension of
+#   size 2, so the gate index has to become two size-2 dimensions first (`tl.reshape`, `tl.permute`).
+#
+# The grader's kernel calls your function on random heads, batches and head dims 16 and 32 and compares with
+# float64 $h\, R_{g,n}^\top$; a function with more than one `tl.dot` is v1 again and fails. In the lesson's kernel the
+# load of $R_\text{all}^\top$ sits before the time loop; here it is inside the function to keep the task small.
+#
+# <details><summary>Hint 1</summary>
+#
+# Build the tile's offsets from two index vectors: `k = tl.arange(0, DH)[:, None]` (rows) and
+# `c = tl.arange(0, 4 * DH)[None, :]` (columns), with `g, j = c // DH, c % DH`. Element `R[g, n, j, k]` is at
+# `g * NH * DH * DH + n * DH * DH + j * DH + k`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `tl.reshape(acc, [BLOCK_B, 2, 2, DH])` puts gate $g = 2a + c$ at `[b, a, c, j]`. Move the two size-2 dimensions
+# last with `tl.permute(x, (0, 3, 1, 2))`: `[b, j, a, c]`.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# One `tl.split` over $c$ gives gates $\{0, 2\}$ and $\{1, 3\}$ (not 0 and 1!); split each half again over $a$:
+# `x02, x13 = tl.split(x)`, `x0, x2 = tl.split(x02)`, `x1, x3 = tl.split(x13)`, then return `x0, x1, x2, x3`.
+# </details>
+
+# %% tags=["solution"]
+@triton.jit
+def all_gates(h, r_ptr, n, NH, BLOCK_B: tl.constexpr, DH: tl.constexpr):
+    ### BEGIN SOLUTION
+    # R_all^T [DH, 4 * DH]: row k, column c = g * DH + j holds R[g, n, j, k]
+    k = tl.arange(0, DH)[:, None]
+    c = tl.arange(0, 4 * DH)[None, :]
+    g, j = c // DH, c % DH
+    rt_all = tl.load(r_ptr + g * NH * DH * DH + n * DH * DH + j * DH + k)
+    acc = tl.dot(h, rt_all, input_precision="ieee")  # [BLOCK_B, 4 * DH]: every gate's product at once
+    # gate g = 2a + c: [b, a, c, j] -> [b, j, a, c], then halve c, then a (tl.split halves the last dimension)
+    x = tl.permute(tl.reshape(acc, [BLOCK_B, 2, 2, DH]), (0, 3, 1, 2))
+    x02, x13 = tl.split(x)
+    x0, x2 = tl.split(x02)
+    x1, x3 = tl.split(x13)
+    return x0, x1, x2, x3
+    ### END SOLUTION
+
+
+# %%
+# GRADER: all gates in one product
+grading.grade_all_gates(all_gates)
+
+# %% [markdown]
+# Why bother: four products of $[B_\text{tile}, DH] \times [DH, DH]$ are four separate tensor-core instruction chains
+# whose results each wait on the same $h$; one product of width $4\,DH$ keeps the tensor cores busy with a single,
+# wider chain and reads $h$'s fragments once; it also means one tile of $Wx_t$ to load and one tile of gates to
+# store per step, and every tile whose memory layout differs from the tensor cores' costs a round trip through
+# shared memory. Taking the gates apart costs nothing on the GPU: in the tensor cores' output layout a thread
+# already holds all four gates of its units, so reshape, permute and split only rename registers. Lesson 5's v2
+# makes exactly this change.
+
+# %% [markdown]
+# ## Task 4: one reverse-time step of the LSTM backward
 #
 # The fused backward kernel walks the sequence from $t = T-1$ down to 0, carrying $\delta h$ and $\delta c$ in
 # registers; each step turns them into the gate gradients $\delta G_t$ (written out for the parameter products) and
@@ -192,7 +266,7 @@ grading.grade_lstm_backward_step(step)
 
 
 # %% [markdown]
-# ## Task 4: does a head fit on one SM?
+# ## Task 5: does a head fit on one SM?
 #
 # The fused kernel keeps a head's recurrent weights on chip for the whole sequence. Count what one program needs in
 # shared memory, as `gpulab.rnn.tiling` does: `shared_bytes(head_dim, function, dtype_bytes, block_b) -> int`.
@@ -241,7 +315,7 @@ try:
         need = shared_bytes(dh, "lstm", 2, 16)
         print(f"head dim {dh:3d}: {need / 1024:6.0f} KB {'fits' if need <= smem else 'does not fit'}")
 except NotImplementedError:
-    print("write shared_bytes (task 4) first")
+    print("write shared_bytes (task 5) first")
 
 
 # %% [markdown]
