@@ -106,6 +106,7 @@ CASES = [
     ("as_device", lambda: weights.as_device(5), ValueError, "device"),
     ("check_lstm_module", lambda: weights.check_lstm_module(5), ValueError, "module"),
     ("throughput_table", lambda: results.throughput_table(5), TypeError, "results"),
+    ("stored_throughput", lambda: results.stored_throughput(5), TypeError, "gpu must be"),
     ("throughput_summary", lambda: results.throughput_summary([], reference_heads=0), ValueError, "reference_heads"),
 ]
 

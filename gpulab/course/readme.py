@@ -154,7 +154,59 @@ def lesson05_split() -> str:
     return "\n".join(lines) + "\n"
 
 
-SECTIONS = {"lesson03": lesson03, "lesson05-split": lesson05_split, "lesson07": lesson07, "io-traffic": io_traffic}
+def lesson06() -> str:
+    from gpulab import tasks  # deferred: imports the models
+
+    path, recs = _newest("06_state_tracking")
+    acc = [r for r in recs if r.params.get("kind") == "accuracy" and r.status == "ok"]
+    lengths = sorted({r.params["test_length"] for r in acc})
+    rows = {}
+    for r in acc:
+        rows.setdefault((r.params["task"], r.params["model"]), {})[r.params["test_length"]] = r
+    first = acc[0]
+    lines = [
+        f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Trained on "
+        f"{first.params['train_length']}-token strings ({short_dtype(first.dtype)}, AdamW, "
+        f"{first.params.get('schedule', '?')} schedule, batches of {first.shape[0]} strings, each model at its own "
+        "learning rate), final-state accuracy on fresh strings of each length:",
+        "",
+        "| task, model (parameters, learning rate, steps) | " + " | ".join(f"{n:,}" for n in lengths) + " tokens |",
+        "|---|" + "---|" * len(lengths),
+    ]
+    for (task, model), by_len in rows.items():
+        r = next(iter(by_len.values()))
+        name = f"{task}, {model} ({r.params['parameters']:,}, lr {r.params['lr']:g}, {r.params['steps']:,} steps)"
+        cells = [f"{by_len[n].params['accuracy']:.1%}" if n in by_len else "-" for n in lengths]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    thr = tasks.stored_throughput("h100")
+    thr_folder = ROOT / "benchmarks" / "06_state_tracking" / "throughput"
+    thr_files = list(thr_folder.glob("*h100*.jsonl"))
+    thr_path = bench.newest(thr_files) if thr_files else path
+    t = thr[0]
+    lines += [
+        "",
+        f"Training throughput ({t.date}; width {t.params['d_model']}, {t.params['num_layers']} layers, "
+        f"{t.shape[0]} x {t.shape[1]:,} tokens per step, {short_dtype(t.dtype)}; forward, backward and AdamW):",
+        "",
+        "```",
+        tasks.throughput_table(thr),
+        "```",
+        "",
+        *(f"- {line}" for line in tasks.throughput_summary(thr)),
+        "",
+        f"Raw records: `{path.relative_to(ROOT)}`"
+        + (f", `{thr_path.relative_to(ROOT)}`." if thr_path != path else "."),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+SECTIONS = {
+    "lesson03": lesson03,
+    "lesson05-split": lesson05_split,
+    "lesson06": lesson06,
+    "lesson07": lesson07,
+    "io-traffic": io_traffic,
+}
 """Generated README blocks: name -> function returning the block's markdown from the records."""
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "accuracy_table",
     "throughput_table",
     "throughput_summary",
+    "stored_throughput",
     "plot_accuracy",
     "plot_throughput",
     "figure",
@@ -66,22 +67,52 @@ def _reference(recs, heads: int = 12):
 
 
 def throughput_table(results) -> str:
-    """Tokens/s per model and head count, with the ratio to the reference Transformer (12 heads, else the fastest
-    one; not the SDPA peer)."""
+    """Tokens/s per model and head count on both clocks, with the ratio to the reference Transformer (12 heads, else
+    the fastest one; not the SDPA peer): ``ms/step`` and ``tokens/s`` are device time, ``wall ms`` the eager wall time
+    per training step (steps back to back) and ``x (wall)`` the ratio of tokens/s on that clock, the one a training
+    loop gets."""
     recs = throughput_records(results)
     if not recs:
         return "no throughput records"
     ref = _reference(recs)
     best = ref.params["tokens_per_s"] if ref is not None else None
-    lines = [f"{'case':28s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s}"]
+    ref_wall = ref.wall_ms if ref is not None else None
+    lines = [
+        f"{'case':28s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s} "
+        f"{'wall ms':>9s} {'x (wall)':>9s}"
+    ]
     for r in recs:
         backend = r.params.get("backend") or r.params.get("attention") or ""
         ratio = f"{r.params['tokens_per_s'] / best:.2f}x" if best else "-"
+        wall, wall_ratio = "-", "-"
+        if r.wall_ms:
+            wall = f"{r.wall_ms:.2f}"
+            if ref_wall:  # same tokens per step for every model: tokens/s ratios are inverse step-time ratios
+                tokens = r.params["tokens_per_s"] * r.ms / ref.params["tokens_per_s"] / ref.ms
+                wall_ratio = f"{tokens * ref_wall / r.wall_ms:.2f}x"
         lines.append(
             f"{r.case:28s} {backend:12s} {r.params['parameters']:>11,} {r.ms:>9.2f} "
-            f"{r.params['tokens_per_s']:>12,.0f} {ratio:>15s}"
+            f"{r.params['tokens_per_s']:>12,.0f} {ratio:>15s} {wall:>9s} {wall_ratio:>9s}"
         )
     return "\n".join(lines)
+
+
+def stored_throughput(gpu: str = "h100", root=None) -> list:
+    """The stored training-throughput records of ``gpu``: the newest re-measurement under
+    ``benchmarks/06_state_tracking/throughput/`` (``scripts/probe_throughput.py``, kernels newer than the lesson's
+    run), else the throughput rows of the lesson's newest record; [] when neither exists."""
+    if not isinstance(gpu, str) or not gpu:
+        raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    from gpulab import hardware
+
+    folder = bench.results_dir(root) / "06_state_tracking" / "throughput"
+    files = [f for f in folder.glob("*.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    if files:
+        return throughput_records(bench.load("06", path=bench.newest(files)))
+    try:
+        return throughput_records(bench.load("06", gpu=gpu, root=root))
+    except FileNotFoundError:
+        return []
 
 
 ARTICLE_RATIO = {1: 0.6, 12: 0.75}
@@ -102,8 +133,13 @@ def throughput_summary(results, reference_heads: int = 12) -> list[str]:
         if r.params["model"] != "LSTM":
             continue
         heads, ratio = r.params["num_heads"], r.params["tokens_per_s"] / ref.params["tokens_per_s"]
-        article = f" (FlashRNN article: ~{ARTICLE_RATIO[heads]:.2f}x)" if heads in ARTICLE_RATIO else ""
-        lines.append(f"{r.case} ({r.params.get('backend', '?')}): {ratio:.2f}x the Transformer's tokens/s{article}")
+        clocks = "device time"
+        if r.wall_ms and ref.wall_ms:  # the same tokens per step for both: tokens/s ratio = inverse step-time ratio
+            clocks += f"; {ratio * r.ms / r.wall_ms * ref.wall_ms / ref.ms:.2f}x on the eager wall clock"
+        article = f"; FlashRNN article: ~{ARTICLE_RATIO[heads]:.2f}x" if heads in ARTICLE_RATIO else ""
+        lines.append(
+            f"{r.case} ({r.params.get('backend', '?')}): {ratio:.2f}x the Transformer's tokens/s ({clocks}{article})"
+        )
     return lines
 
 
@@ -135,6 +171,9 @@ def plot_accuracy(results, axes=None, title=None):
         ax.axvline(train_len, color="0.5", ls="--", lw=1, label=f"training length {train_len}")
         ax.axhline(100 / get_task(task).classes, color="0.5", ls=":", lw=1, label="chance")
         ax.set_xscale("log", base=2)
+        tested = sorted({r.params["test_length"] for r in recs if r.params["task"] == task})
+        ax.set_xticks(tested, [str(n) for n in tested])  # ticks at the tested lengths, not at powers of two
+        ax.minorticks_off()
         ax.set_ylim(0, 105)
         ax.set_xlabel("test length (tokens)")
         ax.set_ylabel("final-state accuracy (%)")

@@ -31,6 +31,43 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert len(fig.axes) == len(cfg["tasks"]) + 1
 
 
+def _throughput(case, model, heads, ms, wall_ms, tokens=32768):
+    params = {
+        "kind": "throughput",
+        "model": model,
+        "num_heads": heads,
+        "parameters": 10,
+        "tokens_per_s": tokens / ms * 1e3,
+    }
+    common = dict(lesson="06", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", shape=(32, 1024))
+    return bench.Result(case=case, ms=ms, wall_ms=wall_ms, params=params, **common)
+
+
+def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
+    lesson = [
+        _throughput("LSTM 1 head", "LSTM", 1, 200.0, 210.0),
+        _throughput("Transformer 12 heads", "Transformer", 12, 10.0, 11.0),
+    ]
+    bench.save(lesson, "06", root=tmp_path)
+    assert [r.ms for r in tasks.stored_throughput("h100", root=tmp_path)] == [200.0, 10.0]  # the lesson's own run
+    again = [
+        _throughput("LSTM 1 head", "LSTM", 1, 20.0, 22.0),
+        _throughput("Transformer 12 heads", "Transformer", 12, 10.0, 12.0),
+    ]
+    folder = tmp_path / "06_state_tracking" / "throughput"
+    folder.mkdir()
+    bench.save(again, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-02.jsonl")
+    thr = tasks.stored_throughput("h100", root=tmp_path)
+    assert [r.ms for r in thr] == [20.0, 10.0]  # the re-measurement wins
+    row = tasks.throughput_table(thr).splitlines()[1].split()
+    assert row[-3:] == ["0.50x", "22.00", "0.55x"]  # device 10/20; wall 12/22
+    assert (
+        "0.50x the Transformer's tokens/s (device time; 0.55x on the eager wall clock"
+        in tasks.throughput_summary(thr)[1]
+    )
+    assert tasks.stored_throughput("a100", root=tmp_path) == []
+
+
 def test_lesson_06_registers_its_benchmark():
     assert lessons.benchmark("06") is tasks.benchmark
 
