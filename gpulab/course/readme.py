@@ -154,6 +154,24 @@ def lesson05_split() -> str:
     return "\n".join(lines) + "\n"
 
 
+def lesson05_versions() -> str:
+    from gpulab.rnn.versions import report  # deferred: imports the kernels
+
+    rows = report.load_versions("h100")
+    folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
+    by_v = {r.params["version"]: r for r in rows}
+    lines = [
+        "```",
+        report.versions_table(rows),
+        "```",
+        "",
+        f"From v1 to v4 the forward gets {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x faster on the eager wall "
+        "clock, every version checked against float64 at full size first (`gpulab/rnn/versions/`, notebook 05 "
+        f"section 4b). Raw records: `{bench.newest(folder.glob('*.jsonl')).relative_to(ROOT)}`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def lesson06() -> str:
     from gpulab import tasks  # deferred: imports the models
 
@@ -203,6 +221,7 @@ def lesson06() -> str:
 SECTIONS = {
     "lesson03": lesson03,
     "lesson05-split": lesson05_split,
+    "lesson05-versions": lesson05_versions,
     "lesson06": lesson06,
     "lesson07": lesson07,
     "io-traffic": io_traffic,

@@ -36,7 +36,8 @@ import torch
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, hardware, roofline, runtime
 from gpulab import rnn
-from gpulab.rnn import alternating, fused_backward, fused_forward, split_report, split_tiling, tiling, vanilla
+from gpulab.rnn import alternating, fused_backward, fused_forward, split_report, split_tiling, tiling, vanilla, versions
+from gpulab.rnn.versions import report as versions_report
 from gpulab.rnn import benchmark as rnn_bench
 from gpulab.rnn.functions import FUNCTIONS
 
@@ -294,6 +295,59 @@ for function in ("lstm", "gru", "elman"):
         where = f"{function} B={b_} T={t_} NH={nh_} DH={dh_}"
         check.assert_close(got, ref, dtype=torch.float32, name="states", context=where)
     print(f"{function:5s}: fused forward == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
+
+# %% [markdown]
+# ## 4b. The forward, version by version
+#
+# The kernel above is the end of a path. `gpulab.rnn.versions` keeps the path as numbered kernels, LSTM only, each one change on top of the one before (read them in `gpulab/rnn/versions/`, in order):
+#
+# - **v1**: the persistent kernel: $R$ on chip as four tiles $R_g^\top$, four products per step, the gates of $Wx_t$ loaded one by one at the start of the step (exercise 5, task 2, writes its loop);
+# - **v2**: all gates in one tile, $R_\text{all}^\top$, one product per step, $Wx_t$ as one all-gates tile, $h_t$ and $c_t$ stored as one tile (exercise 5, task 3, writes the product);
+# - **v3**: the input of step $t+2$ loaded during step $t$, as 32-bit words, the loop unrolled by two;
+# - **v4**: one-instruction activations with the ½ of the sigmoid folded into $R$, $Wx$ and $b$: the package's `fused` forward above;
+# - **v5**: one head larger than an SM, split over several SMs (section 6b).
+#
+# v2's step, the whole of the change from v1 (one `dot`, then `split_gates`):
+
+# %%
+print(inspect.getsource(versions.v2_all_gates.lstm_step_all_gates.fn))
+for v, note in versions.VERSIONS.items():
+    print(f"{v}: {note}")
+
+# %% [markdown]
+# Each version against float64 in the interpreter (two batch tiles, odd $T$ for v3's unrolled loop):
+
+# %%
+for v in versions.VERSIONS:
+    for (b_, t_, nh_, dh_) in [(3, 3, 2, 16), (17, 2, 1, 32)]:
+        args = inputs("lstm", b_, t_, nh_, dh_, seed=4)
+        ref = rnn.flashrnn(*(a.double() for a in args), function="lstm", backend="vanilla")
+        got = versions.run(v, *args)
+        check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
+    print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
+
+# %% [markdown]
+# **On the H100** (`scripts/probe_versions.py`: every version checked against float64 at full size, then timed on both clocks; v5 and cuDNN run one head of 768, the others 12 heads of 64, the lesson's problem). `gain` is each version's speed over the one before on the eager wall clock; `regs` the registers per thread of the compiled kernel.
+
+# %%
+try:
+    version_rows = versions_report.load_versions("h100")
+except FileNotFoundError as exc:
+    version_rows = []
+    print(exc)
+if version_rows:
+    print(versions_report.versions_table(version_rows))
+    by_v = {r.params["version"]: r for r in version_rows}
+    gains = {f"{a} -> {b}": by_v[a].wall_ms / by_v[b].wall_ms for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
+    step = max(gains, key=gains.get)
+    print(f"\nv1 -> v4: {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x on the wall clock; the largest single step "
+          f"is {step} ({gains[step]:.2f}x); v5 at one head of 768: {by_v['v5'].wall_ms / by_v['cuDNN'].wall_ms:.2f}x "
+          "cuDNN fp16's time")
+    versions_report.plot_versions(version_rows)
+    plt.show()
+
+# %% [markdown]
+# **What the versions mean.** A step is a chain of dependent operations, and each version shortens it. v2 replaces four small products by one wider product and halves the tiles that go through shared memory for a layout change (the gates of $Wx_t$, the stores). v3 takes the memory latency of the input off the chain: the load is issued two steps before it is needed; the register count rises because two inputs are in flight. v4 shortens the cell: a sigmoid and a tanh become one special-function instruction each. v5 is not faster than v4: it solves a different problem, a head whose $R$ does not fit one SM, and its step adds an exchange through L2 and a grid barrier (section 6b).
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time

@@ -7,10 +7,11 @@ import torch
 from gpulab import bench, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import benchmark as rnn_benchmark
-from gpulab.rnn import cells, functions, ladder, split_report, split_tiling, tiling
+from gpulab.rnn import cells, functions, ladder, split_report, split_tiling, tiling, versions
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.backends.fused import sass
 from gpulab.rnn.ladder import plot as ladder_plot
+from gpulab.rnn.versions import report as versions_report
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
 W = rnn.from_torch_lstm(M)
@@ -117,6 +118,15 @@ CASES = [
     ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
     ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
     ("crossover_table-rows", lambda: split_report.crossover_table(7), TypeError, "rows must be"),
+    (
+        "versions.run-version",
+        lambda: versions.run("v0", None, None, None, None),
+        ValueError,
+        "version='v0' is not supported",
+    ),
+    ("load_versions-gpu", lambda: versions_report.load_versions(7), TypeError, "gpu must be"),
+    ("versions_table-results", lambda: versions_report.versions_table("x"), TypeError, "results"),
+    ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),
     ("step_budget-head_dim", lambda: split_report.step_budget([{"kind": "env"}], 0), ValueError, "head_dim"),
     ("plot_split-rows", lambda: split_report.plot_split([]), TypeError, "rows must be"),
     ("time_row-case", lambda: split_report.time_row([{"kind": "env"}], 3, 768), TypeError, "case must be"),

@@ -1,0 +1,81 @@
+"""The forward versions' stored GPU records (``scripts/probe_versions.py``, under
+``benchmarks/05_fused_rnn/versions/``) as a table and a bar chart: each version's time on both clocks, its gain over
+the version before, and the compiled kernel's registers."""
+
+from __future__ import annotations
+
+from gpulab import bench, hardware
+from gpulab.rnn.versions import VERSIONS
+
+__all__ = ["load_versions", "versions_table", "plot_versions"]
+
+_FOLDER = ("05_fused_rnn", "versions")
+
+
+def load_versions(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """The newest versions record of ``gpu`` (a list of :class:`gpulab.bench.Result`)."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    folder = bench.results_dir(root).joinpath(*_FOLDER)
+    files = [f for f in folder.glob("*.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    if not files:
+        raise FileNotFoundError(
+            f"no versions record for {gpu!r} in {folder}; run `OUT=... python scripts/probe_versions.py` on that GPU."
+        )
+    return bench.load("05", path=bench.newest(files))
+
+
+def _rows(results):
+    results = bench.result_list("results", results, source=" (from load_versions)")
+    return [r for r in results if r.status == "ok" and r.params.get("version")]
+
+
+def versions_table(results) -> str:
+    """One line per version (and the cuDNN peer): the problem, device ms, eager wall ms, the speed-up over the version
+    before on the same problem (wall clock), registers per thread and spills."""
+    rows = _rows(results)
+    if not rows:
+        raise ValueError("results has no version rows: load them with load_versions().")
+    head = rows[0]
+    lines = [
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date} | LSTM forward, B = {head.shape[0]}, "
+        f"T = {head.shape[1]:,}, bf16 (cuDNN: fp16, dense, with the input product)",
+        f"{'version':8s} {'problem':>9s} {'ms':>7s} {'wall ms':>8s} {'gain':>6s} {'regs':>5s} {'spills':>6s}  change",
+    ]
+    before = {}
+    for r in rows:
+        v, problem = r.params["version"], f"{r.params['NH']}x{r.params['DH']}"
+        gain = f"{before[problem] / r.wall_ms:.2f}x" if problem in before and v != "cuDNN" else "-"
+        if v != "cuDNN":
+            before[problem] = r.wall_ms
+        regs = str(r.registers) if r.registers else "-"
+        spills = str(r.spills) if r.spills is not None else "-"
+        note = VERSIONS.get(v, r.case)
+        lines.append(f"{v:8s} {problem:>9s} {r.ms:7.3f} {r.wall_ms:8.3f} {gain:>6s} {regs:>5s} {spills:>6s}  {note}")
+    return "\n".join(lines)
+
+
+def plot_versions(results, ax=None):
+    """Bars of eager wall time per version (device time as a dot on each bar), the cuDNN peer grey; v5 and cuDNN
+    run one head of 768, v1-v4 12 heads of 64 (the bar labels say which)."""
+    import matplotlib.pyplot as plt  # deferred: only the figure needs it
+
+    rows = _rows(results)
+    if not rows:
+        raise ValueError("results has no version rows: load them with load_versions().")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.6))
+    x = range(len(rows))
+    colors = ["0.6" if r.params["version"] == "cuDNN" else f"C{0 if r.params['NH'] > 1 else 1}" for r in rows]
+    ax.bar(x, [r.wall_ms for r in rows], color=colors)
+    ax.plot(x, [r.ms for r in rows], "k.", label="device time")
+    labels = [f"{r.params['version']}\n{r.params['NH']}x{r.params['DH']}" for r in rows]
+    ax.set_xticks(list(x), labels)
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r.wall_ms:.2f}", (i, r.wall_ms), ha="center", va="bottom", fontsize=9)
+        if i and (r.params["NH"], r.params["DH"]) != (rows[i - 1].params["NH"], rows[i - 1].params["DH"]):
+            ax.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # a different problem from here on
+    ax.set_ylabel("forward, ms (eager wall clock)")
+    ax.set_title("LSTM forward, B = 16, T = 1024, bf16: heads x head dim")
+    ax.legend(fontsize=9)
+    return ax

@@ -1,0 +1,77 @@
+"""Lesson 5's forward versions on a GPU: each checked against float64, then timed on both clocks beside cuDNN.
+
+    OUT=/some/folder python scripts/probe_versions.py
+
+Problem (the lesson's): LSTM, B = 16, T = 1024, 12 heads of 64, bf16, Wx given; v5 (the split kernel) runs one head
+of 768, cuDNN's own problem, since 12 heads of 64 each fit one SM. Peers in the same run: cuDNN ``nn.LSTM`` fp16,
+dense hidden 768 (it also computes the input product). Writes ``$OUT/versions.jsonl`` (gpulab.bench records: ``ms``
+device time, ``wall_ms`` eager wall time per call; ``registers``/``spills`` of the Triton kernel).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+import gpulab  # noqa: F401
+from gpulab import bench, check, rnn
+from gpulab.rnn import versions
+from gpulab.rnn.backends.fused.forward import fused_forward_kernel
+from gpulab.rnn.backends.fused.split import split_forward_kernel
+from gpulab.rnn.versions import v1_per_gate, v2_all_gates, v3_prefetch
+
+KERNELS = {"v1": v1_per_gate.v1_kernel, "v2": v2_all_gates.v2_kernel, "v3": v3_prefetch.v3_kernel,
+           "v4": fused_forward_kernel, "v5": split_forward_kernel}  # fmt: skip
+B, T = 16, 1024
+results = []
+
+
+def inputs(NH, DH, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda", generator=g) * sc).to(dtype)  # noqa: E731
+    return r(B, T, 4, NH, DH), r(4, NH, DH, DH, sc=0.5 / DH**0.5), r(4, NH, DH), r(2, B, 1, NH, DH)
+
+
+def run_version(v, NH, DH):
+    x = inputs(NH, DH)
+    out, last = versions.run(v, *x)
+    ref = rnn.flashrnn(*(t.double() for t in x), function="lstm", backend="vanilla")
+    err = max(check.relative_error(out, ref[0]), check.relative_error(last, ref[1]))
+    ok = err <= check.tolerance(torch.bfloat16)
+    print(f"{v} NH={NH} DH={DH}: relative error {err:.2e} {'ok' if ok else 'FAILED'}", flush=True)
+    if not ok:
+        results.append(bench.Result(lesson="05", case=f"{v} check", ms=None, status=f"failed: error {err:.3g}",
+                                    params={"version": v, "NH": NH, "DH": DH}))  # fmt: skip
+        return
+    with torch.no_grad():
+        r = bench.measure(lambda: versions.run(v, *x), lesson="05", case=f"{v}: {versions.VERSIONS[v]}",
+                          dtype="bfloat16", shape=[B, T, NH, DH], kernel=KERNELS[v], version=v, NH=NH, DH=DH,
+                          error=err)  # fmt: skip
+    print(f"   {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall, registers {r.registers}, spills {r.spills}", flush=True)
+    results.append(r)
+
+
+def cudnn(hidden):
+    m = torch.nn.LSTM(hidden, hidden, batch_first=True).cuda().half()
+    xi = torch.randn(B, T, hidden, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        r = bench.measure(lambda: m(xi), lesson="05", case=f"cuDNN nn.LSTM float16, hidden {hidden}", dtype="float16",
+                          shape=[B, T, 1, hidden], version="cuDNN", NH=1, DH=hidden)  # fmt: skip
+    print(f"cuDNN hidden {hidden}: {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall", flush=True)
+    results.append(r)
+
+
+t0 = time.time()
+for v in ("v1", "v2", "v3", "v4"):
+    run_version(v, 12, 64)
+run_version("v5", 1, 768)
+cudnn(768)
+print(f"done in {time.time() - t0:.0f} s")
+out = os.environ.get("OUT")
+if out:
+    path = bench.save(results, "05", path=os.path.join(out, "versions.jsonl"))
+    print(f"wrote {path}")
+sys.exit(0 if all(r.status == "ok" for r in results) else 1)

@@ -1,0 +1,86 @@
+"""Lesson 5's numbered forward versions (gpulab.rnn.versions): each against float64, on odd batches (two batch
+tiles), T = 1 and odd T (v3's unrolled-by-two loop), fp32 and fp16 (v3's 32-bit words), outputs poisoned first."""
+
+import pytest
+import torch
+
+from gpulab import bench, check, rnn, runtime
+from gpulab.rnn import versions
+from gpulab.rnn.versions import report
+
+
+def _inputs(B, T, NH, DH, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    Wx = torch.randn(B, T, 4, NH, DH, generator=g)
+    R = torch.randn(4, NH, DH, DH, generator=g) / DH**0.5
+    b = torch.randn(4, NH, DH, generator=g)
+    s0 = torch.randn(2, B, 1, NH, DH, generator=g)
+    return tuple(t.to(runtime.device, dtype) for t in (Wx, R, b, s0))
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("B,T,NH,DH,dtype", [(3, 3, 2, 16, torch.float32), (17, 1, 1, 32, torch.float32),
+                                             (2, 4, 1, 16, torch.float16)])  # fmt: skip
+def test_version_matches_float64(version, B, T, NH, DH, dtype):
+    inputs = _inputs(B, T, NH, DH, dtype, seed=B + T)
+    out, last = versions.run(version, *inputs)
+    ref = rnn.flashrnn(*(t.double() for t in inputs), function="lstm", backend="vanilla")
+    context = f"{version} B={B} T={T} NH={NH} DH={DH} {dtype}"
+    check.assert_close(out, ref[0], dtype=dtype, name="states_all", context=context)
+    check.assert_close(last, ref[1], dtype=dtype, name="states_last", context=context)
+
+
+def test_v4_and_v5_are_the_package_kernels():
+    inputs = _inputs(2, 2, 1, 16, torch.float32)
+    ref = versions.run("v1", *inputs)
+    for v in ("v4", "v5"):
+        out, last = versions.run(v, *inputs)
+        check.assert_close(out, ref[0], dtype=torch.float32, name=f"{v} states_all")
+    assert list(versions.VERSIONS) == ["v1", "v2", "v3", "v4", "v5"] and all(versions.VERSIONS.values())
+
+
+def test_bad_input():
+    inputs = _inputs(2, 2, 1, 16, torch.float32)
+    with pytest.raises(ValueError, match="version"):
+        versions.run("v9", *inputs)
+    with pytest.raises(ValueError, match="power of two"):
+        versions.run("v2", *_inputs(2, 2, 1, 24, torch.float32))
+    with pytest.raises(ValueError, match=r"R must have shape \[4, 1, 16, 16\]"):
+        versions.run("v1", inputs[0], inputs[1][:, :, :8], *inputs[2:])
+    with pytest.raises(ValueError, match="LSTM"):
+        versions.run("v1", inputs[0][:, :, :3], *inputs[1:])
+    with pytest.raises(TypeError, match="states must be a torch.Tensor"):
+        versions.run("v1", *inputs[:3], [0.0])
+    with pytest.raises(ValueError, match="dtype"):
+        versions.run("v1", inputs[0], inputs[1].double(), *inputs[2:])
+
+
+def _record(version, NH, DH, ms, wall_ms, registers=100):
+    return bench.Result(lesson="05", case=version, ms=ms, wall_ms=wall_ms, registers=registers, spills=0,
+                        shape=[16, 1024, NH, DH], device="NVIDIA H100 80GB HBM3", date="2030-01-01",
+                        params={"version": version, "NH": NH, "DH": DH})  # fmt: skip
+
+
+def test_versions_report_reads_the_records(tmp_path):
+    rows = [_record("v1", 12, 64, 3.0, 3.0), _record("v2", 12, 64, 1.4, 1.5), _record("v5", 1, 768, 2.5, 2.6),
+            _record("cuDNN", 1, 768, 2.0, 2.1, registers=None)]  # fmt: skip
+    folder = tmp_path / "05_fused_rnn" / "versions"
+    folder.mkdir(parents=True)
+    bench.save(rows, "05", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01.jsonl")
+    loaded = report.load_versions("h100", root=tmp_path)
+    lines = report.versions_table(loaded).splitlines()
+    assert lines[3].split()[:5] == ["v2", "12x64", "1.400", "1.500", "2.00x"]  # 3.0 / 1.5 on the wall clock
+    assert lines[4].split()[4] == "-" and lines[5].startswith("cuDNN")  # a new problem: no gain; the peer last
+    assert len(report.plot_versions(loaded).patches) == 4
+    assert "v1" in report.versions_table(report.load_versions("h100"))  # the stored H100 record
+
+
+def test_versions_report_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="probe_versions"):
+        report.load_versions("h100", root=tmp_path)
+    with pytest.raises(TypeError, match="gpu"):
+        report.load_versions(3)
+    with pytest.raises(TypeError, match="results"):
+        report.versions_table("rows")
+    with pytest.raises(ValueError, match="no version rows"):
+        report.plot_versions([bench.Result(lesson="05", case="x", ms=1.0)])
