@@ -348,7 +348,16 @@ if version_rows:
     plt.show()
 
 # %% [markdown]
-# **What the versions mean.** A step is a chain of dependent operations, and each version shortens it. v2 replaces four small products by one wider product and halves the tiles that go through shared memory for a layout change (the gates of $Wx_t$, the stores). v3 takes the memory latency of the input off the chain: the load is issued two steps before it is needed; the register count rises because two inputs are in flight. v4 shortens the cell: a sigmoid and a tanh become one special-function instruction each. v5 is not faster than v4: it solves a different problem, a head whose $R$ does not fit one SM, and its step adds an exchange through L2 and a grid barrier (section 6b).
+# What the compiler made of each version: the SASS of each time loop, compiled for the H100 (sm_90) on this machine, no GPU needed (`python -m gpulab.rnn.backends.fused.sass versions`; the stored counts are read here), per time step and warp:
+
+# %%
+try:
+    print(versions_report.sass_table(versions_report.load_sass(64)))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# **What the versions mean.** A step is a chain of dependent operations, and the versions shorten it in two different ways. From v1 to v2 and from v2 to v3 the loop issues about as many instructions: those gains are in *waiting*, not in work. v2 makes one wider product instead of four small ones and moves fewer tiles through shared memory for a layout change (two fewer barriers per step), so fewer operations wait on each other; v3 issues the input's load two steps before it is needed, so the step no longer begins with a trip to memory (the registers rise because two inputs are in flight). Instruction counts cannot show waiting; Nsight Compute's stall sampling can, and it is how these changes were found (sections 4 and 5). From v3 to v4 the work itself shrinks: a sigmoid and a tanh become one special-function instruction each (`MUFU` halves) and the ½ folded into the weights removes the multiplies around them, so the loop issues well under half the instructions. v5 is not faster than v4: it solves a different problem, a head whose $R$ does not fit one SM, and its step adds an exchange through L2 and a grid barrier (section 6b).
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time

@@ -84,3 +84,16 @@ def test_versions_report_bad_input(tmp_path):
         report.versions_table("rows")
     with pytest.raises(ValueError, match="no version rows"):
         report.plot_versions([bench.Result(lesson="05", case="x", ms=1.0)])
+
+
+def test_sass_counts_of_the_versions_read_back():
+    rows = report.load_sass(64)
+    assert [r["version"] for r in rows] == ["v1", "v2", "v3", "v4"]
+    v3, v4 = rows[2], rows[3]
+    assert v4["mufu"] < v3["mufu"] and v4["instructions"] < v3["instructions"]  # one-instruction activations
+    table = report.sass_table(rows).splitlines()
+    assert table[1].split()[:3] == ["version", "instr", "BAR"] and table[-1].startswith("v4")
+    with pytest.raises(FileNotFoundError, match="sass versions --dh 48"):
+        report.load_sass(48)
+    with pytest.raises(TypeError, match="rows"):
+        report.sass_table([{"dh": 64}])

@@ -4,10 +4,12 @@ the version before, and the compiled kernel's registers."""
 
 from __future__ import annotations
 
-from gpulab import bench, hardware
+import json
+
+from gpulab import bench, hardware, runtime
 from gpulab.rnn.versions import VERSIONS
 
-__all__ = ["load_versions", "versions_table", "plot_versions"]
+__all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table"]
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -79,3 +81,38 @@ def plot_versions(results, ax=None):
     ax.set_title("LSTM forward, B = 16, T = 1024, bf16: heads x head dim")
     ax.legend(fontsize=9)
     return ax
+
+
+def load_sass(dh: int = 64, root=None) -> list[dict]:
+    """The versions' compiled loops at head dim ``dh`` (``python -m gpulab.rnn.backends.fused.sass versions``, sm_90,
+    bf16, 4 warps; no GPU needed): one dict per version, counts per time step and warp."""
+    dh = runtime.positive_int("dh", dh)
+    folder = bench.results_dir(root).joinpath(*_FOLDER, "sass")
+    files = sorted(folder.glob(f"sm90-dh{dh}-*.jsonl"))
+    if not files:
+        raise FileNotFoundError(
+            f"no SASS counts at dh={dh} in {folder}; run `python -m gpulab.rnn.backends.fused.sass versions --dh {dh}`"
+            f" > {folder}/sm90-dh{dh}-bf16-w4.jsonl (no GPU needed)."
+        )
+    with files[-1].open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def sass_table(rows) -> str:
+    """The versions' loops side by side: instructions, barriers, tensor-core (MMA) and special-function (MUFU)
+    instructions, global and shared loads and stores, per time step and warp, and registers per thread."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and "version" in r for r in rows):
+        raise TypeError(f"rows must be the list of dicts that load_sass() returns, got {type(rows).__name__}.")
+    head = rows[0]
+    keys = ("instructions", "barriers", "mma", "mufu", "global_loads", "global_stores", "shared_loads", "shared_stores")
+    lines = [
+        f"SASS of each version's time loop (Triton {head.get('triton', '?')}, {head.get('target', 'sm_90')}, "
+        f"DH = {head['dh']}, {head['dtype']}, {head['warps']} warps), per time step and warp",
+        f"{'version':8s} {'instr':>6s} {'BAR':>4s} {'MMA':>4s} {'MUFU':>5s} {'LDG':>4s} {'STG':>4s} {'LDS':>4s} "
+        f"{'STS':>4s} {'regs':>5s}",
+    ]
+    for r in rows:
+        c = [f"{r[k]:g}" for k in keys]
+        lines.append(f"{r['version']:8s} {c[0]:>6s} {c[1]:>4s} {c[2]:>4s} {c[3]:>5s} {c[4]:>4s} {c[5]:>4s} {c[6]:>4s} "
+                     f"{c[7]:>4s} {r['registers']:5d}")  # fmt: skip
+    return "\n".join(lines)

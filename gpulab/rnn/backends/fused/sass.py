@@ -33,7 +33,18 @@ from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
 from gpulab.rnn.tiling import fused_tiling
 
-__all__ = ["compile_kernel", "forward", "backward", "loop_stats", "report", "main", "run_offline", "kwidths"]
+__all__ = [
+    "compile_kernel",
+    "forward",
+    "backward",
+    "version",
+    "version_stats",
+    "loop_stats",
+    "report",
+    "main",
+    "run_offline",
+    "kwidths",
+]
 
 # Run in the fresh process: claim a GPU before gpulab decides (kernels are compiled, never launched), then probe.
 _BOOTSTRAP = (
@@ -130,6 +141,49 @@ def backward(dh, warps, dtype="bf16", **extra):
     return compile_kernel(fused_backward_kernel, sig, const, warps)
 
 
+STEPS_PER_LOOP = {"v1": 1, "v2": 1, "v3": 2, "v4": 2}
+"""Time steps per iteration of each forward version's compiled loop (v3 and v4 are unrolled by two)."""
+
+
+def version(v, dh=64, warps=4, dtype="bf16"):
+    """Lesson 5's forward version ``v`` ('v1' ... 'v4', :mod:`gpulab.rnn.versions`) compiled for sm_90 (LSTM,
+    BLOCK_B = 16); v4 is the package's fused forward without saved gates."""
+    runtime.one_of("v", v, tuple(STEPS_PER_LOOP))
+    dh, warps = runtime.positive_int("dh", dh), _warps("warps", warps)
+    runtime.one_of("dtype", dtype, _DTYPES)
+    if v == "v4":
+        return forward(dh, warps, False, dtype)
+    from gpulab.rnn import versions
+
+    kernel = {"v1": versions.v1_kernel, "v2": versions.v2_kernel, "v3": versions.v3_kernel}[v]
+    sig = {n: f"*{dtype}" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr")}
+    sig.update({n: "i32" for n in ("B", "T", "NH")})
+    const = dict(DH=dh, BLOCK_B=16, IS_FP32=dtype == "fp32", PRECISION="ieee")
+    sig.update({k: "constexpr" for k in const})
+    return compile_kernel(kernel, sig, const, warps)
+
+
+def version_stats(dh=64, warps=4, dtype="bf16") -> list[dict]:
+    """Per forward version: SASS instructions, barriers, tensor-core and special-function instructions, global and
+    shared loads and stores *per time step and warp* of the compiled loop, and registers per thread."""
+    rows = []
+    for v, steps in STEPS_PER_LOOP.items():
+        kernel = version(v, dh, warps, dtype)
+        body, ops, regs = loop_stats(kernel, f"{v}_dh{dh}_w{warps}")
+
+        def count(pred, ops=ops, steps=steps):
+            return sum(c for o, c in ops.items() if pred(o)) / steps
+
+        rows.append({
+            "version": v, "dh": dh, "warps": warps, "dtype": dtype, "registers": regs,
+            "instructions": len(body) / steps, "barriers": count(lambda o: o.startswith("BAR")),
+            "mma": count(lambda o: "MMA" in o), "mufu": count(lambda o: o.startswith("MUFU")),
+            "global_loads": count(lambda o: o.startswith("LDG")), "global_stores": count(lambda o: o.startswith("STG")),
+            "shared_loads": count(lambda o: o.startswith("LDS")), "shared_stores": count(lambda o: o.startswith("STS")),
+        })  # fmt: skip
+    return rows
+
+
 def _cuobjdump(flag, cubin) -> str:
     return subprocess.run([str(BIN / "cuobjdump"), flag, str(cubin)], capture_output=True, text=True).stdout
 
@@ -209,7 +263,7 @@ def main(argv=None):
         print(done.stderr, end="", file=sys.stderr)
         return done.returncode
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both"))
+    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions"))
     p.add_argument("--save-gates", action="store_true")
     p.add_argument("--dh", type=int, default=64)
     p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
@@ -220,6 +274,12 @@ def main(argv=None):
     extra = {k: int(v) for k, v in (kv.split("=") for kv in a.set)}
     tag = "".join(f"_{k}{v}" for k, v in extra.items())
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
+    if a.which == "versions":  # one JSON line per forward version: its loop's instructions per step and warp
+        import json
+
+        for row in version_stats(a.dh, a.warps or 4, a.dtype):
+            print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
+        return 0
     if a.which in ("forward", "both"):
         w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="forward").num_warps
         report(
