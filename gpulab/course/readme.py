@@ -26,6 +26,100 @@ def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
     return path, bench.load(folder, path=path)
 
 
+def _raw(path) -> str:
+    return f"Raw records: `{Path(path).relative_to(ROOT)}`."
+
+
+def lesson00() -> str:
+    path, recs = _newest("00_memory_hierarchy")
+    head = recs[0]
+    lines = [
+        *_figure(path, f"bandwidth against working set on the {head.device}"),
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; device time (median of many calls).",
+        "",
+        "| measurement | result |",
+        "|---|---|",
+    ]
+    sweep = [r for r in recs if r.case == "working-set sweep" and r.status == "ok"]
+    for level in ("L1", "L2", "HBM"):
+        at = sorted((r.params["working_set_bytes"], r.gbps / 1e3) for r in sweep if r.params.get("level") == level)
+        if not at:
+            continue
+        sizes = f"{_bytes(at[0][0])} – {_bytes(at[-1][0])}"
+        if level == "HBM":  # the smallest of these still partly fit in L2: the plateau is at the largest
+            result = f"{at[-1][1]:.2f} TB/s at {_bytes(at[-1][0])} ({at[0][1]:.1f} at {_bytes(at[0][0])}, partly in L2)"
+        else:
+            result = f"{min(g for _, g in at):.1f} – {max(g for _, g in at):.1f} TB/s"
+        lines.append(f"| sweep kernel, working sets {sizes} ({level}) | {result} |")
+    for r in recs:
+        if r.case != "working-set sweep" and r.status == "ok":
+            lines.append(
+                f"| {r.case}, {_bytes(r.bytes / 2)} read and written | {r.ms:.3f} ms, {r.gbps / 1e3:.2f} TB/s |"
+            )
+    lines += ["", _raw(path)]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(path, alt) -> list[str]:
+    """The figure stored beside a record (same name, .png), as a markdown image line, or nothing."""
+    png = Path(path).with_suffix(".png")
+    return [f"![{alt}]({png.relative_to(ROOT)})", ""] if png.exists() else []
+
+
+def _bytes(n) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n:.0f} B"
+
+
+def lesson01() -> str:
+    from gpulab import roofline  # deferred: imports the measurement kernels' modules
+
+    path, _ = _newest("01_roofline")
+    text = roofline.ceilings("h100").summary()
+    return "\n".join([*_figure(path, "the roofline of the H100"), "```", text, "```", "", _raw(path)]) + "\n"
+
+
+def lesson02() -> str:
+    from gpulab import codesign
+
+    path, recs = _newest("02_codesign")
+    head = recs[0]
+    k = {r.params["x"]: r for r in recs if r.params.get("sweep") == "K" and r.status == "ok"}
+    lines = [
+        *_figure(path, f"GEMM shape sweeps on the {head.device}"),
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; device time.",
+        "",
+    ]
+    if k:
+        aligned = k.get(4096) or max((r for x, r in k.items() if x % 8 == 0), key=lambda r: r.tflops)
+        odd = [r for x, r in k.items() if x % 2 == 1]
+        lines.append(
+            f"- alignment, 8192 x 8192 x K (cuBLAS): K = {aligned.params['x']} runs at {aligned.tflops:.0f} TFLOP/s; "
+            f"odd K (2-byte rows) at {min(r.tflops for r in odd):.0f} – {max(r.tflops for r in odd):.0f}."
+        )
+    lines += ["", "```", codesign.format_agreement(codesign.pair_agreement(recs)), "```", "", _raw(path)]
+    return "\n".join(lines) + "\n"
+
+
+def lesson04() -> str:
+    from gpulab.attention import benchmark as attention_bench
+
+    path, recs = _newest("04_attention")
+    head = recs[0]
+    lines = [
+        *_figure(path, f"attention on the {head.device}"),
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; TFLOP/s on device time, the same FLOP "
+        "count for every implementation.",
+        "",
+        *(f"- {line}" for line in attention_bench.targets(recs)),
+        "",
+        _raw(path),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def lesson03() -> str:
     path, recs = _newest("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
@@ -48,6 +142,7 @@ def lesson03() -> str:
                 cells["best"].append(f"step {best.params['step']}: {best.ms:.2f} ms, {best.tflops:.1f} TFLOP/s")
     head = recs[0]
     lines = [
+        *_figure(path, f"the LSTM ladder on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}. {SAME_MODE_CLOCKS}",
         "",
         "| | " + " | ".join(short_dtype(dt) for dt in dts) + " |",
@@ -219,7 +314,11 @@ def lesson06() -> str:
 
 
 SECTIONS = {
+    "lesson00": lesson00,
+    "lesson01": lesson01,
+    "lesson02": lesson02,
     "lesson03": lesson03,
+    "lesson04": lesson04,
     "lesson05-split": lesson05_split,
     "lesson05-versions": lesson05_versions,
     "lesson06": lesson06,
