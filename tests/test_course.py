@@ -11,11 +11,11 @@ import gpulab  # noqa: F401 - before triton: sets TRITON_INTERPRET before the ke
 from gpulab import hardware
 from gpulab.course import (
     check_exercises,
+    check_regions,
     generate_exercises,
     grader_cells,
     grading,
     make_exercise,
-    strip_solutions,
 )
 from gpulab.course.notebooks import grader_title
 
@@ -26,10 +26,16 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# strip_solutions
+# solution regions, cleared by nbgrader's ClearSolutions (through make_exercise)
 
 
-def test_strip_solutions_nested_in_a_function_body():
+def _cleared(source, markdown=False):
+    nb = new_notebook()
+    nb.cells = [new_markdown_cell(source) if markdown else new_code_cell(source)]
+    return make_exercise(nb).cells[0].source
+
+
+def test_a_region_nested_in_a_function_body_becomes_a_stub_at_its_indentation():
     source = "\n".join(
         [
             "import math",
@@ -61,31 +67,31 @@ def test_strip_solutions_nested_in_a_function_body():
             "print(f(3))",
         ]
     )
-    assert strip_solutions(source) == expected
+    assert _cleared(source) == expected
     # the stubbed code is valid Python that raises where the answer was
     namespace = {}
-    exec(compile(strip_solutions(source).replace("print(f(3))", ""), "<exercise>", "exec"), namespace)
+    exec(compile(_cleared(source).replace("print(f(3))", ""), "<exercise>", "exec"), namespace)
     with pytest.raises(NotImplementedError):
         namespace["f"](3)
     assert namespace["f"](0) == 1
 
 
-def test_strip_solutions_several_regions_and_top_level():
+def test_several_regions_and_top_level():
     source = f"a = 1\n{BEGIN}\nb = 2\n{END}\nc = 3\ndef g():\n    {BEGIN}\n    pass\n    {END}"
-    assert strip_solutions(source) == (
+    assert _cleared(source) == (
         "a = 1\n# YOUR CODE HERE\nraise NotImplementedError()\nc = 3\ndef g():\n"
         "    # YOUR CODE HERE\n    raise NotImplementedError()"
     )
 
 
-def test_strip_solutions_custom_stub_and_markers_with_spaces():
+def test_a_markdown_answer_and_markers_with_spaces():
     source = f"Question?\n  {BEGIN}   \nThe answer.\n{END}  \nAfter."
-    assert strip_solutions(source, ("YOUR ANSWER HERE",)) == "Question?\n  YOUR ANSWER HERE\nAfter."
+    assert _cleared(source, markdown=True) == "Question?\n  YOUR ANSWER HERE\nAfter."
 
 
-def test_strip_solutions_without_regions_keeps_the_text():
+def test_a_cell_without_regions_keeps_its_text():
     source = "x = 1\n    # indented comment\n\ny = 2"
-    assert strip_solutions(source) == source
+    assert _cleared(source) == source
 
 
 @pytest.mark.parametrize(
@@ -98,11 +104,14 @@ def test_strip_solutions_without_regions_keeps_the_text():
     ],
     ids=["unclosed", "nested", "stray-end", "double-end"],
 )
-def test_strip_solutions_rejects_malformed_regions(source, words):
+def test_malformed_regions_are_refused_naming_the_line(source, words):
+    """nbgrader itself drops a stray END silently: check_regions refuses it before ClearSolutions runs."""
     with pytest.raises(ValueError) as e:
-        strip_solutions(source)
+        check_regions(source)
     for word in words:
         assert word in str(e.value)
+    with pytest.raises(ValueError, match="cell 0, line|cell 0, a"):
+        _cleared(source)
 
 
 # ----------------------------------------------------------------------------------------------------------------

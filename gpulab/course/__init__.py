@@ -8,7 +8,7 @@ installed, e.g. on a bare GPU machine running `pytest -m gpu`.
 import importlib
 
 _EXPORTS = {
-    "strip_solutions": "exercises",
+    "check_regions": "exercises",
     "make_exercise": "exercises",
     "generate_exercises": "exercises",
     "check_exercises": "exercises",

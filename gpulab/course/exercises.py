@@ -1,4 +1,4 @@
-"""Exercise notebooks are generated from solution notebooks, nbgrader-style.
+"""Exercise notebooks are generated from solution notebooks by nbgrader's own ``ClearSolutions``.
 
 In ``solutions/NN_name.ipynb`` a solution region is marked::
 
@@ -6,10 +6,12 @@ In ``solutions/NN_name.ipynb`` a solution region is marked::
     ...the answer...
     ### END SOLUTION
 
-:func:`make_exercise` replaces each region in a code cell by ``# YOUR CODE HERE`` and ``raise NotImplementedError()``
-at the region's indentation (in a markdown cell by ``YOUR ANSWER HERE``), and clears outputs, so
-``exercises/NN_name.ipynb`` is never edited by hand. :func:`check_exercises` compares what is committed with what the
-generator makes, by cell type and normalized source (not cell ids, which differ between runs).
+:func:`make_exercise` checks every region first (:func:`check_regions`: nbgrader drops a stray END line silently),
+then runs nbgrader's ``ClearSolutions``, which replaces each region in a code cell by ``# YOUR CODE HERE`` and
+``raise NotImplementedError()`` at the region's indentation (in a markdown cell by ``YOUR ANSWER HERE``), and clears
+outputs, so ``exercises/NN_name.ipynb`` is never edited by hand and is exactly what ``nbgrader generate_assignment``
+releases. :func:`check_exercises` compares what is committed with what the generator makes, by cell type and
+normalized source (not cell ids, which differ between runs).
 """
 
 from __future__ import annotations
@@ -19,31 +21,33 @@ from pathlib import Path
 
 import nbformat
 
+from gpulab import runtime
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 MARKDOWN_STUB = ("YOUR ANSWER HERE",)
 
 
-def strip_solutions(source: str, stub=CODE_STUB) -> str:
-    """Replace every BEGIN/END SOLUTION region of ``source`` by ``stub`` lines at the region's indentation."""
-    out, inside, indent = [], False, ""
+def check_regions(source: str, where: str = "") -> None:
+    """A ValueError naming the line unless every BEGIN/END SOLUTION region of ``source`` is well formed: no region
+    inside another, none left open, no END without its BEGIN."""
+    if not isinstance(source, str):
+        raise runtime.ArgumentTypeError(f"source must be a cell's text (str), got {type(source).__name__}.")
+    at = f"{where}, " if where else ""
+    inside = False
     for number, line in enumerate(source.splitlines(), 1):
         marker = line.strip()
         if marker == BEGIN:
             if inside:
-                raise ValueError(f"line {number}: '{BEGIN}' inside another solution region; close it with '{END}'.")
-            inside, indent = True, line[: len(line) - len(line.lstrip())]
-            out.extend(indent + s for s in stub)
+                raise ValueError(f"{at}line {number}: '{BEGIN}' inside another solution region; close it with '{END}'.")
+            inside = True
         elif marker == END:
             if not inside:
-                raise ValueError(f"line {number}: '{END}' without a '{BEGIN}' before it.")
+                raise ValueError(f"{at}line {number}: '{END}' without a '{BEGIN}' before it.")
             inside = False
-        elif not inside:
-            out.append(line)
     if inside:
-        raise ValueError(f"a '{BEGIN}' region is never closed; add a '{END}' line.")
-    return "\n".join(out)
+        raise ValueError(f"{at}a '{BEGIN}' region is never closed; add a '{END}' line.")
 
 
 def has_solution(source: str) -> bool:
@@ -51,15 +55,27 @@ def has_solution(source: str) -> bool:
 
 
 def make_exercise(nb):
-    """The exercise version of a solution notebook (a new notebook; the argument is not changed)."""
-    ex = copy.deepcopy(nb)
+    """The exercise version of a solution notebook (a new notebook; the argument is not changed), made by nbgrader's
+    ``ClearSolutions`` after :func:`check_regions` on every cell."""
+    try:
+        from nbgrader.preprocessors import ClearSolutions
+    except ImportError as exc:
+        raise ImportError(
+            "generating exercises runs nbgrader's ClearSolutions: install the grading extra, "
+            "`pip install -e '.[grading]'` (make setup does)."
+        ) from exc
+    if not isinstance(nb, nbformat.NotebookNode):
+        raise runtime.ArgumentTypeError(f"nb must be a notebook (nbformat.read), got {type(nb).__name__}.")
+    for index, cell in enumerate(nb.cells):
+        check_regions(cell.source, f"cell {index}")
+    clear = ClearSolutions(
+        code_stub={"python": "\n".join(CODE_STUB)}, text_stub=MARKDOWN_STUB[0], enforce_metadata=False
+    )
+    ex, _ = clear.preprocess(copy.deepcopy(nb), {"language": "python"})
     for cell in ex.cells:
         if cell.cell_type == "code":
-            cell.source = strip_solutions(cell.source)
             cell.outputs = []
             cell.execution_count = None
-        elif cell.cell_type == "markdown" and has_solution(cell.source):
-            cell.source = strip_solutions(cell.source, MARKDOWN_STUB)
         cell.metadata.pop("execution", None)
     ex.metadata.pop("widgets", None)
     return ex
