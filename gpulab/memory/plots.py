@@ -63,14 +63,13 @@ def plot_hierarchy(gpu=None, ax=None):
     ]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 2.8))
-    names = [n for n, _, _ in levels][::-1]
+    # each level's size and note in its label, so the bars end where the data ends (no text beyond them to fit)
+    names = [f"{n}: {human_bytes(b)}\n({t})" for n, b, t in levels][::-1]
     sizes = [b for _, b, _ in levels][::-1]
-    notes = [t for _, _, t in levels][::-1]
     ax.barh(names, sizes, color=["C3", "C2", "C1", "C0"])
     ax.set_xscale("log")
-    for y, (b, t) in enumerate(zip(sizes, notes)):
-        ax.text(b * 1.3, y, f"{human_bytes(b)}  ({t})", va="center", fontsize=8)
-    ax.set_xlim(1e6, 1e13)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlim(1e6, max(sizes) * 3)
     ax.set_xlabel("capacity, whole chip (bytes)")
     ax.set_title(f"Memory hierarchy of the {s.name}")
     return ax

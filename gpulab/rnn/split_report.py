@@ -168,6 +168,9 @@ def plot_split(rows, head_dim: int = 768):
         if pts:
             ax1.plot(*zip(*pts), style, label=label)
     ax1.set_yscale("log")
+    ticks = [t for t in (1, 2, 3, 5, 10, 20, 30, 50, 100, 200) if ax1.get_ylim()[0] <= t <= ax1.get_ylim()[1]]
+    ax1.set_yticks(ticks, [str(t) for t in ticks])  # plain numbers, not 3 x 10^0
+    ax1.minorticks_off()
     ax1.set_xticks(dims, [str(d) for d in dims])
     ax1.set_xlabel("head dim (one head)")
     ax1.set_ylabel("forward, ms (device time)")
