@@ -41,7 +41,24 @@ import triton.language as tl  # isort: skip
 #
 # Write `copy_kernel(src_ptr, dst_ptr, n, BLOCK)`: program `p` copies elements `[p*BLOCK, (p+1)*BLOCK)` of `src` to `dst`. The grid has `cdiv(n, BLOCK)` programs, so the last block is ragged: lanes whose offset is `>= n` must neither load nor store. The grader launches your kernel for n = 1, 17, 1000, 1024, 4097 and three block sizes, with `dst` a view into a larger poisoned buffer, and fails if anything is missing or anything past `n` was written.
 #
-# Hints: `tl.program_id(0)`, `tl.arange(0, BLOCK)`, `tl.load(ptr + offs, mask=...)`, `tl.store(ptr + offs, values, mask=...)`.
+# Hints, opened one at a time only when you are stuck:
+#
+# <details><summary>Hint 1</summary>
+#
+# Each program handles one block of `BLOCK` consecutive elements; `tl.program_id(0)` says which block, and
+# `tl.arange(0, BLOCK)` gives the lanes' positions inside it.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The offsets of program `p` are `p * BLOCK + tl.arange(0, BLOCK)`; a lane is real only if its offset is `< n`.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Give the same mask to **both** `tl.load(src_ptr + offs, mask=...)` and `tl.store(dst_ptr + offs, values, mask=...)`:
+# a masked load alone still lets the store write past `n`, which the poisoned buffer shows.
+# </details>
 
 # %% tags=["solution"]
 @triton.jit
@@ -62,6 +79,17 @@ grading.grade_copy_kernel(copy_kernel)
 # ## Task 2: which level serves a working set?
 #
 # A kernel reads a working set of `working_set_bytes` over and over from every SM (like the sweep in the lesson). To first order it is served by one SM's L1 if it fits there (`gpu.l1_per_sm` bytes), else by the L2 if it fits there (`gpu.l2_bytes`), else by HBM. "Fits" includes "exactly fills". `gpu` is a `gpulab.hardware.GPUSpec`. Return `"L1"`, `"L2"` or `"HBM"`.
+#
+# <details><summary>Hint 1</summary>
+#
+# Check the levels from the smallest and fastest outwards: the first level that holds the whole working set serves it.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# "Fits" is `<=`, not `<`: a working set of exactly `gpu.l1_per_sm` bytes is served by L1. And compare with ONE SM's
+# L1 (every SM reads the whole set), not with the L1 of the whole chip.
+# </details>
 
 # %% tags=["solution"]
 def which_level(working_set_bytes: int, gpu: hardware.GPUSpec) -> str:
@@ -87,6 +115,17 @@ for name in ("H100", "A100", "T4"):
 # ## Task 3: the bandwidth of a copy
 #
 # A copy of `n_elements` of `dtype` took `ms` milliseconds. Return the achieved bandwidth in GB/s (1 GB = 1e9 bytes), counting every byte the copy must move. (`torch.empty(0, dtype=dtype).element_size()` gives the bytes per element.)
+#
+# <details><summary>Hint 1</summary>
+#
+# Bandwidth is bytes moved divided by time. Which bytes does a copy move: only the ones it reads?
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Every element is read once and written once: $2 \cdot n \cdot s$ bytes ($s$ bytes per element). Convert the time to
+# seconds (`ms * 1e-3`) and the bytes to GB (divide by `1e9`, not by $2^{30}$).
+# </details>
 
 # %% tags=["solution"]
 def copy_gbps(n_elements: int, dtype: torch.dtype, ms: float) -> float:

@@ -37,6 +37,16 @@ from gpulab.course import grading_roofline as grading
 # ## Task 1: the roofline
 #
 # A kernel with arithmetic intensity `intensity` runs on a GPU with compute peak `peak_tflops` and memory bandwidth `bandwidth_gbps`. Return the most TFLOP/s it can reach: the smaller of the compute roof and the memory roof. Mind the units.
+#
+# <details><summary>Hint 1</summary>
+#
+# The memory roof is intensity × bandwidth: FLOP per byte times bytes per second is FLOP per second.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# FLOP/B × GB/s gives GFLOP/s; divide by 1000 for TFLOP/s before taking `min(peak_tflops, ...)`.
+# </details>
 
 # %% tags=["solution"]
 def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbps: float) -> float:
@@ -58,6 +68,24 @@ grading.grade_attainable(attainable_tflops)
 # 1. `gemm_cost(m, n, k, itemsize)`: $C = AB$ with $A$ of shape $m \times k$ and $B$ of shape $k \times n$.
 # 2. `softmax_cost(rows, cols, itemsize)`: row-wise softmax of a `rows x cols` matrix into a new matrix of the same shape. Count **5 FLOPs per element** (max, subtract, exp, sum, divide).
 # 3. `lstm_step_cost(batch, input_size, hidden, itemsize)`: one LSTM step, $[i, f, g, o] = x_t W^\top + h_{t-1} U^\top + b$, then the cell update. $x_t$ is `batch x input_size`, $h$ and $c$ are `batch x hidden`, $W$ is `4*hidden x input_size`, $U$ is `4*hidden x hidden`, $b$ has `4*hidden` elements. FLOPs: the two matrix products only. Bytes: the step reads $x_t$, $h_{t-1}$, $c_{t-1}$, $W$, $U$, $b$ and writes $h_t$, $c_t$ — all of them `itemsize` bytes per element.
+#
+# <details><summary>Hint 1</summary>
+#
+# FLOPs: an $m \times k$ by $k \times n$ product makes $m n$ outputs of $k$ multiply-adds each. Bytes: list every tensor
+# the kernel reads or writes, count its elements, multiply by `itemsize`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The softmax reads its input once and writes an output of the same size: twice `rows * cols` elements. The LSTM step's
+# two products are one $[B, I + H] \times [I + H, 4H]$ product.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# The LSTM step's elements: $x_t$ ($BI$), $h_{t-1}$ and $c_{t-1}$ ($2BH$), $W$ ($4HI$), $U$ ($4H^2$), $b$ ($4H$), and
+# $h_t$, $c_t$ written ($2BH$). A common slip is forgetting $c$ (read and written) or the bias.
+# </details>
 
 # %% tags=["solution"]
 def gemm_cost(m: int, n: int, k: int, itemsize: int) -> tuple[float, float]:
@@ -102,6 +130,17 @@ grading.grade_lstm_step_cost(lstm_step_cost)
 # ## Task 3: memory- or compute-bound?
 #
 # Return `"memory"` if a kernel of `flops` FLOPs that moves `nbytes` bytes is limited by memory on this GPU, else `"compute"` (exactly at the ridge point, say `"compute"`).
+#
+# <details><summary>Hint 1</summary>
+#
+# Compare the kernel's intensity, `flops / nbytes`, with the GPU's ridge point: the intensity at which the two roofs
+# meet.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The ridge is peak FLOP/s over bytes/s: `peak_tflops * 1e12 / (bandwidth_gbps * 1e9)`. At or above it: compute-bound.
+# </details>
 
 # %% tags=["solution"]
 def bound(flops: float, nbytes: float, peak_tflops: float, bandwidth_gbps: float) -> str:
@@ -144,6 +183,24 @@ plt.show()
 # ## Task 4: when does an LSTM step stop being memory-bound?
 #
 # With the byte count of Task 2, the intensity of one step grows with the batch. Return the **smallest batch** at which one step with these sizes is compute-bound (intensity at or above the ridge point `peak_tflops * 1e3 / bandwidth_gbps`), or `None` if no batch is large enough. A closed form and a search both work; think about what the intensity tends to as the batch grows.
+#
+# <details><summary>Hint 1</summary>
+#
+# The FLOPs grow in proportion to $B$; the bytes are a part that grows with $B$ (activations) plus a part that does not
+# (the weights). So the intensity rises with $B$, but towards a limit.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# As $B \to \infty$ the intensity tends to $8H(I+H) / (s(I + 4H))$. If that limit is not above the ridge, no batch
+# is large enough: return `None` (a search without this check never ends).
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Otherwise count up from $B = 1$ with your `lstm_step_cost` until `flops / nbytes >= ridge`, or solve the
+# inequality for $B$ and round up.
+# </details>
 
 # %% tags=["solution"]
 def smallest_compute_bound_batch(input_size, hidden, itemsize, peak_tflops, bandwidth_gbps):

@@ -45,6 +45,17 @@ from gpulab.course import grading_codesign as grading
 # - `waves` $= \lceil \text{tiles} / \text{SMs} \rceil$,
 # - `tile_efficiency`: the useful area $MN$ over the area of the tiles, $\lceil M/t_m\rceil t_m \cdot \lceil N/t_n\rceil t_n$,
 # - `wave_efficiency` $= \text{tiles} / (\text{waves} \cdot \text{SMs})$.
+#
+# <details><summary>Hint 1</summary>
+#
+# A ragged edge still costs a whole tile: the tile counts per dimension are ceilings, `math.ceil(m / tile_m)`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The tile efficiency's denominator is the area the tiles cover, `rows * tile_m * cols * tile_n` (per product; the
+# batch cancels), and the wave efficiency divides the tiles by every slot of every wave, `waves * sm_count`.
+# </details>
 
 # %% tags=["solution"]
 def quantization(m, n, tile, sm_count, batch=1):
@@ -78,6 +89,24 @@ for n in (1408, 1416):
 # - alignment: the factor is `1 / codesign.alignment_penalty(k, n, dtype)` (1 when the rows of $K$ and $N$ elements are multiples of 16 bytes; the lesson explains the two measured penalties); multiply it by the fill of the last K-step, $K / (B_K \lceil K/B_K \rceil)$ with $B_K = 128 / s$ elements.
 # - tile and wave efficiency from your `quantization`.
 # - compute time $F / (P \cdot \phi_c \cdot e_\text{align} e_\text{tile} e_\text{wave})$ with $P$ the peak in FLOP/s and $\phi_c$ = `codesign.PEAK_FRACTION`; memory time $Q \cdot \text{penalty} / (B \cdot \phi_m)$ with $B$ in bytes/s, $\phi_m$ = `codesign.MEMORY_FRACTION` and the same alignment penalty (a misaligned shape runs a slower kernel, for its loads as well as its math). The prediction is the larger, in ms.
+#
+# <details><summary>Hint 1</summary>
+#
+# Build it in the order of the list: $F$ and $Q$ first, then the three efficiencies, then the two times; the
+# prediction is `max(compute_s, memory_s) * 1e3`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The K-step fill uses $B_K = 128 / s$ *elements* (128 bytes per step): at bf16, 64. The alignment factor multiplies
+# it as `1 / codesign.alignment_penalty(k, n, dtype)`, so a misaligned shape has a smaller efficiency.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Units: `spec.peak_tflops(dtype) * 1e12` FLOP/s and `spec.hbm_gbps * 1e9` bytes/s give seconds; the memory time is
+# multiplied by the same alignment penalty, not divided.
+# </details>
 
 # %% tags=["solution"]
 def predict_ms(m, n, k, dtype="bfloat16", gpu="H100", tile=(128, 128), batch=1):
@@ -106,6 +135,16 @@ grading.grade_predict_ms(predict_ms)
 # Six GEMMs in bf16 on the H100. Four have the same $8192 \times 8192$ output and nearly the same $K$; two are the $1536 \times N \times 4096$ products of the wave sweep. **Before running anything below, decide which you expect to reach the highest TFLOP/s, and which the lowest, and why.**
 #
 # Then write `rank_by_throughput(shapes, gpu)`: the indices of `shapes` (tuples $(M, N, K)$), highest predicted TFLOP/s first, using the lesson's model of cuBLAS, `codesign.gemm_time(m, n, k, gpu=gpu, tile=None).tflops` (bf16).
+#
+# <details><summary>Hint 1</summary>
+#
+# Compute the model's TFLOP/s of every shape first, then sort the *indices* `range(len(shapes))` by it.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Highest first: `sorted(range(len(shapes)), key=lambda i: -rate[i])` (or `reverse=True`). Return indices, not shapes.
+# </details>
 
 # %% tags=["solution"]
 SHAPES = [(8192, 8192, 4095), (8192, 8192, 4096), (8192, 8192, 4104), (8192, 8192, 4092), (1536, 2816, 4096),
@@ -167,6 +206,24 @@ for rank, i in enumerate(order, 1):
 # - raise the microbatch until $bs$ is a multiple of 64, $ba/t$ an integer and the microbatch rule passes (never shrink it).
 #
 # The grader tries your function on random flagged configs.
+#
+# <details><summary>Hint 1</summary>
+#
+# Fix one field at a time, in the order of the list: each rule only depends on the fields fixed before it.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Round up to a multiple with `-(-x // m) * m`; round `hidden` to the *nearest* multiple of $64t$ (never below $64t$),
+# then pick the nearest allowed head count from `codesign.heads_options(hidden, heads, t)` only if the old one breaks a
+# rule.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Raise the microbatch one at a time until $bs \bmod 64 = 0$, $ba \bmod t = 0$ and `codesign.check_config` no longer
+# flags the microbatch rule; check the whole config with `codesign.check_config` before returning.
+# </details>
 
 # %% tags=["solution"]
 def fix_config(config):

@@ -42,6 +42,24 @@ import triton.language as tl  # isort: skip
 # Write `step1(x, weights, state=None)`: a multi-layer LSTM forward with **two** matrix products per cell. `weights` is a `gpulab.rnn.LSTMWeights`: per layer `weights.w_ih[l]` is $[4H, I_l]$ (the four gates' rows i, f, z, o stacked), `weights.w_hh[l]` is $[4H, H]$, `weights.bias[l]` is $[4H]$. `x` is $[T, B, I]$, `state` is `(h0, c0)` of shape $[L, B, H]$ or None (zeros). Return `(y, (h_n, c_n))` like `nn.LSTM`: `y` $[T, B, H]$ is the last layer's $h_t$ for every $t$, `h_n` and `c_n` $[L, B, H]$ the final states.
 #
 # Use `ladder.lstm_cell_torch(i, f, z, o, c)` (or write the cell yourself); `gates.chunk(4, dim=1)` splits $[B, 4H]$ into the four gates. The grader counts your matrix products: at most 2 per cell.
+#
+# <details><summary>Hint 1</summary>
+#
+# Two loops: over layers outside, over time inside. Layer $l$'s input sequence is layer $l-1$'s outputs (layer 0's is
+# `x`), and each layer starts from its own slice of the initial state, `h0[l]`, `c0[l]`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# One cell is `gates = x_t @ w_ih[l].t() + h @ w_hh[l].t() + bias[l]` ($[B, 4H]$, two products for all four gates),
+# then `h, c = ladder.lstm_cell_torch(*gates.chunk(4, dim=1), c)`.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Collect each layer's $h_t$ in a list and `torch.stack` it: that $[T, B, H]$ tensor is the next layer's input and,
+# after the last layer, `y`. The last $h$ and $c$ of every layer, stacked, are `h_n` and `c_n`.
+# </details>
 
 # %% tags=["solution"]
 def step1(x, weights, state=None):
@@ -74,6 +92,24 @@ grading.grade_combined_gemm(step1)
 # Write `pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK)`. `gates` is $[N, 4, M]$ contiguous (pre-activations in the order i, f, z, o: gate $g$ of row $n$ starts at `gates_ptr + n*4*M + g*M`), `c` is $[N, M]$ in fp32. Program $(n, b)$ handles units $[b \cdot \text{BLOCK}, (b+1) \cdot \text{BLOCK})$ of row $n$: load the four gates and $c$, compute in fp32 (`.to(tl.float32)`), and store $h$ (in `h_out`'s dtype: `.to(h_out_ptr.dtype.element_ty)`) and the new $c$. The last block is ragged: mask it.
 #
 # You may call `cells.lstm_cell(i, f, z, o, c)`, the course's `@triton.jit` cell math, which returns `(h, c)`.
+#
+# <details><summary>Hint 1</summary>
+#
+# Start from the masked copy of lesson 0: a 2-D grid, `n = tl.program_id(0)` the row and
+# `offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)` the units, masked with `offs < M`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Gate $g$ of row $n$ is at `gates_ptr + n * 4 * M + g * M + offs`; $c$ of row $n$ at `c_ptr + n * M + offs`. Convert
+# every load with `.to(tl.float32)` before the cell.
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Store $h$ converted to the output's dtype, `h.to(h_out_ptr.dtype.element_ty)`, and the new $c$ in fp32, both with the
+# same mask as the loads.
+# </details>
 
 # %% tags=["solution"]
 @triton.jit

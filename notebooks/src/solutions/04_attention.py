@@ -43,6 +43,18 @@ import triton.language as tl  # isort: skip
 # $$ m' = \max(m, \max_j x_j), \qquad \ell' = \ell \, e^{m - m'} + \sum_j e^{x_j - m'}. $$
 #
 # At the start $m = -\infty$ and $\ell = 0$. Blocks may contain $-\infty$ (masked scores), and a row may have seen only $-\infty$ so far: then $m' = -\infty$ too, and $e^{m - m'}$ would be $e^{-\infty + \infty}$ = NaN. In that case use 0 as the reference point instead of $m'$ (the row's $\ell$ stays 0). The grader folds random rows in random block sizes, with values up to $10^3$ (where $e^x$ overflows even in float64), and checks $m$ = the row max and $m + \log \ell$ = the row's log-sum-exp.
+#
+# <details><summary>Hint 1</summary>
+#
+# The new max first: `torch.maximum(m, x.max(dim=1).values)`. The old sum was taken relative to the old max, so it is
+# rescaled by $e^{m - m'}$ before the block's terms are added.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The guard: a reference point `ref = torch.where(m_new == -inf, 0, m_new)`; use `ref` in both exponentials,
+# `torch.exp(m - ref)` and `torch.exp(x - ref[:, None])`. Never subtract a max that is $-\infty$ from $-\infty$.
+# </details>
 
 # %% tags=["solution"]
 def update(m, l, x):
@@ -69,6 +81,20 @@ grading.grade_online_update(update)
 # 3. the online-softmax update of task 1 in base 2 (`tl.exp2`), on `m_i`, `l_i` and on `acc`: `acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")`.
 #
 # Every query sees at least one key here, so the NaN guard of task 1 is not needed (but does no harm).
+#
+# <details><summary>Hint 1</summary>
+#
+# `for start_n in range(0, n_k, BLOCK_N):` with the block's key indices `cols = start_n + offs_n`; the same test
+# `cols < n_k` masks the K and V loads (as rows, `[:, None]`) and sets the scores of missing keys to `-inf`
+# (as columns: `tl.where((cols < n_k)[None, :], s, float("-inf"))`).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Task 1 in base 2: `m_new = tl.maximum(m_i, tl.max(s, 1))`, `alpha = tl.exp2(m_i - m_new)`,
+# `p = tl.exp2(s - m_new[:, None])`, `l_i = l_i * alpha + tl.sum(p, 1)`, then rescale `acc` by the same `alpha` before
+# adding `tl.dot(p, v)`, and set `m_i = m_new` last.
+# </details>
 
 # %% tags=["solution"]
 # ruff: noqa: F841 - until the loop is written, some names set up here are unused
@@ -165,6 +191,18 @@ grading.grade_attention_backward(backward_block)
 #
 # The kernel reads each K/V block once per Q block. Write `kv_bytes(n, d, block_m, elem_bytes)`: the bytes of K and V
 # one head reads in total at sequence length `n`, head dim `d`, Q blocks of `block_m` rows (the last may be ragged).
+#
+# <details><summary>Hint 1</summary>
+#
+# How many Q blocks are there (round up: a ragged block still reads everything)? Each of them reads all of K and all of
+# V once.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# K and V are each $n \times d$ elements: one Q block reads $2 n d \cdot s$ bytes; multiply by
+# $\lceil n / B_M \rceil$, written `-(-n // block_m)`.
+# </details>
 
 # %% tags=["solution"]
 def kv_bytes(n, d, block_m, elem_bytes):

@@ -51,6 +51,18 @@ import triton.language as tl  # isort: skip
 # $$ r' = \sigma(r), \qquad z' = \sigma(z), \qquad n' = \tanh(n + r' \odot g), \qquad h_t = z' \odot h_{t-1} + (1 - z') \odot n'. $$
 #
 # `tl.sigmoid` exists; write $\tanh(x) = 2\sigma(2x) - 1$ (it never overflows, and runs the same compiled and interpreted). The grader launches its own kernel that calls *your* function on random blocks, with pre-activations up to about 30.
+#
+# <details><summary>Hint 1</summary>
+#
+# `r` and `z` arrive as pre-activations: apply `tl.sigmoid` to both first. The reset gate acts *inside* the candidate's
+# tanh, on the recurrent part `g` only.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The update gate keeps the **old** state: $h_t = z' h_{t-1} + (1 - z') n'$ (swapping the two is the most common
+# mistake, and the grader names it).
+# </details>
 
 # %% tags=["solution"]
 @triton.jit
@@ -81,6 +93,19 @@ grading.grade_gru_cell(gru_cell)
 # 4. store $h$ at `out_rows + t * HD` and $c$ at `out_rows + state_stride + t * HD` (masked).
 #
 # The grader runs your kernel on random shapes ($B$ 1–3, $T$ 1–5, $NH$ 1–3, $DH$ = 16) against `gpulab.rnn.flashrnn(..., backend="vanilla")` in float64, with outputs poisoned with NaN beforehand.
+#
+# <details><summary>Hint 1</summary>
+#
+# `h` and `c` are carried through the loop as plain variables: `for t in range(T):` reassigns them every step, and the
+# epilogue stores their last values.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Each gate is its own load plus its own product: `i = tl.load(wx, mask=mask, other=0.0) + tl.dot(h, rt_i,
+# input_precision="ieee") + b_i` with `wx = wx_rows + t * 4 * HD`, and the next gates at `wx + HD`, `wx + 2 * HD`,
+# `wx + 3 * HD`. Store $h$ at `out_rows + t * HD` and $c$ one `state_stride` further.
+# </details>
 
 # %% tags=["solution"]
 # ruff: noqa: F841  (until the loop is written, the prologue's values are unused)

@@ -43,6 +43,17 @@ torch.set_num_threads(1)  # tiny models: one thread is fastest and steady on a b
 # $$ y_{b,t} = x_{b,0} \oplus x_{b,1} \oplus \dots \oplus x_{b,t} \qquad (\text{the number of ones in } x_{b, 0..t} \bmod 2). $$
 #
 # So `y[:, -1]` is the parity of the whole string, and every earlier position is the parity of a prefix: one string of length $T$ gives $T$ training labels. Draw every random number from `generator` (a seeded `torch.Generator`), so that a seed fixes the data: `torch.randint(low, high, size, generator=generator)`.
+#
+# <details><summary>Hint 1</summary>
+#
+# The bits: `torch.randint(0, 2, (batch, length), generator=generator)` (the upper bound is exclusive).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The XOR of a prefix is its number of ones mod 2, and the numbers of ones of every prefix at once are a cumulative
+# sum along the string: `torch.cumsum(x, dim=1)`. No Python loop is needed.
+# </details>
 
 # %% tags=["solution"]
 def parity(batch, length, generator=None):
@@ -73,6 +84,24 @@ print("y =", y.tolist())
 # - draw all strings from one `torch.Generator().manual_seed(seed)`, on the model's device (`next(model.parameters()).device`), in batches of at most `batch_size` (the last one may be smaller);
 # - evaluate in eval mode (`model.eval()`) without gradients (`torch.no_grad()`), and leave the model in the mode it was in (`model.training` says which);
 # - return a Python float in [0, 1].
+#
+# <details><summary>Hint 1</summary>
+#
+# Remember `model.training` first, call `model.eval()`, and restore the mode at the end with
+# `model.train(was_training)`; do the loop inside `with torch.no_grad():`.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Loop while fewer than `samples` strings were seen, each batch `b = min(batch_size, samples - seen)`, all drawn from
+# the one generator made before the loop (a new generator per batch would repeat the same strings).
+# </details>
+#
+# <details><summary>Hint 3</summary>
+#
+# Count `(model(x)[:, -1].argmax(-1) == y[:, -1]).sum()` per batch and return `correct / seen` as a float: only the
+# last position is the whole string's answer.
+# </details>
 
 # %% tags=["solution"]
 def evaluate(model, task, length, samples=512, batch_size=256, seed=1234):

@@ -47,6 +47,17 @@ torch.set_num_threads(1)
 #
 # The grader runs your function on 2 ranks, each after a backward on its half of a batch, and compares the result
 # with one process that took the whole batch.
+#
+# <details><summary>Hint 1</summary>
+#
+# Loop over `model.parameters()` and skip those whose `.grad` is None (a frozen or unused parameter has none).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `dist.all_reduce` changes its argument and returns nothing useful: reduce `p.grad` itself, then divide it in place
+# by `world_size` (each rank's gradient is already a mean over its own slice of the batch).
+# </details>
 
 # %% tags=["solution"]
 def average_gradients(model, world_size):
@@ -74,6 +85,16 @@ grading.grade_average_gradients(average_gradients)
 # Write `ring_bytes_per_gpu(nbytes, world_size)`: how many bytes each GPU *sends* in a ring all-reduce of a buffer of
 # `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather; each phase passes chunks of `nbytes /
 # world_size` to the next GPU in the ring, `world_size - 1` times).
+#
+# <details><summary>Hint 1</summary>
+#
+# Count one phase first: how many hops, and how big is each chunk? Then remember there are two phases.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Each phase sends `world_size - 1` chunks of `nbytes / world_size`; the all-reduce is both phases, so twice that.
+# </details>
 
 # %% tags=["solution"]
 def ring_bytes_per_gpu(nbytes, world_size):
