@@ -56,4 +56,8 @@ def plot_block_schedule(n_q, n_k, block_m, block_n, is_causal=False, ax=None):
     )
     ax.set_xlabel("K block")
     ax.set_ylabel("Q block")
+    from matplotlib.patches import Patch
+
+    legend = [Patch(color=c, label=name) for c, name in (("C0", "full"), ("C1", "masked"), ("0.9", "skipped"))]
+    ax.legend(handles=legend, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     return ax

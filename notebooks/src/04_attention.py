@@ -158,7 +158,7 @@ print("tiled attention (16 x 16 blocks, Nq=33, Nk=50, d=24) and its LSE match fl
 fig, axes = plt.subplots(1, 3, figsize=(12, 4))
 A.plot_block_schedule(1024, 1024, 128, 64, False, ax=axes[0])
 A.plot_block_schedule(1024, 1024, 128, 64, True, ax=axes[1])
-A.plot_block_schedule(1000, 1000, 128, 64, True, ax=axes[2])
+A.plot_block_schedule(1000, 1000, 128, 64, False, ax=axes[2])  # ragged: only the last K block needs a mask
 fig.tight_layout()
 plt.show()
 
