@@ -294,10 +294,14 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
             torch.cuda.empty_cache()  # the previous problem's tensors are gone now
     add_ratios(results)
     results += _memory_records(memory_seqs, bench, progress)
-    print(summary_table(results))
-    print(memory_table(results))
-    for line in targets(results):
-        print(line)
+    if runtime.on_gpu():
+        print(summary_table(results))
+        print(memory_table(results))
+        for line in targets(results):
+            print(line)
+    else:  # interpreter timings say nothing about a GPU: one line, no tables of zeros
+        print(bench.interpreter_summary([r for r in results if r.params.get("kind") == "throughput"],
+                                        "SDPA's fp32 math backend"))  # fmt: skip
     return results, plot(results)
 
 
