@@ -35,7 +35,14 @@ from gpulab.rnn import cells, tiling
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
 
-__all__ = ["grade_all_gates", "grade_gru_cell", "grade_lstm_loop", "gru_reference", "launch_lstm_kernel"]
+__all__ = [
+    "grade_all_gates",
+    "grade_gru_cell",
+    "grade_lstm_loop",
+    "grade_r_bytes",
+    "gru_reference",
+    "launch_lstm_kernel",
+]
 
 
 @triton.jit
@@ -397,3 +404,32 @@ def grade_shared_bytes(shared_bytes, cases=8):
              "(the GRU's three recurrent gates are padded to four), not the function's gate count."),
         ], " bytes")  # fmt: skip
     return f"{len(cases_)} head sizes, functions and dtypes against gpulab.rnn.tiling's count"
+
+
+@grader("bytes of R per forward")
+def grade_r_bytes(r_bytes, cases=6):
+    """``r_bytes(T, NH, DH, itemsize, fused) -> int``: the bytes of the LSTM's recurrent weights R [4, NH, DH, DH] one
+    forward pass over T steps reads: once (``fused``, R stays on chip) or at every step (``alternating``)."""
+    require_callable("r_bytes", r_bytes)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    cases_ = [(1024, 12, 64, 2, True), (1024, 12, 64, 2, False)] + [
+        (rng.choice([1, 7, 100]), rng.choice([1, 3]), rng.choice([16, 48, 100]), rng.choice([2, 4]), rng.random() < 0.5)
+        for _ in range(max(cases, 2) - 2)
+    ]  # fmt: skip
+    for T, NH, DH, e, fused in cases_:
+        once = 4 * NH * DH * DH * e
+        want = once if fused else T * once
+        where = f"T={T}, NH={NH}, DH={DH}, {e}-byte elements, {'fused' if fused else 'alternating'}"
+        got = r_bytes(T, NH, DH, e, fused)
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+            raise AssertionError(f"{where}: r_bytes returned {got!r}; return a whole number of bytes (an int).")
+        check_number(where, got, want, [
+            (want // 4, "R has four gates (i, f, z, o), each an [NH, DH, DH] block: count all four."),
+            (want // e, "that is elements; multiply by the bytes per element (itemsize)."),
+            (T * once if fused else once, "the fused kernel reads R once for the whole sequence; alternating reads "
+             "it at every one of the T steps." if fused else "alternating has no R on chip: it reads R at every one "
+             "of the T steps."),
+            (want // NH, "every head has its own R: count all NH heads."),
+        ], " bytes")  # fmt: skip
+    return f"{len(cases_)} problem sizes, fused and alternating"

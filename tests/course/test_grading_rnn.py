@@ -240,3 +240,28 @@ def test_all_gates_grader(capsys):
 def test_all_gates_mistakes_are_named(fn, message):
     with pytest.raises(AssertionError, match=message):
         grading.grade_all_gates(fn, cases=2)
+
+
+def _r_bytes(T, NH, DH, itemsize, fused, mistake=None):
+    once = 4 * NH * DH * DH * itemsize
+    if mistake == "one gate":
+        once //= 4
+    if mistake == "elements":
+        once //= itemsize
+    if mistake == "swapped":
+        fused = not fused
+    return once if fused else T * once
+
+
+def test_r_bytes_grader(capsys):
+    grading.grade_r_bytes(_r_bytes)
+    assert capsys.readouterr().out.startswith("PASSED bytes of R per forward")
+
+
+@pytest.mark.parametrize(
+    "mistake,message",
+    [("one gate", "four gates"), ("elements", "bytes per element"), ("swapped", "reads R once for the whole sequence")],
+)
+def test_r_bytes_mistakes_are_named(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_r_bytes(lambda *a: _r_bytes(*a, mistake=mistake))

@@ -223,6 +223,7 @@ CASES = [
     ),
     ("grade_shared_bytes-str", lambda: grading_rnn.grade_shared_bytes("f"), TypeError, "shared_bytes must be"),
     ("grade_all_gates-str", lambda: grading_rnn.grade_all_gates("f"), TypeError, "all_gates is a str"),
+    ("grade_r_bytes-str", lambda: grading_rnn.grade_r_bytes("f"), TypeError, "r_bytes must be"),
     ("grade_combined_gemm-str", lambda: grading_ladder.grade_combined_gemm("step1"), TypeError, "step1 must be"),
     ("grade_combined_gemm-cases", lambda: grading_ladder.grade_combined_gemm(print, cases=-1), ValueError, "cases"),
     ("grade_pointwise_kernel-str", lambda: grading_ladder.grade_pointwise_kernel("k"), TypeError, "kernel is a str"),

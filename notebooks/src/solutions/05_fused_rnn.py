@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Five tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Six tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -344,10 +344,48 @@ except NotImplementedError:
 
 
 # %% [markdown]
+# ## Task 6 (a number, auto-graded): the bytes of R per forward
+#
+# Your kernel reads the four $DH \times DH$ blocks of $R$ of each head once and then runs all $T$ steps; the
+# `alternating` backend reads $R$ at every step. Write `r_bytes(T, NH, DH, itemsize, fused)`: the bytes of $R$
+# ($[4, NH, DH, DH]$, `itemsize` bytes per element) one forward pass reads, with `fused` True for the fused kernel and
+# False for `alternating`.
+#
+# <details><summary>Hint 1</summary>
+#
+# First the size of $R$ itself: four gates, each an $[NH, DH, DH]$ block, times the bytes per element.
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# The fused kernel reads it once per forward; `alternating` once per step, so $T$ times.
+# </details>
+
+# %% tags=["solution"]
+def r_bytes(T, NH, DH, itemsize, fused):
+    ### BEGIN SOLUTION
+    once = 4 * NH * DH * DH * itemsize
+    return once if fused else T * once
+    ### END SOLUTION
+
+
+# %%
+# GRADER: bytes of R per forward
+grading.grade_r_bytes(r_bytes)
+
+# %%
+try:
+    for fused in (True, False):
+        mb = r_bytes(1024, 12, 64, 2, fused) / 1e6
+        print(f"{'fused' if fused else 'alternating':11s}: {mb:8.2f} MB of R per forward (B 16, T 1024, 12x64)")
+except NotImplementedError:
+    print("write r_bytes (task 6) first")
+
+# %% [markdown]
 # ## Question
 #
-# Your kernel reads the four $DH \times DH$ blocks of $R$ once and then runs all $T$ steps. The `alternating` backend reads $R$ at every step. For the lesson's problem ($B = 16$, $T = 1024$, 12 heads of $DH = 64$, bf16), how many bytes of $R$ does each read per forward pass, and why does the fused kernel still not run anywhere near the H100's tensor-core roof?
+# The fused kernel reads $R$ once per forward (task 6) instead of $T$ times. Why does it still not run anywhere near the H100's tensor-core roof?
 #
 # ### BEGIN SOLUTION
-# $R$ is $4 \cdot 12 \cdot 64^2 \cdot 2$ bytes = 393 KB. The fused kernel reads it once (393 KB); the alternating backend reads it at every step, $1024 \times 393$ KB = 403 MB (mostly from L2, where it fits). Even so, the fused kernel is far from the tensor-core roof because the work is a chain of 1024 dependent steps, each tiny: per step and program a $[16, 64] \times [64, 64]$ product per gate, about 0.5 MFLOP, a few nanoseconds of tensor-core time, while the step's chain (load $Wx_t$, four products, the cell's sigmoids and tanh, the store, the layout conversion of $h$ back into a product operand) takes hundreds of nanoseconds of latency. Only 12 programs run (one per head), on 12 of 132 SMs. The kernel is latency-bound: a larger batch per program or more heads fill the GPU at almost no extra time per step.
+# As task 6 counts, $R$ is $4 \cdot 12 \cdot 64^2 \cdot 2$ bytes = 393 KB. The fused kernel reads it once (393 KB); the alternating backend reads it at every step, $1024 \times 393$ KB = 403 MB (mostly from L2, where it fits). Even so, the fused kernel is far from the tensor-core roof because the work is a chain of 1024 dependent steps, each tiny: per step and program a $[16, 64] \times [64, 64]$ product per gate, about 0.5 MFLOP, a few nanoseconds of tensor-core time, while the step's chain (load $Wx_t$, four products, the cell's sigmoids and tanh, the store, the layout conversion of $h$ back into a product operand) takes hundreds of nanoseconds of latency. Only 12 programs run (one per head), on 12 of 132 SMs. The kernel is latency-bound: a larger batch per program or more heads fill the GPU at almost no extra time per step.
 # ### END SOLUTION
