@@ -80,6 +80,8 @@ grading.grade_copy_kernel(copy_kernel)
 #
 # A kernel reads a working set of `working_set_bytes` over and over from every SM (like the sweep in the lesson). To first order it is served by one SM's L1 if it fits there (`gpu.l1_per_sm` bytes), else by the L2 if it fits there (`gpu.l2_bytes`), else by HBM. "Fits" includes "exactly fills". `gpu` is a `gpulab.hardware.GPUSpec`. Return `"L1"`, `"L2"` or `"HBM"`.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # Check the levels from the smallest and fastest outwards: the first level that holds the whole working set serves it.
@@ -115,6 +117,8 @@ for name in ("H100", "A100", "T4"):
 # ## Task 3: the bandwidth of a copy
 #
 # A copy of `n_elements` of `dtype` took `ms` milliseconds. Return the achieved bandwidth in GB/s (1 GB = 1e9 bytes), counting every byte the copy must move. (`torch.empty(0, dtype=dtype).element_size()` gives the bytes per element.)
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #

@@ -38,6 +38,8 @@ from gpulab.course import grading_roofline as grading
 #
 # A kernel with arithmetic intensity `intensity` runs on a GPU with compute peak `peak_tflops` and memory bandwidth `bandwidth_gbps`. Return the most TFLOP/s it can reach: the smaller of the compute roof and the memory roof. Mind the units.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # The memory roof is intensity × bandwidth: FLOP per byte times bytes per second is FLOP per second.
@@ -68,6 +70,8 @@ grading.grade_attainable(attainable_tflops)
 # 1. `gemm_cost(m, n, k, itemsize)`: $C = AB$ with $A$ of shape $m \times k$ and $B$ of shape $k \times n$.
 # 2. `softmax_cost(rows, cols, itemsize)`: row-wise softmax of a `rows x cols` matrix into a new matrix of the same shape. Count **5 FLOPs per element** (max, subtract, exp, sum, divide).
 # 3. `lstm_step_cost(batch, input_size, hidden, itemsize)`: one LSTM step, $[i, f, g, o] = x_t W^\top + h_{t-1} U^\top + b$, then the cell update. $x_t$ is `batch x input_size`, $h$ and $c$ are `batch x hidden`, $W$ is `4*hidden x input_size`, $U$ is `4*hidden x hidden`, $b$ has `4*hidden` elements. FLOPs: the two matrix products only. Bytes: the step reads $x_t$, $h_{t-1}$, $c_{t-1}$, $W$, $U$, $b$ and writes $h_t$, $c_t$ — all of them `itemsize` bytes per element.
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
@@ -131,6 +135,8 @@ grading.grade_lstm_step_cost(lstm_step_cost)
 #
 # Return `"memory"` if a kernel of `flops` FLOPs that moves `nbytes` bytes is limited by memory on this GPU, else `"compute"` (exactly at the ridge point, say `"compute"`).
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # Compare the kernel's intensity, `flops / nbytes`, with the GPU's ridge point: the intensity at which the two roofs
@@ -183,6 +189,8 @@ plt.show()
 # ## Task 4: when does an LSTM step stop being memory-bound?
 #
 # With the byte count of Task 2, the intensity of one step grows with the batch. Return the **smallest batch** at which one step with these sizes is compute-bound (intensity at or above the ridge point `peak_tflops * 1e3 / bandwidth_gbps`), or `None` if no batch is large enough. A closed form and a search both work; think about what the intensity tends to as the batch grows.
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #

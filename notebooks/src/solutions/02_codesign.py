@@ -46,6 +46,8 @@ from gpulab.course import grading_codesign as grading
 # - `tile_efficiency`: the useful area $MN$ over the area of the tiles, $\lceil M/t_m\rceil t_m \cdot \lceil N/t_n\rceil t_n$,
 # - `wave_efficiency` $= \text{tiles} / (\text{waves} \cdot \text{SMs})$.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # A ragged edge still costs a whole tile: the tile counts per dimension are ceilings, `math.ceil(m / tile_m)`.
@@ -89,6 +91,8 @@ for n in (1408, 1416):
 # - alignment: the factor is `1 / codesign.alignment_penalty(k, n, dtype)` (1 when the rows of $K$ and $N$ elements are multiples of 16 bytes; the lesson explains the two measured penalties); multiply it by the fill of the last K-step, $K / (B_K \lceil K/B_K \rceil)$ with $B_K = 128 / s$ elements.
 # - tile and wave efficiency from your `quantization`.
 # - compute time $F / (P \cdot \phi_c \cdot e_\text{align} e_\text{tile} e_\text{wave})$ with $P$ the peak in FLOP/s and $\phi_c$ = `codesign.PEAK_FRACTION`; memory time $Q \cdot \text{penalty} / (B \cdot \phi_m)$ with $B$ in bytes/s, $\phi_m$ = `codesign.MEMORY_FRACTION` and the same alignment penalty (a misaligned shape runs a slower kernel, for its loads as well as its math). The prediction is the larger, in ms.
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
@@ -135,6 +139,8 @@ grading.grade_predict_ms(predict_ms)
 # Six GEMMs in bf16 on the H100. Four have the same $8192 \times 8192$ output and nearly the same $K$; two are the $1536 \times N \times 4096$ products of the wave sweep. **Before running anything below, decide which you expect to reach the highest TFLOP/s, and which the lowest, and why.**
 #
 # Then write `rank_by_throughput(shapes, gpu)`: the indices of `shapes` (tuples $(M, N, K)$), highest predicted TFLOP/s first, using the lesson's model of cuBLAS, `codesign.gemm_time(m, n, k, gpu=gpu, tile=None).tflops` (bf16).
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
@@ -207,6 +213,8 @@ for rank, i in enumerate(order, 1):
 #
 # The grader tries your function on random flagged configs.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # Fix one field at a time, in the order of the list: each rule only depends on the fields fixed before it.
@@ -214,15 +222,16 @@ for rank, i in enumerate(order, 1):
 #
 # <details><summary>Hint 2</summary>
 #
-# Round up to a multiple with `-(-x // m) * m`; round `hidden` to the *nearest* multiple of $64t$ (never below $64t$),
-# then pick the nearest allowed head count from `codesign.heads_options(hidden, heads, t)` only if the old one breaks a
-# rule.
+# Round the vocabulary up to a multiple of 64 with `-(-x // m) * m`; round `hidden` to the *nearest* multiple of $64t$
+# (never below $64t$). Then keep `heads` unless it breaks a rule ($h \bmod a$, $(h/a) \bmod 64$ or $a \bmod t$ not
+# 0); if it does, take the first of `codesign.heads_options(hidden, heads, t)` within a factor of two of the old count.
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# Raise the microbatch one at a time until $bs \bmod 64 = 0$, $ba \bmod t = 0$ and `codesign.check_config` no longer
-# flags the microbatch rule; check the whole config with `codesign.check_config` before returning.
+# The microbatch in two steps: raise it by one until $bs \bmod 64 = 0$ and $ba \bmod t = 0$; then, while
+# `all(c.passed for c in codesign.check_config(fixed))` is False (only the "as large as memory allows" rule is left),
+# *double* it: doubling keeps both divisibilities, adding one can break them again.
 # </details>
 
 # %% tags=["solution"]

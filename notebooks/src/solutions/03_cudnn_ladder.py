@@ -43,6 +43,8 @@ import triton.language as tl  # isort: skip
 #
 # Use `ladder.lstm_cell_torch(i, f, z, o, c)` (or write the cell yourself); `gates.chunk(4, dim=1)` splits $[B, 4H]$ into the four gates. The grader counts your matrix products: at most 2 per cell.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # Two loops: over layers outside, over time inside. Layer $l$'s input sequence is layer $l-1$'s outputs (layer 0's is
@@ -92,6 +94,8 @@ grading.grade_combined_gemm(step1)
 # Write `pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK)`. `gates` is $[N, 4, M]$ contiguous (pre-activations in the order i, f, z, o: gate $g$ of row $n$ starts at `gates_ptr + n*4*M + g*M`), `c` is $[N, M]$ in fp32. Program $(n, b)$ handles units $[b \cdot \text{BLOCK}, (b+1) \cdot \text{BLOCK})$ of row $n$: load the four gates and $c$, compute in fp32 (`.to(tl.float32)`), and store $h$ (in `h_out`'s dtype: `.to(h_out_ptr.dtype.element_ty)`) and the new $c$. The last block is ragged: mask it.
 #
 # You may call `cells.lstm_cell(i, f, z, o, c)`, the course's `@triton.jit` cell math, which returns `(h, c)`.
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #

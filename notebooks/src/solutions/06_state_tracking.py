@@ -44,6 +44,8 @@ torch.set_num_threads(1)  # tiny models: one thread is fastest and steady on a b
 #
 # So `y[:, -1]` is the parity of the whole string, and every earlier position is the parity of a prefix: one string of length $T$ gives $T$ training labels. Draw every random number from `generator` (a seeded `torch.Generator`), so that a seed fixes the data: `torch.randint(low, high, size, generator=generator)`.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # The bits: `torch.randint(0, 2, (batch, length), generator=generator)` (the upper bound is exclusive).
@@ -84,6 +86,8 @@ print("y =", y.tolist())
 # - draw all strings from one `torch.Generator().manual_seed(seed)`, on the model's device (`next(model.parameters()).device`), in batches of at most `batch_size` (the last one may be smaller);
 # - evaluate in eval mode (`model.eval()`) without gradients (`torch.no_grad()`), and leave the model in the mode it was in (`model.training` says which);
 # - return a Python float in [0, 1].
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #

@@ -48,6 +48,8 @@ torch.set_num_threads(1)
 # The grader runs your function on 2 ranks, each after a backward on its half of a batch, and compares the result
 # with one process that took the whole batch.
 #
+# Hints, opened one at a time only when you are stuck:
+#
 # <details><summary>Hint 1</summary>
 #
 # Loop over `model.parameters()` and skip those whose `.grad` is None (a frozen or unused parameter has none).
@@ -85,6 +87,8 @@ grading.grade_average_gradients(average_gradients)
 # Write `ring_bytes_per_gpu(nbytes, world_size)`: how many bytes each GPU *sends* in a ring all-reduce of a buffer of
 # `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather; each phase passes chunks of `nbytes /
 # world_size` to the next GPU in the ring, `world_size - 1` times).
+#
+# Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
