@@ -225,6 +225,33 @@ def io_traffic() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ms(x) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def lesson05() -> str:
+    from gpulab.rnn import benchmark as rnn_bench  # deferred: imports the kernels
+
+    path, recs = _newest("05_fused_rnn")
+    head = recs[0]
+    main = [r for r in recs if r.params.get("sweep") in ("main", "dense") and r.status == "ok" and r.ms == r.ms]
+    lines = [
+        *_figure(path, f"the fused RNN on the {head.device}"),
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}: LSTM, B = 16, T = 1,024, 12 heads "
+        "of 64 (cuDNN: dense hidden 768, with the input product), every case checked against float64 before it was "
+        "timed.",
+        "",
+        "| implementation | dtype | pass | mode | device ms | eager wall ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in main:
+        wall = _ms(r.wall_ms) if r.wall_ms and r.params.get("mode") == "eager" else "-"
+        lines.append(f"| {r.case} | {short_dtype(r.dtype)} | {r.params.get('pass')} | {r.params.get('mode')} | "
+                     f"{_ms(r.ms)} | {wall} |")  # fmt: skip
+    lines += ["", "Targets (device time):", "", *(f"- {t.strip()}" for t in rnn_bench.targets(recs)), "", _raw(path)]
+    return "\n".join(lines) + "\n"
+
+
 def lesson05_split() -> str:
     from gpulab.rnn import split_report  # deferred: imports the kernels
 
@@ -319,6 +346,7 @@ SECTIONS = {
     "lesson02": lesson02,
     "lesson03": lesson03,
     "lesson04": lesson04,
+    "lesson05": lesson05,
     "lesson05-split": lesson05_split,
     "lesson05-versions": lesson05_versions,
     "lesson06": lesson06,
