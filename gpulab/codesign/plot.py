@@ -45,7 +45,7 @@ def plot_tiles(m: int, n: int, tile=DEFAULT_TILE, ax=None, gpu=None):
                 )
             )
             if sms and rows * cols <= 300:
-                ax.text((j + 0.5) * tn, (i + 0.5) * tm, str(wave + 1), ha="center", va="center", fontsize=6)
+                ax.text((j + 0.5) * tn, (i + 0.5) * tm, str(wave + 1), ha="center", va="center", fontsize=8)
     ax.add_patch(patches.Rectangle((0, 0), n, m, fill=False, ec="k", lw=1.5))
     if cols * tn > n:
         ax.add_patch(patches.Rectangle((n, 0), cols * tn - n, rows * tm, hatch="///", fill=False, ec="C3", lw=0))

@@ -70,7 +70,7 @@ print(p.explain())
 # %%
 ks = list(range(4032, 4161))
 preds = [codesign.gemm_time(8192, 8192, k, tile=None) for k in ks]
-ax = codesign.plot_prediction(ks, preds, label="model (cuBLAS tiles)", xlabel="K", marker=".", ms=3)
+ax = codesign.plot_prediction(ks, preds, label="model (cuBLAS tiles)", xlabel="K", ls="none", marker="o", ms=3)
 try:
     k_sweep = {r.params["x"]: r for r in bench.load("02", gpu="h100") if r.params.get("sweep") == "K"}
 except FileNotFoundError:
