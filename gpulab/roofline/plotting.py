@@ -214,11 +214,8 @@ def plot(results=(), ceilings: Ceilings | None = None, ax=None, title=None):
             label = case
         face = "none" if predicted else color
         xs_case = [p.intensity for p, _ in items]
+        # the fraction of its roof sits in the legend label: points at one intensity would overprint any annotation
         ax.scatter(xs_case, ys, s=40, zorder=4, label=label, facecolors=face, edgecolors=color, marker=marker)
-        if len(items) == 1 and fr and not predicted:
-            ax.annotate(
-                f"{fr[0]:.0%}", (items[0][0].intensity, ys[0]), textcoords="offset points", xytext=(5, -10), fontsize=7
-            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(xmin, xmax)
