@@ -375,25 +375,31 @@ def _main_problem(results) -> dict:
     return dict(MAIN)
 
 
+def _short(dtype) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(dtype), str(dtype))
+
+
 def plot_results(results):
-    """Four panels: main problem (ms per implementation), batch sweep (ns/step), head-dim sweep (ms), roofline."""
+    """Three panels: the main problem (ms per implementation), the batch sweep and the head-dim sweep (ns per step);
+    the roofline is :func:`plot_roofline`'s own figure."""
     results = bench.result_list("results", results)
     import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.5), gridspec_kw={"width_ratios": [1.2, 1, 1]})
     prob = _main_problem(results)
-    ax = axes[0][0]
+    ax = axes[0]
     main = [r for r in results if r.params.get("sweep") in ("main", "dense") and r.ms == r.ms]
     labels = [
-        f"{r.case} {r.params['pass']}{' graph' if r.params.get('mode') == 'graph' else ''} {r.dtype}" for r in main
+        f"{r.case} {r.params['pass']}{' graph' if r.params.get('mode') == 'graph' else ''} {_short(r.dtype)}"
+        for r in main
     ]
     ax.barh(range(len(main)), [r.ms for r in main], color=["C1" if "gpulab fused" in c else "C0" for c in labels])
-    ax.set_yticks(range(len(main)), labels, fontsize=6)
+    ax.set_yticks(range(len(main)), labels, fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("ms (log)")
+    ax.set_xlabel("ms (log, device time)")
     where = "interpreter, not GPU numbers" if results and results[0].params.get("interpreter") else results[0].device
     ax.set_title(f"LSTM B={prob['B']} T={prob['T']} hidden {prob['NH'] * prob['DH']} ({where})", fontsize=9)
-    for panel, sweep, x in ((axes[0][1], "batch", "B"), (axes[1][0], "head_dim", "DH")):
+    for panel, sweep, x in ((axes[1], "batch", "B"), (axes[2], "head_dim", "DH")):
         groups = {}
         for r in results:
             p = r.params
@@ -412,16 +418,16 @@ def plot_results(results):
             pts = sorted(pts)
             panel.plot([a for a, _ in pts], [b for _, b in pts], marker="o", ms=3, label=name)
         panel.set_xscale("log", base=2)
+        tested = sorted({a for pts in groups.values() for a, _ in pts})
+        if tested:
+            panel.set_xticks(tested, [str(t) for t in tested])  # ticks at the tested values
+            panel.minorticks_off()
         panel.set_yscale("log")
         panel.set_xlabel("batch B" if sweep == "batch" else "head dim DH (hidden 768 = NH x DH)")
         panel.set_ylabel("ns per time step")
-        if groups:
-            panel.legend(fontsize=6)
-        panel.grid(True, which="both", alpha=0.3)
-    try:
-        plot_roofline(results, ax=axes[1][1])
-    except Exception as exc:  # noqa: BLE001 - the roofline needs stored ceilings; the other panels stand alone
-        axes[1][1].text(0.1, 0.5, f"roofline unavailable: {exc}", fontsize=7)
+        if groups:  # below the panel: inside, it covered points
+            panel.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+        panel.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig
 
