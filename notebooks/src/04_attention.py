@@ -189,6 +189,12 @@ for (b, h, nq, nk, d) in [(1, 1, 1, 1, 16), (2, 3, 17, 33, 24), (1, 2, 40, 17, 8
 #
 # $$ dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = \tau\, dS\, K, \qquad dK = \tau\, dS^\top Q. $$
 #
+# **Where $dS = P \circ (dP - D)$ comes from.** Take one query row: $p = \mathrm{softmax}(s)$, so $\partial p_k / \partial s_j = p_k(\delta_{jk} - p_j)$, and by the chain rule
+#
+# $$ \frac{\partial L}{\partial s_j} = \sum_k \frac{\partial L}{\partial p_k}\, p_k (\delta_{jk} - p_j) = p_j \Big( dP_j - \sum_k p_k\, dP_k \Big). $$
+#
+# The sum looks like it needs the whole row of $P$, but it does not: $dP_k = dO \cdot v_k$, so $\sum_k p_k\, dP_k = dO \cdot \sum_k p_k v_k = dO \cdot o = D$. One dot product of two rows the forward already produced ($dO$ and $O$) replaces a pass over $N$ probabilities, which is why the backward can work block by block. The rest is the chain rule through $S = \tau Q K^\top$ and $O = P V$.
+#
 # $P$ is never stored: each program recomputes its block as $P = e^{S - L}$ from the saved log-sum-exp $L$. FlashAttention-2 splits the work so no two programs write the same output: one kernel per **K block** accumulates $dK$ and $dV$ over the Q blocks that see it; another per **Q block** accumulates $dQ$ over the K blocks it sees. No atomics, no $N \times N$ buffer. The autograd Function saves only $Q, K, V, O$ and $L$.
 
 # %%

@@ -362,6 +362,8 @@ except FileNotFoundError as exc:
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time
 #
+# The forward step, written so that every line can be differentiated on its own: $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ from the pre-activations $G_t = Wx_t + h_{t-1} R^\top + b$, then $c_t = f' c_{t-1} + i' z'$ and $h_t = o' \tanh(c_t)$. Walking these lines backwards with the chain rule, and using $\sigma' = \sigma(1-\sigma)$ and $\tanh' = 1 - \tanh^2$ (so the derivatives need only the saved activations):
+#
 # Let $\delta h_t$ and $\delta c_t$ be the total gradients reaching $h_t$ and $c_t$ (from the outputs and from step $t+1$). With the gate activations $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ (saved by the forward, see below):
 #
 # $$ \delta c_t \mathrel{+}= \delta h_t \, o' (1 - \tanh^2 c_t), \qquad
