@@ -25,7 +25,8 @@ def test_pointwise_matches_reference_and_twin(n, nh, dh, dtype):
     i, f, z, o = (gates.float() + bias.float()).unbind(1)
     h_twin, c_twin = cells.lstm_cell_torch(i, f, z, o, c)
     check.assert_close(h.float(), h_twin.double(), dtype=dtype, name="h vs twin", atol=1e-6)
-    check.assert_close(c_new, c_twin.double(), dtype=torch.float32, rtol=1e-5, name="c vs twin")
+    # c = f c + i z can cancel to near 0 from terms of size ~1: fp32 rounding of those terms (~1e-7) is absolute
+    check.assert_close(c_new, c_twin.double(), dtype=torch.float32, rtol=1e-5, atol=1e-6, name="c vs twin")
 
 
 def test_pointwise_per_layer_bias_in_place_and_strided_h():
