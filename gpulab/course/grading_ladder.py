@@ -105,8 +105,9 @@ def grade_pointwise_kernel(kernel, cases=5):
         h_ref, c_ref = cells.lstm_pointwise_reference(gates.view(n, 4, 1, m), c.view(n, 1, m))
         where = f"N={n}, M={m}, BLOCK={block}, {str(dtype).replace('torch.', '')}"
         try:
-            check.assert_close(h_out, h_ref.view(n, m), name="h_out", context=where)
-            check.assert_close(c_out, c_ref.view(n, m), dtype=dtype, name="c_out", context=where)
+            # a lone element near 0 (c = f c + i z cancelling) has no relative precision: allow fp32 rounding of ~1
+            check.assert_close(h_out, h_ref.view(n, m), name="h_out", context=where, atol=1e-6)
+            check.assert_close(c_out, c_ref.view(n, m), dtype=dtype, name="c_out", context=where, atol=1e-6)
         except AssertionError as exc:
             i, f, z, o = gates.double().unbind(1)
             swapped = torch.sigmoid(o) * torch.tanh(torch.sigmoid(f) * c.double() + torch.sigmoid(i) * torch.tanh(z))

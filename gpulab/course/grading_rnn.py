@@ -119,7 +119,8 @@ def grade_gru_cell(gru_cell, cases=5):
         where = f"{size} elements, pre-activations ~{scale:g}"
         ref = gru_reference(g, r, z, n, h)
         try:
-            check.assert_close(out, ref, dtype=torch.float32, name="h'", context=where)
+            # h' = z h + (1 - z) n' can cancel to near 0 from terms of size ~1: allow their fp32 rounding absolutely
+            check.assert_close(out, ref, dtype=torch.float32, name="h'", context=where, atol=1e-6)
         except AssertionError as exc:
             hint = ""
             if torch.isnan(out).any() and scale > 10:
