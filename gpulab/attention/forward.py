@@ -29,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, triton_ops
+from gpulab import check, runtime, triton_ops
+from gpulab.attention import hopper
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
 from gpulab.attention.plan import Plan, check_config, check_inputs, forward_plan
 from gpulab.launch import Launch, direct_stream
@@ -187,6 +188,16 @@ def run_forward(plan: Plan, q, k, v):
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     launch = plan.forward
+    if plan.version == 2:  # Hopper: TMA descriptors and warp specialization (gpulab.attention.hopper)
+        if launch is None:
+            cfg = plan.config or hopper.hopper_config(plan.d, plan.is_causal)
+            launch = plan.forward = hopper.forward_v2_launch(plan, cfg)
+        if not runtime.INTERPRET:
+            hopper.ensure_allocator()
+        aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
+        launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k,
+               plan.b * plan.h, plan.qk_scale)  # fmt: skip
+        return o, lse
     if launch is None:
         cfg = plan.config
         if cfg == "auto":  # time the candidates once for this problem, keep the fastest
@@ -201,14 +212,20 @@ def run_forward(plan: Plan, q, k, v):
 
 
 def attention_forward(
-    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None
+    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None,
+    version: int | None = None,
 ):
     """Run :func:`attention_forward_kernel`; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq] (natural log).
 
     ``config``: an :class:`AttentionConfig`, None for :func:`attention_config`'s, or ``"auto"`` to autotune on a GPU
     (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config). The checks and the tile
-    choice run once per input signature (:func:`gpulab.attention.plan.forward_plan`).
+    choice run once per input signature (:func:`gpulab.attention.plan.forward_plan`). ``config`` may also be a
+    :class:`gpulab.attention.hopper.HopperConfig` for version 2.
+
+    ``version``: None picks the kernel (version 2, :mod:`gpulab.attention.hopper`, on a compute-capability-9 GPU
+    for fp16/bf16 and head dims that are multiples of 8; else version 1); 1 or 2 asks for one (version 2 also runs
+    in the interpreter).
 
     No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
     """
-    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config), q, k, v)
+    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config, version), q, k, v)

@@ -18,10 +18,11 @@ import torch
 
 from gpulab import dtypes, runtime
 from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig
+from gpulab.attention.hopper import HopperConfig, auto_version, supports
 from gpulab.attention.reference import default_scale
 from gpulab.triton_ops import LOG2E_F
 
-__all__ = ["Plan", "check_inputs", "check_config", "forward_plan", "backward_plan", "plan_cache_info",
+__all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS"]  # fmt: skip
 
 MAX_PLANS = 512
@@ -84,14 +85,15 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
     return default_scale(d, scale)
 
 
-def check_config(name: str, config, head_dim: int) -> AttentionConfig | str | None:
-    """``config`` if it is None, ``"auto"`` or an :class:`AttentionConfig` whose head-dim tile holds ``head_dim``."""
-    if config is None or (isinstance(config, str) and config == "auto"):
+def check_config(name: str, config, head_dim: int) -> AttentionConfig | HopperConfig | str | None:
+    """``config`` if it is None, ``"auto"``, a :class:`HopperConfig` (version 2) or an :class:`AttentionConfig`
+    whose head-dim tile holds ``head_dim``."""
+    if config is None or (isinstance(config, str) and config == "auto") or isinstance(config, HopperConfig):
         return config
     if not isinstance(config, AttentionConfig):
         raise TypeError(
-            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU) or an AttentionConfig, "
-            f"got {config!r}."
+            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU), an AttentionConfig (version 1) "
+            f"or a HopperConfig (version 2), got {config!r}."
         )
     if config.block_d < head_dim:
         raise ValueError(f"{name}.block_d={config.block_d} is smaller than head_dim {head_dim}; use block_d >= it.")
@@ -122,7 +124,7 @@ class Plan:
 
     __slots__ = ("b", "h", "n_q", "n_k", "d", "dtype", "device", "scale", "qk_scale", "is_causal", "allow_tf32",
                  "precision", "is_fp32", "contiguous", "empty", "o_shape", "lse_shape", "config", "backward_configs",
-                 "forward", "backward")  # fmt: skip
+                 "forward", "backward", "version")  # fmt: skip
 
     def __init__(self, q, k, scale, is_causal, allow_tf32, config, backward_configs, contiguous):
         self.b, self.h, self.n_q, self.d = q.shape
@@ -139,6 +141,7 @@ class Plan:
         self.lse_shape = (self.b, self.h, self.n_q)
         self.config, self.backward_configs = config, backward_configs
         self.forward = self.backward = None
+        self.version = 1  # the forward kernel's version (forward_plan sets it)
 
 
 def _store(cache: dict, key, plan: Plan) -> Plan:
@@ -149,12 +152,37 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
     return plan
 
 
-def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None) -> Plan:
+def check_version(version, config, dtype, head_dim: int, device) -> int:
+    """The forward version to run: ``version`` 1 or 2 as asked (2 only where
+    :func:`gpulab.attention.hopper.supports` allows it), or with None the automatic choice
+    (:func:`gpulab.attention.hopper.auto_version`; a version-1 config or ``"auto"`` means version 1, a
+    :class:`HopperConfig` version 2)."""
+    if version is not None and (version.__class__ is not int or version not in (1, 2)):
+        raise ValueError(f"version must be None (automatic), 1 (portable FlashAttention-2) or 2 (Hopper), "
+                         f"got {version!r}.")  # fmt: skip
+    if isinstance(config, HopperConfig):
+        if version == 1:
+            raise ValueError("config is a HopperConfig (version 2's tiles) but version=1; pass an AttentionConfig "
+                             "for version 1, or version=2.")  # fmt: skip
+        version = 2
+    elif config is not None:
+        if version == 2:
+            raise ValueError(f"config {config!r} is for version 1; pass a HopperConfig (or None) with version=2.")
+        version = 1
+    if version is None:
+        return auto_version(dtype, head_dim, device)
+    if version == 2 and (why := supports(dtype, head_dim)) is not None:
+        raise ValueError(f"version=2 cannot run this input: {why}.")
+    return version
+
+
+def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:
     """The :class:`Plan` for ``attention_forward(q, k, v, is_causal, scale, allow_tf32, config)``: found by one dict
     lookup for a signature seen before, else built after the full checks (which raise on bad input).
 
-    ``config``: None, ``"auto"`` or an :class:`AttentionConfig`; the backward of the same plan uses the default
-    tiles with None or an AttentionConfig, and autotunes with ``"auto"``.
+    ``config``: None, ``"auto"``, an :class:`AttentionConfig` or a :class:`HopperConfig`; the backward of the same
+    plan uses the default tiles with None or a config, and autotunes with ``"auto"``. ``version``: the forward
+    kernel, None for the automatic choice (:func:`check_version`).
     """
     key = None
     if is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float):
@@ -162,7 +190,7 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
             key = (q.__class__, q.shape, q.stride(), q.dtype, q.device,
                    k.__class__, k.shape, k.stride(), k.dtype, k.device,
                    v.__class__, v.shape, v.stride(), v.dtype, v.device,
-                   is_causal, scale, allow_tf32, config)  # fmt: skip
+                   is_causal, scale, allow_tf32, config, version)  # fmt: skip
             plan = _FORWARD.get(key)
         except (AttributeError, TypeError):  # not tensors, or an unhashable config: the checks below say which
             key = plan = None
@@ -175,6 +203,7 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     contiguous = q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     backward_configs = "auto" if isinstance(config, str) else None
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous)
+    plan.version = check_version(version, config, q.dtype, q.shape[3], q.device)
     return _store(_FORWARD, key, plan)
 
 

@@ -1,0 +1,319 @@
+"""Lesson 4, part 2: version 2 of the attention forward, for Hopper (sm_90): TMA descriptors and warp specialization.
+
+What you will learn: what a Hopper GPU changes about the same algorithm. Version 1
+(:mod:`gpulab.attention.forward`) is FlashAttention-2 in portable Triton: every program computes its own addresses,
+loads K/V tiles with ordinary loads, and the same warps that wait for memory also multiply and exponentiate. On an
+H100 three pieces of hardware take work off those warps:
+
+- **TMA (the tensor memory accelerator).** A *tensor descriptor* (``tl.make_tensor_descriptor``: base, shape,
+  strides, block shape) lets one instruction copy a whole ``[BLOCK_N, D]`` tile from global to shared memory. The
+  copy engine computes the addresses and zero-fills rows and columns outside the tensor's shape, so ragged
+  sequence ends and head dims below the tile need no load masks at all (``Nk`` not a multiple of ``BLOCK_N``:
+  the extra K rows read as 0 and their scores are masked to ``-inf`` as in version 1; the extra V rows are 0).
+- **wgmma.** A warpgroup (4 warps) multiplies a ``[64, K]`` tile from registers or shared memory by a shared-memory
+  tile asynchronously; Triton emits it for ``tl.dot`` on sm_90 when the operands are laid out for it (descriptor
+  loads land there).
+- **Warp specialization.** ``tl.range(..., warp_specialize=True)`` splits the loop's warps into a *producer* that
+  only issues TMA copies for the next K/V tiles and *consumers* that only compute: the loads of step j+1 run while
+  the consumers do step j's products and softmax. With ``BLOCK_M = 128`` and ``num_warps = 4`` Triton 3.6 builds
+  one producer warp group and two consumer warpgroups of 64 query rows each (12 warps in all); with
+  ``num_warps = 8`` it silently keeps the plain software pipeline. :func:`sm90_ttgir` compiles the kernel for sm_90
+  on any machine, so a test checks that the warp-specialized form is what ships.
+
+The math is version 1's, line for line: scores in base 2 (``S2 = Q K^T * scale * log2 e``), the online-softmax
+update ``m' = max(m, rowmax S2)``, ``acc = acc * 2^(m - m') + 2^(S2 - m') V``, ``l = l * 2^(m - m') + rowsum``, masks
+only on the key blocks that need them (the diagonal of a causal problem, the ragged last block), ``O = acc / l`` and
+``LSE = (m + log2 l) ln 2`` saved for the backward (version 1's backward takes them unchanged). One difference: no
+``-inf`` guard on the running max. Every row sees key 0 in the first key block it processes (causal top-left: key
+0 is visible to every query; rows past ``Nq`` are padding that sees key 0 as well), so the max is finite from the
+first block on and ``2^(m - m')`` never meets ``-inf - (-inf)``.
+
+**Schedule.** One program per (Q block, batch*head), longest causal blocks first (as version 1), or, with
+``persistent=True``, one program per SM looping over the tiles in that order. Which one is faster is measured, not
+assumed: ``scripts/probe_hopper.py`` times both.
+
+**Where it runs.** :func:`supports` says when version 2 applies: fp16/bf16, head dims that are multiples of 8 (a
+TMA row must be a multiple of 16 bytes) up to 128, and (automatically) a GPU of compute capability 9.x.
+:func:`gpulab.attention.attention_forward` takes ``version=2`` explicitly too, also in the interpreter, which runs
+descriptors and ``warp_specialize`` loops as plain loads and loops, so the CPU tests check version 2's math.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from gpulab import runtime, triton_ops
+from gpulab.launch import Launch
+
+__all__ = [
+    "HopperConfig",
+    "hopper_config",
+    "supports",
+    "auto_version",
+    "attention_forward_v2_kernel",
+    "forward_v2_launch",
+    "ensure_allocator",
+    "sm90_compile",
+    "sm90_ttgir",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class HopperConfig:
+    """Version 2's launch: Q tiles of ``block_m`` rows, K/V tiles of ``block_n``, ``num_stages`` TMA buffers, the loop
+    warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+    warp_specialize: bool = True
+    persistent: bool = False
+
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "num_warps"):
+            value = runtime.integer(name, getattr(self, name), minimum=1)
+            if value & (value - 1) or (name != "num_warps" and value < 16):
+                raise ValueError(f"{name}={value} must be a power of two (>= 16 for tiles); e.g. 64 or 128.")
+        runtime.integer("num_stages", self.num_stages, minimum=1)
+        runtime.strict_bool("warp_specialize", self.warp_specialize)
+        runtime.strict_bool("persistent", self.persistent)
+
+
+# The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
+# (scripts/probe_hopper.py; the sweep's records are in benchmarks/04_flash_attention/hopper/). HopperConfig() is the
+# starting point for any other.
+_PREFERRED: dict[tuple[int, bool], HopperConfig] = {}
+
+
+def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
+    """Version 2's tiles for ``head_dim`` (1 to 128): the measured choice for its padded width and ``is_causal``,
+    else :class:`HopperConfig`'s defaults."""
+    head_dim = runtime.integer("head_dim", head_dim, minimum=1, maximum=128)
+    is_causal = runtime.strict_bool("is_causal", is_causal)
+    return _PREFERRED.get((runtime.dot_block(head_dim), is_causal), HopperConfig())
+
+
+def supports(dtype: torch.dtype, head_dim: int) -> str | None:
+    """None when version 2 can run ``dtype`` inputs of ``head_dim``, else the reason it cannot (for error messages)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"version 2 takes float16 or bfloat16 inputs, got {dtype} (use version 1 for float32)"
+    if head_dim % 8 or not 8 <= head_dim <= 128:
+        return (f"version 2 takes head dims that are multiples of 8 from 8 to 128 (a TMA row is a multiple of 16 "
+                f"bytes), got {head_dim} (use version 1)")  # fmt: skip
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
+    """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it,
+    else 1. ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
+    forced = os.environ.get("GPULAB_ATTENTION_VERSION", "")
+    if forced == "1":
+        return 1
+    if device.type != "cuda" or supports(dtype, head_dim) is not None:
+        return 1
+    if forced == "2":
+        return 2
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return 2 if _capability(index)[0] == 9 else 1
+
+
+def _alloc(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors need a little global memory per program (Triton asks its allocator at launch).
+    Install a torch allocator unless the caller's context already has one (it is a context variable: a new thread
+    starts without one, so this runs before every launch; it costs one lookup)."""
+    from triton.runtime import _allocation  # noqa: PLC0415 - private module, imported where it is used
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_alloc)
+
+
+@triton.jit
+def _v2_keys(
+    acc, l_i, m_i, q, k_desc, v_desc, lo, hi, last, qk_scale, offs_n,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """Key blocks [lo, hi) of one Q block: update (acc [BLOCK_M, BLOCK_D], l [BLOCK_M], m [BLOCK_M]).
+
+    MASKED: row r sees key column j only where ``j <= last[r]`` (``last = min(query, Nk - 1)`` for causal,
+    ``Nk - 1`` otherwise): one compare and select per score covers both the causal and the bounds mask."""
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = k_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D] through TMA; rows >= Nk and columns >= D read as 0
+        s = tl.dot(q, k.T)  # [BLOCK_M, BLOCK_N] fp32, not yet scaled
+        if MASKED:
+            s = tl.where((start_n + offs_n)[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            s = s - m_new[:, None]
+        else:  # scale > 0, so max(S) * scale = max(S * scale): one fused multiply-add per score below
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            s = s * qk_scale - m_new[:, None]
+        p = tl.exp2(s)  # [BLOCK_M, BLOCK_N]
+        alpha = tl.exp2(m_i - m_new)  # [BLOCK_M]: how much the old max overestimated; 0 on the first block
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = v_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D]
+        acc = tl.dot(p.to(v.dtype), v, acc)  # P in the operands' dtype, accumulated in fp32
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _v2_tile(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    """O and LSE of Q block ``pid_m`` of head ``bh`` (inputs contiguous [B*H, N, HEAD_DIM])."""
+    head = bh.to(tl.int64)
+    # One descriptor per tensor and head: its shape is this head's [N, HEAD_DIM], so TMA stops at the head's end.
+    q_desc = tl.make_tensor_descriptor(q_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    k_desc = tl.make_tensor_descriptor(k_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    v_desc = tl.make_tensor_descriptor(v_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = q_desc.load([start_m, 0])  # [BLOCK_M, BLOCK_D], kept for the whole key loop
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    # Keys this block needs (causal: those up to its last query), the last one each row sees, and the blocks that
+    # need no mask at all (left of the block's first query and inside the sequence).
+    hi = n_k
+    full = (n_k // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        hi = tl.minimum(n_k, start_m + BLOCK_M)
+        full = tl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+        last = tl.minimum(offs_m, n_k - 1)
+    else:
+        last = tl.full([BLOCK_M], n_k - 1, tl.int32)
+    if WARP_SPECIALIZE:  # Triton 3.6 specializes a kernel's only loop: one loop, masked throughout when any block is
+        acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, 0, hi, last, qk_scale, offs_n,
+                                 BLOCK_N, NEEDS_MASK, True)  # fmt: skip
+    else:  # version 1's split: unmasked blocks, then the few that need a mask
+        acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, 0, full, last, qk_scale, offs_n,
+                                 BLOCK_N, False, False)  # fmt: skip
+        acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, full, hi, last, qk_scale, offs_n,
+                                 BLOCK_N, True, False)  # fmt: skip
+
+    o = acc / l_i[:, None]
+    lse = (m_i + tl.log2(l_i)) * triton_ops.LN2  # base 2 back to natural log
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < n_q
+    o_ptrs = o_ptr + head * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+    tl.store(lse_ptr + head * n_q + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def attention_forward_v2_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_q, n_k, n_bh, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, PERSISTENT: tl.constexpr,
+):  # fmt: skip
+    """Version 2 forward: O [B*H, Nq, HEAD_DIM] and LSE [B*H, Nq] (natural log). Grid: (Q blocks, B*H), or
+    (programs,) with PERSISTENT, each program taking tiles ``pid, pid + programs, ...``."""
+    if PERSISTENT:
+        n_m = tl.cdiv(n_q, BLOCK_M)
+        for tile in range(tl.program_id(0), n_m * n_bh, tl.num_programs(0)):
+            if IS_CAUSAL:  # all heads' longest Q blocks first: the last tiles are the shortest
+                pid_m = n_m - 1 - tile // n_bh
+                bh = tile % n_bh
+            else:  # Q blocks of one head are neighbours: programs running at once share its K/V in L2
+                pid_m = tile % n_m
+                bh = tile // n_m
+            _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
+                     HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE)  # fmt: skip
+    else:
+        pid_m = tl.program_id(0)
+        if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.program_id(1), pid_m, n_q, n_k, qk_scale,
+                 HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE)  # fmt: skip
+
+
+def _constexprs(head_dim: int, is_causal: bool, n_k: int, cfg: HopperConfig) -> dict:
+    return dict(HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=runtime.dot_block(head_dim),
+                IS_CAUSAL=is_causal, NEEDS_MASK=is_causal or n_k % cfg.block_n != 0,
+                WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=cfg.persistent)  # fmt: skip
+
+
+def forward_v2_launch(plan, cfg: HopperConfig):
+    """The :class:`gpulab.launch.Launch` of :func:`attention_forward_v2_kernel` for ``plan`` with ``cfg``."""
+    n_m = -(-plan.n_q // cfg.block_m)
+    if cfg.persistent:
+        sms = runtime.sm_count(plan.device) if plan.device.type == "cuda" else 4
+        grid = (min(sms, n_m * plan.b * plan.h),)
+    else:
+        grid = (n_m, plan.b * plan.h)
+    constexprs = _constexprs(plan.d, plan.is_causal, plan.n_k, cfg)
+    constexprs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return Launch(attention_forward_v2_kernel, grid, constexprs)
+
+
+def sm90_compile(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig | None = None, dtype: str = "bf16"):
+    """Compile version 2 for sm_90 (no GPU needed, nothing launched) and return Triton's compiled kernel, whose
+    ``asm`` holds 'ttgir', 'ptx' and 'cubin'. Needs compiled mode: use :func:`sm90_ttgir` from an interpreter
+    process (it compiles in a fresh one)."""
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+
+    cfg = cfg or hopper_config(head_dim, is_causal)
+    runtime.one_of("dtype", dtype, ("bf16", "fp16"))
+    ptr = f"*{dtype}"
+    signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
+                 "n_q": "i32", "n_k": "i32", "n_bh": "i32", "qk_scale": "fp32"}  # fmt: skip
+    constexprs = _constexprs(head_dim, is_causal, 1 if is_causal else cfg.block_n, cfg)
+    signature.update({name: "constexpr" for name in constexprs})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}  # pointers 16-byte aligned, as launches check
+    src = triton.compiler.ASTSource(fn=attention_forward_v2_kernel, signature=signature, constexprs=constexprs,
+                                    attrs=attrs)  # fmt: skip
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})  # fmt: skip
+
+
+_BOOTSTRAP = (
+    "import sys, json, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.attention import hopper; a = json.loads(sys.argv[1]); "
+    "k = hopper.sm90_compile(a['d'], a['causal'], hopper.HopperConfig(**a['cfg']), a['dtype']); "
+    "sys.stdout.write(k.asm['ttgir'])"
+)
+
+
+def sm90_ttgir(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig | None = None,
+               dtype: str = "bf16", timeout: float = 600) -> str:  # fmt: skip
+    """The TTGIR (Triton's GPU-level IR) of version 2 compiled for sm_90, from a fresh Python process that compiles
+    without a GPU. A warp-specialized loop shows as a ``ttg.warp_specialize`` op with its partitions."""
+    import json  # noqa: PLC0415
+
+    cfg = cfg or hopper_config(head_dim, is_causal)
+    if not isinstance(cfg, HopperConfig):
+        raise TypeError(f"cfg must be a HopperConfig or None, got {type(cfg).__name__}.")
+    arg = json.dumps({"d": runtime.integer("head_dim", head_dim, minimum=1), "causal": bool(is_causal),
+                      "cfg": dataclasses.asdict(cfg), "dtype": dtype})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
+    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"compiling version 2 for sm_90 failed:\n{done.stderr[-3000:]}")
+    return done.stdout

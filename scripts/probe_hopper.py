@@ -1,0 +1,232 @@
+"""Lesson 4, part 2 on a GPU: version 2 of the forward (TMA, warp specialization) tuned, checked and timed beside
+version 1 and SDPA's backends, in one run.
+
+    OUT=/some/folder python scripts/probe_hopper.py [--quick] [--sweep-only | --no-sweep]
+
+1. ``sweep``: version 2's candidate configs (:data:`CANDIDATES`) at head dims 64 and 128, causal and not, N 4k and
+   16k (16k tokens), with ``triton.testing.do_bench`` (device time); a config that fails to compile or run is
+   recorded as such. The fastest per (head dim, causal) by geometric mean over the lengths is chosen.
+2. ``grid``: lesson 4's 24 problems (bf16 and fp16; d 64 x 16 heads and d 128 x 8 heads; N 1k, 4k, 16k with 16k
+   tokens; causal and not), forward and forward+backward, version 1 (``GPULAB_ATTENTION_VERSION``-free: explicit
+   plans), version 2 with the chosen configs, SDPA default (cuDNN here) and SDPA FlashAttention-2, every output
+   first checked against SDPA's math backend in fp32; both clocks (``bench.measure``: ``ms`` device, ``wall_ms``
+   eager wall per call).
+3. ``tiny``: B 1, H 1, N 128, d 64 forward: the host floor on the wall clock.
+
+Writes ``$OUT/hopper.jsonl`` (gpulab.bench records; the chosen configs in ``params['chosen']`` of ``kind='choice'``).
+"""
+
+# ruff: noqa: B023 - every closure below is timed before its loop variables change
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gpulab import bench, check
+from gpulab.attention import hopper
+from gpulab.attention.benchmark import grid
+from gpulab.attention.function import FlashAttentionFunction
+from gpulab.attention.hopper import HopperConfig
+from gpulab.attention.plan import clear_plan_cache, forward_plan
+
+QUICK = "--quick" in sys.argv
+CANDIDATES = [
+    HopperConfig(128, 128, 4, 2, True, False),
+    HopperConfig(128, 64, 4, 2, True, False),
+    HopperConfig(128, 64, 4, 3, True, False),
+    HopperConfig(128, 128, 4, 2, True, True),
+    HopperConfig(128, 64, 4, 3, True, True),
+    HopperConfig(128, 64, 8, 3, False, False),
+    HopperConfig(128, 128, 8, 2, False, False),
+    HopperConfig(128, 64, 8, 3, False, True),
+    HopperConfig(64, 64, 4, 3, False, False),
+]
+results: list = []
+
+
+def note(msg):
+    print(msg, flush=True)
+
+
+def qkv(b, h, n, d, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
+
+
+def flops(b, h, n, d, causal, backward=False):
+    return bench.attention_flops(b, h, n, n, d, causal=causal, backward=backward)
+
+
+def v2_forward(cfg):
+    return lambda q, k, v, c: hopper_run(q, k, v, c, cfg)
+
+
+def hopper_run(q, k, v, c, cfg):
+    from gpulab.attention.forward import run_forward
+
+    return run_forward(forward_plan(q, k, v, c, None, False, cfg, 2), q, k, v)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------- sweep
+def sweep():
+    chosen = {}
+    for d, h in ((128, 8), (64, 16)):
+        for causal in (False, True):
+            times = {}
+            for n in (4096, 16384):
+                b = 16384 // n
+                q, k, v = qkv(b, h, n, d, torch.bfloat16)
+                ref = F.scaled_dot_product_attention(q[:1, :2].float(), k[:1, :2].float(), v[:1, :2].float(),
+                                                     is_causal=causal)  # fmt: skip
+                for cfg in CANDIDATES:
+                    tag = f"d{d} causal={causal} N{n} {cfg}"
+                    try:
+                        o = hopper_run(q, k, v, causal, cfg)
+                        err = check.relative_error(o[:1, :2], ref)
+                        if not err <= 2e-2:
+                            raise RuntimeError(f"relative error {err:.3g}")
+                        ms = triton.testing.do_bench(lambda cfg=cfg: hopper_run(q, k, v, causal, cfg), warmup=25,
+                                                     rep=100)  # fmt: skip
+                    except Exception as exc:  # noqa: BLE001 - a config that cannot compile or run: recorded
+                        note(f"{tag}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                        results.append(bench.record(lesson="04", case="v2 sweep", kind="sweep", head_dim=d,
+                                                    causal=causal, seq=n, config=dataclasses.asdict(cfg),
+                                                    check=f"failed: {type(exc).__name__}"))  # fmt: skip
+                        continue
+                    tf = flops(b, h, n, d, causal) / ms / 1e9
+                    times.setdefault(cfg, []).append(ms)
+                    note(f"{tag}: {ms:.3f} ms {tf:.0f} TFLOP/s err {err:.1e}")
+                    results.append(bench.record(lesson="04", case="v2 sweep", ms=ms, flops=flops(b, h, n, d, causal),
+                                                dtype=torch.bfloat16, shape=[b, h, n, d], kind="sweep", head_dim=d,
+                                                causal=causal, seq=n, config=dataclasses.asdict(cfg), rel_err=err,
+                                                check="ok"))  # fmt: skip
+            full = {c: t for c, t in times.items() if len(t) == 2}
+            best_each = [min(t[i] for t in full.values()) for i in range(2)]
+            score = {c: math.exp(sum(math.log(t[i] / best_each[i]) for i in range(2)) / 2) for c, t in full.items()}
+            best = min(score, key=score.get)
+            chosen[(d, causal)] = best
+            note(f"CHOSEN d{d} causal={causal}: {best} (geomean {score[best]:.3f} of best per length)")
+            results.append(bench.record(lesson="04", case="v2 choice", kind="choice", head_dim=d, causal=causal,
+                                        chosen=dataclasses.asdict(best),
+                                        scores={str(dataclasses.asdict(c)): s for c, s in score.items()}))  # fmt: skip
+    return chosen
+
+
+# ----------------------------------------------------------------------------------------------------------- grid
+def _sdpa(backend):
+    def run(q, k, v, c):
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+
+    return run
+
+
+def _gpulab(version):
+    def run(q, k, v, c):
+        plan = forward_plan(q, k, v, c, None, False, None, version)
+        if torch.is_grad_enabled() and q.requires_grad:
+            return FlashAttentionFunction.apply(q, k, v, c, None, False, False, plan)
+        from gpulab.attention.forward import run_forward
+
+        return run_forward(plan, q, k, v)[0]
+
+    return run
+
+
+IMPLS = {"gpulab v1": _gpulab(1), "gpulab v2": _gpulab(2), "SDPA default": _sdpa(None),
+         "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION)}  # fmt: skip
+
+
+def _check(fn, q, k, v, causal, backward):
+    q1, k1, v1 = (t[:1, :2].detach().clone().requires_grad_(backward) for t in (q, k, v))
+    out = fn(q1, k1, v1, causal)
+    ref_in = [t.detach().float().requires_grad_(backward) for t in (q1, k1, v1)]
+    ref = _sdpa(SDPBackend.MATH)(*ref_in, causal)
+    errs = [check.relative_error(out, ref)]
+    if backward:
+        g = torch.randn_like(ref)
+        out.backward(g.to(out.dtype))
+        ref.backward(g)
+        errs += [check.relative_error(a.grad, b.grad) for a, b in zip((q1, k1, v1), ref_in)]
+    return max(float(e) for e in errs)
+
+
+def run_grid():
+    problems = grid()
+    if QUICK:
+        problems = [p for p in problems if p["dtype"] == torch.bfloat16 and p["seq"] != 4096]
+    for p in problems:
+        b, h, n, d, dtype, causal = p["batch"], p["heads"], p["seq"], p["head_dim"], p["dtype"], p["causal"]
+        q, k, v = qkv(b, h, n, d, dtype)
+        do = torch.randn_like(q)
+        line = []
+        for backward in (False, True):
+            for name, fn in IMPLS.items():
+                try:
+                    err = _check(fn, q, k, v, causal, backward)
+                except Exception as exc:  # noqa: BLE001
+                    note(f"{name} {p} backward={backward}: {type(exc).__name__}: {str(exc)[:160]}")
+                    continue
+                status = "ok" if err <= check.tolerance(dtype) else f"FAILED: rel_err {err:.3g}"
+                if backward:
+                    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+
+                    def call(fn=fn, qg=qg, kg=kg, vg=vg):
+                        qg.grad = kg.grad = vg.grad = None
+                        fn(qg, kg, vg, causal).backward(do)
+                else:
+
+                    def call(fn=fn):
+                        with torch.no_grad():
+                            fn(q, k, v, causal)
+
+                r = bench.measure(call, lesson="04", case=name, flops=flops(b, h, n, d, causal, backward),
+                                  dtype=dtype, shape=[b, h, n, d], kind="throughput", impl=name,
+                                  direction="forward+backward" if backward else "forward", causal=causal, batch=b,
+                                  heads=h, seq=n, head_dim=d, rel_err=err, check=status)  # fmt: skip
+                if name == "gpulab v2":
+                    r.params["config"] = dataclasses.asdict(hopper.hopper_config(d, causal))
+                results.append(r)
+                line.append(f"{name[:12]}{'+b' if backward else ''} {r.tflops:.0f}/{r.wall_tflops:.0f}")
+        note(f"{str(dtype)[6:]} d{d} N{n} causal={causal}: " + " | ".join(line))
+
+
+def tiny():
+    for n in (128, 1024):
+        q, k, v = qkv(1, 1, n, 64, torch.bfloat16)
+        for name, fn in IMPLS.items():
+            with torch.no_grad():
+                r = bench.measure(lambda fn=fn: fn(q, k, v, True), lesson="04", case=name, kind="tiny", impl=name,
+                                  direction="forward", causal=True, batch=1, heads=1, seq=n, head_dim=64,
+                                  dtype=torch.bfloat16, shape=[1, 1, n, 64])  # fmt: skip
+            results.append(r)
+            note(f"tiny N{n} {name}: {r.ms * 1e3:.1f} us device, {r.wall_ms * 1e3:.1f} us wall")
+
+
+t0 = time.time()
+hopper.ensure_allocator()
+note(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
+if "--no-sweep" not in sys.argv:  # else the configs hopper._PREFERRED holds (a sweep's choice, committed)
+    chosen = sweep()
+    for (d, causal), cfg in chosen.items():
+        hopper._PREFERRED[(d, causal)] = cfg
+    clear_plan_cache()
+    note(f"sweep done at {time.time() - t0:.0f} s")
+if "--sweep-only" not in sys.argv:
+    run_grid()
+    note(f"grid done at {time.time() - t0:.0f} s")
+    tiny()
+note(f"done in {time.time() - t0:.0f} s")
+out = os.environ.get("OUT")
+if out:
+    note(f"wrote {bench.save(results, '04', path=os.path.join(out, 'hopper.jsonl'))}")

@@ -1,0 +1,147 @@
+"""Lesson 4, part 2: version 2 of the forward (gpulab.attention.hopper: TMA descriptors, warp specialization)
+against the float64 reference in Triton's interpreter, its choice beside version 1, and its sm_90 compilation
+(warp specialization present in the TTGIR, so a silent fallback fails here). Full sizes: `pytest -m gpu`."""
+
+import pytest
+import torch
+
+from gpulab import attention as A
+from gpulab import check, runtime
+from gpulab.attention import hopper
+from gpulab.attention.hopper import HopperConfig
+from gpulab.attention.plan import forward_plan
+
+# (batch, heads, seq_q, seq_k, head_dim, causal, config): odd lengths, Nq != Nk both ways, one row, head dims that
+# are multiples of 8 but not powers of two (the descriptor zero-fills the tile's extra columns), every schedule.
+SMALL = HopperConfig(block_m=16, block_n=16)
+CASES = [
+    (1, 1, 1, 1, 8, False, SMALL),
+    (1, 1, 1, 1, 16, True, SMALL),
+    (1, 2, 17, 17, 16, True, SMALL),
+    (2, 1, 33, 50, 24, False, HopperConfig(block_m=16, block_n=32)),
+    (1, 2, 17, 40, 40, True, SMALL),
+    (2, 1, 40, 17, 24, True, HopperConfig(block_m=32, block_n=16, warp_specialize=False)),
+    (1, 1, 17, 33, 8, False, HopperConfig(block_m=16, block_n=16, warp_specialize=False)),
+    (1, 3, 17, 40, 16, True, HopperConfig(block_m=16, block_n=16, persistent=True)),
+    (2, 2, 33, 33, 24, False, HopperConfig(block_m=16, block_n=32, persistent=True, warp_specialize=False)),
+    (1, 1, 17, 1, 16, True, SMALL),
+    (1, 1, 40, 64, 128, True, HopperConfig(block_m=32, block_n=32)),
+]
+
+
+def _inputs(b, h, nq, nk, d, dtype, device=None, scale=1.0):
+    q = check.random_tensor(b, h, nq, d, dtype=dtype, scale=scale, device=device)
+    k = check.random_tensor(b, h, nk, d, dtype=dtype, scale=scale, device=device)
+    v = check.random_tensor(b, h, nk, d, dtype=dtype, device=device)
+    return q, k, v
+
+
+@pytest.mark.parametrize("b, h, nq, nk, d, causal, cfg", CASES)
+def test_version2_matches_float64(b, h, nq, nk, d, causal, cfg):
+    q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
+    o, lse = A.attention_forward(q, k, v, is_causal=causal, config=cfg, version=2)  # outputs poisoned first
+    ctx = f"B={b} H={h} Nq={nq} Nk={nk} D={d} causal={causal} {cfg}"
+    check.assert_close(o, A.attention_reference(q, k, v, is_causal=causal), dtype=torch.float16, name="O",
+                       context=ctx)  # fmt: skip
+    check.assert_close(lse, A.logsumexp_reference(q, k, is_causal=causal), dtype=torch.float16, name="LSE",
+                       context=ctx)  # fmt: skip
+
+
+def test_version2_agrees_with_version1_and_keeps_large_logits_finite():
+    # logits of a few hundred: the online max keeps exp2 in range; version 1 and 2 round alike
+    q, k, v = _inputs(1, 2, 33, 21, 16, torch.float16, scale=6.0)
+    o2, lse2 = A.attention_forward(q, k, v, is_causal=True, config=SMALL, version=2)
+    o1, lse1 = A.attention_forward(q, k, v, is_causal=True, version=1)
+    assert torch.isfinite(o2).all() and torch.isfinite(lse2).all()
+    check.assert_close(o2, o1.double(), dtype=torch.float16, name="O v2 vs v1")
+    check.assert_close(lse2, lse1.double(), dtype=torch.float16, name="LSE v2 vs v1")
+
+
+def test_gradients_through_version2_forward():
+    # the backward (version 1's kernels) takes version 2's O and LSE unchanged
+    b, h, nq, nk, d = 1, 2, 17, 24, 16
+    q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
+    do = check.random_tensor(b, h, nq, d, dtype=torch.float16)
+    plan = forward_plan(q, k, v, True, None, False, SMALL, 2)
+    assert plan.version == 2
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    A.FlashAttentionFunction.apply(qg, kg, vg, True, None, False, False, plan).backward(do)
+    _, dq, dk, dv = A.attention_reference(q, k, v, is_causal=True, do=do)
+    for name, g, ref in (("dQ", qg.grad, dq), ("dK", kg.grad, dk), ("dV", vg.grad, dv)):
+        check.assert_close(g, ref, dtype=torch.float16, rtol=1e-2, name=name)
+
+
+def test_automatic_choice_and_supports():
+    assert hopper.auto_version(torch.float16, 64, torch.device("cpu")) == 1  # no sm_90 here
+    assert hopper.supports(torch.bfloat16, 128) is None and hopper.supports(torch.float16, 8) is None
+    assert "float32" in hopper.supports(torch.float32, 64)
+    assert "multiples of 8" in hopper.supports(torch.float16, 20)
+    q, k, v = _inputs(1, 1, 5, 5, 16, torch.float16)
+    assert forward_plan(q, k, v).version == (2 if runtime.on_gpu() and torch.cuda.get_device_capability()[0] == 9
+                                             else 1)  # fmt: skip
+    assert forward_plan(q, k, v, version=2).version == 2
+    assert forward_plan(q, k, v, config=SMALL).version == 2  # a HopperConfig means version 2
+    assert forward_plan(q, k, v, config=A.AttentionConfig(16, 16, 16, 4, 1)).version == 1
+
+
+def test_default_configs_fit_and_tile_at_least_16():
+    for d in (8, 24, 64, 128):
+        for causal in (False, True):
+            cfg = hopper.hopper_config(d, causal)
+            assert cfg.block_m >= 16 and cfg.block_n >= 16 and cfg.num_stages >= 1
+
+
+def test_sm90_compile_is_warp_specialized():
+    # Triton 3.6 keeps warp specialization on sm_90 only for a kernel whose loop is its only one and at 4 warps: a
+    # change that breaks either falls back silently to the plain pipeline, and this fails.
+    ttgir = hopper.sm90_ttgir(64, True, HopperConfig(warp_specialize=True))
+    assert "ttg.warp_specialize" in ttgir, "version 2's key loop is no longer warp-specialized on sm_90"
+    assert "ttng.async_tma_copy_global_to_local" in ttgir, "K/V no longer load through TMA"
+    assert "ttng.warp_group_dot" in ttgir, "the products are no longer wgmma"
+    shipped = hopper.hopper_config(128, False)
+    if shipped.warp_specialize:
+        assert "ttg.warp_specialize" in hopper.sm90_ttgir(128, False, shipped)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "nq, nk, d, causal",
+    [
+        (4096, 4096, 128, True),
+        (4096, 4096, 64, False),
+        (1000, 3001, 80, True),
+        (3001, 1000, 40, True),
+        (777, 777, 128, False),
+        (1, 4096, 64, True),
+    ],
+)
+def test_version2_full_size_on_gpu(dtype, nq, nk, d, causal):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("version 2 is for compute capability 9 (Hopper)")
+    q, k, v = _inputs(2, 3, nq, nk, d, dtype, device="cuda")
+    with runtime.poisoning(True):
+        o, lse = A.attention_forward(q, k, v, is_causal=causal)  # the automatic choice: version 2 here
+    assert forward_plan(q, k, v, causal).version == 2
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    check.assert_close(o, ref.double(), dtype=dtype, name="O", context=f"{nq}x{nk} d{d} causal={causal}")
+    o1, lse1 = A.attention_forward(q, k, v, is_causal=causal, version=1)
+    check.assert_close(lse, lse1.double(), dtype=dtype, name="LSE v2 vs v1")
+
+
+@pytest.mark.gpu
+def test_version2_every_schedule_on_gpu():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("version 2 is for compute capability 9 (Hopper)")
+    q, k, v = _inputs(3, 5, 2049, 2049, 128, torch.bfloat16, device="cuda")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).double()
+    for cfg in (
+        HopperConfig(),
+        HopperConfig(block_n=64),
+        HopperConfig(warp_specialize=False, num_warps=8),
+        HopperConfig(persistent=True),
+        HopperConfig(persistent=True, warp_specialize=False, num_warps=8),
+    ):
+        with runtime.poisoning(True):
+            o, _ = A.attention_forward(q, k, v, is_causal=True, config=cfg)
+        check.assert_close(o, ref, dtype=torch.bfloat16, name="O", context=str(cfg))
