@@ -49,6 +49,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import _allocation  # the allocator's context variable (Triton 3.6)
 
 from gpulab import runtime, triton_ops
 from gpulab.launch import Launch
@@ -61,6 +62,7 @@ __all__ = [
     "attention_forward_v2_kernel",
     "forward_v2_launch",
     "ensure_allocator",
+    "WS_BROKEN_ON_SM90",
     "sm90_compile",
     "sm90_ttgir",
 ]
@@ -71,11 +73,11 @@ class HopperConfig:
     """Version 2's launch: Q tiles of ``block_m`` rows, K/V tiles of ``block_n``, ``num_stages`` TMA buffers, the loop
     warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``)."""
 
-    block_m: int = 128
-    block_n: int = 128
+    block_m: int = 64
+    block_n: int = 64
     num_warps: int = 4
-    num_stages: int = 2
-    warp_specialize: bool = True
+    num_stages: int = 3
+    warp_specialize: bool = False
     persistent: bool = False
 
     def __post_init__(self):
@@ -89,9 +91,21 @@ class HopperConfig:
 
 
 # The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
-# (scripts/probe_hopper.py; the sweep's records are in benchmarks/04_flash_attention/hopper/). HopperConfig() is the
+# (scripts/probe_hopper.py; the sweep's records are in benchmarks/04_attention/hopper/). HopperConfig() is the
 # starting point for any other.
-_PREFERRED: dict[tuple[int, bool], HopperConfig] = {}
+_PREFERRED: dict[tuple[int, bool], HopperConfig] = {
+    (128, False): HopperConfig(128, 64, 4, 2),
+    (128, True): HopperConfig(64, 64, 4, 3),
+    (64, False): HopperConfig(64, 128, 4, 2),
+    (64, True): HopperConfig(64, 128, 4, 2),
+}
+
+WS_BROKEN_ON_SM90 = tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6)
+"""Triton 3.6 compiles version 2's loop warp-specialized for sm_90 (one producer warp group, two consumer
+warpgroups), but the results are wrong: measured on the H100, relative errors of 0.05 to 57 against the reference
+(records of ``scripts/probe_hopper.py``, ``kind='sweep'``), differing from run to run, so a race; only 64-row tiles ran
+correctly, at half the speed of the plain pipeline. So a launch with ``warp_specialize=True`` on a
+compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to re-measure on a newer Triton)."""
 
 
 def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
@@ -117,6 +131,13 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@functools.lru_cache(maxsize=64)
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(
+        index if index is not None else torch.cuda.current_device()
+    ).multi_processor_count
+
+
 def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
     """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it,
     else 1. ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
@@ -131,17 +152,27 @@ def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int
     return 2 if _capability(index)[0] == 9 else 1
 
 
+_SCRATCH: dict = {}
+
+
 def _alloc(size: int, alignment: int, stream):
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    """Triton's workspace for device-side descriptors (128 bytes per descriptor and program), kept per stream: kernels
+    on one stream run one after another, so the next launch may reuse the buffer, and the eager path saves an
+    allocation per call. During CUDA-graph capture every launch gets its own buffer from the graph's pool."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+    key = (torch.cuda.current_device(), stream)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < size:
+        buf = _SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
+    return buf
 
 
 def ensure_allocator() -> None:
     """Device-side tensor descriptors need a little global memory per program (Triton asks its allocator at launch).
-    Install a torch allocator unless the caller's context already has one (it is a context variable: a new thread
-    starts without one, so this runs before every launch; it costs one lookup)."""
-    from triton.runtime import _allocation  # noqa: PLC0415 - private module, imported where it is used
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+    Install :func:`_alloc` unless the caller's context already has an allocator (it is a context variable: a new
+    thread starts without one, so this runs before every launch; it costs one lookup)."""
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
         triton.set_allocator(_alloc)
 
 
@@ -261,9 +292,16 @@ def _constexprs(head_dim: int, is_causal: bool, n_k: int, cfg: HopperConfig) -> 
 
 def forward_v2_launch(plan, cfg: HopperConfig):
     """The :class:`gpulab.launch.Launch` of :func:`attention_forward_v2_kernel` for ``plan`` with ``cfg``."""
+    if (cfg.warp_specialize and WS_BROKEN_ON_SM90 and plan.device.type == "cuda"
+            and os.environ.get("GPULAB_ALLOW_WARP_SPECIALIZE") != "1"):  # fmt: skip
+        raise ValueError(
+            f"warp_specialize=True gives wrong results on this GPU with Triton {triton.__version__} (a race measured "
+            "on the H100; see gpulab.attention.hopper.WS_BROKEN_ON_SM90); use HopperConfig(warp_specialize=False), "
+            "or set GPULAB_ALLOW_WARP_SPECIALIZE=1 to run it anyway for a measurement."
+        )
     n_m = -(-plan.n_q // cfg.block_m)
     if cfg.persistent:
-        sms = runtime.sm_count(plan.device) if plan.device.type == "cuda" else 4
+        sms = _sm_count(plan.device.index) if plan.device.type == "cuda" else 4
         grid = (min(sms, n_m * plan.b * plan.h),)
     else:
         grid = (n_m, plan.b * plan.h)

@@ -137,11 +137,21 @@ def test_version2_every_schedule_on_gpu():
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).double()
     for cfg in (
         HopperConfig(),
-        HopperConfig(block_n=64),
-        HopperConfig(warp_specialize=False, num_warps=8),
+        HopperConfig(block_n=128, num_stages=2),
+        HopperConfig(block_m=128, num_warps=8),
         HopperConfig(persistent=True),
-        HopperConfig(persistent=True, warp_specialize=False, num_warps=8),
+        HopperConfig(block_m=128, num_warps=8, persistent=True),
     ):
         with runtime.poisoning(True):
             o, _ = A.attention_forward(q, k, v, is_causal=True, config=cfg)
         check.assert_close(o, ref, dtype=torch.bfloat16, name="O", context=str(cfg))
+
+
+@pytest.mark.gpu
+def test_warp_specialization_refused_on_sm90_with_triton_36(monkeypatch):
+    if torch.cuda.get_device_capability()[0] != 9 or not hopper.WS_BROKEN_ON_SM90:
+        pytest.skip("the refusal is for Triton <= 3.6 on compute capability 9")
+    monkeypatch.delenv("GPULAB_ALLOW_WARP_SPECIALIZE", raising=False)
+    q, k, v = _inputs(1, 1, 256, 256, 64, torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="warp_specialize"):
+        A.attention_forward(q, k, v, config=HopperConfig(128, 64, 4, 2, warp_specialize=True))
