@@ -1,0 +1,217 @@
+"""Lesson 4, part 2, measured: version 2 of the forward beside version 1 and SDPA's backends, read from the records.
+
+What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
+records come from ``scripts/probe_hopper.py`` (one run on the H100: a config sweep, then lesson 4's 24 problems with
+every implementation checked against SDPA's math backend before it was timed on both clocks):
+
+- ``benchmarks/04_attention/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab v2``,
+  ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
+  tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor);
+- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates.
+
+:func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from gpulab import bench, runtime
+
+__all__ = ["stored", "stored_sweep", "problems", "grid_table", "summary", "sweep_summary", "plot_grid",
+           "plot_timeline", "IMPLS"]  # fmt: skip
+
+_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
+IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
+_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "hopper"
+
+
+def stored(folder=None) -> list[bench.Result]:
+    """The newest records of ``scripts/probe_hopper.py`` (FileNotFoundError when there are none)."""
+    folder = Path(folder) if folder is not None else _FOLDER
+    return bench.load("04", path=bench.newest(folder))
+
+
+def stored_sweep(folder=None) -> list[bench.Result]:
+    """Sweep records of every stored probe run (the first run's sweep has the warp-specialized candidates)."""
+    folder = Path(folder) if folder is not None else _FOLDER
+    out = []
+    for path in sorted(folder.rglob("*.jsonl")):
+        out += [r for r in bench.load("04", path=path) if r.params.get("kind") == "sweep"]
+    return out
+
+
+def problems(records, direction: str = "forward") -> dict:
+    """``{(dtype, head_dim, seq, causal): {impl: Result}}`` of the throughput records in ``direction``."""
+    runtime.one_of("direction", direction, ("forward", "forward+backward"))
+    out: dict = {}
+    for r in bench.result_list("records", records):
+        p = r.params
+        if p.get("kind") == "throughput" and p.get("direction") == direction and r.status == "ok" and r.ms == r.ms:
+            out.setdefault((r.dtype, p["head_dim"], p["seq"], p["causal"]), {})[p["impl"]] = r
+    return {k: v for k, v in out.items() if all(i in v for i in IMPLS)}
+
+
+def grid_table(records, direction: str = "forward") -> str:
+    """TFLOP/s of each implementation per problem on device time, and version 2's ratios on both clocks."""
+    rows = []
+    for (dt, d, n, causal), impls in sorted(problems(records, direction).items()):
+        v1, v2, cd, fa = (impls[i] for i in IMPLS)
+        rows.append([f"{_SHORT.get(dt, dt)} d{d} N{n // 1024}k {'causal' if causal else 'full'}",
+                     *(f"{r.tflops:.0f}" for r in (v1, v2, cd, fa)),
+                     f"{v1.ms / v2.ms:.2f}", f"{cd.ms / v2.ms:.2f}", f"{cd.wall_ms / v2.wall_ms:.2f}"])  # fmt: skip
+    heads = ["problem", "v1", "v2", "cuDNN", "FA-2", "v2/v1", "v2 vs cuDNN", "(wall)"]
+    return bench.text_table(heads, rows, title=f"{direction}: TFLOP/s on device time; ratios = other ms / v2 ms")
+
+
+def _ratios(records, direction, peer, clock="device"):
+    get = (lambda r: r.ms) if clock == "device" else (lambda r: r.wall_ms)
+    return {k: get(v[peer]) / get(v["gpulab v2"]) for k, v in problems(records, direction).items()}
+
+
+def summary(records) -> list[str]:
+    """The issue's targets, each with what the records show (device time unless the line says wall)."""
+    fwd = problems(records, "forward")
+    if not fwd:
+        return ["no complete forward problems in these records"]
+    lines = []
+    big = fwd.get(("bfloat16", 128, 16384, False))
+    if big:
+        v1, v2 = big["gpulab v1"], big["gpulab v2"]
+        lines.append(f"d128, N16k, bf16 forward: version 2 {v2.tflops:.0f} TFLOP/s ({v2.wall_tflops:.0f} on the wall "
+                     f"clock), version 1 {v1.tflops:.0f}: {v1.ms / v2.ms:.2f}x (firm target >= 1.1x; stretch 600 "
+                     f"TFLOP/s: {'reached' if v2.tflops >= 600 else 'not reached'})")  # fmt: skip
+    for clock in ("device", "wall"):
+        vs = list(_ratios(records, "forward", "SDPA default", clock).values())
+        lines.append(f"forward vs cuDNN over {len(vs)} problems ({clock} clock): median {statistics.median(vs):.2f}x, "
+                     f"lowest {min(vs):.2f}x (targets: median >= 0.95x, none below 0.85x)")  # fmt: skip
+    v21 = list(_ratios(records, "forward", "gpulab v1").values())
+    lines.append(f"version 2 / version 1, forward: median {statistics.median(v21):.2f}x, "
+                 f"{min(v21):.2f}x to {max(v21):.2f}x")  # fmt: skip
+    short = [v for k, v in _ratios(records, "forward", "gpulab v1").items() if k[2] <= 1024]
+    if short:
+        lines.append(f"N = 1k (short): version 2 / version 1 {min(short):.2f}x to {max(short):.2f}x on device time")
+    fb = list(_ratios(records, "forward+backward", "SDPA default").values())
+    if fb:
+        lines.append(f"forward+backward (version 1's backward) vs cuDNN: median {statistics.median(fb):.2f}x")
+    tiny = {(r.params["seq"], r.params["impl"]): r for r in records if r.params.get("kind") == "tiny"}
+    for n in sorted({s for s, _ in tiny}):
+        cells = [f"{i} {tiny[(n, i)].wall_ms * 1e3:.0f} us" for i in IMPLS if (n, i) in tiny]
+        lines.append(f"B1 H1 N{n} d64 forward, wall clock per call: " + ", ".join(cells))
+    return lines
+
+
+def sweep_summary(records) -> list[str]:
+    """What the sweeps found: warp-specialized configs that failed their check, persistent against one program per
+    tile, and the fastest config per (head dim, causal)."""
+    sweep = [r for r in bench.result_list("records", records) if r.params.get("kind") == "sweep"]
+    ws = [r for r in sweep if r.params["config"]["warp_specialize"]]
+    ws_bad = [r for r in ws if not str(r.params.get("check", "")).startswith("ok")]
+    lines = []
+    if ws:
+        wrong_128 = sum(1 for r in ws_bad if r.params["config"]["block_m"] == 128)
+        all_128 = sum(1 for r in ws if r.params["config"]["block_m"] == 128)
+        lines.append(f"warp-specialized runs: {len(ws_bad)} of {len(ws)} gave wrong results ({wrong_128} of {all_128} "
+                     "with 128-row Q tiles, the two-consumer form)")  # fmt: skip
+        passed = [r for r in ws if r not in ws_bad]
+        if passed:
+            lines.append(f"the {len(passed)} that passed their check ran at {min(r.tflops for r in passed):.0f} - "
+                         f"{max(r.tflops for r in passed):.0f} TFLOP/s")  # fmt: skip
+
+    def key(r):
+        c = r.params["config"]
+        return (r.params["head_dim"], r.params["causal"], r.params["seq"], c["block_m"], c["block_n"],
+                c["num_warps"], c["num_stages"])  # fmt: skip
+
+    good = [r for r in sweep if str(r.params.get("check", "")).startswith("ok") and r.ms == r.ms]
+    plain = {
+        key(r): r for r in good if not r.params["config"]["persistent"] and not r.params["config"]["warp_specialize"]
+    }
+    pers = [(r, plain.get(key(r))) for r in good if r.params["config"]["persistent"]]
+    pers = [(a, b) for a, b in pers if b is not None]
+    if pers:
+        ratios = [b.ms / a.ms for a, b in pers]
+        lines.append(f"persistent (one program per SM) / one program per tile: {min(ratios):.2f}x to "
+                     f"{max(ratios):.2f}x over {len(ratios)} problems (below 1: persistent is slower)")  # fmt: skip
+    best: dict = {}
+    for r in good:
+        k = (r.params["head_dim"], r.params["causal"], r.params["seq"])
+        if k not in best or r.ms < best[k].ms:
+            best[k] = r
+    for (d, causal, n), r in sorted(best.items()):
+        c = r.params["config"]
+        lines.append(f"fastest at d{d} N{n // 1024}k {'causal' if causal else 'full'}: {c['block_m']}x{c['block_n']}, "
+                     f"{c['num_warps']} warps, {c['num_stages']} stages: {r.tflops:.0f} TFLOP/s")  # fmt: skip
+    return lines
+
+
+def plot_grid(records, direction: str = "forward", ax=None):
+    """TFLOP/s (device time) of each implementation on every problem of ``direction``, bf16."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting only when asked
+
+    probs = {k: v for k, v in sorted(problems(records, direction).items()) if k[0] == "bfloat16"}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 3.6))
+    width = 0.2
+    for j, impl in enumerate(IMPLS):
+        xs = [i + (j - 1.5) * width for i in range(len(probs))]
+        ax.bar(xs, [v[impl].tflops for v in probs.values()], width, label=impl)
+    ax.set_xticks(range(len(probs)))
+    ax.set_xticklabels([f"d{d}\nN{n // 1024}k\n{'causal' if c else 'full'}" for (_, d, n, c) in probs], fontsize=8)
+    ax.set_ylabel("TFLOP/s (device time)")
+    head = next(iter(next(iter(probs.values())).values()), None) if probs else None
+    where = f" on the {head.device}, {head.date}" if head else ""
+    ax.set_title(f"bf16 attention {direction}{where}")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    return ax
+
+
+def plot_timeline(ax=None, steps: int = 4):
+    """A schematic of one Q block's key loop: version 1 (the same warps load, wait, multiply and exponentiate, with
+    loads issued ahead by the software pipeline) against a warp-specialized Hopper kernel (a producer warp issues TMA
+    copies; two consumer warpgroups take turns, one on its softmax while the other's products run). Durations are
+    illustrative units, not measurements."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    steps = runtime.integer("steps", steps, minimum=1, maximum=12)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 3.2))
+    colors = {"load": "#8da0cb", "QK^T": "#fc8d62", "softmax": "#66c2a5", "PV": "#e78ac3"}
+    lanes = []
+
+    def box(lane, start, length, kind, label=None):
+        ax.broken_barh([(start, length)], (lane - 0.4, 0.8), facecolors=colors[kind], edgecolor="k", lw=0.5)
+        if label:
+            ax.text(start + length / 2, lane, label, ha="center", va="center", fontsize=7)
+
+    # version 1: one warpgroup; the next tile's load is in flight (pipelined) but math runs in series
+    box(4, 0.0, 1.0, "load", "K0,V0")
+    t = 0.0
+    for j in range(steps):
+        if j + 1 < steps:  # the next tile's copy, issued before this tile's math
+            box(4, t + 1.0, 1.0, "load", f"K{j + 1},V{j + 1}")
+        box(3, t + 1.0, 1.0, "QK^T", "QK")
+        box(3, t + 2.0, 1.4, "softmax", "exp")
+        box(3, t + 3.4, 1.0, "PV", "PV")
+        t += 3.4
+    lanes += [(4, "v1: loads (async copies)"), (3, "v1: the same warps compute")]
+    # Hopper: producer + two consumer warpgroups in ping-pong
+    for j in range(steps + 1):  # tile j+1 is copied while the consumers work on tile j
+        box(2, max(0.0, 2.4 * j - 1.4), 1.0, "load", f"K{j},V{j}")
+    for lane, offset in ((1, 1.0), (0, 2.2)):
+        t = offset
+        for _ in range(steps):
+            box(lane, t, 0.5, "QK^T")
+            box(lane, t + 0.5, 1.4, "softmax")
+            box(lane, t + 1.9, 0.5, "PV")
+            t += 2.4
+    lanes += [(2, "v2 ideal: producer (TMA)"), (1, "consumer warpgroup 1"), (0, "consumer warpgroup 2")]
+    ax.set_yticks([y for y, _ in lanes])
+    ax.set_yticklabels([n for _, n in lanes], fontsize=8)
+    ax.set_xlabel("time (illustrative units)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, list(colors), fontsize=8, ncol=4, loc="upper right")
+    ax.set_title("one Q block's key loop: software pipeline (version 1) against warp specialization (FlashAttention-3)")
+    ax.set_xlim(0, max(14.0, steps * 3.4 + 1.5))
+    return ax
