@@ -25,6 +25,7 @@ ALLOWED = {
             "gpulab.attention.backward.backward_launches",
             "gpulab.attention.forward.run_forward",
             "gpulab.attention.forward.forward_launch",
+            "gpulab.attention.hopper.forward_v2_launch",
             "gpulab.attention.function.FlashAttentionFunction",
             "gpulab.attention.ops.flash_attention_op",
             "gpulab.attention.plan.forward_plan",
@@ -112,6 +113,7 @@ ALLOWED = {
         _CLI,
     ),
     **dict.fromkeys(["gpulab.course.sources.read_source", "gpulab.course.sources.notebook_text"], _AUTHOR),
+    **dict.fromkeys(["gpulab.attention.hopper_report.stored", "gpulab.attention.hopper_report.stored_sweep"], _STORED),
     **dict.fromkeys(
         [
             "gpulab.course.prose.offenders",

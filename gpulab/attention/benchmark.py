@@ -7,7 +7,8 @@
   so that the peers share the GPU's clocks and state:
 
   * ``gpulab``: :func:`gpulab.attention.flash_attention` with the fixed per-GPU tiles of
-    :func:`gpulab.attention.attention_config`;
+    :func:`gpulab.attention.attention_config` (on a compute-capability-9 GPU its forward is version 2,
+    :mod:`gpulab.attention.hopper`, with :func:`gpulab.attention.hopper.hopper_config`'s tiles);
   * ``gpulab (autotuned)``: the same with ``autotune=True`` (a few candidate tiles timed per problem, the fastest
     kept; ``params['configs']`` records the tiles each gpulab record ran with);
   * ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to ``SDPBackend.FLASH_ATTENTION``;
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check, roofline, runtime
+from gpulab.attention import hopper
 from gpulab.attention.configs import attention_config, tuned, tuning_key
 from gpulab.attention.function import flash_attention
 from gpulab.attention.reference import naive_attention
@@ -184,7 +186,12 @@ def _configs_used(name, d, dtype, causal, n, backward) -> dict:
     """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
     autotuner chose for this problem."""
     out = {}
+    if hopper.auto_version(dtype, d, runtime.device) == 2:  # the forward is version 2 (Hopper) here
+        h = hopper.hopper_config(d, causal)
+        out["forward v2"] = [h.block_m, h.block_n, h.num_warps, h.num_stages]
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
+        if kind == "forward" and "forward v2" in out:
+            continue
         c = attention_config(kind, d, dtype, n, n)
         if name.endswith("(autotuned)"):
             c = tuned().get(tuning_key(kind, d, dtype, causal, n, n), {}).get("config", c)

@@ -118,6 +118,9 @@ def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
 
 def supports(dtype: torch.dtype, head_dim: int) -> str | None:
     """None when version 2 can run ``dtype`` inputs of ``head_dim``, else the reason it cannot (for error messages)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {type(dtype).__name__} {dtype!r}.")
+    head_dim = runtime.integer("head_dim", head_dim, minimum=1)
     if dtype not in (torch.float16, torch.bfloat16):
         return f"version 2 takes float16 or bfloat16 inputs, got {dtype} (use version 1 for float32)"
     if head_dim % 8 or not 8 <= head_dim <= 128:
@@ -141,10 +144,13 @@ def _sm_count(index: int | None) -> int:
 def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
     """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it,
     else 1. ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {type(device).__name__} {device!r}; e.g. q.device.")
+    why = supports(dtype, head_dim)
     forced = os.environ.get("GPULAB_ATTENTION_VERSION", "")
     if forced == "1":
         return 1
-    if device.type != "cuda" or supports(dtype, head_dim) is not None:
+    if device.type != "cuda" or why is not None:
         return 1
     if forced == "2":
         return 2

@@ -120,6 +120,28 @@ def lesson04() -> str:
     return "\n".join(lines) + "\n"
 
 
+def lesson04_hopper() -> str:
+    from gpulab.attention import hopper_report  # deferred: imports the kernels' modules
+
+    path = bench.newest(ROOT / "benchmarks" / "04_attention" / "hopper")
+    recs = bench.load("04", path=path)
+    head = recs[0]
+    lines = [
+        *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; one run of `scripts/probe_hopper.py`.",
+        "",
+        *(f"- {line}" for line in hopper_report.summary(recs)),
+        *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:3]),
+        "",
+        "```",
+        hopper_report.grid_table(recs, "forward"),
+        "```",
+        "",
+        _raw(path),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def lesson03() -> str:
     path, recs = _newest("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
@@ -346,6 +368,7 @@ SECTIONS = {
     "lesson02": lesson02,
     "lesson03": lesson03,
     "lesson04": lesson04,
+    "lesson04-hopper": lesson04_hopper,
     "lesson05": lesson05,
     "lesson05-split": lesson05_split,
     "lesson05-versions": lesson05_versions,
