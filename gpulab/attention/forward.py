@@ -194,9 +194,9 @@ def run_forward(plan: Plan, q, k, v):
             launch = plan.forward = hopper.forward_v2_launch(plan, cfg)
         if not runtime.INTERPRET:
             hopper.ensure_allocator()
-        aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
-        launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k,
-               plan.b * plan.h, plan.qk_scale)  # fmt: skip
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # TMA reads from 16-byte aligned addresses only
+            q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))  # fresh, aligned copies
+        launch(direct_stream(plan.device), q, k, v, o, lse, plan.n_q, plan.n_k, plan.b * plan.h, plan.qk_scale)
         return o, lse
     if launch is None:
         cfg = plan.config
@@ -212,8 +212,7 @@ def run_forward(plan: Plan, q, k, v):
 
 
 def attention_forward(
-    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None,
-    version: int | None = None,
+    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None, version=None
 ):
     """Run :func:`attention_forward_kernel`; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq] (natural log).
 

@@ -269,7 +269,9 @@ def test_gpu_direct_launches_match_the_jit_path(fresh_plans, attention_inputs, c
     before = L.launch_counts()
     for _ in range(2):
         off = fwd_bwd(q_off, k, v)
-    assert L.launch_counts()["direct"] == before["direct"], "a misaligned pointer never takes the direct launch"
+    # version 2 (Hopper) copies a misaligned input to an aligned buffer (TMA needs one) and launches directly
+    v2_direct = 2 if P.forward_plan(q_off, k, v, causal).version == 2 else 0
+    assert L.launch_counts()["direct"] - before["direct"] == v2_direct, "a misaligned pointer never goes direct"
     refs = A.attention_reference(q, k, v, is_causal=causal, do=do)
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), off, refs):
         check.assert_close(got, ref, dtype=torch.bfloat16, rtol=8e-2, name=name)
