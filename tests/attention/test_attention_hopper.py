@@ -155,3 +155,13 @@ def test_warp_specialization_refused_on_sm90_with_triton_36(monkeypatch):
     q, k, v = _inputs(1, 1, 256, 256, 64, torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="warp_specialize"):
         A.attention_forward(q, k, v, config=HopperConfig(128, 64, 4, 2, warp_specialize=True))
+
+
+def test_version2_takes_inputs_that_are_not_16_byte_aligned():
+    # TMA reads aligned addresses only: a view starting 2 bytes into its storage is copied first, and still right
+    q, k, v = _inputs(1, 2, 17, 21, 16, torch.float16)
+    buf = torch.empty(q.numel() + 1, dtype=q.dtype)
+    q_off = buf[1:].view(q.shape).copy_(q)
+    assert q_off.data_ptr() % 16
+    o, _ = A.attention_forward(q_off, k, v, is_causal=True, config=SMALL, version=2)
+    check.assert_close(o, A.attention_reference(q, k, v, is_causal=True), dtype=torch.float16, name="O")
