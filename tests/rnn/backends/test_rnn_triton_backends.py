@@ -69,9 +69,7 @@ GRID = [
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
 @pytest.mark.parametrize("B, T, DH, NH", GRID)
 def test_gpu_grid(B, T, DH, NH, function, backend, dtype, make_inputs, run_case):
-    if backend == "fused" and not rnn.tiling.fits(B, NH, DH, function, dtype):
-        with pytest.raises(ValueError, match="alternating"):
-            rnn.flashrnn(*make_inputs(function, B, T, NH, DH, dtype, runtime.device), function, backend)
-        return
+    # A head whose R does not fit one SM (fp32 at head dim 128) runs on the fused backend's multi-program kernel
+    # (gpulab.rnn.split_tiling, issue 17) rather than being refused: checked like every other case.
     with runtime.poisoning(True):  # every output NaN-filled first: an element never written fails
         run_case(backend, function, B, T, NH, DH, dtype=dtype)
