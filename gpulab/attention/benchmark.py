@@ -182,11 +182,16 @@ def _measure_problem(p, impls, bench, roofline):
     return results
 
 
+def _work(d, n) -> int:
+    """B H N^2 d of the grid's problem at head dim ``d`` and length ``n`` (:func:`grid`: 16k tokens, width 1024)."""
+    return max(1, TOKENS // n) * (1024 // d) * n * n * d
+
+
 def _configs_used(name, d, dtype, causal, n, backward) -> dict:
     """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
     autotuner chose for this problem."""
     out = {}
-    if hopper.auto_version(dtype, d, runtime.device) == 2:  # the forward is version 2 (Hopper) here
+    if hopper.auto_version(dtype, d, runtime.device, _work(d, n)) == 2:  # the forward is version 2 (Hopper) here
         h = hopper.hopper_config(d, causal)
         out["forward v2"] = [h.block_m, h.block_n, h.num_warps, h.num_stages]
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):

@@ -63,6 +63,7 @@ __all__ = [
     "forward_v2_launch",
     "ensure_allocator",
     "WS_BROKEN_ON_SM90",
+    "SMALL_WORK",
     "sm90_compile",
     "sm90_ttgir",
 ]
@@ -141,9 +142,19 @@ def _sm_count(index: int | None) -> int:
     ).multi_processor_count
 
 
-def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int:
-    """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it,
-    else 1. ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
+SMALL_WORK = 2**31
+"""Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
+tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
+(no descriptor workspace; ``kind='tiny'`` records of ``scripts/probe_hopper.py``). Lesson 4's smallest problem is
+about 8x above it."""
+
+
+def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: int | None = None) -> int:
+    """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it
+    and the problem's ``work`` (B H Nq Nk d; None: large) is at least :data:`SMALL_WORK`, else 1.
+    ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
+    if work is not None:
+        work = runtime.integer("work", work, minimum=0)
     if not isinstance(device, torch.device):
         raise TypeError(f"device must be a torch.device, got {type(device).__name__} {device!r}; e.g. q.device.")
     why = supports(dtype, head_dim)
@@ -154,6 +165,8 @@ def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device) -> int
         return 1
     if forced == "2":
         return 2
+    if work is not None and work < SMALL_WORK:
+        return 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     return 2 if _capability(index)[0] == 9 else 1
 
@@ -165,9 +178,9 @@ def _alloc(size: int, alignment: int, stream):
     """Triton's workspace for device-side descriptors (128 bytes per descriptor and program), kept per stream: kernels
     on one stream run one after another, so the next launch may reuse the buffer, and the eager path saves an
     allocation per call. During CUDA-graph capture every launch gets its own buffer from the graph's pool."""
-    if torch.cuda.is_current_stream_capturing():
+    if torch._C._cuda_isCurrentStreamCapturing():  # what torch.cuda.is_current_stream_capturing() calls
         return torch.empty(size, dtype=torch.int8, device="cuda")
-    key = (torch.cuda.current_device(), stream)
+    key = (torch._C._cuda_getDevice(), stream)  # torch.cuda.current_device() without its checks
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < size:
         buf = _SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")

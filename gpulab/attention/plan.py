@@ -152,7 +152,7 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
     return plan
 
 
-def check_version(version, config, dtype, head_dim: int, device) -> int:
+def check_version(version, config, dtype, head_dim: int, device, work: int | None = None) -> int:
     """The forward version to run: ``version`` 1 or 2 as asked (2 only where
     :func:`gpulab.attention.hopper.supports` allows it), or with None the automatic choice
     (:func:`gpulab.attention.hopper.auto_version`; a version-1 config or ``"auto"`` means version 1, a
@@ -170,7 +170,7 @@ def check_version(version, config, dtype, head_dim: int, device) -> int:
             raise ValueError(f"config {config!r} is for version 1; pass a HopperConfig (or None) with version=2.")
         version = 1
     if version is None:
-        return auto_version(dtype, head_dim, device)
+        return auto_version(dtype, head_dim, device, work)
     if version == 2 and (why := supports(dtype, head_dim)) is not None:
         raise ValueError(f"version=2 cannot run this input: {why}.")
     return version
@@ -203,7 +203,8 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     contiguous = q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     backward_configs = "auto" if isinstance(config, str) else None
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous)
-    plan.version = check_version(version, config, q.dtype, q.shape[3], q.device)
+    work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
+    plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work)
     return _store(_FORWARD, key, plan)
 
 
