@@ -33,7 +33,9 @@ first block on and ``2^(m - m')`` never meets ``-inf - (-inf)``.
 assumed: ``scripts/probe_hopper.py`` times both.
 
 **Where it runs.** :func:`supports` says when version 2 applies: fp16/bf16, head dims that are multiples of 8 (a
-TMA row must be a multiple of 16 bytes) up to 128, and (automatically) a GPU of compute capability 9.x.
+TMA row must be a multiple of 16 bytes) up to 128, and (automatically) a GPU of compute capability 9.x and a problem
+past :data:`SMALL_WORK` (smaller calls are host-bound, and version 1's host path is shorter). Inputs that are not
+16-byte aligned are copied first (TMA reads aligned addresses only).
 :func:`gpulab.attention.attention_forward` takes ``version=2`` explicitly too, also in the interpreter, which runs
 descriptors and ``warp_specialize`` loops as plain loads and loops, so the CPU tests check version 2's math.
 """
