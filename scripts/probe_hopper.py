@@ -38,7 +38,7 @@ from gpulab.attention.hopper import HopperConfig
 from gpulab.attention.plan import clear_plan_cache, forward_plan
 
 QUICK = "--quick" in sys.argv
-CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize, persistent)
+CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize, persistent, overlap)
     HopperConfig(64, 64, 4, 3, False, False),
     HopperConfig(64, 64, 4, 2, False, False),
     HopperConfig(64, 128, 4, 2, False, False),
@@ -49,6 +49,10 @@ CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize, per
     HopperConfig(128, 64, 8, 3, False, False),
     HopperConfig(128, 64, 4, 2, True, False),  # warp-specialized: recorded to show Triton 3.6's race on sm_90
 ]
+if "--overlap" in sys.argv:  # the hand-written one-block-ahead scores beside the plain loop, at the chosen tiles
+    CANDIDATES = [HopperConfig(64, 64, 4, 3), HopperConfig(64, 64, 4, 3, overlap=True), HopperConfig(128, 64, 4, 2),
+                  HopperConfig(128, 64, 4, 2, overlap=True), HopperConfig(64, 128, 4, 2),
+                  HopperConfig(64, 128, 4, 2, overlap=True), HopperConfig(128, 64, 8, 3, overlap=True)]  # fmt: skip
 os.environ["GPULAB_ALLOW_WARP_SPECIALIZE"] = "1"  # the sweep measures it; the library refuses it on sm_90
 results: list = []
 

@@ -74,7 +74,8 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class HopperConfig:
     """Version 2's launch: Q tiles of ``block_m`` rows, K/V tiles of ``block_n``, ``num_stages`` TMA buffers, the loop
-    warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``)."""
+    warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``); ``overlap``: the
+    next block's scores issued before this block's softmax (:func:`_v2_keys_overlap`)."""
 
     block_m: int = 64
     block_n: int = 64
@@ -82,6 +83,7 @@ class HopperConfig:
     num_stages: int = 3
     warp_specialize: bool = False
     persistent: bool = False
+    overlap: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_warps"):
@@ -91,6 +93,10 @@ class HopperConfig:
         runtime.integer("num_stages", self.num_stages, minimum=1)
         runtime.strict_bool("warp_specialize", self.warp_specialize)
         runtime.strict_bool("persistent", self.persistent)
+        runtime.strict_bool("overlap", self.overlap)
+        if self.overlap and self.warp_specialize:
+            raise ValueError("overlap=True and warp_specialize=True are two ways to overlap the softmax with the "
+                             "products; pick one.")  # fmt: skip
 
 
 # The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
@@ -198,6 +204,25 @@ def ensure_allocator() -> None:
 
 
 @triton.jit
+def _update(acc, l_i, m_i, s, v_desc, start_n, qk_scale, SCALED: tl.constexpr):
+    """One key block's online-softmax step: ``s`` [BLOCK_M, BLOCK_N] fp32 scores, raw (SCALED False) or already scaled
+    and masked with ``-inf`` (SCALED True); V's block at ``start_n`` comes through TMA. Returns (acc, l, m)."""
+    if SCALED:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        s = s - m_new[:, None]
+    else:  # scale > 0, so max(S) * scale = max(S * scale): one fused multiply-add per score below
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        s = s * qk_scale - m_new[:, None]
+    p = tl.exp2(s)  # [BLOCK_M, BLOCK_N]
+    alpha = tl.exp2(m_i - m_new)  # [BLOCK_M]: how much the old max overestimated; 0 on the first block
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = v_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D]; rows >= Nk read as 0
+    acc = tl.dot(p.to(v.dtype), v, acc)  # P in the operands' dtype, accumulated in fp32
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _v2_keys(
     acc, l_i, m_i, q, k_desc, v_desc, lo, hi, last, qk_scale, offs_n,
     BLOCK_N: tl.constexpr, MASKED: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
@@ -212,26 +237,29 @@ def _v2_keys(
         s = tl.dot(q, k.T)  # [BLOCK_M, BLOCK_N] fp32, not yet scaled
         if MASKED:
             s = tl.where((start_n + offs_n)[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            s = s - m_new[:, None]
-        else:  # scale > 0, so max(S) * scale = max(S * scale): one fused multiply-add per score below
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            s = s * qk_scale - m_new[:, None]
-        p = tl.exp2(s)  # [BLOCK_M, BLOCK_N]
-        alpha = tl.exp2(m_i - m_new)  # [BLOCK_M]: how much the old max overestimated; 0 on the first block
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = v_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D]
-        acc = tl.dot(p.to(v.dtype), v, acc)  # P in the operands' dtype, accumulated in fp32
-        m_i = m_new
+        acc, l_i, m_i = _update(acc, l_i, m_i, s, v_desc, start_n, qk_scale, MASKED)
     return acc, l_i, m_i
+
+
+@triton.jit
+def _v2_keys_overlap(acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N: tl.constexpr):
+    """Unmasked key blocks [lo, hi) (hi > lo, a whole number of blocks), one block ahead: block j+1's scores are
+    issued (an asynchronous wgmma) before block j's softmax, so the tensor cores can work while the exponentials
+    run: FlashAttention-3's overlap inside one warpgroup, written as a software pipeline by hand."""
+    s = tl.dot(q, k_desc.load([lo, 0]).T)  # block lo's scores
+    for start_n in range(lo, hi - BLOCK_N, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        s_next = tl.dot(q, k_desc.load([start_n + BLOCK_N, 0]).T)  # issued first, needed next iteration
+        acc, l_i, m_i = _update(acc, l_i, m_i, s, v_desc, start_n, qk_scale, False)
+        s = s_next
+    return _update(acc, l_i, m_i, s, v_desc, hi - BLOCK_N, qk_scale, False)
 
 
 @triton.jit
 def _v2_tile(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr,
 ):  # fmt: skip
     """O and LSE of Q block ``pid_m`` of head ``bh`` (inputs contiguous [B*H, N, HEAD_DIM])."""
     head = bh.to(tl.int64)
@@ -263,6 +291,11 @@ def _v2_tile(
     if WARP_SPECIALIZE:  # Triton 3.6 specializes a kernel's only loop: one loop, masked throughout when any block is
         acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, 0, hi, last, qk_scale, offs_n,
                                  BLOCK_N, NEEDS_MASK, True)  # fmt: skip
+    elif OVERLAP:  # unmasked blocks one ahead (scores of the next under this one's softmax), then the masked few
+        if full > 0:
+            acc, l_i, m_i = _v2_keys_overlap(acc, l_i, m_i, q, k_desc, v_desc, 0, full, qk_scale, BLOCK_N)
+        acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, full, hi, last, qk_scale, offs_n,
+                                 BLOCK_N, True, False)  # fmt: skip
     else:  # version 1's split: unmasked blocks, then the few that need a mask
         acc, l_i, m_i = _v2_keys(acc, l_i, m_i, q, k_desc, v_desc, 0, full, last, qk_scale, offs_n,
                                  BLOCK_N, False, False)  # fmt: skip
@@ -282,7 +315,8 @@ def _v2_tile(
 def attention_forward_v2_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_q, n_k, n_bh, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, PERSISTENT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr,
+    PERSISTENT: tl.constexpr,
 ):  # fmt: skip
     """Version 2 forward: O [B*H, Nq, HEAD_DIM] and LSE [B*H, Nq] (natural log). Grid: (Q blocks, B*H), or
     (programs,) with PERSISTENT, each program taking tiles ``pid, pid + programs, ...``."""
@@ -296,19 +330,19 @@ def attention_forward_v2_kernel(
                 pid_m = tile % n_m
                 bh = tile // n_m
             _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
-                     HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE)  # fmt: skip
+                     HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE, OVERLAP)  # fmt: skip
     else:
         pid_m = tl.program_id(0)
         if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first
             pid_m = tl.num_programs(0) - 1 - pid_m
         _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.program_id(1), pid_m, n_q, n_k, qk_scale,
-                 HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE)  # fmt: skip
+                 HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE, OVERLAP)  # fmt: skip
 
 
 def _constexprs(head_dim: int, is_causal: bool, n_k: int, cfg: HopperConfig) -> dict:
     return dict(HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=runtime.dot_block(head_dim),
                 IS_CAUSAL=is_causal, NEEDS_MASK=is_causal or n_k % cfg.block_n != 0,
-                WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=cfg.persistent)  # fmt: skip
+                WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, PERSISTENT=cfg.persistent)  # fmt: skip
 
 
 def forward_v2_launch(plan, cfg: HopperConfig):
