@@ -26,6 +26,9 @@ CASES = [
     (2, 2, 33, 33, 24, False, HopperConfig(block_m=16, block_n=32, persistent=True, warp_specialize=False)),
     (1, 1, 17, 1, 16, True, SMALL),
     (1, 1, 40, 64, 128, True, HopperConfig(block_m=32, block_n=32)),
+    (1, 2, 70, 80, 16, False, HopperConfig(block_m=16, block_n=16, overlap=True)),
+    (2, 1, 40, 64, 24, True, HopperConfig(block_m=16, block_n=16, overlap=True)),
+    (1, 1, 1, 48, 16, False, HopperConfig(block_m=16, block_n=16, overlap=True)),
 ]
 
 

@@ -23,6 +23,8 @@ CASES = [
     ("config-block-float", lambda: HopperConfig(block_m=64.0), TypeError, "block_m"),
     ("config-ws-str", lambda: HopperConfig(warp_specialize="yes"), TypeError, "warp_specialize"),
     ("config-persistent-int", lambda: HopperConfig(persistent=1), TypeError, "persistent"),
+    ("config-overlap-and-ws", lambda: HopperConfig(overlap=True, warp_specialize=True), ValueError, "pick one"),
+    ("config-overlap-str", lambda: HopperConfig(overlap="on"), TypeError, "overlap"),
     ("hopper_config-0", lambda: hopper.hopper_config(0), ValueError, "head_dim"),
     ("hopper_config-200", lambda: hopper.hopper_config(200), ValueError, "head_dim"),
     ("hopper_config-causal-int", lambda: hopper.hopper_config(64, 1), TypeError, "is_causal"),
