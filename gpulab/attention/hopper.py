@@ -111,10 +111,11 @@ _PREFERRED: dict[tuple[int, bool], HopperConfig] = {
 
 WS_BROKEN_ON_SM90 = tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6)
 """Triton 3.6 compiles version 2's loop warp-specialized for sm_90 (one producer warp group, two consumer
-warpgroups), but the results are wrong: measured on the H100, relative errors of 0.05 to 57 against the reference
-(records of ``scripts/probe_hopper.py``, ``kind='sweep'``), differing from run to run, so a race; only 64-row tiles ran
-correctly, at half the speed of the plain pipeline. So a launch with ``warp_specialize=True`` on a
-compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to re-measure on a newer Triton)."""
+warpgroups), but its results were wrong on the H100: most warp-specialized runs failed their check against the
+reference, by amounts that changed from run to run, so a race (``scripts/probe_hopper.py``'s sweep records,
+``kind='sweep'``; the same code is exact in the interpreter and with the plain pipeline). So a launch with
+``warp_specialize=True`` on a compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to
+re-measure on a newer Triton)."""
 
 
 def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
@@ -244,8 +245,15 @@ def _v2_keys(
 @triton.jit
 def _v2_keys_overlap(acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N: tl.constexpr):
     """Unmasked key blocks [lo, hi) (hi > lo, a whole number of blocks), one block ahead: block j+1's scores are
-    issued (an asynchronous wgmma) before block j's softmax, so the tensor cores can work while the exponentials
-    run: FlashAttention-3's overlap inside one warpgroup, written as a software pipeline by hand."""
+    issued (an asynchronous wgmma) before block j's softmax, so the tensor cores could work while the exponentials
+    run: FlashAttention-3's overlap inside one warpgroup, written as a software pipeline by hand.
+
+    It does not pay on Triton 3.6: the compiled TTGIR waits for the scores' wgmma right after issuing it
+    (``warp_group_dot_wait {pendings = 0}`` before the softmax; only a product whose result feeds the next
+    iteration's accumulator, here P V, stays in flight across iterations), so nothing overlaps and the extra live
+    tile costs registers: slower than the plain loop, each at its best tiles, on every probed problem
+    (``benchmarks/04_attention/hopper/sweep/``, the ``overlap`` run). Kept as an option
+    (``HopperConfig(overlap=True)``) because it is the lesson's evidence."""
     s = tl.dot(q, k_desc.load([lo, 0]).T)  # block lo's scores
     for start_n in range(lo, hi - BLOCK_N, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)

@@ -38,7 +38,10 @@ def stored_sweep(folder=None) -> list[bench.Result]:
     folder = Path(folder) if folder is not None else _FOLDER
     out = []
     for path in sorted(folder.rglob("*.jsonl")):
-        out += [r for r in bench.load("04", path=path) if r.params.get("kind") == "sweep"]
+        for r in bench.load("04", path=path):
+            if r.params.get("kind") == "sweep":
+                r.params["source"] = str(path.relative_to(folder))  # pairs are compared within one run
+                out.append(r)
     return out
 
 
@@ -121,19 +124,27 @@ def sweep_summary(records) -> list[str]:
 
     def key(r):
         c = r.params["config"]
-        return (r.params["head_dim"], r.params["causal"], r.params["seq"], c["block_m"], c["block_n"],
-                c["num_warps"], c["num_stages"])  # fmt: skip
+        return (r.params.get("source"), r.params["head_dim"], r.params["causal"], r.params["seq"], c["block_m"],
+                c["block_n"], c["num_warps"], c["num_stages"])  # fmt: skip
 
     good = [r for r in sweep if str(r.params.get("check", "")).startswith("ok") and r.ms == r.ms]
-    plain = {
-        key(r): r for r in good if not r.params["config"]["persistent"] and not r.params["config"]["warp_specialize"]
-    }
-    pers = [(r, plain.get(key(r))) for r in good if r.params["config"]["persistent"]]
-    pers = [(a, b) for a, b in pers if b is not None]
-    if pers:
-        ratios = [b.ms / a.ms for a, b in pers]
-        lines.append(f"persistent (one program per SM) / one program per tile: {min(ratios):.2f}x to "
-                     f"{max(ratios):.2f}x over {len(ratios)} problems (below 1: persistent is slower)")  # fmt: skip
+
+    def variant(r):
+        c = r.params["config"]
+        return (
+            "persistent" if c["persistent"] else "ws" if c["warp_specialize"] else "overlap" if c.get("overlap") else ""
+        )
+
+    plain = {key(r): r for r in good if variant(r) == ""}
+    for name, what in (
+        ("persistent", "persistent (one program per SM) / one program per tile"),
+        ("overlap", "next block's scores issued before the softmax (overlap) / the plain loop"),
+    ):
+        pairs = [(r, plain.get(key(r))) for r in good if variant(r) == name]
+        ratios = [b.ms / a.ms for a, b in pairs if b is not None]
+        if ratios:
+            lines.append(f"{what}: {min(ratios):.2f}x to {max(ratios):.2f}x over {len(ratios)} problems, same tiles "
+                         f"(below 1: slower)")  # fmt: skip
     best: dict = {}
     for r in good:
         k = (r.params["head_dim"], r.params["causal"], r.params["seq"])
