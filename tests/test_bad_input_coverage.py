@@ -112,7 +112,14 @@ ALLOWED = {
         ],
         _CLI,
     ),
-    **dict.fromkeys(["gpulab.course.sources.read_source", "gpulab.course.sources.notebook_text"], _AUTHOR),
+    **dict.fromkeys(
+        [
+            "gpulab.course.sources.read_source",
+            "gpulab.course.sources.notebook_text",
+            "gpulab.course.readme.prose_figures",
+        ],
+        _AUTHOR,
+    ),
     **dict.fromkeys(["gpulab.attention.hopper_report.stored", "gpulab.attention.hopper_report.stored_sweep"], _STORED),
     **dict.fromkeys(
         [

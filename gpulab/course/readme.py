@@ -15,7 +15,7 @@ from gpulab import bench
 from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
-__all__ = ["SECTIONS", "render", "update", "main"]
+__all__ = ["SECTIONS", "render", "update", "main", "prose_figures", "README_ALLOWED"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -377,6 +377,22 @@ SECTIONS = {
     "io-traffic": io_traffic,
 }
 """Generated README blocks: name -> function returning the block's markdown from the records."""
+
+
+README_ALLOWED = {
+    "3 TB/s": "the H100's HBM bandwidth, spec sheet, rounded (the glossary)",
+    "2x": "'2x H200': a count of GPUs, not a measured ratio",
+}
+"""Figures the README's hand-written prose may state (outside generated blocks), with their reasons."""
+
+
+def prose_figures(path=None) -> list[str]:
+    """Measured-looking figures (:func:`gpulab.course.prose.figures`) in README.md outside its generated blocks and
+    not on :data:`README_ALLOWED`: a measured number belongs in a generated block, computed from its record."""
+    from gpulab.course import prose  # noqa: PLC0415 - nbformat only where the check runs
+
+    text = (Path(path) if path is not None else ROOT / "README.md").read_text()
+    return [f for f in prose.figures(_BLOCK.sub("", text)) if f not in README_ALLOWED]
 
 
 def render(name: str) -> str:

@@ -25,3 +25,13 @@ def test_a_changed_record_is_caught(tmp_path):
 def test_unknown_section_is_refused():
     with pytest.raises(ValueError, match="name"):
         readme.render("lesson99")
+
+
+def test_readme_prose_states_no_measured_figure_outside_generated_blocks():
+    assert readme.prose_figures() == [], "a measured figure typed into the README: generate it from its record"
+
+
+def test_a_typed_figure_in_readme_prose_is_caught(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("The kernel takes 2.08 ms.\n<!-- generated: lesson04 -->\n0.5 ms\n<!-- end generated -->\n")
+    assert readme.prose_figures(path) == ["2.08 ms"]
