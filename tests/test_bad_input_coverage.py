@@ -120,6 +120,7 @@ ALLOWED = {
         ],
         _AUTHOR,
     ),
+    **dict.fromkeys(["gpulab.course.figures.main"], _CLI),
     **dict.fromkeys(["gpulab.attention.hopper_report.stored", "gpulab.attention.hopper_report.stored_sweep"], _STORED),
     **dict.fromkeys(
         [
