@@ -1,7 +1,8 @@
 # gpulab: one Makefile for learners, instructors and CI.
 #   make lab      set everything up (in .venv) and open the course in JupyterLab
 #   make test     set everything up and run the whole test suite (what CI runs)
-# Other targets: setup, lint, format, notebooks (re-execute in place), exercises (regenerate), grade, bench-NN.
+# Other targets: setup, lint, format, notebooks (re-execute in place), figures (redraw from records), exercises
+# (regenerate), grade, bench-NN.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,7 +14,7 @@ REQUIREMENTS ?= requirements/$(if $(HAS_GPU),gpu,cpu).txt
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.gpulab-installed
 
-.PHONY: setup lab test lint format notebooks exercises grade clean
+.PHONY: setup lab test lint format notebooks figures exercises grade clean
 .DEFAULT_GOAL := help
 
 help:
@@ -52,6 +53,11 @@ test: lint
 # Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
 	$(BIN)/python -m gpulab notebooks
+
+# Redraw every stored GPU figure (benchmarks/**/<gpu>-<date>.png) from its records, and the README's generated blocks.
+figures: setup
+	$(BIN)/python -m gpulab.course.figures
+	$(BIN)/python -m gpulab.course.readme
 
 # Regenerate exercises/ from solutions/.
 exercises: setup
