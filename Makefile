@@ -18,7 +18,7 @@ STAMP := $(VENV)/.gpulab-installed
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '2,5p' Makefile
+	@sed -n '2,6p' Makefile
 
 $(STAMP): pyproject.toml $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
