@@ -1,7 +1,7 @@
 """Lesson 4, part 2 on a GPU: version 2 of the forward (TMA, warp specialization) tuned, checked and timed beside
 version 1 and SDPA's backends, in one run.
 
-    OUT=/some/folder python scripts/probe_hopper.py [--quick] [--sweep-only | --no-sweep]
+    OUT=/some/folder python scripts/probe_hopper.py [--quick] [--sweep-only | --no-sweep | --tiny-only | --cs336]
 
 1. ``sweep``: version 2's candidate configs (:data:`CANDIDATES`) at head dims 64 and 128, causal and not, N 4k and
    16k (16k tokens), with ``triton.testing.do_bench`` (device time); a config that fails to compile or run is
@@ -206,6 +206,29 @@ def run_grid():
         note(f"{str(dtype)[6:]} d{d} N{n} causal={causal}: " + " | ".join(line))
 
 
+def cs336():
+    """The Stanford CS336 (2025) assignment-2 leaderboard problem: batch 1, N 16384, 16 heads of 64, bf16, causal,
+    forward+backward, timed with triton.testing.do_bench as the leaderboard does (and on both clocks)."""
+    b, h, n, d = 1, 16, 16384, 64
+    q, k, v = qkv(b, h, n, d, torch.bfloat16)
+    do = torch.randn_like(q)
+    for name, fn in IMPLS.items():
+        err = _check(fn, q, k, v, True, True)
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+
+        def call(fn=fn):
+            qg.grad = kg.grad = vg.grad = None
+            fn(qg, kg, vg, True).backward(do)
+
+        ms = triton.testing.do_bench(call, warmup=25, rep=100)
+        status = "ok" if err <= check.tolerance(torch.bfloat16) else f"FAILED: rel_err {err:.3g}"
+        r = bench.measure(call, lesson="04", case=name, flops=flops(b, h, n, d, True, True), dtype=torch.bfloat16,
+                          shape=[b, h, n, d], kind="cs336", impl=name, direction="forward+backward", causal=True,
+                          batch=b, heads=h, seq=n, head_dim=d, do_bench_ms=ms, rel_err=err, check=status)  # fmt: skip
+        results.append(r)
+        note(f"CS336 {name}: do_bench {ms:.2f} ms, device {r.ms:.2f} ms, wall {r.wall_ms:.2f} ms, err {err:.1e}")
+
+
 def tiny():
     q, k, v = qkv(1, 1, 128, 64, torch.bfloat16)
     for fn in IMPLS.values():  # a throwaway pass: compile, and bring the GPU and the host out of idle
@@ -225,6 +248,9 @@ def tiny():
 t0 = time.time()
 hopper.ensure_allocator()
 note(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
+if "--cs336" in sys.argv:
+    cs336()
+    sys.argv += ["--sweep-only", "--no-sweep"]
 if "--tiny-only" in sys.argv:  # the host floor only, and version 2 captured in a CUDA graph
     from gpulab import launch
 
@@ -252,7 +278,7 @@ if "--no-sweep" not in sys.argv:  # else the configs hopper._PREFERRED holds (a 
         hopper._PREFERRED[(d, causal)] = cfg
     clear_plan_cache()
     note(f"sweep done at {time.time() - t0:.0f} s")
-if "--sweep-only" not in sys.argv and "--tiny-only" not in sys.argv:
+if not {"--sweep-only", "--tiny-only", "--cs336"} & set(sys.argv):
     run_grid()
     note(f"grid done at {time.time() - t0:.0f} s")
     tiny()
