@@ -121,7 +121,14 @@ ALLOWED = {
         _AUTHOR,
     ),
     **dict.fromkeys(["gpulab.course.figures.main"], _CLI),
-    **dict.fromkeys(["gpulab.attention.hopper_report.stored", "gpulab.attention.hopper_report.stored_sweep"], _STORED),
+    **dict.fromkeys(
+        [
+            "gpulab.attention.hopper_report.stored",
+            "gpulab.attention.hopper_report.stored_sweep",
+            "gpulab.attention.hopper_report.stored_cs336",
+        ],
+        _STORED,
+    ),
     **dict.fromkeys(
         [
             "gpulab.course.prose.offenders",

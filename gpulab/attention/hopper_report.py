@@ -19,8 +19,8 @@ from pathlib import Path
 
 from gpulab import bench, runtime
 
-__all__ = ["stored", "stored_sweep", "problems", "grid_table", "summary", "sweep_summary", "plot_grid",
-           "plot_timeline", "IMPLS"]  # fmt: skip
+__all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", "grid_table", "summary",
+           "sweep_summary", "plot_grid", "plot_timeline", "IMPLS", "CS336_BEST_STUDENT_MS"]  # fmt: skip
 
 _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
@@ -43,6 +43,33 @@ def stored_sweep(folder=None) -> list[bench.Result]:
                 r.params["source"] = str(path.relative_to(folder))  # pairs are compared within one run
                 out.append(r)
     return out
+
+
+def stored_cs336(folder=None) -> list[bench.Result]:
+    """The newest records of ``scripts/probe_hopper.py --cs336`` (FileNotFoundError when there are none)."""
+    folder = (Path(folder) if folder is not None else _FOLDER) / "cs336"
+    return bench.load("04", path=bench.newest(folder))
+
+
+CS336_BEST_STUDENT_MS = 5.36
+"""The best published student entry of the CS336 (2025) assignment-2 leaderboard, forward+backward (the issue's
+target: beat it)."""
+
+
+def cs336_lines(records) -> list[str]:
+    """The CS336 leaderboard problem (B 1, N 16k, 16 heads of 64, bf16, causal, forward+backward): each
+    implementation's ``triton.testing.do_bench`` time (the leaderboard's clock), device and wall time."""
+    recs = [r for r in bench.result_list("records", records) if r.params.get("kind") == "cs336"]
+    lines = []
+    for r in recs:
+        lines.append(f"{r.params['impl']:22s} do_bench {r.params['do_bench_ms']:.2f} ms, device {r.ms:.2f} ms, "
+                     f"wall {r.wall_ms:.2f} ms ({r.params.get('check')})")  # fmt: skip
+    v2 = next((r for r in recs if r.params["impl"] == "gpulab v2"), None)
+    if v2 is not None:
+        beat = v2.params["do_bench_ms"] < CS336_BEST_STUDENT_MS
+        lines.append(f"target: below the best student entry's {CS336_BEST_STUDENT_MS} ms: "
+                     f"{'met' if beat else 'not met'} ({v2.params['do_bench_ms']:.2f} ms)")  # fmt: skip
+    return lines
 
 
 def problems(records, direction: str = "forward") -> dict:

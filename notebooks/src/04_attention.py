@@ -453,6 +453,15 @@ if hopper_records:
     plt.show()
 
 # %% [markdown]
+# **A named problem: the CS336 leaderboard.** Stanford's CS336 (2025) assignment 2 ranks FlashAttention implementations written in Triton on one problem: batch 1, $N = 16384$, 16 heads of 64, bf16, causal, forward+backward, timed with `triton.testing.do_bench`. Version 2's forward with version 1's backward, beside the peers, in one run:
+
+# %%
+try:
+    print("\n".join(hopper_report.cs336_lines(hopper_report.stored_cs336())))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
 # And what the config sweeps found, warp specialization included:
 
 # %%
