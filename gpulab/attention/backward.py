@@ -31,13 +31,18 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check
+from gpulab import check, runtime
+from gpulab.attention import hopper, hopper_backward
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
 from gpulab.attention.plan import Plan, backward_plan
 from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E, dot
 
+V2_BACKWARD: bool = True
+"""Run :mod:`gpulab.attention.hopper_backward` after a version-2 forward (False: version 1's backward always)."""
+
 __all__ = [
+    "V2_BACKWARD",
     "attention_preprocess_kernel",
     "attention_dkdv_kernel",
     "attention_dq_kernel",
@@ -331,9 +336,19 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
         configs = configs if isinstance(configs, dict) else {}
         cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
         cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
+        if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
+            launches = plan.backward = hopper_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
+        else:
+            launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
     dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    if dq_launch.kernel is hopper_backward.attention_dq_v2_kernel:
+        if not aligned:  # TMA reads from 16-byte aligned addresses only: fresh, aligned copies
+            q, k, v, o, do = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v, o, do))
+            lse = lse.clone() if lse.data_ptr() & 15 else lse
+            aligned = True
+        if not runtime.INTERPRET:
+            hopper.ensure_allocator()
     stream = direct_stream(plan.device) if aligned else None
     delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale

@@ -7,7 +7,7 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check, runtime
-from gpulab.attention import hopper
+from gpulab.attention import hopper, hopper_backward
 from gpulab.attention.hopper import HopperConfig
 from gpulab.attention.plan import forward_plan
 
@@ -60,16 +60,23 @@ def test_version2_agrees_with_version1_and_keeps_large_logits_finite():
     check.assert_close(lse2, lse1.double(), dtype=torch.float16, name="LSE v2 vs v1")
 
 
-def test_gradients_through_version2_forward():
-    # the backward (version 1's kernels) takes version 2's O and LSE unchanged
-    b, h, nq, nk, d = 1, 2, 17, 24, 16
+@pytest.mark.parametrize(
+    "b, h, nq, nk, d, causal",
+    [(1, 2, 17, 24, 16, True), (2, 1, 33, 50, 24, False), (1, 1, 40, 17, 40, True), (1, 1, 1, 5, 8, False)],
+)
+def test_gradients_through_version2(b, h, nq, nk, d, causal):
+    # version 2's backward (gpulab.attention.hopper_backward) takes version 2's O and LSE
     q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
     do = check.random_tensor(b, h, nq, d, dtype=torch.float16)
-    plan = forward_plan(q, k, v, True, None, False, SMALL, 2)
+    plan = forward_plan(q, k, v, causal, None, False, SMALL, 2)
     assert plan.version == 2
     qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    A.FlashAttentionFunction.apply(qg, kg, vg, True, None, False, False, plan).backward(do)
-    _, dq, dk, dv = A.attention_reference(q, k, v, is_causal=True, do=do)
+    A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
+    assert [launch.kernel for launch in plan.backward] == [
+        hopper_backward.attention_dq_v2_kernel,
+        hopper_backward.attention_dkdv_v2_kernel,
+    ]
+    _, dq, dk, dv = A.attention_reference(q, k, v, is_causal=causal, do=do)
     for name, g, ref in (("dQ", qg.grad, dq), ("dK", kg.grad, dk), ("dV", vg.grad, dv)):
         check.assert_close(g, ref, dtype=torch.float16, rtol=1e-2, name=name)
 
@@ -169,3 +176,23 @@ def test_version2_takes_inputs_that_are_not_16_byte_aligned():
     assert q_off.data_ptr() % 16
     o, _ = A.attention_forward(q_off, k, v, is_causal=True, config=SMALL, version=2)
     check.assert_close(o, A.attention_reference(q, k, v, is_causal=True), dtype=torch.float16, name="O")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "nq, nk, d, causal", [(4096, 4096, 128, True), (1000, 3001, 64, False), (3001, 1000, 80, True)]
+)
+def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("version 2 is for compute capability 9 (Hopper)")
+    q, k, v = _inputs(2, 3, nq, nk, d, torch.bfloat16, device="cuda")
+    do = check.random_tensor(2, 3, nq, d, dtype=torch.bfloat16, device="cuda")
+    plan = forward_plan(q, k, v, causal, None, False, None, 2)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    with runtime.poisoning(True):
+        A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
+    assert plan.backward[0].kernel is hopper_backward.attention_dq_v2_kernel
+    qr, kr, vr = (t.float().requires_grad_(True) for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal).backward(do.float())
+    for name, g, ref in (("dQ", qg.grad, qr.grad), ("dK", kg.grad, kr.grad), ("dV", vg.grad, vr.grad)):
+        check.assert_close(g, ref.double(), dtype=torch.bfloat16, rtol=4e-2, name=name, context=f"{nq}x{nk} d{d}")

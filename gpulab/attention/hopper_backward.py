@@ -1,0 +1,193 @@
+"""Lesson 4, part 2b: version 2 of the attention backward, for Hopper (sm_90): the tiles arrive through TMA.
+
+What you will learn: the backward is two loops of products, like the forward, and the same change applies: every
+``[BLOCK, D]`` tile of Q, dO, K and V is copied by the tensor memory accelerator from a per-head descriptor
+(:mod:`gpulab.attention.hopper`), which zero-fills rows past the sequence and columns past the head dim, so the loads
+need no masks; only the scores keep theirs. The math and the split of the work are version 1's
+(:mod:`gpulab.attention.backward`), line for line:
+
+    dV = P^T dO        dP = dO V^T        dS = P * (dP - D)        dQ = scale dS K        dK = scale dS^T Q
+
+with ``P = exp2(S * scale * log2 e - LSE * log2 e)`` rebuilt from the forward's log-sum-exp and ``D = rowsum(dO * O)``.
+:func:`attention_dq_v2_kernel` (one program per Q block) runs first and writes D for its rows;
+:func:`attention_dkdv_v2_kernel` (one program per K block) loops over the Q blocks that see its keys.
+
+Warp specialization is not used (Triton 3.6 gives wrong results with it on sm_90; see
+:data:`gpulab.attention.hopper.WS_BROKEN_ON_SM90`). :func:`gpulab.attention.backward.run_backward` runs these
+kernels when the forward's plan chose version 2.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from gpulab.attention.configs import AttentionConfig
+from gpulab.launch import Launch
+from gpulab.triton_ops import LOG2E
+
+__all__ = ["attention_dkdv_v2_kernel", "attention_dq_v2_kernel", "backward_v2_launches"]
+
+
+@triton.jit
+def _dkdv_v2_inner(
+    dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, lo, hi, n_q, qk_scale, offs_n, offs_m0,
+    BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """Q blocks [lo, hi) against one K block: accumulate dK (unscaled) and dV, [BLOCK_N, BLOCK_D] each."""
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_m0
+        row_ok = offs_m < n_q
+        q = q_desc.load([start_m, 0])  # [BLOCK_M, BLOCK_D] through TMA; rows >= Nq read as 0
+        do = do_desc.load([start_m, 0])
+        lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * LOG2E  # natural log -> base 2
+        delta = tl.load(delta_ptr + offs_m, mask=row_ok, other=0.0)
+        s_t = tl.dot(k, q.T) * qk_scale  # S^T, [BLOCK_N, BLOCK_M]
+        if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
+            visible = row_ok[None, :]
+            if IS_CAUSAL:
+                visible = visible & (offs_n[:, None] <= offs_m[None, :])
+            s_t = tl.where(visible, s_t, float("-inf"))
+        p_t = tl.exp2(s_t - lse2[None, :])  # P^T
+        dv += tl.dot(p_t.to(do.dtype), do)  # dV = P^T dO
+        dp_t = tl.dot(v, do.T)  # dP^T = V dO^T
+        ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - D)
+        dk += tl.dot(ds_t.to(q.dtype), q)  # dK = dS^T Q (scaled at the end)
+    return dk, dv
+
+
+@triton.jit
+def attention_dkdv_v2_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """dK and dV of one (batch*head, K block), inputs contiguous [B*H, N, HEAD_DIM]: loop over the Q blocks that
+    see it (version 1's three parts: cut by the diagonal, whole, ragged last)."""
+    bh = tl.program_id(1)
+    head = bh.to(tl.int64)
+    start_n = tl.program_id(0) * BLOCK_N
+    q_desc = tl.make_tensor_descriptor(q_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    do_desc = tl.make_tensor_descriptor(do_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM],
+                                        strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    k_desc = tl.make_tensor_descriptor(k_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    v_desc = tl.make_tensor_descriptor(v_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    k = k_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D], kept for the whole loop; keys past Nk read as 0
+    v = v_desc.load([start_n, 0])
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    lse_ptr += head * n_q
+    delta_ptr += head * n_q
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    lo = 0
+    full_lo = 0
+    if IS_CAUSAL:  # queries before start_n see none of these keys
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
+    full_hi = (n_q // BLOCK_M) * BLOCK_M
+    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
+    b = tl.maximum(a, full_hi)
+    dk, dv = _dkdv_v2_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n,
+                            offs_m0, BLOCK_M, IS_CAUSAL, True)  # fmt: skip
+    dk, dv = _dkdv_v2_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, a, b, n_q, qk_scale, offs_n,
+                            offs_m0, BLOCK_M, IS_CAUSAL, False)  # fmt: skip
+    dk, dv = _dkdv_v2_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, b, n_q, n_q, qk_scale, offs_n,
+                            offs_m0, BLOCK_M, IS_CAUSAL, True)  # fmt: skip
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_offs = head * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    kv_mask = (offs_n < n_k)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    tl.store(dk_ptr + kv_offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + kv_offs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_v2_inner(
+    dq, q, do, lse2, delta, k_desc, v_desc, lo, hi, n_k, qk_scale, offs_m, offs_n0,
+    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """K blocks [lo, hi) against one Q block: accumulate dQ (unscaled), [BLOCK_M, BLOCK_D]."""
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = k_desc.load([start_n, 0])  # [BLOCK_N, BLOCK_D]; rows >= Nk read as 0
+        v = v_desc.load([start_n, 0])
+        s = tl.dot(q, k.T) * qk_scale  # [BLOCK_M, BLOCK_N]
+        if MASKED:
+            offs_n = start_n + offs_n0
+            visible = (offs_n < n_k)[None, :]
+            if IS_CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None])
+            s = tl.where(visible, s, float("-inf"))
+        p = tl.exp2(s - lse2[:, None])
+        dp = tl.dot(do, v.T)  # dP = dO V^T
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k)  # dQ = dS K (scaled at the end)
+    return dq
+
+
+@triton.jit
+def attention_dq_v2_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n_q, n_k, qk_scale, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """dQ of one (batch*head, Q block), and D = rowsum(dO * O) for its rows (stored for the dK/dV kernel)."""
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:  # the longest programs first
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    head = bh.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    q_desc = tl.make_tensor_descriptor(q_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    do_desc = tl.make_tensor_descriptor(do_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM],
+                                        strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    o_desc = tl.make_tensor_descriptor(o_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
+    k_desc = tl.make_tensor_descriptor(k_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    v_desc = tl.make_tensor_descriptor(v_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    row_ok = offs_m < n_q
+    q = q_desc.load([start_m, 0])  # [BLOCK_M, BLOCK_D]
+    do = do_desc.load([start_m, 0])
+    o = o_desc.load([start_m, 0])
+    lse2 = tl.load(lse_ptr + head * n_q + offs_m, mask=row_ok, other=0.0) * LOG2E
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # D = rowsum(dO * O), [BLOCK_M], fp32
+    tl.store(delta_ptr + head * n_q + offs_m, delta, mask=row_ok)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    hi = n_k
+    full = (n_k // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        hi = tl.minimum(n_k, start_m + BLOCK_M)
+        full = tl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    dq = _dq_v2_inner(dq, q, do, lse2, delta, k_desc, v_desc, 0, full, n_k, qk_scale, offs_m, offs_n0,
+                      BLOCK_N, IS_CAUSAL, False)  # fmt: skip
+    dq = _dq_v2_inner(dq, q, do, lse2, delta, k_desc, v_desc, full, hi, n_k, qk_scale, offs_m, offs_n0,
+                      BLOCK_N, IS_CAUSAL, True)  # fmt: skip
+    offs_d = tl.arange(0, BLOCK_D)
+    q_offs = head * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_d < HEAD_DIM)[None, :])  # fmt: skip
+
+
+def backward_v2_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
+    """The two :class:`Launch` es of version 2's backward: dQ (and D) with ``cfg_q``, then dK/dV with ``cfg_kv``
+    (version 1's tile configs; the head-dim tile is the padded head dim)."""
+    common = dict(IS_CAUSAL=plan.is_causal, HEAD_DIM=plan.d)
+    bh = plan.b * plan.h
+    dkdv = Launch(attention_dkdv_v2_kernel, (triton.cdiv(plan.n_k, cfg_kv.block_n), bh),
+                  dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
+                       num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip
+    dq = Launch(attention_dq_v2_kernel, (triton.cdiv(plan.n_q, cfg_q.block_m), bh),
+                dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
+                     num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
+    return dq, dkdv
