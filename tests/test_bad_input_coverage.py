@@ -26,6 +26,7 @@ ALLOWED = {
             "gpulab.attention.forward.run_forward",
             "gpulab.attention.forward.forward_launch",
             "gpulab.attention.hopper.forward_v2_launch",
+            "gpulab.attention.hopper_backward.backward_v2_launches",
             "gpulab.attention.function.FlashAttentionFunction",
             "gpulab.attention.ops.flash_attention_op",
             "gpulab.attention.plan.forward_plan",
