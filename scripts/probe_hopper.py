@@ -19,6 +19,8 @@ Writes ``$OUT/hopper.jsonl`` (gpulab.bench records; the chosen configs in ``para
 # ruff: noqa: B023 - every closure below is timed before its loop variables change
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import math
 import os
@@ -31,6 +33,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check
+from gpulab.attention import backward as attention_backward
 from gpulab.attention import hopper
 from gpulab.attention.benchmark import grid
 from gpulab.attention.function import FlashAttentionFunction
@@ -150,9 +153,45 @@ def _gpulab(version):
 
 IMPLS = {"gpulab v1": _gpulab(1), "gpulab v2": _gpulab(2), "SDPA default": _sdpa(None),
          "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION)}  # fmt: skip
+V1_BACKWARD = "gpulab v2 fwd + v1 bwd"  # forward+backward only: version 2's forward, version 1's backward kernels
 
 
-def _check(fn, q, k, v, causal, backward):
+def _gpulab_v1_backward():
+    """Version 2's forward with version 1's backward: a copy of the cached plan, so that the two backward kernels
+    each plan keeps (``plan.backward``) do not mix."""
+    own = {}
+
+    def run(q, k, v, c):
+        plan = forward_plan(q, k, v, c, None, False, None, 2)
+        mine = own.get(id(plan))
+        if mine is None:
+            mine = own[id(plan)] = copy.copy(plan)
+            mine.backward = None
+        return FlashAttentionFunction.apply(q, k, v, c, None, False, False, mine)
+
+    return run
+
+
+IMPLS_BWD = {**IMPLS, V1_BACKWARD: _gpulab_v1_backward()}
+
+
+@contextlib.contextmanager
+def backward_kernels(name):
+    """Version 1's backward kernels after version 2's forward for ``V1_BACKWARD``; the library's choice otherwise."""
+    saved = attention_backward.V2_BACKWARD
+    attention_backward.V2_BACKWARD = saved and name != V1_BACKWARD
+    try:
+        yield
+    finally:
+        attention_backward.V2_BACKWARD = saved
+
+
+def _check(fn, q, k, v, causal, backward, name=None):
+    with backward_kernels(name):
+        return _check_one(fn, q, k, v, causal, backward)
+
+
+def _check_one(fn, q, k, v, causal, backward):
     q1, k1, v1 = (t[:1, :2].detach().clone().requires_grad_(backward) for t in (q, k, v))
     out = fn(q1, k1, v1, causal)
     ref_in = [t.detach().float().requires_grad_(backward) for t in (q1, k1, v1)]
@@ -176,9 +215,9 @@ def run_grid():
         do = torch.randn_like(q)
         line = []
         for backward in (False, True):
-            for name, fn in IMPLS.items():
+            for name, fn in (IMPLS_BWD if backward else IMPLS).items():
                 try:
-                    err = _check(fn, q, k, v, causal, backward)
+                    err = _check(fn, q, k, v, causal, backward, name)
                 except Exception as exc:  # noqa: BLE001
                     note(f"{name} {p} backward={backward}: {type(exc).__name__}: {str(exc)[:160]}")
                     continue
@@ -186,9 +225,10 @@ def run_grid():
                 if backward:
                     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
 
-                    def call(fn=fn, qg=qg, kg=kg, vg=vg):
+                    def call(fn=fn, qg=qg, kg=kg, vg=vg, name=name):
                         qg.grad = kg.grad = vg.grad = None
-                        fn(qg, kg, vg, causal).backward(do)
+                        with backward_kernels(name):
+                            fn(qg, kg, vg, causal).backward(do)
                 else:
 
                     def call(fn=fn):
@@ -199,11 +239,13 @@ def run_grid():
                                   dtype=dtype, shape=[b, h, n, d], kind="throughput", impl=name,
                                   direction="forward+backward" if backward else "forward", causal=causal, batch=b,
                                   heads=h, seq=n, head_dim=d, rel_err=err, check=status)  # fmt: skip
-                if name == "gpulab v2":
+                if name.startswith("gpulab v2"):
                     r.params["config"] = dataclasses.asdict(hopper.hopper_config(d, causal))
                 results.append(r)
                 line.append(f"{name[:12]}{'+b' if backward else ''} {r.tflops:.0f}/{r.wall_tflops:.0f}")
         note(f"{str(dtype)[6:]} d{d} N{n} causal={causal}: " + " | ".join(line))
+        if os.environ.get("OUT"):  # saved after every problem: a run cut short keeps what it measured
+            bench.save(results, "04", path=os.path.join(os.environ["OUT"], "hopper.jsonl"))
 
 
 def cs336():
@@ -212,13 +254,14 @@ def cs336():
     b, h, n, d = 1, 16, 16384, 64
     q, k, v = qkv(b, h, n, d, torch.bfloat16)
     do = torch.randn_like(q)
-    for name, fn in IMPLS.items():
-        err = _check(fn, q, k, v, True, True)
+    for name, fn in IMPLS_BWD.items():
+        err = _check(fn, q, k, v, True, True, name)
         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
 
-        def call(fn=fn):
+        def call(fn=fn, name=name):
             qg.grad = kg.grad = vg.grad = None
-            fn(qg, kg, vg, True).backward(do)
+            with backward_kernels(name):
+                fn(qg, kg, vg, True).backward(do)
 
         ms = triton.testing.do_bench(call, warmup=25, rep=100)
         status = "ok" if err <= check.tolerance(torch.bfloat16) else f"FAILED: rel_err {err:.3g}"
