@@ -38,8 +38,12 @@ from gpulab.attention.plan import Plan, backward_plan
 from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E, dot
 
-V2_BACKWARD: bool = True
-"""Run :mod:`gpulab.attention.hopper_backward` after a version-2 forward (False: version 1's backward always)."""
+V2_BACKWARD: bool = False
+"""Run :mod:`gpulab.attention.hopper_backward` after a version-2 forward (False: version 1's backward always).
+
+Off: measured on the H100 (``benchmarks/04_attention/hopper/``, impl ``gpulab v2`` against ``gpulab v2 fwd + v1
+bwd``), the TMA loads compute bit for bit the same gradients as version 1's and are no faster (slower on short causal
+problems); the backward's time goes to its seven products per block pair, not to its loads."""
 
 __all__ = [
     "V2_BACKWARD",

@@ -14,7 +14,9 @@ with ``P = exp2(S * scale * log2 e - LSE * log2 e)`` rebuilt from the forward's 
 
 Warp specialization is not used (Triton 3.6 gives wrong results with it on sm_90; see
 :data:`gpulab.attention.hopper.WS_BROKEN_ON_SM90`). :func:`gpulab.attention.backward.run_backward` runs these
-kernels when the forward's plan chose version 2.
+kernels after a version-2 forward when :data:`gpulab.attention.backward.V2_BACKWARD` is on; it is off, because on the
+H100 they computed the same gradients as version 1's kernels and were no faster (the records under
+``benchmarks/04_attention/hopper/``; notebook 04, section 10).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import json
 import math
 import numbers
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -319,9 +320,19 @@ def save(results, lesson: str, root=None, path=None) -> Path:
     return path
 
 
+_DATED = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-[A-Za-z0-9_.]+)?$")
+
+
+def _run_date(path: Path) -> str:
+    """The date in a record file's name: ``<gpu>-YYYY-MM-DD`` or ``<gpu>-YYYY-MM-DD-<tag>`` ('' if none)."""
+    m = _DATED.search(path.stem)
+    return m.group(1) if m else ""
+
+
 def newest(files) -> Path:
-    """The newest of record files (a folder, or a non-empty list of paths): by the date that ends each name
-    (YYYY-MM-DD sorts as text), then by modification time. FileNotFoundError for a folder without records."""
+    """The newest of record files (a folder, or a non-empty list of paths): by the date in each name
+    (``<gpu>-YYYY-MM-DD.jsonl``, or with a tag after the date for a second run of one day: ``...-2026-11-25-b``;
+    YYYY-MM-DD sorts as text), then by modification time. FileNotFoundError for a folder without records."""
     if isinstance(files, (str, os.PathLike)):
         folder = Path(files)
         if folder.exists() and not folder.is_dir():
@@ -333,7 +344,7 @@ def newest(files) -> Path:
         Path(f)
         for f in runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
     ]
-    return max(files, key=lambda f: (f.stem[-10:], f.stat().st_mtime))
+    return max(files, key=lambda f: (_run_date(f), f.stat().st_mtime))
 
 
 def result_list(name: str, value, allow_empty: bool = False, source: str = "") -> list[Result]:

@@ -453,7 +453,7 @@ if hopper_records:
     plt.show()
 
 # %% [markdown]
-# **A named problem: the CS336 leaderboard.** Stanford's CS336 (2025) assignment 2 ranks FlashAttention implementations written in Triton on one problem: batch 1, $N = 16384$, 16 heads of 64, bf16, causal, forward+backward, timed with `triton.testing.do_bench`. Version 2's forward with version 1's backward, beside the peers, in one run:
+# **A named problem: the CS336 leaderboard.** Stanford's CS336 (2025) assignment 2 ranks FlashAttention implementations written in Triton on one problem: batch 1, $N = 16384$, 16 heads of 64, bf16, causal, forward+backward, timed with `triton.testing.do_bench`. Each implementation beside the peers, in one run (`gpulab v2` with version 2's TMA backward; `gpulab v2 fwd + v1 bwd` is what `flash_attention` runs):
 
 # %%
 try:
@@ -476,4 +476,23 @@ if hopper_records:
 # - **Overlap by hand does not help either.** `HopperConfig(overlap=True)` issues the next block's $QK^\top$ before this block's softmax (`hopper._v2_keys_overlap`), FlashAttention-3's overlap inside one warpgroup written as a software pipeline. The compiled Triton GPU IR shows why it cannot pay: the compiler waits for the scores' `wgmma` right after issuing it (`warp_group_dot_wait {pendings = 0}` before the exponentials); only a product whose result is the next iteration's accumulator ($PV$ here) stays in flight across iterations. The extra live tile costs registers, and the sweep (the "overlap" line above) found it slower than the plain loop.
 # - **A persistent schedule** (one program per SM looping over tiles) was slower here than one program per tile: the hardware's own block scheduler already balances causal tiles launched longest first, and the persistent order shares K/V in L2 less well.
 # - **cuDNN stays ahead** (the median and lowest ratios above): what is missing is exactly the overlap in the picture, the softmax of one warpgroup under the products of the other. Triton's warp specialization is the way to express it; until it is correct on `sm_90`, the gap is FlashAttention-3's.
-# - **The backward** is still version 1's (forward+backward ratios above); a Hopper backward is the next step.
+# - **The backward** is version 1's; the next section says why.
+
+# %% [markdown]
+# ### The backward on Hopper
+#
+# The backward is two loops of products, like the forward (section 5 derived them). With $P$ rebuilt from the forward's log-sum-exp and $D = \mathrm{rowsum}(dO \circ O)$:
+#
+# - **the dQ kernel**, one program per Q block: computes $D$ for its rows (and stores it), then loops over the K blocks its rows see: $S = QK^\top$, $dP = dO\,V^\top$, $dS = P \circ (dP - D)$, $dQ \mathrel{+}= dS\,K$: three products per block pair;
+# - **the dK/dV kernel**, one program per K block, after it: loops over the Q blocks that see its keys: $S^\top$, $dV \mathrel{+}= P^\top dO$, $dP^\top = V\,dO^\top$, $dK \mathrel{+}= dS^\top Q$: four products.
+#
+# Seven products per block pair, where the math needs five: $S$ and $dP$ are computed twice so that no program ever adds into another's output. FlashAttention-2 and -3 keep five by adding each block's $dQ$ into an fp32 buffer with atomic adds, then converting it; that trades two products for $N^2 d / B_N$ atomic additions.
+#
+# Version 2 of the backward (`gpulab.attention.hopper_backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both wrote bit-for-bit the same gradients; the timings:
+
+# %%
+if hopper_records:
+    print(hopper_report.grid_table(hopper_records, "forward+backward"))
+
+# %% [markdown]
+# The loads were not the bottleneck: the TMA backward is no faster (slower on short causal problems, where its descriptors cost more than they save), so `flash_attention` runs version 1's backward after version 2's forward (`gpulab.attention.backward.V2_BACKWARD` is off; the switch stays for re-measuring). cuDNN's lead on forward+backward is larger than on the forward alone: its backward does five products per block pair and overlaps them across warpgroups, which is where a faster Triton backward would have to go.

@@ -2,11 +2,14 @@
 against the float64 reference in Triton's interpreter, its choice beside version 1, and its sm_90 compilation
 (warp specialization present in the TTGIR, so a silent fallback fails here). Full sizes: `pytest -m gpu`."""
 
+import copy
+
 import pytest
 import torch
 
 from gpulab import attention as A
 from gpulab import check, runtime
+from gpulab.attention import backward as attention_backward
 from gpulab.attention import hopper, hopper_backward
 from gpulab.attention.hopper import HopperConfig
 from gpulab.attention.plan import forward_plan
@@ -64,8 +67,9 @@ def test_version2_agrees_with_version1_and_keeps_large_logits_finite():
     "b, h, nq, nk, d, causal",
     [(1, 2, 17, 24, 16, True), (2, 1, 33, 50, 24, False), (1, 1, 40, 17, 40, True), (1, 1, 1, 5, 8, False)],
 )
-def test_gradients_through_version2(b, h, nq, nk, d, causal):
-    # version 2's backward (gpulab.attention.hopper_backward) takes version 2's O and LSE
+def test_gradients_through_version2(b, h, nq, nk, d, causal, monkeypatch):
+    # version 2's backward (gpulab.attention.hopper_backward, off by default: no faster) takes version 2's O and LSE
+    monkeypatch.setattr(attention_backward, "V2_BACKWARD", True)
     q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
     do = check.random_tensor(b, h, nq, d, dtype=torch.float16)
     plan = forward_plan(q, k, v, causal, None, False, SMALL, 2)
@@ -182,17 +186,28 @@ def test_version2_takes_inputs_that_are_not_16_byte_aligned():
 @pytest.mark.parametrize(
     "nq, nk, d, causal", [(4096, 4096, 128, True), (1000, 3001, 64, False), (3001, 1000, 80, True)]
 )
-def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal):
+def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("version 2 is for compute capability 9 (Hopper)")
     q, k, v = _inputs(2, 3, nq, nk, d, torch.bfloat16, device="cuda")
     do = check.random_tensor(2, 3, nq, d, dtype=torch.bfloat16, device="cuda")
-    plan = forward_plan(q, k, v, causal, None, False, None, 2)
-    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    with runtime.poisoning(True):
-        A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
-    assert plan.backward[0].kernel is hopper_backward.attention_dq_v2_kernel
+    grads = {}
+    for tma in (True, False):  # version 2's backward kernels, then version 1's, after the same version-2 forward
+        monkeypatch.setattr(attention_backward, "V2_BACKWARD", tma)
+        plan = copy.copy(forward_plan(q, k, v, causal, None, False, None, 2))
+        plan.backward = None
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        with runtime.poisoning(True):
+            A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
+        assert (plan.backward[0].kernel is hopper_backward.attention_dq_v2_kernel) == tma
+        grads[tma] = (qg.grad, kg.grad, vg.grad)
     qr, kr, vr = (t.float().requires_grad_(True) for t in (q, k, v))
     torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal).backward(do.float())
-    for name, g, ref in (("dQ", qg.grad, qr.grad), ("dK", kg.grad, kr.grad), ("dV", vg.grad, vr.grad)):
-        check.assert_close(g, ref.double(), dtype=torch.bfloat16, rtol=4e-2, name=name, context=f"{nq}x{nk} d{d}")
+    for name, g2, g1, ref in zip(("dQ", "dK", "dV"), grads[True], grads[False], (qr.grad, kr.grad, vr.grad)):
+        where = f"{nq}x{nk} d{d} causal={causal}"
+        # the same math as version 1: equal up to the order of fp32 sums
+        check.assert_close(g2, g1.double(), dtype=torch.bfloat16, rtol=1e-2, name=f"{name} v2 vs v1", context=where)
+        # against fp32 attention, as a whole: a few early causal rows (one or two keys) lose digits in dP - D with
+        # O and dO in bf16, in version 1 and in SDPA's own kernels alike, so single elements are not compared here
+        err = float(check.relative_error(g2, ref))
+        assert err < check.tolerance(torch.bfloat16), f"{name} {where}: relative error {err:.3g}"

@@ -221,3 +221,15 @@ def test_stored_benchmark_records_all_load():
     for lesson in bench.results_dir().glob("0*"):
         for path in lesson.glob("*.jsonl"):
             assert bench.load(lesson.name, path=path), path
+
+
+def test_newest_reads_the_date_before_a_run_tag(tmp_path):
+    # a second run of one day is saved as <gpu>-<date>-b: its date, not the name's last ten characters, is compared
+    names = ["nvidia-h100-2026-11-20-b", "nvidia-h100-2026-11-25", "nvidia-h100-2026-11-24-c"]
+    now = time.time()
+    for i, name in enumerate(names):
+        (tmp_path / f"{name}.jsonl").write_text("")
+        os.utime(tmp_path / f"{name}.jsonl", (now - 100 * i, now - 100 * i))
+    assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25"
+    (tmp_path / "nvidia-h100-2026-11-25-b.jsonl").write_text("")  # same day, modified last: the later run
+    assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25-b"
