@@ -16,13 +16,11 @@
 # # Lesson 5 — A fused RNN kernel (FlashRNN-style)
 #
 # **What you will learn**
-# - why an LSTM's recurrence is **latency-bound**: each step is a tiny product that needs the previous step's result, so the GPU waits on a chain of $T$ dependent steps, not on FLOPs or bytes;
-# - the interface of the `flashrnn` package (Pöppel et al., *FlashRNN*, 2024): precomputed input projections `Wx`, **multi-head block-diagonal** recurrent weights `R`, and the same layouts for the LSTM, the GRU and the Elman RNN;
-# - three backends of one function, each checked against float64: a PyTorch time loop (`vanilla`), one batched product + one fused pointwise kernel per step (`alternating`), and **one persistent Triton kernel** that keeps `R` on chip and runs the time loop inside (`fused`);
-# - the **backward** of the recurrence, a second reverse-time recurrence that carries $dh$ and $dc$ and writes only the gate gradients, with $dR$ as one big product afterwards;
-# - how the tile and "does `R` fit on chip?" question becomes a small integer constraint problem per GPU, and how the result compares with cuDNN and the `flashrnn` package on an H100.
+# - why an LSTM's recurrence is **latency-bound**: a chain of $T$ tiny dependent steps;
+# - three backends of the `flashrnn` interface (Pöppel et al., *FlashRNN*, 2024), checked against float64: a PyTorch loop, a product plus a fused kernel per step, and **one persistent Triton kernel** with $R$ on chip;
+# - that kernel as numbered versions, its backward, and what to do when $R$ does not fit on chip.
 #
-# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems ($B \le 3$, $T \le 5$, head dim 16): they are checked, not timed. The measurements were taken on an H100 with `python -m gpulab bench 05` and are stored under `benchmarks/05_fused_rnn/`; section 8 shows them.
+# Without a GPU the kernels run in Triton's CPU interpreter on tiny problems: checked, not timed; the H100 measurements are read from `benchmarks/05_fused_rnn/`. The appendices keep the optimization log.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -50,16 +48,11 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 # %% [markdown]
 # ## 1. The problem: a recurrence is a chain
 #
-# An LSTM step, for input projections $Wx_t$ (computed for all $t$ at once, outside the recurrence), recurrent weights $R$ and bias $b$:
+# An LSTM step, with input projections $Wx_t$ computed for all $t$ beforehand, recurrent weights $R$ and bias $b$:
 #
 # $$ [i\ f\ z\ o]_t = Wx_t + R\, h_{t-1} + b, \qquad c_t = \sigma(f) \odot c_{t-1} + \sigma(i) \odot \tanh(z), \qquad h_t = \sigma(o) \odot \tanh(c_t). $$
 #
-# Step $t$ cannot start before step $t-1$ has produced $h_{t-1}$: the $T$ steps are a chain. Count one step of the lesson's problem ($B = 16$, hidden 768 as 12 heads of 64, bf16, so $R$ is $4 \cdot 12 \cdot 64^2$ weights):
-#
-# - **FLOPs**: $2 \cdot B \cdot 4 \cdot NH \cdot DH^2$ = 6.3 MFLOP for the four products, plus ~10 pointwise FLOPs per unit;
-# - **bytes that must move**: $Wx_t$ in ($4BH$ elements), $h_t$ and $c_t$ out ($2BH$). If $R$ (393 KB) is read again at every step, it dominates.
-#
-# At the H100's roofs these are nanoseconds per step. The cell below computes the floors: what a step would cost if only FLOPs or only bytes mattered.
+# Step $t$ needs $h_{t-1}$: the $T$ steps are a chain. The lesson's problem: $B = 16$, hidden 768 as 12 heads of 64, bf16. A step's floors, if only FLOPs or only bytes mattered:
 
 # %%
 B, T, NH, DH, e = 16, 1024, 12, 64, 2  # the lesson's problem, bf16 (2 bytes per element)
@@ -77,7 +70,7 @@ print(f"whole sequence (T = {T}) at the R-on-chip memory floor: {T * io_bytes / 
 
 
 # %% [markdown]
-# On the roofline, the whole sequence: the recurrence alone (what `flashrnn` computes) with $R$ read at every step or kept on chip, and lesson 3's dense LSTM with its input product, for comparison. Keeping $R$ on chip cuts the recurrence's bytes several times over (the ratio is printed below the table), but it stays left of the ridge: memory-bound on paper, with a floor of tens of microseconds. (The dense LSTM with its input product becomes compute-bound: the input product is a big GEMM.)
+# The whole sequence on the roofline, with lesson 3's dense LSTM for comparison. $R$ on chip cuts the bytes several times over, but the recurrence stays memory-bound on paper, with a floor of tens of microseconds:
 
 # %%
 def recurrence(B, T, NH, DH, on_chip, dtype="bfloat16"):
@@ -100,21 +93,20 @@ ax = roofline.plot(ops, ceilings=c, title="LSTM recurrence and dense LSTM on the
 plt.show()
 
 # %% [markdown]
-# The roofline predicts tens of microseconds for the whole sequence; section 8 shows the measured times are about a millisecond at best. What the roofline does not see is **latency**: a step is a dependent chain (load $h$ into the product's operand layout → one small product for all four gates → sigmoids and tanh → store), each link waiting for the previous one, and the next step waits for all of it. With separate kernels per step, each launch adds microseconds of host and start-up time (lesson 3 measured it). So the design goal is not "fewer bytes" but **the shortest chain per step**, and only 12 heads × 1 batch tile = 12 programs to fill 132 SMs.
+# Section 8 measures about a millisecond. The roofline does not see **latency**: a step is a chain (load $h$ → small product → activations → store) that the next step waits for, and separate kernels add launches. The goal is **the shortest chain per step**.
 #
 # ### The flashrnn interface
 #
-# `gpulab.rnn.flashrnn(Wx, R, b, states, function, backend)` takes the package's layouts (B batch, T time, G gates, NH heads, DH head dim, S states):
+# `gpulab.rnn.flashrnn(Wx, R, b, states, function, backend)` takes the package's layouts:
 #
 # | tensor | shape | meaning |
 # |---|---|---|
-# | `Wx` | $[B, T, G_w, NH, DH]$ | input projections $x_t W^\top$, precomputed for all steps |
-# | `R` | $[G_r, NH, DH, DH]$ | `R[g, n, j, k]`: unit $k$ of head $n$'s $h$ to unit $j$ of gate $g$ |
-# | `b` | $[G_b, NH, DH]$ | biases |
-# | `states` | $[S, B, 1, NH, DH]$ | initial $h$ (and $c$) |
+# | `Wx` | $[B, T, G_w, NH, DH]$ | input projections, all steps |
+# | `R` | $[G_r, NH, DH, DH]$ | `R[g, n, j, k]`: unit $k$ of $h$ to unit $j$ of gate $g$ |
+# | `b`, `states` | $[G_b, NH, DH]$, $[S, B, 1, NH, DH]$ | biases, initial $h$ (and $c$) |
 # | returns | $[S, B, T, NH, DH]$, $[S, B, 1, NH, DH]$ | all states, last states |
 #
-# **Heads make $R$ block-diagonal**: head $n$'s units only see head $n$'s previous $h$. A dense $[4H, H]$ recurrent matrix (nn.LSTM's `weight_hh`) is the case $NH = 1$; with $NH$ heads, each gate's $H \times H$ block is block-diagonal with $NH$ blocks of $DH \times DH$: $NH$ times fewer weights and FLOPs, and each head's recurrence is independent, so a program can own one head and keep its $R$ on chip.
+# **Heads make $R$ block-diagonal**: $NH = 1$ is `nn.LSTM`'s dense `weight_hh`; $NH$ heads have $NH$ times fewer weights, and one program can keep a head's $R$ on chip.
 
 # %%
 nh, dh = 4, 8
@@ -150,7 +142,7 @@ check.assert_close(ry, x.double() @ dense.double().T, name="block-diagonal produ
 print("R per head and gate == one block-diagonal [4H, H] matrix: same product")
 
 # %% [markdown]
-# The three functions share the layout; only the gate counts differ (the GRU's candidate gate `g` takes only $R h$, its `n` only $Wx$, so it has 4 biases for 3 input and 3 recurrent gates):
+# The LSTM, the GRU and the Elman RNN share the layout; only the gate counts differ:
 
 # %%
 print(f"{'function':8s} {'G_w':>4s} {'G_r':>4s} {'G_b':>4s} {'S':>3s}  gates       states")
@@ -159,7 +151,7 @@ for f in FUNCTIONS.values():
     print(f"{f.name:8s} {f.gates_w:4d} {f.gates_r:4d} {f.gates_b:4d} {f.states:3d}  {gates:11s} {states}")
 
 # %% [markdown]
-# How the three backends spend a step. Counted from their code at the lesson's problem: kernel launches per step and elements moved through memory per step (forward, bf16). The `vanilla` loop runs a batched product and ~12 PyTorch elementwise kernels, each reading and writing its operands; `alternating` runs one product (reading all of $R$) and one fused pointwise kernel; `fused` runs one kernel for all $T$ steps, so per step it only reads $Wx_t$ and writes $h_t, c_t$.
+# How the three backends spend a step, counted from their code (forward, bf16):
 
 # %%
 BH = B * H
@@ -209,7 +201,7 @@ for n in names:
 # %% [markdown]
 # ## 2. The `vanilla` backend: the time loop in PyTorch
 #
-# The baseline and, in float64, the reference every kernel below is checked against. Per step, one batched product over heads ($R$ laid out once as $[NH, DH_k, G \cdot DH_j]$ so that $h\,R^\top$ is a plain `bmm`), then the cell in PyTorch ops:
+# The baseline and, in float64, the reference for every kernel below: per step one batched product over heads, then the cell in PyTorch ops:
 
 # %%
 print(inspect.getsource(vanilla.recurrent_matrix))
@@ -218,7 +210,7 @@ print(inspect.getsource(rnn.cells.cell_step_torch))
 
 
 # %% [markdown]
-# It must compute exactly what the `flashrnn` package computes: the same layouts, the same index convention for `R` (`R[g, n, j, k]`, not its transpose), the same GRU. Checked against the package's own `vanilla` backend, forward and every gradient, for all three functions. And with one head it must be `torch.nn.LSTM`: `Wx = x W_ih^T` viewed $[B, T, 4, 1, H]$, `R = weight_hh` viewed $[4, 1, H, H]$, `b = b_ih + b_hh`.
+# It computes what the `flashrnn` package computes (forward and every gradient, three functions), and with one head it is `torch.nn.LSTM`:
 
 # %%
 def inputs(function, B, T, NH, DH, seed=0, dtype=torch.float32):
@@ -254,7 +246,7 @@ print("NH = 1: flashrnn(vanilla) == torch.nn.LSTM (outputs and final c, float64)
 # %% [markdown]
 # ## 3. The `alternating` backend: one product, one fused kernel per step
 #
-# What cuDNN-style RNNs and the `flashrnn` package's `cuda` backend do: per step a batched product $Ry_t = h_{t-1} R^\top$ over all heads (cuBLAS), then **one** Triton kernel that adds $Wx_t$, $Ry_t$ and $b$, applies the cell (the course's `@triton.jit` cells from `gpulab.rnn.cells`), and writes $h_t$ (also into the buffer the next product reads), $c_t$ (kept in fp32) and, for training, the gate pre-activations. Two launches per step; $R$ is read from memory at every step, $h$ makes a round trip through memory between the two kernels. No on-chip limit on the head dim: this backend runs any size.
+# What cuDNN-style RNNs do: per step a batched product $h_{t-1} R^\top$ (cuBLAS), then **one** Triton kernel for $+\,Wx_t + b$ and the cell. Two launches per step, $R$ read every step, $h$ through memory; any head size runs.
 
 # %%
 print(inspect.getsource(alternating.alternating_rnn_forward))
@@ -273,14 +265,14 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 4. The fused forward: one persistent kernel
 #
-# One program per (head, batch tile) runs **all $T$ steps**. Read it top to bottom:
+# One program per (head, batch tile) runs **all $T$ steps**:
 #
-# 1. **Prologue.** Load this head's recurrent weights **once**, as one tile for all gates, $R_\text{all}^\top$ $[DH, 4\,DH]$ (`load_r`); Triton keeps a `tl.dot` operand that never changes in shared memory and feeds the tensor cores from there. Then the biases, and the initial $h$, $c$ as fp32 tiles that never leave registers.
-# 2. **Prefetch, for real.** The inputs $Wx$ of steps 0 and 1 are loaded before the loop; inside, step $t+2$'s load is issued at step $t$, right after step $t$'s own input was used, so memory latency never stalls the chain. Whether the compiled loop really does not wait is decided by two details, found with Nsight Compute's stall sampling on the H100 (a quarter of the forward's samples sat on one instruction waiting for a load): the loop is **unrolled by two**, each step of a pair loading into its own variable (a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it), and 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`; carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait). That is version v3 of section 4b; folding the ½ of $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ into $R$, $Wx$ and $b$ once (exact, a power of two) with one-instruction activations is v4, and section 4b measures both. One more detail of the same kind: the next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier it has almost two steps to arrive, a gain of a few percent. (At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions and the step slower, so there the load stays after the product.)
-# 3. **The step.** **One** `tl.dot` for all gates, $h\,R_\text{all}^\top$ $[B_\text{tile}, DH] \times [DH, 4DH]$ with fp32 accumulation, split into the gates (free: in the tensor cores' output layout a thread already holds all four gates of its units), the cell, one store of $h_t$ and $c_t$ as outputs and, only when a gradient will be needed, one of the gate pre-activations. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers, so few big tiles beat many small ones: the first version of this kernel, with four products and separate gate tiles, ran 462 instructions and 22 barriers per step and warp; the all-gates version 217 and 10 (section 4b's v1 and v2 make the same change, and their times are measured there). One experiment went the other way and is worth knowing: loads and stores written as inline PTX, which keep a tile in the tensor cores' register layout and so skip the shared-memory round trips, removed 4 of the forward's 6 barriers per step and made it twice as slow: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone (`python -m gpulab.rnn.backends.fused.sass` counts a kernel's instructions per step without a GPU). For bf16/fp16 the activations use the one-instruction `tanh.approx.f32` (error ~5e-4, far below bf16's rounding); fp32 and the interpreter keep the exact cells.
+# 1. **Prologue.** Load the head's $R_\text{all}^\top$ $[DH, 4\,DH]$ once (`load_r`; Triton keeps it in shared memory); $h$, $c$ stay in registers in fp32.
+# 2. **Prefetch.** Step $t+2$'s input is loaded during step $t$.
+# 3. **The step.** **One** `tl.dot` for all gates, then the cell; store $h_t$, $c_t$ (and, for training, the gates).
 # 4. **Epilogue.** The last states.
 #
-# Masks handle batch rows past $B$ and head dims that are not a power of two (padded with zeros in $R$, so padded columns never reach a real one).
+# How each choice was found, and what was dropped: Appendix A.
 
 # %%
 print(inspect.getsource(fused_forward.load_r.fn))
@@ -300,15 +292,15 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 4b. The forward, version by version
 #
-# The kernel above is the end of a path. `gpulab.rnn.versions` keeps the path as numbered kernels, LSTM only, each one change on top of the one before (read them in `gpulab/rnn/versions/`, in order):
+# `gpulab.rnn.versions` keeps the path to that kernel as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before:
 #
-# - **v1**: the persistent kernel: $R$ on chip as four tiles $R_g^\top$, four products per step, the gates of $Wx_t$ loaded one by one at the start of the step (exercise 5, task 2, writes its loop);
-# - **v2**: all gates in one tile, $R_\text{all}^\top$, one product per step, $Wx_t$ as one all-gates tile, $h_t$ and $c_t$ stored as one tile (exercise 5, task 3, writes the product);
-# - **v3**: the input of step $t+2$ loaded during step $t$, as 32-bit words, the loop unrolled by two;
-# - **v4**: one-instruction activations with the ½ of the sigmoid folded into $R$, $Wx$ and $b$: the package's `fused` forward above;
-# - **v5**: one head larger than an SM, split over several SMs (section 6b).
+# - **v1**: persistent, $R$ on chip as four tiles $R_g^\top$, four products per step (exercise 5, task 2);
+# - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
+# - **v3**: step $t+2$'s input loaded during step $t$, as 32-bit words, the loop unrolled by two;
+# - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the `fused` forward;
+# - **v5**: one head split over several SMs (section 6b).
 #
-# v2's step, the whole of the change from v1 (one `dot`, then `split_gates`):
+# v2's step, the whole change from v1:
 
 # %%
 print(inspect.getsource(versions.v2_all_gates.lstm_step_all_gates.fn))
@@ -316,7 +308,7 @@ for v, note in versions.VERSIONS.items():
     print(f"{v}: {note}")
 
 # %% [markdown]
-# Each version against float64 in the interpreter (two batch tiles, odd $T$ for v3's unrolled loop):
+# Each version against float64 (two batch tiles, odd $T$ for v3):
 
 # %%
 for v in versions.VERSIONS:
@@ -328,7 +320,7 @@ for v in versions.VERSIONS:
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`: every version checked against float64 at full size, then timed on both clocks; v5 and cuDNN run one head of 768, the others 12 heads of 64, the lesson's problem). `gain` is each version's speed over the one before on the eager wall clock; `regs` the registers per thread of the compiled kernel.
+# **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
 
 # %%
 try:
@@ -348,7 +340,7 @@ if version_rows:
     plt.show()
 
 # %% [markdown]
-# What the compiler made of each version: the SASS of each time loop, compiled for the H100 (sm_90) on this machine, no GPU needed (`python -m gpulab.rnn.backends.fused.sass versions`; the stored counts are read here), per time step and warp:
+# What the compiler made of each time loop, per step and warp (SASS for sm_90, compiled without a GPU):
 
 # %%
 try:
@@ -357,30 +349,21 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# **What the versions mean.** A step is a chain of dependent operations, and the versions shorten it in two different ways. From v1 to v2 and from v2 to v3 the loop issues about as many instructions: those gains are in *waiting*, not in work. v2 makes one wider product instead of four small ones and moves fewer tiles through shared memory for a layout change (two fewer barriers per step), so fewer operations wait on each other; v3 issues the input's load two steps before it is needed, so the step no longer begins with a trip to memory (the registers rise because two inputs are in flight). Instruction counts cannot show waiting; Nsight Compute's stall sampling can, and it is how these changes were found (sections 4 and 5). From v3 to v4 the work itself shrinks: a sigmoid and a tanh become one special-function instruction each (`MUFU` halves) and the ½ folded into the weights removes the multiplies around them, so the loop issues well under half the instructions. v5 is not faster than v4: it solves a different problem, a head whose $R$ does not fit one SM, and its step adds an exchange through L2 and a grid barrier (section 6b).
+# **What the versions mean.** v1 → v2 → v3 issue about as many instructions: those gains are less *waiting* (one wide product, fewer layout round trips through shared memory, an input that is already there). Stall sampling shows waiting (Appendix A). v3 → v4 shrinks the work: one special-function instruction per activation. v5 is not faster; it runs a bigger head.
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time
 #
-# The forward step, written so that every line can be differentiated on its own: $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ from the pre-activations $G_t = Wx_t + h_{t-1} R^\top + b$, then $c_t = f' c_{t-1} + i' z'$ and $h_t = o' \tanh(c_t)$. Walking these lines backwards with the chain rule, and using $\sigma' = \sigma(1-\sigma)$ and $\tanh' = 1 - \tanh^2$ (so the derivatives need only the saved activations):
-#
-# Let $\delta h_t$ and $\delta c_t$ be the total gradients reaching $h_t$ and $c_t$ (from the outputs and from step $t+1$). With the gate activations $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$ (saved by the forward, see below):
+# Walk the step backwards with the saved activations $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$; $\delta h_t$, $\delta c_t$ are the gradients reaching $h_t$, $c_t$:
 #
 # $$ \delta c_t \mathrel{+}= \delta h_t \, o' (1 - \tanh^2 c_t), \qquad
 # \delta o = \delta h_t \tanh(c_t)\, o'(1-o'), \qquad \delta i = \delta c_t\, z'\, i'(1-i'), $$
 # $$ \delta f = \delta c_t\, c_{t-1}\, f'(1-f'), \qquad \delta z = \delta c_t\, i'(1 - z'^2), $$
-#
-# and what flows one step further back:
-#
 # $$ \delta c_{t-1} = \delta c_t\, f' + \tfrac{\partial L}{\partial c_{t-1}}\Big|_\text{out}, \qquad \delta h_{t-1} = \sum_g \delta G_{t,g}\, R_g + \tfrac{\partial L}{\partial h_{t-1}}\Big|_\text{out}. $$
 #
-# That is the same shape of computation as the forward: a chain over $t = T-1, \dots, 0$ that carries $\delta h$, $\delta c$ in fp32 registers and needs one product with all gates' $R$ at once ($\delta G_t\,R_\text{all}$, not transposed this time), which the kernel again loads once. The gradient of the last states is the chain's starting carry (`d_last`), so nothing is copied or added before the kernel runs. Everything else is **not** sequential, so the kernel only writes the gate gradients $\delta G$ $[B, T, G, NH, DH]$ and stops:
+# A chain over $t = T-1, \dots, 0$ again, one product $\delta G_t\,R_\text{all}$ per step. The rest is parallel: the kernel writes $\delta G$, then
 #
-# $$ dR_{g,n} = \sum_{b,t} \delta G_{b,t,g,n}^\top\, h_{t-1,b,n} \ \ (\text{per gate one batched product over heads, } K = BT), \qquad db = \sum_{b,t} \delta G_{b,t}, \qquad dWx = \delta G. $$
-#
-# Accumulating $dR$ inside the kernel would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. $db$ comes out of the same products: $h_{t-1}$ gets a column of ones.
-#
-# Three more choices make the backward cheaper. **How the product's operand is laid out**: $\delta G$ is assembled from the four gate tiles with `tl.join`, and Triton 3.6, which picks the tensor cores' register layout of a computed operand from the ops that produced it, then groups $k$ by four instead of two (its "kWidth"); $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.backends.fused.sass`, no GPU needed) showed them; passing $\delta G$ through `dot_operand`, an identity instruction the compiler cannot look into, restores the ordinary layout: 703 → 531 instructions per step and warp, and the backward faster by about as much. **What the forward saves**: for the LSTM it is the gate *activations* $i', f', z', o'$ (bounded, so kept in fp16, finer than bf16 near 1, where $1 - \sigma$ must keep its digits), and the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five. **Where the products run**: the reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 at this lesson's problem, so `fused_rnn_gradients` cuts the sequence in two at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (starting from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream while the kernel works on the earlier piece ($\delta G$ is stored time-major, so a piece's rows are one strided view). On CPU the same steps run in order.
+# $$ dR_{g,n} = \sum_{b,t} \delta G_{b,t,g,n}^\top\, h_{t-1,b,n}, \qquad db = \sum_{b,t} \delta G_{b,t}, \qquad dWx = \delta G. $$
 
 # %%
 print(inspect.getsource(rnn.cells.lstm_gate_grads.fn))
@@ -388,7 +371,7 @@ print(inspect.getsource(fused_backward.fused_backward_kernel.fn))
 print(inspect.getsource(fused_backward.fused_rnn_gradients))
 
 # %% [markdown]
-# Every gradient ($dWx$, $dR$, $db$, $d\,\text{states}$) of both Triton backends against the float64 vanilla loop's autograd, for a loss that uses all states and the last states with random weights:
+# Every gradient of both Triton backends against float64 autograd:
 
 # %%
 for function in ("lstm", "gru", "elman"):
@@ -412,7 +395,7 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 6. Does it fit? Tiling as a small integer constraint problem
 #
-# The fused kernels only work if a head's $R$ and the program's working tiles fit on one SM. `gpulab.rnn.tiling` poses this as FlashRNN does (its "ConstrINT"): integer unknowns (`block_b` batch rows per program, `num_warps`, and whether $R$ is kept on chip for the whole sequence or re-read each step), constraints from the GPU's spec (registers per thread and per SM, shared memory per block, L1 size), and an objective (estimated time per step: a fixed latency plus the tensor-core work of the programs sharing an SM, times the rounds of programs). Every candidate for the lesson's problem on the H100:
+# `gpulab.rnn.tiling` poses it as FlashRNN's "ConstrINT" does: integer unknowns (`block_b`, `num_warps`, $R$ on chip or re-read), constraints from the GPU's spec (registers, shared memory, L1) and an estimated time per step to minimise. The lesson's problem on the H100:
 
 # %%
 print(tiling.explain(16, 12, 64, "lstm", torch.bfloat16, gpu="H100"))
@@ -420,48 +403,7 @@ print()
 print(tiling.explain(16, 12, 64, "lstm", torch.bfloat16, gpu="H100", direction="backward"))
 
 # %% [markdown]
-# The same question for every GPU in `gpulab.hardware.SPECS`, hidden 768 split into heads of 16 to 256 (bf16, or fp16 where the GPU has no bf16), forward and backward. $R$ per head grows as $DH^2$: at $DH = 256$ it is $4 \cdot 256^2 \cdot 2$ = 512 KB, more than twice an H100 SM's 227 KB of shared memory per block.
-
-# %%
-head_dims = (16, 32, 64, 128, 256)
-gpus = list(hardware.SPECS)
-verdict = np.zeros((len(gpus), len(head_dims)))  # 2: R on chip, 1: R re-read every step, 0: does not fit
-short = np.full((len(gpus), len(head_dims)), "no fit", dtype=object)
-print(f"{'GPU':28s}" + "".join(f"{'DH=' + str(d):>16s}" for d in head_dims))
-for gi, name in enumerate(gpus):
-    spec = hardware.SPECS[name]
-    dt = torch.bfloat16 if spec.has_bf16 else torch.float16
-    cells_txt = []
-    for di, d in enumerate(head_dims):
-        try:
-            fwd = tiling.fused_tiling(16, 768 // d, d, "lstm", dt, gpu=spec, direction="forward")
-            bwd = tiling.fused_tiling(16, 768 // d, d, "lstm", dt, gpu=spec, direction="backward")
-        except ValueError:
-            cells_txt.append("-")
-            continue
-        verdict[gi, di] = 2 if (fwd.r_on_chip and bwd.r_on_chip) else 1
-        where = lambda t: "chip" if t.r_on_chip else "re-read"
-        short[gi, di] = "R on chip" if verdict[gi, di] == 2 else f"fwd: {where(fwd)}\nbwd: {where(bwd)}"
-        cells_txt.append(f"{where(fwd)} {fwd.block_b}x{fwd.num_warps}w/{where(bwd)}")
-    print(f"{name[:28]:28s}" + "".join(f"{t:>16s}" for t in cells_txt))
-print("\nentries: forward R location, block_b x warps / backward R location; '-': no fit (use 'alternating')")
-
-# %%
-fig, ax = plt.subplots(figsize=(8, 4.5))
-cmap = plt.matplotlib.colors.ListedColormap(["#d9d9d9", "#9ecae1", "#fd8d3c"])
-ax.imshow(verdict, cmap=cmap, vmin=0, vmax=2, aspect="auto")
-ax.set_xticks(range(len(head_dims)), [f"DH={d}\n(NH={768 // d})" for d in head_dims])
-ax.set_yticks(range(len(gpus)), [g.replace("NVIDIA ", "") for g in gpus], fontsize=8)
-for gi in range(len(gpus)):
-    for di in range(len(head_dims)):
-        ax.text(di, gi, short[gi, di], ha="center", va="center", fontsize=7)
-ax.set_title("fused LSTM, hidden 768, B = 16: where R lives (orange: on chip, blue: re-read every step, gray: no fit)",
-             fontsize=9)
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# When one SM cannot hold a head, the one-SM chooser says so, with how much on-chip memory the head needs. The `fused` backend does not stop there: it asks `gpulab.rnn.split_tiling.plan`, which spreads the head over several SMs (section 6b) and refuses only when even that does not fit, naming `backend="alternating"` as the way out:
+# A head of 768 does not fit one SM; the `fused` backend then spreads it over several SMs (section 6b), or names `backend="alternating"` when even that does not fit:
 
 # %%
 try:
@@ -473,23 +415,17 @@ print("\nthe plan:", split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="
 # %% [markdown]
 # ## 6b. One head larger than an SM: the split kernel
 #
-# cuDNN's `nn.LSTM` with hidden 768 is *one* head of 768: its $R$ is $4 \cdot 768^2$ weights, far more than an SM's shared memory. To compare with cuDNN on cuDNN's own work, the fused kernel must run a head that does not fit one SM. The idea (FlashRNN's CUDA kernel does the same with cooperative thread blocks): **split the head over $P$ programs, one per SM, each keeping its slice of $R$ on chip for the whole sequence.**
+# cuDNN's `nn.LSTM` with hidden 768 is *one* head of 768. **Split it over $P$ programs, one per SM, each holding a slice of $R$** (as FlashRNN's CUDA kernel does):
 #
-# **Split by output units.** Program $p$ owns `block_u` hidden units and *all four gates* of them, so it holds the columns of $R^\top$ that produce them, $R_p^\top \in \mathbb{R}^{DH \times 4\,\text{block\_u}}$. Its cell update needs nothing from the other programs ($c$ of its units never leaves it), but its product needs the *whole* $h_{t-1}$:
-#
-# $$ \text{pre}_{t,p} = h_{t-1} R_p^\top + Wx_{t,p} + b_p, \qquad (h_{t,p}, c_{t,p}) = \text{cell}(\text{pre}_{t,p}, c_{t-1,p}). $$
-#
-# **Exchange $h$ through L2, meet at a barrier.** Every step each program writes its units of $h_t$ into the output `states_all[0, :, t]` and then waits at a grid barrier until all $P$ programs have written theirs; then everyone reads the whole $h_t$ back (from L2: it was written on other SMs). One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The barrier is a counter in global memory: arrive with an atomic add (*release*: the $h$ stores become visible first), spin on loads with *acquire*. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
-#
-# **Everyone resident, or no launch.** A program waiting for one that has not started yet would wait forever, so the launch is *cooperative*: the driver starts the grid only if all of it fits on the GPU at once. Triton's interpreter runs programs one after another, so there the same kernel runs one launch per step: the launch boundary is the barrier.
-#
-# **The step's latency budget.** A step now costs, one after another: the barrier (an atomic to L2 and the spin that sees the last arrival), reading $h_{t-1}$ from L2, the product with the on-chip slice of $R$, the cell, and the stores. Each L2 round trip is several hundred nanoseconds, so the floor of a step is a few round trips, not FLOPs. Fewer, fatter programs read less $h$ in total but each streams more $R$ from shared memory; `split_tiling` estimates both and picks `block_u`:
+# - **By output units.** Program $p$ owns `block_u` units, all gates: $\text{pre}_{t,p} = h_{t-1} R_p^\top + Wx_{t,p} + b_p$; it needs the *whole* $h_{t-1}$.
+# - **Exchange through L2, meet at a barrier.** Each writes its part of $h_t$, waits at a grid barrier (an atomic counter; a cooperative launch keeps all resident), reads all of $h_t$ back.
+# - **The step's budget** is L2 round trips plus the product, not FLOPs:
 
 # %%
 print(split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100"))
 
 # %% [markdown]
-# **Check it.** The split forward and backward against float64, here in the interpreter at a head the chooser would split (fp32, head dim 300), with few programs so it runs in seconds. The backward is the same idea transposed: program $p$ owns units $k$ of $dh$, holds the rows of $R$ that reach them, exchanges the gate gradients $dG_t$ through L2 (the output `dG` is the exchange buffer) and meets at one barrier per step.
+# **Check it** in the interpreter (head dim 300, few programs; a launch per step is the barrier). The backward exchanges $dG_t$ the same way:
 
 # %%
 import dataclasses
@@ -521,7 +457,7 @@ print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all fo
       "within fp32's tolerance")
 
 # %% [markdown]
-# **On the H100.** The stored run of `scripts/probe_split.py` (before timing, it checked every function at head dims from 256 to 1024 against float64, launched the barrier kernel hundreds of times and replayed it in a CUDA graph: every result identical). The same work as cuDNN's dense `nn.LSTM` with hidden = head dim, except that cuDNN *also* computes the input product $x W^\top$ inside its call, so it does more work than the split kernel's recurrence. Both clocks: device time (`ms`, what a CUDA graph can reach) and eager wall time per call (`wall`, what a training loop pays).
+# **On the H100** (`scripts/probe_split.py`): against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time:
 
 # %%
 try:
@@ -539,7 +475,7 @@ if split_rows:
           f"{alt768['ms'] / fwd768['ms']:.0f}x faster than alternating (device time)")
 
 # %% [markdown]
-# Where a step's time goes at head dim 768: each swept tiling timed as it is, and the same launch *without its barrier* (wrong numbers, its time). The difference is the barrier's share; the rest is the chain of the h read, the product and the cell. The dashed line is cuDNN fp16's whole step.
+# A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step:
 
 # %%
 if split_rows:
@@ -550,34 +486,12 @@ plan_1024 = split_tiling.plan(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", t
 print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
-# **What it means.** At head dims up to a few hundred the split kernel keeps pace with cuDNN; at 768 and beyond it is slower per step, and the step budget says why: a step is a chain of L2 round trips (the barrier, the $h$ read) plus the product, and even without its barrier the chain is longer than cuDNN's whole step. Against `alternating` (which reads $R$ from memory and launches two kernels per step) it is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend. The backward is slower still relative to cuDNN: each program reads all of $dG_t$ ($4\times$ the bytes of $h$) every step; and at head dim 1024 no split backward fits an SM's shared memory (the plan above), so training there runs the `alternating` backward, which is why that row is so much slower. Shortening the chain (fewer round trips per step, the product's operands staged better) is where the next gains are.
-
-# %% [markdown]
-# **Where the split pays.** A split costs a barrier per step and an exchange through L2; one SM holding the whole head costs neither, but keeps one SM busy per head and batch tile. The stored crossover run times the forward over batch at a head dim that fits one SM (128) and at one that does not (768), beside `alternating`:
-
-# %%
-try:
-    cross_rows = split_report.load_split("h100", record="cross")
-except FileNotFoundError as exc:
-    cross_rows = []
-    print(exc)
-if cross_rows:
-    print(split_report.crossover_table(cross_rows))
-    cross = {(r["DH"], r["B"], r["case"]): r for r in cross_rows if r["kind"] == "cross"}
-    gaps = [cross[128, b, "one-SM fused"]["wall_ms"] / cross[128, b, "split"]["wall_ms"]
-            for b in sorted({k[1] for k in cross if k[0] == 128})]  # fmt: skip
-    print(f"\nhead dim 128: the one-SM kernel takes {min(gaps):.2f}x to {max(gaps):.2f}x the split kernel's wall "
-          f"time over the batches; head dim 768: the split kernel grows from "
-          f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
-          "device time")
-
-# %% [markdown]
-# Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch because every program's product gets wider while the chain of round trips per step stays the same; `alternating` is an order of magnitude slower at every batch.
+# **What it means.** Up to a few hundred units the split kernel keeps pace with cuDNN; beyond, its chain of round trips outlasts cuDNN's whole step. It is an order of magnitude faster than `alternating` (Appendix D).
 
 # %% [markdown]
 # ## 7. `gpulab.rnn.LSTM`: a module like `nn.LSTM`
 #
-# `gpulab.rnn.LSTM(input_size, hidden_size, num_heads, num_layers, backend=...)` computes each layer as FlashRNN's benchmarks do: one dense input product for all steps ($Wx = x W_{ih}^\top$), then the recurrence through `flashrnn` with the chosen backend. With one head it is `nn.LSTM`: `LSTM.from_torch` copies an `nn.LSTM`'s weights (through lesson 3's `from_torch_lstm`), and outputs and gradients match. With several heads it is a different (block-diagonal) model with $NH$ times fewer recurrent weights.
+# One input product for all steps, then `flashrnn`. With one head it is `nn.LSTM` (`LSTM.from_torch` copies the weights); with several it is a smaller, block-diagonal model:
 
 # %%
 torch.manual_seed(0)
@@ -608,14 +522,7 @@ print("2-head LSTM: fused == vanilla (float64)")
 # %% [markdown]
 # ## 8. The H100 measurements
 #
-# The stored run of `python -m gpulab bench 05` on an H100. The main problem is the one above: LSTM, $B = 16$, $T = 1024$, hidden 768 as 12 heads of 64, bf16, `Wx` given (the recurrence only), forward and forward+backward:
-#
-# - gpulab's `fused`, `alternating` (eager and inside a CUDA graph) and `vanilla`;
-# - the `flashrnn` package's backends on the same inputs (whatever failed is recorded with its error);
-# - `torch.nn.LSTM` (cuDNN) with **dense** hidden 768, next to `gpulab.rnn.LSTM` with 12 heads, both including the input product;
-# - a batch sweep, a head-dim sweep at hidden 768, and the dense problem ($NH = 1$, $DH = 768$) that only `alternating` can run.
-#
-# Each of gpulab's Triton backends was checked against a float32 vanilla reference before it was timed (the `check` column). TFLOP/s count the recurrence's products ($2BT \cdot 4 \cdot NH \cdot DH^2$, ×3 with the backward; the two module records, `nn.LSTM` and `gpulab.rnn.LSTM`, add their input product), so a dense LSTM's TFLOP/s are not comparable with a 12-head one's: compare times.
+# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. Compare dense and multi-head cases by time, not TFLOP/s:
 
 # %%
 try:
@@ -636,7 +543,7 @@ if stored:
     plt.show()
 
 # %% [markdown]
-# The main problem's implementations on the lesson 1 roofline of the H100 (measured ceilings), at the intensity of section 1's "R on chip" count: every implementation is charged the same bytes, so the height of a point is its speed.
+# On lesson 1's roofline, each charged the same bytes, so height is speed:
 
 # %%
 if stored:
@@ -644,48 +551,6 @@ if stored:
     rnn_bench.plot_roofline(stored, ax=ax)
     plt.show()
 
-# %% [markdown]
-# ## 8b. The bytes, counted
-#
-# The fused kernel's case is the same as FlashAttention's: keep R on chip for the whole sequence instead of fetching it, and the gates, every step. In the interpreter, `gpulab.traffic.count` adds up what the Triton kernels load and store (`alternating`'s per-step product runs in PyTorch, outside the count; its Triton pointwise kernel is counted):
-
-# %%
-from gpulab import traffic
-
-if runtime.INTERPRET:
-    fn = rnn.functions.get_function("lstm")
-    g = torch.Generator().manual_seed(0)
-    Wx_ = torch.randn(2, 6, fn.gates_w, 2, 16, generator=g)
-    R_ = torch.randn(fn.gates_r, 2, 16, 16, generator=g) / 4
-    b_ = torch.zeros(fn.gates_b, 2, 16)
-    for backend in ("alternating", "fused"):
-        with traffic.count(Wx=Wx_, R=R_) as counted:
-            rnn.flashrnn(Wx_, R_, b_, function="lstm", backend=backend)
-        r_loaded, wx_loaded = counted.by_tensor["R"].loaded, counted.by_tensor["Wx"].loaded
-        print(f"{backend:11s}: {counted.accesses:4d} loads and stores, {counted.loaded:6,} B loaded, "
-              f"{counted.stored:6,} B stored; of it R {r_loaded:5,} B (R is {4 * R_.numel():,} B), "
-              f"Wx {wx_loaded:5,} B (Wx is {4 * Wx_.numel():,} B)")
-else:
-    print("on a GPU the interpreter's counter does not run: Nsight Compute counts the bytes (next cell)")
-
-# %%
-try:
-    io_records = traffic.stored("05")
-except FileNotFoundError as exc:
-    io_records = []
-    print(exc)
-if io_records:
-    traffic.plot_dram(io_records, title=f"LSTM, B 16, T 256, 12 x 64, bf16: DRAM bytes on {io_records[0].device}")
-    plt.show()
-    for r in io_records:
-        rp = r.params
-        dram = rp["dram_read"] + rp["dram_write"]
-        print(f"{r.case.replace('ncu ', ''):22s} {rp['kernels']:5d} kernels, DRAM {dram / 1e6:7.1f} MB, "
-              f"L2 {rp['l2_bytes'] / 1e6:8.1f} MB = {dram / r.bytes:5.2f}x the fewest")
-
-
-# %% [markdown]
-# `alternating` launches a few kernels per step, and each reads back from memory what the previous one wrote (the gates, the state); most of it is served by L2, which is why its L2 traffic is many times its DRAM traffic and why its time is launches and latency rather than bandwidth. The fused forward reads R once per program and Wx once, plus the last step again twice: its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than branching (a third more at the $T = 6$ above, a fraction of a percent at the benchmark's $T = 256$). It writes the states once: it moves about the fewest bytes (below them on the GPU, where the last outputs still sit in L2 when the kernel ends). The fused backward moves more than the minimum: it writes the gate gradients dG for the parameter products that follow and reads them back.
 
 # %% [markdown]
 # ## 9. What the measurements mean
@@ -730,7 +595,7 @@ if stored:
             print(f"\nsame FLOPs as cuDNN's dense LSTM, {backend}, fwd: {r.ms:.3g} ms ({shape(r)})")
 
 # %% [markdown]
-# **Latency, not FLOPs or bytes.** Section 1's floors for one step (its cell prints them): a few nanoseconds of tensor-core work and some tens of nanoseconds of memory traffic. The measured time per step, against those floors, and how it changes with the batch (the batch sweep, forward) and the head dim (hidden 768, $B = 16$):
+# **Latency, not FLOPs or bytes.** The step against section 1's memory floor, over batch and head dim:
 
 # %%
 step_floor_ns = io_bytes / (c.bandwidth("HBM") * 1e9) * 1e9  # section 1: R on chip, memory floor per step
@@ -757,14 +622,167 @@ if stored:
         print(f"  head dims {sorted(set(missing))}: R does not fit on chip (the 'alternating' backend ran them)")
 
 # %% [markdown]
-# How to read these numbers (the run of the date printed in section 8):
+# - **Latency-bound, as predicted**: far above the memory floor, barely growing with the batch.
+# - **One launch instead of $2T$**, $R$ read once: a large factor over `alternating`, even graphed.
+# - **cuDNN's hidden 768 is a different problem**: twelve times the recurrent FLOPs of 12 heads of 64; section 6b runs cuDNN's own (Appendix F).
+
+# %% [markdown]
+# ## Appendix A. The forward, as the profiler and the compiler saw it
 #
-# - **The fused kernel is latency-bound, as predicted.** Its time per step at $B = 16$ is many times section 1's memory floor (the multiple is printed above), and it grows only slowly with the batch: every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller (up to 128 rows per program here). Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (forward+backward grows earlier: its tiles are twice as many). The head-dim sweep tells the same story: up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of the SM's shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM at all.
-# - **Against the per-step backends**, one launch instead of $2T$, $R$ read once instead of $T$ times and $h$ never leaving registers give a large factor over eager `alternating` and `vanilla`. The fairer baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain): the lesson's target against `alternating` at $B = 16$ is measured against that best mode.
-# - **Against the `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) on the same inputs: compare the two lines in the cell above; its backward did not compile with Triton 3.6 in this run (the error is in the table).
-# - **Against cuDNN, same hidden size is not the same problem.** cuDNN's `nn.LSTM` with hidden 768 multiplies by a dense $[4 \cdot 768, 768]$ recurrent matrix: 12 times the recurrent FLOPs and weights of 12 heads of 64. `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence, but it computes a different, smaller model; whether that model is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so the cell above compares with the cuDNN record of the fused kernel's dtype and the table shows both.
-# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$), one SM cannot hold $R$ (4.7 MB): cuDNN's persistent kernels spread one dense $R$ over many SMs and synchronise them every step, and so does gpulab's split kernel (section 6b, where its stored times stand beside cuDNN's); gpulab's `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only cuDNN's slow bf16 path. The cell below prints that comparison.
-# - **The absolute targets** (on the fused forward and forward+backward at the main problem) and the relative one against `alternating` are printed above as MET or not met, from the stored run; a kernel's time varies by a few percent between H100 machines, so a target met by a small margin is a statement about this run. What is left is the per-step chain, longest in the backward, whose product runs over $K = 4\,DH$: a chain of 16 dependent tensor-core steps per warp, step after step.
+# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3.
+#
+# **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive, a gain of a few percent. At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
+#
+# **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. An earlier form of the kernel, with four products and separate gate tiles, issued about twice the instructions and barriers per step of the all-gates form; v1 → v2 makes the same change.
+#
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.backends.fused.sass` counts a kernel's instructions per step without a GPU.
+#
+# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table of section 4b, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
+#
+# **Masks and programs.** Masks handle batch rows past $B$ and head dims that are not a power of two ($R$ is padded with zeros, so padded columns never reach a real one). At the lesson's problem there are only 12 programs (heads × batch tiles) for the H100's 132 SMs: the kernel is a few long chains, not a full machine.
+
+# %% [markdown]
+# ## Appendix B. The backward in detail
+#
+# **The starting carry.** The gradient of the last states is the chain's initial $\delta h$, $\delta c$ (`d_last`), so nothing is copied or added before the kernel runs.
+#
+# **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate it is one batched product over heads with $K = BT$; $db$ comes out of the same products ($h_{t-1}$ gets a column of ones).
+#
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.backends.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, removes about a quarter of the loop's instructions, and makes the backward faster by about as much.
+#
+# **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
+#
+# **Where the products run.** The reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 here. So `fused_rnn_gradients` cuts the sequence at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream meanwhile ($\delta G$ is stored time-major, so a piece is one strided view). On CPU the same steps run in order.
+
+# %% [markdown]
+# ## Appendix C. Where $R$ fits, GPU by GPU
+#
+# The tiling question of section 6 for every GPU in `gpulab.hardware.SPECS`, hidden 768 split into heads of 16 to 256 (bf16, or fp16 where the GPU has no bf16), forward and backward. $R$ per head grows as $DH^2$: at $DH = 256$ it is $4 \cdot 256^2 \cdot 2$ = 512 KB, more than twice an H100 SM's 227 KB of shared memory per block.
+
+# %%
+head_dims = (16, 32, 64, 128, 256)
+gpus = list(hardware.SPECS)
+verdict = np.zeros((len(gpus), len(head_dims)))  # 2: R on chip, 1: R re-read every step, 0: does not fit
+short = np.full((len(gpus), len(head_dims)), "no fit", dtype=object)
+print(f"{'GPU':28s}" + "".join(f"{'DH=' + str(d):>16s}" for d in head_dims))
+for gi, name in enumerate(gpus):
+    spec = hardware.SPECS[name]
+    dt = torch.bfloat16 if spec.has_bf16 else torch.float16
+    cells_txt = []
+    for di, d in enumerate(head_dims):
+        try:
+            fwd = tiling.fused_tiling(16, 768 // d, d, "lstm", dt, gpu=spec, direction="forward")
+            bwd = tiling.fused_tiling(16, 768 // d, d, "lstm", dt, gpu=spec, direction="backward")
+        except ValueError:
+            cells_txt.append("-")
+            continue
+        verdict[gi, di] = 2 if (fwd.r_on_chip and bwd.r_on_chip) else 1
+        where = lambda t: "chip" if t.r_on_chip else "re-read"
+        short[gi, di] = "R on chip" if verdict[gi, di] == 2 else f"fwd: {where(fwd)}\nbwd: {where(bwd)}"
+        cells_txt.append(f"{where(fwd)} {fwd.block_b}x{fwd.num_warps}w/{where(bwd)}")
+    print(f"{name[:28]:28s}" + "".join(f"{t:>16s}" for t in cells_txt))
+print("\nentries: forward R location, block_b x warps / backward R location; '-': no fit (use 'alternating')")
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 4.5))
+cmap = plt.matplotlib.colors.ListedColormap(["#d9d9d9", "#9ecae1", "#fd8d3c"])
+ax.imshow(verdict, cmap=cmap, vmin=0, vmax=2, aspect="auto")
+ax.set_xticks(range(len(head_dims)), [f"DH={d}\n(NH={768 // d})" for d in head_dims])
+ax.set_yticks(range(len(gpus)), [g.replace("NVIDIA ", "") for g in gpus], fontsize=8)
+for gi in range(len(gpus)):
+    for di in range(len(head_dims)):
+        ax.text(di, gi, short[gi, di], ha="center", va="center", fontsize=7)
+ax.set_title("fused LSTM, hidden 768, B = 16: where R lives (orange: on chip, blue: re-read every step, gray: no fit)",
+             fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Appendix D. The split kernel in detail
+#
+# **The barrier.** Arrive with an atomic add (*release*: the $h$ stores become visible first), spin on loads with *acquire*. One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
+#
+# **Everyone resident, or no launch.** A program waiting for one that has not started would wait forever, so the launch is *cooperative*: the driver starts the grid only if all of it fits at once. Triton's interpreter runs programs one after another, so there the kernel runs one launch per step: the launch boundary is the barrier.
+#
+# **The step's budget.** Fewer, fatter programs read less $h$ in total but each streams more $R$ from shared memory; each L2 round trip is several hundred nanoseconds, so a step's floor is a few round trips. In section 6b's budget table, even the step without its barrier is longer than cuDNN's whole step; shortening the chain (fewer round trips, the product's operands staged better) is where the next gains are.
+#
+# **The backward** is the forward transposed: program $p$ owns units $k$ of $dh$, holds the rows of $R$ that reach them, exchanges the gate gradients $dG_t$ through L2 (the output `dG` is the exchange buffer) and meets at one barrier per step. It is slower still relative to cuDNN: each program reads all of $dG_t$ (four times the bytes of $h$) every step. At head dim 1024 no split backward fits an SM's shared memory (section 6b prints the plan), so training there runs the `alternating` backward: that row of the table is much slower.
+#
+# **What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the split kernel is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend.
+#
+# **Where the split pays.** A split costs a barrier per step and an exchange through L2; one SM holding the whole head costs neither, but keeps one SM busy per head and batch tile. The stored crossover run times the forward over batch at a head dim that fits one SM (128) and at one that does not (768), beside `alternating`:
+
+# %%
+try:
+    cross_rows = split_report.load_split("h100", record="cross")
+except FileNotFoundError as exc:
+    cross_rows = []
+    print(exc)
+if cross_rows:
+    print(split_report.crossover_table(cross_rows))
+    cross = {(r["DH"], r["B"], r["case"]): r for r in cross_rows if r["kind"] == "cross"}
+    gaps = [cross[128, b, "one-SM fused"]["wall_ms"] / cross[128, b, "split"]["wall_ms"]
+            for b in sorted({k[1] for k in cross if k[0] == 128})]  # fmt: skip
+    print(f"\nhead dim 128: the one-SM kernel takes {min(gaps):.2f}x to {max(gaps):.2f}x the split kernel's wall "
+          f"time over the batches; head dim 768: the split kernel grows from "
+          f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
+          "device time")
+
+# %% [markdown]
+# Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
+
+# %% [markdown]
+# ## Appendix E. The bytes, counted
+#
+# The fused kernel's case is FlashAttention's: keep $R$ on chip for the whole sequence instead of fetching it, and the gates, every step. In the interpreter, `gpulab.traffic.count` adds up what the Triton kernels load and store (`alternating`'s per-step product runs in PyTorch, outside the count):
+
+# %%
+from gpulab import traffic
+
+if runtime.INTERPRET:
+    fn = rnn.functions.get_function("lstm")
+    g = torch.Generator().manual_seed(0)
+    Wx_ = torch.randn(2, 6, fn.gates_w, 2, 16, generator=g)
+    R_ = torch.randn(fn.gates_r, 2, 16, 16, generator=g) / 4
+    b_ = torch.zeros(fn.gates_b, 2, 16)
+    for backend in ("alternating", "fused"):
+        with traffic.count(Wx=Wx_, R=R_) as counted:
+            rnn.flashrnn(Wx_, R_, b_, function="lstm", backend=backend)
+        r_loaded, wx_loaded = counted.by_tensor["R"].loaded, counted.by_tensor["Wx"].loaded
+        print(f"{backend:11s}: {counted.accesses:4d} loads and stores, {counted.loaded:6,} B loaded, "
+              f"{counted.stored:6,} B stored; of it R {r_loaded:5,} B (R is {4 * R_.numel():,} B), "
+              f"Wx {wx_loaded:5,} B (Wx is {4 * Wx_.numel():,} B)")
+else:
+    print("on a GPU the interpreter's counter does not run: Nsight Compute counts the bytes (next cell)")
+
+# %%
+try:
+    io_records = traffic.stored("05")
+except FileNotFoundError as exc:
+    io_records = []
+    print(exc)
+if io_records:
+    traffic.plot_dram(io_records, title=f"LSTM, B 16, T 256, 12 x 64, bf16: DRAM bytes on {io_records[0].device}")
+    plt.show()
+    for r in io_records:
+        rp = r.params
+        dram = rp["dram_read"] + rp["dram_write"]
+        print(f"{r.case.replace('ncu ', ''):22s} {rp['kernels']:5d} kernels, DRAM {dram / 1e6:7.1f} MB, "
+              f"L2 {rp['l2_bytes'] / 1e6:8.1f} MB = {dram / r.bytes:5.2f}x the fewest")
+
+# %% [markdown]
+# `alternating` launches a few kernels per step, and each reads back what the previous one wrote; most of it is served by L2, which is why its L2 traffic is many times its DRAM traffic and why its time is launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than branching), and writes the states once: about the fewest bytes, below them on the GPU, where the last outputs still sit in L2 when the kernel ends. The fused backward moves more than the minimum: it writes $\delta G$ for the parameter products and reads it back.
+
+# %% [markdown]
+# ## Appendix F. The measurements, one comparison at a time
+#
+# - **How section 8 counts.** Each of gpulab's Triton backends was checked against a float32 reference before it was timed (the `check` column). TFLOP/s count the recurrence's products ($2BT \cdot 4 \cdot NH \cdot DH^2$, three times that with the backward); the two module records, `nn.LSTM` and `gpulab.rnn.LSTM`, add their input product.
+# - **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller. Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (up to 128 rows per program here; forward+backward earlier, its tiles are twice as many).
+# - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
+# - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
+# - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error is in section 8's table).
+# - **cuDNN.** `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence than cuDNN's dense hidden 768, but it is a different, smaller model; whether it is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.
+# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only its bf16 path:
 
 # %%
 if stored:
@@ -782,3 +800,6 @@ if stored:
                   f"({dense_alt.ms / cud.ms:.2f}x cuDNN's time)")
     print()
     print("\n".join(rnn_bench.targets(stored)))
+
+# %% [markdown]
+# What is left is the per-step chain, longest in the backward, whose product runs over $K = 4\,DH$: a chain of dependent tensor-core steps per warp, step after step. The lesson's targets are printed last, from the stored run; a kernel's time varies by a few percent between H100 machines, so a target met by a small margin is a statement about this run.
