@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check
 from gpulab.attention import backward as attention_backward
-from gpulab.attention import hopper
+from gpulab.attention import backward_fused, hopper, hopper_backward
 from gpulab.attention.benchmark import grid
 from gpulab.attention.function import FlashAttentionFunction
 from gpulab.attention.hopper import HopperConfig
@@ -169,6 +169,7 @@ def _gpulab_v1_backward():
             mine.backward = None
         return FlashAttentionFunction.apply(q, k, v, c, None, False, False, mine)
 
+    run.plans = own
     return run
 
 
@@ -177,13 +178,26 @@ IMPLS_BWD = {**IMPLS, V1_BACKWARD: _gpulab_v1_backward()}
 
 @contextlib.contextmanager
 def backward_kernels(name):
-    """Version 1's backward kernels after version 2's forward for ``V1_BACKWARD``; the library's choice otherwise."""
-    saved = attention_backward.V2_BACKWARD
-    attention_backward.V2_BACKWARD = saved and name != V1_BACKWARD
+    """Version 1's two backward kernels for ``gpulab v1`` and ``V1_BACKWARD``; the library's choice otherwise (the
+    one-pass backward of gpulab.attention.backward_fused where it pays)."""
+    saved = attention_backward.V2_BACKWARD, attention_backward.FUSED_BACKWARD
+    if name in ("gpulab v1", V1_BACKWARD):
+        attention_backward.V2_BACKWARD = attention_backward.FUSED_BACKWARD = False
     try:
         yield
     finally:
-        attention_backward.V2_BACKWARD = saved
+        attention_backward.V2_BACKWARD, attention_backward.FUSED_BACKWARD = saved
+
+
+def backward_name(q, k, v, causal, name) -> str:
+    """Which backward ``name`` ran on this problem: its plan's launches (built by the timed calls)."""
+    plan = forward_plan(q, k, v, causal, None, False, None, 1 if name == "gpulab v1" else 2)
+    if name == V1_BACKWARD:
+        plan = IMPLS_BWD[V1_BACKWARD].plans.get(id(plan), plan)
+    launches = plan.backward
+    if launches.__class__ is backward_fused.FusedBackward:
+        return "one pass (atomic dQ)"
+    return "two kernels, TMA" if launches[0].kernel is hopper_backward.attention_dq_v2_kernel else "two kernels"
 
 
 def _check(fn, q, k, v, causal, backward, name=None):
@@ -241,6 +255,8 @@ def run_grid():
                                   heads=h, seq=n, head_dim=d, rel_err=err, check=status)  # fmt: skip
                 if name.startswith("gpulab v2"):
                     r.params["config"] = dataclasses.asdict(hopper.hopper_config(d, causal))
+                if backward and name.startswith("gpulab"):
+                    r.params["backward"] = backward_name(q, k, v, causal, name)
                 results.append(r)
                 line.append(f"{name[:12]}{'+b' if backward else ''} {r.tflops:.0f}/{r.wall_tflops:.0f}")
         note(f"{str(dtype)[6:]} d{d} N{n} causal={causal}: " + " | ".join(line))

@@ -23,6 +23,11 @@ FlashAttention-2 splits the work so that no two programs write the same output (
 
 Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
 the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
+
+That costs seven products per block pair where the math needs five (S and dP are computed in both kernels). The
+one-pass backward of :mod:`gpulab.attention.backward_fused` does five, adding dQ atomically into an fp32 buffer; it
+measured slower on the H100, so it runs only when :data:`FUSED_BACKWARD` is turned on (and then not where
+determinism is asked for, for fp32, for small problems, or with explicit or autotuned tiles).
 """
 
 from __future__ import annotations
@@ -32,11 +37,20 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
-from gpulab.attention import hopper, hopper_backward
+from gpulab.attention import backward_fused, hopper, hopper_backward
+from gpulab.attention.backward_fused import attention_preprocess_kernel
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
 from gpulab.attention.plan import Plan, backward_plan
 from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E, dot
+
+FUSED_BACKWARD: bool = False
+"""Take the one-pass backward (:mod:`gpulab.attention.backward_fused`) where
+:func:`gpulab.attention.backward_fused.use_fused` allows it (False: the two kernels always).
+
+Off: on the H100 its best tiles ran the backward at 0.96x (d 64) and 0.92x (d 128) the two kernels' speed, geometric
+mean over lesson 4's bf16 shapes at N 4k and 16k (``benchmarks/04_attention/hopper/fused/``): the atomic additions
+into dQ cost more than the two products they save, except on long causal problems."""
 
 V2_BACKWARD: bool = False
 """Run :mod:`gpulab.attention.hopper_backward` after a version-2 forward (False: version 1's backward always).
@@ -46,6 +60,7 @@ bwd``), the TMA loads compute bit for bit the same gradients as version 1's and 
 problems); the backward's time goes to its seven products per block pair, not to its loads."""
 
 __all__ = [
+    "FUSED_BACKWARD",
     "V2_BACKWARD",
     "attention_preprocess_kernel",
     "attention_dkdv_kernel",
@@ -54,21 +69,6 @@ __all__ = [
     "run_backward",
     "backward_launches",
 ]
-
-
-@triton.jit
-def attention_preprocess_kernel(
-    o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
-):
-    """delta[bh, i] = sum_d dO[bh, i, d] * O[bh, i, d] in fp32, for one (batch*head, block of rows)."""
-    bh = tl.program_id(1)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
 
 @triton.jit
@@ -313,6 +313,47 @@ def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfi
     return dq, dkdv
 
 
+def _launches(plan: Plan, q, k, v, o, lse, do):
+    """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.backward_fused`) where it
+    pays and no tiles were asked for, else the two kernels."""
+    if FUSED_BACKWARD and plan.backward_configs is None and backward_fused.use_fused(plan):
+        pre = backward_fused.preprocess_launch(plan)
+        return backward_fused.FusedBackward(pre, backward_fused.fused_backward_launch(plan))
+    return _two_kernel_launches(plan, q, k, v, o, lse, do)
+
+
+def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
+    configs = plan.backward_configs
+    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
+        tuned = {}
+        for kind in ("dkdv", "dq"):
+
+            def run(c, kind=kind):
+                return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
+                                          {kind: c})  # fmt: skip
+
+            tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+        configs = tuned
+    configs = configs if isinstance(configs, dict) else {}
+    cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
+        return hopper_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
+    return backward_launches(plan, cfg_kv, cfg_q)
+
+
+def _run_fused(plan: Plan, launches, do, q, k, v, o, lse, dq, dk, dv):
+    """D, then the one-pass kernel adding into an fp32 dQ buffer, then dQ scaled and cast into ``dq``."""
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    stream = direct_stream(plan.device) if aligned else None
+    delta = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=plan.device)
+    launches.preprocess(stream, o, do, delta, plan.n_q)
+    launches.main(stream, q, k, v, do, lse, delta, dq_acc, dk, dv, plan.n_q, plan.n_k, plan.qk_scale, plan.scale)
+    torch.mul(dq_acc, plan.scale, out=dq)  # scaled once, cast to the inputs' dtype
+    return dq, dk, dv
+
+
 def run_backward(plan: Plan, do, q, k, v, o, lse):
     """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
     forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
@@ -326,24 +367,11 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     do = do.contiguous()
     launches = plan.backward
     if launches is None:
-        configs = plan.backward_configs
-        if configs == "auto":  # tune each kernel once for this problem (the other at its default)
-            tuned = {}
-            for kind in ("dkdv", "dq"):
-
-                def run(c, kind=kind):
-                    return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
-                                              {kind: c})  # fmt: skip
-
-                tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
-            configs = tuned
-        configs = configs if isinstance(configs, dict) else {}
-        cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
-            launches = plan.backward = hopper_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
-        else:
-            launches = plan.backward = backward_launches(plan, cfg_kv, cfg_q)
+        launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
+    if launches.__class__ is backward_fused.FusedBackward and torch.are_deterministic_algorithms_enabled():
+        launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
+    if launches.__class__ is backward_fused.FusedBackward:
+        return _run_fused(plan, launches, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
     if dq_launch.kernel is hopper_backward.attention_dq_v2_kernel:

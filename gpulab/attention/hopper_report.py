@@ -10,6 +10,8 @@ every implementation checked against SDPA's math backend before it was timed on 
   as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2`` ran
   version 2's TMA backward (:mod:`gpulab.attention.hopper_backward`);
 - ``benchmarks/04_attention/hopper/cs336/``: the CS336 leaderboard problem, timed with ``triton.testing.do_bench``;
+- ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``scripts/probe_backward_fused.py``)
+  against the two-kernel backward, backward only;
 - ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
@@ -23,7 +25,8 @@ from pathlib import Path
 from gpulab import bench, runtime
 
 __all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", "grid_table", "summary",
-           "sweep_summary", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED", "CS336_BEST_STUDENT_MS"]  # fmt: skip
+           "sweep_summary", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED", "CS336_BEST_STUDENT_MS",
+           "stored_fused", "fused_summary"]  # fmt: skip
 
 _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
@@ -55,6 +58,31 @@ def stored_cs336(folder=None) -> list[bench.Result]:
     """The newest records of ``scripts/probe_hopper.py --cs336`` (FileNotFoundError when there are none)."""
     folder = (Path(folder) if folder is not None else _FOLDER) / "cs336"
     return bench.load("04", path=bench.newest(folder))
+
+
+def stored_fused(folder=None) -> list[bench.Result]:
+    """The newest records of ``scripts/probe_backward_fused.py`` (FileNotFoundError when there are none)."""
+    folder = (Path(folder) if folder is not None else _FOLDER) / "fused"
+    return bench.load("04", path=bench.newest(folder))
+
+
+def fused_summary(records) -> list[str]:
+    """Per head dim: the one-pass backward's chosen tiles against the two kernels on each problem (backward only,
+    device time; above 1: the one-pass backward is faster)."""
+    recs = bench.result_list("records", records)
+    lines = []
+    for choice in (r for r in recs if r.params.get("kind") == "fused choice"):
+        d, tiles = choice.params["head_dim"], tuple(choice.params["chosen"])
+        cells = []
+        for r in recs:
+            p = r.params
+            cfg = p.get("config") or {}
+            key = (cfg.get("block_m"), cfg.get("block_n"), cfg.get("num_warps"), cfg.get("num_stages"))
+            if p.get("kind") == "fused sweep" and p.get("head_dim") == d and key == tiles and r.status == "ok":
+                cells.append(f"N{p['seq'] // 1024}k {'causal' if p['causal'] else 'full'} {p['vs_two_kernels']:.2f}x")
+        lines.append(f"d{d}, tiles (block_m, block_n, warps, stages) = {tiles}: geometric mean "
+                     f"{choice.params['speedup']:.2f}x the two kernels; " + ", ".join(cells))  # fmt: skip
+    return lines
 
 
 CS336_BEST_STUDENT_MS = 5.36

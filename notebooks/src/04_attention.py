@@ -495,4 +495,15 @@ if hopper_records:
     print(hopper_report.grid_table(hopper_records, "forward+backward"))
 
 # %% [markdown]
-# The loads were not the bottleneck: the TMA backward is no faster (slower on short causal problems, where its descriptors cost more than they save), so `flash_attention` runs version 1's backward after version 2's forward (`gpulab.attention.backward.V2_BACKWARD` is off; the switch stays for re-measuring). cuDNN's lead on forward+backward is larger than on the forward alone: its backward does five products per block pair and overlaps them across warpgroups, which is where a faster Triton backward would have to go.
+# The loads were not the bottleneck: the TMA backward is no faster (slower on short causal problems, where its descriptors cost more than they save), so `flash_attention` runs version 1's backward after version 2's forward (`gpulab.attention.backward.V2_BACKWARD` is off; the switch stays for re-measuring).
+#
+# **Five products instead of seven?** `gpulab.attention.backward_fused` is the one-pass backward: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, and adds that share into an fp32 buffer with atomic adds (every K block adds into the same rows). Checked against float64 in the interpreter like the others; on the H100, its best tiles per head dim against the two kernels, backward only:
+
+# %%
+try:
+    print("\n".join(hopper_report.fused_summary(hopper_report.stored_fused())))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# Two products saved did not pay for $N_k / B_N$ atomic additions per element of $dQ$ except on long causal problems, so it stays off (`backward.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger than on the forward alone: its backward does the five products and hides the additions and the softmax under the products of other warpgroups, the overlap that warp specialization expresses and that Triton 3.6 does not yet compile correctly on `sm_90`.

@@ -50,6 +50,7 @@ CASES = [
     ("plot_grid-direction", lambda: hopper_report.plot_grid([], "sideways"), ValueError, "direction"),
     ("plot_timeline-steps-0", lambda: hopper_report.plot_timeline(steps=0), ValueError, "steps"),
     ("cs336_lines-not-records", lambda: hopper_report.cs336_lines("cs336"), TypeError, "records"),
+    ("fused_summary-not-records", lambda: hopper_report.fused_summary("fused"), TypeError, "records"),
     ("problems-direction", lambda: hopper_report.problems([], "up"), ValueError, "direction"),
 ]  # fmt: skip
 
