@@ -16,8 +16,11 @@
   * ``naive (PyTorch)``: :func:`gpulab.attention.naive_attention` (three kernels, N x N in memory), forward only at
     1k and 4k (and as far as memory allows), for the roofline.
 
-  Before timing, each output (and, for forward+backward, each gradient) is compared with SDPA's math backend in
-  fp32 on one batch element: ``params['rel_err']``; a failing check is recorded, never hidden.
+  The grid is one :class:`gpulab.bench.Benchmark` (:func:`throughput_benchmark`; the direction is part of each
+  case): before anything is timed, each output (and, for forward+backward, each gradient) is compared with SDPA's
+  math backend in fp32 on one batch element and two heads: ``params['rel_err']``; a failing check is recorded in
+  ``params['check']``, never hidden. Where an implementation does not run (FlashAttention-2 without a GPU, the naive
+  one's backward or a problem whose N x N matrices would not fit), its record says why in ``status``.
   FLOPs follow the course convention (:func:`gpulab.bench.attention_flops`: 4 B H N^2 D, halved if causal, x3.5
   with the backward), the same for every implementation, so TFLOP/s compare like with like. Bytes are the tiled
   minimum (:func:`gpulab.roofline.attention_tiled`), or the naive count for the naive implementation.
@@ -25,9 +28,9 @@
 - ``memory``: peak memory *beyond the inputs* of one forward+backward at batch 1, 16 heads, head dim 64, bf16, over
   sequence lengths: naive (N x N scores and probabilities, kept for the backward) against gpulab's kernel (O(N)).
 
-Records carry ``impl``, ``direction`` ('forward' or 'forward+backward'), ``causal``, ``head_dim``, ``seq``,
-``batch``, ``heads``, and for gpulab the ratios ``vs_fa2`` and ``vs_default`` (their ms / gpulab's ms: above 1 means
-gpulab is faster).
+Records carry ``provider`` and ``impl`` (the same name), ``direction`` ('forward' or 'forward+backward'),
+``causal``, ``head_dim``, ``seq``, ``batch``, ``heads``, and for gpulab the ratios ``vs_fa2`` and ``vs_default``
+(their ms / gpulab's ms: above 1 means gpulab is faster).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from gpulab.attention.reference import naive_attention
 __all__ = [
     "IMPLEMENTATIONS",
     "grid",
+    "throughput_benchmark",
     "benchmark",
     "add_ratios",
     "summary_table",
@@ -104,82 +108,113 @@ def _implementations():
     }
 
 
-def _check(fn, q, k, v, causal, backward) -> float:
-    """Largest relative error of fn's output (and gradients) against SDPA's math backend in fp32.
-
-    On batch element 0 and heads 0-1 only: the math backend materializes N x N matrices in fp32."""
-    q1, k1, v1 = (t[:1, :2].detach().clone().requires_grad_(backward) for t in (q, k, v))
-    out = fn(q1, k1, v1, causal)
-    ref_in = [t.detach().float().requires_grad_(backward) for t in (q1, k1, v1)]
-    ref = _sdpa(SDPBackend.MATH)(*ref_in, causal)
-    errs = [check.relative_error(out, ref)]
-    if backward:
-        g = torch.randn_like(ref)
-        out.backward(g.to(out.dtype))
-        ref.backward(g)
-        errs += [check.relative_error(a.grad, b.grad) for a, b in zip((q1, k1, v1), ref_in)]
-    return max(float(e) for e in errs)
+DIRECTIONS = ("forward", "forward+backward")
 
 
-def _measure_problem(p, impls, bench, roofline):
-    """Every implementation on problem ``p``, forward and forward+backward."""
-    b, h, n, d, dtype, causal = p["batch"], p["heads"], p["seq"], p["head_dim"], p["dtype"], p["causal"]
+def _inputs(dtype, batch, heads, seq, head_dim, causal, direction, check=False):
+    """(q, k, v, causal, do) of one problem; q, k, v require grad for forward+backward. For the check: batch
+    element 0 and heads 0-1 only (the math backend materializes N x N matrices in fp32)."""
+    b, h = (1, min(2, heads)) if check else (batch, heads)
     gen = torch.Generator(device=runtime.device).manual_seed(0)
-    q, k, v = (torch.randn(b, h, n, d, device=runtime.device, dtype=dtype, generator=gen) for _ in range(3))
-    do = torch.randn_like(q)
-    tiled = roofline.attention_tiled(b, h, n, n, d, dtype, causal)
-    naive = roofline.attention_naive(b, h, n, n, d, dtype, causal)
-    results = []
-    for name, fn in impls.items():
-        if name == "naive (PyTorch)" and b * h * n * n * 4 * 2 > 24e9:  # S and P (fp32 softmax) would not fit
-            continue
-        for backward in (False, True):
-            if name == "naive (PyTorch)" and backward:
-                continue  # the naive forward is enough for the roofline; its memory is measured separately
-            try:
-                err = _check(fn, q, k, v, causal, backward)
-                status = "ok" if err <= check.tolerance(dtype) and math.isfinite(err) else f"FAILED: rel_err {err:.3g}"
-            except Exception as exc:  # noqa: BLE001 - e.g. a backend that refuses the shape: record it, go on
-                print(f"{name} {p}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-                continue
-            if backward:
-                qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    q, k, v, do = (torch.randn(b, h, seq, head_dim, device=runtime.device, dtype=dtype, generator=gen) for _ in "qkvd")
+    backward = direction == "forward+backward"
+    return q.requires_grad_(backward), k.requires_grad_(backward), v.requires_grad_(backward), causal, do
 
-                def call(fn=fn, qg=qg, kg=kg, vg=vg):
-                    qg.grad = kg.grad = vg.grad = None
-                    fn(qg, kg, vg, causal).backward(do)
-            else:
 
-                def call(fn=fn):
-                    with torch.no_grad():
-                        fn(q, k, v, causal)
+def _provider(attention):
+    """One direction of ``attention(q, k, v, causal)``: its output (forward, without autograd), or its output and
+    dq, dk, dv (forward+backward, the inputs require grad)."""
 
-            cost = naive if name.startswith("naive") else tiled
-            r = bench.measure(
-                call,
-                lesson="04",
-                case=name,
-                flops=bench.attention_flops(b, h, n, n, d, causal=causal, backward=backward),
-                bytes=cost.bytes * (3.5 if backward else 1.0),  # rough: the backward reads/writes ~2.5x more
-                dtype=dtype,
-                shape=[b, h, n, d],
-                warmup_ms=runtime.pick(cpu=0, gpu=25),
-                rep_ms=runtime.pick(cpu=1, gpu=100),
-                kind="throughput",
-                impl=name,
-                direction="forward+backward" if backward else "forward",
-                causal=causal,
-                batch=b,
-                heads=h,
-                seq=n,
-                head_dim=d,
-                rel_err=err,
-                check=status,
-            )
-            if name.startswith("gpulab"):
-                r.params["configs"] = _configs_used(name, d, dtype, causal, n, backward)
-            results.append(r)
-    return results
+    def run(q, k, v, causal, do):
+        if not q.requires_grad:
+            with torch.no_grad():
+                return attention(q, k, v, causal)
+        out = attention(q, k, v, causal)
+        return (out, *torch.autograd.grad(out, (q, k, v), do))
+
+    return run
+
+
+def _reference(q, k, v, causal, do):
+    """SDPA's math backend in fp32 on the same inputs."""
+    ins = [t.detach().float().requires_grad_(t.requires_grad) for t in (q, k, v)]
+    return _provider(_sdpa(SDPBackend.MATH))(*ins, causal, do.float())
+
+
+def _check(out, ref) -> dict:
+    """The largest relative error of the output (and gradients) against the reference, at the dtype's tolerance."""
+    outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+    err = max(float(check.relative_error(a, b)) for a, b in zip(outs, refs))
+    tol = check.tolerance(outs[0].dtype)
+    if not (math.isfinite(err) and err <= tol):
+        raise AssertionError(f"rel_err {err:.3g} (tolerance {tol:.3g})")
+    return {"rel_err": err}
+
+
+def _skip(provider, dtype, batch, heads, seq, head_dim, causal, direction):
+    if provider == "SDPA FlashAttention-2" and not runtime.on_gpu():
+        return "SDPA's FlashAttention backend needs a GPU"
+    if provider == "naive (PyTorch)" and direction != "forward":
+        return "the naive forward is enough for the roofline; its memory is measured separately"
+    if provider == "naive (PyTorch)" and batch * heads * seq * seq * 4 * 2 > 24e9:
+        return "its N x N scores and probabilities (fp32 softmax) would not fit"
+    return None
+
+
+def _short(dtype) -> str:
+    name = str(dtype).replace("torch.", "")
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(name, name)
+
+
+def throughput_benchmark(problems) -> bench.Benchmark:
+    """Every implementation on ``problems`` (dicts like :func:`grid`'s), forward and forward+backward, checked against
+    SDPA's math backend in fp32 (``params['rel_err']``; a mismatch is recorded in ``params['check']``, never
+    hidden), as a :class:`gpulab.bench.Benchmark`."""
+    cases = [{**p, "direction": d} for p in problems for d in DIRECTIONS]
+    return bench.Benchmark(
+        lesson="04",
+        name="attention",
+        cases=cases,
+        inputs=_inputs,
+        check_inputs=lambda **x: _inputs(**x, check=True),
+        providers={name: _provider(fn) for name, fn in _implementations().items()},
+        provider_params={name: {"kind": "throughput", "impl": name} for name in IMPLEMENTATIONS},
+        reference=_reference,
+        check=_check,
+        on_mismatch="record",
+        skip=_skip,
+        flops=lambda dtype, batch, heads, seq, head_dim, causal, direction: bench.attention_flops(
+            batch, heads, seq, seq, head_dim, causal=causal, backward=direction == "forward+backward"
+        ),
+        bytes=lambda dtype, batch, heads, seq, head_dim, causal, direction: _bytes(
+            roofline.attention_tiled, batch, heads, seq, head_dim, dtype, causal, direction
+        ),
+        label=lambda dtype, batch, heads, seq, head_dim, causal, direction: (
+            f"{_short(dtype)} d{head_dim} N{seq}{' causal' if causal else ''} {direction}"
+        ),
+    )
+
+
+def _bytes(cost, batch, heads, seq, head_dim, dtype, causal, direction) -> float:
+    """The bytes an implementation must move: ``cost`` (tiled or naive) of the forward, x3.5 with the backward (rough:
+    the backward reads and writes about 2.5x more)."""
+    moved = cost(batch, heads, seq, seq, head_dim, dtype, causal).bytes
+    return moved * (3.5 if direction == "forward+backward" else 1.0)
+
+
+def _annotate(results):
+    """What the records say beyond the harness's: the naive implementation's bytes (its own count), the tiles each
+    gpulab record ran with (``params['configs']``), and gpulab's ratios to the SDPA backends (:func:`add_ratios`)."""
+    for r in results:
+        p = r.params
+        if r.provider == "naive (PyTorch)":
+            r.bytes = _bytes(roofline.attention_naive, p["batch"], p["heads"], p["seq"], p["head_dim"],
+                             runtime.as_dtype(p["dtype"]), p["causal"], p["direction"])  # fmt: skip
+        if r.provider.startswith("gpulab") and r.status == "ok":
+            backward = p["direction"] == "forward+backward"
+            dtype = runtime.as_dtype(p["dtype"])
+            p["configs"] = _configs_used(r.provider, p["head_dim"], dtype, p["causal"], p["seq"], backward)
+    return add_ratios(results)
 
 
 def _work(d, n) -> int:
@@ -213,9 +248,8 @@ def add_ratios(results):
     """Set ``vs_fa2`` and ``vs_default`` on gpulab's throughput records (peer ms / gpulab ms)."""
     results = bench.result_list("results", results)
     by = {}
-    for r in results:
-        if r.params.get("kind") == "throughput":
-            by[(_problem_key(r), r.params["impl"])] = r
+    for r in _throughput(results):
+        by[(_problem_key(r), r.params["impl"])] = r
     for (key, impl), r in by.items():
         if not impl.startswith("gpulab"):
             continue
@@ -283,6 +317,8 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
     """
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable (e.g. tqdm) or None, got {type(progress).__name__}.")
+    if problems is not None and not isinstance(problems, (list, tuple)):
+        raise TypeError(f"problems must be a list of dicts like grid()'s, got {type(problems).__name__}.")
     if memory_seqs is not None:
         memory_seqs = [runtime.positive_int("memory_seqs", n) for n in memory_seqs]
     import matplotlib  # heavy and optional: only when the benchmark runs
@@ -296,15 +332,7 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
         )
     if memory_seqs is None:
         memory_seqs = runtime.pick(cpu=(16, 32), gpu=(1024, 2048, 4096, 8192, 16384, 32768))
-    impls = _implementations()
-    if not runtime.on_gpu():
-        impls = {k: fn for k, fn in impls.items() if not k.startswith("SDPA FlashAttention")}  # no FA2 on CPU
-    results = []
-    for p in progress(problems) if progress else problems:
-        results += _measure_problem(p, impls, bench, roofline)
-        if runtime.on_gpu():
-            torch.cuda.empty_cache()  # the previous problem's tensors are gone now
-    add_ratios(results)
+    results = _annotate(bench.run(throughput_benchmark(problems), progress)) if problems else []
     results += _memory_records(memory_seqs, bench, progress)
     if runtime.on_gpu():
         print(summary_table(results))
@@ -322,7 +350,8 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
 
 
 def _throughput(results, direction=None, impl=None):
-    out = [r for r in results if r.params.get("kind") == "throughput"]
+    """The throughput records that ran (not those of a provider unavailable for the problem)."""
+    out = [r for r in results if r.params.get("kind") == "throughput" and r.status == "ok"]
     if direction:
         out = [r for r in out if r.params.get("direction") == direction]
     if impl:
@@ -332,8 +361,7 @@ def _throughput(results, direction=None, impl=None):
 
 def _label(r) -> str:
     p = r.params
-    short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(r.dtype, r.dtype)
-    return f"{short} d{p['head_dim']} N{p['seq']}{' causal' if p['causal'] else ''}"
+    return f"{_short(r.dtype)} d{p['head_dim']} N{p['seq']}{' causal' if p['causal'] else ''}"
 
 
 def summary_table(results) -> str:

@@ -8,6 +8,7 @@ shows.
   environment), :func:`measure`, :func:`record`, :func:`save`/:func:`load` as JSON lines under ``benchmarks/``,
   :func:`result_list` (the check of a list of records every reader uses).
 - :mod:`~gpulab.bench.report`: :class:`Benchmark` and :func:`run` (every case checked before any is timed),
+  :func:`graphed` (a provider replayed from a CUDA graph),
   :func:`summary` (a table on one named clock), :func:`speedup`, :func:`plot`.
 - :mod:`~gpulab.bench.plots`: :func:`table`, :func:`bar`, :func:`line`.
 - :mod:`~gpulab.bench.flops`: the course's FLOP and byte conventions (:func:`attention_flops`).
@@ -32,6 +33,7 @@ from gpulab.bench.report import (
     Benchmark,
     CheckFailed,
     Unavailable,
+    graphed,
     interpreter_summary,
     plot,
     run,
@@ -67,6 +69,7 @@ __all__ = [
     "Benchmark",
     "Unavailable",
     "unavailable",
+    "graphed",
     "CheckFailed",
     "run",
     "summary",

@@ -15,17 +15,20 @@ the reference before any is timed)::
     print(bench.summary(results, clock="wall", baseline="sdpa"))
 
 :func:`run` first runs every provider of every case once and checks it against the case's reference
-(:func:`gpulab.check.assert_close` unless the benchmark gives its own ``check``); a mismatch raises
-:class:`CheckFailed` naming the case and provider before anything is timed. A provider that cannot run (it raises
-:class:`Unavailable`, or any other error) gets a status ("unavailable: no flash_attn", "failed: ValueError: ...")
-instead of stopping the report. Then each case is timed on both clocks, its providers one after another on the same
-inputs: ``ms`` (device time, what CUDA graphs or compile can reach) and ``wall_ms`` (eager calls back to back, what
-users get). In the CPU interpreter the records carry ``mode == "interpreter"`` (:attr:`Result.interpreter`) and
-both clocks are the same wall clock: a lesson checks there, and stays quiet about the times.
+(:func:`gpulab.check.assert_close` unless the benchmark gives its own ``check``; on ``check_inputs``, smaller ones,
+where the reference cannot run at the timed size); a mismatch raises :class:`CheckFailed` naming the case and provider
+before anything is timed (or, with ``on_mismatch="record"``, is written into the record's ``params['check']``, for a
+long run where one wrong case must not cost the others). A provider that cannot run (it raises :class:`Unavailable`, or
+any other error) gets a status ("unavailable: no flash_attn", "failed: ValueError: ...") instead of stopping the report.
+Then each case is timed on both clocks, its providers one after another on the same inputs: ``ms`` (device time, what
+CUDA graphs or compile can reach) and ``wall_ms`` (eager calls back to back, what users get). In the CPU interpreter the
+records carry ``mode == "interpreter"`` (:attr:`Result.interpreter`) and both clocks are the same wall clock: a lesson
+checks there, and stays quiet about the times.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -36,10 +39,12 @@ import torch
 from gpulab import check, lessons, runtime
 from gpulab.bench import plots
 from gpulab.bench.records import CLOCKS, Result, kernel_resources, record
-from gpulab.bench.timing import time_callable, wall_time
+from gpulab.bench.timing import capture, time_callable, wall_time
 
-__all__ = ["Benchmark", "Unavailable", "unavailable", "CheckFailed", "run", "summary", "speedup", "plot"]
+__all__ = ["Benchmark", "Unavailable", "unavailable", "graphed", "CheckFailed", "run", "summary", "speedup", "plot"]
 __all__ += ["interpreter_summary"]
+
+MISMATCH = ("raise", "record")
 
 
 class Unavailable(Exception):  # noqa: N818 - it names a state, as in "the provider is unavailable"
@@ -60,6 +65,34 @@ def unavailable(reason: str) -> Callable:
         raise Unavailable(reason)
 
     return provider
+
+
+def graphed(fn: Callable, no_grad: bool = True) -> Callable:
+    """``fn`` replayed from a CUDA graph, as a provider of its own (``{"alternating": f, "alternating (graph)":
+    bench.graphed(f)}``): the first call with a set of arguments captures ``fn(*args)`` (under ``torch.no_grad()``
+    unless ``no_grad=False``), later calls with the same tensors replay it and return its static outputs. Only the
+    newest capture is kept. On CPU it raises :class:`Unavailable` (graphs are a CUDA feature); a capture that fails
+    raises, so the provider's record says why."""
+    if not callable(fn):
+        raise runtime.ArgumentTypeError(f"fn must be a provider function to capture, got {fn!r}.")
+    no_grad = runtime.strict_bool("no_grad", no_grad)
+    held: list = []  # [args, captured step] of the newest capture
+
+    def provider(*args):
+        if not runtime.on_gpu():
+            raise Unavailable("CUDA graphs need a GPU")
+        if not held or len(held[0]) != len(args) or any(a is not b for a, b in zip(held[0], args)):
+            held.clear()
+            with torch.no_grad() if no_grad else contextlib.nullcontext():
+                held.extend([args, capture(lambda: fn(*args))])
+        return held[1]()
+
+    return provider
+
+
+def _plain(value):
+    """An x value as it is stored in the records: a torch dtype by its name ('bfloat16'), anything else as is."""
+    return str(value).replace("torch.", "") if isinstance(value, torch.dtype) else value
 
 
 def _per_case(spec, x: Mapping):
@@ -95,6 +128,10 @@ class Benchmark:
     params: Callable | Mapping | None = None
     kernels: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     label: Callable | None = None
+    check_inputs: Callable | None = None
+    skip: Callable | None = None
+    on_mismatch: str = "raise"
+    provider_params: Mapping[str, Mapping] = dataclasses.field(default_factory=dict)
     warmup_ms: float = dataclasses.field(default_factory=lambda: runtime.pick(cpu=0.0, gpu=25.0))
     rep_ms: float = dataclasses.field(default_factory=lambda: runtime.pick(cpu=1.0, gpu=100.0))
 
@@ -113,7 +150,7 @@ class Benchmark:
         for name, fn in self.providers.items():
             if not isinstance(name, str) or not callable(fn):
                 raise runtime.ArgumentTypeError(f"providers[{name!r}] must be a function (name a str), got {fn!r}.")
-        for field in ("inputs", "check", "label"):
+        for field in ("inputs", "check", "label", "check_inputs", "skip"):
             fn = getattr(self, field)
             if fn is not None and not callable(fn):
                 raise runtime.ArgumentTypeError(f"{field} must be a function, got {type(fn).__name__}.")
@@ -129,6 +166,13 @@ class Benchmark:
             v = getattr(self, field)
             if v is not None and not callable(v):
                 runtime.finite_float(field, v, minimum=0.0)
+        self.on_mismatch = runtime.one_of("on_mismatch", self.on_mismatch, MISMATCH)
+        if not isinstance(self.provider_params, Mapping):
+            raise runtime.ArgumentTypeError(f"provider_params must be a dict, got {self.provider_params!r}.")
+        for name, fields in self.provider_params.items():
+            runtime.one_of("provider_params' key", name, tuple(self.providers))
+            if not isinstance(fields, Mapping):
+                raise runtime.ArgumentTypeError(f"provider_params[{name!r}] must be a dict, got {fields!r}.")
         self.warmup_ms = runtime.finite_float("warmup_ms", self.warmup_ms, minimum=0.0)
         self.rep_ms = runtime.finite_float("rep_ms", self.rep_ms, positive=True)
 
@@ -137,9 +181,17 @@ class Benchmark:
         label = self.label(**x) if self.label is not None else " ".join(f"{k}={v}" for k, v in x.items())
         return f"{self.name} {label}".strip()
 
-    def args(self, x: Mapping) -> tuple:
-        args = self.inputs(**x)
+    def args(self, x: Mapping, for_check: bool = False) -> tuple:
+        make = self.check_inputs if for_check and self.check_inputs is not None else self.inputs
+        args = make(**x)
         return tuple(args) if isinstance(args, (tuple, list)) else (args,)
+
+    def skipped(self, provider: str, x: Mapping) -> str | None:
+        """Why ``provider`` does not run on case ``x`` (from ``skip``), or None."""
+        why = self.skip(provider, **x) if self.skip is not None else None
+        if why is not None and (not isinstance(why, str) or not why):
+            raise runtime.ArgumentTypeError(f"skip must return None or a reason (a non-empty str), got {why!r}.")
+        return why
 
     def expected(self, x: Mapping, args: tuple, outputs: dict):
         if isinstance(self.reference, str):
@@ -151,11 +203,17 @@ class Benchmark:
             return outputs[self.reference]
         return self.reference(*args)
 
-    def compare(self, provider: str, out, expected) -> None:
-        if self.check is not None:
-            self.check(out, expected)
-        else:
+    def compare(self, provider: str, out, expected) -> dict:
+        """Fields for the record's params from the check (raises AssertionError on a mismatch)."""
+        if self.check is None:
             check.assert_close(out, expected, name=provider)
+            return {}
+        fields = self.check(out, expected)
+        if fields is not None and not isinstance(fields, Mapping):
+            raise runtime.ArgumentTypeError(
+                f"check must return None or a dict of record fields, got {type(fields).__name__}."
+            )
+        return dict(fields or {})
 
     def new_record(self, x: Mapping, args: tuple, provider: str, status: str) -> Result:
         """An untimed record of one (case, provider): the environment, the work, the x values in ``params``."""
@@ -172,7 +230,8 @@ class Benchmark:
             shape=shape,
         )
         r.provider, r.status = provider, status
-        r.params = {"benchmark": self.name, **dict(x), **dict(extra)}
+        r.params = {"benchmark": self.name, **{k: _plain(v) for k, v in x.items()}, **dict(extra)}
+        r.params.update(self.provider_params.get(provider, {}))
         return r
 
 
@@ -188,17 +247,22 @@ def _failure(exc: BaseException) -> str:
     return f"failed: {type(exc).__name__}: {exc}"
 
 
-def _check_all(benchmarks, progress) -> dict:
-    """Run and check every provider of every case; the status of each (benchmark, case, provider)."""
-    status = {}
+def _check_all(benchmarks, progress) -> tuple[dict, dict]:
+    """Run and check every provider of every case: the status of each (benchmark, case, provider), and the fields its
+    check gives its record (``check``: 'ok', 'reference' or the mismatch; what the benchmark's ``check`` returns)."""
+    status, checked = {}, {}
     steps = [(bi, ci) for bi, b in enumerate(benchmarks) for ci in range(len(b.cases))]
     for bi, ci in progress(steps):
         b = benchmarks[bi]
         x = b.cases[ci]
-        args = b.args(x)
+        args = b.args(x, for_check=True)
         outputs = {}
         order = sorted(b.providers, key=lambda p: p != b.reference)  # a reference provider runs first
         for p in order:
+            why = b.skipped(p, x)
+            if why is not None:
+                status[bi, ci, p] = f"unavailable: {why}"
+                continue
             try:
                 outputs[p] = b.providers[p](*args)
                 status[bi, ci, p] = "ok"
@@ -207,15 +271,20 @@ def _check_all(benchmarks, progress) -> dict:
         expected = b.expected(x, args, outputs)
         for p, out in outputs.items():
             if p == b.reference:
+                checked[bi, ci, p] = {"check": "reference"}
                 continue
             try:
-                b.compare(p, out, expected)
+                checked[bi, ci, p] = {"check": "ok", **b.compare(p, out, expected)}
             except AssertionError as exc:
+                if b.on_mismatch == "record":
+                    checked[bi, ci, p] = {"check": f"FAILED: {' '.join(str(exc).split())[:300]}"}
+                    continue
                 raise CheckFailed(
                     f"lesson {b.lesson}, case {b.case_name(x)!r}, provider {p!r} does not match the reference "
                     f"(nothing was timed):\n{exc}"
                 ) from exc
-    return status
+        del args, outputs, expected
+    return status, checked
 
 
 def run(benchmarks, progress=None, timed: bool = True) -> list[Result]:
@@ -235,7 +304,7 @@ def run(benchmarks, progress=None, timed: bool = True) -> list[Result]:
     if not callable(progress):
         raise runtime.ArgumentTypeError(f"progress must wrap an iterable (like tqdm), got {progress!r}.")
 
-    status = _check_all(benchmarks, progress)
+    status, checked = _check_all(benchmarks, progress)
     results = []
     steps = [(bi, ci) for bi, b in enumerate(benchmarks) for ci in range(len(b.cases))]
     for bi, ci in progress(steps):
@@ -244,11 +313,15 @@ def run(benchmarks, progress=None, timed: bool = True) -> list[Result]:
         args = b.args(x)
         for p, fn in b.providers.items():
             r = b.new_record(x, args, p, status[bi, ci, p])
+            r.params.update(checked.get((bi, ci, p), {}))
             if r.status == "ok" and not timed:
                 r.status = "checked, not timed"
             elif r.status == "ok":
                 _time_into(r, b, fn, args)
             results.append(r)
+        del args  # before the next case's inputs are made
+        if runtime.on_gpu():
+            torch.cuda.empty_cache()
     return results
 
 
@@ -295,16 +368,24 @@ def speedup(results, provider: str, over: str, clock: str = "wall") -> dict[str,
 
 def interpreter_summary(results, against: str = "their references") -> str:
     """The one line a CPU run prints instead of timing tables and plots: how many cases ran and matched ``against``
-    in Triton's interpreter, and that its timings say nothing about a GPU."""
+    in Triton's interpreter (those that cannot run here, status "unavailable: ...", counted apart), and that its
+    timings say nothing about a GPU."""
     results = _results(results)
     if not isinstance(against, str):
         raise runtime.ArgumentTypeError(f"against must name what the cases were checked against, got {against!r}.")
-    failed = sorted({r.case for r in results if r.status != "ok" or str(r.params.get("check", "ok")) != "ok"})
-    ok = len(results) - len(failed)
-    line = f"checked in Triton's CPU interpreter: {ok} of {len(results)} cases matched {against}"
+    absent = [r for r in results if r.status.startswith("unavailable")]
+    ran = [r for r in results if not r.status.startswith("unavailable")]
+    bad = [r for r in ran if r.status not in _RAN or str(r.params.get("check", "ok")).startswith("FAILED")]
+    failed = sorted({f"{r.case} ({r.provider})" if r.provider else r.case for r in bad})
+    line = f"checked in Triton's CPU interpreter: {len(ran) - len(bad)} of {len(ran)} cases matched {against}"
     if failed:
         line += f"; failed: {', '.join(failed)}"
+    if absent:
+        line += f"; {len(absent)} not run here (e.g. {absent[0].status.removeprefix('unavailable: ')})"
     return line + ". Interpreter timings measure the interpreter, not a GPU: the stored H100 run does the teaching."
+
+
+_RAN = ("ok", "checked, not timed")
 
 
 def _positive(t) -> bool:

@@ -21,6 +21,24 @@ def test_benchmark_runs_on_cpu_and_reports():
     assert any("gpulab / SDPA default" in line for line in ab.targets(results))
     assert {r.params["kind"] for r in results} == {"throughput", "memory"}
     assert fig is not None
+    by = {(r.params["impl"], r.params["direction"]): r for r in results if r.params["kind"] == "throughput"}
+    assert by["naive (PyTorch)", "forward+backward"].status.startswith("unavailable: the naive forward is enough")
+    assert by["SDPA FlashAttention-2", "forward"].status == "unavailable: SDPA's FlashAttention backend needs a GPU"
+    assert all(r.provider == r.params["impl"] and r.params["dtype"] == "float32" for r in by.values())
+    assert by["naive (PyTorch)", "forward"].bytes > by["gpulab", "forward"].bytes  # the naive count, not the tiled
+
+
+def test_a_wrong_implementation_is_recorded_not_hidden(monkeypatch):
+    from gpulab import bench
+    from gpulab.attention import benchmark as ab
+
+    wrong = dict(ab._implementations(), gpulab=lambda q, k, v, c: ab.flash_attention(q, k, v, is_causal=not c))
+    monkeypatch.setattr(ab, "_implementations", lambda: wrong)
+    b = ab.throughput_benchmark([dict(dtype=torch.float32, batch=1, heads=1, seq=9, head_dim=16, causal=True)])
+    results = bench.run(b, timed=False)
+    ours = [r for r in results if r.provider == "gpulab"]
+    assert all(r.params["check"].startswith("FAILED: rel_err") for r in ours)
+    assert all(r.params["check"] == "ok" for r in results if r.provider == "SDPA default")
 
 
 def test_lesson_04_registers_a_callable_that_runs_the_report(monkeypatch):

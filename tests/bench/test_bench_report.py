@@ -169,3 +169,67 @@ def test_interpreter_summary_counts_checked_and_failed_cases():
         "checked in Triton's CPU interpreter: 1 of 2 cases matched a float64 reference; failed: sweep"
     )
     assert "not a GPU" in line
+
+
+def test_check_inputs_check_fields_and_provider_params():
+    """A reference too big for the timed size runs on smaller check inputs; the check's fields and each provider's
+    fields land in its records, with ``params['check']``; dtypes among the x values are stored by name."""
+    sizes = []
+
+    def inputs(rows, dtype):
+        sizes.append(rows)
+        return (torch.randn(rows, 8, dtype=dtype),)
+
+    b = _softmax_benchmark(
+        cases=[{"rows": 64, "dtype": torch.float32}],
+        inputs=inputs,
+        check_inputs=lambda rows, dtype: (torch.randn(2, 8, dtype=dtype),),
+        check=lambda out, ref: {"rel_err": float((out - ref).abs().max())},
+        reference="torch",
+        provider_params={"mine": {"impl": "ours", "mode": "eager"}},
+        flops=None,
+        bytes=None,
+    )
+    by = {r.provider: r for r in bench.run(b, timed=False)}
+    assert sizes == [64]  # the check used check_inputs; only the record (and timing) phase made the timed inputs
+    assert by["mine"].params["check"] == "ok" and by["mine"].params["rel_err"] < 1e-6
+    assert by["mine"].params["impl"] == "ours" and "impl" not in by["torch"].params
+    assert by["torch"].params["check"] == "reference" and by["mine"].params["dtype"] == "float32"
+    assert by["mine"].shape == [64, 8]
+
+
+def test_on_mismatch_record_times_the_wrong_provider_and_marks_it():
+    b = _softmax_benchmark(on_mismatch="record")
+    b.providers = {**b.providers, "wrong": lambda x: torch.softmax(x, -1) * 1.5}
+    results = bench.run(b)
+    wrong = [r for r in results if r.provider == "wrong"]
+    assert len(wrong) == 2 and all(r.params["check"].startswith("FAILED: ") and r.ms > 0 for r in wrong)
+    assert all(r.params["check"] == "ok" for r in results if r.provider != "wrong")
+    line = bench.interpreter_summary(results)
+    assert "4 of 6 cases matched" in line and "softmax rows=1 cols=5 (wrong)" in line
+
+
+def test_graphed_providers_are_unavailable_on_cpu():
+    from gpulab import runtime
+
+    if runtime.on_gpu():
+        pytest.skip("on a GPU the graphed provider is captured and replayed (tests marked gpu)")
+    b = _softmax_benchmark(reference="torch")
+    b.providers = {**b.providers, "torch (graph)": bench.graphed(b.providers["torch"])}
+    by = {r.provider: r for r in bench.run(b, timed=False)}
+    graph = by["torch (graph)"]
+    assert graph.status == "unavailable: CUDA graphs need a GPU" and "check" not in graph.params
+    line = bench.interpreter_summary(list(by.values()))
+    assert "2 of 2 cases matched" in line and "1 not run here (e.g. CUDA graphs need a GPU)" in line
+
+
+def test_skip_names_why_a_provider_does_not_run_on_a_case():
+    calls = []
+    b = _softmax_benchmark(
+        calls, skip=lambda provider, rows, cols: "too wide" if provider == "mine" and cols > 8 else None
+    )
+    by = {(r.params["cols"], r.provider): r for r in bench.run(b, timed=False)}
+    assert by[17, "mine"].status == "unavailable: too wide" and by[5, "mine"].status == "checked, not timed"
+    assert ("mine", (3, 17)) not in calls and ("mine", (1, 5)) in calls
+    with pytest.raises(TypeError, match="skip must return"):
+        bench.run(_softmax_benchmark(skip=lambda provider, rows, cols: 3), timed=False)
