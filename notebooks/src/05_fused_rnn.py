@@ -349,7 +349,16 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# **What the versions mean.** v1 → v2 → v3 issue about as many instructions: those gains are less *waiting* (one wide product, fewer layout round trips through shared memory, an input that is already there). Stall sampling shows waiting (Appendix A). v3 → v4 shrinks the work: one special-function instruction per activation. v5 is not faster; it runs a bigger head.
+# Where each version's warps wait (Nsight Compute's stall sampling on the H100, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: a fixed-latency dependency, `selected`: issuing):
+
+# %%
+try:
+    print(versions_report.profile_table(versions_report.load_profile("h100")))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time
@@ -629,7 +638,7 @@ if stored:
 # %% [markdown]
 # ## Appendix A. The forward, as the profiler and the compiler saw it
 #
-# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3.
+# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; section 4b's table is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
 #
 # **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive, a gain of a few percent. At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
 #

@@ -128,6 +128,8 @@ CASES = [
     ("versions_table-results", lambda: versions_report.versions_table("x"), TypeError, "results"),
     ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),
     ("load_sass-dh", lambda: versions_report.load_sass(0), ValueError, "dh"),
+    ("load_profile-gpu", lambda: versions_report.load_profile(""), TypeError, "gpu"),
+    ("profile_table-not-dict", lambda: versions_report.profile_table([]), TypeError, "profile"),
     ("sass_table-rows", lambda: versions_report.sass_table("x"), TypeError, "rows must be"),
     ("sass.version-v", lambda: sass.version("v9"), ValueError, "v='v9' is not supported"),
     ("sass.version_stats-dh", lambda: sass.version_stats(0), ValueError, "dh"),

@@ -97,3 +97,16 @@ def test_sass_counts_of_the_versions_read_back():
         report.load_sass(48)
     with pytest.raises(TypeError, match="rows"):
         report.sass_table([{"dh": 64}])
+
+
+def test_stall_profile_of_the_versions_reads_back(tmp_path):
+    prof = report.load_profile("h100")
+    assert list(prof["versions"]) == ["v1", "v2", "v3", "v4"]
+    for s in prof["versions"].values():
+        assert abs(sum(s["stalls"].values()) - 1) < 0.2 and s["loop_instructions"] > 0  # shares of the top reasons
+    lines = report.profile_table(prof).splitlines()
+    assert lines[1].split()[:3] == ["version", "long_sb", "short_sb"] and lines[-1].startswith("v4")
+    with pytest.raises(FileNotFoundError, match="profile_versions.py"):
+        report.load_profile("h100", root=tmp_path)
+    with pytest.raises(TypeError, match="profile"):
+        report.profile_table({"device": "x"})

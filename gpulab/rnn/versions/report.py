@@ -9,7 +9,8 @@ import json
 from gpulab import bench, hardware, runtime
 from gpulab.rnn.versions import VERSIONS
 
-__all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table"]
+__all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
+           "profile_table"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -116,3 +117,39 @@ def sass_table(rows) -> str:
         lines.append(f"{r['version']:8s} {c[0]:>6s} {c[1]:>4s} {c[2]:>4s} {c[3]:>5s} {c[4]:>4s} {c[5]:>4s} {c[6]:>4s} "
                      f"{c[7]:>4s} {r['registers']:5d}")  # fmt: skip
     return "\n".join(lines)
+
+
+def load_profile(gpu: str = "h100", root=None) -> dict:
+    """The newest Nsight Compute summary of the forward versions on ``gpu`` (``scripts/profile_versions.py``, under
+    ``benchmarks/05_fused_rnn/versions/profile/``): per version, the share of stall samples per reason over the time
+    loop and the instructions with the most samples."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    folder = bench.results_dir(root).joinpath(*_FOLDER, "profile")
+    files = [f for f in folder.glob("*.json") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    if not files:
+        raise FileNotFoundError(
+            f"no profile of the versions for {gpu!r} in {folder}; run `OUT=... python scripts/profile_versions.py` "
+            "on that GPU (Nsight Compute's ncu on the PATH)."
+        )
+    with max(files, key=lambda f: f.stem[-10:]).open() as fh:
+        return json.load(fh)
+
+
+def profile_table(profile) -> str:
+    """Where each version's warps wait: the share of stall samples over its time loop for the main reasons (long_sb:
+    global memory; short_sb: shared memory or a special function; wait: a fixed-latency dependency; barrier;
+    selected: issuing), and its hottest instruction (what Nsight Compute's stall sampling saw)."""
+    if not isinstance(profile, dict) or not isinstance(profile.get("versions"), dict):
+        raise TypeError(f"profile must be the dict that load_profile() returns, got {type(profile).__name__}.")
+    p = profile.get("problem", {})
+    keys = ("long_sb", "short_sb", "wait", "barrier", "selected")
+    rows = []
+    for v, s in profile["versions"].items():
+        top = s["top"][0] if s.get("top") else {"sass": "-", "share": 0.0}
+        rows.append([v, *(f"{s['stalls'].get(k, 0.0):.0%}" for k in keys), str(s["loop_instructions"]),
+                     f"{top['sass'][:34]} ({top['share']:.0%})"])  # fmt: skip
+    title = (f"Stall sampling on the {profile.get('device', '?')}, {profile.get('date', '?')} (LSTM forward, B "
+             f"{p.get('B')}, T {p.get('T')}, {p.get('NH')} x {p.get('DH')}, {p.get('dtype')}): share of samples over "
+             "the time loop; loop instr: SASS instructions in the loop body (v3's body holds two steps)")  # fmt: skip
+    return bench.text_table(["version", *keys, "loop instr", "hottest instruction (share)"], rows, title=title)
