@@ -1,15 +1,20 @@
 """Lesson 5's measurement (`python -m gpulab bench 05`): the fused RNN against its peers, on the H100.
 
 Problem (the issue's): LSTM, B = 16, T = 1024, hidden 768 in NH = 12 heads of DH = 64, bf16, Wx given
-(recurrence only). Records, each with ``params``: ``backend``, ``pass`` ('fwd' or 'fwd+bwd'), ``mode`` ('eager' or
-'graph'), ``B``, ``T``, ``NH``, ``DH``, ``ns_per_step``, ``vs_vanilla`` (vanilla ms / this ms in the same pass, where
-vanilla was timed), ``sweep`` ('main', 'batch', 'head_dim', 'dense'), ``status`` ('ok' or why not), ``check``.
+(recurrence only). Every pass of every problem is a :class:`gpulab.bench.Benchmark` case
+(:func:`recurrence_benchmarks`, :func:`dense_benchmarks`): each implementation is checked against the float64
+states before any is timed. Records: ``provider`` and ``case`` name the implementation (the graphed one's case is its
+eager case, told apart by ``mode``), ``status`` ('ok' or why it did not run: a kernel that does not fit, a peer left
+out of a sweep), and ``params``: ``backend``, ``pass`` ('fwd' or 'fwd+bwd'), ``mode`` ('eager' or 'graph'), ``B``,
+``T``, ``NH``, ``DH``, ``ns_per_step``, ``vs_vanilla`` (vanilla ms / this ms in the same pass, where vanilla was
+timed), ``sweep`` ('main', 'same_flops', 'batch', 'head_dim', 'dense'), ``check`` (a training pass is checked on its
+forward states; a mismatch is recorded, not raised). Records stored before the harness kept ``status`` in ``params``.
 
 1. main: gpulab ``fused`` / ``alternating`` (eager and CUDA-graphed) / ``vanilla``; the ``flashrnn`` package's
    ``triton_fused`` and ``vanilla`` (what fails, e.g. its backward on Triton 3.6, is recorded with the error);
    ``torch.nn.LSTM`` (cuDNN, dense 768, fp16 and bf16, which also does the input projection) beside
    ``gpulab.rnn.LSTM`` (12 heads, fused, input projection included);
-2. batch sweep 1..256 (forward; fused also forward+backward): where does ``alternating`` catch up?
+2. batch sweep 1..256 (forward and forward+backward, vanilla forward only): where does ``alternating`` catch up?
 3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :mod:`gpulab.rnn.tiling` says it fits;
 4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused does not fit; alternating runs it).
 
@@ -20,6 +25,7 @@ sits on the lesson 1 roofline at the same intensity per problem (:func:`plot_roo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -27,7 +33,6 @@ import sys
 import torch
 
 from gpulab import bench, check, roofline, runtime
-from gpulab.bench import capture
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
@@ -35,7 +40,8 @@ from gpulab.rnn.functions import get_function
 from gpulab.rnn.module import LSTM
 from gpulab.rnn.tiling import fits, fused_tiling
 
-__all__ = ["benchmark", "problem_inputs", "summary_table", "plot_results", "plot_roofline", "MAIN"]
+__all__ = ["benchmark", "problems", "recurrence_benchmarks", "dense_benchmarks", "problem_inputs", "summary_table"]
+__all__ += ["targets", "plot_results", "plot_roofline", "MAIN"]
 
 MAIN = {"B": 16, "T": 1024, "NH": 12, "DH": 64}
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -67,181 +73,199 @@ def _cost(B, T, NH, DH, dtype, training):
     return flops, float(e * moved)
 
 
-def _fwd(backend, inputs, package=False):
-    if package:
-        from flashrnn import flashrnn as pkg  # the optional peer package, imported only when it is timed
-
-        return lambda: pkg(*inputs, function="lstm", backend=backend, dtype="bfloat16")
-    return lambda: flashrnn(*inputs, function="lstm", backend=backend)
+PASSES = {"fwd": False, "fwd+bwd": True}
 
 
-def _fwd_bwd(backend, inputs, package=False):
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    fwd = _fwd(backend, leaves, package)
-    grads = None
+def _recurrence(run):
+    """A provider of one pass of ``run(Wx, R, b, states) -> (out, last)``: its outputs (fwd, without autograd), or
+    its outputs and the gradients of all four inputs (fwd+bwd: the inputs require grad)."""
 
-    def run():
-        out, last = fwd()
-        return torch.autograd.grad((out, last), leaves, (torch.ones_like(out), torch.ones_like(last)))
+    def provider(*inputs):
+        if not inputs[0].requires_grad:
+            with torch.no_grad():
+                return run(*inputs)
+        out, last = run(*inputs)
+        return out, last, *torch.autograd.grad((out, last), inputs, (torch.ones_like(out), torch.ones_like(last)))
 
-    _ = grads
-    return run
+    return provider
 
 
-def _graph(fn):
+def _ours(backend):
+    return _recurrence(lambda *inputs: flashrnn(*inputs, function="lstm", backend=backend))
+
+
+def _package(backend):
+    def run(*inputs):
+        from flashrnn import flashrnn as pkg  # the optional peer package, imported only when it runs
+
+        return pkg(*inputs, function="lstm", backend=backend, dtype="bfloat16")
+
+    return _recurrence(run)
+
+
+def _states_reference(*inputs):
+    """gpulab's vanilla recurrence in fp32 on the same inputs, in float64: the states every backend must match."""
     with torch.no_grad():
-        return capture(fn)
+        return flashrnn(*(t.detach().float() for t in inputs), function="lstm", backend="vanilla")[0].double()
 
 
-class _Bench:
-    """Measures one configuration after another, catching failures as records with ``status``."""
-
-    def __init__(self, quick):
-        self.results = []
-        self.quick = quick
-
-    def time(self, fn, case, B, T, NH, DH, dtype, training, slow=False, kernel=None, **params):
-        flops, moved = _cost(B, T, NH, DH, dtype, training)
-        status = "ok"
-        try:
-            if params.get("mode") == "graph":
-                fn = _graph(fn)
-                if fn is None:
-                    return None
-            ctx = torch.enable_grad() if training else torch.no_grad()
-            with ctx:
-                r = bench.measure(
-                    fn,
-                    lesson="05",
-                    case=case,
-                    flops=flops,
-                    bytes=moved,
-                    dtype=dtype,
-                    shape=[B, T, NH, DH],
-                    kernel=kernel,
-                    warmup_ms=runtime.pick(cpu=0, gpu=2 if slow else 20),
-                    rep_ms=runtime.pick(cpu=1, gpu=1 if slow else self.quick),
-                    B=B,
-                    T=T,
-                    NH=NH,
-                    DH=DH,
-                    status=status,
-                    interpreter=not runtime.on_gpu(),
-                    **{"pass": "fwd+bwd" if training else "fwd", "mode": "eager", **params},
-                )
-        except Exception as exc:  # noqa: BLE001 - a backend that cannot run here is a result too
-            # The whole message (a compiler error's first line says only where it happened), trimmed for the file.
-            msg = f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}" if str(exc) else type(exc).__name__
-            print(f"{case}: unavailable ({msg[:300]})")
-            r = _record(case, B, T, NH, DH, dtype, f"unavailable: {msg}",
-                        **{"pass": "fwd+bwd" if training else "fwd", "mode": "eager", **params})  # fmt: skip
-        r.params["ns_per_step"] = r.ms * 1e6 / T if r.ms == r.ms else None
-        self.results.append(r)
-        if runtime.on_gpu():
-            torch.cuda.empty_cache()
-        return r
+def _check_first(out, ref):
+    """The states (or the module's output), at the dtype's tolerance; a training pass is checked on its forward."""
+    out = out[0] if isinstance(out, tuple) else out
+    check.assert_close(out, ref, dtype=out.dtype, name="states")
 
 
-def _check(fn, ref, dtype):
+def _does_not_fit(B, NH, DH, dtype) -> str | None:
+    if fits(B, NH, DH, "lstm", dtype):
+        return None
     try:
-        with torch.no_grad():
-            out = fn()[0]
-        check.assert_close(out, ref, dtype=dtype, name="states")
-        return "ok"
-    except AssertionError as exc:
-        return f"FAILED: {str(exc).splitlines()[0][:160]}"
+        fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
+        fused_tiling(B, NH, DH, "lstm", dtype)
+    except ValueError as exc:
+        return f"does not fit: {exc}"
+    return "does not fit one SM (gpulab.rnn.tiling.fits)"
 
 
-def _ours(bm, sweep, B, T, NH, DH, dtype, backends=("fused", "alternating", "vanilla"), training=True, ref=True):
-    """Our backends on one problem: forward (eager, and graphed for alternating), forward+backward."""
-    inputs = problem_inputs(B, T, NH, DH, dtype)
-    refs = None
-    if ref:
-        with torch.no_grad():
-            refs = flashrnn(*(t.float() for t in inputs), function="lstm", backend="vanilla")[0].double()
-    for backend in backends:
-        if backend == "fused" and not fits(B, NH, DH, "lstm", dtype):
-            try:
-                fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
-                fused_tiling(B, NH, DH, "lstm", dtype)
-            except ValueError as exc:
-                print(f"fused B={B} NH={NH} DH={DH}: {exc}")
-                bm.results.append(_skip(sweep, backend, B, T, NH, DH, dtype, f"does not fit: {exc}"))
-            continue
-        status = _check(_fwd(backend, inputs), refs, dtype) if refs is not None and backend != "vanilla" else "-"
-        slow = backend == "vanilla"
-        kern = fused_forward_kernel if backend == "fused" else None
-        case = f"gpulab {backend}"
-        bm.time(_fwd(backend, inputs), case, B, T, NH, DH, dtype, False, slow, kern, backend=backend, sweep=sweep,
-                check=status)  # fmt: skip
-        if backend == "alternating":
-            bm.time(_fwd(backend, inputs), case, B, T, NH, DH, dtype, False, backend=backend, sweep=sweep,
-                    check=status, mode="graph")  # fmt: skip
-        if training and (backend != "vanilla" or sweep in ("main", "head_dim")):
-            kern = fused_backward_kernel if backend == "fused" else None
-            bm.time(_fwd_bwd(backend, inputs), case, B, T, NH, DH, dtype, True, slow, kern, backend=backend,
-                    sweep=sweep, check=status)  # fmt: skip
+OURS = {
+    "gpulab fused": {"backend": "fused", "mode": "eager"},
+    "gpulab alternating": {"backend": "alternating", "mode": "eager"},
+    "gpulab alternating (graph)": {"backend": "alternating", "mode": "graph"},
+    "gpulab vanilla": {"backend": "vanilla", "mode": "eager"},
+}
+PACKAGE = ("triton_fused", "vanilla", "cuda", "cuda_fused")
+NOT_ATTEMPTED = "not attempted: flashrnn's CUDA extension does not build on CUDA 13 (see issue #7)"
 
 
-def _record(case, B, T, NH, DH, dtype, status, **params):
-    """A record without a time: a configuration that did not run, and why (``status``)."""
-    return bench.record(lesson="05", case=case, dtype=dtype, shape=[B, T, NH, DH], B=B, T=T, NH=NH, DH=DH,
-                        status=status, ns_per_step=None, **params)  # fmt: skip
+def _skip_ours(provider, sweep, B, T, NH, DH, dtype, training):
+    if provider == "gpulab fused":
+        return _does_not_fit(B, NH, DH, dtype)
+    if provider == "gpulab vanilla" and sweep == "same_flops":
+        return "not in the same-FLOPs case (it compares fused and alternating)"
+    if provider == "gpulab vanilla" and training and sweep == "batch":
+        return "forward only in the batch sweep (its backward takes minutes at large batches)"
+    return None
 
 
-def _skip(sweep, backend, B, T, NH, DH, dtype, why):
-    return _record(f"gpulab {backend}", B, T, NH, DH, dtype, why, backend=backend, sweep=sweep, mode="eager",
-                   **{"pass": "fwd"})  # fmt: skip
+def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list[bench.Benchmark]:
+    """The recurrence (Wx given) on ``problems`` (dicts of sweep, B, T, NH, DH), one :class:`gpulab.bench.Benchmark`
+    per pass: gpulab's backends (``alternating`` also replayed from a CUDA graph) and, with ``package``, the flashrnn
+    package's at the main problem. Every provider's states are checked against :func:`_states_reference` before any
+    is timed (a training pass on its forward states); a mismatch is recorded in ``params['check']``."""
+    out = []
+    for pass_, training in PASSES.items():
 
+        def inputs(sweep, B, T, NH, DH, dtype=dtype, training=training):
+            return tuple(t.requires_grad_(training) for t in problem_inputs(B, T, NH, DH, dtype))
 
-def _package(bm, B, T, NH, DH, dtype):
-    inputs = problem_inputs(B, T, NH, DH, dtype)
-    for backend, slow in (("triton_fused", False), ("vanilla", True)):
-        bm.time(_fwd(backend, inputs, True), f"flashrnn {backend}", B, T, NH, DH, dtype, False, slow,
-                backend=f"flashrnn {backend}", sweep="main")  # fmt: skip
-        bm.time(_fwd_bwd(backend, inputs, True), f"flashrnn {backend}", B, T, NH, DH, dtype, True, slow,
-                backend=f"flashrnn {backend}", sweep="main")  # fmt: skip
-    why = "unavailable, not attempted: flashrnn's CUDA extension does not build on CUDA 13 (see issue #7)"
-    for backend in ("cuda", "cuda_fused"):  # CUDA extensions built at first use; not attempted (minutes, then fail)
-        bm.results.append(
-            _record(
-                f"flashrnn {backend}",
-                B,
-                T,
-                NH,
-                DH,
-                dtype,
-                why,
-                backend=f"flashrnn {backend}",
-                sweep="main",
-                mode="eager",
-                **{"pass": "fwd"},
-            )  # fmt: skip
+        def cost(i, sweep, B, T, NH, DH, training=training):
+            return _cost(B, T, NH, DH, dtype, training)[i]
+
+        common = dict(
+            lesson="05",
+            inputs=inputs,
+            reference=_states_reference,
+            check=_check_first,
+            on_mismatch="record",
+            params={"pass": pass_},
+            flops=lambda cost=cost, **x: cost(0, **x),
+            bytes=lambda cost=cost, **x: cost(1, **x),
+            shape=lambda sweep, B, T, NH, DH: [B, T, NH, DH],
+            warmup_ms=runtime.pick(cpu=0.0, gpu=20.0),
+            rep_ms=runtime.pick(cpu=1.0, gpu=quick_ms),
         )
+        ours = {name: _ours(p["backend"]) for name, p in OURS.items() if p["mode"] == "eager"}
+        ours["gpulab alternating (graph)"] = bench.graphed(ours["gpulab alternating"])
+        if training:
+            del ours["gpulab alternating (graph)"]
+        out.append(
+            bench.Benchmark(
+                name=f"lstm recurrence {pass_}",
+                cases=list(problems),
+                providers=ours,
+                provider_params={name: OURS[name] for name in ours},
+                skip=lambda provider, training=training, **x: _skip_ours(provider, **x, dtype=dtype, training=training),
+                kernels={"gpulab fused": fused_backward_kernel if training else fused_forward_kernel},
+                **common,
+            )
+        )
+        if package:
+            main = [p for p in problems if p["sweep"] == "main"]
+            peers = {f"flashrnn {b}": _package(b) for b in PACKAGE[:2]}
+            peers.update({f"flashrnn {b}": bench.unavailable(NOT_ATTEMPTED) for b in PACKAGE[2:]})
+            params = {name: {"backend": name, "mode": "eager"} for name in peers}
+            out.append(bench.Benchmark(name=f"flashrnn package {pass_}", cases=main, providers=peers,
+                                       provider_params=params, **common))  # fmt: skip
+    return out
 
 
-def _dense(bm, B, T, H, dtypes, heads):
-    """torch.nn.LSTM (cuDNN) and gpulab.rnn.LSTM (12 heads, fused), both with the input projection."""
-    for dtype in dtypes:
-        torch.manual_seed(0)
-        x = torch.randn(T, B, H, device=runtime.device, dtype=dtype)
-        mods = [("cuDNN nn.LSTM (dense)", torch.nn.LSTM(H, H).to(runtime.device, dtype), 1, H)]
-        if dtype == torch.bfloat16 or not runtime.on_gpu():
-            fused = LSTM(H, H, num_heads=heads, backend="fused").to(runtime.device, dtype)
-            mods.append(("gpulab.rnn.LSTM (fused)", fused, heads, H // heads))
-        for case, m, nh, dh in mods:
-            for training in (False, True):
+def _dense_run(x, m, training):
+    if not training:
+        with torch.no_grad():
+            return m(x)[0]
+    y, _ = m(x)
+    return y, *torch.autograd.grad(y, list(m.parameters()), torch.ones_like(y))
 
-                def run(m=m, training=training, x=x):
-                    y, _ = m(x)
-                    if training:
-                        return torch.autograd.grad(y, list(m.parameters()), torch.ones_like(y))
-                    return y
 
-                r = bm.time(run, case, B, T, nh, dh, dtype, training, backend=case, sweep="dense")
-                if r is not None:
-                    r.params["includes_input_projection"] = True
-                    r.flops = (r.flops or 0) + 2.0 * T * B * H * 4 * H * (3 if training else 1)
+def _dense_reference(x, m, training):
+    """The same module in float64 (gpulab's on its vanilla backend)."""
+    m64 = copy.deepcopy(m).double()
+    if isinstance(m64, LSTM):
+        m64.backend = "vanilla"
+    with torch.no_grad():
+        return m64(x.double())[0]
+
+
+def dense_benchmarks(B, T, H, dtypes, heads) -> list[bench.Benchmark]:
+    """``torch.nn.LSTM`` (cuDNN, dense H) and ``gpulab.rnn.LSTM`` (``heads`` heads, fused; bf16 only on a GPU), both
+    with the input projection, forward and forward+backward; each checked against its own module in float64. Cases:
+    dicts of ``dtype`` and ``pass``."""
+    out = []
+    for name, nh in (("cuDNN nn.LSTM (dense)", 1), ("gpulab.rnn.LSTM (fused)", heads)):
+        dh = H // nh
+
+        def inputs(nh=nh, **x):
+            torch.manual_seed(0)
+            m = torch.nn.LSTM(H, H) if nh == 1 else LSTM(H, H, num_heads=nh, backend="fused")
+            x_in = torch.randn(T, B, H, device=runtime.device, dtype=x["dtype"])
+            return x_in, m.to(runtime.device, x["dtype"]), PASSES[x["pass"]]
+
+        def cost(i, nh=nh, dh=dh, **x):
+            training = PASSES[x["pass"]]
+            projection = 2.0 * T * B * H * 4 * H * (3 if training else 1)  # the input product, in FLOPs only
+            return _cost(B, T, nh, dh, x["dtype"], training)[i] + (projection if i == 0 else 0.0)
+
+        gpu_bf16 = nh > 1 and runtime.on_gpu()
+        cases = [{"dtype": dt, "pass": p} for dt in dtypes for p in PASSES if not gpu_bf16 or dt == torch.bfloat16]
+        out.append(
+            bench.Benchmark(
+                lesson="05",
+                name=f"lstm with input projection, {nh} heads",
+                cases=cases,
+                inputs=inputs,
+                providers={name: _dense_run},
+                provider_params={name: {"backend": name, "mode": "eager"}},
+                reference=_dense_reference,
+                check=_check_first,
+                on_mismatch="record",
+                params={"sweep": "dense", "includes_input_projection": True, "B": B, "T": T, "NH": nh, "DH": dh},
+                flops=lambda cost=cost, **x: cost(0, **x),
+                bytes=lambda cost=cost, **x: cost(1, **x),
+                shape=[B, T, nh, dh],
+                warmup_ms=runtime.pick(cpu=0.0, gpu=20.0),
+                rep_ms=runtime.pick(cpu=1.0, gpu=60.0),
+            )
+        )
+    return out
+
+
+def problems(main, batches, head_dims, hidden) -> list[dict]:
+    """The recurrence's cases: the main problem, the same FLOPs as cuDNN (one head of ``hidden``), the batch sweep and
+    the head-dim sweep at width ``hidden``."""
+    B, T, NH, DH = main["B"], main["T"], main["NH"], main["DH"]
+    out = [dict(sweep="main", B=B, T=T, NH=NH, DH=DH), dict(sweep="same_flops", B=B, T=T, NH=1, DH=hidden)]
+    out += [dict(sweep="batch", B=b, T=T, NH=NH, DH=DH) for b in batches if b != B]
+    out += [dict(sweep="head_dim", B=B, T=T, NH=hidden // dh, DH=dh) for dh in head_dims if dh != DH]
+    return out
 
 
 def benchmark(progress=None, quick_ms=None):
@@ -251,37 +275,21 @@ def benchmark(progress=None, quick_ms=None):
 
     if "ipykernel" not in sys.modules:
         matplotlib.use("Agg")
+    quick_ms = 60.0 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True)
     on_gpu = runtime.on_gpu()
     dtype = torch.bfloat16 if on_gpu else torch.float32
     main = MAIN if on_gpu else {"B": 2, "T": 4, "NH": 2, "DH": 16}
-    batches = BATCHES if on_gpu else (1, 3)
-    head_dims = HEAD_DIMS if on_gpu else (16, 32)
     hidden = 768 if on_gpu else 32
-    bm = _Bench(60 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True))
-    jobs = ["main", "package", "dense", "same_flops", "batch", "head_dim"]
-    for job in progress(jobs) if progress else jobs:
-        B, T, NH, DH = main["B"], main["T"], main["NH"], main["DH"]
-        if job == "main":
-            _ours(bm, "main", B, T, NH, DH, dtype)
-        elif job == "package" and on_gpu:
-            _package(bm, B, T, NH, DH, dtype)
-        elif job == "dense":
-            _dense(bm, B, T, hidden, (torch.float16, torch.bfloat16) if on_gpu else (torch.float32,), NH)
-        elif job == "same_flops":
-            _ours(bm, "same_flops", B, T, 1, hidden, dtype, backends=("fused", "alternating"), ref=False)
-        elif job == "batch":
-            for b in batches:
-                if b != B:
-                    _ours(bm, "batch", b, T, NH, DH, dtype, backends=("fused", "alternating", "vanilla"), ref=False)
-        elif job == "head_dim":
-            for dh in head_dims:
-                if dh != DH:
-                    _ours(bm, "head_dim", B, T, hidden // dh, dh, dtype)
-    _annotate(bm.results)
-    print(summary_table(bm.results))
-    for line in targets(bm.results):
+    cases = problems(main, BATCHES if on_gpu else (1, 3), HEAD_DIMS if on_gpu else (16, 32), hidden)
+    benchmarks = recurrence_benchmarks(cases, dtype, quick_ms, package=on_gpu)
+    dense_dtypes = (torch.float16, torch.bfloat16) if on_gpu else (torch.float32,)
+    benchmarks += dense_benchmarks(main["B"], main["T"], hidden, dense_dtypes, main["NH"])
+    results = bench.run(benchmarks, progress)
+    _annotate(results)
+    print(summary_table(results))
+    for line in targets(results):
         print(line)
-    return bm.results, plot_results(bm.results)
+    return results, plot_results(results)
 
 
 def _key(r):
@@ -290,7 +298,14 @@ def _key(r):
 
 
 def _annotate(results):
-    """vs_vanilla: gpulab vanilla's ms (same problem and pass, eager) / this ms."""
+    """The fields lesson 5's readers use beyond the harness's: ``case`` names the implementation (as in the stored
+    records and the README table; the graphed provider's case is its eager one's, told apart by ``mode``),
+    ``ns_per_step``, ``interpreter``, and ``vs_vanilla``: gpulab vanilla's ms (same problem and pass, eager) / this
+    ms."""
+    for r in results:
+        r.case = r.provider.removesuffix(" (graph)")
+        r.params["ns_per_step"] = r.ms * 1e6 / r.params["T"] if r.ms == r.ms else None
+        r.params["interpreter"] = r.interpreter
     base = {
         _key(r): r.ms
         for r in results
@@ -323,7 +338,7 @@ def summary_table(results) -> str:
         ns = f"{p['ns_per_step']:.0f}" if p.get("ns_per_step") else "-"
         tf = f"{r.tflops:.3g}" if r.tflops and r.ms == r.ms else "-"
         vs = f"{p['vs_vanilla']:.1f}x" if p.get("vs_vanilla") else "-"
-        st = p.get("status", "ok")
+        st = r.status if r.status != "ok" else p.get("status", "ok")  # stored records before the harness: in params
         st = st if st == "ok" else st[:70]
         if p.get("check") not in (None, "ok", "-"):
             st += " CHECK " + p["check"][:40]
