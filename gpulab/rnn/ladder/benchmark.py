@@ -13,7 +13,7 @@ import sys
 import torch
 
 from gpulab import bench, check, roofline, runtime
-from gpulab.bench import Result, capture, no_tf32
+from gpulab.bench import Result, no_tf32
 from gpulab.rnn.ladder.plot import find, plot_ladder, result_dtypes, short_dtype
 from gpulab.rnn.ladder.steps import BEYOND_ARTICLE, STEPS, run_step
 from gpulab.rnn.weights import from_torch_lstm
@@ -24,6 +24,7 @@ __all__ = [
     "problem",
     "make_problem",
     "check_outputs",
+    "ladder_benchmark",
     "benchmark",
     "ladder_table",
     "targets",
@@ -73,38 +74,87 @@ def check_outputs(out, ref, dtype, context):
     check.assert_close(c, c_r, dtype=dtype, name="c_n", context=context)
 
 
+def _provider(step):
+    """Step ``step`` (or cuDNN's ``nn.LSTM``) on a problem's (module, weights, x), without autograd."""
+
+    def run(module, weights, x):
+        with torch.no_grad():
+            return module(x) if step == "cuDNN" else run_step(step, x, weights)
+
+    return run
+
+
+def _reference(module, weights, x):
+    """``nn.LSTM`` in float64 on the same weights and input."""
+    with torch.no_grad():
+        return copy.deepcopy(module).double()(x.double())
+
+
+def ladder_benchmark(dtypes, steps) -> bench.Benchmark:
+    """Every step of ``steps`` and cuDNN (each also replayed from a CUDA graph on a GPU) on :func:`problem` in each
+    of ``dtypes``, as a :class:`gpulab.bench.Benchmark`: every implementation checked against ``nn.LSTM`` in float64
+    (:func:`check_outputs`) before any is timed; a mismatch is recorded in ``params['check']``."""
+    p = problem()
+    names = {n: f"step {n}: {STEPS[n][0]}" for n in steps}
+    names["cuDNN"] = "cuDNN (nn.LSTM)"
+    providers, fields = {}, {}
+    for n, name in names.items():
+        providers[name] = _provider(n)
+        fields[name] = {"step": n, "mode": "eager", "beyond": n in BEYOND_ARTICLE}
+    if runtime.on_gpu():  # graphs are a CUDA feature: on CPU, no graphed records at all
+        for name in names.values():
+            providers[f"{name} (graph)"] = bench.graphed(providers[name])
+            fields[f"{name} (graph)"] = {**fields[name], "mode": "graph"}
+    cost = lambda dtype: roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype,  # noqa: E731
+                                                layers=p["layers"])  # fmt: skip
+    return bench.Benchmark(
+        lesson="03",
+        name="lstm ladder",
+        cases=[{"dtype": dt} for dt in dtypes],
+        inputs=make_problem,
+        providers=providers,
+        provider_params=fields,
+        reference=_reference,
+        check=lambda out, ref: check_outputs(out, ref, out[0].dtype, "against nn.LSTM in float64"),
+        on_mismatch="record",
+        flops=lambda dtype: cost(dtype).flops,
+        bytes=lambda dtype: cost(dtype).bytes,
+        shape=[p["layers"], p["seq"], p["batch"], p["hidden"]],
+        label=lambda dtype: short_dtype(str(dtype).replace("torch.", "")),
+        warmup_ms=runtime.pick(cpu=0.0, gpu=25.0),
+        rep_ms=runtime.pick(cpu=1.0, gpu=150.0),
+    )
+
+
 def benchmark(progress=None, dtypes=None, steps=None):
     """`python -m gpulab bench 03`: every step, eager and graphed, and cuDNN, in fp32 (no TF32), fp16, bf16.
 
     Each implementation is checked against ``nn.LSTM`` run in float64 on the same weights before it is timed
     (``params['check']``: 'ok', or the failure). Records: params ``step`` (0-7 or 'cuDNN'), ``mode`` ('eager' or
     'graph'), ``speedup`` over step 0 in the same dtype and mode, ``vs_cudnn`` (cuDNN's ms in the same mode / this
-    ms: above 1 is faster than cuDNN), ``beyond`` (not in the article). Returns (results, bar chart figure).
+    ms: above 1 is faster than cuDNN), ``beyond`` (not in the article). An implementation that did not run (e.g. a
+    graph capture that failed) is printed, not returned. Returns (results, bar chart figure).
     """
     import matplotlib  # deferred: heavy, and only the benchmark draws
 
     if "ipykernel" not in sys.modules:  # headless from the command line; a notebook keeps its inline backend
         matplotlib.use("Agg")
-    p = problem()
     if dtypes is None:
         dtypes = runtime.pick(cpu=[torch.float32, torch.float16], gpu=[torch.float32, torch.float16, torch.bfloat16])
     steps = sorted(STEPS) if steps is None else [runtime.one_of("steps' item", n, sorted(STEPS)) for n in steps]
     dtypes = [runtime.as_dtype(dt, "dtypes' item") for dt in dtypes]
+    with no_tf32():
+        records = bench.run(ladder_benchmark(dtypes, steps), progress)
     results = []
-    jobs = [(dt, n) for dt in dtypes for n in steps + ["cuDNN"]]
-    refs = {}
-    for dtype, n in progress(jobs) if progress else jobs:
-        with no_tf32():
-            if dtype not in refs:
-                module, weights, x = make_problem(dtype)
-                ref64 = copy.deepcopy(module).double()
-                with torch.no_grad():
-                    refs[dtype] = (module, weights, x, ref64(x.double()))
-                del ref64
-            module, weights, x, ref = refs[dtype]
-            results += _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline)
-        if runtime.on_gpu():
-            torch.cuda.empty_cache()
+    for r in records:
+        if r.status != "ok":
+            print(f"{r.provider} [{r.dtype}]: {r.status}")
+            continue
+        if not r.params["check"] == "ok":
+            print(f"{r.provider} [{r.dtype}]: check {r.params['check']}")
+        r.case = r.provider.removesuffix(" (graph)")  # the stored records' case: the step, its mode in params
+        r.params["interpreter"] = r.interpreter
+        results.append(r)
     _annotate(results)
     if runtime.on_gpu():
         print(ladder_table(results))
@@ -113,53 +163,6 @@ def benchmark(progress=None, dtypes=None, steps=None):
     else:  # a CPU run checks the steps; its timings would only mislead
         print(bench.interpreter_summary(results, "nn.LSTM in float64"))
     return results, plot_ladder(results)
-
-
-def _measure_one(n, dtype, module, weights, x, ref, p, bench, roofline):
-    cost = roofline.lstm_sequence(p["batch"], p["seq"], p["hidden"], p["hidden"], dtype, layers=p["layers"])
-    if n == "cuDNN":
-        fn, case = (lambda: module(x)), "cuDNN (nn.LSTM)"
-    else:
-        fn, case = (lambda: run_step(n, x, weights)), f"step {n}: {STEPS[n][0]}"
-    short, out = short_dtype(dtype), []
-    slow = n in (0, 1, 2)  # ~100 ms per eager call at full size: few repetitions
-    for mode in ("eager", "graph"):
-        call, status = fn, "ok"
-        if mode == "graph":
-            if not runtime.on_gpu():
-                continue  # graphs: n/a on CPU
-            try:
-                with torch.no_grad():
-                    call = capture(fn)
-            except Exception as exc:  # noqa: BLE001 - e.g. a library that cannot be captured: record, go on
-                print(f"{case} [{short}]: graph capture failed ({type(exc).__name__}: {exc}); graphed: n/a")
-                continue
-        try:
-            with torch.no_grad():
-                check_outputs(call(), ref, dtype, f"{case}, {short}, {mode}")
-        except AssertionError as exc:
-            status = f"FAILED: {str(exc).splitlines()[0]}"
-            print(f"{case} [{short}, {mode}]: check {status}")
-        with torch.no_grad():
-            r = bench.measure(
-                call,
-                lesson="03",
-                case=case,
-                flops=cost.flops,
-                bytes=cost.bytes,
-                dtype=dtype,
-                shape=[p["layers"], p["seq"], p["batch"], p["hidden"]],
-                warmup_ms=runtime.pick(cpu=0, gpu=10 if slow and mode == "eager" else 25),
-                rep_ms=runtime.pick(cpu=1, gpu=300 if slow and mode == "eager" else 150),
-                step=n if n == "cuDNN" else int(n),
-                mode=mode,
-                check=status,
-                beyond=n in BEYOND_ARTICLE,
-                interpreter=not runtime.on_gpu(),
-            )
-        out.append(r)
-        del call
-    return out
 
 
 def _annotate(results):

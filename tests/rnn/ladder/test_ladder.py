@@ -113,12 +113,20 @@ def test_benchmark_cpu_tables(capsys):
     results, fig = ladder.benchmark(dtypes=[torch.float32], steps=[0, 6])
     assert {r.params["step"] for r in results} == {0, 6, "cuDNN"}
     assert all(r.params["check"] == "ok" and r.params["mode"] == "eager" for r in results)
+    assert all(r.case == r.provider and r.params["benchmark"] == "lstm ladder" for r in results)  # one harness run
     text = ladder.ladder_table(results)
     assert "interpreter" in text and "cuDNN" in text
     assert fig.axes
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_ladder_benchmark_declares_graphed_providers_only_on_a_gpu():
+    b = ladder.ladder_benchmark([torch.float32], [0])
+    graphed = [p for p in b.providers if p.endswith("(graph)")]
+    assert len(graphed) == (2 if runtime.on_gpu() else 0)
+    assert b.provider_params["cuDNN (nn.LSTM)"] == {"step": "cuDNN", "mode": "eager", "beyond": False}
 
 
 def test_same_mode_reads_eager_on_wall_clock_and_graphed_on_device_time():
