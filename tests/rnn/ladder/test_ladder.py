@@ -123,7 +123,9 @@ def test_benchmark_cpu_tables(capsys):
 
 
 def test_ladder_benchmark_declares_graphed_providers_only_on_a_gpu():
-    b = ladder.ladder_benchmark([torch.float32], [0])
+    from gpulab.rnn.ladder.benchmark import ladder_benchmark  # not re-exported by the package
+
+    b = ladder_benchmark([torch.float32], [0])
     graphed = [p for p in b.providers if p.endswith("(graph)")]
     assert len(graphed) == (2 if runtime.on_gpu() else 0)
     assert b.provider_params["cuDNN (nn.LSTM)"] == {"step": "cuDNN", "mode": "eager", "beyond": False}
