@@ -1,11 +1,13 @@
 """Lesson 5's forward versions on a GPU: each checked against float64, then timed on both clocks beside cuDNN.
 
-    OUT=/some/folder python scripts/probe_versions.py
+    OUT=/some/folder python scripts/probe_versions.py [--forward-only]
 
 Problem (the lesson's): LSTM, B = 16, T = 1024, 12 heads of 64, bf16, Wx given; v5 (the split kernel) runs one head
 of 768, cuDNN's own problem, since 12 heads of 64 each fit one SM. Peers in the same run: cuDNN ``nn.LSTM`` fp16,
 dense hidden 768 (it also computes the input product). Writes ``$OUT/versions.jsonl`` (gpulab.bench records: ``ms``
-device time, ``wall_ms`` eager wall time per call; ``registers``/``spills`` of the Triton kernel).
+device time, ``wall_ms`` eager wall time per call; ``registers``/``spills`` of the Triton kernel). Then the backward
+versions b1-b3 forward+backward (``params['direction']``), beside cuDNN's forward+backward (gradients of the input and
+every weight).
 """
 
 from __future__ import annotations
@@ -54,6 +56,42 @@ def run_version(v, NH, DH):
     results.append(r)
 
 
+def run_backward_version(v, NH, DH):
+    """Forward+backward with backward version ``v`` (gradients of sum(states_all) w.r.t. Wx, R, b, states), checked
+    against float64 autograd through the vanilla loop, then timed on both clocks."""
+    x = inputs(NH, DH)
+    grads = versions.run_training(v, *x)
+    leaves = [t.double().requires_grad_(True) for t in x]
+    refs = torch.autograd.grad(rnn.flashrnn(*leaves, function="lstm", backend="vanilla")[0].sum(), leaves)
+    err = max(check.relative_error(g, r) for g, r in zip(grads, refs))
+    ok = err <= check.tolerance(torch.bfloat16)
+    print(f"{v} NH={NH} DH={DH}: gradients' relative error {err:.2e} {'ok' if ok else 'FAILED'}", flush=True)
+    if not ok:
+        results.append(bench.Result(lesson="05", case=f"{v} check", ms=None, status=f"failed: error {err:.3g}",
+                                    params={"version": v, "NH": NH, "DH": DH}))  # fmt: skip
+        return
+    r = bench.measure(lambda: versions.run_training(v, *x), lesson="05", case=f"{v}: {versions.BACKWARD_VERSIONS[v]}",
+                      dtype="bfloat16", shape=[B, T, NH, DH], version=v, NH=NH, DH=DH, error=err,
+                      direction="forward+backward")  # fmt: skip
+    print(f"   {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall", flush=True)
+    results.append(r)
+
+
+def cudnn_training(hidden):
+    m = torch.nn.LSTM(hidden, hidden, batch_first=True).cuda().half()
+    xi = torch.randn(B, T, hidden, device="cuda", dtype=torch.float16, requires_grad=True)
+    params = [xi, *m.parameters()]
+
+    def step():
+        torch.autograd.grad(m(xi)[0].sum(), params)
+
+    r = bench.measure(step, lesson="05", case=f"cuDNN nn.LSTM float16, hidden {hidden}, forward+backward",
+                      dtype="float16", shape=[B, T, 1, hidden], version="cuDNN", NH=1, DH=hidden,
+                      direction="forward+backward")  # fmt: skip
+    print(f"cuDNN hidden {hidden} forward+backward: {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall", flush=True)
+    results.append(r)
+
+
 def cudnn(hidden):
     m = torch.nn.LSTM(hidden, hidden, batch_first=True).cuda().half()
     xi = torch.randn(B, T, hidden, device="cuda", dtype=torch.float16)
@@ -69,6 +107,11 @@ for v in ("v1", "v2", "v3", "v4"):
     run_version(v, 12, 64)
 run_version("v5", 1, 768)
 cudnn(768)
+if "--forward-only" not in sys.argv:
+    for v in ("b1", "b2"):
+        run_backward_version(v, 12, 64)
+    run_backward_version("b3", 1, 768)
+    cudnn_training(768)
 print(f"done in {time.time() - t0:.0f} s")
 out = os.environ.get("OUT")
 if out:

@@ -66,6 +66,12 @@ def _fused_rnn(recs):
     return plot_results(recs)
 
 
+def _versions(recs):
+    from gpulab.rnn.versions.report import plot_versions  # noqa: PLC0415
+
+    return plot_versions(recs).figure
+
+
 def _tasks(recs):
     from gpulab.tasks.results import figure  # noqa: PLC0415
 
@@ -86,6 +92,7 @@ FIGURES: dict[str, Callable] = {
     "04_attention": _attention,
     "04_attention/hopper": _hopper,
     "05_fused_rnn": _fused_rnn,
+    "05_fused_rnn/versions": _versions,
     "06_state_tracking": _tasks,
     "06_state_tracking/throughput": _throughput,
 }

@@ -305,16 +305,21 @@ def lesson05_versions() -> str:
 
     rows = report.load_versions("h100")
     folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
+    path = bench.newest(folder.glob("*.jsonl"))
     by_v = {r.params["version"]: r for r in rows}
     lines = [
+        *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
         "```",
         report.versions_table(rows),
         "```",
         "",
         f"From v1 to v4 the forward gets {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x faster on the eager wall "
         "clock, every version checked against float64 at full size first (`gpulab/rnn/versions/`, notebook 05 "
-        f"section 4b). Raw records: `{bench.newest(folder.glob('*.jsonl')).relative_to(ROOT)}`.",
+        f"section 4b). Raw records: `{path.relative_to(ROOT)}`.",
     ]
+    if "b1" in by_v and "b2" in by_v:
+        lines[-1] += (f" The backward's second stream (b2) gains {by_v['b1'].wall_ms / by_v['b2'].wall_ms:.2f}x over "
+                      "the products after the kernel (b1), forward+backward on the wall clock.")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -292,13 +292,14 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 4b. The forward, version by version
 #
-# `gpulab.rnn.versions` keeps the path to that kernel as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before:
+# The path to that kernel as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before:
 #
 # - **v1**: persistent, $R$ on chip as four tiles $R_g^\top$, four products per step (exercise 5, task 2);
 # - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
 # - **v3**: step $t+2$'s input loaded during step $t$, as 32-bit words, the loop unrolled by two;
 # - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the `fused` forward;
-# - **v5**: one head split over several SMs (section 6b).
+# - **v5**: one head split over several SMs (section 6b);
+# - **b1 → b3**, the backward (section 5), timed forward+backward: $dR$, $db$ after the kernel (b1), beside it on a second stream (b2, the package's), split like v5 (b3).
 #
 # v2's step, the whole change from v1:
 
@@ -320,7 +321,7 @@ for v in versions.VERSIONS:
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
+# **On the H100** (`scripts/probe_versions.py`; v5, b3 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
 
 # %%
 try:
@@ -330,17 +331,21 @@ except FileNotFoundError as exc:
     print(exc)
 if version_rows:
     print(versions_report.versions_table(version_rows))
-    by_v = {r.params["version"]: r for r in version_rows}
-    gains = {f"{a} -> {b}": by_v[a].wall_ms / by_v[b].wall_ms for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
+    by_v = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
+    fwd = {v: ms for (v, d), ms in by_v.items() if d == "forward"}
+    train = {v: ms for (v, d), ms in by_v.items() if d == "forward+backward"}
+    gains = {f"{a} -> {b}": fwd[a] / fwd[b] for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
     step = max(gains, key=gains.get)
-    print(f"\nv1 -> v4: {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x on the wall clock; the largest single step "
-          f"is {step} ({gains[step]:.2f}x); v5 at one head of 768: {by_v['v5'].wall_ms / by_v['cuDNN'].wall_ms:.2f}x "
-          "cuDNN fp16's time")
+    print(f"\nv1 -> v4: {fwd['v1'] / fwd['v4']:.1f}x on the wall clock; the largest single step is {step} "
+          f"({gains[step]:.2f}x); v5 at one head of 768: {fwd['v5'] / fwd['cuDNN']:.2f}x cuDNN fp16's time")
+    if train:
+        print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x; b3 at one head of 768: "
+              f"{train['b3'] / train['cuDNN']:.2f}x cuDNN fp16's time")
     versions_report.plot_versions(version_rows)
     plt.show()
 
 # %% [markdown]
-# What the compiler made of each time loop, per step and warp (SASS for sm_90, compiled without a GPU):
+# Each time loop's SASS (sm_90, compiled without a GPU), per step and warp:
 
 # %%
 try:
@@ -349,7 +354,7 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# Where each version's warps wait (Nsight Compute's stall sampling on the H100, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: a fixed-latency dependency, `selected`: issuing):
+# Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
 
 # %%
 try:
@@ -358,7 +363,7 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
+# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 and b3 run a bigger head, not faster.
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time

@@ -124,6 +124,19 @@ CASES = [
         ValueError,
         "version='v0' is not supported",
     ),
+    (
+        "versions.run_training-version",
+        lambda: versions.run_training("v4", None, None, None, None),
+        ValueError,
+        "version='v4' is not supported",
+    ),
+    (
+        "versions.run_training-shapes",
+        lambda: versions.run_training("b1", torch.zeros(2, 3, 4, 1, 16), torch.zeros(4, 1, 8, 8),
+                                      torch.zeros(4, 1, 16), torch.zeros(2, 2, 1, 1, 16)),  # fmt: skip
+        ValueError,
+        "R",
+    ),
     ("load_versions-gpu", lambda: versions_report.load_versions(7), TypeError, "gpu must be"),
     ("versions_table-results", lambda: versions_report.versions_table("x"), TypeError, "results"),
     ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),

@@ -39,6 +39,27 @@ def test_v4_and_v5_are_the_package_kernels():
     assert list(versions.VERSIONS) == ["v1", "v2", "v3", "v4", "v5"] and all(versions.VERSIONS.values())
 
 
+@pytest.mark.parametrize("version, NH, DH", [("b1", 2, 16), ("b2", 1, 24), ("b3", 1, 256)])
+def test_backward_versions_match_float64(version, NH, DH, monkeypatch):
+    # b3 runs the split backward: a head of 256 does not fit one SM
+    from gpulab.rnn.backends import fused
+
+    calls = []
+    split_gradients = fused.split_rnn_gradients
+    monkeypatch.setattr(fused, "split_rnn_gradients", lambda *a, **k: calls.append(1) or split_gradients(*a, **k))
+    inputs = _inputs(2, 3 if version != "b3" else 1, NH, DH, torch.float32, seed=DH)
+    grads = versions.run_training(version, *inputs)
+    assert bool(calls) == (version == "b3")
+    leaves = [t.double().requires_grad_(True) for t in inputs]
+    out, _ = rnn.flashrnn(*leaves, function="lstm", backend="vanilla")
+    refs = torch.autograd.grad(out.sum(), leaves)
+    for name, g, ref in zip(("dWx", "dR", "db", "dstates"), grads, refs):
+        check.assert_close(g, ref, dtype=torch.float32, name=name, context=version)
+    assert list(versions.BACKWARD_VERSIONS) == ["b1", "b2", "b3"]
+    with pytest.raises(ValueError, match="version"):
+        versions.run_training("b4", *inputs)
+
+
 def test_bad_input():
     inputs = _inputs(2, 2, 1, 16, torch.float32)
     with pytest.raises(ValueError, match="version"):
@@ -69,9 +90,17 @@ def test_versions_report_reads_the_records(tmp_path):
     bench.save(rows, "05", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01.jsonl")
     loaded = report.load_versions("h100", root=tmp_path)
     lines = report.versions_table(loaded).splitlines()
-    assert lines[3].split()[:5] == ["v2", "12x64", "1.400", "1.500", "2.00x"]  # 3.0 / 1.5 on the wall clock
-    assert lines[4].split()[4] == "-" and lines[5].startswith("cuDNN")  # a new problem: no gain; the peer last
+    assert lines[3].split()[:6] == ["v2", "12x64", "fwd", "1.400", "1.500", "2.00x"]  # 3.0 / 1.5 on the wall clock
+    assert lines[4].split()[5] == "-" and lines[5].startswith("cuDNN")  # a new problem: no gain; the peer last
     assert len(report.plot_versions(loaded).patches) == 4
+    # backward versions: their own pass, their gains among themselves, a second panel
+    train = [_record("b1", 12, 64, 4.0, 4.0), _record("b2", 12, 64, 2.0, 2.0)]
+    for r in train:
+        r.params["direction"] = "forward+backward"
+    lines = report.versions_table(rows + train).splitlines()
+    assert lines[-2].split()[:3] == ["b1", "12x64", "fwd+bwd"] and lines[-2].split()[5] == "-"
+    assert lines[-1].split()[5] == "2.00x"
+    assert len(report.plot_versions(rows + train).figure.axes) == 2
     assert "v1" in report.versions_table(report.load_versions("h100"))  # the stored H100 record
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from gpulab import bench, hardware, runtime
-from gpulab.rnn.versions import VERSIONS
+from gpulab.rnn.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table"]  # fmt: skip
@@ -33,55 +33,71 @@ def _rows(results):
     return [r for r in results if r.status == "ok" and r.params.get("version")]
 
 
+def _pass(r) -> str:
+    return "fwd+bwd" if r.params.get("direction") == "forward+backward" else "fwd"
+
+
 def versions_table(results) -> str:
-    """One line per version (and the cuDNN peer): the problem, device ms, eager wall ms, the speed-up over the version
-    before on the same problem (wall clock), registers per thread and spills."""
+    """One line per version (and the cuDNN peer): the problem, the pass (forward, or forward+backward for the
+    backward versions b1-b3), device ms, eager wall ms, the speed-up over the version before on the same problem and
+    pass (wall clock), registers per thread and spills."""
     rows = _rows(results)
     if not rows:
         raise ValueError("results has no version rows: load them with load_versions().")
     head = rows[0]
     lines = [
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date} | LSTM forward, B = {head.shape[0]}, "
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date} | LSTM, B = {head.shape[0]}, "
         f"T = {head.shape[1]:,}, bf16 (cuDNN: fp16, dense, with the input product)",
-        f"{'version':8s} {'problem':>9s} {'ms':>7s} {'wall ms':>8s} {'gain':>6s} {'regs':>5s} {'spills':>6s}  change",
+        f"{'version':8s} {'problem':>9s} {'pass':>7s} {'ms':>7s} {'wall ms':>8s} {'gain':>6s} {'regs':>5s} "
+        f"{'spills':>6s}  change",
     ]
     before = {}
     for r in rows:
-        v, problem = r.params["version"], f"{r.params['NH']}x{r.params['DH']}"
-        gain = f"{before[problem] / r.wall_ms:.2f}x" if problem in before and v != "cuDNN" else "-"
+        v, problem, pass_ = r.params["version"], f"{r.params['NH']}x{r.params['DH']}", _pass(r)
+        key = (problem, pass_)
+        gain = f"{before[key] / r.wall_ms:.2f}x" if key in before and v != "cuDNN" else "-"
         if v != "cuDNN":
-            before[problem] = r.wall_ms
+            before[key] = r.wall_ms
         regs = str(r.registers) if r.registers else "-"
         spills = str(r.spills) if r.spills is not None else "-"
-        note = VERSIONS.get(v, r.case)
-        lines.append(f"{v:8s} {problem:>9s} {r.ms:7.3f} {r.wall_ms:8.3f} {gain:>6s} {regs:>5s} {spills:>6s}  {note}")
+        note = VERSIONS.get(v) or BACKWARD_VERSIONS.get(v) or r.case
+        lines.append(f"{v:8s} {problem:>9s} {pass_:>7s} {r.ms:7.3f} {r.wall_ms:8.3f} {gain:>6s} {regs:>5s} "
+                     f"{spills:>6s}  {note}")  # fmt: skip
     return "\n".join(lines)
 
 
 def plot_versions(results, ax=None):
-    """Bars of eager wall time per version (device time as a dot on each bar), the cuDNN peer grey; v5 and cuDNN
-    run one head of 768, v1-v4 12 heads of 64 (the bar labels say which)."""
+    """Bars of eager wall time per version (device time as a dot on each bar), the cuDNN peer grey; v5, b3 and cuDNN
+    run one head of 768, the others 12 heads of 64 (the bar labels say which). With backward versions in the records
+    and no ``ax``, a second panel shows forward+backward."""
     import matplotlib.pyplot as plt  # deferred: only the figure needs it
 
     rows = _rows(results)
     if not rows:
         raise ValueError("results has no version rows: load them with load_versions().")
+    passes = [[r for r in rows if _pass(r) == p] for p in ("fwd", "fwd+bwd")]
+    passes = [p for p in passes if p]
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.6))
-    x = range(len(rows))
-    colors = ["0.6" if r.params["version"] == "cuDNN" else f"C{0 if r.params['NH'] > 1 else 1}" for r in rows]
-    ax.bar(x, [r.wall_ms for r in rows], color=colors)
-    ax.plot(x, [r.ms for r in rows], "k.", label="device time")
-    labels = [f"{r.params['version']}\n{r.params['NH']}x{r.params['DH']}" for r in rows]
-    ax.set_xticks(list(x), labels)
-    for i, r in enumerate(rows):
-        ax.annotate(f"{r.wall_ms:.2f}", (i, r.wall_ms), ha="center", va="bottom", fontsize=9)
-        if i and (r.params["NH"], r.params["DH"]) != (rows[i - 1].params["NH"], rows[i - 1].params["DH"]):
-            ax.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # a different problem from here on
-    ax.set_ylabel("forward, ms (eager wall clock)")
-    ax.set_title("LSTM forward, B = 16, T = 1024, bf16: heads x head dim")
-    ax.legend(fontsize=9)
-    return ax
+        _, axes = plt.subplots(1, len(passes), figsize=(8 + 4 * (len(passes) - 1), 3.6), squeeze=False,
+                               gridspec_kw={"width_ratios": [len(p) for p in passes]})  # fmt: skip
+        axes = list(axes[0])
+    else:
+        axes, passes = [ax], passes[:1]
+    for ax_, part in zip(axes, passes):
+        x = range(len(part))
+        colors = ["0.6" if r.params["version"] == "cuDNN" else f"C{0 if r.params['NH'] > 1 else 1}" for r in part]
+        ax_.bar(x, [r.wall_ms for r in part], color=colors)
+        ax_.plot(x, [r.ms for r in part], "k.", label="device time")
+        ax_.set_xticks(list(x), [f"{r.params['version']}\n{r.params['NH']}x{r.params['DH']}" for r in part])
+        for i, r in enumerate(part):
+            ax_.annotate(f"{r.wall_ms:.2f}", (i, r.wall_ms), ha="center", va="bottom", fontsize=9)
+            if i and (r.params["NH"], r.params["DH"]) != (part[i - 1].params["NH"], part[i - 1].params["DH"]):
+                ax_.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # a different problem from here on
+        what = "forward" if _pass(part[0]) == "fwd" else "forward+backward"
+        ax_.set_ylabel(f"{what}, ms (eager wall clock)")
+        ax_.set_title(f"LSTM {what}, B = 16, T = 1024, bf16", fontsize=10)
+        ax_.legend(fontsize=9)
+    return axes[0]
 
 
 def load_sass(dh: int = 64, root=None) -> list[dict]:
