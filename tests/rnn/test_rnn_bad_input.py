@@ -132,8 +132,13 @@ CASES = [
     ),
     (
         "versions.run_training-shapes",
-        lambda: versions.run_training("b1", torch.zeros(2, 3, 4, 1, 16), torch.zeros(4, 1, 8, 8),
-                                      torch.zeros(4, 1, 16), torch.zeros(2, 2, 1, 1, 16)),  # fmt: skip
+        lambda: versions.run_training(
+            "b1",
+            torch.zeros(2, 3, 4, 1, 16),
+            torch.zeros(4, 1, 8, 8),
+            torch.zeros(4, 1, 16),
+            torch.zeros(2, 2, 1, 1, 16),
+        ),  # fmt: skip
         ValueError,
         "R",
     ),
