@@ -51,7 +51,6 @@ from gpulab.attention.reference import naive_attention
 __all__ = [
     "IMPLEMENTATIONS",
     "grid",
-    "throughput_benchmark",
     "benchmark",
     "add_ratios",
     "summary_table",

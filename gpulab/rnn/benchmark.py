@@ -40,8 +40,7 @@ from gpulab.rnn.functions import get_function
 from gpulab.rnn.module import LSTM
 from gpulab.rnn.tiling import fits, fused_tiling
 
-__all__ = ["benchmark", "problems", "recurrence_benchmarks", "dense_benchmarks", "problem_inputs", "summary_table"]
-__all__ += ["targets", "plot_results", "plot_roofline", "MAIN"]
+__all__ = ["benchmark", "problem_inputs", "summary_table", "targets", "plot_results", "plot_roofline", "MAIN"]
 
 MAIN = {"B": 16, "T": 1024, "NH": 12, "DH": 64}
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

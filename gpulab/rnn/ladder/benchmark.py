@@ -24,7 +24,6 @@ __all__ = [
     "problem",
     "make_problem",
     "check_outputs",
-    "ladder_benchmark",
     "benchmark",
     "ladder_table",
     "targets",
