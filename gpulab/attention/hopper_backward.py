@@ -21,6 +21,11 @@ H100 they computed the same gradients as version 1's kernels and were no faster 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import triton
 import triton.language as tl
 
@@ -28,7 +33,7 @@ from gpulab.attention.configs import AttentionConfig
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E
 
-__all__ = ["attention_dkdv_v2_kernel", "attention_dq_v2_kernel", "backward_v2_launches"]
+__all__ = ["attention_dkdv_v2_kernel", "attention_dq_v2_kernel", "backward_v2_launches", "sm90_backward_ttgir"]
 
 
 @triton.jit
@@ -193,3 +198,57 @@ def backward_v2_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) 
                 dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
                      num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
     return dq, dkdv
+
+
+def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: AttentionConfig, dtype: str = "bf16"):
+    """Compile version 2's ``kind`` ('dq' or 'dkdv') kernel for sm_90 (no GPU needed, nothing launched); needs
+    compiled mode: use :func:`sm90_backward_ttgir` from an interpreter process."""
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+
+    ptr = f"*{dtype}"
+    if kind == "dq":
+        kernel, names = attention_dq_v2_kernel, ("q", "k", "v", "o", "do", "lse", "delta", "dq")
+    else:
+        kernel, names = attention_dkdv_v2_kernel, ("q", "k", "v", "do", "lse", "delta", "dk", "dv")
+    signature = {f"{n}_ptr": ("*fp32" if n in ("lse", "delta") else ptr) for n in names}
+    signature.update({"n_q": "i32", "n_k": "i32", "qk_scale": "fp32", "scale": "fp32"})
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
+                      IS_CAUSAL=is_causal)  # fmt: skip
+    signature.update({name: "constexpr" for name in constexprs})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}
+    src = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})  # fmt: skip
+
+
+_BOOTSTRAP = (
+    "import sys, json, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.attention import hopper_backward as hb; from gpulab.attention.configs import AttentionConfig; "
+    "a = json.loads(sys.argv[1]); "
+    "k = hb.sm90_backward_compile(a['kind'], a['d'], a['causal'], AttentionConfig(**a['cfg'])); "
+    "sys.stdout.write(k.asm['ttgir'])"
+)
+
+
+def sm90_backward_ttgir(kind: str = "dq", head_dim: int = 64, is_causal: bool = True, cfg=None,
+                        timeout: float = 600) -> str:  # fmt: skip
+    """The TTGIR of version 2's backward ``kind`` kernel ('dq' or 'dkdv') compiled for sm_90 in a fresh process that
+    needs no GPU (``cfg``: an :class:`AttentionConfig`, default the H100's tiles of that kernel): the check that its
+    tiles still arrive through TMA (``ttng.async_tma_copy_global_to_local``) and its products are wgmma."""
+    import dataclasses  # noqa: PLC0415
+
+    from gpulab import runtime  # noqa: PLC0415
+    from gpulab.attention.configs import attention_config  # noqa: PLC0415
+
+    runtime.one_of("kind", kind, ("dq", "dkdv"))
+    head_dim = runtime.integer("head_dim", head_dim, minimum=1)
+    cfg = cfg or attention_config(kind, head_dim, "bfloat16", 4096, 4096, gpu="h100", interpreter=False)
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError(f"cfg must be an AttentionConfig or None, got {type(cfg).__name__}.")
+    arg = json.dumps({"kind": kind, "d": head_dim, "causal": bool(is_causal), "cfg": dataclasses.asdict(cfg)})
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
+    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"compiling version 2's {kind} kernel for sm_90 failed:\n{done.stderr[-3000:]}")
+    return done.stdout

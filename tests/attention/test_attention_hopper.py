@@ -212,3 +212,12 @@ def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
         # O and dO in bf16, in version 1 and in SDPA's own kernels alike, so single elements are not compared here
         err = float(check.relative_error(g2, ref))
         assert err < check.tolerance(torch.bfloat16), f"{name} {where}: relative error {err:.3g}"
+
+
+def test_sm90_compile_of_the_backward_uses_tma():
+    # version 2's backward compiled for sm_90 without a GPU: its tiles still come through TMA, its products are wgmma
+    ttgir = hopper_backward.sm90_backward_ttgir("dq", 64, True)
+    assert "ttng.async_tma_copy_global_to_local" in ttgir, "the dQ kernel's K/V tiles no longer load through TMA"
+    assert "ttng.warp_group_dot" in ttgir, "the dQ kernel's products are no longer wgmma"
+    with pytest.raises(ValueError, match="kind"):
+        hopper_backward.sm90_backward_ttgir("dv")

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check
-from gpulab.attention import hopper, hopper_report
+from gpulab.attention import hopper, hopper_backward, hopper_report
 from gpulab.attention.hopper import HopperConfig
 from gpulab.attention.plan import check_version
 
@@ -51,6 +51,9 @@ CASES = [
     ("plot_timeline-steps-0", lambda: hopper_report.plot_timeline(steps=0), ValueError, "steps"),
     ("cs336_lines-not-records", lambda: hopper_report.cs336_lines("cs336"), TypeError, "records"),
     ("fused_summary-not-records", lambda: hopper_report.fused_summary("fused"), TypeError, "records"),
+    ("sm90_backward_ttgir-kind", lambda: hopper_backward.sm90_backward_ttgir("dv"), ValueError, "kind"),
+    ("sm90_backward_ttgir-head_dim", lambda: hopper_backward.sm90_backward_ttgir("dq", 0), ValueError, "head_dim"),
+    ("sm90_backward_ttgir-cfg", lambda: hopper_backward.sm90_backward_ttgir("dq", 64, True, "tiles"), TypeError, "cfg"),
     ("problems-direction", lambda: hopper_report.problems([], "up"), ValueError, "direction"),
 ]  # fmt: skip
 
