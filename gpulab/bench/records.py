@@ -323,16 +323,20 @@ def save(results, lesson: str, root=None, path=None) -> Path:
 _DATED = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-[A-Za-z0-9_.]+)?$")
 
 
-def _run_date(path: Path) -> str:
-    """The date in a record file's name: ``<gpu>-YYYY-MM-DD`` or ``<gpu>-YYYY-MM-DD-<tag>`` ('' if none)."""
+def _run_key(path: Path) -> tuple[str, str]:
+    """(date, tag) of a record file's name: ``<gpu>-YYYY-MM-DD`` or ``<gpu>-YYYY-MM-DD-<tag>`` (('', '') if none).
+    Runs of one day sort by their tag: no tag first, then 'a', 'b', ..."""
     m = _DATED.search(path.stem)
-    return m.group(1) if m else ""
+    if not m:
+        return "", ""
+    return m.group(1), path.stem[m.end(1) + 1 :]
 
 
 def newest(files) -> Path:
     """The newest of record files (a folder, or a non-empty list of paths): by the date in each name
     (``<gpu>-YYYY-MM-DD.jsonl``, or with a tag after the date for a second run of one day: ``...-2026-11-25-b``;
-    YYYY-MM-DD sorts as text), then by modification time. FileNotFoundError for a folder without records."""
+    YYYY-MM-DD sorts as text), then by the tag (none, 'a', 'b', ...), then by modification time (a fresh clone gives
+    every file the same one). FileNotFoundError for a folder without records."""
     if isinstance(files, (str, os.PathLike)):
         folder = Path(files)
         if folder.exists() and not folder.is_dir():
@@ -344,7 +348,7 @@ def newest(files) -> Path:
         Path(f)
         for f in runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
     ]
-    return max(files, key=lambda f: (_run_date(f), f.stat().st_mtime))
+    return max(files, key=lambda f: (*_run_key(f), f.stat().st_mtime))
 
 
 def result_list(name: str, value, allow_empty: bool = False, source: str = "") -> list[Result]:

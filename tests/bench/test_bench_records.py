@@ -231,5 +231,6 @@ def test_newest_reads_the_date_before_a_run_tag(tmp_path):
         (tmp_path / f"{name}.jsonl").write_text("")
         os.utime(tmp_path / f"{name}.jsonl", (now - 100 * i, now - 100 * i))
     assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25"
-    (tmp_path / "nvidia-h100-2026-11-25-b.jsonl").write_text("")  # same day, modified last: the later run
+    (tmp_path / "nvidia-h100-2026-11-25-b.jsonl").write_text("")  # same day, a later run: its tag, not its mtime
+    os.utime(tmp_path / "nvidia-h100-2026-11-25-b.jsonl", (now - 1000, now - 1000))
     assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25-b"
