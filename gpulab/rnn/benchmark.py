@@ -15,8 +15,8 @@ forward states; a mismatch is recorded, not raised). Records stored before the h
    ``torch.nn.LSTM`` (cuDNN, dense 768, fp16 and bf16, which also does the input projection) beside
    ``gpulab.rnn.LSTM`` (12 heads, fused, input projection included);
 2. batch sweep 1..256 (forward and forward+backward, vanilla forward only): where does ``alternating`` catch up?
-3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :mod:`gpulab.rnn.tiling` says it fits;
-4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused does not fit; alternating runs it).
+3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :func:`gpulab.rnn.split_tiling.plan` finds a tiling;
+4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused split over several SMs, lesson 5 part 2; alternating beside it).
 
 FLOPs are the recurrence's ``2 B T G_r NH DH^2`` per pass (x3 for forward+backward: dh and dR); bytes are what a
 persistent kernel must move (Wx read, states written; gates written and read again when training), so every record
@@ -38,7 +38,7 @@ from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.module import LSTM
-from gpulab.rnn.tiling import fits, fused_tiling
+from gpulab.rnn.split_tiling import plan
 
 __all__ = ["benchmark", "problem_inputs", "summary_table", "targets", "plot_results", "plot_roofline", "MAIN"]
 
@@ -109,20 +109,28 @@ def _states_reference(*inputs):
 
 
 def _check_first(out, ref):
-    """The states (or the module's output), at the dtype's tolerance; a training pass is checked on its forward."""
+    """The states (or the module's output) against float64; a training pass is checked on its forward.
+
+    Norm-wise at the dtype's tolerance, element by element at 4x it: over T = 1024 steps a recurrence that carries
+    its state in bf16 (the ``vanilla`` backend, as eager PyTorch does) drifts by a few bf16 ulps in a handful of
+    elements out of millions (norm-wise 0.004 against 0.03 on the H100), which is rounding, not a wrong element;
+    an unwritten, NaN or misplaced element still fails. Returns the relative error for the record."""
     out = out[0] if isinstance(out, tuple) else out
-    check.assert_close(out, ref, dtype=out.dtype, name="states")
+    tol = check.tolerance(out.dtype)
+    rel = check.assert_close(out, ref, rtol=4 * tol, name="states")
+    if rel > tol:
+        raise AssertionError(f"states: norm-wise relative error {rel:.3g} above the {tol:.0e} tolerance")
+    return {"rel_err": rel}
 
 
-def _does_not_fit(B, NH, DH, dtype) -> str | None:
-    if fits(B, NH, DH, "lstm", dtype):
-        return None
+def _does_not_fit(B, NH, DH, dtype, training) -> str | None:
+    """Why the fused backend cannot run this problem (None when it can: on one SM per head, or split over several,
+    as :func:`gpulab.rnn.split_tiling.plan` chooses)."""
     try:
-        fused_tiling(B, NH, DH, "lstm", dtype, direction="backward")
-        fused_tiling(B, NH, DH, "lstm", dtype)
+        plan(B, NH, DH, "lstm", dtype, training=training)
     except ValueError as exc:
         return f"does not fit: {exc}"
-    return "does not fit one SM (gpulab.rnn.tiling.fits)"
+    return None
 
 
 OURS = {
@@ -137,7 +145,7 @@ NOT_ATTEMPTED = "not attempted: flashrnn's CUDA extension does not build on CUDA
 
 def _skip_ours(provider, sweep, B, T, NH, DH, dtype, training):
     if provider == "gpulab fused":
-        return _does_not_fit(B, NH, DH, dtype)
+        return _does_not_fit(B, NH, DH, dtype, training)
     if provider == "gpulab vanilla" and sweep == "same_flops":
         return "not in the same-FLOPs case (it compares fused and alternating)"
     if provider == "gpulab vanilla" and training and sweep == "batch":
@@ -270,20 +278,31 @@ def problems(main, batches, head_dims, hidden) -> list[dict]:
 def benchmark(progress=None, quick_ms=None):
     """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
     ``quick_ms``: the timing budget per fast configuration (default 60 ms)."""
-    import matplotlib  # deferred: heavy, and only the benchmark draws
+    results = bench.run(benchmarks(quick_ms), progress)
+    return report(results)
 
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
+
+def benchmarks(quick_ms=None) -> list[bench.Benchmark]:
+    """Lesson 5's benchmarks, as `python -m gpulab bench 05` runs them (tiny ones on CPU): the recurrence's two
+    passes over :func:`problems`, then the dense comparison with ``nn.LSTM``."""
     quick_ms = 60.0 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True)
     on_gpu = runtime.on_gpu()
     dtype = torch.bfloat16 if on_gpu else torch.float32
     main = MAIN if on_gpu else {"B": 2, "T": 4, "NH": 2, "DH": 16}
     hidden = 768 if on_gpu else 32
     cases = problems(main, BATCHES if on_gpu else (1, 3), HEAD_DIMS if on_gpu else (16, 32), hidden)
-    benchmarks = recurrence_benchmarks(cases, dtype, quick_ms, package=on_gpu)
+    out = recurrence_benchmarks(cases, dtype, quick_ms, package=on_gpu)
     dense_dtypes = (torch.float16, torch.bfloat16) if on_gpu else (torch.float32,)
-    benchmarks += dense_benchmarks(main["B"], main["T"], hidden, dense_dtypes, main["NH"])
-    results = bench.run(benchmarks, progress)
+    return out + dense_benchmarks(main["B"], main["T"], hidden, dense_dtypes, main["NH"])
+
+
+def report(results):
+    """Annotate the results of :func:`benchmarks` for lesson 5's readers, print the table and the targets; returns
+    (results, figure)."""
+    import matplotlib  # deferred: heavy, and only the benchmark draws
+
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
     _annotate(results)
     print(summary_table(results))
     for line in targets(results):

@@ -51,7 +51,25 @@ def test_recurrence_and_dense_records_keep_the_readers_layout(capsys):
 
 
 def test_fused_that_does_not_fit_says_why():
-    big = {"sweep": "head_dim", "B": 1, "T": 2, "NH": 1, "DH": 1024}
+    split = {"sweep": "same_flops", "B": 1, "T": 2, "NH": 1, "DH": 1024}  # past one SM: split over several
+    assert rb._skip_ours("gpulab fused", **split, dtype=torch.float32, training=True) is None
+    big = {**split, "sweep": "head_dim", "DH": 4096}  # past every split too
     why = rb._skip_ours("gpulab fused", **big, dtype=torch.float32, training=False)
-    assert why.startswith("does not fit")
+    assert why.startswith("does not fit") and "alternating" in why
     assert rb._skip_ours("gpulab vanilla", **{**big, "sweep": "batch"}, dtype=torch.float32, training=True)
+
+
+def test_states_check_allows_rounding_drift_not_wrong_elements():
+    torch.manual_seed(0)
+    ref = torch.randn(4, 1000, dtype=torch.float64)
+    drift = ref.clone()
+    drift[0, :3] += 2.5 * rb.check.tolerance(torch.bfloat16) * (ref[0, :3].abs() + 1.0)  # a few ulps off, rare
+    assert rb._check_first(drift.to(torch.bfloat16), ref)["rel_err"] < rb.check.tolerance(torch.bfloat16)
+    wrong = drift.clone()
+    wrong[1, 7] = 5.0  # one misplaced element
+    with pytest.raises(AssertionError, match="differ"):
+        rb._check_first(wrong.to(torch.bfloat16), ref)
+    nan = drift.clone()
+    nan[2, 9] = float("nan")  # one unwritten (poisoned) element
+    with pytest.raises(AssertionError, match="NaN"):
+        rb._check_first((nan.to(torch.bfloat16), None), ref)
