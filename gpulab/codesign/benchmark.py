@@ -10,8 +10,9 @@ __all__ = ["benchmark"]
 
 
 def benchmark(progress=None):
-    """The K, head-dimension and wave sweeps (bf16 on the GPU; tiny fp32 on CPU), checked and timed; prints the
-    model's pair agreement and returns ``(results, figure)``. ``progress``: a tqdm-like callable or None."""
+    """The K, head-dimension and wave sweeps (bf16 on the GPU; tiny fp32 on CPU), each a :class:`gpulab.bench.Benchmark`
+    whose every case is checked before any is timed; prints the model's pair agreement and returns
+    ``(results, figure)``. ``progress``: a tqdm-like callable or None."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -3,7 +3,8 @@
 What you will learn here:
 - to measure alignment (:func:`sweep_k`: K around 4096), the head dimension of attention scores
   (:func:`sweep_head_dim`) and wave quantization (:func:`sweep_waves`: cuBLAS beside the fixed-tile Triton kernel);
-- to check every GEMM against a float64 product before timing it, with its output poisoned first;
+- to check every GEMM against a float64 product before any is timed, with its output poisoned first (each sweep is
+  a :class:`gpulab.bench.Benchmark`: its x values are the cases, torch and Triton its providers);
 - to judge the model by whether it orders the measured times (:func:`pair_agreement`), not by absolute error.
 
 On CPU the sweeps run at tiny sizes (torch's CPU matmul and the Triton interpreter): the timings say nothing about the
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 import torch
 
 from gpulab import bench, dtypes, hardware, runtime
-from gpulab.check import assert_close, new_output, poison_
+from gpulab.check import assert_close, poisoned
 from gpulab.codesign.gemm_model import _dtype_key, gemm_time
 from gpulab.codesign.matmul import TRITON_CPU_CONFIG, TRITON_GPU_CONFIG, matmul_fixed_tile, matmul_fixed_tile_kernel
 
@@ -65,7 +66,7 @@ def _progress(progress):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Check, then time
+# Inputs, references and the check
 
 
 def _randn(*shape, dtype, seed):
@@ -74,17 +75,34 @@ def _randn(*shape, dtype, seed):
     return torch.randn(shape, generator=g, device=runtime.device, dtype=torch.float32).to(dtype)
 
 
-def _check_rows(out, a, b, dtype, context, rows=256):
-    """Compare ``rows`` evenly spread rows of ``out`` (all their columns, the first and last row included) with a
-    float64 product computed on the same device.
+def _rows_reference(a, b, rows=256):
+    """(row indices, their float64 product): ``rows`` evenly spread rows of ``a @ b`` (the first and last included),
+    computed on the same device.
 
     A full float64 reference of an 8192 x 8192 output would take longer than the whole sweep; spread rows still catch
     wrong tiles, ragged edges and strides (every column tile is in every row).
     """
-    m = out.shape[-2]
-    idx = torch.linspace(0, m - 1, min(rows, m), device=out.device).round().long().unique()
-    ref = a[idx, :].to(torch.float64) @ b.to(torch.float64)
-    assert_close(out[idx, :], ref, dtype=dtype, name="GEMM output", context=context)
+    m = a.shape[-2]
+    idx = torch.linspace(0, m - 1, min(rows, m), device=a.device).round().long().unique()
+    return idx, a[idx, :].to(torch.float64) @ b.to(torch.float64)
+
+
+def _check_rows(out, expected):
+    """The check of every sweep: each ``(where, float64 rows)`` of the reference against ``out[where]``, at the
+    tolerance of the output's dtype (outputs are poisoned first, so an unwritten element fails as NaN)."""
+    for where, ref in expected:
+        assert_close(out[where], ref, name="GEMM output")
+
+
+def _not_checked(*inputs):
+    """The reference of a sweep run with ``check=False``: nothing to compare against."""
+    return None
+
+
+def _own_output(run, i):
+    """A provider of ``run(a, b, out)`` on the inputs ``(a, b, out_0, out_1, ...)`` writing into ``out_i``: each
+    provider has its own output, so one cannot fill in what another left unwritten before the check."""
+    return lambda a, b, *outs: run(a, b, outs[i])
 
 
 def _impl(name: str) -> str:
@@ -94,8 +112,55 @@ def _impl(name: str) -> str:
     return f"fixed-tile Triton {name}" + ("" if runtime.on_gpu() else " (interpreter)")
 
 
-def _timing():
-    return dict(warmup_ms=runtime.pick(cpu=0, gpu=25), rep_ms=runtime.pick(cpu=5, gpu=100))
+# ----------------------------------------------------------------------------------------------------------------
+# Check every case, then time: one bench.Benchmark per sweep
+
+
+def _measure(*, name, sweep, x_name, xs, dims, inputs, reference, shape, providers, dtype, spec, progress, check,
+             kernels=None):  # fmt: skip
+    """Sweep ``xs`` as one :class:`gpulab.bench.Benchmark` (every provider of every x checked against the float64
+    rows of :func:`_rows_reference` before anything is timed) and return its records.
+
+    ``dims(x)`` is the GEMM ``(m, n, k, batch)`` of one x, ``shape(x)`` its record's shape; ``inputs(x)`` makes the
+    operands and a poisoned output per provider, ``reference(*inputs)`` the float64 rows to compare with;
+    ``providers`` maps an implementation's label to ``(fn, tile)``: its function of the inputs and the tile the model
+    assumes for it (None: cuBLAS's choice).
+    Each record carries what lesson 2's readers use: ``case`` ``"<name>, <impl>"`` (one line per implementation),
+    ``params``: ``sweep``, ``x``, ``x_name``, ``impl``, the model's prediction for the implementation's tile
+    (``predicted_ms``, ``predicted_tflops``, ... of :func:`gemm_time`), and, on a GPU, the Triton kernel's shared
+    memory and warps beside its registers.
+    """
+
+    def predict(x, tile=None):
+        m, n, k, batch = dims(x)
+        return gemm_time(m, n, k, dtype=dtype, gpu=spec, batch=batch, tile=tile)
+
+    b = bench.Benchmark(
+        lesson="02",
+        name=name,
+        cases=[{"x": x} for x in xs],
+        inputs=inputs,
+        providers={impl: fn for impl, (fn, _) in providers.items()},
+        reference=reference if check else _not_checked,
+        check=_check_rows if check else lambda out, expected: {"check": "not checked"},
+        flops=lambda x: predict(x).flops,
+        bytes=lambda x: predict(x).bytes,
+        dtype=dtype,
+        shape=shape,
+        params={"sweep": sweep, "x_name": x_name},
+        provider_params={impl: {"impl": impl} for impl in providers},
+        kernels=kernels or {},
+        warmup_ms=runtime.pick(cpu=0.0, gpu=25.0),
+        rep_ms=runtime.pick(cpu=5.0, gpu=100.0),
+    )
+    results = bench.run(b, progress)
+    for r in results:
+        r.case = f"{name}, {r.provider}"
+        r.params.update(predict(r.params["x"], providers[r.provider][1]).params())
+        if r.provider in b.kernels and r.status == "ok":
+            res = bench.kernel_resources(b.kernels[r.provider])
+            r.params.update({k: v for k, v in res.items() if k not in ("registers", "spills")})
+    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -106,87 +171,79 @@ def sweep_k(ks=None, m=None, n=None, dtype=None, gpu=None, progress=None, check=
     """torch.matmul of ``[m, K] @ [K, n]`` for K around 4096 (GPU; around 64 on CPU): the alignment effect.
 
     Sizes left as None take the mode's defaults; sizes given must be positive integers. ``check`` (a bool): compare
-    each output with a float64 product before timing it.
+    each output with a float64 product before anything is timed (False: ``params['check'] == 'not checked'``).
     """
     dtype = _dtype(dtype)
     m, n = _size("m", m, cpu=64, gpu=8192), _size("n", n, cpu=64, gpu=8192)
     offsets = runtime.pick(cpu=(-16, -8, -1, 0, 1, 8, 16), gpu=(-64, -32, -8, -4, -2, -1, 0, 1, 2, 4, 8, 32, 64))
     ks = _sizes("ks", ks, [runtime.pick(cpu=64, gpu=4096) + d for d in offsets])
     spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
-    results = []
-    for i, k in enumerate(progress(ks)):
-        a, b = _randn(m, k, dtype=dtype, seed=i), _randn(k, n, dtype=dtype, seed=1000 + i)
-        c = new_output(m, n, dtype=dtype)
-        run = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
-        if check:
-            poison_(c)  # also in timed runs: an element the GEMM never writes shows up as NaN
-            _check_rows(run(), a, b, dtype, f"K sweep, {m} x {n} x {k}")
-        pred = gemm_time(m, n, k, dtype=dtype, gpu=spec, tile=None)
-        results.append(
-            bench.measure(
-                run,
-                lesson="02",
-                case=f"K sweep, {_impl('torch')}",
-                flops=pred.flops,
-                bytes=pred.bytes,
-                dtype=dtype,
-                shape=[m, n, k],
-                impl=_impl("torch"),
-                sweep="K",
-                x=k,
-                x_name="K (inner size)",
-                **_timing(),
-                **pred.params(),
-            )
-        )
-        del a, b, c
-    return results
+
+    def inputs(x):
+        i = ks.index(x)
+        return _randn(m, x, dtype=dtype, seed=i), _randn(x, n, dtype=dtype, seed=1000 + i), poisoned(m, n, dtype=dtype)
+
+    return _measure(
+        name="K sweep",
+        sweep="K",
+        x_name="K (inner size)",
+        xs=ks,
+        dims=lambda x: (m, n, x, 1),
+        inputs=inputs,
+        reference=lambda a, b, c: [_rows_reference(a, b)],
+        shape=lambda x: [m, n, x],
+        providers={_impl("torch"): (lambda a, b, c: torch.mm(a, b, out=c), None)},
+        dtype=dtype,
+        spec=spec,
+        progress=progress,
+        check=check,
+    )
 
 
 def sweep_head_dim(head_dims=None, batch_heads=None, seq=None, dtype=None, gpu=None, progress=None, check=True):
     """Batched attention scores ``Q @ K^T`` for head dimensions 60..128: ``batch_heads`` GEMMs of ``seq x seq x d``.
 
-    Sizes left as None take the mode's defaults; sizes given must be positive integers.
+    Sizes left as None take the mode's defaults; sizes given must be positive integers. The first, middle and last
+    head are checked against float64.
     """
     dtype = _dtype(dtype)
     bh = _size("batch_heads", batch_heads, cpu=2, gpu=256)
     s = _size("seq", seq, cpu=32, gpu=2048)
     head_dims = _sizes("head_dims", head_dims, (60, 64, 72, 80, 96, 100, 128))
     spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
-    results = []
-    for i, d in enumerate(progress(head_dims)):
-        q, k = _randn(bh, s, d, dtype=dtype, seed=i), _randn(bh, s, d, dtype=dtype, seed=1000 + i)
-        scores = new_output(bh, s, s, dtype=dtype)
-        run = lambda q=q, k=k, out=scores: torch.bmm(q, k.transpose(1, 2), out=out)
-        if check:
-            poison_(scores)
-            run()
-            for j in sorted({0, bh // 2, bh - 1}):
-                _check_rows(scores[j], q[j], k[j].t(), dtype, f"Q K^T, head {j}, d = {d}")
-        pred = gemm_time(s, s, d, dtype=dtype, gpu=spec, batch=bh, tile=None)
-        results.append(
-            bench.measure(
-                run,
-                lesson="02",
-                case=f"head dim sweep, {_impl('torch')}",
-                flops=pred.flops,
-                bytes=pred.bytes,
-                dtype=dtype,
-                shape=[bh, s, s, d],
-                impl=_impl("torch"),
-                sweep="head dim",
-                x=d,
-                x_name="head dimension d (K of Q K^T)",
-                **_timing(),
-                **pred.params(),
-            )
-        )
-        del q, k, scores
-    return results
+
+    def inputs(x):
+        i = head_dims.index(x)
+        q, k = _randn(bh, s, x, dtype=dtype, seed=i), _randn(bh, s, x, dtype=dtype, seed=1000 + i)
+        return q, k, poisoned(bh, s, s, dtype=dtype)
+
+    def reference(q, k, scores):  # spread rows of the first, middle and last head
+        expected = []
+        for j in sorted({0, bh // 2, bh - 1}):
+            rows, ref = _rows_reference(q[j], k[j].t())
+            expected.append(((j, rows), ref))
+        return expected
+
+    return _measure(
+        name="head dim sweep",
+        sweep="head dim",
+        x_name="head dimension d (K of Q K^T)",
+        xs=head_dims,
+        dims=lambda x: (s, s, x, bh),
+        inputs=inputs,
+        reference=reference,
+        shape=lambda x: [bh, s, s, x],
+        providers={_impl("torch"): (lambda q, k, out: torch.bmm(q, k.transpose(1, 2), out=out), None)},
+        dtype=dtype,
+        spec=spec,
+        progress=progress,
+        check=check,
+    )
 
 
 def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, check=True, impls=("torch", "triton")):
-    """``[m, k] @ [k, N]`` for N across wave boundaries, with torch.matmul and the fixed-tile Triton kernel.
+    """``[m, k] @ [k, N]`` for N across wave boundaries, with torch.matmul and the fixed-tile Triton kernel as two
+    providers of each N (each writing its own output).
 
     Sizes left as None take the mode's defaults; sizes given must be positive integers. ``impls``: a tuple naming
     'torch' and/or 'triton'.
@@ -204,42 +261,32 @@ def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, ch
     spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
     cfg = runtime.pick(cpu=TRITON_CPU_CONFIG, gpu=TRITON_GPU_CONFIG)
     tile = (cfg["block_m"], cfg["block_n"])
+    triton_impl = _impl(f"{tile[0]}x{tile[1]}")
+    runs = {  # implementation: (label, run(a, b, out), the tile the model assumes: None is cuBLAS's choice)
+        "torch": (_impl("torch"), lambda a, b, c: torch.mm(a, b, out=c), None),
+        "triton": (triton_impl, lambda a, b, c: matmul_fixed_tile(a, b, c, **cfg), tile),
+    }
     a = _randn(m, k, dtype=dtype, seed=7)
-    results = []
-    for i, n in enumerate(progress(ns)):
-        b = _randn(k, n, dtype=dtype, seed=2000 + i)
-        c = new_output(m, n, dtype=dtype)
-        for impl in impls:
-            if impl == "torch":
-                run = lambda b=b, c=c: torch.mm(a, b, out=c)
-                pred, impl_label, kernel = gemm_time(m, n, k, dtype=dtype, gpu=spec, tile=None), _impl("torch"), None
-            else:
-                run = lambda b=b, c=c: matmul_fixed_tile(a, b, c, **cfg)
-                pred = gemm_time(m, n, k, dtype=dtype, gpu=spec, tile=tile)
-                impl_label, kernel = _impl(f"{tile[0]}x{tile[1]}"), matmul_fixed_tile_kernel
-            if check:
-                poison_(c)  # also in timed runs: an unwritten tile shows up as NaN
-                _check_rows(run(), a, b, dtype, f"{impl_label}, {m} x {n} x {k}")
-            results.append(
-                bench.measure(
-                    run,
-                    lesson="02",
-                    case=f"wave sweep, {impl_label}",
-                    impl=impl_label,
-                    flops=pred.flops,
-                    bytes=pred.bytes,
-                    dtype=dtype,
-                    shape=[m, n, k],
-                    kernel=kernel,
-                    sweep="N (waves)",
-                    x=n,
-                    x_name="N (output columns)",
-                    **_timing(),
-                    **pred.params(),
-                )
-            )
-        del b, c
-    return results
+
+    def inputs(x):
+        return a, _randn(k, x, dtype=dtype, seed=2000 + ns.index(x)), *(poisoned(m, x, dtype=dtype) for _ in impls)
+
+    return _measure(
+        name="wave sweep",
+        sweep="N (waves)",
+        x_name="N (output columns)",
+        xs=ns,
+        dims=lambda x: (m, x, k, 1),
+        inputs=inputs,
+        reference=lambda a, b, *outs: [_rows_reference(a, b)],
+        shape=lambda x: [m, x, k],
+        providers={runs[impl][0]: (_own_output(runs[impl][1], i), runs[impl][2]) for i, impl in enumerate(impls)},
+        dtype=dtype,
+        spec=spec,
+        progress=progress,
+        check=check,
+        kernels={triton_impl: matmul_fixed_tile_kernel},
+    )
 
 
 def _results(results) -> list:

@@ -5,9 +5,11 @@ import math
 
 import matplotlib.figure
 import pytest
+import torch
 
-from gpulab import codesign, lessons
+from gpulab import bench, codesign, lessons
 from gpulab.bench import Result
+from gpulab.bench import report as bench_report
 
 
 def test_sweeps_attach_predictions_and_check_results(h100):
@@ -88,3 +90,57 @@ def test_sizes_given_are_used_not_replaced_by_defaults():
 
 def test_lesson_02_benchmark_is_registered():
     assert lessons.benchmark("02") is codesign.benchmark and callable(lessons.benchmark("02"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# on the harness: every provider checked before anything is timed, the records the readers use
+
+
+@pytest.fixture
+def no_timing(monkeypatch):
+    """The harness's clock replaced by one that fails the test: a run that reaches it timed something."""
+
+    def clock(*args, **kwargs):
+        raise AssertionError("the harness timed a provider")
+
+    monkeypatch.setattr(bench_report, "time_callable", clock)
+
+
+def test_a_wrong_triton_kernel_is_caught_beside_torch_before_timing(monkeypatch, no_timing):
+    """Torch and Triton are two providers of each N, each with its own output: the Triton kernel's unwritten column
+    is caught though torch's product of the same N is right, and nothing is timed."""
+
+    def misses_last_column(a, b, out, **cfg):
+        out[:, :-1] = (a @ b)[:, :-1]
+        return out
+
+    monkeypatch.setattr(codesign.sweeps, "matmul_fixed_tile", misses_last_column)
+    with pytest.raises(bench.CheckFailed, match=r"fixed-tile Triton .*nothing was timed"):
+        codesign.sweep_waves(ns=[16, 32], m=8, k=8)
+
+
+def test_a_wrong_head_is_caught(monkeypatch, no_timing):
+    bmm = torch.bmm
+
+    def last_head_wrong(q, kt, out):
+        bmm(q, kt, out=out)
+        out[-1] *= 2
+        return out
+
+    monkeypatch.setattr(codesign.sweeps.torch, "bmm", last_head_wrong)
+    with pytest.raises(bench.CheckFailed, match="head dim sweep"):
+        codesign.sweep_head_dim(head_dims=[4], batch_heads=3, seq=5)
+
+
+def test_records_keep_the_readers_fields():
+    rs = codesign.sweep_waves(ns=[16, 33], m=17, k=9)
+    assert [r.provider for r in rs] == [r.params["impl"] for r in rs]
+    assert [r.case for r in rs] == [f"wave sweep, {r.params['impl']}" for r in rs]
+    assert [r.params["x"] for r in rs] == [16, 16, 33, 33]
+    for r in rs:
+        assert r.status == "ok" and r.params["check"] == "ok" and r.wall_ms == r.ms
+        assert r.params["sweep"] == "N (waves)" and r.params["x_name"] == "N (output columns)"
+        assert {"predicted_ms", "predicted_tflops", "predicted_bound", "model_gpu"} <= set(r.params)
+    assert codesign.pair_agreement(rs)["by_sweep"].keys() == {f"N (waves) | {r.params['impl']}" for r in rs}
+    (r,) = codesign.sweep_k(ks=[8], m=4, n=4, check=False)
+    assert r.params["check"] == "not checked" and r.case == "K sweep, torch.matmul (CPU)" and r.params["x"] == 8

@@ -5,7 +5,8 @@ import math
 import matplotlib.axes
 import pytest
 
-from gpulab import hardware, memory
+from gpulab import bench, hardware, memory
+from gpulab.bench import report as bench_report
 
 # ----------------------------------------------------------------------------------------------------------------
 # measuring and plotting
@@ -53,3 +54,54 @@ def test_plot_hierarchy_and_ridge_points_headless():
 )
 def test_human_bytes(b, text):
     assert memory.human_bytes(b) == text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# on the harness: every provider checked before anything is timed, the records the readers use
+
+
+@pytest.fixture
+def no_timing(monkeypatch):
+    """The harness's clock replaced by one that fails the test: a run that reaches it timed something."""
+
+    def clock(*args, **kwargs):
+        raise AssertionError("the harness timed a provider")
+
+    monkeypatch.setattr(bench_report, "time_callable", clock)
+
+
+def test_a_wrong_sweep_kernel_stops_the_run_before_timing(monkeypatch, no_timing):
+    def one_percent_off(x, n, programs, iters, block):
+        return memory.working_set_sweep(x, n, programs, iters, block) * 1.01  # 1% off
+
+    monkeypatch.setattr(memory.measure, "working_set_sweep", one_percent_off)
+    with pytest.raises(bench.CheckFailed, match="sweep kernel.*nothing was timed"):
+        memory.measure_sweep(sizes=[16384, 65536])
+
+
+def test_each_copy_writes_its_own_output(monkeypatch, no_timing):
+    """A copy kernel that writes nothing is caught, though torch's copy beside it fills its own output."""
+    monkeypatch.setattr(memory.measure, "copy", lambda src, out: out)
+    with pytest.raises(bench.CheckFailed, match=r"copy kernel \(gpulab\)"):
+        memory.benchmark()
+
+
+def test_benchmark_records_keep_the_readers_fields():
+    results, fig = memory.benchmark()
+    sweep = [r for r in results if r.case == "working-set sweep"]
+    assert [r.params["working_set_bytes"] for r in sweep] == memory.working_set_sizes()
+    for r in sweep:
+        assert r.provider == "sweep kernel" and r.status == "ok" and r.params["check"] == "ok"
+        assert {"programs", "iters", "block", "level"} <= set(r.params)
+        assert r.shape == [r.params["working_set_bytes"] // 4] and r.dtype == "float32"
+        assert r.wall_ms == r.ms  # one clock in the interpreter, both recorded
+    copies = [r for r in results if r.case != "working-set sweep"]
+    assert [r.case for r in copies] == [r.provider for r in copies] == ["copy kernel (gpulab)", "torch copy_ (peer)"]
+    for r in copies:
+        assert r.params["check"] == "ok" and r.params["working_set_bytes"] == r.bytes == 2 * 4 * r.shape[0]
+    assert fig.axes and len(fig.axes[0].collections) == 2  # the two copies beside the sweep line
+
+
+def test_check_false_is_recorded():
+    (r,) = memory.measure_sweep(sizes=[16384], check=False)
+    assert r.params["check"] == "not checked" and r.status == "ok"

@@ -1,9 +1,12 @@
-"""Lesson 1's measurements (gpulab.roofline.measure) on CPU, labelled as interpreter numbers; the benchmark through
-the command line; the package face (light names eager, kernels lazy) and the benchmark registry."""
+"""Lesson 1's measurements (gpulab.roofline.measure) on CPU, labelled as interpreter numbers: the harness checks
+every provider before timing any, and the records keep the fields the readers use; the benchmark through the command
+line; the package face (light names eager, kernels lazy) and the benchmark registry."""
 
+import dataclasses
 import importlib
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,8 @@ import torch
 
 import gpulab.__main__ as cli
 from gpulab import bench, lessons, memory, roofline
+from gpulab.bench import report
+from gpulab.roofline import measure
 
 # ----------------------------------------------------------------------------------------------------------------
 # measuring on CPU (interpreter numbers, labelled as such)
@@ -60,6 +65,96 @@ def test_measure_cache_and_hbm_records():
         roofline.measure_cache("HBM")
     with pytest.raises(ValueError, match="n must be"):
         roofline.measure_hbm(n=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# on the harness: every provider checked before anything is timed; the records keep what the readers use
+
+
+def _by_name(name):
+    return next(b for b in measure.benchmarks() if b.name == name)
+
+
+def _count_timings(monkeypatch):
+    timed = []
+    real = report.time_callable
+    monkeypatch.setattr(report, "time_callable", lambda fn, **kw: timed.append(fn) or real(fn, **kw))
+    return timed
+
+
+def test_every_ceiling_is_a_harness_benchmark_of_its_providers():
+    found = {b.name: list(b.providers) for b in measure.benchmarks()}
+    assert all(isinstance(b, bench.Benchmark) for b in measure.benchmarks())
+    assert found["HBM"] == ["HBM: copy kernel (gpulab)", "HBM: torch copy_ (peer)"]  # timed in the same case
+    assert {"L2: sweep kernel (.cg loads)", "L1: sweep kernel", "FP32 FMA kernel"} <= set(found)
+    assert {"torch.matmul bf16", "torch.matmul fp16", "torch.matmul tf32", "torch.matmul fp32"} <= set(found)
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "wrong"),
+    [
+        ("HBM", "HBM: copy kernel (gpulab)", lambda src, mine, _: mine.copy_(src.flip(0))),
+        ("HBM", "HBM: torch copy_ (peer)", lambda src, _, theirs: theirs),  # never written: the poison shows
+        (
+            "L1: sweep kernel",
+            "L1: sweep kernel",
+            lambda x, n, programs, iters, block: memory.working_set_sweep(x, n, programs, iters - 1, block),
+        ),
+        (
+            "FP32 FMA kernel",
+            "FP32 FMA kernel",
+            lambda x, iters, block, num_warps: roofline.fma_chain(x, iters - 1, block=block, num_warps=num_warps),
+        ),
+        ("torch.matmul bf16", "torch.matmul bf16", lambda *sets: sets[0][0] @ sets[0][1] * 1.1),
+    ],
+    ids=["copy kernel", "torch copy_", "sweep, one trip short", "fma, one trip short", "matmul, 10% off"],
+)
+def test_a_wrong_provider_is_caught_before_anything_is_timed(monkeypatch, name, provider, wrong):
+    b = _by_name(name)
+    broken = dataclasses.replace(b, providers={**b.providers, provider: wrong})
+    timed = _count_timings(monkeypatch)
+    with pytest.raises(
+        bench.CheckFailed, match=rf"provider {re.escape(repr(provider))} does not match.*nothing was timed"
+    ):
+        bench.run([b, broken])  # the good benchmark first: still nothing of it is timed
+    assert timed == []
+    recorded = bench.run(dataclasses.replace(broken, on_mismatch="record"))  # a long run records it instead
+    checks = {r.provider: r.params["check"] for r in recorded}
+    assert checks.pop(provider).startswith("FAILED") and set(checks.values()) <= {"ok"}
+
+
+def test_measure_functions_check_with_the_harness_then_time_on_both_clocks(monkeypatch):
+    timed = _count_timings(monkeypatch)
+    records = roofline.measure_hbm(n=1000) + roofline.measure_fma(configs=[(32, 2, None)])
+    assert len(timed) == 3 and [r.params["check"] for r in records] == ["ok"] * 3
+    assert all(r.status == "ok" and r.mode == "interpreter" and math.isfinite(r.wall_ms) for r in records)
+    assert all({"wall_ms_q25", "wall_ms_q75", "wall_calls"} <= set(r.params) for r in records)
+    fma = records[-1]
+    assert fma.case == "FP32 FMA kernel, block 32, 2 warps" and fma.provider == "FP32 FMA kernel"
+    assert fma.params["block"] == 32 and fma.params["num_warps"] == 2 and fma.params["per_sm"] is None
+
+
+READ = {"ceiling", "peer_of", "level", "roof", "working_set_bytes"}  # what Ceilings, plot and the tables read
+# Only in GPU runs: the best records' annotations; before the harness, the compiled kernel's shared memory and warps
+# (no reader uses them; the harness records registers and spills, and the FMA cases carry num_warps as an x value).
+STORED_ONLY = {"best", "vs_spec", "vs_peer", "shared_bytes", "num_warps"}
+
+
+def test_records_keep_the_stored_records_fields_and_names():
+    live = roofline.measure_ceilings().records
+    assert len(live) == 11 and all(r.status == "ok" and r.params["check"] == "ok" for r in live)
+    stored = bench.load("01", path=bench.newest(bench.results_dir() / "01_roofline"))
+    for old in stored:  # the same kind of measurement (shapes and launches differ on CPU): same names and fields
+        kind = re.split(r" \d+x|, block", old.case)[0]
+        new = [r for r in live if r.case.startswith(kind) and ("(peer)" in r.case) == ("(peer)" in old.case)]
+        assert new, f"no live record like {old.case!r}"
+        for r in new:
+            assert set(old.params) - STORED_ONLY <= set(r.params), (old.case, set(old.params) - set(r.params))
+            assert all(r.params[k] == old.params[k] for k in READ - {"working_set_bytes"} if k in old.params)
+            assert (r.lesson, r.dtype, r.provider is not None) == (old.lesson, old.dtype, True)
+    cases = {r.case for r in live}
+    assert cases >= {"HBM: copy kernel (gpulab)", "HBM: torch copy_ (peer)", "L1: sweep kernel"}
+    assert cases >= {"L2: sweep kernel (.cg loads)", "FP32 FMA kernel, block 64, 4 warps"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
