@@ -9,12 +9,13 @@
 2. **throughput** (:func:`throughput`): tokens per second of a whole training step (forward, backward, AdamW) of a
    GPT-2-small-width stack (d = 768) in bf16, for the LSTM with 1, 4, 12 and 24 heads and the Transformer with 6, 12
    and 24 heads (FlashAttention takes head dims up to 128, so a 768-wide Transformer needs at least 6 heads), and
-   the Transformer on PyTorch's SDPA as the peer of the course's FlashAttention. The LSTM runs the ``fused`` backend
-   where a head's recurrent weights fit on chip (:mod:`gpulab.rnn.tiling`), else ``alternating``; the record says
-   which (``params["backend"]``).
+   the Transformer on PyTorch's SDPA as the peer of the course's FlashAttention; one :class:`gpulab.bench.Benchmark`
+   whose cases are the models, each model's logits checked against a float64 copy of it before any is timed, then
+   both clocks. The LSTM runs the ``fused`` backend where a head's recurrent weights fit on chip
+   (:mod:`gpulab.rnn.tiling`), else ``alternating``; the record says which (``params["backend"]``).
 
 A case that fails is recorded with ``params["error"]`` (and ``ms`` NaN) instead of ending the run, so one
-unsupported configuration cannot cost the others.
+unsupported configuration cannot cost the others; a throughput check that fails is recorded in ``params["check"]``.
 
 Sizes: ``SIZES["full"]`` on a GPU, ``SIZES["tiny"]`` on CPU (seconds; it checks the code path, not the claim);
 ``SIZES["cpu"]`` is what the lesson notebook trains on CPU. Tables and plots of the records: :mod:`.results`.
@@ -31,7 +32,7 @@ from gpulab import bench, runtime
 from gpulab.tasks.data import get_task
 from gpulab.tasks.models import LSTMModel, TransformerModel, count_parameters, default_attention, default_rnn_backend
 from gpulab.tasks.results import MODELS, accuracy_table, figure, throughput_summary, throughput_table
-from gpulab.tasks.training import accuracy_vs_length, train, train_step_throughput
+from gpulab.tasks.training import _measure_train_steps, accuracy_vs_length, train
 
 __all__ = ["SIZES", "MODELS", "make_model", "compare", "throughput", "benchmark"]
 
@@ -240,37 +241,48 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
     return out
 
 
+def _case_name(model: str, num_heads: int, attention: str | None) -> str:
+    """A throughput record's case: "LSTM 1 head", "Transformer 12 heads (flash)"."""
+    name = f"{model} {num_heads} head{'s' if num_heads > 1 else ''}"
+    return name + (f" ({attention})" if model == "Transformer" else "")
+
+
 def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     """Tokens/s of a training step for the LSTM at each of ``lstm_heads`` and the Transformer at each of
-    ``transformer_heads`` (FlashAttention on a GPU) plus on PyTorch SDPA at ``peer_heads``; see the module doc."""
-    cfg = _size(size)["throughput"]
+    ``transformer_heads`` (FlashAttention on a GPU) plus on PyTorch SDPA at ``peer_heads``; see the module doc.
+
+    One :class:`gpulab.bench.Benchmark` whose cases are the models (x values ``model``, ``num_heads``,
+    ``attention``: None for the LSTM): each model's logits on the case's batch are checked against a float64 copy of
+    it (the LSTM on its ``vanilla`` backend, attention ``naive``) before anything is timed, a mismatch recorded in
+    ``params['check']``; then the harness times the training step on both clocks. ``params`` also carry ``kind``
+    ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused
+    kernel refused the head size) and ``tokens_per_s``; a model that cannot be built or run, ``error``."""
+    cfg, task = _size(size)["throughput"], get_task(task)
     dtype = runtime.as_dtype(cfg["dtype"])
     sizes = {"d_model": cfg["d_model"], "num_layers": cfg["num_layers"]}
-    cases = [("LSTM", h, None) for h in cfg["lstm_heads"]]
-    cases += [("Transformer", h, default_attention()) for h in cfg["transformer_heads"]]
-    cases += [("Transformer", cfg["peer_heads"], "sdpa")]
-    if progress is not None:
-        cases = progress(cases)
-    out = []
-    for kind, heads, attn in cases:
-        case = f"{kind} {heads} head{'s' if heads > 1 else ''}" + (f" ({attn})" if kind == "Transformer" else "")
-        info = {"kind": "throughput", "model": kind, "num_heads": heads, **sizes}
-        try:
-            if kind == "LSTM":
-                model, backend, note = _lstm(task, 0, dtype, num_heads=heads, **sizes)
-                info.update({"backend": backend, **({"note": note} if note else {})})
-            else:
-                model = make_model(kind, task, dtype=dtype, attention=attn, num_heads=heads, **sizes)
-                info["attention"] = attn
-            info["parameters"] = count_parameters(model)
-            out.append(train_step_throughput(model, task, cfg["batch_size"], cfg["length"], case, info))
-        except Exception as exc:  # noqa: BLE001 - recorded, and the run goes on
-            out.append(_failed(case, exc, **info))
-        finally:
-            model = None
-            if runtime.on_gpu():
-                torch.cuda.empty_cache()
-    return out
+    cases = [{"model": "LSTM", "num_heads": h, "attention": None} for h in cfg["lstm_heads"]]
+    cases += [
+        {"model": "Transformer", "num_heads": h, "attention": default_attention()} for h in cfg["transformer_heads"]
+    ]
+    cases += [{"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa"}]
+    built = {}  # case -> what building its model found out (backend, note, parameters), for the records
+
+    def build(model, num_heads, attention):
+        if model == "LSTM":
+            m, backend, note = _lstm(task, 0, dtype, num_heads=num_heads, **sizes)
+            info = {"backend": backend, **({"note": note} if note else {})}
+        else:
+            m = make_model(model, task, dtype=dtype, attention=attention, num_heads=num_heads, **sizes)
+            info = {}
+        built[_case_name(model, num_heads, attention)] = {**info, "parameters": count_parameters(m)}
+        return m
+
+    def params(**x):
+        return {"kind": "throughput", **sizes, **built.get(_case_name(**x), {})}
+
+    return _measure_train_steps(
+        "training throughput", cases, build, _case_name, task, cfg["batch_size"], cfg["length"], dtype, params, progress
+    )
 
 
 def benchmark(progress=None, size=None):
@@ -290,4 +302,6 @@ def benchmark(progress=None, size=None):
     for r in results:
         if "error" in r.params:
             print(f"FAILED {r.case}: {r.params['error']}")
+        elif str(r.params.get("check", "")).startswith("FAILED"):
+            print(f"CHECK {r.case}: {r.params['check']}")
     return results, figure(results)

@@ -6,12 +6,14 @@
   strings of one length, the model in eval mode without gradients (a wrong final state is a failure even if every
   earlier prediction was right; chance is 1 / classes);
 - :func:`accuracy_vs_length`: :func:`evaluate` at several lengths, the lesson's plot;
-- :func:`train_step_throughput`: tokens per second of a whole training step (forward, backward, AdamW), timed with
-  :func:`gpulab.bench.measure`.
+- :func:`train_step_throughput`: tokens per second of a whole training step (forward, backward, AdamW), checked
+  against a float64 copy of the model and timed by the :mod:`gpulab.bench` harness (:func:`gpulab.tasks.throughput`
+  measures every model of the lesson's throughput table the same way).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -19,8 +21,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpulab import bench, runtime
+from gpulab import bench, check, runtime
+from gpulab.rnn.module import LSTM
 from gpulab.tasks.data import get_task
+from gpulab.tasks.models import CausalSelfAttention
 
 __all__ = ["TrainLog", "model_device", "train", "evaluate", "accuracy_vs_length", "train_step_throughput"]
 
@@ -186,36 +190,123 @@ def accuracy_vs_length(model, task, lengths, samples: int = 512, batch_size: int
     return {n: evaluate(model, task, n, samples, batch_size, seed + n) for n in lengths}
 
 
+class _TrainStep:
+    """The inputs of one throughput case: a model, its AdamW and a seeded batch, and a float64 copy of the model
+    taken before any step changes its weights (the reference of the check).
+
+    Calling it runs one whole training step (forward, backward, AdamW) and returns the forward's logits, which the
+    harness checks against :meth:`expected` before it times anything. A model that cannot be built keeps its error
+    and raises it when called: the harness records it as the case's status, where an error raised while making the
+    inputs would end the whole run."""
+
+    def __init__(self, build, task, batch_size: int, length: int):
+        self.error = None
+        try:
+            self.model = build()
+        except Exception as exc:  # noqa: BLE001 - raised again by the provider, so the record says why
+            self.error = exc
+            return
+        self.reference = _float64_copy(self.model)
+        self.x, self.y = get_task(task).sample(
+            batch_size, length, generator=torch.Generator().manual_seed(0), device=model_device(self.model)
+        )
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.model.train()
+
+    def __call__(self) -> torch.Tensor:
+        if self.error is not None:
+            raise self.error
+        logits = self.model(self.x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), self.y.reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return logits.detach()
+
+    def expected(self) -> torch.Tensor | None:
+        """The float64 copy's logits on the same batch (None for a model that could not be built: no provider
+        output to check)."""
+        if self.error is not None:
+            return None
+        with torch.no_grad():
+            return self.reference(self.x)
+
+
+def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in float64 on PyTorch's own paths: every gpulab LSTM on its ``vanilla`` backend and every attention
+    ``naive`` (the Triton kernels do not take float64), as lesson 5's ``_dense_reference`` copies its module."""
+    ref = copy.deepcopy(model).double().eval()
+    for m in ref.modules():
+        if isinstance(m, LSTM):
+            m.backend = "vanilla"
+        elif isinstance(m, CausalSelfAttention):
+            m.attention = "naive"
+    return ref
+
+
+def _check_logits(out: torch.Tensor, expected: torch.Tensor) -> dict:
+    """The logits against the float64 copy's: norm-wise at the dtype's tolerance, element by element at 4x it (as
+    lesson 5 checks its LSTM: over a long string a state carried in bf16 drifts by a few ulps in a handful of
+    elements, which is rounding; a wrong model is off everywhere). Returns the relative error for the record."""
+    tol = check.tolerance(out.dtype)
+    rel = check.assert_close(out, expected, rtol=4 * tol, name="logits")
+    if rel > tol:
+        raise AssertionError(f"logits: norm-wise relative error {rel:.3g} above the {tol:.0e} tolerance")
+    return {"rel_err": rel}
+
+
+TRAIN_STEP = "train step"
+"""The provider's name in the throughput records."""
+
+
+def _measure_train_steps(name, cases, build, label, task, batch_size, length, dtype, params, progress=None) -> list:
+    """Training throughput on the :mod:`gpulab.bench` harness: one case per model (``build(**x)`` makes it), one
+    provider, :data:`TRAIN_STEP`. Every case's logits are first checked against its float64 copy (a mismatch is
+    written into ``params['check']``, not raised), then every case is timed on both clocks. Each record's ``case`` is
+    its ``label`` (without the benchmark's name), ``params`` carry ``tokens_per_s`` (batch_size * length / device
+    time of a step) where the step ran, else ``error`` (why not), beside the x values and ``params(**x)``."""
+    benchmark = bench.Benchmark(
+        lesson="06",
+        name=name,
+        cases=cases,
+        inputs=lambda **x: (_TrainStep(lambda: build(**x), task, batch_size, length),),
+        providers={TRAIN_STEP: lambda step: step()},
+        reference=lambda step: step.expected(),
+        check=_check_logits,
+        on_mismatch="record",
+        dtype=dtype,
+        shape=[batch_size, length],
+        params=params,
+        label=label,
+        warmup_ms=runtime.pick(cpu=0.0, gpu=200.0),
+        rep_ms=runtime.pick(cpu=50.0, gpu=500.0),
+    )
+    results = bench.run(benchmark, progress)
+    for r in results:
+        r.case = r.case.removeprefix(f"{name} ")
+        if r.status == "ok":
+            r.params["tokens_per_s"] = batch_size * length / (r.ms * 1e-3)
+        else:
+            r.params["error"] = r.status.removeprefix("failed: ")[:500]
+    return results
+
+
 def train_step_throughput(
     model, task, batch_size: int, length: int, case: str = "train step", params: dict | None = None
 ) -> bench.Result:
-    """Time one whole training step (forward, backward, AdamW) with :func:`gpulab.bench.measure`; the Result's
-    ``params`` carry ``tokens_per_s`` (= batch_size * length / step time) and everything in ``params``."""
+    """Check and time one whole training step (forward, backward, AdamW) of ``model`` on the :mod:`gpulab.bench`
+    harness: its logits against a float64 copy of it first (``params['check']``), then both clocks. The Result's
+    ``params`` carry ``tokens_per_s`` (= batch_size * length / device time of a step) and everything in ``params``;
+    a step that cannot run is recorded with ``params['error']``."""
     _require_model(model)
     task = get_task(task)
     batch_size, length = runtime.positive_int("batch_size", batch_size), runtime.positive_int("length", length)
+    if not isinstance(case, str) or not case:
+        raise TypeError(f"case must be a non-empty string, got {type(case).__name__} {case!r}.")
     if params is not None and not isinstance(params, dict):
         raise TypeError(f"params must be a dict or None, got {type(params).__name__}.")
-    device = model_device(model)
-    x, y = task.sample(batch_size, length, generator=torch.Generator().manual_seed(0), device=device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train()
-
-    def step():
-        loss = _loss(model, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    r = bench.measure(
-        step,
-        lesson="06",
-        case=case,
-        dtype=next(model.parameters()).dtype,
-        shape=[batch_size, length],
-        warmup_ms=200.0 if runtime.on_gpu() else 0.0,
-        rep_ms=500.0 if runtime.on_gpu() else 50.0,
-        **(params or {}),
+    dtype = next(model.parameters()).dtype
+    (r,) = _measure_train_steps(
+        "training throughput", [{}], lambda: model, lambda: case, task, batch_size, length, dtype, dict(params or {})
     )
-    r.params["tokens_per_s"] = batch_size * length / (r.ms * 1e-3)
     return r

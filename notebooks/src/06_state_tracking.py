@@ -132,7 +132,7 @@ print("Transformer, sum mod 5: below 35% (chance: 20%) on strings 2x and 4x long
 #
 # ## 4. Training throughput (CPU, for the code path only)
 #
-# `tasks.throughput` times one whole training step (forward, backward, AdamW) with `gpulab.bench.measure` and reports tokens per second, for the LSTM and the Transformer at several head counts. On CPU these are PyTorch-on-CPU numbers of tiny models; the H100 numbers are in section 5.
+# `tasks.throughput` checks each model's logits against a float64 copy of it, then times one whole training step (forward, backward, AdamW) on the `gpulab.bench` harness and reports tokens per second, for the LSTM and the Transformer at several head counts. On CPU these are PyTorch-on-CPU numbers of tiny models; the H100 numbers are in section 5.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -91,6 +91,7 @@ CASES = [
     ("lengths-empty", lambda m: tasks.accuracy_vs_length(m, P, []), ValueError, "lengths"),
     ("throughput-batch-0", lambda m: tasks.train_step_throughput(m, P, 0, 4), ValueError, "batch_size"),
     ("throughput-params-list", lambda m: tasks.train_step_throughput(m, P, 2, 4, params=[1]), TypeError, "params"),
+    ("throughput-case-int", lambda m: tasks.train_step_throughput(m, P, 2, 4, case=5), TypeError, "case"),
     # experiments and results
     ("make-model-kind", lambda m: experiments.make_model("GRU", P), ValueError, "kind="),
     ("make-model-task", lambda m: experiments.make_model("LSTM", [P]), TypeError, "task"),

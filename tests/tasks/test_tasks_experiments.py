@@ -68,6 +68,68 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
     assert tasks.stored_throughput("a100", root=tmp_path) == []
 
 
+def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch):
+    """The harness runs every model's check before it times any; a model made wrong on purpose (the SDPA peer's
+    attention not causal, its float64 copy on the correct naive attention) gets a FAILED check in its record and is
+    still timed; every record carries the fields lesson 6's readers use."""
+    from gpulab.bench import report
+    from gpulab.tasks import models, training
+
+    events = []
+    expected, time_callable = training._TrainStep.expected, report.time_callable
+    monkeypatch.setattr(training._TrainStep, "expected", lambda self: events.append("check") or expected(self))
+    monkeypatch.setattr(report, "time_callable", lambda *a, **k: events.append("time") or time_callable(*a, **k))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setitem(models.ATTENTION, "sdpa", lambda q, k, v, is_causal: sdpa(q, k, v, is_causal=False))
+
+    out = tasks.throughput("tiny")
+    t = tasks.SIZES["tiny"]["throughput"]
+    n = len(t["lstm_heads"]) + len(t["transformer_heads"]) + 1
+    assert events == ["check"] * n + ["time"] * n
+    assert [r.case for r in out] == [
+        "LSTM 1 head",
+        "LSTM 2 heads",
+        "Transformer 1 head (naive)",
+        "Transformer 2 heads (naive)",
+        "Transformer 2 heads (sdpa)",
+    ]
+    *right, wrong = out
+    assert all(r.params["check"] == "ok" and r.params["rel_err"] < 1e-5 for r in right)
+    assert wrong.params["check"].startswith("FAILED: logits") and wrong.status == "ok"
+    for r in out:
+        p = r.params
+        assert p["kind"] == "throughput" and p["model"] in ("LSTM", "Transformer") and p["num_heads"] >= 1
+        assert (p["d_model"], p["num_layers"], p["parameters"] > 0) == (t["d_model"], t["num_layers"], True)
+        assert p["tokens_per_s"] == pytest.approx(t["batch_size"] * t["length"] / (r.ms * 1e-3))
+        assert r.wall_ms > 0 and r.shape == [t["batch_size"], t["length"]] and r.dtype == "float32"
+        assert p.get("backend") == ("vanilla" if p["model"] == "LSTM" else None)
+        assert p["attention"] == (None if p["model"] == "LSTM" else r.case.split("(")[1].rstrip(")"))
+    assert len(tasks.throughput_records(out)) == n and "Transformer 2 heads (sdpa)" in tasks.throughput_table(out)
+
+
+def test_a_model_that_cannot_be_built_is_recorded_with_its_reason(monkeypatch):
+    make_model = experiments.make_model
+
+    def refuse(kind, *args, **kwargs):
+        if kind == "Transformer":
+            raise RuntimeError("no Transformer here (test)")
+        return make_model(kind, *args, **kwargs)
+
+    monkeypatch.setattr(experiments, "make_model", refuse)
+    out = tasks.throughput("tiny")
+    failed = [r for r in out if r.params["model"] == "Transformer"]
+    assert failed and all(r.params["error"] == "RuntimeError: no Transformer here (test)" for r in failed)
+    assert all("tokens_per_s" not in r.params and r.ms != r.ms for r in failed)
+    assert [r.case for r in tasks.throughput_records(out)] == ["LSTM 1 head", "LSTM 2 heads"]
+
+
+def test_train_step_throughput_checks_and_times_one_model():
+    model = experiments.make_model("Transformer", "parity", d_model=16, num_heads=2, num_layers=1)
+    r = tasks.train_step_throughput(model, "parity", 2, 8, case="one step", params={"kind": "throughput"})
+    assert (r.case, r.provider, r.status, r.params["check"]) == ("one step", "train step", "ok", "ok")
+    assert r.params["kind"] == "throughput" and r.params["tokens_per_s"] == pytest.approx(16 / (r.ms * 1e-3))
+
+
 def test_lesson_06_registers_its_benchmark():
     assert lessons.benchmark("06") is tasks.benchmark
 
