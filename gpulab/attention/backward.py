@@ -38,7 +38,7 @@ import triton.language as tl
 
 from gpulab import check, runtime
 from gpulab.attention import backward_fused, hopper, hopper_backward
-from gpulab.attention.backward_fused import attention_preprocess_kernel
+from gpulab.attention.backward_fused import attention_preprocess_kernel, dkdv_q_ranges
 from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
 from gpulab.attention.plan import Plan, backward_plan
 from gpulab.launch import Launch, direct_stream
@@ -165,16 +165,7 @@ def attention_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    # Q blocks [lo, a) are cut by the causal diagonal, [a, b) are whole and see the whole K block (no mask),
-    # [b, n_q) is the ragged last Q block. Causal: queries before start_n see none of these keys, so lo skips them.
-    lo = 0
-    full_lo = 0
-    if IS_CAUSAL:
-        lo = (start_n // BLOCK_M) * BLOCK_M
-        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
-    full_hi = (n_q // BLOCK_M) * BLOCK_M
-    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
-    b = tl.maximum(a, full_hi)
+    lo, a, b = dkdv_q_ranges(start_n, n_q, BLOCK_M, BLOCK_N, IS_CAUSAL)  # masked, whole, ragged last Q blocks
     dk, dv = _dkdv_inner(
         dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n, offs_m0, d_mask,
         HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,

@@ -35,8 +35,8 @@ from gpulab.attention.configs import AttentionConfig
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 
-__all__ = ["attention_preprocess_kernel", "attention_dkdvq_kernel", "FusedBackward", "preprocess_launch",
-           "fused_backward_launch", "use_fused", "FUSED_MIN_WORK", "FUSED_CONFIGS"]  # fmt: skip
+__all__ = ["attention_preprocess_kernel", "dkdv_q_ranges", "attention_dkdvq_kernel", "FusedBackward",
+           "preprocess_launch", "fused_backward_launch", "use_fused", "FUSED_MIN_WORK", "FUSED_CONFIGS"]  # fmt: skip
 
 FUSED_MIN_WORK = 1 << 31
 """B * H * Nq * Nk * d below which the two-kernel backward runs (the fused one adds a zero-fill and a cast: host
@@ -62,6 +62,22 @@ def attention_preprocess_kernel(
     o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
+
+
+@triton.jit
+def dkdv_q_ranges(start_n, n_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """The Q blocks a dK/dV program of K block ``start_n`` visits, as three ranges (every backward uses it):
+    [lo, a) cut by the causal diagonal (masked), [a, b) whole, seeing the whole K block (no mask), [b, n_q) the ragged
+    last Q block (masked). Causal: queries before ``start_n`` see none of these keys, so ``lo`` skips them."""
+    lo = 0
+    full_lo = 0
+    if IS_CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
+    full_hi = (n_q // BLOCK_M) * BLOCK_M
+    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
+    b = tl.maximum(a, full_hi)
+    return lo, a, b
 
 
 @triton.jit
@@ -125,14 +141,7 @@ def attention_dkdvq_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    lo = 0
-    full_lo = 0
-    if IS_CAUSAL:  # queries before start_n see none of these keys
-        lo = (start_n // BLOCK_M) * BLOCK_M
-        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
-    full_hi = (n_q // BLOCK_M) * BLOCK_M
-    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
-    b = tl.maximum(a, full_hi)
+    lo, a, b = dkdv_q_ranges(start_n, n_q, BLOCK_M, BLOCK_N, IS_CAUSAL)
     dk, dv = _dkdvq_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n,
                           offs_m0, d_mask, HEAD_DIM, BLOCK_M, IS_CAUSAL, True, IS_FP32, PRECISION)  # fmt: skip
     dk, dv = _dkdvq_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, a, b, n_q, qk_scale, offs_n,

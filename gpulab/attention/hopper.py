@@ -412,9 +412,16 @@ def sm90_ttgir(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig |
         raise TypeError(f"cfg must be a HopperConfig or None, got {type(cfg).__name__}.")
     arg = json.dumps({"d": runtime.integer("head_dim", head_dim, minimum=1), "causal": bool(is_causal),
                       "cfg": dataclasses.asdict(cfg), "dtype": dtype})  # fmt: skip
+    return ttgir_in_fresh_process(_BOOTSTRAP, arg, "version 2", timeout)
+
+
+def ttgir_in_fresh_process(bootstrap: str, arg: str, what: str, timeout: float) -> str:
+    """Run ``bootstrap`` (Python source that compiles a kernel for sm_90 and writes its TTGIR to stdout) with ``arg``
+    as ``sys.argv[1]`` in a fresh process outside the interpreter (without ``TRITON_INTERPRET`` and
+    ``GPULAB_DEVICE``, which fix the mode at the first import); its TTGIR, or a RuntimeError naming ``what``."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
-    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", bootstrap, arg], capture_output=True, text=True, env=env,
                           timeout=timeout, check=False)  # fmt: skip
     if done.returncode:
-        raise RuntimeError(f"compiling version 2 for sm_90 failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"compiling {what} for sm_90 failed:\n{done.stderr[-3000:]}")
     return done.stdout

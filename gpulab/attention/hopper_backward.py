@@ -22,14 +22,13 @@ H100 they computed the same gradients as version 1's kernels and were no faster 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import triton
 import triton.language as tl
 
+from gpulab.attention.backward_fused import dkdv_q_ranges
 from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.hopper import ttgir_in_fresh_process
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E
 
@@ -92,14 +91,7 @@ def attention_dkdv_v2_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    lo = 0
-    full_lo = 0
-    if IS_CAUSAL:  # queries before start_n see none of these keys
-        lo = (start_n // BLOCK_M) * BLOCK_M
-        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
-    full_hi = (n_q // BLOCK_M) * BLOCK_M
-    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
-    b = tl.maximum(a, full_hi)
+    lo, a, b = dkdv_q_ranges(start_n, n_q, BLOCK_M, BLOCK_N, IS_CAUSAL)
     dk, dv = _dkdv_v2_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n,
                             offs_m0, BLOCK_M, IS_CAUSAL, True)  # fmt: skip
     dk, dv = _dkdv_v2_inner(dk, dv, k, v, q_desc, do_desc, lse_ptr, delta_ptr, a, b, n_q, qk_scale, offs_n,
@@ -246,9 +238,4 @@ def sm90_backward_ttgir(kind: str = "dq", head_dim: int = 64, is_causal: bool = 
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg must be an AttentionConfig or None, got {type(cfg).__name__}.")
     arg = json.dumps({"kind": kind, "d": head_dim, "causal": bool(is_causal), "cfg": dataclasses.asdict(cfg)})
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
-    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"compiling version 2's {kind} kernel for sm_90 failed:\n{done.stderr[-3000:]}")
-    return done.stdout
+    return ttgir_in_fresh_process(_BOOTSTRAP, arg, f"version 2's {kind} kernel", timeout)
