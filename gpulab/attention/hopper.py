@@ -377,18 +377,24 @@ def sm90_compile(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig
     """Compile version 2 for sm_90 (no GPU needed, nothing launched) and return Triton's compiled kernel, whose
     ``asm`` holds 'ttgir', 'ptx' and 'cubin'. Needs compiled mode: use :func:`sm90_ttgir` from an interpreter
     process (it compiles in a fresh one)."""
-    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
-
     cfg = cfg or hopper_config(head_dim, is_causal)
     runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     ptr = f"*{dtype}"
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
                  "n_q": "i32", "n_k": "i32", "n_bh": "i32", "qk_scale": "fp32"}  # fmt: skip
     constexprs = _constexprs(head_dim, is_causal, 1 if is_causal else cfg.block_n, cfg)
-    signature.update({name: "constexpr" for name in constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}  # pointers 16-byte aligned, as launches check
-    src = triton.compiler.ASTSource(fn=attention_forward_v2_kernel, signature=signature, constexprs=constexprs,
-                                    attrs=attrs)  # fmt: skip
+    return compile_for_sm90(attention_forward_v2_kernel, signature, constexprs, 5, cfg)
+
+
+def compile_for_sm90(kernel, signature: dict, constexprs: dict, pointers: int, cfg):
+    """Triton's compiled ``kernel`` for sm_90 (no GPU needed, nothing launched): ``signature`` gives the types of the
+    runtime arguments, its first ``pointers`` ones pointers, 16-byte aligned as the launches check; ``cfg`` gives
+    ``num_warps`` and ``num_stages``."""
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+
+    signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}
+    src = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})  # fmt: skip
 

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from gpulab.attention.backward_fused import dkdv_q_ranges
 from gpulab.attention.configs import AttentionConfig
-from gpulab.attention.hopper import ttgir_in_fresh_process
+from gpulab.attention.hopper import compile_for_sm90, ttgir_in_fresh_process
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E
 
@@ -195,8 +195,6 @@ def backward_v2_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) 
 def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: AttentionConfig, dtype: str = "bf16"):
     """Compile version 2's ``kind`` ('dq' or 'dkdv') kernel for sm_90 (no GPU needed, nothing launched); needs
     compiled mode: use :func:`sm90_backward_ttgir` from an interpreter process."""
-    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
-
     ptr = f"*{dtype}"
     if kind == "dq":
         kernel, names = attention_dq_v2_kernel, ("q", "k", "v", "o", "do", "lse", "delta", "dq")
@@ -206,11 +204,7 @@ def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: Attent
     signature.update({"n_q": "i32", "n_k": "i32", "qk_scale": "fp32", "scale": "fp32"})
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
                       IS_CAUSAL=is_causal)  # fmt: skip
-    signature.update({name: "constexpr" for name in constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}
-    src = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})  # fmt: skip
+    return compile_for_sm90(kernel, signature, constexprs, len(names), cfg)
 
 
 _BOOTSTRAP = (
