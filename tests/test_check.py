@@ -476,3 +476,27 @@ def test_check_refuses_bad_input_naming_the_argument(call, error, words):
     with pytest.raises(error) as e:
         call()
     assert words in str(e.value)
+
+
+def test_assert_close_drifting_takes_rare_rounding_not_wrong_elements():
+    ref = torch.randn(4, 1000, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    tol = check.tolerance(torch.bfloat16)
+    drift = ref.clone()
+    drift[0, :3] += 2.5 * tol * (ref[0, :3].abs() + 1.0)  # a few elements a few ulps off
+    with pytest.raises(AssertionError, match="differ"):
+        check.assert_close(drift.to(torch.bfloat16), ref)  # the plain check refuses them
+    assert check.assert_close_drifting(drift.to(torch.bfloat16), ref) < tol
+    wrong = drift.clone()
+    wrong[1, 7] = 5.0
+    with pytest.raises(AssertionError, match="(?s)states.*differ"):
+        check.assert_close_drifting(wrong.to(torch.bfloat16), ref, name="states")
+    off = ref * (1 + 2 * tol)  # every element just inside 4x, the whole too far off
+    with pytest.raises(AssertionError, match="norm-wise relative error"):
+        check.assert_close_drifting(off.to(torch.bfloat16), ref)
+
+
+@pytest.mark.parametrize("slack", [0.5, math.nan, math.inf, "4"])
+def test_assert_close_drifting_refuses_a_bad_slack(slack):
+    ref = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises((ValueError, TypeError), match="slack"):
+        check.assert_close_drifting(ref.float(), ref, slack=slack)
