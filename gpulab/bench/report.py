@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from triton.runtime import KernelInterface
 
 from gpulab import check, lessons, runtime
 from gpulab.bench import plots
@@ -111,7 +112,8 @@ class Benchmark:
     the others must match; ``check(out, expected)`` raises AssertionError on a mismatch (default:
     :func:`gpulab.check.assert_close` at the output dtype's tolerance). ``flops`` and ``bytes`` are the work the
     operation must do; ``dtype`` and ``shape`` default to those of the first tensor input. ``kernels`` maps a
-    provider to the ``@triton.jit`` kernel it launches (registers and spills in the records).
+    provider to the ``@triton.jit`` kernel it launches (registers and spills in the records), or to a function of the
+    case's x values returning that kernel (None: none to report) where the provider picks its kernel by case.
     """
 
     lesson: str
@@ -215,6 +217,13 @@ class Benchmark:
             )
         return dict(fields or {})
 
+    def kernel(self, provider: str, x: Mapping):
+        """The ``@triton.jit`` kernel ``provider`` launches in case ``x`` (None if ``kernels`` does not name one)."""
+        k = self.kernels.get(provider)
+        if k is None or isinstance(k, KernelInterface) or not callable(k):
+            return k
+        return k(**x)
+
     def new_record(self, x: Mapping, args: tuple, provider: str, status: str) -> Result:
         """An untimed record of one (case, provider): the environment, the work, the x values in ``params``."""
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
@@ -317,7 +326,7 @@ def run(benchmarks, progress=None, timed: bool = True) -> list[Result]:
             if r.status == "ok" and not timed:
                 r.status = "checked, not timed"
             elif r.status == "ok":
-                _time_into(r, b, fn, args)
+                _time_into(r, b, fn, args, b.kernel(p, x))
             results.append(r)
         del args  # before the next case's inputs are made
         if runtime.on_gpu():
@@ -325,7 +334,7 @@ def run(benchmarks, progress=None, timed: bool = True) -> list[Result]:
     return results
 
 
-def _time_into(r: Result, b: Benchmark, fn: Callable, args: tuple) -> None:
+def _time_into(r: Result, b: Benchmark, fn: Callable, args: tuple, kernel) -> None:
     call = lambda: fn(*args)  # noqa: E731
     try:
         t = time_callable(call, warmup_ms=b.warmup_ms, rep_ms=b.rep_ms)
@@ -336,7 +345,7 @@ def _time_into(r: Result, b: Benchmark, fn: Callable, args: tuple) -> None:
     r.ms, r.ms_q25, r.ms_q75, r.reps = t.median_ms, t.q25_ms, t.q75_ms, t.reps
     r.wall_ms = w.median_ms
     r.params.update(wall_ms_q25=w.q25_ms, wall_ms_q75=w.q75_ms, wall_calls=w.calls)
-    res = kernel_resources(b.kernels[r.provider]) if r.provider in b.kernels else {}
+    res = kernel_resources(kernel) if kernel is not None else {}
     r.registers, r.spills = res.get("registers"), res.get("spills")
 
 

@@ -36,6 +36,8 @@ from gpulab import bench, check, roofline, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
+from gpulab.rnn.backends.fused.split import split_forward_kernel
+from gpulab.rnn.backends.fused.split_backward import split_backward_kernel
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.module import LSTM
 from gpulab.rnn.split_tiling import plan
@@ -119,6 +121,17 @@ def _check_first(out, ref):
     return {"rel_err": check.assert_close_drifting(out, ref, name="states")}
 
 
+def _fused_kernel(sweep, B, T, NH, DH, dtype, training):
+    """The kernel whose registers the fused provider's record reports: the one the chooser runs for this problem
+    (the backward's when training; None where a split forward trains through the ``alternating`` backward)."""
+    chosen = plan(B, NH, DH, "lstm", dtype, training=training)
+    if chosen.kind == "single":
+        return fused_backward_kernel if training else fused_forward_kernel
+    if not training:
+        return split_forward_kernel
+    return split_backward_kernel if chosen.backward is not None else None
+
+
 def _does_not_fit(B, NH, DH, dtype, training) -> str | None:
     """Why the fused backend cannot run this problem (None when it can: on one SM per head, or split over several,
     as :func:`gpulab.rnn.split_tiling.plan` chooses)."""
@@ -187,7 +200,9 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
                 providers=ours,
                 provider_params={name: OURS[name] for name in ours},
                 skip=lambda provider, training=training, **x: _skip_ours(provider, **x, dtype=dtype, training=training),
-                kernels={"gpulab fused": fused_backward_kernel if training else fused_forward_kernel},
+                kernels={
+                    "gpulab fused": lambda training=training, **x: _fused_kernel(**x, dtype=dtype, training=training)
+                },
                 **common,
             )
         )

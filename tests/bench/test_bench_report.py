@@ -233,3 +233,23 @@ def test_skip_names_why_a_provider_does_not_run_on_a_case():
     assert ("mine", (3, 17)) not in calls and ("mine", (1, 5)) in calls
     with pytest.raises(TypeError, match="skip must return"):
         bench.run(_softmax_benchmark(skip=lambda provider, rows, cols: 3), timed=False)
+
+
+def test_kernels_name_one_kernel_or_pick_one_per_case():
+    import triton
+
+    @triton.jit
+    def small_kernel(x_ptr):
+        pass
+
+    @triton.jit
+    def large_kernel(x_ptr):
+        pass
+
+    fixed = _softmax_benchmark(kernels={"mine": small_kernel})
+    assert fixed.kernel("mine", {"rows": 3, "cols": 17}) is small_kernel  # a kernel is not called as a picker
+    assert fixed.kernel("torch", {"rows": 3, "cols": 17}) is None
+    picked = _softmax_benchmark(kernels={"mine": lambda rows, cols: large_kernel if cols > 8 else small_kernel})
+    assert picked.kernel("mine", {"rows": 3, "cols": 17}) is large_kernel
+    assert picked.kernel("mine", {"rows": 1, "cols": 5}) is small_kernel
+    assert all(r.status == "ok" for r in bench.run(picked))
