@@ -98,21 +98,21 @@ def throughput_table(results) -> str:
 
 
 def stored_throughput(gpu: str = "h100", root=None) -> list:
-    """The stored training-throughput records of ``gpu``: the newest re-measurement under
-    ``benchmarks/06_state_tracking/throughput/`` (``scripts/probe_throughput.py``, kernels newer than the lesson's
-    run), else the throughput rows of the lesson's newest record; [] when neither exists."""
+    """The stored training-throughput records of ``gpu``: the newest by date (:func:`gpulab.bench.newest`) of the
+    re-measurements under ``benchmarks/06_state_tracking/throughput/`` (``scripts/probe_throughput.py``) and the
+    lesson's own runs (their throughput rows); [] when neither exists."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    folder = bench.results_dir(root) / "06_state_tracking"
+    files = _records_of(folder / "throughput", gpu) + _records_of(folder, gpu)
+    return throughput_records(bench.load("06", path=bench.newest(files))) if files else []
+
+
+def _records_of(folder, gpu: str) -> list:
+    """The record files in ``folder`` of ``gpu`` (its slug as whole words of the file name), sorted."""
     from gpulab import hardware
 
-    folder = bench.results_dir(root) / "06_state_tracking" / "throughput"
-    files = [f for f in folder.glob("*.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
-    if files:
-        return throughput_records(bench.load("06", path=bench.newest(files)))
-    try:
-        return throughput_records(bench.load("06", gpu=gpu, root=root))
-    except FileNotFoundError:
-        return []
+    return [f for f in sorted(folder.glob("*.jsonl")) if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
 
 
 ARTICLE_RATIO = {1: 0.6, 12: 0.75}

@@ -66,6 +66,12 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
         in tasks.throughput_summary(thr)[1]
     )
     assert tasks.stored_throughput("a100", root=tmp_path) == []
+    later = [
+        _throughput("LSTM 1 head", "LSTM", 1, 15.0, 16.0),
+        _throughput("Transformer 12 heads", "Transformer", 12, 9.0, 9.5),
+    ]
+    bench.save(later, "06", path=tmp_path / "06_state_tracking" / "nvidia-h100-80gb-hbm3-2030-01-03.jsonl")
+    assert [r.ms for r in tasks.stored_throughput("h100", root=tmp_path)] == [15.0, 9.0]  # a newer lesson run wins
 
 
 def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch):
