@@ -1,7 +1,8 @@
 """Host cost of the fused RNN as a training loop calls it: eager wall time beside device time, and where the host
 time goes (torch.profiler's CPU table and the CUDA kernels launched per call).
 
-    python scripts/probe_rnn_host.py            (a GPU; --profile adds the profiler tables of the tiny problem)
+    python scripts/probe_rnn_host.py            (a GPU; --profile adds the profiler tables of the tiny problem;
+                                                 --products compares the parameter gradients' two routes)
 
 Wall time per call: 50 calls back to back, one synchronize at the end, median of 5 such loops. Device time:
 ``triton.testing.do_bench``'s median. Peer: cuDNN (``nn.LSTM``) on a dense LSTM of the same width (the work differs:
@@ -66,6 +67,8 @@ def main():
             gw, gd = wall_ms(g), triton.testing.do_bench(g)
             cw, cd = wall_ms(c), triton.testing.do_bench(c)
             print(f"{label:28s} {'fwd+bwd' if backward else 'fwd':8s} {gw:11.3f} {gd:7.3f} {cw:10.3f} {cd:7.3f}")
+    if "--products" in sys.argv:
+        compare_products()
     if "--profile" in sys.argv:
         from torch.profiler import ProfilerActivity, profile
 
@@ -93,6 +96,41 @@ def main():
         pr.disable()
         print("\n=== cProfile, tiny fwd+bwd, 200 calls (cumulative)")
         pstats.Stats(pr).sort_stats("cumulative").print_stats(35)
+
+
+def compare_products():
+    """Forward+backward with the parameter gradients in one Triton launch (``small_parameter_grads``, the default up
+    to ``SMALL_ROWS`` rows) against the PyTorch products (``SMALL_ROWS = 0``), same run, both clocks: the median of
+    three alternating rounds."""
+    from gpulab.rnn.backends import parameter_grads as pg
+
+    default = pg.SMALL_ROWS
+    print(f"\n=== parameter gradients: one launch (rows <= {default}) vs PyTorch products; fwd+bwd, bf16")
+    print(f"{'problem':28s} {'rows':>6s} {'route':10s} {'wall':>8s} {'dev':>8s}")
+    for label, (B, T, NH, DH) in [
+        ("tiny B1 T4 2x64", (1, 4, 2, 64)),
+        ("B16 T16 12x64", (16, 16, 12, 64)),
+        ("B16 T64 12x64", (16, 64, 12, 64)),
+        ("B64 T32 4x128", (64, 32, 4, 128)),
+    ]:
+        g = gpulab_case(B, T, NH, DH, True)
+        times = {"one launch": [], "pytorch": []}
+        for _ in range(3):  # the routes alternate, three rounds: the host's drift hits both alike
+            for route, rows in (("one launch", default), ("pytorch", 0)):
+                pg.SMALL_ROWS = rows
+                times[route].append((wall_ms(g), triton.testing.do_bench(g)))
+        for route, ts in times.items():
+            wall, dev = (sorted(x)[1] for x in zip(*ts))
+            print(f"{label:28s} {B * T:6d} {route:10s} {wall:8.3f} {dev:8.3f}")
+        pg.SMALL_ROWS = default
+    x = torch.randn(1, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+
+    def floor():  # the least a differentiable call costs: one elementwise op forward, its gradient backward
+        torch.autograd.grad(x * 2, (x,), dy)
+
+    floor_wall, floor_dev = wall_ms(floor), triton.testing.do_bench(floor)
+    print(f"{'floor: y = 2x, autograd.grad':28s} {4:6d} {'pytorch':10s} {floor_wall:8.3f} {floor_dev:8.3f}")
 
 
 if __name__ == "__main__":

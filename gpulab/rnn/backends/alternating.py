@@ -13,7 +13,7 @@ launch cost mostly disappears; what remains is the round trip of h through memor
 Backward, per step in reverse: one pointwise-backward kernel (:func:`pointwise_backward_kernel`: dG_t from the
 saved pre-activations, dh_t and dc) and one batched product ``dh_{t-1} = dG_t @ R`` over heads. dR is not built per
 step: like the fused backend, dG of all steps is kept and dR = sum_t dG_t^T h_{t-1} is one big product at the end
-(:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`).
+(:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import triton.language as tl
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.rnn.backends.autograd import TritonRNN
-from gpulab.rnn.backends.parameter_grads import parameter_grads
+from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import (
     elman_cell,
     elman_cell_backward,
@@ -236,9 +236,9 @@ def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm", d_la
 
 def alternating_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=None):
     """The whole backward: the reverse step loop, then dR and db as one batched product per gate
-    (:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`): ``(dWx, dR, db, d_states)``."""
+    (:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`): ``(dWx, dR, db, d_states)``."""
     dG, ds0 = alternating_rnn_backward(d_out, gates, out, states, R, function, d_last)
-    return (*parameter_grads(dG, out, states, function), ds0)
+    return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
 
 
 def alternating_forward(Wx, R, b, states, function="lstm"):

@@ -25,6 +25,7 @@ class TritonRNN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Wx, R, b, states, function, run_forward, run_backward):
+        ctx.set_materialize_grads(False)  # an output without a gradient comes as None, not a zero-filled tensor
         need_grad = any(ctx.needs_input_grad[:4])
         out, last, gates = run_forward(Wx, R, b, states, function, save_gates=need_grad)
         ctx.function, ctx.run_backward = function, run_backward

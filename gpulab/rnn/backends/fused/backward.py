@@ -60,7 +60,13 @@ from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
-from gpulab.rnn.backends.parameter_grads import PAD, gate_products, parameter_grads, previous_h_ones, split_products
+from gpulab.rnn.backends.parameter_grads import (
+    PAD,
+    gate_gradients_to_parameters,
+    gate_products,
+    previous_h_ones,
+    split_products,
+)
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.tiling import fused_tiling
@@ -72,7 +78,7 @@ __all__ = [
     "fused_rnn_gradients",
     "pieces",
     "CUTS",
-    "parameter_grads",  # re-exported: the parameter products (gpulab.rnn.backends.parameter_grads)
+    "gate_gradients_to_parameters",  # re-exported: the parameter products (gpulab.rnn.backends.parameter_grads)
     "previous_h_ones",
 ]
 
@@ -270,7 +276,7 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
         carry = d_last
         for t0, t1 in reversed(bounds):
             carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
-        return (*parameter_grads(dG_tm, out, states, fn.name, time_major=True), carry)
+        return (*gate_gradients_to_parameters(dG_tm, out, states, fn.name, time_major=True), carry)
     main = torch.cuda.current_stream(out.device)
     side = _side_stream(out.device)
     side.wait_stream(main)

@@ -14,7 +14,8 @@ units j of step t. So split the head as the forward does, by units, but now prog
 
 The barrier, its counter and the cooperative launch are those of the forward (:mod:`.split`); in the interpreter
 the kernel runs one launch per step and carries dh (dc) in fp32 between launches. The parameter gradients (dR, db,
-dWx) are then one pass of products over all steps (:func:`gpulab.rnn.backends.parameter_grads.parameter_grads`).
+dWx) are then one pass of products over all steps
+(:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`).
 
 Per step t = T-1 .. 0, program (p, n, tile), fp32 (G = 4 slots for lstm and gru, 1 for elman; the forward saved
 pre-activations):
@@ -39,7 +40,7 @@ from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.backends.fused.split import _apart, barrier_counter
 from gpulab.rnn.backends.fused.tiles import gate_columns, join_gates, split_gates
-from gpulab.rnn.backends.parameter_grads import parameter_grads
+from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.split_tiling import split_tiling
@@ -268,4 +269,4 @@ def split_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=No
     """The whole split backward: ``(dWx, dR, db, d_states)``: the reverse-time kernel, then the parameter products
     over all steps at once."""
     dG, ds0 = split_rnn_backward(d_out, gates, out, states, R, function, tiling, d_last)
-    return (*parameter_grads(dG, out, states, function, time_major=True), ds0)
+    return (*gate_gradients_to_parameters(dG, out, states, function, time_major=True), ds0)

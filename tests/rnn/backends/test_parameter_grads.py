@@ -1,0 +1,103 @@
+"""The parameter gradients from dG (issue 16's lean host path): the one-launch kernel against float64 and against
+the PyTorch products it replaces, both layouts, every function, odd sizes; poisoned outputs show unwritten
+elements. The chooser takes the kernel only up to SMALL_ROWS rows."""
+
+import pytest
+import torch
+
+from gpulab import runtime
+from gpulab.check import poisoned
+from gpulab.rnn.backends import parameter_grads as pg
+from gpulab.rnn.functions import get_function
+
+
+def _problem(function, B, T, NH, DH, dtype, time_major, seed):
+    g = torch.Generator().manual_seed(seed)
+    fn = get_function(function)
+    dG = torch.randn(*((T, B) if time_major else (B, T)), fn.gates_b, NH, DH, generator=g).to(dtype)
+    out = torch.randn(fn.states, B, T, NH, DH, generator=g).to(dtype)
+    states = torch.randn(fn.states, B, 1, NH, DH, generator=g).to(dtype)
+    return fn, dG, out, states
+
+
+def _float64_reference(fn, dG, out, states, time_major):
+    """dR[g, n, j, m] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, m], db = sum_{b,t} dG, in float64."""
+    d = (dG.transpose(0, 1) if time_major else dG).double()  # [B, T, G_b, NH, DH]
+    h_prev = torch.cat((states[0], out[0, :, :-1]), dim=1).double()  # [B, T, NH, DH]
+    dR = torch.einsum("btgnj,btnm->gnjm", d[:, :, fn.r_gates], h_prev)
+    return dR, d.sum((0, 1))
+
+
+def _rel(a, b):
+    return ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize(
+    "function, B, T, NH, DH, dtype, time_major",
+    [
+        ("lstm", 1, 1, 1, 16, torch.float32, True),  # one row
+        ("lstm", 3, 17, 2, 24, torch.float32, True),  # ragged dims, rows past one block
+        ("gru", 2, 5, 3, 20, torch.float32, False),  # G_r = 3 of G_b = 4; batch-major
+        ("elman", 5, 3, 1, 33, torch.float32, True),  # one gate, DH past a 32 block
+        ("lstm", 4, 9, 2, 32, "half", False),  # bf16 on a GPU; fp16 in the interpreter (its bf16 dot is wrong)
+    ],
+)
+def test_one_launch_matches_float64_and_the_products(function, B, T, NH, DH, dtype, time_major):
+    if dtype == "half":
+        dtype = torch.bfloat16 if runtime.on_gpu() else torch.float16
+    fn, dG, out, states = _problem(function, B, T, NH, DH, dtype, time_major, seed=B * 100 + T)
+    dev = runtime.device
+    dG, out, states = dG.to(dev), out.to(dev), states.to(dev)
+    dWx, dR, db = pg.small_parameter_grads(dG, out, states, function, time_major=time_major)
+    ref_R, ref_b = _float64_reference(fn, dG.cpu(), out.cpu(), states.cpu(), time_major)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert dR.shape == ref_R.shape and db.shape == ref_b.shape and dR.dtype == dtype
+    assert torch.isfinite(dR).all() and torch.isfinite(db).all()  # poisoned buffers: every element written
+    assert _rel(dR.cpu(), ref_R) < tol and _rel(db.cpu(), ref_b) < tol, (_rel(dR.cpu(), ref_R), _rel(db.cpu(), ref_b))
+    torch_dWx, torch_dR, torch_db = pg.parameter_grads(dG, out, states, function, time_major=time_major)
+    assert torch.equal(dWx, torch_dWx)  # a view of dG's input gates either way
+    torch.testing.assert_close(dR, torch_dR, rtol=tol, atol=tol)
+    torch.testing.assert_close(db, torch_db, rtol=tol, atol=tol)
+
+
+def test_a_wrong_h_index_would_show():
+    """The reference sees which h each row multiplies: shifting h_{t-1} to h_t changes dR (a test that could not fail
+    with the shift would prove nothing)."""
+    fn, dG, out, states = _problem("lstm", 2, 6, 1, 16, torch.float32, True, seed=7)
+    _, dR, _ = pg.small_parameter_grads(dG, out, states, "lstm", time_major=True)
+    shifted = torch.einsum("tbgj,btm->gjm", dG[:, :, fn.r_gates, 0], out[0, :, :, 0].double().float())
+    assert _rel(dR[:, 0], shifted.double()) > 0.1
+
+
+def test_the_chooser_takes_the_kernel_for_few_rows(monkeypatch):
+    calls = []
+    monkeypatch.setattr(pg, "small_parameter_grads", lambda *a, **k: calls.append("small") or "small")
+    monkeypatch.setattr(pg, "parameter_grads", lambda *a, **k: calls.append("torch") or "torch")
+    _, dG, out, states = _problem("elman", 1, 4, 1, 16, torch.float32, False, seed=1)
+    assert pg.gate_gradients_to_parameters(dG, out, states, "elman") == "small"
+    monkeypatch.setattr(pg, "SMALL_ROWS", 3)
+    assert pg.gate_gradients_to_parameters(dG, out, states, "elman") == "torch"
+    assert calls == ["small", "torch"]
+
+
+def test_poisoned_is_what_new_output_gives_in_tests():
+    assert runtime.POISON and torch.isnan(poisoned(4, dtype=torch.float32)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "function, B, T, NH, DH, time_major",
+    [
+        ("lstm", 1, 4, 2, 64, True),
+        ("gru", 16, 64, 12, 64, True),
+        ("lstm", 64, 32, 4, 128, False),
+        ("elman", 7, 9, 1, 256, True),
+    ],
+)
+def test_one_launch_bf16_on_gpu(function, B, T, NH, DH, time_major):
+    fn, dG, out, states = _problem(function, B, T, NH, DH, torch.bfloat16, time_major, seed=B + T)
+    with runtime.poisoning(True):
+        _, dR, db = pg.small_parameter_grads(dG.cuda(), out.cuda(), states.cuda(), function, time_major=time_major)
+    ref_R, ref_b = _float64_reference(fn, dG, out, states, time_major)
+    assert torch.isfinite(dR).all() and torch.isfinite(db).all()
+    assert _rel(dR.cpu(), ref_R) < 1e-2 and _rel(db.cpu(), ref_b) < 1e-2
