@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
 # One device call, several phases, each under its own time limit; everything lands in $OUT (at most 8 files come back).
 # Usage: bash scripts/gpu_round.sh PHASE...   with PHASE one of
-#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME (scripts/probe_NAME.py) | ncu | bench:NN
+#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME[:ARG,...] (scripts/probe_NAME.py ARG...) | ncu | bench:NN
+#   | pack (tar every folder under $OUT into $OUT/results.tgz: at most 8 files come back)
+# A phase may end in @SECONDS, its time limit (default: the one written below), e.g. bench:00@150.
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 log="$OUT/round.log"
 for phase in "$@"; do
+  limit=""
+  if [[ $phase == *@* ]]; then limit=${phase##*@}; phase=${phase%@*}; fi
   echo "=== $phase ($(date -u +%H:%M:%S))" | tee -a "$log"
   case "$phase" in
     facts)
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
         python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1 | tee -a "$log" ;;
     selftest)
-      GPULAB_POISON=1 timeout 420 python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -o addopts="" -n 8 \
+      GPULAB_POISON=1 timeout ${limit:-420} python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -o addopts="" -n 8 \
         2>&1 | tail -40 | tee -a "$log" "$OUT/selftest.txt" ;;
     selftest:*)
       paths=${phase#selftest:}
-      GPULAB_POISON=1 timeout 420 python3 -m pytest -m gpu ${paths//,/ } -q -p no:cacheprovider -o addopts="" -n 4 \
+      GPULAB_POISON=1 timeout ${limit:-420} python3 -m pytest -m gpu ${paths//,/ } -q -p no:cacheprovider -o addopts="" -n 4 \
         2>&1 | tail -40 | tee -a "$log" ;;
     probe:*)
-      name=${phase#probe:}
-      timeout 300 python3 "scripts/probe_$name.py" 2>&1 | grep -v $'\r' | tail -80 | tee -a "$log" "$OUT/probe_$name.txt" ;;
+      name=${phase#probe:} args=""
+      if [[ $name == *:* ]]; then args=${name#*:}; name=${name%%:*}; fi
+      timeout ${limit:-300} python3 "scripts/probe_$name.py" ${args//,/ } 2>&1 | grep -v $'\r' | tee "$OUT/probe_$name.txt" \
+        | tail -80 | tee -a "$log" ;;
     ncu)
-      timeout 400 bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
+      timeout ${limit:-400} bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
     bench:*)
-      timeout 540 python3 -m gpulab bench "${phase#bench:}" --out "$OUT" 2>&1 | grep -v $'\r' | tail -60 | tee -a "$log" ;;
+      timeout ${limit:-540} python3 -m gpulab bench "${phase#bench:}" --out "$OUT" 2>&1 | grep -v $'\r' | tail -60 | tee -a "$log" ;;
+    pack)
+      (cd "$OUT" && dirs=$(find . -mindepth 1 -maxdepth 1 -type d) && [ -n "$dirs" ] && tar czf results.tgz $dirs && rm -rf $dirs) ;;
   esac
 done

@@ -80,13 +80,15 @@ def test_fused_backward_is_chosen_only_where_it_pays(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "nq, nk, d, causal", [(4096, 4096, 128, True), (3001, 1000, 80, True), (2000, 4097, 64, False)]
+    "nq, nk, d, causal", [(4096, 4096, 128, True), (3001, 1200, 80, True), (2000, 4097, 64, False)]
 )
 def test_fused_backward_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
     q, k, v = _inputs(2, 4, nq, nk, d, torch.bfloat16, device="cuda")
     do = check.random_tensor(2, 4, nq, d, dtype=torch.bfloat16, device="cuda")
     o, lse = A.attention_forward(q, k, v, is_causal=causal)
     plan = backward_plan(do, q, k, v, o, lse, causal, None, False, None)
+    # each problem is past FUSED_MIN_WORK (B*H*Nq*Nk*d; 3001 x 1000 x 80 was not, once the threshold rose)
+    assert backward_fused.use_fused(plan), (2 * 4 * nq * nk * d, backward_fused.FUSED_MIN_WORK)
     grads = {}
     for fused in (True, False):
         monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", fused)
