@@ -50,6 +50,7 @@ __all__ = [
     "BLOCK_U",
     "NUM_WARPS",
     "MAX_CHUNKS",
+    "MEASURED_WARPS",
 ]
 
 BLOCK_U = (8, 16, 32, 64)
@@ -62,6 +63,12 @@ H_LATENCY_NS = 600.0  # the round trip of the h_{t-1} read through L2 that every
 L2_SM_RATE = 110.0  # bytes per ns one SM reads from L2 (about 64 B/clock)
 L2_RATE = 5500.0  # bytes per ns all SMs together read from L2
 SMEM_RATE = 220.0  # bytes per ns one SM streams from shared memory (128 B/clock)
+MEASURED_WARPS = {("forward", 192): 4, ("backward", 192): 4, ("forward", 512): 4, ("backward", 512): 4,
+                  ("forward", 1024): 4}  # fmt: skip
+"""(direction, head dim) -> the warps that won on the H100 among tilings the estimate ties (it does not model
+warps; elsewhere the fewest warps win the tie): split sweeps in ``benchmarks/05_fused_rnn/split/`` (B16: forward
+512 and 1024, backward 512) and ``scripts/probe_split_candidates.py`` (B32: 4 heads of 192, lesson 6's). At 768 two
+warps win (backward 7.2 vs 8.4 ms), so it is not listed. Used on Hopper GPUs only."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +180,8 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
 
 
 def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
-    """The best fitting :class:`SplitTiling` (least estimated step time; then fewer programs, fewer warps), or a
+    """The best fitting :class:`SplitTiling` (least estimated step time; then fewer programs, the
+    :data:`MEASURED_WARPS` where listed, fewer warps), or a
     ValueError saying why none fits and what to do instead. In the interpreter (no ``gpu`` named) the fewest
     programs win instead: there every program is a Python loop run one after another."""
     cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu, direction)
@@ -181,7 +189,9 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     if ok:
         if runtime.INTERPRET and gpu is None:
             return min(ok, key=lambda c: (c.programs, c.num_warps, c.score))
-        return min(ok, key=lambda c: (c.score, c.programs, c.num_warps, c.block_b))
+        spec = hardware.spec(gpu)
+        measured = MEASURED_WARPS.get((direction, head_dim)) if spec.compute_capability[0] == 9 else None
+        return min(ok, key=lambda c: (c.score, c.programs, c.num_warps != measured, c.num_warps, c.block_b))
     spec = hardware.spec(gpu)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16)) or "no candidate"
     raise ValueError(

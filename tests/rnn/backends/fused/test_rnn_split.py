@@ -93,6 +93,19 @@ def test_h100_splits_one_head_of_768_and_says_why():
     assert split_tiling.plan(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").kind == "single"
 
 
+def test_measured_warps_break_the_estimates_tie_on_hopper_only():
+    """The estimate does not model warps; on the H100 the sweeps' winners take the tie (4 warps at head dim 192,
+    lesson 6's 4-head layers), elsewhere and at 768 the fewest warps, with the same block_u and block_b."""
+    for direction in ("forward", "backward"):
+        h100 = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="H100", direction=direction)
+        a100 = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="A100", direction=direction)
+        assert h100.num_warps == split_tiling.MEASURED_WARPS[(direction, 192)] == 4, h100
+        cands = split_tiling.split_candidates(32, 4, 192, "lstm", torch.bfloat16, gpu="A100", direction=direction)
+        assert a100.num_warps == min(c.num_warps for c in cands if c.fits and c.score == a100.score), a100
+        at_768 = split_tiling.split_tiling(32, 1, 768, "lstm", torch.bfloat16, gpu="H100", direction=direction)
+        assert (direction, 768) not in split_tiling.MEASURED_WARPS and at_768.num_warps == 2, at_768
+
+
 def test_refusal_when_nothing_fits_names_the_alternative():
     with pytest.raises(ValueError, match=r"head dim 4096.*backend='alternating'"):
         split_tiling.plan(16, 1, 4096, "lstm", torch.float32, gpu="H100")
