@@ -70,6 +70,8 @@ ALLOWED = {
             "gpulab.rnn.backends.parameter_grads.gate_products",
             "gpulab.rnn.backends.parameter_grads.split_products",
             "gpulab.rnn.backends.parameter_grads.parameter_grads",
+            "gpulab.rnn.backends.parameter_grads.small_parameter_grads",
+            "gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters",
             "gpulab.rnn.backends.vanilla.vanilla_forward",
             "gpulab.rnn.ops.rnn_op",
             "gpulab.rnn.ladder.benchmark.check_outputs",
