@@ -2,7 +2,8 @@
 B32 T1024 bf16 LSTM, 4 heads of 192 and 1 head of 768 (the throughput's 4- and 1-head models), forward and
 backward kernel, timed beside the chooser's pick and its estimate; each candidate's result compared with the pick's.
 
-    python scripts/probe_split_candidates.py   (a GPU; writes $OUT/split_candidates.jsonl when OUT is set)
+    python scripts/probe_split_candidates.py   (a GPU; writes $OUT/split_candidates.jsonl when OUT is set: stored as
+                                               benchmarks/05_fused_rnn/split/<gpu>-<date>-candidates.jsonl)
 
 Device time only (``triton.testing.do_bench`` median): kernels of milliseconds, where the host adds the same few
 microseconds to every candidate. The backward is the reverse-time kernel alone (its parameter products do not
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import torch
 import triton
@@ -48,7 +50,7 @@ def sweep(B, NH, DH):
     for direction in ("forward", "backward"):
         cands = [c for c in split_tiling.split_candidates(B, NH, DH, "lstm", DT, direction=direction) if c.fits]
         for c in cands:
-            rec = dict(B=B, NH=NH, DH=DH, direction=direction, block_u=c.block_u, block_b=c.block_b,
+            rec = dict(kind="candidate", B=B, NH=NH, DH=DH, direction=direction, block_u=c.block_u, block_b=c.block_b,
                        warps=c.num_warps, split=c.split, programs=c.programs, est_ms=c.score * T * 1e-6,
                        chosen=c == picks[direction])  # fmt: skip
             try:
@@ -67,10 +69,13 @@ def sweep(B, NH, DH):
 
 
 print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
+emit(kind="env", device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+     date=time.strftime("%Y-%m-%d"), what="scripts/probe_split_candidates.py")  # fmt: skip
 for shape in ((32, 4, 192), (32, 1, 768)):
     sweep(*shape)
-for key in sorted({(r["B"], r["NH"], r["DH"], r["direction"]) for r in rows}):
-    mine = [r for r in rows if (r["B"], r["NH"], r["DH"], r["direction"]) == key and "ms" in r]
+for key in sorted({(r["B"], r["NH"], r["DH"], r["direction"]) for r in rows if r["kind"] == "candidate"}):
+    mine = [r for r in rows if r["kind"] == "candidate" and (r["B"], r["NH"], r["DH"], r["direction"]) == key]
+    mine = [r for r in mine if "ms" in r]
     if mine:
         best, pick = min(mine, key=lambda r: r["ms"]), next((r for r in mine if r["chosen"]), None)
         print(f"{key}: best {best['ms']:.3f} ms (block_u {best['block_u']}, block_b {best['block_b']}, "

@@ -8,6 +8,9 @@ eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forw
 ``no_barrier_ms``: the same launch without its barrier) and ``bsweep``/``bsweep2`` (the backward per tiling).
 A second record, ``*-cross.jsonl``, holds rows of kind ``cross``: the LSTM forward (one head, T = 1024, bf16) over
 batch at two head dims, the split kernel beside the one-SM fused kernel (where it fits) and ``alternating``.
+A third, ``*-candidates.jsonl`` (``scripts/probe_split_candidates.py``), holds rows of kind ``candidate``: every
+fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
+chooser's pick at the time of the run.
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from pathlib import Path
 from gpulab import hardware, runtime
 from gpulab.bench.records import newest, results_dir
 
-__all__ = ["load_split", "split_table", "step_budget", "crossover_table", "plot_split", "time_row"]
+__all__ = ["load_split", "split_table", "step_budget", "crossover_table", "warps_table", "plot_split", "time_row"]
 
 _FOLDER = ("05_fused_rnn", "split")
 
 
-_RECORDS = {"split": "", "cross": " cross"}  # record -> the probe's phases that write it
+_RECORDS = {"split": "", "cross": " cross", "candidates": ""}  # record -> the probe's phases that write it
+_SCRIPTS = {"candidates": "probe_split_candidates.py"}  # records another probe writes
 
 
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
     """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
-    ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers)."""
+    ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
+    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers)."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     if record not in _RECORDS:
@@ -37,7 +42,8 @@ def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict
     files = [f for f in folder.glob(f"*-{record}.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
     if not files:
         raise FileNotFoundError(
-            f"no {record} records for {gpu!r} in {folder}; run `python scripts/probe_split.py{_RECORDS[record]}` on "
+            f"no {record} records for {gpu!r} in {folder}; run "
+            f"`python scripts/{_SCRIPTS.get(record, 'probe_split.py')}{_RECORDS[record]}` on "
             "that GPU with OUT set."
         )
     with Path(newest(files)).open() as fh:
@@ -143,6 +149,29 @@ def crossover_table(rows) -> str:
         ranked = sorted((at[c]["wall_ms"], c) for c in cases if c in at)
         lead = f", {ranked[1][0] / ranked[0][0]:.2f}x the runner-up's speed" if len(ranked) > 1 else ""
         lines.append(f"{dh:5d} {batch:4d} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s}  {ranked[0][1]}{lead}")
+    return "\n".join(lines)
+
+
+def warps_table(rows) -> str:
+    """Per problem and kernel (``candidate`` rows): the pick's device time at the run, the fastest tiling's, and the
+    fastest with the pick's block_u and block_b (the tiles the estimate chose; only the warps differ)."""
+    rows = [r for r in _rows(rows) if r.get("kind") == "candidate" and "ms" in r]
+    if not rows:
+        raise ValueError("no 'candidate' rows in these records: load them with load_split(record='candidates').")
+    lines = [
+        "LSTM, T = 1024, bf16; device ms (block_u x block_b, warps)",
+        f"{'problem':>14s} {'kernel':>8s} {'pick':>22s} {'same tiles, best warps':>24s} {'fastest':>22s}",
+    ]
+    cell = lambda r: f"{r['ms']:6.2f} ({r['block_u']}x{r['block_b']}, {r['warps']}w)"  # noqa: E731
+    for key in sorted({(r["B"], r["NH"], r["DH"], r["direction"]) for r in rows}, key=lambda k: (-k[1], k[3])):
+        at = [r for r in rows if (r["B"], r["NH"], r["DH"], r["direction"]) == key]
+        pick = next((r for r in at if r.get("chosen")), None)
+        fastest = min(at, key=lambda r: r["ms"])
+        same = min((r for r in at if pick and (r["block_u"], r["block_b"]) == (pick["block_u"], pick["block_b"])),
+                   key=lambda r: r["ms"], default=None)  # fmt: skip
+        problem = f"B{key[0]} {key[1]}x{key[2]}"
+        lines.append(f"{problem:>14s} {key[3]:>8s} {cell(pick) if pick else '-':>22s} "
+                     f"{cell(same) if same else '-':>24s} {cell(fastest):>22s}")  # fmt: skip
     return "\n".join(lines)
 
 

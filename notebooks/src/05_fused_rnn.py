@@ -744,6 +744,29 @@ if cross_rows:
 
 # %% [markdown]
 # Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
+#
+# **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`scripts/probe_split_candidates.py`) shows where that was wrong:
+
+# %%
+try:
+    cand_rows = split_report.load_split("h100", record="candidates")
+except FileNotFoundError as exc:
+    cand_rows = []
+    print(exc)
+if cand_rows:
+    print(split_report.warps_table(cand_rows))
+    at = {(r["NH"], r["direction"], r["block_u"], r["block_b"], r["warps"]): r["ms"]
+          for r in cand_rows if r["kind"] == "candidate" and "ms" in r}  # fmt: skip
+    for direction in ("forward", "backward"):
+        now = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="H100", direction=direction)
+        was = min((k for k in at if k[:2] == (4, direction) and k[2:4] == (now.block_u, now.block_b)),
+                  key=lambda k: k[4])  # fmt: skip
+        print(f"4 heads of 192, {direction}: the chooser now takes {now.num_warps} warps "
+              f"({at[4, direction, now.block_u, now.block_b, now.num_warps]:.2f} ms; "
+              f"{was[4]} warps took {at[was]:.2f} ms)")
+
+# %% [markdown]
+# At one head of 768 the pick is the fastest tiling; at four heads of 192 the same tiles run faster with more warps (more loads in flight for the exchange through L2), so `split_tiling.MEASURED_WARPS` gives the tie to the measured winner on Hopper. Lesson 6's four-head LSTM trains faster for it (section 5 there).
 
 # %% [markdown]
 # ## Appendix E. The bytes, counted

@@ -118,6 +118,7 @@ CASES = [
     ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
     ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
     ("crossover_table-rows", lambda: split_report.crossover_table(7), TypeError, "rows must be"),
+    ("warps_table-rows", lambda: split_report.warps_table([{"device": "x"}]), TypeError, "rows must be"),
     (
         "versions.run-version",
         lambda: versions.run("v0", None, None, None, None),

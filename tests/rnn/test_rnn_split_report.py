@@ -75,3 +75,58 @@ def test_bad_input(tmp_path):
         split_report.step_budget(ROWS, 512)
     with pytest.raises(ValueError, match="head_dim"):
         split_report.step_budget(ROWS, 0)
+
+
+def test_warps_table_sets_the_pick_beside_the_fastest(tmp_path):
+    rows = [
+        {"kind": "env", "device": "NVIDIA H100 80GB HBM3", "date": "2030-01-01"},
+        *[
+            {
+                "kind": "candidate",
+                "B": 32,
+                "NH": 4,
+                "DH": 192,
+                "direction": "forward",
+                "block_u": 16,
+                "block_b": 16,
+                "warps": w,
+                "ms": ms,
+                "chosen": w == 2,
+            }  # fmt: skip
+            for w, ms in ((2, 2.4), (4, 2.1), (8, 2.0))
+        ],
+        {
+            "kind": "candidate",
+            "B": 32,
+            "NH": 4,
+            "DH": 192,
+            "direction": "forward",
+            "block_u": 32,
+            "block_b": 16,
+            "warps": 4,
+            "ms": 1.9,
+            "chosen": False,
+        },  # fmt: skip
+        {
+            "kind": "candidate",
+            "B": 32,
+            "NH": 4,
+            "DH": 192,
+            "direction": "forward",
+            "block_u": 8,
+            "block_b": 16,
+            "warps": 2,
+            "error": "no launch",
+            "chosen": False,
+        },  # fmt: skip
+    ]
+    folder = tmp_path / "05_fused_rnn" / "split"
+    folder.mkdir(parents=True)
+    (folder / "nvidia-h100-80gb-hbm3-2030-01-01-candidates.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows)
+    )
+    loaded = split_report.load_split("h100", root=tmp_path, record="candidates")
+    line = split_report.warps_table(loaded).splitlines()[-1]
+    assert "2.40 (16x16, 2w)" in line and "2.00 (16x16, 8w)" in line and "1.90 (32x16, 4w)" in line, line
+    with pytest.raises(ValueError, match="no 'candidate' rows"):
+        split_report.warps_table([rows[0]])
