@@ -37,6 +37,7 @@ __all__ = [
     "save",
     "load",
     "newest",
+    "record_files",
     "result_list",
 ]
 
@@ -332,6 +333,20 @@ def _run_key(path: Path) -> tuple[str, str]:
     return m.group(1), path.stem[m.end(1) + 1 :]
 
 
+def record_files(folder, gpu: str | None = None, pattern: str = "*.jsonl") -> list[Path]:
+    """The files in ``folder`` matching ``pattern`` (sorted; none if the folder does not exist), only those of
+    ``gpu`` when it is given: its slug as whole words of the name ('l4' matches nvidia-l4-..., not nvidia-l40s-...)."""
+    folder = Path(_path("folder", folder))
+    if gpu is not None and not isinstance(gpu, str):
+        raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100' or None, got {gpu!r}.")
+    if not isinstance(pattern, str) or not pattern:
+        raise runtime.ArgumentTypeError(f"pattern must be a glob pattern such as '*.jsonl', got {pattern!r}.")
+    files = sorted(folder.glob(pattern)) if folder.exists() else []
+    if gpu:
+        files = [f for f in files if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    return files
+
+
 def newest(files) -> Path:
     """The newest of record files (a folder, or a non-empty list of paths): by the date in each name
     (``<gpu>-YYYY-MM-DD.jsonl``, or with a tag after the date for a second run of one day: ``...-2026-11-25-b``;
@@ -374,9 +389,7 @@ def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Resu
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100' or None, got {gpu!r}.")
     if path is None:
         folder = _lesson_dir(lesson, results_dir(root))
-        files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
-        if gpu:  # whole words of the slug: 'l4' matches nvidia-l4-..., not nvidia-l40s-...
-            files = [f for f in files if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+        files = record_files(folder, gpu)
         if not files:
             raise FileNotFoundError(
                 f"no stored results for lesson {lesson!r}{f' on {gpu}' if gpu else ''} in {folder}; "

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpulab import hardware, runtime
-from gpulab.bench.records import newest, results_dir
+from gpulab import runtime
+from gpulab.bench.records import newest, record_files, results_dir
 
 __all__ = ["load_split", "split_table", "step_budget", "crossover_table", "warps_table", "plot_split", "time_row"]
 
@@ -39,7 +39,7 @@ def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict
     if record not in _RECORDS:
         raise ValueError(f"record must be one of {sorted(_RECORDS)}, got {record!r}.")
     folder = results_dir(root).joinpath(*_FOLDER)
-    files = [f for f in folder.glob(f"*-{record}.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    files = record_files(folder, gpu, f"*-{record}.jsonl")
     if not files:
         raise FileNotFoundError(
             f"no {record} records for {gpu!r} in {folder}; run "

@@ -186,13 +186,12 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     programs win instead: there every program is a Python loop run one after another."""
     cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu, direction)
     ok = [c for c in cands if c.fits]
+    spec = hardware.spec(gpu)
     if ok:
         if runtime.INTERPRET and gpu is None:
             return min(ok, key=lambda c: (c.programs, c.num_warps, c.score))
-        spec = hardware.spec(gpu)
         measured = MEASURED_WARPS.get((direction, head_dim)) if spec.compute_capability[0] == 9 else None
         return min(ok, key=lambda c: (c.score, c.programs, c.num_warps != measured, c.num_warps, c.block_b))
-    spec = hardware.spec(gpu)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16)) or "no candidate"
     raise ValueError(
         f"the fused {direction} kernel cannot hold head dim {head_dim} ({num_heads} head(s), batch {batch}, "

@@ -104,15 +104,8 @@ def stored_throughput(gpu: str = "h100", root=None) -> list:
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     folder = bench.results_dir(root) / "06_state_tracking"
-    files = _records_of(folder / "throughput", gpu) + _records_of(folder, gpu)
+    files = bench.record_files(folder / "throughput", gpu) + bench.record_files(folder, gpu)
     return throughput_records(bench.load("06", path=bench.newest(files))) if files else []
-
-
-def _records_of(folder, gpu: str) -> list:
-    """The record files in ``folder`` of ``gpu`` (its slug as whole words of the file name), sorted."""
-    from gpulab import hardware
-
-    return [f for f in sorted(folder.glob("*.jsonl")) if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
 
 
 ARTICLE_RATIO = {1: 0.6, 12: 0.75}

@@ -234,3 +234,15 @@ def test_newest_reads_the_date_before_a_run_tag(tmp_path):
     (tmp_path / "nvidia-h100-2026-11-25-b.jsonl").write_text("")  # same day, a later run: its tag, not its mtime
     os.utime(tmp_path / "nvidia-h100-2026-11-25-b.jsonl", (now - 1000, now - 1000))
     assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25-b"
+
+
+def test_record_files_match_the_gpu_slug_as_whole_words(tmp_path):
+    for name in ("nvidia-l4-2030-01-01.jsonl", "nvidia-l40s-2030-01-01.jsonl", "nvidia-l4-2030-01-02.json"):
+        (tmp_path / name).write_text("")
+    assert [f.name for f in bench.record_files(tmp_path, "l4")] == ["nvidia-l4-2030-01-01.jsonl"]
+    assert [f.name for f in bench.record_files(tmp_path)] == [
+        "nvidia-l4-2030-01-01.jsonl",
+        "nvidia-l40s-2030-01-01.jsonl",
+    ]
+    assert [f.name for f in bench.record_files(tmp_path, "l4", "*.json")] == ["nvidia-l4-2030-01-02.json"]
+    assert bench.record_files(tmp_path / "absent", "l4") == []

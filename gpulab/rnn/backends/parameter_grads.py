@@ -78,6 +78,11 @@ def split_products(prod, fn, dtype):
     return prod[fn.r_gates, :, :, :DH].to(dtype).contiguous(), prod[..., DH].to(dtype).contiguous()
 
 
+def _input_gate_grads(dG, fn, time_major):
+    """dWx: the input gates of dG, a [B, T, G_w, NH, DH] view (no copy)."""
+    return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates]
+
+
 def parameter_grads(dG, out, states, function, time_major=False):
     """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``; B and T
     mergeable into one row dimension), in dG's dtype, in one pass: the products of a sequence that is not cut.
@@ -96,8 +101,7 @@ def parameter_grads(dG, out, states, function, time_major=False):
     rows = dG.reshape(B * T, G_b, NH, DH)
     dR = torch.einsum("kgnj,knm->gnjm", rows[:, fn.r_gates], h.reshape(B * T, NH, DH)).contiguous()
     db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
-    dWx = dG[:, :, fn.w_gates] if not time_major else dG.transpose(0, 1)[:, :, fn.w_gates]
-    return dWx, dR, db
+    return _input_gate_grads(dG, fn, time_major), dR, db
 
 
 SMALL_ROWS = 2048
@@ -175,8 +179,7 @@ def small_parameter_grads(dG, out, states, function, time_major=False):
     ), ints)  # fmt: skip
     tensors = (dG, out, states, dR, db)
     launch(direct_stream(dG.device) if aligned(*tensors) else None, *tensors, *ints)
-    dWx = dG[:, :, fn.w_gates] if not time_major else dG.transpose(0, 1)[:, :, fn.w_gates]
-    return dWx, dR, db
+    return _input_gate_grads(dG, fn, time_major), dR, db
 
 
 def gate_gradients_to_parameters(dG, out, states, function, time_major=False):

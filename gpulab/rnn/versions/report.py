@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gpulab import bench, hardware, runtime
+from gpulab import bench, runtime
 from gpulab.rnn.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
@@ -20,7 +20,7 @@ def load_versions(gpu: str = "h100", root=None) -> list[bench.Result]:
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     folder = bench.results_dir(root).joinpath(*_FOLDER)
-    files = [f for f in folder.glob("*.jsonl") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    files = bench.record_files(folder, gpu)
     if not files:
         raise FileNotFoundError(
             f"no versions record for {gpu!r} in {folder}; run `OUT=... python scripts/probe_versions.py` on that GPU."
@@ -142,7 +142,7 @@ def load_profile(gpu: str = "h100", root=None) -> dict:
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     folder = bench.results_dir(root).joinpath(*_FOLDER, "profile")
-    files = [f for f in folder.glob("*.json") if f"-{hardware.gpu_slug(gpu)}-" in f"-{f.stem}-"]
+    files = bench.record_files(folder, gpu, "*.json")
     if not files:
         raise FileNotFoundError(
             f"no profile of the versions for {gpu!r} in {folder}; run `OUT=... python scripts/profile_versions.py` "
