@@ -50,7 +50,7 @@ __all__ = [
     "BLOCK_U",
     "NUM_WARPS",
     "MAX_CHUNKS",
-    "MEASURED_WARPS",
+    "MEASURED",
 ]
 
 BLOCK_U = (8, 16, 32, 64)
@@ -63,12 +63,20 @@ H_LATENCY_NS = 600.0  # the round trip of the h_{t-1} read through L2 that every
 L2_SM_RATE = 110.0  # bytes per ns one SM reads from L2 (about 64 B/clock)
 L2_RATE = 5500.0  # bytes per ns all SMs together read from L2
 SMEM_RATE = 220.0  # bytes per ns one SM streams from shared memory (128 B/clock)
-MEASURED_WARPS = {("forward", 192): 4, ("backward", 192): 4, ("forward", 512): 4, ("backward", 512): 4,
-                  ("forward", 1024): 4}  # fmt: skip
-"""(direction, head dim) -> the warps that won on the H100 among tilings the estimate ties (it does not model
-warps; elsewhere the fewest warps win the tie): split sweeps in ``benchmarks/05_fused_rnn/split/`` (B16: forward
-512 and 1024, backward 512) and ``scripts/probe_split_candidates.py`` (B32: 4 heads of 192, lesson 6's). At 768 two
-warps win (backward 7.2 vs 8.4 ms), so it is not listed. Used on Hopper GPUs only."""
+MEASURED = {
+    ("forward", 192): (None, 4),
+    ("forward", 512): (None, 4),
+    ("forward", 1024): (None, 4),
+    ("backward", 192): (16, 4),
+    ("backward", 768): (16, 8),
+}
+"""(direction, head dim) -> (block_u or None, warps): the tiling that won on the H100 where the estimate ranks
+otherwise. The estimate does not model warps, and it prices the backward's extra programs (block_u 16 instead of
+32) above what they cost. Forward, from lesson 5's split sweeps (B16, 512 and 1024) and
+``scripts/probe_split_candidates.py`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
+``scripts/probe_split_backward.py`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
+16 units and 4 warps, where the estimate picks 32 units; at 768 (B16 and B32) 16 units and 8 warps. The chooser
+takes the best-scored fitting candidate of that block_u and warps, on Hopper GPUs only."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +135,10 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     """Every (block_u, block_b, num_warps) of a split head with its resources, estimate and verdict.
 
     ``direction`` 'backward': the reverse-time kernel (:mod:`gpulab.rnn.backends.fused.split_backward`) holds the
-    same bytes of R (its columns instead of its rows), exchanges dG (G values per unit) instead of h, and multiplies
-    [block_b, G * block_k] by [G * block_k, block_u], so block_u must be at least 16 (a product's width)."""
+    same bytes of R (the rows of its units), multiplies [block_b, G * block_u] by [G * block_u, block_k] per chunk,
+    and exchanges partial sums of dh (in the compute dtype): each program writes block_b x DH values and reads as
+    many (DH / block_u shares of its block_u units), all in flight at once; block_u must be at least 16 (a
+    product's depth for elman)."""
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction={direction!r}; use 'forward' or 'backward'.")
     b = runtime.positive_int("batch", batch)
@@ -146,16 +156,18 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
             continue
         if direction == "backward" and bu < 16:
             continue
-        xg = g if direction == "backward" else 1  # the exchanged tile: dG (G slots per unit) or h
         split = math.ceil(dh / bu)
         threads = 32 * w
-        # gate tiles, states, one exchanged chunk. (Counting all chunks in flight pushed the backward to 8 and 16
-        # warps, measured slower on the H100: with 16 rows the warps repeat one product, so fewer warps win.)
-        per_gate = 6 if direction == "forward" else 4  # as the one-SM kernels' tiles (gpulab.rnn.tiling.tiles)
-        live = (per_gate * g * bu + 2 * fn.states * bu) * bb + xg * bb * block_k * e // 4  # (16-bit: 2 per register)
-        regs = math.ceil(live / threads) + tiling.OVERHEAD
         r_bytes = g * bu * block_k * chunks * e
-        smem = r_bytes + xg * bb * block_k * chunks * e + g * bb * bu * e
+        if direction == "forward":  # gate tiles, states, one chunk of h (16-bit: 2 per register)
+            live = (6 * g * bu + 2 * fn.states * bu) * bb + bb * block_k * e // 4
+            smem = r_bytes + bb * block_k * chunks * e + g * bb * bu * e  # R, h's chunks, the gate tile
+            x_bytes = bb * block_k * chunks * e  # h_{t-1}, read
+        else:  # gate tiles, states, the split shares of its units in flight, one chunk of its own share (fp32)
+            live = (4 * g * bu + 2 * fn.states * bu) * bb + bb * bu * split * e // 4 + bb * block_k
+            smem = r_bytes + bb * block_k * 4 + g * bb * bu * e  # R, a share's chunk for its store, dG's operand
+            x_bytes = 2 * bb * block_k * chunks * e  # partial sums of dh, written and read
+        regs = math.ceil(live / threads) + tiling.OVERHEAD
         programs = nh * split * math.ceil(b / bb)
         per_sm = min(spec.registers_per_sm // (regs * threads), spec.smem_per_sm // smem, 64 // w)
         reason = ""
@@ -169,9 +181,8 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
             reason = f"{programs} programs > {per_sm * spec.sm_count} resident at once ({per_sm} per SM)"
         score = math.inf
         if not reason:
-            h_bytes = xg * bb * block_k * chunks * e
             on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
-            h_read = max(on_sm * h_bytes / L2_SM_RATE, programs * h_bytes / L2_RATE)
+            h_read = max(on_sm * x_bytes / L2_SM_RATE, programs * x_bytes / L2_RATE)
             product = on_sm * (r_bytes / SMEM_RATE + bb * 2 * fn.gates_r * bu * block_k * chunks / tiling.RATE)
             score = BARRIER_NS + ARRIVAL_NS * programs + H_LATENCY_NS + h_read + product
         out.append(SplitTiling(bb, bu, block_k, chunks, w, split, programs, regs, smem, max(per_sm, 0), score,
@@ -180,8 +191,8 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
 
 
 def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
-    """The best fitting :class:`SplitTiling` (least estimated step time; then fewer programs, the
-    :data:`MEASURED_WARPS` where listed, fewer warps), or a
+    """The best fitting :class:`SplitTiling` (on Hopper, the :data:`MEASURED` block_u and warps where listed; then
+    the least estimated step time, fewer programs, fewer warps), or a
     ValueError saying why none fits and what to do instead. In the interpreter (no ``gpu`` named) the fewest
     programs win instead: there every program is a Python loop run one after another."""
     cands = split_candidates(batch, num_heads, head_dim, function, dtype, gpu, direction)
@@ -190,8 +201,13 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     if ok:
         if runtime.INTERPRET and gpu is None:
             return min(ok, key=lambda c: (c.programs, c.num_warps, c.score))
-        measured = MEASURED_WARPS.get((direction, head_dim)) if spec.compute_capability[0] == 9 else None
-        return min(ok, key=lambda c: (c.score, c.programs, c.num_warps != measured, c.num_warps, c.block_b))
+        block_u, warps = MEASURED.get((direction, head_dim), (None, None)) if spec.compute_capability[0] == 9 else (
+            None, None)  # fmt: skip
+
+        def measured(c):
+            return c.num_warps == warps and block_u in (None, c.block_u)
+
+        return min(ok, key=lambda c: (not measured(c), c.score, c.programs, c.num_warps, c.block_b))
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16)) or "no candidate"
     raise ValueError(
         f"the fused {direction} kernel cannot hold head dim {head_dim} ({num_heads} head(s), batch {batch}, "

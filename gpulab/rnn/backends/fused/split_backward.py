@@ -1,32 +1,44 @@
 """Lesson 5, part 2b: the split-head backward, one reverse-time persistent kernel over P programs per head.
 
-What you will learn: the backward's recurrence has the forward's shape, transposed. The gradient reaching h_{t-1}
-through R is ``dh_{t-1}[k] = sum_{g, j} dG_t[g, j] R[g, j, k]``: every unit k needs the gate gradients of *all*
-units j of step t. So split the head as the forward does, by units, but now program p owns units k of dh:
+What you will learn: the backward's recurrence is the forward's, transposed, and *which side of the product you
+exchange* decides what crosses L2 every step. The gradient reaching h_{t-1} through R is
 
-- it keeps the *columns* of R that produce its units, R[:, :, p's k] as tiles [G * BLOCK_K, BLOCK_U] (rows
-  (gate, j) of a chunk of j), on chip for the whole sequence;
-- per step t (reverse) it runs the cell backward of its units (their saved pre-activations, their dh, dc, and the
-  previous state), writes its units' dG_t (the output the parameter products need, and the exchange buffer: one
-  slot per step, so one barrier per step suffices), arrives at the grid barrier, and once all programs have written
-  dG_t, reads the whole dG_t from L2 and multiplies it by its R columns: its units of dh_{t-1}. dc never leaves the
-  program (the LSTM's cell path is per unit), nor does the GRU's direct path dh z'.
+    dh_{t-1}[k] = sum_{g, j} dG_t[g, j] R[g, j, k]         (k, j units; g gate slots)
+
+Split the head by units as the forward does: program p owns units U_p (``BLOCK_U`` of them), runs their cell
+backward, and so produces dG_t[:, U_p]. Two ways to finish the product:
+
+1. *Exchange dG* (this kernel's first version): every program reads all of dG_t (G x DH values per batch row) and
+   multiplies it by R's columns of its units. It reads G = 4 times the forward's bytes per step, and the tile it
+   reads must pass through shared memory to become a tensor-core operand: on the H100 the product and its
+   exchange took 3.6 of a 5.1 us step (``benchmarks/05_fused_rnn/split/*-parts.jsonl``).
+2. *Exchange partial sums of dh* (this kernel): program p holds R's *rows* of its units, R[:, U_p, :]
+   [G * BLOCK_U, DH], and pushes its share of every unit's gradient, ``dG_t[:, U_p] @ R[:, U_p, :]`` [BLOCK_B, DH]
+   (accumulated in fp32, stored in the compute dtype as the forward stores h), to L2; after the barrier it reads
+   the P shares of its own units and adds them in fp32. Each program writes and reads DH values per row, as many
+   bytes as the forward reads, and the values it reads are only summed: no shared-memory round trip.
+
+The partial sums live in a two-slot ring ``part[t % 2]``: step t writes slot t % 2 before the barrier; step t - 1
+reads it after the barrier, then writes slot (t - 1) % 2. Rewriting a slot two steps later is safe because every
+program has passed the barrier in between, so nobody still reads it. dG itself is still written (one slot per step,
+time-major): the parameter products dR, db, dWx need all of it
+(:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`). dc never leaves the program (the LSTM's
+cell path is per unit), nor does the GRU's direct path dh z'.
 
 The barrier, its counter and the cooperative launch are those of the forward (:mod:`.split`); in the interpreter
-the kernel runs one launch per step and carries dh (dc) in fp32 between launches. The parameter gradients (dR, db,
-dWx) are then one pass of products over all steps
-(:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`).
+the kernel runs one launch per step and carries dh (dc) in fp32 between launches.
 
 Per step t = T-1 .. 0, program (p, n, tile), fp32 (G = 4 slots for lstm and gru, 1 for elman; the forward saved
 pre-activations):
 
-    dh = dL/dh_t + carried direct part + sum_chunks dG_{t+1}[:, slots, chunk] @ R[slots, chunk, own units]
-                                          ([BLOCK_B, G * BLOCK_K] x [G * BLOCK_K, BLOCK_U]; none at t = T-1)
+    dh = dL/dh_t + carried direct part + sum_q part[(t + 1) % 2][q, :, U_p]     [BLOCK_B, BLOCK_U] (none at T-1)
     (LSTM) dc = dL/dc_t + carried dc
-    dG_own, dc, direct = cell_backward(pre_t, previous state, dh, dc)        [BLOCK_B, G * BLOCK_U]
-    store dG_own at dG[t];  barrier
+    dG_own, dc, direct = cell_backward(pre_t, previous state, dh, dc)           [BLOCK_B, G * BLOCK_U]
+    store dG_own at dG[t]
+    part[t % 2][p] = dG_own @ R[:, U_p, :]        ([BLOCK_B, G * BLOCK_U] x [G * BLOCK_U, BLOCK_K], per chunk of k)
+    barrier
 
-and at the end dL/dh_{-1} = direct + dG_0 @ R's columns.
+and at the end dL/dh_{-1} = direct + sum_q part[0][q, :, U_p].
 """
 
 from __future__ import annotations
@@ -38,62 +50,69 @@ import triton.language as tl
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused.split import _apart, barrier_counter
+from gpulab.rnn.backends.fused.split import barrier_counter
 from gpulab.rnn.backends.fused.tiles import gate_columns, join_gates, split_gates
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.split_tiling import split_tiling
-from gpulab.triton_ops import dot
+from gpulab.triton_ops import dot, dot_operand
 
 __all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients"]
 
 
 @triton.jit
-def load_r_columns(r_ptr, n, p, k0, NH, DH: tl.constexpr, BLOCK_U: tl.constexpr, BLOCK_K: tl.constexpr,
-                   G_R: tl.constexpr, G: tl.constexpr):  # fmt: skip
-    """R's rows (gate, j) for j in [k0, k0 + BLOCK_K), columns p's units: [G * BLOCK_K, BLOCK_U], element
-    [slot * BLOCK_K + jj, u] = R[slot, n, k0 + jj, p * BLOCK_U + u] (zero past DH and for slots >= G_R)."""
-    slot, jj = gate_columns(G, BLOCK_K)
-    j = k0 + jj
-    k = p * BLOCK_U + tl.arange(0, BLOCK_U)
+def load_r_rows(r_ptr, n, p, k0, NH, DH: tl.constexpr, BLOCK_U: tl.constexpr, BLOCK_K: tl.constexpr,
+                G_R: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """R's rows (gate, j) of p's units j, columns k in [k0, k0 + BLOCK_K): [G * BLOCK_U, BLOCK_K], element
+    [slot * BLOCK_U + u, kk] = R[slot, n, p * BLOCK_U + u, k0 + kk] (zero past DH and for slots >= G_R)."""
+    slot, u = gate_columns(G, BLOCK_U)
+    j = p * BLOCK_U + u
+    k = k0 + tl.arange(0, BLOCK_K)
     ptr = r_ptr + ((slot * NH + n) * DH + j)[:, None] * DH + k[None, :]
     return tl.load(ptr, mask=((slot < G_R) & (j < DH))[:, None] & (k < DH)[None, :], other=0.0)
 
 
 @triton.jit
-def _dg_chunk(dg_t, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr, HD):
-    """dG_t[:, all slots, k0 : k0 + BLOCK_K] as [BLOCK_B, G * BLOCK_K], read from L2 (other SMs wrote it)."""
-    slot, jj = gate_columns(G, BLOCK_K)
-    j = k0 + jj
-    return tl.load(dg_t + (slot * HD + j)[None, :], mask=row_ok & (j < DH)[None, :], other=0.0, cache_modifier=".cg")
+def _push(part_own, d_op, r, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr, IS_FP32: tl.constexpr,
+          PRECISION: tl.constexpr):  # fmt: skip
+    """This program's share of units [k0, k0 + BLOCK_K) of dh_{t-1}: ``d_op @ r`` [BLOCK_B, BLOCK_K], stored to its
+    row of the partial-sum slot (``part_own`` [BLOCK_B, 1] points at unit 0 of it)."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    share = dot(d_op, r, IS_FP32, PRECISION)
+    tl.store(part_own + k[None, :], share.to(part_own.dtype.element_ty), mask=row_ok & (k < DH)[None, :])
 
 
 @triton.jit
-def _through_r(dg_t, r0, r1, r2, r3, row_ok, HD, DH: tl.constexpr, BLOCK_K: tl.constexpr, G: tl.constexpr,
-               CHUNKS: tl.constexpr, IS_FP32: tl.constexpr, PRECISION: tl.constexpr, APART: tl.constexpr):  # fmt: skip
-    """The part of dh_{t-1} (p's units) that flows through R: all of dG_t [BLOCK_B, G * DH] times p's columns of R,
-    chunk by chunk (every chunk requested before the products; the products as independent chains)."""
-    a0 = _dg_chunk(dg_t, 0, row_ok, DH, BLOCK_K, G, HD)
-    a1 = a0
-    a2 = a0
-    a3 = a0
-    if CHUNKS > 1:
-        a1 = _dg_chunk(dg_t, BLOCK_K, row_ok, DH, BLOCK_K, G, HD)
-    if CHUNKS > 2:
-        a2 = _dg_chunk(dg_t, 2 * BLOCK_K, row_ok, DH, BLOCK_K, G, HD)
-    if CHUNKS > 3:
-        a3 = _dg_chunk(dg_t, 3 * BLOCK_K, row_ok, DH, BLOCK_K, G, HD)
-    dt = r0.dtype
-    acc = _apart(dot(a0.to(dt), r0, IS_FP32, PRECISION), APART)
-    if CHUNKS > 1:
-        acc += _apart(dot(a1.to(dt), r1, IS_FP32, PRECISION), APART)
-    if CHUNKS > 2:
-        acc2 = _apart(dot(a2.to(dt), r2, IS_FP32, PRECISION), APART)
-        if CHUNKS > 3:
-            acc2 += _apart(dot(a3.to(dt), r3, IS_FP32, PRECISION), APART)
-        acc += acc2
+def _gather(part_rows, units, row_ok, DH: tl.constexpr, SPLIT: tl.constexpr, BLOCK_B: tl.constexpr,
+            BLOCK_U: tl.constexpr):  # fmt: skip
+    """The sum of all SPLIT programs' shares of this program's units: [BLOCK_B, BLOCK_U] fp32. ``part_rows``
+    [BLOCK_B, 1] points at program 0's share in a slot, one DH-row per program; read from L2 (other SMs wrote it).
+
+    One [BLOCK_B, BLOCK_U] load per program, summed in order (no 3-D tile reduced over its programs' axis: the
+    compiler then kept the sum, and the whole cell after it, in a layout that repeats every element on many
+    threads). The loads do not depend on each other, so all are in flight at once."""
+    ok = row_ok & (units < DH)[None, :]
+    acc = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)
+    for q in tl.static_range(SPLIT):
+        acc += tl.load(part_rows + q * DH + units[None, :], mask=ok, other=0.0, cache_modifier=".cg")
     return acc
+
+
+@triton.jit
+def _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own, own_t, own_mask, t, B, HD,
+                 G_B: tl.constexpr, state_stride, PREV_OFF: tl.constexpr, FUNCTION: tl.constexpr):  # fmt: skip
+    """Step t's loads from HBM, in the tensors' dtype: (pre-activations [BLOCK_B, G * BLOCK_U], the previous
+    state the cell needs, dL/dh_t, dL/dc_t (zero but for the LSTM)) of this program's units."""
+    pre = tl.load(gate_rows + t * G_B * HD, mask=gate_mask, other=0.0)
+    prev_ptr = tl.where(t > 0, out_ptr + PREV_OFF * state_stride + own_t + (t - 1) * HD,
+                        s0_ptr + PREV_OFF * B * HD + own)  # fmt: skip
+    prev = tl.load(prev_ptr, mask=own_mask, other=0.0)
+    dh = tl.load(dout_ptr + own_t + t * HD, mask=own_mask, other=0.0)
+    dc = tl.zeros_like(dh)
+    if FUNCTION == 0:
+        dc = tl.load(dout_ptr + state_stride + own_t + t * HD, mask=own_mask, other=0.0)
+    return pre, prev, dh, dc
 
 
 @triton.jit
@@ -104,7 +123,8 @@ def split_backward_kernel(
     r_ptr,  # [G_R, NH, DH, DH]
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     init_ptr,  # [S, B, 1, NH, DH] the carry this launch starts from (read if HAS_INIT; see below)
-    dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written); the exchange buffer
+    dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written, for the parameter products)
+    part_ptr,  # [2, B, NH, SPLIT, DH]: the two slots of partial sums of dh, one row per program
     carry_ptr,  # [S, B, 1, NH, DH] written: dL/d(initial states) if FINAL, else the carry after step t_lo
     bar_ptr,  # int64 barrier counter (BARRIER only)
     B,
@@ -118,23 +138,24 @@ def split_backward_kernel(
     G_R: tl.constexpr,
     G_B: tl.constexpr,
     DH: tl.constexpr,
+    SPLIT: tl.constexpr,  # P, programs per head (and batch tile)
     BLOCK_B: tl.constexpr,
     BLOCK_U: tl.constexpr,
     BLOCK_K: tl.constexpr,
     CHUNKS: tl.constexpr,
     HAS_INIT: tl.constexpr,
-    FINAL: tl.constexpr,  # end with the product of dG_0: write dL/d(initial states) instead of the carry
+    FINAL: tl.constexpr,  # end with the sum of step 0's shares: write dL/d(initial states) instead of the carry
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     BARRIER: tl.constexpr,
-    APART: tl.constexpr,
+    OPAQUE: tl.constexpr,  # compiled 16-bit kernels: the product's register operand through dot_operand
 ):
-    """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n's dh, batch rows of ``tile``.
+    """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``.
 
     The carry between steps (and launches) is (the part of dh that skips R, dc): at t = T-1 it is dL/d(last
-    states); the part through R is added at the next step, from dG written by all programs one barrier earlier.
+    states); the part through R is added at the next step, from the shares all programs wrote one barrier earlier.
     So one launch per step (the interpreter) never reads what the same launch writes, and a last launch with no
-    steps (FINAL) adds dG_0's part to give dL/d(initial states)."""
+    steps (FINAL) adds step 0's shares to give dL/d(initial states)."""
     G: tl.constexpr = 4 if G_B > 1 else 1
     p = tl.program_id(0)
     n = tl.program_id(1)
@@ -143,29 +164,31 @@ def split_backward_kernel(
     row_ok = (rows < B)[:, None]
     rows64 = rows.to(tl.int64)
 
-    # R's columns for p's units, in up to four chunks of rows (gate, j)
-    r0 = load_r_columns(r_ptr, n, p, 0, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
+    # R's rows of p's units, [G * BLOCK_U, BLOCK_K] per chunk of the columns k: on chip for the whole launch
+    r0 = load_r_rows(r_ptr, n, p, 0, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
     r1 = r0
     r2 = r0
     r3 = r0
     if CHUNKS > 1:
-        r1 = load_r_columns(r_ptr, n, p, BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
+        r1 = load_r_rows(r_ptr, n, p, BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
     if CHUNKS > 2:
-        r2 = load_r_columns(r_ptr, n, p, 2 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
+        r2 = load_r_rows(r_ptr, n, p, 2 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
     if CHUNKS > 3:
-        r3 = load_r_columns(r_ptr, n, p, 3 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
+        r3 = load_r_rows(r_ptr, n, p, 3 * BLOCK_K, NH, DH, BLOCK_U, BLOCK_K, G_R, G)
 
     # p's units: the all-gates tiles [BLOCK_B, G * BLOCK_U] (saved pre-activations, dG) and the state tiles
     slot, u = gate_columns(G, BLOCK_U)
     j = p * BLOCK_U + u
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
     gate_rows = gates_ptr + rows64[:, None] * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
-    dg_own = dg_ptr + rows64[:, None] * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * B * G_B * HD
+    dg_own = dg_ptr + rows64[:, None] * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * STEP
     units = p * BLOCK_U + tl.arange(0, BLOCK_U)
     own_mask = row_ok & (units < DH)[None, :]
     own = rows[:, None] * HD + n * DH + units[None, :]  # in [S, B, 1, NH, DH]
     own_t = rows64[:, None] * T * HD + n * DH + units[None, :]  # in [S, B, T, NH, DH], + t * HD
-    dg_rows = dg_ptr + rows64[:, None] * G_B * HD + n * DH  # the row of dG_t for this head, + t * B * G_B * HD
+    part_rows = part_ptr + (rows64[:, None] * NH + n) * SPLIT * DH  # program 0's share in slot 0, + slot * PSLOT
+    part_own = part_rows + p * DH  # this program's share
+    PSLOT = B * NH * SPLIT * DH  # the stride between the two slots
 
     direct = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)  # the carried part of dh that skips R
     dc = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)
@@ -180,20 +203,26 @@ def split_backward_kernel(
     if BARRIER:
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
         base = base - base % n_programs
+    # step t's inputs from HBM are requested one step ahead, so their latency hides behind the previous step's
+    # exchange and barrier
+    pre_n, prev_n, dh_n, dc_n = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own,
+                                             own_t, own_mask, t_hi - 1, B, HD, G_B, state_stride, PREV_OFF,
+                                             FUNCTION)  # fmt: skip
     for tt in range(t_hi - t_lo):
         t = t_hi - 1 - tt
-        pre = tl.load(gate_rows + t * G_B * HD, mask=gate_mask, other=0.0).to(tl.float32)
-        prev_ptr = tl.where(t > 0, out_ptr + PREV_OFF * state_stride + own_t + (t - 1) * HD,
-                            s0_ptr + PREV_OFF * B * HD + own)  # fmt: skip
-        prev = tl.load(prev_ptr, mask=own_mask, other=0.0).to(tl.float32)
-        dh = direct + tl.load(dout_ptr + own_t + t * HD, mask=own_mask, other=0.0).to(tl.float32)
-        if t < T - 1:  # dG_{t+1}, written by every program before the last barrier (or launch)
-            dh += _through_r(dg_rows + (t + 1).to(tl.int64) * STEP, r0, r1, r2, r3, row_ok, HD,
-                             DH, BLOCK_K, G, CHUNKS, IS_FP32, PRECISION, APART)  # fmt: skip
+        pre = pre_n.to(tl.float32)
+        prev = prev_n.to(tl.float32)
+        dh = direct + dh_n.to(tl.float32)
+        dc += dc_n.to(tl.float32)
+        pre_n, prev_n, dh_n, dc_n = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own,
+                                                 own_t, own_mask, tl.maximum(t - 1, 0), B, HD, G_B, state_stride,
+                                                 PREV_OFF, FUNCTION)  # fmt: skip
+        # the shares of step t + 1, written by every program before the last barrier (or launch); none at T - 1
+        # (masked, not branched: a branch here made the compiler keep the cell below in two layouts)
+        dh += _gather(part_rows + ((t + 1) % 2) * PSLOT, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
         direct = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)
         if FUNCTION == 0:
-            dc += tl.load(dout_ptr + state_stride + own_t + t * HD, mask=own_mask, other=0.0).to(tl.float32)
             d0, d1, d2, d3, dc = lstm_cell_backward(g0, g1, g2, g3, prev, dh, dc)
             d_all = join_gates(d0, d1, d2, d3, BLOCK_B, BLOCK_U, G)
         elif FUNCTION == 1:
@@ -201,17 +230,28 @@ def split_backward_kernel(
             d_all = join_gates(d0, d1, d2, d3, BLOCK_B, BLOCK_U, G)
         else:
             d_all = elman_cell_backward(g0, dh)
-        tl.store(dg_own + t.to(tl.int64) * STEP, d_all.to(dg_ptr.dtype.element_ty), mask=gate_mask)
+        d_all = d_all.to(dg_ptr.dtype.element_ty)
+        tl.store(dg_own + t.to(tl.int64) * STEP, d_all, mask=gate_mask)
+        # this program's shares of dh_{t-1}, from dG_t as stored (the parameter products read the same values)
+        d_op = dot_operand(d_all.to(r0.dtype), OPAQUE)
+        part_t = part_own + (t % 2) * PSLOT
+        _push(part_t, d_op, r0, 0, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        if CHUNKS > 1:
+            _push(part_t, d_op, r1, BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        if CHUNKS > 2:
+            _push(part_t, d_op, r2, 2 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        if CHUNKS > 3:
+            _push(part_t, d_op, r3, 3 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
         if BARRIER:
-            tl.debug_barrier()  # every thread's store of dG_t is issued before the arrival releases them
+            tl.debug_barrier()  # every thread's stores of step t are issued before the arrival releases them
             tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
             target = base + (tt + 1) * n_programs
             seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
             while seen < target:
                 seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
 
-    if FINAL:  # dL/dh_{-1}: dG_0's part through R
-        direct += _through_r(dg_rows, r0, r1, r2, r3, row_ok, HD, DH, BLOCK_K, G, CHUNKS, IS_FP32, PRECISION, APART)
+    if FINAL:  # dL/dh_{-1}: step 0's shares (slot 0)
+        direct += _gather(part_rows, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
     tl.store(carry_ptr + own, direct.to(carry_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
         tl.store(carry_ptr + B * HD + own, dc.to(carry_ptr.dtype.element_ty), mask=own_mask)
@@ -236,12 +276,14 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
     dev, dt = out.device, out.dtype
     cfg = tiling or split_tiling(B, NH, DH, fn.name, dt, direction="backward")
     dG = new_output(T, B, fn.gates_b, NH, DH, dtype=dt, device=dev)
+    part = torch.empty((2, B, NH, cfg.split, DH), dtype=dt, device=dev)  # every element read is written first
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
     consts = dict(
-        FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u,
-        BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
-        BARRIER=persistent, APART=not runtime.INTERPRET, **cfg.launch(),
+        FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, SPLIT=cfg.split, BLOCK_B=cfg.block_b,
+        BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks,
+        IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt), BARRIER=persistent,
+        OPAQUE=not runtime.INTERPRET and dt != torch.float32, **cfg.launch(),
     )  # fmt: skip
     stride = B * T * NH * DH
     if persistent:
@@ -251,7 +293,7 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
         ints = (B, T, NH, stride, 0, T, programs)
         launch = cached_launch(split_backward_kernel, grid, dict(
             consts, HAS_INIT=d_last is not None, FINAL=True, launch_cooperative_grid=True), ints)  # fmt: skip
-        tensors = (gates, out, states, R, d_out, init, dG, ds0, bar)
+        tensors = (gates, out, states, R, d_out, init, dG, part, ds0, bar)
         launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
         return dG, ds0
     carry = torch.zeros((S, B, 1, NH, DH), dtype=torch.float32, device=dev)
@@ -259,7 +301,7 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
         carry.copy_(d_last)
     for t0, t1, final in [(t, t + 1, False) for t in reversed(range(T))] + [(0, 0, True)]:
         split_backward_kernel[grid](
-            gates, out, states, R, d_out, carry, dG, carry, carry, B, T, NH, stride, t0, t1, programs,
+            gates, out, states, R, d_out, carry, dG, part, carry, carry, B, T, NH, stride, t0, t1, programs,
             HAS_INIT=True, FINAL=final, **consts,
         )  # fmt: skip
     return dG, carry.to(states.dtype)

@@ -93,17 +93,26 @@ def test_h100_splits_one_head_of_768_and_says_why():
     assert split_tiling.plan(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").kind == "single"
 
 
-def test_measured_warps_break_the_estimates_tie_on_hopper_only():
-    """The estimate does not model warps; on the H100 the sweeps' winners take the tie (4 warps at head dim 192,
-    lesson 6's 4-head layers), elsewhere and at 768 the fewest warps, with the same block_u and block_b."""
+def test_measured_tilings_win_on_hopper_only():
+    """Where the H100 sweeps found another tiling fastest, the chooser takes it there (the best-scored candidate of
+    the measured block_u and warps); elsewhere, and at head dims not measured, the estimate decides."""
     for direction in ("forward", "backward"):
+        block_u, warps = split_tiling.MEASURED[(direction, 192)]
         h100 = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="H100", direction=direction)
+        assert h100.num_warps == warps and block_u in (None, h100.block_u), h100
+        mine = [c for c in split_tiling.split_candidates(32, 4, 192, "lstm", torch.bfloat16, gpu="H100",
+                                                         direction=direction)
+                if c.fits and c.num_warps == warps and block_u in (None, c.block_u)]  # fmt: skip
+        assert h100.score == min(c.score for c in mine)
         a100 = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="A100", direction=direction)
-        assert h100.num_warps == split_tiling.MEASURED_WARPS[(direction, 192)] == 4, h100
         cands = split_tiling.split_candidates(32, 4, 192, "lstm", torch.bfloat16, gpu="A100", direction=direction)
-        assert a100.num_warps == min(c.num_warps for c in cands if c.fits and c.score == a100.score), a100
-        at_768 = split_tiling.split_tiling(32, 1, 768, "lstm", torch.bfloat16, gpu="H100", direction=direction)
-        assert (direction, 768) not in split_tiling.MEASURED_WARPS and at_768.num_warps == 2, at_768
+        best = min(c.score for c in cands if c.fits)
+        assert a100.score == best and a100.num_warps == min(c.num_warps for c in cands if c.fits and c.score == best)
+    at_768 = split_tiling.split_tiling(32, 1, 768, "lstm", torch.bfloat16, gpu="H100", direction="backward")
+    assert (at_768.block_u, at_768.num_warps) == split_tiling.MEASURED[("backward", 768)] == (16, 8), at_768
+    unmeasured = split_tiling.split_tiling(16, 1, 640, "lstm", torch.bfloat16, gpu="H100", direction="backward")
+    cands = split_tiling.split_candidates(16, 1, 640, "lstm", torch.bfloat16, gpu="H100", direction="backward")
+    assert unmeasured.score == min(c.score for c in cands if c.fits)
 
 
 def test_refusal_when_nothing_fits_names_the_alternative():
