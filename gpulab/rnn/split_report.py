@@ -10,7 +10,12 @@ A second record, ``*-cross.jsonl``, holds rows of kind ``cross``: the LSTM forwa
 batch at two head dims, the split kernel beside the one-SM fused kernel (where it fits) and ``alternating``.
 A third, ``*-candidates.jsonl`` (``scripts/probe_split_candidates.py``), holds rows of kind ``candidate``: every
 fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
-chooser's pick at the time of the run.
+chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``scripts/probe_split_backward.py``), holds
+rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exchanges partial sums of dh;
+'exchange dG': the version before it, in the same run) and rows of kind ``fwd+bwd`` (one head of 768 through
+``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth, ``*-parts.jsonl``, is an experiment on the dG
+exchange (kind ``part``: the kernel with its product and exchange skipped, ``SKIP_PRODUCT``), whose script was not
+kept.
 """
 
 from __future__ import annotations
@@ -21,25 +26,37 @@ from pathlib import Path
 from gpulab import runtime
 from gpulab.bench.records import newest, record_files, results_dir
 
-__all__ = ["load_split", "split_table", "step_budget", "crossover_table", "warps_table", "plot_split", "time_row"]
+__all__ = [
+    "load_split",
+    "split_table",
+    "step_budget",
+    "crossover_table",
+    "warps_table",
+    "backward_table",
+    "plot_split",
+    "time_row",
+]
 
 _FOLDER = ("05_fused_rnn", "split")
 
 
-_RECORDS = {"split": "", "cross": " cross", "candidates": ""}  # record -> the probe's phases that write it
-_SCRIPTS = {"candidates": "probe_split_candidates.py"}  # records another probe writes
+_RECORDS = {"split": "", "cross": " cross", "candidates": "", "partials": "", "parts": ""}  # record -> probe phases
+_SCRIPTS = {"candidates": "probe_split_candidates.py", "partials": "probe_split_backward.py"}  # other probes' records
 
 
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
     """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
     ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
-    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers)."""
+    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
+    ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     if record not in _RECORDS:
         raise ValueError(f"record must be one of {sorted(_RECORDS)}, got {record!r}.")
     folder = results_dir(root).joinpath(*_FOLDER)
     files = record_files(folder, gpu, f"*-{record}.jsonl")
+    if not files and record == "parts":
+        raise FileNotFoundError(f"no parts records for {gpu!r} in {folder}: an experiment whose script was not kept.")
     if not files:
         raise FileNotFoundError(
             f"no {record} records for {gpu!r} in {folder}; run "
@@ -74,6 +91,12 @@ def _time(rows, case, dh, training):
             if (r.get("pass_") == "fwd+bwd") == training:
                 return r
     return None
+
+
+def _env(rows) -> str:
+    env = rows[0] if rows and rows[0].get("kind") == "env" else {}
+    versions = f"torch {env.get('torch', '?')}, triton {env.get('triton', '?')}"
+    return f"{env.get('device', '?')}, {versions}, {env.get('date', '?')}"
 
 
 def _cell(r, key="ms"):
@@ -172,6 +195,39 @@ def warps_table(rows) -> str:
         problem = f"B{key[0]} {key[1]}x{key[2]}"
         lines.append(f"{problem:>14s} {key[3]:>8s} {cell(pick) if pick else '-':>22s} "
                      f"{cell(same) if same else '-':>24s} {cell(fastest):>22s}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def backward_table(rows, steps: int = 1024) -> str:
+    """The backward kernels of a ``partials`` record, per problem: the dG exchange (its best of the warps timed),
+    the partial-sum exchange (the chooser's pick and the fastest tiling), device ms and us per step; then the
+    ``fwd+bwd`` rows (ours and cuDNN's, both clocks)."""
+    rows = _rows(rows)
+    steps = runtime.positive_int("steps", steps)
+    cands = [r for r in rows if r.get("kind") == "candidate" and "ms" in r and "kernel" in r]
+    if not cands:
+        raise ValueError("no backward 'candidate' rows in these records: load_split(record='partials') has them.")
+    us = lambda r: f"{r['ms']:6.2f} ({1e3 * r['ms'] / steps:4.1f} us)"  # noqa: E731
+    lines = [
+        f"LSTM backward kernel alone, T = {steps}, bf16, device ms (us per step); {_env(rows)}",
+        f"{'problem':>12s} {'exchange dG':>17s} {'partials, pick':>17s} {'partials, best':>17s} {'speed-up':>8s}",
+    ]
+    for key in sorted({(r["B"], r["NH"], r["DH"]) for r in cands}, key=lambda k: (k[2], k[0])):
+        at = [r for r in cands if (r["B"], r["NH"], r["DH"]) == key]
+        old = min((r for r in at if r["kernel"] != "partials"), key=lambda r: r["ms"], default=None)
+        new = [r for r in at if r["kernel"] == "partials"]
+        pick = next((r for r in new if r.get("chosen")), None)
+        best = min(new, key=lambda r: r["ms"], default=None)
+        gain = f"{old['ms'] / pick['ms']:7.2f}x" if old and pick else f"{'-':>8s}"
+        problem = f"B{key[0]} {key[1]}x{key[2]}"
+        lines.append(f"{problem:>12s} {us(old) if old else '-':>17s} {us(pick) if pick else '-':>17s} "
+                     f"{us(best) if best else '-':>17s} {gain}")  # fmt: skip
+    train = [r for r in rows if r.get("kind") == "fwd+bwd"]
+    if train:
+        lines.append("forward+backward (all four gradients; cuDNN's dense nn.LSTM also computes its input product):")
+        for r in train:
+            lines.append(f"  B{r['B']} {r['NH']}x{r['DH']} {r['case']:58s} {r['ms']:6.2f} ms device, "
+                         f"{r['wall_ms']:6.2f} ms wall")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -68,6 +68,8 @@ MEASURED = {
     ("forward", 512): (None, 4),
     ("forward", 1024): (None, 4),
     ("backward", 192): (16, 4),
+    ("backward", 256): (16, 8),
+    ("backward", 512): (16, 8),
     ("backward", 768): (16, 8),
 }
 """(direction, head dim) -> (block_u or None, warps): the tiling that won on the H100 where the estimate ranks
@@ -75,8 +77,9 @@ otherwise. The estimate does not model warps, and it prices the backward's extra
 32) above what they cost. Forward, from lesson 5's split sweeps (B16, 512 and 1024) and
 ``scripts/probe_split_candidates.py`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
 ``scripts/probe_split_backward.py`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
-16 units and 4 warps, where the estimate picks 32 units; at 768 (B16 and B32) 16 units and 8 warps. The chooser
-takes the best-scored fitting candidate of that block_u and warps, on Hopper GPUs only."""
+16 units and 4 warps, where the estimate picks 32 units; at 256, 512 and 768 (B16; 768 also B32) 16 units and 8
+warps (at 256 2.26 ms where the estimate's 2 warps took 2.56). The chooser takes the best-scored fitting candidate
+of that block_u and warps, on Hopper GPUs only."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -130,3 +130,37 @@ def test_warps_table_sets_the_pick_beside_the_fastest(tmp_path):
     assert "2.40 (16x16, 2w)" in line and "2.00 (16x16, 8w)" in line and "1.90 (32x16, 4w)" in line, line
     with pytest.raises(ValueError, match="no 'candidate' rows"):
         split_report.warps_table([rows[0]])
+
+
+def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
+    def cand(kernel, warps, ms, chosen=False, DH=768):
+        return {"kind": "candidate", "kernel": kernel, "B": 16, "NH": 1, "DH": DH, "block_u": 16, "block_b": 16,
+                "warps": warps, "ms": ms, "chosen": chosen}  # fmt: skip
+
+    rows = [
+        {"kind": "env", "device": "NVIDIA H100 80GB HBM3", "date": "2030-01-01"},
+        cand("exchange dG", 2, 7.2),
+        cand("exchange dG", 4, 8.4),
+        cand("partials", 4, 4.0, chosen=True),
+        cand("partials", 8, 3.6),
+        cand("partials", 8, 4.4, chosen=True, DH=1024),
+        {"kind": "candidate", "kernel": "exchange dG", "B": 16, "NH": 1, "DH": 1024, "error": "out of resource"},
+        {"kind": "fwd+bwd", "B": 16, "NH": 1, "DH": 768, "case": "gpulab fused", "ms": 6.5, "wall_ms": 6.6},
+    ]
+    folder = tmp_path / "05_fused_rnn" / "split"
+    folder.mkdir(parents=True)
+    (folder / "nvidia-h100-80gb-hbm3-2030-01-01-partials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = split_report.backward_table(split_report.load_split("h100", root=tmp_path, record="partials"))
+    lines = table.splitlines()
+    at_768 = next(line for line in lines if "1x768" in line)
+    assert "7.20 ( 7.0 us)" in at_768 and "4.00 ( 3.9 us)" in at_768 and "3.60 ( 3.5 us)" in at_768, at_768
+    assert at_768.rstrip().endswith("1.80x")  # the dG exchange's best (2 warps) over the pick
+    at_1024 = next(line for line in lines if "1x1024" in line)
+    assert at_1024.split()[2] == "-" and at_1024.rstrip().endswith("-")  # no dG exchange fits there
+    assert "gpulab fused" in lines[-1] and "6.60 ms wall" in lines[-1] and "2030-01-01" in lines[0]
+    with pytest.raises(ValueError, match="no backward 'candidate' rows"):
+        split_report.backward_table([rows[0]])
+    with pytest.raises(ValueError, match="steps"):
+        split_report.backward_table(rows, steps=0)
+    with pytest.raises(FileNotFoundError, match="not kept"):
+        split_report.load_split("h100", root=tmp_path, record="parts")

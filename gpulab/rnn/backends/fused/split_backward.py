@@ -204,10 +204,10 @@ def split_backward_kernel(
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
         base = base - base % n_programs
     # step t's inputs from HBM are requested one step ahead, so their latency hides behind the previous step's
-    # exchange and barrier
+    # exchange and barrier (never a step below 0: the last per-step launch runs no step, t_hi = 0)
     pre_n, prev_n, dh_n, dc_n = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own,
-                                             own_t, own_mask, t_hi - 1, B, HD, G_B, state_stride, PREV_OFF,
-                                             FUNCTION)  # fmt: skip
+                                             own_t, own_mask, tl.maximum(t_hi - 1, 0), B, HD, G_B, state_stride,
+                                             PREV_OFF, FUNCTION)  # fmt: skip
     for tt in range(t_hi - t_lo):
         t = t_hi - 1 - tt
         pre = pre_n.to(tl.float32)
