@@ -439,7 +439,7 @@ print("\nthe plan:", split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="
 print(split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100"))
 
 # %% [markdown]
-# **Check it** in the interpreter (head dim 300, few programs; a launch per step is the barrier). The backward exchanges $dG_t$ the same way:
+# **Check it** in the interpreter (head dim 300, few programs; a launch per step is the barrier), the backward too:
 
 # %%
 import dataclasses
@@ -501,6 +501,27 @@ print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
 # **What it means.** Up to a few hundred units the split kernel keeps pace with cuDNN; beyond, its chain of round trips outlasts cuDNN's whole step. It is an order of magnitude faster than `alternating` (Appendix D).
+#
+# **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel beside its first version, then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product):
+
+# %%
+try:
+    bwd_rows = split_report.load_split("h100", record="partials")
+except FileNotFoundError as exc:
+    bwd_rows = []
+    print(exc)
+if bwd_rows:
+    print(split_report.backward_table(bwd_rows))
+    train_ = {r["case"].split(" (")[0]: r for r in bwd_rows if r["kind"] == "fwd+bwd"}
+    ours_, cudnn_ = train_["gpulab fused"], train_["cuDNN nn.LSTM float16"]
+    bstep_ = next(r for r in bwd_rows
+                  if r["kind"] == "candidate" and r.get("chosen") and (r["B"], r["DH"]) == (16, 768))
+    print(f"\none head of 768, B = 16: the backward's step {1e3 * bstep_['ms'] / 1024:.1f} us (device); "
+          f"forward+backward {ours_['ms']:.2f} ms device, {ours_['wall_ms']:.2f} ms wall = "
+          f"{ours_['wall_ms'] / cudnn_['wall_ms']:.2f}x cuDNN fp16's wall time ({cudnn_['wall_ms']:.2f} ms)")
+
+# %% [markdown]
+# A step is a few L2 round trips plus the cell and a product. At one head of 768 the split LSTM trains within a few percent of cuDNN's fp16 `nn.LSTM`, several times faster than its bf16 path (Appendix F: the lesson's stored run).
 
 # %% [markdown]
 # ## 7. `gpulab.rnn.LSTM`: a module like `nn.LSTM`
@@ -720,7 +741,29 @@ plt.show()
 #
 # **The step's budget.** Fewer, fatter programs read less $h$ in total but each streams more $R$ from shared memory; each L2 round trip is several hundred nanoseconds, so a step's floor is a few round trips. In section 6b's budget table, even the step without its barrier is longer than cuDNN's whole step; shortening the chain (fewer round trips, the product's operands staged better) is where the next gains are.
 #
-# **The backward** is the forward transposed: program $p$ owns units $k$ of $dh$, holds the rows of $R$ that reach them, exchanges the gate gradients $dG_t$ through L2 (the output `dG` is the exchange buffer) and meets at one barrier per step. It is slower still relative to cuDNN: each program reads all of $dG_t$ (four times the bytes of $h$) every step. At head dim 1024 no split backward fits an SM's shared memory (section 6b prints the plan), so training there runs the `alternating` backward: that row of the table is much slower.
+# **The backward** is the forward transposed: $dh_{t-1}[k] = \sum_{g,j} dG_t[g,j]\,R[g,j,k]$. Program $p$ owns units $U_p$, runs their cell backward and so produces $dG_t[:, U_p]$; there are two ways to finish the product.
+#
+# - *Exchange $dG_t$* (the first version): every program reads all of $dG_t$, $G = 4$ values per unit and four times the bytes of $h$, and multiplies it by the columns of $R$ of its units. The tile it reads must pass through shared memory to become a tensor-core operand.
+# - *Exchange partial sums of $dh$* (the package's): program $p$ holds the rows of $R$ of its units, $R[:, U_p, :]$, and pushes its share of every unit's gradient, $dG_t[:, U_p]\,R[:, U_p, :]$ (a $B \times DH$ tile), to a two-slot ring in L2; after the barrier it reads the $P$ shares of its own units and adds them. It writes and reads as many bytes as the forward reads, and what it reads is only summed. A slot is rewritten two steps later, after a barrier that every reader has passed.
+#
+# An experiment on the first version (the kernel with its product and exchange switched off, `*-parts.jsonl`) measured where its step went:
+
+# %%
+try:
+    part_rows = split_report.load_split("h100", record="parts")
+except FileNotFoundError as exc:
+    part_rows = []
+    print(exc)
+if part_rows:
+    at_ = {(r["warps"], r["ksplit"], r.get("PREFETCH", True), r.get("SKIP_PRODUCT", False)): r["ms"]
+           for r in part_rows if r["kind"] == "part" and (r["B"], r["DH"]) == (16, 768) and "ms" in r}  # fmt: skip
+    whole_, rest_ = at_[4, 4, True, False], at_[4, 4, True, True]
+    print(f"dG exchange, one head of 768, B = 16, 4 warps: {1e3 * whole_ / 1024:.1f} us per step, "
+          f"{1e3 * rest_ / 1024:.1f} us without the product and its exchange: they took "
+          f"{1e3 * (whole_ - rest_) / 1024:.1f} us")
+
+# %% [markdown]
+# Most of that step was the product and its exchange, which is what the partial sums shorten: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
 #
 # **What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the split kernel is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend.
 #
@@ -757,7 +800,7 @@ if cand_rows:
     print(split_report.warps_table(cand_rows))
     at = {(r["NH"], r["direction"], r["block_u"], r["block_b"], r["warps"]): r["ms"]
           for r in cand_rows if r["kind"] == "candidate" and "ms" in r}  # fmt: skip
-    for direction in ("forward", "backward"):
+    for direction in ("forward",):  # the backward rows are the dG exchange's, since replaced (section 6b)
         now = split_tiling.split_tiling(32, 4, 192, "lstm", torch.bfloat16, gpu="H100", direction=direction)
         was = min((k for k in at if k[:2] == (4, direction) and k[2:4] == (now.block_u, now.block_b)),
                   key=lambda k: k[4])  # fmt: skip
@@ -766,7 +809,7 @@ if cand_rows:
               f"{was[4]} warps took {at[was]:.2f} ms)")
 
 # %% [markdown]
-# At one head of 768 the pick is the fastest tiling; at four heads of 192 the same tiles run faster with more warps (more loads in flight for the exchange through L2), so `split_tiling.MEASURED_WARPS` gives the tie to the measured winner on Hopper. Lesson 6's four-head LSTM trains faster for it (section 5 there).
+# (The backward rows of that run are the first backward, which exchanged $dG_t$; the sweep of the present one is section 6b's table.) At one head of 768 the pick was the fastest tiling; at four heads of 192 the same tiles ran faster with more warps (more loads in flight for the exchange through L2). `split_tiling.MEASURED` keeps such measured winners (block_u and warps, per direction and head dim) and the chooser takes them on Hopper; the backward's entries come from the sweep of section 6b's table, where the estimate's preference for fewer, wider programs lost to 16 units per program.
 
 # %% [markdown]
 # ## Appendix E. The bytes, counted
@@ -835,8 +878,16 @@ if stored:
             alt = f"gpulab alternating ({dense_alt.params['mode']}) {dense_alt.ms:.3g} ms"
             print(f"same FLOPs (dense 768), fwd: cuDNN {dt} {cud.ms:.3g} ms vs {alt} "
                   f"({dense_alt.ms / cud.ms:.2f}x cuDNN's time)")
+    split_train = pick("fused", "fwd+bwd", sweep="same_flops")
+    for dt in ("float16", "bfloat16"):
+        cud = pick("cuDNN nn.LSTM (dense)", "fwd+bwd", sweep="dense", dtype=dt)
+        if cud and split_train and split_train.wall_ms:
+            print(f"same FLOPs (one head of 768), fwd+bwd: gpulab fused (split) {split_train.ms:.3g} ms device, "
+                  f"{split_train.wall_ms:.3g} wall vs cuDNN {dt} {cud.ms:.3g} / {cud.wall_ms:.3g} "
+                  f"({split_train.wall_ms / cud.wall_ms:.2f}x cuDNN's wall time; cuDNN also computes its input "
+                  "product)")
     print()
     print("\n".join(rnn_bench.targets(stored)))
 
 # %% [markdown]
-# What is left is the per-step chain, longest in the backward, whose product runs over $K = 4\,DH$: a chain of dependent tensor-core steps per warp, step after step. The lesson's targets are printed last, from the stored run; a kernel's time varies by a few percent between H100 machines, so a target met by a small margin is a statement about this run.
+# What is left is the per-step chain of round trips through L2 (the barrier and the exchange) in both directions: a few microseconds per step that no amount of FLOPs shortens. The lesson's targets are printed last, from the stored run; a kernel's time varies by a few percent between H100 machines, so a target met by a small margin is a statement about this run.
