@@ -280,12 +280,9 @@ def lesson05_split() -> str:
     from gpulab.rnn import split_report  # deferred: imports the kernels
 
     rows = split_report.load_split("h100")
-    folder = ROOT / "benchmarks" / "05_fused_rnn" / "split"
-    newest = max(folder.glob("*-split.jsonl"))
     fwd = split_report.time_row(rows, "fused split (chosen)", 768)
     cudnn = split_report.time_row(rows, "cuDNN nn.LSTM float16", 768)
     back = split_report.load_split("h100", record="partials")
-    back_path = max(folder.glob("*-partials.jsonl"))
     train = {r["case"].split(" (")[0]: r for r in back if r["kind"] == "fwd+bwd"}
     ours, cudnn_train = train["gpulab fused"], train["cuDNN nn.LSTM float16"]
     lines = [
@@ -303,8 +300,8 @@ def lesson05_split() -> str:
         f"{fwd['wall_ms']:.2f} ms against cuDNN fp16's {cudnn['wall_ms']:.2f} ms, forward+backward "
         f"{ours['wall_ms']:.2f} ms against {cudnn_train['wall_ms']:.2f} ms (eager wall clock; device "
         f"{ours['ms']:.2f} against {cudnn_train['ms']:.2f}). Notebook 05, section 6b and Appendix D, explains the "
-        f"kernels and the step's budget. Raw records: `{newest.relative_to(ROOT)}`, "
-        f"`{back_path.relative_to(ROOT)}`.",
+        f"kernels and the step's budget. Raw records: `{split_report.split_path('h100').relative_to(ROOT)}`, "
+        f"`{split_report.split_path('h100', record='partials').relative_to(ROOT)}`.",
     ]
     return "\n".join(lines) + "\n"
 

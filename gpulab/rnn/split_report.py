@@ -28,6 +28,7 @@ from gpulab.bench.records import newest, record_files, results_dir
 
 __all__ = [
     "load_split",
+    "split_path",
     "split_table",
     "step_budget",
     "crossover_table",
@@ -41,29 +42,34 @@ _FOLDER = ("05_fused_rnn", "split")
 
 
 _RECORDS = {"split": "", "cross": " cross", "candidates": "", "partials": "", "parts": ""}  # record -> probe phases
-_SCRIPTS = {"candidates": "probe_split_candidates.py", "partials": "probe_split_backward.py"}  # other probes' records
+# records another probe writes (None: an experiment whose script was not kept); the rest, probe_split.py's
+_SCRIPTS = {"candidates": "probe_split_candidates.py", "partials": "probe_split_backward.py", "parts": None}
 
 
-def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
-    """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
-    ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
-    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
-    ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``."""
+def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
+    """The file :func:`load_split` reads: the newest ``*-<record>.jsonl`` of ``gpu`` (:func:`gpulab.bench.newest`'s
+    order: date, then tag), or a FileNotFoundError saying which probe writes it."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     if record not in _RECORDS:
         raise ValueError(f"record must be one of {sorted(_RECORDS)}, got {record!r}.")
     folder = results_dir(root).joinpath(*_FOLDER)
     files = record_files(folder, gpu, f"*-{record}.jsonl")
-    if not files and record == "parts":
-        raise FileNotFoundError(f"no parts records for {gpu!r} in {folder}: an experiment whose script was not kept.")
     if not files:
-        raise FileNotFoundError(
-            f"no {record} records for {gpu!r} in {folder}; run "
-            f"`python scripts/{_SCRIPTS.get(record, 'probe_split.py')}{_RECORDS[record]}` on "
-            "that GPU with OUT set."
-        )
-    with Path(newest(files)).open() as fh:
+        script = _SCRIPTS.get(record, "probe_split.py")
+        how = (f"run `python scripts/{script}{_RECORDS[record]}` on that GPU with OUT set." if script
+               else "an experiment whose script was not kept.")  # fmt: skip
+        raise FileNotFoundError(f"no {record} records for {gpu!r} in {folder}; {how}")
+    return Path(newest(files))
+
+
+def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
+    """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
+    ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
+    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
+    ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``.
+    The file is :func:`split_path`'s."""
+    with split_path(gpu, root, record).open() as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
@@ -107,11 +113,9 @@ def split_table(rows) -> str:
     """Per head dim, forward and forward+backward: the split kernel, cuDNN fp16/bf16 and alternating on both clocks
     (device ms / eager wall ms), and the split kernel's time over cuDNN fp16's on the wall clock."""
     rows = _rows(rows)
-    env = rows[0] if rows[0].get("kind") == "env" else {}
     dims = sorted({r["DH"] for r in rows if r.get("kind") == "time" and r.get("case", "").startswith("fused split")})
     lines = [
-        f"{env.get('device', '?')}, torch {env.get('torch', '?')}, triton {env.get('triton', '?')}, "
-        f"{env.get('date', '?')} | LSTM, one head, B = 16, T = 1024, bf16 "
+        f"{_env(rows)} | LSTM, one head, B = 16, T = 1024, bf16 "
         "(cuDNN: dense nn.LSTM, also computes the input product)",
         f"{'pass':8s} {'DH':>5s} {'split ms':>8s} {'wall':>8s} {'cuDNN16':>8s} {'wall':>8s} {'cuDNNbf':>8s} "
         f"{'altern.':>8s}  split/cuDNN16 (wall)",

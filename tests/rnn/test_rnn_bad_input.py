@@ -116,6 +116,7 @@ CASES = [
     ("explain_plan-num_heads", lambda: split_tiling.explain_plan(16, 0, 768), ValueError, "num_heads"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
     ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
+    ("split_path-record", lambda: split_report.split_path("h100", record="splits"), ValueError, "record must be"),
     ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
     ("crossover_table-rows", lambda: split_report.crossover_table(7), TypeError, "rows must be"),
     ("warps_table-rows", lambda: split_report.warps_table([{"device": "x"}]), TypeError, "rows must be"),

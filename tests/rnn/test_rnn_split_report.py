@@ -60,6 +60,19 @@ def test_the_stored_h100_record_reads():
     assert {r["case"] for r in cross if r["kind"] == "cross"} == {"split", "one-SM fused", "alternating"}
 
 
+def test_load_split_reads_split_paths_file_the_newest_of_that_gpu(tmp_path):
+    """load_split reads split_path's file: that GPU's newest (a name sort over the folder, as the README's generator
+    once cited it, takes another GPU's file when its name sorts last)."""
+    folder = _write(tmp_path, ROWS) / "05_fused_rnn" / "split"
+    for name in ("nvidia-h100-80gb-hbm3-2030-01-02-split", "nvidia-l4-2030-01-03-split"):
+        (folder / f"{name}.jsonl").write_text(json.dumps({**ROWS[0], "date": name[-16:-6]}) + "\n")
+    path = split_report.split_path("h100", root=tmp_path)
+    assert path.name == "nvidia-h100-80gb-hbm3-2030-01-02-split.jsonl", path
+    assert max(folder.glob("*-split.jsonl")).name.startswith("nvidia-l4")  # what the name sort would have taken
+    assert split_report.load_split("h100", root=tmp_path)[0]["date"] == "2030-01-02"
+    assert split_report.load_split("l4", root=tmp_path)[0]["date"] == "2030-01-03"
+
+
 def test_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="probe_split"):
         split_report.load_split("h100", root=tmp_path)
@@ -164,3 +177,5 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
         split_report.backward_table(rows, steps=0)
     with pytest.raises(FileNotFoundError, match="not kept"):
         split_report.load_split("h100", root=tmp_path, record="parts")
+    with pytest.raises(FileNotFoundError, match="probe_split_backward.py"):
+        split_report.split_path("h200", root=tmp_path, record="partials")
