@@ -283,7 +283,7 @@ def lesson05_split() -> str:
     fwd = split_report.time_row(rows, "fused split (chosen)", 768)
     cudnn = split_report.time_row(rows, "cuDNN nn.LSTM float16", 768)
     back = split_report.load_split("h100", record="partials")
-    train = {r["case"].split(" (")[0]: r for r in back if r["kind"] == "fwd+bwd"}
+    train = split_report.training_rows(back)
     ours, cudnn_train = train["gpulab fused"], train["cuDNN nn.LSTM float16"]
     lines = [
         "```",

@@ -34,6 +34,7 @@ __all__ = [
     "crossover_table",
     "warps_table",
     "backward_table",
+    "training_rows",
     "plot_split",
     "time_row",
 ]
@@ -233,6 +234,15 @@ def backward_table(rows, steps: int = 1024) -> str:
             lines.append(f"  B{r['B']} {r['NH']}x{r['DH']} {r['case']:58s} {r['ms']:6.2f} ms device, "
                          f"{r['wall_ms']:6.2f} ms wall")  # fmt: skip
     return "\n".join(lines)
+
+
+def training_rows(rows) -> dict[str, dict]:
+    """The ``fwd+bwd`` rows of a ``partials`` record by case, the case's note in parentheses dropped: 'gpulab
+    fused', 'cuDNN nn.LSTM float16', 'cuDNN nn.LSTM bfloat16' (both clocks: ``ms``, ``wall_ms``)."""
+    train = {r["case"].split(" (")[0]: r for r in _rows(rows) if r.get("kind") == "fwd+bwd"}
+    if not train:
+        raise ValueError("no 'fwd+bwd' rows in these records: load_split(record='partials') has them.")
+    return train
 
 
 def plot_split(rows, head_dim: int = 768):

@@ -512,7 +512,7 @@ except FileNotFoundError as exc:
     print(exc)
 if bwd_rows:
     print(split_report.backward_table(bwd_rows))
-    train_ = {r["case"].split(" (")[0]: r for r in bwd_rows if r["kind"] == "fwd+bwd"}
+    train_ = split_report.training_rows(bwd_rows)
     ours_, cudnn_ = train_["gpulab fused"], train_["cuDNN nn.LSTM float16"]
     bstep_ = next(r for r in bwd_rows
                   if r["kind"] == "candidate" and r.get("chosen") and (r["B"], r["DH"]) == (16, 768))

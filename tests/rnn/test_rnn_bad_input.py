@@ -121,6 +121,7 @@ CASES = [
     ("crossover_table-rows", lambda: split_report.crossover_table(7), TypeError, "rows must be"),
     ("warps_table-rows", lambda: split_report.warps_table([{"device": "x"}]), TypeError, "rows must be"),
     ("backward_table-rows", lambda: split_report.backward_table("rows"), TypeError, "rows must be"),
+    ("training_rows-rows", lambda: split_report.training_rows(None), TypeError, "rows must be"),
     (
         "versions.run-version",
         lambda: versions.run("v0", None, None, None, None),

@@ -171,6 +171,12 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
     at_1024 = next(line for line in lines if "1x1024" in line)
     assert at_1024.split()[2] == "-" and at_1024.rstrip().endswith("-")  # no dG exchange fits there
     assert "gpulab fused" in lines[-1] and "6.60 ms wall" in lines[-1] and "2030-01-01" in lines[0]
+    train = split_report.training_rows(rows)
+    assert list(train) == ["gpulab fused"] and train["gpulab fused"]["wall_ms"] == 6.6
+    assert set(split_report.training_rows(split_report.load_split("h100", record="partials"))) == {
+        "gpulab fused", "cuDNN nn.LSTM float16", "cuDNN nn.LSTM bfloat16"}  # fmt: skip
+    with pytest.raises(ValueError, match="no 'fwd\\+bwd' rows"):
+        split_report.training_rows(rows[:-1])
     with pytest.raises(ValueError, match="no backward 'candidate' rows"):
         split_report.backward_table([rows[0]])
     with pytest.raises(ValueError, match="steps"):
