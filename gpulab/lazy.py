@@ -1,4 +1,4 @@
-"""Package faces that load their heavy parts on first use (PEP 562), and benchmarks registered the same way.
+"""Package faces that load their heavy parts on first use (PEP 562).
 
 Lesson 1's ``roofline.ceilings()`` is imported by lessons 3-5 and the command line; its measurement kernels are not
 needed there. A package lists such names with the module that defines them; :func:`attributes` returns the
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from gpulab import lessons
-
-__all__ = ["attributes", "register_benchmark"]
+__all__ = ["attributes"]
 
 
 def attributes(package: str, namespace: dict, table: dict[str, str]):
@@ -30,13 +28,3 @@ def attributes(package: str, namespace: dict, table: dict[str, str]):
         return sorted(set(namespace) | set(table))
 
     return __getattr__, __dir__
-
-
-def register_benchmark(lesson_id: str, module: str) -> None:
-    """Register ``module.benchmark`` as lesson ``lesson_id``'s benchmark, imported only when it runs."""
-
-    def benchmark(progress=None):
-        return importlib.import_module(module).benchmark(progress=progress)
-
-    benchmark.__doc__ = f"Lesson {lesson_id}'s benchmark (:func:`{module}.benchmark`), loaded when it runs."
-    lessons.register_benchmark(lesson_id, benchmark)

@@ -1,10 +1,9 @@
 """The syllabus as data: one row per lesson, used by the command line, the README check and result files.
 
-Each lesson's package registers its benchmark *callable* when it is imported
-(``lessons.register_benchmark("04", benchmark)`` in ``gpulab/attention/__init__.py``), so importing the syllabus
-imports no benchmark; :func:`benchmark` imports the lesson's package (``Lesson.module``) and returns what it
-registered. A benchmark function takes ``progress`` (a tqdm-like wrapper for loops) and returns a list of
-:class:`gpulab.bench.Result`, plus optionally a matplotlib figure to store beside the result file.
+Each lesson names its benchmark once, here, as ``"package.module:function"`` (``Lesson.benchmark``);
+:func:`benchmark` resolves that name (one import, when the benchmark is asked for, so importing the syllabus or a
+lesson's kernels imports no benchmark). A benchmark function takes ``progress`` (a tqdm-like wrapper for loops) and
+returns a list of :class:`gpulab.bench.Result`, plus optionally a matplotlib figure to store beside the result file.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
-__all__ = ["Lesson", "LESSONS", "find", "ids", "register_benchmark", "benchmark"]
+__all__ = ["Lesson", "LESSONS", "find", "ids", "benchmark"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +20,8 @@ class Lesson:
     id: str
     slug: str
     title: str
-    module: str  # the package that registers the lesson's benchmark when imported
+    module: str  # the lesson's package
+    benchmark: str | None = None  # "package.module:function", the lesson's benchmark; None where it has none
 
     @property
     def notebook(self) -> str:
@@ -37,13 +37,43 @@ class Lesson:
 
 
 LESSONS: list[Lesson] = [
-    Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory"),
-    Lesson("01", "01_roofline", "The roofline", "gpulab.roofline"),
-    Lesson("02", "02_codesign", "GEMM shapes and hardware co-design", "gpulab.codesign"),
-    Lesson("03", "03_cudnn_ladder", "The cuDNN 5 LSTM optimization ladder", "gpulab.rnn.ladder"),
-    Lesson("04", "04_attention", "From online softmax to FlashAttention", "gpulab.attention"),
-    Lesson("05", "05_fused_rnn", "A fused RNN kernel (FlashRNN-style)", "gpulab.rnn.fused"),
-    Lesson("06", "06_state_tracking", "Capstone: state tracking, LSTM vs Transformer", "gpulab.tasks"),
+    Lesson("00", "00_memory_hierarchy", "The GPU memory hierarchy", "gpulab.memory", "gpulab.memory.measure:benchmark"),
+    Lesson("01", "01_roofline", "The roofline", "gpulab.roofline", "gpulab.roofline.measure:benchmark"),
+    Lesson(
+        "02",
+        "02_codesign",
+        "GEMM shapes and hardware co-design",
+        "gpulab.codesign",
+        "gpulab.codesign.benchmark:benchmark",
+    ),
+    Lesson(
+        "03",
+        "03_cudnn_ladder",
+        "The cuDNN 5 LSTM optimization ladder",
+        "gpulab.rnn.ladder",
+        "gpulab.rnn.ladder.benchmark:benchmark",
+    ),
+    Lesson(
+        "04",
+        "04_attention",
+        "From online softmax to FlashAttention",
+        "gpulab.attention",
+        "gpulab.attention.benchmark:benchmark",
+    ),
+    Lesson(
+        "05",
+        "05_fused_rnn",
+        "A fused RNN kernel (FlashRNN-style)",
+        "gpulab.rnn.fused",
+        "gpulab.rnn.benchmark:benchmark",
+    ),
+    Lesson(
+        "06",
+        "06_state_tracking",
+        "Capstone: state tracking, LSTM vs Transformer",
+        "gpulab.tasks",
+        "gpulab.tasks.experiments:benchmark",
+    ),
     Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]
 
@@ -64,27 +94,18 @@ def ids() -> list[str]:
     return [f"{e.id} ({e.slug})" for e in LESSONS]
 
 
-_BENCHMARKS: dict[str, Callable] = {}
-
-
-def register_benchmark(lesson_id: str, fn: Callable) -> Callable:
-    """Register ``fn`` as lesson ``lesson_id``'s benchmark (called by the lesson's package when it is imported);
-    returns ``fn``, so it also works as a decorator factory's target."""
-    entry = find(lesson_id)
-    if entry is None:
-        raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
-    _BENCHMARKS[entry.id] = fn
-    return fn
+_RESOLVED: dict[str, Callable] = {}
 
 
 def benchmark(lesson_id: str) -> Callable | None:
-    """Lesson ``lesson_id``'s benchmark callable: imports the lesson's package (``Lesson.module``), which registers
-    it; None if the lesson registers none. A ValueError for an unknown lesson."""
+    """Lesson ``lesson_id``'s benchmark callable, resolved from ``Lesson.benchmark`` (``"package.module:function"``)
+    on first use; None if the lesson has none. A ValueError for an unknown lesson."""
     entry = find(lesson_id)
     if entry is None:
         raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")
-    if entry.id not in _BENCHMARKS:
-        importlib.import_module(entry.module)
-    return _BENCHMARKS.get(entry.id)
+    if entry.benchmark is None:
+        return None
+    if entry.id not in _RESOLVED:
+        module, _, name = entry.benchmark.partition(":")
+        _RESOLVED[entry.id] = getattr(importlib.import_module(module), name)
+    return _RESOLVED[entry.id]

@@ -46,8 +46,6 @@ ALLOWED = {
             "gpulab.launch.cached_launch",
             "gpulab.launch.aligned",
             "gpulab.lazy.attributes",
-            "gpulab.lazy.register_benchmark",
-            "gpulab.lessons.register_benchmark",
             "gpulab.memory.kernels.block_size",
             "gpulab.memory.measure.check_progress",
             "gpulab.memory.plots.check_axes",

@@ -1,4 +1,4 @@
-"""gpulab.lessons: the syllabus table and the registry of benchmark callables."""
+"""gpulab.lessons: the syllabus table, each lesson naming its benchmark once."""
 
 import pytest
 
@@ -12,30 +12,30 @@ def test_find_by_id_slug_and_number():
     assert lessons.find("99") is None
 
 
-def test_lessons_hold_no_benchmark_strings():
-    assert all(not hasattr(entry, "benchmark") for entry in lessons.LESSONS)
+def test_each_lesson_names_its_benchmark_once_and_it_resolves():
+    for entry in lessons.LESSONS:
+        fn = lessons.benchmark(entry.id)
+        if entry.benchmark is None:
+            assert fn is None
+            continue
+        module, _, name = entry.benchmark.partition(":")
+        assert module.startswith(entry.module) and name == "benchmark", entry
+        assert callable(fn) and fn.__module__ == module and lessons.benchmark(entry.id) is fn
 
 
-def test_register_and_look_up_a_benchmark(monkeypatch):
-    monkeypatch.setattr(lessons, "_BENCHMARKS", {})
+def test_no_package_registers_a_benchmark_at_import():
+    import pathlib
 
-    def fake(progress=None):
-        return []
+    import gpulab
 
-    assert lessons.register_benchmark("02", fake) is fake
-    assert lessons.benchmark("2") is fake
+    root = pathlib.Path(gpulab.__file__).parent
+    offenders = [str(p) for p in root.rglob("*.py") if "register_benchmark" in p.read_text()]
+    assert offenders == []
 
 
 LESSONS_BAD = [
     ("find list", lambda: lessons.find(["04"]), TypeError, "lesson"),
     ("find bool", lambda: lessons.find(True), TypeError, "lesson"),
-    ("register unknown", lambda: lessons.register_benchmark("99", print), ValueError, "lesson_id='99'"),
-    (
-        "register not callable",
-        lambda: lessons.register_benchmark("04", "gpulab.attention:benchmark"),
-        TypeError,
-        "fn must be callable",
-    ),
     ("benchmark unknown", lambda: lessons.benchmark("42"), ValueError, "lesson_id='42'"),
 ]
 

@@ -22,7 +22,6 @@ autograd Function, :class:`FlashAttentionFunction`, saves only q, k, v, O and th
 
 from __future__ import annotations
 
-from gpulab import lessons
 from gpulab.attention.backward import (
     attention_backward,
     attention_dkdv_kernel,
@@ -88,14 +87,3 @@ __all__ = [
     "softmax_online",
     "tiled_attention",
 ]
-
-
-def _lesson_benchmark(progress=None, **kwargs):
-    """``python -m gpulab bench 04``: :func:`gpulab.attention.benchmark.benchmark`, imported when it runs (it pulls
-    in the roofline and the bench report, which importing the kernels does not need)."""
-    from gpulab.attention.benchmark import benchmark
-
-    return benchmark(progress=progress, **kwargs)
-
-
-lessons.register_benchmark("04", _lesson_benchmark)

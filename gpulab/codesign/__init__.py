@@ -22,14 +22,13 @@ Where the code lives, in the order of the lesson:
 - :mod:`gpulab.codesign.plot`: the tile grid, the wave staircase, measured beside predicted;
 - :mod:`gpulab.codesign.configs`: model configurations and the paper's rules (:func:`check_config`,
   :func:`fix_config`);
-- :mod:`gpulab.codesign.benchmark`: `python -m gpulab bench 02`, registered with :mod:`gpulab.lessons`.
+- :mod:`gpulab.codesign.benchmark`: `python -m gpulab bench 02`, named in the syllabus (:mod:`gpulab.lessons`).
 
 Every name is available here (``gpulab.codesign.gemm_time``, ``gpulab.codesign.check_config``, ...).
 """
 
 from __future__ import annotations
 
-from gpulab import lessons
 from gpulab.codesign.benchmark import benchmark
 from gpulab.codesign.configs import (
     KNOWN_CONFIGS,
@@ -119,5 +118,3 @@ __all__ = [
     "plot_benchmark",
     "benchmark",
 ]
-
-lessons.register_benchmark("02", benchmark)

@@ -106,4 +106,3 @@ __all__ = [
 
 
 __getattr__, __dir__ = lazy.attributes(__name__, globals(), _LAZY)
-lazy.register_benchmark("00", "gpulab.memory.measure")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 
-from gpulab import lazy
 from gpulab.rnn import api, backends, cells, functions, module, tiling, weights
 from gpulab.rnn.api import BACKENDS, flashrnn
 from gpulab.rnn.backends import alternating, autograd, fused, parameter_grads, vanilla
@@ -65,6 +64,3 @@ for _old, _module in {
 }.items():
     sys.modules.setdefault(f"{__name__}.{_old}", _module)
 del _old, _module
-
-
-lazy.register_benchmark("05", "gpulab.rnn.benchmark")  # lesson 5's report and plots load when it runs

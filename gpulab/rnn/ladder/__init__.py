@@ -11,7 +11,6 @@ of the lesson and shown here too. Weights come from :func:`gpulab.rnn.from_torch
 
 from __future__ import annotations
 
-from gpulab import lessons
 from gpulab.bench import CapturedStep, capture, no_tf32
 from gpulab.rnn.ladder import plot, steps
 from gpulab.rnn.ladder.benchmark import (
@@ -90,5 +89,3 @@ __all__ = [
 ]
 
 _check = check_outputs  # the name notebook 03 calls
-
-lessons.register_benchmark("03", benchmark)
