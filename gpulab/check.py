@@ -22,7 +22,7 @@ import secrets
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
 __all__ = [
     "ShapeMismatch",
@@ -50,10 +50,10 @@ TOLERANCES: dict[str, float] = {
 
 
 def _dtype_key(dtype) -> str:
-    if isinstance(dtype, str):
-        key = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}.get(dtype, dtype)
-    else:
-        key = str(dtype).replace("torch.", "")
+    try:
+        key = dtypes.name(dtype)
+    except ValueError:
+        key = None
     if key not in TOLERANCES:
         raise ValueError(f"dtype={dtype!r} has no tolerance; known: {', '.join(TOLERANCES)}.")
     return key

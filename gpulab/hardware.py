@@ -17,9 +17,10 @@ import re
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
-__all__ = ["GPUSpec", "SPECS", "spec", "live_properties", "gpu_slug", "cache_level", "spec_table", "ridge_point"]
+__all__ = ["GPUSpec", "SPECS", "spec", "live_properties", "gpu_slug", "cache_level", "spec_table", "ridge_point",
+           "supported_dtypes", "default_dtype", "require_dtype"]  # fmt: skip
 
 KB = 1024
 MB = 1024 * 1024
@@ -63,7 +64,7 @@ class GPUSpec:
         if dtype in ("tf32", "float8"):
             key = dtype
         else:
-            key = str(runtime.as_dtype(dtype)).replace("torch.", "")  # 'fp16', 'half', torch.float16 -> 'float16'
+            key = str(dtypes.as_dtype(dtype)).replace("torch.", "")  # 'fp16', 'half', torch.float16 -> 'float16'
         if key == "float64":
             raise ValueError("dtype float64 has no peak rate in the spec table; use float32, tf32, float16, bfloat16.")
         if key == "tf32":
@@ -282,3 +283,59 @@ def ridge_point(gpu=None, dtype="float16") -> float:
     """FLOPs per byte of HBM traffic at which the compute roof meets the memory roof: peak rate / bandwidth."""
     s = spec(gpu)
     return s.peak_tflops(dtype) * 1e12 / (s.hbm_gbps * 1e9)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# dtypes: which ones the kernels take here, or on a given GPU
+
+
+def supported_dtypes(gpu=None) -> tuple[torch.dtype, ...]:
+    """Dtypes gpulab kernels accept in the current mode, or on ``gpu`` (a name or :class:`gpulab.hardware.GPUSpec`).
+
+    In the interpreter: fp32 and fp16 (bf16 arithmetic is wrong there). On a GPU: fp32, fp16, and bf16 where the
+    architecture has it (compute capability 8.0 and newer; not on a T4 or V100).
+    """
+    if gpu is None and runtime.INTERPRET:
+        return (torch.float32, torch.float16)
+    has_bf16 = _this_gpu_has_bf16() if gpu is None else spec(gpu).has_bf16
+    return (torch.float32, torch.float16, torch.bfloat16) if has_bf16 else (torch.float32, torch.float16)
+
+
+@torch.compiler.assume_constant_result
+def _this_gpu_has_bf16() -> bool:
+    """Whether the current GPU has bf16 (read once per call eagerly; a constant to ``torch.compile``, which cannot
+    trace the CUDA property query: so a compiled function that validates its dtype has no graph break)."""
+    return spec().has_bf16
+
+
+def default_dtype(gpu=None) -> torch.dtype:
+    """The low-precision dtype a lesson should use: bf16 where the GPU has it, else fp16; fp32 in the interpreter.
+
+    With ``gpu`` (a name or GPUSpec) the answer is for that GPU, so the choice can be tested on CPU for any GPU.
+    """
+    if gpu is None and runtime.INTERPRET:
+        return torch.float32
+    return torch.bfloat16 if torch.bfloat16 in supported_dtypes(gpu) else torch.float16
+
+
+def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
+    """Raise a ValueError naming ``name`` unless ``dtype`` is usable here (or on ``gpu``); return it as a torch dtype.
+
+    ``allowed`` narrows the kernel's own choice (e.g. ``(torch.float32,)``) before the mode's restrictions apply.
+    """
+    dtype = dtypes.as_dtype(dtype, name)
+    supported = tuple(allowed) if allowed is not None else (torch.float32, torch.float16, torch.bfloat16)
+    if dtype not in supported:
+        raise ValueError(f"{name} has dtype {dtype}; this kernel supports {dtypes.names_of(supported)}.")
+    here = supported_dtypes(gpu)
+    if dtype not in here:
+        if gpu is None and runtime.INTERPRET and dtype == torch.bfloat16:
+            fix = f"{name}='float32'" if name == "dtype" else f"{name}.float()"  # an argument, or a tensor's dtype
+            raise ValueError(
+                f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
+                f"{dtypes.names_of(tuple(d for d in supported if d in here))}, e.g. `{fix}`, or run on a GPU with bf16."
+            )
+        where = f"GPU {gpu}" if gpu is not None else "this GPU"
+        usable = dtypes.names_of(tuple(d for d in supported if d in here))
+        raise ValueError(f"{name} is {dtype}, which {where} has no hardware for; use {usable}.")
+    return dtype

@@ -160,30 +160,6 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-_DTYPE_NAMES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-}
-
-
-def as_dtype(dtype, name: str = "dtype") -> torch.dtype:
-    """Accept a torch dtype or one of the names 'float32'/'fp32', 'float16'/'fp16', 'bfloat16'/'bf16'."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str) and dtype.lower() in _DTYPE_NAMES:
-        return _DTYPE_NAMES[dtype.lower()]
-    raise ValueError(
-        f"{name}={dtype!r} is not a dtype gpulab knows; use a torch dtype or one of {sorted(set(_DTYPE_NAMES))}."
-    )
-
-
 def _names(dtypes) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes) or "nothing"
 
@@ -346,7 +322,9 @@ def dot_precision(dtype, allow_tf32: bool = False) -> str:
 
     fp16/bf16 operands are exact inputs to the tensor cores, so the argument only matters for fp32.
     """
-    dtype = as_dtype(dtype)
+    if not isinstance(dtype, torch.dtype):
+        raise ArgumentTypeError(f"dtype must be a torch dtype such as torch.float32, got {type(dtype).__name__} "
+                                f"{dtype!r}; pass the tensor's .dtype.")  # fmt: skip
     return "tf32" if (allow_tf32 and dtype == torch.float32 and on_gpu()) else "ieee"
 
 

@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 
 from gpulab import runtime
-from gpulab.attention import backward as attn_backward
 from gpulab.attention import flash_attention
-from gpulab.attention import forward as attn_forward
+from gpulab.attention import plan as attn_backward
+from gpulab.attention import plan as attn_forward
 
 try:  # the lean host path (absent before it: --stub still runs, to compare)
     from gpulab import launch as attn_launch

@@ -1,4 +1,4 @@
-"""The one-pass attention backward (gpulab.attention.backward_fused) on a GPU: its tiles swept against the two-kernel
+"""The one-pass attention backward (gpulab.attention.v1.backward_fused) on a GPU: its tiles swept against the two-kernel
 backward, each checked before it is timed (backward only, ``triton.testing.do_bench``, device time).
 
     OUT=/some/folder python scripts/probe_backward_fused.py
@@ -21,10 +21,10 @@ import triton
 
 from gpulab import attention as A
 from gpulab import bench, check
-from gpulab.attention import backward as attention_backward
-from gpulab.attention import backward_fused
+from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import AttentionConfig
 from gpulab.attention.plan import backward_plan
+from gpulab.attention.v1 import backward_fused
 
 CANDIDATES = {  # (block_m, block_n, block_d, warps, stages) per padded head dim
     64: [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 2),
@@ -51,11 +51,11 @@ def main():
                 flops = bench.attention_flops(b, h, n, n, d, causal=causal, backward=True) - bench.attention_flops(
                     b, h, n, n, d, causal=causal
                 )
-                attention_backward.FUSED_BACKWARD = False
+                attention_plan.FUSED_BACKWARD = False
                 plan.backward = None
                 ref = A.attention_backward(do, q, k, v, o, lse, is_causal=causal)
                 ms2 = triton.testing.do_bench(lambda: A.attention_backward(do, q, k, v, o, lse, is_causal=causal))
-                attention_backward.FUSED_BACKWARD = True
+                attention_plan.FUSED_BACKWARD = True
                 tag = f"d{d} N{n} causal={causal}"
                 print(f"{tag} two kernels: {ms2:.3f} ms {flops / ms2 / 1e9:.0f} TFLOP/s", flush=True)
                 results.append(bench.record(lesson="04", case="two kernels", ms=ms2, flops=flops, kind="two kernels",

@@ -33,12 +33,14 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check
-from gpulab.attention import backward as attention_backward
-from gpulab.attention import backward_fused, hopper, hopper_backward
+from gpulab.attention import plan as attention_plan
+from gpulab.attention import sm90
 from gpulab.attention.benchmark import grid
+from gpulab.attention.configs import PREFERRED_V2, HopperConfig, hopper_config
 from gpulab.attention.function import FlashAttentionFunction
-from gpulab.attention.hopper import HopperConfig
 from gpulab.attention.plan import clear_plan_cache, forward_plan
+from gpulab.attention.v1 import backward_fused
+from gpulab.attention.v2 import backward as hopper_backward
 
 QUICK = "--quick" in sys.argv
 CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize, persistent, overlap)
@@ -78,7 +80,7 @@ def v2_forward(cfg):
 
 
 def hopper_run(q, k, v, c, cfg):
-    from gpulab.attention.forward import run_forward
+    from gpulab.attention.plan import run_forward
 
     return run_forward(forward_plan(q, k, v, c, None, False, cfg, 2), q, k, v)[0]
 
@@ -144,7 +146,7 @@ def _gpulab(version):
         plan = forward_plan(q, k, v, c, None, False, None, version)
         if torch.is_grad_enabled() and q.requires_grad:
             return FlashAttentionFunction.apply(q, k, v, c, None, False, False, plan)
-        from gpulab.attention.forward import run_forward
+        from gpulab.attention.plan import run_forward
 
         return run_forward(plan, q, k, v)[0]
 
@@ -179,14 +181,14 @@ IMPLS_BWD = {**IMPLS, V1_BACKWARD: _gpulab_v1_backward()}
 @contextlib.contextmanager
 def backward_kernels(name):
     """Version 1's two backward kernels for ``gpulab v1`` and ``V1_BACKWARD``; the library's choice otherwise (the
-    one-pass backward of gpulab.attention.backward_fused where it pays)."""
-    saved = attention_backward.V2_BACKWARD, attention_backward.FUSED_BACKWARD
+    one-pass backward of gpulab.attention.v1.backward_fused where it pays)."""
+    saved = attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD
     if name in ("gpulab v1", V1_BACKWARD):
-        attention_backward.V2_BACKWARD = attention_backward.FUSED_BACKWARD = False
+        attention_plan.V2_BACKWARD = attention_plan.FUSED_BACKWARD = False
     try:
         yield
     finally:
-        attention_backward.V2_BACKWARD, attention_backward.FUSED_BACKWARD = saved
+        attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD = saved
 
 
 def backward_name(q, k, v, causal, name) -> str:
@@ -254,7 +256,7 @@ def run_grid():
                                   direction="forward+backward" if backward else "forward", causal=causal, batch=b,
                                   heads=h, seq=n, head_dim=d, rel_err=err, check=status)  # fmt: skip
                 if name.startswith("gpulab v2"):
-                    r.params["config"] = dataclasses.asdict(hopper.hopper_config(d, causal))
+                    r.params["config"] = dataclasses.asdict(hopper_config(d, causal))
                 if backward and name.startswith("gpulab"):
                     r.params["backward"] = backward_name(q, k, v, causal, name)
                 results.append(r)
@@ -305,7 +307,7 @@ def tiny():
 
 
 t0 = time.time()
-hopper.ensure_allocator()
+sm90.ensure_allocator()
 note(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
 if "--cs336" in sys.argv:
     cs336()
@@ -331,10 +333,10 @@ if "--tiny-only" in sys.argv:  # the host floor only, and version 2 captured in 
          f"{check.relative_error(static, ref):.2e}")  # fmt: skip
     sys.argv.append("--sweep-only")
     sys.argv.append("--no-sweep")
-if "--no-sweep" not in sys.argv:  # else the configs hopper._PREFERRED holds (a sweep's choice, committed)
+if "--no-sweep" not in sys.argv:  # else the configs PREFERRED_V2 holds (a sweep's choice, committed)
     chosen = sweep()
     for (d, causal), cfg in chosen.items():
-        hopper._PREFERRED[(d, causal)] = cfg
+        PREFERRED_V2[(d, causal)] = cfg
     clear_plan_cache()
     note(f"sweep done at {time.time() - t0:.0f} s")
 if not {"--sweep-only", "--tiny-only", "--cs336"} & set(sys.argv):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gpulab import bench, check, dtypes, hardware, memory, runtime
+from gpulab import bench, check, hardware, memory, runtime
 
 pytestmark = pytest.mark.gpu
 
@@ -72,5 +72,5 @@ def test_wrapper_overhead_is_small():
     hardware.spec()
     t0 = time.perf_counter()
     for _ in range(1000):
-        dtypes.require_dtype("x", torch.bfloat16)
+        hardware.require_dtype("x", torch.bfloat16)
     assert (time.perf_counter() - t0) / 1000 < 50e-6

@@ -11,7 +11,7 @@ import torch
 import triton
 
 import gpulab
-from gpulab import dtypes, runtime
+from gpulab import dtypes, hardware, runtime
 
 ROOT = Path(gpulab.__file__).resolve().parent.parent
 
@@ -150,27 +150,27 @@ def test_import_without_triton_interpret_sets_it():
 
 
 def test_supported_dtypes():
-    assert dtypes.supported_dtypes() == (torch.float32, torch.float16)
-    assert torch.bfloat16 in dtypes.supported_dtypes("H100")
-    assert torch.bfloat16 in dtypes.supported_dtypes("A100")
-    assert torch.bfloat16 not in dtypes.supported_dtypes("T4")
-    assert torch.bfloat16 not in dtypes.supported_dtypes("V100")
+    assert hardware.supported_dtypes() == (torch.float32, torch.float16)
+    assert torch.bfloat16 in hardware.supported_dtypes("H100")
+    assert torch.bfloat16 in hardware.supported_dtypes("A100")
+    assert torch.bfloat16 not in hardware.supported_dtypes("T4")
+    assert torch.bfloat16 not in hardware.supported_dtypes("V100")
 
 
 def test_default_dtype():
-    assert dtypes.default_dtype() is torch.float32  # the interpreter computes in fp32
-    assert dtypes.default_dtype("H100") is torch.bfloat16
-    assert dtypes.default_dtype("A100") is torch.bfloat16
-    assert dtypes.default_dtype("T4") is torch.float16
-    assert dtypes.default_dtype("V100") is torch.float16
+    assert hardware.default_dtype() is torch.float32  # the interpreter computes in fp32
+    assert hardware.default_dtype("H100") is torch.bfloat16
+    assert hardware.default_dtype("A100") is torch.bfloat16
+    assert hardware.default_dtype("T4") is torch.float16
+    assert hardware.default_dtype("V100") is torch.float16
     for gpu in ("H100", "T4", "P100"):
-        assert dtypes.require_dtype("x", dtypes.default_dtype(gpu), gpu=gpu) is dtypes.default_dtype(gpu)
+        assert hardware.require_dtype("x", hardware.default_dtype(gpu), gpu=gpu) is hardware.default_dtype(gpu)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16", "bfloat16", "BF16"])
 def test_require_dtype_refuses_bf16_on_cpu(dtype):
     with pytest.raises(ValueError) as e:
-        dtypes.require_dtype("q", dtype)
+        hardware.require_dtype("q", dtype)
     msg = str(e.value)
     assert msg.startswith("q ")  # names the argument
     assert "bfloat16" in msg and "interpreter" in msg
@@ -180,14 +180,14 @@ def test_require_dtype_refuses_bf16_on_cpu(dtype):
 
 def test_require_dtype_bf16_fix_uses_the_argument_name():
     with pytest.raises(ValueError) as e:
-        dtypes.require_dtype("q", torch.bfloat16)
+        hardware.require_dtype("q", torch.bfloat16)
     assert "q.float()" in str(e.value)
 
 
 @pytest.mark.parametrize("gpu", ["T4", "V100", "Tesla T4"])
 def test_require_dtype_refuses_bf16_on_old_gpus(gpu):
     with pytest.raises(ValueError) as e:
-        dtypes.require_dtype("weights", torch.bfloat16, gpu=gpu)
+        hardware.require_dtype("weights", torch.bfloat16, gpu=gpu)
     msg = str(e.value)
     assert msg.startswith("weights ")
     assert gpu in msg
@@ -197,7 +197,7 @@ def test_require_dtype_refuses_bf16_on_old_gpus(gpu):
 @pytest.mark.parametrize("gpu", ["H100", "A100", "L4", "RTX 4090"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16"])
 def test_require_dtype_accepts_bf16_on_ampere_and_newer(gpu, dtype):
-    assert dtypes.require_dtype("x", dtype, gpu=gpu) is torch.bfloat16
+    assert hardware.require_dtype("x", dtype, gpu=gpu) is torch.bfloat16
 
 
 @pytest.mark.parametrize(
@@ -214,30 +214,30 @@ def test_require_dtype_accepts_bf16_on_ampere_and_newer(gpu, dtype):
     ],
 )
 def test_require_dtype_accepts_names(name, expected):
-    assert dtypes.require_dtype("x", name) is expected
+    assert hardware.require_dtype("x", name) is expected
 
 
 @pytest.mark.parametrize("bad", ["int8", "float8", "fp17", "", None, 3, torch.int32])
 def test_require_dtype_rejects_unknown(bad):
     with pytest.raises(ValueError) as e:
-        dtypes.require_dtype("scores", bad)
+        hardware.require_dtype("scores", bad)
     assert "scores" in str(e.value)
 
 
 def test_require_dtype_allowed_narrows_the_choice():
     with pytest.raises(ValueError) as e:
-        dtypes.require_dtype("acc", torch.float16, allowed=(torch.float32,))
+        hardware.require_dtype("acc", torch.float16, allowed=(torch.float32,))
     assert "acc" in str(e.value) and "float32" in str(e.value)
-    assert dtypes.require_dtype("acc", "fp32", allowed=(torch.float32,)) is torch.float32
+    assert hardware.require_dtype("acc", "fp32", allowed=(torch.float32,)) is torch.float32
     with pytest.raises(ValueError, match="acc"):
-        dtypes.require_dtype("acc", torch.float64)  # not among the default kernel dtypes
+        hardware.require_dtype("acc", torch.float64)  # not among the default kernel dtypes
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # dot helpers
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, "fp32", torch.float16, "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("allow_tf32", [False, True])
 def test_dot_precision_is_ieee_on_cpu(dtype, allow_tf32):
     assert runtime.dot_precision(dtype, allow_tf32=allow_tf32) == "ieee"
@@ -247,14 +247,13 @@ def test_dot_precision_on_a_gpu(monkeypatch):
     monkeypatch.setattr(runtime, "on_gpu", lambda: True)
     assert runtime.dot_precision(torch.float32) == "ieee"
     assert runtime.dot_precision(torch.float32, allow_tf32=True) == "tf32"
-    assert runtime.dot_precision("fp32", allow_tf32=True) == "tf32"
     assert runtime.dot_precision(torch.float16, allow_tf32=True) == "ieee"
     assert runtime.dot_precision(torch.bfloat16, allow_tf32=True) == "ieee"
 
 
 def test_dot_precision_rejects_unknown_dtype():
-    with pytest.raises(ValueError, match="int4"):
-        runtime.dot_precision("int4", allow_tf32=True)
+    with pytest.raises(TypeError, match="torch dtype"):
+        runtime.dot_precision("fp32", allow_tf32=True)  # a name: pass the tensor's .dtype
 
 
 @pytest.mark.parametrize(("n", "expected"), [(1, 16), (15, 16), (16, 16), (17, 32), (100, 128), (129, 256)])
@@ -337,8 +336,11 @@ RUNTIME_BAD = [
     ("next_power_of_2 2.5", lambda: runtime.next_power_of_2(2.5), TypeError, "n"),
     ("dot_block minimum", lambda: runtime.dot_block(8, minimum=0), ValueError, "minimum"),
     ("poisoning 1", lambda: runtime.poisoning(1).__enter__(), TypeError, "on must be True or False"),
-    ("as_dtype", lambda: runtime.as_dtype("fp17", "dtype"), ValueError, "dtype='fp17'"),
-    ("dot_precision", lambda: runtime.dot_precision("int8"), ValueError, "dtype"),
+    ("as_dtype", lambda: dtypes.as_dtype("fp17", "dtype"), ValueError, "dtype='fp17'"),
+    ("short int", lambda: dtypes.short(5), TypeError, "dtype must be a torch dtype"),
+    ("short unknown", lambda: dtypes.short("fp17"), ValueError, "dtype='fp17'"),
+    ("names_of unknown", lambda: dtypes.names_of(["fp17"]), ValueError, "dtype='fp17'"),
+    ("dot_precision", lambda: runtime.dot_precision("int8"), TypeError, "dtype must be a torch dtype"),
 ]
 
 
@@ -384,3 +386,12 @@ def test_record_list_takes_any_iterable_and_may_allow_empty():
     assert runtime.record_list("xs", iter([]), int, allow_empty=True) == []
     with pytest.raises(TypeError, match=r"got one float; use \[xs\]"):
         runtime.record_list("xs", 1.5, (int, float), "numbers")
+
+
+def test_one_dtype_table_names_labels_and_parses():
+    assert dtypes.as_dtype("BF16") is torch.bfloat16 and dtypes.as_dtype("torch.float16") is torch.float16
+    assert [dtypes.short(d) for d in (torch.bfloat16, "float16", "fp32", "tf32", "double")] == [
+        "bf16", "fp16", "fp32", "tf32", "fp64"]  # fmt: skip
+    assert dtypes.name("half") == "float16" and dtypes.name("tf32") == "tf32"
+    assert dtypes.names_of((torch.float32, "bf16")) == "float32, bfloat16" and dtypes.names_of(()) == "nothing"
+    assert all(dtypes.as_dtype(n) is d for n, d in dtypes.NAMES.items())

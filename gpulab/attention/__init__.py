@@ -7,12 +7,16 @@ The path, one module per step, each checked against a float64 reference:
    online-softmax kernel for long rows, :func:`online_softmax` (``softmax``);
 3. :func:`tiled_attention`: blocks of Q against blocks of K/V with online-softmax rescaling, in PyTorch
    (``reference``, beside the float64 :func:`attention_reference`);
-4. version 1, portable FlashAttention-2: the Triton forward kernel, :func:`attention_forward` (``forward``), returns
-   O and the log-sum-exp; which blocks it loads with and without masks, :func:`block_schedule` (``schedule``);
-5. the Triton backward, :func:`attention_backward` (``backward``): recomputes P from the log-sum-exp, no N x N
-   buffer, no atomics;
-6. block sizes, warps and stages per GPU, and opt-in autotuning, :func:`attention_config` (``configs``);
-7. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``).
+4. version 1, portable FlashAttention-2 (``v1/``): the Triton forward kernel (``v1/forward``) returns O and the
+   log-sum-exp; which blocks it loads with and without masks, :func:`block_schedule` (``schedule``); the backward
+   (``v1/backward``) recomputes P from the log-sum-exp, no N x N buffer, no atomics; the one-pass backward
+   (``v1/backward_fused``, off by default) adds dQ atomically;
+5. block sizes, warps and stages per GPU, and opt-in autotuning, :func:`attention_config` (``configs``);
+6. version 2, Hopper (``v2/``): the same math with tiles through TMA and wgmma, and its sm_90 compile checks;
+7. the plan (``plan``): the one module that picks a version (by dtype, GPU, size and the switches of the versions that
+   are off by default) and launches it, :func:`attention_forward` and :func:`attention_backward`;
+8. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``; tables and plots in
+   ``report``).
 
 :func:`flash_attention` (``function``) ties them together as a differentiable function with the semantics of
 ``torch.nn.functional.scaled_dot_product_attention``: q ``[B, H, Nq, D]``, k, v ``[B, H, Nk, D]``, default scale
@@ -22,12 +26,6 @@ autograd Function, :class:`FlashAttentionFunction`, saves only q, k, v, O and th
 
 from __future__ import annotations
 
-from gpulab.attention.backward import (
-    attention_backward,
-    attention_dkdv_kernel,
-    attention_dq_kernel,
-    attention_preprocess_kernel,
-)
 from gpulab.attention.configs import (
     MAX_HEAD_DIM,
     AttentionConfig,
@@ -37,8 +35,8 @@ from gpulab.attention.configs import (
     smem_estimate,
     tuned,
 )
-from gpulab.attention.forward import attention_forward, attention_forward_kernel, check_inputs
 from gpulab.attention.function import FlashAttentionFunction, flash_attention
+from gpulab.attention.plan import attention_backward, attention_forward, check_inputs
 from gpulab.attention.reference import (
     attention_reference,
     causal_mask,
@@ -48,6 +46,7 @@ from gpulab.attention.reference import (
     tiled_attention,
 )
 from gpulab.attention.schedule import block_schedule, plot_block_schedule
+from gpulab.attention.shared import attention_preprocess_kernel
 from gpulab.attention.softmax import (
     online_softmax,
     online_softmax_kernel,
@@ -55,6 +54,8 @@ from gpulab.attention.softmax import (
     softmax_online,
     softmax_safe,
 )
+from gpulab.attention.v1.backward import attention_dkdv_kernel, attention_dq_kernel
+from gpulab.attention.v1.forward import attention_forward_kernel
 
 __all__ = [
     "flash_attention",

@@ -8,7 +8,7 @@
 
   * ``gpulab``: :func:`gpulab.attention.flash_attention` with the fixed per-GPU tiles of
     :func:`gpulab.attention.attention_config` (on a compute-capability-9 GPU its forward is version 2,
-    :mod:`gpulab.attention.hopper`, with :func:`gpulab.attention.hopper.hopper_config`'s tiles);
+    :mod:`gpulab.attention.v2.forward`, with :func:`gpulab.attention.configs.hopper_config`'s tiles);
   * ``gpulab (autotuned)``: the same with ``autotune=True`` (a few candidate tiles timed per problem, the fastest
     kept; ``params['configs']`` records the tiles each gpulab record ran with);
   * ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to ``SDPBackend.FLASH_ATTENTION``;
@@ -43,32 +43,27 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check, roofline, runtime
-from gpulab.attention import hopper
-from gpulab.attention.configs import attention_config, tuned, tuning_key
+from gpulab.attention import plan, report
+from gpulab.attention.configs import attention_config, hopper_config, tuned, tuning_key
 from gpulab.attention.function import flash_attention
 from gpulab.attention.reference import naive_attention
+from gpulab.dtypes import as_dtype, short
 
 __all__ = [
     "IMPLEMENTATIONS",
     "grid",
     "benchmark",
     "add_ratios",
-    "summary_table",
-    "targets",
-    "memory_table",
-    "plot_throughput",
-    "plot_memory",
-    "plot",
 ]
 
-IMPLEMENTATIONS = ("gpulab", "gpulab (autotuned)", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
+IMPLEMENTATIONS = report.IMPLEMENTATIONS
 TOKENS = 16384  # batch * seq in the throughput grid
 
 
 def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(False, True)):
     """The throughput problems as dicts (dtype, batch, heads, seq, head_dim, causal): batch * seq = 16k tokens,
     16 heads at head dim 64 and 8 at 128 (1024 model width either way)."""
-    dtypes = tuple(runtime.as_dtype(d, "dtypes") for d in (dtypes or (torch.bfloat16, torch.float16)))
+    dtypes = tuple(as_dtype(d, "dtypes") for d in (dtypes or (torch.bfloat16, torch.float16)))
     head_dims = [runtime.integer("head_dims", d, minimum=1, maximum=1024) for d in head_dims]
     if any(1024 % d for d in head_dims):
         raise ValueError(f"head_dims={head_dims}: each must divide the model width 1024 (e.g. 64 or 128).")
@@ -160,11 +155,6 @@ def _skip(provider, dtype, batch, heads, seq, head_dim, causal, direction):
     return None
 
 
-def _short(dtype) -> str:
-    name = str(dtype).replace("torch.", "")
-    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(name, name)
-
-
 def throughput_benchmark(problems) -> bench.Benchmark:
     """Every implementation on ``problems`` (dicts like :func:`grid`'s), forward and forward+backward, checked against
     SDPA's math backend in fp32 (``params['rel_err']``; a mismatch is recorded in ``params['check']``, never
@@ -189,7 +179,7 @@ def throughput_benchmark(problems) -> bench.Benchmark:
             roofline.attention_tiled, batch, heads, seq, head_dim, dtype, causal, direction
         ),
         label=lambda dtype, batch, heads, seq, head_dim, causal, direction: (
-            f"{_short(dtype)} d{head_dim} N{seq}{' causal' if causal else ''} {direction}"
+            f"{short(dtype)} d{head_dim} N{seq}{' causal' if causal else ''} {direction}"
         ),
     )
 
@@ -208,10 +198,10 @@ def _annotate(results):
         p = r.params
         if r.provider == "naive (PyTorch)":
             r.bytes = _bytes(roofline.attention_naive, p["batch"], p["heads"], p["seq"], p["head_dim"],
-                             runtime.as_dtype(p["dtype"]), p["causal"], p["direction"])  # fmt: skip
+                             as_dtype(p["dtype"]), p["causal"], p["direction"])  # fmt: skip
         if r.provider.startswith("gpulab") and r.status == "ok":
             backward = p["direction"] == "forward+backward"
-            dtype = runtime.as_dtype(p["dtype"])
+            dtype = as_dtype(p["dtype"])
             p["configs"] = _configs_used(r.provider, p["head_dim"], dtype, p["causal"], p["seq"], backward)
     return add_ratios(results)
 
@@ -225,8 +215,8 @@ def _configs_used(name, d, dtype, causal, n, backward) -> dict:
     """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
     autotuner chose for this problem."""
     out = {}
-    if hopper.auto_version(dtype, d, runtime.device, _work(d, n)) == 2:  # the forward is version 2 (Hopper) here
-        h = hopper.hopper_config(d, causal)
+    if plan.auto_version(dtype, d, runtime.device, _work(d, n)) == 2:  # the forward is version 2 (Hopper) here
+        h = hopper_config(d, causal)
         out["forward v2"] = [h.block_m, h.block_n, h.num_warps, h.num_stages]
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
         if kind == "forward" and "forward v2" in out:
@@ -247,7 +237,7 @@ def add_ratios(results):
     """Set ``vs_fa2`` and ``vs_default`` on gpulab's throughput records (peer ms / gpulab ms)."""
     results = bench.result_list("results", results)
     by = {}
-    for r in _throughput(results):
+    for r in report.throughput_records(results):
         by[(_problem_key(r), r.params["impl"])] = r
     for (key, impl), r in by.items():
         if not impl.startswith("gpulab"):
@@ -334,168 +324,11 @@ def benchmark(progress=None, problems=None, memory_seqs=None):
     results = _annotate(bench.run(throughput_benchmark(problems), progress)) if problems else []
     results += _memory_records(memory_seqs, bench, progress)
     if runtime.on_gpu():
-        print(summary_table(results))
-        print(memory_table(results))
-        for line in targets(results):
+        print(report.summary_table(results))
+        print(report.memory_table(results))
+        for line in report.targets(results):
             print(line)
     else:  # interpreter timings say nothing about a GPU: one line, no tables of zeros
         print(bench.interpreter_summary([r for r in results if r.params.get("kind") == "throughput"],
                                         "SDPA's fp32 math backend"))  # fmt: skip
-    return results, plot(results)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# reading results
-
-
-def _throughput(results, direction=None, impl=None):
-    """The throughput records that ran (not those of a provider unavailable for the problem)."""
-    out = [r for r in results if r.params.get("kind") == "throughput" and r.status == "ok"]
-    if direction:
-        out = [r for r in out if r.params.get("direction") == direction]
-    if impl:
-        out = [r for r in out if r.params.get("impl") == impl]
-    return out
-
-
-def _label(r) -> str:
-    p = r.params
-    return f"{_short(r.dtype)} d{p['head_dim']} N{p['seq']}{' causal' if p['causal'] else ''}"
-
-
-def summary_table(results) -> str:
-    """TFLOP/s per problem (rows) and implementation (columns), with gpulab's ratios to the two SDPA backends."""
-    results = bench.result_list("results", results)
-    lines = []
-    for direction in ("forward", "forward+backward"):
-        rows = {}
-        for r in _throughput(results, direction):
-            rows.setdefault(_label(r), {})[r.params["impl"]] = r
-        if not rows:
-            continue
-        impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
-        head = ["problem"] + impls + ["vs FA2", "vs default"]
-        body = []
-        for label, row in rows.items():
-            g = row.get("gpulab")
-            cells = [label]
-            for i in impls:
-                r = row.get(i)
-                cells.append("-" if r is None else f"{r.tflops:.0f}" + ("" if r.params.get("check") == "ok" else "!"))
-            for field in ("vs_fa2", "vs_default"):
-                v = g.params.get(field) if g else None
-                cells.append("-" if v is None else f"{v:.2f}x")
-            body.append(cells)
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-        lines.append(f"{direction}, TFLOP/s ('!' = failed its check):")
-        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in body]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def memory_table(results) -> str:
-    """Peak extra memory (MB) of one forward+backward against sequence length."""
-    results = bench.result_list("results", results)
-    rows = {}
-    for r in results:
-        if r.params.get("kind") == "memory":
-            v = r.params.get("peak_extra_bytes")
-            rows.setdefault(r.params["seq"], {})[r.params["impl"]] = (
-                ("n/a" if r.params.get("check") == "ok" else r.params.get("check")) if v is None else f"{v / 1e6:,.1f}"
-            )
-    if not rows:
-        return ""
-    impls = sorted({i for row in rows.values() for i in row})
-    lines = ["peak memory beyond inputs and gradients, forward+backward (MB):", "seq      " + "  ".join(impls)]
-    for n in sorted(rows):
-        lines.append(f"{n:<8} " + "  ".join(str(rows[n].get(i, "-")).rjust(len(i)) for i in impls))
-    return "\n".join(lines)
-
-
-def targets(results) -> list[str]:
-    """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
-    results = bench.result_list("results", results)
-    out = []
-    for impl in ("gpulab", "gpulab (autotuned)"):
-        for direction in ("forward", "forward+backward"):
-            g = _throughput(results, direction, impl)
-            fa2 = [r.params.get("vs_fa2") for r in g if r.params.get("vs_fa2")]
-            dflt = [r.params.get("vs_default") for r in g if r.params.get("vs_default")]
-            bad = [r for r in g if r.params.get("check") != "ok"]
-            if fa2:
-                met = sum(x >= 1.0 for x in fa2)
-                out.append(
-                    f"{direction}: {impl} / SDPA FlashAttention-2 = {min(fa2):.2f}x .. {max(fa2):.2f}x "
-                    f"(>= 1.0x in {met} of {len(fa2)} problems)"
-                )
-            if dflt:
-                out.append(
-                    f"{direction}: {impl} / SDPA default = {min(dflt):.2f}x .. {max(dflt):.2f}x "
-                    f"(median {sorted(dflt)[len(dflt) // 2]:.2f}x)"
-                )
-            if bad:
-                out.append(f"{direction}: {len(bad)} {impl} checks FAILED")
-    return out
-
-
-def plot_throughput(results, direction="forward", ax=None):
-    """Grouped bars: TFLOP/s per problem, one bar per implementation."""
-    results = bench.result_list("results", results)
-    import matplotlib.pyplot as plt
-
-    rows = {}
-    for r in _throughput(results, direction):
-        rows.setdefault(_label(r), {})[r.params["impl"]] = r.tflops
-    if ax is None:
-        _, ax = plt.subplots(figsize=(12, 3.8))
-    impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
-    width = 0.8 / max(1, len(impls))
-    for j, impl in enumerate(impls):
-        xs = [i + j * width for i in range(len(rows))]
-        ax.bar(xs, [row.get(impl) or 0.0 for row in rows.values()], width, label=impl, color=f"C{j}")
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], list(rows), rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"attention {direction}")
-    ax.legend(fontsize=8)
-    return ax
-
-
-def plot_memory(results, ax=None):
-    """Peak extra memory against sequence length, log-log: naive grows as N^2, the tiled kernel as N."""
-    results = bench.result_list("results", results)
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.8))
-    series = {}
-    for r in results:
-        if r.params.get("kind") == "memory" and r.params.get("peak_extra_bytes") is not None:
-            series.setdefault(r.params["impl"], []).append((r.params["seq"], r.params["peak_extra_bytes"] / 1e6))
-    for impl, pts in sorted(series.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=impl, color=f"C{IMPLEMENTATIONS.index(impl)}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length (batch 1, 16 heads, d 64)")
-    ax.set_ylabel("peak extra memory, MB")
-    ax.set_title("memory beyond inputs, forward+backward")
-    if series:
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "not measured here (needs a GPU)", ha="center", transform=ax.transAxes)
-    return ax
-
-
-def plot(results):
-    """The lesson's figure: forward and forward+backward throughput bars, and memory against sequence length."""
-    results = bench.result_list("results", results)
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(13, 8.5))
-    gs = fig.add_gridspec(2, 3)
-    plot_throughput(results, "forward", fig.add_subplot(gs[0, :]))
-    plot_throughput(results, "forward+backward", fig.add_subplot(gs[1, :2]))
-    plot_memory(results, fig.add_subplot(gs[1, 2]))
-    fig.tight_layout()
-    return fig
+    return results, report.plot(results)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable
 
 import torch
 
-from gpulab import bench, hardware, runtime
+from gpulab import bench, dtypes, hardware, runtime
 
 __all__ = [
     "AttentionConfig",
@@ -43,6 +43,9 @@ __all__ = [
     "autotuned_config",
     "tuned",
     "MAX_HEAD_DIM",
+    "HopperConfig",
+    "hopper_config",
+    "PREFERRED_V2",
 ]
 
 MAX_HEAD_DIM = 128
@@ -147,7 +150,7 @@ def attention_config(
     """
     runtime.one_of("kind", kind, KINDS)
     block_d = runtime.dot_block(_head_dim(head_dim))
-    dtype = runtime.as_dtype(dtype)
+    dtype = dtypes.as_dtype(dtype)
     seq_q, seq_k = _optional_seq("seq_q", seq_q), _optional_seq("seq_k", seq_k)
     interpreter = runtime.INTERPRET if interpreter is None else runtime.strict_bool("interpreter", interpreter)
     if interpreter:
@@ -158,7 +161,7 @@ def attention_config(
 def _fit(kind, tile, block_d, dtype, seq_q, seq_k, gpu) -> AttentionConfig:
     """``tile`` (block_m, block_n, warps, stages) adapted to the dtype, the sequence lengths and the GPU's budget."""
     spec = hardware.spec(gpu)
-    itemsize = torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    itemsize = torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
     block_m, block_n, warps, stages = tile
     if itemsize == 4:  # fp32 tiles are twice the bytes (and the registers): halve the long side
         if block_m >= block_n:
@@ -207,7 +210,7 @@ def candidates(kind, head_dim, dtype=torch.float16, seq_q=None, seq_k=None, gpu=
 
 def tuning_key(kind, head_dim, dtype, is_causal, seq_q, seq_k) -> tuple:
     """What a tuned choice is kept for: sequence lengths rounded up to powers of two (similar lengths share it)."""
-    return (kind, head_dim, str(runtime.as_dtype(dtype)).replace("torch.", ""), bool(is_causal),
+    return (kind, head_dim, str(dtypes.as_dtype(dtype)).replace("torch.", ""), bool(is_causal),
             runtime.next_power_of_2(seq_q), runtime.next_power_of_2(seq_k))  # fmt: skip
 
 
@@ -256,3 +259,54 @@ def autotuned_config(kind, head_dim, dtype, is_causal, seq_q, seq_k, run) -> Att
 def tuned() -> dict:
     """What :func:`autotune` chose so far: ``{key: {'config': AttentionConfig, 'ms': best time, 'tried': n}}``."""
     return {k: {"config": v[0], "ms": v[1], "tried": len(v[2])} for k, v in _TUNED.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# version 2 (Hopper)
+
+
+@dataclasses.dataclass(frozen=True)
+class HopperConfig:
+    """Version 2's launch: Q tiles of ``block_m`` rows, K/V tiles of ``block_n``, ``num_stages`` TMA buffers, the loop
+    warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``); ``overlap``: the
+    next block's scores issued before this block's softmax (:func:`_v2_keys_overlap`)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    warp_specialize: bool = False
+    persistent: bool = False
+    overlap: bool = False
+
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "num_warps"):
+            value = runtime.integer(name, getattr(self, name), minimum=1)
+            if value & (value - 1) or (name != "num_warps" and value < 16):
+                raise ValueError(f"{name}={value} must be a power of two (>= 16 for tiles); e.g. 64 or 128.")
+        runtime.integer("num_stages", self.num_stages, minimum=1)
+        runtime.strict_bool("warp_specialize", self.warp_specialize)
+        runtime.strict_bool("persistent", self.persistent)
+        runtime.strict_bool("overlap", self.overlap)
+        if self.overlap and self.warp_specialize:
+            raise ValueError("overlap=True and warp_specialize=True are two ways to overlap the softmax with the "
+                             "products; pick one.")  # fmt: skip
+
+
+# The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
+# (scripts/probe_hopper.py; the sweep's records are in benchmarks/04_attention/hopper/). HopperConfig() is the
+# starting point for any other.
+PREFERRED_V2: dict[tuple[int, bool], HopperConfig] = {
+    (128, False): HopperConfig(128, 64, 4, 2),
+    (128, True): HopperConfig(64, 64, 4, 3),
+    (64, False): HopperConfig(64, 128, 4, 2),
+    (64, True): HopperConfig(64, 128, 4, 2),
+}
+
+
+def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
+    """Version 2's tiles for ``head_dim`` (1 to 128): the measured choice for its padded width and ``is_causal``,
+    else :class:`HopperConfig`'s defaults."""
+    head_dim = runtime.integer("head_dim", head_dim, minimum=1, maximum=128)
+    is_causal = runtime.strict_bool("is_causal", is_causal)
+    return PREFERRED_V2.get((runtime.dot_block(head_dim), is_causal), HopperConfig())

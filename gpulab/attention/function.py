@@ -3,7 +3,7 @@ function with the semantics of ``torch.nn.functional.scaled_dot_product_attentio
 
 What you will learn: what an autograd Function saves decides the memory of training. FlashAttention saves q, k, v,
 the output O and the fp32 log-sum-exp ([B, H, Nq]) — nothing N x N — and its backward recomputes P from them
-(:mod:`gpulab.attention.backward`).
+(:mod:`gpulab.attention.v1.backward`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import torch
 
 from gpulab import runtime
-from gpulab.attention.backward import attention_backward, run_backward
-from gpulab.attention.forward import run_forward
 from gpulab.attention.ops import flash_attention_op
-from gpulab.attention.plan import check_inputs, forward_plan
+from gpulab.attention.plan import attention_backward, check_inputs, forward_plan, run_backward, run_forward
 
 __all__ = ["FlashAttentionFunction", "flash_attention", "check_inputs"]
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.attention.backward import attention_backward
-from gpulab.attention.forward import attention_forward, check_inputs
+from gpulab.attention.plan import attention_backward, attention_forward, check_inputs
 
 __all__ = ["flash_attention_op", "forward_op", "backward_op"]
 

@@ -1,4 +1,9 @@
-"""What one attention call needs, worked out once per input signature: validation, scale, tiles, grids, launches.
+"""The attention plan: the one module that chooses a kernel version, and what one call needs, worked out once per
+input signature (validation, scale, version, tiles, grids, launches).
+
+Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
+TMA and wgmma). This module picks one (:func:`auto_version`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD` and
+:data:`V2_BACKWARD` for versions that are off by default) and launches it (:func:`run_forward`, :func:`run_backward`).
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
 q, k, v are valid, choosing tiles for the GPU and computing grids depends only on the inputs' *signature* —
@@ -14,19 +19,48 @@ the TypeError that an int must raise. Other types take the full checks on every 
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from gpulab import dtypes, runtime
-from gpulab.attention.configs import MAX_HEAD_DIM, AttentionConfig
-from gpulab.attention.hopper import HopperConfig, auto_version, supports
+from gpulab import check, hardware, runtime
+from gpulab.attention import sm90
+from gpulab.attention.configs import (
+    MAX_HEAD_DIM,
+    AttentionConfig,
+    HopperConfig,
+    attention_config,
+    autotuned_config,
+    hopper_config,
+)
 from gpulab.attention.reference import default_scale
+from gpulab.attention.v1 import backward as v1_backward
+from gpulab.attention.v1 import backward_fused as v1_fused
+from gpulab.attention.v1 import forward as v1_forward
+from gpulab.attention.v2 import backward as v2_backward
+from gpulab.attention.v2 import forward as v2_forward
+from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
-           "clear_plan_cache", "MAX_PLANS"]  # fmt: skip
+           "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
+           "attention_forward", "attention_backward", "run_forward", "run_backward"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
+
+FUSED_BACKWARD: bool = False
+"""Take version 1's one-pass backward (:mod:`gpulab.attention.v1.backward_fused`) where
+:func:`gpulab.attention.v1.backward_fused.use_fused` allows it (False: the two kernels always). Off because it measured
+slower than the two kernels on the H100 except on long causal problems: the atomic additions into dQ cost more than
+the two products they save (records: ``benchmarks/04_attention/hopper/fused/``; notebook 04 shows them)."""
+
+V2_BACKWARD: bool = False
+"""Run version 2's backward (:mod:`gpulab.attention.v2.backward`) after a version-2 forward (False: version 1's
+backward always). Off because on the H100 its TMA loads computed the same gradients as version 1's, bit for bit, and
+were no faster: the backward's time goes to its seven products per block pair, not to its loads (records:
+``benchmarks/04_attention/hopper/``)."""
+
 
 _FORWARD: dict = {}
 _BACKWARD: dict = {}
@@ -51,7 +85,7 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
-    dtypes.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+    hardware.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
     nq_, nk_, nv_ = names
     b, h, n_q, d = q.shape
@@ -118,7 +152,7 @@ class Plan:
     """One validated input signature and what its launches need.
 
     ``forward`` and ``backward`` hold the kernels' :class:`gpulab.launch.Launch` objects once built (by
-    :mod:`gpulab.attention.forward` and :mod:`gpulab.attention.backward`, on first use: with ``"auto"`` configs
+    :func:`run_forward` and :func:`run_backward`, on first use: with ``"auto"`` configs
     that is when the tiles are timed).
     """
 
@@ -152,10 +186,40 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
     return plan
 
 
+SMALL_WORK = 2**31
+"""Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
+tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
+(no descriptor workspace; ``kind='tiny'`` records of ``scripts/probe_hopper.py``). Lesson 4's smallest problem is
+about 8x above it."""
+
+
+def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: int | None = None) -> int:
+    """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where
+    :func:`gpulab.attention.v2.forward.supports` allows it and the problem's ``work`` (B H Nq Nk d; None: large) is at
+    least :data:`SMALL_WORK`, else 1.
+    ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
+    if work is not None:
+        work = runtime.integer("work", work, minimum=0)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {type(device).__name__} {device!r}; e.g. q.device.")
+    why = v2_forward.supports(dtype, head_dim)
+    forced = os.environ.get("GPULAB_ATTENTION_VERSION", "")
+    if forced == "1":
+        return 1
+    if device.type != "cuda" or why is not None:
+        return 1
+    if forced == "2":
+        return 2
+    if work is not None and work < SMALL_WORK:
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return 2 if sm90.capability(index)[0] == 9 else 1
+
+
 def check_version(version, config, dtype, head_dim: int, device, work: int | None = None) -> int:
     """The forward version to run: ``version`` 1 or 2 as asked (2 only where
-    :func:`gpulab.attention.hopper.supports` allows it), or with None the automatic choice
-    (:func:`gpulab.attention.hopper.auto_version`; a version-1 config or ``"auto"`` means version 1, a
+    :func:`gpulab.attention.v2.forward.supports` allows it), or with None the automatic choice
+    (:func:`auto_version`; a version-1 config or ``"auto"`` means version 1, a
     :class:`HopperConfig` version 2)."""
     if version is not None and (version.__class__ is not int or version not in (1, 2)):
         raise ValueError(f"version must be None (automatic), 1 (portable FlashAttention-2) or 2 (Hopper), "
@@ -171,7 +235,7 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
         version = 1
     if version is None:
         return auto_version(dtype, head_dim, device, work)
-    if version == 2 and (why := supports(dtype, head_dim)) is not None:
+    if version == 2 and (why := v2_forward.supports(dtype, head_dim)) is not None:
         raise ValueError(f"version=2 cannot run this input: {why}.")
     return version
 
@@ -254,3 +318,152 @@ def clear_plan_cache() -> None:
     _FORWARD.clear()
     _BACKWARD.clear()
     _MISSES.update(forward=0, backward=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the runners: the version the plan picked, launched
+
+
+def run_forward(plan: Plan, q, k, v):
+    """``(O, LSE)`` for inputs whose signature ``plan`` was made for (no checks here: :func:`forward_plan` did them).
+
+    The host work per call: two allocations, ``contiguous()`` only where the plan says an input is not, one launch.
+    """
+    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
+    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    if plan.empty:  # batch or heads 0
+        return o, lse
+    if not plan.contiguous:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    launch = plan.forward
+    if plan.version == 2:  # Hopper: TMA descriptors (gpulab.attention.v2.forward)
+        if launch is None:
+            cfg = plan.config or hopper_config(plan.d, plan.is_causal)
+            launch = plan.forward = v2_forward.forward_v2_launch(plan, cfg)
+        if not runtime.INTERPRET:
+            sm90.ensure_allocator()
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # TMA reads from 16-byte aligned addresses only
+            q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))  # fresh, aligned copies
+        launch(direct_stream(plan.device), q, k, v, o, lse, plan.n_q, plan.n_k, plan.b * plan.h, plan.qk_scale)
+        return o, lse
+    if launch is None:
+        cfg = plan.config
+        if cfg == "auto":  # time the candidates once for this problem, keep the fastest
+            run = lambda c: attention_forward(q, k, v, plan.is_causal, plan.scale, plan.allow_tf32, config=c)  # noqa: E731
+            cfg = autotuned_config("forward", plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+        elif cfg is None:
+            cfg = attention_config("forward", plan.d, plan.dtype, plan.n_q, plan.n_k)
+        launch = plan.forward = v1_forward.forward_launch(plan, cfg)
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
+    launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k, plan.qk_scale)
+    return o, lse
+
+
+def attention_forward(
+    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None, version=None
+):
+    """The attention forward of the version the plan picks; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq]
+    (natural log).
+
+    ``config``: an :class:`AttentionConfig`, None for :func:`attention_config`'s, or ``"auto"`` to autotune on a GPU
+    (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config). The checks and the tile
+    choice run once per input signature (:func:`gpulab.attention.plan.forward_plan`). ``config`` may also be a
+    :class:`gpulab.attention.configs.HopperConfig` for version 2.
+
+    ``version``: None picks the kernel (version 2, :mod:`gpulab.attention.v2.forward`, on a compute-capability-9 GPU
+    for fp16/bf16 and head dims that are multiples of 8; else version 1); 1 or 2 asks for one (version 2 also runs
+    in the interpreter).
+
+    No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
+    """
+    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config, version), q, k, v)
+
+
+def _launches(plan: Plan, q, k, v, o, lse, do):
+    """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
+    pays and no tiles were asked for, else the two kernels."""
+    if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
+        pre = v1_fused.preprocess_launch(plan)
+        return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))
+    return _two_kernel_launches(plan, q, k, v, o, lse, do)
+
+
+def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
+    configs = plan.backward_configs
+    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
+        tuned = {}
+        for kind in ("dkdv", "dq"):
+
+            def run(c, kind=kind):
+                return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
+                                          {kind: c})  # fmt: skip
+
+            tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
+        configs = tuned
+    configs = configs if isinstance(configs, dict) else {}
+    cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
+        return v2_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
+    return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
+
+
+def _run_fused(plan: Plan, launches, do, q, k, v, o, lse, dq, dk, dv):
+    """D, then the one-pass kernel adding into an fp32 dQ buffer, then dQ scaled and cast into ``dq``."""
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    stream = direct_stream(plan.device) if aligned else None
+    delta = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=plan.device)
+    launches.preprocess(stream, o, do, delta, plan.n_q)
+    launches.main(stream, q, k, v, do, lse, delta, dq_acc, dk, dv, plan.n_q, plan.n_k, plan.qk_scale, plan.scale)
+    torch.mul(dq_acc, plan.scale, out=dq)  # scaled once, cast to the inputs' dtype
+    return dq, dk, dv
+
+
+def run_backward(plan: Plan, do, q, k, v, o, lse):
+    """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
+    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    if plan.empty:
+        return dq, dk, dv
+    if not plan.contiguous:
+        q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
+    do = do.contiguous()
+    launches = plan.backward
+    if launches is None:
+        launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
+    if launches.__class__ is v1_fused.FusedBackward and torch.are_deterministic_algorithms_enabled():
+        launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
+    if launches.__class__ is v1_fused.FusedBackward:
+        return _run_fused(plan, launches, do, q, k, v, o, lse, dq, dk, dv)
+    dq_launch, dkdv_launch = launches
+    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
+    if dq_launch.kernel is v2_backward.attention_dq_v2_kernel:
+        if not aligned:  # TMA reads from 16-byte aligned addresses only: fresh, aligned copies
+            q, k, v, o, do = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v, o, do))
+            lse = lse.clone() if lse.data_ptr() & 15 else lse
+            aligned = True
+        if not runtime.INTERPRET:
+            sm90.ensure_allocator()
+    stream = direct_stream(plan.device) if aligned else None
+    delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+    n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
+    dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
+    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
+    return dq, dk, dv
+
+
+def attention_backward(
+    do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
+):
+    """dQ, dK, dV from the inputs, the output O, its gradient dO and the saved LSE (fp32 [B, H, Nq]).
+
+    ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s, or is ``"auto"`` to autotune both
+    on a GPU (:func:`gpulab.attention.configs.autotune`). Uses O(N d) memory beyond the
+    gradients themselves: the fp32 ``D = rowsum(dO * O)``. The checks and tile choices run once per input
+    signature (:func:`gpulab.attention.plan.backward_plan`).
+    """
+    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
+    return run_backward(plan, do, q, k, v, o, lse)

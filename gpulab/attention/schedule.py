@@ -1,6 +1,6 @@
 """Lesson 4: the forward kernel's block schedule as data and as a picture.
 
-What you will learn: which (Q block, K block) pairs :func:`gpulab.attention.forward.attention_forward_kernel` loads
+What you will learn: which (Q block, K block) pairs :func:`gpulab.attention.v1.forward.attention_forward_kernel` loads
 without a mask (``FULL``: the block lies inside both sequences and, if causal, left of the block's first query),
 which with a bounds or causal mask (``MASKED``: ragged last blocks, the diagonal), and which it never loads
 (``SKIPPED``: causal blocks right of the diagonal, about half of a causal forward). The schedule mirrors the kernel's
@@ -21,7 +21,7 @@ SKIPPED, FULL, MASKED = 0, 1, 2
 
 
 def block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, is_causal: bool = False) -> list[list[int]]:
-    """What :func:`gpulab.attention.forward.attention_forward_kernel` does with each (Q block, K block) pair:
+    """What :func:`gpulab.attention.v1.forward.attention_forward_kernel` does with each (Q block, K block) pair:
     ``FULL`` (loaded, no mask), ``MASKED`` (loaded, bounds/causal mask applied) or ``SKIPPED`` (never loaded).
     Mirrors the kernel's ``full`` and ``hi`` bounds exactly; rows are Q blocks, columns K blocks."""
     for name, v in (("n_q", n_q), ("n_k", n_k), ("block_m", block_m), ("block_n", block_n)):

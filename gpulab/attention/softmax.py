@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, dtypes, runtime
+from gpulab import check, hardware, runtime
 from gpulab.triton_ops import LOG2E
 
 __all__ = ["softmax_naive", "softmax_safe", "softmax_online", "online_softmax_kernel", "online_softmax"]
@@ -136,7 +136,7 @@ def online_softmax(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
     ``torch.softmax``.
     """
     runtime.require_tensor("x", x)
-    dtypes.require_dtype("x", x.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+    hardware.require_dtype("x", x.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension; softmax runs over the last one.")
     if block is None:

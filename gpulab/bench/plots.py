@@ -24,7 +24,7 @@ HEADINGS = {
 """Column headings and axis labels for the derived quantities (anything else is shown by its own name)."""
 
 
-def _results(results, name: str = "results") -> list[Result]:
+def as_results(results, name: str = "results") -> list[Result]:
     return result_list(name, results, allow_empty=True)
 
 
@@ -58,7 +58,7 @@ def _label(key: str) -> str:
 def table(results, columns=("case", "ms", "tflops", "gbps"), title=None, headings=None) -> str:
     """A plain-text table of results; ``columns`` are Result attributes or keys of ``params``; ``headings``
     overrides a column's heading (``{"ms": "device ms"}``)."""
-    results = _results(results)
+    results = as_results(results)
     columns = _names("columns", columns)
     rows = [[value(r, c) for c in columns] for r in results]
     return text_table([(headings or {}).get(c, _label(c)) for c in columns], rows, title=title)
@@ -87,7 +87,7 @@ def bar(results, metric="tflops", label="case", ax=None, reference=None, title=N
     """Bar chart of ``metric`` per result; ``reference`` names a case drawn in grey (e.g. the cuDNN baseline)."""
     import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only charts need it
 
-    results = _results(results)
+    results = as_results(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(4, 0.8 * len(results) + 2), 3.5))
     values = [_number(value(r, metric)) for r in results]
@@ -106,7 +106,7 @@ def line(results, x, y="gbps", group="case", ax=None, logx=True, logy=False, tit
     or ``y`` is undefined are left out."""
     import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only charts need it
 
-    results = _results(results)
+    results = as_results(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.8))
     groups: dict = {}

@@ -353,14 +353,14 @@ def _time_into(r: Result, b: Benchmark, fn: Callable, args: tuple, kernel) -> No
 # reading the results
 
 
-def _results(results) -> list[Result]:
-    return plots._results(results)
+def as_results(results) -> list[Result]:
+    return plots.as_results(results)
 
 
 def speedup(results, provider: str, over: str, clock: str = "wall") -> dict[str, float | None]:
     """Per case: how many times faster ``provider`` is than ``over`` on ``clock`` (``over``'s time / ``provider``'s);
     None where either has no time (unavailable, failed, not timed)."""
-    results = _results(results)
+    results = as_results(results)
     clock = runtime.one_of("clock", clock, CLOCKS)
     times: dict[str, dict[str, float | None]] = {}
     for r in results:
@@ -379,7 +379,7 @@ def interpreter_summary(results, against: str = "their references") -> str:
     """The one line a CPU run prints instead of timing tables and plots: how many cases ran and matched ``against``
     in Triton's interpreter (those that cannot run here, status "unavailable: ...", counted apart), and that its
     timings say nothing about a GPU."""
-    results = _results(results)
+    results = as_results(results)
     if not isinstance(against, str):
         raise runtime.ArgumentTypeError(f"against must name what the cases were checked against, got {against!r}.")
     absent = [r for r in results if r.status.startswith("unavailable")]
@@ -408,7 +408,7 @@ def _clock_label(r: Result, clock: str) -> str:
 def summary(results, clock: str = "wall", baseline: str | None = None, title: str | None = None) -> str:
     """A table of every record on one clock, the clock named in every row: case, provider, clock, ms, TFLOP/s, GB/s,
     (``x vs <baseline>``: the speedup over that provider on the same clock), status."""
-    results = _results(results)
+    results = as_results(results)
     clock = runtime.one_of("clock", clock, CLOCKS)
     if baseline is not None:
         runtime.one_of("baseline", baseline, tuple(dict.fromkeys(r.provider for r in results)))
@@ -437,7 +437,7 @@ def summary(results, clock: str = "wall", baseline: str | None = None, title: st
 
 def plot(results, x: str, clock: str = "wall", metric: str = "ms", ax=None, title=None, logx=True, logy=False):
     """One line per provider: ``metric`` ('ms', 'tflops' or 'gbps') on ``clock`` against the x value ``x``."""
-    results = _results(results)
+    results = as_results(results)
     clock = runtime.one_of("clock", clock, CLOCKS)
     metric = runtime.one_of("metric", metric, ("ms", "tflops", "gbps"))
     y = {"ms": "ms", "tflops": "tflops", "gbps": "gbps"}[metric]

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from gpulab import runtime
 from gpulab.codesign.plot import plot_benchmark
-from gpulab.codesign.sweeps import _progress, format_agreement, pair_agreement, sweep_head_dim, sweep_k, sweep_waves
+from gpulab.codesign.sweeps import (
+    format_agreement,
+    pair_agreement,
+    progress_wrapper,
+    sweep_head_dim,
+    sweep_k,
+    sweep_waves,
+)
 
 __all__ = ["benchmark"]
 
@@ -16,7 +23,7 @@ def benchmark(progress=None):
     import matplotlib
 
     matplotlib.use("Agg")
-    progress = _progress(progress)
+    progress = progress_wrapper(progress)
     results = sweep_k(progress=progress)
     results += sweep_head_dim(progress=progress)
     results += sweep_waves(progress=progress)

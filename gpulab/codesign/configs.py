@@ -20,7 +20,7 @@ import itertools
 import math
 
 from gpulab import hardware, runtime
-from gpulab.codesign.gemm_model import GemmPrediction, _dtype_key, gemm_time
+from gpulab.codesign.gemm_model import GemmPrediction, dtype_key, gemm_time
 
 __all__ = [
     "TransformerConfig",
@@ -279,7 +279,7 @@ def check_config(config, gpu="H100", dtype="bfloat16") -> list[RuleCheck]:
     """
     _validate_config(config)
     spec = hardware.spec(gpu)
-    _dtype_key(dtype, spec)
+    dtype_key(dtype, spec)
     is_tf = isinstance(config, TransformerConfig)
     t, h, s, heads = config.tensor_parallel, config.hidden, config.seq, config.heads
     b, bname = (config.microbatch, "microbatch") if is_tf else (config.batch, "batch")
@@ -410,7 +410,7 @@ def fix_config(config, gpu="H100", dtype="bfloat16"):
     """
     _validate_config(config)
     spec = hardware.spec(gpu)
-    _dtype_key(dtype, spec)
+    dtype_key(dtype, spec)
     t, h, s = config.tensor_parallel, config.hidden, config.seq
     changes = {}
     if config.vocab is not None:

@@ -111,7 +111,7 @@ DEFAULT_TILE = (128, 128)
 _positive_int = runtime.positive_int
 
 
-def _dtype_key(dtype, spec=None) -> tuple[str, int]:
+def dtype_key(dtype, spec=None) -> tuple[str, int]:
     """('bfloat16', 2) for any spelling of a dtype the model covers; ValueError naming ``dtype`` otherwise."""
     key, itemsize = dtype_and_size(dtype, allow_tf32=True)
     if spec is not None and key == "bfloat16" and not spec.has_bf16:
@@ -119,7 +119,7 @@ def _dtype_key(dtype, spec=None) -> tuple[str, int]:
     return key, itemsize
 
 
-def _tile(tile, name: str = "tile") -> tuple[int, int]:
+def check_tile(tile, name: str = "tile") -> tuple[int, int]:
     """``(rows, columns)`` of an output tile: a pair of positive integers; a clear error naming ``name`` otherwise."""
     if not isinstance(tile, (tuple, list)) or len(tile) != 2:
         raise runtime.ArgumentTypeError(
@@ -135,7 +135,7 @@ def alignment_efficiency(k: int, n: int, dtype="bfloat16") -> tuple[float, tuple
     elements for 16-bit types).
     """
     k, n = _positive_int("k", k), _positive_int("n", n)
-    _, itemsize = _dtype_key(dtype)
+    _, itemsize = dtype_key(dtype)
     misaligned = tuple(name for name, v in (("K", k), ("N", n)) if (v * itemsize) % ALIGNMENT_BYTES)
     bk = K_TILE_BYTES // itemsize
     k_fill = k / (bk * math.ceil(k / bk))
@@ -146,7 +146,7 @@ def alignment_penalty(k: int, n: int, dtype="bfloat16") -> float:
     """Slowdown from the worse-aligned of the row lengths K and N: 1 when both rows are multiples of 16 bytes,
     :data:`PARTIALLY_ALIGNED_PENALTY` when the worse is 4- or 8-byte aligned, :data:`MISALIGNED_PENALTY` below that."""
     k, n = _positive_int("k", k), _positive_int("n", n)
-    _, itemsize = _dtype_key(dtype)
+    _, itemsize = dtype_key(dtype)
     worst = min(_alignment_bytes(v * itemsize) for v in (k, n))
     if worst >= ALIGNMENT_BYTES:
         return 1.0
@@ -161,7 +161,7 @@ def _alignment_bytes(row_bytes: int) -> int:
 def tile_quantization(m: int, n: int, tile, batch: int = 1) -> tuple[int, float]:
     """``(tiles, e_tile)``: ``batch * ceil(m/tm) * ceil(n/tn)`` tiles, of which the fraction ``e_tile`` is useful."""
     m, n, batch = _positive_int("m", m), _positive_int("n", n), _positive_int("batch", batch)
-    tm, tn = _tile(tile)
+    tm, tn = check_tile(tile)
     rows, cols = math.ceil(m / tm), math.ceil(n / tn)
     return batch * rows * cols, (m * n) / (rows * tm * cols * tn)
 
@@ -264,14 +264,14 @@ def gemm_time(m, n, k, dtype="bfloat16", gpu="H100", batch=1, tile=DEFAULT_TILE)
     """
     m, n, k, batch = (_positive_int(name, v) for name, v in (("m", m), ("n", n), ("k", k), ("batch", batch)))
     spec = hardware.spec(gpu)
-    key, itemsize = _dtype_key(dtype, spec)
+    key, itemsize = dtype_key(dtype, spec)
     peak = spec.peak_tflops(key)
     if peak <= 0 or spec.hbm_gbps <= 0:  # a live GPU missing from the spec table has no rates to model with
         raise ValueError(
             f"gpu={spec.name!r} has no {key} peak or HBM bandwidth in gpulab's spec table; name a known GPU."
         )
     align, misaligned, k_fill = alignment_efficiency(k, n, key if key != "tf32" else "float32")
-    candidates = LIBRARY_TILES if tile is None else (_tile(tile),)
+    candidates = LIBRARY_TILES if tile is None else (check_tile(tile),)
     best = None
     for t in candidates:
         tiles, e_tile = tile_quantization(m, n, t, batch)

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import dtypes, runtime
+from gpulab import hardware, runtime
 from gpulab.check import new_output
 
 __all__ = [
@@ -118,7 +118,7 @@ def matmul_fixed_tile(
         block_m, block_n, block_k: the tile, powers of two. num_warps (a power of two), num_stages: launch options.
     """
     m, n, k = _inputs(a, b)
-    dtype = dtypes.require_dtype("a", a.dtype)
+    dtype = hardware.require_dtype("a", a.dtype)
     if b.dtype != dtype:
         raise ValueError(f"b has dtype {b.dtype}, but a has {dtype}; pass both in the same dtype.")
     if out is not None:

@@ -12,12 +12,12 @@ from gpulab import hardware, runtime
 from gpulab.codesign.gemm_model import (
     DEFAULT_TILE,
     GemmPrediction,
-    _tile,
+    check_tile,
     gemm_time,
     tile_quantization,
     wave_quantization,
 )
-from gpulab.codesign.sweeps import _results, pair_agreement
+from gpulab.codesign.sweeps import as_results, pair_agreement
 
 __all__ = ["plot_tiles", "plot_prediction", "plot_wave_staircase", "plot_sweep", "plot_benchmark"]
 
@@ -28,7 +28,7 @@ def plot_tiles(m: int, n: int, tile=DEFAULT_TILE, ax=None, gpu=None):
     import matplotlib.patches as patches
     import matplotlib.pyplot as plt
 
-    tm, tn = _tile(tile)
+    tm, tn = check_tile(tile)
     m, n = runtime.positive_int("m", m), runtime.positive_int("n", n)
     tiles, e_tile = tile_quantization(m, n, (tm, tn))
     sms = hardware.spec(gpu).sm_count if gpu is not None else None
@@ -98,7 +98,7 @@ def plot_wave_staircase(m, k, ns, tile=DEFAULT_TILE, dtype="bfloat16", gpu="H100
     """
     runtime.one_of("metric", metric, ("tflops", "ms", "efficiency"))
     spec = hardware.spec(gpu)
-    tile = _tile(tile)
+    tile = check_tile(tile)
     ns = [runtime.positive_int(f"ns[{i}]", n) for i, n in enumerate(_list("ns", ns))]
     if not ns:
         raise ValueError("ns is empty; give the N values to draw, e.g. ns=range(1024, 4097, 128).")
@@ -130,7 +130,7 @@ def plot_sweep(results, sweep=None, ax=None, metric="tflops", title=None):
     import matplotlib.pyplot as plt
 
     runtime.one_of("metric", metric, ("tflops", "ms", "relative"))
-    rs = [r for r in _results(results) if "sweep" in r.params and "predicted_ms" in r.params]
+    rs = [r for r in as_results(results) if "sweep" in r.params and "predicted_ms" in r.params]
     sweeps = sorted({r.params["sweep"] for r in rs}, key=lambda s: (_SWEEP_ORDER + (s,)).index(s))
     if sweep is None:
         if len(sweeps) != 1:
@@ -171,7 +171,7 @@ def plot_benchmark(results, agreement=None):
     """All sweeps side by side, measured and predicted; the pair agreement in the title. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    results = _results(results)
+    results = as_results(results)
     present = {r.params.get("sweep") for r in results}
     sweeps = [s for s in _SWEEP_ORDER if s in present]
     if not sweeps:

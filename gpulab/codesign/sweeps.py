@@ -21,7 +21,7 @@ import torch
 
 from gpulab import bench, dtypes, hardware, runtime
 from gpulab.check import assert_close, poisoned
-from gpulab.codesign.gemm_model import _dtype_key, gemm_time
+from gpulab.codesign.gemm_model import dtype_key, gemm_time
 from gpulab.codesign.matmul import TRITON_CPU_CONFIG, TRITON_GPU_CONFIG, matmul_fixed_tile, matmul_fixed_tile_kernel
 
 __all__ = ["sweep_k", "sweep_head_dim", "sweep_waves", "pair_agreement", "format_agreement"]
@@ -53,13 +53,13 @@ def _sizes(name: str, values, default) -> list[int]:
 def _dtype(dtype) -> torch.dtype:
     """The sweep's dtype: the lesson's default when None, else float32, float16 or bfloat16 (the model's dtypes)."""
     if dtype is None:
-        return dtypes.default_dtype()
-    dtype = runtime.as_dtype(dtype, "dtype")
-    _dtype_key(dtype)
+        return hardware.default_dtype()
+    dtype = dtypes.as_dtype(dtype, "dtype")
+    dtype_key(dtype)
     return dtype
 
 
-def _progress(progress):
+def progress_wrapper(progress):
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a tqdm-like callable or None, got {type(progress).__name__}.")
     return progress or (lambda xs: xs)
@@ -177,7 +177,7 @@ def sweep_k(ks=None, m=None, n=None, dtype=None, gpu=None, progress=None, check=
     m, n = _size("m", m, cpu=64, gpu=8192), _size("n", n, cpu=64, gpu=8192)
     offsets = runtime.pick(cpu=(-16, -8, -1, 0, 1, 8, 16), gpu=(-64, -32, -8, -4, -2, -1, 0, 1, 2, 4, 8, 32, 64))
     ks = _sizes("ks", ks, [runtime.pick(cpu=64, gpu=4096) + d for d in offsets])
-    spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
+    spec, progress, check = hardware.spec(gpu), progress_wrapper(progress), runtime.strict_bool("check", check)
 
     def inputs(x):
         i = ks.index(x)
@@ -210,7 +210,7 @@ def sweep_head_dim(head_dims=None, batch_heads=None, seq=None, dtype=None, gpu=N
     bh = _size("batch_heads", batch_heads, cpu=2, gpu=256)
     s = _size("seq", seq, cpu=32, gpu=2048)
     head_dims = _sizes("head_dims", head_dims, (60, 64, 72, 80, 96, 100, 128))
-    spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
+    spec, progress, check = hardware.spec(gpu), progress_wrapper(progress), runtime.strict_bool("check", check)
 
     def inputs(x):
         i = head_dims.index(x)
@@ -257,8 +257,8 @@ def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, ch
     if not impls:
         raise ValueError("impls is empty; name 'torch' and/or 'triton'.")
     if "triton" in impls:
-        dtypes.require_dtype("dtype", dtype)  # the Triton kernel's dtypes here (no bf16 in the interpreter)
-    spec, progress, check = hardware.spec(gpu), _progress(progress), runtime.strict_bool("check", check)
+        hardware.require_dtype("dtype", dtype)  # the Triton kernel's dtypes here (no bf16 in the interpreter)
+    spec, progress, check = hardware.spec(gpu), progress_wrapper(progress), runtime.strict_bool("check", check)
     cfg = runtime.pick(cpu=TRITON_CPU_CONFIG, gpu=TRITON_GPU_CONFIG)
     tile = (cfg["block_m"], cfg["block_n"])
     triton_impl = _impl(f"{tile[0]}x{tile[1]}")
@@ -289,7 +289,7 @@ def sweep_waves(ns=None, m=None, k=None, dtype=None, gpu=None, progress=None, ch
     )
 
 
-def _results(results) -> list:
+def as_results(results) -> list:
     """``results`` as a list of :class:`gpulab.bench.Result`; a TypeError naming the first item that is not one."""
     return bench.result_list("results", results, allow_empty=True)
 
@@ -303,7 +303,7 @@ def pair_agreement(results, threshold: float = 0.10) -> dict:
     ``fraction`` is NaN when no pair differs by more than the threshold.
     """
     threshold = runtime.finite_float("threshold", threshold, minimum=0)
-    results = _results(results)
+    results = as_results(results)
     groups: dict = {}
     for r in results:
         if "predicted_ms" in r.params and "sweep" in r.params:

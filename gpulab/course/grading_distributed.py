@@ -12,7 +12,7 @@ import torch
 from gpulab.course.grading import fresh_rng, grader, require_callable
 from gpulab.distributed.data import global_batch, local_batch
 from gpulab.distributed.ranks import run_on_ranks
-from gpulab.distributed.train import TrainConfig, _loss, build_model
+from gpulab.distributed.train import TrainConfig, build_model, step_loss
 
 CONFIG = TrainConfig(
     model="lstm", d_model=8, num_layers=1, num_heads=2, global_batch=4, length=5, rnn_backend="vanilla"
@@ -23,7 +23,7 @@ def _local_grads(config, step, rank, world_size, average=None):
     """Rank ``rank``'s gradients after a backward on its slice of step ``step``'s batch (then ``average`` applied)."""
     model = build_model(config, "cpu")
     x, y = local_batch(config.task, step, config.global_batch, config.length, rank, world_size, config.seed)
-    _loss(model, x, y).backward()
+    step_loss(model, x, y).backward()
     if average is not None:
         average(model, world_size)
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
@@ -40,7 +40,7 @@ def grade_average_gradients(average_gradients, world_size=2):
     per_rank = run_on_ranks(lambda rank, n: _local_grads(config, step, rank, n, average_gradients), world_size)
     model = build_model(config, "cpu")
     x, y = global_batch(config.task, step, config.global_batch, config.length, config.seed)
-    _loss(model, x, y).backward()
+    step_loss(model, x, y).backward()
     want = {n: p.grad for n, p in model.named_parameters()}
     local = _local_grads(config, step, 0, world_size)
     for name in want:

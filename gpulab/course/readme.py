@@ -104,7 +104,7 @@ def lesson02() -> str:
 
 
 def lesson04() -> str:
-    from gpulab.attention import benchmark as attention_bench
+    from gpulab.attention import report as attention_bench
 
     path, recs = _newest("04_attention")
     head = recs[0]
@@ -121,7 +121,7 @@ def lesson04() -> str:
 
 
 def lesson04_hopper() -> str:
-    from gpulab.attention import hopper_report  # deferred: imports the kernels' modules
+    from gpulab.attention import report as hopper_report  # deferred: imports the kernels' modules
 
     path = bench.newest(ROOT / "benchmarks" / "04_attention" / "hopper")
     recs = bench.load("04", path=path)

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from gpulab import bench, runtime
 from gpulab.distributed.data import local_batch
 from gpulab.distributed.parallel import wrap
-from gpulab.distributed.train import TrainConfig, _loss, build_model, train
+from gpulab.distributed.train import TrainConfig, build_model, step_loss, train
 from gpulab.distributed.world import World, init_world, shutdown
 
 __all__ = ["SIZES", "step_time", "kernel_split", "run", "main"]
@@ -65,7 +65,7 @@ def _step_fn(config: TrainConfig, world: World):
     x, y = local_batch(config.task, 0, config.global_batch, config.length, rank, n, 0, world.device)
 
     def step():
-        loss = _loss(model, x, y)
+        loss = step_loss(model, x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

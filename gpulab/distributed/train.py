@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 from gpulab.distributed.checkpoint import load_checkpoint, save_checkpoint
 from gpulab.distributed.data import local_batch
 from gpulab.distributed.parallel import STRATEGIES, wrap
@@ -69,7 +69,7 @@ class TrainConfig:
         runtime.finite_float("weight_decay", self.weight_decay, minimum=0.0)
         runtime.finite_float("clip", self.clip, minimum=0.0)
         runtime.one_of("strategy", self.strategy, STRATEGIES)
-        runtime.as_dtype(self.dtype)
+        dtypes.as_dtype(self.dtype)
         runtime.strict_bool("resume", self.resume)
         runtime.strict_bool("compile", self.compile)
         runtime.one_of("compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
@@ -110,7 +110,7 @@ def build_model(config: TrainConfig, device) -> torch.nn.Module:
         config.task,
         seed=config.seed,
         device=device,
-        dtype=runtime.as_dtype(config.dtype),
+        dtype=dtypes.as_dtype(config.dtype),
         backend=config.rnn_backend,
         attention=config.attention,
         d_model=config.d_model,
@@ -119,7 +119,7 @@ def build_model(config: TrainConfig, device) -> torch.nn.Module:
     )
 
 
-def _loss(model, x, y) -> torch.Tensor:
+def step_loss(model, x, y) -> torch.Tensor:
     logits = model(x)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
 
@@ -138,7 +138,7 @@ def train(config: TrainConfig, world: World | None = None, progress=None) -> Tra
     world = world or init_world()
     config.validate(world.world_size)
     model = wrap(build_model(config, world.device), config.strategy, world)
-    step_fn = torch.compile(_loss, backend=config.compile_backend) if config.compile else _loss
+    step_fn = torch.compile(step_loss, backend=config.compile_backend) if config.compile else step_loss
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     start = 0
     if config.resume and config.checkpoint_dir and os.path.isdir(config.checkpoint_dir):

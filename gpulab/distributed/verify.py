@@ -26,7 +26,7 @@ from gpulab import runtime
 from gpulab.distributed.checkpoint import load_checkpoint
 from gpulab.distributed.data import global_batch, local_batch
 from gpulab.distributed.parallel import full_gradients, unwrap, wrap
-from gpulab.distributed.train import TrainConfig, _loss, build_model, train
+from gpulab.distributed.train import TrainConfig, build_model, step_loss, train
 from gpulab.distributed.world import World, init_world, shutdown
 
 __all__ = ["CONFIGS", "single_process_gradients", "run_checks", "main"]
@@ -51,7 +51,7 @@ def single_process_gradients(config: TrainConfig, step: int = 0) -> dict[str, to
     step = runtime.nonnegative_int("step", step)
     model = build_model(config, "cpu")
     x, y = global_batch(config.task, step, config.global_batch, config.length, config.seed)
-    _loss(model, x, y).backward()
+    step_loss(model, x, y).backward()
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -60,7 +60,7 @@ def _distributed_gradients(config: TrainConfig, world: World, step: int = 0) -> 
     x, y = local_batch(
         config.task, step, config.global_batch, config.length, world.rank, world.world_size, config.seed, world.device
     )
-    _loss(model, x, y).backward()
+    step_loss(model, x, y).backward()
     return {k: v.cpu() for k, v in full_gradients(model).items()}
 
 
@@ -90,7 +90,7 @@ def _roundtrip(config: TrainConfig, world: World, folder: str) -> float:
             config.task, step, config.global_batch, config.length, world.rank, world.world_size, config.seed,
             world.device,
         )  # fmt: skip
-        loss = _loss(fresh, x, y)
+        loss = step_loss(fresh, x, y)
         fresh_opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(fresh.parameters(), config.clip)

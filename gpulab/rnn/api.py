@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from gpulab import dtypes, runtime
+from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import ops
 from gpulab.rnn.backends.alternating import alternating_forward
 from gpulab.rnn.backends.fused import fused_forward
@@ -94,9 +94,9 @@ def check_inputs(Wx, R, b, states, function, backend, dtype):
     _shape("b", b, (fn.gates_b, nh, dh), f"[G_b, NH, DH] for {fn.name}")
     if states is not None:
         _shape("states", states, (fn.states, B, 1, nh, dh), f"[S, B, 1, NH, DH] for {fn.name}")
-    cdt = Wx.dtype if dtype is None else runtime.as_dtype(dtype)
+    cdt = Wx.dtype if dtype is None else dtypes.as_dtype(dtype)
     if backend != "vanilla":
-        dtypes.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
+        hardware.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
     elif not cdt.is_floating_point:
         raise ValueError(f"dtype={dtype!r} is not a floating-point dtype.")
     return fn, backend, cdt

@@ -32,7 +32,7 @@ import sys
 
 import torch
 
-from gpulab import bench, check, roofline, runtime
+from gpulab import bench, check, dtypes, roofline, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.backends.fused.backward import fused_backward_kernel
 from gpulab.rnn.backends.fused.forward import fused_forward_kernel
@@ -53,7 +53,7 @@ def problem_inputs(B, T, NH, DH, dtype=torch.bfloat16, function="lstm", seed=0):
     """(Wx, R, b, states) on gpulab's device; R scaled by 0.5 / sqrt(DH) (a contractive, well-conditioned RNN)."""
     fn = get_function(function)
     B, T, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("T", T), ("NH", NH), ("DH", DH)))
-    dtype = runtime.as_dtype(dtype)
+    dtype = dtypes.as_dtype(dtype)
     g = torch.Generator(device="cpu").manual_seed(seed)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to(runtime.device, dtype)
     return (

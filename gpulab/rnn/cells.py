@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import dtypes, runtime
+from gpulab import hardware, runtime
 from gpulab.rnn.functions import get_function
 from gpulab.triton_ops import tanh
 
@@ -276,7 +276,7 @@ def lstm_pointwise(gates, c, bias=None, h_out=None, c_out=None, gates2=None):
     """
     _require_tensor("gates", gates)
     _require_tensor("c", c)
-    dtypes.require_dtype("gates", gates.dtype)
+    hardware.require_dtype("gates", gates.dtype)
     if gates.dim() != 4 or gates.shape[1] != 4:
         raise ValueError(
             f"gates must be [N, 4, NH, DH] (nn.LSTM's [N, 4H] is gates.view(N, 4, 1, H)), got {tuple(gates.shape)}."

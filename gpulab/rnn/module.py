@@ -30,7 +30,7 @@ import math
 import torch
 from torch import nn
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 from gpulab.rnn.api import backend_name, flashrnn
 from gpulab.rnn.weights import check_lstm_module, from_torch_lstm
 
@@ -72,7 +72,7 @@ class LSTM(nn.Module):
         self.batch_first = runtime.strict_bool("batch_first", batch_first)
         self.backend = backend_name(backend)
         self.bias = runtime.strict_bool("bias", bias)
-        kw = {"device": device, "dtype": None if dtype is None else runtime.as_dtype(dtype)}
+        kw = {"device": device, "dtype": None if dtype is None else dtypes.as_dtype(dtype)}
         nh, dh = num_heads, self.head_dim
         for layer in range(num_layers):
             i_l = input_size if layer == 0 else hidden_size

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from gpulab import hardware, runtime
+from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import tiling
 from gpulab.rnn.functions import get_function
 
@@ -149,7 +149,7 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     dh = runtime.positive_int("head_dim", head_dim)
     fn = get_function(function)
     spec = hardware.spec(gpu)
-    e = torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    e = torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
     g = tiling.slots(fn)
     block_k, chunks = chunking(dh)
     max_bb = max(16, runtime.next_power_of_2(b))
@@ -231,7 +231,7 @@ def plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=
         why = f"R of a head ({single.r_bytes // 1024} KB) fits one SM beside its tiles: no barrier needed"
         return Plan("single", single, why)
     split = split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
-    need = tiling.slots(function) * head_dim * head_dim * torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    need = tiling.slots(function) * head_dim * head_dim * torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
     why = (
         f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
         f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
@@ -252,7 +252,7 @@ def explain_plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     spec = hardware.spec(gpu)
     lines = [
         f"split head, {function}, B={batch} NH={num_heads} DH={head_dim} "
-        f"{str(runtime.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
+        f"{str(dtypes.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
         f"{'block_u':>7s} {'P':>4s} {'block_b':>7s} {'warps':>5s} {'progs':>5s} {'regs':>5s} {'smem KB':>7s} "
         f"{'ns/step':>8s}  verdict",
     ]

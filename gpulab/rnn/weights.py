@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from gpulab import runtime
+from gpulab import dtypes
 
 __all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "as_device"]
 
@@ -80,7 +80,7 @@ class LSTMWeights:
 
     def to(self, dtype=None, device=None) -> LSTMWeights:
         """A copy in another dtype and/or on another device (derived layouts are rebuilt on first use)."""
-        dtype = None if dtype is None else runtime.as_dtype(dtype)
+        dtype = None if dtype is None else dtypes.as_dtype(dtype)
         device = None if device is None else as_device(device)
         conv = lambda ts, dt: tuple(t.to(device=device or t.device, dtype=dt or t.dtype, copy=True) for t in ts)
         w_ih, w_hh = conv(self.w_ih, dtype), conv(self.w_hh, dtype)
@@ -119,7 +119,7 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
     """
     check_lstm_module(module)
     first = module.weight_ih_l0
-    dt = first.dtype if dtype is None else runtime.as_dtype(dtype)
+    dt = first.dtype if dtype is None else dtypes.as_dtype(dtype)
     dev = first.device if device is None else as_device(device)
     if dev.type == first.device.type and dev.index is None:
         dev = first.device  # "cuda" is the module's "cuda:0"

@@ -23,7 +23,7 @@ import dataclasses
 
 import torch
 
-from gpulab import bench, runtime
+from gpulab import bench, dtypes, runtime
 
 __all__ = [
     "COMPUTE_ROOFS",
@@ -106,8 +106,7 @@ class Intensity:
 _size = runtime.positive_int  # a positive integer size, or a ValueError that names the argument
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tf32": 4}
-_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "tf32": "tf32"}  # also the compute roof keys
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tf32": 4}  # bytes per element of each roof's dtype
 
 
 def dtype_and_size(dtype, allow_tf32: bool = False, name: str = "dtype") -> tuple[str, int]:
@@ -121,7 +120,7 @@ def dtype_and_size(dtype, allow_tf32: bool = False, name: str = "dtype") -> tupl
         return "tf32", 4
     known = "float32, float16, bfloat16" + (" or 'tf32' (fp32 storage, TF32 tensor cores)" if allow_tf32 else "")
     try:
-        key = str(runtime.as_dtype(dtype, name)).replace("torch.", "")
+        key = str(dtypes.as_dtype(dtype, name)).replace("torch.", "")
     except ValueError:
         raise ValueError(f"{name}={dtype!r} is not a dtype the roofline knows; use {known}.") from None
     if key not in _ITEMSIZE:
@@ -133,7 +132,9 @@ def vector_add(n, dtype="float32") -> Intensity:
     """``z = x + y`` on n elements: n FLOPs; reads 2n and writes n elements."""
     n = _size("n", n)
     key, s = dtype_and_size(dtype)
-    return Intensity(f"vector add n={n} {_SHORT[key]}", float(n), float(3 * n * s), "fp32", key, "read x, y; write z")
+    return Intensity(
+        f"vector add n={n} {dtypes.short(key)}", float(n), float(3 * n * s), "fp32", key, "read x, y; write z"
+    )
 
 
 def softmax(rows, cols, dtype="float32") -> Intensity:
@@ -142,7 +143,9 @@ def softmax(rows, cols, dtype="float32") -> Intensity:
     rows, cols = _size("rows", rows), _size("cols", cols)
     key, s = dtype_and_size(dtype)
     e = rows * cols
-    return Intensity(f"softmax {rows}x{cols} {_SHORT[key]}", 5.0 * e, float(2 * e * s), "fp32", key, "read x; write y")
+    return Intensity(
+        f"softmax {rows}x{cols} {dtypes.short(key)}", 5.0 * e, float(2 * e * s), "fp32", key, "read x; write y"
+    )
 
 
 def gemm(m, n, k, dtype="bfloat16") -> Intensity:
@@ -151,7 +154,9 @@ def gemm(m, n, k, dtype="bfloat16") -> Intensity:
     m, n, k = _size("m", m), _size("n", n), _size("k", k)
     key, s = dtype_and_size(dtype, allow_tf32=True)
     flops, nbytes = 2.0 * m * n * k, float((m * k + k * n + m * n) * s)
-    return Intensity(f"GEMM {m}x{n}x{k} {_SHORT[key]}", flops, nbytes, _SHORT[key], key, "read A, B; write C")
+    return Intensity(
+        f"GEMM {m}x{n}x{k} {dtypes.short(key)}", flops, nbytes, dtypes.short(key), key, "read A, B; write C"
+    )
 
 
 def _attention(kind, batch, heads, seq_q, seq_k, head_dim, dtype, causal):
@@ -162,7 +167,7 @@ def _attention(kind, batch, heads, seq_q, seq_k, head_dim, dtype, causal):
     causal = runtime.strict_bool("causal", causal)
     flops = bench.attention_flops(b, h, nq, nk, d, causal=causal)
     qkvo = b * h * (2 * nq * d + 2 * nk * d)  # Q [Nq, D] and O [Nq, D]; K and V [Nk, D]; per batch and head
-    name = f"attention {kind} B={b} H={h} N={nq}x{nk} D={d} {_SHORT[key]}{' causal' if causal else ''}"
+    name = f"attention {kind} B={b} H={h} N={nq}x{nk} D={d} {dtypes.short(key)}{' causal' if causal else ''}"
     return b, h, nq, nk, key, s, flops, qkvo, name
 
 
@@ -176,7 +181,7 @@ def attention_naive(batch, heads, seq_q, seq_k, head_dim, dtype="bfloat16", caus
     b, h, nq, nk, key, s, flops, qkvo, name = _attention("naive", batch, heads, seq_q, seq_k, head_dim, dtype, causal)
     scores = 4 * b * h * nq * nk  # write S, read S, write P, read P
     note = "Q, K, V, O once + S and P written and read back"
-    return Intensity(name, flops, float((qkvo + scores) * s), _SHORT[key], key, note)
+    return Intensity(name, flops, float((qkvo + scores) * s), dtypes.short(key), key, note)
 
 
 def attention_tiled(batch, heads, seq_q, seq_k, head_dim, dtype="bfloat16", causal=False) -> Intensity:
@@ -184,7 +189,7 @@ def attention_tiled(batch, heads, seq_q, seq_k, head_dim, dtype="bfloat16", caus
     once: ``B*H*(2*Nq + 2*Nk)*D`` elements. (A real kernel re-reads K and V once per query tile, mostly from L2;
     this is the minimum.) FLOPs as for :func:`attention_naive`."""
     _, _, _, _, key, s, flops, qkvo, name = _attention("tiled", batch, heads, seq_q, seq_k, head_dim, dtype, causal)
-    return Intensity(name, flops, float(qkvo * s), _SHORT[key], key, "Q, K, V read once, O written once")
+    return Intensity(name, flops, float(qkvo * s), dtypes.short(key), key, "Q, K, V read once, O written once")
 
 
 def _lstm_step_elements(batch, input_size, hidden) -> int:
@@ -204,7 +209,7 @@ def lstm_step(batch, input_size, hidden, dtype="bfloat16") -> Intensity:
     key, s = dtype_and_size(dtype, allow_tf32=True)
     flops, nbytes = 2.0 * b * 4 * h * (i + h), float(s * _lstm_step_elements(b, i, h))
     note = "x_t, h, c, W, U, bias read; h, c written"
-    return Intensity(f"LSTM step B={b} I={i} H={h} {_SHORT[key]}", flops, nbytes, _SHORT[key], key, note)
+    return Intensity(f"LSTM step B={b} I={i} H={h} {dtypes.short(key)}", flops, nbytes, dtypes.short(key), key, note)
 
 
 def lstm_sequence(batch, seq, input_size, hidden, dtype="bfloat16", layers=1, weights_on_chip=False) -> Intensity:
@@ -234,8 +239,8 @@ def lstm_sequence(batch, seq, input_size, hidden, dtype="bfloat16", layers=1, we
         else:
             elements += t * _lstm_step_elements(b, il, h)
     how = "weights on chip" if weights_on_chip else "weights every step"
-    name = f"LSTM seq B={b} T={t} I={i} H={h} L={n_layers} {_SHORT[key]}, {how}"
-    return Intensity(name, float(flops), float(s * elements), _SHORT[key], key, how)
+    name = f"LSTM seq B={b} T={t} I={i} H={h} L={n_layers} {dtypes.short(key)}, {how}"
+    return Intensity(name, float(flops), float(s * elements), dtypes.short(key), key, how)
 
 
 def course_operations(dtype="bfloat16") -> list[Intensity]:

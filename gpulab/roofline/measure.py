@@ -40,7 +40,7 @@ import math
 import torch
 import triton
 
-from gpulab import bench, check, hardware, runtime
+from gpulab import bench, check, dtypes, hardware, runtime
 from gpulab.memory.kernels import block_size, copy, copy_kernel, sweep_kernel, working_set_sweep
 from gpulab.memory.measure import check_progress
 from gpulab.memory.schedule import sweep_data, sweep_plan, sweep_reference, working_sets
@@ -205,7 +205,11 @@ def _tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-_MATMUL_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
+_MATMUL_ROOFS = ("bf16", "fp16", "tf32", "fp32")  # tf32: fp32 storage, TF32 tensor cores
+
+
+def _roof_dtype(roof: str) -> torch.dtype:
+    return torch.float32 if roof == "tf32" else dtypes.as_dtype(roof)
 _CHECKED_ROWS = 64  # a float64 reference of the whole product would cost more than the benchmark
 
 
@@ -213,7 +217,7 @@ def _rotating_matmul(roof: str):
     """A provider of ``torch.matmul(a, b, out=c)`` that takes the next of its (a, b, c) input sets on each call; for
     fp32 inputs, TF32 is allowed for the 'tf32' roof only, and the caller's setting restored after each call."""
     calls = itertools.count()
-    fp32 = _MATMUL_DTYPES[roof] == torch.float32
+    fp32 = _roof_dtype(roof) == torch.float32
 
     def provider(*sets):
         a, b, c = sets[next(calls) % len(sets)]
@@ -226,9 +230,9 @@ def _rotating_matmul(roof: str):
 def _matmul_benchmark(roof: str, shapes=None, sets: int = 2, peer: bool = False, seed: int = 0) -> bench.Benchmark:
     """One case per ``(m, n, k)`` of ``torch.matmul`` for a compute roof, on ``sets`` random input sets (never zeros)
     rotated while timed; the check runs the first set against a float64 product of its first rows."""
-    if not isinstance(roof, str) or roof not in _MATMUL_DTYPES:
-        raise ValueError(f"roof={roof!r}: measure_matmul measures one of {', '.join(_MATMUL_DTYPES)}.")
-    dtype = _MATMUL_DTYPES[roof]
+    if not isinstance(roof, str) or roof not in _MATMUL_ROOFS:
+        raise ValueError(f"roof={roof!r}: measure_matmul measures one of {', '.join(_MATMUL_ROOFS)}.")
+    dtype = _roof_dtype(roof)
     if shapes is None:
         shapes = runtime.pick(cpu=[(96, 80, 112)], gpu=[(8192, 8192, 8192), (16384, 16384, 16384)])
     shapes = _triples("shapes", shapes, ("m", "n", "k"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpulab import bench, runtime
+from gpulab import bench, dtypes, runtime
 from gpulab.memory.plots import check_axes, human_bytes
 from gpulab.roofline.intensity import COMPUTE_ROOFS, MEMORY_LEVELS, ROOF_NAMES, Intensity, attainable, bound
 from gpulab.roofline.roofs import Ceilings, rate_text, resolve
@@ -22,7 +22,8 @@ def _compute_key(r: bench.Result) -> str:
     roof = r.params.get("roof")
     if roof:
         return roof
-    return {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32"}.get(r.dtype or "", "fp32")
+    short = dtypes.short(r.dtype) if r.dtype else "fp32"
+    return short if short in ("bf16", "fp16", "tf32") else "fp32"  # fp32 (and anything else): the FMA units
 
 
 @dataclasses.dataclass(frozen=True)

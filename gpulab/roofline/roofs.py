@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from gpulab import bench, hardware, runtime
+from gpulab import bench, dtypes, hardware, runtime
 from gpulab.roofline.intensity import COMPUTE_ROOFS, MEMORY_LEVELS, ROOF_NAMES, attainable, ridge_point
 
 __all__ = ["Ceilings", "ceilings", "targets", "MODES", "resolve", "rate_of", "spec_value", "rate_text"]
@@ -218,7 +218,7 @@ def spec_value(spec, key: str) -> float | None:
         return spec.hbm_gbps
     if key == "fp32":
         return spec.fp32_tflops or None
-    return spec.tensor_tflops.get({"tf32": "tf32", "fp16": "float16", "bf16": "bfloat16"}.get(key, key))
+    return spec.tensor_tflops.get(dtypes.name(key) if key.lower() in dtypes.NAMES else key)  # 'bf16' -> 'bfloat16'
 
 
 def rate_of(r: bench.Result, key: str) -> float:

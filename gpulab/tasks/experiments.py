@@ -28,11 +28,11 @@ import traceback
 
 import torch
 
-from gpulab import bench, runtime
+from gpulab import bench, dtypes, runtime
 from gpulab.tasks.data import get_task
 from gpulab.tasks.models import LSTMModel, TransformerModel, count_parameters, default_attention, default_rnn_backend
 from gpulab.tasks.results import MODELS, accuracy_table, figure, throughput_summary, throughput_table
-from gpulab.tasks.training import _measure_train_steps, accuracy_vs_length, train
+from gpulab.tasks.training import accuracy_vs_length, measure_train_steps, train
 
 __all__ = ["SIZES", "MODELS", "make_model", "compare", "throughput", "benchmark"]
 
@@ -188,7 +188,7 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
     seed = runtime.integer("seed", seed)
     if isinstance(models, str) or not all(isinstance(m, str) and m in MODELS for m in models):
         raise ValueError(f"models={models!r} is not supported; use a tuple drawn from {MODELS}.")
-    dtype = runtime.as_dtype(cfg["dtype"])
+    dtype = dtypes.as_dtype(cfg["dtype"])
     out = []
     for kind in models:
         sizes = cfg["lstm"] if kind == "LSTM" else cfg["transformer"]
@@ -258,7 +258,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused
     kernel refused the head size) and ``tokens_per_s``; a model that cannot be built or run, ``error``."""
     cfg, task = _size(size)["throughput"], get_task(task)
-    dtype = runtime.as_dtype(cfg["dtype"])
+    dtype = dtypes.as_dtype(cfg["dtype"])
     sizes = {"d_model": cfg["d_model"], "num_layers": cfg["num_layers"]}
     cases = [{"model": "LSTM", "num_heads": h, "attention": None} for h in cfg["lstm_heads"]]
     cases += [
@@ -280,7 +280,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     def params(**x):
         return {"kind": "throughput", **sizes, **built.get(_case_name(**x), {})}
 
-    return _measure_train_steps(
+    return measure_train_steps(
         "training throughput", cases, build, _case_name, task, cfg["batch_size"], cfg["length"], dtype, params, progress
     )
 

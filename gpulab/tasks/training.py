@@ -257,7 +257,7 @@ TRAIN_STEP = "train step"
 """The provider's name in the throughput records."""
 
 
-def _measure_train_steps(name, cases, build, label, task, batch_size, length, dtype, params, progress=None) -> list:
+def measure_train_steps(name, cases, build, label, task, batch_size, length, dtype, params, progress=None) -> list:
     """Training throughput on the :mod:`gpulab.bench` harness: one case per model (``build(**x)`` makes it), one
     provider, :data:`TRAIN_STEP`. Every case's logits are first checked against its float64 copy (a mismatch is
     written into ``params['check']``, not raised), then every case is timed on both clocks. Each record's ``case`` is
@@ -304,7 +304,7 @@ def train_step_throughput(
     if params is not None and not isinstance(params, dict):
         raise TypeError(f"params must be a dict or None, got {type(params).__name__}.")
     dtype = next(model.parameters()).dtype
-    (r,) = _measure_train_steps(
+    (r,) = measure_train_steps(
         "training throughput", [{}], lambda: model, lambda: case, task, batch_size, length, dtype, dict(params or {})
     )
     return r

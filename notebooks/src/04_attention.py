@@ -35,6 +35,7 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import attention as A
 from gpulab import bench, check, roofline, runtime
 from gpulab.attention import benchmark as attention_bench
+from gpulab.attention import report as attention_report
 
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
 
@@ -147,7 +148,7 @@ print("tiled attention (16 x 16 blocks, Nq=33, Nk=50, d=24) and its LSE match fl
 # %% [markdown]
 # ## 4. The Triton forward kernel
 #
-# `gpulab.attention.forward` turns the loop above into one kernel:
+# `gpulab.attention.v1.forward` turns the loop above into one kernel:
 #
 # - **one program per (Q block, batch·head)**, launched with the Q blocks of one head next to each other, so programs that run at the same time share that head's K and V in L2;
 # - the Q block, $m$, $\ell$ and $\mathrm{acc}$ live in registers; K/V blocks stream through shared memory, `num_stages` deep so the next loads overlap this block's math;
@@ -269,12 +270,12 @@ except FileNotFoundError:
     print("no stored H100 results yet: run `python -m gpulab bench 04` on an H100")
 if stored:
     print(f"{stored[0].device}, {stored[0].date}, torch {stored[0].torch}, triton {stored[0].triton}\n")
-    print(attention_bench.summary_table(stored))
-    print("\n".join(attention_bench.targets(stored)))
+    print(attention_report.summary_table(stored))
+    print("\n".join(attention_report.targets(stored)))
 
 # %%
 if stored:
-    fig = attention_bench.plot(stored)
+    fig = attention_report.plot(stored)
     plt.show()
 
 # %% [markdown]
@@ -282,7 +283,7 @@ if stored:
 
 # %%
 if stored:
-    print(attention_bench.memory_table(stored))
+    print(attention_report.memory_table(stored))
 
 # %% [markdown]
 # **On the roofline.** The same problem (bf16, $d = 128$, $N = 4096$, forward) for each implementation, placed at its intensity (the tiled minimum of bytes for the fused kernels, the naive count for the naive one) and its measured TFLOP/s:
@@ -398,13 +399,16 @@ if stored:
 # The picture is a schematic (illustrative durations, not a measurement) of one Q block's key loop. In version 1 the software pipeline already issues the next tile's copy early, but the same warps do the products and the exponentials in series; the warp-specialized kernel keeps the tensor cores busy during the softmax.
 
 # %%
-from gpulab.attention import hopper, hopper_report
+from gpulab.attention import plan as attention_plan
+from gpulab.attention import report as hopper_report
+from gpulab.attention.configs import HopperConfig
+from gpulab.attention.v2 import forward as hopper
 
 hopper_report.plot_timeline()
 plt.show()
 
 # %% [markdown]
-# **Version 2** (`gpulab.attention.hopper`) keeps version 1's math line for line (scores in base 2, the online-softmax update, the saved log-sum-exp, so version 1's backward takes its outputs unchanged) and changes how tiles arrive: one descriptor per tensor and head, whose shape is that head's $[N, d]$ so the copy engine stops at the head's end; `desc.load([start_n, 0])` for Q, K and V. Two things are worth reading in the key loop below:
+# **Version 2** (`gpulab.attention.v2.forward`) keeps version 1's math line for line (scores in base 2, the online-softmax update, the saved log-sum-exp, so version 1's backward takes its outputs unchanged) and changes how tiles arrive: one descriptor per tensor and head, whose shape is that head's $[N, d]$ so the copy engine stops at the head's end; `desc.load([start_n, 0])` for Q, K and V. Two things are worth reading in the key loop below:
 #
 # - the mask is one compare per score against `last[r]` (the last key row $r$ may see: $\min(r, N_k - 1)$ causal, $N_k - 1$ otherwise), so one loop can carry both the causal and the bounds mask;
 # - `tl.range(..., warp_specialize=WARP_SPECIALIZE)`: Triton 3.6 turns such a loop into a producer and consumers. It does so on `sm_90` only when the loop is the kernel's only loop and `num_warps` is 4 (a 128-row Q tile then becomes two consumer warpgroups of 64 rows; at 8 warps it silently keeps the plain pipeline). That is why the warp-specialized form runs all key blocks in one loop, masking every block when any needs it, while the plain form keeps version 1's split (unmasked blocks, then the few that need a mask). A test compiles the kernel for `sm_90` on the CPU and checks its Triton GPU IR for the `ttg.warp_specialize` op, so a silent fallback fails CI.
@@ -416,9 +420,9 @@ print(inspect.getsource(hopper._v2_keys.fn))
 # The interpreter runs descriptors and the loop as plain loads and loops, so version 2's math is checked here against float64 exactly like version 1's, on odd shapes: one query, ragged lengths, $N_q \ne N_k$, head dims that are multiples of 8 but not powers of two (TMA rows must be multiples of 16 bytes), the warp-specialized and the plain loop, one program per tile and persistent.
 
 # %%
-cases = [(1, 1, 1, 1, 8, hopper.HopperConfig(16, 16)),
-         (2, 3, 17, 33, 24, hopper.HopperConfig(16, 32, warp_specialize=runtime.INTERPRET)),  # refused on sm_90 (below)
-         (1, 2, 40, 17, 40, hopper.HopperConfig(32, 16, persistent=True))]
+cases = [(1, 1, 1, 1, 8, HopperConfig(16, 16)),
+         (2, 3, 17, 33, 24, HopperConfig(16, 32, warp_specialize=runtime.INTERPRET)),  # refused on sm_90 (below)
+         (1, 2, 40, 17, 40, HopperConfig(32, 16, persistent=True))]
 for (b, h, nq, nk, d, cfg) in cases:
     q, k, v = (check.random_tensor(b, h, n, d, dtype=torch.float16) for n in (nq, nk, nk))
     for causal in (False, True):
@@ -435,7 +439,7 @@ for (b, h, nq, nk, d, cfg) in cases:
 # %% [markdown]
 # ### Measured on the H100
 #
-# `scripts/probe_hopper.py` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`hopper.SMALL_WORK`; below it, version 1's shorter host path wins).
+# `scripts/probe_hopper.py` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1's shorter host path wins).
 
 # %%
 try:
@@ -488,16 +492,16 @@ if hopper_records:
 #
 # Seven products per block pair, where the math needs five: $S$ and $dP$ are computed twice so that no program ever adds into another's output. FlashAttention-2 and -3 keep five by adding each block's $dQ$ into an fp32 buffer with atomic adds, then converting it; that trades two products for $N^2 d / B_N$ atomic additions.
 #
-# Version 2 of the backward (`gpulab.attention.hopper_backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both wrote bit-for-bit the same gradients; the timings:
+# Version 2 of the backward (`gpulab.attention.v2.backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both wrote bit-for-bit the same gradients; the timings:
 
 # %%
 if hopper_records:
     print(hopper_report.grid_table(hopper_records, "forward+backward"))
 
 # %% [markdown]
-# The loads were not the bottleneck: the TMA backward is no faster (slower on short causal problems, where its descriptors cost more than they save), so `flash_attention` runs version 1's backward after version 2's forward (`gpulab.attention.backward.V2_BACKWARD` is off; the switch stays for re-measuring).
+# The loads were not the bottleneck: the TMA backward is no faster (slower on short causal problems, where its descriptors cost more than they save), so `flash_attention` runs version 1's backward after version 2's forward (`gpulab.attention.plan.V2_BACKWARD` is off; the switch stays for re-measuring).
 #
-# **Five products instead of seven?** `gpulab.attention.backward_fused` is the one-pass backward: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, and adds that share into an fp32 buffer with atomic adds (every K block adds into the same rows). Checked against float64 in the interpreter like the others; on the H100, its best tiles per head dim against the two kernels, backward only:
+# **Five products instead of seven?** `gpulab.attention.v1.backward_fused` is the one-pass backward: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, and adds that share into an fp32 buffer with atomic adds (every K block adds into the same rows). Checked against float64 in the interpreter like the others; on the H100, its best tiles per head dim against the two kernels, backward only:
 
 # %%
 try:

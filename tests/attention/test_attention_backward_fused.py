@@ -1,4 +1,4 @@
-"""The one-pass attention backward (gpulab.attention.backward_fused: five products, dQ through fp32 atomic adds)
+"""The one-pass attention backward (gpulab.attention.v1.backward_fused: five products, dQ through fp32 atomic adds)
 against the float64 reference in Triton's interpreter, at odd sizes; when it is chosen. Full sizes: `pytest -m gpu`."""
 
 import pytest
@@ -6,10 +6,10 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check, runtime
-from gpulab.attention import backward as attention_backward
-from gpulab.attention import backward_fused
+from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import AttentionConfig
 from gpulab.attention.plan import backward_plan
+from gpulab.attention.v1 import backward_fused
 
 
 def _inputs(b, h, nq, nk, d, dtype, device="cpu"):
@@ -33,7 +33,7 @@ SMALL = {16: AttentionConfig(16, 32, 16, 4, 1),
     ],
 )
 def test_fused_backward_matches_float64(b, h, nq, nk, d, causal, dtype, monkeypatch):
-    monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", True)  # off by default (slower on the H100)
+    monkeypatch.setattr(attention_plan, "FUSED_BACKWARD", True)  # off by default (slower on the H100)
     monkeypatch.setattr(backward_fused, "use_fused", lambda plan: True)  # chosen on a GPU only: forced here
     monkeypatch.setattr(backward_fused, "FUSED_CONFIGS", SMALL)
     q, k, v = _inputs(b, h, nq, nk, d, dtype)
@@ -59,7 +59,7 @@ def test_fused_backward_is_chosen_only_where_it_pays(monkeypatch):
     A.attention_backward(do, q, k, v, o, lse)
     assert plan.backward.__class__ is tuple  # the two kernels
     # determinism asked for: the two kernels, even where the one-pass kernel was planned
-    monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", True)
+    monkeypatch.setattr(attention_plan, "FUSED_BACKWARD", True)
     monkeypatch.setattr(backward_fused, "use_fused", lambda plan: True)
     monkeypatch.setattr(backward_fused, "FUSED_CONFIGS", SMALL)
     plan.backward = None
@@ -72,7 +72,7 @@ def test_fused_backward_is_chosen_only_where_it_pays(monkeypatch):
     assert plan.backward.__class__ is backward_fused.FusedBackward  # planned, but not run
     _, rq, _, _ = A.attention_reference(q, k, v, do=do)
     check.assert_close(dq, rq, dtype=torch.float16, rtol=1e-2, name="dQ (deterministic)")
-    monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", False)
+    monkeypatch.setattr(attention_plan, "FUSED_BACKWARD", False)
     plan.backward = None
     A.attention_backward(do, q, k, v, o, lse)
     assert plan.backward.__class__ is tuple
@@ -91,7 +91,7 @@ def test_fused_backward_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
     assert backward_fused.use_fused(plan), (2 * 4 * nq * nk * d, backward_fused.FUSED_MIN_WORK)
     grads = {}
     for fused in (True, False):
-        monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", fused)
+        monkeypatch.setattr(attention_plan, "FUSED_BACKWARD", fused)
         plan.backward = None
         with runtime.poisoning(True):
             grads[fused] = A.attention_backward(do, q, k, v, o, lse, is_causal=causal)

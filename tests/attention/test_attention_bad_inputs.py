@@ -11,6 +11,7 @@ import torch
 from gpulab import attention as A
 from gpulab import runtime
 from gpulab.attention import benchmark as ab
+from gpulab.attention import report as ar
 from gpulab.course import grading_attention
 
 CFG = A.AttentionConfig(16, 16, 16, 4, 1)
@@ -149,14 +150,14 @@ CASES = [
     ("grade-kernel-str", lambda x: grading_attention.grade_forward_kernel("kernel"), TypeError, "kernel is a str"),
     # the benchmark's tables and figures read a non-empty list of records
     ("add_ratios-str", lambda x: ab.add_ratios("results"), TypeError, "results must be a list"),
-    ("summary_table-int", lambda x: ab.summary_table(5), TypeError, "results must be a list"),
-    ("summary_table-empty", lambda x: ab.summary_table([]), ValueError, "results is empty"),
-    ("memory_table-empty", lambda x: ab.memory_table([]), ValueError, "results is empty"),
-    ("memory_table-items", lambda x: ab.memory_table([{"kind": "memory"}]), TypeError, r"results\[0\] is a dict"),
-    ("targets-empty", lambda x: ab.targets([]), ValueError, "results is empty"),
-    ("plot_throughput-empty", lambda x: ab.plot_throughput([]), ValueError, "results is empty"),
-    ("plot_memory-items", lambda x: ab.plot_memory([None]), TypeError, r"results\[0\] is a NoneType"),
-    ("plot-dict", lambda x: ab.plot({}), TypeError, "results must be a list"),
+    ("summary_table-int", lambda x: ar.summary_table(5), TypeError, "results must be a list"),
+    ("summary_table-empty", lambda x: ar.summary_table([]), ValueError, "results is empty"),
+    ("memory_table-empty", lambda x: ar.memory_table([]), ValueError, "results is empty"),
+    ("memory_table-items", lambda x: ar.memory_table([{"kind": "memory"}]), TypeError, r"results\[0\] is a dict"),
+    ("targets-empty", lambda x: ar.targets([]), ValueError, "results is empty"),
+    ("plot_throughput-empty", lambda x: ar.plot_throughput([]), ValueError, "results is empty"),
+    ("plot_memory-items", lambda x: ar.plot_memory([None]), TypeError, r"results\[0\] is a NoneType"),
+    ("plot-dict", lambda x: ar.plot({}), TypeError, "results must be a list"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Lesson 4, part 2: version 2 of the forward (gpulab.attention.hopper: TMA descriptors, warp specialization)
+"""Lesson 4, part 2: version 2 of the forward (gpulab.attention.v2.forward: TMA descriptors, warp specialization)
 against the float64 reference in Triton's interpreter, its choice beside version 1, and its sm_90 compilation
 (warp specialization present in the TTGIR, so a silent fallback fails here). Full sizes: `pytest -m gpu`."""
 
@@ -9,10 +9,12 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check, runtime
-from gpulab.attention import backward as attention_backward
-from gpulab.attention import hopper, hopper_backward
-from gpulab.attention.hopper import HopperConfig
+from gpulab.attention import configs, plan
+from gpulab.attention import plan as attention_backward
+from gpulab.attention.configs import HopperConfig
 from gpulab.attention.plan import forward_plan
+from gpulab.attention.v2 import backward as hopper_backward
+from gpulab.attention.v2 import forward as hopper
 
 # (batch, heads, seq_q, seq_k, head_dim, causal, config): odd lengths, Nq != Nk both ways, one row, head dims that
 # are multiples of 8 but not powers of two (the descriptor zero-fills the tile's extra columns), every schedule.
@@ -68,7 +70,7 @@ def test_version2_agrees_with_version1_and_keeps_large_logits_finite():
     [(1, 2, 17, 24, 16, True), (2, 1, 33, 50, 24, False), (1, 1, 40, 17, 40, True), (1, 1, 1, 5, 8, False)],
 )
 def test_gradients_through_version2(b, h, nq, nk, d, causal, monkeypatch):
-    # version 2's backward (gpulab.attention.hopper_backward, off by default: no faster) takes version 2's O and LSE
+    # version 2's backward (gpulab.attention.v2.backward, off by default: no faster) takes version 2's O and LSE
     monkeypatch.setattr(attention_backward, "V2_BACKWARD", True)
     q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
     do = check.random_tensor(b, h, nq, d, dtype=torch.float16)
@@ -86,7 +88,7 @@ def test_gradients_through_version2(b, h, nq, nk, d, causal, monkeypatch):
 
 
 def test_automatic_choice_and_supports():
-    assert hopper.auto_version(torch.float16, 64, torch.device("cpu")) == 1  # no sm_90 here
+    assert plan.auto_version(torch.float16, 64, torch.device("cpu")) == 1  # no sm_90 here
     assert hopper.supports(torch.bfloat16, 128) is None and hopper.supports(torch.float16, 8) is None
     assert "float32" in hopper.supports(torch.float32, 64)
     assert "multiples of 8" in hopper.supports(torch.float16, 20)
@@ -101,7 +103,7 @@ def test_automatic_choice_and_supports():
 def test_default_configs_fit_and_tile_at_least_16():
     for d in (8, 24, 64, 128):
         for causal in (False, True):
-            cfg = hopper.hopper_config(d, causal)
+            cfg = configs.hopper_config(d, causal)
             assert cfg.block_m >= 16 and cfg.block_n >= 16 and cfg.num_stages >= 1
 
 
@@ -112,7 +114,7 @@ def test_sm90_compile_is_warp_specialized():
     assert "ttg.warp_specialize" in ttgir, "version 2's key loop is no longer warp-specialized on sm_90"
     assert "ttng.async_tma_copy_global_to_local" in ttgir, "K/V no longer load through TMA"
     assert "ttng.warp_group_dot" in ttgir, "the products are no longer wgmma"
-    shipped = hopper.hopper_config(128, False)
+    shipped = configs.hopper_config(128, False)
     if shipped.warp_specialize:
         assert "ttg.warp_specialize" in hopper.sm90_ttgir(128, False, shipped)
 
@@ -136,7 +138,7 @@ def test_version2_full_size_on_gpu(dtype, nq, nk, d, causal):
     q, k, v = _inputs(2, 3, nq, nk, d, dtype, device="cuda")
     with runtime.poisoning(True):
         o, lse = A.attention_forward(q, k, v, is_causal=causal, version=2)
-    big = 2 * 3 * nq * nk * d >= hopper.SMALL_WORK  # the automatic choice: version 2 unless the call is host-bound
+    big = 2 * 3 * nq * nk * d >= plan.SMALL_WORK  # the automatic choice: version 2 unless the call is host-bound
     assert forward_plan(q, k, v, causal).version == (2 if big else 1)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     check.assert_close(o, ref.double(), dtype=dtype, name="O", context=f"{nq}x{nk} d{d} causal={causal}")

@@ -10,8 +10,8 @@ import torch
 from gpulab import attention as A
 from gpulab import check, runtime
 from gpulab import launch as L
-from gpulab.attention import backward as B
 from gpulab.attention import plan as P
+from gpulab.attention.v1 import backward as B
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Lesson 4: the FlashAttention forward and backward kernels (gpulab.attention.forward, .backward, .function)
+"""Lesson 4: the FlashAttention forward and backward kernels (gpulab.attention.v1.forward, .backward, .function)
 against the float64 reference, on CPU (Triton's interpreter) and on the GPU (`pytest -m gpu`)."""
 
 import pytest

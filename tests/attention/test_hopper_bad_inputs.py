@@ -1,14 +1,17 @@
-"""Bad input to version 2 of the attention forward (gpulab.attention.hopper), its choice (plan.check_version) and its
-report (gpulab.attention.hopper_report): each raises a ValueError or TypeError naming the argument."""
+"""Bad input to version 2 of the attention forward (gpulab.attention.v2.forward), its choice (plan.check_version) and
+its report (gpulab.attention.report): each raises a ValueError or TypeError naming the argument."""
 
 import pytest
 import torch
 
 from gpulab import attention as A
 from gpulab import check
-from gpulab.attention import hopper, hopper_backward, hopper_report
-from gpulab.attention.hopper import HopperConfig
+from gpulab.attention import configs, plan
+from gpulab.attention import report as hopper_report
+from gpulab.attention.configs import HopperConfig
 from gpulab.attention.plan import check_version
+from gpulab.attention.v2 import backward as hopper_backward
+from gpulab.attention.v2 import forward as hopper
 
 
 def _qkv(d=16, dtype=torch.float16, n=5):
@@ -25,12 +28,12 @@ CASES = [
     ("config-persistent-int", lambda: HopperConfig(persistent=1), TypeError, "persistent"),
     ("config-overlap-and-ws", lambda: HopperConfig(overlap=True, warp_specialize=True), ValueError, "pick one"),
     ("config-overlap-str", lambda: HopperConfig(overlap="on"), TypeError, "overlap"),
-    ("hopper_config-0", lambda: hopper.hopper_config(0), ValueError, "head_dim"),
-    ("hopper_config-200", lambda: hopper.hopper_config(200), ValueError, "head_dim"),
-    ("hopper_config-causal-int", lambda: hopper.hopper_config(64, 1), TypeError, "is_causal"),
+    ("hopper_config-0", lambda: configs.hopper_config(0), ValueError, "head_dim"),
+    ("hopper_config-200", lambda: configs.hopper_config(200), ValueError, "head_dim"),
+    ("hopper_config-causal-int", lambda: configs.hopper_config(64, 1), TypeError, "is_causal"),
     ("supports-str-dtype", lambda: hopper.supports("bf16", 64), TypeError, "dtype"),
     ("supports-head-dim-0", lambda: hopper.supports(torch.float16, 0), ValueError, "head_dim"),
-    ("auto_version-device-str", lambda: hopper.auto_version(torch.float16, 64, "cuda"), TypeError, "device"),
+    ("auto_version-device-str", lambda: plan.auto_version(torch.float16, 64, "cuda"), TypeError, "device"),
     ("sm90_compile-dtype", lambda: hopper.sm90_compile(64, False, HopperConfig(), "fp32"), ValueError, "dtype"),
     ("sm90_ttgir-cfg", lambda: hopper.sm90_ttgir(64, False, cfg="fast"), TypeError, "cfg"),
     ("version-3", lambda: A.attention_forward(*_qkv(), version=3), ValueError, "version"),

@@ -14,6 +14,7 @@ import torch
 
 from gpulab import bench, check, roofline, runtime
 from gpulab.bench import Result, no_tf32
+from gpulab.dtypes import as_dtype
 from gpulab.rnn.ladder.plot import find, plot_ladder, result_dtypes, short_dtype
 from gpulab.rnn.ladder.steps import BEYOND_ARTICLE, STEPS, run_step
 from gpulab.rnn.weights import from_torch_lstm
@@ -55,7 +56,7 @@ def make_problem(dtype=torch.float32, layers=None, hidden=None, batch=None, seq=
     layers, hidden = size("layers", layers, p["layers"]), size("hidden", hidden, p["hidden"])
     batch, seq = size("batch", batch, p["batch"]), size("seq", seq, p["seq"])
     input_size = size("input_size", input_size, hidden)
-    dtype = runtime.as_dtype(dtype)
+    dtype = as_dtype(dtype)
     torch.manual_seed(seed)
     module = torch.nn.LSTM(input_size, hidden, num_layers=layers).to(runtime.device, dtype).eval()
     if runtime.on_gpu():
@@ -141,7 +142,7 @@ def benchmark(progress=None, dtypes=None, steps=None):
     if dtypes is None:
         dtypes = runtime.pick(cpu=[torch.float32, torch.float16], gpu=[torch.float32, torch.float16, torch.bfloat16])
     steps = sorted(STEPS) if steps is None else [runtime.one_of("steps' item", n, sorted(STEPS)) for n in steps]
-    dtypes = [runtime.as_dtype(dt, "dtypes' item") for dt in dtypes]
+    dtypes = [as_dtype(dt, "dtypes' item") for dt in dtypes]
     with no_tf32():
         records = bench.run(ladder_benchmark(dtypes, steps), progress)
     results = []

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from gpulab import dtypes, runtime
+from gpulab import hardware, runtime
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise
 from gpulab.rnn.weights import LSTMWeights
 
@@ -92,7 +92,7 @@ def _prepare(x, w, state, reference=False):
             f"x is {x.dtype} but the weights are {w.dtype}; convert one: x.to({w.dtype}) or weights.to({x.dtype})."
         )
     if not reference:
-        dtypes.require_dtype("x", x.dtype)
+        hardware.require_dtype("x", x.dtype)
     if x.device != w.device:
         raise ValueError(f"x is on {x.device} but the weights are on {w.device}; move x with x.to(weights.device).")
     x = x.transpose(0, 1) if w.batch_first else x

@@ -32,7 +32,7 @@ import math
 import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
-from gpulab import bench, codesign, hardware, runtime
+from gpulab import bench, codesign, dtypes, hardware, runtime
 from gpulab.course import grading_codesign as grading
 
 
@@ -86,7 +86,7 @@ for n in (1408, 1416):
 #
 # Build the lesson's model yourself: `predict_ms(m, n, k, dtype, gpu, tile, batch=1)` returns the predicted milliseconds of `batch` products $[M, K] \times [K, N]$.
 #
-# - `spec = hardware.spec(gpu)` describes the GPU: `spec.peak_tflops(dtype)`, `spec.hbm_gbps`, `spec.sm_count`. The element size $s$ of `dtype` is `torch.empty(0, dtype=runtime.as_dtype(dtype)).element_size()`.
+# - `spec = hardware.spec(gpu)` describes the GPU: `spec.peak_tflops(dtype)`, `spec.hbm_gbps`, `spec.sm_count`. The element size $s$ of `dtype` is `torch.empty(0, dtype=dtypes.as_dtype(dtype)).element_size()`.
 # - FLOPs $F = 2 \cdot \text{batch} \cdot MNK$; bytes $Q = s \cdot \text{batch} \cdot (MK + KN + MN)$.
 # - alignment: the factor is `1 / codesign.alignment_penalty(k, n, dtype)` (1 when the rows of $K$ and $N$ elements are multiples of 16 bytes; the lesson explains the two measured penalties); multiply it by the fill of the last K-step, $K / (B_K \lceil K/B_K \rceil)$ with $B_K = 128 / s$ elements.
 # - tile and wave efficiency from your `quantization`.
@@ -116,7 +116,7 @@ for n in (1408, 1416):
 def predict_ms(m, n, k, dtype="bfloat16", gpu="H100", tile=(128, 128), batch=1):
     ### BEGIN SOLUTION
     spec = hardware.spec(gpu)
-    itemsize = torch.empty(0, dtype=runtime.as_dtype(dtype)).element_size()
+    itemsize = torch.empty(0, dtype=dtypes.as_dtype(dtype)).element_size()
     flops = 2 * batch * m * n * k
     nbytes = itemsize * batch * (m * k + k * n + m * n)
     bk = 128 // itemsize

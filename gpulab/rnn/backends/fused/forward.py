@@ -59,7 +59,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.backends.fused.tiles import (
@@ -226,7 +226,7 @@ def saved_dtype(function, dtype) -> torch.dtype:
     """The dtype of what the forward saves for the backward: the LSTM's activations are bounded (|a| <= 1), so for
     16-bit compute they are kept in float16, whose 11-bit mantissa keeps 1 - sigmoid near 1 (bfloat16 would round
     it to a multiple of 2^-8); the other functions save pre-activations in the compute dtype."""
-    dtype = runtime.as_dtype(dtype)
+    dtype = dtypes.as_dtype(dtype)
     if get_function(function).name == "lstm" and dtype in (torch.float16, torch.bfloat16):
         return torch.float16
     return dtype

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 from gpulab.triton_ops import tanh, tanh_approx
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
 
 def fast_activations(dtype) -> bool:
     """Whether the fused kernels use one-instruction activations: 16-bit (bf16) compute on a GPU only."""
-    return not runtime.INTERPRET and runtime.as_dtype(dtype) == torch.bfloat16
+    return not runtime.INTERPRET and dtypes.as_dtype(dtype) == torch.bfloat16
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Lesson 4, part 2: version 2 of the attention forward, for Hopper (sm_90): TMA descriptors and warp specialization.
 
 What you will learn: what a Hopper GPU changes about the same algorithm. Version 1
-(:mod:`gpulab.attention.forward`) is FlashAttention-2 in portable Triton: every program computes its own addresses,
+(:mod:`gpulab.attention.v1.forward`) is FlashAttention-2 in portable Triton: every program computes its own addresses,
 loads K/V tiles with ordinary loads, and the same warps that wait for memory also multiply and exponentiate. On an
 H100 three pieces of hardware take work off those warps:
 
@@ -43,71 +43,26 @@ descriptors and ``warp_specialize`` loops as plain loads and loops, so the CPU t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-import subprocess
-import sys
 
 import torch
 import triton
 import triton.language as tl
-from triton.runtime import _allocation  # the allocator's context variable (Triton 3.6)
 
 from gpulab import runtime, triton_ops
+from gpulab.attention.configs import HopperConfig, hopper_config
+from gpulab.attention.sm90 import compile_for_sm90, sm_count, ttgir_in_fresh_process
 from gpulab.launch import Launch
 
 __all__ = [
-    "HopperConfig",
-    "hopper_config",
     "supports",
-    "auto_version",
     "attention_forward_v2_kernel",
     "forward_v2_launch",
-    "ensure_allocator",
     "WS_BROKEN_ON_SM90",
-    "SMALL_WORK",
     "sm90_compile",
     "sm90_ttgir",
 ]
 
-
-@dataclasses.dataclass(frozen=True)
-class HopperConfig:
-    """Version 2's launch: Q tiles of ``block_m`` rows, K/V tiles of ``block_n``, ``num_stages`` TMA buffers, the loop
-    warp-specialized or software-pipelined, one program per tile or one per SM (``persistent``); ``overlap``: the
-    next block's scores issued before this block's softmax (:func:`_v2_keys_overlap`)."""
-
-    block_m: int = 64
-    block_n: int = 64
-    num_warps: int = 4
-    num_stages: int = 3
-    warp_specialize: bool = False
-    persistent: bool = False
-    overlap: bool = False
-
-    def __post_init__(self):
-        for name in ("block_m", "block_n", "num_warps"):
-            value = runtime.integer(name, getattr(self, name), minimum=1)
-            if value & (value - 1) or (name != "num_warps" and value < 16):
-                raise ValueError(f"{name}={value} must be a power of two (>= 16 for tiles); e.g. 64 or 128.")
-        runtime.integer("num_stages", self.num_stages, minimum=1)
-        runtime.strict_bool("warp_specialize", self.warp_specialize)
-        runtime.strict_bool("persistent", self.persistent)
-        runtime.strict_bool("overlap", self.overlap)
-        if self.overlap and self.warp_specialize:
-            raise ValueError("overlap=True and warp_specialize=True are two ways to overlap the softmax with the "
-                             "products; pick one.")  # fmt: skip
-
-
-# The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
-# (scripts/probe_hopper.py; the sweep's records are in benchmarks/04_attention/hopper/). HopperConfig() is the
-# starting point for any other.
-_PREFERRED: dict[tuple[int, bool], HopperConfig] = {
-    (128, False): HopperConfig(128, 64, 4, 2),
-    (128, True): HopperConfig(64, 64, 4, 3),
-    (64, False): HopperConfig(64, 128, 4, 2),
-    (64, True): HopperConfig(64, 128, 4, 2),
-}
 
 WS_BROKEN_ON_SM90 = tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6)
 """Triton 3.6 compiles version 2's loop warp-specialized for sm_90 (one producer warp group, two consumer
@@ -116,14 +71,6 @@ reference, by amounts that changed from run to run, so a race (``scripts/probe_h
 ``kind='sweep'``; the same code is exact in the interpreter and with the plain pipeline). So a launch with
 ``warp_specialize=True`` on a compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to
 re-measure on a newer Triton)."""
-
-
-def hopper_config(head_dim: int, is_causal: bool = False) -> HopperConfig:
-    """Version 2's tiles for ``head_dim`` (1 to 128): the measured choice for its padded width and ``is_causal``,
-    else :class:`HopperConfig`'s defaults."""
-    head_dim = runtime.integer("head_dim", head_dim, minimum=1, maximum=128)
-    is_causal = runtime.strict_bool("is_causal", is_causal)
-    return _PREFERRED.get((runtime.dot_block(head_dim), is_causal), HopperConfig())
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> str | None:
@@ -137,71 +84,6 @@ def supports(dtype: torch.dtype, head_dim: int) -> str | None:
         return (f"version 2 takes head dims that are multiples of 8 from 8 to 128 (a TMA row is a multiple of 16 "
                 f"bytes), got {head_dim} (use version 1)")  # fmt: skip
     return None
-
-
-@functools.lru_cache(maxsize=64)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-@functools.lru_cache(maxsize=64)
-def _sm_count(index: int | None) -> int:
-    return torch.cuda.get_device_properties(
-        index if index is not None else torch.cuda.current_device()
-    ).multi_processor_count
-
-
-SMALL_WORK = 2**31
-"""Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
-tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
-(no descriptor workspace; ``kind='tiny'`` records of ``scripts/probe_hopper.py``). Lesson 4's smallest problem is
-about 8x above it."""
-
-
-def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: int | None = None) -> int:
-    """The forward version ``version=None`` picks: 2 on a compute-capability-9 GPU where :func:`supports` allows it
-    and the problem's ``work`` (B H Nq Nk d; None: large) is at least :data:`SMALL_WORK`, else 1.
-    ``GPULAB_ATTENTION_VERSION=1`` (or 2) in the environment overrides the choice where allowed."""
-    if work is not None:
-        work = runtime.integer("work", work, minimum=0)
-    if not isinstance(device, torch.device):
-        raise TypeError(f"device must be a torch.device, got {type(device).__name__} {device!r}; e.g. q.device.")
-    why = supports(dtype, head_dim)
-    forced = os.environ.get("GPULAB_ATTENTION_VERSION", "")
-    if forced == "1":
-        return 1
-    if device.type != "cuda" or why is not None:
-        return 1
-    if forced == "2":
-        return 2
-    if work is not None and work < SMALL_WORK:
-        return 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return 2 if _capability(index)[0] == 9 else 1
-
-
-_SCRATCH: dict = {}
-
-
-def _alloc(size: int, alignment: int, stream):
-    """Triton's workspace for device-side descriptors (128 bytes per descriptor and program), kept per stream: kernels
-    on one stream run one after another, so the next launch may reuse the buffer, and the eager path saves an
-    allocation per call. During CUDA-graph capture every launch gets its own buffer from the graph's pool."""
-    if torch._C._cuda_isCurrentStreamCapturing():  # what torch.cuda.is_current_stream_capturing() calls
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-    key = (torch._C._cuda_getDevice(), stream)  # torch.cuda.current_device() without its checks
-    buf = _SCRATCH.get(key)
-    if buf is None or buf.numel() < size:
-        buf = _SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
-    return buf
-
-
-def ensure_allocator() -> None:
-    """Device-side tensor descriptors need a little global memory per program (Triton asks its allocator at launch).
-    Install :func:`_alloc` unless the caller's context already has an allocator (it is a context variable: a new
-    thread starts without one, so this runs before every launch; it costs one lookup)."""
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        triton.set_allocator(_alloc)
 
 
 @triton.jit
@@ -321,11 +203,25 @@ def _v2_tile(
 
 @triton.jit
 def attention_forward_v2_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_q, n_k, n_bh, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr,
-    PERSISTENT: tl.constexpr,
-):  # fmt: skip
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    n_bh,  # B*H: heads in the batch
+    qk_scale,  # scale * log2(e): the scores in base 2
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    NEEDS_MASK: tl.constexpr,  # causal, or Nk not a multiple of BLOCK_N: some key blocks need a mask
+    WARP_SPECIALIZE: tl.constexpr,  # producer/consumer warps for the key loop
+    OVERLAP: tl.constexpr,  # next block's scores issued before this softmax
+    PERSISTENT: tl.constexpr,  # one program per SM looping over the tiles
+):
     """Version 2 forward: O [B*H, Nq, HEAD_DIM] and LSE [B*H, Nq] (natural log). Grid: (Q blocks, B*H), or
     (programs,) with PERSISTENT, each program taking tiles ``pid, pid + programs, ...``."""
     if PERSISTENT:
@@ -359,12 +255,12 @@ def forward_v2_launch(plan, cfg: HopperConfig):
             and os.environ.get("GPULAB_ALLOW_WARP_SPECIALIZE") != "1"):  # fmt: skip
         raise ValueError(
             f"warp_specialize=True gives wrong results on this GPU with Triton {triton.__version__} (a race measured "
-            "on the H100; see gpulab.attention.hopper.WS_BROKEN_ON_SM90); use HopperConfig(warp_specialize=False), "
+            "on the H100; see gpulab.attention.v2.forward.WS_BROKEN_ON_SM90); use HopperConfig(warp_specialize=False), "
             "or set GPULAB_ALLOW_WARP_SPECIALIZE=1 to run it anyway for a measurement."
         )
     n_m = -(-plan.n_q // cfg.block_m)
     if cfg.persistent:
-        sms = _sm_count(plan.device.index) if plan.device.type == "cuda" else 4
+        sms = sm_count(plan.device.index) if plan.device.type == "cuda" else 4
         grid = (min(sms, n_m * plan.b * plan.h),)
     else:
         grid = (n_m, plan.b * plan.h)
@@ -386,23 +282,10 @@ def sm90_compile(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig
     return compile_for_sm90(attention_forward_v2_kernel, signature, constexprs, 5, cfg)
 
 
-def compile_for_sm90(kernel, signature: dict, constexprs: dict, pointers: int, cfg):
-    """Triton's compiled ``kernel`` for sm_90 (no GPU needed, nothing launched): ``signature`` gives the types of the
-    runtime arguments, its first ``pointers`` ones pointers, 16-byte aligned as the launches check; ``cfg`` gives
-    ``num_warps`` and ``num_stages``."""
-    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
-
-    signature = {**signature, **{name: "constexpr" for name in constexprs}}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}
-    src = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})  # fmt: skip
-
-
 _BOOTSTRAP = (
     "import sys, json, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.attention import hopper; a = json.loads(sys.argv[1]); "
-    "k = hopper.sm90_compile(a['d'], a['causal'], hopper.HopperConfig(**a['cfg']), a['dtype']); "
+    "from gpulab.attention.configs import HopperConfig; from gpulab.attention.v2 import forward as v2; "
+    "a = json.loads(sys.argv[1]); k = v2.sm90_compile(a['d'], a['causal'], HopperConfig(**a['cfg']), a['dtype']); "
     "sys.stdout.write(k.asm['ttgir'])"
 )
 
@@ -419,15 +302,3 @@ def sm90_ttgir(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig |
     arg = json.dumps({"d": runtime.integer("head_dim", head_dim, minimum=1), "causal": bool(is_causal),
                       "cfg": dataclasses.asdict(cfg), "dtype": dtype})  # fmt: skip
     return ttgir_in_fresh_process(_BOOTSTRAP, arg, "version 2", timeout)
-
-
-def ttgir_in_fresh_process(bootstrap: str, arg: str, what: str, timeout: float) -> str:
-    """Run ``bootstrap`` (Python source that compiles a kernel for sm_90 and writes its TTGIR to stdout) with ``arg``
-    as ``sys.argv[1]`` in a fresh process outside the interpreter (without ``TRITON_INTERPRET`` and
-    ``GPULAB_DEVICE``, which fix the mode at the first import); its TTGIR, or a RuntimeError naming ``what``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
-    done = subprocess.run([sys.executable, "-c", bootstrap, arg], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"compiling {what} for sm_90 failed:\n{done.stderr[-3000:]}")
-    return done.stdout

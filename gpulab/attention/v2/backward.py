@@ -2,9 +2,9 @@
 
 What you will learn: the backward is two loops of products, like the forward, and the same change applies: every
 ``[BLOCK, D]`` tile of Q, dO, K and V is copied by the tensor memory accelerator from a per-head descriptor
-(:mod:`gpulab.attention.hopper`), which zero-fills rows past the sequence and columns past the head dim, so the loads
-need no masks; only the scores keep theirs. The math and the split of the work are version 1's
-(:mod:`gpulab.attention.backward`), line for line:
+(:mod:`gpulab.attention.v2.forward`), which zero-fills rows past the sequence and columns past the head dim, so the
+loads need no masks; only the scores keep theirs. The math and the split of the work are version 1's
+(:mod:`gpulab.attention.v1.backward`), line for line:
 
     dV = P^T dO        dP = dO V^T        dS = P * (dP - D)        dQ = scale dS K        dK = scale dS^T Q
 
@@ -13,8 +13,8 @@ with ``P = exp2(S * scale * log2 e - LSE * log2 e)`` rebuilt from the forward's 
 :func:`attention_dkdv_v2_kernel` (one program per K block) loops over the Q blocks that see its keys.
 
 Warp specialization is not used (Triton 3.6 gives wrong results with it on sm_90; see
-:data:`gpulab.attention.hopper.WS_BROKEN_ON_SM90`). :func:`gpulab.attention.backward.run_backward` runs these
-kernels after a version-2 forward when :data:`gpulab.attention.backward.V2_BACKWARD` is on; it is off, because on the
+:data:`gpulab.attention.v2.forward.WS_BROKEN_ON_SM90`). :func:`gpulab.attention.plan.run_backward` runs these
+kernels after a version-2 forward when :data:`gpulab.attention.plan.V2_BACKWARD` is on; it is off, because on the
 H100 they computed the same gradients as version 1's kernels and were no faster (the records under
 ``benchmarks/04_attention/hopper/``; notebook 04, section 10).
 """
@@ -26,9 +26,9 @@ import json
 import triton
 import triton.language as tl
 
-from gpulab.attention.backward_fused import dkdv_q_ranges
 from gpulab.attention.configs import AttentionConfig
-from gpulab.attention.hopper import compile_for_sm90, ttgir_in_fresh_process
+from gpulab.attention.shared import dkdv_q_ranges
+from gpulab.attention.sm90 import compile_for_sm90, ttgir_in_fresh_process
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E
 
@@ -65,10 +65,24 @@ def _dkdv_v2_inner(
 
 @triton.jit
 def attention_dkdv_v2_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-):  # fmt: skip
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dk_ptr,  # [B*H, Nk, HEAD_DIM] dK
+    dv_ptr,  # [B*H, Nk, HEAD_DIM] dV
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    scale,  # the softmax scale (dQ and dK carry it once)
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+):
     """dK and dV of one (batch*head, K block), inputs contiguous [B*H, N, HEAD_DIM]: loop over the Q blocks that
     see it (version 1's three parts: cut by the diagonal, whole, ragged last)."""
     bh = tl.program_id(1)
@@ -131,10 +145,24 @@ def _dq_v2_inner(
 
 @triton.jit
 def attention_dq_v2_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n_q, n_k, qk_scale, scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-):  # fmt: skip
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dq_ptr,  # [B*H, Nq, HEAD_DIM] dQ
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    scale,  # the softmax scale (dQ and dK carry it once)
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+):
     """dQ of one (batch*head, Q block), and D = rowsum(dO * O) for its rows (stored for the dK/dV kernel)."""
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs first
@@ -209,7 +237,7 @@ def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: Attent
 
 _BOOTSTRAP = (
     "import sys, json, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.attention import hopper_backward as hb; from gpulab.attention.configs import AttentionConfig; "
+    "from gpulab.attention.v2 import backward as hb; from gpulab.attention.configs import AttentionConfig; "
     "a = json.loads(sys.argv[1]); "
     "k = hb.sm90_backward_compile(a['kind'], a['d'], a['causal'], AttentionConfig(**a['cfg'])); "
     "sys.stdout.write(k.asm['ttgir'])"

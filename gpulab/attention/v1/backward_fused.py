@@ -1,6 +1,6 @@
 """Lesson 4, the backward in one pass: five products per block pair, dQ through fp32 atomic adds.
 
-What you will learn: why the two-kernel backward (:mod:`gpulab.attention.backward`) does seven products where the
+What you will learn: why the two-kernel backward (:mod:`gpulab.attention.v1.backward`) does seven products where the
 math needs five, and what it costs to do five. The two-kernel backward computes ``S = Q K^T`` and ``dP = dO V^T`` twice
 (once per kernel) so that every program writes only its own rows. Here one program per K block does everything:
 
@@ -19,7 +19,7 @@ extra launches.
 
 Measured on the H100 (``scripts/probe_backward_fused.py``, records under ``benchmarks/04_attention/hopper/fused/``),
 the trade did not pay: the atomic additions cost more than the two products they save, except on long causal
-problems, so :data:`gpulab.attention.backward.FUSED_BACKWARD` is off. FlashAttention-3 makes the same trade pay
+problems, so :data:`gpulab.attention.plan.FUSED_BACKWARD` is off. FlashAttention-3 makes the same trade pay
 with warp specialization (the additions issued by their own warps, under the next block's products).
 """
 
@@ -32,11 +32,12 @@ import triton
 import triton.language as tl
 
 from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.shared import attention_preprocess_kernel, dkdv_q_ranges
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 
-__all__ = ["attention_preprocess_kernel", "dkdv_q_ranges", "attention_dkdvq_kernel", "FusedBackward",
-           "preprocess_launch", "fused_backward_launch", "use_fused", "FUSED_MIN_WORK", "FUSED_CONFIGS"]  # fmt: skip
+__all__ = ["attention_dkdvq_kernel", "FusedBackward", "preprocess_launch", "fused_backward_launch", "use_fused",
+           "FUSED_MIN_WORK", "FUSED_CONFIGS"]  # fmt: skip
 
 FUSED_MIN_WORK = 1 << 31
 """B * H * Nq * Nk * d below which the two-kernel backward runs (the fused one adds a zero-fill and a cast: host
@@ -47,37 +48,6 @@ FUSED_CONFIGS = {
     128: AttentionConfig(block_m=64, block_n=128, block_d=128, num_warps=8, num_stages=2),
 }
 """Tiles per padded head dim (``block_n`` keys per program, ``block_m`` queries per step): the H100 sweep's best."""
-
-
-@triton.jit
-def attention_preprocess_kernel(
-    o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
-):
-    """delta[bh, i] = sum_d dO[bh, i, d] * O[bh, i, d] in fp32, for one (batch*head, block of rows)."""
-    bh = tl.program_id(1)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
-
-
-@triton.jit
-def dkdv_q_ranges(start_n, n_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    """The Q blocks a dK/dV program of K block ``start_n`` visits, as three ranges (every backward uses it):
-    [lo, a) cut by the causal diagonal (masked), [a, b) whole, seeing the whole K block (no mask), [b, n_q) the ragged
-    last Q block (masked). Causal: queries before ``start_n`` see none of these keys, so ``lo`` skips them."""
-    lo = 0
-    full_lo = 0
-    if IS_CAUSAL:
-        lo = (start_n // BLOCK_M) * BLOCK_M
-        full_lo = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M
-    full_hi = (n_q // BLOCK_M) * BLOCK_M
-    a = tl.maximum(lo, tl.minimum(full_lo, full_hi))
-    b = tl.maximum(a, full_hi)
-    return lo, a, b
 
 
 @triton.jit
@@ -117,10 +87,27 @@ def _dkdvq_inner(
 
 @triton.jit
 def attention_dkdvq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_acc_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, IS_FP32: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dq_acc_ptr,  # [B*H, Nq, HEAD_DIM] fp32 dQ accumulator, zeroed, unscaled
+    dk_ptr,  # [B*H, Nk, HEAD_DIM] dK
+    dv_ptr,  # [B*H, Nk, HEAD_DIM] dV
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    scale,  # the softmax scale (dQ and dK carry it once)
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
+    PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
+):
     """dK, dV of one (batch*head, K block), and its additions to dQ: inputs contiguous [B*H, N, HEAD_DIM], dQ's
     buffer fp32 [B*H, Nq, HEAD_DIM] zeroed before. The Q blocks split as in version 1's dK/dV kernel: cut by the
     causal diagonal (masked), whole (no mask), the ragged last (masked)."""
@@ -174,7 +161,7 @@ def preprocess_launch(plan) -> Launch:
 
 
 def use_fused(plan) -> bool:
-    """Whether :func:`gpulab.attention.backward.run_backward` takes the one-pass backward for ``plan``: 16-bit
+    """Whether :func:`gpulab.attention.plan.run_backward` takes the one-pass backward for ``plan``: 16-bit
     inputs on a GPU, a problem of at least :data:`FUSED_MIN_WORK`, a head dim with tiles in :data:`FUSED_CONFIGS`,
     and determinism not asked for."""
     return (

@@ -1,4 +1,8 @@
-"""Lesson 4, part 2, measured: version 2 of the forward beside version 1 and SDPA's backends, read from the records.
+"""Lesson 4, measured: tables and plots of the records, kept apart from the benchmarks that write them.
+
+- ``python -m gpulab bench 04`` (:mod:`gpulab.attention.benchmark`): :func:`summary_table`, :func:`memory_table`,
+  :func:`targets`, :func:`plot_throughput`, :func:`plot_memory`, :func:`plot`;
+- version 2 of the forward beside version 1 and SDPA's backends (the Hopper records), below.
 
 What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
 records come from ``scripts/probe_hopper.py`` (one run on the H100: a config sweep, then lesson 4's 24 problems with
@@ -8,7 +12,7 @@ every implementation checked against SDPA's math backend before it was timed on 
   ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
   tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor); from the second run on, forward+backward also
   as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2`` ran
-  version 2's TMA backward (:mod:`gpulab.attention.hopper_backward`);
+  version 2's TMA backward (:mod:`gpulab.attention.v2.backward`);
 - ``benchmarks/04_attention/hopper/cs336/``: the CS336 leaderboard problem, timed with ``triton.testing.do_bench``;
 - ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``scripts/probe_backward_fused.py``)
   against the two-kernel backward, backward only;
@@ -22,17 +26,19 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from gpulab import bench, runtime
+from gpulab import bench, dtypes, runtime
 
 __all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", "grid_table", "summary",
            "sweep_summary", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED", "CS336_BEST_STUDENT_MS",
-           "stored_fused", "fused_summary"]  # fmt: skip
+           "stored_fused", "fused_summary", "IMPLEMENTATIONS", "throughput_records", "summary_table", "targets",
+           "memory_table", "plot_throughput", "plot_memory", "plot"]  # fmt: skip
 
-_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
+IMPLEMENTATIONS = ("gpulab", "gpulab (autotuned)", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
+"""The implementations lesson 4's benchmark times, in the order its tables print them."""
 IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 SHIPPED = "gpulab v2 fwd + v1 bwd"
 """Forward+backward as the library runs it on Hopper: version 2's forward, version 1's backward
-(:data:`gpulab.attention.backward.V2_BACKWARD` is off)."""
+(:data:`gpulab.attention.plan.V2_BACKWARD` is off)."""
 _FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "hopper"
 
 
@@ -128,7 +134,7 @@ def grid_table(records, direction: str = "forward") -> str:
     for (dt, d, n, causal), impls in probs:
         v1, v2, cd, fa = (impls[i] for i in IMPLS)
         ours = impls[SHIPPED] if shipped else v2
-        rows.append([f"{_SHORT.get(dt, dt)} d{d} N{n // 1024}k {'causal' if causal else 'full'}",
+        rows.append([f"{dtypes.short(dt)} d{d} N{n // 1024}k {'causal' if causal else 'full'}",
                      *(f"{r.tflops:.0f}" for r in (v1, v2, *([ours] if shipped else []), cd, fa)),
                      f"{v1.ms / ours.ms:.2f}", f"{cd.ms / ours.ms:.2f}",
                      f"{cd.wall_ms / ours.wall_ms:.2f}"])  # fmt: skip
@@ -309,3 +315,160 @@ def plot_timeline(ax=None, steps: int = 4):
     ax.set_title("one Q block's key loop: software pipeline (version 1) against warp specialization (FlashAttention-3)")
     ax.set_xlim(0, max(14.0, steps * 3.4 + 1.5))
     return ax
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# lesson 4's benchmark (python -m gpulab bench 04), read
+
+
+def throughput_records(results, direction=None, impl=None):
+    """The throughput records that ran (not those of a provider unavailable for the problem)."""
+    out = [r for r in results if r.params.get("kind") == "throughput" and r.status == "ok"]
+    if direction:
+        out = [r for r in out if r.params.get("direction") == direction]
+    if impl:
+        out = [r for r in out if r.params.get("impl") == impl]
+    return out
+
+
+def _label(r) -> str:
+    p = r.params
+    return f"{dtypes.short(r.dtype)} d{p['head_dim']} N{p['seq']}{' causal' if p['causal'] else ''}"
+
+
+def summary_table(results) -> str:
+    """TFLOP/s per problem (rows) and implementation (columns), with gpulab's ratios to the two SDPA backends."""
+    results = bench.result_list("results", results)
+    lines = []
+    for direction in ("forward", "forward+backward"):
+        rows = {}
+        for r in throughput_records(results, direction):
+            rows.setdefault(_label(r), {})[r.params["impl"]] = r
+        if not rows:
+            continue
+        impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
+        head = ["problem"] + impls + ["vs FA2", "vs default"]
+        body = []
+        for label, row in rows.items():
+            g = row.get("gpulab")
+            cells = [label]
+            for i in impls:
+                r = row.get(i)
+                cells.append("-" if r is None else f"{r.tflops:.0f}" + ("" if r.params.get("check") == "ok" else "!"))
+            for field in ("vs_fa2", "vs_default"):
+                v = g.params.get(field) if g else None
+                cells.append("-" if v is None else f"{v:.2f}x")
+            body.append(cells)
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+        lines.append(f"{direction}, TFLOP/s ('!' = failed its check):")
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in body]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def memory_table(results) -> str:
+    """Peak extra memory (MB) of one forward+backward against sequence length."""
+    results = bench.result_list("results", results)
+    rows = {}
+    for r in results:
+        if r.params.get("kind") == "memory":
+            v = r.params.get("peak_extra_bytes")
+            rows.setdefault(r.params["seq"], {})[r.params["impl"]] = (
+                ("n/a" if r.params.get("check") == "ok" else r.params.get("check")) if v is None else f"{v / 1e6:,.1f}"
+            )
+    if not rows:
+        return ""
+    impls = sorted({i for row in rows.values() for i in row})
+    lines = ["peak memory beyond inputs and gradients, forward+backward (MB):", "seq      " + "  ".join(impls)]
+    for n in sorted(rows):
+        lines.append(f"{n:<8} " + "  ".join(str(rows[n].get(i, "-")).rjust(len(i)) for i in impls))
+    return "\n".join(lines)
+
+
+def targets(results) -> list[str]:
+    """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
+    results = bench.result_list("results", results)
+    out = []
+    for impl in ("gpulab", "gpulab (autotuned)"):
+        for direction in ("forward", "forward+backward"):
+            g = throughput_records(results, direction, impl)
+            fa2 = [r.params.get("vs_fa2") for r in g if r.params.get("vs_fa2")]
+            dflt = [r.params.get("vs_default") for r in g if r.params.get("vs_default")]
+            bad = [r for r in g if r.params.get("check") != "ok"]
+            if fa2:
+                met = sum(x >= 1.0 for x in fa2)
+                out.append(
+                    f"{direction}: {impl} / SDPA FlashAttention-2 = {min(fa2):.2f}x .. {max(fa2):.2f}x "
+                    f"(>= 1.0x in {met} of {len(fa2)} problems)"
+                )
+            if dflt:
+                out.append(
+                    f"{direction}: {impl} / SDPA default = {min(dflt):.2f}x .. {max(dflt):.2f}x "
+                    f"(median {sorted(dflt)[len(dflt) // 2]:.2f}x)"
+                )
+            if bad:
+                out.append(f"{direction}: {len(bad)} {impl} checks FAILED")
+    return out
+
+
+def plot_throughput(results, direction="forward", ax=None):
+    """Grouped bars: TFLOP/s per problem, one bar per implementation."""
+    results = bench.result_list("results", results)
+    import matplotlib.pyplot as plt
+
+    rows = {}
+    for r in throughput_records(results, direction):
+        rows.setdefault(_label(r), {})[r.params["impl"]] = r.tflops
+    if ax is None:
+        _, ax = plt.subplots(figsize=(12, 3.8))
+    impls = [i for i in IMPLEMENTATIONS if any(i in row for row in rows.values())]
+    width = 0.8 / max(1, len(impls))
+    for j, impl in enumerate(impls):
+        xs = [i + j * width for i in range(len(rows))]
+        ax.bar(xs, [row.get(impl) or 0.0 for row in rows.values()], width, label=impl, color=f"C{j}")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], list(rows), rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"attention {direction}")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_memory(results, ax=None):
+    """Peak extra memory against sequence length, log-log: naive grows as N^2, the tiled kernel as N."""
+    results = bench.result_list("results", results)
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.8))
+    series = {}
+    for r in results:
+        if r.params.get("kind") == "memory" and r.params.get("peak_extra_bytes") is not None:
+            series.setdefault(r.params["impl"], []).append((r.params["seq"], r.params["peak_extra_bytes"] / 1e6))
+    for impl, pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=impl, color=f"C{IMPLEMENTATIONS.index(impl)}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (batch 1, 16 heads, d 64)")
+    ax.set_ylabel("peak extra memory, MB")
+    ax.set_title("memory beyond inputs, forward+backward")
+    if series:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "not measured here (needs a GPU)", ha="center", transform=ax.transAxes)
+    return ax
+
+
+def plot(results):
+    """The lesson's figure: forward and forward+backward throughput bars, and memory against sequence length."""
+    results = bench.result_list("results", results)
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(13, 8.5))
+    gs = fig.add_gridspec(2, 3)
+    plot_throughput(results, "forward", fig.add_subplot(gs[0, :]))
+    plot_throughput(results, "forward+backward", fig.add_subplot(gs[1, :2]))
+    plot_memory(results, fig.add_subplot(gs[1, 2]))
+    fig.tight_layout()
+    return fig

@@ -25,50 +25,22 @@ Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 
 the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
 
 That costs seven products per block pair where the math needs five (S and dP are computed in both kernels). The
-one-pass backward of :mod:`gpulab.attention.backward_fused` does five, adding dQ atomically into an fp32 buffer; it
+one-pass backward of :mod:`gpulab.attention.v1.backward_fused` does five, adding dQ atomically into an fp32 buffer; it
 measured slower on the H100, so it runs only when :data:`FUSED_BACKWARD` is turned on (and then not where
 determinism is asked for, for fp32, for small problems, or with explicit or autotuned tiles).
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, runtime
-from gpulab.attention import backward_fused, hopper, hopper_backward
-from gpulab.attention.backward_fused import attention_preprocess_kernel, dkdv_q_ranges
-from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.plan import Plan, backward_plan
-from gpulab.launch import Launch, direct_stream
+from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.shared import dkdv_q_ranges
+from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 
-FUSED_BACKWARD: bool = False
-"""Take the one-pass backward (:mod:`gpulab.attention.backward_fused`) where
-:func:`gpulab.attention.backward_fused.use_fused` allows it (False: the two kernels always).
-
-Off: on the H100 its best tiles ran the backward at 0.96x (d 64) and 0.92x (d 128) the two kernels' speed, geometric
-mean over lesson 4's bf16 shapes at N 4k and 16k (``benchmarks/04_attention/hopper/fused/``): the atomic additions
-into dQ cost more than the two products they save, except on long causal problems."""
-
-V2_BACKWARD: bool = False
-"""Run :mod:`gpulab.attention.hopper_backward` after a version-2 forward (False: version 1's backward always).
-
-Off: measured on the H100 (``benchmarks/04_attention/hopper/``, impl ``gpulab v2`` against ``gpulab v2 fwd + v1
-bwd``), the TMA loads compute bit for bit the same gradients as version 1's and are no faster (slower on short causal
-problems); the backward's time goes to its seven products per block pair, not to its loads."""
-
-__all__ = [
-    "FUSED_BACKWARD",
-    "V2_BACKWARD",
-    "attention_preprocess_kernel",
-    "attention_dkdv_kernel",
-    "attention_dq_kernel",
-    "attention_backward",
-    "run_backward",
-    "backward_launches",
-]
+__all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "backward_launches"]
 
 
 @triton.jit
@@ -126,25 +98,25 @@ def _dkdv_inner(
 
 @triton.jit
 def attention_dkdv_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    do_ptr,
-    lse_ptr,
-    delta_ptr,
-    dk_ptr,
-    dv_ptr,
-    n_q,
-    n_k,
-    qk_scale,
-    scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
-    PRECISION: tl.constexpr,
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dk_ptr,  # [B*H, Nk, HEAD_DIM] dK
+    dv_ptr,  # [B*H, Nk, HEAD_DIM] dV
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    scale,  # the softmax scale (dQ and dK carry it once)
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
+    PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
 ):
     """dK and dV of one (batch*head, K block): loop over the Q blocks that see it."""
     bh = tl.program_id(1)  # K blocks of one head are neighbours in the launch order (shared Q/dO in L2)
@@ -230,25 +202,25 @@ def _dq_inner(
 
 @triton.jit
 def attention_dq_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    do_ptr,
-    lse_ptr,
-    delta_ptr,
-    dq_ptr,
-    n_q,
-    n_k,
-    qk_scale,
-    scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
-    PRECISION: tl.constexpr,
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dq_ptr,  # [B*H, Nq, HEAD_DIM] dQ
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    scale,  # the softmax scale (dQ and dK carry it once)
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
+    PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
 ):
     """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop. Also
     D[bh, rows] = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for :func:`attention_dkdv_kernel`."""
@@ -290,7 +262,7 @@ def attention_dq_kernel(
     tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
-def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
+def backward_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
     """The two :class:`Launch` es of the backward for ``plan``: dQ (and D) with ``cfg_q``, then dK/dV with
     ``cfg_kv``."""
     common = dict(IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d)
@@ -302,93 +274,3 @@ def backward_launches(plan: Plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfi
                 dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
                      num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
     return dq, dkdv
-
-
-def _launches(plan: Plan, q, k, v, o, lse, do):
-    """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.backward_fused`) where it
-    pays and no tiles were asked for, else the two kernels."""
-    if FUSED_BACKWARD and plan.backward_configs is None and backward_fused.use_fused(plan):
-        pre = backward_fused.preprocess_launch(plan)
-        return backward_fused.FusedBackward(pre, backward_fused.fused_backward_launch(plan))
-    return _two_kernel_launches(plan, q, k, v, o, lse, do)
-
-
-def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
-    configs = plan.backward_configs
-    if configs == "auto":  # tune each kernel once for this problem (the other at its default)
-        tuned = {}
-        for kind in ("dkdv", "dq"):
-
-            def run(c, kind=kind):
-                return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
-                                          {kind: c})  # fmt: skip
-
-            tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
-        configs = tuned
-    configs = configs if isinstance(configs, dict) else {}
-    cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
-    cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-    if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
-        return hopper_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
-    return backward_launches(plan, cfg_kv, cfg_q)
-
-
-def _run_fused(plan: Plan, launches, do, q, k, v, o, lse, dq, dk, dv):
-    """D, then the one-pass kernel adding into an fp32 dQ buffer, then dQ scaled and cast into ``dq``."""
-    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
-    stream = direct_stream(plan.device) if aligned else None
-    delta = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=plan.device)
-    launches.preprocess(stream, o, do, delta, plan.n_q)
-    launches.main(stream, q, k, v, do, lse, delta, dq_acc, dk, dv, plan.n_q, plan.n_k, plan.qk_scale, plan.scale)
-    torch.mul(dq_acc, plan.scale, out=dq)  # scaled once, cast to the inputs' dtype
-    return dq, dk, dv
-
-
-def run_backward(plan: Plan, do, q, k, v, o, lse):
-    """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
-    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
-    if plan.empty:
-        return dq, dk, dv
-    if not plan.contiguous:
-        q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
-    do = do.contiguous()
-    launches = plan.backward
-    if launches is None:
-        launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
-    if launches.__class__ is backward_fused.FusedBackward and torch.are_deterministic_algorithms_enabled():
-        launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
-    if launches.__class__ is backward_fused.FusedBackward:
-        return _run_fused(plan, launches, do, q, k, v, o, lse, dq, dk, dv)
-    dq_launch, dkdv_launch = launches
-    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
-    if dq_launch.kernel is hopper_backward.attention_dq_v2_kernel:
-        if not aligned:  # TMA reads from 16-byte aligned addresses only: fresh, aligned copies
-            q, k, v, o, do = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v, o, do))
-            lse = lse.clone() if lse.data_ptr() & 15 else lse
-            aligned = True
-        if not runtime.INTERPRET:
-            hopper.ensure_allocator()
-    stream = direct_stream(plan.device) if aligned else None
-    delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
-    dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
-    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
-    return dq, dk, dv
-
-
-def attention_backward(
-    do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
-):
-    """dQ, dK, dV from the inputs, the output O, its gradient dO and the saved LSE (fp32 [B, H, Nq]).
-
-    ``configs`` optionally maps 'dkdv' and 'dq' to :class:`AttentionConfig` s, or is ``"auto"`` to autotune both
-    on a GPU (:func:`gpulab.attention.configs.autotune`). Uses O(N d) memory beyond the
-    gradients themselves: the fp32 ``D = rowsum(dO * O)``. The checks and tile choices run once per input
-    signature (:func:`gpulab.attention.plan.backward_plan`).
-    """
-    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
-    return run_backward(plan, do, q, k, v, o, lse)

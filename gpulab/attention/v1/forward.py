@@ -25,19 +25,15 @@ A row that sees no key at all (the wrapper refuses ``Nk = 0``, and a causal row 
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from gpulab import check, runtime, triton_ops
-from gpulab.attention import hopper
-from gpulab.attention.configs import AttentionConfig, attention_config, autotuned_config
-from gpulab.attention.plan import Plan, check_config, check_inputs, forward_plan
-from gpulab.launch import Launch, direct_stream
+from gpulab import triton_ops
+from gpulab.attention.configs import AttentionConfig
+from gpulab.launch import Launch
 from gpulab.triton_ops import dot
 
-__all__ = ["attention_forward_kernel", "attention_forward", "run_forward", "forward_launch", "check_inputs",
-           "check_config"]  # fmt: skip
+__all__ = ["attention_forward_kernel", "forward_launch"]
 
 
 @triton.jit
@@ -99,21 +95,21 @@ def _fwd_inner(
 
 @triton.jit
 def attention_forward_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    lse_ptr,
-    n_q,
-    n_k,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    IS_FP32: tl.constexpr,
-    PRECISION: tl.constexpr,
+    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
+    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
+    v_ptr,  # [B*H, Nk, HEAD_DIM] values
+    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
+    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
+    n_q,  # Nq: query rows per head
+    n_k,  # Nk: key rows per head
+    qk_scale,  # scale * log2(e): the scores in base 2
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_N: tl.constexpr,  # key rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
+    IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
+    PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
 ):
     """O[bh, rows] and LSE[bh, rows] for one (batch*head, Q block). Inputs contiguous [B*H, N, HEAD_DIM]."""
     # Q blocks of one head are neighbours in the launch order: the programs running at once share K/V in L2.
@@ -167,64 +163,11 @@ def attention_forward_kernel(
 # wrappers
 
 
-def forward_launch(plan: Plan, cfg: AttentionConfig) -> Launch:
-    """The :class:`Launch` of :func:`attention_forward_kernel` for ``plan`` with tiles ``cfg``."""
+def forward_launch(plan, cfg: AttentionConfig) -> Launch:
+    """The :class:`Launch` of :func:`attention_forward_kernel` for ``plan`` (a :class:`gpulab.attention.plan.Plan`)
+    with tiles ``cfg``."""
     grid = (-(-plan.n_q // cfg.block_m), plan.b * plan.h)  # Q blocks fastest: neighbours share K/V
     constexprs = dict(HEAD_DIM=plan.d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
                       IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision,
                       num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
     return Launch(attention_forward_kernel, grid, constexprs)
-
-
-def run_forward(plan: Plan, q, k, v):
-    """``(O, LSE)`` for inputs whose signature ``plan`` was made for (no checks here: :func:`forward_plan` did them).
-
-    The host work per call: two allocations, ``contiguous()`` only where the plan says an input is not, one launch.
-    """
-    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
-    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    if plan.empty:  # batch or heads 0
-        return o, lse
-    if not plan.contiguous:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    launch = plan.forward
-    if plan.version == 2:  # Hopper: TMA descriptors and warp specialization (gpulab.attention.hopper)
-        if launch is None:
-            cfg = plan.config or hopper.hopper_config(plan.d, plan.is_causal)
-            launch = plan.forward = hopper.forward_v2_launch(plan, cfg)
-        if not runtime.INTERPRET:
-            hopper.ensure_allocator()
-        if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # TMA reads from 16-byte aligned addresses only
-            q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))  # fresh, aligned copies
-        launch(direct_stream(plan.device), q, k, v, o, lse, plan.n_q, plan.n_k, plan.b * plan.h, plan.qk_scale)
-        return o, lse
-    if launch is None:
-        cfg = plan.config
-        if cfg == "auto":  # time the candidates once for this problem, keep the fastest
-            run = lambda c: attention_forward(q, k, v, plan.is_causal, plan.scale, plan.allow_tf32, config=c)  # noqa: E731
-            cfg = autotuned_config("forward", plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
-        elif cfg is None:
-            cfg = attention_config("forward", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        launch = plan.forward = forward_launch(plan, cfg)
-    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
-    launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k, plan.qk_scale)
-    return o, lse
-
-
-def attention_forward(
-    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None, version=None
-):
-    """Run :func:`attention_forward_kernel`; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq] (natural log).
-
-    ``config``: an :class:`AttentionConfig`, None for :func:`attention_config`'s, or ``"auto"`` to autotune on a GPU
-    (:func:`gpulab.attention.configs.autotune`; the interpreter uses the fixed config). The checks and the tile
-    choice run once per input signature (:func:`gpulab.attention.plan.forward_plan`). ``config`` may also be a
-    :class:`gpulab.attention.hopper.HopperConfig` for version 2.
-
-    ``version``: None picks the kernel (version 2, :mod:`gpulab.attention.hopper`, on a compute-capability-9 GPU
-    for fp16/bf16 and head dims that are multiples of 8; else version 1); 1 or 2 asks for one (version 2 also runs
-    in the interpreter).
-
-    No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
-    """
-    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config, version), q, k, v)
