@@ -64,3 +64,24 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
         usable = _names(tuple(d for d in supported if d in here))
         raise ValueError(f"{name} is {dtype}, which {where} has no hardware for; use {usable}.")
     return dtype
+
+
+# --- Names: the one map between dtypes and the names records store and tables print. ------------------------------
+__all__ += ["name", "short"]
+
+_SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+
+
+def name(dtype) -> str:
+    """The long name of ``dtype`` (``'bfloat16'``, ``'float32'``): what records store. Takes a torch dtype or any name
+    :func:`as_dtype` takes."""
+    return str(as_dtype(dtype)).removeprefix("torch.")
+
+
+def short(dtype) -> str:
+    """The short label of ``dtype`` for tables (``'bf16'``, ``'fp16'``, ``'fp32'``, ``'fp64'``). Takes a torch dtype
+    or any name :func:`as_dtype` takes; a ValueError for a dtype without a label."""
+    dtype = as_dtype(dtype)
+    if dtype not in _SHORT:
+        raise ValueError(f"dtype={dtype} has no short label; labelled: {', '.join(map(name, _SHORT))}.")
+    return _SHORT[dtype]

@@ -19,8 +19,9 @@ Backends (``backend=``), each a module of its own:
   reference);
 - ``"alternating"`` (:mod:`gpulab.rnn.backends.alternating`): per step one batched product over heads + one Triton
   pointwise kernel; no on-chip limit on the head dim;
-- ``"fused"`` (:mod:`gpulab.rnn.backends.fused`): one persistent Triton kernel for the whole sequence (and one for the
-  backward); fastest, needs R of a head to fit on chip (:mod:`gpulab.rnn.tiling` decides, or says why not).
+- ``"fused"`` (:mod:`gpulab.rnn.fused`): one persistent Triton kernel for the whole sequence (and one for the
+  backward); fastest, needs R of a head on chip, on one SM or split over several (:mod:`gpulab.rnn.fused.plan`
+  chooses, or says why neither fits).
 
 The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at small sizes: fp32 and fp16 there).
 """
@@ -34,9 +35,9 @@ import torch
 from gpulab import dtypes, runtime
 from gpulab.rnn import ops
 from gpulab.rnn.backends.alternating import alternating_forward
-from gpulab.rnn.backends.fused import fused_forward
 from gpulab.rnn.backends.vanilla import vanilla_forward
 from gpulab.rnn.functions import RNNFunction, get_function
+from gpulab.rnn.fused.plan import fused_forward
 
 __all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs"]
 
@@ -94,7 +95,7 @@ def check_inputs(Wx, R, b, states, function, backend, dtype):
     _shape("b", b, (fn.gates_b, nh, dh), f"[G_b, NH, DH] for {fn.name}")
     if states is not None:
         _shape("states", states, (fn.states, B, 1, nh, dh), f"[S, B, 1, NH, DH] for {fn.name}")
-    cdt = Wx.dtype if dtype is None else runtime.as_dtype(dtype)
+    cdt = Wx.dtype if dtype is None else dtypes.as_dtype(dtype)
     if backend != "vanilla":
         dtypes.require_dtype("dtype", cdt, allowed=(torch.float32, torch.float16, torch.bfloat16))
     elif not cdt.is_floating_point:

@@ -46,7 +46,7 @@ import math
 
 import torch
 
-from gpulab import hardware, runtime
+from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.functions import get_function
 
 __all__ = ["FusedTiling", "candidates", "fused_tiling", "fits", "explain", "BLOCK_B", "NUM_WARPS"]
@@ -106,7 +106,7 @@ class FusedTiling:
 
 
 def _dtype_size(dtype) -> int:
-    return torch.empty((), dtype=runtime.as_dtype(dtype)).element_size()
+    return torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
 
 
 def candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
@@ -169,7 +169,7 @@ def fused_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     spec = hardware.spec(gpu)
     need = slots(fn) * head_dim * head_dim * _dtype_size(dtype)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16 and c.num_warps == NUM_WARPS[-1]))
-    dt = str(runtime.as_dtype(dtype)).replace("torch.", "")
+    dt = str(dtypes.as_dtype(dtype)).replace("torch.", "")
     hint = "use backend='alternating' or more heads (a smaller head dim)"
     if _dtype_size(dtype) > 2:
         hint += ", or float16/bfloat16 (half the bytes)"
@@ -185,7 +185,7 @@ def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, g
     spec = hardware.spec(gpu)
     lines = [
         f"fused {direction}, {function}, B={batch} NH={num_heads} DH={head_dim} "
-        f"{str(runtime.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
+        f"{str(dtypes.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
         f"{'R':>8s} {'block_b':>7s} {'warps':>5s} {'progs':>5s} {'regs/thr':>8s} {'smem B':>7s} {'per SM':>6s} "
         f"{'score':>8s}  verdict",
     ]
