@@ -61,7 +61,10 @@ def short(dtype) -> str:
     if not isinstance(dtype, (str, torch.dtype)):
         raise ArgumentTypeError(f"dtype must be a torch dtype or a name like 'bfloat16', got {type(dtype).__name__} "
                                 f"{dtype!r}.")  # fmt: skip
-    return _SHORT[as_dtype(dtype)]
+    dtype = as_dtype(dtype)
+    if dtype not in _SHORT:
+        raise ValueError(f"dtype={dtype} has no short label; labelled: {', '.join(map(name, _SHORT))}.")
+    return _SHORT[dtype]
 
 
 def names_of(dtypes) -> str:

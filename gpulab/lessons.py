@@ -65,7 +65,7 @@ LESSONS: list[Lesson] = [
         "05_fused_rnn",
         "A fused RNN kernel (FlashRNN-style)",
         "gpulab.rnn.fused",
-        "gpulab.rnn.benchmark:benchmark",
+        "gpulab.rnn.fused.benchmark:benchmark",
     ),
     Lesson(
         "06",

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from gpulab import bench
-from gpulab.rnn import benchmark as b05
+from gpulab.rnn.fused import benchmark as b05
 
 budget = float(sys.argv[1]) if len(sys.argv) > 1 else 500.0
 out = Path(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("OUT", "out"))

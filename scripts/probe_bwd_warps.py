@@ -13,9 +13,9 @@ import torch
 import triton
 
 import gpulab  # noqa: F401
-from gpulab.rnn import split_tiling
-from gpulab.rnn.backends.fused import split as S
-from gpulab.rnn.backends.fused import split_backward as SB
+from gpulab.rnn.fused import split as S
+from gpulab.rnn.fused import split_backward as SB
+from gpulab.rnn.fused import split_tiling
 
 B, T = 16, 1024
 

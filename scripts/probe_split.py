@@ -21,8 +21,8 @@ import triton
 
 import gpulab  # noqa: F401
 from gpulab import bench, check, rnn
-from gpulab.rnn import split_tiling
-from gpulab.rnn.backends.fused import split as S
+from gpulab.rnn.fused import split as S
+from gpulab.rnn.fused import split_tiling
 
 OUT = os.environ.get("OUT")
 PHASES = set(sys.argv[1:]) or {"check", "stress", "time", "train", "bsweep", "cross"}
@@ -195,7 +195,7 @@ if "train" in PHASES:
 
 def backward_sweep(DH):
     """Every fitting backward tiling (block_b 16) at one head of DH: the reverse-time kernel alone, device time."""
-    from gpulab.rnn.backends.fused import split_backward as SB
+    from gpulab.rnn.fused import split_backward as SB
 
     x = inputs("lstm", B, T, DH, torch.bfloat16)
     out, last, gates = S.split_rnn_forward(*x, save_gates=True)
@@ -219,8 +219,8 @@ for DH in (512, 768) if "bsweep" in PHASES else ():
 def crossover(DH, batch, T=1024):
     """Forward at one (head dim, batch), T = 1024: the split kernel (the chooser's tiling) beside the one-SM fused
     kernel where that fits, and alternating; both clocks."""
-    from gpulab.rnn import tiling
-    from gpulab.rnn.backends.fused import forward as F
+    from gpulab.rnn.fused import forward as F
+    from gpulab.rnn.fused import tiling
 
     x = inputs("lstm", batch, T, DH, torch.bfloat16)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """The split backward that exchanges partial sums of dh, every fitting tiling timed beside the chooser's pick, and
 (same run, same inputs) the version that exchanged dG, when present as ``scripts/_old_sb.py`` (ignored by git:
-``git show 39d1c54:gpulab/rnn/backends/fused/split_backward.py > scripts/_old_sb.py``, and carried to the device);
+``git show 39d1c54:gpulab/rnn/fused/split_backward.py > scripts/_old_sb.py``, and carried to the device);
 then forward+backward of one head of 768 through
 ``flashrnn`` beside cuDNN (``nn.LSTM``, fp16 and bf16, dense, with its input product), both clocks.
 
@@ -25,9 +25,10 @@ import triton
 import gpulab  # noqa: F401
 from gpulab import check
 from gpulab.bench import timing
-from gpulab.rnn import flashrnn, split_tiling
-from gpulab.rnn.backends.fused import split as S
-from gpulab.rnn.backends.fused import split_backward as SB
+from gpulab.rnn import flashrnn
+from gpulab.rnn.fused import split as S
+from gpulab.rnn.fused import split_backward as SB
+from gpulab.rnn.fused import split_tiling
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:

@@ -21,9 +21,9 @@ import triton
 
 import gpulab  # noqa: F401
 from gpulab import check
-from gpulab.rnn import split_tiling
-from gpulab.rnn.backends.fused import split as S
-from gpulab.rnn.backends.fused import split_backward as SB
+from gpulab.rnn.fused import split as S
+from gpulab.rnn.fused import split_backward as SB
+from gpulab.rnn.fused import split_tiling
 
 OUT = os.environ.get("OUT")
 T, DT = 1024, torch.bfloat16

@@ -20,13 +20,10 @@ import torch
 
 import gpulab  # noqa: F401
 from gpulab import bench, check, rnn
-from gpulab.rnn import versions
-from gpulab.rnn.backends.fused.forward import fused_forward_kernel
-from gpulab.rnn.backends.fused.split import split_forward_kernel
-from gpulab.rnn.versions import v1_per_gate, v2_all_gates, v3_prefetch
+from gpulab.rnn.fused import plan, versions
 
-KERNELS = {"v1": v1_per_gate.v1_kernel, "v2": v2_all_gates.v2_kernel, "v3": v3_prefetch.v3_kernel,
-           "v4": fused_forward_kernel, "v5": split_forward_kernel}  # fmt: skip
+KERNELS = {**{v: plan.KERNELS[v] for v in ("v1", "v2", "v3")}, "v4": plan.KERNELS["forward"],
+           "v5": plan.KERNELS["split"]}  # fmt: skip
 B, T = 16, 1024
 results = []
 
@@ -39,7 +36,7 @@ def inputs(NH, DH, dtype=torch.bfloat16, seed=0):
 
 def run_version(v, NH, DH):
     x = inputs(NH, DH)
-    out, last = versions.run(v, *x)
+    out, last = plan.run_version(v, *x)
     ref = rnn.flashrnn(*(t.double() for t in x), function="lstm", backend="vanilla")
     err = max(check.relative_error(out, ref[0]), check.relative_error(last, ref[1]))
     ok = err <= check.tolerance(torch.bfloat16)
@@ -49,7 +46,7 @@ def run_version(v, NH, DH):
                                     params={"version": v, "NH": NH, "DH": DH}))  # fmt: skip
         return
     with torch.no_grad():
-        r = bench.measure(lambda: versions.run(v, *x), lesson="05", case=f"{v}: {versions.VERSIONS[v]}",
+        r = bench.measure(lambda: plan.run_version(v, *x), lesson="05", case=f"{v}: {versions.VERSIONS[v]}",
                           dtype="bfloat16", shape=[B, T, NH, DH], kernel=KERNELS[v], version=v, NH=NH, DH=DH,
                           error=err)  # fmt: skip
     print(f"   {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall, registers {r.registers}, spills {r.spills}", flush=True)
@@ -60,7 +57,7 @@ def run_backward_version(v, NH, DH):
     """Forward+backward with backward version ``v`` (gradients of sum(states_all) w.r.t. Wx, R, b, states), checked
     against float64 autograd through the vanilla loop, then timed on both clocks."""
     x = inputs(NH, DH)
-    grads = versions.run_training(v, *x)
+    grads = plan.run_training(v, *x)
     leaves = [t.double().requires_grad_(True) for t in x]
     refs = torch.autograd.grad(rnn.flashrnn(*leaves, function="lstm", backend="vanilla")[0].sum(), leaves)
     err = max(check.relative_error(g, r) for g, r in zip(grads, refs))
@@ -70,7 +67,7 @@ def run_backward_version(v, NH, DH):
         results.append(bench.Result(lesson="05", case=f"{v} check", ms=None, status=f"failed: error {err:.3g}",
                                     params={"version": v, "NH": NH, "DH": DH}))  # fmt: skip
         return
-    r = bench.measure(lambda: versions.run_training(v, *x), lesson="05", case=f"{v}: {versions.BACKWARD_VERSIONS[v]}",
+    r = bench.measure(lambda: plan.run_training(v, *x), lesson="05", case=f"{v}: {versions.BACKWARD_VERSIONS[v]}",
                       dtype="bfloat16", shape=[B, T, NH, DH], version=v, NH=NH, DH=DH, error=err,
                       direction="forward+backward")  # fmt: skip
     print(f"   {r.ms:.3f} ms device, {r.wall_ms:.3f} ms wall", flush=True)

@@ -8,7 +8,7 @@ For each of v1-v4 on the lesson's problem (LSTM, B 16, T 1024, 12 heads of 64, b
 ``ncu --section WarpStateStats --section SourceCounters`` on one launch of the version's kernel (after a warm-up
 launch), exports the per-instruction samples, and keeps a summary: the stall reasons over the kernel's time loop (the
 instructions executed every step) and its five instructions with the most samples. Writes
-``$OUT/<gpu>-<date>.json`` (one object per version), read by :func:`gpulab.rnn.versions.report.load_profile`.
+``$OUT/<gpu>-<date>.json`` (one object per version), read by :func:`gpulab.rnn.fused.versions.report.load_profile`.
 
 ``python scripts/profile_versions.py target v3`` is the program ncu runs.
 """
@@ -31,13 +31,13 @@ B, T, NH, DH = 16, 1024, 12, 64
 def target(version: str) -> None:
     import torch
 
-    from gpulab.rnn import versions
+    from gpulab.rnn.fused import plan
 
     g = torch.Generator(device="cuda").manual_seed(0)
     r = lambda *s, sc=1.0: (torch.randn(*s, device="cuda", generator=g) * sc).to(torch.bfloat16)  # noqa: E731
     x = (r(B, T, 4, NH, DH), r(4, NH, DH, DH, sc=0.5 / DH**0.5), r(4, NH, DH), r(2, B, 1, NH, DH))
     for _ in range(2):  # the first launch compiles and warms up; ncu skips it
-        versions.run(version, *x)
+        plan.run_version(version, *x)
     torch.cuda.synchronize()
 
 

@@ -8,8 +8,9 @@ import sys
 import torch
 
 from gpulab import runtime
-from gpulab.rnn import fused_backward, fused_forward
-from gpulab.rnn.benchmark import problem_inputs
+from gpulab.rnn.fused import backward as fused_backward
+from gpulab.rnn.fused import forward as fused_forward
+from gpulab.rnn.fused.benchmark import problem_inputs
 
 which = sys.argv[1]
 runtime.POISON = False  # timed as in use: outputs not NaN-filled first

@@ -31,9 +31,10 @@ from gpulab.course.grading import (
     require_callable,
     require_kernel,
 )
-from gpulab.rnn import cells, tiling
+from gpulab.rnn import cells
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused import tiling
 
 __all__ = [
     "grade_all_gates",
@@ -379,8 +380,8 @@ def grade_all_gates(all_gates, cases=4):
 @grader("does a head fit on chip")
 def grade_shared_bytes(shared_bytes, cases=8):
     """``shared_bytes(head_dim, function, dtype_bytes, block_b) -> int``: the shared memory the fused kernel needs per
-    program, as :func:`gpulab.rnn.tiling.candidates` counts it: ``R_all`` (gate slots x D x D elements, D the head dim
-    padded to the tensor cores' block) plus one [block_b, slots x D] layout-conversion buffer."""
+    program, as :func:`gpulab.rnn.fused.tiling.candidates` counts it: ``R_all`` (gate slots x D x D elements, D the
+    head dim padded to the tensor cores' block) plus one [block_b, slots x D] layout-conversion buffer."""
     require_callable("shared_bytes", shared_bytes)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
@@ -401,10 +402,10 @@ def grade_shared_bytes(shared_bytes, cases=8):
             (g * dh * dh * e + g * bb * dh * e, "pad the head dim to the tensor cores' block first: "
              "D = gpulab.runtime.dot_block(head_dim) (a power of two, at least 16), for R and the buffer alike."),
             (g * d * d * e, "add the layout-conversion buffer: one [block_b, slots x D] tile beside R_all."),
-            (gates * d * d * e + gates * bb * d * e, "the tiles have gpulab.rnn.tiling.slots(function) gate slots "
-             "(the GRU's three recurrent gates are padded to four), not the function's gate count."),
+            (gates * d * d * e + gates * bb * d * e, "the tiles have gpulab.rnn.fused.tiling.slots(function) gate "
+             "slots (the GRU's three recurrent gates are padded to four), not the function's gate count."),
         ], " bytes")  # fmt: skip
-    return f"{len(cases_)} head sizes, functions and dtypes against gpulab.rnn.tiling's count"
+    return f"{len(cases_)} head sizes, functions and dtypes against gpulab.rnn.fused.tiling's count"
 
 
 @grader("bytes of R per forward")

@@ -254,7 +254,7 @@ def _ms(x) -> str:
 
 
 def lesson05() -> str:
-    from gpulab.rnn import benchmark as rnn_bench  # deferred: imports the kernels
+    from gpulab.rnn.fused import benchmark as rnn_bench  # deferred: imports the kernels
 
     path, recs = _newest("05_fused_rnn")
     head = recs[0]
@@ -277,7 +277,7 @@ def lesson05() -> str:
 
 
 def lesson05_split() -> str:
-    from gpulab.rnn import split_report  # deferred: imports the kernels
+    from gpulab.rnn.fused import split_report  # deferred: imports the kernels
 
     rows = split_report.load_split("h100")
     fwd = split_report.time_row(rows, "fused split (chosen)", 768)
@@ -307,7 +307,7 @@ def lesson05_split() -> str:
 
 
 def lesson05_versions() -> str:
-    from gpulab.rnn.versions import report  # deferred: imports the kernels
+    from gpulab.rnn.fused.versions import report  # deferred: imports the kernels
 
     rows = report.load_versions("h100")
     folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
@@ -320,7 +320,7 @@ def lesson05_versions() -> str:
         "```",
         "",
         f"From v1 to v4 the forward gets {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x faster on the eager wall "
-        "clock, every version checked against float64 at full size first (`gpulab/rnn/versions/`, notebook 05 "
+        "clock, every version checked against float64 at full size first (`gpulab/rnn/fused/versions/`, notebook 05 "
         f"section 4b). Raw records: `{path.relative_to(ROOT)}`.",
     ]
     if "b1" in by_v and "b2" in by_v:

@@ -19,8 +19,9 @@ Backends (``backend=``), each a module of its own:
   reference);
 - ``"alternating"`` (:mod:`gpulab.rnn.backends.alternating`): per step one batched product over heads + one Triton
   pointwise kernel; no on-chip limit on the head dim;
-- ``"fused"`` (:mod:`gpulab.rnn.backends.fused`): one persistent Triton kernel for the whole sequence (and one for the
-  backward); fastest, needs R of a head to fit on chip (:mod:`gpulab.rnn.tiling` decides, or says why not).
+- ``"fused"`` (:mod:`gpulab.rnn.fused`): one persistent Triton kernel for the whole sequence (and one for the
+  backward); fastest, needs R of a head on chip, on one SM or split over several (:mod:`gpulab.rnn.fused.plan`
+  chooses, or says why neither fits).
 
 The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at small sizes: fp32 and fp16 there).
 """
@@ -34,9 +35,9 @@ import torch
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import ops
 from gpulab.rnn.backends.alternating import alternating_forward
-from gpulab.rnn.backends.fused import fused_forward
 from gpulab.rnn.backends.vanilla import vanilla_forward
 from gpulab.rnn.functions import RNNFunction, get_function
+from gpulab.rnn.fused.plan import fused_forward
 
 __all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs"]
 

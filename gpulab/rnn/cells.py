@@ -81,7 +81,7 @@ def lstm_cell(i, f, z, o, c):
 @triton.jit
 def lstm_activations(i, f, z, o):
     """The gate activations of :func:`lstm_cell` alone, (sigmoid(i), sigmoid(f), tanh(z), sigmoid(o)): for kernels
-    that save them for the backward (:mod:`gpulab.rnn.backends.fused.forward`)."""
+    that save them for the backward (:mod:`gpulab.rnn.fused.forward`)."""
     return tl.sigmoid(i), tl.sigmoid(f), tanh(z), tl.sigmoid(o)
 
 

@@ -7,7 +7,7 @@
 
 A custom op takes tensors and plain values, not callables: the backend's loops are looked up by name, and "no gates
 saved" is an empty tensor. The outputs are contiguous and in the compute dtype (the fused LSTM keeps its gates in
-:func:`gpulab.rnn.backends.fused.forward.saved_dtype`), which the fakes state exactly.
+:func:`gpulab.rnn.fused.forward.saved_dtype`), which the fakes state exactly.
 :func:`gpulab.rnn.flashrnn` validates its arguments first (the same errors compiled or not) and calls
 :func:`rnn_op` when it is being compiled.
 """
@@ -17,29 +17,17 @@ from __future__ import annotations
 import torch
 
 from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
-from gpulab.rnn.backends.fused.backward import fused_rnn_gradients
-from gpulab.rnn.backends.fused.forward import fused_rnn_forward, saved_dtype
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.tiling import fused_tiling
+from gpulab.rnn.fused.forward import saved_dtype
+from gpulab.rnn.fused.plan import single_sm_forward, single_sm_gradients
 
 __all__ = ["rnn_forward_op", "rnn_backward_op", "rnn_op", "BACKENDS"]
 
 BACKENDS = ("fused", "alternating")
 
-
-def _fused_forward(Wx, R, b, states, function, save_gates):
-    B, _, _, NH, DH = Wx.shape
-    return fused_rnn_forward(Wx, R, b, states, function, save_gates, fused_tiling(B, NH, DH, function, Wx.dtype))
-
-
-def _fused_gradients(d_out, gates, out, states, R, function, d_last):
-    S, B, T, NH, DH = out.shape
-    tiling = fused_tiling(B, NH, DH, function, out.dtype, direction="backward")
-    return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=tiling, d_last=d_last)
-
-
-_FORWARD = {"fused": _fused_forward, "alternating": alternating_rnn_forward}
-_GRADIENTS = {"fused": _fused_gradients, "alternating": alternating_rnn_gradients}
+# the fused backend compiles with its one-SM loops (a split head runs eagerly only)
+_FORWARD = {"fused": single_sm_forward, "alternating": alternating_rnn_forward}
+_GRADIENTS = {"fused": single_sm_gradients, "alternating": alternating_rnn_gradients}
 
 
 @torch.library.custom_op("gpulab::rnn_forward", mutates_args=())

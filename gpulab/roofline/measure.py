@@ -210,6 +210,8 @@ _MATMUL_ROOFS = ("bf16", "fp16", "tf32", "fp32")  # tf32: fp32 storage, TF32 ten
 
 def _roof_dtype(roof: str) -> torch.dtype:
     return torch.float32 if roof == "tf32" else dtypes.as_dtype(roof)
+
+
 _CHECKED_ROWS = 64  # a float64 reference of the whole product would cost more than the benchmark
 
 

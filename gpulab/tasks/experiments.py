@@ -12,7 +12,7 @@
    the Transformer on PyTorch's SDPA as the peer of the course's FlashAttention; one :class:`gpulab.bench.Benchmark`
    whose cases are the models, each model's logits checked against a float64 copy of it before any is timed, then
    both clocks. The LSTM runs the ``fused`` backend where a head's recurrent weights fit on chip
-   (:mod:`gpulab.rnn.tiling`), else ``alternating``; the record says which (``params["backend"]``).
+   (:mod:`gpulab.rnn.fused.tiling`), else ``alternating``; the record says which (``params["backend"]``).
 
 A case that fails is recorded with ``params["error"]`` (and ``ms`` NaN) instead of ending the run, so one
 unsupported configuration cannot cost the others; a throughput check that fails is recorded in ``params["check"]``.

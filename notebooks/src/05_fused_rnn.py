@@ -34,9 +34,12 @@ import torch
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, hardware, roofline, runtime
 from gpulab import rnn
-from gpulab.rnn import alternating, fused_backward, fused_forward, split_report, split_tiling, tiling, vanilla, versions
-from gpulab.rnn.versions import report as versions_report
-from gpulab.rnn import benchmark as rnn_bench
+from gpulab.rnn.backends import alternating, vanilla
+from gpulab.rnn.fused import plan, split_report, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import backward as fused_backward
+from gpulab.rnn.fused import benchmark as rnn_bench
+from gpulab.rnn.fused import forward as fused_forward
+from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.functions import FUNCTIONS
 
 # the flashrnn package imports torch's C++ extension builder, which warns on a machine without CUDA: not our concern
@@ -275,7 +278,7 @@ for function in ("lstm", "gru", "elman"):
 # How each choice was found, and what was dropped: Appendix A.
 
 # %%
-print(inspect.getsource(fused_forward.load_r.fn))
+print(inspect.getsource(tiles.load_r.fn))
 print(inspect.getsource(fused_forward.fused_forward_kernel.fn))
 
 # %%
@@ -292,7 +295,7 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 4b. The forward, version by version
 #
-# The path to that kernel as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before:
+# The path to that kernel as numbered LSTM kernels (`gpulab/rnn/fused/versions/`), each one change on the one before:
 #
 # - **v1**: persistent, $R$ on chip as four tiles $R_g^\top$, four products per step (exercise 5, task 2);
 # - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
@@ -304,7 +307,7 @@ for function in ("lstm", "gru", "elman"):
 # v2's step, the whole change from v1:
 
 # %%
-print(inspect.getsource(versions.v2_all_gates.lstm_step_all_gates.fn))
+print(inspect.getsource(tiles.lstm_step_all_gates.fn))
 for v, note in versions.VERSIONS.items():
     print(f"{v}: {note}")
 
@@ -316,7 +319,7 @@ for v in versions.VERSIONS:
     for (b_, t_, nh_, dh_) in [(3, 3, 2, 16), (17, 2, 1, 32)]:
         args = inputs("lstm", b_, t_, nh_, dh_, seed=4)
         ref = rnn.flashrnn(*(a.double() for a in args), function="lstm", backend="vanilla")
-        got = versions.run(v, *args)
+        got = plan.run_version(v, *args)
         check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 
@@ -409,7 +412,7 @@ for function in ("lstm", "gru", "elman"):
 # %% [markdown]
 # ## 6. Does it fit? Tiling as a small integer constraint problem
 #
-# `gpulab.rnn.tiling` poses it as FlashRNN's "ConstrINT" does: integer unknowns (`block_b`, `num_warps`, $R$ on chip or re-read), constraints from the GPU's spec (registers, shared memory, L1) and an estimated time per step to minimise. The lesson's problem on the H100:
+# `gpulab.rnn.fused.tiling` poses it as FlashRNN's "ConstrINT" does: integer unknowns (`block_b`, `num_warps`, $R$ on chip or re-read), constraints from the GPU's spec (registers, shared memory, L1) and an estimated time per step to minimise. The lesson's problem on the H100:
 
 # %%
 print(tiling.explain(16, 12, 64, "lstm", torch.bfloat16, gpu="H100"))
@@ -424,7 +427,7 @@ try:
     tiling.fused_tiling(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
 except ValueError as exc:
     print("one SM:", exc)
-print("\nthe plan:", split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100", training=True).why)
+print("\nthe plan:", plan.choose(16, 1, 768, "lstm", torch.bfloat16, gpu="H100", training=True).why)
 
 # %% [markdown]
 # ## 6b. One head larger than an SM: the split kernel
@@ -436,7 +439,7 @@ print("\nthe plan:", split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="
 # - **The step's budget** is L2 round trips plus the product, not FLOPs:
 
 # %%
-print(split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100"))
+print(plan.explain(16, 1, 768, "lstm", torch.bfloat16, gpu="H100"))
 
 # %% [markdown]
 # **Check it** in the interpreter (head dim 300, few programs; a launch per step is the barrier), the backward too:
@@ -445,8 +448,8 @@ print(split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100"))
 import dataclasses
 import math
 
-from gpulab.rnn.backends.fused import split as split_fwd
-from gpulab.rnn.backends.fused import split_backward as split_bwd
+from gpulab.rnn.fused import split as split_fwd
+from gpulab.rnn.fused import split_backward as split_bwd
 
 B_, T_, DH_ = 2, 3, 300
 gen = torch.Generator().manual_seed(0)
@@ -496,7 +499,7 @@ if split_rows:
     print(split_report.step_budget(split_rows, 768))
     fig = split_report.plot_split(split_rows)
     plt.show()
-plan_1024 = split_tiling.plan(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", training=True)
+plan_1024 = plan.choose(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", training=True)
 print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
@@ -670,7 +673,7 @@ if stored:
 #
 # **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. An earlier form of the kernel, with four products and separate gate tiles, issued about twice the instructions and barriers per step of the all-gates form; v1 → v2 makes the same change.
 #
-# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.backends.fused.sass` counts a kernel's instructions per step without a GPU.
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
 #
 # **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table of section 4b, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
 #
@@ -683,7 +686,7 @@ if stored:
 #
 # **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate it is one batched product over heads with $K = BT$; $db$ comes out of the same products ($h_{t-1}$ gets a column of ones).
 #
-# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.backends.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, removes about a quarter of the loop's instructions, and makes the backward faster by about as much.
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, removes about a quarter of the loop's instructions, and makes the backward faster by about as much.
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #

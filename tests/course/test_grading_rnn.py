@@ -136,7 +136,7 @@ def test_lstm_backward_step_mistakes_are_named(mistake, message):
 
 def _shared_bytes(head_dim, function, dtype_bytes, block_b, mistake=None):
     from gpulab import runtime
-    from gpulab.rnn import tiling
+    from gpulab.rnn.fused import tiling
 
     g, d = tiling.slots(function), runtime.dot_block(head_dim)
     if mistake == "no padding":
@@ -148,7 +148,7 @@ def _shared_bytes(head_dim, function, dtype_bytes, block_b, mistake=None):
 
 
 def test_shared_bytes_grader(capsys):
-    tiling = pytest.importorskip("gpulab.rnn.tiling")
+    tiling = pytest.importorskip("gpulab.rnn.fused.tiling")
     c = tiling.candidates(16, 12, 64, "lstm", torch.bfloat16, gpu="H100")[0]
     assert _shared_bytes(64, "lstm", 2, c.block_b) == c.shared_bytes  # the exercise counts what the tiling counts
     grading.grade_shared_bytes(_shared_bytes)

@@ -6,12 +6,12 @@ import torch
 
 from gpulab import bench, rnn
 from gpulab.course import grading_ladder, grading_rnn
-from gpulab.rnn import benchmark as rnn_benchmark
-from gpulab.rnn import cells, functions, ladder, split_report, split_tiling, tiling, versions
+from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
-from gpulab.rnn.backends.fused import sass
+from gpulab.rnn.fused import benchmark as rnn_benchmark
+from gpulab.rnn.fused import plan, sass, split_report, split_tiling, tiling
+from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.ladder import plot as ladder_plot
-from gpulab.rnn.versions import report as versions_report
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
 W = rnn.from_torch_lstm(M)
@@ -111,9 +111,12 @@ CASES = [
     ("split_tiling-gpu", lambda: split_tiling.split_tiling(16, 1, 768, gpu="nope"), ValueError, "gpu='nope'"),
     ("split_candidates-head_dim", lambda: split_tiling.split_candidates(16, 1, 7.5), TypeError, "head_dim"),
     ("split_candidates-function", lambda: split_tiling.split_candidates(16, 1, 768, "rnn"), ValueError, "function="),
-    ("plan-dtype", lambda: split_tiling.plan(16, 1, 768, dtype="x"), ValueError, "dtype='x'"),
-    ("plan-training", lambda: split_tiling.plan(16, 1, 768, training="yes"), TypeError, "training"),
-    ("explain_plan-num_heads", lambda: split_tiling.explain_plan(16, 0, 768), ValueError, "num_heads"),
+    ("choose-dtype", lambda: plan.choose(16, 1, 768, dtype="x"), ValueError, "dtype='x'"),
+    ("choose-training", lambda: plan.choose(16, 1, 768, training="yes"), TypeError, "training"),
+    ("explain-num_heads", lambda: plan.explain(16, 0, 768), ValueError, "num_heads"),
+    ("explain_split-head_dim", lambda: split_tiling.explain_split(16, 1, 0), ValueError, "head_dim"),
+    ("kernel-training", lambda: plan.kernel(16, 12, 64, training=1), TypeError, "training"),
+    ("kernel-batch", lambda: plan.kernel(0, 12, 64), ValueError, "batch"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
     ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
     ("split_path-record", lambda: split_report.split_path("h100", record="splits"), ValueError, "record must be"),
@@ -123,20 +126,20 @@ CASES = [
     ("backward_table-rows", lambda: split_report.backward_table("rows"), TypeError, "rows must be"),
     ("training_rows-rows", lambda: split_report.training_rows(None), TypeError, "rows must be"),
     (
-        "versions.run-version",
-        lambda: versions.run("v0", None, None, None, None),
+        "run_version-version",
+        lambda: plan.run_version("v0", None, None, None, None),
         ValueError,
         "version='v0' is not supported",
     ),
     (
-        "versions.run_training-version",
-        lambda: versions.run_training("v4", None, None, None, None),
+        "run_training-version",
+        lambda: plan.run_training("v4", None, None, None, None),
         ValueError,
         "version='v4' is not supported",
     ),
     (
-        "versions.run_training-shapes",
-        lambda: versions.run_training(
+        "run_training-shapes",
+        lambda: plan.run_training(
             "b1",
             torch.zeros(2, 3, 4, 1, 16),
             torch.zeros(4, 1, 8, 8),

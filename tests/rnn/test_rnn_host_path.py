@@ -5,14 +5,14 @@ input (a bad call after good ones with another signature is still refused)."""
 import pytest
 import torch
 
-import gpulab.rnn.backends.fused as fused
 from gpulab import launch, rnn, runtime
 from gpulab.rnn import api
+from gpulab.rnn.fused import plan, tiling
 
 
 def test_tiles_and_checks_are_chosen_once_per_signature(monkeypatch, make_inputs):
     calls = {"tiling": 0, "checks": 0}
-    real_tiling, real_checks = fused.fused_tiling, api.check_inputs
+    real_tiling, real_checks = tiling.fused_tiling, api.check_inputs
 
     def counting_tiling(*args, **kwargs):
         calls["tiling"] += 1
@@ -22,9 +22,9 @@ def test_tiles_and_checks_are_chosen_once_per_signature(monkeypatch, make_inputs
         calls["checks"] += 1
         return real_checks(*args, **kwargs)
 
-    monkeypatch.setattr(fused, "fused_tiling", counting_tiling)
+    monkeypatch.setattr(tiling, "fused_tiling", counting_tiling)
     monkeypatch.setattr(api, "check_inputs", counting_checks)
-    fused._tilings.cache_clear()
+    plan.clear_cache()
     api._CHECKED.clear()
     Wx, R, b, s = (t.to(runtime.device) for t in make_inputs("lstm", 2, 3, 1, 16))
     first = rnn.flashrnn(Wx, R, b, s, backend="fused")

@@ -151,18 +151,18 @@ def test_a_failing_case_is_recorded_not_raised(monkeypatch):
 
 
 def test_lstm_falls_back_to_alternating_when_fused_does_not_fit(monkeypatch):
-    from gpulab.rnn.backends import fused
+    from gpulab.rnn.fused import plan
 
     def refuse(*args, **kwargs):
         raise ValueError("the fused forward kernel cannot hold head dim 16 (test)")
 
-    fused._tilings.cache_clear()
-    monkeypatch.setattr(fused, "plan", refuse)
+    plan.clear_cache()
+    monkeypatch.setattr(plan, "choose", refuse)
     model, backend, note = experiments._lstm("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=1)
     assert backend == "alternating" and "fused backend refused" in note and "head dim 16" in note
     assert all(block.mixer.backend == "alternating" for block in model.blocks)
     monkeypatch.undo()
-    fused._tilings.cache_clear()
+    plan.clear_cache()
     model, backend, note = experiments._lstm("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=2)
     assert backend == "fused" and note == ""
 

@@ -9,7 +9,7 @@ pre-activations), what is left needs no time loop:
 
 In one pass (:func:`parameter_grads`: the ``alternating`` backend, and the ``fused`` one for a sequence it does not
 cut), or piece by piece in time (:func:`gate_products`, summed in fp32 beside the fused backward kernel on a second
-stream, :mod:`gpulab.rnn.backends.fused.backward`), where h_{t-1} gets a column of ones so that one product per
+stream, :mod:`gpulab.rnn.fused.backward`), where h_{t-1} gets a column of ones so that one product per
 piece gives db too.
 
 At a few rows (a short sequence, a small batch) the GPU's work is microseconds, and the cost is the host's: the

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpulab import bench, roofline, runtime
+from gpulab import bench, dtypes, roofline, runtime
 from gpulab.rnn.ladder.steps import BEYOND_ARTICLE
 
 __all__ = ["plot_ladder", "plot_roofline", "short_dtype", "find", "result_dtypes"]
 
 
 def short_dtype(dtype) -> str:
-    """fp32, fp16, bf16 for a dtype or its name."""
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(dtype).replace("torch.", ""), "?")
+    """fp32, fp16, bf16 for a dtype or its name (:func:`gpulab.dtypes.short`); '?' for anything else."""
+    try:
+        return dtypes.short(str(dtype).removeprefix("torch."))
+    except ValueError:
+        return "?"
 
 
 def find(results, dtype, step, mode):

@@ -294,10 +294,10 @@ grading.grade_lstm_backward_step(step)
 # ## Task 5: does a head fit on one SM?
 #
 # The fused kernel keeps a head's recurrent weights on chip for the whole sequence. Count what one program needs in
-# shared memory, as `gpulab.rnn.tiling` does: `shared_bytes(head_dim, function, dtype_bytes, block_b) -> int`.
+# shared memory, as `gpulab.rnn.fused.tiling` does: `shared_bytes(head_dim, function, dtype_bytes, block_b) -> int`.
 #
 # **Spec.** The tensor cores work on blocks, so the head dim is padded to $D$ = `gpulab.runtime.dot_block(head_dim)`
-# (a power of two, at least 16). The kernels hold all gates side by side: $g$ = `gpulab.rnn.tiling.slots(function)`
+# (a power of two, at least 16). The kernels hold all gates side by side: $g$ = `gpulab.rnn.fused.tiling.slots(function)`
 # gate slots (4 for the LSTM and the GRU, whose three recurrent gates are padded to four; 1 for Elman). Shared memory
 # holds $R_\text{all}$, $g \cdot D \cdot D$ elements, and one layout-conversion buffer of $[B_\text{tile}, g D]$
 # elements (`block_b` rows), each element `dtype_bytes` bytes.
@@ -316,7 +316,7 @@ grading.grade_lstm_backward_step(step)
 def shared_bytes(head_dim, function, dtype_bytes, block_b):
     ### BEGIN SOLUTION
     from gpulab import runtime
-    from gpulab.rnn import tiling
+    from gpulab.rnn.fused import tiling
 
     g, d = tiling.slots(function), runtime.dot_block(head_dim)
     return g * d * d * dtype_bytes + g * block_b * d * dtype_bytes
@@ -329,7 +329,7 @@ grading.grade_shared_bytes(shared_bytes)
 
 # %% [markdown]
 # With the H100's 227 KB of shared memory per block, which LSTM head dims fit in bf16 with 16-row tiles? The cell
-# below asks your function; `gpulab.rnn.tiling.explain` shows the full constraint problem (registers too).
+# below asks your function; `gpulab.rnn.fused.tiling.explain` shows the full constraint problem (registers too).
 
 # %%
 from gpulab import hardware

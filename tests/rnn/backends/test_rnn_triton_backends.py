@@ -70,6 +70,6 @@ GRID = [
 @pytest.mark.parametrize("B, T, DH, NH", GRID)
 def test_gpu_grid(B, T, DH, NH, function, backend, dtype, make_inputs, run_case):
     # A head whose R does not fit one SM (fp32 at head dim 128) runs on the fused backend's multi-program kernel
-    # (gpulab.rnn.split_tiling, issue 17) rather than being refused: checked like every other case.
+    # (gpulab.rnn.fused.split_tiling, issue 17) rather than being refused: checked like every other case.
     with runtime.poisoning(True):  # every output NaN-filled first: an element never written fails
         run_case(backend, function, B, T, NH, DH, dtype=dtype)

@@ -1,10 +1,10 @@
-"""gpulab.rnn.tiling: the fused kernels' tile chooser, for every GPU in the spec table (CPU only)."""
+"""gpulab.rnn.fused.tiling: the fused kernels' tile chooser, for every GPU in the spec table (CPU only)."""
 
 import pytest
 import torch
 
 from gpulab import hardware
-from gpulab.rnn import tiling
+from gpulab.rnn.fused import tiling
 
 
 @pytest.mark.parametrize("gpu", sorted(hardware.SPECS))

@@ -15,7 +15,7 @@ forward states; a mismatch is recorded, not raised). Records stored before the h
    ``torch.nn.LSTM`` (cuDNN, dense 768, fp16 and bf16, which also does the input projection) beside
    ``gpulab.rnn.LSTM`` (12 heads, fused, input projection included);
 2. batch sweep 1..256 (forward and forward+backward, vanilla forward only): where does ``alternating`` catch up?
-3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :func:`gpulab.rnn.split_tiling.plan` finds a tiling;
+3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :func:`gpulab.rnn.fused.plan.choose` finds a tiling;
 4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused split over several SMs, lesson 5 part 2; alternating beside it).
 
 FLOPs are the recurrence's ``2 B T G_r NH DH^2`` per pass (x3 for forward+backward: dh and dR); bytes are what a
@@ -34,13 +34,9 @@ import torch
 
 from gpulab import bench, check, dtypes, roofline, runtime
 from gpulab.rnn.api import flashrnn
-from gpulab.rnn.backends.fused.backward import fused_backward_kernel
-from gpulab.rnn.backends.fused.forward import fused_forward_kernel
-from gpulab.rnn.backends.fused.split import split_forward_kernel
-from gpulab.rnn.backends.fused.split_backward import split_backward_kernel
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused import plan
 from gpulab.rnn.module import LSTM
-from gpulab.rnn.split_tiling import plan
 
 __all__ = ["benchmark", "problem_inputs", "summary_table", "targets", "plot_results", "plot_roofline", "MAIN"]
 
@@ -121,22 +117,17 @@ def _check_first(out, ref):
     return {"rel_err": check.assert_close_drifting(out, ref, name="states")}
 
 
-def _fused_kernel(sweep, B, T, NH, DH, dtype, training):
+def fused_kernel(sweep, B, T, NH, DH, dtype, training):
     """The kernel whose registers the fused provider's record reports: the one the chooser runs for this problem
-    (the backward's when training; None where a split forward trains through the ``alternating`` backward)."""
-    chosen = plan(B, NH, DH, "lstm", dtype, training=training)
-    if chosen.kind == "single":
-        return fused_backward_kernel if training else fused_forward_kernel
-    if not training:
-        return split_forward_kernel
-    return split_backward_kernel if chosen.backward is not None else None
+    (:func:`gpulab.rnn.fused.plan.kernel`)."""
+    return plan.kernel(B, NH, DH, "lstm", dtype, training=training)
 
 
 def _does_not_fit(B, NH, DH, dtype, training) -> str | None:
     """Why the fused backend cannot run this problem (None when it can: on one SM per head, or split over several,
-    as :func:`gpulab.rnn.split_tiling.plan` chooses)."""
+    as :func:`gpulab.rnn.fused.plan.choose` chooses)."""
     try:
-        plan(B, NH, DH, "lstm", dtype, training=training)
+        plan.choose(B, NH, DH, "lstm", dtype, training=training)
     except ValueError as exc:
         return f"does not fit: {exc}"
     return None
@@ -201,7 +192,7 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
                 provider_params={name: OURS[name] for name in ours},
                 skip=lambda provider, training=training, **x: _skip_ours(provider, **x, dtype=dtype, training=training),
                 kernels={
-                    "gpulab fused": lambda training=training, **x: _fused_kernel(**x, dtype=dtype, training=training)
+                    "gpulab fused": lambda training=training, **x: fused_kernel(**x, dtype=dtype, training=training)
                 },
                 **common,
             )
@@ -419,10 +410,6 @@ def _main_problem(results) -> dict:
     return dict(MAIN)
 
 
-def _short(dtype) -> str:
-    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(dtype), str(dtype))
-
-
 def plot_results(results):
     """Three panels: the main problem (ms per implementation), the batch sweep and the head-dim sweep (ns per step);
     the roofline is :func:`plot_roofline`'s own figure."""
@@ -434,7 +421,7 @@ def plot_results(results):
     ax = axes[0]
     main = [r for r in results if r.params.get("sweep") in ("main", "dense") and r.ms == r.ms]
     labels = [
-        f"{r.case} {r.params['pass']}{' graph' if r.params.get('mode') == 'graph' else ''} {_short(r.dtype)}"
+        f"{r.case} {r.params['pass']}{' graph' if r.params.get('mode') == 'graph' else ''} {dtypes.short(r.dtype)}"
         for r in main
     ]
     ax.barh(range(len(main)), [r.ms for r in main], color=["C1" if "gpulab fused" in c else "C0" for c in labels])

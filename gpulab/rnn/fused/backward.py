@@ -16,28 +16,26 @@ What you will learn:
       dWx      = dG (its input gates)                           no work at all: the same tensor
 
   Accumulating dR inside the kernel would need another G_r * DH * DH fp32 values per program on chip: at DH = 128
-  that is 256 KB, the whole register file of an SM, on top of R itself (see :mod:`gpulab.rnn.tiling`).
+  that is 256 KB, the whole register file of an SM, on top of R itself (see :mod:`gpulab.rnn.fused.tiling`).
 - **Recompute what is cheap, store what is not.** For the LSTM the forward saved the gate *activations* i', f', z',
   o' (fp16 for 16-bit dtypes: bounded values, finer than bf16 near 1); the backward recomputes c_t = f' c_{t-1} +
-  i' z' and one tanh per unit. (Saving pre-activations instead costs five special-function instructions per unit
-  and step; on the H100 that barely mattered, since the kernel's time is the chain, not those.) GRU and
-  Elman save pre-activations, and the cells' backward functions (:mod:`gpulab.rnn.cells`) recompute from them.
+  i' z' and one tanh per unit instead of five special-function instructions per unit and step. GRU and Elman save
+  pre-activations, and the cells' backward functions (:mod:`gpulab.rnn.cells`) recompute from them.
 - **Use the SMs the recurrence leaves idle.** The kernel runs one program per head and batch tile: 12 of the H100's
   132 SMs at the lesson's problem. :func:`fused_rnn_gradients` cuts the sequence into pieces in time, runs the
   kernel on them last to first (each launch starts from the previous one's carried dh, dc), and computes each
   finished piece's share of dR and db on a second CUDA stream while the kernel works on the next piece: only the
   first piece's products are left when the kernel ends (one cut, at T/8: :data:`CUTS`).
 - **Check what the compiler made of the product.** dG is assembled from the gate tiles with ``tl.join``; from that,
-  Triton 3.6 picked a k-by-4 register layout for the operand and reordered R's fragments to match with ~170 register
-  moves per step and warp. :func:`gpulab.triton_ops.dot_operand` hides dG's origin and removes them (count the
-  loop's instructions with :mod:`gpulab.rnn.backends.fused.sass`; ``tests/rnn/backends/fused/test_rnn_compiled.py``
-  checks the operand layout).
+  Triton picks a k-by-4 register layout for the operand and reorders R's fragments to match with register moves
+  on every step. :func:`gpulab.triton_ops.dot_operand` hides dG's origin and removes them (count the loop's
+  instructions with :mod:`gpulab.rnn.fused.sass`; ``tests/rnn/fused/test_rnn_compiled.py`` checks the operand
+  layout).
 - **No copies of the incoming gradient.** dL/d(last states) enters as the initial value of the carried dh (and dc)
   instead of being added into a copy of dL/d(all states).
 - **Prefetch without waiting** (as in the forward, :mod:`.forward`): step t-1's inputs are loaded
   during step t, right after step t's own inputs were unpacked, into the same variables, and 16-bit data travels
-  as 32-bit words. Nsight Compute's stall sampling on the H100 found the wait this removes among the backward's
-  largest stalls (``scripts/rnn_ncu.sh``).
+  as 32-bit words.
 
 Per step t (all fp32; the cell backward functions hold the math):
 
@@ -59,7 +57,6 @@ import triton.language as tl
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
 from gpulab.rnn.backends.parameter_grads import (
     PAD,
     gate_gradients_to_parameters,
@@ -69,7 +66,8 @@ from gpulab.rnn.backends.parameter_grads import (
 )
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.tiling import fused_tiling
+from gpulab.rnn.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
+from gpulab.rnn.fused.tiling import fused_tiling
 from gpulab.triton_ops import dot, dot_operand, loaded_f32, word_pointer
 
 __all__ = [
@@ -78,8 +76,6 @@ __all__ = [
     "fused_rnn_gradients",
     "pieces",
     "CUTS",
-    "gate_gradients_to_parameters",  # re-exported: the parameter products (gpulab.rnn.backends.parameter_grads)
-    "previous_h_ones",
 ]
 
 

@@ -12,22 +12,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from gpulab.rnn.backends.fused.tiles import gate_columns, load_r, split_gates
-from gpulab.rnn.cells import lstm_activations
-from gpulab.triton_ops import dot, tanh
+from gpulab.rnn.fused.tiles import gate_columns, load_r, lstm_step_all_gates
 
-__all__ = ["v2_kernel", "lstm_step_all_gates"]
-
-
-@triton.jit
-def lstm_step_all_gates(h, c, x, rt, bias, IS_FP32: tl.constexpr, PRECISION: tl.constexpr, BLOCK_B: tl.constexpr,
-                        DH: tl.constexpr):  # fmt: skip
-    """One LSTM step from the all-gates input x = Wx_t (fp32 [BLOCK_B, 4 DH]): (h_t, c_t), fp32 [BLOCK_B, DH]."""
-    pre = dot(h.to(rt.dtype), rt, IS_FP32, PRECISION) + x + bias  # [BLOCK_B, 4 DH]: every gate at once
-    i, f, z, o = split_gates(pre, BLOCK_B, DH, 4)
-    i, f, z, o = lstm_activations(i, f, z, o)
-    c = f * c + i * z
-    return o * tanh(c), c
+__all__ = ["v2_kernel"]
 
 
 @triton.jit

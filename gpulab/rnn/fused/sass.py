@@ -1,6 +1,6 @@
 """Compile the fused RNN kernels for sm_90 without a GPU and count the instructions of their time loop.
 
-    python -m gpulab.rnn.backends.fused.sass [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
+    python -m gpulab.rnn.fused.sass [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
 
 Triton compiles for a target it is told about (``GPUTarget("cuda", 90, 32)``) without a driver, and its bundled
 ``cuobjdump`` disassembles the cubin: so the SASS of a kernel's time loop (its instruction mix, barriers, loads and
@@ -24,14 +24,12 @@ import subprocess
 import sys
 import tempfile
 
-import torch
 import triton
 from triton.backends.compiler import GPUTarget
 
-from gpulab import runtime
-from gpulab.rnn.backends.fused.backward import fused_backward_kernel
-from gpulab.rnn.backends.fused.forward import fused_forward_kernel
-from gpulab.rnn.tiling import fused_tiling
+from gpulab import dtypes, runtime
+from gpulab.rnn.fused.plan import KERNELS
+from gpulab.rnn.fused.tiling import fused_tiling
 
 __all__ = [
     "compile_kernel",
@@ -49,7 +47,7 @@ __all__ = [
 # Run in the fresh process: claim a GPU before gpulab decides (kernels are compiled, never launched), then probe.
 _BOOTSTRAP = (
     "import sys, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.rnn.backends.fused import sass; sys.exit(sass.main(sys.argv[1:]))"
+    "from gpulab.rnn.fused import sass; sys.exit(sass.main(sys.argv[1:]))"
 )
 
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -121,7 +119,7 @@ def forward(dh, warps, save_gates, dtype="bf16", **extra):
                  PRECISION="ieee")  # fmt: skip
     const.update(extra)
     sig.update({k: "constexpr" for k in const})
-    return compile_kernel(fused_forward_kernel, sig, const, warps)
+    return compile_kernel(KERNELS["forward"], sig, const, warps)
 
 
 def backward(dh, warps, dtype="bf16", **extra):
@@ -138,7 +136,7 @@ def backward(dh, warps, dtype="bf16", **extra):
                  PRECISION="ieee")  # fmt: skip
     const.update(extra)
     sig.update({k: "constexpr" for k in const})
-    return compile_kernel(fused_backward_kernel, sig, const, warps)
+    return compile_kernel(KERNELS["backward"], sig, const, warps)
 
 
 STEPS_PER_LOOP = {"v1": 1, "v2": 1, "v3": 2, "v4": 2}
@@ -146,16 +144,14 @@ STEPS_PER_LOOP = {"v1": 1, "v2": 1, "v3": 2, "v4": 2}
 
 
 def version(v, dh=64, warps=4, dtype="bf16"):
-    """Lesson 5's forward version ``v`` ('v1' ... 'v4', :mod:`gpulab.rnn.versions`) compiled for sm_90 (LSTM,
+    """Lesson 5's forward version ``v`` ('v1' ... 'v4', :mod:`gpulab.rnn.fused.versions`) compiled for sm_90 (LSTM,
     BLOCK_B = 16); v4 is the package's fused forward without saved gates."""
     runtime.one_of("v", v, tuple(STEPS_PER_LOOP))
     dh, warps = runtime.positive_int("dh", dh), _warps("warps", warps)
     runtime.one_of("dtype", dtype, _DTYPES)
     if v == "v4":
         return forward(dh, warps, False, dtype)
-    from gpulab.rnn import versions
-
-    kernel = {"v1": versions.v1_kernel, "v2": versions.v2_kernel, "v3": versions.v3_kernel}[v]
+    kernel = KERNELS[v]
     sig = {n: f"*{dtype}" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr")}
     sig.update({n: "i32" for n in ("B", "T", "NH")})
     const = dict(DH=dh, BLOCK_B=16, IS_FP32=dtype == "fp32", PRECISION="ieee")
@@ -241,7 +237,7 @@ def run_offline(argv, cwd=None, timeout=600) -> subprocess.CompletedProcess:
         raise runtime.ArgumentTypeError(f"cwd must be a folder path (str or Path) or None, got {type(cwd).__name__}.")
     timeout = runtime.finite_float("timeout", timeout, positive=True)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
-    root = str(pathlib.Path(__file__).resolve().parents[4])  # the directory that holds the gpulab package
+    root = str(pathlib.Path(__file__).resolve().parents[3])  # the directory that holds the gpulab package
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-c", _BOOTSTRAP, *map(str, argv)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or root, env=env, timeout=timeout)
@@ -267,13 +263,13 @@ def main(argv=None):
     p.add_argument("--save-gates", action="store_true")
     p.add_argument("--dh", type=int, default=64)
     p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--dtype", default="bf16", choices=_DTYPES)
     p.add_argument("--dump", default=None, help="write TTGIR, PTX and the loop's SASS here")
     p.add_argument("--set", nargs="*", default=[], help="extra constexprs, NAME=int")
     a = p.parse_args(argv)
     extra = {k: int(v) for k, v in (kv.split("=") for kv in a.set)}
     tag = "".join(f"_{k}{v}" for k, v in extra.items())
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
+    tdt = dtypes.as_dtype(a.dtype)
     if a.which == "versions":  # one JSON line per forward version: its loop's instructions per step and warp
         import json
 

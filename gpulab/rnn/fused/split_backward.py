@@ -8,10 +8,10 @@ exchange* decides what crosses L2 every step. The gradient reaching h_{t-1} thro
 Split the head by units as the forward does: program p owns units U_p (``BLOCK_U`` of them), runs their cell
 backward, and so produces dG_t[:, U_p]. Two ways to finish the product:
 
-1. *Exchange dG* (this kernel's first version): every program reads all of dG_t (G x DH values per batch row) and
-   multiplies it by R's columns of its units. It reads G = 4 times the forward's bytes per step, and the tile it
-   reads must pass through shared memory to become a tensor-core operand: on the H100 the product and its
-   exchange took 3.6 of a 5.1 us step (``benchmarks/05_fused_rnn/split/*-parts.jsonl``).
+1. *Exchange dG* (this kernel's first version; :mod:`gpulab.rnn.fused.versions` notes its measured step): every
+   program reads all of dG_t (G x DH values per batch row) and multiplies it by R's columns of its units. It reads
+   G = 4 times the forward's bytes per step, and the tile it reads must pass through shared memory to become a
+   tensor-core operand.
 2. *Exchange partial sums of dh* (this kernel): program p holds R's *rows* of its units, R[:, U_p, :]
    [G * BLOCK_U, DH], and pushes its share of every unit's gradient, ``dG_t[:, U_p] @ R[:, U_p, :]`` [BLOCK_B, DH]
    (accumulated in fp32, stored in the compute dtype as the forward stores h), to L2; after the barrier it reads
@@ -50,12 +50,11 @@ import triton.language as tl
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused.split import barrier_counter
-from gpulab.rnn.backends.fused.tiles import gate_columns, join_gates, split_gates
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.split_tiling import split_tiling
+from gpulab.rnn.fused.split_tiling import split_tiling
+from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, split_gates
 from gpulab.triton_ops import dot, dot_operand
 
 __all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients"]
@@ -261,7 +260,7 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
     """The reverse-time loop: ``(dG [T, B, G_b, NH, DH] time-major, d_states [S, B, 1, NH, DH])``.
 
     ``gates`` are the pre-activations the split forward saved; ``d_last`` dL/d(last states) or None;
-    ``persistent`` as in :func:`gpulab.rnn.backends.fused.split.split_rnn_forward`.
+    ``persistent`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward`.
     """
     if persistent is None:
         persistent = not runtime.INTERPRET

@@ -1,11 +1,11 @@
-"""One head on several SMs: how many programs share a head, and the plan that picks one SM or several.
+"""One head on several SMs: how many programs share a head, and with which tiles.
 
-What you will learn: when R of one head does not fit one SM (:mod:`gpulab.rnn.tiling` says so: one head of 768
+What you will learn: when R of one head does not fit one SM (:mod:`gpulab.rnn.fused.tiling` says so: one head of 768
 needs 4.7 MB for an LSTM in bf16, an SM holds 227 KB), the head can still stay on chip, spread over P programs on
 P SMs. Program p owns ``block_u`` hidden units of the head, *all gates* of them, and so the slice of R that
 produces them: R_p^T [DH, G * block_u], held on chip for the whole sequence. Every step each program needs the
 whole h_{t-1} (every unit feeds every gate) but produces only its units of h_t, so the programs exchange h through
-L2 and wait for each other at a grid barrier once per step (:mod:`gpulab.rnn.backends.fused.split`).
+L2 and wait for each other at a grid barrier once per step (:mod:`gpulab.rnn.fused.split`).
 
 The unknowns (beside those of the one-SM chooser): ``block_u`` in {8, 16, 32, 64} units per program (so
 P = ceil(DH / block_u)); ``block_k``, the width of the chunks R_p^T is held in (at most :data:`MAX_CHUNKS` chunks,
@@ -24,8 +24,8 @@ L2's bandwidth) + streaming the R slice from shared memory into the tensor cores
 programs read less h in total but each streams more R; lesson 5's records sweep block_u on the H100 against this
 estimate.
 
-:func:`plan` is the chooser the ``fused`` backend asks: one SM per (head, batch tile) whenever that fits (no
-barrier at all), else the best split, else a ValueError naming the alternative.
+Whether a problem runs on one SM per head or split is :func:`gpulab.rnn.fused.plan.choose`'s decision (one SM
+whenever that fits: no barrier at all).
 """
 
 from __future__ import annotations
@@ -37,16 +37,14 @@ import math
 import torch
 
 from gpulab import dtypes, hardware, runtime
-from gpulab.rnn import tiling
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused import tiling
 
 __all__ = [
     "SplitTiling",
-    "Plan",
     "split_candidates",
     "split_tiling",
-    "plan",
-    "explain_plan",
+    "explain_split",
     "BLOCK_U",
     "NUM_WARPS",
     "MAX_CHUNKS",
@@ -78,8 +76,8 @@ otherwise. The estimate does not model warps, and it prices the backward's extra
 ``scripts/probe_split_candidates.py`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
 ``scripts/probe_split_backward.py`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
 16 units and 4 warps, where the estimate picks 32 units; at 256, 512 and 768 (B16; 768 also B32) 16 units and 8
-warps (at 256 2.26 ms where the estimate's 2 warps took 2.56). The chooser takes the best-scored fitting candidate
-of that block_u and warps, on Hopper GPUs only."""
+warps (at 256 the estimate's 2 warps were slower; the records hold the times). The chooser takes the best-scored
+fitting candidate of that block_u and warps, on Hopper GPUs only."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,19 +103,6 @@ class SplitTiling:
         return {"num_warps": self.num_warps, "num_stages": 1}
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What the ``fused`` backend runs for one problem: ``kind`` 'single' (:class:`gpulab.rnn.tiling.FusedTiling`,
-    one program per head and batch tile) or 'split' (:class:`SplitTiling`), and why. ``backward``: for a split
-    planned for training, the backward's :class:`SplitTiling`, or None where no split backward fits (the
-    ``alternating`` backward then runs)."""
-
-    kind: str
-    tiling: object
-    why: str
-    backward: object = None
-
-
 def chunking(head_dim: int) -> tuple[int, int]:
     """``(block_k, chunks)``: the fewest power-of-two chunks (>= 16 wide, at most :data:`MAX_CHUNKS`) that cover
     ``head_dim`` with the least padding, then the fewest chunks; e.g. 768 -> (256, 3), 300 -> (128, 3),
@@ -137,7 +122,7 @@ def chunking(head_dim: int) -> tuple[int, int]:
 def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, direction="forward"):
     """Every (block_u, block_b, num_warps) of a split head with its resources, estimate and verdict.
 
-    ``direction`` 'backward': the reverse-time kernel (:mod:`gpulab.rnn.backends.fused.split_backward`) holds the
+    ``direction`` 'backward': the reverse-time kernel (:mod:`gpulab.rnn.fused.split_backward`) holds the
     same bytes of R (the rows of its units), multiplies [block_b, G * block_u] by [G * block_u, block_k] per chunk,
     and exchanges partial sums of dh (in the compute dtype): each program writes block_b x DH values and reads as
     many (DH / block_u shares of its block_u units), all in flight at once; block_u must be at least 16 (a
@@ -219,36 +204,8 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     )
 
 
-def plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False) -> Plan:
-    """One SM per (head, batch tile) when the forward (and, when ``training``, the backward) fit; else the head
-    split over several SMs (:func:`split_tiling`); else a ValueError naming the alternative."""
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be True or False, got {training!r}.")
-    dirs = ("forward", "backward") if training else ("forward",)
-    spec = hardware.spec(gpu)
-    if all(tiling.fits(batch, num_heads, head_dim, function, dtype, spec, d) for d in dirs):
-        single = tiling.fused_tiling(batch, num_heads, head_dim, function, dtype, spec, "forward")
-        why = f"R of a head ({single.r_bytes // 1024} KB) fits one SM beside its tiles: no barrier needed"
-        return Plan("single", single, why)
-    split = split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
-    need = tiling.slots(function) * head_dim * head_dim * torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
-    why = (
-        f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
-        f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
-        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
-    )
-    back = None
-    if training:
-        try:
-            back = split_tiling(batch, num_heads, head_dim, function, dtype, gpu, direction="backward")
-            why += f"; backward over {back.split} programs of {back.block_u} units"
-        except ValueError:
-            why += "; no split backward fits: the alternating backward runs"
-    return Plan("split", split, why, back)
-
-
-def explain_plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:
-    """The split candidates as a table, and the plan with its reason."""
+def explain_split(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:
+    """The split candidates as a table: tiles, programs, registers, shared memory, estimated step, verdict."""
     spec = hardware.spec(gpu)
     lines = [
         f"split head, {function}, B={batch} NH={num_heads} DH={head_dim} "
@@ -262,9 +219,4 @@ def explain_plan(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
             f"{c.block_u:7d} {c.split:4d} {c.block_b:7d} {c.num_warps:5d} {c.programs:5d} {c.registers_per_thread:5d} "
             f"{c.shared_bytes / 1024:7.1f} {score}  " + ("fits" if c.fits else c.reason)
         )
-    try:
-        p = plan(batch, num_heads, head_dim, function, dtype, spec)
-        lines.append(f"plan: {p.kind} ({p.why})")
-    except ValueError as exc:
-        lines.append(f"none fits: {exc}")
     return "\n".join(lines)

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from gpulab import check, hardware, rnn, runtime
-from gpulab.rnn import split_tiling
-from gpulab.rnn.backends.fused import split
+from gpulab.rnn.fused import plan, split, split_tiling, tiles
 
 FUNCTIONS = ["lstm", "gru", "elman"]
 
@@ -45,7 +44,7 @@ def test_fused_backend_runs_a_head_past_one_sm_and_trains_through_it(run_case):
     """flashrnn(backend='fused') plans a split for one head of 300 (fp32: R is 1.4 MB for an LSTM) and every
     gradient is right (split forward, split backward, parameter products; each function's kernels are checked
     alone below)."""
-    assert split_tiling.plan(2, 1, 300, "lstm", torch.float32, training=True).kind == "split"
+    assert plan.choose(2, 1, 300, "lstm", torch.float32, training=True).kind == "split"
     run_case("fused", "lstm", 2, 2, 1, 300)
 
 
@@ -72,7 +71,7 @@ def test_plan_for_every_gpu_is_a_fit_or_a_clear_refusal(gpu):
     dtype = torch.bfloat16 if spec.has_bf16 else torch.float16
     for dh in (64, 256, 384, 512, 768, 1024):
         try:
-            p = split_tiling.plan(16, 1, dh, "lstm", dtype, gpu=spec, training=True)
+            p = plan.choose(16, 1, dh, "lstm", dtype, gpu=spec, training=True)
         except ValueError as exc:
             assert dh >= 256 and "backend='alternating'" in str(exc) and spec.name in str(exc)
             continue
@@ -85,12 +84,12 @@ def test_plan_for_every_gpu_is_a_fit_or_a_clear_refusal(gpu):
 
 
 def test_h100_splits_one_head_of_768_and_says_why():
-    p = split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
+    p = plan.choose(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
     assert p.kind == "split" and "does not fit one SM" in p.why
     assert p.tiling.programs <= 132 and p.tiling.block_k * p.tiling.chunks == 768
-    text = split_tiling.explain_plan(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
+    text = plan.explain(16, 1, 768, "lstm", torch.bfloat16, gpu="H100")
     assert "block_u" in text and "plan: split" in text and "per block" in text  # a refused candidate says why
-    assert split_tiling.plan(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").kind == "single"
+    assert plan.choose(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").kind == "single"
 
 
 def test_measured_tilings_win_on_hopper_only():
@@ -117,7 +116,7 @@ def test_measured_tilings_win_on_hopper_only():
 
 def test_refusal_when_nothing_fits_names_the_alternative():
     with pytest.raises(ValueError, match=r"head dim 4096.*backend='alternating'"):
-        split_tiling.plan(16, 1, 4096, "lstm", torch.float32, gpu="H100")
+        plan.choose(16, 1, 4096, "lstm", torch.float32, gpu="H100")
     with pytest.raises(ValueError, match="resident at once"):  # an L4 has 58 SMs: 768 units need more programs
         split_tiling.split_tiling(16, 1, 768, "lstm", torch.bfloat16, gpu="L4")
 
@@ -132,7 +131,7 @@ def test_fused_backend_refuses_what_no_split_holds():
 
 def test_barrier_counter_is_one_per_device_and_program_count():
     dev = torch.device(runtime.device)
-    a, b, c = split.barrier_counter(dev, 96), split.barrier_counter(dev, 96), split.barrier_counter(dev, 48)
+    a, b, c = tiles.barrier_counter(dev, 96), tiles.barrier_counter(dev, 96), tiles.barrier_counter(dev, 48)
     assert a is b and a is not c and a.dtype == torch.int64 and int(a) == 0
 
 
@@ -159,7 +158,7 @@ def test_split_forward_and_backward_match_float64(function, B, T, DH, make_input
     """The split forward (every state of every step, the last states, from random initial states; outputs
     poisoned first) and every gradient (Wx, R, b, initial states) of the split backward, with a gradient on every
     state and on the last states, against float64 autograd through the vanilla backend."""
-    from gpulab.rnn.backends.fused import split_backward
+    from gpulab.rnn.fused import split_backward
 
     inputs = make_inputs(function, B, T, 1, DH, device=runtime.device, seed=DH + T)
     block_u = 128 if DH > 512 else 64  # 6 programs at 768, 5 at 300: a real split, quick in the interpreter
@@ -188,7 +187,7 @@ def test_split_forward_and_backward_match_float64(function, B, T, DH, make_input
 
 def test_fused_backend_trains_a_split_head_through_the_split_backward():
     """The plan for training a head past one SM carries a split backward; elman at DH 300 end to end."""
-    p = split_tiling.plan(2, 1, 300, "elman", torch.float32, training=True)
+    p = plan.choose(2, 1, 300, "elman", torch.float32, training=True)
     assert p.kind == "split" and p.backward is not None and p.backward.block_u >= 16 and "backward over" in p.why
 
 
@@ -198,7 +197,7 @@ def test_fused_backend_trains_a_split_head_through_the_split_backward():
 def test_persistent_split_backward_on_gpu(function, DH, make_inputs):
     """The barrier backward at full size (B = 16, T = 64, bf16) equals its per-step launches bit for bit, and its
     gradients match float64 norm-wise within bf16's tolerance."""
-    from gpulab.rnn.backends.fused import split_backward
+    from gpulab.rnn.fused import split_backward
 
     inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
     out, last, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True)

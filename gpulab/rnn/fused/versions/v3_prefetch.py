@@ -13,8 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from gpulab.rnn.backends.fused.tiles import gate_columns, load_r
-from gpulab.rnn.versions.v2_all_gates import lstm_step_all_gates
+from gpulab.rnn.fused.tiles import gate_columns, load_r, lstm_step_all_gates
 from gpulab.triton_ops import loaded_f32, word_pointer
 
 __all__ = ["v3_kernel"]

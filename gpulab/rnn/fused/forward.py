@@ -18,22 +18,19 @@ What you will learn:
     tiles beat many small ones. The gates come apart again with ``reshape``/``permute``/``split``, which costs
     nothing: in the tensor cores' output layout a thread already holds all G gates of its units.
   * *prefetch two steps ahead, for real*: the load of Wx_{t+2} is issued at step t, right after Wx_t was moved into
-    the product's layout (its registers are free from then on, which beat issuing it after the product), so
-    memory latency (about one step) never stalls the chain. Two details decide whether the compiled
-    loop actually waits: (1) the loop is unrolled by two and each step of a pair loads into its *own* variable:
-    written as a rotation (``x = x_next; x_next = x_after; x_after = load(...)``) the back edge copies the fresh
-    registers and the copy waits for the load in the step that issued it; (2) 16-bit data is loaded and carried as
-    32-bit words (two values each, :func:`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded
-    word in halves in the step of the load, with the same wait. Nsight Compute's stall sampling on the H100 found
-    that one wait among the forward's largest stalls (``scripts/rnn_ncu.sh``; the timings are in lesson 5's
-    records);
+    the product's layout (its registers are free from then on), so memory latency (about one step) never stalls
+    the chain. Two details decide whether the compiled loop actually waits: (1) the loop is unrolled by two and
+    each step of a pair loads into its *own* variable: written as a rotation (``x = x_next; x_next = x_after;
+    x_after = load(...)``) the back edge copies the fresh registers and the copy waits for the load in the step
+    that issued it; (2) 16-bit data is loaded and carried as 32-bit words (two values each, :func:`unpack_pairs`):
+    carried as 16-bit elements, the compiler splits each loaded word in halves in the step of the load, with the
+    same wait (versions v2 and v3 of :mod:`gpulab.rnn.fused.versions` show the difference);
   * *one-instruction activations* for 16-bit dtypes on the GPU: ``tanh.approx.f32`` (and sigmoid(x) =
     (1 + tanh(x / 2)) / 2) instead of exp + an IEEE division: five special-function instructions per unit instead
     of ten. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
     cells of :mod:`gpulab.rnn.cells`. The 1/2 inside the sigmoid is folded into R, Wx and b once
     (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (count the loop's
-    instructions with :mod:`gpulab.rnn.backends.fused.sass`). A tempting further step does not pay:
-    ``tanh.approx.f16x2`` (two values per instruction) compiles to two special-function instructions on sm_90.
+    instructions with :mod:`gpulab.rnn.fused.sass`).
 
 - **Write only what the backward needs.** Besides the outputs (all states), when a gradient is needed G_b values per
   unit and step: for the LSTM the gate *activations* i', f', z', o' (the backward then recomputes one tanh per unit
@@ -62,7 +59,9 @@ import triton.language as tl
 from gpulab import dtypes, runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused.tiles import (
+from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused.tiles import (
     cell_tanh,
     fast_activations,
     gate_columns,
@@ -72,9 +71,7 @@ from gpulab.rnn.backends.fused.tiles import (
     lstm_activations_approx,
     split_gates,
 )
-from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
-from gpulab.rnn.functions import get_function
-from gpulab.rnn.tiling import fused_tiling
+from gpulab.rnn.fused.tiling import fused_tiling
 from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
 __all__ = ["fused_forward_kernel", "fused_rnn_forward", "saved_dtype"]
@@ -167,7 +164,7 @@ def fused_forward_kernel(
     bias = tl.load(b_ptr + slot * HD + n * DH + j, mask=(slot < G_B) & (j < DH), other=0.0).to(tl.float32)[None, :]
     bias = bias * scale
     # R_all^T of this head [BLOCK_D, G * BLOCK_D], loaded once (R_ON_CHIP), or re-read every step (from L1 at best;
-    # it is staged through shared memory either way, so gpulab.rnn.tiling keeps it on chip whenever it fits).
+    # it is staged through shared memory either way, so gpulab.rnn.fused.tiling keeps it on chip whenever it fits).
     rt = 0.0  # (re-read in every step when not R_ON_CHIP)
     if R_ON_CHIP:
         rt = (load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, True).to(tl.float32) * scale).to(r_ptr.dtype.element_ty)
@@ -238,7 +235,7 @@ def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
     Inputs as :func:`gpulab.rnn.flashrnn` takes them, already validated and in one compute dtype (contiguous copies
     are made if needed). ``gates`` [B, T, G_b, NH, DH] are what the backward needs: for the LSTM the gate activations
     (i', f', z', o', in :func:`saved_dtype`), for GRU and Elman the pre-activations (bias included).
-    ``tiling``: a :class:`gpulab.rnn.tiling.FusedTiling` (default: :func:`gpulab.rnn.tiling.fused_tiling`).
+    ``tiling``: a :class:`gpulab.rnn.fused.tiling.FusedTiling` (default: :func:`gpulab.rnn.fused.tiling.fused_tiling`).
     """
     fn = get_function(function)
     Wx, R, b, states = (t.contiguous() for t in (Wx, R, b, states))

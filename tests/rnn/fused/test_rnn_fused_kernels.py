@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn import tiling
-from gpulab.rnn.backends.fused import backward as fused_backward
-from gpulab.rnn.backends.fused import forward as fused_forward
+from gpulab.rnn.fused import backward as fused_backward
+from gpulab.rnn.fused import forward as fused_forward
+from gpulab.rnn.fused import tiling
 
 
 def test_fused_forward_is_one_launch_and_saves_gates_only_for_training(monkeypatch, make_inputs):

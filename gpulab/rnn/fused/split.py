@@ -17,11 +17,11 @@ What you will learn:
   program count: every earlier launch added programs x barriers) plus the arrivals of programs already waiting at
   the first barrier, never all of them; step t's barrier then waits for ``base + (t + 1) * programs``. That stays
   right across launches and CUDA-graph replays as long as every launch on a counter has the same number of
-  programs and they do not overlap (:func:`barrier_counter` keeps one counter per device, stream and program
-  count).
+  programs and they do not overlap (:func:`gpulab.rnn.fused.tiles.barrier_counter` keeps one counter per device,
+  stream and program count).
 - **Everyone resident, or no launch.** A program spinning for one that never started would wait forever, so the
   launch is cooperative (``launch_cooperative_grid=True``): the driver starts the grid only if all of it fits on the
-  GPU at once (:mod:`gpulab.rnn.split_tiling` checks the same thing before launch and says why not).
+  GPU at once (:mod:`gpulab.rnn.fused.split_tiling` checks the same thing before launch and says why not).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
   the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
@@ -35,8 +35,8 @@ and gru, 1 for elman; gate layout and cells as in :mod:`.forward`):
     store h_t (the next step's exchange), c_t, the pre-activations (when training)
     barrier
 
-The saved gates are pre-activations (as the ``alternating`` backend saves them), so the ``alternating`` backward
-trains through this forward until the split backward exists.
+The saved gates are pre-activations (as the ``alternating`` backend saves them): :mod:`.split_backward` reads them,
+and so does the ``alternating`` backward where no split backward fits.
 """
 
 from __future__ import annotations
@@ -48,7 +48,11 @@ import triton.language as tl
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused.tiles import (
+from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
+from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused.split_tiling import split_tiling
+from gpulab.rnn.fused.tiles import (
+    barrier_counter,
     cell_tanh,
     fast_activations,
     gate_columns,
@@ -56,12 +60,9 @@ from gpulab.rnn.backends.fused.tiles import (
     lstm_activations_approx,
     split_gates,
 )
-from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
-from gpulab.rnn.functions import get_function
-from gpulab.rnn.split_tiling import split_tiling
 from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
-__all__ = ["split_forward_kernel", "split_rnn_forward", "barrier_counter"]
+__all__ = ["split_forward_kernel", "split_rnn_forward"]
 
 
 @triton.jit
@@ -242,28 +243,15 @@ def split_forward_kernel(
         tl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
 
 
-_COUNTERS: dict = {}
-
-
-def barrier_counter(device: torch.device, programs: int) -> torch.Tensor:
-    """The grid barrier's int64 counter for launches of ``programs`` programs on ``device``'s current stream: made
-    zero once and never reset (see the module docstring), so CUDA-graph replays find it consistent."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream, programs)
-    counter = _COUNTERS.get(key)
-    if counter is None:
-        counter = _COUNTERS[key] = torch.zeros(1, dtype=torch.int64, device=device)
-    return counter
-
-
 def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling=None, persistent=None):
     """The split-head forward: ``(states_all, states_last, gates or None)``; inputs as for
-    :func:`gpulab.rnn.backends.fused.forward.fused_rnn_forward` (validated, one compute dtype). ``gates`` are the
+    :func:`gpulab.rnn.fused.forward.fused_rnn_forward` (validated, one compute dtype). ``gates`` are the
     pre-activations [B, T, G_b, NH, DH] in the compute dtype.
 
     ``persistent``: one launch for all steps with a grid barrier (default on a GPU), or one launch per step
     (default in the interpreter, where a barrier cannot work; asking for ``persistent=True`` there raises).
-    ``tiling``: a :class:`gpulab.rnn.split_tiling.SplitTiling` (default: :func:`~gpulab.rnn.split_tiling.split_tiling`).
+    ``tiling``: a :class:`gpulab.rnn.fused.split_tiling.SplitTiling` (default:
+    :func:`~gpulab.rnn.fused.split_tiling.split_tiling`).
     """
     if persistent is None:
         persistent = not runtime.INTERPRET

@@ -1,4 +1,5 @@
-"""Lesson 5's benchmark (gpulab.rnn.benchmark) on the declarative harness: a tiny CPU run and the records' layout."""
+"""Lesson 5's benchmark (gpulab.rnn.fused.benchmark) on the declarative harness: a tiny CPU run and the records'
+layout."""
 
 import json
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from gpulab import bench, runtime
-from gpulab.rnn import benchmark as rb
+from gpulab.rnn.fused import benchmark as rb
 
 
 @pytest.fixture(autouse=True)
@@ -76,16 +77,16 @@ def test_states_check_allows_rounding_drift_not_wrong_elements():
 
 
 def test_fused_records_report_the_kernel_the_chooser_runs():
-    from gpulab.rnn.backends.fused.backward import fused_backward_kernel
-    from gpulab.rnn.backends.fused.forward import fused_forward_kernel
-    from gpulab.rnn.backends.fused.split import split_forward_kernel
-    from gpulab.rnn.backends.fused.split_backward import split_backward_kernel
+    from gpulab.rnn.fused.backward import fused_backward_kernel
+    from gpulab.rnn.fused.forward import fused_forward_kernel
+    from gpulab.rnn.fused.split import split_forward_kernel
+    from gpulab.rnn.fused.split_backward import split_backward_kernel
 
     small = {"sweep": "main", "B": 2, "T": 4, "NH": 2, "DH": 16, "dtype": torch.float32}
-    assert rb._fused_kernel(**small, training=False) is fused_forward_kernel
-    assert rb._fused_kernel(**small, training=True) is fused_backward_kernel
+    assert rb.fused_kernel(**small, training=False) is fused_forward_kernel
+    assert rb.fused_kernel(**small, training=True) is fused_backward_kernel
     one_head = {**small, "NH": 1, "DH": 768, "dtype": torch.bfloat16}  # past one SM: the split kernels
-    assert rb._fused_kernel(**one_head, training=False) is split_forward_kernel
-    assert rb._fused_kernel(**one_head, training=True) is split_backward_kernel
+    assert rb.fused_kernel(**one_head, training=False) is split_forward_kernel
+    assert rb.fused_kernel(**one_head, training=True) is split_backward_kernel
     fp32_head = {**small, "NH": 1, "DH": 1024}  # no split backward fits: it trains through alternating
-    assert rb._fused_kernel(**fp32_head, training=True) is None
+    assert rb.fused_kernel(**fp32_head, training=True) is None

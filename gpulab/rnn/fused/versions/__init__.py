@@ -1,17 +1,18 @@
 """Lesson 5's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
-llm.c's ``dev/cuda``): read them in order, run them with :func:`run`, time them with ``scripts/probe_versions.py``.
+llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused.plan.run_version`, time them with
+``scripts/probe_versions.py`` (the records, under ``benchmarks/05_fused_rnn/versions/``, hold every time).
 
 - v1 (:mod:`.v1_per_gate`): the persistent kernel; R on chip as one tile per gate, four products per step;
 - v2 (:mod:`.v2_all_gates`): all gates in one tile, one product per step;
 - v3 (:mod:`.v3_prefetch`): the input loaded two steps ahead, in 32-bit words, the loop unrolled by two;
 - v4: one-instruction activations with the 1/2 of the sigmoid folded into R, Wx and b (16-bit on a GPU; elsewhere
-  the exact cell): the package's ``fused`` forward (:mod:`gpulab.rnn.backends.fused.forward`, which also runs GRU
-  and Elman, tiles the batch and keeps R off chip where it must);
+  the exact cell): the package's ``fused`` forward (:mod:`gpulab.rnn.fused.forward`, which also runs GRU and Elman,
+  tiles the batch and keeps R off chip where it must);
 - v5: one head over several SMs, a grid barrier per step, for heads whose R does not fit one SM: the split kernel
-  (:mod:`gpulab.rnn.backends.fused.split`).
+  (:mod:`gpulab.rnn.fused.split`).
 
 The backward (section 5 of the lesson) is one reverse-time kernel; its versions are what runs around it
-(:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`run_training`):
+(:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`gpulab.rnn.fused.plan.run_training`):
 
 - b1: the kernel (dh, dc carried on chip, the gate gradients dG written), then dR, db and dWx as products after it,
   on one stream;
@@ -19,14 +20,30 @@ The backward (section 5 of the lesson) is one reverse-time kernel; its versions 
   computed on a second stream, on the SMs the kernel leaves idle (the package's fused backward);
 - b3: one head over several SMs, a grid barrier per step (the package's split backward), after v5.
 
+What the H100 said along the way (the records hold the times):
+
+- v3: Nsight Compute's stall sampling (``scripts/rnn_ncu.sh``, ``scripts/profile_versions.py``) found the wait
+  that v3's two details remove (the loop's back edge copying a fresh load, 16-bit words split in the step of their
+  load) among the forward's largest stalls, and the same wait in the backward, which prefetches the same way;
+- v4: issuing the prefetch right after Wx_t is in the product's layout beat issuing it after the product (except at
+  DH 128, at the register cap); a further step, ``tanh.approx.f16x2`` (two values per instruction), does not pay:
+  it compiles to two special-function instructions on sm_90;
+- b2: the cut at T/8 beat T/4 and T/2; saving the LSTM's activations rather than its pre-activations (one tanh
+  recomputed per unit instead of five special functions) barely mattered: the step's time is its dependent chain;
+  Triton 3.6 gave dG, assembled with ``tl.join``, a k-by-4 operand layout and reordered R's fragments with about
+  170 register moves per step and warp, which ``gpulab.triton_ops.dot_operand`` removes;
+- b3: its first version exchanged dG through L2 every step, and the product and its exchange took 3.6 of a 5.1 us
+  step (``benchmarks/05_fused_rnn/split/*-parts.jsonl``); the present one exchanges partial sums of dh (the
+  ``partials`` record times both).
+
 Every version takes ``(Wx, R, b, states)`` as :func:`gpulab.rnn.flashrnn` does (LSTM, one compute dtype) and returns
 ``(states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``. v1 to v3 need a head dim that is a power of two
-of at least 16 and keep R on chip; v4 and v5 choose their tiles as the package does.
+of at least 16 and keep R on chip; v4 and v5 choose their tiles as the package does. This package holds the
+versions' descriptions, their input check and the launch v1 to v3 share; :mod:`gpulab.rnn.fused.plan` chooses
+between the versions.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 import triton
@@ -34,12 +51,8 @@ import triton
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
-from gpulab.rnn.backends.fused import backward as fused_backward
-from gpulab.rnn.versions.v1_per_gate import v1_kernel
-from gpulab.rnn.versions.v2_all_gates import v2_kernel
-from gpulab.rnn.versions.v3_prefetch import v3_kernel
 
-__all__ = ["VERSIONS", "BACKWARD_VERSIONS", "run", "run_training"]
+__all__ = ["VERSIONS", "BACKWARD_VERSIONS", "BLOCK_B", "check_inputs", "launch"]
 
 VERSIONS = {
     "v1": "persistent kernel, R on chip, one product per gate",
@@ -57,11 +70,11 @@ BACKWARD_VERSIONS = {
 }
 """Backward version -> what it changes (forward+backward: after v4, or v5 for b3)."""
 
-_KERNELS = {"v1": v1_kernel, "v2": v2_kernel, "v3": v3_kernel}
-BLOCK_B = 16
+BLOCK_B = 16  # batch rows per program of v1 to v3
 
 
-def _check(Wx, R, b, states):
+def check_inputs(Wx, R, b, states):
+    """An LSTM problem as every version takes it, or a ValueError (TypeError) naming the argument."""
     for name, t in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
         if not isinstance(t, torch.Tensor):
             raise runtime.ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
@@ -78,55 +91,19 @@ def _check(Wx, R, b, states):
             raise ValueError(f"{name} has dtype {t.dtype}, Wx {Wx.dtype}: give every input the compute dtype.")
 
 
-def run(version: str, Wx, R, b, states):
-    """Run lesson 5's forward ``version`` ('v1' ... 'v5') on an LSTM problem; returns ``(states_all, states_last)``."""
-    runtime.one_of("version", version, tuple(VERSIONS))
-    _check(Wx, R, b, states)
-    if version == "v4":
-        from gpulab.rnn.backends.fused.forward import fused_rnn_forward
-
-        return fused_rnn_forward(Wx, R, b, states, "lstm", save_gates=False)[:2]
-    if version == "v5":
-        from gpulab.rnn.backends.fused.split import split_rnn_forward
-
-        return split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=False)[:2]
+def launch(kernel, Wx, R, b, states):
+    """Launch one of v1 to v3's kernels (they share their arguments) over the grid (heads, batch tiles); returns
+    ``(states_all, states_last)``. Inputs checked by :func:`check_inputs`."""
     B, T, _, NH, DH = Wx.shape
     if DH < 16 or DH & (DH - 1):
-        raise ValueError(f"{version} needs a head dim that is a power of two >= 16, got {DH}; v4 takes any head dim.")
+        raise ValueError(f"v1 to v3 need a head dim that is a power of two >= 16, got {DH}; v4 takes any head dim.")
     Wx, R, b, states = (t.contiguous() for t in (Wx, R, b, states))
     out = new_output(2, B, T, NH, DH, dtype=Wx.dtype, device=Wx.device)
     last = new_output(2, B, 1, NH, DH, dtype=Wx.dtype, device=Wx.device)
     ints = (B, T, NH)
-    launch = cached_launch(_KERNELS[version], (NH, triton.cdiv(B, BLOCK_B)), dict(
+    run = cached_launch(kernel, (NH, triton.cdiv(B, BLOCK_B)), dict(
         DH=DH, BLOCK_B=BLOCK_B, IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype),
     ), ints)  # fmt: skip
     tensors = (Wx, R, b, states, out, last)
-    launch(direct_stream(Wx.device) if aligned(*tensors) else None, *tensors, *ints)
+    run(direct_stream(Wx.device) if aligned(*tensors) else None, *tensors, *ints)
     return out, last
-
-
-@contextlib.contextmanager
-def _one_piece():
-    """The fused backward in one piece on one stream (b1): no time cuts, so no second stream."""
-    saved = fused_backward.MIN_PIECE_STEPS
-    fused_backward.MIN_PIECE_STEPS = 1 << 62
-    try:
-        yield
-    finally:
-        fused_backward.MIN_PIECE_STEPS = saved
-
-
-def run_training(version: str, Wx, R, b, states):
-    """Forward and backward of the LSTM with backward ``version`` ('b1', 'b2', 'b3'), gradients of ``sum(states_all)``
-    with respect to every input: returns ``(dWx, dR, db, dstates)``. b1 and b2 run after v4 (their heads fit one
-    SM), b3 after v5. The inputs are detached copies that require gradients. Not thread-safe: b1 turns the package's
-    time cuts off for the duration of the call."""
-    runtime.one_of("version", version, tuple(BACKWARD_VERSIONS))
-    _check(Wx, R, b, states)
-    from gpulab.rnn.api import flashrnn  # deferred: the package's autograd path (the versions' kernels need none)
-
-    leaves = [t.detach().requires_grad_(True) for t in (Wx, R, b, states)]
-    context = _one_piece() if version == "b1" else contextlib.nullcontext()
-    with context:
-        out, _ = flashrnn(*leaves, function="lstm", backend="fused")
-        return torch.autograd.grad(out.sum(), leaves)

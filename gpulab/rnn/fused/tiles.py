@@ -10,7 +10,9 @@ of gate ``slot``):
 - :func:`split_gates` / :func:`join_gates`: an all-gates tile to G tiles [BLOCK_B, BLOCK_D] and back (free in the
   tensor cores' output layout);
 - :func:`gate_scale`, :func:`lstm_activations_approx`, :func:`cell_tanh`: the one-instruction activations of 16-bit
-  kernels on the GPU (:func:`fast_activations` decides), exact cells otherwise.
+  kernels on the GPU (:func:`fast_activations` decides), exact cells otherwise;
+- :func:`lstm_step_all_gates`: one LSTM step from all-gates tiles with the exact cell (versions v2 and v3);
+- :func:`barrier_counter`: the grid barrier's counter of the split kernels (host side).
 
 Generic helpers (the product with its precision, packed 16-bit loads, ``dot_operand``, ``tanh_approx``) live in
 :mod:`gpulab.triton_ops`.
@@ -23,7 +25,8 @@ import triton
 import triton.language as tl
 
 from gpulab import dtypes, runtime
-from gpulab.triton_ops import tanh, tanh_approx
+from gpulab.rnn.cells import lstm_activations
+from gpulab.triton_ops import dot, tanh, tanh_approx
 
 __all__ = [
     "fast_activations",
@@ -34,6 +37,8 @@ __all__ = [
     "gate_scale",
     "lstm_activations_approx",
     "cell_tanh",
+    "lstm_step_all_gates",
+    "barrier_counter",
 ]
 
 
@@ -119,3 +124,28 @@ def cell_tanh(x, FAST: tl.constexpr):
         return tanh_approx(x)
     else:
         return tanh(x)
+
+
+@triton.jit
+def lstm_step_all_gates(h, c, x, rt, bias, IS_FP32: tl.constexpr, PRECISION: tl.constexpr, BLOCK_B: tl.constexpr,
+                        DH: tl.constexpr):  # fmt: skip
+    """One LSTM step from the all-gates input x = Wx_t (fp32 [BLOCK_B, 4 DH]): (h_t, c_t), fp32 [BLOCK_B, DH]."""
+    pre = dot(h.to(rt.dtype), rt, IS_FP32, PRECISION) + x + bias  # [BLOCK_B, 4 DH]: every gate at once
+    i, f, z, o = split_gates(pre, BLOCK_B, DH, 4)
+    i, f, z, o = lstm_activations(i, f, z, o)
+    c = f * c + i * z
+    return o * tanh(c), c
+
+
+_COUNTERS: dict = {}
+
+
+def barrier_counter(device: torch.device, programs: int) -> torch.Tensor:
+    """The grid barrier's int64 counter for launches of ``programs`` programs on ``device``'s current stream: made
+    zero once and never reset (see :mod:`gpulab.rnn.fused.split`), so CUDA-graph replays find it consistent."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream, programs)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = torch.zeros(1, dtype=torch.int64, device=device)
+    return counter

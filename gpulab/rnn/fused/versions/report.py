@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from gpulab import bench, runtime
-from gpulab.rnn.versions import BACKWARD_VERSIONS, VERSIONS
+from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table"]  # fmt: skip
@@ -101,14 +101,14 @@ def plot_versions(results, ax=None):
 
 
 def load_sass(dh: int = 64, root=None) -> list[dict]:
-    """The versions' compiled loops at head dim ``dh`` (``python -m gpulab.rnn.backends.fused.sass versions``, sm_90,
+    """The versions' compiled loops at head dim ``dh`` (``python -m gpulab.rnn.fused.sass versions``, sm_90,
     bf16, 4 warps; no GPU needed): one dict per version, counts per time step and warp."""
     dh = runtime.positive_int("dh", dh)
     folder = bench.results_dir(root).joinpath(*_FOLDER, "sass")
     files = sorted(folder.glob(f"sm90-dh{dh}-*.jsonl"))
     if not files:
         raise FileNotFoundError(
-            f"no SASS counts at dh={dh} in {folder}; run `python -m gpulab.rnn.backends.fused.sass versions --dh {dh}`"
+            f"no SASS counts at dh={dh} in {folder}; run `python -m gpulab.rnn.fused.sass versions --dh {dh}`"
             f" > {folder}/sm90-dh{dh}-bf16-w4.jsonl (no GPU needed)."
         )
     with files[-1].open() as fh:

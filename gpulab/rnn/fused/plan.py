@@ -1,0 +1,224 @@
+"""The ``fused`` backend's one chooser: which kernel runs a problem, with which tiles; and the numbered versions.
+
+- :func:`choose`: one program per (head, batch tile), R of the head on one SM (:mod:`.forward`, :mod:`.backward`,
+  tiles from :mod:`.tiling`) whenever the forward (and, when training, the backward) fit; else the head split over
+  several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`),
+  where no split backward fits training runs the ``alternating`` backward
+  (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split forward
+  saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the choice.
+- :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
+  tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
+- :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops with the chooser's tiles, which the
+  custom ops of :mod:`gpulab.rnn.ops` run under ``torch.compile``.
+- :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 5's benchmark reports its registers);
+  :data:`KERNELS`: every kernel of the family by name (:mod:`.sass` compiles them without a GPU).
+- Lesson 5's numbered versions (:mod:`.versions`, off the package's path): :func:`run_version` (forward v1 ... v5)
+  and :func:`run_training` (backward b1 ... b3; b1 switches the backward's time cuts off).
+
+Rule of the rooms: this is the only module that imports several kernels of the family; a kernel module imports
+helpers below it (:mod:`.tiles`, :mod:`.tiling`, :mod:`gpulab.rnn.cells`, :mod:`gpulab.triton_ops`), never another
+kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import torch
+
+from gpulab import dtypes, hardware, runtime
+from gpulab.rnn.backends.alternating import alternating_rnn_gradients
+from gpulab.rnn.backends.autograd import TritonRNN
+from gpulab.rnn.fused import backward, split_tiling, tiling, versions
+from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
+from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
+from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
+from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_gradients
+from gpulab.rnn.fused.versions.v1_per_gate import v1_kernel
+from gpulab.rnn.fused.versions.v2_all_gates import v2_kernel
+from gpulab.rnn.fused.versions.v3_prefetch import v3_kernel
+
+__all__ = [
+    "Plan",
+    "choose",
+    "explain",
+    "fused_forward",
+    "single_sm_forward",
+    "single_sm_gradients",
+    "kernel",
+    "KERNELS",
+    "run_version",
+    "run_training",
+    "clear_cache",
+]
+
+KERNELS = {
+    "forward": fused_forward_kernel,
+    "backward": fused_backward_kernel,
+    "split": split_forward_kernel,
+    "split_backward": split_backward_kernel,
+    "v1": v1_kernel,
+    "v2": v2_kernel,
+    "v3": v3_kernel,
+}
+"""Every ``@triton.jit`` kernel of lesson 5 by name: the package's four and the forward versions v1 ... v3 (v4 is
+``'forward'``, v5 ``'split'``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the ``fused`` backend runs for one problem: ``kind`` 'single' (``tiling`` a
+    :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile) or 'split' (a
+    :class:`gpulab.rnn.fused.split_tiling.SplitTiling`), and why. ``backward``, for a plan made for training: the
+    backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split'), or None where no split backward fits
+    (the ``alternating`` backward then runs)."""
+
+    kind: str
+    tiling: object
+    why: str
+    backward: object = None
+
+
+def _element_size(dtype) -> int:
+    return torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size()
+
+
+def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False) -> Plan:
+    """One SM per (head, batch tile) when the forward (and, when ``training``, the backward) fit; else the head
+    split over several SMs (:func:`gpulab.rnn.fused.split_tiling.split_tiling`); else a ValueError naming the
+    alternative."""
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be True or False, got {training!r}.")
+    dirs = ("forward", "backward") if training else ("forward",)
+    spec = hardware.spec(gpu)
+    if all(tiling.fits(batch, num_heads, head_dim, function, dtype, spec, d) for d in dirs):
+        single = tiling.fused_tiling(batch, num_heads, head_dim, function, dtype, spec, "forward")
+        back = tiling.fused_tiling(batch, num_heads, head_dim, function, dtype, spec, "backward") if training else None
+        why = f"R of a head ({single.r_bytes // 1024} KB) fits one SM beside its tiles: no barrier needed"
+        return Plan("single", single, why, back)
+    split = split_tiling.split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
+    need = tiling.slots(function) * head_dim * head_dim * _element_size(dtype)
+    why = (
+        f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
+        f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
+        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
+    )
+    back = None
+    if training:
+        try:
+            back = split_tiling.split_tiling(batch, num_heads, head_dim, function, dtype, gpu, direction="backward")
+            why += f"; backward over {back.split} programs of {back.block_u} units"
+        except ValueError:
+            why += "; no split backward fits: the alternating backward runs"
+    return Plan("split", split, why, back)
+
+
+def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:
+    """The split candidates as a table (:func:`gpulab.rnn.fused.split_tiling.explain_split`), and the choice with its
+    reason."""
+    text = split_tiling.explain_split(batch, num_heads, head_dim, function, dtype, gpu)
+    try:
+        p = choose(batch, num_heads, head_dim, function, dtype, hardware.spec(gpu))
+        return f"{text}\nplan: {p.kind} ({p.why})"
+    except ValueError as exc:
+        return f"{text}\nnone fits: {exc}"
+
+
+def fused_forward(Wx, R, b, states, function="lstm"):
+    """The ``fused`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype).
+
+    Chooses first (:func:`choose`) so an unsupported size fails before any work.
+    """
+    B, _, _, NH, DH = Wx.shape
+    training = torch.is_grad_enabled() and (
+        Wx.requires_grad or R.requires_grad or b.requires_grad or states.requires_grad
+    )
+    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training)
+    return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
+
+
+@functools.lru_cache(maxsize=256)
+def _loops(B, NH, DH, function, dtype, device, training):
+    """The forward loop and (when training) the backward loop of one problem with their tiles bound, chosen once:
+    the tile choosers weigh every candidate, too slow to repeat on every call."""
+    chosen = choose(B, NH, DH, function, dtype, training=training)
+    if chosen.kind == "split":
+        run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling)
+        if not training:
+            return run_forward, None
+        if chosen.backward is None:
+            return run_forward, alternating_rnn_gradients
+        return run_forward, functools.partial(split_rnn_gradients, tiling=chosen.backward)
+    run_forward = functools.partial(fused_rnn_forward, tiling=chosen.tiling)
+    if not training:
+        return run_forward, None
+    return run_forward, functools.partial(fused_rnn_gradients, tiling=chosen.backward)
+
+
+def clear_cache() -> None:
+    """Forget the loops chosen per problem (:func:`fused_forward` chooses again on its next call)."""
+    _loops.cache_clear()
+
+
+def single_sm_forward(Wx, R, b, states, function, save_gates):
+    """The one-SM forward loop with the chooser's tiles: ``(states_all, states_last, gates or None)``."""
+    B, _, _, NH, DH = Wx.shape
+    return fused_rnn_forward(Wx, R, b, states, function, save_gates, tiling.fused_tiling(B, NH, DH, function, Wx.dtype))
+
+
+def single_sm_gradients(d_out, gates, out, states, R, function, d_last):
+    """The one-SM backward with the chooser's tiles: ``(dWx, dR, db, d_states)``."""
+    S, B, T, NH, DH = out.shape
+    tiles = tiling.fused_tiling(B, NH, DH, function, out.dtype, direction="backward")
+    return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=tiles, d_last=d_last)
+
+
+def kernel(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False):
+    """The ``@triton.jit`` kernel :func:`choose` launches for this problem: the backward's when ``training`` (None
+    where a split forward trains through the ``alternating`` backward)."""
+    chosen = choose(batch, num_heads, head_dim, function, dtype, gpu, training=training)
+    if chosen.kind == "single":
+        return KERNELS["backward" if training else "forward"]
+    if not training:
+        return KERNELS["split"]
+    return KERNELS["split_backward"] if chosen.backward is not None else None
+
+
+def run_version(version: str, Wx, R, b, states):
+    """Run lesson 5's forward ``version`` ('v1' ... 'v5', :data:`gpulab.rnn.fused.versions.VERSIONS`) on an LSTM
+    problem; returns ``(states_all, states_last)``. v1 to v3 need a head dim that is a power of two >= 16; v4 (the
+    package's one-SM forward) and v5 (the split forward) choose their tiles as the package does."""
+    runtime.one_of("version", version, tuple(versions.VERSIONS))
+    versions.check_inputs(Wx, R, b, states)
+    if version == "v4":
+        return fused_rnn_forward(Wx, R, b, states, "lstm", save_gates=False)[:2]
+    if version == "v5":
+        return split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=False)[:2]
+    return versions.launch(KERNELS[version], Wx, R, b, states)
+
+
+@contextlib.contextmanager
+def _one_piece():
+    """The one-SM backward in one piece on one stream (b1): no time cuts, so no second stream."""
+    saved = backward.MIN_PIECE_STEPS
+    backward.MIN_PIECE_STEPS = 1 << 62
+    try:
+        yield
+    finally:
+        backward.MIN_PIECE_STEPS = saved
+
+
+def run_training(version: str, Wx, R, b, states):
+    """Forward and backward of the LSTM with backward ``version`` ('b1', 'b2', 'b3',
+    :data:`gpulab.rnn.fused.versions.BACKWARD_VERSIONS`), gradients of ``sum(states_all)`` with respect to every
+    input: returns ``(dWx, dR, db, dstates)``. The loops are :func:`choose`'s (b1 and b2 where a head fits one SM,
+    b3 where it is split); the inputs are detached copies that require gradients. Not thread-safe: b1 turns the
+    backward's time cuts off for the duration of the call."""
+    runtime.one_of("version", version, tuple(versions.BACKWARD_VERSIONS))
+    versions.check_inputs(Wx, R, b, states)
+    leaves = [t.detach().requires_grad_(True) for t in (Wx, R, b, states)]
+    with _one_piece() if version == "b1" else contextlib.nullcontext():
+        out, _ = fused_forward(*leaves, function="lstm")
+        return torch.autograd.grad(out.sum(), leaves)
