@@ -351,8 +351,8 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
     dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
     dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
-    if plan.empty:
-        return dq, dk, dv
+    if plan.empty:  # no queries or no keys: O does not depend on q, k, v (it is empty or 0), so every gradient is 0
+        return dq.zero_(), dk.zero_(), dv.zero_()
     if not plan.contiguous:
         q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
     do = do.contiguous()

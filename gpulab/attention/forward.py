@@ -183,8 +183,8 @@ def run_forward(plan: Plan, q, k, v):
     """
     o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
     lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    if plan.empty:  # batch or heads 0
-        return o, lse
+    if plan.empty:  # no batch, heads or queries (nothing to write), or no keys: O = 0 and LSE = 0, as SDPA's O
+        return o.zero_(), lse.zero_()
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     launch = plan.forward
