@@ -1,20 +1,25 @@
 # gpulab: one Makefile for learners, instructors and CI.
 #   make lab      set everything up (in .venv) and open the course in JupyterLab
-#   make test     set everything up and run the whole test suite (what CI runs)
+#   make test     set everything up and run the whole test suite (what CI runs; two environments: Triton 3.6 and 3.9)
 # Other targets: setup, lint, format, notebooks (re-execute in place), figures (redraw from records), exercises
 # (regenerate), grade, bench-NN.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# CPU machines get the CPU build of torch and Triton 3.6 for its interpreter; a machine with nvidia-smi gets CUDA torch.
+# CPU machines get the CPU build of torch (from PyTorch's CPU index, named in requirements/cpu.txt) and Triton 3.6 for
+# its interpreter; a machine with nvidia-smi gets CUDA torch from PyPI.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 REQUIREMENTS ?= requirements/$(if $(HAS_GPU),gpu,cpu).txt
-# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' on a laptop.
+# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cu128'.
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.gpulab-installed
+# The second CPU environment `make test` runs: the newest Triton (3.9) and numpy (2.4) with torch 2.13's CPU build.
+VENV_NEWEST ?= .venv-newest
+REQUIREMENTS_NEWEST ?= requirements/cpu-newest.txt
+STAMP_NEWEST := $(VENV_NEWEST)/.gpulab-installed
 
-.PHONY: setup lab test lint format notebooks figures exercises grade clean
+.PHONY: setup setup-newest lab test test-newest lint format notebooks figures exercises grade clean
 .DEFAULT_GOAL := help
 
 help:
@@ -24,15 +29,25 @@ $(STAMP): pyproject.toml $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) -r $(REQUIREMENTS)
-	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[test,grading]'
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[test,grading,lab]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)
 
+$(STAMP_NEWEST): pyproject.toml $(REQUIREMENTS_NEWEST)
+	test -x $(VENV_NEWEST)/bin/python || $(PYTHON) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install -q --upgrade pip
+	$(VENV_NEWEST)/bin/python -m pip install -q -r $(REQUIREMENTS_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install -q -c $(REQUIREMENTS_NEWEST) -e '.[test,grading]'
+	$(VENV_NEWEST)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP_NEWEST)
+
+setup-newest: $(STAMP_NEWEST)
+
+# JupyterLab on notebooks/ with the course's nbgrader configuration (nbgrader_config.py); --allow-root only for root.
 lab: setup
-	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[lab,test]'
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/python -m gpulab.course.lab
 
 lint: setup
 	$(BIN)/ruff check .
@@ -42,13 +57,21 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The whole suite: lint, package tests (3-minute budget), the course pipeline (nbgrader round trip), lesson and
-# solution notebooks under nbval, exercise pipeline checks.
+# The whole suite: lint, package tests (3-minute budget), the course pipeline (nbgrader round trip, the lab server),
+# lesson and solution notebooks under nbval, exercise pipeline checks; then the same package tests and one run of the
+# lesson notebooks (outputs not compared) on the newest Triton (test-newest).
 test: lint
 	$(BIN)/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
 	$(BIN)/python -m pytest -q -m pipeline tests/course/ -p no:cacheprovider
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
+	$(MAKE) --no-print-directory test-newest
+
+# Triton 3.9 and numpy 2.4 (requirements/cpu-newest.txt): the package tests, and every lesson notebook executed once
+# (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them).
+test-newest: setup-newest
+	$(VENV_NEWEST)/bin/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
+	$(VENV_NEWEST)/bin/python -m pytest -q --nbval-lax notebooks/ --nbval-current-env -p no:cacheprovider -n auto --maxprocesses=4 --dist loadfile
 
 # Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
@@ -71,4 +94,4 @@ bench-%: setup
 	$(BIN)/python -m gpulab bench $*
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache course

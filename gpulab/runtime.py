@@ -20,6 +20,13 @@ Interpreter traps, handled here rather than only documented:
   so cross-program synchronisation cannot be tested on CPU: wrappers validate inputs in Python, before launch.
 - Triton 3.6's interpreter fails on numpy >= 2.3 (a loop over a runtime bound raises "only 0-dimensional arrays can
   be converted to Python scalars"): :data:`INTERPRETER_PROBLEM` says so, and `python -m gpulab info` shows it.
+  Triton 3.7 and later run with numpy 2.3+.
+- In Triton 3.6 to 3.9's interpreter a scalar condition broadcast into a block (``row_ok & (t < T - 1)``) holds numpy
+  int32 data under its int1 type. 3.6 and 3.7 load and store through such a mask; Triton 3.9's loads and stores
+  raise "mask has unsupported dtype". :func:`_bool_masks` makes every mask the interpreter loads or stores through a
+  numpy bool array first (a no-op where it already is one).
+
+Tested: Triton 3.6 (the benchmark H100's), 3.7 and 3.9 on CPU with torch 2.13 (README, "Which torch you get").
 """
 
 from __future__ import annotations
@@ -119,6 +126,67 @@ def _interpreter_problem() -> str | None:
         )
     return None
 
+
+def _bool_masks() -> None:
+    """Triton 3.9's interpreter refuses a load or store mask whose numpy data is not bool ("mask has unsupported
+    dtype"), and its own broadcast of a scalar condition makes int32 data (as 3.6 and 3.7 do, whose loads take it):
+    wrap the interpreter builder's masked load and store to pass the mask as bool. Installed once, in interpreter
+    mode; :mod:`gpulab.traffic` wraps the same two methods on top of these."""
+    from triton.runtime import interpreter  # deferred: after TRITON_INTERPRET is set above
+
+    cls = interpreter.InterpreterBuilder
+    if getattr(cls, "_gpulab_bool_masks", False):
+        return
+    missing = [m for m in ("create_masked_load", "create_masked_store") if not hasattr(cls, m)]
+    if missing:  # a Triton whose interpreter moved these: the rest of gpulab may still run, so say it, don't fail
+        message = (f"Triton's interpreter has no InterpreterBuilder.{missing[0]}; masks are not made bool "
+                   "(gpulab.runtime._bool_masks), so a mask with non-bool data may fail.")  # fmt: skip
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return
+    load, store, handle = cls.create_masked_load, cls.create_masked_store, interpreter.TensorHandle
+
+    def as_bool(mask):
+        data = getattr(mask, "data", None)
+        if mask is None or not isinstance(data, numpy.ndarray) or data.dtype == numpy.bool_:
+            return mask  # no mask, a descriptor load's raw buffer (not a mask array), or bool already
+        return handle(mask.data.astype(numpy.bool_), mask.dtype)
+
+    def create_masked_load(self, ptrs, mask, *args, **kwargs):
+        return load(self, ptrs, as_bool(mask), *args, **kwargs)
+
+    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
+        return store(self, ptrs, value, as_bool(mask), *args, **kwargs)
+
+    cls.create_masked_load, cls.create_masked_store = create_masked_load, create_masked_store
+    cls._gpulab_bool_masks = True
+
+
+MIN_TRITON = (3, 6)
+"""The oldest Triton gpulab runs on (pyproject.toml says why): the H100's. Tested: 3.6, 3.7 and 3.9."""
+
+
+def _triton_too_old(version: str) -> str | None:
+    """The error message for a Triton older than :data:`MIN_TRITON`, or None."""
+    parts = tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in str(version).split(".")[:2])
+    if parts >= MIN_TRITON:
+        return None
+    return (f"gpulab needs Triton >= {MIN_TRITON[0]}.{MIN_TRITON[1]} (its Hopper kernels use tl.range(warp_specialize="
+            f"...) and device-side tensor descriptors; tested: 3.6, 3.7, 3.9), but this is Triton {version}; "
+            "fix: pip install 'triton==3.6.0' (the H100's), or 'triton>=3.7' with numpy 2.3+.")  # fmt: skip
+
+
+def _require_triton() -> None:
+    try:
+        import triton  # deferred: after TRITON_INTERPRET is set above
+    except ImportError:  # pragma: no cover - reported by _interpreter_problem (interpreter) or at the first kernel
+        return
+    if (problem := _triton_too_old(triton.__version__)) is not None:
+        raise ImportError(problem)
+
+
+_require_triton()
+if INTERPRET:
+    _bool_masks()
 
 INTERPRETER_PROBLEM: str | None = _interpreter_problem()
 if INTERPRETER_PROBLEM:

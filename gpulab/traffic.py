@@ -15,8 +15,10 @@ element the mask lets through and which addresses they were:
     c.touched("k", program=(0, 0, 0))   # which elements of k program (0, 0, 0) loaded: a picture of its tiles
 
 These are the interpreter's accesses, which mirror the kernel's code, not the GPU's caches: a tile loaded twice counts
-twice even if L2 would serve the second read. The methods wrapped are internal to Triton (checked for 3.6): if they
-move, :func:`count` raises instead of counting zero.
+twice even if L2 would serve the second read. The methods wrapped are internal to Triton (checked for 3.6, 3.7 and
+3.9, whose cache arguments differ: 3.9 passes one ``cache_policy`` where 3.6 and 3.7 pass ``cache_modifier`` and
+``eviction_policy``, so the wrappers pass on whatever follows the mask): if they move, :func:`count` raises instead of
+counting zero.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ __all__ = [
     "TESTED_TRITON",
 ]
 
-TESTED_TRITON = ("3.6",)
+TESTED_TRITON = ("3.6", "3.7", "3.9")
 """Triton versions whose interpreter internals :func:`count` was written against (major.minor)."""
 
 
@@ -179,17 +181,17 @@ def count(**tensors):
     traffic = Traffic([_region(n, t) for n, t in tensors.items()])
     load, store = builder.create_masked_load, builder.create_masked_store
 
-    def counted_load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+    def counted_load(ptrs, mask, *args, **kwargs):  # args: other and the cache flags (their names vary by version)
         m = np.broadcast_to(np.asarray(mask.data, dtype=bool), ptrs.data.shape)
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         traffic._add("load", tuple(builder.grid_idx or ()), ptrs.data[m], itemsize)
-        return load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+        return load(ptrs, mask, *args, **kwargs)
 
-    def counted_store(ptrs, value, mask, cache_modifier, eviction_policy):
+    def counted_store(ptrs, value, mask, *args, **kwargs):
         m = np.broadcast_to(np.asarray(mask.data, dtype=bool), ptrs.data.shape)
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         traffic._add("store", tuple(builder.grid_idx or ()), ptrs.data[m], itemsize)
-        return store(ptrs, value, mask, cache_modifier, eviction_policy)
+        return store(ptrs, value, mask, *args, **kwargs)
 
     builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
     try:

@@ -53,9 +53,11 @@ def flash_attention(
     """FlashAttention with SDPA's semantics; differentiable in q, k, v.
 
     Args:
-        q: [B, H, Nq, D] queries; k, v: [B, H, Nk, D] keys and values (same B, H, D; Nq, Nk >= 1).
+        q: [B, H, Nq, D] queries; k, v: [B, H, Nk, D] keys and values (same B, H, D; any Nq, Nk >= 0: as SDPA,
+            Nq = 0 gives an empty output and Nk = 0 an output of zeros, with zero gradients).
         is_causal: SDPA's top-left causal mask (query i sees keys ``j <= i``, also when ``Nq != Nk``); a bool.
-        scale: the softmax scale, a finite number > 0; None for ``1 / sqrt(D)``.
+        scale: the softmax scale, any finite number as SDPA takes it (0 averages the visible values; negative
+            favours the least similar keys); None for ``1 / sqrt(D)``.
         allow_tf32: fp32 inputs only: products in TF32 on a GPU (IEEE fp32 otherwise).
         autotune: on a GPU, time a few tile configs per problem on first use and keep the fastest
             (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).

@@ -70,7 +70,9 @@ _MISSES = {"forward": 0, "backward": 0}
 def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k", "v")) -> float:
     """Raise a clear error (naming the argument, saying what is supported) unless q, k, v are valid attention inputs:
     tensors on gpulab's device, one supported dtype, q [B, H, Nq, D], k and v [B, H, Nk, D] with the same B, H and
-    D, 1 <= D <= 128, Nq, Nk >= 1; ``scale`` None or a finite number > 0; ``allow_tf32`` a bool. Returns the scale."""
+    D, 1 <= D <= 128, any Nq, Nk >= 0 (as SDPA: no queries give an empty output, no keys an output of zeros);
+    ``scale`` None or any finite number (0 and negative as SDPA takes them); ``allow_tf32`` a bool. Returns the
+    scale."""
     for name, t in zip(names, (q, k, v)):
         runtime.require_tensor(name, t)
         if t.dim() != 4:
@@ -108,12 +110,6 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
             f"head_dim {d} is not supported; these kernels take head dims 1 to {MAX_HEAD_DIM} (any value, "
             "powers of two or not)."
         )
-    for name, n in ((f"{nq_}'s seq (Nq)", n_q), (f"{nk_}'s seq (Nk)", k.shape[2])):
-        if n < 1:
-            raise ValueError(
-                f"{name} is {n}; attention needs at least one query and one key (a query that sees no key has no "
-                "softmax: SDPA returns NaN there). Skip the call for empty sequences."
-            )
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
     return default_scale(d, scale)
@@ -170,7 +166,9 @@ class Plan:
         self.precision = runtime.dot_precision(q.dtype, allow_tf32)
         self.is_fp32 = q.dtype == torch.float32
         self.contiguous = contiguous
-        self.empty = self.b * self.h == 0
+        # nothing to launch (and no TMA descriptor, which refuses a size of 0): no batch, heads or queries, or no
+        # keys, where every output row is 0 as SDPA's math backend returns (and every gradient 0)
+        self.empty = self.b * self.h * self.n_q * self.n_k == 0
         self.o_shape = (self.b, self.h, self.n_q, self.d)
         self.lse_shape = (self.b, self.h, self.n_q)
         self.config, self.backward_configs = config, backward_configs
@@ -216,11 +214,11 @@ def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: 
     return 2 if sm90.capability(index)[0] == 9 else 1
 
 
-def check_version(version, config, dtype, head_dim: int, device, work: int | None = None) -> int:
+def check_version(version, config, dtype, head_dim: int, device, work: int | None = None, scale: float = 1.0) -> int:
     """The forward version to run: ``version`` 1 or 2 as asked (2 only where
-    :func:`gpulab.attention.v2.forward.supports` allows it), or with None the automatic choice
-    (:func:`auto_version`; a version-1 config or ``"auto"`` means version 1, a
-    :class:`HopperConfig` version 2)."""
+    :func:`gpulab.attention.v2.forward.supports` allows it and ``scale >= 0``), or with None the automatic choice
+    (:func:`auto_version`; a version-1 config or ``"auto"`` means version 1, a :class:`HopperConfig` version 2; a
+    negative scale version 1)."""
     if version is not None and (version.__class__ is not int or version not in (1, 2)):
         raise ValueError(f"version must be None (automatic), 1 (portable FlashAttention-2) or 2 (Hopper), "
                          f"got {version!r}.")  # fmt: skip
@@ -233,10 +231,16 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
         if version == 2:
             raise ValueError(f"config {config!r} is for version 1; pass a HopperConfig (or None) with version=2.")
         version = 1
+    # version 2 takes the row max of the raw scores times the scale (one fused multiply-add per score), which is the
+    # max of the scaled scores only for scale >= 0
+    negative = scale < 0
     if version is None:
-        return auto_version(dtype, head_dim, device, work)
+        return 1 if negative else auto_version(dtype, head_dim, device, work)
     if version == 2 and (why := v2_forward.supports(dtype, head_dim)) is not None:
         raise ValueError(f"version=2 cannot run this input: {why}.")
+    if version == 2 and negative:
+        raise ValueError(f"version=2 takes scales >= 0 (its row max is max(S) * scale), got scale={scale!r}; "
+                         "use version 1 (or None) for a negative scale.")  # fmt: skip
     return version
 
 
@@ -268,7 +272,7 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     backward_configs = "auto" if isinstance(config, str) else None
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous)
     work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
-    plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work)
+    plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     return _store(_FORWARD, key, plan)
 
 
@@ -331,8 +335,8 @@ def run_forward(plan: Plan, q, k, v):
     """
     o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
     lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    if plan.empty:  # batch or heads 0
-        return o, lse
+    if plan.empty:  # no batch, heads or queries (nothing to write), or no keys: O = 0 and LSE = 0, as SDPA's O
+        return o.zero_(), lse.zero_()
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     launch = plan.forward
@@ -426,8 +430,8 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
     dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
     dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
-    if plan.empty:
-        return dq, dk, dv
+    if plan.empty:  # no queries or no keys: O does not depend on q, k, v (it is empty or 0), so every gradient is 0
+        return dq.zero_(), dk.zero_(), dv.zero_()
     if not plan.contiguous:
         q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
     do = do.contiguous()

@@ -12,12 +12,14 @@ What you will learn:
 
 Semantics are those of ``torch.nn.functional.scaled_dot_product_attention``: q ``[B, H, Nq, D]``, k and v ``[B, H,
 Nk, D]``, default scale ``1 / sqrt(D)``; ``is_causal`` is SDPA's *top-left* mask, query i sees keys ``j <= i`` also
-when ``Nq != Nk``. A row that sees no key (only possible with ``Nk = 0``) gives 0, not NaN.
+when ``Nq != Nk``. A row that sees no key (only possible with ``Nk = 0``) gives 0, not NaN, as SDPA's math backend
+returns; the scale may be any finite number, as SDPA's.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -35,11 +37,20 @@ __all__ = [
 
 
 def default_scale(head_dim: int, scale: float | None = None) -> float:
-    """SDPA's default softmax scale ``1 / sqrt(head_dim)`` unless ``scale`` (a finite number > 0) is given."""
+    """SDPA's default softmax scale ``1 / sqrt(head_dim)`` unless ``scale`` is given: any finite number, as SDPA
+    takes (0 gives every visible key the same weight, so each output row is the mean of the values it sees; a
+    negative scale favours the keys least like the query). An infinite or NaN scale is refused: SDPA returns NaN for
+    it (an infinite scale makes the scores +-inf or NaN, and their softmax NaN)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    return runtime.finite_float("scale", scale, positive=True)
+    if isinstance(scale, numbers.Real) and not isinstance(scale, bool) and not math.isfinite(scale):
+        raise ValueError(
+            f"scale must be a finite number, got {scale!r}; SDPA returns NaN for an infinite or NaN scale (the "
+            "scores become +-inf or NaN). Pass None for 1 / sqrt(head_dim), or any finite scale (0 and negative "
+            "scales included)."
+        )
+    return runtime.finite_float("scale", scale)
 
 
 def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
@@ -77,7 +88,7 @@ def naive_attention(q, k, v, is_causal: bool = False, scale: float | None = None
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # [B, H, Nq, Nk]: the N x N matrix FlashAttention avoids
     if is_causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    p = softmax_safe(s)
+    p = softmax_safe(s) if s.shape[-1] else s  # no keys (Nk = 0): no softmax, and P V is 0 as in SDPA
     return torch.matmul(p, v)
 
 

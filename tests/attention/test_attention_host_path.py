@@ -101,7 +101,7 @@ BAD_AFTER_GOOD = [
     ("causal-int", lambda x: A.flash_attention(x.q, x.k, x.v, is_causal=1), TypeError, "is_causal"),
     ("tf32-int", lambda x: A.flash_attention(x.q, x.k, x.v, allow_tf32=0), TypeError, "allow_tf32"),
     ("scale-nan", lambda x: A.flash_attention(x.q, x.k, x.v, scale=float("nan")), ValueError, "scale"),
-    ("scale-zero", lambda x: A.flash_attention(x.q, x.k, x.v, scale=0.0), ValueError, "scale"),
+    ("scale-inf", lambda x: A.flash_attention(x.q, x.k, x.v, scale=float("inf")), ValueError, "scale"),
     ("list", lambda x: A.flash_attention(x.q.tolist(), x.k, x.v), TypeError, "q"),
     ("forward-config", lambda x: A.attention_forward(x.q, x.k, x.v, config={"block_m": 16}), TypeError, "config"),
     (

@@ -93,7 +93,7 @@ def _update(acc, l_i, m_i, s, v_desc, start_n, qk_scale, SCALED: tl.constexpr):
     if SCALED:
         m_new = tl.maximum(m_i, tl.max(s, 1))
         s = s - m_new[:, None]
-    else:  # scale > 0, so max(S) * scale = max(S * scale): one fused multiply-add per score below
+    else:  # scale >= 0 (plan.check_version), so max(S) * scale = max(S * scale): one FMA per score below
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
         s = s * qk_scale - m_new[:, None]
     p = tl.exp2(s)  # [BLOCK_M, BLOCK_N]
