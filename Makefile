@@ -1,8 +1,9 @@
 # gpulab: one Makefile for learners, instructors and CI.
 #   make lab      set everything up (in .venv) and open the course in JupyterLab
 #   make test     set everything up and run the whole test suite (what CI runs)
+#   make book     build the course as a static website into book/_build/html (open its index.html)
 # Other targets: setup, lint, format, notebooks (re-execute in place), figures (redraw from records), exercises
-# (regenerate), grade, bench-NN.
+# (regenerate), grade, bench-NN, book-test (the site read in headless Chromium).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,12 +14,13 @@ REQUIREMENTS ?= requirements/$(if $(HAS_GPU),gpu,cpu).txt
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' on a laptop.
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.gpulab-installed
+BOOK_STAMP := $(VENV)/.gpulab-book-installed
 
-.PHONY: setup lab test lint format notebooks figures exercises grade clean
+.PHONY: setup lab test lint format notebooks figures exercises grade clean book book-test
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '2,6p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(STAMP): pyproject.toml $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,10 +47,25 @@ format: setup
 # The whole suite: lint, package tests (3-minute budget), the course pipeline (nbgrader round trip), lesson and
 # solution notebooks under nbval, exercise pipeline checks.
 test: lint
-	$(BIN)/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
+	$(BIN)/python -m pytest -q tests/ -m "not pipeline and not book" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
 	$(BIN)/python -m pytest -q -m pipeline tests/course/ -p no:cacheprovider
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
+	$(MAKE) book-test
+
+# The course as a static website (Sphinx + myst-nb): notebooks read as executed, never re-executed; MathJax and the
+# theme ship with the site, so it opens offline: book/_build/html/index.html, or python -m http.server -d book/_build/html
+$(BOOK_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[book]'
+	touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
+	$(BIN)/python -m gpulab.course.book
+
+# Every page of the built site opened in headless Chromium, offline (skipped without Chromium unless
+# GPULAB_REQUIRE_BROWSER=1, as CI sets): links, figures, math, no errors; screenshots of failures in book/_build/failures.
+book-test: book
+	$(BIN)/python -m pytest -q -m book tests/course/test_book.py -p no:cacheprovider -p no:nbval
 
 # Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
