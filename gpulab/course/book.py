@@ -106,18 +106,16 @@ def other_modules(root: Path = ROOT) -> list[Path]:
     return [f for f in sorted((root / "gpulab").rglob("*.py")) if f not in taken]
 
 
-def _first_record(path: Path) -> dict:
-    """The first record of a JSON-lines file as a dict (the fields :class:`gpulab.bench.Result` stores)."""
+def _read_records(path: Path) -> list[dict]:
+    """The records of a JSON-lines file as dicts (the fields :class:`gpulab.bench.Result` stores)."""
     with path.open() as f:
-        for line in f:
-            if line.strip():
-                return json.loads(line)
-    return {}
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def record_banner(lesson, root: Path = ROOT) -> list[dict]:
     """Where the lesson's stored results come from: for its record folder and each subfolder with records, the
-    newest file (as ``gpulab.bench.newest`` orders them) and its first record's device, versions and date."""
+    newest file (as ``gpulab.bench.newest`` orders them), its first record's device, versions and date, and the most
+    GPUs one of its records ran on (``params["world_size"]``, 1 without it)."""
     base = root / "benchmarks" / lesson.slug
     folders = [base, *sorted(p for p in base.glob("*") if p.is_dir())] if base.is_dir() else []
     rows = []
@@ -126,7 +124,9 @@ def record_banner(lesson, root: Path = ROOT) -> list[dict]:
         if not files:
             continue
         path = records.newest(files)
-        rec = _first_record(path)
+        recs = _read_records(path)
+        rec = recs[0] if recs else {}
+        gpus = max((int((r.get("params") or {}).get("world_size") or 1) for r in recs), default=1)
         rows.append(
             {
                 "path": path,
@@ -135,6 +135,7 @@ def record_banner(lesson, root: Path = ROOT) -> list[dict]:
                 "triton": rec.get("triton", ""),
                 "date": rec.get("date") or "",
                 "runs": len(files),
+                "gpus": gpus,
             }
         )
     return rows
@@ -209,7 +210,11 @@ def _summary(path: Path) -> str:
     except SyntaxError:
         doc = ""
     first = doc.strip().split("\n\n")[0].replace("\n", " ")
-    first = re.split(r"(?<=[.:;])\s", first, maxsplit=1)[0].rstrip(":;")
+    first = re.split(r"(?<=\.)\s", first, maxsplit=1)[0]  # the first sentence
+    first = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", first)  # reST roles and ``literals`` as Markdown code
+    first = first.replace("``", "`")
+    if len(first) > 200:
+        first = first[:197].rsplit(" ", 1)[0] + " ..."
     return first.replace("|", "\\|") or "—"
 
 
@@ -235,8 +240,10 @@ def _banner(lesson, root: Path, src: Path) -> str:
             )
             where = _rel(row["path"], root)
             more = f" (newest of {row['runs']} runs)" if row["runs"] > 1 else ""
+            gpus = f" (up to {row['gpus']} GPUs)" if row["gpus"] > 1 else ""
+            versions = f", {versions}" if versions else ""
             lines.append(
-                f"- **{row['device']}**, {row['date']}{', ' + versions if versions else ''}: "
+                f"- **{row['device']}**{gpus}, {row['date']}{versions}: "
                 f"{{download}}`{where} <{_rel(row['path'], page_dir)}>`{more}"
             )
         lines += [

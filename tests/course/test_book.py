@@ -98,7 +98,7 @@ def test_generate_follows_the_syllabus(tmp_path, monkeypatch):
         folder = ROOT / "benchmarks" / lesson.slug
         if records.record_files(folder):  # the banner names the newest record's GPU and date
             first = json.loads(records.newest(folder).read_text().splitlines()[0])
-            assert f"**{first['device']}**, {first['date']}" in banner
+            assert f"**{first['device']}**" in banner and first["date"] in banner
         code = [c for c in page["cells"] if c["cell_type"] == "code"]
         assert code == [c for c in original["cells"] if c["cell_type"] == "code"], "outputs must be the committed ones"
         for f in book.lesson_modules()[lesson.id]:
