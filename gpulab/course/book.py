@@ -272,8 +272,12 @@ def _banner(lesson, root: Path, src: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+_NBVAL = re.compile(r"^# ?NBVAL_[A-Z_]+[^\n]*\n?", re.M)
+
+
 def _notebook_copy(path: Path, banner: str | None, title: str | None = None) -> str:
-    """The notebook's JSON with a markdown cell inserted after its first cell (outputs untouched)."""
+    """The notebook's JSON with a markdown cell inserted after its first cell, nbval's ``# NBVAL_...`` marker lines
+    taken out of code cells, outputs untouched."""
     nb = json.loads(path.read_text())
     nb = copy.deepcopy(nb)
     cells = nb.get("cells", [])
@@ -288,6 +292,10 @@ def _notebook_copy(path: Path, banner: str | None, title: str | None = None) -> 
         cell = {"cell_type": "markdown", "metadata": {}, "source": banner}
         at = 1 if cells and cells[0].get("cell_type") == "markdown" else 0
         cells.insert(at, cell)
+    for cell in cells:  # nbval's markers are for the test run, not for a reader; outputs stay as they are
+        if cell.get("cell_type") == "code":
+            source = "".join(cell.get("source", ""))
+            cell["source"] = _NBVAL.sub("", source)
     nb["cells"] = new + cells
     if nb.get("nbformat", 4) >= 4 and nb.get("nbformat_minor", 0) >= 5:
         for i, c in enumerate(nb["cells"]):
@@ -378,15 +386,15 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
         page(doc, "\n".join(body) + "\n")
         groups.append(doc)
     rest_files = other_modules(root)
-    rest = source_pages(rest_files, "the [foundations](foundations.md)")
+    rest = source_pages(rest_files, "listed with the [other modules](foundations.md)")
     page(
         "source/foundations",
         "\n".join(
             [
-                "# Source of the foundations and the course machinery",
+                "# Source of the other modules",
                 "",
-                "The package's modules that no single lesson owns: where kernels run, the GPU table, checks, timing "
-                "and records, the course's tools.",
+                "The package's modules outside every lesson's package: the foundations (where kernels run, the GPU "
+                "table, checks, timing and records), code several lessons share, and the course's tools.",
                 "",
                 *module_table(rest_files, rest),
             ]
