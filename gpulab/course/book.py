@@ -80,13 +80,14 @@ def _files(path: Path) -> list[Path]:
 def lesson_modules(root: Path = ROOT) -> dict[str, list[Path]]:
     """Lesson id -> the .py files of its package (``Lesson.module``), in path order.
 
-    A package that does not exist (yet) stands for its nearest existing parent; a package holds its subpackages,
+    A package that does not exist (yet) stands for its nearest existing parent below ``gpulab`` (none for
+    ``gpulab.x``); a package holds its subpackages,
     except those that are another lesson's package (``gpulab.rnn`` without ``gpulab.rnn.ladder``)."""
     found = {}
     for lesson in lessons():
         name = lesson.module
         path = _module_path(name, root)
-        while path is None and "." in name:
+        while path is None and name.count(".") > 1:  # never the whole package: gpulab.x stands for nothing
             name = name.rsplit(".", 1)[0]
             path = _module_path(name, root)
         found[lesson.id] = path
@@ -224,6 +225,12 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+def _lesson_doc(lesson, root: Path, suffix: bool = True) -> str:
+    """The lesson's page under lessons/: the executed notebook, or a placeholder page until there is one."""
+    name = lesson.slug
+    return name + ((".ipynb" if (root / lesson.notebook).exists() else ".md") if suffix else "")
+
+
 def _banner(lesson, root: Path, src: Path) -> str:
     page_dir = src / "lessons"
     lines = ["```{admonition} Where the results on this page come from", ":class: note", ""]
@@ -254,12 +261,17 @@ def _banner(lesson, root: Path, src: Path) -> str:
         ]
     else:
         lines.append("No GPU records are stored for this lesson yet; code outputs are those of the executed notebook.")
+    exercise, notebook = root / lesson.exercise, root / lesson.notebook  # downloads only of files that exist
+    ex_page = f"{lesson.slug}_exercise" + (".ipynb" if exercise.exists() else ".md")
+    links = [f"**Exercise:** [{lesson.exercise}]({ex_page})"]
+    if exercise.exists():
+        links[0] += f" ({{download}}`download <{_rel(exercise, page_dir)}>`)"
+    if notebook.exists():
+        links.append(f"**Notebook:** {{download}}`{lesson.notebook} <{_rel(notebook, page_dir)}>`")
+    links.append(f"**Package source:** [{lesson.module}](../source/lesson-{lesson.id}.md)")
     lines += [
         "",
-        f"**Exercise:** [{lesson.exercise}]({lesson.slug}_exercise.ipynb) "
-        f"({{download}}`download <{_rel(root / lesson.exercise, page_dir)}>`) · "
-        f"**Notebook:** {{download}}`{lesson.notebook} <{_rel(root / lesson.notebook, page_dir)}>` · "
-        f"**Package source:** [{lesson.module}](../source/lesson-{lesson.id}.md)",
+        " · ".join(links),
         "```",
         "",
         "```{toctree}",
@@ -369,12 +381,12 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
     for lesson in syllabus:
         files = modules.get(lesson.id, [])
         doc = f"source/lesson-{lesson.id}"
-        names = source_pages(files, f"built in [lesson {lesson.id}](../lessons/{lesson.slug}.ipynb)")
+        names = source_pages(files, f"built in [lesson {lesson.id}](../lessons/{_lesson_doc(lesson, root)})")
         shown = _dotted(files[0], root) if files and files[0].name == "__init__.py" else lesson.module
         body = [
             f"# Source of lesson {lesson.id}: `{lesson.module}`",
             "",
-            f"The package modules that [lesson {lesson.id}](../lessons/{lesson.slug}.ipynb) builds "
+            f"The package modules that [lesson {lesson.id}](../lessons/{_lesson_doc(lesson, root)}) builds "
             f"({len(files)} files), as they are in this version of the course.",
             "",
         ]
@@ -452,8 +464,8 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
     ]
     for lesson in syllabus:
         index.append(
-            f"| [{lesson.id}. {lesson.title}](lessons/{lesson.slug}.ipynb) | "
-            f"[exercise](lessons/{lesson.slug}_exercise.ipynb) | "
+            f"| [{lesson.id}. {lesson.title}](lessons/{_lesson_doc(lesson, root)}) | "
+            f"[exercise](lessons/{lesson.slug}_exercise{'.ipynb' if (root / lesson.exercise).exists() else '.md'}) | "
             f"[`{lesson.module}`](source/lesson-{lesson.id}.md) |"
         )
     index += [
