@@ -1,8 +1,9 @@
 # gpulab: one Makefile for learners, instructors and CI.
 #   make lab      set everything up (in .venv) and open the course in JupyterLab
 #   make test     set everything up and run the whole test suite (what CI runs; two environments: Triton 3.6 and 3.9)
+#   make book     build the course as a static website into book/_build/html (open its index.html)
 # Other targets: setup, lint, format, notebooks (re-execute in place), figures (redraw from records), exercises
-# (regenerate), grade, bench-NN.
+# (regenerate), grade, bench-NN, book-test (the site read in headless Chromium).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -18,12 +19,13 @@ STAMP := $(VENV)/.gpulab-installed
 VENV_NEWEST ?= .venv-newest
 REQUIREMENTS_NEWEST ?= requirements/cpu-newest.txt
 STAMP_NEWEST := $(VENV_NEWEST)/.gpulab-installed
+BOOK_STAMP := $(VENV)/.gpulab-book-installed
 
-.PHONY: setup setup-newest lab test test-newest lint format notebooks figures exercises grade clean
+.PHONY: setup setup-newest lab test test-newest lint format notebooks figures exercises grade clean book book-test
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '2,6p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(STAMP): pyproject.toml $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,17 +63,32 @@ format: setup
 # lesson and solution notebooks under nbval, exercise pipeline checks; then the same package tests and one run of the
 # lesson notebooks (outputs not compared) on the newest Triton (test-newest).
 test: lint
-	$(BIN)/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
+	$(BIN)/python -m pytest -q tests/ -m "not pipeline and not book" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
 	$(BIN)/python -m pytest -q -m pipeline tests/course/ -p no:cacheprovider
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
 	$(MAKE) --no-print-directory test-newest
+	$(MAKE) --no-print-directory book-test
 
 # Triton 3.9 and numpy 2.4 (requirements/cpu-newest.txt): the package tests, and every lesson notebook executed once
 # (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them).
 test-newest: setup-newest
-	$(VENV_NEWEST)/bin/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
+	$(VENV_NEWEST)/bin/python -m pytest -q tests/ -m "not pipeline and not book" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
 	$(VENV_NEWEST)/bin/python -m pytest -q --nbval-lax notebooks/ --nbval-current-env -p no:cacheprovider -n auto --maxprocesses=4 --dist loadfile
+
+# The course as a static website (Sphinx + myst-nb): notebooks read as executed, never re-executed; MathJax and the
+# theme ship with the site, so it opens offline: book/_build/html/index.html, or python -m http.server -d book/_build/html
+$(BOOK_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -c $(REQUIREMENTS) -e '.[book]'
+	touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
+	$(BIN)/python -m gpulab.course.book
+
+# Every page of the built site opened in headless Chromium, offline (skipped without Chromium unless
+# GPULAB_REQUIRE_BROWSER=1, as CI sets): links, figures, math, no errors; screenshots of failures in book/_build/failures.
+book-test: book
+	$(BIN)/python -m pytest -q -m book tests/course/test_book.py -p no:cacheprovider -p no:nbval
 
 # Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
