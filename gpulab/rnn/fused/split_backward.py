@@ -9,9 +9,9 @@ Split the head by units as the forward does: program p owns units U_p (``BLOCK_U
 backward, and so produces dG_t[:, U_p]. Two ways to finish the product:
 
 1. *Exchange dG* (this kernel's first version; :mod:`gpulab.rnn.fused.versions` notes its measured step): every
-   program reads all of dG_t (G x DH values per batch row) and multiplies it by R's columns of its units. It reads G = 4 times the
-   forward's bytes per step, and the tile it reads must pass through shared memory to become a tensor-core
-   operand.
+   program reads all of dG_t (G x DH values per batch row) and multiplies it by R's columns of its units. It reads
+   G = 4 times the forward's bytes per step, and the tile it reads must pass through shared memory to become a
+   tensor-core operand.
 2. *Exchange partial sums of dh* (this kernel): program p holds R's *rows* of its units, R[:, U_p, :]
    [G * BLOCK_U, DH], and pushes its share of every unit's gradient, ``dG_t[:, U_p] @ R[:, U_p, :]`` [BLOCK_B, DH]
    (accumulated in fp32, stored in the compute dtype as the forward stores h), to L2; after the barrier it reads
