@@ -23,9 +23,11 @@ def test_names_and_labels_round_trip(dtype):
         (lambda: dtypes.short("int4"), ValueError, "dtype='int4'"),
         (lambda: dtypes.short(torch.int8), ValueError, "no short label"),
         (lambda: dtypes.short(None), TypeError, "got NoneType None"),
+        (lambda: dtypes.short("float8"), ValueError, "dtype='float8'"),
+        (lambda: dtypes.name("nope"), ValueError, "dtype='nope'"),
         (lambda: dtypes.name(3.0), ValueError, "dtype=3.0"),
     ],
-    ids=["short-unknown-name", "short-unlabelled", "short-none", "name-float"],
+    ids=["short-unknown-name", "short-unlabelled", "short-none", "short-float8", "name-unknown", "name-float"],
 )
 def test_bad_input(call, exc, words):
     with pytest.raises(exc, match=words):

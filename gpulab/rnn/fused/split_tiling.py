@@ -208,8 +208,7 @@ def explain_split(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloa
     """The split candidates as a table: tiles, programs, registers, shared memory, estimated step, verdict."""
     spec = hardware.spec(gpu)
     lines = [
-        f"split head, {function}, B={batch} NH={num_heads} DH={head_dim} "
-        f"{str(dtypes.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
+        f"split head, {function}, B={batch} NH={num_heads} DH={head_dim} {dtypes.name(dtype)} on {spec.name}",
         f"{'block_u':>7s} {'P':>4s} {'block_b':>7s} {'warps':>5s} {'progs':>5s} {'regs':>5s} {'smem KB':>7s} "
         f"{'ns/step':>8s}  verdict",
     ]

@@ -169,7 +169,7 @@ def fused_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     spec = hardware.spec(gpu)
     need = slots(fn) * head_dim * head_dim * _dtype_size(dtype)
     why = "; ".join(dict.fromkeys(c.reason for c in cands if c.block_b == 16 and c.num_warps == NUM_WARPS[-1]))
-    dt = str(dtypes.as_dtype(dtype)).replace("torch.", "")
+    dt = dtypes.name(dtype)
     hint = "use backend='alternating' or more heads (a smaller head dim)"
     if _dtype_size(dtype) > 2:
         hint += ", or float16/bfloat16 (half the bytes)"
@@ -184,8 +184,7 @@ def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, g
     """The constraint problem as a table: every candidate, its registers, shared memory, score, and verdict."""
     spec = hardware.spec(gpu)
     lines = [
-        f"fused {direction}, {function}, B={batch} NH={num_heads} DH={head_dim} "
-        f"{str(dtypes.as_dtype(dtype)).replace('torch.', '')} on {spec.name}",
+        f"fused {direction}, {function}, B={batch} NH={num_heads} DH={head_dim} {dtypes.name(dtype)} on {spec.name}",
         f"{'R':>8s} {'block_b':>7s} {'warps':>5s} {'progs':>5s} {'regs/thr':>8s} {'smem B':>7s} {'per SM':>6s} "
         f"{'score':>8s}  verdict",
     ]

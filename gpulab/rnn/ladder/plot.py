@@ -74,7 +74,7 @@ def plot_roofline(results, dtype="float16", mode="graph", ceilings=None, ax=None
     """
     results = bench.result_list("results", results)
     runtime.one_of("mode", mode, ("eager", "graph"))
-    dtype = str(dtype).replace("torch.", "")
+    dtype = dtypes.name(dtype)
     runtime.one_of("dtype", dtype, ("float32", "float16", "bfloat16"))
     picked = [
         dataclasses.replace(r, case=f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN")
