@@ -1,0 +1,160 @@
+"""Version 3 (Gluon, FlashAttention-3's forward) on a Hopper GPU: check, race test, benchmark. One phase per call:
+
+    python scripts/probe_v3.py check  OUT   # every step, dtype, head dim, causal flag on odd sizes vs SDPA's fp32 math
+    python scripts/probe_v3.py race   OUT   # 200 repeated runs per configuration equal bit for bit to the first
+    python scripts/probe_v3.py bench  OUT   # lesson 4's 24 forward problems: v3 steps, v2, cuDNN, FA-2, both clocks
+
+Each phase runs in its own process (a deadlocked mbarrier hangs the process; the caller's ``timeout`` ends it).
+Records are JSON lines (``gpulab.bench.measure``: device time ``ms`` and eager wall time ``wall_ms``) in OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gpulab import check
+from gpulab.attention import attention_forward as gpulab_forward
+from gpulab.attention.benchmark import grid
+from gpulab.attention.v3 import forward as v3
+from gpulab.bench import attention_flops, measure
+
+STEP_CASES = {1: "gpulab v3 step 1 (partitions)", 2: "gpulab v3 step 2 (+ ping-pong)",
+              3: "gpulab v3 step 3 (+ overlap)"}  # fmt: skip
+
+
+def _ref(q, k, v, causal):
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        mask = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return o, torch.logsumexp(s, -1)
+
+
+def _poison_allocator(nbytes: int) -> None:
+    """Fill freed device memory with NaN so the next allocation of about this size starts poisoned."""
+    x = torch.full((nbytes // 4 + 1024,), float("nan"), device="cuda")
+    del x
+
+
+def phase_check(out):
+    rows, bad = [], 0
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    shapes = [(1, 3, 1000, 1000), (2, 2, 300, 517), (1, 2, 777, 777), (1, 1, 129, 64), (1, 2, 64, 1500)]
+    for dtype in (torch.bfloat16, torch.float16):
+        for d in (64, 128):
+            for causal in (False, True):
+                for b, h, n_q, n_k in shapes:
+                    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=gen)
+                    k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=gen) for _ in "kv")
+                    ro, rl = _ref(q, k, v, causal)
+                    for step in (1, 2, 3):
+                        _poison_allocator(q.numel() * 2 + b * h * n_q * 4)
+                        o, lse = v3.attention_forward(q, k, v, causal, cfg=v3.v3_config(d, causal, step))
+                        torch.cuda.synchronize()
+                        eo, el = check.relative_error(o, ro), check.relative_error(lse, rl)
+                        ok = math.isfinite(eo) and math.isfinite(el) and eo <= check.tolerance(dtype) and el <= 1e-3
+                        bad += not ok
+                        row = dict(dtype=str(dtype)[6:], d=d, causal=causal, shape=[b, h, n_q, n_k], step=step,
+                                   rel_err_o=eo, rel_err_lse=el, ok=ok)  # fmt: skip
+                        rows.append(row)
+                        if not ok:
+                            print("FAIL", row, flush=True)
+    with open(f"{out}/v3-check.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    worst = max(r["rel_err_o"] for r in rows)
+    print(f"check: {len(rows) - bad}/{len(rows)} ok, worst rel_err(O) {worst:.3g}", flush=True)
+
+
+def phase_race(out):
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for d in (64, 128):
+        for causal in (False, True):
+            b, h, n = 2, 1024 // d // 2, 2000
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in "qkv")
+            for step in (1, 2, 3):
+                cfg = v3.v3_config(d, causal, step)
+                o0, l0 = v3.attention_forward(q, k, v, causal, cfg=cfg)
+                diffs = 0
+                for _ in range(200):
+                    o, lse = v3.attention_forward(q, k, v, causal, cfg=cfg)
+                    diffs += int(not (torch.equal(o, o0) and torch.equal(lse, l0)))
+                torch.cuda.synchronize()
+                rows.append(dict(d=d, causal=causal, step=step, shape=[b, h, n, n], runs=200, differing=diffs))
+                print(f"race d={d} causal={causal} step={step}: {diffs}/200 runs differ", flush=True)
+    with open(f"{out}/v3-race.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _sdpa(backend):
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def phase_bench(out, steps=(1, 2, 3), dtypes=None):
+    impls = {STEP_CASES[s]: (lambda s: lambda q, k, v, c: v3.attention_forward(q, k, v, c,
+                                                                              cfg=v3.v3_config(q.shape[3], c, s)))(s)
+             for s in steps}  # fmt: skip
+    impls["gpulab v2"] = lambda q, k, v, c: gpulab_forward(q, k, v, c, version=2)
+    impls["SDPA cuDNN"] = _sdpa(SDPBackend.CUDNN_ATTENTION)
+    impls["SDPA FlashAttention-2"] = _sdpa(SDPBackend.FLASH_ATTENTION)
+    problems = grid(dtypes=dtypes)
+    f = open(f"{out}/v3-bench.jsonl", "w")
+    table = []
+    for p in problems:
+        b, h, n, d, c, dtype = p["batch"], p["heads"], p["seq"], p["head_dim"], p["causal"], p["dtype"]
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=gen) for _ in "qkv")
+        flops = attention_flops(b, h, n, n, d, causal=c)
+        line = {}
+        for name, fn in impls.items():
+            try:
+                with torch.no_grad():
+                    r = measure(lambda fn=fn: fn(q, k, v, c), lesson="04", case=name, flops=flops, dtype=dtype,
+                                shape=[b, h, n, d], direction="forward", causal=c, head_dim=d, seq=n, batch=b,
+                                heads=h, impl=name, kind="throughput")  # fmt: skip
+                f.write(json.dumps(r.to_dict(), sort_keys=True) + "\n")
+                f.flush()
+                line[name] = (r.ms, r.wall_ms, r.tflops)
+            except Exception as e:  # noqa: BLE001 - one provider's failure must not end the run
+                print(f"{name} {p}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+        table.append((p, line))
+    f.close()
+    names = list(impls)
+    print("dtype d N causal | " + " | ".join(names) + "   (TFLOP/s device; x cuDNN for v3 best)")
+    ratios, ratios_v2 = [], []
+    for p, line in table:
+        cells = [f"{line[nm][2]:.0f}" if nm in line else "-" for nm in names]
+        v3_best = max((line[STEP_CASES[s]][2] for s in steps if STEP_CASES[s] in line), default=float("nan"))
+        r = v3_best / line["SDPA cuDNN"][2] if "SDPA cuDNN" in line else float("nan")
+        r2 = v3_best / line["gpulab v2"][2] if "gpulab v2" in line else float("nan")
+        ratios.append(r)
+        ratios_v2.append(r2)
+        print(f"{str(p['dtype'])[6:]} {p['head_dim']} {p['seq']} {int(p['causal'])} | " + " | ".join(cells)
+              + f" | {r:.2f}x cuDNN {r2:.2f}x v2", flush=True)  # fmt: skip
+    ok = sorted(x for x in ratios if math.isfinite(x))
+    ok2 = sorted(x for x in ratios_v2 if math.isfinite(x))
+    if ok:
+        print(f"v3 best step / cuDNN: median {ok[len(ok) // 2]:.3f} min {ok[0]:.3f}; / v2 median {ok2[len(ok2) // 2]:.3f}")
+
+
+if __name__ == "__main__":
+    phase, out = sys.argv[1], sys.argv[2]
+    t0 = time.time()
+    {"check": phase_check, "race": phase_race, "bench": phase_bench}[phase](out)
+    print(f"{phase}: {time.time() - t0:.0f} s", flush=True)
