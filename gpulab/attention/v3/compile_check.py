@@ -83,7 +83,9 @@ def structure(kernel) -> dict:
     ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``."""
     ptx = kernel.asm["ptx"]
     report = ptxas_report(ptx)
-    spills = [tuple(int(x) for x in m) for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)]
+    spills = [
+        tuple(int(x) for x in m) for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    ]
     stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", report)]
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", report)]
     return {

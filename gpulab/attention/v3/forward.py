@@ -136,14 +136,20 @@ def supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
     if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
         return False, f"version 3 runs on a CUDA GPU; q, k, v are on {q.device}, {k.device}, {v.device}"
     if torch.cuda.get_device_capability(q.device)[0] != 9:
-        return False, f"version 3 needs a Hopper GPU (sm_90); this one is sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}"  # noqa: E501
+        return (
+            False,
+            f"version 3 needs a Hopper GPU (sm_90); this one is sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))}",
+        )  # noqa: E501
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return False, f"version 3 takes float16 or bfloat16 q, k, v of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
     b, h, _, d = q.shape
     if d not in (64, 128):
         return False, f"version 3 takes head dims 64 and 128, got {d}"
     if tuple(k.shape[:2]) != (b, h) or k.shape != v.shape or k.shape[3] != d:
-        return False, f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D {tuple(q.shape)}"
+        return (
+            False,
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D {tuple(q.shape)}",
+        )
     if q.shape[2] < 1 or k.shape[2] < 1:
         return False, "version 3 needs at least one query and one key"
     if b * h > 65535:
@@ -317,7 +323,7 @@ def _consumer0(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_emp
               bh, start_m, n_q, n_k, n_blocks, full, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)  # fmt: skip
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["n_q", "n_k"])  # one compile per config, whatever the lengths
 def attention_forward_v3_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -361,14 +367,83 @@ def attention_forward_v3_kernel(
     # scalars (Triton 3.6), and the partitions need them constant.
     gl.warp_specialize(
         [
-            (_consumer0, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn, o_desc, lse_ptr,
-                          bh, start_m, n_q, n_k, n_blocks, full, qk_scale,
-                          HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
-            (_consumer1, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn, o_desc, lse_ptr,
-                          bh, start_m, n_q, n_k, n_blocks, full, qk_scale,
-                          HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-                         bh, start_m, n_blocks, BLOCK_N, STAGES)),
+            (
+                _consumer0,
+                (
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    k_empty,
+                    v_empty,
+                    turn,
+                    o_desc,
+                    lse_ptr,
+                    bh,
+                    start_m,
+                    n_q,
+                    n_k,
+                    n_blocks,
+                    full,
+                    qk_scale,
+                    HEAD_DIM,
+                    BLOCK_N,
+                    STAGES,
+                    IS_CAUSAL,
+                    STEP,
+                ),
+            ),
+            (
+                _consumer1,
+                (
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    k_empty,
+                    v_empty,
+                    turn,
+                    o_desc,
+                    lse_ptr,
+                    bh,
+                    start_m,
+                    n_q,
+                    n_k,
+                    n_blocks,
+                    full,
+                    qk_scale,
+                    HEAD_DIM,
+                    BLOCK_N,
+                    STAGES,
+                    IS_CAUSAL,
+                    STEP,
+                ),
+            ),
+            (
+                _producer,
+                (
+                    q_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    k_smem,
+                    v_smem,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    k_empty,
+                    v_empty,
+                    bh,
+                    start_m,
+                    n_blocks,
+                    BLOCK_N,
+                    STAGES,
+                ),
+            ),
         ],  # fmt: skip
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
