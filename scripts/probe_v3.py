@@ -11,6 +11,8 @@ Records are JSON lines (``gpulab.bench.measure``: device time ``ms`` and eager w
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import sys
@@ -58,14 +60,15 @@ def phase_check(out):
                     q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=gen)
                     k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=gen) for _ in "kv")
                     ro, rl = _ref(q, k, v, causal)
-                    for step in (1, 2, 3):
+                    for cfg in _variants(d, causal):
                         _poison_allocator(q.numel() * 2 + b * h * n_q * 4)
-                        o, lse = v3.attention_forward(q, k, v, causal, cfg=v3.v3_config(d, causal, step))
+                        o, lse = v3.attention_forward(q, k, v, causal, cfg=cfg)
                         torch.cuda.synchronize()
                         eo, el = check.relative_error(o, ro), check.relative_error(lse, rl)
                         ok = math.isfinite(eo) and math.isfinite(el) and eo <= check.tolerance(dtype) and el <= 1e-3
                         bad += not ok
-                        row = dict(dtype=str(dtype)[6:], d=d, causal=causal, shape=[b, h, n_q, n_k], step=step,
+                        row = dict(dtype=str(dtype)[6:], d=d, causal=causal, shape=[b, h, n_q, n_k],
+                                   cfg=dataclasses.asdict(cfg),
                                    rel_err_o=eo, rel_err_lse=el, ok=ok)  # fmt: skip
                         rows.append(row)
                         if not ok:
@@ -77,7 +80,24 @@ def phase_check(out):
     print(f"check: {len(rows) - bad}/{len(rows)} ok, worst rel_err(O) {worst:.3g}", flush=True)
 
 
-TUNE = {128: [(2, 2), (3, 2), (2, 3), (3, 3)], 64: [(2, 3), (3, 3), (2, 4), (3, 4)]}  # (step, stages)
+C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
+P = dict(persistent=True)
+TUNE = {  # V3Config fields per head dim
+    128: [dict(step=2, stages=3), dict(step=3, stages=3), dict(step=2, stages=3, **P), dict(step=3, stages=3, **P)],
+    64: [dict(step=3, stages=3), dict(step=3, stages=3, **P), dict(step=2, stages=3, **C3),
+         dict(step=2, stages=3, **C3, **P)],
+}  # fmt: skip
+
+
+def _variants(d, causal):
+    """The configurations the check and race phases cover: steps 1-3 at the measured tiles, the measured config
+    persistent, and three consumer warpgroups at d=64."""
+    base = v3.v3_config(d, causal)
+    out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
+    out.append(dataclasses.replace(base, persistent=not base.persistent))
+    if d == 64:
+        out.append(v3.V3Config(step=2, stages=3, **C3, persistent=True))
+    return out
 
 
 def phase_tune(out):
@@ -89,24 +109,23 @@ def phase_tune(out):
     for d, variants in TUNE.items():
         for causal in (False, True):
             best = None
-            for step, stages in variants:
+            for fields in variants:
                 try:
-                    best = _tune_one(out, rows, gen, d, causal, step, stages, best)
+                    best = _tune_one(rows, gen, d, causal, fields, best)
                 except Exception as e:  # noqa: BLE001 - e.g. too much shared memory: report, go on
-                    print(f"tune d={d} causal={causal} step={step} stages={stages}: {type(e).__name__}: "
-                          f"{str(e)[:300]}", flush=True)  # fmt: skip
+                    print(f"tune d={d} causal={causal} {fields}: {type(e).__name__}: {str(e)[:300]}", flush=True)
             if best is not None:
-                chosen[f"{d},{int(causal)}"] = best[1:]
+                chosen[f"{d},{int(causal)}"] = best[1]
     with open(f"{out}/v3-tune.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps(r, sort_keys=True) + "\n")
     with open(f"{out}/v3-chosen.json", "w") as f:
         json.dump(chosen, f)
-    print("chosen (step, stages):", chosen, flush=True)
+    print("chosen:", chosen, flush=True)
 
 
-def _tune_one(out, rows, gen, d, causal, step, stages, best):
-    cfg = v3.V3Config(step=step, stages=stages)
+def _tune_one(rows, gen, d, causal, fields, best):
+    cfg = v3.V3Config(**fields)
     q, k, v = (torch.randn(1, 3, 1000, d, device="cuda", dtype=torch.bfloat16, generator=gen)
                    for _ in "qkv")  # fmt: skip
     ro, _ = _ref(q, k, v, causal)
@@ -121,19 +140,19 @@ def _tune_one(out, rows, gen, d, causal, step, stages, best):
         b, h = 16384 // n, 1024 // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
                        for _ in "qkv")  # fmt: skip
-        r = measure(lambda: v3.attention_forward(q, k, v, causal, cfg=cfg), lesson="04",
-                        case=f"gpulab v3 step {step} stages {stages}", flops=attention_flops(b, h, n, n, d,
+        r = measure(lambda q=q, k=k, v=v: v3.attention_forward(q, k, v, causal, cfg=cfg), lesson="04",
+                        case=f"gpulab v3 {fields}", flops=attention_flops(b, h, n, n, d,
                         causal=causal), dtype=torch.bfloat16, shape=[b, h, n, d], direction="forward",
-                        causal=causal, head_dim=d, seq=n, step=step, stages=stages, kind="tune",
+                        causal=causal, head_dim=d, seq=n, **fields, kind="tune",
                         rel_err=err, race_differing=diffs)  # fmt: skip
         rows.append(r.to_dict())
         tf.append(r.tflops)
     score = math.sqrt(tf[0] * tf[1])
     ok = err <= check.tolerance(torch.bfloat16) and diffs == 0
-    print(f"tune d={d} causal={causal} step={step} stages={stages}: rel_err {err:.2e}, {diffs}/200 "
+    print(f"tune d={d} causal={causal} {fields}: rel_err {err:.2e}, {diffs}/200 "
               f"differ, TFLOP/s {tf[0]:.0f} (4k) {tf[1]:.0f} (16k)", flush=True)  # fmt: skip
     if ok and (best is None or score > best[0]):
-        best = (score, step, stages)
+        best = (score, fields)
     return best
 
 
@@ -144,19 +163,23 @@ def phase_race(out):
         for causal in (False, True):
             b, h, n = 2, 1024 // d // 2, 2000
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in "qkv")
-            for step in (1, 2, 3):
-                cfg = v3.v3_config(d, causal, step)
+            for cfg in _variants(d, causal):
                 o0, l0 = v3.attention_forward(q, k, v, causal, cfg=cfg)
                 diffs = 0
                 for _ in range(200):
                     o, lse = v3.attention_forward(q, k, v, causal, cfg=cfg)
                     diffs += int(not (torch.equal(o, o0) and torch.equal(lse, l0)))
                 torch.cuda.synchronize()
-                rows.append(dict(d=d, causal=causal, step=step, shape=[b, h, n, n], runs=200, differing=diffs))
-                print(f"race d={d} causal={causal} step={step}: {diffs}/200 runs differ", flush=True)
+                rows.append(dict(d=d, causal=causal, cfg=dataclasses.asdict(cfg), shape=[b, h, n, n], runs=200,
+                                 differing=diffs))  # fmt: skip
+                print(f"race d={d} causal={causal} {cfg}: {diffs}/200 runs differ", flush=True)
     with open(f"{out}/v3-race.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def _v3_step(q, k, v, c, step):
+    return v3.attention_forward(q, k, v, c, cfg=v3.v3_config(q.shape[3], c, step))
 
 
 def _sdpa(backend):
@@ -170,18 +193,17 @@ def _sdpa(backend):
 def phase_bench(out, steps=(1, 2, 3), dtypes=None):
     try:
         with open(f"{out}/v3-chosen.json") as f:
-            chosen = {k: tuple(v) for k, v in json.load(f).items()}
+            chosen = json.load(f)
     except OSError:
         chosen = {}
 
     def tuned(q, k, v, c):
-        step, stages = chosen.get(f"{q.shape[3]},{int(c)}", (3, v3.v3_config(q.shape[3], c).stages))
-        return v3.attention_forward(q, k, v, c, cfg=v3.V3Config(step=step, stages=stages))
+        fields = chosen.get(f"{q.shape[3]},{int(c)}")
+        return v3.attention_forward(q, k, v, c, cfg=v3.V3Config(**fields) if fields else None)
 
     impls = {"gpulab v3 (tuned)": tuned}
-    impls.update({STEP_CASES[s]: (lambda s: lambda q, k, v, c: v3.attention_forward(q, k, v, c,
-                                                                              cfg=v3.v3_config(q.shape[3], c, s)))(s)
-             for s in steps})  # fmt: skip
+    for s in steps:
+        impls[STEP_CASES[s]] = functools.partial(_v3_step, step=s)
     impls["gpulab v2"] = lambda q, k, v, c: gpulab_forward(q, k, v, c, version=2)
     impls["SDPA cuDNN"] = _sdpa(SDPBackend.CUDNN_ATTENTION)
     impls["SDPA FlashAttention-2"] = _sdpa(SDPBackend.FLASH_ATTENTION)
@@ -197,7 +219,7 @@ def phase_bench(out, steps=(1, 2, 3), dtypes=None):
         for name, fn in impls.items():
             try:
                 with torch.no_grad():
-                    r = measure(lambda fn=fn: fn(q, k, v, c), lesson="04", case=name, flops=flops, dtype=dtype,
+                    r = measure(functools.partial(fn, q, k, v, c), lesson="04", case=name, flops=flops, dtype=dtype,
                                 shape=[b, h, n, d], direction="forward", causal=c, head_dim=d, seq=n, batch=b,
                                 heads=h, impl=name, kind="throughput")  # fmt: skip
                 f.write(json.dumps(r.to_dict(), sort_keys=True) + "\n")

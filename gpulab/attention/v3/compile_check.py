@@ -24,7 +24,25 @@ import subprocess
 import sys
 import tempfile
 
-__all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "ptxas_report"]
+__all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structures_in_fresh_process", "ptxas_report",
+           "gluon_api_problem"]  # fmt: skip
+
+
+def gluon_api_problem() -> str | None:
+    """None when the installed Triton has the Gluon API version 3 is written against (Triton 3.6's names), else
+    what is missing, naming the Triton version (for test skips)."""
+    import triton  # noqa: PLC0415
+
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource  # noqa: F401, PLC0415
+        from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma_wait  # noqa: F401, PLC0415
+    except ImportError as e:
+        return f"Triton {triton.__version__} lacks Gluon's Hopper API ({e})"
+    missing = [n for n in ("async_copy_global_to_shared", "async_copy_shared_to_global", "store_wait")
+               if not hasattr(tma, n)]  # fmt: skip
+    if missing:
+        return f"Triton {triton.__version__}'s Gluon TMA API differs from 3.6's (no {', '.join(missing)})"
+    return None
 
 
 def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None):
@@ -53,6 +71,7 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
         "lse_ptr": "*fp32",
         "n_q": "i32",
         "n_k": "i32",
+        "n_bh": "i32",
         "qk_scale": "fp32",
         **{name: "constexpr" for name in constexprs},
     }
@@ -104,17 +123,33 @@ def structure(kernel) -> dict:
     }
 
 
+# torch.cuda.is_available patched: gpulab.runtime then picks compiled mode, so the Triton functions Gluon imports are
+# not the interpreter's (nothing is launched; compiling for a GPUTarget needs no GPU).
 _BOOTSTRAP = (
-    "import sys, json, torch; torch.cuda.is_available = lambda: True; from gpulab.attention.v3 import compile_check as c; a = json.loads(sys.argv[1]); "
-    "s = c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'])); sys.stdout.write(json.dumps(s))"
+    "import sys, json, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.attention.v3 import compile_check as c, forward as f; out = []\n"
+    "for a in json.loads(sys.argv[1]):\n"
+    "    cfg = f.V3Config(**a['cfg']) if a.get('cfg') else None\n"
+    "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg)))\n"
+    "sys.stdout.write(json.dumps(out))"
 )
 
 
-def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf16", timeout: float = 600) -> dict:
+def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf16", cfg=None,
+                               timeout: float = 600) -> dict:  # fmt: skip
     """:func:`structure` of :func:`compile_sm90` run in a fresh Python process without ``TRITON_INTERPRET`` and
-    ``GPULAB_DEVICE`` (the interpreter mode is fixed at gpulab's first import)."""
+    ``GPULAB_DEVICE`` (the interpreter mode is fixed at gpulab's first import). ``cfg``: a dict of
+    :class:`~gpulab.attention.v3.forward.V3Config` fields, or None for the default tiles."""
+    return structures_in_fresh_process([dict(d=head_dim, causal=is_causal, step=step, dtype=dtype, cfg=cfg)],
+                                       timeout)[0]  # fmt: skip
+
+
+def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
+    """:func:`structure` of several compiles in one fresh process (one start-up for all): ``configs`` are dicts
+    with keys d, causal, step, dtype and optionally cfg (V3Config fields)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
-    arg = json.dumps({"d": head_dim, "causal": bool(is_causal), "step": step, "dtype": dtype})
+    arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
+                       "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg")} for c in configs])  # fmt: skip
     done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
                           timeout=timeout, check=False)  # fmt: skip
     if done.returncode:
