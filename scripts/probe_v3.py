@@ -52,7 +52,8 @@ def _poison_allocator(nbytes: int) -> None:
 def phase_check(out):
     rows, bad = [], 0
     gen = torch.Generator(device="cuda").manual_seed(1)
-    shapes = [(1, 3, 1000, 1000), (2, 2, 300, 517), (1, 1, 129, 64), (1, 2, 64, 1500)]
+    # (4, 8, 1000, 1000): more tiles than SMs, so persistent programs take several tiles each
+    shapes = [(4, 8, 1000, 1000), (2, 2, 300, 517), (1, 1, 129, 64), (1, 2, 64, 1500)]
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128):
             for causal in (False, True):
@@ -82,9 +83,11 @@ def phase_check(out):
 
 C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 P = dict(persistent=True)
+Q2 = dict(persistent=True, q_buffers=2)
 TUNE = {  # V3Config fields per head dim
-    128: [dict(step=2, stages=3), dict(step=3, stages=3), dict(step=2, stages=3, **P), dict(step=3, stages=3, **P)],
-    64: [dict(step=3, stages=3), dict(step=3, stages=3, **P), dict(step=2, stages=3, **C3),
+    128: [dict(step=2, stages=3), dict(step=3, stages=3), dict(step=2, stages=3, **P), dict(step=3, stages=2, **Q2),
+          dict(step=2, stages=2, **Q2)],
+    64: [dict(step=3, stages=3), dict(step=3, stages=3, **Q2), dict(step=2, stages=3, **C3),
          dict(step=2, stages=3, **C3, **P)],
 }  # fmt: skip
 
@@ -95,14 +98,15 @@ def _variants(d, causal):
     base = v3.v3_config(d, causal)
     out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
     out.append(dataclasses.replace(base, persistent=not base.persistent))
+    out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **C3, persistent=True))
     return out
 
 
 def phase_tune(out):
-    """Each (step, stages) variant: checked on an odd shape, raced (200 runs), timed on the N = 4k and 16k bf16
-    problems; the fastest correct, race-free variant per (head dim, causal) by the geometric mean goes to
+    """Each variant: checked on an odd shape, raced (200 runs), timed on the N = 1k, 4k and 16k bf16 problems of
+    the grid; the fastest correct, race-free variant per (head dim, causal) by the geometric mean goes to
     OUT/v3-chosen.json for the bench phase."""
     gen = torch.Generator(device="cuda").manual_seed(3)
     rows, chosen = [], {}
@@ -147,10 +151,10 @@ def _tune_one(rows, gen, d, causal, fields, best):
                         rel_err=err, race_differing=diffs)  # fmt: skip
         rows.append(r.to_dict())
         tf.append(r.tflops)
-    score = math.sqrt(tf[0] * tf[1])
+    score = math.prod(tf) ** (1 / len(tf))
     ok = err <= check.tolerance(torch.bfloat16) and diffs == 0
     print(f"tune d={d} causal={causal} {fields}: rel_err {err:.2e}, {diffs}/200 "
-              f"differ, TFLOP/s {tf[0]:.0f} (4k) {tf[1]:.0f} (16k)", flush=True)  # fmt: skip
+              f"differ, TFLOP/s {tf[0]:.0f} (1k) {tf[1]:.0f} (4k) {tf[2]:.0f} (16k)", flush=True)  # fmt: skip
     if ok and (best is None or score > best[0]):
         best = (score, fields)
     return best
@@ -161,7 +165,7 @@ def phase_race(out):
     gen = torch.Generator(device="cuda").manual_seed(2)
     for d in (64, 128):
         for causal in (False, True):
-            b, h, n = 2, 1024 // d // 2, 2000
+            b, h, n = 4, 1024 // d // 2, 2000  # 256+ tiles: persistent programs take several
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in "qkv")
             for cfg in _variants(d, causal):
                 o0, l0 = v3.attention_forward(q, k, v, causal, cfg=cfg)

@@ -92,6 +92,7 @@ class V3Config:
     consumer_regs: int = 240
     producer_regs: int = 24
     persistent: bool = False
+    q_buffers: int = 1
 
     def __post_init__(self):
         runtime.one_of("step", self.step, tuple(STEPS))
@@ -99,6 +100,7 @@ class V3Config:
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
         runtime.one_of("consumers", self.consumers, (2, 3))
         runtime.strict_bool("persistent", self.persistent)
+        runtime.one_of("q_buffers", self.q_buffers, (1, 2))
         for name in ("consumer_regs", "producer_regs"):
             value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
             if value % 8:
@@ -194,15 +196,15 @@ def supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
 @gluon.jit
 def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Tile index -> (bh, start_m, n_blocks, full): the head, the first query row, the key blocks it needs (causal:
-    up to its last row) and the first key index whose block needs a mask. Causal: every head's longest tiles first,
-    so the last tiles to run are the shortest; otherwise a head's tiles are neighbours (they share K/V in L2)."""
+    up to its last row) and the first key index whose block needs a mask. A head's tiles are neighbours (programs
+    running at once share its K and V in L2); causal, each head's longest tile first. (Every head's longest tiles
+    first, version 2's persistent order, ran d=128 causal N=1024 about 20% slower: tiles of different heads
+    running at once read more K/V than L2 holds.)"""
     n_m = gl.cdiv(n_q, ROWS)
+    pid_m = tile % n_m
     if IS_CAUSAL:
-        pid_m = n_m - 1 - tile // n_bh
-        bh = tile % n_bh
-    else:
-        pid_m = tile % n_m
-        bh = tile // n_m
+        pid_m = n_m - 1 - pid_m
+    bh = tile // n_m
     start_m = pid_m * ROWS
     hi = n_k
     full = (n_k // BLOCK_N) * BLOCK_N
@@ -214,7 +216,7 @@ def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CA
 
 @gluon.jit
 def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
     """One warp: per tile, the consumers' Q tiles (once each has stored its previous output), then K and V block by
     block into the ring. The g-th K/V block overall goes to stage ``g % STAGES`` once every consumer released that
     stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having completed the phase before
@@ -226,10 +228,12 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL)
+        qb = (tile_i % QBUF) * CONSUMERS
         for c in gl.static_range(CONSUMERS):
-            mbarrier.wait(q_empty.index(c), (tile_i & 1) ^ 1)
-            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [bh, start_m + c * 64, 0], q_ready.index(c), q_smem.index(c))
+            mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [bh, start_m + c * 64, 0], q_ready.index(qb + c),
+                                            q_smem.index(qb + c))  # fmt: skip
         for j in range(n_blocks):
             g = it + j
             s = g % STAGES
@@ -262,7 +266,7 @@ def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: g
 @gluon.jit
 def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
               CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])  # fmt: skip
@@ -274,7 +278,6 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
     q_smem, k_smem, v_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
     dtype: gl.constexpr = q_smem.dtype
-    q_buf = q_smem.index(CID).reshape([64, HEAD_DIM])
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # K/V blocks consumed so far (all tiles)
@@ -291,7 +294,9 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
         m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([64], gl.float32, layout=row_layout)
         acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
-        mbarrier.wait(q_ready.index(CID), tile_i & 1)
+        qi = (tile_i % QBUF) * CONSUMERS + CID  # this tile's Q buffer
+        q_buf = q_smem.index(qi).reshape([64, HEAD_DIM])
+        mbarrier.wait(q_ready.index(qi), (tile_i // QBUF) & 1)
 
         if STEP == 1:  # version 2's loop on this warpgroup's rows, fed by the producer
             for j in range(n_blocks):
@@ -362,11 +367,11 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         q_buf.store((acc / l_o[:, None]).to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [bh, row0, 0], q_smem.index(CID))
+        tma.async_copy_shared_to_global(o_desc, [bh, row0, 0], q_smem.index(qi))
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
         gl.store(lse_ptr + bh.to(gl.int64) * n_q + rows, lse, mask=rows < n_q)
         tma.store_wait(0)
-        mbarrier.arrive(q_empty.index(CID), count=1)
+        mbarrier.arrive(q_empty.index(qi), count=1)
         it += n_blocks
         tile_i += 1
 
@@ -374,25 +379,25 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
 @gluon.jit
 def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
 
 
 @gluon.jit
 def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
@@ -400,24 +405,26 @@ def attention_forward_v3_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    QBUF: gl.constexpr,
 ):  # fmt: skip
     """Version 3 forward. Descriptors over q, o [B*H, Nq, D] (blocks [1, 64, D]) and k, v [B*H, Nk, D] (blocks
     [1, BLOCK_N, D]); lse [B*H, Nq] fp32. Grid: (tiles,) or, persistent, (SMs,); a tile is 64 * CONSUMERS rows."""
     n_tiles = gl.cdiv(n_q, 64 * CONSUMERS) * n_bh
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, 64, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [QBUF * CONSUMERS, 1, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [QBUF * CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [QBUF * CONSUMERS, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(CONSUMERS):
+    for c in gl.static_range(QBUF * CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
+    for c in gl.static_range(CONSUMERS):
         mbarrier.init(turn.index(c), count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
@@ -434,18 +441,18 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -456,14 +463,14 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -487,7 +494,8 @@ def smem_layout(block: tuple[int, int, int], dtype: torch.dtype):
 def constexprs(head_dim: int, is_causal: bool, cfg: V3Config) -> dict:
     """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg``."""
     return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
-                CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)  # fmt: skip
+                CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+                QBUF=cfg.q_buffers)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=16)

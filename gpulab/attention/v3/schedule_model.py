@@ -161,12 +161,13 @@ class MBarrier:
         self._maybe_flip()
 
 
-def _producer(bars, tiles, stages, consumers):
+def _producer(bars, tiles, stages, consumers, q_buffers=1):
     it = 0
     for tile_i, n_blocks in enumerate(tiles):
+        qb = (tile_i % q_buffers) * consumers
         for c in range(consumers):
-            yield ("wait", bars["q_empty"][c], (tile_i & 1) ^ 1)
-            yield ("load", "q", c, tile_i)
+            yield ("wait", bars["q_empty"][qb + c], ((tile_i // q_buffers) & 1) ^ 1)
+            yield ("load", "q", qb + c, tile_i)
         for j in range(n_blocks):
             g = it + j
             s, ph = g % stages, (g // stages) & 1
@@ -177,11 +178,12 @@ def _producer(bars, tiles, stages, consumers):
         it += n_blocks
 
 
-def _consumer(bars, cid, consumers, tiles, stages, step):
+def _consumer(bars, cid, consumers, tiles, stages, step, q_buffers=1):
     it = tt = 0
     for tile_i, n_blocks in enumerate(tiles):
-        yield ("wait", bars["q_ready"][cid], tile_i & 1)
-        yield ("read", "q", cid, tile_i)
+        qi = (tile_i % q_buffers) * consumers + cid
+        yield ("wait", bars["q_ready"][qi], (tile_i // q_buffers) & 1)
+        yield ("read", "q", qi, tile_i)
         if step == 1:
             for j in range(n_blocks):
                 g = it + j
@@ -222,16 +224,17 @@ def _consumer(bars, cid, consumers, tiles, stages, step):
             yield ("done", "v", sl, g)
             yield ("arrive", bars["v_empty"][sl])
             tt += n_blocks - 1
-        yield ("done", "q", cid, tile_i)  # O written over Q and stored (TMA store waited for)
-        yield ("arrive", bars["q_empty"][cid])
+        yield ("done", "q", qi, tile_i)  # O written over Q and stored (TMA store waited for)
+        yield ("arrive", bars["q_empty"][qi])
         it += n_blocks
 
 
-def simulate(n_blocks, stages: int = 2, consumers: int = 2, step: int = 3, seed: int = 0,
+def simulate(n_blocks, stages: int = 2, consumers: int = 2, step: int = 3, seed: int = 0, q_buffers: int = 1,
              max_events: int = 1_000_000) -> list[int]:  # fmt: skip
     """Run version 3's producer and consumers over simulated mbarriers under a random interleaving (``seed``), TMA
     copies landing at random later points. ``n_blocks``: key blocks of the program's one tile, or a list of them
-    for a persistent program's tiles in order. Returns the consumers' turn order; raises :class:`DeadlockError` or
+    for a persistent program's tiles in order; ``q_buffers`` Q buffers per consumer (2: the next tile's Q loads
+    while this tile computes). Returns the consumers' turn order; raises :class:`DeadlockError` or
     :class:`RaceError` (see the module docstring)."""
     tiles = [n_blocks] if isinstance(n_blocks, int) else list(n_blocks)
     if not tiles:
@@ -248,13 +251,15 @@ def simulate(n_blocks, stages: int = 2, consumers: int = 2, step: int = 3, seed:
         "k_empty": [MBarrier(consumers) for _ in range(stages)],
         "v_empty": [MBarrier(consumers) for _ in range(stages)],
         "turn": [MBarrier(1) for _ in range(consumers)],
-        "q_ready": [MBarrier(1) for _ in range(consumers)],
-        "q_empty": [MBarrier(1) for _ in range(consumers)],
+        "q_ready": [MBarrier(1) for _ in range(q_buffers * consumers)],
+        "q_empty": [MBarrier(1) for _ in range(q_buffers * consumers)],
     }
-    smem = {(kind, s): None for kind in "kv" for s in range(stages)} | {("q", c): None for c in range(consumers)}
+    smem = {(kind, s): None for kind in "kv" for s in range(stages)}
+    smem |= {("q", c): None for c in range(q_buffers * consumers)}
     readers: dict = {key: 0 for key in smem}
-    agents = [_producer(bars, tiles, stages, consumers)] + [
-        _consumer(bars, c, consumers, tiles, stages, step) for c in range(consumers)
+    runtime.one_of("q_buffers", q_buffers, (1, 2))
+    agents = [_producer(bars, tiles, stages, consumers, q_buffers)] + [
+        _consumer(bars, c, consumers, tiles, stages, step, q_buffers) for c in range(consumers)
     ]
     current = [next(a, None) for a in agents]
     in_flight: list = []  # TMA copies issued, not landed: (kind, stage, block)

@@ -69,13 +69,14 @@ def test_program_bounds_match_block_schedule(consumers, causal):
         assert starts == sorted(starts, reverse=True)
 
 
+@pytest.mark.parametrize("q_buffers", [1, 2])
 @pytest.mark.parametrize("step", [1, 2, 3])
 @pytest.mark.parametrize("consumers", [2, 3])
 @pytest.mark.parametrize("stages", [2, 3])
-def test_barrier_protocol_has_no_deadlock_or_race(stages, consumers, step):
+def test_barrier_protocol_has_no_deadlock_or_race(stages, consumers, step, q_buffers):
     for tiles in ([1], [2], [7], [3, 1, 4, 2]):  # one program's tiles (several: the persistent schedule)
-        for seed in range(20):
-            turns = sm.simulate(tiles, stages, consumers, step, seed)
+        for seed in range(12):
+            turns = sm.simulate(tiles, stages, consumers, step, seed, q_buffers)
             if step == 1:
                 assert turns == []
             else:  # ping-pong: every turn in strict rotation 0, 1, (2,) 0, ...
@@ -85,7 +86,7 @@ def test_barrier_protocol_has_no_deadlock_or_race(stages, consumers, step):
 def test_simulation_catches_a_producer_that_skips_the_empty_wait():
     orig = sm._producer
 
-    def eager(bars, tiles, stages, consumers):
+    def eager(bars, tiles, stages, consumers, q_buffers=1):
         for c in range(consumers):
             yield ("load", "q", c, 0)
         for j in range(tiles[0]):
@@ -104,8 +105,8 @@ def test_simulation_catches_a_producer_that_skips_the_empty_wait():
 def test_simulation_catches_a_wrong_turn_parity():
     orig = sm._consumer
 
-    def wrong(bars, cid, consumers, tiles, stages, step):
-        for ev in orig(bars, cid, consumers, tiles, stages, step):
+    def wrong(bars, cid, consumers, tiles, stages, step, q_buffers=1):
+        for ev in orig(bars, cid, consumers, tiles, stages, step, q_buffers):
             if ev[0] == "wait" and cid == 0 and ev[1] is bars["turn"][0]:
                 ev = ("wait", ev[1], ev[2] ^ 1)  # consumer 0 no longer goes first: everyone waits for a turn
             yield ev
@@ -122,16 +123,17 @@ def test_simulation_catches_a_q_reload_before_the_output_store():
     """Persistent programs: the next tile's Q may only land once the consumer's O (written over Q) is stored."""
     orig = sm._producer
 
-    def early(bars, tiles, stages, consumers):
-        for ev in orig(bars, tiles, stages, consumers):
+    def early(bars, tiles, stages, consumers, q_buffers=1):
+        for ev in orig(bars, tiles, stages, consumers, q_buffers):
             if not (ev[0] == "wait" and any(ev[1] is b for b in bars["q_empty"])):
                 yield ev
 
     sm._producer = early
     try:
-        with pytest.raises(sm.RaceError):
-            for seed in range(50):
-                sm.simulate([2, 2, 2], 2, 2, 3, seed)
+        for q_buffers in (1, 2):
+            with pytest.raises(sm.RaceError):
+                for seed in range(50):
+                    sm.simulate([2, 2, 2], 2, 2, 3, seed, q_buffers)
     finally:
         sm._producer = orig
 
