@@ -18,7 +18,24 @@ _RECORD = "a record type the package constructs (or a dataclass whose fields its
 _CLI = "a command-line entry: argparse validates its arguments"
 _STORED = "reads the package's own stored records or results, built by validated code"
 _AUTHOR = "a course author's tool over the repository's own sources (paths from source_paths())"
+_SITE = "the course website's build and check tools, over the repository's own syllabus, sources and built site"
 ALLOWED = {
+    **dict.fromkeys(
+        [
+            "gpulab.course.book.lesson_modules",
+            "gpulab.course.book.other_modules",
+            "gpulab.course.book.record_banner",
+            "gpulab.course.book.readme_sections",
+            "gpulab.course.book.glossary",
+            "gpulab.course.book.generate",
+            "gpulab.course.book_offline.external_resources",
+            "gpulab.course.book_offline.site_external_resources",
+            "gpulab.course.book_check.serve",
+            "gpulab.course.book_check.check_site",
+        ],
+        _SITE,
+    ),
+    **dict.fromkeys(["gpulab.course.book.main", "gpulab.course.book_check.main"], _CLI),
     **dict.fromkeys(
         [
             "gpulab.attention.plan.run_backward",

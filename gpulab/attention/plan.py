@@ -2,7 +2,8 @@
 input signature (validation, scale, version, tiles, grids, launches).
 
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
-TMA and wgmma). This module picks one (:func:`auto_version`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD` and
+TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward). This module picks one
+(:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD` and
 :data:`V2_BACKWARD` for versions that are off by default) and launches it (:func:`run_forward`, :func:`run_backward`).
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
@@ -39,12 +40,13 @@ from gpulab.attention.v1 import backward_fused as v1_fused
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.attention.v2 import backward as v2_backward
 from gpulab.attention.v2 import forward as v2_forward
+from gpulab.attention.v3 import forward as v3_forward
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
-           "attention_forward", "attention_backward", "run_forward", "run_backward"]  # fmt: skip
+           "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -116,14 +118,16 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
 
 
 def check_config(name: str, config, head_dim: int) -> AttentionConfig | HopperConfig | str | None:
-    """``config`` if it is None, ``"auto"``, a :class:`HopperConfig` (version 2) or an :class:`AttentionConfig`
-    whose head-dim tile holds ``head_dim``."""
-    if config is None or (isinstance(config, str) and config == "auto") or isinstance(config, HopperConfig):
+    """``config`` if it is None, ``"auto"``, a :class:`HopperConfig` (version 2), a
+    :class:`gpulab.attention.v3.forward.V3Config` (version 3) or an :class:`AttentionConfig` whose head-dim tile
+    holds ``head_dim``."""
+    if (config is None or (isinstance(config, str) and config == "auto")
+            or isinstance(config, (HopperConfig, v3_forward.V3Config))):  # fmt: skip
         return config
     if not isinstance(config, AttentionConfig):
         raise TypeError(
-            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU), an AttentionConfig (version 1) "
-            f"or a HopperConfig (version 2), got {config!r}."
+            f"{name} must be None (the default tiles), 'auto' (autotune on a GPU), an AttentionConfig (version 1), "
+            f"a HopperConfig (version 2) or a V3Config (version 3), got {config!r}."
         )
     if config.block_d < head_dim:
         raise ValueError(f"{name}.block_d={config.block_d} is smaller than head_dim {head_dim}; use block_d >= it.")
@@ -219,9 +223,21 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
     :func:`gpulab.attention.v2.forward.supports` allows it and ``scale >= 0``), or with None the automatic choice
     (:func:`auto_version`; a version-1 config or ``"auto"`` means version 1, a :class:`HopperConfig` version 2; a
     negative scale version 1)."""
-    if version is not None and (version.__class__ is not int or version not in (1, 2)):
-        raise ValueError(f"version must be None (automatic), 1 (portable FlashAttention-2) or 2 (Hopper), "
-                         f"got {version!r}.")  # fmt: skip
+    if version is not None and (version.__class__ is not int or version not in (1, 2, 3)):
+        raise ValueError(f"version must be None (automatic), 1 (portable FlashAttention-2), 2 (Hopper, TMA) or 3 "
+                         f"(Hopper, Gluon warp specialization), got {version!r}.")  # fmt: skip
+    if isinstance(config, v3_forward.V3Config):
+        if version not in (None, 3):
+            raise ValueError(f"config is a V3Config (version 3's launch) but version={version}; pass version=3 or "
+                             "None, or the config of that version.")  # fmt: skip
+        version = 3
+    if version == 3:
+        if scale < 0:
+            raise ValueError(f"version=3 takes scales >= 0 (its row max is max(S) * scale), got scale={scale!r}; "
+                             "use version 1 (or None) for a negative scale.")  # fmt: skip
+        if config is not None and not isinstance(config, v3_forward.V3Config):
+            raise ValueError(f"config {config!r} is not version 3's; pass a V3Config (or None) with version=3.")
+        return 3  # whether it can run these tensors: forward_plan asks v3's supported() with the tensors at hand
     if isinstance(config, HopperConfig):
         if version == 1:
             raise ValueError("config is a HopperConfig (version 2's tiles) but version=1; pass an AttentionConfig "
@@ -242,6 +258,14 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
         raise ValueError(f"version=2 takes scales >= 0 (its row max is max(S) * scale), got scale={scale!r}; "
                          "use version 1 (or None) for a negative scale.")  # fmt: skip
     return version
+
+
+V3_HEAD_DIMS: tuple[int, ...] = (128,)
+"""Head dims at which ``version=None`` takes version 3 (:mod:`gpulab.attention.v3`, Gluon) instead of version 2 on
+Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the H100 records
+(``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) show it faster than
+version 2 on every problem of lesson 4's grid. At head dim 64 it was not (slower on short and causal problems), so
+version 2 stays there."""
 
 
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:
@@ -273,6 +297,12 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous)
     work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
+    if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
+                             and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
+        ok, why = v3_forward.supported(q, k, v, is_causal)
+        if plan.version == 3 and not ok:
+            raise ValueError(f"version=3 cannot run this input: {why}.")
+        plan.version = 3 if ok else plan.version
     return _store(_FORWARD, key, plan)
 
 
@@ -339,6 +369,9 @@ def run_forward(plan: Plan, q, k, v):
         return o.zero_(), lse.zero_()
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    if plan.version == 3:  # Hopper, Gluon: producer warp, consumer warpgroups (gpulab.attention.v3.forward)
+        cfg = plan.config if isinstance(plan.config, v3_forward.V3Config) else None
+        return v3_forward.attention_forward(q, k, v, plan.is_causal, plan.scale, cfg)
     launch = plan.forward
     if plan.version == 2:  # Hopper: TMA descriptors (gpulab.attention.v2.forward)
         if launch is None:

@@ -6,16 +6,15 @@
   of the lesson's package (``literalinclude``), the README's sections and its glossary. A new lesson in the syllabus
   or a new module in a lesson's package appears without editing anything here.
 - :func:`build` runs Sphinx on them with ``book/conf.py`` into ``book/_build/html`` (``make book``).
-- :func:`external_resources` lists the scripts, styles, fonts and images of an HTML page that would be fetched from
-  another host; the built site must have none (it is read offline). :mod:`gpulab.course.book_check` opens every page
-  in headless Chromium.
+- :func:`gpulab.course.book_offline.external_resources` lists the scripts, styles, fonts and images of an HTML page
+  that would be fetched from another host; the built site must have none (it is read offline).
+  :mod:`gpulab.course.book_check` opens every page in headless Chromium.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import html.parser
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from gpulab import lessons as _lessons
 from gpulab.bench import records
+from gpulab.course import book_offline
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
@@ -44,8 +44,6 @@ __all__ = [
     "generate",
     "build",
     "mathjax_dir",
-    "external_resources",
-    "site_external_resources",
     "main",
 ]
 
@@ -541,111 +539,10 @@ def build(out: Path = OUT, src: Path = SRC, root: Path = ROOT, strict: bool = Tr
     rc = build_main(args)
     if rc:
         raise SystemExit(f"sphinx-build failed (exit {rc}); see the warnings above.")
-    problems = site_external_resources(out)
+    problems = book_offline.site_external_resources(out)
     if problems:
         raise SystemExit("the site would fetch from other hosts:\n" + "\n".join(problems))
     return Path(out)
-
-
-class _Resources(html.parser.HTMLParser):
-    """Collects the URLs a page loads by itself: scripts, stylesheets, preloads, icons, images, media, frames,
-    and url(...) in inline styles."""
-
-    LOADS = {
-        "script": ("src",),
-        "img": ("src", "srcset"),
-        "source": ("src", "srcset"),
-        "video": ("src", "poster"),
-        "audio": ("src",),
-        "iframe": ("src",),
-        "embed": ("src",),
-        "object": ("data",),
-        "input": ("src",),
-        "track": ("src",),
-        "image": ("href", "xlink:href"),
-        "use": ("href", "xlink:href"),
-    }
-    LINK_LOADS = {
-        "stylesheet",
-        "preload",
-        "modulepreload",
-        "icon",
-        "shortcut",
-        "apple-touch-icon",
-        "manifest",
-        "prefetch",
-        "dns-prefetch",
-        "preconnect",
-        "mask-icon",
-    }
-
-    def __init__(self):
-        super().__init__()
-        self.urls: list[str] = []
-        self._style = False
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        names = self.LOADS.get(tag, ())
-        if tag == "link" and set((a.get("rel") or "").lower().split()) & self.LINK_LOADS:
-            names = ("href",)
-        for name in names:
-            value = a.get(name)
-            if value:
-                self.urls += [part.strip().split(" ")[0] for part in value.split(",")] if "srcset" in name else [value]
-        if a.get("style"):
-            self.urls += re.findall(r"url\(\s*['\"]?([^'\")]+)", a["style"])
-        self._style = tag == "style"
-
-    def handle_endtag(self, tag):
-        if tag == "style":
-            self._style = False
-
-    def handle_data(self, data):
-        if self._style:
-            self.urls += re.findall(r"url\(\s*['\"]?([^'\")]+)", data) + re.findall(r"@import\s+['\"]([^'\"]+)", data)
-
-
-def _external(url: str) -> bool:
-    url = url.strip()
-    return (
-        url.startswith("//")
-        or bool(re.match(r"^(https?|ftp|wss?):", url, re.I))
-        and not re.match(r"^(https?|wss?)://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?(/|$)", url, re.I)
-    )
-
-
-def external_resources(page: str) -> list[str]:
-    """The URLs of scripts, styles, fonts, images and frames that ``page`` (HTML text) loads from another host.
-    Links a reader may follow (``<a href>``) are not resources and are not listed."""
-    if not isinstance(page, str):
-        raise TypeError(f"page must be the HTML text of a page (str), got {type(page).__name__}.")
-    parser = _Resources()
-    parser.feed(page)
-    return [u for u in parser.urls if _external(u)]
-
-
-def site_external_resources(folder: Path) -> list[str]:
-    """'file: url' for every resource fetched from another host by a built site's HTML pages and CSS files."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a built site (no such folder); build it first: make book")
-    problems = []
-    for path in sorted(folder.rglob("*")):
-        if path.suffix == ".html":
-            urls = external_resources(path.read_text(errors="replace"))
-        elif path.suffix == ".css":
-            text = path.read_text(errors="replace")
-            urls = [
-                u
-                for u in re.findall(r"url\(\s*['\"]?([^'\")]+)", text)
-                + re.findall(r"@import\s+(?:url\()?['\"]([^'\"]+)", text)
-                if _external(u)
-            ]
-        else:
-            continue
-        problems += [f"{path.relative_to(folder)}: {u}" for u in urls]
-    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from gpulab import lessons as syllabus
 from gpulab.bench import records
-from gpulab.course import book, book_check
+from gpulab.course import book, book_check, book_offline
 
 ROOT = book.ROOT
 
@@ -33,7 +33,7 @@ def test_external_resources_finds_what_a_page_would_fetch():
       <img src="_images/fig.png"><img srcset="a.png 1x, https://img.example.com/2x.png 2x">
       <div style="background-image: url('https://img.example.com/c.png')"></div>
     </body></html>"""
-    assert sorted(book.external_resources(page)) == sorted(
+    assert sorted(book_offline.external_resources(page)) == sorted(
         [
             "https://cdn.example.com/mathjax.js",
             "//fonts.example.com/css",
@@ -49,18 +49,18 @@ def test_site_external_resources_reads_html_and_css(tmp_path):
     (tmp_path / "a.html").write_text('<script src="_static/x.js"></script>')
     (tmp_path / "_static").mkdir()
     (tmp_path / "_static" / "t.css").write_text("@font-face { src: url(https://fonts.example.com/f.woff2) }")
-    assert book.site_external_resources(tmp_path) == ["_static/t.css: https://fonts.example.com/f.woff2"]
+    assert book_offline.site_external_resources(tmp_path) == ["_static/t.css: https://fonts.example.com/f.woff2"]
     (tmp_path / "_static" / "t.css").write_text("@font-face { src: url(../fonts/f.woff2) }")
-    assert book.site_external_resources(tmp_path) == []
+    assert book_offline.site_external_resources(tmp_path) == []
 
 
 def test_bad_inputs_are_refused():
     with pytest.raises(TypeError, match="page must be the HTML text"):
-        book.external_resources(b"<html></html>")
+        book_offline.external_resources(b"<html></html>")
     with pytest.raises(ValueError, match="no glossary"):
         book.glossary("# title\n\nno table here\n")
     with pytest.raises(FileNotFoundError, match="make book"):
-        book.site_external_resources(ROOT / "no-such-site")
+        book_offline.site_external_resources(ROOT / "no-such-site")
 
 
 def test_readme_sections_and_glossary():
@@ -151,7 +151,7 @@ def test_the_built_site_reads_well_offline():
     site = Path(os.environ.get("GPULAB_BOOK_SITE", book.OUT))
     if not (site / "index.html").exists():
         pytest.fail(f"no built site in {site}: run `make book` first (make book-test does)")
-    assert book.site_external_resources(site) == []
+    assert book_offline.site_external_resources(site) == []
     problems = book_check.check_site(site, screenshots=site.parent / "failures")
     assert not problems, f"{len(problems)} problems (screenshots in {site.parent / 'failures'}):\n" + "\n".join(
         problems

@@ -1,0 +1,9 @@
+"""Lesson 4, version 3: FlashAttention-3's forward in Gluon (explicit warp specialization on Hopper).
+
+- :mod:`.forward`: the Gluon kernel, :func:`.forward.attention_forward` (the entry point) and
+  :func:`.forward.supported` (when it may be chosen);
+- :mod:`.schedule_model`: the kernel's block order, rescaling points and ping-pong turns replayed in PyTorch;
+- :mod:`.compile_check`: the kernel compiled for sm_90 without a GPU, and what its PTX and ``ptxas -v`` say.
+
+Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version.
+"""

@@ -1,0 +1,157 @@
+"""Version 3 compiled for sm_90 on any machine, and the structure of what the hardware would run.
+
+What you will learn: a warp-specialized kernel's schedule can be read off its PTX before any GPU runs it.
+:func:`compile_sm90` compiles :func:`gpulab.attention.v3.forward.attention_forward_v3_kernel` with Triton's own
+compiler for ``GPUTarget("cuda", 90, 32)`` (Gluon has no CPU interpreter, so this is what the CPU tests can check),
+and :func:`structure` counts in the PTX and in ``ptxas -v`` (the assembler Triton ships):
+
+- ``wgmma.mma_async`` instructions (the tensor-core products; one ``warpgroup_mma`` is D/16 or BLOCK_N/16 of them);
+- ``wgmma.wait_group.sync.aligned N`` depths: step 3 must wait with N = 1 somewhere (the next block's scores done
+  while this block's ``P V`` still runs); steps 1-2 wait with 0 only;
+- ``setmaxnreg`` values: the register budget each partition asks for (consumers up, producer down);
+- shared memory (the kernel's static allocation, at most 227 KB on the H100) and ``ptxas -v``'s spill bytes.
+
+Compilation runs in a fresh process (:func:`structure_in_fresh_process`): gpulab's interpreter mode
+(``TRITON_INTERPRET=1``) is fixed at the first import, and Gluon compiles only outside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+__all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structures_in_fresh_process", "ptxas_report",
+           "gluon_api_problem"]  # fmt: skip
+
+
+def gluon_api_problem() -> str | None:
+    """None when the installed Triton has the Gluon API version 3 is written against (Triton 3.6's names), else
+    what is missing, naming the Triton version (for test skips)."""
+    import triton  # noqa: PLC0415
+
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource  # noqa: F401, PLC0415
+        from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma_wait  # noqa: F401, PLC0415
+    except ImportError as e:
+        return f"Triton {triton.__version__} lacks Gluon's Hopper API ({e})"
+    missing = [n for n in ("async_copy_global_to_shared", "async_copy_shared_to_global", "store_wait")
+               if not hasattr(tma, n)]  # fmt: skip
+    if missing:
+        return f"Triton {triton.__version__}'s Gluon TMA API differs from 3.6's (no {', '.join(missing)})"
+    return None
+
+
+def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None):
+    """Triton's compiled version 3 for sm_90 (nothing launched, no GPU needed); its ``asm`` holds 'ttgir', 'ptx',
+    'cubin' and its ``metadata.shared`` the shared-memory bytes. Call from a process outside the interpreter."""
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+
+    from gpulab import dtypes, runtime  # noqa: PLC0415
+    from gpulab.attention.v3 import forward  # noqa: PLC0415
+
+    torch_dtype = dtypes.as_dtype(runtime.one_of("dtype", dtype, ("bf16", "fp16")))
+    cfg = cfg or forward.v3_config(head_dim, is_causal, step)
+    q_layout, kv_layout = forward.smem_layouts(head_dim, cfg.block_n, torch_dtype)
+
+    def desc(block, layout):
+        return f"tensordesc<{dtype}[{','.join(map(str, block))}],{layout!r}>"
+
+    constexprs = forward.constexprs(head_dim, is_causal, cfg)
+    signature = {
+        "q_desc": desc((1, 64, head_dim), q_layout),
+        "k_desc": desc((1, cfg.block_n, head_dim), kv_layout),
+        "v_desc": desc((1, cfg.block_n, head_dim), kv_layout),
+        "o_desc": desc((1, 64, head_dim), q_layout),
+        "lse_ptr": "*fp32",
+        "n_q": "i32",
+        "n_k": "i32",
+        "n_bh": "i32",
+        "qk_scale": "fp32",
+        **{name: "constexpr" for name in constexprs},
+    }
+    src = GluonASTSource(fn=forward.attention_forward_v3_kernel, signature=signature, constexprs=constexprs,
+                         attrs={(4,): [["tt.divisibility", 16]]})  # fmt: skip
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": cfg.maxnreg})
+
+
+def ptxas_report(ptx: str) -> str:
+    """``ptxas -v`` on ``ptx`` for sm_90a with the assembler Triton ships (registers, stack frame, spill bytes)."""
+    from triton.backends.nvidia import compiler as nv  # noqa: PLC0415
+
+    ptxas = nv.get_ptxas(90).path
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([ptxas, "-v", "-arch=sm_90a", src, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"ptxas failed:\n{done.stderr[-3000:]}")
+    return done.stdout + done.stderr
+
+
+def structure(kernel) -> dict:
+    """What a compiled version 3 does, from its PTX and ``ptxas -v``: ``wgmma`` (count of ``wgmma.mma_async``),
+    ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
+    ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``."""
+    ptx = kernel.asm["ptx"]
+    report = ptxas_report(ptx)
+    spills = [
+        tuple(int(x) for x in m) for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    ]
+    stack = [int(x) for x in re.findall(r"(\d+) bytes stack frame", report)]
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", report)]
+    return {
+        "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        "wait_depths": sorted({int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
+        "setmaxnreg": re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
+        "shared": int(kernel.metadata.shared),
+        "spill_stores": sum(s for s, _ in spills),
+        "spill_loads": sum(lo for _, lo in spills),
+        "stack": max(stack, default=0),
+        "registers": max(regs, default=0),
+        "warps": int(kernel.metadata.num_warps),
+        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
+        "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)),
+        "ptxas": report.strip()[-2000:],
+    }
+
+
+# torch.cuda.is_available patched: gpulab.runtime then picks compiled mode, so the Triton functions Gluon imports are
+# not the interpreter's (nothing is launched; compiling for a GPUTarget needs no GPU).
+_BOOTSTRAP = (
+    "import sys, json, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.attention.v3 import compile_check as c, forward as f; out = []\n"
+    "for a in json.loads(sys.argv[1]):\n"
+    "    cfg = f.V3Config(**a['cfg']) if a.get('cfg') else None\n"
+    "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg)))\n"
+    "sys.stdout.write(json.dumps(out))"
+)
+
+
+def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf16", cfg=None,
+                               timeout: float = 600) -> dict:  # fmt: skip
+    """:func:`structure` of :func:`compile_sm90` run in a fresh Python process without ``TRITON_INTERPRET`` and
+    ``GPULAB_DEVICE`` (the interpreter mode is fixed at gpulab's first import). ``cfg``: a dict of
+    :class:`~gpulab.attention.v3.forward.V3Config` fields, or None for the default tiles."""
+    return structures_in_fresh_process([dict(d=head_dim, causal=is_causal, step=step, dtype=dtype, cfg=cfg)],
+                                       timeout)[0]  # fmt: skip
+
+
+def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
+    """:func:`structure` of several compiles in one fresh process (one start-up for all): ``configs`` are dicts
+    with keys d, causal, step, dtype and optionally cfg (V3Config fields)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
+    arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
+                       "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg")} for c in configs])  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"compiling version 3 for sm_90 failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout)

@@ -1,0 +1,541 @@
+"""Lesson 4, version 3: FlashAttention-3's forward in Gluon, with the warp specialization written out by hand.
+
+What you will learn:
+
+- how a Hopper attention kernel splits its warps by *role*: one producer warp that only issues TMA copies of K and V
+  into a ring of shared-memory stages, and two consumer warpgroups that only multiply and exponentiate, talking
+  through mbarriers (``ready[s]``: the copy of stage s landed; ``empty[s]``: both consumers are done with it);
+- **ping-pong**: the two consumers take turns issuing their tensor-core work (a pair of "turn" mbarriers), so one
+  warpgroup's softmax runs while the other's products occupy the tensor cores;
+- **intra-warpgroup overlap**: each consumer issues the next block's scores ``S = Q K^T`` (an asynchronous wgmma)
+  before this block's softmax and waits for it only afterwards (``warpgroup_mma_wait(1)``).
+
+Version 2 (:mod:`gpulab.attention.v2.forward`) asks Triton's compiler for the same things (``warp_specialize=True``,
+a hand-written one-block-ahead loop) and gets neither on Triton 3.6: the specialized loop races on sm_90, and the
+compiler waits for every score wgmma right after issuing it. Gluon (``triton.experimental.gluon``) is Triton's
+lower-level language where the kernel states layouts, shared-memory buffers, barriers and partitions itself, so
+the schedule is what the source says, and :mod:`gpulab.attention.v3.compile_check` reads it back from the PTX.
+
+The kernel is built in numbered steps, all kept (``STEP``, a constexpr):
+
+1. producer/consumer partitions: the producer fills the K/V ring, each consumer warpgroup runs version 2's loop on
+   its 64 query rows (wait for K, ``S = Q K^T``, softmax, wait for V, ``O += P V``, release the stage);
+2. step 1 plus ping-pong between the two consumers (warpgroup 0 issues, then warpgroup 1, then 0, ...);
+3. step 2 plus the intra-warpgroup overlap: block j+1's scores are in flight during block j's softmax, and block
+   j's ``P V`` during block j+1's softmax (FlashAttention-3's Algorithm 2).
+
+The math is version 2's (scores in base 2, ``m' = max(m, rowmax S2)``, ``acc = acc 2^(m - m') + P V``,
+``l = l 2^(m - m') + rowsum P``, ``O = acc / l``, ``LSE = (m + log2 l) ln 2``);
+:mod:`gpulab.attention.v3.schedule_model` replays the step-3 order (block order, the point where ``acc`` is
+rescaled, the consumers' turns) in PyTorch.
+
+Shapes: q [B, H, Nq, D], k and v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; o like q, lse [B, H, Nq] float32
+(natural log), the layout version 1's and version 2's backward read. One program (CTA) per 128 query rows of one
+head: consumer c owns rows ``[128 pid + 64 c, 128 pid + 64 c + 64)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from gpulab import runtime
+from gpulab.attention.reference import default_scale
+
+__all__ = [
+    "MEASURED",
+    "STEPS",
+    "V3Config",
+    "v3_config",
+    "supported",
+    "attention_forward",
+    "attention_forward_v3_kernel",
+    "TESTED_TRITON",
+    "LOG2E",
+]
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
+"""The kernel's numbered steps (``V3Config.step``); each adds one idea to the one before."""
+
+TESTED_TRITON = ("3.6",)
+"""Triton versions (major.minor) on which version 3's GPU race test (200 runs per configuration equal bit for bit)
+passed on the H100. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies), so
+:func:`supported` refuses other versions by name instead of guessing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class V3Config:
+    """Version 3's launch: ``step`` (1-3, :data:`STEPS`), ``block_n`` keys per K/V stage, ``stages`` K/V buffers in
+    the ring, ``consumer_regs`` registers per thread of each consumer warpgroup and ``producer_regs`` of the
+    producer (``setmaxnreg``; the kernel's cap ``maxnreg`` is their average over the three warpgroups)."""
+
+    step: int = 3
+    block_n: int = 128
+    stages: int = 2
+    consumers: int = 2
+    consumer_regs: int = 240
+    producer_regs: int = 24
+    persistent: bool = False
+    q_buffers: int = 1
+
+    def __post_init__(self):
+        runtime.one_of("step", self.step, tuple(STEPS))
+        runtime.one_of("block_n", self.block_n, (64, 128))
+        runtime.integer("stages", self.stages, minimum=2, maximum=4)
+        runtime.one_of("consumers", self.consumers, (2, 3))
+        runtime.strict_bool("persistent", self.persistent)
+        runtime.one_of("q_buffers", self.q_buffers, (1, 2))
+        for name in ("consumer_regs", "producer_regs"):
+            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
+            if value % 8:
+                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+
+    @property
+    def maxnreg(self) -> int:
+        """The kernel-wide register cap: the warpgroups' budgets (the producer's warp counts as a warpgroup) share
+        the 64K registers of an SM."""
+        return (self.consumers * self.consumer_regs + self.producer_regs) // (self.consumers + 1) // 8 * 8
+
+
+BLOCK_M = 64
+"""Query rows per consumer warpgroup (one wgmma M tile of 4 warps); a program covers ``consumers * BLOCK_M`` rows."""
+
+
+MEASURED: dict[tuple[int, bool], tuple[int, int, int]] = {
+    (128, False): (2, 3, 2),
+    (128, True): (2, 3, 2),
+    (64, False): (3, 3, 2),
+    (64, True): (3, 3, 2),
+}
+"""(step, stages, consumers) per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
+on the H100 (geometric mean over N = 4k and 16k, bf16; ``benchmarks/04_attention/v3/``)."""
+
+
+def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3Config:
+    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`),
+    with ``step`` overriding its step (1-3, for the lesson's step-by-step comparison). 128 keys per stage; at
+    d=128 three K/V stages (192 KB) fit beside the two Q tiles in the 227 KB of shared memory."""
+    head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
+    is_causal = runtime.strict_bool("is_causal", is_causal)
+    best_step, stages, consumers = MEASURED[(head_dim, is_causal)]
+    if consumers == 3:
+        return V3Config(step=step or best_step, stages=stages, consumers=3, consumer_regs=160, producer_regs=32)
+    return V3Config(step=step or best_step, stages=stages, consumers=consumers)
+
+
+def _triton_minor() -> str:
+    return ".".join(triton.__version__.split(".")[:2])
+
+
+def supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
+    """(True, "") when version 3 can run q, k, v here, else (False, the reason): a CUDA GPU of compute capability
+    9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
+    and k, v [B, H, Nk, D]. Never raises on tensors; ``causal`` must be a bool."""
+    runtime.strict_bool("causal", causal)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            return False, f"{name} is {type(t).__name__}, not a torch.Tensor"
+        if t.dim() != 4:
+            return False, f"{name} has shape {tuple(t.shape)}; version 3 takes [B, H, N, D]"
+    if _triton_minor() not in TESTED_TRITON:
+        return False, (f"version 3 (Gluon) is tested on Triton {', '.join(TESTED_TRITON)} only; this is Triton "
+                       f"{triton.__version__}, whose Gluon API may differ")  # fmt: skip
+    if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
+        return False, f"version 3 runs on a CUDA GPU; q, k, v are on {q.device}, {k.device}, {v.device}"
+    if torch.cuda.get_device_capability(q.device)[0] != 9:
+        major, minor = torch.cuda.get_device_capability(q.device)
+        return False, f"version 3 needs a Hopper GPU (sm_90); this one is sm_{major}{minor}"
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False, f"version 3 takes float16 or bfloat16 q, k, v of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    b, h, _, d = q.shape
+    if d not in (64, 128):
+        return False, f"version 3 takes head dims 64 and 128, got {d}"
+    if tuple(k.shape[:2]) != (b, h) or k.shape != v.shape or k.shape[3] != d:
+        return (
+            False,
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D {tuple(q.shape)}",
+        )
+    if q.shape[2] < 1 or k.shape[2] < 1:
+        return False, "version 3 needs at least one query and one key"
+    if b * h > 65535:
+        return False, f"batch * heads = {b * h} is over 65535, the grid's second dimension"
+    return True, ""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The kernel. A program (CTA) takes tiles of 64 * CONSUMERS query rows of one head: one tile (grid = all tiles), or,
+# persistent, tiles pid, pid + programs, ... (grid = the SM count), so that the producer already loads the next
+# tile's keys while the consumers store this tile's output. Buffers (shared memory) and who owns them:
+#   q_smem[c]            [1, 64, D]       consumer c's Q tile: written by the producer (TMA), read by c's wgmma, then
+#                                         reused by c for its O tile (TMA store)
+#   k_smem[s], v_smem[s] [1, BLOCK_N, D]  stage s of the K/V ring: written by the producer, read by every consumer
+# Barriers: q_ready[c] / q_empty[c] (producer <-> consumer c, once per tile), k_ready[s] / v_ready[s] (producer ->
+# consumers, TMA byte counts), k_empty[s] / v_empty[s] (consumers -> producer, one arrival per consumer; K is
+# released after the scores, V after P V, so the next keys load while this block's values are still read),
+# turn[c] (consumer c-1 -> consumer c: the ping-pong, consumer 0 first). Phases count across tiles: ``it`` (K/V
+# blocks so far), ``tt`` (turns so far) and ``tile_i`` (tiles so far) are carried from tile to tile.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Tile index -> (bh, start_m, n_blocks, full): the head, the first query row, the key blocks it needs (causal:
+    up to its last row) and the first key index whose block needs a mask. A head's tiles are neighbours (programs
+    running at once share its K and V in L2); causal, each head's longest tile first. (Every head's longest tiles
+    first, version 2's persistent order, ran d=128 causal N=1024 about 20% slower: tiles of different heads
+    running at once read more K/V than L2 holds.)"""
+    n_m = gl.cdiv(n_q, ROWS)
+    pid_m = tile % n_m
+    if IS_CAUSAL:
+        pid_m = n_m - 1 - pid_m
+    bh = tile // n_m
+    start_m = pid_m * ROWS
+    hi = n_k
+    full = (n_k // BLOCK_N) * BLOCK_N
+    if IS_CAUSAL:
+        hi = gl.minimum(n_k, start_m + ROWS)
+        full = gl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    return bh, start_m, gl.cdiv(hi, BLOCK_N), full
+
+
+@gluon.jit
+def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+    """One warp: per tile, the consumers' Q tiles (once each has stored its previous output), then K and V block by
+    block into the ring. The g-th K/V block overall goes to stage ``g % STAGES`` once every consumer released that
+    stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having completed the phase before
+    0, so the first lap waits on parity 1 and passes)."""
+    q_desc, k_desc, v_desc = descs
+    q_smem, k_smem, v_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
+    it = 0
+    tile_i = 0
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL)
+        qb = (tile_i % QBUF) * CONSUMERS
+        for c in gl.static_range(CONSUMERS):
+            mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [bh, start_m + c * 64, 0], q_ready.index(qb + c),
+                                            q_smem.index(qb + c))  # fmt: skip
+        for j in range(n_blocks):
+            g = it + j
+            s = g % STAGES
+            phase = (g // STAGES) & 1
+            mbarrier.wait(k_empty.index(s), phase ^ 1)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), phase ^ 1)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+        it += n_blocks
+        tile_i += 1
+
+
+@gluon.jit
+def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: gl.constexpr):
+    """Block ``start_n``'s scores ``s`` [64, BLOCK_N] (fp32, raw) -> (P in fp32, alpha, m', l'). Blocks at or past
+    ``full`` get the mask ``key <= last[row]`` (causal diagonal and the ragged end of the keys)."""
+    if start_n >= full:
+        s = gl.where((start_n + cols)[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+    else:
+        s = s * qk_scale
+    m_new = gl.maximum(m_i, gl.max(s, 1))  # finite: every row sees key 0 in block 0 (causal or not)
+    p = gl.exp2(s - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)  # 0 on the first block (m = -inf)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+              CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])  # fmt: skip
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    WAIT_S: gl.constexpr = 1 if STEP == 3 else 0
+    q_smem, k_smem, v_smem = bufs
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
+    dtype: gl.constexpr = q_smem.dtype
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([64, BLOCK_N], gl.float32, layout=s_layout)
+    it = 0  # K/V blocks consumed so far (all tiles)
+    tt = 0  # turns taken so far
+    tile_i = 0
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL)
+        row0 = start_m + CID * 64
+        rows = row0 + gl.arange(0, 64, layout=row_layout)
+        if IS_CAUSAL:
+            last = gl.minimum(rows, n_k - 1)
+        else:
+            last = gl.full([64], n_k - 1, gl.int32, layout=row_layout)
+        m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
+        l_i = gl.zeros([64], gl.float32, layout=row_layout)
+        acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
+        qi = (tile_i % QBUF) * CONSUMERS + CID  # this tile's Q buffer
+        q_buf = q_smem.index(qi).reshape([64, HEAD_DIM])
+        mbarrier.wait(q_ready.index(qi), (tile_i // QBUF) & 1)
+
+        if STEP == 1:  # version 2's loop on this warpgroup's rows, fed by the producer
+            for j in range(n_blocks):
+                g = it + j
+                st = g % STAGES
+                phase = (g // STAGES) & 1
+                k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                v_buf = v_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                mbarrier.wait(k_ready.index(st), phase)
+                s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=(s,))
+                mbarrier.arrive(k_empty.index(st), count=1)
+                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N, full, last, qk_scale, cols, s_layout)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                mbarrier.wait(v_ready.index(st), phase)
+                acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(v_empty.index(st), count=1)
+        else:
+            # Steps 2-3: each turn issues block j's scores and block j-1's P V together, between a wait for this
+            # warpgroup's turn and a signal to the next; the softmax runs outside the turn, under the other
+            # warpgroups' products. Step 2 then waits for both products; step 3 only for the scores (wait depth 1),
+            # so block j's softmax also runs under this warpgroup's own P V of block j-1.
+            st = it % STAGES
+            mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)  # prologue: block 0's scores and softmax
+            k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+            s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(st), count=1)
+            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, full, last, qk_scale, cols, s_layout)
+            for j in range(1, n_blocks):
+                g = it + j
+                st = g % STAGES
+                sp = (g - 1) % STAGES
+                k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                v_prev = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]  # block j-1's max
+                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
+                mbarrier.wait(v_ready.index(sp), ((g - 1) // STAGES) & 1)
+                # Turn t: consumer 0 passes its first wait (a fresh barrier's "previous phase"), consumer 1 waits
+                # for consumer 0's first signal, and so on round the ring.
+                t = tt + j - 1
+                mbarrier.wait(turn.index(CID), (t & 1) ^ (1 if CID == 0 else 0))
+                s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # block j
+                acc = warpgroup_mma(p_op, v_prev, acc, is_async=True)  # block j-1
+                mbarrier.arrive(turn.index((CID + 1) % CONSUMERS), count=1)
+                # wgmma groups complete in the order issued: depth 1 means "the scores are done, P V may still run".
+                s = warpgroup_mma_wait(WAIT_S, deps=(s,))
+                mbarrier.arrive(k_empty.index(st), count=1)  # block j's keys read; the producer may refill
+                if STEP == 2:
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N, full, last, qk_scale, cols, s_layout)
+                if STEP == 3:
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
+            sl = (it + n_blocks - 1) % STAGES  # epilogue: the last block's P V
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+            mbarrier.wait(v_ready.index(sl), ((it + n_blocks - 1) // STAGES) & 1)
+            v_buf = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(v_empty.index(sl), count=1)
+            tt += n_blocks - 1
+
+        # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
+        # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        q_buf.store((acc / l_o[:, None]).to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [bh, row0, 0], q_smem.index(qi))
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(lse_ptr + bh.to(gl.int64) * n_q + rows, lse, mask=rows < n_q)
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty.index(qi), count=1)
+        it += n_blocks
+        tile_i += 1
+
+
+@gluon.jit
+def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+               CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+
+
+@gluon.jit
+def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+               CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+
+
+@gluon.jit
+def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+               CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+
+
+@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
+def attention_forward_v3_kernel(
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, qk_scale,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    QBUF: gl.constexpr,
+):  # fmt: skip
+    """Version 3 forward. Descriptors over q, o [B*H, Nq, D] (blocks [1, 64, D]) and k, v [B*H, Nk, D] (blocks
+    [1, BLOCK_N, D]); lse [B*H, Nq] fp32. Grid: (tiles,) or, persistent, (SMs,); a tile is 64 * CONSUMERS rows."""
+    n_tiles = gl.cdiv(n_q, 64 * CONSUMERS) * n_bh
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [QBUF * CONSUMERS, 1, 64, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [QBUF * CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [QBUF * CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(QBUF * CONSUMERS):
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.init(turn.index(c), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=CONSUMERS)  # every consumer releases a stage
+        mbarrier.init(v_empty.index(s), count=CONSUMERS)
+
+    # The argument tuples are written out inline: a tuple bound to a name first turns its constexprs into int32
+    # scalars (Triton 3.6), and the partitions need them constant.
+    # fmt: off
+    if CONSUMERS == 3:
+        gl.warp_specialize(
+            [
+                (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
+                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
+                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
+                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
+                             (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
+                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
+                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
+                             (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
+    # fmt: on
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Host side.
+# ----------------------------------------------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def smem_layout(block: tuple[int, int, int], dtype: torch.dtype):
+    """The NVMMA shared layout of a [1, rows, D] TMA block (128-byte swizzle for D >= 64 at 16 bits)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
+
+
+def constexprs(head_dim: int, is_causal: bool, cfg: V3Config) -> dict:
+    """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg``."""
+    return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
+                CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+                QBUF=cfg.q_buffers)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(
+        index if index is not None else torch.cuda.current_device()
+    ).multi_processor_count
+
+
+@functools.lru_cache(maxsize=64)
+def smem_layouts(d: int, block_n: int, dtype: torch.dtype):
+    """The shared layouts of a Q tile [1, 64, d] and a K/V stage [1, block_n, d] of ``dtype``."""
+    return smem_layout((1, 64, d), dtype), smem_layout((1, block_n, d), dtype)
+
+
+def attention_forward(q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None):
+    """Version 3's forward: ``(o, lse)`` with o [B, H, Nq, D] in q's dtype and lse [B, H, Nq] float32 (natural log),
+    the contract of version 2's forward. ``scale`` None means 1/sqrt(D). Raises ValueError where :func:`supported`
+    says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view)."""
+    ok, why = supported(q, k, v, causal)
+    if not ok:
+        raise ValueError(f"version 3 cannot run this input: {why}.")
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = default_scale(d, scale)
+    cfg = cfg or v3_config(d, causal)
+    if not isinstance(cfg, V3Config):
+        raise TypeError(f"cfg must be a V3Config or None, got {type(cfg).__name__}.")
+    q, k, v = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v))
+    o = torch.empty_like(q)
+    lse = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
+    q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
+    bh = b * h
+    q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+    o_desc = TensorDescriptor(o, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+    k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
+    v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
+    tiles = triton.cdiv(n_q, 64 * cfg.consumers) * bh
+    grid = (min(tiles, _sm_count(q.device.index)) if cfg.persistent else tiles,)
+    attention_forward_v3_kernel[grid](
+        q_desc, k_desc, v_desc, o_desc, lse, n_q, n_k, bh, scale * LOG2E,
+        num_warps=4, maxnreg=cfg.maxnreg, **constexprs(d, causal, cfg),
+    )  # fmt: skip
+    return o, lse

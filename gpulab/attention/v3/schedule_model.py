@@ -1,0 +1,299 @@
+"""Version 3's schedule replayed on the CPU: its arithmetic in PyTorch, and its barriers as a simulation.
+
+What you will learn: Gluon has no interpreter, so the two things that make version 3 what it is are checked here
+against models that mirror the kernel line for line (:mod:`gpulab.attention.v3.forward`):
+
+- :func:`model_forward`: the kernel's arithmetic in the kernel's order: programs of ``64 * consumers`` query rows,
+  key blocks of ``block_n`` up to ``hi`` (causal: the program's last row), the mask only from ``full`` on, and the
+  step-3 pipeline's rescaling points (``acc`` is rescaled by block j-1's ``alpha`` just before block j-1's ``P V``
+  is added, while block j's scores are already computed). In float64 it must match the float64 reference to
+  rounding; a wrong bound, mask or rescale shows as a large error.
+- :func:`simulate`: the producer and the consumers as coroutines over simulated mbarriers (phase parity, arrival
+  counts, TMA byte counts that land at random later times), run under a random interleaving. It checks what the
+  hardware would punish: no deadlock (someone can always move), no TMA copy landing in a stage that a consumer's
+  wgmma is still reading, every read sees the block it expects, and the consumers' turns alternate
+  0, 1, (2,) 0, 1, ... (the ping-pong order).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+from gpulab import runtime
+
+__all__ = ["programs", "model_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]
+
+
+def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int = 128) -> list[dict]:
+    """The kernel's programs in launch order: ``start_m`` (first row), ``n_blocks`` (key blocks loaded), ``full``
+    (first key index whose block needs a mask). Causal launches run the last (longest) programs first."""
+    for name, v in (("n_q", n_q), ("n_k", n_k), ("block_n", block_n)):
+        runtime.positive_int(name, v)
+    runtime.one_of("consumers", consumers, (2, 3))
+    rows = 64 * consumers
+    n_m = -(-n_q // rows)
+    out = []
+    for pid in range(n_m):
+        pid_m = n_m - 1 - pid if causal else pid
+        start_m = pid_m * rows
+        hi, full = n_k, (n_k // block_n) * block_n
+        if causal:
+            hi = min(n_k, start_m + rows)
+            full = min(full, ((start_m + 1) // block_n) * block_n)
+        out.append({"pid_m": pid_m, "start_m": start_m, "n_blocks": -(-hi // block_n), "full": full})
+    return out
+
+
+def _softmax_block(s, m, l, start_n, full, last, qk_scale):
+    """The kernel's ``_softmax_block``: (P, alpha, m', l') of raw scores ``s`` [64, block_n]."""
+    cols = start_n + torch.arange(s.shape[1])
+    if start_n >= full:
+        s = torch.where(cols[None, :] <= last[:, None], s * qk_scale, torch.tensor(-math.inf, dtype=s.dtype))
+    else:
+        s = s * qk_scale
+    m_new = torch.maximum(m, s.max(1).values)
+    p = torch.exp2(s - m_new[:, None])
+    alpha = torch.exp2(m - m_new)
+    return p, alpha, m_new, l * alpha + p.sum(1)
+
+
+def model_forward(q, k, v, causal: bool = False, scale: float | None = None, step: int = 3, consumers: int = 2,
+                  block_n: int = 128, p_dtype=None):  # fmt: skip
+    """Version 3's forward in PyTorch on the CPU, in the kernel's order: (o, lse) of q [B, H, Nq, D], k, v
+    [B, H, Nk, D], computed in q's dtype (use float64 to compare with a float64 reference). ``step`` 1 runs the
+    plain loop, 2 and 3 the pipelined one (the same arithmetic in another order); ``p_dtype``: round P to this dtype
+    before ``P V`` as the kernel does (None: keep q's dtype)."""
+    runtime.one_of("step", step, (1, 2, 3))
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qk_scale = scale * 1.4426950408889634
+    dt = q.dtype
+    o = torch.full_like(q, math.nan)  # poisoned: every row must be written
+    lse = torch.full((b, h, n_q), math.nan, dtype=dt)
+    pad = -(-n_q // (64 * consumers)) * 64 * consumers + 64 * consumers
+    kpad = -(-n_k // block_n) * block_n
+    for bh in range(b * h):
+        qi = torch.zeros(pad, d, dtype=dt)
+        qi[:n_q] = q.reshape(b * h, n_q, d)[bh]  # TMA zero-fills rows past Nq
+        ki, vi = torch.zeros(kpad, d, dtype=dt), torch.zeros(kpad, d, dtype=dt)
+        ki[:n_k], vi[:n_k] = k.reshape(b * h, n_k, d)[bh], v.reshape(b * h, n_k, d)[bh]
+        for prog in programs(n_q, n_k, causal, consumers, block_n):
+            for cid in range(consumers):
+                row0 = prog["start_m"] + 64 * cid
+                rows = row0 + torch.arange(64)
+                last = torch.minimum(rows, torch.tensor(n_k - 1)) if causal else torch.full((64,), n_k - 1)
+                qc = qi[row0 : row0 + 64]
+                m = torch.full((64,), -math.inf, dtype=dt)
+                l = torch.zeros(64, dtype=dt)  # noqa: E741 - the paper's name
+                acc = torch.zeros(64, d, dtype=dt)
+
+                def pv(p, j, vi=vi):
+                    p = p.to(p_dtype).to(dt) if p_dtype is not None else p
+                    return p @ vi[j * block_n : (j + 1) * block_n]
+
+                n, full = prog["n_blocks"], prog["full"]
+                if step == 1:
+                    for j in range(n):
+                        s = qc @ ki[j * block_n : (j + 1) * block_n].T
+                        p, alpha, m, l = _softmax_block(s, m, l, j * block_n, full, last, qk_scale)  # noqa: E741
+                        acc = acc * alpha[:, None] + pv(p, j)
+                else:  # prologue, the pipelined loop (rescale, scores of j, P V of j-1, softmax of j), epilogue
+                    s = qc @ ki[:block_n].T
+                    p, alpha, m, l = _softmax_block(s, m, l, 0, full, last, qk_scale)  # noqa: E741
+                    for j in range(1, n):
+                        acc = acc * alpha[:, None]
+                        s = qc @ ki[j * block_n : (j + 1) * block_n].T
+                        acc = acc + pv(p, j - 1)
+                        p, alpha, m, l = _softmax_block(s, m, l, j * block_n, full, last, qk_scale)  # noqa: E741
+                    acc = acc * alpha[:, None] + pv(p, n - 1)
+                keep = rows < n_q  # the TMA store clips rows past Nq; LSE is stored under the same mask
+                bi, hi_ = divmod(bh, h)
+                o[bi, hi_, rows[keep]] = (acc / l[:, None])[keep]
+                lse[bi, hi_, rows[keep]] = ((m + torch.log2(l)) * math.log(2))[keep]
+    return o, lse
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The barrier protocol as a simulation.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class DeadlockError(RuntimeError):
+    """Every agent waits on a barrier phase that no one can complete."""
+
+
+class RaceError(AssertionError):
+    """A TMA copy landed in a stage still being read, or a read saw the wrong block."""
+
+
+class MBarrier:
+    """An mbarrier: ``count`` arrivals (plus any expected TMA bytes) complete the current phase.
+    ``wait(parity)`` passes when the phase of that parity has completed, i.e. the current phase's parity differs
+    (a fresh barrier is in phase 0, so waiting on parity 1 passes at once)."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def passes(self, parity: int) -> bool:
+        return (self.phase & 1) != parity
+
+    def _maybe_flip(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def arrive(self):
+        if self.pending <= 0:
+            raise RaceError("arrive on a barrier with no pending arrivals")
+        self.pending -= 1
+        self._maybe_flip()
+
+    def expect(self, nbytes: int):  # mbarrier.expect = arrive.expect_tx: one arrival plus the bytes to wait for
+        self.tx += nbytes
+        self.arrive()
+
+    def land(self, nbytes: int):
+        self.tx -= nbytes
+        self._maybe_flip()
+
+
+def _producer(bars, tiles, stages, consumers, q_buffers=1):
+    it = 0
+    for tile_i, n_blocks in enumerate(tiles):
+        qb = (tile_i % q_buffers) * consumers
+        for c in range(consumers):
+            yield ("wait", bars["q_empty"][qb + c], ((tile_i // q_buffers) & 1) ^ 1)
+            yield ("load", "q", qb + c, tile_i)
+        for j in range(n_blocks):
+            g = it + j
+            s, ph = g % stages, (g // stages) & 1
+            yield ("wait", bars["k_empty"][s], ph ^ 1)
+            yield ("load", "k", s, g)
+            yield ("wait", bars["v_empty"][s], ph ^ 1)
+            yield ("load", "v", s, g)
+        it += n_blocks
+
+
+def _consumer(bars, cid, consumers, tiles, stages, step, q_buffers=1):
+    it = tt = 0
+    for tile_i, n_blocks in enumerate(tiles):
+        qi = (tile_i % q_buffers) * consumers + cid
+        yield ("wait", bars["q_ready"][qi], (tile_i // q_buffers) & 1)
+        yield ("read", "q", qi, tile_i)
+        if step == 1:
+            for j in range(n_blocks):
+                g = it + j
+                st, ph = g % stages, (g // stages) & 1
+                yield ("wait", bars["k_ready"][st], ph)
+                yield ("read", "k", st, g)
+                yield ("done", "k", st, g)
+                yield ("arrive", bars["k_empty"][st])
+                yield ("wait", bars["v_ready"][st], ph)
+                yield ("read", "v", st, g)
+                yield ("done", "v", st, g)
+                yield ("arrive", bars["v_empty"][st])
+        else:
+            st = it % stages
+            yield ("wait", bars["k_ready"][st], (it // stages) & 1)
+            yield ("read", "k", st, it)
+            yield ("done", "k", st, it)
+            yield ("arrive", bars["k_empty"][st])
+            for j in range(1, n_blocks):
+                g = it + j
+                st, sp = g % stages, (g - 1) % stages
+                yield ("wait", bars["k_ready"][st], (g // stages) & 1)
+                yield ("wait", bars["v_ready"][sp], ((g - 1) // stages) & 1)
+                t = tt + j - 1
+                yield ("wait", bars["turn"][cid], (t & 1) ^ (1 if cid == 0 else 0))
+                yield ("turn", cid)
+                yield ("read", "k", st, g)  # S_j issued (asynchronous)
+                yield ("read", "v", sp, g - 1)  # P V of j-1 issued
+                yield ("arrive", bars["turn"][(cid + 1) % consumers])
+                yield ("done", "k", st, g)  # wait(1): the scores are done
+                yield ("arrive", bars["k_empty"][st])
+                yield ("done", "v", sp, g - 1)  # wait(0): P V done
+                yield ("arrive", bars["v_empty"][sp])
+            g = it + n_blocks - 1
+            sl = g % stages
+            yield ("wait", bars["v_ready"][sl], (g // stages) & 1)
+            yield ("read", "v", sl, g)
+            yield ("done", "v", sl, g)
+            yield ("arrive", bars["v_empty"][sl])
+            tt += n_blocks - 1
+        yield ("done", "q", qi, tile_i)  # O written over Q and stored (TMA store waited for)
+        yield ("arrive", bars["q_empty"][qi])
+        it += n_blocks
+
+
+def simulate(n_blocks, stages: int = 2, consumers: int = 2, step: int = 3, seed: int = 0, q_buffers: int = 1,
+             max_events: int = 1_000_000) -> list[int]:  # fmt: skip
+    """Run version 3's producer and consumers over simulated mbarriers under a random interleaving (``seed``), TMA
+    copies landing at random later points. ``n_blocks``: key blocks of the program's one tile, or a list of them
+    for a persistent program's tiles in order; ``q_buffers`` Q buffers per consumer (2: the next tile's Q loads
+    while this tile computes). Returns the consumers' turn order; raises :class:`DeadlockError` or
+    :class:`RaceError` (see the module docstring)."""
+    tiles = [n_blocks] if isinstance(n_blocks, int) else list(n_blocks)
+    if not tiles:
+        raise ValueError("n_blocks must be a positive int or a non-empty list of them, got an empty list.")
+    for n in tiles:
+        runtime.positive_int("n_blocks", n)
+    runtime.integer("stages", stages, minimum=1)
+    runtime.one_of("consumers", consumers, (2, 3))
+    runtime.one_of("step", step, (1, 2, 3))
+    rng = random.Random(seed)
+    bars = {
+        "k_ready": [MBarrier(1) for _ in range(stages)],
+        "v_ready": [MBarrier(1) for _ in range(stages)],
+        "k_empty": [MBarrier(consumers) for _ in range(stages)],
+        "v_empty": [MBarrier(consumers) for _ in range(stages)],
+        "turn": [MBarrier(1) for _ in range(consumers)],
+        "q_ready": [MBarrier(1) for _ in range(q_buffers * consumers)],
+        "q_empty": [MBarrier(1) for _ in range(q_buffers * consumers)],
+    }
+    smem = {(kind, s): None for kind in "kv" for s in range(stages)}
+    smem |= {("q", c): None for c in range(q_buffers * consumers)}
+    readers: dict = {key: 0 for key in smem}
+    runtime.one_of("q_buffers", q_buffers, (1, 2))
+    agents = [_producer(bars, tiles, stages, consumers, q_buffers)] + [
+        _consumer(bars, c, consumers, tiles, stages, step, q_buffers) for c in range(consumers)
+    ]
+    current = [next(a, None) for a in agents]
+    in_flight: list = []  # TMA copies issued, not landed: (kind, stage, block)
+    turns: list[int] = []
+    for _ in range(max_events):
+        runnable = [i for i, ev in enumerate(current) if ev is not None and (ev[0] != "wait" or ev[1].passes(ev[2]))]
+        if not runnable and not in_flight:
+            if all(ev is None for ev in current):
+                return turns
+            raise DeadlockError(f"all agents wait: {[ev[:1] + ev[2:] if ev else None for ev in current]}")
+        if in_flight and (not runnable or rng.random() < 0.3):  # a copy lands
+            kind, s, j = in_flight.pop(rng.randrange(len(in_flight)))
+            if readers[(kind, s)]:
+                raise RaceError(f"TMA copy of {kind} block {j} landed in stage {s} while a wgmma reads it")
+            smem[(kind, s)] = j
+            bars[f"{kind}_ready"][s].land(1)
+            continue
+        i = rng.choice(runnable)
+        ev = current[i]
+        if ev[0] == "load":
+            _, kind, s, j = ev
+            if readers[(kind, s)]:
+                raise RaceError(f"producer refills {kind} stage {s} (block {j}) while a consumer still reads it")
+            bars[f"{kind}_ready"][s].expect(1)
+            in_flight.append((kind, s, j))
+        elif ev[0] in ("read", "done"):
+            _, kind, s, j = ev
+            if smem[(kind, s)] != j:
+                raise RaceError(f"consumer {i - 1} {ev[0]}s {kind} stage {s} expecting block {j}, "
+                                f"finds {smem[(kind, s)]}")  # fmt: skip
+            readers[(kind, s)] += 1 if ev[0] == "read" else -1
+        elif ev[0] == "arrive":
+            ev[1].arrive()
+        elif ev[0] == "turn":
+            turns.append(ev[1])
+        current[i] = next(agents[i], None)
+    raise RuntimeError(f"simulation did not finish in {max_events} events")

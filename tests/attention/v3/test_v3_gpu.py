@@ -1,0 +1,62 @@
+"""Version 3 on a Hopper GPU (``pytest -m gpu``): full-size results against SDPA's fp32 math, and the race test
+(200 repeated runs per configuration equal bit for bit to the first). Skipped without CUDA (tests/conftest.py) and
+where :func:`gpulab.attention.v3.forward.supported` says no (not sm_90, or an untested Triton)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gpulab import check
+from gpulab.attention.v3 import forward as v3
+
+pytestmark = pytest.mark.gpu
+
+
+def _inputs(b, h, n_q, n_k, d, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=gen) for _ in "kv")
+    ok, why = v3.supported(q, k, v)
+    if not ok:
+        pytest.skip(why)
+    return q, k, v
+
+
+def _reference(q, k, v, causal):
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril(), -math.inf)
+    return o, torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_v3_matches_sdpa_fp32(dtype, d, causal, step):
+    for b, h, n_q, n_k in ((2, 4, 4096, 4096), (4, 8, 1000, 1000), (2, 2, 300, 517), (1, 1, 129, 64)):
+        q, k, v = _inputs(b, h, n_q, n_k, d, dtype, seed=n_q + step)
+        o, lse = v3.attention_forward(q, k, v, causal, cfg=v3.v3_config(d, causal, step))
+        ref_o, ref_lse = _reference(q, k, v, causal)
+        assert o.shape == q.shape and o.dtype == dtype and lse.shape == (b, h, n_q) and lse.dtype == torch.float32
+        check.assert_close(o, ref_o, dtype=dtype, name="o", context=f"{(b, h, n_q, n_k)}")
+        check.assert_close(lse, ref_lse, rtol=1e-3, name="lse", context=f"{(b, h, n_q, n_k)}")
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_v3_race_free(d, causal, step):
+    q, k, v = _inputs(4, 1024 // d // 2, 2000, 2000, d, torch.bfloat16, seed=7)  # more tiles than SMs
+    cfg = v3.v3_config(d, causal, step)
+    o0, lse0 = v3.attention_forward(q, k, v, causal, cfg=cfg)
+    differing = sum(
+        not (torch.equal(o, o0) and torch.equal(lse, lse0))
+        for o, lse in (v3.attention_forward(q, k, v, causal, cfg=cfg) for _ in range(200))
+    )
+    assert differing == 0, f"{differing}/200 runs differ from the first: a race"

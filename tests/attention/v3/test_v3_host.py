@@ -1,0 +1,54 @@
+"""Version 3's host side on any machine: when it may be chosen, and clear errors where it may not."""
+
+import pytest
+import torch
+
+from gpulab.attention.v3 import forward as v3
+
+
+def test_supported_says_why_not_on_cpu():
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    ok, why = v3.supported(q, q, q, False)
+    assert not ok and why
+    if ".".join(v3.triton.__version__.split(".")[:2]) in v3.TESTED_TRITON:
+        assert "CUDA" in why
+    else:
+        assert v3.triton.__version__ in why
+
+
+def test_supported_rejects_non_tensors_and_bad_causal():
+    assert v3.supported(None, None, None)[0] is False
+    with pytest.raises(TypeError):
+        v3.supported(torch.zeros(1, 1, 8, 64), torch.zeros(1, 1, 8, 64), torch.zeros(1, 1, 8, 64), causal=1)
+
+
+def test_forward_refuses_what_it_does_not_support():
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="version 3 cannot run"):
+        v3.attention_forward(q, q, q)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(step=4), dict(block_n=96), dict(stages=1), dict(consumers=4), dict(consumer_regs=244), dict(producer_regs=8)],
+)
+def test_config_bad_values(kwargs):
+    with pytest.raises(ValueError):
+        v3.V3Config(**kwargs)
+
+
+def test_config_register_cap_shares_the_sm():
+    for cfg in (v3.V3Config(), v3.V3Config(consumers=3, consumer_regs=160, producer_regs=32)):
+        threads = 128 * (cfg.consumers + 1)
+        assert cfg.maxnreg * threads <= 65536
+        assert cfg.consumers * cfg.consumer_regs + cfg.producer_regs <= cfg.maxnreg * (cfg.consumers + 1)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_measured_configs_are_valid(d, causal):
+    cfg = v3.v3_config(d, causal)
+    assert isinstance(cfg, v3.V3Config)
+    assert v3.v3_config(d, causal, step=1).step == 1
+    with pytest.raises(ValueError):
+        v3.v3_config(96, causal)
