@@ -1,0 +1,64 @@
+"""The attention plan's choice of version (gpulab.attention.plan): version 3 (Gluon) where it is asked for or where
+the records put it ahead of version 2, version 2 or 1 elsewhere; each refusal a ValueError naming why."""
+
+import pytest
+import torch
+
+from gpulab.attention import plan
+from gpulab.attention.v3 import forward as v3_forward
+
+
+def _qkv(d, n=8):
+    return (torch.randn(1, 2, n, d) for _ in range(3))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    plan.clear_plan_cache()
+    yield
+    plan.clear_plan_cache()
+
+
+@pytest.mark.parametrize(("d", "expected"), [(128, 3), (64, 2)])
+def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d, expected):
+    # a Hopper GPU where version 2 would run and version 3 can: the choice left is the head dim's
+    monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (True, ""))
+    monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
+    q, k, v = _qkv(d)
+    assert plan.forward_plan(q, k, v).version == expected
+
+
+def test_auto_keeps_version_2_where_version_3_cannot_run_or_is_forced_off(monkeypatch):
+    monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (False, "not Hopper"))
+    assert plan.forward_plan(*_qkv(128)).version == 2
+    plan.clear_plan_cache()
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (True, ""))
+    monkeypatch.setenv("GPULAB_ATTENTION_VERSION", "2")
+    assert plan.forward_plan(*_qkv(128)).version == 2
+
+
+def test_on_cpu_the_automatic_choice_is_version_1():
+    assert plan.forward_plan(*_qkv(128)).version == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (dict(version=3), "version=3 cannot run this input: version 3 runs on a CUDA GPU"),
+        (dict(version=4), "version must be None (automatic), 1"),
+        (dict(version=1, config=v3_forward.V3Config()), "config is a V3Config"),
+        (dict(version=3, scale=-0.5), "version=3 takes scales >= 0"),
+        (dict(version=3, config=plan.HopperConfig()), "is not version 3's; pass a V3Config"),
+    ],
+    ids=["v3-on-cpu", "v4", "v3-config-v1", "v3-negative-scale", "v3-hopper-config"],
+)
+def test_version_3_refusals_name_the_reason(kwargs, words):
+    with pytest.raises(ValueError) as e:
+        plan.forward_plan(*_qkv(128), **kwargs)
+    assert words in str(e.value)
+
+
+def test_a_v3_config_asks_for_version_3():
+    assert plan.check_version(None, v3_forward.V3Config(), torch.bfloat16, 128, torch.device("cpu")) == 3
