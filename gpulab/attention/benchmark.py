@@ -47,6 +47,7 @@ from gpulab.attention import plan, report
 from gpulab.attention.configs import attention_config, hopper_config, tuned, tuning_key
 from gpulab.attention.function import flash_attention
 from gpulab.attention.reference import naive_attention
+from gpulab.attention.v3.forward import v3_config
 from gpulab.dtypes import as_dtype, short
 
 __all__ = [
@@ -202,24 +203,33 @@ def _annotate(results):
         if r.provider.startswith("gpulab") and r.status == "ok":
             backward = p["direction"] == "forward+backward"
             dtype = as_dtype(p["dtype"])
-            p["configs"] = _configs_used(r.provider, p["head_dim"], dtype, p["causal"], p["seq"], backward)
+            version = _forward_version(p["batch"], p["heads"], p["seq"], p["head_dim"], dtype, p["causal"])
+            p["version"] = version
+            bwd = 2 if (version == 2 and plan.V2_BACKWARD) else 1
+            p["kernels"] = f"forward v{version}" + (f", backward v{bwd}" if backward else "")
+            p["configs"] = _configs_used(r.provider, p["head_dim"], dtype, p["causal"], p["seq"], backward, version)
     return add_ratios(results)
 
 
-def _work(d, n) -> int:
-    """B H N^2 d of the grid's problem at head dim ``d`` and length ``n`` (:func:`grid`: 16k tokens, width 1024)."""
-    return max(1, TOKENS // n) * (1024 // d) * n * n * d
+def _forward_version(batch, heads, seq, head_dim, dtype, causal) -> int:
+    """The forward kernel version ``flash_attention`` runs for this problem here: the plan's own choice
+    (:func:`gpulab.attention.plan.forward_plan` on an empty tensor of the problem's shape)."""
+    q = torch.empty(batch, heads, seq, head_dim, dtype=dtype, device=runtime.device)
+    return plan.forward_plan(q, q, q, is_causal=causal).version
 
 
-def _configs_used(name, d, dtype, causal, n, backward) -> dict:
-    """The tile configs (block_m, block_n, warps, stages) gpulab ran with: the fixed per-GPU ones, or what the
-    autotuner chose for this problem."""
+def _configs_used(name, d, dtype, causal, n, backward, version=1) -> dict:
+    """The tile configs gpulab ran with: version 1's (block_m, block_n, warps, stages), fixed per GPU or what the
+    autotuner chose for this problem; version 2's (the same four); version 3's (step, block_n, stages, consumers)."""
     out = {}
-    if plan.auto_version(dtype, d, runtime.device, _work(d, n)) == 2:  # the forward is version 2 (Hopper) here
+    if version == 2:
         h = hopper_config(d, causal)
         out["forward v2"] = [h.block_m, h.block_n, h.num_warps, h.num_stages]
+    elif version == 3:
+        c3 = v3_config(d, causal)
+        out["forward v3"] = [c3.step, c3.block_n, c3.stages, c3.consumers]
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
-        if kind == "forward" and "forward v2" in out:
+        if kind == "forward" and version != 1:
             continue
         c = attention_config(kind, d, dtype, n, n)
         if name.endswith("(autotuned)"):

@@ -16,6 +16,8 @@ def test_benchmark_runs_on_cpu_and_reports():
     assert {r.params["direction"] for r in ours} == {"forward", "forward+backward"}
     assert all(r.params["check"] == "ok" and r.params["rel_err"] < 1e-5 for r in ours)
     assert all(r.params["vs_default"] > 0 for r in ours)
+    kernels = {r.params["direction"]: r.params["kernels"] for r in ours}  # every record names the versions it ran
+    assert kernels == {"forward": "forward v1", "forward+backward": "forward v1, backward v1"}
     assert "forward+backward" in ar.summary_table(results)
     assert any("gpulab / SDPA default" in line for line in ar.targets(results))
     assert {r.params["kind"] for r in results} == {"throughput", "memory"}
