@@ -117,26 +117,33 @@ BLOCK_M = 64
 """Query rows per consumer warpgroup (one wgmma M tile of 4 warps); a program covers ``consumers * BLOCK_M`` rows."""
 
 
-MEASURED: dict[tuple[int, bool], tuple[int, int, int]] = {
-    (128, False): (2, 3, 2),
-    (128, True): (2, 3, 2),
-    (64, False): (3, 3, 2),
-    (64, True): (3, 3, 2),
+_C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # three consumer warpgroups share 64K registers
+
+MEASURED: dict[tuple[int, bool], dict] = {
+    (128, False): dict(step=3, stages=2, persistent=True, q_buffers=2),
+    (128, True): dict(step=3, stages=3),
+    (64, False): dict(step=2, stages=3, persistent=True, **_C3),
+    (64, True): dict(step=3, stages=3),
 }
-"""(step, stages, consumers) per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
-on the H100 (geometric mean over N = 4k and 16k, bf16; ``benchmarks/04_attention/v3/``)."""
+""":class:`V3Config` fields per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
+on the H100 (geometric mean over lesson 4's N = 1k, 4k and 16k at bf16; records in
+``benchmarks/04_attention/v3/``, run e). Persistent programs pay at d=128 non-causal (the next tile's keys and, with
+a second Q buffer, its queries load while this tile finishes) and lose on causal problems; three consumer
+warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers for the two non-causal choices (see
+:mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3Config:
-    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`),
-    with ``step`` overriding its step (1-3, for the lesson's step-by-step comparison). 128 keys per stage; at
-    d=128 three K/V stages (192 KB) fit beside the two Q tiles in the 227 KB of shared memory."""
+    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`).
+    ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
+    two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
     head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
     is_causal = runtime.strict_bool("is_causal", is_causal)
-    best_step, stages, consumers = MEASURED[(head_dim, is_causal)]
-    if consumers == 3:
-        return V3Config(step=step or best_step, stages=stages, consumers=3, consumer_regs=160, producer_regs=32)
-    return V3Config(step=step or best_step, stages=stages, consumers=consumers)
+    fields = MEASURED[(head_dim, is_causal)]
+    if step is None:
+        return V3Config(**fields)
+    runtime.one_of("step", step, tuple(STEPS))
+    return V3Config(step=step, stages=3)
 
 
 def _triton_minor() -> str:
