@@ -62,7 +62,6 @@ __all__ = [
     "v3_config",
     "supported",
     "attention_forward",
-    "attention_forward_v3_kernel",
     "TESTED_TRITON",
     "LOG2E",
 ]
