@@ -56,6 +56,8 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     from gpulab.attention.v3 import forward  # noqa: PLC0415
 
     torch_dtype = dtypes.as_dtype(runtime.one_of("dtype", dtype, ("bf16", "fp16")))
+    if cfg is not None and not isinstance(cfg, forward.V3Config):
+        raise TypeError(f"cfg must be a V3Config or None, got {type(cfg).__name__}.")
     cfg = cfg or forward.v3_config(head_dim, is_causal, step)
     q_layout, kv_layout = forward.smem_layouts(head_dim, cfg.block_n, torch_dtype)
 
@@ -82,6 +84,8 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
 
 def ptxas_report(ptx: str) -> str:
     """``ptxas -v`` on ``ptx`` for sm_90a with the assembler Triton ships (registers, stack frame, spill bytes)."""
+    if not isinstance(ptx, str) or ".entry" not in ptx:
+        raise ValueError(f"ptx must be PTX source text with an .entry, got {type(ptx).__name__} {str(ptx)[:60]!r}.")
     from triton.backends.nvidia import compiler as nv  # noqa: PLC0415
 
     ptxas = nv.get_ptxas(90).path
@@ -100,7 +104,12 @@ def structure(kernel) -> dict:
     """What a compiled version 3 does, from its PTX and ``ptxas -v``: ``wgmma`` (count of ``wgmma.mma_async``),
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
     ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``."""
-    ptx = kernel.asm["ptx"]
+    asm = getattr(kernel, "asm", None)
+    if not isinstance(asm, dict) or "ptx" not in asm:
+        raise TypeError(
+            f"kernel must be a compiled Triton kernel (compile_sm90's result), got {type(kernel).__name__}."
+        )
+    ptx = asm["ptx"]
     report = ptxas_report(ptx)
     spills = [
         tuple(int(x) for x in m) for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
@@ -147,6 +156,12 @@ def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf1
 def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
     """:func:`structure` of several compiles in one fresh process (one start-up for all): ``configs`` are dicts
     with keys d, causal, step, dtype and optionally cfg (V3Config fields)."""
+    if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and "d" in c for c in configs):
+        raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (step, dtype, cfg optional), "
+                         f"got {configs!r}.")  # fmt: skip
+    for c in configs:
+        if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
+            raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
                        "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg")} for c in configs])  # fmt: skip

@@ -3,10 +3,10 @@
 What you will learn:
 
 - how a Hopper attention kernel splits its warps by *role*: one producer warp that only issues TMA copies of K and V
-  into a ring of shared-memory stages, and two consumer warpgroups that only multiply and exponentiate, talking
-  through mbarriers (``ready[s]``: the copy of stage s landed; ``empty[s]``: both consumers are done with it);
-- **ping-pong**: the two consumers take turns issuing their tensor-core work (a pair of "turn" mbarriers), so one
-  warpgroup's softmax runs while the other's products occupy the tensor cores;
+  into a ring of shared-memory stages, and two (or three) consumer warpgroups that only multiply and exponentiate,
+  talking through mbarriers (``ready[s]``: the copy of stage s landed; ``empty[s]``: every consumer is done with it);
+- **ping-pong**: the consumers take turns issuing their tensor-core work (a ring of "turn" mbarriers), so one
+  warpgroup's softmax runs while another's products occupy the tensor cores;
 - **intra-warpgroup overlap**: each consumer issues the next block's scores ``S = Q K^T`` (an asynchronous wgmma)
   before this block's softmax and waits for it only afterwards (``warpgroup_mma_wait(1)``).
 
@@ -24,14 +24,21 @@ The kernel is built in numbered steps, all kept (``STEP``, a constexpr):
 3. step 2 plus the intra-warpgroup overlap: block j+1's scores are in flight during block j's softmax, and block
    j's ``P V`` during block j+1's softmax (FlashAttention-3's Algorithm 2).
 
+Then tuning (:class:`V3Config`, chosen by measurement in :data:`MEASURED`): K/V stages, persistent programs (one per
+SM, looping over tiles, so the next tile's loads overlap this tile's epilogue) with a second Q buffer per consumer,
+and three consumer warpgroups at d=64 (FlashAttention-3's shape there).
+
 The math is version 2's (scores in base 2, ``m' = max(m, rowmax S2)``, ``acc = acc 2^(m - m') + P V``,
 ``l = l 2^(m - m') + rowsum P``, ``O = acc / l``, ``LSE = (m + log2 l) ln 2``);
 :mod:`gpulab.attention.v3.schedule_model` replays the step-3 order (block order, the point where ``acc`` is
 rescaled, the consumers' turns) in PyTorch.
 
 Shapes: q [B, H, Nq, D], k and v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; o like q, lse [B, H, Nq] float32
-(natural log), the layout version 1's and version 2's backward read. One program (CTA) per 128 query rows of one
-head: consumer c owns rows ``[128 pid + 64 c, 128 pid + 64 c + 64)``.
+(natural log), the layout version 1's and version 2's backward read. A tile is ``64 * consumers`` query rows of one
+head; consumer c owns its rows ``[64 c, 64 c + 64)``.
+
+Entry points for the version chooser: :func:`supported` (may version 3 run these inputs here?) and
+:func:`attention_forward` (``(o, lse)``, version 2's contract).
 """
 
 from __future__ import annotations
@@ -62,7 +69,6 @@ __all__ = [
     "v3_config",
     "supported",
     "attention_forward",
-    "attention_forward_v3_kernel",
     "TESTED_TRITON",
     "LOG2E",
 ]
@@ -113,30 +119,33 @@ class V3Config:
         return (self.consumers * self.consumer_regs + self.producer_regs) // (self.consumers + 1) // 8 * 8
 
 
-BLOCK_M = 64
-"""Query rows per consumer warpgroup (one wgmma M tile of 4 warps); a program covers ``consumers * BLOCK_M`` rows."""
+_C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # three consumer warpgroups share 64K registers
 
-
-MEASURED: dict[tuple[int, bool], tuple[int, int, int]] = {
-    (128, False): (2, 3, 2),
-    (128, True): (2, 3, 2),
-    (64, False): (3, 3, 2),
-    (64, True): (3, 3, 2),
+MEASURED: dict[tuple[int, bool], dict] = {
+    (128, False): dict(step=3, stages=2, persistent=True, q_buffers=2),
+    (128, True): dict(step=3, stages=3),
+    (64, False): dict(step=2, stages=3, persistent=True, **_C3),
+    (64, True): dict(step=3, stages=3),
 }
-"""(step, stages, consumers) per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
-on the H100 (geometric mean over N = 4k and 16k, bf16; ``benchmarks/04_attention/v3/``)."""
+""":class:`V3Config` fields per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
+on the H100 (geometric mean over lesson 4's N = 1k, 4k and 16k at bf16; records in
+``benchmarks/04_attention/v3/``, run e). Persistent programs pay at d=128 non-causal (the next tile's keys and, with
+a second Q buffer, its queries load while this tile finishes) and lose on causal problems; three consumer
+warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers for the two non-causal choices (see
+:mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3Config:
-    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`),
-    with ``step`` overriding its step (1-3, for the lesson's step-by-step comparison). 128 keys per stage; at
-    d=128 three K/V stages (192 KB) fit beside the two Q tiles in the 227 KB of shared memory."""
+    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`).
+    ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
+    two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
     head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
     is_causal = runtime.strict_bool("is_causal", is_causal)
-    best_step, stages, consumers = MEASURED[(head_dim, is_causal)]
-    if consumers == 3:
-        return V3Config(step=step or best_step, stages=stages, consumers=3, consumer_regs=160, producer_regs=32)
-    return V3Config(step=step or best_step, stages=stages, consumers=consumers)
+    fields = MEASURED[(head_dim, is_causal)]
+    if step is None:
+        return V3Config(**fields)
+    runtime.one_of("step", step, tuple(STEPS))
+    return V3Config(step=step, stages=3)
 
 
 def _triton_minor() -> str:

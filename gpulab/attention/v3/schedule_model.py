@@ -67,6 +67,15 @@ def model_forward(q, k, v, causal: bool = False, scale: float | None = None, ste
     plain loop, 2 and 3 the pipelined one (the same arithmetic in another order); ``p_dtype``: round P to this dtype
     before ``P V`` as the kernel does (None: keep q's dtype)."""
     runtime.one_of("step", step, (1, 2, 3))
+    runtime.one_of("consumers", consumers, (2, 3))
+    runtime.positive_int("block_n", block_n)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        runtime.require_tensor(name, t, device_check=False)  # a CPU model, whatever gpulab's device
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [B, H, N, D], got shape {tuple(t.shape)}.")
+    if k.shape != v.shape or k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D "
+                         f"{tuple(q.shape)}.")  # fmt: skip
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -136,6 +145,7 @@ class MBarrier:
     (a fresh barrier is in phase 0, so waiting on parity 1 passes at once)."""
 
     def __init__(self, count: int):
+        count = runtime.positive_int("count", count)
         self.count, self.pending, self.tx, self.phase = count, count, 0, 0
 
     def passes(self, parity: int) -> bool:

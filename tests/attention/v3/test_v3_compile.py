@@ -16,29 +16,30 @@ if _PROBLEM is None and ".".join(triton.__version__.split(".")[:2]) not in forwa
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 
 SMEM_LIMIT = 227 * 1024  # the H100's largest shared-memory allocation per block
-CASES = {  # name: (head dim, causal, step override)
-    "d128 default": (128, False, None),
-    "d128 step 3": (128, False, 3),
-    "d64 causal default": (64, True, None),
+SPILL_BOUND = 512
+"""Bytes of spill stores ptxas may report for the non-causal step-3 and three-consumer kernels: on Triton 3.6 they
+spill a little (116-340 bytes; the causal kernels and step 1 spill nothing), and were still the fastest measured
+(:data:`gpulab.attention.v3.forward.MEASURED`)."""
+CASES = {  # name: (head dim, causal, step of the ladder or None for the measured default, spill bytes allowed)
+    "d128 step 1": (128, False, 1, 0),
+    "d128 causal default": (128, True, None, 0),
+    "d128 default": (128, False, None, SPILL_BOUND),
+    "d64 default": (64, False, None, SPILL_BOUND),
 }
 
 
 @functools.lru_cache(maxsize=1)
 def _structures() -> dict:
     configs = []
-    for d, causal, step in CASES.values():
+    for d, causal, step, _ in CASES.values():
         cfg = forward.v3_config(d, causal, step)
-        configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=_fields(cfg)))
+        configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=dataclasses.asdict(cfg)))
     return dict(zip(CASES, compile_check.structures_in_fresh_process(configs)))
-
-
-def _fields(cfg):
-    return dataclasses.asdict(cfg)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_structure(name):
-    d, causal, step = CASES[name]
+    d, causal, step, bound = CASES[name]
     cfg = forward.v3_config(d, causal, step)
     s = _structures()[name]
     # wgmma.mma_async per consumer: a Q K^T is D/16 instructions (K = 16 each), a P V is BLOCK_N/16. Step 1 has one
@@ -53,7 +54,7 @@ def test_structure(name):
     assert any(n == cfg.consumer_regs for _, n in regs), s["setmaxnreg"]
     assert s["warps"] == 4 * (cfg.consumers + 1)  # consumer warpgroups + the producer's (one warp, padded)
     # The buffers fit: Q tiles, K and V stages, within the H100's limit.
-    buffers = 2 * d * (64 * cfg.consumers + 2 * cfg.stages * cfg.block_n)
+    buffers = 2 * d * (64 * cfg.consumers * cfg.q_buffers + 2 * cfg.stages * cfg.block_n)
     assert buffers <= s["shared"] <= SMEM_LIMIT, s["shared"]
-    assert s["spill_stores"] == 0 and s["spill_loads"] == 0, s["ptxas"]
+    assert s["spill_stores"] <= bound and s["spill_loads"] <= bound, s["ptxas"]
     assert s["tma_loads"] >= 3 and s["tma_stores"] >= 1  # Q, K, V copies in; O out through TMA

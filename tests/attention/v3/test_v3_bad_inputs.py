@@ -1,0 +1,42 @@
+"""Version 3's public callables refuse bad input with a clear error naming the argument (no GPU needed)."""
+
+import pytest
+import torch
+
+from gpulab.attention.v3 import compile_check, forward, schedule_model
+
+Z = torch.zeros(1, 1, 8, 64, dtype=torch.float64)
+
+CASES = [
+    ("V3Config step", lambda: forward.V3Config(step=0), ValueError),
+    ("V3Config persistent", lambda: forward.V3Config(persistent=1), TypeError),
+    ("V3Config q_buffers", lambda: forward.V3Config(q_buffers=3), ValueError),
+    ("v3_config head_dim", lambda: forward.v3_config(80), ValueError),
+    ("v3_config step", lambda: forward.v3_config(64, False, step=5), ValueError),
+    ("v3_config is_causal", lambda: forward.v3_config(64, "yes"), TypeError),
+    ("attention_forward unsupported", lambda: forward.attention_forward(Z, Z, Z), ValueError),
+    ("supported causal", lambda: forward.supported(Z, Z, Z, causal=None), TypeError),
+    ("compile_sm90 dtype", lambda: compile_check.compile_sm90(128, False, 3, dtype="fp8"), ValueError),
+    ("compile_sm90 cfg", lambda: compile_check.compile_sm90(128, False, 3, cfg={"step": 3}), TypeError),
+    ("structure", lambda: compile_check.structure("not a kernel"), TypeError),
+    ("ptxas_report", lambda: compile_check.ptxas_report(b"\x00"), ValueError),
+    ("structure_in_fresh_process", lambda: compile_check.structure_in_fresh_process(96), ValueError),
+    ("structures_in_fresh_process", lambda: compile_check.structures_in_fresh_process([]), ValueError),
+    ("structures_in_fresh_process dtype",
+     lambda: compile_check.structures_in_fresh_process([dict(d=64, causal=False, dtype="fp32")]), ValueError),
+    ("model_forward step", lambda: schedule_model.model_forward(Z, Z, Z, step=4), ValueError),
+    ("model_forward q", lambda: schedule_model.model_forward(Z[0], Z, Z), ValueError),
+    ("model_forward k", lambda: schedule_model.model_forward(Z, Z[:, :, :, :32], Z), ValueError),
+    ("model_forward tensor", lambda: schedule_model.model_forward([1.0], Z, Z), TypeError),
+    ("MBarrier count", lambda: schedule_model.MBarrier(0), ValueError),
+    ("simulate n_blocks", lambda: schedule_model.simulate(0), ValueError),
+    ("simulate tiles", lambda: schedule_model.simulate([]), ValueError),
+    ("simulate q_buffers", lambda: schedule_model.simulate(2, q_buffers=3), ValueError),
+    ("programs consumers", lambda: schedule_model.programs(8, 8, False, consumers=1), ValueError),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, err", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input(call, err):
+    with pytest.raises(err):
+        call()
