@@ -33,6 +33,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, codesign, hardware, runtime
+from gpulab.course import claims
 
 import triton  # isort: skip
 
@@ -140,7 +141,7 @@ plt.show()
 # %% [markdown]
 # ## 5. The whole model
 #
-# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep below shows it: Q·Kᵀ at head dimension 60 or 100 is memory-bound, yet 2.4 times slower than at 64):
+# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep shows it: section 7 predicts it and section 9 measures it):
 #
 # $$ t = \max\left(\frac{F}{P\,e_\text{align}\,e_\text{tile}\,e_\text{wave}},\; \frac{Q \cdot \text{penalty}}{B}\right) $$
 #
@@ -204,8 +205,20 @@ for d in (60, 64, 72, 80, 96, 100, 128):
           + (f", misaligned {'/'.join(q.misaligned)}" if q.misaligned else "")
           + (f", last K-step {q.k_fill:.0%} full" if q.k_fill < 1 else ""))
 
+# %%
+predicted = {d: codesign.gemm_time(2048, 2048, d, batch=256, tile=None) for d in (60, 64, 100, 128)}
+claims.claim(
+    "In the model, Q·Kᵀ at the misaligned head dimensions 60 and 100 stays **{bound}-bound**, predicted {r60:.1f} and "
+    "{r100:.1f} times the time at 64: misalignment lowers the *memory* roof (narrow loads), so the time grows with "
+    "the FLOPs unchanged.",
+    holds=lambda bound, r60, r100: bound == "memory" and min(r60, r100) > 1,
+    bound="/".join(sorted({predicted[d].bound for d in (60, 100)})),
+    r60=predicted[60].ms / predicted[64].ms,
+    r100=predicted[100].ms / predicted[64].ms,
+)
+
 # %% [markdown]
-# Two predictions worth pausing on. The attention scores are **memory-bound** for every aligned head dimension: writing the $2048 \times 2048$ score matrix per head moves far more bytes than the $2 \cdot 2048 \cdot d$ inputs, so $d = 64$ and $d = 128$ should take nearly the same time (and $d = 128$ does twice the FLOPs in it). Only the misaligned $d = 60$ and $d = 100$ drop to the slow kernels and become compute-bound. And in the wave sweep the model expects a clean saw-tooth for the fixed tile, a busier one for cuBLAS.
+# Two predictions worth pausing on. The attention scores are **memory-bound** for every aligned head dimension: writing the $2048 \times 2048$ score matrix per head moves far more bytes than the $2 \cdot 2048 \cdot d$ inputs, so $d = 64$ and $d = 128$ should take nearly the same time (and $d = 128$ does twice the FLOPs in it). The misaligned $d = 60$ and $d = 100$ drop to the slow kernels, and the cell below says what the model makes of them. And in the wave sweep the model expects a clean saw-tooth for the fixed tile, a busier one for cuBLAS.
 #
 # ## 8. Measure here
 
@@ -257,6 +270,17 @@ if stored:
         shared = tri[0].params["shared_bytes"]
         print(f"\nfixed-tile kernel: {shared / 1024:.0f} KB of shared memory per program -> "
               f"{spec.smem_per_sm // shared} program(s) per SM; {tri[0].registers} registers, {tri[0].spills} spills")
+    head = {r.params["x"]: r for r in rows if r.params["sweep"] == "head dim"}
+    if {60, 64, 100} <= head.keys():
+        slow = {d: head[d].ms / head[64].ms for d in (60, 100)}
+        claims.show(claims.claim(
+            "Measured (device time), Q·Kᵀ at head dimension 60 and 100 took {r60:.1f} and {r100:.1f} times as long as "
+            "at 64, and the model, which classifies all three **{bound}-bound**, predicted {p60:.1f} and {p100:.1f}.",
+            holds=lambda r60, r100, bound, **_: min(r60, r100) > 1.5 and bound == "memory",
+            r60=slow[60], r100=slow[100], p60=head[60].params["predicted_ms"] / head[64].params["predicted_ms"],
+            p100=head[100].params["predicted_ms"] / head[64].params["predicted_ms"],
+            bound="/".join(sorted({head[d].params["predicted_bound"] for d in (60, 64, 100)})),
+        ))  # fmt: skip
     misses = agreement["misses"]
     print(f"\n{len(misses)} pairs the model orders wrongly" + (", the first few:" if misses else "."))
     for miss in misses[:8]:

@@ -196,7 +196,8 @@ ax[1].set_xlim(50, 3e4)
 fig.tight_layout()
 plt.show()
 for n in names:
-    print(f"{n:12s} {traffic[n][0]:8.3g} launches per step, {traffic[n][1] * e / 1e3:7.0f} KB per step")
+    per_step = "1/T" if n == "fused" else f"{traffic[n][0]:g}"
+    print(f"{n:12s} {per_step:>8s} launches per step, {traffic[n][1] * e / 1e3:7.0f} KB per step")
 
 # %% [markdown]
 # ## 2. The `vanilla` backend: the time loop in PyTorch
