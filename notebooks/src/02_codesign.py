@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
-from gpulab import bench, check, codesign, hardware, runtime
+from gpulab import bench, check, codesign, hardware, roofline, runtime
 from gpulab.course import claims
 
 import triton  # isort: skip
@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction lesson 0 measured.
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction of the spec that lesson 0's read-only sweep reached (its plateau; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and its stored predictions use this fraction).
 
 # %%
 spec = hardware.spec("H100")
@@ -87,7 +87,9 @@ plt.show()
 # %%
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
-      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f}")
+      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f} "
+      "(lesson 0's read-only plateau over the spec)")
+print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]
     print(f"stored run ({top.device}, {top.date}): K = 4096 at {top.tflops:.0f} TFLOP/s "

@@ -38,6 +38,7 @@ from gpulab.rnn import alternating, fused_backward, fused_forward, split_report,
 from gpulab.rnn.versions import report as versions_report
 from gpulab.rnn import benchmark as rnn_bench
 from gpulab.rnn.functions import FUNCTIONS
+from gpulab.course import claims, shown
 
 # the flashrnn package imports torch's C++ extension builder, which warns on a machine without CUDA: not our concern
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -322,7 +323,7 @@ for v in versions.VERSIONS:
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`; v5, b3 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
+# **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `ms`: device time; `wall ms` and `gain` (speed over the previous version): eager wall clock. The record's b3, the first split backward, is printed after the table as history: section 6b replaced it and section 8 times the present one:
 
 # %%
 try:
@@ -331,6 +332,7 @@ except FileNotFoundError as exc:
     version_rows = []
     print(exc)
 if version_rows:
+    version_rows, version_old = shown.versions_now(version_rows)
     print(versions_report.versions_table(version_rows))
     by_v = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
     fwd = {v: ms for (v, d), ms in by_v.items() if d == "forward"}
@@ -338,10 +340,12 @@ if version_rows:
     gains = {f"{a} -> {b}": fwd[a] / fwd[b] for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
     step = max(gains, key=gains.get)
     print(f"\nv1 -> v4: {fwd['v1'] / fwd['v4']:.1f}x on the wall clock; the largest single step is {step} "
-          f"({gains[step]:.2f}x); v5 at one head of 768: {fwd['v5'] / fwd['cuDNN']:.2f}x cuDNN fp16's time")
+          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from the split probe's record")
     if train:
-        print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x; b3 at one head of 768: "
-              f"{train['b3'] / train['cuDNN']:.2f}x cuDNN fp16's time")
+        print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x (wall clock)")
+    if version_old:
+        print("\n" + shown.history_line("versions", "b3", version_old, lambda r: (
+            f"{r.params['version']} {r.params['NH']}x{r.params['DH']} fwd+bwd {r.ms:.2f} ms device")))
     versions_report.plot_versions(version_rows)
     plt.show()
 
@@ -472,7 +476,7 @@ print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all fo
       "within fp32's tolerance")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_split.py`): against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time:
+# **On the H100** (`scripts/probe_split.py`): the forward against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time. The probe's forward+backward rows ran the first split backward and are printed as history:
 
 # %%
 try:
@@ -481,7 +485,11 @@ except FileNotFoundError as exc:
     split_rows = []
     print(exc)
 if split_rows:
+    split_rows, split_old = shown.split_now(split_rows)
     print(split_report.split_table(split_rows))
+    if split_old:
+        old_ = [r for r in split_old if r["case"] == "fused split fwd+bwd"]
+        print("\n" + shown.history_line("split", "fwd+bwd", old_, lambda r: f"DH {r['DH']} {r['ms']:.2f} ms device"))
     fwd768 = split_report.time_row(split_rows, "fused split (chosen)", 768)
     cud768 = split_report.time_row(split_rows, "cuDNN nn.LSTM float16", 768)
     alt768 = split_report.time_row(split_rows, "alternating", 768)
@@ -503,7 +511,7 @@ print("\nhead dim 1024, training:", plan_1024.why)
 # %% [markdown]
 # **What it means.** Up to a few hundred units the split kernel keeps pace with cuDNN; beyond, its chain of round trips outlasts cuDNN's whole step. It is an order of magnitude faster than `alternating` (Appendix D).
 #
-# **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel beside its first version, then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product):
+# **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel alone beside its first version (device time), then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product), from the lesson's run:
 
 # %%
 try:
@@ -512,17 +520,32 @@ except FileNotFoundError as exc:
     bwd_rows = []
     print(exc)
 if bwd_rows:
-    print(split_report.backward_table(bwd_rows))
-    train_ = split_report.training_rows(bwd_rows)
-    ours_, cudnn_ = train_["gpulab fused"], train_["cuDNN nn.LSTM float16"]
+    print(split_report.backward_table(shown.partials_now(bwd_rows)))
     bstep_ = next(r for r in bwd_rows
                   if r["kind"] == "candidate" and r.get("chosen") and (r["B"], r["DH"]) == (16, 768))
-    print(f"\none head of 768, B = 16: the backward's step {1e3 * bstep_['ms'] / 1024:.1f} us (device); "
-          f"forward+backward {ours_['ms']:.2f} ms device, {ours_['wall_ms']:.2f} ms wall = "
-          f"{ours_['wall_ms'] / cudnn_['wall_ms']:.2f}x cuDNN fp16's wall time ({cudnn_['wall_ms']:.2f} ms)")
+    print(f"\none head of 768, B = 16: the backward's step {1e3 * bstep_['ms'] / 1024:.1f} us (device time, "
+          "kernel alone)")
+
+
+# %%
+try:
+    run05 = bench.load("05", gpu="h100")
+except FileNotFoundError:
+    run05 = []
+ours_, fp16_, bf16_ = (shown.run_training(run05, *spec) for spec in
+                       (("fused",), ("cuDNN nn.LSTM (dense)", "float16"), ("cuDNN nn.LSTM (dense)", "bfloat16")))
+if run05 and ours_ and fp16_ and bf16_:
+    claims.show(claims.claim(
+        "Forward+backward of one head of 768 (B = 16, the lesson's run, section 8): the split LSTM takes "
+        "{wall:.2f} ms on the eager wall clock ({dev:.2f} ms device), {r16:.2f}x cuDNN's fp16 `nn.LSTM` "
+        "({c16:.2f} ms wall), within {pct:.0%} of it, and {r_bf:.1f} times faster than cuDNN's bf16 path.",
+        holds=lambda r16, r_bf, **_: abs(r16 - 1) < 0.1 and r_bf > 2,
+        wall=ours_.wall_ms, dev=ours_.ms, r16=ours_.wall_ms / fp16_.wall_ms, c16=fp16_.wall_ms,
+        pct=abs(ours_.wall_ms / fp16_.wall_ms - 1), r_bf=bf16_.wall_ms / ours_.wall_ms,
+    ))  # fmt: skip
 
 # %% [markdown]
-# A step is a few L2 round trips plus the cell and a product. At one head of 768 the split LSTM trains within a few percent of cuDNN's fp16 `nn.LSTM`, several times faster than its bf16 path (Appendix F: the lesson's stored run).
+# A step is a few L2 round trips plus the cell and a product.
 
 # %% [markdown]
 # ## 7. `gpulab.rnn.LSTM`: a module like `nn.LSTM`
@@ -558,7 +581,7 @@ print("2-head LSTM: fused == vanilla (float64)")
 # %% [markdown]
 # ## 8. The H100 measurements
 #
-# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. Compare dense and multi-head cases by time, not TFLOP/s:
+# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. `ms` is device time (CUDA events), `ns/step` and TFLOP/s are computed from it. Compare dense and multi-head cases by time, not TFLOP/s:
 
 # %%
 try:
@@ -569,7 +592,9 @@ except FileNotFoundError:
           "benchmarks/05_fused_rnn/<gpu>-<date>.jsonl); this section then shows them")
 if stored:
     print(f"{stored[0].device}, {stored[0].date}, torch {stored[0].torch}, triton {stored[0].triton}\n")
-    print(rnn_bench.summary_table(stored))
+    print(rnn_bench.summary_table([r for r in stored if r.status == "ok"]))
+    print()
+    print(shown.unmeasured(stored))
     print()
     print("\n".join(rnn_bench.targets(stored)))
 
@@ -861,7 +886,7 @@ if io_records:
 # - **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller. Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (up to 128 rows per program here; forward+backward earlier, its tiles are twice as many).
 # - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
 # - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
-# - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error is in section 8's table).
+# - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error's first line is under section 8's table).
 # - **cuDNN.** `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence than cuDNN's dense hidden 768, but it is a different, smaller model; whether it is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.
 # - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only its bf16 path:
 

@@ -132,14 +132,18 @@ print("Transformer, sum mod 5: below 35% (chance: 20%) on strings 2x and 4x long
 #
 # ## 4. Training throughput (CPU, for the code path only)
 #
-# `tasks.throughput` checks each model's logits against a float64 copy of it, then times one whole training step (forward, backward, AdamW) on the `gpulab.bench` harness and reports tokens per second, for the LSTM and the Transformer at several head counts. On CPU these are PyTorch-on-CPU numbers of tiny models; the H100 numbers are in section 5.
+# `tasks.throughput` checks each model's logits against a float64 copy of it, then times one whole training step (forward, backward, AdamW) on the `gpulab.bench` harness and reports tokens per second, for the LSTM and the Transformer at several head counts. On CPU it runs tiny models and the cell prints only that the check ran: the H100 numbers are in section 5.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-live_thr = tasks.throughput("cpu")
-print(tasks.throughput_table(live_thr))
-tasks.plot_throughput(live_thr, title="training throughput on this CPU (tiny models)")
-plt.show()
+live_thr = tasks.throughput("cpu")  # the small size (runs anywhere)
+if runtime.on_gpu():
+    print(tasks.throughput_table(live_thr))
+    tasks.plot_throughput(live_thr, title="training throughput on this GPU")
+    plt.show()
+else:  # a CPU's timings of tiny models say nothing about a GPU: the check ran, the numbers are not shown
+    print(f"{len(live_thr)} models: logits checked against float64, one training step timed on this CPU "
+          "(timings not shown: the H100's are in section 5)")
 
 # %% [markdown]
 # ## 5. The H100 results
