@@ -215,15 +215,13 @@ _allow("01", "lesson 1's ceilings record (measured vs spec ridge)", "slightly mo
        table=PENDING)  # fmt: skip
 _allow("02", "lesson 2's K-sweep record", "run several times slower than", "several times slower on the H100",
        table=PENDING)  # fmt: skip
-_allow("03", "lesson 3's ladder record (graphed and eager against cuDNN)", "puts fp32 ahead of cuDNN",
-       "cuDNN's few launches win by far", table=PENDING)  # fmt: skip
 _allow("04", "lesson 4's development sweeps (kept in the records' history)", "spilled and ran 2x slower",
        "the backward several times slower", "was slower than the plain pipeline", "found it slower than the plain loop",
        "was slower here than one program per tile", "the TMA backward is no faster", table=PENDING)  # fmt: skip
 _allow("04", "lesson 4's attention record (ratios printed above it)", "and loses on others",
        "**Memory** is the other win",
        "version 1's shorter host path wins", "move version 2 ahead of version 1", table=PENDING)  # fmt: skip
-_allow("05", "lesson 5's records (run, split and partials records)", "run a bigger head, not faster",
+_allow("05", "lesson 5's records (run, split and partials records)", "runs a bigger head, not faster",
        "It is an order of magnitude faster than",
        "Latency-bound, as predicted", "made it much slower", "makes the backward faster by about as much",
        "the split kernel is an order of magnitude faster", "the pick was the fastest tiling",

@@ -38,7 +38,7 @@ from gpulab.rnn import alternating, fused_backward, fused_forward, split_report,
 from gpulab.rnn.versions import report as versions_report
 from gpulab.rnn import benchmark as rnn_bench
 from gpulab.rnn.functions import FUNCTIONS
-from gpulab.course import claims, shown
+from gpulab.course import claims, listing, shown
 
 # the flashrnn package imports torch's C++ extension builder, which warns on a machine without CUDA: not our concern
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -251,8 +251,8 @@ print("NH = 1: flashrnn(vanilla) == torch.nn.LSTM (outputs and final c, float64)
 # What cuDNN-style RNNs do: per step a batched product $h_{t-1} R^\top$ (cuBLAS), then **one** Triton kernel for $+\,Wx_t + b$ and the cell. Two launches per step, $R$ read every step, $h$ through memory; any head size runs.
 
 # %%
-print(inspect.getsource(alternating.alternating_rnn_forward))
-print(inspect.getsource(alternating.pointwise_forward_kernel.fn))
+listing.show(alternating.alternating_rnn_forward)
+listing.show(alternating.pointwise_forward_kernel, max_lines=30)
 
 # %%
 for function in ("lstm", "gru", "elman"):
@@ -265,53 +265,43 @@ for function in ("lstm", "gru", "elman"):
     print(f"{function:5s}: alternating == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
 
 # %% [markdown]
-# ## 4. The fused forward: one persistent kernel
+# ## 4. The fused forward, version by version
 #
-# One program per (head, batch tile) runs **all $T$ steps**:
+# One program per (head, batch tile) runs **all $T$ steps**: a *persistent* kernel (README glossary), built here as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before, the package's last:
 #
-# 1. **Prologue.** Load the head's $R_\text{all}^\top$ $[DH, 4\,DH]$ once (`load_r`; Triton keeps it in shared memory); $h$, $c$ stay in registers in fp32.
-# 2. **Prefetch.** Step $t+2$'s input is loaded during step $t$.
-# 3. **The step.** **One** `tl.dot` for all gates, then the cell; store $h_t$, $c_t$ (and, for training, the gates).
-# 4. **Epilogue.** The last states.
-#
-# How each choice was found, and what was dropped: Appendix A.
-
-# %%
-print(inspect.getsource(fused_forward.load_r.fn))
-print(inspect.getsource(fused_forward.fused_forward_kernel.fn))
-
-# %%
-for function in ("lstm", "gru", "elman"):
-    for (b_, t_, nh_, dh_) in [(1, 1, 1, 16), (3, 4, 2, 16), (2, 3, 1, 24)]:
-        args = inputs(function, b_, t_, nh_, dh_, seed=2)
-        ref = rnn.flashrnn(*(a.double() for a in args), function=function, backend="vanilla")
-        with torch.no_grad():
-            got = rnn.flashrnn(*args, function=function, backend="fused")
-        where = f"{function} B={b_} T={t_} NH={nh_} DH={dh_}"
-        check.assert_close(got, ref, dtype=torch.float32, name="states", context=where)
-    print(f"{function:5s}: fused forward == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
-
-# %% [markdown]
-# ## 4b. The forward, version by version
-#
-# The path to that kernel as numbered LSTM kernels (`gpulab/rnn/versions/`), each one change on the one before:
-#
-# - **v1**: persistent, $R$ on chip as four tiles $R_g^\top$, four products per step (exercise 5, task 2);
+# - **v1**: $R$ on chip as four tiles $R_g^\top$ (shared memory), four products per step; $h$, $c$ in registers, fp32 (exercise 5, task 2);
 # - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
 # - **v3**: step $t+2$'s input loaded during step $t$, as 32-bit words, the loop unrolled by two;
-# - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the `fused` forward;
-# - **v5**: one head split over several SMs (section 6b);
-# - **b1 → b3**, the backward (section 5), timed forward+backward: $dR$, $db$ after the kernel (b1), beside it on a second stream (b2, the package's), split like v5 (b3).
+# - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the package's `fused` forward;
+# - **v5**: one head split over several SMs (section 6b); **b1, b2**: the backward (section 5).
 #
-# v2's step, the whole change from v1:
+# Version 1:
 
 # %%
-print(inspect.getsource(versions.v2_all_gates.lstm_step_all_gates.fn))
-for v, note in versions.VERSIONS.items():
-    print(f"{v}: {note}")
+listing.show(versions.v1_per_gate.v1_kernel, max_lines=60)
 
 # %% [markdown]
-# Each version against float64 (two batch tiles, odd $T$ for v3):
+# Version 2 on version 1 (`-` removed, `+` added), and its step:
+
+# %%
+listing.diff(versions.v1_per_gate.v1_kernel, versions.v2_all_gates.v2_kernel)
+listing.show(versions.v2_all_gates.lstm_step_all_gates)
+
+# %% [markdown]
+# Version 3 on version 2:
+
+# %%
+listing.diff(versions.v2_all_gates.v2_kernel, versions.v3_prefetch.v3_kernel)
+
+# %% [markdown]
+# Version 4, the package's kernel, also runs the GRU and the Elman cell and stores the gates for training; its prologue and the start of its loop (Appendix A: how each choice was found):
+
+# %%
+listing.show(fused_forward.load_r)
+listing.show(fused_forward.fused_forward_kernel, max_lines=40)
+
+# %% [markdown]
+# Each version against float64 (two batch tiles, odd $T$ for v3), then the package's kernel for the three cells:
 
 # %%
 for v in versions.VERSIONS:
@@ -321,6 +311,15 @@ for v in versions.VERSIONS:
         got = versions.run(v, *args)
         check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
+for function in ("lstm", "gru", "elman"):
+    for (b_, t_, nh_, dh_) in [(1, 1, 1, 16), (3, 4, 2, 16), (2, 3, 1, 24)]:
+        args = inputs(function, b_, t_, nh_, dh_, seed=2)
+        ref = rnn.flashrnn(*(a.double() for a in args), function=function, backend="vanilla")
+        with torch.no_grad():
+            got = rnn.flashrnn(*args, function=function, backend="fused")
+        where = f"{function} B={b_} T={t_} NH={nh_} DH={dh_}"
+        check.assert_close(got, ref, dtype=torch.float32, name="states", context=where)
+    print(f"{function:5s}: fused forward == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
 
 # %% [markdown]
 # **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `ms`: device time; `wall ms` and `gain` (speed over the previous version): eager wall clock. The record's b3, the first split backward, is printed after the table as history: section 6b replaced it and section 8 times the present one:
@@ -350,27 +349,6 @@ if version_rows:
     plt.show()
 
 # %% [markdown]
-# Each time loop's SASS (sm_90, compiled without a GPU), per step and warp:
-
-# %%
-try:
-    print(versions_report.sass_table(versions_report.load_sass(64)))
-except FileNotFoundError as exc:
-    print(exc)
-
-# %% [markdown]
-# Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
-
-# %%
-try:
-    print(versions_report.profile_table(versions_report.load_profile("h100")))
-except FileNotFoundError as exc:
-    print(exc)
-
-# %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 and b3 run a bigger head, not faster.
-
-# %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time
 #
 # Walk the step backwards with the saved activations $i' = \sigma(i)$, $f' = \sigma(f)$, $z' = \tanh(z)$, $o' = \sigma(o)$; $\delta h_t$, $\delta c_t$ are the gradients reaching $h_t$, $c_t$:
@@ -385,9 +363,9 @@ except FileNotFoundError as exc:
 # $$ dR_{g,n} = \sum_{b,t} \delta G_{b,t,g,n}^\top\, h_{t-1,b,n}, \qquad db = \sum_{b,t} \delta G_{b,t}, \qquad dWx = \delta G. $$
 
 # %%
-print(inspect.getsource(rnn.cells.lstm_gate_grads.fn))
-print(inspect.getsource(fused_backward.fused_backward_kernel.fn))
-print(inspect.getsource(fused_backward.fused_rnn_gradients))
+listing.show(rnn.cells.lstm_gate_grads)
+listing.show(fused_backward.fused_backward_kernel, max_lines=45)
+listing.show(fused_backward.fused_rnn_gradients, max_lines=30)
 
 # %% [markdown]
 # Every gradient of both Triton backends against float64 autograd:
@@ -437,7 +415,7 @@ print("\nthe plan:", split_tiling.plan(16, 1, 768, "lstm", torch.bfloat16, gpu="
 # cuDNN's `nn.LSTM` with hidden 768 is *one* head of 768. **Split it over $P$ programs, one per SM, each holding a slice of $R$** (as FlashRNN's CUDA kernel does):
 #
 # - **By output units.** Program $p$ owns `block_u` units, all gates: $\text{pre}_{t,p} = h_{t-1} R_p^\top + Wx_{t,p} + b_p$; it needs the *whole* $h_{t-1}$.
-# - **Exchange through L2, meet at a barrier.** Each writes its part of $h_t$, waits at a grid barrier (an atomic counter; a cooperative launch keeps all resident), reads all of $h_t$ back.
+# - **Exchange through L2, meet at a barrier.** Each writes its part of $h_t$, waits at a grid barrier (an atomic counter; a *cooperative* launch, Appendix D, keeps all resident), reads all of $h_t$ back.
 # - **The step's budget** is L2 round trips plus the product, not FLOPs:
 
 # %%
@@ -690,7 +668,7 @@ if stored:
 # %% [markdown]
 # ## Appendix A. The forward, as the profiler and the compiler saw it
 #
-# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; section 4b's table is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
+# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; the stall table below is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
 #
 # **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive, a gain of a few percent. At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
 #
@@ -698,9 +676,33 @@ if stored:
 #
 # **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.backends.fused.sass` counts a kernel's instructions per step without a GPU.
 #
-# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table of section 4b, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
+# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table below, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
 #
 # **Masks and programs.** Masks handle batch rows past $B$ and head dims that are not a power of two ($R$ is padded with zeros, so padded columns never reach a real one). At the lesson's problem there are only 12 programs (heads × batch tiles) for the H100's 132 SMs: the kernel is a few long chains, not a full machine.
+
+# %% [markdown]
+# Each time loop's SASS (sm_90, compiled without a GPU; the terms below the table), per step and warp:
+
+# %%
+try:
+    print(versions_report.sass_table(versions_report.load_sass(64)))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
+
+# %%
+try:
+    print(versions_report.profile_table(versions_report.load_profile("h100")))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
+
+# %% [markdown]
+# *Terms.* **SASS**: the GPU's machine code (what `ptxas` makes of Triton's PTX). **HMMA**: a tensor-core matrix multiply-add instruction. **MUFU**: the special-function unit (`tanh`, `exp`, reciprocals), one instruction per value. **LDG/STG, LDS/STS**: loads and stores to global (HBM, L2) and shared memory; `.128` marks a 16-byte access per thread (`STS.128`). **BAR**: a barrier of the program's warps. **Stall reasons** (Nsight Compute's sampling of waiting warps): `long_sb` a global load, `short_sb` shared memory or MUFU, `wait` a fixed latency, `selected` issuing.
 
 # %% [markdown]
 # ## Appendix B. The backward in detail
@@ -761,7 +763,7 @@ plt.show()
 # %% [markdown]
 # ## Appendix D. The split kernel in detail
 #
-# **The barrier.** Arrive with an atomic add (*release*: the $h$ stores become visible first), spin on loads with *acquire*. One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
+# **The barrier.** Arrive with an atomic add with *release* order (every store the program made before it, its part of $h$, is visible to any program that sees the add), spin on loads of the counter with *acquire* order (nothing the program reads after the spin is read before it). One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
 #
 # **Everyone resident, or no launch.** A program waiting for one that has not started would wait forever, so the launch is *cooperative*: the driver starts the grid only if all of it fits at once. Triton's interpreter runs programs one after another, so there the kernel runs one launch per step: the launch boundary is the barrier.
 #

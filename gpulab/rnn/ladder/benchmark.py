@@ -200,7 +200,7 @@ def ladder_table(results) -> str:
             )
         lines.append("")
     lines.append("dev: device time in ms (CUDA events), eager launches and graph replays alike; TFLOP/s and the ratios "
-                 "on it. An eager loop pays wall time: same_mode_summary prints it.")  # fmt: skip
+                 "on it. An eager loop pays wall time: the same-mode summary prints it.")  # fmt: skip
     return "\n".join(lines).rstrip()
 
 
