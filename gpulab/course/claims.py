@@ -211,8 +211,6 @@ _allow("07", _SPEC, "cross a network about ten times slower")
 # Measured comparisons still typed into markdown: each names the record it rests on (to convert to claim()).
 _allow("00", "lesson 0's sweep record (L2 vs HBM plateaus)", "up to the L2 size several times faster than HBM",
        table=PENDING)  # fmt: skip
-_allow("01", "lesson 1's ceilings record (measured vs spec ridge)", "slightly more kernels are compute-bound",
-       table=PENDING)  # fmt: skip
 _allow("02", "lesson 2's K-sweep record", "run several times slower than", "several times slower on the H100",
        table=PENDING)  # fmt: skip
 _allow("04", "lesson 4's development sweeps (kept in the records' history)", "spilled and ran 2x slower",
@@ -228,4 +226,3 @@ _allow("05", "lesson 5's records (run, split and partials records)", "runs a big
        "the same tiles ran faster with more warps", "lost to 16 units per program",
        "is faster per sequence than cuDNN's dense", "cuDNN's fp16 path is several times faster",
        "even graphed, is slower than cuDNN's fp16", table=PENDING)  # fmt: skip
-_allow("06", "lesson 6's throughput record", "few large heads train slower than many small ones", table=PENDING)
