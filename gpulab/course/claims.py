@@ -220,7 +220,6 @@ _allow("04", "lesson 4's attention record (ratios printed above it)", "and loses
        "**Memory** is the other win",
        "version 1's shorter host path wins", "move version 2 ahead of version 1", table=PENDING)  # fmt: skip
 _allow("05", "lesson 5's records (run, split and partials records)", "runs a bigger head, not faster",
-       "It is an order of magnitude faster than",
        "Latency-bound, as predicted", "made it much slower", "makes the backward faster by about as much",
        "the split kernel is an order of magnitude faster", "the pick was the fastest tiling",
        "the same tiles ran faster with more warps", "lost to 16 units per program",

@@ -502,7 +502,7 @@ plan_1024 = split_tiling.plan(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", t
 print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
-# **What it means.** The split kernel is an order of magnitude faster than `alternating` (Appendix D); against cuDNN, the verdict above.
+# **What it means.** Against `alternating` and against cuDNN: the lines above (Appendix D takes the step apart).
 #
 # **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel alone beside its first version (device time), then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product), from the lesson's run:
 
