@@ -56,6 +56,16 @@ class Shown:
     value: float
     history: bool = False
 
+    def __post_init__(self):
+        if not isinstance(self.key, Key):
+            raise TypeError(f"Shown.key must be a Key, got {type(self.key).__name__} {self.key!r}.")
+        if not isinstance(self.run, str) or not self.run:
+            raise TypeError(f"Shown.run must be the record file's name (a non-empty str), got {self.run!r}.")
+        if isinstance(self.value, bool) or not isinstance(self.value, int | float):
+            raise TypeError(f"Shown.value must be the displayed number, got {self.value!r}.")
+        if not isinstance(self.history, bool):
+            raise TypeError(f"Shown.history must be a bool (True: shown under a history label), got {self.history!r}.")
+
 
 def conflicts(shown) -> dict[Key, list[Shown]]:
     """Keys displayed from two or more runs without the history label, with the values shown for each."""

@@ -37,6 +37,10 @@ class Claim:
 
     text: str
 
+    def __post_init__(self):
+        if not isinstance(self.text, str):
+            raise TypeError(f"Claim.text must be a str, got {type(self.text).__name__}; build claims with claim().")
+
     def _repr_markdown_(self) -> str:
         return self.text
 
@@ -75,6 +79,11 @@ def claim(template: str, holds, **values) -> Claim:
 
 def paragraph(*parts) -> Claim:
     """Claims and plain (non-comparative) text joined into one Markdown paragraph."""
+    if not parts:
+        raise ValueError("paragraph() needs at least one claim or str to join.")
+    bad = [p for p in parts if not isinstance(p, Claim | str)]
+    if bad:
+        raise TypeError(f"paragraph parts must be Claim or str, got {type(bad[0]).__name__} {bad[0]!r}.")
     return Claim(" ".join(str(p).strip() for p in parts if str(p).strip()))
 
 
@@ -113,6 +122,8 @@ def markdown_cells(source: str) -> list[str]:
 
 def comparisons(markdown: str) -> list[tuple[str, list[str]]]:
     """``(sentence, comparative words)`` for every sentence of ``markdown`` (LaTeX and inline code removed)."""
+    if not isinstance(markdown, str):
+        raise TypeError(f"markdown must be a str (a markdown cell's text), got {type(markdown).__name__}.")
     text = _CODE.sub("`…`", _MATH.sub("$…$", markdown))
     out = []
     for sentence in _SENTENCE.split(text):
@@ -142,7 +153,11 @@ def bypasses(path, allowed=None) -> list[tuple[int, str, list[str]]]:
     A sentence is allowed when one of the allowlist's fragments for its lesson (the source name's first two
     characters) occurs in it.
     """
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a lesson source path (str or Path), got {type(path).__name__} {path!r}.")
     path = Path(path)
+    if path.suffix != ".py" or not path.is_file():
+        raise ValueError(f"path must be an existing jupytext source notebooks/src/NN_name.py, got {str(path)!r}.")
     lesson = path.name[:2]
     table = {**ALLOWED, **PENDING} if allowed is None else allowed
     fragments = [f for (lid, f) in table if lid == lesson]
@@ -209,10 +224,6 @@ _allow("07", _MATH_R, "DDP hides them behind the backward", "about 1.5x what DDP
 _allow("07", _SPEC, "cross a network about ten times slower")
 
 # Measured comparisons still typed into markdown: each names the record it rests on (to convert to claim()).
-_allow("00", "lesson 0's sweep record (L2 vs HBM plateaus)", "up to the L2 size several times faster than HBM",
-       table=PENDING)  # fmt: skip
-_allow("02", "lesson 2's K-sweep record", "run several times slower than", "several times slower on the H100",
-       table=PENDING)  # fmt: skip
 _allow("04", "lesson 4's development sweeps (kept in the records' history)", "spilled and ran 2x slower",
        "the backward several times slower", "was slower than the plain pipeline", "found it slower than the plain loop",
        "was slower here than one program per tile", "the TMA backward is no faster", table=PENDING)  # fmt: skip

@@ -80,6 +80,8 @@ def machine_digits(path) -> list[tuple[int, str, str]]:
     ("equal up to rounding (< 1e-5)") and an ignored cell the digits. A number right after a comparison or a
     tolerance word ("< 1e-6", "tol 1e-3") is a bound the lesson chose, not a result, and passes.
     """
+    if not isinstance(path, str | Path) or Path(path).suffix != ".ipynb" or not Path(path).is_file():
+        raise ValueError(f"path must be an existing executed notebook (.ipynb), got {path!r}.")
     nb = nbformat.read(Path(path), as_version=4)
     out = []
     for i, cell in enumerate(nb.cells):

@@ -101,6 +101,10 @@ def unmeasured(rows) -> str:
 
 def history_line(record: str, what: str, rows, describe) -> str:
     """One labelled line for superseded rows: 'history (...why...): ' + ``describe(row)`` for each."""
+    if (record, what) not in SUPERSEDED:
+        raise ValueError(f"(record, what) must be one of {sorted(SUPERSEDED)}, got {(record, what)!r}.")
+    if not callable(describe):
+        raise TypeError(f"describe must be a function of one row returning a str, got {describe!r}.")
     why = SUPERSEDED[(record, what)]
     return f"history, superseded ({why}): " + "; ".join(describe(r) for r in rows)
 

@@ -26,6 +26,12 @@ class HBMCeiling:
     how: str
     source: str
 
+    def __post_init__(self):
+        for name in ("gbps", "spec_gbps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"HBMCeiling.{name} must be a positive bandwidth in GB/s, got {v!r}.")
+
     @property
     def fraction(self) -> float:
         return self.gbps / self.spec_gbps

@@ -62,7 +62,7 @@ print(p.explain())
 #
 # A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
-# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$; the cell below prints the stored run) $K = 4095$ and $K = 4097$ run several times slower than $K = 4096$, for *one* element more or less. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
 #
 # $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ \pi_{4,8} & \text{4- or 8-byte aligned} \\ \pi_2 & \text{2-byte aligned} \end{cases} $$
 #
@@ -97,6 +97,12 @@ if k_sweep.get(4096):
     for k in (k for k in near if k != 4096):
         r = k_sweep[k]
         print(f"  K = {k}: {r.tflops:5.0f} TFLOP/s, {top.tflops / r.tflops:.2f}x slower than K = 4096")
+    if {4095, 4097} <= k_sweep.keys():
+        claims.show(claims.claim(
+            "On the H100, one element of $K$ more or less (4095, 4097) makes the 8192-square GEMM "
+            "**{a:.1f} and {b:.1f} times slower** than at $K = 4096$ (device time, the stored run).",
+            holds=lambda a, b: min(a, b) > 2, a=k_sweep[4095].ms / top.ms, b=k_sweep[4097].ms / top.ms,
+        ))  # fmt: skip
 print()
 print(f"{'K':>5s}  {'misaligned':>10s}  {'e_align':>7s}  {'last K-step':>11s}  {'ms':>6s}  {'TFLOP/s':>7s}")
 for k in (4088, 4092, 4094, 4095, 4096, 4097, 4100, 4104, 4160):
@@ -354,7 +360,7 @@ for cfg in (lstm, fixed):
 #
 # ## What it means
 #
-# - **Shape is a performance parameter.** One element of $K$ made an 8192-square GEMM several times slower on the H100 (section 2): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 several-fold (section 2's verdict): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
 # - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
