@@ -105,13 +105,15 @@ def lesson02() -> str:
 
 def lesson04() -> str:
     from gpulab.attention import benchmark as attention_bench
+    from gpulab.course import shown
 
     path, recs = _newest("04_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; TFLOP/s on device time, the same FLOP "
-        "count for every implementation.",
+        f"count for every implementation. `gpulab` is `flash_attention` as it dispatches on the H100: version "
+        f"{shown.attention_versions(recs)[0]}'s forward and version 1's backward.",
         "",
         *(f"- {line}" for line in attention_bench.targets(recs)),
         "",

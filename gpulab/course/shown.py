@@ -23,6 +23,7 @@ __all__ = [
     "run_training",
     "unmeasured",
     "history_line",
+    "attention_versions",
     "lesson05",
 ]
 
@@ -107,6 +108,18 @@ def history_line(record: str, what: str, rows, describe) -> str:
         raise TypeError(f"describe must be a function of one row returning a str, got {describe!r}.")
     why = SUPERSEDED[(record, what)]
     return f"history, superseded ({why}): " + "; ".join(describe(r) for r in rows)
+
+
+def attention_versions(records) -> tuple[str, int]:
+    """Which forward version ran as ``gpulab`` in a lesson-4 run ('1', '2' or '1/2': its config key names 'v2' when
+    version 2 ran) and on how many problems; the backward is version 1's (``V2_BACKWARD`` is off)."""
+    fwd, n = set(), 0
+    for r in bench.result_list("records", records, source=" (from bench.load('04'))"):
+        configs = r.params.get("configs") or {}
+        if r.params.get("impl") == "gpulab" and r.params.get("kind") == "throughput" and configs:
+            n += 1
+            fwd.add("2" if any("v2" in k for k in configs) else "1")
+    return "/".join(sorted(fwd)), n
 
 
 def lesson05(gpu: str = "h100", root=None) -> list[Shown]:

@@ -35,7 +35,7 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import attention as A
 from gpulab import bench, check, roofline, runtime
 from gpulab.attention import benchmark as attention_bench
-from gpulab.course import claims
+from gpulab.course import claims, shown
 
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
 
@@ -275,25 +275,13 @@ if stored:
 
 
 # %%
-def kernel_versions(records):
-    """Which versions ran as `gpulab` in a run: the forward's (its config key names 'v2' when version 2 ran), and
-    the backward's (version 1's dq/dkdv kernels)."""
-    fwd, n_fwd = set(), 0
-    for r in records:
-        configs = r.params.get("configs") or {}
-        if r.params.get("impl") == "gpulab" and r.params.get("kind") == "throughput" and configs:
-            n_fwd += 1
-            fwd.add("2" if any("v2" in k for k in configs) else "1")
-    return fwd, n_fwd
-
-
 if stored:
-    fwd_versions, n_ = kernel_versions(stored)
+    fwd_versions, n_ = shown.attention_versions(stored)
     claims.show(claims.claim(
         "In this run `gpulab` is `flash_attention` as it dispatches on the H100: **version {fwd}'s forward** (section "
         "10: TMA copies, fp16/bf16) on all {n} problems of the grid, and version 1's backward. Version 1's forward, "
         "built in sections 4-6, is timed beside version 2 in section 10.",
-        holds=lambda fwd, n: fwd == "2" and n > 0, fwd="/".join(sorted(fwd_versions)), n=n_,
+        holds=lambda fwd, n: fwd == "2" and n > 0, fwd=fwd_versions, n=n_,
     ))  # fmt: skip
 
 # %%
