@@ -105,13 +105,15 @@ def lesson02() -> str:
 
 def lesson04() -> str:
     from gpulab.attention import report as attention_bench
+    from gpulab.course import shown
 
     path, recs = _newest("04_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; TFLOP/s on device time, the same FLOP "
-        "count for every implementation.",
+        f"count for every implementation. `gpulab` is `flash_attention` as it dispatches on the H100: version "
+        f"{shown.attention_versions(recs)[0]}'s forward and version 1's backward.",
         "",
         *(f"- {line}" for line in attention_bench.targets(recs)),
         "",
@@ -277,29 +279,33 @@ def lesson05() -> str:
 
 
 def lesson05_split() -> str:
+    from gpulab.course import shown
     from gpulab.rnn.fused import split_report  # deferred: imports the kernels
 
-    rows = split_report.load_split("h100")
+    rows, _ = shown.split_now(split_report.load_split("h100"))  # its fwd+bwd rows ran the first split backward
     fwd = split_report.time_row(rows, "fused split (chosen)", 768)
     cudnn = split_report.time_row(rows, "cuDNN nn.LSTM float16", 768)
     back = split_report.load_split("h100", record="partials")
-    train = split_report.training_rows(back)
-    ours, cudnn_train = train["gpulab fused"], train["cuDNN nn.LSTM float16"]
+    # forward+backward from the lesson's run, the one record of that measurement (gpulab.course.shown)
+    run = bench.load("05", gpu="h100")
+    ours, cudnn_train = shown.run_training(run, "fused"), shown.run_training(run, "cuDNN nn.LSTM (dense)", "float16")
     lines = [
         "```",
         split_report.split_table(rows),
         "```",
         "",
-        "The backward, which exchanges partial sums of dh through L2 (its first version exchanged dG), and training:",
+        "The backward kernel alone (device time), which exchanges partial sums of dh through L2 (its first version "
+        "exchanged dG):",
         "",
         "```",
-        split_report.backward_table(back),
+        split_report.backward_table(shown.partials_now(back)),
         "```",
         "",
         f"One head of 768 (cuDNN's own problem; cuDNN also computes the input product): forward "
         f"{fwd['wall_ms']:.2f} ms against cuDNN fp16's {cudnn['wall_ms']:.2f} ms, forward+backward "
-        f"{ours['wall_ms']:.2f} ms against {cudnn_train['wall_ms']:.2f} ms (eager wall clock; device "
-        f"{ours['ms']:.2f} against {cudnn_train['ms']:.2f}). Notebook 05, section 6b and Appendix D, explains the "
+        f"{ours.wall_ms:.2f} ms against {cudnn_train.wall_ms:.2f} ms (eager wall clock; device "
+        f"{ours.ms:.2f} against {cudnn_train.ms:.2f}; forward+backward from the lesson's run, section 8). "
+        "Notebook 05, section 6b and Appendix D, explains the "
         f"kernels and the step's budget. Raw records: `{split_report.split_path('h100').relative_to(ROOT)}`, "
         f"`{split_report.split_path('h100', record='partials').relative_to(ROOT)}`.",
     ]
@@ -307,9 +313,10 @@ def lesson05_split() -> str:
 
 
 def lesson05_versions() -> str:
+    from gpulab.course import shown
     from gpulab.rnn.fused.versions import report  # deferred: imports the kernels
 
-    rows = report.load_versions("h100")
+    rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
     folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
     path = bench.newest(folder.glob("*.jsonl"))
     by_v = {r.params["version"]: r for r in rows}

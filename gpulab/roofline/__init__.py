@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpulab import lazy
+from gpulab.roofline.hbm import HBMCeiling, hbm_ceiling, read_plateau
 from gpulab.roofline.intensity import (
     COMPUTE_ROOFS,
     MEMORY_LEVELS,
@@ -104,6 +105,9 @@ __all__ = [
     "MEMORY_LEVELS",
     "ceilings",
     "targets",
+    "HBMCeiling",
+    "hbm_ceiling",
+    "read_plateau",
     "FMA_CHAINS",
     "FMA_UNROLL",
     "fma_kernel",

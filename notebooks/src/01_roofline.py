@@ -32,6 +32,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, hardware, memory, roofline, runtime
+from gpulab.course import claims
 
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}")
 
@@ -276,12 +277,17 @@ for key in ("HBM", "bf16", "tf32", "fp32"):
     print(f"{key:4s} ceiling {v:8,.1f} {unit:7s} = {v / s:4.0%} of the spec's {s:,.1f}")
 if h100.l2_gbps and h100.l1_gbps:
     print(f"L2 {h100.l2_gbps / h100.hbm_gbps:.1f}x and L1 {h100.l1_gbps / h100.hbm_gbps:.1f}x the HBM bandwidth")
+claims.claim(
+    "The measured bf16 ridge point ({m:.0f} FLOP/byte) is **lower** than the spec's ({s:.0f}), so slightly more "
+    "kernels are compute-bound than the spec suggests.",
+    holds=lambda m, s: m < s, m=h100.ridge("bf16"), s=spec_h100.ridge("bf16"),
+)
 
 # %% [markdown]
 # ## What the measurements mean
 #
 # - **No ceiling is the spec sheet** (the fractions printed above). The HBM ceiling falls short of the 3.35 TB/s spec — a raw pin rate that DRAM refresh, row switches and read/write turnarounds eat into, for PyTorch's copy as much as ours. The tensor cores fall further short of the 989 TFLOP/s spec: that figure assumes every SM at full boost clock on every cycle, while under a sustained tensor-core load the H100 lowers its clock to stay within its power limit, and even cuBLAS does not keep the tensor cores busy on every cycle. The FMA kernel, by contrast, comes close to its spec: a chain of FMAs in registers is about the simplest work a GPU can be given, and the FP32 pipes draw far less power than the tensor cores.
-# - **So compare kernels with the measured roofs.** A GEMM at the measured bf16 ceiling is doing all the machine can, though it stands well below the spec; a memory-bound kernel at the measured HBM ceiling is done. The measured ridge point for bf16 is lower than the spec's, so slightly more kernels are compute-bound than the spec suggests.
+# - **So compare kernels with the measured roofs.** A GEMM at the measured bf16 ceiling is doing all the machine can, though it stands well below the spec; a memory-bound kernel at the measured HBM ceiling is done.
 # - **The hierarchy is several roofs, an order of magnitude apart.** L2 delivers a few times and L1 about ten times the HBM bandwidth. Lesson 0's sweep points sit *above* the HBM roof because their bytes came from the caches (and its smallest "L2" working sets above the L2 roof, because part of them still hits in L1): an intensity is only meaningful against the level that actually serves the bytes.
 # - **For this course:** everything pointwise is memory-bound; a skinny GEMM and an LSTM step at small batch are memory-bound however good the GEMM; naive attention is memory-bound by its $N^2$ score traffic, tiled attention compute-bound. The lessons ahead are ways of moving a kernel to the right on this plot — tiling (lesson 2), fusing the LSTM's step (lesson 3), FlashAttention (lesson 4) and a persistent RNN kernel (lesson 5) — and then up to its roof.
 #

@@ -32,7 +32,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
-from gpulab import bench, check, codesign, hardware, runtime
+from gpulab import bench, check, codesign, hardware, roofline, runtime
+from gpulab.course import claims
 
 import triton  # isort: skip
 
@@ -45,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction lesson 0 measured.
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction of the spec that lesson 0's read-only sweep reached (its plateau; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and its stored predictions use this fraction).
 
 # %%
 spec = hardware.spec("H100")
@@ -61,7 +62,7 @@ print(p.explain())
 #
 # A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
-# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$; the cell below prints the stored run) $K = 4095$ and $K = 4097$ run several times slower than $K = 4096$, for *one* element more or less. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
 #
 # $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ \pi_{4,8} & \text{4- or 8-byte aligned} \\ \pi_2 & \text{2-byte aligned} \end{cases} $$
 #
@@ -86,7 +87,9 @@ plt.show()
 # %%
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
-      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f}")
+      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f} "
+      "(lesson 0's read-only plateau over the spec)")
+print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]
     print(f"stored run ({top.device}, {top.date}): K = 4096 at {top.tflops:.0f} TFLOP/s "
@@ -94,6 +97,12 @@ if k_sweep.get(4096):
     for k in (k for k in near if k != 4096):
         r = k_sweep[k]
         print(f"  K = {k}: {r.tflops:5.0f} TFLOP/s, {top.tflops / r.tflops:.2f}x slower than K = 4096")
+    if {4095, 4097} <= k_sweep.keys():
+        claims.show(claims.claim(
+            "On the H100, one element of $K$ more or less (4095, 4097) makes the 8192-square GEMM "
+            "**{a:.1f} and {b:.1f} times slower** than at $K = 4096$ (device time, the stored run).",
+            holds=lambda a, b: min(a, b) > 2, a=k_sweep[4095].ms / top.ms, b=k_sweep[4097].ms / top.ms,
+        ))  # fmt: skip
 print()
 print(f"{'K':>5s}  {'misaligned':>10s}  {'e_align':>7s}  {'last K-step':>11s}  {'ms':>6s}  {'TFLOP/s':>7s}")
 for k in (4088, 4092, 4094, 4095, 4096, 4097, 4100, 4104, 4160):
@@ -140,7 +149,7 @@ plt.show()
 # %% [markdown]
 # ## 5. The whole model
 #
-# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep below shows it: Q·Kᵀ at head dimension 60 or 100 is memory-bound, yet 2.4 times slower than at 64):
+# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep shows it: section 7 predicts it and section 9 measures it):
 #
 # $$ t = \max\left(\frac{F}{P\,e_\text{align}\,e_\text{tile}\,e_\text{wave}},\; \frac{Q \cdot \text{penalty}}{B}\right) $$
 #
@@ -204,8 +213,20 @@ for d in (60, 64, 72, 80, 96, 100, 128):
           + (f", misaligned {'/'.join(q.misaligned)}" if q.misaligned else "")
           + (f", last K-step {q.k_fill:.0%} full" if q.k_fill < 1 else ""))
 
+# %%
+predicted = {d: codesign.gemm_time(2048, 2048, d, batch=256, tile=None) for d in (60, 64, 100, 128)}
+claims.claim(
+    "In the model, Q·Kᵀ at the misaligned head dimensions 60 and 100 stays **{bound}-bound**, predicted {r60:.1f} and "
+    "{r100:.1f} times the time at 64: misalignment lowers the *memory* roof (narrow loads), so the time grows with "
+    "the FLOPs unchanged.",
+    holds=lambda bound, r60, r100: bound == "memory" and min(r60, r100) > 1,
+    bound="/".join(sorted({predicted[d].bound for d in (60, 100)})),
+    r60=predicted[60].ms / predicted[64].ms,
+    r100=predicted[100].ms / predicted[64].ms,
+)
+
 # %% [markdown]
-# Two predictions worth pausing on. The attention scores are **memory-bound** for every aligned head dimension: writing the $2048 \times 2048$ score matrix per head moves far more bytes than the $2 \cdot 2048 \cdot d$ inputs, so $d = 64$ and $d = 128$ should take nearly the same time (and $d = 128$ does twice the FLOPs in it). Only the misaligned $d = 60$ and $d = 100$ drop to the slow kernels and become compute-bound. And in the wave sweep the model expects a clean saw-tooth for the fixed tile, a busier one for cuBLAS.
+# Two predictions worth pausing on. The attention scores are **memory-bound** for every aligned head dimension: writing the $2048 \times 2048$ score matrix per head moves far more bytes than the $2 \cdot 2048 \cdot d$ inputs, so $d = 64$ and $d = 128$ should take nearly the same time (and $d = 128$ does twice the FLOPs in it). The misaligned $d = 60$ and $d = 100$ drop to the slow kernels, and the cell below says what the model makes of them. And in the wave sweep the model expects a clean saw-tooth for the fixed tile, a busier one for cuBLAS.
 #
 # ## 8. Measure here
 
@@ -257,6 +278,17 @@ if stored:
         shared = tri[0].params["shared_bytes"]
         print(f"\nfixed-tile kernel: {shared / 1024:.0f} KB of shared memory per program -> "
               f"{spec.smem_per_sm // shared} program(s) per SM; {tri[0].registers} registers, {tri[0].spills} spills")
+    head = {r.params["x"]: r for r in rows if r.params["sweep"] == "head dim"}
+    if {60, 64, 100} <= head.keys():
+        slow = {d: head[d].ms / head[64].ms for d in (60, 100)}
+        claims.show(claims.claim(
+            "Measured (device time), Q·Kᵀ at head dimension 60 and 100 took {r60:.1f} and {r100:.1f} times as long as "
+            "at 64, and the model, which classifies all three **{bound}-bound**, predicted {p60:.1f} and {p100:.1f}.",
+            holds=lambda r60, r100, bound, **_: min(r60, r100) > 1.5 and bound == "memory",
+            r60=slow[60], r100=slow[100], p60=head[60].params["predicted_ms"] / head[64].params["predicted_ms"],
+            p100=head[100].params["predicted_ms"] / head[64].params["predicted_ms"],
+            bound="/".join(sorted({head[d].params["predicted_bound"] for d in (60, 64, 100)})),
+        ))  # fmt: skip
     misses = agreement["misses"]
     print(f"\n{len(misses)} pairs the model orders wrongly" + (", the first few:" if misses else "."))
     for miss in misses[:8]:
@@ -328,7 +360,7 @@ for cfg in (lstm, fixed):
 #
 # ## What it means
 #
-# - **Shape is a performance parameter.** One element of $K$ made an 8192-square GEMM several times slower on the H100 (section 2): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 several-fold (section 2's verdict): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
 # - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.

@@ -34,6 +34,7 @@ import torch
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, roofline, runtime
 from gpulab.rnn import cells, from_torch_lstm, ladder
+from gpulab.course import claims
 
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
 
@@ -192,8 +193,8 @@ if stored:
 # ## 6. What the measurements mean
 #
 # - **Eagerly**, each step is worth what it saves in launches. Steps 0 → 1 cut 8 products and ~20 pointwise kernels per cell to 2 and ~15; step 3 replaces the pointwise kernels by one; step 5 takes one product per cell out of the recurrence; the wavefront (6-8) runs $T + L - 1$ wavefronts instead of $T L$ cells. Streams (step 2) add event records and waits, which are host work too: eagerly they can cost as much as they overlap.
-# - **Graphed**, launch costs vanish and the GPU's time remains: the number of kernels in the dependency chain, and how well each small product fills 132 SMs. Here the wavefront matters most: batching $L$ layers' products into one turns 4 products on a quarter of the GPU into 1 product on about half of it — and step 8 fills the other half by running the input and recurrent products side by side, which is what finally puts fp32 ahead of cuDNN.
-# - **Against cuDNN, mode for mode**: cuDNN's persistent kernels run the recurrence with few launches, and a CUDA graph sheds cuDNN's launch costs too; so the cell below compares the fastest step with cuDNN in the same mode, graphed against graphed (device time) and eager against eager (wall time, what a training loop pays), and the floor set by the compute roof. Graphed, the best wavefront steps edge past cuDNN; eagerly, cuDNN's few launches win by far, which is the case for lesson 5's single kernel. A step can also get slower in a graph (a capture fixes its allocations and turns stream forks and joins into graph edges); the cell lists any that did.
+# - **Graphed**, launch costs vanish and the GPU's time remains: the number of kernels in the dependency chain, and how well each small product fills 132 SMs. Here the wavefront matters most: batching $L$ layers' products into one turns 4 products on a quarter of the GPU into 1 product on about half of it — and step 8 fills the other half by running the input and recurrent products side by side.
+# - **Against cuDNN, mode for mode**: cuDNN's persistent kernels run the recurrence with few launches, and a CUDA graph sheds cuDNN's launch costs too; so the cell below compares the fastest step with cuDNN in the same mode, graphed against graphed (device time) and eager against eager (wall time, what a training loop pays), and the floor set by the compute roof. The verdict, mode for mode, is printed below it; cuDNN's few launches are the case for lesson 5's single kernel. A step can also get slower in a graph (a capture fixes its allocations and turns stream forks and joins into graph edges); the cell lists any that did.
 #
 # What remains between the best step and the hardware: the floor below is the problem's FLOPs at the measured (or spec) compute roof of the dtype — IEEE fp32 on the FMA units, fp16/bf16 on the tensor cores. The weights (four layers of $2 \cdot 4 \cdot 512 \cdot 512$ values: about 34 MB in fp32, half that in fp16) fit in the H100's 50 MB L2, so after the first wavefront the bytes come from L2, not HBM: the per-step HBM bound of section 1 is pessimistic. What is left is latency: about 103 dependent wavefronts, each a few kernels whose products have $M = 64$ rows — too few to fill the tensor cores — plus the time each kernel takes to start and drain. Removing it needs what lesson 5 builds: one persistent kernel that keeps the weights on chip and synchronises across the sequence, instead of one launch per wavefront.
 
@@ -209,3 +210,16 @@ for dt in dict.fromkeys(r.dtype for r in stored):
     if graphed and floor:
         above = graphed[0].ms / floor
         print(f"{dt}: the best graphed step is {above:.1f}x above the compute-roof floor ({floor:.2f} ms)")
+if stored:
+    pairs = ladder.same_mode(stored)
+    speed = {(dt, mode): ladder.mode_ms(cud) / ladder.mode_ms(best) for dt, mode, best, cud in pairs}
+    graph = [v for (_, mode), v in speed.items() if mode == "graph"]
+    eager = [v for (_, mode), v in speed.items() if mode == "eager"]
+    fp32_8 = [best.params["step"] for dt, mode, best, _ in pairs if (dt, mode) == ("float32", "graph")]
+    claims.show(claims.claim(
+        "Graphed (device time), the best step beats cuDNN in every dtype ({g_lo:.2f}x to {g_hi:.2f}x its speed; in "
+        "fp32 it is step {s8}); eagerly (wall time), cuDNN's few launches win by far (the best step reaches "
+        "{e_lo:.2f}x to {e_hi:.2f}x cuDNN's speed).",
+        holds=lambda g_lo, e_hi, **_: g_lo > 1 and e_hi < 1, g_lo=min(graph), g_hi=max(graph),
+        e_lo=min(eager), e_hi=max(eager), s8=fp32_8[0] if fp32_8 else "-",
+    ))  # fmt: skip

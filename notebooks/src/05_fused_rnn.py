@@ -41,6 +41,7 @@ from gpulab.rnn.fused import benchmark as rnn_bench
 from gpulab.rnn.fused import forward as fused_forward
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.functions import FUNCTIONS
+from gpulab.course import claims, listing, shown
 
 # the flashrnn package imports torch's C++ extension builder, which warns on a machine without CUDA: not our concern
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -199,7 +200,8 @@ ax[1].set_xlim(50, 3e4)
 fig.tight_layout()
 plt.show()
 for n in names:
-    print(f"{n:12s} {traffic[n][0]:8.3g} launches per step, {traffic[n][1] * e / 1e3:7.0f} KB per step")
+    per_step = "1/T" if n == "fused" else f"{traffic[n][0]:g}"
+    print(f"{n:12s} {per_step:>8s} launches per step, {traffic[n][1] * e / 1e3:7.0f} KB per step")
 
 # %% [markdown]
 # ## 2. The `vanilla` backend: the time loop in PyTorch
@@ -252,8 +254,8 @@ print("NH = 1: flashrnn(vanilla) == torch.nn.LSTM (outputs and final c, float64)
 # What cuDNN-style RNNs do: per step a batched product $h_{t-1} R^\top$ (cuBLAS), then **one** Triton kernel for $+\,Wx_t + b$ and the cell. Two launches per step, $R$ read every step, $h$ through memory; any head size runs.
 
 # %%
-print(inspect.getsource(alternating.alternating_rnn_forward))
-print(inspect.getsource(alternating.pointwise_forward_kernel.fn))
+listing.show(alternating.alternating_rnn_forward)
+listing.show(alternating.pointwise_forward_kernel, max_lines=30)
 
 # %%
 for function in ("lstm", "gru", "elman"):
@@ -266,22 +268,52 @@ for function in ("lstm", "gru", "elman"):
     print(f"{function:5s}: alternating == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
 
 # %% [markdown]
-# ## 4. The fused forward: one persistent kernel
+# ## 4. The fused forward, version by version
 #
-# One program per (head, batch tile) runs **all $T$ steps**:
+# One program per (head, batch tile) runs **all $T$ steps**: a *persistent* kernel (README glossary), built here as numbered LSTM kernels (`gpulab/rnn/fused/versions/`), each one change on the one before, the package's last:
 #
-# 1. **Prologue.** Load the head's $R_\text{all}^\top$ $[DH, 4\,DH]$ once (`load_r`; Triton keeps it in shared memory); $h$, $c$ stay in registers in fp32.
-# 2. **Prefetch.** Step $t+2$'s input is loaded during step $t$.
-# 3. **The step.** **One** `tl.dot` for all gates, then the cell; store $h_t$, $c_t$ (and, for training, the gates).
-# 4. **Epilogue.** The last states.
+# - **v1**: $R$ on chip as four tiles $R_g^\top$ (shared memory), four products per step; $h$, $c$ in registers, fp32 (exercise 5, task 2);
+# - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
+# - **v3**: step $t+2$'s input loaded during step $t$, as 32-bit words, the loop unrolled by two;
+# - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the package's `fused` forward;
+# - **v5**: one head split over several SMs (section 6b); **b1, b2**: the backward (section 5).
 #
-# How each choice was found, and what was dropped: Appendix A.
+# Version 1:
 
 # %%
-print(inspect.getsource(tiles.load_r.fn))
-print(inspect.getsource(fused_forward.fused_forward_kernel.fn))
+listing.show(versions.v1_per_gate.v1_kernel, max_lines=60)
+
+# %% [markdown]
+# Version 2 on version 1 (`-` removed, `+` added), and its step:
 
 # %%
+listing.diff(versions.v1_per_gate.v1_kernel, versions.v2_all_gates.v2_kernel)
+listing.show(tiles.lstm_step_all_gates)
+
+# %% [markdown]
+# Version 3 on version 2:
+
+# %%
+listing.diff(versions.v2_all_gates.v2_kernel, versions.v3_prefetch.v3_kernel)
+
+# %% [markdown]
+# Version 4, the package's kernel, also runs the GRU and the Elman cell and stores the gates for training; its prologue and the start of its loop (Appendix A: how each choice was found):
+
+# %%
+listing.show(tiles.load_r)
+listing.show(fused_forward.fused_forward_kernel, max_lines=40)
+
+# %% [markdown]
+# Each version against float64 (two batch tiles, odd $T$ for v3), then the package's kernel for the three cells:
+
+# %%
+for v in versions.VERSIONS:
+    for (b_, t_, nh_, dh_) in [(3, 3, 2, 16), (17, 2, 1, 32)]:
+        args = inputs("lstm", b_, t_, nh_, dh_, seed=4)
+        ref = rnn.flashrnn(*(a.double() for a in args), function="lstm", backend="vanilla")
+        got = plan.run_version(v, *args)
+        check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
+    print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 for function in ("lstm", "gru", "elman"):
     for (b_, t_, nh_, dh_) in [(1, 1, 1, 16), (3, 4, 2, 16), (2, 3, 1, 24)]:
         args = inputs(function, b_, t_, nh_, dh_, seed=2)
@@ -293,38 +325,7 @@ for function in ("lstm", "gru", "elman"):
     print(f"{function:5s}: fused forward == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
 
 # %% [markdown]
-# ## 4b. The forward, version by version
-#
-# The path to that kernel as numbered LSTM kernels (`gpulab/rnn/fused/versions/`), each one change on the one before:
-#
-# - **v1**: persistent, $R$ on chip as four tiles $R_g^\top$, four products per step (exercise 5, task 2);
-# - **v2**: all gates in one tile $R_\text{all}^\top$, one product per step (exercise 5, task 3);
-# - **v3**: step $t+2$'s input loaded during step $t$, as 32-bit words, the loop unrolled by two;
-# - **v4**: one-instruction activations, the sigmoid's ½ folded into $R$, $Wx$, $b$: the `fused` forward;
-# - **v5**: one head split over several SMs (section 6b);
-# - **b1 → b3**, the backward (section 5), timed forward+backward: $dR$, $db$ after the kernel (b1), beside it on a second stream (b2, the package's), split like v5 (b3).
-#
-# v2's step, the whole change from v1:
-
-# %%
-print(inspect.getsource(tiles.lstm_step_all_gates.fn))
-for v, note in versions.VERSIONS.items():
-    print(f"{v}: {note}")
-
-# %% [markdown]
-# Each version against float64 (two batch tiles, odd $T$ for v3):
-
-# %%
-for v in versions.VERSIONS:
-    for (b_, t_, nh_, dh_) in [(3, 3, 2, 16), (17, 2, 1, 32)]:
-        args = inputs("lstm", b_, t_, nh_, dh_, seed=4)
-        ref = rnn.flashrnn(*(a.double() for a in args), function="lstm", backend="vanilla")
-        got = plan.run_version(v, *args)
-        check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
-    print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
-
-# %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`; v5, b3 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
+# **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `ms`: device time; `wall ms` and `gain` (speed over the previous version): eager wall clock. The record's b3, the first split backward, is printed after the table as history: section 6b replaced it and section 8 times the present one:
 
 # %%
 try:
@@ -333,6 +334,7 @@ except FileNotFoundError as exc:
     version_rows = []
     print(exc)
 if version_rows:
+    version_rows, version_old = shown.versions_now(version_rows)
     print(versions_report.versions_table(version_rows))
     by_v = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
     fwd = {v: ms for (v, d), ms in by_v.items() if d == "forward"}
@@ -340,33 +342,14 @@ if version_rows:
     gains = {f"{a} -> {b}": fwd[a] / fwd[b] for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
     step = max(gains, key=gains.get)
     print(f"\nv1 -> v4: {fwd['v1'] / fwd['v4']:.1f}x on the wall clock; the largest single step is {step} "
-          f"({gains[step]:.2f}x); v5 at one head of 768: {fwd['v5'] / fwd['cuDNN']:.2f}x cuDNN fp16's time")
+          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from the split probe's record")
     if train:
-        print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x; b3 at one head of 768: "
-              f"{train['b3'] / train['cuDNN']:.2f}x cuDNN fp16's time")
+        print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x (wall clock)")
+    if version_old:
+        print("\n" + shown.history_line("versions", "b3", version_old, lambda r: (
+            f"{r.params['version']} {r.params['NH']}x{r.params['DH']} fwd+bwd {r.ms:.2f} ms device")))
     versions_report.plot_versions(version_rows)
     plt.show()
-
-# %% [markdown]
-# Each time loop's SASS (sm_90, compiled without a GPU), per step and warp:
-
-# %%
-try:
-    print(versions_report.sass_table(versions_report.load_sass(64)))
-except FileNotFoundError as exc:
-    print(exc)
-
-# %% [markdown]
-# Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
-
-# %%
-try:
-    print(versions_report.profile_table(versions_report.load_profile("h100")))
-except FileNotFoundError as exc:
-    print(exc)
-
-# %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 and b3 run a bigger head, not faster.
 
 # %% [markdown]
 # ## 5. The fused backward: a recurrence in reverse time
@@ -383,9 +366,9 @@ except FileNotFoundError as exc:
 # $$ dR_{g,n} = \sum_{b,t} \delta G_{b,t,g,n}^\top\, h_{t-1,b,n}, \qquad db = \sum_{b,t} \delta G_{b,t}, \qquad dWx = \delta G. $$
 
 # %%
-print(inspect.getsource(rnn.cells.lstm_gate_grads.fn))
-print(inspect.getsource(fused_backward.fused_backward_kernel.fn))
-print(inspect.getsource(fused_backward.fused_rnn_gradients))
+listing.show(rnn.cells.lstm_gate_grads)
+listing.show(fused_backward.fused_backward_kernel, max_lines=45)
+listing.show(fused_backward.fused_rnn_gradients, max_lines=30)
 
 # %% [markdown]
 # Every gradient of both Triton backends against float64 autograd:
@@ -435,7 +418,7 @@ print("\nthe plan:", plan.choose(16, 1, 768, "lstm", torch.bfloat16, gpu="H100",
 # cuDNN's `nn.LSTM` with hidden 768 is *one* head of 768. **Split it over $P$ programs, one per SM, each holding a slice of $R$** (as FlashRNN's CUDA kernel does):
 #
 # - **By output units.** Program $p$ owns `block_u` units, all gates: $\text{pre}_{t,p} = h_{t-1} R_p^\top + Wx_{t,p} + b_p$; it needs the *whole* $h_{t-1}$.
-# - **Exchange through L2, meet at a barrier.** Each writes its part of $h_t$, waits at a grid barrier (an atomic counter; a cooperative launch keeps all resident), reads all of $h_t$ back.
+# - **Exchange through L2, meet at a barrier.** Each writes its part of $h_t$, waits at a grid barrier (an atomic counter; a *cooperative* launch, Appendix D, keeps all resident), reads all of $h_t$ back.
 # - **The step's budget** is L2 round trips plus the product, not FLOPs:
 
 # %%
@@ -474,7 +457,7 @@ print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all fo
       "within fp32's tolerance")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_split.py`): against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time:
+# **On the H100** (`scripts/probe_split.py`): the forward against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time. The probe's forward+backward rows ran the first split backward and are printed as history:
 
 # %%
 try:
@@ -483,13 +466,32 @@ except FileNotFoundError as exc:
     split_rows = []
     print(exc)
 if split_rows:
+    split_rows, split_old = shown.split_now(split_rows)
     print(split_report.split_table(split_rows))
+    if split_old:
+        old_ = [r for r in split_old if r["case"] == "fused split fwd+bwd"]
+        print("\n" + shown.history_line("split", "fwd+bwd", old_, lambda r: f"DH {r['DH']} {r['ms']:.2f} ms device"))
     fwd768 = split_report.time_row(split_rows, "fused split (chosen)", 768)
     cud768 = split_report.time_row(split_rows, "cuDNN nn.LSTM float16", 768)
     alt768 = split_report.time_row(split_rows, "alternating", 768)
     print(f"\none head of 768, forward: split {fwd768['wall_ms']:.2f} ms wall, "
           f"{fwd768['wall_ms'] / cud768['wall_ms']:.2f}x cuDNN fp16's time (which includes the input product), "
           f"{alt768['ms'] / fwd768['ms']:.0f}x faster than alternating (device time)")
+    wall_ratio = {}
+    for dh_ in sorted({r["DH"] for r in split_rows if r.get("kind") == "time" and "DH" in r}):
+        ours_f, cud_f = (split_report.time_row(split_rows, c, dh_) for c in ("fused split (chosen)",
+                                                                            "cuDNN nn.LSTM float16"))
+        if ours_f and cud_f and ours_f.get("wall_ms") and cud_f.get("wall_ms"):
+            wall_ratio[dh_] = ours_f["wall_ms"] / cud_f["wall_ms"]
+    small, large = min(wall_ratio), [d for d in wall_ratio if d > min(wall_ratio)]
+    claims.show(claims.claim(
+        "Forward, eager wall clock: at head dim {small} the split kernel takes {r_small:.2f}x cuDNN fp16's time; from "
+        "{first} to {last} units, {lo:.2f}x to {hi:.2f}x: beyond a few hundred units its chain of L2 round trips per "
+        "step costs more than cuDNN's whole step.",
+        holds=lambda r_small, lo, **_: r_small < 1.1 and lo > 1.1, small=small, r_small=wall_ratio[small],
+        first=min(large), last=max(large), lo=min(wall_ratio[d] for d in large),
+        hi=max(wall_ratio[d] for d in large),
+    ))  # fmt: skip
 
 # %% [markdown]
 # A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step:
@@ -503,9 +505,9 @@ plan_1024 = plan.choose(16, 1, 1024, "lstm", torch.bfloat16, gpu="H100", trainin
 print("\nhead dim 1024, training:", plan_1024.why)
 
 # %% [markdown]
-# **What it means.** Up to a few hundred units the split kernel keeps pace with cuDNN; beyond, its chain of round trips outlasts cuDNN's whole step. It is an order of magnitude faster than `alternating` (Appendix D).
+# **What it means.** Against `alternating` and against cuDNN: the lines above (Appendix D takes the step apart).
 #
-# **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel beside its first version, then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product):
+# **Training.** The backward runs the same split in reverse time and exchanges partial sums of $dh$ (Appendix D). Its kernel alone beside its first version (device time), then forward+backward of one head of 768 beside cuDNN (whose dense `nn.LSTM` also computes its input product), from the lesson's run:
 
 # %%
 try:
@@ -514,17 +516,32 @@ except FileNotFoundError as exc:
     bwd_rows = []
     print(exc)
 if bwd_rows:
-    print(split_report.backward_table(bwd_rows))
-    train_ = split_report.training_rows(bwd_rows)
-    ours_, cudnn_ = train_["gpulab fused"], train_["cuDNN nn.LSTM float16"]
+    print(split_report.backward_table(shown.partials_now(bwd_rows)))
     bstep_ = next(r for r in bwd_rows
                   if r["kind"] == "candidate" and r.get("chosen") and (r["B"], r["DH"]) == (16, 768))
-    print(f"\none head of 768, B = 16: the backward's step {1e3 * bstep_['ms'] / 1024:.1f} us (device); "
-          f"forward+backward {ours_['ms']:.2f} ms device, {ours_['wall_ms']:.2f} ms wall = "
-          f"{ours_['wall_ms'] / cudnn_['wall_ms']:.2f}x cuDNN fp16's wall time ({cudnn_['wall_ms']:.2f} ms)")
+    print(f"\none head of 768, B = 16: the backward's step {1e3 * bstep_['ms'] / 1024:.1f} us (device time, "
+          "kernel alone)")
+
+
+# %%
+try:
+    run05 = bench.load("05", gpu="h100")
+except FileNotFoundError:
+    run05 = []
+ours_, fp16_, bf16_ = (shown.run_training(run05, *spec) for spec in
+                       (("fused",), ("cuDNN nn.LSTM (dense)", "float16"), ("cuDNN nn.LSTM (dense)", "bfloat16")))
+if run05 and ours_ and fp16_ and bf16_:
+    claims.show(claims.claim(
+        "Forward+backward of one head of 768 (B = 16, the lesson's run, section 8): the split LSTM takes "
+        "{wall:.2f} ms on the eager wall clock ({dev:.2f} ms device), {r16:.2f}x cuDNN's fp16 `nn.LSTM` "
+        "({c16:.2f} ms wall), within {pct:.0%} of it, and {r_bf:.1f} times faster than cuDNN's bf16 path.",
+        holds=lambda r16, r_bf, **_: abs(r16 - 1) < 0.1 and r_bf > 2,
+        wall=ours_.wall_ms, dev=ours_.ms, r16=ours_.wall_ms / fp16_.wall_ms, c16=fp16_.wall_ms,
+        pct=abs(ours_.wall_ms / fp16_.wall_ms - 1), r_bf=bf16_.wall_ms / ours_.wall_ms,
+    ))  # fmt: skip
 
 # %% [markdown]
-# A step is a few L2 round trips plus the cell and a product. At one head of 768 the split LSTM trains within a few percent of cuDNN's fp16 `nn.LSTM`, several times faster than its bf16 path (Appendix F: the lesson's stored run).
+# A step is a few L2 round trips plus the cell and a product.
 
 # %% [markdown]
 # ## 7. `gpulab.rnn.LSTM`: a module like `nn.LSTM`
@@ -560,7 +577,7 @@ print("2-head LSTM: fused == vanilla (float64)")
 # %% [markdown]
 # ## 8. The H100 measurements
 #
-# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. Compare dense and multi-head cases by time, not TFLOP/s:
+# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. `ms` is device time (CUDA events), `ns/step` and TFLOP/s are computed from it. Compare dense and multi-head cases by time, not TFLOP/s:
 
 # %%
 try:
@@ -571,7 +588,9 @@ except FileNotFoundError:
           "benchmarks/05_fused_rnn/<gpu>-<date>.jsonl); this section then shows them")
 if stored:
     print(f"{stored[0].device}, {stored[0].date}, torch {stored[0].torch}, triton {stored[0].triton}\n")
-    print(rnn_bench.summary_table(stored))
+    print(rnn_bench.summary_table([r for r in stored if r.status == "ok"]))
+    print()
+    print(shown.unmeasured(stored))
     print()
     print("\n".join(rnn_bench.targets(stored)))
 
@@ -667,7 +686,7 @@ if stored:
 # %% [markdown]
 # ## Appendix A. The forward, as the profiler and the compiler saw it
 #
-# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; section 4b's table is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
+# **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; the stall table below is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
 #
 # **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive, a gain of a few percent. At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
 #
@@ -675,9 +694,33 @@ if stored:
 #
 # **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
 #
-# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table of section 4b, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
+# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table below, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
 #
 # **Masks and programs.** Masks handle batch rows past $B$ and head dims that are not a power of two ($R$ is padded with zeros, so padded columns never reach a real one). At the lesson's problem there are only 12 programs (heads × batch tiles) for the H100's 132 SMs: the kernel is a few long chains, not a full machine.
+
+# %% [markdown]
+# Each time loop's SASS (sm_90, compiled without a GPU; the terms below the table), per step and warp:
+
+# %%
+try:
+    print(versions_report.sass_table(versions_report.load_sass(64)))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
+
+# %%
+try:
+    print(versions_report.profile_table(versions_report.load_profile("h100")))
+except FileNotFoundError as exc:
+    print(exc)
+
+# %% [markdown]
+# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
+
+# %% [markdown]
+# *Terms.* **SASS**: the GPU's machine code (what `ptxas` makes of Triton's PTX). **HMMA**: a tensor-core matrix multiply-add instruction. **MUFU**: the special-function unit (`tanh`, `exp`, reciprocals), one instruction per value. **LDG/STG, LDS/STS**: loads and stores to global (HBM, L2) and shared memory; `.128` marks a 16-byte access per thread (`STS.128`). **BAR**: a barrier of the program's warps. **Stall reasons** (Nsight Compute's sampling of waiting warps): `long_sb` a global load, `short_sb` shared memory or MUFU, `wait` a fixed latency, `selected` issuing.
 
 # %% [markdown]
 # ## Appendix B. The backward in detail
@@ -738,7 +781,7 @@ plt.show()
 # %% [markdown]
 # ## Appendix D. The split kernel in detail
 #
-# **The barrier.** Arrive with an atomic add (*release*: the $h$ stores become visible first), spin on loads with *acquire*. One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
+# **The barrier.** Arrive with an atomic add with *release* order (every store the program made before it, its part of $h$, is visible to any program that sees the add), spin on loads of the counter with *acquire* order (nothing the program reads after the spin is read before it). One barrier per step is enough because each step's $h$ has its own slot in the output, so nothing is overwritten while someone still reads it. The counter is never reset; each launch reads its starting value once, so replays of a CUDA graph keep working.
 #
 # **Everyone resident, or no launch.** A program waiting for one that has not started would wait forever, so the launch is *cooperative*: the driver starts the grid only if all of it fits at once. Triton's interpreter runs programs one after another, so there the kernel runs one launch per step: the launch boundary is the barrier.
 #
@@ -863,7 +906,7 @@ if io_records:
 # - **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller. Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (up to 128 rows per program here; forward+backward earlier, its tiles are twice as many).
 # - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
 # - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
-# - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error is in section 8's table).
+# - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error's first line is under section 8's table).
 # - **cuDNN.** `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence than cuDNN's dense hidden 768, but it is a different, smaller model; whether it is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.
 # - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only its bf16 path:
 

@@ -182,7 +182,7 @@ def ladder_table(results) -> str:
         rs = [r for r in results if r.dtype == dt]
         where = rs[0].device + (" (interpreter: not GPU numbers)" if rs[0].params.get("interpreter") else "")
         lines.append(f"{short_dtype(dt)} on {where}")
-        head = f"{'step':>5s}  {'what':56s} {'eager ms':>9s} {'graph ms':>9s} {'TFLOP/s':>8s}"
+        head = f"{'step':>5s}  {'what':56s} {'eager dev':>9s} {'graph dev':>9s} {'TFLOP/s':>8s}"
         head += f" {'x step 0':>9s} {'vs cuDNN':>9s}"
         lines += [head, "-" * len(head)]
         steps = list(dict.fromkeys(r.params["step"] for r in rs))
@@ -200,6 +200,8 @@ def ladder_table(results) -> str:
                 f"{'-' if sp is None else f'{sp:8.1f}x':>9s} {'-' if vs is None else f'{vs:8.2f}x':>9s}"
             )
         lines.append("")
+    lines.append("dev: device time in ms (CUDA events), eager launches and graph replays alike; TFLOP/s and the ratios "
+                 "on it. An eager loop pays wall time: the same-mode summary prints it.")  # fmt: skip
     return "\n".join(lines).rstrip()
 
 
