@@ -15,6 +15,7 @@ from gpulab.attention.configs import HopperConfig
 from gpulab.attention.plan import forward_plan
 from gpulab.attention.v2 import backward as hopper_backward
 from gpulab.attention.v2 import forward as hopper
+from gpulab.attention.v3 import forward as v3_forward
 
 # (batch, heads, seq_q, seq_k, head_dim, causal, config): odd lengths, Nq != Nk both ways, one row, head dims that
 # are multiples of 8 but not powers of two (the descriptor zero-fills the tile's extra columns), every schedule.
@@ -138,8 +139,9 @@ def test_version2_full_size_on_gpu(dtype, nq, nk, d, causal):
     q, k, v = _inputs(2, 3, nq, nk, d, dtype, device="cuda")
     with runtime.poisoning(True):
         o, lse = A.attention_forward(q, k, v, is_causal=causal, version=2)
-    big = 2 * 3 * nq * nk * d >= plan.SMALL_WORK  # the automatic choice: version 2 unless the call is host-bound
-    assert forward_plan(q, k, v, causal).version == (2 if big else 1)
+    big = 2 * 3 * nq * nk * d >= plan.SMALL_WORK  # the automatic choice: version 2 unless the call is host-bound,
+    v3 = d in plan.V3_HEAD_DIMS and v3_forward.supported(q, k, v, causal)[0]  # or version 3 where it measured faster
+    assert forward_plan(q, k, v, causal).version == ((3 if v3 else 2) if big else 1)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     check.assert_close(o, ref.double(), dtype=dtype, name="O", context=f"{nq}x{nk} d{d} causal={causal}")
     o1, lse1 = A.attention_forward(q, k, v, is_causal=causal, version=1)
