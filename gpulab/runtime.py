@@ -146,9 +146,12 @@ def _bool_masks() -> None:
     load, store, handle = cls.create_masked_load, cls.create_masked_store, interpreter.TensorHandle
 
     def as_bool(mask):
-        if mask is None or mask.data.dtype == numpy.bool_:
+        if mask is None or getattr(mask.data, "dtype", None) == numpy.bool_:
             return mask
-        return handle(mask.data.astype(numpy.bool_), mask.dtype)
+        data = numpy.asarray(mask.data)  # Triton 3.7's descriptor loads pass a memoryview
+        if data.dtype == numpy.bool_:
+            return mask
+        return handle(data.astype(numpy.bool_), mask.dtype)
 
     def create_masked_load(self, ptrs, mask, *args, **kwargs):
         return load(self, ptrs, as_bool(mask), *args, **kwargs)
