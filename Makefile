@@ -71,10 +71,10 @@ test: lint
 	$(MAKE) --no-print-directory test-newest
 
 # Triton 3.9 and numpy 2.4 (requirements/cpu-newest.txt): the package tests, and every lesson notebook executed once
-# (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them).
+# (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them), in
+# one session so the notebooks' kernels fill the cores beside the tests (--dist loadfile: a notebook on one worker).
 test-newest: setup-newest
-	$(VENV_NEWEST)/bin/python -m pytest -q tests/ -m "not pipeline" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
-	$(VENV_NEWEST)/bin/python -m pytest -q --nbval-lax notebooks/ --nbval-current-env -p no:cacheprovider
+	$(VENV_NEWEST)/bin/python -m pytest -q tests/ notebooks/ -m "not pipeline" --nbval-lax --nbval-current-env -n auto --maxprocesses=4 --dist loadfile --timeout=180 --session-timeout=600 -p no:cacheprovider
 
 # Build every lesson and solution notebook from notebooks/src/ and execute it in place (CPU interpreter unless a GPU is here).
 notebooks: setup
