@@ -8,12 +8,15 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# CPU machines get the CPU build of torch (from PyTorch's CPU index, named in requirements/cpu.txt) and Triton 3.6 for
-# its interpreter; a machine with nvidia-smi gets CUDA torch from PyPI.
+# CPU machines get the CPU build of torch and Triton 3.6 for its interpreter; a machine with nvidia-smi gets CUDA torch.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 REQUIREMENTS ?= requirements/$(if $(HAS_GPU),gpu,cpu).txt
-# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cu128'.
-TORCH_PIP_ARGS ?=
+# torch's CPU build (torch==2.13.0+cpu) is on PyTorch's CPU index, not on PyPI. Where that index answers, pip is
+# pointed at it; where it does not (CI, the course machines), pip finds the wheel in its find-links or cache.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+REACHES_TORCH_INDEX = $(shell $(PYTHON) -c "import socket; socket.create_connection(('download.pytorch.org', 443), 3)" >/dev/null 2>&1 && echo 1)
+# Extra pip arguments for torch (evaluated only when installing), e.g. TORCH_PIP_ARGS='--index-url .../whl/cu128'.
+TORCH_PIP_ARGS ?= $(if $(HAS_GPU),,$(if $(REACHES_TORCH_INDEX),--extra-index-url $(TORCH_CPU_INDEX)))
 STAMP := $(VENV)/.gpulab-installed
 # The second CPU environment `make test` runs: the newest Triton (3.9) and numpy (2.4) with torch 2.13's CPU build.
 VENV_NEWEST ?= .venv-newest
@@ -40,7 +43,7 @@ setup: $(STAMP)
 $(STAMP_NEWEST): pyproject.toml $(REQUIREMENTS_NEWEST)
 	test -x $(VENV_NEWEST)/bin/python || $(PYTHON) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install -q --upgrade pip
-	$(VENV_NEWEST)/bin/python -m pip install -q -r $(REQUIREMENTS_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install -q $(TORCH_PIP_ARGS) -r $(REQUIREMENTS_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install -q -c $(REQUIREMENTS_NEWEST) -e '.[test,grading]'
 	$(VENV_NEWEST)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP_NEWEST)
@@ -71,10 +74,10 @@ test: lint
 	$(MAKE) --no-print-directory book-test
 
 # Triton 3.9 and numpy 2.4 (requirements/cpu-newest.txt): the package tests, and every lesson notebook executed once
-# (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them).
+# (--nbval-lax: a cell that raises fails, outputs are not compared; requirements/cpu.txt's Triton 3.6 made them), in
+# one session so the notebooks' kernels fill the cores beside the tests (--dist loadfile: a notebook on one worker).
 test-newest: setup-newest
-	$(VENV_NEWEST)/bin/python -m pytest -q tests/ -m "not pipeline and not book" -p no:nbval -n auto --maxprocesses=4 --timeout=180 --session-timeout=600
-	$(VENV_NEWEST)/bin/python -m pytest -q --nbval-lax notebooks/ --nbval-current-env -p no:cacheprovider -n auto --maxprocesses=4 --dist loadfile
+	$(VENV_NEWEST)/bin/python -m pytest -q tests/ notebooks/ -m "not pipeline and not book" --nbval-lax --nbval-current-env -n auto --maxprocesses=4 --dist loadfile --timeout=180 --session-timeout=600 -p no:cacheprovider
 
 # The course as a static website (Sphinx + myst-nb): notebooks read as executed, never re-executed; MathJax and the
 # theme ship with the site, so it opens offline: book/_build/html/index.html, or python -m http.server -d book/_build/html

@@ -146,10 +146,12 @@ def _bool_masks() -> None:
     load, store, handle = cls.create_masked_load, cls.create_masked_store, interpreter.TensorHandle
 
     def as_bool(mask):
-        data = getattr(mask, "data", None)
-        if mask is None or not isinstance(data, numpy.ndarray) or data.dtype == numpy.bool_:
-            return mask  # no mask, a descriptor load's raw buffer (not a mask array), or bool already
-        return handle(mask.data.astype(numpy.bool_), mask.dtype)
+        if mask is None or getattr(mask.data, "dtype", None) == numpy.bool_:
+            return mask
+        data = numpy.asarray(mask.data)  # Triton 3.7's descriptor loads pass a memoryview
+        if data.dtype == numpy.bool_:
+            return mask
+        return handle(data.astype(numpy.bool_), mask.dtype)
 
     def create_masked_load(self, ptrs, mask, *args, **kwargs):
         return load(self, ptrs, as_bool(mask), *args, **kwargs)
