@@ -146,6 +146,34 @@ def lesson04_hopper() -> str:
     return "\n".join(lines) + "\n"
 
 
+def lesson04_v3() -> str:
+    from gpulab.attention import report as hopper_report  # deferred: imports the kernels' modules
+
+    recs = hopper_report.stored_v3()
+    head = recs[0]
+    runs = [q for q in hopper_report.V3_FOLDER.glob("*.jsonl") if not q.stem.endswith(("-check", "-race", "-tune"))]
+    path = bench.newest(runs)
+    spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
+    wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
+    lines = [
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's run (check, 200-run race "
+        "test, tune, bench: each provider timed twice, the faster round kept). Ratios: the peer's time / version 3's "
+        "(> 1: version 3 faster), over lesson 4's 24 forward problems.",
+        "",
+        *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
+        f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
+        *(f"- {step} vs {before}: median {m:.2f}x [{lo:.2f}, {hi:.2f}]"
+          for step, before, (m, lo, hi) in hopper_report.v3_step_gains(recs)),
+        "",
+        "```",
+        hopper_report.v3_table(recs),
+        "```",
+        "",
+        _raw(path),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def lesson03() -> str:
     path, recs = _newest("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
@@ -389,6 +417,7 @@ SECTIONS = {
     "lesson03": lesson03,
     "lesson04": lesson04,
     "lesson04-hopper": lesson04_hopper,
+    "lesson04-v3": lesson04_v3,
     "lesson05": lesson05,
     "lesson05-split": lesson05_split,
     "lesson05-versions": lesson05_versions,

@@ -36,6 +36,8 @@ from gpulab import attention as A
 from gpulab import bench, check, roofline, runtime
 from gpulab.attention import benchmark as attention_bench
 from gpulab.attention import report as attention_report
+from gpulab.attention.v1 import backward as v1_backward
+from gpulab.attention.v1 import forward as v1_forward
 from gpulab.course import claims, shown
 
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
@@ -168,7 +170,7 @@ plt.show()
 print(inspect.getsource(A.attention_forward_kernel.fn))
 
 # %%
-print(inspect.getsource(A.forward._fwd_inner.fn))
+print(inspect.getsource(v1_forward._fwd_inner.fn))
 
 # %% [markdown]
 # Checked against float64 on odd shapes: one query, ragged lengths, $N_q \ne N_k$, a head dim that is not a power of two (padded to the next one inside the kernel and masked), causal and not; and the log-sum-exp it saves.
@@ -200,7 +202,7 @@ for (b, h, nq, nk, d) in [(1, 1, 1, 1, 16), (2, 3, 17, 33, 24), (1, 2, 40, 17, 8
 # $P$ is never stored: each program recomputes its block as $P = e^{S - L}$ from the saved log-sum-exp $L$. FlashAttention-2 splits the work so no two programs write the same output: one kernel per **K block** accumulates $dK$ and $dV$ over the Q blocks that see it; another per **Q block** accumulates $dQ$ over the K blocks it sees. No atomics, no $N \times N$ buffer. The autograd Function saves only $Q, K, V, O$ and $L$.
 
 # %%
-print(inspect.getsource(A.backward._dkdv_inner.fn))
+print(inspect.getsource(v1_backward._dkdv_inner.fn))
 
 # %%
 for (b, h, nq, nk, d) in [(1, 1, 5, 7, 16), (2, 2, 17, 33, 24), (1, 2, 40, 17, 64)]:
@@ -533,4 +535,90 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# Two products saved did not pay for $N_k / B_N$ atomic additions per element of $dQ$ except on long causal problems, so it stays off (`backward.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger than on the forward alone: its backward does the five products and hides the additions and the softmax under the products of other warpgroups, the overlap that warp specialization expresses and that Triton 3.6 does not yet compile correctly on `sm_90`.
+# Two products saved did not pay for $N_k / B_N$ atomic additions per element of $dQ$ except on long causal problems, so it stays off (`plan.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger than on the forward alone: its backward does the five products and hides the additions and the softmax under the products of other warpgroups, the overlap that warp specialization expresses and that Triton 3.6 does not yet compile correctly on `sm_90`.
+
+# %% [markdown]
+# ## 11. Version 3: FlashAttention-3's forward in Gluon
+#
+# Section 10 ended on what Triton's compiler would not give version 2 on Triton 3.6: warps that only load beside warps that only compute, and one warpgroup's softmax running while another's products occupy the tensor cores. **Gluon** (`triton.experimental.gluon`) is Triton's lower-level language, in which the kernel says these things itself: the layout of every tile, the shared-memory buffers, the barriers, and which warps run which function (`gl.warp_specialize`). Version 3 (`gpulab/attention/v3/`) writes FlashAttention-3's forward (Shah et al. 2024) that way:
+#
+# - **a producer warp** that only issues TMA copies: Q once per tile, then $K_j$ and $V_j$ into a ring of shared-memory stages. It waits on `empty[s]` before refilling stage $s$; the copy engine arrives on `ready[s]` when the bytes have landed.
+# - **two consumer warpgroups** (three at $d = 64$), each owning 64 query rows of the tile: wait `ready[s]`, $S = QK_j^\top$ (asynchronous `warpgroup_mma`), the online-softmax update of section 3, $O \mathrel{+}= P V_j$, then arrive on `empty[s]`. K and V are released separately, so the next keys load while this block's values are still being read.
+# - **ping-pong**: a ring of "turn" mbarriers makes the consumers issue their tensor-core work in alternation, so warpgroup 0's exponentials run while warpgroup 1's products run, and the other way round;
+# - **intra-warpgroup overlap**: each consumer issues block $j+1$'s $S$ before block $j$'s softmax and waits for it only afterwards (`warpgroup_mma_wait(1)`: at most one wgmma still in flight).
+#
+# The math is version 2's line for line (scores in base 2, the running max and sum, $O = \mathrm{acc} / \ell$, the log-sum-exp saved for the backward); only the order of the work changes. The kernel is kept in numbered steps (`V3Config.step`): 1, the partitions; 2, plus ping-pong; 3, plus the overlap; tuning then picks stages, a persistent grid and the consumer count per head dim (`v3.forward.MEASURED`).
+#
+# **Checking it without a GPU.** Gluon has no interpreter, so the CPU checks come in two parts. `v3.schedule_model.model_forward` replays the kernel's block order, masks and rescaling points in PyTorch; in float64 it must equal the reference. `v3.schedule_model.simulate` runs the producer and the consumers as agents over simulated mbarriers under random interleavings, and fails on a deadlock, on a TMA copy landing in a stage still being read, or on a consumer taking its turn out of order. (A third check, `v3.compile_check`, compiles the kernel for sm_90 here and reads the PTX: the wgmma count, the `wgmma.wait_group` depths, `setmaxnreg` per partition, shared memory.)
+
+# %%
+from gpulab.attention.v3 import schedule_model
+
+q3, k3, v3 = (torch.randn(1, 2, 300, 64, dtype=torch.float64) for _ in range(3))
+for causal in (False, True):
+    o_model, lse_model = schedule_model.model_forward(q3, k3, v3, causal=causal, step=3)
+    ref = A.attention_reference(q3, k3, v3, is_causal=causal)
+    err = ((o_model - ref).norm() / ref.norm()).item()
+    print(f"schedule model, step 3, causal={causal}: " + ("equal to the float64 reference up to rounding (< 1e-12)"
+                                                            if err < 1e-12 else f"DIFFERS (relative error {err:.1e})"))
+turns = schedule_model.simulate([5, 3, 4], stages=2, consumers=2, step=3, seed=0)
+print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleaving: no deadlock, no race, "
+      f"{len(turns)} consumer turns in strict alternation")
+
+# %% [markdown]
+# **On the H100.** The version-3 run (`benchmarks/04_attention/v3/`, `scripts/probe_v3.py`) checked every step against SDPA's fp32 math, ran each configuration 200 times and compared the outputs bit for bit (a race would show as runs that differ), then timed the steps, the tuned kernel, version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's 24 forward problems, each provider twice, keeping its faster round. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+
+# %%
+try:
+    v3_records = hopper_report.stored_v3()
+except FileNotFoundError as exc:
+    v3_records = None
+    print(exc)
+if v3_records:
+    print(f"{v3_records[0].device}, {v3_records[0].date}, torch {v3_records[0].torch}, triton {v3_records[0].triton}; "
+          "forward, TFLOP/s and ratios (device time)\n")
+    print(hopper_report.v3_table(v3_records))
+
+# %%
+if v3_records:
+    for step, before, (med, lo, hi) in hopper_report.v3_step_gains(v3_records):
+        print(f"{step:32s} vs {before:32s} median {med:.2f}x [{lo:.2f}, {hi:.2f}] (device time)")
+
+# %%
+if v3_records:
+    cudnn = hopper_report.v3_spread(hopper_report.v3_ratios(v3_records, "SDPA cuDNN"))
+    v2 = hopper_report.v3_spread(hopper_report.v3_ratios(v3_records, "gpulab v2"))
+    fa2 = hopper_report.v3_spread(hopper_report.v3_ratios(v3_records, "SDPA FlashAttention-2"))
+    cudnn_wall = hopper_report.v3_spread(hopper_report.v3_ratios(v3_records, "SDPA cuDNN", clock="wall"))
+    best = hopper_report.v3_best(v3_records)
+    top = best[("bfloat16", 128, False, 16384)]
+    claims.show(
+        claims.claim(
+            "Over the 24 problems, version 3 runs at a median **{c:.2f}x cuDNN's speed** (device time; range {clo:.2f}x"
+            " to {chi:.2f}x), so cuDNN is still the faster forward on most of the grid;",
+            holds=lambda c, clo, chi: c < 1.0 <= chi, c=cudnn[0], clo=cudnn[1], chi=cudnn[2],
+        ),
+        claims.claim(
+            "against version 2 the median is {m:.2f}x (range {lo:.2f}x to {hi:.2f}x) and against FlashAttention-2"
+            " {f:.2f}x.", holds=lambda m, lo, hi, f: m > 1.0 and f > 1.0, m=v2[0], lo=v2[1], hi=v2[2], f=fa2[0],
+        ),
+        claims.claim(
+            "At head dim 128, bf16, N = 16k, non-causal, it reaches {t:.0f} TFLOP/s beside cuDNN's {c:.0f} in the same"
+            " run.", holds=lambda t, c: t >= 620, t=top[hopper_report.V3_TUNED].tflops, c=top["SDPA cuDNN"].tflops,
+        ),
+        claims.claim(
+            "On the wall clock the median is {w:.2f}x cuDNN and the lowest {wlo:.2f}x: version 3 builds its four TMA"
+            " descriptors in Python on every call, which a short problem does not hide.",
+            holds=lambda w, wlo: wlo < cudnn[1], w=cudnn_wall[0], wlo=cudnn_wall[1],
+        ),
+    )  # fmt: skip
+    wins = {d: [row["gpulab v2"].ms > row[hopper_report.V3_TUNED].ms for key, row in best.items() if key[1] == d]
+            for d in (64, 128)}
+    claims.show(claims.claim(
+        "Against version 2, version 3 wins {w128} of {n128} problems at head dim 128 and {w64} of {n64} at head dim 64.",
+        holds=lambda w128, n128, w64, n64: w128 == n128 > 0 and w64 < n64,
+        w128=sum(wins[128]), n128=len(wins[128]), w64=sum(wins[64]), n64=len(wins[64]),
+    ))  # fmt: skip
+
+# %% [markdown]
+# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it behind each other's products, which is why a third consumer is tried there; the table's per-problem ratios show where the distance to cuDNN remains, and the wall-clock column adds the host's descriptor work on short problems. `flash_attention` takes version 3 where the claim above says it won every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after it is still version 1's (section 10).
