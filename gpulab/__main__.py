@@ -2,7 +2,7 @@
 
 info                 device, runtime mode, versions, spec and measured ceilings
 bench NN [--out DIR] run lesson NN's benchmark, write benchmarks/NN_name/<gpu>-<date>.jsonl and .png
-bench NN PART        a named part of it (e.g. `bench 04 hopper`); records under benchmarks/NN_name/<folder>/
+bench NN PART        a named part of it (e.g. `bench 04 hopper`): benchmarks/NN_name/<folder>/<gpu>-<date>-PART.jsonl
 notebooks [PATH...]  build notebooks from their sources (notebooks/src/) and execute them in place (what gets
                      committed); PATH: a source or a notebook (default: all); --build-only: do not execute
 exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
@@ -88,9 +88,9 @@ def cmd_bench(args) -> int:
     print(bench.table(results, columns=BENCH_COLUMNS))
     print(CLOCK_NOTE)
     path = None
-    if args.part:  # a part's records go where their readers look: benchmarks/<slug>/<folder>/<gpu>-<date>.jsonl
+    if args.part:  # a part's records go where their readers look: benchmarks/<slug>/<folder>/<gpu>-<date>-<part>.jsonl
         folder = bench.results_dir(args.out) / lesson.slug / lessons.part_folder(lesson.id, args.part)
-        path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}.jsonl"
+        path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}-{args.part}.jsonl"
     path = bench.save(results, lesson.id, root=args.out, path=path)
     print(f"wrote {path}")
     if figure is not None:

@@ -8,7 +8,7 @@ returns a list of :class:`gpulab.bench.Result`, plus optionally a matplotlib fig
 A lesson's benchmark may have named parts (``Lesson.parts``: part name -> ``"package.module:function"``, the same
 kind of function), the measurements its notebook and the README cite beyond the main benchmark
 (``python -m gpulab bench 04 hopper``); ``benchmark(id, part)`` resolves one, and :func:`part_folder` names the folder
-under the lesson's results where its records go (where their readers look).
+under the lesson's results where its records go (where their readers look), as ``<gpu>-<date>-<part>.jsonl``.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ LESSONS: list[Lesson] = [
         "A fused RNN kernel (FlashRNN-style)",
         "gpulab.rnn.fused",
         "gpulab.rnn.fused.benchmark:benchmark",
+        parts={"split": "gpulab.rnn.fused.split_bench:split", "cross": "gpulab.rnn.fused.split_bench:cross"},
+        folders={"cross": "split"},
     ),
     Lesson(
         "06",

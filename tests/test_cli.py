@@ -123,7 +123,7 @@ def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch)
     assert cli.main(["bench", "04", "cs336", "--out", str(tmp_path)]) == 0
     assert asked == ["cs336"]
     jsonl = sorted((tmp_path / "04_attention" / "hopper" / "cs336").glob("*.jsonl"))
-    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out
+    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
     assert not list((tmp_path / "04_attention").glob("*.jsonl"))
     assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}
 

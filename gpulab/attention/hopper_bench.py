@@ -15,8 +15,9 @@ backends, the CS336 leaderboard problem, and the one-pass backward's tiles.
 - ``python -m gpulab bench 04 cs336`` (:func:`cs336`), under ``hopper/cs336/``: the CS336 (2025) assignment-2
   leaderboard problem (B 1, N 16k, 16 heads of 64, bf16, causal, forward+backward), also timed with
   ``triton.testing.do_bench`` as the leaderboard does (``params['do_bench_ms']``).
-- ``python -m gpulab bench 04 fused`` (:func:`fused`), under ``hopper/fused/``: the one-pass backward
-  (:mod:`gpulab.attention.v1.backward_fused`) at each candidate tile against the two-kernel backward, backward only
+- ``python -m gpulab bench 04 fused`` (:func:`fused`), under ``hopper/fused/``: the one-pass backward (version 1's
+  ``backward_fused``, through :func:`gpulab.attention.plan.one_pass_backward`) at each candidate tile against the
+  two-kernel backward, backward only
   (``kind='fused sweep'``, ``'two kernels'``, ``'fused choice'``).
 
 Every provider is checked against its reference (SDPA's math backend in fp32; for the one-pass backward, the two
@@ -38,12 +39,18 @@ from torch.nn.attention import SDPBackend
 from gpulab import bench, check, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention import sm90
-from gpulab.attention.benchmark import _check, _inputs, _provider, _reference, _sdpa, grid
+from gpulab.attention.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
 from gpulab.attention.configs import PREFERRED_V2, AttentionConfig, HopperConfig, hopper_config
 from gpulab.attention.function import FlashAttentionFunction
-from gpulab.attention.plan import attention_backward, attention_forward, backward_plan, forward_plan, run_forward
-from gpulab.attention.v1 import backward_fused
-from gpulab.attention.v2 import backward as hopper_backward
+from gpulab.attention.plan import (
+    attention_backward,
+    attention_forward,
+    backward_kind,
+    backward_plan,
+    forward_plan,
+    one_pass_backward,
+    run_forward,
+)
 
 __all__ = ["hopper", "cs336", "fused", "CANDIDATES", "FUSED_CANDIDATES", "IMPLS", "V1_BACKWARD"]
 
@@ -130,8 +137,8 @@ IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 
 
 def _implementations() -> dict:
-    return {"gpulab v1": _gpulab(1), "gpulab v2": _gpulab(2), "SDPA default": _sdpa(None),
-            "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION), V1_BACKWARD: _gpulab_v1_backward()}  # fmt: skip
+    return {"gpulab v1": _gpulab(1), "gpulab v2": _gpulab(2), "SDPA default": sdpa(None),
+            "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION), V1_BACKWARD: _gpulab_v1_backward()}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -147,7 +154,7 @@ def _backward_kernels(name):
 
 
 def _with_kernels(name, fn):
-    run = _provider(fn)
+    run = one_direction(fn)
 
     def provider(*args):
         with _backward_kernels(name):
@@ -170,20 +177,19 @@ def _backward_name(impls, r) -> str | None:
     plan = forward_plan(q, q, q, p["causal"], None, False, None, 1 if p["impl"] == "gpulab v1" else 2)
     if p["impl"] == V1_BACKWARD:
         plan = impls[V1_BACKWARD].plans.get(id(plan), plan)
-    launches = plan.backward
-    if launches is None:
-        return None
-    if launches.__class__ is backward_fused.FusedBackward:
-        return "one pass (atomic dQ)"
-    return "two kernels, TMA" if launches[0].kernel is hopper_backward.attention_dq_v2_kernel else "two kernels"
+    return backward_kind(plan)
+
+
+def _check_inputs(**x):
+    return problem_inputs(**x, check=True)
 
 
 def _comparison(name, problems, kind, impls) -> bench.Benchmark:
     """``impls`` on ``problems`` (dicts like :func:`_problem`'s), checked against SDPA's math backend in fp32."""
     return bench.Benchmark(
-        lesson="04", name=name, cases=problems, inputs=_inputs, check_inputs=lambda **x: _inputs(**x, check=True),
+        lesson="04", name=name, cases=problems, inputs=problem_inputs, check_inputs=_check_inputs,
         providers={n: _with_kernels(n, fn) for n, fn in impls.items()},
-        provider_params={n: {"kind": kind, "impl": n} for n in impls}, reference=_reference, check=_check,
+        provider_params={n: {"kind": kind, "impl": n} for n in impls}, reference=math_reference, check=check_output,
         on_mismatch="record", skip=_skip, flops=_flops, label=_label,
     )  # fmt: skip
 
@@ -218,8 +224,8 @@ def sweep(progress=None, shapes=None, seqs=None, candidates=None) -> list[bench.
     cases = [_problem(d, n, c, "forward", tokens, h) for d, h in shapes for c in (False, True) for n in seqs]
     names = {str(dataclasses.astuple(cfg)): cfg for cfg in candidates}
     b = bench.Benchmark(
-        lesson="04", name="v2 sweep", cases=cases, inputs=_inputs, check_inputs=lambda **x: _inputs(**x, check=True),
-        providers={n: _provider(_v2_config(cfg)) for n, cfg in names.items()}, reference=_reference,
+        lesson="04", name="v2 sweep", cases=cases, inputs=problem_inputs, check_inputs=_check_inputs,
+        providers={n: one_direction(_v2_config(cfg)) for n, cfg in names.items()}, reference=math_reference,
         provider_params={n: {"kind": "sweep", "config": dataclasses.asdict(cfg)} for n, cfg in names.items()},
         check=_sweep_check, on_mismatch="record", flops=_flops, label=_label,
     )  # fmt: skip
@@ -365,9 +371,7 @@ def _fused_provider(tiles):
             if key not in _LAUNCHES:
                 bm, bn, w, st = tiles
                 cfg = AttentionConfig(block_m=bm, block_n=bn, block_d=q.shape[-1], num_warps=w, num_stages=st)
-                _LAUNCHES[key] = backward_fused.FusedBackward(
-                    backward_fused.preprocess_launch(plan), backward_fused.fused_backward_launch(plan, cfg)
-                )
+                _LAUNCHES[key] = one_pass_backward(plan, cfg)
             attention_plan.FUSED_BACKWARD, plan.backward = True, _LAUNCHES[key]
         try:
             return attention_backward(do, q, k, v, o, lse, is_causal=causal)

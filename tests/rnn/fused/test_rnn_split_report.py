@@ -74,7 +74,7 @@ def test_load_split_reads_split_paths_file_the_newest_of_that_gpu(tmp_path):
 
 
 def test_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="probe_split"):
+    with pytest.raises(FileNotFoundError, match="bench 05 split"):
         split_report.load_split("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         split_report.load_split(100)

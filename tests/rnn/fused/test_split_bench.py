@@ -1,0 +1,73 @@
+"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.split_bench: `bench 05 split|cross`) at
+their CPU size: every provider checked before timing, and records gpulab.rnn.fused.split_report reads back."""
+
+import json
+
+import pytest
+
+from gpulab import bench, lessons
+from gpulab.rnn.fused import split_bench as sb
+from gpulab.rnn.fused import split_report as sr
+
+
+def _rows(results, tmp_path, tag):
+    """The records as `bench 05 PART` stores them, read back through split_report."""
+    path = tmp_path / "05_fused_rnn" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
+    bench.save(results, "05", path=path)
+    assert sr.split_path("h100", root=tmp_path, record=tag) == path
+    return sr.load_split("h100", root=tmp_path, record=tag)
+
+
+def test_split_part_writes_what_the_split_tables_read(tmp_path):
+    results = sb.split()
+    *timed, stress = results
+    assert all(r.status == "ok" and r.params["check"] == "ok" for r in timed), [r.status for r in timed]
+    assert stress.params["kind"] == "stress" and stress.status.startswith("unavailable: the persistent kernel")
+    rows = _rows(results, tmp_path, "split")
+    assert rows[0]["kind"] == "env" and rows[0]["mode"] == "interpreter"
+    time = {(r["case"], r["DH"]) for r in rows if r["kind"] == "time"}
+    assert time == {
+        (c, 16)
+        for c in (
+            "fused split (chosen)",
+            "alternating",
+            "fused split fwd+bwd",
+            "alternating fwd+bwd",
+            "cuDNN nn.LSTM float32",
+            "cuDNN nn.LSTM float32 fwd+bwd",
+        )
+    }
+    chosen = sr.time_row(rows, "fused split (chosen)", 16)
+    assert chosen["ms"] > 0 and chosen["wall_ms"] > 0 and {"split", "block_u", "warps", "est_ms"} <= set(chosen)
+    assert all(r.get("pass_") == "fwd+bwd" for r in rows if r["kind"] == "time" and "fwd+bwd" in r["case"])
+    sweep = [r for r in rows if r["kind"] == "sweep"]
+    assert len(sweep) == 2 and all(r["DH"] == 24 and r["no_barrier_ms"] > 0 and r["block_b"] == 16 for r in sweep)
+    table = sr.split_table(rows)
+    assert "CPU (Triton interpreter)" in table and len(table.splitlines()) == 4  # heading, columns, fwd, fwd+bwd
+    assert "block_u" in sr.step_budget(rows, 24)
+
+
+def test_cross_part_writes_what_the_crossover_table_reads(tmp_path):
+    results = sb.cross()
+    rows = _rows(results, tmp_path, "cross")
+    cross = [r for r in rows if r["kind"] == "cross"]
+    assert {(r["case"], r["B"]) for r in cross} == {(c, b) for c in ("split", "one-SM fused", "alternating")
+                                                   for b in (1, 3)}  # fmt: skip
+    assert all(r["DH"] == 16 and r["T"] == 4 and r["ms"] > 0 and r["check"] == "ok" for r in cross)
+    assert sr.crossover_table(rows)
+
+
+def test_rows_of_keeps_probe_rows_and_flattens_results():
+    probe = [{"kind": "env", "device": "x"}, {"kind": "time", "case": "alternating", "DH": 8, "ms": 1.0}]
+    assert sr.rows_of(probe) == probe
+    r = bench.record(lesson="05", case="c", kind="time", DH=8)
+    r.status = "failed: RuntimeError: boom"
+    rows = sr.rows_of([json.loads(json.dumps(r.to_dict()))])
+    assert rows[1] == {"kind": "time", "DH": 8, "error": "failed: RuntimeError: boom"}
+    with pytest.raises(TypeError, match="records must be a list"):
+        sr.rows_of("rows")
+
+
+def test_lesson_5_parts_are_registered():
+    assert lessons.benchmark("05", "split") is sb.split and lessons.benchmark("05", "cross") is sb.cross
+    assert lessons.part_folder("05", "cross") == "split" == lessons.part_folder("05", "split")
