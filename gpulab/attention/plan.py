@@ -188,8 +188,8 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
 SMALL_WORK = 2**31
 """Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
 tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
-(no descriptor workspace; ``kind='tiny'`` records of ``scripts/probe_hopper.py``). Lesson 4's smallest problem is
-about 8x above it."""
+(no descriptor workspace; ``kind='tiny'`` records of ``python -m gpulab bench 04 hopper``). Lesson 4's smallest
+problem is about 8x above it."""
 
 
 def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: int | None = None) -> int:

@@ -439,7 +439,7 @@ for (b, h, nq, nk, d, cfg) in cases:
 # %% [markdown]
 # ### Measured on the H100
 #
-# `scripts/probe_hopper.py` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1's shorter host path wins).
+# The probe that is now `python -m gpulab bench 04 hopper` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1's shorter host path wins).
 
 # %%
 try:

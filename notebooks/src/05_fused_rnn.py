@@ -474,7 +474,7 @@ print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all fo
       "within fp32's tolerance")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_split.py`): against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time:
+# **On the H100** (the probe that is now `python -m gpulab bench 05 split`): against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time:
 
 # %%
 try:
