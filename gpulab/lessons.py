@@ -79,8 +79,13 @@ LESSONS: list[Lesson] = [
         "A fused RNN kernel (FlashRNN-style)",
         "gpulab.rnn.fused",
         "gpulab.rnn.fused.benchmark:benchmark",
-        parts={"split": "gpulab.rnn.fused.split_bench:split", "cross": "gpulab.rnn.fused.split_bench:cross"},
-        folders={"cross": "split"},
+        parts={
+            "split": "gpulab.rnn.fused.split_bench:split",
+            "cross": "gpulab.rnn.fused.split_bench:cross",
+            "candidates": "gpulab.rnn.fused.split_bench:candidates",
+            "partials": "gpulab.rnn.fused.split_bench:partials",
+        },
+        folders={"cross": "split", "candidates": "split", "partials": "split"},
     ),
     Lesson(
         "06",

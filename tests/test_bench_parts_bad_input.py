@@ -20,6 +20,11 @@ BAD = [
     ("split head_dims", lambda: split_bench.split(head_dims=16), TypeError, "head_dims"),
     ("split sweep_dims", lambda: split_bench.split(sweep_dims=[0]), ValueError, "sweep_dims"),
     ("cross batches", lambda: split_bench.cross(batches=[1.5]), TypeError, "batches"),
+    ("tiling_benchmark direction", lambda: split_bench.tiling_benchmark(4, 1, 16, "sideways"), ValueError, "direction"),
+    ("tiling_benchmark B", lambda: split_bench.tiling_benchmark(0, 1, 16, "forward"), ValueError, "B"),
+    ("training_benchmarks DH", lambda: split_bench.training_benchmarks(4, 1, "16"), TypeError, "DH"),
+    ("candidates shapes", lambda: split_bench.candidates(shapes=(4, 1, 16)), TypeError, "shapes"),
+    ("partials shapes", lambda: split_bench.partials(shapes=[(4, 0, 16)]), ValueError, "shapes"),
     ("hopper run_sweep", lambda: hopper_bench.hopper(run_sweep="no"), TypeError, "run_sweep"),
     ("hopper problems", lambda: hopper_bench.hopper(problems="grid"), TypeError, "problems"),
 ]

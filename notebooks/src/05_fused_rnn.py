@@ -791,7 +791,7 @@ if cross_rows:
 # %% [markdown]
 # Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
 #
-# **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`scripts/probe_split_candidates.py`) shows where that was wrong:
+# **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`python -m gpulab bench 05 candidates`) shows where that was wrong:
 
 # %%
 try:

@@ -19,12 +19,15 @@ CPU each part runs a tiny version in the interpreter (float32).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from gpulab import bench, dtypes, runtime
+from gpulab import bench, check, dtypes, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import forward, split_tiling, tiling
 from gpulab.rnn.fused import split as S
+from gpulab.rnn.fused import split_backward as S_backward
 from gpulab.rnn.fused.benchmark import (
     check_states,
     dense_reference,
@@ -34,7 +37,16 @@ from gpulab.rnn.fused.benchmark import (
     states_reference,
 )
 
-__all__ = ["split", "cross", "time_benchmarks", "sweep_benchmark"]
+__all__ = [
+    "split",
+    "cross",
+    "candidates",
+    "partials",
+    "time_benchmarks",
+    "sweep_benchmark",
+    "tiling_benchmark",
+    "training_benchmarks",
+]
 
 
 def _dims(name, values) -> tuple[int, ...]:
@@ -256,3 +268,126 @@ def cross(progress=None, head_dims=None, batches=None):
         reference=lambda *x: states_reference(*x), check=check_states, on_mismatch="record",
     )  # fmt: skip
     return bench.run(b, progress)
+
+
+# ------------------------------------------------------------------------------- every tiling beside the chooser's
+def _tile_name(c) -> str:
+    return f"block_u={c.block_u} block_b={c.block_b} warps={c.num_warps} block_k={c.block_k}"
+
+
+def _backward_inputs(B, NH, DH, T, dtype):
+    """(d_out, gates, out, states, R): the forward of the chooser's tiling, and a random output gradient."""
+    Wx, R, b, s0 = problem_inputs(B, T, NH, DH, dtype, seed=B + NH + DH)
+    fwd = split_tiling.split_tiling(B, NH, DH, "lstm", dtype, direction="forward")
+    out, _, gates = S.split_rnn_forward(Wx, R, b, s0, "lstm", True, fwd)
+    torch.manual_seed(0)
+    return torch.randn_like(out), gates, out, s0, R
+
+
+def _close_to_pick(field, second=None):
+    """A check against the chooser's pick: the first output's relative error in ``field`` (and the second's in
+    ``second``), at the dtype's tolerance."""
+
+    def compare(out, want):
+        outs, wants = (out, want) if isinstance(out, tuple) else ((out,), (want,))
+        fields = {field: float(check.relative_error(outs[0].float(), wants[0].float()))}
+        if second is not None:
+            fields[second] = float(check.relative_error(outs[1].float(), wants[1].float()))
+        tol = check.tolerance(outs[0].dtype)
+        if not all(math.isfinite(e) and e <= tol for e in fields.values()):
+            raise AssertionError(f"{fields} against the chooser's pick (tolerance {tol:.3g})")
+        return fields
+
+    return compare
+
+
+def tiling_benchmark(B, NH, DH, direction, kernel=None) -> bench.Benchmark:
+    """Every fitting split tiling of the LSTM (``B``, ``NH`` heads of ``DH``) in ``direction`` ('forward', or
+    'backward': the reverse-time kernel alone), checked against the chooser's pick and timed: ``kind='candidate'``
+    rows with ``chosen`` marking the pick (``kernel``: a name for the backward's rows, e.g. 'partials')."""
+    B, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("NH", NH), ("DH", DH)))
+    direction = runtime.one_of("direction", direction, ("forward", "backward"))
+    _, T, dtype = _sizes()
+    pick = split_tiling.split_tiling(B, NH, DH, "lstm", dtype, direction=direction)
+    cands = [c for c in split_tiling.split_candidates(B, NH, DH, "lstm", dtype, direction=direction) if c.fits]
+    cands = {_tile_name(c): c for c in cands}
+    if _tile_name(pick) not in cands:
+        cands[_tile_name(pick)] = pick
+    if direction == "forward":
+        providers = {n: _split_forward(c) for n, c in cands.items()}
+        inputs = lambda: problem_inputs(B, T, NH, DH, dtype, seed=B + NH + DH)  # noqa: E731
+        compare = _close_to_pick("err_vs_pick")
+    else:
+        providers = {n: (lambda *x, c=c: S_backward.split_rnn_backward(*x, "lstm", c)) for n, c in cands.items()}
+        inputs = lambda: _backward_inputs(B, NH, DH, T, dtype)  # noqa: E731
+        compare = _close_to_pick("err_dG", "err_ds0") if kernel else _close_to_pick("err_vs_pick")
+    params = {
+        n: {"kind": "candidate", "block_u": c.block_u, "block_b": c.block_b, "warps": c.num_warps, "split": c.split,
+            "programs": c.programs, "est_ms": c.score * T * 1e-6, "chosen": c == pick,
+            "regs_est": c.registers_per_thread, "smem_est": c.shared_bytes, **({"kernel": kernel} if kernel else {})}
+        for n, c in cands.items()
+    }  # fmt: skip
+    return bench.Benchmark(
+        lesson="05", name=f"split tilings {direction}", cases=[{}], inputs=inputs, providers=providers,
+        provider_params=params, reference=_tile_name(pick), check=compare, on_mismatch="record",
+        params={"B": B, "NH": NH, "DH": DH, "T": T, "direction": direction},
+        label=lambda: f"B{B} {NH}x{DH}",
+    )  # fmt: skip
+
+
+def candidates(progress=None, shapes=None):
+    """``python -m gpulab bench 05 candidates`` (``<gpu>-<date>-candidates.jsonl``): every fitting split tiling of
+    lesson 6's LSTM layers (B 32, 4 heads of 192 and 1 head of 768), forward and backward kernel, beside the
+    chooser's pick."""
+    shapes = _shapes(shapes, runtime.pick(cpu=((4, 2, 16),), gpu=((32, 4, 192), (32, 1, 768))))
+    return bench.run([tiling_benchmark(*s, d) for s in shapes for d in ("forward", "backward")], progress)
+
+
+def partials(progress=None, shapes=None):
+    """``python -m gpulab bench 05 partials`` (``<gpu>-<date>-partials.jsonl``): the split backward (it exchanges
+    partial sums of dh: ``kernel='partials'``) at every fitting tiling beside the chooser's pick, and forward+backward
+    of one head of 768 (``kind='fwd+bwd'``) through ``flashrnn`` beside cuDNN's dense ``nn.LSTM`` in fp16 and bf16."""
+    gpu = ((16, 1, 768), (32, 1, 768), (32, 4, 192), (16, 1, 512), (16, 1, 1024), (16, 1, 256))
+    shapes = _shapes(shapes, runtime.pick(cpu=((4, 1, 16),), gpu=gpu))
+    results = bench.run([tiling_benchmark(*s, "backward", kernel="partials") for s in shapes], progress)
+    return results + bench.run(training_benchmarks(*runtime.pick(cpu=(4, 1, 16), gpu=(16, 1, 768))), progress)
+
+
+def training_benchmarks(B, NH, DH) -> list[bench.Benchmark]:
+    """``kind='fwd+bwd'``: the recurrence's forward+backward (all four gradients) through ``flashrnn``'s fused
+    backend, and cuDNN's dense ``nn.LSTM`` of the same width (its input product too), each checked (states against
+    float64; cuDNN against its module in float64)."""
+    B, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("NH", NH), ("DH", DH)))
+    _, T, dtype = _sizes()
+    ours = bench.Benchmark(
+        lesson="05", name="split fwd+bwd", cases=[{}], inputs=lambda: _inputs_nh(B, T, NH, DH, dtype),
+        providers={"gpulab fused": _flashrnn("fused")}, provider_params={"gpulab fused": {"case": "gpulab fused"}},
+        reference=states_reference, check=check_states, on_mismatch="record",
+        params={"kind": "fwd+bwd", "B": B, "NH": NH, "DH": DH, "T": T}, label=lambda: f"B{B} {NH}x{DH}",
+    )  # fmt: skip
+    H = NH * DH
+
+    def dense_inputs(dtype):
+        torch.manual_seed(0)
+        m = torch.nn.LSTM(H, H).to(runtime.device, dtype)
+        return torch.randn(T, B, H, device=runtime.device, dtype=dtype), m, True
+
+    dense = bench.Benchmark(
+        lesson="05", name="split cuDNN fwd+bwd", inputs=dense_inputs,
+        cases=[{"dtype": dt} for dt in runtime.pick(cpu=(torch.float32,), gpu=(torch.float16, torch.bfloat16))],
+        providers={"cuDNN nn.LSTM": dense_run}, reference=dense_reference, check=check_states, on_mismatch="record",
+        params=lambda dtype: {"kind": "fwd+bwd", "B": B, "NH": NH, "DH": DH, "T": T,
+                              "case": f"cuDNN nn.LSTM {dtypes.name(dtype)} (dense, with the input product)"},
+    )  # fmt: skip
+    return [ours, dense]
+
+
+def _inputs_nh(B, T, NH, DH, dtype):
+    return tuple(t.requires_grad_(True) for t in problem_inputs(B, T, NH, DH, dtype))
+
+
+def _shapes(shapes, default) -> tuple:
+    shapes = default if shapes is None else shapes
+    if not isinstance(shapes, (list, tuple)) or not shapes or not all(isinstance(s, (list, tuple)) for s in shapes):
+        raise TypeError(f"shapes must be a non-empty list of (B, NH, DH), got {shapes!r}.")
+    return tuple(tuple(runtime.positive_int("shapes", v) for v in s) for s in shapes)

@@ -11,14 +11,14 @@ eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forw
 ``wall_ms``). A second record, ``*-cross.jsonl`` (``bench 05 cross``), holds rows of kind ``cross``: the LSTM
 forward (one head, T = 1024, bf16) over batch at two head dims, the split kernel beside the one-SM fused kernel
 (where it fits) and ``alternating``.
-A third, ``*-candidates.jsonl`` (``scripts/probe_split_candidates.py``), holds rows of kind ``candidate``: every
+A third, ``*-candidates.jsonl`` (``bench 05 candidates``), holds rows of kind ``candidate``: every
 fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
-chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``scripts/probe_split_backward.py``), holds
+chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``bench 05 partials``), holds
 rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exchanges partial sums of dh;
-'exchange dG': the version before it, in the same run) and rows of kind ``fwd+bwd`` (one head of 768 through
-``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth, ``*-parts.jsonl``, is an experiment on the dG
-exchange (kind ``part``: the kernel with its product and exchange skipped, ``SKIP_PRODUCT``), whose script was not
-kept.
+'exchange dG': the version before it, in the stored run; the part times the current kernel only) and rows of kind
+``fwd+bwd`` (one head of 768 through ``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth,
+``*-parts.jsonl``, is an experiment on the dG exchange (kind ``part``: the kernel with its product and exchange
+skipped, ``SKIP_PRODUCT``), whose script was not kept.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ _FOLDER = ("05_fused_rnn", "split")
 
 # record -> what writes it (None: an experiment whose script was not kept)
 _RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
-            "candidates": "python scripts/probe_split_candidates.py",
-            "partials": "python scripts/probe_split_backward.py", "parts": None}  # fmt: skip
+            "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
+            "parts": None}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:

@@ -71,3 +71,21 @@ def test_rows_of_keeps_probe_rows_and_flattens_results():
 def test_lesson_5_parts_are_registered():
     assert lessons.benchmark("05", "split") is sb.split and lessons.benchmark("05", "cross") is sb.cross
     assert lessons.part_folder("05", "cross") == "split" == lessons.part_folder("05", "split")
+
+
+def test_candidates_and_partials_parts_write_what_their_tables_read(tmp_path):
+    rows = _rows(sb.candidates(), tmp_path, "candidates")
+    cands = [r for r in rows if r["kind"] == "candidate"]
+    assert {r["direction"] for r in cands} == {"forward", "backward"}
+    for direction in ("forward", "backward"):
+        mine = [r for r in cands if r["direction"] == direction]
+        assert len(mine) >= 2 and sum(bool(r["chosen"]) for r in mine) == 1 and all(r["ms"] > 0 for r in mine)
+        assert all(r["check"] == ("reference" if r["chosen"] else "ok") for r in mine)
+    assert "forward" in sr.warps_table(rows) and "backward" in sr.warps_table(rows)
+
+    rows = _rows(sb.partials(), tmp_path, "partials")
+    part = [r for r in rows if r["kind"] == "candidate"]
+    assert part and all(r["kernel"] == "partials" and r["ms"] > 0 for r in part)
+    assert all(r["err_dG"] < 1e-5 and r["err_ds0"] < 1e-5 for r in part if not r["chosen"])
+    assert set(sr.training_rows(rows)) == {"gpulab fused", "cuDNN nn.LSTM float32"}
+    assert "partials, pick" in sr.backward_table(rows)
