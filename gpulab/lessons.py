@@ -84,6 +84,7 @@ LESSONS: list[Lesson] = [
             "cross": "gpulab.rnn.fused.split_bench:cross",
             "candidates": "gpulab.rnn.fused.split_bench:candidates",
             "partials": "gpulab.rnn.fused.split_bench:partials",
+            "versions": "gpulab.rnn.fused.versions_bench:versions",
         },
         folders={"cross": "split", "candidates": "split", "partials": "split"},
     ),

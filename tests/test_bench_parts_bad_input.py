@@ -5,7 +5,7 @@ import pytest
 
 from gpulab import lessons
 from gpulab.attention import hopper_bench
-from gpulab.rnn.fused import split_bench, split_report
+from gpulab.rnn.fused import split_bench, split_report, versions_bench
 
 BAD = [
     ("part_folder unknown part", lambda: lessons.part_folder("04", "nope"), ValueError, "part='nope'"),
@@ -25,6 +25,7 @@ BAD = [
     ("training_benchmarks DH", lambda: split_bench.training_benchmarks(4, 1, "16"), TypeError, "DH"),
     ("candidates shapes", lambda: split_bench.candidates(shapes=(4, 1, 16)), TypeError, "shapes"),
     ("partials shapes", lambda: split_bench.partials(shapes=[(4, 0, 16)]), ValueError, "shapes"),
+    ("versions forward_only", lambda: versions_bench.versions(forward_only="yes"), TypeError, "forward_only"),
     ("hopper run_sweep", lambda: hopper_bench.hopper(run_sweep="no"), TypeError, "run_sweep"),
     ("hopper problems", lambda: hopper_bench.hopper(problems="grid"), TypeError, "problems"),
 ]

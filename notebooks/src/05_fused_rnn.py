@@ -324,7 +324,7 @@ for v in versions.VERSIONS:
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`; v5, b3 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
+# **On the H100** (the probe that is now `python -m gpulab bench 05 versions`; v5, b3 and cuDNN run one head of 768). `gain`: speed over the previous version, eager wall clock:
 
 # %%
 try:

@@ -89,3 +89,21 @@ def test_candidates_and_partials_parts_write_what_their_tables_read(tmp_path):
     assert all(r["err_dG"] < 1e-5 and r["err_ds0"] < 1e-5 for r in part if not r["chosen"])
     assert set(sr.training_rows(rows)) == {"gpulab fused", "cuDNN nn.LSTM float32"}
     assert "partials, pick" in sr.backward_table(rows)
+
+
+def test_versions_part_writes_what_the_versions_table_reads(tmp_path):
+    from gpulab.rnn.fused import versions_bench
+    from gpulab.rnn.fused.versions import report as vr
+
+    results = versions_bench.versions()
+    assert all(r.status == "ok" and r.params["check"] in ("ok", "reference") for r in results)
+    by = {(r.params["version"], r.params.get("direction", "forward")): r for r in results}
+    assert set(by) == {(v, "forward") for v in ("v1", "v2", "v3", "v4", "v5", "cuDNN")} | {
+        (v, "forward+backward") for v in ("b1", "b2", "b3", "cuDNN")
+    }
+    assert all(r.params["error"] < 1e-5 for (v, _), r in by.items() if v != "cuDNN")
+    assert by["v5", "forward"].params["NH"] == 1 and by["v1", "forward"].params["NH"] == 2
+    path = tmp_path / "05_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
+    bench.save(results, "05", path=path)
+    table = vr.versions_table(vr.load_versions("h100", root=tmp_path))
+    assert len(table.splitlines()) == 2 + len(results) and "fwd+bwd" in table
