@@ -27,6 +27,7 @@ BAD = [
     ("partials shapes", lambda: split_bench.partials(shapes=[(4, 0, 16)]), ValueError, "shapes"),
     ("versions forward_only", lambda: versions_bench.versions(forward_only="yes"), TypeError, "forward_only"),
     ("hopper run_sweep", lambda: hopper_bench.hopper(run_sweep="no"), TypeError, "run_sweep"),
+    ("hopper candidates", lambda: hopper_bench.hopper(candidates=[(64, 64, 4, 3)]), TypeError, "candidates"),
     ("hopper problems", lambda: hopper_bench.hopper(problems="grid"), TypeError, "problems"),
 ]
 

@@ -220,6 +220,8 @@ def sweep(progress=None, shapes=None, seqs=None, candidates=None) -> list[bench.
         cpu=[HopperConfig(16, 16, 4, 2), HopperConfig(32, 16, 4, 2), HopperConfig(32, 16, 4, 2, True, False)],
         gpu=CANDIDATES,
     )
+    if not isinstance(candidates, (list, tuple)) or not all(isinstance(c, HopperConfig) for c in candidates):
+        raise TypeError(f"candidates must be a list of HopperConfig, got {candidates!r}.")
     tokens = runtime.pick(cpu=64, gpu=16384)
     cases = [_problem(d, n, c, "forward", tokens, h) for d, h in shapes for c in (False, True) for n in seqs]
     names = {str(dataclasses.astuple(cfg)): cfg for cfg in candidates}
@@ -275,15 +277,17 @@ def _choices(sweep_records, n_seqs) -> list[bench.Result]:
 
 
 # ------------------------------------------------------------------------------------------------------- the parts
-def hopper(progress=None, problems=None, run_sweep: bool = True):
+def hopper(progress=None, problems=None, run_sweep: bool = True, candidates=None):
     """``python -m gpulab bench 04 hopper``: the sweep (unless ``run_sweep`` is False: the committed
     :data:`~gpulab.attention.configs.PREFERRED_V2`), the grid with the chosen configs, and the tiny problems.
-    ``problems``: dicts like :func:`gpulab.attention.benchmark.grid`'s (default: all 24 on a GPU, two tiny on CPU)."""
+    ``problems``: dicts like :func:`gpulab.attention.benchmark.grid`'s (default: all 24 on a GPU, two tiny on CPU);
+    ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones to
+    compare the hand-written one-block-ahead scores with the plain loop)."""
     run_sweep = runtime.strict_bool("run_sweep", run_sweep)
     if problems is not None and not isinstance(problems, (list, tuple)):
         raise TypeError(f"problems must be a list of dicts like grid()'s, got {type(problems).__name__}.")
     sm90.ensure_allocator()
-    results = sweep(progress) if run_sweep else []
+    results = sweep(progress, candidates=candidates) if run_sweep else []
     saved = dict(PREFERRED_V2)
     for r in results:
         if r.params.get("kind") == "choice":

@@ -25,9 +25,7 @@ import torch
 
 from gpulab import bench, check, dtypes, runtime
 from gpulab.rnn.api import flashrnn
-from gpulab.rnn.fused import forward, split_tiling, tiling
-from gpulab.rnn.fused import split as S
-from gpulab.rnn.fused import split_backward as S_backward
+from gpulab.rnn.fused import plan, split_tiling, tiling
 from gpulab.rnn.fused.benchmark import (
     check_states,
     dense_reference,
@@ -127,7 +125,7 @@ def _tiling_fields(B, DH, dtype, T):
 def _split_forward(cfg):
     def run(*x):
         with torch.no_grad():
-            return S.split_rnn_forward(*x, function="lstm", save_gates=False, tiling=cfg)[:2]
+            return plan.split_forward_at(*x, cfg)[:2]
 
     return run
 
@@ -174,7 +172,7 @@ def _no_barrier_ms(x, cfg, apart: bool) -> float:
                   IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype), BARRIER=False,
                   APART=apart and not runtime.INTERPRET, **cfg.launch())  # fmt: skip
     args = (Wx, R, b, s0, s0, out, last, out, out, B, T, NH, B * T * NH * DH, 0, T, programs)
-    t = bench.time_callable(lambda: S.split_forward_kernel[grid](*args, **consts), **_budget())
+    t = bench.time_callable(lambda: plan.KERNELS["split"][grid](*args, **consts), **_budget())
     return t.median_ms
 
 
@@ -220,7 +218,7 @@ def stress(head_dims=(768, 1024), launches=200, replays=50) -> list[bench.Result
         x = problem_inputs(16, 256, 1, DH, torch.bfloat16, seed=1)
         cands = [c for c in split_tiling.split_candidates(16, 1, DH, "lstm", torch.bfloat16) if c.fits]
         cfg = max(cands, key=lambda c: (c.programs, -c.score))
-        run = lambda cfg=cfg, x=x: S.split_rnn_forward(*x, save_gates=False, tiling=cfg)[0]  # noqa: E731
+        run = lambda cfg=cfg, x=x: plan.split_forward_at(*x, cfg)[0]  # noqa: E731
         want = run()
         bad = sum(not torch.equal(run(), want) for _ in range(launches))
         graph = bench.capture(run)
@@ -248,7 +246,7 @@ def cross(progress=None, head_dims=None, batches=None):
 
     def one_sm(*x):
         with torch.no_grad():
-            return forward.fused_rnn_forward(*x, "lstm", save_gates=False)[:2]
+            return plan.single_sm_forward(*x, "lstm", False)[:2]
 
     def skip(provider, DH, B):
         if provider == "one-SM fused" and not tiling.fits(B, 1, DH, "lstm", dtype, direction="forward"):
@@ -279,7 +277,7 @@ def _backward_inputs(B, NH, DH, T, dtype):
     """(d_out, gates, out, states, R): the forward of the chooser's tiling, and a random output gradient."""
     Wx, R, b, s0 = problem_inputs(B, T, NH, DH, dtype, seed=B + NH + DH)
     fwd = split_tiling.split_tiling(B, NH, DH, "lstm", dtype, direction="forward")
-    out, _, gates = S.split_rnn_forward(Wx, R, b, s0, "lstm", True, fwd)
+    out, _, gates = plan.split_forward_at(Wx, R, b, s0, fwd, save_gates=True)
     torch.manual_seed(0)
     return torch.randn_like(out), gates, out, s0, R
 
@@ -318,7 +316,7 @@ def tiling_benchmark(B, NH, DH, direction, kernel=None) -> bench.Benchmark:
         inputs = lambda: problem_inputs(B, T, NH, DH, dtype, seed=B + NH + DH)  # noqa: E731
         compare = _close_to_pick("err_vs_pick")
     else:
-        providers = {n: (lambda *x, c=c: S_backward.split_rnn_backward(*x, "lstm", c)) for n, c in cands.items()}
+        providers = {n: (lambda *x, c=c: plan.split_backward_at(*x, c)) for n, c in cands.items()}
         inputs = lambda: _backward_inputs(B, NH, DH, T, dtype)  # noqa: E731
         compare = _close_to_pick("err_dG", "err_ds0") if kernel else _close_to_pick("err_vs_pick")
     params = {
