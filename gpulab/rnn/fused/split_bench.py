@@ -34,6 +34,7 @@ from gpulab.rnn.fused.benchmark import (
     recurrence,
     states_reference,
 )
+from gpulab.rnn.fused.tiles import fast_activations
 
 __all__ = [
     "split",
@@ -168,7 +169,7 @@ def _no_barrier_ms(x, cfg, apart: bool) -> float:
     grid = (cfg.split, NH, -(-B // cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
     consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u,
-                  BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=False, FAST=Wx.dtype != torch.float32,
+                  BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=False, FAST=fast_activations(Wx.dtype),
                   IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype), BARRIER=False,
                   APART=apart and not runtime.INTERPRET, **cfg.launch())  # fmt: skip
     args = (Wx, R, b, s0, s0, out, last, out, out, B, T, NH, B * T * NH * DH, 0, T, programs)
