@@ -2,6 +2,7 @@
 
 info                 device, runtime mode, versions, spec and measured ceilings
 bench NN [--out DIR] run lesson NN's benchmark, write benchmarks/NN_name/<gpu>-<date>.jsonl and .png
+bench NN PART        a named part of it (e.g. `bench 04 hopper`): benchmarks/NN_name/<folder>/<gpu>-<date>-PART.jsonl
 notebooks [PATH...]  build notebooks from their sources (notebooks/src/) and execute them in place (what gets
                      committed); PATH: a source or a notebook (default: all); --build-only: do not execute
 exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
@@ -69,7 +70,11 @@ def cmd_bench(args) -> int:
     if lesson is None:
         print(f"unknown lesson {args.lesson!r}; known: {', '.join(lessons.ids())}", file=sys.stderr)
         return 2
-    benchmark = lessons.benchmark(lesson.id)
+    try:
+        benchmark = lessons.benchmark(lesson.id, args.part)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if benchmark is None:
         print(f"lesson {lesson.id} has no benchmark yet", file=sys.stderr)
         return 2
@@ -77,11 +82,16 @@ def cmd_bench(args) -> int:
         print(
             "note: no CUDA device; running the CPU-interpreter version (numbers are not GPU numbers)", file=sys.stderr
         )
-    out = benchmark(progress=lambda it: tqdm(it, desc=f"bench {lesson.id}"))
+    name = f"{lesson.id} {args.part}" if args.part else lesson.id
+    out = benchmark(progress=lambda it: tqdm(it, desc=f"bench {name}"))
     results, figure = out if isinstance(out, tuple) else (out, None)
     print(bench.table(results, columns=BENCH_COLUMNS))
     print(CLOCK_NOTE)
-    path = bench.save(results, lesson.id, root=args.out)
+    path = None
+    if args.part:  # a part's records go where their readers look: benchmarks/<slug>/<folder>/<gpu>-<date>-<part>.jsonl
+        folder = bench.results_dir(args.out) / lesson.slug / lessons.part_folder(lesson.id, args.part)
+        path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}-{args.part}.jsonl"
+    path = bench.save(results, lesson.id, root=args.out, path=path)
     print(f"wrote {path}")
     if figure is not None:
         figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
@@ -167,6 +177,7 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="device, runtime mode, versions, ceilings").set_defaults(fn=cmd_info)
     p = sub.add_parser("bench", help="run a lesson's benchmark and store its results")
     p.add_argument("lesson", help="lesson number, e.g. 00")
+    p.add_argument("part", nargs="?", default=None, help="a named part of its benchmark, e.g. `bench 04 hopper`")
     p.add_argument("--out", default=None, help="results root (default: benchmarks/ in the repository)")
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("notebooks", help="build notebooks from their sources and execute them in place")

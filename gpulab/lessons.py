@@ -4,6 +4,11 @@ Each lesson names its benchmark once, here, as ``"package.module:function"`` (``
 :func:`benchmark` resolves that name (one import, when the benchmark is asked for, so importing the syllabus or a
 lesson's kernels imports no benchmark). A benchmark function takes ``progress`` (a tqdm-like wrapper for loops) and
 returns a list of :class:`gpulab.bench.Result`, plus optionally a matplotlib figure to store beside the result file.
+
+A lesson's benchmark may have named parts (``Lesson.parts``: part name -> ``"package.module:function"``, the same
+kind of function), the measurements its notebook and the README cite beyond the main benchmark
+(``python -m gpulab bench 04 hopper``); ``benchmark(id, part)`` resolves one, and :func:`part_folder` names the folder
+under the lesson's results where its records go (where their readers look), as ``<gpu>-<date>-<part>.jsonl``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
-__all__ = ["Lesson", "LESSONS", "find", "ids", "benchmark"]
+__all__ = ["Lesson", "LESSONS", "find", "ids", "benchmark", "part_folder"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +27,8 @@ class Lesson:
     title: str
     module: str  # the lesson's package
     benchmark: str | None = None  # "package.module:function", the lesson's benchmark; None where it has none
+    parts: dict[str, str] = dataclasses.field(default_factory=dict)  # part name -> "package.module:function"
+    folders: dict[str, str] = dataclasses.field(default_factory=dict)  # part -> its records' folder, if not its name
 
     @property
     def notebook(self) -> str:
@@ -59,6 +66,12 @@ LESSONS: list[Lesson] = [
         "From online softmax to FlashAttention",
         "gpulab.attention",
         "gpulab.attention.benchmark:benchmark",
+        parts={
+            "hopper": "gpulab.attention.hopper_bench:hopper",
+            "cs336": "gpulab.attention.hopper_bench:cs336",
+            "fused": "gpulab.attention.hopper_bench:fused",
+        },
+        folders={"cs336": "hopper/cs336", "fused": "hopper/fused"},
     ),
     Lesson(
         "05",
@@ -66,6 +79,14 @@ LESSONS: list[Lesson] = [
         "A fused RNN kernel (FlashRNN-style)",
         "gpulab.rnn.fused",
         "gpulab.rnn.fused.benchmark:benchmark",
+        parts={
+            "split": "gpulab.rnn.fused.split_bench:split",
+            "cross": "gpulab.rnn.fused.split_bench:cross",
+            "candidates": "gpulab.rnn.fused.split_bench:candidates",
+            "partials": "gpulab.rnn.fused.split_bench:partials",
+            "versions": "gpulab.rnn.fused.versions_bench:versions",
+        },
+        folders={"cross": "split", "candidates": "split", "partials": "split"},
     ),
     Lesson(
         "06",
@@ -73,6 +94,7 @@ LESSONS: list[Lesson] = [
         "Capstone: state tracking, LSTM vs Transformer",
         "gpulab.tasks",
         "gpulab.tasks.experiments:benchmark",
+        parts={"throughput": "gpulab.tasks.experiments:throughput"},
     ),
     Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]
@@ -94,18 +116,43 @@ def ids() -> list[str]:
     return [f"{e.id} ({e.slug})" for e in LESSONS]
 
 
-_RESOLVED: dict[str, Callable] = {}
+_RESOLVED: dict[tuple[str, str | None], Callable] = {}
 
 
-def benchmark(lesson_id: str) -> Callable | None:
-    """Lesson ``lesson_id``'s benchmark callable, resolved from ``Lesson.benchmark`` (``"package.module:function"``)
-    on first use; None if the lesson has none. A ValueError for an unknown lesson."""
+def _lesson(lesson_id) -> Lesson:
     entry = find(lesson_id)
     if entry is None:
         raise ValueError(f"lesson_id={lesson_id!r} is not a lesson; known: {', '.join(ids())}.")
-    if entry.benchmark is None:
+    return entry
+
+
+def _check_part(entry: Lesson, part) -> str:
+    if not isinstance(part, str):
+        raise TypeError(f"part must be a str naming a part of lesson {entry.id}'s benchmark, got {part!r}.")
+    if part not in entry.parts:
+        known = ", ".join(entry.parts) if entry.parts else "none"
+        raise ValueError(
+            f"part={part!r} is not a part of lesson {entry.id}'s benchmark; its parts: {known} "
+            f"(or no part for the main benchmark)."
+        )
+    return part
+
+
+def benchmark(lesson_id: str, part: str | None = None) -> Callable | None:
+    """Lesson ``lesson_id``'s benchmark callable, resolved from ``Lesson.benchmark`` (``"package.module:function"``)
+    on first use; None if the lesson has none. With ``part``, that named part of it (``Lesson.parts``). A ValueError
+    for an unknown lesson or part (naming the lesson's parts)."""
+    entry = _lesson(lesson_id)
+    spec = entry.benchmark if part is None else entry.parts[_check_part(entry, part)]
+    if spec is None:
         return None
-    if entry.id not in _RESOLVED:
-        module, _, name = entry.benchmark.partition(":")
-        _RESOLVED[entry.id] = getattr(importlib.import_module(module), name)
-    return _RESOLVED[entry.id]
+    if (entry.id, part) not in _RESOLVED:
+        module, _, name = spec.partition(":")
+        _RESOLVED[entry.id, part] = getattr(importlib.import_module(module), name)
+    return _RESOLVED[entry.id, part]
+
+
+def part_folder(lesson_id: str, part: str) -> str:
+    """The folder, under the lesson's results (``benchmarks/<slug>/``), where part ``part``'s records go."""
+    entry = _lesson(lesson_id)
+    return entry.folders.get(_check_part(entry, part), part)

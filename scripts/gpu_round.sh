@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call, several phases, each under its own time limit; everything lands in $OUT (at most 8 files come back).
 # Usage: bash scripts/gpu_round.sh PHASE...   with PHASE one of
-#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME[:ARG,...] (scripts/probe_NAME.py ARG...) | ncu | bench:NN
+#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME[:ARG,...] (scripts/probe_NAME.py ARG...) | ncu | bench:NN | bench:NN:PART
+#   (a named part of lesson NN's benchmark, e.g. bench:04:hopper, bench:05:split)
 #   | pack (tar every folder under $OUT into $OUT/results.tgz: at most 8 files come back)
 # A phase may end in @SECONDS, its time limit (default: the one written below), e.g. bench:00@150.
 set -uo pipefail
@@ -32,7 +33,8 @@ for phase in "$@"; do
     ncu)
       timeout ${limit:-400} bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
     bench:*)
-      timeout ${limit:-540} python3 -m gpulab bench "${phase#bench:}" --out "$OUT" 2>&1 | grep -v $'\r' | tail -60 | tee -a "$log" ;;
+      what=${phase#bench:}
+      timeout ${limit:-540} python3 -m gpulab bench ${what//:/ } --out "$OUT" 2>&1 | grep -v $'\r' | tail -60 | tee -a "$log" ;;
     pack)
       (cd "$OUT" && dirs=$(find . -mindepth 1 -maxdepth 1 -type d) && [ -n "$dirs" ] && tar czf results.tgz $dirs && rm -rf $dirs) ;;
   esac

@@ -39,6 +39,8 @@ ALLOWED = {
     **dict.fromkeys(
         [
             "gpulab.attention.plan.run_backward",
+            "gpulab.attention.plan.backward_kind",
+            "gpulab.attention.plan.one_pass_backward",
             "gpulab.attention.sm90.capability",
             "gpulab.attention.sm90.compile_for_sm90",
             "gpulab.attention.sm90.ttgir_in_fresh_process",

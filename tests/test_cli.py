@@ -91,7 +91,7 @@ def _tiny_benchmark(progress=None):
 
 
 def test_bench_runs_the_registered_callable_and_prints_both_clocks(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id: _tiny_benchmark)
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: _tiny_benchmark)
     assert cli.main(["bench", "00", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "CPU-interpreter version" in captured.err
@@ -110,9 +110,28 @@ def test_bench_runs_the_registered_callable_and_prints_both_clocks(tmp_path, cap
 
 
 def test_bench_of_a_lesson_without_a_benchmark(capsys, monkeypatch):
-    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id: None)
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: None)
     assert cli.main(["bench", "02"]) == 2
     assert "lesson 02 has no benchmark yet" in capsys.readouterr().err
+
+
+def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch):
+    """`bench 04 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
+    records go to the part's folder under the lesson's results, not the lesson's own."""
+    asked = []
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: asked.append(part) or _tiny_benchmark)
+    assert cli.main(["bench", "04", "cs336", "--out", str(tmp_path)]) == 0
+    assert asked == ["cs336"]
+    jsonl = sorted((tmp_path / "04_attention" / "hopper" / "cs336").glob("*.jsonl"))
+    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
+    assert not list((tmp_path / "04_attention").glob("*.jsonl"))
+    assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}
+
+
+def test_bench_unknown_part_lists_the_parts(capsys):
+    assert cli.main(["bench", "04", "hoper"]) == 2
+    err = capsys.readouterr().err
+    assert "part='hoper'" in err and "hopper, cs336, fused" in err
 
 
 @pytest.mark.skipif(lessons.benchmark("00") is None, reason="lesson 00's package registers no benchmark")

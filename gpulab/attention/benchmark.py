@@ -81,7 +81,7 @@ def grid(dtypes=None, head_dims=(64, 128), seqs=(1024, 4096, 16384), causal=(Fal
     return out
 
 
-def _sdpa(backend):
+def sdpa(backend):
     """SDPA restricted to ``backend`` (a ``torch.nn.attention.SDPBackend`` or None for PyTorch's own choice)."""
 
     def run(q, k, v, is_causal):
@@ -97,8 +97,8 @@ def _implementations():
     return {
         "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
         "gpulab (autotuned)": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c, autotune=True),
-        "SDPA FlashAttention-2": _sdpa(SDPBackend.FLASH_ATTENTION),
-        "SDPA default": _sdpa(None),
+        "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION),
+        "SDPA default": sdpa(None),
         "naive (PyTorch)": lambda q, k, v, c: naive_attention(q, k, v, is_causal=c),
     }
 
@@ -106,7 +106,7 @@ def _implementations():
 DIRECTIONS = ("forward", "forward+backward")
 
 
-def _inputs(dtype, batch, heads, seq, head_dim, causal, direction, check=False):
+def problem_inputs(dtype, batch, heads, seq, head_dim, causal, direction, check=False):
     """(q, k, v, causal, do) of one problem; q, k, v require grad for forward+backward. For the check: batch
     element 0 and heads 0-1 only (the math backend materializes N x N matrices in fp32)."""
     b, h = (1, min(2, heads)) if check else (batch, heads)
@@ -116,7 +116,7 @@ def _inputs(dtype, batch, heads, seq, head_dim, causal, direction, check=False):
     return q.requires_grad_(backward), k.requires_grad_(backward), v.requires_grad_(backward), causal, do
 
 
-def _provider(attention):
+def one_direction(attention):
     """One direction of ``attention(q, k, v, causal)``: its output (forward, without autograd), or its output and
     dq, dk, dv (forward+backward, the inputs require grad)."""
 
@@ -130,13 +130,13 @@ def _provider(attention):
     return run
 
 
-def _reference(q, k, v, causal, do):
+def math_reference(q, k, v, causal, do):
     """SDPA's math backend in fp32 on the same inputs."""
     ins = [t.detach().float().requires_grad_(t.requires_grad) for t in (q, k, v)]
-    return _provider(_sdpa(SDPBackend.MATH))(*ins, causal, do.float())
+    return one_direction(sdpa(SDPBackend.MATH))(*ins, causal, do.float())
 
 
-def _check(out, ref) -> dict:
+def check_output(out, ref) -> dict:
     """The largest relative error of the output (and gradients) against the reference, at the dtype's tolerance."""
     outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
     err = max(float(check.relative_error(a, b)) for a, b in zip(outs, refs))
@@ -165,12 +165,12 @@ def throughput_benchmark(problems) -> bench.Benchmark:
         lesson="04",
         name="attention",
         cases=cases,
-        inputs=_inputs,
-        check_inputs=lambda **x: _inputs(**x, check=True),
-        providers={name: _provider(fn) for name, fn in _implementations().items()},
+        inputs=problem_inputs,
+        check_inputs=lambda **x: problem_inputs(**x, check=True),
+        providers={name: one_direction(fn) for name, fn in _implementations().items()},
         provider_params={name: {"kind": "throughput", "impl": name} for name in IMPLEMENTATIONS},
-        reference=_reference,
-        check=_check,
+        reference=math_reference,
+        check=check_output,
         on_mismatch="record",
         skip=_skip,
         flops=lambda dtype, batch, heads, seq, head_dim, causal, direction: bench.attention_flops(

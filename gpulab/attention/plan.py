@@ -46,7 +46,8 @@ from gpulab.triton_ops import LOG2E_F
 
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
-           "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS"]  # fmt: skip
+           "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
+           "one_pass_backward"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -191,8 +192,8 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
 SMALL_WORK = 2**31
 """Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
 tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
-(no descriptor workspace; ``kind='tiny'`` records of ``scripts/probe_hopper.py``). Lesson 4's smallest problem is
-about 8x above it."""
+(no descriptor workspace; ``kind='tiny'`` records of ``python -m gpulab bench 04 hopper``). Lesson 4's smallest
+problem is about 8x above it."""
 
 
 def auto_version(dtype: torch.dtype, head_dim: int, device: torch.device, work: int | None = None) -> int:
@@ -504,3 +505,20 @@ def attention_backward(
     """
     plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
     return run_backward(plan, do, q, k, v, o, lse)
+
+
+def backward_kind(plan: Plan) -> str | None:
+    """Which backward ``plan`` holds (built by its first backward call): ``'one pass (atomic dQ)'`` (version 1's
+    one-pass kernel), ``'two kernels, TMA'`` (version 2's), ``'two kernels'`` (version 1's); None before any ran."""
+    launches = plan.backward
+    if launches is None:
+        return None
+    if launches.__class__ is v1_fused.FusedBackward:
+        return "one pass (atomic dQ)"
+    return "two kernels, TMA" if launches[0].kernel is v2_backward.attention_dq_v2_kernel else "two kernels"
+
+
+def one_pass_backward(plan: Plan, config: AttentionConfig):
+    """Version 1's one-pass backward for ``plan`` at ``config``'s tiles: launches to set as ``plan.backward`` (with
+    :data:`FUSED_BACKWARD` on), e.g. to sweep its tiles."""
+    return v1_fused.FusedBackward(v1_fused.preprocess_launch(plan), v1_fused.fused_backward_launch(plan, config))

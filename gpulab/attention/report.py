@@ -5,16 +5,18 @@
 - version 2 of the forward beside version 1 and SDPA's backends (the Hopper records), below.
 
 What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
-records come from ``scripts/probe_hopper.py`` (one run on the H100: a config sweep, then lesson 4's 24 problems with
-every implementation checked against SDPA's math backend before it was timed on both clocks):
+records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.hopper_bench`; one run on the H100:
+a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before it
+was timed on both clocks):
 
 - ``benchmarks/04_attention/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab v2``,
   ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
   tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor); from the second run on, forward+backward also
   as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2`` ran
   version 2's TMA backward (:mod:`gpulab.attention.v2.backward`);
-- ``benchmarks/04_attention/hopper/cs336/``: the CS336 leaderboard problem, timed with ``triton.testing.do_bench``;
-- ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``scripts/probe_backward_fused.py``)
+- ``benchmarks/04_attention/hopper/cs336/`` (``bench 04 cs336``): the CS336 leaderboard problem, timed with
+  ``triton.testing.do_bench``;
+- ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``bench 04 fused``)
   against the two-kernel backward, backward only;
 - ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates.
 
@@ -43,7 +45,7 @@ _FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / 
 
 
 def stored(folder=None) -> list[bench.Result]:
-    """The newest records of ``scripts/probe_hopper.py`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 04 hopper`` (FileNotFoundError when there are none)."""
     folder = Path(folder) if folder is not None else _FOLDER
     return bench.load("04", path=bench.newest(folder))
 
@@ -61,13 +63,13 @@ def stored_sweep(folder=None) -> list[bench.Result]:
 
 
 def stored_cs336(folder=None) -> list[bench.Result]:
-    """The newest records of ``scripts/probe_hopper.py --cs336`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 04 cs336`` (FileNotFoundError when there are none)."""
     folder = (Path(folder) if folder is not None else _FOLDER) / "cs336"
     return bench.load("04", path=bench.newest(folder))
 
 
 def stored_fused(folder=None) -> list[bench.Result]:
-    """The newest records of ``scripts/probe_backward_fused.py`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 04 fused`` (FileNotFoundError when there are none)."""
     folder = (Path(folder) if folder is not None else _FOLDER) / "fused"
     return bench.load("04", path=bench.newest(folder))
 

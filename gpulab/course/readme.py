@@ -130,7 +130,8 @@ def lesson04_hopper() -> str:
     head = recs[0]
     lines = [
         *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; one run of `scripts/probe_hopper.py`.",
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; "
+        "one run of `python -m gpulab bench 04 hopper`.",
         "",
         *(f"- {line}" for line in hopper_report.summary(recs)),
         *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:4]),

@@ -99,8 +99,8 @@ def throughput_table(results) -> str:
 
 def stored_throughput(gpu: str = "h100", root=None) -> list:
     """The stored training-throughput records of ``gpu``: the newest by date (:func:`gpulab.bench.newest`) of the
-    re-measurements under ``benchmarks/06_state_tracking/throughput/`` (``scripts/probe_throughput.py``) and the
-    lesson's own runs (their throughput rows); [] when neither exists."""
+    re-measurements under ``benchmarks/06_state_tracking/throughput/`` (``python -m gpulab bench 06 throughput``) and
+    the lesson's own runs (their throughput rows); [] when neither exists."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     folder = bench.results_dir(root) / "06_state_tracking"

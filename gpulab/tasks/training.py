@@ -236,7 +236,7 @@ class _TrainStep:
 
 def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` in float64 on PyTorch's own paths: every gpulab LSTM on its ``vanilla`` backend and every attention
-    ``naive`` (the Triton kernels do not take float64), as lesson 5's ``_dense_reference`` copies its module."""
+    ``naive`` (the Triton kernels do not take float64), as lesson 5's ``dense_reference`` copies its module."""
     ref = copy.deepcopy(model).double().eval()
     for m in ref.modules():
         if isinstance(m, LSTM):

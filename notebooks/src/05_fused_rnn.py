@@ -325,7 +325,7 @@ for function in ("lstm", "gru", "elman"):
     print(f"{function:5s}: fused forward == float64 vanilla (B, T, NH, DH) in (1,1,1,16), (3,4,2,16), (2,3,1,24)")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_versions.py`; v5 and cuDNN run one head of 768). `ms`: device time; `wall ms` and `gain` (speed over the previous version): eager wall clock. The record's b3, the first split backward, is printed after the table as history: section 6b replaced it and section 8 times the present one:
+# **On the H100** (`python -m gpulab bench 05 versions`; v5 and cuDNN run one head of 768). `ms`: device time; `wall ms` and `gain` (speed over the previous version): eager wall clock. The record's b3, the first split backward, is printed after the table as history: section 6b replaced it and section 8 times the present one:
 
 # %%
 try:
@@ -457,7 +457,7 @@ print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all fo
       "within fp32's tolerance")
 
 # %% [markdown]
-# **On the H100** (`scripts/probe_split.py`): the forward against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time. The probe's forward+backward rows ran the first split backward and are printed as history:
+# **On the H100** (`python -m gpulab bench 05 split`): the forward against cuDNN's dense `nn.LSTM`, which also computes the input product; device (`ms`) and eager wall (`wall`) time. The probe's forward+backward rows ran the first split backward and are printed as history:
 
 # %%
 try:
@@ -834,7 +834,7 @@ if cross_rows:
 # %% [markdown]
 # Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
 #
-# **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`scripts/probe_split_candidates.py`) shows where that was wrong:
+# **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`python -m gpulab bench 05 candidates`) shows where that was wrong:
 
 # %%
 try:

@@ -17,7 +17,7 @@ same from run to run (fp32 additions in a different order); :func:`use_fused` ke
 determinism is asked for (``torch.use_deterministic_algorithms``) and where the problem is too small to pay the two
 extra launches.
 
-Measured on the H100 (``scripts/probe_backward_fused.py``, records under ``benchmarks/04_attention/hopper/fused/``),
+Measured on the H100 (``python -m gpulab bench 04 fused``, records under ``benchmarks/04_attention/hopper/fused/``),
 the trade did not pay: the atomic additions cost more than the two products they save, except on long causal
 problems, so :data:`gpulab.attention.plan.FUSED_BACKWARD` is off. FlashAttention-3 makes the same trade pay
 with warp specialization (the additions issued by their own warps, under the next block's products).

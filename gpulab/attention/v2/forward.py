@@ -30,7 +30,7 @@ first block on and ``2^(m - m')`` never meets ``-inf - (-inf)``.
 
 **Schedule.** One program per (Q block, batch*head), longest causal blocks first (as version 1), or, with
 ``persistent=True``, one program per SM looping over the tiles in that order. Which one is faster is measured, not
-assumed: ``scripts/probe_hopper.py`` times both.
+assumed: ``python -m gpulab bench 04 hopper`` times both.
 
 **Where it runs.** :func:`supports` says when version 2 applies: fp16/bf16, head dims that are multiples of 8 (a
 TMA row must be a multiple of 16 bytes) up to 128, and (automatically) a GPU of compute capability 9.x and a problem
@@ -67,7 +67,7 @@ __all__ = [
 WS_BROKEN_ON_SM90 = tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6)
 """Triton 3.6 compiles version 2's loop warp-specialized for sm_90 (one producer warp group, two consumer
 warpgroups), but its results were wrong on the H100: most warp-specialized runs failed their check against the
-reference, by amounts that changed from run to run, so a race (``scripts/probe_hopper.py``'s sweep records,
+reference, by amounts that changed from run to run, so a race (the sweep records of ``bench 04 hopper``,
 ``kind='sweep'``; the same code is exact in the interpreter and with the plain pipeline). So a launch with
 ``warp_specialize=True`` on a compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to
 re-measure on a newer Triton)."""

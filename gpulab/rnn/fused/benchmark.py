@@ -73,7 +73,7 @@ def _cost(B, T, NH, DH, dtype, training):
 PASSES = {"fwd": False, "fwd+bwd": True}
 
 
-def _recurrence(run):
+def recurrence(run):
     """A provider of one pass of ``run(Wx, R, b, states) -> (out, last)``: its outputs (fwd, without autograd), or
     its outputs and the gradients of all four inputs (fwd+bwd: the inputs require grad)."""
 
@@ -88,7 +88,7 @@ def _recurrence(run):
 
 
 def _ours(backend):
-    return _recurrence(lambda *inputs: flashrnn(*inputs, function="lstm", backend=backend))
+    return recurrence(lambda *inputs: flashrnn(*inputs, function="lstm", backend=backend))
 
 
 def _package(backend):
@@ -97,16 +97,16 @@ def _package(backend):
 
         return pkg(*inputs, function="lstm", backend=backend, dtype="bfloat16")
 
-    return _recurrence(run)
+    return recurrence(run)
 
 
-def _states_reference(*inputs):
+def states_reference(*inputs):
     """gpulab's vanilla recurrence in fp32 on the same inputs, in float64: the states every backend must match."""
     with torch.no_grad():
         return flashrnn(*(t.detach().float() for t in inputs), function="lstm", backend="vanilla")[0].double()
 
 
-def _check_first(out, ref):
+def check_states(out, ref):
     """The states (or the module's output) against float64; a training pass is checked on its forward.
 
     :func:`gpulab.check.assert_close_drifting`: over T = 1024 steps a recurrence that carries its state in bf16 (the
@@ -156,7 +156,7 @@ def _skip_ours(provider, sweep, B, T, NH, DH, dtype, training):
 def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list[bench.Benchmark]:
     """The recurrence (Wx given) on ``problems`` (dicts of sweep, B, T, NH, DH), one :class:`gpulab.bench.Benchmark`
     per pass: gpulab's backends (``alternating`` also replayed from a CUDA graph) and, with ``package``, the flashrnn
-    package's at the main problem. Every provider's states are checked against :func:`_states_reference` before any
+    package's at the main problem. Every provider's states are checked against :func:`states_reference` before any
     is timed (a training pass on its forward states); a mismatch is recorded in ``params['check']``."""
     out = []
     for pass_, training in PASSES.items():
@@ -170,8 +170,8 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
         common = dict(
             lesson="05",
             inputs=inputs,
-            reference=_states_reference,
-            check=_check_first,
+            reference=states_reference,
+            check=check_states,
             on_mismatch="record",
             params={"pass": pass_},
             flops=lambda cost=cost, **x: cost(0, **x),
@@ -207,7 +207,7 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
     return out
 
 
-def _dense_run(x, m, training):
+def dense_run(x, m, training):
     if not training:
         with torch.no_grad():
             return m(x)[0]
@@ -215,7 +215,7 @@ def _dense_run(x, m, training):
     return y, *torch.autograd.grad(y, list(m.parameters()), torch.ones_like(y))
 
 
-def _dense_reference(x, m, training):
+def dense_reference(x, m, training):
     """The same module in float64 (gpulab's on its vanilla backend)."""
     m64 = copy.deepcopy(m).double()
     if isinstance(m64, LSTM):
@@ -251,10 +251,10 @@ def dense_benchmarks(B, T, H, dtypes, heads) -> list[bench.Benchmark]:
                 name=f"lstm with input projection, {nh} heads",
                 cases=cases,
                 inputs=inputs,
-                providers={name: _dense_run},
+                providers={name: dense_run},
                 provider_params={name: {"backend": name, "mode": "eager"}},
-                reference=_dense_reference,
-                check=_check_first,
+                reference=dense_reference,
+                check=check_states,
                 on_mismatch="record",
                 params={"sweep": "dense", "includes_input_projection": True, "B": B, "T": T, "NH": nh, "DH": dh},
                 flops=lambda cost=cost, **x: cost(0, **x),

@@ -35,7 +35,7 @@ from gpulab.rnn.fused import backward, split_tiling, tiling, versions
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
-from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_gradients
+from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
 from gpulab.rnn.fused.versions.v1_per_gate import v1_kernel
 from gpulab.rnn.fused.versions.v2_all_gates import v2_kernel
 from gpulab.rnn.fused.versions.v3_prefetch import v3_kernel
@@ -166,6 +166,17 @@ def single_sm_forward(Wx, R, b, states, function, save_gates):
     """The one-SM forward loop with the chooser's tiles: ``(states_all, states_last, gates or None)``."""
     B, _, _, NH, DH = Wx.shape
     return fused_rnn_forward(Wx, R, b, states, function, save_gates, tiling.fused_tiling(B, NH, DH, function, Wx.dtype))
+
+
+def split_forward_at(Wx, R, b, states, split_tiles, function="lstm", save_gates=False):
+    """The split forward at ``split_tiles`` (a :class:`~gpulab.rnn.fused.split_tiling.SplitTiling`, e.g. each
+    candidate of a sweep): ``(states_all, states_last, gates or None)``."""
+    return split_rnn_forward(Wx, R, b, states, function=function, save_gates=save_gates, tiling=split_tiles)
+
+
+def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm"):
+    """The split backward's reverse-time kernel at ``split_tiles`` (backward candidates): ``(dG, d_states)``."""
+    return split_rnn_backward(d_out, gates, out, states, R, function, tiling=split_tiles)
 
 
 def single_sm_gradients(d_out, gates, out, states, R, function, d_last):

@@ -1,21 +1,24 @@
 """Lesson 5, part 2: the split-head kernel's stored H100 measurements, read back as tables and a figure.
 
-The records (``scripts/probe_split.py`` on a GPU, under ``benchmarks/05_fused_rnn/split/``) are JSON lines: an
+The records (``python -m gpulab bench 05 split`` on a GPU, :mod:`gpulab.rnn.fused.split_bench`, under
+``benchmarks/05_fused_rnn/split/``; the stored ones from the probe script it replaced) are JSON lines: an
 ``env`` line (device, versions, date), then rows of kind ``check`` (the kernels against float64), ``stress``
 (repeated launches and CUDA-graph replays), ``time`` (LSTM, B = 16, T = 1024, one head, bf16: the split fused
 kernel, ``alternating`` and cuDNN's ``nn.LSTM`` in fp16 and bf16, with ``ms`` the device time and ``wall_ms`` the
 eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forward per block_u and warps, with
 ``no_barrier_ms``: the same launch without its barrier) and ``bsweep``/``bsweep2`` (the backward per tiling).
-A second record, ``*-cross.jsonl``, holds rows of kind ``cross``: the LSTM forward (one head, T = 1024, bf16) over
-batch at two head dims, the split kernel beside the one-SM fused kernel (where it fits) and ``alternating``.
-A third, ``*-candidates.jsonl`` (``scripts/probe_split_candidates.py``), holds rows of kind ``candidate``: every
+:func:`rows_of` reads the part's :class:`gpulab.bench.Result` records as such rows (their ``params``, ``ms`` and
+``wall_ms``). A second record, ``*-cross.jsonl`` (``bench 05 cross``), holds rows of kind ``cross``: the LSTM
+forward (one head, T = 1024, bf16) over batch at two head dims, the split kernel beside the one-SM fused kernel
+(where it fits) and ``alternating``.
+A third, ``*-candidates.jsonl`` (``bench 05 candidates``), holds rows of kind ``candidate``: every
 fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
-chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``scripts/probe_split_backward.py``), holds
+chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``bench 05 partials``), holds
 rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exchanges partial sums of dh;
-'exchange dG': the version before it, in the same run) and rows of kind ``fwd+bwd`` (one head of 768 through
-``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth, ``*-parts.jsonl``, is an experiment on the dG
-exchange (kind ``part``: the kernel with its product and exchange skipped, ``SKIP_PRODUCT``), whose script was not
-kept.
+'exchange dG': the version before it, in the stored run; the part times the current kernel only) and rows of kind
+``fwd+bwd`` (one head of 768 through ``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth,
+``*-parts.jsonl``, is an experiment on the dG exchange (kind ``part``: the kernel with its product and exchange
+skipped, ``SKIP_PRODUCT``), whose script was not kept.
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ __all__ = [
     "training_rows",
     "plot_split",
     "time_row",
+    "rows_of",
 ]
 
 _FOLDER = ("05_fused_rnn", "split")
 
 
-_RECORDS = {"split": "", "cross": " cross", "candidates": "", "partials": "", "parts": ""}  # record -> probe phases
-# records another probe writes (None: an experiment whose script was not kept); the rest, probe_split.py's
-_SCRIPTS = {"candidates": "probe_split_candidates.py", "partials": "probe_split_backward.py", "parts": None}
+# record -> what writes it (None: an experiment whose script was not kept)
+_RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
+            "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
+            "parts": None}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
@@ -57,8 +62,7 @@ def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
     folder = results_dir(root).joinpath(*_FOLDER)
     files = record_files(folder, gpu, f"*-{record}.jsonl")
     if not files:
-        script = _SCRIPTS.get(record, "probe_split.py")
-        how = (f"run `python scripts/{script}{_RECORDS[record]}` on that GPU with OUT set." if script
+        how = (f"run `{_RECORDS[record]}` on that GPU." if _RECORDS[record]
                else "an experiment whose script was not kept.")  # fmt: skip
         raise FileNotFoundError(f"no {record} records for {gpu!r} in {folder}; {how}")
     return Path(newest(files))
@@ -71,7 +75,34 @@ def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict
     ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``.
     The file is :func:`split_path`'s."""
     with split_path(gpu, root, record).open() as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        return rows_of([json.loads(line) for line in fh if line.strip()])
+
+
+_ENV = ("device", "sm_count", "torch", "triton", "mode", "date")
+
+
+def rows_of(records) -> list[dict]:
+    """Record dicts as the tables read them: a probe's rows as they are; :class:`gpulab.bench.Result` dicts (``python
+    -m gpulab bench 05 split``, :mod:`gpulab.rnn.fused.split_bench`) flattened to their ``params`` with ``ms`` and
+    ``wall_ms`` (an ``error`` instead where the provider did not run), after an ``env`` line from the first."""
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise TypeError(f"records must be a list of record dicts, got {type(records).__name__}.")
+    results = [r for r in records if "lesson" in r and isinstance(r.get("params"), dict)]
+    if not results:
+        return records
+    rows = [{"kind": "env", **{k: results[0].get(k) for k in _ENV}}]
+    for r in records:
+        if r not in results:
+            rows.append(r)
+            continue
+        row = dict(r["params"])
+        ms = r.get("ms")
+        if r.get("status", "ok") == "ok" and isinstance(ms, (int, float)) and ms == ms:
+            row.update(ms=ms, wall_ms=r.get("wall_ms"))
+        else:
+            row["error"] = r.get("status")
+        rows.append(row)
+    return rows
 
 
 def _rows(rows, name="rows") -> list[dict]:

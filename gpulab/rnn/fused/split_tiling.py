@@ -73,8 +73,8 @@ MEASURED = {
 """(direction, head dim) -> (block_u or None, warps): the tiling that won on the H100 where the estimate ranks
 otherwise. The estimate does not model warps, and it prices the backward's extra programs (block_u 16 instead of
 32) above what they cost. Forward, from lesson 5's split sweeps (B16, 512 and 1024) and
-``scripts/probe_split_candidates.py`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
-``scripts/probe_split_backward.py`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
+``python -m gpulab bench 05 candidates`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
+``python -m gpulab bench 05 partials`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
 16 units and 4 warps, where the estimate picks 32 units; at 256, 512 and 768 (B16; 768 also B32) 16 units and 8
 warps (at 256 the estimate's 2 warps were slower; the records hold the times). The chooser takes the best-scored
 fitting candidate of that block_u and warps, on Hopper GPUs only."""

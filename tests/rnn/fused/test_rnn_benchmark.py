@@ -65,15 +65,15 @@ def test_states_check_allows_rounding_drift_not_wrong_elements():
     ref = torch.randn(4, 1000, dtype=torch.float64)
     drift = ref.clone()
     drift[0, :3] += 2.5 * rb.check.tolerance(torch.bfloat16) * (ref[0, :3].abs() + 1.0)  # a few ulps off, rare
-    assert rb._check_first(drift.to(torch.bfloat16), ref)["rel_err"] < rb.check.tolerance(torch.bfloat16)
+    assert rb.check_states(drift.to(torch.bfloat16), ref)["rel_err"] < rb.check.tolerance(torch.bfloat16)
     wrong = drift.clone()
     wrong[1, 7] = 5.0  # one misplaced element
     with pytest.raises(AssertionError, match="differ"):
-        rb._check_first(wrong.to(torch.bfloat16), ref)
+        rb.check_states(wrong.to(torch.bfloat16), ref)
     nan = drift.clone()
     nan[2, 9] = float("nan")  # one unwritten (poisoned) element
     with pytest.raises(AssertionError, match="NaN"):
-        rb._check_first((nan.to(torch.bfloat16), None), ref)
+        rb.check_states((nan.to(torch.bfloat16), None), ref)
 
 
 def test_fused_records_report_the_kernel_the_chooser_runs():

@@ -74,7 +74,7 @@ def test_load_split_reads_split_paths_file_the_newest_of_that_gpu(tmp_path):
 
 
 def test_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="probe_split"):
+    with pytest.raises(FileNotFoundError, match="bench 05 split"):
         split_report.load_split("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         split_report.load_split(100)
@@ -183,5 +183,5 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
         split_report.backward_table(rows, steps=0)
     with pytest.raises(FileNotFoundError, match="not kept"):
         split_report.load_split("h100", root=tmp_path, record="parts")
-    with pytest.raises(FileNotFoundError, match="probe_split_backward.py"):
+    with pytest.raises(FileNotFoundError, match="bench 05 partials"):
         split_report.split_path("h200", root=tmp_path, record="partials")

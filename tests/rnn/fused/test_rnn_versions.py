@@ -104,7 +104,7 @@ def test_versions_report_reads_the_records(tmp_path):
 
 
 def test_versions_report_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="probe_versions"):
+    with pytest.raises(FileNotFoundError, match="bench 05 versions"):
         report.load_versions("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         report.load_versions(3)

@@ -1,6 +1,7 @@
 """Lesson 5's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
 llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused.plan.run_version`, time them with
-``scripts/probe_versions.py`` (the records, under ``benchmarks/05_fused_rnn/versions/``, hold every time).
+``python -m gpulab bench 05 versions`` (:mod:`gpulab.rnn.fused.versions_bench`; the records, under
+``benchmarks/05_fused_rnn/versions/``, hold every time).
 
 - v1 (:mod:`.v1_per_gate`): the persistent kernel; R on chip as one tile per gate, four products per step;
 - v2 (:mod:`.v2_all_gates`): all gates in one tile, one product per step;

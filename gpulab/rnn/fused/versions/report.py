@@ -1,4 +1,4 @@
-"""The forward versions' stored GPU records (``scripts/probe_versions.py``, under
+"""The forward versions' stored GPU records (``python -m gpulab bench 05 versions``, under
 ``benchmarks/05_fused_rnn/versions/``) as a table and a bar chart: each version's time on both clocks, its gain over
 the version before, and the compiled kernel's registers."""
 
@@ -23,7 +23,7 @@ def load_versions(gpu: str = "h100", root=None) -> list[bench.Result]:
     files = bench.record_files(folder, gpu)
     if not files:
         raise FileNotFoundError(
-            f"no versions record for {gpu!r} in {folder}; run `OUT=... python scripts/probe_versions.py` on that GPU."
+            f"no versions record for {gpu!r} in {folder}; run `python -m gpulab bench 05 versions` on that GPU."
         )
     return bench.load("05", path=bench.newest(files))
 

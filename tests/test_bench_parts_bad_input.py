@@ -1,0 +1,39 @@
+"""Bad input to the named benchmark parts (`python -m gpulab bench NN PART`) and their readers: a clear error naming
+the argument, before anything runs."""
+
+import pytest
+
+from gpulab import lessons
+from gpulab.attention import hopper_bench
+from gpulab.rnn.fused import split_bench, split_report, versions_bench
+
+BAD = [
+    ("part_folder unknown part", lambda: lessons.part_folder("04", "nope"), ValueError, "part='nope'"),
+    ("part_folder unknown lesson", lambda: lessons.part_folder("42", "hopper"), ValueError, "lesson_id='42'"),
+    ("part_folder part not a str", lambda: lessons.part_folder("05", None), TypeError, "part must be a str"),
+    ("rows_of not a list", lambda: split_report.rows_of({"kind": "env"}), TypeError, "records must be a list"),
+    ("rows_of not dicts", lambda: split_report.rows_of(["env"]), TypeError, "records must be a list"),
+    ("time_benchmarks empty", lambda: split_bench.time_benchmarks([]), TypeError, "head_dims"),
+    ("time_benchmarks zero", lambda: split_bench.time_benchmarks([0]), ValueError, "head_dims"),
+    ("time_benchmarks alternating", lambda: split_bench.time_benchmarks([16], "768"), TypeError, "alternating"),
+    ("sweep_benchmark DH", lambda: split_bench.sweep_benchmark(-8), ValueError, "DH"),
+    ("split head_dims", lambda: split_bench.split(head_dims=16), TypeError, "head_dims"),
+    ("split sweep_dims", lambda: split_bench.split(sweep_dims=[0]), ValueError, "sweep_dims"),
+    ("cross batches", lambda: split_bench.cross(batches=[1.5]), TypeError, "batches"),
+    ("tiling_benchmark direction", lambda: split_bench.tiling_benchmark(4, 1, 16, "sideways"), ValueError, "direction"),
+    ("tiling_benchmark B", lambda: split_bench.tiling_benchmark(0, 1, 16, "forward"), ValueError, "B"),
+    ("training_benchmarks DH", lambda: split_bench.training_benchmarks(4, 1, "16"), TypeError, "DH"),
+    ("candidates shapes", lambda: split_bench.candidates(shapes=(4, 1, 16)), TypeError, "shapes"),
+    ("partials shapes", lambda: split_bench.partials(shapes=[(4, 0, 16)]), ValueError, "shapes"),
+    ("versions forward_only", lambda: versions_bench.versions(forward_only="yes"), TypeError, "forward_only"),
+    ("hopper run_sweep", lambda: hopper_bench.hopper(run_sweep="no"), TypeError, "run_sweep"),
+    ("hopper candidates", lambda: hopper_bench.hopper(candidates=[(64, 64, 4, 3)]), TypeError, "candidates"),
+    ("hopper problems", lambda: hopper_bench.hopper(problems="grid"), TypeError, "problems"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_parts_refuse_bad_input_naming_the_argument(call, error, words):
+    with pytest.raises(error) as e:
+        call()
+    assert words in str(e.value)
