@@ -615,7 +615,8 @@ if v3_records:
     wins = {d: [row["gpulab v2"].ms > row[hopper_report.V3_TUNED].ms for key, row in best.items() if key[1] == d]
             for d in (64, 128)}
     claims.show(claims.claim(
-        "Against version 2, version 3 wins {w128} of {n128} problems at head dim 128 and {w64} of {n64} at head dim 64.",
+        "Against version 2, version 3 wins {w128} of {n128} problems at head dim 128 and {w64} of {n64} at head"
+        " dim 64.",
         holds=lambda w128, n128, w64, n64: w128 == n128 > 0 and w64 < n64,
         w128=sum(wins[128]), n128=len(wins[128]), w64=sum(wins[64]), n64=len(wins[64]),
     ))  # fmt: skip
