@@ -13,6 +13,7 @@ import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
+from gpulab.course import method
 from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader, require_callable, require_kernel
 from gpulab.triton_ops import LOG2E_F
 
@@ -130,11 +131,34 @@ def _backward_mistakes(q, k, v, o, do, lse, scale):
     ]
 
 
+_PRODUCTS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "mv", "dot")
+
+
+def _check_backward_method(where: str, trace: method.OpTrace) -> None:
+    """The method of the backward block, from the ops its call ran: no autograd, no softmax, matrix products."""
+    method.refuse_autograd(where, trace)
+    softmax = [op for op in trace.ops if "softmax" in op]
+    if softmax:
+        raise AssertionError(
+            f"{where}: your function called {softmax[0]}: recompute P from the forward's log-sum-exp, "
+            "P = exp(scale Q K^T - lse), as the kernel does (it has no row of scores to normalize)."
+        )
+    products = trace.count(*_PRODUCTS)
+    if products < 4:
+        raise AssertionError(
+            f"{where}: your function ran {products} matrix products; the block's backward is made of them (dV from P "
+            "and dO, dP from dO and V, dQ and dK from dS): write them yourself with @, not through a library's "
+            "backward."
+        )
+
+
 @grader("attention backward for one block")
 def grade_attention_backward(backward_block, cases=5):
     """``backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`` for one head: q, o, do [n_q, d]; k, v [n_k, d];
     lse [n_q] the forward's log-sum-exp of ``scale q k^T`` per row (natural log). It must recompute P from lse
-    (no softmax) and return the gradients of O = softmax(scale Q K^T) V, checked against autograd in float64."""
+    (no softmax) and return the gradients of O = softmax(scale Q K^T) V, checked against autograd in float64. The
+    method is read from the aten ops the call runs: autograd in any form (a ``*_backward`` op, tensors that require
+    grad, ``torch.func``), a softmax, or fewer than four matrix products fail with the mistake named."""
     require_callable("backward_block", backward_block)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
@@ -148,7 +172,9 @@ def grade_attention_backward(backward_block, cases=5):
         lse = torch.logsumexp(s, -1)
         o = torch.softmax(s, -1) @ v
         where = f"n_q={n_q}, n_k={n_k}, d={d}"
-        out = backward_block(q.clone(), k.clone(), v.clone(), o.clone(), do.clone(), lse.clone(), scale)
+        with method.OpTrace() as trace:
+            out = backward_block(q.clone(), k.clone(), v.clone(), o.clone(), do.clone(), lse.clone(), scale)
+        _check_backward_method(where, trace)
         check_gradients(
             where, ("dq", "dk", "dv"), out, _backward_reference(q, k, v, do, scale),
             functools.partial(_backward_mistakes, q, k, v, o, do, lse, scale),

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
+from gpulab.course import method
 from gpulab.course.grading import (
     check_gradients,
     check_number,
@@ -306,17 +307,34 @@ def _all_gates_kernel(h_ptr, r_ptr, out_ptr, B, NH, GATES: tl.constexpr, BLOCK_B
     tl.store(out_ptr + 3 * gate + n * B * DH + tile, o, mask=mask)
 
 
-def _dot_calls(fn) -> int | None:
-    """How many ``tl.dot`` calls the body of the learner's function writes (comments left out), or None if its source
-    cannot be read."""
-    src = getattr(fn, "src", None)
-    if not isinstance(src, str):
-        try:
-            src = inspect.getsource(getattr(fn, "fn", fn))
-        except (OSError, TypeError):
-            return None
-    code = "\n".join(line.split("#", 1)[0] for line in src.splitlines())
-    return len(re.findall(r"\bdot\s*\(", code))
+_ALL_GATES_SIGNATURE = {"h_ptr": "*fp32", "r_ptr": "*fp32", "out_ptr": "*fp32", "B": "i32", "NH": "i32"}
+
+
+def check_all_gates_method(all_gates, block_b: int = 16, dh: int = 16) -> None:
+    """AssertionError naming the mistake unless ``all_gates``, compiled (sm_90 TTIR) inside the grader's kernel,
+    makes exactly one ``tt.dot`` of shape [BLOCK_B, 4 * DH]."""
+    ir = method.ttir(_all_gates_kernel, _ALL_GATES_SIGNATURE, {"GATES": all_gates, "BLOCK_B": block_b, "DH": dh})
+    found = method.dots(ir)
+    want = (block_b, 4 * dh)
+    shapes = ", ".join("x".join(map(str, d.out)) for d in found)
+    if not found:
+        raise AssertionError(
+            "all_gates compiles to no tt.dot: products written as tl.sum(h[:, :, None] * r[None], 1) run on the CUDA "
+            "cores, element by element, not on the tensor cores. Make ONE tl.dot of h [BLOCK_B, DH] with the "
+            "[DH, 4 * DH] tile R_all^T."
+        )
+    if len(found) > 1:
+        raise AssertionError(
+            f"all_gates compiles to {len(found)} tt.dot ops ({shapes}): that is lesson 5's v1 (one product per gate). "
+            "Load R^T of all four gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take "
+            "the gates apart."
+        )
+    if found[0].out != want or found[0].in_loop:
+        loop = " inside a loop (one gate per iteration is four products)" if found[0].in_loop else ""
+        raise AssertionError(
+            f"all_gates makes one tt.dot of shape {shapes}{loop}, not [BLOCK_B, 4 * DH] = {list(want)}: the one "
+            "product must cover all four gates, h [BLOCK_B, DH] times R_all^T [DH, 4 * DH]."
+        )
 
 
 def _gate_order_hint(out, want) -> str:
@@ -337,16 +355,12 @@ def _gate_order_hint(out, want) -> str:
 def grade_all_gates(all_gates, cases=4):
     """``all_gates(h, r_ptr, n, NH, BLOCK_B, DH)``, a ``@triton.jit`` function: from h [BLOCK_B, DH] (fp32) and R
     [4, NH, DH, DH] (``r_ptr``; gate g of head n gets ``h @ R[g, n]^T``), the four gates' products, each [BLOCK_B,
-    DH], in the order i, f, z, o, from ONE ``tl.dot`` of h with the [DH, 4 * DH] tile R_all^T. Checked on random
-    heads and batches against float64."""
+    DH], in the order i, f, z, o, from ONE ``tl.dot`` of h with the [DH, 4 * DH] tile R_all^T. The method is read from
+    the compiled TTIR (sm_90, no GPU needed): exactly one ``tt.dot``, of shape [BLOCK_B, 4 * DH]. Then checked on
+    random heads and batches against float64."""
     require_kernel("all_gates", all_gates, called_as="all_gates(h, r_ptr, n, NH, BLOCK_B, DH)")
     cases = runtime.positive_int("cases", cases)
-    dots = _dot_calls(all_gates)
-    if dots is not None and dots > 1:
-        raise AssertionError(
-            f"all_gates writes tl.dot {dots} times: that is lesson 5's v1 (one product per gate). Load R^T of all four "
-            "gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take the gates apart."
-        )
+    check_all_gates_method(all_gates)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 16)] + [(rng.choice([2, 7, 16]), rng.choice([1, 2, 3]), 16) for _ in range(max(cases, 2) - 2)]
     shapes.append((rng.choice([3, 16]), 2, 32))

@@ -58,3 +58,50 @@ def test_kv_bytes_grader_and_its_mistakes(capsys):
     ):
         with pytest.raises(AssertionError, match=message):
             grading.grade_kv_bytes(wrong)
+
+
+def _autograd_softmax(q, k, v, o, do, lse, scale):
+    with torch.enable_grad():  # grad mode turned back on inside: the trace still sees autograd's ops
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        return torch.autograd.grad(torch.softmax(scale * q @ k.T, -1) @ v, (q, k, v), do)
+
+
+def _autograd_exp(q, k, v, o, do, lse, scale):
+    with torch.enable_grad():  # no *_backward op: exp's and div's backward are plain mul and div
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        p = torch.exp(scale * q @ k.T - lse[:, None])
+        return torch.autograd.grad(p @ v, (q, k, v), do)
+
+
+def _torch_func(q, k, v, o, do, lse, scale):
+    return torch.func.vjp(lambda q, k, v: torch.exp(scale * q @ k.T - lse[:, None]) @ v, q, k, v)[1](do)
+
+
+def _softmax_recomputed(q, k, v, o, do, lse, scale):
+    p = torch.softmax(scale * q @ k.T, -1)  # right numbers, but not from the forward's log-sum-exp
+    dv = p.T @ do
+    ds = p * (do @ v.T - (do * o).sum(-1, keepdim=True))
+    return scale * ds @ k, scale * ds.T @ q, dv
+
+
+def _elementwise_products(q, k, v, o, do, lse, scale):
+    p = torch.exp(scale * (q[:, None, :] * k[None]).sum(-1) - lse[:, None])
+    dv = (p.T[:, :, None] * do[None]).sum(1)
+    ds = p * ((do[:, None, :] * v[None]).sum(-1) - (do * o).sum(-1, keepdim=True))
+    return scale * (ds[:, :, None] * k[None]).sum(1), scale * (ds.T[:, :, None] * q[None]).sum(1), dv
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (_autograd_softmax, r"_softmax_backward_data.*derive the gradients yourself"),
+        (_autograd_exp, "tensors that require grad"),
+        (_torch_func, "torch.func"),
+        (_softmax_recomputed, "recompute P from the forward's log-sum-exp"),
+        (_elementwise_products, "matrix products"),
+    ],
+    ids=["autograd-softmax", "autograd-exp-enable-grad", "torch-func", "softmax", "no-products"],
+)
+def test_wrong_methods_are_refused_with_their_name(answer, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_attention_backward(answer)
