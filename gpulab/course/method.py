@@ -62,7 +62,7 @@ _COMPILER_FNS: dict = {}
 
 def _library_fns():
     """(module, name, interpreted function) for every ``@triton.jit`` function of triton.language (``tl.sum``,
-    ``tl.softmax``...): under ``TRITON_INTERPRET=1`` they were made interpreted functions, which the compiler refuses."""
+    ``tl.softmax``...): under ``TRITON_INTERPRET=1`` they are interpreted functions, which the compiler refuses."""
     import triton.language as tl  # noqa: PLC0415
 
     found = []
