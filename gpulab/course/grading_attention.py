@@ -62,19 +62,56 @@ def grade_online_update(update, cases=6):
     return f"{cases} random row sets, any block split, values up to 1e3 and -inf"
 
 
+_FORWARD_SIGNATURE = {"q_ptr": "*fp32", "k_ptr": "*fp32", "v_ptr": "*fp32", "o_ptr": "*fp32", "n_q": "i32",
+                      "n_k": "i32", "qk_scale": "fp32"}  # fmt: skip
+
+
+def check_forward_method(kernel, head_dim: int = 16, block_m: int = 16, block_n: int = 16, what: str = "kernel"):
+    """AssertionError naming the mistake unless the forward ``kernel``, compiled (sm_90 TTIR), loops over key blocks
+    with two ``tt.dot`` in the loop (S = Q K^T [BLOCK_M, BLOCK_N], then P V [BLOCK_M, HEAD_DIM]) and masks every
+    load and store of a tile (a ragged last block would read or write past the end)."""
+    consts = {"HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    ir = method.ttir(kernel, _FORWARD_SIGNATURE, consts)
+    found = method.dots(ir)
+    looped = [d.out for d in found if d.in_loop]
+    if not found:
+        raise AssertionError(
+            f"the {what} compiles to no tt.dot: scores written as tl.sum(q[:, None, :] * k[None], 2) run on the CUDA "
+            "cores element by element; make S = tl.dot(q, tl.trans(k)) and the output tl.dot(p, v), on the tensor "
+            "cores."
+        )
+    if sorted(looped) != sorted([(block_m, block_n), (block_m, head_dim)]):
+        shapes = ", ".join("x".join(map(str, d.out)) + (" (in the loop)" if d.in_loop else "") for d in found)
+        raise AssertionError(
+            f"the {what}'s tt.dot ops are {shapes}; the loop over key blocks makes two per block: S = Q K^T of shape "
+            f"[BLOCK_M, BLOCK_N] = [{block_m}, {block_n}] and P V of shape [BLOCK_M, HEAD_DIM] = [{block_m}, "
+            f"{head_dim}], both inside `for start_n in range(...)`."
+        )
+    for op in method.loads_and_stores(ir):
+        if not op.masked:
+            raise AssertionError(
+                f"the {what} has a tl.{op.kind} of a {list(op.shape)} tile without a mask: the last block of rows or "
+                f"keys is ragged, and an unmasked {op.kind} {'reads' if op.kind == 'load' else 'writes'} past the end "
+                "of the tensor. Mask it with the block's indices (offs_m < n_q for Q and O, cols < n_k for K and V)."
+            )
+
+
 @grader("FlashAttention forward inner loop")
 def grade_forward_kernel(kernel, cases=4):
     """``kernel[(cdiv(n_q, BLOCK_M), B*H)](q, k, v, o, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)`` on
-    contiguous [B*H, N, HEAD_DIM] tensors must write O = softmax(scale Q K^T) V (non-causal) for every row."""
+    contiguous [B*H, N, HEAD_DIM] tensors must write O = softmax(scale Q K^T) V (non-causal) for every row. The method
+    is read from the compiled TTIR first (:func:`check_forward_method`); Q, K and V sit in buffers poisoned with NaN
+    past their end, so a read past the end shows in O."""
     require_kernel("kernel", kernel)
     cases = runtime.positive_int("cases", cases)
+    check_forward_method(kernel)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16)] + [
         (rng.randint(1, 3), rng.choice([1, 17, 33, 40]), rng.choice([1, 16, 17, 50]), rng.choice([16, 32]))
         for _ in range(cases - 1)
     ]
     for bh, n_q, n_k, d in shapes:
-        q, k, v = (check.random_tensor(1, bh, n, d, scale=s) for n, s in ((n_q, 2.0), (n_k, 2.0), (n_k, 1.0)))
+        q, k, v = (_fenced(check.random_tensor(1, bh, n, d, scale=s)) for n, s in ((n_q, 2.0), (n_k, 2.0), (n_k, 1.0)))
         o = check.poisoned(1, bh, n_q, d, dtype=torch.float32, device=runtime.device)
         scale = 1.0 / math.sqrt(d)
         where = f"B*H={bh}, n_q={n_q}, n_k={n_k}, head_dim={d}, 16 x 16 tiles"
@@ -95,6 +132,15 @@ def grade_forward_kernel(kernel, cases=4):
                 f"{exc}{hint} Check the rescaling: alpha = exp2(m_old - m_new) multiplies both l and acc."
             ) from None
     return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
+
+
+def _fenced(t: torch.Tensor, rows: int = 64) -> torch.Tensor:
+    """``t`` [1, BH, N, D] copied into the front of a buffer whose tail (``rows`` rows of D past the end) is NaN."""
+    d = t.shape[-1]
+    buf = check.poisoned(t.numel() + rows * d, dtype=t.dtype, device=t.device)
+    view = buf[: t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
 
 
 def _backward_reference(q, k, v, do, scale):

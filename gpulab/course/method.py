@@ -179,18 +179,17 @@ def _shape(text: str) -> tuple:
 
 
 def _loop_depths(ir: str):
-    """Yield (line, inside a loop) for every line of ``ir``."""
-    stack = []
+    """Yield (line, inside a loop) for every line of ``ir`` (regions opened by ``scf.for``/``scf.while`` count)."""
+    stack: list[bool] = []
     for line in ir.splitlines():
-        code = line.split(" loc(")[0]
-        opens, closes = code.count("{"), code.count("}")
-        for _ in range(closes):
-            if stack:
-                stack.pop()
+        code = line.split(" loc(")[0].rstrip()
         yield code, any(stack)
         is_loop = bool(re.search(r"\bscf\.(for|while)\b", code))
-        for k in range(opens):
-            stack.append(is_loop and k == 0)
+        for at, char in enumerate(code):
+            if char == "{":
+                stack.append(is_loop and at == len(code) - 1)
+            elif char == "}" and stack:
+                stack.pop()
 
 
 def dots(ir: str) -> list[Dot]:

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from gpulab.course import grading_attention as grading
 
@@ -105,3 +107,87 @@ def _elementwise_products(q, k, v, o, do, lse, scale):
 def test_wrong_methods_are_refused_with_their_name(answer, message):
     with pytest.raises(AssertionError, match=message):
         grading.grade_attention_backward(answer)
+
+
+@triton.jit
+def _forward(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, MISTAKE: tl.constexpr):  # fmt: skip
+    bh = tl.program_id(1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=(offs_m < n_q)[:, None], other=0.0)  # fmt: skip
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, n_k, BLOCK_N):
+        cols = start_n + offs_n
+        if MISTAKE == "unmasked":  # the ragged last K/V block read past the end
+            k = tl.load(k_ptrs + start_n * HEAD_DIM)
+            v = tl.load(v_ptrs + start_n * HEAD_DIM)
+        else:
+            k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+            v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        if MISTAKE == "sums":  # scores on the CUDA cores
+            s = tl.sum(q[:, None, :] * k[None, :, :], 2) * qk_scale
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.where((cols < n_k)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MISTAKE == "no alpha":  # acc never rescaled
+            acc = acc + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    o = acc / l_i[:, None]
+    tl.store(o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o,
+             mask=(offs_m < n_q)[:, None])  # fmt: skip
+
+
+@triton.jit
+def forward_right(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    _forward(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "none")
+
+
+@triton.jit
+def forward_unmasked(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    _forward(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "unmasked")
+
+
+@triton.jit
+def forward_sums(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    _forward(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "sums")
+
+
+@triton.jit
+def forward_no_alpha(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    _forward(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "no alpha")
+
+
+def test_a_correct_forward_passes(capsys):
+    grading.grade_forward_kernel(forward_right, cases=2)
+    assert capsys.readouterr().out.startswith("PASSED FlashAttention forward inner loop")
+
+
+@pytest.mark.parametrize(
+    "kernel, message",
+    [
+        (forward_unmasked, "tl.load of a .16, 16. tile without a mask"),
+        (forward_sums, "tt.dot ops are 16x16 .in the loop.; the loop over key blocks makes two"),
+        (forward_no_alpha, "Check the rescaling"),
+    ],
+    ids=["unmasked-kv", "scores-by-sums", "no-rescale"],
+)
+def test_forward_wrong_methods_are_named(kernel, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_forward_kernel(kernel, cases=3)
