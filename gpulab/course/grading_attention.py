@@ -106,9 +106,10 @@ def grade_forward_kernel(kernel, cases=4):
     cases = runtime.positive_int("cases", cases)
     check_forward_method(kernel)
     rng, _ = fresh_rng()
-    shapes = [(1, 1, 1, 16)] + [
+    # a single key, then several ragged key blocks (where the rescaling shows), then random shapes
+    shapes = [(1, 1, 1, 16), (2, 17, 50, 16)][:cases] + [
         (rng.randint(1, 3), rng.choice([1, 17, 33, 40]), rng.choice([1, 16, 17, 50]), rng.choice([16, 32]))
-        for _ in range(cases - 1)
+        for _ in range(cases - 2)
     ]
     for bh, n_q, n_k, d in shapes:
         q, k, v = (_fenced(check.random_tensor(1, bh, n, d, scale=s)) for n, s in ((n_q, 2.0), (n_k, 2.0), (n_k, 1.0)))

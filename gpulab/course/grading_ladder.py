@@ -11,43 +11,19 @@ import copy
 import torch
 
 from gpulab import check, runtime
+from gpulab.course import method
 from gpulab.course.grading import fresh_rng, grader, require_callable, require_kernel
 from gpulab.rnn import cells, from_torch_lstm
 
-_PRODUCTS = {
-    torch.matmul,
-    torch.mm,
-    torch.addmm,
-    torch.bmm,
-    torch.baddbmm,
-    torch.einsum,
-    torch.nn.functional.linear,
-    torch.Tensor.__matmul__,
-    torch.Tensor.__rmatmul__,
-    torch.Tensor.matmul,
-    torch.Tensor.mm,
-    torch.Tensor.addmm,
-    torch.Tensor.addmm_,
-    torch.Tensor.bmm,
-}
-
-
-class _CountProducts(torch.overrides.TorchFunctionMode):
-    """Counts calls of matrix-product functions made inside the ``with`` block."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _PRODUCTS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
+# matrix products as aten runs them (torch.matmul, @, F.linear, einsum all end in one of these)
+_PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "mv", "addmv", "dot", "linear")
 
 
 @grader("step 1: combined GEMMs")
 def grade_combined_gemm(step1, cases=4):
-    """``step1(x, weights, state=None) -> (y, (h_n, c_n))`` must reproduce nn.LSTM with 2 products per cell."""
+    """``step1(x, weights, state=None) -> (y, (h_n, c_n))`` must reproduce nn.LSTM with 2 products per cell. The
+    method is read from the aten ops the call runs (a ``TorchDispatchMode`` trace): at most 2 and at least 1 matrix
+    product per cell, and no library LSTM."""
     require_callable("step1", step1)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
@@ -64,7 +40,7 @@ def grade_combined_gemm(step1, cases=4):
             y_r, (h_r, c_r) = copy.deepcopy(m).double()(x.double(), tuple(s.double() for s in state))
         w = from_torch_lstm(m.to(runtime.device))
         where = f"layers={layers}, hidden={hidden}, input={inp}, batch={batch}, seq={seq}"
-        with torch.no_grad(), _CountProducts() as counter:
+        with torch.no_grad(), method.OpTrace() as trace:
             out = step1(x.to(runtime.device), w, tuple(s.to(runtime.device) for s in state))
         if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], (tuple, list)) or len(out[1]) != 2:
             raise AssertionError(f"step1 returned {type(out).__name__}; return (y, (h_n, c_n)) like nn.LSTM.")
@@ -73,10 +49,23 @@ def grade_combined_gemm(step1, cases=4):
         check.assert_close(h, h_r, dtype=torch.float32, name="h_n", context=where)
         check.assert_close(c, c_r, dtype=torch.float32, name="c_n", context=where)
         cells_run = layers * seq
-        if counter.count > 2 * cells_run:
+        library = [op for op in trace.ops if "lstm" in op or "rnn" in op or "gru" in op]
+        if library:
             raise AssertionError(
-                f"{where}: {counter.count} matrix products for {cells_run} cells; step 1 does 2 per cell: "
+                f"{where}: your function ran {library[0]}, a library LSTM: step 1 writes the cell loop itself, with "
+                "the products of the gates and the pointwise update in PyTorch."
+            )
+        products = trace.count(*_PRODUCTS)
+        if products > 2 * cells_run:
+            raise AssertionError(
+                f"{where}: {products} matrix products for {cells_run} cells; step 1 does 2 per cell: "
                 "x_t @ W_ih.t() with all four gates' rows at once ([4H, I]) and h @ W_hh.t() ([4H, H])."
+            )
+        if products < cells_run:
+            raise AssertionError(
+                f"{where}: {products} matrix products for {cells_run} cells: every cell needs at least h @ W_hh.t() "
+                "(the recurrence cannot be batched over time). Products written as (h[:, None, :] * W).sum(-1) run "
+                "elementwise, not as a GEMM: use @ (torch.matmul)."
             )
     return f"{len(sizes)} random LSTMs, 2 products per cell"
 

@@ -269,7 +269,8 @@ def grade_lstm_backward_step(step, cases=5):
     o [B, H] are the forward's activations (after sigmoid/tanh), c_prev [B, H] the previous cell state, dh and dc
     [B, H] dL/dh_t and the dL/dc_t carried from step t+1, R [4, H, H] the recurrent weights (gate g gets
     ``h_{t-1} @ R[g]^T``). Returns dG [B, 4, H] (the gradients of the four pre-activations, order i, f, z, o),
-    dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64."""
+    dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64. Autograd itself is
+    refused, from the aten ops the call runs (:func:`gpulab.course.method.refuse_autograd`)."""
     require_callable("step", step)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
@@ -281,7 +282,12 @@ def grade_lstm_backward_step(step, cases=5):
         (i, f, z, o), dG, dh_prev, dc_prev = _lstm_step_reference(pre, c_prev, h_prev, R, dh, dc)
         i, f, z, o = (t.detach() for t in (i, f, z, o))
         where = f"B={B}, H={H}"
-        out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
+        with method.OpTrace() as trace:
+            out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
+        method.refuse_autograd(where, trace)
+        cell = [op for op in trace.ops if "lstm" in op or "_backward" in op]
+        if cell:
+            raise AssertionError(f"{where}: your function ran {cell[0]}: write the step's chain rule yourself.")
         check_gradients(
             where, ("dG", "dh_prev", "dc_prev"), out, (dG, dh_prev, dc_prev),
             functools.partial(_step_mistakes, i, f, z, o, c_prev, dh, dc, R),

@@ -52,7 +52,7 @@ def grade_parity(parity, cases=5):
             hint = ""
             if torch.equal(y, want[:, -1:].expand_as(y)):
                 hint = " You gave the parity of the whole string at every position; y is the *running* parity."
-            elif length > 1 and torch.equal(y[:, 1:], want[:, :-1]):
+            elif bool((y[:, 0] == 0).all()) and torch.equal(y[:, 1:], want[:, :-1]):
                 hint = " Your labels are shifted by one: y[:, t] includes x[:, t] itself."
             raise AssertionError(
                 f"{where}: y[{b}, {t}] = {int(y[b, t])} but the parity of x[{b}, :{t + 1}] = "
