@@ -13,7 +13,7 @@ import triton
 
 from gpulab import check, runtime
 from gpulab.attention import attention_reference
-from gpulab.course import method
+from gpulab.course import method, speed
 from gpulab.course.grading import check_gradients, check_number, fresh_rng, grader, require_callable, require_kernel
 from gpulab.triton_ops import LOG2E_F
 
@@ -132,6 +132,7 @@ def grade_forward_kernel(kernel, cases=4):
             raise AssertionError(
                 f"{exc}{hint} Check the rescaling: alpha = exp2(m_old - m_new) multiplies both l and acc."
             ) from None
+    speed.grade_speed("FlashAttention forward inner loop", kernel)
     return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
 
 

@@ -11,7 +11,7 @@ import copy
 import torch
 
 from gpulab import check, runtime
-from gpulab.course import method
+from gpulab.course import method, speed
 from gpulab.course.grading import fresh_rng, grader, require_callable, require_kernel
 from gpulab.rnn import cells, from_torch_lstm
 
@@ -67,6 +67,7 @@ def grade_combined_gemm(step1, cases=4):
                 "(the recurrence cannot be batched over time). Products written as (h[:, None, :] * W).sum(-1) run "
                 "elementwise, not as a GEMM: use @ (torch.matmul)."
             )
+    speed.grade_speed("step 1: combined GEMMs", step1)
     return f"{len(sizes)} random LSTMs, 2 products per cell"
 
 

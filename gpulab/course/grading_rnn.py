@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
-from gpulab.course import method
+from gpulab.course import method, speed
 from gpulab.course.grading import (
     check_gradients,
     check_number,
@@ -220,6 +220,7 @@ def grade_lstm_loop(kernel, cases=5):
             raise AssertionError(
                 f"{exc} The epilogue stores h and c after the loop: keep the loop's states in the variables h and c."
             ) from None
+    speed.grade_speed("fused LSTM forward time loop", kernel)
     return f"{len(shapes)} random shapes (B 1-3, T 1-5, NH 1-3, DH 16) against float64, all states and the last"
 
 

@@ -142,32 +142,38 @@ grading.grade_forward_kernel(forward_kernel)
 # $S = s\,QK^\top$ ($s$ the scale). The backward never stores $P$ either: it recomputes it from $L$. Write, in PyTorch
 # (float64 here), the gradients of one head's block, `backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`:
 # `q`, `o`, `do` are $[n_q, d]$, `k`, `v` are $[n_k, d]$, `lse` is $[n_q]$. Do not call `torch.softmax` or autograd:
-# the point is the algebra the FlashAttention-2 kernels run block by block.
+# the point is the algebra the FlashAttention-2 kernels run block by block, which you derive here. The grader reads
+# the ops your function runs: autograd in any form (also under `torch.enable_grad()`, or `torch.func`), a softmax, or
+# a backward without matrix products are refused, each with its reason.
 #
-# **Spec.** With $P = e^{S - L}$ (row-wise), $O = PV$:
+# **Goal.** With $S = s\,QK^\top$, $P = \mathrm{softmax}(S)$ row by row and $O = PV$, and $dO = \partial L/\partial O$
+# given, return $dQ$ $[n_q, d]$, $dK$ $[n_k, d]$, $dV$ $[n_k, d]$, without ever forming a softmax: $P$ comes back
+# from $L$, and the softmax's backward must not need a row of $P$ beyond the block in hand.
 #
-# $$ dV = P^\top dO, \qquad dP = dO\,V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = s\,dS\,K, \qquad dK = s\,dS^\top Q, $$
+# Open the hints one at a time, only when stuck: each gives away more than the one before.
 #
-# where $D_i = \sum_j P_{ij}\,dP_{ij}$. **Why $D$?** The softmax of a row has Jacobian $\partial P_j / \partial S_k =
-# P_j(\delta_{jk} - P_k)$, so $dS_k = P_k\,dP_k - P_k \sum_j P_j\,dP_j$; and $\sum_j P_{ij} dP_{ij} = \sum_j P_{ij}
-# (dO_i \cdot V_j) = dO_i \cdot O_i$: $D$ is a row sum of $dO \circ O$, an $O(Nd)$ product that needs no $P$ at all
-# (the kernels compute it before the main loop).
+# <details><summary>Hint 1: the shapes and the chain rule</summary>
 #
-# Hints, opened one at a time only when you are stuck:
-#
-# <details><summary>Hint 1</summary>
-#
-# Start with `p = torch.exp(scale * q @ k.T - lse[:, None])`: every row of `p` sums to 1 (check it).
+# Go backwards through the three forward lines: $O = PV$ gives $dV$ and $dP$ (each a product of two of $P$, $V$,
+# $dO$; let the shapes $[n_k, d]$ and $[n_q, n_k]$ tell which, and which transposed); $P = \mathrm{softmax}(S)$
+# gives $dS$ from $dP$; $S = s\,QK^\top$ gives $dQ$ and $dK$ from $dS$ (the scale comes back). $P$ itself:
+# `torch.exp(scale * q @ k.T - lse[:, None])`, whose rows sum to 1.
 # </details>
 #
-# <details><summary>Hint 2</summary>
+# <details><summary>Hint 2: the key identity</summary>
 #
-# $dV$ and $dP$ are plain products; $D$ is `(do * o).sum(-1, keepdim=True)`, broadcast over the columns of `dp`.
+# A softmax row has Jacobian $\partial P_j / \partial S_k = P_j(\delta_{jk} - P_k)$, so
+# $dS_k = P_k\,dP_k - P_k \sum_j P_j\,dP_j$. The sum $D_i = \sum_j P_{ij}\,dP_{ij}$ looks like it needs the whole
+# row of $P$; expand $dP_{ij} = dO_i \cdot V_j$ and sum over $j$ first: $D_i = dO_i \cdot \sum_j P_{ij} V_j =
+# dO_i \cdot O_i$, a row sum of $dO \circ O$ (the kernels compute it before their main loop).
 # </details>
 #
-# <details><summary>Hint 3</summary>
+# <details><summary>Hint 3: the formulas</summary>
 #
-# Shapes tell the transposes: `dk` must be $[n_k, d]$, so it is `dS.T @ q` (times the scale), and `dq` is `dS @ k`.
+# $$ dV = P^\top dO, \qquad dP = dO\,V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = s\,dS\,K, \qquad
+#    dK = s\,dS^\top Q, $$
+#
+# with `D = (do * o).sum(-1, keepdim=True)` broadcast over the columns of `dp`.
 # </details>
 
 # %% tags=["solution"]

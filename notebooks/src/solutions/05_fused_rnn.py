@@ -244,33 +244,40 @@ grading.grade_all_gates(all_gates)
 # reaches $h_t$), `dc` the $\partial L / \partial c_t$ carried from step $t+1$, and `R` $[4, H, H]$ the recurrent
 # weights: gate $g$'s pre-activation is $\ldots + h_{t-1} R_g^\top$. Return `dG` $[B, 4, H]$ (order i, f, z, o).
 #
-# **Spec.** Forward: $c_t = f \odot c_{t-1} + i \odot z$, $h_t = o \odot \tanh c_t$ with $i, f, o = \sigma(\cdot)$,
-# $z = \tanh(\cdot)$. Backward, with $\tau = \tanh c_t$:
+# **Goal.** The forward step was: $i, f, o = \sigma(\cdot)$ and $z = \tanh(\cdot)$ of the four pre-activations
+# $G_g = x_t W_g^\top + h_{t-1} R_g^\top + b_g$, then $c_t = f \odot c_{t-1} + i \odot z$ and
+# $h_t = o \odot \tanh c_t$. Derive the step's backward yourself, line by line in reverse: what reaches $c_t$, what
+# each pre-activation receives, what passes on to $c_{t-1}$ and $h_{t-1}$. Shapes: `dG` $[B, 4, H]$, `dh_prev` and
+# `dc_prev` $[B, H]$. Autograd (in any form: `.backward()`, `torch.autograd.grad`, `torch.func`) is refused by the
+# grader, which reads the ops your function runs.
+#
+# Open the hints one at a time, only when stuck: each gives away more than the one before.
+#
+# <details><summary>Hint 1: the shapes and the chain rule</summary>
+#
+# Draw the step as a graph: $G \to (i, f, z, o)$, $(f, c_{t-1}, i, z) \to c_t$, $(o, c_t) \to h_t$, and
+# $h_{t-1} \to G$ through $R$. The gradient of each node is the sum over the paths leaving it. $c_t$ has two
+# outgoing paths (into $h_t$, and into the next step, whose gradient is `dc`); everything is elementwise except the
+# path from $G$ back to $h_{t-1}$, a product with $R$ of shape $[B, 4H] \times [4H, H]$.
+# </details>
+#
+# <details><summary>Hint 2: the key identities</summary>
+#
+# The forward saved activations, not pre-activations, so write the derivatives with them:
+# $\sigma'(x) = s(1 - s)$ where $s = \sigma(x)$, and $\tanh'(x) = 1 - t^2$ where $t = \tanh x$. Only
+# $\tau = \tanh c_t$ must be recomputed (from $c_t = f c_{t-1} + i z$). Gate $g$'s unit $j$ reads
+# $\sum_k h_{t-1,k} R_{g,j,k}$: which index of `R[g]` does $dh_{t-1}$ sum over?
+# </details>
+#
+# <details><summary>Hint 3: the formulas</summary>
 #
 # $$ \delta c = dc + dh \odot o \odot (1 - \tau^2), \quad \delta G_i = \delta c\, z\, i(1-i), \quad
 #    \delta G_f = \delta c\, c_{t-1}\, f(1-f), \quad \delta G_z = \delta c\, i\, (1 - z^2), \quad
 #    \delta G_o = dh\, \tau\, o(1-o), $$
 #
-# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g . $$
+# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g , $$
 #
-# Each line is the chain rule through one forward line; the derivatives of $\sigma$ and $\tanh$ are written with
-# the activations the forward saved ($\sigma' = s(1-s)$, $\tanh' = 1 - z^2$), which is why the kernel saves
-# activations, not pre-activations, and recomputes only $\tau$ (one tanh per unit).
-#
-# <details><summary>Hint 1</summary>
-#
-# Compute $\tau$ from $c_t = f c_{t-1} + i z$ first; everything else is elementwise except $dh_{t-1}$.
-# </details>
-#
-# <details><summary>Hint 2</summary>
-#
-# $\delta c$ has two sources: the carry `dc` from step $t+1$ and the path through $h_t = o \tanh c_t$.
-# </details>
-#
-# <details><summary>Hint 3</summary>
-#
-# `dG = torch.stack([...], 1)` gives $[B, 4, H]$; then `torch.einsum("bgj,gjk->bk", dG, R)` sums
-# $\delta G_g R_g$ over the gates (check which index of `R[g]` the gate unit $j$ is).
+# with `dG = torch.stack([...], 1)` and `torch.einsum("bgj,gjk->bk", dG, R)` for the last sum.
 # </details>
 
 # %% tags=["solution"]
