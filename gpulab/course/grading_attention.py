@@ -136,6 +136,64 @@ def grade_forward_kernel(kernel, cases=4):
     return f"{len(shapes)} random shapes (ragged, single row, single key) against float64"
 
 
+@grader("causal FlashAttention forward")
+def grade_causal_forward(kernel, cases=4):
+    """``kernel[(cdiv(n, BLOCK_M), B*H)](q, k, v, o, n, n, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)`` (the forward
+    kernel's launch, n_q = n_k = n) must write causal attention: query i sees keys j <= i only. The method is read
+    from the TTIR (as :func:`check_forward_method`) and from one Q block launched alone over K and V whose rows past
+    that block's last query are NaN: a kernel that still loads the key blocks above the diagonal, instead of ending
+    its loop there, reads the NaN."""
+    require_kernel("kernel", kernel)
+    cases = runtime.positive_int("cases", cases)
+    check_forward_method(kernel, what="causal kernel")
+    rng, _ = fresh_rng()
+    shapes = [(1, 17, 16, 16, 16), (2, 45, 16, 32, 16)][:cases] + [
+        (rng.randint(1, 3), rng.choice([1, 17, 33, 50]), rng.choice([16, 32]), bm, 16)
+        for bm in (rng.choice([16, 32]) for _ in range(cases - 2))
+    ]  # (B*H, n, head dim, BLOCK_M, BLOCK_N)
+    for bh, n, d, bm, bn in shapes:
+        q, k, v = (_fenced(check.random_tensor(1, bh, n, d, scale=s)) for s in (2.0, 2.0, 1.0))
+        o = check.poisoned(1, bh, n, d, dtype=torch.float32, device=runtime.device)
+        scale = 1.0 / math.sqrt(d)
+        where = f"B*H={bh}, n={n}, head_dim={d}, BLOCK_M={bm}, BLOCK_N={bn}"
+        kernel[(triton.cdiv(n, bm), bh)](q, k, v, o, n, n, scale * LOG2E_F, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+        want = attention_reference(q, k, v, is_causal=True)
+        if check.relative_error(o, want) <= check.tolerance(torch.float32):
+            continue
+        s = scale * q.double() @ k.double().transpose(-1, -2)
+        strict = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)
+        below = torch.softmax(s.masked_fill(~strict, float("-inf")), -1).nan_to_num() @ v.double()
+        tol = check.tolerance(torch.float32)
+        only_first = n > 1 and torch.isnan(o[..., 0, :]).all() and not torch.isnan(o[..., 1:, :]).any()
+        if only_first or check.relative_error(o[..., 1:, :].nan_to_num(), below[..., 1:, :]) <= tol:
+            hint = " Query i sees key i too: the mask is cols <= rows, not cols < rows (query 0 saw no key at all)."
+        elif torch.isnan(o).any():
+            hint = " Some outputs are NaN: store every row (masked with offs_m < n) and mask keys >= n too."
+        elif check.relative_error(o, attention_reference(q, k, v)) <= tol:
+            hint = " It is the non-causal output: give the scores of keys j > i (cols > rows) a score of -inf."
+        else:
+            hint = ""
+        try:
+            check.assert_close(o, want, dtype=torch.float32, name="O (causal)", context=where)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{hint}") from None
+    # the method: Q block 0 alone (16 queries) over n = 64 keys whose rows 16.. are NaN, BLOCK_N = 16
+    n, d = 64, 16
+    q, k, v = (check.random_tensor(1, 1, n, d) for _ in range(3))
+    k[..., 16:, :] = float("nan")
+    v[..., 16:, :] = float("nan")
+    o = check.poisoned(1, 1, n, d, dtype=torch.float32, device=runtime.device)
+    kernel[(1, 1)](q, k, v, o, n, n, LOG2E_F / 4, HEAD_DIM=d, BLOCK_M=16, BLOCK_N=16)
+    if torch.isnan(o[..., :16, :]).any():
+        raise AssertionError(
+            "the first Q block (queries 0-15) read key blocks above the diagonal (keys 16-63, NaN here): masking "
+            "their scores to -inf still loads them and multiplies P by their V (0 x NaN = NaN), and on a GPU costs "
+            "half the work. End the loop at the block's last query: for start_n in range(0, min(n_k, (pid_m + 1) "
+            "* BLOCK_M), BLOCK_N), and mask the scores only in the blocks that straddle the diagonal."
+        )
+    return f"{len(shapes)} random shapes (BLOCK_M 16 and 32) against float64, key blocks past the diagonal skipped"
+
+
 def _fenced(t: torch.Tensor, rows: int = 64) -> torch.Tensor:
     """``t`` [1, BH, N, D] copied into the front of a buffer whose tail (``rows`` rows of D past the end) is NaN."""
     d = t.shape[-1]

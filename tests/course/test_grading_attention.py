@@ -191,3 +191,78 @@ def test_a_correct_forward_passes(capsys):
 def test_forward_wrong_methods_are_named(kernel, message):
     with pytest.raises(AssertionError, match=message):
         grading.grade_forward_kernel(kernel, cases=3)
+
+
+@triton.jit
+def _causal(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, MISTAKE: tl.constexpr):  # fmt: skip
+    bh = tl.program_id(1)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=(offs_m < n_q)[:, None], other=0.0)  # fmt: skip
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    end = n_k if MISTAKE == "all blocks" else tl.minimum(n_k, (tl.program_id(0) + 1) * BLOCK_M)
+    for start_n in range(0, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        if MISTAKE == "strict":  # the diagonal left out
+            seen = cols[None, :] < offs_m[:, None]
+        else:
+            seen = cols[None, :] <= offs_m[:, None]
+        s = tl.where(seen & (cols < n_k)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    o = acc / l_i[:, None]
+    tl.store(o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o,
+             mask=(offs_m < n_q)[:, None])  # fmt: skip
+
+
+@triton.jit
+def causal_right(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):  # fmt: skip
+    _causal(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "none")
+
+
+@triton.jit
+def causal_all_blocks(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):  # fmt: skip
+    _causal(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "all blocks")
+
+
+@triton.jit
+def causal_strict(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):  # fmt: skip
+    _causal(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, "strict")
+
+
+def test_a_correct_causal_forward_passes(capsys):
+    grading.grade_causal_forward(causal_right, cases=3)
+    assert capsys.readouterr().out.startswith("PASSED causal FlashAttention forward")
+
+
+@pytest.mark.parametrize(
+    "kernel, message",
+    [
+        (forward_right, "non-causal output"),
+        (causal_all_blocks, "read key blocks above the diagonal"),
+        (causal_strict, "sees key i too"),
+        (forward_sums, "no tt.dot|tt.dot ops are"),
+    ],
+    ids=["not-causal", "all-key-blocks", "strict-mask", "scores-by-sums"],
+)
+def test_causal_wrong_methods_are_named(kernel, message):
+    with pytest.raises(AssertionError, match=message):
+        grading.grade_causal_forward(kernel, cases=2)

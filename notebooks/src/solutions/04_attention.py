@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 4 — From online softmax to FlashAttention
 #
-# Four tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Five tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -221,6 +221,68 @@ def kv_bytes(n, d, block_m, elem_bytes):
 # %%
 # GRADER: K/V bytes read by the forward
 grading.grade_kv_bytes(kv_bytes)
+
+
+# %% [markdown]
+# ## Task 5: causal masking
+#
+# A decoder's attention is causal: query $i$ may see keys $j \le i$ only (SDPA's `is_causal=True`, here with
+# $n_q = n_k = n$). Write the whole causal forward kernel, same launch and arguments as task 2's. Two things make it
+# causal, and the grader checks both: the output (against float64), and that a Q block **never loads** the key
+# blocks that lie entirely above the diagonal (it launches one Q block alone over K and V whose later rows are NaN).
+# Masking their scores to $-\infty$ is not enough: it still loads them and multiplies $P$ (zeros there) by their $V$,
+# which on a GPU is half of all the work at long $n$.
+#
+# <details><summary>Hint 1</summary>
+#
+# Which keys can the rows `offs_m` of this program see at most? The last row of the block is
+# `(pid_m + 1) * BLOCK_M - 1`, so no key at or past `(pid_m + 1) * BLOCK_M` matters (nor past `n_k`).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# End the loop there: `for start_n in range(0, tl.minimum(n_k, (pid_m + 1) * BLOCK_M), BLOCK_N)`. Inside, a block
+# that straddles the diagonal still needs the per-element mask: `(cols[None, :] <= offs_m[:, None]) &
+# (cols < n_k)[None, :]` (query $i$ sees key $i$ itself: `<=`).
+# </details>
+
+# %% tags=["solution"]
+@triton.jit
+def causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    ### BEGIN SOLUTION
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=(offs_m < n_q)[:, None], other=0.0)
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # key blocks past this Q block's last row are above the diagonal for all its rows: never loaded
+    for start_n in range(0, tl.minimum(n_k, (pid_m + 1) * BLOCK_M), BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.where((cols[None, :] <= offs_m[:, None]) & (cols < n_k)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: key 0 is in every row's first block
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc / l_i[:, None],
+             mask=(offs_m < n_q)[:, None])
+    ### END SOLUTION
+
+
+# %%
+# GRADER: causal FlashAttention forward
+grading.grade_causal_forward(causal_kernel)
 
 # %% [markdown]
 # ## Question

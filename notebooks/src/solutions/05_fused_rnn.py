@@ -178,8 +178,11 @@ grading.grade_lstm_loop(lstm_forward_kernel)
 # - return the four $[BLOCK\_B, DH]$ products in the order $i, f, z, o$. `tl.split` only halves a last dimension of
 #   size 2, so the gate index has to become two size-2 dimensions first (`tl.reshape`, `tl.permute`).
 #
-# The grader's kernel calls your function on random heads, batches and head dims 16 and 32 and compares with
-# float64 $h\, R_{g,n}^\top$; a function with more than one `tl.dot` is v1 again and fails. In the lesson's kernel the
+# The grader first compiles your function inside its kernel for an H100 (sm_90; no GPU needed) and reads the
+# compiled code: it must make exactly one `tt.dot`, of shape $[BLOCK\_B, 4\,DH]$ (four products, a product in a
+# loop over the gates, or products written as `tl.sum` of broadcasts are refused, each with its reason). Then its
+# kernel calls your function on random heads, batches and head dims 16 and 32 and compares with float64
+# $h\, R_{g,n}^\top$. In the lesson's kernel the
 # load of $R_\text{all}^\top$ sits before the time loop; here it is inside the function to keep the task small.
 #
 # <details><summary>Hint 1</summary>
