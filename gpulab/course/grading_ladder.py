@@ -114,3 +114,48 @@ def grade_pointwise_kernel(kernel, cases=5):
             raise AssertionError(f"{where}: the kernel wrote past the end of h_out or c_out; mask the stores.")
         tried += 1
     return f"{tried} random sizes in fp32 and fp16, nothing written past the end"
+
+
+@grader("wavefront schedule")
+def grade_wavefront(schedule, cases=6):
+    """``schedule(layers, steps) -> list of waves``, each wave a list of cells ``(layer, t)``: the order in which a
+    stacked LSTM's cells can run when every cell in a wave runs at once (step 6 of the ladder). Cell (l, t) needs
+    (l, t-1) (its own layer's previous state) and (l-1, t) (its input, from the layer below), both in earlier waves.
+    Checked for structure: every cell exactly once, every dependency in an earlier wave, and the fewest waves
+    (``layers + steps - 1``: each wave holds every cell that is ready)."""
+    require_callable("schedule", schedule)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    sizes = [(1, 1), (4, 100)][:cases] + [(rng.randint(1, 6), rng.randint(1, 12)) for _ in range(max(cases - 2, 0))]
+    for n_l, n_t in sizes:
+        where = f"schedule({n_l}, {n_t})"
+        waves = schedule(n_l, n_t)
+        if isinstance(waves, (str, bytes)) or not hasattr(waves, "__iter__"):
+            raise AssertionError(f"{where} returned {type(waves).__name__}; return a list of waves (lists of cells).")
+        wave_of = {}
+        for k, wave in enumerate(waves):
+            for cell in wave:
+                cell = tuple(int(v) for v in cell)
+                if len(cell) != 2 or not (0 <= cell[0] < n_l and 0 <= cell[1] < n_t):
+                    raise AssertionError(f"{where}: wave {k} holds {cell}, not a cell (layer < {n_l}, t < {n_t}).")
+                if cell in wave_of:
+                    raise AssertionError(f"{where}: cell {cell} is in wave {wave_of[cell]} and again in wave {k}.")
+                wave_of[cell] = k
+        missing = [(l, t) for l in range(n_l) for t in range(n_t) if (l, t) not in wave_of]
+        if missing:
+            raise AssertionError(f"{where}: cells {missing[:4]} are in no wave; every (layer, t) runs once.")
+        for (l, t), k in sorted(wave_of.items()):
+            for dep, what in (((l, t - 1), "its own layer's previous state"), ((l - 1, t), "its input from below")):
+                if dep in wave_of and wave_of[dep] >= k:
+                    raise AssertionError(
+                        f"{where}: cell {(l, t)} runs in wave {k} but needs {dep} ({what}), which runs in wave "
+                        f"{wave_of[dep]}: a dependency must finish in an earlier wave."
+                    )
+        fewest = n_l + n_t - 1
+        if len(waves) != fewest:
+            serial = " one cell per wave is step 0's order;" if len(waves) == n_l * n_t > fewest else ""
+            raise AssertionError(
+                f"{where}: {len(waves)} waves, the fewest is layers + steps - 1 = {fewest}:{serial} every cell "
+                "whose two dependencies are done can run, and those are the cells with the same layer + t."
+            )
+    return f"{len(sizes)} stacks (the article's 4 x 100 among them): each cell once, dependencies first, fewest waves"

@@ -15,6 +15,7 @@ import functools
 import inspect
 import itertools
 import numbers
+import random
 import re
 import warnings
 
@@ -456,3 +457,100 @@ def grade_r_bytes(r_bytes, cases=6):
             (want // NH, "every head has its own R: count all NH heads."),
         ], " bytes")  # fmt: skip
     return f"{len(cases_)} problem sizes, fused and alternating"
+
+
+def phase_driver(program, R, h0, T, P, seed=0):
+    """Run ``program(p, P, T, R_p, ex)`` (a generator: one ``yield`` = arriving at the grid barrier) for programs
+    p = 0..P-1 the way the interpreter runs a grid, one program after another, and the way a barrier orders them:
+    phase by phase, every program advanced to its next ``yield`` before any goes past it, in a random order per phase
+    (``seed``). ``ex`` [T + 1, DH] is the exchange buffer: ``ex[0] = h0``, the rest NaN until written. Returns
+    ``(ex, barriers)``: the buffer after the run and the barriers each program reached."""
+    dh = h0.shape[-1]
+    units = dh // P
+    ex = torch.full((T + 1, dh), float("nan"), dtype=h0.dtype)
+    ex[0] = h0
+    gens = [program(p, P, T, R[p * units : (p + 1) * units].clone(), ex) for p in range(P)]
+    if not all(inspect.isgenerator(g) for g in gens):
+        raise AssertionError(
+            "program must be a generator: write `yield` where the program arrives at the grid barrier (a function "
+            "without yield runs all its steps at once, with nobody to wait for)."
+        )
+    order = random.Random(seed)
+    barriers, live = [0] * P, list(range(P))
+    while live:
+        order.shuffle(live)
+        for p in list(live):
+            try:
+                next(gens[p])
+                barriers[p] += 1
+            except StopIteration:
+                live.remove(p)
+    return ex, barriers
+
+
+def _split_reference(R, h0, T):
+    h, out = h0.double(), []
+    for _ in range(T):
+        h = torch.tanh(h @ R.double().T)
+        out.append(h)
+    return torch.stack(out)
+
+
+@grader("split kernel: exchange and barrier")
+def grade_split_exchange(program, cases=5):
+    """``program(p, P, T, R_p, ex)``, a Python generator: program p of P owns units ``p*U .. (p+1)*U - 1`` of a head
+    of DH = P*U (``R_p`` = the rows of R [DH, DH] of its units) and runs T steps of h_t = tanh(h_{t-1} R^T), reading
+    the whole h_{t-1} from the exchange buffer ``ex`` [T + 1, DH] (``ex[0]`` = h0) and writing its units of h_t to
+    ``ex[t]``; each ``yield`` is its arrival at the grid barrier. Run by :func:`phase_driver` in random program
+    orders: the values against float64, and the method: one barrier per step, after the store, before the next read.
+    """
+    require_callable("program", program)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    sizes = [(1, 1, 1), (3, 2, 4)][:cases] + [
+        (rng.randint(2, 4), rng.randint(1, 4), rng.randint(1, 5)) for _ in range(max(cases - 2, 0))
+    ]  # (P, U, T)
+    for P, U, T in sizes:
+        dh = P * U
+        R = check.random_tensor(dh, dh, dtype=torch.float64, device="cpu", scale=1.0 / dh**0.5)
+        h0 = check.random_tensor(dh, dtype=torch.float64, device="cpu")
+        want = _split_reference(R, h0, T)
+        for order in range(3):
+            where = f"P={P} programs of {U} units, T={T}, program order {order}"
+            ex, barriers = phase_driver(program, R, h0, T, P, seed=rng.randrange(1 << 30))
+            if any(b != barriers[0] for b in barriers):
+                raise AssertionError(f"{where}: the programs reached {barriers} barriers; all must reach the same.")
+            if barriers[0] != T:
+                extra = (
+                    " one per step is enough: slot ex[t] is written once and never overwritten"
+                    if barriers[0] > T
+                    else ""
+                )
+                raise AssertionError(f"{where}: {barriers[0]} barriers for {T} steps (yield once per step);{extra}.")
+            if torch.isnan(ex[1:]).any():
+                t = int(torch.isnan(ex[1:]).any(1).nonzero()[0]) + 1
+                raise AssertionError(
+                    f"{where}: h_{t} has units nobody wrote, or computed from a h_{t - 1} read before every program "
+                    f"had written it (NaN here): store your units of h_t into ex[t], THEN yield (the barrier), and "
+                    "read ex[t - 1] only after the barrier of step t - 1."
+                )
+            if check.relative_error(ex[1:], want) > 1e-12:
+                own = torch.zeros_like(want)
+                h = h0.clone()
+                for t in range(T):  # a program that reads only its own units of h_{t-1}
+                    for p in range(P):
+                        m = torch.zeros(dh, dtype=torch.float64)
+                        m[p * U : (p + 1) * U] = 1
+                        own[t, p * U : (p + 1) * U] = torch.tanh((h * m) @ R[p * U : (p + 1) * U].T)
+                    h = own[t]
+                hint = ""
+                if check.relative_error(ex[1:], own) <= 1e-12:
+                    hint = (
+                        " It is what a program computes from its OWN units of h_{t-1} only: every unit of h_t needs "
+                        "all of h_{t-1}, read it whole from ex[t - 1] (written by all programs)."
+                    )
+                try:
+                    check.assert_close(ex[1:], want, dtype=torch.float64, rtol=1e-12, name="h_1..h_T", context=where)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}{hint}") from None
+    return f"{len(sizes)} splits x 3 program orders: one barrier per step, after the store, values against float64"

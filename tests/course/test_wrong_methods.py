@@ -259,3 +259,106 @@ def average_a_copy(model, world_size):
 def test_average_gradients_wrong_answers_are_named(answer, message):
     with pytest.raises(AssertionError, match=message):
         grading_distributed.grade_average_gradients(answer)
+
+
+def _train_step(model, opt, x, y, mistake=None):
+    logits = model(x)
+    if mistake == "last only":
+        loss = torch.nn.functional.cross_entropy(logits[:, -1], y[:, -1])
+    else:
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    if mistake != "no zero_grad":
+        opt.zero_grad()
+    loss.backward()
+    if mistake != "no step":
+        opt.step()
+    return loss if mistake == "tensor" else loss.item()
+
+
+def test_train_step_passes(capsys):
+    grading_tasks.grade_train_step(_train_step)
+    assert capsys.readouterr().out.startswith("PASSED training step")
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("last only", "last position only"),
+        ("no zero_grad", "zero_grad"),
+        ("no step", "optimizer.step"),
+        ("tensor", "Python float"),
+    ],
+)
+def test_train_step_wrong_methods_are_named(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        grading_tasks.grade_train_step(lambda *a: _train_step(*a, mistake=mistake))
+
+
+def _wavefront(layers, steps):
+    return [[(l, k - l) for l in range(max(0, k - steps + 1), min(layers, k + 1))] for k in range(layers + steps - 1)]
+
+
+def test_wavefront_passes(capsys):
+    grading_ladder.grade_wavefront(_wavefront)
+    assert capsys.readouterr().out.startswith("PASSED wavefront schedule")
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (lambda n_l, n_t: [[(l, t)] for l in range(n_l) for t in range(n_t)], "step 0's order"),
+        (lambda n_l, n_t: [[(l, t) for l in range(n_l)] for t in range(n_t)], "its input from below"),
+        (lambda n_l, n_t: [[(l, t) for t in range(n_t)] for l in range(n_l)], "its own layer's previous state"),
+        (lambda n_l, n_t: [w[:-1] if len(w) > 1 else w for w in _wavefront(n_l, n_t)], "in no wave"),
+    ],
+    ids=["serial", "all-layers-per-step", "all-steps-per-layer", "range-off-by-one"],
+)
+def test_wavefront_wrong_methods_are_named(answer, message):
+    with pytest.raises(AssertionError, match=message):
+        grading_ladder.grade_wavefront(answer)
+
+
+def _program(p, P, T, R_p, ex, mistake=None):
+    units = slice(p * R_p.shape[0], (p + 1) * R_p.shape[0])
+    for t in range(1, T + 1):
+        if mistake == "store after barrier":
+            h_prev = ex[t - 1].clone()
+            yield
+            ex[t, units] = torch.tanh(h_prev @ R_p.T)
+            continue
+        if mistake == "own units":
+            h_prev = torch.zeros_like(ex[0])
+            h_prev[units] = ex[t - 1, units]
+        else:
+            h_prev = ex[t - 1]
+        ex[t, units] = torch.tanh(h_prev @ R_p.T)
+        if mistake == "two barriers":
+            yield
+        if mistake != "no barrier":
+            yield
+
+
+def _no_barrier(p, P, T, R_p, ex):
+    yield from _program(p, P, T, R_p, ex, "no barrier")
+    yield  # one arrival at the end, as if the barrier were after the loop
+
+
+def test_split_exchange_passes(capsys):
+    grading_rnn.grade_split_exchange(_program)
+    assert capsys.readouterr().out.startswith("PASSED split kernel: exchange and barrier")
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (lambda *a: _program(*a, mistake="store after barrier"), "store your units of h_t into ex.t., THEN yield"),
+        (_no_barrier, "barriers for"),
+        (lambda *a: _program(*a, mistake="two barriers"), "one per step is enough"),
+        (lambda *a: _program(*a, mistake="own units"), "OWN units"),
+        (lambda p, P, T, R_p, ex: None, "must be a generator"),
+    ],
+    ids=["barrier-before-store", "no-barrier-per-step", "two-barriers", "own-units-only", "not-a-generator"],
+)
+def test_split_exchange_wrong_methods_are_named(answer, message):
+    with pytest.raises(AssertionError, match=message):
+        grading_rnn.grade_split_exchange(answer)

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Six tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Seven tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -390,6 +390,50 @@ try:
         print(f"{'fused' if fused else 'alternating':11s}: {mb:8.2f} MB of R per forward (B 16, T 1024, 12x64)")
 except NotImplementedError:
     print("write r_bytes (task 6) first")
+
+# %% [markdown]
+# ## Task 7: the split kernel's exchange and barrier
+#
+# A head too large for one SM is split over $P$ programs by output units (lesson 5, part 2): program $p$ owns $U$
+# units and the rows $R_p$ of $R$ for them, and computes its units of $h_t = \tanh(h_{t-1} R^\top)$ (an Elman
+# step, to keep the cell out of the way). Each unit of $h_t$ needs **all** of $h_{t-1}$, written by every program
+# one step earlier: it travels through an exchange buffer in global memory, `ex` $[T + 1, DH]$ with `ex[0]` $= h_0$
+# and `ex[t]` $= h_t$ (the kernel's output is its exchange buffer), and a grid barrier per step orders the writes
+# before the reads.
+#
+# Write program $p$ as a Python generator `program(p, P, T, R_p, ex)`: each `yield` is its arrival at the grid
+# barrier (it resumes once every program has arrived). Triton's interpreter runs the programs of a grid one after
+# another, so a barrier cannot work there; the grader's `phase_driver` runs your programs the way the barrier
+# orders them, phase by phase, in a random order within each phase, and checks the values against float64 and the
+# method: where the barrier sits, how many there are, what is read from where.
+#
+# <details><summary>Hint 1</summary>
+#
+# Per step: read the whole $h_{t-1}$ (`ex[t - 1]`), compute your units (`torch.tanh(h_prev @ R_p.T)`, shape $[U]$),
+# store them into `ex[t, p * U:(p + 1) * U]`. Where must the barrier go so that nobody reads `ex[t]` before every
+# program has stored its part?
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# After the store, once per step: `yield` as the last statement of the loop body. One is enough, because slot
+# `ex[t]` is written once and never overwritten (a single reused buffer would need a second barrier, or two slots).
+# </details>
+
+# %% tags=["solution"]
+def program(p, P, T, R_p, ex):
+    ### BEGIN SOLUTION
+    units = slice(p * R_p.shape[0], (p + 1) * R_p.shape[0])
+    for t in range(1, T + 1):
+        h_prev = ex[t - 1]  # all of h_{t-1}: every program wrote its units before the last barrier
+        ex[t, units] = torch.tanh(h_prev @ R_p.T)  # my units of h_t
+        yield  # the grid barrier: nobody reads ex[t] until every program has stored its part
+    ### END SOLUTION
+
+
+# %%
+# GRADER: split kernel: exchange and barrier
+grading.grade_split_exchange(program)
 
 # %% [markdown]
 # ## Question
