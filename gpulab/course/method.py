@@ -178,8 +178,17 @@ def _shape(text: str) -> tuple:
     return tuple(int(d) for d in m.group(1).split("x")) if m else ()
 
 
+def _ir_text(ir) -> str:
+    if not isinstance(ir, str):
+        raise runtime.ArgumentTypeError(
+            f"ir must be TTIR text (str, as method.ttir returns), got {type(ir).__name__}; compile the kernel first."
+        )
+    return ir
+
+
 def _loop_depths(ir: str):
     """Yield (line, inside a loop) for every line of ``ir`` (regions opened by ``scf.for``/``scf.while`` count)."""
+    _ir_text(ir)
     stack: list[bool] = []
     for line in ir.splitlines():
         code = line.split(" loc(")[0].rstrip()
@@ -283,6 +292,10 @@ class OpTrace(TorchDispatchMode):
 
 def refuse_autograd(where: str, trace: OpTrace) -> None:
     """AssertionError naming how autograd was used, if ``trace`` saw it."""
+    if not isinstance(trace, OpTrace):
+        raise runtime.ArgumentTypeError(
+            f"trace must be an OpTrace (with OpTrace() as trace: answer(...)), got {type(trace).__name__}."
+        )
     if trace.backward_ops:
         raise AssertionError(
             f"{where}: your function ran {trace.backward_ops[0]} (an op of autograd's backward): {_AUTOGRAD_HINT}."

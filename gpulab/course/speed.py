@@ -144,19 +144,23 @@ def _ladder_peer(inputs):
 
 
 def _loop_inputs(b=16, t=1024, nh=8, dh=64):
-    from gpulab.course.grading_rnn import _lstm_inputs  # noqa: PLC0415
+    from gpulab import check  # noqa: PLC0415
 
-    wx, r, bias, s0 = _lstm_inputs(b, t, nh, dh)
+    wx = check.random_tensor(b, t, 4, nh, dh)
+    r = check.random_tensor(4, nh, dh, dh, scale=0.5 / dh**0.5)
+    bias = check.random_tensor(4, nh, dh, scale=0.5)
+    s0 = check.random_tensor(2, b, 1, nh, dh, scale=0.5)
     lstm = torch.nn.LSTM(nh * dh, nh * dh, batch_first=True).to(runtime.device).eval()
     x = torch.randn(b, t, nh * dh, device=runtime.device)
     return wx, r, bias, s0, lstm, x
 
 
 def _loop_answer(kernel, inputs):
-    from gpulab.course.grading_rnn import launch_lstm_kernel  # noqa: PLC0415
-
     wx, r, bias, s0 = inputs[:4]
-    return lambda: launch_lstm_kernel(kernel, wx, r, bias, s0)
+    b, t, _, nh, dh = wx.shape
+    out = torch.empty(2, b, t, nh, dh, device=wx.device)
+    last = torch.empty(2, b, 1, nh, dh, device=wx.device)
+    return lambda: kernel[(nh,)](wx, r, bias, s0, out, last, b, t, nh, DH=dh, BLOCK_B=16)  # grade_lstm_loop's launch
 
 
 def _loop_solution(inputs):
@@ -240,6 +244,8 @@ def grade_speed(title: str, answer, label: str | None = None, board: Path | None
 
 def records(path: Path | None = None) -> list[dict]:
     """The leaderboard's records, oldest first (none if there is no file yet)."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise runtime.ArgumentTypeError(f"path must be a file path (str or Path) or None, got {type(path).__name__}.")
     path = Path(path) if path is not None else leaderboard_path()
     if not path.exists():
         return []
@@ -292,8 +298,8 @@ def leaderboard_table(path: Path | None = None) -> str:
     """The leaderboard as a text table, one block per task, fastest first (device clock)."""
     from gpulab.bench.plots import text_table  # noqa: PLC0415
 
-    path = Path(path) if path is not None else leaderboard_path()
     found = records(path)
+    path = Path(path) if path is not None else leaderboard_path()
     if not found:
         return f"no leaderboard yet ({path}): run `python -m gpulab grade --speed NB` on a GPU."
     blocks = []
