@@ -12,7 +12,7 @@ The timed tasks (their problems are in :data:`TASKS`):
   the ladder's step 1 and cuDNN ``nn.LSTM``;
 - exercise 4, "FlashAttention forward inner loop": B 1, 16 heads of 64, N 4096, fp32, non-causal, against
   :func:`gpulab.attention.flash_attention` and SDPA;
-- exercise 5, "fused LSTM forward time loop": B 16, T 1024, 8 heads of 64, fp32, against the package's fused
+- exercise 5, "fused LSTM forward time loop": B 16, T 1024, 16 heads of 32, fp32, against the package's fused
   forward (``flashrnn(..., backend="fused")``) and cuDNN ``nn.LSTM`` of hidden 512.
 
 Both clocks: ``ms`` is device time (:func:`gpulab.bench.timing.time_callable`, CUDA events), ``wall_ms`` the eager
@@ -143,7 +143,7 @@ def _ladder_peer(inputs):
 # exercise 5: the fused LSTM forward's time loop
 
 
-def _loop_inputs(b=16, t=1024, nh=8, dh=64):
+def _loop_inputs(b=16, t=1024, nh=16, dh=32):  # head dim 32: the exercise's fp32 kernel holds 4 R^T tiles
     from gpulab import check  # noqa: PLC0415
 
     wx = check.random_tensor(b, t, 4, nh, dh)
@@ -185,7 +185,7 @@ TASKS = {
         _ladder_inputs, _ladder_answer, _ladder_solution, _ladder_peer,
     ),
     "fused LSTM forward time loop": SpeedTask(
-        "B 16, T 1024, 8 heads of 64, fp32 (forward, Wx given)", "cuDNN nn.LSTM (hidden 512, dense R)",
+        "B 16, T 1024, 16 heads of 32, fp32 (forward, Wx given)", "cuDNN nn.LSTM (hidden 512, dense R)",
         _loop_inputs, _loop_answer, _loop_solution, _loop_peer,
     ),
 }  # fmt: skip
