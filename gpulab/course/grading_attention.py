@@ -1,4 +1,6 @@
-"""Graders for exercise 4 (attention): the online-softmax update and the inner loop of the forward kernel.
+"""Graders for exercise 4 (attention): the online-softmax update, the inner loop of the forward kernel, the backward
+for one block, the K/V bytes and the causal forward. Triton answers are also read as compiled TTIR, PyTorch answers
+as the aten ops they run (:mod:`gpulab.course.method`).
 
 Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
 message that says what to fix. On success it prints one deterministic line (nbval compares it)."""

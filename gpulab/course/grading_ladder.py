@@ -1,4 +1,5 @@
-"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs) and the fused LSTM pointwise kernel.
+"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs), the fused LSTM pointwise kernel and the
+wavefront schedule of step 6.
 
 Each runs the learner's code on fresh random sizes against ``torch.nn.LSTM`` (float64) or the float64 cell
 reference, and raises AssertionError with a message that says what to fix. On success it prints one deterministic

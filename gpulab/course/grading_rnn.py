@@ -1,5 +1,6 @@
-"""Graders for exercise 5 (the fused RNN): the GRU cell as a ``@triton.jit`` function, and the time loop of a fused
-LSTM forward kernel.
+"""Graders for exercise 5 (the fused RNN): the GRU cell as a ``@triton.jit`` function, the time loop of a fused
+LSTM forward kernel, all gates in one product (read from the TTIR), the LSTM backward step (autograd refused), the
+shared-memory and R-byte counts, and the split kernel's exchange and barrier (run by :func:`phase_driver`).
 
 Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
 message that says what to fix. On success it prints one deterministic line (nbval compares it).

@@ -1,4 +1,4 @@
-"""Graders for exercise 6 (state tracking): the parity data generator and the evaluation loop.
+"""Graders for exercise 6 (state tracking): the parity data generator, the evaluation loop and the training step.
 
 Each runs the learner's function on fresh random sizes and seeds, compares with :mod:`gpulab.tasks` and hand-made
 models whose right answers are known, and raises AssertionError with a message that says what to fix. On success it
