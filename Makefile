@@ -108,7 +108,7 @@ exercises: setup
 
 # Grade your exercise notebook: make grade NB=exercises/00_memory_hierarchy.ipynb
 grade: setup
-	$(BIN)/python -m gpulab grade $(NB)
+	$(BIN)/python -m gpulab grade --speed $(NB)
 
 bench-%: setup
 	$(BIN)/python -m gpulab bench $*

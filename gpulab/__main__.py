@@ -6,7 +6,9 @@ bench NN PART        a named part of it (e.g. `bench 04 hopper`): benchmarks/NN_
 notebooks [PATH...]  build notebooks from their sources (notebooks/src/) and execute them in place (what gets
                      committed); PATH: a source or a notebook (default: all); --build-only: do not execute
 exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
-grade PATH           run an exercise notebook and report each grader
+grade PATH [--speed] run an exercise notebook and report each grader (--speed: on a GPU, also time each task
+                     whose answer is a whole op against the solution and the peer; see gpulab.course.speed)
+leaderboard          print the speed records of graded tasks (benchmarks/exercises/leaderboard.jsonl)
 """
 
 from __future__ import annotations
@@ -158,8 +160,14 @@ def cmd_exercises(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from gpulab.course import grade_notebook
+    import os  # noqa: PLC0415
 
+    from gpulab.course import grade_notebook, speed  # noqa: PLC0415
+
+    if args.speed:  # read by the graders inside the notebook's kernel, which inherits this environment
+        os.environ[speed.ENV] = "1"
+        os.environ.setdefault(speed.LABEL_ENV, "solution" if Path(args.path).parent.name == "solutions" else "learner")
+    before = speed.records()
     report = grade_notebook(args.path)
     if not report:
         print(f"{args.path} has no grader cells.")
@@ -168,7 +176,16 @@ def cmd_grade(args) -> int:
         print(f"{'PASS' if passed else 'FAIL'}  {title}" + ("" if passed else f"\n      {message}"))
     n_pass = sum(p for _, p, _ in report)
     print(f"{n_pass} of {len(report)} graders pass")
+    if args.speed:
+        print(speed.summary(speed.records()[len(before) :], report))
     return 0 if n_pass == len(report) else 1
+
+
+def cmd_leaderboard(args) -> int:
+    from gpulab.course import speed  # noqa: PLC0415
+
+    print(speed.leaderboard_table(args.path))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -189,7 +206,11 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_exercises)
     p = sub.add_parser("grade", help="grade an exercise notebook")
     p.add_argument("path")
+    p.add_argument("--speed", action="store_true", help="on a GPU, also time the whole-op tasks (leaderboard)")
     p.set_defaults(fn=cmd_grade)
+    p = sub.add_parser("leaderboard", help="print the speed records of graded tasks")
+    p.add_argument("--path", default=None, help="leaderboard file (default: benchmarks/exercises/leaderboard.jsonl)")
+    p.set_defaults(fn=cmd_leaderboard)
     args = parser.parse_args(argv)
     return args.fn(args)
 

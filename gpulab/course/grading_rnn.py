@@ -1,5 +1,6 @@
-"""Graders for exercise 5 (the fused RNN): the GRU cell as a ``@triton.jit`` function, and the time loop of a fused
-LSTM forward kernel.
+"""Graders for exercise 5 (the fused RNN): the GRU cell as a ``@triton.jit`` function, the time loop of a fused
+LSTM forward kernel, all gates in one product (read from the TTIR), the LSTM backward step (autograd refused), the
+shared-memory and R-byte counts, and the split kernel's exchange and barrier (run by :func:`phase_driver`).
 
 Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
 message that says what to fix. On success it prints one deterministic line (nbval compares it).
@@ -15,6 +16,7 @@ import functools
 import inspect
 import itertools
 import numbers
+import random
 import re
 import warnings
 
@@ -23,6 +25,7 @@ import triton
 import triton.language as tl
 
 from gpulab import check, runtime
+from gpulab.course import method, speed
 from gpulab.course.grading import (
     check_gradients,
     check_number,
@@ -219,6 +222,7 @@ def grade_lstm_loop(kernel, cases=5):
             raise AssertionError(
                 f"{exc} The epilogue stores h and c after the loop: keep the loop's states in the variables h and c."
             ) from None
+    speed.grade_speed("fused LSTM forward time loop", kernel)
     return f"{len(shapes)} random shapes (B 1-3, T 1-5, NH 1-3, DH 16) against float64, all states and the last"
 
 
@@ -268,7 +272,8 @@ def grade_lstm_backward_step(step, cases=5):
     o [B, H] are the forward's activations (after sigmoid/tanh), c_prev [B, H] the previous cell state, dh and dc
     [B, H] dL/dh_t and the dL/dc_t carried from step t+1, R [4, H, H] the recurrent weights (gate g gets
     ``h_{t-1} @ R[g]^T``). Returns dG [B, 4, H] (the gradients of the four pre-activations, order i, f, z, o),
-    dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64."""
+    dh_prev = dL/dh_{t-1} through R, dc_prev = dL/dc_{t-1}; checked against autograd in float64. Autograd itself is
+    refused, from the aten ops the call runs (:func:`gpulab.course.method.refuse_autograd`)."""
     require_callable("step", step)
     cases = runtime.positive_int("cases", cases)
     rng, _ = fresh_rng()
@@ -280,7 +285,12 @@ def grade_lstm_backward_step(step, cases=5):
         (i, f, z, o), dG, dh_prev, dc_prev = _lstm_step_reference(pre, c_prev, h_prev, R, dh, dc)
         i, f, z, o = (t.detach() for t in (i, f, z, o))
         where = f"B={B}, H={H}"
-        out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
+        with method.OpTrace() as trace:
+            out = step(i.clone(), f.clone(), z.clone(), o.clone(), c_prev.clone(), dh.clone(), dc.clone(), R.clone())
+        method.refuse_autograd(where, trace)
+        cell = [op for op in trace.ops if "lstm" in op or "_backward" in op]
+        if cell:
+            raise AssertionError(f"{where}: your function ran {cell[0]}: write the step's chain rule yourself.")
         check_gradients(
             where, ("dG", "dh_prev", "dc_prev"), out, (dG, dh_prev, dc_prev),
             functools.partial(_step_mistakes, i, f, z, o, c_prev, dh, dc, R),
@@ -306,17 +316,34 @@ def _all_gates_kernel(h_ptr, r_ptr, out_ptr, B, NH, GATES: tl.constexpr, BLOCK_B
     tl.store(out_ptr + 3 * gate + n * B * DH + tile, o, mask=mask)
 
 
-def _dot_calls(fn) -> int | None:
-    """How many ``tl.dot`` calls the body of the learner's function writes (comments left out), or None if its source
-    cannot be read."""
-    src = getattr(fn, "src", None)
-    if not isinstance(src, str):
-        try:
-            src = inspect.getsource(getattr(fn, "fn", fn))
-        except (OSError, TypeError):
-            return None
-    code = "\n".join(line.split("#", 1)[0] for line in src.splitlines())
-    return len(re.findall(r"\bdot\s*\(", code))
+_ALL_GATES_SIGNATURE = {"h_ptr": "*fp32", "r_ptr": "*fp32", "out_ptr": "*fp32", "B": "i32", "NH": "i32"}
+
+
+def check_all_gates_method(all_gates, block_b: int = 16, dh: int = 16) -> None:
+    """AssertionError naming the mistake unless ``all_gates``, compiled (sm_90 TTIR) inside the grader's kernel,
+    makes exactly one ``tt.dot`` of shape [BLOCK_B, 4 * DH]."""
+    ir = method.ttir(_all_gates_kernel, _ALL_GATES_SIGNATURE, {"GATES": all_gates, "BLOCK_B": block_b, "DH": dh})
+    found = method.dots(ir)
+    want = (block_b, 4 * dh)
+    shapes = ", ".join("x".join(map(str, d.out)) for d in found)
+    if not found:
+        raise AssertionError(
+            "all_gates compiles to no tt.dot: products written as tl.sum(h[:, :, None] * r[None], 1) run on the CUDA "
+            "cores, element by element, not on the tensor cores. Make ONE tl.dot of h [BLOCK_B, DH] with the "
+            "[DH, 4 * DH] tile R_all^T."
+        )
+    if len(found) > 1:
+        raise AssertionError(
+            f"all_gates compiles to {len(found)} tt.dot ops ({shapes}): that is lesson 5's v1 (one product per gate). "
+            "Load R^T of all four gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take "
+            "the gates apart."
+        )
+    if found[0].out != want or found[0].in_loop:
+        loop = " inside a loop (one gate per iteration is four products)" if found[0].in_loop else ""
+        raise AssertionError(
+            f"all_gates makes one tt.dot of shape {shapes}{loop}, not [BLOCK_B, 4 * DH] = {list(want)}: the one "
+            "product must cover all four gates, h [BLOCK_B, DH] times R_all^T [DH, 4 * DH]."
+        )
 
 
 def _gate_order_hint(out, want) -> str:
@@ -337,16 +364,12 @@ def _gate_order_hint(out, want) -> str:
 def grade_all_gates(all_gates, cases=4):
     """``all_gates(h, r_ptr, n, NH, BLOCK_B, DH)``, a ``@triton.jit`` function: from h [BLOCK_B, DH] (fp32) and R
     [4, NH, DH, DH] (``r_ptr``; gate g of head n gets ``h @ R[g, n]^T``), the four gates' products, each [BLOCK_B,
-    DH], in the order i, f, z, o, from ONE ``tl.dot`` of h with the [DH, 4 * DH] tile R_all^T. Checked on random
-    heads and batches against float64."""
+    DH], in the order i, f, z, o, from ONE ``tl.dot`` of h with the [DH, 4 * DH] tile R_all^T. The method is read from
+    the compiled TTIR (sm_90, no GPU needed): exactly one ``tt.dot``, of shape [BLOCK_B, 4 * DH]. Then checked on
+    random heads and batches against float64."""
     require_kernel("all_gates", all_gates, called_as="all_gates(h, r_ptr, n, NH, BLOCK_B, DH)")
     cases = runtime.positive_int("cases", cases)
-    dots = _dot_calls(all_gates)
-    if dots is not None and dots > 1:
-        raise AssertionError(
-            f"all_gates writes tl.dot {dots} times: that is lesson 5's v1 (one product per gate). Load R^T of all four "
-            "gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take the gates apart."
-        )
+    check_all_gates_method(all_gates)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 16)] + [(rng.choice([2, 7, 16]), rng.choice([1, 2, 3]), 16) for _ in range(max(cases, 2) - 2)]
     shapes.append((rng.choice([3, 16]), 2, 32))
@@ -435,3 +458,100 @@ def grade_r_bytes(r_bytes, cases=6):
             (want // NH, "every head has its own R: count all NH heads."),
         ], " bytes")  # fmt: skip
     return f"{len(cases_)} problem sizes, fused and alternating"
+
+
+def phase_driver(program, R, h0, T, P, seed=0):
+    """Run ``program(p, P, T, R_p, ex)`` (a generator: one ``yield`` = arriving at the grid barrier) for programs
+    p = 0..P-1 the way the interpreter runs a grid, one program after another, and the way a barrier orders them:
+    phase by phase, every program advanced to its next ``yield`` before any goes past it, in a random order per phase
+    (``seed``). ``ex`` [T + 1, DH] is the exchange buffer: ``ex[0] = h0``, the rest NaN until written. Returns
+    ``(ex, barriers)``: the buffer after the run and the barriers each program reached."""
+    dh = h0.shape[-1]
+    units = dh // P
+    ex = torch.full((T + 1, dh), float("nan"), dtype=h0.dtype)
+    ex[0] = h0
+    gens = [program(p, P, T, R[p * units : (p + 1) * units].clone(), ex) for p in range(P)]
+    if not all(inspect.isgenerator(g) for g in gens):
+        raise AssertionError(
+            "program must be a generator: write `yield` where the program arrives at the grid barrier (a function "
+            "without yield runs all its steps at once, with nobody to wait for)."
+        )
+    order = random.Random(seed)
+    barriers, live = [0] * P, list(range(P))
+    while live:
+        order.shuffle(live)
+        for p in list(live):
+            try:
+                next(gens[p])
+                barriers[p] += 1
+            except StopIteration:
+                live.remove(p)
+    return ex, barriers
+
+
+def _split_reference(R, h0, T):
+    h, out = h0.double(), []
+    for _ in range(T):
+        h = torch.tanh(h @ R.double().T)
+        out.append(h)
+    return torch.stack(out)
+
+
+@grader("split kernel: exchange and barrier")
+def grade_split_exchange(program, cases=5):
+    """``program(p, P, T, R_p, ex)``, a Python generator: program p of P owns units ``p*U .. (p+1)*U - 1`` of a head
+    of DH = P*U (``R_p`` = the rows of R [DH, DH] of its units) and runs T steps of h_t = tanh(h_{t-1} R^T), reading
+    the whole h_{t-1} from the exchange buffer ``ex`` [T + 1, DH] (``ex[0]`` = h0) and writing its units of h_t to
+    ``ex[t]``; each ``yield`` is its arrival at the grid barrier. Run by :func:`phase_driver` in random program
+    orders: the values against float64, and the method: one barrier per step, after the store, before the next read.
+    """
+    require_callable("program", program)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    sizes = [(1, 1, 1), (3, 2, 4)][:cases] + [
+        (rng.randint(2, 4), rng.randint(1, 4), rng.randint(1, 5)) for _ in range(max(cases - 2, 0))
+    ]  # (P, U, T)
+    for P, U, T in sizes:
+        dh = P * U
+        R = check.random_tensor(dh, dh, dtype=torch.float64, device="cpu", scale=1.0 / dh**0.5)
+        h0 = check.random_tensor(dh, dtype=torch.float64, device="cpu")
+        want = _split_reference(R, h0, T)
+        for order in range(3):
+            where = f"P={P} programs of {U} units, T={T}, program order {order}"
+            ex, barriers = phase_driver(program, R, h0, T, P, seed=rng.randrange(1 << 30))
+            if any(b != barriers[0] for b in barriers):
+                raise AssertionError(f"{where}: the programs reached {barriers} barriers; all must reach the same.")
+            if barriers[0] != T:
+                extra = (
+                    " one per step is enough: slot ex[t] is written once and never overwritten"
+                    if barriers[0] > T
+                    else ""
+                )
+                raise AssertionError(f"{where}: {barriers[0]} barriers for {T} steps (yield once per step);{extra}.")
+            if torch.isnan(ex[1:]).any():
+                t = int(torch.isnan(ex[1:]).any(1).nonzero()[0]) + 1
+                raise AssertionError(
+                    f"{where}: h_{t} has units nobody wrote, or computed from a h_{t - 1} read before every program "
+                    f"had written it (NaN here): store your units of h_t into ex[t], THEN yield (the barrier), and "
+                    "read ex[t - 1] only after the barrier of step t - 1."
+                )
+            if check.relative_error(ex[1:], want) > 1e-12:
+                own = torch.zeros_like(want)
+                h = h0.clone()
+                for t in range(T):  # a program that reads only its own units of h_{t-1}
+                    for p in range(P):
+                        m = torch.zeros(dh, dtype=torch.float64)
+                        m[p * U : (p + 1) * U] = 1
+                        own[t, p * U : (p + 1) * U] = torch.tanh((h * m) @ R[p * U : (p + 1) * U].T)
+                    h = own[t]
+                hint = ""
+                if check.relative_error(ex[1:], own) <= 1e-12:
+                    hint = (
+                        " It is what a program computes from its OWN units of h_{t-1} only: every unit of h_t needs "
+                        "all of h_{t-1}, read it whole from ex[t - 1] (written by all programs)."
+                    )
+                try:
+                    check.assert_close(ex[1:], want, dtype=torch.float64, rtol=1e-12, name="h_1..h_T", context=where)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}{hint}") from None
+    return f"{len(sizes)} splits x 3 program orders: one barrier per step, after the store, values against float64"

@@ -1,4 +1,4 @@
-"""Graders for exercise 6 (state tracking): the parity data generator and the evaluation loop.
+"""Graders for exercise 6 (state tracking): the parity data generator, the evaluation loop and the training step.
 
 Each runs the learner's function on fresh random sizes and seeds, compares with :mod:`gpulab.tasks` and hand-made
 models whose right answers are known, and raises AssertionError with a message that says what to fix. On success it
@@ -52,7 +52,7 @@ def grade_parity(parity, cases=5):
             hint = ""
             if torch.equal(y, want[:, -1:].expand_as(y)):
                 hint = " You gave the parity of the whole string at every position; y is the *running* parity."
-            elif length > 1 and torch.equal(y[:, 1:], want[:, :-1]):
+            elif bool((y[:, 0] == 0).all()) and torch.equal(y[:, 1:], want[:, :-1]):
                 hint = " Your labels are shifted by one: y[:, t] includes x[:, t] itself."
             raise AssertionError(
                 f"{where}: y[{b}, {t}] = {int(y[b, t])} but the parity of x[{b}, :{t + 1}] = "
@@ -192,3 +192,110 @@ def grade_evaluate(evaluate):
             raise AssertionError(f"{where}: different seeds drew the same strings; seed the generator with `seed`.")
         tried += 1
     return f"{tried} tasks x 6 hand-made models: final state, batches, eval mode, no gradients, seeds"
+
+
+def _small_lstm(seed: int, d_model: int = 16):
+    from gpulab.tasks.experiments import make_model  # noqa: PLC0415
+
+    return make_model("LSTM", "parity", seed=seed, d_model=d_model, num_layers=1, device="cpu", backend="vanilla")
+
+
+def _reference_step(model, opt, x, y, zero: bool = True, every_position: bool = True) -> float:
+    logits = model(x)
+    if every_position:
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    else:
+        loss = torch.nn.functional.cross_entropy(logits[:, -1].float(), y[:, -1])
+    if zero:
+        opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _same(a, b) -> bool:
+    return all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b))
+
+
+@grader("training step")
+def grade_train_step(train_step, steps=150, length=10, test_length=40):
+    """``train_step(model, optimizer, x, y) -> float``: one training step on a batch of tokens ``x`` [B, T] and states
+    ``y`` [B, T]: the cross-entropy of the state at every position (the model returns logits [B, T, classes]),
+    gradients zeroed, backward, ``optimizer.step()``; returns the loss before the step as a Python float.
+
+    The method first, on a small LSTM and AdamW against the same steps done here (two steps in a row, so gradients
+    left from the first show in the second); then the outcome: a fresh LSTM trained with ``train_step`` for ``steps``
+    steps on parity strings of ``length`` tokens must predict the final state of held-out strings of ``test_length``
+    tokens (longer than any it was trained on) with at least 95% accuracy (:func:`gpulab.tasks.training.evaluate`).
+    """
+    require_callable("train_step", train_step)
+    steps = runtime.positive_int("steps", steps)
+    length, test_length = runtime.positive_int("length", length), runtime.positive_int("test_length", test_length)
+    rng, _ = fresh_rng()
+    seed = rng.randrange(1000)
+    task = tasks.get_task("parity")
+    mine, ref = _small_lstm(seed, 8), _small_lstm(seed, 8)
+    opt_mine = torch.optim.AdamW(mine.parameters(), lr=1e-2)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    gen = _gen(seed)
+    for step in range(2):
+        x, y = task.sample(4, 6, generator=gen)
+        before = _params(mine)
+        start = {k: v.clone() for k, v in mine.state_dict().items()}
+        loss = train_step(mine, opt_mine, x.clone(), y.clone())
+        want = _reference_step(ref, opt_ref, x, y)
+        where = f"step {step + 1} of a small LSTM (seed {seed})"
+        if isinstance(loss, torch.Tensor) or not isinstance(loss, float):
+            raise AssertionError(
+                f"{where}: train_step returned {type(loss).__name__}; return the loss as a Python float "
+                "(loss.item(): a tensor would keep the whole graph of the step alive in a list of losses)."
+            )
+        if _same(_params(mine), before):
+            raise AssertionError(f"{where}: the parameters did not change: call optimizer.step() after backward.")
+        if _same(_params(mine), _params(ref)) and abs(loss - want) <= 1e-5 * max(1.0, abs(want)):
+            continue
+        last_only = _small_lstm(seed, 8)
+        last_only.load_state_dict(start)
+        opt_last = torch.optim.AdamW(last_only.parameters(), lr=1e-2)
+        if step == 0 and abs(loss - _reference_step(last_only, opt_last, x, y, every_position=False)) <= 1e-5 * max(
+            1.0, abs(loss)
+        ):
+            raise AssertionError(
+                f"{where}: your loss is the cross-entropy of the last position only; the task's loss counts the "
+                "state at every position (a string of T tokens gives T labelled prefixes): flatten logits to "
+                "[B*T, classes] and y to [B*T]."
+            )
+        if step == 1:
+            raise AssertionError(
+                f"{where}: the first step was right but the second is not: the gradients of the first step were "
+                "still there (backward adds to .grad). Call optimizer.zero_grad() before loss.backward()."
+            )
+        raise AssertionError(
+            f"{where}: the parameters after the step differ from one AdamW step on the cross-entropy of every "
+            f"position (your loss {loss:.6g}, expected {want:.6g})."
+        )
+    # the outcome: train a fresh LSTM with the learner's step, test on longer strings
+    from gpulab.tasks.training import evaluate  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = _small_lstm(0, 16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen = _gen(0)
+    model.train()
+    for _ in range(steps):
+        x, y = task.sample(32, length, generator=gen)
+        train_step(model, opt, x, y)
+    acc = evaluate(model, task, test_length, samples=256)
+    if acc < 0.95:
+        raise AssertionError(
+            f"after {steps} steps on strings of {length} tokens, the LSTM predicts the final state of {test_length}-"
+            f"token strings with {acc:.0%} accuracy (at least 95% expected): check the loss and the order zero_grad, "
+            "backward, step."
+        )
+    return (
+        f"the method on two steps, then {steps} steps of training: at least 95% on held-out {test_length}-token strings"
+    )

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 3 — The cuDNN 5 LSTM optimization ladder
 #
-# Two tasks that go with `notebooks/03_cudnn_ladder.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random LSTMs against `torch.nn.LSTM` in float64 and raises with a message if something is wrong.
+# Three tasks that go with `notebooks/03_cudnn_ladder.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random LSTMs against `torch.nn.LSTM` in float64 and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -137,6 +137,49 @@ def pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK: tl.conste
 # %%
 # GRADER: fused LSTM pointwise kernel
 grading.grade_pointwise_kernel(pointwise_kernel)
+
+
+# %% [markdown]
+# ## Task 3: the wavefront schedule (step 6)
+#
+# A stack of $L$ LSTM layers over $T$ steps is a grid of $L \times T$ cells. Cell $(l, t)$ needs $(l, t-1)$, its
+# own layer's previous state, and $(l-1, t)$, its input from the layer below. Steps 0 to 5 run the cells one at a
+# time; step 6 runs every cell that is ready at once, as one batched product and one pointwise launch per *wave*.
+# Write `schedule(layers, steps) -> list of waves`, each wave a list of cells `(layer, t)`, in the order the waves
+# run. The grader checks the structure on random stacks and the article's 4 x 100: every cell exactly once, both
+# dependencies of each cell in earlier waves, and the fewest waves possible.
+#
+# <details><summary>Hint 1</summary>
+#
+# Draw the grid for $L = 3$, $T = 5$ and mark which cells are ready after the first wave, the second, ... Which
+# cells become ready together, and what do their coordinates have in common?
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# Wave $k$ holds the cells with $l + t = k$, for $k = 0, \ldots, L + T - 2$: layers from $\max(0, k - T + 1)$ to
+# $\min(L - 1, k)$, each at $t = k - l$.
+# </details>
+
+# %% tags=["solution"]
+def schedule(layers, steps):
+    ### BEGIN SOLUTION
+    # cells with the same layer + t are independent: each needs only cells with layer + t one smaller
+    return [
+        [(layer, k - layer) for layer in range(max(0, k - steps + 1), min(layers, k + 1))]
+        for k in range(layers + steps - 1)
+    ]
+    ### END SOLUTION
+
+
+# %%
+# GRADER: wavefront schedule
+grading.grade_wavefront(schedule)
+
+# %%
+waves = schedule(4, 100)
+print(f"the article's stack: {len(waves)} waves instead of {4 * 100} cells one by one; the widest holds "
+      f"{max(map(len, waves))} cells")
 
 # %% [markdown]
 # ## Question

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 4 — From online softmax to FlashAttention
 #
-# Four tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Five tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -142,32 +142,38 @@ grading.grade_forward_kernel(forward_kernel)
 # $S = s\,QK^\top$ ($s$ the scale). The backward never stores $P$ either: it recomputes it from $L$. Write, in PyTorch
 # (float64 here), the gradients of one head's block, `backward_block(q, k, v, o, do, lse, scale) -> (dq, dk, dv)`:
 # `q`, `o`, `do` are $[n_q, d]$, `k`, `v` are $[n_k, d]$, `lse` is $[n_q]$. Do not call `torch.softmax` or autograd:
-# the point is the algebra the FlashAttention-2 kernels run block by block.
+# the point is the algebra the FlashAttention-2 kernels run block by block, which you derive here. The grader reads
+# the ops your function runs: autograd in any form (also under `torch.enable_grad()`, or `torch.func`), a softmax, or
+# a backward without matrix products are refused, each with its reason.
 #
-# **Spec.** With $P = e^{S - L}$ (row-wise), $O = PV$:
+# **Goal.** With $S = s\,QK^\top$, $P = \mathrm{softmax}(S)$ row by row and $O = PV$, and $dO = \partial L/\partial O$
+# given, return $dQ$ $[n_q, d]$, $dK$ $[n_k, d]$, $dV$ $[n_k, d]$, without ever forming a softmax: $P$ comes back
+# from $L$, and the softmax's backward must not need a row of $P$ beyond the block in hand.
 #
-# $$ dV = P^\top dO, \qquad dP = dO\,V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = s\,dS\,K, \qquad dK = s\,dS^\top Q, $$
+# Open the hints one at a time, only when stuck: each gives away more than the one before.
 #
-# where $D_i = \sum_j P_{ij}\,dP_{ij}$. **Why $D$?** The softmax of a row has Jacobian $\partial P_j / \partial S_k =
-# P_j(\delta_{jk} - P_k)$, so $dS_k = P_k\,dP_k - P_k \sum_j P_j\,dP_j$; and $\sum_j P_{ij} dP_{ij} = \sum_j P_{ij}
-# (dO_i \cdot V_j) = dO_i \cdot O_i$: $D$ is a row sum of $dO \circ O$, an $O(Nd)$ product that needs no $P$ at all
-# (the kernels compute it before the main loop).
+# <details><summary>Hint 1: the shapes and the chain rule</summary>
 #
-# Hints, opened one at a time only when you are stuck:
-#
-# <details><summary>Hint 1</summary>
-#
-# Start with `p = torch.exp(scale * q @ k.T - lse[:, None])`: every row of `p` sums to 1 (check it).
+# Go backwards through the three forward lines: $O = PV$ gives $dV$ and $dP$ (each a product of two of $P$, $V$,
+# $dO$; let the shapes $[n_k, d]$ and $[n_q, n_k]$ tell which, and which transposed); $P = \mathrm{softmax}(S)$
+# gives $dS$ from $dP$; $S = s\,QK^\top$ gives $dQ$ and $dK$ from $dS$ (the scale comes back). $P$ itself:
+# `torch.exp(scale * q @ k.T - lse[:, None])`, whose rows sum to 1.
 # </details>
 #
-# <details><summary>Hint 2</summary>
+# <details><summary>Hint 2: the key identity</summary>
 #
-# $dV$ and $dP$ are plain products; $D$ is `(do * o).sum(-1, keepdim=True)`, broadcast over the columns of `dp`.
+# A softmax row has Jacobian $\partial P_j / \partial S_k = P_j(\delta_{jk} - P_k)$, so
+# $dS_k = P_k\,dP_k - P_k \sum_j P_j\,dP_j$. The sum $D_i = \sum_j P_{ij}\,dP_{ij}$ looks like it needs the whole
+# row of $P$; expand $dP_{ij} = dO_i \cdot V_j$ and sum over $j$ first: $D_i = dO_i \cdot \sum_j P_{ij} V_j =
+# dO_i \cdot O_i$, a row sum of $dO \circ O$ (the kernels compute it before their main loop).
 # </details>
 #
-# <details><summary>Hint 3</summary>
+# <details><summary>Hint 3: the formulas</summary>
 #
-# Shapes tell the transposes: `dk` must be $[n_k, d]$, so it is `dS.T @ q` (times the scale), and `dq` is `dS @ k`.
+# $$ dV = P^\top dO, \qquad dP = dO\,V^\top, \qquad dS = P \circ (dP - D), \qquad dQ = s\,dS\,K, \qquad
+#    dK = s\,dS^\top Q, $$
+#
+# with `D = (do * o).sum(-1, keepdim=True)` broadcast over the columns of `dp`.
 # </details>
 
 # %% tags=["solution"]
@@ -215,6 +221,68 @@ def kv_bytes(n, d, block_m, elem_bytes):
 # %%
 # GRADER: K/V bytes read by the forward
 grading.grade_kv_bytes(kv_bytes)
+
+
+# %% [markdown]
+# ## Task 5: causal masking
+#
+# A decoder's attention is causal: query $i$ may see keys $j \le i$ only (SDPA's `is_causal=True`, here with
+# $n_q = n_k = n$). Write the whole causal forward kernel, same launch and arguments as task 2's. Two things make it
+# causal, and the grader checks both: the output (against float64), and that a Q block **never loads** the key
+# blocks that lie entirely above the diagonal (it launches one Q block alone over K and V whose later rows are NaN).
+# Masking their scores to $-\infty$ is not enough: it still loads them and multiplies $P$ (zeros there) by their $V$,
+# which on a GPU is half of all the work at long $n$.
+#
+# <details><summary>Hint 1</summary>
+#
+# Which keys can the rows `offs_m` of this program see at most? The last row of the block is
+# `(pid_m + 1) * BLOCK_M - 1`, so no key at or past `(pid_m + 1) * BLOCK_M` matters (nor past `n_k`).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# End the loop there: `for start_n in range(0, tl.minimum(n_k, (pid_m + 1) * BLOCK_M), BLOCK_N)`. Inside, a block
+# that straddles the diagonal still needs the per-element mask: `(cols[None, :] <= offs_m[:, None]) &
+# (cols < n_k)[None, :]` (query $i$ sees key $i$ itself: `<=`).
+# </details>
+
+# %% tags=["solution"]
+@triton.jit
+def causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    ### BEGIN SOLUTION
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=(offs_m < n_q)[:, None], other=0.0)
+    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # key blocks past this Q block's last row are above the diagonal for all its rows: never loaded
+    for start_n in range(0, tl.minimum(n_k, (pid_m + 1) * BLOCK_M), BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.where((cols[None, :] <= offs_m[:, None]) & (cols < n_k)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: key 0 is in every row's first block
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    tl.store(o_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc / l_i[:, None],
+             mask=(offs_m < n_q)[:, None])
+    ### END SOLUTION
+
+
+# %%
+# GRADER: causal FlashAttention forward
+grading.grade_causal_forward(causal_kernel)
 
 # %% [markdown]
 # ## Question

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 5 — A fused RNN kernel
 #
-# Six tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Seven tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -178,8 +178,11 @@ grading.grade_lstm_loop(lstm_forward_kernel)
 # - return the four $[BLOCK\_B, DH]$ products in the order $i, f, z, o$. `tl.split` only halves a last dimension of
 #   size 2, so the gate index has to become two size-2 dimensions first (`tl.reshape`, `tl.permute`).
 #
-# The grader's kernel calls your function on random heads, batches and head dims 16 and 32 and compares with
-# float64 $h\, R_{g,n}^\top$; a function with more than one `tl.dot` is v1 again and fails. In the lesson's kernel the
+# The grader first compiles your function inside its kernel for an H100 (sm_90; no GPU needed) and reads the
+# compiled code: it must make exactly one `tt.dot`, of shape $[BLOCK\_B, 4\,DH]$ (four products, a product in a
+# loop over the gates, or products written as `tl.sum` of broadcasts are refused, each with its reason). Then its
+# kernel calls your function on random heads, batches and head dims 16 and 32 and compares with float64
+# $h\, R_{g,n}^\top$. In the lesson's kernel the
 # load of $R_\text{all}^\top$ sits before the time loop; here it is inside the function to keep the task small.
 #
 # <details><summary>Hint 1</summary>
@@ -244,33 +247,40 @@ grading.grade_all_gates(all_gates)
 # reaches $h_t$), `dc` the $\partial L / \partial c_t$ carried from step $t+1$, and `R` $[4, H, H]$ the recurrent
 # weights: gate $g$'s pre-activation is $\ldots + h_{t-1} R_g^\top$. Return `dG` $[B, 4, H]$ (order i, f, z, o).
 #
-# **Spec.** Forward: $c_t = f \odot c_{t-1} + i \odot z$, $h_t = o \odot \tanh c_t$ with $i, f, o = \sigma(\cdot)$,
-# $z = \tanh(\cdot)$. Backward, with $\tau = \tanh c_t$:
+# **Goal.** The forward step was: $i, f, o = \sigma(\cdot)$ and $z = \tanh(\cdot)$ of the four pre-activations
+# $G_g = x_t W_g^\top + h_{t-1} R_g^\top + b_g$, then $c_t = f \odot c_{t-1} + i \odot z$ and
+# $h_t = o \odot \tanh c_t$. Derive the step's backward yourself, line by line in reverse: what reaches $c_t$, what
+# each pre-activation receives, what passes on to $c_{t-1}$ and $h_{t-1}$. Shapes: `dG` $[B, 4, H]$, `dh_prev` and
+# `dc_prev` $[B, H]$. Autograd (in any form: `.backward()`, `torch.autograd.grad`, `torch.func`) is refused by the
+# grader, which reads the ops your function runs.
+#
+# Open the hints one at a time, only when stuck: each gives away more than the one before.
+#
+# <details><summary>Hint 1: the shapes and the chain rule</summary>
+#
+# Draw the step as a graph: $G \to (i, f, z, o)$, $(f, c_{t-1}, i, z) \to c_t$, $(o, c_t) \to h_t$, and
+# $h_{t-1} \to G$ through $R$. The gradient of each node is the sum over the paths leaving it. $c_t$ has two
+# outgoing paths (into $h_t$, and into the next step, whose gradient is `dc`); everything is elementwise except the
+# path from $G$ back to $h_{t-1}$, a product with $R$ of shape $[B, 4H] \times [4H, H]$.
+# </details>
+#
+# <details><summary>Hint 2: the key identities</summary>
+#
+# The forward saved activations, not pre-activations, so write the derivatives with them:
+# $\sigma'(x) = s(1 - s)$ where $s = \sigma(x)$, and $\tanh'(x) = 1 - t^2$ where $t = \tanh x$. Only
+# $\tau = \tanh c_t$ must be recomputed (from $c_t = f c_{t-1} + i z$). Gate $g$'s unit $j$ reads
+# $\sum_k h_{t-1,k} R_{g,j,k}$: which index of `R[g]` does $dh_{t-1}$ sum over?
+# </details>
+#
+# <details><summary>Hint 3: the formulas</summary>
 #
 # $$ \delta c = dc + dh \odot o \odot (1 - \tau^2), \quad \delta G_i = \delta c\, z\, i(1-i), \quad
 #    \delta G_f = \delta c\, c_{t-1}\, f(1-f), \quad \delta G_z = \delta c\, i\, (1 - z^2), \quad
 #    \delta G_o = dh\, \tau\, o(1-o), $$
 #
-# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g . $$
+# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g , $$
 #
-# Each line is the chain rule through one forward line; the derivatives of $\sigma$ and $\tanh$ are written with
-# the activations the forward saved ($\sigma' = s(1-s)$, $\tanh' = 1 - z^2$), which is why the kernel saves
-# activations, not pre-activations, and recomputes only $\tau$ (one tanh per unit).
-#
-# <details><summary>Hint 1</summary>
-#
-# Compute $\tau$ from $c_t = f c_{t-1} + i z$ first; everything else is elementwise except $dh_{t-1}$.
-# </details>
-#
-# <details><summary>Hint 2</summary>
-#
-# $\delta c$ has two sources: the carry `dc` from step $t+1$ and the path through $h_t = o \tanh c_t$.
-# </details>
-#
-# <details><summary>Hint 3</summary>
-#
-# `dG = torch.stack([...], 1)` gives $[B, 4, H]$; then `torch.einsum("bgj,gjk->bk", dG, R)` sums
-# $\delta G_g R_g$ over the gates (check which index of `R[g]` the gate unit $j$ is).
+# with `dG = torch.stack([...], 1)` and `torch.einsum("bgj,gjk->bk", dG, R)` for the last sum.
 # </details>
 
 # %% tags=["solution"]
@@ -380,6 +390,50 @@ try:
         print(f"{'fused' if fused else 'alternating':11s}: {mb:8.2f} MB of R per forward (B 16, T 1024, 12x64)")
 except NotImplementedError:
     print("write r_bytes (task 6) first")
+
+# %% [markdown]
+# ## Task 7: the split kernel's exchange and barrier
+#
+# A head too large for one SM is split over $P$ programs by output units (lesson 5, part 2): program $p$ owns $U$
+# units and the rows $R_p$ of $R$ for them, and computes its units of $h_t = \tanh(h_{t-1} R^\top)$ (an Elman
+# step, to keep the cell out of the way). Each unit of $h_t$ needs **all** of $h_{t-1}$, written by every program
+# one step earlier: it travels through an exchange buffer in global memory, `ex` $[T + 1, DH]$ with `ex[0]` $= h_0$
+# and `ex[t]` $= h_t$ (the kernel's output is its exchange buffer), and a grid barrier per step orders the writes
+# before the reads.
+#
+# Write program $p$ as a Python generator `program(p, P, T, R_p, ex)`: each `yield` is its arrival at the grid
+# barrier (it resumes once every program has arrived). Triton's interpreter runs the programs of a grid one after
+# another, so a barrier cannot work there; the grader's `phase_driver` runs your programs the way the barrier
+# orders them, phase by phase, in a random order within each phase, and checks the values against float64 and the
+# method: where the barrier sits, how many there are, what is read from where.
+#
+# <details><summary>Hint 1</summary>
+#
+# Per step: read the whole $h_{t-1}$ (`ex[t - 1]`), compute your units (`torch.tanh(h_prev @ R_p.T)`, shape $[U]$),
+# store them into `ex[t, p * U:(p + 1) * U]`. Where must the barrier go so that nobody reads `ex[t]` before every
+# program has stored its part?
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# After the store, once per step: `yield` as the last statement of the loop body. One is enough, because slot
+# `ex[t]` is written once and never overwritten (a single reused buffer would need a second barrier, or two slots).
+# </details>
+
+# %% tags=["solution"]
+def program(p, P, T, R_p, ex):
+    ### BEGIN SOLUTION
+    units = slice(p * R_p.shape[0], (p + 1) * R_p.shape[0])
+    for t in range(1, T + 1):
+        h_prev = ex[t - 1]  # all of h_{t-1}: every program wrote its units before the last barrier
+        ex[t, units] = torch.tanh(h_prev @ R_p.T)  # my units of h_t
+        yield  # the grid barrier: nobody reads ex[t] until every program has stored its part
+    ### END SOLUTION
+
+
+# %%
+# GRADER: split kernel: exchange and barrier
+grading.grade_split_exchange(program)
 
 # %% [markdown]
 # ## Question

@@ -13,9 +13,9 @@
 # ---
 
 # %% [markdown]
-# # Exercises 6 — State tracking: the data and the evaluation
+# # Exercises 6 — State tracking: the data, the evaluation and the training step
 #
-# Two tasks that go with `notebooks/06_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
+# Three tasks that go with `notebooks/06_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -129,6 +129,48 @@ def evaluate(model, task, length, samples=512, batch_size=256, seed=1234):
 # %%
 # GRADER: evaluation loop
 grading.grade_evaluate(evaluate)
+
+
+# %% [markdown]
+# ## Task 3: the training step
+#
+# Write `train_step(model, optimizer, x, y) -> float`: one step of training on a batch of tokens `x` $[B, T]$ with
+# their states `y` $[B, T]$. The model returns logits $[B, T, C]$, one prediction of the state per position, and the
+# loss is the cross-entropy of the state at **every** position (a string of $T$ tokens gives $T$ labelled prefixes,
+# which is what lets the model learn a state update rather than a lookup of whole strings). Then the step itself:
+# gradients, one optimizer step. Return the loss before the step as a Python float.
+#
+# The grader checks the method on two steps in a row against the same steps done its own way (so gradients left over
+# from the first step show in the second), then trains a fresh LSTM with your step for 150 steps on strings of 10
+# bits and tests it on **held-out strings of 40 bits**: at least 95% of their final states must be right.
+#
+# <details><summary>Hint 1</summary>
+#
+# `torch.nn.functional.cross_entropy` takes logits $[N, C]$ and classes $[N]$: flatten the batch and time
+# dimensions together (`logits.reshape(-1, logits.shape[-1])`, `y.reshape(-1)`).
+# </details>
+#
+# <details><summary>Hint 2</summary>
+#
+# `backward()` adds to `.grad`: call `optimizer.zero_grad()` before it, then `optimizer.step()` after it, and
+# return `loss.item()` (a tensor would keep the step's whole graph alive in a list of losses).
+# </details>
+
+# %% tags=["solution"]
+def train_step(model, optimizer, x, y):
+    ### BEGIN SOLUTION
+    logits = model(x)  # [B, T, C]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+    ### END SOLUTION
+
+
+# %%
+# GRADER: training step
+grading.grade_train_step(train_step)
 
 
 # %% [markdown]
