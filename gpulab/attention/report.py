@@ -486,12 +486,13 @@ V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
 
 
 def stored_v3(folder=None) -> list[bench.Result]:
-    """The newest bench run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag].jsonl``; the ``-check``,
-    ``-race`` and ``-tune`` files of a run hold its correctness and tuning phases). FileNotFoundError if none."""
+    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
+    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
+    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
     runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
     if not runs:
-        raise FileNotFoundError(f"no version-3 bench records in {folder}; run scripts/probe_v3.py bench on an H100.")
+        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     return bench.load("04", path=bench.newest(runs))
 
 
