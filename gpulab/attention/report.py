@@ -18,7 +18,9 @@ was timed on both clocks):
   ``triton.testing.do_bench``;
 - ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``bench 04 fused``)
   against the two-kernel backward, backward only;
-- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates.
+- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
+- ``benchmarks/04_attention/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 04 v3``,
+  :mod:`gpulab.attention.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it), :func:`stored_v3`.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
 """

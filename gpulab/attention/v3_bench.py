@@ -124,7 +124,7 @@ def bench_v3(progress=None, problems=None) -> list[bench.Result]:
             cpu=[dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal=c) for c in (False, True)],
             gpu=grid(),
         )  # fmt: skip
-    if not isinstance(problems, (list, tuple)) or not problems:
+    if not isinstance(problems, (list, tuple)) or not problems or not all(isinstance(p, dict) for p in problems):
         raise TypeError(f"problems must be a non-empty list of dicts like grid()'s, got {problems!r}.")
     impls = _bench_providers()
     # round 0 of every provider, then round 1 of every provider, per problem: the harness times a case's providers
@@ -219,6 +219,15 @@ def check_v3(progress=None, shapes=SHAPES) -> list[bench.Result]:
     """``python -m gpulab bench 04 v3-check``: every configuration of :func:`variants`, float16 and bfloat16, head
     dims 64 and 128, causal and not, on ``shapes``; ``params['check']`` 'ok' or the mismatch, ``rel_err_o`` and
     ``rel_err_lse``. Not timed (status 'checked, not timed'; 'unavailable: ...' without an sm_90 GPU)."""
+    if (
+        not isinstance(shapes, (list, tuple))
+        or not shapes
+        or not all(isinstance(s, (list, tuple)) and len(s) == 4 for s in shapes)
+    ):
+        raise TypeError(f"shapes must be a non-empty list of (B, H, Nq, Nk), got {shapes!r}.")
+    for s in shapes:
+        for n in s:
+            runtime.integer("shapes", n, minimum=1)
     marks = []
     for d in (64, 128):
         for causal in (False, True):
@@ -258,6 +267,15 @@ def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]
     programs take several): ``params['differing']`` 0, or ``params['check']`` names how many runs differed."""
     runs = runtime.integer("runs", runs, minimum=1)
     configs = configs or {(d, c): variants(d, c) for d in (64, 128) for c in (False, True)}
+    if not isinstance(configs, dict) or not all(
+        isinstance(key, tuple) and len(key) == 2 and isinstance(cfgs, list) and cfgs
+        and all(isinstance(c, v3.V3Config) for c in cfgs)
+        for key, cfgs in configs.items()
+    ):  # fmt: skip
+        raise TypeError(f"configs must be a dict (head dim, causal) -> list of V3Config, got {configs!r}.")
+    for d, causal in configs:
+        runtime.one_of("configs' head dim", d, (64, 128))
+        runtime.strict_bool("configs' causal", causal)
     marks = []
     for (d, causal), cfgs in configs.items():
         case = dict(dtype=torch.bfloat16, batch=4, heads=1024 // d // 2, n_q=2000, n_k=2000, head_dim=d, causal=causal)
