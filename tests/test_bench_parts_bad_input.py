@@ -4,7 +4,7 @@ the argument, before anything runs."""
 import pytest
 
 from gpulab import lessons
-from gpulab.attention import hopper_bench
+from gpulab.attention import hopper_bench, v3_bench
 from gpulab.rnn.fused import split_bench, split_report, versions_bench
 
 BAD = [
@@ -29,6 +29,21 @@ BAD = [
     ("hopper run_sweep", lambda: hopper_bench.hopper(run_sweep="no"), TypeError, "run_sweep"),
     ("hopper candidates", lambda: hopper_bench.hopper(candidates=[(64, 64, 4, 3)]), TypeError, "candidates"),
     ("hopper problems", lambda: hopper_bench.hopper(problems="grid"), TypeError, "problems"),
+    ("bench_v3 problems", lambda: v3_bench.bench_v3(problems=["grid"]), TypeError, "problems"),
+    ("check_v3 shapes", lambda: v3_bench.check_v3(shapes=(1, 2, 5, 7)), TypeError, "shapes"),
+    ("check_v3 shapes zero", lambda: v3_bench.check_v3(shapes=[(1, 2, 0, 7)]), ValueError, "shapes"),
+    ("race_v3 runs", lambda: v3_bench.race_v3(runs=0), ValueError, "runs"),
+    ("race_v3 configs", lambda: v3_bench.race_v3(configs={(64, True): [dict(step=3)]}), TypeError, "configs"),
+    (
+        "race_v3 head dim",
+        lambda: v3_bench.race_v3(configs={(96, True): [v3_bench.v3.V3Config()]}),
+        ValueError,
+        "head dim",
+    ),
+    ("tune_v3 candidates", lambda: v3_bench.tune_v3(candidates=[dict(step=3)]), TypeError, "candidates"),
+    ("tune_v3 tokens", lambda: v3_bench.tune_v3(tokens=0), ValueError, "tokens"),
+    ("variants head dim", lambda: v3_bench.variants(96, False), ValueError, "head_dim"),
+    ("variants causal", lambda: v3_bench.variants(64, "yes"), TypeError, "is_causal"),
 ]
 
 

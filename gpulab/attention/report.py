@@ -18,7 +18,9 @@ was timed on both clocks):
   ``triton.testing.do_bench``;
 - ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``bench 04 fused``)
   against the two-kernel backward, backward only;
-- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates.
+- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
+- ``benchmarks/04_attention/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 04 v3``,
+  :mod:`gpulab.attention.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it), :func:`stored_v3`.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
 """
@@ -486,12 +488,13 @@ V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
 
 
 def stored_v3(folder=None) -> list[bench.Result]:
-    """The newest bench run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag].jsonl``; the ``-check``,
-    ``-race`` and ``-tune`` files of a run hold its correctness and tuning phases). FileNotFoundError if none."""
+    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
+    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
+    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
     runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
     if not runs:
-        raise FileNotFoundError(f"no version-3 bench records in {folder}; run scripts/probe_v3.py bench on an H100.")
+        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     return bench.load("04", path=bench.newest(runs))
 
 

@@ -566,7 +566,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **On the H100.** The version-3 run (`benchmarks/04_attention/v3/`, `scripts/probe_v3.py`) checked every step against SDPA's fp32 math, ran each configuration 200 times and compared the outputs bit for bit (a race would show as runs that differ), then timed the steps, the tuned kernel, version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's 24 forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+# **On the H100.** The version-3 run (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`) checked every step against SDPA's fp32 math, ran each configuration 200 times and compared the outputs bit for bit (a race would show as runs that differ), then timed the steps, the tuned kernel, version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's 24 forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
 
 # %%
 try:

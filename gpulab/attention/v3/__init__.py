@@ -5,5 +5,6 @@
 - :mod:`.schedule_model`: the kernel's block order, rescaling points and ping-pong turns replayed in PyTorch;
 - :mod:`.compile_check`: the kernel compiled for sm_90 without a GPU, and what its PTX and ``ptxas -v`` say.
 
-Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version.
+Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version and its benchmark
+parts (:mod:`gpulab.attention.v3_bench`: ``python -m gpulab bench 04 v3|v3-check|v3-race|v3-tune``).
 """

@@ -127,12 +127,13 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=2, stages=3, persistent=True, **_C3),
     (64, True): dict(step=3, stages=3),
 }
-""":class:`V3Config` fields per (head dim, causal): the fastest race-free variant of ``scripts/probe_v3.py tune``
-on the H100 (geometric mean over lesson 4's N = 1k, 4k and 16k at bf16; records in
-``benchmarks/04_attention/v3/``, run e). Persistent programs pay at d=128 non-causal (the next tile's keys and, with
-a second Q buffer, its queries load while this tile finishes) and lose on causal problems; three consumer
-warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers for the two non-causal choices (see
-:mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
+""":class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 (geometric mean over lesson
+4's N = 1k, 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run e). Persistent programs pay at
+d=128 non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes) and
+lose on causal problems; three consumer warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers
+for the two non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest
+measured."""
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3Config:

@@ -1,0 +1,107 @@
+"""Lesson 4's version-3 parts (gpulab.attention.v3_bench: `bench 04 v3|v3-check|v3-race|v3-tune`) on CPU: version 3
+needs an sm_90 GPU, so its providers are recorded unavailable, the rest of the bench part runs in the interpreter, and
+the check, race and tune wiring is driven by a stand-in for the kernel."""
+
+import pytest
+import torch
+
+from gpulab import bench, lessons
+from gpulab.attention import report as ar
+from gpulab.attention import v3_bench as vb
+
+NEEDS = "unavailable: version 3 (Gluon) needs an sm_90 GPU"
+
+
+def test_bench_part_records_what_the_report_reads(tmp_path):
+    results = vb.bench_v3(problems=[dict(dtype=torch.float16, batch=1, heads=2, seq=21, head_dim=16, causal=True)])
+    impls = {ar.V3_TUNED, *ar.V3_STEPS, *ar.V3_PEERS}
+    assert {(r.params["impl"], r.params["round"]) for r in results} == {(i, k) for i in impls for k in (0, 1)}
+    for r in results:
+        p = r.params
+        assert r.case == r.provider == p["impl"] and p["kind"] == "throughput" and p["direction"] == "forward"
+        assert (p["head_dim"], p["causal"], p["seq"], p["batch"], p["heads"]) == (16, True, 21, 1, 2)
+        if p["impl"].startswith("gpulab v3"):
+            assert r.status.startswith(NEEDS), r.status
+    v2 = [r for r in results if r.params["impl"] == "gpulab v2"]
+    assert all(r.status == "ok" and r.params["check"] == "ok" and r.params["rel_err"] <= 1e-2 for r in v2)
+    # the report reads the bench file back, never the check/race/tune files beside it (even newer ones)
+    bench.save(results, "04", path=tmp_path / "cpu-triton-interpreter-2026-01-01-v3.jsonl")
+    other = bench.record(lesson="04", case="v3 check", kind="check")
+    for part in ("v3-check", "v3-race", "v3-tune"):
+        assert lessons.part_folder("04", part) == lessons.part_folder("04", "v3") == "v3"
+        bench.save([other], "04", path=tmp_path / f"cpu-triton-interpreter-2026-01-02-{part}.jsonl")
+    stored = ar.stored_v3(tmp_path)
+    assert [(r.case, r.status, r.params["round"]) for r in stored] == [
+        (r.case, r.status, r.params["round"]) for r in results
+    ]
+    (row,) = ar.v3_best(stored).values()
+    assert set(row) == {"gpulab v2"} and row["gpulab v2"].ms == min(r.ms for r in v2)
+
+
+def _exact(q, k, v, causal, cfg=None):
+    """A stand-in for version 3: SDPA's fp32 math (O in q's dtype) and the LSE."""
+    o, lse = vb._reference(q, k, v, causal)
+    return o.to(q.dtype), lse
+
+
+def test_check_part_records_each_configuration_and_catches_a_wrong_one(monkeypatch):
+    shapes = ((1, 2, 5, 7),)
+    unavailable = vb.check_v3(shapes=shapes)  # on CPU: every configuration recorded, none run
+    assert len(unavailable) == 2 * sum(len(vb.variants(d, c)) for d in (64, 128) for c in (False, True))
+    assert all(r.status.startswith(NEEDS) and r.params["kind"] == "check" for r in unavailable)
+
+    monkeypatch.setattr(vb, "_needs_hopper", lambda *a: None)
+    monkeypatch.setattr(vb.v3, "attention_forward", _exact)
+    ok = vb.check_v3(shapes=shapes)
+    assert all(r.status == "checked, not timed" and r.params["check"] == "ok" for r in ok)
+    assert all(r.params["rel_err_o"] <= 1e-2 and r.params["rel_err_lse"] <= vb.LSE_TOLERANCE for r in ok)
+
+    def unwritten_row(q, k, v, causal, cfg=None):
+        o, lse = _exact(q, k, v, causal)
+        o[..., -1, :] = float("nan")  # the last query row never written
+        return o, lse
+
+    monkeypatch.setattr(vb.v3, "attention_forward", unwritten_row)
+    bad = vb.check_v3(shapes=shapes)
+    assert all(r.params["check"].startswith("FAILED: rel_err(O) inf") for r in bad)
+
+
+def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_configs(monkeypatch):
+    calls = []
+
+    def racy_at_two_stages(q, k, v, causal, cfg=None):
+        calls.append(cfg)
+        # the race input (N 2000) only compares runs: a cheap output there; the exact one where it is checked
+        o, lse = (q.clone(), q.float().sum(-1)) if q.shape[2] == 2000 else _exact(q, k, v, causal)
+        if cfg.stages == 2 and len(calls) % 2:
+            o = o.clone()
+            o.view(-1)[0] += 1  # every other run differs in one element
+        return o, lse
+
+    cfgs = [vb.v3.V3Config(step=3, stages=3), vb.v3.V3Config(step=3, stages=2)]
+    assert all(r.status.startswith(NEEDS) for r in vb.race_v3(runs=3, configs={(64, True): cfgs}))
+    monkeypatch.setattr(vb, "_needs_hopper", lambda *a: None)
+    monkeypatch.setattr(vb.v3, "attention_forward", racy_at_two_stages)
+    raced = {r.params["cfg"]["stages"]: r for r in vb.race_v3(runs=4, configs={(64, True): cfgs})}
+    assert raced[3].params["check"] == "ok" and raced[3].params["differing"] == 0
+    assert raced[2].params["check"].startswith("FAILED: 2/4 runs differ")
+
+    fields = [dict(step=3, stages=3), dict(step=3, stages=2)]
+    tuned = vb.tune_v3(candidates={64: fields}, seqs=(32, 64), runs=2, tokens=64)
+    kinds = {}
+    for r in tuned:
+        kinds.setdefault(r.params["kind"], []).append(r)
+    assert len(kinds["tune"]) == 2 * 2 * 2  # 2 candidates x 2 lengths x causal and not
+    assert all(r.status == "ok" and r.params["check"] == "ok" for r in kinds["tune"] if r.params["stages"] == 3)
+    assert {r.params["stages"]: r.params["race_differing"] for r in kinds["tune"]} == {3: 0, 2: None}
+    assert [(r.params["causal"], r.params["chosen"]) for r in kinds["choice"]] == [
+        (False, fields[0]),
+        (True, fields[0]),
+    ]
+    with pytest.raises(TypeError, match="candidates"):
+        vb.tune_v3(candidates=[dict(step=3, stages=3)])
+
+
+def test_the_parts_are_lesson_4s():
+    for part, fn in (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3)):
+        assert lessons.benchmark("04", part) is fn
