@@ -175,6 +175,26 @@ def lesson04_v3() -> str:
     return "\n".join(lines) + "\n"
 
 
+def exercises_speed() -> str:
+    from gpulab.course import speed  # deferred: the graders' timing code
+
+    path = bench.newest((ROOT / "benchmarks" / "exercises").glob("*-solutions.jsonl"))
+    first = speed.records(path)[0]
+    lines = [
+        f"The solution notebooks' answers, speed-graded on the {first['device']} (torch {first['torch']}, "
+        f"{first['date'][:10]}): `ms` device time, `wall ms` eager wall time per call; `x solution` and `x <peer>`: "
+        "the answer's time over the package's op's and over the peer's (above 1: the answer takes longer), device "
+        "clock.",
+        "",
+        "```",
+        speed.leaderboard_table(path),
+        "```",
+        "",
+        _raw(path),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def lesson03() -> str:
     path, recs = _newest("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
@@ -419,6 +439,7 @@ SECTIONS = {
     "lesson04": lesson04,
     "lesson04-hopper": lesson04_hopper,
     "lesson04-v3": lesson04_v3,
+    "exercises-speed": exercises_speed,
     "lesson05": lesson05,
     "lesson05-split": lesson05_split,
     "lesson05-versions": lesson05_versions,
