@@ -4,7 +4,7 @@ What you will learn: the backward is two loops of products, like the forward, an
 ``[BLOCK, D]`` tile of Q, dO, K and V is copied by the tensor memory accelerator from a per-head descriptor
 (:mod:`gpulab.attention.v2.forward`), which zero-fills rows past the sequence and columns past the head dim, so the
 loads need no masks; only the scores keep theirs. The math and the split of the work are version 1's
-(:mod:`gpulab.attention.v1.backward`), line for line:
+(``v1/backward.py``), line for line:
 
     dV = P^T dO        dP = dO V^T        dS = P * (dP - D)        dQ = scale dS K        dK = scale dS^T Q
 

@@ -1,7 +1,7 @@
 """Lesson 4, part 2: version 2 of the attention forward, for Hopper (sm_90): TMA descriptors and warp specialization.
 
 What you will learn: what a Hopper GPU changes about the same algorithm. Version 1
-(:mod:`gpulab.attention.v1.forward`) is FlashAttention-2 in portable Triton: every program computes its own addresses,
+(``v1/forward.py``) is FlashAttention-2 in portable Triton: every program computes its own addresses,
 loads K/V tiles with ordinary loads, and the same warps that wait for memory also multiply and exponentiate. On an
 H100 three pieces of hardware take work off those warps:
 

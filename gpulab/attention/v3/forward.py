@@ -10,7 +10,7 @@ What you will learn:
 - **intra-warpgroup overlap**: each consumer issues the next block's scores ``S = Q K^T`` (an asynchronous wgmma)
   before this block's softmax and waits for it only afterwards (``warpgroup_mma_wait(1)``).
 
-Version 2 (:mod:`gpulab.attention.v2.forward`) asks Triton's compiler for the same things (``warp_specialize=True``,
+Version 2 (``v2/forward.py``) asks Triton's compiler for the same things (``warp_specialize=True``,
 a hand-written one-block-ahead loop) and gets neither on Triton 3.6: the specialized loop races on sm_90, and the
 compiler waits for every score wgmma right after issuing it. Gluon (``triton.experimental.gluon``) is Triton's
 lower-level language where the kernel states layouts, shared-memory buffers, barriers and partitions itself, so
