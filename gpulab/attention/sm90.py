@@ -69,9 +69,10 @@ def compile_for_sm90(kernel, signature: dict, constexprs: dict, pointers: int, c
 
 
 def ttgir_in_fresh_process(bootstrap: str, arg: str, what: str, timeout: float) -> str:
-    """Run ``bootstrap`` (Python source that compiles a kernel for sm_90 and writes its TTGIR to stdout) with ``arg``
-    as ``sys.argv[1]`` in a fresh process outside the interpreter (without ``TRITON_INTERPRET`` and
-    ``GPULAB_DEVICE``, which fix the mode at the first import); its TTGIR, or a RuntimeError naming ``what``."""
+    """Run ``bootstrap`` (Python source that compiles a kernel for sm_90 and writes what it read off the compile, its
+    TTGIR or a JSON summary, to stdout) with ``arg`` as ``sys.argv[1]`` in a fresh process outside the interpreter
+    (without ``TRITON_INTERPRET`` and ``GPULAB_DEVICE``, which fix the mode at the first import); that output, or a
+    RuntimeError naming ``what``."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
     done = subprocess.run([sys.executable, "-c", bootstrap, arg], capture_output=True, text=True, env=env,
                           timeout=timeout, check=False)  # fmt: skip

@@ -21,8 +21,9 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
+
+from gpulab.attention import sm90
 
 __all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structures_in_fresh_process", "ptxas_report",
            "gluon_api_problem"]  # fmt: skip
@@ -162,11 +163,6 @@ def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> li
     for c in configs:
         if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
             raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GPULAB_DEVICE")}
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
                        "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg")} for c in configs])  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", _BOOTSTRAP, arg], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)  # fmt: skip
-    if done.returncode:
-        raise RuntimeError(f"compiling version 3 for sm_90 failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout)
+    return json.loads(sm90.ttgir_in_fresh_process(_BOOTSTRAP, arg, "version 3", timeout))

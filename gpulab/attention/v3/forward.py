@@ -60,6 +60,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gpulab import runtime
+from gpulab.attention import sm90
 from gpulab.attention.reference import default_scale
 
 __all__ = [
@@ -507,13 +508,6 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3Config) -> dict:
                 QBUF=cfg.q_buffers)  # fmt: skip
 
 
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int | None) -> int:
-    return torch.cuda.get_device_properties(
-        index if index is not None else torch.cuda.current_device()
-    ).multi_processor_count
-
-
 @functools.lru_cache(maxsize=64)
 def smem_layouts(d: int, block_n: int, dtype: torch.dtype):
     """The shared layouts of a Q tile [1, 64, d] and a K/V stage [1, block_n, d] of ``dtype``."""
@@ -543,7 +537,7 @@ def attention_forward(q, k, v, causal: bool = False, scale: float | None = None,
     k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
     v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
     tiles = triton.cdiv(n_q, 64 * cfg.consumers) * bh
-    grid = (min(tiles, _sm_count(q.device.index)) if cfg.persistent else tiles,)
+    grid = (min(tiles, sm90.sm_count(q.device.index)) if cfg.persistent else tiles,)
     attention_forward_v3_kernel[grid](
         q_desc, k_desc, v_desc, o_desc, lse, n_q, n_k, bh, scale * LOG2E,
         num_warps=4, maxnreg=cfg.maxnreg, **constexprs(d, causal, cfg),
