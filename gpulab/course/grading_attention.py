@@ -480,7 +480,7 @@ def grade_attention_op(attention, kernel, cases=3):
                 except AssertionError as exc:
                     raise AssertionError(f"{exc}{hint}") from None
     speed.grade_speed("attention op: forward and backward (CS336)", attention)
-    return f"{len(shapes)} random shapes, O and dQ, dK, dV against float64, causal"
+    return f"{cases} random shapes (and one in bf16 on a GPU), O and dQ, dK, dV against float64, causal"
 
 
 def check_op_kernel_method(kernel) -> None:

@@ -371,11 +371,18 @@ def leaderboard_table(path: Path | None = None) -> str:
     blocks = []
     for task in sorted({r["task"] for r in found}):
         mine = sorted((r for r in found if r["task"] == task), key=lambda r: r["ms"])
+        more = sorted({name for r in mine for name in r.get("peers") or {}})  # further peers (the CS336 task)
+
+        def ratio(r, name):
+            peer = (r.get("peers") or {}).get(name)
+            return f"{r['ms'] / peer['ms']:.2f}" if peer else "n/a"
+
         rows = [
             [r["who"], r["device"], r["date"][:16], f"{r['ms']:.3f}", f"{r['wall_ms']:.3f}",
-             f"{r['ms'] / r['solution_ms']:.2f}", f"{r['ms'] / r['peer_ms']:.2f}"]
+             f"{r['ms'] / r['solution_ms']:.2f}", f"{r['ms'] / r['peer_ms']:.2f}", *(ratio(r, n) for n in more)]
             for r in mine
         ]  # fmt: skip
         heads = ["who", "device", "date (UTC)", "ms", "wall ms", "x solution", f"x {mine[0]['peer']}"]
+        heads += [f"x {name}" for name in more]
         blocks.append(text_table(heads, rows, title=f"{task}: {mine[0]['problem']}"))
     return "\n\n".join(blocks)

@@ -70,12 +70,13 @@ def _forward(kernel, q, k, v):
 
 def _backward(q, k, v, o, do, lse, causal=True):
     """Task 3's algebra for [B, H, N, D] at once, P = 0 above the diagonal."""
+    dtype, (q, k, v, o, do) = q.dtype, (t.float() for t in (q, k, v, o, do))
     n, scale = q.shape[-2], 1.0 / math.sqrt(q.shape[-1])
     p = torch.exp(scale * q @ k.mT - lse[..., None])
     if causal:
         p = p.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), 0.0)
     ds = p * (do @ v.mT - (do * o).sum(-1, keepdim=True))
-    return scale * ds @ k, scale * ds.mT @ q, p.mT @ do
+    return (scale * ds @ k).to(dtype), (scale * ds.mT @ q).to(dtype), (p.mT @ do).to(dtype)
 
 
 def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours"):
@@ -84,8 +85,8 @@ def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours"):
         def forward(ctx, q, k, v):
             if sdpa:
                 o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-                lse = torch.logsumexp((q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(
-                    torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu(1), float("-inf")), -1)  # fmt: skip
+                above = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+                lse = torch.logsumexp((q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(above, float("-inf")), -1)
             else:
                 o, lse = _forward(kernel, q, k, v)
             ctx.save_for_backward(q, k, v, o, lse)
@@ -107,7 +108,8 @@ def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours"):
 def _plain_torch(q, k, v):
     """Differentiable PyTorch (autograd makes the backward), the kernel never launched."""
     n = q.shape[-2]
-    s = (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    above = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    s = (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(above, float("-inf"))
     return torch.softmax(s, -1) @ v
 
 

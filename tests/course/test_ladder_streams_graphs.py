@@ -18,7 +18,7 @@ def _step2(x, weights, state, cuda, mistake=None):
     for s in streams:
         if s is not main:
             s.wait_stream(main)
-    ys = [torch.empty(n_t, b, weights.hidden_size) for _ in range(n_l)]
+    ys = [x.new_empty(n_t, b, weights.hidden_size) for _ in range(n_l)]
     cs = [c0[layer] for layer in range(n_l)]
     done = [[None] * n_t for _ in range(n_l)]
     order = [(t, layer) for t in range(n_t) for layer in range(n_l)]
