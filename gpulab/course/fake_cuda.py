@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 
 from gpulab import runtime
 
-__all__ = ["FakeCuda", "FakeEvent", "FakeGraph", "FakeStream"]
+__all__ = ["FakeCuda"]  # its streams, events and graphs come from its methods, as torch.cuda's do
 
 _ALLOCATIONS = ("empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided")
 _PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "mv", "addmv", "dot", "linear")

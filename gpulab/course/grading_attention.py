@@ -1,6 +1,7 @@
 """Graders for exercise 4 (attention): the online-softmax update, the inner loop of the forward kernel, the backward
-for one block, the K/V bytes and the causal forward. Triton answers are also read as compiled TTIR, PyTorch answers
-as the aten ops they run (:mod:`gpulab.course.method`).
+for one block, the K/V bytes, the causal forward, and the attention op assembled from the learner's forward kernel
+and backward (CS336's problem). Triton answers are also read as compiled TTIR, PyTorch answers as the aten ops they
+run, and the op by the kernels it launches (:mod:`gpulab.course.method`).
 
 Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
 message that says what to fix. On success it prints one deterministic line (nbval compares it)."""
@@ -421,7 +422,7 @@ def _unmasked_backward(q, k, v, o, do):
 
 
 @grader("attention op: forward and backward (CS336)")
-def grade_attention_op(attention, kernel, cases=3):
+def grade_attention_op(attention, kernel=None, cases=3):
     """``attention(q, k, v) -> O``: causal attention of q, k, v [B, H, N, D] (scale 1/sqrt(D)), differentiable in all
     three, assembled from the learner's forward kernel ``kernel`` (task 5's, also storing the log-sum-exp; its
     signature ``(q, k, v, o, lse, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)``) and their backward (task 3's
@@ -430,8 +431,8 @@ def grade_attention_op(attention, kernel, cases=3):
     its autograd graph (a custom Function, no arithmetic recorded) and the aten ops of forward and backward (no SDPA,
     no softmax, no autograd inside the backward). On a GPU, a bf16 case too, and then the speed on CS336's problem."""
     require_callable("attention", attention)
-    require_kernel("kernel", kernel)
     cases = runtime.positive_int("cases", cases)
+    require_kernel("kernel", kernel)  # the op's forward kernel, which the forward must launch
     check_op_kernel_method(kernel)
     rng, _ = fresh_rng()
     shapes = [(1, 1, 1, 16), (1, 2, 33, 16)][:cases] + [

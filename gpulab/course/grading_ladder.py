@@ -1,5 +1,6 @@
-"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs), the fused LSTM pointwise kernel and the
-wavefront schedule of step 6.
+"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs), the fused LSTM pointwise kernel, the
+wavefront schedule of step 6, step 2's streams and events, and the forward captured in a CUDA graph (the last two
+on CPU through :mod:`gpulab.course.fake_cuda`, and with ``torch.cuda`` itself on a GPU).
 
 Each runs the learner's code on fresh random sizes against ``torch.nn.LSTM`` (float64) or the float64 cell
 reference, and raises AssertionError with a message that says what to fix. On success it prints one deterministic

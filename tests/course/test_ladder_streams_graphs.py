@@ -144,3 +144,17 @@ def test_graphed_wrong_methods_are_named(mistake, message):
 
     with pytest.raises(AssertionError, match=message):
         grading_ladder.grade_graphed(answer, cases=2)
+
+
+def test_fake_cuda_refuses_what_torch_cuda_would():
+    fake = FakeCuda()
+    with pytest.raises(TypeError, match="s must be a stream"):
+        with fake.stream("stream 1"):
+            pass
+    with pytest.raises(TypeError, match="g must be a cuda.CUDAGraph"):
+        with fake.graph(None):
+            pass
+    with pytest.raises(ValueError, match="pass the stream"):
+        fake.Event().record()
+    with pytest.raises(RuntimeError, match="never captured"):
+        fake.CUDAGraph().replay()
