@@ -72,6 +72,9 @@ class FakeStream:
     def wait_stream(self, other: FakeStream) -> None:
         self.wait_event(other.record_event())
 
+    def synchronize(self) -> None:
+        self.owner.synchronize()
+
     def __repr__(self):
         return f"FakeStream({self.index})"
 
@@ -86,7 +89,12 @@ class FakeEvent:
         if stream is None:
             raise ValueError("event.record(stream): pass the stream whose work the event marks.")
         self.last = _Record()
+        self.owner = stream.owner
         stream.queue.append(self.last)
+
+    def synchronize(self) -> None:
+        if self.last is not None:
+            self.owner.synchronize()
 
 
 class FakeGraph:
@@ -155,6 +163,7 @@ class FakeCuda:
         self._mode = _Issuing(self)
         self.order: list = []  # items as synchronize ran them
         self.captures = 0
+        self.host_syncs = 0  # synchronize() called by the code under test (the host waits for the GPU)
 
     # -- torch.cuda's API -------------------------------------------------------------------------------------
     def Stream(self, *args, **kwargs) -> FakeStream:  # noqa: N802 - torch.cuda's name
@@ -191,7 +200,9 @@ class FakeCuda:
             raise runtime.ArgumentTypeError(f"graph(g): g must be a cuda.CUDAGraph(), got {type(g).__name__}.")
         if self._capturing is not None:
             raise RuntimeError("graph(g) inside another capture: capture one graph at a time.")
+        syncs = self.host_syncs
         self.synchronize()  # torch.cuda.graph synchronizes before the capture
+        self.host_syncs = syncs
         self._capturing, g.ops = g, []
         self.captures += 1
         try:
@@ -208,7 +219,9 @@ class FakeCuda:
     def synchronize(self, device=None) -> None:
         """Run every issued op: records and satisfied waits as soon as they reach the head of their stream, then
         ops of the newest stream first, as far as its waits allow (a consumer runs before its producer unless a
-        wait orders them)."""
+        wait orders them). Called while issuing (the learner's ``cuda.synchronize()``, ``stream.synchronize()``,
+        ``event.synchronize()``), it counts as a host synchronization: ``host_syncs``."""
+        self.host_syncs += _issuing(self)
         with _paused(self):
             while True:
                 ready = [s for s in reversed(self.streams) if s.queue and _runnable(s.queue[0])]
@@ -286,12 +299,16 @@ def _runnable(item) -> bool:
     return not isinstance(item, _Wait) or item.record is None or item.record.done
 
 
+def _issuing(fake: FakeCuda) -> bool:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack  # noqa: PLC0415
+
+    return fake._mode in _get_current_dispatch_mode_stack()
+
+
 @contextlib.contextmanager
 def _paused(fake: FakeCuda):
     """Ops run for real inside (synchronize, replay): the issuing mode is off while they do."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack  # noqa: PLC0415
-
-    if fake._mode in _get_current_dispatch_mode_stack():
+    if _issuing(fake):
         with torch.utils._python_dispatch._disable_current_modes():
             yield
     else:

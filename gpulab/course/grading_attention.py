@@ -362,6 +362,12 @@ def _check_op_forward(where: str, kernel, out, trace: method.OpTrace, launched: 
             f"{where}: the forward ran {softmax[0]}: the op's forward is your kernel (online softmax in tiles), "
             "not a softmax over whole rows of scores in PyTorch."
         )
+    products = trace.count(*_PRODUCTS)
+    if products:
+        raise AssertionError(
+            f"{where}: the forward ran {products} matrix products in PyTorch besides the kernel (scores of N x N "
+            "for the log-sum-exp?): the kernel has each row's m and l when its loop ends; store lse from them."
+        )
     if getattr(kernel, "fn", kernel) not in launched:
         ran = ", ".join(sorted({getattr(f, "__name__", repr(f)) for f in launched})) or "no Triton kernel"
         raise AssertionError(

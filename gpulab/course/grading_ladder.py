@@ -212,6 +212,13 @@ def grade_streams(step2, cases=3):
             with fake:
                 out = step2(x, w, state, fake)
             fake.synchronize()
+        if fake.host_syncs:
+            raise AssertionError(
+                f"{where}: your function synchronized {fake.host_syncs} times (cuda.synchronize(), "
+                "stream.synchronize() or event.synchronize()): the host then waits for the GPU, so no cell is "
+                "issued while earlier ones run and the streams never overlap; order the streams with events "
+                "(s.wait_event(e)), which the GPU waits on and the host does not."
+            )
         if fake.order and not fake.joined():
             raise AssertionError(
                 f"{where}: the calling stream used the layers' results without waiting for their streams: join "

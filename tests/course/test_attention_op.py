@@ -79,7 +79,7 @@ def _backward(q, k, v, o, do, lse, causal=True):
     return (scale * ds @ k).to(dtype), (scale * ds.mT @ q).to(dtype), (p.mT @ do).to(dtype)
 
 
-def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours"):
+def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours", torch_lse=False):
     class Attention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
@@ -89,6 +89,9 @@ def _op(kernel=causal_lse_kernel, sdpa=False, backward="ours"):
                 lse = torch.logsumexp((q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(above, float("-inf")), -1)
             else:
                 o, lse = _forward(kernel, q, k, v)
+            if torch_lse:  # the log-sum-exp recomputed from N x N scores in PyTorch
+                above = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+                lse = torch.logsumexp((q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(above, float("-inf")), -1)
             ctx.save_for_backward(q, k, v, o, lse)
             return o
 
@@ -127,8 +130,10 @@ def test_attention_op_passes(capsys):
         (_op(backward="not causal"), causal_lse_kernel, "P was not masked"),
         (_plain_torch, causal_lse_kernel, "ran aten._softmax|launched no Triton kernel"),
         (_op(kernel=full_lse_kernel), causal_lse_kernel, "not the kernel you passed"),
+        (_op(torch_lse=True), causal_lse_kernel, "matrix products in PyTorch besides the kernel"),
     ],
-    ids=["forward-sdpa", "backward-autograd", "mask-not-causal", "backward-not-causal", "plain-torch", "other-kernel"],
+    ids=["forward-sdpa", "backward-autograd", "mask-not-causal", "backward-not-causal", "plain-torch", "other-kernel",
+         "lse-in-torch"],  # fmt: skip
 )
 def test_attention_op_wrong_methods_are_named(attention, kernel, message):
     with pytest.raises(AssertionError, match=message):

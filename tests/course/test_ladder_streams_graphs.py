@@ -36,6 +36,8 @@ def _step2(x, weights, state, cuda, mistake=None):
             ys[layer][t].copy_(h_new)
             done[layer][t] = cuda.Event()
             done[layer][t].record(s)
+            if mistake == "synchronize":  # the host waits for every cell
+                cuda.synchronize()
     if mistake != "no join":
         for s in streams:
             if s is not main:
@@ -79,8 +81,9 @@ def test_streams_pass(capsys):
         ("one stream", "ran on 1 stream"),
         ("whole layer", "serializes the layers"),
         ("no join", "join before returning"),
+        ("synchronize", "synchronized"),
     ],
-    ids=["no-wait", "one-stream", "wait-for-whole-layer", "no-join"],
+    ids=["no-wait", "one-stream", "wait-for-whole-layer", "no-join", "host-synchronize"],
 )
 def test_streams_wrong_methods_are_named(mistake, message):
     def answer(x, weights, state, cuda):
