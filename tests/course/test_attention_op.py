@@ -132,8 +132,15 @@ def test_attention_op_passes(capsys):
         (_op(kernel=full_lse_kernel), causal_lse_kernel, "not the kernel you passed"),
         (_op(torch_lse=True), causal_lse_kernel, "matrix products in PyTorch besides the kernel"),
     ],
-    ids=["forward-sdpa", "backward-autograd", "mask-not-causal", "backward-not-causal", "plain-torch", "other-kernel",
-         "lse-in-torch"],  # fmt: skip
+    ids=[
+        "forward-sdpa",
+        "backward-autograd",
+        "mask-not-causal",
+        "backward-not-causal",
+        "plain-torch",
+        "other-kernel",
+        "lse-in-torch",
+    ],  # fmt: skip
 )
 def test_attention_op_wrong_methods_are_named(attention, kernel, message):
     with pytest.raises(AssertionError, match=message):
