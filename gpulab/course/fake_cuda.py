@@ -280,6 +280,10 @@ class FakeCuda:
         final = done_at.get(id(seen_ops.get(self.default.index)), set())
         return all(i in final for i in seen_ops if i != self.default.index)
 
+    def paused(self):
+        """A context in which ops run at once, not issued (a grader's own copies of the results)."""
+        return _paused(self)
+
     # -- issuing ----------------------------------------------------------------------------------------------
     def _issue(self, op) -> None:
         if self._capturing is not None and isinstance(op, _Op):
