@@ -1,6 +1,7 @@
 """Graders for exercise 4 (attention): the online-softmax update, the inner loop of the forward kernel, the backward
-for one block, the K/V bytes and the causal forward. Triton answers are also read as compiled TTIR, PyTorch answers
-as the aten ops they run (:mod:`gpulab.course.method`).
+for one block, the K/V bytes, the causal forward, and the attention op assembled from the learner's forward kernel
+and backward (CS336's problem). Triton answers are also read as compiled TTIR, PyTorch answers as the aten ops they
+run, and the op by the kernels it launches (:mod:`gpulab.course.method`).
 
 Each runs the learner's code on fresh random sizes against float64 references and raises AssertionError with a
 message that says what to fix. On success it prints one deterministic line (nbval compares it)."""
@@ -316,3 +317,193 @@ def grade_kv_bytes(kv_bytes, cases=8):
             (2 * n * d * e, "every Q block reads K and V again: multiply by the number of Q blocks."),
         ], " bytes")  # fmt: skip
     return f"{len(shapes)} sizes (ragged last Q block included)"
+
+
+_OP_SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "lse_ptr": "*fp32",
+                 "n_q": "i32", "n_k": "i32", "qk_scale": "fp32"}  # fmt: skip
+_SDPA_OPS = ("scaled_dot_product", "_flash_attention", "_efficient_attention", "_cudnn_attention")
+# autograd nodes that only move or view data: any other node between the op's output and q, k, v means autograd
+# differentiates the forward's arithmetic
+_DATA_NODES = ("View", "UnsafeView", "Reshape", "Transpose", "Permute", "Clone", "ToCopy", "Expand", "Slice",
+               "Select", "Unsqueeze", "Squeeze", "AsStrided", "Alias", "Contiguous", "AccumulateGrad")  # fmt: skip
+
+
+def _autograd_nodes(out: torch.Tensor) -> tuple[bool, list[str]]:
+    """(whether a custom ``autograd.Function`` is between ``out`` and the leaves, the names of the other nodes that
+    do arithmetic)."""
+    seen, stack, custom, arithmetic = set(), [out.grad_fn], False, []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            custom = True
+            continue  # below a custom Function its own forward's graph was never recorded
+        name = type(node).__name__
+        if not name.startswith(_DATA_NODES):
+            arithmetic.append(name)
+        stack.extend(n for n, _ in node.next_functions)
+    return custom, arithmetic
+
+
+def _check_op_forward(where: str, kernel, out, trace: method.OpTrace, launched: list) -> None:
+    """The attention op's forward, from what it ran: no SDPA or softmax, the learner's kernel launched, an output
+    whose backward is the learner's (a custom ``autograd.Function``), not autograd's."""
+    sdpa = [op for op in trace.ops if any(name in op for name in _SDPA_OPS)]
+    if sdpa:
+        raise AssertionError(
+            f"{where}: the forward ran {sdpa[0]}, PyTorch's own attention (SDPA): the op's forward is your causal "
+            "kernel of task 5, extended to store the log-sum-exp the backward needs."
+        )
+    softmax = [op for op in trace.ops if "softmax" in op]
+    if softmax:
+        raise AssertionError(
+            f"{where}: the forward ran {softmax[0]}: the op's forward is your kernel (online softmax in tiles), "
+            "not a softmax over whole rows of scores in PyTorch."
+        )
+    products = trace.count(*_PRODUCTS)
+    if products:
+        raise AssertionError(
+            f"{where}: the forward ran {products} matrix products in PyTorch besides the kernel (scores of N x N "
+            "for the log-sum-exp?): the kernel has each row's m and l when its loop ends; store lse from them."
+        )
+    if getattr(kernel, "fn", kernel) not in launched:
+        ran = ", ".join(sorted({getattr(f, "__name__", repr(f)) for f in launched})) or "no Triton kernel"
+        raise AssertionError(
+            f"{where}: the forward launched {ran}, not the kernel you passed ({getattr(kernel, '__name__', kernel)}): "
+            "launch it inside the op's forward, kernel[(cdiv(n, BLOCK_M), B * H)](q, k, v, o, lse, ...)."
+        )
+    if not isinstance(out, torch.Tensor):
+        raise AssertionError(f"{where}: attention returned {type(out).__name__}; return O, a tensor [B, H, N, D].")
+    if out.grad_fn is None:
+        raise AssertionError(
+            f"{where}: O has no grad_fn, so no gradient can reach q, k and v: wrap the forward and your backward in "
+            "a torch.autograd.Function (forward launches the kernel and saves what the backward needs; backward "
+            "returns dq, dk, dv) and return CausalAttention.apply(q, k, v)."
+        )
+    custom, arithmetic = _autograd_nodes(out)
+    if arithmetic or not custom:
+        raise AssertionError(
+            f"{where}: autograd differentiates your forward ({', '.join(arithmetic[:3]) or 'no custom Function'} in "
+            "its graph): the op's backward is yours, in the backward of a torch.autograd.Function, and its forward "
+            "launches the kernel (autograd cannot see through a kernel anyway)."
+        )
+
+
+def _check_op_backward(where: str, trace: method.OpTrace) -> None:
+    """The attention op's backward, from the ops it ran: no autograd inside, no softmax, matrix products."""
+    if trace.backward_ops or trace.functorch or trace.recorded:
+        how = trace.backward_ops[0] if trace.backward_ops else (
+            "a torch.func transform" if trace.functorch else f"{trace.recorded} ops with grad mode on"
+        )  # fmt: skip
+        raise AssertionError(
+            f"{where}: the op's backward used autograd ({how}): the backward of a reference differentiated by "
+            "autograd hands you the answer; write task 3's algebra (P from the log-sum-exp, D = rowsum(dO o O)) "
+            "with the causal mask, in blocks of keys."
+        )
+    softmax = [op for op in trace.ops if "softmax" in op]
+    if softmax:
+        raise AssertionError(
+            f"{where}: the op's backward ran {softmax[0]}: recompute P from the saved log-sum-exp, "
+            "P = exp(scale Q K^T - lse), with P = 0 above the diagonal."
+        )
+    products = trace.count(*_PRODUCTS)
+    if products < 4:
+        raise AssertionError(
+            f"{where}: the op's backward ran {products} matrix products; it is made of them (dV = P^T dO, "
+            "dP = dO V^T, dQ = scale dS K, dK = scale dS^T Q), written with @."
+        )
+
+
+def _unmasked_backward(q, k, v, o, do):
+    """float64 (dq, dk, dv) of the common mistake: task 3's algebra with the causal lse but P not masked."""
+    q, k, v, o, do = (t.detach().double() for t in (q, k, v, o, do))
+    n, scale = q.shape[-2], 1.0 / math.sqrt(q.shape[-1])
+    s = scale * q @ k.mT
+    lse = torch.logsumexp(s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), -math.inf), -1)
+    p = torch.exp(s - lse[..., None])
+    ds = p * (do @ v.mT - (do * o).sum(-1, keepdim=True))
+    return scale * ds @ k, scale * ds.mT @ q, p.mT @ do
+
+
+@grader("attention op: forward and backward (CS336)")
+def grade_attention_op(attention, kernel=None, cases=3):
+    """``attention(q, k, v) -> O``: causal attention of q, k, v [B, H, N, D] (scale 1/sqrt(D)), differentiable in all
+    three, assembled from the learner's forward kernel ``kernel`` (task 5's, also storing the log-sum-exp; its
+    signature ``(q, k, v, o, lse, n_q, n_k, qk_scale, HEAD_DIM=, BLOCK_M=, BLOCK_N=)``) and their backward (task 3's
+    algebra, causal). Checked against float64 (O and dQ, dK, dV) on fresh sizes; the method from the kernel's TTIR
+    (compiled for bf16, as :func:`check_forward_method`), the kernels the forward launches (``kernel`` among them),
+    its autograd graph (a custom Function, no arithmetic recorded) and the aten ops of forward and backward (no SDPA,
+    no softmax, no autograd inside the backward). On a GPU, a bf16 case too, and then the speed on CS336's problem."""
+    require_callable("attention", attention)
+    cases = runtime.positive_int("cases", cases)
+    require_kernel("kernel", kernel)  # the op's forward kernel, which the forward must launch
+    check_op_kernel_method(kernel)
+    rng, _ = fresh_rng()
+    shapes = [(1, 1, 1, 16), (1, 2, 33, 16)][:cases] + [
+        (rng.randint(1, 2), rng.randint(1, 2), rng.choice([17, 40, 50]), rng.choice([16, 32])) for _ in range(cases - 2)
+    ]  # (B, H, N, D)
+    dtypes = [torch.float32] * len(shapes) + ([torch.bfloat16] if runtime.on_gpu() else [])
+    if runtime.on_gpu():
+        shapes.append((2, 3, 300, 64))
+    for (b, h, n, d), dtype in zip(shapes, dtypes):
+        where = f"B={b}, H={h}, N={n}, D={d}, {str(dtype).replace('torch.', '')}"
+        q, k, v = (check.random_tensor(b, h, n, d, dtype=dtype, scale=s).requires_grad_() for s in (2.0, 2.0, 1.0))
+        do = check.random_tensor(b, h, n, d, dtype=dtype)
+        with method.launches() as launched, method.OpTrace() as trace:
+            out = attention(q, k, v)
+        _check_op_forward(where, kernel, out, trace, launched)
+        with method.OpTrace() as trace:
+            grads = torch.autograd.grad(out, (q, k, v), do, allow_unused=True)
+        _check_op_backward(where, trace)
+        want = attention_reference(q, k, v, is_causal=True, do=do)
+        if check.relative_error(out, want[0]) > check.tolerance(dtype):
+            hint = ""
+            if torch.isnan(out).any():
+                hint = " Some outputs are NaN: store every row (masked with offs_m < n_q)."
+            elif n > 1 and check.relative_error(out, attention_reference(q, k, v)) <= check.tolerance(dtype):
+                hint = " It is the non-causal output: query i sees keys j <= i only (task 5's mask and loop bound)."
+            try:
+                check.assert_close(out, want[0], dtype=dtype, name="O (causal)", context=where)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}{hint}") from None
+        for name, got, ref in zip(("dq", "dk", "dv"), grads, want[1:]):
+            if got is None:
+                raise AssertionError(f"{where}: {name} is None: the backward returns (dq, dk, dv), in that order.")
+            if tuple(got.shape) != tuple(ref.shape):
+                raise AssertionError(f"{where}: {name} has shape {tuple(got.shape)}, expected {tuple(ref.shape)}.")
+            if check.relative_error(got, ref) > check.tolerance(dtype):
+                unmasked = _unmasked_backward(q, k, v, want[0], do)[("dq", "dk", "dv").index(name)]
+                hint = (
+                    " P was not masked: exp(scale Q K^T - lse) above the diagonal is not 0 by itself (lse sums only "
+                    "the keys j <= i); set P = 0 there, as the forward's P was."
+                    if n > 1 and check.relative_error(got, unmasked) <= 10 * check.tolerance(dtype)
+                    else " The backward is task 3's algebra, with P = exp(scale Q K^T - lse) masked to 0 above the "
+                    "diagonal and D = rowsum(dO o O)."
+                )
+                try:
+                    check.assert_close(got, ref, dtype=dtype, name=name, context=where)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}{hint}") from None
+    speed.grade_speed("attention op: forward and backward (CS336)", attention)
+    return f"{cases} random shapes (and one in bf16 on a GPU), O and dQ, dK, dV against float64, causal"
+
+
+def check_op_kernel_method(kernel) -> None:
+    """:func:`check_forward_method` for the op's kernel (``lse_ptr`` after ``o_ptr``), compiled for bf16 at
+    64 x 64 tiles of head dim 64, CS336's problem."""
+    ir = method.ttir(kernel, _OP_SIGNATURE, {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64})
+    looped = sorted(dot.out for dot in method.dots(ir) if dot.in_loop)
+    if looped != [(64, 64), (64, 64)]:
+        raise AssertionError(
+            "the op's kernel, compiled for bf16 with 64 x 64 tiles of head dim 64, has tt.dot ops in its key loop of "
+            f"shapes {looped or 'none'}; it makes two per key block: S = Q K^T and P V (cast P to V's dtype first: "
+            "tl.dot(p.to(v.dtype), v))."
+        )
+    for op in method.loads_and_stores(ir):
+        if not op.masked:
+            raise AssertionError(
+                f"the op's kernel has a tl.{op.kind} of a {list(op.shape)} tile without a mask; mask every tile "
+                "(rows offs_m < n_q, keys cols < n_k), the log-sum-exp's store too."
+            )

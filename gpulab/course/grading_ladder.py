@@ -1,5 +1,6 @@
-"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs), the fused LSTM pointwise kernel and the
-wavefront schedule of step 6.
+"""Graders for exercise 3 (the cuDNN ladder): step 1 (combined GEMMs), the fused LSTM pointwise kernel, the
+wavefront schedule of step 6, step 2's streams and events, and the forward captured in a CUDA graph (the last two
+on CPU through :mod:`gpulab.course.fake_cuda`, and with ``torch.cuda`` itself on a GPU).
 
 Each runs the learner's code on fresh random sizes against ``torch.nn.LSTM`` (float64) or the float64 cell
 reference, and raises AssertionError with a message that says what to fix. On success it prints one deterministic
@@ -7,6 +8,7 @@ line (nbval compares it)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -160,3 +162,193 @@ def grade_wavefront(schedule, cases=6):
                 "whose two dependencies are done can run, and those are the cells with the same layer + t."
             )
     return f"{len(sizes)} stacks (the article's 4 x 100 among them): each cell once, dependencies first, fewest waves"
+
+
+def _small_lstm(layers, hidden, inp, batch, seq, device="cpu"):
+    """A random nn.LSTM's weights, an input [T, B, I], a state and nn.LSTM's float64 output for them."""
+    torch.manual_seed(check.new_seed())
+    m = torch.nn.LSTM(inp, hidden, num_layers=layers).eval()
+    x = check.random_tensor(seq, batch, inp, device="cpu")
+    state = tuple(check.random_tensor(layers, batch, hidden, device="cpu") for _ in range(2))
+    with torch.no_grad():
+        y, (h, c) = copy.deepcopy(m).double()(x.double(), tuple(s.double() for s in state))
+    move = (lambda t: t.to(device)) if device != "cpu" else (lambda t: t)
+    return from_torch_lstm(m.to(device)), move(x), tuple(move(s) for s in state), (y, h, c)
+
+
+def _check_lstm_out(where, out, want, hint):
+    if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], (tuple, list)) or len(out[1]) != 2:
+        raise AssertionError(f"{where}: returned {type(out).__name__}; return (y, (h_n, c_n)) like nn.LSTM.")
+    for name, got, ref in zip(("y", "h_n", "c_n"), (out[0], *out[1]), want):
+        try:
+            check.assert_close(got, ref, dtype=torch.float32, name=name, context=where)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} {hint}" if torch.isnan(got).any() else str(exc)) from None
+
+
+@grader("step 2: streams and events")
+def grade_streams(step2, cases=3):
+    """``step2(x, weights, state, cuda) -> (y, (h_n, c_n))``: step 1 with one stream per layer, written against
+    ``cuda`` = ``torch.cuda`` (streams, events). Checked on CPU with :class:`gpulab.course.fake_cuda.FakeCuda`, which
+    issues the ops as a GPU would and runs the streams in the most adversarial order their events allow: the values
+    (a missing wait reads a result not yet written: NaN), the join (the calling stream waits for every side stream
+    before it uses their results), the layers on streams of their own, and the dependency model's shortest schedule:
+    the longest chain of products the waits force is 2 (layers + steps - 1), as in the wavefront, not 2 x layers x
+    steps (a serial schedule). On a GPU, ``torch.cuda`` itself runs it too."""
+    from gpulab.course.fake_cuda import FakeCuda  # noqa: PLC0415
+
+    require_callable("step2", step2)
+    cases = runtime.positive_int("cases", cases)
+    rng, _ = fresh_rng()
+    sizes = [(3, 8, 5, 2, 6)] + [
+        (rng.randint(2, 4), rng.randint(2, 12), rng.randint(1, 8), rng.randint(1, 3), rng.randint(2, 7))
+        for _ in range(cases - 1)
+    ]
+    for layers, hidden, inp, batch, seq in sizes:
+        where = f"layers={layers}, hidden={hidden}, input={inp}, batch={batch}, seq={seq}"
+        w, x, state, want = _small_lstm(layers, hidden, inp, batch, seq)
+        fake = FakeCuda()
+        with torch.no_grad():
+            with fake:
+                out = step2(x, w, state, fake)
+            fake.synchronize()
+        if fake.host_syncs:
+            raise AssertionError(
+                f"{where}: your function synchronized {fake.host_syncs} times (cuda.synchronize(), "
+                "stream.synchronize() or event.synchronize()): the host then waits for the GPU, so no cell is "
+                "issued while earlier ones run and the streams never overlap; order the streams with events "
+                "(s.wait_event(e)), which the GPU waits on and the host does not."
+            )
+        if fake.order and not fake.joined():
+            raise AssertionError(
+                f"{where}: the calling stream used the layers' results without waiting for their streams: join "
+                "before returning (cuda.current_stream().wait_stream(s) for every stream s), or the stack of the "
+                "outputs reads rows not written yet."
+            )
+        _check_lstm_out(where, out, want, (
+            "A cell read a result not written yet (NaN): cell (l, t) on layer l's stream must wait "
+            "(stream.wait_event) for an event recorded after cell (l-1, t) on layer l-1's stream, issued after that "
+            "record; and every side stream must first wait for the calling stream (s.wait_stream(main)) that made "
+            "its inputs."
+        ))  # fmt: skip
+        used = fake.product_streams()
+        if used < layers:
+            raise AssertionError(
+                f"{where}: the products ran on {used} stream(s) for {layers} layers: with one "
+                "stream the cells run one after another (step 1's order); give each layer a stream of its own "
+                "(cuda.Stream()) and issue its cells inside `with cuda.stream(streams[l]):`."
+            )
+        longest, fewest = fake.critical_path(), 2 * (layers + seq - 1)
+        if longest > fewest:
+            raise AssertionError(
+                f"{where}: the waits force a chain of {longest} products one after another; the dependencies "
+                f"(cell (l, t) needs (l, t-1) and (l-1, t)) allow {fewest} = 2 (layers + steps - 1). A wait for more "
+                "than cell (l-1, t) (an event after the whole layer below, a synchronize, a wait on every stream) "
+                "serializes the layers: record one event per cell and wait for that one."
+            )
+        if runtime.on_gpu():
+            w, x, state, want = _small_lstm(layers, hidden, inp, batch, seq, device=runtime.device)
+            with torch.no_grad():
+                out = step2(x, w, state, torch.cuda)
+            torch.cuda.synchronize()
+            _check_lstm_out(where + ", on the GPU", out, want, "A cell read a result not written yet.")
+    return f"{len(sizes)} random LSTMs: values, joined, a stream per layer, the shortest chain of waits"
+
+
+@grader("CUDA graph: capture once, replay")
+def grade_graphed(graphed, cases=3):
+    """``graphed(fn, example, cuda) -> replay``: capture ``fn(example)`` (one ladder forward, x [T, B, I] -> y) in a
+    CUDA graph once, and return ``replay(x)``, which runs the graph on new inputs and returns ``fn(x)`` (the graph's
+    static output). ``cuda`` is ``torch.cuda`` or, on CPU, :class:`gpulab.course.fake_cuda.FakeCuda`, whose capture
+    queues the ops and whose replay runs them on the tensors captured, like a GPU's. Checked: the values for ``cases``
+    new inputs, fn warmed up on a side stream before the capture, one capture, fn never run eagerly after it (each
+    call must replay), the new input copied into the static one. On a GPU the real capture is graded the same way."""
+    from gpulab.course.fake_cuda import FakeCuda  # noqa: PLC0415
+    from gpulab.rnn.ladder.steps import lstm_reference, step1_combined_gemm  # noqa: PLC0415
+
+    require_callable("graphed", graphed)
+    cases = runtime.positive_int("cases", cases)
+    devices = ["cpu"] + ([runtime.device] if runtime.on_gpu() else [])
+    for device in devices:
+        cuda = FakeCuda() if device == "cpu" else torch.cuda
+        where = "on CPU (fake CUDA)" if device == "cpu" else "on the GPU (torch.cuda)"
+        w, example, _, _ = _small_lstm(2, 8, 5, 2, 4, device=device)
+        calls = {"warm-up": 0, "side": 0, "captured": 0, "eager": 0}
+
+        def fn(x, w=w, cuda=cuda, calls=calls):
+            if cuda.is_current_stream_capturing():
+                calls["captured"] += 1
+            elif calls["captured"]:
+                calls["eager"] += 1
+            else:
+                calls["warm-up"] += 1
+                calls["side"] += cuda.current_stream() != cuda.default_stream()
+            return step1_combined_gemm(x, w)[0]
+
+        inputs = [check.random_tensor(*example.shape, device=device) for _ in range(cases)]
+        with torch.no_grad():
+            wants = [lstm_reference(x, w)[0] for x in inputs]
+            stale = lstm_reference(example, w)[0]
+            outs = []
+            with cuda if device == "cpu" else contextlib.nullcontext():
+                replay = graphed(fn, example, cuda)
+                if not callable(replay):
+                    raise AssertionError(f"{where}: graphed returned {type(replay).__name__}; return replay(x).")
+                for x in inputs:
+                    out = replay(x)
+                    cuda.synchronize()
+                    with _real_ops(cuda):
+                        outs.append(out.clone() if isinstance(out, torch.Tensor) else out)
+        if calls["captured"] == 0:
+            raise AssertionError(
+                f"{where}: fn was never captured: capture it once inside `with cuda.graph(g):` (g = cuda.CUDAGraph()) "
+                "and replay g on every call."
+            )
+        if calls["captured"] > 1:
+            raise AssertionError(
+                f"{where}: fn was captured {calls['captured']} times for {cases} calls: capture once (in graphed), "
+                "and let replay(x) only copy x in and call g.replay(); a capture costs more than it saves."
+            )
+        if calls["eager"]:
+            raise AssertionError(
+                f"{where}: fn ran eagerly {calls['eager']} times after the capture: replay(x) must not call fn, only "
+                "copy x into the captured input and call g.replay()."
+            )
+        if calls["warm-up"] == 0 or calls["side"] == 0:
+            how = "no warm-up call" if calls["warm-up"] == 0 else "a warm-up on the calling stream"
+            raise AssertionError(
+                f"{where}: {how} before the capture: run fn once or twice on a side stream first (s = cuda.Stream(); "
+                "s.wait_stream(cuda.current_stream()); with cuda.stream(s): fn(static_x); then "
+                "cuda.current_stream().wait_stream(s)), as PyTorch requires: lazy initializations (cuBLAS "
+                "workspaces, Triton compilation) must not happen inside a capture."
+            )
+        for x, out, want in zip(inputs, outs, wants):
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape):
+                raise AssertionError(f"{where}: replay(x) returned {type(out).__name__}; return fn(x)'s output y.")
+            if torch.isnan(out).any():
+                raise AssertionError(
+                    f"{where}: replay(x) returned values never computed (NaN): the capture only records the work; "
+                    "call g.replay() before returning the captured output."
+                )
+            if (
+                check.relative_error(out, stale) <= check.tolerance(torch.float32)
+                and check.relative_error(x, example) > 0
+            ):
+                raise AssertionError(
+                    f"{where}: replay(x) returned fn(example), not fn(x): the graph runs on the tensors it captured; "
+                    "copy the new input into the captured one (static_x.copy_(x)) before g.replay()."
+                )
+            check.assert_close(out, want, dtype=torch.float32, name="replay(x)", context=where)
+    return f"{cases} new inputs per device: one capture, warmed up on a side stream, replayed on copied inputs"
+
+
+@contextlib.contextmanager
+def _real_ops(cuda):
+    """Ops that run at once inside the fake's ``with`` (the grader's own copies)."""
+    from gpulab.course.fake_cuda import FakeCuda  # noqa: PLC0415
+
+    if isinstance(cuda, FakeCuda):
+        with cuda.paused():
+            yield
+    else:
+        yield

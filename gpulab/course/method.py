@@ -7,7 +7,10 @@ numbers).
   takes a fraction of a second: the interpreter's ``@triton.jit`` functions (``TRITON_INTERPRET=1``) are rebuilt as
   compiler ``JITFunction`` objects over the same Python code (their globals too), so nothing runs in a fresh process.
 - PyTorch answers: :class:`OpTrace` records the aten ops a call actually runs (a ``TorchDispatchMode``), with what
-  betrays autograd: a ``*_backward`` op, an op on a tensor that requires grad, a ``torch.func`` transform.
+  betrays autograd: a ``*_backward`` op, an op on a tensor that requires grad (``recorded``: with grad mode on, so
+  autograd records it), a ``torch.func`` transform.
+- Which ``@triton.jit`` kernels a call launches: :func:`launches` (an answer that claims to run its kernel, but
+  computes with PyTorch instead, launches none).
   :func:`refuse_autograd` turns those into a failure that names the mistake; turning grad mode off around the call
   alone would be bypassed by ``torch.enable_grad()``.
 """
@@ -25,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpulab import runtime
 
-__all__ = ["Dot", "MemOp", "OpTrace", "dots", "loads_and_stores", "refuse_autograd", "ttir"]
+__all__ = ["Dot", "MemOp", "OpTrace", "dots", "launches", "loads_and_stores", "refuse_autograd", "ttir"]
 
 
 # Triton's interpreter patches triton.language for a launch and restores it afterwards, but a call of one @triton.jit
@@ -253,6 +256,7 @@ class OpTrace(TorchDispatchMode):
         self.ops: list[str] = []
         self.backward_ops: list[str] = []
         self.grad_inputs = 0
+        self.recorded = 0
         self.functorch = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -263,6 +267,7 @@ class OpTrace(TorchDispatchMode):
         flat = [*args, *(kwargs or {}).values()]
         if any(isinstance(a, torch.Tensor) and a.requires_grad for a in flat):
             self.grad_inputs += 1
+            self.recorded += torch.is_grad_enabled()
         return func(*args, **(kwargs or {}))
 
     # torch.func's transforms unwrap their tensors above this mode: their entry points are watched instead.
@@ -315,3 +320,36 @@ def refuse_autograd(where: str, trace: OpTrace) -> None:
             f"{where}: your function ran {trace.grad_inputs} ops on tensors that require grad (autograd recorded a "
             f"graph to differentiate): {_AUTOGRAD_HINT}."
         )
+
+
+@contextlib.contextmanager
+def launches():
+    """``with launches() as launched: answer(...)``: ``launched`` lists the Python function of every ``@triton.jit``
+    kernel launched in the block (``kernel[grid](...)``, compiled or interpreted), in order."""
+    from triton.runtime.jit import JITFunction  # noqa: PLC0415
+
+    classes = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
+
+        classes.append(InterpretedFunction)
+    except ImportError:  # pragma: no cover - a Triton without the interpreter
+        pass
+    launched: list = []
+    saved = [(cls, cls.__dict__["run"]) for cls in classes if "run" in cls.__dict__]
+
+    def watched(original):
+        def run(self, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                launched.append(getattr(self, "fn", self))
+            return original(self, *args, **kwargs)
+
+        return run
+
+    for cls, original in saved:
+        cls.run = watched(original)
+    try:
+        yield launched
+    finally:
+        for cls, original in saved:
+            cls.run = original

@@ -13,7 +13,10 @@ The timed tasks (their problems are in :data:`TASKS`):
 - exercise 4, "FlashAttention forward inner loop": B 1, 16 heads of 64, N 4096, fp32, non-causal, against
   :func:`gpulab.attention.flash_attention` and SDPA;
 - exercise 5, "fused LSTM forward time loop": B 16, T 1024, 16 heads of 32, fp32, against the package's fused
-  forward (``flashrnn(..., backend="fused")``) and cuDNN ``nn.LSTM`` of hidden 512.
+  forward (``flashrnn(..., backend="fused")``) and cuDNN ``nn.LSTM`` of hidden 512;
+- exercise 4, "attention op: forward and backward (CS336)": CS336's leaderboard problem, B 1, N 16384, 16 heads of
+  64, bf16, causal, forward and backward, against :func:`gpulab.attention.flash_attention` and SDPA's cuDNN backend
+  (the peer) and its flash backend (a second peer, ``peers`` in the record).
 
 Both clocks: ``ms`` is device time (:func:`gpulab.bench.timing.time_callable`, CUDA events), ``wall_ms`` the eager
 wall time per call (:func:`gpulab.bench.timing.wall_time`, host work included).
@@ -65,7 +68,9 @@ def leaderboard_path() -> Path:
 @dataclasses.dataclass(frozen=True)
 class SpeedTask:
     """A timed task: ``problem`` in words; ``inputs()`` builds the problem's tensors; ``answer(fn, inputs)``,
-    ``solution(inputs)`` and ``peer(inputs)`` each return a zero-argument callable that runs the op once."""
+    ``solution(inputs)`` and ``peer(inputs)`` each return a zero-argument callable that runs the op once;
+    ``more_peers`` maps the names of further peers to such builders; ``grad`` whether the callables run a backward
+    (timed with grad mode on)."""
 
     problem: str
     peer_name: str
@@ -73,6 +78,8 @@ class SpeedTask:
     answer: Callable
     solution: Callable
     peer: Callable
+    more_peers: dict = dataclasses.field(default_factory=dict)
+    grad: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -175,6 +182,42 @@ def _loop_peer(inputs):
     return lambda: lstm(x)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# exercise 4: the attention op, forward and backward, on CS336's problem
+
+
+def _op_inputs(b=1, h=16, n=16384, d=64):
+    q, k, v = (torch.randn(b, h, n, d, device=runtime.device, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    return q, k, v, torch.randn(b, h, n, d, device=runtime.device, dtype=torch.bfloat16)
+
+
+def _fwd_bwd(op, inputs):
+    q, k, v, do = inputs
+    return lambda: torch.autograd.grad(op(q, k, v), (q, k, v), do)
+
+
+def _op_solution(inputs):
+    from gpulab.attention import flash_attention  # noqa: PLC0415
+
+    return _fwd_bwd(lambda q, k, v: flash_attention(q, k, v, is_causal=True), inputs)
+
+
+def _sdpa(backend_name):
+    def build(inputs):
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+
+        backend = getattr(SDPBackend, backend_name)
+
+        def op(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        return _fwd_bwd(op, inputs)
+
+    return build
+
+
 TASKS = {
     "FlashAttention forward inner loop": SpeedTask(
         "B 1, 16 heads of 64, N 4096, fp32, non-causal (forward)", "SDPA",
@@ -188,14 +231,28 @@ TASKS = {
         "B 16, T 1024, 16 heads of 32, fp32 (forward, Wx given)", "cuDNN nn.LSTM (hidden 512, dense R)",
         _loop_inputs, _loop_answer, _loop_solution, _loop_peer,
     ),
+    "attention op: forward and backward (CS336)": SpeedTask(
+        "CS336's problem: B 1, N 16384, 16 heads of 64, bf16, causal (forward + backward)", "SDPA cuDNN",
+        _op_inputs, _fwd_bwd, _op_solution, _sdpa("CUDNN_ATTENTION"),
+        more_peers={"SDPA flash": _sdpa("FLASH_ATTENTION")}, grad=True,
+    ),
 }  # fmt: skip
 
 
-def _clocks(fn) -> tuple[float, float]:
+def _clocks(fn, grad: bool = False) -> tuple[float, float]:
     from gpulab.bench.timing import time_callable, wall_time  # noqa: PLC0415
 
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         return time_callable(fn).median_ms, wall_time(fn).median_ms
+
+
+def _peer_clocks(build, inputs, grad: bool) -> tuple[float, float] | None:
+    """A further peer's clocks, or None where it does not run here (an SDPA backend this GPU or build lacks)."""
+    try:
+        return _clocks(build(inputs), grad)
+    except RuntimeError as exc:
+        print(f"speed: a peer did not run here ({str(exc).splitlines()[0][:120]})")
+        return None
 
 
 def grade_speed(title: str, answer, label: str | None = None, board: Path | None = None) -> dict | None:
@@ -211,10 +268,11 @@ def grade_speed(title: str, answer, label: str | None = None, board: Path | None
     task = TASKS[title]
     inputs = task.inputs()
     rows = {
-        "answer": _clocks(task.answer(answer, inputs)),
-        "solution": _clocks(task.solution(inputs)),
-        "peer": _clocks(task.peer(inputs)),
+        "answer": _clocks(task.answer(answer, inputs), task.grad),
+        "solution": _clocks(task.solution(inputs), task.grad),
+        "peer": _clocks(task.peer(inputs), task.grad),
     }
+    more = {name: _peer_clocks(build, inputs, task.grad) for name, build in task.more_peers.items()}
     ms, wall = rows["answer"]
     record = {
         "task": title,
@@ -231,9 +289,13 @@ def grade_speed(title: str, answer, label: str | None = None, board: Path | None
         "peer_ms": rows["peer"][0],
         "peer_wall_ms": rows["peer"][1],
     }
+    if task.more_peers:
+        record["peers"] = {name: None if c is None else {"ms": c[0], "wall_ms": c[1]} for name, c in more.items()}
     print(
         f"speed on {record['device']}, {task.problem}: {ms:.3f} ms device, {wall:.3f} ms wall per call; "
-        f"x{ms / rows['solution'][0]:.2f} the solution, x{ms / rows['peer'][0]:.2f} {task.peer_name} (device clock)"
+        f"x{ms / rows['solution'][0]:.2f} the solution, x{ms / rows['peer'][0]:.2f} {task.peer_name}"
+        + "".join(f", x{ms / c[0]:.2f} {name}" for name, c in more.items() if c is not None)
+        + " (device clock)"
     )
     path = board or leaderboard_path()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,6 +330,10 @@ def summary(new: list[dict], report) -> str:
     )
 
 
+SOLUTIONS = ("03_cudnn_ladder", "04_attention", "05_fused_rnn")
+"""The solution notebooks with a timed task."""
+
+
 def grade_solutions(root: Path | None = None) -> list[dict]:
     """Speed-grade the solution notebooks of the timed tasks (exercises 3, 4 and 5) on this GPU: each is run as
     ``python -m gpulab grade --speed`` would, labelled "solution"; returns the records added to the leaderboard
@@ -281,7 +347,7 @@ def grade_solutions(root: Path | None = None) -> list[dict]:
     saved = {k: os.environ.get(k) for k in (ENV, LABEL_ENV)}
     os.environ[ENV], os.environ[LABEL_ENV] = "1", "solution"
     try:
-        for name in ("03_cudnn_ladder", "04_attention", "05_fused_rnn"):
+        for name in SOLUTIONS:
             for title, passed, message in grade_notebook(root / "solutions" / f"{name}.ipynb"):
                 if not passed:
                     print(f"FAIL {name}: {title}: {message}")
@@ -305,11 +371,18 @@ def leaderboard_table(path: Path | None = None) -> str:
     blocks = []
     for task in sorted({r["task"] for r in found}):
         mine = sorted((r for r in found if r["task"] == task), key=lambda r: r["ms"])
+        more = sorted({name for r in mine for name in r.get("peers") or {}})  # further peers (the CS336 task)
+
+        def ratio(r, name):
+            peer = (r.get("peers") or {}).get(name)
+            return f"{r['ms'] / peer['ms']:.2f}" if peer else "n/a"
+
         rows = [
             [r["who"], r["device"], r["date"][:16], f"{r['ms']:.3f}", f"{r['wall_ms']:.3f}",
-             f"{r['ms'] / r['solution_ms']:.2f}", f"{r['ms'] / r['peer_ms']:.2f}"]
+             f"{r['ms'] / r['solution_ms']:.2f}", f"{r['ms'] / r['peer_ms']:.2f}", *(ratio(r, n) for n in more)]
             for r in mine
         ]  # fmt: skip
         heads = ["who", "device", "date (UTC)", "ms", "wall ms", "x solution", f"x {mine[0]['peer']}"]
+        heads += [f"x {name}" for name in more]
         blocks.append(text_table(heads, rows, title=f"{task}: {mine[0]['problem']}"))
     return "\n\n".join(blocks)

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Exercises 3 — The cuDNN 5 LSTM optimization ladder
 #
-# Three tasks that go with `notebooks/03_cudnn_ladder.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random LSTMs against `torch.nn.LSTM` in float64 and raises with a message if something is wrong.
+# Five tasks that go with `notebooks/03_cudnn_ladder.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random LSTMs against `torch.nn.LSTM` in float64 and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -180,6 +180,130 @@ grading.grade_wavefront(schedule)
 waves = schedule(4, 100)
 print(f"the article's stack: {len(waves)} waves instead of {4 * 100} cells one by one; the widest holds "
       f"{max(map(len, waves))} cells")
+
+# %% [markdown]
+# ## Task 4: step 2, streams and events
+#
+# Step 1 runs the $L \times T$ cells one after another. But cell $(l, t)$ needs only $(l, t-1)$ and $(l-1, t)$:
+# layer $l+1$ can compute step $t$ while layer $l$ computes step $t+1$. Write
+# `step2(x, weights, state, cuda) -> (y, (h_n, c_n))`, step 1 (same arguments and result) with **one CUDA stream per
+# layer**, written against `cuda`, which is `torch.cuda` on a GPU: `cuda.Stream()`, `with cuda.stream(s):` (work
+# issued inside goes to `s`), `cuda.current_stream()`, `e = cuda.Event(); e.record(s)`, `s.wait_event(e)`,
+# `s.wait_stream(other)`. Work on a stream runs in the order it was issued; work on two streams in any order, unless
+# a wait orders it. `state` is `(h0, c0)`.
+#
+# On CPU the grader passes a stand-in (`gpulab.course.fake_cuda.FakeCuda`) that issues your ops as a GPU would and
+# then runs the streams in the worst order your waits allow, so a missing wait reads a result that is not there yet
+# (NaN). It checks the values, that the calling stream waits for the layers' streams before it uses their results,
+# that each layer has a stream, and that your waits allow the shortest schedule the dependencies permit (a wait for
+# more than a cell needs serializes the layers). On a GPU it also runs your function on `torch.cuda`.
+#
+# <details><summary>Hint 1: what to wait for</summary>
+#
+# One event per cell, recorded on its layer's stream right after the cell: `done[l][t]`. Before cell $(l, t)$, layer
+# $l$'s stream waits for `done[l-1][t]` only ($(l, t-1)$ is on its own stream, already in order). Issue the cells in
+# time-major order (`for t: for l:`) so that every event exists when its wait is issued: a wait on an event not
+# recorded yet waits for nothing.
+# </details>
+#
+# <details><summary>Hint 2: where the results live</summary>
+#
+# Allocate each layer's outputs `ys[l] = x.new_empty(T, B, H)` up front on the calling stream, and have every side
+# stream wait for it first (`s.wait_stream(main)`); each cell writes `ys[l][t].copy_(h)`. At the end the calling stream
+# waits for every side stream (`main.wait_stream(s)`) before it stacks `h_n` and copies `y`.
+# </details>
+
+# %% tags=["solution"]
+def step2(x, weights, state, cuda):
+    ### BEGIN SOLUTION
+    n_l, (n_t, b, _) = weights.num_layers, x.shape
+    h0, c0 = state
+    main = cuda.current_stream()
+    streams = [cuda.Stream() for _ in range(n_l)]
+    ys = [x.new_empty(n_t, b, weights.hidden_size) for _ in range(n_l)]  # on the calling stream
+    for s in streams:
+        s.wait_stream(main)  # the side streams start after the inputs and outputs exist
+    cs = [c0[layer] for layer in range(n_l)]
+    done = [[None] * n_t for _ in range(n_l)]  # done[l][t]: recorded after cell (l, t)
+    for t in range(n_t):  # time-major: every event is recorded before the wait that needs it is issued
+        for layer in range(n_l):
+            s = streams[layer]
+            with cuda.stream(s):
+                if layer > 0:
+                    s.wait_event(done[layer - 1][t])  # the input from below; (l, t-1) is in order on s
+                inp = x[t] if layer == 0 else ys[layer - 1][t]
+                h = h0[layer] if t == 0 else ys[layer][t - 1]
+                gates = inp @ weights.w_ih[layer].t() + h @ weights.w_hh[layer].t() + weights.bias[layer]
+                h_new, cs[layer] = ladder.lstm_cell_torch(*gates.chunk(4, dim=1), cs[layer])
+                ys[layer][t].copy_(h_new)
+                done[layer][t] = cuda.Event()
+                done[layer][t].record(s)
+    for s in streams:
+        main.wait_stream(s)  # join: the calling stream reads the layers' results only after them
+    return ys[-1].clone(), (torch.stack([y[-1] for y in ys]), torch.stack(cs))
+    ### END SOLUTION
+
+
+# %%
+# GRADER: step 2: streams and events
+grading.grade_streams(step2)
+
+
+# %% [markdown]
+# ## Task 5: the forward in a CUDA graph
+#
+# Run eagerly, every ladder step is bound by launches: each of the thousands of small kernels of a forward costs the
+# host a few microseconds. A CUDA graph records the kernels of one call once and replays them all with one launch,
+# on the same memory. Write `graphed(fn, example, cuda) -> replay`: capture `fn(example)` once (`fn` is one ladder
+# forward, `x` $[T, B, I] \to y$) and return `replay(x)`, which runs the captured forward on a new input `x` (same
+# shape) and returns its output. `cuda` is `torch.cuda` on a GPU (`cuda.CUDAGraph()`, `with cuda.graph(g):`,
+# `g.replay()`, streams as in task 4).
+#
+# On CPU the grader passes the stand-in of task 4, whose capture records the ops without running them and whose
+# replay runs them on the tensors captured, as a GPU's does. It checks the outputs for new inputs and the method: a
+# warm-up on a side stream before the capture (as PyTorch requires), one capture for all calls, `fn` never run
+# eagerly after it. On a GPU the real capture is graded the same way.
+#
+# <details><summary>Hint 1: static memory</summary>
+#
+# A graph replays its kernels on the addresses it captured: the input it reads is the tensor you passed during the
+# capture, and its output is the tensor the capture returned. So keep a static input (`static_x = example.clone()`),
+# capture `static_y = fn(static_x)`, and on each call copy the new input in before replaying.
+# </details>
+#
+# <details><summary>Hint 2: the warm-up</summary>
+#
+# Before capturing, run `fn(static_x)` once or twice on a side stream (`s = cuda.Stream()`,
+# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`):
+# libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture.
+# </details>
+
+# %% tags=["solution"]
+def graphed(fn, example, cuda):
+    ### BEGIN SOLUTION
+    static_x = example.clone()  # the graph reads this tensor at every replay
+    side = cuda.Stream()
+    side.wait_stream(cuda.current_stream())
+    with cuda.stream(side):  # warm-up outside the capture: lazy initializations happen here
+        for _ in range(2):
+            fn(static_x)
+    cuda.current_stream().wait_stream(side)
+    graph = cuda.CUDAGraph()
+    with cuda.graph(graph):
+        static_y = fn(static_x)  # recorded, not run: its values come with each replay
+
+    def replay(x):
+        static_x.copy_(x)
+        graph.replay()
+        return static_y  # overwritten by the next replay: clone it to keep it
+
+    return replay
+    ### END SOLUTION
+
+
+# %%
+# GRADER: CUDA graph: capture once, replay
+grading.grade_graphed(graphed)
 
 # %% [markdown]
 # ## Question
