@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction of the spec that lesson 0's read-only sweep reached (its plateau; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and its stored predictions use this fraction).
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
 
 # %%
 spec = hardware.spec("H100")
@@ -87,8 +87,8 @@ plt.show()
 # %%
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
-      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f} "
-      "(lesson 0's read-only plateau over the spec)")
+      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, memory_fraction() = {codesign.memory_fraction():.2f}")
+print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
 print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]

@@ -678,9 +678,23 @@ if stored:
     if missing:
         print(f"  head dims {sorted(set(missing))}: R does not fit on chip (the 'alternating' backend ran them)")
 
+# %%
+if stored and 16 in by_b and len(by_b) > 1:
+    fused_, graph_ = pick("fused"), pick("alternating", "fwd", "graph")
+    claims.show(claims.claim(
+        "- **Latency-bound, as predicted**: at B = 16 a step takes {x:.0f} times section 1's memory floor, and "
+        "{rows}x the batch rows cost {grow:.2f}x the time per step (device time).",
+        holds=lambda x, grow, rows: x > 5 and grow < 2 <= rows, x=by_b[16].params["ns_per_step"] / step_floor_ns,
+        rows=max(by_b) // min(by_b), grow=by_b[max(by_b)].params["ns_per_step"] / by_b[min(by_b)].params["ns_per_step"],
+    ))
+    if fused_ and graph_:
+        claims.show(claims.claim(
+            "- **One launch instead of $2T$**, $R$ read once: `alternating` takes {r:.1f}x the fused kernel's time "
+            "even in a CUDA graph (forward, 12 heads of 64, device time).",
+            holds=lambda r: r > 2, r=graph_.ms / fused_.ms,
+        ))  # fmt: skip
+
 # %% [markdown]
-# - **Latency-bound, as predicted**: far above the memory floor, barely growing with the batch.
-# - **One launch instead of $2T$**, $R$ read once: a large factor over `alternating`, even graphed.
 # - **cuDNN's hidden 768 is a different problem**: twelve times the recurrent FLOPs of 12 heads of 64; section 6b runs cuDNN's own (Appendix F).
 
 # %% [markdown]
@@ -692,7 +706,7 @@ if stored:
 #
 # **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. An earlier form of the kernel, with four products and separate gate tiles, issued about twice the instructions and barriers per step of the all-gates form; v1 → v2 makes the same change.
 #
-# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
 #
 # **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table below, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
 #
@@ -717,7 +731,7 @@ except FileNotFoundError as exc:
     print(exc)
 
 # %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
+# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 is a different problem: one head of 768 instead of 12 heads of 64 (section 6b).
 
 # %% [markdown]
 # *Terms.* **SASS**: the GPU's machine code (what `ptxas` makes of Triton's PTX). **HMMA**: a tensor-core matrix multiply-add instruction. **MUFU**: the special-function unit (`tanh`, `exp`, reciprocals), one instruction per value. **LDG/STG, LDS/STS**: loads and stores to global (HBM, L2) and shared memory; `.128` marks a 16-byte access per thread (`STS.128`). **BAR**: a barrier of the program's warps. **Stall reasons** (Nsight Compute's sampling of waiting warps): `long_sb` a global load, `short_sb` shared memory or MUFU, `wait` a fixed latency, `selected` issuing.
@@ -729,7 +743,7 @@ except FileNotFoundError as exc:
 #
 # **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate it is one batched product over heads with $K = BT$; $db$ comes out of the same products ($h_{t-1}$ gets a column of ones).
 #
-# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, removes about a quarter of the loop's instructions, and makes the backward faster by about as much.
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #
@@ -810,9 +824,22 @@ if part_rows:
 
 # %% [markdown]
 # Most of that step was the product and its exchange, which is what the partial sums shorten: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
-#
-# **What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the split kernel is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend.
-#
+
+# %%
+one_head = {(r.params.get("backend"), r.params.get("pass")): r for r in run05
+            if r.params.get("sweep") == "same_flops" and r.params.get("mode") == "eager" and r.status == "ok"}
+alt_f, alt_b = one_head.get(("alternating", "fwd")), one_head.get(("alternating", "fwd+bwd"))
+split_f, split_b = one_head.get(("fused", "fwd")), one_head.get(("fused", "fwd+bwd"))
+if alt_f and alt_b and split_f and split_b:
+    claims.show(claims.claim(
+        "**What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the "
+        "split kernel takes 1/{f:.0f} of the time forward and 1/{b:.0f} forward+backward (one head of 768, B = 16, "
+        "eager, device time, section 8's run), and that is what lets lesson 6 train one- and four-head LSTMs at width "
+        "768 on the `fused` backend.",
+        holds=lambda f, b: min(f, b) >= 10, f=alt_f.ms / split_f.ms, b=alt_b.ms / split_b.ms,
+    ))  # fmt: skip
+
+# %% [markdown]
 # **Where the split pays.** A split costs a barrier per step and an exchange through L2; one SM holding the whole head costs neither, but keeps one SM busy per head and batch tile. The stored crossover run times the forward over batch at a head dim that fits one SM (128) and at one that does not (768), beside `alternating`:
 
 # %%
@@ -854,8 +881,23 @@ if cand_rows:
               f"({at[4, direction, now.block_u, now.block_b, now.num_warps]:.2f} ms; "
               f"{was[4]} warps took {at[was]:.2f} ms)")
 
-# %% [markdown]
-# (The backward rows of that run are the first backward, which exchanged $dG_t$; the sweep of the present one is section 6b's table.) At one head of 768 the pick was the fastest tiling; at four heads of 192 the same tiles ran faster with more warps (more loads in flight for the exchange through L2). `split_tiling.MEASURED` keeps such measured winners (block_u and warps, per direction and head dim) and the chooser takes them on Hopper; the backward's entries come from the sweep of section 6b's table, where the estimate's preference for fewer, wider programs lost to 16 units per program.
+    fwd_ = {nh: [(k, ms) for k, ms in at.items() if k[:2] == (nh, "forward")] for nh in (1, 4)}
+    pick_ = {nh: split_tiling.split_tiling(32, nh, 768 // nh, "lstm", torch.bfloat16, gpu="H100",
+                                           direction="forward") for nh in (1, 4)}
+    best_ = {nh: min(fwd_[nh], key=lambda kv: kv[1]) for nh in (1, 4) if fwd_[nh]}
+    same_ = {nh: min((kv for kv in fwd_[nh] if kv[0][2:4] == (pick_[nh].block_u, pick_[nh].block_b)),
+                     key=lambda kv: kv[1], default=None) for nh in (1, 4)}
+    claims.show(claims.claim(
+        "(The backward rows of that run are the first backward, which exchanged $dG_t$; the sweep of the present one "
+        "is section 6b's table.) Forward, B = 32: at one head of 768 the fastest tiling took {t1:.2f} ms with "
+        "{w1} warps; at four heads of 192 the tiles the estimate picks ran fastest with {w4} warps ({t4:.2f} ms, "
+        "more loads in flight for the exchange through L2). `split_tiling.MEASURED` keeps such measured winners "
+        "(block_u and warps, per direction and head dim) and the chooser takes them on Hopper; the backward's entries "
+        "come from the sweep of section 6b's table (its 'best' column).",
+        holds=lambda w4, **_: same_[4] is not None and same_[4][1] == best_[4][1] and w4 > 2,
+        t1=best_[1][1], w1=best_[1][0][4], t4=same_[4][1] if same_[4] else float("nan"),
+        w4=same_[4][0][4] if same_[4] else 0,
+    ))  # fmt: skip
 
 # %% [markdown]
 # ## Appendix E. The bytes, counted
@@ -907,8 +949,8 @@ if io_records:
 # - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
 # - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
 # - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error's first line is under section 8's table).
-# - **cuDNN.** `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence than cuDNN's dense hidden 768, but it is a different, smaller model; whether it is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.
-# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only its bf16 path:
+# - **cuDNN** at hidden 768 is one dense head; `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is a different, smaller model; whether it is as good is lesson 6's question. The comparison, from the records below.
+# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The records, forward and forward+backward:
 
 # %%
 if stored:
@@ -932,6 +974,20 @@ if stored:
                   f"{split_train.wall_ms:.3g} wall vs cuDNN {dt} {cud.ms:.3g} / {cud.wall_ms:.3g} "
                   f"({split_train.wall_ms / cud.wall_ms:.2f}x cuDNN's wall time; cuDNN also computes its input "
                   "product)")
+    c16, cbf = (pick("cuDNN nn.LSTM (dense)", "fwd", sweep="dense", dtype=dt) for dt in ("float16", "bfloat16"))
+    if heads and c16 and cbf and dense_alt:
+        claims.show(claims.claim(
+            "- `gpulab.rnn.LSTM` with 12 heads takes {h:.2f}x the time of cuDNN's dense hidden 768 in fp16 per "
+            "sequence (forward, device time). cuDNN's fp16 path takes 1/{fb:.1f} of its bf16 path's time on this "
+            "H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.",
+            holds=lambda h, fb: h < 1 and fb > 2, h=heads.ms / c16.ms, fb=cbf.ms / c16.ms,
+        ))
+        claims.show(claims.claim(
+            "- The `alternating` backend at the same FLOPs, at its best ({mode}), takes {r16:.2f}x the time of "
+            "cuDNN's fp16 LSTM and {rbf:.2f}x that of its bf16 path.",
+            holds=lambda r16, rbf, **_: r16 > 1 > rbf, mode="in a CUDA graph" if dense_alt.params["mode"] == "graph"
+            else "eager", r16=dense_alt.ms / c16.ms, rbf=dense_alt.ms / cbf.ms,
+        ))  # fmt: skip
     print()
     print("\n".join(rnn_bench.targets(stored)))
 
