@@ -187,7 +187,7 @@ _MODEL = "a prediction of the lesson's model (deterministic code printed beside 
 _QUOTED = "a figure of a quoted article"
 _PLAN = "the lesson's plan or a design choice, not a result"
 _allow("00", _DEF, "the closer to the arithmetic units, the smaller and faster", "cannot run faster than",
-       "It is memory-bound when", "For memory-bound code the goal")  # fmt: skip
+       "It is memory-bound when")  # fmt: skip
 _allow("01", _DEF, "it is memory-bound, above it compute-bound", "A kernel to the left of it is",
        "the only ways to go faster are", "A kernel to the right is", "the slowest of them all sets the time",
        "a memory-bound kernel at the measured HBM ceiling is done",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gpulab import bench
 from gpulab.bench.history import Key, Shown
+from gpulab.course.one_record import history_label
 
 __all__ = [
     "SUPERSEDED",
@@ -23,6 +24,7 @@ __all__ = [
     "run_training",
     "unmeasured",
     "history_line",
+    "history_label",
     "attention_versions",
     "lesson05",
 ]

@@ -335,6 +335,7 @@ except FileNotFoundError as exc:
     print(exc)
 if version_rows:
     version_rows, version_old = shown.versions_now(version_rows)
+    print(shown.history_label("05", "versions") + "\n")
     print(versions_report.versions_table(version_rows))
     by_v = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
     fwd = {v: ms for (v, d), ms in by_v.items() if d == "forward"}
@@ -467,16 +468,11 @@ except FileNotFoundError as exc:
     print(exc)
 if split_rows:
     split_rows, split_old = shown.split_now(split_rows)
+    print(shown.history_label("05", "split") + "\n")
     print(split_report.split_table(split_rows))
     if split_old:
         old_ = [r for r in split_old if r["case"] == "fused split fwd+bwd"]
         print("\n" + shown.history_line("split", "fwd+bwd", old_, lambda r: f"DH {r['DH']} {r['ms']:.2f} ms device"))
-    fwd768 = split_report.time_row(split_rows, "fused split (chosen)", 768)
-    cud768 = split_report.time_row(split_rows, "cuDNN nn.LSTM float16", 768)
-    alt768 = split_report.time_row(split_rows, "alternating", 768)
-    print(f"\none head of 768, forward: split {fwd768['wall_ms']:.2f} ms wall, "
-          f"{fwd768['wall_ms'] / cud768['wall_ms']:.2f}x cuDNN fp16's time (which includes the input product), "
-          f"{alt768['ms'] / fwd768['ms']:.0f}x faster than alternating (device time)")
     wall_ratio = {}
     for dh_ in sorted({r["DH"] for r in split_rows if r.get("kind") == "time" and "DH" in r}):
         ours_f, cud_f = (split_report.time_row(split_rows, c, dh_) for c in ("fused split (chosen)",
@@ -492,6 +488,25 @@ if split_rows:
         first=min(large), last=max(large), lo=min(wall_ratio[d] for d in large),
         hi=max(wall_ratio[d] for d in large),
     ))  # fmt: skip
+
+# %% [markdown]
+# One head of 768, forward, from the record of that measurement, section 8's run (newer than the probe):
+
+# %%
+try:
+    run05 = bench.load("05", gpu="h100")
+except FileNotFoundError:
+    run05 = []
+fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run05 if r.status == "ok" and r.params.get("pass") == "fwd"
+           and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
+           (16, 1, 768)}  # fmt: skip
+ours768, cud768, alt768 = (fwd_768.get(k) for k in (("fused", "bfloat16"), ("cuDNN nn.LSTM (dense)", "float16"),
+                                                    ("alternating", "bfloat16")))  # fmt: skip
+if ours768 and cud768 and alt768:
+    print(f"one head of 768, B = 16, forward: split kernel {ours768.ms:.2f} ms device, {ours768.wall_ms:.2f} ms wall; "
+          f"cuDNN fp16 {cud768.ms:.2f} / {cud768.wall_ms:.2f} ms (with the input product): the split kernel takes "
+          f"{ours768.wall_ms / cud768.wall_ms:.2f}x its wall time; alternating (eager) {alt768.ms:.1f} ms device, "
+          f"{alt768.ms / ours768.ms:.0f}x the split kernel's time")
 
 # %% [markdown]
 # A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step:
@@ -708,7 +723,7 @@ if stored and 16 in by_b and len(by_b) > 1:
 #
 # **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
 #
-# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table below, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
+# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. The SASS table below counts what each version issues (`MUFU`: the special-function unit).
 #
 # **Masks and programs.** Masks handle batch rows past $B$ and head dims that are not a power of two ($R$ is padded with zeros, so padded columns never reach a real one). At the lesson's problem there are only 12 programs (heads × batch tiles) for the H100's 132 SMs: the kernel is a few long chains, not a full machine.
 
@@ -717,21 +732,53 @@ if stored and 16 in by_b and len(by_b) > 1:
 
 # %%
 try:
-    print(versions_report.sass_table(versions_report.load_sass(64)))
+    sass_rows = versions_report.load_sass(64)
+    print(versions_report.sass_table(sass_rows))
 except FileNotFoundError as exc:
+    sass_rows = []
     print(exc)
+sass_ = {r["version"]: r for r in sass_rows}
+wall_ = {r.params["version"]: r.wall_ms for r in version_rows if r.params.get("direction", "forward") == "forward"}
+if {"v1", "v2", "v3", "v4"} <= sass_.keys() and {"v1", "v2", "v3"} <= wall_.keys():
+    instr = [sass_[v]["instructions"] for v in ("v1", "v2", "v3")]
+    claims.show(claims.claim(
+        "From v3 to v4, `MUFU` goes from {m3:.0f} to {m4:.0f} per step and the instructions from {i3:.0f} to {i4:.0f}, "
+        "while v1 → v2 → v3 change little in instructions ({i1:.0f}, {i2:.0f}, {i3:.0f}) but much in time ({t1:.2f}, "
+        "{t2:.2f}, {t3:.2f} ms on the wall clock, the version ladder's run): waiting, which only stall sampling sees. "
+        "The registers rise at v3 ({g2} to {g3}) because two inputs are in flight.",
+        holds=lambda m3, m4, i3, i4, t1, t3, g2, g3, **_: m4 <= m3 / 2 and i4 < i3 / 2 and max(instr) < 1.05 *
+        min(instr) and t1 > 2 * t3 and g3 > g2, m3=sass_["v3"]["mufu"], m4=sass_["v4"]["mufu"], i1=instr[0],
+        i2=instr[1], i3=instr[2], i4=sass_["v4"]["instructions"], t1=wall_["v1"], t2=wall_["v2"], t3=wall_["v3"],
+        g2=sass_["v2"]["registers"], g3=sass_["v3"]["registers"],
+    ))  # fmt: skip
 
 # %% [markdown]
 # Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
 
 # %%
 try:
-    print(versions_report.profile_table(versions_report.load_profile("h100")))
+    profile_ = versions_report.load_profile("h100")
+    print(versions_report.profile_table(profile_))
 except FileNotFoundError as exc:
+    profile_ = {}
     print(exc)
 
-# %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 is a different problem: one head of 768 instead of 12 heads of 64 (section 6b).
+# %%
+prof_ = profile_.get("versions", {})
+if {"v1", "v2", "v3", "v4"} <= prof_.keys() and sass_:
+    long_ = [prof_[v]["stalls"].get("long_sb", 0.0) for v in ("v1", "v2", "v3")]
+    hot_ = [prof_[v]["top"][0]["sass"] for v in ("v1", "v2")]
+    claims.show(claims.claim(
+        "**What the versions mean.** v1 → v3 issue about as many instructions per step; they gain by waiting less: "
+        "the share of stall samples on a global load (`long_sb`) goes from {a:.0%} to {b:.0%} to {c:.0%}. In v1 and v2 "
+        "the hottest instruction stores the step's input to shared memory (`{h1}`), stalled on its global load; v3 "
+        "loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction "
+        "per activation; what remains is the chain (`wait` and `short_sb`, {w:.0%} of v4's samples). v5 is a "
+        "different problem: one head of 768 instead of 12 heads of 64 (section 6b).",
+        holds=lambda a, b, c, w, **_: a > b > c and c < 0.05 and all(h.startswith("STS") for h in hot_) and w > 0.5,
+        a=long_[0], b=long_[1], c=long_[2], h1=hot_[0].split()[0],
+        w=prof_["v4"]["stalls"].get("wait", 0.0) + prof_["v4"]["stalls"].get("short_sb", 0.0),
+    ))  # fmt: skip
 
 # %% [markdown]
 # *Terms.* **SASS**: the GPU's machine code (what `ptxas` makes of Triton's PTX). **HMMA**: a tensor-core matrix multiply-add instruction. **MUFU**: the special-function unit (`tanh`, `exp`, reciprocals), one instruction per value. **LDG/STG, LDS/STS**: loads and stores to global (HBM, L2) and shared memory; `.128` marks a 16-byte access per thread (`STS.128`). **BAR**: a barrier of the program's warps. **Stall reasons** (Nsight Compute's sampling of waiting warps): `long_sb` a global load, `short_sb` shared memory or MUFU, `wait` a fixed latency, `selected` issuing.
@@ -821,9 +868,13 @@ if part_rows:
     print(f"dG exchange, one head of 768, B = 16, 4 warps: {1e3 * whole_ / 1024:.1f} us per step, "
           f"{1e3 * rest_ / 1024:.1f} us without the product and its exchange: they took "
           f"{1e3 * (whole_ - rest_) / 1024:.1f} us")
+    claims.show(claims.claim(
+        "Most of that step, {share:.0%}, was the product and its exchange (device time).",
+        holds=lambda share: share > 0.5, share=(whole_ - rest_) / whole_,
+    ))  # fmt: skip
 
 # %% [markdown]
-# Most of that step was the product and its exchange, which is what the partial sums shorten: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
+# The partial sums shorten the product and its exchange: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
 
 # %%
 one_head = {(r.params.get("backend"), r.params.get("pass")): r for r in run05
@@ -849,6 +900,7 @@ except FileNotFoundError as exc:
     cross_rows = []
     print(exc)
 if cross_rows:
+    print(shown.history_label("05", "cross") + "\n")
     print(split_report.crossover_table(cross_rows))
     cross = {(r["DH"], r["B"], r["case"]): r for r in cross_rows if r["kind"] == "cross"}
     gaps = [cross[128, b, "one-SM fused"]["wall_ms"] / cross[128, b, "split"]["wall_ms"]
@@ -857,9 +909,15 @@ if cross_rows:
           f"time over the batches; head dim 768: the split kernel grows from "
           f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
           "device time")
+    claims.show(claims.claim(
+        "Where the head fits one SM (head dim 128) the two kernels are within {pct:.0%} of each other on the wall "
+        "clock; past it (768) the split kernel's time grows {g:.2f}x for {rows}x the batch rows.",
+        holds=lambda pct, g, rows: pct < 0.1 and g < 2 and rows >= 16, pct=max(abs(1 - x) for x in gaps),
+        g=cross[768, 64, "split"]["ms"] / cross[768, 1, "split"]["ms"], rows=64,
+    ))  # fmt: skip
 
 # %% [markdown]
-# Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
+# Where the head fits one SM, the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice; every program's product gets wider with the batch while the chain of round trips per step stays the same (the numbers: the line above).
 #
 # **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`python -m gpulab bench 05 candidates`) shows where that was wrong:
 
