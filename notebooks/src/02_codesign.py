@@ -360,7 +360,7 @@ for cfg in (lstm, fixed):
 #
 # ## What it means
 #
-# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 several-fold (section 2's verdict): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 (by how much: section 2's verdict, from the stored run): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
 # - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, the memory fraction read from lesson 0's stored sweep, and one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.

@@ -343,7 +343,7 @@ if version_rows:
     gains = {f"{a} -> {b}": fwd[a] / fwd[b] for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
     step = max(gains, key=gains.get)
     print(f"\nv1 -> v4: {fwd['v1'] / fwd['v4']:.1f}x on the wall clock; the largest single step is {step} "
-          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from the split probe's record")
+          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from section 8's run")
     if train:
         print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x (wall clock)")
     if version_old:
@@ -996,15 +996,54 @@ if io_records:
         print(f"{r.case.replace('ncu ', ''):22s} {rp['kernels']:5d} kernels, DRAM {dram / 1e6:7.1f} MB, "
               f"L2 {rp['l2_bytes'] / 1e6:8.1f} MB = {dram / r.bytes:5.2f}x the fewest")
 
-# %% [markdown]
-# `alternating` launches a few kernels per step, and each reads back what the previous one wrote; most of it is served by L2, which is why its L2 traffic is many times its DRAM traffic and why its time is launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than branching), and writes the states once: about the fewest bytes, below them on the GPU, where the last outputs still sit in L2 when the kernel ends. The fused backward moves more than the minimum: it writes $\delta G$ for the parameter products and reads it back.
+# %%
+io_ = {r.case.replace("ncu ", ""): r for r in io_records}
+if {"alternating fwd", "fused fwd", "fused fwd+bwd"} <= io_.keys():
+    dram_ = {k: r.params["dram_read"] + r.params["dram_write"] for k, r in io_.items()}
+    alt_ = io_["alternating fwd"]
+    claims.show(claims.claim(
+        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the previous "
+        "one wrote; most of it is served by L2: its L2 traffic is {l2:.1f} times its DRAM traffic, and its time is "
+        "launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus "
+        "the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than "
+        "branching), and writes the states once: about the fewest bytes, {f:.2f}x them on the GPU, where the last "
+        "outputs still sit in L2 when the kernel ends. The fused backward moves {b:.1f}x the minimum: it writes "
+        "$\\delta G$ for the parameter products and reads it back.",
+        holds=lambda l2, f, b, **_: l2 > 3 and f <= 1.05 and b > 1, k=alt_.params["kernels"],
+        l2=alt_.params["l2_bytes"] / dram_["alternating fwd"], f=dram_["fused fwd"] / io_["fused fwd"].bytes,
+        b=dram_["fused fwd+bwd"] / io_["fused fwd+bwd"].bytes,
+    ))  # fmt: skip
 
 # %% [markdown]
 # ## Appendix F. The measurements, one comparison at a time
 #
 # - **How section 8 counts.** Each of gpulab's Triton backends was checked against a float32 reference before it was timed (the `check` column). TFLOP/s count the recurrence's products ($2BT \cdot 4 \cdot NH \cdot DH^2$, three times that with the backward); the two module records, `nn.LSTM` and `gpulab.rnn.LSTM`, add their input product.
-# - **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller. Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (up to 128 rows per program here; forward+backward earlier, its tiles are twice as many).
-# - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
+
+# %%
+if stored:
+    fb_ = {r.params["B"]: r for r in stored if r.params.get("backend") == "fused" and r.params.get("pass") == "fwd"
+           and r.params.get("NH") == 12 and r.params.get("sweep") in ("main", "batch") and r.status == "ok"}
+    hd_ = {r.params["DH"]: r for r in stored if r.params.get("backend") == "fused" and r.params.get("pass") == "fwd"
+           and r.params.get("B") == 16 and r.params.get("sweep") in ("main", "head_dim") and r.status == "ok"}
+    if len(fb_) > 1 and {16, 64, 128} <= hd_.keys():
+        lo_b, hi_b = min(fb_), max(fb_)
+        claims.show(claims.claim(
+            "- **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly "
+            "make its tiles fuller: from B = {lo} to B = {hi} ({rows}x the rows) the forward's throughput grows "
+            "{tf:.0f}x while its step grows {st:.2f}x (device time).",
+            holds=lambda rows, tf, st, **_: tf > 0.5 * rows and st < 1.5, lo=lo_b, hi=hi_b, rows=hi_b // lo_b,
+            tf=fb_[hi_b].tflops / fb_[lo_b].tflops,
+            st=fb_[hi_b].params["ns_per_step"] / fb_[lo_b].params["ns_per_step"],
+        ))
+        claims.show(claims.claim(
+            "- **The head-dim sweep.** From head dim 16 to 64 (hidden 768 either way) the forward's step grows from "
+            "{a:.0f} to {b:.0f} ns; at 128 each step's product is four times larger, $R_\\text{{all}}$ takes 128 KB "
+            "of shared memory, and the step takes {c:.0f} ns; 256 does not fit one SM (Appendix C) and runs split.",
+            holds=lambda a, b, c: a < b < c, a=hd_[16].params["ns_per_step"], b=hd_[64].params["ns_per_step"],
+            c=hd_[128].params["ns_per_step"],
+        ))  # fmt: skip
+
+# %% [markdown]
 # - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
 # - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error's first line is under section 8's table).
 # - **cuDNN** at hidden 768 is one dense head; `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is a different, smaller model; whether it is as good is lesson 6's question. The comparison, from the records below.
