@@ -10,6 +10,9 @@ history label** (:func:`history_label`, whose text says what the run is and whic
 loader that :data:`DISPLAYS` does not know (so a new display cannot bypass the check). ``tests/course/
 test_records_shown.py`` runs it on every lesson source.
 
+A loader call stands for everything later cells show from the records it loaded: label the cell that loads a
+superseded run (the check reads that cell), and say so again in the text of a later cell that shows more of it.
+
 What is keyed: times (device and wall clock, and ``do_bench`` where a leaderboard uses it), and bandwidths derived
 from them. Ratios are not: a ratio is a comparison within one run, which is the point of measuring peers in the same
 run. Byte counts (Nsight Compute), instruction counts and stall shares are not times and are not keyed.
