@@ -509,7 +509,7 @@ if ours768 and cud768 and alt768:
           f"{alt768.ms / ours768.ms:.0f}x the split kernel's time")
 
 # %% [markdown]
-# A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step. Both from the split probe's run (history, as labelled above: the record of one head of 768 is section 8's run, whose times the line above the heading reads):
+# A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step. Both from the split probe's run (history, as labelled above: the record of one head of 768 is section 8's run, printed just above):
 
 # %%
 if split_rows:
