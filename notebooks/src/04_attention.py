@@ -622,7 +622,7 @@ if hopper_records:
 #
 # Seven products per block pair, where the math needs five: $S$ and $dP$ are computed twice so that no program ever adds into another's output. FlashAttention-2 and -3 keep five by adding each block's $dQ$ into an fp32 buffer with atomic adds, then converting it; that trades two products for $N^2 d / B_N$ atomic additions.
 #
-# Version 2 of the backward (`gpulab.attention.v2.backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both wrote bit-for-bit the same gradients; the timings:
+# Version 2 of the backward (`gpulab.attention.v2.backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both were checked against SDPA's math backend before they were timed, like every provider; the timings:
 
 # %%
 if hopper_records:
