@@ -113,3 +113,16 @@ def test_history_label_bad_input_names_the_run():
         one_record.history_label("05", "nope")
     with pytest.raises(TypeError, match="path"):
         one_record.loader_calls(5)
+
+
+def test_readme_blocks_that_show_a_superseded_run_carry_its_label():
+    # the README's generated blocks display the same runs as the notebooks, so the same labels
+    from gpulab.course import readme
+
+    blocks = {"lesson04-hopper": [("04", "hopper"), ("04", "cs336")], "lesson05-split": [("05", "split")],
+              "lesson05-versions": [("05", "versions")]}  # fmt: skip
+    for name, runs in blocks.items():
+        text = readme.render(name)
+        for lesson, run in runs:
+            assert one_record.history_label(lesson, run).rstrip(".") in text, (name, run)
+    assert set(one_record.LABELS) == {run for runs in blocks.values() for run in runs} | {("05", "cross")}
