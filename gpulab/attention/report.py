@@ -33,7 +33,8 @@ from pathlib import Path
 from gpulab import bench, dtypes, runtime
 
 __all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", "grid_table", "summary",
-           "sweep_summary", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED", "CS336_BEST_STUDENT_MS",
+           "sweep_summary", "sweep_ratios", "ratios", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED",
+           "CS336_BEST_STUDENT_MS",
            "stored_fused", "fused_summary", "IMPLEMENTATIONS", "throughput_records", "summary_table", "targets",
            "memory_table", "plot_throughput", "plot_memory", "plot"]  # fmt: skip
 
@@ -215,26 +216,13 @@ def sweep_summary(records) -> list[str]:
             lines.append(f"the {len(passed)} that passed their check ran at {min(r.tflops for r in passed):.0f} - "
                          f"{max(r.tflops for r in passed):.0f} TFLOP/s")  # fmt: skip
 
-    def key(r):
-        c = r.params["config"]
-        return (r.params.get("source"), r.params["head_dim"], r.params["causal"], r.params["seq"], c["block_m"],
-                c["block_n"], c["num_warps"], c["num_stages"])  # fmt: skip
-
     good = [r for r in sweep if str(r.params.get("check", "")).startswith("ok") and r.ms == r.ms]
-
-    def variant(r):
-        c = r.params["config"]
-        return (
-            "persistent" if c["persistent"] else "ws" if c["warp_specialize"] else "overlap" if c.get("overlap") else ""
-        )
-
-    plain = {key(r): r for r in good if variant(r) == ""}
+    found = sweep_ratios(sweep)
     for name, what in (
         ("persistent", "persistent (one program per SM) / one program per tile"),
         ("overlap", "next block's scores issued before the softmax (overlap) / the plain loop"),
     ):
-        pairs = [(r, plain.get(key(r))) for r in good if variant(r) == name]
-        ratios = [b.ms / a.ms for a, b in pairs if b is not None]
+        ratios = found[name]
         if ratios:
             lines.append(f"{what}: {min(ratios):.2f}x to {max(ratios):.2f}x over {len(ratios)} problems, same tiles "
                          f"(below 1: slower)")  # fmt: skip
@@ -248,6 +236,46 @@ def sweep_summary(records) -> list[str]:
         lines.append(f"fastest at d{d} N{n // 1024}k {'causal' if causal else 'full'}: {c['block_m']}x{c['block_n']}, "
                      f"{c['num_warps']} warps, {c['num_stages']} stages: {r.tflops:.0f} TFLOP/s")  # fmt: skip
     return lines
+
+
+def sweep_ratios(records) -> dict[str, list[float]]:
+    """Per variant of the sweeps, each run's speed relative to the plain loop on the same problem in the same run
+    (plain ms / variant ms; below 1: the variant is slower): 'persistent' and 'overlap' against the plain loop with the
+    same tiles; 'ws' (warp-specialized runs that passed their check) against the fastest plain loop of the problem,
+    since the warp-specialized form takes other tiles (4 warps)."""
+    sweep = [r for r in bench.result_list("records", records) if r.params.get("kind") == "sweep"]
+
+    def key(r):
+        c = r.params["config"]
+        return (r.params.get("source"), r.params["head_dim"], r.params["causal"], r.params["seq"], c["block_m"],
+                c["block_n"], c["num_warps"], c["num_stages"])  # fmt: skip
+
+    def variant(r):
+        c = r.params["config"]
+        if c["persistent"] or c["warp_specialize"]:
+            return "persistent" if c["persistent"] else "ws"
+        return "overlap" if c.get("overlap") else ""
+
+    good = [r for r in sweep if str(r.params.get("check", "")).startswith("ok") and r.ms == r.ms]
+    plain = {key(r): r for r in good if variant(r) == ""}
+    fastest: dict = {}
+    for r in plain.values():
+        k = key(r)[:4]
+        fastest[k] = min(fastest.get(k, r.ms), r.ms)
+    out: dict[str, list[float]] = {"persistent": [], "overlap": [], "ws": []}
+    for r in good:
+        if variant(r) == "ws" and key(r)[:4] in fastest:
+            out["ws"].append(fastest[key(r)[:4]] / r.ms)
+        elif variant(r) and key(r) in plain:
+            out[variant(r)].append(plain[key(r)].ms / r.ms)
+    return out
+
+
+def ratios(records, direction: str, peer: str, clock: str = "device", ours: str = "gpulab v2") -> dict:
+    """``{(dtype, head_dim, seq, causal): peer time / ours time}`` over the problems of one probe run, on ``clock``
+    ('device' or 'wall'); above 1: ``ours`` is faster."""
+    runtime.one_of("clock", clock, ("device", "wall"))
+    return _ratios(records, direction, peer, clock, ours)
 
 
 def plot_grid(records, direction: str = "forward", ax=None):

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 __all__ = ["Key", "Shown", "conflicts", "check", "CLOCKS"]
 
-CLOCKS = ("device", "wall")
-"""A time is device time (``ms``: CUDA events) or eager wall time (``wall_ms``); see :mod:`gpulab.bench.records`."""
+CLOCKS = ("device", "wall", "do_bench")
+"""A time is device time (``ms``: CUDA events), eager wall time (``wall_ms``), see :mod:`gpulab.bench.records`, or
+``triton.testing.do_bench``'s (device time with the L2 cleared before each call: the CS336 leaderboard's clock)."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Key:
     """What one displayed time measures.
 
     ``case``: the quantity ('LSTM fwd+bwd'); ``version``: the kernel version that ran ('split backward, partial
-    sums'); ``problem``: its sizes ('B16 T1024 1x768 bf16'); ``clock``: 'device' or 'wall'.
+    sums'); ``problem``: its sizes ('B16 T1024 1x768 bf16'); ``clock``: 'device', 'wall' or 'do_bench' (:data:`CLOCKS`).
     """
 
     lesson: str

@@ -50,7 +50,6 @@ from gpulab.codesign.gemm_model import (
     DEFAULT_TILE,
     K_TILE_BYTES,
     LIBRARY_TILES,
-    MEMORY_FRACTION,
     MISALIGNED_PENALTY,
     PARTIALLY_ALIGNED_PENALTY,
     PEAK_FRACTION,
@@ -58,6 +57,7 @@ from gpulab.codesign.gemm_model import (
     alignment_efficiency,
     alignment_penalty,
     gemm_time,
+    memory_fraction,
     relative_throughput,
     tile_quantization,
     wave_quantization,
@@ -75,6 +75,7 @@ from gpulab.codesign.sweeps import format_agreement, pair_agreement, sweep_head_
 __all__ = [
     "PEAK_FRACTION",
     "MEMORY_FRACTION",
+    "memory_fraction",
     "MISALIGNED_PENALTY",
     "PARTIALLY_ALIGNED_PENALTY",
     "alignment_penalty",
@@ -118,3 +119,9 @@ __all__ = [
     "plot_benchmark",
     "benchmark",
 ]
+
+
+def __getattr__(name):  # MEMORY_FRACTION is read from lesson 0's records on first use (gemm_model.memory_fraction)
+    if name == "MEMORY_FRACTION":
+        return memory_fraction()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

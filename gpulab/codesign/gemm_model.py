@@ -41,6 +41,7 @@ rule, derived for the tensor-core path, is applied to it unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from gpulab import hardware, runtime
@@ -48,7 +49,7 @@ from gpulab.roofline import dtype_and_size
 
 __all__ = [
     "PEAK_FRACTION",
-    "MEMORY_FRACTION",
+    "memory_fraction",
     "MISALIGNED_PENALTY",
     "PARTIALLY_ALIGNED_PENALTY",
     "ALIGNMENT_BYTES",
@@ -92,9 +93,31 @@ PEAK_FRACTION = 0.70
 """Fraction of the spec tensor-core peak the best GEMM sustains: 675 TFLOP/s measured at 8192 x 8192 x 4096 bf16 on
 the H100 (issue) / 989.4 TFLOP/s spec / 0.970 (that shape's wave efficiency with the library tiles) = 0.703."""
 
-MEMORY_FRACTION = 0.93
-"""Fraction of the spec HBM bandwidth a streaming kernel reaches: 3.10 of 3.35 TB/s, measured on the H100 in lesson 0
-(``benchmarks/00_memory_hierarchy``)."""
+
+def memory_fraction(root=None) -> float:
+    """``phi_m``: the fraction of the spec HBM bandwidth a streaming kernel reaches, read from the records: lesson 0's
+    read-only plateau on the H100 over its spec (:func:`gpulab.roofline.stored_read_plateau`, the newest stored
+    ``benchmarks/00_memory_hierarchy`` run; 1.0, the spec, where none is stored). The model applies the H100's
+    fraction to every GPU. Also available as :data:`MEMORY_FRACTION` (read on first use)."""
+    if root is None:
+        return _memory_fraction_default()
+    from gpulab.roofline import stored_read_plateau
+
+    return stored_read_plateau("H100", root).fraction
+
+
+@functools.cache
+def _memory_fraction_default() -> float:
+    from gpulab.roofline import stored_read_plateau
+
+    return stored_read_plateau("H100").fraction
+
+
+def __getattr__(name):  # MEMORY_FRACTION is computed from the records when first asked for, not typed in
+    if name == "MEMORY_FRACTION":
+        return memory_fraction()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 LIBRARY_TILES = ((128, 256), (256, 128), (128, 128))
 """Output tiles the model lets cuBLAS choose among when ``tile=None`` (largest first; it keeps the most efficient).
@@ -283,7 +306,7 @@ def gemm_time(m, n, k, dtype="bfloat16", gpu="H100", batch=1, tile=DEFAULT_TILE)
     nbytes = float(itemsize) * batch * (m * k + k * n + m * n)
     compute_ms = flops / (peak * 1e12 * PEAK_FRACTION * align * e_tile * e_wave) * 1e3
     # A misaligned shape runs a different, slower kernel: its narrow loads lower the memory roof as well.
-    memory_ms = nbytes / (spec.hbm_gbps * 1e9 * MEMORY_FRACTION) * 1e3 * (k_fill / align)
+    memory_ms = nbytes / (spec.hbm_gbps * 1e9 * memory_fraction()) * 1e3 * (k_fill / align)
     return GemmPrediction(
         m=m,
         n=n,

@@ -138,8 +138,8 @@ ALLOWED: dict[tuple[str, str], str] = {}
 article, or a prediction of the lesson's model (not a measurement). Filled below."""
 
 PENDING: dict[tuple[str, str], str] = {}
-"""(lesson id, fragment) of measured comparisons still typed into markdown, to be rendered through :func:`claim`;
-each names what record it rests on. Listed so the test passes while they are converted; new ones fail it."""
+"""(lesson id, fragment) of measured comparisons still typed into markdown, to be rendered through :func:`claim`.
+Empty: every measured comparison of the lessons is a claim (``tests/course/test_claims.py`` keeps it empty)."""
 
 
 def _allow(lesson: str, reason: str, *fragments: str, table=ALLOWED) -> None:
@@ -187,7 +187,7 @@ _MODEL = "a prediction of the lesson's model (deterministic code printed beside 
 _QUOTED = "a figure of a quoted article"
 _PLAN = "the lesson's plan or a design choice, not a result"
 _allow("00", _DEF, "the closer to the arithmetic units, the smaller and faster", "cannot run faster than",
-       "It is memory-bound when", "For memory-bound code the goal")  # fmt: skip
+       "It is memory-bound when")  # fmt: skip
 _allow("01", _DEF, "it is memory-bound, above it compute-bound", "A kernel to the left of it is",
        "the only ways to go faster are", "A kernel to the right is", "the slowest of them all sets the time",
        "a memory-bound kernel at the measured HBM ceiling is done",
@@ -222,17 +222,3 @@ _allow("06", _PLAN, "MLP (4x wide)", "(16x the training length)")
 _allow("06", "the task's arithmetic (640 steps vs 40), not a timing", "640 times as easily as 40")
 _allow("07", _MATH_R, "DDP hides them behind the backward", "about 1.5x what DDP sends")
 _allow("07", _SPEC, "cross a network about ten times slower")
-
-# Measured comparisons still typed into markdown: each names the record it rests on (to convert to claim()).
-_allow("04", "lesson 4's development sweeps (kept in the records' history)", "spilled and ran 2x slower",
-       "the backward several times slower", "was slower than the plain pipeline", "found it slower than the plain loop",
-       "was slower here than one program per tile", "the TMA backward is no faster", table=PENDING)  # fmt: skip
-_allow("04", "lesson 4's attention record (ratios printed above it)", "and loses on others",
-       "**Memory** is the other win",
-       "version 1's shorter host path wins", "move version 2 ahead of version 1", table=PENDING)  # fmt: skip
-_allow("05", "lesson 5's records (run, split and partials records)", "runs a bigger head, not faster",
-       "Latency-bound, as predicted", "made it much slower", "makes the backward faster by about as much",
-       "the split kernel is an order of magnitude faster", "the pick was the fastest tiling",
-       "the same tiles ran faster with more warps", "lost to 16 units per program",
-       "is faster per sequence than cuDNN's dense", "cuDNN's fp16 path is several times faster",
-       "even graphed, is slower than cuDNN's fp16", table=PENDING)  # fmt: skip

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gpulab import bench
+from gpulab.course import one_record
 from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
@@ -132,6 +133,8 @@ def lesson04_hopper() -> str:
         *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; "
         "one run of `python -m gpulab bench 04 hopper`.",
+        "",
+        f"*{one_record.history_label('04', 'hopper')}* The CS336 lines: *{one_record.history_label('04', 'cs336')}*",
         "",
         *(f"- {line}" for line in hopper_report.summary(recs)),
         *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:4]),
@@ -334,13 +337,17 @@ def lesson05_split() -> str:
     from gpulab.rnn.fused import split_report  # deferred: imports the kernels
 
     rows, _ = shown.split_now(split_report.load_split("h100"))  # its fwd+bwd rows ran the first split backward
-    fwd = split_report.time_row(rows, "fused split (chosen)", 768)
-    cudnn = split_report.time_row(rows, "cuDNN nn.LSTM float16", 768)
     back = split_report.load_split("h100", record="partials")
-    # forward+backward from the lesson's run, the one record of that measurement (gpulab.course.shown)
+    # one head of 768 from the lesson's run, the one record of that measurement (gpulab.course.one_record)
     run = bench.load("05", gpu="h100")
     ours, cudnn_train = shown.run_training(run, "fused"), shown.run_training(run, "cuDNN nn.LSTM (dense)", "float16")
+    fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run if r.status == "ok" and r.params.get("pass") == "fwd"
+               and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
+               (16, 1, 768)}  # fmt: skip
+    fwd, cudnn = fwd_768[("fused", "bfloat16")], fwd_768[("cuDNN nn.LSTM (dense)", "float16")]
     lines = [
+        f"*{one_record.history_label('05', 'split')}*",
+        "",
         "```",
         split_report.split_table(rows),
         "```",
@@ -352,10 +359,10 @@ def lesson05_split() -> str:
         split_report.backward_table(shown.partials_now(back)),
         "```",
         "",
-        f"One head of 768 (cuDNN's own problem; cuDNN also computes the input product): forward "
-        f"{fwd['wall_ms']:.2f} ms against cuDNN fp16's {cudnn['wall_ms']:.2f} ms, forward+backward "
+        f"One head of 768 (cuDNN's own problem; cuDNN also computes the input product), from the lesson's run "
+        f"(section 8): forward {fwd.wall_ms:.2f} ms against cuDNN fp16's {cudnn.wall_ms:.2f} ms, forward+backward "
         f"{ours.wall_ms:.2f} ms against {cudnn_train.wall_ms:.2f} ms (eager wall clock; device "
-        f"{ours.ms:.2f} against {cudnn_train.ms:.2f}; forward+backward from the lesson's run, section 8). "
+        f"{ours.ms:.2f} against {cudnn_train.ms:.2f}). "
         "Notebook 05, section 6b and Appendix D, explains the "
         f"kernels and the step's budget. Raw records: `{split_report.split_path('h100').relative_to(ROOT)}`, "
         f"`{split_report.split_path('h100', record='partials').relative_to(ROOT)}`.",
@@ -373,6 +380,8 @@ def lesson05_versions() -> str:
     by_v = {r.params["version"]: r for r in rows}
     lines = [
         *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
+        f"*{one_record.history_label('05', 'versions')}*",
+        "",
         "```",
         report.versions_table(rows),
         "```",

@@ -8,12 +8,16 @@ lesson's run (the present backward, which exchanges partial sums of dh). The pre
 may show; notebook 05 and the README's generator call them. :func:`lesson05` lists, for the forward+backward of one
 head of 768, every value notebook 05 and the README display, with its run and label, so
 ``tests/course/test_records_shown.py`` can check that one key comes from one run.
+
+The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record` (its
+:func:`history_label` is re-exported here for the notebooks).
 """
 
 from __future__ import annotations
 
 from gpulab import bench
 from gpulab.bench.history import Key, Shown
+from gpulab.course.one_record import history_label
 
 __all__ = [
     "SUPERSEDED",
@@ -23,6 +27,7 @@ __all__ = [
     "run_training",
     "unmeasured",
     "history_line",
+    "history_label",
     "attention_versions",
     "lesson05",
 ]

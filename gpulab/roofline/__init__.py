@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpulab import lazy
-from gpulab.roofline.hbm import HBMCeiling, hbm_ceiling, read_plateau
+from gpulab.roofline.hbm import HBMCeiling, hbm_ceiling, read_plateau, stored_read_plateau
 from gpulab.roofline.intensity import (
     COMPUTE_ROOFS,
     MEMORY_LEVELS,
@@ -108,6 +108,7 @@ __all__ = [
     "HBMCeiling",
     "hbm_ceiling",
     "read_plateau",
+    "stored_read_plateau",
     "FMA_CHAINS",
     "FMA_UNROLL",
     "fma_kernel",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpulab import hardware
 
-__all__ = ["HBMCeiling", "hbm_ceiling", "read_plateau"]
+__all__ = ["HBMCeiling", "hbm_ceiling", "read_plateau", "stored_read_plateau"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,20 @@ def read_plateau(sweep, gpu="H100") -> HBMCeiling:
     best = max(hbm, key=lambda r: r.gbps)
     return HBMCeiling(best.gbps, spec.hbm_gbps, "lesson 0's sweep, read-only streams",
                       f"{best.device}, {best.date}")  # fmt: skip
+
+
+def stored_read_plateau(gpu="H100", root=None) -> HBMCeiling:
+    """:func:`read_plateau` of the newest stored lesson-0 run of ``gpu`` (``benchmarks/00_memory_hierarchy``, or
+    ``root``); the spec itself (fraction 1, ``how`` says so) when no run of that GPU is stored."""
+    from gpulab import bench  # deferred: records are read only when asked
+
+    spec = hardware.spec(gpu)  # a ValueError naming gpu if the name is unknown
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU name such as 'H100', got {type(gpu).__name__} {gpu!r}.")
+    files = bench.record_files(bench.results_dir(root) / "00_memory_hierarchy", gpu.lower())
+    if not files:
+        return HBMCeiling(spec.hbm_gbps, spec.hbm_gbps, "spec sheet (no stored lesson-0 sweep)", spec.name)
+    path = bench.newest(files)
+    sweep = [r for r in bench.load("00", path=path) if r.case == "working-set sweep"]
+    found = read_plateau(sweep, gpu)
+    return HBMCeiling(found.gbps, found.spec_gbps, found.how, f"{found.source} ({path.parent.name}/{path.name})")

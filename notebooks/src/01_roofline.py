@@ -253,10 +253,10 @@ plt.show()
 # %% [markdown]
 # ## 5. Lesson 0 on the roofline
 #
-# Lesson 0's stored H100 run, placed on these roofs. The sweep counts one add per fp32 element read, $I = 1/4$; each point is held to the roof of the level its working set fits (`params['level']`). The copies do no arithmetic ($I = 0$) and have no place on a FLOP/s axis: the table gives their fraction of the HBM bandwidth instead.
+# Lesson 0's stored H100 run, placed on these roofs. The sweep counts one add per fp32 element read, $I = 1/4$; each point is held to the roof of the level its working set fits (`params['level']`). Its copies are left out: they are the HBM ceiling above, timed again in lesson 0's run, and the ceiling's run is the one record of them.
 
 # %%
-lesson0 = bench.load("00", gpu="h100")
+lesson0 = [r for r in bench.load("00", gpu="h100") if r.case == "working-set sweep"]
 print(roofline.placement_table(lesson0, h100))
 
 # %%
@@ -285,10 +285,33 @@ claims.claim(
 
 # %% [markdown]
 # ## What the measurements mean
-#
-# - **No ceiling is the spec sheet** (the fractions printed above). The HBM ceiling falls short of the 3.35 TB/s spec — a raw pin rate that DRAM refresh, row switches and read/write turnarounds eat into, for PyTorch's copy as much as ours. The tensor cores fall further short of the 989 TFLOP/s spec: that figure assumes every SM at full boost clock on every cycle, while under a sustained tensor-core load the H100 lowers its clock to stay within its power limit, and even cuBLAS does not keep the tensor cores busy on every cycle. The FMA kernel, by contrast, comes close to its spec: a chain of FMAs in registers is about the simplest work a GPU can be given, and the FP32 pipes draw far less power than the tensor cores.
+
+# %%
+frac = {key.lower(): h100.value(key) / spec_h100.value(key) for key in ("HBM", "bf16", "fp32")}
+claims.show(claims.claim(
+    "- **No ceiling is the spec sheet** (the fractions printed above). The HBM ceiling reaches {hbm:.0%} of the 3.35 "
+    "TB/s spec — a raw pin rate that DRAM refresh, row switches and read/write turnarounds eat into, for PyTorch's "
+    "copy as much as ours. The tensor cores fall further short, {bf16:.0%} of the 989 TFLOP/s spec: that figure "
+    "assumes every SM at full boost clock on every cycle, while under a sustained tensor-core load the H100 lowers "
+    "its clock to stay within its power limit, and even cuBLAS does not keep the tensor cores busy on every cycle. "
+    "The FMA kernel, by contrast, reaches {fp32:.0%} of its spec: a chain of FMAs in registers is about the simplest "
+    "work a GPU can be given, and the FP32 pipes draw far less power than the tensor cores.",
+    holds=lambda hbm, bf16, fp32: bf16 < hbm < 1 and fp32 > bf16 and fp32 > 0.85, **frac,
+))
+if h100.l2_gbps and h100.l1_gbps:
+    cached = [r for r in lesson0 if r.params.get("level") in ("L1", "L2")]
+    claims.show(claims.claim(
+        "- **The hierarchy is several roofs, an order of magnitude apart.** L2 delivers {l2:.1f} times and L1 {l1:.1f} "
+        "times the HBM bandwidth. Lesson 0's sweep points of L1 and L2 working sets ({n} of them) sit *above* the HBM "
+        "roof because their bytes came from the caches (and its smallest \"L2\" working sets above the L2 roof, "
+        "because part of them still hits in L1): an intensity is only meaningful against the level that actually "
+        "serves the bytes.",
+        holds=lambda l2, l1, n, above: 1 < l2 < l1 and above == n > 0, l2=h100.l2_gbps / h100.hbm_gbps,
+        l1=h100.l1_gbps / h100.hbm_gbps, n=len(cached), above=sum(r.gbps > h100.hbm_gbps for r in cached),
+    ))  # fmt: skip
+
+# %% [markdown]
 # - **So compare kernels with the measured roofs.** A GEMM at the measured bf16 ceiling is doing all the machine can, though it stands well below the spec; a memory-bound kernel at the measured HBM ceiling is done.
-# - **The hierarchy is several roofs, an order of magnitude apart.** L2 delivers a few times and L1 about ten times the HBM bandwidth. Lesson 0's sweep points sit *above* the HBM roof because their bytes came from the caches (and its smallest "L2" working sets above the L2 roof, because part of them still hits in L1): an intensity is only meaningful against the level that actually serves the bytes.
 # - **For this course:** everything pointwise is memory-bound; a skinny GEMM and an LSTM step at small batch are memory-bound however good the GEMM; naive attention is memory-bound by its $N^2$ score traffic, tiled attention compute-bound. The lessons ahead are ways of moving a kernel to the right on this plot — tiling (lesson 2), fusing the LSTM's step (lesson 3), FlashAttention (lesson 4) and a persistent RNN kernel (lesson 5) — and then up to its roof.
 #
 # **Exercises:** `exercises/01_roofline.ipynb` — the roofline formula, the FLOPs and bytes of three kernels by hand, memory- or compute-bound, and the batch size at which an LSTM step stops being memory-bound. Grade your work with `make grade NB=exercises/01_roofline.ipynb`.

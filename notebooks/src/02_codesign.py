@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.MEMORY_FRACTION`, the fraction of the spec that lesson 0's read-only sweep reached (its plateau; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and its stored predictions use this fraction).
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
 
 # %%
 spec = hardware.spec("H100")
@@ -87,8 +87,8 @@ plt.show()
 # %%
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
-      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, MEMORY_FRACTION = {codesign.MEMORY_FRACTION:.2f} "
-      "(lesson 0's read-only plateau over the spec)")
+      f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, memory_fraction() = {codesign.memory_fraction():.2f}")
+print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
 print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]
@@ -360,9 +360,9 @@ for cfg in (lstm, fixed):
 #
 # ## What it means
 #
-# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 several-fold (section 2's verdict): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
+# - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 (by how much: section 2's verdict, from the stored run): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
-# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, plus one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
+# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, the memory fraction read from lesson 0's stored sweep, and one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
 #
 # **Exercises:** `exercises/02_codesign.ipynb` — compute tile and wave quantization, build the time model yourself, predict which shapes run fastest and compare with the H100 measurements, and fix a config the checker flags. Grade your work with `make grade NB=exercises/02_codesign.ipynb`.

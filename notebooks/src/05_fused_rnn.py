@@ -97,7 +97,7 @@ ax = roofline.plot(ops, ceilings=c, title="LSTM recurrence and dense LSTM on the
 plt.show()
 
 # %% [markdown]
-# Section 8 measures about a millisecond. The roofline does not see **latency**: a step is a chain (load $h$ → small product → activations → store) that the next step waits for, and separate kernels add launches. The goal is **the shortest chain per step**.
+# Section 8 measures the real time. The roofline does not see **latency**: a step is a chain (load $h$ → small product → activations → store) that the next step waits for, and separate kernels add launches. The goal is **the shortest chain per step**.
 #
 # ### The flashrnn interface
 #
@@ -335,6 +335,7 @@ except FileNotFoundError as exc:
     print(exc)
 if version_rows:
     version_rows, version_old = shown.versions_now(version_rows)
+    print(shown.history_label("05", "versions") + "\n")
     print(versions_report.versions_table(version_rows))
     by_v = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
     fwd = {v: ms for (v, d), ms in by_v.items() if d == "forward"}
@@ -342,7 +343,7 @@ if version_rows:
     gains = {f"{a} -> {b}": fwd[a] / fwd[b] for a, b in [("v1", "v2"), ("v2", "v3"), ("v3", "v4")]}
     step = max(gains, key=gains.get)
     print(f"\nv1 -> v4: {fwd['v1'] / fwd['v4']:.1f}x on the wall clock; the largest single step is {step} "
-          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from the split probe's record")
+          f"({gains[step]:.2f}x); v5 (one head of 768) against cuDNN: section 6b, from section 8's run")
     if train:
         print(f"forward+backward: b1 -> b2 {train['b1'] / train['b2']:.2f}x (wall clock)")
     if version_old:
@@ -467,16 +468,11 @@ except FileNotFoundError as exc:
     print(exc)
 if split_rows:
     split_rows, split_old = shown.split_now(split_rows)
+    print(shown.history_label("05", "split") + "\n")
     print(split_report.split_table(split_rows))
     if split_old:
         old_ = [r for r in split_old if r["case"] == "fused split fwd+bwd"]
         print("\n" + shown.history_line("split", "fwd+bwd", old_, lambda r: f"DH {r['DH']} {r['ms']:.2f} ms device"))
-    fwd768 = split_report.time_row(split_rows, "fused split (chosen)", 768)
-    cud768 = split_report.time_row(split_rows, "cuDNN nn.LSTM float16", 768)
-    alt768 = split_report.time_row(split_rows, "alternating", 768)
-    print(f"\none head of 768, forward: split {fwd768['wall_ms']:.2f} ms wall, "
-          f"{fwd768['wall_ms'] / cud768['wall_ms']:.2f}x cuDNN fp16's time (which includes the input product), "
-          f"{alt768['ms'] / fwd768['ms']:.0f}x faster than alternating (device time)")
     wall_ratio = {}
     for dh_ in sorted({r["DH"] for r in split_rows if r.get("kind") == "time" and "DH" in r}):
         ours_f, cud_f = (split_report.time_row(split_rows, c, dh_) for c in ("fused split (chosen)",
@@ -494,7 +490,26 @@ if split_rows:
     ))  # fmt: skip
 
 # %% [markdown]
-# A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step:
+# One head of 768, forward, from the record of that measurement, section 8's run (newer than the probe):
+
+# %%
+try:
+    run05 = bench.load("05", gpu="h100")
+except FileNotFoundError:
+    run05 = []
+fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run05 if r.status == "ok" and r.params.get("pass") == "fwd"
+           and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
+           (16, 1, 768)}  # fmt: skip
+ours768, cud768, alt768 = (fwd_768.get(k) for k in (("fused", "bfloat16"), ("cuDNN nn.LSTM (dense)", "float16"),
+                                                    ("alternating", "bfloat16")))  # fmt: skip
+if ours768 and cud768 and alt768:
+    print(f"one head of 768, B = 16, forward: split kernel {ours768.ms:.2f} ms device, {ours768.wall_ms:.2f} ms wall; "
+          f"cuDNN fp16 {cud768.ms:.2f} / {cud768.wall_ms:.2f} ms (with the input product): the split kernel takes "
+          f"{ours768.wall_ms / cud768.wall_ms:.2f}x its wall time; alternating (eager) {alt768.ms:.1f} ms device, "
+          f"{alt768.ms / ours768.ms:.0f}x the split kernel's time")
+
+# %% [markdown]
+# A step at head dim 768, each tiling with and without its barrier; dashed: cuDNN fp16's step. Both from the split probe's run (history, as labelled above: the record of one head of 768 is section 8's run, printed just above):
 
 # %%
 if split_rows:
@@ -678,9 +693,23 @@ if stored:
     if missing:
         print(f"  head dims {sorted(set(missing))}: R does not fit on chip (the 'alternating' backend ran them)")
 
+# %%
+if stored and 16 in by_b and len(by_b) > 1:
+    fused_, graph_ = pick("fused"), pick("alternating", "fwd", "graph")
+    claims.show(claims.claim(
+        "- **Latency-bound, as predicted**: at B = 16 a step takes {x:.0f} times section 1's memory floor, and "
+        "{rows}x the batch rows cost {grow:.2f}x the time per step (device time).",
+        holds=lambda x, grow, rows: x > 5 and grow < 2 <= rows, x=by_b[16].params["ns_per_step"] / step_floor_ns,
+        rows=max(by_b) // min(by_b), grow=by_b[max(by_b)].params["ns_per_step"] / by_b[min(by_b)].params["ns_per_step"],
+    ))
+    if fused_ and graph_:
+        claims.show(claims.claim(
+            "- **One launch instead of $2T$**, $R$ read once: `alternating` takes {r:.1f}x the fused kernel's time "
+            "even in a CUDA graph (forward, 12 heads of 64, device time).",
+            holds=lambda r: r > 2, r=graph_.ms / fused_.ms,
+        ))  # fmt: skip
+
 # %% [markdown]
-# - **Latency-bound, as predicted**: far above the memory floor, barely growing with the batch.
-# - **One launch instead of $2T$**, $R$ read once: a large factor over `alternating`, even graphed.
 # - **cuDNN's hidden 768 is a different problem**: twelve times the recurrent FLOPs of 12 heads of 64; section 6b runs cuDNN's own (Appendix F).
 
 # %% [markdown]
@@ -688,13 +717,13 @@ if stored:
 #
 # **Prefetch, for real.** Whether the compiled loop really does not wait for its input was decided by two details, found with Nsight Compute's stall sampling on the H100 (`scripts/rnn_ncu.sh`, summarised by `scripts/ncu_stalls.py`): the forward's largest stall sat on one instruction waiting for a load. The loop is **unrolled by two**, each step of a pair loading into its own variable: a rotation `x = x_next; x_next = x_after` makes the back edge copy fresh registers, and the copy waits for the load in the step that issued it. And 16-bit data is loaded and carried as **32-bit words**, two values each (`unpack_pairs`): carried as 16-bit elements, the compiler splits each loaded word in the step of the load, with the same wait. Together they are v3; the stall table below is the same sampling, one launch per version (`scripts/profile_versions.py`, summaries under `benchmarks/05_fused_rnn/versions/profile/`).
 #
-# **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive, a gain of a few percent. At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
+# **Issue the load early.** The next load is issued as soon as the current input has been moved into the product's layout (its registers are free from then on), not after the product. Nsight Compute showed each step's first barrier waiting for the load issued about one step before; issued earlier, it has almost two steps to arrive (the development runs that timed the change were not kept as records). At $DH = 128$, where the kernel sits at the 255-register cap, the early load made the compiler pad the loop with idle instructions, so there the load stays after the product.
 #
-# **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. An earlier form of the kernel, with four products and separate gate tiles, issued about twice the instructions and barriers per step of the all-gates form; v1 → v2 makes the same change.
+# **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. v1 → v2 makes that change (four products and separate gate tiles, then one product for all gates); the SASS table below counts what it changes per step in the versions kept.
 #
-# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step and made it much slower: every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone. `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
 #
-# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. In the SASS table below, `MUFU` (the special-function unit) halves from v3 to v4 and the instruction count drops well below half, while v1 → v2 → v3 change little in instructions but much in time: waiting, which only stall sampling sees. The registers rise at v3 because two inputs are in flight.
+# **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. The SASS table below counts what each version issues (`MUFU`: the special-function unit).
 #
 # **Masks and programs.** Masks handle batch rows past $B$ and head dims that are not a power of two ($R$ is padded with zeros, so padded columns never reach a real one). At the lesson's problem there are only 12 programs (heads × batch tiles) for the H100's 132 SMs: the kernel is a few long chains, not a full machine.
 
@@ -703,21 +732,53 @@ if stored:
 
 # %%
 try:
-    print(versions_report.sass_table(versions_report.load_sass(64)))
+    sass_rows = versions_report.load_sass(64)
+    print(versions_report.sass_table(sass_rows))
 except FileNotFoundError as exc:
+    sass_rows = []
     print(exc)
+sass_ = {r["version"]: r for r in sass_rows}
+wall_ = {r.params["version"]: r.wall_ms for r in version_rows if r.params.get("direction", "forward") == "forward"}
+if {"v1", "v2", "v3", "v4"} <= sass_.keys() and {"v1", "v2", "v3"} <= wall_.keys():
+    instr = [sass_[v]["instructions"] for v in ("v1", "v2", "v3")]
+    claims.show(claims.claim(
+        "From v3 to v4, `MUFU` goes from {m3:.0f} to {m4:.0f} per step and the instructions from {i3:.0f} to {i4:.0f}, "
+        "while v1 → v2 → v3 change little in instructions ({i1:.0f}, {i2:.0f}, {i3:.0f}) but much in time ({t1:.2f}, "
+        "{t2:.2f}, {t3:.2f} ms on the wall clock, the version ladder's run): waiting, which only stall sampling sees. "
+        "The registers rise at v3 ({g2} to {g3}) because two inputs are in flight.",
+        holds=lambda m3, m4, i3, i4, t1, t3, g2, g3, **_: m4 <= m3 / 2 and i4 < i3 / 2 and max(instr) < 1.05 *
+        min(instr) and t1 > 2 * t3 and g3 > g2, m3=sass_["v3"]["mufu"], m4=sass_["v4"]["mufu"], i1=instr[0],
+        i2=instr[1], i3=instr[2], i4=sass_["v4"]["instructions"], t1=wall_["v1"], t2=wall_["v2"], t3=wall_["v3"],
+        g2=sass_["v2"]["registers"], g3=sass_["v3"]["registers"],
+    ))  # fmt: skip
 
 # %% [markdown]
 # Where each version's warps wait (Nsight Compute stall sampling, `scripts/profile_versions.py`; `long_sb`: global memory, `short_sb`: shared memory or special functions, `wait`: fixed latency, `selected`: issuing):
 
 # %%
 try:
-    print(versions_report.profile_table(versions_report.load_profile("h100")))
+    profile_ = versions_report.load_profile("h100")
+    print(versions_report.profile_table(profile_))
 except FileNotFoundError as exc:
+    profile_ = {}
     print(exc)
 
-# %% [markdown]
-# **What the versions mean.** v1 → v3 issue about as many instructions; they gain by waiting less. In v1 and v2 the hottest instruction stores the step's input to shared memory, stalled on its global load (`long_sb`); v3 loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction per activation; what remains is the chain (`wait`, `short_sb`). v5 runs a bigger head, not faster.
+# %%
+prof_ = profile_.get("versions", {})
+if {"v1", "v2", "v3", "v4"} <= prof_.keys() and sass_:
+    long_ = [prof_[v]["stalls"].get("long_sb", 0.0) for v in ("v1", "v2", "v3")]
+    hot_ = [prof_[v]["top"][0]["sass"] for v in ("v1", "v2")]
+    claims.show(claims.claim(
+        "**What the versions mean.** v1 → v3 issue about as many instructions per step; they gain by waiting less: "
+        "the share of stall samples on a global load (`long_sb`) goes from {a:.0%} to {b:.0%} to {c:.0%}. In v1 and v2 "
+        "the hottest instruction stores the step's input to shared memory (`{h1}`), stalled on its global load; v3 "
+        "loads it two steps ahead, and that wait leaves the loop. v4 does less work: one special-function instruction "
+        "per activation; what remains is the chain (`wait` and `short_sb`, {w:.0%} of v4's samples). v5 is a "
+        "different problem: one head of 768 instead of 12 heads of 64 (section 6b).",
+        holds=lambda a, b, c, w, **_: a > b > c and c < 0.05 and all(h.startswith("STS") for h in hot_) and w > 0.5,
+        a=long_[0], b=long_[1], c=long_[2], h1=hot_[0].split()[0],
+        w=prof_["v4"]["stalls"].get("wait", 0.0) + prof_["v4"]["stalls"].get("short_sb", 0.0),
+    ))  # fmt: skip
 
 # %% [markdown]
 # *Terms.* **SASS**: the GPU's machine code (what `ptxas` makes of Triton's PTX). **HMMA**: a tensor-core matrix multiply-add instruction. **MUFU**: the special-function unit (`tanh`, `exp`, reciprocals), one instruction per value. **LDG/STG, LDS/STS**: loads and stores to global (HBM, L2) and shared memory; `.128` marks a 16-byte access per thread (`STS.128`). **BAR**: a barrier of the program's warps. **Stall reasons** (Nsight Compute's sampling of waiting warps): `long_sb` a global load, `short_sb` shared memory or MUFU, `wait` a fixed latency, `selected` issuing.
@@ -729,7 +790,7 @@ except FileNotFoundError as exc:
 #
 # **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate it is one batched product over heads with $K = BT$; $db$ comes out of the same products ($h_{t-1}$ gets a column of ones).
 #
-# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, removes about a quarter of the loop's instructions, and makes the backward faster by about as much.
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #
@@ -807,12 +868,29 @@ if part_rows:
     print(f"dG exchange, one head of 768, B = 16, 4 warps: {1e3 * whole_ / 1024:.1f} us per step, "
           f"{1e3 * rest_ / 1024:.1f} us without the product and its exchange: they took "
           f"{1e3 * (whole_ - rest_) / 1024:.1f} us")
+    claims.show(claims.claim(
+        "Most of that step, {share:.0%}, was the product and its exchange (device time).",
+        holds=lambda share: share > 0.5, share=(whole_ - rest_) / whole_,
+    ))  # fmt: skip
 
 # %% [markdown]
-# Most of that step was the product and its exchange, which is what the partial sums shorten: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
-#
-# **What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the split kernel is an order of magnitude faster, and that is what lets lesson 6 train one- and four-head LSTMs at width 768 on the `fused` backend.
-#
+# The partial sums shorten the product and its exchange: section 6b's table shows the two versions in one run. With the smaller tiles of the new exchange a split backward also fits at head dim 1024, where the first version ran out of shared memory (`alternating` ran there before).
+
+# %%
+one_head = {(r.params.get("backend"), r.params.get("pass")): r for r in run05
+            if r.params.get("sweep") == "same_flops" and r.params.get("mode") == "eager" and r.status == "ok"}
+alt_f, alt_b = one_head.get(("alternating", "fwd")), one_head.get(("alternating", "fwd+bwd"))
+split_f, split_b = one_head.get(("fused", "fwd")), one_head.get(("fused", "fwd+bwd"))
+if alt_f and alt_b and split_f and split_b:
+    claims.show(claims.claim(
+        "**What it buys.** Against `alternating` (which reads $R$ from memory and launches two kernels per step) the "
+        "split kernel takes 1/{f:.0f} of the time forward and 1/{b:.0f} forward+backward (one head of 768, B = 16, "
+        "eager, device time, section 8's run), and that is what lets lesson 6 train one- and four-head LSTMs at width "
+        "768 on the `fused` backend.",
+        holds=lambda f, b: min(f, b) >= 10, f=alt_f.ms / split_f.ms, b=alt_b.ms / split_b.ms,
+    ))  # fmt: skip
+
+# %% [markdown]
 # **Where the split pays.** A split costs a barrier per step and an exchange through L2; one SM holding the whole head costs neither, but keeps one SM busy per head and batch tile. The stored crossover run times the forward over batch at a head dim that fits one SM (128) and at one that does not (768), beside `alternating`:
 
 # %%
@@ -822,6 +900,7 @@ except FileNotFoundError as exc:
     cross_rows = []
     print(exc)
 if cross_rows:
+    print(shown.history_label("05", "cross") + "\n")
     print(split_report.crossover_table(cross_rows))
     cross = {(r["DH"], r["B"], r["case"]): r for r in cross_rows if r["kind"] == "cross"}
     gaps = [cross[128, b, "one-SM fused"]["wall_ms"] / cross[128, b, "split"]["wall_ms"]
@@ -830,9 +909,15 @@ if cross_rows:
           f"time over the batches; head dim 768: the split kernel grows from "
           f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
           "device time")
+    claims.show(claims.claim(
+        "Where the head fits one SM (head dim 128) the two kernels are within {pct:.0%} of each other on the wall "
+        "clock; past it (768) the split kernel's time grows {g:.2f}x for {rows}x the batch rows.",
+        holds=lambda pct, g, rows: pct < 0.1 and g < 2 and rows >= 16, pct=max(abs(1 - x) for x in gaps),
+        g=cross[768, 64, "split"]["ms"] / cross[768, 1, "split"]["ms"], rows=64,
+    ))  # fmt: skip
 
 # %% [markdown]
-# Where the head fits one SM, the two kernels are within a few percent of each other: the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice, and its time grows slowly with batch, because every program's product gets wider while the chain of round trips per step stays the same.
+# Where the head fits one SM, the split's shorter product per program pays for its barrier, so the chooser keeps the simpler one-SM kernel there. Past one SM the split kernel is the only fused choice; every program's product gets wider with the batch while the chain of round trips per step stays the same (the numbers: the line above).
 #
 # **What the estimate cannot see: warps.** The chooser's step-time estimate counts bytes and round trips, not warps, so tilings that differ only in warps tie, and the tie went to the fewest. A run that timed every fitting tiling of lesson 6's two split layers (`python -m gpulab bench 05 candidates`) shows where that was wrong:
 
@@ -854,8 +939,23 @@ if cand_rows:
               f"({at[4, direction, now.block_u, now.block_b, now.num_warps]:.2f} ms; "
               f"{was[4]} warps took {at[was]:.2f} ms)")
 
-# %% [markdown]
-# (The backward rows of that run are the first backward, which exchanged $dG_t$; the sweep of the present one is section 6b's table.) At one head of 768 the pick was the fastest tiling; at four heads of 192 the same tiles ran faster with more warps (more loads in flight for the exchange through L2). `split_tiling.MEASURED` keeps such measured winners (block_u and warps, per direction and head dim) and the chooser takes them on Hopper; the backward's entries come from the sweep of section 6b's table, where the estimate's preference for fewer, wider programs lost to 16 units per program.
+    fwd_ = {nh: [(k, ms) for k, ms in at.items() if k[:2] == (nh, "forward")] for nh in (1, 4)}
+    pick_ = {nh: split_tiling.split_tiling(32, nh, 768 // nh, "lstm", torch.bfloat16, gpu="H100",
+                                           direction="forward") for nh in (1, 4)}
+    best_ = {nh: min(fwd_[nh], key=lambda kv: kv[1]) for nh in (1, 4) if fwd_[nh]}
+    same_ = {nh: min((kv for kv in fwd_[nh] if kv[0][2:4] == (pick_[nh].block_u, pick_[nh].block_b)),
+                     key=lambda kv: kv[1], default=None) for nh in (1, 4)}
+    claims.show(claims.claim(
+        "(The backward rows of that run are the first backward, which exchanged $dG_t$; the sweep of the present one "
+        "is section 6b's table.) Forward, B = 32: at one head of 768 the fastest tiling took {t1:.2f} ms with "
+        "{w1} warps; at four heads of 192 the tiles the estimate picks ran fastest with {w4} warps ({t4:.2f} ms, "
+        "more loads in flight for the exchange through L2). `split_tiling.MEASURED` keeps such measured winners "
+        "(block_u and warps, per direction and head dim) and the chooser takes them on Hopper; the backward's entries "
+        "come from the sweep of section 6b's table (its 'best' column).",
+        holds=lambda w4, **_: same_[4] is not None and same_[4][1] == best_[4][1] and w4 > 2,
+        t1=best_[1][1], w1=best_[1][0][4], t4=same_[4][1] if same_[4] else float("nan"),
+        w4=same_[4][0][4] if same_[4] else 0,
+    ))  # fmt: skip
 
 # %% [markdown]
 # ## Appendix E. The bytes, counted
@@ -896,19 +996,58 @@ if io_records:
         print(f"{r.case.replace('ncu ', ''):22s} {rp['kernels']:5d} kernels, DRAM {dram / 1e6:7.1f} MB, "
               f"L2 {rp['l2_bytes'] / 1e6:8.1f} MB = {dram / r.bytes:5.2f}x the fewest")
 
-# %% [markdown]
-# `alternating` launches a few kernels per step, and each reads back what the previous one wrote; most of it is served by L2, which is why its L2 traffic is many times its DRAM traffic and why its time is launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than branching), and writes the states once: about the fewest bytes, below them on the GPU, where the last outputs still sit in L2 when the kernel ends. The fused backward moves more than the minimum: it writes $\delta G$ for the parameter products and reads it back.
+# %%
+io_ = {r.case.replace("ncu ", ""): r for r in io_records}
+if {"alternating fwd", "fused fwd", "fused fwd+bwd"} <= io_.keys():
+    dram_ = {k: r.params["dram_read"] + r.params["dram_write"] for k, r in io_.items()}
+    alt_ = io_["alternating fwd"]
+    claims.show(claims.claim(
+        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the previous "
+        "one wrote; most of it is served by L2: its L2 traffic is {l2:.1f} times its DRAM traffic, and its time is "
+        "launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus "
+        "the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than "
+        "branching), and writes the states once: about the fewest bytes, {f:.2f}x them on the GPU, where the last "
+        "outputs still sit in L2 when the kernel ends. The fused backward moves {b:.1f}x the minimum: it writes "
+        "$\\delta G$ for the parameter products and reads it back.",
+        holds=lambda l2, f, b, **_: l2 > 3 and f <= 1.05 and b > 1, k=alt_.params["kernels"],
+        l2=alt_.params["l2_bytes"] / dram_["alternating fwd"], f=dram_["fused fwd"] / io_["fused fwd"].bytes,
+        b=dram_["fused fwd+bwd"] / io_["fused fwd+bwd"].bytes,
+    ))  # fmt: skip
 
 # %% [markdown]
 # ## Appendix F. The measurements, one comparison at a time
 #
 # - **How section 8 counts.** Each of gpulab's Triton backends was checked against a float32 reference before it was timed (the `check` column). TFLOP/s count the recurrence's products ($2BT \cdot 4 \cdot NH \cdot DH^2$, three times that with the backward); the two module records, `nn.LSTM` and `gpulab.rnn.LSTM`, add their input product.
-# - **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly make its tiles fuller. Throughput (TFLOP/s) grows almost linearly with the batch for free, until the tiles get large (up to 128 rows per program here; forward+backward earlier, its tiles are twice as many).
-# - **The head-dim sweep.** Up to 64 the step costs about the same; at 128 each step's product is four times larger, $R_\text{all}$ takes 128 KB of shared memory and the forward runs at the register limit (255, a few spilled); 256 does not fit one SM (Appendix C).
+
+# %%
+if stored:
+    fb_ = {r.params["B"]: r for r in stored if r.params.get("backend") == "fused" and r.params.get("pass") == "fwd"
+           and r.params.get("NH") == 12 and r.params.get("sweep") in ("main", "batch") and r.status == "ok"}
+    hd_ = {r.params["DH"]: r for r in stored if r.params.get("backend") == "fused" and r.params.get("pass") == "fwd"
+           and r.params.get("B") == 16 and r.params.get("sweep") in ("main", "head_dim") and r.status == "ok"}
+    if len(fb_) > 1 and {16, 64, 128} <= hd_.keys():
+        lo_b, hi_b = min(fb_), max(fb_)
+        claims.show(claims.claim(
+            "- **The batch sweep.** Every program runs the same dependent chain per step, and more batch rows mostly "
+            "make its tiles fuller: from B = {lo} to B = {hi} ({rows}x the rows) the forward's throughput grows "
+            "{tf:.0f}x while its step grows {st:.2f}x (device time).",
+            holds=lambda rows, tf, st, **_: tf > 0.5 * rows and st < 1.5, lo=lo_b, hi=hi_b, rows=hi_b // lo_b,
+            tf=fb_[hi_b].tflops / fb_[lo_b].tflops,
+            st=fb_[hi_b].params["ns_per_step"] / fb_[lo_b].params["ns_per_step"],
+        ))
+        claims.show(claims.claim(
+            "- **The head-dim sweep.** From head dim 16 to 64 (hidden 768 either way) the forward's step grows from "
+            "{a:.0f} to {b:.0f} ns; at 128 each step's product is four times larger, $R_\\text{{all}}$ takes 128 KB "
+            "of shared memory, and the step takes {c:.0f} ns; 256 does not fit one SM (Appendix C) and runs split.",
+            holds=lambda a, b, c: a < b < c, a=hd_[16].params["ns_per_step"], b=hd_[64].params["ns_per_step"],
+            c=hd_[128].params["ns_per_step"],
+        ))  # fmt: skip
+
+# %% [markdown]
 # - **`alternating`.** The fair baseline is `alternating` in a CUDA graph (launch costs gone, two kernels per step remain); the lesson's target against it is measured in that mode.
 # - **The `flashrnn` package's Triton kernel** (`triton_fused`, the same algorithm) ran on the same inputs; its backward did not compile with Triton 3.6 in this run (the error's first line is under section 8's table).
-# - **cuDNN.** `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is faster per sequence than cuDNN's dense hidden 768, but it is a different, smaller model; whether it is as good is lesson 6's question. cuDNN's fp16 path is several times faster than its bf16 path on this H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.
-# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The `alternating` backend, even graphed, is slower than cuDNN's fp16 LSTM and beats only its bf16 path:
+# - **cuDNN** at hidden 768 is one dense head; `gpulab.rnn.LSTM` with 12 heads (input product included, like cuDNN) is a different, smaller model; whether it is as good is lesson 6's question. The comparison, from the records below.
+# - **At the same FLOPs** (dense, $NH = 1$, $DH = 768$) one SM cannot hold $R$: cuDNN's persistent kernels spread it over many SMs and synchronise them every step, as gpulab's split kernel does (section 6b). The records, forward and forward+backward:
 
 # %%
 if stored:
@@ -932,6 +1071,20 @@ if stored:
                   f"{split_train.wall_ms:.3g} wall vs cuDNN {dt} {cud.ms:.3g} / {cud.wall_ms:.3g} "
                   f"({split_train.wall_ms / cud.wall_ms:.2f}x cuDNN's wall time; cuDNN also computes its input "
                   "product)")
+    c16, cbf = (pick("cuDNN nn.LSTM (dense)", "fwd", sweep="dense", dtype=dt) for dt in ("float16", "bfloat16"))
+    if heads and c16 and cbf and dense_alt:
+        claims.show(claims.claim(
+            "- `gpulab.rnn.LSTM` with 12 heads takes {h:.2f}x the time of cuDNN's dense hidden 768 in fp16 per "
+            "sequence (forward, device time). cuDNN's fp16 path takes 1/{fb:.1f} of its bf16 path's time on this "
+            "H100, so section 9 compares with the record of the fused kernel's dtype and the table shows both.",
+            holds=lambda h, fb: h < 1 and fb > 2, h=heads.ms / c16.ms, fb=cbf.ms / c16.ms,
+        ))
+        claims.show(claims.claim(
+            "- The `alternating` backend at the same FLOPs, at its best ({mode}), takes {r16:.2f}x the time of "
+            "cuDNN's fp16 LSTM and {rbf:.2f}x that of its bf16 path.",
+            holds=lambda r16, rbf, **_: r16 > 1 > rbf, mode="in a CUDA graph" if dense_alt.params["mode"] == "graph"
+            else "eager", r16=dense_alt.ms / c16.ms, rbf=dense_alt.ms / cbf.ms,
+        ))  # fmt: skip
     print()
     print("\n".join(rnn_bench.targets(stored)))
 

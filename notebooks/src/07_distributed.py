@@ -347,12 +347,30 @@ if speed:
 # - Data parallelism is exact: the gradients of N slices averaged are the gradient of the whole batch, and with the
 #   data drawn as a function of (seed, step) the loss curve is the same on any number of GPUs (section 4; on GPUs,
 #   up to bf16 rounding, section 6).
-# - At width 768 a step moves tens of MB of gradients and computes for tens of ms: inside one node DDP scales nearly
-#   perfectly for both models; the table says by how much on the GPUs measured.
-# - In the profiled step DDP's all-reduce is a few NCCL kernels at the end of the backward (the timeline), short
-#   next to the step: the step on 2 GPUs is barely longer than on one, and the model's "exposed communication"
-#   $t(2) - t(1)$ is what section 7 scales. The LSTM's recurrence runs as persistent kernels on a few SMs, so NCCL
-#   kernels always find free SMs beside it.
-# - FSDP2 costs time at this size (its gathers are on the critical path); it is the tool for models that do not fit.
 # - Past one node the same bytes cross a network about ten times slower; the model above says when overlap stops
 #   hiding them.
+
+# %%
+from gpulab.course import claims  # noqa: E402
+
+run_ = {(r.params["model"], r.params["strategy"], r.params["world_size"]): r for r in speed}
+models_ = sorted({m for m, st, n in run_ if {(m, "ddp", 1), (m, "ddp", 2), (m, "fsdp2", 2)} <= run_.keys()})
+if models_:
+    eff_ = [run_[m, "ddp", 2].params["tokens_per_s"] / (2 * run_[m, "ddp", 1].params["tokens_per_s"]) for m in models_]
+    longer_ = [run_[m, "ddp", 2].ms / run_[m, "ddp", 1].ms for m in models_]
+    nccl_ = [run_[m, "ddp", 2].params.get("comm_ms", 0.0) for m in models_]
+    fsdp_ = [run_[m, "fsdp2", 2].ms / run_[m, "ddp", 2].ms for m in models_]
+    claims.show(claims.claim(
+        "- Measured on 2 GPUs of one node ({dev}), DDP reaches {lo:.0%} to {hi:.0%} of perfect scaling ({models}; "
+        "the table above): in the profiled step its all-reduce is at most {c_hi:.2f} ms of NCCL kernels at the end "
+        "of the backward, short next to the step, and the step on 2 GPUs takes {l_lo:.2f}x to {l_hi:.2f}x the "
+        "time on one (eager wall clock). That exposed part, $t(2) - t(1)$, is what section 7 scales. The LSTM's "
+        "recurrence runs as persistent kernels on a few SMs, so NCCL kernels find free SMs beside it.",
+        holds=lambda lo, l_hi, **_: lo >= 0.9 and l_hi < 1.1, dev=speed[0].device, models=" and ".join(models_),
+        lo=min(eff_), hi=max(eff_), c_hi=max(nccl_), l_lo=min(longer_), l_hi=max(longer_),
+    ))
+    claims.show(claims.claim(
+        "- FSDP2 costs time at this size: its 2-GPU step takes {f_lo:.2f}x to {f_hi:.2f}x DDP's (its gathers are on "
+        "the critical path); it is the tool for models that do not fit.",
+        holds=lambda f_lo, f_hi: f_lo > 1, f_lo=min(fsdp_), f_hi=max(fsdp_),
+    ))  # fmt: skip

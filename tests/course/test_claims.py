@@ -103,3 +103,8 @@ def test_the_digit_scan_catches_the_ci_failure(tmp_path):
     path = tmp_path / "nb.ipynb"
     nbformat.write(new_notebook(cells=cells), path)
     assert [(i, n) for i, n, _ in prose.machine_digits(path)] == [(0, "2e-07"), (2, "0.000123")]
+
+
+def test_no_measured_comparison_is_pending():
+    # every measured comparison is rendered by claim(); none may wait on the PENDING list again
+    assert claims.PENDING == {}, f"measured comparisons still typed into markdown: {sorted(claims.PENDING)}"

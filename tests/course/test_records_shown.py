@@ -45,3 +45,84 @@ def test_lesson05_shows_one_head_of_768_training_from_one_run():
     unlabelled = [dataclasses.replace(s, history=False) for s in displayed]
     with pytest.raises(ValueError, match="one measurement shown from several runs"):
         history.check(unlabelled)
+
+
+# --- every lesson: what its notebook displays, grouped by key (gpulab.course.one_record) -----------------------------
+
+from pathlib import Path  # noqa: E402
+
+from gpulab.course import one_record  # noqa: E402
+
+SOURCES = sorted((Path(__file__).resolve().parents[2] / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_lesson_shows_each_measurement_from_one_run(source):
+    one_record.check_source(source)  # raises on a key from two runs without the label, or an unknown loader
+
+
+@pytest.mark.parametrize("lesson", ["04_attention.py", "05_fused_rnn.py"])
+def test_without_their_history_labels_lessons_4_and_5_fail(lesson, tmp_path):
+    # the displays issue 36 found: lesson 4's benchmark run and the Hopper probe both timing version 2's forward,
+    # lesson 5's one head of 768 forward shown from four runs. The labels are what makes them pass.
+    text = next(p for p in SOURCES if p.name == lesson).read_text()
+    assert "shown.history_label(" in text
+    planted = tmp_path / lesson
+    planted.write_text(text.replace("shown.history_label(", "str(  # label removed: "))
+    with pytest.raises(ValueError, match="one measurement shown from several runs"):
+        one_record.check_source(planted)
+
+
+def _planted(tmp_path, label_second: bool):
+    src = tmp_path / "09_planted.py"
+    second = 'print(shown.history_label("09", "old"))\n' if label_second else ""
+    src.write_text(
+        "# %% [markdown]\n# Two runs of one measurement.\n\n"
+        '# %%\nnew = bench.load("09", gpu="h100")\nprint(new)\n\n'
+        f'# %%\nold = split_report.load_split("h100", record="old")\n{second}print(old)\n'
+    )
+    key = history.Key("09", "LSTM fwd", "fused", "H100", "B16 T1024 1x768 bf16", "device")
+    registry = {
+        ("09", 'bench.load("09", gpu="h100")'): one_record.Display(
+            lambda root: [history.Shown(key, "2026-11-25-d.jsonl", 2.70)], "the lesson's run"),
+        ("09", 'split_report.load_split("h100", record="old")'): one_record.Display(
+            lambda root: [history.Shown(key, "2026-11-24-split.jsonl", 2.72)], "an older probe"),
+    }  # fmt: skip
+    return src, registry
+
+
+def test_a_planted_notebook_showing_two_runs_of_one_key_fails_and_passes_with_the_label(tmp_path):
+    src, registry = _planted(tmp_path, label_second=False)
+    with pytest.raises(ValueError, match=r"2\.7 from 2026-11-25-d.*2\.72 from 2026-11-24-split"):
+        one_record.check_source(src, registry)
+    src, registry = _planted(tmp_path, label_second=True)
+    one_record.check_source(src, registry)
+    assert [s.history for s in one_record.displayed(src, registry)] == [False, True]
+
+
+def test_a_loader_the_registry_does_not_know_fails(tmp_path):
+    src, registry = _planted(tmp_path, label_second=True)
+    registry.pop(("09", 'split_report.load_split("h100", record="old")'))
+    with pytest.raises(ValueError, match=r'load_split\("h100", record="old"\).*does not know'):
+        one_record.check_source(src, registry)
+
+
+def test_history_label_bad_input_names_the_run():
+    assert "section 8" in one_record.history_label("05", "split")
+    with pytest.raises(ValueError, match="lesson, run"):
+        one_record.history_label("05", "nope")
+    with pytest.raises(TypeError, match="path"):
+        one_record.loader_calls(5)
+
+
+def test_readme_blocks_that_show_a_superseded_run_carry_its_label():
+    # the README's generated blocks display the same runs as the notebooks, so the same labels
+    from gpulab.course import readme
+
+    blocks = {"lesson04-hopper": [("04", "hopper"), ("04", "cs336")], "lesson05-split": [("05", "split")],
+              "lesson05-versions": [("05", "versions")]}  # fmt: skip
+    for name, runs in blocks.items():
+        text = readme.render(name)
+        for lesson, run in runs:
+            assert one_record.history_label(lesson, run).rstrip(".") in text, (name, run)
+    assert set(one_record.LABELS) == {run for runs in blocks.values() for run in runs} | {("05", "cross")}

@@ -1,0 +1,460 @@
+"""One record per measurement, in every lesson: the times a notebook displays, grouped by key, come from one run.
+
+A lesson source loads records with calls such as ``bench.load("05", gpu="h100")`` or ``split_report.load_split(
+"h100", record="cross")`` and displays them in the cell of the call (and later cells). :data:`DISPLAYS` maps each
+such call, as the sources write it, to the times it displays, each with its :class:`gpulab.bench.history.Key`
+(lesson, case, kernel version, device, problem, clock) and its run (the record file). :func:`displayed` reads a
+source cell by cell: every loader call of a code cell adds its values, **marked as history when that cell prints a
+history label** (:func:`history_label`, whose text says what the run is and which newer run is the record).
+:func:`check_source` raises when one key is displayed from two runs without the label, and when a source calls a
+loader that :data:`DISPLAYS` does not know (so a new display cannot bypass the check). ``tests/course/
+test_records_shown.py`` runs it on every lesson source.
+
+A loader call stands for everything later cells show from the records it loaded: label the cell that loads a
+superseded run (the check reads that cell), and say so again in the text of a later cell that shows more of it.
+
+What is keyed: times (device and wall clock, and ``do_bench`` where a leaderboard uses it), and bandwidths derived
+from them. Ratios are not: a ratio is a comparison within one run, which is the point of measuring peers in the same
+run. Byte counts (Nsight Compute), instruction counts and stall shares are not times and are not keyed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpulab import bench
+from gpulab.bench.history import Key, Shown, check
+
+__all__ = ["DISPLAYS", "LABELS", "LOADER", "Display", "history_label", "loader_calls", "displayed", "check_source"]
+
+LOADER = re.compile(
+    r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|tasks|roofline)\."
+    r"(?:load|stored\w*|load_\w+|hbm_ceiling|stored_read_plateau|ceilings)\((?:[^()]|\([^()]*\))*\)"
+)
+"""A call that loads stored records, as the lesson sources write it."""
+
+# fmt: off
+LABELS: dict[tuple[str, str], str] = {
+    ("04", "hopper"):
+        "history: the Hopper probe's run (`benchmarks/04_attention/hopper/`, recorded before lesson 4's section 8 "
+        "run of the same day). That run is the record of version 2's forward, of forward+backward as "
+        "`flash_attention` ships it, of cuDNN and of FlashAttention-2; this run is shown for what only it timed "
+        "(version 1 beside version 2, version 2's TMA backward, two small problems) and for ratios within it",
+    ("04", "cs336"):
+        "history: the CS336 run (`benchmarks/04_attention/hopper/cs336/`, with the Hopper probe); the record of "
+        "its device and wall times is lesson 4's section 8 run (bf16, d 64, N 16384, causal) and the probe's grid;"
+        " its do_bench times, the leaderboard's clock, are measured only here",
+    ("05", "versions"):
+        "history: the version ladder's run (`benchmarks/05_fused_rnn/versions/`). Lesson 5's section 8 run, newer,"
+        " is the record of v4 (the package's forward, 12 x 64), b2 (its backward), v5 (one head of 768) and cuDNN;"
+        " v1-v3 and b1 were timed only here, and the gains are ratios within this run",
+    ("05", "split"):
+        "history: the split probe's run (`benchmarks/05_fused_rnn/split/`, 2026-11-24). At head dim 768 lesson 5's"
+        " section 8 run, newer, is the record of the split kernel, cuDNN and alternating (the next line reads it);"
+        " the other head dims and the ratios are this run's",
+    ("05", "cross"):
+        "history: the crossover run (`benchmarks/05_fused_rnn/split/*-cross.jsonl`, 2026-11-24). At one head of "
+        "768 and B = 16, lesson 5's section 8 run, newer, is the record of the split kernel and alternating; the "
+        "other rows and the ratios are this run's",
+}
+# fmt: on
+"""(lesson, run) -> the history label a cell prints before it displays that run: what it is, which newer run is the
+record, what it is still shown for."""
+
+
+def history_label(lesson: str, run: str) -> str:
+    """The label a cell prints before it displays a run that a newer one supersedes (:data:`LABELS`)."""
+    if (lesson, run) not in LABELS:
+        raise ValueError(f"(lesson, run) must be one of {sorted(LABELS)}, got {(lesson, run)!r}; add its label.")
+    return LABELS[(lesson, run)] + "."
+
+
+# --- keys of stored records -----------------------------------------------------------------------------------------
+
+_PROBLEM = ("direction", "pass", "mode", "causal")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _times(get_key: Callable[[str], Key], run: str, ms, wall_ms, history: bool = False) -> list[Shown]:
+    return [Shown(get_key(c), run, float(v), history) for c, v in (("device", ms), ("wall", wall_ms)) if _finite(v)]
+
+
+def results_shown(records, run: str, lesson: str, *, case=None, version=None, problem=None, keep=None) -> list[Shown]:
+    """Device and wall times of bench records, keyed: ``case``, ``version`` and ``problem`` are functions of a record
+    (defaults: the case without an 'HBM: ' prefix; the record's impl/backend/strategy; its shape, dtype and pass);
+    ``keep`` selects the records the cell displays."""
+    out = []
+    for r in bench.result_list("records", records):
+        if r.status != "ok" or (keep is not None and not keep(r)):
+            continue
+        p = r.params
+        c = case(r) if case else r.case.removeprefix("HBM: ")
+        v = version(r) if version else str(p.get("impl") or p.get("backend") or p.get("strategy") or "-")
+        prob = problem(r) if problem else " ".join(
+            [f"{list(r.shape) if r.shape else '-'}", str(r.dtype)] + [f"{k}={p[k]}" for k in _PROBLEM if k in p]
+        )  # fmt: skip
+        dev = r.device or "?"
+        out += _times(lambda clock, c=c, v=v, prob=prob, dev=dev: Key(lesson, c, v, dev, prob, clock), run, r.ms,
+                      r.wall_ms)  # fmt: skip
+    return out
+
+
+def _newest(lesson: str, root, gpu="h100", sub: str = "") -> Path:
+    from gpulab import lessons
+
+    folder = bench.results_dir(root) / lessons.find(lesson).slug / sub
+    return bench.newest(bench.record_files(folder, gpu))
+
+
+def _run(lesson: str, root, gpu="h100", **kw) -> list[Shown]:
+    path = _newest(lesson, root, gpu)
+    return results_shown(bench.load(lesson, path=path), path.name, lesson, **kw)
+
+
+def _roofline_run(root, keep=None) -> list[Shown]:
+    """The newest lesson-1 run, which :func:`gpulab.roofline.ceilings` and ``hbm_ceiling`` read."""
+    path = _newest("01", root)
+    return results_shown(bench.load("01", path=path), path.name, "01", keep=keep)
+
+
+# --- lesson 4 -------------------------------------------------------------------------------------------------------
+
+
+def _attention_version(r) -> str:
+    """The kernel version behind an implementation name of lesson 4's runs (one name per version across runs)."""
+    impl, fwd_only = r.params.get("impl", ""), r.params.get("direction") == "forward"
+    if impl in ("gpulab", "gpulab v2 fwd + v1 bwd") or (impl == "gpulab v2" and fwd_only):
+        return "v2 forward" if fwd_only else "v2 forward + v1 backward"
+    if impl == "gpulab v2":
+        return "v2 forward + v2 (TMA) backward"
+    if impl == "gpulab v1":
+        return "v1" if fwd_only else "v1 forward + v1 backward"
+    return {"SDPA default": "cuDNN (SDPA default)", "SDPA cuDNN": "cuDNN (SDPA default)"}.get(impl, impl)
+
+
+def _attention_problem(r) -> str:
+    p = r.params
+    return (f"B{p.get('batch')} H{p.get('heads')} N{p.get('seq')} d{p.get('head_dim')} {r.dtype} "
+            f"{'causal' if p.get('causal') else 'full'}")  # fmt: skip
+
+
+def _attention(records, run: str, keep=None, version=_attention_version) -> list[Shown]:
+    return results_shown(records, run, "04", case=lambda r: f"attention {r.params.get('direction')}",
+                         version=version, problem=_attention_problem, keep=keep)  # fmt: skip
+
+
+def _hopper(root, sub: str = ""):
+    from gpulab.attention import report
+
+    folder = Path(report._FOLDER) if root is None else bench.results_dir(root) / "04_attention" / "hopper"
+    path = bench.newest(bench.record_files(folder / sub, "h100"))
+    return bench.load("04", path=path), path.name
+
+
+def _lesson04_probe(root) -> list[Shown]:
+    recs, run = _hopper(root)
+    return _attention(recs, run, keep=lambda r: r.params.get("kind") in ("throughput", "tiny"))
+
+
+def _lesson04_cs336(root) -> list[Shown]:
+    recs, run = _hopper(root, "cs336")
+    out = _attention(recs, run, keep=lambda r: r.params.get("kind") == "cs336")
+    for r in recs:  # the leaderboard's clock: triton.testing.do_bench
+        if r.params.get("kind") == "cs336" and _finite(r.params.get("do_bench_ms")):
+            key = Key("04", "attention forward+backward", _attention_version(r), r.device, _attention_problem(r),
+                      "do_bench")  # fmt: skip
+            out.append(Shown(key, run, float(r.params["do_bench_ms"])))
+    return out
+
+
+def _lesson04_sweep(root) -> list[Shown]:
+    from gpulab.attention import report
+
+    folder = None if root is None else bench.results_dir(root) / "04_attention" / "hopper"
+    recs = [r for r in report.stored_sweep(folder) if str(r.params.get("check", "")).startswith("ok")]
+
+    def config(r):  # a sweep times one config of version 2; the lesson's grid times the dispatched one
+        c = r.params["config"]
+        return (f"v2 forward, {c['block_m']}x{c['block_n']} tiles, {c['num_warps']} warps, {c['num_stages']} stages"
+                f"{', persistent' if c['persistent'] else ''}{', warp-specialized' if c['warp_specialize'] else ''}"
+                f"{', overlap' if c.get('overlap') else ''} ({r.params.get('source')})")  # fmt: skip
+
+    return _attention(recs, "sweeps", version=config)
+
+
+def _lesson04_v3(root) -> list[Shown]:
+    from gpulab.attention import report
+
+    folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
+    runs = [p for p in bench.record_files(folder, "h100") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    path = bench.newest(runs)
+    return _attention(bench.load("04", path=path), path.name,
+                      keep=lambda r: r.params.get("impl") == report.V3_TUNED)  # fmt: skip
+
+
+# --- lesson 5 -------------------------------------------------------------------------------------------------------
+
+
+def _lstm_key(pass_: str, version: str, device: str, b, t, nh, dh, dtype: str, clock: str) -> Key:
+    return Key("05", f"LSTM {pass_}", version, device, f"B{b} T{t} {nh}x{dh} {dtype}", clock)
+
+
+def _run05_version(p) -> str:
+    backend = p.get("backend", "")
+    if backend == "fused":
+        return "gpulab fused backend"
+    if backend == "cuDNN nn.LSTM (dense)":
+        return "cuDNN nn.LSTM"
+    if backend == "alternating":
+        return f"alternating ({p.get('mode')})"
+    return backend
+
+
+def _lesson05_run(root) -> list[Shown]:
+    path = _newest("05", root)
+    out = []
+    for r in bench.load("05", path=path):
+        p = r.params
+        if r.status != "ok" or not r.shape:
+            continue
+        b, t, nh, dh = (list(r.shape) + [None] * 4)[:4]
+        key = lambda clock, r=r, p=p, b=b, t=t, nh=nh, dh=dh: _lstm_key(  # noqa: E731
+            p.get("pass", "?"), _run05_version(p), r.device, b, t, nh, dh, r.dtype, clock
+        )
+        out += _times(key, path.name, r.ms, r.wall_ms)
+    return out
+
+
+def _lesson05_versions(root) -> list[Shown]:
+    from gpulab.rnn.fused.versions import report
+
+    folder = bench.results_dir(root) / "05_fused_rnn" / "versions"
+    path = bench.newest(bench.record_files(folder, "h100"))
+    out = []
+    for r in report.load_versions("h100", root):
+        p = r.params
+        v = p.get("version")
+        name = {"v4": "gpulab fused backend", "v5": "gpulab fused backend", "b2": "gpulab fused backend",
+                "b3": "gpulab fused backend, first split backward", "cuDNN": "cuDNN nn.LSTM"}.get(v, v)  # fmt: skip
+        pass_ = "fwd+bwd" if p.get("direction") == "forward+backward" else "fwd"
+        key = lambda clock, r=r, p=p, name=name, pass_=pass_: _lstm_key(  # noqa: E731
+            pass_, name, r.device, r.shape[0], r.shape[1], p["NH"], p["DH"], r.dtype, clock
+        )
+        out += _times(key, path.name, r.ms, r.wall_ms, history=v == "b3")  # b3: a history line of its own
+    return out
+
+
+def _split_rows(root, record):
+    from gpulab.rnn.fused import split_report
+
+    rows = split_report.load_split("h100", root, record=record) if record else split_report.load_split("h100", root)
+    env = next((r for r in rows if r.get("kind") == "env"), {})
+    return rows, env.get("device", "?"), split_report.split_path("h100", root, **({"record": record} if record else
+                                                                                  {})).name  # fmt: skip
+
+
+def _lesson05_split(root) -> list[Shown]:
+    rows, device, run = _split_rows(root, None)
+    names = {"fused split (chosen)": "gpulab fused backend", "cuDNN nn.LSTM float16": "cuDNN nn.LSTM",
+             "cuDNN nn.LSTM bfloat16": "cuDNN nn.LSTM", "alternating": "alternating (eager)"}  # fmt: skip
+    out = []
+    for r in rows:  # the table's forward rows; its forward+backward rows are a history line (shown.split_now)
+        if r.get("kind") == "time" and r.get("case") in names and "pass_" not in r:
+            dtype = "bfloat16" if "bfloat16" in r["case"] else "float16" if "float16" in r["case"] else "bfloat16"
+            key = lambda clock, r=r, dtype=dtype: _lstm_key(  # noqa: E731
+                "fwd", names[r["case"]], device, 16, 1024, 1, r["DH"], dtype, clock
+            )
+            out += _times(key, run, r.get("ms"), r.get("wall_ms"))
+    return out
+
+
+def _lesson05_cross(root) -> list[Shown]:
+    rows, device, run = _split_rows(root, "cross")
+    out = []
+    for r in rows:
+        if r.get("kind") == "cross":
+            fits = r["DH"] <= 128
+            name = {"split": "gpulab fused backend" if not fits else "split kernel (forced)",
+                    "one-SM fused": "gpulab fused backend",
+                    "alternating": "alternating (eager)"}[r["case"]]  # fmt: skip
+            key = lambda clock, r=r, name=name: _lstm_key(  # noqa: E731
+                "fwd", name, device, r["B"], r.get("T", 1024), 1, r["DH"], "bfloat16", clock
+            )
+            out += _times(key, run, r.get("ms"), r.get("wall_ms"))
+    return out
+
+
+def _lesson05_candidates(root) -> list[Shown]:
+    rows, device, run = _split_rows(root, "candidates")
+    out = []
+    for r in rows:
+        if r.get("kind") == "candidate" and "ms" in r:
+            name = f"split kernel, {r['block_u']}x{r['block_b']} tiles, {r['warps']} warps ({r['direction']})"
+            key = lambda clock, r=r, name=name: _lstm_key(  # noqa: E731
+                "fwd" if r["direction"] == "forward" else "bwd kernel", name, device, r.get("B", 32), 1024, r["NH"],
+                r.get("DH", 768 // r["NH"]), "bfloat16", clock)  # fmt: skip
+            out += _times(key, run, r.get("ms"), None)
+    return out
+
+
+def _lesson05_partials(root) -> list[Shown]:
+    from gpulab.course import shown
+
+    rows, device, run = _split_rows(root, "partials")
+    out = []
+    for r in shown.partials_now(rows):  # the backward kernel alone, per tiling: a quantity of its own
+        if "ms" in r and "B" in r:
+            name = f"split backward kernel alone, {r.get('case', r.get('kind'))}, block_u {r.get('block_u')}"
+            key = lambda clock, r=r, name=name: _lstm_key(  # noqa: E731
+                "bwd kernel", name, device, r["B"], 1024, r.get("NH", 1), r.get("DH"), "bfloat16", clock
+            )
+            out += _times(key, run, r.get("ms"), None)
+    return out
+
+
+# --- the registry ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Display:
+    """What one loader call displays: ``values(root)`` -> keyed times; ``why`` says what it shows (or why no time)."""
+
+    values: Callable
+    why: str
+
+
+def _none(root) -> list[Shown]:
+    return []
+
+
+_COPY = ("copy kernel (gpulab)", "torch copy_ (peer)")
+
+DISPLAYS: dict[tuple[str, str], Display] = {
+    ("00", 'bench.load("00", gpu="h100")'): Display(
+        lambda root: _run("00", root, keep=lambda r: r.case == "working-set sweep"),
+        "lesson 0's run: its working-set sweep (the copy it also timed is shown from lesson 1's run, the ceiling)"),
+    ("00", 'roofline.hbm_ceiling("H100")'): Display(
+        lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY),
+        "the HBM ceiling and the copies it is measured with (lesson 1's run)"),
+    ("00", 'roofline.ceilings("H100")'): Display(
+        lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY),
+        "the copies, from the ceiling's run"),
+    ("00", "roofline.hbm_ceiling()"): Display(
+        lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY), "the HBM ceiling"),
+    ("00", 'traffic.stored("00")'): Display(_none, "Nsight Compute byte counts, not times"),
+    ("01", 'roofline.ceilings("h100")'): Display(lambda root: _roofline_run(root), "lesson 1's run: every ceiling"),
+    ("01", 'bench.load("00", gpu="h100")'): Display(
+        lambda root: _run("00", root, keep=lambda r: r.case == "working-set sweep"),
+        "lesson 0's sweep placed on the roofline"),
+    ("02", 'bench.load("02", gpu="h100")'): Display(lambda root: _run("02", root), "lesson 2's run"),
+    ("02", 'roofline.stored_read_plateau("H100")'): Display(
+        lambda root: _run("00", root, keep=lambda r: r.case == "working-set sweep"),
+        "lesson 0's read-only plateau (its sweep)"),
+    ("02", 'roofline.hbm_ceiling("H100")'): Display(
+        lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY), "the HBM ceiling"),
+    ("03", 'bench.load("03", gpu="h100")'): Display(lambda root: _run("03", root), "lesson 3's run"),
+    ("04", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
+    ("04", 'bench.load("04", gpu="h100")'): Display(
+        lambda root: _attention(bench.load("04", path=_newest("04", root)), _newest("04", root).name,
+                                keep=lambda r: r.params.get("kind") == "throughput"),
+        "section 8's run: the lesson's grid, every implementation"),
+    ("04", 'traffic.stored("04")'): Display(_none, "Nsight Compute byte counts, not times"),
+    ("04", "hopper_report.stored()"): Display(_lesson04_probe, "the Hopper probe's grid and small problems"),
+    ("04", "hopper_report.stored_cs336()"): Display(_lesson04_cs336, "the CS336 leaderboard problem"),
+    ("04", "hopper_report.stored_sweep()"): Display(_lesson04_sweep, "version 2's config sweeps, per config"),
+    ("04", "hopper_report.stored_fused()"): Display(_none, "the one-pass backward: ratios to the two kernels only"),
+    ("04", "hopper_report.stored_v3()"): Display(_lesson04_v3, "version 3's run: version 3's own times (the peers as "
+                                                               "ratios within the run)"),
+    ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
+    ("05", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
+    ("05", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),
+    ("05", 'split_report.load_split("h100", record="partials")'): Display(
+        _lesson05_partials, "the backward kernel alone, per tiling"),
+    ("05", 'bench.load("05", gpu="h100")'): Display(_lesson05_run, "section 8's run, the lesson's record"),
+    ("05", "versions_report.load_sass(64)"): Display(_none, "instruction counts, not times"),
+    ("05", 'versions_report.load_profile("h100")'): Display(_none, "stall shares, not times"),
+    ("05", 'split_report.load_split("h100", record="parts")'): Display(
+        _none, "the first backward's step with parts switched off: microseconds per step of a superseded kernel, "
+               "shown as an experiment on it"),
+    ("05", 'split_report.load_split("h100", record="cross")'): Display(_lesson05_cross, "the crossover run"),
+    ("05", 'split_report.load_split("h100", record="candidates")'): Display(
+        _lesson05_candidates, "every fitting tiling of lesson 6's split layers (B = 32)"),
+    ("05", 'traffic.stored("05")'): Display(_none, "Nsight Compute byte counts, not times"),
+    ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
+    ("06", 'tasks.stored_throughput("h100")'): Display(
+        lambda root: _stored_throughput(root), "the newest training-throughput run"),
+    ("07", 'bench.load("07")'): Display(lambda root: _run("07", root, None, keep=lambda r: r.shape is not None),
+                                        "lesson 7's run"),
+}  # fmt: skip
+"""(lesson, loader call as the source writes it) -> what its cell displays."""
+
+
+def _stored_throughput(root) -> list[Shown]:
+    from gpulab import tasks
+
+    recs = tasks.stored_throughput("h100", root)
+    return results_shown(recs, f"{recs[0].date} throughput" if recs else "-", "06") if recs else []
+
+
+# --- reading a lesson source ----------------------------------------------------------------------------------------
+
+
+def _code_cells(text: str) -> list[str]:
+    cells = []
+    for chunk in re.split(r"^# %%", text, flags=re.M)[1:]:
+        head, _, body = chunk.partition("\n")
+        if "[markdown]" not in head:
+            cells.append(body)
+    return cells
+
+
+def loader_calls(path) -> list[tuple[int, str, bool]]:
+    """``(code cell index, loader call, the cell prints a history label)`` for every loader call of a lesson source."""
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a lesson source path (str or Path), got {type(path).__name__} {path!r}.")
+    path = Path(path)
+    if path.suffix != ".py" or not path.is_file():
+        raise ValueError(f"path must be an existing jupytext source notebooks/src/NN_name.py, got {str(path)!r}.")
+    out = []
+    for i, cell in enumerate(_code_cells(path.read_text())):
+        labelled = "shown.history_label(" in cell or "one_record.history_label(" in cell
+        for m in LOADER.finditer(cell):
+            out.append((i, " ".join(m.group(0).split()), labelled))
+    return out
+
+
+def displayed(path, registry=None, root=None) -> list[Shown]:
+    """Every keyed time a lesson source displays, with history marked where the loader's cell prints the label.
+    ValueError naming a loader call the registry does not know."""
+    table = DISPLAYS if registry is None else registry
+    lesson = Path(path).name[:2]
+    found, unknown, seen = [], [], set()
+    for _, call, labelled in loader_calls(path):
+        entry = table.get((lesson, call))
+        if entry is None:
+            unknown.append(call)
+            continue
+        if (call, labelled) in seen:  # the same records loaded again in another cell: shown once per label
+            continue
+        seen.add((call, labelled))
+        for s in entry.values(root):
+            found.append(Shown(s.key, s.run, s.value, s.history or labelled))
+    if unknown:
+        raise ValueError(
+            f"{Path(path).name} loads records with {sorted(set(unknown))}, which gpulab.course.one_record.DISPLAYS "
+            f"does not know: add what that cell displays (its keyed times, or why none) for lesson {lesson}."
+        )
+    return found
+
+
+def check_source(path, registry=None, root=None) -> None:
+    """Raise ValueError if a lesson source displays one key from two runs without the history label (or loads
+    records the registry does not know)."""
+    check(displayed(path, registry, root))
