@@ -343,7 +343,7 @@ def search(
     t0 = time.perf_counter()
     with _Utilization() as util:
         runs = run_all(specs, workers, progress, verbose, journal)
-    phases = [("search", len(specs), time.perf_counter() - t0, util.summary())]
+    phases = [("search", len(specs), time.perf_counter() - t0, util.summary())]  # workers used: min(workers, runs)
     print(f"[{phases[0][2]:.0f} s] search: {len(specs)} trainings on {workers} worker(s)", flush=True)
     out = [_record(run, "search", workers, **grid, picked=False) for run in runs]
     chosen = pick(out)
@@ -368,7 +368,7 @@ def search(
                                accuracy=acc))  # fmt: skip
     for phase, n, seconds, u in phases:
         out.append(bench.record(lesson="06", case=f"{phase} phase", kind="utilization", phase=phase, runs=n,
-                                workers=workers, seconds=seconds, **u))  # fmt: skip
+                                workers=min(workers, n), seconds=seconds, **u))  # fmt: skip
     return out
 
 
