@@ -393,11 +393,12 @@ def lesson06() -> str:
     found = spread.stored_search("h100")
     search_path = bench.newest(bench.record_files(ROOT / "benchmarks" / "06_state_tracking" / "search", "h100"))
     first = spread.search_records(found)[0]
+    rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
     util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
     lines = [
         *_figure(search_path, f"accuracy vs length at the picked settings, every seed, on the {first.device}"),
         f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Both models tuned by one search "
-        f"(`python -m gpulab bench 06 search`): learning rates {', '.join(f'{lr:g}' for lr in first.params['grid_lr'])}"
+        f"(`python -m gpulab bench 06 search`): learning rates {rates}"
         f" x warmup {', '.join(str(w) for w in first.params['grid_warmup'])} steps, {first.params['steps']:,} steps "
         f"of {first.shape[0]} strings of {first.params['train_length']} tokens ({short_dtype(first.dtype)}, AdamW, "
         f"{first.params['schedule']} schedule), picked by validation accuracy on strings of the training length "

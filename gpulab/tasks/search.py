@@ -344,7 +344,8 @@ def search(
     with _Utilization() as util:
         runs = run_all(specs, workers, progress, verbose, journal)
     phases = [("search", len(specs), time.perf_counter() - t0, util.summary())]  # workers used: min(workers, runs)
-    print(f"[{phases[0][2]:.0f} s] search: {len(specs)} trainings on {workers} worker(s)", flush=True)
+    if verbose:
+        print(f"[{phases[0][2]:.0f} s] search: {len(specs)} trainings on {workers} worker(s)", flush=True)
     out = [_record(run, "search", workers, **grid, picked=False) for run in runs]
     chosen = pick(out)
     for r in chosen.values():
@@ -358,7 +359,8 @@ def search(
     with _Utilization() as util:
         runs = run_all(seeds, workers, progress, verbose, journal)
     phases.append(("seeds", len(seeds), time.perf_counter() - t1, util.summary()))
-    print(f"[{time.perf_counter() - t0:.0f} s] seeds: {len(seeds)} trainings at the pick", flush=True)
+    if verbose:
+        print(f"[{time.perf_counter() - t0:.0f} s] seeds: {len(seeds)} trainings at the pick", flush=True)
     for run in runs:
         if "error" in run:
             out.append(_record(run, "accuracy", workers, **grid, picked_by="val_accuracy"))

@@ -19,10 +19,22 @@ import statistics
 from gpulab import bench, runtime
 from gpulab.tasks.data import get_task
 
-__all__ = ["MODELS", "search_records", "pick", "spread", "search_table", "spread_table", "plot_spread", "figure",
-           "stored_search"]  # fmt: skip
+__all__ = ["MODELS", "lr_text", "search_records", "pick", "spread", "search_table", "spread_table", "plot_spread",
+           "figure", "stored_search"]  # fmt: skip
 
 MODELS = ("LSTM", "Transformer")
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as ``3·10⁻⁴`` (``10⁻³`` for a mantissa of 1): written so, a small rate is not mistaken for
+    float rounding digits by :func:`gpulab.course.prose.machine_digits`, and reads as the grid it is."""
+    lr = runtime.finite_float("lr", lr, positive=True)
+    exponent = math.floor(math.log10(lr) + 1e-9)
+    mantissa = round(lr / 10**exponent, 3)
+    power = "10" + str(exponent).translate(_SUPERSCRIPT)
+    return power if mantissa == 1 else f"{mantissa:g}·{power}"
 
 
 def _results(results) -> list:
@@ -92,7 +104,7 @@ def search_table(results) -> str:
         rows.setdefault((r.params["task"], r.params["model"]), {})[r.params["lr"], r.params["warmup"]] = r
     r0 = recs[0]
     first = [f"val. accuracy at {r0.params['train_length']} (%), {r0.params['steps']} steps"]
-    first += [f"{lr:g}/{w}" for lr, w in points]
+    first += [f"{lr_text(lr)}/{w}" for lr, w in points]
     lines = []
     for (task, model), by in rows.items():
         cells = []
@@ -116,7 +128,7 @@ def spread_table(results) -> str:
     for (task, model), by in sp.items():
         r = next(x for x in recs if (x.params["task"], x.params["model"]) == (task, model))
         seeds = max(v[3] for v in by.values())
-        label = f"{task} {model} ({r.params['parameters']:,}, {r.params['lr']:g}, {r.params['warmup']}, {seeds})"
+        label = f"{task} {model} ({r.params['parameters']:,}, {lr_text(r.params['lr'])}, {r.params['warmup']}, {seeds})"
         cells = []
         for n in lengths:
             if n not in by:
@@ -147,8 +159,9 @@ def plot_spread(results, axes=None, title=None):
             r0 = next(r for r in recs if (r.params["task"], r.params["model"]) == (task, model))
             color = f"C{i}"
             ax.fill_between(ns, [100 * by[n][1] for n in ns], [100 * by[n][2] for n in ns], color=color, alpha=0.2)
+            seeds = max(v[3] for v in by.values())
             ax.plot(ns, [100 * by[n][0] for n in ns], color=color, marker="o", ms=3,
-                    label=f"{model} (lr {r0.params['lr']:g}, {max(v[3] for v in by.values())} seeds)")  # fmt: skip
+                    label=f"{model} (lr {lr_text(r0.params['lr'])}, {seeds} seeds)")  # fmt: skip
             pts = [(r.params["test_length"], 100 * r.params["accuracy"]) for r in recs
                    if (r.params["task"], r.params["model"]) == (task, model)]  # fmt: skip
             ax.scatter([n for n, _ in pts], [a for _, a in pts], color=color, s=10, alpha=0.7, zorder=3)

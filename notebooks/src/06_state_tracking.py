@@ -144,7 +144,8 @@ print("Transformer, sum mod 5: below 35% (chance: 20%) on strings 2x and 4x long
 
 # %%
 full = search.SEARCH["full"]
-print(f"H100 grid: learning rates {full['lrs']} x warmup steps {full['warmups']}, {full['schedule']} schedule; "
+print(f"H100 grid: learning rates {', '.join(map(spread.lr_text, full['lrs']))} x warmup steps {full['warmups']}, "
+      f"{full['schedule']} schedule; "
       f"budget: {full['steps']:,} steps of {full['batch_size']} strings of {full['train_length']} tokens; "
       f"pick on {full['val_samples']:,} validation strings of {full['train_length']} tokens; "
       f"seeds {full['seeds']} at the pick, tested at {full['test_lengths']} tokens\n")

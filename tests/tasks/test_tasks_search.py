@@ -70,6 +70,14 @@ def test_the_spread_table_gives_median_and_range_over_seeds():
     assert lstm.split()[-2:] == ["100.0", "100.0"] and "3)" in lstm  # three seeds named in the label
 
 
+def test_learning_rates_print_as_powers_of_ten_not_as_rounding_digits():
+    from gpulab.course import prose
+
+    texts = [spread.lr_text(lr) for lr in (3e-4, 1e-3, 2.5e-5, 1e-2)]
+    assert texts == ["3·10⁻⁴", "10⁻³", "2.5·10⁻⁵", "10⁻²"]
+    assert not any(prose.ROUNDING_DIGITS.search(t) for t in texts)
+
+
 def test_the_cpu_sized_search_end_to_end(tmp_path):
     cfg = search.SEARCH["tiny"]
     results, fig = search.bench_search(size="tiny")
