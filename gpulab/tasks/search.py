@@ -172,12 +172,28 @@ def validate(model: torch.nn.Module, task, length: int, samples: int, seed: int,
     return correct / seen, loss / seen
 
 
+_SPEC_KEYS = ("task", "model", "sizes", "dtype", "steps", "batch_size", "train_length", "schedule", "val_samples",
+              "samples", "lr", "warmup", "seed", "test_lengths")  # fmt: skip
+
+
+def _check_spec(spec) -> None:
+    if not isinstance(spec, dict):
+        raise TypeError(
+            f"spec must be a dict of one training's settings (as search() builds), got {type(spec).__name__}."
+        )
+    missing = [k for k in _SPEC_KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"spec is missing the keys {missing}; build specs as gpulab.tasks.search.search() does.")
+    runtime.one_of("spec['model']", spec["model"], MODELS)
+
+
 def train_one(spec: dict) -> dict:
     """One training of the search (runs in a worker process): build ``spec["model"]`` for ``spec["task"]`` from
     ``spec["seed"]``, train ``spec["steps"]`` steps at ``spec["lr"]`` after ``spec["warmup"]`` warmup steps, then
     validate at the training length (and, when ``spec["test_lengths"]`` is not empty, test at those lengths).
     Returns ``spec`` with what was found (``val_accuracy``, ``val_loss``, ``final_loss``, ``train_seconds``,
     ``parameters``, the LSTM's ``backend`` or the Transformer's ``attention``, ``accuracy`` per test length)."""
+    _check_spec(spec)
     task, kind, seed = get_task(spec["task"]), spec["model"], spec["seed"]
     dtype = dtypes.as_dtype(spec["dtype"])
     out = dict(spec)
@@ -230,7 +246,11 @@ def run_all(specs: list[dict], workers: int = 1, progress=None, verbose: bool = 
     ``journal``: a file path to which each finished training is appended as one JSON line, as it finishes (a run
     cut short keeps what had finished)."""
     workers = runtime.positive_int("workers", workers)
+    if isinstance(specs, (str, bytes, dict)) or not hasattr(specs, "__iter__"):
+        raise TypeError(f"specs must be a list of dicts (one per training), got {type(specs).__name__}.")
     specs = list(specs)
+    for s in specs:
+        _check_spec(s)
 
     def report(run):
         if verbose:
