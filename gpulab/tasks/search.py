@@ -33,6 +33,7 @@ import concurrent.futures
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import subprocess
 import threading
@@ -354,7 +355,9 @@ def search(
     training, ``journal`` (a file path) keeps each as a JSON line as it finishes (:func:`run_all`). Returns the
     records (module doc)."""
     cfg = _size(size)
-    workers = runtime.positive_int("workers", cfg["workers"] if workers is None else workers)
+    if workers is None:  # the size's, at most one per CPU core (each process drives its trainings from the host)
+        workers = min(cfg["workers"], os.cpu_count() or 1)
+    workers = runtime.positive_int("workers", workers)
     grid = {"grid_lr": list(cfg["lrs"]), "grid_warmup": list(cfg["warmups"])}
     specs = [
         {**_common(cfg, t, m), "lr": lr, "warmup": w, "seed": cfg["search_seed"], "test_lengths": ()}
