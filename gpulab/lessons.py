@@ -98,7 +98,7 @@ LESSONS: list[Lesson] = [
         "Capstone: state tracking, LSTM vs Transformer",
         "gpulab.tasks",
         "gpulab.tasks.experiments:benchmark",
-        parts={"throughput": "gpulab.tasks.experiments:throughput"},
+        parts={"throughput": "gpulab.tasks.experiments:throughput", "search": "gpulab.tasks.search:bench_search"},
     ),
     Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]

@@ -78,6 +78,12 @@ def _tasks(recs):
     return figure(recs)
 
 
+def _search(recs):
+    from gpulab.tasks.spread import figure  # noqa: PLC0415
+
+    return figure(recs)
+
+
 def _throughput(recs):
     from gpulab.tasks.results import plot_throughput  # noqa: PLC0415
 
@@ -95,6 +101,7 @@ FIGURES: dict[str, Callable] = {
     "05_fused_rnn/versions": _versions,
     "06_state_tracking": _tasks,
     "06_state_tracking/throughput": _throughput,
+    "06_state_tracking/search": _search,
 }
 """Folder under ``benchmarks/`` -> the function drawing its newest records (the lesson's own plot)."""
 

@@ -398,28 +398,47 @@ def lesson05_versions() -> str:
 
 def lesson06() -> str:
     from gpulab import tasks  # deferred: imports the models
+    from gpulab.tasks import spread
 
-    path, recs = _newest("06_state_tracking")
-    acc = [r for r in recs if r.params.get("kind") == "accuracy" and r.status == "ok"]
-    lengths = sorted({r.params["test_length"] for r in acc})
-    rows = {}
-    for r in acc:
-        rows.setdefault((r.params["task"], r.params["model"]), {})[r.params["test_length"]] = r
-    first = acc[0]
+    path, _ = _newest("06_state_tracking")
+    found = spread.stored_search("h100")
+    search_path = bench.newest(bench.record_files(ROOT / "benchmarks" / "06_state_tracking" / "search", "h100"))
+    first = spread.search_records(found)[0]
+    rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
+    util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
     lines = [
-        f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Trained on "
-        f"{first.params['train_length']}-token strings ({short_dtype(first.dtype)}, AdamW, "
-        f"{first.params.get('schedule', '?')} schedule, batches of {first.shape[0]} strings, each model at its own "
-        "learning rate), final-state accuracy on fresh strings of each length:",
+        *_figure(search_path, f"accuracy vs length at the picked settings, every seed, on the {first.device}"),
+        f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Both models tuned by one search "
+        f"(`python -m gpulab bench 06 search`): learning rates {rates}"
+        f" x warmup {', '.join(str(w) for w in first.params['grid_warmup'])} steps, {first.params['steps']:,} steps "
+        f"of {first.shape[0]} strings of {first.params['train_length']} tokens ({short_dtype(first.dtype)}, AdamW, "
+        f"{first.params['schedule']} schedule), picked by validation accuracy on strings of the training length "
+        "(their own seed; the longer lengths never enter the pick):",
         "",
-        "| task, model (parameters, learning rate, steps) | " + " | ".join(f"{n:,}" for n in lengths) + " tokens |",
-        "|---|" + "---|" * len(lengths),
+        "```",
+        spread.search_table(found),
+        "```",
+        "",
+        "Then each (task, model) trained again from three seeds at its pick; final-state accuracy (%) on fresh strings "
+        "of each length, median over the seeds (min-max where they differ):",
+        "",
+        "```",
+        spread.spread_table(found),
+        "```",
+        "",
+        "Each phase's trainings ran concurrently, one process each on the one GPU: "
+        + "; ".join(
+            f"{p} {u.params['runs']} trainings in {min(u.params['runs'], u.params['workers'])} processes, "
+            f"{u.params['seconds']:.0f} s"
+            + (
+                f" (GPU busy {u.params['gpu_util_mean']:.0f}% of the sampled time)"
+                if u.params.get("gpu_util_mean")
+                else ""
+            )
+            for p, u in util.items()
+        )
+        + ". The earlier single-seed runs in the lesson's folder are history.",
     ]
-    for (task, model), by_len in rows.items():
-        r = next(iter(by_len.values()))
-        name = f"{task}, {model} ({r.params['parameters']:,}, lr {r.params['lr']:g}, {r.params['steps']:,} steps)"
-        cells = [f"{by_len[n].params['accuracy']:.1%}" if n in by_len else "-" for n in lengths]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     thr = tasks.stored_throughput("h100")
     thr_folder = ROOT / "benchmarks" / "06_state_tracking" / "throughput"
     thr_files = list(thr_folder.glob("*h100*.jsonl"))
@@ -436,8 +455,7 @@ def lesson06() -> str:
         "",
         *(f"- {line}" for line in tasks.throughput_summary(thr)),
         "",
-        f"Raw records: `{path.relative_to(ROOT)}`"
-        + (f", `{thr_path.relative_to(ROOT)}`." if thr_path != path else "."),
+        f"Raw records: `{search_path.relative_to(ROOT)}`, `{thr_path.relative_to(ROOT)}`.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,10 @@
 - :mod:`.training`: a standard AdamW loop, the evaluation (accuracy of the final state vs string length) and the
   training throughput;
 - :mod:`.experiments`: the H100 run, ``python -m gpulab bench 06`` (lesson 06's benchmark, named in the syllabus);
-- :mod:`.results`: its records read back as tables, a summary against the FlashRNN article, and figures.
+- :mod:`.results`: its records read back as tables, a summary against the FlashRNN article, and figures;
+- :mod:`.search`: the symmetric search (one grid of learning rates x warmup and one step budget for both models,
+  picked by validation at the training length, then several seeds), ``python -m gpulab bench 06 search``;
+- :mod:`.spread`: its records read back: the pick, the grid, the median and range over seeds, the plot.
 """
 
 from gpulab.tasks.data import (

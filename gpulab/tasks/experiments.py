@@ -5,7 +5,10 @@
 1. **accuracy** (:func:`compare`): per task (parity, running sum mod 5), an LSTM and a Transformer of the same
    width and depth, trained the same way (AdamW, same steps, batch and learning rate) on strings of the training
    length, then evaluated on fresh strings from a quarter of it to 16 times it. One record per (task, model, test
-   length): ``params["accuracy"]``; ``ms`` is the mean time of a training step.
+   length): ``params["accuracy"]``; ``ms`` is the mean time of a training step. One seed, each model at its own
+   fixed rate: a quick check of the code path. The comparison the lesson shows is ``python -m gpulab bench 06
+   search`` (:mod:`.search`: both models tuned by one grid and one step budget, picked on validation at the
+   training length, three seeds at the pick).
 2. **throughput** (:func:`throughput`): tokens per second of a whole training step (forward, backward, AdamW) of a
    GPT-2-small-width stack (d = 768) in bf16, for the LSTM with 1, 4, 12 and 24 heads and the Transformer with 6, 12
    and 24 heads (FlashAttention takes head dims up to 128, so a 768-wide Transformer needs at least 6 heads), and

@@ -19,9 +19,10 @@
 # - what a **state-tracking** task is (parity and a running sum mod 5 here; composing permutations of five objects, the word problem of the group $S_5$, is in `gpulab.tasks` for a run of your own but is not trained in this lesson), and why it separates recurrent networks from Transformers: an RNN applies one state update per token, at any length; a Transformer of fixed depth cannot track state in general (Merrill, Petty & Sabharwal, *The Illusion of State in State-Space Models*, 2024), and what it learns about parity stops at the lengths it was trained on;
 # - how to build both contenders from the course's kernels: a multi-head LSTM on `gpulab.rnn.LSTM` (lesson 5's fused Triton kernel on a GPU) and a causal Transformer on `gpulab.attention` (lesson 4's FlashAttention), with a positional encoding that is defined at every length (RoPE);
 # - how to train and evaluate them with a plain PyTorch loop (AdamW), and how to measure **accuracy vs string length**;
+# - how to make the comparison one a skeptic accepts: one search for both models (the same grid of learning rates and warmups, the same budget of steps, the pick made on validation strings of the training length only), several seeds at the pick, and the spread shown rather than one run;
 # - what the LSTM's sequential recurrence costs in **training throughput** against attention, and how the number of heads changes it (the FlashRNN article: ~40% slower than a Transformer with one head, ~25% with 12 heads, on 8 H100s).
 #
-# **How this notebook runs.** On a machine without a GPU, it trains tiny models on CPU (the `vanilla` PyTorch backend of the LSTM and the PyTorch reference of attention: the Triton interpreter would run the kernels as numpy code, far too slowly to train) in a few seconds each, which is enough to see the gap. The full runs were made on an H100 with `python -m gpulab bench 06` (fused LSTM kernel, FlashAttention) and are stored under `benchmarks/06_state_tracking/`; section 5 shows them.
+# **How this notebook runs.** On a machine without a GPU, it trains tiny models on CPU (the `vanilla` PyTorch backend of the LSTM and the PyTorch reference of attention: the Triton interpreter would run the kernels as numpy code, far too slowly to train) in a few seconds each, which is enough to see the gap. The full runs were made on an H100 (fused LSTM kernel, FlashAttention) and are stored under `benchmarks/06_state_tracking/`: the accuracy comparison by `python -m gpulab bench 06 search` (both models tuned by one search, then several seeds; section 3b explains it), the training throughput by `python -m gpulab bench 06 throughput`; section 5 shows them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -32,6 +33,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, runtime, tasks
+from gpulab.tasks import search, spread
 from gpulab.course import claims
 
 torch.set_num_threads(1)  # the CPU models are tiny: more threads only wait for each other
@@ -132,8 +134,42 @@ claims.show(claims.claim(
 ))  # fmt: skip
 
 # %% [markdown]
-# (The LSTM on the running sum mod 5 is left out of these checks: a 600-step CPU run is short for it; on the H100 it trains 3,000 steps of 128 strings.)
+# The LSTM of one layer learns parity in a few hundred steps and is exact at every length: its state is one bit, updated once per token. The Transformer, with more parameters and the same training, fits the short prefixes of its training strings at best and falls to chance past them. (The running sum mod 5 is harder for a 600-step CPU run: with some seeds the LSTM is not yet exact there; on the H100 every model trains for the budget of section 3b, printed there.)
 #
+# ## 3b. A comparison a skeptic accepts: one search for both models, several seeds
+#
+# The run above trains both models with one recipe, once. Two objections follow at once: a learning rate that suits one model may not suit the other (a Transformer that does not fit its training strings may only be mistuned), and one run per model is an anecdote. `gpulab.tasks.search` answers both the same way for both models:
+#
+# 1. **One grid, one budget.** Every (task, model) is trained at every point of one grid, four learning rates from $3 \cdot 10^{-4}$ to $10^{-2}$ times two warmups (the grid is printed below), on a cosine schedule, for a fixed number of **steps** (not seconds: a step count reproduces on any machine, and lets independent trainings share a GPU without changing what each one learns).
+# 2. **Picked on validation at the training length only.** Each grid point is scored on fresh strings of the *training* length, drawn from their own seed (apart from the training strings and from the test strings): accuracy of the final state, ties broken by the validation loss. The longer test lengths never enter the pick; choosing by them would tune the very thing the lesson measures.
+# 3. **Several seeds at the pick.** Each (task, model) is trained again from three new seeds at its picked rate and warmup and tested from a quarter of the training length to 16 times it. The records keep every seed: the table gives the median and the range, the plot every seed.
+#
+# The pick is a few lines; it reads the search's validation rows and nothing else:
+
+# %%
+full = search.SEARCH["full"]
+print(f"H100 grid: learning rates {', '.join(map(spread.lr_text, full['lrs']))} x warmup steps {full['warmups']}, "
+      f"{full['schedule']} schedule; "
+      f"budget: {full['steps']:,} steps of {full['batch_size']} strings of {full['train_length']} tokens; "
+      f"pick on {full['val_samples']:,} validation strings of {full['train_length']} tokens; "
+      f"seeds {full['seeds']} at the pick, tested at {full['test_lengths']} tokens\n")
+print(inspect.getsource(spread.pick))
+print(inspect.getsource(spread._val_key))
+
+# %% [markdown]
+# On CPU the same code runs at a toy size (one task, two rates, a few dozen steps of 8-token strings), to show the records it writes; what it finds at this size says nothing, so the cell prints their structure only. The H100 run is in section 5.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+toy = search.search("cpu")
+grid = spread.search_records(toy)
+seeds = [r for r in toy if r.params["kind"] == "accuracy"]
+print(f"{len(grid)} grid points validated at length {search.SEARCH['cpu']['train_length']}, "
+      f"{sum(r.params['picked'] for r in grid)} picks (one per task and model), "
+      f"{len({(r.params['model'], r.params['seed']) for r in seeds})} seeded trainings at the picks, "
+      f"{len(seeds)} accuracy records")
+
+# %% [markdown]
 # ## 4. Training throughput (CPU, for the code path only)
 #
 # `tasks.throughput` checks each model's logits against a float64 copy of it, then times one whole training step (forward, backward, AdamW) on the `gpulab.bench` harness and reports tokens per second, for the LSTM and the Transformer at several head counts. On CPU it runs tiny models and the cell prints only that the check ran: the H100 numbers are in section 5.
@@ -152,22 +188,28 @@ else:  # a CPU's timings of tiny models say nothing about a GPU: the check ran, 
 # %% [markdown]
 # ## 5. The H100 results
 #
-# The stored run of `python -m gpulab bench 06` on an H100: per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), both trained up to 3,000 AdamW steps (30 s at most) of 128 strings of 40 tokens in fp32 on a cosine schedule after 100 warmup steps, each at its own peak rate (LSTM 1e-2, Transformer 1e-3; the LSTM's rate was chosen between 1e-3 and 1e-2 in development runs that were not kept as records), tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length; then the training throughput of a GPT-2-small-width stack (d = 768, 2 layers, 32 strings of 1,024 tokens, bf16).
+# **Accuracy**: the stored run of `python -m gpulab bench 06 search` on an H100 (section 3b's method): per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), in fp32, AdamW, batches of 128 strings of 40 tokens, every grid point trained for the same number of steps, the pick made on validation strings of 40 tokens, then three seeds at the pick tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length. The independent trainings of each phase ran concurrently, one process each on the one GPU (the record gives the number of processes and how busy the GPU was). The lesson's earlier single-seed runs (each model at its own untuned rate, a 30-second budget) stay under `benchmarks/06_state_tracking/` as history; they are not shown here.
+#
+# First the grid: the validation accuracy at the training length of every (task, model) at every learning rate and warmup, the pick starred.
 
 # %%
-try:
-    stored = bench.load("06", gpu="h100")
-except FileNotFoundError:
-    stored = []
-    print("No stored H100 results yet (benchmarks/06_state_tracking/ has no H100 file). To make them, run\n"
-          "    python -m gpulab bench 06\n"
-          "on an H100, commit benchmarks/06_state_tracking/, then re-execute this notebook with\n"
+found = spread.stored_search("h100")
+if not found:
+    print("No stored H100 search yet (benchmarks/06_state_tracking/search/ has no H100 file). To make it, run\n"
+          "    python -m gpulab bench 06 search\n"
+          "on an H100, commit benchmarks/06_state_tracking/search/, then re-execute this notebook with\n"
           "    .venv/bin/python -m gpulab notebooks notebooks/06_state_tracking.ipynb")
-if stored:
-    print(f"{stored[0].device}, {stored[0].date}, torch {stored[0].torch}, triton {stored[0].triton}\n")
-    print(tasks.accuracy_table(stored))
-    for r in stored:
-        if "error" in r.params:
+else:
+    head = found[0]
+    print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}\n")
+    print(spread.search_table(found))
+    for r in found:
+        if r.params.get("kind") == "utilization":
+            busy = r.params.get("gpu_util_mean")
+            procs = min(r.params["runs"], r.params["workers"])  # a phase of fewer trainings than workers uses fewer
+            print(f"{r.params['phase']}: {r.params['runs']} trainings in {procs} concurrent processes, "
+                  f"{r.params['seconds']:.0f} s" + (f", GPU busy {busy:.0f}% of the sampled time" if busy else ""))
+        elif "error" in r.params:
             print(f"failed on the H100: {r.case}: {r.params['error']}")
     h100_acc = {(r.params["task"], r.params["model"], r.params["test_length"]): r.params["accuracy"]
                 for r in tasks.accuracy_records(stored)}  # fmt: skip
@@ -182,11 +224,67 @@ if stored:
             p=h100_acc["parity", "Transformer", train_len], m=h100_acc["modsum5", "Transformer", train_len],
         ))  # fmt: skip
 
+# %% [markdown]
+# Then the seeds at the pick: accuracy of the final state (%) per test length, the median over seeds and, where the seeds differ, their range.
+
 # %%
-if stored:
-    tasks.plot_accuracy(stored)
-    plt.suptitle("trained on the H100: 40-token strings, 3,000 steps", y=1.02)
+if found:
+    print(spread.spread_table(found))
+    spread.plot_spread(found)
+    plt.suptitle("trained on the H100 at the picked settings: 40-token strings, every seed a point, "
+                 "the band its min-max range", y=1.03)
     plt.show()
+
+# %% [markdown]
+# What the spread says, stated only where every seed agrees (each sentence below is checked against the records when the notebook runs):
+
+# %%
+if found:
+    sp, grid = spread.spread(found), spread.search_records(found)
+    L = grid[0].params["train_length"]
+    names = {"parity": "parity", "modsum5": "the running sum mod 5"}
+    lowest = lambda t, m, ns: min(sp[t, m][n][1] for n in ns)  # the worst seed over lengths ns
+    highest = lambda t, m, ns: max(sp[t, m][n][2] for n in ns)  # the best seed over lengths ns
+    said = []
+    for t in ("parity", "modsum5"):
+        ns = list(sp[t, "LSTM"])
+        seeds = sp[t, "LSTM"][ns[0]][3]
+        exact = [n for n in ns if sp[t, "LSTM"][n][1] == 1.0]
+        if exact == ns:
+            said.append(claims.claim(
+                "On {task} the LSTM is exact at every length from {a} to {b} tokens in every one of its {k} seeds.",
+                holds=lowest(t, "LSTM", ns) == 1.0, task=names[t], a=ns[0], b=ns[-1], k=seeds))
+        else:
+            upto = max(n for n in ns if all(m in exact for m in ns if m <= n)) if ns[0] in exact else None
+            said.append(claims.claim(
+                "On {task} the LSTM is exact up to {upto} tokens in every one of its {k} seeds, and no seed falls "
+                "below {worst:.1%} at any length up to {b} tokens.",
+                holds=lambda task, upto, k, worst, b: upto is not None and upto >= L and
+                lowest(t, "LSTM", ns) >= worst, task=names[t], upto=upto, k=seeds, worst=lowest(t, "LSTM", ns),
+                b=ns[-1]))
+    chance = {t: 1 / tasks.get_task(t).classes for t in ("parity", "modsum5")}
+    best_val = {t: max(r.params["val_accuracy"] for r in grid if (r.params["task"], r.params["model"]) ==
+                       (t, "Transformer")) for t in chance}
+    points = len({(r.params["lr"], r.params["warmup"]) for r in grid})
+    said.append(claims.claim(
+        "The Transformer does not fit parity at the training length at any point of the grid: its best validation "
+        "accuracy at {L} tokens over the {points} grid points (learning rate x warmup) is {best:.1%} (chance: {chance:.0%}), "
+        "and its seeds at the pick reach {lo:.1%} to {hi:.1%} at {L} tokens.",
+        holds=best_val["parity"] < chance["parity"] + 0.05, L=L, points=points, best=best_val["parity"],
+        chance=chance["parity"], lo=sp["parity", "Transformer"][L][1], hi=sp["parity", "Transformer"][L][2]))
+    m5 = sp["modsum5", "Transformer"]
+    said.append(claims.claim(
+        "On the running sum mod 5 it fits the training length only in part: a median of {med:.1%} at {L} tokens "
+        "(seeds {lo:.1%} to {hi:.1%}; chance: {chance:.0%}), against {short:.1%} at {s} tokens.",
+        holds=chance["modsum5"] + 0.2 < m5[L][1] and m5[L][2] < 0.99 and m5[L][0] < m5[min(m5)][0],
+        med=m5[L][0], L=L, lo=m5[L][1], hi=m5[L][2], chance=chance["modsum5"], short=m5[min(m5)][0], s=min(m5)))
+    longer = [n for n in sp["parity", "Transformer"] if n > L]
+    said.append(claims.claim(
+        "Past the training length ({a} to {b} tokens) no seed of the Transformer is more than five points above "
+        "chance: at most {p:.1%} on parity and {m:.1%} on the sum mod 5.",
+        holds=all(highest(t, "Transformer", longer) <= chance[t] + 0.05 for t in chance), a=longer[0],
+        b=longer[-1], p=highest("parity", "Transformer", longer), m=highest("modsum5", "Transformer", longer)))
+    claims.show(*said)
 
 # %% [markdown]
 # The training throughput below is the newest stored measurement (`tasks.stored_throughput`): re-measured with the kernels of lesson 5 that split a head too large for one SM over several SMs, so every head count runs on the `fused` backend. Both clocks: `ms/step` is device time, `wall ms` the eager wall time of a training step (steps back to back, as a training loop makes them); the ratios to the 12-head Transformer are given on each.
@@ -211,6 +309,7 @@ if stored_thr:
 # %% [markdown]
 # ## 6. What the measurements mean
 #
-# - **Accuracy.** The recurrence is the task's own algorithm: one state update per token. Once the LSTM has learned the update on 40-token strings it applies it 640 times as easily as 40. The Transformer must compute the whole product from one pass of attention over the prefix per layer (how far it got in this budget: the line under the H100 tables), and what it gets right on shorter strings (e.g. counting ones by averaging attention, whose resolution shrinks as 1/t) does not carry to longer ones, even though RoPE defines it at every length. The terms of the comparison, stated plainly: the two models have similar but not equal parameter counts (in the tables), each trained at the learning rate that suited it, for at most the same number of steps and the same time limit; a larger Transformer or a longer schedule might fit the training length (not tried here), while the theory of section 1 says that no fixed depth tracks $S_5$ at every length.
+# - **Accuracy.** The recurrence is the task's own algorithm: one state update per token. Once the LSTM has learned the update on 40-token strings it applies it 640 times as easily as 40. The Transformer must compute the whole product from one pass of attention over the prefix per layer, and section 5 states what it learned: after the same search as the LSTM, it does not fit parity even at the training length, fits the running sum mod 5 there only in part, and what it gets right on shorter strings (e.g. counting by averaging attention, whose resolution shrinks as 1/t) does not carry to longer ones, though RoPE defines it at every length. The terms of the comparison, stated plainly: the two models have similar but not equal parameter counts (in the tables); both were tuned over one grid of learning rates and warmups with one budget of steps, picked on validation strings of the training length, and trained from three seeds at the pick; a larger Transformer, a longer schedule, another positional scheme or a scratchpad were not tried.
+# - **What the literature reports.** Delétang et al. (*Neural Networks and the Chomsky Hierarchy*, ICLR 2023) trained RNNs, LSTMs and Transformers with several positional encodings on tasks ranked by the Chomsky hierarchy, on strings of up to 40 tokens, and tested them on longer ones: the RNN and the LSTM generalized on the regular tasks, parity check and modular arithmetic among them, and the Transformer did not, with any of its encodings. Merrill, Petty & Sabharwal (*The Illusion of State in State-Space Models*, ICML 2024) prove that Transformers and linear state-space models of fixed depth (and log precision) compute only functions in $\mathsf{TC}^0$, so they cannot solve the word problem of $S_5$ (composing permutations, $\mathsf{NC}^1$-complete) at every length unless $\mathsf{TC}^0 = \mathsf{NC}^1$, while an RNN solves it with one update per token. Parity and sums mod 5 are word problems of abelian groups, inside $\mathsf{TC}^0$: their bound does not forbid a Transformer these two tasks. What fails in section 5 is what training at one length finds, which is what Delétang et al. observed; the theory says that for $S_5$ no fixed depth would do at every length.
 # - **Throughput.** Attention over $T$ tokens is a few large matrix products per layer, all positions at once; the LSTM's recurrence is $T$ dependent steps, each a small product per head. Lesson 5's fused kernel keeps a head's recurrent weights on chip (in shared memory) for the whole sequence and the state in registers, so each step costs one small product and a pointwise update without touching HBM except for its inputs and outputs, but the steps stay sequential: what fills the GPU is batch × heads programs running side by side. Hence the dependence on heads: with 1 or 4 heads of a 768-wide layer ($D_H$ = 768 or 192), $R$ of a head does not fit on one SM, and the `fused` backend splits each head over several SMs that exchange $h_t$ through L2 and meet at a grid barrier every step (lesson 5, section 6b; the backward exchanges partial sums of $dh$ the same way, Appendix D there): a step then costs a chain of L2 round trips on top of its product (section 5 prints what that does to the throughput); with 12 or 24 heads ($D_H \le 64$) each head fits one SM, and more, smaller, independent recurrences fill the GPU. The FlashRNN article's ratios (0.6x with one head, 0.75x with 12, on 8 H100s, with a fused kernel that also splits one large head's $R$ over several SMs) are printed beside ours in section 5; ours differ in setup (one GPU, two layers, our kernels and our Transformer), so compare the trend with head count more than the exact ratios.
 # - **The trade.** State tracking at any length, at the price of a sequential dimension in training. Architectures since then (xLSTM, parallelizable state-space models with non-diagonal or negative-eigenvalue transitions) try to keep the first and lose the second.
