@@ -211,18 +211,6 @@ else:
                   f"{r.params['seconds']:.0f} s" + (f", GPU busy {busy:.0f}% of the sampled time" if busy else ""))
         elif "error" in r.params:
             print(f"failed on the H100: {r.case}: {r.params['error']}")
-    h100_acc = {(r.params["task"], r.params["model"], r.params["test_length"]): r.params["accuracy"]
-                for r in tasks.accuracy_records(stored)}  # fmt: skip
-    train_len = max((r.params.get("train_length", 0) for r in tasks.accuracy_records(stored)), default=0)
-    if ("parity", "Transformer", train_len) in h100_acc and ("modsum5", "Transformer", train_len) in h100_acc:
-        claims.show(claims.claim(
-            "On the H100 the LSTM is exact at every tested length of both tasks, up to {x}x the training length; in "
-            "this budget the Transformer does not even fit the training length ({p:.0%} on parity, {m:.0%} on the sum "
-            "mod 5 at {n} tokens).",
-            holds=lambda p, m, **_: all(v == 1.0 for (t, mo, _), v in h100_acc.items() if mo == "LSTM")
-            and max(p, m) < 0.95, x=max(n for _, _, n in h100_acc) // train_len, n=train_len,
-            p=h100_acc["parity", "Transformer", train_len], m=h100_acc["modsum5", "Transformer", train_len],
-        ))  # fmt: skip
 
 # %% [markdown]
 # Then the seeds at the pick: accuracy of the final state (%) per test length, the median over seeds and, where the seeds differ, their range.
