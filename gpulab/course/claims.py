@@ -202,7 +202,6 @@ _allow("01", _SPEC, "latency of one FMA is hidden behind others")
 _allow("01", "the lesson's targets, defined (the verdict is printed from the records)", "reaches at least 0.97×")
 _allow("02", _MATH_R, "far beyond the H100's ridge point", "so a tile the grid misses cannot pass",
        "the memory-bound score GEMMs dominate", "the step is memory-bound and the GPU mostly idle")  # fmt: skip
-_allow("02", "a hedge that sends the reader to the measurement", "cuBLAS may have faster fallbacks")
 _allow("02", _MODEL, "The nearest compliant head count is not the fastest", "Fewer, wider heads",
        "the one the model predicts fastest", "more than 5% faster per token", "A three-factor model orders shapes",
        "a different, slower kernel whose narrow loads",

@@ -32,8 +32,8 @@ from gpulab.bench.history import Key, Shown, check
 __all__ = ["DISPLAYS", "LABELS", "LOADER", "Display", "history_label", "loader_calls", "displayed", "check_source"]
 
 LOADER = re.compile(
-    r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|tasks|roofline)\."
-    r"(?:load|stored\w*|load_\w+|hbm_ceiling|stored_read_plateau|ceilings)\((?:[^()]|\([^()]*\))*\)"
+    r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|tasks|roofline|codesign)\."
+    r"(?:load|stored\w*|load_\w+|hbm_ceiling|stored_read_plateau|ceilings|model_constants)\((?:[^()]|\([^()]*\))*\)"
 )
 """A call that loads stored records, as the lesson sources write it."""
 
@@ -357,6 +357,9 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("02", 'roofline.stored_read_plateau("H100")'): Display(
         lambda root: _run("00", root, keep=lambda r: r.case == "working-set sweep"),
         "lesson 0's read-only plateau (its sweep)"),
+    ("02", "codesign.model_constants()"): Display(
+        lambda root: _run("02", root, keep=lambda r: r.params.get("sweep") == "K"),
+        "the model's measured constants, read from lesson 2's run (its K sweep)"),
     ("02", 'roofline.hbm_ceiling("H100")'): Display(
         lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY), "the HBM ceiling"),
     ("03", 'bench.load("03", gpu="h100")'): Display(lambda root: _run("03", root), "lesson 3's run"),
