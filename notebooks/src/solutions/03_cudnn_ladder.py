@@ -254,8 +254,8 @@ grading.grade_streams(step2)
 # %% [markdown]
 # ## Task 5: the forward in a CUDA graph
 #
-# Run eagerly, every ladder step is bound by launches: each of the thousands of small kernels of a forward costs the
-# host a few microseconds. A CUDA graph records the kernels of one call once and replays them all with one launch,
+# Run eagerly, every ladder step pays the host for its launches: each of the thousands of small kernels of a forward
+# costs the host a few microseconds. A CUDA graph records the kernels of one call once and replays them all with one launch,
 # on the same memory. Write `graphed(fn, example, cuda) -> replay`: capture `fn(example)` once (`fn` is one ladder
 # forward, `x` $[T, B, I] \to y$) and return `replay(x)`, which runs the captured forward on a new input `x` (same
 # shape) and returns its output. `cuda` is `torch.cuda` on a GPU (`cuda.CUDAGraph()`, `with cuda.graph(g):`,
