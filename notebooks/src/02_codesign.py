@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION`, read, like the two alignment penalties of section 2, from this lesson's newest stored H100 run by `codesign.model_constants()` (section 2 prints them with the record and the cases they come from; a clone without records gets typed fallbacks, each with its source, and the same cell says so) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION`, read, like the two alignment penalties of section 2, from this lesson's newest stored H100 run by `codesign.model_constants()` (printed below with the record and the cases they come from; a clone without records gets typed fallbacks, each with its source, and the same lines say so) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
 
 # %%
 spec = hardware.spec("H100")
@@ -54,6 +54,9 @@ p = codesign.gemm_time(8192, 8192, 4096, dtype="bfloat16", gpu="H100", tile=None
 print(f"F = {p.flops:.3e} FLOPs, Q = {p.bytes / 1e6:.0f} MB, F/Q = {p.flops / p.bytes:.0f} FLOP/byte; "
       f"ridge point {hardware.ridge_point(spec, 'bfloat16'):.0f}")
 print(p.explain())
+print(codesign.model_constants().describe())
+print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
+print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 
 # %% [markdown]
 # Three lines of that explanation are about the *shape*. The rest of the lesson takes them one at a time.
@@ -88,9 +91,6 @@ plt.show()
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
       f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, memory_fraction() = {codesign.memory_fraction():.2f}")
-print(codesign.model_constants().describe())
-print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
-print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]
     print(f"stored run ({top.device}, {top.date}): K = 4096 at {top.tflops:.0f} TFLOP/s "
