@@ -19,6 +19,7 @@ import torch
 
 import gpulab
 from gpulab import attention
+from tests import _modules as package_modules
 
 ROOT = pathlib.Path(gpulab.__file__).parent
 
@@ -29,28 +30,17 @@ FAMILIES = {
 
 
 def _modules():
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for name, path in package_modules.modules().items():
         yield name, path, ast.parse(path.read_text(), filename=str(path))
 
 
 def _imported(name: str, path: pathlib.Path, tree: ast.AST) -> set[str]:
-    """Every gpulab module (or package) ``tree`` imports, anywhere in it, resolved to full dotted names."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    """Every gpulab module (or package) ``tree`` imports, anywhere in it, resolved to full dotted names; ``from a
+    import b`` gives ``a`` and ``a.b`` (b a module or not)."""
     out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("gpulab")}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                )
-            if base.startswith("gpulab"):
-                out.add(base)
-                out |= {f"{base}.{a.name}" for a in node.names}
+    for base, names in package_modules.imports(name, path, tree):
+        if base.startswith("gpulab"):
+            out |= {base} | {f"{base}.{n}" for n in names}
     return out
 
 

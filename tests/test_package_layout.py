@@ -3,45 +3,17 @@ module over 600 lines."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-import gpulab
+from tests import _modules
 
-PACKAGE = Path(gpulab.__file__).resolve().parent
 MAX_LINES = 600
 
 
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ("gpulab",) + path.relative_to(PACKAGE).with_suffix("").parts
-        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return mods
-
-
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the gpulab modules it imports anywhere in its text (``from a import b`` counts as ``a.b`` when b is a
     module); the root package ``gpulab`` is left out: every module imports it first by being inside it."""
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(
-                        package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                    )
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            else:
-                continue
-            edges |= {t for t in targets if t in modules and t not in ("gpulab", name)}
-        graph[name] = edges
-    return graph
+    return {name: edges - {"gpulab"} for name, edges in _modules.import_graph(mods).items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -68,7 +40,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_import_cycle():
-    cycle = find_cycle(import_graph(_modules()))
+    cycle = find_cycle(import_graph(_modules.modules()))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
@@ -78,6 +50,6 @@ def test_the_cycle_finder_finds_one():
 
 
 def test_no_module_over_600_lines():
-    long = {n: len(p.read_text().splitlines()) for n, p in _modules().items()}
+    long = {n: len(p.read_text().splitlines()) for n, p in _modules.modules().items()}
     long = {n: k for n, k in long.items() if k > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by idea): {long}"

@@ -36,7 +36,7 @@ __all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", 
            "sweep_summary", "sweep_ratios", "ratios", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED",
            "CS336_BEST_STUDENT_MS",
            "stored_fused", "fused_summary", "IMPLEMENTATIONS", "throughput_records", "summary_table", "targets",
-           "memory_table", "plot_throughput", "plot_memory", "plot"]  # fmt: skip
+           "memory_table", "plot_throughput", "plot_memory", "plot", "HOPPER_FOLDER"]  # fmt: skip
 
 IMPLEMENTATIONS = ("gpulab", "gpulab (autotuned)", "SDPA FlashAttention-2", "SDPA default", "naive (PyTorch)")
 """The implementations lesson 4's benchmark times, in the order its tables print them."""
@@ -44,18 +44,19 @@ IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 SHIPPED = "gpulab v2 fwd + v1 bwd"
 """Forward+backward as the library runs it on Hopper: version 2's forward, version 1's backward
 (:data:`gpulab.attention.plan.V2_BACKWARD` is off)."""
-_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "hopper"
+HOPPER_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "hopper"
+"""Where ``python -m gpulab bench 04 hopper`` stores its runs (``cs336/`` and ``fused/`` below it)."""
 
 
 def stored(folder=None) -> list[bench.Result]:
     """The newest records of ``python -m gpulab bench 04 hopper`` (FileNotFoundError when there are none)."""
-    folder = Path(folder) if folder is not None else _FOLDER
+    folder = Path(folder) if folder is not None else HOPPER_FOLDER
     return bench.load("04", path=bench.newest(folder))
 
 
 def stored_sweep(folder=None) -> list[bench.Result]:
     """Sweep records of every stored probe run (the first run's sweep has the warp-specialized candidates)."""
-    folder = Path(folder) if folder is not None else _FOLDER
+    folder = Path(folder) if folder is not None else HOPPER_FOLDER
     out = []
     for path in sorted(folder.rglob("*.jsonl")):
         for r in bench.load("04", path=path):
@@ -67,13 +68,13 @@ def stored_sweep(folder=None) -> list[bench.Result]:
 
 def stored_cs336(folder=None) -> list[bench.Result]:
     """The newest records of ``python -m gpulab bench 04 cs336`` (FileNotFoundError when there are none)."""
-    folder = (Path(folder) if folder is not None else _FOLDER) / "cs336"
+    folder = (Path(folder) if folder is not None else HOPPER_FOLDER) / "cs336"
     return bench.load("04", path=bench.newest(folder))
 
 
 def stored_fused(folder=None) -> list[bench.Result]:
     """The newest records of ``python -m gpulab bench 04 fused`` (FileNotFoundError when there are none)."""
-    folder = (Path(folder) if folder is not None else _FOLDER) / "fused"
+    folder = (Path(folder) if folder is not None else HOPPER_FOLDER) / "fused"
     return bench.load("04", path=bench.newest(folder))
 
 
@@ -509,7 +510,7 @@ def plot(results):
 # ----------------------------------------------------------------------------------------------------------------
 # version 3 (Gluon): its steps beside version 2, cuDNN and FlashAttention-2, one run
 
-V3_FOLDER = _FOLDER.parent / "v3"
+V3_FOLDER = HOPPER_FOLDER.parent / "v3"
 V3_TUNED = "gpulab v3 (tuned)"
 V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")

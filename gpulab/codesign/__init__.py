@@ -14,7 +14,8 @@ What you will learn:
 
 Where the code lives, in the order of the lesson:
 
-- :mod:`gpulab.codesign.gemm_model`: the model (:func:`gemm_time`, the three effects, the constants and their sources);
+- :mod:`gpulab.codesign.gemm_model`: the model (:func:`gemm_time`, the three effects, the constants read from the
+  records, :func:`model_constants`);
 - :mod:`gpulab.codesign.matmul`: the fixed-tile Triton matmul (:func:`matmul_fixed_tile`) beside its float64
   reference;
 - :mod:`gpulab.codesign.sweeps`: the K, head-dimension and wave sweeps, checked then timed, and the model's pair
@@ -48,16 +49,16 @@ from gpulab.codesign.configs import (
 from gpulab.codesign.gemm_model import (
     ALIGNMENT_BYTES,
     DEFAULT_TILE,
+    FALLBACK,
     K_TILE_BYTES,
     LIBRARY_TILES,
-    MISALIGNED_PENALTY,
-    PARTIALLY_ALIGNED_PENALTY,
-    PEAK_FRACTION,
+    GemmConstants,
     GemmPrediction,
     alignment_efficiency,
     alignment_penalty,
     gemm_time,
     memory_fraction,
+    model_constants,
     relative_throughput,
     tile_quantization,
     wave_quantization,
@@ -78,6 +79,9 @@ __all__ = [
     "memory_fraction",
     "MISALIGNED_PENALTY",
     "PARTIALLY_ALIGNED_PENALTY",
+    "GemmConstants",
+    "FALLBACK",
+    "model_constants",
     "alignment_penalty",
     "ALIGNMENT_BYTES",
     "K_TILE_BYTES",
@@ -121,7 +125,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # MEMORY_FRACTION is read from lesson 0's records on first use (gemm_model.memory_fraction)
-    if name == "MEMORY_FRACTION":
-        return memory_fraction()
+def __getattr__(name):  # the measured constants are read from the records on first use (gemm_model.__getattr__)
+    if name in ("MEMORY_FRACTION", "PEAK_FRACTION", "MISALIGNED_PENALTY", "PARTIALLY_ALIGNED_PENALTY"):
+        from gpulab.codesign import gemm_model
+
+        return getattr(gemm_model, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

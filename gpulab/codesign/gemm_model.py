@@ -13,13 +13,15 @@ least ``Q = s * batch * (M*K + K*N + M*N)`` bytes (each operand read once, the o
 
 - ``P`` is the GPU's tensor-core peak for the dtype and ``B`` its HBM bandwidth (spec sheet); ``phi_c``
   (:data:`PEAK_FRACTION`) and ``phi_m`` (:data:`MEMORY_FRACTION`) are the fractions of them that the best kernels
-  reach (sources beside the constants).
+  reach, read from the stored H100 runs (:func:`model_constants`, this lesson's K sweep; :func:`memory_fraction`,
+  lesson 0's sweep) and applied to every GPU.
 - **alignment** ``e_align``: Hopper's fast GEMM path loads tiles with TMA and multiplies with ``wgmma``; both need
   every row of every operand to start on a 16-byte boundary. In the row-major layout torch uses, the row lengths
   (leading dimensions) are K (rows of A, and of B when it is a transposed view) and N (rows of B and C). If K or N
   times the element size is not a multiple of 16 bytes (8 elements of bf16/fp16, 4 of fp32), cuBLAS falls back to
   kernels with narrower loads: ``e_align = 1 / alignment_penalty(K, N)``, :data:`MISALIGNED_PENALTY` for rows
-  that are only 2-byte aligned, :data:`PARTIALLY_ALIGNED_PENALTY` for 4- or 8-byte alignment. A K that is aligned
+  that are only 2-byte aligned, :data:`PARTIALLY_ALIGNED_PENALTY` for 4- or 8-byte alignment (both read from the
+  K sweep by :func:`model_constants`). A K that is aligned
   but not a multiple of the K-tile (64 elements of 16-bit data, 128 bytes, the width of the swizzled tiles) pays
   for a partly filled last K-step: ``e_align *= K / (BK * ceil(K / BK))``, the smaller penalty.
 - **tile quantization** ``e_tile``: the output is cut into tiles of ``tm x tn``; every tile costs a full tile's
@@ -43,15 +45,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 
 from gpulab import hardware, runtime
 from gpulab.roofline import dtype_and_size
 
+# PEAK_FRACTION, MISALIGNED_PENALTY, PARTIALLY_ALIGNED_PENALTY and MEMORY_FRACTION are module attributes read from
+# the records on first use (__getattr__ below), so they are not in __all__ (gpulab.codesign exports them).
 __all__ = [
-    "PEAK_FRACTION",
     "memory_fraction",
-    "MISALIGNED_PENALTY",
-    "PARTIALLY_ALIGNED_PENALTY",
+    "GemmConstants",
+    "FALLBACK",
+    "model_constants",
     "ALIGNMENT_BYTES",
     "K_TILE_BYTES",
     "LIBRARY_TILES",
@@ -66,22 +71,8 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------------------------------------------------------
-# The model's constants, each with its source. Only PARTIALLY_ALIGNED_PENALTY was read off this lesson's own sweep.
-
-MISALIGNED_PENALTY = 675 / 145
-"""How much slower a GEMM runs when a row of K or N elements is only 2-byte aligned (an odd count of 16-bit
-elements): ~4.66x.
-
-Source: cuBLAS bf16 on the H100, M = N = 8192: K = 4096 ran at 675 TFLOP/s, K = 4095 and K = 4097 at 145 TFLOP/s
-(the numbers quoted in the lesson's issue)."""
-
-PARTIALLY_ALIGNED_PENALTY = 680 / 273
-"""How much slower a GEMM runs when rows are 4- or 8-byte aligned but not 16-byte aligned: ~2.5x.
-
-Source, and the one constant of this model that comes from this lesson's own sweep: the first H100 run of
-`python -m gpulab bench 02` (2026-11-22) measured K = 4092, 4094, 4098 and 4100 (bf16, M = N = 8192) at 271-274
-TFLOP/s against 666-695 at the 16-byte-aligned K beside them. The first version of the model charged them the full
-2-byte penalty, and misordered those pairs; cuBLAS evidently has a middle path (wider, but not 16-byte, loads)."""
+# The model's constants, each with its source. Three are measured, and read from this lesson's newest stored run
+# (model_constants); the memory fraction from lesson 0's (memory_fraction); the rest are hardware rules.
 
 ALIGNMENT_BYTES = 16
 """Rows must start on 16-byte boundaries for TMA loads and the aligned tensor-core kernels (8 bf16/fp16 elements)."""
@@ -89,9 +80,154 @@ ALIGNMENT_BYTES = 16
 K_TILE_BYTES = 128
 """Width of one K-step of a Hopper GEMM tile: 128 bytes (64 bf16/fp16 elements), the 128-byte swizzle of TMA tiles."""
 
-PEAK_FRACTION = 0.70
-"""Fraction of the spec tensor-core peak the best GEMM sustains: 675 TFLOP/s measured at 8192 x 8192 x 4096 bf16 on
-the H100 (issue) / 989.4 TFLOP/s spec / 0.970 (that shape's wave efficiency with the library tiles) = 0.703."""
+
+@dataclasses.dataclass(frozen=True)
+class GemmConstants:
+    """The model's three measured constants, with where each comes from.
+
+    - ``peak_fraction`` ``phi_c``: the fraction of the spec tensor-core peak the best GEMM sustains;
+    - ``misaligned_penalty`` ``pi_2``: how much slower a GEMM runs when a row of K or N is only 2-byte aligned;
+    - ``partially_aligned_penalty`` ``pi_4,8``: the same for rows 4- or 8-byte (not 16-byte) aligned;
+    - ``source``: the record file they were read from, or ``"typed fallback"``; ``how``: one line per constant.
+    """
+
+    peak_fraction: float
+    misaligned_penalty: float
+    partially_aligned_penalty: float
+    source: str
+    how: tuple[str, ...]
+
+    def __post_init__(self):
+        for name in ("peak_fraction", "misaligned_penalty", "partially_aligned_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"GemmConstants.{name} must be a positive finite number, got {v!r}.")
+        if not 0 < self.peak_fraction <= 1:
+            raise ValueError(f"GemmConstants.peak_fraction must be in (0, 1], got {self.peak_fraction!r}.")
+
+    def describe(self) -> str:
+        """The three values and their provenance, a line each."""
+        return "\n".join([f"the model's measured constants, from {self.source}:"] + [f"  {h}" for h in self.how])
+
+
+FALLBACK = GemmConstants(
+    peak_fraction=0.70,
+    misaligned_penalty=675 / 145,
+    partially_aligned_penalty=680 / 273,
+    source="typed fallback",
+    how=(
+        "PEAK_FRACTION = 0.70: 675 TFLOP/s quoted for cuBLAS bf16 at 8192 x 8192 x 4096 on an H100 when the model "
+        "was built / 989.4 spec / 0.970 wave efficiency (no stored lesson-2 run)",
+        "MISALIGNED_PENALTY = 675 / 145: the same quote, 145 TFLOP/s at K = 4095 and 4097 (no stored lesson-2 run)",
+        "PARTIALLY_ALIGNED_PENALTY = 680 / 273: the first H100 run of `python -m gpulab bench 02` (2026-11-22), "
+        "K = 4092-4100 against the aligned K beside them (no stored lesson-2 run)",
+    ),
+)
+"""What the model uses where no lesson-2 run of the GPU is stored (a clone without ``benchmarks/``), typed, each with
+its source: the figures the model was first built with. The spec (fraction 1, no penalty) would not do here: it
+erases the alignment effect the lesson is about."""
+
+
+def model_constants(gpu="H100", root=None) -> GemmConstants:
+    """:class:`GemmConstants` read from the newest stored lesson-2 run of ``gpu`` (``benchmarks/02_codesign``, or
+    ``root``), device time (``ms``); :data:`FALLBACK` for each constant the run cannot give (no run stored, or no
+    case of its kind).
+
+    The run's K sweep (``8192 x 8192 x K`` in bf16 through cuBLAS, K around 4096) is read case by case:
+
+    - each **aligned** case (K and N 16-byte aligned, K a multiple of the 64-element K-step, so ``e_align = 1``) gives
+      the rate per unit of shape efficiency ``R = TFLOP/s / (e_tile * e_wave)`` (the library tiles,
+      :data:`LIBRARY_TILES`, on the GPU's SMs); ``R_ref`` is their median, and ``PEAK_FRACTION = R_ref / P_peak``;
+    - each **misaligned** case (a row only 2-byte aligned: K = 4095, 4097) gives the penalty that makes the model
+      reproduce it, ``R_ref * e_tile * e_wave * k_fill / TFLOP/s``; ``MISALIGNED_PENALTY`` is their mean;
+    - each **partially aligned** case (4- or 8-byte: K = 4092, 4094, 4098, 4100) the same;
+      ``PARTIALLY_ALIGNED_PENALTY`` is their mean.
+
+    Only records whose status is ``ok`` (checked against float64 before timing) count.
+    """
+    if root is None and gpu == "H100":
+        return _constants()
+    return _read_constants(gpu, root)
+
+
+@functools.cache
+def _constants() -> GemmConstants:
+    return _read_constants("H100", None)
+
+
+def _read_constants(gpu, root) -> GemmConstants:
+    from gpulab import bench  # deferred: records are read only when asked
+
+    spec = hardware.spec(gpu)  # a ValueError naming gpu if the name is unknown
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU name such as 'H100', got {type(gpu).__name__} {gpu!r}.")
+    files = bench.record_files(bench.results_dir(root) / "02_codesign", gpu.lower())
+    if not files:
+        return FALLBACK
+    path = bench.newest(files)
+    groups: dict[str, list] = {"aligned": [], "partial": [], "misaligned": []}
+    dtypes: set[str] = set()
+    for r in bench.load("02", path=path):
+        if not _usable_k_case(r):
+            continue
+        m, n, k = (int(v) for v in r.shape)
+        itemsize = dtype_key(r.dtype)[1]
+        worst = min(_alignment_bytes(v * itemsize) for v in (k, n))
+        bk = K_TILE_BYTES // itemsize
+        k_fill = k / (bk * math.ceil(k / bk))
+        shape_eff = _best_tile_efficiency(m, n, 1, spec.sm_count)
+        kind = "aligned" if worst >= ALIGNMENT_BYTES else ("partial" if worst >= 4 else "misaligned")
+        if kind == "aligned" and k_fill < 1:
+            continue  # a partly filled last K-step: e_align < 1, not a reference
+        groups[kind].append((k, r.tflops, shape_eff, k_fill))
+        dtypes.add(dtype_key(r.dtype)[0])
+    if not groups["aligned"]:
+        return FALLBACK
+    rates = sorted(t / eff for _, t, eff, _ in groups["aligned"])
+    ref = statistics.median(rates)
+    peak = min(spec.peak_tflops(d) for d in dtypes)  # bf16 and fp16: one tensor-core rate
+    run = f"{path.parent.name}/{path.name}"
+    ks = ", ".join(str(k) for k, *_ in groups["aligned"])
+    how = [f"PEAK_FRACTION = {ref / peak:.3f} = {ref:.0f} / {peak:g} TFLOP/s (spec): the median over the aligned "
+           f"K = {ks} of TFLOP/s / (e_tile * e_wave)"]  # fmt: skip
+    values = {"peak_fraction": min(ref / peak, 1.0)}
+    for kind, name, attr in (("misaligned", "MISALIGNED_PENALTY", "misaligned_penalty"),
+                             ("partial", "PARTIALLY_ALIGNED_PENALTY", "partially_aligned_penalty")):  # fmt: skip
+        cases = groups[kind]
+        if not cases:
+            values[attr] = getattr(FALLBACK, attr)
+            how.append(f"{name} = {values[attr]:.2f}: typed fallback (this run has no such case)")
+            continue
+        penalties = [ref * eff * fill / t for _, t, eff, fill in cases]
+        values[attr] = max(statistics.fmean(penalties), 1.0)
+        how.append(f"{name} = {values[attr]:.2f}: mean over K = {', '.join(str(k) for k, *_ in cases)} of the "
+                   "penalty that reproduces each")  # fmt: skip
+    return GemmConstants(**values, source=f"{run} (device time)", how=tuple(how))
+
+
+def _usable_k_case(r) -> bool:
+    """A checked K-sweep record of a 16-bit GEMM with a device time."""
+    return (
+        r.params.get("sweep") == "K"
+        and r.status == "ok"
+        and r.dtype in ("bfloat16", "float16")
+        and r.shape is not None
+        and len(r.shape) == 3
+        and r.ms is not None
+        and math.isfinite(r.ms)
+        and r.ms > 0
+        and r.tflops is not None
+        and r.tflops > 0
+    )
+
+
+def _best_tile_efficiency(m: int, n: int, batch: int, sm_count: int) -> float:
+    """``e_tile * e_wave`` of the best of :data:`LIBRARY_TILES` (the choice :func:`gemm_time` makes for tile=None)."""
+    best = 0.0
+    for t in LIBRARY_TILES:
+        tiles, e_tile = tile_quantization(m, n, t, batch)
+        best = max(best, e_tile * wave_quantization(tiles, sm_count)[1])
+    return best
 
 
 def memory_fraction(root=None) -> float:
@@ -113,9 +249,22 @@ def _memory_fraction_default() -> float:
     return stored_read_plateau("H100").fraction
 
 
-def __getattr__(name):  # MEMORY_FRACTION is computed from the records when first asked for, not typed in
+def _phi_c() -> float:
+    return model_constants().peak_fraction
+
+
+_MEASURED = {
+    "PEAK_FRACTION": "peak_fraction",
+    "MISALIGNED_PENALTY": "misaligned_penalty",
+    "PARTIALLY_ALIGNED_PENALTY": "partially_aligned_penalty",
+}
+
+
+def __getattr__(name):  # the measured constants are read from the records when first asked for, not typed in
     if name == "MEMORY_FRACTION":
         return memory_fraction()
+    if name in _MEASURED:
+        return getattr(model_constants(), _MEASURED[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -173,7 +322,8 @@ def alignment_penalty(k: int, n: int, dtype="bfloat16") -> float:
     worst = min(_alignment_bytes(v * itemsize) for v in (k, n))
     if worst >= ALIGNMENT_BYTES:
         return 1.0
-    return PARTIALLY_ALIGNED_PENALTY if worst >= 4 else MISALIGNED_PENALTY
+    c = model_constants()
+    return c.partially_aligned_penalty if worst >= 4 else c.misaligned_penalty
 
 
 def _alignment_bytes(row_bytes: int) -> int:
@@ -272,7 +422,7 @@ class GemmPrediction:
                 f"{self.tile_efficiency:.3f} of their area useful",
                 f"  waves: {self.tiles} tiles / {self.sm_count} SMs = {self.waves} wave{'s' * (self.waves != 1)}, "
                 f"{self.wave_efficiency:.3f} of SM slots busy",
-                f"  compute roof {self.compute_ms:.4g} ms (peak {self.peak_tflops:.0f} x {PEAK_FRACTION} x "
+                f"  compute roof {self.compute_ms:.4g} ms (peak {self.peak_tflops:.0f} x {_phi_c():.3f} x "
                 f"{self.efficiency:.3f}), memory roof {self.memory_ms:.4g} ms ({self.bytes / 1e9:.3g} GB)",
             ]
         )
@@ -304,7 +454,7 @@ def gemm_time(m, n, k, dtype="bfloat16", gpu="H100", batch=1, tile=DEFAULT_TILE)
     _, t, tiles, e_tile, waves, e_wave = best
     flops = 2.0 * batch * m * n * k
     nbytes = float(itemsize) * batch * (m * k + k * n + m * n)
-    compute_ms = flops / (peak * 1e12 * PEAK_FRACTION * align * e_tile * e_wave) * 1e3
+    compute_ms = flops / (peak * 1e12 * model_constants().peak_fraction * align * e_tile * e_wave) * 1e3
     # A misaligned shape runs a different, slower kernel: its narrow loads lower the memory roof as well.
     memory_ms = nbytes / (spec.hbm_gbps * 1e9 * memory_fraction()) * 1e3 * (k_fill / align)
     return GemmPrediction(
@@ -337,4 +487,4 @@ def relative_throughput(m, n, k, dtype="bfloat16", gpu="H100", batch=1, tile=DEF
     1.0 means an ideal shape: aligned, no wasted tile area, whole waves, compute-bound.
     """
     p = gemm_time(m, n, k, dtype=dtype, gpu=gpu, batch=batch, tile=tile)
-    return p.tflops / (p.peak_tflops * PEAK_FRACTION)
+    return p.tflops / (p.peak_tflops * model_constants().peak_fraction)

@@ -202,7 +202,6 @@ _allow("01", _SPEC, "latency of one FMA is hidden behind others")
 _allow("01", "the lesson's targets, defined (the verdict is printed from the records)", "reaches at least 0.97×")
 _allow("02", _MATH_R, "far beyond the H100's ridge point", "so a tile the grid misses cannot pass",
        "the memory-bound score GEMMs dominate", "the step is memory-bound and the GPU mostly idle")  # fmt: skip
-_allow("02", "a hedge that sends the reader to the measurement", "cuBLAS may have faster fallbacks")
 _allow("02", _MODEL, "The nearest compliant head count is not the fastest", "Fewer, wider heads",
        "the one the model predicts fastest", "more than 5% faster per token", "A three-factor model orders shapes",
        "a different, slower kernel whose narrow loads",
@@ -222,3 +221,14 @@ _allow("06", _PLAN, "MLP (4x wide)", "(16x the training length)")
 _allow("06", "the task's arithmetic (640 steps vs 40), not a timing", "640 times as easily as 40")
 _allow("07", _MATH_R, "DDP hides them behind the backward", "about 1.5x what DDP sends")
 _allow("07", _SPEC, "cross a network about ten times slower")
+
+# The solutions' markdown, which is also the exercises' task texts (notebooks/src/solutions/NN_x.py, same lesson ids).
+_allow("00", _DEF, "Check the levels from the smallest and fastest outwards")
+_allow("01", _DEF, "## Task 3: memory- or compute-bound?", "At or above it: compute-bound.",
+       "## Task 4: when does an LSTM step stop being memory-bound?",
+       "at which one step with these sizes is compute-bound (intensity at or above the ridge point")  # fmt: skip
+_allow("02", _MODEL, "(a misaligned shape runs a slower kernel, for its loads as well as its math)")
+_allow("02", _PLAN, "## Task 3: predict which shape is fastest, then measure")
+_allow("02", _MATH_R, "Those GEMMs are memory-bound (their arithmetic intensity is about the head dimension")
+_allow("05", "the answer's count (tensor-core nanoseconds against a chain of latencies), not a measurement",
+       "By this count the kernel is latency-bound")  # fmt: skip

@@ -9,15 +9,15 @@ may show; notebook 05 and the README's generator call them. :func:`lesson05` lis
 head of 768, every value notebook 05 and the README display, with its run and label, so
 ``tests/course/test_records_shown.py`` can check that one key comes from one run.
 
-The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record` (its
-:func:`history_label` is re-exported here for the notebooks).
+The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record`
+(:func:`history_label`, from :mod:`gpulab.course.history_labels`, is re-exported here for the notebooks).
 """
 
 from __future__ import annotations
 
 from gpulab import bench
 from gpulab.bench.history import Key, Shown
-from gpulab.course.one_record import history_label
+from gpulab.course.history_labels import history_label
 
 __all__ = [
     "SUPERSEDED",

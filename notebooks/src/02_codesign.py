@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION` (its source beside it in the code; section 2 prints what the stored run measured at this shape) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION`, read, like the two alignment penalties of section 2, from this lesson's newest stored H100 run by `codesign.model_constants()` (printed below with the record and the cases they come from; a clone without records gets typed fallbacks, each with its source, and the same lines say so) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
 
 # %%
 spec = hardware.spec("H100")
@@ -54,6 +54,9 @@ p = codesign.gemm_time(8192, 8192, 4096, dtype="bfloat16", gpu="H100", tile=None
 print(f"F = {p.flops:.3e} FLOPs, Q = {p.bytes / 1e6:.0f} MB, F/Q = {p.flops / p.bytes:.0f} FLOP/byte; "
       f"ridge point {hardware.ridge_point(spec, 'bfloat16'):.0f}")
 print(p.explain())
+print(codesign.model_constants().describe())
+print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
+print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 
 # %% [markdown]
 # Three lines of that explanation are about the *shape*. The rest of the lesson takes them one at a time.
@@ -62,7 +65,7 @@ print(p.explain())
 #
 # A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
-# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The ratio measured when the model was built is the constant `codesign.MISALIGNED_PENALTY`, for rows that are only 2-byte aligned. Rows that are 4- or 8-byte aligned ($K = 4092, 4094$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY` — the one constant of the model taken from this lesson's own first H100 run, after the first version of the model, which charged them the full penalty, misordered them:
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The model's penalty for rows that are only 2-byte aligned, `codesign.MISALIGNED_PENALTY`, is read from those cases of the stored run. Rows that are 4- or 8-byte aligned ($K = 4092, 4094, 4098, 4100$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY`, read from those cases; the first version of the model had no middle path, charged them the full penalty, and misordered them in the first H100 run:
 #
 # $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ \pi_{4,8} & \text{4- or 8-byte aligned} \\ \pi_2 & \text{2-byte aligned} \end{cases} $$
 #
@@ -88,8 +91,6 @@ plt.show()
 print(f"model: pi_2 = MISALIGNED_PENALTY = {codesign.MISALIGNED_PENALTY:.2f}, "
       f"pi_4,8 = PARTIALLY_ALIGNED_PENALTY = {codesign.PARTIALLY_ALIGNED_PENALTY:.2f}, "
       f"PEAK_FRACTION = {codesign.PEAK_FRACTION:.2f}, memory_fraction() = {codesign.memory_fraction():.2f}")
-print(roofline.stored_read_plateau("H100").describe("memory_fraction() is the read-only plateau:"))
-print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the roofline:"))
 if k_sweep.get(4096):
     top = k_sweep[4096]
     print(f"stored run ({top.device}, {top.date}): K = 4096 at {top.tflops:.0f} TFLOP/s "
@@ -111,7 +112,7 @@ for k in (4088, 4092, 4094, 4095, 4096, 4097, 4100, 4104, 4160):
           f"{q.ms:6.3f}  {q.tflops:7.0f}")
 
 # %% [markdown]
-# The model has one measured anchor: misalignment down to 2 bytes (odd $K$). $K = 4092$ is misaligned only to 8 bytes, $K = 4094$ to 4; cuBLAS may have faster fallbacks for those, and the K sweep measures them. A model is a hypothesis: where it is wrong, the measurement says so.
+# Read this way, the model is fitted to the cases of the K sweep its constants come from; the test of the model is every other shape: the aligned $K$ that are not multiples of 64, the head dimensions and the waves. Section 9 compares each measurement with the prediction stored beside it when it ran, made with the constants of that time, not refitted to it. A model is a hypothesis: where it is wrong, the measurement says so.
 #
 # ## 3. Tile quantization: partial tiles cost whole tiles
 #
@@ -362,7 +363,7 @@ for cfg in (lstm, fixed):
 #
 # - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 (by how much: section 2's verdict, from the stored run): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
-# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with constants taken from spec sheets and quoted measurements, the memory fraction read from lesson 0's stored sweep, and one (the penalty for 4- and 8-byte alignment) read off this lesson's first H100 run, after the model without it misordered those shapes — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
+# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with rates from spec sheets and measured constants read from the stored runs (the peak fraction and both alignment penalties from this lesson's K sweep, the memory fraction from lesson 0's sweep, the 4- and 8-byte penalty added after the model without it misordered those shapes) — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
 #
 # **Exercises:** `exercises/02_codesign.ipynb` — compute tile and wave quantization, build the time model yourself, predict which shapes run fastest and compare with the H100 measurements, and fix a config the checker flags. Grade your work with `make grade NB=exercises/02_codesign.ipynb`.

@@ -37,11 +37,8 @@ def test_misaligned_k_costs_the_measured_penalty():
         slow = codesign.gemm_time(8192, 8192, k, tile=None)
         assert slow.misaligned == ("K",)
         assert slow.alignment_efficiency < 1 / codesign.MISALIGNED_PENALTY + 1e-9
-        # ~4.6x slower: the 145 vs 675 TFLOP/s
+        # the penalty (read from the stored K sweep: test_codesign_constants.py), times the extra K and K-step
         assert slow.ms / aligned.ms == pytest.approx(codesign.MISALIGNED_PENALTY, rel=0.02)
-        assert slow.tflops == pytest.approx(145, rel=0.03)
-    assert aligned.tflops == pytest.approx(675, rel=0.01)
-    assert codesign.MISALIGNED_PENALTY == pytest.approx(675 / 145)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from gpulab.course import claims, prose
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+SOLUTIONS = sorted((ROOT / "notebooks" / "src" / "solutions").glob("[0-9][0-9]_*.py"))
+"""The solutions' sources: their markdown is also the exercises' task texts (nbgrader keeps it), scanned too."""
 EXECUTED = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
@@ -56,7 +58,7 @@ def test_paragraph_joins_claims_and_text():
 # --- comparative sentences typed into markdown ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", SOURCES + SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_no_comparative_sentence_bypasses_claim(source):
     found = claims.bypasses(source)
     assert not found, (
@@ -67,7 +69,25 @@ def test_no_comparative_sentence_bypasses_claim(source):
 
 
 def test_the_allowlist_has_no_stale_entry():
-    assert not claims.unused(SOURCES), "allowlist entries that match no sentence any more: remove them"
+    assert not claims.unused(SOURCES + SOLUTIONS), "allowlist entries that match no sentence any more: remove them"
+
+
+def test_every_solution_source_is_scanned():
+    assert len(SOLUTIONS) == len(SOURCES) and {p.name for p in SOLUTIONS} == {p.name for p in SOURCES}
+
+
+def test_the_bypass_check_catches_a_solutions_typed_verdict(tmp_path):
+    # two sentences the solutions typed before they were rendered from the records (issue 36)
+    (tmp_path / "solutions").mkdir()
+    src = tmp_path / "solutions" / "05_x.py"
+    src.write_text(
+        "# %% [markdown]\n# ## Question\n#\n# Why?\n#\n# ### BEGIN SOLUTION\n# The kernel is latency-bound: a larger "
+        "batch per program fills the GPU at almost no extra time per step.\n# ### END SOLUTION\n\n# %%\nx = 1\n\n"
+        "# %% [markdown]\n# The misaligned $K$ should be far behind.\n"
+    )
+    found = [w for _, _, w in claims.bypasses(src, allowed={})]
+    assert found == [["latency-bound"], ["behind"]]
+    assert claims.bypasses(src, allowed={("05", "latency-bound"): "r", ("05", "far behind"): "r"}) == []
 
 
 def test_the_bypass_check_catches_the_issues_contradiction(tmp_path):

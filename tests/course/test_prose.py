@@ -54,6 +54,27 @@ def test_the_drift_the_issue_lists_would_be_caught(tmp_path):
     assert [f for _, f in prose.offenders(path)] == ["10x", "145 TFLOP/s"]
 
 
+SOLUTIONS = sorted((ROOT / "notebooks" / "src" / "solutions").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("source", SOLUTIONS, ids=lambda p: p.stem)
+def test_solution_and_task_texts_state_no_measured_figure(source):
+    # the solutions' markdown is also the exercises' task text: the same rule as the lessons'
+    found = prose.source_offenders(source)
+    assert not found, (
+        f"{source.relative_to(ROOT)}: measured figures typed into markdown {found[:8]}; compute them from the records "
+        "in a code cell (or add a spec/target/quoted constant to gpulab.course.prose.ALLOWED with its reason)"
+    )
+
+
+def test_the_solution_scan_catches_a_typed_figure(tmp_path):
+    src = tmp_path / "00_x.py"
+    src.write_text("# %%\nx = 1\n\n# %% [markdown]\n# Even PyTorch's copy stays 13% under the spec: 2,917 GB/s.\n")
+    assert prose.source_offenders(src) == [(0, "13%"), (0, "2,917 GB/s")]
+    with pytest.raises(ValueError, match="jupytext source"):
+        prose.source_offenders(tmp_path / "missing.py")
+
+
 QUIET = re.compile(r"NOT MET|MISSES|\b0\.00x|No CUDA runtime|the issue'?s\b|machines of this pool")
 """What an executed CPU notebook must not say (issue 21): target verdicts and ratios of interpreter timings, stored
 warnings, and words of the project's own process."""

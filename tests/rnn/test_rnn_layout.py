@@ -3,7 +3,6 @@ that are leaves, one chooser per kernel family, and a call from the module down 
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 import gpulab
 from gpulab import rnn, runtime
 from gpulab.rnn.fused import plan
+from tests import _modules
 
 PACKAGE = Path(gpulab.__file__).resolve().parent
 FAMILY = {  # lesson 5's kernel and version modules: each a leaf, chosen between only by gpulab.rnn.fused.plan
@@ -61,33 +61,6 @@ def test_every_rnn_module_is_its_own_file_not_an_alias():
     assert Path(rnn.fused.__file__).name == "__init__.py" and not hasattr(rnn, "fused_forward")
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ("gpulab",) + path.relative_to(PACKAGE).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the gpulab modules it imports anywhere in its text (in functions too); ``from a import b`` counts as
-    ``a.b`` when b is a module."""
-    graph = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                found |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
-        graph[name] = {m for m in found if m in modules and m != name}
-    return graph
-
-
 def _below(graph: dict[str, set[str]], name: str) -> set[str]:
     """Every module ``name`` imports, directly or through others."""
     seen, todo = set(), [name]
@@ -100,7 +73,7 @@ def _below(graph: dict[str, set[str]], name: str) -> set[str]:
 
 
 def test_kernel_files_are_leaves_and_only_the_plan_imports_several():
-    graph = _imports(_modules())
+    graph = _modules.import_graph(_modules.modules())
     assert FAMILY <= set(graph)
     several = {name: sorted(graph[name] & FAMILY) for name in graph if len(graph[name] & FAMILY) > 1}
     assert list(several) == ["gpulab.rnn.fused.plan"], several
@@ -156,7 +129,7 @@ def test_a_module_call_goes_down_to_its_kernels_and_never_back_up():
     chains, edges = _trace(run)
     again = [c for c in chains if len(c) != len(set(c))]
     assert not again, f"a module called back after it was left: {again[0]}"
-    graph = _imports(_modules())
+    graph = _modules.import_graph(_modules.modules())
     upward = sorted((a, b) for a, b in edges if a in _below(graph, b))
     assert not upward, f"calls into a module that imports the caller: {upward}"
     visited = {m for c in chains for m in c}

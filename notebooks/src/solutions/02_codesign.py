@@ -33,6 +33,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, codesign, dtypes, hardware, runtime
+from gpulab.course import claims
 from gpulab.course import grading_codesign as grading
 
 
@@ -199,7 +200,22 @@ for rank, i in enumerate(order, 1):
 
 
 # %% [markdown]
-# Did the measurement agree with your guess, and with the model? $(1536, 2816, 4096)$ is one perfect wave ($12 \times 11 = 132$ tiles of $128 \times 256$) and $(1536, 2944, 4096)$ needs a second, nearly empty one — unless cuBLAS picks another tile. The misaligned $K$ should be far behind; $K = 4092$ is misaligned only to 8 bytes, which may or may not matter to cuBLAS.
+# Did the measurement agree with your guess, and with the model? $(1536, 2816, 4096)$ is one perfect wave ($12 \times 11 = 132$ tiles of $128 \times 256$) and $(1536, 2944, 4096)$ needs a second, nearly empty one — unless cuBLAS picks another tile. The odd $K$ is only 2-byte aligned; $K = 4092$ is misaligned only to 8 bytes. What the stored run says about those two:
+
+# %%
+found = {shape: measured(shape) for shape in SHAPES}
+rates = {shape: rate for shape, (rate, where) in found.items() if where.startswith("H100, stored")}
+if len(rates) == len(SHAPES):
+    odd, eight, aligned = (rates[8192, 8192, k] for k in (4095, 4092, 4096))
+    claims.show(claims.claim(
+        "Measured (device time, the stored H100 run), the odd $K = 4095$ is the **slowest** of the six shapes at "
+        "{odd:.0f} TFLOP/s, {x_odd:.1f} times below $K = 4096$; $K = 4092$, 8-byte aligned, reaches {eight:.0f}: "
+        "{x_eight:.1f} times below, so 8-byte alignment matters to cuBLAS too, if less.",
+        holds=lambda odd, eight, x_odd, x_eight: odd == min(rates.values()) and 1.5 < x_eight < x_odd,
+        odd=odd, eight=eight, x_odd=aligned / odd, x_eight=aligned / eight,
+    ))  # fmt: skip
+else:
+    print("(no stored H100 run of these shapes: the verdict appears once `python -m gpulab bench 02` has run)")
 #
 # ## Task 4: fix a config the checker flags
 #
@@ -266,10 +282,22 @@ fixed = fix_config(mine)
 print(f"\nafter: vocab {fixed.vocab}, hidden {fixed.hidden}, heads {fixed.heads}, microbatch {fixed.microbatch}")
 print(codesign.format_checks(codesign.check_config(fixed), title="checks"))
 
+# %%
+pythia = codesign.KNOWN_CONFIGS["Pythia-2.8B"]
+layer = {a: codesign.layer_time(dataclasses.replace(pythia, heads=a))[0] for a in (20, 32, 40)}
+claims.show(claims.claim(
+    "For Pythia-2.8B ($h = 2560$, $a = 32$, $h/a = 80$) the nearest compliant head count is {near} ($h/a = 64$), yet "
+    "the lesson's model predicts the layer's GEMMs *slower* with 40 heads than with 32 ({t40:.2f} against {t32:.2f} "
+    "ms), and fastest with 20 ($h/a = 128$, {t20:.2f} ms).",
+    holds=lambda near, t20, t32, t40: near == 40 and t40 > t32 > t20,
+    near=codesign.heads_options(pythia.hidden, pythia.heads, pythia.tensor_parallel)[0], t20=layer[20],
+    t32=layer[32], t40=layer[40],
+))  # fmt: skip
+
 # %% [markdown]
 # ## Question
 #
-# For Pythia-2.8B ($h = 2560$, $a = 32$, $h/a = 80$) the nearest compliant head count is 40 ($h/a = 64$), yet the lesson's model predicts the layer's GEMMs *slower* with 40 heads than with 32, and fastest with 20 ($h/a = 128$). Why? And what changes with FlashAttention?
+# Why does the model rank Pythia-2.8B's head counts as the cell above says? And what changes with FlashAttention?
 #
 # ### BEGIN SOLUTION
 # Computed as separate GEMMs, attention writes (and then reads) one $s \times s$ score matrix per head and sequence: $b \cdot a \cdot s^2$ elements. Those GEMMs are memory-bound (their arithmetic intensity is about the head dimension, far below the ridge point), so their time follows the bytes, and the bytes grow with the number of heads, not with $h/a$. More, narrower heads move more bytes; fewer, wider heads move fewer, and $h/a = 128$ is aligned as well. The other GEMMs (projections, MLP) do not depend on $a$ at all. FlashAttention never writes the score matrix to HBM, so that traffic disappears; what is left is compute on tiles whose K is the head dimension, where a multiple of 64 fills the K-steps and a larger head dimension gives each tile more work per byte.

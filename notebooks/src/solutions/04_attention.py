@@ -426,11 +426,29 @@ def attention(q, k, v):
 # GRADER: attention op: forward and backward (CS336)
 grading.grade_attention_op(attention, causal_lse_kernel)
 
+# %%
+# The H100's ridge points for bf16 tensor cores: lesson 1's stored ceilings (its bf16 GEMM over its HBM copy and its
+# L2 read), the numbers the question below needs.
+from gpulab import roofline
+from gpulab.course import claims
+
+roofs = roofline.ceilings("H100")
+if roofs.mode == "cuda" and roofs.l2_gbps:
+    claims.show(claims.claim(
+        "Lesson 1's stored ceilings put the H100's bf16 ridge point at {hbm:.0f} FLOP/B against HBM and {l2:.0f} "
+        "against L2 ({source}).",
+        holds=lambda hbm, l2, **_: l2 < 128 < hbm,  # the answer below places B_M = 128's intensity between them
+        hbm=roofs.bf16_tflops * 1e3 / roofs.hbm_gbps,
+        l2=roofs.bf16_tflops * 1e3 / roofs.l2_gbps, source=roofs.source,
+    ))  # fmt: skip
+else:
+    print("(no stored ceilings of the H100: lesson 1's `python -m gpulab bench 01` makes them)")
+
 # %% [markdown]
 # ## Question
 #
-# With the bytes of task 4 against the FLOPs, why is the kernel still compute-bound on an H100 at $N = 4096$, $d = 128$, $B_M = 128$ in bf16?
+# With the bytes of task 4 against the FLOPs, and the ridge points above, where does the kernel sit on the H100's roofline at $N = 4096$, $d = 128$, $B_M = 128$ in bf16, and why?
 #
 # ### BEGIN SOLUTION
-# Each of the $N / B_M$ Q blocks reads all of K and V: $(N / B_M) \cdot 2 N d \cdot 2$ bytes = $4 N^2 d / B_M$ bytes per head, against $4 N^2 d$ FLOPs (non-causal). The intensity is therefore about $B_M$ FLOPs per byte of K/V traffic: 128 FLOP/B, and most of those re-reads hit L2 (one head's K and V at $N = 4096$, $d = 128$ are 2 MB), so the intensity against HBM is far higher. The H100's ridge point for bf16 tensor cores is about 300 FLOP/B against HBM but under 100 against L2, so the kernel sits right of the L2 ridge: compute-bound, and larger $B_M$ (more reuse per load) helps until registers run out.
+# Each of the $N / B_M$ Q blocks reads all of K and V: $(N / B_M) \cdot 2 N d \cdot 2$ bytes = $4 N^2 d / B_M$ bytes per head, against $4 N^2 d$ FLOPs (non-causal). The intensity is therefore about $B_M$ FLOPs per byte of K/V traffic: 128 FLOP/B, and most of those re-reads hit L2 (one head's K and V at $N = 4096$, $d = 128$ are 2 MB), so the intensity against HBM is far higher, past the HBM ridge. Against L2, 128 FLOP/B is right of the ridge printed above: by the roofline the kernel is limited by its arithmetic, not by either memory, and larger $B_M$ (more reuse per load) moves it further right until registers run out.
 # ### END SOLUTION

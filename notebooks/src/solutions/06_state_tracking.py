@@ -191,10 +191,34 @@ print(f"trained on strings of 16 bits: {log.steps} steps, final loss below 0.01:
 for n in (16, 32, 64):
     print(f"length {n:2d}: final-state accuracy 100%: {evaluate(model, task, n, samples=256) == 1.0}")
 
+# %%
+from gpulab import bench
+from gpulab.course import claims
+
+try:
+    runs = [r for r in tasks.accuracy_records(bench.load("06", gpu="h100")) if r.params["task"] == "parity"]
+except FileNotFoundError:
+    runs = []
+parity_runs = {(r.params["model"], r.params["test_length"]): r.params["accuracy"] for r in runs}
+train = max((r.params.get("train_length", 0) for r in runs), default=0)
+longer = sorted(n for m, n in parity_runs if m == "Transformer" and n > train)
+if train and longer and any(m == "LSTM" for m, _ in parity_runs):
+    claims.show(claims.claim(
+        "In the lesson's stored H100 run the LSTM is exact on parity at every tested length, up to {x}x its training "
+        "length; the Transformer, trained the same way with RoPE, is near chance (50%) on every longer string: "
+        "{worst:.0%} to {best:.0%} at {lengths} tokens.",
+        holds=lambda best, **_: all(v == 1.0 for (m, _), v in parity_runs.items() if m == "LSTM") and best < 0.6,
+        x=max(longer) // train, lengths=", ".join(map(str, longer)),
+        worst=min(parity_runs["Transformer", n] for n in longer),
+        best=max(parity_runs["Transformer", n] for n in longer),
+    ))  # fmt: skip
+else:
+    print("(no stored H100 run of lesson 6: `python -m gpulab bench 06` on an H100 makes it)")
+
 # %% [markdown]
 # ## Question
 #
-# The LSTM reads one bit per step and only has to keep one bit of state, so it is right at any length. The Transformer of the lesson, trained the same way with RoPE, is near chance on strings longer than its training strings. RoPE is defined at every length, so what is missing? Why is a longer string still out of the Transformer's reach?
+# The LSTM reads one bit per step and only has to keep one bit of state. The cell above shows what the lesson's Transformer does with longer strings. RoPE is defined at every length, so what is missing? Why is a longer string still out of the Transformer's reach?
 #
 # ### BEGIN SOLUTION
 # RoPE makes scores depend on relative distance, but the computation a fixed-depth Transformer has learned is not a loop: to get parity it must count the ones in the whole prefix (averaging attention over up to t positions) and map that count to odd/even. At longer lengths the average is over more positions (its resolution shrinks as 1/t, so the count's parity cannot be read off a value it never saw), relative distances beyond the training length were never trained, and the model has no step that is repeated once per token. In theory a fixed-depth Transformer computes functions in TC^0, which cannot express the word problems of non-solvable groups such as S_5 at all (Merrill et al., 2024), and parity needs precision that grows with length; an RNN applies the same state update once per token, which is exactly the task's structure, so it generalizes to any length.

@@ -113,5 +113,5 @@ grading.grade_ring_bytes(ring_bytes_per_gpu)
 
 # %% [markdown]
 # Each of the two phases takes $N-1$ hops of $G/N$ bytes, so a GPU sends $2\frac{N-1}{N}G$: $G$ at $N = 2$, and
-# never more than $2G$ however many GPUs share the work. That is why data parallelism inside one node costs about the
-# same time per step at 2 or 8 GPUs, and why the link's bandwidth, not the number of GPUs, decides it.
+# never more than $2G$ however many GPUs share the work. So by this count the all-reduce's traffic per GPU hardly
+# grows from 2 GPUs of one node to 8: the link's bandwidth, not the number of GPUs, decides its time.
