@@ -20,6 +20,7 @@ _STORED = "reads the package's own stored records or results, built by validated
 _AUTHOR = "a course author's tool over the repository's own sources (paths from source_paths())"
 _SITE = "the course website's build and check tools, over the repository's own syllabus, sources and built site"
 ALLOWED = {
+    **dict.fromkeys(["gpulab.codesign.gemm_model.GemmConstants", "gpulab.course.one_record.Display"], _RECORD),
     **dict.fromkeys(
         ["gpulab.course.method.Dot", "gpulab.course.method.MemOp", "gpulab.course.speed.SpeedTask"],
         "a record the package builds (from TTIR, or the table of timed tasks), not a call a user makes",

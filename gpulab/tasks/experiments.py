@@ -151,7 +151,7 @@ def make_model(kind: str, task, seed: int = 0, device=None, dtype=torch.float32,
     return model.to(device=device or runtime.device, dtype=dtype)
 
 
-def _runs(model, task, batch_size=2, length=4) -> None:
+def warm_up(model, task, batch_size=2, length=4) -> None:
     """One forward and backward (a tiny batch by default): raises if the model's kernels cannot run this
     configuration, and compiles them, so that a timed run that follows does not pay for it."""
     x, y = get_task(task).sample(
@@ -161,13 +161,13 @@ def _runs(model, task, batch_size=2, length=4) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def _lstm(task, seed, dtype, backend=None, **kw):
+def lstm_or_fallback(task, seed, dtype, backend=None, **kw):
     """The LSTM on ``backend`` (default: fused on a GPU); if the fused kernel cannot take this head size (its
     recurrent weights must fit on chip), the alternating backend instead. Returns (model, backend, note)."""
     backend = backend or default_rnn_backend()
     model = make_model("LSTM", task, seed=seed, dtype=dtype, backend=backend, **kw)
     try:
-        _runs(model, task)
+        warm_up(model, task)
         return model, backend, ""
     except Exception as exc:  # noqa: BLE001 - ValueError from the tile chooser, or a compiler's resource error
         if backend != "fused":
@@ -175,7 +175,7 @@ def _lstm(task, seed, dtype, backend=None, **kw):
         note = f"fused backend refused ({str(exc).splitlines()[0][:200]}); alternating used"
         for layer in model.blocks:
             layer.mixer.backend = "alternating"
-        _runs(model, task)
+        warm_up(model, task)
         return model, "alternating", note
 
 
@@ -201,12 +201,12 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
         info.update(lr=lr, schedule=cfg.get("schedule", "constant"), warmup=cfg.get("warmup", 0))
         try:
             if kind == "LSTM":
-                model, backend, note = _lstm(task, seed, dtype, **sizes)
+                model, backend, note = lstm_or_fallback(task, seed, dtype, **sizes)
                 info.update({"backend": backend, **({"note": note} if note else {})})
             else:
                 model = make_model(kind, task, seed=seed, dtype=dtype, **sizes)
                 info["attention"] = model.blocks[0].mixer.attention
-            _runs(model, task, cfg["batch_size"], cfg["train_length"])  # compile outside the timed training
+            warm_up(model, task, cfg["batch_size"], cfg["train_length"])  # compile outside the timed training
             log = train(
                 model,
                 task,
@@ -272,7 +272,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
 
     def build(model, num_heads, attention):
         if model == "LSTM":
-            m, backend, note = _lstm(task, 0, dtype, num_heads=num_heads, **sizes)
+            m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
             info = {"backend": backend, **({"note": note} if note else {})}
         else:
             m = make_model(model, task, dtype=dtype, attention=attention, num_heads=num_heads, **sizes)

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from gpulab import bench, dtypes, runtime
 from gpulab.tasks.data import get_task
-from gpulab.tasks.experiments import _lstm, _runs, make_model
+from gpulab.tasks.experiments import lstm_or_fallback, warm_up, make_model
 from gpulab.tasks.models import count_parameters
 from gpulab.tasks.spread import MODELS, figure, pick, search_table, spread_table
 from gpulab.tasks.training import accuracy_vs_length, model_device, train
@@ -199,12 +199,12 @@ def train_one(spec: dict) -> dict:
     dtype = dtypes.as_dtype(spec["dtype"])
     out = dict(spec)
     if kind == "LSTM":
-        model, backend, note = _lstm(task, seed, dtype, **spec["sizes"])
+        model, backend, note = lstm_or_fallback(task, seed, dtype, **spec["sizes"])
         out.update({"backend": backend, **({"note": note} if note else {})})
     else:
         model = make_model(kind, task, seed=seed, dtype=dtype, **spec["sizes"])
         out["attention"] = model.blocks[0].mixer.attention
-    _runs(model, task, spec["batch_size"], spec["train_length"])  # compile outside the timed training
+    warm_up(model, task, spec["batch_size"], spec["train_length"])  # compile outside the timed training
     log = train(model, task, steps=spec["steps"], batch_size=spec["batch_size"], length=spec["train_length"],
                 lr=spec["lr"], seed=seed, schedule=spec["schedule"], warmup=spec["warmup"])  # fmt: skip
     out["val_accuracy"], out["val_loss"] = validate(
