@@ -300,7 +300,7 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
                              and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
-        ok, why = v3_forward.supported(q, k, v, is_causal)
+        ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
         plan.version = 3 if ok else plan.version
