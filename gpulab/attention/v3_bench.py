@@ -80,11 +80,11 @@ def _v3(cfg):
 
 def _v3_triton_launch(q, k, v, causal):
     """The tuned kernel through Triton's own launch every call (the host-overhead baseline)."""
-    v3.FAST_LAUNCH = False
+    fast, v3.FAST_LAUNCH = v3.FAST_LAUNCH, False
     try:
         return v3.attention_forward(q, k, v, causal)[0]
     finally:
-        v3.FAST_LAUNCH = True
+        v3.FAST_LAUNCH = fast
 
 
 def _v3_step(step):

@@ -70,6 +70,10 @@ def tma_key(ptr: int, shape: tuple, strides: tuple, meta: dict) -> tuple:
             tuple(meta["block_size"]), bool(meta.get("fp4_padded", False)))  # fmt: skip
 
 
+def _no_hooks(hook) -> bool:
+    return hook is None or getattr(hook, "calls", None) == []
+
+
 class RawLaunch:
     """A compiled kernel launched through Triton's C launcher with its tensor maps from a :class:`BoundedCache`.
 
@@ -121,8 +125,9 @@ class RawLaunch:
 
     @staticmethod
     def usable() -> bool:
-        """No launch hooks are set (a profiler's hooks need Triton's ordinary path, which builds their metadata)."""
-        return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+        """No launch hooks are set (a profiler's hooks need Triton's ordinary path, which builds their metadata).
+        Triton 3.6 keeps them as hook chains (empty: ``.calls == []``), older versions as None."""
+        return _no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook)
 
     def tensor_map(self, ptr: int, shape: tuple, strides: tuple, meta: dict):
         return self.cache.get(tma_key(ptr, shape, strides, meta), lambda: self.encode(ptr, shape, strides, meta))

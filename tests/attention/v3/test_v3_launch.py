@@ -121,3 +121,19 @@ def test_forward_caches_no_plan_for_refused_inputs():
         with pytest.raises(ValueError, match="version 3 cannot run"):
             v3.attention_forward(q, q, q)
     assert len(v3._PLANS) == before
+
+
+def test_raw_launch_is_usable_only_without_launch_hooks(monkeypatch):
+    chain = launch.knobs.HookChain()
+    monkeypatch.setattr(launch.knobs.runtime, "launch_enter_hook", chain)
+    monkeypatch.setattr(launch.knobs.runtime, "launch_exit_hook", None)
+    assert launch.RawLaunch.usable()  # Triton 3.6's default: empty chains
+    chain.add(lambda metadata: None)  # a profiler's hook: Triton's own launch builds its metadata
+    assert not launch.RawLaunch.usable()
+
+
+def test_short_sequences_take_their_measured_tiles():
+    for (d, causal), fields in v3.MEASURED_SHORT.items():
+        assert v3.v3_config(d, causal, seq=v3.SHORT_N) == v3.V3Config(**fields)
+        assert v3.v3_config(d, causal, seq=v3.SHORT_N + 1) == v3.V3Config(**v3.MEASURED[(d, causal)])
+        assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
