@@ -139,12 +139,12 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, True): dict(step=3, stages=3),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
-(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 (geometric mean over lesson
-4's N = 1k, 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run e). Persistent programs pay at
-d=128 non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes) and
-lose on causal problems; three consumer warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers
-for the two non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest
-measured."""
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
+(geometric mean over lesson 4's N = 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run f; runs
+e and f chose the same tiles). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a second
+Q buffer, its queries load while this tile finishes) and lose on long causal problems; three consumer warpgroups pay
+at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports a few spilled registers for the two
+non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
 
 
 SHORT_N = 2048
