@@ -42,13 +42,19 @@ class BoundedCache:
     def get(self, key, build):
         value = self._data.get(key)
         if value is not None:
-            self._data.move_to_end(key)
+            try:
+                self._data.move_to_end(key)
+            except KeyError:  # another thread evicted it meanwhile: the value is still valid
+                pass
             self.hits += 1
             return value
         value = build()
         self._data[key] = value
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
+        while len(self._data) > self.maxsize:
+            try:
+                self._data.popitem(last=False)
+            except KeyError:  # emptied by another thread
+                break
         self.misses += 1
         return value
 
