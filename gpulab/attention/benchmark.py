@@ -226,7 +226,7 @@ def _configs_used(name, d, dtype, causal, n, backward, version=1) -> dict:
         h = hopper_config(d, causal)
         out["forward v2"] = [h.block_m, h.block_n, h.num_warps, h.num_stages]
     elif version == 3:
-        c3 = v3_config(d, causal)
+        c3 = v3_config(d, causal, seq=n)
         out["forward v3"] = [c3.step, c3.block_n, c3.stages, c3.consumers]
     for kind in ("forward", "dkdv", "dq") if backward else ("forward",):
         if kind == "forward" and version != 1:

@@ -265,8 +265,8 @@ V3_HEAD_DIMS: tuple[int, ...] = (128,)
 """Head dims at which ``version=None`` takes version 3 (:mod:`gpulab.attention.v3`, Gluon) instead of version 2 on
 Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the H100 records
 (``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) show it faster than
-version 2 on every problem of lesson 4's grid. At head dim 64 it was not (slower on short and causal problems), so
-version 2 stays there."""
+version 2 on every problem of lesson 4's grid. At head dim 64 it was not (run e: slower on short and causal problems;
+run f, bf16 only: slower on causal N = 4k), so version 2 stays there."""
 
 
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:
@@ -300,7 +300,7 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
                              and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
-        ok, why = v3_forward.supported(q, k, v, is_causal)
+        ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
         plan.version = 3 if ok else plan.version

@@ -514,6 +514,9 @@ V3_FOLDER = HOPPER_FOLDER.parent / "v3"
 V3_TUNED = "gpulab v3 (tuned)"
 V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
+V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
+"""The tuned kernel launched through Triton's ``kernel[grid](...)`` on every call (descriptors built and encoded each
+time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
 
 
 def stored_v3(folder=None) -> list[bench.Result]:

@@ -4,10 +4,11 @@ bench part's.
 
 - ``python -m gpulab bench 04 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
   (:func:`gpulab.attention.benchmark.grid`), ``impl`` the tuned default (:data:`~gpulab.attention.report.V3_TUNED`,
-  the committed :data:`gpulab.attention.v3.forward.MEASURED`), steps 1-3, version 2, SDPA cuDNN and SDPA
-  FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds alternating (``params['round']``
-  0 and 1): one config timed twice in one round-robin differed by up to 10% on the H100, more than some differences
-  compared; the report keeps each provider's faster round.
+  the committed :data:`gpulab.attention.v3.forward.MEASURED`), the same launched through Triton's ``kernel[grid]``
+  every call (:data:`~gpulab.attention.report.V3_TRITON_LAUNCH`, the host-overhead baseline), steps 1-3, version 2,
+  SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds
+  alternating (``params['round']`` 0 and 1): one config timed twice in one round-robin differed by up to 10% on the
+  H100, more than some differences compared; the report keeps each provider's faster round.
 - ``python -m gpulab bench 04 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
   measured tiles persistent or not, three consumer warpgroups) at both dtypes, head dims 64 and 128, causal and not, on
   odd shapes, O and LSE against SDPA's fp32 math, each output allocated over NaN-poisoned memory (``kind='check'``).
@@ -34,7 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gpulab import bench, check, runtime
 from gpulab.attention.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
 from gpulab.attention.plan import attention_forward
-from gpulab.attention.report import V3_TUNED
+from gpulab.attention.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.v3 import forward as v3
 
 __all__ = ["bench_v3", "check_v3", "race_v3", "tune_v3", "variants", "STEP_CASES", "TUNE", "RUNS", "LSE_TOLERANCE"]
@@ -48,13 +49,15 @@ LSE_TOLERANCE = 1e-3
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 _P = dict(persistent=True)
 _Q2 = dict(persistent=True, q_buffers=2)
+_N64 = dict(block_n=64)
 TUNE = {
-    128: [dict(step=2, stages=3), dict(step=3, stages=3), dict(step=2, stages=3, **_P), dict(step=3, stages=2, **_Q2),
-          dict(step=2, stages=2, **_Q2)],
-    64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3),
-         dict(step=2, stages=3, **_C3, **_P)],
+    128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=2, stages=2, **_Q2),
+          dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2)],
+    64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
+         dict(step=3, stages=3, **_C3, **_P), dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2)],
 }  # fmt: skip
-""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim."""
+""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim (run e's losers dropped;
+64 keys per stage added: a finer causal diagonal and half the live score registers)."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -73,6 +76,15 @@ def _v3(cfg):
         return v3.attention_forward(q, k, v, causal, cfg=cfg)[0]
 
     return run
+
+
+def _v3_triton_launch(q, k, v, causal):
+    """The tuned kernel through Triton's own launch every call (the host-overhead baseline)."""
+    fast, v3.FAST_LAUNCH = v3.FAST_LAUNCH, False
+    try:
+        return v3.attention_forward(q, k, v, causal)[0]
+    finally:
+        v3.FAST_LAUNCH = fast
 
 
 def _v3_step(step):
@@ -100,7 +112,8 @@ def _check_inputs(**x):
 
 # ------------------------------------------------------------------------------------------------------- bench
 def _bench_providers() -> dict:
-    impls = {V3_TUNED: _v3(None), **{STEP_CASES[s]: _v3_step(s) for s in (1, 2, 3)}, "gpulab v2": _v2,
+    impls = {V3_TUNED: _v3(None), V3_TRITON_LAUNCH: _v3_triton_launch,
+             **{STEP_CASES[s]: _v3_step(s) for s in (1, 2, 3)}, "gpulab v2": _v2,
              "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
              "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)}  # fmt: skip
     return {n: one_direction(fn) for n, fn in impls.items()}
@@ -146,10 +159,11 @@ def bench_v3(progress=None, problems=None) -> list[bench.Result]:
 # ------------------------------------------------------------------------------------------------ check and race
 def variants(d: int, causal: bool) -> list:
     """The configurations the check and race parts cover at head dim ``d``: steps 1-3 at the measured tiles, the
-    measured config with persistence flipped, step 3 persistent with two Q buffers, and (d=64) three consumer
-    warpgroups persistent; duplicates dropped."""
+    short-sequence choice, the measured config with persistence flipped, step 3 persistent with two Q buffers, and
+    (d=64) three consumer warpgroups persistent; duplicates dropped."""
     base = v3.v3_config(d, causal)
     out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
+    out.append(v3.v3_config(d, causal, seq=1))  # the short-sequence choice (the same as base where none is listed)
     out.append(dataclasses.replace(base, persistent=not base.persistent))
     out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
@@ -291,8 +305,9 @@ def tune_v3(
     """``python -m gpulab bench 04 v3-tune``: per (head dim, causal), each of ``candidates`` (default :data:`TUNE`)
     raced (:func:`race_v3`, ``params['race_differing']``), checked against SDPA's fp32 math and timed on the bf16
     problems of ``seqs`` (``tokens`` per batch, ``kind='tune'``); then ``kind='choice'``: the fastest candidate that
-    matched and never differed, by geometric mean of TFLOP/s over ``seqs`` (``params['chosen']``: its V3Config
-    fields)."""
+    matched and never differed, by geometric mean of TFLOP/s over ``seqs`` (``params['group']`` 'all'), over the
+    short ones (N <= SHORT_N, 'short') and the long ones ('long'); ``params['chosen']``: its V3Config fields,
+    which :data:`MEASURED` (long) and :data:`MEASURED_SHORT` (short) then commit."""
     candidates = candidates or TUNE
     if not isinstance(candidates, dict) or not all(isinstance(f, list) for f in candidates.values()):
         raise TypeError(f"candidates must be a dict head dim -> list of V3Config fields like TUNE, got {candidates!r}.")
@@ -316,18 +331,25 @@ def tune_v3(
                                  for n, (f, _) in cfgs.items()},
             )  # fmt: skip
             timed = bench.run(b, progress)
-            results += timed + _choice(timed, cfgs, d, causal, len(seqs))
+            results += timed + _choice(timed, cfgs, d, causal, seqs)
     return results
 
 
-def _choice(records, cfgs, d, causal, n_seqs) -> list[bench.Result]:
+def _choice(records, cfgs, d, causal, seqs) -> list[bench.Result]:
+    """Per group of sequence lengths (``all``; ``short``: N <= SHORT_N, ``long``: the rest), the candidate with the
+    highest geometric mean of TFLOP/s among those that matched and never differed on every length of the group."""
     rates: dict = {}
     for r in records:
         if r.status == "ok" and r.params.get("check") == "ok" and r.params.get("race_differing") == 0 and r.tflops:
-            rates.setdefault(r.provider, []).append(r.tflops)
-    score = {n: math.exp(sum(map(math.log, t)) / len(t)) for n, t in rates.items() if len(t) == n_seqs}
-    if not score:
-        return []
-    best = max(score, key=score.get)
-    return [bench.record(lesson="04", case="v3 choice", kind="choice", head_dim=d, causal=causal,
-                         chosen=cfgs[best][0], scores=score)]  # fmt: skip
+            rates.setdefault(r.provider, {})[r.shape[2]] = r.tflops
+    groups = {"all": list(seqs), "short": [n for n in seqs if n <= v3.SHORT_N],
+              "long": [n for n in seqs if n > v3.SHORT_N]}  # fmt: skip
+    out = []
+    for group, ns in groups.items():
+        score = {n: math.exp(sum(math.log(t[s]) for s in ns) / len(ns)) for n, t in rates.items()
+                 if ns and all(s in t for s in ns)}  # fmt: skip
+        if score:
+            best = max(score, key=score.get)
+            out.append(bench.record(lesson="04", case="v3 choice", kind="choice", head_dim=d, causal=causal,
+                                    group=group, seqs=ns, chosen=cfgs[best][0], scores=score))  # fmt: skip
+    return out

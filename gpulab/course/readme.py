@@ -159,10 +159,12 @@ def lesson04_v3() -> str:
     path = bench.newest(runs)
     spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
     wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
+    problems = hopper_report.v3_best(recs)
+    dtypes_run = ", ".join(sorted({key[0] for key in problems}))
     lines = [
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's run (check, 200-run race "
         "test, tune, bench: each provider timed twice, the faster round kept). Ratios: the peer's time / version 3's "
-        "(> 1: version 3 faster), over lesson 4's 24 forward problems.",
+        f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",

@@ -23,7 +23,7 @@ def _fresh_plans():
 def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d, expected):
     # a Hopper GPU where version 2 would run and version 3 can: the choice left is the head dim's
     monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (True, ""))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (True, ""))
     monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
     q, k, v = _qkv(d)
     assert plan.forward_plan(q, k, v).version == expected
@@ -31,10 +31,10 @@ def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d, exp
 
 def test_auto_keeps_version_2_where_version_3_cannot_run_or_is_forced_off(monkeypatch):
     monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (False, "not Hopper"))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (False, "not Hopper"))
     assert plan.forward_plan(*_qkv(128)).version == 2
     plan.clear_plan_cache()
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c: (True, ""))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (True, ""))
     monkeypatch.setenv("GPULAB_ATTENTION_VERSION", "2")
     assert plan.forward_plan(*_qkv(128)).version == 2
 

@@ -14,7 +14,7 @@ NEEDS = "unavailable: version 3 (Gluon) needs an sm_90 GPU"
 
 def test_bench_part_records_what_the_report_reads(tmp_path):
     results = vb.bench_v3(problems=[dict(dtype=torch.float16, batch=1, heads=2, seq=21, head_dim=16, causal=True)])
-    impls = {ar.V3_TUNED, *ar.V3_STEPS, *ar.V3_PEERS}
+    impls = {ar.V3_TUNED, ar.V3_TRITON_LAUNCH, *ar.V3_STEPS, *ar.V3_PEERS}
     assert {(r.params["impl"], r.params["round"]) for r in results} == {(i, k) for i in impls for k in (0, 1)}
     for r in results:
         p = r.params
@@ -87,6 +87,7 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
     assert raced[2].params["check"].startswith("FAILED: 2/4 runs differ")
 
     fields = [dict(step=3, stages=3), dict(step=3, stages=2)]
+    monkeypatch.setattr(vb.v3, "SHORT_N", 32)  # N = 32 short, N = 64 long
     tuned = vb.tune_v3(candidates={64: fields}, seqs=(32, 64), runs=2, tokens=64)
     kinds = {}
     for r in tuned:
@@ -94,9 +95,10 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
     assert len(kinds["tune"]) == 2 * 2 * 2  # 2 candidates x 2 lengths x causal and not
     assert all(r.status == "ok" and r.params["check"] == "ok" for r in kinds["tune"] if r.params["stages"] == 3)
     assert {r.params["stages"]: r.params["race_differing"] for r in kinds["tune"]} == {3: 0, 2: None}
-    assert [(r.params["causal"], r.params["chosen"]) for r in kinds["choice"]] == [
-        (False, fields[0]),
-        (True, fields[0]),
+    assert [(r.params["causal"], r.params["group"], r.params["seqs"], r.params["chosen"]) for r in kinds["choice"]] == [
+        (causal, group, seqs, fields[0])
+        for causal in (False, True)
+        for group, seqs in (("all", [32, 64]), ("short", [32]), ("long", [64]))
     ]
     with pytest.raises(TypeError, match="candidates"):
         vb.tune_v3(candidates=[dict(step=3, stages=3)])

@@ -2,6 +2,8 @@
 
 - :mod:`.forward`: the Gluon kernel, :func:`.forward.attention_forward` (the entry point) and
   :func:`.forward.supported` (when it may be chosen);
+- :mod:`.launch`: the host side's cached launch (bounded caches of launch plans and TMA tensor maps, Triton's C
+  launcher called directly after a plan's first call);
 - :mod:`.schedule_model`: the kernel's block order, rescaling points and ping-pong turns replayed in PyTorch;
 - :mod:`.compile_check`: the kernel compiled for sm_90 without a GPU, and what its PTX and ``ptxas -v`` say.
 

@@ -62,9 +62,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from gpulab import runtime
 from gpulab.attention import sm90
 from gpulab.attention.reference import default_scale
+from gpulab.attention.v3 import launch
 
 __all__ = [
     "MEASURED",
+    "MEASURED_SHORT",
+    "SHORT_N",
     "STEPS",
     "V3Config",
     "v3_config",
@@ -112,6 +115,13 @@ class V3Config:
             value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
             if value % 8:
                 raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+        asked = self.consumers * self.consumer_regs + self.producer_regs
+        if asked > self.maxnreg * (self.consumers + 1):  # setmaxnreg.inc would wait for registers nobody frees
+            raise ValueError(
+                f"consumer_regs={self.consumer_regs} x {self.consumers} + producer_regs={self.producer_regs} = {asked} "
+                f"is over the kernel's cap {self.maxnreg} x {self.consumers + 1} warpgroups; choose budgets whose sum "
+                "divides evenly, e.g. 240, 240, 24 (two consumers) or 160 x 3 + 32 (three)."
+            )
 
     @property
     def maxnreg(self) -> int:
@@ -129,36 +139,55 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, True): dict(step=3, stages=3),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
-(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 (geometric mean over lesson
-4's N = 1k, 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run e). Persistent programs pay at
-d=128 non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes) and
-lose on causal problems; three consumer warpgroups pay at d=64 non-causal. ptxas reports a few spilled registers
-for the two non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest
-measured."""
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
+(geometric mean over lesson 4's N = 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run f; runs
+e and f chose the same tiles). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a second
+Q buffer, its queries load while this tile finishes) and lose on long causal problems; three consumer warpgroups pay
+at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports a few spilled registers for the two
+non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
 
 
-def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3Config:
-    """Version 3's tiles for ``head_dim`` (64 or 128) and ``is_causal``: the measured choice (:data:`MEASURED`).
+SHORT_N = 2048
+"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal); longer ones
+:data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k: the tune part times each and chooses for N = 1k apart)."""
+
+MEASURED_SHORT: dict[tuple[int, bool], dict] = {
+    (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
+}
+""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :data:`SHORT_N`), where the tune part's
+N = 1k choice differs from :data:`MEASURED`'s (run f's tune, H100: at d=64 non-causal N = 1k, two consumers, step 3,
+persistent with a second Q buffer ran 0.173 ms beside the three-consumer default's 0.198 ms)."""
+
+
+def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, seq: int | None = None) -> V3Config:
+    """Version 3's tiles for ``head_dim`` (64 or 128), ``is_causal`` and the query length ``seq`` (None: a long
+    one): the measured choice (:data:`MEASURED_SHORT` up to :data:`SHORT_N` queries, else :data:`MEASURED`).
     ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
     two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
     head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
     is_causal = runtime.strict_bool("is_causal", is_causal)
-    fields = MEASURED[(head_dim, is_causal)]
-    if step is None:
-        return V3Config(**fields)
-    runtime.one_of("step", step, tuple(STEPS))
-    return V3Config(step=step, stages=3)
+    if seq is not None:
+        seq = runtime.integer("seq", seq, minimum=1)
+    if step is not None:
+        runtime.one_of("step", step, tuple(STEPS))
+        return V3Config(step=step, stages=3)
+    fields = MEASURED_SHORT.get((head_dim, is_causal)) if seq is not None and seq <= SHORT_N else None
+    return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
 
 
 def _triton_minor() -> str:
     return ".".join(triton.__version__.split(".")[:2])
 
 
-def supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
+def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
     """(True, "") when version 3 can run q, k, v here, else (False, the reason): a CUDA GPU of compute capability
     9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
-    and k, v [B, H, Nk, D]. Never raises on tensors; ``causal`` must be a bool."""
+    and k, v [B, H, Nk, D], and ``scale`` None (1/sqrt(D)) or a positive number (the kernel takes the row max of the
+    raw scores, :func:`_softmax_block`). Never raises on tensors; ``causal`` must be a bool."""
     runtime.strict_bool("causal", causal)
+    if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
+        return False, (f"version 3 takes a positive scale (it scales the raw scores' row max), got scale={scale!r}; "
+                       "versions 1 and 2 take others")  # fmt: skip
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             return False, f"{name} is {type(t).__name__}, not a torch.Tensor"
@@ -261,14 +290,15 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: gl.constexpr):
-    """Block ``start_n``'s scores ``s`` [64, BLOCK_N] (fp32, raw) -> (P in fp32, alpha, m', l'). Blocks at or past
-    ``full`` get the mask ``key <= last[row]`` (causal diagonal and the ragged end of the keys)."""
+    """Block ``start_n``'s scores ``s`` [64, BLOCK_N] (fp32, raw) -> (P in fp32, alpha, m', l'), with m in scaled
+    base-2 units. Blocks at or past ``full`` get the mask ``key <= last[row]`` (causal diagonal and the ragged end
+    of the keys). The scale is folded into the exponent, ``P = 2^(c S - m')`` (one fused multiply-add per score
+    instead of a multiply and a subtraction): the row max is taken over the raw scores and then scaled, which is
+    the max of the scaled scores for ``c > 0`` only (:func:`supported` asks for a positive scale)."""
     if start_n >= full:
-        s = gl.where((start_n + cols)[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-    else:
-        s = s * qk_scale
-    m_new = gl.maximum(m_i, gl.max(s, 1))  # finite: every row sees key 0 in block 0 (causal or not)
-    p = gl.exp2(s - m_new[:, None])
+        s = gl.where((start_n + cols)[None, :] <= last[:, None], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0 (causal or not)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)  # 0 on the first block (m = -inf)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
@@ -514,32 +544,104 @@ def smem_layouts(d: int, block_n: int, dtype: torch.dtype):
     return smem_layout((1, 64, d), dtype), smem_layout((1, block_n, d), dtype)
 
 
+_PLANS = launch.BoundedCache(64)
+"""Launch plans (:class:`_Plan`) keyed on what a launch depends on except the data's addresses: shapes, dtypes,
+devices, ``causal``, ``scale`` and the :class:`V3Config`. Holds no tensor."""
+TENSOR_MAPS = launch.BoundedCache(64)
+"""TMA tensor maps keyed on :func:`gpulab.attention.v3.launch.tma_key` (address, shape, strides, element type, block,
+swizzle): a hit needs the same tensor geometry at the same address, so a stored map is never stale."""
+FAST_LAUNCH = True
+"""Launch through :class:`gpulab.attention.v3.launch.RawLaunch` after a plan's first call (False: Triton's
+``kernel[grid](...)`` every call, the path the benchmark's host-overhead comparison times against)."""
+
+
+class _Plan:
+    """One signature's launch, worked out once: sizes, grid, scale, the constexprs, and after the first launch the
+    compiled kernel's raw launch on the plan's device."""
+
+    __slots__ = ("cfg", "causal", "d", "n_q", "n_k", "bh", "lse_shape", "qk_scale", "grid", "constexprs",
+                 "layouts", "device", "raw")  # fmt: skip
+
+    def __init__(self, q, k, causal: bool, scale: float, cfg: V3Config):
+        b, h, self.n_q, self.d = q.shape
+        self.n_k = k.shape[2]
+        self.bh = b * h
+        self.lse_shape = (b, h, self.n_q)
+        self.cfg, self.causal, self.qk_scale = cfg, causal, scale * LOG2E
+        tiles = triton.cdiv(self.n_q, 64 * cfg.consumers) * self.bh
+        self.grid = min(tiles, sm90.sm_count(q.device.index)) if cfg.persistent else tiles
+        self.constexprs = constexprs(self.d, causal, cfg)
+        self.layouts = smem_layouts(self.d, cfg.block_n, q.dtype)
+        self.device = q.device.index
+        self.raw = None
+
+    def launch(self, q, k, v, o, lse) -> None:
+        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
+        if self.raw is not None and FAST_LAUNCH and launch.RawLaunch.usable():
+            q_shape, q_strides = (bh, n_q, d), (n_q * d, d, 1)
+            kv_shape, kv_strides = (bh, n_k, d), (n_k * d, d, 1)
+            descs = ((q.data_ptr(), q_shape, q_strides), (k.data_ptr(), kv_shape, kv_strides),
+                     (v.data_ptr(), kv_shape, kv_strides), (o.data_ptr(), q_shape, q_strides))  # fmt: skip
+            rest = (lse, n_q, n_k, bh, self.qk_scale, *self.constexprs.values())
+            self.raw.launch(self.grid, torch._C._cuda_getCurrentRawStream(self.device), descs, rest)
+            return
+        q_layout, kv_layout = self.layouts
+        block_n = self.cfg.block_n
+        q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        o_desc = TensorDescriptor(o, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        compiled = attention_forward_v3_kernel[(self.grid,)](
+            q_desc, k_desc, v_desc, o_desc, lse, n_q, n_k, bh, self.qk_scale,
+            num_warps=4, maxnreg=self.cfg.maxnreg, **self.constexprs,
+        )  # fmt: skip
+        if self.raw is None and compiled is not None:
+            self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
+
+
+def _plan(q, k, v, causal, scale, cfg) -> _Plan:
+    """The checks of a first call (ValueError / TypeError on what version 3 cannot run) and its :class:`_Plan`."""
+    ok, why = supported(q, k, v, causal, scale)
+    if not ok:
+        raise ValueError(f"version 3 cannot run this input: {why}.")
+    scale = default_scale(q.shape[3], scale)
+    cfg = cfg or v3_config(q.shape[3], causal, seq=q.shape[2])
+    if not isinstance(cfg, V3Config):
+        raise TypeError(f"cfg must be a V3Config or None, got {type(cfg).__name__}.")
+    return _Plan(q, k, causal, scale, cfg)
+
+
 def attention_forward(q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None):
     """Version 3's forward: ``(o, lse)`` with o [B, H, Nq, D] in q's dtype and lse [B, H, Nq] float32 (natural log),
     the contract of version 2's forward. ``scale`` None means 1/sqrt(D). Raises ValueError where :func:`supported`
-    says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view)."""
-    ok, why = supported(q, k, v, causal)
-    if not ok:
-        raise ValueError(f"version 3 cannot run this input: {why}.")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    scale = default_scale(d, scale)
-    cfg = cfg or v3_config(d, causal)
-    if not isinstance(cfg, V3Config):
-        raise TypeError(f"cfg must be a V3Config or None, got {type(cfg).__name__}.")
-    q, k, v = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v))
+    says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view).
+
+    A call whose shapes, dtypes, devices, ``causal``, ``scale`` and ``cfg`` were seen before skips the checks and
+    the planning (:data:`_PLANS`), and launches through the kept compiled kernel with cached tensor maps
+    (:data:`TENSOR_MAPS`, :mod:`gpulab.attention.v3.launch`)."""
+    key = None
+    if causal.__class__ is bool:
+        try:
+            key = (q.__class__, q.shape, q.dtype, q.device, k.__class__, k.shape, k.dtype, k.device,
+                   v.__class__, v.shape, v.dtype, v.device, causal, scale, cfg)  # fmt: skip
+            hash(key)
+        except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks say which
+            key = None
+    if key is None:
+        plan = _plan(q, k, v, causal, scale, cfg)
+    else:
+        plan = _PLANS.get(key, lambda: _plan(q, k, v, causal, scale, cfg))
+    if not (q.is_contiguous() and q.data_ptr() % 16 == 0):
+        q = q.contiguous()
+    if not (k.is_contiguous() and k.data_ptr() % 16 == 0):
+        k = k.contiguous()
+    if not (v.is_contiguous() and v.data_ptr() % 16 == 0):
+        v = v.contiguous()
     o = torch.empty_like(q)
-    lse = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
-    q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
-    bh = b * h
-    q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    o_desc = TensorDescriptor(o, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    tiles = triton.cdiv(n_q, 64 * cfg.consumers) * bh
-    grid = (min(tiles, sm90.sm_count(q.device.index)) if cfg.persistent else tiles,)
-    attention_forward_v3_kernel[grid](
-        q_desc, k_desc, v_desc, o_desc, lse, n_q, n_k, bh, scale * LOG2E,
-        num_warps=4, maxnreg=cfg.maxnreg, **constexprs(d, causal, cfg),
-    )  # fmt: skip
+    lse = torch.empty(plan.lse_shape, device=q.device, dtype=torch.float32)
+    if torch._C._cuda_getDevice() == plan.device:
+        plan.launch(q, k, v, o, lse)
+    else:
+        with torch.cuda.device(plan.device):
+            plan.launch(q, k, v, o, lse)
     return o, lse

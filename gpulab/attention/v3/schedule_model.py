@@ -48,14 +48,13 @@ def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int 
 
 
 def _softmax_block(s, m, l, start_n, full, last, qk_scale):
-    """The kernel's ``_softmax_block``: (P, alpha, m', l') of raw scores ``s`` [64, block_n]."""
+    """The kernel's ``_softmax_block``: (P, alpha, m', l') of raw scores ``s`` [64, block_n]; the row max of the raw
+    scores, scaled (``qk_scale > 0``), and ``P = 2^(qk_scale s - m')``."""
     cols = start_n + torch.arange(s.shape[1])
     if start_n >= full:
-        s = torch.where(cols[None, :] <= last[:, None], s * qk_scale, torch.tensor(-math.inf, dtype=s.dtype))
-    else:
-        s = s * qk_scale
-    m_new = torch.maximum(m, s.max(1).values)
-    p = torch.exp2(s - m_new[:, None])
+        s = torch.where(cols[None, :] <= last[:, None], s, torch.tensor(-math.inf, dtype=s.dtype))
+    m_new = torch.maximum(m, s.max(1).values * qk_scale)
+    p = torch.exp2(s * qk_scale - m_new[:, None])
     alpha = torch.exp2(m - m_new)
     return p, alpha, m_new, l * alpha + p.sum(1)
 
@@ -79,6 +78,9 @@ def model_forward(q, k, v, causal: bool = False, scale: float | None = None, ste
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
+        raise ValueError(f"scale must be None or a positive number (the kernel scales the raw scores' row max), "
+                         f"got {scale!r}.")  # fmt: skip
     qk_scale = scale * 1.4426950408889634
     dt = q.dtype
     o = torch.full_like(q, math.nan)  # poisoned: every row must be written

@@ -65,3 +65,27 @@ def test_v3_race_free(d, causal, step):
         for o, lse in (v3.attention_forward(q, k, v, causal, cfg=cfg) for _ in range(200))
     )
     assert differing == 0, f"{differing}/200 runs differ from the first: a race"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_v3_cached_launch_equals_triton_launch(d, causal):
+    """After a plan's first call, calls go through the raw launcher with cached tensor maps: bit for bit Triton's
+    own launch, at a reused address (map hit), at new addresses (miss), and on a strided view (copied first)."""
+    q, k, v = _inputs(2, 4, 1000, 1000, d, torch.bfloat16, seed=3)
+    v3.FAST_LAUNCH = False
+    try:
+        o_ref, lse_ref = v3.attention_forward(q, k, v, causal)
+    finally:
+        v3.FAST_LAUNCH = True
+    hits = v3.TENSOR_MAPS.hits
+    for _ in range(3):
+        o, lse = v3.attention_forward(q, k, v, causal)
+        assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
+    assert v3.TENSOR_MAPS.hits > hits, "q, k, v at the same addresses should reuse their tensor maps"
+    q2, k2, v2 = (t.clone() for t in (q, k, v))  # new addresses, same geometry
+    o2, lse2 = v3.attention_forward(q2, k2, v2, causal)
+    assert torch.equal(o2, o_ref) and torch.equal(lse2, lse_ref)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # same values, strided
+    o3, _ = v3.attention_forward(qt, k, v, causal)
+    assert torch.equal(o3, o_ref)

@@ -52,3 +52,18 @@ def test_measured_configs_are_valid(d, causal):
     assert v3.v3_config(d, causal, step=1).step == 1
     with pytest.raises(ValueError):
         v3.v3_config(96, causal)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.125, float("nan"), "0.1", True])
+def test_supported_refuses_a_scale_that_is_not_positive(scale):
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+    ok, why = v3.supported(q, q, q, False, scale)
+    assert not ok and "positive scale" in why
+    with pytest.raises(ValueError, match="positive scale"):
+        v3.attention_forward(q, q, q, scale=scale)
+
+
+def test_config_refuses_register_budgets_over_the_cap():
+    with pytest.raises(ValueError, match="over the kernel's cap"):
+        v3.V3Config(consumer_regs=104, producer_regs=24)  # (208 + 24) / 3 rounds down to 72 < 77.3
+    v3.V3Config(consumer_regs=104, producer_regs=32)  # 240 = 80 x 3

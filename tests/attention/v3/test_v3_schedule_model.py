@@ -164,3 +164,10 @@ def test_mbarrier_parity_semantics():
 def test_bad_inputs(call, err):
     with pytest.raises(err):
         call()
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0])
+def test_model_refuses_a_scale_that_is_not_positive(scale):
+    q = torch.zeros(1, 1, 8, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match="positive"):
+        sm.model_forward(q, q, q, scale=scale)
