@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from gpulab import bench, dtypes, runtime
 from gpulab.tasks.data import get_task
-from gpulab.tasks.experiments import lstm_or_fallback, warm_up, make_model
+from gpulab.tasks.experiments import lstm_or_fallback, make_model, warm_up
 from gpulab.tasks.models import count_parameters
 from gpulab.tasks.spread import MODELS, figure, pick, search_table, spread_table
 from gpulab.tasks.training import accuracy_vs_length, model_device, train
