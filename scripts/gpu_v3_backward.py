@@ -1,7 +1,9 @@
 """GPU script for version 3's backward (issue 39): correctness at full size against float64, the repeated-run race
 test, and forward+backward timings beside cuDNN, FlashAttention-2 and gpulab's shipped backward; the CS336 problem.
 
-    python scripts/gpu_v3_backward.py OUT_DIR [--parts check,race,time,cs336] [--quick]
+    python scripts/gpu_v3_backward.py OUT_DIR [--parts check,race,time,cs336] [--quick] [--configs 'step 3,step 4']
+
+(``--help`` lists the rest: dtypes of the timing grid, race runs, providers to skip, the configs checked).
 
 Writes ``v3-bwd-<part>.jsonl`` under OUT_DIR, each line one record with the device, torch/Triton versions and date.
 Timings: ``ms`` from ``triton.testing.do_bench`` (device clock, median), ``wall_ms`` eager wall time per call (calls
@@ -36,7 +38,7 @@ ENV = dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() els
            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
 
 
-OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50}
+OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": []}
 
 
 def emit(f, **rec):
@@ -113,7 +115,7 @@ def part_check(f, quick):
     if quick:
         shapes = shapes[:3]
     bad = 0
-    for name in SELECTED:
+    for name in OPTS["check_configs"] or SELECTED:
         for d in (64, 128):
             for causal in (False, True):
                 for dtype in (torch.bfloat16, torch.float16):
@@ -181,7 +183,7 @@ def part_check(f, quick):
 
 def part_race(f, quick):
     runs = OPTS["runs"]
-    for step in SELECTED:
+    for step in OPTS["check_configs"] or SELECTED:
         for d in (64, 128):
             for causal in (False, True):
                 cfg = v3b.V3BackwardConfig(**CONFIGS[step])
@@ -217,13 +219,11 @@ def providers():
     out = {f"gpulab v3 bwd {s}": v3_attn(v3b.V3BackwardConfig(**CONFIGS[s])) for s in SELECTED}
     out.update({"gpulab shipped": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)})  # fmt: skip
-    return out
+    return {n: fn for n, fn in out.items() if n not in OPTS["skip"]}
 
 
 def part_time(f, quick):
     problems = grid(dtypes=[{"bf16": torch.bfloat16, "fp16": torch.float16}[x] for x in OPTS["dtypes"]])
-    if quick:
-        problems = [p for p in problems if p["seq"] == 4096 and p["dtype"] == torch.bfloat16]
     impls = providers()
     for p in problems:
         q, k, v, do = inputs(p["dtype"], p["batch"], p["heads"], p["seq"], p["seq"], p["head_dim"], seed=11)
@@ -259,9 +259,17 @@ def main():
     ap.add_argument("--no-plan", action="store_true", help="skip the plan/compile part of the check")
     ap.add_argument("--dtypes", default="bf16,fp16", help="the timing grid's dtypes")
     ap.add_argument("--runs", type=int, default=50, help="race runs")
+    ap.add_argument("--check-configs", default="", help="configs the check and race parts cover (default: --configs)")
+    ap.add_argument("--skip", default="", help="providers left out of the timings (comma-separated names)")
     a = ap.parse_args()
     SELECTED[:] = a.configs.split(",")
-    OPTS.update(no_plan=a.no_plan, dtypes=a.dtypes.split(","), runs=a.runs)
+    OPTS.update(
+        no_plan=a.no_plan,
+        dtypes=a.dtypes.split(","),
+        runs=a.runs,
+        skip=a.skip.split(","),
+        check_configs=[c for c in a.check_configs.split(",") if c],
+    )
     os.makedirs(a.out, exist_ok=True)
     bad = 0
     for part in a.parts.split(","):

@@ -57,9 +57,12 @@ from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
            "BLOCK_M", "KEYS_PER_WARPGROUP"]  # fmt: skip
 
-STEPS = {1: "one warpgroup, TMA ring refilled by the same warps", 2: "+ producer warp, two consumer warpgroups",
-         3: "+ dS shared by the consumers: dQ added once per 128 keys",
-         4: "+ the next block's S^T and dP^T issued before this block's dQ additions"}
+STEPS = {
+    1: "one warpgroup, TMA ring refilled by the same warps",
+    2: "+ producer warp, two consumer warpgroups",
+    3: "+ dS shared by the consumers: dQ added once per 128 keys",
+    4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
+}
 """The backward's numbered steps (``V3BackwardConfig.step``)."""
 
 BLOCK_M = 64
@@ -161,10 +164,9 @@ def _pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, 
     delta = gl.load(delta_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0)
     st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
     st = st * qk_scale
-    if IS_CAUSAL:
-        if start_m < key0 + 63:  # the block crosses the diagonal: key <= query only
-            keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
-            st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+    if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
+        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
     pt = gl.exp2(st - lse2[None, :])
     dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
     dpt, dv = warpgroup_mma_wait(0, deps=(dpt, dv))
@@ -326,8 +328,10 @@ def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.conste
 def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr, delta_ptr,
            dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
            IS_CAUSAL: gl.constexpr):  # fmt: skip
-    """Step 4: step 3's loop with the next query block's S^T and dP^T issued before this block's dQ additions (the
-    products run under the atomics); returns (dk, dv)."""
+    """Step 4: step 3 with dQ one query block late and the next block's scores early. In iteration i a consumer
+    writes block i's dS, issues its dK, then computes dS K of block i-1 (whose other half the other consumer wrote
+    an iteration ago: the consumers may be a block apart instead of meeting every block), issues block i+1's S^T and
+    dP^T, and only then adds block i-1's dQ (the products run under the atomics). Returns (dk, dv)."""
     HALF: gl.constexpr = HEAD_DIM // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])  # fmt: skip
@@ -340,24 +344,38 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
         if i == 0:
             mbarrier.wait(ready.index(0), 0)
             st, dpt = _scores(q_buf, do_buf, k_buf, v_buf)
-        start_m = lo + i * 64
         b = i % 2
-        ds_all = ds_smem.index(b)
-        mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
-        dk, dv = _pair_rest(st, dpt, q_buf, do_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr, delta_ptr,
-                            bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+        mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)  # both consumers' dS K of block i-2 done
+        dk_acc, dv = _pair_rest(st, dpt, q_buf, do_buf, ds_smem.index(b).slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+                            delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
         mbarrier.arrive(ds_full.index(b), count=1)
-        mbarrier.wait(ds_full.index(b), (i // 2) & 1)
-        dq = _dq_product(ds_all, k_all, CID * HALF, HALF)
-        dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
-        mbarrier.arrive(ds_free.index(b), count=1)
-        mbarrier.arrive(empty.index(s), count=1)
-        if i + 1 < n_m:  # the next block's scores, in flight during this block's additions
-            sn = (i + 1) % STAGES
-            mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
-            st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]), do_smem.index(sn).reshape([64, HEAD_DIM]),
-                              k_buf, v_buf)  # fmt: skip
-        _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+        sn = (i + 1) % STAGES
+        if i > 0:
+            pb = (i - 1) % 2
+            mbarrier.wait(ds_full.index(pb), ((i - 1) // 2) & 1)
+            dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)  # block i-1's dS K, beside block i's dK
+            dq, dk = warpgroup_mma_wait(0, deps=(dq, dk_acc))
+            mbarrier.arrive(ds_free.index(pb), count=1)
+            mbarrier.arrive(empty.index(s), count=1)  # block i's Q and dO read (dK done)
+            if i + 1 < n_m:
+                mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
+                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                                  do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
+            _dq_add(dq, dq_ptr, bh, lo + (i - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
+        else:
+            dk = warpgroup_mma_wait(0, deps=(dk_acc,))
+            mbarrier.arrive(empty.index(s), count=1)
+            if i + 1 < n_m:
+                mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
+                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                                  do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
+    if n_m > 0:  # the last block's dQ
+        pb = (n_m - 1) % 2
+        mbarrier.wait(ds_full.index(pb), ((n_m - 1) // 2) & 1)
+        dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+        mbarrier.arrive(ds_free.index(pb), count=1)
+        _dq_add(dq, dq_ptr, bh, lo + (n_m - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
     return dk, dv
 
 
@@ -541,4 +559,6 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float |
         q_desc, k_desc, v_desc, do_desc, lse, delta, dq_acc, dk, dv, n_q, n_k, scale * LOG2E, scale,
         num_warps=4, **extra, **constexprs(d, causal, cfg),
     )  # fmt: skip
-    return (dq_acc * scale).to(q.dtype), dk, dv
+    dq = torch.empty_like(q)
+    torch.mul(dq_acc, scale, out=dq)  # scaled and cast in one pass
+    return dq, dk, dv
