@@ -2,9 +2,10 @@
 input signature (validation, scale, version, tiles, grids, launches).
 
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
-TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward). This module picks one
-(:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD` and
-:data:`V2_BACKWARD` for versions that are off by default) and launches it (:func:`run_forward`, :func:`run_backward`).
+TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward and backward). This module picks
+one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD`,
+:data:`V2_BACKWARD` and :data:`V3_BACKWARD_HEAD_DIMS` for versions that are off by default) and launches it
+(:func:`run_forward`, :func:`run_backward`).
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
 q, k, v are valid, choosing tiles for the GPU and computing grids depends only on the inputs' *signature* —

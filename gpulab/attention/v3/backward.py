@@ -514,6 +514,8 @@ def attention_backward_v3_kernel(
 
 def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
     """The kernel's compile-time arguments."""
+    if not isinstance(cfg, V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)  # fmt: skip
 

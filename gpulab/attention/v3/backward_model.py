@@ -132,7 +132,12 @@ def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | Non
 
 
 def reference_backward(q, k, v, do, causal: bool = False, scale: float | None = None):
-    """(o, lse, dq, dk, dv) of one head by autograd in float64 (top-left causal mask, as SDPA)."""
+    """(o, lse, dq, dk, dv) of one head by autograd in float64 (top-left causal mask, as SDPA): q, do [Nq, d],
+    k, v [Nk, d]."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be [N, d] (one head), got shape {tuple(t.shape)}.")
     q, k, v, do = (t.detach().double() for t in (q, k, v, do))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else scale
