@@ -18,9 +18,17 @@ additions arrive in any order (fp32 rounding differs from run to run).
 The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`):
 
 1. one warpgroup per program (64 keys), Q and dO blocks through a ring of TMA stages that the same warps refill
-   ``STAGES - 1`` blocks ahead; S^T and dP^T issued together, their softmax under dV's product;
+   ``STAGES - 1`` blocks ahead; S^T and dP^T issued together, P^T computed while dP^T's product runs;
 2. warp specialization: a producer warp fills the Q/dO ring (and loads K and V once), two consumer warpgroups each own
-   64 of the program's 128 keys and share every Q/dO stage (half the loads of step 1 per key).
+   64 of the program's 128 keys and share every Q/dO stage (half the loads of step 1 per key);
+3. dS shared: both consumers write their halves of dS [64 queries, 128 keys] to shared memory, then each computes
+   half of dQ's columns over all 128 keys: one atomic addition per dQ element per 128 keys instead of per 64;
+4. step 3 with dQ one query block late (the consumers may be a block apart instead of meeting every block) and the
+   next block's S^T and dP^T issued before this block's atomic additions.
+
+:func:`backward_config` picks step 3: on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs) step 4
+ran slower (register pressure; ptxas spills at d=128), and no step takes less time than the shipped backward on
+every problem of a head dim, so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` is empty.
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -73,8 +81,9 @@ KEYS_PER_WARPGROUP = 64
 
 @dataclasses.dataclass(frozen=True)
 class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-2, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; step 2's register
-    budgets ``consumer_regs`` (each of the two consumer warpgroups) and ``producer_regs`` (``setmaxnreg``)."""
+    """The backward's launch: ``step`` (1-4, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-4's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups) and ``producer_regs``
+    (``setmaxnreg``)."""
 
     step: int = 3
     stages: int = 2
@@ -101,15 +110,15 @@ class V3BackwardConfig:
 
     @property
     def maxnreg(self) -> int | None:
-        """Step 2's kernel-wide register cap (the three warpgroups' budgets averaged); step 1: None (no cap)."""
+        """Steps 2-4's kernel-wide register cap (the three warpgroups' budgets averaged); step 1: None (no cap)."""
         if self.step == 1:
             return None
         return (2 * self.consumer_regs + self.producer_regs) // 3 // 8 * 8
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: step 2 with two stages (the default
-    fields) unless ``step`` asks for another step of the ladder."""
+    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: step 3 with two stages (the default
+    fields, the fastest step measured at both head dims) unless ``step`` asks for another step of the ladder."""
     runtime.one_of("head_dim", head_dim, (64, 128))
     runtime.strict_bool("is_causal", is_causal)
     return V3BackwardConfig() if step is None else V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
@@ -294,7 +303,7 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Step 2: partitions. The program owns keys [start_n, start_n + 128): consumer c the 64 from start_n + 64 c. Buffers:
+# Steps 2-4: partitions. The program owns keys [start_n, start_n + 128): consumer c the 64 from start_n + 64 c. Buffers:
 #   k_smem[c], v_smem[c] [1, 64, D]    consumer c's keys and values (the producer loads them once; kv_ready)
 #   q_smem[s], do_smem[s] [1, 64, D]   stage s of the Q/dO ring (ready[s]: landed; empty[s]: both consumers done)
 #   ds_smem[c] [64, 64]                consumer c's dS
