@@ -2,9 +2,10 @@
 input signature (validation, scale, version, tiles, grids, launches).
 
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
-TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward). This module picks one
-(:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD` and
-:data:`V2_BACKWARD` for versions that are off by default) and launches it (:func:`run_forward`, :func:`run_backward`).
+TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward and backward). This module picks
+one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD`,
+:data:`V2_BACKWARD` and :data:`V3_BACKWARD_HEAD_DIMS` for versions that are off by default) and launches it
+(:func:`run_forward`, :func:`run_backward`).
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
 q, k, v are valid, choosing tiles for the GPU and computing grids depends only on the inputs' *signature* —
@@ -21,6 +22,7 @@ the TypeError that an int must raise. Other types take the full checks on every 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +42,7 @@ from gpulab.attention.v1 import backward_fused as v1_fused
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.attention.v2 import backward as v2_backward
 from gpulab.attention.v2 import forward as v2_forward
+from gpulab.attention.v3 import backward as v3_backward
 from gpulab.attention.v3 import forward as v3_forward
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
@@ -47,7 +50,7 @@ from gpulab.triton_ops import LOG2E_F
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
            "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
-           "one_pass_backward"]  # fmt: skip
+           "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3Backward"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -63,6 +66,20 @@ V2_BACKWARD: bool = False
 backward always). Off because on the H100 its TMA loads computed the same gradients as version 1's, bit for bit, and
 were no faster: the backward's time goes to its seven products per block pair, not to its loads (records:
 ``benchmarks/04_attention/hopper/``)."""
+
+V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
+"""Head dims at which :func:`run_backward` takes version 3's backward (:mod:`gpulab.attention.v3.backward`, Gluon:
+one pass per key block, dQ by fp32 atomic additions) where :func:`gpulab.attention.v3.backward.supported` allows it,
+no tiles were asked for and determinism is not (``torch.use_deterministic_algorithms(True)`` takes the two kernels:
+the atomic dQ sums in no fixed order). Empty: it is chosen nowhere until the H100 records
+(``benchmarks/04_attention/v3/``, the ``v3-bwd`` files: forward+backward beside cuDNN and the shipped backward in one
+run) show it faster than the shipped backward at a head dim."""
+
+
+class V3Backward(NamedTuple):
+    """The plan's backward when it is version 3's: the kernel's launch fields."""
+
+    cfg: v3_backward.V3BackwardConfig
 
 
 _FORWARD: dict = {}
@@ -420,6 +437,9 @@ def attention_forward(
 def _launches(plan: Plan, q, k, v, o, lse, do):
     """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
     pays and no tiles were asked for, else the two kernels."""
+    if (plan.d in V3_BACKWARD_HEAD_DIMS and plan.backward_configs is None
+            and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
+        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal))
     if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
         pre = v1_fused.preprocess_launch(plan)
         return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))
@@ -472,8 +492,10 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     launches = plan.backward
     if launches is None:
         launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
-    if launches.__class__ is v1_fused.FusedBackward and torch.are_deterministic_algorithms_enabled():
+    if launches.__class__ in (v1_fused.FusedBackward, V3Backward) and torch.are_deterministic_algorithms_enabled():
         launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
+    if launches.__class__ is V3Backward:
+        return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg)
     if launches.__class__ is v1_fused.FusedBackward:
         return _run_fused(plan, launches, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches
@@ -508,11 +530,14 @@ def attention_backward(
 
 
 def backward_kind(plan: Plan) -> str | None:
-    """Which backward ``plan`` holds (built by its first backward call): ``'one pass (atomic dQ)'`` (version 1's
-    one-pass kernel), ``'two kernels, TMA'`` (version 2's), ``'two kernels'`` (version 1's); None before any ran."""
+    """Which backward ``plan`` holds (built by its first backward call): ``'one pass, Gluon'`` (version 3's),
+    ``'one pass (atomic dQ)'`` (version 1's one-pass kernel), ``'two kernels, TMA'`` (version 2's), ``'two kernels'``
+    (version 1's); None before any ran."""
     launches = plan.backward
     if launches is None:
         return None
+    if launches.__class__ is V3Backward:
+        return "one pass, Gluon"
     if launches.__class__ is v1_fused.FusedBackward:
         return "one pass (atomic dQ)"
     return "two kernels, TMA" if launches[0].kernel is v2_backward.attention_dq_v2_kernel else "two kernels"

@@ -26,7 +26,7 @@ import tempfile
 from gpulab.attention import sm90
 
 __all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structures_in_fresh_process", "ptxas_report",
-           "gluon_api_problem"]  # fmt: skip
+           "gluon_api_problem", "compile_backward_sm90", "backward_structures_in_fresh_process"]  # fmt: skip
 
 
 def gluon_api_problem() -> str | None:
@@ -83,6 +83,35 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": cfg.maxnreg})
 
 
+def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: str = "bf16", cfg=None):
+    """Triton's compiled version 3 *backward* (:func:`gpulab.attention.v3.backward.attention_backward_v3_kernel`) for
+    sm_90, nothing launched; ``cfg`` a :class:`~gpulab.attention.v3.backward.V3BackwardConfig` or None (the default).
+    Call from a process outside the interpreter."""
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+
+    from gpulab import dtypes, runtime  # noqa: PLC0415
+    from gpulab.attention.v3 import backward, forward  # noqa: PLC0415
+
+    torch_dtype = dtypes.as_dtype(runtime.one_of("dtype", dtype, ("bf16", "fp16")))
+    if cfg is not None and not isinstance(cfg, backward.V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    cfg = cfg or backward.backward_config(head_dim, is_causal)
+    q_layout, kv_layout = forward.smem_layouts(head_dim, cfg.block_n, torch_dtype)
+    constexprs = backward.constexprs(head_dim, is_causal, cfg)
+    q_desc = f"tensordesc<{dtype}[1,64,{head_dim}],{q_layout!r}>"
+    kv_desc = f"tensordesc<{dtype}[1,{cfg.block_n},{head_dim}],{kv_layout!r}>"
+    signature = {"q_desc": q_desc, "k_desc": kv_desc, "v_desc": kv_desc, "do_desc": q_desc, "lse_ptr": "*fp32",
+                 "delta_ptr": "*fp32", "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
+                 "n_q": "i32", "n_k": "i32", "qk_scale": "fp32", "scale": "fp32",
+                 **{name: "constexpr" for name in constexprs}}  # fmt: skip
+    src = GluonASTSource(fn=backward.attention_backward_v3_kernel, signature=signature, constexprs=constexprs,
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(4, 9)})  # fmt: skip
+    options = {"num_warps": 4, **({} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg})}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
 def ptxas_report(ptx: str) -> str:
     """``ptxas -v`` on ``ptx`` for sm_90a with the assembler Triton ships (registers, stack frame, spill bytes)."""
     if not isinstance(ptx, str) or ".entry" not in ptx:
@@ -129,6 +158,7 @@ def structure(kernel) -> dict:
         "warps": int(kernel.metadata.num_warps),
         "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
         "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)),
+        "atomic_adds": sorted(set(re.findall(r"(?:atom|red)\.global\.[a-z.]*add[a-z0-9.]*f32", ptx))),
         "ptxas": report.strip()[-2000:],
     }
 
@@ -143,6 +173,30 @@ _BOOTSTRAP = (
     "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg)))\n"
     "sys.stdout.write(json.dumps(out))"
 )
+
+
+_BACKWARD_BOOTSTRAP = (
+    "import sys, json, torch; torch.cuda.is_available = lambda: True; "
+    "from gpulab.attention.v3 import compile_check as c, backward as b; out = []\n"
+    "for a in json.loads(sys.argv[1]):\n"
+    "    cfg = b.V3BackwardConfig(**a['cfg']) if a.get('cfg') else None\n"
+    "    out.append(c.structure(c.compile_backward_sm90(a['d'], a['causal'], a['dtype'], cfg)))\n"
+    "sys.stdout.write(json.dumps(out))"
+)
+
+
+def backward_structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
+    """:func:`structure` of :func:`compile_backward_sm90` for each of ``configs`` (dicts with keys d, causal, and
+    optionally dtype and cfg: V3BackwardConfig fields), in one fresh process."""
+    if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and "d" in c for c in configs):
+        raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (dtype, cfg optional), "
+                         f"got {configs!r}.")  # fmt: skip
+    for c in configs:
+        if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
+            raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
+    arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "dtype": c.get("dtype", "bf16"),
+                       "cfg": c.get("cfg")} for c in configs])  # fmt: skip
+    return json.loads(sm90.ttgir_in_fresh_process(_BACKWARD_BOOTSTRAP, arg, "version 3's backward", timeout))
 
 
 def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf16", cfg=None,

@@ -1,0 +1,575 @@
+"""Lesson 4, version 3: FlashAttention's backward in Gluon (Hopper), one pass per key block with dQ added atomically.
+
+What you will learn: how the backward's five products per block pair map onto Hopper's asynchronous tensor-core
+instructions and a producer warp. With ``S = scale Q K^T``, ``P = exp(S - LSE)`` (recomputed from the forward's saved
+log-sum-exp), ``D = rowsum(dO * O)`` (one small kernel first), for each key block j and each query block i that sees
+it, one consumer warpgroup computes, in the transposed orientation (keys are the rows, so dK and dV stay in its
+registers for the whole loop):
+
+    S^T  = K_j Q_i^T            P^T  = exp2(S^T scale log2 e - LSE_i log2 e)     [64 keys, 64 queries]
+    dP^T = V_j dO_i^T           dS^T = P^T * (dP^T - D_i)
+    dV_j += P^T dO_i            dK_j += dS^T Q_i                                  [64 keys, d], fp32 registers
+    dQ_i += dS K_j              (dS through shared memory; fp32 atomic additions into a [B*H, Nq, d] buffer)
+
+``dK`` is scaled once at the end, ``dQ`` once by the host (``dQ = scale * buffer``, cast to the inputs' dtype). The
+dK and dV of a key block are each one warpgroup's sums in a fixed order (bit for bit the same every run); dQ's
+additions arrive in any order (fp32 rounding differs from run to run).
+
+The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`):
+
+1. one warpgroup per program (64 keys), Q and dO blocks through a ring of TMA stages that the same warps refill
+   ``STAGES - 1`` blocks ahead; S^T and dP^T issued together, P^T computed while dP^T's product runs;
+2. warp specialization: a producer warp fills the Q/dO ring (and loads K and V once), two consumer warpgroups each own
+   64 of the program's 128 keys and share every Q/dO stage (half the loads of step 1 per key);
+3. dS shared: both consumers write their halves of dS [64 queries, 128 keys] to shared memory, then each computes
+   half of dQ's columns over all 128 keys: one atomic addition per dQ element per 128 keys instead of per 64;
+4. step 3 with dQ one query block late (the consumers may be a block apart instead of meeting every block) and the
+   next block's S^T and dP^T issued before this block's atomic additions.
+
+:func:`backward_config` picks step 3: on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs) step 4
+ran slower (register pressure; ptxas spills at d=128), and no step takes less time than the shipped backward on
+every problem of a head dim, so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` is empty.
+
+:mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
+dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
+reads the products and register budgets off the PTX (:func:`gpulab.attention.v3.compile_check.compile_backward_sm90`).
+
+Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; lse [B, H, Nq] float32
+(natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and
+:func:`attention_backward`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from gpulab import runtime
+from gpulab.attention.reference import default_scale
+from gpulab.attention.shared import attention_preprocess_kernel
+from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
+
+__all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
+           "BLOCK_M", "KEYS_PER_WARPGROUP"]  # fmt: skip
+
+STEPS = {
+    1: "one warpgroup, TMA ring refilled by the same warps",
+    2: "+ producer warp, two consumer warpgroups",
+    3: "+ dS shared by the consumers: dQ added once per 128 keys",
+    4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
+}
+"""The backward's numbered steps (``V3BackwardConfig.step``)."""
+
+BLOCK_M = 64
+"""Query rows per block of the inner loop (one wgmma M of 64 in the transposed products' N)."""
+KEYS_PER_WARPGROUP = 64
+"""Key rows each consumer warpgroup owns (its dK and dV accumulators: [64, d] fp32 each)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class V3BackwardConfig:
+    """The backward's launch: ``step`` (1-4, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-4's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups) and ``producer_regs``
+    (``setmaxnreg``)."""
+
+    step: int = 3
+    stages: int = 2
+    consumer_regs: int = 240
+    producer_regs: int = 24
+
+    def __post_init__(self):
+        runtime.one_of("step", self.step, tuple(STEPS))
+        runtime.integer("stages", self.stages, minimum=2, maximum=4)
+        for name in ("consumer_regs", "producer_regs"):
+            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
+            if value % 8:
+                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups per program (step 1: the program's only warpgroup)."""
+        return 1 if self.step == 1 else 2
+
+    @property
+    def block_n(self) -> int:
+        """Keys per program."""
+        return KEYS_PER_WARPGROUP * self.consumers
+
+    @property
+    def maxnreg(self) -> int | None:
+        """Steps 2-4's kernel-wide register cap (the three warpgroups' budgets averaged); step 1: None (no cap)."""
+        if self.step == 1:
+            return None
+        return (2 * self.consumer_regs + self.producer_regs) // 3 // 8 * 8
+
+
+def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
+    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: step 3 with two stages (the default
+    fields, the fastest step measured at both head dims) unless ``step`` asks for another step of the ladder."""
+    runtime.one_of("head_dim", head_dim, (64, 128))
+    runtime.strict_bool("is_causal", is_causal)
+    return V3BackwardConfig() if step is None else V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
+#   q_buf, do_buf [64, D]   this query block's Q and dO (a ring stage)
+#   k_buf, v_buf  [64, D]   this warpgroup's keys and values (loaded once)
+#   ds_buf        [64, 64]  dS (queries x keys), written here from dS^T in registers, read by dQ's product
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _scores(q_buf, do_buf, k_buf, v_buf):
+    """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    zero_s = gl.zeros([64, 64], gl.float32, layout=s_layout)
+    st = warpgroup_mma(k_buf, q_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # S^T = K Q^T
+    dpt = warpgroup_mma(v_buf, do_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # dP^T = V dO^T
+    return st, dpt
+
+
+@gluon.jit
+def _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """:func:`_scores` then :func:`_pair_rest`."""
+    st, dpt = _scores(q_buf, do_buf, k_buf, v_buf)
+    return _pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+                      HEAD_DIM, IS_CAUSAL)  # fmt: skip
+
+
+@gluon.jit
+def _pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Query block ``start_m`` against keys ``[key0, key0 + 64)``, its S^T and dP^T in flight (the only wgmma
+    groups in flight, issued in that order): dV += P^T dO (done on return), dS into ``ds_view``
+    [64 queries, 64 keys] (shared memory, fenced for the tensor cores) and dK += dS^T Q *issued* (the caller waits
+    for it). dK and dV [64, D] are fp32 and unscaled. Queries past Nq are zero rows (TMA fills them) with LSE = D = 0:
+    their P is finite and their dO and Q are 0, so they add nothing; keys past Nk are zero rows: they add nothing to
+    dQ."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
+    dtype: gl.constexpr = q_buf.dtype
+    cols = start_m + gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # query index of each column
+    col_ok = cols < n_q
+    lse2 = gl.load(lse_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0) * 1.4426950408889634
+    delta = gl.load(delta_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0)
+    st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
+    st = st * qk_scale
+    if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
+        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+    pt = gl.exp2(st - lse2[None, :])
+    dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
+    dpt, dv = warpgroup_mma_wait(0, deps=(dpt, dv))
+    dst = (pt * (dpt - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - D)
+    ds_view.permute((1, 0)).store(dst)
+    fence_async_shared()
+    dk = warpgroup_mma(gl.convert_layout(dst, a_layout), q_buf, dk, is_async=True)  # dK += dS^T Q, in flight
+    return dk, dv
+
+
+@gluon.jit
+def _dq_product(ds_buf, k_buf, col0, COLS: gl.constexpr):
+    """Issue dS K for dQ's columns ``[col0, col0 + COLS)``: ds_buf [64 queries, keys], k_buf [keys, D]."""
+    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, COLS, 16])  # fmt: skip
+    zero_h = gl.zeros([64, COLS], gl.float32, layout=h_layout)
+    return warpgroup_mma(ds_buf, k_buf.slice(col0, COLS, dim=1), zero_h, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_add(dq, dq_ptr, bh, start_m, n_q, col0, COLS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Add ``dq`` [64, COLS] (fp32, a wgmma accumulator) into rows ``[start_m, +64)``, columns ``[col0, +COLS)`` of
+    dQ's buffer (rows past Nq skipped)."""
+    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, COLS, 16])  # fmt: skip
+    rows = start_m + gl.arange(0, 64, layout=gl.SliceLayout(1, h_layout))
+    dcols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, h_layout))
+    head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows of the buffer; int32 offsets within
+    gl.atomic_add(head + (rows[:, None] * HEAD_DIM + dcols[None, :]), dq, mask=(rows < n_q)[:, None], sem="relaxed")
+
+
+@gluon.jit
+def _pair(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale,
+          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Steps 1-2: one (query block, 64 keys) pair, this warpgroup's own dS K added into dQ in column halves of D/2
+    (half the accumulator registers): the first half's product and additions run under dK's product."""
+    dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
+                      qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+    HALF: gl.constexpr = HEAD_DIM // 2
+    dq = _dq_product(ds_buf, k_buf, 0, HALF)
+    dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))  # dK's product (issued first) ran beside this one
+    _dq_add(dq, dq_ptr, bh, start_m, n_q, 0, HALF, HEAD_DIM)
+    dq = _dq_product(ds_buf, k_buf, HALF, HALF)
+    dq = warpgroup_mma_wait(0, deps=(dq,))
+    _dq_add(dq, dq_ptr, bh, start_m, n_q, HALF, HALF, HEAD_DIM)
+    return dk, dv
+
+
+@gluon.jit
+def _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.constexpr):
+    """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped)."""
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))
+    dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
+    offs = (bh.to(gl.int64) * n_k + rows)[:, None] * HEAD_DIM + dcols[None, :]
+    mask = (rows < n_k)[:, None]
+    gl.store(dk_ptr + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
+    gl.store(dv_ptr + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _first_query(start_n, IS_CAUSAL: gl.constexpr):
+    """The first query block that sees keys from ``start_n`` on (causal: the block holding query ``start_n``)."""
+    if IS_CAUSAL:
+        return (start_n // 64) * 64
+    else:
+        return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Step 1: one warpgroup, no partitions. The ring's stage s holds query block i with i % STAGES == s; block i + STAGES
+# - 1 is issued at the top of iteration i, into the stage block i - 1 used (its products were waited for, and a
+# thread barrier makes sure every warp is past them).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    dtype: gl.constexpr = q_desc.dtype
+    bh = gl.program_id(1)
+    start_n = gl.program_id(0) * 64
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [1, 64, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1, 64, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], dtype))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(ready.index(st), count=1)
+    mbarrier.init(kv_ready, count=1)
+    mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
+    lo = _first_query(start_n, IS_CAUSAL)
+    n_m = gl.cdiv(n_q - lo, 64)
+    for i in gl.static_range(STAGES - 1):
+        if i < n_m:
+            mbarrier.expect(ready.index(i), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(i), q_smem.index(i))
+            tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(i), do_smem.index(i))
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
+    dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
+    k_buf = k_smem.reshape([64, HEAD_DIM])
+    v_buf = v_smem.reshape([64, HEAD_DIM])
+    mbarrier.wait(kv_ready, 0)
+    for i in range(n_m):
+        nxt = i + STAGES - 1
+        if nxt < n_m:
+            gl.thread_barrier()  # every warp is done with stage nxt % STAGES (block i - 1)
+            sn = nxt % STAGES
+            mbarrier.expect(ready.index(sn), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [bh, lo + nxt * 64, 0], ready.index(sn), q_smem.index(sn))
+            tma.async_copy_global_to_shared(do_desc, [bh, lo + nxt * 64, 0], ready.index(sn), do_smem.index(sn))
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        dk, dv = _pair(q_smem.index(s).reshape([64, HEAD_DIM]), do_smem.index(s).reshape([64, HEAD_DIM]), k_buf,
+                       v_buf, ds_smem, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, start_n, lo + i * 64, n_q, qk_scale,
+                       HEAD_DIM, IS_CAUSAL)  # fmt: skip
+    _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, start_n, n_k, scale, HEAD_DIM)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Steps 2-4: partitions. The program owns keys [start_n, start_n + 128): consumer c the 64 from start_n + 64 c. Buffers:
+#   k_smem[c], v_smem[c] [1, 64, D]    consumer c's keys and values (the producer loads them once; kv_ready)
+#   q_smem[s], do_smem[s] [1, 64, D]   stage s of the Q/dO ring (ready[s]: landed; empty[s]: both consumers done)
+#   ds_smem[c] [64, 64]                consumer c's dS
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """One warp: K and V of both consumers, then query block after query block into the ring. Block i goes to stage
+    ``i % STAGES`` once both consumers released its previous use (phase ``(i // STAGES) & 1``; a fresh barrier
+    counts as having completed the phase before 0, so the first lap passes)."""
+    q_desc, k_desc, v_desc, do_desc = descs
+    q_smem, do_smem, k_smem, v_smem = bufs
+    ready, empty, kv_ready, ds_full, ds_free = bars
+    bh = gl.program_id(1)
+    start_n = gl.program_id(0) * 128
+    mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
+    lo = _first_query(start_n, IS_CAUSAL)
+    n_m = gl.cdiv(n_q - lo, 64)
+    for i in range(n_m):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
+
+
+@gluon.jit
+def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr, delta_ptr,
+           dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+           IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Step 4: step 3 with dQ one query block late and the next block's scores early. In iteration i a consumer
+    writes block i's dS, issues its dK, then computes dS K of block i-1 (whose other half the other consumer wrote
+    an iteration ago: the consumers may be a block apart instead of meeting every block), issues block i+1's S^T and
+    dP^T, and only then adds block i-1's dQ (the products run under the atomics). Returns (dk, dv)."""
+    HALF: gl.constexpr = HEAD_DIM // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    st = warpgroup_mma_init(gl.zeros([64, 64], gl.float32, layout=s_layout))  # typed like an in-flight product
+    dpt = warpgroup_mma_init(gl.zeros([64, 64], gl.float32, layout=s_layout))
+    for i in range(n_m):
+        s = i % STAGES
+        q_buf = q_smem.index(s).reshape([64, HEAD_DIM])
+        do_buf = do_smem.index(s).reshape([64, HEAD_DIM])
+        if i == 0:
+            mbarrier.wait(ready.index(0), 0)
+            st, dpt = _scores(q_buf, do_buf, k_buf, v_buf)
+        b = i % 2
+        mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)  # both consumers' dS K of block i-2 done
+        dk_acc, dv = _pair_rest(st, dpt, q_buf, do_buf, ds_smem.index(b).slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+                            delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+        mbarrier.arrive(ds_full.index(b), count=1)
+        sn = (i + 1) % STAGES
+        if i > 0:
+            pb = (i - 1) % 2
+            mbarrier.wait(ds_full.index(pb), ((i - 1) // 2) & 1)
+            dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)  # block i-1's dS K, beside block i's dK
+            dq, dk = warpgroup_mma_wait(0, deps=(dq, dk_acc))
+            mbarrier.arrive(ds_free.index(pb), count=1)
+            mbarrier.arrive(empty.index(s), count=1)  # block i's Q and dO read (dK done)
+            if i + 1 < n_m:
+                mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
+                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                                  do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
+            _dq_add(dq, dq_ptr, bh, lo + (i - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
+        else:
+            dk = warpgroup_mma_wait(0, deps=(dk_acc,))
+            mbarrier.arrive(empty.index(s), count=1)
+            if i + 1 < n_m:
+                mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
+                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                                  do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
+    if n_m > 0:  # the last block's dQ
+        pb = (n_m - 1) % 2
+        mbarrier.wait(ds_full.index(pb), ((n_m - 1) // 2) & 1)
+        dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+        mbarrier.arrive(ds_free.index(pb), count=1)
+        _dq_add(dq, dq_ptr, bh, lo + (n_m - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+              CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STEP: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
+    (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
+    q_smem, do_smem, k_smem, v_smem, ds_smem = bufs
+    ready, empty, kv_ready, ds_full, ds_free = bars
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    HALF: gl.constexpr = HEAD_DIM // 2
+    bh = gl.program_id(1)
+    start_n = gl.program_id(0) * 128
+    key0 = start_n + 64 * CID
+    lo = _first_query(start_n, IS_CAUSAL)
+    n_m = gl.cdiv(n_q - lo, 64)
+    dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
+    dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
+    k_all = k_smem.reshape([128, HEAD_DIM])  # both consumers' keys (step 3's dS K)
+    k_buf = k_all.slice(64 * CID, 64, dim=0)
+    v_buf = v_smem.reshape([128, HEAD_DIM]).slice(64 * CID, 64, dim=0)
+    mbarrier.wait(kv_ready, 0)
+    if STEP == 4:
+        dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
+               delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
+    for i in range(n_m if STEP < 4 else 0):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        start_m = lo + i * 64
+        q_buf = q_smem.index(s).reshape([64, HEAD_DIM])
+        do_buf = do_smem.index(s).reshape([64, HEAD_DIM])
+        if STEP == 2:
+            if (not IS_CAUSAL) or start_m + 63 >= key0:
+                dk, dv = _pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
+                               delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+            mbarrier.arrive(empty.index(s), count=1)
+        else:
+            # Step 3: dS [64 queries, 128 keys] in one of two shared buffers, each consumer writing its 64 keys'
+            # columns; once both have (ds_full), consumer c computes dQ's columns [c D/2, c D/2 + D/2) over all 128
+            # keys: one addition per dQ element per 128 keys. ds_free: both have read the buffer (reuse 2 blocks on).
+            b = i % 2
+            ds_all = ds_smem.index(b)
+            mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
+            dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+                              delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+            mbarrier.arrive(ds_full.index(b), count=1)
+            mbarrier.wait(ds_full.index(b), (i // 2) & 1)
+            dq = _dq_product(ds_all, k_all, CID * HALF, HALF)
+            dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
+            mbarrier.arrive(ds_free.index(b), count=1)
+            mbarrier.arrive(empty.index(s), count=1)
+            _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+    _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
+
+
+@gluon.jit
+def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+
+
+@gluon.jit
+def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+
+
+@gluon.jit
+def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [1, 128, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1, 128, HEAD_DIM], v_desc.layout)
+    # two dS buffers [64 queries, 128 keys]: step 2 uses buffer c's first 64 columns as consumer c's own dS; step 3
+    # alternates between them, both consumers writing each
+    ds_smem = gl.allocate_shared_memory(dtype, [2, 64, 128], gl.NVMMASharedLayout.get_default_for([64, 128], dtype))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(ready.index(st), count=1)
+        mbarrier.init(empty.index(st), count=2)  # both consumers release a stage
+    for b in gl.static_range(2):
+        mbarrier.init(ds_full.index(b), count=2)
+        mbarrier.init(ds_free.index(b), count=2)
+    mbarrier.init(kv_ready, count=1)
+    # fmt: off
+    gl.warp_specialize(
+        [
+            (_consumer0, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
+                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+            (_consumer1, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
+                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+            (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
+                         (ready, empty, kv_ready, ds_full, ds_free), n_q, STAGES, IS_CAUSAL)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
+    # fmt: on
+
+
+@gluon.jit(do_not_specialize=["n_q", "n_k"])  # one compile per config, whatever the sizes
+def attention_backward_v3_kernel(
+    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):  # fmt: skip
+    """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
+    delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
+    Grid: (key blocks of 64 * consumers, B*H)."""
+    if STEP == 1:
+        _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+               HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
+    else:
+        _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Host side.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
+    """The kernel's compile-time arguments."""
+    if not isinstance(cfg, V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
+    return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
+                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)  # fmt: skip
+
+
+PREPROCESS_ROWS = 64
+
+
+def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
+                       cfg: V3BackwardConfig | None = None):  # fmt: skip
+    """``(dq, dk, dv)`` like q, k, v: version 3's backward of ``o = attention(q, k, v)`` with the forward's ``lse``
+    ([B, H, Nq] fp32, natural log) and the output gradient ``do``. ``scale`` None means 1/sqrt(D). Raises ValueError
+    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32."""
+    ok, why = supported(q, k, v, causal)
+    if not ok:
+        raise ValueError(f"version 3 cannot run this input: {why}.")
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
+                             f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
+    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
+    scale = default_scale(d, scale)
+    cfg = cfg or backward_config(d, causal)
+    if not isinstance(cfg, V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    q, k, v, o, do = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, do))
+    lse = lse.contiguous()
+    bh = b * h
+    delta = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
+    attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
+        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
+    q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+    do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+    k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
+    v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
+    grid = (triton.cdiv(n_k, cfg.block_n), bh)
+    extra = {} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg}
+    attention_backward_v3_kernel[grid](
+        q_desc, k_desc, v_desc, do_desc, lse, delta, dq_acc, dk, dv, n_q, n_k, scale * LOG2E, scale,
+        num_warps=4, **extra, **constexprs(d, causal, cfg),
+    )  # fmt: skip
+    dq = torch.empty_like(q)
+    torch.mul(dq_acc, scale, out=dq)  # scaled and cast in one pass
+    return dq, dk, dv

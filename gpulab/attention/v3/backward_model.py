@@ -1,0 +1,150 @@
+"""Version 3's backward replayed on the CPU in PyTorch: the kernel's block order and accumulation points.
+
+What you will learn: Gluon has no interpreter, so what the backward kernel (:mod:`gpulab.attention.v3.backward`)
+computes is checked against a model that follows it block for block:
+
+- programs own ``64 * consumers`` keys (step 1: one consumer warpgroup, 64 keys; steps 2-4: two, 128 keys); consumer
+  c the 64 from ``start_n + 64 c``;
+- each program visits query blocks of 64 from ``lo`` (causal: the block holding query ``start_n``; else 0) to the
+  end, the causal mask applied only where a block crosses the diagonal, queries past Nq and keys past Nk as zero
+  rows (what TMA loads there), LSE and D of missing queries 0;
+- ``P^T`` and ``dS^T`` are rounded to the inputs' dtype (the tensor cores' operands), every product accumulates in
+  fp32, dK and dV in registers across the loop, dQ in an fp32 buffer: step 1-2 each consumer adds its own 64 keys'
+  ``dS K`` (:func:`model_backward` counts ``additions`` per dQ element: ``ceil(Nk / 64)``), steps 3-4 one addition
+  per 128 keys (both consumers' dS through shared memory);
+- step 2 skips a causal block that lies entirely above a consumer's keys (P = 0 there): the model skips it too.
+
+With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
+mask, skipped block or scale shows as a large error. With the kernel's roundings it shows the error the kernel can
+be expected to have.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gpulab import runtime
+
+__all__ = ["key_programs", "model_backward", "reference_backward"]
+
+
+def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
+    """The kernel's programs of one head: ``start_n`` (first key), ``keys`` (64 * consumers), ``lo`` (first query
+    block) and ``n_m`` (query blocks visited; 0 or less where no query sees these keys)."""
+    runtime.positive_int("n_q", n_q)
+    runtime.positive_int("n_k", n_k)
+    runtime.strict_bool("causal", causal)
+    runtime.one_of("step", step, (1, 2, 3, 4))
+    keys = 64 if step == 1 else 128
+    out = []
+    for start_n in range(0, n_k, keys):
+        lo = (start_n // 64) * 64 if causal else 0
+        out.append({"start_n": start_n, "keys": keys, "lo": lo, "n_m": -(-(n_q - lo) // 64)})
+    return out
+
+
+def _rows(x, start, n):
+    """Rows [start, start + n) of x [N, d], zero rows past the end (TMA's fill)."""
+    out = x.new_zeros((n, x.shape[1]))
+    if start < x.shape[0]:
+        part = x[start : start + n]
+        out[: part.shape[0]] = part
+    return out
+
+
+def _vec(x, start, n):
+    out = x.new_zeros(n)
+    if start < x.shape[0]:
+        part = x[start : start + n]
+        out[: part.shape[0]] = part
+    return out
+
+
+def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | None = None, step: int = 3,
+                   round_to: torch.dtype | None = None, acc_dtype: torch.dtype = torch.float32):  # fmt: skip
+    """``(dq, dk, dv, additions)`` of one head in the kernel's order: q, o, do [Nq, d], k, v [Nk, d], lse [Nq]
+    (natural log). ``round_to``: the dtype P^T and dS^T are rounded to before their products (the inputs' dtype in
+    the kernel; None: no rounding); ``acc_dtype`` the accumulators' (float32 in the kernel). ``additions`` [Nq]:
+    how many times each dQ row was added to."""
+    runtime.strict_bool("causal", causal)
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be [N, d] (one head), got shape {tuple(t.shape)}.")
+    n_q, d = q.shape
+    n_k = k.shape[0]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    qk_scale = scale * 1.4426950408889634
+    f = acc_dtype
+    rnd = (lambda x: x.to(round_to).to(f)) if round_to is not None else (lambda x: x.to(f))  # noqa: E731
+    q, k, v, o, do = (t.to(f) for t in (q, k, v, o, do))
+    delta = (do * o).sum(1)  # the preprocess, fp32
+    lse2 = lse.to(f) * 1.4426950408889634
+    dq_buf = torch.zeros(n_q, d, dtype=f)
+    additions = torch.zeros(n_q, dtype=torch.int64)
+    dk_out, dv_out = torch.zeros(n_k, d, dtype=f), torch.zeros(n_k, d, dtype=f)
+    for prog in key_programs(n_q, n_k, causal, step):
+        consumers = prog["keys"] // 64
+        acc = [(torch.zeros(64, d, dtype=f), torch.zeros(64, d, dtype=f)) for _ in range(consumers)]
+        for i in range(max(prog["n_m"], 0)):
+            start_m = prog["lo"] + 64 * i
+            qb, dob = _rows(q, start_m, 64), _rows(do, start_m, 64)
+            cols = start_m + torch.arange(64)
+            l2, dl = _vec(lse2, start_m, 64), _vec(delta, start_m, 64)
+            ds_all = []
+            for c in range(consumers):
+                key0 = prog["start_n"] + 64 * c
+                kb, vb = _rows(k, key0, 64), _rows(v, key0, 64)
+                if step == 2 and causal and start_m + 63 < key0:  # step 2 releases such a block unread
+                    ds_all.append(None)
+                    continue
+                st = (kb @ qb.T) * qk_scale  # S^T [64 keys, 64 queries]
+                if causal and start_m < key0 + 63:
+                    st = torch.where((key0 + torch.arange(64))[:, None] <= cols[None, :], st, -math.inf)
+                pt = torch.exp2(st - l2[None, :])
+                dk, dv = acc[c]
+                dv += rnd(pt) @ dob
+                dst = rnd(pt * ((vb @ dob.T) - dl[None, :]))
+                dk += dst @ qb
+                ds_all.append((dst, kb))
+            rows = slice(start_m, min(start_m + 64, n_q))
+            n_rows = rows.stop - rows.start
+            if step <= 2:  # each consumer adds its own dS K
+                for part in ds_all:
+                    if part is not None:
+                        dst, kb = part
+                        dq_buf[rows] += (dst.T @ kb)[:n_rows]
+                        additions[rows] += 1
+            else:  # one addition of dS K over the program's 128 keys
+                dst = torch.cat([p[0] for p in ds_all], 0)
+                kb = torch.cat([p[1] for p in ds_all], 0)
+                dq_buf[rows] += (dst.T @ kb)[:n_rows]
+                additions[rows] += 1
+        for c, (dk, dv) in enumerate(acc):
+            key0 = prog["start_n"] + 64 * c
+            n = max(0, min(64, n_k - key0))
+            dk_out[key0 : key0 + n] = dk[:n] * scale
+            dv_out[key0 : key0 + n] = dv[:n]
+    return dq_buf * scale, dk_out, dv_out, additions
+
+
+def reference_backward(q, k, v, do, causal: bool = False, scale: float | None = None):
+    """(o, lse, dq, dk, dv) of one head by autograd in float64 (top-left causal mask, as SDPA): q, do [Nq, d],
+    k, v [Nk, d]."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be [N, d] (one head), got shape {tuple(t.shape)}.")
+    q, k, v, do = (t.detach().double() for t in (q, k, v, do))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else scale
+    s = (q @ k.T) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril(), -math.inf)
+    lse = torch.logsumexp(s, 1)
+    o = torch.exp(s - lse[:, None]) @ v
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    return o.detach(), lse.detach(), dq, dk, dv

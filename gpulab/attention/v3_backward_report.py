@@ -1,0 +1,123 @@
+"""Lesson 4, version 3's backward measured: the records of ``scripts/gpu_v3_backward.py`` read back, best rounds,
+ratios and tables (no kernels here; :mod:`gpulab.attention.v3.backward` is the kernel).
+
+Records: ``benchmarks/04_attention/v3/<gpu>-<date>-bwd-<run>-<part>.jsonl``, one JSON object a line, with the
+device, torch and Triton versions and the date; ``part`` is ``check`` (gradients against float64, ``ok``,
+``rel_err_dq/dk/dv``; ``kind='plan'``: through ``flash_attention``, eager, compiled and deterministic), ``race``
+(``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``), ``time`` (``kind='fwd+bwd'``: ``impl``, ``round``, ``ms``
+device time by ``do_bench``, ``wall_ms`` eager wall time) and ``cs336`` (the CS336 leaderboard problem, ``ms`` by
+``triton.testing.do_bench``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+from gpulab import runtime
+
+__all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
+           "CUDNN", "SHIPPED", "TOP_STUDENT_MS"]  # fmt: skip
+
+FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+CUDNN = "SDPA cuDNN"
+SHIPPED = "gpulab shipped"
+"""``flash_attention`` as shipped when the records were taken: the plan's forward, version 1's two backward kernels."""
+TOP_STUDENT_MS = 5.36
+"""The CS336 2025 leaderboard's top entry for this problem (ms, timed on the leaderboard's own H100; issue 39)."""
+_NAME = re.compile(r"^(?P<gpu>.+)-(?P<date>\d{4}-\d\d-\d\d)-bwd-(?P<run>[a-z])-(?P<part>check|race|time|cs336)\.jsonl$")
+
+
+def runs(folder=None) -> list[str]:
+    """The run letters with records in ``folder`` (default :data:`FOLDER`), oldest first."""
+    folder = Path(folder) if folder is not None else FOLDER
+    return sorted({m["run"] for p in folder.glob("*-bwd-*.jsonl") if (m := _NAME.match(p.name))})
+
+
+def stored(run: str, part: str, folder=None) -> list[dict]:
+    """The records of ``part`` ('check', 'race', 'time' or 'cs336') of run ``run`` (a letter, see :func:`runs`);
+    FileNotFoundError naming the folder if there are none."""
+    runtime.one_of("part", part, ("check", "race", "time", "cs336"))
+    folder = Path(folder) if folder is not None else FOLDER
+    files = sorted(p for p in folder.glob(f"*-bwd-{run}-{part}.jsonl") if _NAME.match(p.name))
+    if not files:
+        raise FileNotFoundError(f"no version-3 backward records of run {run!r}, part {part!r} in {folder}; "
+                                "run scripts/gpu_v3_backward.py on an H100 and copy its files there.")  # fmt: skip
+    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+
+
+def best(records: list[dict], clock: str = "ms") -> dict:
+    """``{(dtype, head_dim, seq, causal): {impl: record}}`` of ``kind='fwd+bwd'`` records, each implementation's
+    round with the shorter ``clock`` ('ms' or 'wall_ms') time; records with an error are left out."""
+    runtime.one_of("clock", clock, ("ms", "wall_ms"))
+    out: dict = {}
+    for r in records:
+        if r.get("kind") != "fwd+bwd" or clock not in r:
+            continue
+        key = (r["dtype"].replace("torch.", ""), r["head_dim"], r["seq"], r["causal"])
+        row = out.setdefault(key, {})
+        if r["impl"] not in row or r[clock] < row[r["impl"]][clock]:
+            row[r["impl"]] = r
+    return out
+
+
+def ratios(best_rows: dict, impl: str, peer: str = CUDNN, clock: str = "ms", head_dim=None) -> list[float]:
+    """``peer``'s time over ``impl``'s on every problem both ran (above 1: ``impl`` took less time), optionally
+    at one ``head_dim``."""
+    return [row[peer][clock] / row[impl][clock] for key, row in sorted(best_rows.items())
+            if impl in row and peer in row and (head_dim is None or key[1] == head_dim)]  # fmt: skip
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest) of ``values``; ValueError if there are none."""
+    if not values:
+        raise ValueError("spread() needs at least one ratio; the records hold none for this pair.")
+    return statistics.median(values), min(values), max(values)
+
+
+def table(best_rows: dict, impls: list[str], clock: str = "ms") -> str:
+    """A text table: one row per problem, per implementation its time and its speed relative to cuDNN's."""
+    head = f"{'problem':26s}" + "".join(f"{name[-22:]:>24s}" for name in impls)
+    lines = [head, "-" * len(head)]
+    for (dtype, d, n, causal), row in sorted(best_rows.items()):
+        label = f"{dtype[:4]} d{d} N{n}{' causal' if causal else ''}"
+        cells = []
+        for name in impls:
+            if name in row and CUDNN in row:
+                cells.append(f"{row[name][clock]:8.3f} ms {row[CUDNN][clock] / row[name][clock]:5.2f}x")
+            else:
+                cells.append("-")
+        lines.append(f"{label:26s}" + "".join(f"{c:>24s}" for c in cells))
+    return "\n".join(lines)
+
+
+def cs336(records: list[dict]) -> dict[str, float]:
+    """``{impl: ms}``: each implementation's shorter ``do_bench`` time over its rounds on the CS336 problem."""
+    out: dict[str, float] = {}
+    for r in records:
+        if r.get("kind") == "cs336" and "ms" in r:
+            out[r["impl"]] = min(out.get(r["impl"], float("inf")), r["ms"])
+    return out
+
+
+def check_summary(records: list[dict]) -> dict:
+    """``{'passed', 'checks', 'max_rel_err', 'configs', 'plan_ok'}`` of a check part: gradient checks that passed,
+    checks, the largest relative error of dQ, dK or dV, the configurations covered, and whether every check
+    through ``flash_attention`` (eager, compiled, deterministic) passed (None: not in this run)."""
+    grads = [r for r in records if r.get("kind") == "check"]
+    plan = [r for r in records if r.get("kind") == "plan"]
+    errs = [r[f"rel_err_{g}"] for r in grads for g in ("dq", "dk", "dv") if f"rel_err_{g}" in r]
+    return {"passed": sum(bool(r.get("ok")) for r in grads), "checks": len(grads),
+            "max_rel_err": max(errs, default=float("nan")), "configs": sorted({str(r["step"]) for r in grads}),
+            "plan_ok": all(r.get("ok") for r in plan) if plan else None}  # fmt: skip
+
+
+def race_summary(records: list[dict]) -> dict:
+    """``{'configs', 'runs', 'dkdv_differing', 'dq_max_rel_diff'}`` of a race part: (step, d, causal) cases, runs
+    each, runs whose dK or dV differed bit for bit from the first (summed), the largest relative difference of dQ."""
+    rs = [r for r in records if r.get("kind") == "race"]
+    return {"configs": len(rs), "runs": max((r["runs"] for r in rs), default=0),
+            "dkdv_differing": sum(r["dkdv_differing"] for r in rs),
+            "dq_max_rel_diff": max((r["dq_max_rel_diff"] for r in rs), default=float("nan"))}  # fmt: skip

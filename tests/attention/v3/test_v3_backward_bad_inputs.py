@@ -1,0 +1,55 @@
+"""Version 3's backward: its public callables refuse bad input with a clear error naming the argument (no GPU)."""
+
+import pytest
+import torch
+
+from gpulab.attention import v3_backward_report as report
+from gpulab.attention.plan import V3Backward
+from gpulab.attention.v3 import backward, backward_model, compile_check
+
+Z = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
+H = torch.zeros(8, 64, dtype=torch.float64)
+
+CASES = [
+    ("V3BackwardConfig step", lambda: backward.V3BackwardConfig(step=5), ValueError),
+    ("V3BackwardConfig stages", lambda: backward.V3BackwardConfig(stages=1), ValueError),
+    ("V3BackwardConfig regs", lambda: backward.V3BackwardConfig(consumer_regs=236), ValueError),
+    ("backward_config head_dim", lambda: backward.backward_config(96), ValueError),
+    ("backward_config causal", lambda: backward.backward_config(64, "no"), TypeError),
+    ("backward_config step", lambda: backward.backward_config(64, False, step=0), ValueError),
+    ("attention_backward unsupported", lambda: backward.attention_backward(Z, Z, Z, Z, Z, Z[..., 0]), ValueError),
+    ("constexprs cfg", lambda: backward.constexprs(64, False, None), TypeError),
+    ("V3Backward cfg", lambda: V3Backward(), TypeError),
+    ("key_programs n_q", lambda: backward_model.key_programs(0, 8, False), ValueError),
+    ("key_programs causal", lambda: backward_model.key_programs(8, 8, 1), TypeError),
+    ("model_backward shape", lambda: backward_model.model_backward(Z, Z, Z, Z, Z, Z), ValueError),
+    ("model_backward step", lambda: backward_model.model_backward(H, H, H, H, H, H[:, 0], step=7), ValueError),
+    ("model_backward tensor", lambda: backward_model.model_backward([1.0], H, H, H, H, H[:, 0]), TypeError),
+    ("reference_backward tensor", lambda: backward_model.reference_backward([1.0], H, H, H), TypeError),
+    ("reference_backward shape", lambda: backward_model.reference_backward(Z, H, H, H), ValueError),
+    ("compile_backward_sm90 dtype", lambda: compile_check.compile_backward_sm90(64, False, "fp8"), ValueError),
+    ("compile_backward_sm90 cfg", lambda: compile_check.compile_backward_sm90(64, False, "bf16", {}), TypeError),
+    ("backward_structures_in_fresh_process",
+     lambda: compile_check.backward_structures_in_fresh_process([]), ValueError),
+    ("backward_structures_in_fresh_process d",
+     lambda: compile_check.backward_structures_in_fresh_process([dict(d=96, causal=False)]), ValueError),
+    ("stored part", lambda: report.stored("b", "timing"), ValueError),
+    ("stored run", lambda: report.stored("z", "time"), FileNotFoundError),
+    ("runs folder", lambda: report.runs("/nonexistent-folder"), None),
+    ("best clock", lambda: report.best([], clock="s"), ValueError),
+    ("spread empty", lambda: report.spread([]), ValueError),
+    ("ratios missing", lambda: report.ratios({}, "x"), None),
+    ("table empty", lambda: report.table({}, ["x"]), None),
+    ("cs336 empty", lambda: report.cs336([]), None),
+    ("check_summary empty", lambda: report.check_summary([]), None),
+    ("race_summary empty", lambda: report.race_summary([]), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, err", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input(call, err):
+    if err is None:  # an empty or absent input is not an error: an empty answer
+        assert not call() or isinstance(call(), (str, dict))
+        return
+    with pytest.raises(err):
+        call()

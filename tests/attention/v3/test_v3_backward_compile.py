@@ -1,0 +1,56 @@
+"""Version 3's backward compiled for sm_90 without a GPU: products, waits, register budgets, shared memory, spills and
+the dQ atomics, read from the PTX and ptxas -v (one fresh process compiles the kernels below)."""
+
+import dataclasses
+import functools
+
+import pytest
+import triton
+
+from gpulab.attention.v3 import backward, compile_check, forward
+
+_PROBLEM = compile_check.gluon_api_problem()
+if _PROBLEM is None and ".".join(triton.__version__.split(".")[:2]) not in forward.TESTED_TRITON:
+    _PROBLEM = f"version 3 is written against Triton {', '.join(forward.TESTED_TRITON)}; this is {triton.__version__}"
+pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
+
+SMEM_LIMIT = 227 * 1024
+SPILL_BOUND = 512
+"""Spill-store bytes ptxas may report at head dim 128 for steps 1-3 (Triton 3.6: 160-450 bytes; dK, dV and dQ's
+accumulators plus the scores nearly fill the 240 registers a consumer gets); head dim 64 spills nothing."""
+CASES = {  # name: (head dim, causal, V3BackwardConfig fields, spill bytes allowed)
+    "d128 step 1": (128, False, dict(step=1), SPILL_BOUND),
+    "d64 causal step 3": (64, True, dict(step=3), 0),
+    "d64 step 4": (64, False, dict(step=4), 0),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _structures() -> dict:
+    configs = [dict(d=d, causal=c, cfg=dataclasses.asdict(backward.V3BackwardConfig(**f))) for d, c, f, _ in
+               CASES.values()]  # fmt: skip
+    return dict(zip(CASES, compile_check.backward_structures_in_fresh_process(configs)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_backward_structure(name):
+    d, causal, fields, bound = CASES[name]
+    cfg = backward.V3BackwardConfig(**fields)
+    s = _structures()[name]
+    # wgmma.mma_async per consumer and query block: S^T and dP^T are D/16 each (K = d), dV and dK 4 each (K = 64
+    # queries), dS K 8 (two column halves of K = 64 keys, or one of K = 128 keys); step 4 issues S^T and dP^T
+    # in three places (before the loop's first block and in both branches of its end) and dS K in two (the loop and
+    # the last block's epilogue).
+    per_pair = d // 8 + 16 if cfg.step < 4 else 3 * (d // 8) + 8 + 16
+    assert s["wgmma"] == cfg.consumers * per_pair, s
+    assert s["wait_depths"] == [0, 1], s  # the scores waited for with dP^T still in flight
+    if cfg.step == 1:
+        assert s["setmaxnreg"] == [] and s["warps"] == 4, s
+    else:  # the producer warp gives registers up, the consumers take them
+        assert ["dec", str(cfg.producer_regs)] in s["setmaxnreg"], s
+        assert ["inc", str(cfg.consumer_regs)] in s["setmaxnreg"], s
+        assert s["warps"] == 12, s
+    assert 0 < s["shared"] <= SMEM_LIMIT, s
+    assert s["spill_stores"] <= bound, s
+    assert s["tma_loads"] >= 4, s  # Q, dO, K, V by TMA
+    assert any(".v2.f32" in a for a in s["atomic_adds"]), s  # dQ added two floats per instruction

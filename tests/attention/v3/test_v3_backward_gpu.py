@@ -1,0 +1,59 @@
+"""Version 3's backward on a Hopper GPU (``pytest -m gpu``): dQ, dK, dV at full size against float64 autograd, and the
+race test (dK and dV equal bit for bit over repeated runs; dQ within its fp32 atomic additions' rounding). Skipped
+without CUDA (tests/conftest.py) and where :func:`gpulab.attention.v3.backward.supported` says no. The same checks,
+recorded, are ``scripts/gpu_v3_backward.py``'s check and race parts (records ``benchmarks/04_attention/v3/``)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gpulab import check
+from gpulab.attention.plan import attention_forward
+from gpulab.attention.v3 import backward as v3b
+
+pytestmark = pytest.mark.gpu
+DQ_RACE_BOUND = 1e-4
+"""dQ's largest relative difference between runs (fp32 additions in another order; 2.8e-5 in the H100 records)."""
+
+
+def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, do = (torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=gen) for _ in "qd")
+    k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=gen) for _ in "kv")
+    ok, why = v3b.supported(q, k, v, causal)
+    if not ok:
+        pytest.skip(why)
+    o, lse = attention_forward(q, k, v, is_causal=causal)
+    return q, k, v, o, do, lse
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_gradients_against_float64(dtype, d, causal, step):
+    for shape in ((2, 3, 1000, 1000), (1, 2, 300, 517)):
+        q, k, v, o, do, lse = _inputs(*shape, d, dtype, causal)
+        torch.full((3 * (q.numel() + k.numel()),), float("nan"), device="cuda")  # freed: unwritten outputs show
+        got = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=v3b.V3BackwardConfig(step=step))
+        q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.MATH):
+            ref = torch.autograd.grad(F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal),
+                                      (q64, k64, v64), do.double())  # fmt: skip
+        for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+            err = check.relative_error(g, r)
+            assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
+
+
+@pytest.mark.parametrize("step", [3, 4])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_race(d, causal, step, runs=30):
+    q, k, v, o, do, lse = _inputs(4, 1024 // d // 2, 2000, 2000, d, torch.bfloat16, causal, seed=7)
+    cfg = v3b.V3BackwardConfig(step=step)
+    dq0, dk0, dv0 = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
+    for _ in range(runs):
+        dq, dk, dv = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
+        assert torch.equal(dk, dk0) and torch.equal(dv, dv0), "dK or dV differ between runs: a race"
+        assert check.relative_error(dq, dq0) < DQ_RACE_BOUND

@@ -1,0 +1,83 @@
+"""Version 3's backward on the CPU: the kernel's block order and accumulation points (the model) against float64
+autograd, and the numbers of dQ additions each step makes."""
+
+import pytest
+import torch
+
+from gpulab import check
+from gpulab.attention.v3 import backward_model as bm
+
+CASES = [(200, 300, 64), (333, 129, 128), (129, 517, 64), (70, 70, 64), (300, 517, 64)]
+IDS = ["nq<nk", "nq>nk", "ragged", "one-block", "keys-nobody-sees"]
+
+
+def _inputs(n_q, n_k, d, causal, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed + n_q * 7 + n_k)
+    q, do = (torch.randn(n_q, d, dtype=torch.float64, generator=gen) for _ in "qd")
+    k, v = (torch.randn(n_k, d, dtype=torch.float64, generator=gen) for _ in "kv")
+    q, k, v, do = (t.to(dtype).double() for t in (q, k, v, do))  # values representable in dtype
+    o, lse, *grads = bm.reference_backward(q, k, v, do, causal)
+    return q, k, v, o, do, lse, grads
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q, n_k, d", CASES, ids=IDS)
+def test_model_in_float64_is_the_gradient(n_q, n_k, d, causal, step):
+    """Without roundings, the kernel's decomposition (bounds, masks, skipped blocks, zero rows) is exact."""
+    q, k, v, o, do, lse, ref = _inputs(n_q, n_k, d, causal)
+    got = bm.model_backward(q, k, v, o, do, lse, causal, step=step, acc_dtype=torch.float64)[:3]
+    for g, r in zip(got, ref):
+        assert torch.isfinite(g).all()
+        assert check.relative_error(g, r) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_model_with_the_kernels_roundings_is_within_tolerance(dtype):
+    q, k, v, o, do, lse, ref = _inputs(257, 300, 64, True, dtype)
+    got = bm.model_backward(q, k, v, o, do, lse, True, step=3, round_to=dtype)[:3]
+    for g, r in zip(got, ref):
+        assert 0 < check.relative_error(g, r) < check.tolerance(dtype)
+
+
+def test_model_catches_a_wrong_causal_start():
+    """The check can fail: starting each program's query loop one block late drops the diagonal's gradients."""
+    q, k, v, o, do, lse, ref = _inputs(300, 300, 64, True)
+    orig = bm.key_programs
+
+    def late(*a, **kw):
+        return [{**p, "lo": p["lo"] + 64, "n_m": p["n_m"] - 1} for p in orig(*a, **kw)]
+
+    bm.key_programs = late
+    try:
+        bad = bm.model_backward(q, k, v, o, do, lse, True, step=3, acc_dtype=torch.float64)[1]
+    finally:
+        bm.key_programs = orig
+    assert check.relative_error(bad, ref[1]) > 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dq_additions_per_step(causal):
+    """Steps 1-2 add dS K once per 64 keys, steps 3-4 once per 128 (both consumers' dS shared): half the atomics.
+    Causal: query row i is added to by the programs whose keys start at or before it."""
+    n_q = n_k = 520
+    q, k, v, o, do, lse, _ = _inputs(n_q, n_k, 64, causal)
+    counts = {s: bm.model_backward(q, k, v, o, do, lse, causal, step=s)[3] for s in (1, 3)}
+    rows = torch.arange(n_q)
+    if causal:
+        assert torch.equal(counts[1], rows // 64 + 1)
+        assert torch.equal(counts[3], rows // 128 + 1)
+    else:
+        assert torch.equal(counts[1], torch.full((n_q,), -(-n_k // 64)))
+        assert torch.equal(counts[3], torch.full((n_q,), -(-n_k // 128)))
+
+
+def test_programs():
+    progs = bm.key_programs(300, 517, True, step=3)
+    assert [p["start_n"] for p in progs] == [0, 128, 256, 384, 512]
+    assert [p["n_m"] for p in progs][:3] == [5, 3, 1]
+    assert all(p["n_m"] <= 0 for p in progs[3:])  # keys past the last query: no block (dK = dV = 0)
+    with pytest.raises(ValueError, match="step"):
+        bm.key_programs(10, 10, False, step=5)
+    with pytest.raises(ValueError, match=r"\[N, d\]"):
+        bm.model_backward(*(torch.zeros(1, 4, 8),) * 5, torch.zeros(4))
