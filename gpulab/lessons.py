@@ -89,8 +89,9 @@ LESSONS: list[Lesson] = [
             "candidates": "gpulab.rnn.fused.split_bench:candidates",
             "partials": "gpulab.rnn.fused.split_bench:partials",
             "versions": "gpulab.rnn.fused.versions_bench:versions",
+            "steps": "gpulab.rnn.fused.steps_bench:steps",
         },
-        folders={"cross": "split", "candidates": "split", "partials": "split"},
+        folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split"},
     ),
     Lesson(
         "06",
