@@ -121,5 +121,63 @@ def main():
         json.dump(res, fh, indent=1)
 
 
-if __name__ == "__main__":
+def tagged_diff():
+    """Where the tagged forward differs from the barrier one (GPU): elements, size, first step."""
+    x = problem_inputs(16, 64, 1, 256, torch.bfloat16, seed=0)
+    a = split.split_rnn_forward(*x, exchange="barrier")[0]
+    b = split.split_rnn_forward(*x, exchange="tagged")[0]
+    c = split.split_rnn_forward(*x, exchange="flags")[0]
+    d = (a.float() - b.float()).abs()
+    steps = (d.amax(dim=(0, 1, 3, 4)) > 0).nonzero().flatten().tolist()
+    emit("tagged_diff", {"differ": int((d > 0).sum()), "max": float(d.max()), "first_steps": steps[:5],
+                         "flags_equal": bool(torch.equal(a, c))})  # fmt: skip
+
+
+def tiny_breakdown(n=300):
+    """The tiny problem's wall time by piece (host timers, a synchronize after each timed loop) and a cProfile."""
+    import cProfile
+    import pstats
+
+    x = [t.detach().requires_grad_(True) for t in problem_inputs(1, 4, 2, 64, torch.bfloat16)]
+    out = {}
+
+    def fwd_grad():
+        return flashrnn(*x, function="lstm", backend="fused")[0]
+
+    def full():
+        for t in x:
+            t.grad = None
+        fwd_grad().sum().backward()
+
+    y = fwd_grad().sum()
+    out["forward_with_grad_ms"] = wall(fwd_grad, n)
+    out["forward_and_sum_ms"] = wall(lambda: fwd_grad().sum(), n)
+    out["full_ms"] = wall(full, n)
+    ys = [fwd_grad().sum() for _ in range(n)]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for y in ys:
+        y.backward()
+    torch.cuda.synchronize()
+    out["backward_only_ms"] = (time.perf_counter() - t) / n * 1e3
+    out["empty_launch_ms"] = wall(lambda: torch.empty(1, device="cuda").add_(1), n)
+    emit("tiny_breakdown", out)
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        full()
+    torch.cuda.synchronize()
+    pr.disable()
+    with open(f"{OUT}/tiny_cprofile.txt", "w") as fh:
+        st = pstats.Stats(pr, stream=fh).sort_stats("tottime")
+        st.print_stats(40)
+        st.sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__" and "diag" not in sys.argv:
     main()
+elif __name__ == "__main__":
+    tagged_diff()
+    tiny_breakdown()
+    with open(f"{OUT}/probe_diag.json", "w") as fh:
+        json.dump(res, fh, indent=1)

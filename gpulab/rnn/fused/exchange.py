@@ -43,6 +43,8 @@ __all__ = [
     "tagged_state",
     "tag_base",
     "leave",
+    "flag_arrive",
+    "flags_wait",
 ]
 
 TAG_MASK: tl.constexpr = tl.constexpr(0x7FFFFFFF)
@@ -50,8 +52,10 @@ TAG_MASK: tl.constexpr = tl.constexpr(0x7FFFFFFF)
 SPIN_TRIES = 1 if runtime.INTERPRET else (1 << 31) - 1
 """Loads of the words before a reader gives up: unbounded on a GPU; one in the interpreter (see the module)."""
 
-EXCHANGES = ("barrier", "tagged")
-"""How the split kernels exchange their tile each step: a counter barrier, then the load; or tagged words."""
+EXCHANGES = ("barrier", "tagged", "flags")
+"""How the split kernels exchange their tile each step: a counter barrier (one int64 all programs add to), then the
+load; tagged words (the load is the barrier); or a flag per program (each writes the tag of its latest step into its
+own flag with release semantics, readers poll the flags of their head's programs only, then load)."""
 
 _STATES: dict = {}
 
@@ -101,6 +105,32 @@ def leave(seq_ptr, n_programs, steps):
     gone = tl.atomic_add(seq_ptr + 1, 1, sem="acq_rel", scope="gpu") + 1
     if gone % n_programs == 0:
         tl.atomic_add(seq_ptr, steps, sem="release", scope="gpu")
+
+
+@triton.jit
+def flag_arrive(flag_ptr, tag):
+    """After this program's stores of a step: its flag := ``tag`` (release: every thread's stores come first)."""
+    tl.debug_barrier()
+    tl.atomic_xchg(flag_ptr, tag, sem="release", scope="gpu")
+
+
+@triton.jit
+def flags_wait(group_ptr, n, want, N_PAD: tl.constexpr, SPIN: tl.constexpr, FENCE: tl.constexpr):
+    """Poll the ``n`` flags at ``group_ptr`` until all are at least ``want`` (volatile loads of a few bytes), then an
+    acquire fence. Returns an int32 [1, 1] zero the compiler cannot see through: added to the addresses of the data
+    loads that follow, it keeps them after the fence (FENCE: compiled kernels; the interpreter needs none)."""
+    k = tl.arange(0, N_PAD)
+    ok = k < n
+    late = tl.sum(tl.where(ok & (tl.load(group_ptr + k, mask=ok, other=0, volatile=True) < want), 1, 0))
+    tries = 1
+    while (late > 0) & (tries < SPIN):
+        late = tl.sum(tl.where(ok & (tl.load(group_ptr + k, mask=ok, other=0, volatile=True) < want), 1, 0))
+        tries += 1
+    zero = tl.zeros([1, 1], tl.int32) + late * 0
+    if FENCE:
+        zero = tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.b32 $0, 0;", "=r,r", [zero], dtype=tl.int32,
+                                         is_pure=False, pack=1)  # fmt: skip
+    return zero
 
 
 def tagged_state(device: torch.device, programs: int, words: int, kind: str) -> tuple[torch.Tensor, torch.Tensor]:

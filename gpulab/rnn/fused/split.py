@@ -55,6 +55,8 @@ from gpulab.rnn.fused.exchange import (
     EXCHANGES,
     SPIN_TRIES,
     TAG_MASK,
+    flag_arrive,
+    flags_wait,
     leave,
     pack_tagged,
     stale_words,
@@ -179,6 +181,8 @@ def split_forward_kernel(
     TAGGED: tl.constexpr,  # h exchanged as tagged words: the load is the barrier (16-bit, even DH; see .exchange)
     SPIN: tl.constexpr,  # loads of the tagged words before giving up (exchange.SPIN_TRIES)
     TIMING: tl.constexpr,  # clock stamps per program and step into clk_ptr (GPU only; see .clocks)
+    FLAGS: tl.constexpr,  # a flag per program instead of the counter barrier (xch_ptr: the flags; see .exchange)
+    P_PAD: tl.constexpr,  # the programs of a head and batch tile, to a power of two (FLAGS only)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``."""
     G: tl.constexpr = 4 if G_B > 1 else 1
@@ -236,7 +240,7 @@ def split_forward_kernel(
     out_h = out_ptr + rows64[:, None] * T * HD + n * DH + kk[None, :]
 
     base = 0  # the barrier's count before this launch: programs * (the generations of earlier launches)
-    if BARRIER and not TAGGED:
+    if BARRIER and not TAGGED and not FLAGS:
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # a load: nobody passed our first barrier yet
         base = base - base % n_programs
     # TAGGED: h_s as words of two values and the tag of step s, in slot (s + 1) % 2 (see .exchange)
@@ -248,10 +252,10 @@ def split_forward_kernel(
     own_words = p * WU + tl.arange(0, WU)
     x_own = x_rows + own_words[None, :]
     x_own_mask = row_ok & (own_words < DH // 2)[None, :]
-    tag0 = base
-    if TAGGED:  # step s's tag is tag0 + s + 1; step 0 reads h_{-1} from s0 (written before the launch)
-        tag0 = tag_base(seq_ptr, t_start)
     prog = (tl.program_id(2) * NH + n) * tl.num_programs(0) + p
+    tag0 = base
+    if TAGGED or FLAGS:  # step s's tag is tag0 + s + 1; step 0 reads h_{-1} from s0 (written before the launch)
+        tag0 = tag_base(seq_ptr, t_start)
     clk = clk_ptr + (prog * (T + 1)).to(tl.int64) * 8
     if TIMING:
         keep(clk + T * 8, clock_after(h), BLOCK_B, BLOCK_U)
@@ -285,6 +289,9 @@ def split_forward_kernel(
                               unpack_tagged(w3, dt, BLOCK_B, BLOCK_K))  # fmt: skip
         else:  # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
             prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
+            if FLAGS:  # the flags of this head's programs at step t-1's tag, then the loads (kept after the fence)
+                if t > 0:
+                    prev += flags_wait(xch_ptr + (prog - p), tl.num_programs(0), tag0 + t, P_PAD, SPIN, APART)
             h0 = _h_chunk(prev, 0, row_ok, DH, BLOCK_K)
             h1 = h0
             h2 = h0
@@ -340,7 +347,9 @@ def split_forward_kernel(
         tl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
         if TIMING:  # 4: the stores are issued
             keep(clk + t * 8 + 4, clock_after(h), BLOCK_B, BLOCK_U)
-        if BARRIER and not TAGGED:
+        if FLAGS:
+            flag_arrive(xch_ptr + prog, tag0 + t + 1)
+        if BARRIER and not TAGGED and not FLAGS:
             if t < t_stop - 1:  # (after the last step nobody reads h from another program)
                 tl.debug_barrier()  # every thread's store of h_t is issued before the arrival releases them
                 tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")  # arrive (result unused: no wait)
@@ -351,13 +360,13 @@ def split_forward_kernel(
                 if TIMING:  # 5: the barrier is passed
                     keep(clk + t * 8 + 5, clock_after(tl.zeros([1, 1], tl.int32) + seen.to(tl.int32)), 1, 1)
         if TIMING:
-            if TAGGED:  # no barrier: 5 = 4
+            if TAGGED or FLAGS:  # no barrier: 5 = 4 (the wait is in the next step's exchange)
                 keep(clk + t * 8 + 5, clock_after(h), BLOCK_B, BLOCK_U)
 
     if TIMING:
         keep(clk + T * 8 + 2, clock_after(h), BLOCK_B, BLOCK_U)
         keep(clk + T * 8 + 3, globaltimer_after(h), BLOCK_B, BLOCK_U)
-    if TAGGED:
+    if TAGGED or FLAGS:
         leave(seq_ptr, n_programs, t_stop - t_start)
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
@@ -394,7 +403,7 @@ def split_rnn_forward(
     dev, dt = Wx.device, Wx.dtype
     fits = tagged_fits(dt, DH, cfg.block_u, cfg.block_k)
     if exchange is None:
-        exchange = EXCHANGE if fits else "barrier"
+        exchange = EXCHANGE if fits or EXCHANGE != "tagged" else "barrier"
     runtime.one_of("exchange", exchange, EXCHANGES)
     if exchange == "tagged" and not fits:
         raise ValueError(
@@ -416,12 +425,17 @@ def split_rnn_forward(
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=save_gates,
         FAST=fast_activations(dt), IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
         BARRIER=persistent, APART=not runtime.INTERPRET, TAGGED=tagged, SPIN=SPIN_TRIES, TIMING=clocks is not None,
+        FLAGS=exchange == "flags", P_PAD=triton.next_power_of_2(cfg.split),
         **cfg.launch(),
     )  # fmt: skip
     stride = B * T * NH * DH
     g = gates if save_gates else out
     bar = barrier_counter(dev, programs) if persistent else out
-    seq, words = tagged_state(dev, programs, 2 * B * NH * (DH // 2), "forward") if tagged else (bar, bar)
+    seq, words = bar, bar
+    if tagged:
+        seq, words = tagged_state(dev, programs, 2 * B * NH * (DH // 2), "forward")
+    elif exchange == "flags":
+        seq, words = tagged_state(dev, programs, programs, "flags")
     clk = clocks if clocks is not None else bar
     if persistent:
         last = new_output(fn.states, B, 1, NH, DH, dtype=dt, device=dev)

@@ -34,16 +34,21 @@ def _sizes():
     return runtime.pick(cpu=(2, 3, 192, torch.float16), gpu=(16, 1024, 768, torch.bfloat16))
 
 
+BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags"}
+"""The backward's exchange beside each forward exchange (the backward has no tagged words)."""
+
+
 @contextlib.contextmanager
 def exchange_as(name: str):
-    """The split forward's exchange set to ``name`` for the duration (``split.EXCHANGE``)."""
+    """The split kernels' exchange set to ``name`` for the duration (``split.EXCHANGE``, and
+    ``split_backward.EXCHANGE`` to :data:`BACKWARD_EXCHANGE`)."""
     runtime.one_of("name", name, exchange.EXCHANGES)
-    saved = split.EXCHANGE
-    split.EXCHANGE = name
+    saved = split.EXCHANGE, split_backward.EXCHANGE
+    split.EXCHANGE, split_backward.EXCHANGE = name, BACKWARD_EXCHANGE[name]
     try:
         yield
     finally:
-        split.EXCHANGE = saved
+        split.EXCHANGE, split_backward.EXCHANGE = saved
 
 
 def _with_exchange(name):
@@ -74,7 +79,8 @@ def time_benchmarks() -> list[bench.Benchmark]:
     B, T, DH, dtype = _sizes()
     out = []
     for training, suffix in ((False, ""), (True, " fwd+bwd")):
-        providers = {f"split {e}{suffix}": _with_exchange(e) for e in exchange.EXCHANGES}
+        names = [e for e in exchange.EXCHANGES if not training or BACKWARD_EXCHANGE[e] == e]
+        providers = {f"split {e}{suffix}": _with_exchange(e) for e in names}
         out.append(bench.Benchmark(
             lesson="05", name=f"steps{suffix}", cases=[{}], inputs=lambda training=training: _inputs(
                 B, T, DH, dtype, training), providers=providers, reference=_reference, check=_check_first,
@@ -133,14 +139,15 @@ def parts_records() -> list[bench.Result]:
     states_all, _, gates = split.split_rnn_forward(*x, save_gates=True, tiling=fwd.tiling)
     d_out = torch.randn_like(states_all)
     bwd = fwd.backward
-    stamps = clocks.clock_buffer(bwd.programs, T, x[0].device)
-    split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd, clocks=stamps)
-    torch.cuda.synchronize()
+    for e in sorted(set(BACKWARD_EXCHANGE.values())):
+        stamps = clocks.clock_buffer(bwd.programs, T, x[0].device)
+        split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd, clocks=stamps, exchange=e)
+        torch.cuda.synchronize()
 
-    def run_bwd():
-        return split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd)
+        def run_bwd(e=e):
+            return split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd, exchange=e)
 
-    out.append(_parts_record(f"split backward barrier 1x{DH}", "backward", "barrier", bwd, stamps, run_bwd, True))
+        out.append(_parts_record(f"split backward {e} 1x{DH}", "backward", e, bwd, stamps, run_bwd, True))
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import clocks, exchange, split, split_tiling
+from gpulab.rnn.fused import clocks, exchange, split, split_backward, split_tiling
 
 import triton  # isort: skip  (after gpulab: it decides whether Triton interprets)
 import triton.language as tl  # isort: skip
@@ -21,8 +21,8 @@ def _tiling(B, NH, DH, block_u=16):
     return dataclasses.replace(cfg, block_u=block_u, split=split_, programs=split_ * NH * math.ceil(B / 16))
 
 
-@pytest.mark.parametrize("function", ["lstm", "elman"])
-def test_tagged_forward_matches_float64_and_the_barrier_kernel(function, make_inputs):
+@pytest.mark.parametrize("function,how", [("lstm", "tagged"), ("elman", "tagged"), ("lstm", "flags")])
+def test_exchanges_match_float64_and_the_barrier_kernel(function, how, make_inputs):
     """Two heads, two batch tiles, three programs per head: every state of every step against float64, and equal
     bit for bit to the barrier kernel (the same math; only the exchange differs). Run twice: the second call's tags
     continue the first's."""
@@ -32,7 +32,7 @@ def test_tagged_forward_matches_float64_and_the_barrier_kernel(function, make_in
     base, _, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False, tiling=cfg, exchange="barrier")
     for _ in range(2):
         out, last, _ = split.split_rnn_forward(*inputs, function=function, save_gates=False, tiling=cfg,
-                                               exchange="tagged")  # fmt: skip
+                                               exchange=how)  # fmt: skip
         check.assert_close(out, ref[0], dtype=torch.float16, name="states_all")
         check.assert_close(last, ref[1], dtype=torch.float16, name="states_last")
         assert torch.equal(out, base)
@@ -92,10 +92,47 @@ def test_step_parts_from_stamps():
 @pytest.mark.gpu
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
 @pytest.mark.parametrize("DH", [256, 768])
-def test_tagged_persistent_forward_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
-    """B = 16, T = 64, bf16, the chooser's tiling: bit for bit the barrier kernel's states, launch after launch."""
+def test_persistent_forward_with_flags_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+    """B = 16, T = 64, bf16, the chooser's tiling: bit for bit the barrier kernel's states, launch after launch;
+    the tagged exchange within bf16's tolerance of float64 and the same launch after launch."""
     inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
     want, last, _ = split.split_rnn_forward(*inputs, function=function, exchange="barrier")
     for _ in range(20):
-        out, again, _ = split.split_rnn_forward(*inputs, function=function, exchange="tagged")
+        out, again, _ = split.split_rnn_forward(*inputs, function=function, exchange="flags")
         assert torch.equal(out, want) and torch.equal(again, last)
+    ref = rnn.flashrnn(*(t.double() for t in inputs), function=function, backend="vanilla")
+    tagged, _, _ = split.split_rnn_forward(*inputs, function=function, exchange="tagged")
+    check.assert_close(tagged, ref[0], dtype=torch.bfloat16, name="tagged states_all")
+    for _ in range(5):
+        assert torch.equal(split.split_rnn_forward(*inputs, function=function, exchange="tagged")[0], tagged)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
+@pytest.mark.parametrize("DH", [256, 768])
+def test_persistent_backward_with_flags_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+    inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device, seed=2)
+    out, _, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True)
+    d_out = torch.randn_like(out)
+    cfg = split_tiling.split_tiling(16, 1, DH, function, torch.bfloat16, direction="backward")
+    args = (d_out, gates, out, inputs[3], inputs[1], function, cfg)
+    want = split_backward.split_rnn_backward(*args, exchange="barrier")
+    for _ in range(20):
+        got = split_backward.split_rnn_backward(*args, exchange="flags")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_backward_with_flags_equals_the_barrier_kernel(make_inputs):
+    """The split backward with a flag per program gives the barrier kernel's gate gradients and d(initial states)
+    bit for bit (two heads, two batch tiles; launches of one step each continue each other's tags, twice)."""
+    inputs = make_inputs("lstm", 17, 3, 2, 40, dtype=torch.float16, device=runtime.device, seed=3)
+    fwd = _tiling(17, 2, 40)
+    out, _, gates = split.split_rnn_forward(*inputs, function="lstm", save_gates=True, tiling=fwd)
+    d_out = torch.randn_like(out)
+    want = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="barrier")
+    assert bool(want[0].abs().sum() > 0) and bool(want[1].abs().sum() > 0)
+    for _ in range(2):
+        got = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="flags")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with pytest.raises(ValueError, match="exchange"):
+        split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="tagged")
