@@ -90,8 +90,9 @@ LESSONS: list[Lesson] = [
             "partials": "gpulab.rnn.fused.split_bench:partials",
             "versions": "gpulab.rnn.fused.versions_bench:versions",
             "steps": "gpulab.rnn.fused.steps_bench:steps",
+            "called": "gpulab.rnn.fused.called_bench:called",
         },
-        folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split"},
+        folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split", "called": "split"},
     ),
     Lesson(
         "06",
