@@ -14,10 +14,11 @@ clock:
 - ``graph``: the ``autograd.grad`` step captured in a CUDA graph and replayed (no host work per step);
 - ``forward``: the forward alone, without autograd.
 
-Then the tiny problem's wall time taken apart (``kind='breakdown'``): the forward with autograd recording, the sum,
-the backward alone (forwards made first), each timed the same way, against the whole step; the number of kernels a
-step launches (torch.profiler); and the host's share, the step's wall time less the kernels' device time (the
-graph's replay). On CPU: the tiny problem in the interpreter, checked paths, no timing claims.
+Then the tiny problem's wall time taken apart (``kind='breakdown'``): the forward with autograd recording, the sum, the
+gradients cleared and the backward alone (forwards made first), each timed the same way, against the whole step; the
+number of kernels a step launches (torch.profiler); the wall time of one eager PyTorch op (an in-place add on one
+element: dispatch and a launch, the floor of any eager op); and the host's share, the step's wall time less the
+kernels' device time (the graph's replay). On CPU: the tiny problem in the interpreter, checked paths, no timing claims.
 """
 
 from __future__ import annotations
@@ -125,25 +126,27 @@ def breakdown(x, step_fns) -> list[bench.Result]:
     sums = [o.sum() for o in outs]
     runtime.synchronize()
     t = time.perf_counter()
-    for s in sums:
+    for s in sums:  # as the loop runs it: the gradients cleared, then the backward
+        for leaf in x:
+            leaf.grad = None
         s.backward()
     runtime.synchronize()
     backward_ms = (time.perf_counter() - t) / n * 1e3
-    for t_ in x:
-        t_.grad = None
     pieces = {
         "forward (autograd recording)": _wall_ms(forward, n),
         "sum": _wall_ms(lambda o=outs[0]: o.sum(), n),
-        "backward alone": backward_ms,
+        "gradients cleared + backward": backward_ms,
     }
     whole = _wall_ms(step_fns["loop"], n)
+    one = torch.zeros(1, device=x[0].device)
+    one_op = _wall_ms(lambda: one.add_(1), n)  # the floor of one eager PyTorch op: dispatch and a launch
     graph = step_fns.get("graph")
     kernels_ms = bench.time_callable(graph).median_ms if graph is not None else None
     B, T, NH, DH = _shape("tiny")
     r = bench.record(lesson="05", case="tiny breakdown", kind="breakdown", problem="tiny", B=B, T=T, NH=NH, DH=DH,
                      pieces_ms=pieces, pieces_sum_ms=sum(pieces.values()), step_wall_ms=whole,
                      kernels_device_ms=kernels_ms, kernels_per_step=_kernels_per_step(step_fns["loop"]),
-                     host_ms=whole - kernels_ms if kernels_ms is not None else None)  # fmt: skip
+                     host_ms=whole - kernels_ms if kernels_ms is not None else None, one_op_ms=one_op)  # fmt: skip
     r.wall_ms = whole
     return [r]
 
