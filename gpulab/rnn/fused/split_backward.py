@@ -280,6 +280,8 @@ def split_backward_kernel(
             keep(clk + t * 8 + 4, clock_after(share), BLOCK_B, BLOCK_K)
         if FLAGS:
             flag_arrive(flag_ptr + prog, base + (T - 1 - t) + 1)
+            if TIMING:  # 5 = 4: no barrier (the wait is in the next step's exchange)
+                keep(clk + t * 8 + 5, clock_after(share), BLOCK_B, BLOCK_K)
         if BARRIER and not FLAGS:
             tl.debug_barrier()  # every thread's stores of step t are issued before the arrival releases them
             tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")

@@ -213,10 +213,18 @@ def parts_table(rows) -> str:
         f"{'direction':9s} {'exchange':8s} {'P':>3s} " + " ".join(f"{n:>9s}" for n in names)
         + f" {'stamped':>8s} {'unstamped':>9s}",
     ]  # fmt: skip
+    broken = []
     for r in parts:
-        cells = " ".join(f"{r['parts'].get(n, float('nan')):9.0f}" for n in names)
+        if any(not -1e6 < r["parts"].get(n, 0.0) < 1e6 for n in names):  # a stamp the kernel did not write
+            broken.append(f"{r['direction']} {r['exchange']}")
+            cells = " ".join(f"{'-':>9s}" for n in names)
+        else:
+            cells = " ".join(f"{r['parts'].get(n, float('nan')):9.0f}" for n in names)
         lines.append(f"{r['direction']:9s} {r['exchange']:8s} {r['programs']:3d} {cells} {r['step_ns']:8.0f} "
                      f"{r['ms'] * 1e6 / T:9.0f}")  # fmt: skip
+    if broken:
+        lines.append(f"-: {', '.join(broken)}: a stamp missing in that run (the kernel did not write it), so its parts "
+                     "are not shown; its whole step is")  # fmt: skip
     return "\n".join(lines)
 
 
