@@ -21,7 +21,9 @@ rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exch
 skipped, ``SKIP_PRODUCT``), whose script was not kept. A sixth, ``*-steps.jsonl`` (``bench 05 steps``,
 :mod:`gpulab.rnn.fused.steps_bench`), holds rows of kind ``parts`` (a step of the forward and the backward at one
 head of 768 split into its parts by clock stamps, per exchange: :func:`parts_table`) and ``time`` (the forward and
-forward+backward with each exchange beside cuDNN: :func:`exchange_table`).
+forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench
+05 called``, :mod:`gpulab.rnn.fused.called_bench`), holds the recurrence as a training loop calls it (kind
+``called``) and the tiny step's pieces (kind ``breakdown``): :func:`called_table`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "parts_table",
     "exchange_table",
     "exchange_row",
+    "called_table",
     "time_row",
     "rows_of",
 ]
@@ -55,7 +58,8 @@ _FOLDER = ("05_fused_rnn", "split")
 # record -> what writes it (None: an experiment whose script was not kept)
 _RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
             "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
-            "parts": None, "steps": "python -m gpulab bench 05 steps"}  # fmt: skip
+            "parts": None, "steps": "python -m gpulab bench 05 steps",
+            "called": "python -m gpulab bench 05 called"}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
@@ -250,6 +254,35 @@ def exchange_table(rows) -> str:
             r = exchange_row(rows, e, training)
             if r is not None:
                 lines.append(f"{label:8s} {e:14s} {_cell(r)} {_cell(r, 'wall_ms')}")
+    return "\n".join(lines)
+
+
+def called_table(rows) -> str:
+    """Per problem and mode (``called`` rows): device ms and eager wall ms of a step, and the wall time over the CUDA
+    graph's; then the tiny step's pieces (``breakdown``) with their sum, the kernels' device time and one eager op."""
+    rows = _rows(rows)
+    called = [r for r in rows if r.get("kind") == "called" and "ms" in r]
+    if not called:
+        raise ValueError("no 'called' rows in these records: load them with load_split(record='called').")
+    lines = [f"{_env(rows)} | LSTM, bf16, Wx given, flashrnn(backend='fused'), one step = forward+backward",
+             f"{'problem':8s} {'mode':18s} {'ms':>8s} {'wall ms':>8s}  wall / graph's wall"]  # fmt: skip
+    graphs = {r["problem"]: r for r in called if r["mode"] == "graph"}
+    for r in called:
+        g = graphs.get(r["problem"])
+        ratio = f"{r['wall_ms'] / g['wall_ms']:.2f}x" if g and r["mode"] not in ("graph", "forward") else ""
+        lines.append(f"{r['problem']:8s} {r['mode']:18s} {r['ms']:8.3f} {r['wall_ms']:8.3f}  {ratio}")
+    for b in (r for r in rows if r.get("kind") == "breakdown"):
+        lines.append(f"\n{b['problem']} step, {b['step_wall_ms']:.3f} ms wall, in pieces (each timed alone):")
+        for name, ms in b["pieces_ms"].items():
+            lines.append(f"  {name:32s} {ms:8.3f} ms")
+        lines.append(
+            f"  {'sum':32s} {b['pieces_sum_ms']:8.3f} ms ({b['pieces_sum_ms'] / b['step_wall_ms']:.0%} of the step)"
+        )
+        if b.get("kernels_device_ms") is not None:
+            op = b.get("one_op_ms")
+            one = f"; one eager op: {op:.3f} ms wall" if op is not None else ""
+            lines.append(f"  kernels: {b['kernels_per_step']} per step, {b['kernels_device_ms']:.3f} ms device time "
+                         f"(the graph's replay){one}")  # fmt: skip
     return "\n".join(lines)
 
 
