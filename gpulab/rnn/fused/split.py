@@ -22,6 +22,10 @@ What you will learn:
 - **Everyone resident, or no launch.** A program spinning for one that never started would wait forever, so the
   launch is cooperative (``launch_cooperative_grid=True``): the driver starts the grid only if all of it fits on the
   GPU at once (:mod:`gpulab.rnn.fused.split_tiling` checks the same thing before launch and says why not).
+- **Two other ways to meet, measured and not taken** (``exchange=``, :mod:`gpulab.rnn.fused.exchange`): h in tagged
+  words (NCCL's LL protocol: the load is the barrier) and a flag per program instead of the counter. Both keep the
+  interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
+  G), so :data:`EXCHANGE` stays 'barrier'. ``clocks=`` stamps each step's parts (:mod:`gpulab.rnn.fused.clocks`).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
   the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
