@@ -31,7 +31,7 @@ from gpulab import bench, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused.benchmark import problem_inputs
 
-__all__ = ["called", "PROBLEMS", "modes", "breakdown"]
+__all__ = ["called", "PROBLEMS"]
 
 PROBLEMS = {"main": (16, 1024, 12, 64), "tiny": (1, 4, 2, 64)}
 """Problem name -> (B, T, NH, DH) on a GPU; in the interpreter both run as the tiny one with T = 3."""
@@ -48,7 +48,7 @@ def _leaves(name):
     return [t.detach().requires_grad_(True) for t in problem_inputs(B, T, NH, DH, dtype)]
 
 
-def modes(x) -> dict:
+def _modes(x) -> dict:
     """The step functions of each mode on leaves ``x`` (the graph mode made from ``autograd.grad``; None on CPU)."""
 
     def forward():
@@ -114,7 +114,7 @@ def _kernels_per_step(fn) -> int | None:
     return sum(e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def breakdown(x, step_fns) -> list[bench.Result]:
+def _breakdown(x, step_fns) -> list[bench.Result]:
     """The tiny step's wall time in pieces (see the module): forward with autograd recording, the sum, the backward
     alone; the kernels per step; the host's share."""
     n = _calls("tiny")
@@ -151,15 +151,21 @@ def breakdown(x, step_fns) -> list[bench.Result]:
     return [r]
 
 
-def called(progress=None):
-    """``python -m gpulab bench 05 called``: every mode of both problems, then the tiny step's breakdown."""
+def called(progress=None, problems=None):
+    """``python -m gpulab bench 05 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both),
+    then the tiny step's breakdown."""
+    problems = tuple(PROBLEMS) if problems is None else problems
+    if isinstance(problems, str) or not isinstance(problems, (list, tuple)) or not problems:
+        raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
+    for name in problems:
+        runtime.one_of("problems", name, tuple(PROBLEMS))
     out = []
-    for name in PROBLEMS:
+    for name in problems:
         x = _leaves(name)
-        fns = modes(x)
+        fns = _modes(x)
         for mode, fn in fns.items():
             if fn is not None:
                 out.append(_record(name, mode, fn))
         if name == "tiny":
-            out += breakdown(x, fns)
+            out += _breakdown(x, fns)
     return out

@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from gpulab import runtime
+
 __all__ = ["clock_after", "globaltimer_after", "keep", "clock_buffer", "step_parts", "PARTS", "BACKWARD_PARTS"]
 
 PARTS = ("inputs", "exchange", "product", "pointwise", "stores", "barrier")
@@ -62,6 +64,7 @@ def keep(ptr, stamp, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 def clock_buffer(programs: int, steps: int, device) -> torch.Tensor:
     """A zeroed stamp buffer for a launch of ``programs`` programs over ``steps`` steps: [programs, steps + 1, 8]."""
+    programs, steps = runtime.positive_int("programs", programs), runtime.positive_int("steps", steps)
     return torch.zeros((programs, steps + 1, 8), dtype=torch.int64, device=device)
 
 
@@ -70,6 +73,12 @@ def step_parts(stamps: torch.Tensor, skip: int = 8, backward: bool = False) -> d
     follows step t + 1) over programs and steps (the first and last ``skip`` steps left out), ``step_ns`` (stamp 0 to
     the next step's stamp 0), ``cycles_per_ns`` (the SM clock the launch ran at) and ``programs``. The mean over
     programs: every program waits for the slowest, so one program's wait is the others' work."""
+    if not isinstance(stamps, torch.Tensor) or stamps.dim() != 3 or stamps.shape[2] != 8:
+        raise TypeError(
+            f"stamps must be a clock_buffer tensor [programs, T + 1, 8] filled by a kernel, got "
+            f"{type(stamps).__name__} {list(getattr(stamps, 'shape', []))}."
+        )
+    skip = runtime.nonnegative_int("skip", skip)
     s = stamps.detach().to("cpu", torch.float64)
     steps = s.shape[1] - 1
     cal = s[:, steps]

@@ -63,6 +63,10 @@ _STATES: dict = {}
 def tagged_fits(dtype, head_dim: int, *blocks: int) -> bool:
     """Whether the tagged exchange can carry this problem: 16-bit values (two per word), an even head dim and even
     tiles (``blocks``: the units and chunk widths of the kernel's tiles)."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    blocks = tuple(runtime.positive_int("blocks", b) for b in blocks)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {dtype!r}.")
     return torch.empty((), dtype=dtype).element_size() == 2 and head_dim % 2 == 0 and all(b % 2 == 0 for b in blocks)
 
 
@@ -137,6 +141,11 @@ def tagged_state(device: torch.device, programs: int, words: int, kind: str) -> 
     """``(seq [2] int64, words [words] int64)`` for launches of ``programs`` programs on ``device``'s current stream
     exchanging ``words`` tagged words (``kind`` names the exchange, e.g. 'forward'): made zero once and kept, so the
     tags grow across launches and graph replays (see the module)."""
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {device!r}.")
+    programs, words = runtime.positive_int("programs", programs), runtime.positive_int("words", words)
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"kind must name the exchange (a non-empty str such as 'forward'), got {kind!r}.")
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream, programs, words, kind)
     state = _STATES.get(key)
