@@ -20,8 +20,9 @@ program's step s, so after every program finished reading step s - 1 from it.
 
 ``while`` over tags in Triton: the loads of all chunks, then the count of stale words (a CTA reduction), again while
 any is stale. In the interpreter programs run one after another, so only the one-step-per-launch mode is used, where
-the first load always finds the tags (a stale word there is a bug: :data:`INTERPRET_TRIES` stops the loop and the
-stale data fails the test).
+the first load always finds the tags. A stale word or flag there is a bug: :data:`SPIN_TRIES` is one, so the
+reader stops, and :func:`poison_if` turns what it read into NaN, which fails the tests against float64 (the data
+itself is there either way: the previous launch wrote it).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "leave",
     "flag_arrive",
     "flags_wait",
+    "poison_if",
 ]
 
 TAG_MASK: tl.constexpr = tl.constexpr(0x7FFFFFFF)
@@ -121,8 +123,10 @@ def flag_arrive(flag_ptr, tag):
 @triton.jit
 def flags_wait(group_ptr, n, want, N_PAD: tl.constexpr, SPIN: tl.constexpr, FENCE: tl.constexpr):
     """Poll the ``n`` flags at ``group_ptr`` until all are at least ``want`` (volatile loads of a few bytes), then an
-    acquire fence. Returns an int32 [1, 1] zero the compiler cannot see through: added to the addresses of the data
-    loads that follow, it keeps them after the fence (FENCE: compiled kernels; the interpreter needs none)."""
+    acquire fence. Returns ``(zero, late)``: an int32 [1, 1] zero the compiler cannot see through (added to the
+    addresses of the data loads that follow, it keeps them after the fence; FENCE: compiled kernels, the interpreter
+    needs none) and how many flags were still behind when the reader stopped (0 unless it gave up: see
+    :func:`poison_if`)."""
     k = tl.arange(0, N_PAD)
     ok = k < n
     late = tl.sum(tl.where(ok & (tl.load(group_ptr + k, mask=ok, other=0, volatile=True) < want), 1, 0))
@@ -134,7 +138,18 @@ def flags_wait(group_ptr, n, want, N_PAD: tl.constexpr, SPIN: tl.constexpr, FENC
     if FENCE:
         zero = tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.b32 $0, 0;", "=r,r", [zero], dtype=tl.int32,
                                          is_pure=False, pack=1)  # fmt: skip
-    return zero
+    return zero, late
+
+
+@triton.jit
+def poison_if(x, late, SPIN: tl.constexpr):
+    """``x``, or NaN where the reader gave up with ``late`` > 0 words or flags behind. Only where the reader can give
+    up (SPIN == 1, the interpreter, where the previous launch already wrote everything): a tag or flag that does not
+    line up then fails the tests against float64 instead of passing on data that happens to be there."""
+    if SPIN == 1:
+        return tl.where(late > 0, float("nan"), x)
+    else:
+        return x
 
 
 def tagged_state(device: torch.device, programs: int, words: int, kind: str) -> tuple[torch.Tensor, torch.Tensor]:

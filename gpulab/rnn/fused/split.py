@@ -63,6 +63,7 @@ from gpulab.rnn.fused.exchange import (
     flags_wait,
     leave,
     pack_tagged,
+    poison_if,
     stale_words,
     tag_base,
     tagged_fits,
@@ -279,6 +280,7 @@ def split_forward_kernel(
                 tries += 1
             at0 = row_ok & (t == 0)
             h0 = tl.where(t == 0, _h_chunk(s0_h, 0, at0, DH, BLOCK_K), unpack_tagged(w0, dt, BLOCK_B, BLOCK_K))
+            late = stale
             h1 = h0
             h2 = h0
             h3 = h0
@@ -293,9 +295,11 @@ def split_forward_kernel(
                               unpack_tagged(w3, dt, BLOCK_B, BLOCK_K))  # fmt: skip
         else:  # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
             prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
+            late = 0
             if FLAGS:  # the flags of this head's programs at step t-1's tag, then the loads (kept after the fence)
                 if t > 0:
-                    prev += flags_wait(xch_ptr + (prog - p), tl.num_programs(0), tag0 + t, P_PAD, SPIN, APART)
+                    zero, late = flags_wait(xch_ptr + (prog - p), tl.num_programs(0), tag0 + t, P_PAD, SPIN, APART)
+                    prev += zero
             h0 = _h_chunk(prev, 0, row_ok, DH, BLOCK_K)
             h1 = h0
             h2 = h0
@@ -306,6 +310,11 @@ def split_forward_kernel(
                 h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
             if CHUNKS > 3:
                 h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
+        if TAGGED or FLAGS:  # (interpreter: NaN if the reader gave up on a stale tag or flag)
+            h0 = poison_if(h0, late, SPIN)
+            h1 = poison_if(h1, late, SPIN)
+            h2 = poison_if(h2, late, SPIN)
+            h3 = poison_if(h3, late, SPIN)
         if TIMING:  # 1: h_{t-1} has arrived (its last chunk)
             if CHUNKS == 1:
                 keep(clk + t * 8 + 1, clock_after(h0.to(tl.float32)), BLOCK_B, BLOCK_K)

@@ -54,7 +54,16 @@ from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused.clocks import clock_after, globaltimer_after, keep
-from gpulab.rnn.fused.exchange import EXCHANGES, SPIN_TRIES, flag_arrive, flags_wait, leave, tag_base, tagged_state
+from gpulab.rnn.fused.exchange import (
+    EXCHANGES,
+    SPIN_TRIES,
+    flag_arrive,
+    flags_wait,
+    leave,
+    poison_if,
+    tag_base,
+    tagged_state,
+)
 from gpulab.rnn.fused.split_tiling import split_tiling
 from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, split_gates
 from gpulab.triton_ops import dot, dot_operand
@@ -245,10 +254,14 @@ def split_backward_kernel(
         # the shares of step t + 1, written by every program before the last barrier (or launch); none at T - 1
         # (masked, not branched: a branch here made the compiler keep the cell below in two layouts)
         shares = part_rows + ((t + 1) % 2) * PSLOT
+        late = 0
         if FLAGS:  # every program of this head has pushed its shares of step t + 1
             if t < T - 1:
-                shares += flags_wait(flag_ptr + (prog - p), SPLIT, base + (T - 1 - t), P_PAD, SPIN, FENCE)
+                zero, late = flags_wait(flag_ptr + (prog - p), SPLIT, base + (T - 1 - t), P_PAD, SPIN, FENCE)
+                shares += zero
         dh += _gather(shares, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS:
+            dh = poison_if(dh, late, SPIN)
         if TIMING:  # 1: the shares of dh from the other programs have arrived
             keep(clk + t * 8 + 1, clock_after(dh), BLOCK_B, BLOCK_U)
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
@@ -297,9 +310,13 @@ def split_backward_kernel(
         keep(clk + T * 8 + 3, globaltimer_after(dc), BLOCK_B, BLOCK_U)
     if FINAL:  # dL/dh_{-1}: step 0's shares (slot 0)
         shares0 = part_rows
+        late0 = 0
         if FLAGS:
-            shares0 += flags_wait(flag_ptr + (prog - p), SPLIT, base + T, P_PAD, SPIN, FENCE)
+            zero0, late0 = flags_wait(flag_ptr + (prog - p), SPLIT, base + T, P_PAD, SPIN, FENCE)
+            shares0 += zero0
         direct += _gather(shares0, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS:
+            direct = poison_if(direct, late0, SPIN)
     if FLAGS:
         leave(seq_ptr, n_programs, t_hi - t_lo)
     tl.store(carry_ptr + own, direct.to(carry_ptr.dtype.element_ty), mask=own_mask)
