@@ -89,8 +89,10 @@ LESSONS: list[Lesson] = [
             "candidates": "gpulab.rnn.fused.split_bench:candidates",
             "partials": "gpulab.rnn.fused.split_bench:partials",
             "versions": "gpulab.rnn.fused.versions_bench:versions",
+            "steps": "gpulab.rnn.fused.steps_bench:steps",
+            "called": "gpulab.rnn.fused.called_bench:called",
         },
-        folders={"cross": "split", "candidates": "split", "partials": "split"},
+        folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split", "called": "split"},
     ),
     Lesson(
         "06",

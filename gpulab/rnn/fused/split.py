@@ -22,6 +22,10 @@ What you will learn:
 - **Everyone resident, or no launch.** A program spinning for one that never started would wait forever, so the
   launch is cooperative (``launch_cooperative_grid=True``): the driver starts the grid only if all of it fits on the
   GPU at once (:mod:`gpulab.rnn.fused.split_tiling` checks the same thing before launch and says why not).
+- **Two other ways to meet, measured and not taken** (``exchange=``, :mod:`gpulab.rnn.fused.exchange`): h in tagged
+  words (NCCL's LL protocol: the load is the barrier) and a flag per program instead of the counter. Both keep the
+  interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
+  G), so :data:`EXCHANGE` stays 'barrier'. ``clocks=`` stamps each step's parts (:mod:`gpulab.rnn.fused.clocks`).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
   the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
@@ -50,6 +54,22 @@ from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused.clocks import clock_after, globaltimer_after, keep
+from gpulab.rnn.fused.exchange import (
+    EXCHANGES,
+    SPIN_TRIES,
+    TAG_MASK,
+    flag_arrive,
+    flags_wait,
+    leave,
+    pack_tagged,
+    poison_if,
+    stale_words,
+    tag_base,
+    tagged_fits,
+    tagged_state,
+    unpack_tagged,
+)
 from gpulab.rnn.fused.split_tiling import split_tiling
 from gpulab.rnn.fused.tiles import (
     barrier_counter,
@@ -62,7 +82,10 @@ from gpulab.rnn.fused.tiles import (
 )
 from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
-__all__ = ["split_forward_kernel", "split_rnn_forward"]
+__all__ = ["split_forward_kernel", "split_rnn_forward", "EXCHANGE"]
+
+EXCHANGE = "barrier"
+"""The forward's exchange where 'tagged' fits (:func:`split_rnn_forward`): lesson 5's records decide."""
 
 
 @triton.jit
@@ -82,6 +105,35 @@ def _h_chunk(prev, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr):
     """h_{t-1}[:, k0 : k0 + BLOCK_K] from the exchange buffer, read from L2 (other SMs wrote it)."""
     kk = k0 + tl.arange(0, BLOCK_K)
     return tl.load(prev + k0, mask=row_ok & (kk < DH)[None, :], other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _tagged_chunks(xs, row_ok, want, DH: tl.constexpr, WK: tl.constexpr, CHUNKS: tl.constexpr):
+    """The tagged words of h_{t-1} (``xs`` [BLOCK_B, WK]: words 0..WK-1 of the rows in the slot), up to four chunks
+    of WK words each, all requested at once, and how many of them do not yet carry ``want`` (see .exchange)."""
+    kk = tl.arange(0, WK)[None, :]
+    m0 = row_ok & (kk < DH // 2)
+    w0 = tl.load(xs, mask=m0, other=0, volatile=True)
+    w1 = w0
+    w2 = w0
+    w3 = w0
+    if CHUNKS > 1:
+        m1 = row_ok & (WK + kk < DH // 2)
+        w1 = tl.load(xs + WK, mask=m1, other=0, volatile=True)
+    if CHUNKS > 2:
+        m2 = row_ok & (2 * WK + kk < DH // 2)
+        w2 = tl.load(xs + 2 * WK, mask=m2, other=0, volatile=True)
+    if CHUNKS > 3:
+        m3 = row_ok & (3 * WK + kk < DH // 2)
+        w3 = tl.load(xs + 3 * WK, mask=m3, other=0, volatile=True)
+    stale = stale_words(w0, m0, want)
+    if CHUNKS > 1:
+        stale += stale_words(w1, m1, want)
+    if CHUNKS > 2:
+        stale += stale_words(w2, m2, want)
+    if CHUNKS > 3:
+        stale += stale_words(w3, m3, want)
+    return w0, w1, w2, w3, stale
 
 
 @triton.jit
@@ -105,7 +157,10 @@ def split_forward_kernel(
     out_ptr,  # [S, B, T, NH, DH] all states (written); states_all[0] is the exchange buffer of h
     last_ptr,  # [S, B, 1, NH, DH] the states after step t_stop - 1 (written)
     gates_ptr,  # [B, T, G_B, NH, DH] pre-activations for the backward (if SAVE_GATES)
-    bar_ptr,  # int64 counter of the grid barrier (BARRIER only)
+    bar_ptr,  # int64 counter of the grid barrier (BARRIER and not TAGGED)
+    xch_ptr,  # int64 [2, B, NH, DH // 2] tagged words of h (TAGGED only; see .exchange)
+    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (TAGGED only)
+    clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see .clocks)
     B,
     T,
     NH,
@@ -128,6 +183,11 @@ def split_forward_kernel(
     PRECISION: tl.constexpr,
     BARRIER: tl.constexpr,  # True: steps t_start..t_stop-1 in one launch with a grid barrier after each
     APART: tl.constexpr,  # the chunks' products as independent chains (see _apart; compiled kernels only)
+    TAGGED: tl.constexpr,  # h exchanged as tagged words: the load is the barrier (16-bit, even DH; see .exchange)
+    SPIN: tl.constexpr,  # loads of the tagged words before giving up (exchange.SPIN_TRIES)
+    TIMING: tl.constexpr,  # clock stamps per program and step into clk_ptr (GPU only; see .clocks)
+    FLAGS: tl.constexpr,  # a flag per program instead of the counter barrier (xch_ptr: the flags; see .exchange)
+    P_PAD: tl.constexpr,  # the programs of a head and batch tile, to a power of two (FLAGS only)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``."""
     G: tl.constexpr = 4 if G_B > 1 else 1
@@ -185,23 +245,85 @@ def split_forward_kernel(
     out_h = out_ptr + rows64[:, None] * T * HD + n * DH + kk[None, :]
 
     base = 0  # the barrier's count before this launch: programs * (the generations of earlier launches)
-    if BARRIER:
+    if BARRIER and not TAGGED and not FLAGS:
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # a load: nobody passed our first barrier yet
         base = base - base % n_programs
+    # TAGGED: h_s as words of two values and the tag of step s, in slot (s + 1) % 2 (see .exchange)
+    WK: tl.constexpr = BLOCK_K // 2
+    WU: tl.constexpr = BLOCK_U // 2
+    XSLOT = B * NH * (DH // 2)
+    x_rows = xch_ptr + (rows64[:, None] * NH + n) * (DH // 2)  # [BLOCK_B, 1]: word 0 of the row in slot 0
+    x_words = x_rows + tl.arange(0, WK)[None, :]
+    own_words = p * WU + tl.arange(0, WU)
+    x_own = x_rows + own_words[None, :]
+    x_own_mask = row_ok & (own_words < DH // 2)[None, :]
+    prog = (tl.program_id(2) * NH + n) * tl.num_programs(0) + p
+    tag0 = base
+    if TAGGED or FLAGS:  # step s's tag is tag0 + s + 1; step 0 reads h_{-1} from s0 (written before the launch)
+        tag0 = tag_base(seq_ptr, t_start)
+    clk = clk_ptr + (prog * (T + 1)).to(tl.int64) * 8
+    if TIMING:
+        keep(clk + T * 8, clock_after(h), BLOCK_B, BLOCK_U)
+        keep(clk + T * 8 + 1, globaltimer_after(h), BLOCK_B, BLOCK_U)
     x = tl.load(wx_rows + t_start * G_W * HDP, mask=wx_mask, other=0)
     for t in range(t_start, t_stop):
-        # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
-        prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
-        h0 = _h_chunk(prev, 0, row_ok, DH, BLOCK_K)
-        h1 = h0
-        h2 = h0
-        h3 = h0
-        if CHUNKS > 1:
-            h1 = _h_chunk(prev, BLOCK_K, row_ok, DH, BLOCK_K)
-        if CHUNKS > 2:
-            h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
-        if CHUNKS > 3:
-            h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
+        if TIMING:  # 0: this step's input projections have arrived (loaded one step ahead)
+            keep(clk + t * 8, clock_after(x.to(tl.float32)), BLOCK_B, G * BLOCK_U // PK)
+        if TAGGED:  # all chunks of h_{t-1}'s words at once, again until every word carries step t-1's tag
+            want = (tag0 + t) & TAG_MASK
+            xs = x_words + (t % 2) * XSLOT
+            live = row_ok & (t > 0)
+            w0, w1, w2, w3, stale = _tagged_chunks(xs, live, want, DH, WK, CHUNKS)
+            tries = 1
+            while (stale > 0) & (tries < SPIN):
+                w0, w1, w2, w3, stale = _tagged_chunks(xs, live, want, DH, WK, CHUNKS)
+                tries += 1
+            at0 = row_ok & (t == 0)
+            h0 = tl.where(t == 0, _h_chunk(s0_h, 0, at0, DH, BLOCK_K), unpack_tagged(w0, dt, BLOCK_B, BLOCK_K))
+            late = stale
+            h1 = h0
+            h2 = h0
+            h3 = h0
+            if CHUNKS > 1:
+                h1 = tl.where(t == 0, _h_chunk(s0_h, BLOCK_K, at0, DH, BLOCK_K),
+                              unpack_tagged(w1, dt, BLOCK_B, BLOCK_K))  # fmt: skip
+            if CHUNKS > 2:
+                h2 = tl.where(t == 0, _h_chunk(s0_h, 2 * BLOCK_K, at0, DH, BLOCK_K),
+                              unpack_tagged(w2, dt, BLOCK_B, BLOCK_K))  # fmt: skip
+            if CHUNKS > 3:
+                h3 = tl.where(t == 0, _h_chunk(s0_h, 3 * BLOCK_K, at0, DH, BLOCK_K),
+                              unpack_tagged(w3, dt, BLOCK_B, BLOCK_K))  # fmt: skip
+        else:  # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
+            prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
+            late = 0
+            if FLAGS:  # the flags of this head's programs at step t-1's tag, then the loads (kept after the fence)
+                if t > 0:
+                    zero, late = flags_wait(xch_ptr + (prog - p), tl.num_programs(0), tag0 + t, P_PAD, SPIN, APART)
+                    prev += zero
+            h0 = _h_chunk(prev, 0, row_ok, DH, BLOCK_K)
+            h1 = h0
+            h2 = h0
+            h3 = h0
+            if CHUNKS > 1:
+                h1 = _h_chunk(prev, BLOCK_K, row_ok, DH, BLOCK_K)
+            if CHUNKS > 2:
+                h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
+            if CHUNKS > 3:
+                h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
+        if TAGGED or FLAGS:  # (interpreter: NaN if the reader gave up on a stale tag or flag)
+            h0 = poison_if(h0, late, SPIN)
+            h1 = poison_if(h1, late, SPIN)
+            h2 = poison_if(h2, late, SPIN)
+            h3 = poison_if(h3, late, SPIN)
+        if TIMING:  # 1: h_{t-1} has arrived (its last chunk)
+            if CHUNKS == 1:
+                keep(clk + t * 8 + 1, clock_after(h0.to(tl.float32)), BLOCK_B, BLOCK_K)
+            elif CHUNKS == 2:
+                keep(clk + t * 8 + 1, clock_after(h1.to(tl.float32)), BLOCK_B, BLOCK_K)
+            elif CHUNKS == 3:
+                keep(clk + t * 8 + 1, clock_after(h2.to(tl.float32)), BLOCK_B, BLOCK_K)
+            else:
+                keep(clk + t * 8 + 1, clock_after(h3.to(tl.float32)), BLOCK_B, BLOCK_K)
         pre = loaded_f32(x, dt, PK, BLOCK_B, G * BLOCK_U) * scale + bias
         x = tl.load(wx_rows + tl.minimum(t + 1, T - 1) * G_W * HDP, mask=wx_mask, other=0)  # the next step's
         acc = _apart(dot(h0, r0, IS_FP32, PRECISION), APART)
@@ -212,6 +334,8 @@ def split_forward_kernel(
             if CHUNKS > 3:
                 acc2 += _apart(dot(h3, r3, IS_FP32, PRECISION), APART)
             acc += acc2
+        if TIMING:  # 2: the recurrent product is done
+            keep(clk + t * 8 + 2, clock_after(acc), BLOCK_B, G * BLOCK_U)
         pre += acc
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
         if FUNCTION == 0:  # lstm: i, f, z, o
@@ -226,10 +350,19 @@ def split_forward_kernel(
             h = gru_cell(g0, g1, g2, g3, h)
         else:  # elman
             h = elman_cell(g0)
+        if TIMING:  # 3: the cell (pointwise) is done
+            keep(clk + t * 8 + 3, clock_after(h), BLOCK_B, BLOCK_U)
+        if TAGGED:  # h_t for the others first: it is what they wait for
+            hw = pack_tagged(h.to(dt), (tag0 + t + 1) & TAG_MASK, BLOCK_B, BLOCK_U)
+            tl.store(x_own + ((t + 1) % 2) * XSLOT, hw, mask=x_own_mask)
         if SAVE_GATES:  # pre-activations as the alternating backward reads them (FAST's halving undone)
             tl.store(gate_rows + t * G_B * HD, (pre / scale).to(gates_ptr.dtype.element_ty), mask=gate_mask)
         tl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
-        if BARRIER:
+        if TIMING:  # 4: the stores are issued
+            keep(clk + t * 8 + 4, clock_after(h), BLOCK_B, BLOCK_U)
+        if FLAGS:
+            flag_arrive(xch_ptr + prog, tag0 + t + 1)
+        if BARRIER and not TAGGED and not FLAGS:
             if t < t_stop - 1:  # (after the last step nobody reads h from another program)
                 tl.debug_barrier()  # every thread's store of h_t is issued before the arrival releases them
                 tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")  # arrive (result unused: no wait)
@@ -237,13 +370,25 @@ def split_forward_kernel(
                 seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # spin: loads with acquire
                 while seen < target:
                     seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+                if TIMING:  # 5: the barrier is passed
+                    keep(clk + t * 8 + 5, clock_after(tl.zeros([1, 1], tl.int32) + seen.to(tl.int32)), 1, 1)
+        if TIMING:
+            if TAGGED or FLAGS:  # no barrier: 5 = 4 (the wait is in the next step's exchange)
+                keep(clk + t * 8 + 5, clock_after(h), BLOCK_B, BLOCK_U)
 
+    if TIMING:
+        keep(clk + T * 8 + 2, clock_after(h), BLOCK_B, BLOCK_U)
+        keep(clk + T * 8 + 3, globaltimer_after(h), BLOCK_B, BLOCK_U)
+    if TAGGED or FLAGS:
+        leave(seq_ptr, n_programs, t_stop - t_start)
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
         tl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
 
 
-def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling=None, persistent=None):
+def split_rnn_forward(
+    Wx, R, b, states, function="lstm", save_gates=True, tiling=None, persistent=None, exchange=None, clocks=None
+):
     """The split-head forward: ``(states_all, states_last, gates or None)``; inputs as for
     :func:`gpulab.rnn.fused.forward.fused_rnn_forward` (validated, one compute dtype). ``gates`` are the
     pre-activations [B, T, G_b, NH, DH] in the compute dtype.
@@ -251,7 +396,11 @@ def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
     ``persistent``: one launch for all steps with a grid barrier (default on a GPU), or one launch per step
     (default in the interpreter, where a barrier cannot work; asking for ``persistent=True`` there raises).
     ``tiling``: a :class:`gpulab.rnn.fused.split_tiling.SplitTiling` (default:
-    :func:`~gpulab.rnn.fused.split_tiling.split_tiling`).
+    :func:`~gpulab.rnn.fused.split_tiling.split_tiling`). ``exchange``: 'barrier' (a counter barrier, then the load
+    of h) or 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim); default
+    :data:`EXCHANGE` where it fits, else 'barrier'. ``clocks``: a buffer from
+    :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to fill with the steps' clock stamps (persistent
+    launches on a GPU only).
     """
     if persistent is None:
         persistent = not runtime.INTERPRET
@@ -265,30 +414,53 @@ def split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
     B, T, _, NH, DH = Wx.shape
     cfg = tiling or split_tiling(B, NH, DH, fn.name, Wx.dtype)
     dev, dt = Wx.device, Wx.dtype
+    fits = tagged_fits(dt, DH, cfg.block_u, cfg.block_k)
+    if exchange is None:
+        exchange = EXCHANGE if fits or EXCHANGE != "tagged" else "barrier"
+    runtime.one_of("exchange", exchange, EXCHANGES)
+    if exchange == "tagged" and not fits:
+        raise ValueError(
+            f"exchange='tagged' needs 16-bit values, an even head dim and even tiles; got {dt}, head dim {DH}, "
+            f"block_u {cfg.block_u}, block_k {cfg.block_k}: use exchange='barrier'."
+        )
     out = new_output(fn.states, B, T, NH, DH, dtype=dt, device=dev)
     gates = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev) if save_gates else None
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
+    if clocks is not None and (not persistent or tuple(clocks.shape) != (programs, T + 1, 8)):
+        raise ValueError(
+            f"clocks: a persistent launch's stamp buffer of shape {[programs, T + 1, 8]} (clocks.clock_buffer), "
+            f"got {list(clocks.shape)} with persistent={persistent}."
+        )
+    tagged = exchange == "tagged"
     consts = dict(
         FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_B=cfg.block_b,
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=save_gates,
         FAST=fast_activations(dt), IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
-        BARRIER=persistent, APART=not runtime.INTERPRET, **cfg.launch(),
+        BARRIER=persistent, APART=not runtime.INTERPRET, TAGGED=tagged, SPIN=SPIN_TRIES, TIMING=clocks is not None,
+        FLAGS=exchange == "flags", P_PAD=triton.next_power_of_2(cfg.split),
+        **cfg.launch(),
     )  # fmt: skip
     stride = B * T * NH * DH
     g = gates if save_gates else out
+    bar = barrier_counter(dev, programs) if persistent else out
+    seq, words = bar, bar
+    if tagged:
+        seq, words = tagged_state(dev, programs, 2 * B * NH * (DH // 2), "forward")
+    elif exchange == "flags":
+        seq, words = tagged_state(dev, programs, programs, "flags")
+    clk = clocks if clocks is not None else bar
     if persistent:
         last = new_output(fn.states, B, 1, NH, DH, dtype=dt, device=dev)
-        bar = barrier_counter(dev, programs)
         ints = (B, T, NH, stride, 0, T, programs)
         launch = cached_launch(split_forward_kernel, grid, dict(consts, launch_cooperative_grid=True), ints)
-        tensors = (Wx, R, b, states, states, out, last, g, bar)
+        tensors = (Wx, R, b, states, states, out, last, g, bar, words, seq, clk)
         launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
         return out, last, gates
     carry = states.to(torch.float32, copy=True)  # each program's units, from one launch to the next
     for t in range(T):
         split_forward_kernel[grid](
-            Wx, R, b, states, states if t == 0 else carry, out, carry, g, carry, B, T, NH, stride, t, t + 1,
-            programs, **consts,
+            Wx, R, b, states, states if t == 0 else carry, out, carry, g, bar, words, seq, clk, B, T, NH, stride,
+            t, t + 1, programs, **consts,
         )  # fmt: skip
     return out, carry.to(dt), gates

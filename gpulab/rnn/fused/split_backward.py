@@ -53,11 +53,25 @@ from gpulab.launch import aligned, cached_launch, direct_stream
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_cell_backward
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused.clocks import clock_after, globaltimer_after, keep
+from gpulab.rnn.fused.exchange import (
+    EXCHANGES,
+    SPIN_TRIES,
+    flag_arrive,
+    flags_wait,
+    leave,
+    poison_if,
+    tag_base,
+    tagged_state,
+)
 from gpulab.rnn.fused.split_tiling import split_tiling
 from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, split_gates
 from gpulab.triton_ops import dot, dot_operand
 
-__all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients"]
+__all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients", "EXCHANGE"]
+
+EXCHANGE = "barrier"
+"""The backward's exchange ('barrier' or 'flags'; :func:`split_rnn_backward`): lesson 5's records decide."""
 
 
 @triton.jit
@@ -80,6 +94,7 @@ def _push(part_own, d_op, r, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr
     k = k0 + tl.arange(0, BLOCK_K)
     share = dot(d_op, r, IS_FP32, PRECISION)
     tl.store(part_own + k[None, :], share.to(part_own.dtype.element_ty), mask=row_ok & (k < DH)[None, :])
+    return share
 
 
 @triton.jit
@@ -126,6 +141,9 @@ def split_backward_kernel(
     part_ptr,  # [2, B, NH, SPLIT, DH]: the two slots of partial sums of dh, one row per program
     carry_ptr,  # [S, B, 1, NH, DH] written: dL/d(initial states) if FINAL, else the carry after step t_lo
     bar_ptr,  # int64 barrier counter (BARRIER only)
+    clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see .clocks)
+    flag_ptr,  # int64 [programs] a flag per program (FLAGS only; see .exchange)
+    seq_ptr,  # int64 [2] the flags' sequence number and the programs that left (FLAGS only)
     B,
     T,
     NH,
@@ -148,6 +166,11 @@ def split_backward_kernel(
     PRECISION: tl.constexpr,
     BARRIER: tl.constexpr,
     OPAQUE: tl.constexpr,  # compiled 16-bit kernels: the product's register operand through dot_operand
+    TIMING: tl.constexpr,  # clock stamps per program and step into clk_ptr (GPU only; see .clocks)
+    FLAGS: tl.constexpr,  # a flag per program instead of the counter barrier (see .exchange)
+    P_PAD: tl.constexpr,  # SPLIT to a power of two (FLAGS only)
+    SPIN: tl.constexpr,  # polls of the flags before giving up (exchange.SPIN_TRIES)
+    FENCE: tl.constexpr,  # compiled kernels: the acquire fence after the flags (see exchange.flags_wait)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``.
 
@@ -199,17 +222,29 @@ def split_backward_kernel(
     STEP = B * G_B * HD  # dG's time stride
 
     base = 0
-    if BARRIER:
+    if BARRIER and not FLAGS:
         base = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
         base = base - base % n_programs
+    # FLAGS: the shares of step t carry the tag base + (T - 1 - t) + 1 (the steps in the order they run, across
+    # launches of one step each too: see .exchange)
+    prog = (tl.program_id(2) * NH + n) * SPLIT + p
+    if FLAGS:
+        base = tag_base(seq_ptr, T - t_hi)
     # step t's inputs from HBM are requested one step ahead, so their latency hides behind the previous step's
     # exchange and barrier (never a step below 0: the last per-step launch runs no step, t_hi = 0)
     pre_n, prev_n, dh_n, dc_n = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own,
                                              own_t, own_mask, tl.maximum(t_hi - 1, 0), B, HD, G_B, state_stride,
                                              PREV_OFF, FUNCTION)  # fmt: skip
+    prog = (tl.program_id(2) * NH + n) * tl.num_programs(0) + p
+    clk = clk_ptr + (prog * (T + 1)).to(tl.int64) * 8
+    if TIMING:
+        keep(clk + T * 8, clock_after(dc), BLOCK_B, BLOCK_U)
+        keep(clk + T * 8 + 1, globaltimer_after(dc), BLOCK_B, BLOCK_U)
     for tt in range(t_hi - t_lo):
         t = t_hi - 1 - tt
         pre = pre_n.to(tl.float32)
+        if TIMING:  # 0: this step's inputs have arrived (loaded one step ahead)
+            keep(clk + t * 8, clock_after(pre), BLOCK_B, G * BLOCK_U)
         prev = prev_n.to(tl.float32)
         dh = direct + dh_n.to(tl.float32)
         dc += dc_n.to(tl.float32)
@@ -218,7 +253,17 @@ def split_backward_kernel(
                                                  PREV_OFF, FUNCTION)  # fmt: skip
         # the shares of step t + 1, written by every program before the last barrier (or launch); none at T - 1
         # (masked, not branched: a branch here made the compiler keep the cell below in two layouts)
-        dh += _gather(part_rows + ((t + 1) % 2) * PSLOT, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
+        shares = part_rows + ((t + 1) % 2) * PSLOT
+        late = 0
+        if FLAGS:  # every program of this head has pushed its shares of step t + 1
+            if t < T - 1:
+                zero, late = flags_wait(flag_ptr + (prog - p), SPLIT, base + (T - 1 - t), P_PAD, SPIN, FENCE)
+                shares += zero
+        dh += _gather(shares, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS:
+            dh = poison_if(dh, late, SPIN)
+        if TIMING:  # 1: the shares of dh from the other programs have arrived
+            keep(clk + t * 8 + 1, clock_after(dh), BLOCK_B, BLOCK_U)
         g0, g1, g2, g3 = split_gates(pre, BLOCK_B, BLOCK_U, G)
         direct = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)
         if FUNCTION == 0:
@@ -229,38 +274,75 @@ def split_backward_kernel(
             d_all = join_gates(d0, d1, d2, d3, BLOCK_B, BLOCK_U, G)
         else:
             d_all = elman_cell_backward(g0, dh)
+        if TIMING:  # 2: the cell's backward (pointwise) is done
+            keep(clk + t * 8 + 2, clock_after(d_all), BLOCK_B, G * BLOCK_U)
         d_all = d_all.to(dg_ptr.dtype.element_ty)
         tl.store(dg_own + t.to(tl.int64) * STEP, d_all, mask=gate_mask)
         # this program's shares of dh_{t-1}, from dG_t as stored (the parameter products read the same values)
         d_op = dot_operand(d_all.to(r0.dtype), OPAQUE)
         part_t = part_own + (t % 2) * PSLOT
-        _push(part_t, d_op, r0, 0, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        share = _push(part_t, d_op, r0, 0, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
         if CHUNKS > 1:
-            _push(part_t, d_op, r1, BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+            share = _push(part_t, d_op, r1, BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
         if CHUNKS > 2:
-            _push(part_t, d_op, r2, 2 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+            share = _push(part_t, d_op, r2, 2 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
         if CHUNKS > 3:
-            _push(part_t, d_op, r3, 3 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
-        if BARRIER:
+            share = _push(part_t, d_op, r3, 3 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        if TIMING:  # 3: the products (this program's shares of dh_{t-1}) are done; 4: their stores issued
+            keep(clk + t * 8 + 3, clock_after(share), BLOCK_B, BLOCK_K)
+            keep(clk + t * 8 + 4, clock_after(share), BLOCK_B, BLOCK_K)
+        if FLAGS:
+            flag_arrive(flag_ptr + prog, base + (T - 1 - t) + 1)
+            if TIMING:  # 5 = 4: no barrier (the wait is in the next step's exchange)
+                keep(clk + t * 8 + 5, clock_after(share), BLOCK_B, BLOCK_K)
+        if BARRIER and not FLAGS:
             tl.debug_barrier()  # every thread's stores of step t are issued before the arrival releases them
             tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
             target = base + (tt + 1) * n_programs
             seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
             while seen < target:
                 seen = tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+            if TIMING:  # 5: the barrier is passed
+                keep(clk + t * 8 + 5, clock_after(tl.zeros([1, 1], tl.int32) + seen.to(tl.int32)), 1, 1)
 
+    if TIMING:
+        keep(clk + T * 8 + 2, clock_after(dc), BLOCK_B, BLOCK_U)
+        keep(clk + T * 8 + 3, globaltimer_after(dc), BLOCK_B, BLOCK_U)
     if FINAL:  # dL/dh_{-1}: step 0's shares (slot 0)
-        direct += _gather(part_rows, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
+        shares0 = part_rows
+        late0 = 0
+        if FLAGS:
+            zero0, late0 = flags_wait(flag_ptr + (prog - p), SPLIT, base + T, P_PAD, SPIN, FENCE)
+            shares0 += zero0
+        direct += _gather(shares0, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS:
+            direct = poison_if(direct, late0, SPIN)
+    if FLAGS:
+        leave(seq_ptr, n_programs, t_hi - t_lo)
     tl.store(carry_ptr + own, direct.to(carry_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
         tl.store(carry_ptr + B * HD + own, dc.to(carry_ptr.dtype.element_ty), mask=own_mask)
 
 
-def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None, persistent=None):
+def split_rnn_backward(
+    d_out,
+    gates,
+    out,
+    states,
+    R,
+    function="lstm",
+    tiling=None,
+    d_last=None,
+    persistent=None,
+    clocks=None,
+    exchange=None,
+):
     """The reverse-time loop: ``(dG [T, B, G_b, NH, DH] time-major, d_states [S, B, 1, NH, DH])``.
 
     ``gates`` are the pre-activations the split forward saved; ``d_last`` dL/d(last states) or None;
-    ``persistent`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward`.
+    ``persistent`` and ``clocks`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward` (the stamps of step t at
+    row t; the parts are :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`). ``exchange``: 'barrier' (the counter)
+    or 'flags' (a flag per program, :mod:`gpulab.rnn.fused.exchange`); default :data:`EXCHANGE`.
     """
     if persistent is None:
         persistent = not runtime.INTERPRET
@@ -278,12 +360,23 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
     part = torch.empty((2, B, NH, cfg.split, DH), dtype=dt, device=dev)  # every element read is written first
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
+    exchange = EXCHANGE if exchange is None else exchange
+    runtime.one_of("exchange", exchange, tuple(e for e in EXCHANGES if e != "tagged"))
+    if clocks is not None and (not persistent or tuple(clocks.shape) != (programs, T + 1, 8)):
+        raise ValueError(
+            f"clocks: a persistent launch's stamp buffer of shape {[programs, T + 1, 8]} (clocks.clock_buffer), "
+            f"got {list(clocks.shape)} with persistent={persistent}."
+        )
     consts = dict(
         FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, SPLIT=cfg.split, BLOCK_B=cfg.block_b,
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks,
         IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt), BARRIER=persistent,
-        OPAQUE=not runtime.INTERPRET and dt != torch.float32, **cfg.launch(),
+        OPAQUE=not runtime.INTERPRET and dt != torch.float32, TIMING=clocks is not None, FLAGS=exchange == "flags",
+        P_PAD=triton.next_power_of_2(cfg.split), SPIN=SPIN_TRIES, FENCE=not runtime.INTERPRET, **cfg.launch(),
     )  # fmt: skip
+    seq = flags = out
+    if exchange == "flags":
+        seq, flags = tagged_state(dev, programs, programs, "backward flags")
     stride = B * T * NH * DH
     if persistent:
         ds0 = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=dev)
@@ -292,7 +385,21 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
         ints = (B, T, NH, stride, 0, T, programs)
         launch = cached_launch(split_backward_kernel, grid, dict(
             consts, HAS_INIT=d_last is not None, FINAL=True, launch_cooperative_grid=True), ints)  # fmt: skip
-        tensors = (gates, out, states, R, d_out, init, dG, part, ds0, bar)
+        tensors = (
+            gates,
+            out,
+            states,
+            R,
+            d_out,
+            init,
+            dG,
+            part,
+            ds0,
+            bar,
+            bar if clocks is None else clocks,
+            flags,
+            seq,
+        )
         launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
         return dG, ds0
     carry = torch.zeros((S, B, 1, NH, DH), dtype=torch.float32, device=dev)
@@ -300,7 +407,8 @@ def split_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
         carry.copy_(d_last)
     for t0, t1, final in [(t, t + 1, False) for t in reversed(range(T))] + [(0, 0, True)]:
         split_backward_kernel[grid](
-            gates, out, states, R, d_out, carry, dG, part, carry, carry, B, T, NH, stride, t0, t1, programs,
+            gates, out, states, R, d_out, carry, dG, part, carry, carry, carry, flags, seq, B, T, NH, stride, t0, t1,
+            programs,
             HAS_INIT=True, FINAL=final, **consts,
         )  # fmt: skip
     return dG, carry.to(states.dtype)

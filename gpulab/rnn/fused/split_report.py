@@ -18,7 +18,12 @@ rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exch
 'exchange dG': the version before it, in the stored run; the part times the current kernel only) and rows of kind
 ``fwd+bwd`` (one head of 768 through ``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth,
 ``*-parts.jsonl``, is an experiment on the dG exchange (kind ``part``: the kernel with its product and exchange
-skipped, ``SKIP_PRODUCT``), whose script was not kept.
+skipped, ``SKIP_PRODUCT``), whose script was not kept. A sixth, ``*-steps.jsonl`` (``bench 05 steps``,
+:mod:`gpulab.rnn.fused.steps_bench`), holds rows of kind ``parts`` (a step of the forward and the backward at one
+head of 768 split into its parts by clock stamps, per exchange: :func:`parts_table`) and ``time`` (the forward and
+forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench
+05 called``, :mod:`gpulab.rnn.fused.called_bench`), holds the recurrence as a training loop calls it (kind
+``called``) and the tiny step's pieces (kind ``breakdown``): :func:`called_table`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ __all__ = [
     "backward_table",
     "training_rows",
     "plot_split",
+    "parts_table",
+    "exchange_table",
+    "exchange_row",
+    "called_table",
     "time_row",
     "rows_of",
 ]
@@ -49,7 +58,8 @@ _FOLDER = ("05_fused_rnn", "split")
 # record -> what writes it (None: an experiment whose script was not kept)
 _RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
             "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
-            "parts": None}  # fmt: skip
+            "parts": None, "steps": "python -m gpulab bench 05 steps",
+            "called": "python -m gpulab bench 05 called"}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
@@ -187,6 +197,91 @@ def step_budget(rows, head_dim: int = 768) -> str:
     fp16 = _time(rows, "cuDNN nn.LSTM float16", head_dim, False)
     if fp16:
         lines.append(f"cuDNN fp16 (dense nn.LSTM, input product included): {fp16['ms'] * 1e6 / T:.0f} ns per step")
+    return "\n".join(lines)
+
+
+def parts_table(rows) -> str:
+    """The step's budget from in-kernel clocks (``parts`` rows): per direction and exchange, ns per step of each part
+    (the backward's in the order of :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`: exchange, pointwise, product),
+    the stamped step, and the unstamped launch's device time per step (ms * 1e6 / T): a stamp waits for its value,
+    so the stamped step is longer than the kernel's own and its parts are a budget, not a profile."""
+    rows = _rows(rows)
+    parts = [r for r in rows if r.get("kind") == "parts" and "ms" in r and r.get("parts")]
+    if not parts:
+        raise ValueError("no 'parts' rows in these records: load them with load_split(record='steps').")
+    T = 1024
+    names = ("inputs", "exchange", "product", "pointwise", "stores", "barrier")  # clocks.PARTS
+    lines = [
+        f"{_env(rows)} | LSTM, one head of 768, B = 16, T = {T}, bf16: ns per step (clock stamps, one thread per "
+        "program, mean over programs and steps)",
+        f"{'direction':9s} {'exchange':8s} {'P':>3s} " + " ".join(f"{n:>9s}" for n in names)
+        + f" {'stamped':>8s} {'unstamped':>9s}",
+    ]  # fmt: skip
+    broken = []
+    for r in parts:
+        if any(not -1e6 < r["parts"].get(n, 0.0) < 1e6 for n in names):  # a stamp the kernel did not write
+            broken.append(f"{r['direction']} {r['exchange']}")
+            cells = " ".join(f"{'-':>9s}" for n in names)
+        else:
+            cells = " ".join(f"{r['parts'].get(n, float('nan')):9.0f}" for n in names)
+        lines.append(f"{r['direction']:9s} {r['exchange']:8s} {r['programs']:3d} {cells} {r['step_ns']:8.0f} "
+                     f"{r['ms'] * 1e6 / T:9.0f}")  # fmt: skip
+    if broken:
+        lines.append(f"-: {', '.join(broken)}: a stamp missing in that run (the kernel did not write it), so its parts "
+                     "are not shown; its whole step is")  # fmt: skip
+    return "\n".join(lines)
+
+
+def exchange_row(rows, exchange: str, training: bool = False) -> dict | None:
+    """The ``time`` row of the split kernels with ``exchange`` ('barrier', 'tagged', 'flags'), or for
+    ``exchange='cuDNN float16'`` cuDNN's fp16 row, forward or forward+backward (None if the run has none)."""
+    rows = _rows(rows)
+    suffix = " fwd+bwd" if training else ""
+    case = f"cuDNN nn.LSTM float16{suffix}" if exchange == "cuDNN float16" else f"split {exchange}{suffix}"
+    for r in rows:
+        if r.get("kind") == "time" and r.get("case") == case and bool(r.get("training")) == training and "ms" in r:
+            return r
+    return None
+
+
+def exchange_table(rows) -> str:
+    """Forward and forward+backward of one head of 768 per exchange beside cuDNN fp16, device ms / eager wall ms."""
+    rows = _rows(rows)
+    lines = [f"{_env(rows)} | LSTM, one head of 768, B = 16, T = 1024, bf16 (cuDNN: dense nn.LSTM fp16)",
+             f"{'pass':8s} {'exchange':14s} {'ms':>8s} {'wall ms':>8s}"]  # fmt: skip
+    for training, label in ((False, "fwd"), (True, "fwd+bwd")):
+        for e in ("barrier", "tagged", "flags", "cuDNN float16"):
+            r = exchange_row(rows, e, training)
+            if r is not None:
+                lines.append(f"{label:8s} {e:14s} {_cell(r)} {_cell(r, 'wall_ms')}")
+    return "\n".join(lines)
+
+
+def called_table(rows) -> str:
+    """Per problem and mode (``called`` rows): device ms and eager wall ms of a step, and the wall time over the CUDA
+    graph's; then the tiny step's pieces (``breakdown``) with their sum, the kernels' device time and one eager op."""
+    rows = _rows(rows)
+    called = [r for r in rows if r.get("kind") == "called" and "ms" in r]
+    if not called:
+        raise ValueError("no 'called' rows in these records: load them with load_split(record='called').")
+    lines = [f"{_env(rows)} | LSTM, bf16, Wx given, flashrnn(backend='fused'), one step = forward+backward",
+             f"{'problem':8s} {'mode':18s} {'ms':>8s} {'wall ms':>8s}  wall / graph's wall"]  # fmt: skip
+    graphs = {r["problem"]: r for r in called if r["mode"] == "graph"}
+    for r in called:
+        g = graphs.get(r["problem"])
+        ratio = f"{r['wall_ms'] / g['wall_ms']:.2f}x" if g and r["mode"] not in ("graph", "forward") else ""
+        lines.append(f"{r['problem']:8s} {r['mode']:18s} {r['ms']:8.3f} {r['wall_ms']:8.3f}  {ratio}")
+    for b in (r for r in rows if r.get("kind") == "breakdown"):
+        lines.append(f"\n{b['problem']} step, {b['step_wall_ms']:.3f} ms wall, in pieces (each timed alone):")
+        for name, ms in b["pieces_ms"].items():
+            lines.append(f"  {name:32s} {ms:8.3f} ms")
+        share = b["pieces_sum_ms"] / b["step_wall_ms"]
+        lines.append(f"  {'all pieces':32s} {b['pieces_sum_ms']:8.3f} ms ({share:.0%} of the step)")
+        if b.get("kernels_device_ms") is not None:
+            op = b.get("one_op_ms")
+            one = f"; one eager op: {op:.3f} ms wall" if op is not None else ""
+            lines.append(f"  kernels: {b['kernels_per_step']} per step, {b['kernels_device_ms']:.3f} ms device time "
+                         f"(the graph's replay){one}")  # fmt: skip
     return "\n".join(lines)
 
 

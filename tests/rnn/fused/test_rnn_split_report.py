@@ -185,3 +185,50 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
         split_report.load_split("h100", root=tmp_path, record="parts")
     with pytest.raises(FileNotFoundError, match="bench 05 partials"):
         split_report.split_path("h200", root=tmp_path, record="partials")
+
+
+def test_parts_exchange_and_called_tables_read_their_rows():
+    env = {"kind": "env", "device": "NVIDIA H100 80GB HBM3", "date": "2030-01-01"}
+    parts = {
+        "inputs": 50.0,
+        "exchange": 1000.0,
+        "product": 600.0,
+        "pointwise": 250.0,
+        "stores": 60.0,
+        "barrier": 1200.0,
+    }
+    rows = [
+        env,
+        {"kind": "parts", "direction": "forward", "exchange": "barrier", "programs": 96, "parts": parts,
+         "step_ns": 3160.0, "ms": 2.56},
+        {"kind": "parts", "direction": "backward", "exchange": "flags", "programs": 48,
+         "parts": {**parts, "inputs": 9e10, "barrier": -9e10}, "step_ns": 5000.0, "ms": 4.0},
+        {"kind": "time", "case": "split barrier", "training": False, "ms": 2.7, "wall_ms": 2.8},
+        {"kind": "time", "case": "cuDNN nn.LSTM float16 fwd+bwd", "training": True, "ms": 6.6, "wall_ms": 7.0},
+    ]  # fmt: skip
+    table = split_report.parts_table(rows).splitlines()
+    assert table[2].split()[:3] == ["forward", "barrier", "96"] and table[2].split()[-1] == "2500"  # 2.56 ms / 1024
+    assert table[3].split()[3:9] == ["-"] * 6 and "backward flags" in table[-1]  # a stamp it did not write
+    assert split_report.exchange_row(rows, "barrier")["ms"] == 2.7 and split_report.exchange_row(rows, "flags") is None
+    assert split_report.exchange_row(rows, "cuDNN float16", training=True)["wall_ms"] == 7.0
+    assert "cuDNN float16" in split_report.exchange_table(rows)
+    called = [
+        env,
+        {"kind": "called", "problem": "tiny", "mode": "loop", "ms": 0.03, "wall_ms": 0.6},
+        {"kind": "called", "problem": "tiny", "mode": "graph", "ms": 0.02, "wall_ms": 0.02},
+        {"kind": "breakdown", "problem": "tiny", "step_wall_ms": 0.6, "pieces_ms": {"a": 0.2, "b": 0.34},
+         "pieces_sum_ms": 0.54, "kernels_device_ms": 0.02, "kernels_per_step": 6, "one_op_ms": 0.01},
+    ]  # fmt: skip
+    text = split_report.called_table(called)
+    assert "30.00x" in text and "90% of the step" in text and "6 per step" in text
+    with pytest.raises(ValueError, match="record='called'"):
+        split_report.called_table(rows)
+    with pytest.raises(ValueError, match="record='steps'"):
+        split_report.parts_table(called)
+
+
+def test_the_stored_steps_and_called_records_read():
+    steps = split_report.load_split("h100", record="steps")
+    assert "forward   barrier" in split_report.parts_table(steps)
+    assert split_report.exchange_row(steps, "barrier")["ms"] > 0
+    assert "tiny" in split_report.called_table(split_report.load_split("h100", record="called"))

@@ -36,6 +36,10 @@ What the H100 said along the way (the records hold the times):
 - b3: its first version exchanged dG through L2 every step, and the product and its exchange took 3.6 of a 5.1 us
   step (``benchmarks/05_fused_rnn/split/*-parts.jsonl``); the present one exchanges partial sums of dh (the
   ``partials`` record times both).
+- after v5 and b3: the step taken apart by clock stamps in the kernel (``python -m gpulab bench 05 steps``,
+  :mod:`gpulab.rnn.fused.clocks`): loading h and the barrier are most of a forward step. Two cheaper meeting points
+  were built as candidates for a v6 (:mod:`gpulab.rnn.fused.exchange`): h in tagged words (the LL protocol) and a
+  flag per program; both made the step longer, so v5 and b3 stay as they are (the ``steps`` record holds the times).
 
 Every version takes ``(Wx, R, b, states)`` as :func:`gpulab.rnn.flashrnn` does (LSTM, one compute dtype) and returns
 ``(states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``. v1 to v3 need a head dim that is a power of two
