@@ -20,6 +20,11 @@ _STORED = "reads the package's own stored records or results, built by validated
 _AUTHOR = "a course author's tool over the repository's own sources (paths from source_paths())"
 _SITE = "the course website's build and check tools, over the repository's own syllabus, sources and built site"
 ALLOWED = {
+    **dict.fromkeys(
+        ["gpulab.attention.v3.launch.BoundedCache", "gpulab.attention.v3.launch.tma_key",
+         "gpulab.attention.v3.launch.RawLaunch"],
+        "version 3's launch cache: built and keyed by the forward from inputs the plan has validated",
+    ),  # fmt: skip
     **dict.fromkeys(["gpulab.codesign.gemm_model.GemmConstants", "gpulab.course.one_record.Display"], _RECORD),
     **dict.fromkeys(
         ["gpulab.course.method.Dot", "gpulab.course.method.MemOp", "gpulab.course.speed.SpeedTask"],

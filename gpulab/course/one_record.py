@@ -295,6 +295,43 @@ class Display:
     why: str
 
 
+def _lesson05_steps(root) -> list[Shown]:
+    """Appendix G's exchange experiment: each exchange's time in that run, keyed as the experiment's own cases (the
+    barrier kernel there ran with the stamping build beside it; cuDNN's row is the same-run peer of the ratios)."""
+    rows, device, run = _split_rows(root, "steps")
+    out = []
+    for r in rows:
+        if r.get("kind") == "time" and "ms" in r:
+            pass_ = "fwd+bwd" if r.get("training") else "fwd"
+            key = lambda clock, r=r, pass_=pass_: _lstm_key(  # noqa: E731
+                pass_,
+                f"exchange experiment: {r['case'].removesuffix(' fwd+bwd')}",
+                device,
+                16,
+                1024,
+                1,
+                768,
+                "bfloat16",
+                clock,
+            )
+            out += _times(key, run, r.get("ms"), r.get("wall_ms"))
+    return out
+
+
+def _lesson05_called(root) -> list[Shown]:
+    """Appendix G's recurrence as called: flashrnn's API path per calling mode (loop, autograd.grad, graph, forward
+    under no_grad), a different case from section 8's kernel records."""
+    rows, device, run = _split_rows(root, "called")
+    out = []
+    for r in rows:
+        if r.get("kind") == "called" and "ms" in r:
+            key = lambda clock, r=r: _lstm_key(  # noqa: E731
+                "as called", f"flashrnn API: {r['mode']}", device, r["B"], r["T"], r["NH"], r["DH"], "bfloat16", clock
+            )
+            out += _times(key, run, r.get("ms"), r.get("wall_ms"))
+    return out
+
+
 def _none(root) -> list[Shown]:
     return []
 
@@ -355,6 +392,10 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("05", 'split_report.load_split("h100", record="candidates")'): Display(
         _lesson05_candidates, "every fitting tiling of lesson 6's split layers (B = 32)"),
     ("05", 'traffic.stored("05")'): Display(_none, "Nsight Compute byte counts, not times"),
+    ("05", 'split_report.load_split("h100", record="steps")'): Display(
+        _lesson05_steps, "Appendix G's exchange experiment (its own cases, peers as ratios within the run)"),
+    ("05", 'split_report.load_split("h100", record="called")'): Display(
+        _lesson05_called, "Appendix G: flashrnn's API path per calling mode"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

@@ -31,7 +31,7 @@ import torch
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
-from gpulab.rnn.fused import backward, split_tiling, tiling, versions
+from gpulab.rnn.fused import backward, exchange, split, split_backward, split_tiling, tiling, versions
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
@@ -168,15 +168,36 @@ def single_sm_forward(Wx, R, b, states, function, save_gates):
     return fused_rnn_forward(Wx, R, b, states, function, save_gates, tiling.fused_tiling(B, NH, DH, function, Wx.dtype))
 
 
-def split_forward_at(Wx, R, b, states, split_tiles, function="lstm", save_gates=False):
+def split_forward_at(Wx, R, b, states, split_tiles, function="lstm", save_gates=False, exchange=None, clocks=None):
     """The split forward at ``split_tiles`` (a :class:`~gpulab.rnn.fused.split_tiling.SplitTiling`, e.g. each
-    candidate of a sweep): ``(states_all, states_last, gates or None)``."""
-    return split_rnn_forward(Wx, R, b, states, function=function, save_gates=save_gates, tiling=split_tiles)
+    candidate of a sweep): ``(states_all, states_last, gates or None)``; ``exchange`` and ``clocks`` (a stamp buffer)
+    for the exchange experiment (:func:`exchange_as`, ``gpulab.rnn.fused.steps_bench``)."""
+    return split_rnn_forward(Wx, R, b, states, function=function, save_gates=save_gates, tiling=split_tiles,
+                             exchange=exchange, clocks=clocks)  # fmt: skip
 
 
-def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm"):
-    """The split backward's reverse-time kernel at ``split_tiles`` (backward candidates): ``(dG, d_states)``."""
-    return split_rnn_backward(d_out, gates, out, states, R, function, tiling=split_tiles)
+def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm", exchange=None, clocks=None):
+    """The split backward's reverse-time kernel at ``split_tiles`` (backward candidates): ``(dG, d_states)``;
+    ``exchange`` and ``clocks`` as for :func:`split_forward_at`."""
+    return split_rnn_backward(d_out, gates, out, states, R, function, tiling=split_tiles, exchange=exchange,
+                              clocks=clocks)  # fmt: skip
+
+
+BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags"}
+"""The backward's exchange beside each forward exchange (the backward has no tagged words)."""
+
+
+@contextlib.contextmanager
+def exchange_as(name: str):
+    """The split kernels' exchange set to ``name`` for the duration (``split.EXCHANGE``, and
+    ``split_backward.EXCHANGE`` to :data:`BACKWARD_EXCHANGE`): the plan owns the switch, as it owns the choice."""
+    runtime.one_of("name", name, exchange.EXCHANGES)
+    saved = split.EXCHANGE, split_backward.EXCHANGE
+    split.EXCHANGE, split_backward.EXCHANGE = name, BACKWARD_EXCHANGE[name]
+    try:
+        yield
+    finally:
+        split.EXCHANGE, split_backward.EXCHANGE = saved
 
 
 def single_sm_gradients(d_out, gates, out, states, R, function, d_last):

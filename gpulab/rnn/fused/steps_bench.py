@@ -17,13 +17,11 @@ and not timed; the stamps need a GPU (a record saying so).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from gpulab import bench, dtypes, runtime
 from gpulab.rnn.api import flashrnn
-from gpulab.rnn.fused import clocks, exchange, plan, split, split_backward
+from gpulab.rnn.fused import clocks, exchange, plan
 from gpulab.rnn.fused.benchmark import check_states, dense_reference, dense_run, problem_inputs, states_reference
 
 __all__ = ["steps", "parts_records", "time_benchmarks", "exchange_as"]
@@ -34,21 +32,8 @@ def _sizes():
     return runtime.pick(cpu=(2, 3, 192, torch.float16), gpu=(16, 1024, 768, torch.bfloat16))
 
 
-BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags"}
-"""The backward's exchange beside each forward exchange (the backward has no tagged words)."""
-
-
-@contextlib.contextmanager
-def exchange_as(name: str):
-    """The split kernels' exchange set to ``name`` for the duration (``split.EXCHANGE``, and
-    ``split_backward.EXCHANGE`` to :data:`BACKWARD_EXCHANGE`)."""
-    runtime.one_of("name", name, exchange.EXCHANGES)
-    saved = split.EXCHANGE, split_backward.EXCHANGE
-    split.EXCHANGE, split_backward.EXCHANGE = name, BACKWARD_EXCHANGE[name]
-    try:
-        yield
-    finally:
-        split.EXCHANGE, split_backward.EXCHANGE = saved
+BACKWARD_EXCHANGE = plan.BACKWARD_EXCHANGE
+exchange_as = plan.exchange_as
 
 
 def _with_exchange(name):
@@ -129,23 +114,23 @@ def parts_records() -> list[bench.Result]:
     out = []
     for e in exchange.EXCHANGES:
         stamps = clocks.clock_buffer(fwd.tiling.programs, T, x[0].device)
-        split.split_rnn_forward(*x, save_gates=True, tiling=fwd.tiling, exchange=e, clocks=stamps)
+        plan.split_forward_at(*x, fwd.tiling, save_gates=True, exchange=e, clocks=stamps)
         torch.cuda.synchronize()
 
         def run(e=e):
-            return split.split_rnn_forward(*x, save_gates=True, tiling=fwd.tiling, exchange=e)
+            return plan.split_forward_at(*x, fwd.tiling, save_gates=True, exchange=e)
 
         out.append(_parts_record(f"split forward {e} 1x{DH}", "forward", e, fwd.tiling, stamps, run))
-    states_all, _, gates = split.split_rnn_forward(*x, save_gates=True, tiling=fwd.tiling)
+    states_all, _, gates = plan.split_forward_at(*x, fwd.tiling, save_gates=True)
     d_out = torch.randn_like(states_all)
     bwd = fwd.backward
     for e in sorted(set(BACKWARD_EXCHANGE.values())):
         stamps = clocks.clock_buffer(bwd.programs, T, x[0].device)
-        split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd, clocks=stamps, exchange=e)
+        plan.split_backward_at(d_out, gates, states_all, x[3], x[1], bwd, clocks=stamps, exchange=e)
         torch.cuda.synchronize()
 
         def run_bwd(e=e):
-            return split_backward.split_rnn_backward(d_out, gates, states_all, x[3], x[1], tiling=bwd, exchange=e)
+            return plan.split_backward_at(d_out, gates, states_all, x[3], x[1], bwd, exchange=e)
 
         out.append(_parts_record(f"split backward {e} 1x{DH}", "backward", e, bwd, stamps, run_bwd, True))
     return out
