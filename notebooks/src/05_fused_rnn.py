@@ -1192,3 +1192,14 @@ if called_rows:
             acc=mode_[("tiny", "loop accumulating")]["wall_ms"],
         ),
     ))  # fmt: skip
+    kernel_fwd = pick("fused") if stored else None
+    if kernel_fwd is not None:
+        api_fwd = mode_[("main", "forward")]
+        claims.show(claims.claim(
+            "Not yet taken apart: the forward alone through `flashrnn` (no autograd) took {api:.3f} ms of device time "
+            "in this run, {r:.2f}x section 8's record of the fused kernel on the same problem ({k:.3f} ms, run of "
+            "{day}); whether the difference is the API's path or the machine of the day was not measured, so the "
+            "lesson states both, each with its run.",
+            holds=lambda api, k, **_: api > k,
+            api=api_fwd["ms"], k=kernel_fwd.ms, r=api_fwd["ms"] / kernel_fwd.ms, day=kernel_fwd.date,
+        ))  # fmt: skip
