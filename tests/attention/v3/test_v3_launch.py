@@ -137,3 +137,13 @@ def test_short_sequences_take_their_measured_tiles():
         assert v3.v3_config(d, causal, seq=v3.SHORT_N) == v3.V3Config(**fields)
         assert v3.v3_config(d, causal, seq=v3.SHORT_N + 1) == v3.V3Config(**v3.MEASURED[(d, causal)])
         assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
+
+
+def test_pairs_only_for_persistent_causal_launches_with_more_tiles_than_sms():
+    cfg = v3.V3Config(persistent=True, q_buffers=2, pairs=True)
+    assert v3.paired(True, cfg, tiles=2048, sms=132)
+    assert not v3.paired(True, cfg, tiles=132, sms=132)  # pairs would leave half the programs' SMs idle
+    assert not v3.paired(False, cfg, tiles=2048, sms=132)  # non-causal tiles are all alike
+    assert not v3.paired(True, v3.V3Config(persistent=True), tiles=2048, sms=132)
+    assert v3.constexprs(64, True, cfg)["PAIRS"] and not v3.constexprs(64, True, cfg, pairs=False)["PAIRS"]
+    assert not v3.constexprs(64, False, cfg)["PAIRS"]
