@@ -68,6 +68,8 @@ __all__ = [
     "MEASURED",
     "MEASURED_SHORT",
     "SHORT_N",
+    "SHORT_N_BY",
+    "short_n",
     "STEPS",
     "V3Config",
     "paired",
@@ -160,20 +162,35 @@ non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were sti
 
 
 SHORT_N = 2048
-"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal); longer ones
-:data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k: the tune part times each and chooses for N = 1k apart)."""
+"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal) and
+:data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
+the tune part times each and chooses for N = 1k apart)."""
+
+SHORT_N_BY: dict[tuple[int, bool], int] = {(64, True): 4096}
+""":data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=64 causal takes its
+short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
+    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
 }
-""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :data:`SHORT_N`), where the tune part's
-N = 1k choice differs from :data:`MEASURED`'s (run f's tune, H100: at d=64 non-causal N = 1k, two consumers, step 3,
-persistent with a second Q buffer ran 0.173 ms beside the three-consumer default's 0.198 ms)."""
+""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
+choice differs from :data:`MEASURED`'s. d=64 non-causal (run f's tune, H100, N = 1k): two consumers, step 3,
+persistent with a second Q buffer. d=64 causal (run h, ``benchmarks/04_attention/v3/...-h-tune.jsonl``, H100, N = 1k
+and 4k, bf16 and fp16): persistent programs taking each head's tiles in (longest, shortest) pairs, step 1 (the
+fastest of the paired steps there); the head-major persistent order it replaces left programs up to 30% over the
+mean work at N = 1k (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`) and was no faster than one tile per
+program."""
+
+
+def short_n(head_dim: int, is_causal: bool) -> int:
+    """The longest query length that takes :data:`MEASURED_SHORT`'s tiles for (``head_dim``, ``is_causal``)."""
+    return SHORT_N_BY.get((head_dim, is_causal), SHORT_N)
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, seq: int | None = None) -> V3Config:
     """Version 3's tiles for ``head_dim`` (64 or 128), ``is_causal`` and the query length ``seq`` (None: a long
-    one): the measured choice (:data:`MEASURED_SHORT` up to :data:`SHORT_N` queries, else :data:`MEASURED`).
+    one): the measured choice (:data:`MEASURED_SHORT` up to :func:`short_n` queries, else :data:`MEASURED`).
     ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
     two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
     head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
@@ -183,7 +200,8 @@ def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, s
     if step is not None:
         runtime.one_of("step", step, tuple(STEPS))
         return V3Config(step=step, stages=3)
-    fields = MEASURED_SHORT.get((head_dim, is_causal)) if seq is not None and seq <= SHORT_N else None
+    short = seq is not None and seq <= short_n(head_dim, is_causal)
+    fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
     return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
 
 
