@@ -585,3 +585,26 @@ def v3_table(records) -> str:
         lines.append(f"{dtypes.short(dtype):5s} {d:4d} {('yes' if causal else 'no'):>6s} {n:6d} {ours.tflops:10.0f} "
                      f"{ours.wall_tflops:7.0f} {ratio[0]:>6s} {ratio[1]:>8s} {ratio[2]:>7s}")  # fmt: skip
     return "\n".join(lines)
+
+
+def stored_v3_tune(folder=None) -> list[bench.Result]:
+    """The newest tuning run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-tune.jsonl``: candidates
+    checked, raced and timed beside their peers, ``kind='tune'``). FileNotFoundError if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = list(folder.glob("*-tune.jsonl"))
+    if not runs:
+        raise FileNotFoundError(f"no version-3 tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
+    return bench.load("04", path=bench.newest(runs))
+
+
+def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
+    """``{(dtype, head_dim, causal, seq): over's time / ours' time}`` (device time; > 1: ``ours`` faster) over a
+    tune run's timed records (``kind='tune'``, status ok, check ok), where both providers ran the problem."""
+    records = bench.result_list("records", records)
+    ms: dict[tuple, dict[str, float]] = {}
+    for r in records:
+        p = r.params
+        if r.status != "ok" or p.get("kind") != "tune" or p.get("check") != "ok" or r.provider not in (ours, over):
+            continue
+        ms.setdefault((r.dtype, p["head_dim"], p["causal"], p["seq"]), {})[r.provider] = r.ms
+    return {key: t[over] / t[ours] for key, t in sorted(ms.items()) if ours in t and over in t}

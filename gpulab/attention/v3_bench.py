@@ -54,10 +54,12 @@ TUNE = {
     128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=2, stages=2, **_Q2),
           dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2)],
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
-         dict(step=3, stages=3, **_C3, **_P), dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2)],
+         dict(step=3, stages=3, **_C3, **_P), dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2),
+         dict(step=1, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
 """:class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim (run e's losers dropped;
-64 keys per stage added: a finer causal diagonal and half the live score registers)."""
+64 keys per stage added: a finer causal diagonal and half the live score registers; run h's causal tiles in
+(longest, shortest) pairs, which non-causal launches ignore)."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -306,7 +308,7 @@ def tune_v3(
     raced (:func:`race_v3`, ``params['race_differing']``), checked against SDPA's fp32 math and timed on the bf16
     problems of ``seqs`` (``tokens`` per batch, ``kind='tune'``); then ``kind='choice'``: the fastest candidate that
     matched and never differed, by geometric mean of TFLOP/s over ``seqs`` (``params['group']`` 'all'), over the
-    short ones (N <= SHORT_N, 'short') and the long ones ('long'); ``params['chosen']``: its V3Config fields,
+    short ones (N <= ``v3.short_n``, 'short') and the long ones ('long'); ``params['chosen']``: its V3Config fields,
     which :data:`MEASURED` (long) and :data:`MEASURED_SHORT` (short) then commit."""
     candidates = candidates or TUNE
     if not isinstance(candidates, dict) or not all(isinstance(f, list) for f in candidates.values()):
@@ -336,14 +338,16 @@ def tune_v3(
 
 
 def _choice(records, cfgs, d, causal, seqs) -> list[bench.Result]:
-    """Per group of sequence lengths (``all``; ``short``: N <= SHORT_N, ``long``: the rest), the candidate with the
-    highest geometric mean of TFLOP/s among those that matched and never differed on every length of the group."""
+    """Per group of sequence lengths (``all``; ``short``: N <= ``v3.short_n(d, causal)``, ``long``: the rest), the
+    candidate with the highest geometric mean of TFLOP/s among those that matched and never differed on every length
+    of the group."""
     rates: dict = {}
     for r in records:
         if r.status == "ok" and r.params.get("check") == "ok" and r.params.get("race_differing") == 0 and r.tflops:
             rates.setdefault(r.provider, {})[r.shape[2]] = r.tflops
-    groups = {"all": list(seqs), "short": [n for n in seqs if n <= v3.SHORT_N],
-              "long": [n for n in seqs if n > v3.SHORT_N]}  # fmt: skip
+    limit = v3.short_n(d, causal)
+    groups = {"all": list(seqs), "short": [n for n in seqs if n <= limit],
+              "long": [n for n in seqs if n > limit]}  # fmt: skip
     out = []
     for group, ns in groups.items():
         score = {n: math.exp(sum(math.log(t[s]) for s in ns) / len(ns)) for n, t in rates.items()

@@ -88,6 +88,7 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
 
     fields = [dict(step=3, stages=3), dict(step=3, stages=2)]
     monkeypatch.setattr(vb.v3, "SHORT_N", 32)  # N = 32 short, N = 64 long
+    monkeypatch.setattr(vb.v3, "SHORT_N_BY", {})
     tuned = vb.tune_v3(candidates={64: fields}, seqs=(32, 64), runs=2, tokens=64)
     kinds = {}
     for r in tuned:
@@ -107,3 +108,21 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
 def test_the_parts_are_lesson_4s():
     for part, fn in (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3)):
         assert lessons.benchmark("04", part) is fn
+
+
+def test_tune_ratios_read_the_newest_tune_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="v3-tune"):
+        ar.stored_v3_tune(tmp_path)
+    x = dict(dtype="bfloat16", head_dim=64, causal=True, seq=1024, kind="tune")
+    rows = [("ours", 2.0, "ok", "ok"), ("peer", 3.0, "ok", "ok"), ("ours", 1.0, "ok", "FAILED: rel_err 1"),
+            ("other", 9.0, "ok", "ok")]  # fmt: skip
+    recs = [bench.Result(lesson="04", case=p, provider=p, ms=ms, status=st, dtype="bfloat16", params={**x, "check": c})
+            for p, ms, st, c in rows]  # fmt: skip
+    bench.save(recs[:3], "04", path=tmp_path / "gpu-2026-01-01-a-tune.jsonl")
+    bench.save(recs[1:], "04", path=tmp_path / "gpu-2026-01-01-b-tune.jsonl")
+    newest = ar.stored_v3_tune(tmp_path)
+    assert {r.provider for r in newest} == {"peer", "ours", "other"}
+    assert ar.v3_tune_ratios(newest, "ours", "peer") == {}  # run b's "ours" failed its check
+    assert ar.v3_tune_ratios(ar.bench.load("04", path=tmp_path / "gpu-2026-01-01-a-tune.jsonl"), "ours", "peer") == {
+        ("bfloat16", 64, True, 1024): 1.5
+    }

@@ -68,8 +68,11 @@ __all__ = [
     "MEASURED",
     "MEASURED_SHORT",
     "SHORT_N",
+    "SHORT_N_BY",
+    "short_n",
     "STEPS",
     "V3Config",
+    "paired",
     "v3_config",
     "supported",
     "attention_forward",
@@ -93,7 +96,11 @@ passed on the H100. Gluon is experimental and its API moves between releases (3.
 class V3Config:
     """Version 3's launch: ``step`` (1-3, :data:`STEPS`), ``block_n`` keys per K/V stage, ``stages`` K/V buffers in
     the ring, ``consumer_regs`` registers per thread of each consumer warpgroup and ``producer_regs`` of the
-    producer (``setmaxnreg``; the kernel's cap ``maxnreg`` is their average over the three warpgroups)."""
+    producer (``setmaxnreg``; the kernel's cap ``maxnreg`` is their average over the three warpgroups).
+    ``persistent``: one program per SM looping over tiles (``q_buffers`` Q tiles per consumer in flight);
+    ``pairs`` (persistent only; causal only, ignored otherwise): a program takes a head's tiles in pairs
+    (longest, shortest), so every pair has the same number of key blocks and the programs' work is even
+    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`)."""
 
     step: int = 3
     block_n: int = 128
@@ -103,6 +110,7 @@ class V3Config:
     producer_regs: int = 24
     persistent: bool = False
     q_buffers: int = 1
+    pairs: bool = False
 
     def __post_init__(self):
         runtime.one_of("step", self.step, tuple(STEPS))
@@ -111,6 +119,12 @@ class V3Config:
         runtime.one_of("consumers", self.consumers, (2, 3))
         runtime.strict_bool("persistent", self.persistent)
         runtime.one_of("q_buffers", self.q_buffers, (1, 2))
+        runtime.strict_bool("pairs", self.pairs)
+        if self.pairs and not self.persistent:
+            raise ValueError(
+                "pairs=True orders a persistent program's causal tiles in (longest, shortest) pairs; it needs "
+                "persistent=True (one tile per program has no order to choose)."
+            )
         for name in ("consumer_regs", "producer_regs"):
             value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
             if value % 8:
@@ -148,20 +162,35 @@ non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were sti
 
 
 SHORT_N = 2048
-"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal); longer ones
-:data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k: the tune part times each and chooses for N = 1k apart)."""
+"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal) and
+:data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
+the tune part times each and chooses for N = 1k apart)."""
+
+SHORT_N_BY: dict[tuple[int, bool], int] = {(64, True): 4096}
+""":data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=64 causal takes its
+short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
+    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
 }
-""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :data:`SHORT_N`), where the tune part's
-N = 1k choice differs from :data:`MEASURED`'s (run f's tune, H100: at d=64 non-causal N = 1k, two consumers, step 3,
-persistent with a second Q buffer ran 0.173 ms beside the three-consumer default's 0.198 ms)."""
+""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
+choice differs from :data:`MEASURED`'s. d=64 non-causal (run f's tune, H100, N = 1k): two consumers, step 3,
+persistent with a second Q buffer. d=64 causal (run h, ``benchmarks/04_attention/v3/...-h-tune.jsonl``, H100, N = 1k
+and 4k, bf16 and fp16): persistent programs taking each head's tiles in (longest, shortest) pairs, step 1 (the
+fastest of the paired steps there); the head-major persistent order it replaces left programs up to 30% over the
+mean work at N = 1k (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`) and was no faster than one tile per
+program."""
+
+
+def short_n(head_dim: int, is_causal: bool) -> int:
+    """The longest query length that takes :data:`MEASURED_SHORT`'s tiles for (``head_dim``, ``is_causal``)."""
+    return SHORT_N_BY.get((head_dim, is_causal), SHORT_N)
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, seq: int | None = None) -> V3Config:
     """Version 3's tiles for ``head_dim`` (64 or 128), ``is_causal`` and the query length ``seq`` (None: a long
-    one): the measured choice (:data:`MEASURED_SHORT` up to :data:`SHORT_N` queries, else :data:`MEASURED`).
+    one): the measured choice (:data:`MEASURED_SHORT` up to :func:`short_n` queries, else :data:`MEASURED`).
     ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
     two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
     head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
@@ -171,7 +200,8 @@ def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, s
     if step is not None:
         runtime.one_of("step", step, tuple(STEPS))
         return V3Config(step=step, stages=3)
-    fields = MEASURED_SHORT.get((head_dim, is_causal)) if seq is not None and seq <= SHORT_N else None
+    short = seq is not None and seq <= short_n(head_dim, is_causal)
+    fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
     return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
 
 
@@ -234,29 +264,48 @@ def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tupl
 
 
 @gluon.jit
-def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+          PAIRS: gl.constexpr):  # fmt: skip
     """Tile index -> (bh, start_m, n_blocks, full): the head, the first query row, the key blocks it needs (causal:
     up to its last row) and the first key index whose block needs a mask. A head's tiles are neighbours (programs
     running at once share its K and V in L2); causal, each head's longest tile first. (Every head's longest tiles
     first, version 2's persistent order, ran d=128 causal N=1024 about 20% slower: tiles of different heads
-    running at once read more K/V than L2 holds.)"""
+    running at once read more K/V than L2 holds.)
+
+    ``PAIRS`` (persistent, causal): ``tile`` is ``pid + k * programs``, the program's k-th tile; the program takes
+    units ``u = pid, pid + programs, ...``, unit u being head ``u // ceil(n_m / 2)``'s tiles ``n_m' - 1 - i`` then
+    ``i`` (``i = u % ceil(n_m / 2)``, ``n_m'`` = n_m rounded up to even): n_m' + 1 key blocks per unit whatever i,
+    so static round-robin stays even. With n_m odd the unit i = 0 holds the tile past the last (all rows past Nq:
+    one key block, nothing stored). :func:`gpulab.attention.v3.schedule_model.persistent_tiles` mirrors this."""
     n_m = gl.cdiv(n_q, ROWS)
-    pid_m = tile % n_m
-    if IS_CAUSAL:
-        pid_m = n_m - 1 - pid_m
-    bh = tile // n_m
+    if PAIRS:
+        half_m = (n_m + 1) // 2
+        k = (tile - gl.program_id(0)) // gl.num_programs(0)
+        u = gl.program_id(0) + (k // 2) * gl.num_programs(0)
+        i = u % half_m
+        first = 1 - k % 2
+        pid_m = i + first * (2 * half_m - 1 - 2 * i)
+        bh = u // half_m
+    else:
+        pid_m = tile % n_m
+        if IS_CAUSAL:
+            pid_m = n_m - 1 - pid_m
+        bh = tile // n_m
     start_m = pid_m * ROWS
     hi = n_k
     full = (n_k // BLOCK_N) * BLOCK_N
     if IS_CAUSAL:
         hi = gl.minimum(n_k, start_m + ROWS)
         full = gl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    if PAIRS:  # the tile past the last (n_m odd): one key block
+        real = (start_m < n_q).to(gl.int32)
+        hi = real * hi + (1 - real)
     return bh, start_m, gl.cdiv(hi, BLOCK_N), full
 
 
 @gluon.jit
 def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
     """One warp: per tile, the consumers' Q tiles (once each has stored its previous output), then K and V block by
     block into the ring. The g-th K/V block overall goes to stage ``g % STAGES`` once every consumer released that
     stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having completed the phase before
@@ -267,7 +316,7 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
     it = 0
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL)
+        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
         qb = (tile_i % QBUF) * CONSUMERS
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
@@ -307,7 +356,8 @@ def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: g
 @gluon.jit
 def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
               CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr,
+              PAIRS: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])  # fmt: skip
@@ -325,7 +375,7 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
     tt = 0  # turns taken so far
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL)
+        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
         if IS_CAUSAL:
@@ -420,25 +470,25 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
 @gluon.jit
 def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)  # fmt: skip
+              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
@@ -446,11 +496,15 @@ def attention_forward_v3_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    QBUF: gl.constexpr,
+    QBUF: gl.constexpr, PAIRS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 forward. Descriptors over q, o [B*H, Nq, D] (blocks [1, 64, D]) and k, v [B*H, Nk, D] (blocks
     [1, BLOCK_N, D]); lse [B*H, Nq] fp32. Grid: (tiles,) or, persistent, (SMs,); a tile is 64 * CONSUMERS rows."""
-    n_tiles = gl.cdiv(n_q, 64 * CONSUMERS) * n_bh
+    if PAIRS:  # this program's units of two tiles (:func:`_tile`): tiles pid, pid + programs, ... below n_tiles
+        n_units = (gl.cdiv(n_q, 64 * CONSUMERS) + 1) // 2 * n_bh
+        n_tiles = gl.program_id(0) + 2 * gl.cdiv(n_units - gl.program_id(0), gl.num_programs(0)) * gl.num_programs(0)
+    else:
+        n_tiles = gl.cdiv(n_q, 64 * CONSUMERS) * n_bh
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [QBUF * CONSUMERS, 1, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -482,18 +536,18 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -504,14 +558,14 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF)),
+                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -531,11 +585,19 @@ def smem_layout(block: tuple[int, int, int], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
 
 
-def constexprs(head_dim: int, is_causal: bool, cfg: V3Config) -> dict:
-    """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg``."""
+def paired(is_causal: bool, cfg: V3Config, tiles: int | None = None, sms: int | None = None) -> bool:
+    """Whether the launch takes :func:`_tile`'s (longest, shortest) pairs: causal, persistent, ``cfg.pairs``, and
+    (where ``tiles`` and ``sms`` are given) more tiles than SMs: with fewer, pairs would halve the programs."""
+    return bool(is_causal and cfg.persistent and cfg.pairs and (tiles is None or sms is None or tiles > sms))
+
+
+def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None = None) -> dict:
+    """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg`` (``pairs`` None:
+    :func:`paired` without sizes)."""
     return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                QBUF=cfg.q_buffers)  # fmt: skip
+                QBUF=cfg.q_buffers,
+                PAIRS=paired(is_causal, cfg) if pairs is None else bool(pairs))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -569,8 +631,12 @@ class _Plan:
         self.lse_shape = (b, h, self.n_q)
         self.cfg, self.causal, self.qk_scale = cfg, causal, scale * LOG2E
         tiles = triton.cdiv(self.n_q, 64 * cfg.consumers) * self.bh
-        self.grid = min(tiles, sm90.sm_count(q.device.index)) if cfg.persistent else tiles
-        self.constexprs = constexprs(self.d, causal, cfg)
+        sms = sm90.sm_count(q.device.index)
+        pairs = paired(causal, cfg, tiles, sms)
+        if pairs:  # units of two tiles (:func:`_tile`)
+            tiles = (triton.cdiv(self.n_q, 64 * cfg.consumers) + 1) // 2 * self.bh
+        self.grid = min(tiles, sms) if cfg.persistent else tiles
+        self.constexprs = constexprs(self.d, causal, cfg, pairs)
         self.layouts = smem_layouts(self.d, cfg.block_n, q.dtype)
         self.device = q.device.index
         self.raw = None

@@ -24,7 +24,7 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["programs", "model_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]
+__all__ = ["programs", "persistent_tiles", "model_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]
 
 
 def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int = 128) -> list[dict]:
@@ -44,6 +44,45 @@ def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int 
             hi = min(n_k, start_m + rows)
             full = min(full, ((start_m + 1) // block_n) * block_n)
         out.append({"pid_m": pid_m, "start_m": start_m, "n_blocks": -(-hi // block_n), "full": full})
+    return out
+
+
+def persistent_tiles(
+    n_q: int, n_bh: int, n_programs: int, consumers: int = 2, pairs: bool = False, block_n: int = 128
+) -> list[list[tuple[int, int, int]]]:
+    """The tiles each persistent program of a causal launch runs, in order, as the kernel's ``_tile`` maps its loop
+    index: ``out[pid]`` lists ``(bh, pid_m, n_blocks)`` (key blocks for Nk = Nq). ``pairs`` False: tiles ``pid,
+    pid + n_programs, ...`` of the head-major order (each head's longest tile first); True: units of two tiles of
+    one head, (longest, shortest), ``n_m' + 1`` blocks each; with n_m odd, unit 0 of each head holds the tile past
+    the last (``pid_m == n_m``, one block, nothing stored). The sum of ``n_blocks`` per program is its work."""
+    for name, v in (("n_q", n_q), ("n_bh", n_bh), ("n_programs", n_programs), ("block_n", block_n)):
+        runtime.positive_int(name, v)
+    runtime.one_of("consumers", consumers, (2, 3))
+    runtime.strict_bool("pairs", pairs)
+    rows = 64 * consumers
+    n_m = -(-n_q // rows)
+    if pairs:
+        half_m = (n_m + 1) // 2
+        n_tiles = lambda pid: pid + 2 * -(-(n_bh * half_m - pid) // n_programs) * n_programs  # noqa: E731
+    else:
+        n_tiles = lambda pid: n_m * n_bh  # noqa: E731
+    out = []
+    for pid in range(n_programs):
+        mine = []
+        for tile in range(pid, n_tiles(pid), n_programs):
+            if pairs:
+                k = (tile - pid) // n_programs
+                u = pid + (k // 2) * n_programs
+                i = u % half_m
+                first = 1 - k % 2
+                pid_m = i + first * (2 * half_m - 1 - 2 * i)
+                bh = u // half_m
+            else:
+                pid_m, bh = n_m - 1 - tile % n_m, tile // n_m
+            start_m = pid_m * rows
+            hi = min(n_q, start_m + rows) if start_m < n_q else 1
+            mine.append((bh, pid_m, -(-hi // block_n)))
+        out.append(mine)
     return out
 
 

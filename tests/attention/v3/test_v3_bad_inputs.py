@@ -11,6 +11,8 @@ CASES = [
     ("V3Config step", lambda: forward.V3Config(step=0), ValueError),
     ("V3Config persistent", lambda: forward.V3Config(persistent=1), TypeError),
     ("V3Config q_buffers", lambda: forward.V3Config(q_buffers=3), ValueError),
+    ("V3Config pairs", lambda: forward.V3Config(pairs=1, persistent=True), TypeError),
+    ("V3Config pairs not persistent", lambda: forward.V3Config(pairs=True), ValueError),
     ("v3_config head_dim", lambda: forward.v3_config(80), ValueError),
     ("v3_config step", lambda: forward.v3_config(64, False, step=5), ValueError),
     ("v3_config is_causal", lambda: forward.v3_config(64, "yes"), TypeError),
@@ -33,6 +35,8 @@ CASES = [
     ("simulate tiles", lambda: schedule_model.simulate([]), ValueError),
     ("simulate q_buffers", lambda: schedule_model.simulate(2, q_buffers=3), ValueError),
     ("programs consumers", lambda: schedule_model.programs(8, 8, False, consumers=1), ValueError),
+    ("persistent_tiles n_programs", lambda: schedule_model.persistent_tiles(8, 8, 0), ValueError),
+    ("persistent_tiles pairs", lambda: schedule_model.persistent_tiles(8, 8, 4, pairs="yes"), TypeError),
 ]  # fmt: skip
 
 

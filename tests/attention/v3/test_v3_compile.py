@@ -26,6 +26,7 @@ CASES = {  # name: (head dim, causal, step of the ladder or None for the measure
     "d128 default": (128, False, None, None, SPILL_BOUND),
     "d64 default": (64, False, None, None, SPILL_BOUND),
     "d64 short default": (64, False, None, 1024, 0),
+    "d64 causal short default": (64, True, None, 1024, 0),
 }
 
 

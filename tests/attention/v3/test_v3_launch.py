@@ -134,6 +134,29 @@ def test_raw_launch_is_usable_only_without_launch_hooks(monkeypatch):
 
 def test_short_sequences_take_their_measured_tiles():
     for (d, causal), fields in v3.MEASURED_SHORT.items():
-        assert v3.v3_config(d, causal, seq=v3.SHORT_N) == v3.V3Config(**fields)
-        assert v3.v3_config(d, causal, seq=v3.SHORT_N + 1) == v3.V3Config(**v3.MEASURED[(d, causal)])
+        limit = v3.short_n(d, causal)
+        assert v3.v3_config(d, causal, seq=limit) == v3.V3Config(**fields)
+        assert v3.v3_config(d, causal, seq=limit + 1) == v3.V3Config(**v3.MEASURED[(d, causal)])
         assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
+
+
+def test_d64_causal_up_to_4k_takes_persistent_pairs():
+    """Run h's choice: lesson 4's d=64 causal N = 1k and 4k problems take persistent (longest, shortest) pairs at
+    step 1; N = 16k keeps the long choice, and d=128 causal is unchanged at every length."""
+    for seq in (1024, 4096):
+        cfg = v3.v3_config(64, True, seq=seq)
+        assert (cfg.pairs, cfg.persistent, cfg.step, cfg.consumers) == (True, True, 1, 2)
+        assert v3.paired(True, cfg, tiles=-(-seq // 128) * (16384 // seq) * 16, sms=132)
+    assert not v3.v3_config(64, True, seq=16384).pairs
+    assert not v3.v3_config(64, False, seq=1024).pairs
+    assert all(not v3.v3_config(128, True, seq=n).pairs for n in (1024, 4096, 16384))
+
+
+def test_pairs_only_for_persistent_causal_launches_with_more_tiles_than_sms():
+    cfg = v3.V3Config(persistent=True, q_buffers=2, pairs=True)
+    assert v3.paired(True, cfg, tiles=2048, sms=132)
+    assert not v3.paired(True, cfg, tiles=132, sms=132)  # pairs would leave half the programs' SMs idle
+    assert not v3.paired(False, cfg, tiles=2048, sms=132)  # non-causal tiles are all alike
+    assert not v3.paired(True, v3.V3Config(persistent=True), tiles=2048, sms=132)
+    assert v3.constexprs(64, True, cfg)["PAIRS"] and not v3.constexprs(64, True, cfg, pairs=False)["PAIRS"]
+    assert not v3.constexprs(64, False, cfg)["PAIRS"]
