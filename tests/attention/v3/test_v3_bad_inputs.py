@@ -8,6 +8,11 @@ from gpulab.attention.v3 import compile_check, forward, schedule_model
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float64)
 
 CASES = [
+    ("short_n head_dim", lambda: forward.short_n(96, True), ValueError),
+    ("short_n is_causal", lambda: forward.short_n(64, 1), TypeError),
+    ("paired cfg", lambda: forward.paired(True, {"pairs": True}), TypeError),
+    ("paired is_causal", lambda: forward.paired("yes", forward.V3Config()), TypeError),
+    ("paired tiles 0", lambda: forward.paired(True, forward.V3Config(), tiles=0, sms=132), ValueError),
     ("V3Config step", lambda: forward.V3Config(step=0), ValueError),
     ("V3Config persistent", lambda: forward.V3Config(persistent=1), TypeError),
     ("V3Config q_buffers", lambda: forward.V3Config(q_buffers=3), ValueError),

@@ -1,0 +1,197 @@
+"""Lesson 4, version 3: which launch the Gluon forward takes, and where it may run.
+
+:class:`V3Config` is one launch of :mod:`gpulab.attention.v3.forward`'s kernel (its numbered step, K/V stages, consumer
+warpgroups, register budgets, persistent programs); :data:`MEASURED` and :data:`MEASURED_SHORT` hold the measured
+choice per (head dim, causal) and query length, :func:`v3_config` reads them; :func:`supported` says whether version 3
+may run given inputs on this machine (Hopper, a tested Triton, float16/bfloat16, head dim 64 or 128). The kernel
+module re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+
+from gpulab import runtime
+
+__all__ = [
+    "MEASURED",
+    "MEASURED_SHORT",
+    "SHORT_N",
+    "SHORT_N_BY",
+    "short_n",
+    "STEPS",
+    "V3Config",
+    "v3_config",
+    "supported",
+    "triton_minor",
+    "TESTED_TRITON",
+]
+
+STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
+"""The kernel's numbered steps (``V3Config.step``); each adds one idea to the one before."""
+
+TESTED_TRITON = ("3.6",)
+"""Triton versions (major.minor) on which version 3's GPU race test (200 runs per configuration equal bit for bit)
+passed on the H100. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies), so
+:func:`supported` refuses other versions by name instead of guessing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class V3Config:
+    """Version 3's launch: ``step`` (1-3, :data:`STEPS`), ``block_n`` keys per K/V stage, ``stages`` K/V buffers in
+    the ring, ``consumer_regs`` registers per thread of each consumer warpgroup and ``producer_regs`` of the
+    producer (``setmaxnreg``; the kernel's cap ``maxnreg`` is their average over the three warpgroups).
+    ``persistent``: one program per SM looping over tiles (``q_buffers`` Q tiles per consumer in flight);
+    ``pairs`` (persistent only; causal only, ignored otherwise): a program takes a head's tiles in pairs
+    (longest, shortest), so every pair has the same number of key blocks and the programs' work is even
+    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`)."""
+
+    step: int = 3
+    block_n: int = 128
+    stages: int = 2
+    consumers: int = 2
+    consumer_regs: int = 240
+    producer_regs: int = 24
+    persistent: bool = False
+    q_buffers: int = 1
+    pairs: bool = False
+
+    def __post_init__(self):
+        runtime.one_of("step", self.step, tuple(STEPS))
+        runtime.one_of("block_n", self.block_n, (64, 128))
+        runtime.integer("stages", self.stages, minimum=2, maximum=4)
+        runtime.one_of("consumers", self.consumers, (2, 3))
+        runtime.strict_bool("persistent", self.persistent)
+        runtime.one_of("q_buffers", self.q_buffers, (1, 2))
+        runtime.strict_bool("pairs", self.pairs)
+        if self.pairs and not self.persistent:
+            raise ValueError(
+                "pairs=True orders a persistent program's causal tiles in (longest, shortest) pairs; it needs "
+                "persistent=True (one tile per program has no order to choose)."
+            )
+        for name in ("consumer_regs", "producer_regs"):
+            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
+            if value % 8:
+                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+        asked = self.consumers * self.consumer_regs + self.producer_regs
+        if asked > self.maxnreg * (self.consumers + 1):  # setmaxnreg.inc would wait for registers nobody frees
+            raise ValueError(
+                f"consumer_regs={self.consumer_regs} x {self.consumers} + producer_regs={self.producer_regs} = {asked} "
+                f"is over the kernel's cap {self.maxnreg} x {self.consumers + 1} warpgroups; choose budgets whose sum "
+                "divides evenly, e.g. 240, 240, 24 (two consumers) or 160 x 3 + 32 (three)."
+            )
+
+    @property
+    def maxnreg(self) -> int:
+        """The kernel-wide register cap: the warpgroups' budgets (the producer's warp counts as a warpgroup) share
+        the 64K registers of an SM."""
+        return (self.consumers * self.consumer_regs + self.producer_regs) // (self.consumers + 1) // 8 * 8
+
+
+_C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # three consumer warpgroups share 64K registers
+
+MEASURED: dict[tuple[int, bool], dict] = {
+    (128, False): dict(step=3, stages=2, persistent=True, q_buffers=2),
+    (128, True): dict(step=3, stages=3),
+    (64, False): dict(step=2, stages=3, persistent=True, **_C3),
+    (64, True): dict(step=3, stages=3),
+}
+""":class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
+(geometric mean over lesson 4's N = 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run f; runs
+e and f chose the same tiles). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a second
+Q buffer, its queries load while this tile finishes) and lose on long causal problems; three consumer warpgroups pay
+at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports a few spilled registers for the two
+non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
+
+
+SHORT_N = 2048
+"""Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal) and
+:data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
+the tune part times each and chooses for N = 1k apart)."""
+
+SHORT_N_BY: dict[tuple[int, bool], int] = {(64, True): 4096}
+""":data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=64 causal takes its
+short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
+
+MEASURED_SHORT: dict[tuple[int, bool], dict] = {
+    (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
+    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
+}
+""":class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
+choice differs from :data:`MEASURED`'s. d=64 non-causal (run f's tune, H100, N = 1k): two consumers, step 3,
+persistent with a second Q buffer. d=64 causal (run h, ``benchmarks/04_attention/v3/...-h-tune.jsonl``, H100, N = 1k
+and 4k, bf16 and fp16): persistent programs taking each head's tiles in (longest, shortest) pairs, step 1 (the
+fastest of the paired steps there); the head-major persistent order it replaces left programs up to 30% over the
+mean work at N = 1k (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`) and was no faster than one tile per
+program."""
+
+
+def short_n(head_dim: int, is_causal: bool) -> int:
+    """The longest query length that takes :data:`MEASURED_SHORT`'s tiles for (``head_dim``, ``is_causal``)."""
+    key = (runtime.one_of("head_dim", head_dim, (64, 128)), runtime.strict_bool("is_causal", is_causal))
+    return SHORT_N_BY.get(key, SHORT_N)
+
+
+def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, seq: int | None = None) -> V3Config:
+    """Version 3's tiles for ``head_dim`` (64 or 128), ``is_causal`` and the query length ``seq`` (None: a long
+    one): the measured choice (:data:`MEASURED_SHORT` up to :func:`short_n` queries, else :data:`MEASURED`).
+    ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
+    two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
+    head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
+    is_causal = runtime.strict_bool("is_causal", is_causal)
+    if seq is not None:
+        seq = runtime.integer("seq", seq, minimum=1)
+    if step is not None:
+        runtime.one_of("step", step, tuple(STEPS))
+        return V3Config(step=step, stages=3)
+    short = seq is not None and seq <= short_n(head_dim, is_causal)
+    fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
+    return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
+
+
+def triton_minor() -> str:
+    """This Triton's ``major.minor`` (what :data:`TESTED_TRITON` lists)."""
+    return ".".join(triton.__version__.split(".")[:2])
+
+
+def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
+    """(True, "") when version 3 can run q, k, v here, else (False, the reason): a CUDA GPU of compute capability
+    9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
+    and k, v [B, H, Nk, D], and ``scale`` None (1/sqrt(D)) or a positive number (the kernel takes the row max of the
+    raw scores, ``forward._softmax_block``). Never raises on tensors; ``causal`` must be a bool."""
+    runtime.strict_bool("causal", causal)
+    if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
+        return False, (f"version 3 takes a positive scale (it scales the raw scores' row max), got scale={scale!r}; "
+                       "versions 1 and 2 take others")  # fmt: skip
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            return False, f"{name} is {type(t).__name__}, not a torch.Tensor"
+        if t.dim() != 4:
+            return False, f"{name} has shape {tuple(t.shape)}; version 3 takes [B, H, N, D]"
+    if triton_minor() not in TESTED_TRITON:
+        return False, (f"version 3 (Gluon) is tested on Triton {', '.join(TESTED_TRITON)} only; this is Triton "
+                       f"{triton.__version__}, whose Gluon API may differ")  # fmt: skip
+    if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
+        return False, f"version 3 runs on a CUDA GPU; q, k, v are on {q.device}, {k.device}, {v.device}"
+    if torch.cuda.get_device_capability(q.device)[0] != 9:
+        major, minor = torch.cuda.get_device_capability(q.device)
+        return False, f"version 3 needs a Hopper GPU (sm_90); this one is sm_{major}{minor}"
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False, f"version 3 takes float16 or bfloat16 q, k, v of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    b, h, _, d = q.shape
+    if d not in (64, 128):
+        return False, f"version 3 takes head dims 64 and 128, got {d}"
+    if tuple(k.shape[:2]) != (b, h) or k.shape != v.shape or k.shape[3] != d:
+        return (
+            False,
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D {tuple(q.shape)}",
+        )
+    if q.shape[2] < 1 or k.shape[2] < 1:
+        return False, "version 3 needs at least one query and one key"
+    if b * h > 65535:
+        return False, f"batch * heads = {b * h} is over 65535, the grid's second dimension"
+    return True, ""

@@ -1,0 +1,133 @@
+"""Lesson 4, version 3's forward measured: the runs of ``python -m gpulab bench 04 v3`` (and its ``-tune`` part) read
+back, each implementation's best round, ratios, spreads and the steps' table (no kernels here;
+:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.report` re-exports every name, so lesson 4
+reads them beside version 2's probe records.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from gpulab import bench, dtypes, runtime
+
+__all__ = [
+    "V3_FOLDER",
+    "V3_TUNED",
+    "V3_STEPS",
+    "V3_PEERS",
+    "V3_TRITON_LAUNCH",
+    "stored_v3",
+    "v3_best",
+    "v3_ratios",
+    "v3_spread",
+    "v3_step_gains",
+    "v3_table",
+    "stored_v3_tune",
+    "v3_tune_ratios",
+]
+
+
+V3_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+V3_TUNED = "gpulab v3 (tuned)"
+V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
+V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
+V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
+"""The tuned kernel launched through Triton's ``kernel[grid](...)`` on every call (descriptors built and encoded each
+time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
+
+
+def stored_v3(folder=None) -> list[bench.Result]:
+    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
+    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
+    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    if not runs:
+        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
+    return bench.load("04", path=bench.newest(runs))
+
+
+def v3_best(records) -> dict[tuple, dict[str, bench.Result]]:
+    """``{(dtype, head_dim, causal, seq): {impl: record}}``, each implementation's faster round (the run timed every
+    provider twice, alternating, and keeps the faster: one config timed twice in one run differed by up to 10%)."""
+    records = bench.result_list("records", records)
+    best: dict[tuple, dict[str, bench.Result]] = {}
+    for r in records:
+        p = r.params
+        if r.status != "ok" or p.get("kind") != "throughput":
+            continue
+        row = best.setdefault((r.dtype, p["head_dim"], p["causal"], p["seq"]), {})
+        if p["impl"] not in row or r.ms < row[p["impl"]].ms:
+            row[p["impl"]] = r
+    return best
+
+
+def v3_ratios(records, over: str, ours: str = V3_TUNED, clock: str = "device") -> list[float]:
+    """``over``'s time / ``ours``' time on every problem where both ran (> 1: ours faster), on ``clock``."""
+    runtime.one_of("clock", clock, ("device", "wall"))
+    attr = "ms" if clock == "device" else "wall_ms"
+    out = []
+    for row in v3_best(records).values():
+        if ours in row and over in row:
+            out.append(getattr(row[over], attr) / getattr(row[ours], attr))
+    return out
+
+
+def v3_spread(values) -> tuple[float, float, float]:
+    """(median, min, max) of ratios; a ValueError for none."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise TypeError(f"values must be a list of ratios (floats, e.g. from v3_ratios), got {type(values).__name__}.")
+    if not values:
+        raise ValueError("no ratios: the two implementations never ran the same problem in these records.")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        raise ValueError(f"values must be finite numbers (ratios), got {values!r}.")
+    return statistics.median(values), min(values), max(values)
+
+
+def v3_step_gains(records) -> list[tuple[str, str, tuple[float, float, float]]]:
+    """The ladder: each step's time against the one before (step 1 against version 2, the tuned kernel against step
+    3), as (step, before, (median, min, max)) of device-time ratios over the run's problems."""
+    chain = ("gpulab v2", *V3_STEPS, V3_TUNED)
+    return [(b, a, v3_spread(v3_ratios(records, a, ours=b))) for a, b in zip(chain, chain[1:])]
+
+
+def v3_table(records) -> str:
+    """Per problem: version 3 (tuned) in TFLOP/s on both clocks, and its ratio to version 2, cuDNN and FA-2
+    (device time; > 1: version 3 faster)."""
+    rows = v3_best(records)
+    head = (f"{'dtype':5s} {'d':>4s} {'causal':>6s} {'N':>6s} {'v3 TFLOP/s':>10s} {'(wall)':>7s} "
+            f"{'vs v2':>6s} {'vs cuDNN':>8s} {'vs FA-2':>7s}")  # fmt: skip
+    lines = [head]
+    for (dtype, d, causal, n), row in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
+        ours = row.get(V3_TUNED)
+        if ours is None:
+            continue
+        ratio = [f"{row[p].ms / ours.ms:.2f}x" if p in row else "-" for p in V3_PEERS]
+        lines.append(f"{dtypes.short(dtype):5s} {d:4d} {('yes' if causal else 'no'):>6s} {n:6d} {ours.tflops:10.0f} "
+                     f"{ours.wall_tflops:7.0f} {ratio[0]:>6s} {ratio[1]:>8s} {ratio[2]:>7s}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def stored_v3_tune(folder=None) -> list[bench.Result]:
+    """The newest tuning run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-tune.jsonl``: candidates
+    checked, raced and timed beside their peers, ``kind='tune'``). FileNotFoundError if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = list(folder.glob("*-tune.jsonl"))
+    if not runs:
+        raise FileNotFoundError(f"no version-3 tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
+    return bench.load("04", path=bench.newest(runs))
+
+
+def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
+    """``{(dtype, head_dim, causal, seq): over's time / ours' time}`` (device time; > 1: ``ours`` faster) over a
+    tune run's timed records (``kind='tune'``, status ok, check ok), where both providers ran the problem."""
+    records = bench.result_list("records", records)
+    ms: dict[tuple, dict[str, float]] = {}
+    for r in records:
+        p = r.params
+        if r.status != "ok" or p.get("kind") != "tune" or p.get("check") != "ok" or r.provider not in (ours, over):
+            continue
+        ms.setdefault((r.dtype, p["head_dim"], p["causal"], p["seq"]), {})[r.provider] = r.ms
+    return {key: t[over] / t[ours] for key, t in sorted(ms.items()) if ours in t and over in t}
