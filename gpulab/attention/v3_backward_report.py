@@ -16,7 +16,7 @@ import re
 import statistics
 from pathlib import Path
 
-from gpulab import runtime
+from gpulab import dtypes, runtime
 
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
            "CUDNN", "SHIPPED", "TOP_STUDENT_MS"]  # fmt: skip
@@ -82,7 +82,7 @@ def table(best_rows: dict, impls: list[str], clock: str = "ms") -> str:
     head = f"{'problem':26s}" + "".join(f"{name[-22:]:>24s}" for name in impls)
     lines = [head, "-" * len(head)]
     for (dtype, d, n, causal), row in sorted(best_rows.items()):
-        label = f"{dtype[:4]} d{d} N{n}{' causal' if causal else ''}"
+        label = f"{dtypes.short(dtype)} d{d} N{n}{' causal' if causal else ''}"
         cells = []
         for name in impls:
             if name in row and CUDNN in row:
