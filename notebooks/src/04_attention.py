@@ -566,7 +566,8 @@ if hopper_records:
         "speed at $N \\ge 4096$, where each program runs long enough for the copy engine's pipeline to pay; at "
         "$N = 1024$, {lo:.2f}x to {hi:.2f}x).",
         holds=lambda n, m, long_, lo, hi: n > m / 2 and long_ > statistics.median(at_1k),
-        n=sum(r > 1 for r in v21.values()), m=len(v21), long_=statistics.median(r for k, r in v21.items() if k[2] >= 4096),
+        n=sum(r > 1 for r in v21.values()), m=len(v21),
+        long_=statistics.median(r for k, r in v21.items() if k[2] >= 4096),
         lo=min(at_1k), hi=max(at_1k),
     ))
     claims.show(claims.claim(

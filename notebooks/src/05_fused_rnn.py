@@ -1005,13 +1005,13 @@ if {"alternating fwd", "fused fwd", "fused fwd+bwd"} <= io_.keys():
     dram_ = {k: r.params["dram_read"] + r.params["dram_write"] for k, r in io_.items()}
     alt_ = io_["alternating fwd"]
     claims.show(claims.claim(
-        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the previous "
-        "one wrote; most of it is served by L2: its L2 traffic is {l2:.1f} times its DRAM traffic, and its time is "
-        "launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus "
-        "the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than "
-        "branching), and writes the states once: about the fewest bytes, {f:.2f}x them on the GPU, where the last "
-        "outputs still sit in L2 when the kernel ends. The fused backward moves {b:.1f}x the minimum: it writes "
-        "$\\delta G$ for the parameter products and reads it back.",
+        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the "
+        "previous one wrote; most of it is served by L2: its L2 traffic is {l2:.1f} times its DRAM traffic, and its "
+        "time is launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ "
+        "once, plus the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ "
+        "rather than branching), and writes the states once: about the fewest bytes, {f:.2f}x them on the GPU, where "
+        "the last outputs still sit in L2 when the kernel ends. The fused backward moves {b:.1f}x the minimum: it "
+        "writes $\\delta G$ for the parameter products and reads it back.",
         holds=lambda l2, f, b, **_: l2 > 3 and f <= 1.05 and b > 1, k=alt_.params["kernels"],
         l2=alt_.params["l2_bytes"] / dram_["alternating fwd"], f=dram_["fused fwd"] / io_["fused fwd"].bytes,
         b=dram_["fused fwd+bwd"] / io_["fused fwd+bwd"].bytes,
