@@ -512,7 +512,7 @@ for (b, h, nq, nk, d, cfg) in cases:
 # %% [markdown]
 # ### Measured on the H100
 #
-# The probe that is now `python -m gpulab bench 04 hopper` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1, whose host path builds no descriptors: the last lines of the summary below time both on two small problems, wall clock per call).
+# The probe that is now `python -m gpulab bench 04 hopper` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself (at head dim 128 version 3 since section 11) on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1, whose host path builds no descriptors: the last lines of the summary below time both on two small problems, wall clock per call).
 
 # %%
 try:
@@ -705,7 +705,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **On the H100.** The version-3 run (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`) checked every step against SDPA's fp32 math, ran each configuration 200 times and compared the outputs bit for bit (a race would show as runs that differ), then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `NOTES.md` there lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
 
 # %%
 try:
@@ -714,8 +714,9 @@ except FileNotFoundError as exc:
     v3_records = None
     print(exc)
 if v3_records:
-    print(f"{v3_records[0].device}, {v3_records[0].date}, torch {v3_records[0].torch}, triton {v3_records[0].triton}; "
-          "forward, TFLOP/s and ratios (device time)\n")
+    v3_run = hopper_report.stored_v3_run()
+    print(f"run {v3_run}: {v3_records[0].device}, {v3_records[0].date}, torch {v3_records[0].torch}, "
+          f"triton {v3_records[0].triton}; forward, TFLOP/s and ratios (device time)\n")
     print(hopper_report.v3_table(v3_records))
 
 # %%
@@ -735,10 +736,10 @@ if v3_records:
     slower = sum(r < 1.0 for r in hopper_report.v3_ratios(v3_records, "SDPA cuDNN"))
     claims.show(
         claims.claim(
-            "Over the {n} problems of this run ({dt}), version 3 runs at a median **{c:.2f}x cuDNN's speed** (device"
+            "Over the {n} problems of run {run} ({dt}), version 3 runs at a median **{c:.2f}x cuDNN's speed** (device"
             " time; range {clo:.2f}x to {chi:.2f}x): cuDNN is still the faster forward on {k} of them;",
-            holds=lambda n, dt, c, clo, chi, k: c < 1.0 <= chi and k > n / 2,
-            n=len(best), dt=", ".join(dtypes_run), c=cudnn[0], clo=cudnn[1], chi=cudnn[2], k=slower,
+            holds=lambda n, run, dt, c, clo, chi, k: c < 1.0 <= chi and k > n / 2,
+            n=len(best), run=v3_run, dt=", ".join(dtypes_run), c=cudnn[0], clo=cudnn[1], chi=cudnn[2], k=slower,
         ),
         claims.claim(
             "against version 2 the median is {m:.2f}x (range {lo:.2f}x to {hi:.2f}x) and against FlashAttention-2"
@@ -807,7 +808,7 @@ if vs_cudnn and vs_grid:
     ))  # fmt: skip
 
 # %% [markdown]
-# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long sequences and a persistent grid with a second Q buffer for short ones, `v3-tune`'s records); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after it is still version 1's (section 10).
+# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long sequences and a persistent grid with a second Q buffer for short ones, `v3-tune`'s records); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after either forward is still version 1's (section 10); section 12 builds version 3's and says why the plan does not take it yet.
 
 # %% [markdown]
 # ## 12. Version 3's backward in Gluon
@@ -898,9 +899,9 @@ if full:
     wins = sum(r > 1 for r in bwd_report.ratios(full, steps[-1], peer=bwd_report.SHIPPED))
     n_all = len(bwd_report.ratios(full, steps[-1], peer=bwd_report.SHIPPED))
     claims.show(
-        claims.claim("Over the {n} forward+backward problems, step 3 runs at a median {m:.2f}x cuDNN's speed"
-                     " (lowest {lo:.2f}x), short of issue 39's target (a median of 0.9x, none under 0.8x);",
-                     holds=lambda n, m, lo: m < 0.9, n=n_all, m=v3m[0], lo=v3m[1]),
+        claims.claim("In run {run}, over the {n} forward+backward problems, step 3 runs at a median {m:.2f}x cuDNN's"
+                     " speed (lowest {lo:.2f}x), short of issue 39's target (a median of 0.9x, none under 0.8x);",
+                     holds=lambda run, n, m, lo: m < 0.9, run="b", n=n_all, m=v3m[0], lo=v3m[1]),
         claims.claim("`flash_attention` as shipped runs at {s:.2f}x (lowest {slo:.2f}x), and step 3 takes less"
                      " time than it on {w} of the {n} problems.", holds=lambda s, slo, w, n: w < n,
                      s=shp[0], slo=shp[1], w=wins, n=n_all),
@@ -940,11 +941,11 @@ if bwd_cs336:
     v3_impls = {i: ms for i, ms in latest.items() if i.startswith("gpulab v3")}
     best_v3 = min(v3_impls, key=v3_impls.get)
     claims.show(
-        claims.claim("Version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's {top:.2f} ms, and"
+        claims.claim("In run {run}, version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's {top:.2f} ms, and"
                      " {c:.2f}x cuDNN's speed ({cud:.2f} ms in the same run); `flash_attention` as shipped takes"
                      " {s:.2f} ms.",
-                     holds=lambda i, t, verdict, top, c, cud, s: (t < top) == (verdict == "under"),
-                     i=best_v3.replace("gpulab v3 bwd ", ""), t=v3_impls[best_v3],
+                     holds=lambda run, i, t, verdict, top, c, cud, s: (t < top) == (verdict == "under"),
+                     run=bwd_runs[-1], i=best_v3.replace("gpulab v3 bwd ", ""), t=v3_impls[best_v3],
                      verdict="under" if v3_impls[best_v3] < bwd_report.TOP_STUDENT_MS else "over",
                      top=bwd_report.TOP_STUDENT_MS, c=latest[bwd_report.CUDNN] / v3_impls[best_v3],
                      cud=latest[bwd_report.CUDNN], s=latest[bwd_report.SHIPPED]),
