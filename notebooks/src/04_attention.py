@@ -20,9 +20,10 @@
 # - softmax three ways — naive, safe, **online** (Milakov & Gimelshein, 2018) — and why the online form is the key to everything else;
 # - **tiled attention** (FlashAttention, Dao et al., 2022): blocks of queries against blocks of keys and values, rescaling as the running max grows, with nothing $N \times N$ ever stored — first in plain PyTorch, then as one Triton kernel;
 # - the **FlashAttention-2 backward**: recompute the probabilities from the saved log-sum-exp instead of storing them;
-# - how tile sizes follow from the GPU's shared memory and registers, and how the finished kernel compares with PyTorch's FlashAttention-2 and cuDNN backends on an H100.
+# - how tile sizes follow from the GPU's shared memory and registers, and how the finished kernel compares with PyTorch's FlashAttention-2 and cuDNN backends on an H100;
+# - on Hopper, version 2 (tiles through TMA descriptors, `wgmma`) and version 3 (FlashAttention-3's forward and backward in Gluon, the warp specialization written out), sections 10-12.
 #
-# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; section 8 shows them.
+# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; sections 8 and 10-12 show them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -808,7 +809,7 @@ if vs_cudnn and vs_grid:
     ))  # fmt: skip
 
 # %% [markdown]
-# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long sequences and a persistent grid with a second Q buffer for short ones, `v3-tune`'s records); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after either forward is still version 1's (section 10); section 12 builds version 3's and says why the plan does not take it yet.
+# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long non-causal sequences, a persistent grid with a second Q buffer for short non-causal ones and the paired tiles above for causal ones up to $N = 4096$: `v3-tune`'s records, `v3.configs.MEASURED` and `MEASURED_SHORT`); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after either forward is still version 1's (section 10); section 12 builds version 3's and says why the plan does not take it yet.
 
 # %% [markdown]
 # ## 12. Version 3's backward in Gluon
