@@ -549,7 +549,7 @@ if run05 and ours_ and fp16_ and bf16_:
     claims.show(claims.claim(
         "Forward+backward of one head of 768 (B = 16, the lesson's run, section 8): the split LSTM takes "
         "{wall:.2f} ms on the eager wall clock ({dev:.2f} ms device), {r16:.2f}x cuDNN's fp16 `nn.LSTM` "
-        "({c16:.2f} ms wall), within {pct:.0%} of it, and {r_bf:.1f} times faster than cuDNN's bf16 path.",
+        "({c16:.2f} ms wall), within {pct:.1%} of it, and {r_bf:.1f} times faster than cuDNN's bf16 path.",
         holds=lambda r16, r_bf, **_: abs(r16 - 1) < 0.1 and r_bf > 2,
         wall=ours_.wall_ms, dev=ours_.ms, r16=ours_.wall_ms / fp16_.wall_ms, c16=fp16_.wall_ms,
         pct=abs(ours_.wall_ms / fp16_.wall_ms - 1), r_bf=bf16_.wall_ms / ours_.wall_ms,
@@ -913,7 +913,7 @@ if cross_rows:
           f"{cross[768, 1, 'split']['ms']:.2f} ms (B = 1) to {cross[768, 64, 'split']['ms']:.2f} ms (B = 64), "
           "device time")
     claims.show(claims.claim(
-        "Where the head fits one SM (head dim 128) the two kernels are within {pct:.0%} of each other on the wall "
+        "Where the head fits one SM (head dim 128) the two kernels are within {pct:.1%} of each other on the wall "
         "clock; past it (768) the split kernel's time grows {g:.2f}x for {rows}x the batch rows.",
         holds=lambda pct, g, rows: pct < 0.1 and g < 2 and rows >= 16, pct=max(abs(1 - x) for x in gaps),
         g=cross[768, 64, "split"]["ms"] / cross[768, 1, "split"]["ms"], rows=64,
