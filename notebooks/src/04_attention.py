@@ -282,9 +282,10 @@ if stored:
 if stored:
     fwd_versions, n_ = shown.attention_versions(stored)
     claims.show(claims.claim(
-        "In this run `gpulab` is `flash_attention` as it dispatches on the H100: **version {fwd}'s forward** (section "
-        "10: TMA copies, fp16/bf16) on all {n} problems of the grid, and version 1's backward. Version 1's forward, "
-        "built in sections 4-6, is timed beside version 2 in section 10.",
+        "In this run `gpulab` is `flash_attention` as it dispatched on the H100 that day: **version {fwd}'s forward** "
+        "(section 10: TMA copies, fp16/bf16) on all {n} problems of the grid, and version 1's backward (version 3's "
+        "forward, taken at head dim 128 since, is section 11's run). Version 1's forward, built in sections 4-6, is "
+        "timed beside version 2 in section 10.",
         holds=lambda fwd, n: fwd == "2" and n > 0, fwd=fwd_versions, n=n_,
     ))  # fmt: skip
 
