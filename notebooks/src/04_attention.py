@@ -668,7 +668,8 @@ if fused_records and hopper_records:
     claims.show(claims.claim(
         "Two products saved paid for $N_k / B_N$ atomic additions per element of $dQ$ on {n} of {m} problems, all of "
         "them causal ({which}), so it stays off (`plan.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger "
-        "than on the forward alone (the shipped kernels at a median {fb:.2f}x its speed against {fw:.2f}x): its "
+        "than on the forward alone (in the probe's run, version 2's forward with version 1's backward at a median "
+        "{fb:.2f}x its speed against {fw:.2f}x for the forward): its "
         "backward does the five products and hides the additions and the softmax under the products of other "
         "warpgroups, the overlap that warp specialization expresses and that Triton 3.6 does not yet compile "
         "correctly on `sm_90`.",
@@ -815,7 +816,7 @@ if vs_cudnn and vs_grid:
 # %% [markdown]
 # ## 12. Version 3's backward in Gluon
 #
-# Section 10 measured what the backward costs: seven products per block pair in two kernels (version 1), or five with $dQ$ added atomically (the one-pass kernel, whose atomic additions cost more than the two products they saved). FlashAttention-3 makes the five-product form pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design written in Gluon, in the transposed orientation of section 5's dK/dV kernel, so that $dK$ and $dV$ stay in registers:
+# Section 10 measured what the backward costs: seven products per block pair in two kernels (version 1), or five with $dQ$ added atomically (the one-pass kernel, whose atomic additions cost more than the two products they saved on most problems of section 10). FlashAttention-3 makes the five-product form pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design written in Gluon, in the transposed orientation of section 5's dK/dV kernel, so that $dK$ and $dV$ stay in registers:
 #
 # - **one program per 128 keys**, split between **two consumer warpgroups** of 64 keys each; a **producer warp** loads their $K$ and $V$ once, then the query blocks' $Q$ and $dO$ (64 rows each, by TMA) into a ring of shared-memory stages (`ready[s]`, `empty[s]` as in the forward);
 # - per query block, each consumer issues $S^\top = K Q^\top$ and $dP^\top = V\,dO^\top$ together, rebuilds $P^\top = 2^{S^\top \cdot \text{scale} \cdot \log_2 e - \mathrm{LSE} \log_2 e}$ while $dP^\top$ is still in flight, issues $dV \mathrel{+}= P^\top dO$, forms $dS^\top = P^\top \circ (dP^\top - D)$, issues $dK \mathrel{+}= dS^\top Q$ and writes $dS$ to shared memory;
