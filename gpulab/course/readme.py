@@ -61,6 +61,10 @@ def lesson00() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _verdict(met: bool) -> str:
+    return "met" if met else "not met"
+
+
 def _figure(path, alt) -> list[str]:
     """The figure stored beside a record (same name, .png), as a markdown image line, or nothing."""
     png = Path(path).with_suffix(".png")
@@ -171,6 +175,10 @@ def lesson04_v3() -> str:
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
+        "- issue 38's targets on this grid (device time): median >= 0.95x cuDNN: "
+        f"{_verdict(spread['SDPA cuDNN'][0] >= 0.95)}; none below 0.85x cuDNN: "
+        f"{_verdict(spread['SDPA cuDNN'][1] >= 0.85)}; median >= 1.1x version 2: "
+        f"{_verdict(spread['gpulab v2'][0] >= 1.1)}",
         *(f"- {step} vs {before}: median {m:.2f}x [{lo:.2f}, {hi:.2f}]"
           for step, before, (m, lo, hi) in hopper_report.v3_step_gains(recs)),
         "",

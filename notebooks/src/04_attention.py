@@ -762,6 +762,16 @@ if v3_records:
         holds=lambda w128, n128, w64, n64: w128 == n128 > 0 and w64 < n64,
         w128=sum(wins[128]), n128=len(wins[128]), w64=sum(wins[64]), n64=len(wins[64]),
     ))  # fmt: skip
+    verdict = {True: "met", False: "not met"}
+    claims.show(claims.claim(
+        "Issue 38's targets on this grid (device time): 620 TFLOP/s at that problem, {t1}; a median of at least "
+        "0.95x cuDNN's speed, {t2}; none below 0.85x, {t3} (lowest {lo:.2f}x, the short causal problems at head dim "
+        "64, which the paired tiles below address outside this grid); a median of at least 1.1x version 2's, {t4}.",
+        holds=lambda t1, t2, t3, t4, lo: (t1, t2, t3, t4) == tuple(verdict[x] for x in (
+            top[hopper_report.V3_TUNED].tflops >= 620, cudnn[0] >= 0.95, cudnn[1] >= 0.85, v2[0] >= 1.1)),
+        t1=verdict[top[hopper_report.V3_TUNED].tflops >= 620], t2=verdict[cudnn[0] >= 0.95],
+        t3=verdict[cudnn[1] >= 0.85], t4=verdict[v2[0] >= 1.1], lo=cudnn[1],
+    ))  # fmt: skip
 
 # %% [markdown]
 # **Both clocks.** The same ratios on the wall clock, and how far each launch path's wall time sits above its device time (wall / device per problem: 1.0 means the host's work per call hid entirely under the kernels before it).
