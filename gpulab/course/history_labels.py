@@ -13,7 +13,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("04", "hopper"):
         "history: the Hopper probe's run (`benchmarks/04_attention/hopper/`, recorded before lesson 4's section 8 "
         "run of the same day). That run is the record of version 2's forward, of forward+backward as "
-        "`flash_attention` ships it, of cuDNN and of FlashAttention-2; this run is shown for what only it timed "
+        "`flash_attention` shipped it that day, of cuDNN and of FlashAttention-2 (section 12's runs time the shipped "
+        "path again, version 3's forward at head dim 128 included); this run is shown for what only it timed "
         "(version 1 beside version 2, version 2's TMA backward, two small problems) and for ratios within it",
     ("04", "cs336"):
         "history: the CS336 run (`benchmarks/04_attention/hopper/cs336/`, with the Hopper probe); the record of "
