@@ -21,8 +21,11 @@ _AUTHOR = "a course author's tool over the repository's own sources (paths from 
 _SITE = "the course website's build and check tools, over the repository's own syllabus, sources and built site"
 ALLOWED = {
     **dict.fromkeys(
-        ["gpulab.attention.v3.launch.BoundedCache", "gpulab.attention.v3.launch.tma_key",
-         "gpulab.attention.v3.launch.RawLaunch"],
+        [
+            "gpulab.attention.v3.launch.BoundedCache",
+            "gpulab.attention.v3.launch.tma_key",
+            "gpulab.attention.v3.launch.RawLaunch",
+        ],
         "version 3's launch cache: built and keyed by the forward from inputs the plan has validated",
     ),  # fmt: skip
     **dict.fromkeys(["gpulab.codesign.gemm_model.GemmConstants", "gpulab.course.one_record.Display"], _RECORD),

@@ -568,7 +568,8 @@ if hopper_records:
         "speed at $N \\ge 4096$, where each program runs long enough for the copy engine's pipeline to pay; at "
         "$N = 1024$, {lo:.2f}x to {hi:.2f}x).",
         holds=lambda n, m, long_, lo, hi: n > m / 2 and long_ > statistics.median(at_1k),
-        n=sum(r > 1 for r in v21.values()), m=len(v21), long_=statistics.median(r for k, r in v21.items() if k[2] >= 4096),
+        n=sum(r > 1 for r in v21.values()), m=len(v21),
+        long_=statistics.median(r for k, r in v21.items() if k[2] >= 4096),
         lo=min(at_1k), hi=max(at_1k),
     ))
     claims.show(claims.claim(
@@ -954,7 +955,8 @@ if bwd_cs336:
     v3_impls = {i: ms for i, ms in latest.items() if i.startswith("gpulab v3")}
     best_v3 = min(v3_impls, key=v3_impls.get)
     claims.show(
-        claims.claim("In run {run}, version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's {top:.2f} ms, and"
+        claims.claim("In run {run}, version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's"
+                     " {top:.2f} ms, and"
                      " {c:.2f}x cuDNN's speed ({cud:.2f} ms in the same run); `flash_attention` as shipped takes"
                      " {s:.2f} ms.",
                      holds=lambda run, i, t, verdict, top, c, cud, s: (t < top) == (verdict == "under"),

@@ -1005,7 +1005,8 @@ if {"alternating fwd", "fused fwd", "fused fwd+bwd"} <= io_.keys():
     dram_ = {k: r.params["dram_read"] + r.params["dram_write"] for k, r in io_.items()}
     alt_ = io_["alternating fwd"]
     claims.show(claims.claim(
-        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the previous "
+        "`alternating` launches a few kernels per step ({k} for the forward's 256 steps), and each reads back what the "
+        "previous "
         "one wrote; most of it is served by L2: its L2 traffic is {l2:.1f} times its DRAM traffic, and its time is "
         "launches and latency rather than bandwidth. The fused forward reads $R$ once per program and $Wx$ once, plus "
         "the last step again twice (its prefetch runs two steps ahead and clamps the step index at $T-1$ rather than "
@@ -1149,7 +1150,8 @@ if step_rows:
             "barrier takes {bar:.2f} ms, {r:.2f}x cuDNN fp16's {c:.2f} ms (device time; wall: {bw:.2f} against "
             "{cw:.2f}); forward+backward {tb:.2f} ms wall against cuDNN's {tc:.2f}.",
             holds=lambda r, **_: r > 1,
-            day=step_rows[0].get("date", "date not recorded"), bar=times_["barrier"]["ms"], c=times_["cuDNN float16"]["ms"],
+            day=step_rows[0].get("date", "date not recorded"), bar=times_["barrier"]["ms"],
+            c=times_["cuDNN float16"]["ms"],
             r=times_["barrier"]["ms"] / times_["cuDNN float16"]["ms"], bw=times_["barrier"]["wall_ms"],
             cw=times_["cuDNN float16"]["wall_ms"], tb=trains_["barrier"]["wall_ms"],
             tc=trains_["cuDNN float16"]["wall_ms"],
@@ -1186,12 +1188,14 @@ if called_rows:
         ),
         claims.claim(
             "Tiny problem: {whole:.3f} ms per step (timed again beside its pieces; the table's loop row, timed "
-            "separately in the same run, says {table:.3f} ms), of which the kernels take {kern:.3f} ms (the graph's replay); the "
+            "separately in the same run, says {table:.3f} ms), of which the kernels take {kern:.3f} ms (the graph's "
+            "replay); the "
             "rest is host work, {n} kernels launched through Python and autograd (one eager op alone costs "
             "{op:.3f} ms). Timed one at a time, the pieces add up to {cover:.0%} of the step: the host's times vary "
             "from loop to loop (the same step with gradients accumulating took {acc:.3f} ms in this run).",
             holds=lambda kern, whole, **_: kern < 0.1 * whole,
-            whole=brk_["step_wall_ms"], table=mode_[("tiny", "loop")]["wall_ms"], kern=brk_["kernels_device_ms"], n=brk_["kernels_per_step"],
+            whole=brk_["step_wall_ms"], table=mode_[("tiny", "loop")]["wall_ms"], kern=brk_["kernels_device_ms"],
+            n=brk_["kernels_per_step"],
             op=brk_["one_op_ms"], cover=brk_["pieces_sum_ms"] / brk_["step_wall_ms"],
             acc=mode_[("tiny", "loop accumulating")]["wall_ms"],
         ),

@@ -255,7 +255,8 @@ if found:
     points = len({(r.params["lr"], r.params["warmup"]) for r in grid})
     said.append(claims.claim(
         "The Transformer does not fit parity at the training length at any point of the grid: its best validation "
-        "accuracy at {L} tokens over the {points} grid points (learning rate x warmup) is {best:.1%} (chance: {chance:.0%}), "
+        "accuracy at {L} tokens over the {points} grid points (learning rate x warmup) is {best:.1%} "
+        "(chance: {chance:.0%}), "
         "and its seeds at the pick reach {lo:.1%} to {hi:.1%} at {L} tokens.",
         holds=best_val["parity"] < chance["parity"] + 0.05, L=L, points=points, best=best_val["parity"],
         chance=chance["parity"], lo=sp["parity", "Transformer"][L][1], hi=sp["parity", "Transformer"][L][2]))

@@ -158,12 +158,16 @@ def test_lstm_falls_back_to_alternating_when_fused_does_not_fit(monkeypatch):
 
     plan.clear_cache()
     monkeypatch.setattr(plan, "choose", refuse)
-    model, backend, note = experiments.lstm_or_fallback("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=1)
+    model, backend, note = experiments.lstm_or_fallback(
+        "parity", 0, torch.float32, backend="fused", d_model=16, num_heads=1
+    )
     assert backend == "alternating" and "fused backend refused" in note and "head dim 16" in note
     assert all(block.mixer.backend == "alternating" for block in model.blocks)
     monkeypatch.undo()
     plan.clear_cache()
-    model, backend, note = experiments.lstm_or_fallback("parity", 0, torch.float32, backend="fused", d_model=16, num_heads=2)
+    model, backend, note = experiments.lstm_or_fallback(
+        "parity", 0, torch.float32, backend="fused", d_model=16, num_heads=2
+    )
     assert backend == "fused" and note == ""
 
 

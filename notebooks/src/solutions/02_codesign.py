@@ -216,7 +216,8 @@ if len(rates) == len(SHAPES):
     ))  # fmt: skip
 else:
     print("(no stored H100 run of these shapes: the verdict appears once `python -m gpulab bench 02` has run)")
-#
+
+# %% [markdown]
 # ## Task 4: fix a config the checker flags
 #
 # `codesign.check_config(config)` applies the paper's rules to a `codesign.TransformerConfig`. Write `fix_config(config)` that returns a new config (use `dataclasses.replace`) that passes every rule while changing as little as possible:
