@@ -7,6 +7,7 @@ reads them beside version 2's probe records.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -19,6 +20,7 @@ __all__ = [
     "V3_PEERS",
     "V3_TRITON_LAUNCH",
     "stored_v3",
+    "stored_v3_run",
     "v3_best",
     "v3_ratios",
     "v3_spread",
@@ -47,6 +49,17 @@ def stored_v3(folder=None) -> list[bench.Result]:
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     return bench.load("04", path=bench.newest(runs))
+
+
+def stored_v3_run(folder=None) -> str:
+    """The tag of the run :func:`stored_v3` reads (``"g"`` for ``<gpu>-2026-11-26-g.jsonl``; ``""`` for a file without
+    one), so prose can name the run it states. FileNotFoundError if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    if not runs:
+        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
+    tag = re.search(r"\d{4}-\d{2}-\d{2}(?:-(\w+))?$", bench.newest(runs).stem)
+    return (tag.group(1) or "") if tag else ""
 
 
 def v3_best(records) -> dict[tuple, dict[str, bench.Result]]:

@@ -377,6 +377,7 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("04", "hopper_report.stored_fused()"): Display(_none, "the one-pass backward: ratios to the two kernels only"),
     ("04", "hopper_report.stored_v3()"): Display(_lesson04_v3, "version 3's run: version 3's own times (the peers as "
                                                                "ratios within the run)"),
+    ("04", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
     ("04", "hopper_report.stored_v3_tune()"): Display(
         _none, "version 3's newest tune run: ratios within the run only (paired causal tiles vs cuDNN and vs the "
                "grid's tiles), no time shown"),

@@ -61,6 +61,10 @@ def lesson00() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _verdict(met: bool) -> str:
+    return "met" if met else "not met"
+
+
 def _figure(path, alt) -> list[str]:
     """The figure stored beside a record (same name, .png), as a markdown image line, or nothing."""
     png = Path(path).with_suffix(".png")
@@ -113,8 +117,9 @@ def lesson04() -> str:
     lines = [
         *_figure(path, f"attention on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; TFLOP/s on device time, the same FLOP "
-        f"count for every implementation. `gpulab` is `flash_attention` as it dispatches on the H100: version "
-        f"{shown.attention_versions(recs)[0]}'s forward and version 1's backward.",
+        f"count for every implementation. `gpulab` is `flash_attention` as it dispatched on the H100 in this run: "
+        f"version {shown.attention_versions(recs)[0]}'s forward and version 1's backward (version 3's forward at head "
+        "dim 128 came later: its own block below).",
         "",
         *(f"- {line}" for line in attention_bench.targets(recs)),
         "",
@@ -162,12 +167,18 @@ def lesson04_v3() -> str:
     problems = hopper_report.v3_best(recs)
     dtypes_run = ", ".join(sorted({key[0] for key in problems}))
     lines = [
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's run (check, 200-run race "
-        "test, tune, bench: each provider timed twice, the faster round kept). Ratios: the peer's time / version 3's "
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's grid, run "
+        f"{hopper_report.stored_v3_run()} (every output checked against SDPA's fp32 math before it was timed, each "
+        "provider timed twice, the faster round kept; the 200-run race tests and the tunes are the `-race` and `-tune` "
+        "records beside it). Ratios: the peer's time / version 3's "
         f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
+        "- issue 38's targets on this grid (device time): median >= 0.95x cuDNN: "
+        f"{_verdict(spread['SDPA cuDNN'][0] >= 0.95)}; none below 0.85x cuDNN: "
+        f"{_verdict(spread['SDPA cuDNN'][1] >= 0.85)}; median >= 1.1x version 2: "
+        f"{_verdict(spread['gpulab v2'][0] >= 1.1)}",
         *(f"- {step} vs {before}: median {m:.2f}x [{lo:.2f}, {hi:.2f}]"
           for step, before, (m, lo, hi) in hopper_report.v3_step_gains(recs)),
         "",
@@ -175,8 +186,23 @@ def lesson04_v3() -> str:
         hopper_report.v3_table(recs),
         "```",
         "",
-        _raw(path),
     ]  # fmt: skip
+    try:
+        tune = hopper_report.stored_v3_tune()
+    except FileNotFoundError:
+        tune = []
+    vs_cudnn = hopper_report.v3_tune_ratios(tune, "v3 d64c pairs s1", "SDPA cuDNN") if tune else {}
+    vs_grid = hopper_report.v3_tune_ratios(tune, "v3 d64c pairs s1", "v3 d64c default") if tune else {}
+    if vs_cudnn and vs_grid:
+        lines += [
+            f"After the grid, a tune run ({tune[0].date}, `-tune` record) timed causal tiles in (longest, shortest) "
+            f"pairs at head dim 64 (`V3Config(pairs=True)`): at N = 1k and 4k {min(vs_cudnn.values()):.2f}x to "
+            f"{max(vs_cudnn.values()):.2f}x cuDNN's speed and {min(vs_grid.values()):.2f}x to "
+            f"{max(vs_grid.values()):.2f}x the grid's tiles (device time); `v3_config` takes them there, so the grid's "
+            "d=64 causal rows above predate the current default (notebook 04, section 11).",
+            "",
+        ]
+    lines.append(_raw(path))
     return "\n".join(lines) + "\n"
 
 
@@ -189,7 +215,7 @@ def exercises_speed() -> str:
     first = speed.records(path)[0]
     lines = [
         f"The solution notebooks' answers, speed-graded on the {first['device']} (torch {first['torch']}, "
-        f"{first['date'][:10]}): `ms` device time, `wall ms` eager wall time per call; `x solution` and `x <peer>`: "
+        f"{first['date'][:10]}): `ms` device time, `wall ms` eager wall time per call; `x package op` and `x <peer>`: "
         "the answer's time over the package's op's and over the peer's (above 1: the answer takes longer), device "
         "clock.",
         "",
@@ -448,6 +474,7 @@ def lesson06() -> str:
     t = thr[0]
     lines += [
         "",
+        *_figure(thr_path, f"training throughput by head count on the {t.device}"),
         f"Training throughput ({t.date}; width {t.params['d_model']}, {t.params['num_layers']} layers, "
         f"{t.shape[0]} x {t.shape[1]:,} tokens per step, {short_dtype(t.dtype)}; forward, backward and AdamW):",
         "",

@@ -382,7 +382,7 @@ def leaderboard_table(path: Path | None = None) -> str:
              f"{r['ms'] / r['solution_ms']:.2f}", f"{r['ms'] / r['peer_ms']:.2f}", *(ratio(r, n) for n in more)]
             for r in mine
         ]  # fmt: skip
-        heads = ["who", "device", "date (UTC)", "ms", "wall ms", "x solution", f"x {mine[0]['peer']}"]
+        heads = ["who", "device", "date (UTC)", "ms", "wall ms", "x package op", f"x {mine[0]['peer']}"]
         heads += [f"x {name}" for name in more]
         blocks.append(text_table(heads, rows, title=f"{task}: {mine[0]['problem']}"))
     return "\n\n".join(blocks)

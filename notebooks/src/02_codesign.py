@@ -274,6 +274,12 @@ if stored:
     rows = [r for r in stored if r.params["sweep"] in ("K", "head dim")]
     columns = ("case", "x", "ms", "predicted_ms", "tflops", "predicted_tflops", "predicted_bound")
     print(bench.table(rows, columns=columns))
+    k4096 = next((r for r in rows if r.params["sweep"] == "K" and r.params["x"] == 4096), None)
+    if k4096 is not None:
+        print(f"\npredicted_ms: the prediction stored with the run ({k4096.date}), made with the model's constants of "
+              f"that time (the agreement above scores these); at K = 4096 it stored "
+              f"{k4096.params['predicted_ms']:.3f} ms, and today's constants (read from this run, section 1) predict "
+              f"{codesign.gemm_time(8192, 8192, 4096, tile=None).ms:.3f} ms")
     tri = [r for r in stored if "Triton" in r.params.get("impl", "")]
     if tri and tri[0].params.get("shared_bytes"):
         shared = tri[0].params["shared_bytes"]

@@ -20,9 +20,10 @@
 # - softmax three ways — naive, safe, **online** (Milakov & Gimelshein, 2018) — and why the online form is the key to everything else;
 # - **tiled attention** (FlashAttention, Dao et al., 2022): blocks of queries against blocks of keys and values, rescaling as the running max grows, with nothing $N \times N$ ever stored — first in plain PyTorch, then as one Triton kernel;
 # - the **FlashAttention-2 backward**: recompute the probabilities from the saved log-sum-exp instead of storing them;
-# - how tile sizes follow from the GPU's shared memory and registers, and how the finished kernel compares with PyTorch's FlashAttention-2 and cuDNN backends on an H100.
+# - how tile sizes follow from the GPU's shared memory and registers, and how the finished kernel compares with PyTorch's FlashAttention-2 and cuDNN backends on an H100;
+# - on Hopper, version 2 (tiles through TMA descriptors, `wgmma`) and version 3 (FlashAttention-3's forward and backward in Gluon, the warp specialization written out), sections 10-12.
 #
-# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; section 8 shows them.
+# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; sections 8 and 10-12 show them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -281,9 +282,10 @@ if stored:
 if stored:
     fwd_versions, n_ = shown.attention_versions(stored)
     claims.show(claims.claim(
-        "In this run `gpulab` is `flash_attention` as it dispatches on the H100: **version {fwd}'s forward** (section "
-        "10: TMA copies, fp16/bf16) on all {n} problems of the grid, and version 1's backward. Version 1's forward, "
-        "built in sections 4-6, is timed beside version 2 in section 10.",
+        "In this run `gpulab` is `flash_attention` as it dispatched on the H100 that day: **version {fwd}'s forward** "
+        "(section 10: TMA copies, fp16/bf16) on all {n} problems of the grid, and version 1's backward (version 3's "
+        "forward, taken at head dim 128 since, is section 11's run). Version 1's forward, built in sections 4-6, is "
+        "timed beside version 2 in section 10.",
         holds=lambda fwd, n: fwd == "2" and n > 0, fwd=fwd_versions, n=n_,
     ))  # fmt: skip
 
@@ -512,7 +514,7 @@ for (b, h, nq, nk, d, cfg) in cases:
 # %% [markdown]
 # ### Measured on the H100
 #
-# The probe that is now `python -m gpulab bench 04 hopper` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1, whose host path builds no descriptors: the last lines of the summary below time both on two small problems, wall clock per call).
+# The probe that is now `python -m gpulab bench 04 hopper` ran in one session: a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), SDPA's default (cuDNN attention) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 by itself (at head dim 128 version 3 since section 11) on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8, and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it, version 1, whose host path builds no descriptors: the last lines of the summary below time both on two small problems, wall clock per call).
 
 # %%
 try:
@@ -667,7 +669,8 @@ if fused_records and hopper_records:
     claims.show(claims.claim(
         "Two products saved paid for $N_k / B_N$ atomic additions per element of $dQ$ on {n} of {m} problems, all of "
         "them causal ({which}), so it stays off (`plan.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger "
-        "than on the forward alone (the shipped kernels at a median {fb:.2f}x its speed against {fw:.2f}x): its "
+        "than on the forward alone (in the probe's run, version 2's forward with version 1's backward at a median "
+        "{fb:.2f}x its speed against {fw:.2f}x for the forward): its "
         "backward does the five products and hides the additions and the softmax under the products of other "
         "warpgroups, the overlap that warp specialization expresses and that Triton 3.6 does not yet compile "
         "correctly on `sm_90`.",
@@ -681,7 +684,7 @@ if fused_records and hopper_records:
 # Section 10 ended on what Triton's compiler would not give version 2 on Triton 3.6: warps that only load beside warps that only compute, and one warpgroup's softmax running while another's products occupy the tensor cores. **Gluon** (`triton.experimental.gluon`) is Triton's lower-level language, in which the kernel says these things itself: the layout of every tile, the shared-memory buffers, the barriers, and which warps run which function (`gl.warp_specialize`). Version 3 (`gpulab/attention/v3/`) writes FlashAttention-3's forward (Shah et al. 2024) that way:
 #
 # - **a producer warp** that only issues TMA copies: Q once per tile, then $K_j$ and $V_j$ into a ring of shared-memory stages. It waits on `empty[s]` before refilling stage $s$; the copy engine arrives on `ready[s]` when the bytes have landed.
-# - **two consumer warpgroups** (three at $d = 64$), each owning 64 query rows of the tile: wait `ready[s]`, $S = QK_j^\top$ (asynchronous `warpgroup_mma`), the online-softmax update of section 3, $O \mathrel{+}= P V_j$, then arrive on `empty[s]`. K and V are released separately, so the next keys load while this block's values are still being read.
+# - **two consumer warpgroups** (three where tuning kept them: $d = 64$, long non-causal problems), each owning 64 query rows of the tile: wait `ready[s]`, $S = QK_j^\top$ (asynchronous `warpgroup_mma`), the online-softmax update of section 3, $O \mathrel{+}= P V_j$, then arrive on `empty[s]`. K and V are released separately, so the next keys load while this block's values are still being read.
 # - **ping-pong**: a ring of "turn" mbarriers makes the consumers issue their tensor-core work in alternation, so warpgroup 0's exponentials run while warpgroup 1's products run, and the other way round;
 # - **intra-warpgroup overlap**: each consumer issues block $j+1$'s $S$ before block $j$'s softmax and waits for it only afterwards (`warpgroup_mma_wait(1)`: at most one wgmma still in flight).
 #
@@ -706,7 +709,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **On the H100.** The version-3 run (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`) checked every step against SDPA's fp32 math, ran each configuration 200 times and compared the outputs bit for bit (a race would show as runs that differ), then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `NOTES.md` there lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
 
 # %%
 try:
@@ -715,8 +718,9 @@ except FileNotFoundError as exc:
     v3_records = None
     print(exc)
 if v3_records:
-    print(f"{v3_records[0].device}, {v3_records[0].date}, torch {v3_records[0].torch}, triton {v3_records[0].triton}; "
-          "forward, TFLOP/s and ratios (device time)\n")
+    v3_run = hopper_report.stored_v3_run()
+    print(f"run {v3_run}: {v3_records[0].device}, {v3_records[0].date}, torch {v3_records[0].torch}, "
+          f"triton {v3_records[0].triton}; forward, TFLOP/s and ratios (device time)\n")
     print(hopper_report.v3_table(v3_records))
 
 # %%
@@ -736,10 +740,10 @@ if v3_records:
     slower = sum(r < 1.0 for r in hopper_report.v3_ratios(v3_records, "SDPA cuDNN"))
     claims.show(
         claims.claim(
-            "Over the {n} problems of this run ({dt}), version 3 runs at a median **{c:.2f}x cuDNN's speed** (device"
+            "Over the {n} problems of run {run} ({dt}), version 3 runs at a median **{c:.2f}x cuDNN's speed** (device"
             " time; range {clo:.2f}x to {chi:.2f}x): cuDNN is still the faster forward on {k} of them;",
-            holds=lambda n, dt, c, clo, chi, k: c < 1.0 <= chi and k > n / 2,
-            n=len(best), dt=", ".join(dtypes_run), c=cudnn[0], clo=cudnn[1], chi=cudnn[2], k=slower,
+            holds=lambda n, run, dt, c, clo, chi, k: c < 1.0 <= chi and k > n / 2,
+            n=len(best), run=v3_run, dt=", ".join(dtypes_run), c=cudnn[0], clo=cudnn[1], chi=cudnn[2], k=slower,
         ),
         claims.claim(
             "against version 2 the median is {m:.2f}x (range {lo:.2f}x to {hi:.2f}x) and against FlashAttention-2"
@@ -758,6 +762,16 @@ if v3_records:
         " dim 64.",
         holds=lambda w128, n128, w64, n64: w128 == n128 > 0 and w64 < n64,
         w128=sum(wins[128]), n128=len(wins[128]), w64=sum(wins[64]), n64=len(wins[64]),
+    ))  # fmt: skip
+    verdict = {True: "met", False: "not met"}
+    claims.show(claims.claim(
+        "Issue 38's targets on this grid (device time): 620 TFLOP/s at that problem, {t1}; a median of at least "
+        "0.95x cuDNN's speed, {t2}; none below 0.85x, {t3} (lowest {lo:.2f}x, the short causal problems at head dim "
+        "64, which the paired tiles below address outside this grid); a median of at least 1.1x version 2's, {t4}.",
+        holds=lambda t1, t2, t3, t4, lo: (t1, t2, t3, t4) == tuple(verdict[x] for x in (
+            top[hopper_report.V3_TUNED].tflops >= 620, cudnn[0] >= 0.95, cudnn[1] >= 0.85, v2[0] >= 1.1)),
+        t1=verdict[top[hopper_report.V3_TUNED].tflops >= 620], t2=verdict[cudnn[0] >= 0.95],
+        t3=verdict[cudnn[1] >= 0.85], t4=verdict[v2[0] >= 1.1], lo=cudnn[1],
     ))  # fmt: skip
 
 # %% [markdown]
@@ -808,12 +822,12 @@ if vs_cudnn and vs_grid:
     ))  # fmt: skip
 
 # %% [markdown]
-# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long sequences and a persistent grid with a second Q buffer for short ones, `v3-tune`'s records); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after it is still version 1's (section 10).
+# **What it means.** Each step is one idea of section 10's picture, and the ladder above says what each was worth on this grid. Where the softmax is a large share of a block's work (head dim 64: half the product work per score of head dim 128, the same exponentials), two warpgroups cannot hide it under each other's products, which is why a third consumer is tried there (the tune part keeps it for long non-causal sequences, a persistent grid with a second Q buffer for short non-causal ones and the paired tiles above for causal ones up to $N = 4096$: `v3-tune`'s records, `v3.configs.MEASURED` and `MEASURED_SHORT`); the table's per-problem ratios show where the distance to cuDNN remains: short causal problems at head dim 64, where each tile has few key blocks to pipeline and the diagonal blocks are half masked (in the grid's run, before the paired tiles above). `flash_attention` takes version 3 where the claim above holds on every problem against version 2, head dim 128 (`plan.V3_HEAD_DIMS`), on Hopper with the Triton on which its race test passed (3.6, `v3.forward.TESTED_TRITON`); version 2 elsewhere on Hopper, version 1 everywhere else. The backward after either forward is still version 1's (section 10); section 12 builds version 3's and says why the plan does not take it yet.
 
 # %% [markdown]
 # ## 12. Version 3's backward in Gluon
 #
-# Section 10 measured what the backward costs: seven products per block pair in two kernels (version 1), or five with $dQ$ added atomically (the one-pass kernel, whose atomic additions cost more than the two products they saved). FlashAttention-3 makes the five-product form pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design written in Gluon, in the transposed orientation of section 5's dK/dV kernel, so that $dK$ and $dV$ stay in registers:
+# Section 10 measured what the backward costs: seven products per block pair in two kernels (version 1), or five with $dQ$ added atomically (the one-pass kernel, whose atomic additions cost more than the two products they saved on most problems of section 10). FlashAttention-3 makes the five-product form pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design written in Gluon, in the transposed orientation of section 5's dK/dV kernel, so that $dK$ and $dV$ stay in registers:
 #
 # - **one program per 128 keys**, split between **two consumer warpgroups** of 64 keys each; a **producer warp** loads their $K$ and $V$ once, then the query blocks' $Q$ and $dO$ (64 rows each, by TMA) into a ring of shared-memory stages (`ready[s]`, `empty[s]` as in the forward);
 # - per query block, each consumer issues $S^\top = K Q^\top$ and $dP^\top = V\,dO^\top$ together, rebuilds $P^\top = 2^{S^\top \cdot \text{scale} \cdot \log_2 e - \mathrm{LSE} \log_2 e}$ while $dP^\top$ is still in flight, issues $dV \mathrel{+}= P^\top dO$, forms $dS^\top = P^\top \circ (dP^\top - D)$, issues $dK \mathrel{+}= dS^\top Q$ and writes $dS$ to shared memory;
@@ -899,9 +913,9 @@ if full:
     wins = sum(r > 1 for r in bwd_report.ratios(full, steps[-1], peer=bwd_report.SHIPPED))
     n_all = len(bwd_report.ratios(full, steps[-1], peer=bwd_report.SHIPPED))
     claims.show(
-        claims.claim("Over the {n} forward+backward problems, step 3 runs at a median {m:.2f}x cuDNN's speed"
-                     " (lowest {lo:.2f}x), short of issue 39's target (a median of 0.9x, none under 0.8x);",
-                     holds=lambda n, m, lo: m < 0.9, n=n_all, m=v3m[0], lo=v3m[1]),
+        claims.claim("In run {run}, over the {n} forward+backward problems, step 3 runs at a median {m:.2f}x cuDNN's"
+                     " speed (lowest {lo:.2f}x), short of issue 39's target (a median of 0.9x, none under 0.8x);",
+                     holds=lambda run, n, m, lo: m < 0.9, run="b", n=n_all, m=v3m[0], lo=v3m[1]),
         claims.claim("`flash_attention` as shipped runs at {s:.2f}x (lowest {slo:.2f}x), and step 3 takes less"
                      " time than it on {w} of the {n} problems.", holds=lambda s, slo, w, n: w < n,
                      s=shp[0], slo=shp[1], w=wins, n=n_all),
@@ -941,11 +955,12 @@ if bwd_cs336:
     v3_impls = {i: ms for i, ms in latest.items() if i.startswith("gpulab v3")}
     best_v3 = min(v3_impls, key=v3_impls.get)
     claims.show(
-        claims.claim("Version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's {top:.2f} ms, and"
+        claims.claim("In run {run}, version 3's best, {i}, takes {t:.2f} ms: {verdict} the top student entry's"
+                     " {top:.2f} ms, and"
                      " {c:.2f}x cuDNN's speed ({cud:.2f} ms in the same run); `flash_attention` as shipped takes"
                      " {s:.2f} ms.",
-                     holds=lambda i, t, verdict, top, c, cud, s: (t < top) == (verdict == "under"),
-                     i=best_v3.replace("gpulab v3 bwd ", ""), t=v3_impls[best_v3],
+                     holds=lambda run, i, t, verdict, top, c, cud, s: (t < top) == (verdict == "under"),
+                     run=bwd_runs[-1], i=best_v3.replace("gpulab v3 bwd ", ""), t=v3_impls[best_v3],
                      verdict="under" if v3_impls[best_v3] < bwd_report.TOP_STUDENT_MS else "over",
                      top=bwd_report.TOP_STUDENT_MS, c=latest[bwd_report.CUDNN] / v3_impls[best_v3],
                      cud=latest[bwd_report.CUDNN], s=latest[bwd_report.SHIPPED]),

@@ -127,3 +127,14 @@ def test_tune_ratios_read_the_newest_tune_run(tmp_path):
     assert ar.v3_tune_ratios(ar.bench.load("04", path=tmp_path / "gpu-2026-01-01-a-tune.jsonl"), "ours", "peer") == {
         ("bfloat16", 64, True, 1024): 1.5
     }
+
+
+def test_stored_v3_run_names_the_newest_bench_run_not_its_parts(tmp_path):
+    with pytest.raises(FileNotFoundError, match="bench 04 v3"):
+        ar.stored_v3_run(tmp_path)
+    rec = bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params={})
+    bench.save([rec], "04", path=tmp_path / "gpu-2026-01-01.jsonl")
+    assert ar.stored_v3_run(tmp_path) == ""
+    for name in ("gpu-2026-01-01-b.jsonl", "gpu-2026-01-01-c-tune.jsonl", "gpu-2026-01-01-d-race.jsonl"):
+        bench.save([rec], "04", path=tmp_path / name)
+    assert ar.stored_v3_run(tmp_path) == "b"  # the -tune and -race files are parts, not bench runs
