@@ -17,6 +17,8 @@ extensions = ["myst_nb"]
 # Notebooks are read as committed (executed on CPU); building the site never runs a cell.
 nb_execution_mode = "off"
 nb_merge_streams = True
+# Markdown that cells display (the lessons' claims) is parsed as MyST, so its $...$ math renders like the text cells'.
+nb_render_markdown_format = "myst"
 nb_ipywidgets_js = {}  # no widgets in the course; myst-nb would otherwise add require.js from a CDN
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3  # the notebooks' [section](#1-the-hierarchy) links resolve
