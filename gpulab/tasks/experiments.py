@@ -125,17 +125,23 @@ _SIZE_KEYS = ("tasks", "train_length", "test_lengths", "steps", "batch_size", "l
               "transformer", "throughput")  # fmt: skip
 
 
-def _size(size) -> dict:
+def sized(size, table: dict, keys, example: str) -> dict:
+    """``size`` read against ``table`` (named sizes): one of its names, a dict with every key of ``keys`` (shaped like
+    ``example``), or None ('tiny' on CPU, 'full' on a GPU). ValueError naming what is missing or unknown."""
     if size is None:
         size = runtime.pick(cpu="tiny", gpu="full")
     if isinstance(size, dict):
-        missing = [k for k in _SIZE_KEYS if k not in size]
+        missing = [k for k in keys if k not in size]
         if missing:
-            raise ValueError(f"size is missing the keys {missing}; shape it like gpulab.tasks.SIZES['tiny'].")
+            raise ValueError(f"size is missing the keys {missing}; shape it like {example}.")
         return size
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size={size!r} is not known; use one of {sorted(SIZES)} or a dict shaped like them.")
-    return SIZES[size]
+    if not isinstance(size, str) or size not in table:
+        raise ValueError(f"size={size!r} is not known; use one of {sorted(table)} or a dict shaped like them.")
+    return table[size]
+
+
+def _size(size) -> dict:
+    return sized(size, SIZES, _SIZE_KEYS, "gpulab.tasks.SIZES['tiny']")
 
 
 def make_model(kind: str, task, seed: int = 0, device=None, dtype=torch.float32, backend=None, attention=None, **kw):

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from gpulab import bench, dtypes, runtime
 from gpulab.tasks.data import get_task
-from gpulab.tasks.experiments import lstm_or_fallback, make_model, warm_up
+from gpulab.tasks.experiments import lstm_or_fallback, make_model, sized, warm_up
 from gpulab.tasks.models import count_parameters
 from gpulab.tasks.spread import MODELS, figure, pick, search_table, spread_table
 from gpulab.tasks.training import accuracy_vs_length, model_device, train
@@ -136,16 +136,7 @@ def val_seed(seed: int) -> int:
 
 
 def _size(size) -> dict:
-    if size is None:
-        size = runtime.pick(cpu="tiny", gpu="full")
-    if isinstance(size, dict):
-        missing = [k for k in _KEYS if k not in size]
-        if missing:
-            raise ValueError(f"size is missing the keys {missing}; shape it like gpulab.tasks.search.SEARCH['tiny'].")
-        return size
-    if not isinstance(size, str) or size not in SEARCH:
-        raise ValueError(f"size={size!r} is not known; use one of {sorted(SEARCH)} or a dict shaped like them.")
-    return SEARCH[size]
+    return sized(size, SEARCH, _KEYS, "gpulab.tasks.search.SEARCH['tiny']")
 
 
 def validate(model: torch.nn.Module, task, length: int, samples: int, seed: int, batch_size: int = 256):
