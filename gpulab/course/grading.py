@@ -45,7 +45,9 @@ def require_kernel(name: str, kernel, called_as: str | None = None) -> None:
         )
 
 
-def _raised_not_implemented(exc: BaseException) -> bool:
+def raised_not_implemented(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from is the exercise stub's NotImplementedError (also as the
+    quoted source line of a GPU compilation error)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         # A GPU compilation error quotes the offending source line, `raise NotImplementedError()`.
@@ -69,7 +71,7 @@ def grader(title):
             except Exception as exc:
                 # Inside a Triton kernel the stub's NotImplementedError arrives wrapped (an InterpreterError on CPU,
                 # a compilation error on a GPU): look through the chain of causes for it.
-                if not _raised_not_implemented(exc):
+                if not raised_not_implemented(exc):
                     raise
                 raise AssertionError(
                     f"{title}: not implemented yet. Replace `raise NotImplementedError()` with your code."

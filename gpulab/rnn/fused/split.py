@@ -78,6 +78,7 @@ from gpulab.rnn.fused.tiles import (
     gate_columns,
     gate_scale,
     lstm_activations_approx,
+    persistent_mode,
     split_gates,
 )
 from gpulab.triton_ops import dot, loaded_f32, word_pointer
@@ -402,13 +403,7 @@ def split_rnn_forward(
     :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to fill with the steps' clock stamps (persistent
     launches on a GPU only).
     """
-    if persistent is None:
-        persistent = not runtime.INTERPRET
-    if persistent and runtime.INTERPRET:
-        raise RuntimeError(
-            "persistent=True: the interpreter runs programs one after another, so a grid barrier would wait "
-            "forever; use persistent=False (one launch per step, the same math)."
-        )
+    persistent = persistent_mode(persistent)
     fn = get_function(function)
     Wx, R, b, states = (t.contiguous() for t in (Wx, R, b, states))
     B, T, _, NH, DH = Wx.shape

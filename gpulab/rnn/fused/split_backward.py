@@ -65,7 +65,7 @@ from gpulab.rnn.fused.exchange import (
     tagged_state,
 )
 from gpulab.rnn.fused.split_tiling import split_tiling
-from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, split_gates
+from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, persistent_mode, split_gates
 from gpulab.triton_ops import dot, dot_operand
 
 __all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients", "EXCHANGE"]
@@ -344,13 +344,7 @@ def split_rnn_backward(
     row t; the parts are :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`). ``exchange``: 'barrier' (the counter)
     or 'flags' (a flag per program, :mod:`gpulab.rnn.fused.exchange`); default :data:`EXCHANGE`.
     """
-    if persistent is None:
-        persistent = not runtime.INTERPRET
-    if persistent and runtime.INTERPRET:
-        raise RuntimeError(
-            "persistent=True: the interpreter runs programs one after another, so a grid barrier would wait "
-            "forever; use persistent=False (one launch per step, the same math)."
-        )
+    persistent = persistent_mode(persistent)
     fn = get_function(function)
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
     S, B, T, NH, DH = out.shape

@@ -140,6 +140,20 @@ def lstm_step_all_gates(h, c, x, rt, bias, IS_FP32: tl.constexpr, PRECISION: tl.
 _COUNTERS: dict = {}
 
 
+def persistent_mode(persistent: bool | None) -> bool:
+    """Whether a split kernel runs persistent (one launch, a grid barrier per step): ``None`` means yes on a GPU and no
+    in the interpreter; ``True`` in the interpreter is refused, since it runs programs one after another and a grid
+    barrier there would wait forever."""
+    if persistent is None:
+        return not runtime.INTERPRET
+    if persistent and runtime.INTERPRET:
+        raise RuntimeError(
+            "persistent=True: the interpreter runs programs one after another, so a grid barrier would wait "
+            "forever; use persistent=False (one launch per step, the same math)."
+        )
+    return persistent
+
+
 def barrier_counter(device: torch.device, programs: int) -> torch.Tensor:
     """The grid barrier's int64 counter for launches of ``programs`` programs on ``device``'s current stream: made
     zero once and never reset (see :mod:`gpulab.rnn.fused.split`), so CUDA-graph replays find it consistent."""
