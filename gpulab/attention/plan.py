@@ -278,12 +278,13 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
     return version
 
 
-V3_HEAD_DIMS: tuple[int, ...] = (128,)
+V3_HEAD_DIMS: tuple[int, ...] = (64, 128)
 """Head dims at which ``version=None`` takes version 3 (:mod:`gpulab.attention.v3`, Gluon) instead of version 2 on
-Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the H100 records
-(``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) show it faster than
-version 2 on every problem of lesson 4's grid. At head dim 64 it was not (run e: slower on short and causal problems;
-run f, bf16 only: slower on causal N = 4k), so version 2 stays there."""
+Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the newest H100 run
+(``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
+version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
+this list to the records). Head dim 64 joined in run i, with causal tiles in (longest, shortest) pairs; in runs e-g
+version 3 was slower there on short or causal problems."""
 
 
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:

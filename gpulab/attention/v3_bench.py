@@ -49,17 +49,15 @@ LSE_TOLERANCE = 1e-3
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 _P = dict(persistent=True)
 _Q2 = dict(persistent=True, q_buffers=2)
-_N64 = dict(block_n=64)
 TUNE = {
-    128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=2, stages=2, **_Q2),
-          dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2)],
+    128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=3, stages=2, **_Q2, pairs=True)],
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
-         dict(step=3, stages=3, **_C3, **_P), dict(step=3, stages=3, **_N64), dict(step=3, stages=4, **_N64, **_Q2),
-         dict(step=1, stages=3, **_Q2, pairs=True)],
+         dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
-""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim (run e's losers dropped;
-64 keys per stage added: a finer causal diagonal and half the live score registers; run h's causal tiles in
-(longest, shortest) pairs, which non-causal launches ignore)."""
+""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: run i's list, the
+defaults of runs f-h and their challengers (earlier runs' losers dropped: 64 keys per stage lost everywhere in run
+f, step 2 with two Q buffers at d=128 in runs e-f); causal tiles in (longest, shortest) pairs (run h), which
+non-causal launches ignore."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -166,7 +164,8 @@ def variants(d: int, causal: bool) -> list:
     base = v3.v3_config(d, causal)
     out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
     out.append(v3.v3_config(d, causal, seq=1))  # the short-sequence choice (the same as base where none is listed)
-    out.append(dataclasses.replace(base, persistent=not base.persistent))
+    flipped = not base.persistent
+    out.append(dataclasses.replace(base, persistent=flipped, pairs=base.pairs and flipped))  # pairs need persistence
     out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **_C3, persistent=True))

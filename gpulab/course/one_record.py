@@ -379,8 +379,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
                                                                "ratios within the run)"),
     ("04", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
     ("04", "hopper_report.stored_v3_tune()"): Display(
-        _none, "version 3's newest tune run: ratios within the run only (paired causal tiles vs cuDNN and vs the "
-               "grid's tiles), no time shown"),
+        _none, "version 3's newest tune run: ratios within the run only (paired causal tiles vs one tile per "
+               "program), no time shown"),
     ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
     ("05", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
     ("05", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),

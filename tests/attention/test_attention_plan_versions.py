@@ -19,14 +19,15 @@ def _fresh_plans():
     plan.clear_plan_cache()
 
 
-@pytest.mark.parametrize(("d", "expected"), [(128, 3), (64, 2)])
-def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d, expected):
+@pytest.mark.parametrize("d", [128, 64, 32])
+def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d):
     # a Hopper GPU where version 2 would run and version 3 can: the choice left is the head dim's
     monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
     monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (True, ""))
     monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
     q, k, v = _qkv(d)
-    assert plan.forward_plan(q, k, v).version == expected
+    assert plan.forward_plan(q, k, v).version == (3 if d in plan.V3_HEAD_DIMS else 2)
+    assert (d in plan.V3_HEAD_DIMS) == (d in (64, 128))  # run i: faster than version 2 on every problem at both
 
 
 def test_auto_keeps_version_2_where_version_3_cannot_run_or_is_forced_off(monkeypatch):

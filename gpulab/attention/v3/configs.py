@@ -97,7 +97,7 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (128, False): dict(step=3, stages=2, persistent=True, q_buffers=2),
     (128, True): dict(step=3, stages=3),
     (64, False): dict(step=2, stages=3, persistent=True, **_C3),
-    (64, True): dict(step=3, stages=3),
+    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
 (``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
@@ -113,13 +113,13 @@ SHORT_N = 2048
 :data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
 the tune part times each and chooses for N = 1k apart)."""
 
-SHORT_N_BY: dict[tuple[int, bool], int] = {(64, True): 4096}
+SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
 """:data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=64 causal takes its
 short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
-    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
+    (128, True): dict(step=3, stages=2, persistent=True, q_buffers=2, pairs=True),
 }
 """:class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
 choice differs from :data:`MEASURED`'s. d=64 non-causal (run f's tune, H100, N = 1k): two consumers, step 3,

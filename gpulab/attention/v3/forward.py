@@ -191,7 +191,7 @@ def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: g
     instead of a multiply and a subtraction): the row max is taken over the raw scores and then scaled, which is
     the max of the scaled scores for ``c > 0`` only (:func:`supported` asks for a positive scale)."""
     if start_n >= full:
-        s = gl.where((start_n + cols)[None, :] <= last[:, None], s, float("-inf"))
+        s = gl.where((start_n + cols)[None, :] <= last, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0 (causal or not)
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)  # 0 on the first block (m = -inf)
@@ -225,9 +225,9 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
         if IS_CAUSAL:
-            last = gl.minimum(rows, n_k - 1)
+            last = gl.minimum(rows, n_k - 1)[:, None]  # [64, 1]: the last key each row sees
         else:
-            last = gl.full([64], n_k - 1, gl.int32, layout=row_layout)
+            last = n_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
         m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([64], gl.float32, layout=row_layout)
         acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
@@ -263,7 +263,15 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
             s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(k_empty.index(st), count=1)
-            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, full, last, qk_scale, cols, s_layout)
+            # Block 0's first key, written as it - it through an opaque move: a literal 0 makes the block-0 mask
+            # (non-causal: the same every tile) loop-invariant, and the compiler then hoists its 32 predicates out
+            # of the tile loop and spills them across the key loop (ptxas -v: ~100 bytes).
+            if IS_CAUSAL:  # the mask depends on the tile's rows: nothing to hoist
+                start0 = 0
+            else:
+                start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
+                                                   pack=1) - it  # fmt: skip
+            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, full, last, qk_scale, cols, s_layout)
             for j in range(1, n_blocks):
                 g = it + j
                 st = g % STAGES
@@ -301,6 +309,10 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
 
         # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
         # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
+        # The tile's head and rows are recomputed here rather than kept live across the key loop (registers).
+        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
+        row0 = start_m + CID * 64
+        rows = row0 + gl.arange(0, 64, layout=row_layout)
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         q_buf.store((acc / l_o[:, None]).to(dtype))
         fence_async_shared()

@@ -140,16 +140,16 @@ def test_short_sequences_take_their_measured_tiles():
         assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
 
 
-def test_d64_causal_up_to_4k_takes_persistent_pairs():
-    """Run h's choice: lesson 4's d=64 causal N = 1k and 4k problems take persistent (longest, shortest) pairs at
-    step 1; N = 16k keeps the long choice, and d=128 causal is unchanged at every length."""
-    for seq in (1024, 4096):
-        cfg = v3.v3_config(64, True, seq=seq)
-        assert (cfg.pairs, cfg.persistent, cfg.step, cfg.consumers) == (True, True, 1, 2)
-        assert v3.paired(True, cfg, tiles=-(-seq // 128) * (16384 // seq) * 16, sms=132)
-    assert not v3.v3_config(64, True, seq=16384).pairs
-    assert not v3.v3_config(64, False, seq=1024).pairs
-    assert all(not v3.v3_config(128, True, seq=n).pairs for n in (1024, 4096, 16384))
+def test_causal_up_to_4k_takes_persistent_pairs():
+    """Run i's choice: causal problems take persistent (longest, shortest) pairs at d=64 (step 1, every N) and at
+    d=128 up to N = 4k (step 3); d=128 N = 16k keeps one tile per program; non-causal launches never pair."""
+    for d, step, seqs in ((64, 1, (1024, 4096, 16384)), (128, 3, (1024, 4096))):
+        for seq in seqs:
+            cfg = v3.v3_config(d, True, seq=seq)
+            assert (cfg.pairs, cfg.persistent, cfg.step, cfg.consumers) == (True, True, step, 2)
+            assert v3.paired(True, cfg, tiles=-(-seq // 128) * (16384 // seq) * (1024 // d), sms=132)
+        assert not v3.v3_config(d, False, seq=1024).pairs
+    assert not v3.v3_config(128, True, seq=16384).pairs and not v3.v3_config(128, True, seq=8192).pairs
 
 
 def test_pairs_only_for_persistent_causal_launches_with_more_tiles_than_sms():
