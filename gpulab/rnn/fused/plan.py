@@ -183,7 +183,7 @@ def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm"
                               clocks=clocks)  # fmt: skip
 
 
-BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags"}
+BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags", "hinted": "barrier"}
 """The backward's exchange beside each forward exchange (the backward has no tagged words)."""
 
 

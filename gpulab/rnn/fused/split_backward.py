@@ -355,7 +355,7 @@ def split_rnn_backward(
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
     exchange = EXCHANGE if exchange is None else exchange
-    runtime.one_of("exchange", exchange, tuple(e for e in EXCHANGES if e != "tagged"))
+    runtime.one_of("exchange", exchange, tuple(e for e in EXCHANGES if e not in ("tagged", "hinted")))
     if clocks is not None and (not persistent or tuple(clocks.shape) != (programs, T + 1, 8)):
         raise ValueError(
             f"clocks: a persistent launch's stamp buffer of shape {[programs, T + 1, 8]} (clocks.clock_buffer), "

@@ -22,7 +22,14 @@ def _tiling(B, NH, DH, block_u=16):
 
 
 @pytest.mark.parametrize(
-    "function,how,B,NH", [("lstm", "tagged", 17, 2), ("elman", "tagged", 3, 1), ("lstm", "flags", 17, 2)]
+    "function,how,B,NH",
+    [
+        ("lstm", "tagged", 17, 2),
+        ("elman", "tagged", 3, 1),
+        ("lstm", "flags", 17, 2),
+        ("lstm", "hinted", 17, 2),
+        ("elman", "hinted", 3, 1),
+    ],
 )
 def test_exchanges_match_float64_and_the_barrier_kernel(function, how, B, NH, make_inputs):
     """Three programs per head (with two heads and two batch tiles: each group's own words or flags): every state of
