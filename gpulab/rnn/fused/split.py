@@ -91,8 +91,10 @@ from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
 __all__ = ["split_forward_kernel", "split_rnn_forward", "EXCHANGE"]
 
-EXCHANGE = "barrier"
-"""The forward's exchange where 'tagged' fits (:func:`split_rnn_forward`): lesson 5's records decide."""
+EXCHANGE = None
+"""The forward's exchange when a call names none (:func:`split_rnn_forward`): None takes the tiling's (the
+chooser's, from lesson 5's records: :data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`); a name forces that
+exchange where it fits (:func:`gpulab.rnn.fused.plan.exchange_as` sets it for an experiment)."""
 
 
 @triton.jit
@@ -464,8 +466,9 @@ def split_rnn_forward(
     (default in the interpreter, where a barrier cannot work; asking for ``persistent=True`` there raises).
     ``tiling``: a :class:`gpulab.rnn.fused.split_tiling.SplitTiling` (default:
     :func:`~gpulab.rnn.fused.split_tiling.split_tiling`). ``exchange``: 'barrier' (a counter barrier, then the load
-    of h) or 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim); default
-    :data:`EXCHANGE` where it fits, else 'barrier'. ``clocks``: a buffer from
+    of h), 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim), 'flags' or
+    'hinted' (h in words of a value and its tag, read after a fence-free counter; 16-bit); default :data:`EXCHANGE`,
+    else the tiling's, where it fits, else 'barrier'. ``clocks``: a buffer from
     :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to fill with the steps' clock stamps (persistent
     launches on a GPU only).
     """
@@ -477,7 +480,8 @@ def split_rnn_forward(
     dev, dt = Wx.device, Wx.dtype
     fits = {"tagged": tagged_fits(dt, DH, cfg.block_u, cfg.block_k), "hinted": hinted_fits(dt)}
     if exchange is None:
-        exchange = EXCHANGE if fits.get(EXCHANGE, True) else "barrier"
+        exchange = EXCHANGE or cfg.exchange
+        exchange = exchange if fits.get(exchange, True) else "barrier"
     runtime.one_of("exchange", exchange, EXCHANGES)
     if exchange == "tagged" and not fits["tagged"]:
         raise ValueError(

@@ -79,6 +79,32 @@ def test_tagged_words_carry_two_values_and_their_tag(dtype):
     assert int(w[0, 0]) >> 32 == 0x7FFFFFFE and int(w[1, 2]) >> 32 == 5
 
 
+@triton.jit
+def _hinted_roundtrip(x_ptr, w_ptr, y_ptr, n_ptr, tag, other, R: tl.constexpr, C: tl.constexpr):
+    r = tl.arange(0, R)[:, None]
+    c = tl.arange(0, C)[None, :]
+    w = exchange.pack_hinted(tl.load(x_ptr + r * C + c), tag)
+    w = tl.where((r == 1) & (c == 2), exchange.pack_hinted(tl.load(x_ptr + r * C + c), other), w)  # one re-tagged
+    tl.store(w_ptr + r * C + c, w)
+    y, x = exchange.hinted_chunk(w_ptr + r * C + c, r < R, tag, x_ptr.dtype.element_ty)
+    tl.store(y_ptr + r * C + c, y)
+    tl.store(n_ptr, exchange.hinted_stale(x).to(tl.int32))
+    y, x = exchange.hinted_chunk(w_ptr + r * C + c, (r != 1) | (c != 2), tag, x_ptr.dtype.element_ty)
+    tl.store(n_ptr + 1, exchange.hinted_stale(x).to(tl.int32))  # the re-tagged word masked off: none stale
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_hinted_words_carry_a_value_and_its_tag(dtype):
+    x = torch.randn(4, 8, device=runtime.device).to(dtype)
+    w = torch.zeros(4, 8, dtype=torch.int32, device=runtime.device)
+    y = torch.full_like(x, float("nan"))
+    n = torch.full((2,), -1, dtype=torch.int32, device=runtime.device)
+    _hinted_roundtrip[(1,)](x, w, y, n, 0x7FFF + 5, 3, R=4, C=8)  # the tag wraps to 15 bits: 0x7FFF + 5 -> 4
+    assert torch.equal(y, x)  # bits
+    assert n.tolist() == [1, 0]
+    assert int(w[0, 0]) >> 16 == 4 and int(w[1, 2]) >> 16 == 3 and bool((w >= 0).all())
+
+
 def test_step_parts_from_stamps():
     """Stamps 100 cycles apart within a step, steps 1000 apart, a 2 GHz clock: each part 50 ns, the step 500."""
     P, T = 3, 40
@@ -114,6 +140,23 @@ def test_persistent_forward_with_flags_equals_the_barrier_kernel_on_gpu(function
     check.assert_close(tagged, ref[0], dtype=torch.bfloat16, name="tagged states_all")
     for _ in range(5):
         assert torch.equal(split.split_rnn_forward(*inputs, function=function, exchange="tagged")[0], tagged)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
+@pytest.mark.parametrize("DH", [256, 768])
+def test_persistent_forward_with_hinted_words_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+    """B = 16, T = 64, bf16, the chooser's tiling and 8 units in 4 warps: the hinted words give the barrier kernel's
+    states bit for bit (the same values cross, the same product), launch after launch (tags continue)."""
+    inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device, seed=4)
+    chosen = split_tiling.split_tiling(16, 1, DH, function, torch.bfloat16)
+    four = [c for c in split_tiling.split_candidates(16, 1, DH, function, torch.bfloat16)
+            if (c.block_u, c.num_warps, c.block_b) == (8, 4, 16) and c.fits]  # fmt: skip
+    for cfg in [chosen, *four]:
+        want, last, _ = split.split_rnn_forward(*inputs, function=function, tiling=cfg, exchange="barrier")
+        for _ in range(20):
+            out, again, _ = split.split_rnn_forward(*inputs, function=function, tiling=cfg, exchange="hinted")
+            assert torch.equal(out, want) and torch.equal(again, last)
 
 
 @pytest.mark.gpu
