@@ -22,6 +22,7 @@ BAD = [
     ("called problems name", lambda: called_bench.called(problems=["huge"]), ValueError, "problems"),
     ("parts_table rows", lambda: split_report.parts_table({"kind": "parts"}), TypeError, "rows"),
     ("exchange_table rows", lambda: split_report.exchange_table("steps"), TypeError, "rows"),
+    ("hinted_table rows", lambda: split_report.hinted_table("hinted"), TypeError, "rows"),
     ("exchange_row rows", lambda: split_report.exchange_row([1], "barrier"), TypeError, "rows"),
     ("called_table rows", lambda: split_report.called_table(None), TypeError, "rows"),
 ]
