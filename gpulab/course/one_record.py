@@ -327,7 +327,10 @@ def _lesson05_hinted(root) -> list[Shown]:
         if r.get("kind") == "hinted" and "ms" in r:
             name = (f"exchange candidates: {r['exchange']}, {r['block_u']} units, {r['warps']} warps"
                     if "exchange" in r else "exchange candidates: cuDNN nn.LSTM float16")  # fmt: skip
-            key = lambda clock, name=name: _lstm_key("fwd", name, device, 16, 1024, 1, 768, "bfloat16", clock)  # noqa: E731
+            pass_ = "bwd kernel" if r.get("direction") == "backward" else "fwd"
+            key = lambda clock, name=name, pass_=pass_: _lstm_key(  # noqa: E731
+                pass_, name, device, 16, 1024, 1, 768, "bfloat16", clock
+            )
             out += _times(key, run, r.get("ms"), r.get("wall_ms"))
     return out
 

@@ -1174,7 +1174,7 @@ if hinted_rows:
 # %%
 if hinted_rows:
     cand_ = {(r["exchange"], r["block_u"], r["warps"]): r for r in hinted_rows if r.get("kind") == "hinted"
-             and "exchange" in r and "ms" in r}  # fmt: skip
+             and "exchange" in r and "ms" in r and r.get("direction") != "backward"}  # fmt: skip
     cud_ = next(r for r in hinted_rows if r.get("kind") == "hinted" and "exchange" not in r and "ms" in r)
     hin_, bar2_ = cand_[("hinted", 8, 4)], cand_[("barrier", 8, 2)]
     claims.show(claims.paragraph(

@@ -234,10 +234,10 @@ def parts_table(rows) -> str:
 
 
 def hinted_table(rows) -> str:
-    """The exchange candidates of ``scripts/bench05_hinted.py`` (``record='hinted'``): per exchange, units per program
-    and warps, the forward's device and wall ms, its stamped parts (ns per step), then cuDNN fp16 of the same run."""
+    """The forward's exchange candidates of ``scripts/bench05_hinted.py`` (``record='hinted'``): per exchange, units
+    per program and warps, device and wall ms, the stamped parts (ns per step), then cuDNN fp16 of the same run."""
     rows = _rows(rows)
-    cands = [r for r in rows if r.get("kind") == "hinted" and r.get("exchange")]
+    cands = [r for r in rows if r.get("kind") == "hinted" and r.get("exchange") and r.get("direction") != "backward"]
     if not cands:
         raise ValueError("no candidate rows in these records: load them with load_split(record='hinted').")
     names = ("exchange", "product", "pointwise", "stores", "barrier")

@@ -162,29 +162,30 @@ def test_persistent_forward_with_hinted_words_equals_the_barrier_kernel_on_gpu(f
 @pytest.mark.gpu
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
 @pytest.mark.parametrize("DH", [256, 768])
-def test_persistent_backward_with_flags_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+def test_persistent_backward_with_flags_and_hinted_words_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
     inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device, seed=2)
     out, _, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True)
     d_out = torch.randn_like(out)
     cfg = split_tiling.split_tiling(16, 1, DH, function, torch.bfloat16, direction="backward")
     args = (d_out, gates, out, inputs[3], inputs[1], function, cfg)
     want = split_backward.split_rnn_backward(*args, exchange="barrier")
-    for _ in range(20):
-        got = split_backward.split_rnn_backward(*args, exchange="flags")
+    for how in ("flags", "hinted") * 10:
+        got = split_backward.split_rnn_backward(*args, exchange=how)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_backward_with_flags_equals_the_barrier_kernel(make_inputs):
-    """The split backward with a flag per program gives the barrier kernel's gate gradients and d(initial states)
-    bit for bit (two heads, two batch tiles; launches of one step each continue each other's tags, twice)."""
+    """The split backward with a flag per program, and with hinted words, gives the barrier kernel's gate gradients
+    and d(initial states) bit for bit (two heads, two batch tiles; launches of one step each continue each other's
+    tags, twice each)."""
     inputs = make_inputs("lstm", 17, 2, 2, 40, dtype=torch.float16, device=runtime.device, seed=3)
     fwd = _tiling(17, 2, 40)
     out, _, gates = split.split_rnn_forward(*inputs, function="lstm", save_gates=True, tiling=fwd)
     d_out = torch.randn_like(out)
     want = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="barrier")
     assert bool(want[0].abs().sum() > 0) and bool(want[1].abs().sum() > 0)
-    for _ in range(2):
-        got = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="flags")
+    for how in ("flags", "hinted", "flags", "hinted"):
+        got = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange=how)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     with pytest.raises(ValueError, match="exchange"):
         split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="tagged")
