@@ -28,7 +28,7 @@ with relaxed loads until every program has arrived, and only then load the words
 only if a word still carries an older tag (a relaxed arrival may overtake the stores it follows). The release fence
 of the counter barrier (a round trip to L2 that waits for the stores' acknowledgements) is gone; the price is twice
 the bytes of h. 15-bit tags are enough: a slot holds the step two before, or the previous launch's last steps, never
-one 2^15 steps back.
+one 2^15 steps back. The split backward has the same exchange for its shares of dh (``exchange='hinted'`` there too).
 
 ``while`` over tags in Triton: the loads of all chunks, then the count of stale words (a CTA reduction), again while
 any is stale. In the interpreter programs run one after another, so only the one-step-per-launch mode is used, where

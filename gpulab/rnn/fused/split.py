@@ -25,9 +25,11 @@ What you will learn:
 - **Two other ways to meet, measured and not taken** (``exchange=``, :mod:`gpulab.rnn.fused.exchange`): h in tagged
   words (NCCL's LL protocol: the load is the barrier) and a flag per program instead of the counter. Both keep the
   interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
-  G), so :data:`EXCHANGE` stays 'barrier'. A third, 'hinted': h as words of a value and its tag, read once a
-  counter that nobody fences says every program arrived (no release fence on the way). ``clocks=`` stamps each
-  step's parts (:mod:`gpulab.rnn.fused.clocks`).
+  G). A third, **hinted words** ('hinted'): h as 32-bit words of a value and its tag, read once a counter that
+  nobody fences says every program arrived, so no release fence waits for the stores on the way; it needs 4 warps
+  (the words in flight spill with 2). The chooser takes it where the records show it faster
+  (:data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`), the barrier elsewhere. ``clocks=`` stamps each step's
+  parts (:mod:`gpulab.rnn.fused.clocks`).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
   the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
