@@ -131,8 +131,8 @@ def hinted_chunk(ptr, mask, want, DT: tl.constexpr):
 
 @triton.jit
 def hinted_stale(x):
-    """Whether any of the XORed words ``x`` (from :func:`hinted_chunk`, ORed together) carries another tag: int32 0 or
-    1 (one reduction for all the chunks)."""
+    """Whether any of the XORed words ``x`` (from :func:`hinted_chunk`, ORed together) carries another tag: a boolean
+    scalar (one reduction for all the chunks)."""
     return (tl.max(tl.max(x, axis=1), axis=0) >> 16) != 0
 
 

@@ -103,7 +103,8 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
     why = (
         f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
         f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
-        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
+        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, "
+        + ("one barrier per step" if split.exchange == "barrier" else f"{split.exchange} exchange each step")
     )
     back = None
     if training:

@@ -191,7 +191,7 @@ def split_forward_kernel(
     gates_ptr,  # [B, T, G_B, NH, DH] pre-activations for the backward (if SAVE_GATES)
     bar_ptr,  # int64 counter of the grid barrier (BARRIER and not TAGGED; HINTED: the hint)
     xch_ptr,  # int64 [2, B, NH, DH // 2] tagged words of h (TAGGED), int32 [2, B, NH, DH] hinted words (HINTED)
-    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (TAGGED only)
+    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (TAGGED, FLAGS, HINTED)
     clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see .clocks)
     B,
     T,
