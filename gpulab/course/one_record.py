@@ -318,6 +318,23 @@ def _lesson05_steps(root) -> list[Shown]:
     return out
 
 
+def _lesson05_hinted(root) -> list[Shown]:
+    """Appendix G's exchange candidates (``scripts/bench05_hinted.py``): each (exchange, units, warps) forward and
+    cuDNN fp16's of the same run, keyed as that run's own cases."""
+    rows, device, run = _split_rows(root, "hinted")
+    out = []
+    for r in rows:
+        if r.get("kind") == "hinted" and "ms" in r:
+            name = (f"exchange candidates: {r['exchange']}, {r['block_u']} units, {r['warps']} warps"
+                    if "exchange" in r else "exchange candidates: cuDNN nn.LSTM float16")  # fmt: skip
+            pass_ = "bwd kernel" if r.get("direction") == "backward" else "fwd"
+            key = lambda clock, name=name, pass_=pass_: _lstm_key(  # noqa: E731
+                pass_, name, device, 16, 1024, 1, 768, "bfloat16", clock
+            )
+            out += _times(key, run, r.get("ms"), r.get("wall_ms"))
+    return out
+
+
 def _lesson05_called(root) -> list[Shown]:
     """Appendix G's recurrence as called: flashrnn's API path per calling mode (loop, autograd.grad, graph, forward
     under no_grad), a different case from section 8's kernel records."""
@@ -398,6 +415,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("05", 'traffic.stored("05")'): Display(_none, "Nsight Compute byte counts, not times"),
     ("05", 'split_report.load_split("h100", record="steps")'): Display(
         _lesson05_steps, "Appendix G's exchange experiment (its own cases, peers as ratios within the run)"),
+    ("05", 'split_report.load_split("h100", record="hinted")'): Display(
+        _lesson05_hinted, "Appendix G's exchange candidates (their own cases, cuDNN beside them in the run)"),
     ("05", 'split_report.load_split("h100", record="called")'): Display(
         _lesson05_called, "Appendix G: flashrnn's API path per calling mode"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),

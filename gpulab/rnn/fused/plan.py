@@ -103,7 +103,8 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
     why = (
         f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
         f"{'/'.join(dirs)}; split over {split.split} programs of {split.block_u} units "
-        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, one barrier per step"
+        f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, "
+        + ("one barrier per step" if split.exchange == "barrier" else f"{split.exchange} exchange each step")
     )
     back = None
     if training:
@@ -183,7 +184,7 @@ def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm"
                               clocks=clocks)  # fmt: skip
 
 
-BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags"}
+BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags", "hinted": "barrier"}
 """The backward's exchange beside each forward exchange (the backward has no tagged words)."""
 
 

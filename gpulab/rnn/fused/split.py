@@ -25,7 +25,11 @@ What you will learn:
 - **Two other ways to meet, measured and not taken** (``exchange=``, :mod:`gpulab.rnn.fused.exchange`): h in tagged
   words (NCCL's LL protocol: the load is the barrier) and a flag per program instead of the counter. Both keep the
   interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
-  G), so :data:`EXCHANGE` stays 'barrier'. ``clocks=`` stamps each step's parts (:mod:`gpulab.rnn.fused.clocks`).
+  G). A third, **hinted words** ('hinted'): h as 32-bit words of a value and its tag, read once a counter that
+  nobody fences says every program arrived, so no release fence waits for the stores on the way; it needs 4 warps
+  (the words in flight spill with 2). The chooser takes it where the records show it faster
+  (:data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`), the barrier elsewhere. ``clocks=`` stamps each step's
+  parts (:mod:`gpulab.rnn.fused.clocks`).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
   the barrier, and each program carries its units' states to the next launch in fp32 through ``last``. CI and
@@ -61,7 +65,11 @@ from gpulab.rnn.fused.exchange import (
     TAG_MASK,
     flag_arrive,
     flags_wait,
+    hinted_chunk,
+    hinted_fits,
+    hinted_stale,
     leave,
+    pack_hinted,
     pack_tagged,
     poison_if,
     stale_words,
@@ -85,8 +93,10 @@ from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
 __all__ = ["split_forward_kernel", "split_rnn_forward", "EXCHANGE"]
 
-EXCHANGE = "barrier"
-"""The forward's exchange where 'tagged' fits (:func:`split_rnn_forward`): lesson 5's records decide."""
+EXCHANGE = None
+"""The forward's exchange when a call names none (:func:`split_rnn_forward`): None takes the tiling's (the
+chooser's, from lesson 5's records: :data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`); a name forces that
+exchange where it fits (:func:`gpulab.rnn.fused.plan.exchange_as` sets it for an experiment)."""
 
 
 @triton.jit
@@ -138,6 +148,27 @@ def _tagged_chunks(xs, row_ok, want, DH: tl.constexpr, WK: tl.constexpr, CHUNKS:
 
 
 @triton.jit
+def _hinted_chunks(xs, row_ok, want, DT: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr):
+    """The hinted words of h_{t-1} (``xs`` [BLOCK_B, 1]: word 0 of the rows in the slot), all chunks requested at once:
+    their values (DT [BLOCK_B, BLOCK_K] each) and whether any word still carries another tag than ``want``."""
+    kk = tl.arange(0, BLOCK_K)[None, :]
+    h0, x = hinted_chunk(xs + kk, row_ok & (kk < DH), want, DT)
+    h1 = h0
+    h2 = h0
+    h3 = h0
+    if CHUNKS > 1:
+        h1, x1 = hinted_chunk(xs + BLOCK_K + kk, row_ok & (BLOCK_K + kk < DH), want, DT)
+        x = x | x1
+    if CHUNKS > 2:
+        h2, x2 = hinted_chunk(xs + 2 * BLOCK_K + kk, row_ok & (2 * BLOCK_K + kk < DH), want, DT)
+        x = x | x2
+    if CHUNKS > 3:
+        h3, x3 = hinted_chunk(xs + 3 * BLOCK_K + kk, row_ok & (3 * BLOCK_K + kk < DH), want, DT)
+        x = x | x3
+    return h0, h1, h2, h3, hinted_stale(x).to(tl.int32)
+
+
+@triton.jit
 def _apart(x, APART: tl.constexpr):
     """A product's result through an identity instruction the compiler cannot look through (GPU only), so that
     ``a + dot(h, r)`` stays an add instead of becoming the accumulator of the product: the chunks' products are then
@@ -158,9 +189,9 @@ def split_forward_kernel(
     out_ptr,  # [S, B, T, NH, DH] all states (written); states_all[0] is the exchange buffer of h
     last_ptr,  # [S, B, 1, NH, DH] the states after step t_stop - 1 (written)
     gates_ptr,  # [B, T, G_B, NH, DH] pre-activations for the backward (if SAVE_GATES)
-    bar_ptr,  # int64 counter of the grid barrier (BARRIER and not TAGGED)
-    xch_ptr,  # int64 [2, B, NH, DH // 2] tagged words of h (TAGGED only; see .exchange)
-    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (TAGGED only)
+    bar_ptr,  # int64 counter of the grid barrier (BARRIER and not TAGGED; HINTED: the hint)
+    xch_ptr,  # int64 [2, B, NH, DH // 2] tagged words of h (TAGGED), int32 [2, B, NH, DH] hinted words (HINTED)
+    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (TAGGED, FLAGS, HINTED)
     clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see .clocks)
     B,
     T,
@@ -189,6 +220,7 @@ def split_forward_kernel(
     TIMING: tl.constexpr,  # clock stamps per program and step into clk_ptr (GPU only; see .clocks)
     FLAGS: tl.constexpr,  # a flag per program instead of the counter barrier (xch_ptr: the flags; see .exchange)
     P_PAD: tl.constexpr,  # the programs of a head and batch tile, to a power of two (FLAGS only)
+    HINTED: tl.constexpr,  # h as hinted words, read after a fence-free counter (16-bit; see .exchange)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``."""
     G: tl.constexpr = 4 if G_B > 1 else 1
@@ -259,9 +291,17 @@ def split_forward_kernel(
     x_own = x_rows + own_words[None, :]
     x_own_mask = row_ok & (own_words < DH // 2)[None, :]
     prog = (tl.program_id(2) * NH + n) * tl.num_programs(0) + p
+    # HINTED: h_s as words of one value and the tag of step s, in slot (s + 1) % 2
+    HSLOT = B * NH * DH
+    hw_rows = xch_ptr + (rows64[:, None] * NH + n) * DH  # [BLOCK_B, 1]: word 0 of the row in slot 0
+    hw_own = hw_rows + units[None, :]
     tag0 = base
-    if TAGGED or FLAGS:  # step s's tag is tag0 + s + 1; step 0 reads h_{-1} from s0 (written before the launch)
+    if TAGGED or FLAGS or HINTED:  # step s's tag is tag0 + s + 1; step 0 reads h_{-1} from s0 (written before launch)
         tag0 = tag_base(seq_ptr, t_start)
+    # HINTED: step s's tag is tag0 + s + 2, never 0 (the tag of the zeroed words a first launch finds); persistent
+    # launches store h_{-1} as words too (tag0 + 1, slot 0), so step 0 reads words (one step per launch: s0 at t = 0)
+    if HINTED and BARRIER:
+        tl.store(hw_own, pack_hinted(h.to(dt), tag0 + 1), mask=own_mask)
     clk = clk_ptr + (prog * (T + 1)).to(tl.int64) * 8
     if TIMING:
         keep(clk + T * 8, clock_after(h), BLOCK_B, BLOCK_U)
@@ -294,6 +334,30 @@ def split_forward_kernel(
             if CHUNKS > 3:
                 h3 = tl.where(t == 0, _h_chunk(s0_h, 3 * BLOCK_K, at0, DH, BLOCK_K),
                               unpack_tagged(w3, dt, BLOCK_B, BLOCK_K))  # fmt: skip
+        elif HINTED:  # the counter says every program arrived (a hint: no fence), then the words, again if one is old
+            if BARRIER and t > t_start:
+                target = base + (t - t_start) * n_programs
+                seen = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+                while seen < target:
+                    seen = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+            xs = hw_rows + (t % 2) * HSLOT
+            live = row_ok
+            if not BARRIER:
+                live = row_ok & (t > 0)
+            h0, h1, h2, h3, late = _hinted_chunks(xs, live, tag0 + t + 1, dt, DH, BLOCK_K, CHUNKS)
+            tries = 1
+            while (late > 0) & (tries < SPIN):
+                h0, h1, h2, h3, late = _hinted_chunks(xs, live, tag0 + t + 1, dt, DH, BLOCK_K, CHUNKS)
+                tries += 1
+            if not BARRIER:  # one step per launch: h_{-1} from s0
+                at0 = row_ok & (t == 0)
+                h0 = tl.where(t == 0, _h_chunk(s0_h, 0, at0, DH, BLOCK_K), h0)
+                if CHUNKS > 1:
+                    h1 = tl.where(t == 0, _h_chunk(s0_h, BLOCK_K, at0, DH, BLOCK_K), h1)
+                if CHUNKS > 2:
+                    h2 = tl.where(t == 0, _h_chunk(s0_h, 2 * BLOCK_K, at0, DH, BLOCK_K), h2)
+                if CHUNKS > 3:
+                    h3 = tl.where(t == 0, _h_chunk(s0_h, 3 * BLOCK_K, at0, DH, BLOCK_K), h3)
         else:  # all chunks of h_{t-1} requested at once (one L2 round trip, not one per chunk), then the products
             prev = tl.where(t == 0, s0_h, out_h + (t - 1) * HD)
             late = 0
@@ -311,7 +375,7 @@ def split_forward_kernel(
                 h2 = _h_chunk(prev, 2 * BLOCK_K, row_ok, DH, BLOCK_K)
             if CHUNKS > 3:
                 h3 = _h_chunk(prev, 3 * BLOCK_K, row_ok, DH, BLOCK_K)
-        if TAGGED or FLAGS:  # (interpreter: NaN if the reader gave up on a stale tag or flag)
+        if TAGGED or FLAGS or HINTED:  # (interpreter: NaN if the reader gave up on a stale tag or flag)
             h0 = poison_if(h0, late, SPIN)
             h1 = poison_if(h1, late, SPIN)
             h2 = poison_if(h2, late, SPIN)
@@ -356,6 +420,12 @@ def split_forward_kernel(
         if TAGGED:  # h_t for the others first: it is what they wait for
             hw = pack_tagged(h.to(dt), (tag0 + t + 1) & TAG_MASK, BLOCK_B, BLOCK_U)
             tl.store(x_own + ((t + 1) % 2) * XSLOT, hw, mask=x_own_mask)
+        if HINTED:  # h_t for the others first, then the arrival: a hint, so no fence (a CTA barrier, so it comes last)
+            tl.store(hw_own + ((t + 1) % 2) * HSLOT, pack_hinted(h.to(dt), tag0 + t + 2), mask=own_mask)
+            if BARRIER:
+                if t < t_stop - 1:
+                    tl.debug_barrier()
+                    tl.atomic_add(bar_ptr, 1, sem="relaxed", scope="gpu")
         if SAVE_GATES:  # pre-activations as the alternating backward reads them (FAST's halving undone)
             tl.store(gate_rows + t * G_B * HD, (pre / scale).to(gates_ptr.dtype.element_ty), mask=gate_mask)
         tl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
@@ -363,7 +433,7 @@ def split_forward_kernel(
             keep(clk + t * 8 + 4, clock_after(h), BLOCK_B, BLOCK_U)
         if FLAGS:
             flag_arrive(xch_ptr + prog, tag0 + t + 1)
-        if BARRIER and not TAGGED and not FLAGS:
+        if BARRIER and not TAGGED and not FLAGS and not HINTED:
             if t < t_stop - 1:  # (after the last step nobody reads h from another program)
                 tl.debug_barrier()  # every thread's store of h_t is issued before the arrival releases them
                 tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")  # arrive (result unused: no wait)
@@ -374,14 +444,14 @@ def split_forward_kernel(
                 if TIMING:  # 5: the barrier is passed
                     keep(clk + t * 8 + 5, clock_after(tl.zeros([1, 1], tl.int32) + seen.to(tl.int32)), 1, 1)
         if TIMING:
-            if TAGGED or FLAGS:  # no barrier: 5 = 4 (the wait is in the next step's exchange)
+            if TAGGED or FLAGS or HINTED:  # no barrier: 5 = 4 (the wait is in the next step's exchange)
                 keep(clk + t * 8 + 5, clock_after(h), BLOCK_B, BLOCK_U)
 
     if TIMING:
         keep(clk + T * 8 + 2, clock_after(h), BLOCK_B, BLOCK_U)
         keep(clk + T * 8 + 3, globaltimer_after(h), BLOCK_B, BLOCK_U)
-    if TAGGED or FLAGS:
-        leave(seq_ptr, n_programs, t_stop - t_start)
+    if TAGGED or FLAGS or HINTED:  # (HINTED and persistent: one tag more, h_{-1}'s words)
+        leave(seq_ptr, n_programs, t_stop - t_start + (HINTED and BARRIER))
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
         tl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
@@ -398,8 +468,9 @@ def split_rnn_forward(
     (default in the interpreter, where a barrier cannot work; asking for ``persistent=True`` there raises).
     ``tiling``: a :class:`gpulab.rnn.fused.split_tiling.SplitTiling` (default:
     :func:`~gpulab.rnn.fused.split_tiling.split_tiling`). ``exchange``: 'barrier' (a counter barrier, then the load
-    of h) or 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim); default
-    :data:`EXCHANGE` where it fits, else 'barrier'. ``clocks``: a buffer from
+    of h), 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim), 'flags' or
+    'hinted' (h in words of a value and its tag, read after a fence-free counter; 16-bit); default :data:`EXCHANGE`,
+    else the tiling's, where it fits, else 'barrier'. ``clocks``: a buffer from
     :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to fill with the steps' clock stamps (persistent
     launches on a GPU only).
     """
@@ -409,14 +480,19 @@ def split_rnn_forward(
     B, T, _, NH, DH = Wx.shape
     cfg = tiling or split_tiling(B, NH, DH, fn.name, Wx.dtype)
     dev, dt = Wx.device, Wx.dtype
-    fits = tagged_fits(dt, DH, cfg.block_u, cfg.block_k)
+    fits = {"tagged": tagged_fits(dt, DH, cfg.block_u, cfg.block_k), "hinted": hinted_fits(dt)}
     if exchange is None:
-        exchange = EXCHANGE if fits or EXCHANGE != "tagged" else "barrier"
+        exchange = EXCHANGE or cfg.exchange
+        exchange = exchange if fits.get(exchange, True) else "barrier"
     runtime.one_of("exchange", exchange, EXCHANGES)
-    if exchange == "tagged" and not fits:
+    if exchange == "tagged" and not fits["tagged"]:
         raise ValueError(
             f"exchange='tagged' needs 16-bit values, an even head dim and even tiles; got {dt}, head dim {DH}, "
             f"block_u {cfg.block_u}, block_k {cfg.block_k}: use exchange='barrier'."
+        )
+    if exchange == "hinted" and not fits["hinted"]:
+        raise ValueError(
+            f"exchange='hinted' needs 16-bit values (float16, bfloat16); got {dt}: use exchange='barrier'."
         )
     out = new_output(fn.states, B, T, NH, DH, dtype=dt, device=dev)
     gates = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev) if save_gates else None
@@ -433,7 +509,7 @@ def split_rnn_forward(
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=save_gates,
         FAST=fast_activations(dt), IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt),
         BARRIER=persistent, APART=not runtime.INTERPRET, TAGGED=tagged, SPIN=SPIN_TRIES, TIMING=clocks is not None,
-        FLAGS=exchange == "flags", P_PAD=triton.next_power_of_2(cfg.split),
+        FLAGS=exchange == "flags", P_PAD=triton.next_power_of_2(cfg.split), HINTED=exchange == "hinted",
         **cfg.launch(),
     )  # fmt: skip
     stride = B * T * NH * DH
@@ -444,6 +520,9 @@ def split_rnn_forward(
         seq, words = tagged_state(dev, programs, 2 * B * NH * (DH // 2), "forward")
     elif exchange == "flags":
         seq, words = tagged_state(dev, programs, programs, "flags")
+    elif exchange == "hinted":  # two slots of B * NH * DH int32 words
+        seq, words = tagged_state(dev, programs, B * NH * DH, "hinted")
+        words = words.view(torch.int32)
     clk = clocks if clocks is not None else bar
     if persistent:
         last = new_output(fn.states, B, 1, NH, DH, dtype=dt, device=dev)

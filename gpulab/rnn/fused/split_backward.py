@@ -26,7 +26,9 @@ time-major): the parameter products dR, db, dWx need all of it
 cell path is per unit), nor does the GRU's direct path dh z'.
 
 The barrier, its counter and the cooperative launch are those of the forward (:mod:`.split`); in the interpreter
-the kernel runs one launch per step and carries dh (dc) in fp32 between launches.
+the kernel runs one launch per step and carries dh (dc) in fp32 between launches. ``exchange='flags'`` and
+``'hinted'`` (:mod:`.exchange`) replace the barrier: the hinted words carry the shares with their step's tag, read
+after a counter that nobody fences (a candidate: :data:`EXCHANGE` stays 'barrier' until records show it faster).
 
 Per step t = T-1 .. 0, program (p, n, tile), fp32 (G = 4 slots for lstm and gru, 1 for elman; the forward saved
 pre-activations):
@@ -59,7 +61,11 @@ from gpulab.rnn.fused.exchange import (
     SPIN_TRIES,
     flag_arrive,
     flags_wait,
+    hinted_chunk,
+    hinted_fits,
+    hinted_stale,
     leave,
+    pack_hinted,
     poison_if,
     tag_base,
     tagged_state,
@@ -71,7 +77,7 @@ from gpulab.triton_ops import dot, dot_operand
 __all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients", "EXCHANGE"]
 
 EXCHANGE = "barrier"
-"""The backward's exchange ('barrier' or 'flags'; :func:`split_rnn_backward`): lesson 5's records decide."""
+"""The backward's exchange ('barrier', 'flags' or 'hinted'; :func:`split_rnn_backward`): lesson 5's records decide."""
 
 
 @triton.jit
@@ -88,12 +94,16 @@ def load_r_rows(r_ptr, n, p, k0, NH, DH: tl.constexpr, BLOCK_U: tl.constexpr, BL
 
 @triton.jit
 def _push(part_own, d_op, r, k0, row_ok, DH: tl.constexpr, BLOCK_K: tl.constexpr, IS_FP32: tl.constexpr,
-          PRECISION: tl.constexpr):  # fmt: skip
+          PRECISION: tl.constexpr, tag, HINTED: tl.constexpr):  # fmt: skip
     """This program's share of units [k0, k0 + BLOCK_K) of dh_{t-1}: ``d_op @ r`` [BLOCK_B, BLOCK_K], stored to its
-    row of the partial-sum slot (``part_own`` [BLOCK_B, 1] points at unit 0 of it)."""
+    row of the partial-sum slot (``part_own`` [BLOCK_B, 1] points at unit 0 of it; HINTED: as words of the value in
+    R's dtype and ``tag``, see .exchange)."""
     k = k0 + tl.arange(0, BLOCK_K)
     share = dot(d_op, r, IS_FP32, PRECISION)
-    tl.store(part_own + k[None, :], share.to(part_own.dtype.element_ty), mask=row_ok & (k < DH)[None, :])
+    if HINTED:
+        tl.store(part_own + k[None, :], pack_hinted(share.to(r.dtype), tag), mask=row_ok & (k < DH)[None, :])
+    else:
+        tl.store(part_own + k[None, :], share.to(part_own.dtype.element_ty), mask=row_ok & (k < DH)[None, :])
     return share
 
 
@@ -111,6 +121,21 @@ def _gather(part_rows, units, row_ok, DH: tl.constexpr, SPLIT: tl.constexpr, BLO
     for q in tl.static_range(SPLIT):
         acc += tl.load(part_rows + q * DH + units[None, :], mask=ok, other=0.0, cache_modifier=".cg")
     return acc
+
+
+@triton.jit
+def _gather_hinted(part_rows, units, row_ok, want, DT: tl.constexpr, DH: tl.constexpr, SPLIT: tl.constexpr,
+                   BLOCK_B: tl.constexpr, BLOCK_U: tl.constexpr):  # fmt: skip
+    """:func:`_gather` from hinted words (``part_rows`` int32): the sum [BLOCK_B, BLOCK_U] fp32 and whether any word
+    under ``row_ok`` still carries another tag than ``want`` (then the caller loads them all again)."""
+    ok = row_ok & (units < DH)[None, :]
+    acc = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.float32)
+    x = tl.zeros([BLOCK_B, BLOCK_U], dtype=tl.int32)
+    for q in tl.static_range(SPLIT):
+        v, xq = hinted_chunk(part_rows + q * DH + units[None, :], ok, want, DT)
+        acc += v.to(tl.float32)
+        x = x | xq
+    return acc, hinted_stale(x).to(tl.int32)
 
 
 @triton.jit
@@ -138,12 +163,12 @@ def split_backward_kernel(
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     init_ptr,  # [S, B, 1, NH, DH] the carry this launch starts from (read if HAS_INIT; see below)
     dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written, for the parameter products)
-    part_ptr,  # [2, B, NH, SPLIT, DH]: the two slots of partial sums of dh, one row per program
+    part_ptr,  # [2, B, NH, SPLIT, DH]: the two slots of partial sums of dh, one row per program (HINTED: int32 words)
     carry_ptr,  # [S, B, 1, NH, DH] written: dL/d(initial states) if FINAL, else the carry after step t_lo
     bar_ptr,  # int64 barrier counter (BARRIER only)
     clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see .clocks)
     flag_ptr,  # int64 [programs] a flag per program (FLAGS only; see .exchange)
-    seq_ptr,  # int64 [2] the flags' sequence number and the programs that left (FLAGS only)
+    seq_ptr,  # int64 [2] the tags' sequence number and the programs that left (FLAGS and HINTED)
     B,
     T,
     NH,
@@ -171,6 +196,7 @@ def split_backward_kernel(
     P_PAD: tl.constexpr,  # SPLIT to a power of two (FLAGS only)
     SPIN: tl.constexpr,  # polls of the flags before giving up (exchange.SPIN_TRIES)
     FENCE: tl.constexpr,  # compiled kernels: the acquire fence after the flags (see exchange.flags_wait)
+    HINTED: tl.constexpr,  # the shares as hinted words, read after a fence-free counter (16-bit; see .exchange)
 ):
     """Program (p, n, tile): units [p * BLOCK_U, (p + 1) * BLOCK_U) of head n, batch rows of ``tile``.
 
@@ -228,8 +254,11 @@ def split_backward_kernel(
     # FLAGS: the shares of step t carry the tag base + (T - 1 - t) + 1 (the steps in the order they run, across
     # launches of one step each too: see .exchange)
     prog = (tl.program_id(2) * NH + n) * SPLIT + p
+    tbase = base  # HINTED: the shares' tags as FLAGS numbers them; base stays the counter's (the hint)
     if FLAGS:
         base = tag_base(seq_ptr, T - t_hi)
+    if HINTED:
+        tbase = tag_base(seq_ptr, T - t_hi)
     # step t's inputs from HBM are requested one step ahead, so their latency hides behind the previous step's
     # exchange and barrier (never a step below 0: the last per-step launch runs no step, t_hi = 0)
     pre_n, prev_n, dh_n, dc_n = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_rows, gate_mask, own,
@@ -259,8 +288,23 @@ def split_backward_kernel(
             if t < T - 1:
                 zero, late = flags_wait(flag_ptr + (prog - p), SPLIT, base + (T - 1 - t), P_PAD, SPIN, FENCE)
                 shares += zero
-        dh += _gather(shares, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
-        if FLAGS:
+        if HINTED:  # the counter says every program pushed step t + 1 (a hint), then the words, again if one is old
+            if BARRIER and tt > 0:
+                target = base + tt * n_programs
+                seen = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+                while seen < target:
+                    seen = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+            live = row_ok & (t < T - 1)
+            got, late = _gather_hinted(shares, units, live, tbase + (T - 1 - t), r0.dtype, DH, SPLIT, BLOCK_B, BLOCK_U)
+            tries = 1
+            while (late > 0) & (tries < SPIN):
+                got, late = _gather_hinted(shares, units, live, tbase + (T - 1 - t), r0.dtype, DH, SPLIT, BLOCK_B,
+                                           BLOCK_U)  # fmt: skip
+                tries += 1
+            dh += got
+        else:
+            dh += _gather(shares, units, row_ok & (t < T - 1), DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS or HINTED:
             dh = poison_if(dh, late, SPIN)
         if TIMING:  # 1: the shares of dh from the other programs have arrived
             keep(clk + t * 8 + 1, clock_after(dh), BLOCK_B, BLOCK_U)
@@ -281,13 +325,14 @@ def split_backward_kernel(
         # this program's shares of dh_{t-1}, from dG_t as stored (the parameter products read the same values)
         d_op = dot_operand(d_all.to(r0.dtype), OPAQUE)
         part_t = part_own + (t % 2) * PSLOT
-        share = _push(part_t, d_op, r0, 0, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+        tag = tbase + (T - 1 - t) + 1
+        share = _push(part_t, d_op, r0, 0, row_ok, DH, BLOCK_K, IS_FP32, PRECISION, tag, HINTED)
         if CHUNKS > 1:
-            share = _push(part_t, d_op, r1, BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+            share = _push(part_t, d_op, r1, BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION, tag, HINTED)
         if CHUNKS > 2:
-            share = _push(part_t, d_op, r2, 2 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+            share = _push(part_t, d_op, r2, 2 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION, tag, HINTED)
         if CHUNKS > 3:
-            share = _push(part_t, d_op, r3, 3 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION)
+            share = _push(part_t, d_op, r3, 3 * BLOCK_K, row_ok, DH, BLOCK_K, IS_FP32, PRECISION, tag, HINTED)
         if TIMING:  # 3: the products (this program's shares of dh_{t-1}) are done; 4: their stores issued
             keep(clk + t * 8 + 3, clock_after(share), BLOCK_B, BLOCK_K)
             keep(clk + t * 8 + 4, clock_after(share), BLOCK_B, BLOCK_K)
@@ -295,7 +340,12 @@ def split_backward_kernel(
             flag_arrive(flag_ptr + prog, base + (T - 1 - t) + 1)
             if TIMING:  # 5 = 4: no barrier (the wait is in the next step's exchange)
                 keep(clk + t * 8 + 5, clock_after(share), BLOCK_B, BLOCK_K)
-        if BARRIER and not FLAGS:
+        if HINTED and BARRIER:  # the arrival, a hint: no fence (a CTA barrier, so that it comes after every store)
+            tl.debug_barrier()
+            tl.atomic_add(bar_ptr, 1, sem="relaxed", scope="gpu")
+            if TIMING:  # 5: the arrival is issued (the wait is in the next step's exchange)
+                keep(clk + t * 8 + 5, clock_after(share), BLOCK_B, BLOCK_K)
+        if BARRIER and not FLAGS and not HINTED:
             tl.debug_barrier()  # every thread's stores of step t are issued before the arrival releases them
             tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
             target = base + (tt + 1) * n_programs
@@ -314,10 +364,23 @@ def split_backward_kernel(
         if FLAGS:
             zero0, late0 = flags_wait(flag_ptr + (prog - p), SPLIT, base + T, P_PAD, SPIN, FENCE)
             shares0 += zero0
-        direct += _gather(shares0, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
-        if FLAGS:
+        if HINTED:
+            if BARRIER:
+                target0 = base + (t_hi - t_lo) * n_programs
+                seen0 = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+                while seen0 < target0:
+                    seen0 = tl.atomic_add(bar_ptr, 0, sem="relaxed", scope="gpu")
+            got0, late0 = _gather_hinted(shares0, units, row_ok, tbase + T, r0.dtype, DH, SPLIT, BLOCK_B, BLOCK_U)
+            tries0 = 1
+            while (late0 > 0) & (tries0 < SPIN):
+                got0, late0 = _gather_hinted(shares0, units, row_ok, tbase + T, r0.dtype, DH, SPLIT, BLOCK_B, BLOCK_U)
+                tries0 += 1
+            direct += got0
+        else:
+            direct += _gather(shares0, units, row_ok, DH, SPLIT, BLOCK_B, BLOCK_U)
+        if FLAGS or HINTED:
             direct = poison_if(direct, late0, SPIN)
-    if FLAGS:
+    if FLAGS or HINTED:
         leave(seq_ptr, n_programs, t_hi - t_lo)
     tl.store(carry_ptr + own, direct.to(carry_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
@@ -341,8 +404,9 @@ def split_rnn_backward(
 
     ``gates`` are the pre-activations the split forward saved; ``d_last`` dL/d(last states) or None;
     ``persistent`` and ``clocks`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward` (the stamps of step t at
-    row t; the parts are :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`). ``exchange``: 'barrier' (the counter)
-    or 'flags' (a flag per program, :mod:`gpulab.rnn.fused.exchange`); default :data:`EXCHANGE`.
+    row t; the parts are :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`). ``exchange``: 'barrier' (the counter),
+    'flags' (a flag per program, :mod:`gpulab.rnn.fused.exchange`) or 'hinted' (the shares as words of a value and
+    its tag, read after a fence-free counter; 16-bit); default :data:`EXCHANGE`.
     """
     persistent = persistent_mode(persistent)
     fn = get_function(function)
@@ -356,6 +420,10 @@ def split_rnn_backward(
     programs = grid[0] * grid[1] * grid[2]
     exchange = EXCHANGE if exchange is None else exchange
     runtime.one_of("exchange", exchange, tuple(e for e in EXCHANGES if e != "tagged"))
+    if exchange == "hinted" and not hinted_fits(dt):
+        raise ValueError(
+            f"exchange='hinted' needs 16-bit values (float16, bfloat16); got {dt}: use exchange='barrier'."
+        )
     if clocks is not None and (not persistent or tuple(clocks.shape) != (programs, T + 1, 8)):
         raise ValueError(
             f"clocks: a persistent launch's stamp buffer of shape {[programs, T + 1, 8]} (clocks.clock_buffer), "
@@ -366,11 +434,15 @@ def split_rnn_backward(
         BLOCK_U=cfg.block_u, BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks,
         IS_FP32=dt == torch.float32, PRECISION=runtime.dot_precision(dt), BARRIER=persistent,
         OPAQUE=not runtime.INTERPRET and dt != torch.float32, TIMING=clocks is not None, FLAGS=exchange == "flags",
-        P_PAD=triton.next_power_of_2(cfg.split), SPIN=SPIN_TRIES, FENCE=not runtime.INTERPRET, **cfg.launch(),
+        P_PAD=triton.next_power_of_2(cfg.split), SPIN=SPIN_TRIES, FENCE=not runtime.INTERPRET,
+        HINTED=exchange == "hinted", **cfg.launch(),
     )  # fmt: skip
     seq = flags = out
     if exchange == "flags":
         seq, flags = tagged_state(dev, programs, programs, "backward flags")
+    elif exchange == "hinted":  # the two slots as int32 words
+        seq, words = tagged_state(dev, programs, B * NH * cfg.split * DH, "backward hinted")
+        part = words.view(torch.int32)
     stride = B * T * NH * DH
     if persistent:
         ds0 = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=dev)

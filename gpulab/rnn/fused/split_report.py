@@ -47,6 +47,7 @@ __all__ = [
     "parts_table",
     "exchange_table",
     "exchange_row",
+    "hinted_table",
     "called_table",
     "time_row",
     "rows_of",
@@ -59,7 +60,7 @@ _FOLDER = ("05_fused_rnn", "split")
 _RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
             "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
             "parts": None, "steps": "python -m gpulab bench 05 steps",
-            "called": "python -m gpulab bench 05 called"}  # fmt: skip
+            "called": "python -m gpulab bench 05 called", "hinted": "python scripts/bench05_hinted.py OUT"}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
@@ -232,8 +233,32 @@ def parts_table(rows) -> str:
     return "\n".join(lines)
 
 
+def hinted_table(rows) -> str:
+    """The forward's exchange candidates of ``scripts/bench05_hinted.py`` (``record='hinted'``): per exchange, units
+    per program and warps, device and wall ms, the stamped parts (ns per step), then cuDNN fp16 of the same run."""
+    rows = _rows(rows)
+    cands = [r for r in rows if r.get("kind") == "hinted" and r.get("exchange") and r.get("direction") != "backward"]
+    if not cands:
+        raise ValueError("no candidate rows in these records: load them with load_split(record='hinted').")
+    names = ("exchange", "product", "pointwise", "stores", "barrier")
+    lines = [f"{_env(rows)} | LSTM forward, one head of 768, B = 16, T = 1024, bf16; parts: ns per step (stamps)",
+             f"{'exchange':8s} {'units':>5s} {'warps':>5s} {'P':>3s} {'ms':>8s} {'wall ms':>8s} "
+             + " ".join(f"{n:>9s}" for n in names) + f" {'stamped':>8s}"]  # fmt: skip
+    for r in cands:
+        if "ms" not in r:
+            lines.append(f"{r['exchange']:8s} {r['block_u']:5d} {r['warps']:5d}  {r.get('error', 'not run')}")
+            continue
+        cells = " ".join(f"{r['parts'][n]:9.0f}" for n in names)
+        lines.append(f"{r['exchange']:8s} {r['block_u']:5d} {r['warps']:5d} {r['programs']:3d} {_cell(r)} "
+                     f"{_cell(r, 'wall_ms')} {cells} {r['step_ns']:8.0f}")  # fmt: skip
+    for r in rows:
+        if r.get("kind") == "hinted" and "exchange" not in r and "ms" in r:  # the cuDNN row (no exchange)
+            lines.append(f"{'cuDNN nn.LSTM fp16':26s} {_cell(r)} {_cell(r, 'wall_ms')}")
+    return "\n".join(lines)
+
+
 def exchange_row(rows, exchange: str, training: bool = False) -> dict | None:
-    """The ``time`` row of the split kernels with ``exchange`` ('barrier', 'tagged', 'flags'), or for
+    """The ``time`` row of the split kernels with ``exchange`` ('barrier', 'tagged', 'flags', 'hinted'), or for
     ``exchange='cuDNN float16'`` cuDNN's fp16 row, forward or forward+backward (None if the run has none)."""
     rows = _rows(rows)
     suffix = " fwd+bwd" if training else ""
@@ -250,7 +275,7 @@ def exchange_table(rows) -> str:
     lines = [f"{_env(rows)} | LSTM, one head of 768, B = 16, T = 1024, bf16 (cuDNN: dense nn.LSTM fp16)",
              f"{'pass':8s} {'exchange':14s} {'ms':>8s} {'wall ms':>8s}"]  # fmt: skip
     for training, label in ((False, "fwd"), (True, "fwd+bwd")):
-        for e in ("barrier", "tagged", "flags", "cuDNN float16"):
+        for e in ("barrier", "tagged", "flags", "hinted", "cuDNN float16"):
             r = exchange_row(rows, e, training)
             if r is not None:
                 lines.append(f"{label:8s} {e:14s} {_cell(r)} {_cell(r, 'wall_ms')}")

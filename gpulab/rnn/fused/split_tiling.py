@@ -49,6 +49,7 @@ __all__ = [
     "NUM_WARPS",
     "MAX_CHUNKS",
     "MEASURED",
+    "MEASURED_EXCHANGE",
 ]
 
 BLOCK_U = (8, 16, 32, 64)
@@ -79,6 +80,14 @@ otherwise. The estimate does not model warps, and it prices the backward's extra
 warps (at 256 the estimate's 2 warps were slower; the records hold the times). The chooser takes the best-scored
 fitting candidate of that block_u and warps, on Hopper GPUs only."""
 
+MEASURED_EXCHANGE = {("forward", "lstm", 768): ("hinted", 8, 4)}
+"""(direction, function, head dim) -> (exchange, block_u, warps): where a split kernel's records show another exchange
+than the counter barrier faster, on Hopper GPUs, 16-bit dtypes, one head and one batch tile (B <= 16): what was
+measured.
+Forward at 768 (B16, T1024, bf16, ``scripts/bench05_hinted.py``, ``benchmarks/05_fused_rnn/split/*-hinted.jsonl``):
+the hinted words (:mod:`gpulab.rnn.fused.exchange`) with 8 units and 4 warps beat the barrier's best tiling (8 units,
+2 warps); with 2 warps the words in flight spill (sm_90 SASS), so the hinted exchange comes with its own warps."""
+
 
 @dataclasses.dataclass(frozen=True)
 class SplitTiling:
@@ -97,6 +106,7 @@ class SplitTiling:
     score: float  # estimated ns per step
     fits: bool
     reason: str = ""
+    exchange: str = "barrier"  # how the programs exchange their tile each step (gpulab.rnn.fused.exchange.EXCHANGES)
 
     def launch(self) -> dict:
         """Keyword arguments for the (cooperative) kernel launch."""
@@ -189,8 +199,14 @@ def split_tiling(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat
     if ok:
         if runtime.INTERPRET and gpu is None:
             return min(ok, key=lambda c: (c.programs, c.num_warps, c.score))
-        block_u, warps = MEASURED.get((direction, head_dim), (None, None)) if spec.compute_capability[0] == 9 else (
-            None, None)  # fmt: skip
+        hopper = spec.compute_capability[0] == 9
+        key = (direction, get_function(function).name, head_dim)
+        xch = MEASURED_EXCHANGE.get(key) if hopper and batch <= 16 and num_heads == 1 else None
+        if xch is not None and torch.empty((), dtype=dtypes.as_dtype(dtype)).element_size() == 2:
+            hit = [c for c in ok if (c.block_u, c.num_warps, c.block_b) == (xch[1], xch[2], 16)]
+            if hit:
+                return dataclasses.replace(min(hit, key=lambda c: c.score), exchange=xch[0])
+        block_u, warps = MEASURED.get((direction, head_dim), (None, None)) if hopper else (None, None)
 
         def measured(c):
             return c.num_warps == warps and block_u in (None, c.block_u)

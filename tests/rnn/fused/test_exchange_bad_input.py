@@ -13,6 +13,7 @@ BAD = [
     ("step_parts skip", lambda: clocks.step_parts(torch.zeros(1, 40, 8), skip=-1), ValueError, "skip"),
     ("tagged_fits dtype", lambda: exchange.tagged_fits("bf16", 64, 16), TypeError, "dtype"),
     ("tagged_fits head_dim", lambda: exchange.tagged_fits(torch.bfloat16, 0, 16), ValueError, "head_dim"),
+    ("hinted_fits dtype", lambda: exchange.hinted_fits("bf16"), TypeError, "dtype"),
     ("tagged_state device", lambda: exchange.tagged_state("cpu", 4, 8, "forward"), TypeError, "device"),
     ("tagged_state words", lambda: exchange.tagged_state(torch.device("cpu"), 4, 0, "forward"), ValueError, "words"),
     ("tagged_state kind", lambda: exchange.tagged_state(torch.device("cpu"), 4, 8, ""), TypeError, "kind"),
@@ -21,6 +22,7 @@ BAD = [
     ("called problems name", lambda: called_bench.called(problems=["huge"]), ValueError, "problems"),
     ("parts_table rows", lambda: split_report.parts_table({"kind": "parts"}), TypeError, "rows"),
     ("exchange_table rows", lambda: split_report.exchange_table("steps"), TypeError, "rows"),
+    ("hinted_table rows", lambda: split_report.hinted_table("hinted"), TypeError, "rows"),
     ("exchange_row rows", lambda: split_report.exchange_row([1], "barrier"), TypeError, "rows"),
     ("called_table rows", lambda: split_report.called_table(None), TypeError, "rows"),
 ]

@@ -22,7 +22,14 @@ def _tiling(B, NH, DH, block_u=16):
 
 
 @pytest.mark.parametrize(
-    "function,how,B,NH", [("lstm", "tagged", 17, 2), ("elman", "tagged", 3, 1), ("lstm", "flags", 17, 2)]
+    "function,how,B,NH",
+    [
+        ("lstm", "tagged", 17, 2),
+        ("elman", "tagged", 3, 1),
+        ("lstm", "flags", 17, 2),
+        ("lstm", "hinted", 17, 2),
+        ("elman", "hinted", 3, 1),
+    ],
 )
 def test_exchanges_match_float64_and_the_barrier_kernel(function, how, B, NH, make_inputs):
     """Three programs per head (with two heads and two batch tiles: each group's own words or flags): every state of
@@ -72,6 +79,32 @@ def test_tagged_words_carry_two_values_and_their_tag(dtype):
     assert int(w[0, 0]) >> 32 == 0x7FFFFFFE and int(w[1, 2]) >> 32 == 5
 
 
+@triton.jit
+def _hinted_roundtrip(x_ptr, w_ptr, y_ptr, n_ptr, tag, other, R: tl.constexpr, C: tl.constexpr):
+    r = tl.arange(0, R)[:, None]
+    c = tl.arange(0, C)[None, :]
+    w = exchange.pack_hinted(tl.load(x_ptr + r * C + c), tag)
+    w = tl.where((r == 1) & (c == 2), exchange.pack_hinted(tl.load(x_ptr + r * C + c), other), w)  # one re-tagged
+    tl.store(w_ptr + r * C + c, w)
+    y, x = exchange.hinted_chunk(w_ptr + r * C + c, r < R, tag, x_ptr.dtype.element_ty)
+    tl.store(y_ptr + r * C + c, y)
+    tl.store(n_ptr, exchange.hinted_stale(x).to(tl.int32))
+    y, x = exchange.hinted_chunk(w_ptr + r * C + c, (r != 1) | (c != 2), tag, x_ptr.dtype.element_ty)
+    tl.store(n_ptr + 1, exchange.hinted_stale(x).to(tl.int32))  # the re-tagged word masked off: none stale
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_hinted_words_carry_a_value_and_its_tag(dtype):
+    x = torch.randn(4, 8, device=runtime.device).to(dtype)
+    w = torch.zeros(4, 8, dtype=torch.int32, device=runtime.device)
+    y = torch.full_like(x, float("nan"))
+    n = torch.full((2,), -1, dtype=torch.int32, device=runtime.device)
+    _hinted_roundtrip[(1,)](x, w, y, n, 0x7FFF + 5, 3, R=4, C=8)  # the tag wraps to 15 bits: 0x7FFF + 5 -> 4
+    assert torch.equal(y, x)  # bits
+    assert n.tolist() == [1, 0]
+    assert int(w[0, 0]) >> 16 == 4 and int(w[1, 2]) >> 16 == 3 and bool((w >= 0).all())
+
+
 def test_step_parts_from_stamps():
     """Stamps 100 cycles apart within a step, steps 1000 apart, a 2 GHz clock: each part 50 ns, the step 500."""
     P, T = 3, 40
@@ -112,29 +145,47 @@ def test_persistent_forward_with_flags_equals_the_barrier_kernel_on_gpu(function
 @pytest.mark.gpu
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
 @pytest.mark.parametrize("DH", [256, 768])
-def test_persistent_backward_with_flags_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+def test_persistent_forward_with_hinted_words_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
+    """B = 16, T = 64, bf16, the chooser's tiling and 8 units in 4 warps: the hinted words give the barrier kernel's
+    states bit for bit (the same values cross, the same product), launch after launch (tags continue)."""
+    inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device, seed=4)
+    chosen = split_tiling.split_tiling(16, 1, DH, function, torch.bfloat16)
+    four = [c for c in split_tiling.split_candidates(16, 1, DH, function, torch.bfloat16)
+            if (c.block_u, c.num_warps, c.block_b) == (8, 4, 16) and c.fits]  # fmt: skip
+    for cfg in [chosen, *four]:
+        want, last, _ = split.split_rnn_forward(*inputs, function=function, tiling=cfg, exchange="barrier")
+        for _ in range(20):
+            out, again, _ = split.split_rnn_forward(*inputs, function=function, tiling=cfg, exchange="hinted")
+            assert torch.equal(out, want) and torch.equal(again, last)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
+@pytest.mark.parametrize("DH", [256, 768])
+def test_persistent_backward_with_flags_and_hinted_words_equals_the_barrier_kernel_on_gpu(function, DH, make_inputs):
     inputs = make_inputs(function, 16, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device, seed=2)
     out, _, gates = split.split_rnn_forward(*inputs, function=function, save_gates=True)
     d_out = torch.randn_like(out)
     cfg = split_tiling.split_tiling(16, 1, DH, function, torch.bfloat16, direction="backward")
     args = (d_out, gates, out, inputs[3], inputs[1], function, cfg)
     want = split_backward.split_rnn_backward(*args, exchange="barrier")
-    for _ in range(20):
-        got = split_backward.split_rnn_backward(*args, exchange="flags")
+    for how in ("flags", "hinted") * 10:
+        got = split_backward.split_rnn_backward(*args, exchange=how)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_backward_with_flags_equals_the_barrier_kernel(make_inputs):
-    """The split backward with a flag per program gives the barrier kernel's gate gradients and d(initial states)
-    bit for bit (two heads, two batch tiles; launches of one step each continue each other's tags, twice)."""
+    """The split backward with a flag per program, and with hinted words, gives the barrier kernel's gate gradients
+    and d(initial states) bit for bit (two heads, two batch tiles; launches of one step each continue each other's
+    tags, twice each)."""
     inputs = make_inputs("lstm", 17, 2, 2, 40, dtype=torch.float16, device=runtime.device, seed=3)
     fwd = _tiling(17, 2, 40)
     out, _, gates = split.split_rnn_forward(*inputs, function="lstm", save_gates=True, tiling=fwd)
     d_out = torch.randn_like(out)
     want = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="barrier")
     assert bool(want[0].abs().sum() > 0) and bool(want[1].abs().sum() > 0)
-    for _ in range(2):
-        got = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="flags")
+    for how in ("flags", "hinted", "flags", "hinted"):
+        got = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange=how)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     with pytest.raises(ValueError, match="exchange"):
         split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], tiling=fwd, exchange="tagged")
