@@ -4,7 +4,7 @@ message names the argument (table-driven; nothing here launches a kernel)."""
 import pytest
 import torch
 
-from gpulab import bench, rnn
+from gpulab import bench, launch, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
@@ -290,6 +290,8 @@ CASES = [
         "unaligned must be",
     ),
     ("loop_stats-kernel", lambda: sass.loop_stats("kernel", "x"), TypeError, "kernel must be a compiled kernel"),
+    ("keyed_launch-key", lambda: launch.keyed_launch(("not a kernel", 1), dict), TypeError, "key must be a tuple"),
+    ("keyed_launch-list", lambda: launch.keyed_launch([cells.lstm_pointwise_kernel], dict), TypeError, "key must"),
     ("report-kernel", lambda: sass.report(None, "x"), TypeError, "kernel must be a compiled kernel"),
     ("run_offline-argv", lambda: sass.run_offline("forward --dh 64"), TypeError, "argv must be a list"),
     ("run_offline-timeout", lambda: sass.run_offline(["forward"], timeout=0), ValueError, "timeout must be > 0"),
