@@ -134,7 +134,7 @@ def keyed_launch(key: tuple, make) -> Launch:
     returns ``(grid, constexprs)`` and runs only the first time. The hot path of a wrapper called again and again
     with one problem: one hash of a short key instead of the constexpr dict built and hashed on every call
     (:func:`cached_launch`)."""
-    if not isinstance(key, tuple) or not key or not callable(getattr(key[0], "__getitem__", None)):
+    if not isinstance(key, tuple) or not key or not hasattr(key[0], "arg_names"):
         raise TypeError(f"key must be a tuple starting with a @triton.jit kernel, got {key!r:.80}.")
     launch = _LAUNCHES.get(key)
     if launch is None:
