@@ -134,7 +134,8 @@ def keyed_launch(key: tuple, make) -> Launch:
     returns ``(grid, constexprs)`` and runs only the first time. The hot path of a wrapper called again and again
     with one problem: one hash of a short key instead of the constexpr dict built and hashed on every call
     (:func:`cached_launch`)."""
-    if not isinstance(key, tuple) or not key or not hasattr(key[0], "arg_names"):
+    kernel = key[0] if isinstance(key, tuple) and key else None
+    if isinstance(kernel, (str, bytes, tuple, list, dict)) or not callable(getattr(kernel, "__getitem__", None)):
         raise TypeError(f"key must be a tuple starting with a @triton.jit kernel, got {key!r:.80}.")
     launch = _LAUNCHES.get(key)
     if launch is None:

@@ -28,8 +28,11 @@ def test_fused_forward_is_one_launch_and_saves_gates_only_for_training(monkeypat
     Wx, R, b, s0 = make_inputs("lstm", 2, 6, 1, 16, device=runtime.device)
     with torch.no_grad():
         rnn.flashrnn(Wx, R, b, s0, backend="fused")
-    rnn.flashrnn(Wx, R.requires_grad_(), b, s0, backend="fused")
-    assert launches == [False, True], "one launch for all 6 steps; gates saved only when a gradient is needed"
+        # evaluation of a trained model: its parameters require grad, but no_grad means no backward will run
+        # (autograd still sets ctx.needs_input_grad inside a Function's forward)
+        rnn.flashrnn(Wx, R.requires_grad_(), b, s0, backend="fused")
+    rnn.flashrnn(Wx, R, b, s0, backend="fused")
+    assert launches == [False, False, True], "one launch for all 6 steps; gates saved only when a gradient is needed"
 
 
 def test_fused_refuses_bfloat16_in_the_interpreter(make_inputs):
