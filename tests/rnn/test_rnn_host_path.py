@@ -91,3 +91,24 @@ def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
     rnn.flashrnn(*ref_in, backend="vanilla")[0].sum().backward()
     for t, r in zip(inputs, ref_in):
         check.assert_close(t.grad, r.grad, name="gradient")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [4, 300])  # one piece; two pieces on two streams
+def test_gpu_the_step_captured_by_make_graphed_callables_equals_eager(T, make_inputs):
+    """The optional capture of a repeated shape (``torch.cuda.make_graphed_callables``, forward and backward as two
+    CUDA graphs inside an autograd Function) gives the eager step's gradients, bit for bit."""
+    x = [t.to(runtime.device, torch.bfloat16).requires_grad_() for t in make_inputs("lstm", 2, T, 2, 64)]
+
+    def forward(*inputs):
+        return rnn.flashrnn(*inputs, backend="fused")[0]
+
+    forward(*x).sum().backward()
+    eager = [t.grad.clone() for t in x]
+    graphed = torch.cuda.make_graphed_callables(forward, tuple(x))
+    for _ in range(2):  # replayed twice: the second step must not see the first one's state
+        for t in x:
+            t.grad = None
+        graphed(*x).sum().backward()
+    for t, e in zip(x, eager):
+        assert torch.equal(t.grad, e)

@@ -77,6 +77,8 @@ __all__ = [
     "fused_rnn_gradients",
     "pieces",
     "CUTS",
+    "DG_LAYOUT",
+    "DG_LAYOUTS",
 ]
 
 
@@ -98,7 +100,7 @@ def fused_backward_kernel(
     r_ptr,  # [G_R, NH, DH, DH]
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     dlast_ptr,  # [S, B, 1, NH, DH] dL/d(last states): the carried dh (dc) at t = T-1 (read if HAS_DLAST)
-    dg_ptr,  # [B, T, G_B, NH, DH] gate gradients, Wx's layout (written for steps T0 .. T1-1)
+    dg_ptr,  # [B, T, G_B, NH, DH] gate gradients, Wx's layout ([T, B, ...] if DG_TIME_MAJOR), steps T0 .. T1-1
     ds0_ptr,  # [S, B, 1, NH, DH] the carried dh (dc) after step T0: dL/d(initial states) when T0 = 0 (written)
     B,
     T,
@@ -118,6 +120,7 @@ def fused_backward_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
+    DG_TIME_MAJOR: tl.constexpr = False,  # dG time-major [T, B, G_B, NH, DH] (DG_LAYOUT 'time')
 ):
     """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
@@ -135,7 +138,11 @@ def fused_backward_kernel(
     slot, j = gate_columns(G, BLOCK_D)
     row_ok = (rows < B)[:, None]
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
-    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * T * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * G_B * HD
+    if DG_TIME_MAJOR:
+        dg_row, dg_step = G_B * HD, B * G_B * HD
+    else:
+        dg_row, dg_step = T * G_B * HD, G_B * HD
+    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * dg_row + (slot * HD + n * DH + j)[None, :]  # + t * dg_step
     # The loads, in units of P elements: P = 2 packs two 16-bit values into one 32-bit word (see unpack_pairs in
     # gpulab.triton_ops). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved gates, and the state
     # inputs (slot 0 dL/dh_t, slot 1 dL/dc_t (lstm), slot 2 the previous state the cell's backward needs: c_{t-1}
@@ -196,7 +203,7 @@ def fused_backward_kernel(
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
         dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
-        tl.store(dg_rows + t.to(tl.int64) * G_B * HD, dG, mask=gate_mask)
+        tl.store(dg_rows + t.to(tl.int64) * dg_step, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
     tl.store(ds0_rows, dh.to(ds0_ptr.dtype.element_ty), mask=mask)
@@ -204,8 +211,9 @@ def fused_backward_kernel(
         tl.store(ds0_rows + s0_stride, dc.to(ds0_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last):
-    """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0; returns the carry after step T0."""
+def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_major):
+    """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0 (dG time-major if ``time_major``); returns
+    the carry after step T0."""
     S, B, T, NH, DH = out.shape
     carry = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
     ints = (B, T, T0, T1, NH, B * T * NH * DH)
@@ -216,10 +224,11 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last):
             FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
             BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=has_dlast,
             FAST=fast_activations(dtype), IS_FP32=dtype == torch.float32,
-            PRECISION=runtime.dot_precision(dtype), COMPILED=not runtime.INTERPRET, **cfg.launch(),
+            PRECISION=runtime.dot_precision(dtype), COMPILED=not runtime.INTERPRET, DG_TIME_MAJOR=time_major,
+            **cfg.launch(),
         )  # fmt: skip
 
-    launch = keyed_launch((fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast) + ints, make)
+    launch = keyed_launch((fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast, time_major) + ints, make)
     tensors = (gates, out, states, R, d_out, d_last if has_dlast else states, dG, carry)
     launch(direct_stream(out.device) if aligned(*tensors) else None, *tensors, *ints)
     return carry
@@ -231,7 +240,8 @@ def _inputs(d_out, gates, out, states, R, function, tiling, d_last):
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
     d_last = d_last.contiguous() if d_last is not None else None
     cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
-    dG = new_output(B, T, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
+    rows = (T, B) if DG_LAYOUT == "time" else (B, T)
+    dG = new_output(*rows, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
     return fn, (d_out, gates, out, states, R), d_last, cfg, dG
 
 
@@ -243,9 +253,17 @@ def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
     it is already added into ``d_out`` at the last step.
     """
     fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
-    ds0 = _launch(*tensors, fn, cfg, dG, 0, out.shape[2], d_last)
-    return dG, ds0
+    time_major = DG_LAYOUT == "time"
+    ds0 = _launch(*tensors, fn, cfg, dG, 0, out.shape[2], d_last, time_major)
+    return (dG.transpose(0, 1) if time_major else dG), ds0
 
+
+DG_LAYOUTS = ("batch", "time")
+DG_LAYOUT = "batch"
+"""How the kernel stores dG: 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG; a piece's rows are copied
+time-major on the side stream for the products), or 'time', [T, B, G_b, NH, DH] (a piece is one strided view, but
+dWx is a transposed view that autograd copies into Wx's layout when it becomes ``Wx.grad``). Lesson 5's ``bench 05
+called`` times both (:func:`gpulab.rnn.fused.plan.backward_as` switches)."""
 
 CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
 MIN_PIECE_STEPS = 64  # shorter sequences run in one piece
@@ -279,12 +297,13 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
+    time_major = DG_LAYOUT == "time"
     bounds = pieces(T)
     if len(bounds) == 1 or not out.is_cuda:  # one piece (or the interpreter): kernel, then products, one stream
         carry = d_last
         for t0, t1 in reversed(bounds):
-            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry)
-        return (*gate_gradients_to_parameters(dG, out, states, fn.name), carry)
+            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
+        return (*gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major), carry)
     main = torch.cuda.current_stream(out.device)
     side = _side_stream(out.device)
     side.wait_stream(main)
@@ -293,17 +312,18 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
         prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
     carry = d_last
     for t0, t1 in reversed(bounds):
-        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry)
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
         side.wait_stream(main)  # this piece's dG is written
         with torch.cuda.stream(side):
             rows = (t1 - t0) * B
-            dg_rows = dG[:, t0:t1].transpose(0, 1).reshape(rows, fn.gates_b, NH, DH)  # time-major rows (a copy)
+            piece = dG[t0:t1] if time_major else dG[:, t0:t1].transpose(0, 1)  # [t1 - t0, B, ...]
+            dg_rows = piece.reshape(rows, fn.gates_b, NH, DH)  # a view if time-major, else a copy
             prod += gate_products(dg_rows, h[t0:t1].view(rows, NH, DH + PAD))
     main.wait_stream(side)
     for t in (dG, prod, h):
         t.record_stream(side)
     dR, db = split_products(prod, fn, out.dtype)
-    return dG[:, :, fn.w_gates], dR, db, carry
+    return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates], dR, db, carry
 
 
 _SIDE_STREAMS: dict = {}

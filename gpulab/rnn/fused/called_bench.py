@@ -45,6 +45,8 @@ way (calls back to back, one synchronize, best of three loops):
 from __future__ import annotations
 
 import contextlib
+import gc
+import statistics
 import time
 
 import torch
@@ -248,7 +250,7 @@ def called(progress=None, problems=None):
         raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
     for name in problems:
         runtime.one_of("problems", name, tuple(PROBLEMS))
-    out = []
+    out = [host_parts(_leaves("tiny"), when="first")] if "tiny" in problems else []
     for name in problems:
         x = _leaves(name)
         fns = _modes(x)
@@ -265,9 +267,11 @@ def called(progress=None, problems=None):
             out[-1].status = check
         for mode, fn in _cudnn(name).items():
             out.append(_record(name, mode, fn))
+        if name == "main":
+            out += _variants(name, x)
         if name == "tiny":
             out += _breakdown(x, fns)
-            out.append(host_parts(x))
+            out.append(host_parts(x, when="last"))
     return out
 
 
@@ -297,7 +301,8 @@ def _launches_as(call):
 
 
 def _profiled(fn) -> tuple[dict, dict]:
-    """One call of ``fn`` under torch.profiler: ({kernel name: launches}, {aten op: calls}); empty on CPU."""
+    """One call of ``fn`` under torch.profiler: ({kernel name: [launches, device ms]}, {aten op: calls}); empty on
+    CPU."""
     if not runtime.on_gpu():
         return {}, {}
     from torch.profiler import ProfilerActivity, profile
@@ -310,17 +315,102 @@ def _profiled(fn) -> tuple[dict, dict]:
     kernels, ops = {}, {}
     for e in prof.key_averages():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            kernels[e.key[:70]] = e.count
+            us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+            kernels[e.key[:70]] = [e.count, us / 1e3]
         elif e.key.startswith("aten::"):
             ops[e.key] = e.count
     return kernels, ops
 
 
-def host_parts(x) -> bench.Result:
+VARIANTS = {"time-major dG": {"layout": "time"}, "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)}}
+"""The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
+dG stored time-major (autograd then copies dWx into Wx's layout), and a second cut of the sequence at T/2."""
+
+
+def _variants(name, x) -> list[bench.Result]:
+    """The loop and ``autograd.grad`` under each of :data:`VARIANTS`, then the kernels of one loop step (device
+    time per kernel, torch.profiler) as shipped and under each variant (``kind='kernels'``)."""
+
+    def loop():
+        for t in x:
+            t.grad = None
+        flashrnn(*x, function="lstm", backend="fused")[0].sum().backward()
+
+    def grad():
+        return torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x)
+
+    out = []
+    for label, how in {"shipped": {}, **VARIANTS}.items():
+        with plan.backward_as(**how):
+            if label != "shipped":
+                out += [
+                    _record(name, f"{m} ({label})", f, variant=label)
+                    for m, f in (("loop", loop), ("autograd.grad", grad))
+                ]
+            kernels, _ = _profiled(loop)
+            out.append(bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
+                                    mode="loop", variant=label, kernels=kernels))  # fmt: skip
+    return out
+
+
+class _Trivial(torch.autograd.Function):
+    """The fused op's inputs and outputs without its work: empty outputs, empty gradients (autograd's floor)."""
+
+    @staticmethod
+    def forward(ctx, Wx, R, b, states):
+        S, B, _, NH, DH = states.shape
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (Wx, R, b, states)]
+        return Wx.new_empty(S, B, Wx.shape[1], NH, DH), Wx.new_empty(S, B, 1, NH, DH)
+
+    @staticmethod
+    def backward(ctx, d_out, d_last):
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs)
+
+
+@contextlib.contextmanager
+def _launches_as(call):
+    """Every :class:`gpulab.launch.Launch` call made through ``call(launch, stream, *args)`` for the duration."""
+    saved = launch.Launch.__call__
+    launch.Launch.__call__ = lambda self, stream, *args: call(saved, self, stream, *args)
+    try:
+        yield
+    finally:
+        launch.Launch.__call__ = saved
+
+
+@contextlib.contextmanager
+def _gc_on():
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        if not enabled:
+            gc.disable()
+
+
+def _loop_ms(fn, n) -> float:
+    """Wall ms per call of ``n`` calls back to back after one warm-up call, one synchronize at the end."""
+    fn()
+    runtime.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    runtime.synchronize()
+    return (time.perf_counter() - t) / n * 1e3
+
+
+def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
     """The tiny step's wall time as a sum of parts timed the same way (see the module): ``kind='host parts'``.
-    ``x``: the four leaves (Wx, R, b, states) requiring grad."""
+    ``x``: the four leaves (Wx, R, b, states) requiring grad; ``when``: a label for the record ('first' in a fresh
+    process, 'last' after every other measurement). The parts are timed in ``rounds`` rounds, one loop of each per
+    round (so a drift of the host's speed during the run reaches every part alike), with Python's cyclic garbage
+    collector off (as ``timeit`` does; the step is also timed with it on); each part's median over the rounds."""
     if not isinstance(x, (list, tuple)) or len(x) != 4 or not all(isinstance(t, torch.Tensor) for t in x):
         raise TypeError(f"x must be the four leaves [Wx, R, b, states] (tensors), got {type(x).__name__}.")
+    if not isinstance(when, str):
+        raise TypeError(f"when must be a label (str), got {type(when).__name__}.")
+    rounds = runtime.positive_int("rounds", rounds)
     n = _calls("tiny")
 
     def step(inputs=x):
@@ -348,29 +438,44 @@ def host_parts(x) -> bench.Result:
         for one, stream, args in recorded:
             one(stream, *args)
 
-    whole = _wall_ms(step, n)
-    floor = _wall_ms(trivial, n)
-    floor_cpu = _wall_ms(lambda: trivial(on_cpu), n)
-    with _launches_as(lambda real, self, stream, *args: None):
-        bare = _wall_ms(step, n)
-    launched = _wall_ms(launches, n)
-    again = _wall_ms(step, n)
+    none = contextlib.nullcontext
+    timers = {  # name -> (function, context of its loop)
+        "step": (step, none),
+        "step (gc on)": (step, _gc_on),
+        "autograd floor": (trivial, none),
+        "autograd floor, CPU tensors": (lambda: trivial(on_cpu), none),
+        "without launches": (step, lambda: _launches_as(lambda real, self, stream, *args: None)),
+        "Triton launches": (launches, none),
+    }
+    samples = {k: [] for k in timers}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, (fn, context) in timers.items():
+                with context():
+                    samples[name].append(_loop_ms(fn, n))
+    finally:
+        if enabled:
+            gc.enable()
+    med = {k: statistics.median(v) for k, v in samples.items()}
     kernels, ops = _profiled(step)
     graph = bench.capture(lambda: torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x))
     kernels_ms = bench.time_callable(graph).median_ms if graph is not None else None
-    step_ms = min(whole, again)
-    predicted = bare + launched
+    whole, bare, launched, floor = med["step"], med["without launches"], med["Triton launches"], med["autograd floor"]
     B, T, NH, DH = _shape("tiny")
     r = bench.record(
-        lesson="05", case="tiny host parts", kind="host parts", problem="tiny", B=B, T=T, NH=NH, DH=DH,
-        step_wall_ms=step_ms, step_wall_ms_runs=[whole, again],
+        lesson="05", case=f"tiny host parts {when}".strip(), kind="host parts", problem="tiny", when=when,
+        B=B, T=T, NH=NH, DH=DH, rounds=rounds, calls=n, samples_ms=samples, medians_ms=med, step_wall_ms=whole,
         parts_ms={"autograd floor": floor, "gpulab's layers": bare - floor, "Triton launches": launched},
-        autograd_floor_cpu_ms=floor_cpu, without_launches_ms=bare, predicted_ms=predicted,
-        residual_ms=step_ms - predicted, coverage=predicted / step_ms, triton_launches_per_step=len(recorded),
-        kernels=kernels, kernels_per_step=sum(kernels.values()) if kernels else None, aten_ops=ops,
+        autograd_floor_cpu_ms=med["autograd floor, CPU tensors"], without_launches_ms=bare,
+        predicted_ms=bare + launched, residual_ms=whole - bare - launched, coverage=(bare + launched) / whole,
+        step_gc_on_ms=med["step (gc on)"], triton_launches_per_step=len(recorded), kernels=kernels,
+        kernels_per_step=sum(c for c, _ in kernels.values()) if kernels else None, aten_ops=ops,
         kernels_device_ms=kernels_ms, sm_clock_mhz=_sm_clock(),
     )  # fmt: skip
-    r.wall_ms = step_ms
+    r.wall_ms = whole
     return r
 
 
@@ -384,11 +489,16 @@ def host_parts_table(rows) -> str:
         raise ValueError("no 'host parts' rows in these records: run `python -m gpulab bench 05 called` on a GPU.")
     lines = []
     for p in parts:
-        lines.append(f"{p['problem']} step (B{p['B']} T{p['T']} {p['NH']}x{p['DH']}): {p['step_wall_ms']:.3f} ms wall")
+        spread = p.get("samples_ms", {}).get("step", [p["step_wall_ms"]])
+        lines.append(f"{p['problem']} step (B{p['B']} T{p['T']} {p['NH']}x{p['DH']}), {p.get('when') or 'one'} run: "
+                     f"{p['step_wall_ms']:.3f} ms wall (median of {len(spread)} loops, "
+                     f"{min(spread):.3f} to {max(spread):.3f})")  # fmt: skip
         for name, ms in p["parts_ms"].items():
             lines.append(f"  {name:34s} {ms:8.3f} ms  {ms / p['step_wall_ms']:5.0%}")
         lines.append(f"  {'sum of the parts':34s} {p['predicted_ms']:8.3f} ms  {p['coverage']:5.0%} of the step")
         lines.append(f"  {'autograd floor on CPU tensors':34s} {p['autograd_floor_cpu_ms']:8.3f} ms")
+        if p.get("step_gc_on_ms") is not None:
+            lines.append(f"  {'step with the garbage collector on':34s} {p['step_gc_on_ms']:8.3f} ms")
         if p.get("kernels_device_ms") is not None:
             lines.append(f"  kernels: {p['kernels_per_step']} per step ({p['triton_launches_per_step']} Triton), "
                          f"{p['kernels_device_ms']:.3f} ms device time (the graph's replay)")  # fmt: skip
