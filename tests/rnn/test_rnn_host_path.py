@@ -65,9 +65,9 @@ def test_aligned():
 
 
 def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
-    """dG is written in Wx's layout, so ``loss.backward()`` with ``Wx.grad = None`` keeps the kernel's dWx as the
-    gradient (autograd copies a gradient whose strides differ from its input's: all of dG, every step); the values
-    still match the float64 reference."""
+    """With dG written in Wx's layout (``backward.DG_LAYOUT = 'batch'``), ``loss.backward()`` with ``Wx.grad =
+    None`` keeps the kernel's dWx as the gradient (autograd copies a gradient whose strides differ from its input's:
+    all of dG, every step); the values still match the float64 reference."""
     seen = {}
     real_loops = plan._loops
 
@@ -83,8 +83,9 @@ def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
 
     monkeypatch.setattr(plan, "_loops", recording_loops)
     inputs = [t.to(runtime.device).requires_grad_() for t in make_inputs("lstm", 2, 3, 1, 16)]
-    out, _ = rnn.flashrnn(*inputs, backend="fused")
-    out.sum().backward()
+    with plan.backward_as("batch"):
+        out, _ = rnn.flashrnn(*inputs, backend="fused")
+        out.sum().backward()
     Wx = inputs[0]
     assert Wx.grad.stride() == Wx.stride() and Wx.grad.data_ptr() == seen["dWx"]
     ref_in = [t.detach().double().requires_grad_() for t in inputs]

@@ -7,9 +7,8 @@ What you will learn:
   (head, batch tile) walks t = T-1 ... 0 carrying dh and dc in fp32 registers, with R (this time *not*
   transposed) loaded once, exactly like the forward, and as there as one tile for all gates:
   ``dG_all @ R_all``, [BLOCK_B, G * DH] x [G * DH, DH], is the sum over the gates in one product.
-- **Only the recurrence is sequential.** The kernel writes the gate gradients dG ([B, T, G_b, NH, DH], Wx's own
-  layout, so that dWx is dG itself and a training loop's ``.grad`` takes it without a copy) and stops there.
-  Everything else is parallel over all steps:
+- **Only the recurrence is sequential.** The kernel writes the gate gradients dG (time-major, [T, B, G_b, NH, DH];
+  or in Wx's layout, :data:`DG_LAYOUT`) and stops there. Everything else is parallel over all steps:
 
       dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate one batched product over the heads (K = B*T,
                                                               bf16 operands, fp32 accumulation)
@@ -259,11 +258,14 @@ def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
 
 
 DG_LAYOUTS = ("batch", "time")
-DG_LAYOUT = "batch"
-"""How the kernel stores dG: 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG; a piece's rows are copied
-time-major on the side stream for the products), or 'time', [T, B, G_b, NH, DH] (a piece is one strided view, but
-dWx is a transposed view that autograd copies into Wx's layout when it becomes ``Wx.grad``). Lesson 5's ``bench 05
-called`` times both (:func:`gpulab.rnn.fused.plan.backward_as` switches)."""
+DG_LAYOUT = "time"
+"""How the kernel stores dG: 'time', [T, B, G_b, NH, DH] (a piece of the sequence is one strided view for the
+products; dWx is a transposed view, which autograd copies into Wx's layout when it becomes ``Wx.grad`` in a loop
+that clears the gradients), or 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG and ``Wx.grad`` takes it as it
+is; each piece's rows are copied time-major on the side stream for the products). 'time' ships: on the H100 (run of
+2026-11-26, device log ``benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log``) the 'batch' step's device
+time came out above the previous run's 'time' step; the two were not yet timed in one run (``bench 05 called`` does
+it: :data:`gpulab.rnn.fused.called_bench.VARIANTS`, switched by :func:`gpulab.rnn.fused.plan.backward_as`)."""
 
 CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
 MIN_PIECE_STEPS = 64  # shorter sequences run in one piece
@@ -289,10 +291,9 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     the interpreter, run the kernel and then the products on one stream: a second stream costs host time that only
     pays beside a long kernel.
 
-    dG is written in Wx's layout [B, T, G_b, NH, DH], so dWx is dG (its input gates) and a training loop's
-    ``Wx.grad`` takes it as it is: time-major dG would be copied into Wx's layout by autograd on every step (a
-    clone of all of dG, on the main stream, after the kernel), while the time-major rows of a piece are copied here
-    on the side stream, beside the kernel, for all pieces but the first.
+    dG is stored as :data:`DG_LAYOUT` says: time-major (each piece's rows one strided view; dWx a transposed view of
+    it, which autograd copies into Wx's layout when it becomes ``Wx.grad``), or in Wx's layout (dWx is dG; each
+    piece's rows copied time-major on the side stream for the products).
     """
     fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
