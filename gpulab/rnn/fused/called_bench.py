@@ -28,8 +28,11 @@ number of kernels a step launches (torch.profiler); the wall time of one eager P
 element: dispatch and a launch, the floor of any eager op); and the host's share, the step's wall time less the
 kernels' device time (the graph's replay). On CPU: the tiny problem in the interpreter, checked paths, no timing claims.
 
-Then the tiny step's wall time as a sum (``kind='host parts'``, :func:`host_parts`), every part timed in the same
-way (calls back to back, one synchronize, best of three loops):
+Then the tiny step's wall time as a sum (``kind='host parts'``, :func:`host_parts`), twice: first, in a fresh
+process, and last, after everything else (the host's speed drifts during a run: on the H100 machine the same step
+took a different wall time early and late in one run, ``session-2026-11-26-called2.log``). Every part is timed the
+same way (calls back to back, one synchronize), the parts in interleaved rounds with the garbage collector off, each
+part's median:
 
 - ``autograd floor``: the same loop around a trivial autograd Function of the same inputs and outputs (empty
   outputs, empty gradients): what PyTorch's autograd costs for this signature, with the sum, the seed gradient and
@@ -40,6 +43,10 @@ way (calls back to back, one synchronize, best of three loops):
 - the residual: the step less the two above (what the pieces miss when run together).
 
 ``predicted`` = without launches + launches; the record says how close it comes to the step's wall time.
+
+The main problem's backward alternatives (:data:`VARIANTS`, ``params['variant']``) are timed beside the shipped one,
+with the kernels of one loop step (``kind='kernels'``: launches and device ms per kernel). An experiment beside the
+modes that fails on a GPU leaves a ``kind='failed'`` record with its error instead of stopping the run.
 """
 
 from __future__ import annotations
@@ -242,6 +249,19 @@ def _breakdown(x, step_fns) -> list[bench.Result]:
     return [r]
 
 
+def _guarded(case, make) -> list[bench.Result]:
+    """``make()``'s records, or (on a GPU) one record of what went wrong (``status``): an experiment beside the
+    modes (the variants, the host parts) that fails is a finding, and must not cost the modes' records."""
+    if not runtime.on_gpu():
+        return make()
+    try:
+        return make()
+    except Exception as exc:  # noqa: BLE001 - recorded, see the docstring
+        r = bench.record(lesson="05", case=case, kind="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        r.status = f"failed: {type(exc).__name__}"
+        return [r]
+
+
 def called(progress=None, problems=None):
     """``python -m gpulab bench 05 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both),
     then the tiny step's breakdown."""
@@ -250,7 +270,8 @@ def called(progress=None, problems=None):
         raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
     for name in problems:
         runtime.one_of("problems", name, tuple(PROBLEMS))
-    out = [host_parts(_leaves("tiny"), when="first")] if "tiny" in problems else []
+    first = lambda: [host_parts(_leaves("tiny"), when="first")]  # noqa: E731 - in a fresh process
+    out = _guarded("tiny host parts first", first) if "tiny" in problems else []
     for name in problems:
         x = _leaves(name)
         fns = _modes(x)
@@ -268,10 +289,10 @@ def called(progress=None, problems=None):
         for mode, fn in _cudnn(name).items():
             out.append(_record(name, mode, fn))
         if name == "main":
-            out += _variants(name, x)
+            out += _guarded("main variants", lambda x=x, name=name: _variants(name, x))
         if name == "tiny":
             out += _breakdown(x, fns)
-            out.append(host_parts(x, when="last"))
+            out += _guarded("tiny host parts last", lambda x=x: [host_parts(x, when="last")])
     return out
 
 
