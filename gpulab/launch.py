@@ -29,7 +29,7 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts", "cached_launch", "aligned"]
+__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts", "cached_launch", "keyed_launch", "aligned"]
 
 DIRECT: bool = os.environ.get("GPULAB_DIRECT_LAUNCH", "1") != "0"
 """Launch compiled kernels directly after their first launch (see the module docstring); False: always through
@@ -125,6 +125,24 @@ def cached_launch(kernel, grid: tuple, constexprs: dict, ints: tuple = ()) -> La
         if len(_LAUNCHES) >= MAX_LAUNCHES:
             _LAUNCHES.clear()
         launch = _LAUNCHES[key] = Launch(kernel, grid, constexprs)
+    return launch
+
+
+def keyed_launch(key: tuple, make) -> Launch:
+    """The :class:`Launch` kept under ``key``, a tuple whose first item is the kernel and whose rest determines the
+    grid, the constexprs and the integer arguments (e.g. the problem's sizes, dtype and tile choice); ``make()``
+    returns ``(grid, constexprs)`` and runs only the first time. The hot path of a wrapper called again and again
+    with one problem: one hash of a short key instead of the constexpr dict built and hashed on every call
+    (:func:`cached_launch`)."""
+    kernel = key[0] if isinstance(key, tuple) and key else None
+    if isinstance(kernel, (str, bytes, tuple, list, dict)) or not callable(getattr(kernel, "__getitem__", None)):
+        raise TypeError(f"key must be a tuple starting with a @triton.jit kernel, got {key!r:.80}.")
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        grid, constexprs = make()
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        launch = _LAUNCHES[key] = Launch(key[0], grid, constexprs)
     return launch
 
 

@@ -24,6 +24,13 @@ Backends (``backend=``), each a module of its own:
   chooses, or says why neither fits).
 
 The Triton backends run on gpulab's device (a GPU, or the CPU interpreter at small sizes: fp32 and fp16 there).
+
+A small problem called again and again with one shape (a few steps, a small batch) costs the host's work, not the
+GPU's: PyTorch's autograd, a few launches and gpulab's checks around kernels of microseconds. There the step can be
+captured: ``step = torch.cuda.make_graphed_callables(lambda *x: flashrnn(*x)[0], (Wx, R, b, states))`` runs the
+forward and the backward as two CUDA graphs inside an autograd Function (inputs copied into its buffers unless they
+are the same tensors, outputs reused from call to call); its gradients equal the eager step's bit for bit
+(``tests/rnn/test_rnn_host_path.py``, on a GPU), and ``python -m gpulab bench 05 called`` times it.
 """
 
 from __future__ import annotations

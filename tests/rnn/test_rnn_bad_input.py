@@ -4,12 +4,12 @@ message names the argument (table-driven; nothing here launches a kernel)."""
 import pytest
 import torch
 
-from gpulab import bench, rnn
+from gpulab import bench, launch, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
-from gpulab.rnn.fused import plan, sass, split_report, split_tiling, tiling
+from gpulab.rnn.fused import called_bench, plan, sass, split_report, split_tiling, tiling
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.ladder import plot as ladder_plot
 
@@ -290,6 +290,14 @@ CASES = [
         "unaligned must be",
     ),
     ("loop_stats-kernel", lambda: sass.loop_stats("kernel", "x"), TypeError, "kernel must be a compiled kernel"),
+    ("keyed_launch-key", lambda: launch.keyed_launch(("not a kernel", 1), dict), TypeError, "key must be a tuple"),
+    ("keyed_launch-list", lambda: launch.keyed_launch([cells.lstm_pointwise_kernel], dict), TypeError, "key must"),
+    ("backward_as-layout", lambda: plan.backward_as("tm").__enter__(), ValueError, "layout='tm'"),
+    ("backward_as-cuts", lambda: plan.backward_as(cuts=(0.5, 0.2)).__enter__(), ValueError, "cuts must be"),
+    ("backward_as-cuts-1", lambda: plan.backward_as(cuts=(1.0,)).__enter__(), ValueError, "cuts must be"),
+    ("host_parts-x", lambda: called_bench.host_parts(torch.zeros(3)), TypeError, "x must be the four leaves"),
+    ("host_parts_table-rows", lambda: called_bench.host_parts_table("rows"), TypeError, "rows must be a list"),
+    ("host_parts_table-none", lambda: called_bench.host_parts_table([{"kind": "env"}]), ValueError, "no 'host parts'"),
     ("report-kernel", lambda: sass.report(None, "x"), TypeError, "kernel must be a compiled kernel"),
     ("run_offline-argv", lambda: sass.run_offline("forward --dh 64"), TypeError, "argv must be a list"),
     ("run_offline-timeout", lambda: sass.run_offline(["forward"], timeout=0), ValueError, "timeout must be > 0"),

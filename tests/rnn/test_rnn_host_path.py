@@ -5,7 +5,7 @@ input (a bad call after good ones with another signature is still refused)."""
 import pytest
 import torch
 
-from gpulab import launch, rnn, runtime
+from gpulab import check, launch, rnn, runtime
 from gpulab.rnn import api
 from gpulab.rnn.fused import plan, tiling
 
@@ -62,3 +62,54 @@ def test_launches_are_kept_per_problem(make_inputs):
 def test_aligned():
     x = torch.zeros(8, dtype=torch.float32)
     assert launch.aligned(x) and not launch.aligned(x[1:]) and not launch.aligned(x, x[1:])
+
+
+def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
+    """With dG written in Wx's layout (``backward.DG_LAYOUT = 'batch'``), ``loss.backward()`` with ``Wx.grad =
+    None`` keeps the kernel's dWx as the gradient (autograd copies a gradient whose strides differ from its input's:
+    all of dG, every step); the values still match the float64 reference."""
+    seen = {}
+    real_loops = plan._loops
+
+    def recording_loops(*args):
+        run_forward, run_backward = real_loops(*args)
+
+        def run_backward_recorded(*a, **k):
+            grads = run_backward(*a, **k)
+            seen["dWx"] = grads[0].data_ptr()
+            return grads
+
+        return run_forward, run_backward_recorded
+
+    monkeypatch.setattr(plan, "_loops", recording_loops)
+    inputs = [t.to(runtime.device).requires_grad_() for t in make_inputs("lstm", 2, 3, 1, 16)]
+    with plan.backward_as("batch"):
+        out, _ = rnn.flashrnn(*inputs, backend="fused")
+        out.sum().backward()
+    Wx = inputs[0]
+    assert Wx.grad.stride() == Wx.stride() and Wx.grad.data_ptr() == seen["dWx"]
+    ref_in = [t.detach().double().requires_grad_() for t in inputs]
+    rnn.flashrnn(*ref_in, backend="vanilla")[0].sum().backward()
+    for t, r in zip(inputs, ref_in):
+        check.assert_close(t.grad, r.grad, name="gradient")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [4, 300])  # one piece; two pieces on two streams
+def test_gpu_the_step_captured_by_make_graphed_callables_equals_eager(T, make_inputs):
+    """The optional capture of a repeated shape (``torch.cuda.make_graphed_callables``, forward and backward as two
+    CUDA graphs inside an autograd Function) gives the eager step's gradients, bit for bit."""
+    x = [t.to(runtime.device, torch.bfloat16).requires_grad_() for t in make_inputs("lstm", 2, T, 2, 64)]
+
+    def forward(*inputs):
+        return rnn.flashrnn(*inputs, backend="fused")[0]
+
+    forward(*x).sum().backward()
+    eager = [t.grad.clone() for t in x]
+    graphed = torch.cuda.make_graphed_callables(forward, tuple(x))
+    for _ in range(2):  # replayed twice: the second step must not see the first one's state
+        for t in x:
+            t.grad = None
+        graphed(*x).sum().backward()
+    for t, e in zip(x, eager):
+        assert torch.equal(t.grad, e)

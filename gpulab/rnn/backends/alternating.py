@@ -243,4 +243,5 @@ def alternating_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_l
 
 def alternating_forward(Wx, R, b, states, function="lstm"):
     """The ``alternating`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype)."""
-    return TritonRNN.apply(Wx, R, b, states, function, alternating_rnn_forward, alternating_rnn_gradients)
+    backward = alternating_rnn_gradients if torch.is_grad_enabled() else None  # no_grad: nothing saved
+    return TritonRNN.apply(Wx, R, b, states, function, alternating_rnn_forward, backward)

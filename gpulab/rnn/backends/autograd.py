@@ -21,12 +21,16 @@ class TritonRNN(torch.autograd.Function):
     ``run_forward(Wx, R, b, states, function, save_gates) -> (states_all, states_last, gates or None)`` and
     ``run_backward(d_states_all, gates, states_all, states, R, function, d_last=None) -> (dWx, dR, db, d_states)``
     are a backend's two loops (the backward's parameter gradients included); shapes as in :func:`gpulab.rnn.flashrnn`.
+    ``run_backward`` is None when the caller runs without gradients (``torch.no_grad()``): then nothing is saved
+    even for inputs that require grad, since ``ctx.needs_input_grad`` inside a Function's forward still says True
+    for them (the module's parameters in evaluation: the forward would write the gates for a backward that never
+    runs, a quarter of the forward's device time at lesson 5's problem).
     """
 
     @staticmethod
     def forward(ctx, Wx, R, b, states, function, run_forward, run_backward):
         ctx.set_materialize_grads(False)  # an output without a gradient comes as None, not a zero-filled tensor
-        need_grad = any(ctx.needs_input_grad[:4])
+        need_grad = run_backward is not None and any(ctx.needs_input_grad[:4])
         out, last, gates = run_forward(Wx, R, b, states, function, save_gates=need_grad)
         ctx.function, ctx.run_backward = function, run_backward
         if need_grad:

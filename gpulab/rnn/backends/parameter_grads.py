@@ -26,7 +26,7 @@ import triton.language as tl
 
 from gpulab import runtime
 from gpulab.check import new_output
-from gpulab.launch import aligned, cached_launch, direct_stream
+from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.functions import get_function
 from gpulab.triton_ops import dot
 
@@ -171,12 +171,16 @@ def small_parameter_grads(dG, out, states, function, time_major=False):
     G_B = dG.shape[2]
     dR = new_output(fn.gates_r, NH, DH, DH, dtype=dG.dtype, device=dG.device)
     db = new_output(G_B, NH, DH, dtype=dG.dtype, device=dG.device)
-    block = max(16, min(64, runtime.next_power_of_2(DH)))
-    ints = (B, T, NH)
-    launch = cached_launch(parameter_grads_kernel, (G_B * NH, triton.cdiv(DH, block), triton.cdiv(DH, block)), dict(
-        DH=DH, G_B=G_B, G_R=fn.gates_r, TIME_MAJOR=time_major, BLOCK_K=32, BLOCK_J=block, BLOCK_M=block,
-        IS_FP32=dG.dtype == torch.float32, PRECISION=runtime.dot_precision(dG.dtype), num_warps=4,
-    ), ints)  # fmt: skip
+    ints, dtype = (B, T, NH), dG.dtype
+
+    def make():  # the grid and constexprs, built once per problem (keyed_launch)
+        block = max(16, min(64, runtime.next_power_of_2(DH)))
+        return (G_B * NH, triton.cdiv(DH, block), triton.cdiv(DH, block)), dict(
+            DH=DH, G_B=G_B, G_R=fn.gates_r, TIME_MAJOR=time_major, BLOCK_K=32, BLOCK_J=block, BLOCK_M=block,
+            IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), num_warps=4,
+        )  # fmt: skip
+
+    launch = keyed_launch((parameter_grads_kernel, fn.code, dtype, DH, G_B, bool(time_major)) + ints, make)
     tensors = (dG, out, states, dR, db)
     launch(direct_stream(dG.device) if aligned(*tensors) else None, *tensors, *ints)
     return _input_gate_grads(dG, fn, time_major), dR, db

@@ -7,8 +7,8 @@ What you will learn:
   (head, batch tile) walks t = T-1 ... 0 carrying dh and dc in fp32 registers, with R (this time *not*
   transposed) loaded once, exactly like the forward, and as there as one tile for all gates:
   ``dG_all @ R_all``, [BLOCK_B, G * DH] x [G * DH, DH], is the sum over the gates in one product.
-- **Only the recurrence is sequential.** The kernel writes the gate gradients dG (time-major, [T, B, G_b, NH, DH])
-  and stops there. Everything else is parallel over all steps:
+- **Only the recurrence is sequential.** The kernel writes the gate gradients dG (time-major, [T, B, G_b, NH, DH];
+  or in Wx's layout, :data:`DG_LAYOUT`) and stops there. Everything else is parallel over all steps:
 
       dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate one batched product over the heads (K = B*T,
                                                               bf16 operands, fp32 accumulation)
@@ -56,7 +56,7 @@ import triton.language as tl
 
 from gpulab import runtime
 from gpulab.check import new_output
-from gpulab.launch import aligned, cached_launch, direct_stream
+from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.parameter_grads import (
     PAD,
     gate_gradients_to_parameters,
@@ -76,6 +76,8 @@ __all__ = [
     "fused_rnn_gradients",
     "pieces",
     "CUTS",
+    "DG_LAYOUT",
+    "DG_LAYOUTS",
 ]
 
 
@@ -97,7 +99,7 @@ def fused_backward_kernel(
     r_ptr,  # [G_R, NH, DH, DH]
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     dlast_ptr,  # [S, B, 1, NH, DH] dL/d(last states): the carried dh (dc) at t = T-1 (read if HAS_DLAST)
-    dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written for steps T0 .. T1-1)
+    dg_ptr,  # [B, T, G_B, NH, DH] gate gradients, Wx's layout ([T, B, ...] if DG_TIME_MAJOR), steps T0 .. T1-1
     ds0_ptr,  # [S, B, 1, NH, DH] the carried dh (dc) after step T0: dL/d(initial states) when T0 = 0 (written)
     B,
     T,
@@ -117,6 +119,7 @@ def fused_backward_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
+    DG_TIME_MAJOR: tl.constexpr = False,  # dG time-major [T, B, G_B, NH, DH] (DG_LAYOUT 'time')
 ):
     """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
@@ -134,7 +137,11 @@ def fused_backward_kernel(
     slot, j = gate_columns(G, BLOCK_D)
     row_ok = (rows < B)[:, None]
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
-    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * B * G_B * HD
+    if DG_TIME_MAJOR:
+        dg_row, dg_step = G_B * HD, B * G_B * HD
+    else:
+        dg_row, dg_step = T * G_B * HD, G_B * HD
+    dg_rows = dg_ptr + rows[:, None].to(tl.int64) * dg_row + (slot * HD + n * DH + j)[None, :]  # + t * dg_step
     # The loads, in units of P elements: P = 2 packs two 16-bit values into one 32-bit word (see unpack_pairs in
     # gpulab.triton_ops). Two all-slot tiles [BLOCK_B, G * BLOCK_D]: the saved gates, and the state
     # inputs (slot 0 dL/dh_t, slot 1 dL/dc_t (lstm), slot 2 the previous state the cell's backward needs: c_{t-1}
@@ -195,7 +202,7 @@ def fused_backward_kernel(
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
         dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
-        tl.store(dg_rows + t.to(tl.int64) * B * G_B * HD, dG, mask=gate_mask)
+        tl.store(dg_rows + t.to(tl.int64) * dg_step, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
     tl.store(ds0_rows, dh.to(ds0_ptr.dtype.element_ty), mask=mask)
@@ -203,18 +210,25 @@ def fused_backward_kernel(
         tl.store(ds0_rows + s0_stride, dc.to(ds0_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, T0, T1, d_last):
-    """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0; returns the carry after step T0."""
+def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_major):
+    """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0 (dG time-major if ``time_major``); returns
+    the carry after step T0."""
     S, B, T, NH, DH = out.shape
     carry = new_output(S, B, 1, NH, DH, dtype=states.dtype, device=out.device)
     ints = (B, T, T0, T1, NH, B * T * NH * DH)
-    launch = cached_launch(fused_backward_kernel, (NH, triton.cdiv(B, cfg.block_b)), dict(
-        FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
-        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=d_last is not None,
-        FAST=fast_activations(out.dtype), IS_FP32=out.dtype == torch.float32,
-        PRECISION=runtime.dot_precision(out.dtype), COMPILED=not runtime.INTERPRET, **cfg.launch(),
-    ), ints)  # fmt: skip
-    tensors = (gates, out, states, R, d_out, d_last if d_last is not None else states, dG_tm, carry)
+    has_dlast, dtype = d_last is not None, out.dtype
+
+    def make():  # the grid and constexprs, built once per problem (keyed_launch)
+        return (NH, triton.cdiv(B, cfg.block_b)), dict(
+            FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
+            BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=has_dlast,
+            FAST=fast_activations(dtype), IS_FP32=dtype == torch.float32,
+            PRECISION=runtime.dot_precision(dtype), COMPILED=not runtime.INTERPRET, DG_TIME_MAJOR=time_major,
+            **cfg.launch(),
+        )  # fmt: skip
+
+    launch = keyed_launch((fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast, time_major) + ints, make)
+    tensors = (gates, out, states, R, d_out, d_last if has_dlast else states, dG, carry)
     launch(direct_stream(out.device) if aligned(*tensors) else None, *tensors, *ints)
     return carry
 
@@ -225,21 +239,33 @@ def _inputs(d_out, gates, out, states, R, function, tiling, d_last):
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
     d_last = d_last.contiguous() if d_last is not None else None
     cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
-    dG_tm = new_output(T, B, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
-    return fn, (d_out, gates, out, states, R), d_last, cfg, dG_tm
+    rows = (T, B) if DG_LAYOUT == "time" else (B, T)
+    dG = new_output(*rows, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
+    return fn, (d_out, gates, out, states, R), d_last, cfg, dG
 
 
 def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
-    """Launch :func:`fused_backward_kernel` once over the whole sequence: returns ``(dG [B, T, G_b, NH, DH] (a view
-    of time-major storage), d_states [S, B, 1, NH, DH])``.
+    """Launch :func:`fused_backward_kernel` once over the whole sequence: returns ``(dG [B, T, G_b, NH, DH],
+    d_states [S, B, 1, NH, DH])``.
 
     ``d_out`` [S, B, T, NH, DH] is dL/d(all states); ``d_last`` [S, B, 1, NH, DH] dL/d(last states), or None when
     it is already added into ``d_out`` at the last step.
     """
-    fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
-    ds0 = _launch(*tensors, fn, cfg, dG_tm, 0, out.shape[2], d_last)
-    return dG_tm.transpose(0, 1), ds0
+    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
+    time_major = DG_LAYOUT == "time"
+    ds0 = _launch(*tensors, fn, cfg, dG, 0, out.shape[2], d_last, time_major)
+    return (dG.transpose(0, 1) if time_major else dG), ds0
 
+
+DG_LAYOUTS = ("batch", "time")
+DG_LAYOUT = "time"
+"""How the kernel stores dG: 'time', [T, B, G_b, NH, DH] (a piece of the sequence is one strided view for the
+products; dWx is a transposed view, which autograd copies into Wx's layout when it becomes ``Wx.grad`` in a loop
+that clears the gradients), or 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG and ``Wx.grad`` takes it as it
+is; each piece's rows are copied time-major on the side stream for the products). 'time' ships: on the H100 (run of
+2026-11-26, device log ``benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log``) the 'batch' step's device
+time came out above the previous run's 'time' step; the two were not yet timed in one run (``bench 05 called`` does
+it: :data:`gpulab.rnn.fused.called_bench.VARIANTS`, switched by :func:`gpulab.rnn.fused.plan.backward_as`)."""
 
 CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
 MIN_PIECE_STEPS = 64  # shorter sequences run in one piece
@@ -259,20 +285,26 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     The reverse-time kernel runs one program per head and batch tile: 12 of the H100's 132 SMs at the lesson's
     problem. So the sequence is cut into pieces in time (at :data:`CUTS`), the kernel runs them last to first (each
     launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
-    and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece. Only the
-    first piece's products remain after the kernel. A sequence too short to cut (one piece), and the interpreter, run
-    the kernel and then the products on one stream: a second stream costs host time that only pays beside a long
-    kernel.
+    and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece: the
+    piece's dG rows, time-major, and h_{t-1} (time-major, built beside the first launch) make one batched product
+    per gate. Only the first piece's products remain after the kernel. A sequence too short to cut (one piece), and
+    the interpreter, run the kernel and then the products on one stream: a second stream costs host time that only
+    pays beside a long kernel.
+
+    dG is stored as :data:`DG_LAYOUT` says: time-major (each piece's rows one strided view; dWx a transposed view of
+    it, which autograd copies into Wx's layout when it becomes ``Wx.grad``), or in Wx's layout (dWx is dG; each
+    piece's rows copied time-major on the side stream for the products).
     """
-    fn, tensors, d_last, cfg, dG_tm = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
+    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
+    time_major = DG_LAYOUT == "time"
     bounds = pieces(T)
     if len(bounds) == 1 or not out.is_cuda:  # one piece (or the interpreter): kernel, then products, one stream
         carry = d_last
         for t0, t1 in reversed(bounds):
-            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
-        return (*gate_gradients_to_parameters(dG_tm, out, states, fn.name, time_major=True), carry)
+            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
+        return (*gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major), carry)
     main = torch.cuda.current_stream(out.device)
     side = _side_stream(out.device)
     side.wait_stream(main)
@@ -281,16 +313,18 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
         prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
     carry = d_last
     for t0, t1 in reversed(bounds):
-        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG_tm, t0, t1, carry)
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
         side.wait_stream(main)  # this piece's dG is written
         with torch.cuda.stream(side):
             rows = (t1 - t0) * B
-            prod += gate_products(dG_tm[t0:t1].view(rows, fn.gates_b, NH, DH), h[t0:t1].view(rows, NH, DH + PAD))
+            piece = dG[t0:t1] if time_major else dG[:, t0:t1].transpose(0, 1)  # [t1 - t0, B, ...]
+            dg_rows = piece.reshape(rows, fn.gates_b, NH, DH)  # a view if time-major, else a copy
+            prod += gate_products(dg_rows, h[t0:t1].view(rows, NH, DH + PAD))
     main.wait_stream(side)
-    for t in (dG_tm, prod, h):
+    for t in (dG, prod, h):
         t.record_stream(side)
     dR, db = split_products(prod, fn, out.dtype)
-    return dG_tm.transpose(0, 1)[:, :, fn.w_gates], dR, db, carry
+    return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates], dR, db, carry
 
 
 _SIDE_STREAMS: dict = {}

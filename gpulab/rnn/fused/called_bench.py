@@ -12,26 +12,58 @@ clock:
   input);
 - ``autograd.grad``: forward, ``torch.autograd.grad(out.sum(), leaves)``;
 - ``graph``: the ``autograd.grad`` step captured in a CUDA graph and replayed (no host work per step);
-- ``forward``: the forward alone, without autograd.
+- ``forward``: the forward alone, without autograd; ``forward kernel`` (main problem): the one-SM forward loop called
+  directly (:func:`gpulab.rnn.fused.plan.single_sm_forward`, no ``flashrnn``, no autograd Function), timed right
+  after it, so the API's path and the kernel are compared in one run (``params['sm_clock_mhz']`` on every GPU
+  record: the SM clock NVML reports as the record is made);
+- ``graphed callable``: the loop's step through ``torch.cuda.make_graphed_callables`` (PyTorch's capture of a
+  forward and its backward as two CUDA graphs, replayed inside an autograd Function): the optional capture of a
+  repeated small shape; its gradients are compared with the eager step's (``params['check']``);
+- ``cuDNN fp16 loop`` / ``cuDNN fp16 forward``: ``torch.nn.LSTM`` (dense, hidden NH * DH, fp16, input projection
+  included) in the same loop, the peer of the same size.
 
 Then the tiny problem's wall time taken apart (``kind='breakdown'``): the forward with autograd recording, the sum, the
 gradients cleared and the backward alone (forwards made first), each timed the same way, against the whole step; the
 number of kernels a step launches (torch.profiler); the wall time of one eager PyTorch op (an in-place add on one
 element: dispatch and a launch, the floor of any eager op); and the host's share, the step's wall time less the
 kernels' device time (the graph's replay). On CPU: the tiny problem in the interpreter, checked paths, no timing claims.
+
+Then the tiny step's wall time as a sum (``kind='host parts'``, :func:`host_parts`), twice: first, in a fresh
+process, and last, after everything else (the host's speed drifts during a run: on the H100 machine the same step
+took a different wall time early and late in one run, ``session-2026-11-26-called2.log``). Every part is timed the
+same way (calls back to back, one synchronize), the parts in interleaved rounds with the garbage collector off, each
+part's median:
+
+- ``autograd floor``: the same loop around a trivial autograd Function of the same inputs and outputs (empty
+  outputs, empty gradients): what PyTorch's autograd costs for this signature, with the sum, the seed gradient and
+  the four ``.grad`` assignments; the same on CPU tensors beside it (no device thread, no CUDA allocator);
+- ``gpulab without launches``: the real step with every Triton launch a no-op: the floor plus gpulab's Python
+  and the PyTorch ops on its path (allocations, the incoming gradient made contiguous);
+- ``Triton launches``: the step's Triton launches (recorded from one step) replayed back to back;
+- the residual: the step less the two above (what the pieces miss when run together).
+
+``predicted`` = without launches + launches; the record says how close it comes to the step's wall time.
+
+The main problem's backward alternatives (:data:`VARIANTS`, ``params['variant']``) are timed beside the shipped one,
+with the kernels of one loop step (``kind='kernels'``: launches and device ms per kernel). An experiment beside the
+modes that fails on a GPU leaves a ``kind='failed'`` record with its error instead of stopping the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import statistics
 import time
 
 import torch
 
-from gpulab import bench, runtime
+from gpulab import bench, launch, runtime
 from gpulab.rnn.api import flashrnn
+from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs
 
-__all__ = ["called", "PROBLEMS"]
+__all__ = ["called", "PROBLEMS", "host_parts", "host_parts_table"]
 
 PROBLEMS = {"main": (16, 1024, 12, 64), "tiny": (1, 4, 2, 64)}
 """Problem name -> (B, T, NH, DH) on a GPU; in the interpreter both run as the tiny one with T = 3."""
@@ -69,10 +101,68 @@ def _modes(x) -> dict:
         with torch.no_grad():
             return forward()
 
+    def forward_kernel():
+        with torch.no_grad():
+            return plan.single_sm_forward(*x, "lstm", save_gates=False)
+
     out = {"loop": loop, "loop accumulating": loop_accumulating, "autograd.grad": grad, "forward": forward_only}
+    B, _, _, NH, DH = x[0].shape
+    if plan.choose(B, NH, DH, "lstm", x[0].dtype).kind == "single":  # timed right after the API's forward
+        out["forward kernel"] = forward_kernel
     if runtime.on_gpu():
         out["graph"] = bench.capture(grad)
     return out
+
+
+def _graphed(x):
+    """``(step, check)``: the loop's step through ``torch.cuda.make_graphed_callables`` (GPU), and how its gradients
+    compare with one eager step's: 'equal' (bitwise), else the largest difference, or why the capture failed."""
+    if not runtime.on_gpu():
+        return None, "n/a on CPU"
+
+    def forward(*inputs):
+        return flashrnn(*inputs, function="lstm", backend="fused")[0]
+
+    for t in x:
+        t.grad = None
+    forward(*x).sum().backward()
+    eager = [t.grad.clone() for t in x]
+    try:
+        graphed = torch.cuda.make_graphed_callables(forward, tuple(x))
+    except Exception as exc:  # noqa: BLE001 - recorded: a capture that fails is a finding, not a crash
+        return None, f"capture failed: {type(exc).__name__}: {exc}"
+
+    def step():
+        for t in x:
+            t.grad = None
+        graphed(*x).sum().backward()
+
+    step()
+    runtime.synchronize()
+    diff = max((t.grad.float() - e.float()).abs().max().item() for t, e in zip(x, eager))
+    return step, "equal" if all(torch.equal(t.grad, e) for t, e in zip(x, eager)) else f"max |difference| {diff:.3g}"
+
+
+def _cudnn(name) -> dict:
+    """The cuDNN fp16 peer's modes (GPU): ``torch.nn.LSTM`` of hidden NH * DH on [B, T, NH * DH], fp16."""
+    if not runtime.on_gpu():
+        return {}
+    B, T, NH, DH = _shape(name)
+    H = NH * DH
+    lstm = torch.nn.LSTM(H, H, batch_first=True).to("cuda", torch.float16)
+    xin = torch.randn(B, T, H, device="cuda", dtype=torch.float16, requires_grad=True)
+    leaves = [xin, *lstm.parameters()]
+
+    def loop():
+        for t in leaves:
+            t.grad = None
+        lstm(xin)[0].sum().backward()
+
+    def forward():
+        with torch.no_grad():
+            return lstm(xin)[0]
+
+    return {"cuDNN fp16 loop": loop, "cuDNN fp16 forward": forward}
 
 
 def _wall_ms(fn, n) -> float:
@@ -92,11 +182,19 @@ def _calls(name) -> int:
     return runtime.pick(cpu=2, gpu=20 if name == "main" else 300)
 
 
+def _sm_clock():
+    """The SM clock in MHz as NVML reports it now (None where it cannot be read)."""
+    try:
+        return torch.cuda.clock_rate() if runtime.on_gpu() else None
+    except Exception:  # noqa: BLE001 - no NVML binding: the clock is not recorded
+        return None
+
+
 def _record(name, mode, fn, **extra) -> bench.Result:
     B, T, NH, DH = _shape(name)
     dtype = runtime.pick(cpu="float32", gpu="bfloat16")
     r = bench.measure(fn, lesson="05", case=f"{name} {mode}", dtype=dtype, wall_clock=False, kind="called",
-                      problem=name, mode=mode, B=B, T=T, NH=NH, DH=DH, **extra)  # fmt: skip
+                      problem=name, mode=mode, B=B, T=T, NH=NH, DH=DH, sm_clock_mhz=_sm_clock(), **extra)  # fmt: skip
     r.wall_ms = _wall_ms(fn, _calls(name))
     return r
 
@@ -151,6 +249,19 @@ def _breakdown(x, step_fns) -> list[bench.Result]:
     return [r]
 
 
+def _guarded(case, make) -> list[bench.Result]:
+    """``make()``'s records, or (on a GPU) one record of what went wrong (``status``): an experiment beside the
+    modes (the variants, the host parts) that fails is a finding, and must not cost the modes' records."""
+    if not runtime.on_gpu():
+        return make()
+    try:
+        return make()
+    except Exception as exc:  # noqa: BLE001 - recorded, see the docstring
+        r = bench.record(lesson="05", case=case, kind="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        r.status = f"failed: {type(exc).__name__}"
+        return [r]
+
+
 def called(progress=None, problems=None):
     """``python -m gpulab bench 05 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both),
     then the tiny step's breakdown."""
@@ -159,13 +270,261 @@ def called(progress=None, problems=None):
         raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
     for name in problems:
         runtime.one_of("problems", name, tuple(PROBLEMS))
-    out = []
+    first = lambda: [host_parts(_leaves("tiny"), when="first")]  # noqa: E731 - in a fresh process
+    out = _guarded("tiny host parts first", first) if "tiny" in problems else []
     for name in problems:
         x = _leaves(name)
         fns = _modes(x)
         for mode, fn in fns.items():
             if fn is not None:
                 out.append(_record(name, mode, fn))
+        step, check = _graphed(x)
+        if step is not None:
+            out.append(_record(name, "graphed callable", step, check=check))
+        elif runtime.on_gpu():
+            B, T, NH, DH = _shape(name)
+            out.append(bench.record(lesson="05", case=f"{name} graphed callable", kind="called", problem=name,
+                                    mode="graphed callable", B=B, T=T, NH=NH, DH=DH, check=check))  # fmt: skip
+            out[-1].status = check
+        for mode, fn in _cudnn(name).items():
+            out.append(_record(name, mode, fn))
+        if name == "main":
+            out += _guarded("main variants", lambda x=x, name=name: _variants(name, x))
         if name == "tiny":
             out += _breakdown(x, fns)
+            out += _guarded("tiny host parts last", lambda x=x: [host_parts(x, when="last")])
     return out
+
+
+class _Trivial(torch.autograd.Function):
+    """The fused op's inputs and outputs without its work: empty outputs, empty gradients (autograd's floor)."""
+
+    @staticmethod
+    def forward(ctx, Wx, R, b, states):
+        S, B, _, NH, DH = states.shape
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (Wx, R, b, states)]
+        return Wx.new_empty(S, B, Wx.shape[1], NH, DH), Wx.new_empty(S, B, 1, NH, DH)
+
+    @staticmethod
+    def backward(ctx, d_out, d_last):
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs)
+
+
+@contextlib.contextmanager
+def _launches_as(call):
+    """Every :class:`gpulab.launch.Launch` call made through ``call(launch, stream, *args)`` for the duration."""
+    saved = launch.Launch.__call__
+    launch.Launch.__call__ = lambda self, stream, *args: call(saved, self, stream, *args)
+    try:
+        yield
+    finally:
+        launch.Launch.__call__ = saved
+
+
+def _profiled(fn) -> tuple[dict, dict]:
+    """One call of ``fn`` under torch.profiler: ({kernel name: [launches, device ms]}, {aten op: calls}); empty on
+    CPU."""
+    if not runtime.on_gpu():
+        return {}, {}
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    runtime.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        runtime.synchronize()
+    kernels, ops = {}, {}
+    for e in prof.key_averages():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+            kernels[e.key[:70]] = [e.count, us / 1e3]
+        elif e.key.startswith("aten::"):
+            ops[e.key] = e.count
+    return kernels, ops
+
+
+VARIANTS = {"Wx-layout dG": {"layout": "batch"}, "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)}}
+"""The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
+dG stored in Wx's layout (no copy of dWx by autograd; each piece's rows copied time-major for the products), and a
+second cut of the sequence at T/2."""
+
+
+def _variants(name, x) -> list[bench.Result]:
+    """The loop and ``autograd.grad`` under each of :data:`VARIANTS`, then the kernels of one loop step (device
+    time per kernel, torch.profiler) as shipped and under each variant (``kind='kernels'``)."""
+
+    def loop():
+        for t in x:
+            t.grad = None
+        flashrnn(*x, function="lstm", backend="fused")[0].sum().backward()
+
+    def grad():
+        return torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x)
+
+    out = []
+    for label, how in {"shipped": {}, **VARIANTS}.items():
+        with plan.backward_as(**how):
+            if label != "shipped":
+                out += [
+                    _record(name, f"{m} ({label})", f, variant=label)
+                    for m, f in (("loop", loop), ("autograd.grad", grad))
+                ]
+            kernels, _ = _profiled(loop)
+            out.append(bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
+                                    mode="loop", variant=label, kernels=kernels))  # fmt: skip
+    return out
+
+
+class _Trivial(torch.autograd.Function):
+    """The fused op's inputs and outputs without its work: empty outputs, empty gradients (autograd's floor)."""
+
+    @staticmethod
+    def forward(ctx, Wx, R, b, states):
+        S, B, _, NH, DH = states.shape
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (Wx, R, b, states)]
+        return Wx.new_empty(S, B, Wx.shape[1], NH, DH), Wx.new_empty(S, B, 1, NH, DH)
+
+    @staticmethod
+    def backward(ctx, d_out, d_last):
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs)
+
+
+@contextlib.contextmanager
+def _launches_as(call):
+    """Every :class:`gpulab.launch.Launch` call made through ``call(launch, stream, *args)`` for the duration."""
+    saved = launch.Launch.__call__
+    launch.Launch.__call__ = lambda self, stream, *args: call(saved, self, stream, *args)
+    try:
+        yield
+    finally:
+        launch.Launch.__call__ = saved
+
+
+@contextlib.contextmanager
+def _gc_on():
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        if not enabled:
+            gc.disable()
+
+
+def _loop_ms(fn, n) -> float:
+    """Wall ms per call of ``n`` calls back to back after one warm-up call, one synchronize at the end."""
+    fn()
+    runtime.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    runtime.synchronize()
+    return (time.perf_counter() - t) / n * 1e3
+
+
+def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
+    """The tiny step's wall time as a sum of parts timed the same way (see the module): ``kind='host parts'``.
+    ``x``: the four leaves (Wx, R, b, states) requiring grad; ``when``: a label for the record ('first' in a fresh
+    process, 'last' after every other measurement). The parts are timed in ``rounds`` rounds, one loop of each per
+    round (so a drift of the host's speed during the run reaches every part alike), with Python's cyclic garbage
+    collector off (as ``timeit`` does; the step is also timed with it on); each part's median over the rounds."""
+    if not isinstance(x, (list, tuple)) or len(x) != 4 or not all(isinstance(t, torch.Tensor) for t in x):
+        raise TypeError(f"x must be the four leaves [Wx, R, b, states] (tensors), got {type(x).__name__}.")
+    if not isinstance(when, str):
+        raise TypeError(f"when must be a label (str), got {type(when).__name__}.")
+    rounds = runtime.positive_int("rounds", rounds)
+    n = _calls("tiny")
+
+    def step(inputs=x):
+        for t in inputs:
+            t.grad = None
+        flashrnn(*inputs, function="lstm", backend="fused")[0].sum().backward()
+
+    def trivial(inputs=x):
+        for t in inputs:
+            t.grad = None
+        _Trivial.apply(*inputs)[0].sum().backward()
+
+    on_cpu = [t.detach().cpu().requires_grad_(True) for t in x]
+    recorded = []
+
+    def record_launch(real, self, stream, *args):
+        recorded.append((self, stream, args))
+        real(self, stream, *args)
+
+    step()
+    with _launches_as(record_launch):
+        step()
+
+    def launches():
+        for one, stream, args in recorded:
+            one(stream, *args)
+
+    none = contextlib.nullcontext
+    timers = {  # name -> (function, context of its loop)
+        "step": (step, none),
+        "step (gc on)": (step, _gc_on),
+        "autograd floor": (trivial, none),
+        "autograd floor, CPU tensors": (lambda: trivial(on_cpu), none),
+        "without launches": (step, lambda: _launches_as(lambda real, self, stream, *args: None)),
+        "Triton launches": (launches, none),
+    }
+    samples = {k: [] for k in timers}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, (fn, context) in timers.items():
+                with context():
+                    samples[name].append(_loop_ms(fn, n))
+    finally:
+        if enabled:
+            gc.enable()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    recorded.clear()  # the recorded launches hold the step's outputs, and through them its autograd graph
+    kernels, ops = _profiled(step)
+    # the kernels' device time from the profiler (no CUDA graph captured here: a capture on leaves whose
+    # AccumulateGrad nodes an eager step made on the default stream fails, "legacy stream depend on a capturing
+    # blocking stream", as the H100 run of 2026-11-26 found)
+    kernels_ms = sum(ms for _, ms in kernels.values()) if kernels else None
+    whole, bare, launched, floor = med["step"], med["without launches"], med["Triton launches"], med["autograd floor"]
+    B, T, NH, DH = _shape("tiny")
+    r = bench.record(
+        lesson="05", case=f"tiny host parts {when}".strip(), kind="host parts", problem="tiny", when=when,
+        B=B, T=T, NH=NH, DH=DH, rounds=rounds, calls=n, samples_ms=samples, medians_ms=med, step_wall_ms=whole,
+        parts_ms={"autograd floor": floor, "gpulab's layers": bare - floor, "Triton launches": launched},
+        autograd_floor_cpu_ms=med["autograd floor, CPU tensors"], without_launches_ms=bare,
+        predicted_ms=bare + launched, residual_ms=whole - bare - launched, coverage=(bare + launched) / whole,
+        step_gc_on_ms=med["step (gc on)"], triton_launches_per_step=len(recorded), kernels=kernels,
+        kernels_per_step=sum(c for c, _ in kernels.values()) if kernels else None, aten_ops=ops,
+        kernels_device_ms=kernels_ms, sm_clock_mhz=_sm_clock(),
+    )  # fmt: skip
+    r.wall_ms = whole
+    return r
+
+
+def host_parts_table(rows) -> str:
+    """The ``host parts`` rows (record dicts, flattened as :func:`gpulab.rnn.fused.split_report.rows_of` makes
+    them): the step's wall time, its parts and their sum, and where the floor is."""
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"rows must be a list of record dicts, got {type(rows).__name__}.")
+    parts = [r for r in rows if r.get("kind") == "host parts"]
+    if not parts:
+        raise ValueError("no 'host parts' rows in these records: run `python -m gpulab bench 05 called` on a GPU.")
+    lines = []
+    for p in parts:
+        spread = p.get("samples_ms", {}).get("step", [p["step_wall_ms"]])
+        lines.append(f"{p['problem']} step (B{p['B']} T{p['T']} {p['NH']}x{p['DH']}), {p.get('when') or 'one'} run: "
+                     f"{p['step_wall_ms']:.3f} ms wall (median of {len(spread)} loops, "
+                     f"{min(spread):.3f} to {max(spread):.3f})")  # fmt: skip
+        for name, ms in p["parts_ms"].items():
+            lines.append(f"  {name:34s} {ms:8.3f} ms  {ms / p['step_wall_ms']:5.0%}")
+        lines.append(f"  {'sum of the parts':34s} {p['predicted_ms']:8.3f} ms  {p['coverage']:5.0%} of the step")
+        lines.append(f"  {'autograd floor on CPU tensors':34s} {p['autograd_floor_cpu_ms']:8.3f} ms")
+        if p.get("step_gc_on_ms") is not None:
+            lines.append(f"  {'step with the garbage collector on':34s} {p['step_gc_on_ms']:8.3f} ms")
+        if p.get("kernels_device_ms") is not None:
+            lines.append(f"  kernels: {p['kernels_per_step']} per step ({p['triton_launches_per_step']} Triton), "
+                         f"{p['kernels_device_ms']:.3f} ms device time (torch.profiler)")  # fmt: skip
+    return "\n".join(lines)

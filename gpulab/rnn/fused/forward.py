@@ -58,7 +58,7 @@ import triton.language as tl
 
 from gpulab import dtypes, runtime
 from gpulab.check import new_output
-from gpulab.launch import aligned, cached_launch, direct_stream
+from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.cells import elman_cell, gru_cell, lstm_activations
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused.tiles import (
@@ -247,12 +247,17 @@ def fused_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiling
     if save_gates:
         gates = new_output(B, T, fn.gates_b, NH, DH, dtype=saved_dtype(fn, Wx.dtype), device=Wx.device)
     ints = (B, T, NH, B * T * NH * DH)
-    launch = cached_launch(fused_forward_kernel, (NH, triton.cdiv(B, cfg.block_b)), dict(
-        FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
-        BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, SAVE_GATES=save_gates, R_ON_CHIP=cfg.r_on_chip,
-        FAST=fast_activations(Wx.dtype), IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype),
-        **cfg.launch(),
-    ), ints)  # fmt: skip
+    dtype = Wx.dtype
+
+    def make():  # the grid and constexprs, built once per problem (keyed_launch)
+        return (NH, triton.cdiv(B, cfg.block_b)), dict(
+            FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
+            BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, SAVE_GATES=save_gates, R_ON_CHIP=cfg.r_on_chip,
+            FAST=fast_activations(dtype), IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype),
+            **cfg.launch(),
+        )  # fmt: skip
+
+    launch = keyed_launch((fused_forward_kernel, fn.code, dtype, DH, cfg, save_gates) + ints, make)
     tensors = (Wx, R, b, states, out, last, gates if save_gates else out)
     launch(direct_stream(Wx.device) if aligned(*tensors) else None, *tensors, *ints)
     return out, last, gates

@@ -52,6 +52,7 @@ __all__ = [
     "run_version",
     "run_training",
     "clear_cache",
+    "backward_as",
 ]
 
 KERNELS = {
@@ -199,6 +200,26 @@ def exchange_as(name: str):
         yield
     finally:
         split.EXCHANGE, split_backward.EXCHANGE = saved
+
+
+@contextlib.contextmanager
+def backward_as(layout: str | None = None, cuts: tuple | None = None):
+    """The one-SM backward's dG layout (``backward.DG_LAYOUT``, one of ``backward.DG_LAYOUTS``) and its time cuts
+    (``backward.CUTS``, fractions of T strictly between 0 and 1) set for the duration; None leaves one as it is.
+    Lesson 5's ``bench 05 called`` times the alternatives with it; not thread-safe."""
+    if layout is not None:
+        runtime.one_of("layout", layout, backward.DG_LAYOUTS)
+    if cuts is not None:
+        ok = isinstance(cuts, tuple) and cuts and all(isinstance(c, float) and 0 < c < 1 for c in cuts)
+        if not ok or list(cuts) != sorted(cuts):
+            raise ValueError(f"cuts must be a non-empty increasing tuple of floats in (0, 1), got {cuts!r}.")
+    saved = backward.DG_LAYOUT, backward.CUTS
+    backward.DG_LAYOUT = saved[0] if layout is None else layout
+    backward.CUTS = saved[1] if cuts is None else cuts
+    try:
+        yield
+    finally:
+        backward.DG_LAYOUT, backward.CUTS = saved
 
 
 def single_sm_gradients(d_out, gates, out, states, R, function, d_last):

@@ -9,7 +9,7 @@ import torch
 from gpulab import check, rnn, runtime
 from gpulab.rnn.fused import backward as fused_backward
 from gpulab.rnn.fused import forward as fused_forward
-from gpulab.rnn.fused import tiling
+from gpulab.rnn.fused import plan, tiling
 
 
 def test_fused_forward_is_one_launch_and_saves_gates_only_for_training(monkeypatch, make_inputs):
@@ -28,8 +28,11 @@ def test_fused_forward_is_one_launch_and_saves_gates_only_for_training(monkeypat
     Wx, R, b, s0 = make_inputs("lstm", 2, 6, 1, 16, device=runtime.device)
     with torch.no_grad():
         rnn.flashrnn(Wx, R, b, s0, backend="fused")
-    rnn.flashrnn(Wx, R.requires_grad_(), b, s0, backend="fused")
-    assert launches == [False, True], "one launch for all 6 steps; gates saved only when a gradient is needed"
+        # evaluation of a trained model: its parameters require grad, but no_grad means no backward will run
+        # (autograd still sets ctx.needs_input_grad inside a Function's forward)
+        rnn.flashrnn(Wx, R.requires_grad_(), b, s0, backend="fused")
+    rnn.flashrnn(Wx, R, b, s0, backend="fused")
+    assert launches == [False, False, True], "one launch for all 6 steps; gates saved only when a gradient is needed"
 
 
 def test_fused_refuses_bfloat16_in_the_interpreter(make_inputs):
@@ -56,26 +59,28 @@ def test_fused_backward_takes_the_last_states_gradient_as_its_initial_carry(func
     check.assert_close(ds_a, ds_b.double(), name="d_states")
 
 
+@pytest.mark.parametrize("layout", fused_backward.DG_LAYOUTS)
 @pytest.mark.parametrize("function", ["lstm", "gru", "elman"])
-def test_backward_in_time_pieces_equals_one_launch(function, monkeypatch, run_case):
+def test_backward_in_time_pieces_equals_one_launch(function, layout, monkeypatch, run_case):
     """The overlapped backward (the kernel run piece by piece in time, last piece first, each starting from the
-    previous piece's carry; dR and db summed per piece) gives the gradients of the float64 reference."""
-    monkeypatch.setattr(fused_backward, "CUTS", (0.3, 0.6))
+    previous piece's carry; dR and db summed per piece) gives the gradients of the float64 reference, with dG in
+    either layout (the GRU's dWx is three of its four gates: a strided view of dG)."""
     monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 1)
-    assert fused_backward.pieces(7) == [(0, 2), (2, 4), (4, 7)]
-    run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps
+    with plan.backward_as(layout, cuts=(0.3, 0.6)):
+        assert fused_backward.pieces(7) == [(0, 2), (2, 4), (4, 7)]
+        run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", fused_backward.DG_LAYOUTS)
 @pytest.mark.parametrize("function", ["lstm", "gru"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_gpu_backward_pieces_on_two_streams(function, dtype, monkeypatch, run_case):
+def test_gpu_backward_pieces_on_two_streams(function, dtype, layout, monkeypatch, run_case):
     """At a length where the overlapped backward cuts the sequence (here into 3 pieces: 100, 100, 101 steps), its
     products on the second stream give the float64 reference's gradients (outputs poisoned first)."""
-    monkeypatch.setattr(fused_backward, "CUTS", (1 / 3, 2 / 3))
     monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 64)
-    assert fused_backward.pieces(301) == [(0, 100), (100, 201), (201, 301)]
-    with runtime.poisoning(True):
+    with plan.backward_as(layout, cuts=(1 / 3, 2 / 3)), runtime.poisoning(True):
+        assert fused_backward.pieces(301) == [(0, 100), (100, 201), (201, 301)]
         run_case("fused", function, 5, 301, 3, 32, dtype=dtype)
 
 
