@@ -171,8 +171,8 @@ def _no_barrier_ms(x, cfg, apart: bool) -> float:
     consts = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=DH, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u,
                   BLOCK_K=cfg.block_k, CHUNKS=cfg.chunks, SAVE_GATES=False, FAST=fast_activations(Wx.dtype),
                   IS_FP32=Wx.dtype == torch.float32, PRECISION=runtime.dot_precision(Wx.dtype), BARRIER=False,
-                  APART=apart and not runtime.INTERPRET, TAGGED=False, SPIN=1, TIMING=False, FLAGS=False, P_PAD=1,
-                  **cfg.launch())  # fmt: skip
+                  APART=apart and not runtime.INTERPRET, TAGGED=False, SPIN=1, TIMING=False, FLAGS=False,
+                  HINTED=False, P_PAD=1, **cfg.launch())  # fmt: skip
     args = (Wx, R, b, s0, s0, out, last, out, out, out, out, out, B, T, NH, B * T * NH * DH, 0, T, programs)
     t = bench.time_callable(lambda: plan.KERNELS["split"][grid](*args, **consts), **_budget())
     return t.median_ms
