@@ -1201,10 +1201,10 @@ if hinted_rows:
             w8=cand_[("hinted", 8, 8)]["ms"], u16=cand_[("hinted", 16, 4)]["ms"],
         ),
         claims.claim(
-            "The package runs the hinted words where these records show them ahead "
-            "(`split_tiling.MEASURED_EXCHANGE`: the LSTM forward at head dim 768, one head, B up to 16, 16-bit, "
-            "on Hopper). cuDNN's fp16 forward takes {c:.2f} ms in the same run: the split forward is still {r:.2f}x "
-            "of it, short of the issue's {target:.1f} ms.",
+            "The package does not take the hinted words by default yet (`split_tiling.MEASURED_EXCHANGE` is empty:"
+            " their bit-for-bit GPU tests have not been seen passing; `exchange=\"hinted\"` runs them on request)."
+            " cuDNN's fp16 forward takes {c:.2f} ms in the same run: the split forward is still {r:.2f}x of it,"
+            " short of the issue's {target:.1f} ms.",
             holds=lambda r, **_: r > 1,
             c=cud_["ms"], r=hin_["ms"] / cud_["ms"], target=2.0,
         ),
@@ -1232,11 +1232,14 @@ if called_rows:
     claims.show(claims.paragraph(
         claims.claim(
             "Main problem: the loop's step takes {loop:.2f} ms of wall time, {r:.3f}x its CUDA graph's {graph:.2f} ms "
-            "({verdict} the issue's bound of 1.05x): the host keeps nearly ahead of the GPU, and what is left is "
-            "almost all the GPU's work.",
-            holds=lambda r, verdict, **_: r < 1.1 and (r <= 1.05) == (verdict == "within"),
-            verdict="within" if main_loop["wall_ms"] / main_graph["wall_ms"] <= 1.05 else "just over",
+            "({verdict} the issue's bound of 1.05x; its device time {dev:.2f} ms): "
+            + ("the host keeps nearly ahead of the GPU, and what is left is almost all the GPU's work."
+               if main_loop["wall_ms"] < 1.1 * main_graph["wall_ms"] else
+               "in this run the host's work per step did not hide under the GPU's, and the wall clock shows it."),
+            holds=lambda r, verdict, dev, **_: (r <= 1.05) == (verdict == "within") and dev > 0,
+            verdict="within" if main_loop["wall_ms"] / main_graph["wall_ms"] <= 1.05 else "over",
             loop=main_loop["wall_ms"], graph=main_graph["wall_ms"], r=main_loop["wall_ms"] / main_graph["wall_ms"],
+            dev=main_loop["ms"],
         ),
         claims.claim(
             "Tiny problem: {whole:.3f} ms per step (timed again beside its pieces; the table's loop row, timed "
@@ -1285,12 +1288,12 @@ if called_rows:
             "Timed in interleaved rounds in a fresh process, the tiny step's parts add up to {cover:.0%} of its "
             "{step:.3f} ms ({verdict} the issue's 10%): autograd's floor for a Function of these inputs and outputs "
             "is {floor:.3f} ms ({cpu:.3f} ms on CPU tensors, where no device thread takes the backward), gpulab's "
-            "layers add {layers:.3f} ms and its {n} Triton launches {launches:.3f} ms.",
+            "layers add {layers:.3f} ms and its Triton launches, replayed alone, {launches:.3f} ms.",
             holds=lambda cover, verdict, **_: (abs(cover - 1) <= 0.1) == (verdict == "inside"),
             verdict="inside" if abs(p_["coverage"] - 1) <= 0.1 else "outside",
             cover=p_["coverage"], step=p_["step_wall_ms"], floor=p_["parts_ms"]["autograd floor"],
             cpu=p_["autograd_floor_cpu_ms"], layers=p_["parts_ms"]["gpulab's layers"],
-            n=p_["triton_launches_per_step"], launches=p_["parts_ms"]["Triton launches"],
+            launches=p_["parts_ms"]["Triton launches"],
         ))  # fmt: skip
     graphed_ = mode_.get(("tiny", "graphed callable"))
     if graphed_ is not None:

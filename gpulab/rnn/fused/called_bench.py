@@ -482,6 +482,7 @@ def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
         if enabled:
             gc.enable()
     med = {k: statistics.median(v) for k, v in samples.items()}
+    n_launches = len(recorded)  # counted before the list is dropped (a record of 2026-11-26 stored 0: counted after)
     recorded.clear()  # the recorded launches hold the step's outputs, and through them its autograd graph
     kernels, ops = _profiled(step)
     # the kernels' device time from the profiler (no CUDA graph captured here: a capture on leaves whose
@@ -496,7 +497,7 @@ def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
         parts_ms={"autograd floor": floor, "gpulab's layers": bare - floor, "Triton launches": launched},
         autograd_floor_cpu_ms=med["autograd floor, CPU tensors"], without_launches_ms=bare,
         predicted_ms=bare + launched, residual_ms=whole - bare - launched, coverage=(bare + launched) / whole,
-        step_gc_on_ms=med["step (gc on)"], triton_launches_per_step=len(recorded), kernels=kernels,
+        step_gc_on_ms=med["step (gc on)"], triton_launches_per_step=n_launches, kernels=kernels,
         kernels_per_step=sum(c for c, _ in kernels.values()) if kernels else None, aten_ops=ops,
         kernels_device_ms=kernels_ms, sm_clock_mhz=_sm_clock(),
     )  # fmt: skip
@@ -525,6 +526,8 @@ def host_parts_table(rows) -> str:
         if p.get("step_gc_on_ms") is not None:
             lines.append(f"  {'step with the garbage collector on':34s} {p['step_gc_on_ms']:8.3f} ms")
         if p.get("kernels_device_ms") is not None:
-            lines.append(f"  kernels: {p['kernels_per_step']} per step ({p['triton_launches_per_step']} Triton), "
-                         f"{p['kernels_device_ms']:.3f} ms device time (torch.profiler)")  # fmt: skip
+            triton_n = p["triton_launches_per_step"]  # 0 in records that counted after clearing the list
+            lines.append(f"  kernels: {p['kernels_per_step']} per step"
+                         + (f" ({triton_n} Triton)" if triton_n else "")
+                         + f", {p['kernels_device_ms']:.3f} ms device time (torch.profiler)")  # fmt: skip
     return "\n".join(lines)

@@ -27,8 +27,9 @@ What you will learn:
   interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
   G). A third, **hinted words** ('hinted'): h as 32-bit words of a value and its tag, read once a counter that
   nobody fences says every program arrived, so no release fence waits for the stores on the way; it needs 4 warps
-  (the words in flight spill with 2). The chooser takes it where the records show it faster
-  (:data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`), the barrier elsewhere. ``clocks=`` stamps each step's
+  (the words in flight spill with 2). It measured faster at one head of 768; the chooser takes it only where
+  :data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE` lists it (empty until its GPU tests pass), the barrier
+  elsewhere. ``clocks=`` stamps each step's
   parts (:mod:`gpulab.rnn.fused.clocks`).
 - **The interpreter runs programs one after another**, so a barrier there waits forever. The same kernel therefore
   also runs *one step per launch* (``BARRIER=False``, ``t_start``/``t_stop`` one step apart): the launch boundary is
