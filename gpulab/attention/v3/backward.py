@@ -60,6 +60,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
 from gpulab.attention.shared import attention_preprocess_kernel
+from gpulab.attention.v3.backward_dq import dq_writer
 from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
@@ -70,6 +71,8 @@ STEPS = {
     2: "+ producer warp, two consumer warpgroups",
     3: "+ dS shared by the consumers: dQ added once per 128 keys",
     4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
+    5: "step 3 with dQ through shared memory: a writer warp does the atomic additions, the consumers none",
+    6: "step 5 with each consumer's own dS and dS K over its 64 keys (no meeting per block), the writer sums both",
 }
 """The backward's numbered steps (``V3BackwardConfig.step``)."""
 
@@ -81,19 +84,20 @@ KEYS_PER_WARPGROUP = 64
 
 @dataclasses.dataclass(frozen=True)
 class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-4, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-4's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups) and ``producer_regs``
-    (``setmaxnreg``)."""
+    """The backward's launch: ``step`` (1-5, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-5's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and step 5's
+    ``writer_regs`` (``setmaxnreg``)."""
 
     step: int = 3
     stages: int = 2
     consumer_regs: int = 240
     producer_regs: int = 24
+    writer_regs: int = 24
 
     def __post_init__(self):
         runtime.one_of("step", self.step, tuple(STEPS))
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
-        for name in ("consumer_regs", "producer_regs"):
+        for name in ("consumer_regs", "producer_regs", "writer_regs"):
             value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
             if value % 8:
                 raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
@@ -110,10 +114,12 @@ class V3BackwardConfig:
 
     @property
     def maxnreg(self) -> int | None:
-        """Steps 2-4's kernel-wide register cap (the three warpgroups' budgets averaged); step 1: None (no cap)."""
+        """Steps 2-5's kernel-wide register cap (the three warpgroups' budgets averaged; step 5's producer and writer
+        warps share the third); step 1: None (no cap)."""
         if self.step == 1:
             return None
-        return (2 * self.consumer_regs + self.producer_regs) // 3 // 8 * 8
+        other = max(self.producer_regs, self.writer_regs) if self.step >= 5 else self.producer_regs
+        return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
@@ -317,7 +323,7 @@ def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.conste
     counts as having completed the phase before 0, so the first lap passes)."""
     q_desc, k_desc, v_desc, do_desc = descs
     q_smem, do_smem, k_smem, v_smem = bufs
-    ready, empty, kv_ready, ds_full, ds_free = bars
+    ready, empty, kv_ready = bars[0], bars[1], bars[2]
     bh = gl.program_id(1)
     start_n = gl.program_id(0) * 128
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
@@ -394,8 +400,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
               STEP: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
     (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem = bufs
-    ready, empty, kv_ready, ds_full, ds_free = bars
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free = bars
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     HALF: gl.constexpr = HEAD_DIM // 2
@@ -413,7 +419,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     if STEP == 4:
         dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
                delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
-    for i in range(n_m if STEP < 4 else 0):
+    for i in range(n_m if STEP != 4 else 0):
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         start_m = lo + i * 64
@@ -424,6 +430,22 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                 dk, dv = _pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
                                delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(empty.index(s), count=1)
+        elif STEP == 6:
+            # Each consumer: its own dS [64 queries, 64 keys] and dS K [64, D] over its keys, in two column halves
+            # into its dQ buffer (free once the writer has summed both consumers' previous block): the consumers
+            # never wait for each other's dS and may drift apart by up to a block.
+            ds_own = ds_smem.index(CID).slice(0, 64, dim=1)
+            dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
+                              qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+            dq = _dq_product(ds_own, k_buf, 0, HALF)
+            dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
+            mbarrier.arrive(empty.index(s), count=1)  # Q and dO read (dK done); dS K reads ds_own and K only
+            dq2 = _dq_product(ds_own, k_buf, HALF, HALF)  # the second half runs while the first is stored
+            mbarrier.wait(dq_free.index(0), (i & 1) ^ 1)
+            dq_smem.index(2 * CID).store(dq)
+            dq2 = warpgroup_mma_wait(0, deps=(dq2,))
+            dq_smem.index(2 * CID + 1).store(dq2)
+            mbarrier.arrive(dq_full.index(0), count=1)
         else:
             # Step 3: dS [64 queries, 128 keys] in one of two shared buffers, each consumer writing its 64 keys'
             # columns; once both have (ds_full), consumer c computes dQ's columns [c D/2, c D/2 + D/2) over all 128
@@ -439,7 +461,12 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
             mbarrier.arrive(ds_free.index(b), count=1)
             mbarrier.arrive(empty.index(s), count=1)
-            _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+            if STEP == 5:  # dQ's columns into the writer's buffer b (free once it has added block i - 2's)
+                mbarrier.wait(dq_free.index(b), ((i // 2) & 1) ^ 1)
+                dq_smem.index(2 * b + CID).store(dq)
+                mbarrier.arrive(dq_full.index(b), count=1)
+            else:
+                _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
     _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
 
 
@@ -460,7 +487,7 @@ def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k,
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
            HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
+           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -481,21 +508,40 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
         mbarrier.init(ds_full.index(b), count=2)
         mbarrier.init(ds_free.index(b), count=2)
     mbarrier.init(kv_ready, count=1)
+    if STEP >= 5:  # dQ's two buffers x two consumers [64 queries, D/2] fp32 (index 2 b + c), 32-byte swizzle units
+        dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 256 // HEAD_DIM, order=[1, 0])
+        dq_smem = gl.allocate_shared_memory(gl.float32, [4, 64, HEAD_DIM // 2], dq_layout)
+        dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        dq_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(2):
+            mbarrier.init(dq_full.index(b), count=2)
+            mbarrier.init(dq_free.index(b), count=1)
+    else:  # unused
+        dq_smem = ds_smem
+        dq_full = ds_full
+        dq_free = ds_free
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    bars = (ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free)
     # fmt: off
-    gl.warp_specialize(
-        [
-            (_consumer0, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
-                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
-            (_consumer1, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
-                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
-            (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
-                         (ready, empty, kv_ready, ds_full, ds_free), n_q, STAGES, IS_CAUSAL)),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )
+    if STEP >= 5:
+        gl.warp_specialize(
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
+                          IS_CAUSAL)),
+             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM, IS_CAUSAL, STEP))],
+            [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
+    else:
+        gl.warp_specialize(
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
+                          IS_CAUSAL))],
+            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     # fmt: on
 
 
@@ -503,7 +549,7 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
@@ -513,7 +559,7 @@ def attention_backward_v3_kernel(
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS)  # fmt: skip
+               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -526,7 +572,8 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
-                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)  # fmt: skip
+                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+                WRITER_REGS=cfg.writer_regs)  # fmt: skip
 
 
 PREPROCESS_ROWS = 64
