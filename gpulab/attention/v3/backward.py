@@ -60,11 +60,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
 from gpulab.attention.shared import attention_preprocess_kernel
+from gpulab.attention.v3 import launch
 from gpulab.attention.v3.backward_dq import dq_writer
 from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
-           "BLOCK_M", "KEYS_PER_WARPGROUP"]  # fmt: skip
+           "BLOCK_M", "KEYS_PER_WARPGROUP", "PLANS", "TENSOR_MAPS", "MEASURED"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -122,12 +123,18 @@ class V3BackwardConfig:
         return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
+MEASURED = {64: V3BackwardConfig(step=5, stages=3), 128: V3BackwardConfig(step=5)}
+"""The default launch per head dim (:func:`backward_config`), from the H100 records (``bwd`` run d)."""
+
+
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: step 3 with two stages (the default
-    fields, the fastest step measured at both head dims) unless ``step`` asks for another step of the ladder."""
+    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: :data:`MEASURED` unless ``step`` asks
+    for another step of the ladder (then with two stages and the default register budgets)."""
     runtime.one_of("head_dim", head_dim, (64, 128))
     runtime.strict_bool("is_causal", is_causal)
-    return V3BackwardConfig() if step is None else V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
+    if step is None:
+        return MEASURED[head_dim]
+    return V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -577,46 +584,94 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
 
 
 PREPROCESS_ROWS = 64
+PLANS = launch.BoundedCache(64)
+"""Backward launch plans (:class:`_BackwardPlan`) keyed on the inputs' classes, shapes, dtypes and devices, ``causal``,
+``scale`` and the config: a hit skips the checks and the planning. Holds no tensor."""
+TENSOR_MAPS = launch.BoundedCache(64)
+"""The backward's TMA tensor maps (Q, dO, K, V), keyed as the forward's (:func:`gpulab.attention.v3.launch.tma_key`)."""
+
+
+class _BackwardPlan:
+    """One signature's backward launch, worked out once (sizes, grid, constexprs, layouts) and, after its first call
+    through Triton, launched through the compiled kernel's C launcher with cached tensor maps (the forward's
+    :class:`gpulab.attention.v3.launch.RawLaunch`, given a two-dimensional grid)."""
+
+    def __init__(self, q, k, causal: bool, scale: float, cfg: V3BackwardConfig):
+        b, h, self.n_q, self.d = q.shape
+        self.n_k, self.bh, self.cfg, self.scale = k.shape[2], b * h, cfg, scale
+        self.grid = (triton.cdiv(self.n_k, cfg.block_n), self.bh)
+        self.constexprs = constexprs(self.d, causal, cfg)
+        self.layouts = smem_layouts(self.d, cfg.block_n, q.dtype)
+        self.device, self.raw = q.device.index, None
+
+    def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv) -> None:
+        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
+        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, self.scale * LOG2E, self.scale)
+        if self.raw is not None and launch.RawLaunch.usable():
+            raw, args = self.raw, []
+            q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
+            for t, (shape, strides), meta in zip((q, k, v, do), (q_geo, kv_geo, kv_geo, q_geo), raw.metas):
+                args += [raw.tensor_map(t.data_ptr(), shape, strides, meta), *shape, *strides]
+            raw.c_launch(*self.grid, 1, torch._C._cuda_getCurrentRawStream(self.device), raw.function, raw.cooperative,
+                         raw.pdl, None, None, raw.packed_metadata, None, None, None, *args, *rest,
+                         *self.constexprs.values())  # fmt: skip
+            return
+        (q_layout, kv_layout), block_n = self.layouts, self.cfg.block_n
+        q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        extra = {} if self.cfg.maxnreg is None else {"maxnreg": self.cfg.maxnreg}
+        compiled = attention_backward_v3_kernel[self.grid](q_desc, k_desc, v_desc, do_desc, *rest, num_warps=4,
+                                                           **extra, **self.constexprs)  # fmt: skip
+        if self.raw is None and compiled is not None:
+            self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
+
+
+def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> _BackwardPlan:
+    """The checks of a first call (ValueError / TypeError naming the argument) and its :class:`_BackwardPlan`."""
+    ok, why = supported(q, k, v, causal)
+    if not ok:
+        raise ValueError(f"version 3 cannot run this input: {why}.")
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
+                             f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
+    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=q.shape[:3])
+    cfg = cfg or backward_config(q.shape[3], causal)
+    if not isinstance(cfg, V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    return _BackwardPlan(q, k, causal, default_scale(q.shape[3], scale), cfg)
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
                        cfg: V3BackwardConfig | None = None):  # fmt: skip
     """``(dq, dk, dv)`` like q, k, v: version 3's backward of ``o = attention(q, k, v)`` with the forward's ``lse``
     ([B, H, Nq] fp32, natural log) and the output gradient ``do``. ``scale`` None means 1/sqrt(D). Raises ValueError
-    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32."""
-    ok, why = supported(q, k, v, causal)
-    if not ok:
-        raise ValueError(f"version 3 cannot run this input: {why}.")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    for name, t in (("o", o), ("do", do)):
-        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
-                             f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
-    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
-    scale = default_scale(d, scale)
-    cfg = cfg or backward_config(d, causal)
-    if not isinstance(cfg, V3BackwardConfig):
-        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32. A call like
+    one seen before skips the checks and the planning (:data:`PLANS`)."""
+    try:
+        key = tuple((t.__class__, t.shape, t.dtype, t.device) for t in (do, q, k, v, o, lse)) + (causal, scale, cfg)
+        hash(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks say which
+        key = None
+    if key is None or causal.__class__ is not bool:
+        plan = _plan(do, q, k, v, o, lse, causal, scale, cfg)
+    else:
+        plan = PLANS.get(key, lambda: _plan(do, q, k, v, o, lse, causal, scale, cfg))
     q, k, v, o, do = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, do))
     lse = lse.contiguous()
-    bh = b * h
-    delta = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
+    n_q, d, bh = plan.n_q, plan.d, plan.bh
+    delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)
     attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
         o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
     dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
-    q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    grid = (triton.cdiv(n_k, cfg.block_n), bh)
-    extra = {} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg}
-    attention_backward_v3_kernel[grid](
-        q_desc, k_desc, v_desc, do_desc, lse, delta, dq_acc, dk, dv, n_q, n_k, scale * LOG2E, scale,
-        num_warps=4, **extra, **constexprs(d, causal, cfg),
-    )  # fmt: skip
+    if torch._C._cuda_getDevice() == plan.device:
+        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
+    else:
+        with torch.cuda.device(plan.device):
+            plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
     dq = torch.empty_like(q)
-    torch.mul(dq_acc, scale, out=dq)  # scaled and cast in one pass
+    torch.mul(dq_acc, plan.scale, out=dq)  # scaled and cast in one pass
     return dq, dk, dv
