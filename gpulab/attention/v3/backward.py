@@ -41,8 +41,6 @@ Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or b
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -55,87 +53,27 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
 from gpulab.attention.shared import attention_preprocess_kernel
-from gpulab.attention.v3 import launch
+from gpulab.attention.v3.backward_configs import (
+    BLOCK_M,
+    KEYS_PER_WARPGROUP,
+    MEASURED,
+    STEPS,
+    V3BackwardConfig,
+    backward_config,
+    constexprs,
+)
 from gpulab.attention.v3.backward_dq import dq_writer
-from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
+from gpulab.attention.v3.backward_launch import PLANS, BackwardPlan
+from gpulab.attention.v3.forward import smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
-           "BLOCK_M", "KEYS_PER_WARPGROUP", "PLANS", "TENSOR_MAPS", "MEASURED"]  # fmt: skip
-
-STEPS = {
-    1: "one warpgroup, TMA ring refilled by the same warps",
-    2: "+ producer warp, two consumer warpgroups",
-    3: "+ dS shared by the consumers: dQ added once per 128 keys",
-    4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
-    5: "step 3 with dQ through shared memory: a writer warp does the atomic additions, the consumers none",
-    6: "step 5 with each consumer's own dS and dS K over its 64 keys (no meeting per block), the writer sums both",
-}
-"""The backward's numbered steps (``V3BackwardConfig.step``)."""
-
-BLOCK_M = 64
-"""Query rows per block of the inner loop (one wgmma M of 64 in the transposed products' N)."""
-KEYS_PER_WARPGROUP = 64
-"""Key rows each consumer warpgroup owns (its dK and dV accumulators: [64, d] fp32 each)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-5, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-5's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and step 5's
-    ``writer_regs`` (``setmaxnreg``)."""
-
-    step: int = 3
-    stages: int = 2
-    consumer_regs: int = 240
-    producer_regs: int = 24
-    writer_regs: int = 24
-
-    def __post_init__(self):
-        runtime.one_of("step", self.step, tuple(STEPS))
-        runtime.integer("stages", self.stages, minimum=2, maximum=4)
-        for name in ("consumer_regs", "producer_regs", "writer_regs"):
-            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
-            if value % 8:
-                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
-
-    @property
-    def consumers(self) -> int:
-        """Consumer warpgroups per program (step 1: the program's only warpgroup)."""
-        return 1 if self.step == 1 else 2
-
-    @property
-    def block_n(self) -> int:
-        """Keys per program."""
-        return KEYS_PER_WARPGROUP * self.consumers
-
-    @property
-    def maxnreg(self) -> int | None:
-        """Steps 2-5's kernel-wide register cap (the three warpgroups' budgets averaged; step 5's producer and writer
-        warps share the third); step 1: None (no cap)."""
-        if self.step == 1:
-            return None
-        other = max(self.producer_regs, self.writer_regs) if self.step >= 5 else self.producer_regs
-        return (2 * self.consumer_regs + other) // 3 // 8 * 8
-
-
-MEASURED = {64: V3BackwardConfig(step=5, stages=3), 128: V3BackwardConfig(step=5)}
-"""The default launch per head dim (:func:`backward_config`), from the H100 records (``bwd`` run d)."""
-
-
-def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: :data:`MEASURED` unless ``step`` asks
-    for another step of the ladder (then with two stages and the default register budgets)."""
-    runtime.one_of("head_dim", head_dim, (64, 128))
-    runtime.strict_bool("is_causal", is_causal)
-    if step is None:
-        return MEASURED[head_dim]
-    return V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
-
+           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED"]  # fmt: skip
+# (the launch configuration lives in backward_configs, the host launch in backward_launch, step 5-6's writer in
+# backward_dq; this module re-exports what its callers used to import from here)
 
 # ----------------------------------------------------------------------------------------------------------------
 # One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
@@ -574,62 +512,12 @@ def attention_backward_v3_kernel(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
-    """The kernel's compile-time arguments."""
-    if not isinstance(cfg, V3BackwardConfig):
-        raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
-    return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
-                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                WRITER_REGS=cfg.writer_regs)  # fmt: skip
-
-
 PREPROCESS_ROWS = 64
-PLANS = launch.BoundedCache(64)
-"""Backward launch plans (:class:`_BackwardPlan`) keyed on the inputs' classes, shapes, dtypes and devices, ``causal``,
-``scale`` and the config: a hit skips the checks and the planning. Holds no tensor."""
-TENSOR_MAPS = launch.BoundedCache(64)
-"""The backward's TMA tensor maps (Q, dO, K, V), keyed as the forward's (:func:`gpulab.attention.v3.launch.tma_key`)."""
 
 
-class _BackwardPlan:
-    """One signature's backward launch, worked out once (sizes, grid, constexprs, layouts) and, after its first call
-    through Triton, launched through the compiled kernel's C launcher with cached tensor maps (the forward's
-    :class:`gpulab.attention.v3.launch.RawLaunch`, given a two-dimensional grid)."""
-
-    def __init__(self, q, k, causal: bool, scale: float, cfg: V3BackwardConfig):
-        b, h, self.n_q, self.d = q.shape
-        self.n_k, self.bh, self.cfg, self.scale = k.shape[2], b * h, cfg, scale
-        self.grid = (triton.cdiv(self.n_k, cfg.block_n), self.bh)
-        self.constexprs = constexprs(self.d, causal, cfg)
-        self.layouts = smem_layouts(self.d, cfg.block_n, q.dtype)
-        self.device, self.raw = q.device.index, None
-
-    def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv) -> None:
-        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
-        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, self.scale * LOG2E, self.scale)
-        if self.raw is not None and launch.RawLaunch.usable():
-            raw, args = self.raw, []
-            q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
-            for t, (shape, strides), meta in zip((q, k, v, do), (q_geo, kv_geo, kv_geo, q_geo), raw.metas):
-                args += [raw.tensor_map(t.data_ptr(), shape, strides, meta), *shape, *strides]
-            raw.c_launch(*self.grid, 1, torch._C._cuda_getCurrentRawStream(self.device), raw.function, raw.cooperative,
-                         raw.pdl, None, None, raw.packed_metadata, None, None, None, *args, *rest,
-                         *self.constexprs.values())  # fmt: skip
-            return
-        (q_layout, kv_layout), block_n = self.layouts, self.cfg.block_n
-        q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-        do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
-        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
-        extra = {} if self.cfg.maxnreg is None else {"maxnreg": self.cfg.maxnreg}
-        compiled = attention_backward_v3_kernel[self.grid](q_desc, k_desc, v_desc, do_desc, *rest, num_warps=4,
-                                                           **extra, **self.constexprs)  # fmt: skip
-        if self.raw is None and compiled is not None:
-            self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
-
-
-def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> _BackwardPlan:
-    """The checks of a first call (ValueError / TypeError naming the argument) and its :class:`_BackwardPlan`."""
+def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
+    """The checks of a first call (ValueError / TypeError naming the argument) and its
+    :class:`~gpulab.attention.v3.backward_launch.BackwardPlan`."""
     ok, why = supported(q, k, v, causal)
     if not ok:
         raise ValueError(f"version 3 cannot run this input: {why}.")
@@ -641,7 +529,9 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> _BackwardPlan:
     cfg = cfg or backward_config(q.shape[3], causal)
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
-    return _BackwardPlan(q, k, causal, default_scale(q.shape[3], scale), cfg)
+    d = q.shape[3]
+    return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
+                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype))  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
@@ -649,7 +539,7 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float |
     """``(dq, dk, dv)`` like q, k, v: version 3's backward of ``o = attention(q, k, v)`` with the forward's ``lse``
     ([B, H, Nq] fp32, natural log) and the output gradient ``do``. ``scale`` None means 1/sqrt(D). Raises ValueError
     where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32. A call like
-    one seen before skips the checks and the planning (:data:`PLANS`)."""
+    one seen before skips the checks and the planning (:data:`gpulab.attention.v3.backward_launch.PLANS`)."""
     try:
         key = tuple((t.__class__, t.shape, t.dtype, t.device) for t in (do, q, k, v, o, lse)) + (causal, scale, cfg)
         hash(key)
