@@ -24,11 +24,17 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
 3. dS shared: both consumers write their halves of dS [64 queries, 128 keys] to shared memory, then each computes
    half of dQ's columns over all 128 keys: one atomic addition per dQ element per 128 keys instead of per 64;
 4. step 3 with dQ one query block late (the consumers may be a block apart instead of meeting every block) and the
-   next block's S^T and dP^T issued before this block's atomic additions.
+   next block's S^T and dP^T issued before this block's atomic additions;
+5. step 3 with dQ through shared memory: each consumer stores its dQ columns (fp32) in one of two buffers and a writer
+   partition (:func:`gpulab.attention.v3.backward_dq.dq_writer`, two warps beside the producer) adds them into the
+   global buffer with 4-float atomics; the consumers issue no atomic instruction;
+6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both).
 
-:func:`backward_config` picks step 3: on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs) step 4
-ran slower (register pressure; ptxas spills at d=128), and no step takes less time than the shipped backward on
-every problem of a head dim, so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` is empty.
+:func:`backward_config` picks step 5 (:data:`MEASURED`): on the H100 records (``benchmarks/04_attention/v3/``,
+``bwd`` runs d and e) it is the fastest step at both head dims; step 4 lost to register pressure, step 6 to its single
+dQ buffer and its second dQ product. Step 5 takes less time than the shipped backward at N >= 4096 but not at N = 1024,
+so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` (a head dim goes there only where version 3 wins every
+problem) stays empty. The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
