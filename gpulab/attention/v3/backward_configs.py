@@ -32,9 +32,9 @@ KEYS_PER_WARPGROUP = 64
 
 @dataclasses.dataclass(frozen=True)
 class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-5, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-5's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and step 5's
-    ``writer_regs`` (``setmaxnreg``)."""
+    """The backward's launch: ``step`` (1-6, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-6's
+    ``writer_regs`` (``setmaxnreg``; the producer and the writer share one warpgroup, so its budget is the larger)."""
 
     step: int = 3
     stages: int = 2
@@ -62,8 +62,8 @@ class V3BackwardConfig:
 
     @property
     def maxnreg(self) -> int | None:
-        """Steps 2-5's kernel-wide register cap (the three warpgroups' budgets averaged; step 5's producer and writer
-        warps share the third); step 1: None (no cap)."""
+        """Steps 2-6's kernel-wide register cap (the three warpgroups' budgets averaged; steps 5-6's producer and
+        writer warps share the third); step 1: None (no cap)."""
         if self.step == 1:
             return None
         other = max(self.producer_regs, self.writer_regs) if self.step >= 5 else self.producer_regs
