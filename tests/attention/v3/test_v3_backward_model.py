@@ -20,7 +20,7 @@ def _inputs(n_q, n_k, d, causal, dtype=torch.float64, seed=0):
     return q, k, v, o, do, lse, grads
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k, d", CASES, ids=IDS)
 def test_model_in_float64_is_the_gradient(n_q, n_k, d, causal, step):
