@@ -1,7 +1,8 @@
 """GPU script for version 3's backward (issue 39): correctness at full size against float64, the repeated-run race
 test, and forward+backward timings beside cuDNN, FlashAttention-2 and gpulab's shipped backward; the CS336 problem.
 
-    python scripts/gpu_v3_backward.py OUT_DIR [--parts check,race,time,cs336] [--quick] [--configs 'step 3,step 4']
+    python scripts/gpu_v3_backward.py OUT_DIR [--parts check,race,time,cs336] [--quick] [--configs 'step 3,step 6']
+        [--plan-configs 'step 6']
 
 (``--help`` lists the rest: dtypes of the timing grid, race runs, providers to skip, the configs checked).
 
@@ -38,7 +39,29 @@ ENV = dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() els
            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
 
 
-OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": []}
+OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": [], "plan_configs": []}
+
+
+class PlanSwitch:
+    """Within ``with PlanSwitch(name):`` for a :data:`PLAN_PREFIX` provider, the plan takes version 3's backward
+    at the named config (nothing for other providers)."""
+
+    def __init__(self, name):
+        self.on = name.startswith(PLAN_PREFIX)
+        self.cfg = config(name[len(PLAN_PREFIX) :]) if self.on else None
+
+    def __enter__(self):
+        if self.on:
+            self.saved = P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config
+            P.V3_BACKWARD_HEAD_DIMS = (64, 128)
+            if self.cfg is not None:  # "default": backward_config as it is
+                v3b.backward_config = lambda d, causal=False, step=None: self.cfg
+            P.clear_plan_cache()
+
+    def __exit__(self, *exc):
+        if self.on:
+            P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config = self.saved
+            P.clear_plan_cache()
 
 
 def emit(f, **rec):
@@ -106,11 +129,30 @@ def grads_v3(q, k, v, do, causal, cfg, poison=True):
 CONFIGS = {"step 1": dict(step=1), "step 2": dict(step=2), "step 3": dict(step=3), "step 4": dict(step=4)}
 """The configurations checked, raced and timed (``--configs`` picks some): name -> V3BackwardConfig fields."""
 CONFIGS["step 4, 3 stages"] = dict(step=4, stages=3)
+CONFIGS.update({"step 5": dict(step=5), "step 6": dict(step=6), "step 5, 3 stages": dict(step=5, stages=3)})
+CONFIGS["default"] = None  # backward_config's choice (MEASURED), as attention_backward and the plan take it
+
+
+def config(name):
+    return None if CONFIGS[name] is None else v3b.V3BackwardConfig(**CONFIGS[name])
+
+
 SELECTED = list(CONFIGS)
+PLAN_PREFIX = "gpulab plan, v3 bwd "
+"""A provider named PLAN_PREFIX + a config name is ``flash_attention`` itself (the autograd function and custom op)
+with the plan's switch on at both head dims and ``backward_config`` answering that config: the path users call."""
 
 
 def part_check(f, quick):
-    shapes = [(2, 3, 1000, 1000), (1, 2, 300, 517), (1, 1, 129, 64), (1, 2, 517, 300), (4, 8, 1024, 1024)]
+    shapes = [
+        (2, 3, 1000, 1000),
+        (1, 2, 300, 517),
+        (1, 1, 129, 64),
+        (1, 2, 517, 300),
+        (4, 8, 1024, 1024),
+        (1, 2, 17, 17),
+        (2, 2, 1000, 17),
+    ]
     # (300, 517) causal: key blocks past the last query see no query (empty loops, dK = dV = 0 stored)
     if quick:
         shapes = shapes[:3]
@@ -119,15 +161,16 @@ def part_check(f, quick):
         for d in (64, 128):
             for causal in (False, True):
                 for dtype in (torch.bfloat16, torch.float16):
-                    cfg = v3b.V3BackwardConfig(**CONFIGS[name])
+                    cfg = config(name)
                     step = name
                     for b, h, nq, nk in shapes:
                         q, k, v, do = inputs(dtype, b, h, nq, nk, d)
                         try:
                             got = grads_v3(q, k, v, do, causal, cfg)
+                            again = grads_v3(q, k, v, do, causal, cfg)  # a second call: the cached launch
                             ref = reference64(q, k, v, do, causal)
-                            errs = {n: float(check.relative_error(g, r))
-                                    for n, g, r in zip(("dq", "dk", "dv"), got, ref)}  # fmt: skip
+                            errs = {n: max(float(check.relative_error(g, r)), float(check.relative_error(g2, r)))
+                                    for n, g, g2, r in zip(("dq", "dk", "dv"), got, again, ref)}  # fmt: skip
                             tol = check.tolerance(dtype)
                             ok = all(math.isfinite(e) and e <= tol for e in errs.values())
                             emit(f, kind="check", step=step, d=d, causal=causal, dtype=str(dtype), shape=[b, h, nq, nk],
@@ -140,7 +183,14 @@ def part_check(f, quick):
                             traceback.print_exc()
     if OPTS["no_plan"]:
         return bad
-    # through the plan with the switch on (the autograd function and the custom op under torch.compile)
+    plan_cfg = OPTS["plan_configs"][0] if OPTS["plan_configs"] else None
+    with PlanSwitch(PLAN_PREFIX + plan_cfg if plan_cfg else ""):
+        return bad + plan_check(f, plan_cfg)
+
+
+def plan_check(f, plan_cfg):
+    """Through the plan with the switch on (the autograd function and the custom op under torch.compile)."""
+    bad = 0
     old = P.V3_BACKWARD_HEAD_DIMS
     P.V3_BACKWARD_HEAD_DIMS = (64, 128)
     P.clear_plan_cache()
@@ -169,7 +219,7 @@ def part_check(f, quick):
                         errs[f"{tag}_{n}"] = float(check.relative_error(g, r))
                 ok = all(math.isfinite(e) and e <= check.tolerance(torch.bfloat16) for e in errs.values())
                 bad += not ok
-                emit(f, kind="plan", d=d, causal=causal, ok=ok, backward_kind=P.backward_kind(pl),
+                emit(f, kind="plan", d=d, causal=causal, ok=ok, backward_kind=P.backward_kind(pl), config=plan_cfg,
                      deterministic_bitwise=kind_det, **errs)  # fmt: skip
     except Exception as e:  # noqa: BLE001
         bad += 1
@@ -186,7 +236,7 @@ def part_race(f, quick):
     for step in OPTS["check_configs"] or SELECTED:
         for d in (64, 128):
             for causal in (False, True):
-                cfg = v3b.V3BackwardConfig(**CONFIGS[step])
+                cfg = config(step)
                 q, k, v, do = inputs(torch.bfloat16, 4, 1024 // d // 2, 2000, 2000, d, seed=7)
                 o, lse = P.attention_forward(q, k, v, is_causal=causal)
                 dq0, dk0, dv0 = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
@@ -195,7 +245,9 @@ def part_race(f, quick):
                     dq, dk, dv = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
                     dkdv_differ += int(not (torch.equal(dk, dk0) and torch.equal(dv, dv0)))
                     dq_max = max(dq_max, float(check.relative_error(dq, dq0)))
-                emit(f, kind="race", step=step, d=d, causal=causal, runs=runs, dkdv_differing=dkdv_differ,
+                raw = [p.raw is not None for p in v3b.PLANS._data.values()]  # later calls took the cached launch
+                emit(f, kind="race", step=step, d=d, causal=causal, runs=runs, raw_launch=all(raw) and bool(raw),
+                     dkdv_differing=dkdv_differ,
                      dq_max_rel_diff=dq_max, ok=dkdv_differ == 0)  # fmt: skip
 
 
@@ -216,7 +268,8 @@ def time_one(fn, q, k, v, do, causal):
 
 
 def providers():
-    out = {f"gpulab v3 bwd {s}": v3_attn(v3b.V3BackwardConfig(**CONFIGS[s])) for s in SELECTED}
+    out = {f"gpulab v3 bwd {s}": v3_attn(config(s)) for s in SELECTED}
+    out.update({PLAN_PREFIX + s: shipped for s in OPTS["plan_configs"]})
     out.update({"gpulab shipped": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)})  # fmt: skip
     return {n: fn for n, fn in out.items() if n not in OPTS["skip"]}
@@ -232,7 +285,8 @@ def part_time(f, quick):
         for rnd in (0, 1):  # two alternating rounds; the report keeps each provider's faster
             for name, fn in impls.items():
                 try:
-                    ms, wall = time_one(fn, q, k, v, do, p["causal"])
+                    with PlanSwitch(name):
+                        ms, wall = time_one(fn, q, k, v, do, p["causal"])
                     emit(f, kind="fwd+bwd", impl=name, round=rnd, dtype=str(p["dtype"]), batch=p["batch"],
                          heads=p["heads"], seq=p["seq"], head_dim=p["head_dim"], causal=p["causal"], ms=ms,
                          wall_ms=wall, tflops=flops / ms / 1e9)  # fmt: skip
@@ -246,7 +300,8 @@ def part_cs336(f, quick):
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     for rnd in (0, 1):
         for name, fn in providers().items():
-            ms, wall = time_one(fn, q, k, v, do, True)
+            with PlanSwitch(name):
+                ms, wall = time_one(fn, q, k, v, do, True)
             emit(f, kind="cs336", impl=name, round=rnd, ms=ms, wall_ms=wall, do_bench_ms=ms)
 
 
@@ -261,6 +316,7 @@ def main():
     ap.add_argument("--runs", type=int, default=50, help="race runs")
     ap.add_argument("--check-configs", default="", help="configs the check and race parts cover (default: --configs)")
     ap.add_argument("--skip", default="", help="providers left out of the timings (comma-separated names)")
+    ap.add_argument("--plan-configs", default="", help="configs also timed through flash_attention with the switch on")
     a = ap.parse_args()
     SELECTED[:] = a.configs.split(",")
     OPTS.update(
@@ -269,6 +325,7 @@ def main():
         runs=a.runs,
         skip=a.skip.split(","),
         check_configs=[c for c in a.check_configs.split(",") if c],
+        plan_configs=[c for c in a.plan_configs.split(",") if c],
     )
     os.makedirs(a.out, exist_ok=True)
     bad = 0

@@ -28,6 +28,10 @@ ALLOWED = {
         ],
         "version 3's launch cache: built and keyed by the forward from inputs the plan has validated",
     ),  # fmt: skip
+    "gpulab.attention.v3.backward_launch.BackwardPlan": "version 3's backward launch plan: built by "
+    "v3.backward.attention_backward after its checks (its bad inputs are tested there)",
+    "gpulab.attention.v3.backward_dq.dq_writer": "a Gluon partition of version 3's backward kernel: called only "
+    "inside the kernel, with the kernel's own buffers",
     **dict.fromkeys(["gpulab.codesign.gemm_model.GemmConstants", "gpulab.course.one_record.Display"], _RECORD),
     **dict.fromkeys(
         ["gpulab.course.method.Dot", "gpulab.course.method.MemOp", "gpulab.course.speed.SpeedTask"],

@@ -72,8 +72,9 @@ V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
 one pass per key block, dQ by fp32 atomic additions) where :func:`gpulab.attention.v3.backward.supported` allows it,
 no tiles were asked for and determinism is not (``torch.use_deterministic_algorithms(True)`` takes the two kernels:
 the atomic dQ sums in no fixed order). Empty: it is chosen nowhere until the H100 records
-(``benchmarks/04_attention/v3/``, the ``v3-bwd`` files: forward+backward beside cuDNN and the shipped backward in one
-run) show it faster than the shipped backward at a head dim."""
+(``benchmarks/04_attention/v3/``, the ``bwd`` files: forward+backward beside cuDNN and the shipped backward in one
+run) show it faster than the shipped backward on every problem of a head dim (runs d and e: step 5 is, at both head
+dims, on every problem with N >= 4096, and is not at N = 1024)."""
 
 
 class V3Backward(NamedTuple):

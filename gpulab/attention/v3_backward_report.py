@@ -4,7 +4,8 @@ ratios and tables (no kernels here; :mod:`gpulab.attention.v3.backward` is the k
 Records: ``benchmarks/04_attention/v3/<gpu>-<date>-bwd-<run>-<part>.jsonl``, one JSON object a line, with the
 device, torch and Triton versions and the date; ``part`` is ``check`` (gradients against float64, ``ok``,
 ``rel_err_dq/dk/dv``; ``kind='plan'``: through ``flash_attention``, eager, compiled and deterministic), ``race``
-(``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``), ``time`` (``kind='fwd+bwd'``: ``impl``, ``round``, ``ms``
+(``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``; from run e ``raw_launch``: the repeated calls went through the
+cached launch), ``time`` (``kind='fwd+bwd'``: ``impl``, ``round``, ``ms``
 device time by ``do_bench``, ``wall_ms`` eager wall time) and ``cs336`` (the CS336 leaderboard problem, ``ms`` by
 ``triton.testing.do_bench``).
 """

@@ -24,11 +24,17 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
 3. dS shared: both consumers write their halves of dS [64 queries, 128 keys] to shared memory, then each computes
    half of dQ's columns over all 128 keys: one atomic addition per dQ element per 128 keys instead of per 64;
 4. step 3 with dQ one query block late (the consumers may be a block apart instead of meeting every block) and the
-   next block's S^T and dP^T issued before this block's atomic additions.
+   next block's S^T and dP^T issued before this block's atomic additions;
+5. step 3 with dQ through shared memory: each consumer stores its dQ columns (fp32) in one of two buffers and a writer
+   partition (:func:`gpulab.attention.v3.backward_dq.dq_writer`, two warps beside the producer) adds them into the
+   global buffer with 4-float atomics; the consumers issue no atomic instruction;
+6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both).
 
-:func:`backward_config` picks step 3: on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs) step 4
-ran slower (register pressure; ptxas spills at d=128), and no step takes less time than the shipped backward on
-every problem of a head dim, so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` is empty.
+:func:`backward_config` picks step 5 (:data:`MEASURED`): on the H100 records (``benchmarks/04_attention/v3/``,
+``bwd`` runs d and e) it is the fastest step at both head dims; step 4 lost to register pressure, step 6 to its single
+dQ buffer and its second dQ product. Step 5 takes less time than the shipped backward at N >= 4096 but not at N = 1024,
+so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` (a head dim goes there only where version 3 wins every
+problem) stays empty. The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -40,8 +46,6 @@ Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or b
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 import triton
@@ -55,74 +59,27 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
 from gpulab.attention.shared import attention_preprocess_kernel
-from gpulab.attention.v3.forward import LOG2E, smem_layouts, supported
+from gpulab.attention.v3.backward_configs import (
+    BLOCK_M,
+    KEYS_PER_WARPGROUP,
+    MEASURED,
+    STEPS,
+    V3BackwardConfig,
+    backward_config,
+    constexprs,
+)
+from gpulab.attention.v3.backward_dq import dq_writer
+from gpulab.attention.v3.backward_launch import PLANS, BackwardPlan
+from gpulab.attention.v3.forward import smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
-           "BLOCK_M", "KEYS_PER_WARPGROUP"]  # fmt: skip
-
-STEPS = {
-    1: "one warpgroup, TMA ring refilled by the same warps",
-    2: "+ producer warp, two consumer warpgroups",
-    3: "+ dS shared by the consumers: dQ added once per 128 keys",
-    4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
-}
-"""The backward's numbered steps (``V3BackwardConfig.step``)."""
-
-BLOCK_M = 64
-"""Query rows per block of the inner loop (one wgmma M of 64 in the transposed products' N)."""
-KEYS_PER_WARPGROUP = 64
-"""Key rows each consumer warpgroup owns (its dK and dV accumulators: [64, d] fp32 each)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-4, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-4's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups) and ``producer_regs``
-    (``setmaxnreg``)."""
-
-    step: int = 3
-    stages: int = 2
-    consumer_regs: int = 240
-    producer_regs: int = 24
-
-    def __post_init__(self):
-        runtime.one_of("step", self.step, tuple(STEPS))
-        runtime.integer("stages", self.stages, minimum=2, maximum=4)
-        for name in ("consumer_regs", "producer_regs"):
-            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
-            if value % 8:
-                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
-
-    @property
-    def consumers(self) -> int:
-        """Consumer warpgroups per program (step 1: the program's only warpgroup)."""
-        return 1 if self.step == 1 else 2
-
-    @property
-    def block_n(self) -> int:
-        """Keys per program."""
-        return KEYS_PER_WARPGROUP * self.consumers
-
-    @property
-    def maxnreg(self) -> int | None:
-        """Steps 2-4's kernel-wide register cap (the three warpgroups' budgets averaged); step 1: None (no cap)."""
-        if self.step == 1:
-            return None
-        return (2 * self.consumer_regs + self.producer_regs) // 3 // 8 * 8
-
-
-def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: step 3 with two stages (the default
-    fields, the fastest step measured at both head dims) unless ``step`` asks for another step of the ladder."""
-    runtime.one_of("head_dim", head_dim, (64, 128))
-    runtime.strict_bool("is_causal", is_causal)
-    return V3BackwardConfig() if step is None else V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
-
+           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED"]  # fmt: skip
+# (the launch configuration lives in backward_configs, the host launch in backward_launch, step 5-6's writer in
+# backward_dq; this module re-exports what its callers used to import from here)
 
 # ----------------------------------------------------------------------------------------------------------------
 # One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
@@ -317,7 +274,7 @@ def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.conste
     counts as having completed the phase before 0, so the first lap passes)."""
     q_desc, k_desc, v_desc, do_desc = descs
     q_smem, do_smem, k_smem, v_smem = bufs
-    ready, empty, kv_ready, ds_full, ds_free = bars
+    ready, empty, kv_ready = bars[0], bars[1], bars[2]
     bh = gl.program_id(1)
     start_n = gl.program_id(0) * 128
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
@@ -394,8 +351,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
               STEP: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
     (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem = bufs
-    ready, empty, kv_ready, ds_full, ds_free = bars
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free = bars
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     HALF: gl.constexpr = HEAD_DIM // 2
@@ -413,7 +370,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     if STEP == 4:
         dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
                delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
-    for i in range(n_m if STEP < 4 else 0):
+    for i in range(n_m if STEP != 4 else 0):
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         start_m = lo + i * 64
@@ -424,6 +381,22 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                 dk, dv = _pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
                                delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(empty.index(s), count=1)
+        elif STEP == 6:
+            # Each consumer: its own dS [64 queries, 64 keys] and dS K [64, D] over its keys, in two column halves
+            # into its dQ buffer (free once the writer has summed both consumers' previous block): the consumers
+            # never wait for each other's dS and may drift apart by up to a block.
+            ds_own = ds_smem.index(CID).slice(0, 64, dim=1)
+            dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
+                              qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+            dq = _dq_product(ds_own, k_buf, 0, HALF)
+            dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
+            mbarrier.arrive(empty.index(s), count=1)  # Q and dO read (dK done); dS K reads ds_own and K only
+            dq2 = _dq_product(ds_own, k_buf, HALF, HALF)  # the second half runs while the first is stored
+            mbarrier.wait(dq_free.index(0), (i & 1) ^ 1)
+            dq_smem.index(2 * CID).store(dq)
+            dq2 = warpgroup_mma_wait(0, deps=(dq2,))
+            dq_smem.index(2 * CID + 1).store(dq2)
+            mbarrier.arrive(dq_full.index(0), count=1)
         else:
             # Step 3: dS [64 queries, 128 keys] in one of two shared buffers, each consumer writing its 64 keys'
             # columns; once both have (ds_full), consumer c computes dQ's columns [c D/2, c D/2 + D/2) over all 128
@@ -439,7 +412,12 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
             mbarrier.arrive(ds_free.index(b), count=1)
             mbarrier.arrive(empty.index(s), count=1)
-            _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+            if STEP == 5:  # dQ's columns into the writer's buffer b (free once it has added block i - 2's)
+                mbarrier.wait(dq_free.index(b), ((i // 2) & 1) ^ 1)
+                dq_smem.index(2 * b + CID).store(dq)
+                mbarrier.arrive(dq_full.index(b), count=1)
+            else:
+                _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
     _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
 
 
@@ -460,7 +438,7 @@ def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k,
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
            HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
+           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -481,21 +459,40 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
         mbarrier.init(ds_full.index(b), count=2)
         mbarrier.init(ds_free.index(b), count=2)
     mbarrier.init(kv_ready, count=1)
+    if STEP >= 5:  # dQ's two buffers x two consumers [64 queries, D/2] fp32 (index 2 b + c), 32-byte swizzle units
+        dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 256 // HEAD_DIM, order=[1, 0])
+        dq_smem = gl.allocate_shared_memory(gl.float32, [4, 64, HEAD_DIM // 2], dq_layout)
+        dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        dq_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(2):
+            mbarrier.init(dq_full.index(b), count=2)
+            mbarrier.init(dq_free.index(b), count=1)
+    else:  # unused
+        dq_smem = ds_smem
+        dq_full = ds_full
+        dq_free = ds_free
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    bars = (ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free)
     # fmt: off
-    gl.warp_specialize(
-        [
-            (_consumer0, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
-                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
-            (_consumer1, ((q_smem, do_smem, k_smem, v_smem, ds_smem), (ready, empty, kv_ready, ds_full, ds_free),
-                          lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                          HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
-            (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
-                         (ready, empty, kv_ready, ds_full, ds_free), n_q, STAGES, IS_CAUSAL)),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )
+    if STEP >= 5:
+        gl.warp_specialize(
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
+                          IS_CAUSAL)),
+             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM, IS_CAUSAL, STEP))],
+            [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
+    else:
+        gl.warp_specialize(
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
+                          IS_CAUSAL))],
+            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     # fmt: on
 
 
@@ -503,7 +500,7 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
@@ -513,7 +510,7 @@ def attention_backward_v3_kernel(
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS)  # fmt: skip
+               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -521,55 +518,56 @@ def attention_backward_v3_kernel(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
-    """The kernel's compile-time arguments."""
-    if not isinstance(cfg, V3BackwardConfig):
-        raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
-    return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
-                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)  # fmt: skip
-
-
 PREPROCESS_ROWS = 64
+
+
+def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
+    """The checks of a first call (ValueError / TypeError naming the argument) and its
+    :class:`~gpulab.attention.v3.backward_launch.BackwardPlan`."""
+    ok, why = supported(q, k, v, causal)
+    if not ok:
+        raise ValueError(f"version 3 cannot run this input: {why}.")
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
+                             f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
+    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=q.shape[:3])
+    cfg = cfg or backward_config(q.shape[3], causal)
+    if not isinstance(cfg, V3BackwardConfig):
+        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    d = q.shape[3]
+    return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
+                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype))  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
                        cfg: V3BackwardConfig | None = None):  # fmt: skip
     """``(dq, dk, dv)`` like q, k, v: version 3's backward of ``o = attention(q, k, v)`` with the forward's ``lse``
     ([B, H, Nq] fp32, natural log) and the output gradient ``do``. ``scale`` None means 1/sqrt(D). Raises ValueError
-    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32."""
-    ok, why = supported(q, k, v, causal)
-    if not ok:
-        raise ValueError(f"version 3 cannot run this input: {why}.")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    for name, t in (("o", o), ("do", do)):
-        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
-                             f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
-    runtime.require_tensor("lse", lse, dtype=torch.float32, shape=(b, h, n_q))
-    scale = default_scale(d, scale)
-    cfg = cfg or backward_config(d, causal)
-    if not isinstance(cfg, V3BackwardConfig):
-        raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
+    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32. A call like
+    one seen before skips the checks and the planning (:data:`gpulab.attention.v3.backward_launch.PLANS`)."""
+    try:
+        key = tuple((t.__class__, t.shape, t.dtype, t.device) for t in (do, q, k, v, o, lse)) + (causal, scale, cfg)
+        hash(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks say which
+        key = None
+    if key is None or causal.__class__ is not bool:
+        plan = _plan(do, q, k, v, o, lse, causal, scale, cfg)
+    else:
+        plan = PLANS.get(key, lambda: _plan(do, q, k, v, o, lse, causal, scale, cfg))
     q, k, v, o, do = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, do))
     lse = lse.contiguous()
-    bh = b * h
-    delta = torch.empty((b, h, n_q), device=q.device, dtype=torch.float32)
+    n_q, d, bh = plan.n_q, plan.d, plan.bh
+    delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)
     attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
         o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
     dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
-    q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-    k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, cfg.block_n, d], kv_layout)
-    grid = (triton.cdiv(n_k, cfg.block_n), bh)
-    extra = {} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg}
-    attention_backward_v3_kernel[grid](
-        q_desc, k_desc, v_desc, do_desc, lse, delta, dq_acc, dk, dv, n_q, n_k, scale * LOG2E, scale,
-        num_warps=4, **extra, **constexprs(d, causal, cfg),
-    )  # fmt: skip
+    if torch._C._cuda_getDevice() == plan.device:
+        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
+    else:
+        with torch.cuda.device(plan.device):
+            plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
     dq = torch.empty_like(q)
-    torch.mul(dq_acc, scale, out=dq)  # scaled and cast in one pass
+    torch.mul(dq_acc, plan.scale, out=dq)  # scaled and cast in one pass
     return dq, dk, dv

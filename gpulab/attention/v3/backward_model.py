@@ -3,15 +3,16 @@
 What you will learn: Gluon has no interpreter, so what the backward kernel (:mod:`gpulab.attention.v3.backward`)
 computes is checked against a model that follows it block for block:
 
-- programs own ``64 * consumers`` keys (step 1: one consumer warpgroup, 64 keys; steps 2-4: two, 128 keys); consumer
+- programs own ``64 * consumers`` keys (step 1: one consumer warpgroup, 64 keys; steps 2-6: two, 128 keys); consumer
   c the 64 from ``start_n + 64 c``;
 - each program visits query blocks of 64 from ``lo`` (causal: the block holding query ``start_n``; else 0) to the
   end, the causal mask applied only where a block crosses the diagonal, queries past Nq and keys past Nk as zero
   rows (what TMA loads there), LSE and D of missing queries 0;
 - ``P^T`` and ``dS^T`` are rounded to the inputs' dtype (the tensor cores' operands), every product accumulates in
   fp32, dK and dV in registers across the loop, dQ in an fp32 buffer: step 1-2 each consumer adds its own 64 keys'
-  ``dS K`` (:func:`model_backward` counts ``additions`` per dQ element: ``ceil(Nk / 64)``), steps 3-4 one addition
-  per 128 keys (both consumers' dS through shared memory);
+  ``dS K`` (:func:`model_backward` counts ``additions`` per dQ element: ``ceil(Nk / 64)``), steps 3-6 one addition
+  per 128 keys (steps 3-5: both consumers' dS through shared memory, one product over 128 keys; step 6: each
+  consumer's product over its 64 keys, the writer adding the two in fp32 before the one atomic addition);
 - step 2 skips a causal block that lies entirely above a consumer's keys (P = 0 there): the model skips it too.
 
 With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
@@ -36,7 +37,7 @@ def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
     runtime.positive_int("n_q", n_q)
     runtime.positive_int("n_k", n_k)
     runtime.strict_bool("causal", causal)
-    runtime.one_of("step", step, (1, 2, 3, 4))
+    runtime.one_of("step", step, (1, 2, 3, 4, 5, 6))
     keys = 64 if step == 1 else 128
     out = []
     for start_n in range(0, n_k, keys):
@@ -118,6 +119,10 @@ def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | Non
                         dst, kb = part
                         dq_buf[rows] += (dst.T @ kb)[:n_rows]
                         additions[rows] += 1
+            elif step == 6:  # each consumer's dS K over its 64 keys, summed (c0 + c1), one addition
+                part = [(dst.T @ kb)[:n_rows] for dst, kb in ds_all]
+                dq_buf[rows] += part[0] + part[1]
+                additions[rows] += 1
             else:  # one addition of dS K over the program's 128 keys
                 dst = torch.cat([p[0] for p in ds_all], 0)
                 kb = torch.cat([p[1] for p in ds_all], 0)

@@ -11,7 +11,7 @@ Z = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
 H = torch.zeros(8, 64, dtype=torch.float64)
 
 CASES = [
-    ("V3BackwardConfig step", lambda: backward.V3BackwardConfig(step=5), ValueError),
+    ("V3BackwardConfig step", lambda: backward.V3BackwardConfig(step=7), ValueError),
     ("V3BackwardConfig stages", lambda: backward.V3BackwardConfig(stages=1), ValueError),
     ("V3BackwardConfig regs", lambda: backward.V3BackwardConfig(consumer_regs=236), ValueError),
     ("backward_config head_dim", lambda: backward.backward_config(96), ValueError),

@@ -28,12 +28,12 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_gradients_against_float64(dtype, d, causal, step):
-    for shape in ((2, 3, 1000, 1000), (1, 2, 300, 517)):
+    for shape in ((2, 3, 1000, 1000), (1, 2, 300, 517), (2, 2, 17, 17)):
         q, k, v, o, do, lse = _inputs(*shape, d, dtype, causal)
         torch.full((3 * (q.numel() + k.numel()),), float("nan"), device="cuda")  # freed: unwritten outputs show
         got = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=v3b.V3BackwardConfig(step=step))
@@ -46,7 +46,7 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4])
+@pytest.mark.parametrize("step", [3, 4, 5, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):

@@ -20,7 +20,7 @@ def _inputs(n_q, n_k, d, causal, dtype=torch.float64, seed=0):
     return q, k, v, o, do, lse, grads
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q, n_k, d", CASES, ids=IDS)
 def test_model_in_float64_is_the_gradient(n_q, n_k, d, causal, step):
@@ -58,11 +58,13 @@ def test_model_catches_a_wrong_causal_start():
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_dq_additions_per_step(causal):
-    """Steps 1-2 add dS K once per 64 keys, steps 3-4 once per 128 (both consumers' dS shared): half the atomics.
+    """Steps 1-2 add dS K once per 64 keys, steps 3-6 once per 128 (dS shared, or the writer summing both
+    consumers' products): half the atomics.
     Causal: query row i is added to by the programs whose keys start at or before it."""
     n_q = n_k = 520
     q, k, v, o, do, lse, _ = _inputs(n_q, n_k, 64, causal)
-    counts = {s: bm.model_backward(q, k, v, o, do, lse, causal, step=s)[3] for s in (1, 3)}
+    counts = {s: bm.model_backward(q, k, v, o, do, lse, causal, step=s)[3] for s in (1, 3, 6)}
+    assert torch.equal(counts[6], counts[3])
     rows = torch.arange(n_q)
     if causal:
         assert torch.equal(counts[1], rows // 64 + 1)
@@ -78,6 +80,6 @@ def test_programs():
     assert [p["n_m"] for p in progs][:3] == [5, 3, 1]
     assert all(p["n_m"] <= 0 for p in progs[3:])  # keys past the last query: no block (dK = dV = 0)
     with pytest.raises(ValueError, match="step"):
-        bm.key_programs(10, 10, False, step=5)
+        bm.key_programs(10, 10, False, step=7)
     with pytest.raises(ValueError, match=r"\[N, d\]"):
         bm.model_backward(*(torch.zeros(1, 4, 8),) * 5, torch.zeros(4))

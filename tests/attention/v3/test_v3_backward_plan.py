@@ -34,3 +34,30 @@ def test_switch_on_without_sm90_takes_the_two_kernels(monkeypatch):
     assert plan.backward_kind(p) == "two kernels"
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
     plan.clear_plan_cache()
+
+
+def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_last():
+    """backward_configs.MEASURED picks, per head dim, the step with the highest median speed (relative to cuDNN,
+    device time) in the latest record run that timed several steps on the whole grid."""
+    from gpulab.attention.v3 import backward_configs
+
+    ladder = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        steps = {i for row in best.values() for i in row if i.startswith("gpulab v3 bwd step")}
+        if len(steps) > 1 and len(best) == 24:
+            ladder = (run, best, steps)
+    assert ladder, "no record run timed several steps of version 3's backward on the whole grid"
+    run, best, steps = ladder
+    for d, cfg in backward_configs.MEASURED.items():
+        medians = {s: report.spread(report.ratios(best, s, head_dim=d))[0] for s in steps}
+        assert f"gpulab v3 bwd step {cfg.step}" == max(medians, key=medians.get), (run, d, medians)
+
+
+def test_backward_plan_is_worked_out_once_from_the_shapes():
+    from gpulab.attention.v3.backward_launch import BackwardPlan
+
+    q, k = torch.zeros(2, 3, 300, 64), torch.zeros(2, 3, 517, 64)
+    p = BackwardPlan(None, q, k, 0.125, 128, 168, {"HEAD_DIM": 64}, None)
+    assert (p.n_q, p.n_k, p.d, p.bh, p.grid) == (300, 517, 64, 6, (5, 6))
+    assert p.raw is None  # the C launcher is kept only after a first launch through Triton

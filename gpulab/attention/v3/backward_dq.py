@@ -1,0 +1,66 @@
+"""Lesson 4, version 3's backward, steps 5-6: dQ through shared memory, added into global memory by a writer.
+
+What you will learn: how a partition of its own takes the atomic additions off the warps that multiply. In steps 1-4
+(:mod:`gpulab.attention.v3.backward`) each consumer warpgroup adds its dQ tile [64 queries, D/2] into the fp32
+buffer itself: 32 floats per thread per query block, issued between its tensor-core products. FlashAttention-3 has
+the consumers store dQ in shared memory and a separate warp send it with TMA's bulk reduce-add
+(``cp.reduce.async.bulk``); Gluon's Hopper API on Triton 3.6 has no bulk reduction and no way to name a shared-memory
+address in inline PTX, so here the writer (two warps, 24 registers each, beside the producer warp in the third
+warpgroup) loads a few rows at a time from shared memory and adds them with 4-float atomic instructions
+(``red.global.add.v4.f32``).
+
+Buffers (fp32; :func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` allocates them with 8-float swizzle
+units and phase = row mod 256/D, so that the consumers' stores from the wgmma layout reach every bank and a chunk of
+the writer's 512/D rows is whole periods, one contiguous tile):
+``dq_smem`` [4, 64, D/2]; barriers ``dq_full`` (both consumers stored, count 2) and ``dq_free`` (the writer has read,
+count 1), two of each. The dQ additions still arrive in any order (dQ is not bitwise reproducible; dK and dV are).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+__all__ = ["dq_writer"]
+
+
+@gluon.jit
+def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STEP: gl.constexpr):  # fmt: skip
+    """Steps 5-6's writer (two warps): for each query block, once both consumers stored their part of dQ (fp32,
+    ``dq_full``), add it into dQ's buffer in global memory a few rows at a time (4 floats per atomic instruction)
+    and free the buffer (``dq_free``). Step 5: buffer ``i % 2``, consumer c's columns [c D/2, +D/2) at index
+    2 b + c. Step 6: one buffer, consumer c's column half h at index 2 c + h; the writer adds the two consumers'
+    halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics."""
+    HALF: gl.constexpr = HEAD_DIM // 2
+    ROWS: gl.constexpr = 2 * (128 // HALF)  # a chunk: 4 floats per lane of the writer's 2 warps (24 registers)
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
+    bh = gl.program_id(1)
+    lo = 0
+    if IS_CAUSAL:  # the program's first query block: the one holding its first key (programs own 128 keys)
+        lo = gl.program_id(0) * 128
+    n_m = gl.cdiv(n_q - lo, 64)
+    rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
+    cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
+    head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
+    # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every ROWS / 2 rows
+    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
+    NCH: gl.constexpr = 64 // ROWS
+    for i in range(n_m):
+        if STEP == 5:
+            b = i % 2
+            mbarrier.wait(dq_full.index(b), (i // 2) & 1)
+        else:
+            b = 0
+            mbarrier.wait(dq_full.index(0), i & 1)
+        for c in gl.static_range(2):  # step 5: consumer c's columns; step 6: column half c
+            for r in range(NCH):  # not unrolled: one chunk's registers at a time
+                if STEP == 5:
+                    x = chunks.index((2 * b + c) * NCH + r).load(w_layout)
+                else:
+                    x = chunks.index(c * NCH + r).load(w_layout) + chunks.index((2 + c) * NCH + r).load(w_layout)
+                rows = lo + i * 64 + r * ROWS + rows0
+                gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
+                              mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
+        mbarrier.arrive(dq_free.index(b), count=1)

@@ -1,0 +1,65 @@
+"""Version 3's backward, host side: what a launch needs is worked out once per signature, then the compiled kernel
+is launched through Triton's C launcher with cached TMA tensor maps.
+
+What you will learn: the backward's host path is the forward's (:mod:`gpulab.attention.v3.launch`) with one
+difference, a two-dimensional grid (key blocks, batch x heads). Triton's ``kernel[grid](...)`` binds the arguments,
+hashes a cache key and encodes four 128-byte tensor maps on every call; a :class:`BackwardPlan` does that once and
+keeps :class:`gpulab.attention.v3.launch.RawLaunch`'s launcher, tensor maps coming from :data:`TENSOR_MAPS` (keyed on
+address and geometry, so never stale). :func:`gpulab.attention.v3.backward.attention_backward` keeps the plans in
+:data:`PLANS` and does the checks only when it builds one.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from gpulab.attention.v3 import launch
+from gpulab.attention.v3.forward import LOG2E
+
+__all__ = ["BackwardPlan", "PLANS", "TENSOR_MAPS"]
+
+PLANS = launch.BoundedCache(64)
+"""Backward launch plans (:class:`BackwardPlan`) keyed on the inputs' classes, shapes, dtypes and devices, ``causal``,
+``scale`` and the config: a hit skips the checks and the planning. Holds no tensor."""
+TENSOR_MAPS = launch.BoundedCache(64)
+"""The backward's TMA tensor maps (Q, dO, K, V), keyed as the forward's (:func:`gpulab.attention.v3.launch.tma_key`)."""
+
+
+class BackwardPlan:
+    """One signature's backward launch, worked out once: ``kernel`` (the Gluon backward), sizes, grid, ``scale``,
+    K/V block rows ``block_n``, the register cap ``maxnreg`` (None: none), the ``constexprs`` and the shared
+    ``layouts`` of a Q and a K/V block; after its first call through Triton, launched through the compiled kernel's C
+    launcher with cached tensor maps (the forward's :class:`gpulab.attention.v3.launch.RawLaunch`, given a
+    two-dimensional grid). Built by :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
+
+    def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts):
+        b, h, self.n_q, self.d = q.shape
+        self.kernel, self.n_k, self.bh, self.scale = kernel, k.shape[2], b * h, scale
+        self.block_n, self.maxnreg, self.constexprs, self.layouts = block_n, maxnreg, constexprs, layouts
+        self.grid = (triton.cdiv(self.n_k, block_n), self.bh)
+        self.device, self.raw = q.device.index, None
+
+    def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv) -> None:
+        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
+        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, self.scale * LOG2E, self.scale)
+        if self.raw is not None and launch.RawLaunch.usable():
+            raw, args = self.raw, []
+            q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
+            for t, (shape, strides), meta in zip((q, k, v, do), (q_geo, kv_geo, kv_geo, q_geo), raw.metas):
+                args += [raw.tensor_map(t.data_ptr(), shape, strides, meta), *shape, *strides]
+            raw.c_launch(*self.grid, 1, torch._C._cuda_getCurrentRawStream(self.device), raw.function, raw.cooperative,
+                         raw.pdl, None, None, raw.packed_metadata, None, None, None, *args, *rest,
+                         *self.constexprs.values())  # fmt: skip
+            return
+        (q_layout, kv_layout), block_n = self.layouts, self.block_n
+        q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
+        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        extra = {} if self.maxnreg is None else {"maxnreg": self.maxnreg}
+        compiled = self.kernel[self.grid](q_desc, k_desc, v_desc, do_desc, *rest, num_warps=4, **extra,
+                                          **self.constexprs)  # fmt: skip
+        if self.raw is None and compiled is not None:
+            self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
