@@ -375,31 +375,6 @@ def _variants(name, x) -> list[bench.Result]:
     return out
 
 
-class _Trivial(torch.autograd.Function):
-    """The fused op's inputs and outputs without its work: empty outputs, empty gradients (autograd's floor)."""
-
-    @staticmethod
-    def forward(ctx, Wx, R, b, states):
-        S, B, _, NH, DH = states.shape
-        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (Wx, R, b, states)]
-        return Wx.new_empty(S, B, Wx.shape[1], NH, DH), Wx.new_empty(S, B, 1, NH, DH)
-
-    @staticmethod
-    def backward(ctx, d_out, d_last):
-        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs)
-
-
-@contextlib.contextmanager
-def _launches_as(call):
-    """Every :class:`gpulab.launch.Launch` call made through ``call(launch, stream, *args)`` for the duration."""
-    saved = launch.Launch.__call__
-    launch.Launch.__call__ = lambda self, stream, *args: call(saved, self, stream, *args)
-    try:
-        yield
-    finally:
-        launch.Launch.__call__ = saved
-
-
 @contextlib.contextmanager
 def _gc_on():
     enabled = gc.isenabled()
