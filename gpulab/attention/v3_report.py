@@ -130,7 +130,7 @@ def stored_v3_tune(folder=None) -> list[bench.Result]:
     runs = list(folder.glob("*-tune.jsonl"))
     if not runs:
         raise FileNotFoundError(f"no version-3 tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
-    return bench.load("04", path=bench.newest(runs))
+    return bench.load("04", path=bench.newest(runs, part="tune"))
 
 
 def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:

@@ -324,13 +324,17 @@ def save(results, lesson: str, root=None, path=None) -> Path:
 _DATED = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-[A-Za-z0-9_.]+)?$")
 
 
-def _run_key(path: Path) -> tuple[str, str]:
-    """(date, tag) of a record file's name: ``<gpu>-YYYY-MM-DD`` or ``<gpu>-YYYY-MM-DD-<tag>`` (('', '') if none).
-    Runs of one day sort by their tag: no tag first, then 'a', 'b', ..."""
-    m = _DATED.search(path.stem)
+def _run_key(path: Path, part: str | None = None) -> tuple[str, str]:
+    """(date, tag) of a record file's name: ``<gpu>-YYYY-MM-DD`` or ``<gpu>-YYYY-MM-DD-<tag>`` (('', '') if none),
+    read after removing ``-<part>`` from the end when the name ends with it (``...-2026-11-26-i-tune``, part 'tune':
+    tag 'i'). Runs of one day sort by their tag: no tag first, then 'a', 'b', ..."""
+    stem = path.stem
+    if part and stem.endswith(f"-{part}"):
+        stem = stem[: -len(part) - 1]
+    m = _DATED.search(stem)
     if not m:
         return "", ""
-    return m.group(1), path.stem[m.end(1) + 1 :]
+    return m.group(1), stem[m.end(1) + 1 :]
 
 
 def record_files(folder, gpu: str | None = None, pattern: str = "*.jsonl") -> list[Path]:
@@ -347,11 +351,14 @@ def record_files(folder, gpu: str | None = None, pattern: str = "*.jsonl") -> li
     return files
 
 
-def newest(files) -> Path:
+def newest(files, part: str | None = None) -> Path:
     """The newest of record files (a folder, or a non-empty list of paths): by the date in each name
     (``<gpu>-YYYY-MM-DD.jsonl``, or with a tag after the date for a second run of one day: ``...-2026-11-25-b``;
     YYYY-MM-DD sorts as text), then by the tag (none, 'a', 'b', ...), then by modification time (a fresh clone gives
-    every file the same one). FileNotFoundError for a folder without records."""
+    every file the same one). ``part``: the files are one part of tagged runs, ``<gpu>-<date>[-<tag>]-<part>.jsonl``
+    (e.g. 'tune'), and the tag is read before it. FileNotFoundError for a folder without records."""
+    if part is not None and (not isinstance(part, str) or not part or "/" in part):
+        raise runtime.ArgumentTypeError(f"part must be a record part's name such as 'tune', or None; got {part!r}.")
     if isinstance(files, (str, os.PathLike)):
         folder = Path(files)
         if folder.exists() and not folder.is_dir():
@@ -363,7 +370,7 @@ def newest(files) -> Path:
         Path(f)
         for f in runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
     ]
-    return max(files, key=lambda f: (*_run_key(f), f.stat().st_mtime))
+    return max(files, key=lambda f: (*_run_key(f, part), f.stat().st_mtime))
 
 
 def result_list(name: str, value, allow_empty: bool = False, source: str = "") -> list[Result]:

@@ -187,21 +187,6 @@ def lesson04_v3() -> str:
         "```",
         "",
     ]  # fmt: skip
-    try:
-        tune = hopper_report.stored_v3_tune()
-    except FileNotFoundError:
-        tune = []
-    vs_cudnn = hopper_report.v3_tune_ratios(tune, "v3 d64c pairs s1", "SDPA cuDNN") if tune else {}
-    vs_grid = hopper_report.v3_tune_ratios(tune, "v3 d64c pairs s1", "v3 d64c default") if tune else {}
-    if vs_cudnn and vs_grid:
-        lines += [
-            f"After the grid, a tune run ({tune[0].date}, `-tune` record) timed causal tiles in (longest, shortest) "
-            f"pairs at head dim 64 (`V3Config(pairs=True)`): at N = 1k and 4k {min(vs_cudnn.values()):.2f}x to "
-            f"{max(vs_cudnn.values()):.2f}x cuDNN's speed and {min(vs_grid.values()):.2f}x to "
-            f"{max(vs_grid.values()):.2f}x the grid's tiles (device time); `v3_config` takes them there, so the grid's "
-            "d=64 causal rows above predate the current default (notebook 04, section 11).",
-            "",
-        ]
     lines.append(_raw(path))
     return "\n".join(lines) + "\n"
 

@@ -78,6 +78,8 @@ BAD = [
     ("record_files gpu=5", lambda: bench.record_files(".", gpu=5), TypeError, "gpu must be a GPU name"),
     ("record_files pattern=None", lambda: bench.record_files(".", pattern=None), TypeError, "pattern must be a glob"),
     ("newest of []", lambda: bench.newest([]), ValueError, "files is empty"),
+    ("newest part 3", lambda: bench.newest(["a-2026-01-01.jsonl"], part=3), TypeError, "part must be"),
+    ("newest part ''", lambda: bench.newest(["a-2026-01-01.jsonl"], part=""), ValueError, "part must be"),
     ("newest of [3]", lambda: bench.newest([3]), TypeError, "files[0] is a int"),
     ("newest of a file", lambda: bench.newest(__file__), ValueError, "is a file, not a folder"),
     ("result_list one Result", lambda: bench.result_list("rs", _result()), TypeError, "got one Result; use [rs]"),

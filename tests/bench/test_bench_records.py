@@ -236,6 +236,20 @@ def test_newest_reads_the_date_before_a_run_tag(tmp_path):
     assert bench.newest(tmp_path).stem == "nvidia-h100-2026-11-25-b"
 
 
+def test_newest_part_reads_the_run_tag_before_the_part(tmp_path):
+    # <gpu>-<date>-<tag>-<part>: without part=, '-i-tune' has no readable date and the pick falls to mtime (a fresh
+    # clone gives every file the same one); with it, run i is newer than run h whatever the files' times
+    now = time.time()
+    for i, name in enumerate(["gpu-2026-11-26-i-tune", "gpu-2026-11-26-h-tune", "gpu-2026-11-25-tune"]):
+        (tmp_path / f"{name}.jsonl").write_text("")
+        os.utime(tmp_path / f"{name}.jsonl", (now + 100 * i, now + 100 * i))  # the oldest run touched last
+    files = sorted(tmp_path.glob("*-tune.jsonl"))
+    assert bench.newest(files).stem == "gpu-2026-11-25-tune"  # what the plain order picks here: the latest mtime
+    assert bench.newest(files, part="tune").stem == "gpu-2026-11-26-i-tune"
+    (tmp_path / "gpu-2026-11-26-tune.jsonl").write_text("")  # the day's untagged run sorts before its tagged ones
+    assert bench.newest(sorted(tmp_path.glob("*-tune.jsonl")), part="tune").stem == "gpu-2026-11-26-i-tune"
+
+
 def test_record_files_match_the_gpu_slug_as_whole_words(tmp_path):
     for name in ("nvidia-l4-2030-01-01.jsonl", "nvidia-l40s-2030-01-01.jsonl", "nvidia-l4-2030-01-02.json"):
         (tmp_path / name).write_text("")

@@ -76,7 +76,7 @@ def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
         how = (f"run `{_RECORDS[record]}` on that GPU." if _RECORDS[record]
                else "an experiment whose script was not kept.")  # fmt: skip
         raise FileNotFoundError(f"no {record} records for {gpu!r} in {folder}; {how}")
-    return Path(newest(files))
+    return Path(newest(files, part=record))
 
 
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
