@@ -71,11 +71,12 @@ LESSONS: list[Lesson] = [
             "cs336": "gpulab.attention.hopper_bench:cs336",
             "fused": "gpulab.attention.hopper_bench:fused",
             "v3": "gpulab.attention.v3_bench:bench_v3",
+            "v3-headline": "gpulab.attention.v3_bench:headline_v3",
             "v3-check": "gpulab.attention.v3_bench:check_v3",
             "v3-race": "gpulab.attention.v3_bench:race_v3",
             "v3-tune": "gpulab.attention.v3_bench:tune_v3",
         },
-        folders={"cs336": "hopper/cs336", "fused": "hopper/fused", "v3-check": "v3", "v3-race": "v3", "v3-tune": "v3"},
+        folders={"cs336": "hopper/cs336", "fused": "hopper/fused", "v3-headline": "v3", "v3-check": "v3", "v3-race": "v3", "v3-tune": "v3"},
     ),
     Lesson(
         "05",

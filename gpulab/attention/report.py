@@ -519,9 +519,11 @@ from gpulab.attention.v3_report import (  # noqa: E402 - re-exported after the v
     V3_TRITON_LAUNCH,
     V3_TUNED,
     stored_v3,
+    stored_v3_headline,
     stored_v3_run,
     stored_v3_tune,
     v3_best,
+    v3_headline,
     v3_ratios,
     v3_spread,
     v3_step_gains,
@@ -544,4 +546,6 @@ __all__ += [
     "v3_table",
     "stored_v3_tune",
     "v3_tune_ratios",
+    "stored_v3_headline",
+    "v3_headline",
 ]

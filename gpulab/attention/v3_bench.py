@@ -9,6 +9,9 @@ bench part's.
   SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds
   alternating (``params['round']`` 0 and 1): one config timed twice in one round-robin differed by up to 10% on the
   H100, more than some differences compared; the report keeps each provider's faster round.
+- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): issue 38's named problem (bf16, d=128, N = 16k,
+  non-causal) in :data:`HEADLINE_ROUNDS` alternating rounds of version 3, cuDNN, FA-2 and version 2
+  (``kind='headline'``); the report states each one's median round.
 - ``python -m gpulab bench 04 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
   measured tiles persistent or not, three consumer warpgroups) at both dtypes, head dims 64 and 128, causal and not, on
   odd shapes, O and LSE against SDPA's fp32 math, each output allocated over NaN-poisoned memory (``kind='check'``).
@@ -38,7 +41,21 @@ from gpulab.attention.plan import attention_forward
 from gpulab.attention.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.v3 import forward as v3
 
-__all__ = ["bench_v3", "check_v3", "race_v3", "tune_v3", "variants", "STEP_CASES", "TUNE", "RUNS", "LSE_TOLERANCE"]
+__all__ = [
+    "bench_v3",
+    "headline_v3",
+    "HEADLINE",
+    "HEADLINE_ROUNDS",
+    "HEADLINE_IMPLS",
+    "check_v3",
+    "race_v3",
+    "tune_v3",
+    "variants",
+    "STEP_CASES",
+    "TUNE",
+    "RUNS",
+    "LSE_TOLERANCE",
+]
 
 STEP_CASES = {1: "gpulab v3 step 1 (partitions)", 2: "gpulab v3 step 2 (+ ping-pong)",
               3: "gpulab v3 step 3 (+ overlap)"}  # fmt: skip
@@ -128,32 +145,60 @@ def _bench_skip(provider, dtype, batch, heads, seq, head_dim, causal, direction)
     return None
 
 
-def bench_v3(progress=None, problems=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.benchmark.grid`'s; default
-    all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two alternating
-    rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its round."""
+def _problems(problems, cpu, gpu) -> list:
     if problems is None:
-        problems = runtime.pick(
-            cpu=[dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal=c) for c in (False, True)],
-            gpu=grid(),
-        )  # fmt: skip
+        problems = runtime.pick(cpu=cpu, gpu=gpu)
     if not isinstance(problems, (list, tuple)) or not problems or not all(isinstance(p, dict) for p in problems):
         raise TypeError(f"problems must be a non-empty list of dicts like grid()'s, got {problems!r}.")
-    impls = _bench_providers()
-    # round 0 of every provider, then round 1 of every provider, per problem: the harness times a case's providers
-    # in order, so two entries per implementation alternate the rounds as the measurement needs
-    providers = {f"{n} #{rnd}": fn for rnd in (0, 1) for n, fn in impls.items()}
+    return list(problems)
+
+
+def _in_rounds(name, problems, impls, rounds, kind, progress) -> list[bench.Result]:
+    """``impls`` ({impl: fn}) timed on every problem in ``rounds`` alternating rounds: round 0 of every provider,
+    then round 1 of every provider, ... (the harness times a case's providers in order, so one entry per
+    implementation and round alternates them as the measurement needs). ``params['impl']`` names the
+    implementation, ``params['round']`` its round, ``params['kind']`` is ``kind``."""
+    providers = {f"{n} #{rnd}": fn for rnd in range(rounds) for n, fn in impls.items()}
     b = bench.Benchmark(
-        lesson="04", name="v3", cases=[{**p, "direction": "forward"} for p in problems], inputs=problem_inputs,
+        lesson="04", name=name, cases=[{**p, "direction": "forward"} for p in problems], inputs=problem_inputs,
         check_inputs=_check_inputs, providers=providers, reference=math_reference, check=check_output,
         on_mismatch="record", skip=_bench_skip, flops=_flops, label=_label,
-        provider_params={p: {"impl": p.rpartition(" #")[0], "kind": "throughput", "round": int(p[-1])}
+        provider_params={p: {"impl": p.rpartition(" #")[0], "kind": kind, "round": int(p.rpartition(" #")[2])}
                          for p in providers},
     )  # fmt: skip
     results = bench.run(b, progress)
     for r in results:
         r.case = r.provider = r.params["impl"]
     return results
+
+
+_TINY = [dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal=c) for c in (False, True)]
+
+
+def bench_v3(progress=None, problems=None) -> list[bench.Result]:
+    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.benchmark.grid`'s; default
+    all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two alternating
+    rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its round."""
+    problems = _problems(problems, cpu=_TINY, gpu=grid())
+    return _in_rounds("v3", problems, _bench_providers(), 2, "throughput", progress)
+
+
+HEADLINE = dict(dtype=torch.bfloat16, batch=1, heads=8, seq=16384, head_dim=128, causal=False)
+"""Issue 38's named problem: bf16, head dim 128, N = 16k, non-causal (the grid's, 8 heads of 128)."""
+HEADLINE_ROUNDS = 9
+"""Alternating rounds of the headline part: the report states each implementation's median round, so one slow or
+fast round (the H100's clock moves with its power and temperature over a run) decides nothing."""
+HEADLINE_IMPLS = (V3_TUNED, "SDPA cuDNN", "SDPA FlashAttention-2", "gpulab v2")
+
+
+def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> list[bench.Result]:
+    """``python -m gpulab bench 04 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
+    alternating rounds of version 3 (tuned), cuDNN, FlashAttention-2 and version 2 (``kind='headline'``), each
+    output checked before timing. :func:`gpulab.attention.v3_report.v3_headline` reads each one's median round."""
+    rounds = runtime.integer("rounds", rounds, minimum=1)
+    problems = _problems(problems, cpu=_TINY[:1], gpu=[HEADLINE])
+    impls = {n: fn for n, fn in _bench_providers().items() if n in HEADLINE_IMPLS}
+    return _in_rounds("v3", problems, impls, rounds, "headline", progress)
 
 
 # ------------------------------------------------------------------------------------------------ check and race

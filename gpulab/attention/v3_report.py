@@ -27,6 +27,8 @@ __all__ = [
     "v3_step_gains",
     "v3_table",
     "stored_v3_tune",
+    "stored_v3_headline",
+    "v3_headline",
     "v3_tune_ratios",
 ]
 
@@ -40,12 +42,15 @@ V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
 
 
+_PARTS = ("-check", "-race", "-tune", "-headline")  # a run's other parts, beside its grid record
+
+
 def stored_v3(folder=None) -> list[bench.Result]:
     """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
     [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
     v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(_PARTS)]
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     return bench.load("04", path=bench.newest(runs))
@@ -55,7 +60,7 @@ def stored_v3_run(folder=None) -> str:
     """The tag of the run :func:`stored_v3` reads (``"g"`` for ``<gpu>-2026-11-26-g.jsonl``; ``""`` for a file without
     one), so prose can name the run it states. FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(_PARTS)]
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     tag = re.search(r"\d{4}-\d{2}-\d{2}(?:-(\w+))?$", bench.newest(runs).stem)
@@ -144,3 +149,40 @@ def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
             continue
         ms.setdefault((r.dtype, p["head_dim"], p["causal"], p["seq"]), {})[r.provider] = r.ms
     return {key: t[over] / t[ours] for key, t in sorted(ms.items()) if ours in t and over in t}
+
+
+def stored_v3_headline(folder=None) -> list[bench.Result]:
+    """The newest headline run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-headline.jsonl``, ``python
+    -m gpulab bench 04 v3-headline``: issue 38's named problem in alternating rounds). FileNotFoundError if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = list(folder.glob("*-headline.jsonl"))
+    if not runs:
+        raise FileNotFoundError(
+            f"no version-3 headline records in {folder}; run `gpulab bench 04 v3-headline` on an H100."
+        )
+    return bench.load("04", path=bench.newest(runs, part="headline"))
+
+
+def v3_headline(records) -> dict[str, dict]:
+    """``{impl: {"ms", "wall_ms", "tflops", "wall_tflops", "rounds", "tflops_rounds"}}`` over a headline run's records
+    (``kind='headline'``, status ok): each implementation's median round on each clock (TFLOP/s from the median
+    time), its number of rounds and every round's device-clock TFLOP/s in round order. A ValueError if the records
+    hold more than one problem (the part times one)."""
+    records = bench.result_list("records", records)
+    rows = [r for r in records if r.status == "ok" and r.params.get("kind") == "headline"]
+    problems = {(r.dtype, r.params["head_dim"], r.params["causal"], r.params["seq"]) for r in rows}
+    if len(problems) > 1:
+        raise ValueError(f"a headline run times one problem; these records hold {len(problems)}: {sorted(problems)}.")
+    out = {}
+    for impl in dict.fromkeys(r.params["impl"] for r in rows):
+        mine = sorted((r for r in rows if r.params["impl"] == impl), key=lambda r: r.params["round"])
+        ms, wall = statistics.median(r.ms for r in mine), statistics.median(r.wall_ms for r in mine)
+        out[impl] = dict(
+            ms=ms,
+            wall_ms=wall,
+            tflops=mine[0].flops / ms / 1e9,
+            wall_tflops=mine[0].flops / wall / 1e9,
+            rounds=len(mine),
+            tflops_rounds=[r.tflops for r in mine],
+        )
+    return out

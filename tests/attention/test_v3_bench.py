@@ -28,7 +28,7 @@ def test_bench_part_records_what_the_report_reads(tmp_path):
     # the report reads the bench file back, never the check/race/tune files beside it (even newer ones)
     bench.save(results, "04", path=tmp_path / "cpu-triton-interpreter-2026-01-01-v3.jsonl")
     other = bench.record(lesson="04", case="v3 check", kind="check")
-    for part in ("v3-check", "v3-race", "v3-tune"):
+    for part in ("v3-check", "v3-race", "v3-tune", "v3-headline"):
         assert lessons.part_folder("04", part) == lessons.part_folder("04", "v3") == "v3"
         bench.save([other], "04", path=tmp_path / f"cpu-triton-interpreter-2026-01-02-{part}.jsonl")
     stored = ar.stored_v3(tmp_path)
@@ -107,7 +107,9 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
 
 
 def test_the_parts_are_lesson_4s():
-    for part, fn in (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3)):
+    parts = (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3),
+             ("v3-headline", vb.headline_v3))  # fmt: skip
+    for part, fn in parts:
         assert lessons.benchmark("04", part) is fn
 
 
@@ -138,3 +140,30 @@ def test_stored_v3_run_names_the_newest_bench_run_not_its_parts(tmp_path):
     for name in ("gpu-2026-01-01-b.jsonl", "gpu-2026-01-01-c-tune.jsonl", "gpu-2026-01-01-d-race.jsonl"):
         bench.save([rec], "04", path=tmp_path / name)
     assert ar.stored_v3_run(tmp_path) == "b"  # the -tune and -race files are parts, not bench runs
+
+
+def test_headline_part_alternates_rounds_and_the_report_takes_each_ones_median(tmp_path):
+    problem = dict(dtype=torch.float16, batch=1, heads=2, seq=19, head_dim=16, causal=False)
+    results = vb.headline_v3(problems=[problem], rounds=3)
+    n = len(vb.HEADLINE_IMPLS)  # round 0 of every implementation, then round 1, ...: alternating
+    assert [r.params["round"] for r in results] == [k for k in range(3) for _ in range(n)]
+    assert all({r.params["impl"] for r in results[k * n : k * n + n]} == set(vb.HEADLINE_IMPLS) for k in range(3))
+    assert all(r.params["kind"] == "headline" for r in results)
+    v2 = [r for r in results if r.params["impl"] == "gpulab v2"]
+    assert all(r.status == "ok" and r.params["check"] == "ok" for r in v2)
+    bench.save(results, "04", path=tmp_path / "cpu-2026-01-01-a-headline.jsonl")
+    with pytest.raises(FileNotFoundError, match="v3-headline"):
+        ar.stored_v3_headline(tmp_path / "none")
+    head = ar.v3_headline(ar.stored_v3_headline(tmp_path))
+    assert set(head) == {"gpulab v2"}  # the others need a GPU (recorded unavailable)
+    times = sorted(r.ms for r in v2)
+    assert head["gpulab v2"]["ms"] == times[1] and head["gpulab v2"]["rounds"] == 3
+    assert head["gpulab v2"]["tflops"] == pytest.approx(v2[0].flops / times[1] / 1e9)
+    assert head["gpulab v2"]["tflops_rounds"] == [r.tflops for r in v2]
+    # a headline file is a part of its run, not a bench run of its own
+    with pytest.raises(FileNotFoundError, match="bench 04 v3"):
+        ar.stored_v3(tmp_path)
+    at = dict(kind="headline", impl="c", round=0, head_dim=64, causal=True, seq=8)
+    other = [bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params=at)]
+    with pytest.raises(ValueError, match="one problem"):
+        ar.v3_headline(results + other)

@@ -9,6 +9,8 @@ CASES = [
     ("stored_v3 missing folder", lambda: r.stored_v3(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
     ("stored_v3_run missing folder", lambda: r.stored_v3_run(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
     ("stored_v3_tune missing folder", lambda: r.stored_v3_tune(folder="/nonexistent"), FileNotFoundError, "v3-tune"),
+    ("stored_v3_headline missing", lambda: r.stored_v3_headline(folder="/nonexistent"), FileNotFoundError, "headline"),
+    ("v3_headline int", lambda: r.v3_headline(5), TypeError, "records"),
     ("v3_best int", lambda: r.v3_best(5), TypeError, "records"),
     ("v3_ratios clock", lambda: r.v3_ratios([], "SDPA cuDNN", clock="gpu"), ValueError, "clock"),
     ("v3_spread empty", lambda: r.v3_spread([]), ValueError, "no ratios"),
