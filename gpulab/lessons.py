@@ -76,7 +76,11 @@ LESSONS: list[Lesson] = [
             "v3-race": "gpulab.attention.v3_bench:race_v3",
             "v3-tune": "gpulab.attention.v3_bench:tune_v3",
         },
-        folders={"cs336": "hopper/cs336", "fused": "hopper/fused", "v3-headline": "v3", "v3-check": "v3", "v3-race": "v3", "v3-tune": "v3"},
+        folders={
+            "cs336": "hopper/cs336",
+            "fused": "hopper/fused",
+            **{p: "v3" for p in ("v3-headline", "v3-check", "v3-race", "v3-tune")},
+        },
     ),
     Lesson(
         "05",

@@ -518,6 +518,7 @@ from gpulab.attention.v3_report import (  # noqa: E402 - re-exported after the v
     V3_STEPS,
     V3_TRITON_LAUNCH,
     V3_TUNED,
+    headline_gpu_state,
     stored_v3,
     stored_v3_headline,
     stored_v3_run,
@@ -548,4 +549,5 @@ __all__ += [
     "v3_tune_ratios",
     "stored_v3_headline",
     "v3_headline",
+    "headline_gpu_state",
 ]

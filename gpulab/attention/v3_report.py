@@ -29,6 +29,7 @@ __all__ = [
     "stored_v3_tune",
     "stored_v3_headline",
     "v3_headline",
+    "headline_gpu_state",
     "v3_tune_ratios",
 ]
 
@@ -186,3 +187,44 @@ def v3_headline(records) -> dict[str, dict]:
             tflops_rounds=[r.tflops for r in mine],
         )
     return out
+
+
+POWER_CAP = 0x4
+"""``clocks_event_reasons.active``'s bit for the software power cap (the board held at its power limit)."""
+
+
+def headline_gpu_state(folder=None, busy_watts: float = 300.0) -> dict:
+    """What the GPU did during the newest headline run: its ``nvidia-smi`` trace beside the records
+    (``<gpu>-<date>[-tag]-headline-smi.csv``, sampled every 250 ms: SM clock, temperature, power, clock event
+    reasons). Over the samples drawing more than ``busy_watts`` (the timed kernels running): their number, the share
+    with the software power cap active, the SM clock's range and the highest power and temperature.
+    FileNotFoundError if no trace is stored."""
+    busy_watts = runtime.finite_float("busy_watts", busy_watts, positive=True)
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    traces = list(folder.glob("*-headline-smi.csv"))
+    if not traces:
+        raise FileNotFoundError(f"no nvidia-smi trace of a headline run in {folder} (`*-headline-smi.csv`).")
+    trace = bench.newest(traces, part="headline-smi")
+    busy = []
+    for line in trace.read_text().splitlines()[1:]:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 6:
+            continue
+        clock, temp, watts, reasons = (
+            float(fields[1].split()[0]),
+            float(fields[3]),
+            float(fields[4].split()[0]),
+            fields[5],
+        )
+        if watts > busy_watts:
+            busy.append((clock, temp, watts, int(reasons, 16)))
+    if not busy:
+        raise ValueError(f"{trace.name} holds no sample above {busy_watts} W: the trace missed the timed kernels.")
+    return dict(
+        samples=len(busy),
+        power_capped=sum(bool(r & POWER_CAP) for *_, r in busy) / len(busy),
+        clock_min=min(b[0] for b in busy),
+        clock_max=max(b[0] for b in busy),
+        watts_max=max(b[2] for b in busy),
+        temp_max=max(b[1] for b in busy),
+    )

@@ -167,3 +167,23 @@ def test_headline_part_alternates_rounds_and_the_report_takes_each_ones_median(t
     other = [bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params=at)]
     with pytest.raises(ValueError, match="one problem"):
         ar.v3_headline(results + other)
+
+
+def test_headline_gpu_state_reads_the_busy_samples_of_the_smi_trace(tmp_path):
+    with pytest.raises(FileNotFoundError, match="headline-smi"):
+        ar.headline_gpu_state(tmp_path)
+    head = "timestamp, clocks.current.sm [MHz], clocks.max.sm [MHz], temperature.gpu, power.draw [W], reasons\n"
+    rows = ["t, 345 MHz, 1980 MHz, 34, 71.1 W, 0x0000000000000001",  # idle: not counted
+            "t, 1500 MHz, 1980 MHz, 55, 699.0 W, 0x0000000000000004",
+            "t, 1800 MHz, 1980 MHz, 57, 690.0 W, 0x0000000000000004",
+            "t, 1980 MHz, 1980 MHz, 50, 450.0 W, 0x0000000000000000"]  # fmt: skip
+    (tmp_path / "gpu-2026-01-01-a-headline-smi.csv").write_text(head + "\n".join(rows) + "\n")
+    (tmp_path / "gpu-2026-01-01-b-headline-smi.csv").write_text(head + "\n".join(rows[:3]) + "\n")
+    state = ar.headline_gpu_state(tmp_path)  # run b, the newer
+    assert state == dict(samples=2, power_capped=1.0, clock_min=1500.0, clock_max=1800.0, watts_max=699.0,
+                         temp_max=57.0)  # fmt: skip
+    assert ar.headline_gpu_state(tmp_path, busy_watts=100.0)["samples"] == 2
+    with pytest.raises(ValueError, match="no sample above"):
+        ar.headline_gpu_state(tmp_path, busy_watts=800.0)
+    with pytest.raises(ValueError, match="busy_watts"):
+        ar.headline_gpu_state(tmp_path, busy_watts=0.0)

@@ -10,6 +10,8 @@ CASES = [
     ("stored_v3_run missing folder", lambda: r.stored_v3_run(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
     ("stored_v3_tune missing folder", lambda: r.stored_v3_tune(folder="/nonexistent"), FileNotFoundError, "v3-tune"),
     ("stored_v3_headline missing", lambda: r.stored_v3_headline(folder="/nonexistent"), FileNotFoundError, "headline"),
+    ("headline_gpu_state missing", lambda: r.headline_gpu_state(folder="/nonexistent"), FileNotFoundError, "smi"),
+    ("headline_gpu_state watts", lambda: r.headline_gpu_state(busy_watts=-1), ValueError, "busy_watts"),
     ("v3_headline int", lambda: r.v3_headline(5), TypeError, "records"),
     ("v3_best int", lambda: r.v3_best(5), TypeError, "records"),
     ("v3_ratios clock", lambda: r.v3_ratios([], "SDPA cuDNN", clock="gpu"), ValueError, "clock"),
