@@ -43,7 +43,7 @@ V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
 
 
-_PARTS = ("-check", "-race", "-tune", "-headline")  # a run's other parts, beside its grid record
+_PARTS = ("-check", "-race", "-tune", "-headline", "-ab")  # a run's other parts and A/B records, beside its grid
 
 
 def stored_v3(folder=None) -> list[bench.Result]:

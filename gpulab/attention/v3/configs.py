@@ -104,8 +104,9 @@ MEASURED: dict[tuple[int, bool], dict] = {
 (geometric mean over lesson 4's N = 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run f; runs
 e and f chose the same tiles). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a second
 Q buffer, its queries load while this tile finishes) and lose on long causal problems; three consumer warpgroups pay
-at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports a few spilled registers for the two
-non-causal choices (see :mod:`gpulab.attention.v3.compile_check`); they were still the fastest measured."""
+at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports no spilled registers for any choice here,
+in :data:`MEASURED_SHORT` or on the step ladder (:mod:`gpulab.attention.v3.compile_check`, pinned by the compile
+tests)."""
 
 
 SHORT_N = 2048

@@ -272,13 +272,17 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                 start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
                                                    pack=1) - it  # fmt: skip
             p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, full, last, qk_scale, cols, s_layout)
+            # P crosses each iteration already rounded to the operand dtype (p_op [64, BLOCK_N], half the registers
+            # of fp32 P): converted at the top of the next iteration instead, the fp32 P lived across the loop's
+            # back edge, and ptxas spilled (d=64 with three consumers at 160 registers: 96 bytes of loop state; the
+            # d=128 causal kernels: 4-12 bytes).
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(1, n_blocks):
                 g = it + j
                 st = g % STAGES
                 sp = (g - 1) % STAGES
                 k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
                 v_prev = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]  # block j-1's max
                 mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
                 mbarrier.wait(v_ready.index(sp), ((g - 1) // STAGES) & 1)
@@ -298,11 +302,12 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                 if STEP == 3:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
                 mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
             sl = (it + n_blocks - 1) % STAGES  # epilogue: the last block's P V
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
             mbarrier.wait(v_ready.index(sl), ((it + n_blocks - 1) // STAGES) & 1)
             v_buf = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
-            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
+            acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index(sl), count=1)
             tt += n_blocks - 1
