@@ -137,7 +137,8 @@ def test_stored_v3_run_names_the_newest_bench_run_not_its_parts(tmp_path):
     rec = bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params={})
     bench.save([rec], "04", path=tmp_path / "gpu-2026-01-01.jsonl")
     assert ar.stored_v3_run(tmp_path) == ""
-    for name in ("gpu-2026-01-01-b.jsonl", "gpu-2026-01-01-c-tune.jsonl", "gpu-2026-01-01-d-race.jsonl"):
+    parts = ("c-tune", "d-race", "e-headline", "f-spills-ab", "g-spills-check")
+    for name in ("gpu-2026-01-01-b.jsonl", *(f"gpu-2026-01-01-{p}.jsonl" for p in parts)):
         bench.save([rec], "04", path=tmp_path / name)
     assert ar.stored_v3_run(tmp_path) == "b"  # the -tune and -race files are parts, not bench runs
 
