@@ -7,7 +7,9 @@ GPU inside a step shows host ~ wall) and the caching allocator's counters over t
 calls, syncs of all streams, retries). Then ``torch.cuda.set_sync_debug_mode('warn')`` around three loop steps, and
 torch.profiler over three loop steps: CUDA runtime calls by total time, the GPU's idle gaps between kernels and the
 runtime calls that overlap each long gap. Usage: ``python scripts/diag05_sync.py OUTDIR``; prints a summary, writes
-``diag05.json`` and the profiler's trace there.
+``diag05.json`` and the profiler's trace there. ``python scripts/diag05_sync.py OUTDIR profiler``: in a fresh process,
+the loop, autograd.grad and the CUDA graph's replay in interleaved rounds before and after one torch.profiler session
+(``diag05-profiler.json``).
 """
 
 import contextlib
@@ -223,5 +225,43 @@ def main():
         json.dump(res, fh, indent=1, default=str)
 
 
+def one_loop(fn, n=20):
+    """(wall, host) ms per call of one loop of ``n`` calls back to back and one synchronize."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    h = time.perf_counter()
+    torch.cuda.synchronize()
+    return round((time.perf_counter() - t) / n * 1e3, 4), round((h - t) / n * 1e3, 4)
+
+
+def profiler_effect(rounds=3):
+    """In a fresh process: the loop, autograd.grad and the graph's replay in interleaved rounds (wall and host ms),
+    before and after one torch.profiler session of one loop step; device ms before."""
+    x = leaves()
+    m = modes(x)
+    m["loop"]()
+    m["autograd.grad"]()
+    graph = bench.capture(m["autograd.grad"])
+    fns = {"loop": m["loop"], "autograd.grad": m["autograd.grad"], "graph": graph}
+    emit("device ms", {k: round(bench.time_callable(f).median_ms, 4) for k, f in fns.items()})
+    for when in ("before profiler", "after profiler", "after profiler, later"):
+        if when == "after profiler":
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                m["loop"]()
+                torch.cuda.synchronize()
+        got = {k: [one_loop(f) for _ in range(rounds)] for k, f in fns.items()}
+        emit(when, {k: {"wall": sorted(w for w, _ in v)[rounds // 2], "host": sorted(h for _, h in v)[rounds // 2]}
+                    for k, v in got.items()})  # fmt: skip
+    with open(os.path.join(OUT, "diag05-profiler.json"), "w") as fh:
+        json.dump(res, fh, indent=1, default=str)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[2] == "profiler":
+        profiler_effect()
+    else:
+        main()

@@ -1201,12 +1201,14 @@ if hinted_rows:
             w8=cand_[("hinted", 8, 8)]["ms"], u16=cand_[("hinted", 16, 4)]["ms"],
         ),
         claims.claim(
-            "The package does not take the hinted words by default yet (`split_tiling.MEASURED_EXCHANGE` is empty:"
-            " their bit-for-bit GPU tests have not been seen passing; `exchange=\"hinted\"` runs them on request)."
+            "The package takes the hinted words, 8 units in 4 warps, by default for this forward (one head of 768,"
+            " B <= 16, 16-bit, on Hopper: `split_tiling.MEASURED_EXCHANGE` lists it, since their bit-for-bit GPU"
+            " tests against the barrier kernel passed; the backward keeps the barrier, its hinted words untimed)."
             " cuDNN's fp16 forward takes {c:.2f} ms in the same run: the split forward is still {r:.2f}x of it,"
             " short of the issue's {target:.1f} ms.",
-            holds=lambda r, **_: r > 1,
+            holds=lambda r, entry, **_: r > 1 and entry == ("hinted", 8, 4),
             c=cud_["ms"], r=hin_["ms"] / cud_["ms"], target=2.0,
+            entry=split_tiling.MEASURED_EXCHANGE.get(("forward", "lstm", 768)),
         ),
     ))  # fmt: skip
 
