@@ -1237,7 +1237,13 @@ if called_rows:
             "({verdict} the issue's bound of 1.05x; its device time {dev:.2f} ms): "
             + ("the host keeps nearly ahead of the GPU, and what is left is almost all the GPU's work."
                if main_loop["wall_ms"] < 1.1 * main_graph["wall_ms"] else
-               "in this run the host's work per step did not hide under the GPU's, and the wall clock shows it."),
+               "in this run the host's work per step did not hide under the GPU's, and the wall clock shows it.")
+            + (f" The host's own time per step (the loop timed until its last call returns) was "
+               f"{main_loop['host_ms']:.2f} ms: no call in the step waits for the GPU (`scripts/diag05_sync.py` "
+               "found no synchronizing call), so the wall clock shows the GPU's time wherever the host's stays "
+               "below it. After a torch.profiler session the same process's host time per step grew (H100, "
+               "`benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log`), so the bench profiles last."
+               if main_loop.get("host_ms") is not None else ""),
             holds=lambda r, verdict, dev, **_: (r <= 1.05) == (verdict == "within") and dev > 0,
             verdict="within" if main_loop["wall_ms"] / main_graph["wall_ms"] <= 1.05 else "over",
             loop=main_loop["wall_ms"], graph=main_graph["wall_ms"], r=main_loop["wall_ms"] / main_graph["wall_ms"],
