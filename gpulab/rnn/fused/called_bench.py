@@ -221,7 +221,7 @@ ROUNDS = 3
 def _interleaved(records, fns, name, rounds=ROUNDS):
     """The wall and host clocks of ``records`` (one per mode of ``fns``) again, in ``rounds`` rounds that time every
     mode once each (one loop of calls back to back), each mode's median over the rounds: the host's speed drifts
-    during a run (a later loop of the same step can take 1.9x the host time of an earlier one on the H100 machine,
+    during a run (on the H100 machine, loops of the same step took from 1.3 to 2.5 ms of host time in one process,
     ``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``), so modes timed one after another compare
     the host at different moments; interleaved, a drift reaches every mode alike. Each record keeps its rounds
     (``params['wall_rounds_ms']``, ``params['host_rounds_ms']``)."""

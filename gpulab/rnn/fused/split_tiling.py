@@ -86,10 +86,11 @@ than the counter barrier faster *and* its GPU tests passed, on Hopper GPUs, 16-b
 tile (B <= 16). The LSTM forward at 768 (B16, T1024, bf16): the hinted words (:mod:`gpulab.rnn.fused.exchange`) with
 8 units in 4 warps ran faster than every barrier tiling on both clocks (``scripts/bench05_hinted.py``,
 ``benchmarks/05_fused_rnn/split/*-hinted.jsonl``, and the forward of the ``-steps`` record of the same day; with 2
-warps the words in flight spill, so the hinted exchange comes with its own warps), and its bit-for-bit GPU tests
-against the barrier kernel passed on the H100 (``pytest -m gpu tests/rnn/fused/test_rnn_exchange.py``, run of
-2026-11-26, ``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``). The backward keeps the barrier (its
-hinted words were not timed). ``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
+warps the words in flight spill, so the hinted exchange comes with its own warps), and the forward's bit-for-bit
+GPU tests against the barrier kernel passed on the H100 (``test_rnn_exchange.py``'s hinted forward: LSTM, GRU and
+Elman at 256 and 768, the chosen tiling and 8 units in 4 warps, 20 launches each; run of 2026-11-26,
+``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``). The backward keeps the barrier (its hinted words
+were not timed, and that run reached 2 of its 6 bit-for-bit GPU tests, both passed). ``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
 
 
 @dataclasses.dataclass(frozen=True)
