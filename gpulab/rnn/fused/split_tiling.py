@@ -90,7 +90,8 @@ warps the words in flight spill, so the hinted exchange comes with its own warps
 GPU tests against the barrier kernel passed on the H100 (``test_rnn_exchange.py``'s hinted forward: LSTM, GRU and
 Elman at 256 and 768, the chosen tiling and 8 units in 4 warps, 20 launches each; run of 2026-11-26,
 ``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``). The backward keeps the barrier (its hinted words
-were not timed, and that run reached 2 of its 6 bit-for-bit GPU tests, both passed). ``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
+were not timed, and that run reached 2 of its 6 bit-for-bit GPU tests, both passed).
+``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
 
 
 @dataclasses.dataclass(frozen=True)
