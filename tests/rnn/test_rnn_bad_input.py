@@ -296,6 +296,12 @@ CASES = [
     ("backward_as-cuts", lambda: plan.backward_as(cuts=(0.5, 0.2)).__enter__(), ValueError, "cuts must be"),
     ("backward_as-cuts-1", lambda: plan.backward_as(cuts=(1.0,)).__enter__(), ValueError, "cuts must be"),
     ("host_parts-x", lambda: called_bench.host_parts(torch.zeros(3)), TypeError, "x must be the four leaves"),
+    (
+        "host_parts-profile",
+        lambda: called_bench.host_parts([torch.zeros(1)] * 4, profile="yes"),
+        TypeError,
+        "profile must be True or False",
+    ),
     ("host_parts_table-rows", lambda: called_bench.host_parts_table("rows"), TypeError, "rows must be a list"),
     ("host_parts_table-none", lambda: called_bench.host_parts_table([{"kind": "env"}]), ValueError, "no 'host parts'"),
     ("report-kernel", lambda: sass.report(None, "x"), TypeError, "kernel must be a compiled kernel"),

@@ -4,7 +4,12 @@ called``, records ``<gpu>-<date>-called.jsonl`` under ``benchmarks/05_fused_rnn/
 Two problems, LSTM, bf16, Wx given, ``flashrnn(backend='fused')``: the main one (B 16, T 1024, 12 heads of 64) and a
 tiny one (B 1, T 4, 2 heads of 64), where the host's work is all there is. Per problem (``kind='called'``,
 ``params['mode']``), every mode timed on the eager wall clock (calls back to back, one synchronize) and the device
-clock:
+clock, with the host's own time per call beside them (``params['host_ms']``: the same loops timed until the last call
+returns, before the synchronize; where wall > device time and host ~ wall, the host is the slower of the two, and
+no call waits for the GPU: ``scripts/diag05_sync.py`` found no synchronizing call in the loop, H100, 2026-11-26).
+The main problem's wall and host clocks are taken in :data:`ROUNDS` interleaved rounds over its modes, each mode's
+median (the host's speed drifts during a run). After the ``graphed callable`` mode (whose captured graph keeps the
+leaves' AccumulateGrad nodes alive on its capture stream) the problem's later parts run on fresh leaves:
 
 - ``loop``: ``for p in leaves: p.grad = None``, forward, ``out.sum().backward()`` (what a training loop does with
   ``zero_grad(set_to_none=True)``, PyTorch's default);
@@ -53,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import statistics
 import time
 
@@ -165,17 +171,26 @@ def _cudnn(name) -> dict:
     return {"cuDNN fp16 loop": loop, "cuDNN fp16 forward": forward}
 
 
-def _wall_ms(fn, n) -> float:
-    """Eager wall ms per call: ``n`` calls back to back, one synchronize; the best of three such loops."""
-    best = float("inf")
-    for _ in range(3):
+def _clocks(fn, n, loops=3) -> tuple[float, float]:
+    """``(wall, host)`` ms per call, the best of ``loops`` loops of ``n`` calls back to back and one synchronize:
+    wall until the synchronize returns, host until the last call returns (the host's own work per call, what it
+    spends launching; wall > device time with host ~ wall: the host is the slower of the two, not a wait for the
+    GPU inside the step, which would show as host ~ wall with the GPU idle and no call ahead)."""
+    wall = host = float("inf")
+    for _ in range(loops):
         runtime.synchronize()
         t = time.perf_counter()
         for _ in range(n):
             fn()
+        h = time.perf_counter()
         runtime.synchronize()
-        best = min(best, (time.perf_counter() - t) / n * 1e3)
-    return best
+        wall, host = min(wall, (time.perf_counter() - t) / n * 1e3), min(host, (h - t) / n * 1e3)
+    return wall, host
+
+
+def _wall_ms(fn, n) -> float:
+    """Eager wall ms per call: ``n`` calls back to back, one synchronize; the best of three such loops."""
+    return _clocks(fn, n)[0]
 
 
 def _calls(name) -> int:
@@ -195,8 +210,34 @@ def _record(name, mode, fn, **extra) -> bench.Result:
     dtype = runtime.pick(cpu="float32", gpu="bfloat16")
     r = bench.measure(fn, lesson="05", case=f"{name} {mode}", dtype=dtype, wall_clock=False, kind="called",
                       problem=name, mode=mode, B=B, T=T, NH=NH, DH=DH, sm_clock_mhz=_sm_clock(), **extra)  # fmt: skip
-    r.wall_ms = _wall_ms(fn, _calls(name))
+    r.wall_ms, r.params["host_ms"] = _clocks(fn, _calls(name))
     return r
+
+
+ROUNDS = 3
+"""The main problem's modes get their wall clocks in this many interleaved rounds (see :func:`_interleaved`)."""
+
+
+def _interleaved(records, fns, name, rounds=ROUNDS):
+    """The wall and host clocks of ``records`` (one per mode of ``fns``) again, in ``rounds`` rounds that time every
+    mode once each (one loop of calls back to back), each mode's median over the rounds: the host's speed drifts
+    during a run (on the H100 machine, loops of the same step took from 1.3 to 2.5 ms of host time in one process,
+    ``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``), so modes timed one after another compare
+    the host at different moments; interleaved, a drift reaches every mode alike. Each record keeps its rounds
+    (``params['wall_rounds_ms']``, ``params['host_rounds_ms']``)."""
+    n = _calls(name)
+    walls = {r.params["mode"]: [] for r in records}
+    hosts = {m: [] for m in walls}
+    for _ in range(rounds):
+        for r in records:
+            w, h = _clocks(fns[r.params["mode"]], n, loops=1)
+            walls[r.params["mode"]].append(w)
+            hosts[r.params["mode"]].append(h)
+    for r in records:
+        m = r.params["mode"]
+        r.wall_ms, r.params["host_ms"] = statistics.median(walls[m]), statistics.median(hosts[m])
+        r.params.update(wall_rounds_ms=walls[m], host_rounds_ms=hosts[m], wall_rounds=rounds)
+    return records
 
 
 def _kernels_per_step(fn) -> int | None:
@@ -212,7 +253,7 @@ def _kernels_per_step(fn) -> int | None:
     return sum(e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def _breakdown(x, step_fns) -> list[bench.Result]:
+def _breakdown(x, step_fns, profiles) -> list[bench.Result]:
     """The tiny step's wall time in pieces (see the module): forward with autograd recording, the sum, the backward
     alone; the kernels per step; the host's share."""
     n = _calls("tiny")
@@ -243,9 +284,15 @@ def _breakdown(x, step_fns) -> list[bench.Result]:
     B, T, NH, DH = _shape("tiny")
     r = bench.record(lesson="05", case="tiny breakdown", kind="breakdown", problem="tiny", B=B, T=T, NH=NH, DH=DH,
                      pieces_ms=pieces, pieces_sum_ms=sum(pieces.values()), step_wall_ms=whole,
-                     kernels_device_ms=kernels_ms, kernels_per_step=_kernels_per_step(step_fns["loop"]),
+                     kernels_device_ms=kernels_ms, kernels_per_step=None,
                      host_ms=whole - kernels_ms if kernels_ms is not None else None, one_op_ms=one_op)  # fmt: skip
     r.wall_ms = whole
+
+    def count(loop=step_fns["loop"]):  # run after every timing (see called)
+        r.params["kernels_per_step"] = _kernels_per_step(loop)
+        return []
+
+    profiles.append(count)
     return [r]
 
 
@@ -264,20 +311,23 @@ def _guarded(case, make) -> list[bench.Result]:
 
 def called(progress=None, problems=None):
     """``python -m gpulab bench 05 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both),
-    then the tiny step's breakdown."""
+    then the tiny step's breakdown; the torch.profiler sessions (the variants' kernels, the kernels per tiny step)
+    last, after every timing but the last host parts' own (whose profile ends them): a session can leave CUDA's
+    profiling interface attached, which adds host time to every later CUDA call of the process (the main loop
+    measured after one, in the run of 2026-11-26, had 1.2x its graph's wall time; see the module docstring)."""
     problems = tuple(PROBLEMS) if problems is None else problems
     if isinstance(problems, str) or not isinstance(problems, (list, tuple)) or not problems:
         raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
     for name in problems:
         runtime.one_of("problems", name, tuple(PROBLEMS))
-    first = lambda: [host_parts(_leaves("tiny"), when="first")]  # noqa: E731 - in a fresh process
+    first = lambda: [host_parts(_leaves("tiny"), when="first", profile=False)]  # noqa: E731 - a fresh process
     out = _guarded("tiny host parts first", first) if "tiny" in problems else []
+    profiles = []  # torch.profiler sessions, run after every timing (see the docstring)
     for name in problems:
         x = _leaves(name)
         fns = _modes(x)
-        for mode, fn in fns.items():
-            if fn is not None:
-                out.append(_record(name, mode, fn))
+        modes = [_record(name, mode, fn) for mode, fn in fns.items() if fn is not None]
+        out += _interleaved(modes, fns, name) if name == "main" else modes
         step, check = _graphed(x)
         if step is not None:
             out.append(_record(name, "graphed callable", step, check=check))
@@ -288,11 +338,17 @@ def called(progress=None, problems=None):
             out[-1].status = check
         for mode, fn in _cudnn(name).items():
             out.append(_record(name, mode, fn))
+        # make_graphed_callables keeps its captured autograd graph, and with it the AccumulateGrad nodes of x made
+        # on its capture stream: a later backward into x meets a stream mismatch (PyTorch warns) and pays extra
+        # stream syncs. What comes after it runs on fresh leaves.
+        x = _leaves(name)
         if name == "main":
-            out += _guarded("main variants", lambda x=x, name=name: _variants(name, x))
+            out += _guarded("main variants", lambda x=x, name=name: _variants(name, x, profiles))
         if name == "tiny":
-            out += _breakdown(x, fns)
+            out += _breakdown(x, _modes(x), profiles)
             out += _guarded("tiny host parts last", lambda x=x: [host_parts(x, when="last")])
+    for make in profiles:
+        out += _guarded("profiles", make)
     return out
 
 
@@ -349,9 +405,10 @@ dG stored in Wx's layout (no copy of dWx by autograd; each piece's rows copied t
 second cut of the sequence at T/2."""
 
 
-def _variants(name, x) -> list[bench.Result]:
-    """The loop and ``autograd.grad`` under each of :data:`VARIANTS`, then the kernels of one loop step (device
-    time per kernel, torch.profiler) as shipped and under each variant (``kind='kernels'``)."""
+def _variants(name, x, profiles) -> list[bench.Result]:
+    """The loop and ``autograd.grad`` under each of :data:`VARIANTS`; the kernels of one loop step (device time per
+    kernel, torch.profiler) as shipped and under each variant (``kind='kernels'``, ``ms`` their device times summed)
+    are left in ``profiles`` (functions returning records), to run after every timing (see :func:`called`)."""
 
     def loop():
         for t in x:
@@ -361,17 +418,22 @@ def _variants(name, x) -> list[bench.Result]:
     def grad():
         return torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x)
 
+    def kernels_of(label, how):
+        with plan.backward_as(**how):
+            kernels, _ = _profiled(loop)
+        busy = sum(ms for _, ms in kernels.values()) if kernels else math.nan
+        return [bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
+                             mode="loop", variant=label, kernels=kernels, ms=busy,
+                             ms_is="the step's kernels' device times summed (torch.profiler, one step; the side "
+                                   "stream's kernels overlap the main stream's: not the step's span)")]  # fmt: skip
+
     out = []
     for label, how in {"shipped": {}, **VARIANTS}.items():
-        with plan.backward_as(**how):
-            if label != "shipped":
-                out += [
-                    _record(name, f"{m} ({label})", f, variant=label)
-                    for m, f in (("loop", loop), ("autograd.grad", grad))
-                ]
-            kernels, _ = _profiled(loop)
-            out.append(bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
-                                    mode="loop", variant=label, kernels=kernels))  # fmt: skip
+        if label != "shipped":
+            with plan.backward_as(**how):
+                for mode, fn in (("loop", loop), ("autograd.grad", grad)):
+                    out.append(_record(name, f"{mode} ({label})", fn, variant=label))
+        profiles.append(lambda label=label, how=how: kernels_of(label, how))
     return out
 
 
@@ -397,17 +459,20 @@ def _loop_ms(fn, n) -> float:
     return (time.perf_counter() - t) / n * 1e3
 
 
-def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
+def host_parts(x, when: str = "", rounds: int = 5, profile: bool = True) -> bench.Result:
     """The tiny step's wall time as a sum of parts timed the same way (see the module): ``kind='host parts'``.
     ``x``: the four leaves (Wx, R, b, states) requiring grad; ``when``: a label for the record ('first' in a fresh
     process, 'last' after every other measurement). The parts are timed in ``rounds`` rounds, one loop of each per
     round (so a drift of the host's speed during the run reaches every part alike), with Python's cyclic garbage
-    collector off (as ``timeit`` does; the step is also timed with it on); each part's median over the rounds."""
+    collector off (as ``timeit`` does; the step is also timed with it on); each part's median over the rounds.
+    ``profile``: also list the step's kernels and ATen ops (torch.profiler, after the timings); off for the first
+    run, so that no profiling session precedes the timings of :func:`called`."""
     if not isinstance(x, (list, tuple)) or len(x) != 4 or not all(isinstance(t, torch.Tensor) for t in x):
         raise TypeError(f"x must be the four leaves [Wx, R, b, states] (tensors), got {type(x).__name__}.")
     if not isinstance(when, str):
         raise TypeError(f"when must be a label (str), got {type(when).__name__}.")
     rounds = runtime.positive_int("rounds", rounds)
+    profile = runtime.strict_bool("profile", profile)
     n = _calls("tiny")
 
     def step(inputs=x):
@@ -459,7 +524,7 @@ def host_parts(x, when: str = "", rounds: int = 5) -> bench.Result:
     med = {k: statistics.median(v) for k, v in samples.items()}
     n_launches = len(recorded)  # counted before the list is dropped (a record of 2026-11-26 stored 0: counted after)
     recorded.clear()  # the recorded launches hold the step's outputs, and through them its autograd graph
-    kernels, ops = _profiled(step)
+    kernels, ops = _profiled(step) if profile else ({}, {})
     # the kernels' device time from the profiler (no CUDA graph captured here: a capture on leaves whose
     # AccumulateGrad nodes an eager step made on the default stream fails, "legacy stream depend on a capturing
     # blocking stream", as the H100 run of 2026-11-26 found)

@@ -283,19 +283,21 @@ def exchange_table(rows) -> str:
 
 
 def called_table(rows) -> str:
-    """Per problem and mode (``called`` rows): device ms and eager wall ms of a step, and the wall time over the CUDA
-    graph's; then the tiny step's pieces (``breakdown``) with their sum, the kernels' device time and one eager op."""
+    """Per problem and mode (``called`` rows): device ms, eager wall ms and the host's own ms of a step (``host_ms``,
+    where the record has it), and the wall time over the CUDA graph's; then the tiny step's pieces (``breakdown``)
+    with their sum, the kernels' device time and one eager op."""
     rows = _rows(rows)
     called = [r for r in rows if r.get("kind") == "called" and "ms" in r]
     if not called:
         raise ValueError("no 'called' rows in these records: load them with load_split(record='called').")
-    lines = [f"{_env(rows)} | LSTM, bf16, Wx given, flashrnn(backend='fused'), one step = forward+backward",
-             f"{'problem':8s} {'mode':18s} {'ms':>8s} {'wall ms':>8s}  wall / graph's wall"]  # fmt: skip
+    head = f"{'problem':8s} {'mode':18s} {'ms':>8s} {'wall ms':>8s} {'host ms':>8s}  wall / graph's wall"
+    lines = [f"{_env(rows)} | LSTM, bf16, Wx given, flashrnn(backend='fused'), one step = forward+backward", head]
     graphs = {r["problem"]: r for r in called if r["mode"] == "graph"}
     for r in called:
         g = graphs.get(r["problem"])
         ratio = f"{r['wall_ms'] / g['wall_ms']:.2f}x" if g and r["mode"] not in ("graph", "forward") else ""
-        lines.append(f"{r['problem']:8s} {r['mode']:18s} {r['ms']:8.3f} {r['wall_ms']:8.3f}  {ratio}")
+        host = f"{r['host_ms']:8.3f}" if r.get("host_ms") is not None else f"{'-':>8s}"  # older records: none
+        lines.append(f"{r['problem']:8s} {r['mode']:18s} {r['ms']:8.3f} {r['wall_ms']:8.3f} {host}  {ratio}")
     for b in (r for r in rows if r.get("kind") == "breakdown"):
         lines.append(f"\n{b['problem']} step, {b['step_wall_ms']:.3f} ms wall, in pieces (each timed alone):")
         for name, ms in b["pieces_ms"].items():

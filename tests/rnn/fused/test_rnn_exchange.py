@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import clocks, exchange, split, split_backward, split_tiling
+from gpulab.rnn.fused import clocks, exchange, split, split_backward, split_report, split_tiling
 
 import triton  # isort: skip  (after gpulab: it decides whether Triton interprets)
 import triton.language as tl  # isort: skip
@@ -45,6 +45,35 @@ def test_exchanges_match_float64_and_the_barrier_kernel(function, how, B, NH, ma
         check.assert_close(out, ref[0], dtype=torch.float16, name="states_all")
         check.assert_close(last, ref[1], dtype=torch.float16, name="states_last")
         assert torch.equal(out, base)
+
+
+def test_measured_exchanges_are_the_records_faster_ones():
+    """Every :data:`split_tiling.MEASURED_EXCHANGE` entry beats the counter barrier in lesson 5's newest H100 records
+    on both clocks: the exchange sweep (``*-hinted.jsonl``: that exchange at that tiling against every barrier
+    tiling) and the forward as called (``*-steps.jsonl``, kind 'time'); the chooser takes it where it applies
+    (Hopper, B <= 16, one head, 16-bit) with the entry's tiling, and the barrier elsewhere."""
+    assert split_tiling.MEASURED_EXCHANGE, "no measured exchange: this test then holds nothing"
+    sweep = [r for r in split_report.load_split("h100", record="hinted") if r.get("kind") == "hinted" and "ms" in r]
+    steps = [r for r in split_report.load_split("h100", record="steps") if r.get("kind") == "time" and "ms" in r]
+    for (direction, function, dh), (how, block_u, warps) in split_tiling.MEASURED_EXCHANGE.items():
+        assert direction == "forward" and function == "lstm"  # what the records time
+        at = [r for r in sweep if r.get("DH") == dh and r.get("direction", "forward") == direction]
+        mine = [r for r in at if (r.get("exchange"), r.get("block_u"), r.get("warps")) == (how, block_u, warps)]
+        barrier = [r for r in at if r.get("exchange") == "barrier"]
+        assert len(mine) == 1 and barrier, (mine, barrier)
+        for b in barrier:
+            assert mine[0]["ms"] < b["ms"] and mine[0]["wall_ms"] < b["wall_ms"], (mine[0], b)
+        called = {r["exchange"]: r for r in steps if r.get("DH") == dh and not r.get("training") and "exchange" in r}
+        assert called[how]["ms"] < called["barrier"]["ms"] and called[how]["wall_ms"] < called["barrier"]["wall_ms"]
+        chosen = split_tiling.split_tiling(16, 1, dh, function, torch.bfloat16, gpu="H100", direction=direction)
+        assert (chosen.exchange, chosen.block_u, chosen.num_warps, chosen.block_b) == (how, block_u, warps, 16)
+        for other in (
+            split_tiling.split_tiling(32, 1, dh, function, torch.bfloat16, gpu="H100", direction=direction),
+            split_tiling.split_tiling(16, 2, dh, function, torch.bfloat16, gpu="H100", direction=direction),
+            split_tiling.split_tiling(16, 1, dh, function, torch.float32, gpu="H100", direction=direction),
+            split_tiling.split_tiling(16, 1, dh, function, torch.bfloat16, gpu="H100", direction="backward"),
+        ):
+            assert other.exchange == "barrier", other
 
 
 def test_tagged_exchange_refuses_what_it_cannot_carry(make_inputs):

@@ -214,13 +214,14 @@ def test_parts_exchange_and_called_tables_read_their_rows():
     assert "cuDNN float16" in split_report.exchange_table(rows)
     called = [
         env,
-        {"kind": "called", "problem": "tiny", "mode": "loop", "ms": 0.03, "wall_ms": 0.6},
+        {"kind": "called", "problem": "tiny", "mode": "loop", "ms": 0.03, "wall_ms": 0.6, "host_ms": 0.55},
         {"kind": "called", "problem": "tiny", "mode": "graph", "ms": 0.02, "wall_ms": 0.02},
         {"kind": "breakdown", "problem": "tiny", "step_wall_ms": 0.6, "pieces_ms": {"a": 0.2, "b": 0.34},
          "pieces_sum_ms": 0.54, "kernels_device_ms": 0.02, "kernels_per_step": 6, "one_op_ms": 0.01},
     ]  # fmt: skip
     text = split_report.called_table(called)
     assert "30.00x" in text and "90% of the step" in text and "6 per step" in text
+    assert "   0.550  30.00x" in text and "host ms" in text  # the host's time beside the clocks; '-' where none
     with pytest.raises(ValueError, match="record='called'"):
         split_report.called_table(rows)
     with pytest.raises(ValueError, match="record='steps'"):
