@@ -21,6 +21,7 @@ STEPS = {
     4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
     5: "step 3 with dQ through shared memory: a writer warp does the atomic additions, the consumers none",
     6: "step 5 with each consumer's own dS and dS K over its 64 keys (no meeting per block), the writer sums both",
+    7: "step 5 on a persistent grid: one program per SM walks the tiles, the next K/V loaded under dK/dV's stores",
 }
 """The backward's numbered steps (``V3BackwardConfig.step``)."""
 
@@ -32,8 +33,8 @@ KEYS_PER_WARPGROUP = 64
 
 @dataclasses.dataclass(frozen=True)
 class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-6, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-6's
+    """The backward's launch: ``step`` (1-7, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-7's
     ``writer_regs`` (``setmaxnreg``; the producer and the writer share one warpgroup, so its budget is the larger)."""
 
     step: int = 3
@@ -56,13 +57,18 @@ class V3BackwardConfig:
         return 1 if self.step == 1 else 2
 
     @property
+    def persistent(self) -> bool:
+        """Step 7: ``min(tiles, SMs)`` programs, each taking tiles in turn."""
+        return self.step == 7
+
+    @property
     def block_n(self) -> int:
         """Keys per program."""
         return KEYS_PER_WARPGROUP * self.consumers
 
     @property
     def maxnreg(self) -> int | None:
-        """Steps 2-6's kernel-wide register cap (the three warpgroups' budgets averaged; steps 5-6's producer and
+        """Steps 2-7's kernel-wide register cap (the three warpgroups' budgets averaged; steps 5-7's producer and
         writer warps share the third); step 1: None (no cap)."""
         if self.step == 1:
             return None
@@ -70,10 +76,12 @@ class V3BackwardConfig:
         return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
-MEASURED = {64: V3BackwardConfig(step=5), 128: V3BackwardConfig(step=5)}
-"""The default launch per head dim (:func:`backward_config`): step 5, two stages, the fastest step on the H100 records
-(``benchmarks/04_attention/v3/``, ``bwd`` runs d and e; three stages at head dim 64 measured the same within the
-runs' spread)."""
+MEASURED = {64: V3BackwardConfig(step=7), 128: V3BackwardConfig(step=5)}
+"""The default launch per head dim (:func:`backward_config`): the step with the highest median speed relative to
+cuDNN on the newest H100 run that timed several steps on the whole grid (``benchmarks/04_attention/v3/``, ``bwd``
+run f: head dim 64 step 7 0.863x vs step 5 0.853x, a margin within the N = 1024 problems' spread; head dim 128 step
+5 0.810x vs step 7 0.774x, step 7 slower on every long problem there). Two stages (three measured the same in run
+e)."""
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:

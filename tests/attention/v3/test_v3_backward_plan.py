@@ -61,3 +61,52 @@ def test_backward_plan_is_worked_out_once_from_the_shapes():
     p = BackwardPlan(None, q, k, 0.125, 128, 168, {"HEAD_DIM": 64}, None)
     assert (p.n_q, p.n_k, p.d, p.bh, p.grid) == (300, 517, 64, 6, (5, 6))
     assert p.raw is None  # the C launcher is kept only after a first launch through Triton
+
+
+def _default_impl(d: int) -> str:
+    """The records' name of version 3's measured default at head dim ``d``."""
+    from gpulab.attention.v3 import backward_configs
+
+    cfg = backward_configs.MEASURED[d]
+    return f"gpulab v3 bwd step {cfg.step}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
+
+
+def test_min_seq_matches_the_newest_run():
+    """V3_BACKWARD_MIN_SEQ is, per (head dim, causal), the shortest length from which on the measured default took
+    less device time than the two-kernel backward on every problem, in the newest run that timed both on all 24."""
+    newest = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        if len(best) == 24 and all(_default_impl(d) in row and report.SHIPPED in row
+                                   for (_t, d, _n, _c), row in best.items()):  # fmt: skip
+            newest = (run, best)
+    assert newest, "no record run timed the default and the shipped backward on the whole grid"
+    run, best = newest
+    want = {}
+    for d in (64, 128):
+        rows = {key: row for key, row in best.items() if key[1] == d}
+        want.update(report.min_seq_table(rows, _default_impl(d)))
+    assert plan.V3_BACKWARD_MIN_SEQ == want, (run, want)
+
+
+def test_min_seq_table_reads_the_longest_lengths_first():
+    def row(ours, theirs):
+        return {"v3": {"ms": ours}, report.SHIPPED: {"ms": theirs}}
+
+    best = {("bf16", 64, 1024, False): row(2, 1), ("bf16", 64, 4096, False): row(1, 2),
+            ("bf16", 64, 16384, False): row(1, 2), ("bf16", 64, 1024, True): row(1, 2),
+            ("bf16", 64, 4096, True): row(2, 1), ("bf16", 64, 16384, True): row(1, 2),
+            ("bf16", 128, 16384, True): row(2, 1)}  # fmt: skip
+    assert report.min_seq_table(best, "v3") == {(64, False): 4096, (64, True): 16384}
+
+
+def test_min_seq_takes_version_3_only_from_its_length(monkeypatch):
+    """The gate: the launch kind follows min(Nq, Nk) against the table (here without an sm_90 GPU, the two kernels
+    always: version 3 cannot run)."""
+    monkeypatch.setattr(plan, "V3_BACKWARD_MIN_SEQ", {(64, True): 16})
+    plan.clear_plan_cache()
+    q, k, v = (torch.randn(1, 1, 20, 64, device=runtime.device, requires_grad=True) for _ in "qkv")
+    flash_attention(q, k, v, is_causal=True).sum().backward()
+    assert plan.backward_kind(plan.forward_plan(q, k, v, is_causal=True)) == "two kernels"
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    plan.clear_plan_cache()
