@@ -60,7 +60,7 @@ class PlanSwitch:
             self.saved = P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config
             P.V3_BACKWARD_HEAD_DIMS = (64, 128)
             if self.cfg is not None:  # "default": backward_config as it is
-                v3b.backward_config = lambda d, causal=False, step=None: self.cfg
+                v3b.backward_config = lambda d, causal=False, step=None, seq=None: self.cfg
             P.clear_plan_cache()
 
     def __exit__(self, *exc):

@@ -81,14 +81,15 @@ dims, on every problem with N >= 4096, and is not at N = 1024)."""
 V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 16384, (64, True): 4096, (128, False): 4096,
                                                       (128, True): 4096}  # fmt: skip
 """``(head dim, causal) -> N``: :func:`run_backward` takes version 3's backward (its measured default,
-:data:`gpulab.attention.v3.backward_configs.MEASURED`) where both the query and the key length are at least N (and
+:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) where both the query and the key length are at least N (and
 :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for, determinism is not); no entry:
 never. N is the shortest length of lesson 4's grid from which on that default took less time than the shipped
 two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's faster round) in the
 newest H100 run that timed both on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` runs;
 ``tests/attention/v3/test_v3_backward_plan.py`` holds this table to them). Run f: from 4096 on, except head dim 64
-without the mask, where the two were within 0.3% of each other at N = 4096 and version 3 took less time only at
-16384; at N = 1024 the shipped backward took less time everywhere. The records have Nq = Nk, hence both lengths."""
+without the mask, where the two were within 1.5% of each other at N = 4096 (bf16 version 3 slower) and version 3
+took less time only at 16384; at N = 1024 the two-kernel backward took less time everywhere. The records have
+Nq = Nk, hence both lengths."""
 
 
 class V3Backward(NamedTuple):
@@ -456,7 +457,7 @@ def _launches(plan: Plan, q, k, v, o, lse, do):
     long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
     if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
             and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
-        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal))
+        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
     if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
         pre = v1_fused.preprocess_launch(plan)
         return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))

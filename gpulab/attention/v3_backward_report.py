@@ -20,7 +20,7 @@ from pathlib import Path
 from gpulab import dtypes, runtime
 
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
-           "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table"]  # fmt: skip
+           "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table", "kernel_profile"]  # fmt: skip
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
 CUDNN = "SDPA cuDNN"
@@ -145,4 +145,28 @@ def min_seq_table(best_rows: dict, impl: str, peer: str = SHIPPED, clock: str = 
             start = n
         if start is not None:
             out[key] = start
+    return out
+
+
+_STEP = re.compile(r"^## step (\d+):")
+_KERNEL = re.compile(r"^\s*([0-9.]+) us\s+(\d+)x\s+(.+)$")
+
+
+def kernel_profile(run: str, tag: str, folder=None) -> dict[int, dict[str, float]]:
+    """``{step: {kernel name: device microseconds per backward}}`` of the text record
+    ``*-bwd-<run>-profile-<tag>.txt`` (``scripts/profile_v3_backward.py``: torch.profiler, the backward alone);
+    FileNotFoundError naming the folder if there is none."""
+    folder = Path(folder) if folder is not None else FOLDER
+    files = sorted(folder.glob(f"*-bwd-{run}-profile-{tag}.txt"))
+    if not files:
+        raise FileNotFoundError(f"no kernel profile of run {run!r}, tag {tag!r} in {folder}; run "
+                                "scripts/profile_v3_backward.py on an H100 and copy its file there.")  # fmt: skip
+    out: dict[int, dict[str, float]] = {}
+    step = None
+    for line in files[-1].read_text().splitlines():
+        if m := _STEP.match(line):
+            step = int(m[1])
+            out[step] = {}
+        elif (m := _KERNEL.match(line)) and step is not None:
+            out[step][m[3].strip()] = float(m[1])
     return out

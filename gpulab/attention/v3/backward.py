@@ -28,13 +28,16 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
 5. step 3 with dQ through shared memory: each consumer stores its dQ columns (fp32) in one of two buffers and a writer
    partition (:func:`gpulab.attention.v3.backward_dq.dq_writer`, two warps beside the producer) adds them into the
    global buffer with 4-float atomics; the consumers issue no atomic instruction;
-6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both).
+6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both);
+7. step 5 on a persistent grid (:mod:`gpulab.attention.v3.backward_persistent`): one program per SM walks the
+   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored.
 
-:func:`backward_config` picks step 5 (:data:`MEASURED`): on the H100 records (``benchmarks/04_attention/v3/``,
-``bwd`` runs d and e) it is the fastest step at both head dims; step 4 lost to register pressure, step 6 to its single
-dQ buffer and its second dQ product. Step 5 takes less time than the shipped backward at N >= 4096 but not at N = 1024,
-so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` (a head dim goes there only where version 3 wins every
-problem) stays empty. The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-g), step 5
+(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
+register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
+to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
+two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096, or 16384 at head dim
+64 without the mask). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -65,6 +68,8 @@ from gpulab.attention.v3.backward_configs import (
     BLOCK_M,
     KEYS_PER_WARPGROUP,
     MEASURED,
+    MEASURED_SHORT,
+    SHORT_SEQ,
     STEPS,
     V3BackwardConfig,
     backward_config,
@@ -86,7 +91,7 @@ from gpulab.attention.v3.backward_persistent import persistent_backward
 from gpulab.attention.v3.forward import smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
-           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED"]  # fmt: skip
+           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ"]  # fmt: skip
 # (the launch configuration lives in backward_configs, the host launch in backward_launch, step 5-6's writer in
 # backward_dq; this module re-exports what its callers used to import from here)
 
@@ -423,7 +428,7 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
             raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
                              f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
     runtime.require_tensor("lse", lse, dtype=torch.float32, shape=q.shape[:3])
-    cfg = cfg or backward_config(q.shape[3], causal)
+    cfg = cfg or backward_config(q.shape[3], causal, seq=q.shape[2] or None)
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
     d = q.shape[3]

@@ -12,7 +12,8 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "backward_config", "constexprs"]
+__all__ = ["STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ",
+           "backward_config", "constexprs"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -76,20 +77,34 @@ class V3BackwardConfig:
         return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
-MEASURED = {64: V3BackwardConfig(step=7), 128: V3BackwardConfig(step=5)}
-"""The default launch per head dim (:func:`backward_config`): the step with the highest median speed relative to
-cuDNN on the newest H100 run that timed several steps on the whole grid (``benchmarks/04_attention/v3/``, ``bwd``
-run f: head dim 64 step 7 0.863x vs step 5 0.853x, a margin within the N = 1024 problems' spread; head dim 128 step
-5 0.810x vs step 7 0.774x, step 7 slower on every long problem there). Two stages (three measured the same in run
-e)."""
+MEASURED = {64: V3BackwardConfig(step=5), 128: V3BackwardConfig(step=5)}
+"""The default launch per head dim for query lengths over :data:`SHORT_SEQ` (:func:`backward_config`): the step
+with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps
+on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` run f: step 5 at both head dims; step 7 took more time
+on every N = 16384 problem there and in run g). Two stages (three measured the same in run e)."""
+
+SHORT_SEQ = 4096
+"""Query lengths up to which :data:`MEASURED_SHORT` applies."""
+
+MEASURED_SHORT = {64: V3BackwardConfig(step=7)}
+"""The default launch per head dim for query lengths up to :data:`SHORT_SEQ`, chosen as :data:`MEASURED` on the
+grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64 (run f: median 0.865x cuDNN vs step 5's
+0.85x; per problem 0.98x-1.06x step 5's speed, highest on causal N = 4096, in runs f and g). Head dim 128 keeps
+step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain)."""
 
 
-def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: :data:`MEASURED` unless ``step`` asks
-    for another step of the ladder (then with two stages and the default register budgets)."""
+def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None,
+                    seq: int | None = None) -> V3BackwardConfig:  # fmt: skip
+    """The backward's launch for ``head_dim`` (64 or 128), ``is_causal`` and query length ``seq`` (None: long):
+    :data:`MEASURED_SHORT` up to :data:`SHORT_SEQ` where it has the head dim, else :data:`MEASURED`; or, with
+    ``step``, that step of the ladder (two stages, the default register budgets)."""
     runtime.one_of("head_dim", head_dim, (64, 128))
     runtime.strict_bool("is_causal", is_causal)
+    if seq is not None:
+        seq = runtime.positive_int("seq", seq)
     if step is None:
+        if seq is not None and seq <= SHORT_SEQ and head_dim in MEASURED_SHORT:
+            return MEASURED_SHORT[head_dim]
         return MEASURED[head_dim]
     return V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
 
