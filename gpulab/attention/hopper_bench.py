@@ -149,14 +149,11 @@ def _backward_kernels(name):
     if name in ("gpulab v1", V1_BACKWARD):
         attention_plan.V2_BACKWARD = attention_plan.FUSED_BACKWARD = False
         attention_plan.V3_BACKWARD_HEAD_DIMS, attention_plan.V3_BACKWARD_MIN_SEQ = (), {}
-        attention_plan.clear_plan_cache()
     try:
         yield
     finally:
         (attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS,
          attention_plan.V3_BACKWARD_MIN_SEQ) = saved  # fmt: skip
-        if name in ("gpulab v1", V1_BACKWARD):
-            attention_plan.clear_plan_cache()
 
 
 def _with_kernels(name, fn):
