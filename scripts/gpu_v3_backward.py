@@ -49,16 +49,24 @@ class PlanSwitch:
     def __init__(self, name):
         self.on = name.startswith(PLAN_PREFIX)
         self.cfg = config(name[len(PLAN_PREFIX) :]) if self.on else None
+        self.two_kernels = name == "gpulab shipped"  # the two-kernel backward the records compare with
 
     def __enter__(self):
+        if self.two_kernels:
+            self.saved_min = P.V3_BACKWARD_MIN_SEQ
+            P.V3_BACKWARD_MIN_SEQ = {}
+            P.clear_plan_cache()
         if self.on:
             self.saved = P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config
             P.V3_BACKWARD_HEAD_DIMS = (64, 128)
             if self.cfg is not None:  # "default": backward_config as it is
-                v3b.backward_config = lambda d, causal=False, step=None: self.cfg
+                v3b.backward_config = lambda d, causal=False, step=None, seq=None: self.cfg
             P.clear_plan_cache()
 
     def __exit__(self, *exc):
+        if self.two_kernels:
+            P.V3_BACKWARD_MIN_SEQ = self.saved_min
+            P.clear_plan_cache()
         if self.on:
             P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config = self.saved
             P.clear_plan_cache()
@@ -100,6 +108,8 @@ def sdpa(backend):
 
 
 def shipped(q, k, v, c):
+    """``flash_attention``: as "gpulab shipped" with the two-kernel backward (the plan's version-3 gate off), as
+    "gpulab plan" with the plan as it is (version 3's backward from ``plan.V3_BACKWARD_MIN_SEQ`` on)."""
     return flash_attention(q, k, v, is_causal=c)
 
 
@@ -130,6 +140,7 @@ CONFIGS = {"step 1": dict(step=1), "step 2": dict(step=2), "step 3": dict(step=3
 """The configurations checked, raced and timed (``--configs`` picks some): name -> V3BackwardConfig fields."""
 CONFIGS["step 4, 3 stages"] = dict(step=4, stages=3)
 CONFIGS.update({"step 5": dict(step=5), "step 6": dict(step=6), "step 5, 3 stages": dict(step=5, stages=3)})
+CONFIGS.update({"step 7": dict(step=7), "step 7, 3 stages": dict(step=7, stages=3)})
 CONFIGS["default"] = None  # backward_config's choice (MEASURED), as attention_backward and the plan take it
 
 
@@ -270,7 +281,7 @@ def time_one(fn, q, k, v, do, causal):
 def providers():
     out = {f"gpulab v3 bwd {s}": v3_attn(config(s)) for s in SELECTED}
     out.update({PLAN_PREFIX + s: shipped for s in OPTS["plan_configs"]})
-    out.update({"gpulab shipped": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
+    out.update({"gpulab shipped": shipped, "gpulab plan": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)})  # fmt: skip
     return {n: fn for n, fn in out.items() if n not in OPTS["skip"]}
 

@@ -32,6 +32,28 @@ ALLOWED = {
     "v3.backward.attention_backward after its checks (its bad inputs are tested there)",
     "gpulab.attention.v3.backward_dq.dq_writer": "a Gluon partition of version 3's backward kernel: called only "
     "inside the kernel, with the kernel's own buffers",
+    **dict.fromkeys(
+        [
+            "gpulab.attention.v3.backward_dq.dq_writer_persistent",
+            *(
+                f"gpulab.attention.v3.backward_pair.{n}"
+                for n in (
+                    "scores",
+                    "pair",
+                    "pair_ds",
+                    "pair_rest",
+                    "dq_product",
+                    "dq_add",
+                    "store_dkdv",
+                    "first_query",
+                    "persistent_count",
+                    "persistent_tile",
+                )
+            ),
+            "gpulab.attention.v3.backward_persistent.persistent_backward",
+        ],
+        "a Gluon function of version 3's backward kernel: called only inside the kernel, with its own buffers",
+    ),  # fmt: skip
     **dict.fromkeys(["gpulab.codesign.gemm_model.GemmConstants", "gpulab.course.one_record.Display"], _RECORD),
     **dict.fromkeys(
         ["gpulab.course.method.Dot", "gpulab.course.method.MemOp", "gpulab.course.speed.SpeedTask"],

@@ -144,14 +144,16 @@ def _implementations() -> dict:
 @contextlib.contextmanager
 def _backward_kernels(name):
     """Version 1's two backward kernels for ``gpulab v1`` and :data:`V1_BACKWARD`; the library's choice otherwise."""
-    saved = attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS
+    saved = (attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS,
+             attention_plan.V3_BACKWARD_MIN_SEQ)  # fmt: skip
     if name in ("gpulab v1", V1_BACKWARD):
         attention_plan.V2_BACKWARD = attention_plan.FUSED_BACKWARD = False
-        attention_plan.V3_BACKWARD_HEAD_DIMS = ()
+        attention_plan.V3_BACKWARD_HEAD_DIMS, attention_plan.V3_BACKWARD_MIN_SEQ = (), {}
     try:
         yield
     finally:
-        attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS = saved
+        (attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS,
+         attention_plan.V3_BACKWARD_MIN_SEQ) = saved  # fmt: skip
 
 
 def _with_kernels(name, fn):

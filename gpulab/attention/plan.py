@@ -4,8 +4,8 @@ input signature (validation, scale, version, tiles, grids, launches).
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
 TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward and backward). This module picks
 one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD`,
-:data:`V2_BACKWARD` and :data:`V3_BACKWARD_HEAD_DIMS` for versions that are off by default) and launches it
-(:func:`run_forward`, :func:`run_backward`).
+:data:`V2_BACKWARD`, :data:`V3_BACKWARD_HEAD_DIMS` for versions that are off by default; :data:`V3_BACKWARD_MIN_SEQ`
+for version 3's backward from a length on) and launches it (:func:`run_forward`, :func:`run_backward`).
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
 q, k, v are valid, choosing tiles for the GPU and computing grids depends only on the inputs' *signature* —
@@ -50,7 +50,7 @@ from gpulab.triton_ops import LOG2E_F
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
            "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
-           "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3Backward"]  # fmt: skip
+           "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -68,13 +68,28 @@ were no faster: the backward's time goes to its seven products per block pair, n
 ``benchmarks/04_attention/hopper/``)."""
 
 V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
-"""Head dims at which :func:`run_backward` takes version 3's backward (:mod:`gpulab.attention.v3.backward`, Gluon:
+"""Head dims at which :func:`run_backward` takes version 3's backward at every length (:data:`V3_BACKWARD_MIN_SEQ`
+takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon:
 one pass per key block, dQ by fp32 atomic additions) where :func:`gpulab.attention.v3.backward.supported` allows it,
 no tiles were asked for and determinism is not (``torch.use_deterministic_algorithms(True)`` takes the two kernels:
 the atomic dQ sums in no fixed order). Empty: it is chosen nowhere until the H100 records
 (``benchmarks/04_attention/v3/``, the ``bwd`` files: forward+backward beside cuDNN and the shipped backward in one
 run) show it faster than the shipped backward on every problem of a head dim (runs d and e: step 5 is, at both head
 dims, on every problem with N >= 4096, and is not at N = 1024)."""
+
+
+V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 16384, (64, True): 4096, (128, False): 4096,
+                                                      (128, True): 4096}  # fmt: skip
+"""``(head dim, causal) -> N``: :func:`run_backward` takes version 3's backward (its measured default,
+:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) where both the query and the key
+length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for,
+determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
+time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
+faster round) in the newest H100 run that timed both on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` runs;
+``tests/attention/v3/test_v3_backward_plan.py`` holds this table to them). Run f: from 4096 on, except head dim 64
+without the mask, where the two were within 1.5% of each other at N = 4096 (bf16 version 3 slower) and version 3 took
+less time only at 16384; at N = 1024 the two-kernel backward took less time everywhere. The records have Nq = Nk, hence
+both lengths."""
 
 
 class V3Backward(NamedTuple):
@@ -439,9 +454,10 @@ def attention_forward(
 def _launches(plan: Plan, q, k, v, o, lse, do):
     """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
     pays and no tiles were asked for, else the two kernels."""
-    if (plan.d in V3_BACKWARD_HEAD_DIMS and plan.backward_configs is None
+    long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
+    if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
             and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
-        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal))
+        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
     if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
         pre = v1_fused.preprocess_launch(plan)
         return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))

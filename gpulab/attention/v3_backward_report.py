@@ -20,12 +20,15 @@ from pathlib import Path
 from gpulab import dtypes, runtime
 
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
-           "CUDNN", "SHIPPED", "TOP_STUDENT_MS"]  # fmt: skip
+           "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table", "kernel_profile"]  # fmt: skip
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
 CUDNN = "SDPA cuDNN"
 SHIPPED = "gpulab shipped"
-"""``flash_attention`` as shipped when the records were taken: the plan's forward, version 1's two backward kernels."""
+"""``flash_attention`` with the two-kernel backward: the plan's forward, version 1's two backward kernels (from run f
+with the plan's version-3 gate, ``plan.V3_BACKWARD_MIN_SEQ``, off)."""
+PLAN = "gpulab plan"
+"""``flash_attention`` as it is (from run g): version 3's backward where ``plan.V3_BACKWARD_MIN_SEQ`` takes it."""
 TOP_STUDENT_MS = 5.36
 """The CS336 2025 leaderboard's top entry for this problem (ms, timed on the leaderboard's own H100; issue 39)."""
 _NAME = re.compile(r"^(?P<gpu>.+)-(?P<date>\d{4}-\d\d-\d\d)-bwd-(?P<run>[a-z])-(?P<part>check|race|time|cs336)\.jsonl$")
@@ -122,3 +125,48 @@ def race_summary(records: list[dict]) -> dict:
     return {"configs": len(rs), "runs": max((r["runs"] for r in rs), default=0),
             "dkdv_differing": sum(r["dkdv_differing"] for r in rs),
             "dq_max_rel_diff": max((r["dq_max_rel_diff"] for r in rs), default=float("nan"))}  # fmt: skip
+
+
+def min_seq_table(best_rows: dict, impl: str, peer: str = SHIPPED, clock: str = "ms") -> dict[tuple[int, bool], int]:
+    """``{(head dim, causal): N}``: the shortest sequence length of ``best_rows`` from which on ``impl`` took less
+    ``clock`` time than ``peer`` on every problem (every dtype and longer length); a pair where it does not at the
+    longest length has no entry. ValueError if some problem lacks either."""
+    by: dict = {}
+    for (dtype, d, n, causal), row in best_rows.items():
+        if impl not in row or peer not in row:
+            raise ValueError(f"problem {(dtype, d, n, causal)} lacks {impl!r} or {peer!r}; time both everywhere.")
+        by.setdefault((d, causal), {}).setdefault(n, []).append(row[impl][clock] < row[peer][clock])
+    out = {}
+    for key, per_n in by.items():
+        start = None
+        for n in sorted(per_n, reverse=True):
+            if not all(per_n[n]):
+                break
+            start = n
+        if start is not None:
+            out[key] = start
+    return out
+
+
+_STEP = re.compile(r"^## step (\d+):")
+_KERNEL = re.compile(r"^\s*([0-9.]+) us\s+(\d+)x\s+(.+)$")
+
+
+def kernel_profile(run: str, tag: str, folder=None) -> dict[int, dict[str, float]]:
+    """``{step: {kernel name: device microseconds per backward}}`` of the text record
+    ``*-bwd-<run>-profile-<tag>.txt`` (``scripts/profile_v3_backward.py``: torch.profiler, the backward alone);
+    FileNotFoundError naming the folder if there is none."""
+    folder = Path(folder) if folder is not None else FOLDER
+    files = sorted(folder.glob(f"*-bwd-{run}-profile-{tag}.txt"))
+    if not files:
+        raise FileNotFoundError(f"no kernel profile of run {run!r}, tag {tag!r} in {folder}; run "
+                                "scripts/profile_v3_backward.py on an H100 and copy its file there.")  # fmt: skip
+    out: dict[int, dict[str, float]] = {}
+    step = None
+    for line in files[-1].read_text().splitlines():
+        if m := _STEP.match(line):
+            step = int(m[1])
+            out[step] = {}
+        elif (m := _KERNEL.match(line)) and step is not None:
+            out[step][m[3].strip()] = float(m[1])
+    return out

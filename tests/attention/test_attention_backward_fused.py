@@ -90,6 +90,7 @@ def test_fused_backward_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
     # each problem is past FUSED_MIN_WORK (B*H*Nq*Nk*d; 3001 x 1000 x 80 was not, once the threshold rose)
     assert backward_fused.use_fused(plan), (2 * 4 * nq * nk * d, backward_fused.FUSED_MIN_WORK)
     grads = {}
+    monkeypatch.setattr(attention_plan, "V3_BACKWARD_MIN_SEQ", {})  # version 1's backwards here, not version 3's
     for fused in (True, False):
         monkeypatch.setattr(attention_plan, "FUSED_BACKWARD", fused)
         plan.backward = None

@@ -197,6 +197,7 @@ def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
     do = check.random_tensor(2, 3, nq, d, dtype=torch.bfloat16, device="cuda")
     grads = {}
     monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", False)
+    monkeypatch.setattr(attention_backward, "V3_BACKWARD_MIN_SEQ", {})  # versions 2 and 1 here, not version 3's
     for tma in (True, False):  # version 2's backward kernels, then version 1's, after the same version-2 forward
         monkeypatch.setattr(attention_backward, "V2_BACKWARD", tma)
         plan = copy.copy(forward_plan(q, k, v, causal, None, False, None, 2))

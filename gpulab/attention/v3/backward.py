@@ -28,13 +28,16 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
 5. step 3 with dQ through shared memory: each consumer stores its dQ columns (fp32) in one of two buffers and a writer
    partition (:func:`gpulab.attention.v3.backward_dq.dq_writer`, two warps beside the producer) adds them into the
    global buffer with 4-float atomics; the consumers issue no atomic instruction;
-6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both).
+6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both);
+7. step 5 on a persistent grid (:mod:`gpulab.attention.v3.backward_persistent`): one program per SM walks the
+   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored.
 
-:func:`backward_config` picks step 5 (:data:`MEASURED`): on the H100 records (``benchmarks/04_attention/v3/``,
-``bwd`` runs d and e) it is the fastest step at both head dims; step 4 lost to register pressure, step 6 to its single
-dQ buffer and its second dQ product. Step 5 takes less time than the shipped backward at N >= 4096 but not at N = 1024,
-so :data:`gpulab.attention.plan.V3_BACKWARD_HEAD_DIMS` (a head dim goes there only where version 3 wins every
-problem) stays empty. The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-g), step 5
+(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
+register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
+to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
+two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096, or 16384 at head dim
+64 without the mask). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -52,10 +55,8 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
-    warpgroup_mma,
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
@@ -67,141 +68,32 @@ from gpulab.attention.v3.backward_configs import (
     BLOCK_M,
     KEYS_PER_WARPGROUP,
     MEASURED,
+    MEASURED_SHORT,
+    SHORT_SEQ,
     STEPS,
     V3BackwardConfig,
     backward_config,
     constexprs,
 )
 from gpulab.attention.v3.backward_dq import dq_writer
-from gpulab.attention.v3.backward_launch import PLANS, BackwardPlan
+from gpulab.attention.v3.backward_launch import PLANS, BackwardPlan, persistent_programs
+from gpulab.attention.v3.backward_pair import (
+    dq_add,
+    dq_product,
+    first_query,
+    pair,
+    pair_ds,
+    pair_rest,
+    scores,
+    store_dkdv,
+)
+from gpulab.attention.v3.backward_persistent import persistent_backward
 from gpulab.attention.v3.forward import smem_layouts, supported
 
 __all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
-           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED"]  # fmt: skip
+           "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ"]  # fmt: skip
 # (the launch configuration lives in backward_configs, the host launch in backward_launch, step 5-6's writer in
 # backward_dq; this module re-exports what its callers used to import from here)
-
-# ----------------------------------------------------------------------------------------------------------------
-# One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
-#   q_buf, do_buf [64, D]   this query block's Q and dO (a ring stage)
-#   k_buf, v_buf  [64, D]   this warpgroup's keys and values (loaded once)
-#   ds_buf        [64, 64]  dS (queries x keys), written here from dS^T in registers, read by dQ's product
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@gluon.jit
-def _scores(q_buf, do_buf, k_buf, v_buf):
-    """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order)."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, 64, 16])  # fmt: skip
-    zero_s = gl.zeros([64, 64], gl.float32, layout=s_layout)
-    st = warpgroup_mma(k_buf, q_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # S^T = K Q^T
-    dpt = warpgroup_mma(v_buf, do_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # dP^T = V dO^T
-    return st, dpt
-
-
-@gluon.jit
-def _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
-    """:func:`_scores` then :func:`_pair_rest`."""
-    st, dpt = _scores(q_buf, do_buf, k_buf, v_buf)
-    return _pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-                      HEAD_DIM, IS_CAUSAL)  # fmt: skip
-
-
-@gluon.jit
-def _pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
-    """Query block ``start_m`` against keys ``[key0, key0 + 64)``, its S^T and dP^T in flight (the only wgmma
-    groups in flight, issued in that order): dV += P^T dO (done on return), dS into ``ds_view``
-    [64 queries, 64 keys] (shared memory, fenced for the tensor cores) and dK += dS^T Q *issued* (the caller waits
-    for it). dK and dV [64, D] are fp32 and unscaled. Queries past Nq are zero rows (TMA fills them) with LSE = D = 0:
-    their P is finite and their dO and Q are 0, so they add nothing; keys past Nk are zero rows: they add nothing to
-    dQ."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, 64, 16])  # fmt: skip
-    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
-    dtype: gl.constexpr = q_buf.dtype
-    cols = start_m + gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # query index of each column
-    col_ok = cols < n_q
-    lse2 = gl.load(lse_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0) * 1.4426950408889634
-    delta = gl.load(delta_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0)
-    st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
-    st = st * qk_scale
-    if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
-        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
-        st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
-    pt = gl.exp2(st - lse2[None, :])
-    dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
-    dpt, dv = warpgroup_mma_wait(0, deps=(dpt, dv))
-    dst = (pt * (dpt - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - D)
-    ds_view.permute((1, 0)).store(dst)
-    fence_async_shared()
-    dk = warpgroup_mma(gl.convert_layout(dst, a_layout), q_buf, dk, is_async=True)  # dK += dS^T Q, in flight
-    return dk, dv
-
-
-@gluon.jit
-def _dq_product(ds_buf, k_buf, col0, COLS: gl.constexpr):
-    """Issue dS K for dQ's columns ``[col0, col0 + COLS)``: ds_buf [64 queries, keys], k_buf [keys, D]."""
-    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, COLS, 16])  # fmt: skip
-    zero_h = gl.zeros([64, COLS], gl.float32, layout=h_layout)
-    return warpgroup_mma(ds_buf, k_buf.slice(col0, COLS, dim=1), zero_h, use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _dq_add(dq, dq_ptr, bh, start_m, n_q, col0, COLS: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """Add ``dq`` [64, COLS] (fp32, a wgmma accumulator) into rows ``[start_m, +64)``, columns ``[col0, +COLS)`` of
-    dQ's buffer (rows past Nq skipped)."""
-    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, COLS, 16])  # fmt: skip
-    rows = start_m + gl.arange(0, 64, layout=gl.SliceLayout(1, h_layout))
-    dcols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, h_layout))
-    head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows of the buffer; int32 offsets within
-    gl.atomic_add(head + (rows[:, None] * HEAD_DIM + dcols[None, :]), dq, mask=(rows < n_q)[:, None], sem="relaxed")
-
-
-@gluon.jit
-def _pair(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale,
-          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
-    """Steps 1-2: one (query block, 64 keys) pair, this warpgroup's own dS K added into dQ in column halves of D/2
-    (half the accumulator registers): the first half's product and additions run under dK's product."""
-    dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
-                      qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
-    HALF: gl.constexpr = HEAD_DIM // 2
-    dq = _dq_product(ds_buf, k_buf, 0, HALF)
-    dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))  # dK's product (issued first) ran beside this one
-    _dq_add(dq, dq_ptr, bh, start_m, n_q, 0, HALF, HEAD_DIM)
-    dq = _dq_product(ds_buf, k_buf, HALF, HALF)
-    dq = warpgroup_mma_wait(0, deps=(dq,))
-    _dq_add(dq, dq_ptr, bh, start_m, n_q, HALF, HALF, HEAD_DIM)
-    return dk, dv
-
-
-@gluon.jit
-def _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.constexpr):
-    """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped)."""
-    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
-    rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))
-    dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
-    offs = (bh.to(gl.int64) * n_k + rows)[:, None] * HEAD_DIM + dcols[None, :]
-    mask = (rows < n_k)[:, None]
-    gl.store(dk_ptr + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
-    gl.store(dv_ptr + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
-
-
-@gluon.jit
-def _first_query(start_n, IS_CAUSAL: gl.constexpr):
-    """The first query block that sees keys from ``start_n`` on (causal: the block holding query ``start_n``)."""
-    if IS_CAUSAL:
-        return (start_n // 64) * 64
-    else:
-        return 0
-
 
 # ----------------------------------------------------------------------------------------------------------------
 # Step 1: one warpgroup, no partitions. The ring's stage s holds query block i with i % STAGES == s; block i + STAGES
@@ -229,7 +121,7 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
     tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
-    lo = _first_query(start_n, IS_CAUSAL)
+    lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
     for i in gl.static_range(STAGES - 1):
         if i < n_m:
@@ -253,10 +145,10 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
             tma.async_copy_global_to_shared(do_desc, [bh, lo + nxt * 64, 0], ready.index(sn), do_smem.index(sn))
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        dk, dv = _pair(q_smem.index(s).reshape([64, HEAD_DIM]), do_smem.index(s).reshape([64, HEAD_DIM]), k_buf,
+        dk, dv = pair(q_smem.index(s).reshape([64, HEAD_DIM]), do_smem.index(s).reshape([64, HEAD_DIM]), k_buf,
                        v_buf, ds_smem, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, start_n, lo + i * 64, n_q, qk_scale,
                        HEAD_DIM, IS_CAUSAL)  # fmt: skip
-    _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, start_n, n_k, scale, HEAD_DIM)
+    store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, start_n, n_k, scale, HEAD_DIM)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -280,7 +172,7 @@ def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.conste
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
     tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
-    lo = _first_query(start_n, IS_CAUSAL)
+    lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
     for i in range(n_m):
         s = i % STAGES
@@ -309,39 +201,39 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
         do_buf = do_smem.index(s).reshape([64, HEAD_DIM])
         if i == 0:
             mbarrier.wait(ready.index(0), 0)
-            st, dpt = _scores(q_buf, do_buf, k_buf, v_buf)
+            st, dpt = scores(q_buf, do_buf, k_buf, v_buf)
         b = i % 2
         mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)  # both consumers' dS K of block i-2 done
-        dk_acc, dv = _pair_rest(st, dpt, q_buf, do_buf, ds_smem.index(b).slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+        dk_acc, dv = pair_rest(st, dpt, q_buf, do_buf, ds_smem.index(b).slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                             delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
         mbarrier.arrive(ds_full.index(b), count=1)
         sn = (i + 1) % STAGES
         if i > 0:
             pb = (i - 1) % 2
             mbarrier.wait(ds_full.index(pb), ((i - 1) // 2) & 1)
-            dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)  # block i-1's dS K, beside block i's dK
+            dq = dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)  # block i-1's dS K, beside block i's dK
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk_acc))
             mbarrier.arrive(ds_free.index(pb), count=1)
             mbarrier.arrive(empty.index(s), count=1)  # block i's Q and dO read (dK done)
             if i + 1 < n_m:
                 mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
-                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                st, dpt = scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
                                   do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
-            _dq_add(dq, dq_ptr, bh, lo + (i - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
+            dq_add(dq, dq_ptr, bh, lo + (i - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
         else:
             dk = warpgroup_mma_wait(0, deps=(dk_acc,))
             mbarrier.arrive(empty.index(s), count=1)
             if i + 1 < n_m:
                 mbarrier.wait(ready.index(sn), ((i + 1) // STAGES) & 1)
-                st, dpt = _scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
+                st, dpt = scores(q_smem.index(sn).reshape([64, HEAD_DIM]),
                                   do_smem.index(sn).reshape([64, HEAD_DIM]), k_buf, v_buf)  # fmt: skip
     if n_m > 0:  # the last block's dQ
         pb = (n_m - 1) % 2
         mbarrier.wait(ds_full.index(pb), ((n_m - 1) // 2) & 1)
-        dq = _dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)
+        dq = dq_product(ds_smem.index(pb), k_all, CID * HALF, HALF)
         dq = warpgroup_mma_wait(0, deps=(dq,))
         mbarrier.arrive(ds_free.index(pb), count=1)
-        _dq_add(dq, dq_ptr, bh, lo + (n_m - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
+        dq_add(dq, dq_ptr, bh, lo + (n_m - 1) * 64, n_q, CID * HALF, HALF, HEAD_DIM)
     return dk, dv
 
 
@@ -359,7 +251,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     bh = gl.program_id(1)
     start_n = gl.program_id(0) * 128
     key0 = start_n + 64 * CID
-    lo = _first_query(start_n, IS_CAUSAL)
+    lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
     dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
     dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
@@ -378,7 +270,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
         do_buf = do_smem.index(s).reshape([64, HEAD_DIM])
         if STEP == 2:
             if (not IS_CAUSAL) or start_m + 63 >= key0:
-                dk, dv = _pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
+                dk, dv = pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
                                delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(empty.index(s), count=1)
         elif STEP == 6:
@@ -386,12 +278,12 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             # into its dQ buffer (free once the writer has summed both consumers' previous block): the consumers
             # never wait for each other's dS and may drift apart by up to a block.
             ds_own = ds_smem.index(CID).slice(0, 64, dim=1)
-            dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
+            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
                               qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
-            dq = _dq_product(ds_own, k_buf, 0, HALF)
+            dq = dq_product(ds_own, k_buf, 0, HALF)
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
             mbarrier.arrive(empty.index(s), count=1)  # Q and dO read (dK done); dS K reads ds_own and K only
-            dq2 = _dq_product(ds_own, k_buf, HALF, HALF)  # the second half runs while the first is stored
+            dq2 = dq_product(ds_own, k_buf, HALF, HALF)  # the second half runs while the first is stored
             mbarrier.wait(dq_free.index(0), (i & 1) ^ 1)
             dq_smem.index(2 * CID).store(dq)
             dq2 = warpgroup_mma_wait(0, deps=(dq2,))
@@ -404,11 +296,11 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             b = i % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
-            dk, dv = _pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                               delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (i // 2) & 1)
-            dq = _dq_product(ds_all, k_all, CID * HALF, HALF)
+            dq = dq_product(ds_all, k_all, CID * HALF, HALF)
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
             mbarrier.arrive(ds_free.index(b), count=1)
             mbarrier.arrive(empty.index(s), count=1)
@@ -417,8 +309,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                 dq_smem.index(2 * b + CID).store(dq)
                 mbarrier.arrive(dq_full.index(b), count=1)
             else:
-                _dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
-    _store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
+                dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+    store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
 
 
 @gluon.jit
@@ -496,16 +388,20 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     # fmt: on
 
 
-@gluon.jit(do_not_specialize=["n_q", "n_k"])  # one compile per config, whatever the sizes
+@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
 def attention_backward_v3_kernel(
-    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
-    Grid: (key blocks of 64 * consumers, B*H)."""
-    if STEP == 1:
+    Grid: (key blocks of 64 * consumers, B*H); step 7 (persistent): (min(tiles, SMs),), n_bh = B*H."""
+    if STEP == 7:
+        persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh,
+                            qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS, PRODUCER_REGS,
+                            WRITER_REGS)  # fmt: skip
+    elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
@@ -532,12 +428,16 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
             raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
                              f"{q.device}, got {getattr(t, 'shape', type(t).__name__)}.")  # fmt: skip
     runtime.require_tensor("lse", lse, dtype=torch.float32, shape=q.shape[:3])
-    cfg = cfg or backward_config(q.shape[3], causal)
+    cfg = cfg or backward_config(q.shape[3], causal, seq=q.shape[2] or None)
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
     d = q.shape[3]
+    programs = None
+    if cfg.persistent:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        programs = persistent_programs(q.shape[0] * q.shape[1], k.shape[2], causal, sms)
     return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
-                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype))  # fmt: skip
+                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs)  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,

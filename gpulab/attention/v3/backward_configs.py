@@ -12,7 +12,8 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "backward_config", "constexprs"]
+__all__ = ["STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ",
+           "backward_config", "constexprs"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -21,6 +22,7 @@ STEPS = {
     4: "+ dQ one block late (consumers a block apart) and the next block's S^T, dP^T under the additions",
     5: "step 3 with dQ through shared memory: a writer warp does the atomic additions, the consumers none",
     6: "step 5 with each consumer's own dS and dS K over its 64 keys (no meeting per block), the writer sums both",
+    7: "step 5 on a persistent grid: one program per SM walks the tiles, the next K/V loaded under dK/dV's stores",
 }
 """The backward's numbered steps (``V3BackwardConfig.step``)."""
 
@@ -32,8 +34,8 @@ KEYS_PER_WARPGROUP = 64
 
 @dataclasses.dataclass(frozen=True)
 class V3BackwardConfig:
-    """The backward's launch: ``step`` (1-6, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
-    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-6's
+    """The backward's launch: ``step`` (1-7, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
+    register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-7's
     ``writer_regs`` (``setmaxnreg``; the producer and the writer share one warpgroup, so its budget is the larger)."""
 
     step: int = 3
@@ -56,13 +58,18 @@ class V3BackwardConfig:
         return 1 if self.step == 1 else 2
 
     @property
+    def persistent(self) -> bool:
+        """Step 7: ``min(tiles, SMs)`` programs, each taking tiles in turn."""
+        return self.step == 7
+
+    @property
     def block_n(self) -> int:
         """Keys per program."""
         return KEYS_PER_WARPGROUP * self.consumers
 
     @property
     def maxnreg(self) -> int | None:
-        """Steps 2-6's kernel-wide register cap (the three warpgroups' budgets averaged; steps 5-6's producer and
+        """Steps 2-7's kernel-wide register cap (the three warpgroups' budgets averaged; steps 5-7's producer and
         writer warps share the third); step 1: None (no cap)."""
         if self.step == 1:
             return None
@@ -71,17 +78,33 @@ class V3BackwardConfig:
 
 
 MEASURED = {64: V3BackwardConfig(step=5), 128: V3BackwardConfig(step=5)}
-"""The default launch per head dim (:func:`backward_config`): step 5, two stages, the fastest step on the H100 records
-(``benchmarks/04_attention/v3/``, ``bwd`` runs d and e; three stages at head dim 64 measured the same within the
-runs' spread)."""
+"""The default launch per head dim for query lengths over :data:`SHORT_SEQ` (:func:`backward_config`): the step
+with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps
+on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` run f: step 5 at both head dims; step 7 took more time
+on every N = 16384 problem there and in run g). Two stages (three measured the same in run e)."""
+
+SHORT_SEQ = 4096
+"""Query lengths up to which :data:`MEASURED_SHORT` applies."""
+
+MEASURED_SHORT = {64: V3BackwardConfig(step=7)}
+"""The default launch per head dim for query lengths up to :data:`SHORT_SEQ`, chosen as :data:`MEASURED` on the
+grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64 (run f: median 0.865x cuDNN vs step 5's
+0.85x; per problem 0.98x-1.06x step 5's speed, highest on causal N = 4096, in runs f and g). Head dim 128 keeps
+step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain)."""
 
 
-def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None) -> V3BackwardConfig:
-    """The backward's launch for ``head_dim`` (64 or 128) and ``is_causal``: :data:`MEASURED` unless ``step`` asks
-    for another step of the ladder (then with two stages and the default register budgets)."""
+def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None,
+                    seq: int | None = None) -> V3BackwardConfig:  # fmt: skip
+    """The backward's launch for ``head_dim`` (64 or 128), ``is_causal`` and query length ``seq`` (None: long):
+    :data:`MEASURED_SHORT` up to :data:`SHORT_SEQ` where it has the head dim, else :data:`MEASURED`; or, with
+    ``step``, that step of the ladder (two stages, the default register budgets)."""
     runtime.one_of("head_dim", head_dim, (64, 128))
     runtime.strict_bool("is_causal", is_causal)
+    if seq is not None:
+        seq = runtime.positive_int("seq", seq)
     if step is None:
+        if seq is not None and seq <= SHORT_SEQ and head_dim in MEASURED_SHORT:
+            return MEASURED_SHORT[head_dim]
         return MEASURED[head_dim]
     return V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
 

@@ -22,7 +22,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-__all__ = ["dq_writer"]
+from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile
+
+__all__ = ["dq_writer", "dq_writer_persistent"]
 
 
 @gluon.jit
@@ -64,3 +66,33 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM: gl.constexpr, IS
                 gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
                               mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
         mbarrier.arrive(dq_free.index(b), count=1)
+
+
+@gluon.jit
+def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, n_q, n_k, n_bh, HEAD_DIM: gl.constexpr,
+                         IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Step 7's writer: step 5's (buffer ``g % 2`` for the program's g-th query block, counted over all its tiles),
+    tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order."""
+    HALF: gl.constexpr = HEAD_DIM // 2
+    ROWS: gl.constexpr = 2 * (128 // HALF)
+    NCH: gl.constexpr = 64 // ROWS
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
+    rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
+    cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
+    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
+    it = 0
+    for k in range(persistent_count(n_k, n_bh, IS_CAUSAL)):
+        bh, start_n, lo, n_m = persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL)
+        head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
+        for i in range(n_m):
+            g = it + i
+            b = g % 2
+            mbarrier.wait(dq_full.index(b), (g // 2) & 1)
+            for c in gl.static_range(2):
+                for r in range(NCH):
+                    x = chunks.index((2 * b + c) * NCH + r).load(w_layout)
+                    rows = lo + i * 64 + r * ROWS + rows0
+                    gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
+                                  mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
+            mbarrier.arrive(dq_free.index(b), count=1)
+        it += gl.maximum(n_m, 0)

@@ -15,10 +15,11 @@ import torch
 import triton
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gpulab import runtime
 from gpulab.attention.v3 import launch
 from gpulab.attention.v3.forward import LOG2E
 
-__all__ = ["BackwardPlan", "PLANS", "TENSOR_MAPS"]
+__all__ = ["BackwardPlan", "PLANS", "TENSOR_MAPS", "persistent_programs"]
 
 PLANS = launch.BoundedCache(64)
 """Backward launch plans (:class:`BackwardPlan`) keyed on the inputs' classes, shapes, dtypes and devices, ``causal``,
@@ -28,22 +29,25 @@ TENSOR_MAPS = launch.BoundedCache(64)
 
 
 class BackwardPlan:
-    """One signature's backward launch, worked out once: ``kernel`` (the Gluon backward), sizes, grid, ``scale``,
+    """One signature's backward launch, worked out once: ``kernel`` (the Gluon backward), sizes, grid (``programs``
+    persistent programs, or None: one per key block and head), ``scale``,
     K/V block rows ``block_n``, the register cap ``maxnreg`` (None: none), the ``constexprs`` and the shared
     ``layouts`` of a Q and a K/V block; after its first call through Triton, launched through the compiled kernel's C
     launcher with cached tensor maps (the forward's :class:`gpulab.attention.v3.launch.RawLaunch`, given a
     two-dimensional grid). Built by :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
 
-    def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts):
+    def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts,
+                 programs: int | None = None):  # fmt: skip
         b, h, self.n_q, self.d = q.shape
         self.kernel, self.n_k, self.bh, self.scale = kernel, k.shape[2], b * h, scale
         self.block_n, self.maxnreg, self.constexprs, self.layouts = block_n, maxnreg, constexprs, layouts
-        self.grid = (triton.cdiv(self.n_k, block_n), self.bh)
+        # persistent (step 7): ``programs`` programs walk the tiles; else one program per (key block, head)
+        self.grid = (triton.cdiv(self.n_k, block_n), self.bh) if programs is None else (programs, 1)
         self.device, self.raw = q.device.index, None
 
     def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv) -> None:
         n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
-        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, self.scale * LOG2E, self.scale)
+        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, bh, self.scale * LOG2E, self.scale)
         if self.raw is not None and launch.RawLaunch.usable():
             raw, args = self.raw, []
             q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
@@ -63,3 +67,14 @@ class BackwardPlan:
                                           **self.constexprs)  # fmt: skip
         if self.raw is None and compiled is not None:
             self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
+
+
+def persistent_programs(b_h: int, n_k: int, causal: bool, sms: int) -> int:
+    """Step 7's grid: ``min(work units, sms)``, a unit being one 128-key block of one head (causal: two, the pairs
+    of :func:`gpulab.attention.v3.backward_pair.persistent_tile`)."""
+    for name, x in (("b_h", b_h), ("n_k", n_k), ("sms", sms)):
+        runtime.positive_int(name, x)
+    runtime.strict_bool("causal", causal)
+    n_kb = triton.cdiv(n_k, 128)
+    units = b_h * ((n_kb + 1) // 2 if causal else n_kb)
+    return max(1, min(units, sms))

@@ -13,7 +13,9 @@ computes is checked against a model that follows it block for block:
   ``dS K`` (:func:`model_backward` counts ``additions`` per dQ element: ``ceil(Nk / 64)``), steps 3-6 one addition
   per 128 keys (steps 3-5: both consumers' dS through shared memory, one product over 128 keys; step 6: each
   consumer's product over its 64 keys, the writer adding the two in fp32 before the one atomic addition);
-- step 2 skips a causal block that lies entirely above a consumer's keys (P = 0 there): the model skips it too.
+- step 2 skips a causal block that lies entirely above a consumer's keys (P = 0 there): the model skips it too;
+- step 7 computes step 5's pairs in step 5's order; only which program takes which key block changes
+  (:func:`persistent_tiles`, the kernel's :func:`gpulab.attention.v3.backward_pair.persistent_tile`).
 
 With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
 mask, skipped block or scale shows as a large error. With the kernel's roundings it shows the error the kernel can
@@ -28,7 +30,7 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["key_programs", "model_backward", "reference_backward"]
+__all__ = ["key_programs", "persistent_tiles", "model_backward", "reference_backward"]
 
 
 def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
@@ -37,12 +39,42 @@ def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
     runtime.positive_int("n_q", n_q)
     runtime.positive_int("n_k", n_k)
     runtime.strict_bool("causal", causal)
-    runtime.one_of("step", step, (1, 2, 3, 4, 5, 6))
+    runtime.one_of("step", step, (1, 2, 3, 4, 5, 6, 7))
     keys = 64 if step == 1 else 128
     out = []
     for start_n in range(0, n_k, keys):
         lo = (start_n // 64) * 64 if causal else 0
         out.append({"start_n": start_n, "keys": keys, "lo": lo, "n_m": -(-(n_q - lo) // 64)})
+    return out
+
+
+def persistent_tiles(n_q: int, n_k: int, n_bh: int, causal: bool, programs: int) -> list[list[dict]]:
+    """Step 7's schedule: for each of ``programs`` programs, its tiles in order, each ``{'bh', 'start_n', 'lo',
+    'n_m'}`` (n_m <= 0: no query block, as the block past the last key block of an odd count, causal). Not causal:
+    tile t is head ``t // key_blocks``'s block ``t % key_blocks``; causal: units of two tiles (block i, then
+    ``2 half - 1 - i``) so that every program gets about the same number of query blocks."""
+    for name, x in (("n_q", n_q), ("n_k", n_k), ("n_bh", n_bh), ("programs", programs)):
+        runtime.positive_int(name, x)
+    runtime.strict_bool("causal", causal)
+    n_kb = -(-n_k // 128)
+    half = (n_kb + 1) // 2
+    out = []
+    for pid in range(programs):
+        tiles = []
+        count = 2 * -(-(n_bh * half - pid) // programs) if causal else -(-(n_bh * n_kb - pid) // programs)
+        for k in range(count):
+            if causal:
+                u = pid + (k // 2) * programs
+                i = u % half
+                kb, bh = i + (k % 2) * (2 * half - 1 - 2 * i), u // half
+            else:
+                tile = pid + k * programs
+                kb, bh = tile % n_kb, tile // n_kb
+            start_n = kb * 128
+            lo = (start_n // 64) * 64 if causal else 0
+            n_m = -(-(n_q - lo) // 64) if start_n < n_k else 0
+            tiles.append({"bh": bh, "start_n": start_n, "lo": lo, "n_m": n_m})
+        out.append(tiles)
     return out
 
 

@@ -5,25 +5,30 @@ import torch
 
 from gpulab.attention import v3_backward_report as report
 from gpulab.attention.plan import V3Backward
-from gpulab.attention.v3 import backward, backward_model, compile_check
+from gpulab.attention.v3 import backward, backward_launch, backward_model, compile_check
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
 H = torch.zeros(8, 64, dtype=torch.float64)
 
 CASES = [
-    ("V3BackwardConfig step", lambda: backward.V3BackwardConfig(step=7), ValueError),
+    ("V3BackwardConfig step", lambda: backward.V3BackwardConfig(step=8), ValueError),
     ("V3BackwardConfig stages", lambda: backward.V3BackwardConfig(stages=1), ValueError),
     ("V3BackwardConfig regs", lambda: backward.V3BackwardConfig(consumer_regs=236), ValueError),
     ("backward_config head_dim", lambda: backward.backward_config(96), ValueError),
     ("backward_config causal", lambda: backward.backward_config(64, "no"), TypeError),
     ("backward_config step", lambda: backward.backward_config(64, False, step=0), ValueError),
+    ("backward_config seq", lambda: backward.backward_config(64, False, seq=0), ValueError),
     ("attention_backward unsupported", lambda: backward.attention_backward(Z, Z, Z, Z, Z, Z[..., 0]), ValueError),
     ("constexprs cfg", lambda: backward.constexprs(64, False, None), TypeError),
     ("V3Backward cfg", lambda: V3Backward(), TypeError),
     ("key_programs n_q", lambda: backward_model.key_programs(0, 8, False), ValueError),
     ("key_programs causal", lambda: backward_model.key_programs(8, 8, 1), TypeError),
     ("model_backward shape", lambda: backward_model.model_backward(Z, Z, Z, Z, Z, Z), ValueError),
-    ("model_backward step", lambda: backward_model.model_backward(H, H, H, H, H, H[:, 0], step=7), ValueError),
+    ("model_backward step", lambda: backward_model.model_backward(H, H, H, H, H, H[:, 0], step=8), ValueError),
+    ("persistent_tiles programs", lambda: backward_model.persistent_tiles(8, 8, 1, False, 0), ValueError),
+    ("persistent_tiles causal", lambda: backward_model.persistent_tiles(8, 8, 1, "yes", 4), TypeError),
+    ("persistent_programs sms", lambda: backward_launch.persistent_programs(4, 1024, True, 0), ValueError),
+    ("persistent_programs causal", lambda: backward_launch.persistent_programs(4, 1024, 1, 132), TypeError),
     ("model_backward tensor", lambda: backward_model.model_backward([1.0], H, H, H, H, H[:, 0]), TypeError),
     ("reference_backward tensor", lambda: backward_model.reference_backward([1.0], H, H, H), TypeError),
     ("reference_backward shape", lambda: backward_model.reference_backward(Z, H, H, H), ValueError),
@@ -33,6 +38,8 @@ CASES = [
      lambda: compile_check.backward_structures_in_fresh_process([]), ValueError),
     ("backward_structures_in_fresh_process d",
      lambda: compile_check.backward_structures_in_fresh_process([dict(d=96, causal=False)]), ValueError),
+    ("min_seq_table missing", lambda: report.min_seq_table({("bf16", 64, 1024, False): {}}, "v3"), ValueError),
+    ("kernel_profile run", lambda: report.kernel_profile("z", "d64-n1024"), FileNotFoundError),
     ("stored part", lambda: report.stored("b", "timing"), ValueError),
     ("stored run", lambda: report.stored("z", "time"), FileNotFoundError),
     ("runs folder", lambda: report.runs("/nonexistent-folder"), None),

@@ -25,6 +25,8 @@ CASES = {  # name: (head dim, causal, V3BackwardConfig fields, spill bytes allow
     "d64 step 4": (64, False, dict(step=4), 0),
     "d128 causal step 5": (128, True, dict(step=5), SPILL_BOUND),
     "d64 step 6": (64, False, dict(step=6), 64),
+    "d64 causal step 7": (64, True, dict(step=7), 64),
+    "d128 step 7": (128, False, dict(step=7), SPILL_BOUND),
 }
 
 

@@ -28,7 +28,7 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6, 7])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -46,7 +46,7 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4, 5, 6])
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):
@@ -57,3 +57,23 @@ def test_race(d, causal, step, runs=30):
         dq, dk, dv = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
         assert torch.equal(dk, dk0) and torch.equal(dv, dv0), "dK or dV differ between runs: a race"
         assert check.relative_error(dq, dq0) < DQ_RACE_BOUND
+
+
+@pytest.mark.parametrize("n, d, causal", [(1024, 64, True), (4096, 64, True), (4096, 64, False), (4096, 128, False)])
+def test_plan_takes_version_3_from_its_length(n, d, causal):
+    """flash_attention's backward: version 3's from plan.V3_BACKWARD_MIN_SEQ on, the two kernels before; the
+    gradients right either way."""
+    from gpulab.attention import plan
+    from gpulab.attention.function import flash_attention
+
+    q, k, v, o, do, lse = _inputs(1, 2, n, n, d, torch.bfloat16, causal, seed=3)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    got = torch.autograd.grad(flash_attention(qg, kg, vg, is_causal=causal), (qg, kg, vg), do)
+    want = "one pass, Gluon" if n >= plan.V3_BACKWARD_MIN_SEQ.get((d, causal), 1 << 62) else "two kernels"
+    assert plan.backward_kind(plan.forward_plan(qg, kg, vg, is_causal=causal)) == want
+    with sdpa_kernel(SDPBackend.MATH):
+        q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+        ref = torch.autograd.grad(F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal),
+                                  (q64, k64, v64), do.double())  # fmt: skip
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        assert check.relative_error(g, r) <= check.tolerance(torch.bfloat16), name

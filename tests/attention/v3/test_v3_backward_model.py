@@ -80,6 +80,37 @@ def test_programs():
     assert [p["n_m"] for p in progs][:3] == [5, 3, 1]
     assert all(p["n_m"] <= 0 for p in progs[3:])  # keys past the last query: no block (dK = dV = 0)
     with pytest.raises(ValueError, match="step"):
-        bm.key_programs(10, 10, False, step=7)
+        bm.key_programs(10, 10, False, step=8)
     with pytest.raises(ValueError, match=r"\[N, d\]"):
         bm.model_backward(*(torch.zeros(1, 4, 8),) * 5, torch.zeros(4))
+
+
+@pytest.mark.parametrize("n_q, n_k, n_bh, programs", [(1024, 1024, 256, 132), (300, 517, 3, 4), (1000, 1000, 5, 7),
+                                                      (129, 64, 2, 132)])  # fmt: skip
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_persistent_tiles_cover_every_key_block_once(n_q, n_k, n_bh, programs, causal):
+    """Step 7: the programs' tiles are every (head, key block) of steps 2-6 exactly once, with the same query blocks;
+    the only other tiles are causal's blocks past the last (odd key-block counts), which visit no query block."""
+    want = {(bh, p["start_n"]): (p["lo"], p["n_m"]) for bh in range(n_bh) for p in bm.key_programs(n_q, n_k, causal)}
+    seen: dict = {}
+    for tiles in bm.persistent_tiles(n_q, n_k, n_bh, causal, programs):
+        for t in tiles:
+            if t["start_n"] >= n_k:
+                assert causal and t["n_m"] == 0, t
+                continue
+            key = (t["bh"], t["start_n"])
+            assert key not in seen, f"{key} taken twice"
+            seen[key] = (t["lo"], t["n_m"])
+    assert seen == want
+
+
+def test_persistent_causal_pairs_balance_the_programs():
+    """Causal N = 1024 (256 heads, 132 programs): by query blocks, the busiest program has at most 10% more than the
+    mean with the pairs; plain round-robin over (head, key block) would give one program about 1.4x the mean."""
+    n, n_bh, programs = 1024, 256, 132
+    work = [sum(max(t["n_m"], 0) for t in tiles) for tiles in bm.persistent_tiles(n, n, n_bh, True, programs)]
+    mean = sum(work) / programs
+    assert max(work) <= 1.1 * mean, (max(work), mean)
+    blocks = [p["n_m"] for p in bm.key_programs(n, n, True)] * n_bh  # tile t: head t // 8, key block t % 8
+    plain = [sum(blocks[pid::programs]) for pid in range(programs)]
+    assert max(plain) > 1.3 * mean, (max(plain), mean)

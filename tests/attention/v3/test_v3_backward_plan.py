@@ -37,21 +37,34 @@ def test_switch_on_without_sm90_takes_the_two_kernels(monkeypatch):
 
 
 def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_last():
-    """backward_configs.MEASURED picks, per head dim, the step with the highest median speed (relative to cuDNN,
-    device time) in the latest record run that timed several steps on the whole grid."""
-    from gpulab.attention.v3 import backward_configs
+    """backward_configs.MEASURED (query lengths over SHORT_SEQ) and MEASURED_SHORT (up to it; a head dim missing
+    there: MEASURED's step) pick, per head dim, the step with the highest median speed relative to cuDNN (device
+    time) on those problems of the latest record run that timed several steps on the whole grid."""
+    from gpulab.attention.v3 import backward_configs as bc
 
     ladder = None
     for run in report.runs():
         best = report.best(report.stored(run, "time"))
         steps = {i for row in best.values() for i in row if i.startswith("gpulab v3 bwd step")}
-        if len(steps) > 1 and len(best) == 24:
+        if len(steps) > 1 and len(best) == 24 and all(len(row) >= len(steps) + 1 for row in best.values()):
             ladder = (run, best, steps)
     assert ladder, "no record run timed several steps of version 3's backward on the whole grid"
     run, best, steps = ladder
-    for d, cfg in backward_configs.MEASURED.items():
-        medians = {s: report.spread(report.ratios(best, s, head_dim=d))[0] for s in steps}
-        assert f"gpulab v3 bwd step {cfg.step}" == max(medians, key=medians.get), (run, d, medians)
+    for d in (64, 128):
+        for short in (False, True):
+            rows = {key: row for key, row in best.items() if (key[2] <= bc.SHORT_SEQ) == short}
+            medians = {s: report.spread(report.ratios(rows, s, head_dim=d))[0] for s in steps}
+            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
+            assert f"gpulab v3 bwd step {cfg.step}" == max(medians, key=medians.get), (run, d, short, medians)
+
+
+def test_backward_config_takes_the_short_default_up_to_short_seq():
+    from gpulab.attention.v3 import backward_configs as bc
+
+    for d in (64, 128):
+        assert bc.backward_config(d) == bc.backward_config(d, seq=bc.SHORT_SEQ + 1) == bc.MEASURED[d]
+        assert bc.backward_config(d, True, seq=bc.SHORT_SEQ) == bc.MEASURED_SHORT.get(d, bc.MEASURED[d])
+        assert bc.backward_config(d, seq=1, step=3).step == 3
 
 
 def test_backward_plan_is_worked_out_once_from_the_shapes():
@@ -61,3 +74,50 @@ def test_backward_plan_is_worked_out_once_from_the_shapes():
     p = BackwardPlan(None, q, k, 0.125, 128, 168, {"HEAD_DIM": 64}, None)
     assert (p.n_q, p.n_k, p.d, p.bh, p.grid) == (300, 517, 64, 6, (5, 6))
     assert p.raw is None  # the C launcher is kept only after a first launch through Triton
+
+
+def _default_impl(d: int, seq: int) -> str:
+    """The records' name of version 3's measured default at head dim ``d`` and query length ``seq``."""
+    from gpulab.attention.v3 import backward_configs
+
+    cfg = backward_configs.backward_config(d, seq=seq)
+    return f"gpulab v3 bwd step {cfg.step}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
+
+
+def test_min_seq_matches_the_newest_run():
+    """V3_BACKWARD_MIN_SEQ is, per (head dim, causal), the shortest length from which on the measured default took
+    less device time than the two-kernel backward on every problem, in the newest run that timed both on all 24."""
+    newest = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        if len(best) == 24 and all(_default_impl(key[1], key[2]) in row and report.SHIPPED in row
+                                   for key, row in best.items()):  # fmt: skip
+            newest = (run, best)
+    assert newest, "no record run timed the default and the shipped backward on the whole grid"
+    run, best = newest
+    rows = {key: {"default": row[_default_impl(key[1], key[2])], report.SHIPPED: row[report.SHIPPED]}
+            for key, row in best.items()}  # fmt: skip
+    assert plan.V3_BACKWARD_MIN_SEQ == report.min_seq_table(rows, "default"), run
+
+
+def test_min_seq_table_reads_the_longest_lengths_first():
+    def row(ours, theirs):
+        return {"v3": {"ms": ours}, report.SHIPPED: {"ms": theirs}}
+
+    best = {("bf16", 64, 1024, False): row(2, 1), ("bf16", 64, 4096, False): row(1, 2),
+            ("bf16", 64, 16384, False): row(1, 2), ("bf16", 64, 1024, True): row(1, 2),
+            ("bf16", 64, 4096, True): row(2, 1), ("bf16", 64, 16384, True): row(1, 2),
+            ("bf16", 128, 16384, True): row(2, 1)}  # fmt: skip
+    assert report.min_seq_table(best, "v3") == {(64, False): 4096, (64, True): 16384}
+
+
+def test_min_seq_takes_version_3_only_from_its_length(monkeypatch):
+    """The gate: the launch kind follows min(Nq, Nk) against the table (here without an sm_90 GPU, the two kernels
+    always: version 3 cannot run)."""
+    monkeypatch.setattr(plan, "V3_BACKWARD_MIN_SEQ", {(64, True): 16})
+    plan.clear_plan_cache()
+    q, k, v = (torch.randn(1, 1, 20, 64, device=runtime.device, requires_grad=True) for _ in "qkv")
+    flash_attention(q, k, v, is_causal=True).sum().backward()
+    assert plan.backward_kind(plan.forward_plan(q, k, v, is_causal=True)) == "two kernels"
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    plan.clear_plan_cache()

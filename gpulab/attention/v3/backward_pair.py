@@ -1,0 +1,177 @@
+"""Version 3's backward: the work of one (key block, query block) pair for one consumer warpgroup, shared by the
+kernel's steps (:mod:`gpulab.attention.v3.backward`, one key block per program, and
+:mod:`gpulab.attention.v3.backward_persistent`, several per program).
+
+What you will learn: the backward's five products per block pair as asynchronous wgmma groups, which of them is
+waited for where, and where dS goes through shared memory. The math is in :mod:`gpulab.attention.v3.backward`'s
+docstring; this module holds the pieces its steps are assembled from.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+__all__ = ["scores", "pair_ds", "pair_rest", "dq_product", "dq_add", "pair", "store_dkdv", "first_query",
+           "persistent_count", "persistent_tile"]  # fmt: skip
+
+# ----------------------------------------------------------------------------------------------------------------
+# One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
+#   q_buf, do_buf [64, D]   this query block's Q and dO (a ring stage)
+#   k_buf, v_buf  [64, D]   this warpgroup's keys and values (loaded once)
+#   ds_buf        [64, 64]  dS (queries x keys), written here from dS^T in registers, read by dQ's product
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def scores(q_buf, do_buf, k_buf, v_buf):
+    """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    zero_s = gl.zeros([64, 64], gl.float32, layout=s_layout)
+    st = warpgroup_mma(k_buf, q_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # S^T = K Q^T
+    dpt = warpgroup_mma(v_buf, do_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # dP^T = V dO^T
+    return st, dpt
+
+
+@gluon.jit
+def pair_ds(q_buf, do_buf, k_buf, v_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """:func:`scores` then :func:`pair_rest`."""
+    st, dpt = scores(q_buf, do_buf, k_buf, v_buf)
+    return pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+                      HEAD_DIM, IS_CAUSAL)  # fmt: skip
+
+
+@gluon.jit
+def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
+               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Query block ``start_m`` against keys ``[key0, key0 + 64)``, its S^T and dP^T in flight (the only wgmma
+    groups in flight, issued in that order): dV += P^T dO (done on return), dS into ``ds_view``
+    [64 queries, 64 keys] (shared memory, fenced for the tensor cores) and dK += dS^T Q *issued* (the caller waits
+    for it). dK and dV [64, D] are fp32 and unscaled. Queries past Nq are zero rows (TMA fills them) with LSE = D = 0:
+    their P is finite and their dO and Q are 0, so they add nothing; keys past Nk are zero rows: they add nothing to
+    dQ."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
+    dtype: gl.constexpr = q_buf.dtype
+    cols = start_m + gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # query index of each column
+    col_ok = cols < n_q
+    lse2 = gl.load(lse_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0) * 1.4426950408889634
+    delta = gl.load(delta_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0)
+    st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
+    st = st * qk_scale
+    if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
+        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+    pt = gl.exp2(st - lse2[None, :])
+    dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
+    dpt, dv = warpgroup_mma_wait(0, deps=(dpt, dv))
+    dst = (pt * (dpt - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - D)
+    ds_view.permute((1, 0)).store(dst)
+    fence_async_shared()
+    dk = warpgroup_mma(gl.convert_layout(dst, a_layout), q_buf, dk, is_async=True)  # dK += dS^T Q, in flight
+    return dk, dv
+
+
+@gluon.jit
+def dq_product(ds_buf, k_buf, col0, COLS: gl.constexpr):
+    """Issue dS K for dQ's columns ``[col0, col0 + COLS)``: ds_buf [64 queries, keys], k_buf [keys, D]."""
+    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, COLS, 16])  # fmt: skip
+    zero_h = gl.zeros([64, COLS], gl.float32, layout=h_layout)
+    return warpgroup_mma(ds_buf, k_buf.slice(col0, COLS, dim=1), zero_h, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def dq_add(dq, dq_ptr, bh, start_m, n_q, col0, COLS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Add ``dq`` [64, COLS] (fp32, a wgmma accumulator) into rows ``[start_m, +64)``, columns ``[col0, +COLS)`` of
+    dQ's buffer (rows past Nq skipped)."""
+    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, COLS, 16])  # fmt: skip
+    rows = start_m + gl.arange(0, 64, layout=gl.SliceLayout(1, h_layout))
+    dcols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, h_layout))
+    head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows of the buffer; int32 offsets within
+    gl.atomic_add(head + (rows[:, None] * HEAD_DIM + dcols[None, :]), dq, mask=(rows < n_q)[:, None], sem="relaxed")
+
+
+@gluon.jit
+def pair(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale,
+          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Steps 1-2: one (query block, 64 keys) pair, this warpgroup's own dS K added into dQ in column halves of D/2
+    (half the accumulator registers): the first half's product and additions run under dK's product."""
+    dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
+                      qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+    HALF: gl.constexpr = HEAD_DIM // 2
+    dq = dq_product(ds_buf, k_buf, 0, HALF)
+    dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))  # dK's product (issued first) ran beside this one
+    dq_add(dq, dq_ptr, bh, start_m, n_q, 0, HALF, HEAD_DIM)
+    dq = dq_product(ds_buf, k_buf, HALF, HALF)
+    dq = warpgroup_mma_wait(0, deps=(dq,))
+    dq_add(dq, dq_ptr, bh, start_m, n_q, HALF, HALF, HEAD_DIM)
+    return dk, dv
+
+
+@gluon.jit
+def store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.constexpr):
+    """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped)."""
+    d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
+    rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))
+    dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
+    offs = (bh.to(gl.int64) * n_k + rows)[:, None] * HEAD_DIM + dcols[None, :]
+    mask = (rows < n_k)[:, None]
+    gl.store(dk_ptr + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
+    gl.store(dv_ptr + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def first_query(start_n, IS_CAUSAL: gl.constexpr):
+    """The first query block that sees keys from ``start_n`` on (causal: the block holding query ``start_n``)."""
+    if IS_CAUSAL:
+        return (start_n // 64) * 64
+    else:
+        return 0
+
+
+@gluon.jit
+def persistent_count(n_k, n_bh, IS_CAUSAL: gl.constexpr):
+    """Step 7: how many tiles this program takes (:func:`persistent_tile`'s ``k`` runs from 0 to it)."""
+    n_kb = gl.cdiv(n_k, 128)
+    if IS_CAUSAL:  # units of two tiles: u = pid, pid + programs, ... below n_bh * ceil(n_kb / 2)
+        return 2 * gl.cdiv(n_bh * ((n_kb + 1) // 2) - gl.program_id(0), gl.num_programs(0))
+    else:
+        return gl.cdiv(n_bh * n_kb - gl.program_id(0), gl.num_programs(0))
+
+
+@gluon.jit
+def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr):
+    """Step 7's ``k``-th tile of this program -> ``(bh, start_n, lo, n_m)``: the head, the first of its 128 keys,
+    the first query row it visits and its query blocks (0 or less: none).
+
+    Not causal: tile ``t = pid + k * programs`` is head ``t // key_blocks``'s key block ``t % key_blocks`` (a head's
+    key blocks are neighbours: programs running at once share its Q and dO in L2). Causal: key block j visits the
+    query blocks from its own on, so block 0 has the most work, and static round-robin would give a program mostly
+    long or mostly short tiles; so the program takes units ``u = pid + (k // 2) * programs`` of two tiles, head
+    ``u // half``'s key blocks ``i`` then ``2 half - 1 - i`` (``i = u % half``, ``half = ceil(key_blocks / 2)``):
+    about the same work per unit whatever i. With an odd number of key blocks the unit i = 0 holds a block past the
+    last (no query block). :func:`gpulab.attention.v3.backward_model.persistent_tiles` mirrors this."""
+    n_kb = gl.cdiv(n_k, 128)
+    if IS_CAUSAL:
+        half = (n_kb + 1) // 2
+        u = gl.program_id(0) + (k // 2) * gl.num_programs(0)
+        i = u % half
+        kb = i + (k % 2) * (2 * half - 1 - 2 * i)
+        bh = u // half
+    else:
+        tile = gl.program_id(0) + k * gl.num_programs(0)
+        kb = tile % n_kb
+        bh = tile // n_kb
+    start_n = kb * 128
+    lo = first_query(start_n, IS_CAUSAL)
+    n_m = gl.cdiv(n_q - lo, 64) * (start_n < n_k).to(gl.int32)
+    return bh, start_n, lo, n_m
