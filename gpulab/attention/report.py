@@ -514,6 +514,7 @@ def plot(results):
 # version 3 (Gluon): its records are read by :mod:`gpulab.attention.v3_report`; the names stay importable from here.
 from gpulab.attention.v3_report import (  # noqa: E402 - re-exported after the version-2 readers
     V3_FOLDER,
+    V3_PART_SUFFIXES,
     V3_PEERS,
     V3_STEPS,
     V3_TRITON_LAUNCH,
@@ -538,6 +539,7 @@ __all__ += [
     "V3_STEPS",
     "V3_PEERS",
     "V3_TRITON_LAUNCH",
+    "V3_PART_SUFFIXES",
     "stored_v3",
     "stored_v3_run",
     "v3_best",

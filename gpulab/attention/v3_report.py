@@ -19,6 +19,7 @@ __all__ = [
     "V3_STEPS",
     "V3_PEERS",
     "V3_TRITON_LAUNCH",
+    "V3_PART_SUFFIXES",
     "stored_v3",
     "stored_v3_run",
     "v3_best",
@@ -43,7 +44,9 @@ V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
 
 
-_PARTS = ("-check", "-race", "-tune", "-headline", "-ab")  # a run's other parts and A/B records, beside its grid
+V3_PART_SUFFIXES = ("-check", "-race", "-tune", "-headline", "-ab")
+"""Record files beside a grid run that are not grid runs: its correctness, race, tune and headline parts, A/B
+timings (:func:`stored_v3` skips them)."""
 
 
 def stored_v3(folder=None) -> list[bench.Result]:
@@ -51,7 +54,7 @@ def stored_v3(folder=None) -> list[bench.Result]:
     [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
     v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(_PARTS)]
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(V3_PART_SUFFIXES)]
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     return bench.load("04", path=bench.newest(runs))
@@ -61,7 +64,7 @@ def stored_v3_run(folder=None) -> str:
     """The tag of the run :func:`stored_v3` reads (``"g"`` for ``<gpu>-2026-11-26-g.jsonl``; ``""`` for a file without
     one), so prose can name the run it states. FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(_PARTS)]
+    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(V3_PART_SUFFIXES)]
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
     tag = re.search(r"\d{4}-\d{2}-\d{2}(?:-(\w+))?$", bench.newest(runs).stem)

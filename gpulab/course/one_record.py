@@ -158,10 +158,35 @@ def _lesson04_v3(root) -> list[Shown]:
     from gpulab.attention import report
 
     folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
-    runs = [p for p in bench.record_files(folder, "h100") if not p.stem.endswith(("-check", "-race", "-tune"))]
+    runs = [p for p in bench.record_files(folder, "h100") if not p.stem.endswith(report.V3_PART_SUFFIXES)]
     path = bench.newest(runs)
     return _attention(bench.load("04", path=path), path.name,
                       keep=lambda r: r.params.get("impl") == report.V3_TUNED)  # fmt: skip
+
+
+def _lesson04_v3_headline(root) -> list[Shown]:
+    """The headline part's median rounds: a measurement of its own (the median of its alternating rounds), keyed
+    apart from the grid's faster-of-two rounds of the same problem."""
+    from gpulab.attention import report
+
+    folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
+    path = bench.newest([p for p in bench.record_files(folder, "h100") if p.stem.endswith("-headline")],
+                        part="headline")  # fmt: skip
+    records = bench.load("04", path=path)
+    rows = {r.params["impl"]: r for r in records if r.status == "ok" and r.params.get("kind") == "headline"}
+    out = []
+    for impl, h in report.v3_headline(records).items():
+        r = rows[impl]
+        key = lambda clock, r=r, impl=impl: Key(
+            "04",
+            "attention forward, median of alternating rounds",  # noqa: E731
+            _attention_version(r),
+            r.device,
+            _attention_problem(r),
+            clock,
+        )
+        out += _times(key, path.name, h["ms"], h["wall_ms"])
+    return out
 
 
 # --- lesson 5 -------------------------------------------------------------------------------------------------------
@@ -394,6 +419,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("04", "hopper_report.stored_fused()"): Display(_none, "the one-pass backward: ratios to the two kernels only"),
     ("04", "hopper_report.stored_v3()"): Display(_lesson04_v3, "version 3's run: version 3's own times (the peers as "
                                                                "ratios within the run)"),
+    ("04", "hopper_report.stored_v3_headline()"): Display(
+        _lesson04_v3_headline, "version 3's headline run: each implementation's median round on both clocks"),
     ("04", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
     ("04", "hopper_report.stored_v3_tune()"): Display(
         _none, "version 3's newest tune run: ratios within the run only (paired causal tiles vs one tile per "

@@ -780,7 +780,7 @@ if v3_records:
     ))  # fmt: skip
 
 # %% [markdown]
-# **The named problem, nine times.** Issue 38 names one problem (bf16, head dim 128, N = 16k, non-causal) and a figure for it, 620 TFLOP/s. A best-of-two round moved by several percent between runs of the same kernels, so `python -m gpulab bench 04 v3-headline` times that problem alone in nine alternating rounds (version 3, cuDNN, FlashAttention-2, version 2, then again) and states each one's median round; `nvidia-smi` sampled the GPU every 250 ms beside it (the `-headline-smi.csv` file). The verdict on the figure is read from the median.
+# **The named problem, nine times.** Issue 38 names one problem (bf16, head dim 128, N = 16k, non-causal) and a figure for it, 620 TFLOP/s. A best-of-two round moved by several percent between runs of the same kernels, so `python -m gpulab bench 04 v3-headline` times that problem alone in nine alternating rounds (version 3, cuDNN, FlashAttention-2, version 2, then again) and states each one's median round; `nvidia-smi` sampled the GPU four times a second beside it (the `-headline-smi.csv` file). The verdict on the figure is read from the median.
 
 # %%
 try:
@@ -830,11 +830,15 @@ if v3_records:
         cached, triton_launch = spread_of[hopper_report.V3_TUNED], spread_of[hopper_report.V3_TRITON_LAUNCH]
         claims.show(claims.claim(
             "On the wall clock version 3 runs at a median {w:.2f}x cuDNN (lowest {wlo:.2f}x), close to the device-clock"
-            " figures: its wall time is at most {hi:.2f}x its device time on every problem, and through Triton's own"
-            " launch at most {thi:.2f}x, so at these sizes most of the host's work per call already hid under the"
-            " kernels; the cached launch matters only where a kernel is about as short as the host's work per call.",
-            holds=lambda w, wlo, hi, thi: hi <= 1.15 and thi <= 1.3 and abs(w - cudnn[0]) < 0.05,
-            w=cudnn_wall[0], wlo=cudnn_wall[1], hi=cached[2], thi=triton_launch[2],
+            " figures: its wall time is a median {med:.2f}x its device time, as cuDNN's is ({cmed:.2f}x; single"
+            " problems reach {hi:.2f}x and {chi:.2f}x, long kernels included, where no host work can show: the two"
+            " clocks are taken at different moments of a power-capped run). Through Triton's own launch it reaches"
+            " {thi:.2f}x, on the shortest kernels: the cached launch matters where a kernel is about as short as the"
+            " host's work per call.",
+            holds=lambda w, wlo, med, cmed, hi, chi, thi: abs(med - cmed) < 0.05 and thi > hi
+            and abs(w - cudnn[0]) < 0.05,
+            w=cudnn_wall[0], wlo=cudnn_wall[1], med=cached[0], cmed=spread_of["SDPA cuDNN"][0], hi=cached[2],
+            chi=spread_of["SDPA cuDNN"][2], thi=triton_launch[2],
         ))  # fmt: skip
 
 # %% [markdown]
