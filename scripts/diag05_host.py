@@ -9,7 +9,9 @@ returns); the host's time per phase of the step (gradients cleared, forward, sum
 after every step (the host's own cost, nothing queued) and once back to back; the time the garbage collector takes
 during the loop, and the loop with the collector off; cProfile of 100 loop steps (``cprofile-main.txt``).
 ``python scripts/diag05_host.py OUTDIR profiler`` (another process: a profiler session slows later host work):
-torch.profiler's CPU-side table over 5 loop steps (``torchprof-main.txt``). Both append to ``diag05-host.json``.
+torch.profiler's CPU-side table over 5 loop steps (``torchprof-main.txt``). ``python scripts/diag05_host.py OUTDIR
+grads [OTHER.pt]``: one loop step's gradients saved to ``OUTDIR/grads.pt`` (and compared bit for bit, strides
+included, with OTHER.pt: old and new code in two processes). Each appends to ``diag05-host.json``.
 """
 
 import cProfile
@@ -148,6 +150,15 @@ if PART == "timing":
         )
         f.write(s.getvalue())
     emit("after cProfile", dict(zip(("wall", "host"), clocks(loop, 20))))
+elif PART == "grads":  # one loop step's gradients, saved to OUTDIR/grads.pt (or compared with a saved file)
+    loop()
+    grads = [t.grad.cpu() for t in x]
+    if len(sys.argv) > 3:
+        other = torch.load(sys.argv[3])
+        emit("grads bitwise equal to " + sys.argv[3], [torch.equal(a, b) and a.stride() == b.stride()
+                                                        and torch.equal(a.view(torch.int16), b.view(torch.int16))
+                                                        for a, b in zip(grads, other)])  # fmt: skip
+    torch.save(grads, os.path.join(OUT, "grads.pt"))
 else:
     from torch.profiler import ProfilerActivity, profile
 

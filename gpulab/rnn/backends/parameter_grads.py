@@ -58,17 +58,21 @@ def previous_h_ones(out, states, time_major=False):
     return h
 
 
-def gate_products(dg_rows, h_rows):
+def gate_products(dg_rows, h_rows, into=None):
     """sum over rows of dG^T [h, 1, 0...] per gate and head: [G_b, NH, DH, DH + PAD] in fp32 (column DH is db).
 
     ``dg_rows`` [K, G_b, NH, DH] and ``h_rows`` [K, NH, DH + PAD] are views (K = the batch and time rows); per gate
     one batched product over the heads reads dG where it lies (as a matrix per head, [DH, K] with leading
-    dimension G_b * NH * DH): no copy."""
+    dimension G_b * NH * DH): no copy. The products come in dG's dtype; ``into``, an fp32 tensor of the result's
+    shape, gets them added (``into += products``, each converted exactly to fp32) and is returned, with no fp32
+    copy of the products made first."""
     K, G_b, NH, DH = dg_rows.shape
     h = h_rows.transpose(0, 1)  # [NH, K, DH + PAD]
     out = torch.empty(G_b, NH, DH, DH + PAD, dtype=dg_rows.dtype, device=dg_rows.device)
-    for g in range(G_b):
-        torch.bmm(dg_rows[:, g].permute(1, 2, 0), h, out=out[g])
+    for a, o in zip(dg_rows.permute(1, 2, 3, 0).unbind(0), out.unbind(0)):  # per gate: [NH, DH, K] @ [NH, K, DH + 8]
+        torch.bmm(a, h, out=o)
+    if into is not None:
+        return into.add_(out)
     return out.float()
 
 
