@@ -33,7 +33,6 @@ from gpulab.triton_ops import dot
 __all__ = [
     "PAD",
     "SMALL_ROWS",
-    "previous_h_kernel",
     "previous_h_ones",
     "gate_products",
     "split_products",
@@ -47,61 +46,29 @@ __all__ = [
 PAD = 8  # h_{t-1} gets a column of ones and 7 of zeros: db comes out of the dR product, rows stay 16-byte aligned
 
 
-@triton.jit
-def previous_h_kernel(out_ptr, s0_ptr, h_ptr, B, T, NH, DH: tl.constexpr, W: tl.constexpr, TIME_MAJOR: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):  # fmt: skip
-    """Row k of [h_{t-1}, 1, 0 ...], all heads: [NH, W] (W = DH + PAD) at ``h_ptr + k * NH * W``; (t, b) with
-    k = t * B + b if ``TIME_MAJOR``, else (b, t) with k = b * T + t. h_{-1} is the initial h (s0 [S, B, 1, NH, DH],
-    index 0), h_{t-1} for t > 0 the outputs out [S, B, T, NH, DH] at step t - 1: copied, not computed."""
-    k = tl.program_id(0)
-    if TIME_MAJOR:
-        t, b = k // B, k % B
-    else:
-        b, t = k // T, k % T
-    n = tl.arange(0, BLOCK_N)[:, None]  # [BLOCK_N, 1] heads
-    c = tl.arange(0, BLOCK_W)[None, :]  # [1, BLOCK_W] columns
-    inside = (n < NH) & (c < DH)
-    HD = NH * DH
-    prev = tl.load(out_ptr + (b.to(tl.int64) * T + t - 1) * HD + n * DH + c, mask=inside & (t > 0), other=0.0)
-    first = tl.load(s0_ptr + b * HD + n * DH + c, mask=inside & (t == 0), other=0.0)
-    v = tl.where(c == DH, 1.0, tl.where(t > 0, prev, first).to(tl.float32))  # (16-bit to fp32 and back: exact)
-    tl.store(h_ptr + k.to(tl.int64) * NH * W + n * W + c, v.to(h_ptr.dtype.element_ty), mask=(n < NH) & (c < W))
-
-
 def previous_h_ones(out, states, time_major=False):
     """[h_{t-1}, 1, 0 ...] for every step: [B, T, NH, DH + PAD] ([T, B, ...] if ``time_major``), h_{-1} = the initial
-    h. The column of ones makes ``dG^T @ it`` give db beside dR. One launch (:func:`previous_h_kernel`: a host path
-    of one call instead of a fill, two copies and a column's fill)."""
+    h. The column of ones makes ``dG^T @ it`` give db beside dR."""
     _, B, T, NH, DH = out.shape
-    out, states = out.contiguous(), states.contiguous()
-    h = new_output((T, B, NH, DH + PAD) if time_major else (B, T, NH, DH + PAD), dtype=out.dtype, device=out.device)
-
-    def make():  # the grid and constexprs, built once per problem (keyed_launch)
-        return (B * T,), dict(DH=DH, W=DH + PAD, TIME_MAJOR=time_major, BLOCK_N=runtime.next_power_of_2(NH),
-                              BLOCK_W=runtime.next_power_of_2(DH + PAD), num_warps=4)  # fmt: skip
-
-    ints = (B, T, NH)
-    launch = keyed_launch((previous_h_kernel, out.dtype, DH, bool(time_major)) + ints, make)
-    tensors = (out, states, h)
-    launch(direct_stream(out.device) if aligned(*tensors) else None, *tensors, *ints)
+    h = torch.zeros((T, B, NH, DH + PAD) if time_major else (B, T, NH, DH + PAD), dtype=out.dtype, device=out.device)
+    steps = h if time_major else h.transpose(0, 1)  # [T, B, ...] view either way
+    steps[0, :, :, :DH] = states[0, :, 0]
+    steps[1:, :, :, :DH] = out[0, :, :-1].transpose(0, 1)
+    h[..., DH] = 1
     return h
 
 
-def gate_products(dg_rows, h_rows, into=None):
+def gate_products(dg_rows, h_rows):
     """sum over rows of dG^T [h, 1, 0...] per gate and head: [G_b, NH, DH, DH + PAD] in fp32 (column DH is db).
 
     ``dg_rows`` [K, G_b, NH, DH] and ``h_rows`` [K, NH, DH + PAD] are views (K = the batch and time rows); per gate
     one batched product over the heads reads dG where it lies (as a matrix per head, [DH, K] with leading
-    dimension G_b * NH * DH): no copy. The products come in dG's dtype; ``into``, an fp32 tensor of the result's
-    shape, gets them added (``into += products``, each converted exactly to fp32) and is returned, with no fp32
-    copy of the products made first."""
+    dimension G_b * NH * DH): no copy."""
     K, G_b, NH, DH = dg_rows.shape
     h = h_rows.transpose(0, 1)  # [NH, K, DH + PAD]
     out = torch.empty(G_b, NH, DH, DH + PAD, dtype=dg_rows.dtype, device=dg_rows.device)
-    for a, o in zip(dg_rows.permute(1, 2, 3, 0).unbind(0), out.unbind(0)):  # per gate: [NH, DH, K] @ [NH, K, DH + 8]
-        torch.bmm(a, h, out=o)
-    if into is not None:
-        return into.add_(out)
+    for g in range(G_b):
+        torch.bmm(dg_rows[:, g].permute(1, 2, 0), h, out=out[g])
     return out.float()
 
 

@@ -306,30 +306,21 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
             carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
         return (*gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major), carry)
     main = torch.cuda.current_stream(out.device)
-    prev = torch.cuda.current_stream()  # the current device's (the same stream unless out lives elsewhere)
-    side, ready = _side_stream(out.device)
-    carry = d_last
-    try:  # the streams switched by hand: the stream context manager costs host time at every switch
-        ready.record(main)
-        side.wait_event(ready)
-        torch.cuda.set_stream(side)
+    side = _side_stream(out.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
         h = previous_h_ones(out, states, time_major=True)  # [T, B, NH, DH + PAD], built beside the first piece
         prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
-        for t0, t1 in reversed(bounds):
-            torch.cuda.set_stream(main)
-            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
-            ready.record(main)  # this piece's dG is written
-            side.wait_event(ready)
-            torch.cuda.set_stream(side)
+    carry = d_last
+    for t0, t1 in reversed(bounds):
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
+        side.wait_stream(main)  # this piece's dG is written
+        with torch.cuda.stream(side):
             rows = (t1 - t0) * B
             piece = dG[t0:t1] if time_major else dG[:, t0:t1].transpose(0, 1)  # [t1 - t0, B, ...]
             dg_rows = piece.reshape(rows, fn.gates_b, NH, DH)  # a view if time-major, else a copy
-            gate_products(dg_rows, h[t0:t1].view(rows, NH, DH + PAD), into=prod)
-    finally:
-        torch.cuda.set_stream(main)  # out.device's stream, then the current device's
-        torch.cuda.set_stream(prev)
-    ready.record(side)
-    main.wait_event(ready)
+            prod += gate_products(dg_rows, h[t0:t1].view(rows, NH, DH + PAD))
+    main.wait_stream(side)
     for t in (dG, prod, h):
         t.record_stream(side)
     dR, db = split_products(prod, fn, out.dtype)
@@ -339,11 +330,10 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
 _SIDE_STREAMS: dict = {}
 
 
-def _side_stream(device) -> tuple[torch.cuda.Stream, torch.cuda.Event]:
-    """The second stream of :func:`fused_rnn_gradients` on ``device`` and the event its streams wait on, made once (a
-    new stream or event per call costs host time; one event serves every wait, since a wait takes the event as it
-    was last recorded when the wait is issued)."""
-    made = _SIDE_STREAMS.get(device)
-    if made is None:
-        made = _SIDE_STREAMS[device] = (torch.cuda.Stream(device=device), torch.cuda.Event())
-    return made
+def _side_stream(device) -> torch.cuda.Stream:
+    """The second stream of :func:`fused_rnn_gradients` on ``device``, made once (a new stream per call costs host
+    time)."""
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    return stream

@@ -69,23 +69,6 @@ def test_a_wrong_h_index_would_show():
     assert _rel(dR[:, 0], shifted.double()) > 0.1
 
 
-@pytest.mark.parametrize("B, T, NH, DH, dtype", [(1, 1, 1, 16, torch.float32), (3, 5, 3, 20, torch.float16)])
-@pytest.mark.parametrize("time_major", [True, False])
-def test_previous_h_ones_copies_h_and_the_ones_column(B, T, NH, DH, dtype, time_major):
-    """The one-launch [h_{t-1}, 1, 0 ...] equals the PyTorch assembly bit for bit (a -0.0 kept), both layouts, ragged
-    sizes; its output starts poisoned, so an unwritten element shows."""
-    _, _, out, states = _problem("lstm", B, T, NH, DH, dtype, time_major, seed=3)
-    out[0, 0, 0, 0, 0] = -0.0
-    want = torch.zeros((T, B, NH, DH + pg.PAD) if time_major else (B, T, NH, DH + pg.PAD), dtype=dtype)
-    steps = want if time_major else want.transpose(0, 1)
-    steps[0, :, :, :DH] = states[0, :, 0]
-    steps[1:, :, :, :DH] = out[0, :, :-1].transpose(0, 1)
-    want[..., DH] = 1
-    got = pg.previous_h_ones(out, states, time_major=time_major)
-    bits = torch.int32 if dtype == torch.float32 else torch.int16
-    assert got.shape == want.shape and torch.equal(got.view(bits), want.view(bits))
-
-
 def test_the_chooser_takes_the_kernel_for_few_rows(monkeypatch):
     calls = []
     monkeypatch.setattr(pg, "small_parameter_grads", lambda *a, **k: calls.append("small") or "small")
