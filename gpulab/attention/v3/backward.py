@@ -328,9 +328,10 @@ def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k,
 
 
 @gluon.jit
-def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr):  # fmt: skip
+def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
+           qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+           DQ_CAST: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -374,7 +375,8 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
                            HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL)),
-             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM, IS_CAUSAL, STEP))],
+             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
+                          IS_CAUSAL, STEP, DQ_CAST))],
             [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
     else:
         gl.warp_specialize(
@@ -390,23 +392,27 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
 def attention_backward_v3_kernel(
-    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
+    qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
+    DQ_CAST (step 8, writer steps 5 and 7): dq_out_ptr [B*H, Nq, D] in q's dtype receives ``scale * buffer`` from the
+    last program to add into each query block, which zeros the block and its counter (cnt_ptr int32 [B*H,
+    ceil(Nq/64)], zero on entry) back; without DQ_CAST both are unused.
     Grid: (key blocks of 64 * consumers, B*H); step 7 (persistent): (min(tiles, SMs),), n_bh = B*H."""
     if STEP == 7:
-        persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh,
-                            qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS, PRODUCER_REGS,
-                            WRITER_REGS)  # fmt: skip
+        persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
+                            cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
-        _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS)  # fmt: skip
+        _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
+               n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
+               DQ_CAST)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -461,13 +467,23 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float |
     delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)
     attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
         o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
-    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    if torch._C._cuda_getDevice() == plan.device:
-        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
-    else:
+    if torch._C._cuda_getDevice() != plan.device:
         with torch.cuda.device(plan.device):
-            plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
+            return _run(plan, q, k, v, do, lse, delta, dk, dv)
+    return _run(plan, q, k, v, do, lse, delta, dk, dv)
+
+
+def _run(plan, q, k, v, do, lse, delta, dk, dv):
+    """The launch on the plan's device: step 8 writes dQ in the kernel from its kept zeroed buffer; otherwise dQ's
+    fp32 buffer is zeroed before the kernel and scaled and cast after it."""
+    if plan.dq_cast:
+        dq_acc, counters = plan.workspace(q)
+        dq = torch.empty_like(q)
+        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv, dq, counters)
+        return dq, dk, dv
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
     dq = torch.empty_like(q)
     torch.mul(dq_acc, plan.scale, out=dq)  # scaled and cast in one pass
     return dq, dk, dv
