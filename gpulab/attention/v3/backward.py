@@ -30,14 +30,19 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    global buffer with 4-float atomics; the consumers issue no atomic instruction;
 6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both);
 7. step 5 on a persistent grid (:mod:`gpulab.attention.v3.backward_persistent`): one program per SM walks the
-   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored.
+   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored;
+8. (``V3BackwardConfig.dq_cast``, on steps 5 and 7) no launch around the kernel for dQ: after its additions into a
+   query block the writer counts its arrival (one acquire-release atomic per block), and the last program to arrive
+   writes ``scale * buffer`` in dQ's dtype and zeros the block and its counter back, so the buffer kept between calls
+   (:data:`gpulab.attention.v3.backward_launch.WORKSPACES`) needs no zeroing (:func:`gpulab.attention.v3.backward_dq.
+   dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-g), step 5
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-h), step 5
 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
 register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
 to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
-two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096, or 16384 at head dim
-64 without the mask). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096 with the causal mask,
+16384 without). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`

@@ -27,7 +27,11 @@ STEPS = {
     "which zeros the block back: no zeroing and no cast launch around the kernel (V3BackwardConfig.dq_cast)",
 }
 """The backward's numbered steps: 1-7 the kernel's structure (``V3BackwardConfig.step``), 8 a change to the writer
-steps 5 and 7 (``V3BackwardConfig.dq_cast``)."""
+steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64). Step 8 is in no default:
+in run h it ran at 0.34x-0.92x the default's speed on the 24 problems (median 0.57x) although it removed the zeroing
+and the cast launches. Not profiled; the likely cost: at each query block's acquire-release arrival the writer waits
+for its own additions to complete (they no longer overlap the next block's), and the last arrival reads the block back
+through L2 a few rows at a time, while the consumers wait for the writer's dQ buffers."""
 KERNEL_STEPS = (1, 2, 3, 4, 5, 6, 7)
 """The values of ``V3BackwardConfig.step``."""
 
