@@ -62,9 +62,9 @@ class PlanSwitch:
             if isinstance(self.cfg, DefaultWith8):  # backward_config's choice with dq_cast
                 import dataclasses  # noqa: PLC0415
 
-                orig = self.saved[1]
+                orig, fields = self.saved[1], self.cfg.fields
                 v3b.backward_config = lambda d, causal=False, step=None, seq=None: dataclasses.replace(
-                    orig(d, causal, step, seq), **STEP8)  # fmt: skip
+                    orig(d, causal, step, seq), **fields)  # fmt: skip
             elif self.cfg is not None:  # "default": backward_config as it is
                 v3b.backward_config = lambda d, causal=False, step=None, seq=None: self.cfg
             P.clear_plan_cache()
@@ -152,25 +152,32 @@ CONFIGS.update({"step 7": dict(step=7), "step 7, 3 stages": dict(step=7, stages=
 STEP8 = dict(dq_cast=True, writer_regs=32)  # step 8's writer: 32 registers (24 spill at head dim 64)
 CONFIGS.update({"step 5+8": dict(step=5, **STEP8), "step 7+8": dict(step=7, **STEP8)})
 CONFIGS["default"] = None  # backward_config's choice (MEASURED), as attention_backward and the plan take it
-CONFIGS["default+8"] = "dq_cast"  # backward_config's choice for the problem, with step 8 (dq_cast) on
+STEP9 = dict(fused_prep=True)  # step 9: D's launch zeroes dQ's buffer
+CONFIGS.update({"step 5+9": dict(step=5, **STEP9), "step 7+9": dict(step=7, **STEP9)})
+CONFIGS["default+8"] = "+8"  # backward_config's choice for the problem, with step 8 (dq_cast) on
+CONFIGS["default+9"] = "+9"  # ... with step 9 (fused_prep) on
 
 
 def config(name):
     if CONFIGS[name] is None:
         return None
-    if CONFIGS[name] == "dq_cast":
-        return DefaultWith8()
+    if isinstance(CONFIGS[name], str):
+        return DefaultWith8(CONFIGS[name])
     return v3b.V3BackwardConfig(**CONFIGS[name])
 
 
 class DefaultWith8:
-    """The config of "default+8": backward_config's choice for (head dim, causal, query length), dq_cast on."""
+    """The config of "default+8" ("default+9"): backward_config's choice for (head dim, causal, query length), with
+    step 8's (step 9's) fields."""
+
+    def __init__(self, suffix="+8"):
+        self.fields = STEP8 if suffix == "+8" else STEP9
 
     def of(self, q, causal):
         import dataclasses  # noqa: PLC0415
 
         cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
-        return dataclasses.replace(cfg, **STEP8)
+        return dataclasses.replace(cfg, **self.fields)
 
 
 def resolved(cfg, q, causal):
@@ -180,10 +187,10 @@ def resolved(cfg, q, causal):
 
 def impl_name(name, q, causal):
     """Records name the defaults by the step they resolve to (as run f's "gpulab v3 bwd step 5"), step 8 as "+8"."""
-    if name not in ("gpulab v3 bwd default", "gpulab v3 bwd default+8"):
+    if not name.startswith("gpulab v3 bwd default"):
         return name
     cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
-    return f"gpulab v3 bwd step {cfg.step}" + ("+8" if name.endswith("+8") else "")
+    return f"gpulab v3 bwd step {cfg.step}" + name[len("gpulab v3 bwd default") :]
 
 
 SELECTED = list(CONFIGS)

@@ -35,7 +35,10 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    query block the writer counts its arrival (one acquire-release atomic per block), and the last program to arrive
    writes ``scale * buffer`` in dQ's dtype and zeros the block and its counter back, so the buffer kept between calls
    (:data:`gpulab.attention.v3.backward_launch.WORKSPACES`) needs no zeroing (:func:`gpulab.attention.v3.backward_dq.
-   dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default.
+   dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default;
+9. (``V3BackwardConfig.fused_prep``, any step) D's launch also zeroes dQ's fp32 buffer
+   (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`): one launch before the kernel instead of two.
+   Not yet timed on the GPU: off by default.
 
 :func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-h), step 5
 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
@@ -68,7 +71,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
-from gpulab.attention.shared import attention_preprocess_kernel
+from gpulab.attention.shared import attention_preprocess_kernel, attention_preprocess_zero_kernel
 from gpulab.attention.v3.backward_configs import (
     BLOCK_M,
     KEYS_PER_WARPGROUP,
@@ -448,7 +451,8 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         programs = persistent_programs(q.shape[0] * q.shape[1], k.shape[2], causal, sms)
     return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
-                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs)  # fmt: skip
+                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs,
+                        cfg.fused_prep)  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
@@ -470,24 +474,31 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float |
     lse = lse.contiguous()
     n_q, d, bh = plan.n_q, plan.d, plan.bh
     delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)
-    attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
-        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
+    dq_acc = None
+    if plan.fused_prep:  # step 9: D and dQ's zeroed buffer in one launch
+        dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+        attention_preprocess_zero_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
+            o, do, delta, dq_acc, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
+    else:
+        attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
+            o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     if torch._C._cuda_getDevice() != plan.device:
         with torch.cuda.device(plan.device):
-            return _run(plan, q, k, v, do, lse, delta, dk, dv)
-    return _run(plan, q, k, v, do, lse, delta, dk, dv)
+            return _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc)
+    return _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc)
 
 
-def _run(plan, q, k, v, do, lse, delta, dk, dv):
+def _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc=None):
     """The launch on the plan's device: step 8 writes dQ in the kernel from its kept zeroed buffer; otherwise dQ's
-    fp32 buffer is zeroed before the kernel and scaled and cast after it."""
+    fp32 buffer (``dq_acc``: step 9's, zeroed with D; None: zeroed here) is scaled and cast after the kernel."""
     if plan.dq_cast:
         dq_acc, counters = plan.workspace(q)
         dq = torch.empty_like(q)
         plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv, dq, counters)
         return dq, dk, dv
-    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    if dq_acc is None:
+        dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
     dq = torch.empty_like(q)
     torch.mul(dq_acc, plan.scale, out=dq)  # scaled and cast in one pass

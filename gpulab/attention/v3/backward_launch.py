@@ -39,10 +39,11 @@ class BackwardPlan:
     K/V block rows ``block_n``, the register cap ``maxnreg`` (None: none), the ``constexprs`` and the shared
     ``layouts`` of a Q and a K/V block; after its first call through Triton, launched through the compiled kernel's C
     launcher with cached tensor maps (the forward's :class:`gpulab.attention.v3.launch.RawLaunch`, given a
-    two-dimensional grid). Built by :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
+    two-dimensional grid); ``fused_prep``: step 9 (D's launch zeroes dQ's buffer). Built by
+    :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
 
     def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts,
-                 programs: int | None = None):  # fmt: skip
+                 programs: int | None = None, fused_prep: bool = False):  # fmt: skip
         b, h, self.n_q, self.d = q.shape
         self.kernel, self.n_k, self.bh, self.scale = kernel, k.shape[2], b * h, scale
         self.block_n, self.maxnreg, self.constexprs, self.layouts = block_n, maxnreg, constexprs, layouts
@@ -50,6 +51,7 @@ class BackwardPlan:
         self.grid = (triton.cdiv(self.n_k, block_n), self.bh) if programs is None else (programs, 1)
         self.device, self.raw = q.device.index, None
         self.dq_cast = bool(constexprs.get("DQ_CAST", False))
+        self.fused_prep = fused_prep  # step 9: D's launch zeroes dQ's buffer
         self.no_counters = torch.zeros(1, device=q.device, dtype=torch.int32)  # the unused cnt_ptr without step 8
 
     def workspace(self, q):

@@ -28,13 +28,15 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8"]
-"""Steps 1-7, and step 8 (dq_cast) on the writer steps 5 and 7."""
+STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9"]
+"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep) on them too."""
 
 
 def _cfg(step):
-    if isinstance(step, str):
+    if isinstance(step, str) and step.endswith("+8"):
         return v3b.V3BackwardConfig(step=int(step[0]), dq_cast=True, writer_regs=32)
+    if isinstance(step, str):
+        return v3b.V3BackwardConfig(step=int(step[0]), fused_prep=True)
     return v3b.V3BackwardConfig(step=step)
 
 
@@ -56,7 +58,7 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8"])
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):
