@@ -59,7 +59,13 @@ class PlanSwitch:
         if self.on:
             self.saved = P.V3_BACKWARD_HEAD_DIMS, v3b.backward_config
             P.V3_BACKWARD_HEAD_DIMS = (64, 128)
-            if self.cfg is not None:  # "default": backward_config as it is
+            if isinstance(self.cfg, DefaultWith8):  # backward_config's choice with dq_cast
+                import dataclasses  # noqa: PLC0415
+
+                orig, fields = self.saved[1], self.cfg.fields
+                v3b.backward_config = lambda d, causal=False, step=None, seq=None: dataclasses.replace(
+                    orig(d, causal, step, seq), **fields)  # fmt: skip
+            elif self.cfg is not None:  # "default": backward_config as it is
                 v3b.backward_config = lambda d, causal=False, step=None, seq=None: self.cfg
             P.clear_plan_cache()
 
@@ -92,7 +98,8 @@ class V3Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        return (*v3b.attention_backward(do, q, k, v, o, lse, ctx.causal, cfg=ctx.cfg), None, None)
+        cfg = resolved(ctx.cfg, q, ctx.causal)
+        return (*v3b.attention_backward(do, q, k, v, o, lse, ctx.causal, cfg=cfg), None, None)
 
 
 def v3_attn(cfg):
@@ -131,6 +138,7 @@ def inputs(dtype, b, h, nq, nk, d, seed=0):
 
 def grads_v3(q, k, v, do, causal, cfg, poison=True):
     o, lse = P.attention_forward(q, k, v, is_causal=causal)
+    cfg = resolved(cfg, q, causal)
     if poison:  # freed NaN memory: outputs the kernel leaves unwritten show as NaN
         torch.full((3 * (q.numel() + k.numel()) + 4096,), float("nan"), device="cuda")
     return v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
@@ -141,11 +149,48 @@ CONFIGS = {"step 1": dict(step=1), "step 2": dict(step=2), "step 3": dict(step=3
 CONFIGS["step 4, 3 stages"] = dict(step=4, stages=3)
 CONFIGS.update({"step 5": dict(step=5), "step 6": dict(step=6), "step 5, 3 stages": dict(step=5, stages=3)})
 CONFIGS.update({"step 7": dict(step=7), "step 7, 3 stages": dict(step=7, stages=3)})
+STEP8 = dict(dq_cast=True, writer_regs=32)  # step 8's writer: 32 registers (24 spill at head dim 64)
+CONFIGS.update({"step 5+8": dict(step=5, **STEP8), "step 7+8": dict(step=7, **STEP8)})
 CONFIGS["default"] = None  # backward_config's choice (MEASURED), as attention_backward and the plan take it
+STEP9 = dict(fused_prep=True)  # step 9: D's launch zeroes dQ's buffer
+CONFIGS.update({"step 5+9": dict(step=5, **STEP9), "step 7+9": dict(step=7, **STEP9)})
+CONFIGS["default+8"] = "+8"  # backward_config's choice for the problem, with step 8 (dq_cast) on
+CONFIGS["default+9"] = "+9"  # ... with step 9 (fused_prep) on
 
 
 def config(name):
-    return None if CONFIGS[name] is None else v3b.V3BackwardConfig(**CONFIGS[name])
+    if CONFIGS[name] is None:
+        return None
+    if isinstance(CONFIGS[name], str):
+        return DefaultWith8(CONFIGS[name])
+    return v3b.V3BackwardConfig(**CONFIGS[name])
+
+
+class DefaultWith8:
+    """The config of "default+8" ("default+9"): backward_config's choice for (head dim, causal, query length), with
+    step 8's (step 9's) fields."""
+
+    def __init__(self, suffix="+8"):
+        self.fields = STEP8 if suffix == "+8" else STEP9
+
+    def of(self, q, causal):
+        import dataclasses  # noqa: PLC0415
+
+        cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
+        return dataclasses.replace(cfg, **self.fields)
+
+
+def resolved(cfg, q, causal):
+    """A V3BackwardConfig (or None: the default) for this input."""
+    return cfg.of(q, causal) if isinstance(cfg, DefaultWith8) else cfg
+
+
+def impl_name(name, q, causal):
+    """Records name the defaults by the step they resolve to (as run f's "gpulab v3 bwd step 5"), step 8 as "+8"."""
+    if not name.startswith("gpulab v3 bwd default"):
+        return name
+    cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
+    return f"gpulab v3 bwd step {cfg.step}" + name[len("gpulab v3 bwd default") :]
 
 
 SELECTED = list(CONFIGS)
@@ -247,8 +292,8 @@ def part_race(f, quick):
     for step in OPTS["check_configs"] or SELECTED:
         for d in (64, 128):
             for causal in (False, True):
-                cfg = config(step)
                 q, k, v, do = inputs(torch.bfloat16, 4, 1024 // d // 2, 2000, 2000, d, seed=7)
+                cfg = resolved(config(step), q, causal)
                 o, lse = P.attention_forward(q, k, v, is_causal=causal)
                 dq0, dk0, dv0 = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
                 dkdv_differ, dq_max = 0, 0.0
@@ -298,7 +343,8 @@ def part_time(f, quick):
                 try:
                     with PlanSwitch(name):
                         ms, wall = time_one(fn, q, k, v, do, p["causal"])
-                    emit(f, kind="fwd+bwd", impl=name, round=rnd, dtype=str(p["dtype"]), batch=p["batch"],
+                    emit(f, kind="fwd+bwd", impl=impl_name(name, q, p["causal"]), round=rnd, dtype=str(p["dtype"]),
+                         batch=p["batch"],
                          heads=p["heads"], seq=p["seq"], head_dim=p["head_dim"], causal=p["causal"], ms=ms,
                          wall_ms=wall, tflops=flops / ms / 1e9)  # fmt: skip
                 except Exception as e:  # noqa: BLE001

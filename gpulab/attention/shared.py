@@ -3,6 +3,7 @@
 - :func:`attention_preprocess_kernel`: ``D = rowsum(dO * O)`` (fp32, [B*H, Nq]) in its own launch, for backwards
   whose main kernel loops over key blocks and so cannot compute it for its rows on the way (version 1's one-pass
   backward; version 1's and 2's two-kernel backwards compute it inside their dQ kernel instead);
+- :func:`attention_preprocess_zero_kernel`: the same D, and the fp32 dQ accumulator's rows zeroed in the same launch;
 - :func:`dkdv_q_ranges`: which Q blocks a dK/dV program visits, split into the masked, whole and ragged ranges.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["attention_preprocess_kernel", "dkdv_q_ranges"]
+__all__ = ["attention_preprocess_kernel", "attention_preprocess_zero_kernel", "dkdv_q_ranges"]
 
 
 @triton.jit
@@ -32,6 +33,30 @@ def attention_preprocess_kernel(
     offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
+
+
+@triton.jit
+def attention_preprocess_zero_kernel(
+    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
+    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
+    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
+    dq_ptr,  # [B*H, Nq, HEAD_DIM] fp32 dQ accumulator, zeroed here
+    n_q,  # Nq: query rows per head
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # query rows per tile
+    BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16
+):
+    """:func:`attention_preprocess_kernel`'s D for one (batch*head, block of rows), and the same rows of the fp32 dQ
+    accumulator set to zero: one launch where a backward that adds dQ atomically needs both (version 3's step 9)."""
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dq_ptr + offs, tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), mask=mask)
     tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
 

@@ -30,14 +30,22 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    global buffer with 4-float atomics; the consumers issue no atomic instruction;
 6. step 5 with each consumer's own dS and dS K over its 64 keys (the consumers never meet; the writer sums both);
 7. step 5 on a persistent grid (:mod:`gpulab.attention.v3.backward_persistent`): one program per SM walks the
-   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored.
+   (head, key block) tiles, the next tile's K, V and first Q/dO blocks loaded while this one's dK, dV are stored;
+8. (``V3BackwardConfig.dq_cast``, on steps 5 and 7) no launch around the kernel for dQ: after its additions into a
+   query block the writer counts its arrival (one acquire-release atomic per block), and the last program to arrive
+   writes ``scale * buffer`` in dQ's dtype and zeros the block and its counter back, so the buffer kept between calls
+   (:data:`gpulab.attention.v3.backward_launch.WORKSPACES`) needs no zeroing (:func:`gpulab.attention.v3.backward_dq.
+   dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default;
+9. (``V3BackwardConfig.fused_prep``, any step) D's launch also zeroes dQ's fp32 buffer
+   (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`): one launch before the kernel instead of two.
+   Not yet timed on the GPU: off by default.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-g), step 5
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-h), step 5
 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
 register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
 to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
-two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096, or 16384 at head dim
-64 without the mask). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096 with the causal mask,
+16384 without). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -63,7 +71,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
-from gpulab.attention.shared import attention_preprocess_kernel
+from gpulab.attention.shared import attention_preprocess_kernel, attention_preprocess_zero_kernel
 from gpulab.attention.v3.backward_configs import (
     BLOCK_M,
     KEYS_PER_WARPGROUP,
@@ -328,9 +336,10 @@ def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k,
 
 
 @gluon.jit
-def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-           HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr):  # fmt: skip
+def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
+           qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+           DQ_CAST: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -374,7 +383,8 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
                            HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL)),
-             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM, IS_CAUSAL, STEP))],
+             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
+                          IS_CAUSAL, STEP, DQ_CAST))],
             [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
     else:
         gl.warp_specialize(
@@ -390,23 +400,27 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
 def attention_backward_v3_kernel(
-    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
+    qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
+    DQ_CAST (step 8, writer steps 5 and 7): dq_out_ptr [B*H, Nq, D] in q's dtype receives ``scale * buffer`` from the
+    last program to add into each query block, which zeros the block and its counter (cnt_ptr int32 [B*H,
+    ceil(Nq/64)], zero on entry) back; without DQ_CAST both are unused.
     Grid: (key blocks of 64 * consumers, B*H); step 7 (persistent): (min(tiles, SMs),), n_bh = B*H."""
     if STEP == 7:
-        persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh,
-                            qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS, PRODUCER_REGS,
-                            WRITER_REGS)  # fmt: skip
+        persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
+                            cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
-        _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS)  # fmt: skip
+        _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
+               n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
+               DQ_CAST)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -437,7 +451,8 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         programs = persistent_programs(q.shape[0] * q.shape[1], k.shape[2], causal, sms)
     return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
-                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs)  # fmt: skip
+                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs,
+                        cfg.fused_prep)  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
@@ -459,15 +474,32 @@ def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float |
     lse = lse.contiguous()
     n_q, d, bh = plan.n_q, plan.d, plan.bh
     delta = torch.empty(lse.shape, device=q.device, dtype=torch.float32)
-    attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
-        o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
-    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    if torch._C._cuda_getDevice() == plan.device:
-        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
+    dq_acc = None
+    if plan.fused_prep:  # step 9: D and dQ's zeroed buffer in one launch
+        dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+        attention_preprocess_zero_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
+            o, do, delta, dq_acc, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
     else:
+        attention_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_ROWS), bh)](
+            o, do, delta, n_q, HEAD_DIM=d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=d)  # fmt: skip
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    if torch._C._cuda_getDevice() != plan.device:
         with torch.cuda.device(plan.device):
-            plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
+            return _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc)
+    return _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc)
+
+
+def _run(plan, q, k, v, do, lse, delta, dk, dv, dq_acc=None):
+    """The launch on the plan's device: step 8 writes dQ in the kernel from its kept zeroed buffer; otherwise dQ's
+    fp32 buffer (``dq_acc``: step 9's, zeroed with D; None: zeroed here) is scaled and cast after the kernel."""
+    if plan.dq_cast:
+        dq_acc, counters = plan.workspace(q)
+        dq = torch.empty_like(q)
+        plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv, dq, counters)
+        return dq, dk, dv
+    if dq_acc is None:
+        dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    plan.launch(q, k, v, do, lse, delta, dq_acc, dk, dv)
     dq = torch.empty_like(q)
     torch.mul(dq_acc, plan.scale, out=dq)  # scaled and cast in one pass
     return dq, dk, dv

@@ -12,8 +12,8 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ",
-           "backward_config", "constexprs"]  # fmt: skip
+__all__ = ["STEPS", "KERNEL_STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT",
+           "SHORT_SEQ", "backward_config", "constexprs"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -23,8 +23,20 @@ STEPS = {
     5: "step 3 with dQ through shared memory: a writer warp does the atomic additions, the consumers none",
     6: "step 5 with each consumer's own dS and dS K over its 64 keys (no meeting per block), the writer sums both",
     7: "step 5 on a persistent grid: one program per SM walks the tiles, the next K/V loaded under dK/dV's stores",
+    8: "steps 5 and 7 with dQ scaled and cast by the last program to add into each query block (arrival counters), "
+    "which zeros the block back: no zeroing and no cast launch around the kernel (V3BackwardConfig.dq_cast)",
+    9: "any step with D's launch also zeroing dQ's fp32 buffer: one launch before the kernel instead of two "
+    "(V3BackwardConfig.fused_prep)",
 }
-"""The backward's numbered steps (``V3BackwardConfig.step``)."""
+"""The backward's numbered steps: 1-7 the kernel's structure (``V3BackwardConfig.step``), 8 a change to the writer
+steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64). Step 8 is in no default:
+in run h it ran at 0.34x-0.92x the default's speed on the 24 problems (median 0.57x) although it removed the zeroing
+and the cast launches. Not profiled; the likely cost: at each query block's acquire-release arrival the writer waits
+for its own additions to complete (they no longer overlap the next block's), and the last arrival reads the block back
+through L2 a few rows at a time, while the consumers wait for the writer's dQ buffers. Step 9 (``fused_prep``) is
+checked in the interpreter and compiled, not yet measured on the GPU: in no default."""
+KERNEL_STEPS = (1, 2, 3, 4, 5, 6, 7)
+"""The values of ``V3BackwardConfig.step``."""
 
 BLOCK_M = 64
 """Query rows per block of the inner loop (one wgmma M of 64 in the transposed products' N)."""
@@ -36,16 +48,30 @@ KEYS_PER_WARPGROUP = 64
 class V3BackwardConfig:
     """The backward's launch: ``step`` (1-7, :data:`STEPS`), ``stages`` Q/dO buffers in the ring; steps 2-6's
     register budgets ``consumer_regs`` (each of the two consumer warpgroups), ``producer_regs`` and steps 5-7's
-    ``writer_regs`` (``setmaxnreg``; the producer and the writer share one warpgroup, so its budget is the larger)."""
+    ``writer_regs`` (``setmaxnreg``; the producer and the writer share one warpgroup, so its budget is the larger);
+    ``dq_cast`` (step 8, with steps 5 and 7 only): dQ's scale and cast done in the kernel by the last program to add
+    into each query block, the fp32 buffer and the arrival counters kept zeroed between calls; ``fused_prep`` (step
+    9, not with ``dq_cast``, which needs no zeroing): D's launch also zeroes dQ's fp32 buffer
+    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`)."""
 
     step: int = 3
     stages: int = 2
     consumer_regs: int = 240
     producer_regs: int = 24
     writer_regs: int = 24
+    dq_cast: bool = False
+    fused_prep: bool = False
 
     def __post_init__(self):
-        runtime.one_of("step", self.step, tuple(STEPS))
+        runtime.one_of("step", self.step, KERNEL_STEPS)
+        runtime.strict_bool("dq_cast", self.dq_cast)
+        if self.dq_cast and self.step not in (5, 7):
+            raise ValueError(f"dq_cast=True needs a writer step (5 or 7), got step={self.step}; e.g. "
+                             f"V3BackwardConfig(step=5, dq_cast=True).")  # fmt: skip
+        runtime.strict_bool("fused_prep", self.fused_prep)
+        if self.fused_prep and self.dq_cast:
+            raise ValueError("fused_prep=True zeroes the dQ buffer that dq_cast=True keeps zeroed without a launch: "
+                             "choose one, e.g. V3BackwardConfig(step=5, fused_prep=True).")  # fmt: skip
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
         for name in ("consumer_regs", "producer_regs", "writer_regs"):
             value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
@@ -106,7 +132,7 @@ def backward_config(head_dim: int, is_causal: bool = False, step: int | None = N
         if seq is not None and seq <= SHORT_SEQ and head_dim in MEASURED_SHORT:
             return MEASURED_SHORT[head_dim]
         return MEASURED[head_dim]
-    return V3BackwardConfig(step=runtime.one_of("step", step, tuple(STEPS)))
+    return V3BackwardConfig(step=runtime.one_of("step", step, KERNEL_STEPS))
 
 
 def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
@@ -115,4 +141,4 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                WRITER_REGS=cfg.writer_regs)  # fmt: skip
+                WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast)  # fmt: skip

@@ -24,12 +24,53 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile
 
-__all__ = ["dq_writer", "dq_writer_persistent"]
+__all__ = ["dq_writer", "dq_writer_persistent", "dq_block_done"]
 
 
 @gluon.jit
-def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STEP: gl.constexpr):  # fmt: skip
+def dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, qb, n_q, n_k, scale, HEAD_DIM: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr):  # fmt: skip
+    """Step 8: called by the writer (both warps) once it has issued all its additions into query block ``qb`` of
+    head ``bh``. It counts this program's arrival on the block's counter (``cnt_ptr`` int32 [B*H, ceil(Nq/64)]);
+    the program that arrives last (count = the key tiles that add into the block: ceil(Nk/128), causal
+    min(ceil(Nk/128), qb // 2 + 1)) reads the block's fp32 sums, writes ``scale * sum`` in dQ's dtype to
+    ``dq_out_ptr``, zeros the block and its counter back (ready for the next call: no zeroing launch).
+
+    Memory order: the writer's threads issue their additions (relaxed, gpu scope), meet at a barrier of the writer's
+    two warps, then one thread adds 1 to the counter with acquire-release semantics at gpu scope (release: every
+    program's additions happen before its arrival; acquire: the last arrival sees them all); the result reaches the
+    other threads through the barrier of the scalar atomic's broadcast, and the loads go to L2 (``.cg``), where the
+    atomics were performed."""
+    HALF: gl.constexpr = HEAD_DIM // 2
+    ROWS: gl.constexpr = 2 * (128 // HALF)
+    NCH: gl.constexpr = 64 // ROWS
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
+    gl.thread_barrier()  # both writer warps have issued this block's additions
+    n_kb = gl.cdiv(n_k, 128)
+    expected = n_kb
+    if IS_CAUSAL:  # key tiles kb with 128 kb <= 64 qb (first_query) add into the block
+        expected = gl.minimum(n_kb, qb // 2 + 1)
+    cnt = cnt_ptr + bh * gl.cdiv(n_q, 64) + qb
+    old = gl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu")
+    if old == expected - 1:
+        rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
+        cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
+        acc = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
+        out = dq_out_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
+        for c in gl.static_range(2):  # the additions' chunks [ROWS, D/2]: 4 floats per lane
+            for r in range(NCH):
+                rows = qb * 64 + r * ROWS + rows0
+                offs = rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]
+                mask = (rows < n_q)[:, None]
+                x = gl.load(acc + offs, mask=mask, other=0.0, cache_modifier=".cg")
+                gl.store(out + offs, (x * scale).to(dq_out_ptr.dtype.element_ty), mask=mask)
+                gl.store(acc + offs, gl.zeros_like(x), mask=mask)
+        gl.atomic_xchg(cnt, 0, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
     """Steps 5-6's writer (two warps): for each query block, once both consumers stored their part of dQ (fp32,
     ``dq_full``), add it into dQ's buffer in global memory a few rows at a time (4 floats per atomic instruction)
     and free the buffer (``dq_free``). Step 5: buffer ``i % 2``, consumer c's columns [c D/2, +D/2) at index
@@ -66,11 +107,13 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, n_q, HEAD_DIM: gl.constexpr, IS
                 gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
                               mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
         mbarrier.arrive(dq_free.index(b), count=1)
+        if DQ_CAST:
+            dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
 
 
 @gluon.jit
-def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, n_q, n_k, n_bh, HEAD_DIM: gl.constexpr,
-                         IS_CAUSAL: gl.constexpr):  # fmt: skip
+def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale,
+                         HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
     """Step 7's writer: step 5's (buffer ``g % 2`` for the program's g-th query block, counted over all its tiles),
     tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order."""
     HALF: gl.constexpr = HEAD_DIM // 2
@@ -95,4 +138,6 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, n_q, n_k, n_bh, HEAD
                     gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
                                   mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
             mbarrier.arrive(dq_free.index(b), count=1)
+            if DQ_CAST:
+                dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
         it += gl.maximum(n_m, 0)

@@ -19,13 +19,18 @@ from gpulab import runtime
 from gpulab.attention.v3 import launch
 from gpulab.attention.v3.forward import LOG2E
 
-__all__ = ["BackwardPlan", "PLANS", "TENSOR_MAPS", "persistent_programs"]
+__all__ = ["BackwardPlan", "PLANS", "TENSOR_MAPS", "WORKSPACES", "persistent_programs"]
 
 PLANS = launch.BoundedCache(64)
 """Backward launch plans (:class:`BackwardPlan`) keyed on the inputs' classes, shapes, dtypes and devices, ``causal``,
 ``scale`` and the config: a hit skips the checks and the planning. Holds no tensor."""
 TENSOR_MAPS = launch.BoundedCache(64)
 """The backward's TMA tensor maps (Q, dO, K, V), keyed as the forward's (:func:`gpulab.attention.v3.launch.tma_key`)."""
+WORKSPACES = launch.BoundedCache(4)
+"""Step 8's buffers, ``(dq_acc fp32 [B*H, Nq, D], counters int32 [B*H, ceil(Nq/64)])`` keyed on (device, stream,
+B*H, Nq, D): zeroed when made, left zeroed by every call (the last program to add into a query block zeros it and
+its counter back), so reused without a zeroing launch. One per stream: two backwards in flight on different streams
+never share one; a dropped entry is freed in its stream's order by PyTorch's allocator."""
 
 
 class BackwardPlan:
@@ -34,20 +39,38 @@ class BackwardPlan:
     K/V block rows ``block_n``, the register cap ``maxnreg`` (None: none), the ``constexprs`` and the shared
     ``layouts`` of a Q and a K/V block; after its first call through Triton, launched through the compiled kernel's C
     launcher with cached tensor maps (the forward's :class:`gpulab.attention.v3.launch.RawLaunch`, given a
-    two-dimensional grid). Built by :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
+    two-dimensional grid); ``fused_prep``: step 9 (D's launch zeroes dQ's buffer). Built by
+    :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
 
     def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts,
-                 programs: int | None = None):  # fmt: skip
+                 programs: int | None = None, fused_prep: bool = False):  # fmt: skip
         b, h, self.n_q, self.d = q.shape
         self.kernel, self.n_k, self.bh, self.scale = kernel, k.shape[2], b * h, scale
         self.block_n, self.maxnreg, self.constexprs, self.layouts = block_n, maxnreg, constexprs, layouts
         # persistent (step 7): ``programs`` programs walk the tiles; else one program per (key block, head)
         self.grid = (triton.cdiv(self.n_k, block_n), self.bh) if programs is None else (programs, 1)
         self.device, self.raw = q.device.index, None
+        self.dq_cast = bool(constexprs.get("DQ_CAST", False))
+        self.fused_prep = fused_prep  # step 9: D's launch zeroes dQ's buffer
+        self.no_counters = torch.zeros(1, device=q.device, dtype=torch.int32)  # the unused cnt_ptr without step 8
 
-    def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv) -> None:
+    def workspace(self, q):
+        """Step 8's zeroed ``(dq_acc, counters)`` for this signature on the current stream (:data:`WORKSPACES`)."""
+        key = (self.device, torch._C._cuda_getCurrentRawStream(self.device), self.bh, self.n_q, self.d)
+        n_qb = triton.cdiv(self.n_q, 64)
+        return WORKSPACES.get(
+            key,
+            lambda: (
+                torch.zeros(q.shape, device=q.device, dtype=torch.float32),
+                torch.zeros(self.bh * n_qb, device=q.device, dtype=torch.int32),
+            ),
+        )
+
+    def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv, dq_out=None, counters=None) -> None:
         n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
-        rest = (lse, delta, dq_acc, dk, dv, n_q, n_k, bh, self.scale * LOG2E, self.scale)
+        if dq_out is None:  # no step 8: typed placeholders the kernel never touches
+            dq_out, counters = dk, self.no_counters
+        rest = (lse, delta, dq_acc, dk, dv, dq_out, counters, n_q, n_k, bh, self.scale * LOG2E, self.scale)
         if self.raw is not None and launch.RawLaunch.usable():
             raw, args = self.raw, []
             q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))

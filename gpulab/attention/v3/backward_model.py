@@ -15,7 +15,10 @@ computes is checked against a model that follows it block for block:
   consumer's product over its 64 keys, the writer adding the two in fp32 before the one atomic addition);
 - step 2 skips a causal block that lies entirely above a consumer's keys (P = 0 there): the model skips it too;
 - step 7 computes step 5's pairs in step 5's order; only which program takes which key block changes
-  (:func:`persistent_tiles`, the kernel's :func:`gpulab.attention.v3.backward_pair.persistent_tile`).
+  (:func:`persistent_tiles`, the kernel's :func:`gpulab.attention.v3.backward_pair.persistent_tile`);
+- step 8 (steps 5 and 7 with ``dq_cast``) adds the same way; the program whose addition into a query block is the
+  last (:func:`dq_arrivals` of them) writes ``scale * buffer`` and zeros the block and its counter back
+  (:func:`replay_dq_cast` replays that protocol over any interleaving of the programs).
 
 With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
 mask, skipped block or scale shows as a large error. With the kernel's roundings it shows the error the kernel can
@@ -30,7 +33,8 @@ import torch
 
 from gpulab import runtime
 
-__all__ = ["key_programs", "persistent_tiles", "model_backward", "reference_backward"]
+__all__ = ["key_programs", "persistent_tiles", "model_backward", "reference_backward", "dq_arrivals",
+           "replay_dq_cast"]  # fmt: skip
 
 
 def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
@@ -185,3 +189,48 @@ def reference_backward(q, k, v, do, causal: bool = False, scale: float | None = 
     o = torch.exp(s - lse[:, None]) @ v
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
     return o.detach(), lse.detach(), dq, dk, dv
+
+
+def dq_arrivals(n_q: int, n_k: int, causal: bool) -> list[int]:
+    """Step 8: how many programs add into each query block of 64, as the kernel counts them
+    (:func:`gpulab.attention.v3.backward_dq.dq_block_done`'s ``expected``): ``ceil(Nk / 128)`` key tiles, causal
+    ``min(ceil(Nk / 128), qb // 2 + 1)`` (tile kb starts at query ``128 kb``)."""
+    runtime.positive_int("n_q", n_q)
+    runtime.positive_int("n_k", n_k)
+    runtime.strict_bool("causal", causal)
+    n_kb = -(-n_k // 128)
+    return [min(n_kb, qb // 2 + 1) if causal else n_kb for qb in range(-(-n_q // 64))]
+
+
+def replay_dq_cast(n_q: int, n_k: int, causal: bool, scale: float, generator: torch.Generator,
+                   buffer: torch.Tensor | None = None, counters: torch.Tensor | None = None):  # fmt: skip
+    """Step 8's arrival protocol on one head, the programs' additions interleaved at random (each program's own
+    query blocks in its order, as its writer issues them): program t adds ``t + 1`` into every row of each query
+    block it visits (:func:`key_programs`, step 5), then counts its arrival; the arrival that brings a block's count
+    to :func:`dq_arrivals` writes ``scale * buffer`` to the output and zeros the block and its counter. Returns
+    ``(out [Nq] float64, buffer, counters, casts [blocks])``: out NaN where no program cast; ``buffer`` and
+    ``counters`` (zeros if None) are updated in place, as the kernel leaves them for the next call."""
+    progs = [p for p in key_programs(n_q, n_k, causal, step=5) if p["n_m"] > 0]
+    n_qb = -(-n_q // 64)
+    buffer = torch.zeros(n_q, dtype=torch.float64) if buffer is None else buffer
+    counters = torch.zeros(n_qb, dtype=torch.int64) if counters is None else counters
+    expected = dq_arrivals(n_q, n_k, causal)
+    out = torch.full((n_q,), math.nan, dtype=torch.float64)
+    casts = torch.zeros(n_qb, dtype=torch.int64)
+    nxt = [0] * len(progs)  # each program's next query block
+    while True:
+        live = [t for t, p in enumerate(progs) if nxt[t] < p["n_m"]]
+        if not live:
+            return out, buffer, counters, casts
+        t = live[int(torch.randint(len(live), (1,), generator=generator))]
+        qb = progs[t]["lo"] // 64 + nxt[t]
+        nxt[t] += 1
+        rows = slice(64 * qb, min(64 * qb + 64, n_q))
+        buffer[rows] += t + 1
+        old = int(counters[qb])
+        counters[qb] += 1
+        if old == expected[qb] - 1:
+            out[rows] = scale * buffer[rows]
+            buffer[rows] = 0
+            counters[qb] = 0
+            casts[qb] += 1

@@ -114,10 +114,10 @@ def _consumer1(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, q
 
 
 @gluon.jit
-def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh,
-                        qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                        WRITER_REGS: gl.constexpr):  # fmt: skip
+def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
+                        cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                        IS_CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                        WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
     """Step 7's kernel body (:func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` with STEP = 7): step
     5's buffers plus ``kv_free`` (both consumers done with K and V: count 2). Grid: (min(tiles, SMs),)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -156,6 +156,7 @@ def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_
                        HEAD_DIM, STAGES, IS_CAUSAL)),
          (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
                       (ready, empty, kv_ready, kv_free), n_q, n_k, n_bh, STAGES, IS_CAUSAL)),
-         (dq_writer_persistent, (dq_smem, dq_full, dq_free, dq_ptr, n_q, n_k, n_bh, HEAD_DIM, IS_CAUSAL))],
+         (dq_writer_persistent, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale,
+                                 HEAD_DIM, IS_CAUSAL, DQ_CAST))],
         [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
     # fmt: on

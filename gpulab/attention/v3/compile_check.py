@@ -104,10 +104,11 @@ def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: s
     kv_desc = f"tensordesc<{dtype}[1,{cfg.block_n},{head_dim}],{kv_layout!r}>"
     signature = {"q_desc": q_desc, "k_desc": kv_desc, "v_desc": kv_desc, "do_desc": q_desc, "lse_ptr": "*fp32",
                  "delta_ptr": "*fp32", "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
-                 "n_q": "i32", "n_k": "i32", "n_bh": "i32", "qk_scale": "fp32", "scale": "fp32",
+                 "dq_out_ptr": f"*{dtype}", "cnt_ptr": "*i32", "n_q": "i32", "n_k": "i32", "n_bh": "i32",
+                 "qk_scale": "fp32", "scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}  # fmt: skip
     src = GluonASTSource(fn=backward.attention_backward_v3_kernel, signature=signature, constexprs=constexprs,
-                         attrs={(i,): [["tt.divisibility", 16]] for i in range(4, 9)})  # fmt: skip
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(4, 11)})  # fmt: skip
     options = {"num_warps": 4, **({} if cfg.maxnreg is None else {"maxnreg": cfg.maxnreg})}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
@@ -133,7 +134,8 @@ def ptxas_report(ptx: str) -> str:
 def structure(kernel) -> dict:
     """What a compiled version 3 does, from its PTX and ``ptxas -v``: ``wgmma`` (count of ``wgmma.mma_async``),
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
-    ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``."""
+    ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``,
+    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges)."""
     asm = getattr(kernel, "asm", None)
     if not isinstance(asm, dict) or "ptx" not in asm:
         raise TypeError(
@@ -159,6 +161,11 @@ def structure(kernel) -> dict:
         "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
         "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)),
         "atomic_adds": sorted(set(re.findall(r"(?:atom|red)\.global\.[a-z.]*add[a-z0-9.]*f32", ptx))),
+        "ptx_ops": {
+            "atom_acq_rel_gpu": len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
+            "ld_cg": len(re.findall(r"ld\.global\.cg", ptx)),
+            "exch": len(re.findall(r"atom\.global\.[a-z.]*exch", ptx)),
+        },  # fmt: skip
         "ptxas": report.strip()[-2000:],
     }
 

@@ -28,15 +28,27 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-@pytest.mark.parametrize("step", [1, 2, 3, 4, 5, 6, 7])
+STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9"]
+"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep) on them too."""
+
+
+def _cfg(step):
+    if isinstance(step, str) and step.endswith("+8"):
+        return v3b.V3BackwardConfig(step=int(step[0]), dq_cast=True, writer_regs=32)
+    if isinstance(step, str):
+        return v3b.V3BackwardConfig(step=int(step[0]), fused_prep=True)
+    return v3b.V3BackwardConfig(step=step)
+
+
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_gradients_against_float64(dtype, d, causal, step):
-    for shape in ((2, 3, 1000, 1000), (1, 2, 300, 517), (2, 2, 17, 17)):
+    for shape in ((2, 3, 1000, 1000), (1, 2, 300, 517), (2, 2, 17, 17), (1, 2, 517, 300)):
         q, k, v, o, do, lse = _inputs(*shape, d, dtype, causal)
         torch.full((3 * (q.numel() + k.numel()),), float("nan"), device="cuda")  # freed: unwritten outputs show
-        got = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=v3b.V3BackwardConfig(step=step))
+        got = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=_cfg(step))
         q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
         with sdpa_kernel(SDPBackend.MATH):
             ref = torch.autograd.grad(F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal),
@@ -46,12 +58,13 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4, 5, 6, 7])
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):
+    """Step 8 too: its buffer and counters, left zeroed by each call, start the next one (dQ would grow if not)."""
     q, k, v, o, do, lse = _inputs(4, 1024 // d // 2, 2000, 2000, d, torch.bfloat16, causal, seed=7)
-    cfg = v3b.V3BackwardConfig(step=step)
+    cfg = _cfg(step)
     dq0, dk0, dv0 = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
     for _ in range(runs):
         dq, dk, dv = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)

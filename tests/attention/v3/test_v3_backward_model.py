@@ -114,3 +114,27 @@ def test_persistent_causal_pairs_balance_the_programs():
     blocks = [p["n_m"] for p in bm.key_programs(n, n, True)] * n_bh  # tile t: head t // 8, key block t % 8
     plain = [sum(blocks[pid::programs]) for pid in range(programs)]
     assert max(plain) > 1.3 * mean, (max(plain), mean)
+
+
+@pytest.mark.parametrize("n_q, n_k", [(520, 520), (300, 517), (517, 300), (129, 64), (1000, 17)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_step8_counts_and_last_arrival(n_q, n_k, causal):
+    """Step 8: the kernel's expected arrivals per query block are the programs the model adds with (one per 128
+    keys); over random interleavings each block is cast once, from every program's addition (the output is
+    scale * sum of t + 1 over the programs visiting it), and the buffer and counters are left zeroed, so a second
+    call on the same buffers gives the same."""
+    n_qb = -(-n_q // 64)
+    q, k, v, o, do, lse, _ = _inputs(n_q, n_k, 64, causal)
+    rows_added = bm.model_backward(q, k, v, o, do, lse, causal, step=5)[3]
+    assert bm.dq_arrivals(n_q, n_k, causal) == [int(rows_added[64 * qb]) for qb in range(n_qb)]
+    progs = [p for p in bm.key_programs(n_q, n_k, causal, step=5) if p["n_m"] > 0]
+    want = torch.zeros(n_q, dtype=torch.float64)
+    for t, p in enumerate(progs):
+        want[p["lo"] :] += t + 1
+    gen = torch.Generator().manual_seed(n_q + n_k)
+    buf, cnt = None, None
+    for _ in range(3):  # the same buffers again: what one call leaves is the next call's start
+        out, buf, cnt, casts = bm.replay_dq_cast(n_q, n_k, causal, 0.125, gen, buf, cnt)
+        assert torch.equal(casts, torch.ones(n_qb, dtype=torch.int64))
+        assert torch.equal(out, 0.125 * want)
+        assert not buf.any() and not cnt.any()
