@@ -451,8 +451,12 @@ def split_forward_kernel(
     if TIMING:
         keep(clk + T * 8 + 2, clock_after(h), BLOCK_B, BLOCK_U)
         keep(clk + T * 8 + 3, globaltimer_after(h), BLOCK_B, BLOCK_U)
-    if TAGGED or FLAGS or HINTED:  # (HINTED and persistent: one tag more, h_{-1}'s words)
-        leave(seq_ptr, n_programs, t_stop - t_start + (HINTED and BARRIER))
+    if TAGGED or FLAGS or HINTED:  # HINTED: one tag more once the last step is done (see below)
+        # A hinted sequence's words carry tags up to tag0 + T + 1 (h_{T-1}'s; a persistent launch's h_{-1} words
+        # take tag0 + 1): the launch that ends at step T adds that one more, whether it ran every step (persistent)
+        # or only the last (one step per launch). Without it, one-step launches left seq one short, and a persistent
+        # launch after them found the last h's words carrying the tag its h_{-1} wanted (H100, 2026-11-26).
+        leave(seq_ptr, n_programs, t_stop - t_start + (HINTED and t_stop == T))
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
         tl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)

@@ -47,6 +47,21 @@ def test_exchanges_match_float64_and_the_barrier_kernel(function, how, B, NH, ma
         assert torch.equal(out, base)
 
 
+def test_hinted_tags_of_a_sequence_end_above_every_tag_it_stored(make_inputs):
+    """The hinted words of step t carry tag0 + t + 2 (h_{-1}'s, in a persistent launch, tag0 + 1), so a sequence of T
+    steps stores tags up to tag0 + T + 1: the sequence number must move by T + 1, whether one launch ran the steps or
+    T launches of one step each (the interpreter's mode). One short, the next launch's h_{-1} tag equals the last h's
+    (a persistent launch after one-step launches read stale words on the H100)."""
+    B, T, DH = 3, 5, 40
+    inputs = make_inputs("lstm", B, T, 1, DH, dtype=torch.float16, device=runtime.device, seed=3)
+    cfg = _tiling(B, 1, DH)
+    seq, _ = exchange.tagged_state(torch.device(runtime.device), cfg.programs, B * DH, "hinted")
+    for _ in range(2):
+        before = int(seq[0])
+        split.split_rnn_forward(*inputs, function="lstm", save_gates=False, tiling=cfg, exchange="hinted")
+        assert int(seq[0]) - before == T + 1
+
+
 def test_measured_exchanges_are_the_records_faster_ones():
     """Every :data:`split_tiling.MEASURED_EXCHANGE` entry beats the counter barrier in lesson 5's newest H100 records
     on both clocks: the exchange sweep (``*-hinted.jsonl``: that exchange at that tiling against every barrier
