@@ -89,7 +89,9 @@ tile (B <= 16). The LSTM forward at 768 (B16, T1024, bf16): the hinted words (:m
 warps the words in flight spill, so the hinted exchange comes with its own warps), and the forward's bit-for-bit
 GPU tests against the barrier kernel passed on the H100 (``test_rnn_exchange.py``'s hinted forward: LSTM, GRU and
 Elman at 256 and 768, the chosen tiling and 8 units in 4 warps, 20 launches each; run of 2026-11-26,
-``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``). The backward keeps the barrier (its hinted words
+``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``; a later self-test found a launch after one-step
+launches reading stale words, fixed in :mod:`gpulab.rnn.fused.split`'s tags, after which every split and exchange GPU
+test passed: ``benchmarks/selftest/*-2026-11-26-session4.txt``). The backward keeps the barrier (its hinted words
 were not timed, and that run reached 2 of its 6 bit-for-bit GPU tests, both passed).
 ``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
 
