@@ -768,7 +768,8 @@ if v3_records:
                 if "SDPA cuDNN" in row and hopper_report.V3_TUNED in row}  # fmt: skip
     weakest = min(ratio_of, key=ratio_of.get)
     claims.show(claims.claim(
-        "Issue 38's targets on this grid (device time): 620 TFLOP/s at that problem in its faster round, {t1} (cuDNN ran it at {ct:.0f}"
+        "Issue 38's targets on this grid (device time): 620 TFLOP/s at that problem in its faster round, {t1}"
+        " (cuDNN ran it at {ct:.0f}"
         " in the same run); a median of at least 0.95x cuDNN's speed, {t2}; none below 0.85x, {t3} (lowest"
         " {lo:.2f}x, at {where}); a median of at least 1.1x version 2's, {t4}.",
         holds=lambda t1, t2, t3, t4, lo, ct, where: (t1, t2, t3, t4) == tuple(verdict[x] for x in (
@@ -1108,7 +1109,8 @@ if run_h:
     w8, pm, tk = bwd_report.spread(with_8), bwd_report.spread(plan_ratios), bwd_report.spread(two_kernel)
     claims.show(
         claims.claim("Run h: {p} of {n} gradient checks of step 8 passed ({cov} of the 8 cases of step 5 or 7, head dim"
-                     " and mask: the call's time limit cut the rest of step 7's), and in {c} raced configurations of {r} runs"
+                     " and mask: the call's time limit cut the rest of step 7's), and in {c} raced configurations of"
+                     " {r} runs"
                      " dK and dV never differed ({x} runs did). But with step 8 on, each problem's default ran at a"
                      " median {m:.2f}x its speed without it (per problem {lo:.2f}x to {hi:.2f}x, device time): the two"
                      " launches it removes cost less than what it adds inside the kernel, where the writer now waits"

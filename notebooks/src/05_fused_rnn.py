@@ -1213,6 +1213,27 @@ if hinted_rows:
     ))  # fmt: skip
 
 # %% [markdown]
+# **A tag must never come back.** A reader trusts a word whose tag is the one it waits for, so no word left in the buffer by an earlier launch may carry a tag a later launch waits for. Step $t$'s words carry $\text{tag}_0 + t + 2$ (a persistent launch also writes $h_{-1}$ as words, tag $\text{tag}_0 + 1$), so a sequence of $T$ steps uses tags up to $\text{tag}_0 + T + 1$, and the sequence number that sets the next launch's $\text{tag}_0$ must move by $T + 1$. The first version moved it by one per launch: right for one persistent launch (it added the extra one), one short for $T$ launches of one step each (the interpreter's mode, and `persistent=False` on a GPU). Nothing on the CPU could see it; the GPU self-test did: the first persistent launch after one-step launches found $h_{T-1}$'s words carrying the tag its $h_{-1}$ wanted, and read them (`benchmarks/selftest/*-2026-11-26-session4.txt`). Now the launch that ends at step $T$ adds the extra tag, whichever mode ran; the interpreter checks the count:
+
+# %%
+from gpulab.rnn.fused import exchange as rnn_exchange  # noqa: E402
+
+B_tag, T_tag, DH_tag = 2, 5, 300
+gen = torch.Generator().manual_seed(1)
+tag_in = [(torch.randn(*shape, generator=gen) * sc).to(runtime.device, torch.float16) for shape, sc in
+          (((B_tag, T_tag, 4, 1, DH_tag), 1.0), ((4, 1, DH_tag, DH_tag), 0.5 / DH_tag**0.5), ((4, 1, DH_tag), 1.0),
+           ((2, B_tag, 1, 1, DH_tag), 1.0))]  # fmt: skip
+tag_cfg = dataclasses.replace(split_tiling.split_tiling(B_tag, 1, DH_tag, "lstm", torch.float16, gpu="H100"),
+                              block_u=64, split=math.ceil(DH_tag / 64), programs=math.ceil(DH_tag / 64))  # fmt: skip
+seq_, _ = rnn_exchange.tagged_state(torch.device(runtime.device), tag_cfg.programs, B_tag * DH_tag, "hinted")
+for launch in range(2):
+    before_ = int(seq_[0])
+    split_fwd.split_rnn_forward(*tag_in, function="lstm", save_gates=False, tiling=tag_cfg, exchange="hinted")
+    moved_ = int(seq_[0]) - before_
+    print(f"hinted forward {launch + 1}: the sequence number moved by {moved_} over T = {T_tag} steps"
+          f" ({'T + 1, as it must' if moved_ == T_tag + 1 else 'NOT T + 1'})")
+
+# %% [markdown]
 # ### As a training loop calls it
 #
 # A kernel's device time is what a CUDA graph reaches; a training loop also pays Python, autograd and one launch per kernel. `python -m gpulab bench 05 called` times the recurrence as a loop calls it (`p.grad = None`, forward, `out.sum().backward()`), with gradients accumulating, through `torch.autograd.grad`, replayed from a CUDA graph, and the forward alone; for the main problem (B 16, T 1024, 12 heads of 64) and a tiny one (B 1, T 4, 2 heads of 64), whose wall time is then taken apart. Its newer runs add the forward kernel called directly beside the API's forward, the step captured by `torch.cuda.make_graphed_callables` (PyTorch's capture of a forward and its backward as two CUDA graphs inside an autograd Function, for a shape that repeats; a GPU test checks that its gradients equal the eager step's bit for bit), cuDNN's fp16 `nn.LSTM` in the same loop, the backward's alternatives (`called_bench.VARIANTS`) and the tiny step as a sum of parts timed alike (`called_bench.host_parts`: autograd's floor, measured with a trivial Function of the same inputs and outputs; gpulab's layers, the step with its Triton launches made no-ops; the launches alone):
