@@ -26,7 +26,15 @@ def attention_preprocess_kernel(
     BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
 ):
     """delta[bh, i] = sum_d dO[bh, i, d] * O[bh, i, d] in fp32, for one (batch*head, block of rows)."""
-    bh = tl.program_id(1)
+    _delta_rows(o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+
+
+@triton.jit
+def _delta_rows(o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_D: tl.constexpr):  # fmt: skip
+    """D of this program's (batch*head, block of rows), stored; returns the rows' offsets [BLOCK_M, BLOCK_D] into
+    [B*H, Nq, HEAD_DIM] tensors and their mask (64-bit: B*H*Nq*D may pass 2^31)."""
+    bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
@@ -34,6 +42,7 @@ def attention_preprocess_kernel(
     o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
+    return offs, mask
 
 
 @triton.jit
@@ -49,15 +58,8 @@ def attention_preprocess_zero_kernel(
 ):
     """:func:`attention_preprocess_kernel`'s D for one (batch*head, block of rows), and the same rows of the fp32 dQ
     accumulator set to zero: one launch where a backward that adds dQ atomically needs both (version 3's step 9)."""
-    bh = tl.program_id(1).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_m < n_q)[:, None] & (offs_d < HEAD_DIM)[None, :]
-    offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    o = tl.load(o_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    offs, mask = _delta_rows(o_ptr, do_ptr, delta_ptr, n_q, HEAD_DIM, BLOCK_M, BLOCK_D)
     tl.store(dq_ptr + offs, tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), mask=mask)
-    tl.store(delta_ptr + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
 
 @triton.jit
