@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpulab import runtime
+from gpulab.attention.v3.configs import register_budget
 
 __all__ = ["STEPS", "KERNEL_STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT",
            "SHORT_SEQ", "backward_config", "constexprs"]  # fmt: skip
@@ -74,9 +75,7 @@ class V3BackwardConfig:
                              "choose one, e.g. V3BackwardConfig(step=5, fused_prep=True).")  # fmt: skip
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
         for name in ("consumer_regs", "producer_regs", "writer_regs"):
-            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
-            if value % 8:
-                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+            register_budget(name, getattr(self, name))
 
     @property
     def consumers(self) -> int:

@@ -28,6 +28,7 @@ __all__ = [
     "supported",
     "triton_minor",
     "TESTED_TRITON",
+    "register_budget",
 ]
 
 STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
@@ -37,6 +38,15 @@ TESTED_TRITON = ("3.6",)
 """Triton versions (major.minor) on which version 3's GPU race test (200 runs per configuration equal bit for bit)
 passed on the H100. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies), so
 :func:`supported` refuses other versions by name instead of guessing."""
+
+
+def register_budget(name: str, value) -> int:
+    """``value`` checked as a warpgroup's ``setmaxnreg`` budget: an int from 24 to 256, a multiple of 8 (the
+    instruction's granularity); a ValueError naming ``name`` otherwise."""
+    value = runtime.integer(name, value, minimum=24, maximum=256)
+    if value % 8:
+        raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +83,7 @@ class V3Config:
                 "persistent=True (one tile per program has no order to choose)."
             )
         for name in ("consumer_regs", "producer_regs"):
-            value = runtime.integer(name, getattr(self, name), minimum=24, maximum=256)
-            if value % 8:
-                raise ValueError(f"{name}={value} must be a multiple of 8 (setmaxnreg's granularity); e.g. 240.")
+            register_budget(name, getattr(self, name))
         asked = self.consumers * self.consumer_regs + self.producer_regs
         if asked > self.maxnreg * (self.consumers + 1):  # setmaxnreg.inc would wait for registers nobody frees
             raise ValueError(

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gpulab.attention.v3 import compile_check, forward, schedule_model
+from gpulab.attention.v3 import compile_check, configs, forward, schedule_model
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float64)
 
@@ -13,6 +13,10 @@ CASES = [
     ("paired cfg", lambda: forward.paired(True, {"pairs": True}), TypeError),
     ("paired is_causal", lambda: forward.paired("yes", forward.V3Config()), TypeError),
     ("paired tiles 0", lambda: forward.paired(True, forward.V3Config(), tiles=0, sms=132), ValueError),
+    ("register_budget not 8", lambda: configs.register_budget("writer_regs", 36), ValueError),
+    ("register_budget low", lambda: configs.register_budget("writer_regs", 16), ValueError),
+    ("register_budget str", lambda: configs.register_budget("writer_regs", "240"), TypeError),
+    ("V3Config regs", lambda: forward.V3Config(consumer_regs=244), ValueError),
     ("V3Config step", lambda: forward.V3Config(step=0), ValueError),
     ("V3Config persistent", lambda: forward.V3Config(persistent=1), TypeError),
     ("V3Config q_buffers", lambda: forward.V3Config(q_buffers=3), ValueError),
