@@ -49,25 +49,27 @@ V3_PART_SUFFIXES = ("-check", "-race", "-tune", "-headline", "-ab")
 timings (:func:`stored_v3` skips them)."""
 
 
-def stored_v3(folder=None) -> list[bench.Result]:
-    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
-    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
-    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
+def _newest_grid_run(folder) -> Path:
+    """The newest grid record in ``folder`` (default :data:`V3_FOLDER`), its parts skipped. FileNotFoundError if
+    none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
     runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(V3_PART_SUFFIXES)]
     if not runs:
         raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
-    return bench.load("04", path=bench.newest(runs))
+    return bench.newest(runs)
+
+
+def stored_v3(folder=None) -> list[bench.Result]:
+    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
+    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
+    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
+    return bench.load("04", path=_newest_grid_run(folder))
 
 
 def stored_v3_run(folder=None) -> str:
     """The tag of the run :func:`stored_v3` reads (``"g"`` for ``<gpu>-2026-11-26-g.jsonl``; ``""`` for a file without
     one), so prose can name the run it states. FileNotFoundError if none."""
-    folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(V3_PART_SUFFIXES)]
-    if not runs:
-        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
-    tag = re.search(r"\d{4}-\d{2}-\d{2}(?:-(\w+))?$", bench.newest(runs).stem)
+    tag = re.search(r"\d{4}-\d{2}-\d{2}(?:-(\w+))?$", _newest_grid_run(folder).stem)
     return (tag.group(1) or "") if tag else ""
 
 

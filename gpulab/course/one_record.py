@@ -20,6 +20,7 @@ run. Byte counts (Nsight Compute), instruction counts and stall shares are not t
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -177,14 +178,8 @@ def _lesson04_v3_headline(root) -> list[Shown]:
     out = []
     for impl, h in report.v3_headline(records).items():
         r = rows[impl]
-        key = lambda clock, r=r, impl=impl: Key(
-            "04",
-            "attention forward, median of alternating rounds",  # noqa: E731
-            _attention_version(r),
-            r.device,
-            _attention_problem(r),
-            clock,
-        )
+        key = functools.partial(Key, "04", "attention forward, median of alternating rounds", _attention_version(r),
+                                r.device, _attention_problem(r))  # fmt: skip
         out += _times(key, path.name, h["ms"], h["wall_ms"])
     return out
 
