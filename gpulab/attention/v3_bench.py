@@ -66,15 +66,18 @@ LSE_TOLERANCE = 1e-3
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 _P = dict(persistent=True)
 _Q2 = dict(persistent=True, q_buffers=2)
-TUNE = {
+_RUN_I = {
     128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=3, stages=2, **_Q2, pairs=True)],
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
          dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
-""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: run i's list, the
-defaults of runs f-h and their challengers (earlier runs' losers dropped: 64 keys per stage lost everywhere in run
-f, step 2 with two Q buffers at d=128 in runs e-f); causal tiles in (longest, shortest) pairs (run h), which
-non-causal launches ignore."""
+TUNE = {d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
+        for d, fields in _RUN_I.items()}  # fmt: skip
+""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: run i's list (the
+defaults of runs f-h and their challengers; earlier runs' losers dropped: 64 keys per stage lost everywhere in run
+f, step 2 with two Q buffers at d=128 in runs e-f; causal tiles in (longest, shortest) pairs, run h, which
+non-causal launches ignore) and, from run l, each step-2/3 two-consumer entry again with ``q_regs=True`` (Q from
+registers in the score products; the three-consumer kernel has no registers for it)."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -204,8 +207,9 @@ def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> 
 # ------------------------------------------------------------------------------------------------ check and race
 def variants(d: int, causal: bool) -> list:
     """The configurations the check and race parts cover at head dim ``d``: steps 1-3 at the measured tiles, the
-    short-sequence choice, the measured config with persistence flipped, step 3 persistent with two Q buffers, and
-    (d=64) three consumer warpgroups persistent; duplicates dropped."""
+    short-sequence choice, the measured config with persistence flipped, step 3 persistent with two Q buffers,
+    (d=64) three consumer warpgroups persistent, and the measured config with ``q_regs`` flipped where it has two
+    consumers and a pipelined step; duplicates dropped."""
     base = v3.v3_config(d, causal)
     out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
     out.append(v3.v3_config(d, causal, seq=1))  # the short-sequence choice (the same as base where none is listed)
@@ -214,6 +218,8 @@ def variants(d: int, causal: bool) -> list:
     out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **_C3, persistent=True))
+    if base.step > 1 and base.consumers == 2:  # Q from registers (run l's challenger, or its choice)
+        out.append(dataclasses.replace(base, q_regs=not base.q_regs))
     return list(dict.fromkeys(out))
 
 

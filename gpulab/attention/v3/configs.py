@@ -57,7 +57,10 @@ class V3Config:
     ``persistent``: one program per SM looping over tiles (``q_buffers`` Q tiles per consumer in flight);
     ``pairs`` (persistent only; causal only, ignored otherwise): a program takes a head's tiles in pairs
     (longest, shortest), so every pair has the same number of key blocks and the programs' work is even
-    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`)."""
+    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`).
+    ``q_regs`` (steps 2-3): each consumer loads its Q tile once per tile into registers (the wgmma A-operand
+    layout, 32 registers per thread at d=128) and issues ``S = Q K^T`` with Q from registers, so each score product
+    reads only K from shared memory (a third less shared-memory traffic per key block at d=128)."""
 
     step: int = 3
     block_n: int = 128
@@ -68,6 +71,7 @@ class V3Config:
     persistent: bool = False
     q_buffers: int = 1
     pairs: bool = False
+    q_regs: bool = False
 
     def __post_init__(self):
         runtime.one_of("step", self.step, tuple(STEPS))
@@ -77,6 +81,10 @@ class V3Config:
         runtime.strict_bool("persistent", self.persistent)
         runtime.one_of("q_buffers", self.q_buffers, (1, 2))
         runtime.strict_bool("pairs", self.pairs)
+        runtime.strict_bool("q_regs", self.q_regs)
+        if self.q_regs and self.step == 1:
+            raise ValueError("q_regs=True loads Q into registers for steps 2-3's loop; step 1 reads it from shared "
+                             "memory: use step=2 or 3.")  # fmt: skip
         if self.pairs and not self.persistent:
             raise ValueError(
                 "pairs=True orders a persistent program's causal tiles in (longest, shortest) pairs; it needs "

@@ -203,13 +203,14 @@ def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: g
 def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
               CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr,
-              PAIRS: gl.constexpr):  # fmt: skip
+              PAIRS: gl.constexpr, Q_REGS: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])  # fmt: skip
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     WAIT_S: gl.constexpr = 1 if STEP == 3 else 0
     q_smem, k_smem, v_smem = bufs
@@ -260,7 +261,11 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
             st = it % STAGES
             mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)  # prologue: block 0's scores and softmax
             k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
-            s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            if Q_REGS:  # Q once into registers (the A operand of every score product of this tile)
+                q_op = q_buf.load(q_layout)
+            else:
+                q_op = q_buf
+            s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(k_empty.index(st), count=1)
             # Block 0's first key, written as it - it through an opaque move: a literal 0 makes the block-0 mask
@@ -290,7 +295,7 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                 # for consumer 0's first signal, and so on round the ring.
                 t = tt + j - 1
                 mbarrier.wait(turn.index(CID), (t & 1) ^ (1 if CID == 0 else 0))
-                s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # block j
+                s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # block j
                 acc = warpgroup_mma(p_op, v_prev, acc, is_async=True)  # block j-1
                 mbarrier.arrive(turn.index((CID + 1) % CONSUMERS), count=1)
                 # wgmma groups complete in the order issued: depth 1 means "the scores are done, P V may still run".
@@ -333,25 +338,28 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
 @gluon.jit
 def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
+               Q_REGS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
+              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
+               Q_REGS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
+              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
+               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
+               Q_REGS: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)  # fmt: skip
+              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
@@ -359,7 +367,7 @@ def attention_forward_v3_kernel(
     q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    QBUF: gl.constexpr, PAIRS: gl.constexpr,
+    QBUF: gl.constexpr, PAIRS: gl.constexpr, Q_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 forward. Descriptors over q, o [B*H, Nq, D] (blocks [1, 64, D]) and k, v [B*H, Nk, D] (blocks
     [1, BLOCK_N, D]); lse [B*H, Nq] fp32. Grid: (tiles,) or, persistent, (SMs,); a tile is 64 * CONSUMERS rows."""
@@ -399,15 +407,15 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                              n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
@@ -421,11 +429,11 @@ def attention_forward_v3_kernel(
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                               lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS)),
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
                              n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
@@ -465,7 +473,7 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None
     :func:`paired` without sizes)."""
     return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                QBUF=cfg.q_buffers,
+                QBUF=cfg.q_buffers, Q_REGS=cfg.q_regs,
                 PAIRS=paired(is_causal, cfg) if pairs is None else bool(pairs))  # fmt: skip
 
 

@@ -21,6 +21,8 @@ CASES = [
     ("V3Config persistent", lambda: forward.V3Config(persistent=1), TypeError),
     ("V3Config q_buffers", lambda: forward.V3Config(q_buffers=3), ValueError),
     ("V3Config pairs", lambda: forward.V3Config(pairs=1, persistent=True), TypeError),
+    ("V3Config q_regs", lambda: forward.V3Config(q_regs=1), TypeError),
+    ("V3Config q_regs step 1", lambda: forward.V3Config(step=1, q_regs=True), ValueError),
     ("V3Config pairs not persistent", lambda: forward.V3Config(pairs=True), ValueError),
     ("v3_config head_dim", lambda: forward.v3_config(80), ValueError),
     ("v3_config step", lambda: forward.v3_config(64, False, step=5), ValueError),

@@ -26,6 +26,9 @@ CASES = {  # name: (head dim, causal, step of the ladder or None for the measure
     "d64 short default": (64, False, None, 1024),
     "d64 causal short default": (64, True, None, 1024),
 }
+Q_REGS = {"d128 q_regs": (128, False), "d64 short q_regs": (64, False)}
+"""The measured choices with ``q_regs=True`` (Q read from registers by every score product), where it compiles
+without spills (not the three-consumer d=64 kernel: 160 registers per thread leave no room for Q's 16)."""
 """Every choice of :data:`~gpulab.attention.v3.configs.MEASURED` and ``MEASURED_SHORT`` and the ladder's ends. ``ptxas
 -v`` reports no spill bytes for any of them on Triton 3.6 (a change that spills fails). Two source choices got the
 last ones out (``forward._consumer``): block 0's first key is opaque to the compiler (a literal 0 made the block-0
@@ -37,21 +40,33 @@ rounded to bf16/fp16 (an fp32 P across the back edge spilled 96 bytes of loop st
 @functools.lru_cache(maxsize=1)
 def _structures() -> dict:
     configs = []
-    for d, causal, step, seq in CASES.values():
-        cfg = forward.v3_config(d, causal, step, seq)
+    for name in [*CASES, *Q_REGS]:
+        cfg = _config(name)
+        d, causal = (CASES.get(name) or Q_REGS[name])[:2]
         configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=dataclasses.asdict(cfg)))
-    return dict(zip(CASES, compile_check.structures_in_fresh_process(configs)))
+    return dict(zip([*CASES, *Q_REGS], compile_check.structures_in_fresh_process(configs)))
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_structure(name):
+def _config(name) -> forward.V3Config:
+    if name in Q_REGS:
+        d, causal = Q_REGS[name]
+        return dataclasses.replace(forward.v3_config(d, causal, seq=1024 if "short" in name else None), q_regs=True)
     d, causal, step, seq = CASES[name]
-    cfg = forward.v3_config(d, causal, step, seq)
+    return forward.v3_config(d, causal, step, seq)
+
+
+@pytest.mark.parametrize("name", [*CASES, *Q_REGS])
+def test_structure(name):
+    d = (CASES.get(name) or Q_REGS[name])[0]
+    cfg = _config(name)
     s = _structures()[name]
     # wgmma.mma_async per consumer: a Q K^T is D/16 instructions (K = 16 each), a P V is BLOCK_N/16. Step 1 has one
     # of each in its loop; steps 2-3 also a prologue Q K^T and an epilogue P V.
     per_pass = d // 16 + cfg.block_n // 16
-    assert s["wgmma"] == cfg.consumers * per_pass * (1 if cfg.step == 1 else 2), s
+    passes = cfg.consumers * (1 if cfg.step == 1 else 2)
+    assert s["wgmma"] == passes * per_pass, s
+    # P V always takes P from registers; Q K^T reads Q from registers only with q_regs (else from shared memory).
+    assert s["wgmma_a_registers"] == passes * (cfg.block_n // 16 + (d // 16 if cfg.q_regs else 0)), s
     # Step 3 waits for the scores with one product (P V) still in flight; steps 1-2 only ever wait for all.
     assert s["wait_depths"] == ([0, 1] if cfg.step == 3 else [0]), s
     # Register budgets per partition: the consumers' raised, the producer's lowered.
