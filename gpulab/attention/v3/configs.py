@@ -109,20 +109,23 @@ class V3Config:
 
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # three consumer warpgroups share 64K registers
 
+_PQ2 = dict(persistent=True, q_buffers=2)
+
 MEASURED: dict[tuple[int, bool], dict] = {
-    (128, False): dict(step=3, stages=2, persistent=True, q_buffers=2),
-    (128, True): dict(step=3, stages=3),
+    (128, False): dict(step=3, stages=2, **_PQ2),
+    (128, True): dict(step=3, stages=2, **_PQ2, pairs=True, q_regs=True),
     (64, False): dict(step=2, stages=3, persistent=True, **_C3),
-    (64, True): dict(step=1, stages=3, persistent=True, q_buffers=2, pairs=True),
+    (64, True): dict(step=3, stages=3, **_PQ2, pairs=True, q_regs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
 (``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
-(geometric mean over lesson 4's N = 4k and 16k at bf16; records in ``benchmarks/04_attention/v3/``, run f; runs
-e and f chose the same tiles). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a second
-Q buffer, its queries load while this tile finishes) and lose on long causal problems; three consumer warpgroups pay
-at d=64 non-causal N = 4k; 64 keys per stage lost everywhere. ptxas reports no spilled registers for any choice here,
-in :data:`MEASURED_SHORT` or on the step ladder (:mod:`gpulab.attention.v3.compile_check`, pinned by the compile
-tests)."""
+(geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/04_attention/v3/``, run l's
+``-l-tune.jsonl``: every candidate raced 200 times and checked, 84 of 84 clean). Persistent programs pay at d=128
+non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes); three
+consumer warpgroups at d=64 non-causal; the causal long problems took paired persistent tiles with Q read from
+registers (``q_regs``, run l). Earlier runs: 64 keys per stage lost everywhere (run f). ptxas reports no spilled
+registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
+(:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests)."""
 
 
 SHORT_N = 2048
@@ -135,16 +138,16 @@ SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
 short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
-    (64, False): dict(step=3, stages=3, persistent=True, q_buffers=2),
-    (128, True): dict(step=3, stages=2, persistent=True, q_buffers=2, pairs=True),
+    (64, False): dict(step=1, stages=3, **_PQ2),
+    (64, True): dict(step=1, stages=3, **_PQ2, pairs=True),
+    (128, True): dict(step=3, stages=2, **_PQ2, pairs=True),
 }
 """:class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
-choice differs from :data:`MEASURED`'s. d=64 non-causal (run f's tune, H100, N = 1k): two consumers, step 3,
-persistent with a second Q buffer. d=64 causal (run h, ``benchmarks/04_attention/v3/...-h-tune.jsonl``, H100, N = 1k
-and 4k, bf16 and fp16): persistent programs taking each head's tiles in (longest, shortest) pairs, step 1 (the
-fastest of the paired steps there); the head-major persistent order it replaces left programs up to 30% over the
-mean work at N = 1k (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`) and was no faster than one tile per
-program."""
+choice differs from :data:`MEASURED`'s: run l's tune (``-l-tune.jsonl``, H100, bf16), its choice for the short group.
+d=64: step 1 on a persistent grid with a second Q buffer (N = 1k; causal, with each head's tiles in (longest,
+shortest) pairs: the head-major persistent order left programs up to 30% over the mean work at N = 1k,
+:func:`gpulab.attention.v3.schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N = 1k
+and 4k)."""
 
 
 def short_n(head_dim: int, is_causal: bool) -> int:

@@ -25,10 +25,12 @@ CASES = {  # name: (head dim, causal, step of the ladder or None for the measure
     "d64 default": (64, False, None, None),
     "d64 short default": (64, False, None, 1024),
     "d64 causal short default": (64, True, None, 1024),
+    "d64 causal default": (64, True, None, None),
 }
-Q_REGS = {"d128 q_regs": (128, False), "d64 short q_regs": (64, False)}
-"""The measured choices with ``q_regs=True`` (Q read from registers by every score product), where it compiles
-without spills (not the three-consumer d=64 kernel: 160 registers per thread leave no room for Q's 16)."""
+Q_REGS = {"d128 q_regs": (128, False)}
+"""Measured choices without ``q_regs`` compiled with it (Q read from registers by every score product; the causal
+defaults take it already): d=128 non-causal, the headline problem's kernel, compiles without spills with it (the
+three-consumer d=64 kernel does not: 160 registers per thread leave no room for Q's 16)."""
 """Every choice of :data:`~gpulab.attention.v3.configs.MEASURED` and ``MEASURED_SHORT`` and the ladder's ends. ``ptxas
 -v`` reports no spill bytes for any of them on Triton 3.6 (a change that spills fails). Two source choices got the
 last ones out (``forward._consumer``): block 0's first key is opaque to the compiler (a literal 0 made the block-0
@@ -50,7 +52,7 @@ def _structures() -> dict:
 def _config(name) -> forward.V3Config:
     if name in Q_REGS:
         d, causal = Q_REGS[name]
-        return dataclasses.replace(forward.v3_config(d, causal, seq=1024 if "short" in name else None), q_regs=True)
+        return dataclasses.replace(forward.v3_config(d, causal), q_regs=True)
     d, causal, step, seq = CASES[name]
     return forward.v3_config(d, causal, step, seq)
 

@@ -140,16 +140,18 @@ def test_short_sequences_take_their_measured_tiles():
         assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
 
 
-def test_causal_up_to_4k_takes_persistent_pairs():
-    """Run i's choice: causal problems take persistent (longest, shortest) pairs at d=64 (step 1, every N) and at
-    d=128 up to N = 4k (step 3); d=128 N = 16k keeps one tile per program; non-causal launches never pair."""
-    for d, step, seqs in ((64, 1, (1024, 4096, 16384)), (128, 3, (1024, 4096))):
-        for seq in seqs:
-            cfg = v3.v3_config(d, True, seq=seq)
-            assert (cfg.pairs, cfg.persistent, cfg.step, cfg.consumers) == (True, True, step, 2)
-            assert v3.paired(True, cfg, tiles=-(-seq // 128) * (16384 // seq) * (1024 // d), sms=132)
+def test_causal_problems_take_persistent_pairs():
+    """Run l's choice: causal problems take persistent (longest, shortest) pairs at every N; step 1 at d=64 up to
+    N = 2k, step 3 with Q from registers at d=64 beyond and at d=128 from N = 8k (step 3, Q from shared memory, up to
+    N = 4k); non-causal launches never pair."""
+    for d, seq, step, q_regs in ((64, 1024, 1, False), (64, 4096, 3, True), (64, 16384, 3, True),
+                                 (128, 1024, 3, False), (128, 4096, 3, False), (128, 8192, 3, True),
+                                 (128, 16384, 3, True)):  # fmt: skip
+        cfg = v3.v3_config(d, True, seq=seq)
+        assert (cfg.pairs, cfg.persistent, cfg.step, cfg.consumers, cfg.q_regs) == (True, True, step, 2, q_regs)
+        assert v3.paired(True, cfg, tiles=-(-seq // 128) * (16384 // seq) * (1024 // d), sms=132)
+    for d in (64, 128):
         assert not v3.v3_config(d, False, seq=1024).pairs
-    assert not v3.v3_config(128, True, seq=16384).pairs and not v3.v3_config(128, True, seq=8192).pairs
 
 
 def test_pairs_only_for_persistent_causal_launches_with_more_tiles_than_sms():
