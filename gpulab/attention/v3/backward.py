@@ -89,6 +89,7 @@ from gpulab.attention.v3.backward_pair import (
     dq_add,
     dq_product,
     first_query,
+    kv_operand,
     pair,
     pair_ds,
     pair_rest,
@@ -248,7 +249,7 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
 @gluon.jit
 def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
               CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STEP: gl.constexpr):  # fmt: skip
+              STEP: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
     (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
@@ -267,6 +268,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     k_buf = k_all.slice(64 * CID, 64, dim=0)
     v_buf = v_smem.reshape([128, HEAD_DIM]).slice(64 * CID, 64, dim=0)
     mbarrier.wait(kv_ready, 0)
+    k_op = kv_operand(k_buf, KV_REGS % 2 == 1)  # step 10: in registers for the whole loop
+    v_op = kv_operand(v_buf, KV_REGS >= 2)
     if STEP == 4:
         dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
                delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
@@ -304,7 +307,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             b = i % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
-            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+            dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                               delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (i // 2) & 1)
@@ -323,23 +326,25 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
 
 @gluon.jit
 def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
            qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
-           DQ_CAST: gl.constexpr):  # fmt: skip
+           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -378,9 +383,9 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     if STEP >= 5:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL)),
              (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
@@ -389,9 +394,9 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     else:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL))],
             [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -403,6 +408,7 @@ def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
     qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
+    KV_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
@@ -413,14 +419,14 @@ def attention_backward_v3_kernel(
     if STEP == 7:
         persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                             cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
-                            PRODUCER_REGS, WRITER_REGS, DQ_CAST)  # fmt: skip
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
                n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
-               DQ_CAST)  # fmt: skip
+               DQ_CAST, KV_REGS)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
