@@ -38,14 +38,24 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default;
 9. (``V3BackwardConfig.fused_prep``, any step) D's launch also zeroes dQ's fp32 buffer
    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`): one launch before the kernel instead of two.
-   Not yet timed on the GPU: off by default.
+   Timed in run i: within the noise, off by default;
+10. (``V3BackwardConfig.kv_regs``, steps 3, 5 and 7) a consumer's K and/or V slice [64, D] loaded once into
+   registers in the wgmma A-operand layout (:func:`gpulab.attention.v3.backward_pair.kv_operand`): S^T = K Q^T and
+   dP^T = V dO^T then read only Q and dO from shared memory. Why: per query block a program (128 keys, two
+   consumers) moves 23 tiles of 128 D bytes through shared memory (Q and dO landing, 2; S^T, dP^T and dS K reading
+   A and B, 4 each; dV and dK reading B, 2 each; dS stored, 1 at D = 128; dQ's fp32 tile written and read, 4): 368 KB
+   at D = 128 against 5 * 2 * 64 * 128 * D flops, about 2560 tensor-core clocks at 4096 flops per clock, while
+   shared memory delivers 128 bytes per clock (2900 clocks): the bandwidth, not the tensor cores, sets the pace.
+   Each of K, V in registers takes two tiles off. It costs D/4 registers per thread each: on at head dim 64, off
+   at 128, where 32 more do not fit beside dK, dV and the scores.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-h), step 5
-(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
-register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
-to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
-two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096 with the causal mask,
-16384 without). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-i), step 5
+(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`), both with K
+and V in registers at head dim 64 (step 10); step 4 lost to register pressure, step 6 to its single dQ buffer and
+its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra spills. The plan takes version 3's
+backward from the length where it took less time than the shipped two-kernel backward on every problem
+(:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
+(:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
