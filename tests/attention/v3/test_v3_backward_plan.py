@@ -41,8 +41,8 @@ def test_switch_on_without_sm90_takes_the_two_kernels(monkeypatch):
 def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_last():
     """backward_configs.MEASURED (query lengths over SHORT_SEQ) and MEASURED_SHORT (up to it; a head dim missing
     there: MEASURED's step) pick, per head dim, the step with the highest median speed relative to cuDNN (device
-    time) on those problems of the latest record run that timed several steps, each on the whole grid (runs h and i timed
-    only each problem's default, with and without steps 8-10: not a ladder)."""
+    time) on those problems of the latest record run that timed several steps, each on the whole grid (runs h and i
+    timed only each problem's default, with and without steps 8-10: not a ladder)."""
     from gpulab.attention.v3 import backward_configs as bc
 
     ladder = None
