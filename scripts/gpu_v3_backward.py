@@ -39,7 +39,8 @@ ENV = dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() els
            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
 
 
-OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": [], "plan_configs": []}
+OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": [], "plan_configs": [],
+        "d128_only": []}  # fmt: skip
 
 
 class PlanSwitch:
@@ -156,6 +157,12 @@ STEP9 = dict(fused_prep=True)  # step 9: D's launch zeroes dQ's buffer
 CONFIGS.update({"step 5+9": dict(step=5, **STEP9), "step 7+9": dict(step=7, **STEP9)})
 CONFIGS["default+8"] = "+8"  # backward_config's choice for the problem, with step 8 (dq_cast) on
 CONFIGS["default+9"] = "+9"  # ... with step 9 (fused_prep) on
+STEP10 = {"+k": dict(kv_regs="k"), "+v": dict(kv_regs="v"), "+kv": dict(kv_regs="kv")}  # step 10: K/V in registers
+for tag, fields in STEP10.items():
+    CONFIGS[f"step 5{tag}"] = dict(step=5, **fields)
+    CONFIGS[f"default{tag}"] = tag  # ... with step 10 (kv_regs) at that setting
+CONFIGS["step 7+kv"] = dict(step=7, kv_regs="kv")
+SUFFIX_FIELDS = {"+8": STEP8, "+9": STEP9, **STEP10}
 
 
 def config(name):
@@ -167,11 +174,11 @@ def config(name):
 
 
 class DefaultWith8:
-    """The config of "default+8" ("default+9"): backward_config's choice for (head dim, causal, query length), with
-    step 8's (step 9's) fields."""
+    """The config of "default+8" ("default+9", "default+kv", ...): backward_config's choice for (head dim, causal,
+    query length), with step 8's (step 9's, step 10's) fields (:data:`SUFFIX_FIELDS`)."""
 
     def __init__(self, suffix="+8"):
-        self.fields = STEP8 if suffix == "+8" else STEP9
+        self.fields = SUFFIX_FIELDS[suffix]
 
     def of(self, q, causal):
         import dataclasses  # noqa: PLC0415
@@ -340,6 +347,8 @@ def part_time(f, quick):
         flops = 3.5 * 4 * p["batch"] * p["heads"] * p["seq"] ** 2 * p["head_dim"] * (0.5 if p["causal"] else 1.0)
         for rnd in (0, 1):  # two alternating rounds; the report keeps each provider's faster
             for name, fn in impls.items():
+                if p["head_dim"] != 128 and name.removeprefix("gpulab v3 bwd ") in OPTS["d128_only"]:
+                    continue
                 try:
                     with PlanSwitch(name):
                         ms, wall = time_one(fn, q, k, v, do, p["causal"])
@@ -374,6 +383,7 @@ def main():
     ap.add_argument("--check-configs", default="", help="configs the check and race parts cover (default: --configs)")
     ap.add_argument("--skip", default="", help="providers left out of the timings (comma-separated names)")
     ap.add_argument("--plan-configs", default="", help="configs also timed through flash_attention with the switch on")
+    ap.add_argument("--d128-only", default="", help="configs timed at head dim 128 only (comma-separated)")
     a = ap.parse_args()
     SELECTED[:] = a.configs.split(",")
     OPTS.update(
@@ -383,6 +393,7 @@ def main():
         skip=a.skip.split(","),
         check_configs=[c for c in a.check_configs.split(",") if c],
         plan_configs=[c for c in a.plan_configs.split(",") if c],
+        d128_only=[c for c in a.d128_only.split(",") if c],
     )
     os.makedirs(a.out, exist_ok=True)
     bad = 0

@@ -4,7 +4,8 @@
 # and 7+8, and flash_attention with the default+8 through the plan, compiled and deterministic), the race test (200
 # runs, the default+8 per problem: step 7+8 at d64, 5+8 at d128 for N = 2000). "time": the 24-problem grid, the
 # default and the default with step 8 beside the two-kernel backward, cuDNN and FA-2.
-# Run i (for a later call; not run by v3-bwd5): "check9" and "time9", the same for step 9 (fused_prep).
+# "check9" and "time9": the same for step 9 (fused_prep); not run as such: run i (gpu_v3_backward_run_i.sh) timed
+# step 9 on the grid ("default+9") without its check.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 S=scripts/gpu_v3_backward.py

@@ -39,6 +39,7 @@ ALLOWED = {
             *(
                 f"gpulab.attention.v3.backward_pair.{n}"
                 for n in (
+                    "kv_operand",
                     "scores",
                     "pair",
                     "pair_ds",

@@ -38,14 +38,24 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default;
 9. (``V3BackwardConfig.fused_prep``, any step) D's launch also zeroes dQ's fp32 buffer
    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`): one launch before the kernel instead of two.
-   Not yet timed on the GPU: off by default.
+   Timed in run i: within the noise, off by default;
+10. (``V3BackwardConfig.kv_regs``, steps 3, 5 and 7) a consumer's K and/or V slice [64, D] loaded once into
+   registers in the wgmma A-operand layout (:func:`gpulab.attention.v3.backward_pair.kv_operand`): S^T = K Q^T and
+   dP^T = V dO^T then read only Q and dO from shared memory. Why: per query block a program (128 keys, two
+   consumers) moves 23 tiles of 128 D bytes through shared memory (Q and dO landing, 2; S^T, dP^T and dS K reading
+   A and B, 4 each; dV and dK reading B, 2 each; dS stored, 1 at D = 128; dQ's fp32 tile written and read, 4): 368 KB
+   at D = 128 against 5 * 2 * 64 * 128 * D flops, about 2560 tensor-core clocks at 4096 flops per clock, while
+   shared memory delivers 128 bytes per clock (2900 clocks): the bandwidth, not the tensor cores, sets the pace.
+   Each of K, V in registers takes two tiles off. It costs D/4 registers per thread each: on at head dim 64, off
+   at 128, where 32 more do not fit beside dK, dV and the scores.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-h), step 5
-(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`); step 4 lost to
-register pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128
-to its extra spills. The plan takes version 3's backward from the length where it took less time than the shipped
-two-kernel backward on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`: 4096 with the causal mask,
-16384 without). The host side keeps one launch plan per signature (:mod:`gpulab.attention.v3.backward_launch`).
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-i), step 5
+(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`), both with K
+and V in registers at head dim 64 (step 10); step 4 lost to register pressure, step 6 to its single dQ buffer and
+its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra spills. The plan takes version 3's
+backward from the length where it took less time than the shipped two-kernel backward on every problem
+(:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
+(:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
 dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
@@ -89,6 +99,7 @@ from gpulab.attention.v3.backward_pair import (
     dq_add,
     dq_product,
     first_query,
+    kv_operand,
     pair,
     pair_ds,
     pair_rest,
@@ -248,7 +259,7 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
 @gluon.jit
 def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
               CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STEP: gl.constexpr):  # fmt: skip
+              STEP: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
     (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
@@ -267,6 +278,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     k_buf = k_all.slice(64 * CID, 64, dim=0)
     v_buf = v_smem.reshape([128, HEAD_DIM]).slice(64 * CID, 64, dim=0)
     mbarrier.wait(kv_ready, 0)
+    k_op = kv_operand(k_buf, KV_REGS % 2 == 1)  # step 10: in registers for the whole loop
+    v_op = kv_operand(v_buf, KV_REGS >= 2)
     if STEP == 4:
         dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
                delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
@@ -304,7 +317,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             b = i % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
-            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+            dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                               delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (i // 2) & 1)
@@ -323,23 +336,25 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
 
 @gluon.jit
 def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP)  # fmt: skip
+              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
            qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
-           DQ_CAST: gl.constexpr):  # fmt: skip
+           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -378,9 +393,9 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     if STEP >= 5:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL)),
              (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
@@ -389,9 +404,9 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     else:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
              (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
                           IS_CAUSAL))],
             [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -403,6 +418,7 @@ def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
     qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
+    KV_REGS: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
@@ -413,14 +429,14 @@ def attention_backward_v3_kernel(
     if STEP == 7:
         persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                             cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
-                            PRODUCER_REGS, WRITER_REGS, DQ_CAST)  # fmt: skip
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
                n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
-               DQ_CAST)  # fmt: skip
+               DQ_CAST, KV_REGS)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------

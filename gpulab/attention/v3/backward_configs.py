@@ -13,8 +13,8 @@ import dataclasses
 from gpulab import runtime
 from gpulab.attention.v3.configs import register_budget
 
-__all__ = ["STEPS", "KERNEL_STEPS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED", "MEASURED_SHORT",
-           "SHORT_SEQ", "backward_config", "constexprs"]  # fmt: skip
+__all__ = ["STEPS", "KERNEL_STEPS", "KV_REGS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED",
+           "MEASURED_SHORT", "SHORT_SEQ", "backward_config", "constexprs"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -28,16 +28,25 @@ STEPS = {
     "which zeros the block back: no zeroing and no cast launch around the kernel (V3BackwardConfig.dq_cast)",
     9: "any step with D's launch also zeroing dQ's fp32 buffer: one launch before the kernel instead of two "
     "(V3BackwardConfig.fused_prep)",
+    10: "steps 3, 5 and 7 with each consumer's K and/or V slice loaded once into registers: S^T = K Q^T and "
+    "dP^T = V dO^T read only Q and dO from shared memory (V3BackwardConfig.kv_regs)",
 }
 """The backward's numbered steps: 1-7 the kernel's structure (``V3BackwardConfig.step``), 8 a change to the writer
-steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64). Step 8 is in no default:
-in run h it ran at 0.34x-0.92x the default's speed on the 24 problems (median 0.57x) although it removed the zeroing
-and the cast launches. Not profiled; the likely cost: at each query block's acquire-release arrival the writer waits
-for its own additions to complete (they no longer overlap the next block's), and the last arrival reads the block back
-through L2 a few rows at a time, while the consumers wait for the writer's dQ buffers. Step 9 (``fused_prep``) is
-checked in the interpreter and compiled, not yet measured on the GPU: in no default."""
+steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64), 9 to D's launch
+(``fused_prep``), 10 to the consumers' operands (``kv_regs``). Step 8 is in no default: in run h it ran at 0.34x-0.92x
+the default's speed on the 24 problems (median 0.57x) although it removed the zeroing and the cast launches. Not
+profiled; the likely cost: at each query block's acquire-release arrival the writer waits for its own additions to
+complete (they no longer overlap the next block's), and the last arrival reads the block back through L2 a few rows
+at a time, while the consumers wait for the writer's dQ buffers. Steps 9 and 10 were timed in run i
+(``benchmarks/04_attention/v3/*-bwd-i-time.jsonl``; ratios in that folder's NOTES.md). Step 9 is in no default: one
+launch fewer measured within the noise of a whole forward+backward. Step 10 is in the head dim 64 defaults
+(:data:`MEASURED`, :data:`MEASURED_SHORT`: ``kv_regs="kv"``), faster than step 5 and step 7 without it on every head
+dim 64 problem; at head dim 128 K or V in registers (D/4 = 32 registers per thread each) push the consumers past
+their 240 registers (ptxas spills more: ``v3.compile_check``) and every setting was slower there: off."""
 KERNEL_STEPS = (1, 2, 3, 4, 5, 6, 7)
 """The values of ``V3BackwardConfig.step``."""
+KV_REGS = {"none": 0, "k": 1, "v": 2, "kv": 3}
+"""Step 10's values of ``V3BackwardConfig.kv_regs`` and the kernel's ``KV_REGS`` bits (1: K, 2: V in registers)."""
 
 BLOCK_M = 64
 """Query rows per block of the inner loop (one wgmma M of 64 in the transposed products' N)."""
@@ -53,7 +62,9 @@ class V3BackwardConfig:
     ``dq_cast`` (step 8, with steps 5 and 7 only): dQ's scale and cast done in the kernel by the last program to add
     into each query block, the fp32 buffer and the arrival counters kept zeroed between calls; ``fused_prep`` (step
     9, not with ``dq_cast``, which needs no zeroing): D's launch also zeroes dQ's fp32 buffer
-    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`)."""
+    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`); ``kv_regs`` (step 10, steps 3, 5 and 7:
+    :data:`KV_REGS`): which of the consumer's K and V slices [64, D] are loaded once into registers as the A operand
+    of S^T's and dP^T's wgmma (D/4 registers per thread each) instead of read from shared memory every block."""
 
     step: int = 3
     stages: int = 2
@@ -62,6 +73,7 @@ class V3BackwardConfig:
     writer_regs: int = 24
     dq_cast: bool = False
     fused_prep: bool = False
+    kv_regs: str = "none"
 
     def __post_init__(self):
         runtime.one_of("step", self.step, KERNEL_STEPS)
@@ -73,6 +85,11 @@ class V3BackwardConfig:
         if self.fused_prep and self.dq_cast:
             raise ValueError("fused_prep=True zeroes the dQ buffer that dq_cast=True keeps zeroed without a launch: "
                              "choose one, e.g. V3BackwardConfig(step=5, fused_prep=True).")  # fmt: skip
+        runtime.one_of("kv_regs", self.kv_regs, tuple(KV_REGS))
+        if self.kv_regs != "none" and self.step not in (3, 5, 7):
+            raise ValueError(f"kv_regs={self.kv_regs!r} needs step 3, 5 or 7 (their scores take K and V as operands "
+                             f"apart from dS K), got step={self.step}; e.g. V3BackwardConfig(step=5, "
+                             f"kv_regs={self.kv_regs!r}).")  # fmt: skip
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
         for name in ("consumer_regs", "producer_regs", "writer_regs"):
             register_budget(name, getattr(self, name))
@@ -102,20 +119,23 @@ class V3BackwardConfig:
         return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
-MEASURED = {64: V3BackwardConfig(step=5), 128: V3BackwardConfig(step=5)}
+MEASURED = {64: V3BackwardConfig(step=5, kv_regs="kv"), 128: V3BackwardConfig(step=5)}
 """The default launch per head dim for query lengths over :data:`SHORT_SEQ` (:func:`backward_config`): the step
 with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps
 on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` run f: step 5 at both head dims; step 7 took more time
-on every N = 16384 problem there and in run g). Two stages (three measured the same in run e)."""
+on every N = 16384 problem there and in run g). Two stages (three measured the same in run e). Step 10's
+``kv_regs``: the setting with the highest median speed relative to cuDNN on those problems in the newest run that
+timed step 10 beside the step (run i: "kv" at head dim 64, none at 128; :data:`STEPS`' docstring has the ratios)."""
 
 SHORT_SEQ = 4096
 """Query lengths up to which :data:`MEASURED_SHORT` applies."""
 
-MEASURED_SHORT = {64: V3BackwardConfig(step=7)}
+MEASURED_SHORT = {64: V3BackwardConfig(step=7, kv_regs="kv")}
 """The default launch per head dim for query lengths up to :data:`SHORT_SEQ`, chosen as :data:`MEASURED` on the
 grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64 (run f: median 0.865x cuDNN vs step 5's
 0.85x; per problem 0.98x-1.06x step 5's speed, highest on causal N = 4096, in runs f and g). Head dim 128 keeps
-step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain)."""
+step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain). Step 10's
+``kv_regs`` chosen as :data:`MEASURED`'s, on these problems (run i: "kv" at head dim 64)."""
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None,
@@ -140,4 +160,4 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast)  # fmt: skip
+                WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast, KV_REGS=KV_REGS[cfg.kv_regs])  # fmt: skip

@@ -18,7 +18,9 @@ computes is checked against a model that follows it block for block:
   (:func:`persistent_tiles`, the kernel's :func:`gpulab.attention.v3.backward_pair.persistent_tile`);
 - step 8 (steps 5 and 7 with ``dq_cast``) adds the same way; the program whose addition into a query block is the
   last (:func:`dq_arrivals` of them) writes ``scale * buffer`` and zeros the block and its counter back
-  (:func:`replay_dq_cast` replays that protocol over any interleaving of the programs).
+  (:func:`replay_dq_cast` replays that protocol over any interleaving of the programs);
+- step 10 (``kv_regs``) changes only where S^T's and dP^T's A operand (K, V) is read from, registers instead of
+  shared memory: the same products in the same order, so the same model.
 
 With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
 mask, skipped block or scale shows as a large error. With the kernel's roundings it shows the error the kernel can

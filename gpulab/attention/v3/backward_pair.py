@@ -13,7 +13,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-__all__ = ["scores", "pair_ds", "pair_rest", "dq_product", "dq_add", "pair", "store_dkdv", "first_query",
+__all__ = ["kv_operand", "scores", "pair_ds", "pair_rest", "dq_product", "dq_add", "pair", "store_dkdv", "first_query",
            "persistent_count", "persistent_tile"]  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -25,8 +25,24 @@ __all__ = ["scores", "pair_ds", "pair_rest", "dq_product", "dq_add", "pair", "st
 
 
 @gluon.jit
+def kv_operand(buf, IN_REGS: gl.constexpr):
+    """Step 10: a consumer's K or V slice ``buf`` [64 keys, D] (shared memory) as the A operand of :func:`scores`:
+    with ``IN_REGS`` loaded once into registers in the wgmma A layout of S^T's accumulator (D/4 32-bit registers
+    per thread), else the shared-memory view itself. A register A operand leaves only B (Q or dO, [D, 64]) for the
+    wgmma to read from shared memory: half the bytes of that product."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    if IN_REGS:
+        op = buf.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+    else:
+        op = buf
+    return op
+
+
+@gluon.jit
 def scores(q_buf, do_buf, k_buf, v_buf):
-    """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order)."""
+    """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order); ``k_buf`` and
+    ``v_buf`` [64, D] in shared memory or, step 10, in registers (:func:`kv_operand`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])  # fmt: skip
     zero_s = gl.zeros([64, 64], gl.float32, layout=s_layout)

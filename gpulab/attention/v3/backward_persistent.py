@@ -25,7 +25,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 from gpulab.attention.v3.backward_dq import dq_writer_persistent
-from gpulab.attention.v3.backward_pair import dq_product, pair_ds, persistent_count, persistent_tile, store_dkdv
+from gpulab.attention.v3.backward_pair import (
+    dq_product,
+    kv_operand,
+    pair_ds,
+    persistent_count,
+    persistent_tile,
+    store_dkdv,
+)
 
 __all__ = ["persistent_backward"]
 
@@ -56,7 +63,8 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, STAGES: gl.constexpr, IS_CAUSAL
 
 @gluon.jit
 def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-              CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+              CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              KV_REGS: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, step 5's loop over its query blocks (dK, dV of keys
     ``[start_n + 64 CID, +64)``), K and V freed after the last products, then dK and dV stored."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
@@ -74,6 +82,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
         dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
         mbarrier.wait(kv_ready, k & 1)
+        k_op = kv_operand(k_buf, KV_REGS % 2 == 1)  # step 10: this tile's K and/or V in registers
+        v_op = kv_operand(v_buf, KV_REGS >= 2)
         for i in range(n_m):
             g = it + i
             s = g % STAGES
@@ -83,7 +93,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
             b = g % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((g // 2) & 1) ^ 1)
-            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
+            dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                              delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (g // 2) & 1)
@@ -101,23 +111,25 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
 
 @gluon.jit
 def _consumer0(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale, 0, HEAD_DIM,
-              STAGES, IS_CAUSAL)  # fmt: skip
+              STAGES, IS_CAUSAL, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+               KV_REGS: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale, 1, HEAD_DIM,
-              STAGES, IS_CAUSAL)  # fmt: skip
+              STAGES, IS_CAUSAL, KV_REGS)  # fmt: skip
 
 
 @gluon.jit
 def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                         cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                        WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
+                        WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
     """Step 7's kernel body (:func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` with STEP = 7): step
     5's buffers plus ``kv_free`` (both consumers done with K and V: count 2). Grid: (min(tiles, SMs),)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -151,9 +163,9 @@ def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_
     # fmt: off
     gl.warp_specialize(
         [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-                       HEAD_DIM, STAGES, IS_CAUSAL)),
+                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS)),
          (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-                       HEAD_DIM, STAGES, IS_CAUSAL)),
+                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS)),
          (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
                       (ready, empty, kv_ready, kv_free), n_q, n_k, n_bh, STAGES, IS_CAUSAL)),
          (dq_writer_persistent, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale,

@@ -133,11 +133,11 @@ def ptxas_report(ptx: str) -> str:
 
 def structure(kernel) -> dict:
     """What a compiled version 3 does, from its PTX and ``ptxas -v``: ``wgmma`` (count of ``wgmma.mma_async``),
+    ``wgmma_rs`` (those of them with the A operand in registers),
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
-    ``wgmma_a_registers`` (how many of them take their A operand from registers: ``{d..}, {a..}, desc_b`` in the
-    PTX, against ``{d..}, desc_a, desc_b`` from shared memory), ``shared`` (bytes), ``spill_stores``/``spill_loads``
-    (bytes), ``stack`` (bytes), ``registers``, ``warps``, ``ptx_ops`` (counts of step 8's acquire-release atomic
-    additions, L2 loads and exchanges)."""
+    ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``,
+    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges). ``wgmma_rs`` reads the
+    PTX form: ``{d..}, {a..}, desc_b`` takes A from registers, ``{d..}, desc_a, desc_b`` from shared memory."""
     asm = getattr(kernel, "asm", None)
     if not isinstance(asm, dict) or "ptx" not in asm:
         raise TypeError(
@@ -152,9 +152,7 @@ def structure(kernel) -> dict:
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", report)]
     return {
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-        "wgmma_a_registers": sum(
-            bool(re.search(r"\}\s*,\s*\{", op)) for op in re.findall(r"wgmma\.mma_async[^;]*;", ptx)
-        ),
+        "wgmma_rs": len(re.findall(r"wgmma\.mma_async[^{;]*\{[^}]*\}\s*,\s*\{", ptx)),
         "wait_depths": sorted({int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
         "setmaxnreg": re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
         "shared": int(kernel.metadata.shared),

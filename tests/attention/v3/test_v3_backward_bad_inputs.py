@@ -17,6 +17,8 @@ CASES = [
     ("V3BackwardConfig dq_cast step", lambda: backward.V3BackwardConfig(step=3, dq_cast=True), ValueError),
     ("V3BackwardConfig dq_cast", lambda: backward.V3BackwardConfig(step=5, dq_cast=1), TypeError),
     ("V3BackwardConfig fused_prep", lambda: backward.V3BackwardConfig(step=5, fused_prep="yes"), TypeError),
+    ("V3BackwardConfig kv_regs", lambda: backward.V3BackwardConfig(step=5, kv_regs="q"), ValueError),
+    ("V3BackwardConfig kv_regs step", lambda: backward.V3BackwardConfig(step=6, kv_regs="kv"), ValueError),
     ("dq_arrivals n_k", lambda: backward_model.dq_arrivals(8, 0, False), ValueError),
     ("dq_arrivals causal", lambda: backward_model.dq_arrivals(8, 8, "no"), TypeError),
     ("replay_dq_cast causal", lambda: backward_model.replay_dq_cast(8, 8, 1, 1.0, torch.Generator()), TypeError),

@@ -20,6 +20,9 @@ SPILL_BOUND = 512
 the scores nearly fill the 240 registers a consumer gets); head dim 64 spills nothing in steps 1-5, and up to a few
 dozen bytes in step 6 (a loop counter or two of the writer's 24 registers); step 8's writer gets 32 registers (the
 cast's pointers and the tile state: with 24, 84 bytes in step 5 and 324 in step 7 at head dim 64)."""
+KV_SPILL_BOUND = 1024
+"""Spill-store bytes allowed for step 10 at head dim 128 (off by default there: Triton 3.6 reports 460 with K in
+registers, 544 with V, 724 with both; their 32 registers per thread each do not fit beside dK, dV and the scores)."""
 CASES = {  # name: (head dim, causal, V3BackwardConfig fields, spill bytes allowed)
     "d128 step 1": (128, False, dict(step=1), SPILL_BOUND),
     "d64 causal step 3": (64, True, dict(step=3), 0),
@@ -31,6 +34,9 @@ CASES = {  # name: (head dim, causal, V3BackwardConfig fields, spill bytes allow
     "d64 causal step 5+8": (64, True, dict(step=5, dq_cast=True, writer_regs=32), 64),  # Triton 3.6: 12
     "d64 step 7+8": (64, False, dict(step=7, dq_cast=True, writer_regs=32), 256),  # 140 (24 registers: 324)
     "d128 causal step 5+8": (128, True, dict(step=5, dq_cast=True, writer_regs=32), SPILL_BOUND),
+    "d64 step 5+kv": (64, False, dict(step=5, kv_regs="kv"), 0),  # step 10, the head dim 64 default
+    "d64 causal step 7+kv": (64, True, dict(step=7, kv_regs="kv"), 64),  # Triton 3.6: 40 (step 7 alone: 56)
+    "d128 step 5+k": (128, False, dict(step=5, kv_regs="k"), KV_SPILL_BOUND),
 }
 
 
@@ -52,6 +58,9 @@ def test_backward_structure(name):
     # and dS K in two (the loop and the last block's epilogue).
     per_pair = 3 * (d // 8) + 8 + 16 if cfg.step == 4 else d // 8 + 16
     assert s["wgmma"] == cfg.consumers * per_pair, s
+    # register-A products: dV += P^T dO and dK += dS^T Q (4 each); step 10 adds S^T's and/or dP^T's D/16
+    in_regs = bin(backward.constexprs(d, causal, cfg)["KV_REGS"]).count("1")
+    assert s["wgmma_rs"] == cfg.consumers * (8 + in_regs * d // 16), s
     assert s["wait_depths"] == [0, 1], s  # the scores waited for with dP^T still in flight
     if cfg.step == 1:
         assert s["setmaxnreg"] == [] and s["warps"] == 4, s

@@ -28,11 +28,13 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9"]
-"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep) on them too."""
+STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9", "5+kv", "7+kv", "5+k"]
+"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep) and step 10 (kv_regs) on them too."""
 
 
 def _cfg(step):
+    if isinstance(step, str) and step[2:] in ("k", "v", "kv"):
+        return v3b.V3BackwardConfig(step=int(step[0]), kv_regs=step[2:])
     if isinstance(step, str) and step.endswith("+8"):
         return v3b.V3BackwardConfig(step=int(step[0]), dq_cast=True, writer_regs=32)
     if isinstance(step, str):
@@ -58,7 +60,7 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9"])
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "5+kv", "7+kv"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):

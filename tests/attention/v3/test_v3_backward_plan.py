@@ -1,6 +1,8 @@
 """The plan and version 3's backward: chosen only at head dims where the records show it taking less time than the
 shipped backward, and never where it cannot run (here: no sm_90 GPU)."""
 
+import re
+
 import torch
 
 from gpulab import runtime
@@ -39,8 +41,8 @@ def test_switch_on_without_sm90_takes_the_two_kernels(monkeypatch):
 def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_last():
     """backward_configs.MEASURED (query lengths over SHORT_SEQ) and MEASURED_SHORT (up to it; a head dim missing
     there: MEASURED's step) pick, per head dim, the step with the highest median speed relative to cuDNN (device
-    time) on those problems of the latest record run that timed several steps, each on the whole grid (run h timed
-    only each problem's default, with and without step 8: not a ladder)."""
+    time) on those problems of the latest record run that timed several steps, each on the whole grid (runs h and i
+    timed only each problem's default, with and without steps 8-10: not a ladder)."""
     from gpulab.attention.v3 import backward_configs as bc
 
     ladder = None
@@ -57,6 +59,34 @@ def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_l
             medians = {s: report.spread(report.ratios(rows, s, head_dim=d))[0] for s in steps}
             cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
             assert f"gpulab v3 bwd step {cfg.step}" == max(medians, key=medians.get), (run, d, short, medians)
+
+
+def test_kv_regs_default_is_the_fastest_setting_of_the_newest_step10_run():
+    """Step 10: MEASURED's and MEASURED_SHORT's ``kv_regs`` is, per head dim and length class, the setting with the
+    highest median speed relative to cuDNN (device time) among those the newest run that timed step 10 ran on every
+    problem of that class beside the default's step without it; where that is not "none", it took less time than
+    the step without it on every one of those problems."""
+    from gpulab.attention.v3 import backward_configs as bc
+
+    newest = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        if any(re.search(r"step \d\+(k|v|kv)$", i) for row in best.values() for i in row):
+            newest = (run, best)
+    assert newest, "no record run timed step 10 (kv_regs)"
+    run, best = newest
+    for d in (64, 128):
+        for short in (False, True):
+            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
+            rows = {key: row for key, row in best.items() if key[1] == d and (key[2] <= bc.SHORT_SEQ) == short}
+            base = f"gpulab v3 bwd step {cfg.step}"
+            names = {"none": base, **{t: f"{base}+{t}" for t in ("k", "v", "kv")}}
+            timed = {t: n for t, n in names.items() if all(n in row for row in rows.values())}
+            assert "none" in timed and len(timed) > 1, (run, d, short, timed)
+            medians = {t: report.spread(report.ratios(rows, n))[0] for t, n in timed.items()}
+            assert cfg.kv_regs == max(medians, key=medians.get), (run, d, short, medians)
+            if cfg.kv_regs != "none":
+                assert min(report.ratios(rows, timed[cfg.kv_regs], peer=base)) > 1, (run, d, short)
 
 
 def test_backward_config_takes_the_short_default_up_to_short_seq():
@@ -82,7 +112,8 @@ def _default_impl(d: int, seq: int) -> str:
     from gpulab.attention.v3 import backward_configs
 
     cfg = backward_configs.backward_config(d, seq=seq)
-    return f"gpulab v3 bwd step {cfg.step}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
+    kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" else ""  # step 10, as gpu_v3_backward.py names it
+    return f"gpulab v3 bwd step {cfg.step}{kv}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
 
 
 def test_min_seq_matches_the_newest_run():

@@ -68,7 +68,7 @@ def test_structure(name):
     passes = cfg.consumers * (1 if cfg.step == 1 else 2)
     assert s["wgmma"] == passes * per_pass, s
     # P V always takes P from registers; Q K^T reads Q from registers only with q_regs (else from shared memory).
-    assert s["wgmma_a_registers"] == passes * (cfg.block_n // 16 + (d // 16 if cfg.q_regs else 0)), s
+    assert s["wgmma_rs"] == passes * (cfg.block_n // 16 + (d // 16 if cfg.q_regs else 0)), s
     # Step 3 waits for the scores with one product (P V) still in flight; steps 1-2 only ever wait for all.
     assert s["wait_depths"] == ([0, 1] if cfg.step == 3 else [0]), s
     # Register budgets per partition: the consumers' raised, the producer's lowered.
