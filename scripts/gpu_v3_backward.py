@@ -193,11 +193,15 @@ def resolved(cfg, q, causal):
 
 
 def impl_name(name, q, causal):
-    """Records name the defaults by the step they resolve to (as run f's "gpulab v3 bwd step 5"), step 8 as "+8"."""
+    """Records name the defaults by the step they resolve to (as run f's "gpulab v3 bwd step 5"), step 8 as "+8",
+    a default with K/V in registers (step 10) with its setting ("step 5+kv"; bwd run j, before this, named the d=64
+    defaults "step 5" and "step 7" although they ran with kv_regs="kv")."""
     if not name.startswith("gpulab v3 bwd default"):
         return name
     cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
-    return f"gpulab v3 bwd step {cfg.step}" + name[len("gpulab v3 bwd default") :]
+    rest = name[len("gpulab v3 bwd default") :]
+    kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" and f"+{cfg.kv_regs}" != rest else ""
+    return f"gpulab v3 bwd step {cfg.step}{kv}" + rest
 
 
 SELECTED = list(CONFIGS)

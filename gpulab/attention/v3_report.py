@@ -29,6 +29,7 @@ __all__ = [
     "v3_table",
     "stored_v3_tune",
     "stored_v3_headline",
+    "stored_v3_ab",
     "v3_headline",
     "headline_gpu_state",
     "v3_tune_ratios",
@@ -134,14 +135,32 @@ def v3_table(records) -> str:
     return "\n".join(lines)
 
 
-def stored_v3_tune(folder=None) -> list[bench.Result]:
+def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
     """The newest tuning run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-tune.jsonl``: candidates
-    checked, raced and timed beside their peers, ``kind='tune'``). FileNotFoundError if none."""
+    checked, raced and timed beside their peers, ``kind='tune'``), or with ``run`` (a run letter, e.g. ``"i"``) that
+    run's. FileNotFoundError if none."""
     folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = list(folder.glob("*-tune.jsonl"))
+    if run is not None and not (isinstance(run, str) and run.isalnum()):
+        raise ValueError(f"run must be a run letter such as 'i' (letters and digits), got {run!r}.")
+    runs = list(folder.glob(f"*-{run}-tune.jsonl" if run else "*-tune.jsonl"))
     if not runs:
-        raise FileNotFoundError(f"no version-3 tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
+        which = f"run {run}'s" if run else "version-3"
+        raise FileNotFoundError(f"no {which} tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
     return bench.load("04", path=bench.newest(runs, part="tune"))
+
+
+def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
+    """The newest A/B record named ``name`` (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-<name>-ab.jsonl``: a
+    kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, run l's
+    ``scripts/gpu_v3_qregs_ab.py``). :func:`v3_headline` with ``kind='ab'`` reads its median rounds.
+    FileNotFoundError if none."""
+    if not (isinstance(name, str) and name.replace("_", "").isalnum()):
+        raise ValueError(f"name must name an A/B record such as 'qregs' (letters, digits, _), got {name!r}.")
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = list(folder.glob(f"*-{name}-ab.jsonl"))
+    if not runs:
+        raise FileNotFoundError(f"no '{name}' A/B records of version 3 in {folder}.")
+    return bench.load("04", path=bench.newest(runs, part=f"{name}-ab"))
 
 
 def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
@@ -169,13 +188,14 @@ def stored_v3_headline(folder=None) -> list[bench.Result]:
     return bench.load("04", path=bench.newest(runs, part="headline"))
 
 
-def v3_headline(records) -> dict[str, dict]:
+def v3_headline(records, kind: str = "headline") -> dict[str, dict]:
     """``{impl: {"ms", "wall_ms", "tflops", "wall_tflops", "rounds", "tflops_rounds"}}`` over a headline run's records
-    (``kind='headline'``, status ok): each implementation's median round on each clock (TFLOP/s from the median
-    time), its number of rounds and every round's device-clock TFLOP/s in round order. A ValueError if the records
-    hold more than one problem (the part times one)."""
+    (``kind='headline'``, status ok; ``kind='ab'`` for an A/B record, :func:`stored_v3_ab`): each implementation's
+    median round on each clock (TFLOP/s from the median time), its number of rounds and every round's device-clock
+    TFLOP/s in round order. A ValueError if the records hold more than one problem (the part times one)."""
     records = bench.result_list("records", records)
-    rows = [r for r in records if r.status == "ok" and r.params.get("kind") == "headline"]
+    runtime.one_of("kind", kind, ("headline", "ab"))
+    rows = [r for r in records if r.status == "ok" and r.params.get("kind") == kind]
     problems = {(r.dtype, r.params["head_dim"], r.params["causal"], r.params["seq"]) for r in rows}
     if len(problems) > 1:
         raise ValueError(f"a headline run times one problem; these records hold {len(problems)}: {sorted(problems)}.")

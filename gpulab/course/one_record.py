@@ -165,23 +165,32 @@ def _lesson04_v3(root) -> list[Shown]:
                       keep=lambda r: r.params.get("impl") == report.V3_TUNED)  # fmt: skip
 
 
-def _lesson04_v3_headline(root) -> list[Shown]:
-    """The headline part's median rounds: a measurement of its own (the median of its alternating rounds), keyed
-    apart from the grid's faster-of-two rounds of the same problem."""
+def _median_rounds(root, suffix: str, kind: str, measurement: str) -> list[Shown]:
+    """A rounds record's median rounds (``<...>-<suffix>.jsonl``, records of ``kind``): a measurement of its own
+    (the median of its alternating rounds), keyed apart from a grid's faster-of-two rounds of the same problem."""
     from gpulab.attention import report
 
     folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
-    path = bench.newest([p for p in bench.record_files(folder, "h100") if p.stem.endswith("-headline")],
-                        part="headline")  # fmt: skip
+    path = bench.newest([p for p in bench.record_files(folder, "h100") if p.stem.endswith(f"-{suffix}")],
+                        part=suffix)  # fmt: skip
     records = bench.load("04", path=path)
-    rows = {r.params["impl"]: r for r in records if r.status == "ok" and r.params.get("kind") == "headline"}
+    rows = {r.params["impl"]: r for r in records if r.status == "ok" and r.params.get("kind") == kind}
     out = []
-    for impl, h in report.v3_headline(records).items():
+    for impl, h in report.v3_headline(records, kind=kind).items():
         r = rows[impl]
-        key = functools.partial(Key, "04", "attention forward, median of alternating rounds", _attention_version(r),
-                                r.device, _attention_problem(r))  # fmt: skip
+        key = functools.partial(Key, "04", measurement, _attention_version(r), r.device, _attention_problem(r))
         out += _times(key, path.name, h["ms"], h["wall_ms"])
     return out
+
+
+def _lesson04_v3_headline(root) -> list[Shown]:
+    """The headline part's median rounds."""
+    return _median_rounds(root, "headline", "headline", "attention forward, median of alternating rounds")
+
+
+def _lesson04_v3_qregs_ab(root) -> list[Shown]:
+    """Run l's A/B of Q from registers: median rounds, keyed apart from the headline part's (another run)."""
+    return _median_rounds(root, "qregs-ab", "ab", "attention forward, A/B of Q from registers, median rounds")
 
 
 # --- lesson 5 -------------------------------------------------------------------------------------------------------
@@ -417,9 +426,13 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("04", "hopper_report.stored_v3_headline()"): Display(
         _lesson04_v3_headline, "version 3's headline run: each implementation's median round on both clocks"),
     ("04", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
-    ("04", "hopper_report.stored_v3_tune()"): Display(
-        _none, "version 3's newest tune run: ratios within the run only (paired causal tiles vs one tile per "
-               "program), no time shown"),
+    ("04", 'hopper_report.stored_v3_tune(run="i")'): Display(
+        _none, "version 3's run-i tune: ratios within the run only (paired causal tiles vs one tile per program), "
+               "no time shown"),
+    ("04", 'hopper_report.stored_v3_tune(run="l")'): Display(
+        _none, "version 3's run-l tune: ratios within the run only (Q from registers vs not), no time shown"),
+    ("04", 'hopper_report.stored_v3_ab("qregs")'): Display(
+        _lesson04_v3_qregs_ab, "run l's A/B of Q from registers: each implementation's median round on both clocks"),
     ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
     ("05", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
     ("05", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),
