@@ -193,8 +193,8 @@ def v3_headline(records, kind: str = "headline") -> dict[str, dict]:
     (``kind='headline'``, status ok; ``kind='ab'`` for an A/B record, :func:`stored_v3_ab`): each implementation's
     median round on each clock (TFLOP/s from the median time), its number of rounds and every round's device-clock
     TFLOP/s in round order. A ValueError if the records hold more than one problem (the part times one)."""
-    records = bench.result_list("records", records)
     runtime.one_of("kind", kind, ("headline", "ab"))
+    records = bench.result_list("records", records)
     rows = [r for r in records if r.status == "ok" and r.params.get("kind") == kind]
     problems = {(r.dtype, r.params["head_dim"], r.params["causal"], r.params["seq"]) for r in rows}
     if len(problems) > 1:

@@ -9,6 +9,12 @@ CASES = [
     ("stored_v3 missing folder", lambda: r.stored_v3(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
     ("stored_v3_run missing folder", lambda: r.stored_v3_run(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
     ("stored_v3_tune missing folder", lambda: r.stored_v3_tune(folder="/nonexistent"), FileNotFoundError, "v3-tune"),
+    ("stored_v3_tune bad run", lambda: r.stored_v3_tune(run="../i"), ValueError, "run"),
+    ("stored_v3_tune missing run", lambda: r.stored_v3_tune(run="zz"), FileNotFoundError, "run zz"),
+    ("stored_v3_ab bad name", lambda: r.stored_v3_ab("q/../x"), ValueError, "name"),
+    ("stored_v3_ab int", lambda: r.stored_v3_ab(3), ValueError, "name"),
+    ("stored_v3_ab missing", lambda: r.stored_v3_ab("nosuch"), FileNotFoundError, "nosuch"),
+    ("v3_headline kind", lambda: r.v3_headline([], kind="grid"), ValueError, "kind"),
     ("stored_v3_headline missing", lambda: r.stored_v3_headline(folder="/nonexistent"), FileNotFoundError, "headline"),
     ("headline_gpu_state missing", lambda: r.headline_gpu_state(folder="/nonexistent"), FileNotFoundError, "smi"),
     ("headline_gpu_state watts", lambda: r.headline_gpu_state(busy_watts=-1), ValueError, "busy_watts"),
@@ -28,3 +34,16 @@ CASES = [
 def test_bad_input_names_the_argument(call, exc, word):
     with pytest.raises(exc, match=word):
         call()
+
+
+def test_stored_v3_tune_by_run_and_ab_read_their_own_files():
+    """A run letter picks that run's tune records (not the newest); the A/B reader reads its kind='ab' rounds."""
+    try:
+        newest, run_i = r.stored_v3_tune(), r.stored_v3_tune(run="i")
+        ab = r.v3_headline(r.stored_v3_ab("qregs"), kind="ab")
+    except FileNotFoundError:
+        pytest.skip("no version-3 tune or A/B records in this checkout")
+    names_i = {x.provider or "" for x in run_i}
+    assert any("q_regs=True" in (x.provider or "") for x in newest) and not any("q_regs" in n for n in names_i)
+    assert {"gpulab v3 (tuned)", "gpulab v3 (tuned, q_regs)", "SDPA cuDNN"} <= set(ab)
+    assert all(h["rounds"] == 9 for h in ab.values())
