@@ -1216,7 +1216,8 @@ if bwd_cs336:
         claims.claim("In run {run}, `flash_attention` takes **{p:.2f} ms** (version 3's backward: N is past"
                      " `plan.V3_BACKWARD_MIN_SEQ`) and version 3's forward with its {i} backward, called directly,"
                      " {t:.2f} ms: {verdict} the top student entry's {top:.2f} ms; cuDNN takes {cud:.2f} ms in the"
-                     " same run ({c:.2f}x `flash_attention`'s speed), `flash_attention` with the two-kernel backward {s:.2f} ms.",
+                     " same run ({c:.2f}x `flash_attention`'s speed), `flash_attention` with the two-kernel backward"
+                     " {s:.2f} ms.",
                      holds=lambda run, p, i, t, verdict, top, c, cud, s: (p < top) == (verdict == "under"),
                      run=cs_run, p=latest.get(bwd_report.PLAN, v3_impls[best_v3]),
                      i=best_v3.replace("gpulab v3 bwd ", ""), t=v3_impls[best_v3],
