@@ -40,7 +40,7 @@ ENV = dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() els
 
 
 OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": [], "plan_configs": [],
-        "d128_only": []}  # fmt: skip
+        "d128_only": [], "head_dims": [64, 128], "ab_module": ""}  # fmt: skip
 
 
 class PlanSwitch:
@@ -101,6 +101,24 @@ class V3Attention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         cfg = resolved(ctx.cfg, q, ctx.causal)
         return (*v3b.attention_backward(do, q, k, v, o, lse, ctx.causal, cfg=cfg), None, None)
+
+
+class V3AttentionAB(torch.autograd.Function):
+    """:class:`V3Attention` at the default config with the backward of another module: a copy of
+    ``gpulab.attention.v3.backward`` (and its pair, persistent, dq and launch modules) as it was before a change,
+    timed beside the changed kernel in the same process (``--ab-module``; bwd run k)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, mod):
+        o, lse = P.attention_forward(q, k, v, is_causal=causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.mod = causal, mod
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*ctx.mod.attention_backward(do, q, k, v, o, lse, ctx.causal), None, None)
 
 
 def v3_attn(cfg):
@@ -337,13 +355,22 @@ def time_one(fn, q, k, v, do, causal):
 def providers():
     out = {f"gpulab v3 bwd {s}": v3_attn(config(s)) for s in SELECTED}
     out.update({PLAN_PREFIX + s: shipped for s in OPTS["plan_configs"]})
+    if OPTS["ab_module"]:
+        import importlib  # noqa: PLC0415
+
+        mod = importlib.import_module(OPTS["ab_module"])
+        out[f"gpulab v3 bwd default (A/B: {OPTS['ab_module']})"] = lambda q, k, v, c: V3AttentionAB.apply(
+            q, k, v, c, mod
+        )
     out.update({"gpulab shipped": shipped, "gpulab plan": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)})  # fmt: skip
     return {n: fn for n, fn in out.items() if n not in OPTS["skip"]}
 
 
 def part_time(f, quick):
-    problems = grid(dtypes=[{"bf16": torch.bfloat16, "fp16": torch.float16}[x] for x in OPTS["dtypes"]])
+    problems = grid(dtypes=[{"bf16": torch.bfloat16, "fp16": torch.float16}[x] for x in OPTS["dtypes"]],
+                    head_dims=OPTS["head_dims"])  # fmt: skip
+    problems.sort(key=lambda p: OPTS["head_dims"].index(p["head_dim"]))  # the first head dim's problems first
     impls = providers()
     for p in problems:
         q, k, v, do = inputs(p["dtype"], p["batch"], p["heads"], p["seq"], p["seq"], p["head_dim"], seed=11)
@@ -388,6 +415,9 @@ def main():
     ap.add_argument("--skip", default="", help="providers left out of the timings (comma-separated names)")
     ap.add_argument("--plan-configs", default="", help="configs also timed through flash_attention with the switch on")
     ap.add_argument("--d128-only", default="", help="configs timed at head dim 128 only (comma-separated)")
+    ap.add_argument("--head-dims", default="64,128", help="the timing grid's head dims, timed in this order")
+    ap.add_argument("--ab-module", default="", help="a module with attention_backward (a copy of the backward "
+                    "before a change) timed at the default config beside the others")  # fmt: skip
     a = ap.parse_args()
     SELECTED[:] = a.configs.split(",")
     OPTS.update(
@@ -398,6 +428,8 @@ def main():
         check_configs=[c for c in a.check_configs.split(",") if c],
         plan_configs=[c for c in a.plan_configs.split(",") if c],
         d128_only=[c for c in a.d128_only.split(",") if c],
+        head_dims=[int(d) for d in a.head_dims.split(",")],
+        ab_module=a.ab_module,
     )
     os.makedirs(a.out, exist_ok=True)
     bad = 0

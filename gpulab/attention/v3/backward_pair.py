@@ -75,22 +75,36 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
     dtype: gl.constexpr = q_buf.dtype
-    cols = start_m + gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # query index of each column
-    col_ok = cols < n_q
-    lse2 = gl.load(lse_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0) * 1.4426950408889634
-    delta = gl.load(delta_ptr + bh.to(gl.int64) * n_q + cols, mask=col_ok, other=0.0)
+    # LSE and D of the block's queries: read at a scalar row offset plus each column's offset within the block
+    # (``rel``), so that the 16 addresses of a thread are one base register and immediate offsets; with the
+    # absolute query index ``cols`` in the address, each was a 64-bit sum of its own (at d=128 about 300 of a
+    # 900-instruction loop body, and the registers they took made ptxas spill loop state inside the loop).
+    # Causal: the mask needs ``cols`` anyway and ``cols < n_q`` measured fewer spills there than ``rel < n_q -
+    # start_m`` (run k, offline compile; which is fewer is an artefact of the register allocator).
+    rel = gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # [64] column index within the block
+    if IS_CAUSAL:
+        cols = start_m + rel  # query index of each column
+        col_ok = cols < n_q
+    else:
+        col_ok = rel < n_q - start_m
+    row0 = bh.to(gl.int64) * n_q + start_m  # the block's first query in lse / delta
+    lse2 = gl.load(lse_ptr + row0 + rel, mask=col_ok, other=0.0) * 1.4426950408889634
+    delta = gl.load(delta_ptr + row0 + rel, mask=col_ok, other=0.0)
     st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
     st = st * qk_scale
     if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
         keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
         st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
     pt = gl.exp2(st - lse2[None, :])
-    dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
-    dpt, dv = warpgroup_mma_wait(0, deps=(dpt, dv))
+    # dS^T before dV's product is issued (run k): P^T's 16-bit copy, dV's register A operand while it runs, is no
+    # longer live beside fp32 P^T, dP^T and D (the loop's register peak at d=128); dV runs under dS's store.
+    dpt = warpgroup_mma_wait(0, deps=(dpt,))
     dst = (pt * (dpt - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - D)
+    dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
     ds_view.permute((1, 0)).store(dst)
     fence_async_shared()
     dk = warpgroup_mma(gl.convert_layout(dst, a_layout), q_buf, dk, is_async=True)  # dK += dS^T Q, in flight
+    dv = warpgroup_mma_wait(1, deps=(dv,))  # dV done (issued first), dK may still run
     return dk, dv
 
 
@@ -137,12 +151,13 @@ def store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.conste
     """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped)."""
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
-    rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))
+    rows = gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))  # [64] key index - key0
     dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
-    offs = (bh.to(gl.int64) * n_k + rows)[:, None] * HEAD_DIM + dcols[None, :]
-    mask = (rows < n_k)[:, None]
-    gl.store(dk_ptr + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
-    gl.store(dv_ptr + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+    offs = rows[:, None] * HEAD_DIM + dcols[None, :]  # within the block (int32: immediate address offsets)
+    first = (bh.to(gl.int64) * n_k + key0) * HEAD_DIM  # the block's first element
+    mask = (rows < n_k - key0)[:, None]
+    gl.store(dk_ptr + first + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
+    gl.store(dv_ptr + first + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
 
 @gluon.jit

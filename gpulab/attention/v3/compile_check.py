@@ -9,7 +9,10 @@ and :func:`structure` counts in the PTX and in ``ptxas -v`` (the assembler Trito
 - ``wgmma.wait_group.sync.aligned N`` depths: step 3 must wait with N = 1 somewhere (the next block's scores done
   while this block's ``P V`` still runs); steps 1-2 wait with 0 only;
 - ``setmaxnreg`` values: the register budget each partition asks for (consumers up, producer down);
-- shared memory (the kernel's static allocation, at most 227 KB on the H100) and ``ptxas -v``'s spill bytes.
+- shared memory (the kernel's static allocation, at most 227 KB on the H100) and ``ptxas -v``'s spill bytes;
+- the local-memory instructions (``STL``/``LDL``: spills) inside each innermost loop that issues wgmma, read off the
+  SASS (``nvdisasm`` on the cubin): ``ptxas -v`` counts every spill site once, a store before the loop as much as
+  one inside it, while only those inside run once per block and take shared memory's bandwidth (the same unit).
 
 Compilation runs in a fresh process (:func:`structure_in_fresh_process`): gpulab's interpreter mode
 (``TRITON_INTERPRET=1``) is fixed at the first import, and Gluon compiles only outside it.
@@ -131,11 +134,40 @@ def ptxas_report(ptx: str) -> str:
     return done.stdout + done.stderr
 
 
+def _wgmma_loops_local(cubin: bytes) -> list[list[int]]:
+    """``[STL, LDL]`` per innermost loop of the SASS (``nvdisasm`` of ``cubin``) that holds an ``HGMMA`` (the
+    consumers' block loops), in code order. A loop is a backward branch (``BRA`` to a label above it) whose range
+    neither exits nor changes the register budget (``USETMAXREG``: those are the partitions' dispatch) and holds no
+    other such loop."""
+    from triton.backends.nvidia import compiler as nv  # noqa: PLC0415
+
+    nvdisasm = os.path.join(os.path.dirname(nv.get_ptxas(90).path), "nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        done = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"nvdisasm failed:\n{done.stderr[-2000:]}")
+    lines = done.stdout.splitlines()
+    labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", x))}
+    loops = []
+    for i, x in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", x)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)] : i + 1]
+            if any("HGMMA" in b for b in body) and not any("EXIT" in b or "USETMAXREG" in b for b in body):
+                loops.append((labels[m.group(1)], i, sum("STL" in b for b in body), sum("LDL" in b for b in body)))
+    inner = [lo for lo in loops if not any(o != lo and lo[0] <= o[0] and o[1] <= lo[1] for o in loops)]
+    return [[st, ld] for _, _, st, ld in sorted(inner)]
+
+
 def structure(kernel) -> dict:
     """What a compiled version 3 does, from its PTX and ``ptxas -v``: ``wgmma`` (count of ``wgmma.mma_async``),
     ``wgmma_rs`` (those of them with the A operand in registers),
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
     ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``,
+    ``loop_local`` (``[STL, LDL]`` instructions inside each innermost wgmma loop of the SASS, in code order),
     ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges). ``wgmma_rs`` reads the
     PTX form: ``{d..}, {a..}, desc_b`` takes A from registers, ``{d..}, desc_a, desc_b`` from shared memory."""
     asm = getattr(kernel, "asm", None)
@@ -161,6 +193,7 @@ def structure(kernel) -> dict:
         "stack": max(stack, default=0),
         "registers": max(regs, default=0),
         "warps": int(kernel.metadata.num_warps),
+        "loop_local": _wgmma_loops_local(kernel.asm["cubin"]),
         "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
         "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)),
         "atomic_adds": sorted(set(re.findall(r"(?:atom|red)\.global\.[a-z.]*add[a-z0-9.]*f32", ptx))),
