@@ -78,7 +78,7 @@ run) show it faster than the shipped backward on every problem of a head dim (ru
 dims, on every problem with N >= 4096, and is not at N = 1024)."""
 
 
-V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 1024, (128, False): 4096,
+V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096,
                                                       (128, True): 4096}  # fmt: skip
 """``(head dim, causal) -> N``: :func:`run_backward` takes version 3's backward (its measured default,
 :func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) where both the query and the key
@@ -86,10 +86,11 @@ length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows
 determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
 time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
 faster round) in the newest H100 run that timed both on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` runs;
-``tests/attention/v3/test_v3_backward_plan.py`` holds this table to them). Run k (the newest: step 10 in the head dim
-64 defaults, the loop's spills cut): from 4096 on, and from 1024 on at head dim 64 with the causal mask (0.523 vs
-0.540 ms bf16, 0.520 vs 0.534 fp16 at N = 1024); at N = 4096 without the mask the margins are small (NOTES.md gives
-them). The records have Nq = Nk, hence both lengths."""
+``tests/attention/v3/test_v3_backward_plan.py`` holds this table to them). Run l (the newest): from 4096 on
+everywhere. Run k had taken head dim 64 with the causal mask from 1024 (0.523 vs 0.540 ms bf16); run l had the
+two-kernel backward ahead there at fp16 (0.537 vs 0.571 ms; bf16 0.536 vs 0.524): margins of a few percent either
+way between runs, and the rule wants every problem. At N = 4096 without the mask the margins
+are small too (NOTES.md gives them). The records have Nq = Nk, hence both lengths."""
 
 
 class V3Backward(NamedTuple):
