@@ -87,42 +87,35 @@ def emit(f, **rec):
 
 
 class V3Attention(torch.autograd.Function):
-    """The plan's forward (version 3 at d128, version 2 at d64) with version 3's backward at ``cfg``."""
+    """The plan's forward (version 3 at d128, version 2 at d64) with a version-3 backward ``backward(do, q, k, v, o,
+    lse, causal)``: the package's at a config (:func:`v3_attn`), or a copy of ``gpulab.attention.v3.backward`` (and
+    its pair, persistent, dq and launch modules) as it was before a change, timed beside the changed kernel in the
+    same process (``--ab-module``; bwd run k)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, cfg):
+    def forward(ctx, q, k, v, causal, backward):
         o, lse = P.attention_forward(q, k, v, is_causal=causal)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.cfg = causal, cfg
+        ctx.causal, ctx.backward_fn = causal, backward
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        cfg = resolved(ctx.cfg, q, ctx.causal)
-        return (*v3b.attention_backward(do, q, k, v, o, lse, ctx.causal, cfg=cfg), None, None)
+        return (*ctx.backward_fn(do, q, k, v, o, lse, ctx.causal), None, None)
 
 
-class V3AttentionAB(torch.autograd.Function):
-    """:class:`V3Attention` at the default config with the backward of another module: a copy of
-    ``gpulab.attention.v3.backward`` (and its pair, persistent, dq and launch modules) as it was before a change,
-    timed beside the changed kernel in the same process (``--ab-module``; bwd run k)."""
+def package_backward(cfg):
+    """The package's version-3 backward at ``cfg`` (resolved per input, :func:`resolved`)."""
 
-    @staticmethod
-    def forward(ctx, q, k, v, causal, mod):
-        o, lse = P.attention_forward(q, k, v, is_causal=causal)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.mod = causal, mod
-        return o
+    def run(do, q, k, v, o, lse, causal):
+        return v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=resolved(cfg, q, causal))
 
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        return (*ctx.mod.attention_backward(do, q, k, v, o, lse, ctx.causal), None, None)
+    return run
 
 
 def v3_attn(cfg):
-    return lambda q, k, v, c: V3Attention.apply(q, k, v, c, cfg)
+    return lambda q, k, v, c: V3Attention.apply(q, k, v, c, package_backward(cfg))
 
 
 def sdpa(backend):
@@ -359,8 +352,8 @@ def providers():
         import importlib  # noqa: PLC0415
 
         mod = importlib.import_module(OPTS["ab_module"])
-        out[f"gpulab v3 bwd default (A/B: {OPTS['ab_module']})"] = lambda q, k, v, c: V3AttentionAB.apply(
-            q, k, v, c, mod
+        out[f"gpulab v3 bwd default (A/B: {OPTS['ab_module']})"] = lambda q, k, v, c: V3Attention.apply(
+            q, k, v, c, mod.attention_backward
         )
     out.update({"gpulab shipped": shipped, "gpulab plan": shipped, "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
                 "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION)})  # fmt: skip
