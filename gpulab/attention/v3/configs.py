@@ -134,8 +134,8 @@ SHORT_N = 2048
 the tune part times each and chooses for N = 1k apart)."""
 
 SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
-""":data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=64 causal takes its
-short tiles up to N = 4k (run h: 1.15x the long choice's speed at N = 4k, 0.98x at N = 16k for the step-3 twin)."""
+""":data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=128 causal takes its
+short tiles up to N = 4k (runs i and l: paired tiles with Q from shared memory won at N = 1k and 4k)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=1, stages=3, **_PQ2),
