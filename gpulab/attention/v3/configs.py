@@ -135,7 +135,7 @@ the tune part times each and chooses for N = 1k apart)."""
 
 SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
 """:data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=128 causal takes its
-short tiles up to N = 4k (runs i and l: paired tiles with Q from shared memory won at N = 1k and 4k)."""
+short tiles up to N = 4k (runs i and l: the tune part's choice at N = 1k and 4k, paired tiles, Q from shared memory)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=1, stages=3, **_PQ2),
