@@ -135,18 +135,29 @@ def v3_table(records) -> str:
     return "\n".join(lines)
 
 
+def _stored_part(folder, pattern: str, part: str, missing: str) -> list[bench.Result]:
+    """The newest record in ``folder`` (default :data:`V3_FOLDER`) matching ``pattern``, its run read from its name
+    without ``-<part>``; FileNotFoundError with ``missing`` (``{folder}`` filled in) if none."""
+    folder = Path(folder) if folder is not None else V3_FOLDER
+    runs = list(folder.glob(pattern))
+    if not runs:
+        raise FileNotFoundError(missing.format(folder=folder))
+    return bench.load("04", path=bench.newest(runs, part=part))
+
+
 def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
     """The newest tuning run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-tune.jsonl``: candidates
     checked, raced and timed beside their peers, ``kind='tune'``), or with ``run`` (a run letter, e.g. ``"i"``) that
     run's. FileNotFoundError if none."""
-    folder = Path(folder) if folder is not None else V3_FOLDER
     if run is not None and not (isinstance(run, str) and run.isalnum()):
         raise ValueError(f"run must be a run letter such as 'i' (letters and digits), got {run!r}.")
-    runs = list(folder.glob(f"*-{run}-tune.jsonl" if run else "*-tune.jsonl"))
-    if not runs:
-        which = f"run {run}'s" if run else "version-3"
-        raise FileNotFoundError(f"no {which} tune records in {folder}; run `gpulab bench 04 v3-tune` on an H100.")
-    return bench.load("04", path=bench.newest(runs, part="tune"))
+    which = f"run {run}'s" if run else "version-3"
+    return _stored_part(
+        folder,
+        f"*-{run}-tune.jsonl" if run else "*-tune.jsonl",
+        "tune",
+        f"no {which} tune records in {{folder}}; run `gpulab bench 04 v3-tune` on an H100.",
+    )
 
 
 def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
@@ -156,11 +167,9 @@ def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
     FileNotFoundError if none."""
     if not (isinstance(name, str) and name.replace("_", "").isalnum()):
         raise ValueError(f"name must name an A/B record such as 'qregs' (letters, digits, _), got {name!r}.")
-    folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = list(folder.glob(f"*-{name}-ab.jsonl"))
-    if not runs:
-        raise FileNotFoundError(f"no '{name}' A/B records of version 3 in {folder}.")
-    return bench.load("04", path=bench.newest(runs, part=f"{name}-ab"))
+    return _stored_part(
+        folder, f"*-{name}-ab.jsonl", f"{name}-ab", f"no '{name}' A/B records of version 3 in {{folder}}."
+    )
 
 
 def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
@@ -179,13 +188,12 @@ def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
 def stored_v3_headline(folder=None) -> list[bench.Result]:
     """The newest headline run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-headline.jsonl``, ``python
     -m gpulab bench 04 v3-headline``: issue 38's named problem in alternating rounds). FileNotFoundError if none."""
-    folder = Path(folder) if folder is not None else V3_FOLDER
-    runs = list(folder.glob("*-headline.jsonl"))
-    if not runs:
-        raise FileNotFoundError(
-            f"no version-3 headline records in {folder}; run `gpulab bench 04 v3-headline` on an H100."
-        )
-    return bench.load("04", path=bench.newest(runs, part="headline"))
+    return _stored_part(
+        folder,
+        "*-headline.jsonl",
+        "headline",
+        "no version-3 headline records in {folder}; run `gpulab bench 04 v3-headline` on an H100.",
+    )
 
 
 def v3_headline(records, kind: str = "headline") -> dict[str, dict]:
