@@ -173,7 +173,10 @@ for tag, fields in STEP10.items():
     CONFIGS[f"step 5{tag}"] = dict(step=5, **fields)
     CONFIGS[f"default{tag}"] = tag  # ... with step 10 (kv_regs) at that setting
 CONFIGS["step 7+kv"] = dict(step=7, kv_regs="kv")
-SUFFIX_FIELDS = {"+8": STEP8, "+9": STEP9, **STEP10}
+STEP11 = dict(stats_smem=True)  # step 11: the producer brings LSE and D into the ring slot
+CONFIGS.update({"step 5+11": dict(step=5, **STEP11), "step 7+11": dict(step=7, **STEP11),
+                "step 5+k+11": dict(step=5, kv_regs="k", **STEP11), "default+11": "+11"})  # fmt: skip
+SUFFIX_FIELDS = {"+8": STEP8, "+9": STEP9, **STEP10, "+11": STEP11}
 
 
 def config(name):

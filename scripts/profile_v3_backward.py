@@ -1,7 +1,8 @@
 """Where a short problem's forward+backward time goes (issue 39): per-kernel device time from torch.profiler for
 version 3's backward at the given steps, one problem of lesson 4's grid.
 
-    python scripts/profile_v3_backward.py OUT_FILE [--seq 1024] [--head-dim 64] [--causal] [--steps 5,7] [--ncu-once]
+    python scripts/profile_v3_backward.py OUT_FILE [--seq 1024] [--head-dim 64] [--causal] [--steps 5,7]
+        [--kv-regs none] [--stats-smem] [--ncu-once]
 
 ``--ncu-once``: run the backward once (after a warm-up call) for Nsight Compute to profile (``ncu -k regex:...``).
 Writes a text table per step (kernel name, calls, device microseconds per fwd+bwd) with the device and versions.
@@ -28,6 +29,8 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--steps", default="5,7")
     ap.add_argument("--ncu-once", action="store_true")
+    ap.add_argument("--kv-regs", default="none", help="step 10's setting (V3BackwardConfig.kv_regs)")
+    ap.add_argument("--stats-smem", action="store_true", help="step 11 (V3BackwardConfig.stats_smem)")
     a = ap.parse_args()
     d, n = a.head_dim, a.seq
     b, h = max(1, 16384 // n), 1024 // d
@@ -38,7 +41,7 @@ def main():
              f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
              f"# bf16 B{b} H{h} N{n} d{d} causal={a.causal}: backward only (forward excluded), per call"]  # fmt: skip
     for step in (int(s) for s in a.steps.split(",")):
-        cfg = v3b.V3BackwardConfig(step=step)
+        cfg = v3b.V3BackwardConfig(step=step, kv_regs=a.kv_regs, stats_smem=a.stats_smem)
         for _ in range(3):
             v3b.attention_backward(do, q, k, v, o, lse, a.causal, cfg=cfg)
         torch.cuda.synchronize()

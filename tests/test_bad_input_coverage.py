@@ -40,6 +40,9 @@ ALLOWED = {
                 f"gpulab.attention.v3.backward_pair.{n}"
                 for n in (
                     "kv_operand",
+                    "stats_buffers",
+                    "stats_load",
+                    "stats_store",
                     "scores",
                     "pair",
                     "pair_ds",

@@ -104,6 +104,9 @@ from gpulab.attention.v3.backward_pair import (
     pair_ds,
     pair_rest,
     scores,
+    stats_buffers,
+    stats_load,
+    stats_store,
     store_dkdv,
 )
 from gpulab.attention.v3.backward_persistent import persistent_backward
@@ -179,10 +182,12 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 
 @gluon.jit
-def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _producer(descs, bufs, bars, n_q, stats, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STATS_SMEM: gl.constexpr):  # fmt: skip
     """One warp: K and V of both consumers, then query block after query block into the ring. Block i goes to stage
     ``i % STAGES`` once both consumers released its previous use (phase ``(i // STAGES) & 1``; a fresh barrier
-    counts as having completed the phase before 0, so the first lap passes)."""
+    counts as having completed the phase before 0, so the first lap passes). Step 11 (``STATS_SMEM``): the block's
+    LSE and D too, into ``stats`` = (lse_ptr, delta_ptr, stats_buffers), loaded a block ahead."""
     q_desc, k_desc, v_desc, do_desc = descs
     q_smem, do_smem, k_smem, v_smem = bufs
     ready, empty, kv_ready = bars[0], bars[1], bars[2]
@@ -193,9 +198,15 @@ def _producer(descs, bufs, bars, n_q, STAGES: gl.constexpr, IS_CAUSAL: gl.conste
     tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
     lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
+    if STATS_SMEM:
+        lse_ptr, delta_ptr, stats_smem = stats
+        lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo, n_q)
     for i in range(n_m):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        if STATS_SMEM:  # this block's (loaded an iteration ago), then the next block's loads issued
+            stats_store(stats_smem, s, lse, delta)
+            lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo + (i + 1) * 64, n_q)
         mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
@@ -259,10 +270,10 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
 @gluon.jit
 def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
               CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STEP: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
+              STEP: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
     (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, stats_smem = bufs
     ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free = bars
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
@@ -317,8 +328,10 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             b = i % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
+            stats = (stats_smem[0].index(s), stats_smem[1].index(s))  # step 11: the slot's LSE and D
             dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
-                              delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+                              delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL, stats,
+                              STATS_SMEM)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (i // 2) & 1)
             dq = dq_product(ds_all, k_all, CID * HALF, HALF)
@@ -337,24 +350,24 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
 @gluon.jit
 def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-               KV_REGS: gl.constexpr):  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
+              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-               KV_REGS: gl.constexpr):  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)  # fmt: skip
+              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
            qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
-           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
+           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -376,7 +389,7 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
         mbarrier.init(ds_free.index(b), count=2)
     mbarrier.init(kv_ready, count=1)
     if STEP >= 5:  # dQ's two buffers x two consumers [64 queries, D/2] fp32 (index 2 b + c), 32-byte swizzle units
-        dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 256 // HEAD_DIM, order=[1, 0])
+        dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, HEAD_DIM // 16, order=[1, 0])
         dq_smem = gl.allocate_shared_memory(gl.float32, [4, 64, HEAD_DIM // 2], dq_layout)
         dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         dq_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -387,28 +400,29 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
         dq_smem = ds_smem
         dq_full = ds_full
         dq_free = ds_free
-    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    stats_smem = stats_buffers(STAGES)  # step 11's LSE and D slots (unused without STATS_SMEM)
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, stats_smem)
     bars = (ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free)
     # fmt: off
     if STEP >= 5:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
-             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
-                          IS_CAUSAL)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q,
+                          (lse_ptr, delta_ptr, stats_smem), STAGES, IS_CAUSAL, STATS_SMEM)),
              (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
                           IS_CAUSAL, STEP, DQ_CAST))],
             [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
     else:
         gl.warp_specialize(
             [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
              (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS)),
-             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, STAGES,
-                          IS_CAUSAL))],
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q,
+                          (lse_ptr, delta_ptr, stats_smem), STAGES, IS_CAUSAL, STATS_SMEM))],
             [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     # fmt: on
 
@@ -418,7 +432,7 @@ def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
     qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
-    KV_REGS: gl.constexpr,
+    KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
     delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
@@ -429,14 +443,14 @@ def attention_backward_v3_kernel(
     if STEP == 7:
         persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                             cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
-                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS)  # fmt: skip
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS, STATS_SMEM)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
                n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
-               DQ_CAST, KV_REGS)  # fmt: skip
+               DQ_CAST, KV_REGS, STATS_SMEM)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------

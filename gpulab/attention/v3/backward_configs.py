@@ -30,10 +30,14 @@ STEPS = {
     "(V3BackwardConfig.fused_prep)",
     10: "steps 3, 5 and 7 with each consumer's K and/or V slice loaded once into registers: S^T = K Q^T and "
     "dP^T = V dO^T read only Q and dO from shared memory (V3BackwardConfig.kv_regs)",
+    11: "steps 3, 5 and 7 with each query block's LSE and D brought by the producer into its ring slot, loaded a "
+    "block ahead: the consumers read them from shared memory instead of waiting for global loads "
+    "(V3BackwardConfig.stats_smem)",
 }
 """The backward's numbered steps: 1-7 the kernel's structure (``V3BackwardConfig.step``), 8 a change to the writer
 steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64), 9 to D's launch
-(``fused_prep``), 10 to the consumers' operands (``kv_regs``). Step 8 is in no default: in run h it ran at 0.34x-0.92x
+(``fused_prep``), 10 to the consumers' operands (``kv_regs``), 11 to where LSE and D come from (``stats_smem``).
+Step 8 is in no default: in run h it ran at 0.34x-0.92x
 the default's speed on the 24 problems (median 0.57x) although it removed the zeroing and the cast launches. Not
 profiled; the likely cost: at each query block's acquire-release arrival the writer waits for its own additions to
 complete (they no longer overlap the next block's), and the last arrival reads the block back through L2 a few rows
@@ -42,7 +46,11 @@ at a time, while the consumers wait for the writer's dQ buffers. Steps 9 and 10 
 launch fewer measured within the noise of a whole forward+backward. Step 10 is in the head dim 64 defaults
 (:data:`MEASURED`, :data:`MEASURED_SHORT`: ``kv_regs="kv"``), faster than step 5 and step 7 without it on every head
 dim 64 problem; at head dim 128 K or V in registers (D/4 = 32 registers per thread each) push the consumers past
-their 240 registers (ptxas spills more: ``v3.compile_check``) and every setting was slower there: off."""
+their 240 registers (ptxas spills more: ``v3.compile_check``) and every setting was slower there: off. Step 11 is in
+every default: Nsight Compute (bwd run m, d128 step 5) showed the consumers waiting on the global loads of LSE and D
+between S^T's issue and its use; from the ring slot, ptxas spills nothing in the head dim 128 block loops (25 local
+instructions before). Same-run new/old medians 1.01x-1.03x per head dim and length class in runs m and n (single
+problems at N = 1024 swing 0.83x-1.17x between rounds)."""
 KERNEL_STEPS = (1, 2, 3, 4, 5, 6, 7)
 """The values of ``V3BackwardConfig.step``."""
 KV_REGS = {"none": 0, "k": 1, "v": 2, "kv": 3}
@@ -64,7 +72,9 @@ class V3BackwardConfig:
     9, not with ``dq_cast``, which needs no zeroing): D's launch also zeroes dQ's fp32 buffer
     (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`); ``kv_regs`` (step 10, steps 3, 5 and 7:
     :data:`KV_REGS`): which of the consumer's K and V slices [64, D] are loaded once into registers as the A operand
-    of S^T's and dP^T's wgmma (D/4 registers per thread each) instead of read from shared memory every block."""
+    of S^T's and dP^T's wgmma (D/4 registers per thread each) instead of read from shared memory every block;
+    ``stats_smem`` (step 11, steps 3, 5 and 7): the producer warp loads each query block's LSE and D a block ahead
+    and stores them beside its Q and dO in the ring slot, where the consumers read them."""
 
     step: int = 3
     stages: int = 2
@@ -74,6 +84,7 @@ class V3BackwardConfig:
     dq_cast: bool = False
     fused_prep: bool = False
     kv_regs: str = "none"
+    stats_smem: bool = False
 
     def __post_init__(self):
         runtime.one_of("step", self.step, KERNEL_STEPS)
@@ -90,6 +101,11 @@ class V3BackwardConfig:
             raise ValueError(f"kv_regs={self.kv_regs!r} needs step 3, 5 or 7 (their scores take K and V as operands "
                              f"apart from dS K), got step={self.step}; e.g. V3BackwardConfig(step=5, "
                              f"kv_regs={self.kv_regs!r}).")  # fmt: skip
+        runtime.strict_bool("stats_smem", self.stats_smem)
+        if self.stats_smem and self.step not in (3, 5, 7):
+            raise ValueError(f"stats_smem=True needs step 3, 5 or 7 (a producer warp and the consumers' shared "
+                             f"loop), got step={self.step}; e.g. "
+                             f"V3BackwardConfig(step=5, stats_smem=True).")  # fmt: skip
         runtime.integer("stages", self.stages, minimum=2, maximum=4)
         for name in ("consumer_regs", "producer_regs", "writer_regs"):
             register_budget(name, getattr(self, name))
@@ -119,23 +135,26 @@ class V3BackwardConfig:
         return (2 * self.consumer_regs + other) // 3 // 8 * 8
 
 
-MEASURED = {64: V3BackwardConfig(step=5, kv_regs="kv"), 128: V3BackwardConfig(step=5)}
+MEASURED = {64: V3BackwardConfig(step=5, kv_regs="kv", stats_smem=True), 128: V3BackwardConfig(step=5, stats_smem=True)}
 """The default launch per head dim for query lengths over :data:`SHORT_SEQ` (:func:`backward_config`): the step
 with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps
 on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` run f: step 5 at both head dims; step 7 took more time
 on every N = 16384 problem there and in run g). Two stages (three measured the same in run e). Step 10's
 ``kv_regs``: the setting with the highest median speed relative to cuDNN on those problems in the newest run that
-timed step 10 beside the step (run i: "kv" at head dim 64, none at 128; :data:`STEPS`' docstring has the ratios)."""
+timed step 10 beside the step (run i: "kv" at head dim 64, none at 128; :data:`STEPS`' docstring has the ratios).
+Step 11's ``stats_smem``: on where the newest run that timed it beside the same config without it measured the higher
+median speed relative to cuDNN on those problems (bwd runs m and n: on at both head dims)."""
 
 SHORT_SEQ = 4096
 """Query lengths up to which :data:`MEASURED_SHORT` applies."""
 
-MEASURED_SHORT = {64: V3BackwardConfig(step=7, kv_regs="kv")}
+MEASURED_SHORT = {64: V3BackwardConfig(step=7, kv_regs="kv", stats_smem=True)}
 """The default launch per head dim for query lengths up to :data:`SHORT_SEQ`, chosen as :data:`MEASURED` on the
 grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64 (run f: median 0.865x cuDNN vs step 5's
 0.85x; per problem 0.98x-1.06x step 5's speed, highest on causal N = 4096, in runs f and g). Head dim 128 keeps
 step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain). Step 10's
-``kv_regs`` chosen as :data:`MEASURED`'s, on these problems (run i: "kv" at head dim 64)."""
+``kv_regs`` and step 11's ``stats_smem`` chosen as :data:`MEASURED`'s, on these problems (run i: "kv" at head dim
+64; runs m and n: step 11 on)."""
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None,
@@ -160,4 +179,5 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast, KV_REGS=KV_REGS[cfg.kv_regs])  # fmt: skip
+                WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast, KV_REGS=KV_REGS[cfg.kv_regs],
+                STATS_SMEM=cfg.stats_smem)  # fmt: skip

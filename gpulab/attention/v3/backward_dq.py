@@ -10,8 +10,11 @@ warpgroup) loads a few rows at a time from shared memory and adds them with 4-fl
 (``red.global.add.v4.f32``).
 
 Buffers (fp32; :func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` allocates them with 8-float swizzle
-units and phase = row mod 256/D, so that the consumers' stores from the wgmma layout reach every bank and a chunk of
-the writer's 512/D rows is whole periods, one contiguous tile):
+units and phase = row mod D/16, one phase per 32-byte unit of a row of D/2 floats, so that the consumers' stores
+from the wgmma layout (eight rows x 32 bytes per instruction) reach every bank once per 128 bytes, and a chunk of the
+writer's 8 rows is whole periods, one contiguous tile. Until bwd run m the phase was row mod 256/D: at D = 128 two
+phases for eight 32-byte units, so each of those stores took twice its ideal wavefronts (Nsight Compute, run m: 16.8M
+excess of the kernel's 210M shared-memory wavefronts, all of them these stores)):
 ``dq_smem`` [4, 64, D/2]; barriers ``dq_full`` (both consumers stored, count 2) and ``dq_free`` (the writer has read,
 count 1), two of each. The dQ additions still arrive in any order (dQ is not bitwise reproducible; dK and dV are).
 """
@@ -77,7 +80,7 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
     2 b + c. Step 6: one buffer, consumer c's column half h at index 2 c + h; the writer adds the two consumers'
     halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics."""
     HALF: gl.constexpr = HEAD_DIM // 2
-    ROWS: gl.constexpr = 2 * (128 // HALF)  # a chunk: 4 floats per lane of the writer's 2 warps (24 registers)
+    ROWS: gl.constexpr = 8  # a chunk (a whole swizzle period): 4 floats per lane of the writer's 2 warps, 8 at D = 128
     w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
     bh = gl.program_id(1)
     lo = 0
@@ -87,7 +90,7 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
     rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
     cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
     head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
-    # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every ROWS / 2 rows
+    # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every D/16 rows (4 or 8)
     chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
     NCH: gl.constexpr = 64 // ROWS
     for i in range(n_m):
@@ -117,7 +120,7 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr,
     """Step 7's writer: step 5's (buffer ``g % 2`` for the program's g-th query block, counted over all its tiles),
     tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order."""
     HALF: gl.constexpr = HEAD_DIM // 2
-    ROWS: gl.constexpr = 2 * (128 // HALF)
+    ROWS: gl.constexpr = 8  # as dq_writer's
     NCH: gl.constexpr = 64 // ROWS
     w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
     rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))

@@ -13,7 +13,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-__all__ = ["kv_operand", "scores", "pair_ds", "pair_rest", "dq_product", "dq_add", "pair", "store_dkdv", "first_query",
+__all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_store", "scores", "pair_ds", "pair_rest", "dq_product",
+           "dq_add", "pair", "store_dkdv", "first_query",
            "persistent_count", "persistent_tile"]  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -40,6 +41,37 @@ def kv_operand(buf, IN_REGS: gl.constexpr):
 
 
 @gluon.jit
+def stats_buffers(STAGES: gl.constexpr):
+    """Step 11's ring slots: ``(lse_smem, delta_smem)`` [STAGES, 64] fp32 each (LSE log2 e and D of the slot's
+    query block; 512 bytes per slot)."""
+    layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    return (gl.allocate_shared_memory(gl.float32, [STAGES, 64], layout),
+            gl.allocate_shared_memory(gl.float32, [STAGES, 64], layout))  # fmt: skip
+
+
+@gluon.jit
+def stats_load(lse_ptr, delta_ptr, bh, start_m, n_q):
+    """Step 11, the producer warp: LSE and D of query block ``[start_m, +64)`` (``lse_ptr``, ``delta_ptr``
+    [B*H, Nq] fp32), two per lane, 0 past Nq. Returned still in flight: the warp waits for them only where
+    :func:`stats_store` uses them, a ring slot later, so their latency passes under its wait for the slot."""
+    layout: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
+    rel = gl.arange(0, 64, layout=layout)
+    ok = rel < n_q - start_m
+    row0 = bh.to(gl.int64) * n_q + start_m
+    return gl.load(lse_ptr + row0 + rel, mask=ok, other=0.0), gl.load(delta_ptr + row0 + rel, mask=ok, other=0.0)
+
+
+@gluon.jit
+def stats_store(bufs, s, lse, delta):
+    """Step 11, the producer warp: ``LSE log2 e`` and ``D`` (:func:`stats_load`) into ring slot ``s`` of ``bufs``
+    = (lse_smem, delta_smem) [STAGES, 64] fp32, then a barrier of the warp: the slot's ``ready`` arrival that
+    follows (one lane) then releases every lane's stores to the consumers, whose wait on it acquires them."""
+    bufs[0].index(s).store(lse * 1.4426950408889634)
+    bufs[1].index(s).store(delta)
+    gl.thread_barrier()
+
+
+@gluon.jit
 def scores(q_buf, do_buf, k_buf, v_buf):
     """Issue S^T = K Q^T and dP^T = V dO^T [64 keys, 64 queries] (fp32, in flight, in this order); ``k_buf`` and
     ``v_buf`` [64, D] in shared memory or, step 10, in registers (:func:`kv_operand`)."""
@@ -53,22 +85,25 @@ def scores(q_buf, do_buf, k_buf, v_buf):
 
 @gluon.jit
 def pair_ds(q_buf, do_buf, k_buf, v_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None,
+             STATS_SMEM: gl.constexpr = False):  # fmt: skip
     """:func:`scores` then :func:`pair_rest`."""
     st, dpt = scores(q_buf, do_buf, k_buf, v_buf)
     return pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-                      HEAD_DIM, IS_CAUSAL)  # fmt: skip
+                      HEAD_DIM, IS_CAUSAL, stats_buf, STATS_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None,
+               STATS_SMEM: gl.constexpr = False):  # fmt: skip
     """Query block ``start_m`` against keys ``[key0, key0 + 64)``, its S^T and dP^T in flight (the only wgmma
     groups in flight, issued in that order): dV += P^T dO (done on return), dS into ``ds_view``
     [64 queries, 64 keys] (shared memory, fenced for the tensor cores) and dK += dS^T Q *issued* (the caller waits
     for it). dK and dV [64, D] are fp32 and unscaled. Queries past Nq are zero rows (TMA fills them) with LSE = D = 0:
     their P is finite and their dO and Q are 0, so they add nothing; keys past Nk are zero rows: they add nothing to
-    dQ."""
+    dQ. LSE and D: read from global memory here, or (``STATS_SMEM``, step 11) from ``stats_buf`` = (LSE log2 e, D)
+    [64] each, the ring slot's, where the producer put them (:func:`stats_store`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])  # fmt: skip
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -81,24 +116,36 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
     # 900-instruction loop body, and the registers they took made ptxas spill loop state inside the loop).
     # Causal: the mask needs ``cols`` anyway and ``cols < n_q`` measured fewer spills there than ``rel < n_q -
     # start_m`` (run k, offline compile; which is fewer is an artefact of the register allocator).
+    # Step 11: from the ring slot, where the producer's loads arrived while the consumers worked on earlier blocks
+    # (here a global load's latency is waited out between S^T's issue and its use: bwd run m's Nsight profile).
     rel = gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # [64] column index within the block
-    if IS_CAUSAL:
+    if IS_CAUSAL and not STATS_SMEM:
         cols = start_m + rel  # query index of each column
-        col_ok = cols < n_q
-    else:
-        col_ok = rel < n_q - start_m
-    row0 = bh.to(gl.int64) * n_q + start_m  # the block's first query in lse / delta
-    lse2 = gl.load(lse_ptr + row0 + rel, mask=col_ok, other=0.0) * 1.4426950408889634
-    delta = gl.load(delta_ptr + row0 + rel, mask=col_ok, other=0.0)
+    if not STATS_SMEM:
+        if IS_CAUSAL:
+            col_ok = cols < n_q
+        else:
+            col_ok = rel < n_q - start_m
+        row0 = bh.to(gl.int64) * n_q + start_m  # the block's first query in lse / delta
+        lse2 = gl.load(lse_ptr + row0 + rel, mask=col_ok, other=0.0) * 1.4426950408889634
+        delta = gl.load(delta_ptr + row0 + rel, mask=col_ok, other=0.0)
     st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
     st = st * qk_scale
     if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
-        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
-        st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+        if STATS_SMEM:  # key0 + r <= start_m + c, as (key0 - start_m) + r <= c (no query index kept: run m)
+            keys = (key0 - start_m) + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+            st = gl.where(keys[:, None] <= rel[None, :], st, float("-inf"))
+        else:
+            keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+            st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+    if STATS_SMEM:  # read where used (a shared-memory load's latency is short): fewer registers live at the waits
+        lse2 = stats_buf[0].load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st - lse2[None, :])
     # dS^T before dV's product is issued (run k): P^T's 16-bit copy, dV's register A operand while it runs, is no
     # longer live beside fp32 P^T, dP^T and D (the loop's register peak at d=128); dV runs under dS's store.
     dpt = warpgroup_mma_wait(0, deps=(dpt,))
+    if STATS_SMEM:
+        delta = stats_buf[1].load(gl.SliceLayout(0, s_layout))
     dst = (pt * (dpt - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - D)
     dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_buf, dv, is_async=True)  # dV += P^T dO
     ds_view.permute((1, 0)).store(dst)

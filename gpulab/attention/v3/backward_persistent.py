@@ -31,6 +31,9 @@ from gpulab.attention.v3.backward_pair import (
     pair_ds,
     persistent_count,
     persistent_tile,
+    stats_buffers,
+    stats_load,
+    stats_store,
     store_dkdv,
 )
 
@@ -38,15 +41,20 @@ __all__ = ["persistent_backward"]
 
 
 @gluon.jit
-def _producer(descs, bufs, bars, n_q, n_k, n_bh, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _producer(descs, bufs, bars, n_q, n_k, n_bh, stats, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STATS_SMEM: gl.constexpr):  # fmt: skip
     """One warp: per tile, K and V (once both consumers freed the last tile's), then its query blocks into the ring
-    (the program's g-th block to stage ``g % STAGES``)."""
+    (the program's g-th block to stage ``g % STAGES``); step 11: with their LSE and D, loaded a block ahead (as
+    :func:`gpulab.attention.v3.backward._producer`)."""
     q_desc, k_desc, v_desc, do_desc = descs
     q_smem, do_smem, k_smem, v_smem = bufs
     ready, empty, kv_ready, kv_free = bars
+    lse_ptr, delta_ptr, stats_smem = stats
     it = 0
     for k in range(persistent_count(n_k, n_bh, IS_CAUSAL)):
         bh, start_n, lo, n_m = persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL)
+        if STATS_SMEM:
+            lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo, n_q)
         mbarrier.wait(kv_free, (k & 1) ^ 1)
         mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
@@ -55,6 +63,9 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, STAGES: gl.constexpr, IS_CAUSAL
             g = it + i
             s = g % STAGES
             mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
+            if STATS_SMEM:
+                stats_store(stats_smem, s, lse, delta)
+                lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo + (i + 1) * 64, n_q)
             mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
             tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
@@ -64,10 +75,10 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, STAGES: gl.constexpr, IS_CAUSAL
 @gluon.jit
 def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
               CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              KV_REGS: gl.constexpr):  # fmt: skip
+              KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, step 5's loop over its query blocks (dK, dV of keys
     ``[start_n + 64 CID, +64)``), K and V freed after the last products, then dK and dV stored."""
-    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem = bufs
+    q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, stats_smem = bufs
     ready, empty, kv_ready, kv_free, ds_full, ds_free, dq_full, dq_free = bars
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
@@ -94,7 +105,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((g // 2) & 1) ^ 1)
             dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
-                             delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+                             delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL,
+                             (stats_smem[0].index(s), stats_smem[1].index(s)), STATS_SMEM)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (g // 2) & 1)
             dq = dq_product(ds_all, k_all, CID * HALF, HALF)
@@ -112,24 +124,25 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
 @gluon.jit
 def _consumer0(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-               KV_REGS: gl.constexpr):  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale, 0, HEAD_DIM,
-              STAGES, IS_CAUSAL, KV_REGS)  # fmt: skip
+              STAGES, IS_CAUSAL, KV_REGS, STATS_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-               KV_REGS: gl.constexpr):  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
     _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale, 1, HEAD_DIM,
-              STAGES, IS_CAUSAL, KV_REGS)  # fmt: skip
+              STAGES, IS_CAUSAL, KV_REGS, STATS_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                         cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                         IS_CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                        WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr):  # fmt: skip
+                        WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr,
+                        STATS_SMEM: gl.constexpr):  # fmt: skip
     """Step 7's kernel body (:func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` with STEP = 7): step
     5's buffers plus ``kv_free`` (both consumers done with K and V: count 2). Grid: (min(tiles, SMs),)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -138,7 +151,7 @@ def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_
     k_smem = gl.allocate_shared_memory(dtype, [1, 128, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [1, 128, HEAD_DIM], v_desc.layout)
     ds_smem = gl.allocate_shared_memory(dtype, [2, 64, 128], gl.NVMMASharedLayout.get_default_for([64, 128], dtype))
-    dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 256 // HEAD_DIM, order=[1, 0])
+    dq_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, HEAD_DIM // 16, order=[1, 0])
     dq_smem = gl.allocate_shared_memory(gl.float32, [4, 64, HEAD_DIM // 2], dq_layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -158,16 +171,18 @@ def persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_
         mbarrier.init(dq_free.index(b), count=1)
     mbarrier.init(kv_ready, count=1)
     mbarrier.init(kv_free, count=2)
-    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem)
+    stats_smem = stats_buffers(STAGES)  # step 11's LSE and D slots (unused without STATS_SMEM)
+    bufs = (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, stats_smem)
     bars = (ready, empty, kv_ready, kv_free, ds_full, ds_free, dq_full, dq_free)
     # fmt: off
     gl.warp_specialize(
         [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS)),
+                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS, STATS_SMEM)),
          (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk_scale, scale,
-                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS)),
+                       HEAD_DIM, STAGES, IS_CAUSAL, KV_REGS, STATS_SMEM)),
          (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem),
-                      (ready, empty, kv_ready, kv_free), n_q, n_k, n_bh, STAGES, IS_CAUSAL)),
+                      (ready, empty, kv_ready, kv_free), n_q, n_k, n_bh, (lse_ptr, delta_ptr, stats_smem), STAGES,
+                      IS_CAUSAL, STATS_SMEM)),
          (dq_writer_persistent, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale,
                                  HEAD_DIM, IS_CAUSAL, DQ_CAST))],
         [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])

@@ -19,6 +19,8 @@ CASES = [
     ("V3BackwardConfig fused_prep", lambda: backward.V3BackwardConfig(step=5, fused_prep="yes"), TypeError),
     ("V3BackwardConfig kv_regs", lambda: backward.V3BackwardConfig(step=5, kv_regs="q"), ValueError),
     ("V3BackwardConfig kv_regs step", lambda: backward.V3BackwardConfig(step=6, kv_regs="kv"), ValueError),
+    ("V3BackwardConfig stats_smem", lambda: backward.V3BackwardConfig(step=5, stats_smem=1), TypeError),
+    ("V3BackwardConfig stats_smem step", lambda: backward.V3BackwardConfig(step=1, stats_smem=True), ValueError),
     ("dq_arrivals n_k", lambda: backward_model.dq_arrivals(8, 0, False), ValueError),
     ("dq_arrivals causal", lambda: backward_model.dq_arrivals(8, 8, "no"), TypeError),
     ("replay_dq_cast causal", lambda: backward_model.replay_dq_cast(8, 8, 1, 1.0, torch.Generator()), TypeError),

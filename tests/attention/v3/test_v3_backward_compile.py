@@ -40,13 +40,23 @@ CASES = {  # name: (head dim, causal, V3BackwardConfig fields, spill bytes allow
     "d64 step 5+kv": (64, False, dict(step=5, kv_regs="kv"), 8),
     "d64 causal step 7+kv": (64, True, dict(step=7, kv_regs="kv"), 64),  # Triton 3.6: 40 (step 7 alone: 56)
     "d128 step 5+k": (128, False, dict(step=5, kv_regs="k"), KV_SPILL_BOUND),
+    # step 11: LSE and D from the ring slot; at head dim 128 the block loops spill nothing (Triton 3.6: 28, 32, 16
+    # bytes outside them, against 268-272 without)
+    "d128 step 5+11": (128, False, dict(step=5, stats_smem=True), 64),
+    "d128 causal step 5+11": (128, True, dict(step=5, stats_smem=True), 64),
+    "d128 step 7+11": (128, False, dict(step=7, stats_smem=True), 64),
+    "d64 step 5+kv+11": (64, False, dict(step=5, kv_regs="kv", stats_smem=True), 16),
+    "d64 causal step 7+kv+11": (64, True, dict(step=7, kv_regs="kv", stats_smem=True), 64),
 }
 
-LOOP_LOCAL = {"d128 step 5": 25, "d128 causal step 5": 21, "d128 step 7": 26, "d64 step 5+kv": 0,
-              "d64 causal step 7+kv": 0}  # fmt: skip
+LOOP_LOCAL = {"d128 step 5": 25, "d128 causal step 5": 21, "d128 step 7": 34, "d64 step 5+kv": 0,
+              "d64 causal step 7+kv": 0, "d128 step 5+11": 0, "d128 causal step 5+11": 0, "d128 step 7+11": 0,
+              "d64 step 5+kv+11": 0, "d64 causal step 7+kv+11": 0}  # fmt: skip
 """Local-memory instructions (STL + LDL, both consumers) allowed inside the wgmma block loops (Triton 3.6's ptxas,
 bwd run k: LSE and D read at a scalar row offset plus immediate offsets, dS^T computed before dV's product; before
-run k 66, 55 and 97 at head dim 128 with most of the head dim 128 loop's spills in the exp/dS part)."""
+run k 66, 55 and 97 at head dim 128 with most of the head dim 128 loop's spills in the exp/dS part; step 7 at head
+dim 128 26 until run n's dQ swizzle, 34 since: not a default). Step 11 (LSE and D from the ring slot, every default
+since run n): none."""
 
 
 @functools.lru_cache(maxsize=1)

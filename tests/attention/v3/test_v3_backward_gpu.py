@@ -28,11 +28,16 @@ def _inputs(b, h, n_q, n_k, d, dtype, causal, seed=0):
     return q, k, v, o, do, lse
 
 
-STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9", "5+kv", "7+kv", "5+k"]
-"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep) and step 10 (kv_regs) on them too."""
+STEPS = [1, 2, 3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "7+9", "5+kv", "7+kv", "5+k", "5+11", "7+11", "5+kv+11",
+         "7+kv+11", "3+11"]  # fmt: skip
+"""Steps 1-7, step 8 (dq_cast) on the writer steps 5 and 7, step 9 (fused_prep), step 10 (kv_regs) and step 11
+(stats_smem) on them too."""
 
 
 def _cfg(step):
+    if isinstance(step, str) and step.endswith("+11"):
+        kv = step[2:-3] or "none"
+        return v3b.V3BackwardConfig(step=int(step[0]), kv_regs=kv, stats_smem=True)
     if isinstance(step, str) and step[2:] in ("k", "v", "kv"):
         return v3b.V3BackwardConfig(step=int(step[0]), kv_regs=step[2:])
     if isinstance(step, str) and step.endswith("+8"):
@@ -60,7 +65,7 @@ def test_gradients_against_float64(dtype, d, causal, step):
             assert err <= check.tolerance(dtype), f"{name} {shape}: rel err {err:.3g}"
 
 
-@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "5+kv", "7+kv"])
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, "5+8", "7+8", "5+9", "5+kv", "7+kv", "5+11", "7+kv+11"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_race(d, causal, step, runs=30):
@@ -72,6 +77,30 @@ def test_race(d, causal, step, runs=30):
         dq, dk, dv = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=cfg)
         assert torch.equal(dk, dk0) and torch.equal(dv, dv0), "dK or dV differ between runs: a race"
         assert check.relative_error(dq, dq0) < DQ_RACE_BOUND
+
+
+@pytest.mark.parametrize("step", [3, 5, 7])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_stats_in_shared_memory_change_no_bit_of_dk_dv(d, causal, step):
+    """Step 11 moves where LSE and D are read from (the ring slot instead of global memory), not the arithmetic: not
+    causal, dK and dV equal the same step's without it bit for bit (odd lengths: the rows past Nq that the producer
+    zero-fills). Causal they differ in the last bits on the H100 (bwd run m: the mask is written as (key0 - start_m)
+    + r <= c there and ptxas schedules the scale, mask and LSE subtraction differently), so there both are held to
+    each other within the dtype's tolerance."""
+    q, k, v, o, do, lse = _inputs(2, 3, 1000, 777, d, torch.bfloat16, causal, seed=3)
+    base = v3b.V3BackwardConfig(step=step)
+    _, dk0, dv0 = v3b.attention_backward(do, q, k, v, o, lse, causal, cfg=base)
+    dq, dk, dv = v3b.attention_backward(
+        do, q, k, v, o, lse, causal, cfg=v3b.V3BackwardConfig(step=step, stats_smem=True)
+    )
+    if causal:
+        for name, g, r in (("dk", dk, dk0), ("dv", dv, dv0)):
+            err = check.relative_error(g, r)
+            assert err <= check.tolerance(torch.bfloat16), f"{name}: rel diff {err:.3g}"
+    else:
+        assert torch.equal(dk, dk0) and torch.equal(dv, dv0)
+    assert torch.isfinite(dq).all()
 
 
 @pytest.mark.parametrize("n, d, causal", [(1024, 64, True), (4096, 64, True), (4096, 64, False), (4096, 128, False)])

@@ -92,6 +92,30 @@ def test_kv_regs_default_is_the_fastest_setting_of_the_newest_step10_run():
                 assert min(report.ratios(rows, timed[cfg.kv_regs], peer=base)) > 1, (run, d, short)
 
 
+def test_stats_smem_default_is_the_faster_setting_of_the_newest_step11_run():
+    """Step 11: MEASURED's and MEASURED_SHORT's ``stats_smem`` is on where, per head dim and length class, the newest
+    run that timed the default's step with and without it on every problem of that class measured the higher
+    median speed relative to cuDNN (device time) with it, and off where without."""
+    from gpulab.attention.v3 import backward_configs as bc
+
+    newest = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        if any(i.endswith("+11") and i[: -len("+11")] in row for row in best.values() for i in row):
+            newest = (run, best)
+    assert newest, "no record run timed step 11 (stats_smem)"
+    run, best = newest
+    for d in (64, 128):
+        for short in (False, True):
+            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
+            rows = {key: row for key, row in best.items() if key[1] == d and (key[2] <= bc.SHORT_SEQ) == short}
+            kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" else ""
+            base = f"gpulab v3 bwd step {cfg.step}{kv}"
+            assert all(base in row and base + "+11" in row for row in rows.values()), (run, d, short)
+            on, off = (report.spread(report.ratios(rows, n))[0] for n in (base + "+11", base))
+            assert cfg.stats_smem == (on > off), (run, d, short, on, off)
+
+
 def test_backward_config_takes_the_short_default_up_to_short_seq():
     from gpulab.attention.v3 import backward_configs as bc
 
@@ -116,6 +140,7 @@ def _default_impl(d: int, seq: int) -> str:
 
     cfg = backward_configs.backward_config(d, seq=seq)
     kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" else ""  # step 10, as gpu_v3_backward.py names it
+    kv += "+11" if cfg.stats_smem else ""  # step 11
     return f"gpulab v3 bwd step {cfg.step}{kv}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
 
 
