@@ -61,59 +61,59 @@ def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_l
             assert f"gpulab v3 bwd step {cfg.step}" == max(medians, key=medians.get), (run, d, short, medians)
 
 
+def _newest_run(timed_beside, what):
+    """(run, best rows) of the newest record run in which some row has an implementation ``i`` with
+    ``timed_beside(i, row)`` true (a setting timed beside the same config without it)."""
+    newest = None
+    for run in report.runs():
+        best = report.best(report.stored(run, "time"))
+        if any(timed_beside(i, row) for row in best.values() for i in row):
+            newest = (run, best)
+    assert newest, f"no record run timed {what}"
+    return newest
+
+
+def _classes(best):
+    """Per head dim and length class (up to SHORT_SEQ or longer): (d, short, the default config, its rows)."""
+    from gpulab.attention.v3 import backward_configs as bc
+
+    for d in (64, 128):
+        for short in (False, True):
+            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
+            yield d, short, cfg, {k: r for k, r in best.items() if k[1] == d and (k[2] <= bc.SHORT_SEQ) == short}
+
+
 def test_kv_regs_default_is_the_fastest_setting_of_the_newest_step10_run():
     """Step 10: MEASURED's and MEASURED_SHORT's ``kv_regs`` is, per head dim and length class, the setting with the
     highest median speed relative to cuDNN (device time) among those the newest run that timed step 10 ran on every
     problem of that class beside the default's step without it; where that is not "none", it took less time than
     the step without it on every one of those problems."""
-    from gpulab.attention.v3 import backward_configs as bc
-
-    newest = None
-    for run in report.runs():
-        best = report.best(report.stored(run, "time"))
-        # a step-10 run timed some step with K/V in registers beside the same step without (from run k the d=64
-        # defaults are named "step 5+kv" / "step 7+kv" on their own: not a step-10 comparison)
-        if any(re.search(r"step \d\+(k|v|kv)$", i) and i.rsplit("+", 1)[0] in row for row in best.values()
-               for i in row):  # fmt: skip
-            newest = (run, best)
-    assert newest, "no record run timed step 10 (kv_regs)"
-    run, best = newest
-    for d in (64, 128):
-        for short in (False, True):
-            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
-            rows = {key: row for key, row in best.items() if key[1] == d and (key[2] <= bc.SHORT_SEQ) == short}
-            base = f"gpulab v3 bwd step {cfg.step}"
-            names = {"none": base, **{t: f"{base}+{t}" for t in ("k", "v", "kv")}}
-            timed = {t: n for t, n in names.items() if all(n in row for row in rows.values())}
-            assert "none" in timed and len(timed) > 1, (run, d, short, timed)
-            medians = {t: report.spread(report.ratios(rows, n))[0] for t, n in timed.items()}
-            assert cfg.kv_regs == max(medians, key=medians.get), (run, d, short, medians)
-            if cfg.kv_regs != "none":
-                assert min(report.ratios(rows, timed[cfg.kv_regs], peer=base)) > 1, (run, d, short)
+    # a step-10 run timed some step with K/V in registers beside the same step without (from run k the d=64
+    # defaults are named "step 5+kv" / "step 7+kv" on their own: not a step-10 comparison)
+    run, best = _newest_run(lambda i, row: re.search(r"step \d\+(k|v|kv)$", i) and i.rsplit("+", 1)[0] in row,
+                            "step 10 (kv_regs)")  # fmt: skip
+    for d, short, cfg, rows in _classes(best):
+        base = f"gpulab v3 bwd step {cfg.step}"
+        names = {"none": base, **{t: f"{base}+{t}" for t in ("k", "v", "kv")}}
+        timed = {t: n for t, n in names.items() if all(n in row for row in rows.values())}
+        assert "none" in timed and len(timed) > 1, (run, d, short, timed)
+        medians = {t: report.spread(report.ratios(rows, n))[0] for t, n in timed.items()}
+        assert cfg.kv_regs == max(medians, key=medians.get), (run, d, short, medians)
+        if cfg.kv_regs != "none":
+            assert min(report.ratios(rows, timed[cfg.kv_regs], peer=base)) > 1, (run, d, short)
 
 
 def test_stats_smem_default_is_the_faster_setting_of_the_newest_step11_run():
     """Step 11: MEASURED's and MEASURED_SHORT's ``stats_smem`` is on where, per head dim and length class, the newest
     run that timed the default's step with and without it on every problem of that class measured the higher
     median speed relative to cuDNN (device time) with it, and off where without."""
-    from gpulab.attention.v3 import backward_configs as bc
-
-    newest = None
-    for run in report.runs():
-        best = report.best(report.stored(run, "time"))
-        if any(i.endswith("+11") and i[: -len("+11")] in row for row in best.values() for i in row):
-            newest = (run, best)
-    assert newest, "no record run timed step 11 (stats_smem)"
-    run, best = newest
-    for d in (64, 128):
-        for short in (False, True):
-            cfg = bc.MEASURED_SHORT.get(d, bc.MEASURED[d]) if short else bc.MEASURED[d]
-            rows = {key: row for key, row in best.items() if key[1] == d and (key[2] <= bc.SHORT_SEQ) == short}
-            kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" else ""
-            base = f"gpulab v3 bwd step {cfg.step}{kv}"
-            assert all(base in row and base + "+11" in row for row in rows.values()), (run, d, short)
-            on, off = (report.spread(report.ratios(rows, n))[0] for n in (base + "+11", base))
-            assert cfg.stats_smem == (on > off), (run, d, short, on, off)
+    run, best = _newest_run(lambda i, row: i.endswith("+11") and i[: -len("+11")] in row, "step 11 (stats_smem)")
+    for d, short, cfg, rows in _classes(best):
+        kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" else ""
+        base = f"gpulab v3 bwd step {cfg.step}{kv}"
+        assert all(base in row and base + "+11" in row for row in rows.values()), (run, d, short)
+        on, off = (report.spread(report.ratios(rows, n))[0] for n in (base + "+11", base))
+        assert cfg.stats_smem == (on > off), (run, d, short, on, off)
 
 
 def test_backward_config_takes_the_short_default_up_to_short_seq():
