@@ -39,8 +39,8 @@ ENV = dict(device=torch.cuda.get_device_name(0) if torch.cuda.is_available() els
            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
 
 
-OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "skip": [], "check_configs": [], "plan_configs": [],
-        "d128_only": [], "head_dims": [64, 128], "ab_module": ""}  # fmt: skip
+OPTS = {"no_plan": False, "dtypes": ["bf16", "fp16"], "runs": 50, "rounds": 2, "skip": [], "check_configs": [],
+        "plan_configs": [], "d128_only": [], "head_dims": [64, 128], "ab_module": ""}  # fmt: skip
 
 
 class PlanSwitch:
@@ -209,12 +209,14 @@ def resolved(cfg, q, causal):
 def impl_name(name, q, causal):
     """Records name the defaults by the step they resolve to (as run f's "gpulab v3 bwd step 5"), step 8 as "+8",
     a default with K/V in registers (step 10) with its setting ("step 5+kv"; bwd run j, before this, named the d=64
-    defaults "step 5" and "step 7" although they ran with kv_regs="kv")."""
+    defaults "step 5" and "step 7" although they ran with kv_regs="kv"), step 11 as "+11" (bwd run p's records were
+    renamed after the run: the script named its defaults, step 11 on, "step 5", "step 5+kv" and "step 7+kv")."""
     if not name.startswith("gpulab v3 bwd default"):
         return name
     cfg = v3b.backward_config(q.shape[3], causal, seq=q.shape[2])
     rest = name[len("gpulab v3 bwd default") :]
     kv = f"+{cfg.kv_regs}" if cfg.kv_regs != "none" and f"+{cfg.kv_regs}" != rest else ""
+    kv += "+11" if cfg.stats_smem and not rest.startswith("+11") else ""  # step 11 (bwd run p named it without)
     return f"gpulab v3 bwd step {cfg.step}{kv}" + rest
 
 
@@ -372,7 +374,7 @@ def part_time(f, quick):
         q, k, v, do = inputs(p["dtype"], p["batch"], p["heads"], p["seq"], p["seq"], p["head_dim"], seed=11)
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         flops = 3.5 * 4 * p["batch"] * p["heads"] * p["seq"] ** 2 * p["head_dim"] * (0.5 if p["causal"] else 1.0)
-        for rnd in (0, 1):  # two alternating rounds; the report keeps each provider's faster
+        for rnd in range(OPTS["rounds"]):  # alternating rounds (two unless --rounds); the report keeps the fastest
             for name, fn in impls.items():
                 if p["head_dim"] != 128 and name.removeprefix("gpulab v3 bwd ") in OPTS["d128_only"]:
                     continue
@@ -407,6 +409,7 @@ def main():
     ap.add_argument("--no-plan", action="store_true", help="skip the plan/compile part of the check")
     ap.add_argument("--dtypes", default="bf16,fp16", help="the timing grid's dtypes")
     ap.add_argument("--runs", type=int, default=50, help="race runs")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating timing rounds per problem (the fastest kept)")
     ap.add_argument("--check-configs", default="", help="configs the check and race parts cover (default: --configs)")
     ap.add_argument("--skip", default="", help="providers left out of the timings (comma-separated names)")
     ap.add_argument("--plan-configs", default="", help="configs also timed through flash_attention with the switch on")
@@ -420,6 +423,7 @@ def main():
         no_plan=a.no_plan,
         dtypes=a.dtypes.split(","),
         runs=a.runs,
+        rounds=a.rounds,
         skip=a.skip.split(","),
         check_configs=[c for c in a.check_configs.split(",") if c],
         plan_configs=[c for c in a.plan_configs.split(",") if c],

@@ -35,6 +35,7 @@ ALLOWED = {
     **dict.fromkeys(
         [
             "gpulab.attention.v3.backward_dq.dq_writer_persistent",
+            "gpulab.attention.v3.backward_dq.add_block",
             "gpulab.attention.v3.backward_dq.dq_block_done",
             *(
                 f"gpulab.attention.v3.backward_pair.{n}"

@@ -78,19 +78,21 @@ run) show it faster than the shipped backward on every problem of a head dim (ru
 dims, on every problem with N >= 4096, and is not at N = 1024)."""
 
 
-V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096,
+V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 1024, (64, True): 4096, (128, False): 4096,
                                                       (128, True): 4096}  # fmt: skip
 """``(head dim, causal) -> N``: :func:`run_backward` takes version 3's backward (its measured default,
 :func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) where both the query and the key
 length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for,
 determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
 time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
-faster round) in the newest H100 run that timed both on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` runs;
-``tests/attention/v3/test_v3_backward_plan.py`` holds this table to them). Run l (the newest): from 4096 on
-everywhere. Run k had taken head dim 64 with the causal mask from 1024 (0.523 vs 0.540 ms bf16); run l had the
-two-kernel backward ahead there at fp16 (0.537 vs 0.571 ms; bf16 0.536 vs 0.524): margins of a few percent either
-way between runs, and the rule wants every problem. At N = 4096 without the mask the margins
-are small too (NOTES.md gives them). The records have Nq = Nk, hence both lengths."""
+fastest round) in each of the newest three H100 runs that timed both on the whole grid, the longest of their three
+lengths (``benchmarks/04_attention/v3/``, ``bwd`` runs; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
+table to them). Runs q, r and s: from 1024 at head dim 64 without the mask, from 4096 elsewhere (run s alone would
+have taken 1024 for all but head dim 128 with the mask; run r alone what the three give). Why three: at N = 1024
+(the grid's smallest problems, 0.4-0.7 ms per forward+backward) version 3's time swings between runs and rounds of
+the same problem (head dim 64 causal bf16: 0.45-0.55 ms in run q, 0.70-0.83 in run r; head dim 128 causal bf16:
+0.43 ms in run p, 0.68-1.13 in run q) while the two kernels' stays put (0.54 ms). Before run p's writer, run l:
+from 4096 on everywhere. The records have Nq = Nk, hence both lengths."""
 
 
 class V3Backward(NamedTuple):

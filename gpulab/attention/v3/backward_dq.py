@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile
 
-__all__ = ["dq_writer", "dq_writer_persistent", "dq_block_done"]
+__all__ = ["add_block", "dq_writer", "dq_writer_persistent", "dq_block_done"]
 
 
 @gluon.jit
@@ -72,6 +72,42 @@ def dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, qb, n_q, n_k, scale, HEAD_DIM
 
 
 @gluon.jit
+def add_block(chunks, first, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr):
+    """One query block's dQ tile [64, D] from the writer's buffer (``chunks`` [buffer * consumer * chunk, 8, D/2],
+    consumer c's chunks from index ``first + c * 8``; step 6: the two consumers' tiles, summed c0 + c1) added into
+    dQ's fp32 buffer at ``blk`` (the block's first row), 8 rows at a time. A whole block (``n_rows >= 64``) goes
+    without a mask: no branch between chunks, so the loads of the next chunks can run ahead of this one's additions
+    (with a mask each chunk was a branch of its own, and each load waited for the addition before it: the source
+    page of bwd run m's second profile). The last block of a length that is not a multiple of 64 adds its first
+    ``n_rows`` rows only."""
+    if n_rows >= 64:
+        _add_chunks(chunks, first, blk, n_rows, HEAD_DIM, STEP, False)
+    else:
+        _add_chunks(chunks, first, blk, n_rows, HEAD_DIM, STEP, True)
+
+
+@gluon.jit
+def _add_chunks(chunks, first, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr, MASKED: gl.constexpr):
+    HALF: gl.constexpr = HEAD_DIM // 2
+    ROWS: gl.constexpr = 8  # a chunk: a whole swizzle period, 4 floats per lane of the writer's 2 warps, 8 at D = 128
+    NCH: gl.constexpr = 64 // ROWS
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
+    rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
+    cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
+    for c in gl.static_range(2):  # step 5: consumer c's columns; step 6: column half c
+        for r in gl.static_range(NCH):
+            if STEP == 6:
+                x = chunks.index(c * NCH + r).load(w_layout) + chunks.index((2 + c) * NCH + r).load(w_layout)
+            else:
+                x = chunks.index(first + c * NCH + r).load(w_layout)
+            offs = (r * ROWS + rows0)[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]  # within the block
+            if MASKED:
+                gl.atomic_add(blk + offs, x, mask=((r * ROWS + rows0) < n_rows)[:, None], sem="relaxed")
+            else:
+                gl.atomic_add(blk + offs, x, sem="relaxed")
+
+
+@gluon.jit
 def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM: gl.constexpr,
               IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
     """Steps 5-6's writer (two warps): for each query block, once both consumers stored their part of dQ (fp32,
@@ -81,18 +117,15 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
     halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics."""
     HALF: gl.constexpr = HEAD_DIM // 2
     ROWS: gl.constexpr = 8  # a chunk (a whole swizzle period): 4 floats per lane of the writer's 2 warps, 8 at D = 128
-    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
+    NCH: gl.constexpr = 64 // ROWS
     bh = gl.program_id(1)
     lo = 0
     if IS_CAUSAL:  # the program's first query block: the one holding its first key (programs own 128 keys)
         lo = gl.program_id(0) * 128
     n_m = gl.cdiv(n_q - lo, 64)
-    rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
-    cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
     head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
     # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every D/16 rows (4 or 8)
     chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
-    NCH: gl.constexpr = 64 // ROWS
     for i in range(n_m):
         if STEP == 5:
             b = i % 2
@@ -100,15 +133,7 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
         else:
             b = 0
             mbarrier.wait(dq_full.index(0), i & 1)
-        for c in gl.static_range(2):  # step 5: consumer c's columns; step 6: column half c
-            for r in range(NCH):  # not unrolled: one chunk's registers at a time
-                if STEP == 5:
-                    x = chunks.index((2 * b + c) * NCH + r).load(w_layout)
-                else:
-                    x = chunks.index(c * NCH + r).load(w_layout) + chunks.index((2 + c) * NCH + r).load(w_layout)
-                rows = lo + i * 64 + r * ROWS + rows0
-                gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
-                              mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
+        add_block(chunks, 2 * b * NCH, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, STEP)
         mbarrier.arrive(dq_free.index(b), count=1)
         if DQ_CAST:
             dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
@@ -122,9 +147,6 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr,
     HALF: gl.constexpr = HEAD_DIM // 2
     ROWS: gl.constexpr = 8  # as dq_writer's
     NCH: gl.constexpr = 64 // ROWS
-    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
-    rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
-    cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
     chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
     it = 0
     for k in range(persistent_count(n_k, n_bh, IS_CAUSAL)):
@@ -134,12 +156,7 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr,
             g = it + i
             b = g % 2
             mbarrier.wait(dq_full.index(b), (g // 2) & 1)
-            for c in gl.static_range(2):
-                for r in range(NCH):
-                    x = chunks.index((2 * b + c) * NCH + r).load(w_layout)
-                    rows = lo + i * 64 + r * ROWS + rows0
-                    gl.atomic_add(head + (rows[:, None] * HEAD_DIM + (c * HALF + cols0)[None, :]), x,
-                                  mask=(rows < n_q)[:, None], sem="relaxed")  # fmt: skip
+            add_block(chunks, 2 * b * NCH, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, 5)
             mbarrier.arrive(dq_free.index(b), count=1)
             if DQ_CAST:
                 dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)

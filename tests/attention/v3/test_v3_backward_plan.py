@@ -144,20 +144,23 @@ def _default_impl(d: int, seq: int) -> str:
     return f"gpulab v3 bwd step {cfg.step}{kv}" + (f", {cfg.stages} stages" if cfg.stages != 2 else "")
 
 
-def test_min_seq_matches_the_newest_run():
+def test_min_seq_matches_the_newest_runs():
     """V3_BACKWARD_MIN_SEQ is, per (head dim, causal), the shortest length from which on the measured default took
-    less device time than the two-kernel backward on every problem, in the newest run that timed both on all 24."""
-    newest = None
+    less device time than the two-kernel backward on every problem in each of the newest three runs that timed both
+    on all 24 (the longest of their three lengths; no entry if one run has none): at N = 1024 version 3's time swings
+    between runs and rounds of the same problem (bwd runs m-s, NOTES.md), so one run's verdict there is not enough."""
+    tables = []
     for run in report.runs():
         best = report.best(report.stored(run, "time"))
         if len(best) == 24 and all(_default_impl(key[1], key[2]) in row and report.SHIPPED in row
                                    for key, row in best.items()):  # fmt: skip
-            newest = (run, best)
-    assert newest, "no record run timed the default and the shipped backward on the whole grid"
-    run, best = newest
-    rows = {key: {"default": row[_default_impl(key[1], key[2])], report.SHIPPED: row[report.SHIPPED]}
-            for key, row in best.items()}  # fmt: skip
-    assert plan.V3_BACKWARD_MIN_SEQ == report.min_seq_table(rows, "default"), run
+            rows = {key: {"default": row[_default_impl(key[1], key[2])], report.SHIPPED: row[report.SHIPPED]}
+                    for key, row in best.items()}  # fmt: skip
+            tables.append((run, report.min_seq_table(rows, "default")))
+    assert len(tables) >= 3, f"fewer than three record runs timed the default and the shipped backward: {tables}"
+    newest = [t for _, t in tables[-3:]]
+    keys = set.intersection(*(set(t) for t in newest))
+    assert plan.V3_BACKWARD_MIN_SEQ == {k: max(t[k] for t in newest) for k in keys}, tables[-3:]
 
 
 def test_min_seq_table_reads_the_longest_lengths_first():
