@@ -43,6 +43,7 @@ ALLOWED = {
                     "kv_operand",
                     "stats_buffers",
                     "stats_load",
+                    "stats_slot",
                     "stats_store",
                     "scores",
                     "pair",

@@ -106,6 +106,7 @@ from gpulab.attention.v3.backward_pair import (
     scores,
     stats_buffers,
     stats_load,
+    stats_slot,
     stats_store,
     store_dkdv,
 )
@@ -328,7 +329,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             b = i % 2
             ds_all = ds_smem.index(b)
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
-            stats = (stats_smem[0].index(s), stats_smem[1].index(s))  # step 11: the slot's LSE and D
+            stats = stats_slot(stats_smem, s)  # step 11: the slot's LSE and D
             dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                               delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL, stats,
                               STATS_SMEM)  # fmt: skip

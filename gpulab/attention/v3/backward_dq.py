@@ -72,25 +72,28 @@ def dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, qb, n_q, n_k, scale, HEAD_DIM
 
 
 @gluon.jit
-def add_block(chunks, first, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr):
-    """One query block's dQ tile [64, D] from the writer's buffer (``chunks`` [buffer * consumer * chunk, 8, D/2],
-    consumer c's chunks from index ``first + c * 8``; step 6: the two consumers' tiles, summed c0 + c1) added into
+def add_block(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr):
+    """One query block's dQ tile [64, D] from the writer's buffer ``b`` of ``dq_smem`` (step 5 and 7: consumer c's
+    columns at index 2 b + c; step 6: one buffer, the two consumers' tiles, summed c0 + c1) added into
     dQ's fp32 buffer at ``blk`` (the block's first row), 8 rows at a time. A whole block (``n_rows >= 64``) goes
     without a mask: no branch between chunks, so the loads of the next chunks can run ahead of this one's additions
     (with a mask each chunk was a branch of its own, and each load waited for the addition before it: the source
     page of bwd run m's second profile). The last block of a length that is not a multiple of 64 adds its first
     ``n_rows`` rows only."""
     if n_rows >= 64:
-        _add_chunks(chunks, first, blk, n_rows, HEAD_DIM, STEP, False)
+        _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM, STEP, False)
     else:
-        _add_chunks(chunks, first, blk, n_rows, HEAD_DIM, STEP, True)
+        _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM, STEP, True)
 
 
 @gluon.jit
-def _add_chunks(chunks, first, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr, MASKED: gl.constexpr):
+def _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexpr, MASKED: gl.constexpr):
     HALF: gl.constexpr = HEAD_DIM // 2
     ROWS: gl.constexpr = 8  # a chunk: a whole swizzle period, 4 floats per lane of the writer's 2 warps, 8 at D = 128
     NCH: gl.constexpr = 64 // ROWS
+    # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every D/16 rows (4 or 8)
+    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
+    first = 2 * b * NCH
     w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
     rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))
     cols0 = gl.arange(0, HALF, layout=gl.SliceLayout(0, w_layout))
@@ -115,17 +118,12 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
     and free the buffer (``dq_free``). Step 5: buffer ``i % 2``, consumer c's columns [c D/2, +D/2) at index
     2 b + c. Step 6: one buffer, consumer c's column half h at index 2 c + h; the writer adds the two consumers'
     halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics."""
-    HALF: gl.constexpr = HEAD_DIM // 2
-    ROWS: gl.constexpr = 8  # a chunk (a whole swizzle period): 4 floats per lane of the writer's 2 warps, 8 at D = 128
-    NCH: gl.constexpr = 64 // ROWS
     bh = gl.program_id(1)
     lo = 0
     if IS_CAUSAL:  # the program's first query block: the one holding its first key (programs own 128 keys)
         lo = gl.program_id(0) * 128
     n_m = gl.cdiv(n_q - lo, 64)
     head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
-    # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every D/16 rows (4 or 8)
-    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
     for i in range(n_m):
         if STEP == 5:
             b = i % 2
@@ -133,7 +131,7 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
         else:
             b = 0
             mbarrier.wait(dq_full.index(0), i & 1)
-        add_block(chunks, 2 * b * NCH, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, STEP)
+        add_block(dq_smem, b, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, STEP)
         mbarrier.arrive(dq_free.index(b), count=1)
         if DQ_CAST:
             dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
@@ -144,10 +142,6 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr,
                          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
     """Step 7's writer: step 5's (buffer ``g % 2`` for the program's g-th query block, counted over all its tiles),
     tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order."""
-    HALF: gl.constexpr = HEAD_DIM // 2
-    ROWS: gl.constexpr = 8  # as dq_writer's
-    NCH: gl.constexpr = 64 // ROWS
-    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
     it = 0
     for k in range(persistent_count(n_k, n_bh, IS_CAUSAL)):
         bh, start_n, lo, n_m = persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL)
@@ -156,7 +150,7 @@ def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr,
             g = it + i
             b = g % 2
             mbarrier.wait(dq_full.index(b), (g // 2) & 1)
-            add_block(chunks, 2 * b * NCH, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, 5)
+            add_block(dq_smem, b, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, 5)
             mbarrier.arrive(dq_free.index(b), count=1)
             if DQ_CAST:
                 dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)

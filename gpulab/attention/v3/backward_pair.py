@@ -13,9 +13,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-__all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_store", "scores", "pair_ds", "pair_rest", "dq_product",
-           "dq_add", "pair", "store_dkdv", "first_query",
-           "persistent_count", "persistent_tile"]  # fmt: skip
+__all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_slot", "stats_store", "scores", "pair_ds", "pair_rest",
+           "dq_product", "dq_add", "pair", "store_dkdv", "first_query", "persistent_count",
+           "persistent_tile"]  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------------------------
 # One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
@@ -62,12 +62,19 @@ def stats_load(lse_ptr, delta_ptr, bh, start_m, n_q):
 
 
 @gluon.jit
+def stats_slot(bufs, s):
+    """Step 11: ring slot ``s`` of ``bufs`` = (lse_smem, delta_smem) [STAGES, 64]: the pair of [64] views."""
+    return bufs[0].index(s), bufs[1].index(s)
+
+
+@gluon.jit
 def stats_store(bufs, s, lse, delta):
     """Step 11, the producer warp: ``LSE log2 e`` and ``D`` (:func:`stats_load`) into ring slot ``s`` of ``bufs``
     = (lse_smem, delta_smem) [STAGES, 64] fp32, then a barrier of the warp: the slot's ``ready`` arrival that
     follows (one lane) then releases every lane's stores to the consumers, whose wait on it acquires them."""
-    bufs[0].index(s).store(lse * 1.4426950408889634)
-    bufs[1].index(s).store(delta)
+    lse_buf, delta_buf = stats_slot(bufs, s)
+    lse_buf.store(lse * 1.4426950408889634)
+    delta_buf.store(delta)
     gl.thread_barrier()
 
 

@@ -33,6 +33,7 @@ from gpulab.attention.v3.backward_pair import (
     persistent_tile,
     stats_buffers,
     stats_load,
+    stats_slot,
     stats_store,
     store_dkdv,
 )
@@ -106,7 +107,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n_q, n_k, n_bh, qk
             mbarrier.wait(ds_free.index(b), ((g // 2) & 1) ^ 1)
             dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
                              delta_ptr, bh, key0, lo + i * 64, n_q, qk_scale, HEAD_DIM, IS_CAUSAL,
-                             (stats_smem[0].index(s), stats_smem[1].index(s)), STATS_SMEM)  # fmt: skip
+                             stats_slot(stats_smem, s), STATS_SMEM)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (g // 2) & 1)
             dq = dq_product(ds_all, k_all, CID * HALF, HALF)
