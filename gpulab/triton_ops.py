@@ -6,7 +6,8 @@
 - :func:`tanh`: portable tanh through the sigmoid; :func:`tanh_approx`: one special-function instruction (GPU only).
 - :func:`unpack_pairs`, :func:`word_pointer`, :func:`loaded_f32`: 16-bit tiles carried as 32-bit words, so that a
   prefetched tile is not split into halves in the step that loads it.
-- :func:`dot_operand`: a product operand the compiler cannot look through (keeps the tensor-core operand layout).
+- :func:`dot_operand`: a product operand the compiler cannot look through (keeps the tensor-core operand layout);
+  :func:`own_chain`: a product's result likewise (keeps products that are added up as independent chains).
 
 Import :mod:`gpulab.runtime` before this module (``import gpulab`` does): it decides whether Triton interprets.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "word_pointer",
     "loaded_f32",
     "dot_operand",
+    "own_chain",
 ]
 
 LOG2E_F = 1.4426950408889634
@@ -109,5 +111,16 @@ def dot_operand(x, OPAQUE: tl.constexpr):
     """
     if OPAQUE:
         return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
+    else:
+        return x
+
+
+@triton.jit
+def own_chain(x, OPAQUE: tl.constexpr):
+    """A product's result behind an identity the compiler cannot look through (OPAQUE), so that adding it to another
+    product stays an addition: Triton folds ``a + dot(x, y)`` into the product's accumulator, which chains the
+    products one after the other."""
+    if OPAQUE:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=1)
     else:
         return x

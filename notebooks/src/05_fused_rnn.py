@@ -35,7 +35,7 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import bench, check, hardware, roofline, runtime
 from gpulab import rnn
 from gpulab.rnn.backends import alternating, vanilla
-from gpulab.rnn.fused import called_bench, plan, split_report, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import called_bench, plan, rows_report, split_report, split_tiling, tiles, tiling, versions
 from gpulab.rnn.fused import backward as fused_backward
 from gpulab.rnn.fused import benchmark as rnn_bench
 from gpulab.rnn.fused import forward as fused_forward
@@ -414,6 +414,9 @@ except ValueError as exc:
 print("\nthe plan:", plan.choose(16, 1, 768, "lstm", torch.bfloat16, gpu="H100", training=True).why)
 
 # %% [markdown]
+# At 12 heads of 64 the chooser takes 8 batch rows per program, not 16: twice the programs, each with half the activations (Appendix H: why, the compiled step and the measurements).
+
+# %% [markdown]
 # ## 6b. One head larger than an SM: the split kernel
 #
 # cuDNN's `nn.LSTM` with hidden 768 is *one* head of 768. **Split it over $P$ programs, one per SM, each holding a slice of $R$** (as FlashRNN's CUDA kernel does):
@@ -595,7 +598,7 @@ print("2-head LSTM: fused == vanilla (float64)")
 # %% [markdown]
 # ## 8. The H100 measurements
 #
-# The stored run of `python -m gpulab bench 05`: every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. `ms` is device time (CUDA events), `ns/step` and TFLOP/s are computed from it. Compare dense and multi-head cases by time, not TFLOP/s:
+# The stored run of `python -m gpulab bench 05` (its date is printed below; the runs before 2026-11-27 ran the one-SM kernels at 16 rows per program, Appendix H times them at 8): every backend, the `flashrnn` package's, cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps. `ms` is device time (CUDA events), `ns/step` and TFLOP/s are computed from it. Compare dense and multi-head cases by time, not TFLOP/s:
 
 # %%
 try:
@@ -1338,3 +1341,90 @@ if called_rows:
             verdict="inside" if graphed_["wall_ms"] <= 0.3 else "outside", g=graphed_["wall_ms"],
             loop=mode_[("tiny", "loop")]["wall_ms"], check=graphed_.get("check"),
         ))  # fmt: skip
+
+
+# %% [markdown]
+# ## Appendix H. Eight rows per program: the activations' budget
+#
+# At the lesson's problem (B = 16, 12 heads of 64) the chooser used to run one program of 16 rows per head: 12 programs on 12 of the H100's 132 SMs. Count what one step of one program must do besides its product. Each unit needs five special-function instructions (three sigmoids as $\tanh$, the cell input's $\tanh$, $\tanh(c)$), and an SM issues 16 of them per clock, so a step of 16 rows spends at least
+#
+# $$\frac{16 \cdot 64 \cdot 5}{16} = 320 \text{ clocks}$$
+#
+# in them, a large share of a step that lasts well under a microsecond. The tensor cores multiply 16 rows at a time and pad a tile of 8 rows to 16, so 8 rows per program cost the same product and the same registers; but the activations are computed only for the rows the tile has. Eight rows per program halve each program's activations and use twice the SMs, which sit idle anyway. Below 8 rows nothing more is saved: in the tensor cores' output layout a tile of fewer than 8 rows is held as 8 (the table's MUFU column at 4 rows). `tiling.fused_tiling` now scores this (`tiling.specials`, `SFU_RATE`) and takes 8 rows while the programs of 8 rows fit in one round with as few per SM as those of 16:
+
+# %%
+print(tiling.explain(16, 12, 64, "lstm", torch.bfloat16, gpu="H100").splitlines()[-1])
+try:
+    rows_sass = rows_report.load("sass")
+    print(rows_report.sass_table([r for r in rows_sass if r["kernel"].startswith("forward")]))
+except FileNotFoundError as exc:
+    rows_sass = []
+    print(exc)
+
+# %% [markdown]
+# Measured on the H100 in one run (`scripts/bench05_rows.py`): each kernel checked against float64 (outputs poisoned first), the gradients at 8 rows against those at 16, then both clocks, cuDNN's dense fp16 `nn.LSTM` of the same hidden size beside (a different problem: one head of 768, twelve times the recurrent FLOPs):
+
+# %%
+try:
+    rows_rec = rows_report.load("rows")
+    print(f"{rows_rec[0].device}, {rows_rec[0].date}\n")
+    print(rows_report.rows_table(rows_rec))
+except FileNotFoundError as exc:
+    rows_rec = []
+    print(exc)
+
+# %%
+if rows_rec:
+    f16, f8 = (rows_report.pick(rows_rec, "forward", 16, 12, 64, bb) for bb in (16, 8))
+    c16, c8 = (rows_report.pick(rows_rec, "fwd+bwd as called", 16, 12, 64, bb) for bb in (16, 8))
+    d16, d8 = (rows_report.pick(rows_rec, "fwd+bwd as called", 16, 6, 128, bb) for bb in (16, 8))
+    claims.show(
+        claims.claim(
+            "At B = 16 with 12 heads of 64 the forward takes {f8:.3f} ms at 8 rows per program against {f16:.3f} ms "
+            "at 16 ({g:.2f}x the time, device time; issue 40's bound of 0.60 ms is met), and forward and backward as "
+            "a loop calls them {c8:.3f} ms of wall time against {c16:.3f} (issue 40's bound: 1.8 ms).",
+            holds=lambda f8, f16, g, c8, c16: f8 <= 0.60 < f16 and c8 < c16, f8=f8.ms, f16=f16.ms, g=f8.ms / f16.ms,
+            c8=c8.wall_ms, c16=c16.wall_ms,
+        ),
+        claims.claim(
+            " At 6 heads of 128, forward and backward take {d8:.2f} ms against {d16:.2f} (wall).",
+            holds=lambda d8, d16: d8 < d16, d8=d8.wall_ms, d16=d16.wall_ms,
+        ),
+    )
+
+# %% [markdown]
+# The backward has a second chain to shorten. Its product $dh_{t-1} = \sum_g dG_g R_g$ is one product of depth $4 D$, and the tensor cores accumulate it as one chain of $4D/16$ instructions per output tile, each waiting for the previous one's result: 16 at $D = 64$, 32 at $D = 128$ (the `chain` column). Four products of one gate each, on their own accumulators, make chains of $D/16$; the price is three more trips of a gate's $dG$ into the product's layout, each with a CTA barrier (`gpulab.triton_ops.own_chain` keeps the compiler from folding the sums back into one chain). The compiled step, then the two products timed in one process:
+
+# %%
+if rows_sass:
+    print(rows_report.sass_table([r for r in rows_sass if r["kernel"] == "backward" and r["rows"] == 8]))
+try:
+    product_rec = rows_report.load("product")
+    print()
+    print(rows_report.product_table(product_rec))
+except FileNotFoundError as exc:
+    product_rec = []
+    print(exc)
+
+# %%
+if product_rec:
+    by = {(d, prod): rows_report.pick(product_rec, "backward", 16, 768 // d, d, 8, prod)
+          for d in (64, 128) for prod in ("all gates", "per gate")}  # fmt: skip
+    claims.show(claims.claim(
+        "Per gate, the backward takes {a:.3f} ms against {b:.3f} ms at head dim 128 ({ra:.2f}x the time), but {c:.3f} "
+        "against {d:.3f} ms at 64 ({rc:.2f}x: there the barriers cost more than the shorter chains save): the kernel "
+        "multiplies per gate from head dim {start} on (`fused_backward.PRODUCT` '{mode}', device time).",
+        holds=lambda a, b, c, d, ra, rc, start, mode: a < b and c > d and start == 128,
+        a=by[128, "per gate"].ms, b=by[128, "all gates"].ms, ra=by[128, "per gate"].ms / by[128, "all gates"].ms,
+        c=by[64, "per gate"].ms, d=by[64, "all gates"].ms, rc=by[64, "per gate"].ms / by[64, "all gates"].ms,
+        start=fused_backward.PER_GATE_FROM, mode=fused_backward.PRODUCT,
+    ))  # fmt: skip
+
+# %% [markdown]
+# The split kernels (section 6b) stay at 16 rows: each of their programs streams its slice of $R$ and all of $h$ through shared memory every step, which 8 rows do not shorten, and twice the programs share the SMs (`split_tiling.BLOCK_B`):
+
+# %%
+try:
+    print(rows_report.split_table(rows_report.load("rows_split")))
+except FileNotFoundError as exc:
+    print(exc)

@@ -9,7 +9,7 @@ from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
-from gpulab.rnn.fused import called_bench, plan, sass, split_report, split_tiling, tiling
+from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiling
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.ladder import plot as ladder_plot
 
@@ -106,6 +106,15 @@ CASES = [
     ("fused_tiling-gpu", lambda: tiling.fused_tiling(16, 1, 64, gpu="nope"), ValueError, "gpu='nope'"),
     ("fused_tiling-function", lambda: tiling.fused_tiling(16, 1, 64, function="rnn"), ValueError, "function='rnn'"),
     ("fits-direction", lambda: tiling.fits(16, 1, 64, direction="x"), ValueError, "direction='x'"),
+    ("specials-direction", lambda: tiling.specials("lstm", "up"), ValueError, "direction='up'"),
+    ("rows_report-load-kind", lambda: rows_report.load("tiles"), ValueError, "kind='tiles'"),
+    ("rows_report-load-gpu", lambda: rows_report.load("rows", gpu="t4"), FileNotFoundError, "bench05_rows.py"),
+    ("rows_table-str", lambda: rows_report.rows_table("rows"), TypeError, "results must be a list"),
+    ("product_table-empty", lambda: rows_report.product_table([]), ValueError, "results is empty"),
+    ("split_table-item", lambda: rows_report.split_table([1]), TypeError, "results[0]"),
+    ("sass_table-empty", lambda: rows_report.sass_table([]), ValueError, "rows is empty"),
+    ("rows_report-pick", lambda: rows_report.pick("x", "forward", 16, 12, 64, 8), TypeError, "results must be"),
+    ("specials-function", lambda: tiling.specials("rnn", "forward"), ValueError, "function='rnn'"),
     ("explain-head_dim", lambda: tiling.explain(16, 1, 0), ValueError, "head_dim"),
     ("split_tiling-batch", lambda: split_tiling.split_tiling(0, 1, 768), ValueError, "batch"),
     ("split_tiling-gpu", lambda: split_tiling.split_tiling(16, 1, 768, gpu="nope"), ValueError, "gpu='nope'"),

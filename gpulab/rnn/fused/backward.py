@@ -68,7 +68,7 @@ from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_g
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
 from gpulab.rnn.fused.tiling import fused_tiling
-from gpulab.triton_ops import dot, dot_operand, loaded_f32, word_pointer
+from gpulab.triton_ops import dot, dot_operand, loaded_f32, own_chain, word_pointer
 
 __all__ = [
     "fused_backward_kernel",
@@ -78,7 +78,19 @@ __all__ = [
     "CUTS",
     "DG_LAYOUT",
     "DG_LAYOUTS",
+    "PRODUCT",
+    "PRODUCTS",
+    "PER_GATE_FROM",
+    "per_gate",
 ]
+
+
+@triton.jit
+def load_r_slot(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, SLOT: tl.constexpr):
+    """R[SLOT, n] [BLOCK_D, BLOCK_D] (element [j, k], zero past DH): the rows of R_all of one gate slot."""
+    j = tl.arange(0, BLOCK_D)[:, None]
+    k = tl.arange(0, BLOCK_D)[None, :]
+    return tl.load(r_ptr + ((SLOT * NH + n) * DH + j) * DH + k, mask=(j < DH) & (k < DH), other=0.0)
 
 
 @triton.jit
@@ -120,6 +132,7 @@ def fused_backward_kernel(
     PRECISION: tl.constexpr,
     COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
     DG_TIME_MAJOR: tl.constexpr = False,  # dG time-major [T, B, G_B, NH, DH] (DG_LAYOUT 'time')
+    PER_GATE: tl.constexpr = False,  # the product per gate (see PRODUCT; lstm and gru, R on chip)
 ):
     """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
@@ -132,6 +145,13 @@ def fused_backward_kernel(
     # re-read every step (as in the forward).
     if R_ON_CHIP:
         r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
+    if PER_GATE:  # R_g [BLOCK_D, BLOCK_D] per gate slot instead (R_ON_CHIP only)
+        r0 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 0)
+        r1 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 1)
+        r2 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 2)
+        r3 = r2
+        if G_R == 4:
+            r3 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 3)
 
     RDT = r_ptr.dtype.element_ty  # the products' operand dtype
     slot, j = gate_columns(G, BLOCK_D)
@@ -201,7 +221,17 @@ def fused_backward_kernel(
         else:  # elman
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
-        dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
+        if PER_GATE:  # sum_g dG_g @ R_g: G_R products of depth DH, independent chains (see PRODUCT)
+            OPQ: tl.constexpr = COMPILED and not IS_FP32
+            a0 = own_chain(dot(dot_operand(d0.to(RDT), OPQ), r0, IS_FP32, PRECISION), OPQ)
+            a1 = own_chain(dot(dot_operand(d1.to(RDT), OPQ), r1, IS_FP32, PRECISION), OPQ)
+            a2 = own_chain(dot(dot_operand(d2.to(RDT), OPQ), r2, IS_FP32, PRECISION), OPQ)
+            a3 = a2 * 0.0
+            if G_R == 4:
+                a3 = own_chain(dot(dot_operand(d3.to(RDT), OPQ), r3, IS_FP32, PRECISION), OPQ)
+            dh = direct + ((a0 + a1) + (a2 + a3))
+        else:
+            dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
         tl.store(dg_rows + t.to(tl.int64) * dg_step, dG, mask=gate_mask)
 
     ds0_rows = ds0_ptr + rows[:, None] * HD + head
@@ -224,10 +254,12 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_majo
             BLOCK_B=cfg.block_b, BLOCK_D=cfg.block_d, R_ON_CHIP=cfg.r_on_chip, HAS_DLAST=has_dlast,
             FAST=fast_activations(dtype), IS_FP32=dtype == torch.float32,
             PRECISION=runtime.dot_precision(dtype), COMPILED=not runtime.INTERPRET, DG_TIME_MAJOR=time_major,
-            **cfg.launch(),
+            PER_GATE=by_gate, **cfg.launch(),
         )  # fmt: skip
 
-    launch = keyed_launch((fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast, time_major) + ints, make)
+    by_gate = per_gate(fn, cfg)
+    key = (fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast, time_major, by_gate)
+    launch = keyed_launch(key + ints, make)
     tensors = (gates, out, states, R, d_out, d_last if has_dlast else states, dG, carry)
     launch(direct_stream(out.device) if aligned(*tensors) else None, *tensors, *ints)
     return carry
@@ -266,6 +298,26 @@ is; each piece's rows are copied time-major on the side stream for the products)
 2026-11-26, device log ``benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log``) the 'batch' step's device
 time came out above the previous run's 'time' step; the two were not yet timed in one run (``bench 05 called`` does
 it: :data:`gpulab.rnn.fused.called_bench.VARIANTS`, switched by :func:`gpulab.rnn.fused.plan.backward_as`)."""
+
+PRODUCTS = ("by head dim", "all gates", "per gate")
+PRODUCT = "by head dim"
+"""How the kernel computes dh_{t-1} = sum_g dG_g @ R_g. 'all gates': one product [BLOCK_B, G * D] x [G * D, D],
+whose accumulation is one chain of G * D / 16 dependent tensor-core instructions per output tile (16 at D = 64, 32
+at D = 128). 'per gate' (LSTM and GRU with R on chip): G products of depth D on their own accumulators
+(:func:`gpulab.triton_ops.own_chain`), added after: chains of D / 16, but each gate's dG makes its own trip into the
+product's layout (three more CTA barriers per step). 'by head dim' (shipped): per gate from :data:`PER_GATE_FROM`.
+Measured on the H100 in one process (``scripts/bench05_rows.py``, ``benchmarks/05_fused_rnn/rows/*-product.jsonl``,
+8 rows per program): per gate was slower at D = 64 (B16 12 x 64: backward 0.990 vs 0.939 ms; B32 1.191 vs 1.160) and
+faster at D = 128 (B16 6 x 128: 1.965 vs 2.065 ms). Elman has one gate: always 'all gates'."""
+PER_GATE_FROM = 128  # the padded head dim (BLOCK_D) from which 'by head dim' multiplies per gate
+
+
+def per_gate(fn, cfg) -> bool:
+    """Whether the backward of ``fn`` (an RNNFunction) at tiling ``cfg`` multiplies per gate (:data:`PRODUCT`)."""
+    if fn.name == "elman" or not cfg.r_on_chip or PRODUCT == "all gates":
+        return False
+    return PRODUCT == "per gate" or cfg.block_d >= PER_GATE_FROM
+
 
 CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
 MIN_PIECE_STEPS = 64  # shorter sequences run in one piece

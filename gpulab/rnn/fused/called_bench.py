@@ -403,10 +403,15 @@ def _profiled(fn) -> tuple[dict, dict]:
     return kernels, ops
 
 
-VARIANTS = {"Wx-layout dG": {"layout": "batch"}, "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)}}
+VARIANTS = {
+    "Wx-layout dG": {"layout": "batch"},
+    "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)},
+    "one piece": {"cuts": ()},
+}
 """The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
-dG stored in Wx's layout (no copy of dWx by autograd; each piece's rows copied time-major for the products), and a
-second cut of the sequence at T/2."""
+dG stored in Wx's layout (no copy of dWx by autograd; each piece's rows copied time-major for the products), a
+second cut of the sequence at T/2, and no cut at all (the kernel, then the products on one stream: fewer host calls,
+the products no longer hidden beside the kernel)."""
 
 
 def _variants(name, x, profiles) -> list[bench.Result]:

@@ -205,14 +205,17 @@ def exchange_as(name: str):
 @contextlib.contextmanager
 def backward_as(layout: str | None = None, cuts: tuple | None = None):
     """The one-SM backward's dG layout (``backward.DG_LAYOUT``, one of ``backward.DG_LAYOUTS``) and its time cuts
-    (``backward.CUTS``, fractions of T strictly between 0 and 1) set for the duration; None leaves one as it is.
-    Lesson 5's ``bench 05 called`` times the alternatives with it; not thread-safe."""
+    (``backward.CUTS``, fractions of T strictly between 0 and 1; ``()``: the sequence in one piece, kernel then
+    products on one stream) set for the duration; None leaves one as it is. Lesson 5's ``bench 05 called`` times the
+    alternatives with it; not thread-safe."""
     if layout is not None:
         runtime.one_of("layout", layout, backward.DG_LAYOUTS)
     if cuts is not None:
-        ok = isinstance(cuts, tuple) and cuts and all(isinstance(c, float) and 0 < c < 1 for c in cuts)
+        ok = isinstance(cuts, tuple) and all(isinstance(c, float) and 0 < c < 1 for c in cuts)
         if not ok or list(cuts) != sorted(cuts):
-            raise ValueError(f"cuts must be a non-empty increasing tuple of floats in (0, 1), got {cuts!r}.")
+            raise ValueError(
+                f"cuts must be an increasing tuple of floats in (0, 1), or () for one piece, got {cuts!r}."
+            )
     saved = backward.DG_LAYOUT, backward.CUTS
     backward.DG_LAYOUT = saved[0] if layout is None else layout
     backward.CUTS = saved[1] if cuts is None else cuts

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 BLOCK_U = (8, 16, 32, 64)
+BLOCK_B = (16, 32, 64, 128)  # batch rows per program (the one-SM kernels also take 8: .tiling; the split ones here
+# are measured from 16 rows, where each program's product, not its activations, is the step's cost)
 NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
 MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
 # Calibrated on the H100 (lesson 5's split records: the same kernel timed with and without its barrier, B = 16)
@@ -156,7 +158,7 @@ def split_candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bf
     block_k, chunks = chunking(dh)
     max_bb = max(16, runtime.next_power_of_2(b))
     out = []
-    for bu, bb, w in itertools.product(BLOCK_U, tiling.BLOCK_B, NUM_WARPS):
+    for bu, bb, w in itertools.product(BLOCK_U, BLOCK_B, NUM_WARPS):
         if bb > max_bb or g * bu < 16 or bu > runtime.next_power_of_2(dh):
             continue
         if direction == "backward" and bu < 16:

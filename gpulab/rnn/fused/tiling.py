@@ -5,7 +5,9 @@ whether they can run at all is a question of on-chip capacity, answered before l
 
 The unknowns, for one problem (B, NH, DH, function, dtype) on one GPU (a :class:`gpulab.hardware.GPUSpec`):
 
-- ``block_b`` in {16, 32, 64, 128}: batch rows per program (``tl.dot`` needs at least 16 rows);
+- ``block_b`` in {8, 16, 32, 64, 128}: batch rows per program. The tensor cores multiply 16 rows at a time, so a
+  tile of 8 rows costs the product (and the registers) of 16; but the *activations* are computed only for the rows
+  the tile has, and they are what an SM runs out of first at small tiles (see the objective);
 - ``num_warps`` in {4, 8, 16}: threads per program = 32 * num_warps;
 - ``r_on_chip`` in {True, False}: R loaded once and kept for the whole sequence, or re-read at every step (from L1
   at best). Both stage R through shared memory: the kernels multiply by R as *one* tile for all gates,
@@ -22,12 +24,17 @@ Constraints (D = head dim padded to a power of two >= 16, G = 4 gate slots (gru'
 2. live tiles:     ``tiles(function, direction)`` [block_b, D] tiles of 32-bit registers (fp32 gate
                    pre-activations, states, the prefetched 16-bit inputs, the 64-bit addresses of the all-gates
                    tiles), calibrated on the compiled kernels' register counts (Triton 3.6, H100)
-3. per thread:     2 * block_b * D / (32 * num_warps) + ``OVERHEAD`` <= the GPU's registers per thread (255)
+3. per thread:     tiles * max(block_b, 16) * D / (32 * num_warps) + ``OVERHEAD`` <= registers per thread (255)
 4. per SM:         a program's registers <= the register file (64 K), i.e. at least one program fits on an SM
 
 Objective: the least estimated time per step. Programs run concurrently; a step costs a fixed latency (the chain
-load -> dot -> cell -> store of one step) plus the tensor-core work of the programs sharing an SM; so the score is
-``rounds * (LATENCY + programs_per_SM * block_b * G_r * D^2 / RATE)`` with rounds = ceil(programs / slots).
+load -> dot -> cell -> store of one step) plus, for the programs sharing an SM, their tensor-core work and their
+activations: each unit's gates and cell take ``specials(function, direction)`` special-function instructions
+(tanh; the LSTM forward 5 per unit), and an SM issues only 16 of those per clock (``SFU_RATE`` per ns). One head of
+64 at 16 rows is 16 x 64 x 5 / 16 = 320 clocks of them per step, about half of the step: 8 rows halve them and use
+twice the SMs (lesson 5's rows records: the forward of 12 heads of 64 at B = 16 went from 0.675 to 0.551 ms). So the
+score is ``rounds * (LATENCY + programs_per_SM * (max(block_b, 16) * 2 * G_r * D^2 / RATE + block_b * D *
+specials / SFU_RATE))`` with rounds = ceil(programs / slots).
 Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.
 Why the tie-break: on the H100 (B = 16, bf16) 4 warps beat 8 at DH 16 to 64 in both directions, and at DH 128
 four warps do not fit (the estimate exceeds 255 registers), so 8 win; lesson 5's records hold the times.
@@ -49,20 +56,34 @@ import torch
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.functions import get_function
 
-__all__ = ["FusedTiling", "candidates", "fused_tiling", "fits", "explain", "BLOCK_B", "NUM_WARPS"]
+__all__ = ["FusedTiling", "candidates", "fused_tiling", "fits", "explain", "specials", "BLOCK_B", "NUM_WARPS"]
 
-BLOCK_B = (16, 32, 64, 128)
+BLOCK_B = (8, 16, 32, 64, 128)
+MMA_ROWS = 16  # rows the tensor cores multiply at a time: a tile of fewer rows is padded to this (product, registers)
 NUM_WARPS = (4, 8, 16)
 OVERHEAD = 24  # registers per thread for scalars, loop counters, temporaries
 ROOMY = 240  # prefer the fewest warps whose threads stay below this many registers (the cap is 255)
 L1_RATE = 200.0  # bytes per ns per SM from L1 (about 128 B/clock): the cost of re-reading R every step
 LATENCY = 400.0  # ns, one step's dependent chain at small tiles (measured order of magnitude on the H100)
 RATE = 4.0e3  # dense FLOP per ns per SM for mma.sync-sized tiles (about 1/2 of peak/SM on an H100)
+SFU_RATE = 28.0  # special-function results per ns per SM (16 per clock at about 1.75 GHz)
 
 
 def slots(function) -> int:
     """Gate slots of the kernels' all-gates tiles: 4 (lstm; gru's gates padded to 4) or 1 (elman)."""
     return 4 if get_function(function).gates_b > 1 else 1
+
+
+def specials(function, direction: str) -> int:
+    """Special-function instructions (tanh) per unit and step: the LSTM forward 5 (three sigmoids as tanh, the cell
+    input, tanh(c)), its backward 1 (tanh(c) again, from the saved activations); the GRU 3 (two sigmoids, the
+    candidate's tanh) both ways (its backward recomputes them from the pre-activations); Elman 1."""
+    fn = get_function(function)
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"direction={direction!r}; use 'forward' or 'backward'.")
+    if fn.name == "lstm":
+        return 5 if direction == "forward" else 1
+    return 3 if fn.name == "gru" else 1
 
 
 def tiles(function, direction: str) -> int:
@@ -126,7 +147,7 @@ def candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
         if bb > max_bb:
             continue
         threads = 32 * w
-        regs = math.ceil(tiles(fn, direction) * bb * d / threads) + OVERHEAD
+        regs = math.ceil(tiles(fn, direction) * max(bb, MMA_ROWS) * d / threads) + OVERHEAD
         smem = r_bytes + g * bb * d * e  # R_all staged for the tensor cores + one layout-conversion buffer
         programs = nh * math.ceil(b / bb)
         per_sm = min(spec.registers_per_sm // (regs * threads), spec.smem_per_sm // max(smem, 1), 64 // w)
@@ -145,7 +166,8 @@ def candidates(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
             resident = spec.sm_count * per_sm  # programs that run at once
             rounds = math.ceil(programs / resident)
             on_sm = min(per_sm, math.ceil(programs / spec.sm_count))
-            step = LATENCY + on_sm * bb * 2 * fn.gates_r * d * d / RATE
+            product = max(bb, MMA_ROWS) * 2 * fn.gates_r * d * d / RATE
+            step = LATENCY + on_sm * (product + bb * d * specials(fn, direction) / SFU_RATE)
             score = rounds * (step + (0 if on_chip else r_bytes / L1_RATE))
         out.append(
             FusedTiling(bb, w, 1, on_chip, d, programs, regs, smem, r_bytes, max(per_sm, 0), score, not reason, reason)

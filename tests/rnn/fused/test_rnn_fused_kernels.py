@@ -102,3 +102,20 @@ def test_fused_kernels_rereading_r_every_step_agree(function, make_inputs):
         runs.append((out, last, dG, ds0))
     for name, a, r in zip(("states", "last", "dG", "d_states"), runs[1], runs[0]):
         check.assert_close(a, r.double(), name=name)
+
+
+@pytest.mark.parametrize("function, B, T, NH, DH", [("lstm", 9, 4, 2, 17), ("gru", 3, 5, 1, 16), ("lstm", 1, 3, 1, 1)])
+def test_backward_per_gate_product_is_the_reference(function, B, T, NH, DH, monkeypatch, run_case):
+    """dh_{t-1} as G products of one gate each (backward.PRODUCT 'per gate', chosen at head dims >= 128) gives the
+    float64 reference's gradients, at odd sizes; and per_gate says which product each case runs."""
+    monkeypatch.setattr(fused_backward, "PRODUCT", "per gate")
+    run_case("fused", function, B, T, NH, DH)
+
+
+def test_per_gate_product_by_head_dim():
+    lstm, elman = rnn.functions.get_function("lstm"), rnn.functions.get_function("elman")
+    at = {d: tiling.fused_tiling(16, 1, d, "lstm", torch.bfloat16, gpu="H100", direction="backward") for d in (64, 128)}
+    assert fused_backward.PRODUCT == "by head dim"
+    assert not fused_backward.per_gate(lstm, at[64]) and fused_backward.per_gate(lstm, at[128])
+    assert not fused_backward.per_gate(elman, at[128])  # one gate: nothing to take apart
+    assert not fused_backward.per_gate(lstm, dataclasses.replace(at[128], r_on_chip=False))
