@@ -87,7 +87,9 @@ __all__ = [
 
 @triton.jit
 def load_r_slot(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, SLOT: tl.constexpr):
-    """R[SLOT, n] [BLOCK_D, BLOCK_D] (element [j, k], zero past DH): the rows of R_all of one gate slot."""
+    """R[SLOT, n] [BLOCK_D, BLOCK_D], element [j, k] (zero past DH): the rows of :func:`load_r`'s R_all of one slot,
+    loaded with plain row and column indices (through ``load_r`` with one slot, the compiler lays the tile out
+    otherwise and the per-gate step takes 20 more instructions at head dim 64; ``scripts/sass05_rows.py``)."""
     j = tl.arange(0, BLOCK_D)[:, None]
     k = tl.arange(0, BLOCK_D)[None, :]
     return tl.load(r_ptr + ((SLOT * NH + n) * DH + j) * DH + k, mask=(j < DH) & (k < DH), other=0.0)
@@ -145,7 +147,7 @@ def fused_backward_kernel(
     # re-read every step (as in the forward).
     if R_ON_CHIP:
         r_all = load_r(r_ptr, n, NH, DH, BLOCK_D, G_R, G, False)
-    if PER_GATE:  # R_g [BLOCK_D, BLOCK_D] per gate slot instead (R_ON_CHIP only)
+    if PER_GATE:  # R_g [BLOCK_D, BLOCK_D] of each gate slot g instead (R_ON_CHIP only): R_all's rows of one slot
         r0 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 0)
         r1 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 1)
         r2 = load_r_slot(r_ptr, n, NH, DH, BLOCK_D, 2)
@@ -226,10 +228,11 @@ def fused_backward_kernel(
             a0 = own_chain(dot(dot_operand(d0.to(RDT), OPQ), r0, IS_FP32, PRECISION), OPQ)
             a1 = own_chain(dot(dot_operand(d1.to(RDT), OPQ), r1, IS_FP32, PRECISION), OPQ)
             a2 = own_chain(dot(dot_operand(d2.to(RDT), OPQ), r2, IS_FP32, PRECISION), OPQ)
-            a3 = a2 * 0.0
-            if G_R == 4:
+            if G_R == 4:  # (gru: slot 3, n, takes no R)
                 a3 = own_chain(dot(dot_operand(d3.to(RDT), OPQ), r3, IS_FP32, PRECISION), OPQ)
-            dh = direct + ((a0 + a1) + (a2 + a3))
+                dh = direct + ((a0 + a1) + (a2 + a3))
+            else:
+                dh = direct + ((a0 + a1) + a2)
         else:
             dh = direct + dot(dot_operand(dG.to(RDT), COMPILED and not IS_FP32), r_all, IS_FP32, PRECISION)
         tl.store(dg_rows + t.to(tl.int64) * dg_step, dG, mask=gate_mask)
@@ -305,10 +308,11 @@ PRODUCT = "by head dim"
 whose accumulation is one chain of G * D / 16 dependent tensor-core instructions per output tile (16 at D = 64, 32
 at D = 128). 'per gate' (LSTM and GRU with R on chip): G products of depth D on their own accumulators
 (:func:`gpulab.triton_ops.own_chain`), added after: chains of D / 16, but each gate's dG makes its own trip into the
-product's layout (three more CTA barriers per step). 'by head dim' (shipped): per gate from :data:`PER_GATE_FROM`.
-Measured on the H100 in one process (``scripts/bench05_rows.py``, ``benchmarks/05_fused_rnn/rows/*-product.jsonl``,
-8 rows per program): per gate was slower at D = 64 (B16 12 x 64: backward 0.990 vs 0.939 ms; B32 1.191 vs 1.160) and
-faster at D = 128 (B16 6 x 128: 1.965 vs 2.065 ms). Elman has one gate: always 'all gates'."""
+product's layout (three more CTA barriers per step). 'by head dim' (shipped): per gate from :data:`PER_GATE_FROM`,
+where the H100 records of the two in one process (``scripts/bench05_rows.py``,
+``benchmarks/05_fused_rnn/rows/*-product.jsonl``, read by lesson 5's Appendix H and
+``tests/rnn/fused/test_rows_report.py``) have per gate ahead; at 64 its barriers cost more than its chains save.
+Elman has one gate: always 'all gates'."""
 PER_GATE_FROM = 128  # the padded head dim (BLOCK_D) from which 'by head dim' multiplies per gate
 
 

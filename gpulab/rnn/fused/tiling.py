@@ -31,8 +31,8 @@ Objective: the least estimated time per step. Programs run concurrently; a step 
 load -> dot -> cell -> store of one step) plus, for the programs sharing an SM, their tensor-core work and their
 activations: each unit's gates and cell take ``specials(function, direction)`` special-function instructions
 (tanh; the LSTM forward 5 per unit), and an SM issues only 16 of those per clock (``SFU_RATE`` per ns). One head of
-64 at 16 rows is 16 x 64 x 5 / 16 = 320 clocks of them per step, about half of the step: 8 rows halve them and use
-twice the SMs (lesson 5's rows records: the forward of 12 heads of 64 at B = 16 went from 0.675 to 0.551 ms). So the
+64 at 16 rows is 16 x 64 x 5 / 16 = 320 clocks of them per step, a large share of a step at this size: 8 rows halve
+them and use twice the SMs (lesson 5's Appendix H and its records, ``benchmarks/05_fused_rnn/rows/``). So the
 score is ``rounds * (LATENCY + programs_per_SM * (max(block_b, 16) * 2 * G_r * D^2 / RATE + block_b * D *
 specials / SFU_RATE))`` with rounds = ceil(programs / slots).
 Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.
