@@ -1216,6 +1216,32 @@ if hinted_rows:
     ))  # fmt: skip
 
 # %% [markdown]
+# **What the product waits for.** The stamped product grows with the warps, and the compiled step says why: each warp multiplies all of $h$ [16, 768] by its columns of the program's slice of $R$, and Triton feeds both operands to the tensor cores from shared memory with `ldmatrix` at every step, so every warp reads all of $h$ again. The bytes per step of each timed tiling, from its compiled loop (`scripts/sass05_split.py`, sm_90 without a GPU), at the SM's 128 bytes per clock and the stamps' own clock:
+
+# %%
+try:
+    smem_ = split_report.smem_rows(split_report.load_sass(), hinted_rows) if hinted_rows else []
+    print(split_report.smem_table(smem_))
+except (FileNotFoundError, ValueError) as exc:
+    smem_ = []
+    print(exc)
+
+# %%
+if smem_:
+    sm_ = {(r["exchange"], r["warps"]): r for r in smem_}
+    h4_, b2_ = sm_["hinted", 4], sm_["barrier", 2]
+    claims.show(claims.claim(
+        "In the hinted kernel the `ldmatrix` loads alone move {kb:.0f} KB per step, {ns:.0f} ns at 128 bytes per "
+        "clock, of a stamped product of {p:.0f} ns; with 2 warps {kb2:.0f} KB, {ns2:.0f} ns of {p2:.0f}. The product "
+        "is bound by shared memory, not by the tensor cores ({hmma} instructions per warp and step): the next version "
+        "of the split forward has to keep its slice of $R$ in registers and read $h$ once per program (explicit "
+        "layouts, as Gluon states them), where a shorter exchange alone leaves this floor in place.",
+        holds=lambda kb, ns, p, kb2, ns2, p2, hmma: kb > kb2 and 0.5 < ns / p <= 1 and 0.5 < ns2 / p2 <= 1,
+        kb=h4_["ldsm_bytes"] / 1024, ns=h4_["ldsm_ns"], p=h4_["product_ns"], kb2=b2_["ldsm_bytes"] / 1024,
+        ns2=b2_["ldsm_ns"], p2=b2_["product_ns"], hmma=h4_["hmma_per_warp"],
+    ))  # fmt: skip
+
+# %% [markdown]
 # **A tag must never come back.** A reader trusts a word whose tag is the one it waits for, so no word left in the buffer by an earlier launch may carry a tag a later launch waits for. Step $t$'s words carry $\text{tag}_0 + t + 2$ (a persistent launch also writes $h_{-1}$ as words, tag $\text{tag}_0 + 1$), so a sequence of $T$ steps uses tags up to $\text{tag}_0 + T + 1$, and the sequence number that sets the next launch's $\text{tag}_0$ must move by $T + 1$. The first version moved it by one per launch: right for one persistent launch (it added the extra one), one short for $T$ launches of one step each (the interpreter's mode, and `persistent=False` on a GPU). Nothing on the CPU could see it; the GPU self-test did: the first persistent launch after one-step launches found $h_{T-1}$'s words carrying the tag its $h_{-1}$ wanted, and read them (`benchmarks/selftest/*-2026-11-26-session4.txt`). Now the launch that ends at step $T$ adds the extra tag, whichever mode ran; the interpreter checks the count:
 
 # %%

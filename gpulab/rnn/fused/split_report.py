@@ -48,6 +48,9 @@ __all__ = [
     "exchange_table",
     "exchange_row",
     "hinted_table",
+    "load_sass",
+    "smem_rows",
+    "smem_table",
     "called_table",
     "time_row",
     "rows_of",
@@ -255,6 +258,59 @@ def hinted_table(rows) -> str:
         if r.get("kind") == "hinted" and "exchange" not in r and "ms" in r:  # the cuDNN row (no exchange)
             lines.append(f"{'cuDNN nn.LSTM fp16':26s} {_cell(r)} {_cell(r, 'wall_ms')}")
     return "\n".join(lines)
+
+
+SMEM_BYTES_PER_CLOCK = 128
+"""Shared-memory bytes an SM moves per clock (H100: 32 banks of 4 bytes)."""
+
+
+def load_sass(root=None) -> list[dict]:
+    """The split forward's compiled step per tiling (``split/sm90-split-sass.jsonl``, written without a GPU by
+    ``python scripts/sass05_split.py``): per step and warp its instructions, HMMAs, barriers and shared-memory bytes
+    by instruction kind."""
+    path = results_dir(root).joinpath(*_FOLDER, "sm90-split-sass.jsonl")
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python scripts/sass05_split.py {path}` (no GPU needed).")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def smem_rows(sass, hinted) -> list[dict]:
+    """Per compiled tiling also timed in ``hinted`` (:func:`load_split` ``record='hinted'``): the shared-memory bytes
+    per step of the whole program (all warps), the time they take at :data:`SMEM_BYTES_PER_CLOCK` at the stamps' own
+    clock (cycles per ns), and the stamped product's ns."""
+    if not isinstance(sass, list) or not all(isinstance(r, dict) and "shared_bytes" in r for r in sass) or not sass:
+        raise TypeError("sass must be the non-empty list of compiled-step rows that load_sass() returns.")
+    timed = {(r.get("exchange"), r.get("block_u"), r.get("warps")): r for r in _rows(hinted)
+             if r.get("kind") == "hinted" and "parts" in r and r.get("direction") != "backward"}  # fmt: skip
+    out = []
+    for c in sass:
+        t = timed.get((c["exchange"], c["block_u"], c["warps"]))
+        if t is None:
+            continue
+        ldsm, every = c["shared_bytes"].get("ldsm", 0) * c["warps"], sum(c["shared_bytes"].values()) * c["warps"]
+        clock = t["cycles_per_ns"] * SMEM_BYTES_PER_CLOCK
+        out.append({"exchange": c["exchange"], "block_u": c["block_u"], "warps": c["warps"], "ldsm_bytes": ldsm,
+                    "shared_bytes": every, "ldsm_ns": ldsm / clock, "shared_ns": every / clock,
+                    "product_ns": t["parts"]["product"], "hmma_per_warp": c["hmma"],
+                    "barriers": c["barriers"]})  # fmt: skip
+    return out
+
+
+def smem_table(rows) -> str:
+    """:func:`smem_rows` as a table."""
+    if not isinstance(rows, list) or not rows:
+        raise ValueError("rows must be the non-empty list that smem_rows() returns (a tiling both compiled and timed).")
+    lines = [f"{'exchange':8s} {'units':>5s} {'warps':>5s} {'ldmatrix KB':>11s} {'all smem KB':>11s} "
+             f"{'ldmatrix ns':>11s} {'all smem ns':>11s} {'product ns':>10s} {'HMMA/warp':>9s} "
+             f"{'BAR':>4s}"]  # fmt: skip
+    for r in rows:
+        lines.append(f"{r['exchange']:8s} {r['block_u']:5d} {r['warps']:5d} {r['ldsm_bytes'] / 1024:11.0f} "
+                     f"{r['shared_bytes'] / 1024:11.0f} {r['ldsm_ns']:11.0f} {r['shared_ns']:11.0f} "
+                     f"{r['product_ns']:10.0f} {r['hmma_per_warp']:9d} {r['barriers']:4d}")  # fmt: skip
+    return (
+        f"per step of one program (all its warps), at {SMEM_BYTES_PER_CLOCK} B per clock; product: the stamps\n"
+        + "\n".join(lines)
+    )
 
 
 def exchange_row(rows, exchange: str, training: bool = False) -> dict | None:

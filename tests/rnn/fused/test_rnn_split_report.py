@@ -233,3 +233,15 @@ def test_the_stored_steps_and_called_records_read():
     assert "forward   barrier" in split_report.parts_table(steps)
     assert split_report.exchange_row(steps, "barrier")["ms"] > 0
     assert "tiny" in split_report.called_table(split_report.load_split("h100", record="called"))
+
+
+def test_shared_memory_budget_of_the_split_forward(tmp_path):
+    """The compiled step's shared-memory bytes (all warps) against the stamped product, for the tilings both compiled
+    and timed: every warp reads all of h, so the ldmatrix bytes grow with the warps."""
+    rows = split_report.smem_rows(split_report.load_sass(), split_report.load_split("h100", record="hinted"))
+    by = {(r["exchange"], r["warps"]): r for r in rows}
+    assert by["hinted", 4]["ldsm_bytes"] > by["barrier", 2]["ldsm_bytes"]
+    assert all(0 < r["ldsm_ns"] <= r["shared_ns"] for r in rows)
+    assert "ldmatrix KB" in split_report.smem_table(rows)
+    with pytest.raises(FileNotFoundError, match="sass05_split.py"):
+        split_report.load_sass(root=tmp_path)

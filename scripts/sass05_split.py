@@ -1,0 +1,72 @@
+"""Lesson 5, issue 40: the split forward's step (one head of 768) as the compiler makes it for sm_90, without a GPU:
+the shared-memory traffic per step that its product and layout conversions move (no timing).
+
+    python scripts/sass05_split.py OUT.jsonl
+
+One JSON line per tiling (exchange, block_u, warps): per time step and warp, the loop's instructions, tensor-core
+instructions (HMMA) and their longest dependent chain, CTA barriers, and the bytes each kind of shared-memory
+instruction moves (``LDSM.16.M88.n``: n 8x8 matrices of 16-bit values, 128 B each per warp; ``LDS``/``STS``: 4 B per
+thread, ``.64`` 8 B, ``.128`` 16 B), and registers per thread.
+"""
+
+import json
+import re
+import sys
+
+import torch
+
+torch.cuda.is_available = lambda: True  # compile for sm_90 here; nothing is launched (see gpulab.rnn.fused.sass)
+
+import triton  # noqa: E402
+
+from gpulab.rnn.fused import sass  # noqa: E402
+from gpulab.rnn.fused.plan import KERNELS  # noqa: E402
+
+TILINGS = [("hinted", 8, 4), ("barrier", 8, 2), ("barrier", 8, 4)]
+
+
+def smem_bytes(op: str) -> int:
+    """Bytes one warp-wide shared-memory instruction moves."""
+    m = re.match(r"LDSM\.16\.M(?:T)?88(?:\.(\d))?", op)
+    if m:
+        return 128 * int(m.group(1) or 1)
+    width = re.search(r"\.(64|128)\b", op)
+    return 32 * (int(width.group(1)) // 8 if width else 4)
+
+
+def compiled(exchange, block_u, warps):
+    sig = {n: "*bf16" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "init_ptr", "out_ptr", "last_ptr", "gates_ptr")}
+    sig.update({"bar_ptr": "*i64", "xch_ptr": "*i32" if exchange == "hinted" else "*i64", "seq_ptr": "*i64",
+                "clk_ptr": "*i64"})  # fmt: skip
+    sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride", "t_start", "t_stop", "n_programs")})
+    const = dict(FUNCTION=0, G_W=4, G_R=4, G_B=4, DH=768, BLOCK_B=16, BLOCK_U=block_u, BLOCK_K=256, CHUNKS=3,
+                 SAVE_GATES=True, FAST=True, IS_FP32=False, PRECISION="ieee", BARRIER=True, APART=True, TAGGED=False,
+                 SPIN=1 << 20, TIMING=False, FLAGS=False, P_PAD=128, HINTED=exchange == "hinted")  # fmt: skip
+    sig.update({k: "constexpr" for k in const})
+    return sass.compile_kernel(KERNELS["split"], sig, const, warps, unaligned=("NH", "t_start", "t_stop", "n_programs"))
+
+
+def main(path):
+    out = []
+    for exchange, block_u, warps in TILINGS:
+        body, ops, regs = sass.loop_stats(compiled(exchange, block_u, warps), f"split_{exchange}_u{block_u}_w{warps}")
+        shared = {}
+        for op, n in ops.items():
+            if op.startswith(("LDSM", "LDS", "STS")):
+                kind = "ldsm" if op.startswith("LDSM") else op[:3].lower()
+                shared[kind] = shared.get(kind, 0) + n * smem_bytes(op)
+        hmma = [t for t in body if t.startswith("HMMA")]
+        out.append({
+            "kernel": "split forward", "dh": 768, "exchange": exchange, "block_u": block_u, "warps": warps,
+            "rows": 16, "instructions": len(body), "hmma": len(hmma), "barriers": sum(c for o, c in ops.items()
+            if o.startswith("BAR")), "shared_bytes": shared, "registers": regs, "triton": triton.__version__,
+            "target": "sm_90",
+        })  # fmt: skip
+        print(json.dumps(out[-1]), flush=True)
+    with open(path, "w") as f:
+        for r in out:
+            f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
