@@ -34,7 +34,8 @@ from gpulab.course.history_labels import LABELS, history_label
 __all__ = ["DISPLAYS", "LABELS", "LOADER", "Display", "history_label", "loader_calls", "displayed", "check_source"]
 
 LOADER = re.compile(
-    r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|tasks|roofline|codesign)\."
+    r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|rows_report|tasks|roofline|"
+    r"codesign)\."
     r"(?:load|stored\w*|load_\w+|hbm_ceiling|stored_read_plateau|ceilings|model_constants)\((?:[^()]|\([^()]*\))*\)"
 )
 """A call that loads stored records, as the lesson sources write it."""
@@ -378,6 +379,37 @@ def _lesson05_called(root) -> list[Shown]:
     return out
 
 
+def _lesson05_rows(kind: str):
+    """Appendix H's runs (``scripts/bench05_rows.py``): 'rows' (16 and 8 rows per program), 'product' (the backward's
+    product per gate or all at once), 'rows_split' (the split kernels at 8 rows), each keyed as its run's own cases,
+    cuDNN fp16 as that run's peer."""
+
+    def shown(root) -> list[Shown]:
+        from gpulab.rnn.fused import rows_report
+
+        path = bench.newest(bench.record_files(rows_report.folder(root), "h100", f"*-{kind}.jsonl"), part=kind)
+        out = []
+        for r in rows_report.load(kind, root=root):
+            p = r.params
+            if r.status != "ok":
+                continue
+            if kind == "rows_split":
+                name, pass_, prob = f"8-rows experiment: {r.case}", p.get("direction", "?"), (16, 1024, 1, 768)
+            elif r.case.startswith("cuDNN"):
+                name, pass_ = f"{kind} experiment: cuDNN nn.LSTM float16, dense", r.case.split()[2]
+                prob = (p["B"], p["T"], 1, p["NH"] * p["DH"])
+            else:
+                name = f"{kind} experiment: {p['block_b']} rows" + (f", {p['product']}" if kind == "product" else "")
+                pass_, prob = p["part"], (p["B"], p["T"], p["NH"], p["DH"])
+            key = lambda clock, name=name, pass_=pass_, prob=prob, r=r: _lstm_key(  # noqa: E731
+                pass_, name, r.device, *prob, str(r.dtype), clock
+            )
+            out += _times(key, path.name, r.ms, r.wall_ms)
+        return out
+
+    return shown
+
+
 def _none(root) -> list[Shown]:
     return []
 
@@ -454,6 +486,13 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_hinted, "Appendix G's exchange candidates (their own cases, cuDNN beside them in the run)"),
     ("05", 'split_report.load_split("h100", record="called")'): Display(
         _lesson05_called, "Appendix G: flashrnn's API path per calling mode"),
+    ("05", 'rows_report.load("sass")'): Display(_none, "instruction counts of the compiled step, not times"),
+    ("05", 'rows_report.load("rows")'): Display(_lesson05_rows("rows"), "Appendix H: 16 and 8 rows per program"),
+    ("05", 'rows_report.load("product")'): Display(
+        _lesson05_rows("product"), "Appendix H: the backward's product per gate or at once"),
+    ("05", 'rows_report.load("rows_split")'): Display(
+        _lesson05_rows("rows_split"), "Appendix H: the split kernels at 8 rows"),
+    ("05", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),
