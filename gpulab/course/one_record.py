@@ -387,7 +387,7 @@ def _lesson05_rows(kind: str):
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused import rows_report
 
-        path = bench.newest(bench.record_files(rows_report.folder(root), "h100", f"*-{kind}.jsonl"), part=kind)
+        run = rows_report.path(kind, root=root).name
         out = []
         for r in rows_report.load(kind, root=root):
             p = r.params
@@ -404,7 +404,7 @@ def _lesson05_rows(kind: str):
             key = lambda clock, name=name, pass_=pass_, prob=prob, r=r: _lstm_key(  # noqa: E731
                 pass_, name, r.device, *prob, str(r.dtype), clock
             )
-            out += _times(key, path.name, r.ms, r.wall_ms)
+            out += _times(key, run, r.ms, r.wall_ms)
         return out
 
     return shown

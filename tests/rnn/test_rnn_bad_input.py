@@ -108,6 +108,7 @@ CASES = [
     ("fits-direction", lambda: tiling.fits(16, 1, 64, direction="x"), ValueError, "direction='x'"),
     ("specials-direction", lambda: tiling.specials("lstm", "up"), ValueError, "direction='up'"),
     ("rows_report-load-kind", lambda: rows_report.load("tiles"), ValueError, "kind='tiles'"),
+    ("rows_report-path-kind", lambda: rows_report.path("tiles"), ValueError, "kind='tiles'"),
     ("smem_rows-sass", lambda: split_report.smem_rows([{"x": 1}], []), TypeError, "sass must be"),
     ("smem_table-empty", lambda: split_report.smem_table([]), ValueError, "rows must be"),
     ("load_sass-root", lambda: split_report.load_sass(root=5), TypeError, "root"),

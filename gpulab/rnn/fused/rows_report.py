@@ -10,8 +10,8 @@ The records (``benchmarks/05_fused_rnn/rows/``), made on the GPU by ``scripts/be
 - ``sm90-rows-sass.jsonl``: the compiled step (sm_90, no GPU): special-function and tensor-core instructions,
   barriers, the longest chain of dependent tensor-core instructions, per step and warp.
 
-:func:`load` finds the newest of a kind; :func:`rows_table`, :func:`product_table`, :func:`split_table` and
-:func:`sass_table` print them; :func:`pick` finds one measurement for the lesson's sentences.
+:func:`path` finds the newest of a kind and :func:`load` reads it; :func:`rows_table`, :func:`product_table`,
+:func:`split_table` and :func:`sass_table` print them; :func:`pick` finds one measurement for the lesson's sentences.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gpulab import bench, runtime
 
-__all__ = ["KINDS", "folder", "load", "pick", "rows_table", "product_table", "split_table", "sass_table"]
+__all__ = ["KINDS", "folder", "path", "load", "pick", "rows_table", "product_table", "split_table", "sass_table"]
 
 KINDS = ("rows", "product", "rows_split", "sass")
 """The record kinds of the rows folder: the three GPU runs' parts and the offline SASS counts."""
@@ -32,21 +32,31 @@ def folder(root=None) -> Path:
     return bench.results_dir(root) / "05_fused_rnn" / "rows"
 
 
-def load(kind: str, gpu: str = "h100", root=None) -> list:
-    """The newest record of ``kind`` (one of :data:`KINDS`) for ``gpu``: a list of :class:`gpulab.bench.Result`,
-    or for 'sass' a list of dicts (compile facts, no device); FileNotFoundError naming the script that makes it."""
+def path(kind: str, gpu: str = "h100", root=None) -> Path:
+    """The file of ``kind`` (one of :data:`KINDS`) that :func:`load` reads: the newest ``*-<kind>.jsonl`` of ``gpu``
+    (:func:`gpulab.bench.newest`'s order), or for 'sass' ``sm90-rows-sass.jsonl``; FileNotFoundError naming the script
+    that makes it."""
     runtime.one_of("kind", kind, KINDS)
     if kind == "sass":
-        path = folder(root) / "sm90-rows-sass.jsonl"
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run `python scripts/sass05_rows.py {path}` (no GPU needed).")
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        file = folder(root) / "sm90-rows-sass.jsonl"
+        if not file.exists():
+            raise FileNotFoundError(f"{file} is missing: run `python scripts/sass05_rows.py {file}` (no GPU needed).")
+        return file
     files = bench.record_files(folder(root), gpu, f"*-{kind}.jsonl")
     if not files:
         raise FileNotFoundError(
             f"no {kind!r} record for gpu {gpu!r} in {folder(root)}: run scripts/bench05_rows.py on that GPU."
         )
-    return bench.load("05", path=bench.newest(files, part=kind))
+    return Path(bench.newest(files, part=kind))
+
+
+def load(kind: str, gpu: str = "h100", root=None) -> list:
+    """The records of :func:`path`: a list of :class:`gpulab.bench.Result`, or for 'sass' a list of dicts (compile
+    facts, no device)."""
+    file = path(kind, gpu, root)
+    if kind == "sass":
+        return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    return bench.load("05", path=file)
 
 
 def pick(results, part: str, B: int, NH: int, DH: int, block_b: int, product: str | None = None):
