@@ -1,12 +1,14 @@
 """Lesson 5, issue 40: the split forward's step (one head of 768) as the compiler makes it for sm_90, without a GPU:
 the shared-memory traffic per step that its product and layout conversions move (no timing).
 
-    python scripts/sass05_split.py OUT.jsonl
+    python scripts/sass05_split.py OUT.jsonl [OUT_V6.jsonl]
 
 One JSON line per tiling (exchange, block_u, warps): per time step and warp, the loop's instructions, tensor-core
 instructions (HMMA) and their longest dependent chain, CTA barriers, and the bytes each kind of shared-memory
 instruction moves (``LDSM.16.M88.n``: n 8x8 matrices of 16-bit values, 128 B each per warp; ``LDS``/``STS``: 4 B per
-thread, ``.64`` 8 B, ``.128`` 16 B), and registers per thread.
+thread, ``.64`` 8 B, ``.128`` 16 B), registers per thread and local-memory (spill) instructions. With a second
+path, the same for version 6 (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon: R in registers, h read once
+per program) per tile.
 """
 
 import json
@@ -23,6 +25,7 @@ from gpulab.rnn.fused import sass  # noqa: E402
 from gpulab.rnn.fused.plan import KERNELS  # noqa: E402
 
 TILINGS = [("hinted", 8, 4), ("barrier", 8, 2), ("barrier", 8, 4)]
+V6_TILES = [(8, 4), (16, 8)]  # (block_u, warps)
 
 
 def smem_bytes(op: str) -> int:
@@ -46,27 +49,46 @@ def compiled(exchange, block_u, warps):
     return sass.compile_kernel(KERNELS["split"], sig, const, warps, unaligned=("NH", "t_start", "t_stop", "n_programs"))
 
 
-def main(path):
-    out = []
-    for exchange, block_u, warps in TILINGS:
-        body, ops, regs = sass.loop_stats(compiled(exchange, block_u, warps), f"split_{exchange}_u{block_u}_w{warps}")
-        shared = {}
-        for op, n in ops.items():
-            if op.startswith(("LDSM", "LDS", "STS")):
-                kind = "ldsm" if op.startswith("LDSM") else op[:3].lower()
-                shared[kind] = shared.get(kind, 0) + n * smem_bytes(op)
-        hmma = [t for t in body if t.startswith("HMMA")]
-        out.append({
-            "kernel": "split forward", "dh": 768, "exchange": exchange, "block_u": block_u, "warps": warps,
-            "rows": 16, "instructions": len(body), "hmma": len(hmma), "barriers": sum(c for o, c in ops.items()
-            if o.startswith("BAR")), "shared_bytes": shared, "registers": regs, "triton": triton.__version__,
-            "target": "sm_90",
-        })  # fmt: skip
-        print(json.dumps(out[-1]), flush=True)
+def row(kernel, name, exchange, block_u, warps):
+    """One compiled step's counts per step and warp (see the module docstring)."""
+    body, ops, regs = sass.loop_stats(kernel, name)
+    shared = {}
+    for op, n in ops.items():
+        if op.startswith(("LDSM", "LDS", "STS")):
+            kind = "ldsm" if op.startswith("LDSM") else op[:3].lower()
+            shared[kind] = shared.get(kind, 0) + n * smem_bytes(op)
+    hmma = [t for t in body if t.startswith("HMMA")]
+    return {
+        "kernel": "split forward", "dh": 768, "exchange": exchange, "block_u": block_u, "warps": warps,
+        "rows": 16, "instructions": len(body), "hmma": len(hmma), "barriers": sum(c for o, c in ops.items()
+        if o.startswith("BAR")), "shared_bytes": shared, "registers": regs, "triton": triton.__version__,
+        "target": "sm_90", "spills": sum(c for o, c in ops.items() if o.startswith(("STL", "LDL"))),
+    }  # fmt: skip
+
+
+def write(path, rows):
     with open(path, "w") as f:
-        for r in out:
+        for r in rows:
             f.write(json.dumps(r) + "\n")
 
 
+def main(path, path_v6=None):
+    out = []
+    for exchange, block_u, warps in TILINGS:
+        out.append(row(compiled(exchange, block_u, warps), f"split_{exchange}_u{block_u}_w{warps}", exchange,
+                       block_u, warps))  # fmt: skip
+        print(json.dumps(out[-1]), flush=True)
+    write(path, out)
+    if path_v6:
+        from gpulab.rnn.fused.versions import v6_gluon_split as v6
+
+        out = []
+        for block_u, warps in V6_TILES:
+            kernel = v6.compile_sm90(768, v6.v6_config(768, block_u=block_u, warps=warps), "bf16", save_gates=True)
+            out.append({**row(kernel, f"v6_u{block_u}_w{warps}", "barrier", block_u, warps), "version": "v6"})
+            print(json.dumps(out[-1]), flush=True)
+        write(path_v6, out)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -493,6 +493,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("05", 'rows_report.load("rows_split")'): Display(
         _lesson05_rows("rows_split"), "Appendix H: the split kernels at 8 rows"),
     ("05", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
+    ("05", "versions_report.load_v6_sass()"): Display(
+        _none, "Appendix I: version 6's compiled step, instruction and byte counts, not times"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

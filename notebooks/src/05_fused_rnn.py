@@ -1454,3 +1454,63 @@ try:
     print(rows_report.split_table(rows_report.load("rows_split")))
 except FileNotFoundError as exc:
     print(exc)
+
+# %% [markdown]
+# ## Appendix I. Version 6: the split forward in Gluon, $R$ in registers
+#
+# Appendix G found what the split forward's product waits for: Triton keeps each program's slice of $R$ in shared memory and every warp of the program reads all of $h_{t-1}$ there too, 144 KB per step through `ldmatrix`. Version 6 (`gpulab.rnn.fused.versions.v6_gluon_split`) is written in Gluon, which states every layout, so that
+#
+# - program $p$'s slice $R_p$ ($4U$ rows: all four gates of its $U$ units, $D$ columns) is loaded **once into registers**, already in the tensor cores' operand layout, and stays there for the whole sequence;
+# - the $W$ warps split the product's **depth** $D$, not its rows: warp $s$ holds the columns $s K_c \ldots (s+1) K_c - 1$ of $R_p$ ($K_c = D / W$), loads only that chunk of $h_{t-1}$, straight from L2 into registers, and forms a partial product;
+# - the $W$ partial products meet in shared memory, where each thread adds the partials of its own elements before the cell.
+#
+# Transposed, so that the program's units are the product's rows (the tensor cores' $M$) and the batch its columns:
+#
+# $$\mathrm{pre}_p^\top = \sum_{s=0}^{W-1} R_p[:, \text{chunk } s]\; h_{t-1}[:, \text{chunk } s]^\top \qquad [4U, B]$$
+#
+# At one head of 768 with $U = 8$ units and $W = 4$ warps, a warp's chunk of $R_p$ is $32 \times 192$ bf16 values, which take 96 of a thread's registers (two values per register); $h$'s chunk takes 48 and the partial sums 16. A Gluon tile's sides are powers of two, so a chunk of 192 is held as two tiles of 128 and 64 (`v6.k_pieces`):
+
+# %%
+from gpulab.rnn.fused.versions import v6_gluon_split as v6
+
+v6_cfg = v6.v6_config(768)
+print(f"{v6_cfg}: {v6_cfg.programs(16, 1, 768)} programs at B = 16")
+print(f"registers per thread: {v6.register_estimate(768, v6_cfg)}")
+print(f"a warp's chunk of 192 as tiles of {v6.k_pieces(768 // v6_cfg.warps)}")
+
+# %% [markdown]
+# Gluon has no CPU interpreter, so the kernel itself cannot run here. What can: `v6.schedule_reference` does the kernel's arithmetic program by program and chunk by chunk (each warp's partial product, their sum, the cell) in float64, and must equal the LSTM; and the compiler, told about an H100, shows what it made of the step (`scripts/sass05_split.py`, no GPU needed).
+
+# %%
+v6_x = rnn_bench.problem_inputs(3, 5, 2, 64, torch.float32)
+v6_out, v6_last, v6_gates = v6.schedule_reference(*v6_x, cfg=v6.v6_config(64, block_u=8, warps=4))
+v6_ref = rnn.flashrnn(*(t.double() for t in v6_x), function="lstm", backend="vanilla")
+v6_err = check.assert_close(v6_out, v6_ref[0], rtol=1e-12, name="states_all")
+print(f"version 6's schedule (2 heads of 64, 8 programs each, 4 chunks per program) equals the LSTM: {v6_err <= 1e-12}")
+try:
+    v6_sass = versions_report.load_v6_sass()
+    print(versions_report.compiled_split_table(split_report.load_sass(), v6_sass))
+except FileNotFoundError as exc:
+    v6_sass = []
+    print(exc)
+
+# %%
+if v6_sass:
+    v5_hinted = next(r for r in split_report.load_sass() if r["exchange"] == "hinted")
+    v6_row = next(r for r in v6_sass if r["block_u"] == 8 and r["warps"] == 4)
+    claims.show(claims.claim(
+        "Compiled for the H100, version 6's step issues the same {hmma} tensor-core instructions per warp as version "
+        "5's, reads no operand through ldmatrix ({ldsm} bytes), moves {kb:.0f} KB of shared memory per program instead "
+        "of {kb5:.0f} KB, and uses {regs} registers per thread ({r} of them hold R) with {spills} spill instructions "
+        "in the step.",
+        holds=lambda hmma, hmma5, ldsm, kb, kb5, regs, r, spills: hmma == hmma5 and ldsm == 0 and kb < kb5 / 5
+        and r < regs <= 255 and spills == 0, r=v6.register_estimate(768, v6_cfg)["r"],
+        hmma=v6_row["hmma"], hmma5=v5_hinted["hmma"], ldsm=v6_row["shared_bytes"].get("ldsm", 0),
+        spills=v6_row["spills"],
+        kb=sum(v6_row["shared_bytes"].values()) * v6_row["warps"] / 1024,
+        kb5=sum(v5_hinted["shared_bytes"].values()) * v5_hinted["warps"] / 1024, regs=v6_row["registers"],
+    ))  # fmt: skip
+print(f"timed H100 records of version 6: {len(versions_report.v6_records('h100'))}")
+
+# %% [markdown]
+# Version 6 keeps version 5's counter barrier, so that it differs from version 5's barrier tiling (8 units, 4 warps) in one thing only, where $R$ and $h$ live. Until a timed record exists (the count above; `scripts/gpu_rnn_v6.sh` runs its GPU tests against float64 and version 5, then `scripts/bench05_v6.py` times both tiles beside version 5 and cuDNN on both clocks), this appendix says what the compiler made of it and nothing about its speed. The backward's product, $dh_{t-1} = dG_t R$ split by units, has the same shape of problem and is the next version to move into registers.

@@ -11,6 +11,7 @@ from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
 from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiling
 from gpulab.rnn.fused.versions import report as versions_report
+from gpulab.rnn.fused.versions import v6_gluon_split as v6
 from gpulab.rnn.ladder import plot as ladder_plot
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
@@ -44,6 +45,9 @@ H = torch.zeros(2, 2, 8)
 R1 = bench.Result(lesson="05", case="c", ms=1.0)
 G = torch.zeros(3)
 LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
+
+SASS_ROWS = [{"shared_bytes": {}}]
+WX3, WX0, R8 = torch.zeros(1, 2, 3, 1, 16), torch.zeros(0, 2, 4, 1, 16), torch.zeros(4, 1, 16, 8)
 
 
 def _launch(i, t):
@@ -162,10 +166,32 @@ CASES = [
         ValueError,
         "R",
     ),
+    # lesson 5: version 6 (Gluon)
+    ("V6Config-block_u", lambda: v6.V6Config(block_u=3), ValueError, "block_u=3"),
+    ("V6Config-warps-float", lambda: v6.V6Config(warps=4.0), TypeError, "warps"),
+    ("V6Config.programs-batch", lambda: v6.V6Config().programs(0, 1, 768), ValueError, "batch"),
+    ("v6_config-head_dim", lambda: v6.v6_config(100), ValueError, "head_dim=100"),
+    ("v6_config-pieces", lambda: v6.v6_config(448, warps=1), ValueError, "head_dim / warps = 448"),
+    ("k_pieces-kc", lambda: v6.k_pieces(0), ValueError, "kc"),
+    ("register_estimate-cfg", lambda: v6.register_estimate(768, {"warps": 4}), TypeError, "cfg must be"),
+    ("register_estimate-itemsize", lambda: v6.register_estimate(768, v6.V6Config(), 3), ValueError, "itemsize"),
+    ("schedule_reference-Wx", lambda: v6.schedule_reference([1.0], *LSTM_IN[1:]), TypeError, "Wx must be"),
+    ("schedule_reference-gates", lambda: v6.schedule_reference(WX3, *LSTM_IN[1:]), ValueError, "LSTM's gates"),
+    ("schedule_reference-R", lambda: v6.schedule_reference(LSTM_IN[0], R8, *LSTM_IN[2:]), ValueError, "R must have"),
+    ("schedule_reference-cfg", lambda: v6.schedule_reference(*LSTM_IN, cfg=8), TypeError, "cfg must be"),
+    ("schedule_reference-empty", lambda: v6.schedule_reference(WX0, *LSTM_IN[1:]), ValueError, "is empty"),
+    ("split_forward_v6-states", lambda: v6.split_forward_v6(*LSTM_IN[:3], None), TypeError, "states must be"),
+    ("split_forward_v6-dtype", lambda: v6.split_forward_v6(*(t.double() for t in LSTM_IN)), TypeError, "16-bit"),
+    ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),
+    ("v6 compile_sm90-dtype", lambda: v6.compile_sm90(768, dtype="fp32"), ValueError, "dtype='fp32'"),
+    ("v6_stats-dh", lambda: sass.v6_stats(dh=100), ValueError, "head_dim=100"),
     ("load_versions-gpu", lambda: versions_report.load_versions(7), TypeError, "gpu must be"),
     ("versions_table-results", lambda: versions_report.versions_table("x"), TypeError, "results"),
     ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),
     ("load_sass-dh", lambda: versions_report.load_sass(0), ValueError, "dh"),
+    ("load_v6_sass-root", lambda: versions_report.load_v6_sass(root=5), TypeError, "root"),
+    ("v6_records-gpu", lambda: versions_report.v6_records(""), TypeError, "gpu must be"),
+    ("compiled_split_table-v6", lambda: versions_report.compiled_split_table(SASS_ROWS, "x"), TypeError, "v6_rows"),
     ("load_profile-gpu", lambda: versions_report.load_profile(""), TypeError, "gpu"),
     ("profile_table-not-dict", lambda: versions_report.profile_table([]), TypeError, "profile"),
     ("sass_table-rows", lambda: versions_report.sass_table("x"), TypeError, "rows must be"),

@@ -37,6 +37,7 @@ __all__ = [
     "backward",
     "version",
     "version_stats",
+    "v6_stats",
     "loop_stats",
     "report",
     "main",
@@ -180,6 +181,32 @@ def version_stats(dh=64, warps=4, dtype="bf16") -> list[dict]:
     return rows
 
 
+def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True) -> dict:
+    """Version 6 (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon) compiled for sm_90: its step loop's
+    instructions per step and warp as :func:`version_stats` counts them, plus ``ldsm`` (``ldmatrix``: a tensor-core
+    operand read from shared memory, which version 6 must not need), ``spills`` (local loads and stores in the loop)
+    and ``shared_bytes``. The loop is the longest backward branch, so the barrier's spin loop inside counts once."""
+    from gpulab.rnn.fused.versions import v6_gluon_split  # noqa: PLC0415
+
+    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, warps=warps)
+    kernel = v6_gluon_split.compile_sm90(dh, cfg, dtype, save_gates)
+    body, ops, regs = loop_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}")
+
+    def count(pred):
+        return sum(c for o, c in ops.items() if pred(o))
+
+    return {
+        "version": "v6", "dh": dh, "warps": warps, "block_u": block_u, "block_b": cfg.block_b, "dtype": dtype,
+        "save_gates": save_gates, "registers": regs, "shared_bytes": int(kernel.metadata.shared),
+        "instructions": len(body), "barriers": count(lambda o: o.startswith("BAR")), "mma": count(lambda o: "MMA" in o),
+        "mufu": count(lambda o: o.startswith("MUFU")), "ldsm": count(lambda o: o.startswith("LDSM")),
+        "global_loads": count(lambda o: o.startswith("LDG")), "global_stores": count(lambda o: o.startswith("STG")),
+        "shared_loads": count(lambda o: o.startswith("LDS") and not o.startswith("LDSM")),
+        "shared_stores": count(lambda o: o.startswith("STS")),
+        "spills": count(lambda o: o.startswith(("STL", "LDL"))),
+    }  # fmt: skip
+
+
 def _cuobjdump(flag, cubin) -> str:
     return subprocess.run([str(BIN / "cuobjdump"), flag, str(cubin)], capture_output=True, text=True).stdout
 
@@ -259,7 +286,7 @@ def main(argv=None):
         print(done.stderr, end="", file=sys.stderr)
         return done.returncode
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions"))
+    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions", "v6"))
     p.add_argument("--save-gates", action="store_true")
     p.add_argument("--dh", type=int, default=64)
     p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
@@ -275,6 +302,12 @@ def main(argv=None):
 
         for row in version_stats(a.dh, a.warps or 4, a.dtype):
             print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
+        return 0
+    if a.which == "v6":  # one JSON line: version 6's step loop (BLOCK_U from --set, default 8)
+        import json
+
+        row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates)
+        print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
     if a.which in ("forward", "both"):
         w = a.warps or fused_tiling(16, 12, a.dh, "lstm", tdt, gpu="H100", direction="forward").num_warps

@@ -10,7 +10,10 @@ llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused
   the exact cell): the package's ``fused`` forward (:mod:`gpulab.rnn.fused.forward`, which also runs GRU and Elman,
   tiles the batch and keeps R off chip where it must);
 - v5: one head over several SMs, a grid barrier per step, for heads whose R does not fit one SM: the split kernel
-  (:mod:`gpulab.rnn.fused.split`).
+  (:mod:`gpulab.rnn.fused.split`);
+- v6 (:mod:`.v6_gluon_split`, Gluon, LSTM): v5 with each program's slice of R in registers, the warps splitting the
+  product's depth and each reading only its chunk of h (v5 reads R and all of h through shared memory every step).
+  GPU only; on a CPU its schedule runs in float64 and the compiler's sm_90 output is checked.
 
 The backward (section 5 of the lesson) is one reverse-time kernel; its versions are what runs around it
 (:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`gpulab.rnn.fused.plan.run_training`):

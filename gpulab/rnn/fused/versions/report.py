@@ -10,7 +10,7 @@ from gpulab import bench, runtime
 from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
-           "profile_table"]  # fmt: skip
+           "profile_table", "load_v6_sass", "v6_records", "compiled_split_table"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -169,3 +169,47 @@ def profile_table(profile) -> str:
              f"{p.get('B')}, T {p.get('T')}, {p.get('NH')} x {p.get('DH')}, {p.get('dtype')}): share of samples over "
              "the time loop; loop instr: SASS instructions in the loop body (v3's body holds two steps)")  # fmt: skip
     return bench.text_table(["version", *keys, "loop instr", "hottest instruction (share)"], rows, title=title)
+
+
+_V6_FOLDER = ("05_fused_rnn", "v6")
+
+
+def load_v6_sass(root=None) -> list[dict]:
+    """Version 6's compiled step per tile (``v6/sm90-v6-sass.jsonl``, written without a GPU by ``python
+    scripts/sass05_split.py SPLIT.jsonl V6.jsonl``), in the rows of :func:`gpulab.rnn.fused.split_report.load_sass`."""
+    path = bench.results_dir(root).joinpath(*_V6_FOLDER, "sm90-v6-sass.jsonl")
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: run `python scripts/sass05_split.py "
+            f"benchmarks/05_fused_rnn/split/sm90-split-sass.jsonl {path}` (no GPU needed)."
+        )
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def v6_records(gpu: str = "h100", root=None) -> list[str]:
+    """The names of version 6's timed records of ``gpu`` (``scripts/bench05_v6.py``), oldest first: empty until the
+    kernel has run there."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    return [f.name for f in bench.record_files(bench.results_dir(root).joinpath(*_V6_FOLDER), gpu)]
+
+
+def compiled_split_table(v5_rows, v6_rows) -> str:
+    """The split forward's compiled step at one head of 768, version 5's tilings (``split_report.load_sass()``) beside
+    version 6's tiles (:func:`load_v6_sass`): per step, instructions and tensor-core instructions per warp, CTA
+    barriers, shared-memory kilobytes of the whole program (``ldmatrix``: operands read from shared memory) and
+    registers per thread."""
+    rows = []
+    for name, given in (("v5_rows", v5_rows), ("v6_rows", v6_rows)):
+        if not isinstance(given, list) or not given or not all(isinstance(r, dict) and "shared_bytes" in r
+                                                               for r in given):  # fmt: skip
+            raise TypeError(f"{name} must be the non-empty list of compiled-step rows that its loader returns.")
+        rows += [(name[:2], r) for r in given]
+    lines = [f"{'version':7s} {'exchange':8s} {'units':>5s} {'warps':>5s} {'instr/warp':>10s} {'HMMA/warp':>9s} "
+             f"{'BAR':>4s} {'ldmatrix KB':>11s} {'all smem KB':>11s} {'regs':>5s}"]  # fmt: skip
+    for v, r in rows:
+        w = r["warps"]
+        lines.append(f"{v:7s} {r['exchange']:8s} {r['block_u']:5d} {w:5d} {r['instructions']:10d} {r['hmma']:9d} "
+                     f"{r['barriers']:4d} {r['shared_bytes'].get('ldsm', 0) * w / 1024:11.1f} "
+                     f"{sum(r['shared_bytes'].values()) * w / 1024:11.1f} {r['registers']:5d}")  # fmt: skip
+    return "sm_90, bf16, B = 16 rows per program, one time step (compiled, not timed)\n" + "\n".join(lines)

@@ -1,0 +1,410 @@
+"""Lesson 5, version 6: the split LSTM forward in Gluon, R in registers and h read once per program.
+
+Version 5 (:mod:`gpulab.rnn.fused.split`) holds each program's slice of R in *shared memory*: Triton 3.6 keeps a
+loop-invariant ``tl.dot`` operand there and re-reads it every step, and every warp of the program reads *all* of
+h_{t-1} too. On the H100 that is 144 KB of ``ldmatrix`` per step and program, 643 ns at 128 B per clock of a 759 ns
+stamped product (lesson 5, Appendix G). This version states the layouts itself (Gluon) so that:
+
+- **R_p lives in registers** for the whole sequence, already in the tensor cores' operand layout: program p's slice
+  R_p [G * BLOCK_U, DH] (row ``slot * BLOCK_U + u`` is gate ``slot`` of unit ``p * BLOCK_U + u``) is split along K
+  into ``KS`` chunks, one per warp: warp s holds R_p[:, s * KC : (s + 1) * KC] with KC = DH / KS. At one head of
+  768, 4 gates x 8 units, 4 warps: 32 x 192 bf16 per warp, 96 registers per thread;
+- **h_{t-1} is read once per program**, each warp loading only its K chunk [KC, BLOCK_B] from L2 straight into the
+  operand layout (no shared memory on the way);
+- the product is transposed so that the warps split K: pre^T = R_p @ h_{t-1}^T as a batched ``mma_v2`` over the
+  chunks, ``part[s] = R_p[:, chunk s] @ h_{t-1}[:, chunk s]^T`` [KS, G * BLOCK_U, BLOCK_B], and the chunks are
+  summed through shared memory (8 KB per step), each thread adding the KS partials of its own elements;
+- the cell, the stores and the grid barrier are version 5's (a counter in global memory, release/acquire).
+
+Per step t, program (p, n, tile) (fp32 accumulation; G = 4 gates i, f, z, o):
+
+    part[s] = R_p[:, s KC : (s+1) KC] @ h_{t-1}[rows, s KC : (s+1) KC]^T                   [G BU, BLOCK_B] each
+    pre_g   = (sum_s part[s])[g BU : (g+1) BU] + Wx_t[rows, g, units of p]^T + b_g         [BU, BLOCK_B]
+    c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(z);  h_t = sigmoid(o) tanh(c_t)
+    store h_t (the next step's exchange), c_t, the pre-activations (when training); barrier
+
+Gluon has no CPU interpreter, so this file is checked three ways: :func:`schedule_reference` runs the same
+decomposition (the chunks, their sum, the cell) in float64 on any machine, against the vanilla backend's LSTM;
+:func:`compile_sm90` compiles the kernel for sm_90 without a GPU (registers and spills, read by
+``tests/rnn/test_v6_gluon_split.py``); and the GPU tests and ``scripts/bench05_v6.py`` run it on the H100.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from gpulab import runtime
+
+__all__ = [
+    "V6Config",
+    "v6_config",
+    "k_pieces",
+    "schedule_reference",
+    "split_forward_v6",
+    "compile_sm90",
+    "register_estimate",
+]
+
+
+_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
+
+
+@dataclasses.dataclass(frozen=True)
+class V6Config:
+    """Version 6's tile: ``block_u`` units per program (all 4 gates of them), ``block_b`` batch rows (the product's
+    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`v6_config` checks it against
+    a head dim."""
+
+    block_u: int = 8
+    block_b: int = 16
+    warps: int = 4
+
+    def __post_init__(self):
+        for name, allowed in _SIZES.items():
+            v = runtime.positive_int(name, getattr(self, name))
+            if v not in allowed:
+                raise ValueError(f"{name}={v} is not a version-6 tile size; use one of {allowed}.")
+
+    def programs(self, batch: int, heads: int, head_dim: int) -> int:
+        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
+        batch, heads = runtime.positive_int("batch", batch), runtime.positive_int("heads", heads)
+        return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * -(-batch // self.block_b)
+
+
+def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4) -> V6Config:
+    """The tile for ``head_dim``, checked: DH a multiple of ``block_u`` and of 16 * ``warps`` (each warp's K chunk a
+    whole number of 16-deep tensor-core steps, as one or two power-of-two tiles: :func:`k_pieces`)."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    cfg = V6Config(block_u, block_b, warps)
+    if head_dim % block_u or head_dim % (16 * warps):
+        raise ValueError(
+            f"head_dim={head_dim} must be a multiple of block_u={block_u} and of 16 * warps={16 * warps} (each "
+            f"warp's K chunk whole 16-deep steps); use a head dim such as {max(block_u, 16 * warps) * 8}."
+        )
+    pieces = k_pieces(head_dim // warps)
+    if pieces is None:
+        raise ValueError(
+            f"head_dim / warps = {head_dim // warps} must be one power of two or the sum of two (a Gluon tile is a "
+            f"power of two; each warp's K chunk is at most two tiles), got head_dim={head_dim}, warps={warps}; use "
+            f"warps in {[w for w in (1, 2, 4, 8) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or 'none'}."
+        )
+    return cfg
+
+
+def k_pieces(kc: int) -> tuple[int, int] | None:
+    """A warp's K chunk ``kc`` as two power-of-two tiles ``(k1, k2)``, ``k1 >= k2`` (``k2`` 0 when ``kc`` is one), each
+    at least 16 deep; None when ``kc`` needs more (192 = 128 + 64 at one head of 768 and 4 warps)."""
+    kc = runtime.positive_int("kc", kc)
+    bits = [1 << i for i in range(kc.bit_length()) if kc >> i & 1][::-1]
+    if len(bits) > 2 or bits[-1] < 16:
+        return None
+    return (bits[0], bits[1] if len(bits) == 2 else 0)
+
+
+def register_estimate(head_dim: int, cfg: V6Config, itemsize: int = 2) -> dict:
+    """Registers per thread that the operands take (32-bit each): R's chunk, h's chunk and the partial sums; what
+    :func:`compile_sm90`'s ``ptxas`` count must stay above and under 255 beside them."""
+    if not isinstance(cfg, V6Config):
+        raise TypeError(f"cfg must be a V6Config (v6_config(...)), got {type(cfg).__name__}.")
+    head_dim, itemsize = runtime.positive_int("head_dim", head_dim), runtime.one_of("itemsize", itemsize, (2, 4))
+    m, kc = 4 * cfg.block_u, head_dim // cfg.warps
+    return {"r": m * kc * itemsize // 4 // 32, "h": kc * cfg.block_b * itemsize // 4 // 32,
+            "partials": m * cfg.block_b // 32}  # fmt: skip
+
+
+def _checked(Wx, R, b, states) -> tuple[int, ...]:
+    """Wx's shape [B, T, 4, NH, DH] once every input is a tensor of the LSTM's shapes (else a clear error)."""
+    for name, x in (("Wx", Wx), ("R", R), ("b", b), ("states", states)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
+    if Wx.dim() != 5 or Wx.shape[2] != 4:
+        raise ValueError(f"Wx must be [B, T, 4, NH, DH] (the LSTM's gates), got shape {list(Wx.shape)}.")
+    B, T, _, NH, DH = Wx.shape
+    if min(B, T, NH, DH) < 1:
+        raise ValueError(f"Wx {list(Wx.shape)} is empty: version 6 needs at least one row, step, head and unit.")
+    want = {"R": (4, NH, DH, DH), "b": (4, NH, DH), "states": (2, B, 1, NH, DH)}
+    for name, x in (("R", R), ("b", b), ("states", states)):
+        if tuple(x.shape) != want[name]:
+            raise ValueError(f"{name} must have shape {list(want[name])} for Wx {list(Wx.shape)}, got {list(x.shape)}.")
+    return tuple(Wx.shape)
+
+
+def _config_for(head_dim: int, cfg) -> V6Config:
+    if cfg is None:
+        return v6_config(head_dim)
+    if not isinstance(cfg, V6Config):
+        raise TypeError(f"cfg must be a V6Config (v6_config(head_dim, ...)) or None, got {type(cfg).__name__}.")
+    return v6_config(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
+
+
+def schedule_reference(Wx, R, b, states, cfg: V6Config | None = None):
+    """Version 6's arithmetic, program by program and chunk by chunk, in float64 on any device: ``(states_all,
+    states_last, gates)`` as :func:`split_forward_v6` returns them (LSTM, gates i, f, z, o).
+
+    Each program (p, n, tile) forms ``KS = cfg.warps`` partial products of its gate rows of R with its K chunk of
+    h_{t-1} and sums them in chunk order, as the kernel's threads do; the tests compare it with float64's LSTM
+    (``flashrnn(..., backend='vanilla')``), so a wrong slice (a unit's gates from another program, a chunk counted
+    twice) fails on a CPU before the kernel ever runs.
+    """
+    B, T, _, NH, DH = _checked(Wx, R, b, states)
+    cfg = _config_for(DH, cfg)
+    bu, kc = cfg.block_u, DH // cfg.warps
+    f64 = dict(dtype=torch.float64)
+    Wx, R, b, s = Wx.to(**f64), R.to(**f64), b.to(**f64), states.to(**f64)
+    h, c = s[0, :, 0].clone(), s[1, :, 0].clone()  # [B, NH, DH]
+    out = torch.empty(2, B, T, NH, DH, **f64)
+    gates = torch.empty(B, T, 4, NH, DH, **f64)
+    for t in range(T):
+        h_new, c_new = torch.empty_like(h), torch.empty_like(c)
+        for n in range(NH):
+            for p in range(DH // bu):
+                units = slice(p * bu, (p + 1) * bu)
+                rp = R[:, n, units, :].reshape(4 * bu, DH)  # [G BU, DH]: row slot * BU + u
+                pre = torch.zeros(4 * bu, B, **f64)
+                for ch in range(cfg.warps):  # one warp's partial product each, then their sum
+                    k = slice(ch * kc, (ch + 1) * kc)
+                    pre = pre + rp[:, k] @ h[:, n, k].T
+                pre = pre.reshape(4, bu, B) + Wx[:, t, :, n, units].permute(1, 2, 0) + b[:, n, units, None]
+                gates[:, t, :, n, units] = pre.permute(2, 0, 1)
+                i, f, z, o = torch.sigmoid(pre[0]), torch.sigmoid(pre[1]), torch.tanh(pre[2]), torch.sigmoid(pre[3])
+                cn = f * c[:, n, units].T + i * z
+                c_new[:, n, units] = cn.T
+                h_new[:, n, units] = (o * torch.tanh(cn)).T
+        h, c = h_new, c_new
+        out[0, :, t], out[1, :, t] = h, c
+    return out, torch.stack((h, c))[:, :, None], gates
+
+
+def _kernel():
+    """The Gluon kernel, defined on first use (Gluon compiles only outside the interpreter; see module doc)."""
+    global _KERNEL
+    if _KERNEL is not None:
+        return _KERNEL
+    from triton.experimental import gluon  # noqa: PLC0415
+    from triton.experimental.gluon import language as gl  # noqa: PLC0415
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: PLC0415
+
+    @gluon.jit
+    def _tanh(x, FAST: gl.constexpr):
+        if FAST:
+            return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=gl.float32, is_pure=True,
+                                             pack=1)  # fmt: skip
+        else:
+            return 2.0 / (1.0 + gl.exp(-2.0 * x)) - 1.0
+
+    @gluon.jit
+    def _r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, DH: gl.constexpr,
+                   BLOCK_U: gl.constexpr, KS: gl.constexpr, M: gl.constexpr, la: gl.constexpr):  # fmt: skip
+        """Offsets into R [4, NH, DH, DH] of a [KS, M, KP] tile: [s, m, k] at
+        R[m // BLOCK_U, n, p BLOCK_U + m % BLOCK_U, s KC + K0 + k]."""
+        s_a = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, la)))
+        m_a = gl.arange(0, M, layout=gl.SliceLayout(0, gl.SliceLayout(2, la)))
+        k_a = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(1, la)))
+        row_a = ((m_a // BLOCK_U) * NH + n) * DH + p * BLOCK_U + m_a % BLOCK_U  # [M]
+        return (gl.expand_dims(gl.expand_dims(row_a, 0), 2) * DH
+                + gl.expand_dims(gl.expand_dims(s_a * KC + K0, 1), 2)
+                + gl.expand_dims(gl.expand_dims(k_a, 0), 1))  # fmt: skip
+
+    @gluon.jit
+    def _h_columns(K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, lb: gl.constexpr):
+        """Columns of h [KS, KP, 1] in the B layout: element [s, k, 0] = s KC + K0 + k."""
+        s_b = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, lb)))
+        k_b = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, lb)))
+        return gl.expand_dims(gl.expand_dims(s_b * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k_b, 0), 2)
+
+    @gluon.jit
+    def split_forward_v6_kernel(
+        wx_ptr,  # [B, T, 4, NH, DH]
+        r_ptr,  # [4, NH, DH, DH]
+        b_ptr,  # [4, NH, DH]
+        s0_ptr,  # [2, B, 1, NH, DH] initial (h, c)
+        out_ptr,  # [2, B, T, NH, DH] all (h, c) (written); out[0] is the exchange buffer of h
+        last_ptr,  # [2, B, 1, NH, DH] (h, c) after the last step (written)
+        gates_ptr,  # [B, T, 4, NH, DH] pre-activations (SAVE_GATES)
+        bar_ptr,  # int64 counter of the grid barrier
+        B,
+        T,
+        NH,
+        n_programs,
+        DH: gl.constexpr,
+        BLOCK_B: gl.constexpr,
+        BLOCK_U: gl.constexpr,
+        KS: gl.constexpr,  # K chunks = warps
+        K1: gl.constexpr,  # a chunk's K as one or two power-of-two pieces (k_pieces): K1 + K2 = DH / KS
+        K2: gl.constexpr,
+        SAVE_GATES: gl.constexpr,
+        FAST: gl.constexpr,
+    ):
+        M: gl.constexpr = 4 * BLOCK_U
+        KC: gl.constexpr = DH // KS
+        # the product's layouts: warp s computes chunk s of the batched mma; R and h as its operands in registers
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[KS, 1, 1], instr_shape=[1, 16, 8])
+        la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        # the cell's layout: [KS, BLOCK_U, BLOCK_B] with the KS partials of an element in one thread
+        lp3: gl.constexpr = gl.BlockedLayout([KS, 1, 1], [1, BLOCK_U, 32 // BLOCK_U], [1, 1, KS], [1, 2, 0])
+        lp: gl.constexpr = gl.SliceLayout(0, lp3)  # [BLOCK_U, BLOCK_B]
+        flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+
+        p = gl.program_id(0)
+        n = gl.program_id(1)
+        r0 = gl.program_id(2) * BLOCK_B
+        HD = NH * DH
+
+        # R_p in the A layout, loaded once, in one or two K pieces per warp (K1 + K2 = KC, powers of two):
+        # r1[s, m, k] = R[m // BU, n, p BU + m % BU, s KC + k], r2 the same from s KC + K1
+        r1 = gl.load(r_ptr + _r_offsets(n, p, 0, K1, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K1]
+        r2 = r1
+        if K2 > 0:
+            r2 = gl.load(r_ptr + _r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
+
+        # h_{t-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k]
+        j_b = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, lb)))
+        rows_b = gl.expand_dims(gl.expand_dims(r0 + j_b, 0), 1)  # [1, 1, BLOCK_B]
+        hb_mask = rows_b < B
+        col1 = _h_columns(0, K1, KC, KS, lb)  # [KS, K1, 1]
+        hb1 = gl.load(s0_ptr + rows_b * HD + n * DH + col1, mask=hb_mask, other=0.0)
+        h_out1 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col1
+        hb2 = hb1
+        h_out2 = h_out1
+        if K2 > 0:
+            col2 = _h_columns(K1, K2, KC, KS, lb)
+            hb2 = gl.load(s0_ptr + rows_b * HD + n * DH + col2, mask=hb_mask, other=0.0)
+            h_out2 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col2
+
+        # the cell's own elements: unit u of this program, batch row j
+        u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
+        j_p = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lp))
+        rows_p = gl.expand_dims(r0 + j_p, 0)  # [1, BLOCK_B]
+        own_mask = rows_p < B
+        units = gl.expand_dims(p * BLOCK_U + u_p, 1)  # [BLOCK_U, 1]
+        own = rows_p * HD + n * DH + units  # in [B, 1, NH, DH]
+        out_own = out_ptr + rows_p.to(gl.int64) * T * HD + n * DH + units  # h at step 0
+        c_stride = B * T * HD
+        wx_own = wx_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units  # gate 0 at step 0
+        gate_own = gates_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units
+        b_own = b_ptr + n * DH + units
+        bias_i = gl.load(b_own).to(gl.float32)
+        bias_f = gl.load(b_own + HD).to(gl.float32)
+        bias_z = gl.load(b_own + 2 * HD).to(gl.float32)
+        bias_o = gl.load(b_own + 3 * HD).to(gl.float32)
+        c = gl.load(s0_ptr + B * HD + own, mask=own_mask, other=0.0).to(gl.float32)
+        h = c
+
+        parts = gl.allocate_shared_memory(gl.float32, [KS, M, BLOCK_B], flat)
+        base = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # nobody passed our first barrier yet
+        base = base - base % n_programs
+        x_i = gl.load(wx_own, mask=own_mask, other=0.0)
+        x_f = gl.load(wx_own + HD, mask=own_mask, other=0.0)
+        x_z = gl.load(wx_own + 2 * HD, mask=own_mask, other=0.0)
+        x_o = gl.load(wx_own + 3 * HD, mask=own_mask, other=0.0)
+        for t in range(T):
+            part = mma_v2(r1, hb1, gl.zeros([KS, M, BLOCK_B], gl.float32, mma))  # [KS, M, BLOCK_B]
+            if K2 > 0:
+                part = mma_v2(r2, hb2, part)
+            parts.store(part)
+            gl.thread_barrier()
+            pre_i = gl.sum(parts.slice(0, BLOCK_U, dim=1).load(lp3), axis=0) + x_i.to(gl.float32) + bias_i
+            pre_f = gl.sum(parts.slice(BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_f.to(gl.float32) + bias_f
+            pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z
+            pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
+            nxt = gl.minimum(t + 1, T - 1) * 4 * HD  # the next step's inputs, loaded while this step runs
+            x_i = gl.load(wx_own + nxt, mask=own_mask, other=0.0)
+            x_f = gl.load(wx_own + nxt + HD, mask=own_mask, other=0.0)
+            x_z = gl.load(wx_own + nxt + 2 * HD, mask=own_mask, other=0.0)
+            x_o = gl.load(wx_own + nxt + 3 * HD, mask=own_mask, other=0.0)
+            i = 0.5 + 0.5 * _tanh(0.5 * pre_i, FAST)
+            f = 0.5 + 0.5 * _tanh(0.5 * pre_f, FAST)
+            o = 0.5 + 0.5 * _tanh(0.5 * pre_o, FAST)
+            c = f * c + i * _tanh(pre_z, FAST)
+            h = o * _tanh(c, FAST)
+            gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
+            gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
+            if SAVE_GATES:
+                g_t = gate_own + t * 4 * HD
+                gl.store(g_t, pre_i.to(gates_ptr.dtype.element_ty), mask=own_mask)
+                gl.store(g_t + HD, pre_f.to(gates_ptr.dtype.element_ty), mask=own_mask)
+                gl.store(g_t + 2 * HD, pre_z.to(gates_ptr.dtype.element_ty), mask=own_mask)
+                gl.store(g_t + 3 * HD, pre_o.to(gates_ptr.dtype.element_ty), mask=own_mask)
+            if t < T - 1:  # (after the last step nobody reads h from another program)
+                gl.thread_barrier()  # every thread's store of h_t issued (and the partials read) before arriving
+                gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+                target = base + (t + 1) * n_programs
+                seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+                while seen < target:
+                    seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+                hb1 = gl.load(h_out1 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
+                if K2 > 0:
+                    hb2 = gl.load(h_out2 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
+        gl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
+        gl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
+
+    _KERNEL = split_forward_v6_kernel
+    return _KERNEL
+
+
+_KERNEL = None
+
+
+def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool) -> dict:
+    k1, k2 = k_pieces(head_dim // cfg.warps)
+    return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
+                SAVE_GATES=save_gates, FAST=fast)  # fmt: skip
+
+
+def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None):
+    """Version 6 on a GPU (sm_80 or newer; LSTM, 16-bit): ``(states_all, states_last, gates or None)`` as
+    :func:`gpulab.rnn.fused.split.split_rnn_forward` returns them. One cooperative launch, a grid barrier per step.
+    On a CPU (or under the interpreter) it raises: run :func:`schedule_reference` there."""
+    from gpulab.check import new_output  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import barrier_counter  # noqa: PLC0415
+
+    B, T, _, NH, DH = _checked(Wx, R, b, states)
+    if not isinstance(save_gates, bool):
+        raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
+    if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
+        raise TypeError(
+            f"version 6 takes one 16-bit dtype (float16 or bfloat16) for Wx, R, b and states, got "
+            f"{Wx.dtype}, {R.dtype}, {b.dtype}, {states.dtype}: use gpulab.rnn.fused.split.split_rnn_forward."
+        )
+    if Wx.device.type != "cuda" or runtime.INTERPRET:
+        raise RuntimeError(
+            "version 6 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
+            "gpulab.rnn.fused.versions.v6_gluon_split.schedule_reference, the same arithmetic in float64."
+        )
+    cfg = _config_for(DH, cfg)
+    Wx, R, b, states = (x.contiguous() for x in (Wx, R, b, states))
+    dev, dt = Wx.device, Wx.dtype
+    out = new_output(2, B, T, NH, DH, dtype=dt, device=dev)
+    gates = new_output(B, T, 4, NH, DH, dtype=dt, device=dev) if save_gates else None
+    last = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
+    grid = (DH // cfg.block_u, NH, -(-B // cfg.block_b))
+    programs = grid[0] * grid[1] * grid[2]
+    bar = barrier_counter(dev, programs)
+    _kernel()[grid](
+        Wx, R, b, states, out, last, gates if save_gates else out, bar, B, T, NH, programs,
+        **_constexprs(DH, cfg, save_gates, True), num_warps=cfg.warps, launch_cooperative_grid=True,
+    )  # fmt: skip
+    return out, last, gates
+
+
+def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True):
+    """Triton's compiled version 6 for sm_90, nothing launched, no GPU needed (``asm`` holds 'ttgir', 'ptx',
+    'cubin'; ``metadata`` the registers' and shared memory's use). Call from a process outside the interpreter."""
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+
+    dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
+    if not isinstance(save_gates, bool):
+        raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
+    cfg = _config_for(head_dim, cfg)
+    constexprs = _constexprs(head_dim, cfg, save_gates, True)
+    ptrs = ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")
+    signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
+                 "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
+    src = GluonASTSource(fn=_kernel(), signature=signature, constexprs=constexprs,
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(8)})  # fmt: skip
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})

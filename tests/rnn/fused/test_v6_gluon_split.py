@@ -1,0 +1,106 @@
+"""Version 6 of the split forward (Gluon: R in registers, h read once per program).
+
+Gluon has no interpreter, so on a CPU the kernel is checked twice over: its arithmetic, program by program and chunk
+by chunk (``schedule_reference``), against float64's LSTM; and its compiled form for sm_90 (registers, no spills,
+no tensor-core operand read from shared memory in the step loop). The GPU tests run the kernel itself.
+"""
+
+import json
+
+import pytest
+import torch
+
+from gpulab import check, rnn, runtime
+from gpulab.rnn.fused import sass
+from gpulab.rnn.fused.versions import v6_gluon_split as v6
+
+
+def _float64(inputs):
+    return rnn.flashrnn(*(t.double() for t in inputs), function="lstm", backend="vanilla")
+
+
+def _pre_activations(inputs, out):
+    """pre_t = Wx_t + R h_{t-1} + b from the states a run produced: [B, T, 4, NH, DH] (float64)."""
+    Wx, R, b, s0 = (t.double() for t in inputs)
+    h = out[0].double()  # [B, T, NH, DH]
+    prev = torch.cat((s0[0], h[:, :-1]), dim=1)  # h_{t-1}
+    return Wx + torch.einsum("gnjk,btnk->btgnj", R, prev) + b[None, None]
+
+
+@pytest.mark.parametrize("B,NH,DH,warps,block_u", [(1, 1, 64, 4, 8), (17, 2, 96, 2, 16), (3, 1, 48, 1, 4)])
+def test_schedule_matches_float64(B, NH, DH, warps, block_u, make_inputs):
+    """Every program's chunked product, summed and put through the cell, is the LSTM (odd batch, two heads, a K
+    chunk of two pieces at 96 / 2 = 64 + 32 and 48 = 32 + 16)."""
+    inputs = make_inputs("lstm", B, 5, NH, DH, dtype=torch.float32, seed=B + DH)
+    out, last, gates = v6.schedule_reference(*inputs, cfg=v6.v6_config(DH, block_u=block_u, warps=warps))
+    ref = _float64(inputs)
+    check.assert_close(out, ref[0], rtol=1e-12, name="states_all")
+    check.assert_close(last, ref[1], rtol=1e-12, name="states_last")
+    check.assert_close(gates, _pre_activations(inputs, ref[0]), rtol=1e-12, name="gates")
+
+
+def test_schedule_sees_a_unit_taken_from_the_wrong_program(make_inputs):
+    """The check above can fail: a schedule whose programs read R's rows one unit off gives other states."""
+    inputs = make_inputs("lstm", 2, 3, 1, 64, dtype=torch.float32, seed=3)
+    Wx, R, b, s0 = inputs
+    wrong = torch.roll(R, shifts=1, dims=2)  # unit j's gate rows from unit j - 1
+    out, _, _ = v6.schedule_reference(Wx, wrong, b, s0)
+    with pytest.raises(AssertionError):
+        check.assert_close(out, _float64(inputs)[0], rtol=1e-6, name="states_all")
+
+
+@pytest.mark.parametrize("kc,want", [(192, (128, 64)), (96, (64, 32)), (256, (256, 0)), (16, (16, 0)),
+                                     (224, None), (24, None)])  # fmt: skip
+def test_k_pieces(kc, want):
+    assert v6.k_pieces(kc) == want
+
+
+def test_register_estimate_at_one_head_of_768():
+    """R's chunk is 96 registers per thread at 4 warps x 8 units (32 x 192 bf16 per warp), h's 48."""
+    assert v6.register_estimate(768, v6.v6_config(768)) == {"r": 96, "h": 48, "partials": 16}
+
+
+@pytest.mark.parametrize("dh,kw", [(768, {"block_u": 8, "warps": 4}), (768, {"block_u": 16, "warps": 8})])
+def test_compiles_for_sm90_with_r_in_registers(dh, kw):
+    """Compiled for the H100 (no GPU needed): under 255 registers, nothing spilled, 48 tensor-core instructions per
+    step and warp (2 x 2 tiles of 16 x 8, 12 K steps), and no ldmatrix in the step loop (v5's loop reads R and h
+    through it: 144 KB per step and program)."""
+    argv = ["v6", "--dh", str(dh), "--warps", str(kw["warps"]), "--set", f"BLOCK_U={kw['block_u']}", "--save-gates"]
+    done = sass.run_offline(argv, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    # each warp: the whole [4 BU, BLOCK_B] tile of its K chunk, as m16n8k16 instructions
+    assert row["mma"] == (4 * kw["block_u"] // 16) * (row["block_b"] // 8) * (dh // kw["warps"] // 16) == 48
+    assert row["ldsm"] == 0 and row["spills"] == 0
+    assert 0 < row["registers"] <= 255
+    assert row["mufu"] == 5 * kw["block_u"] * row["block_b"] // (32 * kw["warps"])  # 5 per element: 4 gates, tanh c
+
+
+def test_refuses_the_cpu(make_inputs):
+    if not runtime.INTERPRET:
+        pytest.skip("the CPU refusal")
+    inputs = make_inputs("lstm", 2, 3, 1, 64, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="schedule_reference"):
+        v6.split_forward_v6(*inputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 16, "warps": 8}), (1, 256, {}),
+                                     (17, 256, {"warps": 2})])  # fmt: skip
+def test_v6_on_gpu(B, DH, kw, make_inputs):
+    """The kernel at full width (T = 64, bf16) against float64, gates too; launched again (the barrier's counter
+    carries over) it gives the same bits; the split forward of version 5 agrees within bf16's tolerance."""
+    from gpulab.rnn.fused import split
+
+    inputs = make_inputs("lstm", B, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
+    cfg = v6.v6_config(DH, **kw)
+    out, last, gates = v6.split_forward_v6(*inputs, cfg=cfg)
+    ref = _float64(inputs)
+    check.assert_close_drifting(out, ref[0], name="states_all")
+    check.assert_close_drifting(last, ref[1], name="states_last")
+    check.assert_close(gates, _pre_activations(inputs, out), dtype=torch.bfloat16, name="gates")
+    for _ in range(20):
+        again, _, _ = v6.split_forward_v6(*inputs, cfg=cfg)
+        assert torch.equal(again, out)
+    v5, _, _ = split.split_rnn_forward(*inputs, function="lstm", save_gates=False)
+    check.assert_close_drifting(out, v5.double(), name="v6 vs v5")
