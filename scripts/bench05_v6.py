@@ -1,12 +1,14 @@
-"""Lesson 5, issue 40: version 6 of the split forward (Gluon, R in registers) beside version 5 and cuDNN (one call).
+"""Lesson 5, issue 40: version 6 of the split kernels (Gluon, R in registers) beside version 5 and cuDNN (one call).
 
     python scripts/bench05_v6.py OUT_DIR
 
 One head of 768, B16, T1024, bf16 (the issue's problem). For each version-6 tile (8 units x 4 warps, 16 units x 8
 warps): the forward checked against float64 (outputs poisoned: NaN fails), launched twice more for identical bits,
 then timed on both clocks without and with saved gates; version 5 as the package runs it (the chooser's hinted
-split forward) and cuDNN's fp16 nn.LSTM (dense 768) in the same run. Records: OUT_DIR/<gpu>-<date>-v6.jsonl
-(``TAG`` changes the last part).
+split forward). The backward: b4 (both tiles) against b3 on the same saved gates (dG compared), timed alone; then
+forward and backward with the parameter products (v6 + b4, v5 + b3 as the package runs them). cuDNN's fp16
+nn.LSTM (dense 768) forward and forward+backward in the same run. Records: OUT_DIR/<gpu>-<date>-v6.jsonl (``TAG``
+changes the last part).
 """
 
 import functools
@@ -18,12 +20,77 @@ import time
 import torch
 
 from gpulab import bench, check, hardware
-from gpulab.rnn.fused import plan
+from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
+from gpulab.rnn.fused import plan, split_backward
 from gpulab.rnn.fused.benchmark import dense_run, problem_inputs, states_reference
+from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
 B, T, DH = 16, 1024, 768
 TILES = [dict(block_u=8, warps=4), dict(block_u=16, warps=8)]
+B4_TILES = [dict(block_u=16, warps=8), dict(block_u=8, warps=4)]
+
+
+def _line(r, t0):
+    print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms  wall {r.wall_ms or math.nan:8.3f}  {r.status} "
+          f"{time.time() - t0:.0f}s", flush=True)  # fmt: skip
+
+
+def _error(case, exc, common):
+    r = bench.record(case=f"error {case}", **{k: v for k, v in common.items() if k != "dtype"})
+    r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
+    return r
+
+
+def backward_rows(x, common, t0):
+    """b4 against b3 on version 5's saved gates, then forward+backward with the parameter products."""
+    rows = []
+    chosen = plan.choose(B, 1, DH, training=True)
+    out, _, gates = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
+    torch.manual_seed(2)
+    d_out = torch.randn_like(out)
+    bargs = (d_out, gates, out, x[3], x[1])
+    dG3, ds03 = split_backward.split_rnn_backward(*bargs, "lstm", tiling=chosen.backward)
+    fn = functools.partial(split_backward.split_rnn_backward, *bargs, "lstm", tiling=chosen.backward)
+    rows.append(bench.measure(fn, case=f"b3 split backward bu{chosen.backward.block_u} w{chosen.backward.num_warps}"
+                              f" 1x{DH}", version="b3", direction="backward", **common))  # fmt: skip
+    _line(rows[-1], t0)
+    for kw in B4_TILES:
+        cfg = b4.b4_config(DH, **kw)
+        tag = f"b4 gluon backward bu{cfg.block_u} w{cfg.warps} 1x{DH}"
+        try:
+            dG, ds0 = b4.split_backward_b4(*bargs, cfg=cfg)
+            err = check.relative_error(dG, dG3)
+            assert err < 1e-2 and check.relative_error(ds0, ds03) < 1e-2, f"b4 differs from b3: dG {err}"
+            assert torch.equal(b4.split_backward_b4(*bargs, cfg=cfg)[0], dG), "a second launch differs"
+            fn = functools.partial(b4.split_backward_b4, *bargs, cfg=cfg)
+            r = bench.measure(fn, case=tag, rel_err=err, version="b4", direction="backward", block_u=cfg.block_u,
+                              warps=cfg.warps, **common)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - recorded; the next tile still runs
+            r = _error(tag, exc, common)
+        rows.append(r)
+        _line(r, t0)
+
+    def v5_step():
+        o, _, g = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
+        return split_backward.split_rnn_gradients(d_out, g, o, x[3], x[1], "lstm", tiling=chosen.backward)
+
+    def v6_step():  # the default tiles: forward 8 units x 4 warps, backward 16 units x 8 warps
+        o, _, g = v6.split_forward_v6(*x)
+        dG, ds0 = b4.split_backward_b4(d_out, g, o, x[3], x[1])
+        return (*gate_gradients_to_parameters(dG, o, x[3], "lstm", time_major=True), ds0)
+
+    for name, fn in (("v5 + b3", v5_step), ("v6 + b4", v6_step)):
+        try:
+            got = fn()
+            assert all(torch.isfinite(g).all() for g in got), "non-finite gradient"
+            r = bench.measure(fn, case=f"{name} fwd+bwd 1x{DH}", version=name, direction="forward+backward",
+                              **common)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            r = _error(f"{name} fwd+bwd", exc, common)
+        rows.append(r)
+        _line(r, t0)
+    return rows
 
 
 def main(out_dir):
@@ -46,11 +113,9 @@ def main(out_dir):
                                   programs=cfg.programs(B, 1, DH), **common)  # fmt: skip
                 rows.append(r)
         except Exception as exc:  # noqa: BLE001 - recorded; the next tile still runs
-            r = bench.record(case=f"error {tag}", **{k: v for k, v in common.items() if k != "dtype"})
-            r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
+            r = _error(tag, exc, common)
             rows.append(r)
-        print(f"{r.case:50s} {r.ms or math.nan:8.3f} ms  wall {r.wall_ms or math.nan:8.3f}  {r.status} "
-              f"{time.time() - t0:.0f}s", flush=True)  # fmt: skip
+        _line(r, t0)
     chosen = plan.choose(B, 1, DH, training=True).tiling
     out, _, _ = plan.split_forward_at(*x, chosen, save_gates=False)
     err = check.assert_close_drifting(out, ref, name="states")
@@ -61,13 +126,16 @@ def main(out_dir):
                           block_u=chosen.block_u, warps=chosen.num_warps, exchange=chosen.exchange,
                           **common)  # fmt: skip
         rows.append(r)
-        print(f"{r.case:50s} {r.ms:8.3f} ms  wall {r.wall_ms:8.3f}", flush=True)
+        _line(r, t0)
+    rows += backward_rows(x, common, t0)
     m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
     xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
-    r = bench.measure(lambda: dense_run(xi, m, False), lesson="05", case=f"cuDNN fp16 forward B{B} dense {DH}",
-                      dtype=torch.float16, kind="v6", B=B, T=T, NH=1, DH=DH, training=False)  # fmt: skip
-    rows.append(r)
-    print(f"{r.case:50s} {r.ms:8.3f} ms  wall {r.wall_ms:8.3f}", flush=True)
+    for training in (False, True):
+        r = bench.measure(lambda tr=training: dense_run(xi, m, tr), lesson="05", dtype=torch.float16, kind="v6",
+                          case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense {DH}", B=B, T=T,
+                          NH=1, DH=DH, training=training)  # fmt: skip
+        rows.append(r)
+        _line(r, t0)
     path = os.path.join(
         out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{os.environ.get('TAG', 'v6')}.jsonl"
     )

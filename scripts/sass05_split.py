@@ -8,11 +8,11 @@ instructions (HMMA) and their longest dependent chain, CTA barriers, and the byt
 instruction moves (``LDSM.16.M88.n``: n 8x8 matrices of 16-bit values, 128 B each per warp; ``LDS``/``STS``: 4 B per
 thread, ``.64`` 8 B, ``.128`` 16 B), registers per thread and local-memory (spill) instructions. With a second
 path, the same for version 6 (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon: R in registers, h read once
-per program) per tile.
+per program) per tile, and the backward's: version 5's (b3) beside b4
+(:mod:`gpulab.rnn.fused.versions.b4_gluon_split_backward`).
 """
 
 import json
-import re
 import sys
 
 import torch
@@ -26,15 +26,8 @@ from gpulab.rnn.fused.plan import KERNELS  # noqa: E402
 
 TILINGS = [("hinted", 8, 4), ("barrier", 8, 2), ("barrier", 8, 4)]
 V6_TILES = [(8, 4), (16, 8)]  # (block_u, warps)
-
-
-def smem_bytes(op: str) -> int:
-    """Bytes one warp-wide shared-memory instruction moves."""
-    m = re.match(r"LDSM\.16\.M(?:T)?88(?:\.(\d))?", op)
-    if m:
-        return 128 * int(m.group(1) or 1)
-    width = re.search(r"\.(64|128)\b", op)
-    return 32 * (int(width.group(1)) // 8 if width else 4)
+B3_TILES = [(16, 8)]  # the chooser's split backward at 768 (split_tiling, direction='backward')
+B4_TILES = [(16, 8), (8, 4)]
 
 
 def compiled(exchange, block_u, warps):
@@ -49,6 +42,20 @@ def compiled(exchange, block_u, warps):
     return sass.compile_kernel(KERNELS["split"], sig, const, warps, unaligned=("NH", "t_start", "t_stop", "n_programs"))
 
 
+def compiled_backward(block_u, warps):
+    """Version 5's backward (b3, barrier) at one head of 768, as :mod:`gpulab.rnn.fused.split_backward` launches it."""
+    names = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "init_ptr", "dg_ptr", "part_ptr", "carry_ptr")
+    sig = {n: "*bf16" for n in names}
+    sig.update({n: "*i64" for n in ("bar_ptr", "clk_ptr", "flag_ptr", "seq_ptr")})
+    sig.update({n: "i32" for n in ("B", "T", "NH", "state_stride", "t_lo", "t_hi", "n_programs")})
+    const = dict(FUNCTION=0, G_R=4, G_B=4, DH=768, SPLIT=768 // block_u, BLOCK_B=16, BLOCK_U=block_u, BLOCK_K=256,
+                 CHUNKS=3, HAS_INIT=True, FINAL=True, IS_FP32=False, PRECISION="ieee", BARRIER=True, OPAQUE=True,
+                 TIMING=False, FLAGS=False, P_PAD=64, SPIN=1 << 20, FENCE=True, HINTED=False)  # fmt: skip
+    sig.update({k: "constexpr" for k in const})
+    return sass.compile_kernel(KERNELS["split_backward"], sig, const, warps,
+                               unaligned=("NH", "t_lo", "t_hi", "n_programs"))  # fmt: skip
+
+
 def row(kernel, name, exchange, block_u, warps):
     """One compiled step's counts per step and warp (see the module docstring)."""
     body, ops, regs = sass.loop_stats(kernel, name)
@@ -56,7 +63,7 @@ def row(kernel, name, exchange, block_u, warps):
     for op, n in ops.items():
         if op.startswith(("LDSM", "LDS", "STS")):
             kind = "ldsm" if op.startswith("LDSM") else op[:3].lower()
-            shared[kind] = shared.get(kind, 0) + n * smem_bytes(op)
+            shared[kind] = shared.get(kind, 0) + n * sass.shared_bytes(op)
     hmma = [t for t in body if t.startswith("HMMA")]
     return {
         "kernel": "split forward", "dh": 768, "exchange": exchange, "block_u": block_u, "warps": warps,
@@ -83,10 +90,21 @@ def main(path, path_v6=None):
         from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
         out = []
+        from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+
+        out = []
         for block_u, warps in V6_TILES:
             kernel = v6.compile_sm90(768, v6.v6_config(768, block_u=block_u, warps=warps), "bf16", save_gates=True)
             out.append({**row(kernel, f"v6_u{block_u}_w{warps}", "barrier", block_u, warps), "version": "v6"})
-            print(json.dumps(out[-1]), flush=True)
+        for block_u, warps in B3_TILES:
+            r = row(compiled_backward(block_u, warps), f"b3_u{block_u}_w{warps}", "barrier", block_u, warps)
+            out.append({**r, "kernel": "split backward", "version": "b3"})
+        for block_u, warps in B4_TILES:
+            kernel = b4.compile_sm90(768, b4.b4_config(768, block_u=block_u, warps=warps), "bf16")
+            r = row(kernel, f"b4_u{block_u}_w{warps}", "barrier", block_u, warps)
+            out.append({**r, "kernel": "split backward", "version": "b4"})
+        for r in out:
+            print(json.dumps(r), flush=True)
         write(path_v6, out)
 
 

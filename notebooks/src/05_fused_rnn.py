@@ -1513,4 +1513,45 @@ if v6_sass:
 print(f"timed H100 records of version 6: {len(versions_report.v6_records('h100'))}")
 
 # %% [markdown]
-# Version 6 keeps version 5's counter barrier, so that it differs from version 5's barrier tiling (8 units, 4 warps) in one thing only, where $R$ and $h$ live. Until a timed record exists (the count above; `scripts/gpu_rnn_v6.sh` runs its GPU tests against float64 and version 5, then `scripts/bench05_v6.py` times both tiles beside version 5 and cuDNN on both clocks), this appendix says what the compiler made of it and nothing about its speed. The backward's product, $dh_{t-1} = dG_t R$ split by units, has the same shape of problem and is the next version to move into registers.
+# Version 6 keeps version 5's counter barrier, so that it differs from version 5's barrier tiling (8 units, 4 warps) in one thing only, where $R$ and $h$ live. Until a timed record exists (the count above; `scripts/gpu_rnn_v6.sh` runs its GPU tests against float64 and version 5, then `scripts/bench05_v6.py` times every tile beside version 5 and cuDNN on both clocks), this appendix says what the compiler made of it and nothing about its speed.
+#
+# The backward has the same shape of problem. Version 5's backward (b3) pushes each program's share of every unit's gradient, $dG_t[:, U_p]\, R[:, U_p, :]$, and reads $R$'s rows of its units through `ldmatrix` every step. Its version 6, **b4** (`gpulab.rnn.fused.versions.b4_gluon_split_backward`), transposes that product so that the $D$ rows of $R_p^\top$ are the tensor cores' $M$, split over the warps and held in registers, and the program's gate gradients $dG_t[:, U_p]^\top$ [$4U$, $B$], 2 KB, are the operand that goes through shared memory:
+#
+# $$\text{share}_p^\top = R_p^\top \, dG_t[:, U_p]^\top \qquad [D, B]$$
+#
+# On a CPU its schedule (each program's share, the sum over programs in order) must equal autograd through float64's LSTM; compiled for the H100:
+
+# %%
+from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+
+b4_x = rnn_bench.problem_inputs(3, 4, 1, 96, torch.float32)
+b4_leaves = [t.double().requires_grad_() for t in b4_x]
+b4_out, _ = rnn.flashrnn(*b4_leaves, function="lstm", backend="vanilla")
+b4_dout = torch.randn_like(b4_out)
+b4_dwx, _, _, b4_ds = torch.autograd.grad((b4_out * b4_dout).sum(), b4_leaves)
+b4_prev = torch.cat((b4_leaves[3][0], b4_out[0][:, :-1]), dim=1).detach()
+b4_gates = (b4_leaves[0] + torch.einsum("gnjk,btnk->btgnj", b4_leaves[1], b4_prev) + b4_leaves[2][None, None]).detach()
+b4_dg, b4_d0 = b4.schedule_reference(b4_dout, b4_gates, b4_out.detach(), b4_leaves[3].detach(), b4_leaves[1].detach(),
+                                     cfg=b4.b4_config(96, block_u=8, warps=2))  # fmt: skip
+b4_err = max(check.relative_error(b4_dg.transpose(0, 1), b4_dwx), check.relative_error(b4_d0, b4_ds))
+print(f"b4's schedule (head of 96 = 64 + 32 rows of R^T, 12 programs) equals autograd in float64: {b4_err <= 1e-10}")
+if v6_sass:
+    print(versions_report.compiled_split_table([r for r in v6_sass if r["version"] == "b3"],
+                                               [r for r in v6_sass if r["version"] == "b4"]))  # fmt: skip
+
+# %%
+if v6_sass:
+    b3_row = next(r for r in v6_sass if r["version"] == "b3")
+    b4_row = next(r for r in v6_sass if r["version"] == "b4" and (r["block_u"], r["warps"]) == (16, 8))
+    claims.show(claims.claim(
+        "At the tiling b3 runs (16 units, 8 warps), b4's step reads {ldsm:.0f} KB through ldmatrix instead of "
+        "{ldsm3:.0f} KB and moves {kb:.0f} KB of shared memory per program instead of {kb3:.0f} KB, with the same "
+        "{hmma} tensor-core instructions per warp and {spills} spill instructions.",
+        holds=lambda ldsm, ldsm3, kb, kb3, hmma, hmma3, spills: ldsm < ldsm3 / 4 and kb < kb3 / 4 and hmma == hmma3
+        and spills == 0,
+        ldsm=b4_row["shared_bytes"].get("ldsm", 0) * b4_row["warps"] / 1024,
+        ldsm3=b3_row["shared_bytes"].get("ldsm", 0) * b3_row["warps"] / 1024,
+        kb=sum(b4_row["shared_bytes"].values()) * b4_row["warps"] / 1024,
+        kb3=sum(b3_row["shared_bytes"].values()) * b3_row["warps"] / 1024,
+        hmma=b4_row["hmma"], hmma3=b3_row["hmma"], spills=b4_row["spills"],
+    ))  # fmt: skip

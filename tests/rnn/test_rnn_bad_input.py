@@ -10,6 +10,7 @@ from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
 from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiling
+from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 from gpulab.rnn.ladder import plot as ladder_plot
@@ -47,6 +48,8 @@ G = torch.zeros(3)
 LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
 
 SASS_ROWS = [{"shared_bytes": {}}]
+B4_IN = (torch.zeros(2, 1, 2, 1, 64), torch.zeros(1, 2, 4, 1, 64), torch.zeros(2, 1, 2, 1, 64),
+         torch.zeros(2, 1, 1, 1, 64), torch.zeros(4, 1, 64, 64))  # fmt: skip
 WX3, WX0, R8 = torch.zeros(1, 2, 3, 1, 16), torch.zeros(0, 2, 4, 1, 16), torch.zeros(4, 1, 16, 8)
 
 
@@ -185,6 +188,32 @@ CASES = [
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),
     ("v6 compile_sm90-dtype", lambda: v6.compile_sm90(768, dtype="fp32"), ValueError, "dtype='fp32'"),
     ("v6_stats-dh", lambda: sass.v6_stats(dh=100), ValueError, "head_dim=100"),
+    ("b4_stats-dh", lambda: sass.b4_stats(dh=100), ValueError, "head_dim=100"),
+    ("shared_bytes-op", lambda: sass.shared_bytes("HMMA"), ValueError, "op must be"),
+    ("b4_config-head_dim", lambda: b4.b4_config(112, block_u=16), ValueError, "head_dim=112"),
+    ("b4_config-warps", lambda: b4.b4_config(768, warps=3), ValueError, "warps=3"),
+    (
+        "b4 schedule_reference-out",
+        lambda: b4.schedule_reference(*B4_IN[:2], torch.zeros(3, 4), *B4_IN[3:]),
+        ValueError,
+        "out must be",
+    ),  # fmt: skip
+    (
+        "b4 schedule_reference-R",
+        lambda: b4.schedule_reference(*B4_IN[:4], torch.zeros(4, 1, 16, 8)),
+        ValueError,
+        "R must have shape",
+    ),  # fmt: skip
+    (
+        "b4 schedule_reference-d_last",
+        lambda: b4.schedule_reference(*B4_IN, d_last=[0.0]),
+        TypeError,
+        "d_last must be",
+    ),  # fmt: skip
+    ("b4 schedule_reference-cfg", lambda: b4.schedule_reference(*B4_IN, cfg="x"), TypeError, "cfg must be"),
+    ("split_backward_b4-gates", lambda: b4.split_backward_b4(B4_IN[0], None, *B4_IN[2:]), TypeError, "gates must"),
+    ("split_backward_b4-dtype", lambda: b4.split_backward_b4(*B4_IN), TypeError, "16-bit"),
+    ("b4 compile_sm90-has_last", lambda: b4.compile_sm90(768, has_last=1), TypeError, "has_last"),
     ("load_versions-gpu", lambda: versions_report.load_versions(7), TypeError, "gpu must be"),
     ("versions_table-results", lambda: versions_report.versions_table("x"), TypeError, "results"),
     ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),

@@ -38,6 +38,8 @@ __all__ = [
     "version",
     "version_stats",
     "v6_stats",
+    "b4_stats",
+    "shared_bytes",
     "loop_stats",
     "report",
     "main",
@@ -181,30 +183,59 @@ def version_stats(dh=64, warps=4, dtype="bf16") -> list[dict]:
     return rows
 
 
-def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True) -> dict:
-    """Version 6 (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon) compiled for sm_90: its step loop's
-    instructions per step and warp as :func:`version_stats` counts them, plus ``ldsm`` (``ldmatrix``: a tensor-core
-    operand read from shared memory, which version 6 must not need), ``spills`` (local loads and stores in the loop)
-    and ``shared_bytes``. The loop is the longest backward branch, so the barrier's spin loop inside counts once."""
-    from gpulab.rnn.fused.versions import v6_gluon_split  # noqa: PLC0415
+def shared_bytes(op: str) -> int:
+    """Bytes one warp-wide shared-memory instruction moves: ``LDSM.16.M88.n`` n 8x8 matrices of 16-bit values (128 B
+    each), ``LDS``/``STS`` 4 B per thread (``.64`` 8 B, ``.128`` 16 B; ``.U16`` counts as 4)."""
+    if not isinstance(op, str) or not op.startswith(("LDSM", "LDS", "STS")):
+        raise ValueError(f"op must be a shared-memory opcode such as 'LDSM.16.M88.4' or 'STS.64', got {op!r}.")
+    m = re.match(r"LDSM\.16\.M(?:T)?88(?:\.(\d))?", op)
+    if m:
+        return 128 * int(m.group(1) or 1)
+    width = re.search(r"\.(64|128)\b", op)
+    return 32 * (int(width.group(1)) // 8 if width else 4)
 
-    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, warps=warps)
-    kernel = v6_gluon_split.compile_sm90(dh, cfg, dtype, save_gates)
-    body, ops, regs = loop_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}")
+
+def _gluon_stats(kernel, name, **row) -> dict:
+    """A compiled Gluon version's step loop (the longest backward branch, so a spin loop inside counts once): per
+    step and warp, what :func:`version_stats` counts, plus ``ldsm`` (``ldmatrix`` instructions: tensor-core operands
+    read from shared memory) and ``ldsm_bytes``, ``spills`` (local loads and stores) and ``shared_bytes``."""
+    body, ops, regs = loop_stats(kernel, name)
 
     def count(pred):
         return sum(c for o, c in ops.items() if pred(o))
 
     return {
-        "version": "v6", "dh": dh, "warps": warps, "block_u": block_u, "block_b": cfg.block_b, "dtype": dtype,
-        "save_gates": save_gates, "registers": regs, "shared_bytes": int(kernel.metadata.shared),
-        "instructions": len(body), "barriers": count(lambda o: o.startswith("BAR")), "mma": count(lambda o: "MMA" in o),
+        **row, "registers": regs, "shared_bytes": int(kernel.metadata.shared), "instructions": len(body),
+        "barriers": count(lambda o: o.startswith("BAR")), "mma": count(lambda o: "MMA" in o),
         "mufu": count(lambda o: o.startswith("MUFU")), "ldsm": count(lambda o: o.startswith("LDSM")),
+        "ldsm_bytes": sum(c * shared_bytes(o) for o, c in ops.items() if o.startswith("LDSM")),
         "global_loads": count(lambda o: o.startswith("LDG")), "global_stores": count(lambda o: o.startswith("STG")),
         "shared_loads": count(lambda o: o.startswith("LDS") and not o.startswith("LDSM")),
         "shared_stores": count(lambda o: o.startswith("STS")),
         "spills": count(lambda o: o.startswith(("STL", "LDL"))),
     }  # fmt: skip
+
+
+def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True) -> dict:
+    """Version 6's forward (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon) compiled for sm_90: its step
+    loop's counts per step and warp (:func:`_gluon_stats`)."""
+    from gpulab.rnn.fused.versions import v6_gluon_split  # noqa: PLC0415
+
+    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, warps=warps)
+    kernel = v6_gluon_split.compile_sm90(dh, cfg, dtype, save_gates)
+    return _gluon_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}", version="v6", dh=dh, warps=warps,
+                        block_u=block_u, block_b=cfg.block_b, dtype=dtype, save_gates=save_gates)  # fmt: skip
+
+
+def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16") -> dict:
+    """Backward version b4 (:mod:`gpulab.rnn.fused.versions.b4_gluon_split_backward`, Gluon) compiled for sm_90:
+    its step loop's counts per step and warp (:func:`_gluon_stats`)."""
+    from gpulab.rnn.fused.versions import b4_gluon_split_backward  # noqa: PLC0415
+
+    cfg = b4_gluon_split_backward.b4_config(dh, block_u=block_u, warps=warps)
+    kernel = b4_gluon_split_backward.compile_sm90(dh, cfg, dtype)
+    return _gluon_stats(kernel, f"b4_dh{dh}_u{block_u}_w{warps}", version="b4", dh=dh, warps=warps,
+                        block_u=block_u, block_b=cfg.block_b, dtype=dtype)  # fmt: skip
 
 
 def _cuobjdump(flag, cubin) -> str:
@@ -286,7 +317,7 @@ def main(argv=None):
         print(done.stderr, end="", file=sys.stderr)
         return done.returncode
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions", "v6"))
+    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions", "v6", "b4"))
     p.add_argument("--save-gates", action="store_true")
     p.add_argument("--dh", type=int, default=64)
     p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
@@ -303,10 +334,13 @@ def main(argv=None):
         for row in version_stats(a.dh, a.warps or 4, a.dtype):
             print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
-    if a.which == "v6":  # one JSON line: version 6's step loop (BLOCK_U from --set, default 8)
+    if a.which in ("v6", "b4"):  # one JSON line: the Gluon version's step loop (BLOCK_U from --set)
         import json
 
-        row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates)
+        if a.which == "v6":
+            row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates)
+        else:
+            row = b4_stats(a.dh, a.warps or 8, extra.get("BLOCK_U", 16), a.dtype)
         print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
     if a.which in ("forward", "both"):

@@ -13,7 +13,8 @@ llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused
   (:mod:`gpulab.rnn.fused.split`);
 - v6 (:mod:`.v6_gluon_split`, Gluon, LSTM): v5 with each program's slice of R in registers, the warps splitting the
   product's depth and each reading only its chunk of h (v5 reads R and all of h through shared memory every step).
-  GPU only; on a CPU its schedule runs in float64 and the compiler's sm_90 output is checked.
+  GPU only; on a CPU its schedule runs in float64 and the compiler's sm_90 output is checked. Its backward, b4
+  (:mod:`.b4_gluon_split_backward`): b3 with each program's rows of R in registers, transposed.
 
 The backward (section 5 of the lesson) is one reverse-time kernel; its versions are what runs around it
 (:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`gpulab.rnn.fused.plan.run_training`):

@@ -195,16 +195,16 @@ def v6_records(gpu: str = "h100", root=None) -> list[str]:
 
 
 def compiled_split_table(v5_rows, v6_rows) -> str:
-    """The split forward's compiled step at one head of 768, version 5's tilings (``split_report.load_sass()``) beside
-    version 6's tiles (:func:`load_v6_sass`): per step, instructions and tensor-core instructions per warp, CTA
-    barriers, shared-memory kilobytes of the whole program (``ldmatrix``: operands read from shared memory) and
-    registers per thread."""
+    """The split kernels' compiled step at one head of 768, version 5's (``split_report.load_sass()``, or the b3
+    rows of :func:`load_v6_sass`) beside version 6's (:func:`load_v6_sass`): per step, instructions and tensor-core
+    instructions per warp, CTA barriers, shared-memory kilobytes of the whole program (``ldmatrix``: operands read
+    from shared memory) and registers per thread. A row's version is its ``version`` (v5 where it has none)."""
     rows = []
     for name, given in (("v5_rows", v5_rows), ("v6_rows", v6_rows)):
         if not isinstance(given, list) or not given or not all(isinstance(r, dict) and "shared_bytes" in r
                                                                for r in given):  # fmt: skip
             raise TypeError(f"{name} must be the non-empty list of compiled-step rows that its loader returns.")
-        rows += [(name[:2], r) for r in given]
+        rows += [(r.get("version", "v5"), r) for r in given]
     lines = [f"{'version':7s} {'exchange':8s} {'units':>5s} {'warps':>5s} {'instr/warp':>10s} {'HMMA/warp':>9s} "
              f"{'BAR':>4s} {'ldmatrix KB':>11s} {'all smem KB':>11s} {'regs':>5s}"]  # fmt: skip
     for v, r in rows:

@@ -34,8 +34,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.rnn.fused.versions.gluon_ops import barrier_base, grid_barrier, sigmoid, tanh
 
 __all__ = [
     "V6Config",
@@ -177,175 +181,148 @@ def schedule_reference(Wx, R, b, states, cfg: V6Config | None = None):
     return out, torch.stack((h, c))[:, :, None], gates
 
 
-def _kernel():
-    """The Gluon kernel, defined on first use (Gluon compiles only outside the interpreter; see module doc)."""
-    global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
-    from triton.experimental import gluon  # noqa: PLC0415
-    from triton.experimental.gluon import language as gl  # noqa: PLC0415
-    from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: PLC0415
+@gluon.jit
+def _r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, DH: gl.constexpr,
+               BLOCK_U: gl.constexpr, KS: gl.constexpr, M: gl.constexpr, la: gl.constexpr):  # fmt: skip
+    """Offsets into R [4, NH, DH, DH] of a [KS, M, KP] tile: [s, m, k] at
+    R[m // BLOCK_U, n, p BLOCK_U + m % BLOCK_U, s KC + K0 + k]."""
+    s_a = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, la)))
+    m_a = gl.arange(0, M, layout=gl.SliceLayout(0, gl.SliceLayout(2, la)))
+    k_a = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(1, la)))
+    row_a = ((m_a // BLOCK_U) * NH + n) * DH + p * BLOCK_U + m_a % BLOCK_U  # [M]
+    return (gl.expand_dims(gl.expand_dims(row_a, 0), 2) * DH
+            + gl.expand_dims(gl.expand_dims(s_a * KC + K0, 1), 2)
+            + gl.expand_dims(gl.expand_dims(k_a, 0), 1))  # fmt: skip
 
-    @gluon.jit
-    def _tanh(x, FAST: gl.constexpr):
-        if FAST:
-            return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=gl.float32, is_pure=True,
-                                             pack=1)  # fmt: skip
-        else:
-            return 2.0 / (1.0 + gl.exp(-2.0 * x)) - 1.0
 
-    @gluon.jit
-    def _r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, DH: gl.constexpr,
-                   BLOCK_U: gl.constexpr, KS: gl.constexpr, M: gl.constexpr, la: gl.constexpr):  # fmt: skip
-        """Offsets into R [4, NH, DH, DH] of a [KS, M, KP] tile: [s, m, k] at
-        R[m // BLOCK_U, n, p BLOCK_U + m % BLOCK_U, s KC + K0 + k]."""
-        s_a = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, la)))
-        m_a = gl.arange(0, M, layout=gl.SliceLayout(0, gl.SliceLayout(2, la)))
-        k_a = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(1, la)))
-        row_a = ((m_a // BLOCK_U) * NH + n) * DH + p * BLOCK_U + m_a % BLOCK_U  # [M]
-        return (gl.expand_dims(gl.expand_dims(row_a, 0), 2) * DH
-                + gl.expand_dims(gl.expand_dims(s_a * KC + K0, 1), 2)
-                + gl.expand_dims(gl.expand_dims(k_a, 0), 1))  # fmt: skip
+@gluon.jit
+def _h_columns(K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, lb: gl.constexpr):
+    """Columns of h [KS, KP, 1] in the B layout: element [s, k, 0] = s KC + K0 + k."""
+    s_b = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, lb)))
+    k_b = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, lb)))
+    return gl.expand_dims(gl.expand_dims(s_b * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k_b, 0), 2)
 
-    @gluon.jit
-    def _h_columns(K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, lb: gl.constexpr):
-        """Columns of h [KS, KP, 1] in the B layout: element [s, k, 0] = s KC + K0 + k."""
-        s_b = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, lb)))
-        k_b = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, lb)))
-        return gl.expand_dims(gl.expand_dims(s_b * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k_b, 0), 2)
 
-    @gluon.jit
-    def split_forward_v6_kernel(
-        wx_ptr,  # [B, T, 4, NH, DH]
-        r_ptr,  # [4, NH, DH, DH]
-        b_ptr,  # [4, NH, DH]
-        s0_ptr,  # [2, B, 1, NH, DH] initial (h, c)
-        out_ptr,  # [2, B, T, NH, DH] all (h, c) (written); out[0] is the exchange buffer of h
-        last_ptr,  # [2, B, 1, NH, DH] (h, c) after the last step (written)
-        gates_ptr,  # [B, T, 4, NH, DH] pre-activations (SAVE_GATES)
-        bar_ptr,  # int64 counter of the grid barrier
-        B,
-        T,
-        NH,
-        n_programs,
-        DH: gl.constexpr,
-        BLOCK_B: gl.constexpr,
-        BLOCK_U: gl.constexpr,
-        KS: gl.constexpr,  # K chunks = warps
-        K1: gl.constexpr,  # a chunk's K as one or two power-of-two pieces (k_pieces): K1 + K2 = DH / KS
-        K2: gl.constexpr,
-        SAVE_GATES: gl.constexpr,
-        FAST: gl.constexpr,
-    ):
-        M: gl.constexpr = 4 * BLOCK_U
-        KC: gl.constexpr = DH // KS
-        # the product's layouts: warp s computes chunk s of the batched mma; R and h as its operands in registers
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[KS, 1, 1], instr_shape=[1, 16, 8])
-        la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        # the cell's layout: [KS, BLOCK_U, BLOCK_B] with the KS partials of an element in one thread
-        lp3: gl.constexpr = gl.BlockedLayout([KS, 1, 1], [1, BLOCK_U, 32 // BLOCK_U], [1, 1, KS], [1, 2, 0])
-        lp: gl.constexpr = gl.SliceLayout(0, lp3)  # [BLOCK_U, BLOCK_B]
-        flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+@gluon.jit
+def split_forward_v6_kernel(
+    wx_ptr,  # [B, T, 4, NH, DH]
+    r_ptr,  # [4, NH, DH, DH]
+    b_ptr,  # [4, NH, DH]
+    s0_ptr,  # [2, B, 1, NH, DH] initial (h, c)
+    out_ptr,  # [2, B, T, NH, DH] all (h, c) (written); out[0] is the exchange buffer of h
+    last_ptr,  # [2, B, 1, NH, DH] (h, c) after the last step (written)
+    gates_ptr,  # [B, T, 4, NH, DH] pre-activations (SAVE_GATES)
+    bar_ptr,  # int64 counter of the grid barrier
+    B,
+    T,
+    NH,
+    n_programs,
+    DH: gl.constexpr,
+    BLOCK_B: gl.constexpr,
+    BLOCK_U: gl.constexpr,
+    KS: gl.constexpr,  # K chunks = warps
+    K1: gl.constexpr,  # a chunk's K as one or two power-of-two pieces (k_pieces): K1 + K2 = DH / KS
+    K2: gl.constexpr,
+    SAVE_GATES: gl.constexpr,
+    FAST: gl.constexpr,
+):
+    M: gl.constexpr = 4 * BLOCK_U
+    KC: gl.constexpr = DH // KS
+    # the product's layouts: warp s computes chunk s of the batched mma; R and h as its operands in registers
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[KS, 1, 1], instr_shape=[1, 16, 8])
+    la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    # the cell's layout: [KS, BLOCK_U, BLOCK_B] with the KS partials of an element in one thread
+    lp3: gl.constexpr = gl.BlockedLayout([KS, 1, 1], [1, BLOCK_U, 32 // BLOCK_U], [1, 1, KS], [1, 2, 0])
+    lp: gl.constexpr = gl.SliceLayout(0, lp3)  # [BLOCK_U, BLOCK_B]
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
 
-        p = gl.program_id(0)
-        n = gl.program_id(1)
-        r0 = gl.program_id(2) * BLOCK_B
-        HD = NH * DH
+    p = gl.program_id(0)
+    n = gl.program_id(1)
+    r0 = gl.program_id(2) * BLOCK_B
+    HD = NH * DH
 
-        # R_p in the A layout, loaded once, in one or two K pieces per warp (K1 + K2 = KC, powers of two):
-        # r1[s, m, k] = R[m // BU, n, p BU + m % BU, s KC + k], r2 the same from s KC + K1
-        r1 = gl.load(r_ptr + _r_offsets(n, p, 0, K1, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K1]
-        r2 = r1
+    # R_p in the A layout, loaded once, in one or two K pieces per warp (K1 + K2 = KC, powers of two):
+    # r1[s, m, k] = R[m // BU, n, p BU + m % BU, s KC + k], r2 the same from s KC + K1
+    r1 = gl.load(r_ptr + _r_offsets(n, p, 0, K1, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K1]
+    r2 = r1
+    if K2 > 0:
+        r2 = gl.load(r_ptr + _r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
+
+    # h_{t-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k]
+    j_b = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, lb)))
+    rows_b = gl.expand_dims(gl.expand_dims(r0 + j_b, 0), 1)  # [1, 1, BLOCK_B]
+    hb_mask = rows_b < B
+    col1 = _h_columns(0, K1, KC, KS, lb)  # [KS, K1, 1]
+    hb1 = gl.load(s0_ptr + rows_b * HD + n * DH + col1, mask=hb_mask, other=0.0)
+    h_out1 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col1
+    hb2 = hb1
+    h_out2 = h_out1
+    if K2 > 0:
+        col2 = _h_columns(K1, K2, KC, KS, lb)
+        hb2 = gl.load(s0_ptr + rows_b * HD + n * DH + col2, mask=hb_mask, other=0.0)
+        h_out2 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col2
+
+    # the cell's own elements: unit u of this program, batch row j
+    u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
+    j_p = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lp))
+    rows_p = gl.expand_dims(r0 + j_p, 0)  # [1, BLOCK_B]
+    own_mask = rows_p < B
+    units = gl.expand_dims(p * BLOCK_U + u_p, 1)  # [BLOCK_U, 1]
+    own = rows_p * HD + n * DH + units  # in [B, 1, NH, DH]
+    out_own = out_ptr + rows_p.to(gl.int64) * T * HD + n * DH + units  # h at step 0
+    c_stride = B * T * HD
+    wx_own = wx_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units  # gate 0 at step 0
+    gate_own = gates_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units
+    b_own = b_ptr + n * DH + units
+    bias_i = gl.load(b_own).to(gl.float32)
+    bias_f = gl.load(b_own + HD).to(gl.float32)
+    bias_z = gl.load(b_own + 2 * HD).to(gl.float32)
+    bias_o = gl.load(b_own + 3 * HD).to(gl.float32)
+    c = gl.load(s0_ptr + B * HD + own, mask=own_mask, other=0.0).to(gl.float32)
+    h = c
+
+    parts = gl.allocate_shared_memory(gl.float32, [KS, M, BLOCK_B], flat)
+    base = barrier_base(bar_ptr, n_programs)
+    x_i = gl.load(wx_own, mask=own_mask, other=0.0)
+    x_f = gl.load(wx_own + HD, mask=own_mask, other=0.0)
+    x_z = gl.load(wx_own + 2 * HD, mask=own_mask, other=0.0)
+    x_o = gl.load(wx_own + 3 * HD, mask=own_mask, other=0.0)
+    for t in range(T):
+        part = mma_v2(r1, hb1, gl.zeros([KS, M, BLOCK_B], gl.float32, mma))  # [KS, M, BLOCK_B]
         if K2 > 0:
-            r2 = gl.load(r_ptr + _r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
-
-        # h_{t-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k]
-        j_b = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, lb)))
-        rows_b = gl.expand_dims(gl.expand_dims(r0 + j_b, 0), 1)  # [1, 1, BLOCK_B]
-        hb_mask = rows_b < B
-        col1 = _h_columns(0, K1, KC, KS, lb)  # [KS, K1, 1]
-        hb1 = gl.load(s0_ptr + rows_b * HD + n * DH + col1, mask=hb_mask, other=0.0)
-        h_out1 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col1
-        hb2 = hb1
-        h_out2 = h_out1
-        if K2 > 0:
-            col2 = _h_columns(K1, K2, KC, KS, lb)
-            hb2 = gl.load(s0_ptr + rows_b * HD + n * DH + col2, mask=hb_mask, other=0.0)
-            h_out2 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col2
-
-        # the cell's own elements: unit u of this program, batch row j
-        u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
-        j_p = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lp))
-        rows_p = gl.expand_dims(r0 + j_p, 0)  # [1, BLOCK_B]
-        own_mask = rows_p < B
-        units = gl.expand_dims(p * BLOCK_U + u_p, 1)  # [BLOCK_U, 1]
-        own = rows_p * HD + n * DH + units  # in [B, 1, NH, DH]
-        out_own = out_ptr + rows_p.to(gl.int64) * T * HD + n * DH + units  # h at step 0
-        c_stride = B * T * HD
-        wx_own = wx_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units  # gate 0 at step 0
-        gate_own = gates_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units
-        b_own = b_ptr + n * DH + units
-        bias_i = gl.load(b_own).to(gl.float32)
-        bias_f = gl.load(b_own + HD).to(gl.float32)
-        bias_z = gl.load(b_own + 2 * HD).to(gl.float32)
-        bias_o = gl.load(b_own + 3 * HD).to(gl.float32)
-        c = gl.load(s0_ptr + B * HD + own, mask=own_mask, other=0.0).to(gl.float32)
-        h = c
-
-        parts = gl.allocate_shared_memory(gl.float32, [KS, M, BLOCK_B], flat)
-        base = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")  # nobody passed our first barrier yet
-        base = base - base % n_programs
-        x_i = gl.load(wx_own, mask=own_mask, other=0.0)
-        x_f = gl.load(wx_own + HD, mask=own_mask, other=0.0)
-        x_z = gl.load(wx_own + 2 * HD, mask=own_mask, other=0.0)
-        x_o = gl.load(wx_own + 3 * HD, mask=own_mask, other=0.0)
-        for t in range(T):
-            part = mma_v2(r1, hb1, gl.zeros([KS, M, BLOCK_B], gl.float32, mma))  # [KS, M, BLOCK_B]
+            part = mma_v2(r2, hb2, part)
+        parts.store(part)
+        gl.thread_barrier()
+        pre_i = gl.sum(parts.slice(0, BLOCK_U, dim=1).load(lp3), axis=0) + x_i.to(gl.float32) + bias_i
+        pre_f = gl.sum(parts.slice(BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_f.to(gl.float32) + bias_f
+        pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z
+        pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
+        nxt = gl.minimum(t + 1, T - 1) * 4 * HD  # the next step's inputs, loaded while this step runs
+        x_i = gl.load(wx_own + nxt, mask=own_mask, other=0.0)
+        x_f = gl.load(wx_own + nxt + HD, mask=own_mask, other=0.0)
+        x_z = gl.load(wx_own + nxt + 2 * HD, mask=own_mask, other=0.0)
+        x_o = gl.load(wx_own + nxt + 3 * HD, mask=own_mask, other=0.0)
+        i = sigmoid(pre_i, FAST)
+        f = sigmoid(pre_f, FAST)
+        o = sigmoid(pre_o, FAST)
+        c = f * c + i * tanh(pre_z, FAST)
+        h = o * tanh(c, FAST)
+        gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
+        gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
+        if SAVE_GATES:
+            g_t = gate_own + t * 4 * HD
+            gl.store(g_t, pre_i.to(gates_ptr.dtype.element_ty), mask=own_mask)
+            gl.store(g_t + HD, pre_f.to(gates_ptr.dtype.element_ty), mask=own_mask)
+            gl.store(g_t + 2 * HD, pre_z.to(gates_ptr.dtype.element_ty), mask=own_mask)
+            gl.store(g_t + 3 * HD, pre_o.to(gates_ptr.dtype.element_ty), mask=own_mask)
+        if t < T - 1:  # (after the last step nobody reads h from another program)
+            grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier also ends the partials' reads)
+            hb1 = gl.load(h_out1 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
             if K2 > 0:
-                part = mma_v2(r2, hb2, part)
-            parts.store(part)
-            gl.thread_barrier()
-            pre_i = gl.sum(parts.slice(0, BLOCK_U, dim=1).load(lp3), axis=0) + x_i.to(gl.float32) + bias_i
-            pre_f = gl.sum(parts.slice(BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_f.to(gl.float32) + bias_f
-            pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z
-            pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
-            nxt = gl.minimum(t + 1, T - 1) * 4 * HD  # the next step's inputs, loaded while this step runs
-            x_i = gl.load(wx_own + nxt, mask=own_mask, other=0.0)
-            x_f = gl.load(wx_own + nxt + HD, mask=own_mask, other=0.0)
-            x_z = gl.load(wx_own + nxt + 2 * HD, mask=own_mask, other=0.0)
-            x_o = gl.load(wx_own + nxt + 3 * HD, mask=own_mask, other=0.0)
-            i = 0.5 + 0.5 * _tanh(0.5 * pre_i, FAST)
-            f = 0.5 + 0.5 * _tanh(0.5 * pre_f, FAST)
-            o = 0.5 + 0.5 * _tanh(0.5 * pre_o, FAST)
-            c = f * c + i * _tanh(pre_z, FAST)
-            h = o * _tanh(c, FAST)
-            gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
-            gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
-            if SAVE_GATES:
-                g_t = gate_own + t * 4 * HD
-                gl.store(g_t, pre_i.to(gates_ptr.dtype.element_ty), mask=own_mask)
-                gl.store(g_t + HD, pre_f.to(gates_ptr.dtype.element_ty), mask=own_mask)
-                gl.store(g_t + 2 * HD, pre_z.to(gates_ptr.dtype.element_ty), mask=own_mask)
-                gl.store(g_t + 3 * HD, pre_o.to(gates_ptr.dtype.element_ty), mask=own_mask)
-            if t < T - 1:  # (after the last step nobody reads h from another program)
-                gl.thread_barrier()  # every thread's store of h_t issued (and the partials read) before arriving
-                gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-                target = base + (t + 1) * n_programs
-                seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
-                while seen < target:
-                    seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
-                hb1 = gl.load(h_out1 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
-                if K2 > 0:
-                    hb2 = gl.load(h_out2 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
-        gl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
-        gl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
-
-    _KERNEL = split_forward_v6_kernel
-    return _KERNEL
-
-
-_KERNEL = None
+                hb2 = gl.load(h_out2 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
+    gl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
+    gl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
 
 
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool) -> dict:
@@ -383,7 +360,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     grid = (DH // cfg.block_u, NH, -(-B // cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
     bar = barrier_counter(dev, programs)
-    _kernel()[grid](
+    split_forward_v6_kernel[grid](
         Wx, R, b, states, out, last, gates if save_gates else out, bar, B, T, NH, programs,
         **_constexprs(DH, cfg, save_gates, True), num_warps=cfg.warps, launch_cooperative_grid=True,
     )  # fmt: skip
@@ -405,6 +382,6 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     ptrs = ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")
     signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
                  "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
-    src = GluonASTSource(fn=_kernel(), signature=signature, constexprs=constexprs,
+    src = GluonASTSource(fn=split_forward_v6_kernel, signature=signature, constexprs=constexprs,
                          attrs={(i,): [["tt.divisibility", 16]] for i in range(8)})  # fmt: skip
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})

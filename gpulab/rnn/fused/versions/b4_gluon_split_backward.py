@@ -1,0 +1,350 @@
+"""Lesson 5, backward version b4: the split LSTM backward in Gluon, R's rows in registers (version 6's backward).
+
+Version b3 (:mod:`gpulab.rnn.fused.split_backward`) splits the head by units as the forward does: program p runs its
+units' cell backward, writes dG_t of its units and pushes its share of every unit's dh_{t-1},
+``dG_t[:, U_p] @ R[:, U_p, :]`` [B, DH], through L2; after the barrier each program sums the P shares of its own
+units. Compiled for the H100 (one head of 768, 16 units, 8 warps) its step reads R's rows and the gate gradients
+through ``ldmatrix``: 112 KB per step and program. This version keeps b3's exchange and barrier and changes where
+the operands live:
+
+- **R's rows of p's units, transposed**, R_p^T [DH, 4 U] (row k, column ``slot * U + u`` = R[slot, n, p U + u, k]),
+  are the tensor cores' A operand, **in registers** for the whole sequence; the warps split its DH rows (the
+  product's M), so each warp holds DH / W of them: at 768 with 16 units and 8 warps, 96 x 64 bf16, 96 registers per
+  thread. A Gluon tile's sides are powers of two, so DH is held as two tiles (768 = 512 + 256, ``k_pieces``);
+- the product is transposed, ``share^T = R_p^T @ dG_t[:, U_p]^T`` [DH, B]: its B operand, this program's gate
+  gradients [4 U, B], is small (2 KB) and goes through shared memory once per step for all warps;
+- the shares are stored transposed, ``part[slot][tile, n, p, k, j]`` (batch row j contiguous), so a thread's two
+  adjacent values are one 32-bit store and the gather reads rows of its own units.
+
+Per step t = T-1 .. 0, program (p, n, tile) (fp32; the forward saved pre-activations; G = 4 gates i, f, z, o):
+
+    dh = dL/dh_t + sum_q part[(t + 1) % 2][q, U_p]^T         (none at T-1)      [U, B]
+    dc = dL/dc_t + carried dc
+    (di, df, dz, do), dc = cell_backward(pre_t, c_{t-1}, dh, dc);  store dG_t of U_p
+    part[t % 2][p] = R_p^T @ dG_t[:, U_p]^T                                      [DH, B]
+    barrier
+
+and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored time-major
+[T, B, 4, NH, DH] for the parameter products. On a CPU :func:`schedule_reference` runs the same decomposition in
+float64 (tests compare it with autograd through the vanilla backend); :func:`compile_sm90` compiles the kernel for
+sm_90 without a GPU; the GPU tests run it.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from gpulab import runtime
+from gpulab.rnn.fused.versions.gluon_ops import barrier_base, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.v6_gluon_split import V6Config, k_pieces
+
+__all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90"]
+
+
+def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8) -> V6Config:
+    """The backward's tile for ``head_dim``: ``block_u`` units per program (its 4 gates: the product's depth
+    4 * block_u), ``warps`` warps splitting the DH rows of R_p^T, held as at most two power-of-two tiles each at
+    least 16 rows per warp (:func:`gpulab.rnn.fused.versions.v6_gluon_split.k_pieces`)."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    cfg = V6Config(block_u, block_b, warps)
+    pieces = k_pieces(head_dim)
+    if head_dim % block_u or pieces is None or min(x for x in pieces if x) < 16 * warps:
+        raise ValueError(
+            f"head_dim={head_dim} must be a multiple of block_u={block_u} and one power of two or the sum of two, "
+            f"each at least 16 * warps = {16 * warps} (each warp's rows of R^T whole 16-row tiles); use a head dim "
+            f"such as 768 (512 + 256) with warps <= {max(1, min(x for x in pieces if x) // 16) if pieces else 1}."
+        )
+    return cfg
+
+
+def _config_for(head_dim: int, cfg) -> V6Config:
+    if cfg is None:
+        return b4_config(head_dim)
+    if not isinstance(cfg, V6Config):
+        raise TypeError(f"cfg must be a V6Config (b4_config(head_dim, ...)) or None, got {type(cfg).__name__}.")
+    return b4_config(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
+
+
+def _checked(d_out, gates, out, states, R, d_last) -> tuple[int, ...]:
+    """``out``'s shape [2, B, T, NH, DH] once every input is a tensor of the LSTM backward's shapes."""
+    named = (("d_out", d_out), ("gates", gates), ("out", out), ("states", states), ("R", R))
+    for name, x in named + (() if d_last is None else (("d_last", d_last),)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor{' or None' if name == 'd_last' else ''}, got "
+                            f"{type(x).__name__}.")  # fmt: skip
+    if out.dim() != 5 or out.shape[0] != 2 or out.numel() == 0:
+        raise ValueError(f"out must be the LSTM's states [2, B, T, NH, DH] (non-empty), got {list(out.shape)}.")
+    _, B, T, NH, DH = out.shape
+    want = {"d_out": (2, B, T, NH, DH), "gates": (B, T, 4, NH, DH), "states": (2, B, 1, NH, DH),
+            "R": (4, NH, DH, DH), "d_last": (2, B, 1, NH, DH)}  # fmt: skip
+    for name, x in named + (() if d_last is None else (("d_last", d_last),)):
+        if name != "out" and tuple(x.shape) != want[name]:
+            raise ValueError(f"{name} must have shape {list(want[name])} for out {list(out.shape)}, got "
+                             f"{list(x.shape)}.")  # fmt: skip
+    return tuple(out.shape)
+
+
+def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None):
+    """b4's arithmetic program by program in float64 on any device: ``(dG [T, B, 4, NH, DH], d_states [2, B, 1, NH,
+    DH])`` as :func:`split_backward_b4` returns them. Each program forms its share R_p^T @ dG_p^T of all of dh_{t-1}
+    from its M pieces, and each unit's dh sums the shares in program order, as the kernel's gather does."""
+    S, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
+    cfg = _config_for(DH, cfg)
+    bu, pieces = cfg.block_u, [x for x in k_pieces(DH) if x]
+    f64 = dict(dtype=torch.float64)
+    d_out, gates, out, states, R = (x.to(**f64) for x in (d_out, gates, out, states, R))
+    dG = torch.empty(T, B, 4, NH, DH, **f64)
+    dh_carry = torch.zeros(B, NH, DH, **f64) if d_last is None else d_last[0, :, 0].to(**f64)
+    dc = torch.zeros(B, NH, DH, **f64) if d_last is None else d_last[1, :, 0].to(**f64)
+    shares = None  # [P, B, NH, DH]: the previous step's, per program
+    for t in range(T - 1, -1, -1):
+        dh = d_out[0, :, t] + dh_carry
+        dh_carry = torch.zeros_like(dh)
+        if shares is not None:
+            for q in range(shares.shape[0]):
+                dh = dh + shares[q]
+        dc = dc + d_out[1, :, t]
+        pre = gates[:, t]  # [B, 4, NH, DH]
+        i, f, z, o = torch.sigmoid(pre[:, 0]), torch.sigmoid(pre[:, 1]), torch.tanh(pre[:, 2]), torch.sigmoid(pre[:, 3])
+        c_prev = out[1, :, t - 1] if t > 0 else states[1, :, 0]
+        tc = torch.tanh(f * c_prev + i * z)
+        dc = dc + dh * o * (1 - tc * tc)
+        dG[t] = torch.stack((dc * z * i * (1 - i), dc * c_prev * f * (1 - f), dc * i * (1 - z * z),
+                             dh * tc * o * (1 - o)), dim=1)  # fmt: skip
+        dc = dc * f
+        shares = torch.zeros(DH // bu, B, NH, DH, **f64)
+        for n in range(NH):
+            for p in range(DH // bu):
+                units = slice(p * bu, (p + 1) * bu)
+                rt = R[:, n, units, :].reshape(4 * bu, DH).T  # R_p^T [DH, 4 U]
+                dg_t = dG[t, :, :, n, units].reshape(B, 4 * bu).T  # [4 U, B]
+                k0 = 0
+                for m in pieces:  # the kernel's M pieces (512 + 256 at 768)
+                    shares[p, :, n, k0 : k0 + m] = (rt[k0 : k0 + m] @ dg_t).T
+                    k0 += m
+    dh0 = dh_carry
+    for q in range(shares.shape[0]):
+        dh0 = dh0 + shares[q]
+    return dG, torch.stack((dh0, dc))[:, :, None]
+
+
+@gluon.jit
+def _rt_tile(r_ptr, n, p, M0: gl.constexpr, MP: gl.constexpr, NH, DH: gl.constexpr, BLOCK_U: gl.constexpr,
+             la: gl.constexpr):  # fmt: skip
+    """R_p^T rows [M0, M0 + MP) in the A layout: [MP, 4 BLOCK_U], element [m, g U + u] = R[g, n, p U + u, M0 + m]."""
+    m = gl.arange(0, MP, layout=gl.SliceLayout(1, la))
+    k = gl.arange(0, 4 * BLOCK_U, layout=gl.SliceLayout(0, la))
+    row = ((k // BLOCK_U) * NH + n) * DH + p * BLOCK_U + k % BLOCK_U  # [4 U]: R's row of column k
+    return gl.load(r_ptr + gl.expand_dims(row, 0) * DH + M0 + gl.expand_dims(m, 1))
+
+
+@gluon.jit
+def _push(share, part_own, M0: gl.constexpr, MP: gl.constexpr, BLOCK_B: gl.constexpr, mma: gl.constexpr):
+    """Store a share tile [MP, BLOCK_B] (rows M0.. of dh^T) at ``part_own`` (this program's [DH, BLOCK_B] slab)."""
+    m = gl.arange(0, MP, layout=gl.SliceLayout(1, mma))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, mma))
+    gl.store(part_own + (M0 + gl.expand_dims(m, 1)) * BLOCK_B + gl.expand_dims(j, 0),
+             share.to(part_own.dtype.element_ty))  # fmt: skip
+
+
+@gluon.jit
+def _gather(slab0, units_b, SPLIT: gl.constexpr, DH: gl.constexpr, BLOCK_B: gl.constexpr, lp: gl.constexpr):
+    """The sum of all SPLIT programs' shares of this program's units, [BLOCK_U, BLOCK_B] fp32 in the cell's layout
+    ``lp`` (``slab0``: program 0's slab of the slot; ``units_b`` the offsets of the own units' rows within a slab, in
+    a layout with the batch rows along the lanes, contiguous as the slabs hold them). Read from L2."""
+    acc = gl.load(slab0 + units_b, cache_modifier=".cg").to(gl.float32)
+    for q in gl.static_range(1, SPLIT):
+        acc += gl.load(slab0 + q * DH * BLOCK_B + units_b, cache_modifier=".cg").to(gl.float32)
+    return gl.convert_layout(acc, lp)
+
+
+@gluon.jit
+def split_backward_b4_kernel(
+    gates_ptr,  # [B, T, 4, NH, DH] pre-activations saved by the forward
+    out_ptr,  # [2, B, T, NH, DH] the forward's (h, c)
+    s0_ptr,  # [2, B, 1, NH, DH] initial states
+    r_ptr,  # [4, NH, DH, DH]
+    dout_ptr,  # [2, B, T, NH, DH] dL/d(all states)
+    dlast_ptr,  # [2, B, 1, NH, DH] dL/d(last states) (HAS_LAST)
+    dg_ptr,  # [T, B, 4, NH, DH] gate gradients, time-major (written)
+    part_ptr,  # [2, tiles, NH, SPLIT, DH, BLOCK_B] the shares of dh, transposed (written and read)
+    ds0_ptr,  # [2, B, 1, NH, DH] dL/d(initial states) (written)
+    bar_ptr,  # int64 counter of the grid barrier
+    B,
+    T,
+    NH,
+    n_programs,
+    DH: gl.constexpr,
+    BLOCK_B: gl.constexpr,
+    BLOCK_U: gl.constexpr,
+    W: gl.constexpr,  # warps: they split R_p^T's DH rows
+    M1: gl.constexpr,  # DH as one or two power-of-two tiles: M1 + M2 = DH
+    M2: gl.constexpr,
+    SPLIT: gl.constexpr,  # programs per head and batch tile
+    HAS_LAST: gl.constexpr,
+    FAST: gl.constexpr,
+):
+    K: gl.constexpr = 4 * BLOCK_U
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
+    la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    # the cell's layout [BLOCK_U, BLOCK_B]: units along the lanes (contiguous in memory), rows across the warps
+    TU: gl.constexpr = 32 if BLOCK_U > 32 else BLOCK_U
+    lp: gl.constexpr = gl.BlockedLayout([1, 1], [TU, 32 // TU], [1, W], [0, 1])
+    # the gather's layout [BLOCK_U, BLOCK_B]: batch rows along the lanes (contiguous in the shares' slabs)
+    SJ: gl.constexpr = 2 if BLOCK_B > 32 else 1
+    lg: gl.constexpr = gl.BlockedLayout([1, SJ], [32 // (BLOCK_B // SJ), BLOCK_B // SJ], [W, 1], [1, 0])
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+
+    p = gl.program_id(0)
+    n = gl.program_id(1)
+    tile = gl.program_id(2)
+    HD = NH * DH
+
+    # R_p^T in registers, one or two tiles of rows (M1 + M2 = DH)
+    a1 = _rt_tile(r_ptr, n, p, 0, M1, NH, DH, BLOCK_U, la)  # [M1, K]
+    a2 = a1
+    if M2 > 0:
+        a2 = _rt_tile(r_ptr, n, p, M1, M2, NH, DH, BLOCK_U, la)  # [M2, K]
+
+    # this program's elements: unit u, batch row j
+    u = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lp))
+    rows = gl.expand_dims(tile * BLOCK_B + j, 0)  # [1, BLOCK_B]
+    ok = rows < B
+    units = gl.expand_dims(p * BLOCK_U + u, 1)  # [BLOCK_U, 1]
+    own = rows * HD + n * DH + units  # in [B, 1, NH, DH]
+    own_t = rows.to(gl.int64) * T * HD + n * DH + units  # in [B, T, NH, DH] at t = 0
+    gate_t = rows.to(gl.int64) * T * 4 * HD + n * DH + units  # in [B, T, 4, NH, DH] at t = 0, gate 0
+    dg_own = dg_ptr + rows.to(gl.int64) * 4 * HD + n * DH + units  # + t * B * 4 HD
+    c_stride = B * T * HD
+    # the shares: slab (slot, tile, n, q) is [DH, BLOCK_B]; this program writes q = p, reads its units of every q
+    PSLOT = gl.num_programs(2) * NH * SPLIT * DH * BLOCK_B
+    slab0 = part_ptr + (tile * NH + n) * SPLIT * DH * BLOCK_B
+    part_own = slab0 + p * DH * BLOCK_B
+    u_g = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lg))
+    j_g = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lg))
+    units_b = gl.expand_dims(p * BLOCK_U + u_g, 1) * BLOCK_B + gl.expand_dims(j_g, 0)  # own rows of a slab
+
+    dgs = gl.allocate_shared_memory(r_ptr.dtype.element_ty, [K, BLOCK_B], flat)
+    dh_c = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)  # the carried part of dh (d_last's at T - 1)
+    dc = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)
+    if HAS_LAST:
+        dh_c = gl.load(dlast_ptr + own, mask=ok, other=0.0).to(gl.float32)
+        dc = gl.load(dlast_ptr + B * HD + own, mask=ok, other=0.0).to(gl.float32)
+    base = barrier_base(bar_ptr, n_programs)
+    for tt in range(T):
+        t = T - 1 - tt
+        # step t's inputs: saved pre-activations, c_{t-1}, dL/dh_t, dL/dc_t
+        g_t = gates_ptr + gate_t + t * 4 * HD
+        pre_i = gl.load(g_t, mask=ok, other=0.0).to(gl.float32)
+        pre_f = gl.load(g_t + HD, mask=ok, other=0.0).to(gl.float32)
+        pre_z = gl.load(g_t + 2 * HD, mask=ok, other=0.0).to(gl.float32)
+        pre_o = gl.load(g_t + 3 * HD, mask=ok, other=0.0).to(gl.float32)
+        if t > 0:
+            c_prev = gl.load(out_ptr + c_stride + own_t + (t - 1) * HD, mask=ok, other=0.0).to(gl.float32)
+        else:
+            c_prev = gl.load(s0_ptr + B * HD + own, mask=ok, other=0.0).to(gl.float32)
+        dh = dh_c + gl.load(dout_ptr + own_t + t * HD, mask=ok, other=0.0).to(gl.float32)
+        dc += gl.load(dout_ptr + c_stride + own_t + t * HD, mask=ok, other=0.0).to(gl.float32)
+        dh_c = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)
+        if tt > 0:  # the shares of step t + 1, pushed by every program before the last barrier
+            dh += _gather(slab0 + ((t + 1) % 2) * PSLOT, units_b, SPLIT, DH, BLOCK_B, lp)
+        # the cell backward (the activations recomputed from the pre-activations, c_t from c_{t-1})
+        i = sigmoid(pre_i, FAST)
+        f = sigmoid(pre_f, FAST)
+        z = tanh(pre_z, FAST)
+        o = sigmoid(pre_o, FAST)
+        tc = tanh(f * c_prev + i * z, FAST)
+        dc = dc + dh * o * (1.0 - tc * tc)
+        d_i = (dc * z * i * (1.0 - i)).to(dg_ptr.dtype.element_ty)
+        d_f = (dc * c_prev * f * (1.0 - f)).to(dg_ptr.dtype.element_ty)
+        d_z = (dc * i * (1.0 - z * z)).to(dg_ptr.dtype.element_ty)
+        d_o = (dh * tc * o * (1.0 - o)).to(dg_ptr.dtype.element_ty)
+        dc = dc * f
+        dg_t = dg_own + t.to(gl.int64) * B * 4 * HD
+        gl.store(dg_t, d_i, mask=ok)
+        gl.store(dg_t + HD, d_f, mask=ok)
+        gl.store(dg_t + 2 * HD, d_z, mask=ok)
+        gl.store(dg_t + 3 * HD, d_o, mask=ok)
+        # this program's shares of dh_{t-1} from dG_t as stored: dG^T [4 U, B] through shared memory to every warp
+        dgs.slice(0, BLOCK_U, dim=0).store(d_i.to(dgs.dtype))
+        dgs.slice(BLOCK_U, BLOCK_U, dim=0).store(d_f.to(dgs.dtype))
+        dgs.slice(2 * BLOCK_U, BLOCK_U, dim=0).store(d_z.to(dgs.dtype))
+        dgs.slice(3 * BLOCK_U, BLOCK_U, dim=0).store(d_o.to(dgs.dtype))
+        gl.thread_barrier()
+        bop = dgs.load(lb)  # [K, BLOCK_B]
+        own_slab = part_own + (t % 2) * PSLOT
+        _push(mma_v2(a1, bop, gl.zeros([M1, BLOCK_B], gl.float32, mma)), own_slab, 0, M1, BLOCK_B, mma)
+        if M2 > 0:
+            _push(mma_v2(a2, bop, gl.zeros([M2, BLOCK_B], gl.float32, mma)), own_slab, M1, M2, BLOCK_B, mma)
+        grid_barrier(bar_ptr, base + (tt + 1) * n_programs)  # (its CTA barrier also ends this step's reads of dgs)
+    dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
+    gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
+    gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
+
+
+def _constexprs(head_dim: int, cfg: V6Config, has_last: bool) -> dict:
+    m1, m2 = k_pieces(head_dim)
+    return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
+                SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=True)  # fmt: skip
+
+
+def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None):
+    """b4 on a GPU (LSTM, 16-bit): ``(dG [T, B, 4, NH, DH] time-major, d_states [2, B, 1, NH, DH])`` as
+    :func:`gpulab.rnn.fused.split_backward.split_rnn_backward` returns them; ``gates`` the pre-activations the
+    forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5). On a CPU it
+    raises: run :func:`schedule_reference` there."""
+    from gpulab.check import new_output  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import barrier_counter  # noqa: PLC0415
+
+    _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
+    tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
+    if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
+        raise TypeError(
+            f"b4 takes one 16-bit dtype (float16 or bfloat16) for every input, got {[x.dtype for x in tensors]}: "
+            "use gpulab.rnn.fused.split_backward.split_rnn_backward."
+        )
+    if out.device.type != "cuda" or runtime.INTERPRET:
+        raise RuntimeError(
+            "b4 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
+            "gpulab.rnn.fused.versions.b4_gluon_split_backward.schedule_reference, the same arithmetic in float64."
+        )
+    cfg = _config_for(DH, cfg)
+    d_out, gates, out, states, R = (x.contiguous() for x in (d_out, gates, out, states, R))
+    dev, dt = out.device, out.dtype
+    tiles = -(-B // cfg.block_b)
+    dG = new_output(T, B, 4, NH, DH, dtype=dt, device=dev)
+    ds0 = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
+    part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
+    grid = (DH // cfg.block_u, NH, tiles)
+    programs = grid[0] * grid[1] * grid[2]
+    split_backward_b4_kernel[grid](
+        d_out, gates, out, states, R, d_out if d_last is None else d_last.contiguous(), dG, part, ds0,
+        barrier_counter(dev, programs), B, T, NH, programs, **_constexprs(DH, cfg, d_last is not None),
+        num_warps=cfg.warps, launch_cooperative_grid=True,
+    )  # fmt: skip
+    return dG, ds0
+
+
+def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True):
+    """Triton's compiled b4 for sm_90, nothing launched, no GPU needed. Call from a process outside the
+    interpreter (:func:`gpulab.rnn.fused.sass.b4_stats` does)."""
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+
+    dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
+    if not isinstance(has_last, bool):
+        raise TypeError(f"has_last must be True or False, got {has_last!r}.")
+    cfg = _config_for(head_dim, cfg)
+    constexprs = _constexprs(head_dim, cfg, has_last)
+    ptrs = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "part_ptr", "ds0_ptr")
+    signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
+                 "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
+    src = GluonASTSource(fn=split_backward_b4_kernel, signature=signature, constexprs=constexprs,
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(9)})  # fmt: skip
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})

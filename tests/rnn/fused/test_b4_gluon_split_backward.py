@@ -1,0 +1,105 @@
+"""Backward version b4 (Gluon: R's rows in registers), version 6's backward.
+
+On a CPU: its schedule (each program's share of dh from its M pieces, the gather in program order) against autograd
+through float64's LSTM, and its compiled form for sm_90. The GPU tests run the kernel itself.
+"""
+
+import json
+
+import pytest
+import torch
+
+from gpulab import check, rnn, runtime
+from gpulab.rnn.fused import sass
+from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+
+
+def _autograd(inputs, d_out, d_last):
+    """dL/dWx (= dG for the LSTM) and dL/d(initial states) in float64 through the vanilla backend."""
+    leaves = [t.detach().double().requires_grad_() for t in inputs]
+    out, last = rnn.flashrnn(*leaves, function="lstm", backend="vanilla")
+    loss = (out * d_out.double()).sum() + (0 if d_last is None else (last * d_last.double()).sum())
+    d_wx, _, _, d_states = torch.autograd.grad(loss, leaves)
+    return out.detach(), d_wx, d_states
+
+
+def _forward(inputs):
+    """(states_all, pre-activations) in float64: what the backward reads."""
+    Wx, R, b, s0 = (t.double() for t in inputs)
+    out, _ = rnn.flashrnn(Wx, R, b, s0, function="lstm", backend="vanilla")
+    prev = torch.cat((s0[0], out[0][:, :-1]), dim=1)
+    return out, Wx + torch.einsum("gnjk,btnk->btgnj", R, prev) + b[None, None]
+
+
+@pytest.mark.parametrize("B,NH,DH,kw,last", [(1, 1, 96, {"block_u": 8, "warps": 2}, False),
+                                             (17, 2, 48, {"block_u": 4, "warps": 1}, True),
+                                             (3, 1, 64, {"block_u": 16, "warps": 4}, True)])  # fmt: skip
+def test_schedule_matches_autograd(B, NH, DH, kw, last, make_inputs):
+    """dG (time-major) equals dL/dWx and d_states dL/d(initial states), with and without a gradient of the last
+    states (96 = 64 + 32 and 48 = 32 + 16 rows of R^T in two pieces; odd batch, two heads)."""
+    inputs = make_inputs("lstm", B, 4, NH, DH, dtype=torch.float32, seed=B * DH)
+    out, gates = _forward(inputs)
+    d_out = torch.randn(2, B, 4, NH, DH, dtype=torch.float64)
+    d_last = torch.randn(2, B, 1, NH, DH, dtype=torch.float64) if last else None
+    dG, ds0 = b4.schedule_reference(d_out, gates, out, inputs[3].double(), inputs[1].double(), d_last,
+                                    cfg=b4.b4_config(DH, **kw))  # fmt: skip
+    _, d_wx, d_states = _autograd(inputs, d_out, d_last)
+    check.assert_close(dG.transpose(0, 1), d_wx, rtol=1e-10, name="dG")
+    check.assert_close(ds0, d_states, rtol=1e-10, name="d_states")
+
+
+def test_schedule_sees_a_share_counted_twice(make_inputs):
+    """The comparison can fail: a gate gradient doubled (as a share pushed twice would make it) is caught."""
+    inputs = make_inputs("lstm", 2, 3, 1, 64, dtype=torch.float32, seed=4)
+    out, gates = _forward(inputs)
+    d_out = torch.randn(2, 2, 3, 1, 64, dtype=torch.float64)
+    R2 = inputs[1].double() * torch.tensor([2.0, 1.0, 1.0, 1.0], dtype=torch.float64)[:, None, None, None]
+    dG, _ = b4.schedule_reference(d_out, gates, out, inputs[3].double(), R2, cfg=b4.b4_config(64, 8, warps=4))
+    _, d_wx, _ = _autograd(inputs, d_out, None)
+    with pytest.raises(AssertionError):
+        check.assert_close(dG.transpose(0, 1), d_wx, rtol=1e-6, name="dG")
+
+
+@pytest.mark.parametrize("kw", [{"block_u": 16, "warps": 8}])
+def test_compiles_for_sm90_with_r_in_registers(kw):
+    """Compiled for the H100: 48 tensor-core instructions per warp and step (768 = 512 + 256 rows over 8 warps, 16
+    rows each, 2 x 8 batch columns, 4 K steps of 16: the 4 gates x 16 units), no spills, and the only ldmatrix
+    reads are the gate gradients' 2 KB (b3's step reads R's rows through it too: 112 KB per program)."""
+    argv = ["b4", "--dh", "768", "--warps", str(kw["warps"]), "--set", f"BLOCK_U={kw['block_u']}"]
+    done = sass.run_offline(argv, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["mma"] == (768 // kw["warps"] // 16) * (row["block_b"] // 8) * (4 * kw["block_u"] // 16) == 48
+    assert row["spills"] == 0 and 0 < row["registers"] <= 255
+    assert row["ldsm_bytes"] * kw["warps"] == kw["warps"] * 4 * kw["block_u"] * row["block_b"] * 2
+
+
+def test_refuses_the_cpu(make_inputs):
+    if not runtime.INTERPRET:
+        pytest.skip("the CPU refusal")
+    x = [torch.zeros(2, 1, 2, 1, 64, dtype=torch.float16), torch.zeros(1, 2, 4, 1, 64, dtype=torch.float16)]
+    with pytest.raises(RuntimeError, match="schedule_reference"):
+        b4.split_backward_b4(x[0], x[1], x[0], torch.zeros(2, 1, 1, 1, 64, dtype=torch.float16),
+                             torch.zeros(4, 1, 64, 64, dtype=torch.float16))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 8, "warps": 4}), (17, 256, {"warps": 4})])
+def test_b4_on_gpu(B, DH, kw, make_inputs):
+    """The kernel at full width (T = 64, bf16) against version 5's backward (b3) on the same saved gates, and the
+    gradients through the parameter products against float64; a second launch gives the same bits."""
+    from gpulab.rnn.fused import split, split_backward
+
+    inputs = make_inputs("lstm", B, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
+    out, _, gates = split.split_rnn_forward(*inputs, function="lstm", save_gates=True)
+    d_out, d_last = torch.randn_like(out), torch.randn(2, B, 1, 1, DH, dtype=out.dtype, device=out.device)
+    cfg = b4.b4_config(DH, **kw)
+    dG, ds0 = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1], d_last, cfg=cfg)
+    dG3, ds03 = split_backward.split_rnn_backward(d_out, gates, out, inputs[3], inputs[1], "lstm", d_last=d_last)
+    check.assert_close(dG, dG3.double(), dtype=torch.bfloat16, name="dG vs b3")
+    check.assert_close(ds0, ds03.double(), dtype=torch.bfloat16, name="d_states vs b3")
+    _, d_wx, d_states = _autograd(inputs, d_out, d_last)
+    assert check.relative_error(dG.transpose(0, 1), d_wx) <= check.tolerance(torch.bfloat16)
+    assert check.relative_error(ds0, d_states) <= check.tolerance(torch.bfloat16)
+    again = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1], d_last, cfg=cfg)
+    assert torch.equal(again[0], dG) and torch.equal(again[1], ds0)
