@@ -74,6 +74,13 @@ def test_compiles_for_sm90_with_r_in_registers(kw):
     assert row["ldsm_bytes"] * kw["warps"] == kw["warps"] * 4 * kw["block_u"] * row["block_b"] * 2
 
 
+def test_host_passes_every_kernel_argument_by_name():
+    from tests.rnn.fused.test_v6_gluon_split import launch_names
+
+    launch_names(b4.split_backward_b4, b4.split_backward_b4_kernel,
+                 b4._constexprs(768, b4.b4_config(768), True, True))  # fmt: skip
+
+
 def test_refuses_the_cpu(make_inputs):
     if not runtime.INTERPRET:
         pytest.skip("the CPU refusal")

@@ -5,7 +5,10 @@ by chunk (``schedule_reference``), against float64's LSTM; and its compiled form
 no tensor-core operand read from shared memory in the step loop). The GPU tests run the kernel itself.
 """
 
+import ast
+import inspect
 import json
+import textwrap
 
 import pytest
 import torch
@@ -76,6 +79,25 @@ def test_compiles_for_sm90_with_r_in_registers(dh, kw):
     assert row["mufu"] == 5 * kw["block_u"] * row["block_b"] // (32 * kw["warps"])  # 5 per element: 4 gates, tanh c
 
 
+def launch_names(host, kernel, constexprs):
+    """The host's launch of ``kernel`` passes every kernel argument by name, once (a positional launch in another
+    order than the kernel's parameters compiles and runs, on the wrong tensors)."""
+    src = textwrap.dedent(inspect.getsource(host))
+    calls = [c for c in ast.walk(ast.parse(src)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)]
+    assert len(calls) == 1 and not calls[0].args, "one launch, every argument by keyword"
+    names = {k.arg for k in calls[0].keywords if k.arg} - {"num_warps", "launch_cooperative_grid"}
+    assert not names & set(constexprs) and names | set(constexprs) == set(kernel.arg_names)
+
+
+def test_host_passes_every_kernel_argument_by_name():
+    launch_names(v6.split_forward_v6, v6.split_forward_v6_kernel, v6._constexprs(768, v6.v6_config(768), True, True))
+
+
+def test_config_refuses_tiles_past_the_budgets():
+    with pytest.raises(ValueError, match="registers per thread"):
+        v6.v6_config(256, block_u=32, block_b=64, warps=8)
+
+
 def test_refuses_the_cpu(make_inputs):
     if not runtime.INTERPRET:
         pytest.skip("the CPU refusal")
@@ -86,7 +108,8 @@ def test_refuses_the_cpu(make_inputs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 16, "warps": 8}), (1, 256, {}),
-                                     (17, 256, {"warps": 2})])  # fmt: skip
+                                     (17, 256, {"warps": 2}), (3, 64, {"block_u": 4, "warps": 1}),
+                                     (16, 256, {"block_u": 16, "warps": 8})])  # fmt: skip
 def test_v6_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against float64, gates too; launched again (the barrier's counter
     carries over) it gives the same bits; the split forward of version 5 agrees within bf16's tolerance."""

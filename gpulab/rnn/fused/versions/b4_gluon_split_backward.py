@@ -39,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.v6_gluon_split import V6Config, k_pieces
+from gpulab.rnn.fused.versions.v6_gluon_split import REGISTER_BUDGET, V6Config, k_pieces
 
 __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90"]
 
@@ -56,6 +56,14 @@ def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 
             f"head_dim={head_dim} must be a multiple of block_u={block_u} and one power of two or the sum of two, "
             f"each at least 16 * warps = {16 * warps} (each warp's rows of R^T whole 16-row tiles); use a head dim "
             f"such as 768 (512 + 256) with warps <= {max(1, min(x for x in pieces if x) // 16) if pieces else 1}."
+        )
+    rows = head_dim // warps  # each warp's rows of R^T: its A operand (16-bit pairs) and its share (fp32)
+    regs = rows * 4 * block_u * 2 // 4 // 32 + rows * block_b // 32
+    if regs > REGISTER_BUDGET:
+        raise ValueError(
+            f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} registers per "
+            f"thread for R^T's rows and the shares (at most {REGISTER_BUDGET}); use more warps or fewer units or "
+            "rows per program."
         )
     return cfg
 
@@ -185,7 +193,7 @@ def split_backward_b4_kernel(
     M2: gl.constexpr,
     SPLIT: gl.constexpr,  # programs per head and batch tile
     HAS_LAST: gl.constexpr,
-    FAST: gl.constexpr,
+    FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
 ):
     K: gl.constexpr = 4 * BLOCK_U
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
@@ -220,7 +228,7 @@ def split_backward_b4_kernel(
     own_t = rows.to(gl.int64) * T * HD + n * DH + units  # in [B, T, NH, DH] at t = 0
     gate_t = rows.to(gl.int64) * T * 4 * HD + n * DH + units  # in [B, T, 4, NH, DH] at t = 0, gate 0
     dg_own = dg_ptr + rows.to(gl.int64) * 4 * HD + n * DH + units  # + t * B * 4 HD
-    c_stride = B * T * HD
+    c_stride = B.to(gl.int64) * T * HD  # from h to c in [2, B, T, NH, DH] (past 2^31 at long sequences)
     # the shares: slab (slot, tile, n, q) is [DH, BLOCK_B]; this program writes q = p, reads its units of every q
     PSLOT = gl.num_programs(2) * NH * SPLIT * DH * BLOCK_B
     slab0 = part_ptr + (tile * NH + n) * SPLIT * DH * BLOCK_B
@@ -271,10 +279,10 @@ def split_backward_b4_kernel(
         gl.store(dg_t + 2 * HD, d_z, mask=ok)
         gl.store(dg_t + 3 * HD, d_o, mask=ok)
         # this program's shares of dh_{t-1} from dG_t as stored: dG^T [4 U, B] through shared memory to every warp
-        dgs.slice(0, BLOCK_U, dim=0).store(d_i.to(dgs.dtype))
-        dgs.slice(BLOCK_U, BLOCK_U, dim=0).store(d_f.to(dgs.dtype))
-        dgs.slice(2 * BLOCK_U, BLOCK_U, dim=0).store(d_z.to(dgs.dtype))
-        dgs.slice(3 * BLOCK_U, BLOCK_U, dim=0).store(d_o.to(dgs.dtype))
+        # one store of the four gates as [4 U, B] (row g U + u): four stores to slices of one buffer would each get a
+        # CTA barrier from the compiler
+        both = gl.join(gl.join(d_i, d_f), gl.join(d_z, d_o))  # [U, B, 2, 2]: gate 2 x + y at [.., .., x, y]
+        dgs.store(gl.reshape(gl.permute(both, (2, 3, 0, 1)), [K, BLOCK_B]))
         gl.thread_barrier()
         bop = dgs.load(lb)  # [K, BLOCK_B]
         own_slab = part_own + (t % 2) * PSLOT
@@ -287,10 +295,10 @@ def split_backward_b4_kernel(
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
 
 
-def _constexprs(head_dim: int, cfg: V6Config, has_last: bool) -> dict:
+def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool) -> dict:
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
-                SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=True)  # fmt: skip
+                SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast)  # fmt: skip
 
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None):
@@ -299,7 +307,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5). On a CPU it
     raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
-    from gpulab.rnn.fused.tiles import barrier_counter  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
 
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
@@ -322,10 +330,12 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
     grid = (DH // cfg.block_u, NH, tiles)
     programs = grid[0] * grid[1] * grid[2]
-    split_backward_b4_kernel[grid](
-        d_out, gates, out, states, R, d_out if d_last is None else d_last.contiguous(), dG, part, ds0,
-        barrier_counter(dev, programs), B, T, NH, programs, **_constexprs(DH, cfg, d_last is not None),
-        num_warps=cfg.warps, launch_cooperative_grid=True,
+    split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
+        gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
+        dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
+        bar_ptr=barrier_counter(dev, programs), B=B, T=T, NH=NH, n_programs=programs,
+        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt)), num_warps=cfg.warps,
+        launch_cooperative_grid=True,
     )  # fmt: skip
     return dG, ds0
 
@@ -341,7 +351,7 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     if not isinstance(has_last, bool):
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
     cfg = _config_for(head_dim, cfg)
-    constexprs = _constexprs(head_dim, cfg, has_last)
+    constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16")
     ptrs = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "part_ptr", "ds0_ptr")
     signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
                  "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip

@@ -49,10 +49,18 @@ __all__ = [
     "split_forward_v6",
     "compile_sm90",
     "register_estimate",
+    "REGISTER_BUDGET",
+    "SHARED_BUDGET",
 ]
 
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
+REGISTER_BUDGET = 224
+"""Registers per thread a tile's operands may take (:func:`register_estimate`): of the 255 a thread can have, the
+cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them, compiled to
+242 without spilling)."""
+SHARED_BUDGET = 227 * 1024
+"""Bytes of shared memory a program of the H100 may use."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +101,14 @@ def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4
             f"head_dim / warps = {head_dim // warps} must be one power of two or the sum of two (a Gluon tile is a "
             f"power of two; each warp's K chunk is at most two tiles), got head_dim={head_dim}, warps={warps}; use "
             f"warps in {[w for w in (1, 2, 4, 8) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or 'none'}."
+        )
+    regs = sum(register_estimate(head_dim, cfg).values())
+    smem = 4 * warps * 4 * block_u * block_b  # the partial sums, fp32 [KS, 4 BU, BLOCK_B]
+    if regs > REGISTER_BUDGET or smem > SHARED_BUDGET:
+        raise ValueError(
+            f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} registers per "
+            f"thread for its operands (at most {REGISTER_BUDGET}: the rest of the step needs the others) and {smem} "
+            f"bytes of shared memory (at most {SHARED_BUDGET}); use more warps or fewer units or rows per program."
         )
     return cfg
 
@@ -224,7 +240,7 @@ def split_forward_v6_kernel(
     K1: gl.constexpr,  # a chunk's K as one or two power-of-two pieces (k_pieces): K1 + K2 = DH / KS
     K2: gl.constexpr,
     SAVE_GATES: gl.constexpr,
-    FAST: gl.constexpr,
+    FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
 ):
     M: gl.constexpr = 4 * BLOCK_U
     KC: gl.constexpr = DH // KS
@@ -271,7 +287,7 @@ def split_forward_v6_kernel(
     units = gl.expand_dims(p * BLOCK_U + u_p, 1)  # [BLOCK_U, 1]
     own = rows_p * HD + n * DH + units  # in [B, 1, NH, DH]
     out_own = out_ptr + rows_p.to(gl.int64) * T * HD + n * DH + units  # h at step 0
-    c_stride = B * T * HD
+    c_stride = B.to(gl.int64) * T * HD  # from h to c in [2, B, T, NH, DH] (past 2^31 at long sequences)
     wx_own = wx_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units  # gate 0 at step 0
     gate_own = gates_ptr + rows_p.to(gl.int64) * T * 4 * HD + n * DH + units
     b_own = b_ptr + n * DH + units
@@ -336,7 +352,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     :func:`gpulab.rnn.fused.split.split_rnn_forward` returns them. One cooperative launch, a grid barrier per step.
     On a CPU (or under the interpreter) it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
-    from gpulab.rnn.fused.tiles import barrier_counter  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
 
     B, T, _, NH, DH = _checked(Wx, R, b, states)
     if not isinstance(save_gates, bool):
@@ -359,10 +375,11 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     last = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     grid = (DH // cfg.block_u, NH, -(-B // cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
-    bar = barrier_counter(dev, programs)
-    split_forward_v6_kernel[grid](
-        Wx, R, b, states, out, last, gates if save_gates else out, bar, B, T, NH, programs,
-        **_constexprs(DH, cfg, save_gates, True), num_warps=cfg.warps, launch_cooperative_grid=True,
+    split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
+        wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
+        gates_ptr=gates if save_gates else out, bar_ptr=barrier_counter(dev, programs), B=B, T=T, NH=NH,
+        n_programs=programs, **_constexprs(DH, cfg, save_gates, fast_activations(dt)), num_warps=cfg.warps,
+        launch_cooperative_grid=True,
     )  # fmt: skip
     return out, last, gates
 
@@ -378,7 +395,7 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     cfg = _config_for(head_dim, cfg)
-    constexprs = _constexprs(head_dim, cfg, save_gates, True)
+    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16")
     ptrs = ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")
     signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
                  "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
