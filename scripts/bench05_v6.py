@@ -6,7 +6,8 @@ One head of 768, B16, T1024, bf16 (the issue's problem). For each version-6 tile
 warps): the forward checked against float64 (outputs poisoned: NaN fails), launched twice more for identical bits,
 then timed on both clocks without and with saved gates; version 5 as the package runs it (the chooser's hinted
 split forward). The backward: b4 (both tiles) against b3 on the same saved gates (dG compared), timed alone; then
-forward and backward with the parameter products (v6 + b4, v5 + b3 as the package runs them). cuDNN's fp16
+forward and backward with the parameter products (v6 + b4, v5 + b3 as the package runs them), and flashrnn as a
+training loop calls it with the plan's split kernels on version 5 and on version 6. cuDNN's fp16
 nn.LSTM (dense 768) forward and forward+backward in the same run. Records: OUT_DIR/<gpu>-<date>-v6.jsonl (``TAG``
 changes the last part).
 """
@@ -19,7 +20,7 @@ import time
 
 import torch
 
-from gpulab import bench, check, hardware
+from gpulab import bench, check, hardware, rnn
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.fused import plan, split_backward
 from gpulab.rnn.fused.benchmark import dense_run, problem_inputs, states_reference
@@ -93,6 +94,32 @@ def backward_rows(x, common, t0):
     return rows
 
 
+def called_rows(x, common, t0):
+    """flashrnn's fused backend as a training loop calls it (``out.sum().backward()``), with the plan's split kernels
+    set to version 5 and to version 6: the wall clock a user gets."""
+    rows = []
+    leaves = [t.detach().clone().requires_grad_(True) for t in x]
+
+    def step():
+        for p in leaves:
+            p.grad = None
+        out, _ = rnn.flashrnn(*leaves, function="lstm", backend="fused")
+        out.sum().backward()
+
+    for version in plan.SPLIT_VERSIONS:
+        with plan.split_version_as(version):
+            try:
+                step()
+                assert all(torch.isfinite(p.grad).all() for p in leaves), "non-finite gradient"
+                r = bench.measure(step, case=f"flashrnn fused {version} fwd+bwd as called 1x{DH}", version=version,
+                                  direction="forward+backward as called", **common)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001
+                r = _error(f"flashrnn fused {version} as called", exc, common)
+        rows.append(r)
+        _line(r, t0)
+    return rows
+
+
 def main(out_dir):
     rows, t0 = [], time.time()
     x = problem_inputs(B, T, 1, DH, torch.bfloat16)
@@ -128,6 +155,7 @@ def main(out_dir):
         rows.append(r)
         _line(r, t0)
     rows += backward_rows(x, common, t0)
+    rows += called_rows(x, common, t0)
     m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
     xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
     for training in (False, True):

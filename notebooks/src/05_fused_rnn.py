@@ -1468,15 +1468,16 @@ except FileNotFoundError as exc:
 #
 # $$\mathrm{pre}_p^\top = \sum_{s=0}^{W-1} R_p[:, \text{chunk } s]\; h_{t-1}[:, \text{chunk } s]^\top \qquad [4U, B]$$
 #
-# At one head of 768 with $U = 8$ units and $W = 4$ warps, a warp's chunk of $R_p$ is $32 \times 192$ bf16 values, which take 96 of a thread's registers (two values per register); $h$'s chunk takes 48 and the partial sums 16. A Gluon tile's sides are powers of two, so a chunk of 192 is held as two tiles of 128 and 64 (`v6.k_pieces`):
+# At one head of 768 with $U = 8$ units and $W = 4$ warps, a warp's chunk of $R_p$ is $32 \times 192$ bf16 values, which take 96 of a thread's registers (two values per register); $h$'s chunk takes 48 and the partial sums 16. A Gluon tile's sides are powers of two, so a chunk of 192 is held as two tiles of 128 and 64 (`gluon_tiles.k_pieces`):
 
 # %%
+from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
 v6_cfg = v6.v6_config(768)
 print(f"{v6_cfg}: {v6_cfg.programs(16, 1, 768)} programs at B = 16")
 print(f"registers per thread: {v6.register_estimate(768, v6_cfg)}")
-print(f"a warp's chunk of 192 as tiles of {v6.k_pieces(768 // v6_cfg.warps)}")
+print(f"a warp's chunk of 192 as tiles of {gluon_tiles.k_pieces(768 // v6_cfg.warps)}")
 
 # %% [markdown]
 # Gluon has no CPU interpreter, so the kernel itself cannot run here. What can: `v6.schedule_reference` does the kernel's arithmetic program by program and chunk by chunk (each warp's partial product, their sum, the cell) in float64, and must equal the LSTM; and the compiler, told about an H100, shows what it made of the step (`scripts/sass05_split.py`, no GPU needed).

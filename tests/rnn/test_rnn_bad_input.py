@@ -11,6 +11,7 @@ from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
 from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiling
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 from gpulab.rnn.ladder import plot as ladder_plot
@@ -48,6 +49,7 @@ G = torch.zeros(3)
 LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
 
 SASS_ROWS = [{"shared_bytes": {}}]
+V6_TILE = gluon_tiles.V6Config()
 B4_IN = (torch.zeros(2, 1, 2, 1, 64), torch.zeros(1, 2, 4, 1, 64), torch.zeros(2, 1, 2, 1, 64),
          torch.zeros(2, 1, 1, 1, 64), torch.zeros(4, 1, 64, 64))  # fmt: skip
 WX3, WX0, R8 = torch.zeros(1, 2, 3, 1, 16), torch.zeros(0, 2, 4, 1, 16), torch.zeros(4, 1, 16, 8)
@@ -170,14 +172,14 @@ CASES = [
         "R",
     ),
     # lesson 5: version 6 (Gluon)
-    ("V6Config-block_u", lambda: v6.V6Config(block_u=3), ValueError, "block_u=3"),
-    ("V6Config-warps-float", lambda: v6.V6Config(warps=4.0), TypeError, "warps"),
-    ("V6Config.programs-batch", lambda: v6.V6Config().programs(0, 1, 768), ValueError, "batch"),
+    ("V6Config-block_u", lambda: gluon_tiles.V6Config(block_u=3), ValueError, "block_u=3"),
+    ("V6Config-warps-float", lambda: gluon_tiles.V6Config(warps=4.0), TypeError, "warps"),
+    ("V6Config.programs-batch", lambda: gluon_tiles.V6Config().programs(0, 1, 768), ValueError, "batch"),
     ("v6_config-head_dim", lambda: v6.v6_config(100), ValueError, "head_dim=100"),
     ("v6_config-pieces", lambda: v6.v6_config(448, warps=1), ValueError, "head_dim / warps = 448"),
-    ("k_pieces-kc", lambda: v6.k_pieces(0), ValueError, "kc"),
+    ("k_pieces-kc", lambda: gluon_tiles.k_pieces(0), ValueError, "kc"),
     ("register_estimate-cfg", lambda: v6.register_estimate(768, {"warps": 4}), TypeError, "cfg must be"),
-    ("register_estimate-itemsize", lambda: v6.register_estimate(768, v6.V6Config(), 3), ValueError, "itemsize"),
+    ("register_estimate-itemsize", lambda: v6.register_estimate(768, V6_TILE, 3), ValueError, "itemsize"),
     ("schedule_reference-Wx", lambda: v6.schedule_reference([1.0], *LSTM_IN[1:]), TypeError, "Wx must be"),
     ("schedule_reference-gates", lambda: v6.schedule_reference(WX3, *LSTM_IN[1:]), ValueError, "LSTM's gates"),
     ("schedule_reference-R", lambda: v6.schedule_reference(LSTM_IN[0], R8, *LSTM_IN[2:]), ValueError, "R must have"),
@@ -188,6 +190,9 @@ CASES = [
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),
     ("v6 compile_sm90-dtype", lambda: v6.compile_sm90(768, dtype="fp32"), ValueError, "dtype='fp32'"),
     ("v6_stats-dh", lambda: sass.v6_stats(dh=100), ValueError, "head_dim=100"),
+    ("v6_applies-batch", lambda: plan.v6_applies(0, 1, 768), ValueError, "batch"),
+    ("v6_applies-function", lambda: plan.v6_applies(16, 1, 768, "rnn"), ValueError, "function='rnn'"),
+    ("split_version_as-name", lambda: plan.split_version_as("v7").__enter__(), ValueError, "name='v7'"),
     ("b4_stats-dh", lambda: sass.b4_stats(dh=100), ValueError, "head_dim=100"),
     ("shared_bytes-op", lambda: sass.shared_bytes("HMMA"), ValueError, "op must be"),
     ("b4_config-head_dim", lambda: b4.b4_config(112, block_u=16), ValueError, "head_dim=112"),

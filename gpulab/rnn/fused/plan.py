@@ -31,11 +31,14 @@ import torch
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
+from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
+from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused import backward, exchange, split, split_backward, split_tiling, tiling, versions
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
+from gpulab.rnn.fused.versions import b4_gluon_split_backward, v6_gluon_split
 from gpulab.rnn.fused.versions.v1_per_gate import v1_kernel
 from gpulab.rnn.fused.versions.v2_all_gates import v2_kernel
 from gpulab.rnn.fused.versions.v3_prefetch import v3_kernel
@@ -53,7 +56,18 @@ __all__ = [
     "run_training",
     "clear_cache",
     "backward_as",
+    "SPLIT_VERSION",
+    "SPLIT_VERSIONS",
+    "v6_applies",
+    "split_version_as",
 ]
+
+SPLIT_VERSIONS = ("v5", "v6")
+SPLIT_VERSION = "v5"
+"""The split kernels the ``fused`` backend runs for a head that needs several SMs: 'v5' (Triton, :mod:`.split` and
+:mod:`.split_backward`, measured on the H100: the default) or 'v6' (Gluon, R in registers:
+:mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`) where :func:`v6_applies`, else v5.
+Lesson 5's records decide; :func:`split_version_as` sets it for an experiment."""
 
 KERNELS = {
     "forward": fused_forward_kernel,
@@ -137,15 +151,56 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     training = torch.is_grad_enabled() and (
         Wx.requires_grad or R.requires_grad or b.requires_grad or states.requires_grad
     )
-    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training)
+    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training, SPLIT_VERSION)
     return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
 
 
+def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16) -> bool:
+    """Whether version 6 (forward and backward b4, their default tiles) can run a problem here: an LSTM in a 16-bit
+    dtype on a GPU (Gluon has no interpreter), tiles valid for the head dim, and every program of the larger launch
+    resident at once at one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers)."""
+    batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    dtype = dtypes.as_dtype(dtype)
+    if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
+        return False
+    try:
+        tiles = (v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim))
+    except ValueError:
+        return False
+    sms = hardware.live_properties().get("sm_count", 0)
+    return max(t.programs(batch, num_heads, head_dim) for t in tiles) <= sms
+
+
+def _v6_forward(Wx, R, b, states, function, save_gates):
+    return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates)
+
+
+def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
+    dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last)
+    return (*gate_gradients_to_parameters(dG, out, states, function, time_major=True), ds0)
+
+
+@contextlib.contextmanager
+def split_version_as(name: str):
+    """:data:`SPLIT_VERSION` set to ``name`` ('v5' or 'v6') for the duration (the loops are chosen again)."""
+    global SPLIT_VERSION
+    runtime.one_of("name", name, SPLIT_VERSIONS)
+    saved, SPLIT_VERSION = SPLIT_VERSION, name
+    try:
+        yield
+    finally:
+        SPLIT_VERSION = saved
+
+
 @functools.lru_cache(maxsize=256)
-def _loops(B, NH, DH, function, dtype, device, training):
+def _loops(B, NH, DH, function, dtype, device, training, version="v5"):
     """The forward loop and (when training) the backward loop of one problem with their tiles bound, chosen once:
-    the tile choosers weigh every candidate, too slow to repeat on every call."""
+    the tile choosers weigh every candidate, too slow to repeat on every call. ``version``: the split kernels'
+    (:data:`SPLIT_VERSION`)."""
     chosen = choose(B, NH, DH, function, dtype, training=training)
+    if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype):
+        return _v6_forward, _b4_gradients if training else None
     if chosen.kind == "split":
         run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling)
         if not training:

@@ -110,3 +110,31 @@ def test_b4_on_gpu(B, DH, kw, make_inputs):
     assert check.relative_error(ds0, d_states) <= check.tolerance(torch.bfloat16)
     again = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1], d_last, cfg=cfg)
     assert torch.equal(again[0], dG) and torch.equal(again[1], ds0)
+
+
+def test_plan_keeps_version_5_where_version_6_does_not_apply():
+    """v6 needs an LSTM in 16 bits on a GPU with a valid tile: elsewhere (the interpreter, GRU, float32) the switch
+    leaves the fused backend on version 5."""
+    from gpulab.rnn.fused import plan
+
+    assert not plan.v6_applies(16, 1, 768, "gru", torch.bfloat16)
+    assert not plan.v6_applies(16, 1, 768, "lstm", torch.float32)
+    assert not plan.v6_applies(16, 1, 100, "lstm", torch.bfloat16)
+    if runtime.INTERPRET:
+        assert not plan.v6_applies(16, 1, 768, "lstm", torch.bfloat16)
+    with plan.split_version_as("v6"):
+        assert plan.SPLIT_VERSION == "v6"
+    assert plan.SPLIT_VERSION == "v5"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,DH", [(16, 768), (5, 512)])
+def test_flashrnn_trains_through_version_6(B, DH, run_case):
+    """With the plan's switch on v6, flashrnn's fused backend runs v6 and b4 (the chooser splits these heads) and
+    every output and gradient matches float64."""
+    from gpulab.rnn.fused import plan
+
+    assert plan.choose(B, 1, DH, "lstm", torch.bfloat16, training=True).kind == "split"
+    assert plan.v6_applies(B, 1, DH, "lstm", torch.bfloat16)
+    with plan.split_version_as("v6"):
+        run_case("fused", "lstm", B, 32, 1, DH, dtype=torch.bfloat16)

@@ -15,6 +15,7 @@ import torch
 
 from gpulab import check, rnn, runtime
 from gpulab.rnn.fused import sass
+from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
 
@@ -55,7 +56,7 @@ def test_schedule_sees_a_unit_taken_from_the_wrong_program(make_inputs):
 @pytest.mark.parametrize("kc,want", [(192, (128, 64)), (96, (64, 32)), (256, (256, 0)), (16, (16, 0)),
                                      (224, None), (24, None)])  # fmt: skip
 def test_k_pieces(kc, want):
-    assert v6.k_pieces(kc) == want
+    assert gluon_tiles.k_pieces(kc) == want
 
 
 def test_register_estimate_at_one_head_of_768():

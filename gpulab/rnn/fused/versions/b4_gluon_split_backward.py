@@ -38,8 +38,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
-from gpulab.rnn.fused.versions.gluon_ops import barrier_base, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.v6_gluon_split import REGISTER_BUDGET, V6Config, k_pieces
+from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
 
 __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90"]
 
@@ -47,7 +47,7 @@ __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90
 def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8) -> V6Config:
     """The backward's tile for ``head_dim``: ``block_u`` units per program (its 4 gates: the product's depth
     4 * block_u), ``warps`` warps splitting the DH rows of R_p^T, held as at most two power-of-two tiles each at
-    least 16 rows per warp (:func:`gpulab.rnn.fused.versions.v6_gluon_split.k_pieces`)."""
+    least 16 rows per warp (:func:`gpulab.rnn.fused.versions.gluon_tiles.k_pieces`)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
     cfg = V6Config(block_u, block_b, warps)
     pieces = k_pieces(head_dim)
@@ -283,7 +283,7 @@ def split_backward_b4_kernel(
         # CTA barrier from the compiler
         both = gl.join(gl.join(d_i, d_f), gl.join(d_z, d_o))  # [U, B, 2, 2]: gate 2 x + y at [.., .., x, y]
         dgs.store(gl.reshape(gl.permute(both, (2, 3, 0, 1)), [K, BLOCK_B]))
-        gl.thread_barrier()
+        cta_barrier()
         bop = dgs.load(lb)  # [K, BLOCK_B]
         own_slab = part_own + (t % 2) * PSLOT
         _push(mma_v2(a1, bop, gl.zeros([M1, BLOCK_B], gl.float32, mma)), own_slab, 0, M1, BLOCK_B, mma)

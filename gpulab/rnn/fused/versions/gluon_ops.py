@@ -7,7 +7,10 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier"]
+__all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "cta_barrier"]
+
+cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+"""A barrier of the program's threads: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` in later releases."""
 
 
 @gluon.jit
@@ -38,7 +41,7 @@ def barrier_base(bar_ptr, n_programs):
 def grid_barrier(bar_ptr, target):
     """Arrive (after every thread's stores: a CTA barrier, then a release add) and wait until the counter reaches
     ``target`` (acquire loads)."""
-    gl.thread_barrier()
+    cta_barrier()
     gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
     seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     while seen < target:

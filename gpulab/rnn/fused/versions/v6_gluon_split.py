@@ -31,58 +31,16 @@ decomposition (the chunks, their sum, the cell) in float64 on any machine, again
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
-from gpulab.rnn.fused.versions.gluon_ops import barrier_base, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, SHARED_BUDGET, V6Config, k_pieces
 
-__all__ = [
-    "V6Config",
-    "v6_config",
-    "k_pieces",
-    "schedule_reference",
-    "split_forward_v6",
-    "compile_sm90",
-    "register_estimate",
-    "REGISTER_BUDGET",
-    "SHARED_BUDGET",
-]
-
-
-_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
-REGISTER_BUDGET = 224
-"""Registers per thread a tile's operands may take (:func:`register_estimate`): of the 255 a thread can have, the
-cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them, compiled to
-242 without spilling)."""
-SHARED_BUDGET = 227 * 1024
-"""Bytes of shared memory a program of the H100 may use."""
-
-
-@dataclasses.dataclass(frozen=True)
-class V6Config:
-    """Version 6's tile: ``block_u`` units per program (all 4 gates of them), ``block_b`` batch rows (the product's
-    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`v6_config` checks it against
-    a head dim."""
-
-    block_u: int = 8
-    block_b: int = 16
-    warps: int = 4
-
-    def __post_init__(self):
-        for name, allowed in _SIZES.items():
-            v = runtime.positive_int(name, getattr(self, name))
-            if v not in allowed:
-                raise ValueError(f"{name}={v} is not a version-6 tile size; use one of {allowed}.")
-
-    def programs(self, batch: int, heads: int, head_dim: int) -> int:
-        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
-        batch, heads = runtime.positive_int("batch", batch), runtime.positive_int("heads", heads)
-        return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * -(-batch // self.block_b)
+__all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate"]
 
 
 def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4) -> V6Config:
@@ -111,16 +69,6 @@ def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4
             f"bytes of shared memory (at most {SHARED_BUDGET}); use more warps or fewer units or rows per program."
         )
     return cfg
-
-
-def k_pieces(kc: int) -> tuple[int, int] | None:
-    """A warp's K chunk ``kc`` as two power-of-two tiles ``(k1, k2)``, ``k1 >= k2`` (``k2`` 0 when ``kc`` is one), each
-    at least 16 deep; None when ``kc`` needs more (192 = 128 + 64 at one head of 768 and 4 warps)."""
-    kc = runtime.positive_int("kc", kc)
-    bits = [1 << i for i in range(kc.bit_length()) if kc >> i & 1][::-1]
-    if len(bits) > 2 or bits[-1] < 16:
-        return None
-    return (bits[0], bits[1] if len(bits) == 2 else 0)
 
 
 def register_estimate(head_dim: int, cfg: V6Config, itemsize: int = 2) -> dict:
@@ -309,7 +257,7 @@ def split_forward_v6_kernel(
         if K2 > 0:
             part = mma_v2(r2, hb2, part)
         parts.store(part)
-        gl.thread_barrier()
+        cta_barrier()
         pre_i = gl.sum(parts.slice(0, BLOCK_U, dim=1).load(lp3), axis=0) + x_i.to(gl.float32) + bias_i
         pre_f = gl.sum(parts.slice(BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_f.to(gl.float32) + bias_f
         pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z

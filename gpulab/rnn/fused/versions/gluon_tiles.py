@@ -1,0 +1,51 @@
+"""The tiles of version 6's split kernels (:mod:`.v6_gluon_split`, :mod:`.b4_gluon_split_backward`): sizes both
+take, the budgets a tile must fit, and how a length that is not a power of two becomes Gluon tiles (host code; the
+kernel files import it, never each other)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpulab import runtime
+
+__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET"]
+
+_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
+REGISTER_BUDGET = 224
+"""Registers per thread a tile's operands may take (:func:`.v6_gluon_split.register_estimate`): of the 255 a thread
+can have, the cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them,
+compiled to 242 without spilling)."""
+SHARED_BUDGET = 227 * 1024
+"""Bytes of shared memory a program of the H100 may use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class V6Config:
+    """Version 6's tile: ``block_u`` units per program (all 4 gates of them), ``block_b`` batch rows (the product's
+    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`.v6_gluon_split.v6_config`
+    (forward) and :func:`.b4_gluon_split_backward.b4_config` (backward) check it against a head dim."""
+
+    block_u: int = 8
+    block_b: int = 16
+    warps: int = 4
+
+    def __post_init__(self):
+        for name, allowed in _SIZES.items():
+            v = runtime.positive_int(name, getattr(self, name))
+            if v not in allowed:
+                raise ValueError(f"{name}={v} is not a version-6 tile size; use one of {allowed}.")
+
+    def programs(self, batch: int, heads: int, head_dim: int) -> int:
+        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
+        batch, heads = runtime.positive_int("batch", batch), runtime.positive_int("heads", heads)
+        return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * -(-batch // self.block_b)
+
+
+def k_pieces(kc: int) -> tuple[int, int] | None:
+    """A warp's K chunk ``kc`` as two power-of-two tiles ``(k1, k2)``, ``k1 >= k2`` (``k2`` 0 when ``kc`` is one), each
+    at least 16 deep; None when ``kc`` needs more (192 = 128 + 64 at one head of 768 and 4 warps)."""
+    kc = runtime.positive_int("kc", kc)
+    bits = [1 << i for i in range(kc.bit_length()) if kc >> i & 1][::-1]
+    if len(bits) > 2 or bits[-1] < 16:
+        return None
+    return (bits[0], bits[1] if len(bits) == 2 else 0)
