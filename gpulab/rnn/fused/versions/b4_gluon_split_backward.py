@@ -38,6 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
 
@@ -343,18 +344,9 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True):
     """Triton's compiled b4 for sm_90, nothing launched, no GPU needed. Call from a process outside the
     interpreter (:func:`gpulab.rnn.fused.sass.b4_stats` does)."""
-    import triton  # noqa: PLC0415
-    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
-    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
-
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(has_last, bool):
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
     cfg = _config_for(head_dim, cfg)
     constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16")
-    ptrs = ("gates_ptr", "out_ptr", "s0_ptr", "r_ptr", "dout_ptr", "dlast_ptr", "dg_ptr", "part_ptr", "ds0_ptr")
-    signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
-                 "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
-    src = GluonASTSource(fn=split_backward_b4_kernel, signature=signature, constexprs=constexprs,
-                         attrs={(i,): [["tt.divisibility", 16]] for i in range(9)})  # fmt: skip
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})
+    return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

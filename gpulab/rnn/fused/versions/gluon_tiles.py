@@ -8,7 +8,7 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET"]
+__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET", "compile_sm90"]
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
 REGISTER_BUDGET = 224
@@ -49,3 +49,21 @@ def k_pieces(kc: int) -> tuple[int, int] | None:
     if len(bits) > 2 or bits[-1] < 16:
         return None
     return (bits[0], bits[1] if len(bits) == 2 else 0)
+
+
+def compile_sm90(kernel, dtype: str, constexprs: dict, warps: int):
+    """Triton's compiled Gluon ``kernel`` of version 6 for sm_90, nothing launched, no GPU needed. Its arguments, as
+    both kernels take them: tensors (``dtype`` 'bf16' or 'fp16', 16-byte aligned as the launches' are) up to the
+    barrier's int64 counter ``bar_ptr``, the sizes B, T, NH and the program count, then ``constexprs``. Call from a
+    process outside the interpreter."""
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+
+    dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
+    pointers = kernel.arg_names[: kernel.arg_names.index("bar_ptr")]
+    signature = {**{k: f"*{dtype}" for k in pointers}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
+                 "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
+    src = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs,
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})  # fmt: skip
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})

@@ -37,6 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, SHARED_BUDGET, V6Config, k_pieces
 
@@ -335,18 +336,9 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True):
     """Triton's compiled version 6 for sm_90, nothing launched, no GPU needed (``asm`` holds 'ttgir', 'ptx',
     'cubin'; ``metadata`` the registers' and shared memory's use). Call from a process outside the interpreter."""
-    import triton  # noqa: PLC0415
-    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
-    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
-
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     cfg = _config_for(head_dim, cfg)
     constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16")
-    ptrs = ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr", "gates_ptr")
-    signature = {**{k: f"*{dtype}" for k in ptrs}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
-                 "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
-    src = GluonASTSource(fn=split_forward_v6_kernel, signature=signature, constexprs=constexprs,
-                         attrs={(i,): [["tt.divisibility", 16]] for i in range(8)})  # fmt: skip
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})
+    return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)
