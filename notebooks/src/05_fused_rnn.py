@@ -1543,6 +1543,11 @@ if v6_sass:
 
 # %%
 if v6_sass:
+    versions_report.plot_compiled_split(split_report.load_sass() + v6_sass)
+    plt.show()
+
+# %%
+if v6_sass:
     b3_row = next(r for r in v6_sass if r["version"] == "b3")
     b4_row = next(r for r in v6_sass if r["version"] == "b4" and (r["block_u"], r["warps"]) == (16, 8))
     claims.show(claims.claim(

@@ -224,6 +224,7 @@ CASES = [
     ("plot_versions-results", lambda: versions_report.plot_versions(None), TypeError, "results"),
     ("load_sass-dh", lambda: versions_report.load_sass(0), ValueError, "dh"),
     ("load_v6_sass-root", lambda: versions_report.load_v6_sass(root=5), TypeError, "root"),
+    ("plot_compiled_split-rows", lambda: versions_report.plot_compiled_split("rows"), TypeError, "rows must be"),
     ("v6_records-gpu", lambda: versions_report.v6_records(""), TypeError, "gpu must be"),
     ("compiled_split_table-v6", lambda: versions_report.compiled_split_table(SASS_ROWS, "x"), TypeError, "v6_rows"),
     ("load_profile-gpu", lambda: versions_report.load_profile(""), TypeError, "gpu"),

@@ -10,7 +10,7 @@ from gpulab import bench, runtime
 from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
-           "profile_table", "load_v6_sass", "v6_records", "compiled_split_table"]  # fmt: skip
+           "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -213,3 +213,37 @@ def compiled_split_table(v5_rows, v6_rows) -> str:
                      f"{r['barriers']:4d} {r['shared_bytes'].get('ldsm', 0) * w / 1024:11.1f} "
                      f"{sum(r['shared_bytes'].values()) * w / 1024:11.1f} {r['registers']:5d}")  # fmt: skip
     return "sm_90, bf16, B = 16 rows per program, one time step (compiled, not timed)\n" + "\n".join(lines)
+
+
+def plot_compiled_split(rows, ax=None):
+    """Stacked bars of shared-memory kilobytes per step and program (``ldmatrix`` below, the other loads and stores
+    above) for each compiled split kernel in ``rows`` (version 5's from ``split_report.load_sass()`` and the rows of
+    :func:`load_v6_sass`), forward and backward side by side: where version 6 takes the operands out of shared
+    memory."""
+    import matplotlib.pyplot as plt  # deferred: only the figure needs it
+
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and "shared_bytes" in r for r in rows):
+        raise TypeError("rows must be the non-empty list of compiled-step rows (split_report.load_sass(), "
+                        "load_v6_sass()).")  # fmt: skip
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9.5, 3.6))
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    x = range(len(rows))
+    ldsm = [r["shared_bytes"].get("ldsm", 0) * r["warps"] / 1024 for r in rows]
+    rest = [sum(r["shared_bytes"].values()) * r["warps"] / 1024 - a for r, a in zip(rows, ldsm)]
+    colors = ["C1" if r.get("version", "v5") in ("v6", "b4") else "C0" for r in rows]
+    ax.bar(x, ldsm, color=colors)
+    ax.bar(x, rest, bottom=ldsm, color=colors, alpha=0.4)
+    labels = [f"{r.get('version', 'v5')} {r['exchange']}\n{r['block_u']} u, {r['warps']} w" for r in rows]
+    ax.set_xticks(list(x), labels, fontsize=8)
+    for i, r in enumerate(rows):
+        if i and r["kernel"] != rows[i - 1]["kernel"]:
+            ax.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # the backward from here on
+    ax.set_ylabel("KB per step and program")
+    ax.set_title("Split LSTM kernels, one head of 768, compiled for sm_90: shared-memory traffic (u: units, w: warps)"
+                 , fontsize=10)  # fmt: skip
+    ax.legend(handles=[Patch(color="C0", label="Triton (v5, b3)"), Patch(color="C1", label="Gluon (v6, b4)"),
+                       Patch(color="0.3", label="dark: ldmatrix"), Patch(color="0.8", label="light: other")],
+              fontsize=8)  # fmt: skip
+    return ax
