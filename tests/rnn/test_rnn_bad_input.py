@@ -177,6 +177,7 @@ CASES = [
     ("V6Config.programs-batch", lambda: gluon_tiles.V6Config().programs(0, 1, 768), ValueError, "batch"),
     ("v6_config-head_dim", lambda: v6.v6_config(100), ValueError, "head_dim=100"),
     ("v6_config-pieces", lambda: v6.v6_config(448, warps=1), ValueError, "head_dim / warps = 448"),
+    ("tile_for-cfg", lambda: gluon_tiles.tile_for(768, {"warps": 4}, v6.v6_config), TypeError, "v6_config(head_dim"),
     ("k_pieces-kc", lambda: gluon_tiles.k_pieces(0), ValueError, "kc"),
     ("register_estimate-cfg", lambda: v6.register_estimate(768, {"warps": 4}), TypeError, "cfg must be"),
     ("register_estimate-itemsize", lambda: v6.register_estimate(768, V6_TILE, 3), ValueError, "itemsize"),

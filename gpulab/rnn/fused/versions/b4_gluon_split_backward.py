@@ -69,14 +69,6 @@ def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 
     return cfg
 
 
-def _config_for(head_dim: int, cfg) -> V6Config:
-    if cfg is None:
-        return b4_config(head_dim)
-    if not isinstance(cfg, V6Config):
-        raise TypeError(f"cfg must be a V6Config (b4_config(head_dim, ...)) or None, got {type(cfg).__name__}.")
-    return b4_config(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
-
-
 def _checked(d_out, gates, out, states, R, d_last) -> tuple[int, ...]:
     """``out``'s shape [2, B, T, NH, DH] once every input is a tensor of the LSTM backward's shapes."""
     named = (("d_out", d_out), ("gates", gates), ("out", out), ("states", states), ("R", R))
@@ -101,7 +93,7 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config 
     DH])`` as :func:`split_backward_b4` returns them. Each program forms its share R_p^T @ dG_p^T of all of dh_{t-1}
     from its M pieces, and each unit's dh sums the shares in program order, as the kernel's gather does."""
     S, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
-    cfg = _config_for(DH, cfg)
+    cfg = gluon_tiles.tile_for(DH, cfg, b4_config)
     bu, pieces = cfg.block_u, [x for x in k_pieces(DH) if x]
     f64 = dict(dtype=torch.float64)
     d_out, gates, out, states, R = (x.to(**f64) for x in (d_out, gates, out, states, R))
@@ -322,7 +314,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
             "b4 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
             "gpulab.rnn.fused.versions.b4_gluon_split_backward.schedule_reference, the same arithmetic in float64."
         )
-    cfg = _config_for(DH, cfg)
+    cfg = gluon_tiles.tile_for(DH, cfg, b4_config)
     d_out, gates, out, states, R = (x.contiguous() for x in (d_out, gates, out, states, R))
     dev, dt = out.device, out.dtype
     tiles = -(-B // cfg.block_b)
@@ -347,6 +339,6 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(has_last, bool):
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
-    cfg = _config_for(head_dim, cfg)
+    cfg = gluon_tiles.tile_for(head_dim, cfg, b4_config)
     constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16")
     return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

@@ -8,7 +8,7 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET", "compile_sm90"]
+__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET", "tile_for", "compile_sm90"]
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
 REGISTER_BUDGET = 224
@@ -49,6 +49,17 @@ def k_pieces(kc: int) -> tuple[int, int] | None:
     if len(bits) > 2 or bits[-1] < 16:
         return None
     return (bits[0], bits[1] if len(bits) == 2 else 0)
+
+
+def tile_for(head_dim: int, cfg, make):
+    """The tile a kernel runs ``head_dim`` with: ``make(head_dim)`` (the kernel's defaults) when ``cfg`` is None, else
+    ``cfg`` checked by ``make`` against the head dim (``make``: :func:`.v6_gluon_split.v6_config` or
+    :func:`.b4_gluon_split_backward.b4_config`)."""
+    if cfg is None:
+        return make(head_dim)
+    if not isinstance(cfg, V6Config):
+        raise TypeError(f"cfg must be a V6Config ({make.__name__}(head_dim, ...)) or None, got {type(cfg).__name__}.")
+    return make(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
 
 
 def compile_sm90(kernel, dtype: str, constexprs: dict, warps: int):

@@ -100,14 +100,6 @@ def _checked(Wx, R, b, states) -> tuple[int, ...]:
     return tuple(Wx.shape)
 
 
-def _config_for(head_dim: int, cfg) -> V6Config:
-    if cfg is None:
-        return v6_config(head_dim)
-    if not isinstance(cfg, V6Config):
-        raise TypeError(f"cfg must be a V6Config (v6_config(head_dim, ...)) or None, got {type(cfg).__name__}.")
-    return v6_config(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
-
-
 def schedule_reference(Wx, R, b, states, cfg: V6Config | None = None):
     """Version 6's arithmetic, program by program and chunk by chunk, in float64 on any device: ``(states_all,
     states_last, gates)`` as :func:`split_forward_v6` returns them (LSTM, gates i, f, z, o).
@@ -118,7 +110,7 @@ def schedule_reference(Wx, R, b, states, cfg: V6Config | None = None):
     twice) fails on a CPU before the kernel ever runs.
     """
     B, T, _, NH, DH = _checked(Wx, R, b, states)
-    cfg = _config_for(DH, cfg)
+    cfg = gluon_tiles.tile_for(DH, cfg, v6_config)
     bu, kc = cfg.block_u, DH // cfg.warps
     f64 = dict(dtype=torch.float64)
     Wx, R, b, s = Wx.to(**f64), R.to(**f64), b.to(**f64), states.to(**f64)
@@ -316,7 +308,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
             "version 6 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
             "gpulab.rnn.fused.versions.v6_gluon_split.schedule_reference, the same arithmetic in float64."
         )
-    cfg = _config_for(DH, cfg)
+    cfg = gluon_tiles.tile_for(DH, cfg, v6_config)
     Wx, R, b, states = (x.contiguous() for x in (Wx, R, b, states))
     dev, dt = Wx.device, Wx.dtype
     out = new_output(2, B, T, NH, DH, dtype=dt, device=dev)
@@ -339,6 +331,6 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
-    cfg = _config_for(head_dim, cfg)
+    cfg = gluon_tiles.tile_for(head_dim, cfg, v6_config)
     constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16")
     return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)
