@@ -13,6 +13,7 @@ changes the last part).
 """
 
 import functools
+import itertools
 import math
 import os
 import sys
@@ -56,17 +57,17 @@ def backward_rows(x, common, t0):
     rows.append(bench.measure(fn, case=f"b3 split backward bu{chosen.backward.block_u} w{chosen.backward.num_warps}"
                               f" 1x{DH}", version="b3", direction="backward", **common))  # fmt: skip
     _line(rows[-1], t0)
-    for kw in B4_TILES:
+    for kw, stores in itertools.product(B4_TILES, b4.SHARE_STORES):
         cfg = b4.b4_config(DH, **kw)
-        tag = f"b4 gluon backward bu{cfg.block_u} w{cfg.warps} 1x{DH}"
+        tag = f"b4 gluon backward {stores} bu{cfg.block_u} w{cfg.warps} 1x{DH}"
         try:
-            dG, ds0 = b4.split_backward_b4(*bargs, cfg=cfg)
+            dG, ds0 = b4.split_backward_b4(*bargs, cfg=cfg, share_stores=stores)
             err = check.relative_error(dG, dG3)
             assert err < 1e-2 and check.relative_error(ds0, ds03) < 1e-2, f"b4 differs from b3: dG {err}"
-            assert torch.equal(b4.split_backward_b4(*bargs, cfg=cfg)[0], dG), "a second launch differs"
-            fn = functools.partial(b4.split_backward_b4, *bargs, cfg=cfg)
+            assert torch.equal(b4.split_backward_b4(*bargs, cfg=cfg, share_stores=stores)[0], dG), "launches differ"
+            fn = functools.partial(b4.split_backward_b4, *bargs, cfg=cfg, share_stores=stores)
             r = bench.measure(fn, case=tag, rel_err=err, version="b4", direction="backward", block_u=cfg.block_u,
-                              warps=cfg.warps, **common)  # fmt: skip
+                              warps=cfg.warps, share_stores=stores, **common)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - recorded; the next tile still runs
             r = _error(tag, exc, common)
         rows.append(r)
@@ -81,7 +82,11 @@ def backward_rows(x, common, t0):
         dG, ds0 = b4.split_backward_b4(d_out, g, o, x[3], x[1])
         return (*gate_gradients_to_parameters(dG, o, x[3], "lstm", time_major=True), ds0)
 
-    for name, fn in (("v5 + b3", v5_step), ("v6 + b4", v6_step)):
+    def v6_b3_step():
+        o, _, g = v6.split_forward_v6(*x)
+        return split_backward.split_rnn_gradients(d_out, g, o, x[3], x[1], "lstm", tiling=chosen.backward)
+
+    for name, fn in (("v5 + b3", v5_step), ("v6 + b4", v6_step), ("v6 + b3", v6_b3_step)):
         try:
             got = fn()
             assert all(torch.isfinite(g).all() for g in got), "non-finite gradient"

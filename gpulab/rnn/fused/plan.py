@@ -62,12 +62,13 @@ __all__ = [
     "split_version_as",
 ]
 
-SPLIT_VERSIONS = ("v5", "v6")
+SPLIT_VERSIONS = ("v5", "v6", "v6+b3")
 SPLIT_VERSION = "v5"
 """The split kernels the ``fused`` backend runs for a head that needs several SMs: 'v5' (Triton, :mod:`.split` and
-:mod:`.split_backward`, measured on the H100: the default) or 'v6' (Gluon, R in registers:
-:mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`) where :func:`v6_applies`, else v5.
-Lesson 5's records decide; :func:`split_version_as` sets it for an experiment."""
+:mod:`.split_backward`, measured on the H100: the default), 'v6' (Gluon, R in registers:
+:mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`) or 'v6+b3' (version 6's forward,
+version 5's backward) where :func:`v6_applies`, else v5. Lesson 5's records decide; :func:`split_version_as` sets it
+for an experiment."""
 
 KERNELS = {
     "forward": fused_forward_kernel,
@@ -183,7 +184,8 @@ def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
 
 @contextlib.contextmanager
 def split_version_as(name: str):
-    """:data:`SPLIT_VERSION` set to ``name`` ('v5' or 'v6') for the duration (the loops are chosen again)."""
+    """:data:`SPLIT_VERSION` set to ``name`` (one of :data:`SPLIT_VERSIONS`) for the duration (the loops are chosen
+    again)."""
     global SPLIT_VERSION
     runtime.one_of("name", name, SPLIT_VERSIONS)
     saved, SPLIT_VERSION = SPLIT_VERSION, name
@@ -201,6 +203,9 @@ def _loops(B, NH, DH, function, dtype, device, training, version="v5"):
     chosen = choose(B, NH, DH, function, dtype, training=training)
     if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype):
         return _v6_forward, _b4_gradients if training else None
+    if chosen.kind == "split" and version == "v6+b3" and chosen.backward is not None and v6_applies(
+            B, NH, DH, function, dtype):  # fmt: skip
+        return _v6_forward, functools.partial(split_rnn_gradients, tiling=chosen.backward) if training else None
     if chosen.kind == "split":
         run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling)
         if not training:

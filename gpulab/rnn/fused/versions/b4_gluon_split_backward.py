@@ -42,7 +42,12 @@ from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
 
-__all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90"]
+__all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90", "GATES_FIRST"]
+
+GATES_FIRST = gl.constexpr((3, 2, 0, 1))
+"""The permutation that turns the four gates joined as ``join(join(i, f), join(z, o))`` [U, B, 2, 2] (``join`` puts
+its new dimension last, so element [u, j, y, x] is gate 2 x + y) into [2, 2, U, B] whose reshape to [4 U, B] has row
+g U + u: the kernel's B operand. A CPU test checks it with ``tl.join`` in the interpreter."""
 
 
 def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8) -> V6Config:
@@ -143,12 +148,20 @@ def _rt_tile(r_ptr, n, p, M0: gl.constexpr, MP: gl.constexpr, NH, DH: gl.constex
 
 
 @gluon.jit
-def _push(share, part_own, M0: gl.constexpr, MP: gl.constexpr, BLOCK_B: gl.constexpr, mma: gl.constexpr):
-    """Store a share tile [MP, BLOCK_B] (rows M0.. of dh^T) at ``part_own`` (this program's [DH, BLOCK_B] slab)."""
-    m = gl.arange(0, MP, layout=gl.SliceLayout(1, mma))
-    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, mma))
-    gl.store(part_own + (M0 + gl.expand_dims(m, 1)) * BLOCK_B + gl.expand_dims(j, 0),
-             share.to(part_own.dtype.element_ty))  # fmt: skip
+def _push(share, part_own, M0: gl.constexpr, MP: gl.constexpr, BLOCK_B: gl.constexpr, W: gl.constexpr,
+          mma: gl.constexpr, COALESCED: gl.constexpr):  # fmt: skip
+    """Store a share tile [MP, BLOCK_B] (rows M0.. of dh^T) at ``part_own`` (this program's [DH, BLOCK_B] slab):
+    from the product's fragments (a thread's 2 adjacent values, 4 bytes: half of each 32-byte sector), or with
+    COALESCED through a layout whose threads hold 8 adjacent values of a row (16 bytes; whole sectors)."""
+    if COALESCED:
+        JT: gl.constexpr = BLOCK_B // 8 if BLOCK_B // 8 < 32 else 32
+        L: gl.constexpr = gl.BlockedLayout([1, 8], [32 // JT, JT], [W, 1], [1, 0])
+    else:
+        L: gl.constexpr = mma
+    m = gl.arange(0, MP, layout=gl.SliceLayout(1, L))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, L))
+    value = gl.convert_layout(share.to(part_own.dtype.element_ty), L)
+    gl.store(part_own + (M0 + gl.expand_dims(m, 1)) * BLOCK_B + gl.expand_dims(j, 0), value)
 
 
 @gluon.jit
@@ -162,7 +175,7 @@ def _gather(slab0, units_b, SPLIT: gl.constexpr, DH: gl.constexpr, BLOCK_B: gl.c
     return gl.convert_layout(acc, lp)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["B", "T", "NH", "n_programs"])  # a size of 1 stays a tensor (one compile per tile)
 def split_backward_b4_kernel(
     gates_ptr,  # [B, T, 4, NH, DH] pre-activations saved by the forward
     out_ptr,  # [2, B, T, NH, DH] the forward's (h, c)
@@ -187,6 +200,7 @@ def split_backward_b4_kernel(
     SPLIT: gl.constexpr,  # programs per head and batch tile
     HAS_LAST: gl.constexpr,
     FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
+    COALESCED: gl.constexpr,  # the shares stored in 16-byte rows (else from the product's fragments, 4 bytes each)
 ):
     K: gl.constexpr = 4 * BLOCK_U
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
@@ -273,36 +287,46 @@ def split_backward_b4_kernel(
         gl.store(dg_t + 3 * HD, d_o, mask=ok)
         # this program's shares of dh_{t-1} from dG_t as stored: dG^T [4 U, B] through shared memory to every warp
         # one store of the four gates as [4 U, B] (row g U + u): four stores to slices of one buffer would each get a
-        # CTA barrier from the compiler
-        both = gl.join(gl.join(d_i, d_f), gl.join(d_z, d_o))  # [U, B, 2, 2]: gate 2 x + y at [.., .., x, y]
-        dgs.store(gl.reshape(gl.permute(both, (2, 3, 0, 1)), [K, BLOCK_B]))
+        # CTA barrier from the compiler. join adds the new dimension last: [u, j, y, x] is gate 2 x + y
+        both = gl.join(gl.join(d_i, d_f), gl.join(d_z, d_o))  # [U, B, 2, 2]
+        dgs.store(gl.reshape(gl.permute(both, GATES_FIRST.value), [K, BLOCK_B]))
         cta_barrier()
         bop = dgs.load(lb)  # [K, BLOCK_B]
         own_slab = part_own + (t % 2) * PSLOT
-        _push(mma_v2(a1, bop, gl.zeros([M1, BLOCK_B], gl.float32, mma)), own_slab, 0, M1, BLOCK_B, mma)
+        share1 = mma_v2(a1, bop, gl.zeros([M1, BLOCK_B], gl.float32, mma))
+        _push(share1, own_slab, 0, M1, BLOCK_B, W, mma, COALESCED)
         if M2 > 0:
-            _push(mma_v2(a2, bop, gl.zeros([M2, BLOCK_B], gl.float32, mma)), own_slab, M1, M2, BLOCK_B, mma)
+            share2 = mma_v2(a2, bop, gl.zeros([M2, BLOCK_B], gl.float32, mma))
+            _push(share2, own_slab, M1, M2, BLOCK_B, W, mma, COALESCED)
         grid_barrier(bar_ptr, base + (tt + 1) * n_programs)  # (its CTA barrier also ends this step's reads of dgs)
     dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
     gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
 
 
-def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool) -> dict:
+SHARE_STORES = ("coalesced", "fragments")
+"""How a step stores its shares of dh_{t-1}: ``coalesced`` (through shared memory into 16-byte rows, whole sectors)
+or ``fragments`` (from the product's registers, 4 bytes a store)."""
+
+
+def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced") -> dict:
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
-                SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast)  # fmt: skip
+                SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
+                COALESCED=share_stores == "coalesced")  # fmt: skip
 
 
-def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None):
+def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,
+                      share_stores: str = "coalesced"):  # fmt: skip
     """b4 on a GPU (LSTM, 16-bit): ``(dG [T, B, 4, NH, DH] time-major, d_states [2, B, 1, NH, DH])`` as
     :func:`gpulab.rnn.fused.split_backward.split_rnn_backward` returns them; ``gates`` the pre-activations the
-    forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5). On a CPU it
-    raises: run :func:`schedule_reference` there."""
+    forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5);
+    ``share_stores`` one of :data:`SHARE_STORES`. On a CPU it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
 
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
+    share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
     if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
         raise TypeError(
@@ -327,18 +351,20 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
         gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
         dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
         bar_ptr=barrier_counter(dev, programs), B=B, T=T, NH=NH, n_programs=programs,
-        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt)), num_warps=cfg.warps,
+        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores), num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip
     return dG, ds0
 
 
-def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True):
+def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True,
+                 share_stores: str = "coalesced"):  # fmt: skip
     """Triton's compiled b4 for sm_90, nothing launched, no GPU needed. Call from a process outside the
     interpreter (:func:`gpulab.rnn.fused.sass.b4_stats` does)."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(has_last, bool):
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
+    share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, b4_config)
-    constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16")
+    constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16", share_stores)
     return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

@@ -8,6 +8,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "cta_barrier"]
+__all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 """A barrier of the program's threads: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` in later releases."""
@@ -40,9 +41,51 @@ def barrier_base(bar_ptr, n_programs):
 @gluon.jit
 def grid_barrier(bar_ptr, target):
     """Arrive (after every thread's stores: a CTA barrier, then a release add) and wait until the counter reaches
-    ``target`` (acquire loads)."""
+    ``target`` (acquire loads); returns the count seen (for a clock stamp after the wait)."""
     cta_barrier()
     gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
     seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     while seen < target:
         seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+    return seen
+
+
+@gluon.jit
+def clock_after(dep):
+    """``%clock64`` read once ``dep`` (a 32-bit tile) is in registers (Gluon's :func:`gpulab.rnn.fused.clocks.
+    clock_after`): int64, the shape and layout of ``dep``."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %clock64; @!p mov.u64 $0, 0; }",
+        "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def globaltimer_after(dep):
+    """``%globaltimer`` (ns) read once ``dep`` (a 32-bit tile) is in registers: int64, the shape of ``dep``."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %globaltimer; @!p mov.u64 $0, 0; }",
+        "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def keep2(ptr, stamp):
+    """Store element [0, 0] of a 2-D ``stamp`` at ``ptr`` (the other threads store nothing)."""
+    L: gl.constexpr = stamp.type.layout
+    r = gl.arange(0, stamp.shape[0], layout=gl.SliceLayout(1, L))
+    c = gl.arange(0, stamp.shape[1], layout=gl.SliceLayout(0, L))
+    idx = gl.expand_dims(r, 1) + gl.expand_dims(c, 0)
+    gl.store(ptr + idx * 0, stamp, mask=idx == 0)
+
+
+@gluon.jit
+def keep3(ptr, stamp):
+    """Store element [0, 0, 0] of a 3-D ``stamp`` at ``ptr`` (the other threads store nothing)."""
+    L: gl.constexpr = stamp.type.layout
+    a = gl.arange(0, stamp.shape[0], layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
+    b = gl.arange(0, stamp.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
+    c = gl.arange(0, stamp.shape[2], layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
+    idx = gl.expand_dims(gl.expand_dims(a, 1), 2) + gl.expand_dims(gl.expand_dims(b, 0), 2)
+    idx = idx + gl.expand_dims(gl.expand_dims(c, 0), 1)
+    gl.store(ptr + idx * 0, stamp, mask=idx == 0)

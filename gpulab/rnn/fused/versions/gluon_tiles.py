@@ -73,7 +73,8 @@ def compile_sm90(kernel, dtype: str, constexprs: dict, warps: int):
 
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     pointers = kernel.arg_names[: kernel.arg_names.index("bar_ptr")]
-    signature = {**{k: f"*{dtype}" for k in pointers}, "bar_ptr": "*i64", "B": "i32", "T": "i32", "NH": "i32",
+    clock = {"clk_ptr": "*i64"} if "clk_ptr" in kernel.arg_names else {}  # (after bar_ptr)
+    signature = {**{k: f"*{dtype}" for k in pointers}, "bar_ptr": "*i64", **clock, "B": "i32", "T": "i32", "NH": "i32",
                  "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
     src = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs,
                          attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})  # fmt: skip

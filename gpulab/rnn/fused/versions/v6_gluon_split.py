@@ -37,6 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, SHARED_BUDGET, V6Config, k_pieces
@@ -161,6 +162,31 @@ def _h_columns(K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.cons
 
 
 @gluon.jit
+def _h_pointers(out_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, B, T, HD,
+                DH: gl.constexpr, BLOCK_B: gl.constexpr, lb: gl.constexpr, COALESCED: gl.constexpr):  # fmt: skip
+    """Pointers to h_0's piece [KS, KP, BLOCK_B] (element [s, k, j] = h[r0 + j, s KC + K0 + k], out[0] at step 0) and
+    their mask: in the operand layout ``lb`` (a thread's two adjacent K in 4 bytes), or with COALESCED in a layout
+    whose threads read 8 adjacent K (16 bytes; rows of KP along the lanes: whole 32-byte sectors)."""
+    if COALESCED:
+        TK: gl.constexpr = KP // 8 if KP // 8 < 32 else 32
+        L: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, TK, 32 // TK], [KS, 1, 1], [1, 2, 0])
+    else:
+        L: gl.constexpr = lb
+    s = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
+    k = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
+    rows = gl.expand_dims(gl.expand_dims(r0 + j, 0), 1)  # [1, 1, BLOCK_B]
+    cols = gl.expand_dims(gl.expand_dims(s * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k, 0), 2)
+    return out_ptr + rows.to(gl.int64) * T * HD + n * DH + cols, (rows < B) & (cols >= 0)
+
+
+@gluon.jit
+def _h_load(ptrs, mask, lb: gl.constexpr):
+    """h_{t-1}'s piece from L2 (``.cg``: another program wrote it) in the operand layout ``lb``."""
+    return gl.convert_layout(gl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg"), lb)
+
+
+@gluon.jit(do_not_specialize=["B", "T", "NH", "n_programs"])  # a size of 1 stays a tensor (one compile per tile)
 def split_forward_v6_kernel(
     wx_ptr,  # [B, T, 4, NH, DH]
     r_ptr,  # [4, NH, DH, DH]
@@ -170,6 +196,7 @@ def split_forward_v6_kernel(
     last_ptr,  # [2, B, 1, NH, DH] (h, c) after the last step (written)
     gates_ptr,  # [B, T, 4, NH, DH] pre-activations (SAVE_GATES)
     bar_ptr,  # int64 counter of the grid barrier
+    clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see gpulab.rnn.fused.clocks)
     B,
     T,
     NH,
@@ -182,6 +209,8 @@ def split_forward_v6_kernel(
     K2: gl.constexpr,
     SAVE_GATES: gl.constexpr,
     FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
+    COALESCED: gl.constexpr,  # h_{t-1} in 16-byte rows, then to the operand layout (else: loaded in it, 4 bytes each)
+    TIMING: gl.constexpr,  # clock stamps per program and step into clk_ptr (the parts of gpulab.rnn.fused.clocks)
 ):
     M: gl.constexpr = 4 * BLOCK_U
     KC: gl.constexpr = DH // KS
@@ -189,7 +218,9 @@ def split_forward_v6_kernel(
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[KS, 1, 1], instr_shape=[1, 16, 8])
     la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-    # the cell's layout: [KS, BLOCK_U, BLOCK_B] with the KS partials of an element in one thread
+    # the cell's layout: [KS, BLOCK_U, BLOCK_B] with the KS partials of an element in one thread, units along the
+    # lanes (contiguous in h, c and the gates: a warp's stores of a row are one piece; with batch rows along the lanes
+    # the reads of the partials were free of bank conflicts, but the scattered stores cost 0.6 us a step on the H100)
     lp3: gl.constexpr = gl.BlockedLayout([KS, 1, 1], [1, BLOCK_U, 32 // BLOCK_U], [1, 1, KS], [1, 2, 0])
     lp: gl.constexpr = gl.SliceLayout(0, lp3)  # [BLOCK_U, BLOCK_B]
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
@@ -212,13 +243,15 @@ def split_forward_v6_kernel(
     hb_mask = rows_b < B
     col1 = _h_columns(0, K1, KC, KS, lb)  # [KS, K1, 1]
     hb1 = gl.load(s0_ptr + rows_b * HD + n * DH + col1, mask=hb_mask, other=0.0)
-    h_out1 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col1
     hb2 = hb1
-    h_out2 = h_out1
     if K2 > 0:
         col2 = _h_columns(K1, K2, KC, KS, lb)
         hb2 = gl.load(s0_ptr + rows_b * HD + n * DH + col2, mask=hb_mask, other=0.0)
-        h_out2 = out_ptr + rows_b.to(gl.int64) * T * HD + n * DH + col2
+    # where the steps read h_{t-1} (out[0] at step t - 1): in the operand layout, or in 16-byte rows (COALESCED)
+    h1_ptr, h1_mask = _h_pointers(out_ptr, r0, n, 0, K1, KC, KS, B, T, HD, DH, BLOCK_B, lb, COALESCED)
+    h2_ptr, h2_mask = h1_ptr, h1_mask
+    if K2 > 0:
+        h2_ptr, h2_mask = _h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T, HD, DH, BLOCK_B, lb, COALESCED)
 
     # the cell's own elements: unit u of this program, batch row j
     u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
@@ -245,10 +278,22 @@ def split_forward_v6_kernel(
     x_f = gl.load(wx_own + HD, mask=own_mask, other=0.0)
     x_z = gl.load(wx_own + 2 * HD, mask=own_mask, other=0.0)
     x_o = gl.load(wx_own + 3 * HD, mask=own_mask, other=0.0)
+    clk = clk_ptr + ((n * gl.num_programs(0) + p) * gl.num_programs(2) + gl.program_id(2)).to(gl.int64) * (T + 1) * 8
+    if TIMING:  # row T: the SM's clock and the global timer at the start (0, 1) and the end (2, 3)
+        ops.keep2(clk + T * 8, ops.clock_after(c))
+        ops.keep2(clk + T * 8 + 1, ops.globaltimer_after(c))
     for t in range(T):
+        if TIMING:  # 0: this step's input projections have arrived (loaded one step ahead); 1: h_{t-1}
+            ops.keep2(clk + t * 8, ops.clock_after(x_o.to(gl.float32)))
+            if K2 > 0:
+                ops.keep3(clk + t * 8 + 1, ops.clock_after(hb2.to(gl.float32)))
+            else:
+                ops.keep3(clk + t * 8 + 1, ops.clock_after(hb1.to(gl.float32)))
         part = mma_v2(r1, hb1, gl.zeros([KS, M, BLOCK_B], gl.float32, mma))  # [KS, M, BLOCK_B]
         if K2 > 0:
             part = mma_v2(r2, hb2, part)
+        if TIMING:  # 2: the recurrent product is done
+            ops.keep3(clk + t * 8 + 2, ops.clock_after(part))
         parts.store(part)
         cta_barrier()
         pre_i = gl.sum(parts.slice(0, BLOCK_U, dim=1).load(lp3), axis=0) + x_i.to(gl.float32) + bias_i
@@ -265,6 +310,8 @@ def split_forward_v6_kernel(
         o = sigmoid(pre_o, FAST)
         c = f * c + i * tanh(pre_z, FAST)
         h = o * tanh(c, FAST)
+        if TIMING:  # 3: the cell (the partials' sum and the pointwise) is done
+            ops.keep2(clk + t * 8 + 3, ops.clock_after(h))
         gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
         gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
         if SAVE_GATES:
@@ -273,31 +320,50 @@ def split_forward_v6_kernel(
             gl.store(g_t + HD, pre_f.to(gates_ptr.dtype.element_ty), mask=own_mask)
             gl.store(g_t + 2 * HD, pre_z.to(gates_ptr.dtype.element_ty), mask=own_mask)
             gl.store(g_t + 3 * HD, pre_o.to(gates_ptr.dtype.element_ty), mask=own_mask)
+        if TIMING:  # 4: the stores are issued
+            ops.keep2(clk + t * 8 + 4, ops.clock_after(h))
         if t < T - 1:  # (after the last step nobody reads h from another program)
-            grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier also ends the partials' reads)
-            hb1 = gl.load(h_out1 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
+            seen = grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier ends the partials' reads)
+            if TIMING:  # 5: the barrier is passed
+                passed = gl.zeros([BLOCK_U, BLOCK_B], gl.int32, lp) + seen.to(gl.int32)
+                ops.keep2(clk + t * 8 + 5, ops.clock_after(passed))
+            hb1 = _h_load(h1_ptr + t * HD, h1_mask, lb)
             if K2 > 0:
-                hb2 = gl.load(h_out2 + t * HD, mask=hb_mask, other=0.0, cache_modifier=".cg")
+                hb2 = _h_load(h2_ptr + t * HD, h2_mask, lb)
+        elif TIMING:
+            ops.keep2(clk + t * 8 + 5, ops.clock_after(h))
+    if TIMING:
+        ops.keep2(clk + T * 8 + 2, ops.clock_after(h))
+        ops.keep2(clk + T * 8 + 3, ops.globaltimer_after(h))
     gl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     gl.store(last_ptr + B * HD + own, c.to(last_ptr.dtype.element_ty), mask=own_mask)
 
 
-def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool) -> dict:
+H_LOADS = ("coalesced", "operand")
+"""How a step reads h_{t-1} from L2: ``coalesced`` (16-byte loads along K, whole sectors, then to the operand layout
+through shared memory) or ``operand`` (straight into the operand layout, 4 bytes a load: half of each sector)."""
+
+
+def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool) -> dict:
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
-                SAVE_GATES=save_gates, FAST=fast)  # fmt: skip
+                SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", TIMING=timing)  # fmt: skip
 
 
-def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None):
+def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None,
+                     h_loads: str = "coalesced", clocks: torch.Tensor | None = None):  # fmt: skip
     """Version 6 on a GPU (sm_80 or newer; LSTM, 16-bit): ``(states_all, states_last, gates or None)`` as
     :func:`gpulab.rnn.fused.split.split_rnn_forward` returns them. One cooperative launch, a grid barrier per step.
-    On a CPU (or under the interpreter) it raises: run :func:`schedule_reference` there."""
+    ``h_loads``: one of :data:`H_LOADS`. ``clocks``: a :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to
+    fill with each step's stamps (:func:`gpulab.rnn.fused.clocks.step_parts` reads it). On a CPU (or under the
+    interpreter) it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
 
     B, T, _, NH, DH = _checked(Wx, R, b, states)
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
+    h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
     if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
         raise TypeError(
             f"version 6 takes one 16-bit dtype (float16 or bfloat16) for Wx, R, b and states, got "
@@ -316,21 +382,31 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     last = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     grid = (DH // cfg.block_u, NH, -(-B // cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
+    if clocks is not None and (not isinstance(clocks, torch.Tensor) or tuple(clocks.shape) != (programs, T + 1, 8)
+                               or clocks.dtype != torch.int64 or clocks.device != dev):  # fmt: skip
+        raise ValueError(
+            f"clocks must be clock_buffer({programs}, {T}, device) (int64 [{programs}, {T + 1}, 8] on {dev}), got "
+            f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
+        )
     split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
         wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
-        gates_ptr=gates if save_gates else out, bar_ptr=barrier_counter(dev, programs), B=B, T=T, NH=NH,
-        n_programs=programs, **_constexprs(DH, cfg, save_gates, fast_activations(dt)), num_warps=cfg.warps,
+        gates_ptr=gates if save_gates else out, bar_ptr=barrier_counter(dev, programs),
+        clk_ptr=barrier_counter(dev, programs) if clocks is None else clocks, B=B, T=T, NH=NH, n_programs=programs,
+        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None), num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip
     return out, last, gates
 
 
-def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True):
+def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True,
+                 h_loads: str = "coalesced", timing: bool = False):  # fmt: skip
     """Triton's compiled version 6 for sm_90, nothing launched, no GPU needed (``asm`` holds 'ttgir', 'ptx',
     'cubin'; ``metadata`` the registers' and shared memory's use). Call from a process outside the interpreter."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
-    if not isinstance(save_gates, bool):
-        raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
+    for name, flag in (("save_gates", save_gates), ("timing", timing)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}.")
+    h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
     cfg = gluon_tiles.tile_for(head_dim, cfg, v6_config)
-    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16")
+    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing)
     return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)
