@@ -8,8 +8,8 @@ then timed on both clocks without and with saved gates; version 5 as the package
 split forward). The backward: b4 (both tiles) against b3 on the same saved gates (dG compared), timed alone; then
 forward and backward with the parameter products (v6 + b4, v5 + b3 as the package runs them), and flashrnn as a
 training loop calls it with the plan's split kernels on version 5 and on version 6. cuDNN's fp16
-nn.LSTM (dense 768) forward and forward+backward in the same run. Records: OUT_DIR/<gpu>-<date>-v6.jsonl (``TAG``
-changes the last part).
+nn.LSTM (dense 768) forward and forward+backward in the same run. Records: OUT_DIR/<gpu>-<date>[-<TAG>]-v6.jsonl
+(``TAG``: the run's letter).
 """
 
 import functools
@@ -169,9 +169,8 @@ def main(out_dir):
                           NH=1, DH=DH, training=training)  # fmt: skip
         rows.append(r)
         _line(r, t0)
-    path = os.path.join(
-        out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{os.environ.get('TAG', 'v6')}.jsonl"
-    )
+    tag = f"-{os.environ['TAG']}" if os.environ.get("TAG") else ""  # a second run of a day: its letter
+    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}{tag}-v6.jsonl")
     bench.save(rows, "05", path=path)
     print(path)
 

@@ -365,6 +365,28 @@ def _lesson05_hinted(root) -> list[Shown]:
     return out
 
 
+def _lesson05_v6(which: str) -> Callable:
+    """Appendix I's version-6 runs (``scripts/bench05_v6.py``: 'run'; ``scripts/diag05_v6.py``: 'parts'), keyed as
+    each run's own cases (cuDNN's rows are the same-run peers of the ratios)."""
+
+    def shown(root) -> list[Shown]:
+        from gpulab.rnn.fused.versions import report
+
+        recs = report.load_v6_run("h100", root) if which == "run" else report.load_v6_parts("h100", root)
+        run = report.v6_records("h100", root)[-1] if which == "run" else f"{recs[0].date} v6 parts"
+        out = []
+        for r in recs:
+            if r.status == "ok" and r.ms:
+                pass_ = "fwd+bwd" if "fwd+bwd" in r.case else "bwd kernel" if "backward" in r.case else "fwd"
+                key = lambda clock, r=r, pass_=pass_: _lstm_key(  # noqa: E731
+                    pass_, f"version 6 {which}: {r.case}", r.device, 16, 1024, 1, 768, "bfloat16", clock
+                )
+                out += _times(key, run, r.ms, r.wall_ms)
+        return out
+
+    return shown
+
+
 def _lesson05_called(root) -> list[Shown]:
     """Appendix G's recurrence as called: flashrnn's API path per calling mode (loop, autograd.grad, graph, forward
     under no_grad), a different case from section 8's kernel records."""
@@ -495,6 +517,10 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("05", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
     ("05", "versions_report.load_v6_sass()"): Display(
         _none, "Appendix I: version 6's compiled step, instruction and byte counts, not times"),
+    ("05", 'versions_report.load_v6_run("h100")'): Display(
+        _lesson05_v6("run"), "Appendix I: version 6's run (its own cases, cuDNN beside them in the run)"),
+    ("05", 'versions_report.load_v6_parts("h100")'): Display(
+        _lesson05_v6("parts"), "Appendix I: version 6's clock-stamped forwards (their own cases)"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

@@ -227,6 +227,35 @@ CASES = [
     ("load_v6_sass-root", lambda: versions_report.load_v6_sass(root=5), TypeError, "root"),
     ("plot_compiled_split-rows", lambda: versions_report.plot_compiled_split("rows"), TypeError, "rows must be"),
     ("v6_records-gpu", lambda: versions_report.v6_records(""), TypeError, "gpu must be"),
+    ("load_v6_run-gpu", lambda: versions_report.load_v6_run(""), TypeError, "gpu must be"),
+    ("load_v6_run-missing", lambda: versions_report.load_v6_run("l4"), FileNotFoundError, "bench05_v6"),
+    ("load_v6_parts-gpu", lambda: versions_report.load_v6_parts(None), TypeError, "gpu must be"),
+    ("v6_run_table-results", lambda: versions_report.v6_run_table("x"), TypeError, "results"),
+    (
+        "v6_run_table-no-cudnn",
+        lambda: versions_report.v6_run_table([bench.record(lesson="05", case="v6", ms=1.0)]),
+        ValueError,
+        "cuDNN",
+    ),  # fmt: skip
+    ("v6_parts_table-results", lambda: versions_report.v6_parts_table([]), ValueError, "results"),
+    (
+        "v6_parts_table-no-parts",
+        lambda: versions_report.v6_parts_table([bench.record(lesson="05", case="v6", ms=1.0)]),
+        ValueError,
+        "clock-stamped",
+    ),  # fmt: skip
+    ("plot_v6_parts-results", lambda: versions_report.plot_v6_parts({"parts": 1}), TypeError, "results"),
+    ("split_forward_v6-h_loads", lambda: v6.split_forward_v6(*LSTM_IN, h_loads="fast"), ValueError, "h_loads='fast'"),
+    ("split_forward_v6-clocks", lambda: v6.split_forward_v6(*LSTM_IN, clocks="x"), TypeError, "clocks must be"),
+    (
+        "split_backward_b4-share_stores",
+        lambda: b4.split_backward_b4(*B4_IN, share_stores="rows"),
+        ValueError,
+        "share_stores='rows'",
+    ),  # fmt: skip
+    ("v6 compile_sm90-h_loads", lambda: v6.compile_sm90(768, h_loads=1), ValueError, "h_loads=1"),
+    ("v6 compile_sm90-timing", lambda: v6.compile_sm90(768, timing="yes"), TypeError, "timing must be"),
+    ("b4 compile_sm90-share_stores", lambda: b4.compile_sm90(768, share_stores=None), ValueError, "share_stores"),
     ("compiled_split_table-v6", lambda: versions_report.compiled_split_table(SASS_ROWS, "x"), TypeError, "v6_rows"),
     ("load_profile-gpu", lambda: versions_report.load_profile(""), TypeError, "gpu"),
     ("profile_table-not-dict", lambda: versions_report.profile_table([]), TypeError, "profile"),

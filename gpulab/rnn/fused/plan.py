@@ -63,12 +63,12 @@ __all__ = [
 ]
 
 SPLIT_VERSIONS = ("v5", "v6", "v6+b3")
-SPLIT_VERSION = "v5"
-"""The split kernels the ``fused`` backend runs for a head that needs several SMs: 'v5' (Triton, :mod:`.split` and
-:mod:`.split_backward`, measured on the H100: the default), 'v6' (Gluon, R in registers:
-:mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`) or 'v6+b3' (version 6's forward,
-version 5's backward) where :func:`v6_applies`, else v5. Lesson 5's records decide; :func:`split_version_as` sets it
-for an experiment."""
+SPLIT_VERSION = "v6"
+"""The split kernels the ``fused`` backend runs for a head that needs several SMs: 'v6' (the default: Gluon, R in
+registers, :mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`, faster on the H100 in
+lesson 5's records, Appendix I) or 'v6+b3' (version 6's forward, version 5's backward) where :func:`v6_applies`,
+else 'v5' (Triton, :mod:`.split` and :mod:`.split_backward`: every other split head, the interpreter, the GRU,
+float32). :func:`split_version_as` sets it for an experiment."""
 
 KERNELS = {
     "forward": fused_forward_kernel,

@@ -10,7 +10,8 @@ from gpulab import bench, runtime
 from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
-           "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split"]  # fmt: skip
+           "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split", "load_v6_run",
+           "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -187,11 +188,10 @@ def load_v6_sass(root=None) -> list[dict]:
 
 
 def v6_records(gpu: str = "h100", root=None) -> list[str]:
-    """The names of version 6's timed records of ``gpu`` (``scripts/bench05_v6.py``), oldest first: empty until the
-    kernel has run there."""
+    """The names of version 6's timed runs on ``gpu`` (``scripts/bench05_v6.py``: ``*-v6.jsonl``), oldest first."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
-    return [f.name for f in bench.record_files(bench.results_dir(root).joinpath(*_V6_FOLDER), gpu)]
+    return [f.name for f in bench.record_files(bench.results_dir(root).joinpath(*_V6_FOLDER), gpu, "*-v6.jsonl")]
 
 
 def compiled_split_table(v5_rows, v6_rows) -> str:
@@ -246,4 +246,104 @@ def plot_compiled_split(rows, ax=None):
     ax.legend(handles=[Patch(color="C0", label="Triton (v5, b3)"), Patch(color="C1", label="Gluon (v6, b4)"),
                        Patch(color="0.3", label="dark: ldmatrix"), Patch(color="0.8", label="light: other")],
               fontsize=8)  # fmt: skip
+    return ax
+
+
+def _v6_newest(gpu, root, part: str, how: str) -> list[bench.Result]:
+    """The newest record file ``<gpu>-<date>[-<run>]-<part>.jsonl`` of version 6's folder, loaded."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    folder = bench.results_dir(root).joinpath(*_V6_FOLDER)
+    files = bench.record_files(folder, gpu, pattern=f"*-{part}.jsonl")
+    if not files:
+        raise FileNotFoundError(f"no {part} record of {gpu!r} in {folder}; {how}")
+    return bench.load("05", path=bench.newest(files, part=part))
+
+
+def load_v6_run(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """Version 6's newest timed run on ``gpu`` (``scripts/bench05_v6.py``, files ``<gpu>-<date>[-<run>]-v6.jsonl``):
+    every tile of v6 and b4 beside version 5, b3 and cuDNN, forward+backward and as a training loop calls it."""
+    return _v6_newest(gpu, root, "v6", "run `scripts/gpu_rnn_v6_final.sh` on that GPU (scripts/bench05_v6.py).")
+
+
+def v6_run_table(results) -> str:
+    """The run of :func:`load_v6_run` as a table: each case on both clocks (device ms, eager wall ms) and its ratio
+    to cuDNN's fp16 ``nn.LSTM`` in the same run on the wall clock (forward cases to cuDNN's forward, the others to
+    its forward+backward)."""
+    rows = bench.result_list("results", results)
+    ok = [r for r in rows if r.status == "ok" and r.ms]
+    cud = {("fwd+bwd" in r.case): r for r in ok if r.case.startswith("cuDNN")}
+    if len(cud) != 2:
+        raise ValueError("results must hold cuDNN's forward and forward+backward rows (scripts/bench05_v6.py's run).")
+    lines = [f"{'case':52s} {'ms':>7s} {'wall ms':>8s} {'x cuDNN (wall)':>15s}"]
+    for r in ok:
+        training = "fwd+bwd" in r.case or "backward" in r.case
+        peer = cud[training]
+        lines.append(f"{r.case:52s} {r.ms:7.3f} {r.wall_ms:8.3f} {r.wall_ms / peer.wall_ms:15.2f}")
+    return (f"{ok[0].device}, one head of 768, B16, T1024, bf16 (cuDNN fp16); ms: device time; wall: eager wall time "
+            "per call; ratios below 1: faster than cuDNN\n" + "\n".join(lines))  # fmt: skip
+
+
+def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """Version 6's newest clock-stamped run on ``gpu`` (``scripts/diag05_v6.py``, ``<gpu>-<date>[-<run>]-diag.jsonl``):
+    each forward variant (how h is read, tile) and version 5 with their mean ns per step of each part."""
+    return [r for r in _v6_newest(gpu, root, "diag", "run `scripts/diag05_v6.py` on that GPU.") if
+            r.params.get("parts")]  # fmt: skip
+
+
+_PARTS = (("h arrives", ("inputs", "exchange")), ("product", ("product",)), ("cell", ("pointwise",)),
+          ("stores", ("stores",)), ("barrier", ("barrier",)))  # fmt: skip
+"""The stamped parts of a step as the table and figure group them: version 6 issues its loads of h_{t-1} after the
+barrier, so its 'inputs' stamp (the previous barrier to this step's inputs) is h's arrival; version 5's hinted
+exchange waits for h inside its 'exchange' stamp."""
+
+
+def _parts_of(r) -> dict:
+    p = r.params["parts"]
+    return {name: sum(p.get(k, 0.0) for k in keys) for name, keys in _PARTS}
+
+
+def _label(r) -> str:
+    if r.params.get("version") == "v5":
+        return "v5 hinted 8u 4w"
+    return f"v6 {r.params.get('h_loads')} {r.params.get('block_u')}u {r.params.get('warps')}w"
+
+
+def v6_parts_table(results) -> str:
+    """:func:`load_v6_parts`'s run as a table: each forward's time (device, wall) and the mean ns per step of each
+    part of its step (``gpulab.rnn.fused.clocks`` stamps, grouped as in the lesson)."""
+    rows = [r for r in bench.result_list("results", results) if r.params.get("parts")]
+    if not rows:
+        raise ValueError("results must hold clock-stamped forward records (scripts/diag05_v6.py's run).")
+    head = f"{'forward':26s} {'ms':>6s} {'wall':>6s} " + " ".join(f"{n:>9s}" for n, _ in _PARTS) + f" {'step ns':>8s}"
+    lines = [head]
+    for r in rows:
+        parts = _parts_of(r)
+        lines.append(f"{_label(r):26s} {r.ms:6.3f} {r.wall_ms:6.3f} " + " ".join(f"{parts[n]:9.0f}" for n, _ in _PARTS)
+                     + f" {r.params['parts']['step_ns']:8.0f}")  # fmt: skip
+    return f"{rows[0].device}: one head of 768, B16, T1024, bf16; parts in ns per step (stamped launch)\n" + "\n".join(
+        lines
+    )
+
+
+def plot_v6_parts(results, ax=None):
+    """Stacked horizontal bars: each stamped forward's step (ns) by part, version 5 beside version 6's variants
+    (version 5's hinted exchange waits for the other programs while h arrives: its barrier is in that part)."""
+    import matplotlib.pyplot as plt  # deferred: only the figure needs it
+
+    rows = [r for r in bench.result_list("results", results) if r.params.get("parts")]
+    if not rows:
+        raise ValueError("results must hold clock-stamped forward records (scripts/diag05_v6.py's run).")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9.5, 0.5 + 0.5 * len(rows)))
+    left = [0.0] * len(rows)
+    for k, (name, _) in enumerate(_PARTS):
+        widths = [_parts_of(r)[name] for r in rows]
+        ax.barh(range(len(rows)), widths, left=left, color=f"C{k}", label=name)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(range(len(rows)), [_label(r) for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ns per step (clock stamps)")
+    ax.set_title(f"Split LSTM forward, one head of 768, B = 16 ({rows[0].device}): where a step goes", fontsize=10)
+    ax.legend(fontsize=8, ncols=len(_PARTS), loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.4 / len(rows)))
     return ax

@@ -364,6 +364,8 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
+    if clocks is not None and not isinstance(clocks, torch.Tensor):
+        raise TypeError(f"clocks must be None or a gpulab.rnn.fused.clocks.clock_buffer tensor, got {clocks!r}.")
     if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
         raise TypeError(
             f"version 6 takes one 16-bit dtype (float16 or bfloat16) for Wx, R, b and states, got "
@@ -382,8 +384,8 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     last = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     grid = (DH // cfg.block_u, NH, -(-B // cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
-    if clocks is not None and (not isinstance(clocks, torch.Tensor) or tuple(clocks.shape) != (programs, T + 1, 8)
-                               or clocks.dtype != torch.int64 or clocks.device != dev):  # fmt: skip
+    if clocks is not None and (tuple(clocks.shape) != (programs, T + 1, 8) or clocks.dtype != torch.int64
+                               or clocks.device != dev):  # fmt: skip
         raise ValueError(
             f"clocks must be clock_buffer({programs}, {T}, device) (int64 [{programs}, {T + 1}, 8] on {dev}), got "
             f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
