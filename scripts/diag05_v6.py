@@ -32,28 +32,31 @@ def forward_rows(common, t0):
     rows = []
     x = problem_inputs(B, T, 1, DH, torch.bfloat16)
     ref = states_reference(*x)
-    for kw in (dict(block_u=8, warps=4), dict(block_u=16, warps=8)):
+    variants = [(kw, h, True) for kw in (dict(block_u=8, warps=4), dict(block_u=16, warps=8)) for h in v6.H_LOADS]
+    variants.append((dict(block_u=8, warps=4), "coalesced", False))  # arriving after every store (the A/B)
+    for kw, h_loads, early in variants:
         cfg = v6.v6_config(DH, **kw)
-        for h_loads in v6.H_LOADS:
-            tag = f"v6 gluon {h_loads} bu{cfg.block_u} w{cfg.warps} 1x{DH}"
-            try:
-                out, _, _ = v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)
-                err = check.assert_close_drifting(out, ref, name="states")
-                assert torch.equal(v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)[0], out), "launches differ"
-                stamps = clocks.clock_buffer(cfg.programs(B, 1, DH), T, x[0].device)
-                v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads, clocks=stamps)
-                torch.cuda.synchronize()
-                parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
-                fn = functools.partial(v6.split_forward_v6, *x, save_gates=True, cfg=cfg, h_loads=h_loads)
-                r = bench.measure(fn, case=tag + " saving gates", rel_err=err, version="v6", h_loads=h_loads,
-                                  block_u=cfg.block_u, warps=cfg.warps, save_gates=True, parts=parts,
-                                  programs=cfg.programs(B, 1, DH), **common)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - recorded; the next variant still runs
-                r = bench.record(case=f"error {tag}", **{k: v for k, v in common.items() if k != "dtype"})
-                r.status = f"error: {type(exc).__name__}: {str(exc)[:600]}"
-            rows.append(r)
-            print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:300]} "
-                  f"{json.dumps(r.params.get('parts'))} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
+        v6.EARLY_ARRIVE = early
+        tag = f"v6 gluon {h_loads} bu{cfg.block_u} w{cfg.warps} 1x{DH}" + ("" if early else " arriving late")
+        try:
+            out, _, _ = v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)
+            err = check.assert_close_drifting(out, ref, name="states")
+            assert torch.equal(v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)[0], out), "launches differ"
+            stamps = clocks.clock_buffer(cfg.programs(B, 1, DH), T, x[0].device)
+            v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads, clocks=stamps)
+            torch.cuda.synchronize()
+            parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
+            fn = functools.partial(v6.split_forward_v6, *x, save_gates=True, cfg=cfg, h_loads=h_loads)
+            r = bench.measure(fn, case=tag + " saving gates", rel_err=err, version="v6", h_loads=h_loads,
+                              block_u=cfg.block_u, warps=cfg.warps, save_gates=True, parts=parts,
+                              early_arrive=early, programs=cfg.programs(B, 1, DH), **common)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - recorded; the next variant still runs
+            r = bench.record(case=f"error {tag}", **{k: v for k, v in common.items() if k != "dtype"})
+            r.status = f"error: {type(exc).__name__}: {str(exc)[:600]}"
+        rows.append(r)
+        print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:300]} "
+              f"{json.dumps(r.params.get('parts'))} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
+    v6.EARLY_ARRIVE = True
     chosen = plan.choose(B, 1, DH, training=True).tiling
     stamps = clocks.clock_buffer(chosen.programs, T, x[0].device)
     plan.split_forward_at(*x, chosen, save_gates=True, clocks=stamps)
@@ -64,6 +67,32 @@ def forward_rows(common, t0):
                       "gates", version="v5", parts=parts, **common)  # fmt: skip
     rows.append(r)
     print(f"{r.case:55s} {r.ms:8.3f} ms wall {r.wall_ms:8.3f} {json.dumps(parts)}", flush=True)
+    rows += arrive_rows(x, common)
+    return rows
+
+
+def arrive_rows(x, common):
+    """b4 arriving right after its shares (dG stored while it waits) against arriving after every store: checked
+    against b3 on the same saved gates, then timed."""
+    from gpulab.rnn.fused import split_backward  # noqa: PLC0415
+
+    rows = []
+    chosen = plan.choose(B, 1, DH, training=True)
+    out, _, gates = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
+    torch.manual_seed(2)
+    bargs = (torch.randn_like(out), gates, out, x[3], x[1])
+    dG3, _ = split_backward.split_rnn_backward(*bargs, "lstm", tiling=chosen.backward)
+    for early in (True, False):
+        b4.EARLY_ARRIVE = early
+        dG, _ = b4.split_backward_b4(*bargs)
+        err = check.relative_error(dG, dG3)
+        assert err < 1e-2 and torch.equal(b4.split_backward_b4(*bargs)[0], dG), f"b4 differs from b3: {err}"
+        r = bench.measure(functools.partial(b4.split_backward_b4, *bargs), case="b4 gluon backward coalesced bu16 w8 "
+                          f"1x{DH}" + ("" if early else " arriving late"), rel_err=err, version="b4",
+                          early_arrive=early, **common)  # fmt: skip
+        rows.append(r)
+        print(f"{r.case:55s} {r.ms:8.3f} ms wall {r.wall_ms:8.3f}", flush=True)
+    b4.EARLY_ARRIVE = True
     return rows
 
 

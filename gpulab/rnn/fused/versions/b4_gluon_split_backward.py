@@ -38,6 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
@@ -201,6 +202,7 @@ def split_backward_b4_kernel(
     HAS_LAST: gl.constexpr,
     FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
     COALESCED: gl.constexpr,  # the shares stored in 16-byte rows (else from the product's fragments, 4 bytes each)
+    EARLY: gl.constexpr,  # arrive at the barrier right after pushing the shares (dG stored while waiting)
 ):
     K: gl.constexpr = 4 * BLOCK_U
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
@@ -281,10 +283,11 @@ def split_backward_b4_kernel(
         d_o = (dh * tc * o * (1.0 - o)).to(dg_ptr.dtype.element_ty)
         dc = dc * f
         dg_t = dg_own + t.to(gl.int64) * B * 4 * HD
-        gl.store(dg_t, d_i, mask=ok)
-        gl.store(dg_t + HD, d_f, mask=ok)
-        gl.store(dg_t + 2 * HD, d_z, mask=ok)
-        gl.store(dg_t + 3 * HD, d_o, mask=ok)
+        if not EARLY:
+            gl.store(dg_t, d_i, mask=ok)
+            gl.store(dg_t + HD, d_f, mask=ok)
+            gl.store(dg_t + 2 * HD, d_z, mask=ok)
+            gl.store(dg_t + 3 * HD, d_o, mask=ok)
         # this program's shares of dh_{t-1} from dG_t as stored: dG^T [4 U, B] through shared memory to every warp
         # one store of the four gates as [4 U, B] (row g U + u): four stores to slices of one buffer would each get a
         # CTA barrier from the compiler. join adds the new dimension last: [u, j, y, x] is gate 2 x + y
@@ -298,7 +301,15 @@ def split_backward_b4_kernel(
         if M2 > 0:
             share2 = mma_v2(a2, bop, gl.zeros([M2, BLOCK_B], gl.float32, mma))
             _push(share2, own_slab, M1, M2, BLOCK_B, W, mma, COALESCED)
-        grid_barrier(bar_ptr, base + (tt + 1) * n_programs)  # (its CTA barrier also ends this step's reads of dgs)
+        if EARLY:  # the others read the shares only: their stores are what the arrival releases
+            ops.grid_arrive(bar_ptr)  # (its CTA barrier also ends this step's reads of dgs)
+            gl.store(dg_t, d_i, mask=ok)
+            gl.store(dg_t + HD, d_f, mask=ok)
+            gl.store(dg_t + 2 * HD, d_z, mask=ok)
+            gl.store(dg_t + 3 * HD, d_o, mask=ok)
+            ops.grid_wait(bar_ptr, base + (tt + 1) * n_programs)
+        else:
+            grid_barrier(bar_ptr, base + (tt + 1) * n_programs)  # (its CTA barrier also ends the reads of dgs)
     dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
     gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
@@ -309,11 +320,16 @@ SHARE_STORES = ("coalesced", "fragments")
 or ``fragments`` (from the product's registers, 4 bytes a store)."""
 
 
+EARLY_ARRIVE = True
+"""Arrive at each step's barrier right after pushing the shares, then store dG while waiting (False: after every
+store; kept for the A/B of ``scripts/diag05_v6.py``)."""
+
+
 def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced") -> dict:
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
-                COALESCED=share_stores == "coalesced")  # fmt: skip
+                COALESCED=share_stores == "coalesced", EARLY=EARLY_ARRIVE)  # fmt: skip
 
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,

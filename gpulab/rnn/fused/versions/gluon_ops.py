@@ -7,7 +7,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "cta_barrier"]
+__all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -39,15 +39,28 @@ def barrier_base(bar_ptr, n_programs):
 
 
 @gluon.jit
-def grid_barrier(bar_ptr, target):
-    """Arrive (after every thread's stores: a CTA barrier, then a release add) and wait until the counter reaches
-    ``target`` (acquire loads); returns the count seen (for a clock stamp after the wait)."""
+def grid_arrive(bar_ptr):
+    """Arrive: after every thread's stores so far (a CTA barrier), one release add to the counter. The release waits
+    for those stores, so a kernel arrives right after the stores the other programs read and issues the rest after."""
     cta_barrier()
     gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def grid_wait(bar_ptr, target):
+    """Wait until the counter reaches ``target`` (acquire: this program's later loads see what the arrivals
+    released); returns the count seen (for a clock stamp after the wait)."""
     seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     while seen < target:
         seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
     return seen
+
+
+@gluon.jit
+def grid_barrier(bar_ptr, target):
+    """:func:`grid_arrive` then :func:`grid_wait`."""
+    grid_arrive(bar_ptr)
+    return grid_wait(bar_ptr, target)
 
 
 @gluon.jit

@@ -306,7 +306,8 @@ def _parts_of(r) -> dict:
 def _label(r) -> str:
     if r.params.get("version") == "v5":
         return "v5 hinted 8u 4w"
-    return f"v6 {r.params.get('h_loads')} {r.params.get('block_u')}u {r.params.get('warps')}w"
+    late = " (arrives late)" if r.params.get("early_arrive") is False else ""
+    return f"v6 {r.params.get('h_loads')} {r.params.get('block_u')}u {r.params.get('warps')}w{late}"
 
 
 def v6_parts_table(results) -> str:
@@ -315,11 +316,12 @@ def v6_parts_table(results) -> str:
     rows = [r for r in bench.result_list("results", results) if r.params.get("parts")]
     if not rows:
         raise ValueError("results must hold clock-stamped forward records (scripts/diag05_v6.py's run).")
-    head = f"{'forward':26s} {'ms':>6s} {'wall':>6s} " + " ".join(f"{n:>9s}" for n, _ in _PARTS) + f" {'step ns':>8s}"
+    w = max(len(_label(r)) for r in rows)
+    head = f"{'forward':{w}s} {'ms':>6s} {'wall':>6s} " + " ".join(f"{n:>9s}" for n, _ in _PARTS) + f" {'step ns':>8s}"
     lines = [head]
     for r in rows:
         parts = _parts_of(r)
-        lines.append(f"{_label(r):26s} {r.ms:6.3f} {r.wall_ms:6.3f} " + " ".join(f"{parts[n]:9.0f}" for n, _ in _PARTS)
+        lines.append(f"{_label(r):{w}s} {r.ms:6.3f} {r.wall_ms:6.3f} " + " ".join(f"{parts[n]:9.0f}" for n, _ in _PARTS)
                      + f" {r.params['parts']['step_ns']:8.0f}")  # fmt: skip
     return f"{rows[0].device}: one head of 768, B16, T1024, bf16; parts in ns per step (stamped launch)\n" + "\n".join(
         lines

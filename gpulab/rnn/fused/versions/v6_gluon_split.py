@@ -210,6 +210,7 @@ def split_forward_v6_kernel(
     SAVE_GATES: gl.constexpr,
     FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
     COALESCED: gl.constexpr,  # h_{t-1} in 16-byte rows, then to the operand layout (else: loaded in it, 4 bytes each)
+    EARLY: gl.constexpr,  # arrive at the barrier right after storing h (c and the gates stored while waiting)
     TIMING: gl.constexpr,  # clock stamps per program and step into clk_ptr (the parts of gpulab.rnn.fused.clocks)
 ):
     M: gl.constexpr = 4 * BLOCK_U
@@ -313,6 +314,8 @@ def split_forward_v6_kernel(
         if TIMING:  # 3: the cell (the partials' sum and the pointwise) is done
             ops.keep2(clk + t * 8 + 3, ops.clock_after(h))
         gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
+        if EARLY and t < T - 1:  # the others read h only: its stores are what the arrival releases
+            ops.grid_arrive(bar_ptr)  # (its CTA barrier also ends the partials' reads)
         gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
         if SAVE_GATES:
             g_t = gate_own + t * 4 * HD
@@ -323,7 +326,10 @@ def split_forward_v6_kernel(
         if TIMING:  # 4: the stores are issued
             ops.keep2(clk + t * 8 + 4, ops.clock_after(h))
         if t < T - 1:  # (after the last step nobody reads h from another program)
-            seen = grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier ends the partials' reads)
+            if EARLY:
+                seen = ops.grid_wait(bar_ptr, base + (t + 1) * n_programs)
+            else:
+                seen = grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier ends the parts' reads)
             if TIMING:  # 5: the barrier is passed
                 passed = gl.zeros([BLOCK_U, BLOCK_B], gl.int32, lp) + seen.to(gl.int32)
                 ops.keep2(clk + t * 8 + 5, ops.clock_after(passed))
@@ -344,10 +350,16 @@ H_LOADS = ("coalesced", "operand")
 through shared memory) or ``operand`` (straight into the operand layout, 4 bytes a load: half of each sector)."""
 
 
+EARLY_ARRIVE = True
+"""Arrive at each step's barrier right after storing h, then store c and the pre-activations while waiting (False:
+after every store, as version 5 does; kept for the A/B of ``scripts/diag05_v6.py``)."""
+
+
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool) -> dict:
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
-                SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", TIMING=timing)  # fmt: skip
+                SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=EARLY_ARRIVE,
+                TIMING=timing)  # fmt: skip
 
 
 def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None,
