@@ -26,6 +26,8 @@ ALLOWED = {
             for n in (
                 "tanh",
                 "sigmoid",
+                "grid_arrive",
+                "grid_wait",
                 "barrier_base",
                 "grid_barrier",
                 "clock_after",
