@@ -26,7 +26,17 @@ import triton.language as tl
 
 from gpulab import runtime
 
-__all__ = ["clock_after", "globaltimer_after", "keep", "clock_buffer", "step_parts", "PARTS", "BACKWARD_PARTS"]
+__all__ = [
+    "clock_after",
+    "globaltimer_after",
+    "keep",
+    "clock_buffer",
+    "step_parts",
+    "PARTS",
+    "BACKWARD_PARTS",
+    "CLOCK_AFTER",
+    "GLOBALTIMER_AFTER",
+]
 
 PARTS = ("inputs", "exchange", "product", "pointwise", "stores", "barrier")
 """The forward's parts of a step, stamp k-1 to stamp k (``inputs``: the previous step's stamp 5 to this step's
@@ -36,22 +46,27 @@ BACKWARD_PARTS = ("inputs", "exchange", "pointwise", "product", "stores", "barri
 products that make this program's shares of dh_{t-1}, their stores, the barrier."""
 
 
+CLOCK_AFTER = tl.constexpr(
+    "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %clock64; @!p mov.u64 $0, 0; }"
+)
+"""The stamp's PTX: the register read is predicated on ``$1`` (the value waited for), so it issues once ``$1`` is
+there. Shared with the Gluon kernels' stamps (:mod:`gpulab.rnn.fused.versions.gluon_ops`)."""
+GLOBALTIMER_AFTER = tl.constexpr(
+    "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %globaltimer; @!p mov.u64 $0, 0; }"
+)
+"""The same for ``%globaltimer`` (ns)."""
+
+
 @triton.jit
 def clock_after(dep):
     """``%clock64`` read once ``dep`` (a 32-bit tile) is in registers: int64, the shape of ``dep``."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %clock64; @!p mov.u64 $0, 0; }",
-        "=l,r", [dep], dtype=tl.int64, is_pure=False, pack=1,
-    )  # fmt: skip
+    return tl.inline_asm_elementwise(CLOCK_AFTER, "=l,r", [dep], dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
 def globaltimer_after(dep):
     """``%globaltimer`` (ns) read once ``dep`` (a 32-bit tile) is in registers: int64, the shape of ``dep``."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %globaltimer; @!p mov.u64 $0, 0; }",
-        "=l,r", [dep], dtype=tl.int64, is_pure=False, pack=1,
-    )  # fmt: skip
+    return tl.inline_asm_elementwise(GLOBALTIMER_AFTER, "=l,r", [dep], dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -7,6 +7,8 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
+
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
@@ -66,20 +68,14 @@ def grid_barrier(bar_ptr, target):
 @gluon.jit
 def clock_after(dep):
     """``%clock64`` read once ``dep`` (a 32-bit tile) is in registers (Gluon's :func:`gpulab.rnn.fused.clocks.
-    clock_after`): int64, the shape and layout of ``dep``."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %clock64; @!p mov.u64 $0, 0; }",
-        "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1,
-    )  # fmt: skip
+    clock_after`, the same PTX): int64, the shape and layout of ``dep``."""
+    return gl.inline_asm_elementwise(CLOCK_AFTER, "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
 
 
 @gluon.jit
 def globaltimer_after(dep):
     """``%globaltimer`` (ns) read once ``dep`` (a 32-bit tile) is in registers: int64, the shape of ``dep``."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %globaltimer; @!p mov.u64 $0, 0; }",
-        "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1,
-    )  # fmt: skip
+    return gl.inline_asm_elementwise(GLOBALTIMER_AFTER, "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
 
 
 @gluon.jit
