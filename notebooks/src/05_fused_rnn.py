@@ -1665,7 +1665,8 @@ if v6_run:
             v6=rc_["flashrnn fused v6 fwd+bwd as called 1x768"].wall_ms,
             v5=rc_["flashrnn fused v5 fwd+bwd as called 1x768"].wall_ms,
             cud=rc_["cuDNN fp16 fwd+bwd B16 dense 768"].wall_ms,
-            r=rc_["flashrnn fused v6 fwd+bwd as called 1x768"].wall_ms / rc_["cuDNN fp16 fwd+bwd B16 dense 768"].wall_ms,
+            r=rc_["flashrnn fused v6 fwd+bwd as called 1x768"].wall_ms
+            / rc_["cuDNN fp16 fwd+bwd B16 dense 768"].wall_ms,
         ),
         claims.claim(
             "The package now runs version 6 and b4 for the heads it splits, where they apply (`plan.SPLIT_VERSION` is "
