@@ -372,14 +372,23 @@ def _lesson05_v6(which: str) -> Callable:
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.versions import report
 
-        recs = report.load_v6_run("h100", root) if which == "run" else report.load_v6_parts("h100", root)
-        run = report.v6_records("h100", root)[-1] if which == "run" else f"{recs[0].date} v6 parts"
+        load = {"run": report.load_v6_run, "parts": report.load_v6_parts, "wide": report.load_v6_wide}[which]
+        recs = load("h100", root)
+        run = report.v6_records("h100", root)[-1] if which == "run" else f"{recs[0].date} v6 {which}"
         out = []
         for r in recs:
             if r.status == "ok" and r.ms:
                 pass_ = "fwd+bwd" if "fwd+bwd" in r.case else "bwd kernel" if "backward" in r.case else "fwd"
                 key = lambda clock, r=r, pass_=pass_: _lstm_key(  # noqa: E731
-                    pass_, f"version 6 {which}: {r.case}", r.device, 16, 1024, 1, 768, "bfloat16", clock
+                    pass_,
+                    f"version 6 {which}: {r.case}",
+                    r.device,
+                    r.params.get("B", 16),
+                    1024,
+                    1,
+                    768,
+                    "bfloat16",
+                    clock,
                 )
                 out += _times(key, run, r.ms, r.wall_ms)
         return out
@@ -521,6 +530,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_v6("run"), "Appendix I: version 6's run (its own cases, cuDNN beside them in the run)"),
     ("05", 'versions_report.load_v6_parts("h100")'): Display(
         _lesson05_v6("parts"), "Appendix I: version 6's clock-stamped forwards (their own cases)"),
+    ("05", 'versions_report.load_v6_wide("h100")'): Display(
+        _lesson05_v6("wide"), "Appendix I: version 6 at 32 rows per program (its own cases, peers in the run)"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

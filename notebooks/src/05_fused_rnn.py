@@ -1682,4 +1682,39 @@ if v6_run:
 # - version 5's hinted words (the tag travels inside $h$, so the barrier's wait and $h$'s arrival become one trip);
 # - fewer programs per head, which would need the cell's partial sums to be cheaper than they are with 8 warps.
 #
-# The capstone's one-head LSTM trains on 32 batch rows. That is two batch tiles, so 192 programs, more than the H100's 132 SMs: it still runs version 5.
+# The capstone's one-head LSTM trains on 32 batch rows: two tiles of 16 rows, so 192 programs, more than the H100's 132 SMs. The run below (`scripts/gpu_rnn_v6_wide.sh`) tried 32 rows per program instead (16 units, 8 warps: 48 programs), and the 16-row tiles with the partials' buffer swizzled. The cell of the 16-unit tile read its partials with 16-way bank conflicts: each lane's row starts 16 words after the previous one, so every other lane hits the same bank. Now each row's columns are XORed with a multiple of its row, which spreads the lanes over the banks.
+
+# %%
+try:
+    v6_wide = versions_report.load_v6_wide("h100")
+except FileNotFoundError as exc:
+    v6_wide = []
+    print(exc)
+if v6_wide:
+    wd_ = {r.case: r for r in v6_wide if r.status == "ok"}
+    print("\n".join(f"{c:58s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in wd_.items()))
+    sw8_ = wd_["v6 gluon bu8 w4 rows16 B16 1x768 (swizzled partials)"]
+    sw16_ = wd_["v6 gluon bu16 w8 rows16 B16 1x768 (swizzled partials)"]
+    claims.show(
+        claims.claim(
+            "At B = 32, 32 rows per program lose: version 6 takes {v6:.2f} ms against version 5's {v5:.2f}, b4 "
+            "{b4:.2f} against b3's {b3:.2f}, and forward+backward as a loop calls it {c6:.2f} against {c5:.2f} "
+            "(device time; cuDNN's fp16 `nn.LSTM` {cud:.2f}). The stamped step shows where: 16 units in 8 warps sum "
+            "8 partials per element, and the product of 32 rows is twice as long. So `plan.V6_WIDE` is off, and above "
+            "16 rows the package runs version 5.",
+            holds=lambda v6, v5, b4, b3, c6, c5, **_: v6 > v5 and b4 > b3 and c6 > c5 and not plan.V6_WIDE,
+            v6=wd_["v6 gluon bu16 w8 rows32 B32 1x768"].ms, v5=wd_["v5 split barrier bu16 w2 B32 1x768"].ms,
+            b4=wd_["b4 gluon backward bu16 w8 rows32 B32 1x768"].ms, b3=wd_["b3 split backward B32 1x768"].ms,
+            c6=wd_["flashrnn fused v6 fwd+bwd as called B32 1x768"].ms,
+            c5=wd_["flashrnn fused v5 fwd+bwd as called B32 1x768"].ms,
+            cud=wd_["cuDNN fp16 fwd+bwd B32 dense 768"].ms,
+        ),
+        claims.claim(
+            "With the partials swizzled, the 16-unit tile's cell takes {c16:.0f} ns per step instead of {c16g:.0f} "
+            "(the run above), and the default tile's {c8:.0f} instead of {c8g:.0f}; its forward takes {m8:.2f} ms "
+            "(device time, this run). The package ships the swizzle.",
+            holds=lambda c16, c16g, c8, c8g, **_: c16 < c16g / 2 and c8 < c8g,
+            c16=sw16_.params["parts"]["pointwise"], c16g=part(co16_, "pointwise"),
+            c8=sw8_.params["parts"]["pointwise"], c8g=part(co_, "pointwise"), m8=sw8_.ms,
+        ),
+    )  # fmt: skip

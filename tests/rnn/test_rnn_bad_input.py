@@ -193,6 +193,8 @@ CASES = [
     ("v6_stats-dh", lambda: sass.v6_stats(dh=100), ValueError, "head_dim=100"),
     ("v6_applies-batch", lambda: plan.v6_applies(0, 1, 768), ValueError, "batch"),
     ("v6_applies-function", lambda: plan.v6_applies(16, 1, 768, "rnn"), ValueError, "function='rnn'"),
+    ("v6_tiles-batch", lambda: plan.v6_tiles(0, 768), ValueError, "batch"),
+    ("v6_tiles-head_dim", lambda: plan.v6_tiles(32, 100), ValueError, "head_dim=100"),
     ("split_version_as-name", lambda: plan.split_version_as("v7").__enter__(), ValueError, "name='v7'"),
     ("b4_stats-dh", lambda: sass.b4_stats(dh=100), ValueError, "head_dim=100"),
     ("shared_bytes-op", lambda: sass.shared_bytes("HMMA"), ValueError, "op must be"),
@@ -230,6 +232,8 @@ CASES = [
     ("load_v6_run-gpu", lambda: versions_report.load_v6_run(""), TypeError, "gpu must be"),
     ("load_v6_run-missing", lambda: versions_report.load_v6_run("l4"), FileNotFoundError, "bench05_v6"),
     ("load_v6_parts-gpu", lambda: versions_report.load_v6_parts(None), TypeError, "gpu must be"),
+    ("load_v6_wide-gpu", lambda: versions_report.load_v6_wide(3), TypeError, "gpu must be"),
+    ("load_v6_wide-missing", lambda: versions_report.load_v6_wide("a100"), FileNotFoundError, "gpu_rnn_v6_wide"),
     ("v6_run_table-results", lambda: versions_report.v6_run_table("x"), TypeError, "results"),
     (
         "v6_run_table-no-cudnn",

@@ -59,6 +59,7 @@ __all__ = [
     "SPLIT_VERSION",
     "SPLIT_VERSIONS",
     "v6_applies",
+    "v6_tiles",
     "split_version_as",
 ]
 
@@ -166,19 +167,38 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
         return False
     try:
-        tiles = (v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim))
+        tiles = v6_tiles(batch, head_dim)
     except ValueError:
         return False
     sms = hardware.live_properties().get("sm_count", 0)
     return max(t.programs(batch, num_heads, head_dim) for t in tiles) <= sms
 
 
+V6_WIDE = False
+"""More than 16 batch rows: version 6 and b4 with 32 rows per program (16 units, 8 warps each: half the programs
+of two 16-row tiles), else their 16-row defaults (which need twice the SMs). Off: on the H100 at one head of 768 and
+B = 32 the 32-row tiles took 1.3x (forward) and 1.5x (backward) version 5's time (lesson 5, Appendix I), so above 16
+rows the package runs version 5."""
+
+
+def v6_tiles(batch: int, head_dim: int) -> tuple:
+    """(forward tile, backward tile) of version 6 for ``batch`` rows: the kernels' defaults up to 16 rows, 32 rows of
+    16 units in 8 warps beyond (:data:`V6_WIDE`). ValueError where the head dim does not fit them."""
+    batch, head_dim = runtime.positive_int("batch", batch), runtime.positive_int("head_dim", head_dim)
+    if batch <= 16 or not V6_WIDE:
+        return v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim)
+    wide = dict(block_u=16, block_b=32, warps=8)
+    return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
+
+
 def _v6_forward(Wx, R, b, states, function, save_gates):
-    return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates)
+    cfg = v6_tiles(Wx.shape[0], Wx.shape[-1])[0]
+    return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg)
 
 
 def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
-    dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last)
+    cfg = v6_tiles(out.shape[1], out.shape[-1])[1]
+    dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg)
     return (*gate_gradients_to_parameters(dG, out, states, function, time_major=True), ds0)
 
 

@@ -124,7 +124,8 @@ def test_refuses_the_cpu(make_inputs):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 8, "warps": 4}), (17, 256, {"warps": 4})])
+@pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 8, "warps": 4}), (17, 256, {"warps": 4}),
+                                     (32, 768, {"block_b": 32}), (27, 768, {"block_b": 32})])  # fmt: skip
 def test_b4_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against version 5's backward (b3) on the same saved gates, and the
     gradients through the parameter products against float64; a second launch gives the same bits."""
@@ -161,6 +162,20 @@ def test_plan_keeps_version_5_where_version_6_does_not_apply():
     with plan.split_version_as("v5"):
         assert plan.SPLIT_VERSION == "v5"
     assert plan.SPLIT_VERSION == default == "v6"
+
+
+def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
+    """Up to 16 rows the kernels' default tiles; beyond, with V6_WIDE on, 32 rows of 16 units in 8 warps (half the
+    programs), which fit one head of 768 in registers; with V6_WIDE off (the default), the defaults everywhere."""
+    from gpulab.rnn.fused import plan
+
+    assert plan.V6_WIDE is False and plan.v6_tiles(32, 768)[0].block_b == 16
+    monkeypatch.setattr(plan, "V6_WIDE", True)
+    fwd, bwd = plan.v6_tiles(16, 768)
+    assert (fwd.block_b, fwd.block_u, fwd.warps, bwd.block_b, bwd.block_u, bwd.warps) == (16, 8, 4, 16, 16, 8)
+    fwd, bwd = plan.v6_tiles(17, 768)
+    assert (fwd.block_b, fwd.block_u, fwd.warps) == (bwd.block_b, bwd.block_u, bwd.warps) == (32, 16, 8)
+    assert fwd.programs(32, 1, 768) == 48 and fwd.programs(33, 1, 768) == 96
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split", "load_v6_run",
-           "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts"]  # fmt: skip
+           "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -282,6 +282,12 @@ def v6_run_table(results) -> str:
         lines.append(f"{r.case:52s} {r.ms:7.3f} {r.wall_ms:8.3f} {r.wall_ms / peer.wall_ms:15.2f}")
     return (f"{ok[0].device}, one head of 768, B16, T1024, bf16 (cuDNN fp16); ms: device time; wall: eager wall time "
             "per call; ratios below 1: faster than cuDNN\n" + "\n".join(lines))  # fmt: skip
+
+
+def load_v6_wide(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """Version 6's newest run at 32 rows per program (``scripts/bench05_v6_wide.py``, ``<gpu>-<date>[-<run>]-wide``):
+    B32 beside version 5, b3 and cuDNN, and the 16-row tiles with the swizzled partials, stamped."""
+    return _v6_newest(gpu, root, "wide", "run `scripts/gpu_rnn_v6_wide.sh` on that GPU.")
 
 
 def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:

@@ -224,7 +224,12 @@ def split_forward_v6_kernel(
     # the reads of the partials were free of bank conflicts, but the scattered stores cost 0.6 us a step on the H100)
     lp3: gl.constexpr = gl.BlockedLayout([KS, 1, 1], [1, BLOCK_U, 32 // BLOCK_U], [1, 1, KS], [1, 2, 0])
     lp: gl.constexpr = gl.SliceLayout(0, lp3)  # [BLOCK_U, BLOCK_B]
-    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+    # the partials' buffer [KS, M, BLOCK_B] fp32, swizzled so that the cell's reads (a warp: BLOCK_U rows x 32 /
+    # BLOCK_U columns) hit 32 banks: row r's columns XOR ((r / per_phase) % max_phase) * vec, with vec the lanes along
+    # a row, per_phase the rows in one pass of the 32 banks, and a period of BLOCK_U rows (one gate's slice)
+    SW_VEC: gl.constexpr = 32 // BLOCK_U if BLOCK_U < 32 else 1
+    SW_PHASE: gl.constexpr = 32 // BLOCK_B if BLOCK_B < 32 else 1
+    flat: gl.constexpr = gl.SwizzledSharedLayout(SW_VEC, SW_PHASE, BLOCK_B // SW_VEC, order=[2, 1, 0])
 
     p = gl.program_id(0)
     n = gl.program_id(1)
