@@ -366,8 +366,8 @@ def _lesson05_hinted(root) -> list[Shown]:
 
 
 def _lesson05_v6(which: str) -> Callable:
-    """Appendix I's version-6 runs (``scripts/bench05_v6.py``: 'run'; ``scripts/diag05_v6.py``: 'parts'), keyed as
-    each run's own cases (cuDNN's rows are the same-run peers of the ratios)."""
+    """Appendix I's version-6 runs ('run', 'parts', 'wide': ``scripts/bench05_v6.py``, ``diag05_v6.py``,
+    ``bench05_v6_wide.py``), keyed as each run's own cases (cuDNN's rows are the same-run peers of the ratios)."""
 
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.versions import report
@@ -379,18 +379,8 @@ def _lesson05_v6(which: str) -> Callable:
         for r in recs:
             if r.status == "ok" and r.ms:
                 pass_ = "fwd+bwd" if "fwd+bwd" in r.case else "bwd kernel" if "backward" in r.case else "fwd"
-                key = lambda clock, r=r, pass_=pass_: _lstm_key(  # noqa: E731
-                    pass_,
-                    f"version 6 {which}: {r.case}",
-                    r.device,
-                    r.params.get("B", 16),
-                    1024,
-                    1,
-                    768,
-                    "bfloat16",
-                    clock,
-                )
-                out += _times(key, run, r.ms, r.wall_ms)
+                args = (pass_, f"version 6 {which}: {r.case}", r.device, r.params.get("B", 16), 1024, 1, 768)
+                out += _times(lambda clock, a=args: _lstm_key(*a, "bfloat16", clock), run, r.ms, r.wall_ms)
         return out
 
     return shown
