@@ -13,16 +13,17 @@ the operands live:
   thread. A Gluon tile's sides are powers of two, so DH is held as two tiles (768 = 512 + 256, ``k_pieces``);
 - the product is transposed, ``share^T = R_p^T @ dG_t[:, U_p]^T`` [DH, B]: its B operand, this program's gate
   gradients [4 U, B], is small (2 KB) and goes through shared memory once per step for all warps;
-- the shares are stored transposed, ``part[slot][tile, n, p, k, j]`` (batch row j contiguous), so a thread's two
-  adjacent values are one 32-bit store and the gather reads rows of its own units.
+- the shares are stored transposed, ``part[slot][tile, n, p, k, j]`` (batch row j contiguous), in 16-byte rows
+  (``share_stores='coalesced'``; from the product's fragments, 4 bytes a store: ``'fragments'``), and the gather reads
+  rows of its own units.
 
 Per step t = T-1 .. 0, program (p, n, tile) (fp32; the forward saved pre-activations; G = 4 gates i, f, z, o):
 
     dh = dL/dh_t + sum_q part[(t + 1) % 2][q, U_p]^T         (none at T-1)      [U, B]
     dc = dL/dc_t + carried dc
-    (di, df, dz, do), dc = cell_backward(pre_t, c_{t-1}, dh, dc);  store dG_t of U_p
+    (di, df, dz, do), dc = cell_backward(pre_t, c_{t-1}, dh, dc)
     part[t % 2][p] = R_p^T @ dG_t[:, U_p]^T                                      [DH, B]
-    barrier
+    arrive; store dG_t of U_p; wait           (the barrier, dG stored while waiting: EARLY_ARRIVE)
 
 and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored time-major
 [T, B, 4, NH, DH] for the parameter products. On a CPU :func:`schedule_reference` runs the same decomposition in

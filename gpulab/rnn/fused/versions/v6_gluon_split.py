@@ -9,19 +9,22 @@ stamped product (lesson 5, Appendix G). This version states the layouts itself (
   R_p [G * BLOCK_U, DH] (row ``slot * BLOCK_U + u`` is gate ``slot`` of unit ``p * BLOCK_U + u``) is split along K
   into ``KS`` chunks, one per warp: warp s holds R_p[:, s * KC : (s + 1) * KC] with KC = DH / KS. At one head of
   768, 4 gates x 8 units, 4 warps: 32 x 192 bf16 per warp, 96 registers per thread;
-- **h_{t-1} is read once per program**, each warp loading only its K chunk [KC, BLOCK_B] from L2 straight into the
-  operand layout (no shared memory on the way);
+- **h_{t-1} is read once per program**, each warp loading only its K chunk [KC, BLOCK_B] from L2, in 16-byte rows
+  that the compiler turns into the operand layout through shared memory (``h_loads='coalesced'``; loaded straight
+  into the operand layout, 4 bytes a load, each L2 sector arrived half used: ``'operand'``, kept for the lesson);
 - the product is transposed so that the warps split K: pre^T = R_p @ h_{t-1}^T as a batched ``mma_v2`` over the
   chunks, ``part[s] = R_p[:, chunk s] @ h_{t-1}[:, chunk s]^T`` [KS, G * BLOCK_U, BLOCK_B], and the chunks are
-  summed through shared memory (8 KB per step), each thread adding the KS partials of its own elements;
-- the cell, the stores and the grid barrier are version 5's (a counter in global memory, release/acquire).
+  summed through a swizzled buffer in shared memory (8 KB per step), each thread adding the KS partials of its own
+  elements;
+- the cell and the grid barrier are version 5's (a counter in global memory, release/acquire), but a program arrives
+  right after storing h_t and stores c_t and the pre-activations while it waits (:data:`EARLY_ARRIVE`).
 
 Per step t, program (p, n, tile) (fp32 accumulation; G = 4 gates i, f, z, o):
 
     part[s] = R_p[:, s KC : (s+1) KC] @ h_{t-1}[rows, s KC : (s+1) KC]^T                   [G BU, BLOCK_B] each
     pre_g   = (sum_s part[s])[g BU : (g+1) BU] + Wx_t[rows, g, units of p]^T + b_g         [BU, BLOCK_B]
     c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(z);  h_t = sigmoid(o) tanh(c_t)
-    store h_t (the next step's exchange), c_t, the pre-activations (when training); barrier
+    store h_t (the next step's exchange); arrive; store c_t, the pre-activations (when training); wait
 
 Gluon has no CPU interpreter, so this file is checked three ways: :func:`schedule_reference` runs the same
 decomposition (the chunks, their sum, the cell) in float64 on any machine, against the vanilla backend's LSTM;
@@ -154,19 +157,13 @@ def _r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, D
 
 
 @gluon.jit
-def _h_columns(K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, lb: gl.constexpr):
-    """Columns of h [KS, KP, 1] in the B layout: element [s, k, 0] = s KC + K0 + k."""
-    s_b = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, lb)))
-    k_b = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, lb)))
-    return gl.expand_dims(gl.expand_dims(s_b * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k_b, 0), 2)
-
-
-@gluon.jit
-def _h_pointers(out_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, B, T, HD,
-                DH: gl.constexpr, BLOCK_B: gl.constexpr, lb: gl.constexpr, COALESCED: gl.constexpr):  # fmt: skip
-    """Pointers to h_0's piece [KS, KP, BLOCK_B] (element [s, k, j] = h[r0 + j, s KC + K0 + k], out[0] at step 0) and
-    their mask: in the operand layout ``lb`` (a thread's two adjacent K in 4 bytes), or with COALESCED in a layout
-    whose threads read 8 adjacent K (16 bytes; rows of KP along the lanes: whole 32-byte sectors)."""
+def _h_pointers(h_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, B,
+                row_stride, DH: gl.constexpr, BLOCK_B: gl.constexpr, lb: gl.constexpr,
+                COALESCED: gl.constexpr):  # fmt: skip
+    """Pointers to a piece of h [KS, KP, BLOCK_B] (element [s, k, j] = h[r0 + j, s KC + K0 + k], rows
+    ``row_stride`` apart: the initial state, or out[0] at step 0) and their mask: in the operand layout ``lb`` (a
+    thread's two adjacent K in 4 bytes), or with COALESCED in a layout whose threads read 8 adjacent K (16 bytes;
+    rows of KP along the lanes: whole 32-byte sectors)."""
     if COALESCED:
         TK: gl.constexpr = KP // 8 if KP // 8 < 32 else 32
         L: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, TK, 32 // TK], [KS, 1, 1], [1, 2, 0])
@@ -177,7 +174,7 @@ def _h_pointers(out_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.const
     j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
     rows = gl.expand_dims(gl.expand_dims(r0 + j, 0), 1)  # [1, 1, BLOCK_B]
     cols = gl.expand_dims(gl.expand_dims(s * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k, 0), 2)
-    return out_ptr + rows.to(gl.int64) * T * HD + n * DH + cols, (rows < B) & (cols >= 0)
+    return h_ptr + rows.to(gl.int64) * row_stride + n * DH + cols, (rows < B) & (cols >= 0)
 
 
 @gluon.jit
@@ -243,21 +240,18 @@ def split_forward_v6_kernel(
     if K2 > 0:
         r2 = gl.load(r_ptr + _r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
 
-    # h_{t-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k]
-    j_b = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, lb)))
-    rows_b = gl.expand_dims(gl.expand_dims(r0 + j_b, 0), 1)  # [1, 1, BLOCK_B]
-    hb_mask = rows_b < B
-    col1 = _h_columns(0, K1, KC, KS, lb)  # [KS, K1, 1]
-    hb1 = gl.load(s0_ptr + rows_b * HD + n * DH + col1, mask=hb_mask, other=0.0)
+    # h_{-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k] (loaded once, in place)
+    s0_1, s0_1_mask = _h_pointers(s0_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, False)
+    hb1 = gl.load(s0_1, mask=s0_1_mask, other=0.0)
     hb2 = hb1
     if K2 > 0:
-        col2 = _h_columns(K1, K2, KC, KS, lb)
-        hb2 = gl.load(s0_ptr + rows_b * HD + n * DH + col2, mask=hb_mask, other=0.0)
+        s0_2, s0_2_mask = _h_pointers(s0_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, False)
+        hb2 = gl.load(s0_2, mask=s0_2_mask, other=0.0)
     # where the steps read h_{t-1} (out[0] at step t - 1): in the operand layout, or in 16-byte rows (COALESCED)
-    h1_ptr, h1_mask = _h_pointers(out_ptr, r0, n, 0, K1, KC, KS, B, T, HD, DH, BLOCK_B, lb, COALESCED)
+    h1_ptr, h1_mask = _h_pointers(out_ptr, r0, n, 0, K1, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
     h2_ptr, h2_mask = h1_ptr, h1_mask
     if K2 > 0:
-        h2_ptr, h2_mask = _h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T, HD, DH, BLOCK_B, lb, COALESCED)
+        h2_ptr, h2_mask = _h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
 
     # the cell's own elements: unit u of this program, batch row j
     u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
