@@ -80,7 +80,7 @@ def backward_rows(x, common, t0):
     def v6_step():  # the default tiles: forward 8 units x 4 warps, backward 16 units x 8 warps
         o, _, g = v6.split_forward_v6(*x)
         dG, ds0 = b4.split_backward_b4(d_out, g, o, x[3], x[1])
-        return (*gate_gradients_to_parameters(dG, o, x[3], "lstm", time_major=True), ds0)
+        return (*gate_gradients_to_parameters(dG, o, x[3], "lstm"), ds0)
 
     def v6_b3_step():
         o, _, g = v6.split_forward_v6(*x)

@@ -38,6 +38,7 @@ from gpulab.rnn.fused import backward, plan
 from gpulab.rnn.fused.benchmark import problem_inputs
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "diag_out"
+backward.DG_LAYOUT = "time"  # the diagnosed code's layout (the package stores dG in Wx's layout since 2026-11-27)
 VARIANTS = sys.argv[2:] or ["package", "manual", "event", "kernel", "add", "manual+event+kernel+add", "attempt"]
 os.makedirs(OUT, exist_ok=True)
 B, T, NH, DH = 16, 1024, 12, 64

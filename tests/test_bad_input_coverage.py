@@ -159,6 +159,8 @@ ALLOWED = {
             "gpulab.rnn.backends.parameter_grads.split_products",
             "gpulab.rnn.backends.parameter_grads.parameter_grads",
             "gpulab.rnn.backends.parameter_grads.small_parameter_grads",
+            "gpulab.rnn.backends.parameter_grads.step_products",
+            "gpulab.rnn.backends.parameter_grads.step_splits",
             "gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters",
             "gpulab.rnn.backends.vanilla.vanilla_forward",
             "gpulab.rnn.ops.rnn_op",

@@ -8,9 +8,11 @@ pre-activations), what is left needs no time loop:
     dWx      = dG (its input gates)                           no work at all: the same tensor
 
 In one pass (:func:`parameter_grads`: the ``alternating`` backend, and the ``fused`` one for a sequence it does not
-cut), or piece by piece in time (:func:`gate_products`, summed in fp32 beside the fused backward kernel on a second
-stream, :mod:`gpulab.rnn.fused.backward`), where h_{t-1} gets a column of ones so that one product per
-piece gives db too.
+cut), or piece by piece in time (:func:`step_products`: one Triton launch per piece of the sequence beside the fused
+backward kernel on a second stream, :mod:`gpulab.rnn.fused.backward`; it reads a piece's rows where they lie, so dG
+can stay in Wx's layout and be dWx as it is). :func:`gate_products` is the cuBLAS way the pieces went until
+2026-11-27: batched GEMMs over a piece's rows as one strided matrix (dG time-major, h_{t-1} copied time-major with a
+column of ones so that one product gives db too), kept for the scripts that measured it.
 
 At a few rows (a short sequence, a small batch) the GPU's work is microseconds, and the cost is the host's: the
 concatenation of h_{t-1}, the product, the reduction and the casts are six or more PyTorch launches. There
@@ -39,6 +41,8 @@ __all__ = [
     "parameter_grads",
     "parameter_grads_kernel",
     "small_parameter_grads",
+    "step_products",
+    "step_splits",
     "gate_gradients_to_parameters",
 ]
 
@@ -110,57 +114,84 @@ above it the batched products of :func:`parameter_grads`, whose GEMMs split the 
 
 
 @triton.jit
-def parameter_grads_kernel(dg_ptr, out_ptr, s0_ptr, dr_ptr, db_ptr, B, T, NH,
+def parameter_grads_kernel(dg_ptr, out_ptr, s0_ptr, dr_ptr, db_ptr, B, T, NH, T0, STEPS, ROWS_PER_SPLIT,
                            DH: tl.constexpr, G_B: tl.constexpr, G_R: tl.constexpr, TIME_MAJOR: tl.constexpr,
                            BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_M: tl.constexpr,
                            IS_FP32: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
-    """dR and db of one gate g and head n, units [j0, j0 + BLOCK_J) x [m0, m0 + BLOCK_M); program
-    (g * NH + n, j-block, m-block):
+    """dR and db of one gate g and head n over the rows of steps [T0, T0 + STEPS), units [j0, j0 + BLOCK_J) x
+    [m0, m0 + BLOCK_M), rows [s * ROWS_PER_SPLIT, (s + 1) * ROWS_PER_SPLIT) of them; program (g * NH + n,
+    j-block * m-blocks + m-block, s):
 
-        dR[g, n, j, m] = sum_k dG[k, g, n, j] h_{t-1}[k, n, m]     (only for g < G_R: gates that take R h)
-        db[g, n, j]    = sum_k dG[k, g, n, j]                       (the m-block 0 programs)
+        dR[s, g, n, j, m] = sum_k dG[k, g, n, j] h_{t-1}[k, n, m]     (only for g < G_R: gates that take R h)
+        db[s, g, n, j]    = sum_k dG[k, g, n, j]                       (the m-block 0 programs)
 
-    over the K = B * T rows k: (t, b) with k = t * B + b if ``TIME_MAJOR`` (dG [T, B, G_B, NH, DH]), else (b, t)
-    with k = b * T + t (dG [B, T, G_B, NH, DH]). h_{t-1} is read where it lies: the initial state s0 [S, B, 1, NH,
-    DH] (its h, index 0) at t = 0, else the outputs out [S, B, T, NH, DH] at step t - 1. fp32 accumulation.
+    over the K = B * STEPS rows k of the steps: (t, b) with k = (t - T0) * B + b if ``TIME_MAJOR`` (dG [T, B,
+    G_B, NH, DH]), else (b, t) with k = b * STEPS + t - T0 (dG [B, T, G_B, NH, DH], Wx's layout): either way dG
+    is read where it lies, one row of DH units at a time. h_{t-1} too: the initial state s0 [S, B, 1, NH, DH]
+    (its h, index 0) at t = 0, else the outputs out [S, B, T, NH, DH] at step t - 1. fp32 accumulation; each
+    split s writes its own sums (a buffer [splits, ...], summed by the caller in a fixed order: deterministic).
     """
-    gn, jb, mb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    gn, jm, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     g, n = gn // NH, gn % NH
+    m_blocks: tl.constexpr = (DH + BLOCK_M - 1) // BLOCK_M
+    jb, mb = jm // m_blocks, jm % m_blocks
     j = jb * BLOCK_J + tl.arange(0, BLOCK_J)  # [BLOCK_J] units of the gate
     m = mb * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] units of h_{t-1}
     rows = tl.arange(0, BLOCK_K)  # [BLOCK_K]
-    K = B * T
+    k_lo = s * ROWS_PER_SPLIT
+    k_hi = tl.minimum(B * STEPS, k_lo + ROWS_PER_SPLIT)
     acc = tl.zeros([BLOCK_J, BLOCK_M], dtype=tl.float32)
     acc_b = tl.zeros([BLOCK_J], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + rows
         if TIME_MAJOR:
-            t, b = k // B, k % B
+            t, b = T0 + k // B, k % B
+            row = t.to(tl.int64) * B + b  # dG's row: [T, B]
         else:
-            b, t = k // T, k % T
-        in_k = k < K
+            b, t = k // STEPS, T0 + k % STEPS
+            row = b.to(tl.int64) * T + t  # [B, T]
+        in_k = k < k_hi
         dg = tl.load(  # [BLOCK_K, BLOCK_J]
-            dg_ptr + (k.to(tl.int64) * G_B * NH + g * NH + n)[:, None] * DH + j[None, :],
+            dg_ptr + ((row * G_B + g) * NH + n)[:, None] * DH + j[None, :],
             mask=in_k[:, None] & (j < DH)[None, :],
             other=0.0,
         )
         acc_b += tl.sum(dg.to(tl.float32), axis=0)
-        if g < G_R:
-            first = in_k & (t == 0)
-            later = in_k & (t > 0)
-            m_ok = (m < DH)[None, :]
-            h0 = tl.load(s0_ptr + ((b * NH + n) * DH)[:, None] + m[None, :], mask=first[:, None] & m_ok, other=0.0)
-            ht = tl.load(  # [BLOCK_K, BLOCK_M]: h_{t-1} = out[0, b, t - 1, n, m]
-                out_ptr + (((b * T + t - 1).to(tl.int64) * NH + n) * DH)[:, None] + m[None, :],
-                mask=later[:, None] & m_ok,
-                other=0.0,
-            )
-            acc += dot(tl.trans(dg), h0 + ht, IS_FP32, PRECISION)  # [BLOCK_J, BLOCK_K] x [BLOCK_K, BLOCK_M]
+        # no branch in the loop (the compiler pipelines its loads): a gate without R reads no h and adds zeros
+        h_rows = tl.where(  # h_{t-1}: the initial state's h at t = 0, else out[0, b, t - 1]
+            t == 0, s0_ptr + (b * NH + n) * DH, out_ptr + ((b * T + t - 1).to(tl.int64) * NH + n) * DH
+        )
+        h = tl.load(  # [BLOCK_K, BLOCK_M]
+            h_rows[:, None] + m[None, :], mask=(in_k & (g < G_R))[:, None] & (m < DH)[None, :], other=0.0
+        )
+        acc += dot(tl.trans(dg), h, IS_FP32, PRECISION)  # [BLOCK_J, BLOCK_K] x [BLOCK_K, BLOCK_M]
     if g < G_R:
-        out = dr_ptr + ((g * NH + n) * DH + j)[:, None] * DH + m[None, :]
+        out = dr_ptr + (((s * G_R + g) * NH + n) * DH + j)[:, None] * DH + m[None, :]
         tl.store(out, acc.to(dr_ptr.dtype.element_ty), mask=(j < DH)[:, None] & (m < DH)[None, :])
     if mb == 0:
-        tl.store(db_ptr + (g * NH + n) * DH + j, acc_b.to(db_ptr.dtype.element_ty), mask=j < DH)
+        tl.store(db_ptr + ((s * G_B + g) * NH + n) * DH + j, acc_b.to(db_ptr.dtype.element_ty), mask=j < DH)
+
+
+def _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits, block_k):
+    """One launch of :func:`parameter_grads_kernel` over the steps [t0, t1), its ``splits`` row ranges writing
+    ``dR`` [splits, G_R, NH, DH, DH] and ``db`` [splits, G_B, NH, DH]."""
+    _, B, T, NH, DH = out.shape
+    G_B, dtype = dG.shape[2], dG.dtype
+    rows_per_split = triton.cdiv(triton.cdiv(B * (t1 - t0), splits), block_k) * block_k
+    ints = (B, T, NH, t0, t1 - t0, rows_per_split)
+
+    def make():  # the grid and constexprs, built once per problem (keyed_launch)
+        block = max(16, min(64, runtime.next_power_of_2(DH)))
+        return (G_B * NH, triton.cdiv(DH, block) ** 2, splits), dict(
+            DH=DH, G_B=G_B, G_R=fn.gates_r, TIME_MAJOR=time_major, BLOCK_K=block_k, BLOCK_J=block, BLOCK_M=block,
+            IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), num_warps=4,
+            **({} if runtime.INTERPRET else {"num_stages": 3}),
+        )  # fmt: skip
+
+    key = (parameter_grads_kernel, fn.code, dtype, dR.dtype, DH, G_B, bool(time_major), splits, block_k) + ints
+    launch = keyed_launch(key, make)
+    tensors = (dG, out, states, dR, db)
+    launch(direct_stream(dG.device) if aligned(*tensors) else None, *tensors, *ints)
 
 
 def small_parameter_grads(dG, out, states, function, time_major=False):
@@ -171,19 +202,30 @@ def small_parameter_grads(dG, out, states, function, time_major=False):
     G_B = dG.shape[2]
     dR = new_output(fn.gates_r, NH, DH, DH, dtype=dG.dtype, device=dG.device)
     db = new_output(G_B, NH, DH, dtype=dG.dtype, device=dG.device)
-    ints, dtype = (B, T, NH), dG.dtype
-
-    def make():  # the grid and constexprs, built once per problem (keyed_launch)
-        block = max(16, min(64, runtime.next_power_of_2(DH)))
-        return (G_B * NH, triton.cdiv(DH, block), triton.cdiv(DH, block)), dict(
-            DH=DH, G_B=G_B, G_R=fn.gates_r, TIME_MAJOR=time_major, BLOCK_K=32, BLOCK_J=block, BLOCK_M=block,
-            IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), num_warps=4,
-        )  # fmt: skip
-
-    launch = keyed_launch((parameter_grads_kernel, fn.code, dtype, DH, G_B, bool(time_major)) + ints, make)
-    tensors = (dG, out, states, dR, db)
-    launch(direct_stream(dG.device) if aligned(*tensors) else None, *tensors, *ints)
+    _launch_products(dG, out, states, fn, dR, db, 0, T, time_major, splits=1, block_k=32)
     return _input_gate_grads(dG, fn, time_major), dR, db
+
+
+STEP_ROWS = 1024
+"""Rows per split of :func:`step_products` (its grid: gates x heads x unit blocks x row splits; at the lesson's
+main problem, 48 x 1 x 14 programs over 7/8 of the sequence)."""
+
+
+def step_splits(B, steps) -> int:
+    """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows."""
+    return max(1, triton.cdiv(B * steps, STEP_ROWS))
+
+
+def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False):
+    """The fp32 sums of dR and db over the rows of steps [t0, t1) only, by row split: ``dR`` [splits, G_R, NH, DH,
+    DH] and ``db`` [splits, G_B, NH, DH] (fp32, ``splits`` = :func:`step_splits` (B, t1 - t0)) are written.
+    ``dG`` [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``), ``out`` and ``states`` contiguous; the steps' rows
+    are read where they lie, in either layout (no copy). The fused backward sums a finished piece of the sequence
+    this way beside the kernel (:func:`gpulab.rnn.fused.backward.fused_rnn_gradients`); the caller sums the
+    splits (``dR.sum(0)``)."""
+    fn = get_function(function)
+    splits = step_splits(out.shape[1], t1 - t0)
+    _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits=splits, block_k=64)
 
 
 def gate_gradients_to_parameters(dG, out, states, function, time_major=False):

@@ -7,12 +7,12 @@ What you will learn:
   (head, batch tile) walks t = T-1 ... 0 carrying dh and dc in fp32 registers, with R (this time *not*
   transposed) loaded once, exactly like the forward, and as there as one tile for all gates:
   ``dG_all @ R_all``, [BLOCK_B, G * DH] x [G * DH, DH], is the sum over the gates in one product.
-- **Only the recurrence is sequential.** The kernel writes the gate gradients dG (time-major, [T, B, G_b, NH, DH];
-  or in Wx's layout, :data:`DG_LAYOUT`) and stops there. Everything else is parallel over all steps:
+- **Only the recurrence is sequential.** The kernel writes the gate gradients dG (in Wx's layout, [B, T, G_b, NH,
+  DH]; or time-major, :data:`DG_LAYOUT`) and stops there. Everything else is parallel over all steps:
 
-      dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate one batched product over the heads (K = B*T,
-                                                              bf16 operands, fp32 accumulation)
-      db       = sum_{b, t} dG[b, t]                            the same product (h_{t-1} gets a column of ones)
+      dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate and head one product over K = B*T rows
+                                                              (bf16 operands, fp32 accumulation)
+      db       = sum_{b, t} dG[b, t]                            a sum over the same rows
       dWx      = dG (its input gates)                           no work at all: the same tensor
 
   Accumulating dR inside the kernel would need another G_r * DH * DH fp32 values per program on chip: at DH = 128
@@ -50,6 +50,8 @@ Per step t (all fp32; the cell backward functions hold the math):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -58,11 +60,9 @@ from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.parameter_grads import (
-    PAD,
     gate_gradients_to_parameters,
-    gate_products,
-    previous_h_ones,
-    split_products,
+    step_products,
+    step_splits,
 )
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
 from gpulab.rnn.functions import get_function
@@ -293,14 +293,13 @@ def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=Non
 
 
 DG_LAYOUTS = ("batch", "time")
-DG_LAYOUT = "time"
-"""How the kernel stores dG: 'time', [T, B, G_b, NH, DH] (a piece of the sequence is one strided view for the
-products; dWx is a transposed view, which autograd copies into Wx's layout when it becomes ``Wx.grad`` in a loop
-that clears the gradients), or 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG and ``Wx.grad`` takes it as it
-is; each piece's rows are copied time-major on the side stream for the products). 'time' ships: on the H100 (run of
-2026-11-26, device log ``benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log``) the 'batch' step's device
-time came out above the previous run's 'time' step; the two were not yet timed in one run (``bench 05 called`` does
-it: :data:`gpulab.rnn.fused.called_bench.VARIANTS`, switched by :func:`gpulab.rnn.fused.plan.backward_as`)."""
+DG_LAYOUT = "batch"
+"""How the kernel stores dG: 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG, and a loop that clears its
+gradients gets it as ``Wx.grad`` as it is), or 'time', [T, B, G_b, NH, DH] (dWx a transposed view, which autograd
+copies into Wx's layout on every step of such a loop: 100 MB at the lesson's main problem). The piece products
+(:func:`gpulab.rnn.backends.parameter_grads.step_products`) read a piece's rows where they lie in either layout.
+'batch' ships; 'time' is the layout of the runs up to 2026-11-27, when the products were cuBLAS batched GEMMs that
+needed a piece's rows as one strided matrix (:func:`gpulab.rnn.backends.parameter_grads.gate_products`)."""
 
 PRODUCTS = ("by head dim", "all gates", "per gate")
 PRODUCT = "by head dim"
@@ -341,46 +340,42 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     The reverse-time kernel runs one program per head and batch tile: 12 of the H100's 132 SMs at the lesson's
     problem. So the sequence is cut into pieces in time (at :data:`CUTS`), the kernel runs them last to first (each
     launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
-    and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece: the
-    piece's dG rows, time-major, and h_{t-1} (time-major, built beside the first launch) make one batched product
-    per gate. Only the first piece's products remain after the kernel. A sequence too short to cut (one piece), and
-    the interpreter, run the kernel and then the products on one stream: a second stream costs host time that only
-    pays beside a long kernel.
+    and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece: one
+    launch of :func:`gpulab.rnn.backends.parameter_grads.step_products` per piece, reading the piece's dG rows and
+    h_{t-1} where they lie and writing fp32 sums by row split; the splits of all pieces are summed at the end, in a
+    fixed order. Only the first piece's products remain after the kernel. A sequence too short to cut runs the
+    kernel and then the products on one stream (a second stream costs host time that only pays beside a long
+    kernel); the interpreter runs the pieces' launches in order on one stream.
 
-    dG is stored as :data:`DG_LAYOUT` says: time-major (each piece's rows one strided view; dWx a transposed view of
-    it, which autograd copies into Wx's layout when it becomes ``Wx.grad``), or in Wx's layout (dWx is dG; each
-    piece's rows copied time-major on the side stream for the products).
+    dG is stored as :data:`DG_LAYOUT` says (Wx's layout: dWx is dG itself).
     """
     fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
     time_major = DG_LAYOUT == "time"
     bounds = pieces(T)
-    if len(bounds) == 1 or not out.is_cuda:  # one piece (or the interpreter): kernel, then products, one stream
-        carry = d_last
-        for t0, t1 in reversed(bounds):
-            carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
+    if len(bounds) == 1:  # one piece: kernel, then products, one stream
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, 0, T, d_last, time_major)
         return (*gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major), carry)
-    main = torch.cuda.current_stream(out.device)
-    side = _side_stream(out.device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        h = previous_h_ones(out, states, time_major=True)  # [T, B, NH, DH + PAD], built beside the first piece
-        prod = torch.zeros(fn.gates_b, NH, DH, DH + PAD, dtype=torch.float32, device=out.device)
-    carry = d_last
-    for t0, t1 in reversed(bounds):
+    splits = [step_splits(B, t1 - t0) for t0, t1 in bounds]
+    dR = new_output(sum(splits), fn.gates_r, NH, DH, DH, dtype=torch.float32, device=out.device)
+    db = new_output(sum(splits), fn.gates_b, NH, DH, dtype=torch.float32, device=out.device)
+    main = torch.cuda.current_stream(out.device) if out.is_cuda else None
+    side = _side_stream(out.device) if out.is_cuda else None
+    carry, end = d_last, sum(splits)
+    for (t0, t1), n in reversed(list(zip(bounds, splits))):
         carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
-        side.wait_stream(main)  # this piece's dG is written
-        with torch.cuda.stream(side):
-            rows = (t1 - t0) * B
-            piece = dG[t0:t1] if time_major else dG[:, t0:t1].transpose(0, 1)  # [t1 - t0, B, ...]
-            dg_rows = piece.reshape(rows, fn.gates_b, NH, DH)  # a view if time-major, else a copy
-            prod += gate_products(dg_rows, h[t0:t1].view(rows, NH, DH + PAD))
-    main.wait_stream(side)
-    for t in (dG, prod, h):
-        t.record_stream(side)
-    dR, db = split_products(prod, fn, out.dtype)
-    return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates], dR, db, carry
+        if side is not None:
+            side.wait_stream(main)  # this piece's dG is written
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            step_products(dG, out, states, fn.name, t0, t1, dR[end - n : end], db[end - n : end], time_major)
+        end -= n
+    if side is not None:
+        main.wait_stream(side)
+        for t in (dG, dR, db):
+            t.record_stream(side)
+    dWx = (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates]
+    return dWx, dR.sum(0).to(out.dtype), db.sum(0).to(out.dtype), carry
 
 
 _SIDE_STREAMS: dict = {}

@@ -404,14 +404,14 @@ def _profiled(fn) -> tuple[dict, dict]:
 
 
 VARIANTS = {
-    "Wx-layout dG": {"layout": "batch"},
+    "time-major dG": {"layout": "time"},
     "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)},
     "one piece": {"cuts": ()},
 }
 """The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
-dG stored in Wx's layout (no copy of dWx by autograd; each piece's rows copied time-major for the products), a
-second cut of the sequence at T/2, and no cut at all (the kernel, then the products on one stream: fewer host calls,
-the products no longer hidden beside the kernel)."""
+dG stored time-major (the layout shipped until 2026-11-27: dWx a transposed view, which autograd copies into Wx's
+layout in the loop), a second cut of the sequence at T/2, and no cut at all (the kernel, then the products on one
+stream: fewer host calls, the products no longer hidden beside the kernel)."""
 
 
 def _variants(name, x, profiles) -> list[bench.Result]:

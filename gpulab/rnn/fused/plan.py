@@ -199,7 +199,7 @@ def _v6_forward(Wx, R, b, states, function, save_gates):
 def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
     cfg = v6_tiles(out.shape[1], out.shape[-1])[1]
     dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg)
-    return (*gate_gradients_to_parameters(dG, out, states, function, time_major=True), ds0)
+    return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
 
 
 @contextlib.contextmanager

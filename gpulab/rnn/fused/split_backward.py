@@ -20,8 +20,8 @@ backward, and so produces dG_t[:, U_p]. Two ways to finish the product:
 
 The partial sums live in a two-slot ring ``part[t % 2]``: step t writes slot t % 2 before the barrier; step t - 1
 reads it after the barrier, then writes slot (t - 1) % 2. Rewriting a slot two steps later is safe because every
-program has passed the barrier in between, so nobody still reads it. dG itself is still written (one slot per step,
-time-major): the parameter products dR, db, dWx need all of it
+program has passed the barrier in between, so nobody still reads it. dG itself is still written (every step, in Wx's
+layout [B, T, ...], so that it is dWx as it stands): the parameter products dR, db, dWx need all of it
 (:func:`gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters`). dc never leaves the program (the LSTM's
 cell path is per unit), nor does the GRU's direct path dh z'.
 
@@ -162,7 +162,7 @@ def split_backward_kernel(
     r_ptr,  # [G_R, NH, DH, DH]
     dout_ptr,  # [S, B, T, NH, DH] dL/d(all states)
     init_ptr,  # [S, B, 1, NH, DH] the carry this launch starts from (read if HAS_INIT; see below)
-    dg_ptr,  # [T, B, G_B, NH, DH] gate gradients, time-major (written, for the parameter products)
+    dg_ptr,  # [B, T, G_B, NH, DH] gate gradients, Wx's layout (written, for the parameter products and as dWx)
     part_ptr,  # [2, B, NH, SPLIT, DH]: the two slots of partial sums of dh, one row per program (HINTED: int32 words)
     carry_ptr,  # [S, B, 1, NH, DH] written: dL/d(initial states) if FINAL, else the carry after step t_lo
     bar_ptr,  # int64 barrier counter (BARRIER only)
@@ -229,7 +229,7 @@ def split_backward_kernel(
     j = p * BLOCK_U + u
     gate_mask = row_ok & ((slot < G_B) & (j < DH))[None, :]
     gate_rows = gates_ptr + rows64[:, None] * T * G_B * HD + (slot * HD + n * DH + j)[None, :]
-    dg_own = dg_ptr + rows64[:, None] * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * STEP
+    dg_own = dg_ptr + rows64[:, None] * T * G_B * HD + (slot * HD + n * DH + j)[None, :]  # + t * STEP
     units = p * BLOCK_U + tl.arange(0, BLOCK_U)
     own_mask = row_ok & (units < DH)[None, :]
     own = rows[:, None] * HD + n * DH + units[None, :]  # in [S, B, 1, NH, DH]
@@ -245,7 +245,7 @@ def split_backward_kernel(
         if FUNCTION == 0:
             dc = tl.load(init_ptr + B * HD + own, mask=own_mask, other=0.0).to(tl.float32)
     PREV_OFF: tl.constexpr = 1 if FUNCTION == 0 else 0  # the previous state the cell needs: c (lstm), h (gru)
-    STEP = B * G_B * HD  # dG's time stride
+    STEP = G_B * HD  # dG's time stride
 
     base = 0
     if BARRIER and not FLAGS:
@@ -400,7 +400,7 @@ def split_rnn_backward(
     clocks=None,
     exchange=None,
 ):
-    """The reverse-time loop: ``(dG [T, B, G_b, NH, DH] time-major, d_states [S, B, 1, NH, DH])``.
+    """The reverse-time loop: ``(dG [B, T, G_b, NH, DH] in Wx's layout, d_states [S, B, 1, NH, DH])``.
 
     ``gates`` are the pre-activations the split forward saved; ``d_last`` dL/d(last states) or None;
     ``persistent`` and ``clocks`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward` (the stamps of step t at
@@ -414,7 +414,7 @@ def split_rnn_backward(
     S, B, T, NH, DH = out.shape
     dev, dt = out.device, out.dtype
     cfg = tiling or split_tiling(B, NH, DH, fn.name, dt, direction="backward")
-    dG = new_output(T, B, fn.gates_b, NH, DH, dtype=dt, device=dev)
+    dG = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev)
     part = torch.empty((2, B, NH, cfg.split, DH), dtype=dt, device=dev)  # every element read is written first
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
@@ -484,4 +484,4 @@ def split_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=No
     """The whole split backward: ``(dWx, dR, db, d_states)``: the reverse-time kernel, then the parameter products
     over all steps at once."""
     dG, ds0 = split_rnn_backward(d_out, gates, out, states, R, function, tiling, d_last)
-    return (*gate_gradients_to_parameters(dG, out, states, function, time_major=True), ds0)
+    return (*gate_gradients_to_parameters(dG, out, states, function), ds0)

@@ -101,3 +101,55 @@ def test_one_launch_bf16_on_gpu(function, B, T, NH, DH, time_major):
     ref_R, ref_b = _float64_reference(fn, dG, out, states, time_major)
     assert torch.isfinite(dR).all() and torch.isfinite(db).all()
     assert _rel(dR.cpu(), ref_R) < 1e-2 and _rel(db.cpu(), ref_b) < 1e-2
+
+
+def _steps_reference(fn, dG, out, states, time_major, t0, t1):
+    """dR and db over the rows of steps [t0, t1) only, in float64."""
+    d = (dG.transpose(0, 1) if time_major else dG).double()[:, t0:t1]
+    h_prev = torch.cat((states[0], out[0, :, :-1]), dim=1).double()[:, t0:t1]
+    return torch.einsum("btgnj,btnm->gnjm", d[:, :, fn.r_gates], h_prev), d.sum((0, 1))
+
+
+@pytest.mark.parametrize("time_major", [False, True], ids=["batch-major", "time-major"])
+@pytest.mark.parametrize(
+    "function, B, T, NH, DH, t0, t1, rows_per_split",
+    [
+        ("lstm", 3, 11, 2, 16, 4, 11, 8),  # a later piece, 21 rows in 3 splits (the last one short)
+        ("lstm", 2, 9, 1, 24, 0, 3, 64),  # the first piece (h_{-1} from the initial state), one split
+        ("gru", 5, 7, 2, 20, 2, 5, 4),  # G_r = 3 of G_b = 4; ragged units; 15 rows in 4 splits
+        ("elman", 1, 17, 1, 33, 16, 17, 64),  # one step, one row; DH past a 32 block
+    ],
+)
+def test_step_products_sum_the_rows_of_their_steps(function, B, T, NH, DH, t0, t1, rows_per_split, time_major,
+                                                   monkeypatch):  # fmt: skip
+    """The piece products of the fused backward: the fp32 sums of each row split, added up, are dR and db over the
+    rows of steps [t0, t1) alone, read in place from dG in either layout (outputs poisoned: every split written)."""
+    monkeypatch.setattr(pg, "STEP_ROWS", rows_per_split)
+    fn, dG, out, states = _problem(function, B, T, NH, DH, torch.float32, time_major, seed=B * T + t0)
+    dev = runtime.device
+    n = pg.step_splits(B, t1 - t0)
+    assert n == -(-(B * (t1 - t0)) // rows_per_split)
+    dR = poisoned(n, fn.gates_r, NH, DH, DH, dtype=torch.float32, device=dev)
+    db = poisoned(n, fn.gates_b, NH, DH, dtype=torch.float32, device=dev)
+    pg.step_products(dG.to(dev), out.to(dev), states.to(dev), function, t0, t1, dR, db, time_major=time_major)
+    assert torch.isfinite(dR).all() and torch.isfinite(db).all()
+    ref_R, ref_b = _steps_reference(fn, dG, out, states, time_major, t0, t1)
+    assert _rel(dR.sum(0).cpu(), ref_R) < 1e-5 and _rel(db.sum(0).cpu(), ref_b) < 1e-5
+    whole_R, _ = _float64_reference(fn, dG, out, states, time_major)
+    if (t0, t1) != (0, T):  # the steps' sums are not the whole sequence's: a kernel ignoring [t0, t1) would show
+        assert _rel(dR.sum(0).cpu(), whole_R) > 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("time_major", [False, True], ids=["batch-major", "time-major"])
+def test_step_products_bf16_at_the_main_problem_on_gpu(time_major):
+    """The later 7/8 of the lesson's main problem (B 16, T 1024, 12 heads of 64) in bf16, as the fused backward
+    launches it on its second stream, against float64."""
+    fn, dG, out, states = _problem("lstm", 16, 1024, 12, 64, torch.bfloat16, time_major, seed=3)
+    n = pg.step_splits(16, 896)
+    with runtime.poisoning(True):
+        dR = poisoned(n, 4, 12, 64, 64, dtype=torch.float32, device="cuda")
+        db = poisoned(n, 4, 12, 64, dtype=torch.float32, device="cuda")
+        pg.step_products(dG.cuda(), out.cuda(), states.cuda(), "lstm", 128, 1024, dR, db, time_major=time_major)
+    ref_R, ref_b = _steps_reference(fn, dG, out, states, time_major, 128, 1024)
+    assert _rel(dR.sum(0).cpu(), ref_R) < 1e-2 and _rel(db.sum(0).cpu(), ref_b) < 1e-2

@@ -25,10 +25,10 @@ Per step t = T-1 .. 0, program (p, n, tile) (fp32; the forward saved pre-activat
     part[t % 2][p] = R_p^T @ dG_t[:, U_p]^T                                      [DH, B]
     arrive; store dG_t of U_p; wait           (the barrier, dG stored while waiting: EARLY_ARRIVE)
 
-and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored time-major
-[T, B, 4, NH, DH] for the parameter products. On a CPU :func:`schedule_reference` runs the same decomposition in
-float64 (tests compare it with autograd through the vanilla backend); :func:`compile_sm90` compiles the kernel for
-sm_90 without a GPU; the GPU tests run it.
+and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored in Wx's layout [B, T, 4,
+NH, DH]: the parameter products read it as one matrix of B * T rows, and it is dWx as it stands. On a CPU
+:func:`schedule_reference` runs the same decomposition in float64 (tests compare it with autograd through the vanilla
+backend); :func:`compile_sm90` compiles the kernel for sm_90 without a GPU; the GPU tests run it.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _checked(d_out, gates, out, states, R, d_last) -> tuple[int, ...]:
 
 
 def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None):
-    """b4's arithmetic program by program in float64 on any device: ``(dG [T, B, 4, NH, DH], d_states [2, B, 1, NH,
+    """b4's arithmetic program by program in float64 on any device: ``(dG [B, T, 4, NH, DH], d_states [2, B, 1, NH,
     DH])`` as :func:`split_backward_b4` returns them. Each program forms its share R_p^T @ dG_p^T of all of dh_{t-1}
     from its M pieces, and each unit's dh sums the shares in program order, as the kernel's gather does."""
     S, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
@@ -104,7 +104,7 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config 
     bu, pieces = cfg.block_u, [x for x in k_pieces(DH) if x]
     f64 = dict(dtype=torch.float64)
     d_out, gates, out, states, R = (x.to(**f64) for x in (d_out, gates, out, states, R))
-    dG = torch.empty(T, B, 4, NH, DH, **f64)
+    dG = torch.empty(B, T, 4, NH, DH, **f64)
     dh_carry = torch.zeros(B, NH, DH, **f64) if d_last is None else d_last[0, :, 0].to(**f64)
     dc = torch.zeros(B, NH, DH, **f64) if d_last is None else d_last[1, :, 0].to(**f64)
     shares = None  # [P, B, NH, DH]: the previous step's, per program
@@ -120,7 +120,7 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config 
         c_prev = out[1, :, t - 1] if t > 0 else states[1, :, 0]
         tc = torch.tanh(f * c_prev + i * z)
         dc = dc + dh * o * (1 - tc * tc)
-        dG[t] = torch.stack((dc * z * i * (1 - i), dc * c_prev * f * (1 - f), dc * i * (1 - z * z),
+        dG[:, t] = torch.stack((dc * z * i * (1 - i), dc * c_prev * f * (1 - f), dc * i * (1 - z * z),
                              dh * tc * o * (1 - o)), dim=1)  # fmt: skip
         dc = dc * f
         shares = torch.zeros(DH // bu, B, NH, DH, **f64)
@@ -128,7 +128,7 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config 
             for p in range(DH // bu):
                 units = slice(p * bu, (p + 1) * bu)
                 rt = R[:, n, units, :].reshape(4 * bu, DH).T  # R_p^T [DH, 4 U]
-                dg_t = dG[t, :, :, n, units].reshape(B, 4 * bu).T  # [4 U, B]
+                dg_t = dG[:, t, :, n, units].reshape(B, 4 * bu).T  # [4 U, B]
                 k0 = 0
                 for m in pieces:  # the kernel's M pieces (512 + 256 at 768)
                     shares[p, :, n, k0 : k0 + m] = (rt[k0 : k0 + m] @ dg_t).T
@@ -237,7 +237,7 @@ def split_backward_b4_kernel(
     own = rows * HD + n * DH + units  # in [B, 1, NH, DH]
     own_t = rows.to(gl.int64) * T * HD + n * DH + units  # in [B, T, NH, DH] at t = 0
     gate_t = rows.to(gl.int64) * T * 4 * HD + n * DH + units  # in [B, T, 4, NH, DH] at t = 0, gate 0
-    dg_own = dg_ptr + rows.to(gl.int64) * 4 * HD + n * DH + units  # + t * B * 4 HD
+    dg_own = dg_ptr + rows.to(gl.int64) * T * 4 * HD + n * DH + units  # in [B, T, 4, NH, DH] at t = 0, + t * 4 HD
     c_stride = B.to(gl.int64) * T * HD  # from h to c in [2, B, T, NH, DH] (past 2^31 at long sequences)
     # the shares: slab (slot, tile, n, q) is [DH, BLOCK_B]; this program writes q = p, reads its units of every q
     PSLOT = gl.num_programs(2) * NH * SPLIT * DH * BLOCK_B
@@ -283,7 +283,7 @@ def split_backward_b4_kernel(
         d_z = (dc * i * (1.0 - z * z)).to(dg_ptr.dtype.element_ty)
         d_o = (dh * tc * o * (1.0 - o)).to(dg_ptr.dtype.element_ty)
         dc = dc * f
-        dg_t = dg_own + t.to(gl.int64) * B * 4 * HD
+        dg_t = dg_own + t * 4 * HD
         if not EARLY:
             gl.store(dg_t, d_i, mask=ok)
             gl.store(dg_t + HD, d_f, mask=ok)
@@ -335,7 +335,7 @@ def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,
                       share_stores: str = "coalesced"):  # fmt: skip
-    """b4 on a GPU (LSTM, 16-bit): ``(dG [T, B, 4, NH, DH] time-major, d_states [2, B, 1, NH, DH])`` as
+    """b4 on a GPU (LSTM, 16-bit): ``(dG [B, T, 4, NH, DH] in Wx's layout, d_states [2, B, 1, NH, DH])`` as
     :func:`gpulab.rnn.fused.split_backward.split_rnn_backward` returns them; ``gates`` the pre-activations the
     forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5);
     ``share_stores`` one of :data:`SHARE_STORES`. On a CPU it raises: run :func:`schedule_reference` there."""
@@ -359,7 +359,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     d_out, gates, out, states, R = (x.contiguous() for x in (d_out, gates, out, states, R))
     dev, dt = out.device, out.dtype
     tiles = -(-B // cfg.block_b)
-    dG = new_output(T, B, 4, NH, DH, dtype=dt, device=dev)
+    dG = new_output(B, T, 4, NH, DH, dtype=dt, device=dev)
     ds0 = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
     grid = (DH // cfg.block_u, NH, tiles)
