@@ -794,13 +794,13 @@ if {"v1", "v2", "v3", "v4"} <= prof_.keys() and sass_:
 #
 # **The starting carry.** The gradient of the last states is the chain's initial $\delta h$, $\delta c$ (`d_last`), so nothing is copied or added before the kernel runs.
 #
-# **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate it is one batched product over heads with $K = BT$; $db$ comes out of the same products ($h_{t-1}$ gets a column of ones).
+# **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate and head it is one product over the $K = BT$ rows, and $db$ a sum over the same rows.
 #
 # **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #
-# **Where the products run.** The reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 here. So `fused_rnn_gradients` cuts the sequence at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream meanwhile ($\delta G$ is stored time-major, so a piece is one strided view). On CPU the same steps run in order. The price of that layout: $dW_x$ is then a transposed view of $\delta G$, and a loop that clears its gradients (`p.grad = None`) gets it copied by autograd into $W_x$'s layout on every step. `backward.DG_LAYOUT = "batch"` stores $\delta G$ in $W_x$'s layout instead ($dW_x$ is $\delta G$, and each piece's rows are copied on the side stream for the products); the first H100 run of it, beside an earlier run of the time-major one, gave no reason to switch (device log `benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log`), and `bench 05 called` times both in one run.
+# **Where the products run.** The reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 here. So `fused_rnn_gradients` cuts the sequence at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream meanwhile: one Triton launch per piece (`parameter_grads.step_products`), each program summing one gate and head over a share of the piece's rows, in fp32; the shares of all pieces are added at the end in a fixed order, so the gradients are the same bits on every run. On CPU the same launches run in order. **Where $\delta G$ lies** decides what a training loop pays. The products read a piece's rows where they lie, so $\delta G$ is stored in $W_x$'s layout, $[B, T, 4, NH, DH]$, and $dW_x$ is $\delta G$ itself: autograd hands it to `Wx.grad` as it is. Until the run of 2026-11-27 (i) the products were cuBLAS batched GEMMs, which need a piece's rows as one strided matrix, so $\delta G$ was stored time-major; $dW_x$ was then a transposed view, and a loop that clears its gradients (`p.grad = None`) got it copied into $W_x$'s layout by autograd on every step, 100 MB at the main problem. `bench 05 called` times the old layout beside the new one (`backward.DG_LAYOUT = "time"`, the variant "time-major dG"); section "As a training loop calls it" reads the two.
 
 # %% [markdown]
 # ## Appendix C. Where $R$ fits, GPU by GPU
@@ -1314,6 +1314,17 @@ if called_rows:
             acc=mode_[("tiny", "loop accumulating")]["wall_ms"],
         ),
     ))  # fmt: skip
+    time_major_ = mode_.get(("main", "loop (time-major dG)"))
+    if time_major_ is not None:  # the runs from 2026-11-27 (i): dG in Wx's layout ships, time-major is the variant
+        claims.show(claims.claim(
+            "Where $\\delta G$ lies (Appendix B): the same loop with $\\delta G$ stored time-major, as it was until "
+            "this run (autograd then copies $dW_x$ into $W_x$'s layout on every step), took {tm:.2f} ms of wall time "
+            "({tmd:.2f} device), against {w:.2f} ({wd:.2f}) with $\\delta G$ stored in $W_x$'s layout: {gain:.2f} ms "
+            "less per step on the wall clock.",
+            holds=lambda tm, w, gain, **_: tm > w and abs(gain - (tm - w)) < 1e-9,
+            tm=time_major_["wall_ms"], tmd=time_major_["ms"], w=main_loop["wall_ms"], wd=main_loop["ms"],
+            gain=time_major_["wall_ms"] - main_loop["wall_ms"],
+        ))  # fmt: skip
     kernel_fwd = pick("fused") if stored else None
     api_fwd, direct_ = mode_[("main", "forward")], mode_.get(("main", "forward kernel"))
     why_ = (
@@ -1535,7 +1546,7 @@ b4_prev = torch.cat((b4_leaves[3][0], b4_out[0][:, :-1]), dim=1).detach()
 b4_gates = (b4_leaves[0] + torch.einsum("gnjk,btnk->btgnj", b4_leaves[1], b4_prev) + b4_leaves[2][None, None]).detach()
 b4_dg, b4_d0 = b4.schedule_reference(b4_dout, b4_gates, b4_out.detach(), b4_leaves[3].detach(), b4_leaves[1].detach(),
                                      cfg=b4.b4_config(96, block_u=8, warps=2))  # fmt: skip
-b4_err = max(check.relative_error(b4_dg.transpose(0, 1), b4_dwx), check.relative_error(b4_d0, b4_ds))
+b4_err = max(check.relative_error(b4_dg, b4_dwx), check.relative_error(b4_d0, b4_ds))
 print(f"b4's schedule (head of 96 = 64 + 32 rows of R^T, 12 programs) equals autograd in float64: {b4_err <= 1e-10}")
 if v6_sass:
     print(versions_report.compiled_split_table([r for r in v6_sass if r["version"] == "b3"],
@@ -1622,7 +1633,7 @@ if v6_parts:
     )  # fmt: skip
 
 # %% [markdown]
-# The run that decides is `scripts/gpu_rnn_v6_final.sh`. It first runs every GPU test of `tests/rnn` with version 6 as the package's default, then `scripts/bench05_v6.py`. Every tile is checked against float64 (forward) or b3 (backward) and timed on both clocks, beside cuDNN's fp16 `nn.LSTM` in the same run:
+# The runs that decide are `scripts/gpu_rnn_v6_final.sh` and its successors (the newest, `scripts/gpu_rnn_dg_layout.sh`, after every backward began storing $\delta G$ in $W_x$'s layout, Appendix B). Each first runs the GPU tests of `tests/rnn` with version 6 as the package's default, then `scripts/bench05_v6.py`. Every tile is checked against float64 (forward) or b3 (backward) and timed on both clocks, beside cuDNN's fp16 `nn.LSTM` in the same run. The newest run's table:
 
 # %%
 try:

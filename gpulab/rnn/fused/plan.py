@@ -167,7 +167,7 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
         return False
     try:
-        tiles = v6_tiles(batch, head_dim)
+        tiles = v6_tiles(batch, head_dim, num_heads)
     except ValueError:
         return False
     sms = hardware.live_properties().get("sm_count", 0)
@@ -181,23 +181,31 @@ B = 32 the 32-row tiles took 1.3x (forward) and 1.5x (backward) version 5's time
 rows the package runs version 5."""
 
 
-def v6_tiles(batch: int, head_dim: int) -> tuple:
-    """(forward tile, backward tile) of version 6 for ``batch`` rows: the kernels' defaults up to 16 rows, 32 rows of
-    16 units in 8 warps beyond (:data:`V6_WIDE`). ValueError where the head dim does not fit them."""
+def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
+    """(forward tile, backward tile) of version 6 for ``batch`` rows of ``num_heads`` heads: the kernels' defaults
+    (16 rows per program; the forward 8 units in 4 warps, b4 16 units in 8 warps) where the default forward's
+    programs fit this GPU's SMs at once, else the forward in b4's tile of 16 units in 8 warps, half the programs
+    (at one head of 768, two batch tiles of 16 rows make 96 programs instead of 192). With :data:`V6_WIDE` on, 32
+    rows of 16 units in 8 warps beyond 16 rows. ValueError where the head dim does not fit the tiles."""
     batch, head_dim = runtime.positive_int("batch", batch), runtime.positive_int("head_dim", head_dim)
-    if batch <= 16 or not V6_WIDE:
-        return v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim)
-    wide = dict(block_u=16, block_b=32, warps=8)
-    return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
+    num_heads = runtime.positive_int("num_heads", num_heads)
+    if batch > 16 and V6_WIDE:
+        wide = dict(block_u=16, block_b=32, warps=8)
+        return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
+    forward, backward = v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim)
+    sms = hardware.live_properties().get("sm_count", 0)
+    if sms and forward.programs(batch, num_heads, head_dim) > sms:
+        forward = v6_gluon_split.v6_config(head_dim, block_u=backward.block_u, warps=backward.warps)
+    return forward, backward
 
 
 def _v6_forward(Wx, R, b, states, function, save_gates):
-    cfg = v6_tiles(Wx.shape[0], Wx.shape[-1])[0]
+    cfg = v6_tiles(Wx.shape[0], Wx.shape[-1], Wx.shape[-2])[0]
     return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg)
 
 
 def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
-    cfg = v6_tiles(out.shape[1], out.shape[-1])[1]
+    cfg = v6_tiles(out.shape[1], out.shape[-1], out.shape[-2])[1]
     dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg)
     return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
 

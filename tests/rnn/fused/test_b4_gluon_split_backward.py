@@ -125,7 +125,8 @@ def test_refuses_the_cpu(make_inputs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 8, "warps": 4}), (17, 256, {"warps": 4}),
-                                     (32, 768, {"block_b": 32}), (27, 768, {"block_b": 32})])  # fmt: skip
+                                     (32, 768, {"block_b": 32}), (27, 768, {"block_b": 32}), (32, 768, {}),
+                                     (21, 768, {})])  # fmt: skip
 def test_b4_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against version 5's backward (b3) on the same saved gates, and the
     gradients through the parameter products against float64; a second launch gives the same bits."""
@@ -166,10 +167,10 @@ def test_plan_keeps_version_5_where_version_6_does_not_apply():
 
 def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
     """Up to 16 rows the kernels' default tiles; beyond, with V6_WIDE on, 32 rows of 16 units in 8 warps (half the
-    programs), which fit one head of 768 in registers; with V6_WIDE off (the default), the defaults everywhere."""
+    programs), which fit one head of 768 in registers."""
     from gpulab.rnn.fused import plan
 
-    assert plan.V6_WIDE is False and plan.v6_tiles(32, 768)[0].block_b == 16
+    assert plan.V6_WIDE is False
     monkeypatch.setattr(plan, "V6_WIDE", True)
     fwd, bwd = plan.v6_tiles(16, 768)
     assert (fwd.block_b, fwd.block_u, fwd.warps, bwd.block_b, bwd.block_u, bwd.warps) == (16, 8, 4, 16, 16, 8)
@@ -178,9 +179,25 @@ def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
     assert fwd.programs(32, 1, 768) == 48 and fwd.programs(33, 1, 768) == 96
 
 
+@pytest.mark.parametrize("sms, B, NH, want_u", [(132, 16, 1, 8), (132, 17, 1, 16), (132, 32, 1, 16), (132, 33, 1, 16),
+                                                (264, 32, 1, 8), (132, 16, 2, 16), (0, 32, 1, 8)])  # fmt: skip
+def test_version_6_forward_takes_the_16_unit_tile_where_8_units_do_not_fit(sms, B, NH, want_u, monkeypatch):
+    """With V6_WIDE off (the default) every tile has 16 rows; the forward's default of 8 units makes twice b4's
+    programs, so where they exceed the GPU's SMs (two batch tiles of one head of 768 on an H100: 192 > 132) the forward
+    takes b4's tile of 16 units in 8 warps. Without a GPU (no SM count) the defaults."""
+    from gpulab import hardware
+    from gpulab.rnn.fused import plan
+
+    monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": sms} if sms else {})
+    fwd, bwd = plan.v6_tiles(B, 768, NH)
+    assert (fwd.block_b, bwd.block_b, bwd.block_u, bwd.warps) == (16, 16, 16, 8)
+    assert (fwd.block_u, fwd.warps) == ((8, 4) if want_u == 8 else (16, 8))
+    assert fwd.programs(B, NH, 768) <= max(sms, 192)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("version", ["v6", "v6+b3"])
-@pytest.mark.parametrize("B,DH", [(16, 768), (5, 512)])
+@pytest.mark.parametrize("B,DH", [(16, 768), (5, 512), (32, 768)])
 def test_flashrnn_trains_through_version_6(B, DH, version, run_case):
     """With the plan's switch on v6 (or v6's forward with b3), flashrnn's fused backend runs them (the chooser
     splits these heads) and every output and gradient matches float64."""

@@ -117,7 +117,9 @@ def test_refuses_the_cpu(make_inputs):
                                      (17, 256, {"warps": 2}), (3, 64, {"block_u": 4, "warps": 1}),
                                      (16, 256, {"block_u": 16, "warps": 8}),
                                      (32, 768, {"block_u": 16, "warps": 8, "block_b": 32}),
-                                     (23, 768, {"block_u": 16, "warps": 8, "block_b": 32})])  # fmt: skip
+                                     (23, 768, {"block_u": 16, "warps": 8, "block_b": 32}),
+                                     (32, 768, {"block_u": 16, "warps": 8}),
+                                     (29, 768, {"block_u": 16, "warps": 8})])  # fmt: skip
 def test_v6_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against float64, gates too; launched again (the barrier's counter
     carries over) it gives the same bits; the split forward of version 5 agrees within bf16's tolerance."""
