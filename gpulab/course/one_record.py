@@ -366,13 +366,14 @@ def _lesson05_hinted(root) -> list[Shown]:
 
 
 def _lesson05_v6(which: str) -> Callable:
-    """Appendix I's version-6 runs ('run', 'parts', 'wide': ``scripts/bench05_v6.py``, ``diag05_v6.py``,
-    ``bench05_v6_wide.py``), keyed as each run's own cases (cuDNN's rows are the same-run peers of the ratios)."""
+    """Appendix I's version-6 runs ('run', 'parts', 'wide', 'tiles': ``scripts/bench05_v6.py``, ``diag05_v6.py``,
+    ``bench05_v6_wide.py``, ``bench05_v6_tiles.py``), keyed as each run's own cases (cuDNN's rows are the same-run
+    peers of the ratios)."""
 
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.versions import report
 
-        load = {"run": report.load_v6_run, "parts": report.load_v6_parts, "wide": report.load_v6_wide}[which]
+        load = getattr(report, f"load_v6_{which}")  # load_v6_run, _parts, _wide, _tiles
         recs = load("h100", root)
         run = report.v6_records("h100", root)[-1] if which == "run" else f"{recs[0].date} v6 {which}"
         out = []
@@ -522,6 +523,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_v6("parts"), "Appendix I: version 6's clock-stamped forwards (their own cases)"),
     ("05", 'versions_report.load_v6_wide("h100")'): Display(
         _lesson05_v6("wide"), "Appendix I: version 6 at 32 rows per program (its own cases, peers in the run)"),
+    ("05", 'versions_report.load_v6_tiles("h100")'): Display(
+        _lesson05_v6("tiles"), "Appendix I: version 6 in 16-row batch tiles past 16 rows (peers in the run)"),
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

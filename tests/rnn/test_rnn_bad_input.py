@@ -234,6 +234,8 @@ CASES = [
     ("load_v6_parts-gpu", lambda: versions_report.load_v6_parts(None), TypeError, "gpu must be"),
     ("load_v6_wide-gpu", lambda: versions_report.load_v6_wide(3), TypeError, "gpu must be"),
     ("load_v6_wide-missing", lambda: versions_report.load_v6_wide("a100"), FileNotFoundError, "gpu_rnn_v6_wide"),
+    ("load_v6_tiles-gpu", lambda: versions_report.load_v6_tiles(3), TypeError, "gpu must be"),
+    ("load_v6_tiles-missing", lambda: versions_report.load_v6_tiles("a100"), FileNotFoundError, "gpu_rnn_v6_tiles"),
     ("v6_run_table-results", lambda: versions_report.v6_run_table("x"), TypeError, "results"),
     (
         "v6_run_table-no-cudnn",

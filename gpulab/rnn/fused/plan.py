@@ -176,9 +176,8 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
 
 V6_WIDE = False
 """More than 16 batch rows: version 6 and b4 with 32 rows per program (16 units, 8 warps each: half the programs
-of two 16-row tiles), else their 16-row defaults (which need twice the SMs). Off: on the H100 at one head of 768 and
-B = 32 the 32-row tiles took 1.3x (forward) and 1.5x (backward) version 5's time (lesson 5, Appendix I), so above 16
-rows the package runs version 5."""
+of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at one head of 768 and B = 32 the
+32-row tiles took longer than version 5 and than two 16-row tiles (lesson 5, Appendix I's records)."""
 
 
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:

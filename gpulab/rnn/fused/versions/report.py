@@ -11,7 +11,8 @@ from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split", "load_v6_run",
-           "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide"]  # fmt: skip
+           "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide",
+           "load_v6_tiles"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -288,6 +289,12 @@ def load_v6_wide(gpu: str = "h100", root=None) -> list[bench.Result]:
     """Version 6's newest run at 32 rows per program (``scripts/bench05_v6_wide.py``, ``<gpu>-<date>[-<run>]-wide``):
     B32 beside version 5, b3 and cuDNN, and the 16-row tiles with the swizzled partials, stamped."""
     return _v6_newest(gpu, root, "wide", "run `scripts/gpu_rnn_v6_wide.sh` on that GPU.")
+
+
+def load_v6_tiles(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """Version 6's newest run past 16 rows in 16-row batch tiles (``scripts/bench05_v6_tiles.py``, ``<gpu>-<date>
+    [-<run>]-tiles.jsonl``): B32 in two tiles, the forward in b4's tile, beside version 5, b3 and cuDNN."""
+    return _v6_newest(gpu, root, "tiles", "run `scripts/gpu_rnn_v6_tiles.sh` on that GPU.")
 
 
 def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:
