@@ -126,7 +126,7 @@ def test_refuses_the_cpu(make_inputs):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,DH,kw", [(16, 768, {}), (16, 768, {"block_u": 8, "warps": 4}), (17, 256, {"warps": 4}),
                                      (32, 768, {"block_b": 32}), (27, 768, {"block_b": 32}), (32, 768, {}),
-                                     (21, 768, {})])  # fmt: skip
+                                     (21, 768, {}), (16, 768, {"block_b": 8}), (13, 768, {"block_b": 8})])  # fmt: skip
 def test_b4_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against version 5's backward (b3) on the same saved gates, and the
     gradients through the parameter products against float64; a second launch gives the same bits."""

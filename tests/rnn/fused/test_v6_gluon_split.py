@@ -31,12 +31,14 @@ def _pre_activations(inputs, out):
     return Wx + torch.einsum("gnjk,btnk->btgnj", R, prev) + b[None, None]
 
 
-@pytest.mark.parametrize("B,NH,DH,warps,block_u", [(1, 1, 64, 4, 8), (17, 2, 96, 2, 16), (3, 1, 48, 1, 4)])
-def test_schedule_matches_float64(B, NH, DH, warps, block_u, make_inputs):
+@pytest.mark.parametrize("B,NH,DH,warps,block_u,block_b", [(1, 1, 64, 4, 8, 16), (17, 2, 96, 2, 16, 16),
+                                                            (3, 1, 48, 1, 4, 16), (11, 1, 64, 2, 8, 8)])  # fmt: skip
+def test_schedule_matches_float64(B, NH, DH, warps, block_u, block_b, make_inputs):
     """Every program's chunked product, summed and put through the cell, is the LSTM (odd batch, two heads, a K
-    chunk of two pieces at 96 / 2 = 64 + 32 and 48 = 32 + 16)."""
+    chunk of two pieces at 96 / 2 = 64 + 32 and 48 = 32 + 16, two tiles of 8 rows)."""
     inputs = make_inputs("lstm", B, 5, NH, DH, dtype=torch.float32, seed=B + DH)
-    out, last, gates = v6.schedule_reference(*inputs, cfg=v6.v6_config(DH, block_u=block_u, warps=warps))
+    cfg = v6.v6_config(DH, block_u=block_u, block_b=block_b, warps=warps)
+    out, last, gates = v6.schedule_reference(*inputs, cfg=cfg)
     ref = _float64(inputs)
     check.assert_close(out, ref[0], rtol=1e-12, name="states_all")
     check.assert_close(last, ref[1], rtol=1e-12, name="states_last")
@@ -119,7 +121,9 @@ def test_refuses_the_cpu(make_inputs):
                                      (32, 768, {"block_u": 16, "warps": 8, "block_b": 32}),
                                      (23, 768, {"block_u": 16, "warps": 8, "block_b": 32}),
                                      (32, 768, {"block_u": 16, "warps": 8}),
-                                     (29, 768, {"block_u": 16, "warps": 8})])  # fmt: skip
+                                     (29, 768, {"block_u": 16, "warps": 8}),
+                                     (16, 768, {"block_u": 16, "warps": 8, "block_b": 8}),
+                                     (13, 768, {"block_u": 16, "warps": 8, "block_b": 8})])  # fmt: skip
 def test_v6_on_gpu(B, DH, kw, make_inputs):
     """The kernel at full width (T = 64, bf16) against float64, gates too; launched again (the barrier's counter
     carries over) it gives the same bits; the split forward of version 5 agrees within bf16's tolerance."""

@@ -10,7 +10,7 @@ from gpulab import runtime
 
 __all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET", "tile_for", "compile_sm90"]
 
-_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (16, 32, 64), "warps": (1, 2, 4, 8)}
+_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8)}
 REGISTER_BUDGET = 224
 """Registers per thread a tile's operands may take (:func:`.v6_gluon_split.register_estimate`): of the 255 a thread
 can have, the cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them,

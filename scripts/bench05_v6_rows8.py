@@ -1,0 +1,132 @@
+"""Lesson 5, issue 40: version 6 and b4 at one head of 768, B16, in two batch tiles of 8 rows (16 units, 8 warps
+each: 96 programs, as many as the default's one tile of 16 rows with 8 units) beside the defaults (one call).
+
+    python scripts/bench05_v6_rows8.py OUT_DIR
+
+Why: every program of the forward reads all of h_{t-1} (B x 768) at every step, and the stamped step puts about
+0.7 us in h's arrival whether 96 or 48 programs read it (run h), so the bytes each SM takes in set it; 8 rows per
+program halve them, and halve the product and the cell per program. Each tile: the forward checked against float64
+(outputs poisoned), launched again for the same bits, clock-stamped, timed with its gates saved; b4 checked against
+b3 on the same saved gates and timed; flashrnn as a training loop calls it with the plan's tiles set to each pair;
+cuDNN's fp16 nn.LSTM in the same run. Records: OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
+"""
+
+import functools
+import math
+import os
+import sys
+import time
+
+import torch
+
+from gpulab import bench, check, hardware, rnn, runtime
+from gpulab.rnn.fused import clocks, plan, split_backward
+from gpulab.rnn.fused.benchmark import dense_run, problem_inputs, states_reference
+from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused.versions import v6_gluon_split as v6
+
+B, T, DH = 16, 1024, 768
+PAIRS = {"rows16": (v6.v6_config(DH), b4.b4_config(DH)),
+         "rows8": (v6.v6_config(DH, block_u=16, block_b=8, warps=8), b4.b4_config(DH, block_b=8))}  # fmt: skip
+
+
+def _line(r, t0):
+    print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:200]} "
+          f"{r.params.get('parts', '')} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
+
+
+def _guard(rows, t0, case, common, fn):
+    try:
+        r = fn()
+    except Exception as exc:  # noqa: BLE001 - recorded; the next case still runs
+        r = bench.record(case=f"error {case}", **{k: v for k, v in common.items() if k != "dtype"})
+        r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
+    rows.append(r)
+    _line(r, t0)
+
+
+def _name(cfg):
+    return f"bu{cfg.block_u} w{cfg.warps} rows{cfg.block_b}"
+
+
+def main(out_dir):
+    rows, t0 = [], time.time()
+    x = problem_inputs(B, T, 1, DH, torch.bfloat16)
+    ref = states_reference(*x)
+    common = dict(lesson="05", dtype=torch.bfloat16, kind="v6 rows8", B=B, T=T, NH=1, DH=DH)
+
+    def forward(cfg):
+        with runtime.poisoning(True):
+            out, _, _ = v6.split_forward_v6(*x, cfg=cfg, save_gates=True)
+        err = check.assert_close_drifting(out, ref, name="states")
+        assert torch.equal(v6.split_forward_v6(*x, cfg=cfg, save_gates=True)[0], out), "a second launch differs"
+        stamps = clocks.clock_buffer(cfg.programs(B, 1, DH), T, x[0].device)
+        v6.split_forward_v6(*x, cfg=cfg, save_gates=True, clocks=stamps)
+        torch.cuda.synchronize()
+        parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
+        fn = functools.partial(v6.split_forward_v6, *x, cfg=cfg, save_gates=True)
+        return bench.measure(fn, case=f"v6 gluon {_name(cfg)} B{B} 1x{DH} saving gates", rel_err=err, version="v6",
+                             block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, parts=parts, save_gates=True,
+                             **common)  # fmt: skip
+
+    for fwd, _ in PAIRS.values():
+        _guard(rows, t0, f"v6 {_name(fwd)}", common, lambda fwd=fwd: forward(fwd))
+    out, _, gates = v6.split_forward_v6(*x, save_gates=True)
+    torch.manual_seed(2)
+    d_out = torch.randn_like(out)
+    bargs = (d_out, gates, out, x[3], x[1])
+    chosen = plan.choose(B, 1, DH, training=True)
+    dG3, ds03 = split_backward.split_rnn_backward(*bargs, "lstm", tiling=chosen.backward)
+
+    def backward(cfg):
+        with runtime.poisoning(True):
+            dG, ds0 = b4.split_backward_b4(*bargs, cfg=cfg)
+        err = check.relative_error(dG, dG3)
+        assert err < 1e-2 and check.relative_error(ds0, ds03) < 1e-2, f"b4 differs from b3: dG {err}"
+        assert torch.equal(b4.split_backward_b4(*bargs, cfg=cfg)[0], dG), "a second launch differs"
+        fn = functools.partial(b4.split_backward_b4, *bargs, cfg=cfg)
+        return bench.measure(fn, case=f"b4 gluon backward {_name(cfg)} B{B} 1x{DH}", rel_err=err, version="b4",
+                             block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, **common)  # fmt: skip
+
+    for _, bwd in PAIRS.values():
+        _guard(rows, t0, f"b4 {_name(bwd)}", common, lambda bwd=bwd: backward(bwd))
+    leaves = [t.detach().clone().requires_grad_(True) for t in x]
+
+    def step():
+        for p in leaves:
+            p.grad = None
+        o, _ = rnn.flashrnn(*leaves, function="lstm", backend="fused")
+        o.sum().backward()
+
+    real_tiles = plan.v6_tiles
+    for label, pair in PAIRS.items():
+
+        def called(label=label, pair=pair):
+            plan.v6_tiles = lambda *a, **k: pair  # the plan's tiles for this run only
+            plan.clear_cache()
+            try:
+                step()
+                assert all(torch.isfinite(p.grad).all() for p in leaves), "non-finite gradient"
+                return bench.measure(step, case=f"flashrnn fused v6 {label} fwd+bwd as called B{B} 1x{DH}",
+                                     version="v6", tiles=label, direction="forward+backward as called",
+                                     **common)  # fmt: skip
+            finally:
+                plan.v6_tiles = real_tiles
+                plan.clear_cache()
+
+        _guard(rows, t0, f"called {label}", common, called)
+    m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
+    xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
+    for training in (False, True):
+        rows.append(bench.measure(lambda tr=training: dense_run(xi, m, tr), lesson="05", dtype=torch.float16,
+                                  kind="v6 rows8", case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense "
+                                  f"{DH}", B=B, T=T, NH=1, DH=DH, training=training))  # fmt: skip
+        _line(rows[-1], t0)
+    tag = os.environ.get("TAG", "k")
+    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{tag}-rows8.jsonl")
+    bench.save(rows, "05", path=path)
+    print(path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
