@@ -8,7 +8,7 @@ Why: every program of the forward reads all of h_{t-1} (B x 768) at every step, 
 program halve them, and halve the product and the cell per program. Each tile: the forward checked against float64
 (outputs poisoned), launched again for the same bits, clock-stamped, timed with its gates saved; b4 checked against
 b3 on the same saved gates and timed; flashrnn as a training loop calls it with the plan's tiles set to each pair;
-cuDNN's fp16 nn.LSTM in the same run. Records: OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
+flashrnn as the package now calls it (the plan's own tiles); cuDNN's fp16 nn.LSTM in the same run. Records: OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
 """
 
 import functools
@@ -115,6 +115,16 @@ def main(out_dir):
                 plan.clear_cache()
 
         _guard(rows, t0, f"called {label}", common, called)
+
+    def called_as_shipped():
+        plan.clear_cache()
+        step()
+        fwd, bwd = plan.v6_tiles(B, DH, 1)
+        return bench.measure(step, case=f"flashrnn fused v6 plan's tiles fwd+bwd as called B{B} 1x{DH}", version="v6",
+                             tiles=f"{_name(fwd)} / {_name(bwd)}", direction="forward+backward as called",
+                             **common)  # fmt: skip
+
+    _guard(rows, t0, "called as shipped", common, called_as_shipped)
     m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
     xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
     for training in (False, True):

@@ -180,22 +180,40 @@ of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at 
 32-row tiles took longer than version 5 and than two 16-row tiles (lesson 5, Appendix I's records)."""
 
 
+V6_TILES = (
+    dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8)),
+    dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
+    dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
+)
+"""Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
+GPU's SMs at once wins. 8 batch rows per program first: every program reads all of h_{t-1} (or pushes its share of
+dh_{t-1}) for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (lesson 5,
+Appendix I: one head of 768, B16). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's
+tile (half the programs: two batch tiles of one head of 768 at B32)."""
+
+
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
-    """(forward tile, backward tile) of version 6 for ``batch`` rows of ``num_heads`` heads: the kernels' defaults
-    (16 rows per program; the forward 8 units in 4 warps, b4 16 units in 8 warps) where the default forward's
-    programs fit this GPU's SMs at once, else the forward in b4's tile of 16 units in 8 warps, half the programs
-    (at one head of 768, two batch tiles of 16 rows make 96 programs instead of 192). With :data:`V6_WIDE` on, 32
-    rows of 16 units in 8 warps beyond 16 rows. ValueError where the head dim does not fit the tiles."""
+    """(forward tile, backward tile) of version 6 for ``batch`` rows of ``num_heads`` heads: the first pair of
+    :data:`V6_TILES` valid for the head dim whose programs all fit this GPU's SMs at once (the first valid pair
+    where the SM count is unknown; the last valid one where none fits, which :func:`v6_applies` then refuses). With
+    :data:`V6_WIDE` on, 32 rows of 16 units in 8 warps beyond 16 rows. ValueError where no pair fits the head dim."""
     batch, head_dim = runtime.positive_int("batch", batch), runtime.positive_int("head_dim", head_dim)
     num_heads = runtime.positive_int("num_heads", num_heads)
     if batch > 16 and V6_WIDE:
         wide = dict(block_u=16, block_b=32, warps=8)
         return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
-    forward, backward = v6_gluon_split.v6_config(head_dim), b4_gluon_split_backward.b4_config(head_dim)
+    valid, errors = [], []
+    for pair in V6_TILES:
+        try:
+            valid.append((v6_gluon_split.v6_config(head_dim, **pair["forward"]),
+                          b4_gluon_split_backward.b4_config(head_dim, **pair["backward"])))  # fmt: skip
+        except ValueError as exc:
+            errors.append(str(exc))
+    if not valid:
+        raise ValueError(f"head_dim={head_dim} fits no version-6 tile pair: {errors[-1]}")
     sms = hardware.live_properties().get("sm_count", 0)
-    if sms and forward.programs(batch, num_heads, head_dim) > sms:
-        forward = v6_gluon_split.v6_config(head_dim, block_u=backward.block_u, warps=backward.warps)
-    return forward, backward
+    fits = [p for p in valid if max(t.programs(batch, num_heads, head_dim) for t in p) <= sms]
+    return fits[0] if fits else valid[0] if not sms else valid[-1]
 
 
 def _v6_forward(Wx, R, b, states, function, save_gates):

@@ -166,33 +166,52 @@ def test_plan_keeps_version_5_where_version_6_does_not_apply():
 
 
 def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
-    """Up to 16 rows the kernels' default tiles; beyond, with V6_WIDE on, 32 rows of 16 units in 8 warps (half the
-    programs), which fit one head of 768 in registers."""
+    """Up to 16 rows the first tile pair of V6_TILES (no SM count here); beyond, with V6_WIDE on, 32 rows of 16
+    units in 8 warps (half the programs of two 16-row tiles), which fit one head of 768 in registers."""
     from gpulab.rnn.fused import plan
 
     assert plan.V6_WIDE is False
     monkeypatch.setattr(plan, "V6_WIDE", True)
     fwd, bwd = plan.v6_tiles(16, 768)
-    assert (fwd.block_b, fwd.block_u, fwd.warps, bwd.block_b, bwd.block_u, bwd.warps) == (16, 8, 4, 16, 16, 8)
+    assert (fwd.block_b, fwd.block_u, fwd.warps, bwd.block_b, bwd.block_u, bwd.warps) == (8, 16, 8, 8, 16, 8)
     fwd, bwd = plan.v6_tiles(17, 768)
     assert (fwd.block_b, fwd.block_u, fwd.warps) == (bwd.block_b, bwd.block_u, bwd.warps) == (32, 16, 8)
     assert fwd.programs(32, 1, 768) == 48 and fwd.programs(33, 1, 768) == 96
 
 
-@pytest.mark.parametrize("sms, B, NH, want_u", [(132, 16, 1, 8), (132, 17, 1, 16), (132, 32, 1, 16), (132, 33, 1, 16),
-                                                (264, 32, 1, 8), (132, 16, 2, 16), (0, 32, 1, 8)])  # fmt: skip
-def test_version_6_forward_takes_the_16_unit_tile_where_8_units_do_not_fit(sms, B, NH, want_u, monkeypatch):
-    """With V6_WIDE off (the default) every tile has 16 rows; the forward's default of 8 units makes twice b4's
-    programs, so where they exceed the GPU's SMs (two batch tiles of one head of 768 on an H100: 192 > 132) the forward
-    takes b4's tile of 16 units in 8 warps. Without a GPU (no SM count) the defaults."""
+@pytest.mark.parametrize("sms, B, NH, want, fits", [
+    (132, 16, 1, (16, 8, 8), True), (132, 9, 1, (16, 8, 8), True), (132, 1, 1, (16, 8, 8), True),
+    (132, 17, 1, (16, 16, 8), True), (132, 32, 1, (16, 16, 8), True), (264, 32, 1, (16, 8, 8), True),
+    (132, 16, 2, (16, 16, 8), True), (132, 33, 1, (16, 16, 8), False), (0, 32, 1, (16, 8, 8), False)])  # fmt: skip
+def test_version_6_takes_the_first_tile_pair_that_fits(sms, B, NH, want, fits, monkeypatch):
+    """With V6_WIDE off (the default) the plan tries 8-row tiles (16 units, 8 warps), then 16 rows with the defaults
+    (the forward's 8 units make twice b4's programs), then 16 rows with the forward in b4's tile, and takes the first
+    whose programs fit the GPU's SMs at once: 8 rows up to B = 16 at one head of 768 on an H100 (96 programs), 16
+    rows in b4's tile at B = 32 (two tiles: 96); none fits at B = 33 (144 > 132; v6_applies then refuses). Without
+    a GPU (no SM count) the first pair."""
     from gpulab import hardware
     from gpulab.rnn.fused import plan
 
     monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": sms} if sms else {})
     fwd, bwd = plan.v6_tiles(B, 768, NH)
-    assert (fwd.block_b, bwd.block_b, bwd.block_u, bwd.warps) == (16, 16, 16, 8)
-    assert (fwd.block_u, fwd.warps) == ((8, 4) if want_u == 8 else (16, 8))
-    assert fwd.programs(B, NH, 768) <= max(sms, 192)
+    assert (fwd.block_u, fwd.block_b, fwd.warps) == want
+    assert (bwd.block_u, bwd.block_b, bwd.warps) == (16, want[1], 8)
+    assert (max(t.programs(B, NH, 768) for t in (fwd, bwd)) <= sms) == fits
+
+
+def test_version_6_tiles_skip_pairs_the_head_dim_does_not_fit(monkeypatch):
+    """A head of 96 takes no 8-warp tile (96 is not a multiple of 16 * 8): the plan falls to a pair it fits, and a head
+    no pair fits is a ValueError naming the head dim."""
+    from gpulab import hardware
+    from gpulab.rnn.fused import plan
+
+    monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": 132})
+    two_warps = dict(forward=dict(block_u=8, block_b=16, warps=2), backward=dict(block_u=16, block_b=16, warps=2))
+    monkeypatch.setattr(plan, "V6_TILES", (plan.V6_TILES[0], two_warps))
+    fwd, bwd = plan.v6_tiles(4, 96)
+    assert (fwd.block_u, fwd.block_b, fwd.warps, bwd.warps) == (8, 16, 2, 2)
+    with pytest.raises(ValueError, match="head_dim=100"):
+        plan.v6_tiles(4, 100)
 
 
 @pytest.mark.gpu
