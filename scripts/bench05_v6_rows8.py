@@ -3,12 +3,13 @@ each: 96 programs, as many as the default's one tile of 16 rows with 8 units) be
 
     python scripts/bench05_v6_rows8.py OUT_DIR
 
-Why: every program of the forward reads all of h_{t-1} (B x 768) at every step, and the stamped step puts about
-0.7 us in h's arrival whether 96 or 48 programs read it (run h), so the bytes each SM takes in set it; 8 rows per
-program halve them, and halve the product and the cell per program. Each tile: the forward checked against float64
-(outputs poisoned), launched again for the same bits, clock-stamped, timed with its gates saved; b4 checked against
-b3 on the same saved gates and timed; flashrnn as a training loop calls it with the plan's tiles set to each pair;
-flashrnn as the package now calls it (the plan's own tiles); cuDNN's fp16 nn.LSTM in the same run. Records: OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
+Why: every program of the forward reads all of h_{t-1} (B x 768) at every step, and in run h's stamped steps h's
+arrival took about as long with 96 programs as with 48, so the bytes each SM takes in set it; 8 rows per program
+halve them, and halve the product and the cell per program. Each tile: the forward checked against float64 (outputs
+poisoned), launched again for the same bits, clock-stamped, timed with its gates saved; b4 checked against b3 on the
+same saved gates and timed; flashrnn as a training loop calls it with the plan's tiles set to each pair; flashrnn as
+the package now calls it (the plan's own tiles); cuDNN's fp16 nn.LSTM in the same run. Records:
+OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
 """
 
 import functools
