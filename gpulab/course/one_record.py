@@ -366,9 +366,9 @@ def _lesson05_hinted(root) -> list[Shown]:
 
 
 def _lesson05_v6(which: str) -> Callable:
-    """Appendix I's version-6 runs ('run', 'parts', 'wide', 'tiles': ``scripts/bench05_v6.py``, ``diag05_v6.py``,
-    ``bench05_v6_wide.py``, ``bench05_v6_tiles.py``), keyed as each run's own cases (cuDNN's rows are the same-run
-    peers of the ratios)."""
+    """Appendix I's version-6 runs ('run', 'parts', 'wide', 'tiles', 'rows8': ``scripts/bench05_v6.py``,
+    ``diag05_v6.py``, ``bench05_v6_wide.py``, ``bench05_v6_tiles.py``, ``bench05_v6_rows8.py``), keyed as each run's
+    own cases (cuDNN's rows are the same-run peers of the ratios)."""
 
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.versions import report
@@ -517,14 +517,10 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("05", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
     ("05", "versions_report.load_v6_sass()"): Display(
         _none, "Appendix I: version 6's compiled step, instruction and byte counts, not times"),
-    ("05", 'versions_report.load_v6_run("h100")'): Display(
-        _lesson05_v6("run"), "Appendix I: version 6's run (its own cases, cuDNN beside them in the run)"),
-    ("05", 'versions_report.load_v6_parts("h100")'): Display(
-        _lesson05_v6("parts"), "Appendix I: version 6's clock-stamped forwards (their own cases)"),
-    ("05", 'versions_report.load_v6_wide("h100")'): Display(
-        _lesson05_v6("wide"), "Appendix I: version 6 at 32 rows per program (its own cases, peers in the run)"),
-    ("05", 'versions_report.load_v6_tiles("h100")'): Display(
-        _lesson05_v6("tiles"), "Appendix I: version 6 in 16-row batch tiles past 16 rows (peers in the run)"),
+    **{("05", f'versions_report.load_v6_{which}("h100")'): Display(
+        _lesson05_v6(which), f"Appendix I: version 6's {what} (its own cases, peers in the run)")
+       for which, what in (("run", "run"), ("parts", "clock-stamped forwards"), ("wide", "32 rows per program"),
+                           ("tiles", "16-row tiles past 16 rows"), ("rows8", "8-row tiles"))},  # fmt: skip
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
     ("06", 'tasks.stored_throughput("h100")'): Display(
         lambda root: _stored_throughput(root), "the newest training-throughput run"),

@@ -236,6 +236,8 @@ CASES = [
     ("load_v6_wide-missing", lambda: versions_report.load_v6_wide("a100"), FileNotFoundError, "gpu_rnn_v6_wide"),
     ("load_v6_tiles-gpu", lambda: versions_report.load_v6_tiles(3), TypeError, "gpu must be"),
     ("load_v6_tiles-missing", lambda: versions_report.load_v6_tiles("a100"), FileNotFoundError, "gpu_rnn_v6_tiles"),
+    ("load_v6_rows8-gpu", lambda: versions_report.load_v6_rows8(3), TypeError, "gpu must be"),
+    ("load_v6_rows8-missing", lambda: versions_report.load_v6_rows8("a100"), FileNotFoundError, "gpu_rnn_v6_rows8"),
     ("v6_run_table-results", lambda: versions_report.v6_run_table("x"), TypeError, "results"),
     (
         "v6_run_table-no-cudnn",

@@ -12,7 +12,7 @@ from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split", "load_v6_run",
            "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide",
-           "load_v6_tiles"]  # fmt: skip
+           "load_v6_tiles", "load_v6_rows8"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -295,6 +295,13 @@ def load_v6_tiles(gpu: str = "h100", root=None) -> list[bench.Result]:
     """Version 6's newest run past 16 rows in 16-row batch tiles (``scripts/bench05_v6_tiles.py``, ``<gpu>-<date>
     [-<run>]-tiles.jsonl``): B32 in two tiles, the forward in b4's tile, beside version 5, b3 and cuDNN."""
     return _v6_newest(gpu, root, "tiles", "run `scripts/gpu_rnn_v6_tiles.sh` on that GPU.")
+
+
+def load_v6_rows8(gpu: str = "h100", root=None) -> list[bench.Result]:
+    """Version 6's newest run in 8-row batch tiles (``scripts/bench05_v6_rows8.py``, ``<gpu>-<date>[-<run>]-rows8
+    .jsonl``): one head of 768 at B16, the forward and b4 in 8-row tiles beside the 16-row defaults, stamped, and as
+    called."""
+    return _v6_newest(gpu, root, "rows8", "run `scripts/gpu_rnn_v6_rows8.sh` on that GPU.")
 
 
 def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:
