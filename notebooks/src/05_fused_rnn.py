@@ -1777,10 +1777,10 @@ if v6_rows8:
     claims.show(
         claims.claim(
             "In 8-row tiles the forward takes {f8:.3f} ms of device time ({f8w:.3f} wall) against {f16:.3f} "
-            "({f16w:.3f}) in 16-row tiles (the kernels' defaults); $h_{{t-1}}$ arrives in {h8:.0f} ns per step instead of {h16:.0f}, the "
-            "product takes {p8:.0f} instead of {p16:.0f}, and the cell {c8:.0f} instead of {c16:.0f} (its 8 warps now "
-            "hold each of 128 elements twice). cuDNN's fp16 forward: {cf:.3f} ({cfw:.3f}); the issue's 2.0 ms is "
-            "{verdict}.",
+            "({f16w:.3f}) in 16-row tiles (the kernels' defaults); $h_{{t-1}}$ arrives in {h8:.0f} ns per step "
+            "instead of {h16:.0f}, the product takes {p8:.0f} instead of {p16:.0f}, and the cell {c8:.0f} instead of "
+            "{c16:.0f} (its 8 warps now hold each of 128 elements twice). cuDNN's fp16 forward: {cf:.3f} "
+            "({cfw:.3f}); the issue's 2.0 ms is {verdict}.",
             holds=lambda f8, f16, h8, h16, f8w, verdict, **_: f8 < f16 and h8 < h16
             and verdict == ("met" if max(f8, f8w) <= 2.0 else "not met"),
             f8=f8_.ms, f8w=f8_.wall_ms, f16=f16_.ms, f16w=f16_.wall_ms,
@@ -1796,7 +1796,8 @@ if v6_rows8:
             "issue's 5.5 ms is {dv} on the device clock and {wv} on the wall clock.",
             holds=lambda d, w, cd, cw, dv, wv, **_: d < cd and w < cw
             and (dv, wv) == ("met" if d <= 5.5 else "not met", "met" if w <= 5.5 else "not met"),
-            b8=r8_["b4 gluon backward bu16 w8 rows8 B16 1x768"].ms, b16=r8_["b4 gluon backward bu16 w8 rows16 B16 1x768"].ms,
+            b8=r8_["b4 gluon backward bu16 w8 rows8 B16 1x768"].ms,
+            b16=r8_["b4 gluon backward bu16 w8 rows16 B16 1x768"].ms,
             tiles=shipped_.params.get("tiles"), d=shipped_.ms, w=shipped_.wall_ms, cd=cud_fb_.ms, cw=cud_fb_.wall_ms,
             r=shipped_.wall_ms / cud_fb_.wall_ms, dv="met" if shipped_.ms <= 5.5 else "not met",
             wv="met" if shipped_.wall_ms <= 5.5 else "not met",
