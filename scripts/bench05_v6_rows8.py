@@ -13,37 +13,22 @@ OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
 """
 
 import functools
-import math
 import os
 import sys
 import time
 
 import torch
+from v6_runs import cudnn_rows, guard, loop_step
 
-from gpulab import bench, check, hardware, rnn, runtime
+from gpulab import bench, check, hardware, runtime
 from gpulab.rnn.fused import clocks, plan, split_backward
-from gpulab.rnn.fused.benchmark import dense_run, problem_inputs, states_reference
+from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
 B, T, DH = 16, 1024, 768
 PAIRS = {"rows16": (v6.v6_config(DH), b4.b4_config(DH)),
          "rows8": (v6.v6_config(DH, block_u=16, block_b=8, warps=8), b4.b4_config(DH, block_b=8))}  # fmt: skip
-
-
-def _line(r, t0):
-    print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:200]} "
-          f"{r.params.get('parts', '')} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
-
-
-def _guard(rows, t0, case, common, fn):
-    try:
-        r = fn()
-    except Exception as exc:  # noqa: BLE001 - recorded; the next case still runs
-        r = bench.record(case=f"error {case}", **{k: v for k, v in common.items() if k != "dtype"})
-        r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
-    rows.append(r)
-    _line(r, t0)
 
 
 def _name(cfg):
@@ -71,7 +56,7 @@ def main(out_dir):
                              **common)  # fmt: skip
 
     for fwd, _ in PAIRS.values():
-        _guard(rows, t0, f"v6 {_name(fwd)}", common, lambda fwd=fwd: forward(fwd))
+        guard(rows, t0, f"v6 {_name(fwd)}", common, lambda fwd=fwd: forward(fwd))
     out, _, gates = v6.split_forward_v6(*x, save_gates=True)
     torch.manual_seed(2)
     d_out = torch.randn_like(out)
@@ -90,15 +75,8 @@ def main(out_dir):
                              block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, **common)  # fmt: skip
 
     for _, bwd in PAIRS.values():
-        _guard(rows, t0, f"b4 {_name(bwd)}", common, lambda bwd=bwd: backward(bwd))
-    leaves = [t.detach().clone().requires_grad_(True) for t in x]
-
-    def step():
-        for p in leaves:
-            p.grad = None
-        o, _ = rnn.flashrnn(*leaves, function="lstm", backend="fused")
-        o.sum().backward()
-
+        guard(rows, t0, f"b4 {_name(bwd)}", common, lambda bwd=bwd: backward(bwd))
+    step, leaves = loop_step(x)
     real_tiles = plan.v6_tiles
     for label, pair in PAIRS.items():
 
@@ -115,7 +93,7 @@ def main(out_dir):
                 plan.v6_tiles = real_tiles
                 plan.clear_cache()
 
-        _guard(rows, t0, f"called {label}", common, called)
+        guard(rows, t0, f"called {label}", common, called)
 
     def called_as_shipped():
         plan.clear_cache()
@@ -125,14 +103,8 @@ def main(out_dir):
                              tiles=f"{_name(fwd)} / {_name(bwd)}", direction="forward+backward as called",
                              **common)  # fmt: skip
 
-    _guard(rows, t0, "called as shipped", common, called_as_shipped)
-    m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
-    xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
-    for training in (False, True):
-        rows.append(bench.measure(lambda tr=training: dense_run(xi, m, tr), lesson="05", dtype=torch.float16,
-                                  kind="v6 rows8", case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense "
-                                  f"{DH}", B=B, T=T, NH=1, DH=DH, training=training))  # fmt: skip
-        _line(rows[-1], t0)
+    guard(rows, t0, "called as shipped", common, called_as_shipped)
+    cudnn_rows(rows, t0, B, T, DH, x[0].device, "v6 rows8")
     tag = os.environ.get("TAG", "k")
     path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{tag}-rows8.jsonl")
     bench.save(rows, "05", path=path)

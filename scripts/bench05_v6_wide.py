@@ -11,35 +11,20 @@ conflicts before the swizzle) beside the default, stamped. Records: OUT_DIR/<gpu
 """
 
 import functools
-import math
 import os
 import sys
 import time
 
 import torch
+from v6_runs import called_per_version, cudnn_rows, guard
 
-from gpulab import bench, check, hardware, rnn
+from gpulab import bench, check, hardware
 from gpulab.rnn.fused import clocks, plan, split_backward
-from gpulab.rnn.fused.benchmark import dense_run, problem_inputs, states_reference
+from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
 T, DH = 1024, 768
-
-
-def _line(r, t0):
-    print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:200]} "
-          f"{r.params.get('parts', '')} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
-
-
-def _guard(rows, t0, case, common, fn):
-    try:
-        r = fn()
-    except Exception as exc:  # noqa: BLE001 - recorded; the next case still runs
-        r = bench.record(case=f"error {case}", **{k: v for k, v in common.items() if k != "dtype"})
-        r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
-    rows.append(r)
-    _line(r, t0)
 
 
 def _stamped_v6(x, cfg, ref, case, common):
@@ -62,7 +47,7 @@ def main(out_dir):
     ref = states_reference(*x)
     common = dict(lesson="05", dtype=torch.bfloat16, kind="v6 wide", B=B, T=T, NH=1, DH=DH)
     wide = plan.v6_tiles(B, DH)
-    _guard(rows, t0, "v6 wide", common, lambda: _stamped_v6(x, wide[0], ref, f"v6 gluon bu16 w8 rows32 B{B} 1x{DH}",
+    guard(rows, t0, "v6 wide", common, lambda: _stamped_v6(x, wide[0], ref, f"v6 gluon bu16 w8 rows32 B{B} 1x{DH}",
                                                             common))  # fmt: skip
     chosen = plan.choose(B, 1, DH, training=True)
 
@@ -76,7 +61,7 @@ def main(out_dir):
         case = f"v5 split {tl_.exchange} bu{tl_.block_u} w{tl_.num_warps} B{B} 1x{DH}"
         return bench.measure(fn, case=case, version="v5", parts=parts, **common)
 
-    _guard(rows, t0, "v5", common, v5_fwd)
+    guard(rows, t0, "v5", common, v5_fwd)
     out, _, gates = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
     torch.manual_seed(2)
     d_out = torch.randn_like(out)
@@ -96,41 +81,16 @@ def main(out_dir):
         return bench.measure(fn, case=f"b4 gluon backward bu16 w8 rows32 B{B} 1x{DH}", rel_err=err, version="b4",
                              **common)  # fmt: skip
 
-    _guard(rows, t0, "b3", common, b3)
-    _guard(rows, t0, "b4 wide", common, b4_wide)
-    leaves = [t.detach().clone().requires_grad_(True) for t in x]
-
-    def step():
-        for p in leaves:
-            p.grad = None
-        o, _ = rnn.flashrnn(*leaves, function="lstm", backend="fused")
-        o.sum().backward()
-
-    for version in ("v5", "v6"):
-
-        def called(version=version):
-            with plan.split_version_as(version):
-                plan.clear_cache()
-                step()
-                assert all(torch.isfinite(p.grad).all() for p in leaves), "non-finite gradient"
-                return bench.measure(step, case=f"flashrnn fused {version} fwd+bwd as called B{B} 1x{DH}",
-                                     version=version, direction="forward+backward as called", **common)  # fmt: skip
-
-        _guard(rows, t0, f"called {version}", common, called)
-    plan.clear_cache()
-    m = torch.nn.LSTM(DH, DH).to(x[0].device, torch.float16)
-    xi = torch.randn(T, B, DH, device=x[0].device, dtype=torch.float16)
-    for training in (False, True):
-        rows.append(bench.measure(lambda tr=training: dense_run(xi, m, tr), lesson="05", dtype=torch.float16,
-                                  kind="v6 wide", case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense "
-                                  f"{DH}", B=B, T=T, NH=1, DH=DH, training=training))  # fmt: skip
-        _line(rows[-1], t0)
+    guard(rows, t0, "b3", common, b3)
+    guard(rows, t0, "b4 wide", common, b4_wide)
+    called_per_version(rows, t0, x, common)
+    cudnn_rows(rows, t0, B, T, DH, x[0].device, "v6 wide")
     x16 = problem_inputs(16, T, 1, DH, torch.bfloat16)
     ref16 = states_reference(*x16)
     common16 = {**common, "B": 16}
     for kw in (dict(block_u=8, warps=4), dict(block_u=16, warps=8)):
         cfg = v6.v6_config(DH, **kw)
-        _guard(
+        guard(
             rows,
             t0,
             "v6 B16",

@@ -1,0 +1,78 @@
+"""What lesson 5's version-6 run scripts share (``bench05_v6_wide.py``, ``bench05_v6_tiles.py``,
+``bench05_v6_rows8.py``): a printed line per record, a case that fails left as a record instead of stopping the run,
+the training loop's step through ``flashrnn`` (timed per version of the split kernels), and cuDNN's fp16
+``nn.LSTM`` timed in the same run. Imported by those scripts from this folder (``python scripts/<script>.py`` puts
+it on the path)."""
+
+import math
+import time
+
+import torch
+
+from gpulab import bench, rnn
+from gpulab.rnn.fused import plan
+from gpulab.rnn.fused.benchmark import dense_run
+
+
+def line(r, t0):
+    """Print one record: case, both clocks, status, its clock parts if stamped, seconds since ``t0``."""
+    print(f"{r.case:55s} {r.ms or math.nan:8.3f} ms wall {r.wall_ms or math.nan:8.3f} {r.status[:200]} "
+          f"{r.params.get('parts', '')} {time.time() - t0:.0f}s", flush=True)  # fmt: skip
+
+
+def guard(rows, t0, case, common, fn):
+    """Append ``fn()``'s record to ``rows``, or, if it raises, an ``error <case>`` record with the error as its
+    status (the next case still runs); print it."""
+    try:
+        r = fn()
+    except Exception as exc:  # noqa: BLE001 - recorded; the next case still runs
+        r = bench.record(case=f"error {case}", **{k: v for k, v in common.items() if k != "dtype"})
+        r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
+    rows.append(r)
+    line(r, t0)
+
+
+def loop_step(x):
+    """A training loop's step on fresh leaves copied from ``x`` (Wx, R, b, states): the gradients cleared,
+    ``flashrnn``'s fused backend forward, ``out.sum().backward()``. Returns ``(step, leaves)``."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in x]
+
+    def step():
+        for p in leaves:
+            p.grad = None
+        o, _ = rnn.flashrnn(*leaves, function="lstm", backend="fused")
+        o.sum().backward()
+
+    return step, leaves
+
+
+def called_per_version(rows, t0, x, common, versions=("v5", "v6")):
+    """Forward and backward as a training loop calls them (:func:`loop_step`), the plan's split kernels set to each
+    of ``versions`` in turn (``plan.split_version_as``), checked finite and timed, appended to ``rows``; the plan's
+    choices are cleared after."""
+    step, leaves = loop_step(x)
+    B, DH = x[0].shape[0], x[0].shape[-1]
+    for version in versions:
+
+        def called(version=version):
+            with plan.split_version_as(version):
+                plan.clear_cache()
+                step()
+                assert all(torch.isfinite(p.grad).all() for p in leaves), "non-finite gradient"
+                return bench.measure(step, case=f"flashrnn fused {version} fwd+bwd as called B{B} 1x{DH}",
+                                     version=version, direction="forward+backward as called", **common)  # fmt: skip
+
+        guard(rows, t0, f"called {version}", common, called)
+    plan.clear_cache()
+
+
+def cudnn_rows(rows, t0, B, T, DH, device, kind):
+    """cuDNN's fp16 ``nn.LSTM`` (dense ``DH``, input projection included) forward and forward+backward, timed and
+    appended to ``rows``."""
+    m = torch.nn.LSTM(DH, DH).to(device, torch.float16)
+    xi = torch.randn(T, B, DH, device=device, dtype=torch.float16)
+    for training in (False, True):
+        rows.append(bench.measure(lambda tr=training: dense_run(xi, m, tr), lesson="05", dtype=torch.float16,
+                                  kind=kind, case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense {DH}",
+                                  B=B, T=T, NH=1, DH=DH, training=training))  # fmt: skip
+        line(rows[-1], t0)
