@@ -93,15 +93,17 @@ def parameter_grads(dG, out, states, function, time_major=False):
 
     dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: one product per head over the K = B*T rows
     (fp32 accumulation); db = sum_{b,t} dG (fp32 accumulation); dWx = the input gates of dG (a view, no copy).
-    Few launches: h_{t-1} is one concatenation, the products one einsum, db one reduction.
+    Few launches: h_{t-1} is two copies into one buffer (the H100 profile of one head of 768 found ``torch.cat`` of
+    the strided outputs slower than the einsum's share would suggest: ``benchmarks/05_fused_rnn/v6/session-2026-11-27
+    -n-host.log``), the products one einsum, db one reduction.
     """
     fn = get_function(function)
     B, T = out.shape[1], out.shape[2]
     G_b, NH, DH = dG.shape[2:]
-    if time_major:  # h_{t-1} [T, B, NH, DH]: the initial h, then h_0 .. h_{T-2}
-        h = torch.cat((states[0].transpose(0, 1), out[0, :, : T - 1].transpose(0, 1)))
-    else:  # [B, T, NH, DH]
-        h = torch.cat((states[0], out[0, :, : T - 1]), dim=1)
+    h = out.new_empty((T, B, NH, DH) if time_major else (B, T, NH, DH))  # h_{t-1}, in dG's order of rows
+    steps = h if time_major else h.transpose(0, 1)  # [T, B, NH, DH] either way
+    steps[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
+    steps[1:] = out[0, :, : T - 1].transpose(0, 1)
     rows = dG.reshape(B * T, G_b, NH, DH)
     dR = torch.einsum("kgnj,knm->gnjm", rows[:, fn.r_gates], h.reshape(B * T, NH, DH)).contiguous()
     db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
