@@ -1760,7 +1760,7 @@ if v6_tiles:
     ))  # fmt: skip
 
 # %% [markdown]
-# **Eight rows per program.** The stamped steps above say where the forward's time goes once the product is small: $h_{t-1}$'s arrival, about as long with 48 programs as with 96 (run h), so not the L2's total bandwidth but what one SM takes in: every program reads all of $h_{t-1}$ for its rows, 16 rows $\times$ 768 at every step. Two tiles of 8 rows, each program 16 units in 8 warps, keep 96 programs at $B = 16$ and halve those bytes, the product and the cell per program; b4 in 8-row tiles halves the shares each program pushes and gathers. Run k timed them beside the defaults in one run, and run l (`scripts/gpu_rnn_v6_rows8_default.sh`) again with the 8-row pair first in `plan.V6_TILES`, through the plan as a training loop calls it:
+# **Eight rows per program.** The stamped steps above say where the forward's time goes once the product is small: $h_{t-1}$'s arrival, about as long with 48 programs as with 96 (run h), so not the L2's total bandwidth but what one SM takes in: every program reads all of $h_{t-1}$ for its rows, 16 rows $\times$ 768 at every step. Two tiles of 8 rows, each program 16 units in 8 warps, keep 96 programs at $B = 16$ and halve those bytes, the product and the cell per program; b4 in 8-row tiles halves the shares each program pushes and gathers. `scripts/bench05_v6_rows8.py` times them beside the defaults in one run, and through the plan as a training loop calls it; it ran four times (runs k, l, m, o: the 8-row pair first in `plan.V6_TILES` from run l on, and $h_{t-1}$ for the parameter products built by two copies instead of `torch.cat` in run o). The newest run:
 
 # %%
 try:
