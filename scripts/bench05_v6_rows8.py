@@ -9,7 +9,8 @@ halve them, and halve the product and the cell per program. Each tile: the forwa
 poisoned), launched again for the same bits, clock-stamped, timed with its gates saved; b4 checked against b3 on the
 same saved gates and timed; flashrnn as a training loop calls it with the plan's tiles set to each pair; flashrnn as
 the package now calls it (the plan's own tiles); cuDNN's fp16 nn.LSTM in the same run. Records:
-OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter).
+OUT_DIR/<gpu>-<date>-<TAG>-rows8.jsonl (``TAG``: the run's letter); with ``DH`` set to another head dim, the same at
+that head dim into OUT_DIR/<gpu>-<date>-<TAG>-rows8dh<DH>.jsonl.
 """
 
 import functools
@@ -26,7 +27,7 @@ from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
-B, T, DH = 16, 1024, 768
+B, T, DH = 16, 1024, int(os.environ.get("DH", "768"))  # DH: another head dim (one head), its own record part
 PAIRS = {"rows16": (v6.v6_config(DH), b4.b4_config(DH)),
          "rows8": (v6.v6_config(DH, block_u=16, block_b=8, warps=8), b4.b4_config(DH, block_b=8))}  # fmt: skip
 
@@ -106,7 +107,8 @@ def main(out_dir):
     guard(rows, t0, "called as shipped", common, called_as_shipped)
     cudnn_rows(rows, t0, B, T, DH, x[0].device, "v6 rows8")
     tag = os.environ.get("TAG", "k")
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{tag}-rows8.jsonl")
+    part = "rows8" if DH == 768 else f"rows8dh{DH}"
+    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{tag}-{part}.jsonl")
     bench.save(rows, "05", path=path)
     print(path)
 
