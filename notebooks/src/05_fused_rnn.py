@@ -1803,3 +1803,29 @@ if v6_rows8:
             wv="met" if shipped_.wall_ms <= 5.5 else "not met",
         ),
     )  # fmt: skip
+
+# %% [markdown]
+# The other heads the plan splits: run p (`scripts/gpu_rnn_v6_rows8_dims.sh`) timed the same script at one head of 512 and one of 256 (B = 16):
+
+# %%
+dims_ = {}
+for dh_, load_ in ((512, lambda: versions_report.load_v6_rows8("h100", head_dim=512)),
+                   (256, lambda: versions_report.load_v6_rows8("h100", head_dim=256))):  # fmt: skip
+    try:
+        dims_[dh_] = {r.case: r for r in load_() if r.status == "ok"}
+    except FileNotFoundError as exc:
+        print(exc)
+if len(dims_) == 2:
+    called_ = {dh: {t: rs[f"flashrnn fused v6 {t} fwd+bwd as called B16 1x{dh}"] for t in ("rows8", "rows16")}
+               for dh, rs in dims_.items()}  # fmt: skip
+    for dh, c in called_.items():
+        print(f"head of {dh}: as called, 8-row tiles {c['rows8'].ms:.3f} ms device / {c['rows8'].wall_ms:.3f} wall, "
+              f"16-row tiles {c['rows16'].ms:.3f} / {c['rows16'].wall_ms:.3f}")
+    claims.show(claims.claim(
+        "At a head of 512 the 8-row tiles take {a8:.2f} ms as a loop calls them against {a16:.2f} (device time); at "
+        "a head of 256 they take {b8:.2f} against {b16:.2f}: fewer bytes of h per program stop paying once h is "
+        "small. So `plan.V6_TILES` gives the 8-row pair a smallest head of {m}.",
+        holds=lambda a8, a16, b8, b16, m: a8 < a16 and b8 > b16 and 256 < m <= 512,
+        a8=called_[512]["rows8"].ms, a16=called_[512]["rows16"].ms, b8=called_[256]["rows8"].ms,
+        b16=called_[256]["rows16"].ms, m=plan.V6_TILES[0].get("min_head_dim", 0),
+    ))  # fmt: skip

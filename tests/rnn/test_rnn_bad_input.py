@@ -238,6 +238,13 @@ CASES = [
     ("load_v6_tiles-missing", lambda: versions_report.load_v6_tiles("a100"), FileNotFoundError, "gpu_rnn_v6_tiles"),
     ("load_v6_rows8-gpu", lambda: versions_report.load_v6_rows8(3), TypeError, "gpu must be"),
     ("load_v6_rows8-missing", lambda: versions_report.load_v6_rows8("a100"), FileNotFoundError, "gpu_rnn_v6_rows8"),
+    ("load_v6_rows8-head_dim", lambda: versions_report.load_v6_rows8("h100", head_dim=0), ValueError, "head_dim"),
+    (
+        "load_v6_rows8-dims-missing",
+        lambda: versions_report.load_v6_rows8("h100", head_dim=96),
+        FileNotFoundError,
+        "gpu_rnn_v6_rows8_dims",
+    ),
     ("v6_run_table-results", lambda: versions_report.v6_run_table("x"), TypeError, "results"),
     (
         "v6_run_table-no-cudnn",

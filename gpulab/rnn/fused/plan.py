@@ -181,15 +181,16 @@ of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at 
 
 
 V6_TILES = (
-    dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8)),
+    dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8), min_head_dim=512),
     dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
     dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
 )
 """Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
-GPU's SMs at once wins. 8 batch rows per program first: every program reads all of h_{t-1} (or pushes its share of
-dh_{t-1}) for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (lesson 5,
-Appendix I: one head of 768, B16). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's
-tile (half the programs: two batch tiles of one head of 768 at B32)."""
+GPU's SMs at once (and whose ``min_head_dim``, if it has one, the head reaches) wins. 8 batch rows per program first,
+for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1}) for its rows at every
+step, and 8 rows halve those bytes, the product and the cell per program; at a head of 256 the 8-row pair was slower
+on the H100 (lesson 5, Appendix I's records at 768, 512 and 256, B16). Then 16 rows with the kernels' defaults, then
+16 rows with the forward in b4's tile (half the programs: two batch tiles of one head of 768 at B32)."""
 
 
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
@@ -204,13 +205,16 @@ def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
         return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
     valid, errors = [], []
     for pair in V6_TILES:
+        if head_dim < pair.get("min_head_dim", 0):
+            continue
         try:
             valid.append((v6_gluon_split.v6_config(head_dim, **pair["forward"]),
                           b4_gluon_split_backward.b4_config(head_dim, **pair["backward"])))  # fmt: skip
         except ValueError as exc:
             errors.append(str(exc))
     if not valid:
-        raise ValueError(f"head_dim={head_dim} fits no version-6 tile pair: {errors[-1]}")
+        why = errors[-1] if errors else "every pair of V6_TILES asks for a larger head (min_head_dim)"
+        raise ValueError(f"head_dim={head_dim} fits no version-6 tile pair: {why}")
     sms = hardware.live_properties().get("sm_count", 0)
     fits = [p for p in valid if max(t.programs(batch, num_heads, head_dim) for t in p) <= sms]
     return fits[0] if fits else valid[0] if not sms else valid[-1]

@@ -199,6 +199,18 @@ def test_version_6_takes_the_first_tile_pair_that_fits(sms, B, NH, want, fits, m
     assert (max(t.programs(B, NH, 768) for t in (fwd, bwd)) <= sms) == fits
 
 
+@pytest.mark.parametrize("DH, want", [(768, (16, 8, 8)), (512, (16, 8, 8)), (256, (8, 16, 4))])
+def test_version_6_takes_8_row_tiles_from_heads_of_512(DH, want, monkeypatch):
+    """The 8-row pair is for heads of 512 and more (at 256 it was the slower one on the H100): below, the plan
+    starts from the 16-row defaults."""
+    from gpulab import hardware
+    from gpulab.rnn.fused import plan
+
+    monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": 132})
+    fwd, bwd = plan.v6_tiles(16, DH)
+    assert (fwd.block_u, fwd.block_b, fwd.warps) == want and bwd.block_b == want[1]
+
+
 def test_version_6_tiles_skip_pairs_the_head_dim_does_not_fit(monkeypatch):
     """A head of 96 takes no 8-warp tile (96 is not a multiple of 16 * 8): the plan falls to a pair it fits, and a head
     no pair fits is a ValueError naming the head dim."""
@@ -212,6 +224,9 @@ def test_version_6_tiles_skip_pairs_the_head_dim_does_not_fit(monkeypatch):
     assert (fwd.block_u, fwd.block_b, fwd.warps, bwd.warps) == (8, 16, 2, 2)
     with pytest.raises(ValueError, match="head_dim=100"):
         plan.v6_tiles(4, 100)
+    monkeypatch.setattr(plan, "V6_TILES", plan.V6_TILES[:1])  # only the 8-row pair, for heads of 512 and more
+    with pytest.raises(ValueError, match="head_dim=256 fits no version-6 tile pair.*min_head_dim"):
+        plan.v6_tiles(4, 256)
 
 
 @pytest.mark.gpu

@@ -297,11 +297,14 @@ def load_v6_tiles(gpu: str = "h100", root=None) -> list[bench.Result]:
     return _v6_newest(gpu, root, "tiles", "run `scripts/gpu_rnn_v6_tiles.sh` on that GPU.")
 
 
-def load_v6_rows8(gpu: str = "h100", root=None) -> list[bench.Result]:
+def load_v6_rows8(gpu: str = "h100", root=None, head_dim: int = 768) -> list[bench.Result]:
     """Version 6's newest run in 8-row batch tiles (``scripts/bench05_v6_rows8.py``, ``<gpu>-<date>[-<run>]-rows8
-    .jsonl``): one head of 768 at B16, the forward and b4 in 8-row tiles beside the 16-row defaults, stamped, and as
-    called."""
-    return _v6_newest(gpu, root, "rows8", "run `scripts/gpu_rnn_v6_rows8.sh` on that GPU.")
+    .jsonl``): one head of ``head_dim`` at B16, the forward and b4 in 8-row tiles beside the 16-row defaults, stamped,
+    and as called. Head dims other than 768 are their own records (``-rows8dh<head_dim>.jsonl``)."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    part = "rows8" if head_dim == 768 else f"rows8dh{head_dim}"
+    return _v6_newest(gpu, root, part, f"run `scripts/gpu_rnn_v6_rows8{'' if head_dim == 768 else '_dims'}.sh` on "
+                      "that GPU.")  # fmt: skip
 
 
 def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:
