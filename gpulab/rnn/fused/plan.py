@@ -220,13 +220,11 @@ def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
     return fits[0] if fits else valid[0] if not sms else valid[-1]
 
 
-def _v6_forward(Wx, R, b, states, function, save_gates):
-    cfg = v6_tiles(Wx.shape[0], Wx.shape[-1], Wx.shape[-2])[0]
+def _v6_forward(Wx, R, b, states, function, save_gates, *, cfg):
     return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg)
 
 
-def _b4_gradients(d_out, gates, out, states, R, function, d_last=None):
-    cfg = v6_tiles(out.shape[1], out.shape[-1], out.shape[-2])[1]
+def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg):
     dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg)
     return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
 
@@ -251,10 +249,13 @@ def _loops(B, NH, DH, function, dtype, device, training, version="v5"):
     (:data:`SPLIT_VERSION`)."""
     chosen = choose(B, NH, DH, function, dtype, training=training)
     if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype):
-        return _v6_forward, _b4_gradients if training else None
+        forward, backward = v6_tiles(B, DH, NH)  # chosen once per problem, like the rest of the loops
+        return (functools.partial(_v6_forward, cfg=forward),
+                functools.partial(_b4_gradients, cfg=backward) if training else None)  # fmt: skip
     if chosen.kind == "split" and version == "v6+b3" and chosen.backward is not None and v6_applies(
             B, NH, DH, function, dtype):  # fmt: skip
-        return _v6_forward, functools.partial(split_rnn_gradients, tiling=chosen.backward) if training else None
+        forward = functools.partial(_v6_forward, cfg=v6_tiles(B, DH, NH)[0])
+        return forward, functools.partial(split_rnn_gradients, tiling=chosen.backward) if training else None
     if chosen.kind == "split":
         run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling)
         if not training:
