@@ -16,10 +16,10 @@ import sys
 import time
 
 import torch
-from v6_runs import called_per_version, cudnn_rows, guard
+from v6_runs import b3_reference, called_per_version, cudnn_rows, guard
 
 from gpulab import bench, check, hardware
-from gpulab.rnn.fused import clocks, plan, split_backward
+from gpulab.rnn.fused import clocks, plan
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
@@ -62,15 +62,7 @@ def main(out_dir):
         return bench.measure(fn, case=case, version="v5", parts=parts, **common)
 
     guard(rows, t0, "v5", common, v5_fwd)
-    out, _, gates = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
-    torch.manual_seed(2)
-    d_out = torch.randn_like(out)
-    bargs = (d_out, gates, out, x[3], x[1])
-    dG3, ds03 = split_backward.split_rnn_backward(*bargs, "lstm", tiling=chosen.backward)
-
-    def b3():
-        fn = functools.partial(split_backward.split_rnn_backward, *bargs, "lstm", tiling=chosen.backward)
-        return bench.measure(fn, case=f"b3 split backward B{B} 1x{DH}", version="b3", **common)
+    bargs, dG3, ds03 = b3_reference(rows, t0, x, chosen, common)
 
     def b4_wide():
         dG, ds0 = b4.split_backward_b4(*bargs, cfg=wide[1])
@@ -81,7 +73,6 @@ def main(out_dir):
         return bench.measure(fn, case=f"b4 gluon backward bu16 w8 rows32 B{B} 1x{DH}", rel_err=err, version="b4",
                              **common)  # fmt: skip
 
-    guard(rows, t0, "b3", common, b3)
     guard(rows, t0, "b4 wide", common, b4_wide)
     called_per_version(rows, t0, x, common)
     cudnn_rows(rows, t0, B, T, DH, x[0].device, "v6 wide")

@@ -4,13 +4,14 @@ the training loop's step through ``flashrnn`` (timed per version of the split ke
 ``nn.LSTM`` timed in the same run. Imported by those scripts from this folder (``python scripts/<script>.py`` puts
 it on the path)."""
 
+import functools
 import math
 import time
 
 import torch
 
 from gpulab import bench, rnn
-from gpulab.rnn.fused import plan
+from gpulab.rnn.fused import plan, split_backward
 from gpulab.rnn.fused.benchmark import dense_run
 
 
@@ -44,6 +45,22 @@ def loop_step(x):
         o.sum().backward()
 
     return step, leaves
+
+
+def b3_reference(rows, t0, x, chosen, common):
+    """Version 5's forward (``chosen``: the plan's split tiles) saving its gates, a random dL/d(states) (seed 2), and
+    b3's backward on them: the reference b4 is checked against. b3 is timed into ``rows``. Returns ``(bargs, dG,
+    d_states)`` with ``bargs`` = (d_out, gates, out, states, R), the backward's arguments."""
+    out, _, gates = plan.split_forward_at(*x, chosen.tiling, save_gates=True)
+    torch.manual_seed(2)
+    d_out = torch.randn_like(out)
+    bargs = (d_out, gates, out, x[3], x[1])
+    dG, ds0 = split_backward.split_rnn_backward(*bargs, "lstm", tiling=chosen.backward)
+    fn = functools.partial(split_backward.split_rnn_backward, *bargs, "lstm", tiling=chosen.backward)
+    B, DH = x[0].shape[0], x[0].shape[-1]
+    guard(rows, t0, "b3", common, lambda: bench.measure(fn, case=f"b3 split backward B{B} 1x{DH}", version="b3",
+                                                         **common))  # fmt: skip
+    return bargs, dG, ds0
 
 
 def called_per_version(rows, t0, x, common, versions=("v5", "v6")):
