@@ -1733,7 +1733,7 @@ if v6_wide:
     )  # fmt: skip
 
 # %% [markdown]
-# Two tiles of 16 rows instead (run j, `scripts/gpu_rnn_v6_tiles.sh`). At $B = 32$ the default forward tile of 8 units would make 192 programs, more than the H100's 132 SMs; b4's tile of 16 units in 8 warps makes 96, and every one is resident. So `plan.v6_tiles` gives the forward that tile wherever its default's programs would not fit the GPU, and `plan.v6_applies` then holds up to 32 rows of one head of 768:
+# Two tiles of 16 rows instead (`scripts/bench05_v6_tiles.py`: runs j, m and r; the newest is shown). At $B = 32$ the default forward tile of 8 units would make 192 programs, more than the H100's 132 SMs; b4's tile of 16 units in 8 warps makes 96, and every one is resident. So `plan.v6_tiles` gives the forward that tile wherever its default's programs would not fit the GPU, and `plan.v6_applies` then holds up to 32 rows of one head of 768:
 
 # %%
 try:
