@@ -19,10 +19,10 @@ import sys
 import time
 
 import torch
-from v6_runs import cudnn_rows, guard, loop_step
+from v6_runs import checked_and_stamped, cudnn_rows, guard, loop_step
 
 from gpulab import bench, check, hardware, runtime
-from gpulab.rnn.fused import clocks, plan, split_backward
+from gpulab.rnn.fused import plan, split_backward
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
@@ -43,15 +43,8 @@ def main(out_dir):
     common = dict(lesson="05", dtype=torch.bfloat16, kind="v6 rows8", B=B, T=T, NH=1, DH=DH)
 
     def forward(cfg):
-        with runtime.poisoning(True):
-            out, _, _ = v6.split_forward_v6(*x, cfg=cfg, save_gates=True)
-        err = check.assert_close_drifting(out, ref, name="states")
-        assert torch.equal(v6.split_forward_v6(*x, cfg=cfg, save_gates=True)[0], out), "a second launch differs"
-        stamps = clocks.clock_buffer(cfg.programs(B, 1, DH), T, x[0].device)
-        v6.split_forward_v6(*x, cfg=cfg, save_gates=True, clocks=stamps)
-        torch.cuda.synchronize()
-        parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
         fn = functools.partial(v6.split_forward_v6, *x, cfg=cfg, save_gates=True)
+        err, parts = checked_and_stamped(fn, ref, cfg.programs(B, 1, DH), poison=True)
         return bench.measure(fn, case=f"v6 gluon {_name(cfg)} B{B} 1x{DH} saving gates", rel_err=err, version="v6",
                              block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, parts=parts, save_gates=True,
                              **common)  # fmt: skip

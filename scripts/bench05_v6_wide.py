@@ -16,7 +16,7 @@ import sys
 import time
 
 import torch
-from v6_runs import b3_reference, called_per_version, cudnn_rows, guard
+from v6_runs import b3_reference, called_per_version, checked_and_stamped, cudnn_rows, guard
 
 from gpulab import bench, check, hardware
 from gpulab.rnn.fused import clocks, plan
@@ -28,13 +28,8 @@ T, DH = 1024, 768
 
 
 def _stamped_v6(x, cfg, ref, case, common):
-    out, _, _ = v6.split_forward_v6(*x, cfg=cfg)
-    err = check.assert_close_drifting(out, ref, name="states")
-    assert torch.equal(v6.split_forward_v6(*x, cfg=cfg)[0], out), "a second launch differs"
-    stamps = clocks.clock_buffer(cfg.programs(x[0].shape[0], 1, DH), T, x[0].device)
-    v6.split_forward_v6(*x, cfg=cfg, clocks=stamps)
-    torch.cuda.synchronize()
-    parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
+    err, parts = checked_and_stamped(functools.partial(v6.split_forward_v6, *x, cfg=cfg), ref,
+                                     cfg.programs(x[0].shape[0], 1, DH))  # fmt: skip
     return bench.measure(functools.partial(v6.split_forward_v6, *x, cfg=cfg), case=case, rel_err=err, version="v6",
                          block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, parts=parts, h_loads="coalesced",
                          early_arrive=True, **common)  # fmt: skip

@@ -18,6 +18,7 @@ import sys
 import time
 
 import torch
+from v6_runs import checked_and_stamped
 
 from gpulab import bench, check, hardware
 from gpulab.rnn.fused import clocks, plan
@@ -39,13 +40,8 @@ def forward_rows(common, t0):
         v6.EARLY_ARRIVE = early
         tag = f"v6 gluon {h_loads} bu{cfg.block_u} w{cfg.warps} 1x{DH}" + ("" if early else " arriving late")
         try:
-            out, _, _ = v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)
-            err = check.assert_close_drifting(out, ref, name="states")
-            assert torch.equal(v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads)[0], out), "launches differ"
-            stamps = clocks.clock_buffer(cfg.programs(B, 1, DH), T, x[0].device)
-            v6.split_forward_v6(*x, cfg=cfg, h_loads=h_loads, clocks=stamps)
-            torch.cuda.synchronize()
-            parts = {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
+            err, parts = checked_and_stamped(functools.partial(v6.split_forward_v6, *x, cfg=cfg, h_loads=h_loads), ref,
+                                             cfg.programs(B, 1, DH))  # fmt: skip
             fn = functools.partial(v6.split_forward_v6, *x, save_gates=True, cfg=cfg, h_loads=h_loads)
             r = bench.measure(fn, case=tag + " saving gates", rel_err=err, version="v6", h_loads=h_loads,
                               block_u=cfg.block_u, warps=cfg.warps, save_gates=True, parts=parts,

@@ -1,17 +1,18 @@
 """What lesson 5's version-6 run scripts share (``bench05_v6_wide.py``, ``bench05_v6_tiles.py``,
-``bench05_v6_rows8.py``): a printed line per record, a case that fails left as a record instead of stopping the run,
-the training loop's step through ``flashrnn`` (timed per version of the split kernels), and cuDNN's fp16
-``nn.LSTM`` timed in the same run. Imported by those scripts from this folder (``python scripts/<script>.py`` puts
-it on the path)."""
+``bench05_v6_rows8.py``, ``diag05_v6.py``): a version-6 forward checked and clock-stamped, a printed line per record,
+a case that fails left as a record instead of stopping the run, the training loop's step through ``flashrnn`` (timed
+per version of the split kernels), and cuDNN's fp16 ``nn.LSTM`` timed in the same run. Imported by those scripts from
+this folder (``python scripts/<script>.py`` puts it on the path)."""
 
+import contextlib
 import functools
 import math
 import time
 
 import torch
 
-from gpulab import bench, rnn
-from gpulab.rnn.fused import plan, split_backward
+from gpulab import bench, check, rnn, runtime
+from gpulab.rnn.fused import clocks, plan, split_backward
 from gpulab.rnn.fused.benchmark import dense_run
 
 
@@ -31,6 +32,21 @@ def guard(rows, t0, case, common, fn):
         r.status = f"error: {type(exc).__name__}: {str(exc)[:400]}"
     rows.append(r)
     line(r, t0)
+
+
+def checked_and_stamped(forward, ref, programs, poison=False):
+    """``forward(**kw)``: one version-6 forward launch (``split_forward_v6`` with its inputs and tile bound). Its
+    states checked against the float64 ``ref`` (outputs poisoned first if ``poison``), a second launch for the same
+    bits, a third with clock stamps (``programs`` of them): returns (relative error, mean ns per step of each part,
+    :func:`gpulab.rnn.fused.clocks.step_parts`)."""
+    with runtime.poisoning(True) if poison else contextlib.nullcontext():
+        out = forward()[0]
+    err = check.assert_close_drifting(out, ref, name="states")
+    assert torch.equal(forward()[0], out), "a second launch differs"
+    stamps = clocks.clock_buffer(programs, out.shape[2], out.device)
+    forward(clocks=stamps)
+    torch.cuda.synchronize()
+    return err, {k: round(v, 1) for k, v in clocks.step_parts(stamps).items()}
 
 
 def loop_step(x):

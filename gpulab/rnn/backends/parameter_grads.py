@@ -43,6 +43,7 @@ __all__ = [
     "small_parameter_grads",
     "step_products",
     "step_splits",
+    "input_gate_grads",
     "gate_gradients_to_parameters",
 ]
 
@@ -82,8 +83,9 @@ def split_products(prod, fn, dtype):
     return prod[fn.r_gates, :, :, :DH].to(dtype).contiguous(), prod[..., DH].to(dtype).contiguous()
 
 
-def _input_gate_grads(dG, fn, time_major):
-    """dWx: the input gates of dG, a [B, T, G_w, NH, DH] view (no copy)."""
+def input_gate_grads(dG, fn, time_major):
+    """dWx: the input gates of dG ([B, T, G_b, NH, DH], or [T, B, ...] if ``time_major``; ``fn`` an RNNFunction) as
+    a [B, T, G_w, NH, DH] view (no copy)."""
     return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates]
 
 
@@ -107,7 +109,7 @@ def parameter_grads(dG, out, states, function, time_major=False):
     rows = dG.reshape(B * T, G_b, NH, DH)
     dR = torch.einsum("kgnj,knm->gnjm", rows[:, fn.r_gates], h.reshape(B * T, NH, DH)).contiguous()
     db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
-    return _input_gate_grads(dG, fn, time_major), dR, db
+    return input_gate_grads(dG, fn, time_major), dR, db
 
 
 SMALL_ROWS = 2048
@@ -205,7 +207,7 @@ def small_parameter_grads(dG, out, states, function, time_major=False):
     dR = new_output(fn.gates_r, NH, DH, DH, dtype=dG.dtype, device=dG.device)
     db = new_output(G_B, NH, DH, dtype=dG.dtype, device=dG.device)
     _launch_products(dG, out, states, fn, dR, db, 0, T, time_major, splits=1, block_k=32)
-    return _input_gate_grads(dG, fn, time_major), dR, db
+    return input_gate_grads(dG, fn, time_major), dR, db
 
 
 STEP_ROWS = 1024

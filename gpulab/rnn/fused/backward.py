@@ -61,6 +61,7 @@ from gpulab.check import new_output
 from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.parameter_grads import (
     gate_gradients_to_parameters,
+    input_gate_grads,
     step_products,
     step_splits,
 )
@@ -374,8 +375,7 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
         main.wait_stream(side)
         for t in (dG, dR, db):
             t.record_stream(side)
-    dWx = (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates]
-    return dWx, dR.sum(0).to(out.dtype), db.sum(0).to(out.dtype), carry
+    return input_gate_grads(dG, fn, time_major), dR.sum(0).to(out.dtype), db.sum(0).to(out.dtype), carry
 
 
 _SIDE_STREAMS: dict = {}
