@@ -154,12 +154,18 @@ def persistent_mode(persistent: bool | None) -> bool:
     return persistent
 
 
-def barrier_counter(device: torch.device, programs: int) -> torch.Tensor:
+COUNTER_STRIDE = 16
+"""int64s between two groups' counters (128 bytes: each group's counter in a cache line of its own)."""
+
+
+def barrier_counter(device: torch.device, programs: int, groups: int = 1) -> torch.Tensor:
     """The grid barrier's int64 counter for launches of ``programs`` programs on ``device``'s current stream: made
-    zero once and never reset (see :mod:`gpulab.rnn.fused.split`), so CUDA-graph replays find it consistent."""
+    zero once and never reset (see :mod:`gpulab.rnn.fused.split`), so CUDA-graph replays find it consistent. With
+    ``groups`` > 1, one counter per group of programs that wait only for each other (a head and batch tile of
+    version 6), :data:`COUNTER_STRIDE` apart."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream, programs)
+    key = (device, stream, programs, groups)
     counter = _COUNTERS.get(key)
     if counter is None:
-        counter = _COUNTERS[key] = torch.zeros(1, dtype=torch.int64, device=device)
+        counter = _COUNTERS[key] = torch.zeros(groups * COUNTER_STRIDE, dtype=torch.int64, device=device)
     return counter

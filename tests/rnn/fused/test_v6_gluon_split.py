@@ -124,20 +124,31 @@ def test_refuses_the_cpu(make_inputs):
                                      (29, 768, {"block_u": 16, "warps": 8}),
                                      (16, 768, {"block_u": 16, "warps": 8, "block_b": 8}),
                                      (13, 768, {"block_u": 16, "warps": 8, "block_b": 8})])  # fmt: skip
-def test_v6_on_gpu(B, DH, kw, make_inputs):
+@pytest.mark.parametrize("exchange", v6.EXCHANGES)
+def test_v6_on_gpu(B, DH, kw, exchange, make_inputs):
     """The kernel at full width (T = 64, bf16) against float64, gates too; launched again (the barrier's counter
     carries over) it gives the same bits; the split forward of version 5 agrees within bf16's tolerance."""
     from gpulab.rnn.fused import split
 
     inputs = make_inputs("lstm", B, 64, 1, DH, dtype=torch.bfloat16, device=runtime.device)
     cfg = v6.v6_config(DH, **kw)
-    out, last, gates = v6.split_forward_v6(*inputs, cfg=cfg)
+    out, last, gates = v6.split_forward_v6(*inputs, cfg=cfg, exchange=exchange)
     ref = _float64(inputs)
     check.assert_close_drifting(out, ref[0], name="states_all")
     check.assert_close_drifting(last, ref[1], name="states_last")
     check.assert_close(gates, _pre_activations(inputs, out), dtype=torch.bfloat16, name="gates")
     for _ in range(20):
-        again, _, _ = v6.split_forward_v6(*inputs, cfg=cfg)
+        again, _, _ = v6.split_forward_v6(*inputs, cfg=cfg, exchange=exchange)
         assert torch.equal(again, out)
     v5, _, _ = split.split_rnn_forward(*inputs, function="lstm", save_gates=False)
     check.assert_close_drifting(out, v5.double(), name="v6 vs v5")
+
+
+@pytest.mark.gpu
+def test_tagged_exchange_past_the_tags_wrap(make_inputs):
+    """Past 65535 steps the 16-bit tags start over (step t's tag is t % 65535 + 1): the tagged exchange still gives
+    the counter's bits, step for step."""
+    inputs = make_inputs("lstm", 3, 65600, 1, 64, dtype=torch.bfloat16, device=runtime.device, seed=5)
+    cfg = v6.v6_config(64, block_u=4, block_b=8, warps=1)
+    tagged = v6.split_forward_v6(*inputs, cfg=cfg, exchange="tagged", save_gates=False)[0]
+    assert torch.equal(tagged, v6.split_forward_v6(*inputs, cfg=cfg, exchange="counter", save_gates=False)[0])

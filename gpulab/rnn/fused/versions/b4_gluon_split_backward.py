@@ -23,10 +23,14 @@ Per step t = T-1 .. 0, program (p, n, tile) (fp32; the forward saved pre-activat
     dc = dL/dc_t + carried dc
     (di, df, dz, do), dc = cell_backward(pre_t, c_{t-1}, dh, dc)
     part[t % 2][p] = R_p^T @ dG_t[:, U_p]^T                                      [DH, B]
-    arrive; store dG_t of U_p; wait           (the barrier, dG stored while waiting: EARLY_ARRIVE)
+    arrive; store dG_t of U_p; load step t-1's inputs; wait
+                          (dG stored and the next inputs loaded while waiting: EARLY_ARRIVE, PREFETCH)
 
 and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored in Wx's layout [B, T, 4,
-NH, DH]: the parameter products read it as one matrix of B * T rows, and it is dWx as it stands. On a CPU
+NH, DH]: the parameter products read it as one matrix of B * T rows, and it is dWx as it stands. Each step's inputs
+(saved pre-activations, c_{t-1}, dL/d(states)) come from HBM; loaded after the barrier, their trip added to every
+step's, so they are loaded a step ahead, while the program waits (``PREFETCH``). Each head and batch tile waits at
+its own counter, for its own programs only (``gluon_ops.BARRIER``). On a CPU
 :func:`schedule_reference` runs the same decomposition in float64 (tests compare it with autograd through the vanilla
 backend); :func:`compile_sm90` compiles the kernel for sm_90 without a GPU; the GPU tests run it.
 """
@@ -177,6 +181,24 @@ def _gather(slab0, units_b, SPLIT: gl.constexpr, DH: gl.constexpr, BLOCK_B: gl.c
     return gl.convert_layout(acc, lp)
 
 
+@gluon.jit
+def _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t, own, ok, t, HD, B, c_stride):
+    """Step t's inputs as stored (16-bit; converted where used, so a load in flight stalls nothing): the saved
+    pre-activations i, f, z, o, c_{t-1} (the initial c at t = 0), dL/dh_t and dL/dc_t."""
+    g_t = gates_ptr + gate_t + t * 4 * HD
+    x_i = gl.load(g_t, mask=ok, other=0.0)
+    x_f = gl.load(g_t + HD, mask=ok, other=0.0)
+    x_z = gl.load(g_t + 2 * HD, mask=ok, other=0.0)
+    x_o = gl.load(g_t + 3 * HD, mask=ok, other=0.0)
+    if t > 0:
+        x_c = gl.load(out_ptr + c_stride + own_t + (t - 1) * HD, mask=ok, other=0.0)
+    else:
+        x_c = gl.load(s0_ptr + B * HD + own, mask=ok, other=0.0)
+    x_h = gl.load(dout_ptr + own_t + t * HD, mask=ok, other=0.0)
+    x_dc = gl.load(dout_ptr + c_stride + own_t + t * HD, mask=ok, other=0.0)
+    return x_i, x_f, x_z, x_o, x_c, x_h, x_dc
+
+
 @gluon.jit(do_not_specialize=["B", "T", "NH", "n_programs"])  # a size of 1 stays a tensor (one compile per tile)
 def split_backward_b4_kernel(
     gates_ptr,  # [B, T, 4, NH, DH] pre-activations saved by the forward
@@ -204,6 +226,9 @@ def split_backward_b4_kernel(
     FAST: gl.constexpr,  # one-instruction activations (bf16, as version 5: tiles.fast_activations)
     COALESCED: gl.constexpr,  # the shares stored in 16-byte rows (else from the product's fragments, 4 bytes each)
     EARLY: gl.constexpr,  # arrive at the barrier right after pushing the shares (dG stored while waiting)
+    GROUP_STRIDE: gl.constexpr,  # > 0: a barrier per head and batch tile, their counters this many int64 apart
+    POLL_LOADS: gl.constexpr,  # the barrier's wait polls with acquire loads (else atomics: gluon_ops.POLL)
+    PREFETCH: gl.constexpr,  # each step's inputs loaded during the previous step's wait (else at its start)
 ):
     K: gl.constexpr = 4 * BLOCK_U
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
@@ -253,21 +278,22 @@ def split_backward_b4_kernel(
     if HAS_LAST:
         dh_c = gl.load(dlast_ptr + own, mask=ok, other=0.0).to(gl.float32)
         dc = gl.load(dlast_ptr + B * HD + own, mask=ok, other=0.0).to(gl.float32)
+    if GROUP_STRIDE > 0:  # this head and tile's counter (n_programs: the programs of one group)
+        bar_ptr += (n * gl.num_programs(2) + tile) * GROUP_STRIDE
     base = barrier_base(bar_ptr, n_programs)
+    # step T - 1's inputs (PREFETCH: each step loads the next one's while it waits at the barrier)
+    x_i, x_f, x_z, x_o, x_c, x_h, x_dc = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t, own, ok,
+                                                       T - 1, HD, B, c_stride)  # fmt: skip
     for tt in range(T):
         t = T - 1 - tt
-        # step t's inputs: saved pre-activations, c_{t-1}, dL/dh_t, dL/dc_t
-        g_t = gates_ptr + gate_t + t * 4 * HD
-        pre_i = gl.load(g_t, mask=ok, other=0.0).to(gl.float32)
-        pre_f = gl.load(g_t + HD, mask=ok, other=0.0).to(gl.float32)
-        pre_z = gl.load(g_t + 2 * HD, mask=ok, other=0.0).to(gl.float32)
-        pre_o = gl.load(g_t + 3 * HD, mask=ok, other=0.0).to(gl.float32)
-        if t > 0:
-            c_prev = gl.load(out_ptr + c_stride + own_t + (t - 1) * HD, mask=ok, other=0.0).to(gl.float32)
-        else:
-            c_prev = gl.load(s0_ptr + B * HD + own, mask=ok, other=0.0).to(gl.float32)
-        dh = dh_c + gl.load(dout_ptr + own_t + t * HD, mask=ok, other=0.0).to(gl.float32)
-        dc += gl.load(dout_ptr + c_stride + own_t + t * HD, mask=ok, other=0.0).to(gl.float32)
+        # step t's inputs: saved pre-activations, c_{t-1}, dL/dh_t, dL/dc_t (loaded a step ahead, or now)
+        if not PREFETCH:
+            x_i, x_f, x_z, x_o, x_c, x_h, x_dc = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t,
+                                                               own, ok, t, HD, B, c_stride)  # fmt: skip
+        pre_i, pre_f, pre_z, pre_o = x_i.to(gl.float32), x_f.to(gl.float32), x_z.to(gl.float32), x_o.to(gl.float32)
+        c_prev = x_c.to(gl.float32)
+        dh = dh_c + x_h.to(gl.float32)
+        dc += x_dc.to(gl.float32)
         dh_c = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)
         if tt > 0:  # the shares of step t + 1, pushed by every program before the last barrier
             dh += _gather(slab0 + ((t + 1) % 2) * PSLOT, units_b, SPLIT, DH, BLOCK_B, lp)
@@ -308,9 +334,18 @@ def split_backward_b4_kernel(
             gl.store(dg_t + HD, d_f, mask=ok)
             gl.store(dg_t + 2 * HD, d_z, mask=ok)
             gl.store(dg_t + 3 * HD, d_o, mask=ok)
-            ops.grid_wait(bar_ptr, base + (tt + 1) * n_programs)
+            if PREFETCH:  # the next step's inputs, in flight while this program waits
+                x_i, x_f, x_z, x_o, x_c, x_h, x_dc = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t,
+                                                                   own, ok, gl.maximum(t - 1, 0), HD, B,
+                                                                   c_stride)  # fmt: skip
+            ops.grid_wait(bar_ptr, base + (tt + 1) * n_programs, POLL_LOADS)
         else:
-            grid_barrier(bar_ptr, base + (tt + 1) * n_programs)  # (its CTA barrier also ends the reads of dgs)
+            if PREFETCH:
+                x_i, x_f, x_z, x_o, x_c, x_h, x_dc = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t,
+                                                                   own, ok, gl.maximum(t - 1, 0), HD, B,
+                                                                   c_stride)  # fmt: skip
+            # (the barrier's CTA barrier also ends the reads of dgs)
+            grid_barrier(bar_ptr, base + (tt + 1) * n_programs, POLL_LOADS)
     dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
     gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
@@ -322,6 +357,10 @@ or ``fragments`` (from the product's registers, 4 bytes a store)."""
 
 
 EARLY_ARRIVE = True
+PREFETCH = True
+"""Load each step's inputs (saved gates, c_{t-1}, dL/d(states)) during the previous step's wait at the barrier
+(False: at the step's start, after the wait, beside the gather of dh's shares; kept for the A/B of
+``scripts/diag05_v6_switches.py``)."""
 """Arrive at each step's barrier right after pushing the shares, then store dG while waiting (False: after every
 store; kept for the A/B of ``scripts/diag05_v6.py``)."""
 
@@ -330,7 +369,8 @@ def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
-                COALESCED=share_stores == "coalesced", EARLY=EARLY_ARRIVE)  # fmt: skip
+                COALESCED=share_stores == "coalesced", EARLY=EARLY_ARRIVE, **ops.barrier_constexprs(),
+                PREFETCH=PREFETCH)  # fmt: skip
 
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,
@@ -364,10 +404,11 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
     grid = (DH // cfg.block_u, NH, tiles)
     programs = grid[0] * grid[1] * grid[2]
+    groups = ops.barrier_groups(NH, tiles)
     split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
         gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
         dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
-        bar_ptr=barrier_counter(dev, programs), B=B, T=T, NH=NH, n_programs=programs,
+        bar_ptr=barrier_counter(dev, programs, groups), B=B, T=T, NH=NH, n_programs=programs // groups,
         **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores), num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip

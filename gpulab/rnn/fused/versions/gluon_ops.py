@@ -10,6 +10,7 @@ from triton.experimental.gluon import language as gl
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
+__all__ += ["BARRIERS", "BARRIER", "barrier_groups", "POLLS", "POLL", "barrier_constexprs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -48,21 +49,60 @@ def grid_arrive(bar_ptr):
     gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
 
 
+BARRIERS = ("grid", "group")
+"""What a step's barrier waits for: every program of the launch (``grid``), or only the programs of the same head and
+batch tile (``group``: they alone exchange h or dh; one counter each, ``tiles.barrier_counter(..., groups)``)."""
+BARRIER = "group"
+"""The barrier the kernels of version 6 are launched with (their ``GROUP_STRIDE``; ``grid`` kept for the A/B of
+``scripts/diag05_v6_switches.py``)."""
+
+
+def barrier_groups(heads: int, tiles: int) -> int:
+    """How many counters a launch of version 6 uses under :data:`BARRIER`: one per head and batch tile, or one."""
+    return heads * tiles if BARRIER == "group" else 1
+
+
+def barrier_constexprs() -> dict:
+    """The kernels' barrier constexprs under :data:`BARRIER` and :data:`POLL`: ``GROUP_STRIDE`` (int64s between two
+    groups' counters; 0 for one counter) and ``POLL_LOADS``."""
+    from gpulab.rnn.fused.tiles import COUNTER_STRIDE  # noqa: PLC0415
+
+    return dict(GROUP_STRIDE=COUNTER_STRIDE if BARRIER == "group" else 0, POLL_LOADS=POLL == "load")
+
+
+POLLS = ("atomic", "load")
+"""How :func:`grid_wait` reads the counter: an atomic add of 0 with acquire semantics (which Triton compiles to one
+thread's acquire load, its value passed to the others through shared memory), or an acquire load in every thread
+(inline PTX; measured slower on the H100: 256 threads a program polling instead of one)."""
+POLL = "atomic"
+"""The poll the kernels of version 6 compile with (their ``POLL_LOADS``)."""
+
+
 @gluon.jit
-def grid_wait(bar_ptr, target):
+def _count(bar_ptr, LOADS: gl.constexpr):
+    if LOADS:
+        return gl.inline_asm_elementwise("ld.acquire.gpu.global.b64 $0, [$1];", "=l,l", [bar_ptr], dtype=gl.int64,
+                                         is_pure=False, pack=1)  # fmt: skip
+    else:
+        return gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+
+
+@gluon.jit
+def grid_wait(bar_ptr, target, LOADS: gl.constexpr = False):
     """Wait until the counter reaches ``target`` (acquire: this program's later loads see what the arrivals
-    released); returns the count seen (for a clock stamp after the wait)."""
-    seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+    released), polling with atomics or (LOADS) acquire loads; returns the count seen (for a clock stamp after the
+    wait)."""
+    seen = _count(bar_ptr, LOADS)
     while seen < target:
-        seen = gl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+        seen = _count(bar_ptr, LOADS)
     return seen
 
 
 @gluon.jit
-def grid_barrier(bar_ptr, target):
+def grid_barrier(bar_ptr, target, LOADS: gl.constexpr = False):
     """:func:`grid_arrive` then :func:`grid_wait`."""
     grid_arrive(bar_ptr)
-    return grid_wait(bar_ptr, target)
+    return grid_wait(bar_ptr, target, LOADS)
 
 
 @gluon.jit

@@ -17,7 +17,10 @@ stamped product (lesson 5, Appendix G). This version states the layouts itself (
   summed through a swizzled buffer in shared memory (8 KB per step), each thread adding the KS partials of its own
   elements;
 - the cell and the grid barrier are version 5's (a counter in global memory, release/acquire), but a program arrives
-  right after storing h_t and stores c_t and the pre-activations while it waits (:data:`EARLY_ARRIVE`).
+  right after storing h_t and stores c_t and the pre-activations while it waits (:data:`EARLY_ARRIVE`), and waits
+  only for the programs of its own head and batch tile (one counter each: ``gluon_ops.BARRIER``);
+- h_{t-1}'s two K pieces are both loaded before either changes layout (a change of layout is a CTA barrier: one by
+  one, the second piece's trip through L2 waited for the first's).
 
 Per step t, program (p, n, tile) (fp32 accumulation; G = 4 gates i, f, z, o):
 
@@ -35,6 +38,7 @@ decomposition (the chunks, their sum, the cell) in float64 on any machine, again
 from __future__ import annotations
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -178,9 +182,76 @@ def _h_pointers(h_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constex
 
 
 @gluon.jit
-def _h_load(ptrs, mask, lb: gl.constexpr):
-    """h_{t-1}'s piece from L2 (``.cg``: another program wrote it) in the operand layout ``lb``."""
-    return gl.convert_layout(gl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg"), lb)
+def _inputs(ptr, mask, HD):
+    """A step's input projections of this program's elements, gates i, f, z, o (16-bit: converted where used)."""
+    x_i = gl.load(ptr, mask=mask, other=0.0)
+    x_f = gl.load(ptr + HD, mask=mask, other=0.0)
+    x_z = gl.load(ptr + 2 * HD, mask=mask, other=0.0)
+    x_o = gl.load(ptr + 3 * HD, mask=mask, other=0.0)
+    return x_i, x_f, x_z, x_o
+
+
+@gluon.jit
+def _tag_word(h, tag, dtype: gl.constexpr):
+    """h_t's 16 bits under step t's tag in one 32-bit word, ``tag << 16 | bits(h)``: a word is stored and loaded
+    whole, so a reader that sees the tag sees the value stored with it (no fence, no counter)."""
+    return (h.to(dtype).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF) | (tag << 16)
+
+
+@gluon.jit
+def _late(w, tag):
+    """How many words of ``w`` do not carry ``tag`` yet (a scalar: every warp's words counted)."""
+    return gl.sum(gl.reshape(((w >> 16) & 0xFFFF) != tag, [w.numel]).to(gl.int32), axis=0)
+
+
+@gluon.jit
+def _store_tagged(ptrs, words, HOW: gl.constexpr):
+    """Store the tagged words: a plain store (0), a relaxed store at the GPU's scope (1), or a plain store and a fence
+    (2)."""
+    if HOW == 1:
+        gl.inline_asm_elementwise("mov.b32 $0, 0; st.relaxed.gpu.global.b32 [$1], $2;", "=r,l,r", [ptrs, words],
+                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+    else:
+        gl.store(ptrs, words)
+        if HOW == 2:
+            gl.inline_asm_elementwise("mov.b32 $0, 0; fence.acq_rel.gpu;", "=r,r", [words], dtype=gl.int32,
+                                      is_pure=False, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def _poll_load(ptrs):
+    """The int32 words at ``ptrs`` from L2, 16 bytes a load (each thread's 4 adjacent words; relaxed at the GPU's
+    scope, so every poll loads again: a volatile ``gl.load`` would be split into 4-byte loads)."""
+    return gl.inline_asm_elementwise("ld.relaxed.gpu.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l,l,l,l",
+                                     [ptrs], dtype=gl.int32, is_pure=False, pack=4)  # fmt: skip
+
+
+@gluon.jit
+def _h_tagged(p1, p2, sample, sample_mask, tag, TWO: gl.constexpr, dtype: gl.constexpr, lb: gl.constexpr):
+    """h_{t-1}'s pieces from the tagged exchange (in 16-byte rows: COALESCED), in the operand layout ``lb``. First
+    a sample (one word per program and row: ``sample``) is polled until it carries ``tag``, a few hundred words
+    (polling all of h, every program at once, takes the L2's time from the stores it waits for); then all of it is
+    loaded, and again while any word is late."""
+    late = 1
+    while late > 0:
+        late = _late(gl.load(sample, mask=sample_mask, other=tag << 16, volatile=True), tag)
+    w1 = _poll_load(p1)
+    w2 = w1
+    late = _late(w1, tag)
+    if TWO:
+        w2 = _poll_load(p2)
+        late += _late(w2, tag)
+    while late > 0:
+        w1 = _poll_load(p1)
+        late = _late(w1, tag)
+        if TWO:
+            w2 = _poll_load(p2)
+            late += _late(w2, tag)
+    h1 = gl.convert_layout((w1 & 0xFFFF).to(gl.int16).to(dtype, bitcast=True), lb)
+    h2 = h1
+    if TWO:
+        h2 = gl.convert_layout((w2 & 0xFFFF).to(gl.int16).to(dtype, bitcast=True), lb)
+    return h1, h2
 
 
 @gluon.jit(do_not_specialize=["B", "T", "NH", "n_programs"])  # a size of 1 stays a tensor (one compile per tile)
@@ -194,6 +265,7 @@ def split_forward_v6_kernel(
     gates_ptr,  # [B, T, 4, NH, DH] pre-activations (SAVE_GATES)
     bar_ptr,  # int64 counter of the grid barrier
     clk_ptr,  # int64 [programs, T + 1, 8] clock stamps (TIMING only; see gpulab.rnn.fused.clocks)
+    xch_ptr,  # int32 [2, tiles BLOCK_B, NH, DH] zeros: the tagged exchange of h (TAGGED), step t in slot t % 2
     B,
     T,
     NH,
@@ -209,6 +281,11 @@ def split_forward_v6_kernel(
     COALESCED: gl.constexpr,  # h_{t-1} in 16-byte rows, then to the operand layout (else: loaded in it, 4 bytes each)
     EARLY: gl.constexpr,  # arrive at the barrier right after storing h (c and the gates stored while waiting)
     TIMING: gl.constexpr,  # clock stamps per program and step into clk_ptr (the parts of gpulab.rnn.fused.clocks)
+    LATE_INPUTS: gl.constexpr,  # the next step's inputs loaded after the arrival (else before the cell)
+    GROUP_STRIDE: gl.constexpr,  # > 0: a barrier per head and batch tile, their counters this many int64 apart
+    POLL_LOADS: gl.constexpr,  # the barrier's wait polls with acquire loads (else atomics: gluon_ops.POLL)
+    TAG_STORE: gl.constexpr,  # how the tagged words are stored (_store_tagged)
+    TAGGED: gl.constexpr,  # h exchanged in tagged words (xch_ptr), polled; no counter (else: out[0] and the barrier)
 ):
     M: gl.constexpr = 4 * BLOCK_U
     KC: gl.constexpr = DH // KS
@@ -252,6 +329,18 @@ def split_forward_v6_kernel(
     h2_ptr, h2_mask = h1_ptr, h1_mask
     if K2 > 0:
         h2_ptr, h2_mask = _h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
+    if TAGGED:  # the sample: the last unit of every program, every row: [q, j] at flat index q BLOCK_B + j
+        QP: gl.constexpr = triton.next_power_of_2(DH // BLOCK_U) * BLOCK_B
+        lq: gl.constexpr = gl.BlockedLayout([1], [32], [KS], [0])
+        q_j = gl.arange(0, QP, layout=lq)
+        sample = xch_ptr + (r0 + q_j % BLOCK_B) * HD + n * DH + (q_j // BLOCK_B) * BLOCK_U + BLOCK_U - 1
+        sample_mask = q_j // BLOCK_B < DH // BLOCK_U
+    if TAGGED:  # the same pieces of the exchange's slot [tiles BLOCK_B, NH, DH] (words; whole tiles: no masks)
+        h1_ptr, _ = _h_pointers(xch_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
+        h2_ptr = h1_ptr
+        if K2 > 0:
+            h2_ptr, _ = _h_pointers(xch_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
+    dt: gl.constexpr = out_ptr.dtype.element_ty
 
     # the cell's own elements: unit u of this program, batch row j
     u_p = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
@@ -273,11 +362,14 @@ def split_forward_v6_kernel(
     h = c
 
     parts = gl.allocate_shared_memory(gl.float32, [KS, M, BLOCK_B], flat)
-    base = barrier_base(bar_ptr, n_programs)
-    x_i = gl.load(wx_own, mask=own_mask, other=0.0)
-    x_f = gl.load(wx_own + HD, mask=own_mask, other=0.0)
-    x_z = gl.load(wx_own + 2 * HD, mask=own_mask, other=0.0)
-    x_o = gl.load(wx_own + 3 * HD, mask=own_mask, other=0.0)
+    xch_own = xch_ptr + rows_p * HD + n * DH + units  # this program's words in slot 0 (TAGGED; rows past B too)
+    xch_slot = gl.num_programs(2) * BLOCK_B * HD
+    base = 0
+    if not TAGGED:
+        if GROUP_STRIDE > 0:  # this head and tile's counter (n_programs: the programs of one group)
+            bar_ptr += (n * gl.num_programs(2) + gl.program_id(2)) * GROUP_STRIDE
+        base = barrier_base(bar_ptr, n_programs)
+    x_i, x_f, x_z, x_o = _inputs(wx_own, own_mask, HD)
     clk = clk_ptr + ((n * gl.num_programs(0) + p) * gl.num_programs(2) + gl.program_id(2)).to(gl.int64) * (T + 1) * 8
     if TIMING:  # row T: the SM's clock and the global timer at the start (0, 1) and the end (2, 3)
         ops.keep2(clk + T * 8, ops.clock_after(c))
@@ -301,10 +393,8 @@ def split_forward_v6_kernel(
         pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z
         pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
         nxt = gl.minimum(t + 1, T - 1) * 4 * HD  # the next step's inputs, loaded while this step runs
-        x_i = gl.load(wx_own + nxt, mask=own_mask, other=0.0)
-        x_f = gl.load(wx_own + nxt + HD, mask=own_mask, other=0.0)
-        x_z = gl.load(wx_own + nxt + 2 * HD, mask=own_mask, other=0.0)
-        x_o = gl.load(wx_own + nxt + 3 * HD, mask=own_mask, other=0.0)
+        if not LATE_INPUTS:
+            x_i, x_f, x_z, x_o = _inputs(wx_own + nxt, own_mask, HD)
         i = sigmoid(pre_i, FAST)
         f = sigmoid(pre_f, FAST)
         o = sigmoid(pre_o, FAST)
@@ -312,9 +402,15 @@ def split_forward_v6_kernel(
         h = o * tanh(c, FAST)
         if TIMING:  # 3: the cell (the partials' sum and the pointwise) is done
             ops.keep2(clk + t * 8 + 3, ops.clock_after(h))
-        gl.store(out_own + t * HD, h.to(out_ptr.dtype.element_ty), mask=own_mask)
-        if EARLY and t < T - 1:  # the others read h only: its stores are what the arrival releases
+        gl.store(out_own + t * HD, h.to(dt), mask=own_mask)
+        tag = t % 65535 + 1  # never 0 (the zeros the exchange starts from), never step t - 2's (the slot's last)
+        if TAGGED:
+            cta_barrier()  # (every warp's reads of the partials are done before any warp's next store of them)
+            _store_tagged(xch_own + (t % 2) * xch_slot, _tag_word(h, tag, dt), TAG_STORE)
+        elif EARLY and t < T - 1:  # the others read h only: its stores are what the arrival releases
             ops.grid_arrive(bar_ptr)  # (its CTA barrier also ends the partials' reads)
+        if LATE_INPUTS:  # (issued after the arrival: its release does not wait for them)
+            x_i, x_f, x_z, x_o = _inputs(wx_own + nxt, own_mask, HD)
         gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
         if SAVE_GATES:
             g_t = gate_own + t * 4 * HD
@@ -324,17 +420,30 @@ def split_forward_v6_kernel(
             gl.store(g_t + 3 * HD, pre_o.to(gates_ptr.dtype.element_ty), mask=own_mask)
         if TIMING:  # 4: the stores are issued
             ops.keep2(clk + t * 8 + 4, ops.clock_after(h))
-        if t < T - 1:  # (after the last step nobody reads h from another program)
+        if TAGGED:
+            if t < T - 1:  # poll the slot until every word carries step t's tag
+                slot = (t % 2) * xch_slot
+                hb1, hb2 = _h_tagged(h1_ptr + slot, h2_ptr + slot, sample + slot, sample_mask, tag, K2 > 0, dt, lb)
+            if TIMING:  # 5: h_t has arrived, all of it, in the operand layout (stamp 1 follows at once)
+                ops.keep3(clk + t * 8 + 5, ops.clock_after(hb1.to(gl.float32)))
+        elif t < T - 1:  # (after the last step nobody reads h from another program)
             if EARLY:
-                seen = ops.grid_wait(bar_ptr, base + (t + 1) * n_programs)
+                seen = ops.grid_wait(bar_ptr, base + (t + 1) * n_programs, POLL_LOADS)
             else:
-                seen = grid_barrier(bar_ptr, base + (t + 1) * n_programs)  # (its CTA barrier ends the parts' reads)
+                # (the barrier's CTA barrier ends the parts' reads)
+                seen = grid_barrier(bar_ptr, base + (t + 1) * n_programs, POLL_LOADS)
             if TIMING:  # 5: the barrier is passed
                 passed = gl.zeros([BLOCK_U, BLOCK_B], gl.int32, lp) + seen.to(gl.int32)
                 ops.keep2(clk + t * 8 + 5, ops.clock_after(passed))
-            hb1 = _h_load(h1_ptr + t * HD, h1_mask, lb)
+            # both pieces' loads issued before either changes layout (a change of layout is a CTA barrier, which
+            # no load moves across: converted one by one, the second piece's trip to L2 waited for the first's)
+            raw1 = gl.load(h1_ptr + t * HD, mask=h1_mask, other=0.0, cache_modifier=".cg")
+            raw2 = raw1
             if K2 > 0:
-                hb2 = _h_load(h2_ptr + t * HD, h2_mask, lb)
+                raw2 = gl.load(h2_ptr + t * HD, mask=h2_mask, other=0.0, cache_modifier=".cg")
+            hb1 = gl.convert_layout(raw1, lb)
+            if K2 > 0:
+                hb2 = gl.convert_layout(raw2, lb)
         elif TIMING:
             ops.keep2(clk + t * 8 + 5, ops.clock_after(h))
     if TIMING:
@@ -354,19 +463,39 @@ EARLY_ARRIVE = True
 after every store, as version 5 does; kept for the A/B of ``scripts/diag05_v6.py``)."""
 
 
-def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool) -> dict:
+EXCHANGES = ("counter", "tagged")
+"""How the programs hand each other h_t: ``counter`` (stored in out[0], then the barrier: a release add to a counter
+in global memory, polled with acquire loads, then h loaded) or ``tagged`` (each h word stored beside its step's tag
+in 32 bits, in one of two slots; the readers first poll a sample, one word per program and row, then load all of h
+and check every tag: no fence and no counter, but twice the bytes of h for every program; slower on the H100,
+lesson 5 Appendix J)."""
+EXCHANGE = "counter"
+"""The exchange :func:`split_forward_v6` uses when not told (the package's calls)."""
+TAG_STORE = 0
+"""How the tagged exchange stores its words (0: a plain store, 1: a relaxed store at the GPU's scope, 2: a plain
+store and a fence; the A/B of ``scripts/diag05_v6_tagged.py``)."""
+LATE_INPUTS = False
+"""Issue the next step's input projections after the arrival at the barrier instead of before the cell (the A/B of
+``scripts/diag05_v6_switches.py late``: faster by a percent or so at 8 rows, slower at two 16-row tiles of B32)."""
+
+
+def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool,
+                exchange: str = "counter") -> dict:  # fmt: skip
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
                 SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=EARLY_ARRIVE,
-                TIMING=timing)  # fmt: skip
+                TIMING=timing, TAGGED=exchange == "tagged", TAG_STORE=TAG_STORE,
+                **ops.barrier_constexprs(), LATE_INPUTS=LATE_INPUTS)  # fmt: skip
 
 
 def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None,
-                     h_loads: str = "coalesced", clocks: torch.Tensor | None = None):  # fmt: skip
+                     h_loads: str = "coalesced", clocks: torch.Tensor | None = None,
+                     exchange: str | None = None):  # fmt: skip
     """Version 6 on a GPU (sm_80 or newer; LSTM, 16-bit): ``(states_all, states_last, gates or None)`` as
     :func:`gpulab.rnn.fused.split.split_rnn_forward` returns them. One cooperative launch, a grid barrier per step.
     ``h_loads``: one of :data:`H_LOADS`. ``clocks``: a :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to
-    fill with each step's stamps (:func:`gpulab.rnn.fused.clocks.step_parts` reads it). On a CPU (or under the
+    fill with each step's stamps (:func:`gpulab.rnn.fused.clocks.step_parts` reads it). ``exchange``: one of
+    :data:`EXCHANGES` (None: :data:`EXCHANGE`). On a CPU (or under the
     interpreter) it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
@@ -375,6 +504,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
+    exchange = runtime.one_of("exchange", EXCHANGE if exchange is None else exchange, EXCHANGES)
     if clocks is not None and not isinstance(clocks, torch.Tensor):
         raise TypeError(f"clocks must be None or a gpulab.rnn.fused.clocks.clock_buffer tensor, got {clocks!r}.")
     if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
@@ -401,18 +531,22 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
             f"clocks must be clock_buffer({programs}, {T}, device) (int64 [{programs}, {T + 1}, 8] on {dev}), got "
             f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
         )
+    groups = ops.barrier_groups(NH, grid[2])
+    bar = barrier_counter(dev, programs, groups)
+    tagged = exchange == "tagged"  # (the tagged words start as zeros: no step's tag)
     split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
         wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
-        gates_ptr=gates if save_gates else out, bar_ptr=barrier_counter(dev, programs),
-        clk_ptr=barrier_counter(dev, programs) if clocks is None else clocks, B=B, T=T, NH=NH, n_programs=programs,
-        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None), num_warps=cfg.warps,
+        gates_ptr=gates if save_gates else out, bar_ptr=bar, clk_ptr=bar if clocks is None else clocks,
+        xch_ptr=torch.zeros(2, grid[2] * cfg.block_b, NH, DH, dtype=torch.int32, device=dev) if tagged else bar,
+        B=B, T=T, NH=NH, n_programs=programs // groups, num_warps=cfg.warps,
+        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None, exchange),
         launch_cooperative_grid=True,
     )  # fmt: skip
     return out, last, gates
 
 
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True,
-                 h_loads: str = "coalesced", timing: bool = False):  # fmt: skip
+                 h_loads: str = "coalesced", timing: bool = False, exchange: str = "counter"):  # fmt: skip
     """Triton's compiled version 6 for sm_90, nothing launched, no GPU needed (``asm`` holds 'ttgir', 'ptx',
     'cubin'; ``metadata`` the registers' and shared memory's use). Call from a process outside the interpreter."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
@@ -420,6 +554,7 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}.")
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
+    exchange = runtime.one_of("exchange", exchange, EXCHANGES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, v6_config)
-    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing)
+    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing, exchange)
     return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)
