@@ -148,7 +148,6 @@ ALLOWED = {
             "gpulab.rnn.fused.backward.pieces",
             "gpulab.rnn.fused.forward.fused_rnn_forward",
             "gpulab.rnn.fused.split.split_rnn_forward",
-            "gpulab.rnn.fused.tiles.barrier_counter",
             "gpulab.rnn.fused.backward.per_gate",
             "gpulab.rnn.fused.split_backward.split_rnn_backward",
             "gpulab.rnn.fused.split_backward.split_rnn_gradients",

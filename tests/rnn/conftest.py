@@ -61,3 +61,20 @@ def run_case():
 def gate_counts():
     """function -> (G_w, G_r, G_b, S), as the flashrnn package counts them."""
     return COUNTS
+
+
+def _gluon_loop_sass(which, dump, *args):
+    from gpulab.rnn.fused import sass
+
+    argv = [which, "--dh", "768", "--warps", "8", "--set", "BLOCK_U=16", "BLOCK_B=8", *args, "--dump", str(dump)]
+    done = sass.run_offline(argv, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = dump.glob(f"{which}_*.loop.sass")
+    return path.read_text().splitlines()
+
+
+@pytest.fixture
+def gluon_loop_sass():
+    """``gluon_loop_sass(which, dump_dir, *sass_args)``: the step loop's SASS of version 6 (``'v6'``) or b4 (``'b4'``)
+    compiled for sm_90 at one head of 768 in the plan's 8-row tile (16 units, 8 warps), one instruction a line."""
+    return _gluon_loop_sass

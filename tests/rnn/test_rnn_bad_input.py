@@ -9,9 +9,9 @@ from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
-from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiling
+from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiles, tiling
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
-from gpulab.rnn.fused.versions import gluon_tiles
+from gpulab.rnn.fused.versions import gluon_ops, gluon_tiles
 from gpulab.rnn.fused.versions import report as versions_report
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 from gpulab.rnn.ladder import plot as ladder_plot
@@ -190,6 +190,11 @@ CASES = [
     ("split_forward_v6-dtype", lambda: v6.split_forward_v6(*(t.double() for t in LSTM_IN)), TypeError, "16-bit"),
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),
     ("v6 compile_sm90-dtype", lambda: v6.compile_sm90(768, dtype="fp32"), ValueError, "dtype='fp32'"),
+    ("split_forward_v6-exchange", lambda: v6.split_forward_v6(*LSTM_IN, exchange="flags"), ValueError, "exchange"),
+    ("v6 compile_sm90-exchange", lambda: v6.compile_sm90(768, exchange="flags"), ValueError, "exchange='flags'"),
+    ("barrier_groups-heads", lambda: gluon_ops.barrier_groups(0, 2), ValueError, "heads"),
+    ("barrier_groups-tiles", lambda: gluon_ops.barrier_groups(1, 1.5), TypeError, "tiles"),
+    ("barrier_counter-groups", lambda: tiles.barrier_counter(torch.device("cpu"), 4, 0), ValueError, "groups"),
     ("v6_stats-dh", lambda: sass.v6_stats(dh=100), ValueError, "head_dim=100"),
     ("v6_applies-batch", lambda: plan.v6_applies(0, 1, 768), ValueError, "batch"),
     ("v6_applies-function", lambda: plan.v6_applies(16, 1, 768, "rnn"), ValueError, "function='rnn'"),

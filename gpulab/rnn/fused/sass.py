@@ -195,11 +195,11 @@ def shared_bytes(op: str) -> int:
     return 32 * (int(width.group(1)) // 8 if width else 4)
 
 
-def _gluon_stats(kernel, name, **row) -> dict:
+def _gluon_stats(kernel, name, dump=None, **row) -> dict:
     """A compiled Gluon version's step loop (the longest backward branch, so a spin loop inside counts once): per
     step and warp, what :func:`version_stats` counts, plus ``ldsm`` (``ldmatrix`` instructions: tensor-core operands
     read from shared memory) and ``ldsm_bytes``, ``spills`` (local loads and stores) and ``shared_bytes``."""
-    body, ops, regs = loop_stats(kernel, name)
+    body, ops, regs = loop_stats(kernel, name, dump)
 
     def count(pred):
         return sum(c for o, c in ops.items() if pred(o))
@@ -216,25 +216,25 @@ def _gluon_stats(kernel, name, **row) -> dict:
     }  # fmt: skip
 
 
-def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True) -> dict:
+def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True, block_b=16, dump=None) -> dict:
     """Version 6's forward (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon) compiled for sm_90: its step
-    loop's counts per step and warp (:func:`_gluon_stats`)."""
+    loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
     from gpulab.rnn.fused.versions import v6_gluon_split  # noqa: PLC0415
 
-    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, warps=warps)
+    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, block_b=block_b, warps=warps)
     kernel = v6_gluon_split.compile_sm90(dh, cfg, dtype, save_gates)
-    return _gluon_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}", version="v6", dh=dh, warps=warps,
+    return _gluon_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}", dump, version="v6", dh=dh, warps=warps,
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype, save_gates=save_gates)  # fmt: skip
 
 
-def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16") -> dict:
+def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16", block_b=16, dump=None) -> dict:
     """Backward version b4 (:mod:`gpulab.rnn.fused.versions.b4_gluon_split_backward`, Gluon) compiled for sm_90:
-    its step loop's counts per step and warp (:func:`_gluon_stats`)."""
+    its step loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
     from gpulab.rnn.fused.versions import b4_gluon_split_backward  # noqa: PLC0415
 
-    cfg = b4_gluon_split_backward.b4_config(dh, block_u=block_u, warps=warps)
+    cfg = b4_gluon_split_backward.b4_config(dh, block_u=block_u, block_b=block_b, warps=warps)
     kernel = b4_gluon_split_backward.compile_sm90(dh, cfg, dtype)
-    return _gluon_stats(kernel, f"b4_dh{dh}_u{block_u}_w{warps}", version="b4", dh=dh, warps=warps,
+    return _gluon_stats(kernel, f"b4_dh{dh}_u{block_u}_w{warps}", dump, version="b4", dh=dh, warps=warps,
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype)  # fmt: skip
 
 
@@ -337,10 +337,11 @@ def main(argv=None):
     if a.which in ("v6", "b4"):  # one JSON line: the Gluon version's step loop (BLOCK_U from --set)
         import json
 
+        bb = extra.get("BLOCK_B", 16)
         if a.which == "v6":
-            row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates)
+            row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates, bb, a.dump)
         else:
-            row = b4_stats(a.dh, a.warps or 8, extra.get("BLOCK_U", 16), a.dtype)
+            row = b4_stats(a.dh, a.warps or 8, extra.get("BLOCK_U", 16), a.dtype, bb, a.dump)
         print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
     if a.which in ("forward", "both"):

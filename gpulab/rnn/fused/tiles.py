@@ -163,6 +163,7 @@ def barrier_counter(device: torch.device, programs: int, groups: int = 1) -> tor
     zero once and never reset (see :mod:`gpulab.rnn.fused.split`), so CUDA-graph replays find it consistent. With
     ``groups`` > 1, one counter per group of programs that wait only for each other (a head and batch tile of
     version 6), :data:`COUNTER_STRIDE` apart."""
+    programs, groups = runtime.positive_int("programs", programs), runtime.positive_int("groups", groups)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream, programs, groups)
     counter = _COUNTERS.get(key)

@@ -241,3 +241,14 @@ def test_flashrnn_trains_through_version_6(B, DH, version, run_case):
     assert plan.v6_applies(B, 1, DH, "lstm", torch.bfloat16)
     with plan.split_version_as(version):
         run_case("fused", "lstm", B, 32, 1, DH, dtype=torch.bfloat16)
+
+
+def test_the_next_steps_inputs_are_loaded_while_waiting(tmp_path, gluon_loop_sass):
+    """With PREFETCH (the default), b4's step loads the next step's inputs (4 saved gates, c_{t-1}, dL/dh and
+    dL/dc: plain loads) after its arrival at the barrier and before its first poll of the counter, so their trip to
+    HBM overlaps the wait instead of following it."""
+    lines = gluon_loop_sass("b4", tmp_path)
+    arrive = next(i for i, op in enumerate(lines) if "REDG.E.ADD" in op)
+    poll = next(i for i, op in enumerate(lines) if i > arrive and "LDG.E.64.STRONG" in op)
+    inputs = [op for op in lines[arrive:poll] if "LDG.E.U16 " in op]
+    assert len(inputs) >= 7, lines[arrive : poll + 1]

@@ -152,3 +152,12 @@ def test_tagged_exchange_past_the_tags_wrap(make_inputs):
     cfg = v6.v6_config(64, block_u=4, block_b=8, warps=1)
     tagged = v6.split_forward_v6(*inputs, cfg=cfg, exchange="tagged", save_gates=False)[0]
     assert torch.equal(tagged, v6.split_forward_v6(*inputs, cfg=cfg, exchange="counter", save_gates=False)[0])
+
+
+def test_both_pieces_of_h_are_loaded_before_the_change_of_layout(tmp_path, gluon_loop_sass):
+    """h_{t-1}'s two K pieces (64 + 32 per warp) leave for L2 together: no CTA barrier between the step's 16-byte
+    loads of h (converting the first piece before loading the second made the second trip wait for the first)."""
+    lines = gluon_loop_sass("v6", tmp_path, "--save-gates")
+    h = [i for i, op in enumerate(lines) if op.lstrip("@!P0123456789 ").startswith("LDG.E.128")]
+    assert len(h) >= 2, "the step's loads of h"
+    assert not any("BAR.SYNC" in op for op in lines[h[0] : h[-1]]), lines[h[0] : h[-1] + 1]

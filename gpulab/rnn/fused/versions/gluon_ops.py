@@ -7,6 +7,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from gpulab import runtime
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
@@ -59,6 +60,7 @@ BARRIER = "group"
 
 def barrier_groups(heads: int, tiles: int) -> int:
     """How many counters a launch of version 6 uses under :data:`BARRIER`: one per head and batch tile, or one."""
+    heads, tiles = runtime.positive_int("heads", heads), runtime.positive_int("tiles", tiles)
     return heads * tiles if BARRIER == "group" else 1
 
 
