@@ -34,6 +34,9 @@ LABELS: dict[tuple[str, str], str] = {
         "history: the crossover run (`benchmarks/05_fused_rnn/split/*-cross.jsonl`, 2026-11-24). At one head of "
         "768 and B = 16, lesson 5's section 8 run, newer, is the record of the split kernel and alternating; the "
         "other rows and the ratios are this run's",
+    ("05", "v6 rows8 z"):
+        "history: run z of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-z-rows8.jsonl`), the same "
+        "kernels as run zz, the record Appendix I shows; shown for the spread of two runs of one tree",
 }
 # fmt: on
 """(lesson, run) -> the history label a cell prints before it displays that run: what it is, which newer run is the

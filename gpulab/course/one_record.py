@@ -365,23 +365,22 @@ def _lesson05_hinted(root) -> list[Shown]:
     return out
 
 
-def _lesson05_v6(which: str, head_dim: int = 768) -> Callable:
-    """Appendix I's version-6 runs ('run', 'parts', 'wide', 'tiles', 'rows8': ``scripts/bench05_v6.py``,
-    ``diag05_v6.py``, ``bench05_v6_wide.py``, ``bench05_v6_tiles.py``, ``bench05_v6_rows8.py``), keyed as each run's
-    own cases (cuDNN's rows are the same-run peers of the ratios)."""
+def _lesson05_v6(which: str, head_dim: int = 768, run=None) -> Callable:
+    """Appendix I's and J's version-6 runs (``report.load_v6``'s ``which``), keyed as each run's own cases (cuDNN's
+    and b3's rows: same-run peers); the run: its record file (``run``: a tagged run's, not the newest)."""
 
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.versions import report
 
-        load = getattr(report, f"load_v6_{which}")  # load_v6_run, _parts, _wide, _tiles, _rows8
-        recs = load("h100", root, **({} if head_dim == 768 else {"head_dim": head_dim}))
-        run = report.v6_records("h100", root)[-1] if which == "run" else f"{recs[0].date} v6 {which}"
+        recs = report.load_v6("h100", which, root, head_dim, run)
+        part = {"parts": "diag"}.get(which, which) + ("" if head_dim == 768 else f"dh{head_dim}")
+        name = report.v6_records("h100", root)[-1] if which == "run" else report.v6_record_name("h100", part, root, run)
         out = []
         for r in recs:
             if r.status == "ok" and r.ms:
                 pass_ = "fwd+bwd" if "fwd+bwd" in r.case else "bwd kernel" if "backward" in r.case else "fwd"
                 args = (pass_, f"version 6 {which}: {r.case}", r.device, r.params.get("B", 16), 1024, 1, head_dim)
-                out += _times(lambda clock, a=args: _lstm_key(*a, "bfloat16", clock), run, r.ms, r.wall_ms)
+                out += _times(lambda clock, a=args: _lstm_key(*a, "bfloat16", clock), name, r.ms, r.wall_ms)
         return out
 
     return shown
@@ -521,6 +520,10 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_v6(which), f"Appendix I: version 6's {what} (its own cases, peers in the run)")
        for which, what in (("run", "run"), ("parts", "clock-stamped forwards"), ("wide", "32 rows per program"),
                            ("tiles", "16-row tiles past 16 rows"), ("rows8", "8-row tiles"))},  # fmt: skip
+    ("05", 'versions_report.load_v6_rows8("h100", run="z")'): Display(
+        _lesson05_v6("rows8", run="z"), "Appendix J: run z of the 8-row script, superseded by the newest run"),
+    **{("05", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
+       for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late")},  # fmt: skip
     **{("05", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
         _lesson05_v6("rows8", d), f"Appendix I: version 6's 8-row tiles at a head of {d} (peers in the run)")
        for d in (512, 256)},  # fmt: skip

@@ -12,7 +12,7 @@ from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
            "profile_table", "load_v6_sass", "v6_records", "compiled_split_table", "plot_compiled_split", "load_v6_run",
            "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide",
-           "load_v6_tiles", "load_v6_rows8"]  # fmt: skip
+           "load_v6_tiles", "load_v6_rows8", "v6_record_name", "V6_SWITCHES", "load_v6_switch", "load_v6"]  # fmt: skip
 
 _FOLDER = ("05_fused_rnn", "versions")
 
@@ -250,15 +250,54 @@ def plot_compiled_split(rows, ax=None):
     return ax
 
 
-def _v6_newest(gpu, root, part: str, how: str) -> list[bench.Result]:
-    """The newest record file ``<gpu>-<date>[-<run>]-<part>.jsonl`` of version 6's folder, loaded."""
+def _v6_file(gpu, root, part: str, how: str, run=None):
+    """The record file ``<gpu>-<date>[-<run>]-<part>.jsonl`` of version 6's folder: the newest, or the one of run
+    ``run`` (its tag, e.g. 'z')."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    if run is not None and (not isinstance(run, str) or not run.isalpha()):
+        raise ValueError(f"run must be a run's tag (letters, such as 'z') or None for the newest, got {run!r}.")
     folder = bench.results_dir(root).joinpath(*_V6_FOLDER)
     files = bench.record_files(folder, gpu, pattern=f"*-{part}.jsonl")
+    if run is not None:
+        files = [f for f in files if f.stem.endswith(f"-{run}-{part}")]
     if not files:
-        raise FileNotFoundError(f"no {part} record of {gpu!r} in {folder}; {how}")
-    return bench.load("05", path=bench.newest(files, part=part))
+        raise FileNotFoundError(f"no {part} record{'' if run is None else f' of run {run}'} of {gpu!r} in {folder}; "
+                                f"{how}")  # fmt: skip
+    return bench.newest(files, part=part)
+
+
+def _v6_newest(gpu, root, part: str, how: str, run=None) -> list[bench.Result]:
+    """The newest record file ``<gpu>-<date>[-<run>]-<part>.jsonl`` of version 6's folder (or run ``run``'s),
+    loaded."""
+    return bench.load("05", path=_v6_file(gpu, root, part, how, run))
+
+
+def v6_record_name(gpu: str = "h100", part: str = "rows8", root=None, run=None) -> str:
+    """The file name of the record :func:`load_v6_rows8` or :func:`load_v6_switch` loads for ``part`` (the newest,
+    or run ``run``'s): what a lesson names as the run it shows."""
+    if not isinstance(part, str) or not part.replace("dh", "").isalnum():
+        raise ValueError(f"part must be a version-6 record's part such as 'rows8' or 'prefetch', got {part!r}.")
+    return _v6_file(gpu, root, part, "run its script on that GPU.", run).name
+
+
+V6_SWITCHES = {
+    "tagged": "scripts/bench05_v6_tagged.py (runs t and u)",
+    "tagdiag": "scripts/diag05_v6_tagged.py (run v)",
+    "poll": "scripts/diag05_v6_switches.py poll (run w)",
+    "prefetch": "scripts/diag05_v6_switches.py prefetch (run x)",
+    "barrier": "scripts/diag05_v6_switches.py barrier (run y)",
+    "late": "scripts/diag05_v6_switches.py late (run y)",
+}
+"""Appendix J's experiments on version 6 and b4: each record part and the script that writes it."""
+
+
+def load_v6_switch(gpu: str = "h100", part: str = "prefetch", root=None) -> list[bench.Result]:
+    """The newest record of one of Appendix J's experiments (``part``, one of :data:`V6_SWITCHES`): the tagged
+    exchange, its stores, the barrier's polls, the inputs loaded a step ahead, a barrier per head and tile, the
+    forward's late inputs; each beside its alternative, cuDNN and b3 in the same run."""
+    part = runtime.one_of("part", part, tuple(V6_SWITCHES))
+    return _v6_newest(gpu, root, part, f"run {V6_SWITCHES[part]} on that GPU.")
 
 
 def load_v6_run(gpu: str = "h100", root=None) -> list[bench.Result]:
@@ -297,14 +336,14 @@ def load_v6_tiles(gpu: str = "h100", root=None) -> list[bench.Result]:
     return _v6_newest(gpu, root, "tiles", "run `scripts/gpu_rnn_v6_tiles.sh` on that GPU.")
 
 
-def load_v6_rows8(gpu: str = "h100", root=None, head_dim: int = 768) -> list[bench.Result]:
+def load_v6_rows8(gpu: str = "h100", root=None, head_dim: int = 768, run=None) -> list[bench.Result]:
     """Version 6's newest run in 8-row batch tiles (``scripts/bench05_v6_rows8.py``, ``<gpu>-<date>[-<run>]-rows8
-    .jsonl``): one head of ``head_dim`` at B16, the forward and b4 in 8-row tiles beside the 16-row defaults, stamped,
-    and as called. Head dims other than 768 are their own records (``-rows8dh<head_dim>.jsonl``)."""
+    .jsonl``), or run ``run``'s: one head of ``head_dim`` at B16, the forward and b4 in 8-row tiles beside the 16-row
+    defaults, stamped, and as called. Head dims other than 768 are their own records (``-rows8dh<head_dim>.jsonl``)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
     part = "rows8" if head_dim == 768 else f"rows8dh{head_dim}"
     return _v6_newest(gpu, root, part, f"run `scripts/gpu_rnn_v6_rows8{'' if head_dim == 768 else '_dims'}.sh` on "
-                      "that GPU.")  # fmt: skip
+                      "that GPU.", run)  # fmt: skip
 
 
 def load_v6_parts(gpu: str = "h100", root=None) -> list[bench.Result]:
@@ -372,3 +411,14 @@ def plot_v6_parts(results, ax=None):
     ax.set_title(f"Split LSTM forward, one head of 768, B = 16 ({rows[0].device}): where a step goes", fontsize=10)
     ax.legend(fontsize=8, ncols=len(_PARTS), loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.4 / len(rows)))
     return ax
+
+
+def load_v6(gpu: str = "h100", which: str = "rows8", root=None, head_dim: int = 768, run=None) -> list[bench.Result]:
+    """Any of version 6's records by name: ``which`` 'run', 'parts', 'wide', 'tiles' or 'rows8' (``head_dim`` and
+    ``run`` for 'rows8'), or one of :data:`V6_SWITCHES` (Appendix J's experiments)."""
+    which = runtime.one_of("which", which, ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES))
+    if which in V6_SWITCHES:
+        return load_v6_switch(gpu, which, root)
+    if which == "rows8":
+        return load_v6_rows8(gpu, root, head_dim, run)
+    return globals()[f"load_v6_{which}"](gpu, root)
