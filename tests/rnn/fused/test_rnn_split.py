@@ -132,7 +132,9 @@ def test_fused_backend_refuses_what_no_split_holds():
 def test_barrier_counter_is_one_per_device_and_program_count():
     dev = torch.device(runtime.device)
     a, b, c = tiles.barrier_counter(dev, 96), tiles.barrier_counter(dev, 96), tiles.barrier_counter(dev, 48)
-    assert a is b and a is not c and a.dtype == torch.int64 and int(a) == 0
+    assert a is b and a is not c and a.dtype == torch.int64 and not a.any()
+    grouped = tiles.barrier_counter(dev, 96, groups=2)  # one counter per group, each in its own 128-byte line
+    assert grouped is not a and grouped.numel() == 2 * tiles.COUNTER_STRIDE == 2 * 128 // 8 and not grouped.any()
 
 
 @pytest.mark.gpu
