@@ -1838,19 +1838,21 @@ if len(dims_) == 2:
 # **1. Readiness in $h$'s own words (runs t, u, v).** Instead of a counter, each program stores every element of $h_t$ beside step $t$'s tag in one 32-bit word (`exchange="tagged"`, two slots, the tag $t \bmod 65535 + 1$ so the zeros a launch starts from are never a step's). A 32-bit store is seen whole or not at all, so a reader that sees the tag sees the value: no fence, no counter, one trip through L2. The readers poll a sample (one word per program and row) until it carries the tag, then load all of $h$ and check every word:
 
 # %%
-def _cases(recs):
-    """A run's cases that finished, by name, printed with both clocks."""
+def _cases(load):
+    """The cases of the run ``load()`` returns that finished, by name, printed with both clocks ({} and why, if the
+    run is not in this checkout)."""
+    try:
+        recs = load()
+    except FileNotFoundError as exc:
+        print(exc)
+        return {}
     ok_ = {r.case: r for r in recs if r.status == "ok"}
     print("\n".join(f"{c:62s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in ok_.items()))
     return ok_
 
 
-try:
-    tag_ = _cases(versions_report.load_v6_switch("h100", "tagged"))
-    tagdiag_ = _cases(versions_report.load_v6_switch("h100", "tagdiag"))
-except FileNotFoundError as exc:
-    tag_ = tagdiag_ = {}
-    print(exc)
+tag_ = _cases(lambda: versions_report.load_v6_switch("h100", "tagged"))
+tagdiag_ = _cases(lambda: versions_report.load_v6_switch("h100", "tagdiag"))
 if tag_ and tagdiag_:
     cnt_, tg_ = (tag_[f"v6 gluon {e} rows8 B16 1x768 saving gates"] for e in ("counter", "tagged"))
     fenced_ = tagdiag_["v6 gluon tagged store2 B16 1x768 saving gates"]
@@ -1869,11 +1871,7 @@ if tag_ and tagdiag_:
 # **2. Polling with loads (run w).** An atomic add of 0 looks like a read-modify-write that the L2 serialises at the counter; but Triton already compiles `gl.atomic_add(bar, 0, sem="acquire")` to one thread's acquire *load*, whose value reaches the other threads through shared memory. The variant, an acquire load in every thread (inline PTX), makes 256 threads a program poll instead of one:
 
 # %%
-try:
-    poll_ = _cases(versions_report.load_v6_switch("h100", "poll"))
-except FileNotFoundError as exc:
-    poll_ = {}
-    print(exc)
+poll_ = _cases(lambda: versions_report.load_v6_switch("h100", "poll"))
 if poll_:
     claims.show(claims.claim(
         "Every thread polling, the 8-row forward takes {l:.3f} ms against {a:.3f} with one thread polling.",
@@ -1886,11 +1884,7 @@ if poll_:
 # **3. b4's inputs a step ahead (run x).** b4 loaded each step's saved pre-activations, $c_{t-1}$ and $\partial L/\partial(h_t, c_t)$ at the step's start, after the barrier: from HBM, on every step's critical path, beside the gather of the shares from L2. With `b4.PREFETCH` each step loads the next one's between its arrival and its wait, as 16-bit values converted only where used (a conversion right after the load would stall the warp there). The same run set the forward's next inputs after its arrival (`v6.LATE_INPUTS`, item 4):
 
 # %%
-try:
-    pre_ = _cases(versions_report.load_v6_switch("h100", "prefetch"))
-except FileNotFoundError as exc:
-    pre_ = {}
-    print(exc)
+pre_ = _cases(lambda: versions_report.load_v6_switch("h100", "prefetch"))
 if pre_:
     b4_ = {(w, B): pre_[f"b4 gluon prefetch {w} B{B} 1x768"].ms for w in ("off", "on") for B in (16, 32)}
     call_ = {w: pre_[f"flashrnn fused v6 prefetch {w} fwd+bwd as called B16 1x768"] for w in ("off", "on")}
@@ -1907,11 +1901,7 @@ if pre_:
 # **4. The forward's late inputs (run y).** The forward already loads step $t+1$'s input projections one step ahead, but before the cell; a release waits for the memory operations before it, so issuing them after the arrival might shorten the release. Alone (b4 prefetching both ways):
 
 # %%
-try:
-    late_ = _cases(versions_report.load_v6_switch("h100", "late"))
-except FileNotFoundError as exc:
-    late_ = {}
-    print(exc)
+late_ = _cases(lambda: versions_report.load_v6_switch("h100", "late"))
 if late_:
     lf_ = {(w, B): late_[f"v6 gluon late {w} B{B} 1x768 saving gates"].ms for w in ("off", "on") for B in (16, 32)}
     claims.show(claims.claim(
@@ -1927,11 +1917,7 @@ if late_:
 # **5. A barrier per head and batch tile (run y).** Programs of different heads, or of different batch tiles, never read each other's $h$ or $dh$, yet every program waited at one counter for all of them. With `gluon_ops.BARRIER = "group"` each head and batch tile has its own counter (each in its own 128-byte line), and a program waits for its 48 peers instead of 96:
 
 # %%
-try:
-    bar_ = _cases(versions_report.load_v6_switch("h100", "barrier"))
-except FileNotFoundError as exc:
-    bar_ = {}
-    print(exc)
+bar_ = _cases(lambda: versions_report.load_v6_switch("h100", "barrier"))
 if bar_:
     bf_ = {(w, B): bar_[f"v6 gluon barrier {w} B{B} 1x768 saving gates"].ms
            for w in ("grid", "group") for B in (16, 32)}  # fmt: skip
@@ -1949,12 +1935,8 @@ if bar_:
 # **6. Both pieces of $h_{t-1}$ loaded before either changes layout (runs z, zz).** A warp's K chunk of 96 is two Gluon tiles (64 + 32), each loaded in 16-byte rows and changed to the tensor cores' operand layout through shared memory. The compiled step (SASS) showed the second piece's load issued only after the first piece's change of layout, which begins with a CTA barrier that no load moves across: two trips to L2 one after the other. Issued together (`tests/rnn/fused/test_v6_gluon_split.py` checks the order in the sm_90 SASS; `test_b4_gluon_split_backward.py` checks b4's loads a step ahead), the stamped arrival of $h$ shortens. Run zz is Appendix I's record; run z is the same tree:
 
 # %%
-try:
-    print(shown.history_label("05", "v6 rows8 z"))
-    z_ = _cases(versions_report.load_v6_rows8("h100", run="z"))
-except FileNotFoundError as exc:
-    z_ = {}
-    print(exc)
+print(shown.history_label("05", "v6 rows8 z"))
+z_ = _cases(lambda: versions_report.load_v6_rows8("h100", run="z"))
 if z_ and bar_ and v6_rows8:
     fz_, fzz_ = (rs["v6 gluon bu16 w8 rows8 B16 1x768 saving gates"] for rs in (z_, r8_))
     before_ = bar_["v6 gluon barrier group B16 1x768 saving gates"]
