@@ -34,6 +34,7 @@ ALLOWED = {
                 "globaltimer_after",
                 "keep2",
                 "keep3",
+                "barrier_start",
             )
         ],
         "Gluon device functions: called only inside version 6's kernels, on tiles the kernels built",

@@ -373,8 +373,7 @@ def _lesson05_v6(which: str, head_dim: int = 768, run=None) -> Callable:
         from gpulab.rnn.fused.versions import report
 
         recs = report.load_v6("h100", which, root, head_dim, run)
-        part = {"parts": "diag"}.get(which, which) + ("" if head_dim == 768 else f"dh{head_dim}")
-        name = report.v6_records("h100", root)[-1] if which == "run" else report.v6_record_name("h100", part, root, run)
+        name = report.v6_record_name("h100", which, root, head_dim, run)  # the record file load_v6 read
         out = []
         for r in recs:
             if r.status == "ok" and r.ms:

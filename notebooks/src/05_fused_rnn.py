@@ -1698,14 +1698,21 @@ if v6_run:
 # The capstone's one-head LSTM trains on 32 batch rows: two tiles of 16 rows, so 192 programs, more than the H100's 132 SMs. The run below (`scripts/gpu_rnn_v6_wide.sh`) tried 32 rows per program instead (16 units, 8 warps: 48 programs), and the 16-row tiles with the partials' buffer swizzled. The cell of the 16-unit tile read its partials with 16-way bank conflicts: each lane's row starts 16 words after the previous one, so every other lane hits the same bank. Now each row's columns are XORed with a multiple of its row, which spreads the lanes over the banks.
 
 # %%
-try:
-    v6_wide = versions_report.load_v6_wide("h100")
-except FileNotFoundError as exc:
-    v6_wide = []
-    print(exc)
-if v6_wide:
-    wd_ = {r.case: r for r in v6_wide if r.status == "ok"}
-    print("\n".join(f"{c:58s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in wd_.items()))
+def _cases(load):
+    """The cases of the run ``load()`` returns that finished, by name, printed with both clocks ({} and why, if the
+    run is not in this checkout)."""
+    try:
+        recs = load()
+    except FileNotFoundError as exc:
+        print(exc)
+        return {}
+    ok_ = {r.case: r for r in recs if r.status == "ok"}
+    print("\n".join(f"{c:62s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in ok_.items()))
+    return ok_
+
+
+wd_ = _cases(lambda: versions_report.load_v6_wide("h100"))
+if wd_:
     sw8_ = wd_["v6 gluon bu8 w4 rows16 B16 1x768 (swizzled partials)"]
     sw16_ = wd_["v6 gluon bu16 w8 rows16 B16 1x768 (swizzled partials)"]
     claims.show(
@@ -1736,14 +1743,8 @@ if v6_wide:
 # Two tiles of 16 rows instead (`scripts/bench05_v6_tiles.py`: runs j, m and r; the newest is shown). At $B = 32$ the default forward tile of 8 units would make 192 programs, more than the H100's 132 SMs; b4's tile of 16 units in 8 warps makes 96, and every one is resident. So `plan.v6_tiles` gives the forward that tile wherever its default's programs would not fit the GPU, and `plan.v6_applies` then holds up to 32 rows of one head of 768:
 
 # %%
-try:
-    v6_tiles = versions_report.load_v6_tiles("h100")
-except FileNotFoundError as exc:
-    v6_tiles = []
-    print(exc)
-if v6_tiles:
-    tr_ = {r.case: r for r in v6_tiles if r.status == "ok"}
-    print("\n".join(f"{c:58s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in tr_.items()))
+tr_ = _cases(lambda: versions_report.load_v6_tiles("h100"))
+if tr_:
     claims.show(claims.claim(
         "At B = 32 in two tiles, version 6's forward takes {v6:.2f} ms of wall time against version 5's {v5:.2f}, b4 "
         "{b4:.2f} against b3's {b3:.2f}, and forward+backward as a loop calls it {c6:.2f} against {c5:.2f} "
@@ -1763,14 +1764,8 @@ if v6_tiles:
 # **Eight rows per program.** The stamped steps above say where the forward's time goes once the product is small: $h_{t-1}$'s arrival, about as long with 48 programs as with 96 (run h), so not the L2's total bandwidth but what one SM takes in: every program reads all of $h_{t-1}$ for its rows, 16 rows $\times$ 768 at every step. Two tiles of 8 rows, each program 16 units in 8 warps, keep 96 programs at $B = 16$ and halve those bytes, the product and the cell per program; b4 in 8-row tiles halves the shares each program pushes and gathers. `scripts/bench05_v6_rows8.py` times them beside the defaults in one run, and through the plan as a training loop calls it; it ran eight times (runs k, l, m, o, q, s, z, zz: the 8-row pair first in `plan.V6_TILES` from run l on, $h_{t-1}$ for the parameter products built by two copies instead of `torch.cat` from run o on, the plan's tiles bound once per problem in run q, and from run z on the kernels of Appendix J: b4's inputs loaded a step ahead, a barrier per head and tile, both pieces of $h$ loaded at once). The newest run:
 
 # %%
-try:
-    v6_rows8 = versions_report.load_v6_rows8("h100")
-except FileNotFoundError as exc:
-    v6_rows8 = []
-    print(exc)
-if v6_rows8:
-    r8_ = {r.case: r for r in v6_rows8 if r.status == "ok"}
-    print("\n".join(f"{c:62s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in r8_.items()))
+r8_ = _cases(lambda: versions_report.load_v6_rows8("h100"))
+if r8_:
     f16_, f8_ = (r8_[f"v6 gluon {t} B16 1x768 saving gates"] for t in ("bu8 w4 rows16", "bu16 w8 rows8"))
     shipped_ = r8_["flashrnn fused v6 plan's tiles fwd+bwd as called B16 1x768"]
     cud_f_, cud_fb_ = r8_["cuDNN fp16 forward B16 dense 768"], r8_["cuDNN fp16 fwd+bwd B16 dense 768"]
@@ -1838,19 +1833,6 @@ if len(dims_) == 2:
 # **1. Readiness in $h$'s own words (runs t, u, v).** Instead of a counter, each program stores every element of $h_t$ beside step $t$'s tag in one 32-bit word (`exchange="tagged"`, two slots, the tag $t \bmod 65535 + 1$ so the zeros a launch starts from are never a step's). A 32-bit store is seen whole or not at all, so a reader that sees the tag sees the value: no fence, no counter, one trip through L2. The readers poll a sample (one word per program and row) until it carries the tag, then load all of $h$ and check every word:
 
 # %%
-def _cases(load):
-    """The cases of the run ``load()`` returns that finished, by name, printed with both clocks ({} and why, if the
-    run is not in this checkout)."""
-    try:
-        recs = load()
-    except FileNotFoundError as exc:
-        print(exc)
-        return {}
-    ok_ = {r.case: r for r in recs if r.status == "ok"}
-    print("\n".join(f"{c:62s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}" for c, r in ok_.items()))
-    return ok_
-
-
 tag_ = _cases(lambda: versions_report.load_v6_switch("h100", "tagged"))
 tagdiag_ = _cases(lambda: versions_report.load_v6_switch("h100", "tagdiag"))
 if tag_ and tagdiag_:
@@ -1937,7 +1919,7 @@ if bar_:
 # %%
 print(shown.history_label("05", "v6 rows8 z"))
 z_ = _cases(lambda: versions_report.load_v6_rows8("h100", run="z"))
-if z_ and bar_ and v6_rows8:
+if z_ and bar_ and r8_:
     fz_, fzz_ = (rs["v6 gluon bu16 w8 rows8 B16 1x768 saving gates"] for rs in (z_, r8_))
     before_ = bar_["v6 gluon barrier group B16 1x768 saving gates"]
     met_ = sum(max(r.ms, r.wall_ms) <= 2.0 for r in (fz_, fzz_))

@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from gpulab import runtime
 from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
 
 __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90", "GATES_FIRST"]
@@ -278,9 +278,7 @@ def split_backward_b4_kernel(
     if HAS_LAST:
         dh_c = gl.load(dlast_ptr + own, mask=ok, other=0.0).to(gl.float32)
         dc = gl.load(dlast_ptr + B * HD + own, mask=ok, other=0.0).to(gl.float32)
-    if GROUP_STRIDE > 0:  # this head and tile's counter (n_programs: the programs of one group)
-        bar_ptr += (n * gl.num_programs(2) + tile) * GROUP_STRIDE
-    base = barrier_base(bar_ptr, n_programs)
+    bar_ptr, base = ops.barrier_start(bar_ptr, n_programs, GROUP_STRIDE)  # this head and tile's counter
     # step T - 1's inputs (PREFETCH: each step loads the next one's while it waits at the barrier)
     x_i, x_f, x_z, x_o, x_c, x_h, x_dc = _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t, own, ok,
                                                        T - 1, HD, B, c_stride)  # fmt: skip
@@ -380,7 +378,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5);
     ``share_stores`` one of :data:`SHARE_STORES`. On a CPU it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
-    from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import fast_activations  # noqa: PLC0415
 
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
@@ -404,11 +402,11 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
     grid = (DH // cfg.block_u, NH, tiles)
     programs = grid[0] * grid[1] * grid[2]
-    groups = ops.barrier_groups(NH, tiles)
+    bar, per_group = ops.launch_counter(dev, programs, NH, tiles)
     split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
         gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
         dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
-        bar_ptr=barrier_counter(dev, programs, groups), B=B, T=T, NH=NH, n_programs=programs // groups,
+        bar_ptr=bar, B=B, T=T, NH=NH, n_programs=per_group,
         **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores), num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip

@@ -9,9 +9,11 @@ from triton.experimental.gluon import language as gl
 
 from gpulab import runtime
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
+from gpulab.rnn.fused.tiles import COUNTER_STRIDE, barrier_counter
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
-__all__ += ["BARRIERS", "BARRIER", "barrier_groups", "POLLS", "POLL", "barrier_constexprs"]
+__all__ += ["BARRIERS", "BARRIER", "barrier_groups", "launch_counter", "barrier_start", "POLLS", "POLL"]
+__all__ += ["barrier_constexprs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -64,12 +66,27 @@ def barrier_groups(heads: int, tiles: int) -> int:
     return heads * tiles if BARRIER == "group" else 1
 
 
+def launch_counter(device, programs: int, heads: int, tiles: int):
+    """The counters of a launch of version 6 (``programs`` programs over ``heads`` heads and ``tiles`` batch tiles)
+    under :data:`BARRIER`, and how many programs each counter waits for: ``(counter tensor, n_programs)``."""
+    groups = barrier_groups(heads, tiles)
+    return barrier_counter(device, programs, groups), programs // groups
+
+
 def barrier_constexprs() -> dict:
     """The kernels' barrier constexprs under :data:`BARRIER` and :data:`POLL`: ``GROUP_STRIDE`` (int64s between two
     groups' counters; 0 for one counter) and ``POLL_LOADS``."""
-    from gpulab.rnn.fused.tiles import COUNTER_STRIDE  # noqa: PLC0415
-
     return dict(GROUP_STRIDE=COUNTER_STRIDE if BARRIER == "group" else 0, POLL_LOADS=POLL == "load")
+
+
+@gluon.jit
+def barrier_start(bar_ptr, n_programs, GROUP_STRIDE: gl.constexpr):
+    """This program's counter and its value before the launch (:func:`barrier_base`): with GROUP_STRIDE > 0 the
+    counter of its head (axis 1 of the grid) and batch tile (axis 2), ``n_programs`` the programs of one group
+    (:func:`launch_counter`). Returns ``(bar_ptr, base)``."""
+    if GROUP_STRIDE > 0:
+        bar_ptr += (gl.program_id(1) * gl.num_programs(2) + gl.program_id(2)) * GROUP_STRIDE
+    return bar_ptr, barrier_base(bar_ptr, n_programs)
 
 
 POLLS = ("atomic", "load")

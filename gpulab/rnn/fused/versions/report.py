@@ -273,11 +273,12 @@ def _v6_newest(gpu, root, part: str, how: str, run=None) -> list[bench.Result]:
     return bench.load("05", path=_v6_file(gpu, root, part, how, run))
 
 
-def v6_record_name(gpu: str = "h100", part: str = "rows8", root=None, run=None) -> str:
-    """The file name of the record :func:`load_v6_rows8` or :func:`load_v6_switch` loads for ``part`` (the newest,
-    or run ``run``'s): what a lesson names as the run it shows."""
-    if not isinstance(part, str) or not part.replace("dh", "").isalnum():
-        raise ValueError(f"part must be a version-6 record's part such as 'rows8' or 'prefetch', got {part!r}.")
+def v6_record_name(gpu: str = "h100", which: str = "rows8", root=None, head_dim: int = 768, run=None) -> str:
+    """The file name of the record :func:`load_v6` loads for the same arguments (the newest, or run ``run``'s):
+    what a lesson names as the run it shows."""
+    which = runtime.one_of("which", which, _V6_WHICH)
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    part = {"run": "v6", "parts": "diag"}.get(which, which) + ("" if head_dim == 768 else f"dh{head_dim}")
     return _v6_file(gpu, root, part, "run its script on that GPU.", run).name
 
 
@@ -290,6 +291,7 @@ V6_SWITCHES = {
     "late": "scripts/diag05_v6_switches.py late (run y)",
 }
 """Appendix J's experiments on version 6 and b4: each record part and the script that writes it."""
+_V6_WHICH = ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES)  # what load_v6 and v6_record_name take
 
 
 def load_v6_switch(gpu: str = "h100", part: str = "prefetch", root=None) -> list[bench.Result]:
@@ -416,7 +418,7 @@ def plot_v6_parts(results, ax=None):
 def load_v6(gpu: str = "h100", which: str = "rows8", root=None, head_dim: int = 768, run=None) -> list[bench.Result]:
     """Any of version 6's records by name: ``which`` 'run', 'parts', 'wide', 'tiles' or 'rows8' (``head_dim`` and
     ``run`` for 'rows8'), or one of :data:`V6_SWITCHES` (Appendix J's experiments)."""
-    which = runtime.one_of("which", which, ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES))
+    which = runtime.one_of("which", which, _V6_WHICH)
     if which in V6_SWITCHES:
         return load_v6_switch(gpu, which, root)
     if which == "rows8":

@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from gpulab import runtime
 from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions.gluon_ops import barrier_base, cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
 from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, SHARED_BUDGET, V6Config, k_pieces
 
 __all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate"]
@@ -335,7 +335,7 @@ def split_forward_v6_kernel(
         q_j = gl.arange(0, QP, layout=lq)
         sample = xch_ptr + (r0 + q_j % BLOCK_B) * HD + n * DH + (q_j // BLOCK_B) * BLOCK_U + BLOCK_U - 1
         sample_mask = q_j // BLOCK_B < DH // BLOCK_U
-    if TAGGED:  # the same pieces of the exchange's slot [tiles BLOCK_B, NH, DH] (words; whole tiles: no masks)
+        # the same pieces of the exchange's slot [tiles BLOCK_B, NH, DH] (words; whole tiles: no masks)
         h1_ptr, _ = _h_pointers(xch_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
         h2_ptr = h1_ptr
         if K2 > 0:
@@ -366,9 +366,7 @@ def split_forward_v6_kernel(
     xch_slot = gl.num_programs(2) * BLOCK_B * HD
     base = 0
     if not TAGGED:
-        if GROUP_STRIDE > 0:  # this head and tile's counter (n_programs: the programs of one group)
-            bar_ptr += (n * gl.num_programs(2) + gl.program_id(2)) * GROUP_STRIDE
-        base = barrier_base(bar_ptr, n_programs)
+        bar_ptr, base = ops.barrier_start(bar_ptr, n_programs, GROUP_STRIDE)  # this head and tile's counter
     x_i, x_f, x_z, x_o = _inputs(wx_own, own_mask, HD)
     clk = clk_ptr + ((n * gl.num_programs(0) + p) * gl.num_programs(2) + gl.program_id(2)).to(gl.int64) * (T + 1) * 8
     if TIMING:  # row T: the SM's clock and the global timer at the start (0, 1) and the end (2, 3)
@@ -403,8 +401,8 @@ def split_forward_v6_kernel(
         if TIMING:  # 3: the cell (the partials' sum and the pointwise) is done
             ops.keep2(clk + t * 8 + 3, ops.clock_after(h))
         gl.store(out_own + t * HD, h.to(dt), mask=own_mask)
-        tag = t % 65535 + 1  # never 0 (the zeros the exchange starts from), never step t - 2's (the slot's last)
         if TAGGED:
+            tag = t % 65535 + 1  # never 0 (the zeros the exchange starts from), never step t - 2's (the slot's last)
             cta_barrier()  # (every warp's reads of the partials are done before any warp's next store of them)
             _store_tagged(xch_own + (t % 2) * xch_slot, _tag_word(h, tag, dt), TAG_STORE)
         elif EARLY and t < T - 1:  # the others read h only: its stores are what the arrival releases
@@ -498,7 +496,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     :data:`EXCHANGES` (None: :data:`EXCHANGE`). On a CPU (or under the
     interpreter) it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
-    from gpulab.rnn.fused.tiles import barrier_counter, fast_activations  # noqa: PLC0415
+    from gpulab.rnn.fused.tiles import fast_activations  # noqa: PLC0415
 
     B, T, _, NH, DH = _checked(Wx, R, b, states)
     if not isinstance(save_gates, bool):
@@ -531,14 +529,13 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
             f"clocks must be clock_buffer({programs}, {T}, device) (int64 [{programs}, {T + 1}, 8] on {dev}), got "
             f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
         )
-    groups = ops.barrier_groups(NH, grid[2])
-    bar = barrier_counter(dev, programs, groups)
+    bar, per_group = ops.launch_counter(dev, programs, NH, grid[2])
     tagged = exchange == "tagged"  # (the tagged words start as zeros: no step's tag)
     split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
         wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
         gates_ptr=gates if save_gates else out, bar_ptr=bar, clk_ptr=bar if clocks is None else clocks,
         xch_ptr=torch.zeros(2, grid[2] * cfg.block_b, NH, DH, dtype=torch.int32, device=dev) if tagged else bar,
-        B=B, T=T, NH=NH, n_programs=programs // groups, num_warps=cfg.warps,
+        B=B, T=T, NH=NH, n_programs=per_group, num_warps=cfg.warps,
         **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None, exchange),
         launch_cooperative_grid=True,
     )  # fmt: skip
