@@ -119,6 +119,7 @@ ALLOWED = {
             "gpulab.attention.v1.backward_fused.fused_backward_launch",
             "gpulab.attention.v1.backward_fused.use_fused",
             "gpulab.attention.function.FlashAttentionFunction",
+            "gpulab.attention.rope.QKVHeadsFunction",
             "gpulab.attention.ops.flash_attention_op",
             "gpulab.attention.plan.forward_plan",
             "gpulab.attention.plan.check_inputs",

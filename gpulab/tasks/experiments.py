@@ -250,10 +250,13 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
     return out
 
 
-def _case_name(model: str, num_heads: int, attention: str | None) -> str:
-    """A throughput record's case: "LSTM 1 head", "Transformer 12 heads (flash)"."""
+def _case_name(model: str, num_heads: int, attention: str | None, rope_kernel: bool = True) -> str:
+    """A throughput record's case: "LSTM 1 head", "Transformer 12 heads (flash)", "Transformer 12 heads (sdpa,
+    RoPE as PyTorch ops)" (the heads split and rotated without the kernel: ``rope_kernel=False``)."""
     name = f"{model} {num_heads} head{'s' if num_heads > 1 else ''}"
-    return name + (f" ({attention})" if model == "Transformer" else "")
+    if model != "Transformer":
+        return name
+    return name + (f" ({attention})" if rope_kernel else f" ({attention}, RoPE as PyTorch ops)")
 
 
 def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
@@ -261,7 +264,8 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     ``transformer_heads`` (FlashAttention on a GPU) plus on PyTorch SDPA at ``peer_heads``; see the module doc.
 
     One :class:`gpulab.bench.Benchmark` whose cases are the models (x values ``model``, ``num_heads``,
-    ``attention``: None for the LSTM): each model's logits on the case's batch are checked against a float64 copy of
+    ``attention``: None for the LSTM; the SDPA peer once more with ``rope_kernel`` False, its heads split and rotated
+    by PyTorch's operations as before 2026-11-27): each model's logits on the case's batch are checked against a float64 copy of
     it (the LSTM on its ``vanilla`` backend, attention ``naive``) before anything is timed, a mismatch recorded in
     ``params['check']``; then the harness times the training step on both clocks. ``params`` also carry ``kind``
     ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused
@@ -274,16 +278,20 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
         {"model": "Transformer", "num_heads": h, "attention": default_attention()} for h in cfg["transformer_heads"]
     ]
     cases += [{"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa"}]
+    # the peer as the lesson's Transformer ran it until 2026-11-27: q, k, v split and rotated by PyTorch's operations
+    cases += [{"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa", "rope_kernel": False}]
     built = {}  # case -> what building its model found out (backend, note, parameters), for the records
 
-    def build(model, num_heads, attention):
+    def build(model, num_heads, attention, rope_kernel=True):
         if model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
             info = {"backend": backend, **({"note": note} if note else {})}
         else:
-            m = make_model(model, task, dtype=dtype, attention=attention, num_heads=num_heads, **sizes)
+            m = make_model(
+                model, task, dtype=dtype, attention=attention, num_heads=num_heads, rope_kernel=rope_kernel, **sizes
+            )
             info = {}
-        built[_case_name(model, num_heads, attention)] = {**info, "parameters": count_parameters(m)}
+        built[_case_name(model, num_heads, attention, rope_kernel)] = {**info, "parameters": count_parameters(m)}
         return m
 
     def params(**x):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gpulab import attention, runtime
+from gpulab.attention.rope import qkv_heads, qkv_heads_reference, rope
 from gpulab.rnn import LSTM
 
 __all__ = [
@@ -61,34 +62,19 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding of ``x`` [B, H, N, D] (D even), computed in fp32 (or fp64), returned in ``x``'s dtype.
-
-    Pairs of features ``(x_k, x_{k + D/2})`` at position p are rotated by the angle ``p * base^(-2k/D)``. A rotation
-    of q by angle a and of k by angle b changes ``q . k`` by a rotation of b - a only, so scores depend on relative
-    position, at any length.
-    """
-    runtime.require_tensor("x", x, device_check=False)
-    if x.dim() < 2 or not x.is_floating_point():
-        raise ValueError(f"x must be a floating-point tensor [..., N, D], got {x.dtype} of shape {list(x.shape)}.")
-    base = runtime.finite_float("base", base, positive=True)
-    n, d = x.shape[-2], x.shape[-1]
-    if d % 2:
-        raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
-    half, work = d // 2, torch.promote_types(x.dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
-    freqs = base ** (-torch.arange(half, device=x.device, dtype=work) / half)
-    angles = torch.arange(n, device=x.device, dtype=work)[:, None] * freqs[None, :]  # [N, D/2]
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., :half].to(work), x[..., half:].to(work)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention: qkv projection, RoPE (or nothing), ``attention(q, k, v, is_causal=True)``
-    on [B, H, N, D], output projection."""
+    on [B, H, N, D], output projection.
 
-    def __init__(self, d_model: int, num_heads: int, attention: str | None = None, positional: str = "rope"):
+    ``rope_kernel``: the heads split and rotated in one Triton pass each way on a GPU
+    (:func:`gpulab.attention.rope.qkv_heads`); False: by PyTorch's operations
+    (:func:`gpulab.attention.rope.qkv_heads_reference`), as the lesson's Transformer did until 2026-11-27, kept to
+    measure what the fusion changes (the same function either way)."""
+
+    def __init__(self, d_model: int, num_heads: int, attention: str | None = None, positional: str = "rope",
+                 rope_kernel: bool = True):  # fmt: skip
         super().__init__()
+        self.rope_kernel = runtime.strict_bool("rope_kernel", rope_kernel)
         d_model, num_heads = runtime.positive_int("d_model", d_model), runtime.positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; pick a divisor.")
@@ -106,10 +92,9 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
-        if self.positional == "rope":
-            q, k = rope(q), rope(k)
-        q, k, v = (t.contiguous() for t in (q, k, v))  # [B, H, N, D], the layout of lesson 4's kernels
+        # [B, H, N, D] each, the layout of lesson 4's kernels, RoPE on q and k: one Triton pass on a GPU
+        heads = qkv_heads if self.rope_kernel else qkv_heads_reference
+        q, k, v = heads(self.qkv(x), self.num_heads, self.positional)
         o = ATTENTION[self.attention](q, k, v, is_causal=True)
         return self.out(o.transpose(1, 2).reshape(b, n, d))
 
@@ -156,7 +141,7 @@ class TransformerModel(_Stack):
     MLP, LayerNorm, linear head. About ``12 * d_model^2`` parameters per layer (4 d^2 attention, 8 d^2 MLP).
 
     ``attention``: ``"flash"`` | ``"naive"`` | ``"sdpa"`` (default :func:`default_attention`); ``positional``:
-    ``"rope"`` | ``"none"``.
+    ``"rope"`` | ``"none"``; ``rope_kernel``: see :class:`CausalSelfAttention`.
     """
 
     def __init__(
@@ -168,9 +153,12 @@ class TransformerModel(_Stack):
         num_layers: int = 2,
         attention: str | None = None,
         positional: str = "rope",
+        rope_kernel: bool = True,
     ):
         num_layers = runtime.positive_int("num_layers", num_layers)
-        mixers = [CausalSelfAttention(d_model, num_heads, attention, positional) for _ in range(num_layers)]
+        mixers = [
+            CausalSelfAttention(d_model, num_heads, attention, positional, rope_kernel) for _ in range(num_layers)
+        ]
         super().__init__(vocab, classes, d_model, mixers)
 
 

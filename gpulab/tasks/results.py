@@ -77,8 +77,9 @@ def throughput_table(results) -> str:
     ref = _reference(recs)
     best = ref.params["tokens_per_s"] if ref is not None else None
     ref_wall = ref.wall_ms if ref is not None else None
+    w = max(28, *(len(r.case) for r in recs))
     lines = [
-        f"{'case':28s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s} "
+        f"{'case':{w}s} {'backend':12s} {'params':>11s} {'ms/step':>9s} {'tokens/s':>12s} {'vs Transformer':>15s} "
         f"{'wall ms':>9s} {'x (wall)':>9s}"
     ]
     for r in recs:
@@ -91,7 +92,7 @@ def throughput_table(results) -> str:
                 tokens = r.params["tokens_per_s"] * r.ms / ref.params["tokens_per_s"] / ref.ms
                 wall_ratio = f"{tokens * ref_wall / r.wall_ms:.2f}x"
         lines.append(
-            f"{r.case:28s} {backend:12s} {r.params['parameters']:>11,} {r.ms:>9.2f} "
+            f"{r.case:{w}s} {backend:12s} {r.params['parameters']:>11,} {r.ms:>9.2f} "
             f"{r.params['tokens_per_s']:>12,.0f} {ratio:>15s} {wall:>9s} {wall_ratio:>9s}"
         )
     return "\n".join(lines)

@@ -18,7 +18,7 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert {r.params["model"] for r in acc} == {"LSTM", "Transformer"}
     assert all(0 <= r.params["accuracy"] <= 1 and r.params["parameters"] > 0 for r in acc)
     t = cfg["throughput"]
-    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 1
+    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2  # + the SDPA peer, with and without the RoPE kernel
     assert all(r.params["tokens_per_s"] > 0 for r in thr)
     assert "parity LSTM" in tasks.accuracy_table(results) and "tokens/s" in tasks.throughput_table(results)
     summary = tasks.throughput_summary(results, reference_heads=2)
@@ -90,7 +90,7 @@ def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch
 
     out = tasks.throughput("tiny")
     t = tasks.SIZES["tiny"]["throughput"]
-    n = len(t["lstm_heads"]) + len(t["transformer_heads"]) + 1
+    n = len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2  # + the SDPA peer, with and without the RoPE kernel
     assert events == ["check"] * n + ["time"] * n
     assert [r.case for r in out] == [
         "LSTM 1 head",
@@ -98,10 +98,13 @@ def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch
         "Transformer 1 head (naive)",
         "Transformer 2 heads (naive)",
         "Transformer 2 heads (sdpa)",
+        "Transformer 2 heads (sdpa, RoPE as PyTorch ops)",
     ]
-    *right, wrong = out
+    *right, wrong, wrong_too = out
     assert all(r.params["check"] == "ok" and r.params["rel_err"] < 1e-5 for r in right)
-    assert wrong.params["check"].startswith("FAILED: logits") and wrong.status == "ok"
+    for w in (wrong, wrong_too):
+        assert w.params["check"].startswith("FAILED: logits") and w.status == "ok"
+    assert wrong_too.params["rope_kernel"] is False and "rope_kernel" not in wrong.params
     for r in out:
         p = r.params
         assert p["kind"] == "throughput" and p["model"] in ("LSTM", "Transformer") and p["num_heads"] >= 1
@@ -109,7 +112,7 @@ def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch
         assert p["tokens_per_s"] == pytest.approx(t["batch_size"] * t["length"] / (r.ms * 1e-3))
         assert r.wall_ms > 0 and r.shape == [t["batch_size"], t["length"]] and r.dtype == "float32"
         assert p.get("backend") == ("vanilla" if p["model"] == "LSTM" else None)
-        assert p["attention"] == (None if p["model"] == "LSTM" else r.case.split("(")[1].rstrip(")"))
+        assert p["attention"] == (None if p["model"] == "LSTM" else r.case.split("(")[1].split(",")[0].rstrip(")"))
     assert len(tasks.throughput_records(out)) == n and "Transformer 2 heads (sdpa)" in tasks.throughput_table(out)
 
 
