@@ -275,6 +275,8 @@ if found:
 
 # %% [markdown]
 # The training throughput below is the newest stored measurement (`tasks.stored_throughput`): re-measured with the kernels of lesson 5 that split a head too large for one SM over several SMs, so every head count runs on the `fused` backend. Both clocks: `ms/step` is device time, `wall ms` the eager wall time of a training step (steps back to back, as a training loop makes them); the ratios to the 12-head Transformer are given on each.
+#
+# **A fair baseline.** A comparison of throughput is only as good as the code of both contenders. The profile of a training step (`scripts/profile06_capstone.py`, its tables under `benchmarks/06_state_tracking/throughput/`) showed where the Transformer's step went besides attention and the matrix products: RoPE written as PyTorch operations (slices cast to fp32, four products, two sums, a concatenation, a cast back, then the copy to the [B, H, N, D] layout), each a full pass over q or k, and as many again in the backward. The Transformer now splits its heads and rotates q and k in one Triton pass each way (`gpulab.attention.rope.qkv_heads`: a rotation's backward is the rotation by the opposite angle, so nothing is saved for it). The table keeps the SDPA Transformer measured both ways in the same run, `(sdpa)` with the kernel and `(sdpa, RoPE as PyTorch ops)` without it (the cell's last sentence states the difference): the LSTM's ratios are given against the Transformer with the kernel, while the runs before 2026-11-27 compared it with the one without.
 
 # %%
 stored_thr = tasks.stored_throughput("h100")
@@ -291,6 +293,15 @@ if stored_thr:
             "With the same width, the LSTM with few large heads (1 or 4) trains **slower** than with many small ones "
             "(12 or 24): at most {few:,.0f} against at least {many:,.0f} tokens/s (device time, the `fused` kernel).",
             holds=lambda few, many: few < many, few=max(few), many=min(many),
+        ))  # fmt: skip
+    sdpa = {r.case: r for r in stored_thr if r.params.get("attention") == "sdpa"}
+    fused, ops = sdpa.get("Transformer 12 heads (sdpa)"), sdpa.get("Transformer 12 heads (sdpa, RoPE as PyTorch ops)")
+    if fused and ops:
+        claims.show(claims.claim(
+            "The same Transformer with its heads split and rotated by PyTorch's operations takes {ops:.2f} ms a "
+            "training step instead of {fused:.2f} ms with the kernel (eager wall clock, same run): {x:.2f}x as long, "
+            "for the same function.",
+            holds=lambda ops, fused, x: ops > fused, ops=ops.wall_ms, fused=fused.wall_ms, x=ops.wall_ms / fused.wall_ms,
         ))  # fmt: skip
 
 # %% [markdown]
