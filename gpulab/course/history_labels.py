@@ -35,8 +35,11 @@ LABELS: dict[tuple[str, str], str] = {
         "768 and B = 16, lesson 5's section 8 run, newer, is the record of the split kernel and alternating; the "
         "other rows and the ratios are this run's",
     ("05", "v6 rows8 z"):
-        "history: run z of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-z-rows8.jsonl`), the same "
-        "kernels as run zz, the record Appendix I shows; shown for the spread of two runs of one tree",
+        "history: runs z and zz of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-z{,z}-rows8"
+        ".jsonl`), one tree before the forward's late inputs in 8-row tiles; Appendix I shows the newest run (zzd)",
+    ("05", "v6 rows8 zzc"):
+        "history: run zzc of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-zzc-rows8.jsonl`), the "
+        "same kernels as run zzd, the record Appendix I shows; shown for the spread of two runs of one tree",
 }
 # fmt: on
 """(lesson, run) -> the history label a cell prints before it displays that run: what it is, which newer run is the

@@ -265,9 +265,9 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
 
     One :class:`gpulab.bench.Benchmark` whose cases are the models (x values ``model``, ``num_heads``,
     ``attention``: None for the LSTM; the SDPA peer once more with ``rope_kernel`` False, its heads split and rotated
-    by PyTorch's operations as before 2026-11-27): each model's logits on the case's batch are checked against a float64 copy of
-    it (the LSTM on its ``vanilla`` backend, attention ``naive``) before anything is timed, a mismatch recorded in
-    ``params['check']``; then the harness times the training step on both clocks. ``params`` also carry ``kind``
+    by PyTorch's operations as before 2026-11-27): each model's logits on the case's batch are checked against a
+    float64 copy of it (the LSTM on its ``vanilla`` backend, attention ``naive``) before anything is timed, a
+    mismatch recorded in ``params['check']``; then the harness times the training step on both clocks. ``params`` also carry ``kind``
     ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused
     kernel refused the head size) and ``tokens_per_s``; a model that cannot be built or run, ``error``."""
     cfg, task = _size(size)["throughput"], get_task(task)
@@ -277,9 +277,9 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     cases += [
         {"model": "Transformer", "num_heads": h, "attention": default_attention()} for h in cfg["transformer_heads"]
     ]
-    cases += [{"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa"}]
-    # the peer as the lesson's Transformer ran it until 2026-11-27: q, k, v split and rotated by PyTorch's operations
-    cases += [{"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa", "rope_kernel": False}]
+    peer = {"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa"}
+    # the peer again as the lesson's Transformer ran it until 2026-11-27: q, k, v split and rotated by PyTorch's ops
+    cases += [peer, {**peer, "rope_kernel": False}]
     built = {}  # case -> what building its model found out (backend, note, parameters), for the records
 
     def build(model, num_heads, attention, rope_kernel=True):

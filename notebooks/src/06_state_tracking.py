@@ -301,7 +301,8 @@ if stored_thr:
             "The same Transformer with its heads split and rotated by PyTorch's operations takes {ops:.2f} ms a "
             "training step instead of {fused:.2f} ms with the kernel (eager wall clock, same run): {x:.2f}x as long, "
             "for the same function.",
-            holds=lambda ops, fused, x: ops > fused, ops=ops.wall_ms, fused=fused.wall_ms, x=ops.wall_ms / fused.wall_ms,
+            holds=lambda ops, fused, x: ops > fused,
+            ops=ops.wall_ms, fused=fused.wall_ms, x=ops.wall_ms / fused.wall_ms,
         ))  # fmt: skip
 
 # %% [markdown]

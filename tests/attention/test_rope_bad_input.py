@@ -33,4 +33,3 @@ def test_bad_input(call, exc, word):
     with pytest.raises(exc) as info:
         call()
     assert word in str(info.value), f"the message should say {word!r}: {info.value}"
-

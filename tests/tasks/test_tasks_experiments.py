@@ -18,7 +18,8 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert {r.params["model"] for r in acc} == {"LSTM", "Transformer"}
     assert all(0 <= r.params["accuracy"] <= 1 and r.params["parameters"] > 0 for r in acc)
     t = cfg["throughput"]
-    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2  # + the SDPA peer, with and without the RoPE kernel
+    # + the SDPA peer, with and without the RoPE kernel
+    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2
     assert all(r.params["tokens_per_s"] > 0 for r in thr)
     assert "parity LSTM" in tasks.accuracy_table(results) and "tokens/s" in tasks.throughput_table(results)
     summary = tasks.throughput_summary(results, reference_heads=2)

@@ -161,3 +161,15 @@ def test_both_pieces_of_h_are_loaded_before_the_change_of_layout(tmp_path, gluon
     h = [i for i, op in enumerate(lines) if op.lstrip("@!P0123456789 ").startswith("LDG.E.128")]
     assert len(h) >= 2, "the step's loads of h"
     assert not any("BAR.SYNC" in op for op in lines[h[0] : h[-1]]), lines[h[0] : h[-1] + 1]
+
+
+def test_late_inputs_only_in_8_row_tiles(tmp_path, gluon_loop_sass):
+    """The measured choice (run zzb): at 8 batch rows the forward issues the next step's input projections after its
+    arrival at the barrier (its release then waits for no load); at 16 rows before the cell. In the 8-row tile's
+    SASS the step's arrival (REDG) comes before the input loads, and no input load comes between the step's start
+    and the arrival."""
+    assert v6.late_inputs(8) and v6.late_inputs(4) and not v6.late_inputs(16)
+    lines = gluon_loop_sass("v6", tmp_path, "--save-gates")
+    arrive = next(i for i, op in enumerate(lines) if "REDG.E.ADD" in op)
+    loads = [i for i, op in enumerate(lines) if "LDG.E.U16 " in op or "LDG.E.64 " in op or "LDG.E " in op]
+    assert loads and all(i > arrive for i in loads), [lines[i] for i in loads]

@@ -472,9 +472,17 @@ EXCHANGE = "counter"
 TAG_STORE = 0
 """How the tagged exchange stores its words (0: a plain store, 1: a relaxed store at the GPU's scope, 2: a plain
 store and a fence; the A/B of ``scripts/diag05_v6_tagged.py``)."""
-LATE_INPUTS = False
-"""Issue the next step's input projections after the arrival at the barrier instead of before the cell (the A/B of
-``scripts/diag05_v6_switches.py late``: faster by a percent or so at 8 rows, slower at two 16-row tiles of B32)."""
+LATE_INPUTS: bool | None = None
+"""Issue the next step's input projections after the arrival at the barrier instead of before the cell: True, False,
+or None for the measured choice, on for tiles of at most 8 batch rows only (the A/B of
+``scripts/diag05_v6_switches.py late``, run zzb: a few percent faster at 8 rows, slower at two 16-row tiles of
+B32)."""
+
+
+def late_inputs(block_b: int) -> bool:
+    """Whether the forward issues its next inputs after the arrival for tiles of ``block_b`` rows
+    (:data:`LATE_INPUTS`)."""
+    return block_b <= 8 if LATE_INPUTS is None else bool(LATE_INPUTS)
 
 
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool,
@@ -483,7 +491,7 @@ def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_lo
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
                 SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=EARLY_ARRIVE,
                 TIMING=timing, TAGGED=exchange == "tagged", TAG_STORE=TAG_STORE,
-                **ops.barrier_constexprs(), LATE_INPUTS=LATE_INPUTS)  # fmt: skip
+                **ops.barrier_constexprs(), LATE_INPUTS=late_inputs(cfg.block_b))  # fmt: skip
 
 
 def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None,
