@@ -267,9 +267,10 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     ``attention``: None for the LSTM; the SDPA peer once more with ``rope_kernel`` False, its heads split and rotated
     by PyTorch's operations as before 2026-11-27): each model's logits on the case's batch are checked against a
     float64 copy of it (the LSTM on its ``vanilla`` backend, attention ``naive``) before anything is timed, a
-    mismatch recorded in ``params['check']``; then the harness times the training step on both clocks. ``params`` also carry ``kind``
-    ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused
-    kernel refused the head size) and ``tokens_per_s``; a model that cannot be built or run, ``error``."""
+    mismatch recorded in ``params['check']``; then the harness times the training step on both clocks. ``params``
+    also carry ``kind`` ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the LSTM's ``backend`` (and
+    ``note`` when the fused kernel refused the head size) and ``tokens_per_s``; a model that cannot be built or run,
+    ``error``."""
     cfg, task = _size(size)["throughput"], get_task(task)
     dtype = dtypes.as_dtype(cfg["dtype"])
     sizes = {"d_model": cfg["d_model"], "num_layers": cfg["num_layers"]}
