@@ -182,15 +182,20 @@ of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at 
 
 V6_TILES = (
     dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8), min_head_dim=512),
+    dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=32, block_b=8, warps=16),
+         min_head_dim=768, max_head_dim=768),
     dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
     dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
 )
 """Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
-GPU's SMs at once (and whose ``min_head_dim``, if it has one, the head reaches) wins. 8 batch rows per program first,
-for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1}) for its rows at every
-step, and 8 rows halve those bytes, the product and the cell per program; at a head of 256 the 8-row pair was slower
-on the H100 (lesson 5, Appendix I's records at 768, 512 and 256, B16). Then 16 rows with the kernels' defaults, then
-16 rows with the forward in b4's tile (half the programs: two batch tiles of one head of 768 at B32)."""
+GPU's SMs at once (and whose ``min_head_dim`` and ``max_head_dim``, where given, bound the head) wins. 8 batch rows
+per program first, for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1})
+for its rows at every step, and 8 rows halve those bytes, the product and the cell per program; at a head of 256 the
+8-row pair was slower on the H100 (lesson 5, Appendix I's records at 768, 512 and 256, B16). Then, at a head of 768
+only (where it was measured), the forward in 16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps: at B32
+both launches are 96 programs (b4's 8-row tiles of 16 units would be 192), and b4 took less time than in 16-row
+tiles (``scripts/probe05_b4_wide.py``, run a; the forward in that tile spills registers and took longer). Then 16
+rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs)."""
 
 
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
@@ -205,7 +210,7 @@ def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
         return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
     valid, errors = [], []
     for pair in V6_TILES:
-        if head_dim < pair.get("min_head_dim", 0):
+        if not pair.get("min_head_dim", 0) <= head_dim <= pair.get("max_head_dim", head_dim):
             continue
         try:
             valid.append((v6_gluon_split.v6_config(head_dim, **pair["forward"]),
@@ -213,7 +218,7 @@ def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
         except ValueError as exc:
             errors.append(str(exc))
     if not valid:
-        why = errors[-1] if errors else "every pair of V6_TILES asks for a larger head (min_head_dim)"
+        why = errors[-1] if errors else "no pair of V6_TILES takes this head (min_head_dim, max_head_dim)"
         raise ValueError(f"head_dim={head_dim} fits no version-6 tile pair: {why}")
     sms = hardware.live_properties().get("sm_count", 0)
     fits = [p for p in valid if max(t.programs(batch, num_heads, head_dim) for t in p) <= sms]

@@ -35,10 +35,12 @@ def _forward(inputs):
 
 @pytest.mark.parametrize("B,NH,DH,kw,last", [(1, 1, 96, {"block_u": 8, "warps": 2}, False),
                                              (17, 2, 48, {"block_u": 4, "warps": 1}, True),
-                                             (3, 1, 64, {"block_u": 16, "warps": 4}, True)])  # fmt: skip
+                                             (3, 1, 64, {"block_u": 16, "warps": 4}, True),
+                                             (9, 1, 768, {"block_u": 32, "block_b": 8, "warps": 16}, True)])  # fmt: skip
 def test_schedule_matches_autograd(B, NH, DH, kw, last, make_inputs):
     """dG (in Wx's layout) equals dL/dWx and d_states dL/d(initial states), with and without a gradient of the last
-    states (96 = 64 + 32 and 48 = 32 + 16 rows of R^T in two pieces; odd batch, two heads)."""
+    states (96 = 64 + 32 and 48 = 32 + 16 rows of R^T in two pieces; odd batch, two heads; the plan's wide tile of
+    one head of 768: 24 programs of 32 units, two batch tiles of 8 rows, the last one partial)."""
     inputs = make_inputs("lstm", B, 4, NH, DH, dtype=torch.float32, seed=B * DH)
     out, gates = _forward(inputs)
     d_out = torch.randn(2, B, 4, NH, DH, dtype=torch.float64)
@@ -179,24 +181,42 @@ def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
     assert fwd.programs(32, 1, 768) == 48 and fwd.programs(33, 1, 768) == 96
 
 
+ROWS8, WIDE_B4 = ((16, 8, 8), (16, 8, 8)), ((16, 16, 8), (32, 8, 16))
+
+
 @pytest.mark.parametrize("sms, B, NH, want, fits", [
-    (132, 16, 1, (16, 8, 8), True), (132, 9, 1, (16, 8, 8), True), (132, 1, 1, (16, 8, 8), True),
-    (132, 17, 1, (16, 16, 8), True), (132, 32, 1, (16, 16, 8), True), (264, 32, 1, (16, 8, 8), True),
-    (132, 16, 2, (16, 16, 8), True), (132, 33, 1, (16, 16, 8), False), (0, 32, 1, (16, 8, 8), False)])  # fmt: skip
+    (132, 16, 1, ROWS8, True), (132, 9, 1, ROWS8, True), (132, 1, 1, ROWS8, True), (132, 17, 1, WIDE_B4, True),
+    (132, 32, 1, WIDE_B4, True), (264, 32, 1, ROWS8, True), (132, 16, 2, WIDE_B4, True),
+    (132, 33, 1, ((16, 16, 8), (16, 16, 8)), False), (0, 32, 1, ROWS8, False)])  # fmt: skip
 def test_version_6_takes_the_first_tile_pair_that_fits(sms, B, NH, want, fits, monkeypatch):
-    """With V6_WIDE off (the default) the plan tries 8-row tiles (16 units, 8 warps), then 16 rows with the defaults
-    (the forward's 8 units make twice b4's programs), then 16 rows with the forward in b4's tile, and takes the first
-    whose programs fit the GPU's SMs at once: 8 rows up to B = 16 at one head of 768 on an H100 (96 programs), 16
-    rows in b4's tile at B = 32 (two tiles: 96); none fits at B = 33 (144 > 132; v6_applies then refuses). Without
-    a GPU (no SM count) the first pair."""
+    """With V6_WIDE off (the default) the plan tries 8-row tiles (16 units, 8 warps), then at 768 the forward in
+    16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps, then 16 rows with the defaults (the forward's 8
+    units make twice b4's programs), then 16 rows with the forward in b4's tile, and takes the first whose programs
+    fit the GPU's SMs at once: 8 rows up to B = 16 at one head of 768 on an H100 (96 programs), the wide b4 at B = 32
+    (96 programs each); none fits at B = 33 (144 > 132; v6_applies then refuses). Without a GPU (no SM count) the
+    first pair."""
     from gpulab import hardware
     from gpulab.rnn.fused import plan
 
     monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": sms} if sms else {})
     fwd, bwd = plan.v6_tiles(B, 768, NH)
-    assert (fwd.block_u, fwd.block_b, fwd.warps) == want
-    assert (bwd.block_u, bwd.block_b, bwd.warps) == (16, want[1], 8)
+    assert ((fwd.block_u, fwd.block_b, fwd.warps), (bwd.block_u, bwd.block_b, bwd.warps)) == want
     assert (max(t.programs(B, NH, 768) for t in (fwd, bwd)) <= sms) == fits
+
+
+@pytest.mark.parametrize("DH", [512, 1024])
+def test_the_wide_b4_pair_is_for_heads_of_768_only(DH, monkeypatch):
+    """The pair with b4 in 32 units and 16 warps was measured at 768 only (at 1024 its R^T rows alone would take more
+    than the 128 registers a thread of 16 warps has): other heads skip it."""
+    from gpulab import hardware
+    from gpulab.rnn.fused import plan
+
+    monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": 132})
+    _, bwd = plan.v6_tiles(32, DH)
+    assert bwd.warps == 8
+    with pytest.raises(ValueError, match="at most 128"):
+        b4.b4_config(1024, 32, 8, 16)
+    assert b4.b4_config(768, 32, 8, 16).warps == 16
 
 
 @pytest.mark.parametrize("DH, want", [(768, (16, 8, 8)), (512, (16, 8, 8)), (256, (8, 16, 4))])

@@ -46,7 +46,7 @@ from gpulab import runtime
 from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, V6Config, k_pieces
+from gpulab.rnn.fused.versions.gluon_tiles import V6Config, k_pieces, register_budget
 
 __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90", "GATES_FIRST"]
 
@@ -70,12 +70,12 @@ def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 
             f"such as 768 (512 + 256) with warps <= {max(1, min(x for x in pieces if x) // 16) if pieces else 1}."
         )
     rows = head_dim // warps  # each warp's rows of R^T: its A operand (16-bit pairs) and its share (fp32)
-    regs = rows * 4 * block_u * 2 // 4 // 32 + rows * block_b // 32
-    if regs > REGISTER_BUDGET:
+    regs, budget = rows * 4 * block_u * 2 // 4 // 32 + rows * block_b // 32, register_budget(warps)
+    if regs > budget:
         raise ValueError(
             f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} registers per "
-            f"thread for R^T's rows and the shares (at most {REGISTER_BUDGET}); use more warps or fewer units or "
-            "rows per program."
+            f"thread for R^T's rows and the shares (at most {budget}); use more warps or fewer units or rows per "
+            "program."
         )
     return cfg
 

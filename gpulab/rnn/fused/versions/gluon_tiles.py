@@ -8,13 +8,20 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "SHARED_BUDGET", "tile_for", "compile_sm90"]
+__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "register_budget", "SHARED_BUDGET", "tile_for", "compile_sm90"]
 
-_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8)}
+_SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8, 16)}
 REGISTER_BUDGET = 224
 """Registers per thread a tile's operands may take (:func:`.v6_gluon_split.register_estimate`): of the 255 a thread
 can have, the cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them,
-compiled to 242 without spilling)."""
+compiled to 242 without spilling). With 16 warps a thread can have 128 registers at most (an SM's 65,536 over 512
+threads): :func:`register_budget`."""
+
+
+def register_budget(warps: int) -> int:
+    """The registers per thread a tile's operands may take with ``warps`` warps: :data:`REGISTER_BUDGET`, or less
+    where the register file shared by ``warps * 32`` threads leaves each fewer (128 at 16 warps)."""
+    return min(REGISTER_BUDGET, 65536 // (32 * runtime.positive_int("warps", warps)))
 SHARED_BUDGET = 227 * 1024
 """Bytes of shared memory a program of the H100 may use."""
 

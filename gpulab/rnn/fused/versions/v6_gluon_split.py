@@ -47,7 +47,7 @@ from gpulab import runtime
 from gpulab.rnn.fused.versions import gluon_ops as ops
 from gpulab.rnn.fused.versions import gluon_tiles
 from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.gluon_tiles import REGISTER_BUDGET, SHARED_BUDGET, V6Config, k_pieces
+from gpulab.rnn.fused.versions.gluon_tiles import SHARED_BUDGET, V6Config, k_pieces, register_budget
 
 __all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate"]
 
@@ -67,14 +67,14 @@ def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4
         raise ValueError(
             f"head_dim / warps = {head_dim // warps} must be one power of two or the sum of two (a Gluon tile is a "
             f"power of two; each warp's K chunk is at most two tiles), got head_dim={head_dim}, warps={warps}; use "
-            f"warps in {[w for w in (1, 2, 4, 8) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or 'none'}."
+            f"warps in {[w for w in (1, 2, 4, 8, 16) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or 'none'}."
         )
-    regs = sum(register_estimate(head_dim, cfg).values())
+    regs, budget = sum(register_estimate(head_dim, cfg).values()), register_budget(warps)
     smem = 4 * warps * 4 * block_u * block_b  # the partial sums, fp32 [KS, 4 BU, BLOCK_B]
-    if regs > REGISTER_BUDGET or smem > SHARED_BUDGET:
+    if regs > budget or smem > SHARED_BUDGET:
         raise ValueError(
             f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} registers per "
-            f"thread for its operands (at most {REGISTER_BUDGET}: the rest of the step needs the others) and {smem} "
+            f"thread for its operands (at most {budget}: the rest of the step needs the others) and {smem} "
             f"bytes of shared memory (at most {SHARED_BUDGET}); use more warps or fewer units or rows per program."
         )
     return cfg
