@@ -1,7 +1,9 @@
 """Lesson 5, issue 40 (probe): b4 and version 6 in tiles of 32 units and 16 warps at one head of 768, so that 8-row
 tiles fit the capstone's batch of 32 (4 tiles x 24 programs = 96, where 16-unit programs would need 192, more
 than the H100's 132 SMs). Offline (sm_90, no GPU) such a tile compiles to 128 registers a thread, the most 16 warps
-can have, with spills (b4 14, the forward 52); this times what they cost.
+can have, with spills (b4 14, the forward 52); this times what they cost. Run a timed the forward's wide tile; since
+then ``v6_config`` refuses it (its operands alone need more than the 128 registers: ``gluon_tiles.register_budget``),
+and the probe records the refusal as that case's error.
 
     TAG=a python scripts/probe05_b4_wide.py OUT_DIR
 
@@ -38,7 +40,8 @@ def _backward(bargs, dG3, ds03, cfg, name, common):
                          block_u=cfg.block_u, block_b=cfg.block_b, warps=cfg.warps, **common)  # fmt: skip
 
 
-def _forward(x, ref, cfg, name, common):
+def _forward(x, ref, tile, name, common):
+    cfg = tile if isinstance(tile, v6.V6Config) else v6.v6_config(DH, *tile)  # refused (ValueError) past the budget
     fn = functools.partial(v6.split_forward_v6, *x, cfg=cfg, save_gates=True)
     err, parts = checked_and_stamped(fn, ref, cfg.programs(common["B"], 1, DH), poison=True)
     return bench.measure(fn, case=f"v6 {name} B{common['B']} 1x{DH} saving gates", rel_err=err, version="v6",
@@ -54,8 +57,8 @@ def _one_batch(rows, t0, B):
     bargs, dG3, ds03 = b3_reference(rows, t0, x, plan.choose(B, 1, DH, training=True), common)
     for name, cfg in [("plan", bwd)] + [(f"u{u} rows{r} w{w}", b4.b4_config(DH, u, r, w)) for u, r, w in B4_TILES]:
         guard(rows, t0, f"b4 {name} B{B}", common, functools.partial(_backward, bargs, dG3, ds03, cfg, name, common))
-    for name, cfg in [("plan", fwd)] + [(f"u{u} rows{r} w{w}", v6.v6_config(DH, u, r, w)) for u, r, w in V6_TILES]:
-        guard(rows, t0, f"v6 {name} B{B}", common, functools.partial(_forward, x, ref, cfg, name, common))
+    for name, tile in [("plan", fwd)] + [(f"u{u} rows{r} w{w}", (u, r, w)) for u, r, w in V6_TILES]:
+        guard(rows, t0, f"v6 {name} B{B}", common, functools.partial(_forward, x, ref, tile, name, common))
 
 
 def main(out_dir):

@@ -522,7 +522,7 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     **{("05", f'versions_report.load_v6_rows8("h100", run="{r}")'): Display(_lesson05_v6("rows8", run=r),
        f"Appendix J: run {r} of the 8-row script, superseded by the newest run") for r in ("z", "zz", "zzc")},
     **{("05", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
-       for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late")},  # fmt: skip
+       for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late", "b4wide")},  # fmt: skip
     **{("05", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
         _lesson05_v6("rows8", d), f"Appendix I: version 6's 8-row tiles at a head of {d} (peers in the run)")
        for d in (512, 256)},  # fmt: skip

@@ -1958,4 +1958,22 @@ if zzc_ and r8_ and late_:
     ))  # fmt: skip
 
 # %% [markdown]
+# **8. b4 in 8-row tiles at B = 32 (run a of `scripts/probe05_b4_wide.py`).** The capstone's one-head LSTM trains on 32 rows: 8-row tiles of 16 units would be 192 programs, more than the SMs, so the plan ran b4 in two 16-row tiles. Tiles of 32 units in 16 warps make 8-row tiles fit (4 tiles of 24 programs): each warp holds half as many rows of $R^T$, and each program pushes and gathers shares of 8 rows instead of 16. 16 warps leave a thread 128 registers (`gluon_tiles.register_budget`); offline the tile compiles to that with a few spills. The plan now takes this pair for one head of 768 past 16 rows (`plan.V6_TILES`, its second pair: the forward stays in 16-row tiles):
+
+# %%
+wide_ = _cases(lambda: versions_report.load_v6_switch("h100", "b4wide"))
+if wide_:
+    claims.show(claims.claim(
+        "At B = 32, b4 in 8-row tiles of 32 units takes {w:.3f} ms ({ww:.3f} wall) against {p:.3f} ({pw:.3f}) in "
+        "16-row tiles; at B = 16 it takes {w16:.3f} against {p16:.3f} in the plan's 8-row tiles of 16 units, so the "
+        "plan keeps those there. The forward in the wide tile took {f:.3f} ms against {fp:.3f}: it stays in 16-row "
+        "tiles.",
+        holds=lambda w, p, w16, p16, f, fp, **_: w < p and w16 > p16 and f > fp,
+        w=wide_["b4 u32 rows8 w16 B32 1x768"].ms, ww=wide_["b4 u32 rows8 w16 B32 1x768"].wall_ms,
+        p=wide_["b4 plan B32 1x768"].ms, pw=wide_["b4 plan B32 1x768"].wall_ms,
+        w16=wide_["b4 u32 rows8 w16 B16 1x768"].ms, p16=wide_["b4 plan B16 1x768"].ms,
+        f=wide_["v6 u32 rows8 w16 B32 1x768 saving gates"].ms, fp=wide_["v6 plan B32 1x768 saving gates"].ms,
+    ))  # fmt: skip
+
+# %% [markdown]
 # What is left of the step is the exchange itself: the release, the wait and $h$'s trip, each a round trip through L2, on every step. Thread-block clusters would keep $h$ in distributed shared memory instead; Triton 3.6 has no cluster barrier for them.

@@ -174,6 +174,8 @@ CASES = [
     # lesson 5: version 6 (Gluon)
     ("V6Config-block_u", lambda: gluon_tiles.V6Config(block_u=3), ValueError, "block_u=3"),
     ("V6Config-warps-float", lambda: gluon_tiles.V6Config(warps=4.0), TypeError, "warps"),
+    ("register_budget-0", lambda: gluon_tiles.register_budget(0), ValueError, "warps"),
+    ("register_budget-str", lambda: gluon_tiles.register_budget("8"), TypeError, "warps"),
     ("V6Config.programs-batch", lambda: gluon_tiles.V6Config().programs(0, 1, 768), ValueError, "batch"),
     ("v6_config-head_dim", lambda: v6.v6_config(100), ValueError, "head_dim=100"),
     ("v6_config-pieces", lambda: v6.v6_config(448, warps=1), ValueError, "head_dim / warps = 448"),

@@ -182,8 +182,12 @@ of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at 
 
 V6_TILES = (
     dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8), min_head_dim=512),
-    dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=32, block_b=8, warps=16),
-         min_head_dim=768, max_head_dim=768),
+    dict(
+        forward=dict(block_u=16, block_b=16, warps=8),
+        backward=dict(block_u=32, block_b=8, warps=16),
+        min_head_dim=768,
+        max_head_dim=768,
+    ),
     dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
     dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
 )

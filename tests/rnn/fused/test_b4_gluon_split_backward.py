@@ -33,10 +33,13 @@ def _forward(inputs):
     return out, Wx + torch.einsum("gnjk,btnk->btgnj", R, prev) + b[None, None]
 
 
+WIDE = {"block_u": 32, "block_b": 8, "warps": 16}
+
+
 @pytest.mark.parametrize("B,NH,DH,kw,last", [(1, 1, 96, {"block_u": 8, "warps": 2}, False),
                                              (17, 2, 48, {"block_u": 4, "warps": 1}, True),
                                              (3, 1, 64, {"block_u": 16, "warps": 4}, True),
-                                             (9, 1, 768, {"block_u": 32, "block_b": 8, "warps": 16}, True)])  # fmt: skip
+                                             (9, 1, 768, WIDE, True)])  # fmt: skip
 def test_schedule_matches_autograd(B, NH, DH, kw, last, make_inputs):
     """dG (in Wx's layout) equals dL/dWx and d_states dL/d(initial states), with and without a gradient of the last
     states (96 = 64 + 32 and 48 = 32 + 16 rows of R^T in two pieces; odd batch, two heads; the plan's wide tile of
@@ -272,3 +275,10 @@ def test_the_next_steps_inputs_are_loaded_while_waiting(tmp_path, gluon_loop_sas
     poll = next(i for i, op in enumerate(lines) if i > arrive and "LDG.E.64.STRONG" in op)
     inputs = [op for op in lines[arrive:poll] if "LDG.E.U16 " in op]
     assert len(inputs) >= 7, lines[arrive : poll + 1]
+
+
+def test_register_budget_follows_the_warps():
+    """A thread of 16 warps has at most 128 registers (65,536 over 512 threads); up to 8 warps the tile budget."""
+    from gpulab.rnn.fused.versions import gluon_tiles
+
+    assert [gluon_tiles.register_budget(w) for w in (1, 8, 16)] == [gluon_tiles.REGISTER_BUDGET] * 2 + [128]

@@ -22,6 +22,8 @@ def register_budget(warps: int) -> int:
     """The registers per thread a tile's operands may take with ``warps`` warps: :data:`REGISTER_BUDGET`, or less
     where the register file shared by ``warps * 32`` threads leaves each fewer (128 at 16 warps)."""
     return min(REGISTER_BUDGET, 65536 // (32 * runtime.positive_int("warps", warps)))
+
+
 SHARED_BUDGET = 227 * 1024
 """Bytes of shared memory a program of the H100 may use."""
 

@@ -64,10 +64,11 @@ def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4
         )
     pieces = k_pieces(head_dim // warps)
     if pieces is None:
+        fit = [w for w in (1, 2, 4, 8, 16) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or "none"
         raise ValueError(
             f"head_dim / warps = {head_dim // warps} must be one power of two or the sum of two (a Gluon tile is a "
             f"power of two; each warp's K chunk is at most two tiles), got head_dim={head_dim}, warps={warps}; use "
-            f"warps in {[w for w in (1, 2, 4, 8, 16) if head_dim % (16 * w) == 0 and k_pieces(head_dim // w)] or 'none'}."
+            f"warps in {fit}."
         )
     regs, budget = sum(register_estimate(head_dim, cfg).values()), register_budget(warps)
     smem = 4 * warps * 4 * block_u * block_b  # the partial sums, fp32 [KS, 4 BU, BLOCK_B]
