@@ -109,3 +109,11 @@ def test_gpu_transformer_same_with_and_without_the_kernel():
         logits.append((out.float(), m.blocks[0].mixer.qkv.weight.grad.float()))
     for a, b in zip(*logits):
         assert check.relative_error(a, b) < 2e-2
+
+
+def test_empty_sequence():
+    qkv = torch.zeros(2, 0, 12, requires_grad=True)
+    q, k, v = R.QKVHeadsFunction.apply(qkv, 2, True, 10000.0)
+    assert q.shape == k.shape == v.shape == (2, 2, 0, 2)
+    (dx,) = torch.autograd.grad((q.sum() + k.sum() + v.sum(),), qkv)
+    assert dx.shape == qkv.shape
