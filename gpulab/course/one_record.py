@@ -333,16 +333,9 @@ def _lesson05_steps(root) -> list[Shown]:
     for r in rows:
         if r.get("kind") == "time" and "ms" in r:
             pass_ = "fwd+bwd" if r.get("training") else "fwd"
-            key = lambda clock, r=r, pass_=pass_: _lstm_key(  # noqa: E731
-                pass_,
-                f"exchange experiment: {r['case'].removesuffix(' fwd+bwd')}",
-                device,
-                16,
-                1024,
-                1,
-                768,
-                "bfloat16",
-                clock,
+            case = f"exchange experiment: {r['case'].removesuffix(' fwd+bwd')}"
+            key = lambda clock, case=case, pass_=pass_: _lstm_key(  # noqa: E731
+                pass_, case, device, 16, 1024, 1, 768, "bfloat16", clock
             )
             out += _times(key, run, r.get("ms"), r.get("wall_ms"))
     return out
@@ -432,6 +425,18 @@ def _lesson05_rows(kind: str):
 
 def _none(root) -> list[Shown]:
     return []
+
+
+def _stored(name):
+    """Lesson 6's stored run ``tasks.stored_<name>("h100")``, keyed as its records."""
+
+    def values(root) -> list[Shown]:
+        from gpulab import tasks
+
+        recs = getattr(tasks, f"stored_{name}")("h100", root)
+        return results_shown(recs, f"{recs[0].date} {name}", "06") if recs else []
+
+    return values
 
 
 _COPY = ("copy kernel (gpulab)", "torch copy_ (peer)")
@@ -527,19 +532,12 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_v6("rows8", d), f"Appendix I: version 6's 8-row tiles at a head of {d} (peers in the run)")
        for d in (512, 256)},  # fmt: skip
     ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
-    ("06", 'tasks.stored_throughput("h100")'): Display(
-        lambda root: _stored_throughput(root), "the newest training-throughput run"),
+    **{("06", f'tasks.stored_{n}("h100")'): Display(_stored(n), f"the newest {what} run")
+       for n, what in (("throughput", "training-throughput"), ("rope", "RoPE kernel"))},
     ("07", 'bench.load("07")'): Display(lambda root: _run("07", root, None, keep=lambda r: r.shape is not None),
                                         "lesson 7's run"),
 }  # fmt: skip
 """(lesson, loader call as the source writes it) -> what its cell displays."""
-
-
-def _stored_throughput(root) -> list[Shown]:
-    from gpulab import tasks
-
-    recs = tasks.stored_throughput("h100", root)
-    return results_shown(recs, f"{recs[0].date} throughput" if recs else "-", "06") if recs else []
 
 
 # --- reading a lesson source ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ __all__ = [
     "throughput_table",
     "throughput_summary",
     "stored_throughput",
+    "stored_rope",
     "plot_accuracy",
     "plot_throughput",
     "figure",
@@ -107,6 +108,16 @@ def stored_throughput(gpu: str = "h100", root=None) -> list:
     folder = bench.results_dir(root) / "06_state_tracking"
     files = bench.record_files(folder / "throughput", gpu) + bench.record_files(folder, gpu)
     return throughput_records(bench.load("06", path=bench.newest(files))) if files else []
+
+
+def stored_rope(gpu: str = "h100", root=None) -> list:
+    """The newest run of ``scripts/bench06_rope.py`` on ``gpu`` (``benchmarks/06_state_tracking/rope/``): the
+    Transformer's heads split and rotated by the Triton kernel and by PyTorch's operations, forward and
+    forward+backward, both clocks; [] when there is none."""
+    if not isinstance(gpu, str) or not gpu:
+        raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    files = bench.record_files(bench.results_dir(root) / "06_state_tracking" / "rope", gpu)
+    return bench.load("06", path=bench.newest(files, part="rope")) if files else []
 
 
 ARTICLE_RATIO = {1: 0.6, 12: 0.75}

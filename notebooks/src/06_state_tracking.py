@@ -80,6 +80,39 @@ print(inspect.getsource(tasks.parity))
 print(inspect.getsource(tasks.CausalSelfAttention.forward))
 print(inspect.getsource(tasks.rope))
 
+# %% [markdown]
+# **RoPE in one pass.** Written as PyTorch operations (the function above), RoPE makes many passes over q and k: slices cast to fp32, four products, two sums, a concatenation, a cast back, then the copy to the attention's [B, H, N, D] layout, and as many again in the backward. The Transformer calls `gpulab.attention.rope.qkv_heads` instead: on a GPU one Triton kernel reads the qkv projection's output once and writes q, k, v in the attention's layout, rotating q and k on the way; its backward is the same kernel turning each pair back by the opposite angle (a rotation's transpose), so nothing is saved for it. On CPU the model runs the PyTorch operations, and the kernel runs in Triton's interpreter; here against float64, forward and backward, on an odd size:
+
+# %%
+from gpulab import check
+from gpulab.attention import rope as rope_kernel
+
+qkv = check.random_tensor(2, 9, 3 * 2 * 6, seed=0).requires_grad_()  # B 2, N 9, 2 heads of 6
+heads = rope_kernel.QKVHeadsFunction.apply(qkv, 2, True, 10000.0)
+x64 = qkv.detach().double().requires_grad_()
+ref = rope_kernel.qkv_heads_reference(x64, 2)
+grads = [check.random_tensor(*h.shape, seed=i + 1) for i, h in enumerate(heads)]
+d_kernel = torch.autograd.grad(heads, qkv, grads)[0]
+d_ref = torch.autograd.grad(ref, x64, [g.double() for g in grads])[0]
+errors = [check.relative_error(a, b) for a, b in zip((*heads, d_kernel), (*ref, d_ref))]
+print("q, k, v and d(qkv) within fp32 rounding of float64:", all(e < 1e-5 for e in errors))
+
+# %% [markdown]
+# On the H100, at the capstone's size (B 32, N 1,024, 12 heads of 64, bf16; `scripts/bench06_rope.py`, both checked against float64 first):
+
+# %%
+rope_runs = tasks.stored_rope("h100")
+if rope_runs:
+    for r in rope_runs:
+        print(f"{r.case:48s} {r.ms:7.3f} ms  wall {r.wall_ms:7.3f}")
+    by_ = {r.case: r for r in rope_runs}
+    kern_, ops_ = (by_[f"qkv heads + RoPE forward+backward ({w})"] for w in ("kernel", "pytorch ops"))
+    claims.show(claims.claim(
+        "Forward and backward, the kernel takes {k:.3f} ms of device time ({kw:.3f} wall) against {o:.3f} ({ow:.3f}) "
+        "for PyTorch's operations: {x:.1f}x less device time, for the same function.",
+        holds=lambda k, o, **_: k < o, k=kern_.ms, kw=kern_.wall_ms, o=ops_.ms, ow=ops_.wall_ms, x=ops_.ms / kern_.ms,
+    ))  # fmt: skip
+
 # %%
 for size in ("cpu", "full"):
     cfg = tasks.SIZES[size]

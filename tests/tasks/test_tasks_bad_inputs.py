@@ -34,6 +34,7 @@ CASES = [
     ("rope-base-0", lambda m: tasks.rope(torch.zeros(1, 1, 3, 4), base=0), ValueError, "base"),
     ("rope-list", lambda m: tasks.rope([1.0]), TypeError, "x must"),
     ("transformer-rope-str", lambda m: tasks.TransformerModel(2, 2, rope_kernel="yes"), TypeError, "rope_kernel"),
+    ("stored-rope-gpu-int", lambda m: tasks.stored_rope(3), TypeError, "gpu must"),
     ("attention-heads-0", lambda m: tasks.CausalSelfAttention(16, 0), ValueError, "num_heads"),
     ("attention-width-float", lambda m: tasks.CausalSelfAttention(16.0, 2), TypeError, "d_model"),
     ("attention-kind", lambda m: tasks.TransformerModel(2, 2, attention="cudnn"), ValueError, "attention='cudnn'"),

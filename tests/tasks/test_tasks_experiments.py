@@ -191,3 +191,14 @@ def test_gpu_smoke_fused_lstm_and_flash_transformer():
         experiments.make_model("LSTM", "parity", dtype=torch.bfloat16, d_model=768, num_heads=12), "parity", 4, 256
     )
     assert r.params["tokens_per_s"] > 0
+
+
+def test_stored_rope_reads_the_newest_run(tmp_path):
+    assert tasks.stored_rope("h100", root=tmp_path) == []
+    folder = tmp_path / "06_state_tracking" / "rope"
+    common = dict(lesson="06", device="NVIDIA H100 80GB HBM3", mode="cuda", shape=(32, 1024, 12, 64))
+    for tag, ms in (("a", 3.0), ("b", 0.4)):
+        run = [bench.Result(case="qkv heads + RoPE forward+backward (kernel)", ms=ms, date="2030-01-01", **common)]
+        bench.save(run, "06", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
+    assert [r.ms for r in tasks.stored_rope("h100", root=tmp_path)] == [0.4]  # run b, the newest
+    assert tasks.stored_rope("a100", root=tmp_path) == []
