@@ -285,6 +285,8 @@ CASES = [
     ("v6 compile_sm90-h_loads", lambda: v6.compile_sm90(768, h_loads=1), ValueError, "h_loads=1"),
     ("v6 compile_sm90-timing", lambda: v6.compile_sm90(768, timing="yes"), TypeError, "timing must be"),
     ("b4 compile_sm90-share_stores", lambda: b4.compile_sm90(768, share_stores=None), ValueError, "share_stores"),
+    ("split_backward_b4-sum_db", lambda: b4.split_backward_b4(*B4_IN, sum_db="yes"), TypeError, "sum_db"),
+    ("b4 compile_sm90-sum_db", lambda: b4.compile_sm90(768, sum_db=1), TypeError, "sum_db"),
     ("compiled_split_table-v6", lambda: versions_report.compiled_split_table(SASS_ROWS, "x"), TypeError, "v6_rows"),
     ("load_profile-gpu", lambda: versions_report.load_profile(""), TypeError, "gpu"),
     ("profile_table-not-dict", lambda: versions_report.profile_table([]), TypeError, "profile"),

@@ -89,27 +89,37 @@ def input_gate_grads(dG, fn, time_major):
     return (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates]
 
 
-def parameter_grads(dG, out, states, function, time_major=False):
+def parameter_grads(dG, out, states, function, time_major=False, db=None):
     """(dWx, dR, db) from the gate gradients dG [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``; B and T
     mergeable into one row dimension), in dG's dtype, in one pass: the products of a sequence that is not cut.
 
     dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: one product per head over the K = B*T rows
-    (fp32 accumulation); db = sum_{b,t} dG (fp32 accumulation); dWx = the input gates of dG (a view, no copy).
-    Few launches: h_{t-1} is two copies into one buffer (the H100 profile of one head of 768 found ``torch.cat`` of
-    the strided outputs slower than the einsum's share would suggest: ``benchmarks/05_fused_rnn/v6/session-2026-11-27
-    -n-host.log``), the products one einsum, db one reduction.
+    (fp32 accumulation); db = sum_{b,t} dG (fp32 accumulation), unless given (``db``: summed where dG was made);
+    dWx = the input gates of dG (a view, no copy).
+    No copy of h_{t-1} in dG's own layout (batch-major, dG [B, T, ...]): the outputs h_t, read as B * T rows, are
+    h_{t-1} of the next row, so one product pairs dG's rows 1.. with the outputs' rows ..-2 where they lie, and only
+    the B rows of t = 0 were paired wrongly (with the previous batch row's last h, or not at all): a product over
+    those B rows replaces it by the initial h (``dG[b, 0]^T (h_{-1}[b] - h_{T-1}[b - 1])``). Time-major, h_{t-1} is
+    two copies into one buffer. db is one reduction.
     """
     fn = get_function(function)
     B, T = out.shape[1], out.shape[2]
     G_b, NH, DH = dG.shape[2:]
-    h = out.new_empty((T, B, NH, DH) if time_major else (B, T, NH, DH))  # h_{t-1}, in dG's order of rows
-    steps = h if time_major else h.transpose(0, 1)  # [T, B, NH, DH] either way
-    steps[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
-    steps[1:] = out[0, :, : T - 1].transpose(0, 1)
-    rows = dG.reshape(B * T, G_b, NH, DH)
-    dR = torch.einsum("kgnj,knm->gnjm", rows[:, fn.r_gates], h.reshape(B * T, NH, DH)).contiguous()
-    db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
-    return input_gate_grads(dG, fn, time_major), dR, db
+    rows, r = dG.reshape(B * T, G_b, NH, DH), fn.r_gates
+    if time_major:
+        h = out.new_empty((T, B, NH, DH))  # h_{t-1}, in dG's order of rows
+        h[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
+        h[1:] = out[0, :, : T - 1].transpose(0, 1)
+        dR = torch.einsum("kgnj,knm->gnjm", rows[:, r], h.reshape(B * T, NH, DH))
+    else:
+        h_rows = out[0].reshape(B * T, NH, DH)  # row b T + t: h_t
+        dR = torch.einsum("kgnj,knm->gnjm", rows[1:, r], h_rows[:-1])  # row k with row k - 1's h
+        fix = states[0, :, 0].clone()  # [B, NH, DH]: the initial h, less what the shift paired each t = 0 row with
+        fix[1:] -= out[0, : B - 1, T - 1]
+        dR += torch.einsum("bgnj,bnm->gnjm", dG[:, 0, r], fix)
+    if db is None:  # (a kernel that wrote dG may have summed it already: b4's ``sum_db``)
+        db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
+    return input_gate_grads(dG, fn, time_major), dR.contiguous(), db
 
 
 SMALL_ROWS = 2048

@@ -227,13 +227,13 @@ def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True, block_b=
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype, save_gates=save_gates)  # fmt: skip
 
 
-def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16", block_b=16, dump=None) -> dict:
+def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16", block_b=16, dump=None, sum_db=False) -> dict:
     """Backward version b4 (:mod:`gpulab.rnn.fused.versions.b4_gluon_split_backward`, Gluon) compiled for sm_90:
     its step loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
     from gpulab.rnn.fused.versions import b4_gluon_split_backward  # noqa: PLC0415
 
     cfg = b4_gluon_split_backward.b4_config(dh, block_u=block_u, block_b=block_b, warps=warps)
-    kernel = b4_gluon_split_backward.compile_sm90(dh, cfg, dtype)
+    kernel = b4_gluon_split_backward.compile_sm90(dh, cfg, dtype, sum_db=sum_db)
     return _gluon_stats(kernel, f"b4_dh{dh}_u{block_u}_w{warps}", dump, version="b4", dh=dh, warps=warps,
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype)  # fmt: skip
 
@@ -341,7 +341,7 @@ def main(argv=None):
         if a.which == "v6":
             row = v6_stats(a.dh, a.warps or 4, extra.get("BLOCK_U", 8), a.dtype, a.save_gates, bb, a.dump)
         else:
-            row = b4_stats(a.dh, a.warps or 8, extra.get("BLOCK_U", 16), a.dtype, bb, a.dump)
+            row = b4_stats(a.dh, a.warps or 8, extra.get("BLOCK_U", 16), a.dtype, bb, a.dump, bool(extra.get("SUM_DB")))
         print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
     if a.which in ("forward", "both"):

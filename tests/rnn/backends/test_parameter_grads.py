@@ -153,3 +153,31 @@ def test_step_products_bf16_at_the_main_problem_on_gpu(time_major):
         pg.step_products(dG.cuda(), out.cuda(), states.cuda(), "lstm", 128, 1024, dR, db, time_major=time_major)
     ref_R, ref_b = _steps_reference(fn, dG, out, states, time_major, 128, 1024)
     assert _rel(dR.sum(0).cpu(), ref_R) < 1e-2 and _rel(db.sum(0).cpu(), ref_b) < 1e-2
+
+
+@pytest.mark.parametrize(
+    "function, B, T, NH, DH, time_major",
+    [
+        ("lstm", 1, 1, 1, 16, False),  # one row: only the initial h
+        ("lstm", 3, 17, 2, 24, False),  # every t = 0 row but the first paired wrongly by the shift, then fixed
+        ("gru", 5, 2, 3, 20, False),
+        ("elman", 4, 1, 1, 8, False),  # T = 1: every row is a t = 0 row
+        ("lstm", 3, 5, 2, 12, True),  # time-major: h_{t-1} copied
+    ],
+)
+def test_products_pair_every_row_with_h_before_it(function, B, T, NH, DH, time_major):
+    """parameter_grads in the layout the split kernels write (batch-major: the outputs' rows read shifted by one, the
+    t = 0 rows fixed by a product of B rows) against float64."""
+    fn, dG, out, states = _problem(function, B, T, NH, DH, torch.float32, time_major, seed=B * 10 + T)
+    dWx, dR, db = pg.parameter_grads(dG, out, states, function, time_major=time_major)
+    ref_R, ref_b = _float64_reference(fn, dG, out, states, time_major)
+    assert dR.shape == ref_R.shape and dR.dtype == torch.float32 and dR.is_contiguous()
+    assert _rel(dR, ref_R) < 1e-5 and _rel(db, ref_b) < 1e-5, (_rel(dR, ref_R), _rel(db, ref_b))
+    assert dWx.data_ptr() == (dG.transpose(0, 1) if time_major else dG)[:, :, fn.w_gates].data_ptr()
+
+
+def test_products_in_bf16_stay_within_its_rounding():
+    fn, dG, out, states = _problem("lstm", 4, 33, 1, 64, torch.bfloat16, False, seed=3)
+    _, dR, db = pg.parameter_grads(dG, out, states, "lstm")
+    ref_R, ref_b = _float64_reference(fn, dG, out, states, False)
+    assert dR.dtype == torch.bfloat16 and _rel(dR, ref_R) < 1e-2 and _rel(db, ref_b) < 1e-2

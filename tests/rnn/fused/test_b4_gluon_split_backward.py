@@ -152,6 +152,11 @@ def test_b4_on_gpu(B, DH, kw, make_inputs):
     assert check.relative_error(ds0, d_states) <= check.tolerance(torch.bfloat16)
     again = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1], d_last, cfg=cfg)
     assert torch.equal(again[0], dG) and torch.equal(again[1], ds0)
+    summed = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1], d_last, cfg=cfg, sum_db=True)
+    assert torch.equal(summed[0], dG) and torch.equal(summed[1], ds0), "summing db changed dG"
+    db = dG.double().sum((0, 1))  # [4, 1, DH]: the reduction the kernel's sums replace
+    assert summed[2].shape == db.shape and summed[2].dtype == dG.dtype
+    check.assert_close(summed[2], db, dtype=torch.bfloat16, name="db summed in b4")
 
 
 def test_plan_keeps_version_5_where_version_6_does_not_apply():

@@ -211,6 +211,7 @@ def split_backward_b4_kernel(
     part_ptr,  # [2, tiles, NH, SPLIT, DH, BLOCK_B] the shares of dh, transposed (written and read)
     ds0_ptr,  # [2, B, 1, NH, DH] dL/d(initial states) (written)
     bar_ptr,  # int64 counter of the grid barrier
+    db_ptr,  # [tiles, 4, NH, DH] fp32: each batch tile's sum over its rows and steps of dG (SUM_DB; written)
     B,
     T,
     NH,
@@ -229,6 +230,7 @@ def split_backward_b4_kernel(
     GROUP_STRIDE: gl.constexpr,  # > 0: a barrier per head and batch tile, their counters this many int64 apart
     POLL_LOADS: gl.constexpr,  # the barrier's wait polls with acquire loads (else atomics: gluon_ops.POLL)
     PREFETCH: gl.constexpr,  # each step's inputs loaded during the previous step's wait (else at its start)
+    SUM_DB: gl.constexpr,  # also sum dG over the tile's rows and all steps: db's share of this tile (fp32)
 ):
     K: gl.constexpr = 4 * BLOCK_U
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
@@ -273,6 +275,10 @@ def split_backward_b4_kernel(
     units_b = gl.expand_dims(p * BLOCK_U + u_g, 1) * BLOCK_B + gl.expand_dims(j_g, 0)  # own rows of a slab
 
     dgs = gl.allocate_shared_memory(r_ptr.dtype.element_ty, [K, BLOCK_B], flat)
+    db_i = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)  # SUM_DB: dG summed over the steps, per gate
+    db_f = db_i
+    db_z = db_i
+    db_o = db_i
     dh_c = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)  # the carried part of dh (d_last's at T - 1)
     dc = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)
     if HAS_LAST:
@@ -307,6 +313,11 @@ def split_backward_b4_kernel(
         d_z = (dc * i * (1.0 - z * z)).to(dg_ptr.dtype.element_ty)
         d_o = (dh * tc * o * (1.0 - o)).to(dg_ptr.dtype.element_ty)
         dc = dc * f
+        if SUM_DB:  # the gradients as stored (16-bit), as db = sum of dG sums them
+            db_i += d_i.to(gl.float32)
+            db_f += d_f.to(gl.float32)
+            db_z += d_z.to(gl.float32)
+            db_o += d_o.to(gl.float32)
         dg_t = dg_own + t * 4 * HD
         if not EARLY:
             gl.store(dg_t, d_i, mask=ok)
@@ -347,6 +358,12 @@ def split_backward_b4_kernel(
     dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
     gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
+    if SUM_DB:  # this tile's share of db: [4, U] of row (tile, gate, n), units p U ..
+        db_own = db_ptr + (tile * 4 * NH + n) * DH + p * BLOCK_U + u
+        gl.store(db_own, gl.sum(gl.where(ok, db_i, 0.0), axis=1))
+        gl.store(db_own + NH * DH, gl.sum(gl.where(ok, db_f, 0.0), axis=1))
+        gl.store(db_own + 2 * NH * DH, gl.sum(gl.where(ok, db_z, 0.0), axis=1))
+        gl.store(db_own + 3 * NH * DH, gl.sum(gl.where(ok, db_o, 0.0), axis=1))
 
 
 SHARE_STORES = ("coalesced", "fragments")
@@ -355,6 +372,9 @@ or ``fragments`` (from the product's registers, 4 bytes a store)."""
 
 
 EARLY_ARRIVE = True
+SUM_DB = True
+"""The package's calls (:func:`gpulab.rnn.fused.plan`) take db from the kernel (``sum_db``) instead of a reduction
+over all of dG after it (False: the reduction; kept for the A/B of ``scripts/diag05_b4_db.py``)."""
 PREFETCH = True
 """Load each step's inputs (saved gates, c_{t-1}, dL/d(states)) during the previous step's wait at the barrier
 (False: at the step's start, after the wait, beside the gather of dh's shares; kept for the A/B of
@@ -363,25 +383,29 @@ PREFETCH = True
 store; kept for the A/B of ``scripts/diag05_v6.py``)."""
 
 
-def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced") -> dict:
+def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced",
+                sum_db: bool = False) -> dict:  # fmt: skip
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
                 COALESCED=share_stores == "coalesced", EARLY=EARLY_ARRIVE, **ops.barrier_constexprs(),
-                PREFETCH=PREFETCH)  # fmt: skip
+                PREFETCH=PREFETCH, SUM_DB=sum_db)  # fmt: skip
 
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,
-                      share_stores: str = "coalesced"):  # fmt: skip
+                      share_stores: str = "coalesced", sum_db: bool = False):  # fmt: skip
     """b4 on a GPU (LSTM, 16-bit): ``(dG [B, T, 4, NH, DH] in Wx's layout, d_states [2, B, 1, NH, DH])`` as
     :func:`gpulab.rnn.fused.split_backward.split_rnn_backward` returns them; ``gates`` the pre-activations the
     forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5);
-    ``share_stores`` one of :data:`SHARE_STORES`. On a CPU it raises: run :func:`schedule_reference` there."""
+    ``share_stores`` one of :data:`SHARE_STORES`. With ``sum_db`` also db [4, NH, DH] (dG summed over the batch and
+    the steps in the kernel, fp32, per batch tile; the tiles summed here; in dG's dtype) as a third result: the
+    reduction that would read all of dG once more. On a CPU it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import fast_activations  # noqa: PLC0415
 
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
+    sum_db = runtime.strict_bool("sum_db", sum_db)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
     if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
         raise TypeError(
@@ -403,18 +427,19 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     grid = (DH // cfg.block_u, NH, tiles)
     programs = grid[0] * grid[1] * grid[2]
     bar, per_group = ops.launch_counter(dev, programs, NH, tiles)
+    db = new_output(tiles, 4, NH, DH, dtype=torch.float32, device=dev) if sum_db else bar
     split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
         gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
         dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
-        bar_ptr=bar, B=B, T=T, NH=NH, n_programs=per_group,
-        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores), num_warps=cfg.warps,
+        bar_ptr=bar, db_ptr=db, B=B, T=T, NH=NH, n_programs=per_group,
+        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores, sum_db), num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip
-    return dG, ds0
+    return (dG, ds0, db.sum(0).to(dt)) if sum_db else (dG, ds0)
 
 
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True,
-                 share_stores: str = "coalesced"):  # fmt: skip
+                 share_stores: str = "coalesced", sum_db: bool = False):  # fmt: skip
     """Triton's compiled b4 for sm_90, nothing launched, no GPU needed. Call from a process outside the
     interpreter (:func:`gpulab.rnn.fused.sass.b4_stats` does)."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
@@ -422,5 +447,6 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, b4_config)
-    constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16", share_stores)
+    constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16", share_stores,
+                             runtime.strict_bool("sum_db", sum_db))  # fmt: skip
     return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

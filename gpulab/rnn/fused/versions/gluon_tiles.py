@@ -82,7 +82,7 @@ def compile_sm90(kernel, dtype: str, constexprs: dict, warps: int):
 
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     pointers = kernel.arg_names[: kernel.arg_names.index("bar_ptr")]
-    after = {"clk_ptr": "*i64", "xch_ptr": "*i32"}  # the clocks and the tagged exchange (after bar_ptr), if taken
+    after = {"clk_ptr": "*i64", "xch_ptr": "*i32", "db_ptr": "*fp32"}  # after bar_ptr, where a kernel takes them
     after = {k: v for k, v in after.items() if k in kernel.arg_names}
     signature = {**{k: f"*{dtype}" for k in pointers}, "bar_ptr": "*i64", **after, "B": "i32", "T": "i32", "NH": "i32",
                  "n_programs": "i32", **{k: "constexpr" for k in constexprs}}  # fmt: skip
