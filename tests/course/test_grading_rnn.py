@@ -5,6 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gpulab import check
 from gpulab.course import grading_rnn as grading
 from gpulab.rnn import cells
 from gpulab.rnn.cells import lstm_cell
@@ -29,6 +30,18 @@ def gru_swapped(g, r, z, n, h):
 @triton.jit
 def gru_calls_course(g, r, z, n, h):
     return cells.gru_cell(g, r, z, n, h)
+
+
+def test_a_mistake_is_recognised_where_its_result_cancels_to_near_zero():
+    """A one-element block whose h' cancels to ~5e-4 from terms of size ~1 (the draw that once failed in CI): the
+    kernel's fp32 value is the mistaken formula's up to rounding, and the hint's test says so; a different value
+    is not."""
+    h = torch.tensor([1.7], dtype=torch.float64)
+    wrong = torch.tensor([-4.68e-4], dtype=torch.float64)
+    fp32 = (wrong + 3e-7).float()  # the rounding of terms of size ~1 and |h|, relative to h' itself 6e-4
+    assert check.relative_error(fp32, wrong) > 1e-4  # the relative test that missed it
+    assert grading._same_up_to_rounding(fp32, wrong, h)
+    assert not grading._same_up_to_rounding(torch.tensor([1.77]), wrong, h)
 
 
 def test_gru_grader(capsys):
