@@ -100,13 +100,13 @@ def _calls_course_cell(fn) -> bool:
     return re.search(r"\bgru_cell\s*\(", body) is not None
 
 
-@grader("GRU cell")
 def _same_up_to_rounding(out, wrong, h) -> bool:
     """``out`` equals a mistaken formula's float64 value up to the fp32 rounding of its terms (of size ~1 and |h|):
     elementwise, not relative to the result, which can cancel to near 0 (a relative test then fails on rounding)."""
     return bool(((out.double() - wrong.double()).abs() <= 1e-4 * (1 + h.double().abs())).all())
 
 
+@grader("GRU cell")
 def grade_gru_cell(gru_cell, cases=5):
     """``gru_cell(g, r, z, n, h) -> h'``, a ``@triton.jit`` function on fp32 blocks (flashrnn's GRU):
     r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g), h' = z' * h + (1 - z') * n'."""
