@@ -96,20 +96,24 @@ def parameter_grads(dG, out, states, function, time_major=False, db=None):
     dR[g, n, j, k] = sum_{b,t} dG[b, t, g, n, j] h_{t-1}[b, n, k]: one product per head over the K = B*T rows
     (fp32 accumulation); db = sum_{b,t} dG (fp32 accumulation), unless given (``db``: summed where dG was made);
     dWx = the input gates of dG (a view, no copy).
-    No copy of h_{t-1} in dG's own layout (batch-major, dG [B, T, ...]): the outputs h_t, read as B * T rows, are
-    h_{t-1} of the next row, so one product pairs dG's rows 1.. with the outputs' rows ..-2 where they lie, and only
-    the B rows of t = 0 were paired wrongly (with the previous batch row's last h, or not at all): a product over
-    those B rows replaces it by the initial h (``dG[b, 0]^T (h_{-1}[b] - h_{T-1}[b - 1])``). Time-major, h_{t-1} is
-    two copies into one buffer. db is one reduction.
+    No copy of h_{t-1} for one head in dG's own layout (batch-major, dG [B, T, ...]): the outputs h_t, read as B * T
+    rows, are h_{t-1} of the next row, so one product pairs dG's rows 1.. with the outputs' rows ..-2 where they
+    lie, and only the B rows of t = 0 were paired wrongly (with the previous batch row's last h, or not at all): a
+    product over those B rows replaces it by the initial h (``dG[b, 0]^T (h_{-1}[b] - h_{T-1}[b - 1])``).
+    Time-major, or with several heads, h_{t-1} is two copies into one buffer: with several heads the product first
+    gathers each head's dG into a matrix whose leading dimension is the row count, and B * T - 1 rows (odd) would
+    send cuBLAS to a slow kernel (the capstone's four heads of 192 on the H100 lost more than the copies cost:
+    throughput run j). db is one reduction.
     """
     fn = get_function(function)
     B, T = out.shape[1], out.shape[2]
     G_b, NH, DH = dG.shape[2:]
     rows, r = dG.reshape(B * T, G_b, NH, DH), fn.r_gates
-    if time_major:
-        h = out.new_empty((T, B, NH, DH))  # h_{t-1}, in dG's order of rows
-        h[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
-        h[1:] = out[0, :, : T - 1].transpose(0, 1)
+    if time_major or NH > 1:
+        h = out.new_empty((T, B, NH, DH) if time_major else (B, T, NH, DH))  # h_{t-1}, in dG's order of rows
+        steps = h if time_major else h.transpose(0, 1)  # [T, B, NH, DH] either way
+        steps[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
+        steps[1:] = out[0, :, : T - 1].transpose(0, 1)
         dR = torch.einsum("kgnj,knm->gnjm", rows[:, r], h.reshape(B * T, NH, DH))
     else:
         h_rows = out[0].reshape(B * T, NH, DH)  # row b T + t: h_t

@@ -159,15 +159,16 @@ def test_step_products_bf16_at_the_main_problem_on_gpu(time_major):
     "function, B, T, NH, DH, time_major",
     [
         ("lstm", 1, 1, 1, 16, False),  # one row: only the initial h
-        ("lstm", 3, 17, 2, 24, False),  # every t = 0 row but the first paired wrongly by the shift, then fixed
-        ("gru", 5, 2, 3, 20, False),
+        ("lstm", 3, 17, 1, 24, False),  # every t = 0 row but the first paired wrongly by the shift, then fixed
+        ("gru", 5, 2, 1, 20, False),
+        ("lstm", 3, 7, 2, 24, False),  # several heads: h_{t-1} copied
         ("elman", 4, 1, 1, 8, False),  # T = 1: every row is a t = 0 row
         ("lstm", 3, 5, 2, 12, True),  # time-major: h_{t-1} copied
     ],
 )
 def test_products_pair_every_row_with_h_before_it(function, B, T, NH, DH, time_major):
-    """parameter_grads in the layout the split kernels write (batch-major: the outputs' rows read shifted by one, the
-    t = 0 rows fixed by a product of B rows) against float64."""
+    """parameter_grads in the layout the split kernels write (batch-major, one head: the outputs' rows read shifted by
+    one, the t = 0 rows fixed by a product of B rows; several heads or time-major: h_{t-1} copied) against float64."""
     fn, dG, out, states = _problem(function, B, T, NH, DH, torch.float32, time_major, seed=B * 10 + T)
     dWx, dR, db = pg.parameter_grads(dG, out, states, function, time_major=time_major)
     ref_R, ref_b = _float64_reference(fn, dG, out, states, time_major)
