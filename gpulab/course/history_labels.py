@@ -36,10 +36,11 @@ LABELS: dict[tuple[str, str], str] = {
         "other rows and the ratios are this run's",
     ("05", "v6 rows8 z"):
         "history: runs z and zz of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-z{,z}-rows8"
-        ".jsonl`), one tree before the forward's late inputs in 8-row tiles; Appendix I shows the newest run (zzd)",
+        ".jsonl`), one tree before the forward's late inputs in 8-row tiles; Appendix I shows the newest run (zze)",
     ("05", "v6 rows8 zzc"):
-        "history: run zzc of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-zzc-rows8.jsonl`), the "
-        "same kernels as run zzd, the record Appendix I shows; shown for the spread of two runs of one tree",
+        "history: runs zzc and zzd of `scripts/bench05_v6_rows8.py` (`benchmarks/05_fused_rnn/v6/*-27-zz{c,d}-rows8"
+        ".jsonl`), the same forward as run zze, the record Appendix I shows; shown for the spread of runs of one "
+        "forward",
 }
 # fmt: on
 """(lesson, run) -> the history label a cell prints before it displays that run: what it is, which newer run is the

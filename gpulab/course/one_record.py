@@ -525,9 +525,9 @@ DISPLAYS: dict[tuple[str, str], Display] = {
        for which, what in (("run", "run"), ("parts", "clock-stamped forwards"), ("wide", "32 rows per program"),
                            ("tiles", "16-row tiles past 16 rows"), ("rows8", "8-row tiles"))},  # fmt: skip
     **{("05", f'versions_report.load_v6_rows8("h100", run="{r}")'): Display(_lesson05_v6("rows8", run=r),
-       f"Appendix J: run {r} of the 8-row script, superseded by the newest run") for r in ("z", "zz", "zzc")},
+       f"Appendix J: run {r} of the 8-row script, superseded by the newest run") for r in ("z", "zz", "zzc", "zzd")},
     **{("05", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
-       for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late", "b4wide")},  # fmt: skip
+       for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late", "b4wide", "b4db")},  # fmt: skip
     **{("05", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
         _lesson05_v6("rows8", d), f"Appendix I: version 6's 8-row tiles at a head of {d} (peers in the run)")
        for d in (512, 256)},  # fmt: skip

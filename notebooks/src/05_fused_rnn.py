@@ -1761,7 +1761,7 @@ if tr_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **Eight rows per program.** The stamped steps above say where the forward's time goes once the product is small: $h_{t-1}$'s arrival, about as long with 48 programs as with 96 (run h), so not the L2's total bandwidth but what one SM takes in: every program reads all of $h_{t-1}$ for its rows, 16 rows $\times$ 768 at every step. Two tiles of 8 rows, each program 16 units in 8 warps, keep 96 programs at $B = 16$ and halve those bytes, the product and the cell per program; b4 in 8-row tiles halves the shares each program pushes and gathers. `scripts/bench05_v6_rows8.py` times them beside the defaults in one run, and through the plan as a training loop calls it; it ran ten times (runs k, l, m, o, q, s, z, zz, zzc, zzd: the 8-row pair first in `plan.V6_TILES` from run l on, $h_{t-1}$ for the parameter products built by two copies instead of `torch.cat` from run o on, the plan's tiles bound once per problem in run q, from run z on the kernels of Appendix J: b4's inputs loaded a step ahead, a barrier per head and tile, both pieces of $h$ loaded at once, and from run zzc on the forward's next inputs issued after its arrival in 8-row tiles, Appendix J's item 7). The newest run:
+# **Eight rows per program.** The stamped steps above say where the forward's time goes once the product is small: $h_{t-1}$'s arrival, about as long with 48 programs as with 96 (run h), so not the L2's total bandwidth but what one SM takes in: every program reads all of $h_{t-1}$ for its rows, 16 rows $\times$ 768 at every step. Two tiles of 8 rows, each program 16 units in 8 warps, keep 96 programs at $B = 16$ and halve those bytes, the product and the cell per program; b4 in 8-row tiles halves the shares each program pushes and gathers. `scripts/bench05_v6_rows8.py` times them beside the defaults in one run, and through the plan as a training loop calls it; it ran eleven times (runs k, l, m, o, q, s, z, zz, zzc, zzd, zze: the 8-row pair first in `plan.V6_TILES` from run l on, $h_{t-1}$ for the parameter products built by two copies instead of `torch.cat` from run o on, the plan's tiles bound once per problem in run q, from run z on the kernels of Appendix J: b4's inputs loaded a step ahead, a barrier per head and tile, both pieces of $h$ loaded at once, from run zzc on the forward's next inputs issued after its arrival in 8-row tiles, Appendix J's item 7, and in run zze the parameter products of item 9). The newest run:
 
 # %%
 r8_ = _cases(lambda: versions_report.load_v6_rows8("h100"))
@@ -1937,24 +1937,25 @@ if z_ and zz_ and bar_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **7. The late inputs in 8-row tiles only (runs zzb, zzc, zzd).** Item 4 measured again on the tree of item 6 (run zzb) gave the same split: a gain at 8 rows, a loss at two 16-row tiles. So the forward now chooses by its tile (`v6.late_inputs(block_b)`: after the arrival at most 8 rows, before the cell otherwise; a CPU test checks the order in the 8-row tile's sm_90 SASS). Runs zzc and zzd, one tree, are the 8-row script again; zzd is Appendix I's record:
+# **7. The late inputs in 8-row tiles only (runs zzb to zze).** Item 4 measured again on the tree of item 6 (run zzb) gave the same split: a gain at 8 rows, a loss at two 16-row tiles. So the forward now chooses by its tile (`v6.late_inputs(block_b)`: after the arrival at most 8 rows, before the cell otherwise; a CPU test checks the order in the 8-row tile's sm_90 SASS). Runs zzc, zzd and zze ran the 8-row script with this forward (zze also with item 9's products); zze is Appendix I's record:
 
 # %%
 print(shown.history_label("05", "v6 rows8 zzc"))
 zzc_ = _cases(lambda: versions_report.load_v6_rows8("h100", run="zzc"))
-if zzc_ and r8_ and late_:
-    runs_ = {"zzc": zzc_, "zzd": r8_}
+zzd_ = _cases(lambda: versions_report.load_v6_rows8("h100", run="zzd"))
+if zzc_ and zzd_ and r8_:
+    runs_ = {"zzc": zzc_, "zzd": zzd_, "zze": r8_}
     f7_ = {k: rs["v6 gluon bu16 w8 rows8 B16 1x768 saving gates"] for k, rs in runs_.items()}
-    cud7_ = {k: rs["cuDNN fp16 forward B16 dense 768"] for k, rs in runs_.items()}
+    cud7_ = {k: rs["cuDNN fp16 forward B16 dense 768"].ms for k, rs in runs_.items()}
+    worst_ = max(max(r.ms, r.wall_ms) for r in f7_.values())
     claims.show(claims.claim(
-        "The 8-row forward: {d1:.3f} ms of device time and {w1:.3f} of wall time in run zzc, {d2:.3f} and {w2:.3f} "
-        "in run zzd (cuDNN's fp16 forward {c1:.3f} and {c2:.3f} of device time); the issue's 2.0 ms holds on both "
-        "clocks in {met} of the 2 runs, the slowest of the four times {worst:.3f} ms, {margin:.1f}% under it.",
-        holds=lambda worst, met, **_: worst <= 2.0 and met == 2,
-        d1=f7_["zzc"].ms, w1=f7_["zzc"].wall_ms, d2=f7_["zzd"].ms, w2=f7_["zzd"].wall_ms, c1=cud7_["zzc"].ms,
-        c2=cud7_["zzd"].ms, met=sum(max(r.ms, r.wall_ms) <= 2.0 for r in f7_.values()),
-        worst=max(max(r.ms, r.wall_ms) for r in f7_.values()),
-        margin=100 * (2.0 - max(max(r.ms, r.wall_ms) for r in f7_.values())) / 2.0,
+        "The 8-row forward, device / wall ms: {t1} (run zzc), {t2} (zzd), {t3} (zze); cuDNN's fp16 forward {c} ms "
+        "of device time. The issue's 2.0 ms holds on both clocks in {met} of the 3 runs, the slowest of the six "
+        "times {worst:.3f} ms, {margin:.1f}% under it.",
+        holds=lambda worst, met, **_: worst <= 2.0 and met == 3,
+        **{f"t{i}": f"{r.ms:.3f} / {r.wall_ms:.3f}" for i, r in enumerate(f7_.values(), 1)},
+        c=" / ".join(f"{v:.3f}" for v in cud7_.values()), met=sum(max(r.ms, r.wall_ms) <= 2.0 for r in f7_.values()),
+        worst=worst_, margin=100 * (2.0 - worst_) / 2.0,
     ))  # fmt: skip
 
 # %% [markdown]
@@ -1973,6 +1974,23 @@ if wide_:
         p=wide_["b4 plan B32 1x768"].ms, pw=wide_["b4 plan B32 1x768"].wall_ms,
         w16=wide_["b4 u32 rows8 w16 B16 1x768"].ms, p16=wide_["b4 plan B16 1x768"].ms,
         f=wide_["v6 u32 rows8 w16 B32 1x768 saving gates"].ms, fp=wide_["v6 plan B32 1x768 saving gates"].ms,
+    ))  # fmt: skip
+
+# %% [markdown]
+# **9. The parameter products after b4 (run a of `scripts/diag05_b4_db.py`).** Once b4 has written dG, $dR = \sum_{b,t} dG_{b,t}^T h_{t-1}$ and $db = \sum_{b,t} dG_{b,t}$ need no recurrence, but they read all of dG. Two passes over memory go: (1) $h_{t-1}$ was built by copying the outputs into a buffer; for one head the product now reads the outputs' rows where they lie, one row back ($h_t$ of row $k - 1$ is $h_{t-1}$ of row $k$), and a product over the $B$ rows of $t = 0$, which the shift paired with the previous batch row's last $h$, puts the initial $h$ in its place; (2) db was one more reduction over all of dG; now each b4 program adds its gradients over the steps as it makes them and sums its rows at the end (`b4.SUM_DB`, fp32; a GPU test compares it with the reduction). With several heads the product gathers each head's dG into one matrix whose leading dimension is the row count, and the odd count of the shifted rows sent cuBLAS to a slow kernel (a throughput run measured it, `benchmarks/06_state_tracking/throughput/session-2026-11-27-j.log`): there $h_{t-1}$ is still copied. Forward and backward as a training loop calls them:
+
+# %%
+db_ = _cases(lambda: versions_report.load_v6_switch("h100", "b4db"))
+if db_:
+    ways_ = ("copies", "shifted", "shifted + db in b4")
+    c9_ = {(w, B): db_[f"flashrnn fused v6 {w} fwd+bwd as called B{B} 1x768"] for w in ways_ for B in (16, 32)}
+    claims.show(claims.claim(
+        "At B = 16: {a16:.3f} ms of device time with the copies and the reduction, {b16:.3f} without the copies, "
+        "{c16:.3f} with db from b4 as well ({w16:.3f} wall); at B = 32: {a32:.3f}, {b32:.3f}, {c32:.3f} "
+        "({w32:.3f} wall).",
+        holds=lambda a16, c16, a32, c32, **_: c16 < a16 and c32 < a32,
+        **{f"{k}{B}": c9_[w, B].ms for k, w in zip("abc", ways_) for B in (16, 32)},
+        w16=c9_[ways_[2], 16].wall_ms, w32=c9_[ways_[2], 32].wall_ms,
     ))  # fmt: skip
 
 # %% [markdown]

@@ -290,6 +290,7 @@ V6_SWITCHES = {
     "barrier": "scripts/diag05_v6_switches.py barrier (run y)",
     "late": "scripts/diag05_v6_switches.py late (runs y, zzb)",
     "b4wide": "scripts/probe05_b4_wide.py (run a)",
+    "b4db": "scripts/diag05_b4_db.py (run a)",
 }
 """Appendix J's experiments on version 6 and b4: each record part and the script that writes it."""
 _V6_WHICH = ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES)  # what load_v6 and v6_record_name take
@@ -298,7 +299,8 @@ _V6_WHICH = ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES)  # what loa
 def load_v6_switch(gpu: str = "h100", part: str = "prefetch", root=None) -> list[bench.Result]:
     """The newest record of one of Appendix J's experiments (``part``, one of :data:`V6_SWITCHES`): the tagged
     exchange, its stores, the barrier's polls, the inputs loaded a step ahead, a barrier per head and tile, the
-    forward's late inputs, b4 in 8-row tiles of 32 units; each beside its alternative, cuDNN or b3 in the same run."""
+    forward's late inputs, b4 in 8-row tiles of 32 units, the parameter products after b4; each beside its
+    alternative, cuDNN or b3 in the same run."""
     part = runtime.one_of("part", part, tuple(V6_SWITCHES))
     return _v6_newest(gpu, root, part, f"run {V6_SWITCHES[part]} on that GPU.")
 
