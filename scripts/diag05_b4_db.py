@@ -11,14 +11,12 @@ Each way's gradients are checked against the first way's. ``python scripts/diag0
 ``OUT_DIR/<gpu>-<date>-<TAG>-b4db.jsonl``.
 """
 
-import os
 import sys
-import time
 
 import torch
-from v6_runs import cudnn_rows, guard, loop_step
+from v6_runs import batches_saved, cudnn_rows, guard, loop_step
 
-from gpulab import bench, check, hardware
+from gpulab import bench, check
 from gpulab.rnn.backends import parameter_grads as pg
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs
@@ -83,13 +81,7 @@ def _one_batch(rows, t0, B):
 
 
 def main(out_dir):
-    rows, t0 = [], time.time()
-    for B in (16, 32):
-        _one_batch(rows, t0, B)
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
-                                 f"{os.environ.get('TAG', 'a')}-b4db.jsonl")  # fmt: skip
-    bench.save(rows, "05", path=path)
-    print(path)
+    batches_saved(out_dir, "b4db", _one_batch)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,12 @@ forward in the plan's tile and in the candidate; records ``OUT_DIR/<gpu>-<date>-
 """
 
 import functools
-import os
 import sys
-import time
 
 import torch
-from v6_runs import b3_reference, checked_and_stamped, guard
+from v6_runs import b3_reference, batches_saved, checked_and_stamped, guard
 
-from gpulab import bench, check, hardware
+from gpulab import bench, check
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
@@ -63,13 +61,7 @@ def _one_batch(rows, t0, B):
 
 def main(out_dir):
     gluon_tiles._SIZES["warps"] = (1, 2, 4, 8, 16)  # the probe's tiles (not a shipped size)
-    rows, t0 = [], time.time()
-    for B in (32, 16):
-        _one_batch(rows, t0, B)
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
-                                 f"{os.environ.get('TAG', 'a')}-b4wide.jsonl")  # fmt: skip
-    bench.save(rows, "05", path=path)
-    print(path)
+    batches_saved(out_dir, "b4wide", _one_batch)
 
 
 if __name__ == "__main__":

@@ -109,3 +109,19 @@ def cudnn_rows(rows, t0, B, T, DH, device, kind):
                                   kind=kind, case=f"cuDNN fp16 {'fwd+bwd' if training else 'forward'} B{B} dense {DH}",
                                   B=B, T=T, NH=1, DH=DH, training=training))  # fmt: skip
         line(rows[-1], t0)
+
+
+def batches_saved(out_dir, part, one_batch, batches=(16, 32)):
+    """``one_batch(rows, t0, B)`` for each batch, then the rows saved as lesson 05 records in
+    ``out_dir/<gpu>-<date>-<TAG>-<part>.jsonl`` (TAG from the environment, default 'a'); prints the path."""
+    import os  # noqa: PLC0415
+
+    from gpulab import hardware  # noqa: PLC0415
+
+    rows, t0 = [], time.time()
+    for B in batches:
+        one_batch(rows, t0, B)
+    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
+                                 f"{os.environ.get('TAG', 'a')}-{part}.jsonl")  # fmt: skip
+    bench.save(rows, "05", path=path)
+    print(path)
