@@ -164,6 +164,7 @@ ALLOWED = {
             "gpulab.rnn.backends.parameter_grads.step_splits",
             "gpulab.rnn.backends.parameter_grads.input_gate_grads",
             "gpulab.rnn.backends.parameter_grads.gate_gradients_to_parameters",
+            "gpulab.rnn.backends.parameter_grads.one_launch",
             "gpulab.rnn.backends.vanilla.vanilla_forward",
             "gpulab.rnn.ops.rnn_op",
             "gpulab.rnn.ladder.benchmark.check_outputs",

@@ -65,11 +65,17 @@ def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     if d % 2:
         raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
     half, work = d // 2, torch.promote_types(x.dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
-    freqs = base ** (-torch.arange(half, device=x.device, dtype=work) / half)
-    angles = torch.arange(n, device=x.device, dtype=work)[:, None] * freqs[None, :]  # [N, D/2]
+    angles = _angles(n, half, base, x.device, work)  # [N, D/2]
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., :half].to(work), x[..., half:].to(work)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+
+
+def _angles(n, half, base, device, dtype):
+    """``p * base^(-k/half)`` for positions p < n and pairs k < half, [n, half] in ``dtype``: the one place the
+    angles are computed, so that the kernel's tables and the reference round them alike."""
+    freqs = base ** (-torch.arange(half, device=device, dtype=dtype) / half)
+    return torch.arange(n, device=device, dtype=dtype)[:, None] * freqs[None, :]
 
 
 def rope_tables(n: int, half: int, base: float = 10000.0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,8 +87,7 @@ def rope_tables(n: int, half: int, base: float = 10000.0, device=None) -> tuple[
     key = (n, half, base, device)
     tables = _TABLES.get(key)
     if tables is None:
-        freqs = base ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
-        angles = torch.arange(n, device=device, dtype=torch.float32)[:, None] * freqs[None, :]
+        angles = _angles(n, half, base, device, torch.float32)
         if len(_TABLES) >= 64:
             _TABLES.clear()
         tables = _TABLES[key] = (angles.cos().contiguous(), angles.sin().contiguous())
@@ -265,7 +270,10 @@ def _checked(qkv, num_heads, positional, base):
 
 def qkv_heads_reference(qkv, num_heads: int, positional: str = "rope", base: float = 10000.0):
     """:func:`qkv_heads` as PyTorch operations (differentiable by autograd; any dtype and device)."""
-    num_heads, rotate, base = _checked(qkv, num_heads, positional, base)
+    return _reference(qkv, *_checked(qkv, num_heads, positional, base))
+
+
+def _reference(qkv, num_heads, rotate, base):
     B, N, three_d = qkv.shape
     q, k, v = qkv.view(B, N, 3, num_heads, three_d // 3 // num_heads).permute(2, 0, 3, 1, 4)
     if rotate:
@@ -280,7 +288,7 @@ def qkv_heads(qkv, num_heads: int, positional: str = "rope", base: float = 10000
     (:func:`qkv_heads_kernel`), PyTorch's operations elsewhere (:func:`qkv_heads_reference`)."""
     num_heads, rotate, base = _checked(qkv, num_heads, positional, base)
     if not qkv.is_cuda or qkv.dtype not in _KERNEL_DTYPES:
-        return qkv_heads_reference(qkv, num_heads, positional, base)
+        return _reference(qkv, num_heads, rotate, base)
     if torch.compiler.is_compiling():
         return _forward_op(qkv, num_heads, rotate, base)
     if torch.is_grad_enabled() and qkv.requires_grad:

@@ -31,7 +31,7 @@ import torch
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
-from gpulab.rnn.backends.parameter_grads import SMALL_ROWS, gate_gradients_to_parameters, parameter_grads
+from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused import backward, exchange, split, split_backward, split_tiling, tiling, versions
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
@@ -234,12 +234,10 @@ def _v6_forward(Wx, R, b, states, function, save_gates, *, cfg):
 
 
 def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg):
-    if b4_gluon_split_backward.SUM_DB and out.shape[1] * out.shape[2] > SMALL_ROWS:  # db from the kernel
-        dG, ds0, db = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg,
-                                                                sum_db=True)  # fmt: skip
-        return (*parameter_grads(dG, out, states, function, db=db), ds0)
-    dG, ds0 = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg)
-    return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
+    sum_db = b4_gluon_split_backward.SUM_DB and not one_launch(out)  # (the one launch sums db beside dR)
+    dG, ds0, *db = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg,
+                                                             sum_db=sum_db)  # fmt: skip
+    return (*gate_gradients_to_parameters(dG, out, states, function, db=db[0] if db else None), ds0)
 
 
 @contextlib.contextmanager

@@ -182,3 +182,12 @@ def test_products_in_bf16_stay_within_its_rounding():
     _, dR, db = pg.parameter_grads(dG, out, states, "lstm")
     ref_R, ref_b = _float64_reference(fn, dG, out, states, False)
     assert dR.dtype == torch.bfloat16 and _rel(dR, ref_R) < 1e-2 and _rel(db, ref_b) < 1e-2
+
+
+def test_the_chooser_passes_a_given_db_through():
+    """A db summed where dG was made (b4's sum_db) is returned as given past the one-launch rows."""
+    fn, dG, out, states = _problem("lstm", 3, 5, 1, 16, torch.float32, False, seed=9)
+    db = torch.full((fn.gates_b, 1, 16), 7.0)
+    assert not pg.one_launch(torch.empty(2, 100, 100, 1, 1)) and pg.one_launch(out)
+    assert pg.gate_gradients_to_parameters(dG, out, states, "lstm", db=db)[2] is not db  # one launch: its own db
+    assert pg.parameter_grads(dG, out, states, "lstm", db=db)[2] is db
