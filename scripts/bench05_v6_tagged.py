@@ -13,14 +13,12 @@ nn.LSTM in the same run. Records: OUT_DIR/<gpu>-<date>-<TAG>-tagged.jsonl (``TAG
 """
 
 import functools
-import os
 import sys
-import time
 
 import torch
-from v6_runs import checked_and_stamped, cudnn_rows, guard, loop_step
+from v6_runs import batches_saved, checked_and_stamped, cudnn_rows, guard, loop_step
 
-from gpulab import bench, hardware
+from gpulab import bench
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
@@ -31,13 +29,7 @@ CASES = {16: {"rows8": v6.v6_config(DH, block_u=16, block_b=8, warps=8), "rows16
 
 
 def main(out_dir):
-    rows, t0 = [], time.time()
-    for B, tiles in CASES.items():
-        _one_batch(rows, t0, B, tiles)
-    tag = os.environ.get("TAG", "t")
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-{tag}-tagged.jsonl")
-    bench.save(rows, "05", path=path)
-    print(path)
+    batches_saved(out_dir, "tagged", _one_batch, batches=tuple(CASES.items()), tag="t")
 
 
 def _one_batch(rows, t0, B, tiles):

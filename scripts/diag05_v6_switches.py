@@ -15,14 +15,12 @@ program of the launch at one counter. Records: OUT_DIR/<gpu>-<date>-<TAG>-<SWITC
 """
 
 import functools
-import os
 import sys
-import time
 
 import torch
-from v6_runs import b3_reference, checked_and_stamped, cudnn_rows, guard, loop_step
+from v6_runs import b3_reference, batches_saved, checked_and_stamped, cudnn_rows, guard, loop_step
 
-from gpulab import bench, check, hardware
+from gpulab import bench, check
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
@@ -62,13 +60,7 @@ def _with(switch, way, fn):
 
 
 def main(out_dir, switch):
-    rows, t0 = [], time.time()
-    for B in (16, 32):
-        _one_batch(rows, t0, B, switch)
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
-                                 f"{os.environ.get('TAG', 'w')}-{switch}.jsonl")  # fmt: skip
-    bench.save(rows, "05", path=path)
-    print(path)
+    batches_saved(out_dir, switch, _one_batch, batches=((16, switch), (32, switch)), tag="w")
 
 
 def _one_batch(rows, t0, B, switch):

@@ -3,14 +3,12 @@
 beside the counter. Records: OUT_DIR/<gpu>-<date>-<TAG>-tagdiag.jsonl."""
 
 import functools
-import os
 import sys
-import time
 
 import torch
-from v6_runs import checked_and_stamped, guard
+from v6_runs import batches_saved, checked_and_stamped, guard
 
-from gpulab import bench, hardware
+from gpulab import bench
 from gpulab.rnn.fused.benchmark import problem_inputs, states_reference
 from gpulab.rnn.fused.versions import v6_gluon_split as v6
 
@@ -19,13 +17,7 @@ CASES = {16: v6.v6_config(DH, block_u=16, block_b=8, warps=8), 32: v6.v6_config(
 
 
 def main(out_dir):
-    rows, t0 = [], time.time()
-    for B, cfg in CASES.items():
-        _one_batch(rows, t0, B, cfg)
-    path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
-                                 f"{os.environ.get('TAG', 'v')}-tagdiag.jsonl")  # fmt: skip
-    bench.save(rows, "05", path=path)
-    print(path)
+    batches_saved(out_dir, "tagdiag", _one_batch, batches=tuple(CASES.items()), tag="v")
 
 
 def _one_batch(rows, t0, B, cfg):

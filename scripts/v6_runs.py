@@ -111,17 +111,18 @@ def cudnn_rows(rows, t0, B, T, DH, device, kind):
         line(rows[-1], t0)
 
 
-def batches_saved(out_dir, part, one_batch, batches=(16, 32)):
-    """``one_batch(rows, t0, B)`` for each batch, then the rows saved as lesson 05 records in
-    ``out_dir/<gpu>-<date>-<TAG>-<part>.jsonl`` (TAG from the environment, default 'a'); prints the path."""
+def batches_saved(out_dir, part, one_batch, batches=(16, 32), tag="a"):
+    """``one_batch(rows, t0, *args)`` for each item of ``batches`` (a batch size, or a tuple of arguments), then
+    the rows saved as lesson 05 records in ``out_dir/<gpu>-<date>-<TAG>-<part>.jsonl`` (TAG from the environment,
+    else ``tag``); prints the path."""
     import os  # noqa: PLC0415
 
     from gpulab import hardware  # noqa: PLC0415
 
     rows, t0 = [], time.time()
-    for B in batches:
-        one_batch(rows, t0, B)
+    for args in batches:
+        one_batch(rows, t0, *(args if isinstance(args, tuple) else (args,)))
     path = os.path.join(out_dir, f"{hardware.gpu_slug(rows[0].device)}-{rows[0].date}-"
-                                 f"{os.environ.get('TAG', 'a')}-{part}.jsonl")  # fmt: skip
+                                 f"{os.environ.get('TAG', tag)}-{part}.jsonl")  # fmt: skip
     bench.save(rows, "05", path=path)
     print(path)
