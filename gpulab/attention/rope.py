@@ -35,6 +35,7 @@ from gpulab.launch import aligned, direct_stream, keyed_launch
 
 __all__ = [
     "rope",
+    "rope_angles",
     "rope_tables",
     "qkv_heads",
     "qkv_heads_reference",
@@ -65,15 +66,21 @@ def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     if d % 2:
         raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
     half, work = d // 2, torch.promote_types(x.dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
-    angles = _angles(n, half, base, x.device, work)  # [N, D/2]
+    angles = rope_angles(n, half, base, x.device, work)  # [N, D/2]
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., :half].to(work), x[..., half:].to(work)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
 
 
-def _angles(n, half, base, device, dtype):
-    """``p * base^(-k/half)`` for positions p < n and pairs k < half, [n, half] in ``dtype``: the one place the
-    angles are computed, so that the kernel's tables and the reference round them alike."""
+def rope_angles(n: int, half: int, base: float = 10000.0, device=None, dtype=torch.float32) -> torch.Tensor:
+    """RoPE's angles ``p * base^(-k/half)`` for positions p < n and pairs k < half, [n, half] in ``dtype`` (a
+    floating dtype): the one place they are computed, so that :func:`rope` and the kernel's tables
+    (:func:`rope_tables`) round them alike."""
+    n, half = runtime.nonnegative_int("n", n), runtime.positive_int("half", half)
+    base = runtime.finite_float("base", base, positive=True)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}.")
+    device = torch.device(device if device is not None else runtime.device)
     freqs = base ** (-torch.arange(half, device=device, dtype=dtype) / half)
     return torch.arange(n, device=device, dtype=dtype)[:, None] * freqs[None, :]
 
@@ -87,7 +94,7 @@ def rope_tables(n: int, half: int, base: float = 10000.0, device=None) -> tuple[
     key = (n, half, base, device)
     tables = _TABLES.get(key)
     if tables is None:
-        angles = _angles(n, half, base, device, torch.float32)
+        angles = rope_angles(n, half, base, device)
         if len(_TABLES) >= 64:
             _TABLES.clear()
         tables = _TABLES[key] = (angles.cos().contiguous(), angles.sin().contiguous())

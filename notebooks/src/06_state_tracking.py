@@ -35,6 +35,7 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import bench, runtime, tasks
 from gpulab.tasks import search, spread
 from gpulab.course import claims
+from gpulab.attention.rope import rope_angles
 
 torch.set_num_threads(1)  # the CPU models are tiny: more threads only wait for each other
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
@@ -79,6 +80,7 @@ print(inspect.getsource(tasks.parity))
 # %%
 print(inspect.getsource(tasks.CausalSelfAttention.forward))
 print(inspect.getsource(tasks.rope))
+print(inspect.getsource(rope_angles))
 
 # %% [markdown]
 # **RoPE in one pass.** Written as PyTorch operations (the function above), RoPE makes many passes over q and k: slices cast to fp32, four products, two sums, a concatenation, a cast back, then the copy to the attention's [B, H, N, D] layout, and as many again in the backward. The Transformer calls `gpulab.attention.rope.qkv_heads` instead: on a GPU one Triton kernel reads the qkv projection's output once and writes q, k, v in the attention's layout, rotating q and k on the way; its backward is the same kernel turning each pair back by the opposite angle (a rotation's transpose), so nothing is saved for it. On CPU the model runs the PyTorch operations, and the kernel runs in Triton's interpreter; here against float64, forward and backward, on an odd size:

@@ -12,6 +12,8 @@ QKV = torch.zeros(1, 3, 12)  # B 1, N 3, 2 heads of 2
 CASES = [
     ("rope-odd", lambda: R.rope(torch.zeros(1, 1, 3, 5)), ValueError, "even head dimension"),
     ("rope-int", lambda: R.rope(torch.zeros(1, 1, 3, 4, dtype=torch.int32)), ValueError, "floating-point"),
+    ("angles-half-0", lambda: R.rope_angles(4, 0), ValueError, "half"),
+    ("angles-dtype-int", lambda: R.rope_angles(4, 2, dtype=torch.int32), TypeError, "dtype must"),
     ("tables-half-0", lambda: R.rope_tables(4, 0), ValueError, "half"),
     ("tables-n-negative", lambda: R.rope_tables(-1, 2), ValueError, "n must"),
     ("tables-base-nan", lambda: R.rope_tables(4, 2, float("nan")), ValueError, "base"),
