@@ -184,7 +184,9 @@ def _fmt_index(flat: int, shape) -> str:
     return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
 
 
-def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="", atol=0.0) -> float:
+def assert_close(
+    out, ref, dtype=None, rtol=None, name="output", allow_nonfinite=False, context="", atol=0.0, magnitude=None
+) -> float:
     """Raise AssertionError unless ``out`` matches the float64 ``ref`` within the tolerance for ``dtype``.
 
     ``dtype`` defaults to ``out``'s dtype; pass 'tf32' for fp32 matrix products that were allowed TF32. ``rtol``
@@ -192,11 +194,18 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
     them). Integer and bool outputs must match exactly. A shape that differs from ``ref``'s fails with
     :class:`ShapeMismatch` (nothing is broadcast). Returns the norm-wise relative error (over the finite elements
     when ``allow_nonfinite``), so callers can print it.
+
+    Each element may differ by ``tol * (|ref| + rms(ref)) + atol``. Where ``ref`` is a sum whose terms cancel (an
+    attention row over a few keys: sum_j p_j v_j), rounding the terms moves it by ``tol * sum_j |p_j v_j|``, which can
+    be far above ``|ref|``: pass that sum of the terms' sizes as ``magnitude`` (a finite, non-negative tensor of
+    ``ref``'s shape) and ``max(|ref|, magnitude)`` takes the place of ``|ref|``.
     """
     if rtol is not None:
         rtol = runtime.finite_float("rtol", rtol, minimum=0.0)
     atol = runtime.finite_float("atol", atol, minimum=0.0)
     allow_nonfinite = runtime.strict_bool("allow_nonfinite", allow_nonfinite)
+    if magnitude is not None and isinstance(out, (tuple, list)):
+        raise TypeError("magnitude: one tensor for one output; compare the outputs of a tuple one by one to pass it.")
     if isinstance(out, (tuple, list)):
         if not isinstance(ref, (tuple, list)) or len(out) != len(ref):
             raise AssertionError(f"{name}: expected {len(ref) if isinstance(ref, (tuple, list)) else 1} outputs.")
@@ -218,6 +227,8 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
             f"{name}{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)} (shapes must match exactly; "
             "nothing is broadcast)."
         )
+    if magnitude is not None:
+        magnitude = _magnitude(magnitude, ref.shape)
     if rtol is not None:
         tol = rtol
     elif dtype is None and not out.is_floating_point():
@@ -248,7 +259,8 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
     finite_r = torch.isfinite(r)
     scale = torch.sqrt(torch.mean(r[finite_r] ** 2)).item() if finite_r.any() else 0.0
     err = (o - r).abs()
-    limit = tol * (r.abs() + scale) + atol
+    size = r.abs() if magnitude is None else torch.maximum(r.abs(), magnitude)
+    limit = tol * (size + scale) + atol
     mismatch = (err > limit) & torch.isfinite(o) & finite_r
     if mismatch.any():
         k = int(mismatch.sum())
@@ -264,6 +276,24 @@ def assert_close(out, ref, dtype=None, rtol=None, name="output", allow_nonfinite
         header = f"{name}{where} does not match the float64 reference (relative error {rel:.3g}, tolerance {tol:.0e})"
         raise AssertionError(header + ":\n  " + "\n  ".join(problems))
     return rel
+
+
+def _magnitude(magnitude, shape) -> torch.Tensor:
+    """``assert_close``'s ``magnitude``, checked: a finite, non-negative tensor of the reference's shape, flattened."""
+    if not isinstance(magnitude, torch.Tensor):
+        raise TypeError(
+            f"magnitude: expected a tensor of the reference's shape {tuple(shape)} (the sum of the terms' sizes), "
+            f"got {type(magnitude).__name__}."
+        )
+    if tuple(magnitude.shape) != tuple(shape):
+        raise ValueError(
+            f"magnitude: shape {tuple(magnitude.shape)}, expected the reference's {tuple(shape)} (one size per "
+            "element; nothing is broadcast)."
+        )
+    m = _as_float64(magnitude).reshape(-1)
+    if not bool(torch.isfinite(m).all()) or bool((m < 0).any()):
+        raise ValueError("magnitude: every element must be finite and >= 0 (a sum of absolute values); got others.")
+    return m
 
 
 def assert_close_drifting(out, ref, name="output", slack=4.0) -> float:

@@ -468,7 +468,18 @@ CHECK_BAD = [
     ("random_tensor seed<0", lambda: check.random_tensor(3, seed=-1), ValueError, "seed"),
     ("random_tensor seed=1.0", lambda: check.random_tensor(3, seed=1.0), TypeError, "seed"),
     ("random_tensor distribution", lambda: check.random_tensor(3, distribution="gamma"), ValueError, "distribution"),
-]
+    ("assert_close magnitude list", lambda: check.assert_close(torch.ones(2), torch.ones(2), magnitude=[1.0, 1.0]),
+     TypeError, "magnitude"),
+    ("assert_close magnitude shape", lambda: check.assert_close(torch.ones(2), torch.ones(2), magnitude=torch.ones(1)),
+     ValueError, "magnitude"),
+    ("assert_close magnitude negative",
+     lambda: check.assert_close(torch.ones(2), torch.ones(2), magnitude=-torch.ones(2)), ValueError, "magnitude"),
+    ("assert_close magnitude NaN",
+     lambda: check.assert_close(torch.ones(2), torch.ones(2), magnitude=torch.full((2,), math.nan)), ValueError,
+     "magnitude"),
+    ("assert_close magnitude tuple",
+     lambda: check.assert_close((torch.ones(2),), (torch.ones(2),), magnitude=torch.ones(2)), TypeError, "magnitude"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in CHECK_BAD], ids=[b[0] for b in CHECK_BAD])
@@ -476,6 +487,26 @@ def test_check_refuses_bad_input_naming_the_argument(call, error, words):
     with pytest.raises(error) as e:
         call()
     assert words in str(e.value)
+
+
+def test_assert_close_magnitude_allows_the_rounding_of_cancelling_terms_only():
+    # o = sum_j p_j v_j over three terms that nearly cancel: rounding each term to bf16 moves o by about
+    # tol * sum_j |p_j v_j|, far above tol * |o|. The terms' sizes as magnitude take that; a wrong element still fails.
+    g = torch.Generator().manual_seed(5)
+    p = torch.softmax(torch.randn(64, 3, dtype=torch.float64, generator=g), dim=-1)
+    v = torch.randn(64, 3, dtype=torch.float64, generator=g) * 8
+    v[:, 2] = -(p[:, 0] * v[:, 0] + p[:, 1] * v[:, 1]) / p[:, 2] + 1e-2  # each row cancels to about 1e-2
+    ref = (p * v).sum(-1)
+    big = torch.cat([ref, torch.randn(4000, dtype=torch.float64, generator=g) * 1e-3])  # rms(ref) small
+    out = torch.cat([(p.bfloat16() * v.bfloat16()).double().sum(-1), big[64:]])
+    size = torch.cat([(p * v).abs().sum(-1), big[64:].abs()])
+    with pytest.raises(AssertionError, match="differ"):
+        check.assert_close(out.to(torch.bfloat16), big)
+    check.assert_close(out.to(torch.bfloat16), big, magnitude=size)
+    wrong = out.clone()
+    wrong[3] += 0.5 * size[3]
+    with pytest.raises(AssertionError, match="differ"):
+        check.assert_close(wrong.to(torch.bfloat16), big, magnitude=size)
 
 
 def test_assert_close_drifting_takes_rare_rounding_not_wrong_elements():

@@ -143,7 +143,10 @@ def test_version2_full_size_on_gpu(dtype, nq, nk, d, causal):
     v3 = d in plan.V3_HEAD_DIMS and v3_forward.supported(q, k, v, causal)[0]  # or version 3 where it measured faster
     assert forward_plan(q, k, v, causal).version == ((3 if v3 else 2) if big else 1)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-    check.assert_close(o, ref.double(), dtype=dtype, name="O", context=f"{nq}x{nk} d{d} causal={causal}")
+    # An early causal row averages a few values that may cancel: its rounding is relative to sum_j p_j |v_j|.
+    size = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float().abs(), is_causal=causal)
+    check.assert_close(o, ref.double(), dtype=dtype, name="O", context=f"{nq}x{nk} d{d} causal={causal}",
+                       magnitude=size)  # fmt: skip
     o1, lse1 = A.attention_forward(q, k, v, is_causal=causal, version=1)
     check.assert_close(lse, lse1.double(), dtype=dtype, name="LSE v2 vs v1")
 
