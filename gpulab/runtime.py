@@ -273,6 +273,12 @@ def nonnegative_int(name: str, value) -> int:
     return integer(name, value, minimum=0)
 
 
+def is_finite(value) -> bool:
+    """``math.isfinite`` by comparisons, which ``torch.compile`` can trace for a float that varies between calls
+    (a symbolic float: ``math.isfinite`` would stop the graph). False for NaN (not equal to itself) and +-inf."""
+    return value == value and abs(value) != math.inf
+
+
 def finite_float(name: str, value, minimum: float | None = None, positive: bool = False, maximum=None) -> float:
     """``value`` as a float if it is a finite real number (>= minimum; > 0 with ``positive``), else an error naming
     ``name``. Bools and strings are refused with a TypeError; NaN, inf and out-of-range values with a ValueError."""
@@ -281,7 +287,7 @@ def finite_float(name: str, value, minimum: float | None = None, positive: bool 
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
     value = float(value)
-    if not math.isfinite(value):
+    if not is_finite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value!r}.")

@@ -44,7 +44,7 @@ def default_scale(head_dim: int, scale: float | None = None) -> float:
     head_dim = runtime.positive_int("head_dim", head_dim)
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, numbers.Real) and not isinstance(scale, bool) and not math.isfinite(scale):
+    if isinstance(scale, numbers.Real) and not isinstance(scale, bool) and not runtime.is_finite(scale):
         raise ValueError(
             f"scale must be a finite number, got {scale!r}; SDPA returns NaN for an infinite or NaN scale (the "
             "scores become +-inf or NaN). Pass None for 1 / sqrt(head_dim), or any finite scale (0 and negative "

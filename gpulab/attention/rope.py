@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from gpulab import runtime
 from gpulab.check import new_output
@@ -215,6 +216,7 @@ class QKVHeadsFunction(torch.autograd.Function):
         return _forward(qkv, num_heads, rotate, base)
 
     @staticmethod
+    @once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, dq, dk, dv):
         return _backward(*_filled(dq, dk, dv), *ctx.flags), None, None, None
 

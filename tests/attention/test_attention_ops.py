@@ -55,3 +55,26 @@ def test_bad_input_raises_the_same_error_compiled():
     with pytest.raises(Exception) as err:  # fullgraph: Dynamo may wrap it (Unsupported), the ValueError as its cause
         torch.compile(g, fullgraph=True, backend="aot_eager")(q, k, v.double())
     assert "must share one dtype" in str(err.value) + repr(err.value.__cause__)
+
+
+def test_compiled_with_a_scale_that_varies_between_calls():
+    # dynamic=True (or a second float after the first) hands the scale to the trace as a symbolic float: the checks
+    # must trace (no math.isfinite on it), every value must give SDPA's result, and inf must still be refused.
+    def f(q, k, v, scale):
+        return A.flash_attention(q, k, v, is_causal=True, scale=scale)
+
+    q, k, v = _inputs(9, 9, grad=True)
+    compiled = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")
+    for scale in (0.3, -0.7, 0.0):
+        o = compiled(q, k, v, scale)
+        ref = A.attention_reference(q, k, v, is_causal=True, scale=scale)
+        assert (o.detach().double() - ref).abs().max().item() < 1e-5
+        o.sum().backward()
+        q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+        want = torch.autograd.grad(A.naive_attention(q64, k64, v64, is_causal=True, scale=scale).sum(), (q64, k64, v64))
+        for x, w in zip((q, k, v), want):
+            assert (x.grad.double() - w).abs().max().item() < 1e-5
+            x.grad = None
+    with pytest.raises(Exception) as err:
+        compiled(q, k, v, float("inf"))
+    assert "finite" in str(err.value) + repr(err.value.__cause__)
