@@ -1,0 +1,45 @@
+"""A second derivative through the package's kernels raises: their backwards are kernels, not graphs of PyTorch
+operations, so ``create_graph=True`` cannot give the gradient's own gradient. Without ``once_differentiable`` the
+first gradient would come back with no ``grad_fn`` and a gradient penalty would be silently wrong (a probe found the
+fused LSTM's d(penalty)/dW off by 3% and dR missing). The PyTorch paths (attention's reference, the LSTM's
+``vanilla`` backend, ``qkv_heads`` on CPU) stay twice differentiable."""
+
+import pytest
+import torch
+
+from gpulab import attention as A
+from gpulab.attention import rope
+from gpulab.rnn import LSTM
+
+
+def _penalty_raises(out, x):
+    (g,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="(?i)differentiat|twice|once"):
+        g.pow(2).sum().backward()
+
+
+def test_flash_attention_second_derivative_raises():
+    q, k, v = (torch.randn(1, 1, 5, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    q.requires_grad_()
+    _penalty_raises(A.flash_attention(q, k, v, is_causal=True), q)
+
+
+def test_qkv_heads_kernel_second_derivative_raises():
+    qkv = torch.randn(1, 3, 3 * 2 * 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    q, k, v = rope.QKVHeadsFunction.apply(qkv, 2, True, 10000.0)
+    _penalty_raises(q + k + v, qkv)
+
+
+@pytest.mark.parametrize("backend", ["fused", "alternating"])
+def test_triton_lstm_second_derivative_raises(backend):
+    x = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    _penalty_raises(LSTM(3, 8, backend=backend)(x)[0], x)
+
+
+def test_the_pytorch_paths_stay_twice_differentiable():
+    torch.manual_seed(2)
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    lstm = LSTM(3, 5, backend="vanilla").double()
+    assert torch.autograd.gradgradcheck(lambda x: lstm(x)[0], (x,))
+    qkv = torch.randn(1, 3, 3 * 2 * 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: rope.qkv_heads(t, 2)[0], (qkv,))
