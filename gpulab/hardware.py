@@ -318,6 +318,13 @@ def default_dtype(gpu=None) -> torch.dtype:
     return torch.bfloat16 if torch.bfloat16 in supported_dtypes(gpu) else torch.float16
 
 
+def _conversion(name: str, dtype: torch.dtype) -> str:
+    """How to give ``name`` the dtype ``dtype``: an argument named ``dtype`` takes its name, a tensor a method."""
+    if name == "dtype":
+        return f"dtype={dtypes.name(dtype)!r}"
+    return f"{name}.float()" if dtype == torch.float32 else f"{name}.to({dtype})"
+
+
 def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
     """Raise a ValueError naming ``name`` unless ``dtype`` is usable here (or on ``gpu``); return it as a torch dtype.
 
@@ -325,8 +332,18 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
     """
     dtype = dtypes.as_dtype(dtype, name)
     supported = tuple(allowed) if allowed is not None else (torch.float32, torch.float16, torch.bfloat16)
-    if dtype not in supported:
-        raise ValueError(f"{name} has dtype {dtype}; this kernel supports {dtypes.names_of(supported)}.")
+    if dtype not in supported:  # what runs here (no bf16 in the interpreter or on an old GPU), and how to get it
+        here = supported_dtypes(gpu)
+        usable = tuple(d for d in supported if d in here) or supported
+        if usable == supported:
+            where = ""
+        elif gpu is not None:
+            where = f" on GPU {getattr(gpu, 'name', gpu)}"
+        else:
+            where = " in Triton's CPU interpreter" if runtime.INTERPRET else " on this GPU"
+        given = f"{name}={dtype} is not supported" if name == "dtype" else f"{name} has dtype {dtype}"
+        raise ValueError(f"{given}; this kernel supports {dtypes.names_of(usable)}{where}. Convert it, e.g. "
+                         f"`{_conversion(name, usable[0])}`.")  # fmt: skip
     here = supported_dtypes(gpu)
     if dtype not in here:
         if gpu is None and runtime.INTERPRET and dtype == torch.bfloat16:

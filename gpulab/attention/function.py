@@ -59,7 +59,7 @@ def flash_attention(
             Nq = 0 gives an empty output and Nk = 0 an output of zeros, with zero gradients).
         is_causal: SDPA's top-left causal mask (query i sees keys ``j <= i``, also when ``Nq != Nk``); a bool.
         scale: the softmax scale, any finite number as SDPA takes it (0 averages the visible values; negative
-            favours the least similar keys); None for ``1 / sqrt(D)``.
+            favours the least similar keys) within float32's range, as the kernels take it; None for ``1 / sqrt(D)``.
         allow_tf32: fp32 inputs only: products in TF32 on a GPU (IEEE fp32 otherwise).
         autotune: on a GPU, time a few tile configs per problem on first use and keep the fastest
             (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).

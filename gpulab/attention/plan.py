@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpulab import check, hardware, runtime
+from gpulab import check, dtypes, hardware, runtime
 from gpulab.attention import sm90
 from gpulab.attention.configs import (
     MAX_HEAD_DIM,
@@ -51,6 +51,9 @@ __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_pla
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
            "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
            "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
+
+_FP32_MAX = torch.finfo(torch.float32).max
+"""The largest scale magnitude :func:`check_inputs` takes: the kernels take the scale as float32."""
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -110,8 +113,8 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
     """Raise a clear error (naming the argument, saying what is supported) unless q, k, v are valid attention inputs:
     tensors on gpulab's device, one supported dtype, q [B, H, Nq, D], k and v [B, H, Nk, D] with the same B, H and
     D, 1 <= D <= 128, any Nq, Nk >= 0 (as SDPA: no queries give an empty output, no keys an output of zeros);
-    ``scale`` None or any finite number (0 and negative as SDPA takes them); ``allow_tf32`` a bool. Returns the
-    scale."""
+    ``scale`` None or any finite number within float32's range, which the kernels take it in (0 and negative as SDPA
+    takes them); ``allow_tf32`` a bool. Returns the scale."""
     for name, t in zip(names, (q, k, v)):
         runtime.require_tensor(name, t)
         if t.dim() != 4:
@@ -119,21 +122,28 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
                 f"{name} must be 4-dimensional [batch, heads, seq, head_dim], got shape {tuple(t.shape)}; "
                 "add the missing dimensions with unsqueeze."
             )
+    unique = list(dict.fromkeys(names))  # the backward checks (o, do, o): name each tensor once
+    together = ", ".join(unique[:-1]) + " and " + unique[-1]
     for name, t in zip(names[1:], (k, v)):
         if t.dtype != q.dtype:
-            raise ValueError(
-                f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {', '.join(names)} must share one dtype."
-            )
+            raise ValueError(f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {together} must share one dtype.")
         if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put q, k, v on one device.")
+            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put {together} on one device.")
+    if q.dtype == torch.float64:  # no kernel computes in it: say where float64 attention is
+        raise ValueError(
+            f"{names[0]} has dtype torch.float64; these kernels support {dtypes.names_of(hardware.supported_dtypes())} "
+            f"here. Convert the inputs, e.g. `{names[0]}.float()`, or for a float64 reference call "
+            "gpulab.attention.attention_reference (PyTorch, in float64)."
+        )
     hardware.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
     nq_, nk_, nv_ = names
     b, h, n_q, d = q.shape
     if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
+        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in dict(zip(names, (q, k, v))).items())
         raise ValueError(
-            f"batch and heads differ: {nq_} {tuple(q.shape)}, {nk_} {tuple(k.shape)}, {nv_} {tuple(v.shape)}; "
-            "all three must be [batch, heads, seq, head_dim] with the same batch and heads (no broadcasting)."
+            f"batch and heads differ: {shapes}; {together} must be [batch, heads, seq, head_dim] with the same batch "
+            "and heads (no broadcasting)."
         )
     if b * h > 65535:
         raise ValueError(
@@ -151,7 +161,13 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
         )
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
-    return default_scale(d, scale)
+    scale = default_scale(d, scale)
+    if abs(scale) > _FP32_MAX:  # comparisons only: a symbolic float under torch.compile traces them
+        raise ValueError(
+            f"scale={scale!r} is beyond float32's largest finite value {_FP32_MAX:.6g}; the kernels take the scale as "
+            "float32, where it would be inf (every output NaN). Pass a scale of magnitude at most that."
+        )
+    return scale
 
 
 def check_config(name: str, config, head_dim: int) -> AttentionConfig | HopperConfig | str | None:

@@ -59,21 +59,36 @@ def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
     return torch.ones(seq_q, seq_k, dtype=torch.bool, device=device).tril()
 
 
-def _check_reference_inputs(q, k, v=None, is_causal=False) -> None:
-    """Tensors (on any device, any float dtype) whose shapes multiply as attention's: q [..., Nq, D], k [..., Nk, D]
-    and v [..., Nk, Dv]; ``is_causal`` a bool."""
+def _check_reference_inputs(q, k, v, is_causal=False, need_v=True, one_device=True) -> None:
+    """Tensors of one floating dtype (any device; one device unless ``one_device=False``, for the references that copy
+    their inputs to q's) whose shapes multiply as attention's: q [..., Nq, D], k [..., Nk, D] and v [..., Nk, Dv]
+    with the same leading dims (nothing is broadcast); v a tensor unless ``need_v=False`` (then v is not read);
+    ``is_causal`` a bool."""
     runtime.strict_bool("is_causal", is_causal)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t is None:
-            continue
+    tensors = (("q", q), ("k", k), ("v", v)) if need_v else (("q", q), ("k", k))
+    for name, t in tensors:
         runtime.require_tensor(name, t, device_check=False)
         if t.dim() < 2 or not t.is_floating_point():
             raise ValueError(
                 f"{name} must be a floating-point tensor [..., seq, head_dim], got {t.dtype} of shape {list(t.shape)}."
             )
+    for name, t in tensors[1:]:
+        if t.dtype != q.dtype:
+            raise ValueError(
+                f"{name} is {t.dtype} but q is {q.dtype}; q, k{' and v' if need_v else ''} must share one dtype: "
+                f"convert it, e.g. `{name}.to(q.dtype)`."
+            )
+        if one_device and t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on one device.")
+        if t.shape[:-2] != q.shape[:-2]:
+            raise ValueError(
+                f"q has leading (batch, heads) dims {list(q.shape[:-2])} but {name} has {list(t.shape[:-2])} (shapes "
+                f"{list(q.shape)} and {list(t.shape)}); they must be equal, nothing is broadcast: expand or repeat "
+                f"{name} explicitly."
+            )
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q has head_dim {q.shape[-1]} but k has {k.shape[-1]}; they must match.")
-    if v is not None and v.shape[-2] != k.shape[-2]:
+    if need_v and v.shape[-2] != k.shape[-2]:
         raise ValueError(f"k has {k.shape[-2]} keys but v has {v.shape[-2]} values; they must match.")
 
 
@@ -140,7 +155,7 @@ def tiled_attention(q, k, v, is_causal: bool = False, scale: float | None = None
 
 def logsumexp_reference(q, k, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """float64 ``log(sum_j exp(S_ij))`` over visible keys, [B, H, Nq] (0 for a row that sees no key)."""
-    _check_reference_inputs(q, k, None, is_causal)
+    _check_reference_inputs(q, k, None, is_causal, need_v=False, one_device=False)
     q64, k64 = (t.detach().to("cpu", torch.float64) for t in (q, k))
     s = torch.matmul(q64, k64.transpose(-2, -1)) * default_scale(q.shape[-1], scale)
     if is_causal:
@@ -156,12 +171,14 @@ def attention_reference(q, k, v, is_causal: bool = False, scale: float | None = 
     float64 units, far faster than the CPU at long sequences). Gradients come from autograd through
     :func:`naive_attention`, computed in float64, so they are exact to ~1e-15 and independent of the kernels.
     """
-    _check_reference_inputs(q, k, v, is_causal)
+    _check_reference_inputs(q, k, v, is_causal, one_device=False)
     if do is not None:
         runtime.require_tensor("do", do, device_check=False)
-        if do.shape[:-1] != q.shape[:-1] or do.shape[-1] != v.shape[-1]:
+        o_shape = list(q.shape[:-1]) + [v.shape[-1]]
+        if list(do.shape) != o_shape:
             raise ValueError(
-                f"do must be shaped like the output {list(q.shape[:-1]) + [v.shape[-1]]}, got {list(do.shape)}."
+                f"do must have exactly the output's shape {o_shape} (q's leading dims and query count, v's head_dim; "
+                f"nothing is broadcast), got {list(do.shape)}."
             )
     dev = q.device
     q64, k64, v64 = (t.detach().to(dev, torch.float64).requires_grad_(do is not None) for t in (q, k, v))

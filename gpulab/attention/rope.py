@@ -64,8 +64,11 @@ def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
         raise ValueError(f"x must be a floating-point tensor [..., N, D], got {x.dtype} of shape {list(x.shape)}.")
     base = runtime.finite_float("base", base, positive=True)
     n, d = x.shape[-2], x.shape[-1]
-    if d % 2:
-        raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
+    if d % 2 or not d:
+        raise ValueError(
+            f"rope needs a positive even head dimension, got {d} (x's last dimension; x has shape {list(x.shape)}); "
+            "choose d_model / num_heads even and > 0."
+        )
     half, work = d // 2, torch.promote_types(x.dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
     angles = rope_angles(n, half, base, x.device, work)  # [N, D/2]
     cos, sin = angles.cos(), angles.sin()
@@ -81,17 +84,51 @@ def rope_angles(n: int, half: int, base: float = 10000.0, device=None, dtype=tor
     base = runtime.finite_float("base", base, positive=True)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}.")
-    device = torch.device(device if device is not None else runtime.device)
+    device = _device(device)
     freqs = base ** (-torch.arange(half, device=device, dtype=dtype) / half)
     return torch.arange(n, device=device, dtype=dtype)[:, None] * freqs[None, :]
 
 
+def _cuda_count() -> int:
+    """CUDA devices torch sees (0 without CUDA); a constant to ``torch.compile``, which then need not trace it."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+_cuda_count = torch.compiler.assume_constant_result(_cuda_count)
+
+
+def _device(device) -> torch.device:
+    """``device`` (None: gpulab's, a name such as 'cuda:0', or a torch.device) as a torch.device with memory here
+    (CPU, or a CUDA device torch sees), else an error naming ``device``."""
+    if device is None:
+        return runtime.device
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:0'.") from None
+    if not isinstance(device, torch.device):
+        raise runtime.ArgumentTypeError(f"device must be a torch.device or a name such as 'cpu' or 'cuda:0', got "
+                                        f"{type(device).__name__} {device!r}.")  # fmt: skip
+    count = _cuda_count()
+    if device.type == "cpu" or (device.type == "cuda" and (device.index or 0) < count):
+        return device
+    have = f"'cpu' or 'cuda:0'..'cuda:{count - 1}'" if count else "'cpu' (torch sees no CUDA device)"
+    raise ValueError(f"device={str(device)!r} is not one this machine can compute on; use {have}, or None for "
+                     f"gpulab's ({runtime.device}).")  # fmt: skip
+
+
 def rope_tables(n: int, half: int, base: float = 10000.0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin) of the angles ``p * base^(-k/half)``, fp32 [n, half], as :func:`rope` computes them; kept per
-    (n, half, base, device)."""
+    """(cos, sin) of the angles ``p * base^(-k/half)``, fp32 [n, half], as :func:`rope` computes them. Fresh copies,
+    the caller's to change: the kernel reads its own, kept per (n, half, base, device)."""
     n, half = runtime.nonnegative_int("n", n), runtime.positive_int("half", half)
     base = runtime.finite_float("base", base, positive=True)
-    device = torch.device(device if device is not None else runtime.device)
+    cos, sin = _cached_tables(n, half, base, _device(device))
+    return cos.clone(), sin.clone()
+
+
+def _cached_tables(n: int, half: int, base: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_tables` for checked arguments, the cached tensors themselves (never handed to a caller)."""
     key = (n, half, base, device)
     tables = _TABLES.get(key)
     if tables is None:
@@ -177,7 +214,7 @@ def _tables(n, d, base, rotate, device):
     if not rotate:
         dummy = torch.empty(1, dtype=torch.float32, device=device)
         return dummy, dummy
-    return rope_tables(n, d // 2, base, device)
+    return _cached_tables(n, d // 2, base, device)
 
 
 def _forward(qkv, num_heads, rotate, base):
@@ -272,8 +309,11 @@ def _checked(qkv, num_heads, positional, base):
             f"be divisible by {3 * num_heads}."
         )
     d = qkv.shape[-1] // (3 * num_heads)
-    if positional == "rope" and d % 2:
-        raise ValueError(f"rope needs an even head dimension, got {d}; choose d_model / num_heads even.")
+    if positional == "rope" and (d % 2 or not d):
+        raise ValueError(
+            f"rope needs a positive even head dimension, got {d} (qkv's last dimension {qkv.shape[-1]} = 3 * "
+            f"num_heads={num_heads} * head_dim); choose d_model / num_heads even and > 0."
+        )
     return num_heads, positional == "rope", base
 
 

@@ -58,9 +58,10 @@ def softmax_naive(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_safe(x: torch.Tensor) -> torch.Tensor:
-    """Subtract the row max first: pass 1 the max, pass 2 the sum, pass 3 the output. A row of all -inf gives 0."""
+    """Subtract the row max first: pass 1 the max, pass 2 the sum, pass 3 the output. A row of all -inf gives 0; rows
+    of length 0 give an empty result, as the other two do."""
     _require_logits(x)
-    m = x.amax(-1, keepdim=True)
+    m = x.amax(-1, keepdim=True) if x.shape[-1] else x.new_zeros(x.shape[:-1] + (1,))  # amax refuses empty rows
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf row: exp(-inf) = 0, not NaN
     e = torch.exp(x - m)
     l = e.sum(-1, keepdim=True)

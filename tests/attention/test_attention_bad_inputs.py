@@ -72,6 +72,14 @@ CASES = [
     ),  # fmt: skip
     ("flash-dtype-differ", lambda x: A.flash_attention(x.q, x.k.half(), x.v), ValueError, "share one dtype"),
     ("flash-float64", lambda x: A.flash_attention(x.q.double(), x.k.double(), x.v.double()), ValueError, "q"),
+    (
+        "flash-float64-fix",
+        lambda x: A.flash_attention(x.q.double(), x.k.double(), x.v.double()),
+        ValueError,
+        r"`q.float\(\)`, or for a float64 reference call gpulab.attention.attention_reference",
+    ),  # fmt: skip
+    ("flash-scale-over-fp32", lambda x: A.flash_attention(x.q, x.k, x.v, scale=1e39), ValueError, "float32's largest"),
+    ("flash-scale-under-fp32", lambda x: A.flash_attention(x.q, x.k, x.v, scale=-1e39), ValueError, "scale=-1e"),
     ("flash-int", lambda x: A.flash_attention(*(_ones(1, 1, 4, 16, dtype=torch.int32),) * 3), ValueError, "q"),
     ("flash-meta", lambda x: A.flash_attention(x.q.to("meta"), x.k, x.v), ValueError, "is on"),
     # the forward and backward wrappers
@@ -101,6 +109,12 @@ CASES = [
         ValueError,
         "do",
     ),  # fmt: skip
+    (
+        "backward-do-dtype",
+        lambda x: A.attention_backward(x.do.half(), x.q, x.k, x.v, x.q, _zeros(1, 2, 5)),
+        ValueError,
+        "do is torch.float16 but o is torch.float32; o and do must share one dtype",
+    ),  # fmt: skip
     # references
     ("naive-causal-str", lambda x: A.naive_attention(x.q, x.k, x.v, is_causal="no"), TypeError, "is_causal"),
     ("naive-scale-str", lambda x: A.naive_attention(x.q, x.k, x.v, scale="big"), TypeError, "scale"),
@@ -109,6 +123,20 @@ CASES = [
     ("tiled-block-q-0", lambda x: A.tiled_attention(x.q, x.k, x.v, block_q=0), ValueError, "block_q"),
     ("tiled-block-k-float", lambda x: A.tiled_attention(x.q, x.k, x.v, block_k=2.5), TypeError, "block_k"),
     ("reference-do-shape", lambda x: A.attention_reference(x.q, x.k, x.v, do=x.k), ValueError, "do"),
+    # references: leading dims of q, k, v equal (nothing broadcast), one dtype, v required, q a tensor
+    ("naive-heads-broadcast", lambda x: A.naive_attention(x.q[:, :1], x.k, x.v), ValueError, "nothing is broadcast"),
+    ("tiled-heads-differ", lambda x: A.tiled_attention(x.q, x.k[:, :1], x.v[:, :1]), ValueError, "but k has"),
+    ("reference-v-heads-differ", lambda x: A.attention_reference(x.q, x.k, x.v[:, :1]), ValueError, "but v has"),
+    ("lse-reference-heads-differ", lambda x: A.logsumexp_reference(x.q[:, :1], x.k), ValueError, "leading"),
+    ("naive-dtype-differ", lambda x: A.naive_attention(x.q, x.k.half(), x.v), ValueError, "share one dtype"),
+    ("tiled-dtype-differ", lambda x: A.tiled_attention(x.q, x.k, x.v.double()), ValueError, "v is torch.float64"),
+    ("reference-dtype-differ", lambda x: A.attention_reference(x.q, x.k.double(), x.v), ValueError, r"k.to\(q.dtype\)"),
+    ("naive-device-differ", lambda x: A.naive_attention(x.q, x.k.to("meta"), x.v), ValueError, "one device"),
+    ("naive-v-none", lambda x: A.naive_attention(x.q, x.k, None), TypeError, "v must be a torch.Tensor"),
+    ("tiled-v-none", lambda x: A.tiled_attention(x.q, x.k, None), TypeError, "v must be a torch.Tensor"),
+    ("reference-v-none", lambda x: A.attention_reference(x.q, x.k, None), TypeError, "v must be a torch.Tensor"),
+    ("reference-q-none", lambda x: A.attention_reference(None, x.k, x.v), TypeError, "q must be a torch.Tensor"),
+    ("lse-reference-k-none", lambda x: A.logsumexp_reference(x.q, None), TypeError, "k must be a torch.Tensor"),
     ("lse-reference-causal-none", lambda x: A.logsumexp_reference(x.q, x.k, is_causal=None), TypeError, "is_causal"),
     ("causal-mask-negative", lambda x: A.causal_mask(-1, 2), ValueError, "seq_q"),
     ("causal-mask-float", lambda x: A.causal_mask(2, 2.0), TypeError, "seq_k"),
@@ -186,3 +214,17 @@ def test_bad_input_is_refused_by_name(inputs, call, error, word):
 def test_bf16_is_refused_in_the_interpreter(inputs):
     with pytest.raises(ValueError, match="bfloat16"):
         A.flash_attention(inputs.q.bfloat16(), inputs.k.bfloat16(), inputs.v.bfloat16())
+
+
+@pytest.mark.skipif(not runtime.INTERPRET, reason="bf16 is refused only by the CPU interpreter")
+def test_unsupported_dtype_messages_list_what_runs_here_and_the_fix(inputs):
+    with pytest.raises(ValueError) as e:
+        A.flash_attention(inputs.q.double(), inputs.k.double(), inputs.v.double())
+    assert "float32, float16 here" in str(e.value) and "bfloat16" not in str(e.value)
+    with pytest.raises(ValueError) as e:  # the shared check, gpulab.hardware.require_dtype
+        A.online_softmax(inputs.q.double())
+    assert "bfloat16" not in str(e.value) and "`x.float()`" in str(e.value)
+
+
+def test_scales_within_float32_range_are_kept(inputs):
+    assert A.check_inputs(inputs.q, inputs.k, inputs.v, scale=-3e38) == -3e38

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpulab import attention as A
-from gpulab import check
+from gpulab import check, runtime
 
 
 def test_references_agree_with_sdpa_and_each_other(attention_inputs):
@@ -32,6 +32,14 @@ def test_softmax_three_ways_match_torch():
     assert not torch.isfinite(A.softmax_naive(big)).all()
     check.assert_close(A.softmax_safe(big), torch.softmax(big, -1), rtol=1e-12, name="safe, large")
     check.assert_close(A.softmax_online(big), torch.softmax(big, -1), rtol=1e-12, name="online, large")
+
+
+def test_softmax_of_empty_rows_is_empty_every_way():
+    x = torch.zeros(3, 0, device=runtime.device)
+    for name, f in (("naive", A.softmax_naive), ("safe", A.softmax_safe), ("online", A.softmax_online),
+                    ("kernel", A.online_softmax)):  # fmt: skip
+        y = f(x)
+        assert y.shape == (3, 0) and y.dtype == x.dtype, name
 
 
 @pytest.mark.parametrize(

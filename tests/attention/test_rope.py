@@ -57,7 +57,21 @@ def test_tables_are_the_references_angles():
     cos, sin = R.rope_tables(5, 3, 100.0, "cpu")
     angles = torch.arange(5.0)[:, None] * 100.0 ** (-torch.arange(3.0) / 3)
     assert torch.equal(cos, angles.cos()) and torch.equal(sin, angles.sin())
-    assert R.rope_tables(5, 3, 100.0, "cpu")[0] is cos, "kept per (n, half, base, device)"
+    kept = R._cached_tables(5, 3, 100.0, torch.device("cpu"))
+    assert R._cached_tables(5, 3, 100.0, torch.device("cpu"))[0] is kept[0], "kept per (n, half, base, device)"
+    assert cos is not kept[0] and sin is not kept[1], "the caller gets copies"
+
+
+def test_editing_the_tables_changes_nothing_else():
+    cos, sin = R.rope_tables(9, 2)
+    cos.mul_(0)
+    sin.fill_(5.0)
+    fresh = R.rope_tables(9, 2)
+    angles = R.rope_angles(9, 2)
+    assert torch.equal(fresh[0], angles.cos()) and torch.equal(fresh[1], angles.sin())
+    qkv = check.random_tensor(1, 9, 3 * 4, dtype=torch.float32)  # 1 head of 4: the kernel reads the (9, 2) tables
+    for got, want in zip(R.QKVHeadsFunction.apply(qkv, 1, True, 10000.0), R.qkv_heads_reference(qkv, 1)):
+        torch.testing.assert_close(got, want)
 
 
 def test_cpu_dispatch_runs_pytorchs_operations():
