@@ -240,8 +240,24 @@ def lstm_pointwise_kernel(
     tl.store(c_out_ptr + n.to(tl.int64) * M + offs, c_new.to(c_out_ptr.dtype.element_ty), mask=mask)
 
 
+def _bias_rows(bias, n: int, nh: int, dh: int, device_check: bool = True) -> int:
+    """How many of the N rows share each bias: ``bias`` must be a floating-point [4, NH, DH] (all N rows) or
+    [L, 4, NH, DH] with N divisible by L (L >= 1; row n takes bias n // (N // L)); else an error naming ``bias``."""
+    _require_tensor("bias", bias, device_check=device_check)
+    if not bias.is_floating_point():
+        raise ValueError(f"bias has dtype {bias.dtype}; pass a floating-point bias, e.g. bias.float().")
+    lb = bias.unsqueeze(0) if bias.dim() == 3 else bias
+    if lb.dim() != 4 or tuple(lb.shape[1:]) != (4, nh, dh) or lb.shape[0] < 1 or n % lb.shape[0] != 0:
+        raise ValueError(
+            f"bias must be [4, NH, DH] = {(4, nh, dh)} or [L, 4, NH, DH] with N={n} divisible by L, got "
+            f"{tuple(bias.shape)}."
+        )
+    return n // lb.shape[0]
+
+
 def lstm_pointwise_reference(gates, c, bias=None, gates2=None):
-    """float64 reference of :func:`lstm_pointwise`: returns float64 (h, c) of shape [N, NH, DH]."""
+    """float64 reference of :func:`lstm_pointwise`: returns float64 (h, c) of shape [N, NH, DH]. Takes the same
+    shapes of ``gates``, ``c``, ``bias`` and ``gates2``, and refuses the same ``bias`` with the same error."""
     runtime.require_tensor("gates", gates, ndim=4, shape=(None, 4, None, None), device_check=False)
     n, _, nh, dh = gates.shape
     runtime.require_tensor("c", c, shape=(n, nh, dh), device_check=False)
@@ -251,10 +267,9 @@ def lstm_pointwise_reference(gates, c, bias=None, gates2=None):
     if gates2 is not None:
         g = g + gates2.detach().double()
     if bias is not None:
+        rows_per_bias = _bias_rows(bias, n, nh, dh, device_check=False)
         b = bias.detach().double()
-        if b.dim() == 3:
-            b = b.unsqueeze(0)
-        g = g + b.repeat_interleave(g.shape[0] // b.shape[0], dim=0)
+        g = g + (b.unsqueeze(0) if b.dim() == 3 else b).repeat_interleave(rows_per_bias, dim=0)
     i, f, z, o = g.unbind(1)
     c_new = torch.sigmoid(f) * c.detach().double() + torch.sigmoid(i) * torch.tanh(z)
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
@@ -298,15 +313,14 @@ def lstm_pointwise(gates, c, bias=None, h_out=None, c_out=None, gates2=None):
             )
     rows_per_bias = 1
     if bias is not None:
-        _require_tensor("bias", bias)
-        lb = bias.unsqueeze(0) if bias.dim() == 3 else bias
-        if lb.dim() != 4 or tuple(lb.shape[1:]) != (4, nh, dh) or n % lb.shape[0] != 0 or not lb.is_contiguous():
-            raise ValueError(
-                f"bias must be contiguous [4, NH, DH] = {(4, nh, dh)} or [L, 4, NH, DH] with N={n} divisible by L, "
-                f"got {tuple(bias.shape)}."
-            )
-        rows_per_bias = n // lb.shape[0]
+        rows_per_bias = _bias_rows(bias, n, nh, dh)
+        if not bias.is_contiguous():
+            raise ValueError(f"bias must be contiguous, got strides {bias.stride()}; pass bias.contiguous().")
     h_out = torch.empty((n, nh, dh), dtype=gates.dtype, device=gates.device) if h_out is None else h_out
+    _require_tensor("h_out", h_out)
+    if not h_out.is_floating_point():
+        raise ValueError(f"h_out has dtype {h_out.dtype}; h is written as floats: pass a floating-point h_out (e.g. "
+                         f"in the gates' dtype, {gates.dtype}) or none.")  # fmt: skip
     c_out = torch.empty_like(c) if c_out is None else c_out
     grouped = isinstance(h_out, torch.Tensor) and h_out.dim() == 3 and h_out.shape[0] * h_out.shape[1] == n
     grouped = grouped and h_out.shape[2] == nh * dh and h_out.stride(2) == 1

@@ -28,7 +28,10 @@ import torch
 
 from gpulab import dtypes
 
-__all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "as_device"]
+__all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "as_device", "float_dtype"]
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+"""The dtypes an LSTM's weights may have (the vanilla backend takes all four; the Triton backends all but float64)."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -80,7 +83,7 @@ class LSTMWeights:
 
     def to(self, dtype=None, device=None) -> LSTMWeights:
         """A copy in another dtype and/or on another device (derived layouts are rebuilt on first use)."""
-        dtype = None if dtype is None else dtypes.as_dtype(dtype)
+        dtype = None if dtype is None else float_dtype(dtype)
         device = None if device is None else as_device(device)
         conv = lambda ts, dt: tuple(t.to(device=device or t.device, dtype=dt or t.dtype, copy=True) for t in ts)
         w_ih, w_hh = conv(self.w_ih, dtype), conv(self.w_hh, dtype)
@@ -95,6 +98,18 @@ def as_device(device, name: str = "device") -> torch.device:
     except (RuntimeError, TypeError) as exc:
         msg = f"{name}={device!r} is not a device; use e.g. 'cpu', 'cuda' or gpulab.runtime.device."
         raise ValueError(msg) from exc
+
+
+def float_dtype(dtype, name: str = "dtype") -> torch.dtype:
+    """``dtype`` (a torch dtype or a name such as 'float32') as a torch dtype if an LSTM's weights can have it (one of
+    :data:`FLOAT_DTYPES`), else a ValueError naming ``name``: an integer dtype cannot hold weights."""
+    dt = dtypes.as_dtype(dtype, name)
+    if dt not in FLOAT_DTYPES:
+        raise ValueError(
+            f"{name}={dt} is not supported: an LSTM's weights are floating-point ({dtypes.names_of(FLOAT_DTYPES)}); "
+            f"pass e.g. {name}=torch.float32."
+        )
+    return dt
 
 
 def check_lstm_module(module, name: str = "module") -> torch.nn.LSTM:
@@ -119,7 +134,7 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
     """
     check_lstm_module(module)
     first = module.weight_ih_l0
-    dt = first.dtype if dtype is None else dtypes.as_dtype(dtype)
+    dt = first.dtype if dtype is None else float_dtype(dtype)
     dev = first.device if device is None else as_device(device)
     if dev.type == first.device.type and dev.index is None:
         dev = first.device  # "cuda" is the module's "cuda:0"

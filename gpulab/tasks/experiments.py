@@ -170,7 +170,7 @@ def warm_up(model, task, batch_size=2, length=4) -> None:
 def lstm_or_fallback(task, seed, dtype, backend=None, **kw):
     """The LSTM on ``backend`` (default: fused on a GPU); if the fused kernel cannot take this head size (its
     recurrent weights must fit on chip), the alternating backend instead. Returns (model, backend, note)."""
-    backend = backend or default_rnn_backend()
+    backend = default_rnn_backend() if backend is None else backend
     model = make_model("LSTM", task, seed=seed, dtype=dtype, backend=backend, **kw)
     try:
         warm_up(model, task)

@@ -25,6 +25,7 @@ from torch import nn
 from gpulab import attention, runtime
 from gpulab.attention.rope import qkv_heads, qkv_heads_reference, rope
 from gpulab.rnn import LSTM
+from gpulab.rnn.api import backend_name
 
 __all__ = [
     "ATTENTION",
@@ -118,6 +119,16 @@ class _Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+def _check_tokens(x) -> None:
+    """``x`` must be a batch of token strings: an integer tensor [B, T]; else an error naming ``x``."""
+    want = "integer tokens [B, T] (B strings of T tokens each, e.g. from a task's sample)"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be {want}, got {type(x).__name__}.")
+    if x.dim() != 2 or x.dtype not in (torch.int64, torch.int32):  # what nn.Embedding takes
+        fix = "; for one string pass x.unsqueeze(0)" if x.dim() == 1 else ""
+        raise ValueError(f"x must be {want}, got shape {tuple(x.shape)} of {x.dtype}{fix}.")
+
+
 class _Stack(nn.Module):
     """Embedding, residual blocks, LayerNorm, linear head: tokens [B, T] -> logits [B, T, classes]."""
 
@@ -130,6 +141,7 @@ class _Stack(nn.Module):
         self.head = nn.Linear(d_model, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_tokens(x)
         h = self.embed(x)
         for block in self.blocks:
             h = block(h)
@@ -169,7 +181,7 @@ class LSTMModel(_Stack):
     parameters per layer (input projection, recurrence, MLP).
 
     ``backend``: ``"fused"`` (Triton persistent kernel, GPU), ``"vanilla"`` (PyTorch loop, CPU) or
-    ``"alternating"``; default :func:`default_rnn_backend`.
+    ``"alternating"``; None (only None): :func:`default_rnn_backend`.
     """
 
     def __init__(
@@ -181,8 +193,12 @@ class LSTMModel(_Stack):
         num_layers: int = 1,
         backend: str | None = None,
     ):
-        backend = backend or default_rnn_backend()
+        backend = default_rnn_backend() if backend is None else backend_name(backend)
         d_model, num_layers = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)
+        num_heads = runtime.positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
+                             "d_model // num_heads units: pick a divisor.")  # fmt: skip
         mixers = [
             LSTM(d_model, d_model, num_heads=num_heads, batch_first=True, backend=backend) for _ in range(num_layers)
         ]

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import bench, launch, rnn
 from gpulab.course import grading_ladder, grading_rnn
-from gpulab.rnn import cells, functions, ladder
+from gpulab.rnn import cells, functions, ladder, weights
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import benchmark as rnn_benchmark
 from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiles, tiling
@@ -38,9 +38,21 @@ def _module(**change):
     return lambda: rnn.LSTM(**args)
 
 
-def _forward(x=None, state=None):
-    m = rnn.LSTM(3, 8, num_layers=2, backend="vanilla")
-    return lambda: m(torch.randn(4, 2, 3) if x is None else x, state)
+def _forward(x=None, hx=None, backend="vanilla", dtype=torch.float32):
+    m = rnn.LSTM(3, 8, num_layers=2, backend=backend, dtype=dtype)
+    return lambda: m(torch.randn(4, 2, 3, dtype=dtype) if x is None else x, hx)
+
+
+def _reference(**change):
+    """cells.lstm_pointwise_reference on N=2 rows of NH=1, DH=4, with ``change`` (e.g. a bad bias)."""
+    args = {"gates": torch.zeros(2, 4, 1, 4), "c": torch.zeros(2, 1, 4)} | change
+    return lambda: cells.lstm_pointwise_reference(**args)
+
+
+def _pointwise(**change):
+    """cells.lstm_pointwise on N=2 rows of NH=1, DH=4, with ``change`` (checked before anything launches)."""
+    args = {"gates": torch.zeros(2, 4, 1, 4), "c": torch.zeros(2, 1, 4)} | change
+    return lambda: cells.lstm_pointwise(**args)
 
 
 H = torch.zeros(2, 2, 8)
@@ -89,15 +101,27 @@ CASES = [
     ("LSTM-bias", _module(bias=1), TypeError, "bias"),
     ("LSTM-backend", _module(backend="cudnn"), ValueError, "backend='cudnn'"),
     ("LSTM-dtype", _module(dtype="float8"), ValueError, "dtype='float8'"),
+    ("LSTM-dtype-int", _module(dtype=torch.int32), ValueError, "dtype=torch.int32 is not supported"),
+    ("LSTM-device", _module(device="nonsense"), ValueError, "device='nonsense' is not a device"),
+    ("LSTM-dropout", _module(dropout=0.5), ValueError, "dropout=0.5 is not supported"),
+    ("LSTM-dropout-str", _module(dropout="0"), TypeError, "dropout must be a real number"),
+    ("LSTM-bidirectional", _module(bidirectional=True), ValueError, "bidirectional=True is not supported"),
+    ("LSTM-bidirectional-int", _module(bidirectional=0), TypeError, "bidirectional must be True or False"),
+    ("LSTM-proj_size", _module(proj_size=4), ValueError, "proj_size=4 is not supported"),
     ("LSTM.forward-x-type", _forward(x=[1.0]), TypeError, "x must be a torch.Tensor"),
-    ("LSTM.forward-x-rank", _forward(x=torch.zeros(4, 3)), ValueError, "x must be [T, B, I]"),
+    ("LSTM.forward-x-rank", _forward(x=torch.zeros(4)), ValueError, "x must be [T, B, I]"),
+    ("LSTM.forward-x-rank-4", _forward(x=torch.zeros(4, 2, 1, 3)), ValueError, "or unbatched [T, I]"),
     ("LSTM.forward-x-features", _forward(x=torch.zeros(4, 2, 5)), ValueError, "input_size=3"),
     ("LSTM.forward-x-dtype", _forward(x=torch.zeros(4, 2, 3, dtype=torch.float64)), ValueError, "x has dtype"),
-    ("LSTM.forward-state-3", _forward(state=(H, H, H)), ValueError, "state must be a pair"),
-    ("LSTM.forward-state-tensor", _forward(state=H), ValueError, "state must be a pair"),
-    ("LSTM.forward-h0-shape", _forward(state=(H[:1], H)), ValueError, "state's h0 must have shape"),
-    ("LSTM.forward-c0-type", _forward(state=(H, 0.0)), TypeError, "state's c0 must be a torch.Tensor"),
-    ("LSTM.forward-c0-dtype", _forward(state=(H, H.double())), ValueError, "state's c0 has dtype"),
+    ("LSTM.forward-x-int", _forward(x=torch.ones(4, 2, 3, dtype=torch.long)), ValueError, "x.to(torch.float32)."),
+    ("LSTM.forward-x-T0", _forward(x=torch.zeros(0, 2, 3)), ValueError, "0 time steps (T is dimension 0 of [T, B"),
+    ("LSTM.forward-fused-float64", _forward(backend="fused", dtype=torch.float64), ValueError, "backend='vanilla'"),
+    ("LSTM.forward-hx-3", _forward(hx=(H, H, H)), ValueError, "hx must be a pair"),
+    ("LSTM.forward-hx-tensor", _forward(hx=H), ValueError, "got one Tensor of shape (2, 2, 8)."),
+    ("LSTM.forward-h0-shape", _forward(hx=(H[:1], H)), ValueError, "hx's h0 must have shape"),
+    ("LSTM.forward-h0-unbatched", _forward(x=torch.zeros(4, 3), hx=(H, H)), ValueError, "h0 must have shape [2, 8]"),
+    ("LSTM.forward-c0-type", _forward(hx=(H, 0.0)), TypeError, "hx's c0 must be a torch.Tensor"),
+    ("LSTM.forward-c0-dtype", _forward(hx=(H, H.double())), ValueError, "hx's c0 has dtype"),
     (
         "LSTM.from_torch-dropout",
         lambda: rnn.LSTM.from_torch(torch.nn.LSTM(3, 4, 2, dropout=0.1)),
@@ -106,6 +130,8 @@ CASES = [
     ),  # fmt: skip
     ("LSTM.from_torch-gru", lambda: rnn.LSTM.from_torch(torch.nn.GRU(3, 4)), ValueError, "module must be"),
     ("LSTM.from_torch-backend", lambda: rnn.LSTM.from_torch(M, backend="x"), ValueError, "backend='x'"),
+    ("LSTM.from_torch-dtype-int", lambda: rnn.LSTM.from_torch(M, dtype=torch.int32), ValueError, "dtype=torch.int32"),
+    ("LSTM.from_torch-device", lambda: rnn.LSTM.from_torch(M, device="nonsense"), ValueError, "device='nonsense'"),
     # lesson 5: tiling and the benchmark's inputs
     ("fused_tiling-batch", lambda: tiling.fused_tiling(16.0, 1, 64), TypeError, "batch"),
     ("fused_tiling-head_dim", lambda: tiling.fused_tiling(16, 1, 0), ValueError, "head_dim"),
@@ -325,6 +351,14 @@ CASES = [
         ValueError,
         "bias must be",
     ),  # fmt: skip
+    ("lstm_pointwise-bias-int", _pointwise(bias=torch.zeros(4, 1, 4, dtype=torch.long)), ValueError, "bias has dtype"),
+    ("lstm_pointwise-bias-L0", _pointwise(bias=torch.zeros(0, 4, 1, 4)), ValueError, "bias must be"),
+    ("lstm_pointwise-h_out-int", _pointwise(h_out=torch.zeros(2, 1, 4).long()), ValueError, "h_out has dtype"),
+    ("lstm_pointwise_reference-bias-broadcast", _reference(bias=torch.zeros(4, 1, 1)), ValueError, "bias must be"),
+    ("lstm_pointwise_reference-bias-2d", _reference(bias=torch.zeros(2, 4)), ValueError, "bias must be [4, NH, DH]"),
+    ("lstm_pointwise_reference-bias-L", _reference(bias=torch.zeros(3, 4, 1, 4)), ValueError, "N=2 divisible by L"),
+    ("lstm_pointwise_reference-bias-list", _reference(bias=[0.0]), TypeError, "bias must be a torch.Tensor"),
+    ("lstm_pointwise_reference-bias-int", _reference(bias=torch.zeros(4, 1, 4).int()), ValueError, "torch.int32"),
     (
         "lstm_pointwise-h_out",
         lambda: cells.lstm_pointwise(torch.zeros(2, 4, 1, 4), torch.zeros(2, 1, 4), h_out=torch.zeros(3, 1, 4)),
@@ -348,6 +382,10 @@ CASES = [
     ("from_torch_lstm-dtype", lambda: rnn.from_torch_lstm(M, dtype="x"), ValueError, "dtype='x'"),
     ("from_torch_lstm-device", lambda: rnn.from_torch_lstm(M, device="nope"), ValueError, "device='nope'"),
     ("LSTMWeights.to-dtype", lambda: W.to(dtype="x"), ValueError, "dtype='x'"),
+    ("LSTMWeights.to-dtype-int", lambda: W.to(dtype=torch.int64), ValueError, "dtype=torch.int64 is not supported"),
+    ("from_torch_lstm-dtype-int", lambda: rnn.from_torch_lstm(M, dtype=torch.int32), ValueError, "dtype=torch.int32"),
+    ("float_dtype-int", lambda: weights.float_dtype(torch.int8, "w"), ValueError, "w=torch.int8 is not supported"),
+    ("float_dtype-name", lambda: weights.float_dtype("int8"), ValueError, "dtype='int8'"),
     ("run_step-n", lambda: ladder.run_step("1", X, W), ValueError, "n='1'"),
     ("run_step-state", lambda: ladder.run_step(1, X, W, (1, 2, 3)), ValueError, "state must be a pair"),
     ("step0-weights", lambda: ladder.step0_baseline(X, M), ValueError, "weights must be gpulab.rnn.LSTMWeights"),

@@ -12,6 +12,14 @@ from gpulab.tasks.training import learning_rate
 
 P = "parity"
 
+
+def _small(kind):
+    """A tiny model of ``kind`` ("LSTM" or "Transformer") on the CPU paths, to feed bad tokens to."""
+    if kind == "LSTM":
+        return tasks.LSTMModel(2, 2, d_model=4, backend="vanilla")
+    return tasks.TransformerModel(2, 2, d_model=4, num_heads=1, num_layers=1, attention="naive")
+
+
 CASES = [
     # data
     ("get-task-list", lambda m: tasks.get_task(["parity"]), TypeError, "task"),
@@ -59,6 +67,14 @@ CASES = [
         TypeError,
         "num_layers",
     ),  # fmt: skip
+    ("lstm-backend-empty", lambda m: tasks.LSTMModel(5, 3, backend=""), ValueError, "backend='' is not supported"),
+    ("lstm-backend-0", lambda m: tasks.LSTMModel(5, 3, backend=0), ValueError, "backend=0 is not supported"),
+    ("lstm-heads-divide", lambda m: tasks.LSTMModel(5, 3, d_model=15, num_heads=2), ValueError, "d_model=15 is not"),
+    ("lstm-heads-0", lambda m: tasks.LSTMModel(5, 3, num_heads=0, backend="vanilla"), ValueError, "num_heads"),
+    ("lstm-tokens-1d", lambda m: _small("LSTM")(torch.tensor([1, 0, 1])), ValueError, r"integer tokens \[B, T\]"),
+    ("transformer-tokens-1d", lambda m: _small("Transformer")(torch.tensor([1, 0])), ValueError, "x.unsqueeze"),
+    ("transformer-tokens-float", lambda m: _small("Transformer")(torch.ones(2, 3)), ValueError, "torch.float32"),
+    ("lstm-tokens-list", lambda m: _small("LSTM")([[1, 0]]), TypeError, "x must be integer tokens"),
     ("count-parameters-str", lambda m: tasks.count_parameters("model"), TypeError, "model"),
     ("model-device-none", lambda m: tasks.model_device(None), TypeError, "model"),
     # training
