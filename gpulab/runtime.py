@@ -55,6 +55,8 @@ __all__ = [
     "positive_int",
     "nonnegative_int",
     "finite_float",
+    "is_finite",
+    "as_device",
     "strict_bool",
     "one_of",
     "same_shape",
@@ -275,8 +277,30 @@ def nonnegative_int(name: str, value) -> int:
 
 def is_finite(value) -> bool:
     """``math.isfinite`` by comparisons, which ``torch.compile`` can trace for a float that varies between calls
-    (a symbolic float: ``math.isfinite`` would stop the graph). False for NaN (not equal to itself) and +-inf."""
+    (a symbolic float: ``math.isfinite`` would stop the graph). False for NaN (not equal to itself), +-inf and
+    anything that is not a real number (a bool included)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
     return value == value and abs(value) != math.inf
+
+
+def as_device(device, name: str = "device") -> torch.device:
+    """``device`` (a torch.device, a name such as 'cpu' or 'cuda:0', or a CUDA index) as a torch.device, else an error
+    naming ``name``: a ValueError for what torch cannot make a device of here, an :class:`ArgumentTypeError` for a
+    value of another type."""
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise ArgumentTypeError(
+            f"{name} must be a torch.device or a name such as 'cpu' or 'cuda:0', got {type(device).__name__} "
+            f"{device!r}."
+        )
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(
+            f"{name}={device!r} is not a device here; use e.g. 'cpu', 'cuda', 'cuda:0' or gpulab.runtime.device."
+        ) from exc
 
 
 def finite_float(name: str, value, minimum: float | None = None, positive: bool = False, maximum=None) -> float:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gpulab.distributed.benchmark  # noqa: F401 - modules by their full names (the function train shadows train)
-from gpulab import hardware, lessons, traffic
+from gpulab import hardware, lessons, runtime, traffic
 from gpulab.attention import schedule
 from gpulab.bench import report as timing_report
 from gpulab.bench import timing
@@ -103,7 +103,7 @@ CASES = [
     ),
     ("cell_step_torch-S", lambda: cells.cell_step_torch("gru", *_cell(3, 3, 4, 2)), ValueError, r"states must"),
     ("cell_step_torch-type", lambda: cells.cell_step_torch("elman", *_cell(1, 1, 1, 1, ry=[0.0])), TypeError, "ry"),
-    ("as_device", lambda: weights.as_device(5), ValueError, "device"),
+    ("as_device int here", lambda: runtime.as_device(5), ValueError, "device=5"),
     ("check_lstm_module", lambda: weights.check_lstm_module(5), ValueError, "module"),
     ("throughput_table", lambda: results.throughput_table(5), TypeError, "results"),
     ("stored_throughput", lambda: results.stored_throughput(5), TypeError, "gpu must be"),

@@ -1,5 +1,6 @@
 """gpulab.runtime on a machine without CUDA: interpreter mode, dtype rules, tile helpers, GPULAB_DEVICE."""
 
+import math
 import os
 import subprocess
 import sys
@@ -299,6 +300,9 @@ RUNTIME_BAD = [
     ("integer above", lambda: runtime.integer("n", 9, maximum=8), ValueError, "n must be an integer <= 8"),
     ("positive_int 0", lambda: runtime.positive_int("block", 0), ValueError, "block must be a positive integer"),
     ("nonnegative_int -1", lambda: runtime.nonnegative_int("size", -1), ValueError, "size must be a non-negative"),
+    ("as_device name", lambda: runtime.as_device("nonsense"), ValueError, "device='nonsense' is not a device"),
+    ("as_device float", lambda: runtime.as_device(1.5, "where"), TypeError, "where must be a torch.device"),
+    ("as_device bool", lambda: runtime.as_device(True), TypeError, "device must be a torch.device"),
     ("finite_float nan", lambda: runtime.finite_float("scale", float("nan")), ValueError, "scale must be a finite"),
     ("finite_float str", lambda: runtime.finite_float("scale", "big"), TypeError, "scale must be a real number"),
     ("finite_float bool", lambda: runtime.finite_float("scale", True), TypeError, "scale"),
@@ -395,3 +399,9 @@ def test_one_dtype_table_names_labels_and_parses():
     assert dtypes.name("half") == "float16" and dtypes.name("tf32") == "tf32"
     assert dtypes.names_of((torch.float32, "bf16")) == "float32, bfloat16" and dtypes.names_of(()) == "nothing"
     assert all(dtypes.as_dtype(n) is d for n, d in dtypes.NAMES.items())
+
+
+def test_is_finite_is_false_for_nan_inf_and_non_numbers():
+    assert runtime.is_finite(0.5) and runtime.is_finite(-3) and runtime.is_finite(numpy.float32(2.0))
+    for bad in (math.nan, math.inf, -math.inf, numpy.float64("nan"), "1.0", None, True, [1.0]):
+        assert not runtime.is_finite(bad), bad

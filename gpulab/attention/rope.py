@@ -102,14 +102,7 @@ def _device(device) -> torch.device:
     (CPU, or a CUDA device torch sees), else an error naming ``device``."""
     if device is None:
         return runtime.device
-    if isinstance(device, str):
-        try:
-            device = torch.device(device)
-        except RuntimeError:
-            raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:0'.") from None
-    if not isinstance(device, torch.device):
-        raise runtime.ArgumentTypeError(f"device must be a torch.device or a name such as 'cpu' or 'cuda:0', got "
-                                        f"{type(device).__name__} {device!r}.")  # fmt: skip
+    device = runtime.as_device(device)
     count = _cuda_count()
     if device.type == "cpu" or (device.type == "cuda" and (device.index or 0) < count):
         return device

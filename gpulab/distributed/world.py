@@ -41,16 +41,7 @@ class World:
                 "(init_world() reads them from torchrun)."
             )
         local_rank = runtime.nonnegative_int("local_rank", self.local_rank)
-        device = self.device
-        if isinstance(device, str):
-            try:
-                device = torch.device(device)
-            except RuntimeError:
-                raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:0'.") from None
-        if not isinstance(device, torch.device):
-            raise runtime.ArgumentTypeError(
-                f"device must be a torch.device (or a name such as 'cuda:0'), got {type(device).__name__}."
-            )
+        device = runtime.as_device(self.device)
         if self.backend is not None:
             runtime.one_of("backend", self.backend, ("nccl", "gloo"))
         for name, value in (("world_size", world_size), ("rank", rank), ("local_rank", local_rank), ("device", device)):

@@ -36,7 +36,7 @@ from torch import nn
 
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn.api import backend_name, flashrnn
-from gpulab.rnn.weights import as_device, check_lstm_module, float_dtype, from_torch_lstm
+from gpulab.rnn.weights import check_lstm_module, float_dtype, from_torch_lstm
 
 __all__ = ["LSTM"]
 
@@ -83,7 +83,7 @@ class LSTM(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.backend = backend_name(backend)
         kw = {
-            "device": None if device is None else as_device(device),
+            "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
         }
         nh, dh = num_heads, self.head_dim

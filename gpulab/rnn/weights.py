@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 import torch
 
-from gpulab import dtypes
+from gpulab import dtypes, runtime
 
-__all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "as_device", "float_dtype"]
+__all__ = ["LSTMWeights", "from_torch_lstm", "check_lstm_module", "float_dtype"]
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 """The dtypes an LSTM's weights may have (the vanilla backend takes all four; the Triton backends all but float64)."""
@@ -84,20 +84,11 @@ class LSTMWeights:
     def to(self, dtype=None, device=None) -> LSTMWeights:
         """A copy in another dtype and/or on another device (derived layouts are rebuilt on first use)."""
         dtype = None if dtype is None else float_dtype(dtype)
-        device = None if device is None else as_device(device)
+        device = None if device is None else runtime.as_device(device)
         conv = lambda ts, dt: tuple(t.to(device=device or t.device, dtype=dt or t.dtype, copy=True) for t in ts)
         w_ih, w_hh = conv(self.w_ih, dtype), conv(self.w_hh, dtype)
         b_ih, b_hh = conv(self.b_ih, torch.float64), conv(self.b_hh, torch.float64)  # exact: summed in float64
         return dataclasses.replace(self, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, cache={})
-
-
-def as_device(device, name: str = "device") -> torch.device:
-    """``device`` (a torch.device or a name such as 'cpu', 'cuda:0') as a torch.device, else a ValueError naming it."""
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        msg = f"{name}={device!r} is not a device; use e.g. 'cpu', 'cuda' or gpulab.runtime.device."
-        raise ValueError(msg) from exc
 
 
 def float_dtype(dtype, name: str = "dtype") -> torch.dtype:
@@ -135,7 +126,7 @@ def from_torch_lstm(module, dtype=None, device=None) -> LSTMWeights:
     check_lstm_module(module)
     first = module.weight_ih_l0
     dt = first.dtype if dtype is None else float_dtype(dtype)
-    dev = first.device if device is None else as_device(device)
+    dev = first.device if device is None else runtime.as_device(device)
     if dev.type == first.device.type and dev.index is None:
         dev = first.device  # "cuda" is the module's "cuda:0"
     share = dt == first.dtype and dev == first.device

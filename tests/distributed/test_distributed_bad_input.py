@@ -31,8 +31,8 @@ CASES = [
     ("World-world_size-str", lambda: World(world_size="2"), TypeError, "world_size must be a positive integer"),
     ("World-local_rank", lambda: World(local_rank=-1), ValueError, "local_rank must be a non-negative integer"),
     ("World-local_rank-bool", lambda: World(local_rank=True), TypeError, "local_rank must be"),
-    ("World-device-name", lambda: World(device="tpu"), ValueError, "device='tpu' is not a torch device"),
-    ("World-device-int", lambda: World(device=0), TypeError, "device must be a torch.device"),
+    ("World-device-name", lambda: World(device="tpu"), ValueError, "device='tpu' is not a device"),
+    ("World-device-float", lambda: World(device=0.0), TypeError, "device must be a torch.device"),
     ("World-backend", lambda: World(backend="mpi"), ValueError, "backend='mpi' is not supported"),
     # the process group
     ("shutdown-none", lambda: shutdown(None), TypeError, "world must be the gpulab.distributed.World"),
