@@ -43,7 +43,7 @@ from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import ops
 from gpulab.rnn.backends.alternating import alternating_forward
 from gpulab.rnn.backends.vanilla import vanilla_forward
-from gpulab.rnn.functions import RNNFunction, get_function
+from gpulab.rnn.functions import FUNCTIONS, RNNFunction, get_function
 from gpulab.rnn.fused.plan import fused_forward
 
 __all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs"]
@@ -95,7 +95,12 @@ def check_inputs(Wx, R, b, states, function, backend, dtype):
         )
     B, T, gw, nh, dh = Wx.shape
     if gw != fn.gates_w:
-        raise ValueError(f"Wx has {gw} gates (dim 2) but {fn.name} takes G_w = {fn.gates_w} input gates.")
+        match = [name for name, f in FUNCTIONS.items() if f.gates_w == gw]
+        fix = f"; for {gw} gates pass function={match[0]!r}" if match else ""
+        raise ValueError(
+            f"Wx has {gw} gates (dim 2) but {fn.name} takes G_w = {fn.gates_w} input gates: give Wx "
+            f"[B, T, {fn.gates_w}, NH, DH]{fix}."
+        )
     if min(B, T, nh, dh) < 1:
         raise ValueError(f"Wx {tuple(Wx.shape)} is empty; B, T, NH and DH must be at least 1.")
     _shape("R", R, (fn.gates_r, nh, dh, dh), f"[G_r, NH, DH, DH] for {fn.name} and Wx {tuple(Wx.shape)}")

@@ -50,7 +50,7 @@ def test_dtype_casts_inputs_and_outputs(make_inputs):
         ({"function": "slstm"}, "function='slstm' is not supported"),
         ({"backend": "cuda_fused"}, "corresponds to backend='fused'"),
         ({"Wx": torch.zeros(2, 3, 4, 4)}, "Wx must be"),
-        ({"Wx": torch.zeros(2, 3, 3, 1, 4)}, "takes G_w = 4"),
+        ({"Wx": torch.zeros(2, 3, 3, 1, 4)}, "takes G_w = 4 input gates: give Wx .*function='gru'"),
         ({"R": torch.zeros(4, 1, 4, 5)}, "R must be"),
         ({"b": torch.zeros(4, 4)}, "b must be"),
         ({"states": torch.zeros(2, 2, 3, 1, 4)}, "states must be"),
