@@ -332,8 +332,8 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
     """
     dtype = dtypes.as_dtype(dtype, name)
     supported = tuple(allowed) if allowed is not None else (torch.float32, torch.float16, torch.bfloat16)
+    here = supported_dtypes(gpu)
     if dtype not in supported:  # what runs here (no bf16 in the interpreter or on an old GPU), and how to get it
-        here = supported_dtypes(gpu)
         usable = tuple(d for d in supported if d in here) or supported
         if usable == supported:
             where = ""
@@ -344,13 +344,12 @@ def require_dtype(name: str, dtype, gpu=None, allowed=None) -> torch.dtype:
         given = f"{name}={dtype} is not supported" if name == "dtype" else f"{name} has dtype {dtype}"
         raise ValueError(f"{given}; this kernel supports {dtypes.names_of(usable)}{where}. Convert it, e.g. "
                          f"`{_conversion(name, usable[0])}`.")  # fmt: skip
-    here = supported_dtypes(gpu)
     if dtype not in here:
         if gpu is None and runtime.INTERPRET and dtype == torch.bfloat16:
-            fix = f"{name}='float32'" if name == "dtype" else f"{name}.float()"  # an argument, or a tensor's dtype
             raise ValueError(
                 f"{name} is bfloat16, which Triton's CPU interpreter computes wrongly (silently); on CPU use "
-                f"{dtypes.names_of(tuple(d for d in supported if d in here))}, e.g. `{fix}`, or run on a GPU with bf16."
+                f"{dtypes.names_of(tuple(d for d in supported if d in here))}, e.g. "
+                f"`{_conversion(name, torch.float32)}`, or run on a GPU with bf16."
             )
         where = f"GPU {gpu}" if gpu is not None else "this GPU"
         usable = dtypes.names_of(tuple(d for d in supported if d in here))
