@@ -19,6 +19,7 @@ from gpulab.bench.plots import bar, line, table, text_table
 from gpulab.bench.records import (
     CLOCKS,
     Result,
+    by_run,
     environment,
     kernel_resources,
     load,
@@ -59,6 +60,7 @@ __all__ = [
     "save",
     "load",
     "newest",
+    "by_run",
     "record_files",
     "table",
     "text_table",

@@ -37,6 +37,7 @@ __all__ = [
     "save",
     "load",
     "newest",
+    "by_run",
     "record_files",
     "result_list",
 ]
@@ -366,11 +367,17 @@ def newest(files, part: str | None = None) -> Path:
         files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
         if not files:
             raise FileNotFoundError(f"no records (*.jsonl) in {folder}")
-    files = [
-        Path(f)
-        for f in runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
-    ]
-    return max(files, key=lambda f: (*_run_key(f, part), f.stat().st_mtime))
+    files = runtime.record_list("files", files, (str, os.PathLike), "record file paths", " (or their folder)")
+    return by_run(files, part)[-1]
+
+
+def by_run(files, part: str | None = None) -> list[Path]:
+    """Record files (a list of paths, possibly empty) oldest run first, in :func:`newest`'s order: date, tag (none,
+    'a', 'b', ...; read before ``-<part>``), modification time."""
+    if part is not None and (not isinstance(part, str) or not part or "/" in part):
+        raise runtime.ArgumentTypeError(f"part must be a record part's name such as 'tune', or None; got {part!r}.")
+    files = runtime.record_list("files", files, (str, os.PathLike), "record file paths", allow_empty=True)
+    return sorted((Path(f) for f in files), key=lambda f: (*_run_key(f, part), f.stat().st_mtime))
 
 
 def result_list(name: str, value, allow_empty: bool = False, source: str = "") -> list[Result]:

@@ -35,6 +35,8 @@ __all__ = [
     "CausalSelfAttention",
     "TransformerModel",
     "LSTMModel",
+    "ProjectionsOnly",
+    "FloorModel",
     "count_parameters",
 ]
 
@@ -204,3 +206,44 @@ class LSTMModel(_Stack):
         ]
         super().__init__(vocab, classes, d_model, mixers)
         self.backend = backend
+
+
+FLOORS = {"LSTM": "recurrence", "Transformer": "attention"}
+"""What :class:`ProjectionsOnly` leaves out of each model's mixer."""
+
+
+class ProjectionsOnly(nn.Module):
+    """The projections of a mixer without what moves information along the sequence: ``like="LSTM"``, the LSTM's
+    input projection d -> 4d (its gates' pre-activations, as :class:`gpulab.rnn.LSTM` computes them before its
+    recurrence), returning the last d columns (no recurrence, no cell); ``like="Transformer"``, the q, k, v
+    projection d -> 3d and the output projection d -> d applied to v (no RoPE, no split into heads, no attention).
+
+    Position t's output depends on x_t alone: nothing a state-tracking task needs. The mixer of :class:`FloorModel`,
+    the floor under a model's training step: whatever its recurrence or attention costs comes on top of this (the
+    slice of the last d columns costs a copy in the backward, which the real mixers do not pay: the floor is, if
+    anything, a little high)."""
+
+    def __init__(self, d_model: int, like: str):
+        super().__init__()
+        d_model = runtime.positive_int("d_model", d_model)
+        if not isinstance(like, str) or like not in FLOORS:
+            raise ValueError(f"like={like!r} is not supported; use one of {sorted(FLOORS)} (the model whose mixer's "
+                             "projections to keep).")  # fmt: skip
+        self.like = like
+        self.proj = nn.Linear(d_model, (4 if like == "LSTM" else 3) * d_model)
+        self.out = nn.Linear(d_model, d_model) if like == "Transformer" else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.proj(x)[..., -x.shape[-1] :])  # the LSTM's last gate, or the Transformer's v
+
+
+class FloorModel(_Stack):
+    """The stack of ``like`` ("LSTM" or "Transformer": embedding, ``num_layers`` pre-LN blocks with the MLP,
+    LayerNorm, head) with each mixer replaced by :class:`ProjectionsOnly`: every layer the model has except its
+    recurrence or attention. Its training step is what the model's step costs before its sequence mixing: lesson 6
+    times it beside the two models to bound what any recurrence kernel can change in their ratio."""
+
+    def __init__(self, vocab: int, classes: int, d_model: int = 64, num_layers: int = 2, like: str = "LSTM"):
+        num_layers = runtime.positive_int("num_layers", num_layers)
+        super().__init__(vocab, classes, d_model, [ProjectionsOnly(d_model, like) for _ in range(num_layers)])
+        self.like = like

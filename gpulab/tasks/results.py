@@ -13,6 +13,7 @@ __all__ = [
     "ARTICLE_RATIO",
     "accuracy_records",
     "throughput_records",
+    "throughput_floors",
     "accuracy_table",
     "throughput_table",
     "throughput_summary",
@@ -40,6 +41,13 @@ def accuracy_records(results) -> list[bench.Result]:
 def throughput_records(results) -> list[bench.Result]:
     """The throughput records of ``results`` that did not fail."""
     return [r for r in _results(results) if r.params.get("kind") == "throughput" and "error" not in r.params]
+
+
+def throughput_floors(results) -> dict:
+    """The floor records of ``results`` by the model they stand under: ``{"LSTM": Result, "Transformer": Result}``
+    (:class:`gpulab.tasks.models.FloorModel`, each stack without its recurrence or attention; runs before
+    2026-11-28 have none: {})."""
+    return {r.params["like"]: r for r in throughput_records(results) if r.params.get("model") == "floor"}
 
 
 def accuracy_table(results) -> str:
@@ -189,15 +197,15 @@ def plot_accuracy(results, axes=None, title=None):
 
 
 def plot_throughput(results, ax=None, title=None):
-    """Bar chart of training tokens/s per model and head count (LSTM blue, Transformer orange, SDPA peer grey)."""
+    """Bar chart of training tokens/s per model and head count (LSTM blue, Transformer orange, SDPA peer grey, the
+    floors without sequence mixing light grey)."""
     import matplotlib.pyplot as plt
 
     recs = throughput_records(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5, 0.9 * len(recs) + 2), 3.8))
-    colors = [
-        "0.6" if r.params.get("attention") == "sdpa" else ("C0" if r.params["model"] == "LSTM" else "C1") for r in recs
-    ]
+    colors = ["0.85" if r.params["model"] == "floor" else "0.6" if r.params.get("attention") == "sdpa"
+              else "C0" if r.params["model"] == "LSTM" else "C1" for r in recs]  # fmt: skip
     labels = [r.case + (f"\n{r.params['backend']}" if r.params["model"] == "LSTM" else "") for r in recs]
     ax.bar(range(len(recs)), [r.params["tokens_per_s"] for r in recs], color=colors)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)

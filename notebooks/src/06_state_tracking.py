@@ -321,7 +321,7 @@ if stored_thr:
     print("\n".join(tasks.throughput_summary(stored_thr)))
     tasks.plot_throughput(stored_thr)
     plt.show()
-    lstm = {r.params["num_heads"]: r.params["tokens_per_s"] for r in stored_thr if r.case.startswith("LSTM")}
+    lstm = {r.params["num_heads"]: r.params["tokens_per_s"] for r in stored_thr if r.params["model"] == "LSTM"}
     few, many = [lstm[h] for h in (1, 4) if h in lstm], [lstm[h] for h in (12, 24) if h in lstm]
     if few and many:
         claims.show(claims.claim(
@@ -339,6 +339,45 @@ if stored_thr:
             holds=lambda ops, fused, x: ops > fused,
             ops=ops.wall_ms, fused=fused.wall_ms, x=ops.wall_ms / fused.wall_ms,
         ))  # fmt: skip
+
+# %% [markdown]
+# **How far a faster recurrence can go.** The two models share everything but their mixers: the embedding, the LayerNorms, the MLPs, the head, and projections of the same size (the LSTM's input projection $d \to 4d$; the Transformer's $d \to 3d$ for q, k, v and $d \to d$ after attention). So the run also times each stack with its sequence mixing taken out (`tasks.FloorModel`: the projections kept, the recurrence or the attention left out, every position on its own). Call the two floors' step times $F_L$ and $F_T$, and the Transformer's whole step $T$. The LSTM's step is $F_L$ plus whatever its recurrence costs, so its throughput relative to the Transformer's is at most $T / F_L$: the ratio it would reach with a recurrence that took no time at all. And a target ratio $\rho$ needs the recurrent layers to fit in $T / \rho - F_L$ per step. The cell computes both on the eager wall clock from the stored run, against the SDPA Transformer with the RoPE kernel, the baseline the course set its targets on (issue 40: 0.8x with one head, 1.3x with twelve).
+
+# %%
+floors = tasks.throughput_floors(stored_thr)
+lstm_walls = {r.params["num_heads"]: r.wall_ms for r in stored_thr if r.params["model"] == "LSTM"}
+if len(floors) == 2 and sdpa.get("Transformer 12 heads (sdpa)") and {1, 12} <= set(lstm_walls):
+    T, FL, FT = sdpa["Transformer 12 heads (sdpa)"].wall_ms, floors["LSTM"].wall_ms, floors["Transformer"].wall_ms
+    walls = lstm_walls
+    said = [claims.claim(
+        "Without their sequence mixing the two stacks take {FL:.2f} ms (the LSTM's) and {FT:.2f} ms (the "
+        "Transformer's) a training step, eager wall clock. Attention with its RoPE and split into heads is "
+        "{att:.2f} ms of the Transformer's {T:.2f} ms; the recurrence is {r1:.2f} ms of the one-head LSTM's "
+        "{L1:.2f} ms and {r12:.2f} ms of the 12-head LSTM's {L12:.2f} ms.",
+        holds=lambda FL, FT, T, att, L1, r1, L12, r12: FL < L1 and FL < L12 and FT < T,
+        FL=FL, FT=FT, T=T, att=T - FT, L1=walls[1], r1=walls[1] - FL, L12=walls[12], r12=walls[12] - FL)]
+    bound = T / FL
+    if bound < 1.3:
+        said.append(claims.claim(
+            "So a recurrence that took no time at all would bring the LSTM to {bound:.2f}x the Transformer's "
+            "tokens/s, and no faster kernel can reach the 1.3x target: the floor alone takes {FL:.2f} ms against "
+            "the Transformer's {T:.2f}.", holds=bound < 1.3, bound=bound, FL=FL, T=T))
+    else:
+        said.append(claims.claim(
+            "A recurrence that took no time at all would bring the LSTM to {bound:.2f}x the Transformer's tokens/s: "
+            "1.3x needs the 12 heads' recurrent layers within {need:.2f} ms a step, against {r12:.2f} ms now.",
+            holds=bound >= 1.3, bound=bound, need=T / 1.3 - FL, r12=walls[12] - FL))
+    need, r1 = T / 0.8 - FL, walls[1] - FL
+    if 0 < need < r1:
+        said.append(claims.claim(
+            "For 0.8x with one head, its recurrent layers would have to take {need:.2f} ms a step instead of "
+            "{r1:.2f} ms: the one-head recurrence would have to run at {x:.1f} times its speed.",
+            holds=lambda need, r1, x: 0 < need < r1 and x > 1, need=need, r1=r1, x=r1 / need))
+    else:
+        said.append(claims.claim(
+            "For 0.8x with one head, its recurrent layers may take {need:.2f} ms a step; they take {r1:.2f} ms.",
+            holds=lambda need, r1: need <= 0 or need >= r1, need=need, r1=r1))
+    claims.show(*said)
 
 # %% [markdown]
 # ## 6. What the measurements mean

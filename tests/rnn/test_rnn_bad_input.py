@@ -167,6 +167,8 @@ CASES = [
     ("kernel-batch", lambda: plan.kernel(0, 12, 64), ValueError, "batch"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
     ("load_split-gpu", lambda: split_report.load_split(100), TypeError, "gpu must be"),
+    ("loop_over_graph-gpu", lambda: split_report.loop_over_graph(""), TypeError, "gpu must be"),
+    ("loop_over_graph-root", lambda: split_report.loop_over_graph(root=5), TypeError, "root"),
     ("split_path-record", lambda: split_report.split_path("h100", record="splits"), ValueError, "record must be"),
     ("split_table-rows", lambda: split_report.split_table("rows"), TypeError, "rows must be"),
     ("crossover_table-rows", lambda: split_report.crossover_table(7), TypeError, "rows must be"),

@@ -46,3 +46,29 @@ def test_attention_paths_agree(gen):
 def test_defaults_follow_the_device():
     assert tasks.default_attention() == ("flash" if runtime.on_gpu() else "naive")
     assert tasks.default_rnn_backend() == ("fused" if runtime.on_gpu() else "vanilla")
+
+
+@pytest.mark.parametrize("like", ["LSTM", "Transformer"])
+def test_a_floor_model_is_its_model_without_the_sequence_mixing(gen, like):
+    """FloorModel keeps every weight of its model except the recurrence (the LSTM's R; the Transformer loses none:
+    attention has no weights of its own), and moves nothing along the sequence: changing any other position leaves
+    a position's logits exactly as they were, while its own token still matters."""
+    t, d, heads = tasks.get_task("modsum5"), 16, 2
+    floor = tasks.FloorModel(t.vocab, t.classes, d_model=d, num_layers=2, like=like).eval()
+    if like == "LSTM":
+        model = tasks.LSTMModel(t.vocab, t.classes, d_model=d, num_heads=heads, num_layers=2, backend="vanilla")
+        recurrence = 2 * 4 * heads * (d // heads) ** 2  # per layer R [4, NH, DH, DH]
+    else:
+        model = tasks.TransformerModel(t.vocab, t.classes, d_model=d, num_heads=heads, num_layers=2, attention="naive")
+        recurrence = 0
+    assert tasks.count_parameters(model) - tasks.count_parameters(floor) == recurrence
+    x, _ = t(3, 9, generator=gen(7))
+    x2 = x.clone()
+    x2[:, :4] = (x2[:, :4] + 1) % 5  # change the past
+    x2[:, 5:] = (x2[:, 5:] + 2) % 5  # and the future of position 4
+    with torch.no_grad():
+        a, b = floor(x), floor(x2)
+    assert a.shape == (3, 9, 5) and torch.isfinite(a).all()
+    assert torch.equal(a[:, 4], b[:, 4]) and not torch.allclose(a[:, :4], b[:, :4])
+    (floor(x).float().square().mean()).backward()  # every weight takes part
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in floor.parameters())

@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 
 from gpulab import runtime
-from gpulab.bench.records import newest, record_files, results_dir
+from gpulab.bench.records import by_run, newest, record_files, results_dir
 
 __all__ = [
     "load_split",
@@ -52,6 +52,7 @@ __all__ = [
     "smem_rows",
     "smem_table",
     "called_table",
+    "loop_over_graph",
     "time_row",
     "rows_of",
 ]
@@ -336,6 +337,26 @@ def exchange_table(rows) -> str:
             if r is not None:
                 lines.append(f"{label:8s} {e:14s} {_cell(r)} {_cell(r, 'wall_ms')}")
     return "\n".join(lines)
+
+
+def loop_over_graph(gpu: str = "h100", root=None) -> list[dict]:
+    """Every stored ``bench 05 called`` run of ``gpu``, oldest first (date, then tag): ``{"file", "loop", "graph",
+    "ratio", "loop_device", "loop_host"}``, the main problem's loop step and its CUDA graph on the eager wall clock,
+    the first over the second, and the loop's device time and host time per step (None where a run did not record
+    it; runs without both wall clocks are left out): how the loop's margin over the graph moves from run to run."""
+    if not isinstance(gpu, str) or not gpu:
+        raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
+    out = []
+    for path in by_run(record_files(results_dir(root).joinpath(*_FOLDER), gpu, "*-called.jsonl"), part="called"):
+        with path.open() as fh:
+            rows = rows_of([json.loads(line) for line in fh if line.strip()])
+        main = {r.get("mode"): r for r in rows if r.get("kind") == "called" and r.get("problem") == "main"}
+        loop, graph = main.get("loop", {}), main.get("graph", {})
+        if loop.get("wall_ms") and graph.get("wall_ms"):
+            out.append({"file": path.name, "loop": loop["wall_ms"], "graph": graph["wall_ms"],
+                        "ratio": loop["wall_ms"] / graph["wall_ms"], "loop_device": loop.get("ms"),
+                        "loop_host": loop.get("host_ms")})  # fmt: skip
+    return out
 
 
 def called_table(rows) -> str:

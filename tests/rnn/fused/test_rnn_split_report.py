@@ -245,3 +245,29 @@ def test_shared_memory_budget_of_the_split_forward(tmp_path):
     assert "ldmatrix KB" in split_report.smem_table(rows)
     with pytest.raises(FileNotFoundError, match="sass05_split.py"):
         split_report.load_sass(root=tmp_path)
+
+
+def test_loop_over_graph_reads_every_called_run_in_run_order(tmp_path):
+    """One row per stored run with both wall clocks, ordered as bench.newest orders runs (the untagged first run of a
+    day before its tagged ones), the ratio computed from the two clocks; a run without a graph row is left out."""
+    folder = tmp_path / "05_fused_rnn" / "split"
+    folder.mkdir(parents=True)
+
+    def write(name, loop, graph=None):
+        rows = [{"kind": "called", "problem": "main", "mode": "loop", "ms": 1.5, "wall_ms": loop, "host_ms": 1.2}]
+        rows += [{"kind": "called", "problem": "tiny", "mode": "graph", "ms": 0.02, "wall_ms": 0.02}]
+        if graph is not None:
+            rows.append({"kind": "called", "problem": "main", "mode": "graph", "ms": 1.4, "wall_ms": graph})
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("nvidia-h100-80gb-hbm3-2030-01-02-b-called.jsonl", 1.7, 1.6)
+    write("nvidia-h100-80gb-hbm3-2030-01-02-called.jsonl", 2.0, 1.6)
+    write("nvidia-h100-80gb-hbm3-2030-01-01-c-called.jsonl", 1.6)  # no graph: left out
+    write("nvidia-h200-2030-01-03-called.jsonl", 1.0, 1.0)  # another GPU
+    runs = split_report.loop_over_graph("h100", root=tmp_path)
+    assert [r["file"][22:] for r in runs] == ["2030-01-02-called.jsonl", "2030-01-02-b-called.jsonl"]
+    assert runs[0]["ratio"] == pytest.approx(1.25) and runs[1]["ratio"] == pytest.approx(1.7 / 1.6)
+    assert (runs[1]["loop_device"], runs[1]["loop_host"]) == (1.5, 1.2)
+    assert split_report.loop_over_graph("a100", root=tmp_path) == []
+    stored = split_report.loop_over_graph("h100")
+    assert stored and all(r["ratio"] == r["loop"] / r["graph"] for r in stored)
