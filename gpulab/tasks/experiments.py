@@ -12,11 +12,12 @@
 2. **throughput** (:func:`throughput`): tokens per second of a whole training step (forward, backward, AdamW) of a
    GPT-2-small-width stack (d = 768) in bf16, for the LSTM with 1, 4, 12 and 24 heads and the Transformer with 6, 12
    and 24 heads (FlashAttention takes head dims up to 128, so a 768-wide Transformer needs at least 6 heads), and the
-   Transformer on PyTorch's SDPA as the peer of the course's FlashAttention, and each stack without its sequence
-   mixing (:class:`gpulab.tasks.models.FloorModel`: the floor under both models' steps); one
-   :class:`gpulab.bench.Benchmark` whose cases are the models, each model's logits checked against a float64 copy of
-   it before any is timed, then both clocks. The LSTM runs the ``fused`` backend where a head's recurrent weights fit
-   on chip (:mod:`gpulab.rnn.fused.tiling`), else ``alternating``; the record says which (``params["backend"]``).
+   Transformer on PyTorch's SDPA as the peer of the course's FlashAttention, the one-head LSTM on ``torch.nn.LSTM``
+   (cuDNN) as the peer of the fused kernel, and each stack without its sequence mixing
+   (:class:`gpulab.tasks.models.FloorModel`: the floor under both models' steps); one :class:`gpulab.bench.Benchmark`
+   whose cases are the models, each model's logits checked against a float64 copy of it before any is timed, then
+   both clocks. The LSTM runs the ``fused`` backend where a head's recurrent weights fit on chip
+   (:mod:`gpulab.rnn.fused.tiling`), else ``alternating``; the record says which (``params["backend"]``).
 
 A case that fails is recorded with ``params["error"]`` (and ``ms`` NaN) instead of ending the run, so one
 unsupported configuration cannot cost the others; a throughput check that fails is recorded in ``params["check"]``.
@@ -38,6 +39,7 @@ from gpulab.tasks.models import (
     FLOORS,
     FloorModel,
     LSTMModel,
+    TorchLSTMModel,
     TransformerModel,
     count_parameters,
     default_attention,
@@ -265,6 +267,8 @@ def _case_name(model: str, num_heads: int | None, attention: str | None, rope_ke
     without recurrence" (model "floor", :class:`gpulab.tasks.models.FloorModel` like the LSTM)."""
     if model == "floor":
         return f"Floor: {like} without {FLOORS[like]}"
+    if model == "torch LSTM":
+        return f"LSTM {num_heads} head (torch.nn.LSTM)"
     name = f"{model} {num_heads} head{'s' if num_heads > 1 else ''}"
     if model != "Transformer":
         return name
@@ -277,13 +281,14 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
 
     One :class:`gpulab.bench.Benchmark` whose cases are the models (x values ``model``, ``num_heads``,
     ``attention``: None for the LSTM; the SDPA peer once more with ``rope_kernel`` False, its heads split and
-    rotated by PyTorch's operations as before 2026-11-27; then the two floors, model ``"floor"`` with x value
-    ``like``: each model's stack without its recurrence or attention, :class:`gpulab.tasks.models.FloorModel`): each
-    model's logits on the case's batch are checked against a float64 copy of it (the LSTM on its ``vanilla``
-    backend, attention ``naive``) before anything is timed, a mismatch recorded in ``params['check']``; then the
-    harness times the training step on both clocks. ``params`` also carry ``kind`` ("throughput"), ``d_model``,
-    ``num_layers``, ``parameters``, the LSTM's ``backend`` (and ``note`` when the fused kernel refused the head
-    size) and ``tokens_per_s``; a model that cannot be built or run, ``error``."""
+    rotated by PyTorch's operations as before 2026-11-27; then the one-head LSTM on ``torch.nn.LSTM`` (model
+    ``"torch LSTM"``, cuDNN on a GPU) and the two floors, model ``"floor"`` with x value ``like``: each model's
+    stack without its recurrence or attention, :class:`gpulab.tasks.models.FloorModel`): each model's logits on the
+    case's batch are checked against a float64 copy of it (the LSTM on its ``vanilla`` backend, attention ``naive``)
+    before anything is timed, a mismatch recorded in ``params['check']``; then the harness times the training step
+    on both clocks. ``params`` also carry ``kind`` ("throughput"), ``d_model``, ``num_layers``, ``parameters``, the
+    LSTM's ``backend`` (and ``note`` when the fused kernel refused the head size) and ``tokens_per_s``; a model that
+    cannot be built or run, ``error``."""
     cfg, task = _size(size)["throughput"], get_task(task)
     dtype = dtypes.as_dtype(cfg["dtype"])
     sizes = {"d_model": cfg["d_model"], "num_layers": cfg["num_layers"]}
@@ -294,15 +299,20 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     peer = {"model": "Transformer", "num_heads": cfg["peer_heads"], "attention": "sdpa"}
     # the peer again as the lesson's Transformer ran it until 2026-11-27: q, k, v split and rotated by PyTorch's ops
     cases += [peer, {**peer, "rope_kernel": False}]
-    # the two stacks without their sequence mixing: what any recurrence or attention kernel adds to (FloorModel)
+    # the one-head LSTM on PyTorch's own LSTM (cuDNN on a GPU), and the two stacks without their sequence mixing:
+    # what any recurrence or attention kernel adds to (FloorModel)
+    cases += [{"model": "torch LSTM", "num_heads": 1, "attention": None}]
     cases += [{"model": "floor", "num_heads": None, "attention": None, "like": like} for like in FLOORS]
     built = {}  # case -> what building its model found out (backend, note, parameters), for the records
 
     def build(model, num_heads, attention, rope_kernel=True, like=None):
-        if model == "floor":
+        if model in ("floor", "torch LSTM"):
             torch.manual_seed(0)
-            m = FloorModel(task.vocab, task.classes, like=like, **sizes).to(device=runtime.device, dtype=dtype)
-            info = {}
+            if model == "floor":
+                m = FloorModel(task.vocab, task.classes, like=like, **sizes)
+            else:
+                m = TorchLSTMModel(task.vocab, task.classes, **sizes)
+            m, info = m.to(device=runtime.device, dtype=dtype), {}
         elif model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
             info = {"backend": backend, **({"note": note} if note else {})}

@@ -35,6 +35,7 @@ __all__ = [
     "CausalSelfAttention",
     "TransformerModel",
     "LSTMModel",
+    "TorchLSTMModel",
     "ProjectionsOnly",
     "FloorModel",
     "count_parameters",
@@ -206,6 +207,18 @@ class LSTMModel(_Stack):
         ]
         super().__init__(vocab, classes, d_model, mixers)
         self.backend = backend
+
+
+class TorchLSTMModel(_Stack):
+    """The stack of :class:`LSTMModel` with one dense head, each mixer PyTorch's own ``torch.nn.LSTM`` (cuDNN's
+    kernels on a GPU): the peer of ``LSTMModel(num_heads=1)``, the same function with the same parameter count
+    (``nn.LSTM`` keeps two bias vectors where gpulab's keeps one: 4d more per layer), trained in the same step."""
+
+    def __init__(self, vocab: int, classes: int, d_model: int = 64, num_layers: int = 1):
+        d_model, num_layers = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)
+        super().__init__(
+            vocab, classes, d_model, [nn.LSTM(d_model, d_model, batch_first=True) for _ in range(num_layers)]
+        )
 
 
 FLOORS = {"LSTM": "recurrence", "Transformer": "attention"}

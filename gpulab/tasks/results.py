@@ -197,15 +197,16 @@ def plot_accuracy(results, axes=None, title=None):
 
 
 def plot_throughput(results, ax=None, title=None):
-    """Bar chart of training tokens/s per model and head count (LSTM blue, Transformer orange, SDPA peer grey, the
-    floors without sequence mixing light grey)."""
+    """Bar chart of training tokens/s per model and head count (LSTM blue, its ``torch.nn.LSTM`` peer light blue,
+    Transformer orange, SDPA peer grey, the floors without sequence mixing light grey)."""
     import matplotlib.pyplot as plt
 
     recs = throughput_records(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5, 0.9 * len(recs) + 2), 3.8))
     colors = ["0.85" if r.params["model"] == "floor" else "0.6" if r.params.get("attention") == "sdpa"
-              else "C0" if r.params["model"] == "LSTM" else "C1" for r in recs]  # fmt: skip
+              else "#9ecae1" if r.params["model"] == "torch LSTM" else "C0" if r.params["model"] == "LSTM"
+              else "C1" for r in recs]  # fmt: skip
     labels = [r.case + (f"\n{r.params['backend']}" if r.params["model"] == "LSTM" else "") for r in recs]
     ax.bar(range(len(recs)), [r.params["tokens_per_s"] for r in recs], color=colors)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)

@@ -348,14 +348,14 @@ floors = tasks.throughput_floors(stored_thr)
 lstm_walls = {r.params["num_heads"]: r.wall_ms for r in stored_thr if r.params["model"] == "LSTM"}
 if len(floors) == 2 and sdpa.get("Transformer 12 heads (sdpa)") and {1, 12} <= set(lstm_walls):
     T, FL, FT = sdpa["Transformer 12 heads (sdpa)"].wall_ms, floors["LSTM"].wall_ms, floors["Transformer"].wall_ms
-    walls = lstm_walls
     said = [claims.claim(
         "Without their sequence mixing the two stacks take {FL:.2f} ms (the LSTM's) and {FT:.2f} ms (the "
         "Transformer's) a training step, eager wall clock. Attention with its RoPE and split into heads is "
         "{att:.2f} ms of the Transformer's {T:.2f} ms; the recurrence is {r1:.2f} ms of the one-head LSTM's "
         "{L1:.2f} ms and {r12:.2f} ms of the 12-head LSTM's {L12:.2f} ms.",
         holds=lambda FL, FT, T, att, L1, r1, L12, r12: FL < L1 and FL < L12 and FT < T,
-        FL=FL, FT=FT, T=T, att=T - FT, L1=walls[1], r1=walls[1] - FL, L12=walls[12], r12=walls[12] - FL)]
+        FL=FL, FT=FT, T=T, att=T - FT, L1=lstm_walls[1], r1=lstm_walls[1] - FL, L12=lstm_walls[12],
+        r12=lstm_walls[12] - FL)]
     bound = T / FL
     if bound < 1.3:
         said.append(claims.claim(
@@ -366,8 +366,15 @@ if len(floors) == 2 and sdpa.get("Transformer 12 heads (sdpa)") and {1, 12} <= s
         said.append(claims.claim(
             "A recurrence that took no time at all would bring the LSTM to {bound:.2f}x the Transformer's tokens/s: "
             "1.3x needs the 12 heads' recurrent layers within {need:.2f} ms a step, against {r12:.2f} ms now.",
-            holds=bound >= 1.3, bound=bound, need=T / 1.3 - FL, r12=walls[12] - FL))
-    need, r1 = T / 0.8 - FL, walls[1] - FL
+            holds=bound >= 1.3, bound=bound, need=T / 1.3 - FL, r12=lstm_walls[12] - FL))
+    need, r1 = T / 0.8 - FL, lstm_walls[1] - FL
+    peer_ = next((r for r in stored_thr if r.params["model"] == "torch LSTM"), None)
+    if peer_ is not None:  # the one-head stack on torch.nn.LSTM, same run (runs from 2026-11-27 m)
+        said.append(claims.claim(
+            "PyTorch's own LSTM (`torch.nn.LSTM`, cuDNN) in the same one-head stack takes {c:.2f} ms a step, its "
+            "recurrence {rc:.2f} ms: {x:.2f}x the fused kernel's {r1:.2f} ms.",
+            holds=lambda c, rc, x, r1: rc > 0 and abs(x - rc / r1) < 1e-9,
+            c=peer_.wall_ms, rc=peer_.wall_ms - FL, x=(peer_.wall_ms - FL) / r1, r1=r1))
     if 0 < need < r1:
         said.append(claims.claim(
             "For 0.8x with one head, its recurrent layers would have to take {need:.2f} ms a step instead of "

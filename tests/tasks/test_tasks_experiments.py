@@ -18,8 +18,8 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert {r.params["model"] for r in acc} == {"LSTM", "Transformer"}
     assert all(0 <= r.params["accuracy"] <= 1 and r.params["parameters"] > 0 for r in acc)
     t = cfg["throughput"]
-    # + the SDPA peer, with and without the RoPE kernel, and the two floors
-    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2 + 2
+    # + the SDPA peer, with and without the RoPE kernel, torch.nn.LSTM, and the two floors
+    assert len(thr) == len(t["lstm_heads"]) + len(t["transformer_heads"]) + 2 + 1 + 2
     assert set(tasks.throughput_floors(results)) == {"LSTM", "Transformer"}
     assert all(r.params["tokens_per_s"] > 0 for r in thr)
     assert "parity LSTM" in tasks.accuracy_table(results) and "tokens/s" in tasks.throughput_table(results)
@@ -92,8 +92,8 @@ def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch
 
     out = tasks.throughput("tiny")
     t = tasks.SIZES["tiny"]["throughput"]
-    n = len(t["lstm_heads"]) + len(t["transformer_heads"]) + 4  # + the SDPA peer with and without the RoPE kernel,
-    # and the two floors
+    n = len(t["lstm_heads"]) + len(t["transformer_heads"]) + 5  # + the SDPA peer with and without the RoPE kernel,
+    # torch.nn.LSTM, and the two floors
     assert events == ["check"] * n + ["time"] * n
     assert [r.case for r in out] == [
         "LSTM 1 head",
@@ -102,20 +102,21 @@ def test_throughput_checks_every_model_against_float64_before_timing(monkeypatch
         "Transformer 2 heads (naive)",
         "Transformer 2 heads (sdpa)",
         "Transformer 2 heads (sdpa, RoPE as PyTorch ops)",
+        "LSTM 1 head (torch.nn.LSTM)",
         "Floor: LSTM without recurrence",
         "Floor: Transformer without attention",
     ]
-    *right, wrong, wrong_too, floor_lstm, floor_transformer = out
-    right += [floor_lstm, floor_transformer]
+    *right, wrong, wrong_too, torch_lstm, floor_lstm, floor_transformer = out
+    right += [torch_lstm, floor_lstm, floor_transformer]
     assert all(r.params["check"] == "ok" and r.params["rel_err"] < 1e-5 for r in right)
     for w in (wrong, wrong_too):
         assert w.params["check"].startswith("FAILED: logits") and w.status == "ok"
     assert wrong_too.params["rope_kernel"] is False and "rope_kernel" not in wrong.params
     for r in out:
         p = r.params
-        if p["model"] == "floor":
-            assert p["like"] in ("LSTM", "Transformer") and p["num_heads"] is None and p["attention"] is None
-            assert p["check"] == "ok" and p["tokens_per_s"] > 0 and "backend" not in p
+        if p["model"] in ("floor", "torch LSTM"):
+            assert (p["num_heads"], p.get("like")) in ((None, "LSTM"), (None, "Transformer"), (1, None))
+            assert p["check"] == "ok" and p["tokens_per_s"] > 0 and "backend" not in p and p["attention"] is None
             continue
         assert p["kind"] == "throughput" and p["model"] in ("LSTM", "Transformer") and p["num_heads"] >= 1
         assert (p["d_model"], p["num_layers"], p["parameters"] > 0) == (t["d_model"], t["num_layers"], True)
@@ -142,6 +143,7 @@ def test_a_model_that_cannot_be_built_is_recorded_with_its_reason(monkeypatch):
     assert [r.case for r in tasks.throughput_records(out)] == [
         "LSTM 1 head",
         "LSTM 2 heads",
+        "LSTM 1 head (torch.nn.LSTM)",
         "Floor: LSTM without recurrence",
         "Floor: Transformer without attention",
     ]

@@ -72,3 +72,27 @@ def test_a_floor_model_is_its_model_without_the_sequence_mixing(gen, like):
     assert torch.equal(a[:, 4], b[:, 4]) and not torch.allclose(a[:, :4], b[:, :4])
     (floor(x).float().square().mean()).backward()  # every weight takes part
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in floor.parameters())
+
+
+def test_the_torch_lstm_model_is_the_one_head_lstm_model_on_torch_nn_lstm(gen):
+    """TorchLSTMModel computes what LSTMModel with one head computes, given the same weights (nn.LSTM's two biases
+    summed into gpulab's one): its logits equal in float64."""
+    t, d = tasks.get_task("parity"), 12
+    ours = tasks.LSTMModel(t.vocab, t.classes, d_model=d, num_heads=1, num_layers=2, backend="vanilla").double()
+    peer = tasks.TorchLSTMModel(t.vocab, t.classes, d_model=d, num_layers=2).double()
+    assert tasks.count_parameters(peer) - tasks.count_parameters(ours) == 2 * 4 * d  # the second bias per layer
+    theirs = dict(peer.named_parameters())
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if ".mixer." not in name:
+                p.copy_(theirs[name])
+        for i, block in enumerate(ours.blocks):
+            lstm = peer.blocks[i].mixer
+            block.mixer.weight_ih_l0.copy_(lstm.weight_ih_l0)
+            block.mixer.recurrent_l0.copy_(lstm.weight_hh_l0.view(4, 1, d, d))
+            block.mixer.bias_l0.copy_((lstm.bias_ih_l0 + lstm.bias_hh_l0).view(4, 1, d))
+    x, _ = t(3, 7, generator=gen(8))
+    with torch.no_grad():
+        a, b = ours(x), peer(x)
+    assert a.shape == b.shape == (3, 7, t.classes) and torch.isfinite(a).all()
+    assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
