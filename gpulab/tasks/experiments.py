@@ -313,6 +313,8 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
             else:
                 m = TorchLSTMModel(task.vocab, task.classes, **sizes)
             m, info = m.to(device=runtime.device, dtype=dtype), {}
+            if model == "torch LSTM" and dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16 (lesson 5's peer)
+                m, info = m.half_recurrence(), {"recurrence_dtype": "float16"}
         elif model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
             info = {"backend": backend, **({"note": note} if note else {})}

@@ -209,16 +209,35 @@ class LSTMModel(_Stack):
         self.backend = backend
 
 
+class _TorchLSTM(nn.Module):
+    """One ``torch.nn.LSTM`` layer as a mixer: its output sequence, computed in its weights' dtype (the input cast to
+    it and the output back: see :meth:`TorchLSTMModel.half_recurrence`)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lstm(x.to(self.lstm.weight_ih_l0.dtype))[0].to(x.dtype)
+
+
 class TorchLSTMModel(_Stack):
     """The stack of :class:`LSTMModel` with one dense head, each mixer PyTorch's own ``torch.nn.LSTM`` (cuDNN's
-    kernels on a GPU): the peer of ``LSTMModel(num_heads=1)``, the same function with the same parameter count
+    kernels on a GPU): the peer of ``LSTMModel(num_heads=1)``, the same function with the same parameters but one
     (``nn.LSTM`` keeps two bias vectors where gpulab's keeps one: 4d more per layer), trained in the same step."""
 
     def __init__(self, vocab: int, classes: int, d_model: int = 64, num_layers: int = 1):
         d_model, num_layers = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)
-        super().__init__(
-            vocab, classes, d_model, [nn.LSTM(d_model, d_model, batch_first=True) for _ in range(num_layers)]
-        )
+        super().__init__(vocab, classes, d_model, [_TorchLSTM(d_model) for _ in range(num_layers)])
+
+    def half_recurrence(self) -> TorchLSTMModel:
+        """The recurrences in fp16, the rest as it is; returns the model. cuDNN's RNN kernels take fp16, fp32 and
+        fp64 but not bf16 (PyTorch runs a bf16 ``nn.LSTM`` as a loop of its own operations, one set per step), so a
+        bf16 model calls this after ``.to(dtype=torch.bfloat16)`` to run its LSTMs on cuDNN, as lesson 5 compares
+        with cuDNN in fp16; the casts of each layer's input and output cost two elementwise passes."""
+        for block in self.blocks:
+            block.mixer.lstm.half()
+        return self
 
 
 FLOORS = {"LSTM": "recurrence", "Transformer": "attention"}

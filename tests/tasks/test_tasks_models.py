@@ -87,7 +87,7 @@ def test_the_torch_lstm_model_is_the_one_head_lstm_model_on_torch_nn_lstm(gen):
             if ".mixer." not in name:
                 p.copy_(theirs[name])
         for i, block in enumerate(ours.blocks):
-            lstm = peer.blocks[i].mixer
+            lstm = peer.blocks[i].mixer.lstm
             block.mixer.weight_ih_l0.copy_(lstm.weight_ih_l0)
             block.mixer.recurrent_l0.copy_(lstm.weight_hh_l0.view(4, 1, d, d))
             block.mixer.bias_l0.copy_((lstm.bias_ih_l0 + lstm.bias_hh_l0).view(4, 1, d))
@@ -96,3 +96,18 @@ def test_the_torch_lstm_model_is_the_one_head_lstm_model_on_torch_nn_lstm(gen):
         a, b = ours(x), peer(x)
     assert a.shape == b.shape == (3, 7, t.classes) and torch.isfinite(a).all()
     assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_the_torch_lstm_models_recurrence_in_half_keeps_the_rest_and_the_dtype_of_its_output(gen):
+    """half_recurrence puts only the nn.LSTM weights in fp16; the layer casts its input to them and its output back,
+    so the model still maps tokens to float32 logits close to the float32 model's."""
+    t = tasks.get_task("parity")
+    torch.manual_seed(0)
+    model = tasks.TorchLSTMModel(t.vocab, t.classes, d_model=16, num_layers=1)
+    x, _ = t(2, 5, generator=gen(9))
+    with torch.no_grad():
+        full = model(x)
+        half = model.half_recurrence()(x)
+    assert {p.dtype for n, p in model.named_parameters() if ".lstm." in n} == {torch.float16}
+    assert {p.dtype for n, p in model.named_parameters() if ".lstm." not in n} == {torch.float32}
+    assert half.dtype == torch.float32 and torch.allclose(half, full, atol=1e-2) and not torch.equal(half, full)
