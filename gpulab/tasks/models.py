@@ -251,9 +251,10 @@ class ProjectionsOnly(nn.Module):
     projection d -> 3d and the output projection d -> d applied to v (no RoPE, no split into heads, no attention).
 
     Position t's output depends on x_t alone: nothing a state-tracking task needs. The mixer of :class:`FloorModel`,
-    the floor under a model's training step: whatever its recurrence or attention costs comes on top of this (the
-    slice of the last d columns costs a copy in the backward, which the real mixers do not pay: the floor is, if
-    anything, a little high)."""
+    the floor under a model's training step: whatever its recurrence or attention costs comes on top of this. The
+    backward of the slice writes a gradient as wide as the projection (zeros but in its last d columns), as the real
+    mixers write theirs (the LSTM's gate gradients dG, attention's dq, dk, dv): the floor holds only work that every
+    implementation of the mixer does too."""
 
     def __init__(self, d_model: int, like: str):
         super().__init__()
