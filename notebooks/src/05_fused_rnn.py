@@ -1314,6 +1314,19 @@ if called_rows:
             acc=mode_[("tiny", "loop accumulating")]["wall_ms"],
         ),
     ))  # fmt: skip
+    module_loop_, module_graph_ = mode_.get(("main", "module loop")), mode_.get(("main", "module graph"))
+    if module_loop_ and module_graph_ and ("main", "cuDNN fp16 loop") in mode_:  # runs from 2026-11-27 g
+        hidden_ = module_loop_["NH"] * module_loop_["DH"]
+        claims.show(claims.claim(
+            "Through the module, `gpulab.rnn.LSTM({h}, {h}, num_heads={nh})` with its input projection, the loop's "
+            "step takes {ml:.2f} ms of wall time and its CUDA graph {mg:.2f} ms: the module's eager overhead is "
+            "{oh:.3f} ms a step, {r:.3f}x. cuDNN's dense `nn.LSTM({h}, {h})` in fp16, input projection included, "
+            "takes {c:.2f} ms in the same loop.",
+            holds=lambda ml, mg, oh, r, **_: abs(oh - (ml - mg)) < 1e-12 and abs(r - ml / mg) < 1e-12,
+            h=hidden_, nh=module_loop_["NH"], ml=module_loop_["wall_ms"], mg=module_graph_["wall_ms"],
+            oh=module_loop_["wall_ms"] - module_graph_["wall_ms"], r=module_loop_["wall_ms"] / module_graph_["wall_ms"],
+            c=mode_[("main", "cuDNN fp16 loop")]["wall_ms"],
+        ))  # fmt: skip
     # the runs of the shipped path: from run d of 2026-11-27 (products on the second stream, dG in Wx's layout)
     runs_ = [r for r in split_report.loop_over_graph("h100") if r["file"] >= "nvidia-h100-80gb-hbm3-2026-11-27-d"]
     if len(runs_) > 1:

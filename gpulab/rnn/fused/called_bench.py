@@ -21,6 +21,8 @@ leaves' AccumulateGrad nodes alive on its capture stream) the problem's later pa
   directly (:func:`gpulab.rnn.fused.plan.single_sm_forward`, no ``flashrnn``, no autograd Function), timed right
   after it, so the API's path and the kernel are compared in one run (``params['sm_clock_mhz']`` on every GPU
   record: the SM clock NVML reports as the record is made);
+- ``module loop`` / ``module graph`` (main problem): the same recurrence through ``gpulab.rnn.LSTM`` (input
+  projection included) in the loop and captured in a CUDA graph: the module's eager overhead beside the API's;
 - ``graphed callable``: the loop's step through ``torch.cuda.make_graphed_callables`` (PyTorch's capture of a
   forward and its backward as two CUDA graphs, replayed inside an autograd Function): the optional capture of a
   repeated small shape; its gradients are compared with the eager step's (``params['check']``);
@@ -68,6 +70,7 @@ from gpulab import bench, launch, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused.benchmark import problem_inputs
+from gpulab.rnn.module import LSTM
 
 __all__ = ["called", "PROBLEMS", "host_parts", "host_parts_table"]
 
@@ -117,6 +120,30 @@ def _modes(x) -> dict:
         out["forward kernel"] = forward_kernel
     if runtime.on_gpu():
         out["graph"] = bench.capture(grad)
+    return out
+
+
+def _module_modes(name) -> dict:
+    """The same problem through the module (the main problem; GPU and CPU): ``gpulab.rnn.LSTM(H, H,
+    num_heads=NH, batch_first=True)`` (H = NH * DH, its input projection included, as cuDNN's ``nn.LSTM`` below) on
+    x [B, T, H] in a loop (``module loop``: gradients cleared, forward, ``out.sum().backward()``) and the
+    ``autograd.grad`` step captured in a CUDA graph (``module graph``; GPU): the module's eager overhead is the
+    first's wall time less the second's."""
+    B, T, NH, DH = _shape(name)
+    dtype = runtime.pick(cpu=torch.float32, gpu=torch.bfloat16)
+    torch.manual_seed(0)
+    lstm = LSTM(NH * DH, NH * DH, num_heads=NH, batch_first=True, backend="fused").to(runtime.device, dtype)
+    xin = torch.randn(B, T, NH * DH, device=runtime.device, dtype=dtype, requires_grad=True)
+    leaves = [xin, *lstm.parameters()]
+
+    def loop():
+        for t in leaves:
+            t.grad = None
+        lstm(xin)[0].sum().backward()
+
+    out = {"module loop": loop}
+    if runtime.on_gpu():
+        out["module graph"] = bench.capture(lambda: torch.autograd.grad(lstm(xin)[0].sum(), leaves))
     return out
 
 
@@ -329,7 +356,7 @@ def called(progress=None, problems=None):
             first = lambda: [host_parts(_leaves("tiny"), when="first", profile=False)]  # noqa: E731
             out += _guarded("tiny host parts first", first)
         x = _leaves(name)
-        fns = _modes(x)
+        fns = _modes(x) | (_module_modes(name) if name == "main" else {})
         modes = [_record(name, mode, fn) for mode, fn in fns.items() if fn is not None]
         out += _interleaved(modes, fns, name) if name == "main" else modes
         step, check = _graphed(x)

@@ -46,7 +46,7 @@ def test_profiles_come_after_every_timing_and_records_carry_their_clocks(order):
     by_case = {r.case: r for r in records}
     main = [r for r in records if r.params.get("kind") == "called" and r.params["problem"] == "main"
             and "variant" not in r.params and r.params["mode"] != "graphed callable"]  # fmt: skip
-    assert {r.params["mode"] for r in main} >= {"loop", "autograd.grad", "forward"}
+    assert {r.params["mode"] for r in main} >= {"loop", "autograd.grad", "forward", "module loop"}
     assert all(len(r.params["wall_rounds_ms"]) == called_bench.ROUNDS for r in main)
     assert all(r.wall_ms > 0 and r.params["host_ms"] > 0 for r in records if r.params.get("kind") == "called")
     kernels = [r for r in records if r.params.get("kind") == "kernels"]
