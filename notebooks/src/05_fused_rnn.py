@@ -1319,8 +1319,8 @@ if called_rows:
         hidden_ = module_loop_["NH"] * module_loop_["DH"]
         claims.show(claims.claim(
             "Through the module, `gpulab.rnn.LSTM({h}, {h}, num_heads={nh})` with its input projection, the loop's "
-            "step takes {ml:.2f} ms of wall time and its CUDA graph {mg:.2f} ms: the module's eager overhead is "
-            "{oh:.3f} ms a step, {r:.3f}x. cuDNN's dense `nn.LSTM({h}, {h})` in fp16, input projection included, "
+            "step takes {ml:.2f} ms of wall time, {r:.3f}x its CUDA graph's {mg:.2f} ms: the module's eager "
+            "overhead is {oh:.3f} ms a step. cuDNN's dense `nn.LSTM({h}, {h})` in fp16, input projection included, "
             "takes {c:.2f} ms in the same loop.",
             holds=lambda ml, mg, oh, r, **_: abs(oh - (ml - mg)) < 1e-12 and abs(r - ml / mg) < 1e-12,
             h=hidden_, nh=module_loop_["NH"], ml=module_loop_["wall_ms"], mg=module_graph_["wall_ms"],
