@@ -409,6 +409,20 @@ def lesson05_versions() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bound_lines(b) -> list[str]:
+    """Lesson 6's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
+    if b is None or 1 not in b["L"]:
+        return []
+    peer = f"; `torch.nn.LSTM` (cuDNN, fp16) in the same stack: {b['peer'] - b['FL']:.2f} ms" if b["peer"] else ""
+    return [
+        f"- floors (each stack without its recurrence or attention): LSTM {b['FL']:.2f} ms, Transformer "
+        f"{b['FT']:.2f} ms a step, eager wall clock; against the SDPA Transformer ({b['T']:.2f} ms) a recurrence "
+        f"that took no time would bring the LSTM to {b['bound']:.2f}x",
+        f"- the one-head LSTM's recurrence: {b['rec'][1]:.2f} ms a step{peer}; 0.8x the SDPA Transformer would leave "
+        f"it {b['T'] / 0.8 - b['FL']:.2f} ms",
+    ]
+
+
 def lesson06() -> str:
     from gpulab import tasks  # deferred: imports the models
     from gpulab.tasks import spread
@@ -468,6 +482,7 @@ def lesson06() -> str:
         "```",
         "",
         *(f"- {line}" for line in tasks.throughput_summary(thr)),
+        *_bound_lines(tasks.throughput_bound(thr)),
         "",
         f"Raw records: `{search_path.relative_to(ROOT)}`, `{thr_path.relative_to(ROOT)}`.",
     ]

@@ -14,6 +14,7 @@ __all__ = [
     "accuracy_records",
     "throughput_records",
     "throughput_floors",
+    "throughput_bound",
     "accuracy_table",
     "throughput_table",
     "throughput_summary",
@@ -48,6 +49,31 @@ def throughput_floors(results) -> dict:
     (:class:`gpulab.tasks.models.FloorModel`, each stack without its recurrence or attention; runs before
     2026-11-28 have none: {})."""
     return {r.params["like"]: r for r in throughput_records(results) if r.params.get("model") == "floor"}
+
+
+_SDPA = "Transformer 12 heads (sdpa)"
+
+
+def throughput_bound(results, baseline: str = _SDPA) -> dict | None:
+    """What the floors say about the LSTM's ratios to ``baseline`` (a case of ``results``), on the eager wall clock:
+    ``T`` the baseline's step, ``FL`` and ``FT`` the floors' (:class:`gpulab.tasks.models.FloorModel`), ``L`` the
+    LSTM's step per head count, ``rec`` its recurrence's share (``L - FL``), ``attention`` the baseline's (``T -
+    FT``), ``bound`` = T / FL (the LSTM's tokens/s ratio to the baseline with a recurrence that took no time;
+    a ratio rho leaves its recurrent layers T / rho - FL a step) and ``peer`` the ``torch.nn.LSTM`` stack's step
+    (None if the run has none). None when ``results`` lack the baseline, the floors or
+    the LSTM."""
+    if not isinstance(baseline, str) or not baseline:
+        raise runtime.ArgumentTypeError(f"baseline must be a throughput case such as {_SDPA!r}, got {baseline!r}.")
+    recs = throughput_records(results)
+    floors = throughput_floors(recs)
+    base = next((r for r in recs if r.case == baseline), None)
+    walls = {r.params["num_heads"]: r.wall_ms for r in recs if r.params["model"] == "LSTM" and r.wall_ms}
+    if base is None or not base.wall_ms or len(floors) < 2 or not walls:
+        return None
+    T, FL, FT = base.wall_ms, floors["LSTM"].wall_ms, floors["Transformer"].wall_ms
+    peer = next((r.wall_ms for r in recs if r.params["model"] == "torch LSTM"), None)
+    return {"T": T, "FL": FL, "FT": FT, "L": walls, "rec": {h: w - FL for h, w in walls.items()}, "attention": T - FT,
+            "bound": T / FL, "peer": peer}  # fmt: skip
 
 
 def accuracy_table(results) -> str:

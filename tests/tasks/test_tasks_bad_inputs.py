@@ -140,6 +140,8 @@ CASES = [
         TypeError,
         r"results\[0\] is a dict",
     ),
+    ("throughput_bound-str", lambda m: tasks.throughput_bound("results"), TypeError, "results must be a list"),
+    ("throughput_bound-baseline", lambda m: tasks.throughput_bound([], baseline=3), TypeError, "baseline must be"),
     ("throughput_floors-int", lambda m: tasks.throughput_floors(3), TypeError, "results must be a list"),
     ("plot_throughput-str", lambda m: tasks.results.plot_throughput("results"), TypeError, "results must be a list"),
     ("figure-dict", lambda m: tasks.results.figure({}), TypeError, "results must be a list"),

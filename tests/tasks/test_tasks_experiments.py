@@ -218,3 +218,31 @@ def test_stored_rope_reads_the_newest_run(tmp_path):
         bench.save(run, "06", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
     assert [r.ms for r in tasks.stored_rope("h100", root=tmp_path)] == [0.4]  # run b, the newest
     assert tasks.stored_rope("a100", root=tmp_path) == []
+
+
+def test_throughput_bound_reads_the_floors_against_the_baseline():
+    """The bound is the baseline's step over the LSTM floor's, each share the step less its floor; a run without the
+    floors or the baseline gives None."""
+
+    def rec(case, model, heads, wall, **extra):
+        r = _throughput(case, model, heads, wall - 0.1, wall)
+        r.params.update(extra)
+        return r
+
+    run = [
+        rec("LSTM 1 head", "LSTM", 1, 20.0),
+        rec("LSTM 12 heads", "LSTM", 12, 11.0),
+        rec("Transformer 12 heads (sdpa)", "Transformer", 12, 10.0, attention="sdpa"),
+        rec("LSTM 1 head (torch.nn.LSTM)", "torch LSTM", 1, 28.0),
+        rec("Floor: LSTM without recurrence", "floor", None, 8.0, like="LSTM"),
+        rec("Floor: Transformer without attention", "floor", None, 8.5, like="Transformer"),
+    ]
+    b = tasks.throughput_bound(run)
+    assert (b["T"], b["FL"], b["FT"], b["peer"]) == (10.0, 8.0, 8.5, 28.0)
+    assert b["bound"] == pytest.approx(1.25) and b["attention"] == pytest.approx(1.5)
+    assert b["rec"] == {1: pytest.approx(12.0), 12: pytest.approx(3.0)} and b["L"] == {1: 20.0, 12: 11.0}
+    assert tasks.throughput_bound(run[:4]) is None  # no floors
+    assert tasks.throughput_bound(run, baseline="Transformer 6 heads (sdpa)") is None
+    assert tasks.throughput_bound([r for r in run if r.params["model"] != "torch LSTM"])["peer"] is None
+    stored = tasks.throughput_bound(tasks.stored_throughput("h100"))
+    assert stored is not None and stored["bound"] == stored["T"] / stored["FL"]
