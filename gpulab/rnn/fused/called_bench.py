@@ -1,5 +1,4 @@
-"""Lesson 5's named benchmark part for the recurrence *as a training loop calls it*: ``python -m gpulab bench 05
-called``, records ``<gpu>-<date>-called.jsonl`` under ``benchmarks/05_fused_rnn/split/``.
+"""``python -m gpulab bench 05 called``: the recurrence *as a training loop calls it* (``<gpu>-<date>-called.jsonl``).
 
 Two problems, LSTM, bf16, Wx given, ``flashrnn(backend='fused')``: the main one (B 16, T 1024, 12 heads of 64) and a
 tiny one (B 1, T 4, 2 heads of 64), where the host's work is all there is. Per problem (``kind='called'``,
@@ -21,8 +20,8 @@ leaves' AccumulateGrad nodes alive on its capture stream) the problem's later pa
   directly (:func:`gpulab.rnn.fused.plan.single_sm_forward`, no ``flashrnn``, no autograd Function), timed right
   after it, so the API's path and the kernel are compared in one run (``params['sm_clock_mhz']`` on every GPU
   record: the SM clock NVML reports as the record is made);
-- ``module loop`` / ``module graph`` (main problem): the same recurrence through ``gpulab.rnn.LSTM`` (input
-  projection included) in the loop and captured in a CUDA graph: the module's eager overhead beside the API's;
+- ``module loop`` / ``module graph`` (main problem): the loop, and ``autograd.grad`` in a CUDA graph, through
+  ``gpulab.rnn.LSTM`` (input projection included, as cuDNN's): the module's eager overhead is their difference;
 - ``graphed callable``: the loop's step through ``torch.cuda.make_graphed_callables`` (PyTorch's capture of a
   forward and its backward as two CUDA graphs, replayed inside an autograd Function): the optional capture of a
   repeated small shape; its gradients are compared with the eager step's (``params['check']``);
@@ -124,11 +123,8 @@ def _modes(x) -> dict:
 
 
 def _module_modes(name) -> dict:
-    """The same problem through the module (the main problem; GPU and CPU): ``gpulab.rnn.LSTM(H, H,
-    num_heads=NH, batch_first=True)`` (H = NH * DH, its input projection included, as cuDNN's ``nn.LSTM`` below) on
-    x [B, T, H] in a loop (``module loop``: gradients cleared, forward, ``out.sum().backward()``) and the
-    ``autograd.grad`` step captured in a CUDA graph (``module graph``; GPU): the module's eager overhead is the
-    first's wall time less the second's."""
+    """``module loop`` and ``module graph`` (GPU): ``gpulab.rnn.LSTM(H, H, num_heads=NH, batch_first=True)`` on x
+    [B, T, H] (H = NH * DH), as the module docstring says."""
     B, T, NH, DH = _shape(name)
     dtype = runtime.pick(cpu=torch.float32, gpu=torch.bfloat16)
     torch.manual_seed(0)
@@ -215,11 +211,6 @@ def _clocks(fn, n, loops=3) -> tuple[float, float]:
     return wall, host
 
 
-def _wall_ms(fn, n) -> float:
-    """Eager wall ms per call: ``n`` calls back to back, one synchronize; the best of three such loops."""
-    return _clocks(fn, n)[0]
-
-
 def _calls(name) -> int:
     return runtime.pick(cpu=2, gpu=20 if name == "main" else 300)
 
@@ -299,13 +290,13 @@ def _breakdown(x, step_fns, profiles) -> list[bench.Result]:
     runtime.synchronize()
     backward_ms = (time.perf_counter() - t) / n * 1e3
     pieces = {
-        "forward (autograd recording)": _wall_ms(forward, n),
-        "sum": _wall_ms(lambda o=outs[0]: o.sum(), n),
+        "forward (autograd recording)": _clocks(forward, n)[0],
+        "sum": _clocks(lambda o=outs[0]: o.sum(), n)[0],
         "gradients cleared + backward": backward_ms,
     }
-    whole = _wall_ms(step_fns["loop"], n)
+    whole = _clocks(step_fns["loop"], n)[0]
     one = torch.zeros(1, device=x[0].device)
-    one_op = _wall_ms(lambda: one.add_(1), n)  # the floor of one eager PyTorch op: dispatch and a launch
+    one_op = _clocks(lambda: one.add_(1), n)[0]  # the floor of one eager PyTorch op: dispatch and a launch
     graph = step_fns.get("graph")
     kernels_ms = bench.time_callable(graph).median_ms if graph is not None else None
     B, T, NH, DH = _shape("tiny")
