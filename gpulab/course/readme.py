@@ -413,7 +413,7 @@ def _bound_lines(b) -> list[str]:
     """Lesson 6's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
     if b is None or 1 not in b["L"]:
         return []
-    peer = f"; `torch.nn.LSTM` (cuDNN, fp16) in the same stack: {b['peer'] - b['FL']:.2f} ms" if b["peer"] else ""
+    peer = f"; `torch.nn.LSTM` ({b['peer_dtype']}) in the same stack: {b['peer'] - b['FL']:.2f} ms" if b["peer"] else ""
     return [
         f"- floors (each stack without its recurrence or attention): LSTM {b['FL']:.2f} ms, Transformer "
         f"{b['FT']:.2f} ms a step, eager wall clock; against the SDPA Transformer ({b['T']:.2f} ms) a recurrence "

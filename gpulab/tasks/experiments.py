@@ -263,8 +263,8 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
 
 def _case_name(model: str, num_heads: int | None, attention: str | None, rope_kernel: bool = True, like=None) -> str:
     """A throughput record's case: "LSTM 1 head", "Transformer 12 heads (flash)", "Transformer 12 heads (sdpa,
-    RoPE as PyTorch ops)" (the heads split and rotated without the kernel: ``rope_kernel=False``), "Floor: LSTM
-    without recurrence" (model "floor", :class:`gpulab.tasks.models.FloorModel` like the LSTM)."""
+    RoPE as PyTorch ops)" (the heads split and rotated without the kernel: ``rope_kernel=False``), "LSTM 1 head
+    (torch.nn.LSTM)" (model "torch LSTM"), "Floor: LSTM without recurrence" (model "floor", like the LSTM)."""
     if model == "floor":
         return f"Floor: {like} without {FLOORS[like]}"
     if model == "torch LSTM":

@@ -59,9 +59,9 @@ def throughput_bound(results, baseline: str = _SDPA) -> dict | None:
     ``T`` the baseline's step, ``FL`` and ``FT`` the floors' (:class:`gpulab.tasks.models.FloorModel`), ``L`` the
     LSTM's step per head count, ``rec`` its recurrence's share (``L - FL``), ``attention`` the baseline's (``T -
     FT``), ``bound`` = T / FL (the LSTM's tokens/s ratio to the baseline with a recurrence that took no time;
-    a ratio rho leaves its recurrent layers T / rho - FL a step) and ``peer`` the ``torch.nn.LSTM`` stack's step
-    (None if the run has none). None when ``results`` lack the baseline, the floors or
-    the LSTM."""
+    a ratio rho leaves its recurrent layers T / rho - FL a step), ``peer`` the ``torch.nn.LSTM`` stack's step and
+    ``peer_dtype`` the dtype its recurrences ran in (None if the run has none). None when ``results`` lack the
+    baseline, the floors or the LSTM."""
     if not isinstance(baseline, str) or not baseline:
         raise runtime.ArgumentTypeError(f"baseline must be a throughput case such as {_SDPA!r}, got {baseline!r}.")
     recs = throughput_records(results)
@@ -71,9 +71,10 @@ def throughput_bound(results, baseline: str = _SDPA) -> dict | None:
     if base is None or not base.wall_ms or len(floors) < 2 or not walls:
         return None
     T, FL, FT = base.wall_ms, floors["LSTM"].wall_ms, floors["Transformer"].wall_ms
-    peer = next((r.wall_ms for r in recs if r.params["model"] == "torch LSTM"), None)
+    peer = next((r for r in recs if r.params["model"] == "torch LSTM"), None)
     return {"T": T, "FL": FL, "FT": FT, "L": walls, "rec": {h: w - FL for h, w in walls.items()}, "attention": T - FT,
-            "bound": T / FL, "peer": peer}  # fmt: skip
+            "bound": T / FL, "peer": peer.wall_ms if peer else None,
+            "peer_dtype": peer.params.get("recurrence_dtype", peer.dtype) if peer else None}  # fmt: skip
 
 
 def accuracy_table(results) -> str:

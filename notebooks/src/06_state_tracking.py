@@ -366,10 +366,11 @@ if b_ is not None and {1, 12} <= set(b_["L"]):
             holds=b_["bound"] >= 1.3, bound=b_["bound"], need=T / 1.3 - FL, r12=b_["rec"][12]))
     if b_["peer"] is not None:  # the one-head stack on torch.nn.LSTM, same run (runs from 2026-11-27 n)
         said.append(claims.claim(
-            "PyTorch's own LSTM (`torch.nn.LSTM`, cuDNN, its recurrences in fp16) in the same one-head stack takes "
-            "{c:.2f} ms a step, its recurrence {rc:.2f} ms: {x:.2f}x the fused kernel's {r1:.2f} ms.",
-            holds=lambda c, rc, x, r1: rc > 0 and abs(x - rc / r1) < 1e-9,
-            c=b_["peer"], rc=b_["peer"] - FL, x=(b_["peer"] - FL) / r1, r1=r1))
+            "PyTorch's own LSTM (`torch.nn.LSTM`, its recurrences in {dt}: cuDNN takes fp16, not bf16) in the same "
+            "one-head stack takes {c:.2f} ms a step, its recurrence {rc:.2f} ms: {x:.2f}x the fused kernel's "
+            "{r1:.2f} ms.",
+            holds=lambda c, rc, x, r1, dt: rc > 0 and abs(x - rc / r1) < 1e-9 and dt in ("float16", "float32"),
+            c=b_["peer"], rc=b_["peer"] - FL, x=(b_["peer"] - FL) / r1, r1=r1, dt=b_["peer_dtype"]))
     need = T / 0.8 - FL
     if 0 < need < r1:
         said.append(claims.claim(

@@ -233,12 +233,12 @@ def test_throughput_bound_reads_the_floors_against_the_baseline():
         rec("LSTM 1 head", "LSTM", 1, 20.0),
         rec("LSTM 12 heads", "LSTM", 12, 11.0),
         rec("Transformer 12 heads (sdpa)", "Transformer", 12, 10.0, attention="sdpa"),
-        rec("LSTM 1 head (torch.nn.LSTM)", "torch LSTM", 1, 28.0),
+        rec("LSTM 1 head (torch.nn.LSTM)", "torch LSTM", 1, 28.0, recurrence_dtype="float16"),
         rec("Floor: LSTM without recurrence", "floor", None, 8.0, like="LSTM"),
         rec("Floor: Transformer without attention", "floor", None, 8.5, like="Transformer"),
     ]
     b = tasks.throughput_bound(run)
-    assert (b["T"], b["FL"], b["FT"], b["peer"]) == (10.0, 8.0, 8.5, 28.0)
+    assert (b["T"], b["FL"], b["FT"], b["peer"], b["peer_dtype"]) == (10.0, 8.0, 8.5, 28.0, "float16")
     assert b["bound"] == pytest.approx(1.25) and b["attention"] == pytest.approx(1.5)
     assert b["rec"] == {1: pytest.approx(12.0), 12: pytest.approx(3.0)} and b["L"] == {1: 20.0, 12: 11.0}
     assert tasks.throughput_bound(run[:4]) is None  # no floors
