@@ -196,7 +196,10 @@ def _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits, bl
     ``dR`` [splits, G_R, NH, DH, DH] and ``db`` [splits, G_B, NH, DH]."""
     _, B, T, NH, DH = out.shape
     G_B, dtype = dG.shape[2], dG.dtype
-    rows_per_split = triton.cdiv(triton.cdiv(B * (t1 - t0), splits), block_k) * block_k
+    # ceil divisions in plain integers: this runs on every backward, and triton.cdiv called from Python costs
+    # microseconds of host time (a ConstexprFunction wrapper)
+    rows = -(-B * (t1 - t0) // splits)  # ceil(B * steps / splits)
+    rows_per_split = -(-rows // block_k) * block_k  # rounded up to whole BLOCK_K chunks
     ints = (B, T, NH, t0, t1 - t0, rows_per_split)
 
     def make():  # the grid and constexprs, built once per problem (keyed_launch)
@@ -232,7 +235,7 @@ main problem, 48 x 1 x 14 programs over 7/8 of the sequence)."""
 
 def step_splits(B, steps) -> int:
     """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows."""
-    return max(1, triton.cdiv(B * steps, STEP_ROWS))
+    return max(1, -(-B * steps // STEP_ROWS))  # ceil division (see _launch_products)
 
 
 def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False):
