@@ -1320,12 +1320,14 @@ if called_rows:
         claims.show(claims.claim(
             "Through the module, `gpulab.rnn.LSTM({h}, {h}, num_heads={nh})` with its input projection, the loop's "
             "step takes {ml:.2f} ms of wall time, {r:.3f}x its CUDA graph's {mg:.2f} ms: the module's eager "
-            "overhead is {oh:.3f} ms a step. cuDNN's dense `nn.LSTM({h}, {h})` in fp16, input projection included, "
+            "overhead is {oh:.3f} ms a step, with the host's own time per step at {mh:.2f} ms against {md:.2f} ms of "
+            "the GPU's (the input projection adds a product to the forward and two to the backward, each launched from "
+            "the host). cuDNN's dense `nn.LSTM({h}, {h})` in fp16, input projection included, "
             "takes {c:.2f} ms in the same loop.",
             holds=lambda ml, mg, oh, r, **_: abs(oh - (ml - mg)) < 1e-12 and abs(r - ml / mg) < 1e-12,
             h=hidden_, nh=module_loop_["NH"], ml=module_loop_["wall_ms"], mg=module_graph_["wall_ms"],
             oh=module_loop_["wall_ms"] - module_graph_["wall_ms"], r=module_loop_["wall_ms"] / module_graph_["wall_ms"],
-            c=mode_[("main", "cuDNN fp16 loop")]["wall_ms"],
+            c=mode_[("main", "cuDNN fp16 loop")]["wall_ms"], mh=module_loop_["host_ms"], md=module_loop_["ms"],
         ))  # fmt: skip
     # the runs of the shipped path: from run d of 2026-11-27 (products on the second stream, dG in Wx's layout)
     runs_ = [r for r in split_report.loop_over_graph("h100") if r["file"] >= "nvidia-h100-80gb-hbm3-2026-11-27-d"]
