@@ -166,7 +166,8 @@ class LSTM(nn.Module):
             inp = all_states[0].reshape(B, T, H)
             h_n.append(last[0].reshape(B, H))
             c_n.append(last[1].reshape(B, H))
-        h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+        # [num_layers, B, H]; one layer: views of the kernel's last states (a stack would be two more launches)
+        h_n, c_n = (torch.stack(h_n), torch.stack(c_n)) if L > 1 else (h_n[0].unsqueeze(0), c_n[0].unsqueeze(0))
         if unbatched:
             return inp[0], (h_n[:, 0], c_n[:, 0])
         out = inp if self.batch_first else inp.transpose(0, 1)
