@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gpulab import attention as A
+from gpulab import runtime
 from gpulab.attention import rope
 from gpulab.rnn import LSTM
 
@@ -19,21 +20,22 @@ def _penalty_raises(out, x):
 
 
 def test_flash_attention_second_derivative_raises():
-    q, k, v = (torch.randn(1, 1, 5, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 5, 8, generator=g).to(runtime.device) for _ in range(3))  # on CPU or the GPU
     q.requires_grad_()
     _penalty_raises(A.flash_attention(q, k, v, is_causal=True), q)
 
 
 def test_qkv_heads_kernel_second_derivative_raises():
-    qkv = torch.randn(1, 3, 3 * 2 * 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
-    q, k, v = rope.QKVHeadsFunction.apply(qkv, 2, True, 10000.0)
+    qkv = torch.randn(1, 3, 3 * 2 * 4, generator=torch.Generator().manual_seed(0)).to(runtime.device)
+    q, k, v = rope.QKVHeadsFunction.apply(qkv.requires_grad_(), 2, True, 10000.0)
     _penalty_raises(q + k + v, qkv)
 
 
 @pytest.mark.parametrize("backend", ["fused", "alternating"])
 def test_triton_lstm_second_derivative_raises(backend):
-    x = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
-    _penalty_raises(LSTM(3, 8, backend=backend)(x)[0], x)
+    x = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1)).to(runtime.device).requires_grad_()
+    _penalty_raises(LSTM(3, 8, backend=backend, device=runtime.device)(x)[0], x)
 
 
 def test_the_pytorch_paths_stay_twice_differentiable():
