@@ -358,8 +358,7 @@ def newest(files, part: str | None = None) -> Path:
     YYYY-MM-DD sorts as text), then by the tag (none, 'a', 'b', ...), then by modification time (a fresh clone gives
     every file the same one). ``part``: the files are one part of tagged runs, ``<gpu>-<date>[-<tag>]-<part>.jsonl``
     (e.g. 'tune'), and the tag is read before it. FileNotFoundError for a folder without records."""
-    if part is not None and (not isinstance(part, str) or not part or "/" in part):
-        raise runtime.ArgumentTypeError(f"part must be a record part's name such as 'tune', or None; got {part!r}.")
+    _check_part(part)
     if isinstance(files, (str, os.PathLike)):
         folder = Path(files)
         if folder.exists() and not folder.is_dir():
@@ -371,11 +370,16 @@ def newest(files, part: str | None = None) -> Path:
     return by_run(files, part)[-1]
 
 
+def _check_part(part) -> None:
+    """:func:`newest`'s and :func:`by_run`'s ``part``: None or a record part's name, else an ArgumentTypeError."""
+    if part is not None and (not isinstance(part, str) or not part or "/" in part):
+        raise runtime.ArgumentTypeError(f"part must be a record part's name such as 'tune', or None; got {part!r}.")
+
+
 def by_run(files, part: str | None = None) -> list[Path]:
     """Record files (a list of paths, possibly empty) oldest run first, in :func:`newest`'s order: date, tag (none,
     'a', 'b', ...; read before ``-<part>``), modification time."""
-    if part is not None and (not isinstance(part, str) or not part or "/" in part):
-        raise runtime.ArgumentTypeError(f"part must be a record part's name such as 'tune', or None; got {part!r}.")
+    _check_part(part)
     files = runtime.record_list("files", files, (str, os.PathLike), "record file paths", allow_empty=True)
     return sorted((Path(f) for f in files), key=lambda f: (*_run_key(f, part), f.stat().st_mtime))
 

@@ -306,14 +306,13 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
     built = {}  # case -> what building its model found out (backend, note, parameters), for the records
 
     def build(model, num_heads, attention, rope_kernel=True, like=None):
-        if model in ("floor", "torch LSTM"):
+        if model == "floor":
             torch.manual_seed(0)
-            if model == "floor":
-                m = FloorModel(task.vocab, task.classes, like=like, **sizes)
-            else:
-                m = TorchLSTMModel(task.vocab, task.classes, **sizes)
-            m, info = m.to(device=runtime.device, dtype=dtype), {}
-            if model == "torch LSTM" and dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16 (lesson 5's peer)
+            m, info = FloorModel(task.vocab, task.classes, like=like, **sizes).to(runtime.device, dtype), {}
+        elif model == "torch LSTM":
+            torch.manual_seed(0)
+            m, info = TorchLSTMModel(task.vocab, task.classes, **sizes).to(runtime.device, dtype), {}
+            if dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16, as lesson 5's cuDNN peer
                 m, info = m.half_recurrence(), {"recurrence_dtype": "float16"}
         elif model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)

@@ -83,14 +83,19 @@ def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
     return Path(newest(files, part=record))
 
 
+def _json_lines(path: Path) -> list[dict]:
+    """The records of a ``.jsonl`` file, one dict per non-empty line."""
+    with path.open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
     """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
     ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
     ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
     ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``.
     The file is :func:`split_path`'s."""
-    with split_path(gpu, root, record).open() as fh:
-        return rows_of([json.loads(line) for line in fh if line.strip()])
+    return rows_of(_json_lines(split_path(gpu, root, record)))
 
 
 _ENV = ("device", "sm_count", "torch", "triton", "mode", "date")
@@ -272,7 +277,7 @@ def load_sass(root=None) -> list[dict]:
     path = results_dir(root).joinpath(*_FOLDER, "sm90-split-sass.jsonl")
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python scripts/sass05_split.py {path}` (no GPU needed).")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return _json_lines(path)
 
 
 def smem_rows(sass, hinted) -> list[dict]:
@@ -348,8 +353,7 @@ def loop_over_graph(gpu: str = "h100", root=None) -> list[dict]:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
     out = []
     for path in by_run(record_files(results_dir(root).joinpath(*_FOLDER), gpu, "*-called.jsonl"), part="called"):
-        with path.open() as fh:
-            rows = rows_of([json.loads(line) for line in fh if line.strip()])
+        rows = rows_of(_json_lines(path))
         main = {r.get("mode"): r for r in rows if r.get("kind") == "called" and r.get("problem") == "main"}
         loop, graph = main.get("loop", {}), main.get("graph", {})
         if loop.get("wall_ms") and graph.get("wall_ms"):
