@@ -48,8 +48,9 @@ __all__ = [
     "PREFERRED_V2",
 ]
 
-MAX_HEAD_DIM = 128
-"""The largest head dim the kernels take: a [BLOCK, 128] fp32 accumulator already uses most of the registers."""
+MAX_HEAD_DIM = 256
+"""The largest head dim the kernels take (SDPA's, FlashAttention's and cuDNN's limit): at 256 a [BLOCK, 256] fp32
+accumulator fills the registers of a 64-row tile, so the tiles there are half as tall."""
 
 KINDS = ("forward", "dkdv", "dq")
 """The three attention kernels a config is for: the forward, the dK/dV backward and the dQ backward."""
@@ -118,19 +119,28 @@ def smem_estimate(kind: str, block_m: int, block_n: int, block_d: int, itemsize:
 # Head dim 128's backward tiles were chosen by measuring on the H100: smaller tiles (dK/dV at (32, 64, 8, 2), dQ at
 # (64, 32, 8, 2)) ran about 3x slower than these, and dK/dV with 4 warps spills registers (lesson 4's records hold
 # the times of the tiles it uses).
+# Head dim 256's tiles are FlashAttention-2's for that head dim (64-row tiles, 8 warps), not yet measured here.
 _PREFERRED = {
-    "forward": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)},
-    "dkdv": {64: (32, 128, 4, 3), 128: (64, 128, 8, 3)},
-    "dq": {64: (128, 32, 4, 3), 128: (128, 32, 4, 3)},
+    "forward": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
+    "dkdv": {64: (32, 128, 4, 3), 128: (64, 128, 8, 3), 256: (32, 64, 8, 1)},
+    "dq": {64: (128, 32, 4, 3), 128: (128, 32, 4, 3), 256: (64, 32, 8, 2)},
 }
 
 
 # Alternatives tried by the autotuner, beside the preferred tile above (same meaning: block_m, block_n, warps, stages).
 _ALTERNATIVES = {
-    "forward": {64: [(128, 128, 8, 3), (64, 64, 4, 3)], 128: [(128, 32, 4, 3), (64, 64, 4, 3)]},
-    "dkdv": {64: [(64, 128, 8, 3), (32, 64, 4, 3)], 128: [(32, 128, 8, 2), (64, 64, 8, 2)]},
-    "dq": {64: [(64, 64, 4, 3), (128, 64, 8, 3)], 128: [(64, 32, 4, 3), (128, 64, 8, 2)]},
-}
+    "forward": {64: [(128, 128, 8, 3), (64, 64, 4, 3)], 128: [(128, 32, 4, 3), (64, 64, 4, 3)],
+                256: [(64, 32, 4, 2), (128, 32, 8, 1)]},
+    "dkdv": {64: [(64, 128, 8, 3), (32, 64, 4, 3)], 128: [(32, 128, 8, 2), (64, 64, 8, 2)],
+             256: [(32, 32, 4, 2), (64, 32, 8, 1)]},
+    "dq": {64: [(64, 64, 4, 3), (128, 64, 8, 3)], 128: [(64, 32, 4, 3), (128, 64, 8, 2)],
+           256: [(32, 32, 4, 2), (64, 64, 8, 1)]},
+}  # fmt: skip
+
+
+def _tile_key(block_d: int) -> int:
+    """The row of :data:`_PREFERRED` for a padded head dim: 64, 128 or 256."""
+    return 64 if block_d <= 64 else 128 if block_d <= 128 else 256
 
 
 def attention_config(
@@ -155,7 +165,7 @@ def attention_config(
     interpreter = runtime.INTERPRET if interpreter is None else runtime.strict_bool("interpreter", interpreter)
     if interpreter:
         return AttentionConfig(block_m=16, block_n=16, block_d=block_d, num_warps=4, num_stages=1)
-    return _fit(kind, _PREFERRED[kind][64 if block_d <= 64 else 128], block_d, dtype, seq_q, seq_k, gpu)
+    return _fit(kind, _PREFERRED[kind][_tile_key(block_d)], block_d, dtype, seq_q, seq_k, gpu)
 
 
 def _fit(kind, tile, block_d, dtype, seq_q, seq_k, gpu) -> AttentionConfig:
@@ -201,7 +211,7 @@ def candidates(kind, head_dim, dtype=torch.float16, seq_q=None, seq_k=None, gpu=
     if runtime.INTERPRET if interpreter is None else interpreter:
         return [first]
     out = [first]
-    for tile in _ALTERNATIVES[kind][64 if first.block_d <= 64 else 128]:
+    for tile in _ALTERNATIVES[kind][_tile_key(first.block_d)]:
         c = _fit(kind, tile, first.block_d, dtype, seq_q, seq_k, gpu)
         if c not in out:
             out.append(c)

@@ -5,8 +5,10 @@
 signatures and, through ``register_fake``, the shapes and dtypes of what they return, and calls them as they are.
 ``register_autograd`` tells autograd that the backward op is the forward op's derivative.
 
-- ``gpulab::attention_forward(q, k, v, is_causal, scale, allow_tf32, autotune) -> (o, lse)``
-- ``gpulab::attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, autotune) -> (dq, dk, dv)``
+- ``gpulab::attention_forward(q, k, v, is_causal, scale, allow_tf32, autotune, enable_gqa, window) -> (o, lse)``
+  (``enable_gqa`` False and ``window`` None, for (-1, -1), by default)
+- ``gpulab::attention_backward(do, q, k, v, o, lse, is_causal, scale, allow_tf32, autotune, enable_gqa, window)
+  -> (dq, dk, dv)``
 
 :func:`gpulab.attention.flash_attention` validates its arguments in Python (so a bad input raises the same clear
 error compiled or not) and calls these ops when it is being compiled; eagerly it calls its autograd Function, a few
@@ -24,15 +26,24 @@ __all__ = ["flash_attention_op", "forward_op", "backward_op"]
 
 @torch.library.custom_op("gpulab::attention_forward", mutates_args=())
 def forward_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, allow_tf32: bool, autotune: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    allow_tf32: bool,
+    autotune: bool,
+    enable_gqa: bool = False,
+    window: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """O [B, H, Nq, D] (q's dtype) and the fp32 log-sum-exp [B, H, Nq] of validated inputs."""
     config = "auto" if autotune else None
-    return attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, config=config)
+    return attention_forward(q, k, v, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, config=config,
+                             enable_gqa=enable_gqa, window_size=tuple(window or (-1, -1)))  # fmt: skip
 
 
 @forward_op.register_fake
-def _(q, k, v, is_causal, scale, allow_tf32, autotune):
+def _(q, k, v, is_causal, scale, allow_tf32, autotune, enable_gqa=False, window=None):
     b, h, n_q, _ = q.shape
     o = q.new_empty((b, h, n_q, v.shape[-1]))
     return o, q.new_empty((b, h, n_q), dtype=torch.float32)
@@ -50,38 +61,45 @@ def backward_op(
     scale: float,
     allow_tf32: bool,
     autotune: bool,
+    enable_gqa: bool = False,
+    window: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of validated inputs (the FlashAttention-2 backward: P recomputed from the log-sum-exp)."""
     configs = "auto" if autotune else None
     dq, dk, dv = attention_backward(
-        do.contiguous(), q, k, v, o, lse, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, configs=configs
-    )
+        do.contiguous(), q, k, v, o, lse, is_causal=is_causal, scale=scale, allow_tf32=allow_tf32, configs=configs,
+        enable_gqa=enable_gqa, window_size=tuple(window or (-1, -1)),
+    )  # fmt: skip
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
 
 @backward_op.register_fake
-def _(do, q, k, v, o, lse, is_causal, scale, allow_tf32, autotune):
+def _(do, q, k, v, o, lse, is_causal, scale, allow_tf32, autotune, enable_gqa=False, window=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, is_causal, scale, allow_tf32, autotune = inputs
+    q, k, v, is_causal, scale, allow_tf32, autotune, enable_gqa, window = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.flags = (is_causal, scale, allow_tf32, autotune)
+    ctx.flags = (is_causal, scale, allow_tf32, autotune, enable_gqa, None if window is None else list(window))
 
 
 def _backward(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = backward_op(do, q, k, v, o, lse, *ctx.flags)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def flash_attention_op(q, k, v, is_causal: bool = False, scale=None, allow_tf32: bool = False, autotune: bool = False):
+def flash_attention_op(q, k, v, is_causal: bool = False, scale=None, allow_tf32: bool = False, autotune: bool = False,
+                       enable_gqa: bool = False, window_size=(-1, -1)):  # fmt: skip
     """:func:`gpulab.attention.flash_attention` through the custom ops (what it calls when compiled)."""
-    scale = check_inputs(q, k, v, scale, allow_tf32)
-    o, _ = forward_op(q, k, v, bool(is_causal), float(scale), bool(allow_tf32), bool(autotune))
+    scale = check_inputs(q, k, v, scale, allow_tf32, enable_gqa=bool(enable_gqa))
+    window = [int(w) for w in window_size]
+    o, _ = forward_op(
+        q, k, v, bool(is_causal), float(scale), bool(allow_tf32), bool(autotune), bool(enable_gqa), window
+    )
     return o

@@ -26,17 +26,17 @@ from typing import NamedTuple
 
 import torch
 
-from gpulab import check, dtypes, hardware, runtime
+from gpulab import check, runtime
 from gpulab.attention import sm90
 from gpulab.attention.configs import (
-    MAX_HEAD_DIM,
     AttentionConfig,
     HopperConfig,
     attention_config,
     autotuned_config,
     hopper_config,
 )
-from gpulab.attention.reference import default_scale
+from gpulab.attention.inputs import check_inputs
+from gpulab.attention.reference import check_window
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import backward_fused as v1_fused
 from gpulab.attention.v1 import forward as v1_forward
@@ -51,9 +51,6 @@ __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_pla
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
            "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
            "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
-
-_FP32_MAX = torch.finfo(torch.float32).max
-"""The largest scale magnitude :func:`check_inputs` takes: the kernels take the scale as float32."""
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
@@ -109,67 +106,6 @@ _BACKWARD: dict = {}
 _MISSES = {"forward": 0, "backward": 0}
 
 
-def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k", "v")) -> float:
-    """Raise a clear error (naming the argument, saying what is supported) unless q, k, v are valid attention inputs:
-    tensors on gpulab's device, one supported dtype, q [B, H, Nq, D], k and v [B, H, Nk, D] with the same B, H and
-    D, 1 <= D <= 128, any Nq, Nk >= 0 (as SDPA: no queries give an empty output, no keys an output of zeros);
-    ``scale`` None or any finite number within float32's range, which the kernels take it in (0 and negative as SDPA
-    takes them); ``allow_tf32`` a bool. Returns the scale."""
-    for name, t in zip(names, (q, k, v)):
-        runtime.require_tensor(name, t)
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must be 4-dimensional [batch, heads, seq, head_dim], got shape {tuple(t.shape)}; "
-                "add the missing dimensions with unsqueeze."
-            )
-    unique = list(dict.fromkeys(names))  # the backward checks (o, do, o): name each tensor once
-    together = ", ".join(unique[:-1]) + " and " + unique[-1]
-    for name, t in zip(names[1:], (k, v)):
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name} is {t.dtype} but {names[0]} is {q.dtype}; {together} must share one dtype.")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but {names[0]} is on {q.device}; put {together} on one device.")
-    if q.dtype == torch.float64:  # no kernel computes in it: say where float64 attention is
-        raise ValueError(
-            f"{names[0]} has dtype torch.float64; these kernels support {dtypes.names_of(hardware.supported_dtypes())} "
-            f"here. Convert the inputs, e.g. `{names[0]}.float()`, or for a float64 reference call "
-            "gpulab.attention.attention_reference (PyTorch, in float64)."
-        )
-    hardware.require_dtype(names[0], q.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-    allow_tf32 = runtime.strict_bool("allow_tf32", allow_tf32)
-    nq_, nk_, nv_ = names
-    b, h, n_q, d = q.shape
-    if tuple(k.shape[:2]) != (b, h) or tuple(v.shape[:2]) != (b, h):
-        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in dict(zip(names, (q, k, v))).items())
-        raise ValueError(
-            f"batch and heads differ: {shapes}; {together} must be [batch, heads, seq, head_dim] with the same batch "
-            "and heads (no broadcasting)."
-        )
-    if b * h > 65535:
-        raise ValueError(
-            f"batch * heads = {b * h} is over 65535, the largest second grid dimension these kernels launch; "
-            "split the batch into chunks of at most 65535 // heads."
-        )
-    if k.shape != v.shape:
-        raise ValueError(f"{nk_} {tuple(k.shape)} and {nv_} {tuple(v.shape)} must have the same shape.")
-    if k.shape[3] != d:
-        raise ValueError(f"{nq_} has head_dim {d} but {nk_} and {nv_} have {k.shape[3]}; they must match.")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(
-            f"head_dim {d} is not supported; these kernels take head dims 1 to {MAX_HEAD_DIM} (any value, "
-            "powers of two or not)."
-        )
-    if allow_tf32 and q.dtype != torch.float32:
-        raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
-    scale = default_scale(d, scale)
-    if abs(scale) > _FP32_MAX:  # comparisons only: a symbolic float under torch.compile traces them
-        raise ValueError(
-            f"scale={scale!r} is beyond float32's largest finite value {_FP32_MAX:.6g}; the kernels take the scale as "
-            "float32, where it would be inf (every output NaN). Pass a scale of magnitude at most that."
-        )
-    return scale
-
-
 def check_config(name: str, config, head_dim: int) -> AttentionConfig | HopperConfig | str | None:
     """``config`` if it is None, ``"auto"``, a :class:`HopperConfig` (version 2), a
     :class:`gpulab.attention.v3.forward.V3Config` (version 3) or an :class:`AttentionConfig` whose head-dim tile
@@ -206,16 +142,20 @@ class Plan:
 
     ``forward`` and ``backward`` hold the kernels' :class:`gpulab.launch.Launch` objects once built (by
     :func:`run_forward` and :func:`run_backward`, on first use: with ``"auto"`` configs
-    that is when the tiles are timed).
+    that is when the tiles are timed). ``group`` is Hq // Hkv (grouped-query heads; 1 without), ``window`` the
+    ``(left, right)`` window ((-1, -1): none), ``varlen`` False (packed batches have
+    :class:`gpulab.attention.varlen.VarlenPlan`).
     """
 
     __slots__ = ("b", "h", "n_q", "n_k", "d", "dtype", "device", "scale", "qk_scale", "is_causal", "allow_tf32",
                  "precision", "is_fp32", "contiguous", "empty", "o_shape", "lse_shape", "config", "backward_configs",
-                 "forward", "backward", "version")  # fmt: skip
+                 "forward", "backward", "version", "group", "window", "varlen")  # fmt: skip
 
-    def __init__(self, q, k, scale, is_causal, allow_tf32, config, backward_configs, contiguous):
+    def __init__(self, q, k, scale, is_causal, allow_tf32, config, backward_configs, contiguous, window=(-1, -1)):
         self.b, self.h, self.n_q, self.d = q.shape
         self.n_k = k.shape[2]
+        self.group = self.h // k.shape[1] if k.shape[1] else 1
+        self.window, self.varlen = window, False
         self.dtype, self.device = q.dtype, q.device
         self.scale = scale
         self.qk_scale = scale * LOG2E_F  # the kernels' scores in base 2
@@ -231,6 +171,16 @@ class Plan:
         self.config, self.backward_configs = config, backward_configs
         self.forward = self.backward = None
         self.version = 1  # the forward kernel's version (forward_plan sets it)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The kernels' ``(left, right)``: the window, or SDPA's causal mask as ``right = 0`` (diagonal top-left)."""
+        return (-1, 0) if self.is_causal else self.window
+
+    @property
+    def plain(self) -> bool:
+        """No grouped heads and no window: what versions 2 and 3 and the one-pass backwards take."""
+        return self.group == 1 and self.window == (-1, -1)
 
 
 def _store(cache: dict, key, plan: Plan) -> Plan:
@@ -322,34 +272,50 @@ this list to the records). Head dim 64 joined in run i, with causal tiles in (lo
 version 3 was slower there on short or causal problems."""
 
 
-def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:
+def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None,
+                 enable_gqa=False, window_size=(-1, -1)) -> Plan:  # fmt: skip
     """The :class:`Plan` for ``attention_forward(q, k, v, is_causal, scale, allow_tf32, config)``: found by one dict
     lookup for a signature seen before, else built after the full checks (which raise on bad input).
 
     ``config``: None, ``"auto"``, an :class:`AttentionConfig` or a :class:`HopperConfig`; the backward of the same
     plan uses the default tiles with None or a config, and autotunes with ``"auto"``. ``version``: the forward
     kernel, None for the automatic choice (:func:`check_version`).
+
+    Grouped-query heads (``enable_gqa`` with Hkv < Hq) and windows run on version 1, the version that has them:
+    with ``version=None`` such a call takes version 1 even on Hopper (slower there than versions 2 and 3 on plain
+    problems: a plan decision, stated here, until those versions have them); ``version=2`` or 3 with them is a
+    ValueError.
     """
     key = None
-    if is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float):
+    if (is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float)
+            and enable_gqa.__class__ is bool and window_size.__class__ is tuple):  # fmt: skip
         try:
             key = (q.__class__, q.shape, q.stride(), q.dtype, q.device,
                    k.__class__, k.shape, k.stride(), k.dtype, k.device,
                    v.__class__, v.shape, v.stride(), v.dtype, v.device,
-                   is_causal, scale, allow_tf32, config, version)  # fmt: skip
+                   is_causal, scale, allow_tf32, config, version, enable_gqa,
+                   tuple((w.__class__, w) for w in window_size))  # fmt: skip
             plan = _FORWARD.get(key)
         except (AttributeError, TypeError):  # not tensors, or an unhashable config: the checks below say which
             key = plan = None
         if plan is not None:
             return plan
     _MISSES["forward"] += 1
-    scale = check_inputs(q, k, v, scale, allow_tf32)
+    scale = check_inputs(q, k, v, scale, allow_tf32, enable_gqa=runtime.strict_bool("enable_gqa", enable_gqa))
     is_causal = runtime.strict_bool("is_causal", is_causal)
+    window = check_window(window_size, is_causal)
     config = check_config("config", config, q.shape[3])
     contiguous = q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
     backward_configs = "auto" if isinstance(config, str) else None
-    plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous)
+    plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous, window)
     work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
+    if not plan.plain:  # grouped heads or a window: version 1 has them
+        if version in (2, 3) or isinstance(config, (HopperConfig, v3_forward.V3Config)):
+            raise ValueError(
+                f"version={version} (config {config!r}) cannot run grouped-query heads (Hq // Hkv = {plan.group}) or "
+                f"a window ({window}); version 1 has them: pass version=None or 1 and a version-1 config or None."
+            )
+        version = 1
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
                              and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
@@ -360,28 +326,28 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     return _store(_FORWARD, key, plan)
 
 
-def backward_plan(do, q, k, v, o, lse, is_causal=False, scale=None, allow_tf32=False, configs=None) -> Plan:
+def backward_plan(do, q, k, v, o, lse, is_causal=False, scale=None, allow_tf32=False, configs=None,
+                  enable_gqa=False, window_size=(-1, -1)) -> Plan:  # fmt: skip
     """The :class:`Plan` for ``attention_backward(do, q, k, v, o, lse, ...)``, cached like :func:`forward_plan`
     (``configs`` None or ``"auto"``; a dict of configs takes the full checks on every call)."""
     key = None
     if (is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float)
-            and (configs is None or configs.__class__ is str)):  # fmt: skip
+            and (configs is None or configs.__class__ is str) and enable_gqa.__class__ is bool
+            and window_size.__class__ is tuple):  # fmt: skip
         try:
             key = tuple((t.__class__, t.shape, t.stride(), t.dtype, t.device) for t in (do, q, k, v, o, lse)) + (
-                is_causal,
-                scale,
-                allow_tf32,
-                configs,
-            )
+                is_causal, scale, allow_tf32, configs, enable_gqa, tuple((w.__class__, w) for w in window_size),
+            )  # fmt: skip
             plan = _BACKWARD.get(key)
         except (AttributeError, TypeError):
             key = plan = None
         if plan is not None:
             return plan
     _MISSES["backward"] += 1
-    scale = check_inputs(q, k, v, scale, allow_tf32)
+    scale = check_inputs(q, k, v, scale, allow_tf32, enable_gqa=runtime.strict_bool("enable_gqa", enable_gqa))
     check_inputs(o, do, o, scale, allow_tf32, names=("o", "do", "o"))
     is_causal = runtime.strict_bool("is_causal", is_causal)
+    window = check_window(window_size, is_causal)
     if o.shape != q.shape or do.shape != q.shape or o.dtype != q.dtype:
         raise ValueError(f"o and do must be shaped and typed like q {tuple(q.shape)}, {q.dtype}.")
     b, h, n_q, d = q.shape
@@ -390,7 +356,7 @@ def backward_plan(do, q, k, v, o, lse, is_causal=False, scale=None, allow_tf32=F
         raise ValueError(f"lse is on {lse.device} but q is on {q.device}; put them on one device.")
     configs = _check_backward_configs(configs, d)
     contiguous = all(t.is_contiguous() for t in (q, k, v, o, lse))
-    plan = Plan(q, k, scale, is_causal, bool(allow_tf32), None, configs, contiguous)
+    plan = Plan(q, k, scale, is_causal, bool(allow_tf32), None, configs, contiguous, window)
     return _store(_BACKWARD, key, plan)
 
 
@@ -440,18 +406,29 @@ def run_forward(plan: Plan, q, k, v):
     if launch is None:
         cfg = plan.config
         if cfg == "auto":  # time the candidates once for this problem, keep the fastest
-            run = lambda c: attention_forward(q, k, v, plan.is_causal, plan.scale, plan.allow_tf32, config=c)  # noqa: E731
+            run = lambda c: attention_forward(q, k, v, plan.is_causal, plan.scale, plan.allow_tf32, config=c,  # noqa: E731
+                                              enable_gqa=plan.group > 1, window_size=plan.window)  # fmt: skip
             cfg = autotuned_config("forward", plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
         elif cfg is None:
             cfg = attention_config("forward", plan.d, plan.dtype, plan.n_q, plan.n_k)
         launch = plan.forward = v1_forward.forward_launch(plan, cfg)
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15)
-    launch(direct_stream(plan.device) if aligned else None, q, k, v, o, lse, plan.n_q, plan.n_k, plan.qk_scale)
+    stream = direct_stream(plan.device) if aligned else None
+    launch(stream, q, k, v, o, lse, q, q, plan.n_q, plan.n_k, plan.h, plan.group, plan.qk_scale, *plan.bounds)
     return o, lse
 
 
 def attention_forward(
-    q, k, v, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, config=None, version=None
+    q,
+    k,
+    v,
+    is_causal: bool = False,
+    scale: float | None = None,
+    allow_tf32: bool = False,
+    config=None,
+    version=None,
+    enable_gqa: bool = False,
+    window_size=(-1, -1),
 ):
     """The attention forward of the version the plan picks; returns ``(O, LSE)``: O like q, LSE fp32 [B, H, Nq]
     (natural log).
@@ -467,13 +444,16 @@ def attention_forward(
 
     No autograd here; :func:`gpulab.attention.flash_attention` is the differentiable entry point.
     """
-    return run_forward(forward_plan(q, k, v, is_causal, scale, allow_tf32, config, version), q, k, v)
+    plan = forward_plan(q, k, v, is_causal, scale, allow_tf32, config, version, enable_gqa, window_size)
+    return run_forward(plan, q, k, v)
 
 
 def _launches(plan: Plan, q, k, v, o, lse, do):
     """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
     pays and no tiles were asked for, else the two kernels."""
     long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
+    if not plan.plain:  # grouped heads or a window: version 1's two kernels have them
+        return _two_kernel_launches(plan, q, k, v, o, lse, do)
     if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
             and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
         return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
@@ -491,7 +471,7 @@ def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
 
             def run(c, kind=kind):
                 return attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, plan.allow_tf32,
-                                          {kind: c})  # fmt: skip
+                                          {kind: c}, plan.group > 1, plan.window)  # fmt: skip
 
             tuned[kind] = autotuned_config(kind, plan.d, plan.dtype, plan.is_causal, plan.n_q, plan.n_k, run)
         configs = tuned
@@ -547,13 +527,29 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     stream = direct_stream(plan.device) if aligned else None
     delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
-    dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
-    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
+    if dq_launch.kernel is v2_backward.attention_dq_v2_kernel:
+        dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
+        dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
+        return dq, dk, dv
+    extra = (q, q, n_q, n_k, plan.h, plan.group, qk_scale, scale, *plan.bounds)  # no offsets: q stands in, unread
+    dq_launch(stream, q, k, v, o, do, lse, delta, dq, *extra)  # writes D = rowsum(dO * O)
+    dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, *extra)  # reads D: runs second
     return dq, dk, dv
 
 
 def attention_backward(
-    do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None, allow_tf32: bool = False, configs=None
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    is_causal: bool = False,
+    scale: float | None = None,
+    allow_tf32: bool = False,
+    configs=None,
+    enable_gqa: bool = False,
+    window_size=(-1, -1),
 ):
     """dQ, dK, dV from the inputs, the output O, its gradient dO and the saved LSE (fp32 [B, H, Nq]).
 
@@ -562,7 +558,7 @@ def attention_backward(
     gradients themselves: the fp32 ``D = rowsum(dO * O)``. The checks and tile choices run once per input
     signature (:func:`gpulab.attention.plan.backward_plan`).
     """
-    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs)
+    plan = backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32, configs, enable_gqa, window_size)
     return run_backward(plan, do, q, k, v, o, lse)
 
 

@@ -60,15 +60,15 @@ CASES = [
         "flash-heads-differ",
         lambda x: A.flash_attention(x.q, x.k[:, :1], x.v[:, :1]),
         ValueError,
-        "same batch and heads",
+        "enable_gqa=False they must be equal",
     ),  # fmt: skip
     ("flash-kv-differ", lambda x: A.flash_attention(x.q, x.k, x.v[:, :, :3]), ValueError, "same shape"),
     ("flash-head-dim-differ", lambda x: A.flash_attention(x.q, x.k[..., :8], x.v[..., :8]), ValueError, "head_dim"),
     (
-        "flash-head-dim-160",
-        lambda x: A.flash_attention(*(_zeros(1, 1, 4, 160),) * 3),
+        "flash-head-dim-264",
+        lambda x: A.flash_attention(*(_zeros(1, 1, 4, 264),) * 3),
         ValueError,
-        "head dims 1 to 128",
+        "head dims 1 to 256",
     ),  # fmt: skip
     ("flash-dtype-differ", lambda x: A.flash_attention(x.q, x.k.half(), x.v), ValueError, "share one dtype"),
     ("flash-float64", lambda x: A.flash_attention(x.q.double(), x.k.double(), x.v.double()), ValueError, "q"),
@@ -153,7 +153,7 @@ CASES = [
     ("online-softmax-0d", lambda x: A.online_softmax(_zeros(())), ValueError, "x"),
     # configs and autotuning
     ("config-kind", lambda x: A.attention_config("fwd", 64), ValueError, "kind"),
-    ("config-head-dim-256", lambda x: A.attention_config("forward", 256), ValueError, "head_dim"),
+    ("config-head-dim-257", lambda x: A.attention_config("forward", 257), ValueError, "head_dim"),
     ("config-head-dim-float", lambda x: A.attention_config("forward", 64.0), TypeError, "head_dim"),
     ("config-seq-0", lambda x: A.attention_config("forward", 64, seq_q=0), ValueError, "seq_q"),
     (

@@ -96,7 +96,7 @@ def test_non_contiguous_inputs_give_the_same_gradients(fresh_plans, attention_in
 
 
 BAD_AFTER_GOOD = [
-    ("heads", lambda x: A.flash_attention(x.q, x.k[:, :1], x.v[:, :1]), ValueError, "same batch and heads"),
+    ("heads", lambda x: A.flash_attention(x.q, x.k[:, :1], x.v[:, :1]), ValueError, "enable_gqa=False"),
     ("float64", lambda x: A.flash_attention(x.q.double(), x.k.double(), x.v.double()), ValueError, "q"),
     ("causal-int", lambda x: A.flash_attention(x.q, x.k, x.v, is_causal=1), TypeError, "is_causal"),
     ("tf32-int", lambda x: A.flash_attention(x.q, x.k, x.v, allow_tf32=0), TypeError, "allow_tf32"),
@@ -162,7 +162,7 @@ def test_dq_kernel_writes_the_preprocess_delta(attention_inputs):
     dq_launch, _ = B.backward_launches(plan, A.attention_config("dkdv", d, q.dtype, nq, nk), cfg)
     delta = check.new_output(b, h, nq, dtype=torch.float32)
     dq = check.new_output(b, h, nq, d, dtype=q.dtype)
-    dq_launch(None, q, k, v, o, do, lse, delta, dq, nq, nk, plan.qk_scale, plan.scale)
+    dq_launch(None, q, k, v, o, do, lse, delta, dq, q, q, nq, nk, h, 1, plan.qk_scale, plan.scale, *plan.bounds)
     ref = check.new_output(b, h, nq, dtype=torch.float32)
     A.attention_preprocess_kernel[(-(-nq // 16), b * h)](o, do, ref, nq, HEAD_DIM=d, BLOCK_M=16, BLOCK_D=cfg.block_d)
     check.assert_close(delta, (o.double() * do.double()).sum(-1), name="delta")

@@ -15,14 +15,17 @@ launch fewer: at short sequences a launch costs more host time than the whole pr
 
 FlashAttention-2 splits the work so that no two programs write the same output (no atomics):
 
-- :func:`attention_dkdv_kernel`, one program per (batch*head, K block): keeps ``k, v`` and the ``dK, dV``
-  accumulators in registers and loops over Q blocks (causal: only those at or below the diagonal; a key that no
-  query sees gets dK = dV = 0 because its loop is empty);
+- :func:`attention_dkdv_kernel`, one program per (batch*KV head, K block): keeps ``k, v`` and the ``dK, dV``
+  accumulators in registers and loops over the query heads that read this KV head (grouped-query attention: their
+  sum is dK, dV) and their Q blocks (causal or windowed: only those that see the block; a key that no query sees
+  gets dK = dV = 0 because its loop is empty);
 - :func:`attention_dq_kernel`, one program per (batch*head, Q block): keeps ``q, dO`` and ``dQ`` in registers and
   loops over K blocks, like the forward; it runs first and also writes ``D`` for its rows.
 
 Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
-the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal, as the forward does.
+the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal or a window's edges, as the
+forward does (:mod:`gpulab.attention.windows`). Variable-length batches run in the same two launches, the grid's third
+axis over the sequences, each program reading its offsets from ``cu_seq``.
 
 That costs seven products per block pair where the math needs five (S and dP are computed in both kernels). The
 one-pass backward of :mod:`gpulab.attention.v1.backward_fused` does five, adding dQ atomically into an fp32 buffer; it
@@ -36,7 +39,8 @@ import triton
 import triton.language as tl
 
 from gpulab.attention.configs import AttentionConfig
-from gpulab.attention.shared import dkdv_q_ranges
+from gpulab.attention.v1.forward import mask_flags
+from gpulab.attention.windows import kv_ranges, q_ranges, visible
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 
@@ -49,21 +53,27 @@ def _dkdv_inner(
     dv,
     k,
     v,
-    q_ptrs,
+    q_ptrs,  # [BLOCK_M, BLOCK_D] pointers to the first Q block's rows of this query head
     do_ptrs,
-    lse_ptr,
-    delta_ptr,
+    lse_ptr,  # this query head's LSE row
+    delta_ptr,  # this query head's D row
     lo,
     hi,
     n_q,
+    stride_q,  # elements between consecutive query rows
     qk_scale,
     offs_n,
     offs_m0,
     d_mask,
+    n_k,
+    off,
+    left,
+    right,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
     MASKED: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -77,17 +87,15 @@ def _dkdv_inner(
         else:
             row_ok = offs_m >= 0  # all true
             ld_mask = row_ok[:, None] & d_mask[None, :]
-        q = tl.load(q_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
-        do = tl.load(do_ptrs + start_m * HEAD_DIM, mask=ld_mask, other=0.0)
+        q = tl.load(q_ptrs + start_m * stride_q, mask=ld_mask, other=0.0)
+        do = tl.load(do_ptrs + start_m * stride_q, mask=ld_mask, other=0.0)
         lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * LOG2E  # natural log -> base 2
         delta = tl.load(delta_ptr + offs_m, mask=row_ok, other=0.0)
         # P^T, [BLOCK_N, BLOCK_M], rebuilt from the saved log-sum-exp
         s_t = dot(k, tl.trans(q), IS_FP32, PRECISION) * qk_scale
         if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
-            visible = row_ok[None, :]
-            if IS_CAUSAL:
-                visible = visible & (offs_n[:, None] <= offs_m[None, :])
-            s_t = tl.where(visible, s_t, float("-inf"))
+            ok = tl.trans(visible(offs_m, offs_n, n_k, off, left, right, HAS_LEFT, HAS_RIGHT)) & row_ok[None, :]
+            s_t = tl.where(ok, s_t, float("-inf"))
         p_t = tl.exp2(s_t - lse2[None, :])
         dv += dot(p_t.to(do.dtype), do, IS_FP32, PRECISION)  # dV = P^T dO
         dp_t = dot(v, tl.trans(do), IS_FP32, PRECISION)  # dP^T = V dO^T
@@ -98,58 +106,99 @@ def _dkdv_inner(
 
 @triton.jit
 def attention_dkdv_kernel(
-    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
-    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
-    v_ptr,  # [B*H, Nk, HEAD_DIM] values
-    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
-    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
-    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
-    dk_ptr,  # [B*H, Nk, HEAD_DIM] dK
-    dv_ptr,  # [B*H, Nk, HEAD_DIM] dV
-    n_q,  # Nq: query rows per head
-    n_k,  # Nk: key rows per head
+    q_ptr,  # [B, Hq, Nq, HEAD_DIM] queries, contiguous; VARLEN: packed [Tq, Hq, HEAD_DIM]
+    k_ptr,  # [B, Hkv, Nk, HEAD_DIM] keys; VARLEN: [Tk, Hkv, HEAD_DIM]
+    v_ptr,  # values, like k
+    do_ptr,  # dO, the output's gradient, like q
+    lse_ptr,  # fp32 log-sum-exp of each score row (natural log): [B, Hq, Nq]; VARLEN: [Hq, Tq]
+    delta_ptr,  # fp32 D = rowsum(dO * O), like lse
+    dk_ptr,  # dK, like k
+    dv_ptr,  # dV, like k
+    cu_q_ptr,  # VARLEN: [S + 1] int32 offsets of each sequence's query rows (else not read)
+    cu_k_ptr,  # VARLEN: [S + 1] int32 offsets of each sequence's key rows (else not read)
+    n_q,  # Nq: query rows per head; VARLEN: Tq, the packed total
+    n_k,  # Nk: key rows per head (VARLEN: not read)
+    n_heads,  # Hq
+    group,  # Hq // Hkv: query heads per KV head
     qk_scale,  # scale * log2(e): the scores in base 2
     scale,  # the softmax scale (dQ and dK carry it once)
+    left,  # window: keys before the (bottom-right) diagonal a query sees (HAS_LEFT)
+    right,  # keys after the diagonal a query sees (HAS_RIGHT; 0 with the causal mask)
     HEAD_DIM: tl.constexpr,  # D
     BLOCK_M: tl.constexpr,  # query rows per tile
     BLOCK_N: tl.constexpr,  # key rows per tile
     BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
     IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    HAS_LEFT: tl.constexpr,  # the window bounds keys on the left
+    HAS_RIGHT: tl.constexpr,  # the window (or the causal mask) bounds keys on the right
+    VARLEN: tl.constexpr,  # packed sequences; grid axis 2 is the sequence
     IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
     PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
 ):
-    """dK and dV of one (batch*head, K block): loop over the Q blocks that see it."""
-    bh = tl.program_id(1)  # K blocks of one head are neighbours in the launch order (shared Q/dO in L2)
+    """dK and dV of one (batch*KV head, K block) (VARLEN: one (K block, KV head, sequence)): loop over the query
+    heads of its group and, for each, the Q blocks that see it. The group's sum happens here, in registers: no
+    per-query-head dK/dV buffer, no atomics."""
     start_n = tl.program_id(0) * BLOCK_N  # causal: the first K blocks (seen by the most queries) start first
+    n_kv_heads = n_heads // group
+    if VARLEN:
+        h_kv = tl.program_id(1)
+        seq = tl.program_id(2)
+        q_start = tl.load(cu_q_ptr + seq)
+        k_start = tl.load(cu_k_ptr + seq)
+        lse_base = q_start.to(tl.int64)  # query head h's row starts at h * Tq
+        lse_head = n_q  # elements between two query heads' LSE rows
+        n_q = tl.load(cu_q_ptr + seq + 1) - q_start
+        n_k = tl.load(cu_k_ptr + seq + 1) - k_start
+        stride_q = n_heads * HEAD_DIM
+        stride_kv = n_kv_heads * HEAD_DIM
+        kv_base = k_start.to(tl.int64) * stride_kv + h_kv * HEAD_DIM
+        q_base = q_start.to(tl.int64) * stride_q + h_kv * group * HEAD_DIM
+        q_head = HEAD_DIM  # elements between two query heads' first rows
+    else:  # batch*KV head b*Hkv + g; its query heads are b*Hq + g*group + i = (b*Hkv + g)*group + i
+        bh_kv = tl.program_id(1).to(tl.int64)
+        stride_q = HEAD_DIM
+        stride_kv = HEAD_DIM
+        kv_base = bh_kv * n_k * HEAD_DIM
+        q_base = bh_kv * group * n_q * HEAD_DIM
+        q_head = n_q * HEAD_DIM
+        lse_base = bh_kv * group * n_q
+        lse_head = n_q
+    off = 0
+    if not IS_CAUSAL:
+        off = n_k - n_q  # a window's diagonal is aligned bottom-right
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     kv_mask = (offs_n < n_k)[:, None] & d_mask[None, :]
-    kv_offs = bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    kv_offs = kv_base + offs_n[:, None] * stride_kv + offs_d[None, :]
     # Keys past n_k load as 0; their dK/dV rows are never stored, and dK[j] depends on key j only.
     k = tl.load(k_ptr + kv_offs, mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + kv_offs, mask=kv_mask, other=0.0)
-    q_ptrs = q_ptr + bh * n_q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
-    do_ptrs = do_ptr + bh * n_q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
-    lse_ptr += bh * n_q
-    delta_ptr += bh * n_q
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    lo, a, b = dkdv_q_ranges(start_n, n_q, BLOCK_M, BLOCK_N, IS_CAUSAL)  # masked, whole, ragged last Q blocks
-    dk, dv = _dkdv_inner(
-        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, lo, a, n_q, qk_scale, offs_n, offs_m0, d_mask,
-        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
-    )  # fmt: skip
-    dk, dv = _dkdv_inner(
-        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, a, b, n_q, qk_scale, offs_n, offs_m0, d_mask,
-        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, False, IS_FP32, PRECISION,
-    )  # fmt: skip
-    dk, dv = _dkdv_inner(
-        dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, b, n_q, n_q, qk_scale, offs_n, offs_m0, d_mask,
-        HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
-    )  # fmt: skip
+    lo, a, b, hi = q_ranges(start_n, n_q, n_k, off, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    for i in range(0, group):  # the query heads that read this KV head: dK and dV are their sum
+        q_ptrs = q_ptr + q_base + i * q_head + offs_m0[:, None] * stride_q + offs_d[None, :]
+        do_ptrs = do_ptr + q_base + i * q_head + offs_m0[:, None] * stride_q + offs_d[None, :]
+        lse_i = lse_ptr + lse_base + i * lse_head
+        delta_i = delta_ptr + lse_base + i * lse_head
+        if VARLEN:
+            lse_i = lse_ptr + (h_kv * group + i).to(tl.int64) * lse_head + lse_base
+            delta_i = delta_ptr + (h_kv * group + i).to(tl.int64) * lse_head + lse_base
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_ptrs, do_ptrs, lse_i, delta_i, lo, a, n_q, stride_q, qk_scale, offs_n, offs_m0, d_mask,
+            n_k, off, left, right, HEAD_DIM, BLOCK_M, BLOCK_D, HAS_LEFT, HAS_RIGHT, True, IS_FP32, PRECISION,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_ptrs, do_ptrs, lse_i, delta_i, a, b, n_q, stride_q, qk_scale, offs_n, offs_m0, d_mask,
+            n_k, off, left, right, HEAD_DIM, BLOCK_M, BLOCK_D, HAS_LEFT, HAS_RIGHT, False, IS_FP32, PRECISION,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, q_ptrs, do_ptrs, lse_i, delta_i, b, hi, n_q, stride_q, qk_scale, offs_n, offs_m0, d_mask,
+            n_k, off, left, right, HEAD_DIM, BLOCK_M, BLOCK_D, HAS_LEFT, HAS_RIGHT, True, IS_FP32, PRECISION,
+        )  # fmt: skip
     tl.store(dk_ptr + kv_offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptr + kv_offs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
@@ -166,14 +215,19 @@ def _dq_inner(
     lo,
     hi,
     n_k,
+    stride_kv,
     qk_scale,
     offs_m,
     offs_n0,
     d_mask,
+    off,
+    left,
+    right,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
     MASKED: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -185,14 +239,11 @@ def _dq_inner(
             ld_mask = (offs_n < n_k)[:, None] & d_mask[None, :]
         else:
             ld_mask = (offs_n >= 0)[:, None] & d_mask[None, :]
-        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
-        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=ld_mask, other=0.0)
+        k = tl.load(k_ptrs + start_n * stride_kv, mask=ld_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_kv, mask=ld_mask, other=0.0)
         s = dot(q, tl.trans(k), IS_FP32, PRECISION) * qk_scale
         if MASKED:  # mask the scores, not P: a hidden score can exceed the row's LSE and overflow exp2
-            visible = (offs_n < n_k)[None, :]
-            if IS_CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(visible, s, float("-inf"))
+            s = tl.where(visible(offs_m, offs_n, n_k, off, left, right, HAS_LEFT, HAS_RIGHT), s, float("-inf"))
         p = tl.exp2(s - lse2[:, None])
         dp = dot(do, tl.trans(v), IS_FP32, PRECISION)  # dP = dO V^T
         ds = p * (dp - delta[:, None])
@@ -202,75 +253,112 @@ def _dq_inner(
 
 @triton.jit
 def attention_dq_kernel(
-    q_ptr,  # [B*H, Nq, HEAD_DIM] queries, contiguous
-    k_ptr,  # [B*H, Nk, HEAD_DIM] keys
-    v_ptr,  # [B*H, Nk, HEAD_DIM] values
-    o_ptr,  # [B*H, Nq, HEAD_DIM] output O
-    do_ptr,  # [B*H, Nq, HEAD_DIM] dO, the output's gradient
-    lse_ptr,  # [B*H, Nq] fp32 log-sum-exp of each score row (natural log)
-    delta_ptr,  # [B*H, Nq] fp32 D = rowsum(dO * O)
-    dq_ptr,  # [B*H, Nq, HEAD_DIM] dQ
-    n_q,  # Nq: query rows per head
-    n_k,  # Nk: key rows per head
+    q_ptr,  # [B, Hq, Nq, HEAD_DIM] queries, contiguous; VARLEN: packed [Tq, Hq, HEAD_DIM]
+    k_ptr,  # [B, Hkv, Nk, HEAD_DIM] keys; VARLEN: [Tk, Hkv, HEAD_DIM]
+    v_ptr,  # values, like k
+    o_ptr,  # output O, like q
+    do_ptr,  # dO, the output's gradient, like q
+    lse_ptr,  # fp32 log-sum-exp of each score row (natural log): [B, Hq, Nq]; VARLEN: [Hq, Tq]
+    delta_ptr,  # fp32 D = rowsum(dO * O), like lse
+    dq_ptr,  # dQ, like q
+    cu_q_ptr,  # VARLEN: [S + 1] int32 offsets of each sequence's query rows (else not read)
+    cu_k_ptr,  # VARLEN: [S + 1] int32 offsets of each sequence's key rows (else not read)
+    n_q,  # Nq: query rows per head; VARLEN: Tq, the packed total
+    n_k,  # Nk: key rows per head (VARLEN: not read)
+    n_heads,  # Hq
+    group,  # Hq // Hkv: query heads per KV head
     qk_scale,  # scale * log2(e): the scores in base 2
     scale,  # the softmax scale (dQ and dK carry it once)
+    left,  # window: keys before the (bottom-right) diagonal a query sees (HAS_LEFT)
+    right,  # keys after the diagonal a query sees (HAS_RIGHT; 0 with the causal mask)
     HEAD_DIM: tl.constexpr,  # D
     BLOCK_M: tl.constexpr,  # query rows per tile
     BLOCK_N: tl.constexpr,  # key rows per tile
     BLOCK_D: tl.constexpr,  # D padded to a power of two >= 16 (the tl.dot tile)
     IS_CAUSAL: tl.constexpr,  # SDPA's top-left causal mask
+    HAS_LEFT: tl.constexpr,  # the window bounds keys on the left
+    HAS_RIGHT: tl.constexpr,  # the window (or the causal mask) bounds keys on the right
+    VARLEN: tl.constexpr,  # packed sequences; grid axis 2 is the sequence
     IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
     PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
 ):
-    """dQ of one (batch*head, Q block): loop over the K blocks it sees, split like the forward's loop. Also
-    D[bh, rows] = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for :func:`attention_dkdv_kernel`."""
+    """dQ of one (batch*head, Q block) (VARLEN: one (Q block, head, sequence)): loop over the K blocks it sees, split
+    like the forward's loop. Also D = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for
+    :func:`attention_dkdv_kernel`."""
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
         pid_m = tl.num_programs(0) - 1 - pid_m
-    bh = tl.program_id(1)
+    if VARLEN:
+        h = tl.program_id(1)
+        seq = tl.program_id(2)
+        q_start = tl.load(cu_q_ptr + seq)
+        k_start = tl.load(cu_k_ptr + seq)
+        lse_base = h.to(tl.int64) * n_q + q_start
+        n_q = tl.load(cu_q_ptr + seq + 1) - q_start
+        n_k = tl.load(cu_k_ptr + seq + 1) - k_start
+        stride_q = n_heads * HEAD_DIM
+        stride_kv = (n_heads // group) * HEAD_DIM
+        q_base = q_start.to(tl.int64) * stride_q + h * HEAD_DIM
+        kv_base = k_start.to(tl.int64) * stride_kv + (h // group) * HEAD_DIM
+    else:
+        bh = tl.program_id(1).to(tl.int64)
+        stride_q = HEAD_DIM
+        stride_kv = HEAD_DIM
+        q_base = bh * n_q * HEAD_DIM
+        kv_base = (bh // group) * n_k * HEAD_DIM
+        lse_base = bh * n_q
+    off = 0
+    if not IS_CAUSAL:
+        off = n_k - n_q  # a window's diagonal is aligned bottom-right
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     row_ok = offs_m < n_q
-    q_offs = bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    q_offs = q_base + offs_m[:, None] * stride_q + offs_d[None, :]
     q_mask = row_ok[:, None] & d_mask[None, :]
     q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + q_offs, mask=q_mask, other=0.0)
-    lse2 = tl.load(lse_ptr + bh * n_q + offs_m, mask=row_ok, other=0.0) * LOG2E
+    lse2 = tl.load(lse_ptr + lse_base + offs_m, mask=row_ok, other=0.0) * LOG2E
     o = tl.load(o_ptr + q_offs, mask=q_mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # D = rowsum(dO * O), [BLOCK_M], fp32
-    tl.store(delta_ptr + bh * n_q + offs_m, delta, mask=row_ok)
-    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
-    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n0[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(delta_ptr + lse_base + offs_m, delta, mask=row_ok)
+    k_ptrs = k_ptr + kv_base + offs_n0[:, None] * stride_kv + offs_d[None, :]
+    v_ptrs = v_ptr + kv_base + offs_n0[:, None] * stride_kv + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    hi = n_k
-    full = (n_k // BLOCK_N) * BLOCK_N
-    if IS_CAUSAL:
-        hi = tl.minimum(n_k, start_m + BLOCK_M)
-        full = tl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
+    lo, a, b, hi = kv_ranges(start_m, n_q, n_k, off, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     dq = _dq_inner(
-        dq, q, do, lse2, delta, k_ptrs, v_ptrs, 0, full, n_k, qk_scale, offs_m, offs_n0, d_mask,
-        HEAD_DIM, BLOCK_N, BLOCK_D, IS_CAUSAL, False, IS_FP32, PRECISION,
+        dq, q, do, lse2, delta, k_ptrs, v_ptrs, lo, a, n_k, stride_kv, qk_scale, offs_m, offs_n0, d_mask, off, left,
+        right, HEAD_DIM, BLOCK_N, BLOCK_D, HAS_LEFT, HAS_RIGHT, True, IS_FP32, PRECISION,
     )  # fmt: skip
     dq = _dq_inner(
-        dq, q, do, lse2, delta, k_ptrs, v_ptrs, full, hi, n_k, qk_scale, offs_m, offs_n0, d_mask,
-        HEAD_DIM, BLOCK_N, BLOCK_D, IS_CAUSAL, True, IS_FP32, PRECISION,
+        dq, q, do, lse2, delta, k_ptrs, v_ptrs, a, b, n_k, stride_kv, qk_scale, offs_m, offs_n0, d_mask, off, left,
+        right, HEAD_DIM, BLOCK_N, BLOCK_D, HAS_LEFT, HAS_RIGHT, False, IS_FP32, PRECISION,
+    )  # fmt: skip
+    dq = _dq_inner(
+        dq, q, do, lse2, delta, k_ptrs, v_ptrs, b, hi, n_k, stride_kv, qk_scale, offs_m, offs_n0, d_mask, off, left,
+        right, HEAD_DIM, BLOCK_N, BLOCK_D, HAS_LEFT, HAS_RIGHT, True, IS_FP32, PRECISION,
     )  # fmt: skip
     tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
 def backward_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
     """The two :class:`Launch` es of the backward for ``plan``: dQ (and D) with ``cfg_q``, then dK/dV with
-    ``cfg_kv``."""
-    common = dict(IS_CAUSAL=plan.is_causal, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d)
-    bh = plan.b * plan.h
-    dkdv = Launch(attention_dkdv_kernel, (-(-plan.n_k // cfg_kv.block_n), bh),
+    ``cfg_kv`` (one program per K block and KV head: it sums its group's query heads)."""
+    common = dict(**mask_flags(plan), VARLEN=plan.varlen, IS_FP32=plan.is_fp32, PRECISION=plan.precision,
+                  HEAD_DIM=plan.d)  # fmt: skip
+    if plan.varlen:
+        grid_kv = (-(-plan.n_k // cfg_kv.block_n), plan.h // plan.group, plan.b)
+        grid_q = (-(-plan.n_q // cfg_q.block_m), plan.h, plan.b)
+    else:
+        grid_kv = (-(-plan.n_k // cfg_kv.block_n), plan.b * (plan.h // plan.group))
+        grid_q = (-(-plan.n_q // cfg_q.block_m), plan.b * plan.h)
+    dkdv = Launch(attention_dkdv_kernel, grid_kv,
                   dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
                        num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip
-    dq = Launch(attention_dq_kernel, (-(-plan.n_q // cfg_q.block_m), bh),
+    dq = Launch(attention_dq_kernel, grid_q,
                 dict(BLOCK_M=cfg_q.block_m, BLOCK_N=cfg_q.block_n, BLOCK_D=cfg_q.block_d, **common,
                      num_warps=cfg_q.num_warps, num_stages=cfg_q.num_stages))  # fmt: skip
     return dq, dkdv
