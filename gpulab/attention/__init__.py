@@ -20,8 +20,10 @@ The path, one module per step, each checked against a float64 reference:
 
 :func:`flash_attention` (``function``) ties them together as a differentiable function with the semantics of
 ``torch.nn.functional.scaled_dot_product_attention``: q ``[B, H, Nq, D]``, k, v ``[B, H, Nk, D]``, default scale
-``1/sqrt(D)``, ``is_causal`` SDPA's top-left mask (query i sees keys ``j <= i``, also when ``Nq != Nk``). Its
-autograd Function, :class:`FlashAttentionFunction`, saves only q, k, v, O and the log-sum-exp.
+``1/sqrt(D)``, ``is_causal`` SDPA's top-left mask (query i sees keys ``j <= i``, also when ``Nq != Nk``), SDPA's
+grouped-query heads (``enable_gqa``) and FlashAttention's bottom-right sliding windows (``window_size``). Its
+autograd Function, :class:`FlashAttentionFunction`, saves only q, k, v, O and the log-sum-exp. :func:`varlen_attn`
+(``varlen``) is torch's ``varlen_attn`` for packed batches of sequences of different lengths, in one launch.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from gpulab.attention.reference import (
     logsumexp_reference,
     naive_attention,
     tiled_attention,
+    varlen_attention_reference,
+    visible_mask,
 )
 from gpulab.attention.schedule import block_schedule, plot_block_schedule
 from gpulab.attention.shared import attention_preprocess_kernel
@@ -56,9 +60,12 @@ from gpulab.attention.softmax import (
 )
 from gpulab.attention.v1.backward import attention_dkdv_kernel, attention_dq_kernel
 from gpulab.attention.v1.forward import attention_forward_kernel
+from gpulab.attention.varlen import AuxRequest, varlen_attn
 
 __all__ = [
     "flash_attention",
+    "varlen_attn",
+    "AuxRequest",
     "FlashAttentionFunction",
     "attention_forward",
     "attention_backward",
@@ -80,6 +87,8 @@ __all__ = [
     "online_softmax_kernel",
     "attention_reference",
     "logsumexp_reference",
+    "varlen_attention_reference",
+    "visible_mask",
     "causal_mask",
     "default_scale",
     "naive_attention",
