@@ -1,0 +1,111 @@
+"""Grouped-query heads and sliding windows in flash_attention: every output and gradient against the float64
+reference, the window's skipped blocks never loaded, and bad input refused by name."""
+
+import pytest
+import torch
+
+from gpulab import attention as A
+from gpulab import check
+from gpulab.attention import ops, plan
+
+
+def _inputs(b, hq, hkv, nq, nk, d, dtype=torch.float32):
+    q = check.random_tensor(b, hq, nq, d, dtype=dtype)
+    k = check.random_tensor(b, hkv, nk, d, dtype=dtype)
+    v = check.random_tensor(b, hkv, nk, d, dtype=dtype)
+    do = check.random_tensor(b, hq, nq, d, dtype=dtype)
+    return q, k, v, do
+
+
+# (B, Hq, Hkv, Nq, Nk, D, is_causal, window): odd lengths, Nq != Nk both ways, MQA (Hkv = 1), head dims 16/64/256
+CASES = [
+    ("gqa-full-33x17", (2, 4, 2, 33, 17, 16, False, (-1, -1))),
+    ("mqa-window30-17x33", (1, 4, 1, 17, 33, 16, False, (3, 0))),
+    ("gqa-window52-1x17-d64", (1, 2, 1, 1, 17, 64, False, (5, 2))),
+    ("window00-33x17", (1, 2, 2, 33, 17, 16, False, (0, 0))),
+    ("window-14-17x33", (1, 2, 2, 17, 33, 16, False, (-1, 4))),
+    ("bottom-right-causal-33x17", (1, 2, 2, 33, 17, 16, False, (-1, 0))),
+    ("gqa-causal-top-left-17x33", (1, 4, 2, 17, 33, 16, True, (-1, -1))),
+    ("mqa-window30-17-d256", (1, 2, 1, 17, 17, 256, False, (3, 0))),
+    ("one-token", (1, 2, 1, 1, 1, 16, False, (0, 0))),
+]
+
+
+@pytest.mark.parametrize("case", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_forward_and_gradients_match_the_float64_reference(case, close):
+    b, hq, hkv, nq, nk, d, causal, window = case
+    q, k, v, do = _inputs(b, hq, hkv, nq, nk, d)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    gqa = hq != hkv
+    o = A.flash_attention(qg, kg, vg, is_causal=causal, enable_gqa=gqa, window_size=window)
+    o.backward(do)
+    o_ref, dq_ref, dk_ref, dv_ref = A.attention_reference(
+        q, k, v, is_causal=causal, do=do, enable_gqa=gqa, window_size=window
+    )
+    ctx = f"{case}"
+    assert kg.grad.shape == k.shape and vg.grad.shape == v.shape  # summed over each group, not per query head
+    for name, out, ref in (("O", o.detach(), o_ref), ("dQ", qg.grad, dq_ref), ("dK", kg.grad, dk_ref),
+                           ("dV", vg.grad, dv_ref)):  # fmt: skip
+        close(out, ref, torch.float32, name, context=ctx)
+    lse = A.attention_forward(q, k, v, is_causal=causal, enable_gqa=gqa, window_size=window)[1]
+    lse_ref = A.logsumexp_reference(q, k, is_causal=causal, enable_gqa=gqa, window_size=window)
+    close(lse, lse_ref, torch.float32, "LSE", context=ctx)
+
+
+def test_key_blocks_outside_the_window_are_never_loaded():
+    """Nq = 17, Nk = 64, window (3, 0) bottom-right: the queries see keys 44..63 only, so with 16-key blocks the
+    blocks of keys 0..31 are outside every Q block's range. NaN there cannot reach any output or gradient unless a
+    kernel loads them (a masked score still multiplies its V row: 0 * NaN = NaN)."""
+    q, k, v, do = _inputs(1, 2, 1, 17, 64, 16)
+    kp, vp = k.clone(), v.clone()
+    kp[:, :, :32] = float("nan")
+    vp[:, :, :32] = float("nan")
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, kp, vp))
+    o = A.flash_attention(qg, kg, vg, enable_gqa=True, window_size=(3, 0))
+    o.backward(do)
+    o_ref, dq_ref, dk_ref, dv_ref = A.attention_reference(q, k, v, do=do, enable_gqa=True, window_size=(3, 0))
+    check.assert_close(o.detach(), o_ref, name="O")
+    check.assert_close(qg.grad, dq_ref, name="dQ")
+    assert (kg.grad[:, :, :32] == 0).all() and (vg.grad[:, :, :32] == 0).all()
+    check.assert_close(kg.grad[:, :, 32:], dk_ref[:, :, 32:], name="dK")
+    check.assert_close(vg.grad[:, :, 32:], dv_ref[:, :, 32:], name="dV")
+
+
+def test_gqa_and_windows_run_on_version_1_and_refuse_other_versions():
+    q, k, v, _ = _inputs(1, 4, 2, 17, 17, 16)
+    assert plan.forward_plan(q, k, v, enable_gqa=True).version == 1
+    assert plan.forward_plan(q, q, q, window_size=(3, 0)).version == 1
+    with pytest.raises(ValueError, match="version 1 has them"):
+        A.attention_forward(q, k, v, enable_gqa=True, version=2)
+
+
+def test_custom_op_with_gqa_and_window_passes_opcheck():
+    q, k, v, do = _inputs(1, 4, 2, 9, 17, 16)
+    torch.library.opcheck(ops.forward_op, (q, k, v, False, 0.25, False, False, True, [3, 1]))
+    o, lse = ops.forward_op(q, k, v, False, 0.25, False, False, True, [3, 1])
+    dq, dk, dv = ops.backward_op(do, q, k, v, o, lse, False, 0.25, False, False, True, [3, 1])
+    refs = A.attention_reference(q, k, v, scale=0.25, do=do, enable_gqa=True, window_size=(3, 1))
+    for name, out, ref in zip(("O", "dQ", "dK", "dV"), (o, dq, dk, dv), refs):
+        check.assert_close(out, ref, name=name)
+
+
+BAD = [
+    ("heads-differ-no-gqa", dict(hkv=2), {}, ValueError, "enable_gqa=False they must be equal"),
+    ("heads-not-multiple", dict(hkv=4), dict(enable_gqa=True), ValueError, "multiple of the KV heads"),
+    ("gqa-not-bool", dict(hkv=2), dict(enable_gqa=1), TypeError, "enable_gqa"),
+    ("window-below-minus-one", {}, dict(window_size=(-2, 0)), ValueError, r"window_size\[0\] \(left\) is -2"),
+    ("window-right-below", {}, dict(window_size=(3, -5)), ValueError, r"window_size\[1\]"),
+    ("window-with-causal", {}, dict(window_size=(3, 0), is_causal=True), ValueError, "is_causal=True together"),
+    ("window-not-pair", {}, dict(window_size=(3,)), TypeError, "pair"),
+    ("window-float", {}, dict(window_size=(3.0, 0)), TypeError, "must be an int"),
+    ("head-dim-264", dict(d=264), {}, ValueError, "head dims 1 to 256"),
+]
+
+
+@pytest.mark.parametrize("shape, kwargs, error, word", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_input_is_refused_by_name(shape, kwargs, error, word):
+    dims = dict(hq=6, hkv=6, d=16) | shape
+    q = torch.zeros(1, dims["hq"], 5, dims["d"])
+    k = torch.zeros(1, dims["hkv"], 5, dims["d"])
+    with pytest.raises(error, match=word):
+        A.flash_attention(q, k, k, **kwargs)
