@@ -102,6 +102,12 @@ ALLOWED = {
     ),
     **dict.fromkeys(["gpulab.course.book.main", "gpulab.course.book_check.main"], _CLI),
     **dict.fromkeys(
+        ["gpulab.attention.windows.mask_flags", "gpulab.attention.varlen.VarlenPlan",
+         "gpulab.attention.varlen.VarlenFunction"],
+        _INTERNAL,
+    ),  # fmt: skip
+    "gpulab.attention.varlen.AuxRequest": _RECORD,
+    **dict.fromkeys(
         [
             "gpulab.attention.plan.run_backward",
             "gpulab.attention.plan.backward_kind",
@@ -122,7 +128,7 @@ ALLOWED = {
             "gpulab.attention.rope.QKVHeadsFunction",
             "gpulab.attention.ops.flash_attention_op",
             "gpulab.attention.plan.forward_plan",
-            "gpulab.attention.plan.check_inputs",
+            "gpulab.attention.inputs.check_inputs",
             "gpulab.rnn.api.check_inputs",
             "gpulab.attention.plan.backward_plan",
             "gpulab.attention.configs.autotuned_config",

@@ -152,7 +152,7 @@ ATTENTION_ALL = [
     "plot_block_schedule", "AttentionConfig", "attention_config", "smem_estimate", "candidates", "autotune", "tuned",
     "MAX_HEAD_DIM", "online_softmax", "online_softmax_kernel", "attention_reference", "logsumexp_reference",
     "causal_mask", "default_scale", "naive_attention", "softmax_naive", "softmax_safe", "softmax_online",
-    "tiled_attention",
+    "tiled_attention", "varlen_attn", "AuxRequest", "varlen_attention_reference", "visible_mask",
 ]  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["kv_ranges", "q_ranges", "visible"]
+__all__ = ["kv_ranges", "q_ranges", "visible", "mask_flags"]
 
 
 @triton.jit
@@ -72,3 +72,10 @@ def q_ranges(start_n, n_q, n_k, off, left, right, BLOCK_M: tl.constexpr, BLOCK_N
     a = tl.minimum(tl.maximum(a, lo), hi)
     b = tl.minimum(tl.maximum(b, a), hi)
     return lo, a, b, hi
+
+
+def mask_flags(plan) -> dict:
+    """The masking constexprs of ``plan``: SDPA's causal mask bounds the right side (``right = 0``); a window either
+    side it bounds."""
+    left, right = plan.window
+    return dict(IS_CAUSAL=plan.is_causal, HAS_LEFT=left >= 0, HAS_RIGHT=plan.is_causal or right >= 0)

@@ -39,8 +39,7 @@ import triton
 import triton.language as tl
 
 from gpulab.attention.configs import AttentionConfig
-from gpulab.attention.v1.forward import mask_flags
-from gpulab.attention.windows import kv_ranges, q_ranges, visible
+from gpulab.attention.windows import kv_ranges, mask_flags, q_ranges, visible
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 

@@ -39,11 +39,11 @@ import triton.language as tl
 
 from gpulab import triton_ops
 from gpulab.attention.configs import AttentionConfig
-from gpulab.attention.windows import kv_ranges, visible
+from gpulab.attention.windows import kv_ranges, mask_flags, visible
 from gpulab.launch import Launch
 from gpulab.triton_ops import dot
 
-__all__ = ["attention_forward_kernel", "forward_launch", "mask_flags"]
+__all__ = ["attention_forward_kernel", "forward_launch"]
 
 
 @triton.jit
@@ -201,13 +201,6 @@ def attention_forward_kernel(
 
 # ----------------------------------------------------------------------------------------------------------------
 # wrappers
-
-
-def mask_flags(plan) -> dict:
-    """The masking constexprs of ``plan``: SDPA's causal mask bounds the right side (``right = 0``); a window either
-    side it bounds."""
-    left, right = plan.window
-    return dict(IS_CAUSAL=plan.is_causal, HAS_LEFT=left >= 0, HAS_RIGHT=plan.is_causal or right >= 0)
 
 
 def forward_launch(plan, cfg: AttentionConfig) -> Launch:
