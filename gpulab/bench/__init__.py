@@ -14,7 +14,7 @@ shows.
 - :mod:`~gpulab.bench.flops`: the course's FLOP and byte conventions (:func:`attention_flops`).
 """
 
-from gpulab.bench.flops import attention_flops
+from gpulab.bench.flops import attention_flops, visible_attention_flops, visible_pairs
 from gpulab.bench.plots import bar, line, table, text_table
 from gpulab.bench.records import (
     CLOCKS,
@@ -67,6 +67,8 @@ __all__ = [
     "bar",
     "line",
     "attention_flops",
+    "visible_attention_flops",
+    "visible_pairs",
     "CapturedStep",
     "capture",
     "no_tf32",

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpulab import attention as A
-from gpulab import runtime
+from gpulab import bench, runtime
 from gpulab.attention import reference, varlen
 
 
@@ -105,5 +105,21 @@ HELPERS = [
 
 @pytest.mark.parametrize("call, error, word", [c[1:] for c in HELPERS], ids=[c[0] for c in HELPERS])
 def test_references_and_checks_refuse_bad_input(call, error, word):
+    with pytest.raises(error, match=word):
+        call()
+
+
+FLOPS = [
+    ("window-triple", lambda: bench.visible_pairs(3, 3, False, (1, 2, 3)), TypeError, "window_size"),
+    ("window-below", lambda: bench.visible_pairs(3, 3, False, (-2, 0)), ValueError, r"window_size\[0\]"),
+    ("window-and-causal", lambda: bench.visible_pairs(3, 3, True, (1, 0)), ValueError, "is_causal"),
+    ("lengths-differ", lambda: bench.visible_attention_flops([1, 2], [1], 16), ValueError, "one pair per sequence"),
+    ("negative-seq", lambda: bench.visible_pairs(-1, 3), ValueError, "seq_q"),
+    ("head-dim-float", lambda: bench.visible_attention_flops(3, 3, 16.0), TypeError, "head_dim"),
+]
+
+
+@pytest.mark.parametrize("call, error, word", [c[1:] for c in FLOPS], ids=[c[0] for c in FLOPS])
+def test_visible_flops_refuse_bad_input(call, error, word):
     with pytest.raises(error, match=word):
         call()
