@@ -75,6 +75,7 @@ LESSONS: list[Lesson] = [
             "v3-check": "gpulab.attention.v3_bench:check_v3",
             "v3-race": "gpulab.attention.v3_bench:race_v3",
             "v3-tune": "gpulab.attention.v3_bench:tune_v3",
+            "features": "gpulab.attention.features_bench:features",
         },
         folders={
             "cs336": "hopper/cs336",

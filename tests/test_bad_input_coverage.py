@@ -102,11 +102,15 @@ ALLOWED = {
     ),
     **dict.fromkeys(["gpulab.course.book.main", "gpulab.course.book_check.main"], _CLI),
     **dict.fromkeys(
-        ["gpulab.attention.windows.mask_flags", "gpulab.attention.varlen.VarlenPlan",
-         "gpulab.attention.varlen.VarlenFunction"],
+        [
+            "gpulab.attention.windows.mask_flags",
+            "gpulab.attention.varlen.VarlenPlan",
+            "gpulab.attention.varlen.VarlenFunction",
+        ],
         _INTERNAL,
     ),  # fmt: skip
     "gpulab.attention.varlen.AuxRequest": _RECORD,
+    "gpulab.attention.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
     **dict.fromkeys(
         [
             "gpulab.attention.plan.run_backward",

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import attention as A
 from gpulab import bench, runtime
-from gpulab.attention import reference, varlen
+from gpulab.attention import features_bench, reference, varlen
 
 
 def _zeros(*shape, dtype=torch.float32):
@@ -98,6 +98,8 @@ HELPERS = [
         _zeros(8, 2, 4), _zeros(8, 2, 4), _zeros(8, 2, 4), _cu(0, 8).long(), _cu(0, 8)), ValueError, "int32"),
     ("check_offsets-decrease", lambda: varlen.check_offsets(_cu(0, 4, 2), _cu(0, 4, 2), 4, 4, 4, 4), ValueError,
      "decreases"),
+    ("mixed_lengths-tokens", lambda: features_bench.mixed_lengths(0, 1, 4), ValueError, "tokens"),
+    ("mixed_lengths-order", lambda: features_bench.mixed_lengths(10, 5, 2), ValueError, "shortest=5"),
     ("varlen_plan-max-q", lambda: varlen.varlen_plan(_zeros(4, 2, 8), _zeros(4, 2, 8), _zeros(4, 2, 8), _cu(0, 4),
                                                      _cu(0, 4), -1, 4, None, (-1, -1), False), ValueError, "max_q"),
 ]  # fmt: skip
