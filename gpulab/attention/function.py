@@ -82,7 +82,7 @@ def flash_attention(
             ``(-1, 0)`` causal bottom-right, ``(W, 0)`` causal with a window of W. Key blocks outside the window
             are never loaded. Not together with ``is_causal=True`` (top-left): a ValueError.
 
-    Grouped heads and windows run on version 1 (:func:`gpulab.attention.plan.forward_plan` says why).
+    Windows run on version 1, grouped heads on version 1 or 2 (:func:`gpulab.attention.plan.forward_plan` says why).
 
     Returns O [B, H, Nq, D] in q's dtype. fp16 and bf16 on a GPU, fp32 everywhere; head dims 1 to 256, powers of two
     or not; any sequence lengths. Unsupported inputs raise a ValueError or TypeError naming the argument. The checks

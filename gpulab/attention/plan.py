@@ -179,7 +179,8 @@ class Plan:
 
     @property
     def plain(self) -> bool:
-        """No grouped heads and no window: what versions 2 and 3 and the one-pass backwards take."""
+        """No grouped heads and no window: what version 3 and the one-pass and version-2 backwards take (version 2's
+        forward takes grouped heads too)."""
         return self.group == 1 and self.window == (-1, -1)
 
 
@@ -281,10 +282,11 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     plan uses the default tiles with None or a config, and autotunes with ``"auto"``. ``version``: the forward
     kernel, None for the automatic choice (:func:`check_version`).
 
-    Grouped-query heads (``enable_gqa`` with Hkv < Hq) and windows run on version 1, the version that has them:
-    with ``version=None`` such a call takes version 1 even on Hopper (slower there than versions 2 and 3 on plain
-    problems: a plan decision, stated here, until those versions have them); ``version=2`` or 3 with them is a
-    ValueError.
+    Windows run on version 1, the version that has them: with ``version=None`` a windowed call takes version 1 even
+    on Hopper, slower there than versions 2 and 3 are on plain problems (a plan decision, stated here, until those
+    versions have windows). Grouped-query heads (``enable_gqa`` with Hkv < Hq) run on version 1 or 2 (version 2
+    where ``version=None`` would pick version 2 or 3: version 3 has no grouped heads yet). Asking for a version
+    without the feature is a ValueError.
     """
     key = None
     if (is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float)
@@ -309,16 +311,20 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     backward_configs = "auto" if isinstance(config, str) else None
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous, window)
     work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
-    if not plan.plain:  # grouped heads or a window: version 1 has them
-        if version in (2, 3) or isinstance(config, (HopperConfig, v3_forward.V3Config)):
+    if not plan.plain:  # a window: version 1 has it; grouped heads: versions 1 and 2
+        v3_asked = version == 3 or isinstance(config, v3_forward.V3Config)
+        v2_asked = version == 2 or isinstance(config, HopperConfig)
+        if v3_asked or (v2_asked and window != (-1, -1)):
             raise ValueError(
                 f"version={version} (config {config!r}) cannot run grouped-query heads (Hq // Hkv = {plan.group}) or "
-                f"a window ({window}); version 1 has them: pass version=None or 1 and a version-1 config or None."
+                f"a window ({window}): version 1 has both, version 2 grouped heads; pass version=None, 1 (or 2 "
+                "without a window) and that version's config or None."
             )
-        version = 1
+        if window != (-1, -1):
+            version = 1
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
-                             and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
+                             and plan.plain and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
         ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
@@ -401,7 +407,9 @@ def run_forward(plan: Plan, q, k, v):
             sm90.ensure_allocator()
         if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:  # TMA reads from 16-byte aligned addresses only
             q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))  # fresh, aligned copies
-        launch(direct_stream(plan.device), q, k, v, o, lse, plan.n_q, plan.n_k, plan.b * plan.h, plan.qk_scale)
+        launch(
+            direct_stream(plan.device), q, k, v, o, lse, plan.n_q, plan.n_k, plan.b * plan.h, plan.qk_scale, plan.group
+        )
         return o, lse
     if launch is None:
         cfg = plan.config
@@ -478,7 +486,7 @@ def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
     configs = configs if isinstance(configs, dict) else {}
     cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
     cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-    if plan.version == 2 and V2_BACKWARD:  # Hopper: the same kernels with tiles through TMA
+    if plan.version == 2 and V2_BACKWARD and plan.plain:  # Hopper: the same kernels with tiles through TMA
         return v2_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
     return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
 

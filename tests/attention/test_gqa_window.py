@@ -71,12 +71,23 @@ def test_key_blocks_outside_the_window_are_never_loaded():
     check.assert_close(vg.grad[:, :, 32:], dv_ref[:, :, 32:], name="dV")
 
 
-def test_gqa_and_windows_run_on_version_1_and_refuse_other_versions():
+def test_windows_run_on_version_1_and_refuse_other_versions():
     q, k, v, _ = _inputs(1, 4, 2, 17, 17, 16)
-    assert plan.forward_plan(q, k, v, enable_gqa=True).version == 1
+    assert plan.forward_plan(q, k, v, enable_gqa=True).version == 1  # on CPU
     assert plan.forward_plan(q, q, q, window_size=(3, 0)).version == 1
-    with pytest.raises(ValueError, match="version 1 has them"):
-        A.attention_forward(q, k, v, enable_gqa=True, version=2)
+    with pytest.raises(ValueError, match="version 1 has both"):
+        A.attention_forward(q.half(), q.half(), q.half(), window_size=(3, 0), version=2)
+    with pytest.raises(ValueError, match="version 1 has both"):
+        A.attention_forward(q, k, v, enable_gqa=True, version=3)
+
+
+def test_version_2_forward_reads_kv_head_h_over_group(close):
+    """Version 2 (TMA descriptors; runs in the interpreter) with grouped heads: each query head's descriptor starts at
+    its KV head's rows."""
+    q, k, v, _ = _inputs(2, 4, 1, 33, 17, 16, torch.float16)
+    o, lse = A.attention_forward(q, k, v, is_causal=True, enable_gqa=True, version=2)
+    close(o, A.attention_reference(q, k, v, is_causal=True, enable_gqa=True), torch.float16, "O")
+    close(lse, A.logsumexp_reference(q, k, is_causal=True, enable_gqa=True), torch.float16, "LSE")
 
 
 def test_custom_op_with_gqa_and_window_passes_opcheck():

@@ -147,18 +147,20 @@ def _v2_keys_overlap(acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N
 
 @triton.jit
 def _v2_tile(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale, group,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, NEEDS_MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr,
 ):  # fmt: skip
-    """O and LSE of Q block ``pid_m`` of head ``bh`` (inputs contiguous [B*H, N, HEAD_DIM])."""
+    """O and LSE of Q block ``pid_m`` of head ``bh`` (inputs contiguous [B*H, N, HEAD_DIM]; K and V [B*Hkv, Nk,
+    HEAD_DIM], query head ``bh`` reading KV head ``bh // group``)."""
     head = bh.to(tl.int64)
+    kv_head = head // group  # grouped-query heads: b*Hq + h reads b*Hkv + h // group, nothing copied
     # One descriptor per tensor and head: its shape is this head's [N, HEAD_DIM], so TMA stops at the head's end.
     q_desc = tl.make_tensor_descriptor(q_ptr + head * n_q * HEAD_DIM, shape=[n_q, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_M, BLOCK_D])  # fmt: skip
-    k_desc = tl.make_tensor_descriptor(k_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+    k_desc = tl.make_tensor_descriptor(k_ptr + kv_head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
-    v_desc = tl.make_tensor_descriptor(v_ptr + head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
+    v_desc = tl.make_tensor_descriptor(v_ptr + kv_head * n_k * HEAD_DIM, shape=[n_k, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_N, BLOCK_D])  # fmt: skip
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -212,6 +214,7 @@ def attention_forward_v2_kernel(
     n_k,  # Nk: key rows per head
     n_bh,  # B*H: heads in the batch
     qk_scale,  # scale * log2(e): the scores in base 2
+    group,  # Hq // Hkv: query heads per KV head (1 without grouped-query heads)
     HEAD_DIM: tl.constexpr,  # D
     BLOCK_M: tl.constexpr,  # query rows per tile
     BLOCK_N: tl.constexpr,  # key rows per tile
@@ -233,13 +236,13 @@ def attention_forward_v2_kernel(
             else:  # Q blocks of one head are neighbours: programs running at once share its K/V in L2
                 pid_m = tile % n_m
                 bh = tile // n_m
-            _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale,
+            _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bh, pid_m, n_q, n_k, qk_scale, group,
                      HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE, OVERLAP)  # fmt: skip
     else:
         pid_m = tl.program_id(0)
         if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first
             pid_m = tl.num_programs(0) - 1 - pid_m
-        _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.program_id(1), pid_m, n_q, n_k, qk_scale,
+        _v2_tile(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.program_id(1), pid_m, n_q, n_k, qk_scale, group,
                  HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, IS_CAUSAL, NEEDS_MASK, WARP_SPECIALIZE, OVERLAP)  # fmt: skip
 
 
@@ -277,7 +280,7 @@ def sm90_compile(head_dim: int = 128, is_causal: bool = False, cfg: HopperConfig
     runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     ptr = f"*{dtype}"
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
-                 "n_q": "i32", "n_k": "i32", "n_bh": "i32", "qk_scale": "fp32"}  # fmt: skip
+                 "n_q": "i32", "n_k": "i32", "n_bh": "i32", "qk_scale": "fp32", "group": "i32"}  # fmt: skip
     constexprs = _constexprs(head_dim, is_causal, 1 if is_causal else cfg.block_n, cfg)
     return compile_for_sm90(attention_forward_v2_kernel, signature, constexprs, 5, cfg)
 
