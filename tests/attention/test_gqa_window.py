@@ -98,3 +98,18 @@ def test_custom_op_with_gqa_and_window_passes_opcheck():
     refs = A.attention_reference(q, k, v, scale=0.25, do=do, enable_gqa=True, window_size=(3, 1))
     for name, out, ref in zip(("O", "dQ", "dK", "dV"), (o, dq, dk, dv), refs):
         check.assert_close(out, ref, name=name)
+
+
+def test_compiled_fullgraph_with_gqa_and_window_equals_the_reference():
+    """Under torch.compile the custom ops carry enable_gqa and the window; their fake gives dK, dV KV-head shapes."""
+    q, k, v, do = _inputs(1, 4, 2, 17, 33, 16)
+
+    def f(q, k, v):
+        return A.flash_attention(q, k, v, enable_gqa=True, window_size=(5, 2))
+
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o = torch.compile(f, fullgraph=True, backend="aot_eager")(qg, kg, vg)
+    o.backward(do)
+    refs = A.attention_reference(q, k, v, do=do, enable_gqa=True, window_size=(5, 2))
+    for name, out, ref in zip(("O", "dQ", "dK", "dV"), (o.detach(), qg.grad, kg.grad, vg.grad), refs):
+        check.assert_close(out, ref, name=name)
