@@ -53,22 +53,27 @@ def test_forward_and_gradients_match_the_float64_reference(case, close):
 
 
 def test_key_blocks_outside_the_window_are_never_loaded():
-    """Nq = 17, Nk = 64, window (3, 0) bottom-right: the queries see keys 44..63 only, so with 16-key blocks the
-    blocks of keys 0..31 are outside every Q block's range. NaN there cannot reach any output or gradient unless a
-    kernel loads them (a masked score still multiplies its V row: 0 * NaN = NaN)."""
-    q, k, v, do = _inputs(1, 2, 1, 17, 64, 16)
+    """Nq = 17 queries, window (3, 0) bottom-right: they see the last 20 keys only. With Nk four of the largest key
+    tiles long, the keys before the last tile boundary below Nk - 20 are outside every Q block's range (and every K
+    block there is seen by no Q block). NaN there cannot reach any output or gradient unless a kernel loads them (a
+    masked score still multiplies its V row: 0 * NaN = NaN)."""
+    tiles = [A.attention_config(kind, 16, torch.float32, 17, 4096) for kind in ("forward", "dq", "dkdv")]
+    block = max(max(c.block_n, c.block_m) for c in tiles)
+    nk = 4 * block
+    cut = (nk - 20) // block * block
+    q, k, v, do = _inputs(1, 2, 1, 17, nk, 16)
     kp, vp = k.clone(), v.clone()
-    kp[:, :, :32] = float("nan")
-    vp[:, :, :32] = float("nan")
+    kp[:, :, :cut] = float("nan")
+    vp[:, :, :cut] = float("nan")
     qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, kp, vp))
     o = A.flash_attention(qg, kg, vg, enable_gqa=True, window_size=(3, 0))
     o.backward(do)
     o_ref, dq_ref, dk_ref, dv_ref = A.attention_reference(q, k, v, do=do, enable_gqa=True, window_size=(3, 0))
     check.assert_close(o.detach(), o_ref, name="O")
     check.assert_close(qg.grad, dq_ref, name="dQ")
-    assert (kg.grad[:, :, :32] == 0).all() and (vg.grad[:, :, :32] == 0).all()
-    check.assert_close(kg.grad[:, :, 32:], dk_ref[:, :, 32:], name="dK")
-    check.assert_close(vg.grad[:, :, 32:], dv_ref[:, :, 32:], name="dV")
+    assert (kg.grad[:, :, :cut] == 0).all() and (vg.grad[:, :, :cut] == 0).all()
+    check.assert_close(kg.grad[:, :, cut:], dk_ref[:, :, cut:], name="dK")
+    check.assert_close(vg.grad[:, :, cut:], dv_ref[:, :, cut:], name="dV")
 
 
 def test_windows_run_on_version_1_and_refuse_other_versions():
