@@ -130,6 +130,13 @@ def test_no_registry_no_registration_and_says_why(monkeypatch):
     assert sdpa_status()["registered"] is True
 
 
+def test_info_reports_the_registration(capsys):
+    from gpulab import __main__ as cli
+
+    assert cli.main(["info"]) == 0
+    assert "SDPA flash implementation 'gpulab': registered, not active" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # SDPA's operator, through the dispatcher (its backward through aten's derivative formula)
 
@@ -415,6 +422,11 @@ def _torch_flash_kernels(names):
     return [n for n in names if "flash" in n.lower() and "kernel" in n.lower()]
 
 
+def _restore_if_active():
+    if tna.current_flash_attention_impl() is not None:
+        tna.restore_flash_attention_impl()
+
+
 @pytest.mark.gpu
 def test_model_calling_only_sdpa_runs_on_gpulab_after_activation():
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -429,7 +441,7 @@ def test_model_calling_only_sdpa_runs_on_gpulab_after_activation():
             y.float().square().mean().backward()
         return y.detach(), x.grad.clone()
 
-    tna.restore_flash_attention_impl(_raise_warn=False)
+    _restore_if_active()
     y_torch, g_torch = step()
     x.grad = None
     tna.activate_flash_attention_impl("gpulab")
@@ -464,7 +476,7 @@ def test_torch_varlen_attn_runs_on_gpulab_after_activation():
         grads = torch.autograd.grad(o, (q, k, v), do)
         return o.detach(), grads
 
-    tna.restore_flash_attention_impl(_raise_warn=False)
+    _restore_if_active()
     o_torch, g_torch = call()
     tna.activate_flash_attention_impl("gpulab")
     try:
