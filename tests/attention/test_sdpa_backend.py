@@ -307,25 +307,55 @@ def _same_layout(real, fake, what):
             assert r == f, f"{what} output {i}: {r!r} vs {f!r}"
 
 
-def test_outputs_match_meta_and_fake_tensors(on_cpu):
+def _check_against_meta(call, tensors, what):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    real = call(*tensors)
+    meta = call(*(t.to("meta") for t in tensors))
+    with FakeTensorMode() as mode:
+        fake = call(*(mode.from_tensor(t) for t in tensors))
+    _same_layout(real, meta, f"{what} (meta)")
+    _same_layout(real, fake, f"{what} (FakeTensor)")
+    return real
+
+
+def test_outputs_match_meta_and_fake_tensors(on_cpu):
     q = rand(2, 9, 3, 8).transpose(1, 2)  # SDPA's layout as a view of [B, N, H, D]
     k, v = rand(2, 3, 14, 8), rand(2, 3, 14, 8)
-    calls = {
-        "sdpa": lambda q, k, v: aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False),
-        "flash dense": lambda q, k, v: aten._flash_attention_forward(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, 9, 14, 0.0, False, False
-        ),  # fmt: skip
-    }
-    for what, call in calls.items():
-        real = call(q, k, v)
-        meta = call(*(t.to("meta") for t in (q, k, v)))
-        with FakeTensorMode() as mode:
-            fake = call(*(mode.from_tensor(t) for t in (q, k, v)))
-        _same_layout(real[:2], meta[:2], f"{what} (meta)")
-        _same_layout(real[:2], fake[:2], f"{what} (FakeTensor)")
-        assert real[1].dtype == torch.float32
+    u2, u0 = torch.zeros(2, dtype=torch.uint64), torch.zeros((), dtype=torch.uint64)  # no dropout: no seed
+
+    def sdpa_fwd(q, k, v):
+        return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False)
+
+    def flash_fwd(q, k, v):
+        return aten._flash_attention_forward(q, k, v, None, None, 9, 14, 0.0, False, False)
+
+    o, lse = _check_against_meta(sdpa_fwd, (q, k, v), "_scaled_dot_product_flash_attention")[:2]
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, 9)
+    do = rand(2, 9, 3, 8).transpose(1, 2)
+
+    def sdpa_bwd(do, q, k, v, o, lse, u2, u0):
+        return aten._scaled_dot_product_flash_attention_backward(do, q, k, v, o, lse, None, None, 9, 14, 0.0, False,
+                                                                 u2, u0)  # fmt: skip
+
+    def flash_bwd(do, q, k, v, o, lse, u2, u0):
+        return aten._flash_attention_backward(do, q, k, v, o, lse, None, None, 9, 14, 0.0, False, u2, u0)
+
+    _check_against_meta(sdpa_bwd, (do, q, k, v, o, lse, u2, u0), "_scaled_dot_product_flash_attention_backward")
+    qb, kb, vb, dob = (t.transpose(1, 2) for t in (q, k, v, do))
+    ob, lse = _check_against_meta(flash_fwd, (qb, kb, vb), "_flash_attention_forward")[:2]
+    _check_against_meta(flash_bwd, (dob, qb, kb, vb, ob, lse, u2, u0), "_flash_attention_backward")
+
+
+@needs_varlen
+def test_packed_outputs_match_meta(on_cpu):
+    q, k, v, _, cu_q, cu_k = _packed([(3, 7), (0, 2), (5, 5)], h=4, h_kv=2)
+
+    def varlen_fwd(q, k, v, cu_q, cu_k):
+        return aten._flash_attention_forward(q, k, v, cu_q, cu_k, 5, 7, 0.0, False, False)
+
+    lse = _check_against_meta(varlen_fwd, (q, k, v, cu_q, cu_k), "_flash_attention_forward (packed)")[1]
+    assert lse.shape == (4, 8) and lse.dtype == torch.float32
 
 
 def test_under_torch_compile(on_cpu):
