@@ -21,7 +21,9 @@ tokens):
 
 - ``_scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, return_debug_mask, *, scale)``: SDPA's
   layout, q ``[B, H, Nq, D]``, k and v ``[B, Hkv, Nk, D]`` (Hkv < H: SDPA's ``enable_gqa``); returns O like q and
-  the log-sum-exp ``[B, H, Nq]``; ``is_causal`` the top-left mask (SDPA sends it with ``Nq == Nk`` only);
+  the log-sum-exp ``[B, H, Nq]``; ``is_causal`` aligned bottom-right, as the FlashAttention-2 kernel it replaces
+  takes it: SDPA's top-left mask where SDPA sends it (``Nq == Nk``; SDPA takes another backend for a causal mask
+  with ``Nq != Nk``);
 - ``_flash_attention_forward(q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)``:
   FlashAttention's layout, dense q ``[B, Nq, H, D]`` (log-sum-exp ``[B, H, Nq]``) or packed q ``[T, H, D]`` with
   int32 offsets ``cum_seq_q`` (log-sum-exp ``[H, T]``); ``is_causal`` and ``window_size_left/right`` are
@@ -126,10 +128,11 @@ def _aux(query: torch.Tensor):
 def sdpa_flash_forward_impl(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
                             scale=None, **extra):  # fmt: skip
     """``aten::_scaled_dot_product_flash_attention``: ``(O [B, H, Nq, D], LSE fp32 [B, H, Nq], None, None, Nq,
-    Nk, rng_state, philox_offset, debug_mask)``; ``is_causal`` the top-left mask."""
+    Nk, rng_state, philox_offset, debug_mask)``; ``is_causal`` aligned bottom-right (top-left where Nq == Nk)."""
     _check_common("_scaled_dot_product_flash_attention", query, dropout_p, return_debug_mask, extra=extra)
+    mask = _mask(_window(bool(is_causal), None, None), query.shape[2], key.shape[2])
     with torch.no_grad():
-        o, lse = attention_forward(query, key, value, bool(is_causal), scale, **_gqa(query.shape[1], key.shape[1]))
+        o, lse = attention_forward(query, key, value, scale=scale, **mask, **_gqa(query.shape[1], key.shape[1]))
     rng, offset, debug = _aux(query)
     return _like(o, query), lse, None, None, query.shape[2], key.shape[2], rng, offset, debug
 
@@ -139,9 +142,10 @@ def sdpa_flash_backward_impl(grad_out, query, key, value, out, logsumexp, cum_se
     """``aten::_scaled_dot_product_flash_attention_backward``: dQ, dK, dV shaped and strided like q, k, v, from
     the forward's O and log-sum-exp."""
     _check_common("_scaled_dot_product_flash_attention_backward", query, dropout_p, extra=extra)
+    mask = _mask(_window(bool(is_causal), None, None), query.shape[2], key.shape[2])
     with torch.no_grad():
-        dq, dk, dv = attention_backward(grad_out.to(query.dtype), query, key, value, out, logsumexp,
-                                        bool(is_causal), scale, **_gqa(query.shape[1], key.shape[1]))  # fmt: skip
+        dq, dk, dv = attention_backward(grad_out.to(query.dtype), query, key, value, out, logsumexp, scale=scale,
+                                        **mask, **_gqa(query.shape[1], key.shape[1]))  # fmt: skip
     return _like(dq, query), _like(dk, key), _like(dv, value)
 
 
