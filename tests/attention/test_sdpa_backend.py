@@ -8,6 +8,7 @@ torch's ``varlen_attn``. The GPU test (``-m gpu``) runs a model that calls only 
 """
 
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -454,10 +455,12 @@ def _profiled_kernels(fn) -> list[str]:
 
 
 def _gpulab_kernels(names):
-    return [n for n in names if n.startswith("attention_") and "kernel" in n]
+    """gpulab's attention kernels are Triton (and Gluon) functions named attention_*_kernel."""
+    return [n for n in names if "attention_" in n and "kernel" in n and "flash" not in n.lower()]
 
 
 def _torch_flash_kernels(names):
+    """PyTorch's FlashAttention-2 kernels: pytorch_flash::flash_fwd_kernel<...>, flash_bwd_*_kernel<...>."""
     return [n for n in names if "flash" in n.lower() and "kernel" in n.lower()]
 
 
@@ -505,7 +508,7 @@ def test_torch_varlen_attn_runs_on_gpulab_after_activation():
     from torch.nn.attention.varlen import varlen_attn
 
     lengths = [700, 1, 333, 1024]
-    cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
     q, k, v = (torch.randn(sum(lengths), 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))  # fmt: skip
     do = torch.randn_like(q)
@@ -524,6 +527,8 @@ def test_torch_varlen_attn_runs_on_gpulab_after_activation():
         assert _gpulab_kernels(names) and not _torch_flash_kernels(names), names
     finally:
         tna.restore_flash_attention_impl()
+    names = _profiled_kernels(call)
+    assert _torch_flash_kernels(names) and not _gpulab_kernels(names), names
     check.assert_close(o_gpulab, o_torch.double(), dtype=torch.bfloat16, name="varlen O")
     for name, a, b in zip(("dQ", "dK", "dV"), g_gpulab, g_torch):
         check.assert_close(a, b.double(), dtype=torch.bfloat16, name=f"varlen {name}")
