@@ -176,10 +176,9 @@ def _varlen_forward(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, s
     if cum_seq_k is None:
         _refuse(op, "cum_seq_k=None (a packed query needs the keys' offsets too)")
     try:
-        from gpulab.attention.varlen import varlen_attn  # deferred: the packed-batch entry point
+        from gpulab.attention.varlen import AuxRequest, varlen_attn  # deferred: the packed-batch entry point
     except ImportError:
         _refuse(op, "packed batches (cum_seq_q) in this build: gpulab.attention.varlen_attn is missing")
-    from torch.nn.attention.varlen import AuxRequest
 
     gqa = key.shape[1] != query.shape[1]
     with torch.no_grad():
