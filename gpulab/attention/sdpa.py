@@ -165,13 +165,6 @@ def _dense_forward(query, key, value, scale, window):
     return _like(o.transpose(1, 2), query), lse
 
 
-def _heads_first(lse: torch.Tensor, heads: int, tokens: int) -> torch.Tensor:
-    """A packed batch's log-sum-exp as aten's ``[H, T]`` (gpulab's varlen_attn may give ``[T, H]``)."""
-    if tuple(lse.shape) == (heads, tokens):
-        return lse.contiguous()
-    return lse.transpose(0, 1).contiguous()
-
-
 def _varlen_forward(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, scale, window):
     if cum_seq_k is None:
         _refuse(op, "cum_seq_k=None (a packed query needs the keys' offsets too)")
@@ -184,7 +177,7 @@ def _varlen_forward(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, s
     with torch.no_grad():
         o, lse = varlen_attn(query, key, value, cum_seq_q, cum_seq_k, int(max_q), int(max_k), scale=scale,
                              window_size=window, enable_gqa=gqa, return_aux=AuxRequest(lse=True))  # fmt: skip
-    return _like(o, query), _heads_first(lse, query.shape[1], query.shape[0])
+    return _like(o, query), lse  # lse [H, T], as aten's
 
 
 def flash_attention_forward_impl(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
