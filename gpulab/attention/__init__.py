@@ -17,7 +17,7 @@ The path, one module per step, each checked against a float64 reference:
    are off by default) and launches it, :func:`attention_forward` and :func:`attention_backward`;
 8. SDPA's flash backend (``sdpa``): importing this package registers gpulab's kernels as the flash implementation
    ``"gpulab"``; ``torch.nn.attention.activate_flash_attention_impl("gpulab")`` routes SDPA's flash backend and
-   ``varlen_attn`` to them, :func:`sdpa_status` says whether it is registered and active;
+   ``varlen_attn`` to them, :func:`gpulab.attention.sdpa.sdpa_status` says whether it is registered and active;
 9. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``; tables and plots in
    ``report``).
 
@@ -50,7 +50,6 @@ from gpulab.attention.reference import (
 )
 from gpulab.attention.schedule import block_schedule, plot_block_schedule
 from gpulab.attention.sdpa import register as _register_sdpa
-from gpulab.attention.sdpa import sdpa_status
 from gpulab.attention.shared import attention_preprocess_kernel
 from gpulab.attention.softmax import (
     online_softmax,
@@ -92,7 +91,6 @@ __all__ = [
     "softmax_safe",
     "softmax_online",
     "tiled_attention",
-    "sdpa_status",
 ]
 
 _register_sdpa()  # "gpulab" in torch's flash-attention registry, not activated (gpulab.attention.sdpa)

@@ -43,9 +43,9 @@ import torch
 
 from gpulab.attention.plan import attention_backward, attention_forward
 
-__all__ = ["IMPL_NAME", "OPS", "register", "activate_kernels", "sdpa_status", "GpulabFlashHandle",
-           "flash_attention_forward_impl", "flash_attention_forward_inplace_impl", "flash_attention_backward_impl",
-           "sdpa_flash_forward_impl", "sdpa_flash_backward_impl", "varlen_backward"]  # fmt: skip
+__all__ = ["IMPL_NAME", "OPS", "register", "activate_kernels", "sdpa_status", "sdpa_flash_forward_impl",
+           "sdpa_flash_backward_impl", "flash_attention_forward_impl", "flash_attention_forward_inplace_impl",
+           "flash_attention_backward_impl"]  # fmt: skip
 
 IMPL_NAME = "gpulab"
 """The name :func:`torch.nn.attention.activate_flash_attention_impl` takes."""
@@ -80,6 +80,34 @@ def _check_common(op, query, dropout_p, return_debug_mask=False, alibi_slopes=No
     for name, value in (extra or {}).items():
         if value is not None:
             _refuse(op, f"the argument {name}={value!r}")
+
+
+def _check_layout(op: str, packed: bool, **tensors) -> None:
+    """The tensors' dimensions for the operator's layout: dense 4-D, packed (offsets given) 3-D."""
+    want, layout = (3, "[T, H, D] (packed: cum_seq_q given)") if packed else (4, None)
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}.")
+        if t.dim() != want:
+            layout = layout or ("[B, H, N, D]" if op.startswith("_scaled") else "[B, N, H, D] (dense: no cum_seq_q)")
+            raise ValueError(f"{op}: {name} must be {want}-dimensional {layout}, got shape {tuple(t.shape)}.")
+
+
+def _check_offsets(op: str, cum_seq_q, cum_seq_k, t_q: int, t_k: int) -> tuple[list[int], list[int]]:
+    """The offsets on the host: int32 vectors of one length, from 0, never decreasing, ending within the tensors."""
+    for name, cu in (("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 1:
+            got = f"{cu.dtype} {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
+            raise ValueError(f"{op}: {name} must be an int32 vector [S + 1] of offsets, got {got}.")
+    starts_q, starts_k = cum_seq_q.tolist(), cum_seq_k.tolist()
+    if len(starts_q) != len(starts_k):
+        raise ValueError(f"{op}: cum_seq_q has {len(starts_q)} offsets but cum_seq_k {len(starts_k)}; one per "
+                         "sequence boundary in both.")  # fmt: skip
+    for name, starts, total in (("cum_seq_q", starts_q, t_q), ("cum_seq_k", starts_k, t_k)):
+        if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > total:
+            raise ValueError(f"{op}: {name} must start at 0, never decrease and end at most at the {total} packed "
+                             f"rows, got {starts}.")  # fmt: skip
+    return starts_q, starts_k
 
 
 def _window(is_causal: bool, left, right) -> tuple[int, int]:
@@ -129,7 +157,9 @@ def sdpa_flash_forward_impl(query, key, value, dropout_p=0.0, is_causal=False, r
                             scale=None, **extra):  # fmt: skip
     """``aten::_scaled_dot_product_flash_attention``: ``(O [B, H, Nq, D], LSE fp32 [B, H, Nq], None, None, Nq,
     Nk, rng_state, philox_offset, debug_mask)``; ``is_causal`` aligned bottom-right (top-left where Nq == Nk)."""
-    _check_common("_scaled_dot_product_flash_attention", query, dropout_p, return_debug_mask, extra=extra)
+    op = "_scaled_dot_product_flash_attention"
+    _check_layout(op, False, query=query, key=key, value=value)
+    _check_common(op, query, dropout_p, return_debug_mask, extra=extra)
     mask = _mask(_window(bool(is_causal), None, None), query.shape[2], key.shape[2])
     with torch.no_grad():
         o, lse = attention_forward(query, key, value, scale=scale, **mask, **_gqa(query.shape[1], key.shape[1]))
@@ -141,7 +171,9 @@ def sdpa_flash_backward_impl(grad_out, query, key, value, out, logsumexp, cum_se
                              dropout_p, is_causal, philox_seed, philox_offset, *, scale=None, **extra):  # fmt: skip
     """``aten::_scaled_dot_product_flash_attention_backward``: dQ, dK, dV shaped and strided like q, k, v, from
     the forward's O and log-sum-exp."""
-    _check_common("_scaled_dot_product_flash_attention_backward", query, dropout_p, extra=extra)
+    op = "_scaled_dot_product_flash_attention_backward"
+    _check_layout(op, False, grad_out=grad_out, query=query, key=key, value=value, out=out)
+    _check_common(op, query, dropout_p, extra=extra)
     mask = _mask(_window(bool(is_causal), None, None), query.shape[2], key.shape[2])
     with torch.no_grad():
         dq, dk, dv = attention_backward(grad_out.to(query.dtype), query, key, value, out, logsumexp, scale=scale,
@@ -188,6 +220,7 @@ def flash_attention_forward_impl(query, key, value, cum_seq_q, cum_seq_k, max_q,
     ``[B, H, Nq]`` for dense q ``[B, Nq, H, D]`` or ``[H, T]`` for packed q ``[T, H, D]`` (``cum_seq_q`` given).
     The mask is FlashAttention's bottom-right window (``is_causal``: its right edge 0)."""
     op = "_flash_attention_forward"
+    _check_layout(op, cum_seq_q is not None, query=query, key=key, value=value)
     _check_common(op, query, dropout_p, return_debug_mask, alibi_slopes, seqused_k, block_table, num_splits, extra)
     window = _window(bool(is_causal), window_size_left, window_size_right)
     if cum_seq_q is None:
@@ -212,13 +245,14 @@ def flash_attention_forward_inplace_impl(out, query, key, value, cum_seq_q, cum_
     return lse
 
 
-def varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window):
+def _varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window):
     """dQ, dK, dV of a packed batch (q ``[T, H, D]``, k and v ``[Tk, Hkv, D]``, LSE ``[H, T]``) from the saved
     log-sum-exp: the dense backward once per sequence, on views of the packed tensors (the offsets are read on
     the host, so not inside CUDA graph capture). Empty sequences add nothing; every gradient row of a key no query
     sees is 0."""
+    starts_q, starts_k = _check_offsets("_flash_attention_backward", cum_seq_q, cum_seq_k, query.shape[0],
+                                        key.shape[0])  # fmt: skip
     dq, dk, dv = (torch.zeros_like(t) for t in (query, key, value))
-    starts_q, starts_k = cum_seq_q.tolist(), cum_seq_k.tolist()
     gqa = _gqa(query.shape[1], key.shape[1])
     for i in range(len(starts_q) - 1):
         a, b, c, d = starts_q[i], starts_q[i + 1], starts_k[i], starts_k[i + 1]
@@ -239,6 +273,7 @@ def flash_attention_backward_impl(grad_out, query, key, value, out, logsumexp, c
     """``aten::_flash_attention_backward``: dQ, dK, dV like q, k, v (dense ``[B, N, H, D]`` or packed
     ``[T, H, D]``) from the forward's O and log-sum-exp."""
     op = "_flash_attention_backward"
+    _check_layout(op, cum_seq_q is not None, grad_out=grad_out, query=query, key=key, value=value, out=out)
     _check_common(op, query, dropout_p, extra=extra)
     window = _window(bool(is_causal), window_size_left, window_size_right)
     grad_out = grad_out.to(query.dtype)
@@ -250,7 +285,7 @@ def flash_attention_backward_impl(grad_out, query, key, value, out, logsumexp, c
             return tuple(_like(t.transpose(1, 2), ref) for t, ref in zip(g, (query, key, value)))
         if cum_seq_k is None:
             _refuse(op, "cum_seq_k=None (a packed query needs the keys' offsets too)")
-        return varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window)
+        return _varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -286,6 +321,9 @@ def activate_kernels(dispatch_key: str = "CUDA") -> GpulabFlashHandle:
     """Register gpulab's implementations of :data:`OPS` (those this torch defines) for ``dispatch_key``; the
     registry's activation calls this with CUDA. Another key (CPU) lets tests drive the aten operators, and so
     torch's own callers of them, through gpulab on CPU tensors."""
+    if dispatch_key not in ("CUDA", "CPU"):
+        raise ValueError(f"dispatch_key must be 'CUDA' (what activation registers) or 'CPU' (tests on CPU tensors), "
+                         f"got {dispatch_key!r}.")  # fmt: skip
     lib = torch.library.Library("aten", "IMPL", dispatch_key)
     done = []
     for name, fn in OPS.items():

@@ -4,7 +4,8 @@ against a float64 reference, their outputs' layouts against the operators' meta 
 On CPU the activation's CUDA kernels never run (SDPA on CPU tensors takes other operators), so the CPU tests register
 the same implementations for the CPU key (``activate_kernels("CPU")``, the ``on_cpu`` fixture) and call the aten
 operators themselves: through the dispatcher, with aten's own derivative formulas for the backward, and through
-torch's ``varlen_attn``. The GPU test (``-m gpu``) runs a model that calls only SDPA.
+torch's ``varlen_attn``. The GPU test (``-m gpu``) runs a model that calls only SDPA. Refusals and bad input:
+``test_sdpa_bad_input.py``.
 """
 
 import inspect
@@ -15,7 +16,8 @@ import torch
 import torch.nn.attention as tna
 
 from gpulab import check, runtime
-from gpulab.attention import plan, sdpa, sdpa_status
+from gpulab.attention import plan, sdpa
+from gpulab.attention.sdpa import sdpa_status
 
 aten = torch.ops.aten
 
@@ -381,52 +383,6 @@ def test_under_torch_compile(on_cpu):
     close(loss.detach().reshape(1), ref[0].sum().reshape(1), "sum O")
     for name, g, r in zip(("dQ", "dK", "dV"), grads, ref[2:]):
         close(g, r, name)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# refusals: a RuntimeError naming what gpulab does not do and the way back to PyTorch's kernels
-
-
-def _dense_call(**kw):
-    q, k, v = rand(1, 5, 2, 8), rand(1, 5, 2, 8), rand(1, 5, 2, 8)
-    args = dict(dropout_p=0.0, is_causal=False, return_debug_mask=False)
-    args.update({n: kw.pop(n) for n in list(kw) if n in args})
-    return aten._flash_attention_forward(q, k, v, None, None, 5, 5, args["dropout_p"], args["is_causal"],
-                                         args["return_debug_mask"], **kw)  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "kwargs,named",
-    [
-        ({"dropout_p": 0.1}, "dropout"),
-        ({"return_debug_mask": True}, "return_debug_mask"),
-        ({"alibi_slopes": torch.ones(2)}, "ALiBi"),
-        ({"seqused_k": torch.ones(1, dtype=torch.int32)}, "seqused_k"),
-        ({"block_table": torch.zeros(1, 1, dtype=torch.int32)}, "block table"),
-        ({"num_splits": 4}, "num_splits=4"),
-    ],
-    ids=["dropout", "debug_mask", "alibi", "seqused_k", "block_table", "num_splits"],
-)
-def test_refuses_what_it_does_not_do(on_cpu, kwargs, named):
-    with pytest.raises(RuntimeError, match=named) as err:
-        _dense_call(**kwargs)
-    assert "restore_flash_attention_impl()" in str(err.value)
-
-
-def test_refuses_dropout_in_sdpa_op_and_backward(on_cpu):
-    q = rand(1, 2, 5, 8)
-    with pytest.raises(RuntimeError, match="dropout"):
-        aten._scaled_dot_product_flash_attention(q, q, q, 0.5, False)
-    u = torch.zeros(2, dtype=torch.uint64)
-    with pytest.raises(RuntimeError, match="dropout"):
-        aten._scaled_dot_product_flash_attention_backward(q, q, q, q, q, q[..., 0], None, None, 5, 5, 0.5, False, u,
-                                                          u[0])  # fmt: skip
-
-
-def test_refuses_fp8():
-    q = torch.zeros(1, 2, 5, 8, dtype=torch.float8_e4m3fn)
-    with pytest.raises(RuntimeError, match="fp8"):
-        sdpa.sdpa_flash_forward_impl(q, q, q)
 
 
 # ----------------------------------------------------------------------------------------------------------------
