@@ -459,6 +459,37 @@ def test_model_calling_only_sdpa_runs_on_gpulab_after_activation():
 
 
 @pytest.mark.gpu
+@needs_gqa
+def test_sdpa_grouped_heads_run_on_gpulab_after_activation():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(2, 2, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    do = torch.randn_like(q)
+
+    def call():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return o.detach(), torch.autograd.grad(o, (q, k, v), do)
+
+    _restore_if_active()
+    try:
+        o_torch, g_torch = call()
+    except RuntimeError as err:  # PyTorch's flash backend may refuse grouped heads: then so does its dispatch
+        pytest.skip(f"PyTorch's flash backend takes no grouped heads here: {err}")
+    tna.activate_flash_attention_impl("gpulab")
+    try:
+        o_gpulab, g_gpulab = call()
+        names = _profiled_kernels(call)
+        assert _gpulab_kernels(names) and not _torch_flash_kernels(names), names
+    finally:
+        tna.restore_flash_attention_impl()
+    check.assert_close(o_gpulab, o_torch.double(), dtype=torch.bfloat16, name="GQA O")
+    for name, a, b in zip(("dQ", "dK", "dV"), g_gpulab, g_torch):
+        check.assert_close(a, b.double(), dtype=torch.bfloat16, name=f"GQA {name}")
+
+
+@pytest.mark.gpu
 @needs_varlen
 def test_torch_varlen_attn_runs_on_gpulab_after_activation():
     from torch.nn.attention.varlen import varlen_attn
