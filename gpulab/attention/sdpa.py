@@ -312,8 +312,9 @@ class GpulabFlashHandle:
     ops: tuple[str, ...] = ()
 
     def remove(self) -> None:
-        if self.library is not None:
-            self.library._destroy()  # unregister now, not whenever the object is collected
+        destroy = getattr(self.library, "_destroy", None)
+        if destroy is not None:
+            destroy()  # unregister now, not whenever the object is collected
         self.library = None
 
 
@@ -335,12 +336,12 @@ def activate_kernels(dispatch_key: str = "CUDA") -> GpulabFlashHandle:
 
 def register() -> bool:
     """Register ``"gpulab"`` with torch's flash-attention registry (not activated); True if done. On a torch without
-    the registry (before 2.9) nothing is registered and :func:`sdpa_status` says why."""
+    the registry nothing is registered and :func:`sdpa_status` says why."""
     try:
         from torch.nn.attention import register_flash_attention_impl
     except ImportError:
         _STATUS.update(registered=False, why=f"torch {torch.__version__} has no "
-                       "torch.nn.attention.register_flash_attention_impl (PyTorch 2.9 or later has it)")  # fmt: skip
+                       "torch.nn.attention.register_flash_attention_impl (PyTorch 2.11 and 2.13 have it)")  # fmt: skip
         return False
     missing = [n for n in ("_scaled_dot_product_flash_attention", "_flash_attention_forward")
                if not hasattr(torch.ops.aten, n)]  # fmt: skip
@@ -355,11 +356,9 @@ def register() -> bool:
 def sdpa_status() -> dict:
     """``{'name', 'registered', 'why', 'active'}``: whether ``"gpulab"`` is in torch's flash-attention registry,
     why not if it is not, and whether it is the active implementation."""
-    active = None
     try:
         from torch.nn.attention import current_flash_attention_impl
-
-        active = current_flash_attention_impl() == IMPL_NAME
     except ImportError:
-        active = False
+        return {"name": IMPL_NAME, **_STATUS, "active": False}
+    active = current_flash_attention_impl() == IMPL_NAME
     return {"name": IMPL_NAME, **_STATUS, "active": active}
