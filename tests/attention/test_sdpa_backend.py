@@ -1,11 +1,11 @@
 """gpulab as PyTorch's flash attention (gpulab.attention.sdpa): the registration, the aten operators' implementations
-against a float64 reference, their outputs' layouts against the operators' meta functions, and the refusals.
+against a float64 reference, their outputs' layouts against the operators' meta functions.
 
-On CPU the activation's CUDA kernels never run (SDPA on CPU tensors takes other operators), so the CPU tests register
-the same implementations for the CPU key (``activate_kernels("CPU")``, the ``on_cpu`` fixture) and call the aten
-operators themselves: through the dispatcher, with aten's own derivative formulas for the backward, and through
-torch's ``varlen_attn``. The GPU test (``-m gpu``) runs a model that calls only SDPA. Refusals and bad input:
-``test_sdpa_bad_input.py``.
+On CPU the activation's CUDA kernels never run (SDPA on CPU tensors takes other operators), so these tests register
+the same implementations for the CPU key (``activate_kernels("CPU")``, the ``routed`` fixture; the CUDA key when the
+suite runs on a GPU) and call the aten operators themselves: through the dispatcher, with aten's own derivative
+formulas for the backward, and through torch's ``varlen_attn``. The GPU tests (``-m gpu``) run a model that calls
+only SDPA. Refusals and bad input: ``test_sdpa_bad_input.py``.
 """
 
 import inspect
@@ -81,9 +81,10 @@ def close(out, ref, name, context=""):
 
 
 @pytest.fixture
-def on_cpu():
-    """gpulab's implementations registered for the CPU key for one test, then removed."""
-    handle = sdpa.activate_kernels("CPU")
+def routed():
+    """gpulab's implementations registered for the key of gpulab's device for one test (CPU here; CUDA when the
+    suite runs on a GPU, where these tests' fp32 inputs would otherwise reach PyTorch's own kernels), then removed."""
+    handle = sdpa.activate_kernels("CUDA" if runtime.on_gpu() else "CPU")
     yield handle
     handle.remove()
 
@@ -151,12 +152,12 @@ SDPA_CASES = [
 
 
 @pytest.mark.parametrize("b,h,nq,nk,d,causal", SDPA_CASES, ids=lambda x: str(x))
-def test_sdpa_flash_op_matches_reference(on_cpu, b, h, nq, nk, d, causal):
+def test_sdpa_flash_op_matches_reference(routed, b, h, nq, nk, d, causal):
     _check_sdpa_op(b, h, nq, nk, d, causal)
 
 
 @needs_windows
-def test_sdpa_flash_op_causal_non_square_is_bottom_right(on_cpu):
+def test_sdpa_flash_op_causal_non_square_is_bottom_right(routed):
     # as the FlashAttention-2 kernel it replaces (SDPA itself never sends this problem to its flash backend)
     _check_sdpa_op(1, 2, 5, 19, 24, True)
 
@@ -177,7 +178,7 @@ def _check_sdpa_op(b, h, nq, nk, d, causal):
 
 
 @needs_gqa
-def test_sdpa_flash_op_grouped_heads(on_cpu):
+def test_sdpa_flash_op_grouped_heads(routed):
     q, do = rand(2, 6, 13, 16, requires_grad=True), rand(2, 6, 13, 16)
     k, v = rand(2, 2, 21, 16, requires_grad=True), rand(2, 2, 21, 16, requires_grad=True)
     o = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False)[0]
@@ -187,7 +188,7 @@ def test_sdpa_flash_op_grouped_heads(on_cpu):
         close(out, r, name, "Hq=6 Hkv=2")
 
 
-def test_sdpa_flash_op_output_keeps_query_layout(on_cpu):
+def test_sdpa_flash_op_output_keeps_query_layout(routed):
     # q, k, v as transposed views of [B, N, H, D] (how attention modules make them): O like q, gradients like each
     base = [rand(2, 11, 3, 8) for _ in range(3)]
     q, k, v = (t.transpose(1, 2).requires_grad_(True) for t in base)
@@ -236,13 +237,13 @@ def _check_dense(b, h, nq, nk, d, causal, left, right):
 
 
 @pytest.mark.parametrize("case", DENSE_CASES, ids=lambda x: str(x))
-def test_flash_forward_dense_matches_reference(on_cpu, case):
+def test_flash_forward_dense_matches_reference(routed, case):
     _check_dense(*case)
 
 
 @needs_windows
 @pytest.mark.parametrize("case", DENSE_WINDOWED, ids=lambda x: str(x))
-def test_flash_forward_dense_windows_match_reference(on_cpu, case):
+def test_flash_forward_dense_windows_match_reference(routed, case):
     _check_dense(*case)
 
 
@@ -265,7 +266,7 @@ def _packed(lengths, h=2, h_kv=2, d=8):
 def _packed_reference(q, k, v, do, cu_q, cu_k, window):
     """Per sequence, the dense reference: (O, LSE [H, T], dQ, dK, dV) packed like the inputs."""
     o, dq, dk, dv = (torch.zeros_like(t, dtype=torch.float64) for t in (q, q, k, v))
-    lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float64)
+    lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float64, device=q.device)
     for a, b, c, e in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist()):
         if b == a:
             continue
@@ -278,7 +279,7 @@ def _packed_reference(q, k, v, do, cu_q, cu_k, window):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_packed_backward_from_saved_lse(on_cpu, causal):
+def test_packed_backward_from_saved_lse(routed, causal):
     # the backward alone (the forward's O and LSE from the reference): one dense backward per sequence
     q, k, v, do, cu_q, cu_k = _packed(LENGTHS)
     window = (-1, 0) if causal else (-1, -1)
@@ -292,7 +293,7 @@ def test_packed_backward_from_saved_lse(on_cpu, causal):
 
 @needs_varlen
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (3, 0)], ids=str)
-def test_torch_varlen_attn_runs_on_gpulab(on_cpu, window):
+def test_torch_varlen_attn_runs_on_gpulab(routed, window):
     # torch's own varlen_attn, whose operators now dispatch to gpulab on CPU tensors: forward and backward
     from torch.nn.attention.varlen import varlen_attn
 
@@ -331,7 +332,7 @@ def _check_against_meta(call, tensors, what):
     return real
 
 
-def test_outputs_match_meta_and_fake_tensors(on_cpu):
+def test_outputs_match_meta_and_fake_tensors(routed):
     q = rand(2, 9, 3, 8).transpose(1, 2)  # SDPA's layout as a view of [B, N, H, D]
     k, v = rand(2, 3, 14, 8), rand(2, 3, 14, 8)
     u2, u0 = torch.zeros(2, dtype=torch.uint64), torch.zeros((), dtype=torch.uint64)  # no dropout: no seed
@@ -360,7 +361,7 @@ def test_outputs_match_meta_and_fake_tensors(on_cpu):
 
 
 @needs_varlen
-def test_packed_outputs_match_meta(on_cpu):
+def test_packed_outputs_match_meta(routed):
     q, k, v, _, cu_q, cu_k = _packed([(3, 7), (0, 2), (5, 5)], h=4, h_kv=2)
 
     def varlen_fwd(q, k, v, cu_q, cu_k):
@@ -370,7 +371,7 @@ def test_packed_outputs_match_meta(on_cpu):
     assert lse.shape == (4, 8) and lse.dtype == torch.float32
 
 
-def test_under_torch_compile(on_cpu):
+def test_under_torch_compile(routed):
     q, k, v = (rand(1, 2, 13, 8, requires_grad=True) for _ in range(3))
 
     def f(q, k, v):

@@ -5,7 +5,7 @@ or an unknown dispatch key a ValueError or TypeError naming the argument."""
 import pytest
 import torch
 
-from gpulab import check
+from gpulab import check, runtime
 from gpulab.attention import sdpa
 from gpulab.attention.sdpa import (
     activate_kernels,
@@ -25,9 +25,10 @@ def rand(*shape):
 
 
 @pytest.fixture
-def on_cpu():
-    """gpulab's implementations registered for the CPU key for one test, then removed."""
-    handle = activate_kernels("CPU")
+def routed():
+    """gpulab's implementations registered for the key of gpulab's device for one test (CPU here; CUDA when the
+    suite runs on a GPU, where these tests' fp32 inputs would otherwise reach PyTorch's own kernels), then removed."""
+    handle = activate_kernels("CUDA" if runtime.on_gpu() else "CPU")
     yield handle
     handle.remove()
 
@@ -59,7 +60,7 @@ def test_refuses_what_it_does_not_do(kwargs, named):
     assert "restore_flash_attention_impl()" in str(err.value)
 
 
-def test_refuses_through_the_dispatcher(on_cpu):
+def test_refuses_through_the_dispatcher(routed):
     q = rand(1, 2, 5, 8)
     with pytest.raises(RuntimeError, match="dropout"):
         aten._scaled_dot_product_flash_attention(q, q, q, 0.5, False)
