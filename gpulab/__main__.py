@@ -38,6 +38,11 @@ def cmd_info(args) -> int:
         print("\nlive properties")
         for k, v in hardware.live_properties().items():
             print(f"  {k:22s} {v}")
+    from gpulab.attention.sdpa import sdpa_status  # deferred: only `info` reports the SDPA registration
+
+    sdpa = sdpa_status()
+    state = ("active" if sdpa["active"] else "registered, not active") if sdpa["registered"] else sdpa["why"]
+    print(f"\nSDPA flash implementation {sdpa['name']!r}: {state}")
     from gpulab import roofline  # deferred: only `info` needs lesson 1's ceilings
 
     print()

@@ -15,7 +15,10 @@ The path, one module per step, each checked against a float64 reference:
 6. version 2, Hopper (``v2/``): the same math with tiles through TMA and wgmma, and its sm_90 compile checks;
 7. the plan (``plan``): the one module that picks a version (by dtype, GPU, size and the switches of the versions that
    are off by default) and launches it, :func:`attention_forward` and :func:`attention_backward`;
-8. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``; tables and plots in
+8. SDPA's flash backend (``sdpa``): importing this package registers gpulab's kernels as the flash implementation
+   ``"gpulab"``; ``torch.nn.attention.activate_flash_attention_impl("gpulab")`` routes SDPA's flash backend and
+   ``varlen_attn`` to them, :func:`gpulab.attention.sdpa.sdpa_status` says whether it is registered and active;
+9. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``; tables and plots in
    ``report``).
 
 :func:`flash_attention` (``function``) ties them together as a differentiable function with the semantics of
@@ -50,6 +53,7 @@ from gpulab.attention.reference import (
     visible_mask,
 )
 from gpulab.attention.schedule import block_schedule, plot_block_schedule
+from gpulab.attention.sdpa import register as _register_sdpa
 from gpulab.attention.shared import attention_preprocess_kernel
 from gpulab.attention.softmax import (
     online_softmax,
@@ -97,3 +101,5 @@ __all__ = [
     "softmax_online",
     "tiled_attention",
 ]
+
+_register_sdpa()  # "gpulab" in torch's flash-attention registry, not activated (gpulab.attention.sdpa)
