@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from gpulab.attention.plan import attention_backward, attention_forward
+from gpulab.attention.varlen import AuxRequest, varlen_attn, varlen_backward
 
 __all__ = ["IMPL_NAME", "OPS", "register", "activate_kernels", "sdpa_status", "sdpa_flash_forward_impl",
            "sdpa_flash_backward_impl", "flash_attention_forward_impl", "flash_attention_forward_inplace_impl",
@@ -91,23 +92,6 @@ def _check_layout(op: str, packed: bool, **tensors) -> None:
         if t.dim() != want:
             layout = layout or ("[B, H, N, D]" if op.startswith("_scaled") else "[B, N, H, D] (dense: no cum_seq_q)")
             raise ValueError(f"{op}: {name} must be {want}-dimensional {layout}, got shape {tuple(t.shape)}.")
-
-
-def _check_offsets(op: str, cum_seq_q, cum_seq_k, t_q: int, t_k: int) -> tuple[list[int], list[int]]:
-    """The offsets on the host: int32 vectors of one length, from 0, never decreasing, ending within the tensors."""
-    for name, cu in (("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k)):
-        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 1:
-            got = f"{cu.dtype} {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
-            raise ValueError(f"{op}: {name} must be an int32 vector [S + 1] of offsets, got {got}.")
-    starts_q, starts_k = cum_seq_q.tolist(), cum_seq_k.tolist()
-    if len(starts_q) != len(starts_k):
-        raise ValueError(f"{op}: cum_seq_q has {len(starts_q)} offsets but cum_seq_k {len(starts_k)}; one per "
-                         "sequence boundary in both.")  # fmt: skip
-    for name, starts, total in (("cum_seq_q", starts_q, t_q), ("cum_seq_k", starts_k, t_k)):
-        if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > total:
-            raise ValueError(f"{op}: {name} must start at 0, never decrease and end at most at the {total} packed "
-                             f"rows, got {starts}.")  # fmt: skip
-    return starts_q, starts_k
 
 
 def _window(is_causal: bool, left, right) -> tuple[int, int]:
@@ -200,11 +184,6 @@ def _dense_forward(query, key, value, scale, window):
 def _varlen_forward(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, scale, window):
     if cum_seq_k is None:
         _refuse(op, "cum_seq_k=None (a packed query needs the keys' offsets too)")
-    try:
-        from gpulab.attention.varlen import AuxRequest, varlen_attn  # deferred: the packed-batch entry point
-    except ImportError:
-        _refuse(op, "packed batches (cum_seq_q) in this build: gpulab.attention.varlen_attn is missing")
-
     gqa = key.shape[1] != query.shape[1]
     with torch.no_grad():
         o, lse = varlen_attn(query, key, value, cum_seq_q, cum_seq_k, int(max_q), int(max_k), scale=scale,
@@ -245,28 +224,6 @@ def flash_attention_forward_inplace_impl(out, query, key, value, cum_seq_q, cum_
     return lse
 
 
-def _varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window):
-    """dQ, dK, dV of a packed batch (q ``[T, H, D]``, k and v ``[Tk, Hkv, D]``, LSE ``[H, T]``) from the saved
-    log-sum-exp: the dense backward once per sequence, on views of the packed tensors (the offsets are read on
-    the host, so not inside CUDA graph capture). Empty sequences add nothing; every gradient row of a key no query
-    sees is 0."""
-    starts_q, starts_k = _check_offsets("_flash_attention_backward", cum_seq_q, cum_seq_k, query.shape[0],
-                                        key.shape[0])  # fmt: skip
-    dq, dk, dv = (torch.zeros_like(t) for t in (query, key, value))
-    gqa = _gqa(query.shape[1], key.shape[1])
-    for i in range(len(starts_q) - 1):
-        a, b, c, d = starts_q[i], starts_q[i + 1], starts_k[i], starts_k[i + 1]
-        if b == a or d == c:
-            continue
-        q, k, v, o, do = (t[lo:hi].transpose(0, 1).unsqueeze(0) for t, lo, hi in
-                          ((query, a, b), (key, c, d), (value, c, d), (out, a, b), (grad_out, a, b)))  # fmt: skip
-        lse = logsumexp[:, a:b].unsqueeze(0)
-        g = attention_backward(do, q, k, v, o, lse, scale=scale, **_mask(window, b - a, d - c), **gqa)
-        for full, part, lo, hi in ((dq, g[0], a, b), (dk, g[1], c, d), (dv, g[2], c, d)):
-            full[lo:hi] = part[0].transpose(0, 1)
-    return dq, dk, dv
-
-
 def flash_attention_backward_impl(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
                                   dropout_p, is_causal, rng_state, unused, *, scale=None, window_size_left=None,
                                   window_size_right=None, **extra):  # fmt: skip
@@ -285,7 +242,9 @@ def flash_attention_backward_impl(grad_out, query, key, value, out, logsumexp, c
             return tuple(_like(t.transpose(1, 2), ref) for t, ref in zip(g, (query, key, value)))
         if cum_seq_k is None:
             _refuse(op, "cum_seq_k=None (a packed query needs the keys' offsets too)")
-        return _varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, scale, window)
+        g = varlen_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, int(max_q), int(max_k),
+                            scale=scale, window_size=window, enable_gqa=query.shape[1] != key.shape[1])  # fmt: skip
+        return tuple(_like(t, ref) for t, ref in zip(g, (query, key, value)))
 
 
 # ----------------------------------------------------------------------------------------------------------------

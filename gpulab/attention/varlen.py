@@ -27,7 +27,15 @@ from gpulab.attention.v1 import forward as v1_forward
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
-__all__ = ["varlen_attn", "AuxRequest", "VarlenPlan", "varlen_plan", "check_offsets", "VarlenFunction"]
+__all__ = [
+    "varlen_attn",
+    "varlen_backward",
+    "AuxRequest",
+    "VarlenPlan",
+    "varlen_plan",
+    "check_offsets",
+    "VarlenFunction",
+]
 
 
 class AuxRequest(NamedTuple):
@@ -195,6 +203,22 @@ def _backward(plan: VarlenPlan, do, q, k, v, o, lse, cu_q, cu_k):
     dq_launch(stream, q, k, v, o, do, lse, delta, dq, *extra)  # writes D = rowsum(dO * O)
     dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, *extra)  # reads D: runs second
     return dq, dk, dv
+
+
+def varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q: int, max_k: int, *,
+                    scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
+                    enable_gqa: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """dQ, dK, dV of :func:`varlen_attn` from its saved O and fp32 log-sum-exp ``lse`` ``[Hq, Tq]`` (what SDPA's
+    flash backend hands a backward): the same two launches as autograd's backward, the offsets read on the device
+    (checked on the host only outside CUDA graph capture). Arguments as :func:`varlen_attn`'s; ``grad_out`` like
+    ``out``."""
+    if window_size.__class__ is list:
+        window_size = tuple(window_size)
+    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
+    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
+        check_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    q, k, v, o, do = (t.contiguous() for t in (query, key, value, out, grad_out.to(query.dtype)))
+    return _backward(plan, do, q, k, v, o, lse.contiguous(), cu_seq_q, cu_seq_k)
 
 
 class VarlenFunction(torch.autograd.Function):

@@ -100,6 +100,11 @@ HELPERS = [
      "decreases"),
     ("mixed_lengths-tokens", lambda: features_bench.mixed_lengths(0, 1, 4), ValueError, "tokens"),
     ("mixed_lengths-order", lambda: features_bench.mixed_lengths(10, 5, 2), ValueError, "shortest=5"),
+    ("varlen_backward-offsets-past-end", lambda: varlen.varlen_backward(
+        *(_zeros(8, 4, 16),) * 5, _zeros(4, 8), _cu(0, 3, 9), _cu(0, 3, 9), 6, 6), ValueError, "past the end"),
+    ("varlen_backward-window", lambda: varlen.varlen_backward(
+        *(_zeros(8, 4, 16),) * 5, _zeros(4, 8), _cu(0, 8), _cu(0, 8), 8, 8, window_size=(-4, 0)), ValueError,
+     "window_size"),
     ("varlen_plan-max-q", lambda: varlen.varlen_plan(_zeros(4, 2, 8), _zeros(4, 2, 8), _zeros(4, 2, 8), _cu(0, 4),
                                                      _cu(0, 4), -1, 4, None, (-1, -1), False), ValueError, "max_q"),
 ]  # fmt: skip
