@@ -1,5 +1,5 @@
 """Bad input to version 2 of the attention forward (gpulab.attention.v2.forward), its choice (plan.check_version) and
-its report (gpulab.attention.report): each raises a ValueError or TypeError naming the argument."""
+its report (gpulab.attention.measure.report): each raises a ValueError or TypeError naming the argument."""
 
 import pytest
 import torch
@@ -7,10 +7,10 @@ import torch
 from gpulab import attention as A
 from gpulab import check
 from gpulab.attention import configs, plan
-from gpulab.attention import report as hopper_report
 from gpulab.attention.configs import HopperConfig
+from gpulab.attention.experiments import v2_backward as hopper_backward
+from gpulab.attention.measure import report as hopper_report
 from gpulab.attention.plan import check_version
-from gpulab.attention.v2 import backward as hopper_backward
 from gpulab.attention.v2 import forward as hopper
 
 

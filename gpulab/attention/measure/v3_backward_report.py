@@ -22,7 +22,7 @@ from gpulab import dtypes, runtime
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
            "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table", "kernel_profile"]  # fmt: skip
 
-FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
 CUDNN = "SDPA cuDNN"
 SHIPPED = "gpulab shipped"
 """``flash_attention`` with the two-kernel backward: the plan's forward, version 1's two backward kernels (from run f

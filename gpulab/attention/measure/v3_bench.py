@@ -1,11 +1,11 @@
 """Lesson 4's named benchmark parts for version 3 (Gluon, FlashAttention-3's forward; Hopper only). Records go to
-``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.report.stored_v3` reads the
+``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3` reads the
 bench part's.
 
 - ``python -m gpulab bench 04 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
-  (:func:`gpulab.attention.benchmark.grid`), ``impl`` the tuned default (:data:`~gpulab.attention.report.V3_TUNED`,
+  (:func:`gpulab.attention.measure.benchmark.grid`), ``impl`` the tuned default (:data:`~gpulab.attention.measure.report.V3_TUNED`,
   the committed :data:`gpulab.attention.v3.forward.MEASURED`), the same launched through Triton's ``kernel[grid]``
-  every call (:data:`~gpulab.attention.report.V3_TRITON_LAUNCH`, the host-overhead baseline), steps 1-3, version 2,
+  every call (:data:`~gpulab.attention.measure.report.V3_TRITON_LAUNCH`, the host-overhead baseline), steps 1-3, version 2,
   SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds
   alternating (``params['round']`` 0 and 1): one config timed twice in one round-robin differed by up to 10% on the
   H100, more than some differences compared; the report keeps each provider's faster round.
@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check, runtime
-from gpulab.attention.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
+from gpulab.attention.measure.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
+from gpulab.attention.measure.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.plan import attention_forward
-from gpulab.attention.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.v3 import forward as v3
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
 
 STEP_CASES = {1: "gpulab v3 step 1 (partitions)", 2: "gpulab v3 step 2 (+ ping-pong)",
               3: "gpulab v3 step 3 (+ overlap)"}  # fmt: skip
-"""The bench part's ``impl`` of each step (the names :mod:`gpulab.attention.report` reads)."""
+"""The bench part's ``impl`` of each step (the names :mod:`gpulab.attention.measure.report` reads)."""
 RUNS = 200
 """Runs per configuration in the race part."""
 LSE_TOLERANCE = 1e-3
@@ -100,11 +100,7 @@ def _v3(cfg):
 
 def _v3_triton_launch(q, k, v, causal):
     """The tuned kernel through Triton's own launch every call (the host-overhead baseline)."""
-    fast, v3.FAST_LAUNCH = v3.FAST_LAUNCH, False
-    try:
-        return v3.attention_forward(q, k, v, causal)[0]
-    finally:
-        v3.FAST_LAUNCH = fast
+    return v3.attention_forward(q, k, v, causal, raw_launch=False)[0]
 
 
 def _v3_step(step):
@@ -179,7 +175,7 @@ _TINY = [dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal
 
 
 def bench_v3(progress=None, problems=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.benchmark.grid`'s; default
+    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s; default
     all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two alternating
     rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its round."""
     problems = _problems(problems, cpu=_TINY, gpu=grid())
@@ -197,7 +193,7 @@ HEADLINE_IMPLS = (V3_TUNED, "SDPA cuDNN", "SDPA FlashAttention-2", "gpulab v2")
 def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> list[bench.Result]:
     """``python -m gpulab bench 04 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
     alternating rounds of version 3 (tuned), cuDNN, FlashAttention-2 and version 2 (``kind='headline'``), each
-    output checked before timing. :func:`gpulab.attention.v3_report.v3_headline` reads each one's median round."""
+    output checked before timing. :func:`gpulab.attention.measure.v3_report.v3_headline` reads each one's median round."""
     rounds = runtime.integer("rounds", rounds, minimum=1)
     problems = _problems(problems, cpu=_TINY[:1], gpu=[HEADLINE])
     impls = {n: fn for n, fn in _bench_providers().items() if n in HEADLINE_IMPLS}

@@ -1,6 +1,6 @@
 """Lesson 4, version 3's forward measured: the runs of ``python -m gpulab bench 04 v3`` (and its ``-tune`` part) read
 back, each implementation's best round, ratios, spreads and the steps' table (no kernels here;
-:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.report` re-exports every name, so lesson 4
+:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.measure.report` re-exports every name, so lesson 4
 reads them beside version 2's probe records.
 """
 
@@ -36,13 +36,13 @@ __all__ = [
 ]
 
 
-V3_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+V3_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
 V3_TUNED = "gpulab v3 (tuned)"
 V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
 V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 """The tuned kernel launched through Triton's ``kernel[grid](...)`` on every call (descriptors built and encoded each
-time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
+time; ``raw_launch=False`` of :func:`gpulab.attention.v3.forward.attention_forward`): the host-overhead baseline of the cached launch."""
 
 
 V3_PART_SUFFIXES = ("-check", "-race", "-tune", "-headline", "-ab")

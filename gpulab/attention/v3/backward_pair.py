@@ -244,7 +244,7 @@ def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr):
     long or mostly short tiles; so the program takes units ``u = pid + (k // 2) * programs`` of two tiles, head
     ``u // half``'s key blocks ``i`` then ``2 half - 1 - i`` (``i = u % half``, ``half = ceil(key_blocks / 2)``):
     about the same work per unit whatever i. With an odd number of key blocks the unit i = 0 holds a block past the
-    last (no query block). :func:`gpulab.attention.v3.backward_model.persistent_tiles` mirrors this."""
+    last (no query block). :func:`gpulab.attention.measure.v3_backward_model.persistent_tiles` mirrors this."""
     n_kb = gl.cdiv(n_k, 128)
     if IS_CAUSAL:
         half = (n_kb + 1) // 2

@@ -57,7 +57,7 @@ class V3Config:
     ``persistent``: one program per SM looping over tiles (``q_buffers`` Q tiles per consumer in flight);
     ``pairs`` (persistent only; causal only, ignored otherwise): a program takes a head's tiles in pairs
     (longest, shortest), so every pair has the same number of key blocks and the programs' work is even
-    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`).
+    whatever the SM count (:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`).
     ``q_regs`` (steps 2-3): each consumer loads its Q tile once per tile into registers (the wgmma A-operand
     layout, 32 registers per thread at d=128) and issues ``S = Q K^T`` with Q from registers, so each score product
     reads only K from shared memory (a third less shared-memory traffic per key block at d=128)."""
@@ -118,14 +118,14 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, True): dict(step=3, stages=3, **_PQ2, pairs=True, q_regs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
-(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.measure.v3_bench`) on the H100 for the long sequences
 (geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/04_attention/v3/``, run l's
 ``-l-tune.jsonl``: every candidate raced 200 times and checked, 84 of 84 clean). Persistent programs pay at d=128
 non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes); three
 consumer warpgroups at d=64 non-causal; the causal long problems took paired persistent tiles with Q read from
 registers (``q_regs``, run l). Earlier runs: 64 keys per stage lost everywhere (run f). ptxas reports no spilled
 registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
-(:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests)."""
+(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests)."""
 
 
 SHORT_N = 2048
@@ -146,7 +146,7 @@ MEASURED_SHORT: dict[tuple[int, bool], dict] = {
 choice differs from :data:`MEASURED`'s: run l's tune (``-l-tune.jsonl``, H100, bf16), its choice for the short group.
 d=64: step 1 on a persistent grid with a second Q buffer (N = 1k; causal, with each head's tiles in (longest,
 shortest) pairs: the head-major persistent order left programs up to 30% over the mean work at N = 1k,
-:func:`gpulab.attention.v3.schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N = 1k
+:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N = 1k
 and 4k)."""
 
 

@@ -7,8 +7,8 @@ import torch
 
 from gpulab import runtime
 from gpulab.attention import plan
-from gpulab.attention import v3_backward_report as report
 from gpulab.attention.function import flash_attention
+from gpulab.attention.measure import v3_backward_report as report
 
 
 def test_gate_matches_the_records():
