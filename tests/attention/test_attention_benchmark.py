@@ -1,4 +1,5 @@
-"""Lesson 4's benchmark (gpulab.attention.measure.benchmark): a CPU smoke run of the whole report, and its registration."""
+"""Lesson 4's benchmark (gpulab.attention.measure.benchmark): a CPU smoke run of the whole report, and its
+registration."""
 
 import torch
 

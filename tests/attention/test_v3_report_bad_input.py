@@ -1,5 +1,5 @@
-"""Version 3's record readers (gpulab.attention.measure.v3_report) refuse bad input with an error naming the argument. One
-table: (id, call, expected exception, a word the message must contain)."""
+"""Version 3's record readers (gpulab.attention.measure.v3_report) refuse bad input with an error naming the argument.
+One table: (id, call, expected exception, a word the message must contain)."""
 
 import pytest
 

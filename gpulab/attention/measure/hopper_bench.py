@@ -21,8 +21,9 @@ backends, the CS336 leaderboard problem, and the one-pass backward's tiles.
   (``kind='fused sweep'``, ``'two kernels'``, ``'fused choice'``).
 
 Every provider is checked against its reference (SDPA's math backend in fp32; for the one-pass backward, the two
-kernels) before anything is timed, by :func:`gpulab.bench.run`, on both clocks. :mod:`gpulab.attention.measure.report` reads
-the records. On CPU each part runs a tiny version in the interpreter (float16: the interpreter computes bf16 wrongly).
+kernels) before anything is timed, by :func:`gpulab.bench.run`, on both clocks. :mod:`gpulab.attention.measure.report`
+reads the records. On CPU each part runs a tiny version in the interpreter (float16: the interpreter computes bf16
+wrongly).
 """
 
 from __future__ import annotations
@@ -263,9 +264,9 @@ def _choices(sweep_records, n_seqs) -> list[bench.Result]:
 def hopper(progress=None, problems=None, run_sweep: bool = True, candidates=None):
     """``python -m gpulab bench 04 hopper``: the sweep (unless ``run_sweep`` is False: the committed
     :data:`~gpulab.attention.configs.PREFERRED_V2`), the grid with the chosen configs, and the tiny problems.
-    ``problems``: dicts like :func:`gpulab.attention.measure.benchmark.grid`'s (default: all 24 on a GPU, two tiny on CPU);
-    ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones to
-    compare the hand-written one-block-ahead scores with the plain loop)."""
+    ``problems``: dicts like :func:`gpulab.attention.measure.benchmark.grid`'s (default: all 24 on a GPU, two tiny on
+    CPU); ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones
+    to compare the hand-written one-block-ahead scores with the plain loop)."""
     run_sweep = runtime.strict_bool("run_sweep", run_sweep)
     if problems is not None and not isinstance(problems, (list, tuple)):
         raise TypeError(f"problems must be a list of dicts like grid()'s, got {type(problems).__name__}.")

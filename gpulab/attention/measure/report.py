@@ -1,13 +1,13 @@
 """Lesson 4, measured: tables and plots of the records, kept apart from the benchmarks that write them.
 
-- ``python -m gpulab bench 04`` (:mod:`gpulab.attention.measure.benchmark`): :func:`summary_table`, :func:`memory_table`,
-  :func:`targets`, :func:`plot_throughput`, :func:`plot_memory`, :func:`plot`;
+- ``python -m gpulab bench 04`` (:mod:`gpulab.attention.measure.benchmark`): :func:`summary_table`,
+  :func:`memory_table`, :func:`targets`, :func:`plot_throughput`, :func:`plot_memory`, :func:`plot`;
 - version 2 of the forward beside version 1 and SDPA's backends (the Hopper records), below.
 
 What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
-records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.measure.hopper_bench`; one run on the H100:
-a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before it
-was timed on both clocks):
+records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.measure.hopper_bench`; one run on the
+H100: a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before
+it was timed on both clocks):
 
 - ``benchmarks/04_attention/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab v2``,
   ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
@@ -20,7 +20,8 @@ was timed on both clocks):
   against the two-kernel backward, backward only;
 - ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
 - ``benchmarks/04_attention/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 04 v3``,
-  :mod:`gpulab.attention.measure.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it), :func:`stored_v3`.
+  :mod:`gpulab.attention.measure.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it),
+  :func:`stored_v3`.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
 """
@@ -511,7 +512,8 @@ def plot(results):
     return fig
 
 
-# version 3 (Gluon): its records are read by :mod:`gpulab.attention.measure.v3_report`; the names stay importable from here.
+# version 3 (Gluon): its records are read by :mod:`gpulab.attention.measure.v3_report`; the names stay importable from
+# here.
 from gpulab.attention.measure.v3_report import (  # noqa: E402 - re-exported after the version-2 readers
     V3_FOLDER,
     V3_PART_SUFFIXES,

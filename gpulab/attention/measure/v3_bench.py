@@ -1,14 +1,15 @@
 """Lesson 4's named benchmark parts for version 3 (Gluon, FlashAttention-3's forward; Hopper only). Records go to
-``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3` reads the
-bench part's.
+``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3` reads
+the bench part's.
 
 - ``python -m gpulab bench 04 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
-  (:func:`gpulab.attention.measure.benchmark.grid`), ``impl`` the tuned default (:data:`~gpulab.attention.measure.report.V3_TUNED`,
-  the committed :data:`gpulab.attention.v3.forward.MEASURED`), the same launched through Triton's ``kernel[grid]``
-  every call (:data:`~gpulab.attention.measure.report.V3_TRITON_LAUNCH`, the host-overhead baseline), steps 1-3, version 2,
-  SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds
-  alternating (``params['round']`` 0 and 1): one config timed twice in one round-robin differed by up to 10% on the
-  H100, more than some differences compared; the report keeps each provider's faster round.
+  (:func:`gpulab.attention.measure.benchmark.grid`), ``impl`` the tuned default
+  (:data:`~gpulab.attention.measure.report.V3_TUNED`, the committed :data:`gpulab.attention.v3.forward.MEASURED`), the
+  same launched through Triton's ``kernel[grid]`` every call (:data:`~gpulab.attention.measure.report.V3_TRITON_LAUNCH`,
+  the host-overhead baseline), steps 1-3, version 2, SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every
+  provider is timed twice, the rounds alternating (``params['round']`` 0 and 1): one config timed twice in one
+  round-robin differed by up to 10% on the H100, more than some differences compared; the report keeps each provider's
+  faster round.
 - ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): issue 38's named problem (bf16, d=128, N = 16k,
   non-causal) in :data:`HEADLINE_ROUNDS` alternating rounds of version 3, cuDNN, FA-2 and version 2
   (``kind='headline'``); the report states each one's median round.
@@ -175,9 +176,10 @@ _TINY = [dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal
 
 
 def bench_v3(progress=None, problems=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s; default
-    all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two alternating
-    rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its round."""
+    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s;
+    default all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two
+    alternating rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its
+    round."""
     problems = _problems(problems, cpu=_TINY, gpu=grid())
     return _in_rounds("v3", problems, _bench_providers(), 2, "throughput", progress)
 
@@ -193,7 +195,8 @@ HEADLINE_IMPLS = (V3_TUNED, "SDPA cuDNN", "SDPA FlashAttention-2", "gpulab v2")
 def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> list[bench.Result]:
     """``python -m gpulab bench 04 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
     alternating rounds of version 3 (tuned), cuDNN, FlashAttention-2 and version 2 (``kind='headline'``), each
-    output checked before timing. :func:`gpulab.attention.measure.v3_report.v3_headline` reads each one's median round."""
+    output checked before timing. :func:`gpulab.attention.measure.v3_report.v3_headline` reads each one's median
+    round."""
     rounds = runtime.integer("rounds", rounds, minimum=1)
     problems = _problems(problems, cpu=_TINY[:1], gpu=[HEADLINE])
     impls = {n: fn for n, fn in _bench_providers().items() if n in HEADLINE_IMPLS}

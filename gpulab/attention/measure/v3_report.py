@@ -1,7 +1,7 @@
 """Lesson 4, version 3's forward measured: the runs of ``python -m gpulab bench 04 v3`` (and its ``-tune`` part) read
 back, each implementation's best round, ratios, spreads and the steps' table (no kernels here;
-:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.measure.report` re-exports every name, so lesson 4
-reads them beside version 2's probe records.
+:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.measure.report` re-exports every name, so
+lesson 4 reads them beside version 2's probe records.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
 V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 """The tuned kernel launched through Triton's ``kernel[grid](...)`` on every call (descriptors built and encoded each
-time; ``raw_launch=False`` of :func:`gpulab.attention.v3.forward.attention_forward`): the host-overhead baseline of the cached launch."""
+time; ``raw_launch=False`` of :func:`gpulab.attention.v3.forward.attention_forward`): the host-overhead baseline of the
+cached launch."""
 
 
 V3_PART_SUFFIXES = ("-check", "-race", "-tune", "-headline", "-ab")

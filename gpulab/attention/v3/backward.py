@@ -58,8 +58,9 @@ backward from the length where it took less time than the shipped two-kernel bac
 (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.measure.v3_backward_model` replays this order (key blocks, query blocks, the points where P^T and
-dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.measure.v3_compile_check`
-reads the products and register budgets off the PTX (:func:`gpulab.attention.measure.v3_compile_check.compile_backward_sm90`).
+dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch;
+:mod:`gpulab.attention.measure.v3_compile_check` reads the products and register budgets off the PTX
+(:func:`gpulab.attention.measure.v3_compile_check.compile_backward_sm90`).
 
 Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; lse [B, H, Nq] float32
 (natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and

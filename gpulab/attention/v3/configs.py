@@ -146,8 +146,8 @@ MEASURED_SHORT: dict[tuple[int, bool], dict] = {
 choice differs from :data:`MEASURED`'s: run l's tune (``-l-tune.jsonl``, H100, bf16), its choice for the short group.
 d=64: step 1 on a persistent grid with a second Q buffer (N = 1k; causal, with each head's tiles in (longest,
 shortest) pairs: the head-major persistent order left programs up to 30% over the mean work at N = 1k,
-:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N = 1k
-and 4k)."""
+:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N =
+1k and 4k)."""
 
 
 def short_n(head_dim: int, is_causal: bool) -> int:
