@@ -60,13 +60,11 @@ MAX_PLANS = 512
 
 V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
 """Head dims at which :func:`run_backward` takes version 3's backward at every length (:data:`V3_BACKWARD_MIN_SEQ`
-takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon:
-one pass per key block, dQ by fp32 atomic additions) where :func:`gpulab.attention.v3.backward.supported` allows it,
-no tiles were asked for and determinism is not (``torch.use_deterministic_algorithms(True)`` takes the two kernels:
-the atomic dQ sums in no fixed order). Empty: it is chosen nowhere until the H100 records
-(``benchmarks/04_attention/v3/``, the ``bwd`` files: forward+backward beside cuDNN and the shipped backward in one
-run) show it faster than the shipped backward on every problem of a head dim (runs d and e: step 5 is, at both head
-dims, on every problem with N >= 4096, and is not at N = 1024)."""
+takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon: one pass per key block, dQ by fp32 atomic
+additions) where :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for and determinism is
+not (``torch.use_deterministic_algorithms(True)`` takes the two kernels: the atomic dQ sums in no fixed order).
+Empty: at N = 1024 version 3's backward is not faster than the two kernels on every problem of any head dim
+(notes/attention-hopper.md, 'The length gate')."""
 
 
 V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 1024, (64, True): 4096, (128, False): 4096,
@@ -77,13 +75,10 @@ length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows
 determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
 time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
 fastest round) in each of the newest three H100 runs that timed both on the whole grid, the longest of their three
-lengths (``benchmarks/04_attention/v3/``, ``bwd`` runs; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
-table to them). Runs q, r and s: from 1024 at head dim 64 without the mask, from 4096 elsewhere (run s alone would
-have taken 1024 for all but head dim 128 with the mask; run r alone what the three give). Why three: at N = 1024
-(the grid's smallest problems, 0.4-0.7 ms per forward+backward) version 3's time swings between runs and rounds of
-the same problem (head dim 64 causal bf16: 0.45-0.55 ms in run q, 0.70-0.83 in run r; head dim 128 causal bf16:
-0.43 ms in run p, 0.68-1.13 in run q) while the two kernels' stays put (0.54 ms). Before run p's writer, run l:
-from 4096 on everywhere. The records have Nq = Nk, hence both lengths."""
+lengths (``benchmarks/04_attention/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
+table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
+while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
+lengths."""
 
 
 class V3Backward(NamedTuple):
@@ -306,8 +301,8 @@ V3_HEAD_DIMS: tuple[int, ...] = (64, 128)
 Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the newest H100 run
 (``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
 version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
-this list to the records). Head dim 64 joined in run i, with causal tiles in (longest, shortest) pairs; in runs e-g
-version 3 was slower there on short or causal problems."""
+this list to the records). Head dim 64 joined once causal tiles went in (longest, shortest) pairs
+(notes/attention-hopper.md, 'Forward configs')."""
 
 
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:

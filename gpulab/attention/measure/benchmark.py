@@ -2,7 +2,7 @@
 
 ``python -m gpulab bench 04`` runs :func:`benchmark` on a GPU. Three kinds of records (``params['kind']``):
 
-- ``throughput``: every implementation on the issue's grid (bf16 and fp16; head dim 64 with 16 heads and 128 with
+- ``throughput``: every implementation on lesson 4's grid (bf16 and fp16; head dim 64 with 16 heads and 128 with
   8 heads; sequence 1k, 4k, 16k with batch * seq = 16k; causal and not; forward and forward+backward), in one run
   so that the peers share the GPU's clocks and state:
 

@@ -99,7 +99,7 @@ def fused_summary(records) -> list[str]:
 
 
 CS336_BEST_STUDENT_MS = 5.36
-"""The best published student entry of the CS336 (2025) assignment-2 leaderboard, forward+backward (the issue's
+"""The best published student entry of the CS336 (2025) assignment-2 leaderboard, forward+backward (lesson 4's
 target: beat it)."""
 
 
@@ -160,7 +160,7 @@ def _ratios(records, direction, peer, clock="device", ours="gpulab v2"):
 
 
 def summary(records) -> list[str]:
-    """The issue's targets, each with what the records show (device time unless the line says wall)."""
+    """Lesson 4's targets, each with what the records show (device time unless the line says wall)."""
     fwd = problems(records, "forward")
     if not fwd:
         return ["no complete forward problems in these records"]
@@ -425,7 +425,7 @@ def memory_table(results) -> str:
 
 
 def targets(results) -> list[str]:
-    """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
+    """Lesson 4's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
     results = bench.result_list("results", results)
     out = []
     for impl in ("gpulab", "gpulab (autotuned)"):

@@ -10,7 +10,7 @@ the bench part's.
   provider is timed twice, the rounds alternating (``params['round']`` 0 and 1): one config timed twice in one
   round-robin differed by up to 10% on the H100, more than some differences compared; the report keeps each provider's
   faster round.
-- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): issue 38's named problem (bf16, d=128, N = 16k,
+- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): the headline problem (bf16, d=128, N = 16k,
   non-causal) in :data:`HEADLINE_ROUNDS` alternating rounds of version 3, cuDNN, FA-2 and version 2
   (``kind='headline'``); the report states each one's median round.
 - ``python -m gpulab bench 04 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
@@ -67,18 +67,17 @@ LSE_TOLERANCE = 1e-3
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 _P = dict(persistent=True)
 _Q2 = dict(persistent=True, q_buffers=2)
-_RUN_I = {
+_EARLIER = {
     128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=3, stages=2, **_Q2, pairs=True)],
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
          dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
 TUNE = {d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
-        for d, fields in _RUN_I.items()}  # fmt: skip
-""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: run i's list (the
-defaults of runs f-h and their challengers; earlier runs' losers dropped: 64 keys per stage lost everywhere in run
-f, step 2 with two Q buffers at d=128 in runs e-f; causal tiles in (longest, shortest) pairs, run h, which
-non-causal launches ignore) and, from run l, each step-2/3 two-consumer entry again with ``q_regs=True`` (Q from
-registers in the score products; the three-consumer kernel has no registers for it)."""
+        for d, fields in _EARLIER.items()}  # fmt: skip
+""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: the earlier defaults and
+their challengers (causal tiles in (longest, shortest) pairs, which non-causal launches ignore), and each step-2/3
+two-consumer entry again with ``q_regs=True`` (Q from registers in the score products; the three-consumer kernel has
+no registers for it). Candidates that lost everywhere were dropped (notes/attention-hopper.md, 'Forward configs')."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -217,7 +216,7 @@ def variants(d: int, causal: bool) -> list:
     out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **_C3, persistent=True))
-    if base.step > 1 and base.consumers == 2:  # Q from registers (run l's challenger, or its choice)
+    if base.step > 1 and base.consumers == 2:  # Q from registers (the challenger, or the choice)
         out.append(dataclasses.replace(base, q_regs=not base.q_regs))
     return list(dict.fromkeys(out))
 

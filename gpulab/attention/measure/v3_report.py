@@ -163,7 +163,7 @@ def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
 
 def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
     """The newest A/B record named ``name`` (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-<name>-ab.jsonl``: a
-    kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, run l's
+    kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, written by
     ``scripts/gpu_v3_qregs_ab.py``). :func:`v3_headline` with ``kind='ab'`` reads its median rounds.
     FileNotFoundError if none."""
     if not (isinstance(name, str) and name.replace("_", "").isalnum()):
@@ -188,7 +188,7 @@ def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
 
 def stored_v3_headline(folder=None) -> list[bench.Result]:
     """The newest headline run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-headline.jsonl``, ``python
-    -m gpulab bench 04 v3-headline``: issue 38's named problem in alternating rounds). FileNotFoundError if none."""
+    -m gpulab bench 04 v3-headline``: the headline problem in alternating rounds). FileNotFoundError if none."""
     return _stored_part(
         folder,
         "*-headline.jsonl",
