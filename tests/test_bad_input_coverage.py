@@ -105,7 +105,10 @@ ALLOWED = {
         [
             "gpulab.attention.plan.run_backward",
             "gpulab.attention.plan.backward_kind",
-            "gpulab.attention.plan.one_pass_backward",
+            "gpulab.attention.plan.two_kernel_backward",
+            "gpulab.attention.experiments.v1_backward_fused.fused_backward",
+            "gpulab.attention.experiments.v2_backward.V2Backward",
+            "gpulab.attention.experiments.v2_backward.v2_backward",
             "gpulab.attention.sm90.capability",
             "gpulab.attention.sm90.compile_for_sm90",
             "gpulab.attention.sm90.ttgir_in_fresh_process",
