@@ -709,7 +709,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `NOTES.md` there lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `notes/attention-hopper.md` lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
 
 # %%
 try:
@@ -954,7 +954,7 @@ print("dQ additions per row, 300 keys: step 1:", int(backward_model.model_backwa
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-bwd_runs = [r for r in bwd_report.runs() if r >= "b"]  # run a: a debugging run of an earlier revision (NOTES.md)
+bwd_runs = [r for r in bwd_report.runs() if r >= "b"]  # run a: a debugging run of an earlier revision (notes/attention-hopper.md)
 bwd_best, bwd_checks, bwd_races, bwd_cs336 = {}, [], [], {}
 for run in bwd_runs:  # later runs add configurations (and re-time the peers in their own run); g timed only
     parts = {}
