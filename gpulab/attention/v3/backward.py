@@ -49,12 +49,12 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    Each of K, V in registers takes two tiles off. It costs D/4 registers per thread each: on at head dim 64, off
    at 128, where 32 more do not fit beside dK, dV and the scores.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` records; notes/attention-hopper.md, 'Backward configs'), step 5
-(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`), both with K
-and V in registers at head dim 64 (step 10); step 4 lost to register pressure, step 6 to its single dQ buffer and
-its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra spills. The plan takes version 3's
-backward from the length where it took less time than the shipped two-kernel backward on every problem
-(:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` records;
+notes/attention-hopper.md, 'Backward configs'), step 5 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim
+64, step 7 (:data:`MEASURED_SHORT`), both with K and V in registers at head dim 64 (step 10); step 4 lost to register
+pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra
+spills. The plan takes version 3's backward from the length where it took less time than the shipped two-kernel backward
+on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
 (:mod:`gpulab.attention.v3.backward_launch`).
 
 :mod:`gpulab.attention.measure.v3_backward_model` replays this order (key blocks, query blocks, the points where P^T and

@@ -78,8 +78,8 @@ def add_block(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexp
     dQ's fp32 buffer at ``blk`` (the block's first row), 8 rows at a time. A whole block (``n_rows >= 64``) goes
     without a mask: no branch between chunks, so the loads of the next chunks can run ahead of this one's additions
     (with a mask each chunk was a branch of its own, and each load waited for the addition before it:
-    notes/attention-hopper.md, 'Backward configs'). The last block of a length that is not a multiple of 64 adds its first
-    ``n_rows`` rows only."""
+    notes/attention-hopper.md, 'Backward configs'). The last block of a length that is not a multiple of 64 adds its
+    first ``n_rows`` rows only."""
     if n_rows >= 64:
         _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM, STEP, False)
     else:
