@@ -4,7 +4,7 @@ the argument, before anything runs."""
 import pytest
 
 from gpulab import lessons
-from gpulab.attention import hopper_bench, v3_bench
+from gpulab.attention.measure import hopper_bench, v3_bench
 from gpulab.rnn.fused import split_bench, split_report, versions_bench
 
 BAD = [

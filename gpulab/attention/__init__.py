@@ -9,17 +9,20 @@ The path, one module per step, each checked against a float64 reference:
    (``reference``, beside the float64 :func:`attention_reference`);
 4. version 1, portable FlashAttention-2 (``v1/``): the Triton forward kernel (``v1/forward``) returns O and the
    log-sum-exp; which blocks it loads with and without masks, :func:`block_schedule` (``schedule``); the backward
-   (``v1/backward``) recomputes P from the log-sum-exp, no N x N buffer, no atomics; the one-pass backward
-   (``v1/backward_fused``, off by default) adds dQ atomically;
+   (``v1/backward``) recomputes P from the log-sum-exp, no N x N buffer, no atomics;
 5. block sizes, warps and stages per GPU, and opt-in autotuning, :func:`attention_config` (``configs``);
 6. version 2, Hopper (``v2/``): the same math with tiles through TMA and wgmma, and its sm_90 compile checks;
-7. the plan (``plan``): the one module that picks a version (by dtype, GPU, size and the switches of the versions that
-   are off by default) and launches it, :func:`attention_forward` and :func:`attention_backward`;
-8. SDPA's flash backend (``sdpa``): importing this package registers gpulab's kernels as the flash implementation
+7. version 3, Hopper in Gluon (``v3/``): FlashAttention-3's warp-specialized forward and backward;
+8. the plan (``plan``): the one module that picks a version (by dtype, GPU and size) and launches it,
+   :func:`attention_forward` and :func:`attention_backward`;
+9. SDPA's flash backend (``sdpa``): importing gpulab registers its kernels as the flash implementation
    ``"gpulab"``; ``torch.nn.attention.activate_flash_attention_impl("gpulab")`` routes SDPA's flash backend and
    ``varlen_attn`` to them, :func:`gpulab.attention.sdpa.sdpa_status` says whether it is registered and active;
-9. measured against PyTorch's SDPA backends: ``python -m gpulab bench 04`` (``benchmark``; tables and plots in
-   ``report``).
+10. variable-length batches (``varlen``): :func:`varlen_attn`, torch's ``varlen_attn`` on version 1's kernels.
+
+Beside the shipped path, and never imported by it: ``measure/`` (``python -m gpulab bench 04`` against PyTorch's SDPA
+backends, the record readers, CPU replays and compile checks) and ``experiments/`` (kernels that are off by default,
+each behind one frozen config: the one-pass backward, version 2's backward).
 
 :func:`flash_attention` (``function``) ties them together as a differentiable function with the semantics of
 ``torch.nn.functional.scaled_dot_product_attention``: q ``[B, H, Nq, D]``, k, v ``[B, H, Nk, D]``, default scale

@@ -3,9 +3,11 @@ input signature (validation, scale, version, tiles, grids, launches).
 
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
 TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward and backward). This module picks
-one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; the switches :data:`FUSED_BACKWARD`,
-:data:`V2_BACKWARD`, :data:`V3_BACKWARD_HEAD_DIMS` for versions that are off by default; :data:`V3_BACKWARD_MIN_SEQ`
-for version 3's backward from a length on) and launches it (:func:`run_forward`, :func:`run_backward`).
+one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; :data:`V3_BACKWARD_MIN_SEQ` for version 3's
+backward from a length on, :data:`V3_BACKWARD_HEAD_DIMS` for it at every length) and launches it (:func:`run_forward`,
+:func:`run_backward`). Kernels that are off by default live in :mod:`gpulab.attention.experiments`, each behind its own
+frozen config; this module never imports them: an experiment hands :func:`run_backward` its launches (``launches=``),
+an object with ``run``, ``kind`` and ``atomic``.
 
 What you will learn: eager callers pay for every line of Python between their call and the kernel. Checking that
 q, k, v are valid, choosing tiles for the GPU and computing grids depends only on the inputs' *signature* —
@@ -38,9 +40,7 @@ from gpulab.attention.configs import (
 from gpulab.attention.inputs import check_inputs
 from gpulab.attention.reference import check_window
 from gpulab.attention.v1 import backward as v1_backward
-from gpulab.attention.v1 import backward_fused as v1_fused
 from gpulab.attention.v1 import forward as v1_forward
-from gpulab.attention.v2 import backward as v2_backward
 from gpulab.attention.v2 import forward as v2_forward
 from gpulab.attention.v3 import backward as v3_backward
 from gpulab.attention.v3 import forward as v3_forward
@@ -48,34 +48,20 @@ from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
-           "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "FUSED_BACKWARD", "V2_BACKWARD",
-           "attention_forward", "attention_backward", "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind",
-           "one_pass_backward", "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
+           "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "attention_forward", "attention_backward",
+           "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind", "two_kernel_backward",
+           "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
 
-FUSED_BACKWARD: bool = False
-"""Take version 1's one-pass backward (:mod:`gpulab.attention.v1.backward_fused`) where
-:func:`gpulab.attention.v1.backward_fused.use_fused` allows it (False: the two kernels always). Off because it measured
-slower than the two kernels on the H100 except on long causal problems: the atomic additions into dQ cost more than
-the two products they save (records: ``benchmarks/04_attention/hopper/fused/``; notebook 04 shows them)."""
-
-V2_BACKWARD: bool = False
-"""Run version 2's backward (:mod:`gpulab.attention.v2.backward`) after a version-2 forward (False: version 1's
-backward always). Off because on the H100 its TMA loads computed the same gradients as version 1's, bit for bit, and
-were no faster: the backward's time goes to its seven products per block pair, not to its loads (records:
-``benchmarks/04_attention/hopper/``)."""
-
 V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
 """Head dims at which :func:`run_backward` takes version 3's backward at every length (:data:`V3_BACKWARD_MIN_SEQ`
-takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon:
-one pass per key block, dQ by fp32 atomic additions) where :func:`gpulab.attention.v3.backward.supported` allows it,
-no tiles were asked for and determinism is not (``torch.use_deterministic_algorithms(True)`` takes the two kernels:
-the atomic dQ sums in no fixed order). Empty: it is chosen nowhere until the H100 records
-(``benchmarks/04_attention/v3/``, the ``bwd`` files: forward+backward beside cuDNN and the shipped backward in one
-run) show it faster than the shipped backward on every problem of a head dim (runs d and e: step 5 is, at both head
-dims, on every problem with N >= 4096, and is not at N = 1024)."""
+takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon: one pass per key block, dQ by fp32 atomic
+additions) where :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for and determinism is
+not (``torch.use_deterministic_algorithms(True)`` takes the two kernels: the atomic dQ sums in no fixed order).
+Empty: at N = 1024 version 3's backward is not faster than the two kernels on every problem of any head dim
+(notes/attention-hopper.md, 'The length gate')."""
 
 
 V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 1024, (64, True): 4096, (128, False): 4096,
@@ -86,13 +72,10 @@ length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows
 determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
 time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
 fastest round) in each of the newest three H100 runs that timed both on the whole grid, the longest of their three
-lengths (``benchmarks/04_attention/v3/``, ``bwd`` runs; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
-table to them). Runs q, r and s: from 1024 at head dim 64 without the mask, from 4096 elsewhere (run s alone would
-have taken 1024 for all but head dim 128 with the mask; run r alone what the three give). Why three: at N = 1024
-(the grid's smallest problems, 0.4-0.7 ms per forward+backward) version 3's time swings between runs and rounds of
-the same problem (head dim 64 causal bf16: 0.45-0.55 ms in run q, 0.70-0.83 in run r; head dim 128 causal bf16:
-0.43 ms in run p, 0.68-1.13 in run q) while the two kernels' stays put (0.54 ms). Before run p's writer, run l:
-from 4096 on everywhere. The records have Nq = Nk, hence both lengths."""
+lengths (``benchmarks/04_attention/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
+table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
+while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
+lengths."""
 
 
 class V3Backward(NamedTuple):
@@ -269,8 +252,8 @@ V3_HEAD_DIMS: tuple[int, ...] = (64, 128)
 Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the newest H100 run
 (``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
 version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
-this list to the records). Head dim 64 joined in run i, with causal tiles in (longest, shortest) pairs; in runs e-g
-version 3 was slower there on short or causal problems."""
+this list to the records). Head dim 64 joined once causal tiles went in (longest, shortest) pairs
+(notes/attention-hopper.md, 'Forward configs')."""
 
 
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None,
@@ -457,17 +440,14 @@ def attention_forward(
 
 
 def _launches(plan: Plan, q, k, v, o, lse, do):
-    """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
-    pays and no tiles were asked for, else the two kernels."""
+    """The backward's launches for ``plan``: version 3's one-pass kernel where it pays and no tiles were asked for,
+    else version 1's two kernels."""
     long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
     if not plan.plain:  # grouped heads or a window: version 1's two kernels have them
         return _two_kernel_launches(plan, q, k, v, o, lse, do)
     if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
             and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
         return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
-    if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
-        pre = v1_fused.preprocess_launch(plan)
-        return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))
     return _two_kernel_launches(plan, q, k, v, o, lse, do)
 
 
@@ -486,26 +466,17 @@ def _two_kernel_launches(plan: Plan, q, k, v, o, lse, do) -> tuple:
     configs = configs if isinstance(configs, dict) else {}
     cfg_kv = configs.get("dkdv") or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
     cfg_q = configs.get("dq") or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-    if plan.version == 2 and V2_BACKWARD and plan.plain:  # Hopper: the same kernels with tiles through TMA
-        return v2_backward.backward_v2_launches(plan, cfg_kv, cfg_q)
     return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
 
 
-def _run_fused(plan: Plan, launches, do, q, k, v, o, lse, dq, dk, dv):
-    """D, then the one-pass kernel adding into an fp32 dQ buffer, then dQ scaled and cast into ``dq``."""
-    aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
-    stream = direct_stream(plan.device) if aligned else None
-    delta = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=plan.device)
-    launches.preprocess(stream, o, do, delta, plan.n_q)
-    launches.main(stream, q, k, v, do, lse, delta, dq_acc, dk, dv, plan.n_q, plan.n_k, plan.qk_scale, plan.scale)
-    torch.mul(dq_acc, plan.scale, out=dq)  # scaled once, cast to the inputs' dtype
-    return dq, dk, dv
-
-
-def run_backward(plan: Plan, do, q, k, v, o, lse):
+def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
     """``(dQ, dK, dV)`` for inputs whose signature ``plan`` was made for (checked by :func:`backward_plan`, or the
-    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``)."""
+    forward's plan with ``o``, ``lse`` its own outputs and ``do`` shaped and typed like ``o``).
+
+    ``launches``: None for the plan's own choice (built on first use, kept in ``plan.backward``), or another backward
+    for this call only: :func:`two_kernel_backward`'s, or an experiment's (:mod:`gpulab.attention.experiments`: an
+    object with ``run(plan, do, q, k, v, o, lse, dq, dk, dv)``, ``kind`` and ``atomic``), so a cached plan is never
+    changed by an experiment."""
     dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
     dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
     dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
@@ -514,31 +485,23 @@ def run_backward(plan: Plan, do, q, k, v, o, lse):
     if not plan.contiguous:
         q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
     do = do.contiguous()
-    launches = plan.backward
     if launches is None:
-        launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
-    if launches.__class__ in (v1_fused.FusedBackward, V3Backward) and torch.are_deterministic_algorithms_enabled():
-        launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
-    if launches.__class__ is V3Backward:
-        return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg)
-    if launches.__class__ is v1_fused.FusedBackward:
-        return _run_fused(plan, launches, do, q, k, v, o, lse, dq, dk, dv)
+        launches = plan.backward
+        if launches is None:
+            launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
+    if launches.__class__ is not tuple:  # version 3's, or an experiment's
+        atomic = launches.__class__ is V3Backward or launches.atomic
+        if atomic and torch.are_deterministic_algorithms_enabled():
+            launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
+        elif launches.__class__ is V3Backward:
+            return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg)
+        else:
+            return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
-    if dq_launch.kernel is v2_backward.attention_dq_v2_kernel:
-        if not aligned:  # TMA reads from 16-byte aligned addresses only: fresh, aligned copies
-            q, k, v, o, do = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v, o, do))
-            lse = lse.clone() if lse.data_ptr() & 15 else lse
-            aligned = True
-        if not runtime.INTERPRET:
-            sm90.ensure_allocator()
     stream = direct_stream(plan.device) if aligned else None
     delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
-    if dq_launch.kernel is v2_backward.attention_dq_v2_kernel:
-        dq_launch(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
-        dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
-        return dq, dk, dv
     extra = (q, q, n_q, n_k, plan.h, plan.group, qk_scale, scale, *plan.bounds)  # no offsets: q stands in, unread
     dq_launch(stream, q, k, v, o, do, lse, delta, dq, *extra)  # writes D = rowsum(dO * O)
     dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, *extra)  # reads D: runs second
@@ -572,19 +535,20 @@ def attention_backward(
 
 def backward_kind(plan: Plan) -> str | None:
     """Which backward ``plan`` holds (built by its first backward call): ``'one pass, Gluon'`` (version 3's),
-    ``'one pass (atomic dQ)'`` (version 1's one-pass kernel), ``'two kernels, TMA'`` (version 2's), ``'two kernels'``
-    (version 1's); None before any ran."""
+    ``'two kernels'`` (version 1's), an experiment's ``kind`` where one was set as ``plan.backward``; None before any
+    ran."""
     launches = plan.backward
     if launches is None:
         return None
     if launches.__class__ is V3Backward:
         return "one pass, Gluon"
-    if launches.__class__ is v1_fused.FusedBackward:
-        return "one pass (atomic dQ)"
-    return "two kernels, TMA" if launches[0].kernel is v2_backward.attention_dq_v2_kernel else "two kernels"
+    return "two kernels" if launches.__class__ is tuple else launches.kind
 
 
-def one_pass_backward(plan: Plan, config: AttentionConfig):
-    """Version 1's one-pass backward for ``plan`` at ``config``'s tiles: launches to set as ``plan.backward`` (with
-    :data:`FUSED_BACKWARD` on), e.g. to sweep its tiles."""
-    return v1_fused.FusedBackward(v1_fused.preprocess_launch(plan), v1_fused.fused_backward_launch(plan, config))
+def two_kernel_backward(plan: Plan) -> tuple:
+    """Version 1's two backward kernels for ``plan`` at its default tiles (or the tiles its backward configs name;
+    not ``"auto"``): launches to pass as :func:`run_backward`'s ``launches``, e.g. to time them where the plan would
+    take version 3's."""
+    if isinstance(plan.backward_configs, str):
+        raise ValueError("two_kernel_backward takes a plan without 'auto' backward configs; autotuning needs inputs.")
+    return _two_kernel_launches(plan, None, None, None, None, None, None)

@@ -49,13 +49,13 @@ def _ladder(recs):
 
 
 def _attention(recs):
-    from gpulab.attention.report import plot  # noqa: PLC0415
+    from gpulab.attention.measure.report import plot  # noqa: PLC0415
 
     return plot(recs)
 
 
 def _hopper(recs):
-    from gpulab.attention.report import plot_grid  # noqa: PLC0415
+    from gpulab.attention.measure.report import plot_grid  # noqa: PLC0415
 
     return plot_grid(recs).figure
 

@@ -118,7 +118,7 @@ def _attention(records, run: str, keep=None, version=_attention_version) -> list
 
 
 def _hopper(root, sub: str = ""):
-    from gpulab.attention import report
+    from gpulab.attention.measure import report
 
     folder = report.HOPPER_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "hopper"
     path = bench.newest(bench.record_files(folder / sub, "h100"))
@@ -142,7 +142,7 @@ def _lesson04_cs336(root) -> list[Shown]:
 
 
 def _lesson04_sweep(root) -> list[Shown]:
-    from gpulab.attention import report
+    from gpulab.attention.measure import report
 
     folder = None if root is None else bench.results_dir(root) / "04_attention" / "hopper"
     recs = [r for r in report.stored_sweep(folder) if str(r.params.get("check", "")).startswith("ok")]
@@ -157,7 +157,7 @@ def _lesson04_sweep(root) -> list[Shown]:
 
 
 def _lesson04_v3(root) -> list[Shown]:
-    from gpulab.attention import report
+    from gpulab.attention.measure import report
 
     folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
     runs = [p for p in bench.record_files(folder, "h100") if not p.stem.endswith(report.V3_PART_SUFFIXES)]
@@ -169,7 +169,7 @@ def _lesson04_v3(root) -> list[Shown]:
 def _median_rounds(root, suffix: str, kind: str, measurement: str) -> list[Shown]:
     """A rounds record's median rounds (``<...>-<suffix>.jsonl``, records of ``kind``): a measurement of its own
     (the median of its alternating rounds), keyed apart from a grid's faster-of-two rounds of the same problem."""
-    from gpulab.attention import report
+    from gpulab.attention.measure import report
 
     folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
     path = bench.newest([p for p in bench.record_files(folder, "h100") if p.stem.endswith(f"-{suffix}")],

@@ -109,7 +109,7 @@ def lesson02() -> str:
 
 
 def lesson04() -> str:
-    from gpulab.attention import report as attention_bench
+    from gpulab.attention.measure import report as attention_bench
     from gpulab.course import shown
 
     path, recs = _newest("04_attention")
@@ -129,7 +129,7 @@ def lesson04() -> str:
 
 
 def lesson04_hopper() -> str:
-    from gpulab.attention import report as hopper_report  # deferred: imports the kernels' modules
+    from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
     path = bench.newest(ROOT / "benchmarks" / "04_attention" / "hopper")
     recs = bench.load("04", path=path)
@@ -156,7 +156,7 @@ def lesson04_hopper() -> str:
 
 
 def lesson04_v3() -> str:
-    from gpulab.attention import report as hopper_report  # deferred: imports the kernels' modules
+    from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
     recs = hopper_report.stored_v3()
     head = recs[0]

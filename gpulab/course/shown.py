@@ -117,7 +117,7 @@ def history_line(record: str, what: str, rows, describe) -> str:
 
 def attention_versions(records) -> tuple[str, int]:
     """Which forward version ran as ``gpulab`` in a lesson-4 run ('1', '2' or '1/2': its config key names 'v2' when
-    version 2 ran) and on how many problems; the backward is version 1's (``V2_BACKWARD`` is off)."""
+    version 2 ran) and on how many problems; the backward is version 1's (version 2's is an experiment)."""
     fwd, n = set(), 0
     for r in bench.result_list("records", records, source=" (from bench.load('04'))"):
         configs = r.params.get("configs") or {}

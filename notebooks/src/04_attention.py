@@ -35,8 +35,8 @@ import torch
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import attention as A
 from gpulab import bench, check, roofline, runtime
-from gpulab.attention import benchmark as attention_bench
-from gpulab.attention import report as attention_report
+from gpulab.attention.measure import benchmark as attention_bench
+from gpulab.attention.measure import report as attention_report
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.course import claims, shown
@@ -475,7 +475,7 @@ if stored:
 
 # %%
 from gpulab.attention import plan as attention_plan
-from gpulab.attention import report as hopper_report
+from gpulab.attention.measure import report as hopper_report
 from gpulab.attention.configs import HopperConfig
 from gpulab.attention.v2 import forward as hopper
 
@@ -625,7 +625,7 @@ if hopper_records:
 #
 # Seven products per block pair, where the math needs five: $S$ and $dP$ are computed twice so that no program ever adds into another's output. FlashAttention-2 and -3 keep five by adding each block's $dQ$ into an fp32 buffer with atomic adds, then converting it; that trades two products for $N^2 d / B_N$ atomic additions.
 #
-# Version 2 of the backward (`gpulab.attention.v2.backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both were checked against SDPA's math backend before they were timed, like every provider; the timings:
+# Version 2 of the backward (`gpulab.attention.experiments.v2_backward`) is the same two kernels with every $Q$, $dO$, $K$, $V$ tile copied by TMA from per-head descriptors, as in the forward. The probe ran it as `gpulab v2` and, in the same run, version 2's forward followed by version 1's backward (`gpulab v2 fwd + v1 bwd`). Both were checked against SDPA's math backend before they were timed, like every provider; the timings:
 
 # %%
 if hopper_records:
@@ -638,13 +638,13 @@ if hopper_records:
         "{med:.2f}x the speed of version 1's backward after the same forward ({lo:.2f}x to {hi:.2f}x, device time), "
         "and at {slo:.2f}x to {shi:.2f}x on the short causal problems ($N = 1024$), where its descriptors cost more "
         "than they save. So `flash_attention` runs version 1's backward after version 2's forward "
-        "(`gpulab.attention.plan.V2_BACKWARD` is off; the switch stays for re-measuring).",
+        "(version 2's backward is an experiment, `gpulab.attention.experiments.v2_backward`, kept for re-measuring).",
         holds=lambda med, shi, **_: 0.95 <= med <= 1.05 and shi < 1, med=statistics.median(tma.values()),
         lo=min(tma.values()), hi=max(tma.values()), slo=min(short_causal), shi=max(short_causal),
     ))  # fmt: skip
 
 # %% [markdown]
-# **Five products instead of seven?** `gpulab.attention.v1.backward_fused` is the one-pass backward: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, and adds that share into an fp32 buffer with atomic adds (every K block adds into the same rows). Checked against float64 in the interpreter like the others; on the H100, its best tiles per head dim against the two kernels, backward only:
+# **Five products instead of seven?** `gpulab.attention.experiments.v1_backward_fused` is the one-pass backward: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, and adds that share into an fp32 buffer with atomic adds (every K block adds into the same rows). Checked against float64 in the interpreter like the others; on the H100, its best tiles per head dim against the two kernels, backward only:
 
 # %%
 try:
@@ -668,7 +668,7 @@ if fused_records and hopper_records:
                                                       ours=hopper_report.SHIPPED).values())
     claims.show(claims.claim(
         "Two products saved paid for $N_k / B_N$ atomic additions per element of $dQ$ on {n} of {m} problems, all of "
-        "them causal ({which}), so it stays off (`plan.FUSED_BACKWARD`). cuDNN's lead on forward+backward is larger "
+        "them causal ({which}), so it stays an experiment (`gpulab.attention.experiments`). cuDNN's lead on forward+backward is larger "
         "than on the forward alone (in the probe's run, version 2's forward with version 1's backward at a median "
         "{fb:.2f}x its speed against {fw:.2f}x for the forward): its "
         "backward does the five products and hides the additions and the softmax under the products of other "
@@ -695,7 +695,7 @@ if fused_records and hopper_records:
 # **Checking it without a GPU.** Gluon has no interpreter, so the CPU checks come in two parts. `v3.schedule_model.model_forward` replays the kernel's block order, masks and rescaling points in PyTorch; in float64 it must equal the reference. `v3.schedule_model.simulate` runs the producer and the consumers as agents over simulated mbarriers under random interleavings, and fails on a deadlock, on a TMA copy landing in a stage still being read, or on a consumer taking its turn out of order. (A third check, `v3.compile_check`, compiles the kernel for sm_90 here and reads the PTX: the wgmma count, the `wgmma.wait_group` depths, `setmaxnreg` per partition, shared memory, and the spill bytes `ptxas -v` reports. That last check found the non-causal kernels keeping registers in local memory: with block 0's first key written as a literal 0, block 0's mask was the same for every tile, so the compiler computed it once before the tile loop and had to hold its predicates through the whole key loop. Writing that 0 as a value the compiler cannot see through took the spill to zero. The last spills, in the kernels with three consumer warpgroups at 160 registers and in the causal ones at head dim 128, had another cause: the pipelined loop carried $P$ from one iteration to the next in fp32 and rounded it to 16 bits only when the next $PV$ was issued; rounding it at the end of its softmax halves what crosses the loop's back edge, and `ptxas -v` now reports no spill bytes for any configuration the plan can choose.)
 
 # %%
-from gpulab.attention.v3 import schedule_model
+from gpulab.attention.measure import v3_schedule_model as schedule_model
 
 q3, k3, v3 = (torch.randn(1, 2, 300, 64, dtype=torch.float64) for _ in range(3))
 for causal in (False, True):
@@ -709,7 +709,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `NOTES.md` there lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
+# **On the H100.** Version 3's runs (`benchmarks/04_attention/v3/`, `python -m gpulab bench 04 v3`, `v3-check`, `v3-race`; `notes/attention-hopper.md` lists them by letter) checked every step against SDPA's fp32 math and ran each configuration 200 times, comparing the outputs bit for bit (a race would show as runs that differ); the grid below is the newest bench run, whose run letter the table prints: it checked every output again before timing it, then timed the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN (SDPA's default on the H100) and FlashAttention-2 on lesson 4's forward problems, each provider twice, keeping the round with the shorter time. `ms` is device time (`do_bench`); the `(wall)` column is the eager wall clock of calls back to back.
 
 # %%
 try:
@@ -927,9 +927,9 @@ if qregs_gain and all(qregs_gain.values()) and QREGS in qregs_ab and hopper_repo
 # The steps (`V3BackwardConfig.step`), each kept so the records can show what it is worth:
 
 # %%
-from gpulab.attention import v3_backward_report as bwd_report
+from gpulab.attention.measure import v3_backward_report as bwd_report
 from gpulab.attention.v3 import backward as v3_backward
-from gpulab.attention.v3 import backward_model
+from gpulab.attention.measure import v3_backward_model as backward_model
 
 for step, idea in v3_backward.STEPS.items():
     print(f"step {step}: {idea}")
@@ -954,7 +954,7 @@ print("dQ additions per row, 300 keys: step 1:", int(backward_model.model_backwa
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-bwd_runs = [r for r in bwd_report.runs() if r >= "b"]  # run a: a debugging run of an earlier revision (NOTES.md)
+bwd_runs = [r for r in bwd_report.runs() if r >= "b"]  # run a: a debugging run of an earlier revision (notes/attention-hopper.md)
 bwd_best, bwd_checks, bwd_races, bwd_cs336 = {}, [], [], {}
 for run in bwd_runs:  # later runs add configurations (and re-time the peers in their own run); g timed only
     parts = {}

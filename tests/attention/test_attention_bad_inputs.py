@@ -11,8 +11,8 @@ import torch
 
 from gpulab import attention as A
 from gpulab import runtime
-from gpulab.attention import benchmark as ab
-from gpulab.attention import report as ar
+from gpulab.attention.measure import benchmark as ab
+from gpulab.attention.measure import report as ar
 from gpulab.course import grading_attention
 
 CFG = A.AttentionConfig(16, 16, 16, 4, 1)

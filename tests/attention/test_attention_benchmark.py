@@ -1,4 +1,5 @@
-"""Lesson 4's benchmark (gpulab.attention.benchmark): a CPU smoke run of the whole report, and its registration."""
+"""Lesson 4's benchmark (gpulab.attention.measure.benchmark): a CPU smoke run of the whole report, and its
+registration."""
 
 import torch
 
@@ -6,8 +7,8 @@ from gpulab import lessons
 
 
 def test_benchmark_runs_on_cpu_and_reports():
-    from gpulab.attention import benchmark as ab
-    from gpulab.attention import report as ar
+    from gpulab.attention.measure import benchmark as ab
+    from gpulab.attention.measure import report as ar
 
     results, fig = ab.benchmark(
         problems=[dict(dtype=torch.float32, batch=1, heads=2, seq=17, head_dim=16, causal=True)], memory_seqs=(16,)
@@ -31,7 +32,7 @@ def test_benchmark_runs_on_cpu_and_reports():
 
 def test_a_wrong_implementation_is_recorded_not_hidden(monkeypatch):
     from gpulab import bench
-    from gpulab.attention import benchmark as ab
+    from gpulab.attention.measure import benchmark as ab
 
     wrong = dict(ab._implementations(), gpulab=lambda q, k, v, c: ab.flash_attention(q, k, v, is_causal=not c))
     monkeypatch.setattr(ab, "_implementations", lambda: wrong)
@@ -43,6 +44,6 @@ def test_a_wrong_implementation_is_recorded_not_hidden(monkeypatch):
 
 
 def test_lesson_04_names_its_benchmark():
-    from gpulab.attention import benchmark as ab
+    from gpulab.attention.measure import benchmark as ab
 
     assert lessons.benchmark("04") is ab.benchmark

@@ -12,8 +12,8 @@ from gpulab import check, runtime
 from gpulab.attention import configs, plan
 from gpulab.attention import plan as attention_backward
 from gpulab.attention.configs import HopperConfig
+from gpulab.attention.experiments import v2_backward as hopper_backward
 from gpulab.attention.plan import forward_plan
-from gpulab.attention.v2 import backward as hopper_backward
 from gpulab.attention.v2 import forward as hopper
 from gpulab.attention.v3 import forward as v3_forward
 
@@ -70,15 +70,18 @@ def test_version2_agrees_with_version1_and_keeps_large_logits_finite():
     "b, h, nq, nk, d, causal",
     [(1, 2, 17, 24, 16, True), (2, 1, 33, 50, 24, False), (1, 1, 40, 17, 40, True), (1, 1, 1, 5, 8, False)],
 )
-def test_gradients_through_version2(b, h, nq, nk, d, causal, monkeypatch):
-    # version 2's backward (gpulab.attention.v2.backward, off by default: no faster) takes version 2's O and LSE
-    monkeypatch.setattr(attention_backward, "V2_BACKWARD", True)
+def test_gradients_through_version2(b, h, nq, nk, d, causal):
+    # version 2's backward (gpulab.attention.experiments.v2_backward, off by default: no faster) takes version 2's O
+    # and LSE: set as the backward of a copy of the cached plan
     q, k, v = _inputs(b, h, nq, nk, d, torch.float16)
     do = check.random_tensor(b, h, nq, d, dtype=torch.float16)
-    plan = forward_plan(q, k, v, causal, None, False, SMALL, 2)
+    plan = copy.copy(forward_plan(q, k, v, causal, None, False, SMALL, 2))
     assert plan.version == 2
+    plan.backward = hopper_backward.v2_backward(plan)
     qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
+    with runtime.poisoning(True):
+        A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)
+    assert attention_backward.backward_kind(plan) == "two kernels, TMA"
     assert [launch.kernel for launch in plan.backward] == [
         hopper_backward.attention_dq_v2_kernel,
         hopper_backward.attention_dkdv_v2_kernel,
@@ -193,18 +196,15 @@ def test_version2_takes_inputs_that_are_not_16_byte_aligned():
 @pytest.mark.parametrize(
     "nq, nk, d, causal", [(4096, 4096, 128, True), (1000, 3001, 64, False), (3001, 1000, 80, True)]
 )
-def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal, monkeypatch):
+def test_version2_gradients_full_size_on_gpu(nq, nk, d, causal):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("version 2 is for compute capability 9 (Hopper)")
     q, k, v = _inputs(2, 3, nq, nk, d, torch.bfloat16, device="cuda")
     do = check.random_tensor(2, 3, nq, d, dtype=torch.bfloat16, device="cuda")
     grads = {}
-    monkeypatch.setattr(attention_backward, "FUSED_BACKWARD", False)
-    monkeypatch.setattr(attention_backward, "V3_BACKWARD_MIN_SEQ", {})  # versions 2 and 1 here, not version 3's
-    for tma in (True, False):  # version 2's backward kernels, then version 1's, after the same version-2 forward
-        monkeypatch.setattr(attention_backward, "V2_BACKWARD", tma)
+    for tma in (True, False):  # version 2's backward kernels, then version 1's (not version 3's), after one forward
         plan = copy.copy(forward_plan(q, k, v, causal, None, False, None, 2))
-        plan.backward = None
+        plan.backward = hopper_backward.v2_backward(plan) if tma else attention_backward.two_kernel_backward(plan)
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         with runtime.poisoning(True):
             A.FlashAttentionFunction.apply(qg, kg, vg, causal, None, False, False, plan).backward(do)

@@ -6,7 +6,8 @@ import torch
 
 from gpulab import attention as A
 from gpulab import bench, runtime
-from gpulab.attention import features_bench, reference, varlen
+from gpulab.attention import reference, varlen
+from gpulab.attention.measure import features_bench
 
 
 def _zeros(*shape, dtype=torch.float32):

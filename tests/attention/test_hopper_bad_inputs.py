@@ -1,5 +1,5 @@
 """Bad input to version 2 of the attention forward (gpulab.attention.v2.forward), its choice (plan.check_version) and
-its report (gpulab.attention.report): each raises a ValueError or TypeError naming the argument."""
+its report (gpulab.attention.measure.report): each raises a ValueError or TypeError naming the argument."""
 
 import pytest
 import torch
@@ -7,10 +7,11 @@ import torch
 from gpulab import attention as A
 from gpulab import check
 from gpulab.attention import configs, plan
-from gpulab.attention import report as hopper_report
 from gpulab.attention.configs import HopperConfig
+from gpulab.attention.experiments import v1_backward_fused
+from gpulab.attention.experiments import v2_backward as hopper_backward
+from gpulab.attention.measure import report as hopper_report
 from gpulab.attention.plan import check_version
-from gpulab.attention.v2 import backward as hopper_backward
 from gpulab.attention.v2 import forward as hopper
 
 
@@ -18,7 +19,25 @@ def _qkv(d=16, dtype=torch.float16, n=5):
     return [check.random_tensor(1, 1, n, d, dtype=dtype) for _ in range(3)]
 
 
+def _backward_inputs():
+    q, k, v = _qkv()
+    o, lse = A.attention_forward(q, k, v)
+    return q, q, k, v, o, lse  # do like q
+
+
 CASES = [
+    ("V2BackwardConfig-dkdv", lambda: hopper_backward.V2BackwardConfig(dkdv=(64, 64)), TypeError, "dkdv"),
+    ("v2 attention_backward-config", lambda: hopper_backward.attention_backward(*_backward_inputs(), config="fast"),
+     TypeError, "V2BackwardConfig"),  # fmt: skip
+    ("FusedBackwardConfig-min_work", lambda: v1_backward_fused.FusedBackwardConfig(min_work=1.5), TypeError,
+     "min_work"),  # fmt: skip
+    ("FusedBackwardConfig-tiles", lambda: v1_backward_fused.FusedBackwardConfig(tiles={64: None}), TypeError, "tiles"),
+    ("FusedBackwardConfig-any_device", lambda: v1_backward_fused.FusedBackwardConfig(any_device=1), TypeError,
+     "any_device"),  # fmt: skip
+    ("fused attention_backward-config", lambda: v1_backward_fused.attention_backward(*_backward_inputs(), config={}),
+     TypeError, "FusedBackwardConfig"),  # fmt: skip
+    ("two_kernel_backward-auto", lambda: plan.two_kernel_backward(plan.forward_plan(*_qkv(), config="auto")),
+     ValueError, "auto"),  # fmt: skip
     ("config-block-m-48", lambda: HopperConfig(block_m=48), ValueError, "block_m"),
     ("config-block-n-8", lambda: HopperConfig(block_n=8), ValueError, "block_n"),
     ("config-warps-3", lambda: HopperConfig(num_warps=3), ValueError, "num_warps"),

@@ -1,5 +1,5 @@
-"""Lesson 4's named benchmark parts (gpulab.attention.hopper_bench: `bench 04 hopper|cs336|fused`) at their CPU
-size: each runs, checks every provider before timing, and writes records gpulab.attention.report reads back."""
+"""Lesson 4's named benchmark parts (gpulab.attention.measure.hopper_bench: `bench 04 hopper|cs336|fused`) at their CPU
+size: each runs, checks every provider before timing, and writes records gpulab.attention.measure.report reads back."""
 
 import dataclasses
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from gpulab import bench
-from gpulab.attention import hopper_bench as hb
-from gpulab.attention import report as ar
 from gpulab.attention.configs import PREFERRED_V2, HopperConfig
+from gpulab.attention.measure import hopper_bench as hb
+from gpulab.attention.measure import report as ar
 
 
 def _by_kind(results):

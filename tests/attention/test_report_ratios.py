@@ -1,10 +1,10 @@
-"""The ratios lesson 4's claims read (gpulab.attention.report.sweep_ratios, ratios): same run, same problem, the
+"""The ratios lesson 4's claims read (gpulab.attention.measure.report.sweep_ratios, ratios): same run, same problem, the
 right way round."""
 
 import pytest
 
 from gpulab import bench
-from gpulab.attention import report
+from gpulab.attention.measure import report
 
 
 def _sweep(ms, check="ok", source="a.jsonl", block_m=64, warps=4, **variant):

@@ -1,13 +1,13 @@
-"""Lesson 4's version-3 parts (gpulab.attention.v3_bench: `bench 04 v3|v3-check|v3-race|v3-tune`) on CPU: version 3
-needs an sm_90 GPU, so its providers are recorded unavailable, the rest of the bench part runs in the interpreter, and
-the check, race and tune wiring is driven by a stand-in for the kernel."""
+"""Lesson 4's version-3 parts (gpulab.attention.measure.v3_bench: `bench 04 v3|v3-check|v3-race|v3-tune`) on CPU:
+version 3 needs an sm_90 GPU, so its providers are recorded unavailable, the rest of the bench part runs in the
+interpreter, and the check, race and tune wiring is driven by a stand-in for the kernel."""
 
 import pytest
 import torch
 
 from gpulab import bench, lessons
-from gpulab.attention import report as ar
-from gpulab.attention import v3_bench as vb
+from gpulab.attention.measure import report as ar
+from gpulab.attention.measure import v3_bench as vb
 from gpulab.attention.v3 import configs as v3_configs
 
 NEEDS = "unavailable: version 3 (Gluon) needs an sm_90 GPU"

@@ -1,9 +1,9 @@
-"""Version 3's record readers (gpulab.attention.v3_report) refuse bad input with an error naming the argument. One
-table: (id, call, expected exception, a word the message must contain)."""
+"""Version 3's record readers (gpulab.attention.measure.v3_report) refuse bad input with an error naming the argument.
+One table: (id, call, expected exception, a word the message must contain)."""
 
 import pytest
 
-from gpulab.attention import v3_report as r
+from gpulab.attention.measure import v3_report as r
 
 CASES = [
     ("stored_v3 missing folder", lambda: r.stored_v3(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),

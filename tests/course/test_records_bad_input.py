@@ -4,7 +4,7 @@ expected exception, a word the message must contain)."""
 
 import pytest
 
-from gpulab.attention import report
+from gpulab.attention.measure import report
 from gpulab.codesign import gemm_model
 from gpulab.course import history_labels, one_record, prose
 from gpulab.roofline import hbm

@@ -28,9 +28,8 @@ forward does (:mod:`gpulab.attention.windows`). Variable-length batches run in t
 axis over the sequences, each program reading its offsets from ``cu_seq``.
 
 That costs seven products per block pair where the math needs five (S and dP are computed in both kernels). The
-one-pass backward of :mod:`gpulab.attention.v1.backward_fused` does five, adding dQ atomically into an fp32 buffer; it
-measured slower on the H100, so it runs only when :data:`FUSED_BACKWARD` is turned on (and then not where
-determinism is asked for, for fp32, for small problems, or with explicit or autotuned tiles).
+one-pass backward (an experiment, :mod:`gpulab.attention.experiments.v1_backward_fused`) does five, adding dQ
+atomically into an fp32 buffer; it measured slower on the H100, so the plan never takes it.
 """
 
 from __future__ import annotations

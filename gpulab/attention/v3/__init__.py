@@ -4,13 +4,13 @@
   :func:`.forward.supported` (when it may be chosen);
 - :mod:`.launch`: the host side's cached launch (bounded caches of launch plans and TMA tensor maps, Triton's C
   launcher called directly after a plan's first call);
-- :mod:`.schedule_model`: the kernel's block order, rescaling points and ping-pong turns replayed in PyTorch;
-- :mod:`.compile_check`: the kernel compiled for sm_90 without a GPU, and what its PTX and ``ptxas -v`` say;
 - :mod:`.backward`: the backward (one pass per key block, producer warp, two consumer warpgroups, dQ by fp32
-  atomic additions) and :func:`.backward.attention_backward`; :mod:`.backward_model` replays its order in PyTorch.
+  atomic additions) and :func:`.backward.attention_backward`, with :mod:`.backward_configs` (its steps and measured
+  defaults), :mod:`.backward_launch`, :mod:`.backward_pair`, :mod:`.backward_dq`, :mod:`.backward_persistent`;
+- :mod:`.configs`: the forward's steps and measured defaults.
 
-Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version and its benchmark
-parts (:mod:`gpulab.attention.v3_bench`: ``python -m gpulab bench 04 v3|v3-check|v3-race|v3-tune``; the
-backward's GPU script is ``scripts/gpu_v3_backward.py``, its records read by
-:mod:`gpulab.attention.v3_backward_report`).
+Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version and the measuring
+code of :mod:`gpulab.attention.measure` (the benchmark parts ``python -m gpulab bench 04 v3|v3-check|v3-race|v3-tune``,
+the CPU replays of the kernels' order, ``v3_schedule_model`` and ``v3_backward_model``, and the sm_90 compile checks,
+``v3_compile_check``).
 """

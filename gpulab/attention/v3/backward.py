@@ -35,10 +35,10 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    query block the writer counts its arrival (one acquire-release atomic per block), and the last program to arrive
    writes ``scale * buffer`` in dQ's dtype and zeros the block and its counter back, so the buffer kept between calls
    (:data:`gpulab.attention.v3.backward_launch.WORKSPACES`) needs no zeroing (:func:`gpulab.attention.v3.backward_dq.
-   dq_block_done`). Correct and race-free on the H100, but slower (run h): off by default;
+   dq_block_done`). Correct and race-free on the H100, but slower: off by default;
 9. (``V3BackwardConfig.fused_prep``, any step) D's launch also zeroes dQ's fp32 buffer
    (:func:`gpulab.attention.shared.attention_preprocess_zero_kernel`): one launch before the kernel instead of two.
-   Timed in run i: within the noise, off by default;
+   Within the noise: off by default (notes/attention-hopper.md, 'Backward configs');
 10. (``V3BackwardConfig.kv_regs``, steps 3, 5 and 7) a consumer's K and/or V slice [64, D] loaded once into
    registers in the wgmma A-operand layout (:func:`gpulab.attention.v3.backward_pair.kv_operand`): S^T = K Q^T and
    dP^T = V dO^T then read only Q and dO from shared memory. Why: per query block a program (128 keys, two
@@ -49,17 +49,18 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    Each of K, V in registers takes two tiles off. It costs D/4 registers per thread each: on at head dim 64, off
    at 128, where 32 more do not fit beside dK, dV and the scores.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` runs d-i), step 5
-(:data:`MEASURED`) and, for query lengths up to 4096 at head dim 64, step 7 (:data:`MEASURED_SHORT`), both with K
-and V in registers at head dim 64 (step 10); step 4 lost to register pressure, step 6 to its single dQ buffer and
-its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra spills. The plan takes version 3's
-backward from the length where it took less time than the shipped two-kernel backward on every problem
-(:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
+:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` records;
+notes/attention-hopper.md, 'Backward configs'), step 5 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim
+64, step 7 (:data:`MEASURED_SHORT`), both with K and V in registers at head dim 64 (step 10); step 4 lost to register
+pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra
+spills. The plan takes version 3's backward from the length where it took less time than the shipped two-kernel backward
+on every problem (:data:`gpulab.attention.plan.V3_BACKWARD_MIN_SEQ`). The host side keeps one launch plan per signature
 (:mod:`gpulab.attention.v3.backward_launch`).
 
-:mod:`gpulab.attention.v3.backward_model` replays this order (key blocks, query blocks, the points where P^T and
-dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch; :mod:`gpulab.attention.v3.compile_check`
-reads the products and register budgets off the PTX (:func:`gpulab.attention.v3.compile_check.compile_backward_sm90`).
+:mod:`gpulab.attention.measure.v3_backward_model` replays this order (key blocks, query blocks, the points where P^T and
+dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch;
+:mod:`gpulab.attention.measure.v3_compile_check` reads the products and register budgets off the PTX
+(:func:`gpulab.attention.measure.v3_compile_check.compile_backward_sm90`).
 
 Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; lse [B, H, Nq] float32
 (natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and

@@ -37,20 +37,9 @@ STEPS = {
 """The backward's numbered steps: 1-7 the kernel's structure (``V3BackwardConfig.step``), 8 a change to the writer
 steps 5 and 7 (``V3BackwardConfig.dq_cast``, with ``writer_regs=32``: 24 spill at head dim 64), 9 to D's launch
 (``fused_prep``), 10 to the consumers' operands (``kv_regs``), 11 to where LSE and D come from (``stats_smem``).
-Step 8 is in no default: in run h it ran at 0.34x-0.92x
-the default's speed on the 24 problems (median 0.57x) although it removed the zeroing and the cast launches. Not
-profiled; the likely cost: at each query block's acquire-release arrival the writer waits for its own additions to
-complete (they no longer overlap the next block's), and the last arrival reads the block back through L2 a few rows
-at a time, while the consumers wait for the writer's dQ buffers. Steps 9 and 10 were timed in run i
-(``benchmarks/04_attention/v3/*-bwd-i-time.jsonl``; ratios in that folder's NOTES.md). Step 9 is in no default: one
-launch fewer measured within the noise of a whole forward+backward. Step 10 is in the head dim 64 defaults
-(:data:`MEASURED`, :data:`MEASURED_SHORT`: ``kv_regs="kv"``), faster than step 5 and step 7 without it on every head
-dim 64 problem; at head dim 128 K or V in registers (D/4 = 32 registers per thread each) push the consumers past
-their 240 registers (ptxas spills more: ``v3.compile_check``) and every setting was slower there: off. Step 11 is in
-every default: Nsight Compute (bwd run m, d128 step 5) showed the consumers waiting on the global loads of LSE and D
-between S^T's issue and its use; from the ring slot, ptxas spills nothing in the head dim 128 block loops (25 local
-instructions before). Same-run new/old medians 1.01x-1.03x per head dim and length class in runs m and n (single
-problems at N = 1024 swing 0.83x-1.17x between rounds)."""
+In the defaults: step 10 at head dim 64 only (at 128, K or V in registers push the consumers past their 240 registers)
+and step 11 everywhere; steps 8 and 9 in none (slower, and within the noise). Why each was kept or dropped:
+notes/attention-hopper.md, 'Backward configs'."""
 KERNEL_STEPS = (1, 2, 3, 4, 5, 6, 7)
 """The values of ``V3BackwardConfig.step``."""
 KV_REGS = {"none": 0, "k": 1, "v": 2, "kv": 3}
@@ -137,24 +126,17 @@ class V3BackwardConfig:
 
 MEASURED = {64: V3BackwardConfig(step=5, kv_regs="kv", stats_smem=True), 128: V3BackwardConfig(step=5, stats_smem=True)}
 """The default launch per head dim for query lengths over :data:`SHORT_SEQ` (:func:`backward_config`): the step
-with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps
-on the whole grid (``benchmarks/04_attention/v3/``, ``bwd`` run f: step 5 at both head dims; step 7 took more time
-on every N = 16384 problem there and in run g). Two stages (three measured the same in run e). Step 10's
-``kv_regs``: the setting with the highest median speed relative to cuDNN on those problems in the newest run that
-timed step 10 beside the step (run i: "kv" at head dim 64, none at 128; :data:`STEPS`' docstring has the ratios).
-Step 11's ``stats_smem``: on where the newest run that timed it beside the same config without it measured the higher
-median speed relative to cuDNN on those problems (bwd runs m and n: on at both head dims)."""
+with the highest median speed relative to cuDNN on those problems of the newest H100 run that timed several steps on
+the whole grid (step 5 at both head dims, two stages), with step 10's ``kv_regs`` and step 11's ``stats_smem`` chosen
+the same way (notes/attention-hopper.md, 'Backward configs')."""
 
 SHORT_SEQ = 4096
 """Query lengths up to which :data:`MEASURED_SHORT` applies."""
 
 MEASURED_SHORT = {64: V3BackwardConfig(step=7, kv_regs="kv", stats_smem=True)}
 """The default launch per head dim for query lengths up to :data:`SHORT_SEQ`, chosen as :data:`MEASURED` on the
-grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64 (run f: median 0.865x cuDNN vs step 5's
-0.85x; per problem 0.98x-1.06x step 5's speed, highest on causal N = 4096, in runs f and g). Head dim 128 keeps
-step 5 (step 7's median 0.775x vs 0.795x: its extra spills there cost more than the shorter tails gain). Step 10's
-``kv_regs`` and step 11's ``stats_smem`` chosen as :data:`MEASURED`'s, on these problems (run i: "kv" at head dim
-64; runs m and n: step 11 on)."""
+grid's N = 1024 and 4096 problems: step 7 (persistent) at head dim 64; head dim 128 keeps step 5 (step 7's extra
+spills there cost more than the shorter tails gain) (notes/attention-hopper.md, 'Backward configs')."""
 
 
 def backward_config(head_dim: int, is_causal: bool = False, step: int | None = None,

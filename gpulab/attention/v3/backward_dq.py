@@ -12,9 +12,9 @@ warpgroup) loads a few rows at a time from shared memory and adds them with 4-fl
 Buffers (fp32; :func:`gpulab.attention.v3.backward.attention_backward_v3_kernel` allocates them with 8-float swizzle
 units and phase = row mod D/16, one phase per 32-byte unit of a row of D/2 floats, so that the consumers' stores
 from the wgmma layout (eight rows x 32 bytes per instruction) reach every bank once per 128 bytes, and a chunk of the
-writer's 8 rows is whole periods, one contiguous tile. Until bwd run m the phase was row mod 256/D: at D = 128 two
-phases for eight 32-byte units, so each of those stores took twice its ideal wavefronts (Nsight Compute, run m: 16.8M
-excess of the kernel's 210M shared-memory wavefronts, all of them these stores)):
+writer's 8 rows is whole periods, one contiguous tile; a phase of row mod 256/D, two phases for eight 32-byte units
+at D = 128, made each of those stores take twice its ideal wavefronts: notes/attention-hopper.md, 'Backward
+configs'):
 ``dq_smem`` [4, 64, D/2]; barriers ``dq_full`` (both consumers stored, count 2) and ``dq_free`` (the writer has read,
 count 1), two of each. The dQ additions still arrive in any order (dQ is not bitwise reproducible; dK and dV are).
 """
@@ -77,9 +77,9 @@ def add_block(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.constexp
     columns at index 2 b + c; step 6: one buffer, the two consumers' tiles, summed c0 + c1) added into
     dQ's fp32 buffer at ``blk`` (the block's first row), 8 rows at a time. A whole block (``n_rows >= 64``) goes
     without a mask: no branch between chunks, so the loads of the next chunks can run ahead of this one's additions
-    (with a mask each chunk was a branch of its own, and each load waited for the addition before it: the source
-    page of bwd run m's second profile). The last block of a length that is not a multiple of 64 adds its first
-    ``n_rows`` rows only."""
+    (with a mask each chunk was a branch of its own, and each load waited for the addition before it:
+    notes/attention-hopper.md, 'Backward configs'). The last block of a length that is not a multiple of 64 adds its
+    first ``n_rows`` rows only."""
     if n_rows >= 64:
         _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM, STEP, False)
     else:

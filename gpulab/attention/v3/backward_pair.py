@@ -121,10 +121,10 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
     # (``rel``), so that the 16 addresses of a thread are one base register and immediate offsets; with the
     # absolute query index ``cols`` in the address, each was a 64-bit sum of its own (at d=128 about 300 of a
     # 900-instruction loop body, and the registers they took made ptxas spill loop state inside the loop).
-    # Causal: the mask needs ``cols`` anyway and ``cols < n_q`` measured fewer spills there than ``rel < n_q -
-    # start_m`` (run k, offline compile; which is fewer is an artefact of the register allocator).
+    # Causal: the mask needs ``cols`` anyway and ``cols < n_q`` compiled to fewer spills there than ``rel < n_q -
+    # start_m`` (which is fewer is an artefact of the register allocator).
     # Step 11: from the ring slot, where the producer's loads arrived while the consumers worked on earlier blocks
-    # (here a global load's latency is waited out between S^T's issue and its use: bwd run m's Nsight profile).
+    # (a global load's latency would be waited out here, between S^T's issue and its use).
     rel = gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))  # [64] column index within the block
     if IS_CAUSAL and not STATS_SMEM:
         cols = start_m + rel  # query index of each column
@@ -139,7 +139,7 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
     st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
     st = st * qk_scale
     if IS_CAUSAL:  # key <= query only; without a branch (a branch here made ptxas spill dK and dV at d=128)
-        if STATS_SMEM:  # key0 + r <= start_m + c, as (key0 - start_m) + r <= c (no query index kept: run m)
+        if STATS_SMEM:  # key0 + r <= start_m + c, as (key0 - start_m) + r <= c (no query index kept)
             keys = (key0 - start_m) + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
             st = gl.where(keys[:, None] <= rel[None, :], st, float("-inf"))
         else:
@@ -148,7 +148,7 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
     if STATS_SMEM:  # read where used (a shared-memory load's latency is short): fewer registers live at the waits
         lse2 = stats_buf[0].load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st - lse2[None, :])
-    # dS^T before dV's product is issued (run k): P^T's 16-bit copy, dV's register A operand while it runs, is no
+    # dS^T before dV's product is issued: P^T's 16-bit copy, dV's register A operand while it runs, is no
     # longer live beside fp32 P^T, dP^T and D (the loop's register peak at d=128); dV runs under dS's store.
     dpt = warpgroup_mma_wait(0, deps=(dpt,))
     if STATS_SMEM:
@@ -244,7 +244,7 @@ def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr):
     long or mostly short tiles; so the program takes units ``u = pid + (k // 2) * programs`` of two tiles, head
     ``u // half``'s key blocks ``i`` then ``2 half - 1 - i`` (``i = u % half``, ``half = ceil(key_blocks / 2)``):
     about the same work per unit whatever i. With an odd number of key blocks the unit i = 0 holds a block past the
-    last (no query block). :func:`gpulab.attention.v3.backward_model.persistent_tiles` mirrors this."""
+    last (no query block). :func:`gpulab.attention.measure.v3_backward_model.persistent_tiles` mirrors this."""
     n_kb = gl.cdiv(n_k, 128)
     if IS_CAUSAL:
         half = (n_kb + 1) // 2

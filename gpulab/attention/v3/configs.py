@@ -57,7 +57,7 @@ class V3Config:
     ``persistent``: one program per SM looping over tiles (``q_buffers`` Q tiles per consumer in flight);
     ``pairs`` (persistent only; causal only, ignored otherwise): a program takes a head's tiles in pairs
     (longest, shortest), so every pair has the same number of key blocks and the programs' work is even
-    whatever the SM count (:func:`gpulab.attention.v3.schedule_model.persistent_tiles`).
+    whatever the SM count (:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`).
     ``q_regs`` (steps 2-3): each consumer loads its Q tile once per tile into registers (the wgmma A-operand
     layout, 32 registers per thread at d=128) and issues ``S = Q K^T`` with Q from registers, so each score product
     reads only K from shared memory (a third less shared-memory traffic per key block at d=128)."""
@@ -118,14 +118,14 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, True): dict(step=3, stages=3, **_PQ2, pairs=True, q_regs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
-(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.v3_bench`) on the H100 for the long sequences
-(geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/04_attention/v3/``, run l's
-``-l-tune.jsonl``: every candidate raced 200 times and checked, 84 of 84 clean). Persistent programs pay at d=128
-non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes); three
-consumer warpgroups at d=64 non-causal; the causal long problems took paired persistent tiles with Q read from
-registers (``q_regs``, run l). Earlier runs: 64 keys per stage lost everywhere (run f). ptxas reports no spilled
+(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.measure.v3_bench`) on the H100 for the long sequences
+(geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/04_attention/v3/``, every
+candidate raced 200 times and checked). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a
+second Q buffer, its queries load while this tile finishes); three consumer warpgroups at d=64 non-causal; the causal
+long problems took paired persistent tiles with Q read from registers (``q_regs``); 64 keys per stage lost
+everywhere (notes/attention-hopper.md, 'Forward configs'). ptxas reports no spilled
 registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
-(:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests)."""
+(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests)."""
 
 
 SHORT_N = 2048
@@ -135,7 +135,7 @@ the tune part times each and chooses for N = 1k apart)."""
 
 SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
 """:data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=128 causal takes its
-short tiles up to N = 4k (runs i and l: the tune part's choice at N = 1k and 4k, paired tiles, Q from shared memory)."""
+short tiles up to N = 4k (the tune part's choice at N = 1k and 4k: paired tiles, Q from shared memory)."""
 
 MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (64, False): dict(step=1, stages=3, **_PQ2),
@@ -143,11 +143,11 @@ MEASURED_SHORT: dict[tuple[int, bool], dict] = {
     (128, True): dict(step=3, stages=2, **_PQ2, pairs=True),
 }
 """:class:`V3Config` fields per (head dim, causal) for short sequences (N <= :func:`short_n`), where the measured
-choice differs from :data:`MEASURED`'s: run l's tune (``-l-tune.jsonl``, H100, bf16), its choice for the short group.
+choice differs from :data:`MEASURED`'s: the tune part's choice for the short group (H100, bf16).
 d=64: step 1 on a persistent grid with a second Q buffer (N = 1k; causal, with each head's tiles in (longest,
 shortest) pairs: the head-major persistent order left programs up to 30% over the mean work at N = 1k,
-:func:`gpulab.attention.v3.schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N = 1k
-and 4k)."""
+:func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles`). d=128 causal: step 3, paired persistent tiles (N =
+1k and 4k)."""
 
 
 def short_n(head_dim: int, is_causal: bool) -> int:
@@ -179,7 +179,7 @@ def triton_minor() -> str:
 
 
 def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
-    """(True, "") when version 3 can run q, k, v here, else (False, the reason): a CUDA GPU of compute capability
+    """(True, "") when version 3 can take q, k, v here, else (False, the reason): a CUDA GPU of compute capability
     9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
     and k, v [B, H, Nk, D], and ``scale`` None (1/sqrt(D)) or a positive number (the kernel takes the row max of the
     raw scores, ``forward._softmax_block``). Never raises on tensors; ``causal`` must be a bool."""

@@ -14,7 +14,7 @@ Version 2 (``v2/forward.py``) asks Triton's compiler for the same things (``warp
 a hand-written one-block-ahead loop) and gets neither on Triton 3.6: the specialized loop races on sm_90, and the
 compiler waits for every score wgmma right after issuing it. Gluon (``triton.experimental.gluon``) is Triton's
 lower-level language where the kernel states layouts, shared-memory buffers, barriers and partitions itself, so
-the schedule is what the source says, and :mod:`gpulab.attention.v3.compile_check` reads it back from the PTX.
+the schedule is what the source says, and :mod:`gpulab.attention.measure.v3_compile_check` reads it back from the PTX.
 
 The kernel is built in numbered steps, all kept (``STEP``, a constexpr):
 
@@ -30,7 +30,7 @@ and three consumer warpgroups at d=64 (FlashAttention-3's shape there).
 
 The math is version 2's (scores in base 2, ``m' = max(m, rowmax S2)``, ``acc = acc 2^(m - m') + P V``,
 ``l = l 2^(m - m') + rowsum P``, ``O = acc / l``, ``LSE = (m + log2 l) ln 2``);
-:mod:`gpulab.attention.v3.schedule_model` replays the step-3 order (block order, the point where ``acc`` is
+:mod:`gpulab.attention.measure.v3_schedule_model` replays the step-3 order (block order, the point where ``acc`` is
 rescaled, the consumers' turns) in PyTorch.
 
 Shapes: q [B, H, Nq, D], k and v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; o like q, lse [B, H, Nq] float32
@@ -122,7 +122,7 @@ def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CA
     units ``u = pid, pid + programs, ...``, unit u being head ``u // ceil(n_m / 2)``'s tiles ``n_m' - 1 - i`` then
     ``i`` (``i = u % ceil(n_m / 2)``, ``n_m'`` = n_m rounded up to even): n_m' + 1 key blocks per unit whatever i,
     so static round-robin stays even. With n_m odd the unit i = 0 holds the tile past the last (all rows past Nq:
-    one key block, nothing stored). :func:`gpulab.attention.v3.schedule_model.persistent_tiles` mirrors this."""
+    one key block, nothing stored). :func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles` mirrors this."""
     n_m = gl.cdiv(n_q, ROWS)
     if PAIRS:
         half_m = (n_m + 1) // 2
@@ -489,9 +489,6 @@ devices, ``causal``, ``scale`` and the :class:`V3Config`. Holds no tensor."""
 TENSOR_MAPS = launch.BoundedCache(64)
 """TMA tensor maps keyed on :func:`gpulab.attention.v3.launch.tma_key` (address, shape, strides, element type, block,
 swizzle): a hit needs the same tensor geometry at the same address, so a stored map is never stale."""
-FAST_LAUNCH = True
-"""Launch through :class:`gpulab.attention.v3.launch.RawLaunch` after a plan's first call (False: Triton's
-``kernel[grid](...)`` every call, the path the benchmark's host-overhead comparison times against)."""
 
 
 class _Plan:
@@ -518,9 +515,11 @@ class _Plan:
         self.device = q.device.index
         self.raw = None
 
-    def launch(self, q, k, v, o, lse) -> None:
+    def launch(self, q, k, v, o, lse, raw: bool = True) -> None:
+        """``raw``: through :class:`gpulab.attention.v3.launch.RawLaunch` after the first call (False: Triton's
+        ``kernel[grid](...)`` every call, the path the benchmark's host-overhead comparison times against)."""
         n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
-        if self.raw is not None and FAST_LAUNCH and launch.RawLaunch.usable():
+        if raw and self.raw is not None and launch.RawLaunch.usable():
             q_shape, q_strides = (bh, n_q, d), (n_q * d, d, 1)
             kv_shape, kv_strides = (bh, n_k, d), (n_k * d, d, 1)
             descs = ((q.data_ptr(), q_shape, q_strides), (k.data_ptr(), kv_shape, kv_strides),
@@ -554,14 +553,17 @@ def _plan(q, k, v, causal, scale, cfg) -> _Plan:
     return _Plan(q, k, causal, scale, cfg)
 
 
-def attention_forward(q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None):
+def attention_forward(
+    q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None, *, raw_launch: bool = True
+):
     """Version 3's forward: ``(o, lse)`` with o [B, H, Nq, D] in q's dtype and lse [B, H, Nq] float32 (natural log),
     the contract of version 2's forward. ``scale`` None means 1/sqrt(D). Raises ValueError where :func:`supported`
     says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view).
 
     A call whose shapes, dtypes, devices, ``causal``, ``scale`` and ``cfg`` were seen before skips the checks and
     the planning (:data:`_PLANS`), and launches through the kept compiled kernel with cached tensor maps
-    (:data:`TENSOR_MAPS`, :mod:`gpulab.attention.v3.launch`)."""
+    (:data:`TENSOR_MAPS`, :mod:`gpulab.attention.v3.launch`); ``raw_launch=False`` launches through Triton's
+    ``kernel[grid](...)`` every call instead (the host-overhead baseline the benchmark times)."""
     key = None
     if causal.__class__ is bool:
         try:
@@ -583,8 +585,8 @@ def attention_forward(q, k, v, causal: bool = False, scale: float | None = None,
     o = torch.empty_like(q)
     lse = torch.empty(plan.lse_shape, device=q.device, dtype=torch.float32)
     if torch._C._cuda_getDevice() == plan.device:
-        plan.launch(q, k, v, o, lse)
+        plan.launch(q, k, v, o, lse, raw_launch)
     else:
         with torch.cuda.device(plan.device):
-            plan.launch(q, k, v, o, lse)
+            plan.launch(q, k, v, o, lse, raw_launch)
     return o, lse

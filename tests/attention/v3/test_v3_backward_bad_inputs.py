@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from gpulab.attention import v3_backward_report as report
+from gpulab.attention.measure import v3_backward_model as backward_model
+from gpulab.attention.measure import v3_backward_report as report
+from gpulab.attention.measure import v3_compile_check as compile_check
 from gpulab.attention.plan import V3Backward
-from gpulab.attention.v3 import backward, backward_launch, backward_model, compile_check
+from gpulab.attention.v3 import backward, backward_launch
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
 H = torch.zeros(8, 64, dtype=torch.float64)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpulab import check
-from gpulab.attention.v3 import backward_model as bm
+from gpulab.attention.measure import v3_backward_model as bm
 
 CASES = [(200, 300, 64), (333, 129, 128), (129, 517, 64), (70, 70, 64), (300, 517, 64)]
 IDS = ["nq<nk", "nq>nk", "ragged", "one-block", "keys-nobody-sees"]

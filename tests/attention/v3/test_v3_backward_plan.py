@@ -7,8 +7,8 @@ import torch
 
 from gpulab import runtime
 from gpulab.attention import plan
-from gpulab.attention import v3_backward_report as report
 from gpulab.attention.function import flash_attention
+from gpulab.attention.measure import v3_backward_report as report
 
 
 def test_gate_matches_the_records():
@@ -148,7 +148,8 @@ def test_min_seq_matches_the_newest_runs():
     """V3_BACKWARD_MIN_SEQ is, per (head dim, causal), the shortest length from which on the measured default took
     less device time than the two-kernel backward on every problem in each of the newest three runs that timed both
     on all 24 (the longest of their three lengths; no entry if one run has none): at N = 1024 version 3's time swings
-    between runs and rounds of the same problem (bwd runs m-s, NOTES.md), so one run's verdict there is not enough."""
+    between runs and rounds of the same problem (notes/attention-hopper.md, "The length gate"), so one run's verdict
+    there is not enough."""
     tables = []
     for run in report.runs():
         best = report.best(report.stored(run, "time"))

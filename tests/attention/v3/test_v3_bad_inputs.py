@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from gpulab.attention.v3 import compile_check, configs, forward, schedule_model
+from gpulab.attention.measure import v3_compile_check as compile_check
+from gpulab.attention.measure import v3_schedule_model as schedule_model
+from gpulab.attention.v3 import configs, forward
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float64)
 

@@ -8,7 +8,8 @@ import functools
 import pytest
 import triton
 
-from gpulab.attention.v3 import compile_check, forward
+from gpulab.attention.measure import v3_compile_check as compile_check
+from gpulab.attention.v3 import forward
 
 _PROBLEM = compile_check.gluon_api_problem()
 if _PROBLEM is None and ".".join(triton.__version__.split(".")[:2]) not in forward.TESTED_TRITON:

@@ -49,9 +49,9 @@ def test_v3_matches_sdpa_fp32(dtype, d, causal, step):
         o, lse = v3.attention_forward(q, k, v, causal, cfg=_cfg(d, causal, step))
         ref_o, ref_lse = _reference(q, k, v, causal)
         assert o.shape == q.shape and o.dtype == dtype and lse.shape == (b, h, n_q) and lse.dtype == torch.float32
-        # Norm-wise, as lesson 4's benchmark checks every provider (gpulab.attention.benchmark._check): P is rounded
-        # to the operands' dtype before P V (as in FlashAttention), so a causal row that sees two keys whose values
-        # nearly cancel can be off by more than the dtype's tolerance element-wise while the tensor is not.
+        # Norm-wise, as lesson 4's benchmark checks every provider (gpulab.attention.measure.benchmark._check): P is
+        # rounded to the operands' dtype before P V (as in FlashAttention), so a causal row that sees two keys whose
+        # values nearly cancel can be off by more than the dtype's tolerance element-wise while the tensor is not.
         assert torch.isfinite(o).all() and torch.isfinite(lse).all(), "NaN or inf: an unwritten or broken row"
         err_o, err_lse = check.relative_error(o, ref_o), check.relative_error(lse, ref_lse)
         assert err_o <= check.tolerance(dtype), f"o {(b, h, n_q, n_k)}: relative error {err_o:.3g}"
@@ -78,11 +78,7 @@ def test_v3_cached_launch_equals_triton_launch(d, causal):
     """After a plan's first call, calls go through the raw launcher with cached tensor maps: bit for bit Triton's
     own launch, at a reused address (map hit), at new addresses (miss), and on a strided view (copied first)."""
     q, k, v = _inputs(2, 4, 1000, 1000, d, torch.bfloat16, seed=3)
-    v3.FAST_LAUNCH = False
-    try:
-        o_ref, lse_ref = v3.attention_forward(q, k, v, causal)
-    finally:
-        v3.FAST_LAUNCH = True
+    o_ref, lse_ref = v3.attention_forward(q, k, v, causal, raw_launch=False)
     hits = v3.TENSOR_MAPS.hits
     for _ in range(3):
         o, lse = v3.attention_forward(q, k, v, causal)

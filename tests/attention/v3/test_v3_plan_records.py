@@ -5,7 +5,7 @@ dim (device time, each provider's faster round). Reads committed records only (r
 import pytest
 
 from gpulab.attention import plan
-from gpulab.attention import v3_report as report
+from gpulab.attention.measure import v3_report as report
 
 
 def test_v3_head_dims_are_where_the_newest_run_shows_v3_faster_on_every_problem():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gpulab import check
+from gpulab.attention.measure import v3_schedule_model as sm
 from gpulab.attention.schedule import MASKED, SKIPPED, block_schedule
-from gpulab.attention.v3 import schedule_model as sm
 
 
 def _reference(q, k, v, causal):

@@ -210,7 +210,9 @@ def structure(kernel) -> dict:
 # not the interpreter's (nothing is launched; compiling for a GPUTarget needs no GPU).
 _BOOTSTRAP = (
     "import sys, json, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.attention.v3 import compile_check as c, forward as f; out = []\n"
+    "from gpulab.attention.measure import v3_compile_check as c\n"
+    "from gpulab.attention.v3 import forward as f\n"
+    "out = []\n"
     "for a in json.loads(sys.argv[1]):\n"
     "    cfg = f.V3Config(**a['cfg']) if a.get('cfg') else None\n"
     "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg)))\n"
@@ -220,7 +222,9 @@ _BOOTSTRAP = (
 
 _BACKWARD_BOOTSTRAP = (
     "import sys, json, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.attention.v3 import compile_check as c, backward as b; out = []\n"
+    "from gpulab.attention.measure import v3_compile_check as c\n"
+    "from gpulab.attention.v3 import backward as b\n"
+    "out = []\n"
     "for a in json.loads(sys.argv[1]):\n"
     "    cfg = b.V3BackwardConfig(**a['cfg']) if a.get('cfg') else None\n"
     "    out.append(c.structure(c.compile_backward_sm90(a['d'], a['causal'], a['dtype'], cfg)))\n"

@@ -13,26 +13,34 @@ with ``P = exp2(S * scale * log2 e - LSE * log2 e)`` rebuilt from the forward's 
 :func:`attention_dkdv_v2_kernel` (one program per K block) loops over the Q blocks that see its keys.
 
 Warp specialization is not used (Triton 3.6 gives wrong results with it on sm_90; see
-:data:`gpulab.attention.v2.forward.WS_BROKEN_ON_SM90`). :func:`gpulab.attention.plan.run_backward` runs these
-kernels after a version-2 forward when :data:`gpulab.attention.plan.V2_BACKWARD` is on; it is off, because on the
-H100 they computed the same gradients as version 1's kernels and were no faster (the records under
-``benchmarks/04_attention/hopper/``; notebook 04, section 10).
+:data:`gpulab.attention.v2.forward.WS_BROKEN_ON_SM90`). Off by default: the plan never takes these kernels, because on
+the H100 they computed the same gradients as version 1's kernels and were no faster (notes/attention-hopper.md,
+'Version 2'). Run them with :func:`attention_backward` and a :class:`V2BackwardConfig`, or hand
+:func:`v2_backward`'s launches to :func:`gpulab.attention.plan.run_backward` (or set them as a copied plan's
+``backward``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import NamedTuple
 
+import torch
 import triton
 import triton.language as tl
 
-from gpulab.attention.configs import AttentionConfig
+from gpulab import check, runtime
+from gpulab.attention import plan as attention_plan
+from gpulab.attention import sm90
+from gpulab.attention.configs import AttentionConfig, attention_config
 from gpulab.attention.shared import dkdv_q_ranges
 from gpulab.attention.sm90 import compile_for_sm90, ttgir_in_fresh_process
-from gpulab.launch import Launch
+from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E
 
-__all__ = ["attention_dkdv_v2_kernel", "attention_dq_v2_kernel", "backward_v2_launches", "sm90_backward_ttgir"]
+__all__ = ["attention_dkdv_v2_kernel", "attention_dq_v2_kernel", "backward_v2_launches", "sm90_backward_ttgir",
+           "V2BackwardConfig", "V2Backward", "v2_backward", "attention_backward"]  # fmt: skip
 
 
 @triton.jit
@@ -220,6 +228,59 @@ def backward_v2_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) 
     return dq, dkdv
 
 
+@dataclasses.dataclass(frozen=True)
+class V2BackwardConfig:
+    """The tiles of version 2's two backward kernels: ``dkdv`` and ``dq`` :class:`AttentionConfig` s (None: version
+    1's tiles for the problem, :func:`gpulab.attention.configs.attention_config`)."""
+
+    dkdv: AttentionConfig | None = None
+    dq: AttentionConfig | None = None
+
+    def __post_init__(self):
+        for name in ("dkdv", "dq"):
+            if not (getattr(self, name) is None or isinstance(getattr(self, name), AttentionConfig)):
+                raise TypeError(f"{name} must be an AttentionConfig or None, got {getattr(self, name)!r}.")
+
+
+class V2Backward(NamedTuple):
+    """Version 2's backward launches, what :func:`gpulab.attention.plan.run_backward` takes as ``launches``."""
+
+    dq: Launch
+    dkdv: Launch
+    kind = "two kernels, TMA"
+    atomic = False
+
+    def run(self, plan, do, q, k, v, o, lse, dq, dk, dv):
+        """D and dQ, then dK and dV; inputs at addresses TMA cannot read (not 16-byte aligned) are copied first."""
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15:
+            q, k, v, o, do, lse = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v, o, do, lse))
+        if not runtime.INTERPRET:
+            sm90.ensure_allocator()
+        stream = direct_stream(plan.device)
+        delta = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
+        n_q, n_k, qk_scale, scale = plan.n_q, plan.n_k, plan.qk_scale, plan.scale
+        self.dq(stream, q, k, v, o, do, lse, delta, dq, n_q, n_k, qk_scale, scale)  # writes D = rowsum(dO * O)
+        self.dkdv(stream, q, k, v, do, lse, delta, dk, dv, n_q, n_k, qk_scale, scale)  # reads D: runs second
+        return dq, dk, dv
+
+
+def v2_backward(plan, config: V2BackwardConfig = V2BackwardConfig()) -> V2Backward:
+    """Version 2's backward launches for ``plan`` at ``config``'s tiles."""
+    if not isinstance(config, V2BackwardConfig):
+        raise TypeError(f"config must be a V2BackwardConfig, got {type(config).__name__}.")
+    cfg_kv = config.dkdv or attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    cfg_q = config.dq or attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    return V2Backward(*backward_v2_launches(plan, cfg_kv, cfg_q))
+
+
+def attention_backward(do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None,
+                       allow_tf32: bool = False, config: V2BackwardConfig = V2BackwardConfig()):  # fmt: skip
+    """:func:`gpulab.attention.attention_backward` through version 2's kernels: ``(dQ, dK, dV)``. The cached plan is
+    not changed."""
+    plan = attention_plan.backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32)
+    return attention_plan.run_backward(plan, do, q, k, v, o, lse, launches=v2_backward(plan, config))
+
+
 def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: AttentionConfig, dtype: str = "bf16"):
     """Compile version 2's ``kind`` ('dq' or 'dkdv') kernel for sm_90 (no GPU needed, nothing launched); needs
     compiled mode: use :func:`sm90_backward_ttgir` from an interpreter process."""
@@ -237,7 +298,7 @@ def sm90_backward_compile(kind: str, head_dim: int, is_causal: bool, cfg: Attent
 
 _BOOTSTRAP = (
     "import sys, json, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.attention.v2 import backward as hb; from gpulab.attention.configs import AttentionConfig; "
+    "from gpulab.attention.experiments import v2_backward as hb; from gpulab.attention.configs import AttentionConfig; "
     "a = json.loads(sys.argv[1]); "
     "k = hb.sm90_backward_compile(a['kind'], a['d'], a['causal'], AttentionConfig(**a['cfg'])); "
     "sys.stdout.write(k.asm['ttgir'])"
@@ -249,11 +310,6 @@ def sm90_backward_ttgir(kind: str = "dq", head_dim: int = 64, is_causal: bool = 
     """The TTGIR of version 2's backward ``kind`` kernel ('dq' or 'dkdv') compiled for sm_90 in a fresh process that
     needs no GPU (``cfg``: an :class:`AttentionConfig`, default the H100's tiles of that kernel): the check that its
     tiles still arrive through TMA (``ttng.async_tma_copy_global_to_local``) and its products are wgmma."""
-    import dataclasses  # noqa: PLC0415
-
-    from gpulab import runtime  # noqa: PLC0415
-    from gpulab.attention.configs import attention_config  # noqa: PLC0415
-
     runtime.one_of("kind", kind, ("dq", "dkdv"))
     head_dim = runtime.integer("head_dim", head_dim, minimum=1)
     cfg = cfg or attention_config(kind, head_dim, "bfloat16", 4096, 4096, gpu="h100", interpreter=False)

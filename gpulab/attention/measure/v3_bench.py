@@ -1,15 +1,16 @@
 """Lesson 4's named benchmark parts for version 3 (Gluon, FlashAttention-3's forward; Hopper only). Records go to
-``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.report.stored_v3` reads the
-bench part's.
+``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3` reads
+the bench part's.
 
 - ``python -m gpulab bench 04 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
-  (:func:`gpulab.attention.benchmark.grid`), ``impl`` the tuned default (:data:`~gpulab.attention.report.V3_TUNED`,
-  the committed :data:`gpulab.attention.v3.forward.MEASURED`), the same launched through Triton's ``kernel[grid]``
-  every call (:data:`~gpulab.attention.report.V3_TRITON_LAUNCH`, the host-overhead baseline), steps 1-3, version 2,
-  SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every provider is timed twice, the rounds
-  alternating (``params['round']`` 0 and 1): one config timed twice in one round-robin differed by up to 10% on the
-  H100, more than some differences compared; the report keeps each provider's faster round.
-- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): issue 38's named problem (bf16, d=128, N = 16k,
+  (:func:`gpulab.attention.measure.benchmark.grid`), ``impl`` the tuned default
+  (:data:`~gpulab.attention.measure.report.V3_TUNED`, the committed :data:`gpulab.attention.v3.forward.MEASURED`), the
+  same launched through Triton's ``kernel[grid]`` every call (:data:`~gpulab.attention.measure.report.V3_TRITON_LAUNCH`,
+  the host-overhead baseline), steps 1-3, version 2, SDPA cuDNN and SDPA FlashAttention-2 (``kind='throughput'``). Every
+  provider is timed twice, the rounds alternating (``params['round']`` 0 and 1): one config timed twice in one
+  round-robin differed by up to 10% on the H100, more than some differences compared; the report keeps each provider's
+  faster round.
+- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): the headline problem (bf16, d=128, N = 16k,
   non-causal) in :data:`HEADLINE_ROUNDS` alternating rounds of version 3, cuDNN, FA-2 and version 2
   (``kind='headline'``); the report states each one's median round.
 - ``python -m gpulab bench 04 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
@@ -36,9 +37,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check, runtime
-from gpulab.attention.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
+from gpulab.attention.measure.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
+from gpulab.attention.measure.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.plan import attention_forward
-from gpulab.attention.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.v3 import forward as v3
 
 __all__ = [
@@ -59,25 +60,24 @@ __all__ = [
 
 STEP_CASES = {1: "gpulab v3 step 1 (partitions)", 2: "gpulab v3 step 2 (+ ping-pong)",
               3: "gpulab v3 step 3 (+ overlap)"}  # fmt: skip
-"""The bench part's ``impl`` of each step (the names :mod:`gpulab.attention.report` reads)."""
+"""The bench part's ``impl`` of each step (the names :mod:`gpulab.attention.measure.report` reads)."""
 RUNS = 200
 """Runs per configuration in the race part."""
 LSE_TOLERANCE = 1e-3
 _C3 = dict(consumers=3, consumer_regs=160, producer_regs=32)  # FlashAttention-3's d=64 shape: 3 consumer warpgroups
 _P = dict(persistent=True)
 _Q2 = dict(persistent=True, q_buffers=2)
-_RUN_I = {
+_EARLIER = {
     128: [dict(step=3, stages=3), dict(step=3, stages=2, **_Q2), dict(step=3, stages=2, **_Q2, pairs=True)],
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
          dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
 TUNE = {d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
-        for d, fields in _RUN_I.items()}  # fmt: skip
-""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: run i's list (the
-defaults of runs f-h and their challengers; earlier runs' losers dropped: 64 keys per stage lost everywhere in run
-f, step 2 with two Q buffers at d=128 in runs e-f; causal tiles in (longest, shortest) pairs, run h, which
-non-causal launches ignore) and, from run l, each step-2/3 two-consumer entry again with ``q_regs=True`` (Q from
-registers in the score products; the three-consumer kernel has no registers for it)."""
+        for d, fields in _EARLIER.items()}  # fmt: skip
+""":class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: the earlier defaults and
+their challengers (causal tiles in (longest, shortest) pairs, which non-causal launches ignore), and each step-2/3
+two-consumer entry again with ``q_regs=True`` (Q from registers in the score products; the three-consumer kernel has
+no registers for it). Candidates that lost everywhere were dropped (notes/attention-hopper.md, 'Forward configs')."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
@@ -100,11 +100,7 @@ def _v3(cfg):
 
 def _v3_triton_launch(q, k, v, causal):
     """The tuned kernel through Triton's own launch every call (the host-overhead baseline)."""
-    fast, v3.FAST_LAUNCH = v3.FAST_LAUNCH, False
-    try:
-        return v3.attention_forward(q, k, v, causal)[0]
-    finally:
-        v3.FAST_LAUNCH = fast
+    return v3.attention_forward(q, k, v, causal, raw_launch=False)[0]
 
 
 def _v3_step(step):
@@ -179,9 +175,10 @@ _TINY = [dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal
 
 
 def bench_v3(progress=None, problems=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.benchmark.grid`'s; default
-    all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two alternating
-    rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its round."""
+    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s;
+    default all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two
+    alternating rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its
+    round."""
     problems = _problems(problems, cpu=_TINY, gpu=grid())
     return _in_rounds("v3", problems, _bench_providers(), 2, "throughput", progress)
 
@@ -197,7 +194,8 @@ HEADLINE_IMPLS = (V3_TUNED, "SDPA cuDNN", "SDPA FlashAttention-2", "gpulab v2")
 def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> list[bench.Result]:
     """``python -m gpulab bench 04 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
     alternating rounds of version 3 (tuned), cuDNN, FlashAttention-2 and version 2 (``kind='headline'``), each
-    output checked before timing. :func:`gpulab.attention.v3_report.v3_headline` reads each one's median round."""
+    output checked before timing. :func:`gpulab.attention.measure.v3_report.v3_headline` reads each one's median
+    round."""
     rounds = runtime.integer("rounds", rounds, minimum=1)
     problems = _problems(problems, cpu=_TINY[:1], gpu=[HEADLINE])
     impls = {n: fn for n, fn in _bench_providers().items() if n in HEADLINE_IMPLS}
@@ -218,7 +216,7 @@ def variants(d: int, causal: bool) -> list:
     out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **_C3, persistent=True))
-    if base.step > 1 and base.consumers == 2:  # Q from registers (run l's challenger, or its choice)
+    if base.step > 1 and base.consumers == 2:  # Q from registers (the challenger, or the choice)
         out.append(dataclasses.replace(base, q_regs=not base.q_regs))
     return list(dict.fromkeys(out))
 

@@ -1,26 +1,27 @@
 """Lesson 4, measured: tables and plots of the records, kept apart from the benchmarks that write them.
 
-- ``python -m gpulab bench 04`` (:mod:`gpulab.attention.benchmark`): :func:`summary_table`, :func:`memory_table`,
-  :func:`targets`, :func:`plot_throughput`, :func:`plot_memory`, :func:`plot`;
+- ``python -m gpulab bench 04`` (:mod:`gpulab.attention.measure.benchmark`): :func:`summary_table`,
+  :func:`memory_table`, :func:`targets`, :func:`plot_throughput`, :func:`plot_memory`, :func:`plot`;
 - version 2 of the forward beside version 1 and SDPA's backends (the Hopper records), below.
 
 What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
-records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.hopper_bench`; one run on the H100:
-a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before it
-was timed on both clocks):
+records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.measure.hopper_bench`; one run on the
+H100: a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before
+it was timed on both clocks):
 
 - ``benchmarks/04_attention/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab v2``,
   ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
   tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor); from the second run on, forward+backward also
   as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2`` ran
-  version 2's TMA backward (:mod:`gpulab.attention.v2.backward`);
+  version 2's TMA backward (:mod:`gpulab.attention.experiments.v2_backward`);
 - ``benchmarks/04_attention/hopper/cs336/`` (``bench 04 cs336``): the CS336 leaderboard problem, timed with
   ``triton.testing.do_bench``;
 - ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``bench 04 fused``)
   against the two-kernel backward, backward only;
 - ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
 - ``benchmarks/04_attention/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 04 v3``,
-  :mod:`gpulab.attention.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it), :func:`stored_v3`.
+  :mod:`gpulab.attention.measure.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it),
+  :func:`stored_v3`.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
 """
@@ -43,8 +44,8 @@ IMPLEMENTATIONS = ("gpulab", "gpulab (autotuned)", "SDPA FlashAttention-2", "SDP
 IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 SHIPPED = "gpulab v2 fwd + v1 bwd"
 """Forward+backward as the library runs it on Hopper: version 2's forward, version 1's backward
-(:data:`gpulab.attention.plan.V2_BACKWARD` is off)."""
-HOPPER_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "hopper"
+(version 2's backward is an experiment: :mod:`gpulab.attention.experiments.v2_backward`)."""
+HOPPER_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "hopper"
 """Where ``python -m gpulab bench 04 hopper`` stores its runs (``cs336/`` and ``fused/`` below it)."""
 
 
@@ -98,7 +99,7 @@ def fused_summary(records) -> list[str]:
 
 
 CS336_BEST_STUDENT_MS = 5.36
-"""The best published student entry of the CS336 (2025) assignment-2 leaderboard, forward+backward (the issue's
+"""The best published student entry of the CS336 (2025) assignment-2 leaderboard, forward+backward (lesson 4's
 target: beat it)."""
 
 
@@ -159,7 +160,7 @@ def _ratios(records, direction, peer, clock="device", ours="gpulab v2"):
 
 
 def summary(records) -> list[str]:
-    """The issue's targets, each with what the records show (device time unless the line says wall)."""
+    """Lesson 4's targets, each with what the records show (device time unless the line says wall)."""
     fwd = problems(records, "forward")
     if not fwd:
         return ["no complete forward problems in these records"]
@@ -424,7 +425,7 @@ def memory_table(results) -> str:
 
 
 def targets(results) -> list[str]:
-    """The issue's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
+    """Lesson 4's targets, each as one line: forward and forward+backward >= 1.0x FA2, forward vs default."""
     results = bench.result_list("results", results)
     out = []
     for impl in ("gpulab", "gpulab (autotuned)"):
@@ -511,8 +512,9 @@ def plot(results):
     return fig
 
 
-# version 3 (Gluon): its records are read by :mod:`gpulab.attention.v3_report`; the names stay importable from here.
-from gpulab.attention.v3_report import (  # noqa: E402 - re-exported after the version-2 readers
+# version 3 (Gluon): its records are read by :mod:`gpulab.attention.measure.v3_report`; the names stay importable from
+# here.
+from gpulab.attention.measure.v3_report import (  # noqa: E402 - re-exported after the version-2 readers
     V3_FOLDER,
     V3_PART_SUFFIXES,
     V3_PEERS,

@@ -4,8 +4,8 @@ ratios and tables (no kernels here; :mod:`gpulab.attention.v3.backward` is the k
 Records: ``benchmarks/04_attention/v3/<gpu>-<date>-bwd-<run>-<part>.jsonl``, one JSON object a line, with the
 device, torch and Triton versions and the date; ``part`` is ``check`` (gradients against float64, ``ok``,
 ``rel_err_dq/dk/dv``; ``kind='plan'``: through ``flash_attention``, eager, compiled and deterministic), ``race``
-(``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``; from run e ``raw_launch``: the repeated calls went through the
-cached launch), ``time`` (``kind='fwd+bwd'``: ``impl``, ``round``, ``ms``
+(``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``; ``raw_launch``, where recorded: the repeated calls went through
+the cached launch), ``time`` (``kind='fwd+bwd'``: ``impl``, ``round``, ``ms``
 device time by ``do_bench``, ``wall_ms`` eager wall time) and ``cs336`` (the CS336 leaderboard problem, ``ms`` by
 ``triton.testing.do_bench``).
 """
@@ -22,15 +22,15 @@ from gpulab import dtypes, runtime
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
            "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table", "kernel_profile"]  # fmt: skip
 
-FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
 CUDNN = "SDPA cuDNN"
 SHIPPED = "gpulab shipped"
-"""``flash_attention`` with the two-kernel backward: the plan's forward, version 1's two backward kernels (from run f
-with the plan's version-3 gate, ``plan.V3_BACKWARD_MIN_SEQ``, off)."""
+"""``flash_attention`` with the two-kernel backward: the plan's forward, version 1's two backward kernels (the plan's
+version-3 gate, ``plan.V3_BACKWARD_MIN_SEQ``, off)."""
 PLAN = "gpulab plan"
-"""``flash_attention`` as it is (from run g): version 3's backward where ``plan.V3_BACKWARD_MIN_SEQ`` takes it."""
+"""``flash_attention`` as it is: version 3's backward where ``plan.V3_BACKWARD_MIN_SEQ`` takes it."""
 TOP_STUDENT_MS = 5.36
-"""The CS336 2025 leaderboard's top entry for this problem (ms, timed on the leaderboard's own H100; issue 39)."""
+"""The CS336 2025 leaderboard's top entry for this problem (ms, timed on the leaderboard's own H100)."""
 _NAME = re.compile(r"^(?P<gpu>.+)-(?P<date>\d{4}-\d\d-\d\d)-bwd-(?P<run>[a-z])-(?P<part>check|race|time|cs336)\.jsonl$")
 
 

@@ -1,5 +1,7 @@
 """Lesson 4, the backward in one pass: five products per block pair, dQ through fp32 atomic adds.
 
+Off by default: run it through :func:`attention_backward` with a :class:`FusedBackwardConfig`.
+
 What you will learn: why the two-kernel backward (:mod:`gpulab.attention.v1.backward`) does seven products where the
 math needs five, and what it costs to do five. The two-kernel backward computes ``S = Q K^T`` and ``dP = dO V^T`` twice
 (once per kernel) so that every program writes only its own rows. Here one program per K block does everything:
@@ -19,25 +21,28 @@ extra launches.
 
 Measured on the H100 (``python -m gpulab bench 04 fused``, records under ``benchmarks/04_attention/hopper/fused/``),
 the trade did not pay: the atomic additions cost more than the two products they save, except on long causal
-problems, so :data:`gpulab.attention.plan.FUSED_BACKWARD` is off. FlashAttention-3 makes the same trade pay
-with warp specialization (the additions issued by their own warps, under the next block's products).
+problems, so the plan never takes it (notes/attention.md, 'The one-pass backward'). FlashAttention-3 makes the
+same trade pay with warp specialization (the additions issued by their own warps, under the next block's products).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
+from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import AttentionConfig
 from gpulab.attention.shared import attention_preprocess_kernel, dkdv_q_ranges
-from gpulab.launch import Launch
+from gpulab.launch import Launch, direct_stream
 from gpulab.triton_ops import LOG2E, dot
 
-__all__ = ["attention_dkdvq_kernel", "FusedBackward", "preprocess_launch", "fused_backward_launch", "use_fused",
-           "FUSED_MIN_WORK", "FUSED_CONFIGS"]  # fmt: skip
+__all__ = ["attention_dkdvq_kernel", "FusedBackward", "FusedBackwardConfig", "preprocess_launch",
+           "fused_backward_launch", "use_fused", "fused_backward", "attention_backward", "FUSED_MIN_WORK",
+           "FUSED_CONFIGS"]  # fmt: skip
 
 FUSED_MIN_WORK = 1 << 31
 """B * H * Nq * Nk * d below which the two-kernel backward runs (the fused one adds a zero-fill and a cast: host
@@ -48,6 +53,35 @@ FUSED_CONFIGS = {
     128: AttentionConfig(block_m=64, block_n=128, block_d=128, num_warps=8, num_stages=2),
 }
 """Tiles per padded head dim (``block_n`` keys per program, ``block_m`` queries per step): the H100 sweep's best."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedBackwardConfig:
+    """When and how :func:`attention_backward` takes the one-pass kernel.
+
+    ``min_work``: B * H * Nq * Nk * d below which the two kernels run instead (default :data:`FUSED_MIN_WORK`);
+    ``tiles``: ``((padded head dim, AttentionConfig), ...)``, the tiles per padded head dim (None:
+    :data:`FUSED_CONFIGS`); a head dim without tiles takes the two kernels; ``any_device``: also on the CPU's
+    interpreter and for fp32 inputs (the tests' way to run it without a GPU)."""
+
+    min_work: int = FUSED_MIN_WORK
+    tiles: tuple | None = None
+    any_device: bool = False
+
+    def __post_init__(self):
+        if self.min_work.__class__ is not int or self.min_work < 0:
+            raise TypeError(f"min_work must be an int >= 0, got {self.min_work!r}.")
+        if self.tiles is not None and not (
+            isinstance(self.tiles, tuple)
+            and all(isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], AttentionConfig) for t in self.tiles)
+        ):
+            raise TypeError(f"tiles must be None or a tuple of (head dim, AttentionConfig) pairs, got {self.tiles!r}.")
+        if self.any_device.__class__ is not bool:
+            raise TypeError(f"any_device must be a bool, got {self.any_device!r}.")
+
+    def tile_table(self) -> dict:
+        """Padded head dim -> :class:`AttentionConfig`."""
+        return FUSED_CONFIGS if self.tiles is None else dict(self.tiles)
 
 
 @triton.jit
@@ -145,10 +179,24 @@ def _padded(d: int) -> int:
 
 
 class FusedBackward(NamedTuple):
-    """The one-pass backward's launches: D = rowsum(dO * O), then :func:`attention_dkdvq_kernel`."""
+    """The one-pass backward's launches: D = rowsum(dO * O), then :func:`attention_dkdvq_kernel`; what
+    :func:`gpulab.attention.plan.run_backward` takes as ``launches``."""
 
     preprocess: Launch
     main: Launch
+    kind = "one pass (atomic dQ)"
+    atomic = True  # dQ sums in no fixed order: the plan takes the two kernels where determinism is asked for
+
+    def run(self, plan, do, q, k, v, o, lse, dq, dk, dv):
+        """D, then the one-pass kernel adding into an fp32 dQ buffer, then dQ scaled and cast into ``dq``."""
+        ptrs = q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()
+        stream = direct_stream(plan.device) if not ptrs & 15 else None
+        delta = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.device)
+        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=plan.device)
+        self.preprocess(stream, o, do, delta, plan.n_q)
+        self.main(stream, q, k, v, do, lse, delta, dq_acc, dk, dv, plan.n_q, plan.n_k, plan.qk_scale, plan.scale)
+        torch.mul(dq_acc, plan.scale, out=dq)  # scaled once, cast to the inputs' dtype
+        return dq, dk, dv
 
 
 PREPROCESS_ROWS = 64
@@ -160,24 +208,43 @@ def preprocess_launch(plan) -> Launch:
                   dict(HEAD_DIM=plan.d, BLOCK_M=PREPROCESS_ROWS, BLOCK_D=_padded(plan.d)))  # fmt: skip
 
 
-def use_fused(plan) -> bool:
-    """Whether :func:`gpulab.attention.plan.run_backward` takes the one-pass backward for ``plan``: 16-bit
-    inputs on a GPU, a problem of at least :data:`FUSED_MIN_WORK`, a head dim with tiles in :data:`FUSED_CONFIGS`,
-    and determinism not asked for."""
+def use_fused(plan, config: FusedBackwardConfig = FusedBackwardConfig()) -> bool:
+    """Whether :func:`attention_backward` takes the one-pass backward for ``plan`` under ``config``: 16-bit inputs on
+    a GPU (any inputs, anywhere, with ``config.any_device``), a problem of at least ``config.min_work``, a head dim
+    with tiles in ``config``'s table, no tiles asked for, and determinism not asked for."""
     return (
-        plan.device.type == "cuda"
-        and not plan.is_fp32
-        and plan.b * plan.h * plan.n_q * plan.n_k * plan.d >= FUSED_MIN_WORK
-        and _padded(plan.d) in FUSED_CONFIGS
+        (config.any_device or (plan.device.type == "cuda" and not plan.is_fp32))
+        and plan.b * plan.h * plan.n_q * plan.n_k * plan.d >= config.min_work
+        and _padded(plan.d) in config.tile_table()
+        and plan.backward_configs is None
         and not torch.are_deterministic_algorithms_enabled()
     )
 
 
-def fused_backward_launch(plan, cfg: AttentionConfig | None = None) -> Launch:
-    """The :class:`Launch` of :func:`attention_dkdvq_kernel` for ``plan`` (``cfg`` default: :data:`FUSED_CONFIGS`
-    at the padded head dim)."""
-    cfg = cfg or FUSED_CONFIGS[_padded(plan.d)]
+def fused_backward_launch(plan, cfg: AttentionConfig | None = None,
+                          config: FusedBackwardConfig = FusedBackwardConfig()) -> Launch:  # fmt: skip
+    """The :class:`Launch` of :func:`attention_dkdvq_kernel` for ``plan`` (``cfg`` default: ``config``'s tiles at the
+    padded head dim)."""
+    cfg = cfg or config.tile_table()[_padded(plan.d)]
     return Launch(attention_dkdvq_kernel, (triton.cdiv(plan.n_k, cfg.block_n), plan.b * plan.h),
                   dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, IS_CAUSAL=plan.is_causal,
                        IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d,
                        num_warps=cfg.num_warps, num_stages=cfg.num_stages))  # fmt: skip
+
+
+def fused_backward(plan, cfg: AttentionConfig | None = None,
+                   config: FusedBackwardConfig = FusedBackwardConfig()) -> FusedBackward:  # fmt: skip
+    """The one-pass backward's launches for ``plan`` (at ``cfg``'s tiles, or ``config``'s), to pass as
+    :func:`gpulab.attention.plan.run_backward`'s ``launches`` (e.g. to sweep its tiles)."""
+    return FusedBackward(preprocess_launch(plan), fused_backward_launch(plan, cfg, config))
+
+
+def attention_backward(do, q, k, v, o, lse, is_causal: bool = False, scale: float | None = None,
+                       allow_tf32: bool = False, config: FusedBackwardConfig = FusedBackwardConfig()):  # fmt: skip
+    """:func:`gpulab.attention.attention_backward` with the one-pass kernel where :func:`use_fused` allows it under
+    ``config`` (else the plan's own backward): ``(dQ, dK, dV)``. The cached plan is not changed."""
+    if not isinstance(config, FusedBackwardConfig):
+        raise TypeError(f"config must be a FusedBackwardConfig, got {type(config).__name__}.")
+    plan = attention_plan.backward_plan(do, q, k, v, o, lse, is_causal, scale, allow_tf32)
+    launches = fused_backward(plan, config=config) if use_fused(plan, config) else None
+    return attention_plan.run_backward(plan, do, q, k, v, o, lse, launches=launches)

@@ -1,7 +1,7 @@
 """Lesson 4, version 3's forward measured: the runs of ``python -m gpulab bench 04 v3`` (and its ``-tune`` part) read
 back, each implementation's best round, ratios, spreads and the steps' table (no kernels here;
-:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.report` re-exports every name, so lesson 4
-reads them beside version 2's probe records.
+:mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.measure.report` re-exports every name, so
+lesson 4 reads them beside version 2's probe records.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ __all__ = [
 ]
 
 
-V3_FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "04_attention" / "v3"
+V3_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
 V3_TUNED = "gpulab v3 (tuned)"
 V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
 V3_TRITON_LAUNCH = "gpulab v3 (tuned, Triton's launch)"
 """The tuned kernel launched through Triton's ``kernel[grid](...)`` on every call (descriptors built and encoded each
-time; :data:`gpulab.attention.v3.forward.FAST_LAUNCH` off): the host-overhead baseline of the cached launch."""
+time; ``raw_launch=False`` of :func:`gpulab.attention.v3.forward.attention_forward`): the host-overhead baseline of the
+cached launch."""
 
 
 V3_PART_SUFFIXES = ("-check", "-race", "-tune", "-headline", "-ab")
@@ -162,7 +163,7 @@ def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
 
 def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
     """The newest A/B record named ``name`` (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-<name>-ab.jsonl``: a
-    kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, run l's
+    kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, written by
     ``scripts/gpu_v3_qregs_ab.py``). :func:`v3_headline` with ``kind='ab'`` reads its median rounds.
     FileNotFoundError if none."""
     if not (isinstance(name, str) and name.replace("_", "").isalnum()):
@@ -187,7 +188,7 @@ def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
 
 def stored_v3_headline(folder=None) -> list[bench.Result]:
     """The newest headline run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-headline.jsonl``, ``python
-    -m gpulab bench 04 v3-headline``: issue 38's named problem in alternating rounds). FileNotFoundError if none."""
+    -m gpulab bench 04 v3-headline``: the headline problem in alternating rounds). FileNotFoundError if none."""
     return _stored_part(
         folder,
         "*-headline.jsonl",

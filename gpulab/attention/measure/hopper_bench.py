@@ -7,22 +7,23 @@ backends, the CS336 leaderboard problem, and the one-pass backward's tiles.
      N 4k and 16k (16k tokens), forward; a config that fails to compile, run or match is recorded as such
      (``params['check']``). ``kind='choice'``: the fastest per (head dim, causal) by geometric mean over the lengths,
      which the grid then runs (the committed choice is :data:`gpulab.attention.configs.PREFERRED_V2`).
-  2. ``kind='throughput'``: lesson 4's 24 problems (:func:`gpulab.attention.benchmark.grid`), forward and
+  2. ``kind='throughput'``: lesson 4's 24 problems (:func:`gpulab.attention.measure.benchmark.grid`), forward and
      forward+backward, ``impl`` ``gpulab v1``, ``gpulab v2``, ``SDPA default``, ``SDPA FlashAttention-2`` and, with
-     the backward, :data:`~gpulab.attention.report.SHIPPED` (version 2's forward, version 1's backward kernels).
+     the backward, :data:`~gpulab.attention.measure.report.SHIPPED` (version 2's forward, version 1's backward kernels).
   3. ``kind='tiny'``: B 1, H 1, N 128 and 1024, d 64, causal forward: the host floor on the wall clock.
 
 - ``python -m gpulab bench 04 cs336`` (:func:`cs336`), under ``hopper/cs336/``: the CS336 (2025) assignment-2
   leaderboard problem (B 1, N 16k, 16 heads of 64, bf16, causal, forward+backward), also timed with
   ``triton.testing.do_bench`` as the leaderboard does (``params['do_bench_ms']``).
 - ``python -m gpulab bench 04 fused`` (:func:`fused`), under ``hopper/fused/``: the one-pass backward (version 1's
-  ``backward_fused``, through :func:`gpulab.attention.plan.one_pass_backward`) at each candidate tile against the
-  two-kernel backward, backward only
+  one-pass experiment, :func:`gpulab.attention.experiments.v1_backward_fused.fused_backward`) at each candidate tile
+  against the two-kernel backward, backward only
   (``kind='fused sweep'``, ``'two kernels'``, ``'fused choice'``).
 
 Every provider is checked against its reference (SDPA's math backend in fp32; for the one-pass backward, the two
-kernels) before anything is timed, by :func:`gpulab.bench.run`, on both clocks. :mod:`gpulab.attention.report` reads
-the records. On CPU each part runs a tiny version in the interpreter (float16: the interpreter computes bf16 wrongly).
+kernels) before anything is timed, by :func:`gpulab.bench.run`, on both clocks. :mod:`gpulab.attention.measure.report`
+reads the records. On CPU each part runs a tiny version in the interpreter (float16: the interpreter computes bf16
+wrongly).
 """
 
 from __future__ import annotations
@@ -39,17 +40,18 @@ from torch.nn.attention import SDPBackend
 from gpulab import bench, check, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention import sm90
-from gpulab.attention.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
 from gpulab.attention.configs import PREFERRED_V2, AttentionConfig, HopperConfig, hopper_config
+from gpulab.attention.experiments.v1_backward_fused import fused_backward
 from gpulab.attention.function import FlashAttentionFunction
+from gpulab.attention.measure.benchmark import check_output, grid, math_reference, one_direction, problem_inputs, sdpa
 from gpulab.attention.plan import (
-    attention_backward,
     attention_forward,
     backward_kind,
     backward_plan,
     forward_plan,
-    one_pass_backward,
+    run_backward,
     run_forward,
+    two_kernel_backward,
 )
 
 __all__ = ["hopper", "cs336", "fused", "CANDIDATES", "FUSED_CANDIDATES", "IMPLS", "V1_BACKWARD"]
@@ -102,6 +104,25 @@ def _v2_config(cfg):
     return run
 
 
+def _gpulab_v1_backward(version):
+    """Version ``version``'s forward with version 1's two backward kernels: a copy of the cached plan holding them as
+    its backward, so that the backward kernels each plan keeps (``plan.backward``) do not mix."""
+    own = {}
+
+    def run(q, k, v, causal):
+        plan = forward_plan(q, k, v, causal, None, False, None, version)
+        if not (torch.is_grad_enabled() and q.requires_grad):
+            return run_forward(plan, q, k, v)[0]
+        mine = own.get(id(plan))
+        if mine is None:
+            mine = own[id(plan)] = copy.copy(plan)
+            mine.backward = two_kernel_backward(mine)
+        return FlashAttentionFunction.apply(q, k, v, causal, None, False, False, mine)
+
+    run.plans = own
+    return run
+
+
 def _gpulab(version):
     def run(q, k, v, causal):
         plan = forward_plan(q, k, v, causal, None, False, None, version)
@@ -116,54 +137,14 @@ V1_BACKWARD = "gpulab v2 fwd + v1 bwd"
 """Forward+backward only: version 2's forward with version 1's two backward kernels."""
 
 
-def _gpulab_v1_backward():
-    """Version 2's forward with version 1's backward: a copy of the cached plan, so that the backward kernels each
-    plan keeps (``plan.backward``) do not mix."""
-    own = {}
-
-    def run(q, k, v, causal):
-        plan = forward_plan(q, k, v, causal, None, False, None, 2)
-        mine = own.get(id(plan))
-        if mine is None:
-            mine = own[id(plan)] = copy.copy(plan)
-            mine.backward = None
-        return FlashAttentionFunction.apply(q, k, v, causal, None, False, False, mine)
-
-    run.plans = own
-    return run
-
-
 IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 
 
 def _implementations() -> dict:
-    return {"gpulab v1": _gpulab(1), "gpulab v2": _gpulab(2), "SDPA default": sdpa(None),
-            "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION), V1_BACKWARD: _gpulab_v1_backward()}  # fmt: skip
-
-
-@contextlib.contextmanager
-def _backward_kernels(name):
-    """Version 1's two backward kernels for ``gpulab v1`` and :data:`V1_BACKWARD`; the library's choice otherwise."""
-    saved = (attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS,
-             attention_plan.V3_BACKWARD_MIN_SEQ)  # fmt: skip
-    if name in ("gpulab v1", V1_BACKWARD):
-        attention_plan.V2_BACKWARD = attention_plan.FUSED_BACKWARD = False
-        attention_plan.V3_BACKWARD_HEAD_DIMS, attention_plan.V3_BACKWARD_MIN_SEQ = (), {}
-    try:
-        yield
-    finally:
-        (attention_plan.V2_BACKWARD, attention_plan.FUSED_BACKWARD, attention_plan.V3_BACKWARD_HEAD_DIMS,
-         attention_plan.V3_BACKWARD_MIN_SEQ) = saved  # fmt: skip
-
-
-def _with_kernels(name, fn):
-    run = one_direction(fn)
-
-    def provider(*args):
-        with _backward_kernels(name):
-            return run(*args)
-
-    return provider
+    """``impl`` -> provider: ``gpulab v1`` and :data:`V1_BACKWARD` take version 1's two backward kernels (not the
+    plan's choice, which may be version 3's); ``gpulab v2`` the library's choice."""
+    return {"gpulab v1": _gpulab_v1_backward(1), "gpulab v2": _gpulab(2), "SDPA default": sdpa(None),
+            "SDPA FlashAttention-2": sdpa(SDPBackend.FLASH_ATTENTION), V1_BACKWARD: _gpulab_v1_backward(2)}  # fmt: skip
 
 
 def _skip(provider, dtype, batch, heads, seq, head_dim, causal, direction):
@@ -178,8 +159,8 @@ def _backward_name(impls, r) -> str | None:
     q = torch.empty(p["batch"], p["heads"], p["seq"], p["head_dim"], dtype=getattr(torch, r.dtype),
                     device=runtime.device)  # fmt: skip
     plan = forward_plan(q, q, q, p["causal"], None, False, None, 1 if p["impl"] == "gpulab v1" else 2)
-    if p["impl"] == V1_BACKWARD:
-        plan = impls[V1_BACKWARD].plans.get(id(plan), plan)
+    if p["impl"] in ("gpulab v1", V1_BACKWARD):
+        plan = impls[p["impl"]].plans.get(id(plan), plan)
     return backward_kind(plan)
 
 
@@ -191,7 +172,7 @@ def _comparison(name, problems, kind, impls) -> bench.Benchmark:
     """``impls`` on ``problems`` (dicts like :func:`_problem`'s), checked against SDPA's math backend in fp32."""
     return bench.Benchmark(
         lesson="04", name=name, cases=problems, inputs=problem_inputs, check_inputs=_check_inputs,
-        providers={n: _with_kernels(n, fn) for n, fn in impls.items()},
+        providers={n: one_direction(fn) for n, fn in impls.items()},
         provider_params={n: {"kind": kind, "impl": n} for n in impls}, reference=math_reference, check=check_output,
         on_mismatch="record", skip=_skip, flops=_flops, label=_label,
     )  # fmt: skip
@@ -283,9 +264,9 @@ def _choices(sweep_records, n_seqs) -> list[bench.Result]:
 def hopper(progress=None, problems=None, run_sweep: bool = True, candidates=None):
     """``python -m gpulab bench 04 hopper``: the sweep (unless ``run_sweep`` is False: the committed
     :data:`~gpulab.attention.configs.PREFERRED_V2`), the grid with the chosen configs, and the tiny problems.
-    ``problems``: dicts like :func:`gpulab.attention.benchmark.grid`'s (default: all 24 on a GPU, two tiny on CPU);
-    ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones to
-    compare the hand-written one-block-ahead scores with the plain loop)."""
+    ``problems``: dicts like :func:`gpulab.attention.measure.benchmark.grid`'s (default: all 24 on a GPU, two tiny on
+    CPU); ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones
+    to compare the hand-written one-block-ahead scores with the plain loop)."""
     run_sweep = runtime.strict_bool("run_sweep", run_sweep)
     if problems is not None and not isinstance(problems, (list, tuple)):
         raise TypeError(f"problems must be a list of dicts like grid()'s, got {type(problems).__name__}.")
@@ -370,20 +351,15 @@ def _fused_provider(tiles):
 
     def run(q, k, v, causal, do, o, lse):
         plan = backward_plan(do, q, k, v, o, lse, causal, None, False, None)
-        saved = attention_plan.FUSED_BACKWARD, plan.backward
-        if tiles is None:
-            attention_plan.FUSED_BACKWARD, plan.backward = False, None
-        else:
-            key = (id(plan), tiles)
-            if key not in _LAUNCHES:
+        key = (id(plan), tiles)
+        if key not in _LAUNCHES:
+            if tiles is None:
+                _LAUNCHES[key] = two_kernel_backward(plan)
+            else:
                 bm, bn, w, st = tiles
                 cfg = AttentionConfig(block_m=bm, block_n=bn, block_d=q.shape[-1], num_warps=w, num_stages=st)
-                _LAUNCHES[key] = one_pass_backward(plan, cfg)
-            attention_plan.FUSED_BACKWARD, plan.backward = True, _LAUNCHES[key]
-        try:
-            return attention_backward(do, q, k, v, o, lse, is_causal=causal)
-        finally:
-            attention_plan.FUSED_BACKWARD, plan.backward = saved
+                _LAUNCHES[key] = fused_backward(plan, cfg)
+        return run_backward(plan, do, q, k, v, o, lse, launches=_LAUNCHES[key])
 
     return run
 

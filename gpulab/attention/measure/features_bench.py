@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, runtime
-from gpulab.attention.benchmark import check_output, math_reference, one_direction
 from gpulab.attention.function import flash_attention
+from gpulab.attention.measure.benchmark import check_output, math_reference, one_direction
 from gpulab.attention.reference import attention_reference, varlen_attention_reference
 from gpulab.attention.varlen import varlen_attn
 

@@ -2,7 +2,7 @@
 
 ``python -m gpulab bench 04`` runs :func:`benchmark` on a GPU. Three kinds of records (``params['kind']``):
 
-- ``throughput``: every implementation on the issue's grid (bf16 and fp16; head dim 64 with 16 heads and 128 with
+- ``throughput``: every implementation on lesson 4's grid (bf16 and fp16; head dim 64 with 16 heads and 128 with
   8 heads; sequence 1k, 4k, 16k with batch * seq = 16k; causal and not; forward and forward+backward), in one run
   so that the peers share the GPU's clocks and state:
 
@@ -43,9 +43,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, check, roofline, runtime
-from gpulab.attention import plan, report
+from gpulab.attention import plan
 from gpulab.attention.configs import attention_config, hopper_config, tuned, tuning_key
 from gpulab.attention.function import flash_attention
+from gpulab.attention.measure import report
 from gpulab.attention.reference import naive_attention
 from gpulab.attention.v3.forward import v3_config
 from gpulab.dtypes import as_dtype, short
@@ -205,8 +206,7 @@ def _annotate(results):
             dtype = as_dtype(p["dtype"])
             version = _forward_version(p["batch"], p["heads"], p["seq"], p["head_dim"], dtype, p["causal"])
             p["version"] = version
-            bwd = 2 if (version == 2 and plan.V2_BACKWARD) else 1
-            p["kernels"] = f"forward v{version}" + (f", backward v{bwd}" if backward else "")
+            p["kernels"] = f"forward v{version}" + (", backward v1" if backward else "")  # v2's: an experiment
             p["configs"] = _configs_used(r.provider, p["head_dim"], dtype, p["causal"], p["seq"], backward, version)
     return add_ratios(results)
 
