@@ -35,11 +35,12 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import bench, check, hardware, roofline, runtime
 from gpulab import rnn
 from gpulab.rnn.backends import alternating, vanilla
-from gpulab.rnn.fused import called_bench, plan, rows_report, split_report, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import plan, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused.measure import called_bench, rows_report, split_report
 from gpulab.rnn.fused import backward as fused_backward
-from gpulab.rnn.fused import benchmark as rnn_bench
+from gpulab.rnn.fused.measure import benchmark as rnn_bench
 from gpulab.rnn.fused import forward as fused_forward
-from gpulab.rnn.fused.versions import report as versions_report
+from gpulab.rnn.fused.measure import versions_report
 from gpulab.rnn.functions import FUNCTIONS
 from gpulab.course import claims, listing, shown
 
@@ -727,7 +728,7 @@ if stored and 16 in by_b and len(by_b) > 1:
 #
 # **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. v1 → v2 makes that change (four products and separate gate tiles, then one product for all gates); the SASS table below counts what it changes per step in the versions kept.
 #
-# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.measure.sass` counts a kernel's instructions per step without a GPU.
 #
 # **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. The SASS table below counts what each version issues (`MUFU`: the special-function unit).
 #
@@ -796,7 +797,7 @@ if {"v1", "v2", "v3", "v4"} <= prof_.keys() and sass_:
 #
 # **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate and head it is one product over the $K = BT$ rows, and $db$ a sum over the same rows.
 #
-# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.measure.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #
@@ -1143,7 +1144,7 @@ if step_rows:
             tag=times_["tagged"]["ms"], fl=times_["flags"]["ms"], bar=times_["barrier"]["ms"],
             xt=fwd_parts["tagged"]["parts"]["exchange"], xf=fwd_parts["flags"]["parts"]["exchange"], xb=wait_,
         ),
-        "The compiled code says why, before any timing (the offline sm_90 SASS, `gpulab.rnn.fused.sass`): in both "
+        "The compiled code says why, before any timing (the offline sm_90 SASS, `gpulab.rnn.fused.measure.sass`): in both "
         "kernels the registers run out and values spill to local memory, and the flags kernel's loads of $h$ are split "
         "into 16-bit loads; besides, a reader of tagged words that arrives early loads all of them again, every "
         "program at once. The backward keeps the counter (`split_backward.EXCHANGE`).",
@@ -1498,7 +1499,7 @@ except FileNotFoundError as exc:
 # %% [markdown]
 # ## Appendix I. Version 6: the split forward in Gluon, $R$ in registers
 #
-# Appendix G found what the split forward's product waits for: Triton keeps each program's slice of $R$ in shared memory and every warp of the program reads all of $h_{t-1}$ there too, 144 KB per step through `ldmatrix`. Version 6 (`gpulab.rnn.fused.versions.v6_gluon_split`) is written in Gluon, which states every layout, so that
+# Appendix G found what the split forward's product waits for: Triton keeps each program's slice of $R$ in shared memory and every warp of the program reads all of $h_{t-1}$ there too, 144 KB per step through `ldmatrix`. Version 6 (`gpulab.rnn.fused.split_gluon`) is written in Gluon, which states every layout, so that
 #
 # - program $p$'s slice $R_p$ ($4U$ rows: all four gates of its $U$ units, $D$ columns) is loaded **once into registers**, already in the tensor cores' operand layout, and stays there for the whole sequence;
 # - the $W$ warps split the product's **depth** $D$, not its rows: warp $s$ holds the columns $s K_c \ldots (s+1) K_c - 1$ of $R_p$ ($K_c = D / W$), loads only that chunk of $h_{t-1}$ from L2 (in 16-byte rows, turned into the operand layout through 6 KB of shared memory per warp; the first build loaded it straight into the operand layout, measured below), and forms a partial product;
@@ -1511,8 +1512,8 @@ except FileNotFoundError as exc:
 # At one head of 768 with $U = 8$ units and $W = 4$ warps, a warp's chunk of $R_p$ is $32 \times 192$ bf16 values, which take 96 of a thread's registers (two values per register); $h$'s chunk takes 48 and the partial sums 16. A Gluon tile's sides are powers of two, so a chunk of 192 is held as two tiles of 128 and 64 (`gluon_tiles.k_pieces`):
 
 # %%
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused import split_gluon as v6
 
 v6_cfg = v6.v6_config(768)
 print(f"{v6_cfg}: {v6_cfg.programs(16, 1, 768)} programs at B = 16")
@@ -1556,14 +1557,14 @@ if v6_sass:
 # %% [markdown]
 # Version 6 keeps version 5's counter barrier, so that it differs from version 5's barrier tiling (8 units, 4 warps) in where $R$ and $h$ live. Its speed on the H100 is at the end of this appendix.
 #
-# The backward has the same shape of problem. Version 5's backward (b3) pushes each program's share of every unit's gradient, $dG_t[:, U_p]\, R[:, U_p, :]$, and reads $R$'s rows of its units through `ldmatrix` every step. Its version 6, **b4** (`gpulab.rnn.fused.versions.b4_gluon_split_backward`), transposes that product so that the $D$ rows of $R_p^\top$ are the tensor cores' $M$, split over the warps and held in registers, and the program's gate gradients $dG_t[:, U_p]^\top$ [$4U$, $B$], 2 KB, are the operand that goes through shared memory:
+# The backward has the same shape of problem. Version 5's backward (b3) pushes each program's share of every unit's gradient, $dG_t[:, U_p]\, R[:, U_p, :]$, and reads $R$'s rows of its units through `ldmatrix` every step. Its version 6, **b4** (`gpulab.rnn.fused.split_gluon_backward`), transposes that product so that the $D$ rows of $R_p^\top$ are the tensor cores' $M$, split over the warps and held in registers, and the program's gate gradients $dG_t[:, U_p]^\top$ [$4U$, $B$], 2 KB, are the operand that goes through shared memory:
 #
 # $$\text{share}_p^\top = R_p^\top \, dG_t[:, U_p]^\top \qquad [D, B]$$
 #
 # On a CPU its schedule (each program's share, the sum over programs in order) must equal autograd through float64's LSTM; compiled for the H100:
 
 # %%
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused import split_gluon_backward as b4
 
 b4_x = rnn_bench.problem_inputs(3, 4, 1, 96, torch.float32)
 b4_leaves = [t.double().requires_grad_() for t in b4_x]

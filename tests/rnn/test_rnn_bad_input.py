@@ -8,12 +8,11 @@ from gpulab import bench, launch, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder, weights
 from gpulab.rnn.backends import vanilla
-from gpulab.rnn.fused import benchmark as rnn_benchmark
-from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiles, tiling
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
-from gpulab.rnn.fused.versions import gluon_ops, gluon_tiles
-from gpulab.rnn.fused.versions import report as versions_report
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import gluon_ops, gluon_tiles, plan, split_tiling, tiles, tiling
+from gpulab.rnn.fused import split_gluon as v6
+from gpulab.rnn.fused import split_gluon_backward as b4
+from gpulab.rnn.fused.measure import benchmark as rnn_benchmark
+from gpulab.rnn.fused.measure import called_bench, rows_report, sass, split_report, versions_report
 from gpulab.rnn.ladder import plot as ladder_plot
 
 M = torch.nn.LSTM(3, 4, num_layers=2)

@@ -250,15 +250,16 @@ def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False):
     _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits=splits, block_k=64)
 
 
-def one_launch(out) -> bool:
+def one_launch(out, small_rows: int | None = None) -> bool:
     """Whether :func:`gate_gradients_to_parameters` takes the one-launch route for outputs ``out`` [S, B, T, ...]: up
-    to :data:`SMALL_ROWS` rows K = B * T (where that launch sums db beside dR anyway)."""
-    return out.shape[1] * out.shape[2] <= SMALL_ROWS
+    to ``small_rows`` (None: :data:`SMALL_ROWS`) rows K = B * T (where that launch sums db beside dR anyway)."""
+    return out.shape[1] * out.shape[2] <= (SMALL_ROWS if small_rows is None else small_rows)
 
 
-def gate_gradients_to_parameters(dG, out, states, function, time_major=False, db=None):
+def gate_gradients_to_parameters(dG, out, states, function, time_major=False, db=None, small_rows=None):
     """``(dWx, dR, db)`` by the faster route for the row count: :func:`small_parameter_grads` (one launch) where
-    :func:`one_launch`, else :func:`parameter_grads` (which takes ``db`` as given, if it is). Same arguments."""
-    if one_launch(out):
+    :func:`one_launch` (up to ``small_rows`` rows), else :func:`parameter_grads` (which takes ``db`` as given, if it
+    is). Same arguments."""
+    if one_launch(out, small_rows):
         return small_parameter_grads(dG.contiguous(), out.contiguous(), states.contiguous(), function, time_major)
     return parameter_grads(dG, out, states, function, time_major, db)

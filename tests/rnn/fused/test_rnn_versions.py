@@ -6,7 +6,7 @@ import torch
 
 from gpulab import bench, check, rnn, runtime
 from gpulab.rnn.fused import plan, versions
-from gpulab.rnn.fused.versions import report
+from gpulab.rnn.fused.measure import versions_report as report
 
 
 def _inputs(B, T, NH, DH, dtype, seed=0):

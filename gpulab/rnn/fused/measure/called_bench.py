@@ -68,7 +68,8 @@ import torch
 from gpulab import bench, launch, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import plan
-from gpulab.rnn.fused.benchmark import problem_inputs
+from gpulab.rnn.fused.experiments import backward_as
+from gpulab.rnn.fused.measure.benchmark import problem_inputs
 from gpulab.rnn.module import LSTM
 
 __all__ = ["called", "PROBLEMS", "host_parts", "host_parts_table"]
@@ -426,10 +427,10 @@ VARIANTS = {
     "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)},
     "one piece": {"cuts": ()},
 }
-"""The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
-dG stored time-major (the layout shipped until 2026-11-27: dWx a transposed view, which autograd copies into Wx's
-layout in the loop), a second cut of the sequence at T/2, and no cut at all (the kernel, then the products on one
-stream: fewer host calls, the products no longer hidden beside the kernel)."""
+"""The main problem's backward alternatives timed beside the shipped one
+(:func:`gpulab.rnn.fused.experiments.backward_as`): dG stored time-major (the layout shipped before: dWx a transposed
+view, which autograd copies into Wx's layout in the loop), a second cut of the sequence at T/2, and no cut at all (the
+kernel, then the products on one stream: fewer host calls, the products no longer hidden beside the kernel)."""
 
 
 def _variants(name, x, profiles) -> list[bench.Result]:
@@ -446,7 +447,7 @@ def _variants(name, x, profiles) -> list[bench.Result]:
         return torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x)
 
     def kernels_of(label, how):
-        with plan.backward_as(**how):
+        with backward_as(**how):
             kernels, _ = _profiled(loop)
         busy = sum(ms for _, ms in kernels.values()) if kernels else math.nan
         return [bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
@@ -457,7 +458,7 @@ def _variants(name, x, profiles) -> list[bench.Result]:
     out = []
     for label, how in {"shipped": {}, **VARIANTS}.items():
         if label != "shipped":
-            with plan.backward_as(**how):
+            with backward_as(**how):
                 for mode, fn in (("loop", loop), ("autograd.grad", grad)):
                     out.append(_record(name, f"{mode} ({label})", fn, variant=label))
         profiles.append(lambda label=label, how=how: kernels_of(label, how))
@@ -573,7 +574,7 @@ def host_parts(x, when: str = "", rounds: int = 5, profile: bool = True) -> benc
 
 
 def host_parts_table(rows) -> str:
-    """The ``host parts`` rows (record dicts, flattened as :func:`gpulab.rnn.fused.split_report.rows_of` makes
+    """The ``host parts`` rows (record dicts, flattened as :func:`gpulab.rnn.fused.measure.split_report.rows_of` makes
     them): the step's wall time, its parts and their sum, and where the floor is."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"rows must be a list of record dicts, got {type(rows).__name__}.")

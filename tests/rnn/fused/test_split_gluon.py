@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import sass
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused import split_gluon as v6
+from gpulab.rnn.fused.measure import sass
 
 
 def _float64(inputs):

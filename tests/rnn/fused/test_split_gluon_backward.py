@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import sass
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused import split_gluon_backward as b4
+from gpulab.rnn.fused.measure import sass
 
 
 def _autograd(inputs, d_out, d_last):
@@ -105,7 +105,7 @@ def test_gates_are_stacked_in_slot_order(U, B):
 
 def test_sizes_of_one_are_not_specialized():
     """B = 1 or T = 1 would become constants (``B.to`` fails on an int; T = 1 crashed the backward's compile)."""
-    from gpulab.rnn.fused.versions import v6_gluon_split as v6
+    from gpulab.rnn.fused import split_gluon as v6
 
     for kernel in (b4.split_backward_b4_kernel, v6.split_forward_v6_kernel):
         names = [x if isinstance(x, str) else kernel.arg_names[x] for x in kernel.do_not_specialize]
@@ -113,7 +113,7 @@ def test_sizes_of_one_are_not_specialized():
 
 
 def test_host_passes_every_kernel_argument_by_name():
-    from tests.rnn.fused.test_v6_gluon_split import launch_names
+    from tests.rnn.fused.test_split_gluon import launch_names
 
     launch_names(b4.split_backward_b4, b4.split_backward_b4_kernel,
                  b4._constexprs(768, b4.b4_config(768), True, True))  # fmt: skip
@@ -284,6 +284,6 @@ def test_the_next_steps_inputs_are_loaded_while_waiting(tmp_path, gluon_loop_sas
 
 def test_register_budget_follows_the_warps():
     """A thread of 16 warps has at most 128 registers (65,536 over 512 threads); up to 8 warps the tile budget."""
-    from gpulab.rnn.fused.versions import gluon_tiles
+    from gpulab.rnn.fused import gluon_tiles
 
     assert [gluon_tiles.register_budget(w) for w in (1, 8, 16)] == [gluon_tiles.REGISTER_BUDGET] * 2 + [128]
