@@ -427,10 +427,9 @@ VARIANTS = {
     "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)},
     "one piece": {"cuts": ()},
 }
-"""The main problem's backward alternatives timed beside the shipped one
-(:func:`gpulab.rnn.fused.experiments.backward_as`): dG stored time-major (the layout shipped before: dWx a transposed
-view, which autograd copies into Wx's layout in the loop), a second cut of the sequence at T/2, and no cut at all (the
-kernel, then the products on one stream: fewer host calls, the products no longer hidden beside the kernel)."""
+"""The backward's alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.experiments.backward_as`): dG
+time-major (dWx a transposed view, which autograd copies into Wx's layout in the loop), a second cut at T/2, and no
+cut (the kernel, then the products on one stream: fewer host calls, the products no longer beside the kernel)."""
 
 
 def _variants(name, x, profiles) -> list[bench.Result]:
