@@ -59,8 +59,6 @@ __all__ = [
     "V6_TILES",
     "v6_applies",
     "v6_tiles",
-    "split_forward_at",
-    "split_backward_at",
 ]
 
 _CONFIG = DEFAULT

@@ -471,7 +471,8 @@ def _switches(config):
 
 
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool,
-                exchange: str, config: GluonConfig) -> dict:  # fmt: skip
+                exchange: str = "counter", config: GluonConfig | None = None) -> dict:  # fmt: skip
+    config = _switches(config)
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
                 SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=config.early_arrive,

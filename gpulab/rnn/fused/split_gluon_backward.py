@@ -381,8 +381,9 @@ def _switches(config):
     return config
 
 
-def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str, sum_db: bool,
-                config: GluonConfig) -> dict:  # fmt: skip
+def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced",
+                sum_db: bool = False, config: GluonConfig | None = None) -> dict:  # fmt: skip
+    config = _switches(config)
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,

@@ -51,7 +51,7 @@ __all__ = [
 # Run in the fresh process: claim a GPU before gpulab decides (kernels are compiled, never launched), then probe.
 _BOOTSTRAP = (
     "import sys, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.rnn.fused import sass; sys.exit(sass.main(sys.argv[1:]))"
+    "from gpulab.rnn.fused.measure import sass; sys.exit(sass.main(sys.argv[1:]))"
 )
 
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
