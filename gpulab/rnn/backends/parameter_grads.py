@@ -10,9 +10,9 @@ pre-activations), what is left needs no time loop:
 In one pass (:func:`parameter_grads`: the ``alternating`` backend, and the ``fused`` one for a sequence it does not
 cut), or piece by piece in time (:func:`step_products`: one Triton launch per piece of the sequence beside the fused
 backward kernel on a second stream, :mod:`gpulab.rnn.fused.backward`; it reads a piece's rows where they lie, so dG
-can stay in Wx's layout and be dWx as it is). :func:`gate_products` is the cuBLAS way the pieces went until
-2026-11-27: batched GEMMs over a piece's rows as one strided matrix (dG time-major, h_{t-1} copied time-major with a
-column of ones so that one product gives db too), kept for the scripts that measured it.
+can stay in Wx's layout and be dWx as it is). :func:`gate_products` is the cuBLAS way the pieces went before:
+batched GEMMs over a piece's rows as one strided matrix (dG time-major, h_{t-1} copied time-major with a column of ones
+so that one product gives db too), kept for the scripts that measured it (``notes/rnn-fused.md``).
 
 At a few rows (a short sequence, a small batch) the GPU's work is microseconds, and the cost is the host's: the
 concatenation of h_{t-1}, the product, the reduction and the casts are six or more PyTorch launches. There
@@ -103,8 +103,8 @@ def parameter_grads(dG, out, states, function, time_major=False, db=None):
     product over those B rows replaces it by the initial h (``dG[b, 0]^T (h_{-1}[b] - h_{T-1}[b - 1])``).
     Time-major, or with several heads, h_{t-1} is two copies into one buffer: with several heads the product first
     gathers each head's dG into a matrix whose leading dimension is the row count, and B * T - 1 rows (odd) would
-    send cuBLAS to a slow kernel (the capstone's four heads of 192 on the H100 lost more than the copies cost:
-    throughput run j). db is one reduction.
+    send cuBLAS to a slow kernel (the capstone's four heads of 192 on the H100 lost more than the copies cost;
+    ``notes/rnn-fused.md``). db is one reduction.
     """
     fn = get_function(function)
     B, T = out.shape[1], out.shape[2]

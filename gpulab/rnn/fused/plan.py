@@ -181,12 +181,11 @@ V6_TILES = (
 """Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
 GPU's SMs at once (and whose ``min_head_dim`` and ``max_head_dim``, where given, bound the head) wins. 8 batch rows
 per program first, for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1})
-for its rows at every step, and 8 rows halve those bytes, the product and the cell per program; at a head of 256 the
-8-row pair was slower on the H100 (lesson 5, Appendix I's records at 768, 512 and 256, B16). Then, at a head of 768
-only (where it was measured), the forward in 16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps: at B32
-both launches are 96 programs (b4's 8-row tiles of 16 units would be 192), and b4 took less time than in 16-row
-tiles (``scripts/probe05_b4_wide.py``, run a; the forward in that tile spills registers and took longer). Then 16
-rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs)."""
+for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (at a head of 256 the
+8-row pair was the slower one). Then, at a head of 768 only (where it was measured), the forward in 16-row tiles beside
+b4 in 8-row tiles of 32 units and 16 warps: at B32 both launches are 96 programs (b4's 8-row tiles of 16 units would
+be 192). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs). What
+each pair measured: ``notes/rnn-split.md``."""
 
 
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1, wide: bool = False, pairs: tuple | None = None) -> tuple:

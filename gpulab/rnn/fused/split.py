@@ -449,8 +449,8 @@ def split_forward_kernel(
     if TAGGED or FLAGS or HINTED:  # HINTED: one tag more once the last step is done (see below)
         # A hinted sequence's words carry tags up to tag0 + T + 1 (h_{T-1}'s; a persistent launch's h_{-1} words
         # take tag0 + 1): the launch that ends at step T adds that one more, whether it ran every step (persistent)
-        # or only the last (one step per launch). Without it, one-step launches left seq one short, and a persistent
-        # launch after them found the last h's words carrying the tag its h_{-1} wanted (H100, 2026-11-26).
+        # or only the last (one step per launch). Without it, one-step launches leave seq one short, and a persistent
+        # launch after them finds the last h's words carrying the tag its h_{-1} wants.
         leave(seq_ptr, n_programs, t_stop - t_start + (HINTED and t_stop == T))
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
