@@ -88,7 +88,7 @@ __all__ = [
 def load_r_slot(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, SLOT: tl.constexpr):
     """R[SLOT, n] [BLOCK_D, BLOCK_D], element [j, k] (zero past DH): the rows of :func:`load_r`'s R_all of one slot,
     loaded with plain row and column indices (through ``load_r`` with one slot, the compiler lays the tile out
-    otherwise and the per-gate step takes 20 more instructions at head dim 64; ``scripts/sass05_rows.py``)."""
+    otherwise and the per-gate step takes 20 more instructions at head dim 64; ``notes/rnn-fused.md``)."""
     j = tl.arange(0, BLOCK_D)[:, None]
     k = tl.arange(0, BLOCK_D)[None, :]
     return tl.load(r_ptr + ((SLOT * NH + n) * DH + j) * DH + k, mask=(j < DH) & (k < DH), other=0.0)

@@ -81,7 +81,7 @@ def forward_benchmarks() -> list[bench.Benchmark]:
         inputs=lambda version, NH, DH: (version, *problem_inputs(B, T, NH, DH, dtype)),
         providers={"gpulab": ladder.run_version}, reference=_forward_reference, check=_largest_error,
         kernels={"gpulab": _forward_kernel}, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
-        label=lambda version, NH, DH: f"{version}: {plan.versions.VERSIONS[version]}",
+        label=lambda version, NH, DH: f"{version}: {ladder.VERSIONS[version]}",
     )  # fmt: skip
     hidden = wide[0] * wide[1]
     return [ours, _dense(f"cuDNN nn.LSTM {_name(dense_dtype)}, hidden {hidden}", hidden, B, T, dense_dtype, False)]
@@ -99,7 +99,7 @@ def backward_benchmarks() -> list[bench.Benchmark]:
         providers={"gpulab": ladder.run_training}, reference=_gradients_reference,
         check=_largest_error, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
         params={"direction": "forward+backward"},
-        label=lambda version, NH, DH: f"{version}: {plan.versions.BACKWARD_VERSIONS[version]}",
+        label=lambda version, NH, DH: f"{version}: {ladder.BACKWARD_VERSIONS[version]}",
     )  # fmt: skip
     hidden = wide[0] * wide[1]
     name = f"cuDNN nn.LSTM {_name(dense_dtype)}, hidden {hidden}, forward+backward"
