@@ -28,7 +28,8 @@ cell path is per unit), nor does the GRU's direct path dh z'.
 The barrier, its counter and the cooperative launch are those of the forward (:mod:`.split`); in the interpreter
 the kernel runs one launch per step and carries dh (dc) in fp32 between launches. ``exchange='flags'`` and
 ``'hinted'`` (:mod:`.exchange`) replace the barrier: the hinted words carry the shares with their step's tag, read
-after a counter that nobody fences (a candidate: :data:`EXCHANGE` stays 'barrier' until records show it faster).
+after a counter that nobody fences (a candidate: the backward keeps 'barrier' until records show it faster;
+``notes/rnn-split.md``).
 
 Per step t = T-1 .. 0, program (p, n, tile), fp32 (G = 4 slots for lstm and gru, 1 for elman; the forward saved
 pre-activations):

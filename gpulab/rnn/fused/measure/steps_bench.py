@@ -7,10 +7,10 @@ The problem is cuDNN's own: one LSTM head of 768, B = 16, T = 1024, bf16, Wx giv
 - ``kind='parts'``: the persistent forward (each exchange of :data:`gpulab.rnn.fused.exchange.EXCHANGES`) and the
   split backward launched with clock stamps (:mod:`gpulab.rnn.fused.clocks`): ns per step of each part
   (``params['parts']``), ``step_ns``, and ``ms`` the same launch without stamps (device clock; ``wall_ms`` eager).
-- ``kind='time'``: the forward with each exchange (``flashrnn(backend='fused')`` with ``split.EXCHANGE`` set) and
-  forward+backward (each forward exchange but the tagged words, with the backward of
-  :data:`gpulab.rnn.fused.experiments.BACKWARD_EXCHANGE`), beside cuDNN's dense ``nn.LSTM`` in fp16 (with its input
-  product), checked against float64 before anything is timed, both clocks.
+- ``kind='time'``: the forward with each exchange (``flashrnn(backend='fused')`` under
+  :func:`gpulab.rnn.fused.experiments.exchange_as`) and forward+backward (each forward exchange but the tagged
+  words, with the backward of :data:`gpulab.rnn.fused.experiments.BACKWARD_EXCHANGE`), beside cuDNN's dense
+  ``nn.LSTM`` in fp16 (with its input product), checked against float64 before anything is timed, both clocks.
 
 On CPU: the forward with each exchange in the interpreter (float16, a tiny problem, one launch per step), checked
 and not timed; the stamps need a GPU (a record saying so).
