@@ -233,20 +233,21 @@ STEP_ROWS = 1024
 main problem, 48 x 1 x 14 programs over 7/8 of the sequence)."""
 
 
-def step_splits(B, steps) -> int:
-    """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows."""
-    return max(1, -(-B * steps // STEP_ROWS))  # ceil division (see _launch_products)
+def step_splits(B, steps, rows: int | None = None) -> int:
+    """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows, ``rows`` rows a split (None:
+    :data:`STEP_ROWS`)."""
+    return max(1, -(-B * steps // (STEP_ROWS if rows is None else rows)))  # ceil division (see _launch_products)
 
 
-def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False):
+def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False, rows: int | None = None):
     """The fp32 sums of dR and db over the rows of steps [t0, t1) only, by row split: ``dR`` [splits, G_R, NH, DH,
     DH] and ``db`` [splits, G_B, NH, DH] (fp32, ``splits`` = :func:`step_splits` (B, t1 - t0)) are written.
     ``dG`` [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``), ``out`` and ``states`` contiguous; the steps' rows
     are read where they lie, in either layout (no copy). The fused backward sums a finished piece of the sequence
     this way beside the kernel (:func:`gpulab.rnn.fused.backward.fused_rnn_gradients`); the caller sums the
-    splits (``dR.sum(0)``)."""
+    splits (``dR.sum(0)``). ``rows``: as for :func:`step_splits`."""
     fn = get_function(function)
-    splits = step_splits(out.shape[1], t1 - t0)
+    splits = step_splits(out.shape[1], t1 - t0, rows)
     _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits=splits, block_k=64)
 
 
