@@ -2,7 +2,8 @@
 
 - :func:`choose`: one program per (head, batch tile), R of the head on one SM (:mod:`.forward`, :mod:`.backward`,
   tiles from :mod:`.tiling`) whenever the forward (and, when training, the backward) fit; else the head split over
-  several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`),
+  several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`;
+  the Gluon :mod:`.split_gluon` and :mod:`.split_gluon_backward` where :func:`v6_applies`, tiles from :func:`v6_tiles`),
   where no split backward fits training runs the ``alternating`` backward
   (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split forward
   saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the choice.
@@ -153,7 +154,7 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     """Whether version 6 (forward and backward b4, their default tiles) can run a problem here: an LSTM in a 16-bit
     dtype on a GPU (Gluon has no interpreter), tiles valid for the head dim, and every program of the larger launch
     resident at once at one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers).
-    ``wide``: :func:`v6_tiles`'."""
+    ``wide``: as for :func:`v6_tiles`."""
     batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
     head_dim = runtime.positive_int("head_dim", head_dim)
     dtype = dtypes.as_dtype(dtype)
