@@ -22,7 +22,7 @@ _SITE = "the course website's build and check tools, over the repository's own s
 ALLOWED = {
     **dict.fromkeys(
         [
-            f"gpulab.rnn.fused.versions.gluon_ops.{n}"
+            f"gpulab.rnn.fused.gluon_ops.{n}"
             for n in (
                 "tanh",
                 "sigmoid",
@@ -221,7 +221,7 @@ ALLOWED = {
             "gpulab.distributed.benchmark.main",
             "gpulab.distributed.train.main",
             "gpulab.distributed.verify.main",
-            "gpulab.rnn.fused.sass.main",
+            "gpulab.rnn.fused.measure.sass.main",
         ],
         _CLI,
     ),

@@ -5,7 +5,7 @@ import pytest
 
 from gpulab import lessons
 from gpulab.attention.measure import hopper_bench, v3_bench
-from gpulab.rnn.fused import split_bench, split_report, versions_bench
+from gpulab.rnn.fused.measure import split_bench, split_report, versions_bench
 
 BAD = [
     ("part_folder unknown part", lambda: lessons.part_folder("04", "nope"), ValueError, "part='nope'"),

@@ -61,13 +61,13 @@ def _hopper(recs):
 
 
 def _fused_rnn(recs):
-    from gpulab.rnn.fused.benchmark import plot_results  # noqa: PLC0415
+    from gpulab.rnn.fused.measure.benchmark import plot_results  # noqa: PLC0415
 
     return plot_results(recs)
 
 
 def _versions(recs):
-    from gpulab.rnn.fused.versions.report import plot_versions  # noqa: PLC0415
+    from gpulab.rnn.fused.measure.versions_report import plot_versions  # noqa: PLC0415
 
     return plot_versions(recs).figure
 

@@ -228,7 +228,7 @@ def _lesson05_run(root) -> list[Shown]:
 
 
 def _lesson05_versions(root) -> list[Shown]:
-    from gpulab.rnn.fused.versions import report
+    from gpulab.rnn.fused.measure import versions_report as report
 
     folder = bench.results_dir(root) / "05_fused_rnn" / "versions"
     path = bench.newest(bench.record_files(folder, "h100"))
@@ -247,7 +247,7 @@ def _lesson05_versions(root) -> list[Shown]:
 
 
 def _split_rows(root, record):
-    from gpulab.rnn.fused import split_report
+    from gpulab.rnn.fused.measure import split_report
 
     rows = split_report.load_split("h100", root, record=record) if record else split_report.load_split("h100", root)
     env = next((r for r in rows if r.get("kind") == "env"), {})
@@ -363,7 +363,7 @@ def _lesson05_v6(which: str, head_dim: int = 768, run=None) -> Callable:
     and b3's rows: same-run peers); the run: its record file (``run``: a tagged run's, not the newest)."""
 
     def shown(root) -> list[Shown]:
-        from gpulab.rnn.fused.versions import report
+        from gpulab.rnn.fused.measure import versions_report as report
 
         recs = report.load_v6("h100", which, root, head_dim, run)
         name = report.v6_record_name("h100", which, root, head_dim, run)  # the record file load_v6 read
@@ -398,7 +398,7 @@ def _lesson05_rows(kind: str):
     cuDNN fp16 as that run's peer."""
 
     def shown(root) -> list[Shown]:
-        from gpulab.rnn.fused import rows_report
+        from gpulab.rnn.fused.measure import rows_report
 
         run = rows_report.path(kind, root=root).name
         out = []

@@ -323,7 +323,7 @@ def _ms(x) -> str:
 
 
 def lesson05() -> str:
-    from gpulab.rnn.fused import benchmark as rnn_bench  # deferred: imports the kernels
+    from gpulab.rnn.fused.measure import benchmark as rnn_bench  # deferred: imports the kernels
 
     path, recs = _newest("05_fused_rnn")
     head = recs[0]
@@ -347,7 +347,7 @@ def lesson05() -> str:
 
 def lesson05_split() -> str:
     from gpulab.course import shown
-    from gpulab.rnn.fused import split_report  # deferred: imports the kernels
+    from gpulab.rnn.fused.measure import split_report  # deferred: imports the kernels
 
     rows, _ = shown.split_now(split_report.load_split("h100"))  # its fwd+bwd rows ran the first split backward
     back = split_report.load_split("h100", record="partials")
@@ -385,7 +385,7 @@ def lesson05_split() -> str:
 
 def lesson05_versions() -> str:
     from gpulab.course import shown
-    from gpulab.rnn.fused.versions import report  # deferred: imports the kernels
+    from gpulab.rnn.fused.measure import versions_report as report  # deferred: imports the kernels
 
     rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
     folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"

@@ -130,8 +130,7 @@ def attention_versions(records) -> tuple[str, int]:
 def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
     """Every device and wall time of one head of 768, B = 16, forward+backward, that notebook 05 and the README
     display, from every record they read, labelled as they label it."""
-    from gpulab.rnn.fused import split_report
-    from gpulab.rnn.fused.versions import report as versions_report
+    from gpulab.rnn.fused.measure import split_report, versions_report
 
     def key(case, version, device, clock):
         return Key("05", f"LSTM forward+backward, {case}", version, device, "B16 T1024 1x768", clock)

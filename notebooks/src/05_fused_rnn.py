@@ -35,11 +35,12 @@ import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defi
 from gpulab import bench, check, hardware, roofline, runtime
 from gpulab import rnn
 from gpulab.rnn.backends import alternating, vanilla
-from gpulab.rnn.fused import called_bench, plan, rows_report, split_report, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import plan, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused.measure import called_bench, rows_report, split_report
 from gpulab.rnn.fused import backward as fused_backward
-from gpulab.rnn.fused import benchmark as rnn_bench
+from gpulab.rnn.fused.measure import benchmark as rnn_bench
 from gpulab.rnn.fused import forward as fused_forward
-from gpulab.rnn.fused.versions import report as versions_report
+from gpulab.rnn.fused.measure import versions_report
 from gpulab.rnn.functions import FUNCTIONS
 from gpulab.course import claims, listing, shown
 
@@ -311,7 +312,7 @@ for v in versions.VERSIONS:
     for (b_, t_, nh_, dh_) in [(3, 3, 2, 16), (17, 2, 1, 32)]:
         args = inputs("lstm", b_, t_, nh_, dh_, seed=4)
         ref = rnn.flashrnn(*(a.double() for a in args), function="lstm", backend="vanilla")
-        got = plan.run_version(v, *args)
+        got = versions.run_version(v, *args)
         check.assert_close(got[0], ref[0], dtype=torch.float32, name="states_all", context=f"{v} B={b_} T={t_}")
     print(f"{v}: == float64 at (B, T, NH, DH) = (3, 3, 2, 16) and (17, 2, 1, 32)")
 for function in ("lstm", "gru", "elman"):
@@ -727,7 +728,7 @@ if stored and 16 in by_b and len(by_b) > 1:
 #
 # **Few big tiles.** One product for all gates also makes the gate split free: in the tensor cores' output layout a thread already holds all four gates of its units. Every tile whose layout differs between memory and the tensor cores costs a round trip through shared memory with barriers. v1 → v2 makes that change (four products and separate gate tiles, then one product for all gates); the SASS table below counts what it changes per step in the versions kept.
 #
-# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.sass` counts a kernel's instructions per step without a GPU.
+# **Tried and dropped: inline PTX loads and stores.** Keeping a tile in the tensor cores' register layout skips the shared-memory round trips; it removed most of the forward's barriers per step, but every access became a 2-byte one, and the loop is bound by the instructions it issues, not by its barriers alone, so the form was dropped (its development runs were not kept as records). `python -m gpulab.rnn.fused.measure.sass` counts a kernel's instructions per step without a GPU.
 #
 # **One-instruction activations (v4).** For bf16/fp16 the activations use `tanh.approx.f32` (error about 5e-4, far below bf16's rounding), and $\sigma(x) = \tfrac12 + \tfrac12\tanh(x/2)$ has its ½ folded into $R$, $Wx$ and $b$ once (exact, a power of two), which removes the multiplies around it; fp32 and the interpreter keep the exact cells. The SASS table below counts what each version issues (`MUFU`: the special-function unit).
 #
@@ -796,11 +797,11 @@ if {"v1", "v2", "v3", "v4"} <= prof_.keys() and sass_:
 #
 # **Why $dR$ is not accumulated in the kernel.** It would need another $4 \cdot DH^2$ fp32 values per program on chip (256 KB at $DH = 128$: a whole SM's register file) and a reduction across batch tiles. Outside, per gate and head it is one product over the $K = BT$ rows, and $db$ a sum over the same rows.
 #
-# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
+# **The product's operand layout.** $\delta G$ is assembled from the four gate tiles with `tl.join`; Triton 3.6 picks the tensor cores' register layout of a computed operand from the ops that produced it and then groups $k$ by four instead of two (its "kWidth"), and $R$'s fragments, re-read from shared memory every step, were reordered to match with about 170 register moves per step and warp. Counting the compiled loop's instructions (`python -m gpulab.rnn.fused.measure.sass`) showed them; passing $\delta G$ through `dot_operand`, an identity the compiler cannot look into, restores the ordinary layout, and removes about a quarter of the loop's instructions (the timing before and after was a development run, not kept as a record; section 4b times the backward as it ships).
 #
 # **What the forward saves.** For the LSTM, the gate *activations* $i', f', z', o'$: bounded, so kept in fp16 (finer than bf16 near 1, where $1 - \sigma$ must keep its digits); the backward recomputes $c_t = f' c_{t-1} + i' z'$ and one tanh per unit instead of five.
 #
-# **Where the products run.** The reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 here. So `fused_rnn_gradients` cuts the sequence at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream meanwhile: one Triton launch per piece (`parameter_grads.step_products`), each program summing one gate and head over a share of the piece's rows, in fp32; the shares of all pieces are added at the end in a fixed order, so the gradients are the same bits on every run. On CPU the same launches run in order. **Where $\delta G$ lies** decides what a training loop pays. The products read a piece's rows where they lie, so $\delta G$ is stored in $W_x$'s layout, $[B, T, 4, NH, DH]$, and $dW_x$ is $\delta G$ itself: autograd hands it to `Wx.grad` as it is. Until the run of 2026-11-27 (i) the products were cuBLAS batched GEMMs, which need a piece's rows as one strided matrix, so $\delta G$ was stored time-major; $dW_x$ was then a transposed view, and a loop that clears its gradients (`p.grad = None`) got it copied into $W_x$'s layout by autograd on every step, 100 MB at the main problem. `bench 05 called` times the old layout beside the new one (`backward.DG_LAYOUT = "time"`, the variant "time-major dG"); section "As a training loop calls it" reads the two.
+# **Where the products run.** The reverse-time kernel uses one SM per head and batch tile, 12 of the H100's 132 here. So `fused_rnn_gradients` cuts the sequence at $T/8$, runs the kernel on the later 7/8, then on the earlier 1/8 (from the carried $\delta h$, $\delta c$), and computes the later piece's $dR$, $db$ on a second CUDA stream meanwhile: one Triton launch per piece (`parameter_grads.step_products`), each program summing one gate and head over a share of the piece's rows, in fp32; the shares of all pieces are added at the end in a fixed order, so the gradients are the same bits on every run. On CPU the same launches run in order. **Where $\delta G$ lies** decides what a training loop pays. The products read a piece's rows where they lie, so $\delta G$ is stored in $W_x$'s layout, $[B, T, 4, NH, DH]$, and $dW_x$ is $\delta G$ itself: autograd hands it to `Wx.grad` as it is. Until the run of 2026-11-27 (i) the products were cuBLAS batched GEMMs, which need a piece's rows as one strided matrix, so $\delta G$ was stored time-major; $dW_x$ was then a transposed view, and a loop that clears its gradients (`p.grad = None`) got it copied into $W_x$'s layout by autograd on every step, 100 MB at the main problem. `bench 05 called` times the old layout beside the new one (`BackwardConfig(dg_layout="time")`, the variant "time-major dG"); section "As a training loop calls it" reads the two.
 
 # %% [markdown]
 # ## Appendix C. Where $R$ fits, GPU by GPU
@@ -1143,10 +1144,10 @@ if step_rows:
             tag=times_["tagged"]["ms"], fl=times_["flags"]["ms"], bar=times_["barrier"]["ms"],
             xt=fwd_parts["tagged"]["parts"]["exchange"], xf=fwd_parts["flags"]["parts"]["exchange"], xb=wait_,
         ),
-        "The compiled code says why, before any timing (the offline sm_90 SASS, `gpulab.rnn.fused.sass`): in both "
+        "The compiled code says why, before any timing (the offline sm_90 SASS, `gpulab.rnn.fused.measure.sass`): in both "
         "kernels the registers run out and values spill to local memory, and the flags kernel's loads of $h$ are split "
         "into 16-bit loads; besides, a reader of tagged words that arrives early loads all of them again, every "
-        "program at once. The backward keeps the counter (`split_backward.EXCHANGE`).",
+        "program at once. The backward keeps the counter (`FusedConfig.backward_exchange`).",
         claims.claim(
             "In this run ({day}; section 8's run stays the lesson's record of these cases) the forward with the "
             "barrier takes {bar:.2f} ms, {r:.2f}x cuDNN fp16's {c:.2f} ms (device time; wall: {bw:.2f} against "
@@ -1479,11 +1480,11 @@ if product_rec:
     claims.show(claims.claim(
         "Per gate, the backward takes {a:.3f} ms against {b:.3f} ms at head dim 128 ({ra:.2f}x the time), but {c:.3f} "
         "against {d:.3f} ms at 64 ({rc:.2f}x: there the barriers cost more than the shorter chains save): the kernel "
-        "multiplies per gate from head dim {start} on (`fused_backward.PRODUCT` '{mode}', device time).",
+        "multiplies per gate from head dim {start} on (`BackwardConfig.product` '{mode}', device time).",
         holds=lambda a, b, c, d, ra, rc, start, mode: a < b and c > d and start == 128,
         a=by[128, "per gate"].ms, b=by[128, "all gates"].ms, ra=by[128, "per gate"].ms / by[128, "all gates"].ms,
         c=by[64, "per gate"].ms, d=by[64, "all gates"].ms, rc=by[64, "per gate"].ms / by[64, "all gates"].ms,
-        start=fused_backward.PER_GATE_FROM, mode=fused_backward.PRODUCT,
+        start=fused_backward.PER_GATE_FROM, mode=plan.current_config().backward.product,
     ))  # fmt: skip
 
 # %% [markdown]
@@ -1498,7 +1499,7 @@ except FileNotFoundError as exc:
 # %% [markdown]
 # ## Appendix I. Version 6: the split forward in Gluon, $R$ in registers
 #
-# Appendix G found what the split forward's product waits for: Triton keeps each program's slice of $R$ in shared memory and every warp of the program reads all of $h_{t-1}$ there too, 144 KB per step through `ldmatrix`. Version 6 (`gpulab.rnn.fused.versions.v6_gluon_split`) is written in Gluon, which states every layout, so that
+# Appendix G found what the split forward's product waits for: Triton keeps each program's slice of $R$ in shared memory and every warp of the program reads all of $h_{t-1}$ there too, 144 KB per step through `ldmatrix`. Version 6 (`gpulab.rnn.fused.split_gluon`) is written in Gluon, which states every layout, so that
 #
 # - program $p$'s slice $R_p$ ($4U$ rows: all four gates of its $U$ units, $D$ columns) is loaded **once into registers**, already in the tensor cores' operand layout, and stays there for the whole sequence;
 # - the $W$ warps split the product's **depth** $D$, not its rows: warp $s$ holds the columns $s K_c \ldots (s+1) K_c - 1$ of $R_p$ ($K_c = D / W$), loads only that chunk of $h_{t-1}$ from L2 (in 16-byte rows, turned into the operand layout through 6 KB of shared memory per warp; the first build loaded it straight into the operand layout, measured below), and forms a partial product;
@@ -1511,8 +1512,8 @@ except FileNotFoundError as exc:
 # At one head of 768 with $U = 8$ units and $W = 4$ warps, a warp's chunk of $R_p$ is $32 \times 192$ bf16 values, which take 96 of a thread's registers (two values per register); $h$'s chunk takes 48 and the partial sums 16. A Gluon tile's sides are powers of two, so a chunk of 192 is held as two tiles of 128 and 64 (`gluon_tiles.k_pieces`):
 
 # %%
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused import split_gluon as v6
 
 v6_cfg = v6.v6_config(768)
 print(f"{v6_cfg}: {v6_cfg.programs(16, 1, 768)} programs at B = 16")
@@ -1556,14 +1557,14 @@ if v6_sass:
 # %% [markdown]
 # Version 6 keeps version 5's counter barrier, so that it differs from version 5's barrier tiling (8 units, 4 warps) in where $R$ and $h$ live. Its speed on the H100 is at the end of this appendix.
 #
-# The backward has the same shape of problem. Version 5's backward (b3) pushes each program's share of every unit's gradient, $dG_t[:, U_p]\, R[:, U_p, :]$, and reads $R$'s rows of its units through `ldmatrix` every step. Its version 6, **b4** (`gpulab.rnn.fused.versions.b4_gluon_split_backward`), transposes that product so that the $D$ rows of $R_p^\top$ are the tensor cores' $M$, split over the warps and held in registers, and the program's gate gradients $dG_t[:, U_p]^\top$ [$4U$, $B$], 2 KB, are the operand that goes through shared memory:
+# The backward has the same shape of problem. Version 5's backward (b3) pushes each program's share of every unit's gradient, $dG_t[:, U_p]\, R[:, U_p, :]$, and reads $R$'s rows of its units through `ldmatrix` every step. Its version 6, **b4** (`gpulab.rnn.fused.split_gluon_backward`), transposes that product so that the $D$ rows of $R_p^\top$ are the tensor cores' $M$, split over the warps and held in registers, and the program's gate gradients $dG_t[:, U_p]^\top$ [$4U$, $B$], 2 KB, are the operand that goes through shared memory:
 #
 # $$\text{share}_p^\top = R_p^\top \, dG_t[:, U_p]^\top \qquad [D, B]$$
 #
 # On a CPU its schedule (each program's share, the sum over programs in order) must equal autograd through float64's LSTM; compiled for the H100:
 
 # %%
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused import split_gluon_backward as b4
 
 b4_x = rnn_bench.problem_inputs(3, 4, 1, 96, torch.float32)
 b4_leaves = [t.double().requires_grad_() for t in b4_x]
@@ -1709,11 +1710,11 @@ if v6_run:
             / rc_["cuDNN fp16 fwd+bwd B16 dense 768"].wall_ms,
         ),
         claims.claim(
-            "The package now runs version 6 and b4 for the heads it splits, where they apply (`plan.SPLIT_VERSION` is "
+            "The package now runs version 6 and b4 for the heads it splits, where they apply (`FusedConfig.split_version` is "
             "{v!r}; `plan.v6_applies` asks for an LSTM in 16 bits on a GPU, valid tiles and every program resident "
             "at once: one head of 768 with B <= 32 on the H100, in 8-row tiles up to B = 16 and 16-row tiles beyond, "
             "below). Everywhere else it runs version 5.",
-            holds=lambda v: v == "v6", v=plan.SPLIT_VERSION,
+            holds=lambda v: v == "v6", v=plan.current_config().split_version,
         ),
     )  # fmt: skip
 
@@ -1748,9 +1749,9 @@ if wd_:
             "At B = 32, 32 rows per program lose: version 6 takes {v6:.2f} ms against version 5's {v5:.2f}, b4 "
             "{b4:.2f} against b3's {b3:.2f}, and forward+backward as a loop calls it {c6:.2f} against {c5:.2f} "
             "(device time; cuDNN's fp16 `nn.LSTM` {cud:.2f}). The stamped step shows where: 16 units in 8 warps sum "
-            "8 partials per element, and the product of 32 rows is twice as long. So `plan.V6_WIDE` is off: every tile "
+            "8 partials per element, and the product of 32 rows is twice as long. So `GluonConfig.wide` is off: every tile "
             "keeps 16 rows (next run).",
-            holds=lambda v6, v5, b4, b3, c6, c5, **_: v6 > v5 and b4 > b3 and c6 > c5 and not plan.V6_WIDE,
+            holds=lambda v6, v5, b4, b3, c6, c5, **_: v6 > v5 and b4 > b3 and c6 > c5 and not plan.current_config().gluon.wide,
             v6=wd_["v6 gluon bu16 w8 rows32 B32 1x768"].ms, v5=wd_["v5 split barrier bu16 w2 B32 1x768"].ms,
             b4=wd_["b4 gluon backward bu16 w8 rows32 B32 1x768"].ms, b3=wd_["b3 split backward B32 1x768"].ms,
             c6=wd_["flashrnn fused v6 fwd+bwd as called B32 1x768"].ms,
@@ -1785,7 +1786,7 @@ if tr_:
         c5=tr_["flashrnn fused v5 fwd+bwd as called B32 1x768"].wall_ms,
         cud=tr_["cuDNN fp16 fwd+bwd B32 dense 768"].wall_ms,
         now="" if dict(block_u=16, block_b=16, warps=8) in [p_["forward"] for p_ in plan.V6_TILES]
-        and not plan.V6_WIDE else " (not any more)",
+        and not plan.current_config().gluon.wide else " (not any more)",
     ))  # fmt: skip
 
 # %% [markdown]
@@ -1891,7 +1892,7 @@ if poll_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **3. b4's inputs a step ahead (run x).** b4 loaded each step's saved pre-activations, $c_{t-1}$ and $\partial L/\partial(h_t, c_t)$ at the step's start, after the barrier: from HBM, on every step's critical path, beside the gather of the shares from L2. With `b4.PREFETCH` each step loads the next one's between its arrival and its wait, as 16-bit values converted only where used (a conversion right after the load would stall the warp there). The same run set the forward's next inputs after its arrival (`v6.LATE_INPUTS`, item 4):
+# **3. b4's inputs a step ahead (run x).** b4 loaded each step's saved pre-activations, $c_{t-1}$ and $\partial L/\partial(h_t, c_t)$ at the step's start, after the barrier: from HBM, on every step's critical path, beside the gather of the shares from L2. With `GluonConfig.prefetch` each step loads the next one's between its arrival and its wait, as 16-bit values converted only where used (a conversion right after the load would stall the warp there). The same run set the forward's next inputs after its arrival (`GluonConfig.late_inputs`, item 4):
 
 # %%
 pre_ = _cases(lambda: versions_report.load_v6_switch("h100", "prefetch"))
@@ -1917,14 +1918,14 @@ if late_:
     claims.show(claims.claim(
         "Late inputs take the 8-row forward from {a:.3f} to {b:.3f} ms at B = 16 ({pct:.1f}% less), and the two "
         "16-row tiles of B = 32 from {c:.3f} to {d:.3f}: a gain in one tile and a loss in the other, so "
-        "`v6.LATE_INPUTS` is on for tiles of at most 8 rows only (its default, None; `v6.late_inputs`).",
+        "`GluonConfig.late_inputs` is on for tiles of at most 8 rows only (its default, None; `GluonConfig.late_inputs_for`).",
         holds=lambda a, b, c, d, pct: b < a and d > c,
         a=lf_["off", 16], b=lf_["on", 16], c=lf_["off", 32], d=lf_["on", 32],
         pct=100 * (lf_["off", 16] - lf_["on", 16]) / lf_["off", 16],
     ))  # fmt: skip
 
 # %% [markdown]
-# **5. A barrier per head and batch tile (run y).** Programs of different heads, or of different batch tiles, never read each other's $h$ or $dh$, yet every program waited at one counter for all of them. With `gluon_ops.BARRIER = "group"` each head and batch tile has its own counter (each in its own 128-byte line), and a program waits for its 48 peers instead of 96:
+# **5. A barrier per head and batch tile (run y).** Programs of different heads, or of different batch tiles, never read each other's $h$ or $dh$, yet every program waited at one counter for all of them. With `GluonConfig(barrier="group")` each head and batch tile has its own counter (each in its own 128-byte line), and a program waits for its 48 peers instead of 96:
 
 # %%
 bar_ = _cases(lambda: versions_report.load_v6_switch("h100", "barrier"))
@@ -1942,7 +1943,7 @@ if bar_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **6. Both pieces of $h_{t-1}$ loaded before either changes layout (runs z, zz).** A warp's K chunk of 96 is two Gluon tiles (64 + 32), each loaded in 16-byte rows and changed to the tensor cores' operand layout through shared memory. The compiled step (SASS) showed the second piece's load issued only after the first piece's change of layout, which begins with a CTA barrier that no load moves across: two trips to L2 one after the other. Issued together (`tests/rnn/fused/test_v6_gluon_split.py` checks the order in the sm_90 SASS; `test_b4_gluon_split_backward.py` checks b4's loads a step ahead), the stamped arrival of $h$ shortens. Runs z and zz, one tree:
+# **6. Both pieces of $h_{t-1}$ loaded before either changes layout (runs z, zz).** A warp's K chunk of 96 is two Gluon tiles (64 + 32), each loaded in 16-byte rows and changed to the tensor cores' operand layout through shared memory. The compiled step (SASS) showed the second piece's load issued only after the first piece's change of layout, which begins with a CTA barrier that no load moves across: two trips to L2 one after the other. Issued together (`tests/rnn/fused/test_split_gluon.py` checks the order in the sm_90 SASS; `test_split_gluon_backward.py` checks b4's loads a step ahead), the stamped arrival of $h$ shortens. Runs z and zz, one tree:
 
 # %%
 print(shown.history_label("05", "v6 rows8 z"))
@@ -1965,7 +1966,7 @@ if z_ and zz_ and bar_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **7. The late inputs in 8-row tiles only (runs zzb to zze).** Item 4 measured again on the tree of item 6 (run zzb) gave the same split: a gain at 8 rows, a loss at two 16-row tiles. So the forward now chooses by its tile (`v6.late_inputs(block_b)`: after the arrival at most 8 rows, before the cell otherwise; a CPU test checks the order in the 8-row tile's sm_90 SASS). Runs zzc, zzd and zze ran the 8-row script with this forward (zze also with item 9's products); zze is Appendix I's record:
+# **7. The late inputs in 8-row tiles only (runs zzb to zze).** Item 4 measured again on the tree of item 6 (run zzb) gave the same split: a gain at 8 rows, a loss at two 16-row tiles. So the forward now chooses by its tile (`GluonConfig.late_inputs_for(block_b)`: after the arrival at most 8 rows, before the cell otherwise; a CPU test checks the order in the 8-row tile's sm_90 SASS). Runs zzc, zzd and zze ran the 8-row script with this forward (zze also with item 9's products); zze is Appendix I's record:
 
 # %%
 print(shown.history_label("05", "v6 rows8 zzc"))
@@ -2005,7 +2006,7 @@ if wide_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **9. The parameter products after b4 (run a of `scripts/diag05_b4_db.py`).** Once b4 has written dG, $dR = \sum_{b,t} dG_{b,t}^T h_{t-1}$ and $db = \sum_{b,t} dG_{b,t}$ need no recurrence, but they read all of dG. Two passes over memory go: (1) $h_{t-1}$ was built by copying the outputs into a buffer; for one head the product now reads the outputs' rows where they lie, one row back ($h_t$ of row $k - 1$ is $h_{t-1}$ of row $k$), and a product over the $B$ rows of $t = 0$, which the shift paired with the previous batch row's last $h$, puts the initial $h$ in its place; (2) db was one more reduction over all of dG; now each b4 program adds its gradients over the steps as it makes them and sums its rows at the end (`b4.SUM_DB`, fp32; a GPU test compares it with the reduction). With several heads the product gathers each head's dG into one matrix whose leading dimension is the row count, and the odd count of the shifted rows sent cuBLAS to a slow kernel (a throughput run measured it, `benchmarks/06_state_tracking/throughput/session-2026-11-27-j.log`): there $h_{t-1}$ is still copied. Forward and backward as a training loop calls them:
+# **9. The parameter products after b4 (run a of `scripts/diag05_b4_db.py`).** Once b4 has written dG, $dR = \sum_{b,t} dG_{b,t}^T h_{t-1}$ and $db = \sum_{b,t} dG_{b,t}$ need no recurrence, but they read all of dG. Two passes over memory go: (1) $h_{t-1}$ was built by copying the outputs into a buffer; for one head the product now reads the outputs' rows where they lie, one row back ($h_t$ of row $k - 1$ is $h_{t-1}$ of row $k$), and a product over the $B$ rows of $t = 0$, which the shift paired with the previous batch row's last $h$, puts the initial $h$ in its place; (2) db was one more reduction over all of dG; now each b4 program adds its gradients over the steps as it makes them and sums its rows at the end (`GluonConfig.sum_db`, fp32; a GPU test compares it with the reduction). With several heads the product gathers each head's dG into one matrix whose leading dimension is the row count, and the odd count of the shifted rows sent cuBLAS to a slow kernel (a throughput run measured it, `benchmarks/06_state_tracking/throughput/session-2026-11-27-j.log`): there $h_{t-1}$ is still copied. Forward and backward as a training loop calls them:
 
 # %%
 db_ = _cases(lambda: versions_report.load_v6_switch("h100", "b4db"))

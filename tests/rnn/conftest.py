@@ -64,7 +64,7 @@ def gate_counts():
 
 
 def _gluon_loop_sass(which, dump, *args):
-    from gpulab.rnn.fused import sass
+    from gpulab.rnn.fused.measure import sass
 
     argv = [which, "--dh", "768", "--warps", "8", "--set", "BLOCK_U=16", "BLOCK_B=8", *args, "--dump", str(dump)]
     done = sass.run_offline(argv, timeout=300)

@@ -8,12 +8,13 @@ from gpulab import bench, launch, rnn
 from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder, weights
 from gpulab.rnn.backends import vanilla
-from gpulab.rnn.fused import benchmark as rnn_benchmark
-from gpulab.rnn.fused import called_bench, plan, rows_report, sass, split_report, split_tiling, tiles, tiling
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
-from gpulab.rnn.fused.versions import gluon_ops, gluon_tiles
-from gpulab.rnn.fused.versions import report as versions_report
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import backward as fused_backward
+from gpulab.rnn.fused import experiments, gluon_ops, gluon_tiles, plan, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import split_gluon as v6
+from gpulab.rnn.fused import split_gluon_backward as b4
+from gpulab.rnn.fused.config import BackwardConfig, FusedConfig, GluonConfig
+from gpulab.rnn.fused.measure import benchmark as rnn_benchmark
+from gpulab.rnn.fused.measure import called_bench, rows_report, sass, split_report, versions_report
 from gpulab.rnn.ladder import plot as ladder_plot
 
 M = torch.nn.LSTM(3, 4, num_layers=2)
@@ -177,19 +178,19 @@ CASES = [
     ("training_rows-rows", lambda: split_report.training_rows(None), TypeError, "rows must be"),
     (
         "run_version-version",
-        lambda: plan.run_version("v0", None, None, None, None),
+        lambda: versions.run_version("v0", None, None, None, None),
         ValueError,
         "version='v0' is not supported",
     ),
     (
         "run_training-version",
-        lambda: plan.run_training("v4", None, None, None, None),
+        lambda: versions.run_training("v4", None, None, None, None),
         ValueError,
         "version='v4' is not supported",
     ),
     (
         "run_training-shapes",
-        lambda: plan.run_training(
+        lambda: versions.run_training(
             "b1",
             torch.zeros(2, 3, 4, 1, 16),
             torch.zeros(4, 1, 8, 8),
@@ -231,7 +232,34 @@ CASES = [
     ("v6_applies-function", lambda: plan.v6_applies(16, 1, 768, "rnn"), ValueError, "function='rnn'"),
     ("v6_tiles-batch", lambda: plan.v6_tiles(0, 768), ValueError, "batch"),
     ("v6_tiles-head_dim", lambda: plan.v6_tiles(32, 100), ValueError, "head_dim=100"),
-    ("split_version_as-name", lambda: plan.split_version_as("v7").__enter__(), ValueError, "name='v7'"),
+    ("split_version_as-name", lambda: experiments.split_version_as("v7").__enter__(), ValueError, "name='v7'"),
+    ("exchange_as-name", lambda: experiments.exchange_as("ll").__enter__(), ValueError, "name='ll'"),
+    ("gluon_as-field", lambda: experiments.gluon_as(barier="grid").__enter__(), TypeError, "barier"),
+    ("gluon_as-value", lambda: experiments.gluon_as(barrier="cta").__enter__(), ValueError, "barrier='cta'"),
+    ("trying-name", lambda: experiments.trying("split v7").__enter__(), ValueError, "experiment='split v7'"),
+    ("config_as-config", lambda: plan.config_as("v5").__enter__(), TypeError, "FusedConfig"),
+    ("FusedConfig-split_version", lambda: FusedConfig(split_version="v7"), ValueError, "split_version='v7'"),
+    ("FusedConfig-split_exchange", lambda: FusedConfig(split_exchange="ll"), ValueError, "split_exchange='ll'"),
+    ("FusedConfig-small_rows", lambda: FusedConfig(small_rows=0), ValueError, "small_rows"),
+    ("FusedConfig-backward", lambda: FusedConfig(backward={"cuts": ()}), TypeError, "BackwardConfig"),
+    ("FusedConfig-gluon", lambda: FusedConfig(gluon=None), TypeError, "GluonConfig"),
+    ("BackwardConfig-product", lambda: BackwardConfig(product="each gate"), ValueError, "product='each gate'"),
+    ("BackwardConfig-dg_layout", lambda: BackwardConfig(dg_layout="tm"), ValueError, "dg_layout='tm'"),
+    ("BackwardConfig-cuts", lambda: BackwardConfig(cuts=(0.5, 0.2)), ValueError, "cuts must be"),
+    ("BackwardConfig-cuts-1", lambda: BackwardConfig(cuts=(1.0,)), ValueError, "cuts must be"),
+    ("BackwardConfig-min_piece_steps", lambda: BackwardConfig(min_piece_steps=0), ValueError, "min_piece_steps"),
+    ("GluonConfig-barrier", lambda: GluonConfig(barrier="cta"), ValueError, "barrier='cta'"),
+    ("GluonConfig-poll", lambda: GluonConfig(poll="spin"), ValueError, "poll='spin'"),
+    ("GluonConfig-exchange", lambda: GluonConfig(exchange="flags"), ValueError, "exchange='flags'"),
+    ("GluonConfig-tag_store", lambda: GluonConfig(tag_store=3), ValueError, "tag_store=3"),
+    ("GluonConfig-sum_db", lambda: GluonConfig(sum_db=1), TypeError, "sum_db"),
+    ("GluonConfig-late_inputs", lambda: GluonConfig(late_inputs="auto"), TypeError, "late_inputs"),
+    ("barrier_constexprs-barrier", lambda: gluon_ops.barrier_constexprs("cta"), ValueError, "barrier='cta'"),
+    ("barrier_constexprs-poll", lambda: gluon_ops.barrier_constexprs("group", "spin"), ValueError, "poll='spin'"),
+    ("v6_tiles-wide", lambda: plan.v6_tiles(32, 768, wide=1), TypeError, "wide"),
+    ("split_forward_v6-config", lambda: v6.split_forward_v6(*LSTM_IN, config={}), TypeError, "GluonConfig"),
+    ("b4 compile_sm90-config", lambda: b4.compile_sm90(768, config="grid"), TypeError, "GluonConfig"),
+    ("pieces-config", lambda: fused_backward.pieces(8, config="one piece"), TypeError, "BackwardConfig"),
     ("b4_stats-dh", lambda: sass.b4_stats(dh=100), ValueError, "head_dim=100"),
     ("shared_bytes-op", lambda: sass.shared_bytes("HMMA"), ValueError, "op must be"),
     ("b4_config-head_dim", lambda: b4.b4_config(112, block_u=16), ValueError, "head_dim=112"),
@@ -467,9 +495,9 @@ CASES = [
     ("loop_stats-kernel", lambda: sass.loop_stats("kernel", "x"), TypeError, "kernel must be a compiled kernel"),
     ("keyed_launch-key", lambda: launch.keyed_launch(("not a kernel", 1), dict), TypeError, "key must be a tuple"),
     ("keyed_launch-list", lambda: launch.keyed_launch([cells.lstm_pointwise_kernel], dict), TypeError, "key must"),
-    ("backward_as-layout", lambda: plan.backward_as("tm").__enter__(), ValueError, "layout='tm'"),
-    ("backward_as-cuts", lambda: plan.backward_as(cuts=(0.5, 0.2)).__enter__(), ValueError, "cuts must be"),
-    ("backward_as-cuts-1", lambda: plan.backward_as(cuts=(1.0,)).__enter__(), ValueError, "cuts must be"),
+    ("backward_as-layout", lambda: experiments.backward_as("tm").__enter__(), ValueError, "layout='tm'"),
+    ("backward_as-cuts", lambda: experiments.backward_as(cuts=(0.5, 0.2)).__enter__(), ValueError, "cuts must be"),
+    ("backward_as-cuts-1", lambda: experiments.backward_as(cuts=(1.0,)).__enter__(), ValueError, "cuts must be"),
     ("host_parts-x", lambda: called_bench.host_parts(torch.zeros(3)), TypeError, "x must be the four leaves"),
     (
         "host_parts-profile",

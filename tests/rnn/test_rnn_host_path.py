@@ -7,7 +7,7 @@ import torch
 
 from gpulab import check, launch, rnn, runtime
 from gpulab.rnn import api
-from gpulab.rnn.fused import plan, tiling
+from gpulab.rnn.fused import experiments, plan, tiling
 
 
 def test_tiles_and_checks_are_chosen_once_per_signature(monkeypatch, make_inputs):
@@ -65,9 +65,9 @@ def test_aligned():
 
 
 def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
-    """With dG written in Wx's layout (``backward.DG_LAYOUT = 'batch'``), ``loss.backward()`` with ``Wx.grad =
-    None`` keeps the kernel's dWx as the gradient (autograd copies a gradient whose strides differ from its input's:
-    all of dG, every step); the values still match the float64 reference."""
+    """With dG written in Wx's layout (``BackwardConfig.dg_layout`` 'batch', what ships), ``loss.backward()`` with
+    ``Wx.grad = None`` keeps the kernel's dWx as the gradient (autograd copies a gradient whose strides differ from its
+    input's: all of dG, every step); the values still match the float64 reference."""
     seen = {}
     real_loops = plan._loops
 
@@ -83,7 +83,7 @@ def test_a_training_loop_takes_dwx_without_a_copy(monkeypatch, make_inputs):
 
     monkeypatch.setattr(plan, "_loops", recording_loops)
     inputs = [t.to(runtime.device).requires_grad_() for t in make_inputs("lstm", 2, 3, 1, 16)]
-    with plan.backward_as("batch"):
+    with experiments.backward_as("batch"):
         out, _ = rnn.flashrnn(*inputs, backend="fused")
         out.sum().backward()
     Wx = inputs[0]

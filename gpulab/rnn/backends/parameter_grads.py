@@ -10,9 +10,9 @@ pre-activations), what is left needs no time loop:
 In one pass (:func:`parameter_grads`: the ``alternating`` backend, and the ``fused`` one for a sequence it does not
 cut), or piece by piece in time (:func:`step_products`: one Triton launch per piece of the sequence beside the fused
 backward kernel on a second stream, :mod:`gpulab.rnn.fused.backward`; it reads a piece's rows where they lie, so dG
-can stay in Wx's layout and be dWx as it is). :func:`gate_products` is the cuBLAS way the pieces went until
-2026-11-27: batched GEMMs over a piece's rows as one strided matrix (dG time-major, h_{t-1} copied time-major with a
-column of ones so that one product gives db too), kept for the scripts that measured it.
+can stay in Wx's layout and be dWx as it is). :func:`gate_products` is the cuBLAS way the pieces went before:
+batched GEMMs over a piece's rows as one strided matrix (dG time-major, h_{t-1} copied time-major with a column of ones
+so that one product gives db too), kept for the scripts that measured it (``notes/rnn-fused.md``).
 
 At a few rows (a short sequence, a small batch) the GPU's work is microseconds, and the cost is the host's: the
 concatenation of h_{t-1}, the product, the reduction and the casts are six or more PyTorch launches. There
@@ -103,8 +103,8 @@ def parameter_grads(dG, out, states, function, time_major=False, db=None):
     product over those B rows replaces it by the initial h (``dG[b, 0]^T (h_{-1}[b] - h_{T-1}[b - 1])``).
     Time-major, or with several heads, h_{t-1} is two copies into one buffer: with several heads the product first
     gathers each head's dG into a matrix whose leading dimension is the row count, and B * T - 1 rows (odd) would
-    send cuBLAS to a slow kernel (the capstone's four heads of 192 on the H100 lost more than the copies cost:
-    throughput run j). db is one reduction.
+    send cuBLAS to a slow kernel (the capstone's four heads of 192 on the H100 lost more than the copies cost;
+    ``notes/rnn-fused.md``). db is one reduction.
     """
     fn = get_function(function)
     B, T = out.shape[1], out.shape[2]
@@ -233,32 +233,34 @@ STEP_ROWS = 1024
 main problem, 48 x 1 x 14 programs over 7/8 of the sequence)."""
 
 
-def step_splits(B, steps) -> int:
-    """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows."""
-    return max(1, -(-B * steps // STEP_ROWS))  # ceil division (see _launch_products)
+def step_splits(B, steps, rows: int | None = None) -> int:
+    """How many row splits :func:`step_products` uses for ``steps`` steps of ``B`` rows, ``rows`` rows a split (None:
+    :data:`STEP_ROWS`)."""
+    return max(1, -(-B * steps // (STEP_ROWS if rows is None else rows)))  # ceil division (see _launch_products)
 
 
-def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False):
+def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False, rows: int | None = None):
     """The fp32 sums of dR and db over the rows of steps [t0, t1) only, by row split: ``dR`` [splits, G_R, NH, DH,
     DH] and ``db`` [splits, G_B, NH, DH] (fp32, ``splits`` = :func:`step_splits` (B, t1 - t0)) are written.
     ``dG`` [B, T, G_b, NH, DH] ([T, B, ...] if ``time_major``), ``out`` and ``states`` contiguous; the steps' rows
     are read where they lie, in either layout (no copy). The fused backward sums a finished piece of the sequence
     this way beside the kernel (:func:`gpulab.rnn.fused.backward.fused_rnn_gradients`); the caller sums the
-    splits (``dR.sum(0)``)."""
+    splits (``dR.sum(0)``). ``rows``: as for :func:`step_splits`."""
     fn = get_function(function)
-    splits = step_splits(out.shape[1], t1 - t0)
+    splits = step_splits(out.shape[1], t1 - t0, rows)
     _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits=splits, block_k=64)
 
 
-def one_launch(out) -> bool:
+def one_launch(out, small_rows: int | None = None) -> bool:
     """Whether :func:`gate_gradients_to_parameters` takes the one-launch route for outputs ``out`` [S, B, T, ...]: up
-    to :data:`SMALL_ROWS` rows K = B * T (where that launch sums db beside dR anyway)."""
-    return out.shape[1] * out.shape[2] <= SMALL_ROWS
+    to ``small_rows`` (None: :data:`SMALL_ROWS`) rows K = B * T (where that launch sums db beside dR anyway)."""
+    return out.shape[1] * out.shape[2] <= (SMALL_ROWS if small_rows is None else small_rows)
 
 
-def gate_gradients_to_parameters(dG, out, states, function, time_major=False, db=None):
+def gate_gradients_to_parameters(dG, out, states, function, time_major=False, db=None, small_rows=None):
     """``(dWx, dR, db)`` by the faster route for the row count: :func:`small_parameter_grads` (one launch) where
-    :func:`one_launch`, else :func:`parameter_grads` (which takes ``db`` as given, if it is). Same arguments."""
-    if one_launch(out):
+    :func:`one_launch` (up to ``small_rows`` rows), else :func:`parameter_grads` (which takes ``db`` as given, if it
+    is). Same arguments."""
+    if one_launch(out, small_rows):
         return small_parameter_grads(dG.contiguous(), out.contiguous(), states.contiguous(), function, time_major)
     return parameter_grads(dG, out, states, function, time_major, db)

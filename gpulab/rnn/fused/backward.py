@@ -8,7 +8,7 @@ What you will learn:
   transposed) loaded once, exactly like the forward, and as there as one tile for all gates:
   ``dG_all @ R_all``, [BLOCK_B, G * DH] x [G * DH, DH], is the sum over the gates in one product.
 - **Only the recurrence is sequential.** The kernel writes the gate gradients dG (in Wx's layout, [B, T, G_b, NH,
-  DH]; or time-major, :data:`DG_LAYOUT`) and stops there. Everything else is parallel over all steps:
+  DH]; or time-major: ``BackwardConfig.dg_layout``) and stops there. Everything else is parallel over all steps:
 
       dR[g, n] = sum_{b, t} dG[b, t, g, n]^T h_{t-1}[b, n]   per gate and head one product over K = B*T rows
                                                               (bf16 operands, fp32 accumulation)
@@ -25,11 +25,11 @@ What you will learn:
   132 SMs at the lesson's problem. :func:`fused_rnn_gradients` cuts the sequence into pieces in time, runs the
   kernel on them last to first (each launch starts from the previous one's carried dh, dc), and computes each
   finished piece's share of dR and db on a second CUDA stream while the kernel works on the next piece: only the
-  first piece's products are left when the kernel ends (one cut, at T/8: :data:`CUTS`).
+  first piece's products are left when the kernel ends (one cut, at T/8: ``BackwardConfig.cuts``).
 - **Check what the compiler made of the product.** dG is assembled from the gate tiles with ``tl.join``; from that,
   Triton picks a k-by-4 register layout for the operand and reorders R's fragments to match with register moves
   on every step. :func:`gpulab.triton_ops.dot_operand` hides dG's origin and removes them (count the loop's
-  instructions with :mod:`gpulab.rnn.fused.sass`; ``tests/rnn/fused/test_rnn_compiled.py`` checks the operand
+  instructions with :mod:`gpulab.rnn.fused.measure.sass`; ``tests/rnn/fused/test_rnn_compiled.py`` checks the operand
   layout).
 - **No copies of the incoming gradient.** dL/d(last states) enters as the initial value of the carried dh (and dc)
   instead of being added into a copy of dL/d(all states).
@@ -67,6 +67,7 @@ from gpulab.rnn.backends.parameter_grads import (
 )
 from gpulab.rnn.cells import elman_cell_backward, gru_cell_backward, lstm_gate_grads
 from gpulab.rnn.functions import get_function
+from gpulab.rnn.fused.config import DG_LAYOUTS, PRODUCTS, BackwardConfig
 from gpulab.rnn.fused.tiles import cell_tanh, fast_activations, gate_columns, join_gates, load_r, split_gates
 from gpulab.rnn.fused.tiling import fused_tiling
 from gpulab.triton_ops import dot, dot_operand, loaded_f32, own_chain, word_pointer
@@ -76,10 +77,7 @@ __all__ = [
     "fused_rnn_backward",
     "fused_rnn_gradients",
     "pieces",
-    "CUTS",
-    "DG_LAYOUT",
     "DG_LAYOUTS",
-    "PRODUCT",
     "PRODUCTS",
     "PER_GATE_FROM",
     "per_gate",
@@ -90,7 +88,7 @@ __all__ = [
 def load_r_slot(r_ptr, n, NH, DH: tl.constexpr, BLOCK_D: tl.constexpr, SLOT: tl.constexpr):
     """R[SLOT, n] [BLOCK_D, BLOCK_D], element [j, k] (zero past DH): the rows of :func:`load_r`'s R_all of one slot,
     loaded with plain row and column indices (through ``load_r`` with one slot, the compiler lays the tile out
-    otherwise and the per-gate step takes 20 more instructions at head dim 64; ``scripts/sass05_rows.py``)."""
+    otherwise and the per-gate step takes 20 more instructions at head dim 64; ``notes/rnn-fused.md``)."""
     j = tl.arange(0, BLOCK_D)[:, None]
     k = tl.arange(0, BLOCK_D)[None, :]
     return tl.load(r_ptr + ((SLOT * NH + n) * DH + j) * DH + k, mask=(j < DH) & (k < DH), other=0.0)
@@ -134,8 +132,8 @@ def fused_backward_kernel(
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPILED: tl.constexpr = True,  # False in Triton's interpreter (no inline assembly there; see dot_operand)
-    DG_TIME_MAJOR: tl.constexpr = False,  # dG time-major [T, B, G_B, NH, DH] (DG_LAYOUT 'time')
-    PER_GATE: tl.constexpr = False,  # the product per gate (see PRODUCT; lstm and gru, R on chip)
+    DG_TIME_MAJOR: tl.constexpr = False,  # dG time-major [T, B, G_B, NH, DH] (BackwardConfig.dg_layout 'time')
+    PER_GATE: tl.constexpr = False,  # the product per gate (BackwardConfig.product; lstm and gru, R on chip)
 ):
     """Program (n, tile): head n, one batch tile, steps T1-1 down to T0."""
     G: tl.constexpr = 4 if G_B > 1 else 1  # gate slots, as in the forward
@@ -224,7 +222,7 @@ def fused_backward_kernel(
         else:  # elman
             d_all = elman_cell_backward(g0, dh)
         dG = d_all.to(dg_ptr.dtype.element_ty)
-        if PER_GATE:  # sum_g dG_g @ R_g: G_R products of depth DH, independent chains (see PRODUCT)
+        if PER_GATE:  # sum_g dG_g @ R_g: G_R products of depth DH, independent chains (BackwardConfig.product)
             OPQ: tl.constexpr = COMPILED and not IS_FP32
             a0 = own_chain(dot(dot_operand(d0.to(RDT), OPQ), r0, IS_FP32, PRECISION), OPQ)
             a1 = own_chain(dot(dot_operand(d1.to(RDT), OPQ), r1, IS_FP32, PRECISION), OPQ)
@@ -244,7 +242,7 @@ def fused_backward_kernel(
         tl.store(ds0_rows + s0_stride, dc.to(ds0_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_major):
+def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_major, product):
     """One launch of :func:`fused_backward_kernel` over steps T1-1 .. T0 (dG time-major if ``time_major``); returns
     the carry after step T0."""
     S, B, T, NH, DH = out.shape
@@ -261,7 +259,7 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_majo
             PER_GATE=by_gate, **cfg.launch(),
         )  # fmt: skip
 
-    by_gate = per_gate(fn, cfg)
+    by_gate = per_gate(fn, cfg, product)
     key = (fused_backward_kernel, fn.code, dtype, DH, cfg, has_dlast, time_major, by_gate)
     launch = keyed_launch(key + ints, make)
     tensors = (gates, out, states, R, d_out, d_last if has_dlast else states, dG, carry)
@@ -269,77 +267,70 @@ def _launch(d_out, gates, out, states, R, fn, cfg, dG, T0, T1, d_last, time_majo
     return carry
 
 
-def _inputs(d_out, gates, out, states, R, function, tiling, d_last):
+def _inputs(d_out, gates, out, states, R, function, tiling, d_last, time_major):
     fn = get_function(function)
     S, B, T, NH, DH = out.shape
     d_out, gates, out, states, R = (t.contiguous() for t in (d_out, gates, out, states, R))
     d_last = d_last.contiguous() if d_last is not None else None
     cfg = tiling or fused_tiling(B, NH, DH, fn.name, out.dtype, direction="backward")
-    rows = (T, B) if DG_LAYOUT == "time" else (B, T)
+    rows = (T, B) if time_major else (B, T)
     dG = new_output(*rows, fn.gates_b, NH, DH, dtype=out.dtype, device=out.device)
     return fn, (d_out, gates, out, states, R), d_last, cfg, dG
 
 
-def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
+def fused_rnn_backward(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None, config=None):
     """Launch :func:`fused_backward_kernel` once over the whole sequence: returns ``(dG [B, T, G_b, NH, DH],
     d_states [S, B, 1, NH, DH])``.
 
     ``d_out`` [S, B, T, NH, DH] is dL/d(all states); ``d_last`` [S, B, 1, NH, DH] dL/d(last states), or None when
-    it is already added into ``d_out`` at the last step.
+    it is already added into ``d_out`` at the last step. ``config``: a
+    :class:`gpulab.rnn.fused.config.BackwardConfig` (None: what ships).
     """
-    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
-    time_major = DG_LAYOUT == "time"
-    ds0 = _launch(*tensors, fn, cfg, dG, 0, out.shape[2], d_last, time_major)
+    config = _config(config)
+    time_major = config.dg_layout == "time"
+    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last, time_major)
+    ds0 = _launch(*tensors, fn, cfg, dG, 0, out.shape[2], d_last, time_major, config.product)
     return (dG.transpose(0, 1) if time_major else dG), ds0
 
 
-DG_LAYOUTS = ("batch", "time")
-DG_LAYOUT = "batch"
-"""How the kernel stores dG: 'batch', Wx's layout [B, T, G_b, NH, DH] (dWx is dG, and a loop that clears its
-gradients gets it as ``Wx.grad`` as it is), or 'time', [T, B, G_b, NH, DH] (dWx a transposed view, which autograd
-copies into Wx's layout on every step of such a loop: 100 MB at the lesson's main problem). The piece products
-(:func:`gpulab.rnn.backends.parameter_grads.step_products`) read a piece's rows where they lie in either layout.
-'batch' ships; 'time' is the layout of the runs up to 2026-11-27, when the products were cuBLAS batched GEMMs that
-needed a piece's rows as one strided matrix (:func:`gpulab.rnn.backends.parameter_grads.gate_products`)."""
-
-PRODUCTS = ("by head dim", "all gates", "per gate")
-PRODUCT = "by head dim"
-"""How the kernel computes dh_{t-1} = sum_g dG_g @ R_g. 'all gates': one product [BLOCK_B, G * D] x [G * D, D],
-whose accumulation is one chain of G * D / 16 dependent tensor-core instructions per output tile (16 at D = 64, 32
-at D = 128). 'per gate' (LSTM and GRU with R on chip): G products of depth D on their own accumulators
-(:func:`gpulab.triton_ops.own_chain`), added after: chains of D / 16, but each gate's dG makes its own trip into the
-product's layout (three more CTA barriers per step). 'by head dim' (shipped): per gate from :data:`PER_GATE_FROM`,
-where the H100 records of the two in one process (``scripts/bench05_rows.py``,
-``benchmarks/05_fused_rnn/rows/*-product.jsonl``, read by lesson 5's Appendix H and
-``tests/rnn/fused/test_rows_report.py``) have per gate ahead; at 64 its barriers cost more than its chains save.
-Elman has one gate: always 'all gates'."""
 PER_GATE_FROM = 128  # the padded head dim (BLOCK_D) from which 'by head dim' multiplies per gate
 
 
-def per_gate(fn, cfg) -> bool:
-    """Whether the backward of ``fn`` (an RNNFunction) at tiling ``cfg`` multiplies per gate (:data:`PRODUCT`)."""
-    if fn.name == "elman" or not cfg.r_on_chip or PRODUCT == "all gates":
+def per_gate(fn, cfg, product: str = "by head dim") -> bool:
+    """Whether the backward of ``fn`` (an RNNFunction) at tiling ``cfg`` multiplies per gate under ``product`` (one
+    of :data:`PRODUCTS`: 'by head dim' ships, per gate from :data:`PER_GATE_FROM`; Elman has one gate, always 'all
+    gates')."""
+    if fn.name == "elman" or not cfg.r_on_chip or product == "all gates":
         return False
-    return PRODUCT == "per gate" or cfg.block_d >= PER_GATE_FROM
+    return product == "per gate" or cfg.block_d >= PER_GATE_FROM
 
 
-CUTS = (0.125,)  # where the overlapped backward cuts the sequence, as fractions of T (H100: 1/8 beat 1/4, 1/2)
-MIN_PIECE_STEPS = 64  # shorter sequences run in one piece
+def _config(config):
+    if config is None:
+        return BackwardConfig()
+    if not isinstance(config, BackwardConfig):
+        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.BackwardConfig, got {config!r}.")
+    return config
 
 
-def pieces(T):
-    """The time pieces [(t0, t1), ...] of :func:`fused_rnn_gradients` for a sequence of T steps."""
-    if T < MIN_PIECE_STEPS * (len(CUTS) + 1):
+def pieces(T, config=None):
+    """The time pieces [(t0, t1), ...] of :func:`fused_rnn_gradients` for a sequence of T steps, cut at
+    ``config.cuts`` (a :class:`gpulab.rnn.fused.config.BackwardConfig`; None: what ships)."""
+    config = _config(config)
+    cuts = config.cuts
+    if T < config.min_piece_steps * (len(cuts) + 1):
         return [(0, T)]
-    edges = [0] + [min(max(round(T * c), 1), T - 1) for c in CUTS] + [T]
+    edges = [0] + [min(max(round(T * c), 1), T - 1) for c in cuts] + [T]
     return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
-def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None):
+def fused_rnn_gradients(
+    d_out, gates, out, states, R, function="lstm", tiling=None, d_last=None, config=None, small_rows=None
+):
     """The whole backward: ``(dWx, dR, db, d_states)``, with the parameter products overlapped with the kernel.
 
     The reverse-time kernel runs one program per head and batch tile: 12 of the H100's 132 SMs at the lesson's
-    problem. So the sequence is cut into pieces in time (at :data:`CUTS`), the kernel runs them last to first (each
+    problem. So the sequence is cut into pieces in time (at ``config.cuts``), the kernel runs them last to first (each
     launch starting from the previous one's carried dh, dc), and as soon as a piece's dG is written its share of dR
     and db is computed on a second CUDA stream, on the idle SMs, while the kernel works on the next piece: one
     launch of :func:`gpulab.rnn.backends.parameter_grads.step_products` per piece, reading the piece's dG rows and
@@ -348,16 +339,20 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     kernel and then the products on one stream (a second stream costs host time that only pays beside a long
     kernel); the interpreter runs the pieces' launches in order on one stream.
 
-    dG is stored as :data:`DG_LAYOUT` says (Wx's layout: dWx is dG itself).
+    dG is stored as ``config.dg_layout`` says (what ships: Wx's layout, dWx is dG itself). ``config``: a
+    :class:`gpulab.rnn.fused.config.BackwardConfig` (None: what ships); ``small_rows``: for the products of one
+    piece (:func:`gpulab.rnn.backends.parameter_grads.one_launch`; None: its default).
     """
-    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last)
+    config = _config(config)
+    time_major = config.dg_layout == "time"
+    fn, tensors, d_last, cfg, dG = _inputs(d_out, gates, out, states, R, function, tiling, d_last, time_major)
     d_out, gates, out, states, R = tensors
     S, B, T, NH, DH = out.shape
-    time_major = DG_LAYOUT == "time"
-    bounds = pieces(T)
+    bounds = pieces(T, config)
     if len(bounds) == 1:  # one piece: kernel, then products, one stream
-        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, 0, T, d_last, time_major)
-        return (*gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major), carry)
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, 0, T, d_last, time_major, config.product)
+        grads = gate_gradients_to_parameters(dG, out, states, fn.name, time_major=time_major, small_rows=small_rows)
+        return (*grads, carry)
     splits = [step_splits(B, t1 - t0) for t0, t1 in bounds]
     dR = new_output(sum(splits), fn.gates_r, NH, DH, DH, dtype=torch.float32, device=out.device)
     db = new_output(sum(splits), fn.gates_b, NH, DH, dtype=torch.float32, device=out.device)
@@ -365,7 +360,7 @@ def fused_rnn_gradients(d_out, gates, out, states, R, function="lstm", tiling=No
     side = _side_stream(out.device) if out.is_cuda else None
     carry, end = d_last, sum(splits)
     for (t0, t1), n in reversed(list(zip(bounds, splits))):
-        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major)
+        carry = _launch(d_out, gates, out, states, R, fn, cfg, dG, t0, t1, carry, time_major, config.product)
         if side is not None:
             side.wait_stream(main)  # this piece's dG is written
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():

@@ -50,7 +50,7 @@ CLOCK_AFTER = tl.constexpr(
     "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %clock64; @!p mov.u64 $0, 0; }"
 )
 """The stamp's PTX: the register read is predicated on ``$1`` (the value waited for), so it issues once ``$1`` is
-there. Shared with the Gluon kernels' stamps (:mod:`gpulab.rnn.fused.versions.gluon_ops`)."""
+there. Shared with the Gluon kernels' stamps (:mod:`gpulab.rnn.fused.gluon_ops`)."""
 GLOBALTIMER_AFTER = tl.constexpr(
     "{ .reg .pred p; setp.ne.b32 p, $1, 0x7fc00001; @p mov.u64 $0, %globaltimer; @!p mov.u64 $0, 0; }"
 )

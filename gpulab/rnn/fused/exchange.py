@@ -18,7 +18,7 @@ steps have passed), and launches of one step each (the interpreter) continue eac
 between two (step s in slot (s + 1) % 2): a writer overwrites slot s % 2 with step s + 1 only after reading every
 program's step s, so after every program finished reading step s - 1 from it.
 
-**Hinted words** (``exchange='hinted'``, measured on 2026-11-26 after the two above): a 32-bit word per value, the
+**Hinted words** (``exchange='hinted'``, the third candidate; ``notes/rnn-split.md``): a 32-bit word per value, the
 value in the low half and a 15-bit tag in the high half (:func:`pack_hinted`), so a word is as atomic as NCCL's LL
 words and carries the same guarantee. The tagged and flags kernels compiled badly (sm_90 SASS: 255 registers with
 local-memory spills, and the flags' loads of h split into 16-bit loads), and a reader that polls the whole tile while

@@ -30,7 +30,7 @@ What you will learn:
     of ten. Its relative error (~5e-4) is far below bf16 rounding (4e-3); fp32 and the interpreter keep the exact
     cells of :mod:`gpulab.rnn.cells`. The 1/2 inside the sigmoid is folded into R, Wx and b once
     (:func:`gate_scale`; exact, a power of two), which saves a multiply per sigmoid gate and step (count the loop's
-    instructions with :mod:`gpulab.rnn.fused.sass`).
+    instructions with :mod:`gpulab.rnn.fused.measure.sass`).
 
 - **Write only what the backward needs.** Besides the outputs (all states), when a gradient is needed G_b values per
   unit and step: for the LSTM the gate *activations* i', f', z', o' (the backward then recomputes one tanh per unit

@@ -1,8 +1,9 @@
-"""The ``fused`` backend's one chooser: which kernel runs a problem, with which tiles; and the numbered versions.
+"""The ``fused`` backend's one chooser: which kernel runs a problem, with which tiles and which configuration.
 
 - :func:`choose`: one program per (head, batch tile), R of the head on one SM (:mod:`.forward`, :mod:`.backward`,
   tiles from :mod:`.tiling`) whenever the forward (and, when training, the backward) fit; else the head split over
-  several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`),
+  several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`;
+  the Gluon :mod:`.split_gluon` and :mod:`.split_gluon_backward` where :func:`v6_applies`, tiles from :func:`v6_tiles`),
   where no split backward fits training runs the ``alternating`` backward
   (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split forward
   saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the choice.
@@ -11,9 +12,12 @@
 - :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops with the chooser's tiles, which the
   custom ops of :mod:`gpulab.rnn.ops` run under ``torch.compile``.
 - :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 5's benchmark reports its registers);
-  :data:`KERNELS`: every kernel of the family by name (:mod:`.sass` compiles them without a GPU).
-- Lesson 5's numbered versions (:mod:`.versions`, off the package's path): :func:`run_version` (forward v1 ... v5)
-  and :func:`run_training` (backward b1 ... b3; b1 switches the backward's time cuts off).
+  :data:`KERNELS`: the family's shipped Triton kernels by name (:mod:`.measure.sass` compiles them without a GPU).
+- :func:`config_as`, :func:`current_config`: the :class:`gpulab.rnn.fused.config.FusedConfig` the chosen loops are
+  bound to (what ships unless an experiment, :mod:`.experiments`, sets another for the duration).
+
+Lesson 5's numbered ladder (:mod:`.versions`: ``run_version``, ``run_training``) is not imported here: it imports
+this module, on demand.
 
 Rule of the rooms: this is the only module that imports several kernels of the family; a kernel module imports
 helpers below it (:mod:`.tiles`, :mod:`.tiling`, :mod:`gpulab.rnn.cells`, :mod:`gpulab.triton_ops`), never another
@@ -33,15 +37,12 @@ from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.fused import backward, exchange, split, split_backward, split_tiling, tiling, versions
+from gpulab.rnn.fused import split_gluon, split_gluon_backward, split_tiling, tiling
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
+from gpulab.rnn.fused.config import DEFAULT, SPLIT_VERSIONS, FusedConfig
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
-from gpulab.rnn.fused.versions import b4_gluon_split_backward, v6_gluon_split
-from gpulab.rnn.fused.versions.v1_per_gate import v1_kernel
-from gpulab.rnn.fused.versions.v2_all_gates import v2_kernel
-from gpulab.rnn.fused.versions.v3_prefetch import v3_kernel
 
 __all__ = [
     "Plan",
@@ -52,35 +53,27 @@ __all__ = [
     "single_sm_gradients",
     "kernel",
     "KERNELS",
-    "run_version",
-    "run_training",
     "clear_cache",
-    "backward_as",
-    "SPLIT_VERSION",
+    "config_as",
+    "current_config",
     "SPLIT_VERSIONS",
+    "V6_TILES",
     "v6_applies",
     "v6_tiles",
-    "split_version_as",
 ]
 
-SPLIT_VERSIONS = ("v5", "v6", "v6+b3")
-SPLIT_VERSION = "v6"
-"""The split kernels the ``fused`` backend runs for a head that needs several SMs: 'v6' (the default: Gluon, R in
-registers, :mod:`.versions.v6_gluon_split` and :mod:`.versions.b4_gluon_split_backward`, faster on the H100 in
-lesson 5's records, Appendix I) or 'v6+b3' (version 6's forward, version 5's backward) where :func:`v6_applies`,
-else 'v5' (Triton, :mod:`.split` and :mod:`.split_backward`: every other split head, the interpreter, the GRU,
-float32). :func:`split_version_as` sets it for an experiment."""
+_CONFIG = DEFAULT
+"""The configuration :func:`fused_forward` binds its loops to: what ships (its ``split_version`` 'v6': the Gluon
+split kernels, :mod:`.split_gluon` and :mod:`.split_gluon_backward`, where :func:`v6_applies`, else the Triton ones,
+:mod:`.split` and :mod:`.split_backward`); only :func:`config_as` changes it, for the duration of an experiment."""
 
 KERNELS = {
     "forward": fused_forward_kernel,
     "backward": fused_backward_kernel,
     "split": split_forward_kernel,
     "split_backward": split_backward_kernel,
-    "v1": v1_kernel,
-    "v2": v2_kernel,
-    "v3": v3_kernel,
 }
-"""Every ``@triton.jit`` kernel of lesson 5 by name: the package's four and the forward versions v1 ... v3 (v4 is
+"""The package's four ``@triton.jit`` kernels by name (the ladder's v1 ... v3 are ``versions.KERNELS``; v4 is
 ``'forward'``, v5 ``'split'``)."""
 
 
@@ -153,31 +146,26 @@ def fused_forward(Wx, R, b, states, function="lstm"):
     training = torch.is_grad_enabled() and (
         Wx.requires_grad or R.requires_grad or b.requires_grad or states.requires_grad
     )
-    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training, SPLIT_VERSION)
+    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training, _CONFIG)
     return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
 
 
-def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16) -> bool:
+def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, wide: bool = False) -> bool:
     """Whether version 6 (forward and backward b4, their default tiles) can run a problem here: an LSTM in a 16-bit
     dtype on a GPU (Gluon has no interpreter), tiles valid for the head dim, and every program of the larger launch
-    resident at once at one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers)."""
+    resident at once at one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers).
+    ``wide``: as for :func:`v6_tiles`."""
     batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
     head_dim = runtime.positive_int("head_dim", head_dim)
     dtype = dtypes.as_dtype(dtype)
     if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
         return False
     try:
-        tiles = v6_tiles(batch, head_dim, num_heads)
+        tiles = v6_tiles(batch, head_dim, num_heads, wide)
     except ValueError:
         return False
     sms = hardware.live_properties().get("sm_count", 0)
     return max(t.programs(batch, num_heads, head_dim) for t in tiles) <= sms
-
-
-V6_WIDE = False
-"""More than 16 batch rows: version 6 and b4 with 32 rows per program (16 units, 8 warps each: half the programs
-of two 16-row tiles), else 16-row tiles (:func:`v6_tiles`). Off: on the H100 at one head of 768 and B = 32 the
-32-row tiles took longer than version 5 and than two 16-row tiles (lesson 5, Appendix I's records)."""
 
 
 V6_TILES = (
@@ -194,31 +182,33 @@ V6_TILES = (
 """Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
 GPU's SMs at once (and whose ``min_head_dim`` and ``max_head_dim``, where given, bound the head) wins. 8 batch rows
 per program first, for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1})
-for its rows at every step, and 8 rows halve those bytes, the product and the cell per program; at a head of 256 the
-8-row pair was slower on the H100 (lesson 5, Appendix I's records at 768, 512 and 256, B16). Then, at a head of 768
-only (where it was measured), the forward in 16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps: at B32
-both launches are 96 programs (b4's 8-row tiles of 16 units would be 192), and b4 took less time than in 16-row
-tiles (``scripts/probe05_b4_wide.py``, run a; the forward in that tile spills registers and took longer). Then 16
-rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs)."""
+for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (at a head of 256 the
+8-row pair was the slower one). Then, at a head of 768 only (where it was measured), the forward in 16-row tiles beside
+b4 in 8-row tiles of 32 units and 16 warps: at B32 both launches are 96 programs (b4's 8-row tiles of 16 units would
+be 192). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs). What
+each pair measured: ``notes/rnn-split.md``."""
 
 
-def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
+def v6_tiles(batch: int, head_dim: int, num_heads: int = 1, wide: bool = False, pairs: tuple | None = None) -> tuple:
     """(forward tile, backward tile) of version 6 for ``batch`` rows of ``num_heads`` heads: the first pair of
     :data:`V6_TILES` valid for the head dim whose programs all fit this GPU's SMs at once (the first valid pair
     where the SM count is unknown; the last valid one where none fits, which :func:`v6_applies` then refuses). With
-    :data:`V6_WIDE` on, 32 rows of 16 units in 8 warps beyond 16 rows. ValueError where no pair fits the head dim."""
+    ``wide`` (``GluonConfig.wide``, off), 32 rows of 16 units in 8 warps beyond 16 rows. ``pairs``: the candidates
+    (None: :data:`V6_TILES`). ValueError where no pair fits the head dim."""
     batch, head_dim = runtime.positive_int("batch", batch), runtime.positive_int("head_dim", head_dim)
     num_heads = runtime.positive_int("num_heads", num_heads)
-    if batch > 16 and V6_WIDE:
+    wide = runtime.strict_bool("wide", wide)
+    pairs = V6_TILES if pairs is None else pairs
+    if batch > 16 and wide:
         wide = dict(block_u=16, block_b=32, warps=8)
-        return v6_gluon_split.v6_config(head_dim, **wide), b4_gluon_split_backward.b4_config(head_dim, **wide)
+        return split_gluon.v6_config(head_dim, **wide), split_gluon_backward.b4_config(head_dim, **wide)
     valid, errors = [], []
-    for pair in V6_TILES:
+    for pair in pairs:
         if not pair.get("min_head_dim", 0) <= head_dim <= pair.get("max_head_dim", head_dim):
             continue
         try:
-            valid.append((v6_gluon_split.v6_config(head_dim, **pair["forward"]),
-                          b4_gluon_split_backward.b4_config(head_dim, **pair["backward"])))  # fmt: skip
+            valid.append((split_gluon.v6_config(head_dim, **pair["forward"]),
+                          split_gluon_backward.b4_config(head_dim, **pair["backward"])))  # fmt: skip
         except ValueError as exc:
             errors.append(str(exc))
     if not valid:
@@ -229,55 +219,68 @@ def v6_tiles(batch: int, head_dim: int, num_heads: int = 1) -> tuple:
     return fits[0] if fits else valid[0] if not sms else valid[-1]
 
 
-def _v6_forward(Wx, R, b, states, function, save_gates, *, cfg):
-    return v6_gluon_split.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg)
+def _v6_forward(Wx, R, b, states, function, save_gates, *, cfg, config):
+    return split_gluon.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg, config=config.gluon)
 
 
-def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg):
-    sum_db = b4_gluon_split_backward.SUM_DB and not one_launch(out)  # (the one launch sums db beside dR)
-    dG, ds0, *db = b4_gluon_split_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg,
-                                                             sum_db=sum_db)  # fmt: skip
-    return (*gate_gradients_to_parameters(dG, out, states, function, db=db[0] if db else None), ds0)
+def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, config):
+    sum_db = config.gluon.sum_db and not one_launch(out, config.small_rows)  # (the one launch sums db beside dR)
+    dG, ds0, *db = split_gluon_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg,
+                                                          sum_db=sum_db, config=config.gluon)  # fmt: skip
+    grads = gate_gradients_to_parameters(dG, out, states, function, db=db[0] if db else None,
+                                         small_rows=config.small_rows)  # fmt: skip
+    return (*grads, ds0)
+
+
+def current_config() -> FusedConfig:
+    """The :class:`gpulab.rnn.fused.config.FusedConfig` in force (what ships, unless inside :func:`config_as`)."""
+    return _CONFIG
 
 
 @contextlib.contextmanager
-def split_version_as(name: str):
-    """:data:`SPLIT_VERSION` set to ``name`` (one of :data:`SPLIT_VERSIONS`) for the duration (the loops are chosen
-    again)."""
-    global SPLIT_VERSION
-    runtime.one_of("name", name, SPLIT_VERSIONS)
-    saved, SPLIT_VERSION = SPLIT_VERSION, name
+def config_as(config: FusedConfig):
+    """The fused backend's loops bound to ``config`` (a :class:`gpulab.rnn.fused.config.FusedConfig`) for the
+    duration, then to the one before (the loops are chosen again; not thread-safe). :mod:`.experiments` builds the
+    configs of the off-by-default paths."""
+    global _CONFIG
+    if not isinstance(config, FusedConfig):
+        raise TypeError(f"config must be a gpulab.rnn.fused.config.FusedConfig, got {config!r}.")
+    saved, _CONFIG = _CONFIG, config
     try:
-        yield
+        yield config
     finally:
-        SPLIT_VERSION = saved
+        _CONFIG = saved
 
 
 @functools.lru_cache(maxsize=256)
-def _loops(B, NH, DH, function, dtype, device, training, version="v5"):
-    """The forward loop and (when training) the backward loop of one problem with their tiles bound, chosen once:
-    the tile choosers weigh every candidate, too slow to repeat on every call. ``version``: the split kernels'
-    (:data:`SPLIT_VERSION`)."""
+def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
+    """The forward loop and (when training) the backward loop of one problem with their tiles and ``config`` (a
+    :class:`gpulab.rnn.fused.config.FusedConfig`) bound, chosen once: the tile choosers weigh every candidate, too
+    slow to repeat on every call."""
     chosen = choose(B, NH, DH, function, dtype, training=training)
-    if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype):
-        forward, backward = v6_tiles(B, DH, NH)  # chosen once per problem, like the rest of the loops
-        return (functools.partial(_v6_forward, cfg=forward),
-                functools.partial(_b4_gradients, cfg=backward) if training else None)  # fmt: skip
+    version, wide = config.split_version, config.gluon.wide
+    if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype, wide):
+        forward, backward = v6_tiles(B, DH, NH, wide)  # chosen once per problem, like the rest of the loops
+        return (functools.partial(_v6_forward, cfg=forward, config=config),
+                functools.partial(_b4_gradients, cfg=backward, config=config) if training else None)  # fmt: skip
+    split_backward = functools.partial(split_rnn_gradients, tiling=chosen.backward, small_rows=config.small_rows,
+                                       exchange=config.backward_exchange)  # fmt: skip
     if chosen.kind == "split" and version == "v6+b3" and chosen.backward is not None and v6_applies(
-            B, NH, DH, function, dtype):  # fmt: skip
-        forward = functools.partial(_v6_forward, cfg=v6_tiles(B, DH, NH)[0])
-        return forward, functools.partial(split_rnn_gradients, tiling=chosen.backward) if training else None
+            B, NH, DH, function, dtype, wide):  # fmt: skip
+        forward = functools.partial(_v6_forward, cfg=v6_tiles(B, DH, NH, wide)[0], config=config)
+        return forward, split_backward if training else None
     if chosen.kind == "split":
-        run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling)
+        run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling, exchange=config.split_exchange)
         if not training:
             return run_forward, None
         if chosen.backward is None:
             return run_forward, alternating_rnn_gradients
-        return run_forward, functools.partial(split_rnn_gradients, tiling=chosen.backward)
+        return run_forward, split_backward
     run_forward = functools.partial(fused_rnn_forward, tiling=chosen.tiling)
     if not training:
         return run_forward, None
-    return run_forward, functools.partial(fused_rnn_gradients, tiling=chosen.backward)
+    return run_forward, functools.partial(fused_rnn_gradients, tiling=chosen.backward, config=config.backward,
+                                          small_rows=config.small_rows)  # fmt: skip
 
 
 def clear_cache() -> None:
@@ -294,7 +297,7 @@ def single_sm_forward(Wx, R, b, states, function, save_gates):
 def split_forward_at(Wx, R, b, states, split_tiles, function="lstm", save_gates=False, exchange=None, clocks=None):
     """The split forward at ``split_tiles`` (a :class:`~gpulab.rnn.fused.split_tiling.SplitTiling`, e.g. each
     candidate of a sweep): ``(states_all, states_last, gates or None)``; ``exchange`` and ``clocks`` (a stamp buffer)
-    for the exchange experiment (:func:`exchange_as`, ``gpulab.rnn.fused.steps_bench``)."""
+    for the exchange experiment (``gpulab.rnn.fused.measure.steps_bench``)."""
     return split_rnn_forward(Wx, R, b, states, function=function, save_gates=save_gates, tiling=split_tiles,
                              exchange=exchange, clocks=clocks)  # fmt: skip
 
@@ -306,51 +309,12 @@ def split_backward_at(d_out, gates, out, states, R, split_tiles, function="lstm"
                               clocks=clocks)  # fmt: skip
 
 
-BACKWARD_EXCHANGE = {"barrier": "barrier", "tagged": "barrier", "flags": "flags", "hinted": "barrier"}
-"""The backward's exchange beside each forward exchange (the backward has no tagged words)."""
-
-
-@contextlib.contextmanager
-def exchange_as(name: str):
-    """The split kernels' exchange set to ``name`` for the duration (``split.EXCHANGE``, and
-    ``split_backward.EXCHANGE`` to :data:`BACKWARD_EXCHANGE`): the plan owns the switch, as it owns the choice."""
-    runtime.one_of("name", name, exchange.EXCHANGES)
-    saved = split.EXCHANGE, split_backward.EXCHANGE
-    split.EXCHANGE, split_backward.EXCHANGE = name, BACKWARD_EXCHANGE[name]
-    try:
-        yield
-    finally:
-        split.EXCHANGE, split_backward.EXCHANGE = saved
-
-
-@contextlib.contextmanager
-def backward_as(layout: str | None = None, cuts: tuple | None = None):
-    """The one-SM backward's dG layout (``backward.DG_LAYOUT``, one of ``backward.DG_LAYOUTS``) and its time cuts
-    (``backward.CUTS``, fractions of T strictly between 0 and 1; ``()``: the sequence in one piece, kernel then
-    products on one stream) set for the duration; None leaves one as it is. Lesson 5's ``bench 05 called`` times the
-    alternatives with it; not thread-safe."""
-    if layout is not None:
-        runtime.one_of("layout", layout, backward.DG_LAYOUTS)
-    if cuts is not None:
-        ok = isinstance(cuts, tuple) and all(isinstance(c, float) and 0 < c < 1 for c in cuts)
-        if not ok or list(cuts) != sorted(cuts):
-            raise ValueError(
-                f"cuts must be an increasing tuple of floats in (0, 1), or () for one piece, got {cuts!r}."
-            )
-    saved = backward.DG_LAYOUT, backward.CUTS
-    backward.DG_LAYOUT = saved[0] if layout is None else layout
-    backward.CUTS = saved[1] if cuts is None else cuts
-    try:
-        yield
-    finally:
-        backward.DG_LAYOUT, backward.CUTS = saved
-
-
 def single_sm_gradients(d_out, gates, out, states, R, function, d_last):
-    """The one-SM backward with the chooser's tiles: ``(dWx, dR, db, d_states)``."""
+    """The one-SM backward with the chooser's tiles and the config in force: ``(dWx, dR, db, d_states)``."""
     S, B, T, NH, DH = out.shape
     tiles = tiling.fused_tiling(B, NH, DH, function, out.dtype, direction="backward")
-    return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=tiles, d_last=d_last)
+    return fused_rnn_gradients(d_out, gates, out, states, R, function, tiling=tiles, d_last=d_last,
+                               config=_CONFIG.backward, small_rows=_CONFIG.small_rows)  # fmt: skip
 
 
 def kernel(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False):
@@ -362,41 +326,3 @@ def kernel(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
     if not training:
         return KERNELS["split"]
     return KERNELS["split_backward"] if chosen.backward is not None else None
-
-
-def run_version(version: str, Wx, R, b, states):
-    """Run lesson 5's forward ``version`` ('v1' ... 'v5', :data:`gpulab.rnn.fused.versions.VERSIONS`) on an LSTM
-    problem; returns ``(states_all, states_last)``. v1 to v3 need a head dim that is a power of two >= 16; v4 (the
-    package's one-SM forward) and v5 (the split forward) choose their tiles as the package does."""
-    runtime.one_of("version", version, tuple(versions.VERSIONS))
-    versions.check_inputs(Wx, R, b, states)
-    if version == "v4":
-        return fused_rnn_forward(Wx, R, b, states, "lstm", save_gates=False)[:2]
-    if version == "v5":
-        return split_rnn_forward(Wx, R, b, states, function="lstm", save_gates=False)[:2]
-    return versions.launch(KERNELS[version], Wx, R, b, states)
-
-
-@contextlib.contextmanager
-def _one_piece():
-    """The one-SM backward in one piece on one stream (b1): no time cuts, so no second stream."""
-    saved = backward.MIN_PIECE_STEPS
-    backward.MIN_PIECE_STEPS = 1 << 62
-    try:
-        yield
-    finally:
-        backward.MIN_PIECE_STEPS = saved
-
-
-def run_training(version: str, Wx, R, b, states):
-    """Forward and backward of the LSTM with backward ``version`` ('b1', 'b2', 'b3',
-    :data:`gpulab.rnn.fused.versions.BACKWARD_VERSIONS`), gradients of ``sum(states_all)`` with respect to every
-    input: returns ``(dWx, dR, db, dstates)``. The loops are :func:`choose`'s (b1 and b2 where a head fits one SM,
-    b3 where it is split); the inputs are detached copies that require gradients. Not thread-safe: b1 turns the
-    backward's time cuts off for the duration of the call."""
-    runtime.one_of("version", version, tuple(versions.BACKWARD_VERSIONS))
-    versions.check_inputs(Wx, R, b, states)
-    leaves = [t.detach().requires_grad_(True) for t in (Wx, R, b, states)]
-    with _one_piece() if version == "b1" else contextlib.nullcontext():
-        out, _ = fused_forward(*leaves, function="lstm")
-        return torch.autograd.grad(out.sum(), leaves)

@@ -92,12 +92,7 @@ from gpulab.rnn.fused.tiles import (
 )
 from gpulab.triton_ops import dot, loaded_f32, word_pointer
 
-__all__ = ["split_forward_kernel", "split_rnn_forward", "EXCHANGE"]
-
-EXCHANGE = None
-"""The forward's exchange when a call names none (:func:`split_rnn_forward`): None takes the tiling's (the
-chooser's, from lesson 5's records: :data:`gpulab.rnn.fused.split_tiling.MEASURED_EXCHANGE`); a name forces that
-exchange where it fits (:func:`gpulab.rnn.fused.plan.exchange_as` sets it for an experiment)."""
+__all__ = ["split_forward_kernel", "split_rnn_forward"]
 
 
 @triton.jit
@@ -454,8 +449,8 @@ def split_forward_kernel(
     if TAGGED or FLAGS or HINTED:  # HINTED: one tag more once the last step is done (see below)
         # A hinted sequence's words carry tags up to tag0 + T + 1 (h_{T-1}'s; a persistent launch's h_{-1} words
         # take tag0 + 1): the launch that ends at step T adds that one more, whether it ran every step (persistent)
-        # or only the last (one step per launch). Without it, one-step launches left seq one short, and a persistent
-        # launch after them found the last h's words carrying the tag its h_{-1} wanted (H100, 2026-11-26).
+        # or only the last (one step per launch). Without it, one-step launches leave seq one short, and a persistent
+        # launch after them finds the last h's words carrying the tag its h_{-1} wants.
         leave(seq_ptr, n_programs, t_stop - t_start + (HINTED and t_stop == T))
     tl.store(last_ptr + own, h.to(last_ptr.dtype.element_ty), mask=own_mask)
     if FUNCTION == 0:
@@ -474,10 +469,9 @@ def split_rnn_forward(
     ``tiling``: a :class:`gpulab.rnn.fused.split_tiling.SplitTiling` (default:
     :func:`~gpulab.rnn.fused.split_tiling.split_tiling`). ``exchange``: 'barrier' (a counter barrier, then the load
     of h), 'tagged' (h in tagged words, :mod:`gpulab.rnn.fused.exchange`; 16-bit, even head dim), 'flags' or
-    'hinted' (h in words of a value and its tag, read after a fence-free counter; 16-bit); default :data:`EXCHANGE`,
-    else the tiling's, where it fits, else 'barrier'. ``clocks``: a buffer from
-    :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to fill with the steps' clock stamps (persistent
-    launches on a GPU only).
+    'hinted' (h in words of a value and its tag, read after a fence-free counter; 16-bit); default the tiling's, where
+    it fits, else 'barrier'. ``clocks``: a buffer from :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to
+    fill with the steps' clock stamps (persistent launches on a GPU only).
     """
     persistent = persistent_mode(persistent)
     fn = get_function(function)
@@ -487,8 +481,7 @@ def split_rnn_forward(
     dev, dt = Wx.device, Wx.dtype
     fits = {"tagged": tagged_fits(dt, DH, cfg.block_u, cfg.block_k), "hinted": hinted_fits(dt)}
     if exchange is None:
-        exchange = EXCHANGE or cfg.exchange
-        exchange = exchange if fits.get(exchange, True) else "barrier"
+        exchange = cfg.exchange if fits.get(cfg.exchange, True) else "barrier"
     runtime.one_of("exchange", exchange, EXCHANGES)
     if exchange == "tagged" and not fits["tagged"]:
         raise ValueError(

@@ -28,7 +28,8 @@ cell path is per unit), nor does the GRU's direct path dh z'.
 The barrier, its counter and the cooperative launch are those of the forward (:mod:`.split`); in the interpreter
 the kernel runs one launch per step and carries dh (dc) in fp32 between launches. ``exchange='flags'`` and
 ``'hinted'`` (:mod:`.exchange`) replace the barrier: the hinted words carry the shares with their step's tag, read
-after a counter that nobody fences (a candidate: :data:`EXCHANGE` stays 'barrier' until records show it faster).
+after a counter that nobody fences (a candidate: the backward keeps 'barrier' until records show it faster;
+``notes/rnn-split.md``).
 
 Per step t = T-1 .. 0, program (p, n, tile), fp32 (G = 4 slots for lstm and gru, 1 for elman; the forward saved
 pre-activations):
@@ -74,9 +75,7 @@ from gpulab.rnn.fused.split_tiling import split_tiling
 from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, persistent_mode, split_gates
 from gpulab.triton_ops import dot, dot_operand
 
-__all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients", "EXCHANGE"]
-
-EXCHANGE = "barrier"
+__all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients"]
 """The backward's exchange ('barrier', 'flags' or 'hinted'; :func:`split_rnn_backward`): lesson 5's records decide."""
 
 
@@ -406,7 +405,7 @@ def split_rnn_backward(
     ``persistent`` and ``clocks`` as in :func:`gpulab.rnn.fused.split.split_rnn_forward` (the stamps of step t at
     row t; the parts are :data:`gpulab.rnn.fused.clocks.BACKWARD_PARTS`). ``exchange``: 'barrier' (the counter),
     'flags' (a flag per program, :mod:`gpulab.rnn.fused.exchange`) or 'hinted' (the shares as words of a value and
-    its tag, read after a fence-free counter; 16-bit); default :data:`EXCHANGE`.
+    its tag, read after a fence-free counter; 16-bit); default 'barrier'.
     """
     persistent = persistent_mode(persistent)
     fn = get_function(function)
@@ -418,7 +417,7 @@ def split_rnn_backward(
     part = torch.empty((2, B, NH, cfg.split, DH), dtype=dt, device=dev)  # every element read is written first
     grid = (cfg.split, NH, triton.cdiv(B, cfg.block_b))
     programs = grid[0] * grid[1] * grid[2]
-    exchange = EXCHANGE if exchange is None else exchange
+    exchange = "barrier" if exchange is None else exchange
     runtime.one_of("exchange", exchange, tuple(e for e in EXCHANGES if e != "tagged"))
     if exchange == "hinted" and not hinted_fits(dt):
         raise ValueError(
@@ -480,8 +479,11 @@ def split_rnn_backward(
     return dG, carry.to(states.dtype)
 
 
-def split_rnn_gradients(d_out, gates, out, states, R, function="lstm", d_last=None, tiling=None):
-    """The whole split backward: ``(dWx, dR, db, d_states)``: the reverse-time kernel, then the parameter products
-    over all steps at once."""
-    dG, ds0 = split_rnn_backward(d_out, gates, out, states, R, function, tiling, d_last)
-    return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
+def split_rnn_gradients(
+    d_out, gates, out, states, R, function="lstm", d_last=None, tiling=None, exchange=None, small_rows=None
+):
+    """The whole split backward: ``(dWx, dR, db, d_states)``: the reverse-time kernel (``exchange`` as for
+    :func:`split_rnn_backward`), then the parameter products over all steps at once (``small_rows``:
+    :func:`gpulab.rnn.backends.parameter_grads.one_launch`'s)."""
+    dG, ds0 = split_rnn_backward(d_out, gates, out, states, R, function, tiling, d_last, exchange=exchange)
+    return (*gate_gradients_to_parameters(dG, out, states, function, small_rows=small_rows), ds0)

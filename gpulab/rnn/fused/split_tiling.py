@@ -74,28 +74,16 @@ MEASURED = {
     ("backward", 768): (16, 8),
 }
 """(direction, head dim) -> (block_u or None, warps): the tiling that won on the H100 where the estimate ranks
-otherwise. The estimate does not model warps, and it prices the backward's extra programs (block_u 16 instead of
-32) above what they cost. Forward, from lesson 5's split sweeps (B16, 512 and 1024) and
-``python -m gpulab bench 05 candidates`` (B32, 4 heads of 192): 4 warps of the estimate's tiles. Backward, from
-``python -m gpulab bench 05 partials`` (``benchmarks/05_fused_rnn/split/*-partials.jsonl``): at 4 heads of 192 (B32)
-16 units and 4 warps, where the estimate picks 32 units; at 256, 512 and 768 (B16; 768 also B32) 16 units and 8
-warps (at 256 the estimate's 2 warps were slower; the records hold the times). The chooser takes the best-scored
-fitting candidate of that block_u and warps, on Hopper GPUs only."""
+otherwise (the estimate does not model warps, and it prices the backward's extra programs above what they cost); from
+lesson 5's ``split``, ``candidates`` and ``partials`` records. The chooser takes the best-scored fitting candidate of
+that block_u and warps, on Hopper GPUs only. The measurements: ``notes/rnn-split.md``."""
 
 MEASURED_EXCHANGE: dict[tuple[str, str, int], tuple[str, int, int]] = {("forward", "lstm", 768): ("hinted", 8, 4)}
 """(direction, function, head dim) -> (exchange, block_u, warps): where a split kernel's records show another exchange
 than the counter barrier faster *and* its GPU tests passed, on Hopper GPUs, 16-bit dtypes, one head and one batch
-tile (B <= 16). The LSTM forward at 768 (B16, T1024, bf16): the hinted words (:mod:`gpulab.rnn.fused.exchange`) with
-8 units in 4 warps ran faster than every barrier tiling on both clocks (``scripts/bench05_hinted.py``,
-``benchmarks/05_fused_rnn/split/*-hinted.jsonl``, and the forward of the ``-steps`` record of the same day; with 2
-warps the words in flight spill, so the hinted exchange comes with its own warps), and the forward's bit-for-bit
-GPU tests against the barrier kernel passed on the H100 (``test_rnn_exchange.py``'s hinted forward: LSTM, GRU and
-Elman at 256 and 768, the chosen tiling and 8 units in 4 warps, 20 launches each; run of 2026-11-26,
-``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``; a later self-test found a launch after one-step
-launches reading stale words, fixed in :mod:`gpulab.rnn.fused.split`'s tags, after which every split and exchange GPU
-test passed: ``benchmarks/selftest/*-2026-11-26-session4.txt``). The backward keeps the barrier (its hinted words
-were not timed, and that run reached 2 of its 6 bit-for-bit GPU tests, both passed).
-``tests/rnn/fused/test_rnn_exchange.py`` holds every entry to the records."""
+tile (B <= 16): the LSTM forward at 768 with the hinted words (:mod:`gpulab.rnn.fused.exchange`) in 8 units and 4
+warps (with 2 warps the words in flight spill). The backward keeps the barrier. ``tests/rnn/fused/test_rnn_exchange.py``
+holds every entry to the records; the runs behind it: ``notes/rnn-split.md``."""
 
 
 @dataclasses.dataclass(frozen=True)

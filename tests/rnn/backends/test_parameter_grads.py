@@ -75,8 +75,7 @@ def test_the_chooser_takes_the_kernel_for_few_rows(monkeypatch):
     monkeypatch.setattr(pg, "parameter_grads", lambda *a, **k: calls.append("torch") or "torch")
     _, dG, out, states = _problem("elman", 1, 4, 1, 16, torch.float32, False, seed=1)
     assert pg.gate_gradients_to_parameters(dG, out, states, "elman") == "small"
-    monkeypatch.setattr(pg, "SMALL_ROWS", 3)
-    assert pg.gate_gradients_to_parameters(dG, out, states, "elman") == "torch"
+    assert pg.gate_gradients_to_parameters(dG, out, states, "elman", small_rows=3) == "torch"
     assert calls == ["small", "torch"]
 
 
@@ -120,18 +119,16 @@ def _steps_reference(fn, dG, out, states, time_major, t0, t1):
         ("elman", 1, 17, 1, 33, 16, 17, 64),  # one step, one row; DH past a 32 block
     ],
 )
-def test_step_products_sum_the_rows_of_their_steps(function, B, T, NH, DH, t0, t1, rows_per_split, time_major,
-                                                   monkeypatch):  # fmt: skip
+def test_step_products_sum_the_rows_of_their_steps(function, B, T, NH, DH, t0, t1, rows_per_split, time_major):
     """The piece products of the fused backward: the fp32 sums of each row split, added up, are dR and db over the
     rows of steps [t0, t1) alone, read in place from dG in either layout (outputs poisoned: every split written)."""
-    monkeypatch.setattr(pg, "STEP_ROWS", rows_per_split)
     fn, dG, out, states = _problem(function, B, T, NH, DH, torch.float32, time_major, seed=B * T + t0)
     dev = runtime.device
-    n = pg.step_splits(B, t1 - t0)
+    n = pg.step_splits(B, t1 - t0, rows_per_split)
     assert n == -(-(B * (t1 - t0)) // rows_per_split)
     dR = poisoned(n, fn.gates_r, NH, DH, DH, dtype=torch.float32, device=dev)
     db = poisoned(n, fn.gates_b, NH, DH, dtype=torch.float32, device=dev)
-    pg.step_products(dG.to(dev), out.to(dev), states.to(dev), function, t0, t1, dR, db, time_major=time_major)
+    pg.step_products(dG.to(dev), out.to(dev), states.to(dev), function, t0, t1, dR, db, time_major, rows_per_split)
     assert torch.isfinite(dR).all() and torch.isfinite(db).all()
     ref_R, ref_b = _steps_reference(fn, dG, out, states, time_major, t0, t1)
     assert _rel(dR.sum(0).cpu(), ref_R) < 1e-5 and _rel(db.sum(0).cpu(), ref_b) < 1e-5

@@ -4,7 +4,8 @@ error naming the argument, before anything runs."""
 import pytest
 import torch
 
-from gpulab.rnn.fused import called_bench, clocks, exchange, split_report, steps_bench
+from gpulab.rnn.fused import clocks, exchange
+from gpulab.rnn.fused.measure import called_bench, split_report, steps_bench
 
 BAD = [
     ("clock_buffer programs", lambda: clocks.clock_buffer(0, 8, "cpu"), ValueError, "programs"),

@@ -1,10 +1,10 @@
 """The fused RNN kernels as Triton compiles them for the H100, checked without a GPU.
 
-:mod:`gpulab.rnn.fused.sass` compiles a kernel for sm_90 on the CPU machine (no driver needed) and writes its
+:mod:`gpulab.rnn.fused.measure.sass` compiles a kernel for sm_90 on the CPU machine (no driver needed) and writes its
 TTGIR; a regression in how the compiler lays out the kernels' products shows there before any GPU time is spent.
 """
 
-from gpulab.rnn.fused import sass
+from gpulab.rnn.fused.measure import sass
 
 
 def test_backward_product_operands_keep_the_plain_register_layout(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import clocks, exchange, split, split_backward, split_report, split_tiling
+from gpulab.rnn.fused import clocks, exchange, split, split_backward, split_tiling
+from gpulab.rnn.fused.measure import split_report
 
 import triton  # isort: skip  (after gpulab: it decides whether Triton interprets)
 import triton.language as tl  # isort: skip

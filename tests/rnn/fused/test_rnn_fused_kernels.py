@@ -10,6 +10,7 @@ from gpulab import check, rnn, runtime
 from gpulab.rnn.fused import backward as fused_backward
 from gpulab.rnn.fused import forward as fused_forward
 from gpulab.rnn.fused import plan, tiling
+from gpulab.rnn.fused.config import BackwardConfig, FusedConfig
 
 
 def test_fused_forward_is_one_launch_and_saves_gates_only_for_training(monkeypatch, make_inputs):
@@ -65,9 +66,9 @@ def test_backward_in_time_pieces_equals_one_launch(function, layout, monkeypatch
     """The overlapped backward (the kernel run piece by piece in time, last piece first, each starting from the
     previous piece's carry; dR and db summed per piece) gives the gradients of the float64 reference, with dG in
     either layout (the GRU's dWx is three of its four gates: a strided view of dG)."""
-    monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 1)
-    with plan.backward_as(layout, cuts=(0.3, 0.6)):
-        assert fused_backward.pieces(7) == [(0, 2), (2, 4), (4, 7)]
+    config = FusedConfig(backward=BackwardConfig(dg_layout=layout, cuts=(0.3, 0.6), min_piece_steps=1))
+    with plan.config_as(config):
+        assert fused_backward.pieces(7, config.backward) == [(0, 2), (2, 4), (4, 7)]
         run_case("fused", function, 2, 7, 2, 16)  # pieces of 2, 2 and 3 steps
 
 
@@ -78,9 +79,9 @@ def test_backward_in_time_pieces_equals_one_launch(function, layout, monkeypatch
 def test_gpu_backward_pieces_on_two_streams(function, dtype, layout, monkeypatch, run_case):
     """At a length where the overlapped backward cuts the sequence (here into 3 pieces: 100, 100, 101 steps), its
     products on the second stream give the float64 reference's gradients (outputs poisoned first)."""
-    monkeypatch.setattr(fused_backward, "MIN_PIECE_STEPS", 64)
-    with plan.backward_as(layout, cuts=(1 / 3, 2 / 3)), runtime.poisoning(True):
-        assert fused_backward.pieces(301) == [(0, 100), (100, 201), (201, 301)]
+    config = FusedConfig(backward=BackwardConfig(dg_layout=layout, cuts=(1 / 3, 2 / 3), min_piece_steps=64))
+    with plan.config_as(config), runtime.poisoning(True):
+        assert fused_backward.pieces(301, config.backward) == [(0, 100), (100, 201), (201, 301)]
         run_case("fused", function, 5, 301, 3, 32, dtype=dtype)
 
 
@@ -106,16 +107,17 @@ def test_fused_kernels_rereading_r_every_step_agree(function, make_inputs):
 
 @pytest.mark.parametrize("function, B, T, NH, DH", [("lstm", 9, 4, 2, 17), ("gru", 3, 5, 1, 16), ("lstm", 1, 3, 1, 1)])
 def test_backward_per_gate_product_is_the_reference(function, B, T, NH, DH, monkeypatch, run_case):
-    """dh_{t-1} as G products of one gate each (backward.PRODUCT 'per gate', chosen at head dims >= 128) gives the
-    float64 reference's gradients, at odd sizes; and per_gate says which product each case runs."""
-    monkeypatch.setattr(fused_backward, "PRODUCT", "per gate")
-    run_case("fused", function, B, T, NH, DH)
+    """dh_{t-1} as G products of one gate each (``BackwardConfig.product`` 'per gate', chosen at head dims >= 128)
+    gives the float64 reference's gradients, at odd sizes; and per_gate says which product each case runs."""
+    with plan.config_as(FusedConfig(backward=BackwardConfig(product="per gate"))):
+        run_case("fused", function, B, T, NH, DH)
 
 
 def test_per_gate_product_by_head_dim():
     lstm, elman = rnn.functions.get_function("lstm"), rnn.functions.get_function("elman")
     at = {d: tiling.fused_tiling(16, 1, d, "lstm", torch.bfloat16, gpu="H100", direction="backward") for d in (64, 128)}
-    assert fused_backward.PRODUCT == "by head dim"
+    assert BackwardConfig().product == "by head dim"
     assert not fused_backward.per_gate(lstm, at[64]) and fused_backward.per_gate(lstm, at[128])
+    assert fused_backward.per_gate(lstm, at[64], "per gate") and not fused_backward.per_gate(lstm, at[128], "all gates")
     assert not fused_backward.per_gate(elman, at[128])  # one gate: nothing to take apart
     assert not fused_backward.per_gate(lstm, dataclasses.replace(at[128], r_on_chip=False))

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import bench, check, rnn, runtime
 from gpulab.rnn.fused import plan, versions
-from gpulab.rnn.fused.versions import report
+from gpulab.rnn.fused.measure import versions_report as report
 
 
 def _inputs(B, T, NH, DH, dtype, seed=0):
@@ -23,7 +23,7 @@ def _inputs(B, T, NH, DH, dtype, seed=0):
                                              (2, 4, 1, 16, torch.float16)])  # fmt: skip
 def test_version_matches_float64(version, B, T, NH, DH, dtype):
     inputs = _inputs(B, T, NH, DH, dtype, seed=B + T)
-    out, last = plan.run_version(version, *inputs)
+    out, last = versions.run_version(version, *inputs)
     ref = rnn.flashrnn(*(t.double() for t in inputs), function="lstm", backend="vanilla")
     context = f"{version} B={B} T={T} NH={NH} DH={DH} {dtype}"
     check.assert_close(out, ref[0], dtype=dtype, name="states_all", context=context)
@@ -32,9 +32,9 @@ def test_version_matches_float64(version, B, T, NH, DH, dtype):
 
 def test_v4_and_v5_are_the_package_kernels():
     inputs = _inputs(2, 2, 1, 16, torch.float32)
-    ref = plan.run_version("v1", *inputs)
+    ref = versions.run_version("v1", *inputs)
     for v in ("v4", "v5"):
-        out, last = plan.run_version(v, *inputs)
+        out, last = versions.run_version(v, *inputs)
         check.assert_close(out, ref[0], dtype=torch.float32, name=f"{v} states_all")
     assert list(versions.VERSIONS) == ["v1", "v2", "v3", "v4", "v5"] and all(versions.VERSIONS.values())
 
@@ -47,7 +47,7 @@ def test_backward_versions_match_float64(version, NH, DH, monkeypatch):
     monkeypatch.setattr(plan, "split_rnn_gradients", lambda *a, **k: calls.append(1) or split_gradients(*a, **k))
     plan.clear_cache()  # the loops are bound once per problem: bind them again with the counting one
     inputs = _inputs(2, 3 if version != "b3" else 1, NH, DH, torch.float32, seed=DH)
-    grads = plan.run_training(version, *inputs)
+    grads = versions.run_training(version, *inputs)
     assert bool(calls) == (version == "b3")
     leaves = [t.double().requires_grad_(True) for t in inputs]
     out, _ = rnn.flashrnn(*leaves, function="lstm", backend="vanilla")
@@ -56,23 +56,23 @@ def test_backward_versions_match_float64(version, NH, DH, monkeypatch):
         check.assert_close(g, ref, dtype=torch.float32, name=name, context=version)
     assert list(versions.BACKWARD_VERSIONS) == ["b1", "b2", "b3"]
     with pytest.raises(ValueError, match="version"):
-        plan.run_training("b4", *inputs)
+        versions.run_training("b4", *inputs)
 
 
 def test_bad_input():
     inputs = _inputs(2, 2, 1, 16, torch.float32)
     with pytest.raises(ValueError, match="version"):
-        plan.run_version("v9", *inputs)
+        versions.run_version("v9", *inputs)
     with pytest.raises(ValueError, match="power of two"):
-        plan.run_version("v2", *_inputs(2, 2, 1, 24, torch.float32))
+        versions.run_version("v2", *_inputs(2, 2, 1, 24, torch.float32))
     with pytest.raises(ValueError, match=r"R must have shape \[4, 1, 16, 16\]"):
-        plan.run_version("v1", inputs[0], inputs[1][:, :, :8], *inputs[2:])
+        versions.run_version("v1", inputs[0], inputs[1][:, :, :8], *inputs[2:])
     with pytest.raises(ValueError, match="LSTM"):
-        plan.run_version("v1", inputs[0][:, :, :3], *inputs[1:])
+        versions.run_version("v1", inputs[0][:, :, :3], *inputs[1:])
     with pytest.raises(TypeError, match="states must be a torch.Tensor"):
-        plan.run_version("v1", *inputs[:3], [0.0])
+        versions.run_version("v1", *inputs[:3], [0.0])
     with pytest.raises(ValueError, match="dtype"):
-        plan.run_version("v1", inputs[0], inputs[1].double(), *inputs[2:])
+        versions.run_version("v1", inputs[0], inputs[1].double(), *inputs[2:])
 
 
 def _record(version, NH, DH, ms, wall_ms, registers=100):

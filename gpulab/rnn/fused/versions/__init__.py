@@ -1,7 +1,7 @@
 """Lesson 5's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
-llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused.plan.run_version`, time them with
-``python -m gpulab bench 05 versions`` (:mod:`gpulab.rnn.fused.versions_bench`; the records, under
-``benchmarks/05_fused_rnn/versions/``, hold every time).
+llm.c's ``dev/cuda``): read them in order, run them with :func:`run_version`, time them with ``python -m gpulab bench
+05 versions`` (:mod:`gpulab.rnn.fused.measure.versions_bench`; the records, under ``benchmarks/05_fused_rnn/versions/``,
+hold every time). This package is the ladder only: nothing on the package's path imports it.
 
 - v1 (:mod:`.v1_per_gate`): the persistent kernel; R on chip as one tile per gate, four products per step;
 - v2 (:mod:`.v2_all_gates`): all gates in one tile, one product per step;
@@ -11,13 +11,12 @@ llm.c's ``dev/cuda``): read them in order, run them with :func:`gpulab.rnn.fused
   tiles the batch and keeps R off chip where it must);
 - v5: one head over several SMs, a grid barrier per step, for heads whose R does not fit one SM: the split kernel
   (:mod:`gpulab.rnn.fused.split`);
-- v6 (:mod:`.v6_gluon_split`, Gluon, LSTM): v5 with each program's slice of R in registers, the warps splitting the
-  product's depth and each reading only its chunk of h (v5 reads R and all of h through shared memory every step).
-  GPU only; on a CPU its schedule runs in float64 and the compiler's sm_90 output is checked. Its backward, b4
-  (:mod:`.b4_gluon_split_backward`): b3 with each program's rows of R in registers, transposed.
+- v6 (Gluon, LSTM): v5 with each program's slice of R in registers, the warps splitting the product's depth and each
+  reading only its chunk of h: the package's split kernel where it applies (:mod:`gpulab.rnn.fused.split_gluon`; its
+  backward, b4, :mod:`gpulab.rnn.fused.split_gluon_backward`). GPU only; on a CPU its schedule runs in float64.
 
 The backward (section 5 of the lesson) is one reverse-time kernel; its versions are what runs around it
-(:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`gpulab.rnn.fused.plan.run_training`):
+(:data:`BACKWARD_VERSIONS`, timed forward+backward by :func:`run_training`):
 
 - b1: the kernel (dh, dc carried on chip, the gate gradients dG written), then dR, db and dWx as products after it,
   on one stream;
@@ -25,34 +24,16 @@ The backward (section 5 of the lesson) is one reverse-time kernel; its versions 
   computed on a second stream, on the SMs the kernel leaves idle (the package's fused backward);
 - b3: one head over several SMs, a grid barrier per step (the package's split backward), after v5.
 
-What the H100 said along the way (the records hold the times):
-
-- v3: Nsight Compute's stall sampling (``scripts/rnn_ncu.sh``, ``scripts/profile_versions.py``) found the wait
-  that v3's two details remove (the loop's back edge copying a fresh load, 16-bit words split in the step of their
-  load) among the forward's largest stalls, and the same wait in the backward, which prefetches the same way;
-- v4: issuing the prefetch right after Wx_t is in the product's layout beat issuing it after the product (except at
-  DH 128, at the register cap); a further step, ``tanh.approx.f16x2`` (two values per instruction), does not pay:
-  it compiles to two special-function instructions on sm_90;
-- b2: the cut at T/8 beat T/4 and T/2; saving the LSTM's activations rather than its pre-activations (one tanh
-  recomputed per unit instead of five special functions) barely mattered: the step's time is its dependent chain;
-  Triton 3.6 gave dG, assembled with ``tl.join``, a k-by-4 operand layout and reordered R's fragments with about
-  170 register moves per step and warp, which ``gpulab.triton_ops.dot_operand`` removes;
-- b3: its first version exchanged dG through L2 every step, and the product and its exchange took 3.6 of a 5.1 us
-  step (``benchmarks/05_fused_rnn/split/*-parts.jsonl``); the present one exchanges partial sums of dh (the
-  ``partials`` record times both).
-- after v5 and b3: the step taken apart by clock stamps in the kernel (``python -m gpulab bench 05 steps``,
-  :mod:`gpulab.rnn.fused.clocks`): loading h and the barrier are most of a forward step. Two cheaper meeting points
-  were built as candidates for a v6 (:mod:`gpulab.rnn.fused.exchange`): h in tagged words (the LL protocol) and a
-  flag per program; both made the step longer, so v5 and b3 stay as they are (the ``steps`` record holds the times).
+What each step measured, and what was tried beside them and dropped: ``notes/rnn-fused.md``.
 
 Every version takes ``(Wx, R, b, states)`` as :func:`gpulab.rnn.flashrnn` does (LSTM, one compute dtype) and returns
 ``(states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``. v1 to v3 need a head dim that is a power of two
-of at least 16 and keep R on chip; v4 and v5 choose their tiles as the package does. This package holds the
-versions' descriptions, their input check and the launch v1 to v3 share; :mod:`gpulab.rnn.fused.plan` chooses
-between the versions.
+of at least 16 and keep R on chip; v4 and v5 choose their tiles as the package does.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import triton
@@ -60,8 +41,21 @@ import triton
 from gpulab import runtime
 from gpulab.check import new_output
 from gpulab.launch import aligned, cached_launch, direct_stream
+from gpulab.rnn.fused import plan
+from gpulab.rnn.fused.versions.v1_per_gate import v1_kernel
+from gpulab.rnn.fused.versions.v2_all_gates import v2_kernel
+from gpulab.rnn.fused.versions.v3_prefetch import v3_kernel
 
-__all__ = ["VERSIONS", "BACKWARD_VERSIONS", "BLOCK_B", "check_inputs", "launch"]
+__all__ = [
+    "VERSIONS",
+    "BACKWARD_VERSIONS",
+    "BLOCK_B",
+    "KERNELS",
+    "check_inputs",
+    "launch",
+    "run_version",
+    "run_training",
+]
 
 VERSIONS = {
     "v1": "persistent kernel, R on chip, one product per gate",
@@ -80,6 +74,10 @@ BACKWARD_VERSIONS = {
 """Backward version -> what it changes (forward+backward: after v4, or v5 for b3)."""
 
 BLOCK_B = 16  # batch rows per program of v1 to v3
+
+KERNELS = {"v1": v1_kernel, "v2": v2_kernel, "v3": v3_kernel}
+"""The ladder's own ``@triton.jit`` kernels by name (v4 is ``plan.KERNELS['forward']``, v5
+``plan.KERNELS['split']``)."""
 
 
 def check_inputs(Wx, R, b, states):
@@ -116,3 +114,33 @@ def launch(kernel, Wx, R, b, states):
     tensors = (Wx, R, b, states, out, last)
     run(direct_stream(Wx.device) if aligned(*tensors) else None, *tensors, *ints)
     return out, last
+
+
+def run_version(version: str, Wx, R, b, states):
+    """Run lesson 5's forward ``version`` ('v1' ... 'v5', :data:`VERSIONS`) on an LSTM problem; returns
+    ``(states_all, states_last)``. v1 to v3 need a head dim that is a power of two >= 16; v4 (the package's one-SM
+    forward) and v5 (the split forward) choose their tiles as the package does."""
+    runtime.one_of("version", version, tuple(VERSIONS))
+    check_inputs(Wx, R, b, states)
+    if version == "v4":
+        return plan.single_sm_forward(Wx, R, b, states, "lstm", False)[:2]
+    if version == "v5":
+        return plan.split_forward_at(Wx, R, b, states, None)[:2]
+    return launch(KERNELS[version], Wx, R, b, states)
+
+
+def run_training(version: str, Wx, R, b, states):
+    """Forward and backward of the LSTM with backward ``version`` ('b1', 'b2', 'b3', :data:`BACKWARD_VERSIONS`),
+    gradients of ``sum(states_all)`` with respect to every input: returns ``(dWx, dR, db, dstates)``. The loops are
+    the plan's (b1 and b2 where a head fits one SM, b3 where it is split); the inputs are detached copies that
+    require gradients. b1 is the backward in one piece on one stream (no time cuts), run under
+    :func:`gpulab.rnn.fused.plan.config_as` for the duration of the call."""
+    runtime.one_of("version", version, tuple(BACKWARD_VERSIONS))
+    check_inputs(Wx, R, b, states)
+    leaves = [t.detach().requires_grad_(True) for t in (Wx, R, b, states)]
+    config = plan.current_config()
+    if version == "b1":
+        config = dataclasses.replace(config, backward=dataclasses.replace(config.backward, cuts=()))
+    with plan.config_as(config):
+        out, _ = plan.fused_forward(*leaves, function="lstm")
+        return torch.autograd.grad(out.sum(), leaves)

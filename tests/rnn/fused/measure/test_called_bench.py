@@ -6,7 +6,7 @@ stand-in here: what is tested is the order of the bench's parts and its records'
 
 import pytest
 
-from gpulab.rnn.fused import called_bench
+from gpulab.rnn.fused.measure import called_bench
 
 
 def _stand_in(Wx, R, b, states, function="lstm", backend="fused"):

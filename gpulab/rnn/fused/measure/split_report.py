@@ -1,6 +1,6 @@
 """Lesson 5, part 2: the split-head kernel's stored H100 measurements, read back as tables and a figure.
 
-The records (``python -m gpulab bench 05 split`` on a GPU, :mod:`gpulab.rnn.fused.split_bench`, under
+The records (``python -m gpulab bench 05 split`` on a GPU, :mod:`gpulab.rnn.fused.measure.split_bench`, under
 ``benchmarks/05_fused_rnn/split/``; the stored ones from the probe script it replaced) are JSON lines: an
 ``env`` line (device, versions, date), then rows of kind ``check`` (the kernels against float64), ``stress``
 (repeated launches and CUDA-graph replays), ``time`` (LSTM, B = 16, T = 1024, one head, bf16: the split fused
@@ -19,10 +19,10 @@ rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exch
 ``fwd+bwd`` (one head of 768 through ``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth,
 ``*-parts.jsonl``, is an experiment on the dG exchange (kind ``part``: the kernel with its product and exchange
 skipped, ``SKIP_PRODUCT``), whose script was not kept. A sixth, ``*-steps.jsonl`` (``bench 05 steps``,
-:mod:`gpulab.rnn.fused.steps_bench`), holds rows of kind ``parts`` (a step of the forward and the backward at one
-head of 768 split into its parts by clock stamps, per exchange: :func:`parts_table`) and ``time`` (the forward and
-forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench
-05 called``, :mod:`gpulab.rnn.fused.called_bench`), holds the recurrence as a training loop calls it (kind
+:mod:`gpulab.rnn.fused.measure.steps_bench`), holds rows of kind ``parts`` (a step of the forward and the backward at
+one head of 768 split into its parts by clock stamps, per exchange: :func:`parts_table`) and ``time`` (the forward and
+forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench 05
+called``, :mod:`gpulab.rnn.fused.measure.called_bench`), holds the recurrence as a training loop calls it (kind
 ``called``) and the tiny step's pieces (kind ``breakdown``): :func:`called_table`.
 """
 
@@ -103,8 +103,8 @@ _ENV = ("device", "sm_count", "torch", "triton", "mode", "date")
 
 def rows_of(records) -> list[dict]:
     """Record dicts as the tables read them: a probe's rows as they are; :class:`gpulab.bench.Result` dicts (``python
-    -m gpulab bench 05 split``, :mod:`gpulab.rnn.fused.split_bench`) flattened to their ``params`` with ``ms`` and
-    ``wall_ms`` (an ``error`` instead where the provider did not run), after an ``env`` line from the first."""
+    -m gpulab bench 05 split``, :mod:`gpulab.rnn.fused.measure.split_bench`) flattened to their ``params`` with ``ms``
+    and ``wall_ms`` (an ``error`` instead where the provider did not run), after an ``env`` line from the first."""
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise TypeError(f"records must be a list of record dicts, got {type(records).__name__}.")
     results = [r for r in records if "lesson" in r and isinstance(r.get("params"), dict)]

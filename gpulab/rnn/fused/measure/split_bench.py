@@ -1,5 +1,6 @@
 """Lesson 5's named benchmark parts for the split-head kernel: ``python -m gpulab bench 05 split`` and
-``bench 05 cross``, records under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.split_report` reads.
+``bench 05 cross``, records under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
+reads.
 
 - :func:`split` (``<gpu>-<date>-split.jsonl``): the LSTM, one head, B = 16, T = 1024, bf16 (``kind='time'``):
   ``fused split (chosen)`` (``flashrnn(backend='fused')``, which takes the split kernel at these head dims; the
@@ -26,7 +27,7 @@ import torch
 from gpulab import bench, check, dtypes, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import plan, split_tiling, tiling
-from gpulab.rnn.fused.benchmark import (
+from gpulab.rnn.fused.measure.benchmark import (
     check_states,
     dense_reference,
     dense_run,

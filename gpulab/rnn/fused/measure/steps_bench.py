@@ -1,5 +1,5 @@
 """Lesson 5's named benchmark part for the split kernels' step: ``python -m gpulab bench 05 steps``, records
-``<gpu>-<date>-steps.jsonl`` under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.split_report`
+``<gpu>-<date>-steps.jsonl`` under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
 reads.
 
 The problem is cuDNN's own: one LSTM head of 768, B = 16, T = 1024, bf16, Wx given, the chooser's tilings.
@@ -7,10 +7,10 @@ The problem is cuDNN's own: one LSTM head of 768, B = 16, T = 1024, bf16, Wx giv
 - ``kind='parts'``: the persistent forward (each exchange of :data:`gpulab.rnn.fused.exchange.EXCHANGES`) and the
   split backward launched with clock stamps (:mod:`gpulab.rnn.fused.clocks`): ns per step of each part
   (``params['parts']``), ``step_ns``, and ``ms`` the same launch without stamps (device clock; ``wall_ms`` eager).
-- ``kind='time'``: the forward with each exchange (``flashrnn(backend='fused')`` with ``split.EXCHANGE`` set) and
-  forward+backward (each forward exchange but the tagged words, with the backward of
-  :data:`gpulab.rnn.fused.plan.BACKWARD_EXCHANGE`), beside cuDNN's dense ``nn.LSTM`` in fp16 (with its input
-  product), checked against float64 before anything is timed, both clocks.
+- ``kind='time'``: the forward with each exchange (``flashrnn(backend='fused')`` under
+  :func:`gpulab.rnn.fused.experiments.exchange_as`) and forward+backward (each forward exchange but the tagged
+  words, with the backward of :data:`gpulab.rnn.fused.experiments.BACKWARD_EXCHANGE`), beside cuDNN's dense
+  ``nn.LSTM`` in fp16 (with its input product), checked against float64 before anything is timed, both clocks.
 
 On CPU: the forward with each exchange in the interpreter (float16, a tiny problem, one launch per step), checked
 and not timed; the stamps need a GPU (a record saying so).
@@ -23,7 +23,14 @@ import torch
 from gpulab import bench, dtypes, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import clocks, exchange, plan
-from gpulab.rnn.fused.benchmark import check_states, dense_reference, dense_run, problem_inputs, states_reference
+from gpulab.rnn.fused.experiments import BACKWARD_EXCHANGE, exchange_as
+from gpulab.rnn.fused.measure.benchmark import (
+    check_states,
+    dense_reference,
+    dense_run,
+    problem_inputs,
+    states_reference,
+)
 
 __all__ = ["steps", "parts_records", "time_benchmarks", "exchange_as"]
 
@@ -31,10 +38,6 @@ __all__ = ["steps", "parts_records", "time_benchmarks", "exchange_as"]
 def _sizes():
     """(B, T, DH, dtype): the timed problem on a GPU; a tiny one in float16 on CPU (the tagged words hold 16-bit)."""
     return runtime.pick(cpu=(2, 3, 192, torch.float16), gpu=(16, 1024, 768, torch.bfloat16))
-
-
-BACKWARD_EXCHANGE = plan.BACKWARD_EXCHANGE
-exchange_as = plan.exchange_as
 
 
 def _with_exchange(name):

@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import sass
-from gpulab.rnn.fused.versions import b4_gluon_split_backward as b4
+from gpulab.rnn.fused import split_gluon_backward as b4
+from gpulab.rnn.fused.measure import sass
 
 
 def _autograd(inputs, d_out, d_last):
@@ -105,7 +105,7 @@ def test_gates_are_stacked_in_slot_order(U, B):
 
 def test_sizes_of_one_are_not_specialized():
     """B = 1 or T = 1 would become constants (``B.to`` fails on an int; T = 1 crashed the backward's compile)."""
-    from gpulab.rnn.fused.versions import v6_gluon_split as v6
+    from gpulab.rnn.fused import split_gluon as v6
 
     for kernel in (b4.split_backward_b4_kernel, v6.split_forward_v6_kernel):
         names = [x if isinstance(x, str) else kernel.arg_names[x] for x in kernel.do_not_specialize]
@@ -113,7 +113,7 @@ def test_sizes_of_one_are_not_specialized():
 
 
 def test_host_passes_every_kernel_argument_by_name():
-    from tests.rnn.fused.test_v6_gluon_split import launch_names
+    from tests.rnn.fused.test_split_gluon import launch_names
 
     launch_names(b4.split_backward_b4, b4.split_backward_b4_kernel,
                  b4._constexprs(768, b4.b4_config(768), True, True))  # fmt: skip
@@ -169,22 +169,23 @@ def test_plan_keeps_version_5_where_version_6_does_not_apply():
     assert not plan.v6_applies(16, 1, 100, "lstm", torch.bfloat16)
     if runtime.INTERPRET:
         assert not plan.v6_applies(16, 1, 768, "lstm", torch.bfloat16)
-    default = plan.SPLIT_VERSION
-    with plan.split_version_as("v5"):
-        assert plan.SPLIT_VERSION == "v5"
-    assert plan.SPLIT_VERSION == default == "v6"
+    from gpulab.rnn.fused import experiments
+
+    default = plan.current_config().split_version
+    with experiments.split_version_as("v5"):
+        assert plan.current_config().split_version == "v5"
+    assert plan.current_config().split_version == default == "v6"
 
 
-def test_version_6_takes_32_rows_per_program_past_16(monkeypatch):
-    """Up to 16 rows the first tile pair of V6_TILES (no SM count here); beyond, with V6_WIDE on, 32 rows of 16
+def test_version_6_takes_32_rows_per_program_past_16():
+    """Up to 16 rows the first tile pair of V6_TILES (no SM count here); beyond, with ``wide`` on, 32 rows of 16
     units in 8 warps (half the programs of two 16-row tiles), which fit one head of 768 in registers."""
     from gpulab.rnn.fused import plan
 
-    assert plan.V6_WIDE is False
-    monkeypatch.setattr(plan, "V6_WIDE", True)
-    fwd, bwd = plan.v6_tiles(16, 768)
+    assert plan.current_config().gluon.wide is False
+    fwd, bwd = plan.v6_tiles(16, 768, wide=True)
     assert (fwd.block_b, fwd.block_u, fwd.warps, bwd.block_b, bwd.block_u, bwd.warps) == (8, 16, 8, 8, 16, 8)
-    fwd, bwd = plan.v6_tiles(17, 768)
+    fwd, bwd = plan.v6_tiles(17, 768, wide=True)
     assert (fwd.block_b, fwd.block_u, fwd.warps) == (bwd.block_b, bwd.block_u, bwd.warps) == (32, 16, 8)
     assert fwd.programs(32, 1, 768) == 48 and fwd.programs(33, 1, 768) == 96
 
@@ -197,7 +198,7 @@ ROWS8, WIDE_B4 = ((16, 8, 8), (16, 8, 8)), ((16, 16, 8), (32, 8, 16))
     (132, 32, 1, WIDE_B4, True), (264, 32, 1, ROWS8, True), (132, 16, 2, WIDE_B4, True),
     (132, 33, 1, ((16, 16, 8), (16, 16, 8)), False), (0, 32, 1, ROWS8, False)])  # fmt: skip
 def test_version_6_takes_the_first_tile_pair_that_fits(sms, B, NH, want, fits, monkeypatch):
-    """With V6_WIDE off (the default) the plan tries 8-row tiles (16 units, 8 warps), then at 768 the forward in
+    """With ``wide`` off (the default) the plan tries 8-row tiles (16 units, 8 warps), then at 768 the forward in
     16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps, then 16 rows with the defaults (the forward's 8
     units make twice b4's programs), then 16 rows with the forward in b4's tile, and takes the first whose programs
     fit the GPU's SMs at once: 8 rows up to B = 16 at one head of 768 on an H100 (96 programs), the wide b4 at B = 32
@@ -247,14 +248,13 @@ def test_version_6_tiles_skip_pairs_the_head_dim_does_not_fit(monkeypatch):
 
     monkeypatch.setattr(hardware, "live_properties", lambda: {"sm_count": 132})
     two_warps = dict(forward=dict(block_u=8, block_b=16, warps=2), backward=dict(block_u=16, block_b=16, warps=2))
-    monkeypatch.setattr(plan, "V6_TILES", (plan.V6_TILES[0], two_warps))
-    fwd, bwd = plan.v6_tiles(4, 96)
+    pairs = (plan.V6_TILES[0], two_warps)
+    fwd, bwd = plan.v6_tiles(4, 96, pairs=pairs)
     assert (fwd.block_u, fwd.block_b, fwd.warps, bwd.warps) == (8, 16, 2, 2)
     with pytest.raises(ValueError, match="head_dim=100"):
-        plan.v6_tiles(4, 100)
-    monkeypatch.setattr(plan, "V6_TILES", plan.V6_TILES[:1])  # only the 8-row pair, for heads of 512 and more
+        plan.v6_tiles(4, 100, pairs=pairs)
     with pytest.raises(ValueError, match="head_dim=256 fits no version-6 tile pair.*min_head_dim"):
-        plan.v6_tiles(4, 256)
+        plan.v6_tiles(4, 256, pairs=plan.V6_TILES[:1])  # only the 8-row pair, for heads of 512 and more
 
 
 @pytest.mark.gpu
@@ -267,14 +267,16 @@ def test_flashrnn_trains_through_version_6(B, DH, version, run_case):
 
     assert plan.choose(B, 1, DH, "lstm", torch.bfloat16, training=True).kind == "split"
     assert plan.v6_applies(B, 1, DH, "lstm", torch.bfloat16)
-    with plan.split_version_as(version):
+    from gpulab.rnn.fused import experiments
+
+    with experiments.split_version_as(version):
         run_case("fused", "lstm", B, 32, 1, DH, dtype=torch.bfloat16)
 
 
 def test_the_next_steps_inputs_are_loaded_while_waiting(tmp_path, gluon_loop_sass):
-    """With PREFETCH (the default), b4's step loads the next step's inputs (4 saved gates, c_{t-1}, dL/dh and
-    dL/dc: plain loads) after its arrival at the barrier and before its first poll of the counter, so their trip to
-    HBM overlaps the wait instead of following it."""
+    """With ``GluonConfig.prefetch`` (the default), b4's step loads the next step's inputs (4 saved gates, c_{t-1},
+    dL/dh and dL/dc: plain loads) after its arrival at the barrier and before its first poll of the counter, so their
+    trip to HBM overlaps the wait instead of following it."""
     lines = gluon_loop_sass("b4", tmp_path)
     arrive = next(i for i, op in enumerate(lines) if "REDG.E.ADD" in op)
     poll = next(i for i, op in enumerate(lines) if i > arrive and "LDG.E.64.STRONG" in op)
@@ -284,6 +286,6 @@ def test_the_next_steps_inputs_are_loaded_while_waiting(tmp_path, gluon_loop_sas
 
 def test_register_budget_follows_the_warps():
     """A thread of 16 warps has at most 128 registers (65,536 over 512 threads); up to 8 warps the tile budget."""
-    from gpulab.rnn.fused.versions import gluon_tiles
+    from gpulab.rnn.fused import gluon_tiles
 
     assert [gluon_tiles.register_budget(w) for w in (1, 8, 16)] == [gluon_tiles.REGISTER_BUDGET] * 2 + [128]

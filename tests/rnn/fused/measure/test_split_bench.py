@@ -1,13 +1,14 @@
-"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.split_bench: `bench 05 split|cross`) at
-their CPU size: every provider checked before timing, and records gpulab.rnn.fused.split_report reads back."""
+"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.measure.split_bench: `bench 05 split|cross`)
+at
+their CPU size: every provider checked before timing, and records gpulab.rnn.fused.measure.split_report reads back."""
 
 import json
 
 import pytest
 
 from gpulab import bench, lessons
-from gpulab.rnn.fused import split_bench as sb
-from gpulab.rnn.fused import split_report as sr
+from gpulab.rnn.fused.measure import split_bench as sb
+from gpulab.rnn.fused.measure import split_report as sr
 
 
 def _rows(results, tmp_path, tag):
@@ -92,8 +93,8 @@ def test_candidates_and_partials_parts_write_what_their_tables_read(tmp_path):
 
 
 def test_versions_part_writes_what_the_versions_table_reads(tmp_path):
-    from gpulab.rnn.fused import versions_bench
-    from gpulab.rnn.fused.versions import report as vr
+    from gpulab.rnn.fused.measure import versions_bench
+    from gpulab.rnn.fused.measure import versions_report as vr
 
     results = versions_bench.versions()
     assert all(r.status == "ok" and r.params["check"] in ("ok", "reference") for r in results)

@@ -103,14 +103,14 @@ def plot_versions(results, ax=None):
 
 
 def load_sass(dh: int = 64, root=None) -> list[dict]:
-    """The versions' compiled loops at head dim ``dh`` (``python -m gpulab.rnn.fused.sass versions``, sm_90,
+    """The versions' compiled loops at head dim ``dh`` (``python -m gpulab.rnn.fused.measure.sass versions``, sm_90,
     bf16, 4 warps; no GPU needed): one dict per version, counts per time step and warp."""
     dh = runtime.positive_int("dh", dh)
     folder = bench.results_dir(root).joinpath(*_FOLDER, "sass")
     files = sorted(folder.glob(f"sm90-dh{dh}-*.jsonl"))
     if not files:
         raise FileNotFoundError(
-            f"no SASS counts at dh={dh} in {folder}; run `python -m gpulab.rnn.fused.sass versions --dh {dh}`"
+            f"no SASS counts at dh={dh} in {folder}; run `python -m gpulab.rnn.fused.measure.sass versions --dh {dh}`"
             f" > {folder}/sm90-dh{dh}-bf16-w4.jsonl (no GPU needed)."
         )
     with files[-1].open() as fh:
@@ -178,7 +178,8 @@ _V6_FOLDER = ("05_fused_rnn", "v6")
 
 def load_v6_sass(root=None) -> list[dict]:
     """Version 6's compiled step per tile (``v6/sm90-v6-sass.jsonl``, written without a GPU by ``python
-    scripts/sass05_split.py SPLIT.jsonl V6.jsonl``), in the rows of :func:`gpulab.rnn.fused.split_report.load_sass`."""
+    scripts/sass05_split.py SPLIT.jsonl V6.jsonl``), in the rows of
+    :func:`gpulab.rnn.fused.measure.split_report.load_sass`."""
     path = bench.results_dir(root).joinpath(*_V6_FOLDER, "sm90-v6-sass.jsonl")
     if not path.exists():
         raise FileNotFoundError(

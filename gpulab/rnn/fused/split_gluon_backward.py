@@ -24,15 +24,16 @@ Per step t = T-1 .. 0, program (p, n, tile) (fp32; the forward saved pre-activat
     (di, df, dz, do), dc = cell_backward(pre_t, c_{t-1}, dh, dc)
     part[t % 2][p] = R_p^T @ dG_t[:, U_p]^T                                      [DH, B]
     arrive; store dG_t of U_p; load step t-1's inputs; wait
-                          (dG stored and the next inputs loaded while waiting: EARLY_ARRIVE, PREFETCH)
+                          (dG stored and the next inputs loaded while waiting: GluonConfig's backward_early_arrive,
+                          prefetch)
 
 and at the end dL/dh_{-1} = sum_q part[0][q, U_p]^T, dL/dc_{-1} = dc. As in b3, dG is stored in Wx's layout [B, T, 4,
 NH, DH]: the parameter products read it as one matrix of B * T rows, and it is dWx as it stands. Each step's inputs
 (saved pre-activations, c_{t-1}, dL/d(states)) come from HBM; loaded after the barrier, their trip added to every
-step's, so they are loaded a step ahead, while the program waits (``PREFETCH``). Each head and batch tile waits at
-its own counter, for its own programs only (``gluon_ops.BARRIER``). On a CPU
-:func:`schedule_reference` runs the same decomposition in float64 (tests compare it with autograd through the vanilla
-backend); :func:`compile_sm90` compiles the kernel for sm_90 without a GPU; the GPU tests run it.
+step's, so they are loaded a step ahead, while the program waits (``GluonConfig.prefetch``). Each head and batch tile
+waits at its own counter, for its own programs only (``GluonConfig.barrier``). On a CPU :func:`schedule_reference` runs
+the same decomposition in float64 (tests compare it with autograd through the vanilla backend); :func:`compile_sm90`
+compiles the kernel for sm_90 without a GPU; the GPU tests run it.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
-from gpulab.rnn.fused.versions import gluon_ops as ops
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.gluon_tiles import V6Config, k_pieces, register_budget
+from gpulab.rnn.fused import gluon_ops as ops
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused.config import GluonConfig
+from gpulab.rnn.fused.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.gluon_tiles import V6Config, k_pieces, register_budget
 
 __all__ = ["b4_config", "schedule_reference", "split_backward_b4", "compile_sm90", "GATES_FIRST"]
 
@@ -59,7 +61,7 @@ g U + u: the kernel's B operand. A CPU test checks it with ``tl.join`` in the in
 def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8) -> V6Config:
     """The backward's tile for ``head_dim``: ``block_u`` units per program (its 4 gates: the product's depth
     4 * block_u), ``warps`` warps splitting the DH rows of R_p^T, held as at most two power-of-two tiles each at
-    least 16 rows per warp (:func:`gpulab.rnn.fused.versions.gluon_tiles.k_pieces`)."""
+    least 16 rows per warp (:func:`gpulab.rnn.fused.gluon_tiles.k_pieces`)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
     cfg = V6Config(block_u, block_b, warps)
     pieces = k_pieces(head_dim)
@@ -371,41 +373,43 @@ SHARE_STORES = ("coalesced", "fragments")
 or ``fragments`` (from the product's registers, 4 bytes a store)."""
 
 
-EARLY_ARRIVE = True
-SUM_DB = True
-"""The package's calls (:func:`gpulab.rnn.fused.plan`) take db from the kernel (``sum_db``) instead of a reduction
-over all of dG after it (False: the reduction; kept for the A/B of ``scripts/diag05_b4_db.py``)."""
-PREFETCH = True
-"""Load each step's inputs (saved gates, c_{t-1}, dL/d(states)) during the previous step's wait at the barrier
-(False: at the step's start, after the wait, beside the gather of dh's shares; kept for the A/B of
-``scripts/diag05_v6_switches.py``)."""
-"""Arrive at each step's barrier right after pushing the shares, then store dG while waiting (False: after every
-store; kept for the A/B of ``scripts/diag05_v6.py``)."""
+def _switches(config):
+    if config is None:
+        return GluonConfig()
+    if not isinstance(config, GluonConfig):
+        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
+    return config
 
 
 def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced",
-                sum_db: bool = False) -> dict:  # fmt: skip
+                sum_db: bool = False, config: GluonConfig | None = None) -> dict:  # fmt: skip
+    config = _switches(config)
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
-                COALESCED=share_stores == "coalesced", EARLY=EARLY_ARRIVE, **ops.barrier_constexprs(),
-                PREFETCH=PREFETCH, SUM_DB=sum_db)  # fmt: skip
+                COALESCED=share_stores == "coalesced", EARLY=config.backward_early_arrive,
+                **ops.barrier_constexprs(config.barrier, config.poll), PREFETCH=config.prefetch,
+                SUM_DB=sum_db)  # fmt: skip
 
 
 def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config | None = None,
-                      share_stores: str = "coalesced", sum_db: bool = False):  # fmt: skip
+                      share_stores: str = "coalesced", sum_db: bool = False,
+                      config: GluonConfig | None = None):  # fmt: skip
     """b4 on a GPU (LSTM, 16-bit): ``(dG [B, T, 4, NH, DH] in Wx's layout, d_states [2, B, 1, NH, DH])`` as
     :func:`gpulab.rnn.fused.split_backward.split_rnn_backward` returns them; ``gates`` the pre-activations the
-    forward saved (:func:`gpulab.rnn.fused.versions.v6_gluon_split.split_forward_v6` or version 5);
+    forward saved (:func:`gpulab.rnn.fused.split_gluon.split_forward_v6` or version 5);
     ``share_stores`` one of :data:`SHARE_STORES`. With ``sum_db`` also db [4, NH, DH] (dG summed over the batch and
     the steps in the kernel, fp32, per batch tile; the tiles summed here; in dG's dtype) as a third result: the
-    reduction that would read all of dG once more. On a CPU it raises: run :func:`schedule_reference` there."""
+    reduction that would read all of dG once more (the package passes ``config.sum_db``). ``config``: a
+    :class:`gpulab.rnn.fused.config.GluonConfig` (the barrier, its poll, what a step issues while it waits; None:
+    what ships). On a CPU it raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import fast_activations  # noqa: PLC0415
 
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     sum_db = runtime.strict_bool("sum_db", sum_db)
+    config = _switches(config)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
     if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
         raise TypeError(
@@ -415,7 +419,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     if out.device.type != "cuda" or runtime.INTERPRET:
         raise RuntimeError(
             "b4 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
-            "gpulab.rnn.fused.versions.b4_gluon_split_backward.schedule_reference, the same arithmetic in float64."
+            "gpulab.rnn.fused.split_gluon_backward.schedule_reference, the same arithmetic in float64."
         )
     cfg = gluon_tiles.tile_for(DH, cfg, b4_config)
     d_out, gates, out, states, R = (x.contiguous() for x in (d_out, gates, out, states, R))
@@ -426,27 +430,30 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     part = torch.empty(2, tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)  # written first
     grid = (DH // cfg.block_u, NH, tiles)
     programs = grid[0] * grid[1] * grid[2]
-    bar, per_group = ops.launch_counter(dev, programs, NH, tiles)
+    bar, per_group = ops.launch_counter(dev, programs, NH, tiles, config.barrier)
     db = new_output(tiles, 4, NH, DH, dtype=torch.float32, device=dev) if sum_db else bar
     split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
         gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
         dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
         bar_ptr=bar, db_ptr=db, B=B, T=T, NH=NH, n_programs=per_group,
-        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores, sum_db), num_warps=cfg.warps,
+        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores, sum_db, config),
+        num_warps=cfg.warps,
         launch_cooperative_grid=True,
     )  # fmt: skip
     return (dG, ds0, db.sum(0).to(dt)) if sum_db else (dG, ds0)
 
 
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", has_last: bool = True,
-                 share_stores: str = "coalesced", sum_db: bool = False):  # fmt: skip
-    """Triton's compiled b4 for sm_90, nothing launched, no GPU needed. Call from a process outside the
-    interpreter (:func:`gpulab.rnn.fused.sass.b4_stats` does)."""
+                 share_stores: str = "coalesced", sum_db: bool = False,
+                 config: GluonConfig | None = None):  # fmt: skip
+    """Triton's compiled b4 for sm_90, nothing launched, no GPU needed (``config`` as for
+    :func:`split_backward_b4`). Call from a process outside the interpreter
+    (:func:`gpulab.rnn.fused.measure.sass.b4_stats` does)."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     if not isinstance(has_last, bool):
         raise TypeError(f"has_last must be True or False, got {has_last!r}.")
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, b4_config)
     constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16", share_stores,
-                             runtime.strict_bool("sum_db", sum_db))  # fmt: skip
+                             runtime.strict_bool("sum_db", sum_db), _switches(config))  # fmt: skip
     return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

@@ -5,7 +5,7 @@ tiny one (B 1, T 4, 2 heads of 64), where the host's work is all there is. Per p
 ``params['mode']``), every mode timed on the eager wall clock (calls back to back, one synchronize) and the device
 clock, with the host's own time per call beside them (``params['host_ms']``: the same loops timed until the last call
 returns, before the synchronize; where wall > device time and host ~ wall, the host is the slower of the two, and
-no call waits for the GPU: ``scripts/diag05_sync.py`` found no synchronizing call in the loop, H100, 2026-11-26).
+no call waits for the GPU: the loop has no synchronizing call, ``notes/rnn-fused.md``).
 The main problem's wall and host clocks are taken in :data:`ROUNDS` interleaved rounds over its modes, each mode's
 median (the host's speed drifts during a run). After the ``graphed callable`` mode (whose captured graph keeps the
 leaves' AccumulateGrad nodes alive on its capture stream) the problem's later parts run on fresh leaves:
@@ -35,8 +35,8 @@ element: dispatch and a launch, the floor of any eager op); and the host's share
 kernels' device time (the graph's replay). On CPU: the tiny problem in the interpreter, checked paths, no timing claims.
 
 Then the tiny step's wall time as a sum (``kind='host parts'``, :func:`host_parts`), twice: first, in a fresh
-process, and last, after everything else (the host's speed drifts during a run: on the H100 machine the same step
-took a different wall time early and late in one run, ``session-2026-11-26-called2.log``). Every part is timed the
+process, and last, after everything else (the host's speed drifts during a run: the same step can take a
+different wall time early and late in one run, ``notes/rnn-fused.md``). Every part is timed the
 same way (calls back to back, one synchronize), the parts in interleaved rounds with the garbage collector off, each
 part's median:
 
@@ -68,7 +68,8 @@ import torch
 from gpulab import bench, launch, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import plan
-from gpulab.rnn.fused.benchmark import problem_inputs
+from gpulab.rnn.fused.experiments import backward_as
+from gpulab.rnn.fused.measure.benchmark import problem_inputs
 from gpulab.rnn.module import LSTM
 
 __all__ = ["called", "PROBLEMS", "host_parts", "host_parts_table"]
@@ -239,8 +240,8 @@ ROUNDS = 3
 def _interleaved(records, fns, name, rounds=ROUNDS):
     """The wall and host clocks of ``records`` (one per mode of ``fns``) again, in ``rounds`` rounds that time every
     mode once each (one loop of calls back to back), each mode's median over the rounds: the host's speed drifts
-    during a run (on the H100 machine, loops of the same step took from 1.3 to 2.5 ms of host time in one process,
-    ``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``), so modes timed one after another compare
+    during a run (loops of the same step took from 1.3 to 2.5 ms of host time in one process on the H100 machine,
+    ``notes/rnn-fused.md``), so modes timed one after another compare
     the host at different moments; interleaved, a drift reaches every mode alike. Each record keeps its rounds
     (``params['wall_rounds_ms']``, ``params['host_rounds_ms']``)."""
     n = _calls(name)
@@ -334,7 +335,7 @@ def called(progress=None, problems=None):
     breakdown; the torch.profiler sessions (the variants' kernels, the kernels per tiny step)
     last, after every timing but the last host parts' own (whose profile ends them): a session can leave CUDA's
     profiling interface attached, which adds host time to every later CUDA call of the process (the main loop
-    measured after one, in the run of 2026-11-26, had 1.2x its graph's wall time; see the module docstring)."""
+    measured after one had 1.2x its graph's wall time; see the module docstring)."""
     problems = tuple(PROBLEMS) if problems is None else problems
     if isinstance(problems, str) or not isinstance(problems, (list, tuple)) or not problems:
         raise TypeError(f"problems must be a non-empty list of names from {list(PROBLEMS)}, got {problems!r}.")
@@ -426,10 +427,9 @@ VARIANTS = {
     "cuts 1/8, 1/2": {"cuts": (0.125, 0.5)},
     "one piece": {"cuts": ()},
 }
-"""The main problem's backward alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.plan.backward_as`):
-dG stored time-major (the layout shipped until 2026-11-27: dWx a transposed view, which autograd copies into Wx's
-layout in the loop), a second cut of the sequence at T/2, and no cut at all (the kernel, then the products on one
-stream: fewer host calls, the products no longer hidden beside the kernel)."""
+"""The backward's alternatives timed beside the shipped one (:func:`gpulab.rnn.fused.experiments.backward_as`): dG
+time-major (dWx a transposed view, which autograd copies into Wx's layout in the loop), a second cut at T/2, and no
+cut (the kernel, then the products on one stream: fewer host calls, the products no longer beside the kernel)."""
 
 
 def _variants(name, x, profiles) -> list[bench.Result]:
@@ -446,7 +446,7 @@ def _variants(name, x, profiles) -> list[bench.Result]:
         return torch.autograd.grad(flashrnn(*x, function="lstm", backend="fused")[0].sum(), x)
 
     def kernels_of(label, how):
-        with plan.backward_as(**how):
+        with backward_as(**how):
             kernels, _ = _profiled(loop)
         busy = sum(ms for _, ms in kernels.values()) if kernels else math.nan
         return [bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
@@ -457,7 +457,7 @@ def _variants(name, x, profiles) -> list[bench.Result]:
     out = []
     for label, how in {"shipped": {}, **VARIANTS}.items():
         if label != "shipped":
-            with plan.backward_as(**how):
+            with backward_as(**how):
                 for mode, fn in (("loop", loop), ("autograd.grad", grad)):
                     out.append(_record(name, f"{mode} ({label})", fn, variant=label))
         profiles.append(lambda label=label, how=how: kernels_of(label, how))
@@ -549,12 +549,12 @@ def host_parts(x, when: str = "", rounds: int = 5, profile: bool = True) -> benc
         if enabled:
             gc.enable()
     med = {k: statistics.median(v) for k, v in samples.items()}
-    n_launches = len(recorded)  # counted before the list is dropped (a record of 2026-11-26 stored 0: counted after)
+    n_launches = len(recorded)  # counted before the list is dropped (counted after, it is 0)
     recorded.clear()  # the recorded launches hold the step's outputs, and through them its autograd graph
     kernels, ops = _profiled(step) if profile else ({}, {})
     # the kernels' device time from the profiler (no CUDA graph captured here: a capture on leaves whose
     # AccumulateGrad nodes an eager step made on the default stream fails, "legacy stream depend on a capturing
-    # blocking stream", as the H100 run of 2026-11-26 found)
+    # blocking stream")
     kernels_ms = sum(ms for _, ms in kernels.values()) if kernels else None
     whole, bare, launched, floor = med["step"], med["without launches"], med["Triton launches"], med["autograd floor"]
     B, T, NH, DH = _shape("tiny")
@@ -573,7 +573,7 @@ def host_parts(x, when: str = "", rounds: int = 5, profile: bool = True) -> benc
 
 
 def host_parts_table(rows) -> str:
-    """The ``host parts`` rows (record dicts, flattened as :func:`gpulab.rnn.fused.split_report.rows_of` makes
+    """The ``host parts`` rows (record dicts, flattened as :func:`gpulab.rnn.fused.measure.split_report.rows_of` makes
     them): the step's wall time, its parts and their sum, and where the floor is."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"rows must be a list of record dicts, got {type(rows).__name__}.")

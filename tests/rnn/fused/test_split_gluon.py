@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from gpulab import check, rnn, runtime
-from gpulab.rnn.fused import sass
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions import v6_gluon_split as v6
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused import split_gluon as v6
+from gpulab.rnn.fused.config import GluonConfig
+from gpulab.rnn.fused.measure import sass
 
 
 def _float64(inputs):
@@ -164,11 +165,13 @@ def test_both_pieces_of_h_are_loaded_before_the_change_of_layout(tmp_path, gluon
 
 
 def test_late_inputs_only_in_8_row_tiles(tmp_path, gluon_loop_sass):
-    """The measured choice (run zzb): at 8 batch rows the forward issues the next step's input projections after its
-    arrival at the barrier (its release then waits for no load); at 16 rows before the cell. In the 8-row tile's
-    SASS the step's arrival (REDG) comes before the input loads, and no input load comes between the step's start
-    and the arrival."""
-    assert v6.late_inputs(8) and v6.late_inputs(4) and not v6.late_inputs(16)
+    """The measured choice (``notes/rnn-split.md``): at 8 batch rows the forward issues the next step's input
+    projections after its arrival at the barrier (its release then waits for no load); at 16 rows before the cell.
+    In the 8-row tile's SASS the step's arrival (REDG) comes before the input loads, and no input load comes between
+    the step's start and the arrival."""
+    shipped = GluonConfig()
+    assert shipped.late_inputs_for(8) and shipped.late_inputs_for(4) and not shipped.late_inputs_for(16)
+    assert GluonConfig(late_inputs=True).late_inputs_for(16) and not GluonConfig(late_inputs=False).late_inputs_for(8)
     lines = gluon_loop_sass("v6", tmp_path, "--save-gates")
     arrive = next(i for i, op in enumerate(lines) if "REDG.E.ADD" in op)
     loads = [i for i, op in enumerate(lines) if "LDG.E.U16 " in op or "LDG.E.64 " in op or "LDG.E " in op]

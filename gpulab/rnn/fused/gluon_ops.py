@@ -1,4 +1,4 @@
-"""Gluon pieces that version 6's forward and backward (:mod:`.v6_gluon_split`, :mod:`.b4_gluon_split_backward`)
+"""Gluon pieces that version 6's forward and backward (:mod:`.split_gluon`, :mod:`.split_gluon_backward`)
 share: the activations in one special-function instruction each, and version 5's grid barrier (a counter in global
 memory, :mod:`gpulab.rnn.fused.split`) written for Gluon. Gluon has no interpreter: these compile for a GPU only."""
 
@@ -9,10 +9,11 @@ from triton.experimental.gluon import language as gl
 
 from gpulab import runtime
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
+from gpulab.rnn.fused.config import BARRIERS, POLLS
 from gpulab.rnn.fused.tiles import COUNTER_STRIDE, barrier_counter
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
-__all__ += ["BARRIERS", "BARRIER", "barrier_groups", "launch_counter", "barrier_start", "POLLS", "POLL"]
+__all__ += ["BARRIERS", "barrier_groups", "launch_counter", "barrier_start", "POLLS"]
 __all__ += ["barrier_constexprs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
@@ -52,31 +53,26 @@ def grid_arrive(bar_ptr):
     gl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
 
 
-BARRIERS = ("grid", "group")
-"""What a step's barrier waits for: every program of the launch (``grid``), or only the programs of the same head and
-batch tile (``group``: they alone exchange h or dh; one counter each, ``tiles.barrier_counter(..., groups)``)."""
-BARRIER = "group"
-"""The barrier the kernels of version 6 are launched with (their ``GROUP_STRIDE``; ``grid`` kept for the A/B of
-``scripts/diag05_v6_switches.py``)."""
-
-
-def barrier_groups(heads: int, tiles: int) -> int:
-    """How many counters a launch of version 6 uses under :data:`BARRIER`: one per head and batch tile, or one."""
+def barrier_groups(heads: int, tiles: int, barrier: str = "group") -> int:
+    """How many counters a launch of version 6 uses under ``barrier`` (one of :data:`BARRIERS`, the
+    :class:`gpulab.rnn.fused.config.GluonConfig`'s): one per head and batch tile (``group``), or one (``grid``)."""
     heads, tiles = runtime.positive_int("heads", heads), runtime.positive_int("tiles", tiles)
-    return heads * tiles if BARRIER == "group" else 1
+    return heads * tiles if runtime.one_of("barrier", barrier, BARRIERS) == "group" else 1
 
 
-def launch_counter(device, programs: int, heads: int, tiles: int):
+def launch_counter(device, programs: int, heads: int, tiles: int, barrier: str = "group"):
     """The counters of a launch of version 6 (``programs`` programs over ``heads`` heads and ``tiles`` batch tiles)
-    under :data:`BARRIER`, and how many programs each counter waits for: ``(counter tensor, n_programs)``."""
-    groups = barrier_groups(heads, tiles)
+    under ``barrier``, and how many programs each counter waits for: ``(counter tensor, n_programs)``."""
+    groups = barrier_groups(heads, tiles, barrier)
     return barrier_counter(device, programs, groups), programs // groups
 
 
-def barrier_constexprs() -> dict:
-    """The kernels' barrier constexprs under :data:`BARRIER` and :data:`POLL`: ``GROUP_STRIDE`` (int64s between two
-    groups' counters; 0 for one counter) and ``POLL_LOADS``."""
-    return dict(GROUP_STRIDE=COUNTER_STRIDE if BARRIER == "group" else 0, POLL_LOADS=POLL == "load")
+def barrier_constexprs(barrier: str = "group", poll: str = "atomic") -> dict:
+    """The kernels' barrier constexprs under ``barrier`` (:data:`BARRIERS`) and ``poll`` (:data:`POLLS`):
+    ``GROUP_STRIDE`` (int64s between two groups' counters; 0 for one counter) and ``POLL_LOADS``."""
+    runtime.one_of("barrier", barrier, BARRIERS)
+    return dict(GROUP_STRIDE=COUNTER_STRIDE if barrier == "group" else 0,
+                POLL_LOADS=runtime.one_of("poll", poll, POLLS) == "load")  # fmt: skip
 
 
 @gluon.jit
@@ -87,14 +83,6 @@ def barrier_start(bar_ptr, n_programs, GROUP_STRIDE: gl.constexpr):
     if GROUP_STRIDE > 0:
         bar_ptr += (gl.program_id(1) * gl.num_programs(2) + gl.program_id(2)) * GROUP_STRIDE
     return bar_ptr, barrier_base(bar_ptr, n_programs)
-
-
-POLLS = ("atomic", "load")
-"""How :func:`grid_wait` reads the counter: an atomic add of 0 with acquire semantics (which Triton compiles to one
-thread's acquire load, its value passed to the others through shared memory), or an acquire load in every thread
-(inline PTX; measured slower on the H100: 256 threads a program polling instead of one)."""
-POLL = "atomic"
-"""The poll the kernels of version 6 compile with (their ``POLL_LOADS``)."""
 
 
 @gluon.jit

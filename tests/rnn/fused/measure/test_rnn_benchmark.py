@@ -1,4 +1,4 @@
-"""Lesson 5's benchmark (gpulab.rnn.fused.benchmark) on the declarative harness: a tiny CPU run and the records'
+"""Lesson 5's benchmark (gpulab.rnn.fused.measure.benchmark) on the declarative harness: a tiny CPU run and the records'
 layout."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpulab import bench, runtime
-from gpulab.rnn.fused import benchmark as rb
+from gpulab.rnn.fused.measure import benchmark as rb
 
 
 @pytest.fixture(autouse=True)

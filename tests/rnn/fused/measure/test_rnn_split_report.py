@@ -1,10 +1,10 @@
-"""gpulab.rnn.fused.split_report: the split kernel's stored records as tables and a figure."""
+"""gpulab.rnn.fused.measure.split_report: the split kernel's stored records as tables and a figure."""
 
 import json
 
 import pytest
 
-from gpulab.rnn.fused import split_report
+from gpulab.rnn.fused.measure import split_report
 
 
 def _write(tmp_path, rows):

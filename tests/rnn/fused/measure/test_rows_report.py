@@ -1,9 +1,11 @@
-"""gpulab.rnn.fused.rows_report: lesson 5's records of 8 rows per program, and the choices they back (CPU only)."""
+"""gpulab.rnn.fused.measure.rows_report: lesson 5's records of 8 rows per program, and the choices they back (CPU
+only)."""
 
 import pytest
 import torch
 
-from gpulab.rnn.fused import backward, rows_report, tiling
+from gpulab.rnn.fused import backward, tiling
+from gpulab.rnn.fused.measure import rows_report
 
 
 def test_the_rows_records_back_the_chooser():

@@ -1,5 +1,5 @@
 """Lesson 5's forward and backward versions, a named part of its benchmark: ``python -m gpulab bench 05 versions``,
-records under ``benchmarks/05_fused_rnn/versions/`` that :mod:`gpulab.rnn.fused.versions.report` reads.
+records under ``benchmarks/05_fused_rnn/versions/`` that :mod:`gpulab.rnn.fused.measure.versions_report` reads.
 
 The lesson's problem: LSTM, B = 16, T = 1024, 12 heads of 64, bf16, Wx given. The forward versions v1 ... v4 run
 it; v5 (the split kernel) runs one head of 768, cuDNN's own problem (12 heads of 64 each fit one SM). Peer in the same
@@ -20,7 +20,8 @@ import torch
 from gpulab import bench, check, runtime
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.fused import plan
-from gpulab.rnn.fused.benchmark import check_states, dense_reference, dense_run, problem_inputs
+from gpulab.rnn.fused import versions as ladder
+from gpulab.rnn.fused.measure.benchmark import check_states, dense_reference, dense_run, problem_inputs
 
 __all__ = ["versions", "forward_benchmarks", "backward_benchmarks"]
 
@@ -53,7 +54,7 @@ def _gradients_reference(version, *x):
 
 def _forward_kernel(version, NH, DH):
     name = {"v4": "forward", "v5": "split"}.get(version, version)
-    return plan.KERNELS[name]
+    return plan.KERNELS[name] if name in plan.KERNELS else ladder.KERNELS[name]
 
 
 def _dense(name, hidden, B, T, dtype, training):
@@ -78,9 +79,9 @@ def forward_benchmarks() -> list[bench.Benchmark]:
     ours = bench.Benchmark(
         lesson="05", name="versions", cases=cases,
         inputs=lambda version, NH, DH: (version, *problem_inputs(B, T, NH, DH, dtype)),
-        providers={"gpulab": plan.run_version}, reference=_forward_reference, check=_largest_error,
+        providers={"gpulab": ladder.run_version}, reference=_forward_reference, check=_largest_error,
         kernels={"gpulab": _forward_kernel}, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
-        label=lambda version, NH, DH: f"{version}: {plan.versions.VERSIONS[version]}",
+        label=lambda version, NH, DH: f"{version}: {ladder.VERSIONS[version]}",
     )  # fmt: skip
     hidden = wide[0] * wide[1]
     return [ours, _dense(f"cuDNN nn.LSTM {_name(dense_dtype)}, hidden {hidden}", hidden, B, T, dense_dtype, False)]
@@ -95,10 +96,10 @@ def backward_benchmarks() -> list[bench.Benchmark]:
     ours = bench.Benchmark(
         lesson="05", name="versions forward+backward", cases=cases,
         inputs=lambda version, NH, DH: (version, *problem_inputs(B, T, NH, DH, dtype)),
-        providers={"gpulab": plan.run_training}, reference=_gradients_reference,
+        providers={"gpulab": ladder.run_training}, reference=_gradients_reference,
         check=_largest_error, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
         params={"direction": "forward+backward"},
-        label=lambda version, NH, DH: f"{version}: {plan.versions.BACKWARD_VERSIONS[version]}",
+        label=lambda version, NH, DH: f"{version}: {ladder.BACKWARD_VERSIONS[version]}",
     )  # fmt: skip
     hidden = wide[0] * wide[1]
     name = f"cuDNN nn.LSTM {_name(dense_dtype)}, hidden {hidden}, forward+backward"

@@ -1,4 +1,4 @@
-"""The tiles of version 6's split kernels (:mod:`.v6_gluon_split`, :mod:`.b4_gluon_split_backward`): sizes both
+"""The tiles of version 6's split kernels (:mod:`.split_gluon`, :mod:`.split_gluon_backward`): sizes both
 take, the budgets a tile must fit, and how a length that is not a power of two becomes Gluon tiles (host code; the
 kernel files import it, never each other)."""
 
@@ -12,7 +12,7 @@ __all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "register_budget", "SHARED
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8, 16)}
 REGISTER_BUDGET = 224
-"""Registers per thread a tile's operands may take (:func:`.v6_gluon_split.register_estimate`): of the 255 a thread
+"""Registers per thread a tile's operands may take (:func:`.split_gluon.register_estimate`): of the 255 a thread
 can have, the cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them,
 compiled to 242 without spilling). With 16 warps a thread can have 128 registers at most (an SM's 65,536 over 512
 threads): :func:`register_budget`."""
@@ -31,8 +31,8 @@ SHARED_BUDGET = 227 * 1024
 @dataclasses.dataclass(frozen=True)
 class V6Config:
     """Version 6's tile: ``block_u`` units per program (all 4 gates of them), ``block_b`` batch rows (the product's
-    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`.v6_gluon_split.v6_config`
-    (forward) and :func:`.b4_gluon_split_backward.b4_config` (backward) check it against a head dim."""
+    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`.split_gluon.v6_config`
+    (forward) and :func:`.split_gluon_backward.b4_config` (backward) check it against a head dim."""
 
     block_u: int = 8
     block_b: int = 16
@@ -62,8 +62,8 @@ def k_pieces(kc: int) -> tuple[int, int] | None:
 
 def tile_for(head_dim: int, cfg, make):
     """The tile a kernel runs ``head_dim`` with: ``make(head_dim)`` (the kernel's defaults) when ``cfg`` is None, else
-    ``cfg`` checked by ``make`` against the head dim (``make``: :func:`.v6_gluon_split.v6_config` or
-    :func:`.b4_gluon_split_backward.b4_config`)."""
+    ``cfg`` checked by ``make`` against the head dim (``make``: :func:`.split_gluon.v6_config` or
+    :func:`.split_gluon_backward.b4_config`)."""
     if cfg is None:
         return make(head_dim)
     if not isinstance(cfg, V6Config):

@@ -1,6 +1,6 @@
 """Compile the fused RNN kernels for sm_90 without a GPU and count the instructions of their time loop.
 
-    python -m gpulab.rnn.fused.sass [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
+    python -m gpulab.rnn.fused.measure.sass [forward|backward|both] [--save-gates] [--dh 64] [--warps 8] [--dump DIR]
 
 Triton compiles for a target it is told about (``GPUTarget("cuda", 90, 32)``) without a driver, and its bundled
 ``cuobjdump`` disassembles the cubin: so the SASS of a kernel's time loop (its instruction mix, barriers, loads and
@@ -28,6 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from gpulab import dtypes, runtime
+from gpulab.rnn.fused import versions
 from gpulab.rnn.fused.plan import KERNELS
 from gpulab.rnn.fused.tiling import fused_tiling
 
@@ -50,7 +51,7 @@ __all__ = [
 # Run in the fresh process: claim a GPU before gpulab decides (kernels are compiled, never launched), then probe.
 _BOOTSTRAP = (
     "import sys, torch; torch.cuda.is_available = lambda: True; "
-    "from gpulab.rnn.fused import sass; sys.exit(sass.main(sys.argv[1:]))"
+    "from gpulab.rnn.fused.measure import sass; sys.exit(sass.main(sys.argv[1:]))"
 )
 
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -154,7 +155,7 @@ def version(v, dh=64, warps=4, dtype="bf16"):
     runtime.one_of("dtype", dtype, _DTYPES)
     if v == "v4":
         return forward(dh, warps, False, dtype)
-    kernel = KERNELS[v]
+    kernel = versions.KERNELS[v]
     sig = {n: f"*{dtype}" for n in ("wx_ptr", "r_ptr", "b_ptr", "s0_ptr", "out_ptr", "last_ptr")}
     sig.update({n: "i32" for n in ("B", "T", "NH")})
     const = dict(DH=dh, BLOCK_B=16, IS_FP32=dtype == "fp32", PRECISION="ieee")
@@ -217,23 +218,23 @@ def _gluon_stats(kernel, name, dump=None, **row) -> dict:
 
 
 def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True, block_b=16, dump=None) -> dict:
-    """Version 6's forward (:mod:`gpulab.rnn.fused.versions.v6_gluon_split`, Gluon) compiled for sm_90: its step
+    """Version 6's forward (:mod:`gpulab.rnn.fused.split_gluon`, Gluon) compiled for sm_90: its step
     loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
-    from gpulab.rnn.fused.versions import v6_gluon_split  # noqa: PLC0415
+    from gpulab.rnn.fused import split_gluon  # noqa: PLC0415
 
-    cfg = v6_gluon_split.v6_config(dh, block_u=block_u, block_b=block_b, warps=warps)
-    kernel = v6_gluon_split.compile_sm90(dh, cfg, dtype, save_gates)
+    cfg = split_gluon.v6_config(dh, block_u=block_u, block_b=block_b, warps=warps)
+    kernel = split_gluon.compile_sm90(dh, cfg, dtype, save_gates)
     return _gluon_stats(kernel, f"v6_dh{dh}_u{block_u}_w{warps}", dump, version="v6", dh=dh, warps=warps,
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype, save_gates=save_gates)  # fmt: skip
 
 
 def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16", block_b=16, dump=None, sum_db=False) -> dict:
-    """Backward version b4 (:mod:`gpulab.rnn.fused.versions.b4_gluon_split_backward`, Gluon) compiled for sm_90:
+    """Backward version b4 (:mod:`gpulab.rnn.fused.split_gluon_backward`, Gluon) compiled for sm_90:
     its step loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
-    from gpulab.rnn.fused.versions import b4_gluon_split_backward  # noqa: PLC0415
+    from gpulab.rnn.fused import split_gluon_backward  # noqa: PLC0415
 
-    cfg = b4_gluon_split_backward.b4_config(dh, block_u=block_u, block_b=block_b, warps=warps)
-    kernel = b4_gluon_split_backward.compile_sm90(dh, cfg, dtype, sum_db=sum_db)
+    cfg = split_gluon_backward.b4_config(dh, block_u=block_u, block_b=block_b, warps=warps)
+    kernel = split_gluon_backward.compile_sm90(dh, cfg, dtype, sum_db=sum_db)
     return _gluon_stats(kernel, f"b4_dh{dh}_u{block_u}_w{warps}", dump, version="b4", dh=dh, warps=warps,
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype)  # fmt: skip
 

@@ -17,8 +17,8 @@ stamped product (lesson 5, Appendix G). This version states the layouts itself (
   summed through a swizzled buffer in shared memory (8 KB per step), each thread adding the KS partials of its own
   elements;
 - the cell and the grid barrier are version 5's (a counter in global memory, release/acquire), but a program arrives
-  right after storing h_t and stores c_t and the pre-activations while it waits (:data:`EARLY_ARRIVE`), and waits
-  only for the programs of its own head and batch tile (one counter each: ``gluon_ops.BARRIER``);
+  right after storing h_t and stores c_t and the pre-activations while it waits (``GluonConfig.early_arrive``), and
+  waits only for the programs of its own head and batch tile (one counter each: ``GluonConfig.barrier``);
 - h_{t-1}'s two K pieces are both loaded before either changes layout (a change of layout is a CTA barrier: one by
   one, the second piece's trip through L2 waited for the first's).
 
@@ -32,7 +32,7 @@ Per step t, program (p, n, tile) (fp32 accumulation; G = 4 gates i, f, z, o):
 Gluon has no CPU interpreter, so this file is checked three ways: :func:`schedule_reference` runs the same
 decomposition (the chunks, their sum, the cell) in float64 on any machine, against the vanilla backend's LSTM;
 :func:`compile_sm90` compiles the kernel for sm_90 without a GPU (registers and spills, read by
-``tests/rnn/test_v6_gluon_split.py``); and the GPU tests and ``scripts/bench05_v6.py`` run it on the H100.
+``tests/rnn/fused/test_split_gluon.py``); and the GPU tests run it.
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
-from gpulab.rnn.fused.versions import gluon_ops as ops
-from gpulab.rnn.fused.versions import gluon_tiles
-from gpulab.rnn.fused.versions.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.versions.gluon_tiles import SHARED_BUDGET, V6Config, k_pieces, register_budget
+from gpulab.rnn.fused import gluon_ops as ops
+from gpulab.rnn.fused import gluon_tiles
+from gpulab.rnn.fused.config import GLUON_EXCHANGES, GluonConfig
+from gpulab.rnn.fused.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
+from gpulab.rnn.fused.gluon_tiles import SHARED_BUDGET, V6Config, k_pieces, register_budget
 
-__all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate"]
+__all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate", "EXCHANGES"]
 
 
 def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4) -> V6Config:
@@ -457,53 +458,39 @@ H_LOADS = ("coalesced", "operand")
 through shared memory) or ``operand`` (straight into the operand layout, 4 bytes a load: half of each sector)."""
 
 
-EARLY_ARRIVE = True
-"""Arrive at each step's barrier right after storing h, then store c and the pre-activations while waiting (False:
-after every store, as version 5 does; kept for the A/B of ``scripts/diag05_v6.py``)."""
+EXCHANGES = GLUON_EXCHANGES
+"""How the programs hand each other h_t (:data:`gpulab.rnn.fused.config.GLUON_EXCHANGES`): ``counter`` ships."""
 
 
-EXCHANGES = ("counter", "tagged")
-"""How the programs hand each other h_t: ``counter`` (stored in out[0], then the barrier: a release add to a counter
-in global memory, polled with acquire loads, then h loaded) or ``tagged`` (each h word stored beside its step's tag
-in 32 bits, in one of two slots; the readers first poll a sample, one word per program and row, then load all of h
-and check every tag: no fence and no counter, but twice the bytes of h for every program; slower on the H100,
-lesson 5 Appendix J)."""
-EXCHANGE = "counter"
-"""The exchange :func:`split_forward_v6` uses when not told (the package's calls)."""
-TAG_STORE = 0
-"""How the tagged exchange stores its words (0: a plain store, 1: a relaxed store at the GPU's scope, 2: a plain
-store and a fence; the A/B of ``scripts/diag05_v6_tagged.py``)."""
-LATE_INPUTS: bool | None = None
-"""Issue the next step's input projections after the arrival at the barrier instead of before the cell: True, False,
-or None for the measured choice, on for tiles of at most 8 batch rows only (the A/B of
-``scripts/diag05_v6_switches.py late``, run zzb: a few percent faster at 8 rows, slower at two 16-row tiles of
-B32)."""
-
-
-def late_inputs(block_b: int) -> bool:
-    """Whether the forward issues its next inputs after the arrival for tiles of ``block_b`` rows
-    (:data:`LATE_INPUTS`)."""
-    return block_b <= 8 if LATE_INPUTS is None else bool(LATE_INPUTS)
+def _switches(config):
+    if config is None:
+        return GluonConfig()
+    if not isinstance(config, GluonConfig):
+        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
+    return config
 
 
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool,
-                exchange: str = "counter") -> dict:  # fmt: skip
+                exchange: str = "counter", config: GluonConfig | None = None) -> dict:  # fmt: skip
+    config = _switches(config)
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
-                SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=EARLY_ARRIVE,
-                TIMING=timing, TAGGED=exchange == "tagged", TAG_STORE=TAG_STORE,
-                **ops.barrier_constexprs(), LATE_INPUTS=late_inputs(cfg.block_b))  # fmt: skip
+                SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=config.early_arrive,
+                TIMING=timing, TAGGED=exchange == "tagged", TAG_STORE=config.tag_store,
+                **ops.barrier_constexprs(config.barrier, config.poll),
+                LATE_INPUTS=config.late_inputs_for(cfg.block_b))  # fmt: skip
 
 
 def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | None = None,
                      h_loads: str = "coalesced", clocks: torch.Tensor | None = None,
-                     exchange: str | None = None):  # fmt: skip
+                     exchange: str | None = None, config: GluonConfig | None = None):  # fmt: skip
     """Version 6 on a GPU (sm_80 or newer; LSTM, 16-bit): ``(states_all, states_last, gates or None)`` as
     :func:`gpulab.rnn.fused.split.split_rnn_forward` returns them. One cooperative launch, a grid barrier per step.
     ``h_loads``: one of :data:`H_LOADS`. ``clocks``: a :func:`gpulab.rnn.fused.clocks.clock_buffer` (programs, T) to
     fill with each step's stamps (:func:`gpulab.rnn.fused.clocks.step_parts` reads it). ``exchange``: one of
-    :data:`EXCHANGES` (None: :data:`EXCHANGE`). On a CPU (or under the
-    interpreter) it raises: run :func:`schedule_reference` there."""
+    :data:`EXCHANGES` (None: ``config.exchange``). ``config``: a :class:`gpulab.rnn.fused.config.GluonConfig` (the
+    barrier, its poll, what a step issues while it waits; None: what ships). On a CPU (or under the interpreter) it
+    raises: run :func:`schedule_reference` there."""
     from gpulab.check import new_output  # noqa: PLC0415
     from gpulab.rnn.fused.tiles import fast_activations  # noqa: PLC0415
 
@@ -511,7 +498,8 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
-    exchange = runtime.one_of("exchange", EXCHANGE if exchange is None else exchange, EXCHANGES)
+    config = _switches(config)
+    exchange = runtime.one_of("exchange", config.exchange if exchange is None else exchange, EXCHANGES)
     if clocks is not None and not isinstance(clocks, torch.Tensor):
         raise TypeError(f"clocks must be None or a gpulab.rnn.fused.clocks.clock_buffer tensor, got {clocks!r}.")
     if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
@@ -522,7 +510,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     if Wx.device.type != "cuda" or runtime.INTERPRET:
         raise RuntimeError(
             "version 6 is a Gluon kernel: it runs on a CUDA GPU only (no interpreter); on a CPU run "
-            "gpulab.rnn.fused.versions.v6_gluon_split.schedule_reference, the same arithmetic in float64."
+            "gpulab.rnn.fused.split_gluon.schedule_reference, the same arithmetic in float64."
         )
     cfg = gluon_tiles.tile_for(DH, cfg, v6_config)
     Wx, R, b, states = (x.contiguous() for x in (Wx, R, b, states))
@@ -538,23 +526,25 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
             f"clocks must be clock_buffer({programs}, {T}, device) (int64 [{programs}, {T + 1}, 8] on {dev}), got "
             f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
         )
-    bar, per_group = ops.launch_counter(dev, programs, NH, grid[2])
+    bar, per_group = ops.launch_counter(dev, programs, NH, grid[2], config.barrier)
     tagged = exchange == "tagged"  # (the tagged words start as zeros: no step's tag)
     split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
         wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
         gates_ptr=gates if save_gates else out, bar_ptr=bar, clk_ptr=bar if clocks is None else clocks,
         xch_ptr=torch.zeros(2, grid[2] * cfg.block_b, NH, DH, dtype=torch.int32, device=dev) if tagged else bar,
         B=B, T=T, NH=NH, n_programs=per_group, num_warps=cfg.warps,
-        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None, exchange),
+        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None, exchange, config),
         launch_cooperative_grid=True,
     )  # fmt: skip
     return out, last, gates
 
 
 def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = "bf16", save_gates: bool = True,
-                 h_loads: str = "coalesced", timing: bool = False, exchange: str = "counter"):  # fmt: skip
+                 h_loads: str = "coalesced", timing: bool = False, exchange: str = "counter",
+                 config: GluonConfig | None = None):  # fmt: skip
     """Triton's compiled version 6 for sm_90, nothing launched, no GPU needed (``asm`` holds 'ttgir', 'ptx',
-    'cubin'; ``metadata`` the registers' and shared memory's use). Call from a process outside the interpreter."""
+    'cubin'; ``metadata`` the registers' and shared memory's use); ``config`` as for :func:`split_forward_v6`. Call
+    from a process outside the interpreter."""
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     for name, flag in (("save_gates", save_gates), ("timing", timing)):
         if not isinstance(flag, bool):
@@ -562,5 +552,5 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
     exchange = runtime.one_of("exchange", exchange, EXCHANGES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, v6_config)
-    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing, exchange)
+    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing, exchange, _switches(config))
     return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)
