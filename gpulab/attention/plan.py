@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpulab import check, dtypes, hardware, runtime
+from gpulab import check, dtypes, gluon_compat, hardware, runtime
 from gpulab.attention import sm90
 from gpulab.attention.configs import (
     MAX_HEAD_DIM,
@@ -322,6 +322,12 @@ this list to the records). Head dim 64 joined in run i, with causal tiles in (lo
 version 3 was slower there on short or causal problems."""
 
 
+def _say_v3_refused(kind: str, why: str, instead: str) -> None:
+    """Warn once per reason that version 3's ``kind`` would have run here and cannot (this Triton, GPU or dtype)."""
+    gluon_compat.warn_once(("attention v3", kind, why), f"gpulab.attention: version 3's {kind} (the fastest on Hopper) "
+                           f"does not run here: {why}. Running {instead} instead (correct, slower).")  # fmt: skip
+
+
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None) -> Plan:
     """The :class:`Plan` for ``attention_forward(q, k, v, is_causal, scale, allow_tf32, config)``: found by one dict
     lookup for a signature seen before, else built after the full checks (which raise on bad input).
@@ -356,6 +362,8 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
         ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
+        if not ok:
+            _say_v3_refused("forward", why, "version 2")
         plan.version = 3 if ok else plan.version
     return _store(_FORWARD, key, plan)
 
@@ -474,9 +482,13 @@ def _launches(plan: Plan, q, k, v, o, lse, do):
     """The backward's launches for ``plan``: the one-pass kernel (:mod:`gpulab.attention.v1.backward_fused`) where it
     pays and no tiles were asked for, else the two kernels."""
     long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
-    if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
-            and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
-        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
+    if (plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None:
+        ok, why = v3_backward.supported(q, k, v, plan.is_causal)
+        if ok:
+            return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
+        if (q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
+                and not torch.are_deterministic_algorithms_enabled()):  # fmt: skip
+            _say_v3_refused("backward", why, "the two-kernel backward")
     if FUSED_BACKWARD and plan.backward_configs is None and v1_fused.use_fused(plan):
         pre = v1_fused.preprocess_launch(plan)
         return v1_fused.FusedBackward(pre, v1_fused.fused_backward_launch(plan))

@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import triton
 
-from gpulab import runtime
+from gpulab import gluon_compat, runtime
 
 __all__ = [
     "MEASURED",
@@ -34,10 +33,9 @@ __all__ = [
 STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
 """The kernel's numbered steps (``V3Config.step``); each adds one idea to the one before."""
 
-TESTED_TRITON = ("3.6",)
-"""Triton versions (major.minor) on which version 3's GPU race test (200 runs per configuration equal bit for bit)
-passed on the H100. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies), so
-:func:`supported` refuses other versions by name instead of guessing."""
+TESTED_TRITON = gluon_compat.TESTED_TRITON
+"""The package's one list of Triton versions measured on the GPU (:data:`gpulab.gluon_compat.TESTED_TRITON`): version 3
+compiles on Triton 3.6 to 3.9 (:mod:`gpulab.gluon_compat`), and :func:`supported` takes it where it was measured."""
 
 
 def register_budget(name: str, value) -> int:
@@ -175,7 +173,7 @@ def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, s
 
 def triton_minor() -> str:
     """This Triton's ``major.minor`` (what :data:`TESTED_TRITON` lists)."""
-    return ".".join(triton.__version__.split(".")[:2])
+    return gluon_compat.triton_minor()
 
 
 def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
@@ -192,9 +190,8 @@ def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tupl
             return False, f"{name} is {type(t).__name__}, not a torch.Tensor"
         if t.dim() != 4:
             return False, f"{name} has shape {tuple(t.shape)}; version 3 takes [B, H, N, D]"
-    if triton_minor() not in TESTED_TRITON:
-        return False, (f"version 3 (Gluon) is tested on Triton {', '.join(TESTED_TRITON)} only; this is Triton "
-                       f"{triton.__version__}, whose Gluon API may differ")  # fmt: skip
+    if (why := gluon_compat.problem() or gluon_compat.untested("version 3 (Gluon)")) is not None:
+        return False, why
     if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
         return False, f"version 3 runs on a CUDA GPU; q, k, v are on {q.device}, {k.device}, {v.device}"
     if torch.cuda.get_device_capability(q.device)[0] != 9:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from gpulab import gluon_compat as compat
 from gpulab import runtime
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
 from gpulab.rnn.fused.tiles import COUNTER_STRIDE, barrier_counter
@@ -16,8 +17,8 @@ __all__ += ["BARRIERS", "BARRIER", "barrier_groups", "launch_counter", "barrier_
 __all__ += ["barrier_constexprs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
-cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-"""A barrier of the program's threads: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` in later releases."""
+cta_barrier = compat.barrier
+"""A barrier of the program's threads (:func:`gpulab.gluon_compat.barrier`, whichever Triton is installed)."""
 
 
 @gluon.jit
