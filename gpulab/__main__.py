@@ -38,7 +38,10 @@ def cmd_info(args) -> int:
         print("\nlive properties")
         for k, v in hardware.live_properties().items():
             print(f"  {k:22s} {v}")
-    from gpulab import roofline  # deferred: only `info` needs lesson 1's ceilings
+    from gpulab import kernel_choice, roofline  # deferred: only `info` needs lesson 1's ceilings and the plans
+
+    print()
+    print(kernel_choice.report())
 
     print()
     print(roofline.ceilings().summary())
