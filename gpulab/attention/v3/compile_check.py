@@ -167,7 +167,9 @@ def structure(kernel) -> dict:
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
     ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``,
     ``loop_local`` (``[STL, LDL]`` instructions inside each innermost wgmma loop of the SASS, in code order),
-    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges). ``wgmma_rs`` reads the
+    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges), ``tma_loads`` and
+    ``tma_stores`` (bulk tensor copies in and out; Triton 3.6 writes a load's destination ``shared::cluster``, 3.7 on
+    ``shared::cta``: both are counted). ``wgmma_rs`` reads the
     PTX form: ``{d..}, {a..}, desc_b`` takes A from registers, ``{d..}, desc_a, desc_b`` from shared memory."""
     asm = getattr(kernel, "asm", None)
     if not isinstance(asm, dict) or "ptx" not in asm:

@@ -18,6 +18,7 @@ from gpulab import gluon_compat, runtime
 __all__ = [
     "MEASURED",
     "MEASURED_SHORT",
+    "NO_SPILL_BY_TRITON",
     "SHORT_N",
     "SHORT_N_BY",
     "short_n",
@@ -126,6 +127,16 @@ registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
 (:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests)."""
 
 
+NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
+    "3.9": {(64, False): dict(step=3, stages=3, **_PQ2)},
+}
+"""Per Triton (major.minor), the (head dim, causal) whose :data:`MEASURED` choice spills registers there, and the
+choice taken instead for long sequences: one of the race and check parts' variants that ptxas compiles without
+spills on that Triton (Triton 3.9's code for three consumer warpgroups at 160 registers spills 172 bytes at d=64;
+two consumers on a persistent grid spill none). Not timed on the GPU on that Triton: ``bench 04 v3-tune`` there
+decides, as :data:`MEASURED`'s choices were decided on 3.6."""
+
+
 SHORT_N = 2048
 """Query lengths up to this take :data:`MEASURED_SHORT`'s tiles where it lists the (head dim, causal) and
 :data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
@@ -168,6 +179,8 @@ def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, s
         return V3Config(step=step, stages=3)
     short = seq is not None and seq <= short_n(head_dim, is_causal)
     fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
+    if fields is None:
+        fields = NO_SPILL_BY_TRITON.get(gluon_compat.triton_minor(), {}).get((head_dim, is_causal))
     return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
 
 
