@@ -113,3 +113,36 @@ def test_info_names_each_family_and_why():
     rows = kernel_choice.attention_versions() + kernel_choice.rnn_versions()
     assert all(why for _, ok, why in rows if not ok)  # every "no" says why
     assert any(ok for name, ok, _ in rows if name.startswith("1 "))  # version 1 runs everywhere
+
+
+def test_the_rnn_plan_warns_once_and_keeps_version_5(monkeypatch):
+    """On a GPU with a Triton not measured, version 6 (Gluon) is refused with one warning; the split heads run
+    version 5 as on any machine without version 6."""
+    from gpulab import runtime
+    from gpulab.rnn.fused import plan
+
+    monkeypatch.setattr(runtime, "INTERPRET", False)
+    monkeypatch.setattr(compat, "TESTED_TRITON", ("0.1",))
+    monkeypatch.delenv(compat.ALLOW_UNTESTED, raising=False)
+    monkeypatch.setattr(compat, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert not plan.v6_applies(16, 1, 768) and not plan.v6_applies(32, 2, 512)
+    said = [str(w.message) for w in seen if "version 6" in str(w.message)]
+    assert len(said) == 1 and triton.__version__ in said[0] and "version 5" in said[0], said
+
+
+def test_version_3_is_refused_only_on_tritons_not_measured(monkeypatch):
+    """On every measured Triton the refusal on this machine is the device's (CPU tensors), not the Triton's; on one not
+    measured it names the Triton found and the fix."""
+    from gpulab.attention.v3 import forward as v3
+
+    monkeypatch.delenv(compat.ALLOW_UNTESTED, raising=False)
+    q = torch.zeros(1, 1, 8, 64, dtype=torch.bfloat16)
+    for minor in compat.TESTED_TRITON:
+        monkeypatch.setattr(compat, "triton_minor", lambda minor=minor: minor)
+        ok, why = v3.supported(q, q, q)
+        assert not ok and "CUDA" in why, why
+    monkeypatch.setattr(compat, "triton_minor", lambda: "3.99")
+    ok, why = v3.supported(q, q, q)
+    assert not ok and triton.__version__ in why and "requirements/gpu.txt" in why, why
