@@ -5,15 +5,14 @@ What you will learn: Gluon is experimental and its API moves between releases, s
 call it through a thin layer that asks the installed Triton what it offers (by the parameters its functions take:
 Triton 3.9 keeps the old TMA names as stubs that raise when compiled, so a name that exists proves nothing).
 
-==============================  =============================  ======================================
-what the kernels call           Triton 3.6 (3.7)               Triton 3.9 (3.8)
-==============================  =============================  ======================================
-:func:`barrier`                 ``gl.thread_barrier()``        ``gl.barrier()`` (3.7 on)
-:func:`async_load`              ``tma.async_copy_global_to_shared``   ``tma.async_load`` (3.8 on)
-:func:`async_store`             ``tma.async_copy_shared_to_global``   ``tma.async_store`` (3.8 on)
-:func:`reinterpret`             ``smem._reinterpret(...)``     ``smem.reinterpret(...)`` (3.9)
-``mbarrier.expect(bar, bytes)``  ``bytes`` (positional)        ``bytes_per_cta`` (3.7 on): called positionally
-==============================  =============================  ======================================
+What the kernels call, and what it is on each release:
+
+- :func:`barrier`: ``gl.thread_barrier()`` on 3.6, ``gl.barrier()`` from 3.7;
+- :func:`async_load`, :func:`async_store`: ``tma.async_copy_global_to_shared`` and ``async_copy_shared_to_global``
+  on 3.6 and 3.7, ``tma.async_load`` and ``async_store`` from 3.8 (3.9's old names raise "has been removed");
+- :func:`reinterpret`: ``smem._reinterpret(dtype, shape, layout)`` up to 3.8, ``smem.reinterpret`` on 3.9;
+- ``mbarrier.expect(bar, bytes)``: the byte count is ``bytes`` on 3.6 and ``bytes_per_cta`` from 3.7, so the kernels
+  pass it by position (and ``mbarrier.init``'s ``count`` by name, the same on each).
 
 :data:`TESTED_TRITON` lists the versions whose GPU tests (the race tests and the correctness checks) passed on the
 course's GPU; a kernel that has only been compiled on a version, not run, refuses it (:func:`untested`) and says so
