@@ -27,8 +27,8 @@ def _hopper() -> str | None:
 def attention_versions() -> list[tuple[str, bool, str]]:
     """``(version, runs here, why)`` for attention's versions, in the order the plan prefers them (3, 2, 1)."""
     from gpulab.attention import plan  # noqa: PLC0415 - deferred: only `info` needs the attention plan
-    from gpulab.attention.v2 import forward as v2  # noqa: PLC0415
-    from gpulab.attention.v3 import forward as v3  # noqa: PLC0415
+
+    v2, v3 = plan.v2_forward, plan.v3_forward  # the versions as the plan (the one chooser) imports them
 
     device = torch.device("cuda") if runtime.on_gpu() else torch.device("cpu")
     q = torch.empty(1, 1, 1, 64, dtype=torch.bfloat16, device=device)
