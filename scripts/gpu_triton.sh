@@ -5,7 +5,8 @@
 #   bash scripts/gpu_triton.sh [WHEEL]
 #
 # WHEEL: a triton-*.whl for this Python, installed with --no-deps beside the machine's torch into /tmp/tri (no network
-# needed); without it, the machine's own Triton. Runs, each boxed in time (about 6 minutes in all on an H200):
+# needed); without it, the machine's own Triton. Runs, each boxed in time (at most 9.5 minutes in all, the boxes
+# summed; less when they finish early):
 #   1. python -m gpulab info (which versions this machine runs, with GPULAB_ALLOW_UNTESTED_TRITON=1 set for the run)
 #   2. version 3's GPU tests: forward and backward against the references, and their race tests
 #   3. bench 04 v3-check (every variant checked against the reference) and v3-race (each variant RACE_RUNS times)
@@ -45,9 +46,9 @@ step() {  # step NAME SECONDS COMMAND...: run it boxed, log it, note its status
 }
 
 step info 60 "$PY" -m gpulab info
-step v3-gpu-tests 170 "$PY" -m pytest -q -m gpu $XDIST -p no:nbval -p no:cacheprovider \
+step v3-gpu-tests 140 "$PY" -m pytest -q -m gpu $XDIST -p no:nbval -p no:cacheprovider \
     tests/attention/v3/test_v3_gpu.py tests/attention/v3/test_v3_backward_gpu.py
-step v3-check-race 100 "$PY" - "$RES" "$RACE_RUNS" <<'EOF'
+step v3-check-race 110 "$PY" - "$RES" "$RACE_RUNS" <<'EOF'
 import sys
 from pathlib import Path
 from gpulab import bench, hardware, lessons
@@ -61,7 +62,7 @@ for part, kwargs in (("v3-check", {}), ("v3-race", dict(runs=runs))):
     bad = [r for r in results if r.params.get("check", "ok") != "ok" or r.params.get("differing", 0)]
     print(f"{part}: {len(bad)} of {len(results)} records not clean")
 EOF
-step v2-ws-race 60 env GPULAB_ALLOW_WARP_SPECIALIZE=1 "$PY" - "$RES" "$RACE_RUNS" <<'EOF'
+step v2-ws-race 45 env GPULAB_ALLOW_WARP_SPECIALIZE=1 "$PY" - "$RES" "$RACE_RUNS" <<'EOF'
 import json, sys, torch, triton
 import torch.nn.functional as F
 from gpulab.attention.configs import HopperConfig
@@ -87,7 +88,7 @@ sys.exit(0 if all(r["ok"] for r in rows) else 1)
 EOF
 step rnn-gluon-tests 90 "$PY" -m pytest -q -m gpu -p no:nbval -p no:cacheprovider \
     tests/rnn/fused/test_v6_gluon_split.py tests/rnn/fused/test_b4_gluon_split_backward.py
-step v3-grid 150 "$PY" - "$RES" <<'EOF'
+step v3-grid 110 "$PY" - "$RES" <<'EOF'
 import sys
 from pathlib import Path
 import torch
