@@ -123,8 +123,9 @@ MEASURED: dict[tuple[int, bool], dict] = {
 non-causal (the next tile's keys and, with a second Q buffer, its queries load while this tile finishes); three
 consumer warpgroups at d=64 non-causal; the causal long problems took paired persistent tiles with Q read from
 registers (``q_regs``, run l). Earlier runs: 64 keys per stage lost everywhere (run f). ptxas reports no spilled
-registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
-(:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests)."""
+registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on Triton 3.6 to 3.8
+(:mod:`gpulab.attention.v3.compile_check`, pinned by the compile tests); on 3.9 one spills
+(:data:`NO_SPILL_BY_TRITON` replaces it there)."""
 
 
 NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
