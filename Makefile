@@ -1,6 +1,6 @@
 # gpulab: one Makefile for learners, instructors and CI.
 #   make lab      set everything up (in .venv) and open the course in JupyterLab
-#   make test     set everything up and run the whole test suite (what CI runs; two environments: Triton 3.6 and 3.9)
+#   make test     set everything up and run the whole test suite (what CI runs: Triton 3.6 and 3.9; 3.7.1's compiles)
 #   make book     build the course as a static website into book/_build/html (open its index.html)
 # Other targets: setup, lint, format, notebooks (re-execute in place), figures (redraw from records), exercises
 # (regenerate), grade, bench-NN, book-test (the site read in headless Chromium).
@@ -24,7 +24,7 @@ REQUIREMENTS_NEWEST ?= requirements/cpu-newest.txt
 STAMP_NEWEST := $(VENV_NEWEST)/.gpulab-installed
 BOOK_STAMP := $(VENV)/.gpulab-book-installed
 
-.PHONY: setup setup-newest lab test test-newest lint format notebooks figures exercises grade clean book book-test
+.PHONY: setup setup-newest lab test test-newest test-triton371 lint format notebooks figures exercises grade clean book book-test
 .DEFAULT_GOAL := help
 
 help:
@@ -71,6 +71,7 @@ test: lint
 	$(BIN)/python -m pytest -q --nbval notebooks/ solutions/ --nbval-sanitize-with .ci/nbval-sanitize.cfg --nbval-current-env -p no:cacheprovider
 	$(BIN)/python -m gpulab exercises --check
 	$(MAKE) --no-print-directory test-newest
+	$(MAKE) --no-print-directory test-triton371
 	$(MAKE) --no-print-directory book-test
 
 # Triton 3.9 and numpy 2.4 (requirements/cpu-newest.txt): the package tests, and every lesson notebook executed once
@@ -78,6 +79,18 @@ test: lint
 # one session so the notebooks' kernels fill the cores beside the tests (--dist loadfile: a notebook on one worker).
 test-newest: setup-newest
 	$(VENV_NEWEST)/bin/python -m pytest -q tests/ notebooks/ -m "not pipeline and not book" --nbval-lax --nbval-current-env -n auto --maxprocesses=4 --dist loadfile --timeout=180 --session-timeout=600 -p no:cacheprovider
+
+# Triton 3.7.1 (what torch 2.12 and 2.13 bring): the Gluon kernels' offline sm_90 compiles only (version 3's forward and
+# backward, the fused RNN's), with 3.7.1 installed beside .venv's torch (--no-deps, into $(TRITON371)); test-newest
+# covers 3.9 and requirements/cpu.txt 3.6. A few minutes.
+TRITON371 ?= .triton-3.7.1
+TRITON371_TESTS := tests/test_gluon_compat.py tests/attention/v3/test_v3_compile.py \
+	tests/attention/v3/test_v3_backward_compile.py \
+	tests/rnn/fused/test_split_gluon.py::test_compiles_for_sm90_with_r_in_registers \
+	tests/rnn/fused/test_split_gluon_backward.py::test_compiles_for_sm90_with_r_in_registers
+test-triton371: setup
+	test -d $(TRITON371)/triton || $(BIN)/python -m pip install -q --no-deps --target $(TRITON371) triton==3.7.1
+	GPULAB_EXPECT_TRITON=3.7.1 PYTHONPATH=$(abspath $(TRITON371)):$(CURDIR) $(BIN)/python -m pytest -q $(TRITON371_TESTS) -p no:nbval -p no:cacheprovider -n 2 --dist loadfile --timeout=600
 
 # The course as a static website (Sphinx + myst-nb): notebooks read as executed, never re-executed; MathJax and the
 # theme ship with the site, so it opens offline: book/_build/html/index.html, or python -m http.server -d book/_build/html
@@ -114,4 +127,4 @@ bench-%: setup
 	$(BIN)/python -m gpulab bench $*
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache course
+	rm -rf $(VENV) $(VENV_NEWEST) $(TRITON371) .pytest_cache course

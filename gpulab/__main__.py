@@ -43,7 +43,10 @@ def cmd_info(args) -> int:
     sdpa = sdpa_status()
     state = ("active" if sdpa["active"] else "registered, not active") if sdpa["registered"] else sdpa["why"]
     print(f"\nSDPA flash implementation {sdpa['name']!r}: {state}")
-    from gpulab import roofline  # deferred: only `info` needs lesson 1's ceilings
+    from gpulab import kernel_choice, roofline  # deferred: only `info` needs lesson 1's ceilings and the plans
+
+    print()
+    print(kernel_choice.report())
 
     print()
     print(roofline.ceilings().summary())

@@ -41,11 +41,12 @@ __all__ = [
     "plot_dram",
     "plot_rows",
     "rows_touched",
-    "TESTED_TRITON",
+    "INTERPRETER_HOOKS",
 ]
 
-TESTED_TRITON = ("3.6", "3.7", "3.9")
-"""Triton versions whose interpreter internals :func:`count` was written against (major.minor)."""
+INTERPRETER_HOOKS = ("create_masked_load", "create_masked_store", "set_grid_idx")
+"""The methods of Triton's ``InterpreterBuilder`` that :func:`count` wraps (every interpreted load and store passes
+through the first two; the CPU suites run it on Triton 3.6, 3.7 and 3.9)."""
 
 
 @dataclasses.dataclass
@@ -145,14 +146,13 @@ def _check_triton():
     import triton
     from triton.runtime import interpreter
 
-    version = ".".join(triton.__version__.split(".")[:2])
     builder = getattr(interpreter, "interpreter_builder", None)
-    missing = [m for m in ("create_masked_load", "create_masked_store", "set_grid_idx") if not hasattr(builder, m)]
-    if version not in TESTED_TRITON or missing:
+    missing = [m for m in INTERPRETER_HOOKS if not callable(getattr(builder, m, None))]
+    if missing:
         raise RuntimeError(
-            f"gpulab.traffic wraps Triton's interpreter internals as of Triton {', '.join(TESTED_TRITON)}; this is "
-            f"Triton {triton.__version__}{f' (missing: {missing})' if missing else ''}. Check that every load and "
-            "store still passes through InterpreterBuilder.create_masked_load/store, then add the version."
+            f"gpulab.traffic wraps Triton's interpreter internals (InterpreterBuilder.{', '.join(INTERPRETER_HOOKS)});"
+            f" Triton {triton.__version__} lacks {missing}. Check that every load and store still passes through one "
+            "method of InterpreterBuilder and wrap that one, or install Triton 3.6 (requirements/cpu.txt)."
         )
     return builder
 

@@ -40,6 +40,11 @@ ALLOWED = {
         "Gluon device functions: called only inside version 6's kernels, on tiles the kernels built",
     ),  # fmt: skip
     **dict.fromkeys(
+        [f"gpulab.gluon_compat.{n}" for n in ("async_load", "async_store", "reinterpret")],
+        "Gluon builtins: called only inside the Gluon kernels, on descriptors and buffers the kernels built",
+    ),
+    **dict.fromkeys([f"gpulab.gluon_compat.{n}" for n in ("triton_minor", "untested", "warn_once")], _INTERNAL),
+    **dict.fromkeys(
         [
             "gpulab.attention.v3.launch.BoundedCache",
             "gpulab.attention.v3.launch.tma_key",

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpulab import check, runtime
+from gpulab import check, gluon_compat, runtime
 from gpulab.attention import sm90
 from gpulab.attention.configs import (
     AttentionConfig,
@@ -256,6 +256,12 @@ this list to the records). Head dim 64 joined once causal tiles went in (longest
 (notes/attention-hopper.md, 'Forward configs')."""
 
 
+def _say_v3_refused(kind: str, why: str, instead: str) -> None:
+    """Warn once per reason that version 3's ``kind`` would have run here and cannot (this Triton, GPU or dtype)."""
+    gluon_compat.warn_once(("attention v3", kind, why), f"gpulab.attention: version 3's {kind} (the fastest on Hopper) "
+                           f"does not run here: {why}. Running {instead} instead (correct, slower).")  # fmt: skip
+
+
 def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=None, version=None,
                  enable_gqa=False, window_size=(-1, -1)) -> Plan:  # fmt: skip
     """The :class:`Plan` for ``attention_forward(q, k, v, is_causal, scale, allow_tf32, config)``: found by one dict
@@ -311,6 +317,8 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
         ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
+        if not ok:
+            _say_v3_refused("forward", why, "version 2")
         plan.version = 3 if ok else plan.version
     return _store(_FORWARD, key, plan)
 
@@ -445,9 +453,13 @@ def _launches(plan: Plan, q, k, v, o, lse, do):
     long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
     if not plan.plain:  # grouped heads or a window: version 1's two kernels have them
         return _two_kernel_launches(plan, q, k, v, o, lse, do)
-    if ((plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None
-            and v3_backward.supported(q, k, v, plan.is_causal)[0]):  # fmt: skip
-        return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
+    if (plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None:
+        ok, why = v3_backward.supported(q, k, v, plan.is_causal)
+        if ok:
+            return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
+        if (q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
+                and not torch.are_deterministic_algorithms_enabled()):  # fmt: skip
+            _say_v3_refused("backward", why, "the two-kernel backward")
     return _two_kernel_launches(plan, q, k, v, o, lse, do)
 
 

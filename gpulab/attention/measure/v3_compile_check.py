@@ -33,20 +33,19 @@ __all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structure
 
 
 def gluon_api_problem() -> str | None:
-    """None when the installed Triton has the Gluon API version 3 is written against (Triton 3.6's names), else
-    what is missing, naming the Triton version (for test skips)."""
+    """None when the installed Triton has every Gluon call version 3 makes (:func:`gpulab.gluon_compat.problem`,
+    which reads the parameters of what this Triton offers), else what is missing, naming the Triton version (for test
+    skips)."""
     import triton  # noqa: PLC0415
 
     try:
         from triton.experimental.gluon._runtime import GluonASTSource  # noqa: F401, PLC0415
         from triton.experimental.gluon.language.nvidia.hopper import tma, warpgroup_mma_wait  # noqa: F401, PLC0415
+
+        from gpulab import gluon_compat  # noqa: PLC0415
     except ImportError as e:
         return f"Triton {triton.__version__} lacks Gluon's Hopper API ({e})"
-    missing = [n for n in ("async_copy_global_to_shared", "async_copy_shared_to_global", "store_wait")
-               if not hasattr(tma, n)]  # fmt: skip
-    if missing:
-        return f"Triton {triton.__version__}'s Gluon TMA API differs from 3.6's (no {', '.join(missing)})"
-    return None
+    return gluon_compat.problem()
 
 
 def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None):
@@ -168,7 +167,9 @@ def structure(kernel) -> dict:
     ``wait_depths`` (sorted distinct N of ``wgmma.wait_group N``), ``setmaxnreg`` (list of (inc|dec, n)),
     ``shared`` (bytes), ``spill_stores``/``spill_loads`` (bytes), ``stack`` (bytes), ``registers``, ``warps``,
     ``loop_local`` (``[STL, LDL]`` instructions inside each innermost wgmma loop of the SASS, in code order),
-    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges). ``wgmma_rs`` reads the
+    ``ptx_ops`` (counts of step 8's acquire-release atomic additions, L2 loads and exchanges), ``tma_loads`` and
+    ``tma_stores`` (bulk tensor copies in and out; Triton 3.6 writes a load's destination ``shared::cluster``, 3.7 on
+    ``shared::cta``: both are counted). ``wgmma_rs`` reads the
     PTX form: ``{d..}, {a..}, desc_b`` takes A from registers, ``{d..}, desc_a, desc_b`` from shared memory."""
     asm = getattr(kernel, "asm", None)
     if not isinstance(asm, dict) or "ptx" not in asm:
@@ -194,7 +195,7 @@ def structure(kernel) -> dict:
         "registers": max(regs, default=0),
         "warps": int(kernel.metadata.num_warps),
         "loop_local": _wgmma_loops_local(kernel.asm["cubin"]),
-        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
+        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::(?:cluster|cta)\.global", ptx)),
         "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx)),
         "atomic_adds": sorted(set(re.findall(r"(?:atom|red)\.global\.[a-z.]*add[a-z0-9.]*f32", ptx))),
         "ptx_ops": {

@@ -59,18 +59,23 @@ __all__ = [
     "attention_forward_v2_kernel",
     "forward_v2_launch",
     "WS_BROKEN_ON_SM90",
+    "WS_RACE_FREE_TRITON",
     "sm90_compile",
     "sm90_ttgir",
 ]
 
 
-WS_BROKEN_ON_SM90 = tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6)
-"""Triton 3.6 compiles version 2's loop warp-specialized for sm_90 (one producer warp group, two consumer
-warpgroups), but its results were wrong on the H100: most warp-specialized runs failed their check against the
-reference, by amounts that changed from run to run, so a race (the sweep records of ``bench 04 hopper``,
-``kind='sweep'``; the same code is exact in the interpreter and with the plain pipeline). So a launch with
-``warp_specialize=True`` on a compute-capability-9 GPU is refused unless ``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to
-re-measure on a newer Triton)."""
+WS_RACE_FREE_TRITON: tuple[str, ...] = ()
+"""Triton versions (major.minor) on which version 2's warp-specialized loop passed its race check on the GPU (the
+sweep of ``bench 04 hopper``, ``kind='sweep'``: every run equal to the reference). None yet: on Triton 3.6 it failed."""
+
+WS_BROKEN_ON_SM90 = ".".join(triton.__version__.split(".")[:2]) not in WS_RACE_FREE_TRITON
+"""True unless this Triton is in :data:`WS_RACE_FREE_TRITON`. Triton 3.6 compiles version 2's loop warp-specialized
+for sm_90 (one producer warp group, two consumer warpgroups), but its results were wrong on the H100: most
+warp-specialized runs failed their check against the reference, by amounts that changed from run to run, so a race
+(the same code is exact in the interpreter and with the plain pipeline); a version not measured is not assumed
+fixed. So a launch with ``warp_specialize=True`` on a compute-capability-9 GPU is refused unless
+``GPULAB_ALLOW_WARP_SPECIALIZE=1`` (to measure it on this Triton)."""
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> str | None:
@@ -257,9 +262,11 @@ def forward_v2_launch(plan, cfg: HopperConfig):
     if (cfg.warp_specialize and WS_BROKEN_ON_SM90 and plan.device.type == "cuda"
             and os.environ.get("GPULAB_ALLOW_WARP_SPECIALIZE") != "1"):  # fmt: skip
         raise ValueError(
-            f"warp_specialize=True gives wrong results on this GPU with Triton {triton.__version__} (a race measured "
-            "on the H100; see gpulab.attention.v2.forward.WS_BROKEN_ON_SM90); use HopperConfig(warp_specialize=False), "
-            "or set GPULAB_ALLOW_WARP_SPECIALIZE=1 to run it anyway for a measurement."
+            f"warp_specialize=True is not known to give right results on this GPU with Triton {triton.__version__} (a "
+            "race measured on the H100 with Triton 3.6; race-free on: "
+            f"{', '.join(WS_RACE_FREE_TRITON) or 'no version measured'}; see "
+            "gpulab.attention.v2.forward.WS_BROKEN_ON_SM90); use HopperConfig(warp_specialize=False), or set "
+            "GPULAB_ALLOW_WARP_SPECIALIZE=1 to run it anyway for a measurement."
         )
     n_m = -(-plan.n_q // cfg.block_m)
     if cfg.persistent:

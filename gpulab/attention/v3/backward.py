@@ -75,11 +75,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
-    tma,
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
+from gpulab import gluon_compat as compat
 from gpulab import runtime
 from gpulab.attention.reference import default_scale
 from gpulab.attention.shared import attention_preprocess_kernel, attention_preprocess_zero_kernel
@@ -143,15 +143,15 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
         mbarrier.init(ready.index(st), count=1)
     mbarrier.init(kv_ready, count=1)
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
-    tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
+    compat.async_load(k_desc, [bh, start_n, 0], kv_ready, k_smem)
+    compat.async_load(v_desc, [bh, start_n, 0], kv_ready, v_smem)
     lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
     for i in gl.static_range(STAGES - 1):
         if i < n_m:
             mbarrier.expect(ready.index(i), 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(i), q_smem.index(i))
-            tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(i), do_smem.index(i))
+            compat.async_load(q_desc, [bh, lo + i * 64, 0], ready.index(i), q_smem.index(i))
+            compat.async_load(do_desc, [bh, lo + i * 64, 0], ready.index(i), do_smem.index(i))
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
@@ -162,11 +162,11 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     for i in range(n_m):
         nxt = i + STAGES - 1
         if nxt < n_m:
-            gl.thread_barrier()  # every warp is done with stage nxt % STAGES (block i - 1)
+            compat.barrier()  # every warp is done with stage nxt % STAGES (block i - 1)
             sn = nxt % STAGES
             mbarrier.expect(ready.index(sn), 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [bh, lo + nxt * 64, 0], ready.index(sn), q_smem.index(sn))
-            tma.async_copy_global_to_shared(do_desc, [bh, lo + nxt * 64, 0], ready.index(sn), do_smem.index(sn))
+            compat.async_load(q_desc, [bh, lo + nxt * 64, 0], ready.index(sn), q_smem.index(sn))
+            compat.async_load(do_desc, [bh, lo + nxt * 64, 0], ready.index(sn), do_smem.index(sn))
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         dk, dv = pair(q_smem.index(s).reshape([64, HEAD_DIM]), do_smem.index(s).reshape([64, HEAD_DIM]), k_buf,
@@ -196,8 +196,8 @@ def _producer(descs, bufs, bars, n_q, stats, STAGES: gl.constexpr, IS_CAUSAL: gl
     bh = gl.program_id(1)
     start_n = gl.program_id(0) * 128
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
-    tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
+    compat.async_load(k_desc, [bh, start_n, 0], kv_ready, k_smem)
+    compat.async_load(v_desc, [bh, start_n, 0], kv_ready, v_smem)
     lo = first_query(start_n, IS_CAUSAL)
     n_m = gl.cdiv(n_q - lo, 64)
     if STATS_SMEM:
@@ -210,8 +210,8 @@ def _producer(descs, bufs, bars, n_q, stats, STAGES: gl.constexpr, IS_CAUSAL: gl
             stats_store(stats_smem, s, lse, delta)
             lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo + (i + 1) * 64, n_q)
         mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
-        tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
+        compat.async_load(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
+        compat.async_load(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
 
 
 @gluon.jit

@@ -25,6 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
+from gpulab import gluon_compat as compat
 from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile
 
 __all__ = ["add_block", "dq_writer", "dq_writer_persistent", "dq_block_done"]
@@ -48,7 +49,7 @@ def dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, qb, n_q, n_k, scale, HEAD_DIM
     ROWS: gl.constexpr = 2 * (128 // HALF)
     NCH: gl.constexpr = 64 // ROWS
     w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
-    gl.thread_barrier()  # both writer warps have issued this block's additions
+    compat.barrier()  # both writer warps have issued this block's additions
     n_kb = gl.cdiv(n_k, 128)
     expected = n_kb
     if IS_CAUSAL:  # key tiles kb with 128 kb <= 64 qb (first_query) add into the block
@@ -92,7 +93,7 @@ def _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.conste
     ROWS: gl.constexpr = 8  # a chunk: a whole swizzle period, 4 floats per lane of the writer's 2 warps, 8 at D = 128
     NCH: gl.constexpr = 64 // ROWS
     # the same bytes as [buffer * consumer * chunk, ROWS, D/2]: the swizzle repeats every D/16 rows (4 or 8)
-    chunks = dq_smem._reinterpret(gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
+    chunks = compat.reinterpret(dq_smem, gl.float32, [4 * 64 // ROWS, ROWS, HALF], dq_smem.layout)
     first = 2 * b * NCH
     w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (HALF // 4), HALF // 4], [2, 1], [1, 0])
     rows0 = gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_layout))

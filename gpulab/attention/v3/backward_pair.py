@@ -13,6 +13,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from gpulab import gluon_compat as compat
+
 __all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_slot", "stats_store", "scores", "pair_ds", "pair_rest",
            "dq_product", "dq_add", "pair", "store_dkdv", "first_query", "persistent_count",
            "persistent_tile"]  # fmt: skip
@@ -75,7 +77,7 @@ def stats_store(bufs, s, lse, delta):
     lse_buf, delta_buf = stats_slot(bufs, s)
     lse_buf.store(lse * 1.4426950408889634)
     delta_buf.store(delta)
-    gl.thread_barrier()
+    compat.barrier()
 
 
 @gluon.jit

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma_wait
 
+from gpulab import gluon_compat as compat
 from gpulab.attention.v3.backward_dq import dq_writer_persistent
 from gpulab.attention.v3.backward_pair import (
     dq_product,
@@ -58,8 +59,8 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, stats, STAGES: gl.constexpr, IS
             lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo, n_q)
         mbarrier.wait(kv_free, (k & 1) ^ 1)
         mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [bh, start_n, 0], kv_ready, k_smem)
-        tma.async_copy_global_to_shared(v_desc, [bh, start_n, 0], kv_ready, v_smem)
+        compat.async_load(k_desc, [bh, start_n, 0], kv_ready, k_smem)
+        compat.async_load(v_desc, [bh, start_n, 0], kv_ready, v_smem)
         for i in range(n_m):
             g = it + i
             s = g % STAGES
@@ -68,8 +69,8 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, stats, STAGES: gl.constexpr, IS
                 stats_store(stats_smem, s, lse, delta)
                 lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo + (i + 1) * 64, n_q)
             mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
-            tma.async_copy_global_to_shared(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
+            compat.async_load(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
+            compat.async_load(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
         it += gl.maximum(n_m, 0)
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import triton
 
-from gpulab import runtime
+from gpulab import gluon_compat, runtime
 
 __all__ = [
     "MEASURED",
     "MEASURED_SHORT",
+    "NO_SPILL_BY_TRITON",
     "SHORT_N",
     "SHORT_N_BY",
     "short_n",
@@ -34,10 +34,9 @@ __all__ = [
 STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
 """The kernel's numbered steps (``V3Config.step``); each adds one idea to the one before."""
 
-TESTED_TRITON = ("3.6",)
-"""Triton versions (major.minor) on which version 3's GPU race test (200 runs per configuration equal bit for bit)
-passed on the H100. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies), so
-:func:`supported` refuses other versions by name instead of guessing."""
+TESTED_TRITON = gluon_compat.TESTED_TRITON
+"""The package's one list of Triton versions measured on the GPU (:data:`gpulab.gluon_compat.TESTED_TRITON`): version 3
+compiles on Triton 3.6 to 3.9 (:mod:`gpulab.gluon_compat`), and :func:`supported` takes it where it was measured."""
 
 
 def register_budget(name: str, value) -> int:
@@ -124,8 +123,19 @@ candidate raced 200 times and checked). Persistent programs pay at d=128 non-cau
 second Q buffer, its queries load while this tile finishes); three consumer warpgroups at d=64 non-causal; the causal
 long problems took paired persistent tiles with Q read from registers (``q_regs``); 64 keys per stage lost
 everywhere (notes/attention-hopper.md, 'Forward configs'). ptxas reports no spilled
-registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder
-(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests)."""
+registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on Triton 3.6 to 3.8
+(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests); on 3.9 one spills
+(:data:`NO_SPILL_BY_TRITON` replaces it there)."""
+
+
+NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
+    "3.9": {(64, False): dict(step=3, stages=3, **_PQ2)},
+}
+"""Per Triton (major.minor), the (head dim, causal) whose :data:`MEASURED` choice spills registers there, and the
+choice taken instead for long sequences: one of the race and check parts' variants that ptxas compiles without
+spills on that Triton (Triton 3.9's code for three consumer warpgroups at 160 registers spills 172 bytes at d=64;
+two consumers on a persistent grid spill none). Not timed on the GPU on that Triton: ``bench 04 v3-tune`` there
+decides, as :data:`MEASURED`'s choices were decided on 3.6."""
 
 
 SHORT_N = 2048
@@ -170,12 +180,14 @@ def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, s
         return V3Config(step=step, stages=3)
     short = seq is not None and seq <= short_n(head_dim, is_causal)
     fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
+    if fields is None:
+        fields = NO_SPILL_BY_TRITON.get(gluon_compat.triton_minor(), {}).get((head_dim, is_causal))
     return V3Config(**(fields or MEASURED[(head_dim, is_causal)]))
 
 
 def triton_minor() -> str:
     """This Triton's ``major.minor`` (what :data:`TESTED_TRITON` lists)."""
-    return ".".join(triton.__version__.split(".")[:2])
+    return gluon_compat.triton_minor()
 
 
 def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
@@ -192,9 +204,8 @@ def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tupl
             return False, f"{name} is {type(t).__name__}, not a torch.Tensor"
         if t.dim() != 4:
             return False, f"{name} has shape {tuple(t.shape)}; version 3 takes [B, H, N, D]"
-    if triton_minor() not in TESTED_TRITON:
-        return False, (f"version 3 (Gluon) is tested on Triton {', '.join(TESTED_TRITON)} only; this is Triton "
-                       f"{triton.__version__}, whose Gluon API may differ")  # fmt: skip
+    if (why := gluon_compat.problem() or gluon_compat.untested("version 3 (Gluon)")) is not None:
+        return False, why
     if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
         return False, f"version 3 runs on a CUDA GPU; q, k, v are on {q.device}, {k.device}, {v.device}"
     if torch.cuda.get_device_capability(q.device)[0] != 9:

@@ -58,6 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gpulab import gluon_compat as compat
 from gpulab import runtime
 from gpulab.attention import sm90
 from gpulab.attention.reference import default_scale
@@ -167,7 +168,7 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
             mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [bh, start_m + c * 64, 0], q_ready.index(qb + c),
+            compat.async_load(q_desc, [bh, start_m + c * 64, 0], q_ready.index(qb + c),
                                             q_smem.index(qb + c))  # fmt: skip
         for j in range(n_blocks):
             g = it + j
@@ -175,10 +176,10 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
             phase = (g // STAGES) & 1
             mbarrier.wait(k_empty.index(s), phase ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            compat.async_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.wait(v_empty.index(s), phase ^ 1)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+            compat.async_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
         it += n_blocks
         tile_i += 1
 
@@ -326,7 +327,7 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         q_buf.store((acc / l_o[:, None]).to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [bh, row0, 0], q_smem.index(qi))
+        compat.async_store(o_desc, [bh, row0, 0], q_smem.index(qi))
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
         gl.store(lse_ptr + bh.to(gl.int64) * n_q + rows, lse, mask=rows < n_q)
         tma.store_wait(0)

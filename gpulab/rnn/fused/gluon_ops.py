@@ -7,6 +7,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from gpulab import gluon_compat as compat
 from gpulab import runtime
 from gpulab.rnn.fused.clocks import CLOCK_AFTER, GLOBALTIMER_AFTER
 from gpulab.rnn.fused.config import BARRIERS, POLLS
@@ -17,8 +18,8 @@ __all__ += ["BARRIERS", "barrier_groups", "launch_counter", "barrier_start", "PO
 __all__ += ["barrier_constexprs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
-cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-"""A barrier of the program's threads: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` in later releases."""
+cta_barrier = compat.barrier
+"""A barrier of the program's threads (:func:`gpulab.gluon_compat.barrier`, whichever Triton is installed)."""
 
 
 @gluon.jit

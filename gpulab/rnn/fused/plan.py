@@ -32,7 +32,7 @@ import functools
 
 import torch
 
-from gpulab import dtypes, hardware, runtime
+from gpulab import dtypes, gluon_compat, hardware, runtime
 from gpulab.rnn.backends.alternating import alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
@@ -152,13 +152,17 @@ def fused_forward(Wx, R, b, states, function="lstm"):
 
 def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, wide: bool = False) -> bool:
     """Whether version 6 (forward and backward b4, their default tiles) can run a problem here: an LSTM in a 16-bit
-    dtype on a GPU (Gluon has no interpreter), tiles valid for the head dim, and every program of the larger launch
-    resident at once at one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers).
+    dtype on a GPU (Gluon has no interpreter), a Triton measured on the GPU (:func:`gpulab.gluon_compat.untested`;
+    else it warns once), tiles valid for the head dim, and every program of the larger launch resident at once at
+    one per SM (the cooperative launch's condition; b4's tile takes most of an SM's registers).
     ``wide``: as for :func:`v6_tiles`."""
     batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
     head_dim = runtime.positive_int("head_dim", head_dim)
     dtype = dtypes.as_dtype(dtype)
     if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
+        return False
+    if (why := gluon_compat.problem() or gluon_compat.untested("the fused RNN's version 6 (Gluon)")) is not None:
+        gluon_compat.warn_once(("rnn v6", why), f"gpulab.rnn: {why}. Running version 5 (Triton) instead.")
         return False
     try:
         tiles = v6_tiles(batch, head_dim, num_heads, wide)

@@ -5,14 +5,12 @@ import dataclasses
 import functools
 
 import pytest
-import triton
 
+from gpulab import gluon_compat
 from gpulab.attention.measure import v3_compile_check as compile_check
-from gpulab.attention.v3 import backward, forward
+from gpulab.attention.v3 import backward
 
 _PROBLEM = compile_check.gluon_api_problem()
-if _PROBLEM is None and ".".join(triton.__version__.split(".")[:2]) not in forward.TESTED_TRITON:
-    _PROBLEM = f"version 3 is written against Triton {', '.join(forward.TESTED_TRITON)}; this is {triton.__version__}"
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 
 SMEM_LIMIT = 227 * 1024
@@ -61,6 +59,39 @@ dim 128 26 until run n's dQ swizzle, 34 since; step 5 without step 11 at head di
 Step 11 (LSE and D from the ring slot, every default since run n): none."""
 
 
+NEWER_TRITON = {
+    "3.7": {"d64 step 4": 20, "d64 causal step 5+8": 84, "d128 step 5+11": 220, "d128 causal step 5+11": 200,
+            "d128 step 7+11": 208},
+    "3.8": {"d64 step 4": 20, "d64 causal step 5+8": 96, "d128 step 5+11": 112, "d128 causal step 5+11": 92,
+            "d128 step 7+11": 212},
+    "3.9": {"d64 step 4": 20, "d128 step 5+11": 104, "d128 causal step 5+11": 100, "d128 step 7+11": 208,
+            "d64 step 5+kv+11": 20},
+}  # fmt: skip
+"""Spill-store bytes ptxas reports per Triton (major.minor) for the cases over their Triton 3.6 bound (the same ptxas,
+12.8, on another Triton's PTX), pinned there: the newer Tritons' code for step 11 at head dim 128 (every head dim 128
+default) spills 92-220 bytes where 3.6's spills 28-32, on 3.7 and 3.8 all outside the block loops but one
+instruction (:data:`LOOP_LOCAL_NEWER`); no register budget of the step holds 3.6's bound on them (the consumers' 240
+registers are the most three warpgroups leave). Whether it costs time is for the GPU grid on that Triton to say
+(``scripts/gpu_triton.sh``)."""
+LOOP_LOCAL_NEWER = {
+    "3.7": {"d128 step 5": 48, "d128 causal step 5+11": 1},
+    "3.8": {"d128 step 5": 48, "d128 causal step 5+11": 1},
+    "3.9": {"d128 step 5": 77, "d128 causal step 5": 86, "d128 step 7": 81, "d64 step 5+kv": 2, "d128 step 5+11": 4,
+            "d128 causal step 5+11": 27, "d128 step 7+11": 3, "d64 step 5+kv+11": 1},
+}  # fmt: skip
+""":data:`LOOP_LOCAL`'s bounds per newer Triton where its code differs: one instruction more on 3.7 and 3.8; on 3.9
+local-memory instructions inside the loops of every head dim 128 step (27 in the causal default's) and one or two at
+head dim 64."""
+
+
+def _spill_bound(name: str) -> int:
+    return max(CASES[name][3], NEWER_TRITON.get(gluon_compat.triton_minor(), {}).get(name, 0))
+
+
+def _loop_bound(name: str) -> int:
+    return max(LOOP_LOCAL[name], LOOP_LOCAL_NEWER.get(gluon_compat.triton_minor(), {}).get(name, 0))
+
+
 @functools.lru_cache(maxsize=1)
 def _structures() -> dict:
     configs = [dict(d=d, causal=c, cfg=dataclasses.asdict(backward.V3BackwardConfig(**f))) for d, c, f, _ in
@@ -70,7 +101,7 @@ def _structures() -> dict:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_backward_structure(name):
-    d, causal, fields, bound = CASES[name]
+    d, causal, fields, _ = CASES[name]
     cfg = backward.V3BackwardConfig(**fields)
     s = _structures()[name]
     # wgmma.mma_async per consumer and query block: S^T and dP^T are D/16 each (K = d), dV and dK 4 each (K = 64
@@ -91,7 +122,7 @@ def test_backward_structure(name):
         assert ["inc", str(cfg.consumer_regs)] in s["setmaxnreg"], s
         assert s["warps"] == 12, s
     assert 0 < s["shared"] <= SMEM_LIMIT, s
-    assert s["spill_stores"] <= bound, s
+    assert s["spill_stores"] <= _spill_bound(name), s
     assert s["tma_loads"] >= 4, s  # Q, dO, K, V by TMA
     if cfg.step < 5:  # the consumers add dQ from the wgmma layout: two floats per instruction
         assert any(".v2.f32" in a for a in s["atomic_adds"]), s
@@ -106,7 +137,7 @@ def test_backward_block_loops_spill_little(name):
     memory) are pinned; ptxas's spill bytes above count every site once, inside a loop or not."""
     loops = _structures()[name]["loop_local"]
     assert len(loops) == 2, loops  # one block loop per consumer warpgroup
-    assert sum(st + ld for st, ld in loops) <= LOOP_LOCAL[name], loops
+    assert sum(st + ld for st, ld in loops) <= _loop_bound(name), loops
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n][2].get("dq_cast")])

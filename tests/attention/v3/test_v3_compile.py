@@ -6,14 +6,11 @@ import dataclasses
 import functools
 
 import pytest
-import triton
 
 from gpulab.attention.measure import v3_compile_check as compile_check
 from gpulab.attention.v3 import forward
 
 _PROBLEM = compile_check.gluon_api_problem()
-if _PROBLEM is None and ".".join(triton.__version__.split(".")[:2]) not in forward.TESTED_TRITON:
-    _PROBLEM = f"version 3 is written against Triton {', '.join(forward.TESTED_TRITON)}; this is {triton.__version__}"
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
 
 SMEM_LIMIT = 227 * 1024  # the H100's largest shared-memory allocation per block
@@ -33,7 +30,8 @@ Q_REGS = {"d128 q_regs": (128, False)}
 defaults take it already): d=128 non-causal, the headline problem's kernel, compiles without spills with it (the
 three-consumer d=64 kernel does not: 160 registers per thread leave no room for Q's 16)."""
 """Every choice of :data:`~gpulab.attention.v3.configs.MEASURED` and ``MEASURED_SHORT`` and the ladder's ends. ``ptxas
--v`` reports no spill bytes for any of them on Triton 3.6 (a change that spills fails). Two source choices got the
+-v`` reports no spill bytes for any of them on Triton 3.6 to 3.9 (a change that spills fails; on 3.9 the d=64
+non-causal default is :data:`~gpulab.attention.v3.configs.NO_SPILL_BY_TRITON`'s). Two source choices got the
 last ones out (``forward._consumer``): block 0's first key is opaque to the compiler (a literal 0 made the block-0
 mask tile-invariant, hoisted and spilled, 108 bytes at d=128 non-causal), and the pipelined loop carries P already
 rounded to bf16/fp16 (an fp32 P across the back edge spilled 96 bytes of loop state with three consumer warpgroups at

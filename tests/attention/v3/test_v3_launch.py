@@ -6,8 +6,9 @@ import types
 import pytest
 import torch
 
+from gpulab import gluon_compat
+from gpulab.attention.v3 import configs, launch
 from gpulab.attention.v3 import forward as v3
-from gpulab.attention.v3 import launch
 
 META = dict(swizzle=3, elem_size=2, elem_type=10, block_size=[1, 64, 128], fp4_padded=False)
 
@@ -132,12 +133,32 @@ def test_raw_launch_is_usable_only_without_launch_hooks(monkeypatch):
     assert not launch.RawLaunch.usable()
 
 
+def _long(d, causal) -> dict:
+    """The long-sequence choice on this Triton: MEASURED's, or NO_SPILL_BY_TRITON's where it has one."""
+    return configs.NO_SPILL_BY_TRITON.get(configs.triton_minor(), {}).get((d, causal)) or v3.MEASURED[(d, causal)]
+
+
 def test_short_sequences_take_their_measured_tiles():
     for (d, causal), fields in v3.MEASURED_SHORT.items():
         limit = v3.short_n(d, causal)
         assert v3.v3_config(d, causal, seq=limit) == v3.V3Config(**fields)
-        assert v3.v3_config(d, causal, seq=limit + 1) == v3.V3Config(**v3.MEASURED[(d, causal)])
-        assert v3.v3_config(d, causal) == v3.V3Config(**v3.MEASURED[(d, causal)])
+        assert v3.v3_config(d, causal, seq=limit + 1) == v3.V3Config(**_long(d, causal))
+        assert v3.v3_config(d, causal) == v3.V3Config(**_long(d, causal))
+
+
+def test_a_triton_whose_code_spills_takes_its_no_spill_choice(monkeypatch):
+    """On a Triton listed in NO_SPILL_BY_TRITON the long sequences of that (head dim, causal) take its choice; the
+    short ones and every other key keep the measured tiles."""
+    for minor, choices in configs.NO_SPILL_BY_TRITON.items():
+        monkeypatch.setattr(gluon_compat, "triton_minor", lambda minor=minor: minor)
+        for (d, causal), fields in choices.items():
+            assert v3.v3_config(d, causal) == v3.v3_config(d, causal, seq=1 << 20) == v3.V3Config(**fields)
+            short = v3.MEASURED_SHORT.get((d, causal))
+            if short:
+                assert v3.v3_config(d, causal, seq=1) == v3.V3Config(**short)
+        for key, fields in v3.MEASURED.items():
+            if key not in choices:
+                assert v3.v3_config(*key) == v3.V3Config(**fields)
 
 
 def test_causal_problems_take_persistent_pairs():
