@@ -185,7 +185,7 @@ class LSTM(nn.Module):
 
     def _batch_major(self, x, dtype):
         """x checked and as [B, T, I]; and whether it was one unbatched [T, I] sequence."""
-        layout = "[T, B, I] ([B, T, I] with batch_first=True), unbatched [T, I] or a PackedSequence"
+        layout = "[T, B, I] ([B, T, I] with batch_first=True) or unbatched [T, I] (or a PackedSequence)"
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor {layout}, got {type(x).__name__}.")
         if x.dim() not in (2, 3):
