@@ -96,6 +96,7 @@ LESSONS: list[Lesson] = [
             "versions": "gpulab.rnn.fused.versions_bench:versions",
             "steps": "gpulab.rnn.fused.steps_bench:steps",
             "called": "gpulab.rnn.fused.called_bench:called",
+            "lstm-grid": "gpulab.rnn.measure_grid:lstm_grid",
         },
         folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split", "called": "split"},
     ),
