@@ -17,7 +17,7 @@ __all__ = ["unpack", "repack", "reverse_index", "time_gather", "last_steps"]
 
 
 def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
-    """``(padded [B, T, I], lengths [B] int64 on x's device)`` of a PackedSequence, checked: its feature size must be
+    """``(padded [B, T, I], lengths [B] int64 on the CPU)`` of a PackedSequence, checked: its feature size must be
     ``input_size``."""
     if x.data.dim() != 2 or x.data.shape[1] != input_size:
         raise ValueError(
@@ -27,16 +27,16 @@ def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
         )
     if not x.data.is_floating_point():
         raise ValueError(f"x's data has dtype {x.data.dtype}; an LSTM takes floating-point input: x.data.to({dtype}).")
-    padded, lengths = pad_packed_sequence(x, batch_first=True)
-    return padded, lengths.to(padded.device)
+    return pad_packed_sequence(x, batch_first=True)
 
 
 def repack(out: torch.Tensor, lengths: torch.Tensor, like: PackedSequence) -> PackedSequence:
-    """``out`` [B, T, F] (caller's batch order) as a PackedSequence with ``like``'s batch sizes and sort indices."""
+    """``out`` [B, T, F] (caller's batch order) as a PackedSequence with ``like``'s batch sizes and sort indices
+    (``lengths`` [B] on the CPU, as :func:`unpack` gives them: no copy from the device)."""
     order = like.sorted_indices
     if order is not None:
-        out, lengths = out.index_select(0, order), lengths.index_select(0, order.to(lengths.device))
-    data = pack_padded_sequence(out, lengths.cpu(), batch_first=True, enforce_sorted=True).data
+        out, lengths = out.index_select(0, order), lengths.index_select(0, order.cpu())
+    data = pack_padded_sequence(out, lengths, batch_first=True, enforce_sorted=True).data
     return PackedSequence(data, like.batch_sizes, like.sorted_indices, like.unsorted_indices)
 
 
