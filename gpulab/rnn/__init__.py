@@ -8,12 +8,15 @@
   (:mod:`.backends`, with the autograd op and the parameter gradients the Triton backends share) and ``fused``;
 - :mod:`.fused` (lesson 5): the fused kernels, their tile choosers, the one chooser between them
   (:mod:`.fused.plan`), the numbered versions, the benchmark and its reports;
-- :mod:`.module`: the :class:`LSTM` module; :mod:`.ops`: the Triton backends as PyTorch custom ops.
+- :mod:`.module`: the :class:`LSTM` module, ``torch.nn.LSTM``'s drop-in, with :mod:`.packed` (PackedSequence
+  in and out), :mod:`.projected` (``proj_size``) and :mod:`.checkpoint` (parameter names, the earlier layout);
+  :mod:`.measure_grid`: its benchmark against cuDNN (``bench 05 lstm-grid``, imported when asked);
+- :mod:`.ops`: the Triton backends as PyTorch custom ops.
 """
 
 from __future__ import annotations
 
-from gpulab.rnn import api, backends, cells, functions, fused, module, ops, weights
+from gpulab.rnn import api, backends, cells, checkpoint, functions, fused, module, ops, packed, projected, weights
 from gpulab.rnn.api import BACKENDS, flashrnn
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise, lstm_pointwise_reference
 from gpulab.rnn.functions import FUNCTIONS
@@ -36,6 +39,9 @@ __all__ = [
     "functions",
     "fused",
     "module",
+    "checkpoint",
+    "packed",
+    "projected",
     "ops",
     "weights",
 ]
