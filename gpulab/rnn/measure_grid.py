@@ -13,13 +13,15 @@ Records (``params['kind']``, ``provider``):
 - ``compile``: ``torch.compile(module)`` against the eager module (hidden 768, B 64, T 256; and the tiny call);
 - ``tiny``: B 1, T 4, 2 heads of 64 (gpulab) against a dense cuDNN ``nn.LSTM(128, 128)``.
 
-A case that fails (its check, or a compile) leaves a record with ``status`` saying why instead of stopping the run.
+A case that fails (its check, or a compile) leaves a record with ``status`` saying why instead of stopping the run;
+so does a case not begun within the time budget (:func:`lstm_grid`).
 On CPU (Triton's interpreter) every kind runs once at tiny sizes: the path is checked, the times mean nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 from torch import nn
@@ -197,9 +199,13 @@ def _compiled(quick, label, B, T, H, num_heads):
     ]  # fmt: skip
 
 
-def lstm_grid(progress=None, quick=None):
-    """Every case of the module docstring; ``quick`` (default: on CPU) runs one tiny size of each kind."""
+def lstm_grid(progress=None, quick=None, budget_s: float = 280.0):
+    """Every case of the module docstring; ``quick`` (default: on CPU) runs one tiny size of each kind. A case not
+    begun within ``budget_s`` seconds of the start (kernel compilations included) leaves a record with status
+    'skipped: time budget', so that the part ends in about five minutes on any GPU."""
     quick = (not runtime.on_gpu()) if quick is None else runtime.strict_bool("quick", quick)
+    budget_s = runtime.finite_float("budget_s", budget_s, positive=True)
+    start = time.perf_counter()
     progress = progress or (lambda it: it)
     cudnn = _cudnn_dtypes()
     if quick:
@@ -224,5 +230,10 @@ def lstm_grid(progress=None, quick=None):
     )
     out = []
     for case, kind, make in progress(jobs):
+        if time.perf_counter() - start > budget_s:
+            r = bench.record(lesson="05", case=case, kind=kind, budget_s=budget_s)
+            r.status = "skipped: time budget"
+            out.append(r)
+            continue
         out += _guarded(case, kind, make) if runtime.on_gpu() else make()
     return out
