@@ -42,7 +42,7 @@ def _ids(c):
 
 def _lengths(kind, B, T, g):
     """Lengths with T and 1 among them (a length-1 sequence), descending for 'packed-sorted'."""
-    base = [T, 1, max(1, T - 3), 2, T - 1][:B] if B > 1 else [T]
+    base = [min(T, max(1, n)) for n in (T, 1, T - 3, 2, T - 1)][:B] if B > 1 else [T]
     if kind == "packed-unsorted" and B > 1:
         base = [base[i] for i in torch.randperm(B, generator=g).tolist()]
         if base == sorted(base, reverse=True):
@@ -138,3 +138,20 @@ def test_triton_backends_equal_nn_lstm(case, backend):
     if runtime.device.type != "cpu":
         pytest.skip("compares on CPU, against a float64 nn.LSTM on CPU")
     _compare(case, backend, torch.float32, via="from_torch")
+
+
+def test_configurations_drawn_at_random_equal_nn_lstm():
+    """Beyond the grid: configurations drawn from a fresh seed (in the failure message), vanilla, float64."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    g = torch.Generator().manual_seed(seed)
+    pick = lambda *choices: choices[int(torch.randint(len(choices), (), generator=g))]  # noqa: E731
+    for _ in range(3):
+        H = pick(1, 2, 9, 17)
+        kind = pick("padded", "packed-sorted", "packed-unsorted", "unbatched")
+        B = 1 if kind == "unbatched" else pick(1, 2, 4)
+        case = (pick(1, 2, 3), pick(False, True), pick(0, *range(1, H)), pick(False, True), kind, pick(False, True),
+                B, pick(1, 2, 6), H)  # fmt: skip
+        try:
+            _compare(case, "vanilla", torch.float64, via=pick("from_torch", "load_state_dict"))
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, case {_ids(case)}: {exc}") from exc
