@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from gpulab.rnn import api, backends, cells, checkpoint, functions, fused, module, ops, packed, projected, weights
+from gpulab.rnn import api, backends, cells, functions, fused, module, ops, weights
 from gpulab.rnn.api import BACKENDS, flashrnn
 from gpulab.rnn.cells import lstm_cell_torch, lstm_pointwise, lstm_pointwise_reference
 from gpulab.rnn.functions import FUNCTIONS
@@ -39,9 +39,6 @@ __all__ = [
     "functions",
     "fused",
     "module",
-    "checkpoint",
-    "packed",
-    "projected",
     "ops",
     "weights",
 ]

@@ -46,13 +46,14 @@ from torch.nn.utils.rnn import PackedSequence
 from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import packed as packing
 from gpulab.rnn.api import backend_name, flashrnn
-from gpulab.rnn.checkpoint import convert_legacy, suffix
+from gpulab.rnn.checkpoint import convert_legacy
 from gpulab.rnn.projected import projected_lstm
 from gpulab.rnn.weights import float_dtype
 
 __all__ = ["LSTM"]
 
 _WARNED: set = set()  # (reason, backend) pairs already warned about in this process
+_SUFFIX = ("", "_reverse")  # nn.LSTM's parameter name suffix per direction (forward, reverse in time)
 
 
 class LSTM(nn.Module):
@@ -107,7 +108,7 @@ class LSTM(nn.Module):
         for layer in range(num_layers):
             i_l = input_size if layer == 0 else D * out_size
             for d in range(D):
-                s = f"l{layer}{suffix(d)}"
+                s = f"l{layer}{_SUFFIX[d]}"
                 self.register_parameter(f"weight_ih_{s}", nn.Parameter(torch.empty(4 * H, i_l, **kw)))
                 if nh == 1:
                     self.register_parameter(f"weight_hh_{s}", nn.Parameter(torch.empty(4 * H, out_size, **kw)))
@@ -146,7 +147,7 @@ class LSTM(nn.Module):
         """(weight_ih [4H, I_l], b_ih [4H] or None, R [4, NH, DH, DH], b [4, NH, DH]) of one layer and direction, as
         flashrnn reads them (one head: views of nn.LSTM's weight_hh and bias_hh; b: a zero buffer if ``bias=False``).
         Not for ``proj_size > 0`` (there R is [4H, P])."""
-        s, nh, dh = f"l{layer}{suffix(direction)}", self.num_heads, self.head_dim
+        s, nh, dh = f"l{layer}{_SUFFIX[direction]}", self.num_heads, self.head_dim
         w_ih = getattr(self, f"weight_ih_{s}")
         if nh > 1:
             return w_ih, None, getattr(self, f"recurrent_{s}"), getattr(self, f"bias_{s}")
@@ -238,7 +239,7 @@ class LSTM(nn.Module):
         B, T, _ = x.shape
         H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
         if self.proj_size:
-            s = f"l{layer}{suffix(d)}"
+            s = f"l{layer}{_SUFFIX[d]}"
             b = None
             if self.bias:
                 b = getattr(self, f"bias_ih_{s}") + getattr(self, f"bias_hh_{s}")
