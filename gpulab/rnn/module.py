@@ -22,6 +22,8 @@ As nn.LSTM: ``dropout`` acts on each layer's output but the last, in training mo
 second recurrence on each sequence reversed within its length and concatenates [forward, reverse] features; h_n and
 c_n are [num_layers * D, B, P or H] and [num_layers * D, B, H], ordered (layer 0 forward, layer 0 reverse, ...);
 a ``PackedSequence`` in gives one out, each sequence's state stopping at its own length (:mod:`gpulab.rnn.packed`).
+Both directions of a layer run as one recurrence (the reverse direction's heads beside the forward's, 2 NH
+block-diagonal heads, one launch); ``module.join_directions = False`` runs one recurrence per direction instead.
 
 Backends (the ``backend`` attribute may be changed at any time):
 
@@ -100,6 +102,7 @@ class LSTM(nn.Module):
             )
         self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
+        self.join_directions = True  # bidirectional: both directions in one recurrence (False: one each)
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
@@ -216,6 +219,14 @@ class LSTM(nn.Module):
         rev = None if lengths is None or D == 1 else packing.reverse_index(lengths, T)
         h_n, c_n, inp = [], [], xb
         for layer in range(self.num_layers):
+            if D == 2 and self.join_directions and not self.proj_size:
+                s0 = None if state is None else tuple(t[2 * layer : 2 * layer + 2] for t in state)
+                inp, last_h, last_c = self._both_directions(layer, inp, s0, rev, lengths)
+                h_n += last_h
+                c_n += last_c
+                if self.dropout and self.training and layer < self.num_layers - 1:
+                    inp = nn.functional.dropout(inp, self.dropout, training=True)
+                continue
             outs = []
             for d in range(D):
                 k = layer * D + d
@@ -260,6 +271,28 @@ class LSTM(nn.Module):
         if lengths is not None:
             last = packing.last_steps(all_states, lengths)
         return all_states[0].reshape(B, T, H), last[0].reshape(B, H), last[1].reshape(B, H)
+
+    def _both_directions(self, layer, x, s0, rev, lengths):
+        """Both directions of one layer in one recurrence: the reverse direction's NH heads beside the forward's
+        (R [4, 2 NH, DH, DH], block-diagonal still), its Wx reversed in time (a projection per step commutes with
+        the reversal). x [B, T, I_l], s0 (h0, c0) each [2, B, H] or None -> (out [B, T, 2H], [h_f, h_r], [c_f, c_r])."""
+        B, T, _ = x.shape
+        H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
+        (w_f, bi_f, R_f, b_f), (w_r, bi_r, R_r, b_r) = self.layer_weights(layer, 0), self.layer_weights(layer, 1)
+        b_ih = None if bi_f is None else torch.cat((bi_f, bi_r))
+        wx = nn.functional.linear(x, torch.cat((w_f, w_r)), b_ih).view(B, T, 2, 4, nh, dh)
+        wx = torch.cat((wx[:, :, 0], packing.time_gather(wx[:, :, 1], rev)), dim=3)  # [B, T, 4, 2 NH, DH]
+        R, b = torch.cat((R_f, R_r), dim=1), torch.cat((b_f, b_r), dim=1)
+        st = None if s0 is None else torch.stack(s0).view(2, 2, B, nh, dh).transpose(1, 2).reshape(2, B, 1, 2 * nh, dh)
+        if B == 0:
+            all_states, last = _empty_batch(wx, R, b, st)
+        else:
+            all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+        h = all_states[0]  # [B, T, 2 NH, DH]: forward heads, then the reverse's in reversed time
+        out = torch.cat((h[:, :, :nh], packing.time_gather(h[:, :, nh:], rev)), dim=2).reshape(B, T, 2 * H)
+        last = packing.last_steps(all_states, lengths) if lengths is not None else last[:, :, 0]  # [2, B, 2 NH, DH]
+        last = last.reshape(2, B, 2, H)
+        return out, [last[0, :, 0], last[0, :, 1]], [last[1, :, 0], last[1, :, 1]]
 
     def _initial_state(self, hx, B: int, unbatched: bool, dtype, is_packed: bool = False):
         """``hx`` checked: None, or ``(h0, c0)`` [L*D, B, P or H] and [L*D, B, H] (no B for unbatched x)."""

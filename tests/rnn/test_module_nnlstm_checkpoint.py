@@ -88,3 +88,23 @@ def test_from_torch_takes_every_configuration_and_its_mode():
     assert ours.weight_hr_l2_reverse.data_ptr() != ref.weight_hr_l2_reverse.data_ptr(), "a copy, not shared"
     f32 = rnn.LSTM.from_torch(ref, backend="vanilla", dtype=torch.float32)
     assert f32.weight_ih_l0.dtype == torch.float32
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_both_directions_in_one_recurrence_equal_one_each(heads):
+    """join_directions (the reverse direction's heads beside the forward's, one recurrence per layer) computes what
+    one recurrence per direction computes, packed and with initial states, outputs and gradients."""
+    torch.manual_seed(0)
+    m = rnn.LSTM(5, 8, num_layers=2, bidirectional=True, num_heads=heads, backend="vanilla").double()
+    x = torch.randn(3, 6, 5, dtype=torch.float64)
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 6, 1]), batch_first=True, enforce_sorted=False)
+    hx = tuple(torch.randn(4, 3, 8, dtype=torch.float64) for _ in range(2))
+    results = []
+    for join in (True, False):
+        m.join_directions = join
+        m.zero_grad(set_to_none=True)
+        y, (h, c) = m(packed, hx)
+        (y.data.sum() + (h * c).sum()).backward()
+        results.append([y.data, h, c, *(p.grad for p in m.parameters())])
+    for a, b in zip(*results):
+        check.assert_close(a, b, dtype=torch.float64, name="joined vs one recurrence per direction")
