@@ -32,6 +32,7 @@ GRID = [
     (1, True, 0, False, "packed-sorted", True, 1, 7, 17),
     (2, False, 0, False, "unbatched", False, 1, 7, 17),
     (2, True, 3, False, "unbatched", True, 1, 7, 17),
+    (1, True, 0, False, "unbatched", True, 1, 7, 17),
 ]
 
 
