@@ -97,6 +97,7 @@ LESSONS: list[Lesson] = [
             "versions": "gpulab.rnn.fused.measure.versions_bench:versions",
             "steps": "gpulab.rnn.fused.measure.steps_bench:steps",
             "called": "gpulab.rnn.fused.measure.called_bench:called",
+            "lstm-grid": "gpulab.rnn.fused.measure.lstm_grid:lstm_grid",
         },
         folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split", "called": "split"},
     ),

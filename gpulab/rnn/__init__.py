@@ -10,7 +10,10 @@
   the one chooser between them (:mod:`.fused.plan`); beside them, off the package's path, the numbered versions
   (:mod:`.fused.versions`), the benchmarks and reports (:mod:`.fused.measure`) and the experiments
   (:mod:`.fused.experiments`);
-- :mod:`.module`: the :class:`LSTM` module; :mod:`.ops`: the Triton backends as PyTorch custom ops.
+- :mod:`.module`: the :class:`LSTM` module, ``torch.nn.LSTM``'s drop-in, with :mod:`.packed` (PackedSequence
+  in and out), :mod:`.projected` (``proj_size``) and :mod:`.checkpoint` (parameter names, the earlier layout); its
+  benchmark against cuDNN is :mod:`.fused.measure.lstm_grid` (``bench 05 lstm-grid``);
+- :mod:`.ops`: the Triton backends as PyTorch custom ops.
 """
 
 from __future__ import annotations

@@ -1,16 +1,29 @@
-"""``gpulab.rnn.LSTM``: a multi-head, multi-layer LSTM module in the shape of ``torch.nn.LSTM``, on gpulab's kernels.
+"""``gpulab.rnn.LSTM``: ``torch.nn.LSTM``'s drop-in (every argument, PackedSequence, its checkpoints), multi-head too.
 
-Each layer does what FlashRNN's benchmarks do:
+Each layer and direction does what FlashRNN's benchmarks do:
 
-    Wx = x W_ih^T                                 one dense product over all steps at once (cuBLAS)
+    Wx = x W_ih^T + b_ih                          one dense product over all steps at once (cuBLAS)
     h, c = flashrnn(Wx, R, b, (h0, c0), "lstm")   the recurrence, block-diagonal over NH heads, with ``backend``
 
-Parameters per layer l (gate order i, f, z, o = nn.LSTM's i, f, g, o):
+Parameters (gate order i, f, z, o = nn.LSTM's i, f, g, o; layer l, suffix ``""`` or ``"_reverse"``):
 
-- ``weight_ih_l{l}`` [4H, I_l] (I_0 = input_size, else H), as nn.LSTM's;
-- ``recurrent_l{l}`` [4, NH, DH, DH] (flashrnn's R; with NH = 1 it is nn.LSTM's ``weight_hh`` viewed [4, 1, H, H]);
-- ``bias_l{l}`` [4, NH, DH] (nn.LSTM's ``bias_ih + bias_hh``). With ``bias=False`` it is no parameter but a zero
-  buffer the backends read, outside ``parameters()`` and ``state_dict()``: nothing can train it or load a bias into it.
+- **one head** (``num_heads=1``): exactly nn.LSTM's names, shapes and gate order, ``weight_ih_l{l}`` [4H, I_l],
+  ``weight_hh_l{l}`` [4H, H] (flashrnn's R viewed [4, 1, H, H]), ``bias_ih_l{l}`` and ``bias_hh_l{l}`` [4H],
+  ``weight_hr_l{l}`` [P, H] with ``proj_size=P``; so ``nn.LSTM.load_state_dict(ours.state_dict())`` and the reverse
+  work. A checkpoint of the earlier one-head layout (``recurrent_l{l}``, ``bias_l{l}``) still loads, with a warning
+  (:mod:`gpulab.rnn.checkpoint`).
+- **several heads**: their own layout, ``weight_ih_l{l}`` [4H, I_l], ``recurrent_l{l}`` [4, NH, DH, DH] (block
+  diagonal, DH = H / NH) and one ``bias_l{l}`` [4, NH, DH] (nn.LSTM's b_ih + b_hh); no ``proj_size``.
+
+I_0 = input_size, I_l = D * (P or H) above (D = 2 if bidirectional). With ``bias=False`` the recurrence reads a zero
+buffer ``bias_l{l}`` outside ``parameters()`` and ``state_dict()``: nothing can train it or load a bias into it.
+
+As nn.LSTM: ``dropout`` acts on each layer's output but the last, in training mode only; ``bidirectional`` runs a
+second recurrence on each sequence reversed within its length and concatenates [forward, reverse] features; h_n and
+c_n are [num_layers * D, B, P or H] and [num_layers * D, B, H], ordered (layer 0 forward, layer 0 reverse, ...);
+a ``PackedSequence`` in gives one out, each sequence's state stopping at its own length (:mod:`gpulab.rnn.packed`).
+Both directions of a layer run as one recurrence (the reverse direction's heads beside the forward's, 2 NH
+block-diagonal heads, one launch); ``module.join_directions = False`` runs one recurrence per direction instead.
 
 Backends (the ``backend`` attribute may be changed at any time):
 
@@ -19,36 +32,41 @@ Backends (the ``backend`` attribute may be changed at any time):
 - ``"alternating"``: per step a batched product + a Triton pointwise kernel (any head dim);
 - ``"vanilla"``: a PyTorch loop; runs anywhere, any dtype (float64 too).
 
-With ``num_heads=1`` the module computes exactly ``torch.nn.LSTM``, and takes its arguments in its order
-(``LSTM(4, 8, 2)`` has 2 layers; ``num_heads`` and ``backend`` are keywords only), the same inputs (batched or one
-unbatched [T, I] sequence, ``hx=(h0, c0)``, a batch of 0) and gives the same outputs; :meth:`LSTM.from_torch` builds
-one from an ``nn.LSTM`` through lesson 3's :func:`gpulab.rnn.from_torch_lstm`. Dropout between layers, bidirectional
-and projected LSTMs are not supported: ``dropout``, ``bidirectional`` and ``proj_size`` are accepted at their
-defaults only.
+``proj_size > 0`` runs on every backend through the PyTorch loop of :mod:`gpulab.rnn.projected` (the kernels hold
+square recurrent blocks); on the Triton backends a warning says so once.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 from gpulab import dtypes, hardware, runtime
+from gpulab.rnn import packed as packing
 from gpulab.rnn.api import backend_name, flashrnn
-from gpulab.rnn.weights import check_lstm_module, float_dtype, from_torch_lstm
+from gpulab.rnn.checkpoint import convert_legacy
+from gpulab.rnn.projected import projected_lstm
+from gpulab.rnn.weights import float_dtype
 
 __all__ = ["LSTM"]
 
+_WARNED: set = set()  # (reason, backend) pairs already warned about in this process
+_SUFFIX = ("", "_reverse")  # nn.LSTM's parameter name suffix per direction (forward, reverse in time)
+
 
 class LSTM(nn.Module):
-    """``LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, *, num_heads=1, backend="fused")``.
+    """``LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0, bidirectional=False,
+    proj_size=0, device=None, dtype=None, *, num_heads=1, backend="fused")``: torch.nn.LSTM's arguments in its order.
 
-    ``forward(x, hx=None)``: x [T, B, I] ([B, T, I] if ``batch_first``) or one unbatched sequence [T, I]; ``hx``
-    ``(h0, c0)`` each [num_layers, B, H] ([num_layers, H] unbatched; default zeros); returns ``(output [T, B, H]
-    (or [B, T, H], or [T, H]), (h_n, c_n))`` with h_n, c_n [num_layers, B, H] ([num_layers, H]), like
-    ``torch.nn.LSTM``. ``hidden_size`` must be divisible by ``num_heads``; each head has its own DH x DH recurrent
-    block per gate (DH = hidden_size // num_heads).
+    ``forward(x, hx=None)``: x [T, B, I] ([B, T, I] if ``batch_first``), one unbatched sequence [T, I], or a
+    ``PackedSequence``; ``hx`` ``(h0 [L*D, B, P or H], c0 [L*D, B, H])`` (without B for unbatched x; default zeros);
+    returns ``(output [T, B, D*(P or H)] (or [B, T, ...], [T, ...], a PackedSequence), (h_n, c_n))`` shaped as hx,
+    like ``torch.nn.LSTM``. ``hidden_size`` must be divisible by ``num_heads``; each head has its own DH x DH
+    recurrent block per gate (DH = hidden_size // num_heads). Parameter layouts: see the module docstring.
     """
 
     def __init__(
@@ -69,116 +87,223 @@ class LSTM(nn.Module):
     ):
         super().__init__()
         self.input_size = runtime.positive_int("input_size", input_size)
-        self.hidden_size = runtime.positive_int("hidden_size", hidden_size)
+        self.hidden_size = H = runtime.positive_int("hidden_size", hidden_size)
         self.num_layers = runtime.positive_int("num_layers", num_layers)
         self.bias = runtime.strict_bool("bias", bias)
         self.batch_first = runtime.strict_bool("batch_first", batch_first)
-        _refuse_unsupported(dropout, bidirectional, proj_size)
-        self.num_heads = runtime.positive_int("num_heads", num_heads)
-        if hidden_size % num_heads:
+        self.bidirectional = runtime.strict_bool("bidirectional", bidirectional)
+        self.dropout = _check_dropout(dropout, num_layers)
+        self.num_heads = nh = runtime.positive_int("num_heads", num_heads)
+        self.proj_size = P = _check_proj_size(proj_size, H, nh)
+        if H % nh:
             raise ValueError(
-                f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}; each head gets "
-                "hidden_size // num_heads units: pick a divisor."
+                f"hidden_size={H} is not divisible by num_heads={nh}; each head gets hidden_size // num_heads units: "
+                "pick a divisor."
             )
-        self.head_dim = hidden_size // num_heads
+        self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
+        self.join_directions = True  # bidirectional: both directions in one recurrence (False: one each)
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
         }
-        nh, dh = num_heads, self.head_dim
+        D, out_size = (2 if self.bidirectional else 1), (P or H)
         for layer in range(num_layers):
-            i_l = input_size if layer == 0 else hidden_size
-            self.register_parameter(f"weight_ih_l{layer}", nn.Parameter(torch.empty(4 * hidden_size, i_l, **kw)))
-            self.register_parameter(f"recurrent_l{layer}", nn.Parameter(torch.empty(4, nh, dh, dh, **kw)))
-            if self.bias:
-                self.register_parameter(f"bias_l{layer}", nn.Parameter(torch.empty(4, nh, dh, **kw)))
-            else:  # the backends add a b: zeros, converted with the module (.to, .double) but never trained or saved
-                self.register_buffer(f"bias_l{layer}", torch.zeros(4, nh, dh, **kw), persistent=False)
+            i_l = input_size if layer == 0 else D * out_size
+            for d in range(D):
+                s = f"l{layer}{_SUFFIX[d]}"
+                self.register_parameter(f"weight_ih_{s}", nn.Parameter(torch.empty(4 * H, i_l, **kw)))
+                if nh == 1:
+                    self.register_parameter(f"weight_hh_{s}", nn.Parameter(torch.empty(4 * H, out_size, **kw)))
+                else:
+                    self.register_parameter(f"recurrent_{s}", nn.Parameter(torch.empty(4, nh, dh, dh, **kw)))
+                if self.bias and nh == 1:
+                    self.register_parameter(f"bias_ih_{s}", nn.Parameter(torch.empty(4 * H, **kw)))
+                    self.register_parameter(f"bias_hh_{s}", nn.Parameter(torch.empty(4 * H, **kw)))
+                elif self.bias:
+                    self.register_parameter(f"bias_{s}", nn.Parameter(torch.empty(4, nh, dh, **kw)))
+                else:  # the backends add a b: zeros, following .to/.double but never trained or saved
+                    self.register_buffer(f"bias_{s}", torch.zeros(4, nh, dh, **kw), persistent=False)
+                if P:
+                    self.register_parameter(f"weight_hr_{s}", nn.Parameter(torch.empty(P, H, **kw)))
         self.reset_parameters()
 
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
     def reset_parameters(self) -> None:
-        """nn.LSTM's initialisation: every weight uniform in [-1/sqrt(H), 1/sqrt(H)] (bias: the sum of two such)."""
+        """nn.LSTM's initialisation: every weight uniform in [-1/sqrt(H), 1/sqrt(H)] (several heads' one bias: the
+        sum of two such, as b_ih + b_hh)."""
         bound = 1.0 / math.sqrt(self.hidden_size)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 p.uniform_(-bound, bound)
-                if name.startswith("bias"):
+                if name.startswith("bias_l"):
                     p.add_(torch.empty_like(p).uniform_(-bound, bound))
 
     def flatten_parameters(self) -> None:
         """Does nothing: ``torch.nn.LSTM`` packs its weights into one cuDNN buffer, these need no packing. Here so
         that code written for ``torch.nn.LSTM`` runs unchanged."""
 
-    def layer_weights(self, layer: int):
-        """(weight_ih [4H, I_l], R [4, NH, DH, DH], b [4, NH, DH]) of one layer (b: a zero buffer if ``bias=False``)."""
-        return (
-            getattr(self, f"weight_ih_l{layer}"),
-            getattr(self, f"recurrent_l{layer}"),
-            getattr(self, f"bias_l{layer}"),
-        )
+    def layer_weights(self, layer: int, direction: int = 0):
+        """(weight_ih [4H, I_l], b_ih [4H] or None, R [4, NH, DH, DH], b [4, NH, DH]) of one layer and direction, as
+        flashrnn reads them (one head: views of nn.LSTM's weight_hh and bias_hh; b: a zero buffer if ``bias=False``).
+        Not for ``proj_size > 0`` (there R is [4H, P])."""
+        s, nh, dh = f"l{layer}{_SUFFIX[direction]}", self.num_heads, self.head_dim
+        w_ih = getattr(self, f"weight_ih_{s}")
+        if nh > 1:
+            return w_ih, None, getattr(self, f"recurrent_{s}"), getattr(self, f"bias_{s}")
+        R = getattr(self, f"weight_hh_{s}").view(4, 1, dh, dh)
+        if not self.bias:
+            return w_ih, None, R, getattr(self, f"bias_{s}")
+        return w_ih, getattr(self, f"bias_ih_{s}"), R, getattr(self, f"bias_hh_{s}").view(4, 1, dh)
 
     def forward(self, x, hx=None):
-        layout = "[T, B, I] ([B, T, I] with batch_first=True) or unbatched [T, I]"
+        lengths = lengths_cpu = None
+        dtype = self.weight_ih_l0.dtype
+        if isinstance(x, PackedSequence):
+            xb, lengths_cpu = packing.unpack(x, self.input_size, dtype)
+            lengths, unbatched = lengths_cpu.to(xb.device, non_blocking=True), False
+        else:
+            xb, unbatched = self._batch_major(x, dtype)
+        if xb.dtype != dtype:  # as nn.LSTM: no silent cast between the input's and the module's dtypes
+            raise ValueError(
+                f"x has dtype {xb.dtype} but the module's parameters are {dtype}; convert one: x.to({dtype}) or "
+                f"module.to({xb.dtype})."
+            )
+        if self.backend != "vanilla" and not self.proj_size and dtype not in (torch.float32, torch.float16):
+            _check_backend_dtype(self.backend, dtype)
+        if self.proj_size and self.backend != "vanilla":
+            _warn_once(("proj_size", self.backend), f"gpulab.rnn.LSTM: proj_size={self.proj_size} runs through a "
+                       f"PyTorch loop (gpulab.rnn.projected), not backend={self.backend!r}'s kernels, which hold "
+                       "square recurrent blocks; correct, not fast.")  # fmt: skip
+        B = xb.shape[0]
+        state = self._initial_state(hx, B, unbatched, dtype, lengths is not None)
+        out, h_n, c_n = self._layers(xb, state, lengths)
+        if lengths is not None:
+            return packing.repack(out, lengths_cpu, x), (h_n, c_n)
+        if unbatched:
+            return out[0], (h_n[:, 0], c_n[:, 0])
+        return (out if self.batch_first else out.transpose(0, 1)), (h_n, c_n)
+
+    def _batch_major(self, x, dtype):
+        """x checked and as [B, T, I]; and whether it was one unbatched [T, I] sequence."""
+        layout = "[T, B, I] ([B, T, I] with batch_first=True) or unbatched [T, I] (or a PackedSequence)"
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor {layout}, got {type(x).__name__}.")
         if x.dim() not in (2, 3):
             raise ValueError(f"x must be {layout}, got shape {tuple(x.shape)}.")
-        dtype = self.weight_ih_l0.dtype
         if not x.is_floating_point():
             raise ValueError(
                 f"x has dtype {x.dtype}; an LSTM takes floating-point input in its parameters' dtype: convert it "
                 f"with x.to({dtype})."
             )
-        if x.dtype != dtype:  # as nn.LSTM: no silent cast between the input's and the module's dtypes
-            raise ValueError(
-                f"x has dtype {x.dtype} but the module's parameters are {dtype}; convert one: x.to({dtype}) or "
-                f"module.to({x.dtype})."
-            )
-        if self.backend != "vanilla" and dtype not in (torch.float32, torch.float16):
-            _check_backend_dtype(self.backend, dtype)
         unbatched = x.dim() == 2
         xb = x.unsqueeze(0) if unbatched else x if self.batch_first else x.transpose(0, 1)  # [B, T, I]
-        B, T, I = xb.shape
-        if I != self.input_size:
-            raise ValueError(f"x has {I} features but input_size={self.input_size}.")
-        if T == 0:
+        if xb.shape[2] != self.input_size:
+            raise ValueError(f"x has {xb.shape[2]} features but input_size={self.input_size}.")
+        if xb.shape[1] == 0:
             time = ("dimension 0 of an unbatched [T, I]" if unbatched else "dimension 1 of [B, T, I] (batch_first=True)"
                     if self.batch_first else "dimension 0 of [T, B, I] (batch_first=False)")  # fmt: skip
             raise ValueError(
                 f"x has shape {tuple(x.shape)}: 0 time steps (T is {time}); an LSTM needs T >= 1, as torch.nn.LSTM "
                 "does: pass at least one step."
             )
-        state = self._initial_state(hx, B, unbatched, dtype)
-        H, nh, dh, L = self.hidden_size, self.num_heads, self.head_dim, self.num_layers
-        h_n, c_n = [], []
-        inp = xb
-        for layer in range(L):
-            w_ih, R, b = self.layer_weights(layer)
-            wx = torch.nn.functional.linear(inp, w_ih).view(B, T, 4, nh, dh)
-            s0 = None
-            if state is not None:
-                s0 = torch.stack((state[0][layer], state[1][layer])).view(2, B, 1, nh, dh)
-            if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
-                all_states, last = _empty_batch(wx, R, b, s0)
-            else:
-                all_states, last = flashrnn(wx, R, b, s0, "lstm", self.backend, dtype=wx.dtype)
-            inp = all_states[0].reshape(B, T, H)
-            h_n.append(last[0].reshape(B, H))
-            c_n.append(last[1].reshape(B, H))
-        # [num_layers, B, H]; one layer: views of the kernel's last states (a stack would be two more launches)
-        h_n, c_n = (torch.stack(h_n), torch.stack(c_n)) if L > 1 else (h_n[0].unsqueeze(0), c_n[0].unsqueeze(0))
-        if unbatched:
-            return inp[0], (h_n[:, 0], c_n[:, 0])
-        out = inp if self.batch_first else inp.transpose(0, 1)
-        return out, (h_n, c_n)
+        return xb, unbatched
 
-    def _initial_state(self, hx, B: int, unbatched: bool, dtype):
-        """``hx`` checked: None, or ``(h0, c0)`` each [num_layers, B, H] (given [num_layers, H] for unbatched x)."""
+    def _layers(self, xb, state, lengths):
+        """Every layer and direction over xb [B, T, I] -> (out [B, T, D*(P or H)], h_n, c_n [L*D, B, .])."""
+        B, T, _ = xb.shape
+        D = self.num_directions
+        rev = None if lengths is None or D == 1 else packing.reverse_index(lengths, T)
+        h_n, c_n, inp = [], [], xb
+        for layer in range(self.num_layers):
+            if D == 2 and self.join_directions and not self.proj_size:
+                s0 = None if state is None else tuple(t[2 * layer : 2 * layer + 2] for t in state)
+                inp, last_h, last_c = self._both_directions(layer, inp, s0, rev, lengths)
+                h_n += last_h
+                c_n += last_c
+                if self.dropout and self.training and layer < self.num_layers - 1:
+                    inp = nn.functional.dropout(inp, self.dropout, training=True)
+                continue
+            outs = []
+            for d in range(D):
+                k = layer * D + d
+                x_d = inp if d == 0 else packing.time_gather(inp, rev)
+                s0 = None if state is None else (state[0][k], state[1][k])
+                h_all, h_last, c_last = self._direction(layer, d, x_d, s0, lengths)
+                outs.append(h_all if d == 0 else packing.time_gather(h_all, rev))
+                h_n.append(h_last)
+                c_n.append(c_last)
+            inp = outs[0] if D == 1 else torch.cat(outs, dim=-1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                inp = nn.functional.dropout(inp, self.dropout, training=True)
+        # one layer and direction: views of the kernel's last states (a stack would be two more launches)
+        if len(h_n) == 1:
+            return inp, h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)
+        return inp, torch.stack(h_n), torch.stack(c_n)
+
+    def _direction(self, layer, d, x, s0, lengths):
+        """One layer, one direction over x [B, T, I_l] (already in its time order) -> (h [B, T, P or H], h_last,
+        c_last [B, .]); the last states are each sequence's at its length when ``lengths`` is given."""
+        B, T, _ = x.shape
+        H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
+        if self.proj_size:
+            s = f"l{layer}{_SUFFIX[d]}"
+            b = None
+            if self.bias:
+                b = getattr(self, f"bias_ih_{s}") + getattr(self, f"bias_hh_{s}")
+            wx = nn.functional.linear(x, getattr(self, f"weight_ih_{s}"), b)
+            h0, c0 = (None, None) if s0 is None else s0
+            h_all, c_all = projected_lstm(wx, getattr(self, f"weight_hh_{s}"), getattr(self, f"weight_hr_{s}"), h0, c0)
+            if lengths is None:
+                return h_all, h_all[:, -1], c_all[:, -1]
+            idx = torch.arange(B, device=x.device)
+            return h_all, h_all[idx, lengths - 1], c_all[idx, lengths - 1]
+        w_ih, b_ih, R, b = self.layer_weights(layer, d)
+        wx = nn.functional.linear(x, w_ih, b_ih).view(B, T, 4, nh, dh)
+        st = None if s0 is None else torch.stack(s0).view(2, B, 1, nh, dh)
+        if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
+            all_states, last = _empty_batch(wx, R, b, st)
+        else:
+            all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+        if lengths is not None:
+            last = packing.last_steps(all_states, lengths)
+        return all_states[0].reshape(B, T, H), last[0].reshape(B, H), last[1].reshape(B, H)
+
+    def _both_directions(self, layer, x, s0, rev, lengths):
+        """Both directions of one layer in one recurrence: the reverse direction's NH heads beside the forward's
+        (R [4, 2 NH, DH, DH], block-diagonal still), its Wx reversed in time (a projection per step commutes with
+        the reversal). x [B, T, I_l], s0 (h0, c0) each [2, B, H] or None -> (out [B, T, 2H], [h_f, h_r], [c_f, c_r])."""
+        B, T, _ = x.shape
+        H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
+        (w_f, bi_f, R_f, b_f), (w_r, bi_r, R_r, b_r) = self.layer_weights(layer, 0), self.layer_weights(layer, 1)
+        b_ih = None if bi_f is None else torch.cat((bi_f, bi_r))
+        wx = nn.functional.linear(x, torch.cat((w_f, w_r)), b_ih).view(B, T, 2, 4, nh, dh)
+        wx = torch.cat((wx[:, :, 0], packing.time_gather(wx[:, :, 1], rev)), dim=3)  # [B, T, 4, 2 NH, DH]
+        R, b = torch.cat((R_f, R_r), dim=1), torch.cat((b_f, b_r), dim=1)
+        st = None if s0 is None else torch.stack(s0).view(2, 2, B, nh, dh).transpose(1, 2).reshape(2, B, 1, 2 * nh, dh)
+        if B == 0:
+            all_states, last = _empty_batch(wx, R, b, st)
+        else:
+            all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+        h = all_states[0]  # [B, T, 2 NH, DH]: forward heads, then the reverse's in reversed time
+        out = torch.cat((h[:, :, :nh], packing.time_gather(h[:, :, nh:], rev)), dim=2).reshape(B, T, 2 * H)
+        last = packing.last_steps(all_states, lengths) if lengths is not None else last[:, :, 0]  # [2, B, 2 NH, DH]
+        last = last.reshape(2, B, 2, H)
+        return out, [last[0, :, 0], last[0, :, 1]], [last[1, :, 0], last[1, :, 1]]
+
+    def _initial_state(self, hx, B: int, unbatched: bool, dtype, is_packed: bool = False):
+        """``hx`` checked: None, or ``(h0, c0)`` [L*D, B, P or H] and [L*D, B, H] (no B for unbatched x)."""
         if hx is None:
             return None
-        L, H = self.num_layers, self.hidden_size
-        shape, layout = ((L, H), "[num_layers, H] (x is unbatched)") if unbatched else ((L, B, H), "[num_layers, B, H]")
+        LD, H, out = self.num_layers * self.num_directions, self.hidden_size, self.proj_size or self.hidden_size
+        shapes = ((LD, out), (LD, H)) if unbatched else ((LD, B, out), (LD, B, H))
+        where = " (x is unbatched)" if unbatched else " (B = the number of sequences)" if is_packed else ""
+        layout = (f"h0 {shapes[0]} and c0 {shapes[1]} (num_layers * num_directions, "
+                  + ("" if unbatched else "batch, ") + ("proj_size" if self.proj_size else "hidden_size") + ")"
+                  + where)  # fmt: skip
         if not isinstance(hx, (tuple, list)) or len(hx) != 2:
             if isinstance(hx, (tuple, list)):
                 got = f"a {type(hx).__name__} of {len(hx)}"
@@ -186,71 +311,105 @@ class LSTM(nn.Module):
                 got = f"one Tensor of shape {tuple(hx.shape)}"
             else:
                 got = f"a {type(hx).__name__}"
-            raise ValueError(f"hx must be a pair (h0, c0) of {layout} tensors, as nn.LSTM's hx; got {got}.")
-        for name, t in zip(("h0", "c0"), hx):
+            raise ValueError(f"hx must be a pair (h0, c0), as nn.LSTM's hx: {layout}; got {got}.")
+        for name, t, shape in zip(("h0", "c0"), hx, shapes):
+            if isinstance(t, torch.Tensor) and tuple(t.shape) != shape:
+                raise ValueError(
+                    f"hx's {name} has shape {tuple(t.shape)}, expected {shape} for this module: {layout}. Pass "
+                    f"{name} of shape {shape}."
+                )
             runtime.require_tensor(f"hx's {name}", t, shape=shape, device_check=False)
             if t.dtype != dtype:
                 raise ValueError(f"hx's {name} has dtype {t.dtype} but the module's parameters are {dtype}; "
                                  f"pass it as {name}.to({dtype}).")  # fmt: skip
         return tuple(t.unsqueeze(1) for t in hx) if unbatched else tuple(hx)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if self.num_heads == 1:  # the earlier one-head layout (recurrent_l*, bias_l*) -> nn.LSTM's names, warned
+            convert_legacy(state_dict, prefix, self.num_layers, self.num_directions, self.hidden_size, self.bias)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     @classmethod
     def from_torch(cls, module: nn.LSTM, backend: str = "fused", dtype=None, device=None) -> LSTM:
-        """An :class:`LSTM` (num_heads = 1) with a copy of the weights of ``module`` (read by lesson 3's
-        ``from_torch_lstm``): the same function, now run by ``backend``.
+        """An :class:`LSTM` (num_heads = 1) with a copy of the weights of ``module``, any nn.LSTM configuration
+        (dropout, bidirectional, proj_size, bias, batch_first, training mode): the same function, run by ``backend``.
 
-        Refused with a ValueError: anything but an ``nn.LSTM``, ``bidirectional=True``, ``proj_size > 0``, and
-        ``dropout > 0`` (this module has no dropout between layers, so it would not train the same function).
+        ``dtype``/``device`` default to the module's. Anything but an ``nn.LSTM`` is refused with a TypeError.
         """
-        check_lstm_module(module)
-        if module.dropout:
-            raise ValueError(
-                f"module has dropout={module.dropout}; gpulab.rnn.LSTM has no dropout between layers. Build the "
-                "nn.LSTM with dropout=0 (or set module.dropout = 0 to read it for inference only)."
+        if not isinstance(module, nn.LSTM):
+            raise TypeError(
+                f"module must be a torch.nn.LSTM, got {type(module).__name__}; LSTM.from_torch reads nn.LSTM's "
+                "weights (for a GRU or RNN there is no gpulab module)."
             )
         backend = backend_name(backend)
-        w = from_torch_lstm(module, dtype=dtype, device=device)
-        out = cls(
-            w.input_size,
-            w.hidden_size,
-            num_layers=w.num_layers,
-            bias=bool(module.bias),
-            batch_first=w.batch_first,
-            device=w.device,
-            dtype=w.dtype,
-            num_heads=1,
-            backend=backend,
-        )
-        H = w.hidden_size
+        first = module.weight_ih_l0
+        dt = first.dtype if dtype is None else float_dtype(dtype)
+        dev = first.device if device is None else runtime.as_device(device)
+        out = cls(module.input_size, module.hidden_size, module.num_layers, bool(module.bias),
+                  bool(module.batch_first), float(module.dropout), bool(module.bidirectional),
+                  int(module.proj_size), device=dev, dtype=dt, num_heads=1, backend=backend)  # fmt: skip
         with torch.no_grad():
-            for layer in range(w.num_layers):
-                w_ih, R, b = out.layer_weights(layer)
-                w_ih.copy_(w.w_ih[layer])
-                R.copy_(w.w_hh[layer].view(4, 1, H, H))
-                if out.bias:
-                    b.copy_(w.bias[layer].view(4, 1, H))
-        return out
+            out.load_state_dict({k: v.to(device=dev, dtype=dt) for k, v in module.state_dict().items()})
+        return out.train(module.training)
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.input_size}, {self.hidden_size}, num_heads={self.num_heads}, num_layers={self.num_layers}, "
-            f"batch_first={self.batch_first}, backend={self.backend!r}" + ("" if self.bias else ", bias=False")
+        extra = [f"dropout={self.dropout}"] if self.dropout else []
+        extra += ["bidirectional=True"] if self.bidirectional else []
+        extra += [f"proj_size={self.proj_size}"] if self.proj_size else []
+        extra += [] if self.bias else ["bias=False"]
+        return ", ".join(
+            [f"{self.input_size}, {self.hidden_size}, num_heads={self.num_heads}, num_layers={self.num_layers}",
+             f"batch_first={self.batch_first}, backend={self.backend!r}", *extra]
+        )  # fmt: skip
+
+
+def _check_dropout(dropout, num_layers: int) -> float:
+    """``dropout`` as a float in [0, 1] (else a ValueError or TypeError with the fix); nn.LSTM's warning for one
+    layer with dropout > 0 (it adds dropout after all layers but the last: none)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+        raise TypeError(
+            f"dropout must be a number in [0, 1] (the probability of zeroing an element between layers), got "
+            f"{dropout!r} ({type(dropout).__name__}); pass e.g. dropout=0.1."
         )
+    p = float(dropout)
+    if not 0.0 <= p <= 1.0:  # NaN fails too
+        raise ValueError(
+            f"dropout={dropout!r} is not allowed: it is the probability of zeroing an element between layers, a "
+            "number in [0, 1]; pass e.g. dropout=0.1 (or 0.0 for none)."
+        )
+    if p > 0 and num_layers == 1:
+        warnings.warn(
+            "dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
+            f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return p
 
 
-def _refuse_unsupported(dropout, bidirectional, proj_size) -> None:
-    """nn.LSTM's ``dropout``, ``bidirectional`` and ``proj_size``, accepted at their defaults (so that nn.LSTM's
-    arguments pass), refused otherwise: this module has none of the three."""
-    dropout = runtime.finite_float("dropout", dropout, minimum=0.0, maximum=1.0)
-    if dropout:
-        raise ValueError(f"dropout={dropout} is not supported: gpulab.rnn.LSTM has no dropout between layers; use "
-                         "dropout=0.0 (or an nn.Dropout on the output).")  # fmt: skip
-    if runtime.strict_bool("bidirectional", bidirectional):
-        raise ValueError("bidirectional=True is not supported: gpulab.rnn.LSTM runs forward in time only; use "
-                         "bidirectional=False (or run a second LSTM on x.flip(0) and concatenate).")  # fmt: skip
-    if runtime.nonnegative_int("proj_size", proj_size):
-        raise ValueError(f"proj_size={proj_size} is not supported: gpulab.rnn.LSTM has no projection of h; use "
-                         "proj_size=0 (or an nn.Linear on the output).")  # fmt: skip
+def _check_proj_size(proj_size, hidden_size: int, num_heads: int) -> int:
+    """``proj_size`` as an int in [0, hidden_size) (one head only), else a ValueError or TypeError with the fix."""
+    if isinstance(proj_size, bool) or not isinstance(proj_size, int):
+        raise TypeError(f"proj_size must be an int in [0, hidden_size={hidden_size}) (0: no projection), got "
+                        f"{proj_size!r} ({type(proj_size).__name__}); pass e.g. proj_size=0.")  # fmt: skip
+    if not 0 <= proj_size < hidden_size:
+        raise ValueError(
+            f"proj_size={proj_size} is not allowed: h is projected from hidden_size={hidden_size} units down to "
+            f"proj_size, so proj_size must be in [0, {hidden_size}) (0: no projection); pass a smaller proj_size "
+            "or a larger hidden_size."
+        )
+    if proj_size and num_heads > 1:
+        raise ValueError(
+            f"proj_size={proj_size} with num_heads={num_heads} is not supported: a projection mixes all heads' "
+            "units, so the recurrence is no longer block-diagonal; use num_heads=1 with proj_size, or proj_size=0."
+        )
+    return proj_size
+
+
+def _warn_once(key, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def _check_backend_dtype(backend: str, dtype: torch.dtype) -> None:

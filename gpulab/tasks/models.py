@@ -223,8 +223,8 @@ class _TorchLSTM(nn.Module):
 
 class TorchLSTMModel(_Stack):
     """The stack of :class:`LSTMModel` with one dense head, each mixer PyTorch's own ``torch.nn.LSTM`` (cuDNN's
-    kernels on a GPU): the peer of ``LSTMModel(num_heads=1)``, the same function with the same parameters but one
-    (``nn.LSTM`` keeps two bias vectors where gpulab's keeps one: 4d more per layer), trained in the same step."""
+    kernels on a GPU): the peer of ``LSTMModel(num_heads=1)``, the same function with the same parameters (one
+    head's ``gpulab.rnn.LSTM`` has nn.LSTM's state_dict), trained in the same step."""
 
     def __init__(self, vocab: int, classes: int, d_model: int = 64, num_layers: int = 1):
         d_model, num_layers = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)

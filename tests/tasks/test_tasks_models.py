@@ -75,12 +75,12 @@ def test_a_floor_model_is_its_model_without_the_sequence_mixing(gen, like):
 
 
 def test_the_torch_lstm_model_is_the_one_head_lstm_model_on_torch_nn_lstm(gen):
-    """TorchLSTMModel computes what LSTMModel with one head computes, given the same weights (nn.LSTM's two biases
-    summed into gpulab's one): its logits equal in float64."""
+    """TorchLSTMModel computes what LSTMModel with one head computes, given the same weights (each mixer loads the
+    other's nn.LSTM state_dict): its logits equal in float64."""
     t, d = tasks.get_task("parity"), 12
     ours = tasks.LSTMModel(t.vocab, t.classes, d_model=d, num_heads=1, num_layers=2, backend="vanilla").double()
     peer = tasks.TorchLSTMModel(t.vocab, t.classes, d_model=d, num_layers=2).double()
-    assert tasks.count_parameters(peer) - tasks.count_parameters(ours) == 2 * 4 * d  # the second bias per layer
+    assert tasks.count_parameters(peer) == tasks.count_parameters(ours)  # one head: nn.LSTM's parameters
     theirs = dict(peer.named_parameters())
     with torch.no_grad():
         for name, p in ours.named_parameters():
@@ -88,9 +88,7 @@ def test_the_torch_lstm_model_is_the_one_head_lstm_model_on_torch_nn_lstm(gen):
                 p.copy_(theirs[name])
         for i, block in enumerate(ours.blocks):
             lstm = peer.blocks[i].mixer.lstm
-            block.mixer.weight_ih_l0.copy_(lstm.weight_ih_l0)
-            block.mixer.recurrent_l0.copy_(lstm.weight_hh_l0.view(4, 1, d, d))
-            block.mixer.bias_l0.copy_((lstm.bias_ih_l0 + lstm.bias_hh_l0).view(4, 1, d))
+            block.mixer.load_state_dict(lstm.state_dict())  # one head: nn.LSTM's state_dict
     x, _ = t(3, 7, generator=gen(8))
     with torch.no_grad():
         a, b = ours(x), peer(x)

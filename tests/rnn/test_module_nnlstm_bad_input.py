@@ -1,0 +1,81 @@
+"""Bad input to gpulab.rnn.LSTM's nn.LSTM arguments: refused with the argument, the value, what is allowed and the
+fix; and the proj_size path on Triton backends says so once."""
+
+import warnings
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_sequence
+
+from gpulab import rnn
+from gpulab.rnn import module as lstm_module
+
+
+def _m(**kw):
+    return rnn.LSTM(3, 8, **({"backend": "vanilla"} | kw))
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (lambda: _m(dropout=1.5), ValueError, ["dropout=1.5", "[0, 1]", "dropout=0.1"]),
+        (lambda: _m(dropout=float("nan")), ValueError, ["dropout=nan", "[0, 1]"]),
+        (lambda: _m(dropout=None), TypeError, ["dropout must be a number", "NoneType"]),
+        (lambda: _m(proj_size=8), ValueError, ["proj_size=8", "[0, 8)", "smaller proj_size"]),
+        (lambda: _m(proj_size=-2), ValueError, ["proj_size=-2", "[0, 8)"]),
+        (lambda: _m(proj_size="2"), TypeError, ["proj_size must be an int", "'2'"]),
+        (lambda: _m(proj_size=2, num_heads=2), ValueError, ["num_heads=2", "num_heads=1 with proj_size"]),
+        (lambda: _m(bidirectional=1), TypeError, ["bidirectional must be True or False", "1"]),
+        (lambda: _m(bidirectional="yes"), TypeError, ["bidirectional"]),
+    ],
+    ids=["dropout-1.5", "dropout-nan", "dropout-none", "proj-eq-hidden", "proj-negative", "proj-str", "proj-heads",
+         "bidirectional-int", "bidirectional-str"],
+)  # fmt: skip
+def test_bad_constructor_arguments(make, error, words):
+    with pytest.raises(error) as info:
+        make()
+    for w in words:
+        assert w in str(info.value), f"{w!r} not in: {info.value}"
+
+
+@pytest.mark.parametrize(
+    "kw, hx, expected",
+    [
+        ({"bidirectional": True, "num_layers": 2}, ((4 - 1, 2, 8), (4, 2, 8)), "expected (4, 2, 8)"),
+        ({"proj_size": 5}, ((1, 2, 8), (1, 2, 8)), "expected (1, 2, 5)"),
+        ({"proj_size": 5}, ((1, 2, 5), (1, 2, 5)), "c0 has shape (1, 2, 5), expected (1, 2, 8)"),
+        ({"bidirectional": True}, ((2, 3, 8), (2, 3, 8)), "expected (2, 2, 8)"),
+    ],
+    ids=["bi-layers", "proj-h0", "proj-c0", "batch"],
+)
+def test_initial_states_of_the_wrong_shape_name_the_expected_shape(kw, hx, expected):
+    m = _m(**kw)
+    with pytest.raises(ValueError, match="hx's") as info:
+        m(torch.randn(4, 2, 3), tuple(torch.zeros(s) for s in hx))
+    assert expected in str(info.value) and "num_layers * num_directions" in str(info.value)
+
+
+def test_packed_sequence_of_the_wrong_feature_size():
+    m = _m()
+    with pytest.raises(ValueError, match=r"PackedSequence of data shape \(5, 4\).*input_size=3.*\[total steps, 3\]"):
+        m(pack_sequence([torch.randn(3, 4), torch.randn(2, 4)]))
+    packed = pack_sequence([torch.randn(3, 3), torch.randn(1, 3)])
+    with pytest.raises(ValueError, match=r"expected \(1, 2, 8\).*B = the number of sequences"):
+        m(packed, (torch.zeros(1, 3, 8), torch.zeros(1, 3, 8)))
+
+
+@pytest.mark.parametrize("backend", ["alternating", "fused"])
+def test_proj_size_on_a_triton_backend_warns_once_and_runs(backend, monkeypatch):
+    monkeypatch.setattr(lstm_module, "_WARNED", set())
+    m = rnn.LSTM(3, 8, proj_size=4, backend=backend)
+    x = torch.randn(2, 1, 3)
+    with pytest.warns(UserWarning, match=f"proj_size=4 runs through a PyTorch loop.*backend='{backend}'"):
+        y, (h, c) = m(x)
+    assert y.shape == (2, 1, 4) and h.shape == (1, 1, 4) and c.shape == (1, 1, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(x)  # once
+    m.backend = "vanilla"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m(x)  # the vanilla backend is a PyTorch loop itself: nothing to say

@@ -1,0 +1,110 @@
+"""Checkpoints both ways: one head's state_dict is nn.LSTM's (either loads the other's, same outputs), the earlier
+one-head layout still loads with a warning, several heads keep their own layout."""
+
+import pytest
+import torch
+from torch import nn
+
+from gpulab import check, rnn
+
+
+def _x(T=6, B=3, I=5, seed=0):
+    return torch.randn(T, B, I, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"num_layers": 2, "bidirectional": True}, {"num_layers": 2, "proj_size": 3, "bidirectional": True},
+     {"num_layers": 2, "bias": False, "dropout": 0.25}],
+    ids=["plain", "bi-2", "bi-proj-2", "nobias-dropout"],
+)  # fmt: skip
+def test_state_dict_is_nn_lstms_both_ways(kw):
+    torch.manual_seed(0)
+    ours = rnn.LSTM(5, 7, **kw, backend="vanilla").double().eval()
+    ref = nn.LSTM(5, 7, **kw).double().eval()
+    sd = ours.state_dict()
+    assert [(k, v.shape) for k, v in sd.items()] == [(k, v.shape) for k, v in ref.state_dict().items()]
+    ref.load_state_dict(sd)  # ours -> nn.LSTM
+    x = _x()
+    for a, r, name in zip(ours(x)[0:1] + ours(x)[1], ref(x)[0:1] + ref(x)[1], ("y", "h_n", "c_n")):
+        check.assert_close(a, r, dtype=torch.float64, name=name)
+    torch.manual_seed(1)
+    ref2 = nn.LSTM(5, 7, **kw).double().eval()
+    ours.load_state_dict(ref2.state_dict())  # nn.LSTM -> ours
+    check.assert_close(ours(x)[0], ref2(x)[0], dtype=torch.float64, name="y after loading nn.LSTM's")
+    assert not torch.allclose(ours(x)[0], ref(x)[0]), "the load replaced the weights"
+
+
+def _legacy_state_dict(ref: nn.LSTM, prefix=""):
+    """nn.LSTM's weights in gpulab's earlier one-head layout: recurrent_l* [4, 1, H, H], bias_l* = b_ih + b_hh."""
+    H, out = ref.hidden_size, {}
+    for layer in range(ref.num_layers):
+        out[f"{prefix}weight_ih_l{layer}"] = ref.get_parameter(f"weight_ih_l{layer}").detach().clone()
+        out[f"{prefix}recurrent_l{layer}"] = ref.get_parameter(f"weight_hh_l{layer}").detach().view(4, 1, H, H).clone()
+        b = ref.get_parameter(f"bias_ih_l{layer}") + ref.get_parameter(f"bias_hh_l{layer}")
+        out[f"{prefix}bias_l{layer}"] = b.detach().view(4, 1, H).clone()
+    return out
+
+
+def test_checkpoint_in_the_earlier_layout_loads_with_a_warning():
+    torch.manual_seed(0)
+    ref = nn.LSTM(5, 7, num_layers=2).double()
+    ours = rnn.LSTM(5, 7, num_layers=2, backend="vanilla").double()
+    with pytest.warns(UserWarning, match=r"earlier one-head layout \(recurrent_l0, bias_l0, recurrent_l1, bias_l1\)"):
+        ours.load_state_dict(_legacy_state_dict(ref))
+    x = _x()
+    check.assert_close(ours(x)[0], ref(x)[0], dtype=torch.float64, name="y, legacy checkpoint")
+    assert set(ours.state_dict()) == set(ref.state_dict()), "it saves in nn.LSTM's layout again"
+    parent = nn.Sequential(rnn.LSTM(5, 7, num_layers=2, backend="vanilla").double())  # under a prefix
+    with pytest.warns(UserWarning, match="earlier one-head layout"):
+        parent.load_state_dict(_legacy_state_dict(ref, prefix="0."))
+    check.assert_close(parent[0](x)[0], ref(x)[0], dtype=torch.float64, name="y, legacy checkpoint under a prefix")
+
+
+def test_several_heads_keep_their_own_layout():
+    torch.manual_seed(0)
+    m = rnn.LSTM(5, 8, num_layers=2, bidirectional=True, num_heads=2, backend="vanilla").double()
+    keys = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    assert keys["recurrent_l0"] == keys["recurrent_l1_reverse"] == (4, 2, 4, 4)
+    assert keys["bias_l0_reverse"] == (4, 2, 4) and keys["weight_ih_l1"] == (32, 16)
+    assert not any(k.startswith(("weight_hh", "bias_ih")) for k in keys)
+    other = rnn.LSTM(5, 8, num_layers=2, bidirectional=True, num_heads=2, backend="vanilla").double()
+    other.load_state_dict(m.state_dict())
+    x = _x(B=2, I=5)
+    check.assert_close(other(x)[0], m(x)[0], dtype=torch.float64, name="y, several heads reloaded")
+    with pytest.raises(RuntimeError, match="recurrent_l0"):
+        nn.LSTM(5, 8, num_layers=2, bidirectional=True).double().load_state_dict(m.state_dict())
+
+
+def test_from_torch_takes_every_configuration_and_its_mode():
+    ref = nn.LSTM(5, 7, 3, False, True, 0.5, True, 4).double().train()  # bias=False, batch_first, dropout, bi, proj
+    ours = rnn.LSTM.from_torch(ref, backend="vanilla")
+    assert (ours.num_layers, ours.bias, ours.batch_first, ours.dropout, ours.bidirectional, ours.proj_size) == (
+        3, False, True, 0.5, True, 4)  # fmt: skip
+    assert ours.training and "dropout=0.5" in repr(ours) and "proj_size=4" in repr(ours)
+    x = torch.randn(2, 4, 5, dtype=torch.float64)
+    ours.eval(), ref.eval()
+    check.assert_close(ours(x)[0], ref(x)[0], dtype=torch.float64, name="y, eval")
+    assert ours.weight_hr_l2_reverse.data_ptr() != ref.weight_hr_l2_reverse.data_ptr(), "a copy, not shared"
+    f32 = rnn.LSTM.from_torch(ref, backend="vanilla", dtype=torch.float32)
+    assert f32.weight_ih_l0.dtype == torch.float32
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_both_directions_in_one_recurrence_equal_one_each(heads):
+    """join_directions (the reverse direction's heads beside the forward's, one recurrence per layer) computes what
+    one recurrence per direction computes, packed and with initial states, outputs and gradients."""
+    torch.manual_seed(0)
+    m = rnn.LSTM(5, 8, num_layers=2, bidirectional=True, num_heads=heads, backend="vanilla").double()
+    x = torch.randn(3, 6, 5, dtype=torch.float64)
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 6, 1]), batch_first=True, enforce_sorted=False)
+    hx = tuple(torch.randn(4, 3, 8, dtype=torch.float64) for _ in range(2))
+    results = []
+    for join in (True, False):
+        m.join_directions = join
+        m.zero_grad(set_to_none=True)
+        y, (h, c) = m(packed, hx)
+        (y.data.sum() + (h * c).sum()).backward()
+        results.append([y.data, h, c, *(p.grad for p in m.parameters())])
+    for a, b in zip(*results):
+        check.assert_close(a, b, dtype=torch.float64, name="joined vs one recurrence per direction")
