@@ -162,14 +162,15 @@ def _download(version: str, folder: pathlib.Path) -> pathlib.Path:
 
 def prepare(out=None, deb=None) -> pathlib.Path:
     """Write the corpus (``.bin``) and its manifest (``.json`` beside it) from the pinned package; returns the
-    ``.bin``'s path. ``deb``: a ``.deb`` already here (else ``apt-get download`` of :data:`VERSION`). Raises :class:`CorpusError` if the ``.deb`` or the
-    written text is not the pinned bytes (the ``.bin`` is then removed)."""
+    ``.bin``'s path. ``deb``: a ``.deb`` already here (else ``apt-get download`` of :data:`VERSION`). Raises
+    :class:`CorpusError` if the ``.deb`` or the written text is not the pinned bytes (the ``.bin`` is then
+    removed)."""
     out = pathlib.Path(out) if out is not None else default_path()
     with tempfile.TemporaryDirectory() as tmp:
         deb = _download(VERSION, pathlib.Path(tmp)) if deb is None else deb
         deb_sha = sha256_file(deb)
-        check_sha256(f"the package {deb}", deb_sha, DEB_SHA256,
-                     f"Use {PACKAGE} {VERSION} exactly: `apt-get download {PACKAGE}={VERSION}`, or {SNAPSHOT}.")  # fmt: skip
+        fix = f"Use {PACKAGE} {VERSION} exactly: `apt-get download {PACKAGE}={VERSION}`, or {SNAPSHOT}."
+        check_sha256(f"the package {deb}", deb_sha, DEB_SHA256, fix)
         files = extract(deb)
     train = [(p, b) for p, b in files if not is_validation(p)]
     val = [(p, b) for p, b in files if is_validation(p)]
@@ -277,8 +278,9 @@ def cpu_slice(path=None) -> Corpus:
     if path.exists() and path.with_suffix(".json").exists():
         full = load(path)
         data = np.concatenate([full.split("train")[:SLICE_TRAIN_BYTES], full.split("validation")[:SLICE_VAL_BYTES]])
-        check_sha256("the slice cut from the prepared corpus", hashlib.sha256(data.tobytes()).hexdigest(),
-                     SLICE_SHA256, "The prepared corpus and the committed slice disagree: prepare it again.")  # fmt: skip
+        got = hashlib.sha256(data.tobytes()).hexdigest()
+        fix = "The prepared corpus and the committed slice disagree: prepare it again."
+        check_sha256("the slice cut from the prepared corpus", got, SLICE_SHA256, fix)
         return Corpus(data, SLICE_TRAIN_BYTES, SLICE_SHA256, f"{NAME} (CPU slice)")
     check_sha256(f"the committed slice {SLICE}", sha256_file(SLICE), SLICE_SHA256,
                  "Restore it from git (`git checkout -- gpulab/tasks/corpus_slice.txt`).")  # fmt: skip
