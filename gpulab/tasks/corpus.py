@@ -246,7 +246,9 @@ class Corpus:
     @staticmethod
     def _windows(text, starts, length, device):
         w = torch.from_numpy(np.stack([np.asarray(text[s : s + length + 1]) for s in starts]).astype(np.int64))
-        w = w.to(device or runtime.device)
+        device = torch.device(device or runtime.device)
+        if device.type == "cuda":  # from pinned memory, asynchronously: the host does not wait for the GPU's queue
+            w = w.pin_memory().to(device, non_blocking=True)
         return w[:, :-1], w[:, 1:]
 
 
