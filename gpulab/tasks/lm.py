@@ -157,8 +157,25 @@ def build(model: str, size=None, seed: int = 0, device=None) -> tuple[torch.nn.M
                 block.mixer.backend = "alternating"
             _lstm_warm_up(m, cfg["batch_size"], cfg["length"])
             info.update(backend="alternating", note=f"fused refused ({str(exc).splitlines()[0][:200]})")
+    if info.get("backend") == "fused":
+        info.update(_fused_plan(cfg["batch_size"], info["num_heads"], info["d_model"] // info["num_heads"], dtype))
     info["parameters"] = count_parameters(m)
     return m, info
+
+
+def _fused_plan(batch: int, num_heads: int, head_dim: int, dtype) -> dict:
+    """What the ``fused`` backend runs for the training shape (:func:`gpulab.rnn.fused.plan.choose`), and whether the
+    Gluon split kernels (version 6) apply: for the records, beside the throughput they explain."""
+    from gpulab.rnn.fused import plan  # the one chooser of the family; imported only where a GPU runs it
+
+    try:
+        p = plan.choose(batch, num_heads, head_dim, dtype=dtype, training=True)
+        out = {"plan": p.kind, "plan_why": p.why}
+        if p.kind == "split":
+            out["split_v6"] = bool(plan.v6_applies(batch, num_heads, head_dim, dtype=dtype))
+        return out
+    except Exception as exc:  # noqa: BLE001 - a description only; the training itself has run its warm-up
+        return {"plan": f"unknown ({type(exc).__name__}: {str(exc)[:200]})"}
 
 
 def bits_per_byte(model: torch.nn.Module, corpus: Corpus, windows: int, length: int, batch_size: int) -> float:

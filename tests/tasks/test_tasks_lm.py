@@ -177,3 +177,21 @@ def test_the_parts_are_registered_and_read_back(tmp_path):
         lm_bench.runs("huge")
     with pytest.raises(ValueError, match="model='GRU'"):
         lm.build("GRU")
+
+
+@pytest.mark.gpu
+def test_gpu_the_full_size_models_train_on_the_course_kernels():
+    """On a GPU: each model at the H200 run's size, on the fused LSTM kernels and FlashAttention, a few steps."""
+    path = corpus.default_path()
+    data = corpus.load() if path.exists() else corpus.cpu_slice()
+    cfg = lm.LM_SIZES["full"]
+    for model in lm.MODELS:
+        m, info = lm.build(model, "full")
+        assert info.get("backend", "fused") == "fused" and info.get("attention", "flash") == "flash", info
+        step = cfg["batch_size"] * cfg["length"]
+        out = lm.train_lm(m, data, tokens=4 * step, batch_size=cfg["batch_size"], length=cfg["length"], lr=1e-3,
+                          warmup=2, seed=0, eval_every=2 * step, val_windows=8)  # fmt: skip
+        assert out["steps"] == 4 and len(out["curve"]) == 2 and math.isfinite(out["val_bpb"]), (model, out)
+        assert out["device_seconds"] > 0 and out["tokens_per_s"] > 0
+        assert len(lm.generate(m, count=8)) == 8
+        del m
