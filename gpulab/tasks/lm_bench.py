@@ -24,6 +24,7 @@ import math
 import os
 import pathlib
 import time
+import traceback
 
 from gpulab import bench, hardware, runtime
 from gpulab.tasks import corpus as corpus_mod
@@ -159,7 +160,8 @@ def _journal(r: bench.Result) -> None:
 
 
 def _train(model, cfg, data, lr, warmup, seed, tokens, eval_every, progress=None):
-    """Build and train one model; returns (info, out) or (info, None) with ``info['error']``."""
+    """Build and train one model; returns ``(module, info, out)``, or ``(None, {"error": ...}, None)`` (the traceback
+    printed) when building or training raised."""
     size = sizes(cfg["size"])
     try:
         m, info = build(model, cfg["size"], seed=seed)
@@ -168,6 +170,7 @@ def _train(model, cfg, data, lr, warmup, seed, tokens, eval_every, progress=None
                        weight_decay=cfg["weight_decay"], progress=progress)  # fmt: skip
         return m, info, out
     except Exception as exc:  # noqa: BLE001 - recorded, and the other trainings go on
+        traceback.print_exc()
         return None, {"error": f"{type(exc).__name__}: {exc}"[:500]}, None
 
 
@@ -208,10 +211,9 @@ def lm_search(name=None, progress=None, verbose: bool = True) -> list[bench.Resu
                 out.append(r)
                 if verbose:
                     print(f"[{time.perf_counter() - t0:.0f} s] {_line(r)}", flush=True)
-    for model in MODELS:
-        ok = [r for r in out if r.params["model"] == model and math.isfinite(r.params.get("val_bpb", math.nan))]
-        if ok:
-            min(ok, key=lambda r: r.params["val_bpb"]).params["picked"] = True
+    for model, (lr, warmup) in picks(out).items():
+        (r,) = [r for r in out if (r.params["model"], r.params["lr"], r.params["warmup"]) == (model, lr, warmup)]
+        r.params["picked"] = True
     return out
 
 
@@ -224,10 +226,18 @@ def _line(r: bench.Result) -> str:
 
 
 def picks(results) -> dict:
-    """``{model: (lr, warmup)}`` of the records marked ``picked`` in ``results`` (``lm-search`` records)."""
+    """``{model: (lr, warmup)}`` from ``lm-search`` records: the record marked ``picked``, or for a model without
+    one (a journal of a search cut short: :func:`lm_search` marks the picks at the end) its lowest finite
+    validation bits per byte."""
     results = bench.result_list("results", results, allow_empty=True)
-    return {r.params["model"]: (r.params["lr"], r.params["warmup"]) for r in results
-            if r.params.get("kind") == "lm-search" and r.params.get("picked")}  # fmt: skip
+    grid = [r for r in results if r.params.get("kind") == "lm-search"]
+    out = {r.params["model"]: (r.params["lr"], r.params["warmup"]) for r in grid if r.params.get("picked")}
+    for model in MODELS:
+        ok = [r for r in grid if r.params["model"] == model and math.isfinite(r.params.get("val_bpb", math.nan))]
+        if model not in out and ok:
+            best = min(ok, key=lambda r: r.params["val_bpb"])
+            out[model] = (best.params["lr"], best.params["warmup"])
+    return out
 
 
 def stored_search(cfg) -> tuple[list[bench.Result], pathlib.Path | None]:

@@ -151,6 +151,8 @@ def test_the_two_parts_run_end_to_end_at_a_micro_size(tmp_path, monkeypatch):
         assert p["tokens_per_s"] > 0 and r.wall_ms > 0 and len(bytes.fromhex(p["generated_hex"])) == 8
     journal = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert len(journal) == len(search) + len(final)
+    # the journal keeps the search's records before the picks are marked: the same picks from it
+    assert lm_bench.picks(bench.load("06", path=tmp_path / "journal.jsonl")) == chosen
     assert "LSTM 12 heads" in lm_results.final_table(final) and "*" in lm_results.search_table(search)
     assert set(lm_results.at_equal(final, tokens=384)) == set(lm.MODELS)
     assert lm_results.at_equal(final, tokens=10_000) == {}  # beyond every curve
