@@ -23,6 +23,7 @@ import json
 import math
 import os
 import pathlib
+import statistics
 import time
 import traceback
 
@@ -116,13 +117,14 @@ _THROUGHPUT_CASE = {"LSTM 1 head": "LSTM 1 head", "LSTM 12 heads": "LSTM 12 head
                     "Transformer": "Transformer 12 heads (flash)"}  # fmt: skip
 
 
-def estimate(cfg, phase: str) -> tuple[float, str]:
+def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
     """Seconds the phase (``"search"`` or ``"final"``) should take on a GPU: its tokens per model over the stored
     training throughput of lesson 6 (``benchmarks/06_state_tracking/throughput/``, H100, d 768, bf16) of the same
     kind of model, scaled by the ratio of parameters (a step's work grows with them), plus 2 s per training
     (building, validations, generation) and 20 s per model (compiling its kernels: lesson 6's throughput run
-    builds, checks and times a dozen models in about 2 minutes). Returns ``(seconds, how)``; NaN when no record
-    is stored."""
+    builds, checks and times a dozen models in about 2 minutes). With ``search`` (``lm-search`` records of this
+    size), each model's median training throughput measured there instead. Returns ``(seconds, how)``; NaN when no
+    record is stored."""
     from gpulab.tasks.results import stored_throughput  # the stored records, read only here
 
     runtime.one_of("phase", phase, ("search", "final"))
@@ -132,17 +134,27 @@ def estimate(cfg, phase: str) -> tuple[float, str]:
     stored = {r.case: r for r in records}
     per_model = (len(cfg["lrs"]) * len(cfg["warmups"]), cfg["search_tokens"]) if phase == "search" else (
         len(cfg["seeds"]), cfg["final_tokens"])  # fmt: skip
+    measured = {}
+    for model in MODELS:
+        grid = [r for r in search or () if r.params.get("kind") == "lm-search" and r.params.get("model") == model]
+        tps = [r.params["tokens_per_s"] for r in grid if math.isfinite(r.params.get("tokens_per_s", math.nan))]
+        if tps:
+            measured[model] = statistics.median(tps)
     total, parts = 0.0, []
     for model in MODELS:
         r = stored.get(_THROUGHPUT_CASE[model])
-        if r is None or not r.params.get("tokens_per_s"):
+        if model in measured:
+            rate = measured[model]
+        elif r is None or not r.params.get("tokens_per_s"):
             return math.nan, f"no stored throughput record of {_THROUGHPUT_CASE[model]!r}"
-        width = build_width(model, size)
-        ours = model_parameters(model, width, size["num_layers"], size["heads"])
-        rate = r.params["tokens_per_s"] * r.params["parameters"] / ours
+        else:
+            ours = model_parameters(model, build_width(model, size), size["num_layers"], size["heads"])
+            rate = r.params["tokens_per_s"] * r.params["parameters"] / ours
         total += per_model[0] * (per_model[1] / rate + 2.0) + 20.0
         parts.append(f"{model} {rate / 1e6:.1f} M bytes/s")
-    return total, f"{per_model[0]} trainings x {per_model[1] / 1e6:g} M bytes per model; " + ", ".join(parts)
+    source = "as measured by the search" if len(measured) == len(MODELS) else "from lesson 6's H100 throughput records"
+    return total, f"{per_model[0]} trainings x {per_model[1] / 1e6:g} M bytes per model; " + ", ".join(parts) + (
+        f" ({source})")  # fmt: skip
 
 
 def build_width(model: str, size: dict) -> int:
@@ -288,8 +300,8 @@ def lm_final(name=None, progress=None, search=None, verbose: bool = True) -> lis
     return out
 
 
-def _announce(cfg, phase: str) -> None:
-    seconds, how = estimate(cfg, phase)
+def _announce(cfg, phase: str, search=None) -> None:
+    seconds, how = estimate(cfg, phase, search)
     where = "on the GPU" if runtime.on_gpu() else "on an H100 (this run is the CPU size)"
     print(f"estimate for the {phase} {where}: {seconds / 60:.1f} min ({how})", flush=True)
 
@@ -300,13 +312,15 @@ def bench_lm_search(progress=None, name=None):
     _announce(cfg, "search")
     results = lm_search(cfg, progress)
     print(search_table(results))
+    _announce(cfg, "final", results)
     return results
 
 
 def bench_lm(progress=None, name=None):
     """``python -m gpulab bench 06 lm``: :func:`lm_final`, its table printed; returns ``(results, figure)``."""
     cfg = runs(name)
-    _announce(cfg, "final")
+    search, _ = stored_search(cfg)
+    _announce(cfg, "final", search)
     results = lm_final(cfg, progress)
     print(final_table(results))
     return results, figure(results)

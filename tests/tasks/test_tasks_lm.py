@@ -142,6 +142,8 @@ def test_the_two_parts_run_end_to_end_at_a_micro_size(tmp_path, monkeypatch):
         rows = [r for r in search if r.params["model"] == model]
         best = min(rows, key=lambda r: r.params["val_bpb"])
         assert chosen[model] == (best.params["lr"], best.params["warmup"])
+    seconds, how = lm_bench.estimate(cfg, "final", search)
+    assert seconds > 0 and "as measured by the search" in how
     final = lm_bench.lm_final(cfg, search=search, verbose=False)
     assert [r.params["model"] for r in final] == list(lm.MODELS)
     for r in final:
@@ -224,3 +226,13 @@ def test_bad_input_is_refused_naming_the_argument(call, error, words):
     with pytest.raises(error) as e:
         call(m, corpus.cpu_slice())
     assert words in str(e.value)
+
+
+def test_the_gpu_run_is_sized_to_fit_two_commands_of_under_9_minutes():
+    """From lesson 6's stored H100 throughput (d 768, bf16), scaled to these models: each phase under 9 minutes."""
+    full = lm_bench.runs("full")
+    assert full["final_tokens"] >= 100_000_000 and len(full["seeds"]) >= 3
+    assert len(full["lrs"]) >= 4 and len(full["warmups"]) >= 2
+    for phase in ("search", "final"):
+        seconds, how = lm_bench.estimate(full, phase)
+        assert 60 < seconds < 9 * 60, (phase, seconds, how)
