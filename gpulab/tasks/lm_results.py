@@ -16,15 +16,16 @@ import math
 import statistics
 
 from gpulab import bench, runtime
+from gpulab.tasks.results import ARTICLE_RATIO as _BY_HEADS
 
 __all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "figure"]
 
 _MODELS = ("LSTM 1 head", "LSTM 12 heads", "Transformer")
 COLORS = {"LSTM 1 head": "tab:blue", "LSTM 12 heads": "tab:green", "Transformer": "tab:orange"}
 
-ARTICLE_RATIO = {"LSTM 1 head": 0.6, "LSTM 12 heads": 0.75}
+ARTICLE_RATIO = {"LSTM 1 head": _BY_HEADS[1], "LSTM 12 heads": _BY_HEADS[12]}
 """FlashRNN (Pöppel et al., 2024), language modelling on 8 H100s: the LSTM's training throughput relative to the
-Transformer's (about 40% slower with one head, 25% slower with twelve)."""
+Transformer's (:data:`gpulab.tasks.results.ARTICLE_RATIO`, by model)."""
 
 
 def _of(results, kind: str) -> list:
