@@ -16,11 +16,12 @@ import math
 import statistics
 
 from gpulab import bench, runtime
+from gpulab.tasks.lm import MODELS
 from gpulab.tasks.results import ARTICLE_RATIO as _BY_HEADS
 
 __all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "figure"]
 
-_MODELS = ("LSTM 1 head", "LSTM 12 heads", "Transformer")
+_MODELS = MODELS
 COLORS = {"LSTM 1 head": "tab:blue", "LSTM 12 heads": "tab:green", "Transformer": "tab:orange"}
 
 ARTICLE_RATIO = {"LSTM 1 head": _BY_HEADS[1], "LSTM 12 heads": _BY_HEADS[12]}
