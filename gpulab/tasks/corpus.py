@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import pathlib
 import subprocess
 import sys
@@ -80,8 +81,14 @@ SLICE_TRAIN_BYTES = 6144
 SLICE_VAL_BYTES = 2048
 
 
-class CorpusError(RuntimeError):
+class CorpusError(ValueError):
     """The corpus is missing, or its bytes are not the pinned ones."""
+
+
+def _path(name: str, value, what: str = "a file path"):
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be {what} (str or Path), got {type(value).__name__} {value!r}.")
+    return pathlib.Path(value)
 
 
 def is_validation(path: str, fraction: float = VAL_FRACTION) -> bool:
@@ -97,6 +104,8 @@ def is_validation(path: str, fraction: float = VAL_FRACTION) -> bool:
 
 
 def sha256_file(path) -> str:
+    """The sha256 of the file at ``path``, as hex."""
+    path = _path("path", path)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -107,6 +116,9 @@ def sha256_file(path) -> str:
 def check_sha256(what: str, got: str, allowed, fix: str) -> None:
     """Raise :class:`CorpusError` naming ``what``, the sha256 found and the pinned one(s), and ``fix``, unless
     ``got`` is one of ``allowed``."""
+    for name, value in (("what", what), ("got", got), ("fix", fix)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}.")
     allowed = [allowed] if isinstance(allowed, str) else list(allowed)
     if got not in allowed:
         raise CorpusError(
@@ -130,7 +142,7 @@ def _ar_members(data: bytes) -> dict:
 def extract(deb) -> list[tuple[str, bytes]]:
     """The documentation sources in the ``.deb`` at ``deb``: ``(path, bytes)`` of every regular ``.rst.txt`` file
     under :data:`SOURCES`, sorted by path (``path`` relative to :data:`SOURCES`)."""
-    members = _ar_members(pathlib.Path(deb).read_bytes())
+    members = _ar_members(_path("deb", deb, "the path of a .deb").read_bytes())
     if "data.tar.xz" not in members:
         raise CorpusError(f"the .deb has no data.tar.xz (members: {sorted(members)}); is it {PACKAGE}?")
     files = []
@@ -165,7 +177,8 @@ def prepare(out=None, deb=None) -> pathlib.Path:
     ``.bin``'s path. ``deb``: a ``.deb`` already here (else ``apt-get download`` of :data:`VERSION`). Raises
     :class:`CorpusError` if the ``.deb`` or the written text is not the pinned bytes (the ``.bin`` is then
     removed)."""
-    out = pathlib.Path(out) if out is not None else default_path()
+    out = _path("out", out) if out is not None else default_path()
+    deb = _path("deb", deb, "the path of a .deb") if deb is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         deb = _download(VERSION, pathlib.Path(tmp)) if deb is None else deb
         deb_sha = sha256_file(deb)
@@ -208,6 +221,17 @@ class Corpus:
     train_bytes: int
     sha256: str
     name: str
+
+    def __post_init__(self):
+        if not isinstance(self.data, np.ndarray) or self.data.dtype != np.uint8 or self.data.ndim != 1:
+            got = f"{type(self.data).__name__}" + (
+                f" of {self.data.dtype} {self.data.shape}" if hasattr(self.data, "dtype") else ""
+            )
+            raise TypeError(f"data must be a 1-D uint8 numpy array (np.memmap of the corpus's file), got {got}.")
+        self.train_bytes = runtime.integer("train_bytes", self.train_bytes, minimum=0, maximum=len(self.data))
+        for name in ("sha256", "name"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a str, got {getattr(self, name)!r}.")
 
     @property
     def validation_bytes(self) -> int:
@@ -259,7 +283,7 @@ def _memmap(path) -> np.memmap:
 def load(path=None, verify: bool = True) -> Corpus:
     """The prepared corpus at ``path`` (default :func:`default_path`), memory-mapped; ``verify`` checks its sha256
     against :data:`TEXT_SHA256` (about 0.05 s for 11 MB). :class:`CorpusError` if it is missing or differs."""
-    path = pathlib.Path(path) if path is not None else default_path()
+    path = _path("path", path) if path is not None else default_path()
     manifest = path.with_suffix(".json")
     if not path.exists() or not manifest.exists():
         raise CorpusError(f"no prepared corpus at {path} (and its manifest {manifest.name}); run "
@@ -276,7 +300,7 @@ def cpu_slice(path=None) -> Corpus:
     """A few KB of the corpus for CPU runs: the first :data:`SLICE_TRAIN_BYTES` of its train split and the first
     :data:`SLICE_VAL_BYTES` of its validation split, cut from the prepared corpus if it is there (checked), else read
     from the committed copy ``corpus_slice.txt`` (checked by :data:`SLICE_SHA256`). The two are the same bytes."""
-    path = pathlib.Path(path) if path is not None else default_path()
+    path = _path("path", path) if path is not None else default_path()
     if path.exists() and path.with_suffix(".json").exists():
         full = load(path)
         data = np.concatenate([full.split("train")[:SLICE_TRAIN_BYTES], full.split("validation")[:SLICE_VAL_BYTES]])

@@ -178,11 +178,20 @@ def _fused_plan(batch: int, num_heads: int, head_dim: int, dtype) -> dict:
         return {"plan": f"unknown ({type(exc).__name__}: {str(exc)[:200]})"}
 
 
+def _require(model, corpus) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (from gpulab.tasks.lm.build), got {type(model).__name__}.")
+    if corpus is not None and not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a gpulab.tasks.corpus.Corpus (corpus.load() or corpus.cpu_slice()), got "
+                        f"{type(corpus).__name__}.")  # fmt: skip
+
+
 def bits_per_byte(model: torch.nn.Module, corpus: Corpus, windows: int, length: int, batch_size: int) -> float:
     """Mean cross-entropy in bits of every next byte of ``windows`` fixed validation windows of ``length`` bytes
     (:meth:`Corpus.windows`: evenly spaced over the validation split), in batches of ``batch_size``; eval mode, no
     gradients, the model's mode restored."""
     windows, batch_size = runtime.positive_int("windows", windows), runtime.positive_int("batch_size", batch_size)
+    _require(model, corpus)
     x, y = corpus.windows(windows, length, "validation", device=model_device(model))
     was_training, total = model.training, 0.0
     model.eval()
@@ -227,6 +236,7 @@ def train_lm(
     tokens, eval_every = runtime.positive_int("tokens", tokens), runtime.positive_int("eval_every", eval_every)
     batch_size, length = runtime.positive_int("batch_size", batch_size), runtime.positive_int("length", length)
     lr, warmup = runtime.finite_float("lr", lr, positive=True), runtime.nonnegative_int("warmup", warmup)
+    _require(model, corpus)
     per_step = batch_size * length
     steps = -(-tokens // per_step)
     device, gen = model_device(model), torch.Generator().manual_seed(runtime.integer("seed", seed))
@@ -296,6 +306,7 @@ def generate(model: torch.nn.Module, prompt: bytes = PROMPT, count: int = 256, s
     if not isinstance(prompt, bytes) or not prompt:
         raise TypeError(f"prompt must be non-empty bytes, e.g. {PROMPT!r}; got {type(prompt).__name__} {prompt!r}.")
     count, context = runtime.positive_int("count", count), runtime.positive_int("context", context)
+    _require(model, None)
     temperature = runtime.finite_float("temperature", temperature, positive=True)
     gen, out = torch.Generator().manual_seed(runtime.integer("seed", seed)), list(prompt)
     was_training = model.training

@@ -127,6 +127,7 @@ def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
     record is stored."""
     from gpulab.tasks.results import stored_throughput  # the stored records, read only here
 
+    cfg = runs(cfg)
     runtime.one_of("phase", phase, ("search", "final"))
     size = sizes(cfg["size"])
     # the repository's records when $GPULAB_BENCHMARKS points elsewhere (e.g. an output folder of the GPU machine)
@@ -158,7 +159,9 @@ def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
 
 
 def build_width(model: str, size: dict) -> int:
-    """The width :func:`gpulab.tasks.lm.build` gives ``model`` at ``size`` (a dict of :data:`LM_SIZES`)."""
+    """The width :func:`gpulab.tasks.lm.build` gives ``model`` at ``size`` (a name or dict of ``LM_SIZES``)."""
+    runtime.one_of("model", model, MODELS)
+    size = sizes(size)
     if model == "LSTM 1 head":
         return lstm_width(size["d_model"], size["num_layers"], size["heads"], size["width_multiple"])
     return size["d_model"]

@@ -201,33 +201,6 @@ def test_gpu_the_full_size_models_train_on_the_course_kernels():
         del m
 
 
-BAD = [
-    (
-        "train_lm tokens",
-        lambda m, c: lm.train_lm(
-            m, c, tokens=0, batch_size=2, length=8, lr=1e-3, warmup=0, seed=0, eval_every=8, val_windows=2
-        ),
-        ValueError,
-        "tokens",
-    ),  # fmt: skip
-    ("generate prompt", lambda m, c: lm.generate(m, "text"), TypeError, "prompt must be non-empty bytes"),
-    ("generate count", lambda m, c: lm.generate(m, count=0), ValueError, "count"),
-    ("split name", lambda m, c: c.split("test"), ValueError, "split"),
-    ("sizes keys", lambda m, c: lm.sizes({"d_model": 8}), ValueError, "missing the keys"),
-    ("runs keys", lambda m, c: lm_bench.runs({"size": "tiny"}), ValueError, "missing the keys"),
-    ("at_equal both", lambda m, c: lm_results.at_equal([], tokens=1, seconds=1), ValueError, "exactly one"),
-    ("stored_lm part", lambda m, c: lm_results.stored_lm("h200", part="final"), ValueError, "part"),
-]
-
-
-@pytest.mark.parametrize(("call", "error", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_bad_input_is_refused_naming_the_argument(call, error, words):
-    m, _ = lm.build("LSTM 1 head", "tiny", device="cpu")
-    with pytest.raises(error) as e:
-        call(m, corpus.cpu_slice())
-    assert words in str(e.value)
-
-
 def test_the_gpu_run_is_sized_to_fit_two_commands_of_under_9_minutes():
     """From lesson 6's stored H100 throughput (d 768, bf16), scaled to these models: each phase under 9 minutes."""
     full = lm_bench.runs("full")
