@@ -107,7 +107,13 @@ LESSONS: list[Lesson] = [
         "Capstone: state tracking, LSTM vs Transformer",
         "gpulab.tasks",
         "gpulab.tasks.experiments:benchmark",
-        parts={"throughput": "gpulab.tasks.experiments:throughput", "search": "gpulab.tasks.search:bench_search"},
+        parts={
+            "throughput": "gpulab.tasks.experiments:throughput",
+            "search": "gpulab.tasks.search:bench_search",
+            "lm-search": "gpulab.tasks.lm_bench:bench_lm_search",
+            "lm": "gpulab.tasks.lm_bench:bench_lm",
+        },
+        folders={"lm-search": "lm"},
     ),
     Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]

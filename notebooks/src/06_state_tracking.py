@@ -390,3 +390,40 @@ if b_ is not None and {1, 12} <= set(b_["L"]):
 # - **What the literature reports.** Delétang et al. (*Neural Networks and the Chomsky Hierarchy*, ICLR 2023) trained RNNs, LSTMs and Transformers with several positional encodings on tasks ranked by the Chomsky hierarchy, on strings of up to 40 tokens, and tested them on longer ones: the RNN and the LSTM generalized on the regular tasks, parity check and modular arithmetic among them, and the Transformer did not, with any of its encodings. Merrill, Petty & Sabharwal (*The Illusion of State in State-Space Models*, ICML 2024) prove that Transformers and linear state-space models of fixed depth (and log precision) compute only functions in $\mathsf{TC}^0$, so they cannot solve the word problem of $S_5$ (composing permutations, $\mathsf{NC}^1$-complete) at every length unless $\mathsf{TC}^0 = \mathsf{NC}^1$, while an RNN solves it with one update per token. Parity and sums mod 5 are word problems of abelian groups, inside $\mathsf{TC}^0$: their bound does not forbid a Transformer these two tasks. What fails in section 5 is what training at one length finds, which is what Delétang et al. observed; the theory says that for $S_5$ no fixed depth would do at every length.
 # - **Throughput.** Attention over $T$ tokens is a few large matrix products per layer, all positions at once; the LSTM's recurrence is $T$ dependent steps, each a small product per head. Lesson 5's fused kernel keeps a head's recurrent weights on chip (in shared memory) for the whole sequence and the state in registers, so each step costs one small product and a pointwise update without touching HBM except for its inputs and outputs, but the steps stay sequential: what fills the GPU is batch × heads programs running side by side. Hence the dependence on heads: with 1 or 4 heads of a 768-wide layer ($D_H$ = 768 or 192), $R$ of a head does not fit on one SM, and the `fused` backend splits each head over several SMs that exchange $h_t$ through L2 and meet at a grid barrier every step (lesson 5, section 6b; the backward exchanges partial sums of $dh$ the same way, Appendix D there): a step then costs a chain of L2 round trips on top of its product (section 5 prints what that does to the throughput); with 12 or 24 heads ($D_H \le 64$) each head fits one SM, and more, smaller, independent recurrences fill the GPU. The FlashRNN article's ratios (0.6x with one head, 0.75x with 12, on 8 H100s, with a fused kernel that also splits one large head's $R$ over several SMs) are printed beside ours in section 5; ours differ in setup (one GPU, two layers, our kernels and our Transformer), so compare the trend with head count more than the exact ratios.
 # - **The trade.** State tracking at any length, at the price of a sequential dimension in training. Architectures since then (xLSTM, parallelizable state-space models with non-diagonal or negative-eigenvalue transitions) try to keep the first and lose the second.
+
+# %% [markdown]
+# ## 7. Language modelling on real text: what the heads cost and buy
+#
+# State tracking is built to need a state. Byte-level language modelling of prose asks mostly for local statistics and copying, which attention does in one pass. The FlashRNN article compares the two models there too; this section follows it on one GPU.
+#
+# **The corpus** (`gpulab.tasks.corpus`): the reStructuredText sources of Python 3.11's documentation in Debian 12's `python3.11-doc` (PSF licence, 11 MB). No one here wrote it, and `python -m gpulab.tasks.corpus prepare` rebuilds the same bytes anywhere, checking the package's sha256 and the text's. A file goes to validation by a hash of its path (a 5% chance each; 14 of the 497 files, 4% of the bytes, fell there), so no page is split between the sides. Bytes are the tokens, so the loss in bits per byte compares any models.
+#
+# **The models** (`gpulab.tasks.lm`): this lesson's stacks at d = 768, 2 layers: the Transformer with 12 heads (RoPE, FlashAttention), the LSTM with 12 heads and with one (fused kernels; one head has $4d^2$ more recurrent weights per layer, so it is narrowed to d = 672: all three within 3% of 14.6 M parameters). **The method**: one grid for all three (5 learning rates x 2 warmups at 10 M bytes, picked on validation), then three seeds at each pick, each trained alone on the GPU to 100 M bytes (about ten passes over the training text), bf16, 32 windows of 1,024 bytes a step. Read the figure at equal bytes (what a model learns per byte) and at equal wall time (per second of GPU).
+
+# %%
+from gpulab.tasks import corpus as lm_corpus, lm_results
+
+print(f"corpus: {lm_corpus.PACKAGE} {lm_corpus.VERSION}, prepared text sha256 {lm_corpus.TEXT_SHA256[:16]}...")
+lm_runs = lm_results.stored_lm("h200")
+if not lm_runs:
+    print("no GPU record yet (benchmarks/06_state_tracking/lm/ has no H200 file). To make it, on an H200:\n"
+          "    python -m gpulab bench 06 lm-search\n    python -m gpulab bench 06 lm")
+else:
+    head = lm_runs[0]
+    print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}, corpus sha256 "
+          f"{head.params['corpus_sha256'][:16]}...\n")
+    print(lm_results.final_table(lm_runs))
+    budget = min(r.params["tokens"] for r in lm_runs)
+    equal_time = min(r.params["curve"][-1]["seconds"] for r in lm_runs)
+    for label, values in ((f"at {budget / 1e6:.0f} M bytes", lm_results.at_equal(lm_runs, tokens=budget)),
+                          (f"at {equal_time:.0f} s of training", lm_results.at_equal(lm_runs, seconds=equal_time))):
+        print(f"validation bits per byte {label} (median over seeds): "
+              + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))
+    lm_results.figure(lm_runs)
+    plt.show()
+    for r in lm_runs:
+        if r.params["seed"] == min(x.params["seed"] for x in lm_runs):
+            print(f"\n{r.params['model']}, after {r.params['prompt']!r}:\n{r.params.get('generated', '(none)')}")
+
+# %% [markdown]
+# **Where the two experiments disagree.** On state tracking, quality is the whole story: an LSTM with a working update generalizes to any length, the Transformer does not. On text, the questions are whether there is any gap per byte at all, whether one wide head buys anything over twelve small ones, and what the sequential recurrence costs per second: the one-head LSTM trains at section 5's throughput, the twelve-head one near the Transformer's. The table and figure answer from the records. An LSTM that matches the Transformer per byte but not per second is the article's finding, and why state tracking's advantage must be bought with kernels like lesson 5's.
