@@ -5,7 +5,7 @@
 #   bash scripts/gpu_triton.sh [WHEEL]
 #
 # WHEEL: a triton-*.whl for this Python, installed with --no-deps beside the machine's torch into /tmp/tri (no network
-# needed); without it, the machine's own Triton. Runs, each boxed in time (at most 9.5 minutes in all, the boxes
+# needed), or a folder holding an unpacked Triton (triton/ and its dist-info); without it, the machine's own Triton. Runs, each boxed in time (at most 9.5 minutes in all, the boxes
 # summed; less when they finish early):
 #   1. python -m gpulab info (which versions this machine runs, with GPULAB_ALLOW_UNTESTED_TRITON=1 set for the run)
 #   2. version 3's GPU tests: forward and backward against the references, and their race tests
@@ -20,7 +20,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/gpu_triton_out}
 RACE_RUNS=${RACE_RUNS:-50}
-if [ $# -ge 1 ]; then
+if [ $# -ge 1 ] && [ -d "$1" ]; then  # an unpacked Triton (its triton/ folder inside)
+    export PYTHONPATH=$(cd "$1" && pwd):$PWD
+elif [ $# -ge 1 ]; then
     rm -rf /tmp/tri
     "$PY" -m pip install -q --no-index --no-deps --target /tmp/tri "$1" || exit 1
     export PYTHONPATH=/tmp/tri:$PWD
