@@ -175,7 +175,7 @@ def lesson04_v3() -> str:
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
-        "- issue 38's targets on this grid (device time): median >= 0.95x cuDNN: "
+        "- version 3's targets on this grid (device time): median >= 0.95x cuDNN: "
         f"{_verdict(spread['SDPA cuDNN'][0] >= 0.95)}; none below 0.85x cuDNN: "
         f"{_verdict(spread['SDPA cuDNN'][1] >= 0.85)}; median >= 1.1x version 2: "
         f"{_verdict(spread['gpulab v2'][0] >= 1.1)}",
