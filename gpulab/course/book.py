@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from gpulab import lessons as _lessons
-from gpulab.bench import records
+from gpulab.bench import index
 from gpulab.course import book_offline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,31 +112,34 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def record_banner(lesson, root: Path = ROOT) -> list[dict]:
-    """Where the lesson's stored results come from: for its record folder and each subfolder with records, the
-    newest file (as ``gpulab.bench.newest`` orders them), its first record's device, versions and date, and the most
-    GPUs one of its records ran on (``params["world_size"]``, 1 without it)."""
-    base = root / "benchmarks" / lesson.slug
-    folders = [base, *sorted(p for p in base.glob("*") if p.is_dir())] if base.is_dir() else []
+    """Where the lesson's stored results come from: for each part of the lesson in ``benchmarks/INDEX.json``
+    (:mod:`gpulab.bench.index`), its current file, the device, versions and date its records name (the first record
+    that names each), and the most GPUs one of its records ran on (``params["world_size"]``, 1 without it). A record
+    of compiled code only (no device) names its target ('sm_90') instead."""
+    bench_root = root / "benchmarks"
     rows = []
-    for folder in folders:
-        files = records.record_files(folder)
-        if not files:
-            continue
-        path = records.newest(files)
-        recs = _read_records(path)
-        rec = recs[0] if recs else {}
-        gpus = max((int((r.get("params") or {}).get("world_size") or 1) for r in recs), default=1)
-        rows.append(
-            {
-                "path": path,
-                "device": rec.get("device") or "unknown device",
-                "torch": rec.get("torch", ""),
-                "triton": rec.get("triton", ""),
-                "date": rec.get("date") or "",
-                "runs": len(files),
-                "gpus": gpus,
-            }
-        )
+    for part in index.parts(lesson.id, bench_root):
+        for path in index.current(lesson.id, part, None, bench_root):
+            if path.suffix != ".jsonl" or not path.exists():
+                continue
+            recs = _read_records(path)
+
+            def first(field, recs=recs):
+                return next((str(r[field]) for r in recs if r.get(field)), "")
+
+            target = first("target")
+            gpus = max((int((r.get("params") or {}).get("world_size") or 1) for r in recs), default=1)
+            rows.append(
+                {
+                    "part": part,
+                    "path": path,
+                    "device": first("device") or (f"compiled for {target}, not run" if target else "no device named"),
+                    "torch": first("torch"),
+                    "triton": first("triton"),
+                    "date": first("date")[:10],
+                    "gpus": gpus,
+                }
+            )
     return rows
 
 
@@ -244,12 +247,11 @@ def _banner(lesson, root: Path, src: Path) -> str:
                 if x
             )
             where = _rel(row["path"], root)
-            more = f" (newest of {row['runs']} runs)" if row["runs"] > 1 else ""
             gpus = f" (up to {row['gpus']} GPUs)" if row["gpus"] > 1 else ""
             versions = f", {versions}" if versions else ""
             lines.append(
-                f"- **{row['device']}**{gpus}, {row['date']}{versions}: "
-                f"{{download}}`{where} <{_rel(row['path'], page_dir)}>`{more}"
+                f"- {row['part']}: **{row['device']}**{gpus}{', ' + row['date'] if row['date'] else ''}{versions}: "
+                f"{{download}}`{where} <{_rel(row['path'], page_dir)}>`"
             )
         lines += [
             "",

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
-def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
-    path = bench.newest(ROOT / "benchmarks" / folder)
+def _current(folder: str) -> tuple[Path, list[bench.Result]]:
+    path = bench.current(folder[:2] if folder[:2].isdigit() else folder, "main", None, ROOT / "benchmarks")
     return path, bench.load(folder, path=path)
 
 
@@ -32,7 +32,7 @@ def _raw(path) -> str:
 
 
 def lesson00() -> str:
-    path, recs = _newest("00_memory_hierarchy")
+    path, recs = _current("00_memory_hierarchy")
     head = recs[0]
     lines = [
         *_figure(path, f"bandwidth against working set on the {head.device}"),
@@ -81,7 +81,7 @@ def _bytes(n) -> str:
 def lesson01() -> str:
     from gpulab import roofline  # deferred: imports the measurement kernels' modules
 
-    path, _ = _newest("01_roofline")
+    path, _ = _current("01_roofline")
     text = roofline.ceilings("h100").summary()
     return "\n".join([*_figure(path, "the roofline of the H100"), "```", text, "```", "", _raw(path)]) + "\n"
 
@@ -89,7 +89,7 @@ def lesson01() -> str:
 def lesson02() -> str:
     from gpulab import codesign
 
-    path, recs = _newest("02_codesign")
+    path, recs = _current("02_codesign")
     head = recs[0]
     k = {r.params["x"]: r for r in recs if r.params.get("sweep") == "K" and r.status == "ok"}
     lines = [
@@ -112,7 +112,7 @@ def lesson04() -> str:
     from gpulab.attention import report as attention_bench
     from gpulab.course import shown
 
-    path, recs = _newest("04_attention")
+    path, recs = _current("04_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
@@ -131,7 +131,7 @@ def lesson04() -> str:
 def lesson04_hopper() -> str:
     from gpulab.attention import report as hopper_report  # deferred: imports the kernels' modules
 
-    path = bench.newest(ROOT / "benchmarks" / "04_attention" / "hopper")
+    path = bench.current("04", "hopper", "h100", ROOT / "benchmarks")
     recs = bench.load("04", path=path)
     head = recs[0]
     lines = [
@@ -160,8 +160,7 @@ def lesson04_v3() -> str:
 
     recs = hopper_report.stored_v3()
     head = recs[0]
-    runs = [q for q in hopper_report.V3_FOLDER.glob("*.jsonl") if not q.stem.endswith(("-check", "-race", "-tune"))]
-    path = bench.newest(runs)
+    path = bench.current("04", "v3", "h100", ROOT / "benchmarks")
     spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
     wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
     problems = hopper_report.v3_best(recs)
@@ -195,8 +194,8 @@ def exercises_speed() -> str:
     from gpulab.course import speed  # deferred: the graders' timing code
 
     # the newest speed run by its records' own dates (two GPUs' runs of one day have the same date in their names)
-    path = max((ROOT / "benchmarks" / "exercises").glob("*-solutions.jsonl"),
-               key=lambda p: max(r["date"] for r in speed.records(p)))  # fmt: skip
+    files = bench.index.current("exercises", "solutions", None, ROOT / "benchmarks")
+    path = max(files, key=lambda p: max(r["date"] for r in speed.records(p)))
     first = speed.records(path)[0]
     lines = [
         f"The solution notebooks' answers, speed-graded on the {first['device']} (torch {first['torch']}, "
@@ -214,7 +213,7 @@ def exercises_speed() -> str:
 
 
 def lesson03() -> str:
-    path, recs = _newest("03_cudnn_ladder")
+    path, recs = _current("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
     pairs = same_mode(recs)
     cells = {"naive": [], "best": [], "cudnn": [], "eager": [], "graph": []}
@@ -252,7 +251,7 @@ def lesson03() -> str:
 
 
 def lesson07() -> str:
-    path, recs = _newest("07_distributed")
+    path, recs = _current("07_distributed")
     speed = [r for r in recs if "tokens_per_s" in r.params]
     base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
     head = speed[0]
@@ -278,7 +277,7 @@ def lesson07() -> str:
 
 
 def io_traffic() -> str:
-    path, recs = _newest("io_traffic")
+    path, recs = _current("io_traffic")
     recs = sorted(recs, key=lambda r: r.lesson)  # by lesson, then as measured
     head = recs[0]
     dates = " and ".join(sorted({r.date for r in recs}))
@@ -325,7 +324,7 @@ def _ms(x) -> str:
 def lesson05() -> str:
     from gpulab.rnn.fused import benchmark as rnn_bench  # deferred: imports the kernels
 
-    path, recs = _newest("05_fused_rnn")
+    path, recs = _current("05_fused_rnn")
     head = recs[0]
     main = [r for r in recs if r.params.get("sweep") in ("main", "dense") and r.status == "ok" and r.ms == r.ms]
     lines = [
@@ -388,8 +387,7 @@ def lesson05_versions() -> str:
     from gpulab.rnn.fused.versions import report  # deferred: imports the kernels
 
     rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
-    folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
-    path = bench.newest(folder.glob("*.jsonl"))
+    path = bench.current("05", "versions", "h100", ROOT / "benchmarks")
     by_v = {r.params["version"]: r for r in rows}
     lines = [
         *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
@@ -427,9 +425,9 @@ def lesson06() -> str:
     from gpulab import tasks  # deferred: imports the models
     from gpulab.tasks import spread
 
-    path, _ = _newest("06_state_tracking")
+    path, _ = _current("06_state_tracking")
     found = spread.stored_search("h100")
-    search_path = bench.newest(bench.record_files(ROOT / "benchmarks" / "06_state_tracking" / "search", "h100"))
+    search_path = bench.current("06", "search", "h100", ROOT / "benchmarks")
     first = spread.search_records(found)[0]
     rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
     util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
@@ -467,9 +465,7 @@ def lesson06() -> str:
         + ". The earlier single-seed runs in the lesson's folder are history.",
     ]
     thr = tasks.stored_throughput("h100")
-    thr_folder = ROOT / "benchmarks" / "06_state_tracking" / "throughput"
-    thr_files = list(thr_folder.glob("*h100*.jsonl"))
-    thr_path = bench.newest(thr_files) if thr_files else path
+    thr_path = bench.current("06", "throughput", "h100", ROOT / "benchmarks")
     t = thr[0]
     lines += [
         "",
