@@ -1,8 +1,10 @@
-"""README sections generated from the stored records, so the README says only what the records show.
+"""README and ``docs/`` sections generated from the stored records, so the pages say only what the records show.
 
 A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; :func:`render` returns its
-text from ``benchmarks/``, :func:`update` rewrites every block of README.md, and ``tests/course/test_readme.py``
-fails when a block differs from what the records give (``python -m gpulab.course.readme`` fixes it).
+text from the current records (``benchmarks/INDEX.json``), :func:`update` rewrites every block of README.md (its one
+results table, :mod:`gpulab.course.results_table`) and of ``docs/*.md`` (the result blocks of ``docs/results.md``),
+and ``tests/course/test_readme.py`` fails when a block differs from what the records give (``python -m
+gpulab.course.readme`` fixes it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from gpulab.course import one_record
 from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
-__all__ = ["SECTIONS", "render", "update", "main", "prose_figures", "README_ALLOWED"]
+__all__ = ["SECTIONS", "render", "update", "pages", "results", "main", "prose_figures", "README_ALLOWED"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -166,8 +168,8 @@ def lesson04_v3() -> str:
     problems = hopper_report.v3_best(recs)
     dtypes_run = ", ".join(sorted({key[0] for key in problems}))
     lines = [
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's grid, run "
-        f"{hopper_report.stored_v3_run()} (every output checked against SDPA's fp32 math before it was timed, each "
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's grid, "
+        f"`{path.name}` (every output checked against SDPA's fp32 math before it was timed, each "
         "provider timed twice, the faster round kept; the 200-run race tests and the tunes are the `-race` and `-tune` "
         "records beside it). Ratios: the peer's time / version 3's "
         f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
@@ -485,7 +487,14 @@ def lesson06() -> str:
     return "\n".join(lines) + "\n"
 
 
+def results() -> str:
+    from gpulab.course import results_table  # deferred: it reads every lesson's records
+
+    return results_table.table()
+
+
 SECTIONS = {
+    "results": results,
     "lesson00": lesson00,
     "lesson01": lesson01,
     "lesson02": lesson02,
@@ -526,10 +535,17 @@ def render(name: str) -> str:
     return SECTIONS[name]()
 
 
+def pages() -> list[Path]:
+    """The files with generated blocks: README.md and every ``docs/*.md``."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def update(path=None, check: bool = False) -> list[str]:
-    """Rewrite every generated block of README.md from the records; returns the names of blocks that changed.
-    With ``check``, change nothing and return what would change."""
-    path = Path(path) if path is not None else ROOT / "README.md"
+    """Rewrite every generated block of ``path`` (default: every file of :func:`pages`) from the records; returns the
+    names of blocks that changed. With ``check``, change nothing and return what would change."""
+    if path is None:
+        return [name for page in pages() for name in update(page, check)]
+    path = Path(path)
     text = path.read_text()
     changed = []
 
@@ -547,7 +563,7 @@ def update(path=None, check: bool = False) -> list[str]:
 
 def main(argv=None) -> int:
     changed = update(check="--check" in (argv if argv is not None else sys.argv[1:]))
-    print(f"README blocks {'out of date' if changed else 'up to date'}: {', '.join(changed) or '-'}")
+    print(f"README and docs/ blocks {'out of date' if changed else 'up to date'}: {', '.join(changed) or '-'}")
     return 0
 
 
