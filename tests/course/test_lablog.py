@@ -25,8 +25,16 @@ CAUGHT = [
     ("history: the probe's run", "history banner"),
 ]
 
-PASSED = ["runs T steps", "run the kernel", "runs in order", "one issue slot per cycle", "tune the block size",
-          "the run's records", "run i-th", "a history of the kernel"]
+PASSED = [
+    "runs T steps",
+    "run the kernel",
+    "runs in order",
+    "one issue slot per cycle",
+    "tune the block size",
+    "the run's records",
+    "run i-th",
+    "a history of the kernel",
+]
 
 
 @pytest.mark.parametrize("phrase, kind", CAUGHT, ids=[p for p, _ in CAUGHT])
