@@ -9,6 +9,7 @@ gpulab.course.readme`` fixes it).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -535,6 +536,17 @@ def render(name: str) -> str:
     return SECTIONS[name]()
 
 
+_LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s#:]+)(\))")
+
+
+def _links_from(markdown: str, folder: Path) -> str:
+    """A block's links (written relative to the repository root) made relative to ``folder``, where its page is."""
+    if Path(folder).resolve() == ROOT:
+        return markdown
+    return _LINK.sub(lambda m: m.group(1) + Path(os.path.relpath(ROOT / m.group(2), folder)).as_posix() + m.group(3),
+                     markdown)  # fmt: skip
+
+
 def pages() -> list[Path]:
     """The files with generated blocks: README.md and every ``docs/*.md``."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -550,7 +562,7 @@ def update(path=None, check: bool = False) -> list[str]:
     changed = []
 
     def fill(m):
-        body = render(m.group("name"))
+        body = _links_from(render(m.group("name")), path.parent)
         if body != m.group("body"):
             changed.append(m.group("name"))
         return m.group(1) + body + m.group(4)
