@@ -24,7 +24,7 @@ __all__ = ["INDEX_NAME", "HISTORY", "results_dir", "read_index", "entries", "cur
 
 INDEX_NAME = "INDEX.json"
 HISTORY = "history"
-"""The folder under ``benchmarks/`` that holds superseded runs and session logs."""
+"""The folder under ``benchmarks/`` that holds superseded runs and the logs of device sessions."""
 
 
 def results_dir(root=None) -> Path:

@@ -20,9 +20,9 @@ PATTERNS: dict[str, str] = {
     "run letter": r"\b(?:runs?|bwd[ ]run|tune) (?:zz[a-e]?|[b-hj-z])\b(?!['-])",
     "parenthesised run": r"\((?:run|tune)[ ][a-z]{1,3}\)",
     "issue number": r"(?i:\bissues?[ ]#?\d+)",
-    "the issue": r"(?i:\bthe[ ]issue(?![ ]slot)\b)",
-    "session log": r"(?i:\bsession[ -]logs?\b|\bsession-\d{4}-\d\d-\d\d)",
-    "no record kept": r"(?i:\bno[ ]record[ ](?:was[ ])?kept\b)",
+    "bare issue": r"(?i:\bthe[ ]issue(?![ ]slot)\b)",
+    "device log": r"(?i:\bsession[ -]logs?\b|\bsession-\d{4}-\d\d-\d\d)",
+    "unrecorded": r"(?i:\bno[ ]record[ ](?:was[ ])?kept\b)",
     "history banner": r"(?i:^[\s#\"'(`]*history:[ ])",
 }
 """Kind of phrase -> its regular expression, matched per line. Run letters are lower case (a capital after

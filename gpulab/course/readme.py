@@ -552,9 +552,10 @@ def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def update(path=None, check: bool = False) -> list[str]:
+def update(path=None, check: bool = False, page_dir=None) -> list[str]:
     """Rewrite every generated block of ``path`` (default: every file of :func:`pages`) from the records; returns the
-    names of blocks that changed. With ``check``, change nothing and return what would change."""
+    names of blocks that changed. With ``check``, change nothing and return what would change. Links are written
+    relative to ``page_dir`` (default: the file's folder; a copy elsewhere names its page's folder)."""
     if path is None:
         return [name for page in pages() for name in update(page, check)]
     path = Path(path)
@@ -562,7 +563,7 @@ def update(path=None, check: bool = False) -> list[str]:
     changed = []
 
     def fill(m):
-        body = _links_from(render(m.group("name")), path.parent)
+        body = _links_from(render(m.group("name")), Path(page_dir) if page_dir is not None else path.parent)
         if body != m.group("body"):
             changed.append(m.group("name"))
         return m.group(1) + body + m.group(4)

@@ -18,10 +18,10 @@ CAUGHT = [
     ("tune c kept it", "run letter"),
     ("filed as issue 39", "issue number"),
     ("Issue 38's targets", "issue number"),
-    ("see the issue for why", "the issue"),
-    ("the session log has it", "session log"),
-    ("benchmarks/04/session-2026-11-25.log", "session log"),
-    ("no record kept", "no record kept"),
+    ("see the issue for why", "bare issue"),
+    ("the session log has it", "device log"),
+    ("benchmarks/04/session-2026-11-25.log", "device log"),
+    ("no record kept", "unrecorded"),
     ("history: the probe's run", "history banner"),
 ]
 
