@@ -462,7 +462,7 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
         about.append(f"docs/{path.stem}")
     # Lab notes: every notes/*.md, the history of each kernel family.
     lab_notes = []
-    for path in sorted((root / "notes").glob("*.md")):
+    for path in sorted((root / "notes").glob("*.md"), key=lambda p: (p.stem != "index", p.stem)):  # index first
         page(f"notes/{path.stem}", _relink(path.read_text(), src / "notes", root, root / "notes", src))
         lab_notes.append(f"notes/{path.stem}")
     terms = glossary((root / "docs" / "glossary.md").read_text())
