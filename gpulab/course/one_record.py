@@ -332,7 +332,7 @@ def _lesson05_steps(root) -> list[Shown]:
 
 
 def _lesson05_hinted(root) -> list[Shown]:
-    """Appendix G's exchange candidates (``scripts/bench05_hinted.py``): each (exchange, units, warps) forward and
+    """Appendix G's exchange candidates (the ``split/hinted`` record): each (exchange, units, warps) forward and
     cuDNN fp16's of the same run, keyed as that run's own cases."""
     rows, device, run = _split_rows(root, "hinted")
     out = []
@@ -383,7 +383,7 @@ def _lesson05_called(root) -> list[Shown]:
 
 
 def _lesson05_rows(kind: str):
-    """Appendix H's runs (``scripts/bench05_rows.py``): 'rows' (16 and 8 rows per program), 'product' (the backward's
+    """Appendix H's runs (the ``rows/`` records): 'rows' (16 and 8 rows per program), 'product' (the backward's
     product per gate or all at once), 'rows_split' (the split kernels at 8 rows), each keyed as its run's own cases,
     cuDNN fp16 as that run's peer."""
 
