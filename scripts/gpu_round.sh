@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call, several phases, each under its own time limit; everything lands in $OUT (at most 8 files come back).
 # Usage: bash scripts/gpu_round.sh PHASE...   with PHASE one of
-#   facts | selftest | selftest:PATHS (comma-separated test paths) | probe:NAME[:ARG,...] (scripts/probe_NAME.py ARG...) | ncu | bench:NN | bench:NN:PART
+#   facts | selftest | selftest:PATHS (comma-separated test paths) | ncu | bench:NN | bench:NN:PART
 #   (a named part of lesson NN's benchmark, e.g. bench:04:hopper, bench:05:split)
 #   | pack (tar every folder under $OUT into $OUT/results.tgz: at most 8 files come back)
 # A phase may end in @SECONDS, its time limit (default: the one written below), e.g. bench:00@150.
@@ -25,11 +25,6 @@ for phase in "$@"; do
       paths=${phase#selftest:}
       GPULAB_POISON=1 timeout ${limit:-420} python3 -m pytest -m gpu ${paths//,/ } -q -p no:cacheprovider -o addopts="" -n 4 \
         2>&1 | tail -40 | tee -a "$log" ;;
-    probe:*)
-      name=${phase#probe:} args=""
-      if [[ $name == *:* ]]; then args=${name#*:}; name=${name%%:*}; fi
-      timeout ${limit:-300} python3 "scripts/probe_$name.py" ${args//,/ } 2>&1 | grep -v $'\r' | tee "$OUT/probe_$name.txt" \
-        | tail -80 | tee -a "$log" ;;
     ncu)
       timeout ${limit:-400} bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
     bench:*)

@@ -10,10 +10,10 @@ import torch
 from gpulab import runtime
 from gpulab.rnn.fused import backward as fused_backward
 from gpulab.rnn.fused import forward as fused_forward
-from gpulab.rnn.fused.benchmark import problem_inputs
+from gpulab.rnn.fused.measure.benchmark import problem_inputs
 
 which = sys.argv[1]
-runtime.POISON = False  # timed as in use: outputs not NaN-filled first
+# timed as in use: on a GPU outputs are not NaN-filled first unless GPULAB_POISON=1 (gpulab.runtime.POISON)
 Wx, R, b, s0 = problem_inputs(16, 1024, 12, 64, torch.bfloat16)
 out, last, gates = fused_forward.fused_rnn_forward(Wx, R, b, s0, "lstm", save_gates=True)
 d_out, d_last = torch.randn_like(out), torch.randn_like(s0)

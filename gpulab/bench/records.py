@@ -24,6 +24,8 @@ import torch
 import triton
 
 from gpulab import hardware, lessons, runtime
+from gpulab.bench import index
+from gpulab.bench.index import results_dir
 from gpulab.bench.timing import time_callable, wall_time
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "results_dir",
     "save",
     "load",
+    "current",
     "newest",
     "by_run",
     "record_files",
@@ -286,16 +289,6 @@ def measure(
 # storage
 
 
-def results_dir(root=None) -> Path:
-    """Where result files live: ``root`` (a folder path), else ``$GPULAB_BENCHMARKS``, else ``benchmarks/`` at the
-    repository root."""
-    if root is not None:
-        return Path(_path("root", root))
-    if os.environ.get("GPULAB_BENCHMARKS"):
-        return Path(os.environ["GPULAB_BENCHMARKS"])
-    return Path(__file__).resolve().parent.parent.parent / "benchmarks"
-
-
 def _lesson_dir(lesson: str, root: Path) -> Path:
     """'00' or '00_memory_hierarchy' -> root/'00_memory_hierarchy' (from the lesson table, else an existing folder)."""
     lesson = str(lesson)
@@ -398,8 +391,28 @@ def _path(name: str, value, what: str = "a folder path"):
     return value
 
 
+def current(lesson: str, part: str = "main", gpu: str | None = "h100", root=None) -> Path:
+    """The current ``.jsonl`` record of ``lesson``'s ``part`` on ``gpu``, as ``benchmarks/INDEX.json`` names it
+    (:func:`gpulab.bench.index.current_file`). In a folder without an index (fresh runs: ``root`` or
+    ``$GPULAB_BENCHMARKS``) the newest file of the part's folder (``part`` 'main': the lesson's folder; 'hopper/tiny':
+    that subfolder). FileNotFoundError naming the lesson, part and GPU when there is none."""
+    path = index.current_file(lesson, part, gpu, root)
+    if path is None and not index.read_index(root):
+        folder = _lesson_dir(lesson, results_dir(root))
+        files = record_files(folder if part == "main" else folder / part, gpu)
+        path = newest(files) if files else None
+    if path is None:
+        raise FileNotFoundError(
+            f"no current record of lesson {lesson!r}, part {part!r}{f' on {gpu}' if gpu else ''} in "
+            f"{results_dir(root) / index.INDEX_NAME}; run `python -m gpulab bench {lesson}` on a GPU and add it there."
+        )
+    return path
+
+
 def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Result]:
-    """The newest stored results of ``lesson`` (optionally only files whose GPU slug contains ``gpu``, e.g. 'h100').
+    """The current stored results of ``lesson``: its 'main' entry in ``benchmarks/INDEX.json``
+    (:mod:`gpulab.bench.index`) on ``gpu`` (e.g. 'h100'; None: any GPU's); in a folder without an index (fresh runs,
+    ``root`` or ``$GPULAB_BENCHMARKS``), the newest file of the lesson's folder. ``path``: that file instead.
 
     Raises FileNotFoundError naming the folder when nothing matches.
     """
@@ -407,7 +420,8 @@ def load(lesson: str, gpu: str | None = None, root=None, path=None) -> list[Resu
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100' or None, got {gpu!r}.")
     if path is None:
         folder = _lesson_dir(lesson, results_dir(root))
-        files = record_files(folder, gpu)
+        indexed = index.current_file(folder.name, "main", gpu, root)
+        files = [indexed] if indexed is not None else ([] if index.read_index(root) else record_files(folder, gpu))
         if not files:
             raise FileNotFoundError(
                 f"no stored results for lesson {lesson!r}{f' on {gpu}' if gpu else ''} in {folder}; "

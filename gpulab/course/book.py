@@ -3,7 +3,8 @@
 - :func:`generate` writes the Sphinx sources (``book/_src/``) from :data:`gpulab.lessons.LESSONS`, the executed
   notebooks in ``notebooks/`` (copied, never executed), the exercise notebooks, the README and the package's files:
   one page per lesson with a banner naming the GPU and date of its records, its exercise page, one page per module
-  of the lesson's package (``literalinclude``), the README's sections and its glossary. A new lesson in the syllabus
+  of the lesson's package (``literalinclude``), the README's sections, the ``docs/`` pages and the glossary, and
+  every ``notes/*.md`` under "Lab notes". A new lesson in the syllabus
   or a new module in a lesson's package appears without editing anything here.
 - :func:`build` runs Sphinx on them with ``book/conf.py`` into ``book/_build/html`` (``make book``).
 - :func:`gpulab.course.book_offline.external_resources` lists the scripts, styles, fonts and images of an HTML page
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 from gpulab import lessons as _lessons
-from gpulab.bench import records
+from gpulab.bench import index
 from gpulab.course import book_offline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,31 +113,34 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def record_banner(lesson, root: Path = ROOT) -> list[dict]:
-    """Where the lesson's stored results come from: for its record folder and each subfolder with records, the
-    newest file (as ``gpulab.bench.newest`` orders them), its first record's device, versions and date, and the most
-    GPUs one of its records ran on (``params["world_size"]``, 1 without it)."""
-    base = root / "benchmarks" / lesson.slug
-    folders = [base, *sorted(p for p in base.glob("*") if p.is_dir())] if base.is_dir() else []
+    """Where the lesson's stored results come from: for each part of the lesson in ``benchmarks/INDEX.json``
+    (:mod:`gpulab.bench.index`), its current file, the device, versions and date its records name (the first record
+    that names each), and the most GPUs one of its records ran on (``params["world_size"]``, 1 without it). A record
+    of compiled code only (no device) names its target ('sm_90') instead."""
+    bench_root = root / "benchmarks"
     rows = []
-    for folder in folders:
-        files = records.record_files(folder)
-        if not files:
-            continue
-        path = records.newest(files)
-        recs = _read_records(path)
-        rec = recs[0] if recs else {}
-        gpus = max((int((r.get("params") or {}).get("world_size") or 1) for r in recs), default=1)
-        rows.append(
-            {
-                "path": path,
-                "device": rec.get("device") or "unknown device",
-                "torch": rec.get("torch", ""),
-                "triton": rec.get("triton", ""),
-                "date": rec.get("date") or "",
-                "runs": len(files),
-                "gpus": gpus,
-            }
-        )
+    for part in index.parts(lesson.id, bench_root):
+        for path in index.current(lesson.id, part, None, bench_root):
+            if path.suffix != ".jsonl" or not path.exists():
+                continue
+            recs = _read_records(path)
+
+            def first(field, recs=recs):
+                return next((str(r[field]) for r in recs if r.get(field)), "")
+
+            target = first("target")
+            gpus = max((int((r.get("params") or {}).get("world_size") or 1) for r in recs), default=1)
+            rows.append(
+                {
+                    "part": part,
+                    "path": path,
+                    "device": first("device") or (f"compiled for {target}, not run" if target else "no device named"),
+                    "torch": first("torch"),
+                    "triton": first("triton"),
+                    "date": first("date")[:10],
+                    "gpus": gpus,
+                }
+            )
     return rows
 
 
@@ -161,11 +165,12 @@ _GLOSSARY = re.compile(r"\*\*Glossary\.\*\*\s*\n\s*\n(\|.*?\n)(?:\s*\n|\Z)", re.
 
 
 def glossary(text: str) -> list[tuple[str, str]]:
-    """The README's glossary table (after ``**Glossary.**``) as (term, meaning) rows; a ValueError without one."""
+    """The glossary table of ``docs/glossary.md`` (after ``**Glossary.**``) as (term, meaning) rows; a ValueError
+    without one."""
     m = _GLOSSARY.search(text)
     if m is None:
         raise ValueError(
-            "README.md has no glossary: a '**Glossary.**' paragraph followed by a | term | meaning | table."
+            "docs/glossary.md has no glossary: a '**Glossary.**' paragraph followed by a | term | meaning | table."
         )
     rows = [line.strip().strip("|").split("|", 1) for line in m.group(1).strip().splitlines()]
     rows = [(a.strip(), b.strip()) for a, b in (r for r in rows if len(r) == 2)]
@@ -183,14 +188,26 @@ def _rel(target: Path, start: Path) -> str:
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s#]+)([^)]*\))")
 
 
-def _relink(markdown: str, page_dir: Path, root: Path) -> str:
-    """Relative links and images of README text (relative to the repository root) made relative to ``page_dir``."""
+_PAGES = re.compile(r"^(?:docs|notes)/[\w.-]+\.md$|^notebooks/(?P<lesson>\d\d_\w+)\.ipynb$")
+
+
+def _relink(markdown: str, page_dir: Path, root: Path, base: Path | None = None, src: Path | None = None) -> str:
+    """Relative links and images of a page's text (relative to ``base``, default the repository root) made relative
+    to ``page_dir``. With ``src`` (the site's sources), a link to a ``docs/`` or ``notes/`` page or to a lesson's
+    notebook goes to that page of the site; any other link to the repository's files stays a link to the file."""
 
     def fix(m):
         target = m.group(2)
         if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
             return m.group(0)
-        return m.group(1) + _rel(root / target, page_dir) + m.group(3)
+        path = (base or root) / target
+        in_repo = Path(os.path.relpath(path, root)).as_posix()
+        page = _PAGES.match(in_repo) if src is not None else None
+        if page is not None:
+            name = page["lesson"]
+            doc = src / (f"lessons/{name}.ipynb" if name else in_repo)
+            return m.group(1) + _rel(doc, page_dir) + m.group(3)
+        return m.group(1) + _rel(path, page_dir) + m.group(3)
 
     return _LINK.sub(fix, markdown)
 
@@ -244,12 +261,11 @@ def _banner(lesson, root: Path, src: Path) -> str:
                 if x
             )
             where = _rel(row["path"], root)
-            more = f" (newest of {row['runs']} runs)" if row["runs"] > 1 else ""
             gpus = f" (up to {row['gpus']} GPUs)" if row["gpus"] > 1 else ""
             versions = f", {versions}" if versions else ""
             lines.append(
-                f"- **{row['device']}**{gpus}, {row['date']}{versions}: "
-                f"{{download}}`{where} <{_rel(row['path'], page_dir)}>`{more}"
+                f"- {row['part']}: **{row['device']}**{gpus}{', ' + row['date'] if row['date'] else ''}{versions}: "
+                f"{{download}}`{where} <{_rel(row['path'], page_dir)}>`"
             )
         lines += [
             "",
@@ -430,19 +446,27 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
         + "\n",
     )
 
-    # The README: one page per section; the glossary as a Sphinx glossary.
+    # The README: one page per section; the docs/ pages; the glossary (docs/glossary.md) as a Sphinx glossary.
     sections = readme_sections(readme)
     title, intro = sections[0]
     about = []
     for name, body in sections[1:]:
         doc = f"about/{_slug(name)}"
-        body = _relink(body, src / "about", root).replace(
-            "**Glossary.**", "**Glossary.** (also as a [page](../glossary.md))"
-        )
-        page(doc, f"# {name}\n\n{body}")
+        page(doc, f"# {name}\n\n{_relink(body, src / 'about', root, src=src)}")
         about.append(doc)
-    terms = glossary(readme)
-    gloss = ["# Glossary", "", "The course's terms, from the README.", "", "```{glossary}"]
+    for path in sorted((root / "docs").glob("*.md")):
+        text = _relink(path.read_text(), src / "docs", root, root / "docs", src)
+        if path.stem == "glossary":
+            text = text.replace("**Glossary.**", "**Glossary.** (also as a [Sphinx glossary](../glossary.md))")
+        page(f"docs/{path.stem}", text)
+        about.append(f"docs/{path.stem}")
+    # Lab notes: every notes/*.md, the history of each kernel family.
+    lab_notes = []
+    for path in sorted((root / "notes").glob("*.md"), key=lambda p: (p.stem != "index", p.stem)):  # index first
+        page(f"notes/{path.stem}", _relink(path.read_text(), src / "notes", root, root / "notes", src))
+        lab_notes.append(f"notes/{path.stem}")
+    terms = glossary((root / "docs" / "glossary.md").read_text())
+    gloss = ["# Glossary", "", "The course's terms, from docs/glossary.md.", "", "```{glossary}"]
     for term, meaning in terms:
         gloss += [term, f"  {meaning}", ""]
     page("glossary", "\n".join(gloss).rstrip() + "\n```\n")
@@ -450,7 +474,7 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
     index = [
         f"# {title}",
         "",
-        _relink(intro, src, root),
+        _relink(intro, src, root, src=src),
         "",
         "The lessons below are the course's executed notebooks, read here without installing anything: each "
         "says which GPU and date its measured results come from, links its exercise notebook and shows the "
@@ -483,6 +507,7 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
         "glossary",
         "```",
         "",
+        *(["```{toctree}", ":caption: Lab notes", ":maxdepth: 1", "", *lab_notes, "```", ""] if lab_notes else []),
         "```{toctree}",
         ":caption: Package source",
         ":maxdepth: 1",

@@ -1,8 +1,8 @@
 """Claims that execute: a sentence that compares, ranks or classifies is rendered from the records, or the build fails.
 
 A lesson that says "version 3 is faster than cuDNN on 9 of 12 problems" or "head dims 60 and 100 are memory-bound"
-states a fact about its records. Typed into markdown, such a sentence drifts when the records change (issue 36 found
-16 of 134 wrong). So a lesson states it through :func:`claim`, in a code cell: the sentence is formatted from values
+states a fact about its records. Typed into markdown, such a sentence drifts when the records change (one check
+found 16 of 134 wrong). A lesson states it through :func:`claim`, in a code cell: the sentence is formatted from values
 computed from the records, its predicate is evaluated when the notebook runs, and a false predicate *raises*
 (:class:`ClaimError`), so the notebook does not build, nbval fails, and the sentence never reaches a reader::
 

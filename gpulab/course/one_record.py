@@ -74,10 +74,7 @@ def results_shown(records, run: str, lesson: str, *, case=None, version=None, pr
 
 
 def _newest(lesson: str, root, gpu="h100", sub: str = "") -> Path:
-    from gpulab import lessons
-
-    folder = bench.results_dir(root) / lessons.find(lesson).slug / sub
-    return bench.newest(bench.record_files(folder, gpu))
+    return bench.current(lesson, sub or "main", gpu, root)
 
 
 def _run(lesson: str, root, gpu="h100", **kw) -> list[Shown]:
@@ -118,10 +115,8 @@ def _attention(records, run: str, keep=None, version=_attention_version) -> list
 
 
 def _hopper(root, sub: str = ""):
-    from gpulab.attention.measure import report
 
-    folder = report.HOPPER_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "hopper"
-    path = bench.newest(bench.record_files(folder / sub, "h100"))
+    path = bench.current("04", "/".join(p for p in ("hopper", sub) if p), "h100", root)
     return bench.load("04", path=path), path.name
 
 
@@ -159,9 +154,7 @@ def _lesson04_sweep(root) -> list[Shown]:
 def _lesson04_v3(root) -> list[Shown]:
     from gpulab.attention.measure import report
 
-    folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
-    runs = [p for p in bench.record_files(folder, "h100") if not p.stem.endswith(report.V3_PART_SUFFIXES)]
-    path = bench.newest(runs)
+    path = bench.current("04", "v3", "h100", root)
     return _attention(bench.load("04", path=path), path.name,
                       keep=lambda r: r.params.get("impl") == report.V3_TUNED)  # fmt: skip
 
@@ -171,9 +164,7 @@ def _median_rounds(root, suffix: str, kind: str, measurement: str) -> list[Shown
     (the median of its alternating rounds), keyed apart from a grid's faster-of-two rounds of the same problem."""
     from gpulab.attention.measure import report
 
-    folder = report.V3_FOLDER if root is None else bench.results_dir(root) / "04_attention" / "v3"
-    path = bench.newest([p for p in bench.record_files(folder, "h100") if p.stem.endswith(f"-{suffix}")],
-                        part=suffix)  # fmt: skip
+    path = bench.current("04", f"v3/{suffix}", "h100", root)
     records = bench.load("04", path=path)
     rows = {r.params["impl"]: r for r in records if r.status == "ok" and r.params.get("kind") == kind}
     out = []
@@ -190,7 +181,7 @@ def _lesson04_v3_headline(root) -> list[Shown]:
 
 
 def _lesson04_v3_qregs_ab(root) -> list[Shown]:
-    """Run l's A/B of Q from registers: median rounds, keyed apart from the headline part's (another run)."""
+    """The A/B of Q from registers: median rounds, keyed apart from the headline part's (another run)."""
     return _median_rounds(root, "qregs-ab", "ab", "attention forward, A/B of Q from registers, median rounds")
 
 
@@ -230,8 +221,7 @@ def _lesson05_run(root) -> list[Shown]:
 def _lesson05_versions(root) -> list[Shown]:
     from gpulab.rnn.fused.measure import versions_report as report
 
-    folder = bench.results_dir(root) / "05_fused_rnn" / "versions"
-    path = bench.newest(bench.record_files(folder, "h100"))
+    path = bench.current("05", "versions", "h100", root)
     out = []
     for r in report.load_versions("h100", root):
         p = r.params
@@ -342,7 +332,7 @@ def _lesson05_steps(root) -> list[Shown]:
 
 
 def _lesson05_hinted(root) -> list[Shown]:
-    """Appendix G's exchange candidates (``scripts/bench05_hinted.py``): each (exchange, units, warps) forward and
+    """Appendix G's exchange candidates (the ``split/hinted`` record): each (exchange, units, warps) forward and
     cuDNN fp16's of the same run, keyed as that run's own cases."""
     rows, device, run = _split_rows(root, "hinted")
     out = []
@@ -393,7 +383,7 @@ def _lesson05_called(root) -> list[Shown]:
 
 
 def _lesson05_rows(kind: str):
-    """Appendix H's runs (``scripts/bench05_rows.py``): 'rows' (16 and 8 rows per program), 'product' (the backward's
+    """Appendix H's runs (the ``rows/`` records): 'rows' (16 and 8 rows per program), 'product' (the backward's
     product per gate or all at once), 'rows_split' (the split kernels at 8 rows), each keyed as its run's own cases,
     cuDNN fp16 as that run's peer."""
 
@@ -489,7 +479,7 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("04", 'hopper_report.stored_v3_tune(run="l")'): Display(
         _none, "version 3's run-l tune: ratios within the run only (Q from registers vs not), no time shown"),
     ("04", 'hopper_report.stored_v3_ab("qregs")'): Display(
-        _lesson04_v3_qregs_ab, "run l's A/B of Q from registers: each implementation's median round on both clocks"),
+        _lesson04_v3_qregs_ab, "the A/B of Q from registers: each implementation's median round on both clocks"),
     ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
     ("05", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
     ("05", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),

@@ -46,7 +46,7 @@ ALLOWED: dict[str, str] = {
     "5%": "a threshold of a design rule (lesson 2's microbatch rule)",
     "9%": "lesson 2: a last wave of 12 programs on 132 SMs, an example",
     "95%": "a target: exercise 6's grader asks for 95% of held-out final states right",
-    "620 TFLOP/s": "issue 38's target for version 3 at bf16, d=128, N = 16k, non-causal, quoted",
+    "620 TFLOP/s": "the target for version 3 at bf16, d=128, N = 16k, non-causal, quoted",
 }
 """Figures markdown may state, with the reason; anything else must be computed when the notebook runs."""
 
@@ -90,7 +90,7 @@ def machine_digits(path) -> list[tuple[int, str, str]]:
     """``(cell index, number, its line)`` for small floats in outputs nbval compares (cells not marked
     ``# NBVAL_IGNORE_OUTPUT``) of the notebook at ``path``.
 
-    Such digits differ between machines (issue 36: 1e-07 here, 2e-07 on CI), so a compared cell prints the class
+    Such digits differ between machines (1e-07 here, 2e-07 on CI), so a compared cell prints the class
     ("equal up to rounding (< 1e-5)") and an ignored cell the digits. A number right after a comparison or a
     tolerance word ("< 1e-6", "tol 1e-3") is a bound the lesson chose, not a result, and passes.
     """

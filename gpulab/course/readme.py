@@ -1,12 +1,15 @@
-"""README sections generated from the stored records, so the README says only what the records show.
+"""README and ``docs/`` sections generated from the stored records, so the pages say only what the records show.
 
 A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; :func:`render` returns its
-text from ``benchmarks/``, :func:`update` rewrites every block of README.md, and ``tests/course/test_readme.py``
-fails when a block differs from what the records give (``python -m gpulab.course.readme`` fixes it).
+text from the current records (``benchmarks/INDEX.json``), :func:`update` rewrites every block of README.md (its one
+results table, :mod:`gpulab.course.results_table`) and of ``docs/*.md`` (the result blocks of ``docs/results.md``),
+and ``tests/course/test_readme.py`` fails when a block differs from what the records give (``python -m
+gpulab.course.readme`` fixes it).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,14 +19,14 @@ from gpulab.course import one_record
 from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
-__all__ = ["SECTIONS", "render", "update", "main", "prose_figures", "README_ALLOWED"]
+__all__ = ["SECTIONS", "render", "update", "pages", "results", "main", "prose_figures", "README_ALLOWED"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
-def _newest(folder: str) -> tuple[Path, list[bench.Result]]:
-    path = bench.newest(ROOT / "benchmarks" / folder)
+def _current(folder: str) -> tuple[Path, list[bench.Result]]:
+    path = bench.current(folder[:2] if folder[:2].isdigit() else folder, "main", None, ROOT / "benchmarks")
     return path, bench.load(folder, path=path)
 
 
@@ -32,7 +35,7 @@ def _raw(path) -> str:
 
 
 def lesson00() -> str:
-    path, recs = _newest("00_memory_hierarchy")
+    path, recs = _current("00_memory_hierarchy")
     head = recs[0]
     lines = [
         *_figure(path, f"bandwidth against working set on the {head.device}"),
@@ -81,7 +84,7 @@ def _bytes(n) -> str:
 def lesson01() -> str:
     from gpulab import roofline  # deferred: imports the measurement kernels' modules
 
-    path, _ = _newest("01_roofline")
+    path, _ = _current("01_roofline")
     text = roofline.ceilings("h100").summary()
     return "\n".join([*_figure(path, "the roofline of the H100"), "```", text, "```", "", _raw(path)]) + "\n"
 
@@ -89,7 +92,7 @@ def lesson01() -> str:
 def lesson02() -> str:
     from gpulab import codesign
 
-    path, recs = _newest("02_codesign")
+    path, recs = _current("02_codesign")
     head = recs[0]
     k = {r.params["x"]: r for r in recs if r.params.get("sweep") == "K" and r.status == "ok"}
     lines = [
@@ -112,7 +115,7 @@ def lesson04() -> str:
     from gpulab.attention.measure import report as attention_bench
     from gpulab.course import shown
 
-    path, recs = _newest("04_attention")
+    path, recs = _current("04_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
@@ -131,7 +134,7 @@ def lesson04() -> str:
 def lesson04_hopper() -> str:
     from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
-    path = bench.newest(ROOT / "benchmarks" / "04_attention" / "hopper")
+    path = bench.current("04", "hopper", "h100", ROOT / "benchmarks")
     recs = bench.load("04", path=path)
     head = recs[0]
     lines = [
@@ -160,22 +163,21 @@ def lesson04_v3() -> str:
 
     recs = hopper_report.stored_v3()
     head = recs[0]
-    runs = [q for q in hopper_report.V3_FOLDER.glob("*.jsonl") if not q.stem.endswith(("-check", "-race", "-tune"))]
-    path = bench.newest(runs)
+    path = bench.current("04", "v3", "h100", ROOT / "benchmarks")
     spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
     wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
     problems = hopper_report.v3_best(recs)
     dtypes_run = ", ".join(sorted({key[0] for key in problems}))
     lines = [
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's grid, run "
-        f"{hopper_report.stored_v3_run()} (every output checked against SDPA's fp32 math before it was timed, each "
+        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; version 3's grid, "
+        f"`{path.name}` (every output checked against SDPA's fp32 math before it was timed, each "
         "provider timed twice, the faster round kept; the 200-run race tests and the tunes are the `-race` and `-tune` "
         "records beside it). Ratios: the peer's time / version 3's "
         f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
-        "- issue 38's targets on this grid (device time): median >= 0.95x cuDNN: "
+        "- version 3's targets on this grid (device time): median >= 0.95x cuDNN: "
         f"{_verdict(spread['SDPA cuDNN'][0] >= 0.95)}; none below 0.85x cuDNN: "
         f"{_verdict(spread['SDPA cuDNN'][1] >= 0.85)}; median >= 1.1x version 2: "
         f"{_verdict(spread['gpulab v2'][0] >= 1.1)}",
@@ -195,8 +197,8 @@ def exercises_speed() -> str:
     from gpulab.course import speed  # deferred: the graders' timing code
 
     # the newest speed run by its records' own dates (two GPUs' runs of one day have the same date in their names)
-    path = max((ROOT / "benchmarks" / "exercises").glob("*-solutions.jsonl"),
-               key=lambda p: max(r["date"] for r in speed.records(p)))  # fmt: skip
+    files = bench.index.current("exercises", "solutions", None, ROOT / "benchmarks")
+    path = max(files, key=lambda p: max(r["date"] for r in speed.records(p)))
     first = speed.records(path)[0]
     lines = [
         f"The solution notebooks' answers, speed-graded on the {first['device']} (torch {first['torch']}, "
@@ -214,7 +216,7 @@ def exercises_speed() -> str:
 
 
 def lesson03() -> str:
-    path, recs = _newest("03_cudnn_ladder")
+    path, recs = _current("03_cudnn_ladder")
     dts = list(dict.fromkeys(r.dtype for r in recs))
     pairs = same_mode(recs)
     cells = {"naive": [], "best": [], "cudnn": [], "eager": [], "graph": []}
@@ -252,7 +254,7 @@ def lesson03() -> str:
 
 
 def lesson07() -> str:
-    path, recs = _newest("07_distributed")
+    path, recs = _current("07_distributed")
     speed = [r for r in recs if "tokens_per_s" in r.params]
     base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
     head = speed[0]
@@ -278,7 +280,7 @@ def lesson07() -> str:
 
 
 def io_traffic() -> str:
-    path, recs = _newest("io_traffic")
+    path, recs = _current("io_traffic")
     recs = sorted(recs, key=lambda r: r.lesson)  # by lesson, then as measured
     head = recs[0]
     dates = " and ".join(sorted({r.date for r in recs}))
@@ -325,7 +327,7 @@ def _ms(x) -> str:
 def lesson05() -> str:
     from gpulab.rnn.fused.measure import benchmark as rnn_bench  # deferred: imports the kernels
 
-    path, recs = _newest("05_fused_rnn")
+    path, recs = _current("05_fused_rnn")
     head = recs[0]
     main = [r for r in recs if r.params.get("sweep") in ("main", "dense") and r.status == "ok" and r.ms == r.ms]
     lines = [
@@ -388,8 +390,7 @@ def lesson05_versions() -> str:
     from gpulab.rnn.fused.measure import versions_report as report  # deferred: imports the kernels
 
     rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
-    folder = ROOT / "benchmarks" / "05_fused_rnn" / "versions"
-    path = bench.newest(folder.glob("*.jsonl"))
+    path = bench.current("05", "versions", "h100", ROOT / "benchmarks")
     by_v = {r.params["version"]: r for r in rows}
     lines = [
         *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
@@ -427,9 +428,9 @@ def lesson06() -> str:
     from gpulab import tasks  # deferred: imports the models
     from gpulab.tasks import spread
 
-    path, _ = _newest("06_state_tracking")
+    path, _ = _current("06_state_tracking")
     found = spread.stored_search("h100")
-    search_path = bench.newest(bench.record_files(ROOT / "benchmarks" / "06_state_tracking" / "search", "h100"))
+    search_path = bench.current("06", "search", "h100", ROOT / "benchmarks")
     first = spread.search_records(found)[0]
     rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
     util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
@@ -467,9 +468,7 @@ def lesson06() -> str:
         + ". The earlier single-seed runs in the lesson's folder are history.",
     ]
     thr = tasks.stored_throughput("h100")
-    thr_folder = ROOT / "benchmarks" / "06_state_tracking" / "throughput"
-    thr_files = list(thr_folder.glob("*h100*.jsonl"))
-    thr_path = bench.newest(thr_files) if thr_files else path
+    thr_path = bench.current("06", "throughput", "h100", ROOT / "benchmarks")
     t = thr[0]
     lines += [
         "",
@@ -489,7 +488,14 @@ def lesson06() -> str:
     return "\n".join(lines) + "\n"
 
 
+def results() -> str:
+    from gpulab.course import results_table  # deferred: it reads every lesson's records
+
+    return results_table.table()
+
+
 SECTIONS = {
+    "results": results,
     "lesson00": lesson00,
     "lesson01": lesson01,
     "lesson02": lesson02,
@@ -530,15 +536,34 @@ def render(name: str) -> str:
     return SECTIONS[name]()
 
 
-def update(path=None, check: bool = False) -> list[str]:
-    """Rewrite every generated block of README.md from the records; returns the names of blocks that changed.
-    With ``check``, change nothing and return what would change."""
-    path = Path(path) if path is not None else ROOT / "README.md"
+_LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s#:]+)(\))")
+
+
+def _links_from(markdown: str, folder: Path) -> str:
+    """A block's links (written relative to the repository root) made relative to ``folder``, where its page is."""
+    if Path(folder).resolve() == ROOT:
+        return markdown
+    return _LINK.sub(lambda m: m.group(1) + Path(os.path.relpath(ROOT / m.group(2), folder)).as_posix() + m.group(3),
+                     markdown)  # fmt: skip
+
+
+def pages() -> list[Path]:
+    """The files with generated blocks: README.md and every ``docs/*.md``."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def update(path=None, check: bool = False, page_dir=None) -> list[str]:
+    """Rewrite every generated block of ``path`` (default: every file of :func:`pages`) from the records; returns the
+    names of blocks that changed. With ``check``, change nothing and return what would change. Links are written
+    relative to ``page_dir`` (default: the file's folder; a copy elsewhere names its page's folder)."""
+    if path is None:
+        return [name for page in pages() for name in update(page, check)]
+    path = Path(path)
     text = path.read_text()
     changed = []
 
     def fill(m):
-        body = render(m.group("name"))
+        body = _links_from(render(m.group("name")), Path(page_dir) if page_dir is not None else path.parent)
         if body != m.group("body"):
             changed.append(m.group("name"))
         return m.group(1) + body + m.group(4)
@@ -551,7 +576,7 @@ def update(path=None, check: bool = False) -> list[str]:
 
 def main(argv=None) -> int:
     changed = update(check="--check" in (argv if argv is not None else sys.argv[1:]))
-    print(f"README blocks {'out of date' if changed else 'up to date'}: {', '.join(changed) or '-'}")
+    print(f"README and docs/ blocks {'out of date' if changed else 'up to date'}: {', '.join(changed) or '-'}")
     return 0
 
 

@@ -143,8 +143,7 @@ def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
                 shown.append(Shown(key(case, version, device, clock), run, float(value), history))
 
     # the lesson's run (section 8, section 9, Appendix F; the README's lesson 5 block): current
-    folder = bench.results_dir(root) / "05_fused_rnn"
-    run = bench.newest(bench.record_files(folder, gpu))
+    run = bench.current("05", "main", gpu, root)
     rows = bench.load("05", path=run)
     for case, version, r in (
         ("gpulab split kernel", "split backward", run_training(rows, "fused")),
@@ -153,7 +152,7 @@ def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
         if r is not None:
             add(case, version, r.device, run.name, r.ms, r.wall_ms, False)  # fmt: skip
     # the version ladder (section 4b; the README's versions block): b3 and its peer are history
-    vfile = bench.newest(bench.record_files(bench.results_dir(root).joinpath("05_fused_rnn", "versions"), gpu))
+    vfile = bench.current("05", "versions", gpu, root)
     now, old = versions_now(versions_report.load_versions(gpu, root))
     for rows, history in ((now, False), (old, True)):
         for r in rows:

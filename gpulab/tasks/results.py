@@ -146,7 +146,7 @@ def stored_throughput(gpu: str = "h100", root=None) -> list:
 
 
 def stored_rope(gpu: str = "h100", root=None) -> list:
-    """The newest run of ``scripts/bench06_rope.py`` on ``gpu`` (``benchmarks/06_state_tracking/rope/``): the
+    """The current rope record on ``gpu`` (``benchmarks/06_state_tracking/rope/``): the
     Transformer's heads split and rotated by the Triton kernel and by PyTorch's operations, forward and
     forward+backward, both clocks; [] when there is none."""
     if not isinstance(gpu, str) or not gpu:

@@ -950,7 +950,7 @@ print("dQ additions per row, 300 keys: step 1:", int(backward_model.model_backwa
       "(one per 128 keys)")  # fmt: skip
 
 # %% [markdown]
-# **On the H100.** `scripts/gpu_v3_backward.py` checked every step's $dQ$, $dK$, $dV$ against float64 (SDPA's math backend) at both dtypes, head dims 64 and 128, causal and not, on odd sizes (N = 1000, Nq $\ne$ Nk, keys no query sees), with outputs allocated over NaN; ran each configuration 50 times on one input and compared the gradients; then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention` as shipped (version 3's or 2's forward, version 1's two backward kernels), two rounds each, the round with the shorter time kept; `ms` device time (`do_bench`), `wall` the eager wall clock.
+# **On the H100.** A GPU script (notes/scripts.md) checked every step's $dQ$, $dK$, $dV$ against float64 (SDPA's math backend) at both dtypes, head dims 64 and 128, causal and not, on odd sizes (N = 1000, Nq $\ne$ Nk, keys no query sees), with outputs allocated over NaN; ran each configuration 50 times on one input and compared the gradients; then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention` as shipped (version 3's or 2's forward, version 1's two backward kernels), two rounds each, the round with the shorter time kept; `ms` device time (`do_bench`), `wall` the eager wall clock.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -1294,7 +1294,7 @@ if called_rows:
                f"{main_loop['host_ms']:.2f} ms: no call in the step waits for the GPU (`scripts/diag05_sync.py` "
                "found no synchronizing call), so the wall clock shows the GPU's time wherever the host's stays "
                "below it. After a torch.profiler session the same process's host time per step grew (H100, "
-               "`benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log`), so the bench profiles last."
+               "`benchmarks/history/05_fused_rnn/split/session-2026-11-26-called3.log`), so the bench profiles last."
                if main_loop.get("host_ms") is not None else ""),
             holds=lambda r, verdict, dev, **_: (r <= 1.05) == (verdict == "within") and dev > 0,
             verdict="within" if main_loop["wall_ms"] / main_graph["wall_ms"] <= 1.05 else "over",
@@ -1375,7 +1375,7 @@ if called_rows:
             "The forward alone through `flashrnn` (no autograd) took {api:.3f} ms of device time in this run, "
             "{r:.2f}x section 8's record of the fused kernel on the same problem ({k:.3f} ms, run of {day}). A later "
             "H100 run timed both in one process and found the same gap, so the API's path made it, not the machine "
-            "(device log `benchmarks/05_fused_rnn/split/session-2026-11-26-called2.log`).",
+            "(device log `benchmarks/history/05_fused_rnn/split/session-2026-11-26-called2.log`).",
             holds=lambda api, k, **_: api > k,
             api=api_fwd["ms"], k=kernel_fwd.ms, r=api_fwd["ms"] / kernel_fwd.ms, day=kernel_fwd.date,
         ), why_ + " The record above predates the change."))  # fmt: skip
@@ -1606,7 +1606,7 @@ if v6_sass:
 # %% [markdown]
 # ### Version 6 on the H100
 #
-# The first GPU run found two faults that the CPU checks could not see (`benchmarks/05_fused_rnn/v6/session-2026-11-27-v6.log`):
+# The first GPU run found two faults that the CPU checks could not see (`benchmarks/history/05_fused_rnn/v6/session-2026-11-27-v6.log`):
 #
 # - **b4's gradients did not match b3's.** The kernel stacks the four gates' gradients for its product with `join`, which puts its new dimension *last*, so $f$ and $z$ had traded places. The float64 schedule does not model the join. A CPU test now runs the kernel's permutation on `tl.join` in the interpreter (`test_gates_are_stacked_in_slot_order`).
 # - **The forward's loads of $h$ wasted half of every L2 sector.** Each warp loaded its chunk of $h$ straight into the operand layout, two bf16 values per load, so every 32-byte sector arrived half used, and every program reads all of $h$ at every step. The fix loads 16-byte rows and lets the compiler turn them into the operand layout through shared memory (`h_loads="coalesced"`; the table below times both). b4's stores of its shares got the same fix.
@@ -1857,7 +1857,7 @@ if len(dims_) == 2:
 # %% [markdown]
 # ## Appendix J. Where the step of one head of 768 waited
 #
-# The stamped steps of Appendix I leave about half of every step of the 8-row forward between storing $h_t$ and having all of $h_t$ back: the release (the stores, a fence, an add to the counter), the wait, then $h_t$'s trip from L2. Six experiments went after that time (issue 40), each one switch of version 6 or b4 set both ways in one run, beside b3 and cuDNN's fp16 `nn.LSTM` (`scripts/bench05_v6_tagged.py`, `diag05_v6_tagged.py`, `diag05_v6_switches.py`; `benchmarks/05_fused_rnn/session-2026-11-27-t-to-zz.log`). Three changed the package; three are kept as switches and measured here, because a course should show what did not work and why.
+# The stamped steps of Appendix I leave about half of every step of the 8-row forward between storing $h_t$ and having all of $h_t$ back: the release (the stores, a fence, an add to the counter), the wait, then $h_t$'s trip from L2. Six experiments went after that time (issue 40), each one switch of version 6 or b4 set both ways in one run, beside b3 and cuDNN's fp16 `nn.LSTM` (`scripts/bench05_v6_tagged.py`, `diag05_v6_tagged.py`, `diag05_v6_switches.py`; `benchmarks/history/05_fused_rnn/session-2026-11-27-t-to-zz.log`). Three changed the package; three are kept as switches and measured here, because a course should show what did not work and why.
 #
 # **1. Readiness in $h$'s own words (runs t, u, v).** Instead of a counter, each program stores every element of $h_t$ beside step $t$'s tag in one 32-bit word (`exchange="tagged"`, two slots, the tag $t \bmod 65535 + 1$ so the zeros a launch starts from are never a step's). A 32-bit store is seen whole or not at all, so a reader that sees the tag sees the value: no fence, no counter, one trip through L2. The readers poll a sample (one word per program and row) until it carries the tag, then load all of $h$ and check every word:
 
@@ -2006,7 +2006,7 @@ if wide_:
     ))  # fmt: skip
 
 # %% [markdown]
-# **9. The parameter products after b4 (run a of `scripts/diag05_b4_db.py`).** Once b4 has written dG, $dR = \sum_{b,t} dG_{b,t}^T h_{t-1}$ and $db = \sum_{b,t} dG_{b,t}$ need no recurrence, but they read all of dG. Two passes over memory go: (1) $h_{t-1}$ was built by copying the outputs into a buffer; for one head the product now reads the outputs' rows where they lie, one row back ($h_t$ of row $k - 1$ is $h_{t-1}$ of row $k$), and a product over the $B$ rows of $t = 0$, which the shift paired with the previous batch row's last $h$, puts the initial $h$ in its place; (2) db was one more reduction over all of dG; now each b4 program adds its gradients over the steps as it makes them and sums its rows at the end (`GluonConfig.sum_db`, fp32; a GPU test compares it with the reduction). With several heads the product gathers each head's dG into one matrix whose leading dimension is the row count, and the odd count of the shifted rows sent cuBLAS to a slow kernel (a throughput run measured it, `benchmarks/06_state_tracking/throughput/session-2026-11-27-j.log`): there $h_{t-1}$ is still copied. Forward and backward as a training loop calls them:
+# **9. The parameter products after b4 (run a of `scripts/diag05_b4_db.py`).** Once b4 has written dG, $dR = \sum_{b,t} dG_{b,t}^T h_{t-1}$ and $db = \sum_{b,t} dG_{b,t}$ need no recurrence, but they read all of dG. Two passes over memory go: (1) $h_{t-1}$ was built by copying the outputs into a buffer; for one head the product now reads the outputs' rows where they lie, one row back ($h_t$ of row $k - 1$ is $h_{t-1}$ of row $k$), and a product over the $B$ rows of $t = 0$, which the shift paired with the previous batch row's last $h$, puts the initial $h$ in its place; (2) db was one more reduction over all of dG; now each b4 program adds its gradients over the steps as it makes them and sums its rows at the end (`GluonConfig.sum_db`, fp32; a GPU test compares it with the reduction). With several heads the product gathers each head's dG into one matrix whose leading dimension is the row count, and the odd count of the shifted rows sent cuBLAS to a slow kernel (a throughput run measured it, `benchmarks/history/06_state_tracking/throughput/session-2026-11-27-j.log`): there $h_{t-1}$ is still copied. Forward and backward as a training loop calls them:
 
 # %%
 db_ = _cases(lambda: versions_report.load_v6_switch("h100", "b4db"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpulab import lessons as syllabus
-from gpulab.bench import records
+from gpulab.bench import index as record_index
 from gpulab.course import book, book_check, book_offline
 
 ROOT = book.ROOT
@@ -67,7 +67,7 @@ def test_readme_sections_and_glossary():
     text = "# Title\n\nintro\n\n## One\n\n```bash\n# not a heading\n```\n\n## Two\n\nbody\n"
     assert [t for t, _ in book.readme_sections(text)] == ["Title", "One", "Two"]
     assert "# not a heading" in book.readme_sections(text)[1][1]
-    terms = dict(book.glossary((ROOT / "README.md").read_text()))
+    terms = dict(book.glossary((ROOT / "docs" / "glossary.md").read_text()))
     assert len(terms) >= 10 and "SM" in terms and "warp" in terms and "streaming multiprocessor" in terms["SM"]
 
 
@@ -98,10 +98,13 @@ def test_generate_follows_the_syllabus(tmp_path, monkeypatch):
         original = json.loads((ROOT / lesson.notebook).read_text())
         banner = "".join(page["cells"][1]["source"])
         assert "Where the results on this page come from" in banner and lesson.exercise in banner
-        folder = ROOT / "benchmarks" / lesson.slug
-        if records.record_files(folder):  # the banner names the newest record's GPU and date
-            first = json.loads(records.newest(folder).read_text().splitlines()[0])
-            assert f"**{first['device']}**" in banner and first["date"] in banner
+        for part in record_index.parts(lesson.id):  # the banner names each current record's GPU, versions and date
+            path = record_index.current_file(lesson.id, part, None)
+            first = json.loads(path.read_text().splitlines()[0]) if path is not None else {}
+            if first.get("device"):
+                assert f"**{first['device']}**" in banner and first["date"][:10] in banner, (lesson.id, part)
+                assert f"Triton {first['triton']}" in banner and path.name in banner
+        assert "unknown device" not in banner and "newest of" not in banner
         code = [c for c in page["cells"] if c["cell_type"] == "code"]
         committed = [c for c in original["cells"] if c["cell_type"] == "code"]
         assert [c["outputs"] for c in code] == [c["outputs"] for c in committed], "outputs must be the committed ones"
@@ -116,6 +119,11 @@ def test_generate_follows_the_syllabus(tmp_path, monkeypatch):
             target = re.search(r"\{literalinclude\} (\S+)", text).group(1)
             assert (src / doc).parent.joinpath(target).resolve().is_file()
     assert "```{glossary}" in (src / "glossary.md").read_text()
+    for name in ("install", "package", "results", "glossary"):  # the docs/ pages, and every lab notes page
+        assert f"docs/{name}" in docs and f"docs/{name}" in index
+    for path in (ROOT / "notes").glob("*.md"):
+        assert f"notes/{path.stem}" in docs and f"notes/{path.stem}" in index
+    assert ":caption: Lab notes" in index
 
     # A lesson added to the syllabus gets its pages without touching the generator.
     extra = syllabus.Lesson("08", "08_new_lesson", "A lesson still to write", "gpulab.nothing_yet")

@@ -16,10 +16,10 @@ def test_every_section_renders_and_names_its_records():
 
 
 def test_a_changed_record_is_caught(tmp_path):
-    text = (readme.ROOT / "README.md").read_text().replace("| lstm | ddp | 2 |", "| lstm | ddp | 3 |", 1)
+    text = (readme.ROOT / "docs" / "results.md").read_text().replace("| lstm | ddp | 2 |", "| lstm | ddp | 3 |", 1)
     path = tmp_path / "README.md"
     path.write_text(text)
-    assert readme.update(path, check=True) == ["lesson07"]
+    assert readme.update(path, check=True, page_dir=readme.ROOT / "docs") == ["lesson07"]
 
 
 def test_unknown_section_is_refused():
@@ -35,3 +35,19 @@ def test_a_typed_figure_in_readme_prose_is_caught(tmp_path):
     path = tmp_path / "README.md"
     path.write_text("The kernel takes 2.08 ms.\n<!-- generated: lesson04 -->\n0.5 ms\n<!-- end generated -->\n")
     assert readme.prose_figures(path) == ["2.08 ms"]
+
+
+def test_readme_is_at_most_200_lines_with_one_results_table():
+    text = (readme.ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, "README.md is over 200 lines: move detail to a docs/ page"
+    assert text.count("<!-- generated: ") == 1 and "<!-- generated: results -->" in text
+    assert "make test" in text
+
+
+def test_results_table_links_every_lesson_and_names_its_record():
+    from gpulab import lessons
+
+    table = readme.render("results")
+    for lesson in lessons.LESSONS:
+        line = next(row for row in table.splitlines() if f"]({lesson.notebook})" in row)
+        assert "benchmarks/" in line and lesson.id in line
