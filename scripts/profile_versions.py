@@ -8,7 +8,8 @@ For each of v1-v4 on the lesson's problem (LSTM, B 16, T 1024, 12 heads of 64, b
 ``ncu --section WarpStateStats --section SourceCounters`` on one launch of the version's kernel (after a warm-up
 launch), exports the per-instruction samples, and keeps a summary: the stall reasons over the kernel's time loop (the
 instructions executed every step) and its five instructions with the most samples. Writes
-``$OUT/<gpu>-<date>.json`` (one object per version), read by :func:`gpulab.rnn.fused.measure.versions_report.load_profile`.
+``$OUT/<gpu>-<date>.json`` (one object per version), read by
+:func:`gpulab.rnn.fused.measure.versions_report.load_profile`.
 
 ``python scripts/profile_versions.py target v3`` is the program ncu runs.
 """

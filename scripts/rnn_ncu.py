@@ -7,7 +7,6 @@ import sys
 
 import torch
 
-from gpulab import runtime
 from gpulab.rnn.fused import backward as fused_backward
 from gpulab.rnn.fused import forward as fused_forward
 from gpulab.rnn.fused.measure.benchmark import problem_inputs
