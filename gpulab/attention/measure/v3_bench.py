@@ -184,7 +184,7 @@ def bench_v3(progress=None, problems=None) -> list[bench.Result]:
 
 
 HEADLINE = dict(dtype=torch.bfloat16, batch=1, heads=8, seq=16384, head_dim=128, causal=False)
-"""Issue 38's named problem: bf16, head dim 128, N = 16k, non-causal (the grid's, 8 heads of 128)."""
+"""The headline problem: bf16, head dim 128, N = 16k, non-causal (the grid's, 8 heads of 128)."""
 HEADLINE_ROUNDS = 9
 """Alternating rounds of the headline part: the report states each implementation's median round, so one slow or
 fast round (the H100's clock moves with its power and temperature over a run) decides nothing."""

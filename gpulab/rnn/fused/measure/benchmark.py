@@ -1,6 +1,6 @@
 """Lesson 5's measurement (`python -m gpulab bench 05`): the fused RNN against its peers, on the H100.
 
-Problem (the issue's): LSTM, B = 16, T = 1024, hidden 768 in NH = 12 heads of DH = 64, bf16, Wx given
+Problem (the lesson's): LSTM, B = 16, T = 1024, hidden 768 in NH = 12 heads of DH = 64, bf16, Wx given
 (recurrence only). Every pass of every problem is a :class:`gpulab.bench.Benchmark` case
 (:func:`recurrence_benchmarks`, :func:`dense_benchmarks`): each implementation is checked against the float64
 states before any is timed. Records: ``provider`` and ``case`` name the implementation (the graphed one's case is its
@@ -140,7 +140,7 @@ OURS = {
     "gpulab vanilla": {"backend": "vanilla", "mode": "eager"},
 }
 PACKAGE = ("triton_fused", "vanilla", "cuda", "cuda_fused")
-NOT_ATTEMPTED = "not attempted: flashrnn's CUDA extension does not build on CUDA 13 (see issue #7)"
+NOT_ATTEMPTED = "not attempted: flashrnn's CUDA extension does not build on CUDA 13 (NX-AI/flashrnn#7)"
 
 
 def _skip_ours(provider, sweep, B, T, NH, DH, dtype, training):
@@ -371,7 +371,7 @@ def summary_table(results) -> str:
 
 
 def targets(results) -> list[str]:
-    """The issue's targets at the main problem: fused fwd <= 0.7 ms, fwd+bwd <= 2.3 ms, >= 3x alternating."""
+    """The lesson's targets at the main problem: fused fwd <= 0.7 ms, fwd+bwd <= 2.3 ms, >= 3x alternating."""
     results = bench.result_list("results", results)
     out = []
     f, fb = _find(results, "fused", "fwd"), _find(results, "fused", "fwd+bwd")

@@ -284,16 +284,17 @@ def v6_record_name(gpu: str = "h100", which: str = "rows8", root=None, head_dim:
 
 
 V6_SWITCHES = {
-    "tagged": "scripts/bench05_v6_tagged.py (runs t and u)",
-    "tagdiag": "scripts/diag05_v6_tagged.py (run v)",
-    "poll": "scripts/diag05_v6_switches.py poll (run w)",
-    "prefetch": "scripts/diag05_v6_switches.py prefetch (run x)",
-    "barrier": "scripts/diag05_v6_switches.py barrier (run y)",
-    "late": "scripts/diag05_v6_switches.py late (runs y, zzb)",
-    "b4wide": "scripts/probe05_b4_wide.py (run a)",
-    "b4db": "scripts/diag05_b4_db.py (run a)",
+    "tagged": "the tagged-word exchange",
+    "tagdiag": "the tagged exchange's diagnostics",
+    "poll": "the barrier's polling loop",
+    "prefetch": "prefetching the next step's inputs",
+    "barrier": "the barrier's implementation",
+    "late": "loading the inputs late",
+    "b4wide": "b4's wide tiles",
+    "b4db": "db summed inside b4",
 }
-"""Appendix J's experiments on version 6 and b4: each record part and the script that writes it."""
+"""Appendix J's experiments on version 6 and b4: each record part and what it varies (the scripts that wrote the
+records: notes/scripts.md; the runs: notes/rnn-split.md)."""
 _V6_WHICH = ("run", "parts", "wide", "tiles", "rows8", *V6_SWITCHES)  # what load_v6 and v6_record_name take
 
 
@@ -303,7 +304,7 @@ def load_v6_switch(gpu: str = "h100", part: str = "prefetch", root=None) -> list
     forward's late inputs, b4 in 8-row tiles of 32 units, the parameter products after b4; each beside its
     alternative, cuDNN or b3 in the same run."""
     part = runtime.one_of("part", part, tuple(V6_SWITCHES))
-    return _v6_newest(gpu, root, part, f"run {V6_SWITCHES[part]} on that GPU.")
+    return _v6_newest(gpu, root, part, f"measure {V6_SWITCHES[part]} on that GPU (notes/rnn-split.md).")
 
 
 def load_v6_run(gpu: str = "h100", root=None) -> list[bench.Result]:
