@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from gpulab import dtypes, runtime
 from gpulab.tasks.corpus import Corpus
+from gpulab.tasks.experiments import sized
 from gpulab.tasks.models import LSTMModel, TransformerModel, count_parameters
 from gpulab.tasks.training import learning_rate, model_device
 
@@ -83,23 +84,15 @@ PROMPT = b"The Python interpreter "
 def sizes(size) -> dict:
     """``size`` as a dict: a name in :data:`LM_SIZES` (None: 'full' on a GPU, 'tiny' on CPU) or a dict with every
     key of ``LM_SIZES['tiny']``."""
-    if size is None:
-        size = runtime.pick(cpu="tiny", gpu="full")
-    if isinstance(size, dict):
-        missing = [k for k in _SIZE_KEYS if k not in size]
-        if missing:
-            raise ValueError(f"size is missing the keys {missing}; shape it like gpulab.tasks.lm.LM_SIZES['tiny'].")
-        return size
-    if not isinstance(size, str) or size not in LM_SIZES:
-        raise ValueError(f"size={size!r} is not known; use one of {sorted(LM_SIZES)} or a dict shaped like them.")
-    return LM_SIZES[size]
+    return sized(size, LM_SIZES, _SIZE_KEYS, "gpulab.tasks.lm.LM_SIZES['tiny']")
 
 
 def model_parameters(model: str, d_model: int, num_layers: int, heads: int = 12, vocab: int = VOCAB) -> int:
     """Trainable parameters of ``model`` (one of :data:`MODELS`) at width ``d_model``, counted from the stack's
     layers (the same count as :func:`gpulab.tasks.count_parameters` of the built model): embedding and head
     ``2 V d + V``, final LayerNorm ``2d``; per layer two LayerNorms ``4d``, the MLP ``8 d^2 + 5d``, and the mixer:
-    attention ``4 d^2 + 4d``, an LSTM of NH heads ``4 d^2 + 4 d^2 / NH + 4d``."""
+    attention ``4 d^2 + 4d``, an LSTM of NH heads ``4 d^2 + 4 d^2 / NH + 4d`` (one head: ``+ 8d``, nn.LSTM's two
+    biases, ``bias_ih`` and ``bias_hh``)."""
     runtime.one_of("model", model, MODELS)
     d, n = runtime.positive_int("d_model", d_model), runtime.positive_int("num_layers", num_layers)
     v = runtime.positive_int("vocab", vocab)
@@ -107,7 +100,7 @@ def model_parameters(model: str, d_model: int, num_layers: int, heads: int = 12,
     if model == "Transformer":
         mixer = 4 * d * d + 4 * d
     else:
-        mixer = 4 * d * d + 4 * d * d // nh + 4 * d
+        mixer = 4 * d * d + 4 * d * d // nh + (8 if nh == 1 else 4) * d
     return 2 * v * d + v + 2 * d + n * (4 * d + 8 * d * d + 5 * d + mixer)
 
 
