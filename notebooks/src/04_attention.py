@@ -668,7 +668,8 @@ if fused_records and hopper_records:
                                                       ours=hopper_report.SHIPPED).values())
     claims.show(claims.claim(
         "Two products saved paid for $N_k / B_N$ atomic additions per element of $dQ$ on {n} of {m} problems, all of "
-        "them causal ({which}), so it stays an experiment (`gpulab.attention.experiments`). cuDNN's lead on forward+backward is larger "
+        "them causal ({which}), so it stays an experiment (`gpulab.attention.experiments`). cuDNN's lead on "
+        "forward+backward is larger "
         "than on the forward alone (in the probe's run, version 2's forward with version 1's backward at a median "
         "{fb:.2f}x its speed against {fw:.2f}x for the forward): its "
         "backward does the five products and hides the additions and the softmax under the products of other "
@@ -954,7 +955,8 @@ print("dQ additions per row, 300 keys: step 1:", int(backward_model.model_backwa
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-bwd_runs = [r for r in bwd_report.runs() if r >= "b"]  # run a: a debugging run of an earlier revision (notes/attention-hopper.md)
+# the first backward record set is a debugging run of an earlier revision (notes/attention-hopper.md)
+bwd_runs = [r for r in bwd_report.runs() if r >= "b"]
 bwd_best, bwd_checks, bwd_races, bwd_cs336 = {}, [], [], {}
 for run in bwd_runs:  # later runs add configurations (and re-time the peers in their own run); g timed only
     parts = {}

@@ -750,7 +750,8 @@ if {"v1", "v2", "v3", "v4"} <= sass_.keys() and {"v1", "v2", "v3"} <= wall_.keys
     instr = [sass_[v]["instructions"] for v in ("v1", "v2", "v3")]
     claims.show(claims.claim(
         "From v3 to v4, `MUFU` goes from {m3:.0f} to {m4:.0f} per step and the instructions from {i3:.0f} to {i4:.0f}, "
-        "while v1 → v2 → v3 change little in instructions ({i1:.0f}, {i2:.0f}, {i3:.0f}) but much in time ({t1:.2f}, "
+        "while v1 → v2 → v3 change little in instructions ({i1:.0f}, {i2:.0f}, {i3:.0f}) but much in time "
+        "({t1:.2f}, "
         "{t2:.2f}, {t3:.2f} ms on the wall clock, the version ladder's run): waiting, which only stall sampling sees. "
         "The registers rise at v3 ({g2} to {g3}) because two inputs are in flight.",
         holds=lambda m3, m4, i3, i4, t1, t3, g2, g3, **_: m4 <= m3 / 2 and i4 < i3 / 2 and max(instr) < 1.05 *
@@ -1144,7 +1145,8 @@ if step_rows:
             tag=times_["tagged"]["ms"], fl=times_["flags"]["ms"], bar=times_["barrier"]["ms"],
             xt=fwd_parts["tagged"]["parts"]["exchange"], xf=fwd_parts["flags"]["parts"]["exchange"], xb=wait_,
         ),
-        "The compiled code says why, before any timing (the offline sm_90 SASS, `gpulab.rnn.fused.measure.sass`): in both "
+        "The compiled code says why, before any timing (the offline sm_90 SASS, "
+        "`gpulab.rnn.fused.measure.sass`): in both "
         "kernels the registers run out and values spill to local memory, and the flags kernel's loads of $h$ are split "
         "into 16-bit loads; besides, a reader of tagged words that arrives early loads all of them again, every "
         "program at once. The backward keeps the counter (`FusedConfig.backward_exchange`).",
@@ -1710,7 +1712,8 @@ if v6_run:
             / rc_["cuDNN fp16 fwd+bwd B16 dense 768"].wall_ms,
         ),
         claims.claim(
-            "The package now runs version 6 and b4 for the heads it splits, where they apply (`FusedConfig.split_version` is "
+            "The package now runs version 6 and b4 for the heads it splits, where they apply "
+            "(`FusedConfig.split_version` is "
             "{v!r}; `plan.v6_applies` asks for an LSTM in 16 bits on a GPU, valid tiles and every program resident "
             "at once: one head of 768 with B <= 32 on the H100, in 8-row tiles up to B = 16 and 16-row tiles beyond, "
             "below). Everywhere else it runs version 5.",
@@ -1749,9 +1752,11 @@ if wd_:
             "At B = 32, 32 rows per program lose: version 6 takes {v6:.2f} ms against version 5's {v5:.2f}, b4 "
             "{b4:.2f} against b3's {b3:.2f}, and forward+backward as a loop calls it {c6:.2f} against {c5:.2f} "
             "(device time; cuDNN's fp16 `nn.LSTM` {cud:.2f}). The stamped step shows where: 16 units in 8 warps sum "
-            "8 partials per element, and the product of 32 rows is twice as long. So `GluonConfig.wide` is off: every tile "
+            "8 partials per element, and the product of 32 rows is twice as long. So `GluonConfig.wide` is "
+            "off: every tile "
             "keeps 16 rows (next run).",
-            holds=lambda v6, v5, b4, b3, c6, c5, **_: v6 > v5 and b4 > b3 and c6 > c5 and not plan.current_config().gluon.wide,
+            holds=lambda v6, v5, b4, b3, c6, c5, **_: (v6 > v5 and b4 > b3 and c6 > c5
+                                                      and not plan.current_config().gluon.wide),
             v6=wd_["v6 gluon bu16 w8 rows32 B32 1x768"].ms, v5=wd_["v5 split barrier bu16 w2 B32 1x768"].ms,
             b4=wd_["b4 gluon backward bu16 w8 rows32 B32 1x768"].ms, b3=wd_["b3 split backward B32 1x768"].ms,
             c6=wd_["flashrnn fused v6 fwd+bwd as called B32 1x768"].ms,
@@ -1918,7 +1923,8 @@ if late_:
     claims.show(claims.claim(
         "Late inputs take the 8-row forward from {a:.3f} to {b:.3f} ms at B = 16 ({pct:.1f}% less), and the two "
         "16-row tiles of B = 32 from {c:.3f} to {d:.3f}: a gain in one tile and a loss in the other, so "
-        "`GluonConfig.late_inputs` is on for tiles of at most 8 rows only (its default, None; `GluonConfig.late_inputs_for`).",
+        "`GluonConfig.late_inputs` is on for tiles of at most 8 rows only (its default, None; "
+        "`GluonConfig.late_inputs_for`).",
         holds=lambda a, b, c, d, pct: b < a and d > c,
         a=lf_["off", 16], b=lf_["on", 16], c=lf_["off", 32], d=lf_["on", 32],
         pct=100 * (lf_["off", 16] - lf_["on", 16]) / lf_["off", 16],
