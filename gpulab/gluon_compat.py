@@ -11,6 +11,9 @@ What the kernels call, and what it is on each release:
 - :func:`async_load`, :func:`async_store`: ``tma.async_copy_global_to_shared`` and ``async_copy_shared_to_global``
   on 3.6 and 3.7, ``tma.async_load`` and ``async_store`` from 3.8 (3.9's old names raise "has been removed");
 - :func:`reinterpret`: ``smem._reinterpret(dtype, shape, layout)`` up to 3.8, ``smem.reinterpret`` on 3.9;
+- :func:`tma_descriptor_encoder`: the host's ``cuTensorMapEncodeTiled`` wrapper, ``utils.fill_tma_descriptor`` on
+  3.6, ``utils.fill_tma_descriptor_tiled`` from 3.7 (the same arguments), for launches that build descriptors
+  themselves;
 - ``mbarrier.expect(bar, bytes)``: the byte count is ``bytes`` on 3.6 and ``bytes_per_cta`` from 3.7, so the kernels
   pass it by position (and ``mbarrier.init``'s ``count`` by name, the same on each).
 
@@ -31,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import tma
 from triton.language.core import builtin
 
 __all__ = ["TESTED_TRITON", "ALLOW_UNTESTED", "triton_minor", "untested", "problem", "warn_once", "barrier",
-           "async_load", "async_store", "reinterpret"]  # fmt: skip
+           "async_load", "async_store", "reinterpret", "TMA_ENCODER_NAMES", "tma_descriptor_encoder"]  # fmt: skip
 
 TESTED_TRITON: tuple[str, ...] = ("3.6",)
 """Triton versions (major.minor) on which gpulab's GPU kernels passed their GPU tests on the course's GPU (version 3's
@@ -140,3 +143,20 @@ def async_store(tensor_desc, coord, src, _semantic=None):
 def reinterpret(smem, dtype, shape, layout, _semantic=None):
     """``smem`` (a shared-memory descriptor) viewed as ``dtype`` elements of ``shape`` in ``layout``, same bytes."""
     return _REINTERPRET(smem, dtype, shape, layout, _semantic=_semantic)
+
+
+TMA_ENCODER_NAMES = ("fill_tma_descriptor_tiled", "fill_tma_descriptor")
+"""The names of the driver's tiled TMA-descriptor encoder, newest first: ``fill_tma_descriptor_tiled`` from Triton 3.7,
+``fill_tma_descriptor`` on 3.6; both take (address, swizzle, element size, host element type, block, shape, strides,
+padding)."""
+
+
+def tma_descriptor_encoder(utils):
+    """The tiled TMA-descriptor encoder of ``utils`` (``triton.runtime.driver.active.utils`` on a GPU) under whichever
+    of :data:`TMA_ENCODER_NAMES` this Triton has, or None where it has neither (a caller then takes Triton's own
+    launch path)."""
+    for name in TMA_ENCODER_NAMES:
+        fn = getattr(utils, name, None)
+        if callable(fn):
+            return fn
+    return None

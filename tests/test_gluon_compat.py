@@ -146,3 +146,33 @@ def test_version_3_is_refused_only_on_tritons_not_measured(monkeypatch):
     monkeypatch.setattr(compat, "triton_minor", lambda: "3.99")
     ok, why = v3.supported(q, q, q)
     assert not ok and triton.__version__ in why and "requirements/gpu.txt" in why, why
+
+
+def test_the_tma_encoder_is_found_under_either_name():
+    """Triton 3.7 renamed the driver's ``fill_tma_descriptor`` to ``fill_tma_descriptor_tiled`` (same arguments):
+    version 3's cached launch takes whichever is there, and Triton's own launch where neither is."""
+
+    def tiled(*args):
+        return "tiled"
+
+    def old(*args):
+        return "old"
+
+    new_only = type("U", (), {"fill_tma_descriptor_tiled": staticmethod(tiled)})
+    old_only = type("U", (), {"fill_tma_descriptor": staticmethod(old)})
+    both = type("U", (), {"fill_tma_descriptor_tiled": staticmethod(tiled), "fill_tma_descriptor": staticmethod(old)})
+    assert compat.tma_descriptor_encoder(new_only())() == "tiled"
+    assert compat.tma_descriptor_encoder(old_only())() == "old"
+    assert compat.tma_descriptor_encoder(both())() == "tiled"
+    assert compat.tma_descriptor_encoder(object()) is None
+
+
+def test_this_tritons_driver_sets_one_of_the_encoder_names():
+    """Read from the installed Triton's source (its CudaUtils is built only where CUDA is): the name it sets is one
+    that :func:`gpulab.gluon_compat.tma_descriptor_encoder` looks for."""
+    import inspect
+
+    from triton.backends.nvidia import driver as nv
+
+    source = inspect.getsource(nv.CudaUtils)
+    assert any(f"self.{name} = " in source for name in compat.TMA_ENCODER_NAMES), "no known TMA encoder name"

@@ -23,6 +23,8 @@ import inspect
 
 from triton import knobs
 
+from gpulab import gluon_compat
+
 __all__ = ["BoundedCache", "tma_key", "RawLaunch"]
 
 
@@ -90,7 +92,7 @@ class RawLaunch:
 
     def __init__(self, compiled, c_launch, encode, cache: BoundedCache):
         self.c_launch = c_launch
-        self.encode = encode  # fill_tma_descriptor(ptr, swizzle, elem_size, host elem type, block, shape, strides, pad)
+        self.encode = encode  # the driver's tiled encoder: (ptr, swizzle, elem size, host type, block, shape, strides)
         self.cache = cache
         self.metas = list(compiled.metadata.tensordesc_meta)
         self.function = compiled.function
@@ -116,11 +118,13 @@ class RawLaunch:
             if c_launch is None or not callable(c_launch):
                 return None
             dtype_map = nv.TMA_DTYPE_DEVICE_TO_HOST
+            fill = gluon_compat.tma_descriptor_encoder(nv.triton.runtime.driver.active.utils)  # cuTensorMapEncodeTiled
+            if fill is None:
+                return None
         except (AttributeError, ImportError, TypeError):
             return None
 
         def encode(ptr, shape, strides, meta):
-            fill = nv.triton.runtime.driver.active.utils.fill_tma_descriptor  # cuTensorMapEncodeTiled
             shape = list(shape)
             if meta.get("fp4_padded"):
                 shape[-1] *= 2
