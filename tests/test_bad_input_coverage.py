@@ -116,6 +116,18 @@ ALLOWED = {
     ),  # fmt: skip
     "gpulab.attention.varlen.AuxRequest": _RECORD,
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
+    "gpulab.rnn.fused.measure.lstm_grid.lstm_grid": "a benchmark part: its arguments are the progress wrapper and a "
+    "time budget in seconds",
+    "gpulab.bench.index.read_index": _STORED,
+    "gpulab.bench.index.entries": _STORED,
+    "gpulab.gluon_compat.tma_descriptor_encoder": "internal: called by version 3's launch with Triton's driver utils",
+    **dict.fromkeys(
+        [f"gpulab.rnn.packed.{n}" for n in ("unpack", "repack", "reverse_index", "time_gather", "last_steps")]
+        + ["gpulab.rnn.checkpoint.suffix", "gpulab.rnn.checkpoint.convert_legacy"]
+        + ["gpulab.rnn.projected.projected_lstm"],
+        "internal: called by gpulab.rnn.LSTM after its checks (its bad inputs are tested in "
+        "tests/rnn/test_module_nnlstm_bad_input.py)",
+    ),
     **dict.fromkeys(
         [
             "gpulab.attention.plan.run_backward",

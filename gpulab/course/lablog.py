@@ -64,8 +64,12 @@ def text_findings(text: str) -> list[tuple[int, str, str]]:
 def scan(paths) -> list[str]:
     """'path:line: kind: phrase' for each lab-log phrase in ``paths`` (``.py`` files by :func:`findings`, others by
     :func:`text_findings`)."""
+    if isinstance(paths, (str, Path)) or not hasattr(paths, "__iter__"):
+        raise TypeError(f"scan: paths must be a list of file paths, got {type(paths).__name__}; pass [path] for one.")
     out = []
     for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"scan: {str(path)!r} is not a file; pass the paths of .py or .md files.")
         text = path.read_text(encoding="utf-8")
         found = findings(text) if path.suffix == ".py" else text_findings(text)
         out += [f"{path}:{line}: {kind}: {phrase!r}" for line, kind, phrase in found]

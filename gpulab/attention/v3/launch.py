@@ -118,13 +118,20 @@ class RawLaunch:
             if c_launch is None or not callable(c_launch):
                 return None
             dtype_map = nv.TMA_DTYPE_DEVICE_TO_HOST
-            fill = gluon_compat.tma_descriptor_encoder(nv.triton.runtime.driver.active.utils)  # cuTensorMapEncodeTiled
-            if fill is None:
-                return None
         except (AttributeError, ImportError, TypeError):
             return None
 
+        def encoder():  # the driver's cuTensorMapEncodeTiled under this Triton's name (needs the active driver)
+            return gluon_compat.tma_descriptor_encoder(nv.triton.runtime.driver.active.utils)
+
+        try:
+            if encoder() is None:  # neither known name: Triton's own launch
+                return None
+        except RuntimeError:  # no active driver (no GPU here): a descriptor's first encode finds it
+            pass
+
         def encode(ptr, shape, strides, meta):
+            fill = encoder()
             shape = list(shape)
             if meta.get("fp4_padded"):
                 shape[-1] *= 2
