@@ -15,6 +15,7 @@
 #   6. bench 04 v3 on the lesson's main problems (bf16, N = 4k and 16k, head dims 64 and 128, causal and not)
 # Records (each carries its Triton version in 'triton') and logs go to $OUT/triton-<version>/ (OUT defaults to
 # ./gpu_triton_out); summary.txt there lists each step's exit status (124: it ran out of its time box).
+# STEPS (names of the steps above, space-separated; default all) runs only those, e.g. STEPS="info v3-grid".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -41,6 +42,7 @@ XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 4")
 step() {  # step NAME SECONDS COMMAND...: run it boxed, log it, note its status
     local name=$1 box=$2
     shift 2
+    case " ${STEPS:-all} " in *" all "*|*" $name "*) ;; *) echo "$name: skipped" >> "$SUMMARY"; return ;; esac
     local t0=$SECONDS
     timeout "$box" "$@" > "$RES/$name.log" 2>&1
     local rc=$?

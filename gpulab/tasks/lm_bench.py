@@ -170,6 +170,7 @@ def build_width(model: str, size: dict) -> int:
 def _journal(r: bench.Result) -> None:
     path = os.environ.get("GPULAB_LM_JOURNAL")
     if path:
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
             f.write(json.dumps(r.to_dict(), sort_keys=True) + "\n")
 
