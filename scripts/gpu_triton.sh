@@ -15,7 +15,8 @@
 #   6. bench 04 v3 on the lesson's main problems (bf16, N = 4k and 16k, head dims 64 and 128, causal and not)
 # Records (each carries its Triton version in 'triton') and logs go to $OUT/triton-<version>/ (OUT defaults to
 # ./gpu_triton_out); summary.txt there lists each step's exit status (124: it ran out of its time box).
-# STEPS (names of the steps above, space-separated; default all) runs only those, e.g. STEPS="info v3-grid".
+# STEPS (names of the steps above, space-separated; default all) runs only those, e.g. STEPS="info v3-grid";
+# V3_TESTS_BOX (seconds, default 140) is step 2's box.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -50,7 +51,7 @@ step() {  # step NAME SECONDS COMMAND...: run it boxed, log it, note its status
 }
 
 step info 60 "$PY" -m gpulab info
-step v3-gpu-tests 140 "$PY" -m pytest -q -m gpu $XDIST -p no:nbval -p no:cacheprovider \
+step v3-gpu-tests "${V3_TESTS_BOX:-140}" "$PY" -m pytest -q -m gpu $XDIST -p no:nbval -p no:cacheprovider \
     tests/attention/v3/test_v3_gpu.py tests/attention/v3/test_v3_backward_gpu.py
 step v3-check-race 110 "$PY" - "$RES" "$RACE_RUNS" <<'EOF'
 import sys

@@ -12,8 +12,10 @@ What you will learn:
   metadata and the argument list straight to Triton's compiled C launcher.
 
 :class:`BoundedCache` is the least-recently-used map both caches use; :func:`tma_key` the key of a tensor map;
-:class:`RawLaunch` the launch through the C launcher (Triton 3.6's layout of ``CompiledKernel``; where it differs,
-:meth:`RawLaunch.of` returns None and the caller keeps Triton's ordinary path).
+:class:`RawLaunch` the launch through the C launcher, in either of its two layouts: Triton 3.6 takes the kernel's
+arguments spread out after the fixed ones; Triton 3.7 to 3.9 take them as one list after the fixed ones, with the
+argument annotations and kernel signature the launcher parses them by. Where the layout is neither,
+:meth:`RawLaunch.of` returns None and the caller keeps Triton's ordinary path.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class RawLaunch:
         self.packed_metadata = compiled.packed_metadata
         self.cooperative = compiled.run.launch_cooperative_grid
         self.pdl = compiled.run.launch_pdl
+        # Triton 3.7+: the launcher parses the argument list by these two (absent on 3.6)
+        self.annotations = getattr(compiled.run, "arg_annotations", None)
+        self.signature = getattr(compiled.run, "kernel_signature", None)
 
     @classmethod
     def of(cls, compiled, cache: BoundedCache) -> RawLaunch | None:
@@ -155,5 +160,9 @@ class RawLaunch:
             args.append(self.tensor_map(ptr, shape, strides, meta))
             args.extend(shape)
             args.extend(strides)
-        self.c_launch(grid, 1, 1, stream, self.function, self.cooperative, self.pdl, None, None,
-                      self.packed_metadata, None, None, None, *args, *rest)  # fmt: skip
+        if self.signature is None:  # Triton 3.6: scratch, scratch, metadata, launch metadata, hooks, *arguments
+            self.c_launch(grid, 1, 1, stream, self.function, self.cooperative, self.pdl, None, None,
+                          self.packed_metadata, None, None, None, *args, *rest)  # fmt: skip
+        else:  # Triton 3.7-3.9: metadata, launch metadata, hooks, scratch, scratch, annotations, signature, [arguments]
+            self.c_launch(grid, 1, 1, stream, self.function, self.cooperative, self.pdl, self.packed_metadata, None,
+                          None, None, None, None, self.annotations, self.signature, [*args, *rest])  # fmt: skip

@@ -50,11 +50,13 @@ def test_tma_key_changes_with_every_input_of_the_map():
     assert base != launch.tma_key(1 << 20, (8, 1000, 128), (128000, 128, 1), {**META, "elem_type": 8})
 
 
-def _raw(maxsize=8):
+def _raw(maxsize=8, layout="3.6"):
     calls, encoded = [], []
+    run = types.SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False)
+    if layout == "3.7":  # Triton 3.7-3.9's CudaLauncher keeps what its C launcher parses the argument list by
+        run.arg_annotations, run.kernel_signature = "annotations", b"signature"
     compiled = types.SimpleNamespace(
-        metadata=types.SimpleNamespace(tensordesc_meta=[META, META]), function=11, packed_metadata=(4, 1),
-        run=types.SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False),
+        metadata=types.SimpleNamespace(tensordesc_meta=[META, META]), function=11, packed_metadata=(4, 1), run=run,
     )  # fmt: skip
 
     def encode(ptr, shape, strides, meta):
@@ -71,6 +73,18 @@ def test_raw_launch_lays_out_arguments_as_tritons_launcher():
     (args,) = calls
     assert args[:13] == (132, 1, 1, 7, 11, False, False, None, None, (4, 1), None, None, None)
     assert args[13:] == ("map@4096", 8, 100, 128, 12800, 128, 1, "map@8192", 8, 50, 128, 6400, 128, 1, "lse", 3)
+
+
+def test_raw_launch_lays_out_arguments_as_triton_3_7s_launcher():
+    """Triton 3.7 to 3.9: 15 fixed arguments (metadata before the hooks and scratch, then the annotations and the
+    signature), the kernel's arguments as one list last (3.6's layout there raised 'takes exactly 16 arguments')."""
+    raw, calls, _ = _raw(layout="3.7")
+    raw.launch(132, 7, [(4096, (8, 100, 128), (12800, 128, 1)), (8192, (8, 50, 128), (6400, 128, 1))], ("lse", 3))
+    (args,) = calls
+    assert len(args) == 16
+    assert args[:15] == (132, 1, 1, 7, 11, False, False, (4, 1), None, None, None, None, None, "annotations",
+                         b"signature")  # fmt: skip
+    assert args[15] == ["map@4096", 8, 100, 128, 12800, 128, 1, "map@8192", 8, 50, 128, 6400, 128, 1, "lse", 3]
 
 
 def test_raw_launch_caches_maps_by_address_and_geometry():
