@@ -76,9 +76,8 @@ class BackwardPlan:
             q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
             for t, (shape, strides), meta in zip((q, k, v, do), (q_geo, kv_geo, kv_geo, q_geo), raw.metas):
                 args += [raw.tensor_map(t.data_ptr(), shape, strides, meta), *shape, *strides]
-            raw.c_launch(*self.grid, 1, torch._C._cuda_getCurrentRawStream(self.device), raw.function, raw.cooperative,
-                         raw.pdl, None, None, raw.packed_metadata, None, None, None, *args, *rest,
-                         *self.constexprs.values())  # fmt: skip
+            raw.call((*self.grid, 1), torch._C._cuda_getCurrentRawStream(self.device),
+                     [*args, *rest, *self.constexprs.values()])  # fmt: skip
             return
         (q_layout, kv_layout), block_n = self.layouts, self.block_n
         q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)

@@ -160,9 +160,15 @@ class RawLaunch:
             args.append(self.tensor_map(ptr, shape, strides, meta))
             args.extend(shape)
             args.extend(strides)
+        self.call((grid, 1, 1), stream, [*args, *rest])
+
+    def call(self, grid: tuple, stream: int, args: list) -> None:
+        """One launch of ``grid`` (three ints) on ``stream`` with ``args`` as the C launcher takes them (each
+        descriptor expanded to its tensor map, shape and strides), in this Triton's layout."""
+        gx, gy, gz = grid
         if self.signature is None:  # Triton 3.6: scratch, scratch, metadata, launch metadata, hooks, *arguments
-            self.c_launch(grid, 1, 1, stream, self.function, self.cooperative, self.pdl, None, None,
-                          self.packed_metadata, None, None, None, *args, *rest)  # fmt: skip
+            self.c_launch(gx, gy, gz, stream, self.function, self.cooperative, self.pdl, None, None,
+                          self.packed_metadata, None, None, None, *args)  # fmt: skip
         else:  # Triton 3.7-3.9: metadata, launch metadata, hooks, scratch, scratch, annotations, signature, [arguments]
-            self.c_launch(grid, 1, 1, stream, self.function, self.cooperative, self.pdl, self.packed_metadata, None,
-                          None, None, None, None, self.annotations, self.signature, [*args, *rest])  # fmt: skip
+            self.c_launch(gx, gy, gz, stream, self.function, self.cooperative, self.pdl, self.packed_metadata, None,
+                          None, None, None, None, self.annotations, self.signature, list(args))  # fmt: skip
