@@ -6,6 +6,8 @@
   byte and of the training throughput, each LSTM's throughput relative to the Transformer's beside the article's);
 - :func:`at_equal`: each model's validation bits per byte at one number of tokens or one wall time (read off its
   curve, the median over seeds);
+- :func:`findings`: what the records say, in sentences computed from them (the lesson prints them, so no figure is
+  typed into its prose);
 - :func:`figure`: one figure, two panels: bits per byte against tokens seen and against wall time, one colour per
   model, every seed a line.
 """
@@ -19,7 +21,8 @@ from gpulab import bench, runtime
 from gpulab.tasks.lm import MODELS
 from gpulab.tasks.results import ARTICLE_RATIO as _BY_HEADS
 
-__all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "figure"]
+__all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "findings",
+           "figure"]
 
 _MODELS = MODELS
 COLORS = {"LSTM 1 head": "tab:blue", "LSTM 12 heads": "tab:green", "Transformer": "tab:orange"}
@@ -130,6 +133,38 @@ def at_equal(results, tokens: float | None = None, seconds: float | None = None)
         if values:
             out[m] = statistics.median(values)
     return out
+
+
+def _order(values: dict) -> str:
+    ranked = sorted(values.items(), key=lambda kv: kv[1])
+    return " < ".join(f"{m} ({v:.3f})" for m, v in ranked)
+
+
+def findings(results) -> str:
+    """The comparison in four sentences computed from the ``lm`` records: the order per byte (at the smallest
+    budget all reached) and per second (at the shortest training's wall time), the LSTMs' throughput beside the
+    article's ratios, and what one head buys over twelve. '' without records."""
+    final = _of(results, "lm")
+    if not final:
+        return ""
+    budget = min(r.params["tokens"] for r in final)
+    seconds = min(r.params["curve"][-1]["seconds"] for r in final if r.params.get("curve"))
+    per_byte, per_second = at_equal(final, tokens=budget), at_equal(final, seconds=seconds)
+    ratios = throughput_ratios(final)
+    lines = [f"Per byte (validation bits per byte at {budget / 1e6:.0f} M bytes, lower is better): "
+             f"{_order(per_byte)}.",
+             f"Per second (at {seconds:.0f} s of training, the shortest run's whole time): {_order(per_second)}."]
+    if ratios:
+        lines.append("Training throughput against the Transformer's: " + "; ".join(
+            f"{m} {ratios[m]:.2f}x (article {ARTICLE_RATIO[m]:.2f}x)" for m in ARTICLE_RATIO if m in ratios) + ".")
+    one, twelve = per_byte.get("LSTM 1 head"), per_byte.get("LSTM 12 heads")
+    if one is not None and twelve is not None:
+        better = "one head" if one < twelve else "twelve heads"
+        t_one, t_twelve = per_second.get("LSTM 1 head"), per_second.get("LSTM 12 heads")
+        sec = ("" if t_one is None or t_twelve is None else
+               f"; per second {'one head' if t_one < t_twelve else 'twelve heads'} leads by {abs(t_one - t_twelve):.3f}")
+        lines.append(f"Heads: per byte {better} leads by {abs(one - twelve):.3f} bits{sec}.")
+    return "\n".join(lines)
 
 
 def figure(results, ax=None):

@@ -413,12 +413,7 @@ else:
     print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}, corpus sha256 "
           f"{head.params['corpus_sha256'][:16]}...\n")
     print(lm_results.final_table(lm_runs))
-    budget = min(r.params["tokens"] for r in lm_runs)
-    equal_time = min(r.params["curve"][-1]["seconds"] for r in lm_runs)
-    for label, values in ((f"at {budget / 1e6:.0f} M bytes", lm_results.at_equal(lm_runs, tokens=budget)),
-                          (f"at {equal_time:.0f} s of training", lm_results.at_equal(lm_runs, seconds=equal_time))):
-        print(f"validation bits per byte {label} (median over seeds): "
-              + ", ".join(f"{m} {v:.3f}" for m, v in values.items()))
+    print("\n" + lm_results.findings(lm_runs))
     lm_results.figure(lm_runs)
     plt.show()
     for r in lm_runs:
@@ -426,4 +421,8 @@ else:
             print(f"\n{r.params['model']}, after {r.params['prompt']!r}:\n{r.params.get('generated', '(none)')}")
 
 # %% [markdown]
-# **Where the two experiments disagree.** On state tracking, quality is the whole story: an LSTM with a working update generalizes to any length, the Transformer does not. On text, the questions are whether there is any gap per byte at all, whether one wide head buys anything over twelve small ones, and what the sequential recurrence costs per second: the one-head LSTM trains at section 5's throughput, the twelve-head one near the Transformer's. The table and figure answer from the records. An LSTM that matches the Transformer per byte but not per second is the article's finding, and why state tracking's advantage must be bought with kernels like lesson 5's.
+# **Reading it.** The printed sentences are the verdict; three things to take from them:
+#
+# - **Heads cost on one clock and buy on the other.** One wide head has several times the recurrent weights of twelve narrow ones ($4 \cdot 672^2$ against $12 \cdot 4 \cdot 64^2$ per layer; the narrowing to 672 pays for them in parameters), and lesson 5's kernel must split it over several SMs that meet every step, so it trains slower than twelve heads. Whether the extra mixing inside one state is worth that shows as the gap between the two LSTMs per byte against their gap per second.
+# - **Throughput against the article's.** The printed ratios sit beside FlashRNN's; the setups differ (one GPU, two layers, these kernels, this Transformer), so the trend with heads is the part to compare.
+# - **Where the experiments disagree.** State tracking is all or nothing: a model whose update can hold the group element generalizes to any length, one that cannot fails beyond its training length, and the LSTM is the one that can. Text gives a graded answer, a difference in bits per byte, to be weighed against the difference per second that the sequential recurrence opens. The same architecture can be decisive on one task and a cost-per-second question on the other; which matters depends on whether the task needs a state that attention over a window cannot rebuild. All of this is one scale (15 M parameters, 100 M bytes); the article trains larger models on more text.
