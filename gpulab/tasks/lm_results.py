@@ -161,8 +161,8 @@ def findings(results) -> str:
     if one is not None and twelve is not None:
         better = "one head" if one < twelve else "twelve heads"
         t_one, t_twelve = per_second.get("LSTM 1 head"), per_second.get("LSTM 12 heads")
-        sec = ("" if t_one is None or t_twelve is None else
-               f"; per second {'one head' if t_one < t_twelve else 'twelve heads'} leads by {abs(t_one - t_twelve):.3f}")
+        lead = "one head" if t_one is not None and t_twelve is not None and t_one < t_twelve else "twelve heads"
+        sec = "" if t_one is None or t_twelve is None else f"; per second {lead} leads by {abs(t_one - t_twelve):.3f}"
         lines.append(f"Heads: per byte {better} leads by {abs(one - twelve):.3f} bits{sec}.")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 their failure messages, the split by file, the memory-mapped loader, the parameter match, a tiny CPU training whose
 loss falls, and the two benchmark parts end to end at a micro size."""
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -209,3 +210,32 @@ def test_the_gpu_run_is_sized_to_fit_two_commands_of_under_9_minutes():
     for phase in ("search", "final"):
         seconds, how = lm_bench.estimate(full, phase)
         assert 60 < seconds < 9 * 60, (phase, seconds, how)
+
+
+def test_findings_state_the_order_the_records_give():
+    """The lesson's verdict sentences follow the records: the models in the order of their bits per byte read off
+    the curves (per byte at the smallest budget, per second at the shortest run's time), the throughput ratios
+    beside the article's; nothing without records. Also on a copy whose numbers are changed: the sentences follow."""
+    final = lm_results.stored_lm("h200")
+    if not final:
+        pytest.skip("no H200 lm records in benchmarks/06_state_tracking/lm/")
+    for records in (final, _flipped(final)):
+        text = lm_results.findings(records).splitlines()
+        budget = min(r.params["tokens"] for r in records)
+        seconds = min(r.params["curve"][-1]["seconds"] for r in records)
+        for line, values in ((text[0], lm_results.at_equal(records, tokens=budget)),
+                             (text[1], lm_results.at_equal(records, seconds=seconds))):  # fmt: skip
+            order = [m for m, _ in sorted(values.items(), key=lambda kv: kv[1])]
+            assert [line.index(f"{m} (") for m in order] == sorted(line.index(f"{m} (") for m in order), line
+        ratios = lm_results.throughput_ratios(records)
+        assert f"LSTM 1 head {ratios['LSTM 1 head']:.2f}x" in text[2]
+    assert lm_results.findings([]) == ""
+
+
+def _flipped(records):
+    """The records with every validation loss replaced by 3 minus it: the order per byte and per second reverses."""
+    out = []
+    for r in records:
+        params = {**r.params, "curve": [{**c, "val_bpb": 3 - c["val_bpb"]} for c in r.params["curve"]]}
+        out.append(dataclasses.replace(r, params=params))
+    return out
