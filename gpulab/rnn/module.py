@@ -160,11 +160,10 @@ class LSTM(nn.Module):
         return w_ih, getattr(self, f"bias_ih_{s}"), R, getattr(self, f"bias_hh_{s}").view(4, 1, dh)
 
     def forward(self, x, hx=None):
-        lengths = lengths_cpu = None
+        lengths = None
         dtype = self.weight_ih_l0.dtype
         if isinstance(x, PackedSequence):
-            xb, lengths_cpu = packing.unpack(x, self.input_size, dtype)
-            lengths, unbatched = lengths_cpu.to(xb.device, non_blocking=True), False
+            (xb, lengths), unbatched = packing.unpack(x, self.input_size, dtype), False
         else:
             xb, unbatched = self._batch_major(x, dtype)
         if xb.dtype != dtype:  # as nn.LSTM: no silent cast between the input's and the module's dtypes
@@ -182,7 +181,7 @@ class LSTM(nn.Module):
         state = self._initial_state(hx, B, unbatched, dtype, lengths is not None)
         out, h_n, c_n = self._layers(xb, state, lengths)
         if lengths is not None:
-            return packing.repack(out, lengths_cpu, x), (h_n, c_n)
+            return packing.repack(out, x), (h_n, c_n)
         if unbatched:
             return out[0], (h_n[:, 0], c_n[:, 0])
         return (out if self.batch_first else out.transpose(0, 1)), (h_n, c_n)

@@ -1,24 +1,55 @@
 """Variable-length batches for :class:`gpulab.rnn.LSTM`: a ``PackedSequence`` run as a padded batch, no kernel change.
 
-- unpack: ``pad_packed_sequence`` gives x [B, T, I] in the caller's batch order and each sequence's length;
+- unpack: x [B, T, I] in the caller's batch order and each sequence's length, by one scatter of the packed rows
+  (``pad_packed_sequence`` and ``pack_padded_sequence`` copy one time step at a time: a few hundred small kernels
+  each way at T = 256, more than the recurrence itself takes);
 - the forward direction runs the padded batch as is: a sequence's state past its length is never read;
 - the reverse direction reads each sequence reversed *within its length* (an index gather, its own inverse), so it
   starts at the sequence's own last element; positions past the length stay where they are and come last;
 - h_n, c_n are the states at each sequence's last step (t = length - 1, in each direction's own time);
-- repack: the output gathered back into the input's packed order (same ``batch_sizes`` and sort indices).
+- repack: the output gathered back into the input's packed order (same ``batch_sizes`` and sort indices), one
+  gather. Both index the padded batch by :func:`flat_index`, computed from the CPU's ``batch_sizes`` without reading
+  anything back from the GPU.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
-__all__ = ["unpack", "repack", "reverse_index", "time_gather", "last_steps"]
+__all__ = ["flat_index", "unpack", "repack", "reverse_index", "time_gather", "last_steps"]
+
+
+def flat_index(x: PackedSequence) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """``(index, lengths, B, T)`` of a PackedSequence: row i of ``x.data`` is row ``index[i]`` = b * T + t of the
+    padded batch-first [B * T] (b in the caller's order), ``lengths`` [B] int64, both on ``x.data``'s device.
+
+    Packed rows are time-major: step t holds the first ``batch_sizes[t]`` sequences of the sorted order, so row i
+    belongs to the step t whose rows contain it, at sorted position j = i - (rows of the steps before t), and to the
+    caller's sequence b = ``sorted_indices[j]``."""
+    sizes = x.batch_sizes
+    if sizes.dim() != 1 or sizes.numel() == 0 or sizes.is_floating_point():
+        raise ValueError(f"x.batch_sizes must be a 1-d integer tensor of the steps' batch sizes, got {sizes!r}; build "
+                         "x with torch.nn.utils.rnn.pack_sequence or pack_padded_sequence.")  # fmt: skip
+    sizes = sizes.cpu().long()
+    T, B = sizes.numel(), int(sizes[0])
+    step = torch.repeat_interleave(torch.arange(T), sizes)
+    sorted_pos = torch.arange(step.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
+    lengths_sorted = (sizes[None, :] > torch.arange(B)[:, None]).sum(1)
+    device = x.data.device
+    step, sorted_pos = step.to(device, non_blocking=True), sorted_pos.to(device, non_blocking=True)
+    lengths_sorted = lengths_sorted.to(device, non_blocking=True)
+    order = x.sorted_indices
+    if order is None:
+        return sorted_pos * T + step, lengths_sorted, B, T
+    order = order.to(device)
+    lengths = torch.empty_like(lengths_sorted).index_copy_(0, order, lengths_sorted)
+    return order.index_select(0, sorted_pos) * T + step, lengths, B, T
 
 
 def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
-    """``(padded [B, T, I], lengths [B] int64 on the CPU)`` of a PackedSequence, checked: its feature size must be
-    ``input_size``."""
+    """``(padded [B, T, I], lengths [B] int64)`` of a PackedSequence (zeros past each length, both on its data's
+    device), checked: its feature size must be ``input_size``. Differentiable in ``x.data`` (one scatter)."""
     if x.data.dim() != 2 or x.data.shape[1] != input_size:
         raise ValueError(
             f"x is a PackedSequence of data shape {tuple(x.data.shape)}, but the module has input_size={input_size}: "
@@ -27,16 +58,18 @@ def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
         )
     if not x.data.is_floating_point():
         raise ValueError(f"x's data has dtype {x.data.dtype}; an LSTM takes floating-point input: x.data.to({dtype}).")
-    return pad_packed_sequence(x, batch_first=True)
+    index, lengths, B, T = flat_index(x)
+    padded = x.data.new_zeros(B * T, input_size).index_copy(0, index, x.data)
+    return padded.view(B, T, input_size), lengths
 
 
-def repack(out: torch.Tensor, lengths: torch.Tensor, like: PackedSequence) -> PackedSequence:
-    """``out`` [B, T, F] (caller's batch order) as a PackedSequence with ``like``'s batch sizes and sort indices
-    (``lengths`` [B] on the CPU, as :func:`unpack` gives them: no copy from the device)."""
-    order = like.sorted_indices
-    if order is not None:
-        out, lengths = out.index_select(0, order), lengths.index_select(0, order.cpu())
-    data = pack_padded_sequence(out, lengths, batch_first=True, enforce_sorted=True).data
+def repack(out: torch.Tensor, like: PackedSequence) -> PackedSequence:
+    """``out`` [B, T, F] (caller's batch order) as a PackedSequence with ``like``'s batch sizes and sort indices:
+    one gather (differentiable)."""
+    index, _, B, T = flat_index(like)
+    if out.dim() != 3 or out.shape[:2] != (B, T):
+        raise ValueError(f"out must be [B, T, F] = [{B}, {T}, F] for this PackedSequence, got {tuple(out.shape)}.")
+    data = out.reshape(B * T, out.shape[2]).index_select(0, index)
     return PackedSequence(data, like.batch_sizes, like.sorted_indices, like.unsorted_indices)
 
 
