@@ -23,7 +23,10 @@ second recurrence on each sequence reversed within its length and concatenates [
 c_n are [num_layers * D, B, P or H] and [num_layers * D, B, H], ordered (layer 0 forward, layer 0 reverse, ...);
 a ``PackedSequence`` in gives one out, each sequence's state stopping at its own length (:mod:`gpulab.rnn.packed`).
 Both directions of a layer run as one recurrence (the reverse direction's heads beside the forward's, 2 NH
-block-diagonal heads, one launch); ``module.join_directions = False`` runs one recurrence per direction instead.
+block-diagonal heads, one launch) where that is the faster choice: ``module.join_directions`` None (the default)
+joins them except where the fused backend would have to split the joined heads over several SMs (a split launch
+keeps every program resident, so twice the heads leave it fewer and narrower tiles than one direction gets: one
+recurrence per direction was the faster there, ``notes/rnn-fused.md``); True or False forces either.
 
 Backends (the ``backend`` attribute may be changed at any time):
 
@@ -49,6 +52,7 @@ from gpulab import dtypes, hardware, runtime
 from gpulab.rnn import packed as packing
 from gpulab.rnn.api import backend_name, flashrnn
 from gpulab.rnn.checkpoint import convert_legacy
+from gpulab.rnn.fused import plan as fused_plan
 from gpulab.rnn.projected import projected_lstm
 from gpulab.rnn.weights import float_dtype
 
@@ -102,7 +106,7 @@ class LSTM(nn.Module):
             )
         self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
-        self.join_directions = True  # bidirectional: both directions in one recurrence (False: one each)
+        self.join_directions = None  # bidirectional: None chooses (_joins); True one recurrence, False one each
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
@@ -218,7 +222,7 @@ class LSTM(nn.Module):
         rev = None if lengths is None or D == 1 else packing.reverse_index(lengths, T)
         h_n, c_n, inp = [], [], xb
         for layer in range(self.num_layers):
-            if D == 2 and self.join_directions and not self.proj_size:
+            if D == 2 and not self.proj_size and self._joins(inp.shape[0], inp.dtype):
                 s0 = None if state is None else tuple(t[2 * layer : 2 * layer + 2] for t in state)
                 inp, last_h, last_c = self._both_directions(layer, inp, s0, rev, lengths)
                 h_n += last_h
@@ -242,6 +246,15 @@ class LSTM(nn.Module):
         if len(h_n) == 1:
             return inp, h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)
         return inp, torch.stack(h_n), torch.stack(c_n)
+
+    def _joins(self, B: int, dtype) -> bool:
+        """Whether a bidirectional layer runs its two directions as one recurrence (see the module docstring)."""
+        if self.join_directions is not None:
+            return bool(self.join_directions)
+        if self.backend != "fused":
+            return True
+        kind = fused_plan.plan_kind(B, 2 * self.num_heads, self.head_dim, "lstm", dtype, torch.is_grad_enabled())
+        return kind == "single"
 
     def _direction(self, layer, d, x, s0, lengths):
         """One layer, one direction over x [B, T, I_l] (already in its time order) -> (h [B, T, P or H], h_last,

@@ -108,3 +108,25 @@ def test_both_directions_in_one_recurrence_equal_one_each(heads):
         results.append([y.data, h, c, *(p.grad for p in m.parameters())])
     for a, b in zip(*results):
         check.assert_close(a, b, dtype=torch.float64, name="joined vs one recurrence per direction")
+
+
+def test_join_directions_by_default_joins_unless_the_joined_heads_would_split(monkeypatch):
+    """join_directions None: both directions in one recurrence where the fused backend runs the joined heads one
+    per SM, one recurrence per direction where it would split them (or no launch fits); True/False force either;
+    backends other than fused always join."""
+    from gpulab.rnn.fused import plan
+
+    m = rnn.LSTM(4, 8, bidirectional=True, num_heads=2, backend="fused")
+    assert m.join_directions is None
+    kinds = {}
+    monkeypatch.setattr(plan, "plan_kind", lambda B, NH, DH, *a: kinds.setdefault((B, NH, DH), "single"))
+    assert m._joins(5, torch.float32) and (5, 4, 4) in kinds  # 2 directions x 2 heads of 4
+    for kind, joins in (("split", False), (None, False), ("single", True)):
+        kinds[(5, 4, 4)] = kind
+        assert m._joins(5, torch.float32) is joins
+        m.join_directions = not joins
+        assert m._joins(5, torch.float32) is (not joins)
+        m.join_directions = None
+    m.backend = "alternating"
+    kinds[(5, 4, 4)] = "split"
+    assert m._joins(5, torch.float32)

@@ -33,7 +33,7 @@ import functools
 import torch
 
 from gpulab import dtypes, gluon_compat, hardware, runtime
-from gpulab.rnn.backends.alternating import alternating_rnn_gradients
+from gpulab.rnn.backends.alternating import alternating_forward, alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
@@ -49,6 +49,8 @@ __all__ = [
     "choose",
     "explain",
     "fused_forward",
+    "batch_rows",
+    "plan_kind",
     "single_sm_forward",
     "single_sm_gradients",
     "kernel",
@@ -137,16 +139,68 @@ def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, g
         return f"{text}\nnone fits: {exc}"
 
 
+@functools.lru_cache(maxsize=256)
+def plan_kind(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> str | None:
+    """:func:`choose`'s kind for this problem, kept per problem: ``"single"`` (one SM per head and batch tile),
+    ``"split"`` (a head over several SMs) or None (no launch of the whole batch fits)."""
+    try:
+        return choose(batch, num_heads, head_dim, function, dtype, training=training).kind
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def batch_rows(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> int | None:
+    """The batch rows of one launch: ``batch`` where :func:`choose` takes the whole batch; else, since the rows of
+    a batch are independent recurrences, the launches of fewer rows each that it does take (the most rows it takes,
+    found by bisection, then spread evenly over the launches the batch needs); None where it takes not even one
+    row (the head does not fit this GPU even split over every SM). A split launch keeps every program resident, so
+    a large batch of a large head exceeds the SMs long before one row does."""
+
+    def takes(rows: int) -> bool:
+        try:
+            choose(rows, num_heads, head_dim, function, dtype, training=training)
+            return True
+        except ValueError:
+            return False
+
+    if takes(batch):
+        return batch
+    if not takes(1):
+        return None
+    lo, hi = 1, batch  # takes(lo), not takes(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if takes(mid) else (lo, mid)
+    launches = -(-batch // lo)
+    rows = -(-batch // launches)
+    return rows if takes(rows) else lo
+
+
 def fused_forward(Wx, R, b, states, function="lstm"):
     """The ``fused`` backend of :func:`gpulab.rnn.flashrnn` (inputs validated, in one compute dtype).
 
-    Chooses first (:func:`choose`) so an unsupported size fails before any work.
+    Chooses first (:func:`choose`) so an unsupported size is known before any work: a batch too large for one
+    launch runs in launches of :func:`batch_rows` rows (the rows are independent); a head too large for the GPU at
+    any batch runs on the ``alternating`` backend, with a warning (once per problem) naming the reason.
     """
     B, _, _, NH, DH = Wx.shape
     training = torch.is_grad_enabled() and (
         Wx.requires_grad or R.requires_grad or b.requires_grad or states.requires_grad
     )
-    run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training, _CONFIG)
+    try:
+        run_forward, run_backward = _loops(B, NH, DH, function, Wx.dtype, Wx.device, training, _CONFIG)
+    except ValueError as exc:  # no launch of the whole batch fits
+        rows = batch_rows(B, NH, DH, function, Wx.dtype, training)
+        if rows is None:
+            gluon_compat.warn_once(("rnn fused", NH, DH, function, Wx.dtype, training),
+                                   f"gpulab.rnn: backend='fused' cannot run {NH} head(s) of {DH} on this GPU ({exc}); "
+                                   "running backend='alternating' (a batched product per step) instead.")  # fmt: skip
+            return alternating_forward(Wx, R, b, states, function)
+        if rows >= B:  # the chooser takes the batch: the error was another one
+            raise
+        parts = [fused_forward(Wx[i : i + rows], R, b, states[:, i : i + rows], function) for i in range(0, B, rows)]
+        return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
     return TritonRNN.apply(Wx, R, b, states, function, run_forward, run_backward)
 
 
@@ -288,8 +342,10 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
 
 
 def clear_cache() -> None:
-    """Forget the loops chosen per problem (:func:`fused_forward` chooses again on its next call)."""
+    """Forget the loops and batch rows chosen per problem (:func:`fused_forward` chooses again on its next call)."""
     _loops.cache_clear()
+    batch_rows.cache_clear()
+    plan_kind.cache_clear()
 
 
 def single_sm_forward(Wx, R, b, states, function, save_gates):

@@ -7,8 +7,8 @@ Records (``params['kind']``, ``provider``):
 
 - ``grid``: one head, hidden :data:`HIDDEN` x layers (1, 2) x batch :data:`BATCH`, T 256, fp16: ``gpulab fp16``
   (fused backend), ``cuDNN fp16`` and ``cuDNN bf16`` (where this torch runs cuDNN in bf16);
-- ``bidirectional``: 2 layers, hidden 768, B 64, T 256: both directions in one recurrence (the module's default) and
-  one recurrence per direction (``join_directions=False``);
+- ``bidirectional``: 2 layers, hidden 768, B 64, T 256: the module's default choice (``join_directions=None``), one
+  recurrence per direction (False) and both directions in one (True);
 - ``packed``: one layer, hidden 512, B 64 sequences of mixed lengths (T up to 256): gpulab packed, gpulab on the
   padded batch of the same tokens, cuDNN packed, cuDNN padded;
 - ``compile``: ``torch.compile(module)`` against the eager module (hidden 768, B 64, T 256; and the tiny call);
@@ -126,12 +126,13 @@ def _pair(kind, label, B, T, I, H, L, bi, quick, cudnn_dtypes, num_heads=1, extr
     fl = _flops(B, T, I, H, L, 2 if bi else 1) if num_heads == 1 else None
     step = _step(ours, x, [x, *ours.parameters()])
     out.append(_time(f"{label} gpulab", kind, "gpulab fp16", step, dt, [B, T, H], fl, quick, check=status, **params))
-    if bi:  # the alternative: one recurrence per direction (two launches per layer)
-        ours.join_directions = False
-        status = _check(ours, x, f"{label} (one recurrence per direction)")
-        out.append(_time(f"{label} gpulab per direction", kind, "gpulab fp16 per direction", step, dt, [B, T, H], fl,
-                         quick, check=status, **params))  # fmt: skip
-        ours.join_directions = True
+    if bi:  # both choices forced: one recurrence per direction (two launches a layer), both in one
+        for join, what in ((False, "per direction"), (True, "joined")):
+            ours.join_directions = join
+            status = _check(ours, x, f"{label} ({what})")
+            out.append(_time(f"{label} gpulab {what}", kind, f"gpulab fp16 {what}", step, dt, [B, T, H], fl, quick,
+                             check=status, **params))  # fmt: skip
+        ours.join_directions = None
     if runtime.on_gpu():
         for cd in cudnn_dtypes:
             ref = nn.LSTM(I, H, L, batch_first=True, bidirectional=bi).to(dev, cd)
