@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.v1.forward import query_head_rows
 from gpulab.attention.windows import kv_ranges, mask_flags, q_ranges, visible
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
@@ -286,25 +287,9 @@ def attention_dq_kernel(
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
         pid_m = tl.num_programs(0) - 1 - pid_m
-    if VARLEN:
-        h = tl.program_id(1)
-        seq = tl.program_id(2)
-        q_start = tl.load(cu_q_ptr + seq)
-        k_start = tl.load(cu_k_ptr + seq)
-        lse_base = h.to(tl.int64) * n_q + q_start
-        n_q = tl.load(cu_q_ptr + seq + 1) - q_start
-        n_k = tl.load(cu_k_ptr + seq + 1) - k_start
-        stride_q = n_heads * HEAD_DIM
-        stride_kv = (n_heads // group) * HEAD_DIM
-        q_base = q_start.to(tl.int64) * stride_q + h * HEAD_DIM
-        kv_base = k_start.to(tl.int64) * stride_kv + (h // group) * HEAD_DIM
-    else:
-        bh = tl.program_id(1).to(tl.int64)
-        stride_q = HEAD_DIM
-        stride_kv = HEAD_DIM
-        q_base = bh * n_q * HEAD_DIM
-        kv_base = (bh // group) * n_k * HEAD_DIM
-        lse_base = bh * n_q
+    n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
+        cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN
+    )
     off = 0
     if not IS_CAUSAL:
         off = n_k - n_q  # a window's diagonal is aligned bottom-right

@@ -105,6 +105,36 @@ def _fwd_inner(
 
 
 @triton.jit
+def query_head_rows(cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM: tl.constexpr, VARLEN: tl.constexpr):
+    """Where the rows of this program's query head (grid axis 1; VARLEN: axis 2 is the sequence) and of the KV head
+    it reads start: ``(n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base)``, the lengths this program sees,
+    the elements between two rows of Q (and O) and of K (and V), the offsets of its first Q and K rows, of its LSE
+    row. VARLEN: [T, H, D] packed, a row H * D elements apart, sequence ``seq``'s rows from its offset in
+    ``cu_q_ptr`` / ``cu_k_ptr``; LSE [H, Tq] (``n_q`` in: the total Tq). Else [B*H, N, D] contiguous: query head
+    b*Hq + h reads KV head b*Hkv + h // group = (b*Hq + h) // group."""
+    if VARLEN:
+        h = tl.program_id(1)
+        seq = tl.program_id(2)
+        q_start = tl.load(cu_q_ptr + seq)
+        k_start = tl.load(cu_k_ptr + seq)
+        lse_base = h.to(tl.int64) * n_q + q_start
+        n_q = tl.load(cu_q_ptr + seq + 1) - q_start
+        n_k = tl.load(cu_k_ptr + seq + 1) - k_start
+        stride_q = n_heads * HEAD_DIM
+        stride_kv = (n_heads // group) * HEAD_DIM
+        q_base = q_start.to(tl.int64) * stride_q + h * HEAD_DIM
+        kv_base = k_start.to(tl.int64) * stride_kv + (h // group) * HEAD_DIM
+    else:
+        bh = tl.program_id(1).to(tl.int64)
+        stride_q = HEAD_DIM
+        stride_kv = HEAD_DIM
+        q_base = bh * n_q * HEAD_DIM
+        kv_base = (bh // group) * n_k * HEAD_DIM
+        lse_base = bh * n_q
+    return n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base
+
+
+@triton.jit
 def attention_forward_kernel(
     q_ptr,  # [B, Hq, Nq, HEAD_DIM] queries, contiguous; VARLEN: packed [Tq, Hq, HEAD_DIM]
     k_ptr,  # [B, Hkv, Nk, HEAD_DIM] keys; VARLEN: [Tk, Hkv, HEAD_DIM]
@@ -137,25 +167,9 @@ def attention_forward_kernel(
     pid_m = tl.program_id(0)
     if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first: the final wave is made of short ones
         pid_m = tl.num_programs(0) - 1 - pid_m
-    if VARLEN:  # [T, H, D]: a row is H * D elements apart; this sequence's rows start at its offset
-        h = tl.program_id(1)
-        seq = tl.program_id(2)
-        q_start = tl.load(cu_q_ptr + seq)
-        k_start = tl.load(cu_k_ptr + seq)
-        lse_base = h.to(tl.int64) * n_q + q_start
-        n_q = tl.load(cu_q_ptr + seq + 1) - q_start
-        n_k = tl.load(cu_k_ptr + seq + 1) - k_start
-        stride_q = n_heads * HEAD_DIM
-        stride_kv = (n_heads // group) * HEAD_DIM
-        q_base = q_start.to(tl.int64) * stride_q + h * HEAD_DIM
-        kv_base = k_start.to(tl.int64) * stride_kv + (h // group) * HEAD_DIM
-    else:  # [B*H, N, D] contiguous; query head b*Hq + h reads KV head b*Hkv + h // group = (b*Hq + h) // group
-        bh = tl.program_id(1).to(tl.int64)
-        stride_q = HEAD_DIM
-        stride_kv = HEAD_DIM
-        q_base = bh * n_q * HEAD_DIM
-        kv_base = (bh // group) * n_k * HEAD_DIM
-        lse_base = bh * n_q
+    n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
+        cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN
+    )
     off = 0
     if not IS_CAUSAL:
         off = n_k - n_q  # a window's diagonal is aligned bottom-right
