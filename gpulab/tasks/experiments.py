@@ -34,6 +34,7 @@ import traceback
 import torch
 
 from gpulab import bench, dtypes, runtime
+from gpulab.rnn.fused import plan as fused_plan
 from gpulab.tasks.data import get_task
 from gpulab.tasks.models import (
     FLOORS,
@@ -180,9 +181,19 @@ def warm_up(model, task, batch_size=2, length=4) -> None:
 
 def lstm_or_fallback(task, seed, dtype, backend=None, **kw):
     """The LSTM on ``backend`` (default: fused on a GPU); if the fused kernel cannot take this head size (its
-    recurrent weights must fit on chip), the alternating backend instead. Returns (model, backend, note)."""
+    recurrent weights must fit on chip; the fused backend then runs alternating itself and warns), the alternating
+    backend instead. Returns (model, backend, note): the backend that ran, and why where it is not the one asked."""
     backend = default_rnn_backend() if backend is None else backend
     model = make_model("LSTM", task, seed=seed, dtype=dtype, backend=backend, **kw)
+    if backend == "fused":  # a head no launch holds even one row of: fused_forward would run alternating (warning)
+        heads = {(m.num_heads, m.head_dim) for m in (block.mixer for block in model.blocks)}
+        refused = [h for h in heads if fused_plan.batch_rows(1, *h, "lstm", dtypes.as_dtype(dtype), True) is None]
+        if refused:
+            for layer in model.blocks:
+                layer.mixer.backend = "alternating"
+            warm_up(model, task)
+            nh, dh = refused[0]
+            return model, "alternating", f"fused backend refused ({nh} head(s) of {dh} fit no launch); alternating used"
     try:
         warm_up(model, task)
         return model, backend, ""

@@ -423,6 +423,6 @@ else:
 # %% [markdown]
 # **Reading it.** The printed sentences are the verdict; three things to take from them:
 #
-# - **Heads cost on one clock and buy on the other.** One wide head has several times the recurrent weights of twelve narrow ones ($4 \cdot 672^2$ against $12 \cdot 4 \cdot 64^2$ per layer), and lesson 5's kernel splits it over SMs that meet every step, so it trains slower. Compare the two LSTMs' gap per byte with their gap per second.
+# - **Heads cost on one clock and buy on the other.** One wide head has several times the recurrent weights of twelve narrow ones ($4 \cdot 672^2$ against $12 \cdot 4 \cdot 64^2$ per layer), and lesson 5's kernel splits it over SMs that meet at every step. Compare the two LSTMs' gap per byte with their gap per second.
 # - **Throughput.** The printed ratios sit beside FlashRNN's; the setups differ (one GPU, two layers, these kernels), so compare the trend with heads.
 # - **Where the experiments disagree.** State tracking is all or nothing: an update that can hold the group element generalizes to any length, and the LSTM's can. Text gives a graded answer, bits per byte, to weigh against what the sequential recurrence costs per second. Which matters depends on whether the task needs a state that attention over a window cannot rebuild. This is one scale (15 M parameters, 100 M bytes); the article trains larger models on more text.

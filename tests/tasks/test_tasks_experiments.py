@@ -181,7 +181,7 @@ def test_lstm_falls_back_to_alternating_when_fused_does_not_fit(monkeypatch):
     model, backend, note = experiments.lstm_or_fallback(
         "parity", 0, torch.float32, backend="fused", d_model=16, num_heads=1
     )
-    assert backend == "alternating" and "fused backend refused" in note and "head dim 16" in note
+    assert backend == "alternating" and "fused backend refused" in note and "1 head(s) of 16" in note
     assert all(block.mixer.backend == "alternating" for block in model.blocks)
     monkeypatch.undo()
     plan.clear_cache()

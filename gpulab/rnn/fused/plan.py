@@ -139,10 +139,17 @@ def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, g
         return f"{text}\nnone fits: {exc}"
 
 
+def _check_problem(batch, num_heads, head_dim, training) -> None:
+    for name, x in (("batch", batch), ("num_heads", num_heads), ("head_dim", head_dim)):
+        runtime.positive_int(name, x)
+    runtime.strict_bool("training", training)
+
+
 @functools.lru_cache(maxsize=256)
 def plan_kind(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> str | None:
     """:func:`choose`'s kind for this problem, kept per problem: ``"single"`` (one SM per head and batch tile),
     ``"split"`` (a head over several SMs) or None (no launch of the whole batch fits)."""
+    _check_problem(batch, num_heads, head_dim, training)
     try:
         return choose(batch, num_heads, head_dim, function, dtype, training=training).kind
     except ValueError:
@@ -156,6 +163,7 @@ def batch_rows(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     found by bisection, then spread evenly over the launches the batch needs); None where it takes not even one
     row (the head does not fit this GPU even split over every SM). A split launch keeps every program resident, so
     a large batch of a large head exceeds the SMs long before one row does."""
+    _check_problem(batch, num_heads, head_dim, training)
 
     def takes(rows: int) -> bool:
         try:

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from gpulab import check, hardware, rnn, runtime
+from gpulab import check, gluon_compat, hardware, rnn, runtime
 from gpulab.rnn.fused import plan, split, split_tiling, tiles
 
 FUNCTIONS = ["lstm", "gru", "elman"]
@@ -121,12 +121,18 @@ def test_refusal_when_nothing_fits_names_the_alternative():
         split_tiling.split_tiling(16, 1, 768, "lstm", torch.bfloat16, gpu="L4")
 
 
-def test_fused_backend_refuses_what_no_split_holds():
-    big = torch.zeros(1, 1, 1, 1, 1, device=runtime.device).expand(1, 1, 4, 1, 4096)
-    R = torch.zeros(1, 1, 1, 1, device=runtime.device).expand(4, 1, 4096, 4096)
-    b = torch.zeros(4, 1, 4096, device=runtime.device)
-    with pytest.raises(ValueError, match="backend='alternating'"):
-        rnn.flashrnn(big, R, b, backend="fused")
+def test_fused_backend_runs_alternating_where_no_split_holds_and_says_so():
+    """A head of 4096 fits no launch at any batch: the fused backend warns (naming why) and runs alternating."""
+    g = torch.Generator().manual_seed(0)
+    Wx = torch.randn(1, 2, 4, 1, 4096, generator=g).to(runtime.device)
+    R = (torch.randn(4, 1, 4096, 4096, generator=g) / 64).to(runtime.device)
+    b = torch.randn(4, 1, 4096, generator=g).to(runtime.device)
+    gluon_compat._WARNED.discard(("rnn fused", 1, 4096, "lstm", torch.float32, False))
+    with pytest.warns(RuntimeWarning, match="cannot run 1 head\\(s\\) of 4096.*backend='alternating'"):
+        out, last = rnn.flashrnn(Wx, R, b, backend="fused")
+    ref_out, ref_last = rnn.flashrnn(Wx.double(), R.double(), b.double(), backend="vanilla")
+    check.assert_close(out, ref_out, dtype=torch.float32, name="h")
+    check.assert_close(last, ref_last, dtype=torch.float32, name="last")
 
 
 def test_barrier_counter_is_one_per_device_and_program_count():
