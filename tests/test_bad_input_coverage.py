@@ -122,8 +122,10 @@ ALLOWED = {
     "gpulab.bench.index.entries": _STORED,
     "gpulab.gluon_compat.tma_descriptor_encoder": "internal: called by version 3's launch with Triton's driver utils",
     **dict.fromkeys(
-        [f"gpulab.rnn.packed.{n}" for n in ("flat_index", "unpack", "repack", "reverse_index", "time_gather",
-                                            "last_steps")]
+        [
+            f"gpulab.rnn.packed.{n}"
+            for n in ("flat_index", "unpack", "repack", "reverse_index", "time_gather", "last_steps")
+        ]
         + ["gpulab.rnn.checkpoint.suffix", "gpulab.rnn.checkpoint.convert_legacy"]
         + ["gpulab.rnn.projected.projected_lstm"],
         "internal: called by gpulab.rnn.LSTM after its checks (its bad inputs are tested in "

@@ -21,8 +21,7 @@ from gpulab import bench, runtime
 from gpulab.tasks.lm import MODELS
 from gpulab.tasks.results import ARTICLE_RATIO as _BY_HEADS
 
-__all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "findings",
-           "figure"]
+__all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "findings", "figure"]
 
 _MODELS = MODELS
 COLORS = {"LSTM 1 head": "tab:blue", "LSTM 12 heads": "tab:green", "Transformer": "tab:orange"}
@@ -151,12 +150,16 @@ def findings(results) -> str:
     seconds = min(r.params["curve"][-1]["seconds"] for r in final if r.params.get("curve"))
     per_byte, per_second = at_equal(final, tokens=budget), at_equal(final, seconds=seconds)
     ratios = throughput_ratios(final)
-    lines = [f"Per byte (validation bits per byte at {budget / 1e6:.0f} M bytes, lower is better): "
-             f"{_order(per_byte)}.",
-             f"Per second (at {seconds:.0f} s of training, the shortest run's whole time): {_order(per_second)}."]
+    lines = [
+        f"Per byte (validation bits per byte at {budget / 1e6:.0f} M bytes, lower is better): {_order(per_byte)}.",
+        f"Per second (at {seconds:.0f} s of training, the shortest run's whole time): {_order(per_second)}.",
+    ]
     if ratios:
-        lines.append("Training throughput against the Transformer's: " + "; ".join(
-            f"{m} {ratios[m]:.2f}x (article {ARTICLE_RATIO[m]:.2f}x)" for m in ARTICLE_RATIO if m in ratios) + ".")
+        lines.append(
+            "Training throughput against the Transformer's: "
+            + "; ".join(f"{m} {ratios[m]:.2f}x (article {ARTICLE_RATIO[m]:.2f}x)" for m in ARTICLE_RATIO if m in ratios)
+            + "."
+        )
     one, twelve = per_byte.get("LSTM 1 head"), per_byte.get("LSTM 12 heads")
     if one is not None and twelve is not None:
         better = "one head" if one < twelve else "twelve heads"
