@@ -166,11 +166,7 @@ def batch_rows(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     _check_problem(batch, num_heads, head_dim, training)
 
     def takes(rows: int) -> bool:
-        try:
-            choose(rows, num_heads, head_dim, function, dtype, training=training)
-            return True
-        except ValueError:
-            return False
+        return plan_kind(rows, num_heads, head_dim, function, dtype, training) is not None
 
     if takes(batch):
         return batch
