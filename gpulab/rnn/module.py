@@ -164,10 +164,11 @@ class LSTM(nn.Module):
         return w_ih, getattr(self, f"bias_ih_{s}"), R, getattr(self, f"bias_hh_{s}").view(4, 1, dh)
 
     def forward(self, x, hx=None):
-        lengths = None
+        lengths = flat = None
         dtype = self.weight_ih_l0.dtype
         if isinstance(x, PackedSequence):
-            (xb, lengths), unbatched = packing.unpack(x, self.input_size, dtype), False
+            flat = packing.flat_index(x)  # one index build and copy, for the scatter in and the gather out
+            (xb, lengths), unbatched = packing.unpack(x, self.input_size, dtype, flat), False
         else:
             xb, unbatched = self._batch_major(x, dtype)
         if xb.dtype != dtype:  # as nn.LSTM: no silent cast between the input's and the module's dtypes
@@ -185,7 +186,7 @@ class LSTM(nn.Module):
         state = self._initial_state(hx, B, unbatched, dtype, lengths is not None)
         out, h_n, c_n = self._layers(xb, state, lengths)
         if lengths is not None:
-            return packing.repack(out, x), (h_n, c_n)
+            return packing.repack(out, x, flat), (h_n, c_n)
         if unbatched:
             return out[0], (h_n[:, 0], c_n[:, 0])
         return (out if self.batch_first else out.transpose(0, 1)), (h_n, c_n)

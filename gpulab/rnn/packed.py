@@ -47,9 +47,10 @@ def flat_index(x: PackedSequence) -> tuple[torch.Tensor, torch.Tensor, int, int]
     return order.index_select(0, sorted_pos) * T + step, lengths, B, T
 
 
-def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
+def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype, flat=None):
     """``(padded [B, T, I], lengths [B] int64)`` of a PackedSequence (zeros past each length, both on its data's
-    device), checked: its feature size must be ``input_size``. Differentiable in ``x.data`` (one scatter)."""
+    device), checked: its feature size must be ``input_size``. Differentiable in ``x.data`` (one scatter).
+    ``flat``: ``flat_index(x)`` when the caller has it already (it hands the same to :func:`repack`)."""
     if x.data.dim() != 2 or x.data.shape[1] != input_size:
         raise ValueError(
             f"x is a PackedSequence of data shape {tuple(x.data.shape)}, but the module has input_size={input_size}: "
@@ -58,15 +59,15 @@ def unpack(x: PackedSequence, input_size: int, dtype: torch.dtype):
         )
     if not x.data.is_floating_point():
         raise ValueError(f"x's data has dtype {x.data.dtype}; an LSTM takes floating-point input: x.data.to({dtype}).")
-    index, lengths, B, T = flat_index(x)
+    index, lengths, B, T = flat_index(x) if flat is None else flat
     padded = x.data.new_zeros(B * T, input_size).index_copy(0, index, x.data)
     return padded.view(B, T, input_size), lengths
 
 
-def repack(out: torch.Tensor, like: PackedSequence) -> PackedSequence:
+def repack(out: torch.Tensor, like: PackedSequence, flat=None) -> PackedSequence:
     """``out`` [B, T, F] (caller's batch order) as a PackedSequence with ``like``'s batch sizes and sort indices:
-    one gather (differentiable)."""
-    index, _, B, T = flat_index(like)
+    one gather (differentiable). ``flat``: ``flat_index(like)``, if the caller computed it for :func:`unpack`."""
+    index, _, B, T = flat_index(like) if flat is None else flat
     if out.dim() != 3 or out.shape[:2] != (B, T):
         raise ValueError(f"out must be [B, T, F] = [{B}, {T}, F] for this PackedSequence, got {tuple(out.shape)}.")
     data = out.reshape(B * T, out.shape[2]).index_select(0, index)

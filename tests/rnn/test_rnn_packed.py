@@ -30,6 +30,9 @@ def test_unpack_and_repack_match_pytorchs_pad_and_pack(lengths, sorted_):
     ref = pack_padded_sequence(out, want_lengths, batch_first=True, enforce_sorted=False)
     assert torch.equal(again.data, ref.data) and torch.equal(again.batch_sizes, x.batch_sizes)
     assert again.sorted_indices is x.sorted_indices and again.unsorted_indices is x.unsorted_indices
+    flat = packed.flat_index(x)  # the index handed over (as the module does) gives the same both ways
+    assert torch.equal(packed.unpack(x, 3, torch.float64, flat)[0], padded)
+    assert torch.equal(packed.repack(out, x, flat).data, again.data)
 
 
 def test_gradients_flow_through_unpack_and_repack():
