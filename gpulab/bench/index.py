@@ -146,17 +146,21 @@ def describe(path) -> dict[str, str]:
     return found
 
 
-def banner(lesson, part: str = "main", gpu: str | None = "h100", root=None) -> str:
-    """One line naming what a display of ``lesson``'s ``part`` shows: the current record file(s) the index names,
-    and the device, versions and date they name (``describe``); one clause per distinct device, versions and date.
-    ValueError when the index names no record of that part and GPU."""
+def banner(lesson, part: str = "main", gpu: str | None = "h100", root=None, tags=None) -> str:
+    """One line naming what a display of ``lesson``'s ``part`` shows: the current record file(s) the index names
+    (``tags``: only those whose name holds ``-<tag>-`` for one of them, e.g. ``("z", "zz")`` of a part of tagged
+    runs), and the device, versions and date they name (``describe``); one clause per distinct device, versions and
+    date. ValueError when the index names no such record of that part and GPU."""
     base = _root(root)
-    files = [p for p in current(lesson, part, gpu, root) if p.suffix == ".jsonl"]
+    if tags is not None:
+        tags = runtime.record_list("tags", [tags] if isinstance(tags, str) else tags, str, "run tags")
+    files = [p for p in current(lesson, part, gpu, root) if p.suffix == ".jsonl"
+             and (tags is None or any(f"-{t}-" in f"-{p.stem}-" for t in tags))]  # fmt: skip
     if not files:
         known = ", ".join(parts(lesson, root)) or "none"
         raise ValueError(
-            f"{INDEX_NAME} names no .jsonl record of lesson {lesson!r}, part {part!r}, gpu {gpu!r} (its parts: "
-            f"{known}); pass a part and GPU it names, or save a run of it (python -m gpulab bench)."
+            f"{INDEX_NAME} names no .jsonl record of lesson {lesson!r}, part {part!r}, gpu {gpu!r}, tags {tags!r} "
+            f"(its parts: {known}); pass a part and GPU it names, or save a run of it (python -m gpulab bench)."
         )
     runs: dict[str, list[str]] = {}
     for p in files:
