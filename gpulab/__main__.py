@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from gpulab import bench, hardware, lessons, runtime
+from gpulab.bench import index
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,8 +102,12 @@ def cmd_bench(args) -> int:
     if args.part:  # a part's records go where their readers look: benchmarks/<slug>/<folder>/<gpu>-<date>-<part>.jsonl
         folder = bench.results_dir(args.out) / lesson.slug / lessons.part_folder(lesson.id, args.part)
         path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}-{args.part}.jsonl"
-    path = bench.save(results, lesson.id, root=args.out, path=path)
-    print(f"wrote {path}")
+    part = index.part_key(lesson.id, args.part, args.out)
+    before = set(index.current(lesson.id, part, hardware.gpu_slug(results[0].device), args.out))
+    path = bench.save(results, lesson.id, root=args.out, path=path, part=part)
+    print(f"wrote {path}; {index.INDEX_NAME} names it as the current record of {lesson.id} {part}")
+    for old in sorted(before - {path}):
+        print(f"superseded: {old} (move it under {index.results_dir(args.out) / index.HISTORY / lesson.id}/)")
     if figure is not None:
         figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
         print(f"wrote {path.with_suffix('.png')}")

@@ -16,24 +16,49 @@ Every condition under which ``JITFunction.run`` could pick a different kernel se
 - the current CUDA device is not the one the kernel was compiled on (the caller checks: :func:`direct_stream`),
 - no compiled kernel yet, or a Triton whose compiled kernel lacks ``run``/``function``/``packed_metadata``,
 - the interpreter (CPU): ``InterpretedFunction`` has no compiled kernel, so every call goes through it,
-- :data:`DIRECT` set to False (or ``GPULAB_DIRECT_LAUNCH=0`` in the environment), to compare the two paths.
+- ``GPULAB_DIRECT_LAUNCH=0`` in the environment (:data:`DIRECT` False), or inside ``with through_jit():``, to
+  compare the two paths.
 
 Integer arguments (sequence lengths) are part of the caller's key, so their specialization cannot change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 
 from gpulab import runtime
 
-__all__ = ["Launch", "DIRECT", "direct_stream", "launch_counts", "cached_launch", "keyed_launch", "aligned"]
+__all__ = [
+    "Launch",
+    "DIRECT",
+    "direct_stream",
+    "through_jit",
+    "launch_counts",
+    "cached_launch",
+    "keyed_launch",
+    "aligned",
+]
 
 DIRECT: bool = os.environ.get("GPULAB_DIRECT_LAUNCH", "1") != "0"
-"""Launch compiled kernels directly after their first launch (see the module docstring); False: always through
-Triton's ``JITFunction.run``."""
+"""Launch compiled kernels directly after their first launch (see the module docstring); False
+(``GPULAB_DIRECT_LAUNCH=0``, read once at import): always through Triton's ``JITFunction.run``."""
+
+_THROUGH_JIT = [0]  # open through_jit() blocks
+
+
+@contextlib.contextmanager
+def through_jit():
+    """Within the block every launch goes through Triton's ``JITFunction.run`` (as with :data:`DIRECT` off): to
+    compare the two paths in one process."""
+    _THROUGH_JIT[0] += 1
+    try:
+        yield
+    finally:
+        _THROUGH_JIT[0] -= 1
+
 
 _COUNTS = {"jit": 0, "direct": 0}
 _LAUNCHES: dict = {}
@@ -55,9 +80,9 @@ def launch_counts() -> dict:
 
 def direct_stream(device: torch.device):
     """The raw CUDA stream to launch on directly, or None when launches must go through Triton's ``JITFunction``:
-    in the interpreter, with :data:`DIRECT` off, with a launch hook or Triton's debug mode on, or when ``device``
-    is not the current CUDA device (Triton compiles and launches for the current one)."""
-    if _knobs is None or not DIRECT:
+    in the interpreter, with :data:`DIRECT` off or inside :func:`through_jit`, with a launch hook or Triton's debug
+    mode on, or when ``device`` is not the current CUDA device (Triton compiles and launches for the current one)."""
+    if _knobs is None or not DIRECT or _THROUGH_JIT[0]:
         return None
     rt = _knobs.runtime
     if rt.debug or rt.launch_enter_hook.calls or rt.launch_exit_hook.calls:

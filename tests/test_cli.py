@@ -126,6 +126,7 @@ def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch)
     assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
     assert not list((tmp_path / "04_attention").glob("*.jsonl"))
     assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}
+    assert bench.current("04", "hopper/cs336", gpu=None, root=tmp_path) == jsonl[0]  # the index names the new run
 
 
 def test_bench_unknown_part_lists_the_parts(capsys):

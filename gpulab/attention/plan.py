@@ -3,8 +3,8 @@ input signature (validation, scale, version, tiles, grids, launches).
 
 Versions live in leaf packages that never import each other: ``v1/`` (portable FlashAttention-2), ``v2/`` (Hopper:
 TMA and wgmma), ``v3/`` (Hopper, Gluon: FlashAttention-3's warp-specialized forward and backward). This module picks
-one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; :data:`V3_BACKWARD_MIN_SEQ` for version 3's
-backward from a length on, :data:`V3_BACKWARD_HEAD_DIMS` for it at every length) and launches it (:func:`run_forward`,
+one (:func:`auto_version` and :data:`V3_HEAD_DIMS`: dtype, GPU, size; :data:`V3_BACKWARD`, a frozen
+:class:`BackwardGate`, for version 3's backward) and launches it (:func:`run_forward`,
 :func:`run_backward`). Kernels that are off by default live in :mod:`gpulab.attention.experiments`, each behind its own
 frozen config; this module never imports them: an experiment hands :func:`run_backward` its launches (``launches=``),
 an object with ``run``, ``kind`` and ``atomic``.
@@ -24,6 +24,9 @@ the TypeError that an int must raise. Other types take the full checks on every 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -50,32 +53,57 @@ from gpulab.triton_ops import LOG2E_F
 __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_plan", "backward_plan", "plan_cache_info",
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "attention_forward", "attention_backward",
            "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind", "two_kernel_backward",
-           "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward"]  # fmt: skip
+           "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward", "BackwardGate", "V3_BACKWARD",
+           "backward_launches", "launch_kind"]  # fmt: skip
 
 MAX_PLANS = 512
-"""Signatures kept per cache; when full, the cache starts over (a workload with ever-new lengths stays bounded)."""
-
-V3_BACKWARD_HEAD_DIMS: tuple[int, ...] = ()
-"""Head dims at which :func:`run_backward` takes version 3's backward at every length (:data:`V3_BACKWARD_MIN_SEQ`
-takes it from a length on) (:mod:`gpulab.attention.v3.backward`, Gluon: one pass per key block, dQ by fp32 atomic
-additions) where :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for and determinism is
-not (``torch.use_deterministic_algorithms(True)`` takes the two kernels: the atomic dQ sums in no fixed order).
-Empty: at N = 1024 version 3's backward is not faster than the two kernels on every problem of any head dim
-(notes/attention-hopper.md, 'The length gate')."""
+"""Signatures kept per cache by default (:func:`clear_plan_cache` takes another); when full, the cache starts over."""
 
 
-V3_BACKWARD_MIN_SEQ: dict[tuple[int, bool], int] = {(64, False): 1024, (64, True): 4096, (128, False): 4096,
-                                                      (128, True): 4096}  # fmt: skip
-"""``(head dim, causal) -> N``: :func:`run_backward` takes version 3's backward (its measured default,
-:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) where both the query and the key
-length are at least N (and :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for,
-determinism is not); no entry: never. N is the shortest length of lesson 4's grid from which on that default took less
-time than the shipped two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's
-fastest round) in each of the newest three H100 runs that timed both on the whole grid, the longest of their three
-lengths (``benchmarks/04_attention/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
-table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
-while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
+@dataclass(frozen=True)
+class BackwardGate:
+    """Where :func:`run_backward` takes version 3's backward (:mod:`gpulab.attention.v3.backward`, Gluon: dQ by fp32
+    atomic additions) instead of version 1's two kernels, where
+    :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for and determinism is not
+    (``torch.use_deterministic_algorithms(True)`` takes the two kernels: the atomic dQ sums in no fixed order).
+
+    ``head_dims``: taken at every length; ``min_seq``: ``(head dim, causal) -> N``, taken where both lengths are at
+    least N (no entry: never). :data:`V3_BACKWARD` is the package's; :func:`backward_launches` takes another."""
+
+    head_dims: tuple[int, ...] = ()
+    min_seq: Mapping[tuple[int, bool], int] | None = None  # None: no entry
+
+    def __post_init__(self):
+        object.__setattr__(self, "min_seq", {} if self.min_seq is None else self.min_seq)
+        if not isinstance(self.head_dims, tuple) or not all(type(d) is int and d > 0 for d in self.head_dims):
+            raise TypeError(f"BackwardGate.head_dims must be a tuple of positive ints such as (64,), got "
+                            f"{self.head_dims!r}.")  # fmt: skip
+        ok = isinstance(self.min_seq, Mapping) and all(isinstance(k, tuple) and len(k) == 2 and type(k[0]) is int
+                                                       and type(k[1]) is bool and type(n) is int and n > 0
+                                                       for k, n in self.min_seq.items())  # fmt: skip
+        if not ok:
+            raise TypeError(f"BackwardGate.min_seq must map (head dim, causal) to a positive length, such as "
+                            f"{{(64, True): 4096}}, got {self.min_seq!r}.")  # fmt: skip
+        object.__setattr__(self, "min_seq", MappingProxyType(dict(self.min_seq)))
+
+    def takes_v3(self, head_dim: int, is_causal: bool, n_q: int, n_k: int) -> bool:
+        """Whether a plain problem of these sizes takes version 3's backward under this gate (where it can run)."""
+        return head_dim in self.head_dims or min(n_q, n_k) >= self.min_seq.get((head_dim, is_causal), 1 << 62)
+
+
+V3_BACKWARD = BackwardGate((), {(64, False): 1024, (64, True): 4096, (128, False): 4096, (128, True): 4096})
+"""The package's gate. ``head_dims`` empty: at N = 1024 version 3's backward is not faster than the two kernels on
+every problem of any head dim (notes/attention-hopper.md, 'The length gate'). ``min_seq``: N is the shortest length
+of lesson 4's grid from which on version 3's measured default
+(:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) took less time than the shipped
+two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's fastest round) in each
+of the newest three H100 runs that timed both on the whole grid, the longest of their three lengths
+(``benchmarks/04_attention/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this table
+to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem while
+the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
 lengths."""
+
+V3_BACKWARD_HEAD_DIMS, V3_BACKWARD_MIN_SEQ = V3_BACKWARD.head_dims, V3_BACKWARD.min_seq  # its fields, read-only
 
 
 class V3Backward(NamedTuple):
@@ -87,6 +115,7 @@ class V3Backward(NamedTuple):
 _FORWARD: dict = {}
 _BACKWARD: dict = {}
 _MISSES = {"forward": 0, "backward": 0}
+_LIMIT = {"plans": MAX_PLANS}
 
 
 def check_config(name: str, config, head_dim: int) -> AttentionConfig | HopperConfig | str | None:
@@ -169,7 +198,7 @@ class Plan:
 
 def _store(cache: dict, key, plan: Plan) -> Plan:
     if key is not None:
-        if len(cache) >= MAX_PLANS:
+        if len(cache) >= _LIMIT["plans"]:
             cache.clear()
         cache[key] = plan
     return plan
@@ -358,14 +387,16 @@ def backward_plan(do, q, k, v, o, lse, is_causal=False, scale=None, allow_tf32=F
 
 
 def plan_cache_info() -> dict:
-    """``{'forward_misses', 'backward_misses', 'forward_size', 'backward_size'}``: full checks run so far and the
-    signatures held. A repeated call with one signature adds no miss."""
+    """``{'forward_misses', 'backward_misses', 'forward_size', 'backward_size', 'max_plans'}``: full checks run so
+    far, the signatures held and the bound per cache. A repeated call with one signature adds no miss."""
     return {"forward_misses": _MISSES["forward"], "backward_misses": _MISSES["backward"],
-            "forward_size": len(_FORWARD), "backward_size": len(_BACKWARD)}  # fmt: skip
+            "forward_size": len(_FORWARD), "backward_size": len(_BACKWARD), "max_plans": _LIMIT["plans"]}  # fmt: skip
 
 
-def clear_plan_cache() -> None:
-    """Forget every plan (the next call with any signature runs the full checks again); the miss counts restart."""
+def clear_plan_cache(max_plans: int = MAX_PLANS) -> None:
+    """Forget every plan (the next call with any signature runs the full checks again); the miss counts restart.
+    ``max_plans``: the signatures each cache keeps from now on (its own and :mod:`gpulab.attention.varlen`'s)."""
+    _LIMIT["plans"] = runtime.integer("max_plans", max_plans, minimum=1)
     _FORWARD.clear()
     _BACKWARD.clear()
     _MISSES.update(forward=0, backward=0)
@@ -447,13 +478,15 @@ def attention_forward(
     return run_forward(plan, q, k, v)
 
 
-def _launches(plan: Plan, q, k, v, o, lse, do):
-    """The backward's launches for ``plan``: version 3's one-pass kernel where it pays and no tiles were asked for,
-    else version 1's two kernels."""
-    long_enough = min(plan.n_q, plan.n_k) >= V3_BACKWARD_MIN_SEQ.get((plan.d, plan.is_causal), 1 << 62)
+def backward_launches(plan: Plan, q, k, v, o, lse, do, gate: BackwardGate = V3_BACKWARD):
+    """The backward's launches for ``plan`` (contiguous inputs): version 3's one-pass kernel where ``gate`` takes it
+    and no tiles were asked for, else version 1's two kernels. :func:`run_backward` builds the plan's own with
+    :data:`V3_BACKWARD`; pass the result of another gate as its ``launches``."""
+    if not isinstance(gate, BackwardGate):
+        raise TypeError(f"gate must be a BackwardGate such as plan.V3_BACKWARD, got {type(gate).__name__} {gate!r}.")
     if not plan.plain:  # grouped heads or a window: version 1's two kernels have them
         return _two_kernel_launches(plan, q, k, v, o, lse, do)
-    if (plan.d in V3_BACKWARD_HEAD_DIMS or long_enough) and plan.backward_configs is None:
+    if gate.takes_v3(plan.d, plan.is_causal, plan.n_q, plan.n_k) and plan.backward_configs is None:
         ok, why = v3_backward.supported(q, k, v, plan.is_causal)
         if ok:
             return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
@@ -500,7 +533,7 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
     if launches is None:
         launches = plan.backward
         if launches is None:
-            launches = plan.backward = _launches(plan, q, k, v, o, lse, do)
+            launches = plan.backward = backward_launches(plan, q, k, v, o, lse, do)
     if launches.__class__ is not tuple:  # version 3's, or an experiment's
         atomic = launches.__class__ is V3Backward or launches.atomic
         if atomic and torch.are_deterministic_algorithms_enabled():
@@ -546,12 +579,13 @@ def attention_backward(
 
 
 def backward_kind(plan: Plan) -> str | None:
-    """Which backward ``plan`` holds (built by its first backward call): ``'one pass, Gluon'`` (version 3's),
-    ``'two kernels'`` (version 1's), an experiment's ``kind`` where one was set as ``plan.backward``; None before any
+    """Which backward ``plan`` holds (built by its first backward call): :func:`launch_kind` of it; None before any
     ran."""
-    launches = plan.backward
-    if launches is None:
-        return None
+    return None if plan.backward is None else launch_kind(plan.backward)
+
+
+def launch_kind(launches) -> str:
+    """``'one pass, Gluon'`` (version 3's backward), ``'two kernels'`` (version 1's) or an experiment's ``kind``."""
     if launches.__class__ is V3Backward:
         return "one pass, Gluon"
     return "two kernels" if launches.__class__ is tuple else launches.kind

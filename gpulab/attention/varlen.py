@@ -20,7 +20,7 @@ import torch
 
 from gpulab import check, runtime
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
-from gpulab.attention.plan import MAX_PLANS
+from gpulab.attention.plan import plan_cache_info
 from gpulab.attention.reference import check_window, default_scale, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
@@ -162,7 +162,7 @@ def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, wind
     scale = default_scale(query.shape[2], scale)
     plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group)
     if key_ is not None:
-        if len(_PLANS) >= MAX_PLANS:
+        if len(_PLANS) >= plan_cache_info()["max_plans"]:
             _PLANS.clear()
         _PLANS[key_] = plan
     return plan

@@ -301,8 +301,12 @@ def _lesson_dir(lesson: str, root: Path) -> Path:
     raise ValueError(f"lesson={lesson!r} is not a known lesson; known: {', '.join(lessons.ids())}.")
 
 
-def save(results, lesson: str, root=None, path=None) -> Path:
-    """Write results as JSON lines to ``benchmarks/<lesson>/<gpu>-<date>.jsonl`` (or ``path``); return the path."""
+def save(results, lesson: str, root=None, path=None, part: str | None = None) -> Path:
+    """Write results as JSON lines to ``benchmarks/<lesson>/<gpu>-<date>.jsonl`` (or ``path``); return the path.
+
+    ``part`` ('main', 'hopper', 'v3/tune', ...): also make the file the current record of that part on its GPU in
+    the results folder's ``INDEX.json`` (:func:`gpulab.bench.index.record_set`; ``path`` must then lie under
+    ``root``'s results folder). None: the index is left as it is (a scratch run)."""
     results = result_list("results", results)
     if path is None:
         folder = _lesson_dir(lesson, results_dir(root))
@@ -312,6 +316,8 @@ def save(results, lesson: str, root=None, path=None) -> Path:
     with path.open("w") as f:
         for r in results:
             f.write(json.dumps(r.to_dict(), sort_keys=True) + "\n")
+    if part is not None:
+        index.record_set(lesson, part, [path], root)
     return path
 
 

@@ -4,14 +4,16 @@ A lesson source loads records with calls such as ``bench.load("05", gpu="h100")`
 "h100", record="cross")`` and displays them in the cell of the call (and later cells). :data:`DISPLAYS` maps each
 such call, as the sources write it, to the times it displays, each with its :class:`gpulab.bench.history.Key`
 (lesson, case, kernel version, device, problem, clock) and its run (the record file). :func:`displayed` reads a
-source cell by cell: every loader call of a code cell adds its values, **marked as history when that cell prints a
-history label** (:func:`history_label`, whose text says what the run is and which newer run is the record).
-:func:`check_source` raises when one key is displayed from two runs without the label, and when a source calls a
+source cell by cell: every loader call of a code cell adds its values, **marked as shown under their own run's
+name when that cell prints its record's banner** (:func:`gpulab.bench.index.banner`, re-exported as
+``shown.banner``: the record file that ``benchmarks/INDEX.json`` names, its device, versions and date).
+:func:`check_source` raises when one key is displayed from two runs without a banner, and when a source calls a
 loader that :data:`DISPLAYS` does not know (so a new display cannot bypass the check). ``tests/course/
 test_records_shown.py`` runs it on every lesson source.
 
-A loader call stands for everything later cells show from the records it loaded: label the cell that loads a
-superseded run (the check reads that cell), and say so again in the text of a later cell that shows more of it.
+A loader call stands for everything later cells show from the records it loaded: print the banner in the cell that
+loads a record shown beside the lesson's run (the check reads that cell), and name the record again in the text of a
+later cell that shows more of it.
 
 What is keyed: times (device and wall clock, and ``do_bench`` where a leaderboard uses it), and bandwidths derived
 from them. Ratios are not: a ratio is a comparison within one run, which is the point of measuring peers in the same
@@ -29,9 +31,12 @@ from pathlib import Path
 
 from gpulab import bench
 from gpulab.bench.history import Key, Shown, check
-from gpulab.course.history_labels import LABELS, history_label
 
-__all__ = ["DISPLAYS", "LABELS", "LOADER", "Display", "history_label", "loader_calls", "displayed", "check_source"]
+__all__ = ["DISPLAYS", "LOADER", "BANNER", "Display", "loader_calls", "displayed", "check_source"]
+
+BANNER = re.compile(r"\b(?:shown|bench\.index|index)\.(?:banner|history_label)\(")
+"""A call that prints the banner of the record a cell shows (``shown.history_label``: its older name, which the
+lesson sources of lessons 4 and 5 still call)."""
 
 LOADER = re.compile(
     r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|rows_report|tasks|roofline|"
@@ -543,7 +548,7 @@ def _code_cells(text: str) -> list[str]:
 
 
 def loader_calls(path) -> list[tuple[int, str, bool]]:
-    """``(code cell index, loader call, the cell prints a history label)`` for every loader call of a lesson source."""
+    """``(code cell index, loader call, the cell prints a record banner)`` for every loader call of a lesson source."""
     if not isinstance(path, str | Path):
         raise TypeError(f"path must be a lesson source path (str or Path), got {type(path).__name__} {path!r}.")
     path = Path(path)
@@ -551,14 +556,14 @@ def loader_calls(path) -> list[tuple[int, str, bool]]:
         raise ValueError(f"path must be an existing jupytext source notebooks/src/NN_name.py, got {str(path)!r}.")
     out = []
     for i, cell in enumerate(_code_cells(path.read_text())):
-        labelled = "shown.history_label(" in cell or "one_record.history_label(" in cell
+        labelled = BANNER.search(cell) is not None
         for m in LOADER.finditer(cell):
             out.append((i, " ".join(m.group(0).split()), labelled))
     return out
 
 
 def displayed(path, registry=None, root=None) -> list[Shown]:
-    """Every keyed time a lesson source displays, with history marked where the loader's cell prints the label.
+    """Every keyed time a lesson source displays, marked (``history``) where the loader's cell prints a banner.
     ValueError naming a loader call the registry does not know."""
     table = DISPLAYS if registry is None else registry
     lesson = Path(path).name[:2]
@@ -582,6 +587,6 @@ def displayed(path, registry=None, root=None) -> list[Shown]:
 
 
 def check_source(path, registry=None, root=None) -> None:
-    """Raise ValueError if a lesson source displays one key from two runs without the history label (or loads
+    """Raise ValueError if a lesson source displays one key from two runs without a banner (or loads
     records the registry does not know)."""
     check(displayed(path, registry, root))

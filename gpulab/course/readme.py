@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from gpulab import bench
-from gpulab.course import one_record
+from gpulab.bench import index
 from gpulab.rnn.ladder.benchmark import SAME_MODE_CLOCKS, mode_ms, same_mode
 from gpulab.rnn.ladder.plot import find, short_dtype
 
@@ -139,10 +139,8 @@ def lesson04_hopper() -> str:
     head = recs[0]
     lines = [
         *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
-        f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; "
-        "one run of `python -m gpulab bench 04 hopper`.",
-        "",
-        f"*{one_record.history_label('04', 'hopper')}* The CS336 lines: *{one_record.history_label('04', 'cs336')}*",
+        f"{index.banner('04', 'hopper', root=ROOT / 'benchmarks')}; `python -m gpulab bench 04 hopper`. The CS336 "
+        f"lines: {index.banner('04', 'hopper/cs336', root=ROOT / 'benchmarks')}.",
         "",
         *(f"- {line}" for line in hopper_report.summary(recs)),
         *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:4]),
@@ -361,7 +359,7 @@ def lesson05_split() -> str:
                (16, 1, 768)}  # fmt: skip
     fwd, cudnn = fwd_768[("fused", "bfloat16")], fwd_768[("cuDNN nn.LSTM (dense)", "float16")]
     lines = [
-        f"*{one_record.history_label('05', 'split')}*",
+        f"*{index.banner('05', 'split', root=ROOT / 'benchmarks')}.*",
         "",
         "```",
         split_report.split_table(rows),
@@ -394,7 +392,7 @@ def lesson05_versions() -> str:
     by_v = {r.params["version"]: r for r in rows}
     lines = [
         *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
-        f"*{one_record.history_label('05', 'versions')}*",
+        f"*{index.banner('05', 'versions', root=ROOT / 'benchmarks')}.*",
         "",
         "```",
         report.versions_table(rows),

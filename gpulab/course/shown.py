@@ -9,15 +9,16 @@ may show; notebook 05 and the README's generator call them. :func:`lesson05` lis
 head of 768, every value notebook 05 and the README display, with its run and label, so
 ``tests/course/test_records_shown.py`` can check that one key comes from one run.
 
-The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record`
-(:func:`history_label`, from :mod:`gpulab.course.history_labels`, is re-exported here for the notebooks).
+The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record`. A cell
+that shows a record beside the lesson's run prints that record's :func:`banner` (the record file the index names,
+its device, versions and date: :func:`gpulab.bench.index.banner`), which is what the check reads.
 """
 
 from __future__ import annotations
 
 from gpulab import bench
 from gpulab.bench.history import Key, Shown
-from gpulab.course.history_labels import history_label
+from gpulab.bench.index import banner
 
 __all__ = [
     "SUPERSEDED",
@@ -27,6 +28,7 @@ __all__ = [
     "run_training",
     "unmeasured",
     "history_line",
+    "banner",
     "history_label",
     "attention_versions",
     "lesson05",
@@ -113,6 +115,28 @@ def history_line(record: str, what: str, rows, describe) -> str:
         raise TypeError(f"describe must be a function of one row returning a str, got {describe!r}.")
     why = SUPERSEDED[(record, what)]
     return f"history, superseded ({why}): " + "; ".join(describe(r) for r in rows)
+
+
+_PARTS: dict[tuple[str, str], tuple[str, tuple[str, ...] | None]] = {
+    ("04", "hopper"): ("hopper", None),
+    ("04", "cs336"): ("hopper/cs336", None),
+    ("05", "versions"): ("versions", None),
+    ("05", "split"): ("split", None),
+    ("05", "cross"): ("split/cross", None),
+    ("05", "v6 rows8 z"): ("v6/rows8", ("z", "zz")),
+    ("05", "v6 rows8 zzc"): ("v6/rows8", ("zzc", "zzd")),
+}
+"""The names the lesson sources still pass to :func:`history_label` -> (index part, run tags) of its banner."""
+
+
+def history_label(lesson: str, run: str) -> str:
+    """The :func:`banner` of the record a lesson cell names by its older name (``("05", "split")``); new cells call
+    ``banner(lesson, part)`` directly."""
+    if (lesson, run) not in _PARTS:
+        raise ValueError(f"(lesson, run) must be one of {sorted(_PARTS)}, got {(lesson, run)!r}; call banner(lesson, "
+                         "part) with the record's part in benchmarks/INDEX.json instead.")  # fmt: skip
+    part, tags = _PARTS[(lesson, run)]
+    return banner(lesson, part, tags=tags) + "."
 
 
 def attention_versions(records) -> tuple[str, int]:

@@ -133,12 +133,19 @@ def test_bad_input_after_good_calls_is_still_refused(fresh_plans, attention_inpu
             call(x)
 
 
-def test_the_cache_stays_bounded(fresh_plans, attention_inputs, monkeypatch):
-    monkeypatch.setattr(P, "MAX_PLANS", 3)
+def test_the_cache_stays_bounded(fresh_plans, attention_inputs):
+    P.clear_plan_cache(max_plans=3)
+    assert P.plan_cache_info()["max_plans"] == 3
     q, k, v, _ = attention_inputs(1, 1, 8, 8, 16)
+    sizes = []
     for n in range(1, 8):
         A.attention_forward(q[:, :, :n], k, v)
-        assert P.plan_cache_info()["forward_size"] <= 3
+        sizes.append(P.plan_cache_info()["forward_size"])
+    assert max(sizes) == 3 and sizes[3] == 1, sizes  # the fourth signature started the cache over
+    P.clear_plan_cache()
+    assert P.plan_cache_info()["max_plans"] == P.MAX_PLANS
+    with pytest.raises(ValueError, match="max_plans"):
+        P.clear_plan_cache(max_plans=0)
 
 
 def test_autograd_function_without_a_plan_makes_one(fresh_plans, attention_inputs):
@@ -254,12 +261,10 @@ def test_gpu_direct_launches_match_the_jit_path(fresh_plans, attention_inputs, c
     second = fwd_bwd(q, k, v)  # direct
     after = L.launch_counts()
     assert after["direct"] - before["direct"] == 3, "forward, dQ and dK/dV launched directly on the second call"
-    monkey_direct = L.DIRECT
-    try:
-        L.DIRECT = False
+    with L.through_jit():
         jit = fwd_bwd(q, k, v)
-    finally:
-        L.DIRECT = monkey_direct
+        assert L.direct_stream(q.device) is None
+    assert L.direct_stream(q.device) is not None
     for a, b, c in zip(first, second, jit):
         assert torch.equal(a, b) and torch.equal(a, c)
     # a contiguous view whose data starts 2 bytes into its storage: not 16-byte aligned

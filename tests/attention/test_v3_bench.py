@@ -8,7 +8,6 @@ import torch
 from gpulab import bench, lessons
 from gpulab.attention.measure import report as ar
 from gpulab.attention.measure import v3_bench as vb
-from gpulab.attention.v3 import configs as v3_configs
 
 NEEDS = "unavailable: version 3 (Gluon) needs an sm_90 GPU"
 
@@ -88,9 +87,7 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
     assert raced[2].params["check"].startswith("FAILED: 2/4 runs differ")
 
     fields = [dict(step=3, stages=3), dict(step=3, stages=2)]
-    monkeypatch.setattr(v3_configs, "SHORT_N", 32)  # N = 32 short, N = 64 long
-    monkeypatch.setattr(v3_configs, "SHORT_N_BY", {})
-    tuned = vb.tune_v3(candidates={64: fields}, seqs=(32, 64), runs=2, tokens=64)
+    tuned = vb.tune_v3(candidates={64: fields}, seqs=(32, 64), runs=2, tokens=64, short_n=lambda d, causal: 32)
     kinds = {}
     for r in tuned:
         kinds.setdefault(r.params["kind"], []).append(r)

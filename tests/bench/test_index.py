@@ -95,3 +95,57 @@ def test_without_an_index_the_newest_run_is_current(tmp_path):
 def test_bad_input_names_the_argument(bad, kind):
     with pytest.raises(kind, match="part|gpu|lesson"):
         index.current(*bad, root=BENCH)
+
+
+def _result(device="NVIDIA H100 80GB HBM3", date="2026-01-02"):
+    return bench.Result(lesson="00", case="copy", device=device, date=date, mode="cuda", ms=1.0, torch="2.0",
+                        triton="3.6.0")  # fmt: skip
+
+
+def test_saving_a_part_makes_it_the_current_record_and_returns_what_it_superseded(tmp_path):
+    first = bench.save([_result(date="2026-01-02")], "00", root=tmp_path, part="main")
+    assert index.read_index(tmp_path) == {
+        "00": {"main": {"nvidia-h100-80gb-hbm3": [first.relative_to(tmp_path).as_posix()]}}
+    }
+    assert bench.current("00", root=tmp_path) == first
+    second = bench.save([_result(date="2026-01-03")], "00", root=tmp_path, part="main")
+    assert bench.current("00", root=tmp_path) == second and first.exists()
+    # another GPU's run of the same part is a second entry; the H100's stays current
+    a100 = bench.save([_result(device="NVIDIA A100-SXM4-80GB", date="2026-01-04")], "00", root=tmp_path, part="main")
+    assert bench.current("00", gpu="h100", root=tmp_path) == second
+    assert bench.current("00", gpu="a100", root=tmp_path) == a100
+    superseded = index.record_set("00", "main", [first], tmp_path)
+    assert superseded == [second] and bench.current("00", root=tmp_path) == first
+    # without a part the index is left alone (a scratch run)
+    bench.save([_result(date="2026-01-05")], "00", root=tmp_path)
+    assert bench.current("00", root=tmp_path) == first
+    assert (
+        "Record (00 main): `00_memory_hierarchy/nvidia-h100-80gb-hbm3-2026-01-02.jsonl`: NVIDIA H100 80GB HBM3, torch "
+        "2.0, Triton 3.6.0, 2026-01-02" == index.banner("00", "main", root=tmp_path)
+    )
+
+
+def test_record_set_refuses_files_it_cannot_index(tmp_path):
+    outside = tmp_path / "elsewhere" / "nvidia-h100-80gb-hbm3-2026-01-01.jsonl"
+    with pytest.raises(ValueError, match="not under the results folder"):
+        index.record_set("00", "main", [outside], tmp_path / "benchmarks")
+    with pytest.raises(ValueError, match="history"):
+        index.record_set("00", "main", [tmp_path / "history" / "00" / "nvidia-h100-2026-01-01.jsonl"], tmp_path)
+    with pytest.raises(ValueError, match="gpu slug"):
+        index.record_set("00", "main", [tmp_path / "00_memory_hierarchy" / "run.jsonl"], tmp_path)
+    two = [tmp_path / "nvidia-h100-2026-01-01.jsonl", tmp_path / "nvidia-a100-2026-01-01.jsonl"]
+    with pytest.raises(ValueError, match="one GPU"):
+        index.record_set("00", "main", two, tmp_path)
+    with pytest.raises(TypeError, match="part"):
+        index.record_set("00", "", two, tmp_path)
+    with pytest.raises(ValueError, match="names no .jsonl record"):
+        index.banner("00", "main", root=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "lesson, part, key",
+    [("04", None, "main"), ("04", "cs336", "hopper/cs336"), ("04", "v3-tune", "v3/tune"),
+     ("05", "cross", "split/cross"), ("06", "lm-search", "lm-search"), ("04", "v3", "v3"), ("05", "split", "split")],
+)  # fmt: skip
+def test_a_cli_part_maps_to_its_index_entry(lesson, part, key):
+    assert index.part_key(lesson, part, BENCH) == key

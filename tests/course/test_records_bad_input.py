@@ -1,16 +1,16 @@
 """The readers behind the course's claims and the one-record rule refuse bad input with an error naming the argument:
-history labels, lesson 4's ratio helpers, lesson 0/2's stored constants, the source scanners. One table: (id, call,
+record banners, lesson 4's ratio helpers, lesson 0/2's stored constants, the source scanners. One table: (id, call,
 expected exception, a word the message must contain)."""
 
 import pytest
 
 from gpulab.attention.measure import report
 from gpulab.codesign import gemm_model
-from gpulab.course import history_labels, one_record, prose
+from gpulab.course import one_record, prose, shown
 from gpulab.roofline import hbm
 
 CASES = [
-    ("history-label-unknown", lambda: history_labels.history_label("99", "x"), ValueError, "lesson, run"),
+    ("history-label-unknown", lambda: shown.history_label("99", "x"), ValueError, "lesson, run"),
     ("ratios-clock", lambda: report.ratios([], "forward", "cuDNN", clock="gpu"), ValueError, "clock"),
     ("ratios-direction", lambda: report.ratios([], "sideways", "cuDNN"), ValueError, "direction"),
     ("sweep-ratios-int", lambda: report.sweep_ratios(5), TypeError, "records"),

@@ -62,20 +62,20 @@ def test_every_lesson_shows_each_measurement_from_one_run(source):
 
 
 @pytest.mark.parametrize("lesson", ["04_attention.py", "05_fused_rnn.py"])
-def test_without_their_history_labels_lessons_4_and_5_fail(lesson, tmp_path):
+def test_without_their_banners_lessons_4_and_5_fail(lesson, tmp_path):
     # the displays issue 36 found: lesson 4's benchmark run and the Hopper probe both timing version 2's forward,
-    # lesson 5's one head of 768 forward shown from four runs. The labels are what makes them pass.
+    # lesson 5's one head of 768 forward shown from four runs. The banners naming each record make them pass.
     text = next(p for p in SOURCES if p.name == lesson).read_text()
-    assert "shown.history_label(" in text
+    assert one_record.BANNER.search(text)
     planted = tmp_path / lesson
-    planted.write_text(text.replace("shown.history_label(", "str(  # label removed: "))
+    planted.write_text(one_record.BANNER.sub("str(  # banner removed: ", text))
     with pytest.raises(ValueError, match="one measurement shown from several runs"):
         one_record.check_source(planted)
 
 
 def _planted(tmp_path, label_second: bool):
     src = tmp_path / "09_planted.py"
-    second = 'print(shown.history_label("09", "old"))\n' if label_second else ""
+    second = 'print(shown.banner("09", "old"))\n' if label_second else ""
     src.write_text(
         "# %% [markdown]\n# Two runs of one measurement.\n\n"
         '# %%\nnew = bench.load("09", gpu="h100")\nprint(new)\n\n'
@@ -107,23 +107,28 @@ def test_a_loader_the_registry_does_not_know_fails(tmp_path):
         one_record.check_source(src, registry)
 
 
-def test_history_label_bad_input_names_the_run():
-    assert "section 8" in one_record.history_label("05", "split")
+def test_banner_names_the_indexed_record_and_bad_input_names_the_run():
+    # the older names the lesson sources of lessons 4 and 5 still pass give the banner of the indexed record
+    assert shown.history_label("05", "split") == shown.banner("05", "split") + "."
+    assert "2026-11-24-split.jsonl`: NVIDIA H100 80GB HBM3, torch " in shown.history_label("05", "split")
+    z = shown.history_label("05", "v6 rows8 z")
+    assert "-27-z-rows8.jsonl" in z and "-27-zz-rows8.jsonl" in z and "zzc" not in z
     with pytest.raises(ValueError, match="lesson, run"):
-        one_record.history_label("05", "nope")
+        shown.history_label("05", "nope")
+    with pytest.raises(ValueError, match="part 'nope'"):
+        shown.banner("05", "nope")
     with pytest.raises(TypeError, match="path"):
         one_record.loader_calls(5)
 
 
-def test_readme_blocks_that_show_a_superseded_run_carry_its_label():
-    # the README's generated blocks display the same runs as the notebooks, so the same labels
+def test_readme_blocks_name_the_record_they_show():
+    # the README's generated blocks display the same runs as the notebooks: each names its indexed record
     from gpulab.course import readme
 
-    blocks = {"lesson04-hopper": [("04", "hopper"), ("04", "cs336")], "lesson05-split": [("05", "split")],
-              "lesson05-versions": [("05", "versions")]}  # fmt: skip
-    for name, runs in blocks.items():
+    blocks = {"lesson04-hopper": ["hopper", "hopper/cs336"], "lesson05-split": ["split"],
+              "lesson05-versions": ["versions"]}  # fmt: skip
+    for name, parts in blocks.items():
         text = readme.render(name)
-        for lesson, run in runs:
-            assert one_record.history_label(lesson, run).rstrip(".") in text, (name, run)
-    notebook_only = {("05", "cross"), ("05", "v6 rows8 z"), ("05", "v6 rows8 zzc")}  # labels no README block shows
-    assert set(one_record.LABELS) == {run for runs in blocks.values() for run in runs} | notebook_only
+        assert "earlier run" not in text, name
+        for part in parts:
+            assert shown.banner(name[6:8], part) in text, (name, part)

@@ -350,15 +350,19 @@ def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]
 
 # ---------------------------------------------------------------------------------------------------------- tune
 def tune_v3(
-    progress=None, candidates=None, seqs=(1024, 4096, 16384), runs: int = RUNS, tokens: int = 16384
+    progress=None, candidates=None, seqs=(1024, 4096, 16384), runs: int = RUNS, tokens: int = 16384, short_n=None
 ) -> list[bench.Result]:
     """``python -m gpulab bench 04 v3-tune``: per (head dim, causal), each of ``candidates`` (default :data:`TUNE`)
     raced (:func:`race_v3`, ``params['race_differing']``), checked against SDPA's fp32 math and timed on the bf16
     problems of ``seqs`` (``tokens`` per batch, ``kind='tune'``); then ``kind='choice'``: the fastest candidate that
     matched and never differed, by geometric mean of TFLOP/s over ``seqs`` (``params['group']`` 'all'), over the
-    short ones (N <= ``v3.short_n``, 'short') and the long ones ('long'); ``params['chosen']``: its V3Config fields,
-    which :data:`MEASURED` (long) and :data:`MEASURED_SHORT` (short) then commit."""
+    short ones (N <= ``short_n(d, causal)``, default ``v3.short_n``: 'short') and the long ones ('long');
+    ``params['chosen']``: its V3Config fields, which :data:`MEASURED` (long) and :data:`MEASURED_SHORT` (short) then
+    commit."""
     candidates = candidates or TUNE
+    short_n = v3.short_n if short_n is None else short_n
+    if not callable(short_n):
+        raise TypeError(f"short_n must be a function (head dim, causal) -> the longest short N, got {short_n!r}.")
     if not isinstance(candidates, dict) or not all(isinstance(f, list) for f in candidates.values()):
         raise TypeError(f"candidates must be a dict head dim -> list of V3Config fields like TUNE, got {candidates!r}.")
     tokens = runtime.integer("tokens", tokens, minimum=1)
@@ -381,19 +385,18 @@ def tune_v3(
                                  for n, (f, _) in cfgs.items()},
             )  # fmt: skip
             timed = bench.run(b, progress)
-            results += timed + _choice(timed, cfgs, d, causal, seqs)
+            results += timed + _choice(timed, cfgs, d, causal, seqs, short_n(d, causal))
     return results
 
 
-def _choice(records, cfgs, d, causal, seqs) -> list[bench.Result]:
-    """Per group of sequence lengths (``all``; ``short``: N <= ``v3.short_n(d, causal)``, ``long``: the rest), the
+def _choice(records, cfgs, d, causal, seqs, limit: int) -> list[bench.Result]:
+    """Per group of sequence lengths (``all``; ``short``: N <= ``limit``, ``long``: the rest), the
     candidate with the highest geometric mean of TFLOP/s among those that matched and never differed on every length
     of the group."""
     rates: dict = {}
     for r in records:
         if r.status == "ok" and r.params.get("check") == "ok" and r.params.get("race_differing") == 0 and r.tflops:
             rates.setdefault(r.provider, {})[r.shape[2]] = r.tflops
-    limit = v3.short_n(d, causal)
     groups = {"all": list(seqs), "short": [n for n in seqs if n <= limit],
               "long": [n for n in seqs if n > limit]}  # fmt: skip
     out = []

@@ -10,6 +10,8 @@ module re-exports every name here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import torch
 
@@ -143,7 +145,7 @@ SHORT_N = 2048
 :data:`SHORT_N_BY` gives no other bound; longer ones :data:`MEASURED`'s (lesson 4's grid has N = 1k, 4k and 16k:
 the tune part times each and chooses for N = 1k apart)."""
 
-SHORT_N_BY: dict[tuple[int, bool], int] = {(128, True): 4096}
+SHORT_N_BY: Mapping[tuple[int, bool], int] = MappingProxyType({(128, True): 4096})
 """:data:`SHORT_N` per (head dim, causal) where the short choice was measured to win further: d=128 causal takes its
 short tiles up to N = 4k (the tune part's choice at N = 1k and 4k: paired tiles, Q from shared memory)."""
 

@@ -3,11 +3,11 @@ shipped backward, and never where it cannot run (here: no sm_90 GPU)."""
 
 import re
 
+import pytest
 import torch
 
 from gpulab import runtime
 from gpulab.attention import plan
-from gpulab.attention.function import flash_attention
 from gpulab.attention.measure import v3_backward_report as report
 
 
@@ -25,17 +25,26 @@ def test_gate_matches_the_records():
         assert ok, f"head dim {d} is in V3_BACKWARD_HEAD_DIMS but no record shows version 3's backward ahead there"
 
 
-def test_switch_on_without_sm90_takes_the_two_kernels(monkeypatch):
-    monkeypatch.setattr(plan, "V3_BACKWARD_HEAD_DIMS", (64,))
+def _gated_backward(gate):
+    """The launches ``gate`` chooses for a causal problem of 20 queries, head dim 64, and the gradients they give."""
     plan.clear_plan_cache()
     gen = torch.Generator(device=runtime.device).manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 20, 64, device=runtime.device, generator=gen, requires_grad=True) for _ in "qkv")
-    o = flash_attention(q, k, v, is_causal=True)
-    o.sum().backward()
+    q, k, v, do = (torch.randn(1, 1, 20, 64, device=runtime.device, generator=gen) for _ in "qkvo")
     p = plan.forward_plan(q, k, v, is_causal=True)
-    assert plan.backward_kind(p) == "two kernels"
-    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    o, lse = plan.run_forward(p, q, k, v)
+    launches = plan.backward_launches(p, q, k, v, o, lse, do, gate)
+    grads = plan.run_backward(p, do, q, k, v, o, lse, launches=launches)
+    assert p.backward is None  # another gate's launches are for that call only: the cached plan keeps its own
     plan.clear_plan_cache()
+    return plan.launch_kind(launches), grads
+
+
+def test_switch_on_without_sm90_takes_the_two_kernels():
+    gate = plan.BackwardGate(head_dims=(64,))
+    assert gate.takes_v3(64, True, 20, 20) and not plan.V3_BACKWARD.takes_v3(64, True, 20, 20)
+    kind, grads = _gated_backward(gate)
+    assert kind == "two kernels"
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def test_measured_default_is_the_fastest_step_of_the_run_that_timed_the_ladder_last():
@@ -175,13 +184,19 @@ def test_min_seq_table_reads_the_longest_lengths_first():
     assert report.min_seq_table(best, "v3") == {(64, False): 4096, (64, True): 16384}
 
 
-def test_min_seq_takes_version_3_only_from_its_length(monkeypatch):
-    """The gate: the launch kind follows min(Nq, Nk) against the table (here without an sm_90 GPU, the two kernels
+def test_min_seq_takes_version_3_only_from_its_length():
+    """The gate: version 3 from min(Nq, Nk) on against the table (here without an sm_90 GPU, the two kernels
     always: version 3 cannot run)."""
-    monkeypatch.setattr(plan, "V3_BACKWARD_MIN_SEQ", {(64, True): 16})
-    plan.clear_plan_cache()
-    q, k, v = (torch.randn(1, 1, 20, 64, device=runtime.device, requires_grad=True) for _ in "qkv")
-    flash_attention(q, k, v, is_causal=True).sum().backward()
-    assert plan.backward_kind(plan.forward_plan(q, k, v, is_causal=True)) == "two kernels"
-    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
-    plan.clear_plan_cache()
+    gate = plan.BackwardGate(min_seq={(64, True): 16})
+    assert gate.takes_v3(64, True, 16, 20) and not gate.takes_v3(64, True, 20, 15)
+    assert not gate.takes_v3(64, False, 20, 20) and not gate.takes_v3(128, True, 20, 20)
+    kind, grads = _gated_backward(gate)
+    assert kind == "two kernels" and all(torch.isfinite(g).all() for g in grads)
+    with pytest.raises(TypeError, match="min_seq"):
+        plan.BackwardGate(min_seq={64: 16})
+    with pytest.raises(TypeError, match="head_dims"):
+        plan.BackwardGate(head_dims=[64])
+    with pytest.raises(TypeError, match="gate"):
+        plan.backward_launches(None, None, None, None, None, None, None, gate={(64, True): 16})
+    with pytest.raises(TypeError):
+        plan.V3_BACKWARD_MIN_SEQ[(64, True)] = 16  # read-only: a gate is passed in, never patched
