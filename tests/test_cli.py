@@ -116,13 +116,13 @@ def test_bench_of_a_lesson_without_a_benchmark(capsys, monkeypatch):
 
 
 def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch):
-    """`bench 04 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
+    """`bench 05 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
     records go to the part's folder under the lesson's results, not the lesson's own."""
     asked = []
     monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: asked.append(part) or _tiny_benchmark)
     assert cli.main(["bench", "04", "cs336", "--out", str(tmp_path)]) == 0
     assert asked == ["cs336"]
-    jsonl = sorted((tmp_path / "04_attention" / "hopper" / "cs336").glob("*.jsonl"))
+    jsonl = sorted((tmp_path / "05_attention_hopper" / "hopper" / "cs336").glob("*.jsonl"))
     assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
     assert not list((tmp_path / "04_attention").glob("*.jsonl"))
     assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}

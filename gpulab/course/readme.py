@@ -115,7 +115,7 @@ def lesson04() -> str:
     from gpulab.attention.measure import report as attention_bench
     from gpulab.course import shown
 
-    path, recs = _current("04_attention")
+    path, recs = _current("04_flash_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
@@ -131,18 +131,18 @@ def lesson04() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson04_hopper() -> str:
+def lesson05_hopper() -> str:
     from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
-    path = bench.current("04", "hopper", "h100", ROOT / "benchmarks")
-    recs = bench.load("04", path=path)
+    path = bench.current("05", "hopper", "h100", ROOT / "benchmarks")
+    recs = bench.load("05", path=path)
     head = recs[0]
     lines = [
         *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
         f"{head.device}, torch {head.torch}, Triton {head.triton}, {head.date}; "
-        "one run of `python -m gpulab bench 04 hopper`.",
+        "one run of `python -m gpulab bench 05 hopper`.",
         "",
-        f"*{one_record.history_label('04', 'hopper')}* The CS336 lines: *{one_record.history_label('04', 'cs336')}*",
+        f"*{one_record.history_label('05', 'hopper')}* The CS336 lines: *{one_record.history_label('05', 'cs336')}*",
         "",
         *(f"- {line}" for line in hopper_report.summary(recs)),
         *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:4]),
@@ -158,12 +158,12 @@ def lesson04_hopper() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson04_v3() -> str:
+def lesson05_v3() -> str:
     from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
     recs = hopper_report.stored_v3()
     head = recs[0]
-    path = bench.current("04", "v3", "h100", ROOT / "benchmarks")
+    path = bench.current("05", "v3", "h100", ROOT / "benchmarks")
     spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
     wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
     problems = hopper_report.v3_best(recs)
@@ -173,7 +173,7 @@ def lesson04_v3() -> str:
         f"`{path.name}` (every output checked against SDPA's fp32 math before it was timed, each "
         "provider timed twice, the faster round kept; the 200-run race tests and the tunes are the `-race` and `-tune` "
         "records beside it). Ratios: the peer's time / version 3's "
-        f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
+        f"(> 1: version 3 faster), over {len(problems)} of lesson 5's forward problems ({dtypes_run}).",
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
@@ -253,8 +253,8 @@ def lesson03() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson07() -> str:
-    path, recs = _current("07_distributed")
+def lesson09() -> str:
+    path, recs = _current("09_distributed")
     speed = [r for r in recs if "tokens_per_s" in r.params]
     base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
     head = speed[0]
@@ -324,10 +324,10 @@ def _ms(x) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def lesson05() -> str:
+def lesson06() -> str:
     from gpulab.rnn.fused.measure import benchmark as rnn_bench  # deferred: imports the kernels
 
-    path, recs = _current("05_fused_rnn")
+    path, recs = _current("06_fused_rnn")
     head = recs[0]
     main = [r for r in recs if r.params.get("sweep") in ("main", "dense") and r.status == "ok" and r.ms == r.ms]
     lines = [
@@ -347,21 +347,21 @@ def lesson05() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson05_split() -> str:
+def lesson07_split() -> str:
     from gpulab.course import shown
     from gpulab.rnn.fused.measure import split_report  # deferred: imports the kernels
 
     rows, _ = shown.split_now(split_report.load_split("h100"))  # its fwd+bwd rows ran the first split backward
     back = split_report.load_split("h100", record="partials")
     # one head of 768 from the lesson's run, the one record of that measurement (gpulab.course.one_record)
-    run = bench.load("05", gpu="h100")
+    run = bench.load("06", gpu="h100")
     ours, cudnn_train = shown.run_training(run, "fused"), shown.run_training(run, "cuDNN nn.LSTM (dense)", "float16")
     fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run if r.status == "ok" and r.params.get("pass") == "fwd"
                and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
                (16, 1, 768)}  # fmt: skip
     fwd, cudnn = fwd_768[("fused", "bfloat16")], fwd_768[("cuDNN nn.LSTM (dense)", "float16")]
     lines = [
-        f"*{one_record.history_label('05', 'split')}*",
+        f"*{one_record.history_label('07', 'split')}*",
         "",
         "```",
         split_report.split_table(rows),
@@ -385,16 +385,16 @@ def lesson05_split() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson05_versions() -> str:
+def lesson06_versions() -> str:
     from gpulab.course import shown
     from gpulab.rnn.fused.measure import versions_report as report  # deferred: imports the kernels
 
     rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
-    path = bench.current("05", "versions", "h100", ROOT / "benchmarks")
+    path = bench.current("06", "versions", "h100", ROOT / "benchmarks")
     by_v = {r.params["version"]: r for r in rows}
     lines = [
-        *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
-        f"*{one_record.history_label('05', 'versions')}*",
+        *_figure(path, f"lesson 6's kernel versions, forward and forward+backward, on the {rows[0].device}"),
+        f"*{one_record.history_label('06', 'versions')}*",
         "",
         "```",
         report.versions_table(rows),
@@ -411,7 +411,7 @@ def lesson05_versions() -> str:
 
 
 def _bound_lines(b) -> list[str]:
-    """Lesson 6's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
+    """Lesson 8's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
     if b is None or 1 not in b["L"]:
         return []
     peer = f"; `torch.nn.LSTM` ({b['peer_dtype']}) in the same stack: {b['peer'] - b['FL']:.2f} ms" if b["peer"] else ""
@@ -424,20 +424,20 @@ def _bound_lines(b) -> list[str]:
     ]
 
 
-def lesson06() -> str:
+def lesson08() -> str:
     from gpulab import tasks  # deferred: imports the models
     from gpulab.tasks import spread
 
-    path, _ = _current("06_state_tracking")
+    path, _ = _current("08_state_tracking")
     found = spread.stored_search("h100")
-    search_path = bench.current("06", "search", "h100", ROOT / "benchmarks")
+    search_path = bench.current("08", "search", "h100", ROOT / "benchmarks")
     first = spread.search_records(found)[0]
     rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
     util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
     lines = [
         *_figure(search_path, f"accuracy vs length at the picked settings, every seed, on the {first.device}"),
         f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Both models tuned by one search "
-        f"(`python -m gpulab bench 06 search`): learning rates {rates}"
+        f"(`python -m gpulab bench 08 search`): learning rates {rates}"
         f" x warmup {', '.join(str(w) for w in first.params['grid_warmup'])} steps, {first.params['steps']:,} steps "
         f"of {first.shape[0]} strings of {first.params['train_length']} tokens ({short_dtype(first.dtype)}, AdamW, "
         f"{first.params['schedule']} schedule), picked by validation accuracy on strings of the training length "
@@ -468,7 +468,7 @@ def lesson06() -> str:
         + ". The earlier single-seed runs in the lesson's folder are history.",
     ]
     thr = tasks.stored_throughput("h100")
-    thr_path = bench.current("06", "throughput", "h100", ROOT / "benchmarks")
+    thr_path = bench.current("08", "throughput", "h100", ROOT / "benchmarks")
     t = thr[0]
     lines += [
         "",
@@ -501,14 +501,14 @@ SECTIONS = {
     "lesson02": lesson02,
     "lesson03": lesson03,
     "lesson04": lesson04,
-    "lesson04-hopper": lesson04_hopper,
-    "lesson04-v3": lesson04_v3,
+    "lesson05-hopper": lesson05_hopper,
+    "lesson05-v3": lesson05_v3,
     "exercises-speed": exercises_speed,
-    "lesson05": lesson05,
-    "lesson05-split": lesson05_split,
-    "lesson05-versions": lesson05_versions,
     "lesson06": lesson06,
-    "lesson07": lesson07,
+    "lesson06-versions": lesson06_versions,
+    "lesson07-split": lesson07_split,
+    "lesson08": lesson08,
+    "lesson09": lesson09,
     "io-traffic": io_traffic,
 }
 """Generated README blocks: name -> function returning the block's markdown from the records."""

@@ -12,7 +12,7 @@
   (:mod:`.fused.experiments`);
 - :mod:`.module`: the :class:`LSTM` module, ``torch.nn.LSTM``'s drop-in, with :mod:`.packed` (PackedSequence
   in and out), :mod:`.projected` (``proj_size``) and :mod:`.checkpoint` (parameter names, the earlier layout); its
-  benchmark against cuDNN is :mod:`.fused.measure.lstm_grid` (``bench 05 lstm-grid``);
+  benchmark against cuDNN is :mod:`.fused.measure.lstm_grid` (``bench 06 lstm-grid``);
 - :mod:`.ops`: the Triton backends as PyTorch custom ops.
 """
 

@@ -264,7 +264,7 @@ def measure_train_steps(name, cases, build, label, task, batch_size, length, dty
     its ``label`` (without the benchmark's name), ``params`` carry ``tokens_per_s`` (batch_size * length / device
     time of a step) where the step ran, else ``error`` (why not), beside the x values and ``params(**x)``."""
     benchmark = bench.Benchmark(
-        lesson="06",
+        lesson="08",
         name=name,
         cases=cases,
         inputs=lambda **x: (_TrainStep(lambda: build(**x), task, batch_size, length),),

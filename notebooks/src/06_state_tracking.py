@@ -22,7 +22,7 @@
 # - how to make the comparison one a skeptic accepts: one search for both models (the same grid of learning rates and warmups, the same budget of steps, the pick made on validation strings of the training length only), several seeds at the pick, and the spread shown rather than one run;
 # - what the LSTM's sequential recurrence costs in **training throughput** against attention, and how the number of heads changes it (the FlashRNN article: ~40% slower than a Transformer with one head, ~25% with 12 heads, on 8 H100s).
 #
-# **How this notebook runs.** On a machine without a GPU, it trains tiny models on CPU (the `vanilla` PyTorch backend of the LSTM and the PyTorch reference of attention: the Triton interpreter would run the kernels as numpy code, far too slowly to train) in a few seconds each, which is enough to see the gap. The full runs were made on an H100 (fused LSTM kernel, FlashAttention) and are stored under `benchmarks/06_state_tracking/`: the accuracy comparison by `python -m gpulab bench 06 search` (both models tuned by one search, then several seeds; section 3b explains it), the training throughput by `python -m gpulab bench 06 throughput`; section 5 shows them.
+# **How this notebook runs.** On a machine without a GPU, it trains tiny models on CPU (the `vanilla` PyTorch backend of the LSTM and the PyTorch reference of attention: the Triton interpreter would run the kernels as numpy code, far too slowly to train) in a few seconds each, which is enough to see the gap. The full runs were made on an H100 (fused LSTM kernel, FlashAttention) and are stored under `benchmarks/08_state_tracking/`: the accuracy comparison by `python -m gpulab bench 08 search` (both models tuned by one search, then several seeds; section 3b explains it), the training throughput by `python -m gpulab bench 08 throughput`; section 5 shows them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -223,17 +223,17 @@ else:  # a CPU's timings of tiny models say nothing about a GPU: the check ran, 
 # %% [markdown]
 # ## 5. The H100 results
 #
-# **Accuracy**: the stored run of `python -m gpulab bench 06 search` on an H100 (section 3b's method): per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), in fp32, AdamW, batches of 128 strings of 40 tokens, every grid point trained for the same number of steps, the pick made on validation strings of 40 tokens, then three seeds at the pick tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length. The independent trainings of each phase ran concurrently, one process each on the one GPU (the record gives the number of processes and how busy the GPU was). The lesson's earlier single-seed runs (each model at its own untuned rate, a 30-second budget) stay under `benchmarks/06_state_tracking/` as history; they are not shown here.
+# **Accuracy**: the stored run of `python -m gpulab bench 08 search` on an H100 (section 3b's method): per task an LSTM (d = 64, 1 head, 2 layers, `fused` kernel) and a Transformer (d = 64, 4 heads, 2 layers, FlashAttention, RoPE), in fp32, AdamW, batches of 128 strings of 40 tokens, every grid point trained for the same number of steps, the pick made on validation strings of 40 tokens, then three seeds at the pick tested from 10 to 640 tokens (16x the training length) on 1,024 fresh strings per length. The independent trainings of each phase ran concurrently, one process each on the one GPU (the record gives the number of processes and how busy the GPU was). The lesson's earlier single-seed runs (each model at its own untuned rate, a 30-second budget) stay under `benchmarks/08_state_tracking/` as history; they are not shown here.
 #
 # First the grid: the validation accuracy at the training length of every (task, model) at every learning rate and warmup, the pick starred.
 
 # %%
 found = spread.stored_search("h100")
 if not found:
-    print("No stored H100 search yet (benchmarks/06_state_tracking/search/ has no H100 file). To make it, run\n"
-          "    python -m gpulab bench 06 search\n"
-          "on an H100, commit benchmarks/06_state_tracking/search/, then re-execute this notebook with\n"
-          "    .venv/bin/python -m gpulab notebooks notebooks/06_state_tracking.ipynb")
+    print("No stored H100 search yet (benchmarks/08_state_tracking/search/ has no H100 file). To make it, run\n"
+          "    python -m gpulab bench 08 search\n"
+          "on an H100, commit benchmarks/08_state_tracking/search/, then re-execute this notebook with\n"
+          "    .venv/bin/python -m gpulab notebooks notebooks/08_state_tracking.ipynb")
 else:
     head = found[0]
     print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}\n")
@@ -311,7 +311,7 @@ if found:
 # %% [markdown]
 # The training throughput below is the newest stored measurement (`tasks.stored_throughput`): re-measured with the kernels of lesson 5 that split a head too large for one SM over several SMs, so every head count runs on the `fused` backend. Both clocks: `ms/step` is device time, `wall ms` the eager wall time of a training step (steps back to back, as a training loop makes them); the ratios to the 12-head Transformer are given on each.
 #
-# **A fair baseline.** A comparison of throughput is only as good as the code of both contenders. The profile of a training step (`scripts/profile06_capstone.py`, its tables under `benchmarks/06_state_tracking/throughput/`) showed where the Transformer's step went besides attention and the matrix products: RoPE written as PyTorch operations (slices cast to fp32, four products, two sums, a concatenation, a cast back, then the copy to the [B, H, N, D] layout), each a full pass over q or k, and as many again in the backward. The Transformer now splits its heads and rotates q and k in one Triton pass each way (`gpulab.attention.rope.qkv_heads`: a rotation's backward is the rotation by the opposite angle, so nothing is saved for it). The table keeps the SDPA Transformer measured both ways in the same run, `(sdpa)` with the kernel and `(sdpa, RoPE as PyTorch ops)` without it (the cell's last sentence states the difference): the LSTM's ratios are given against the Transformer with the kernel, while the runs before 2026-11-27 compared it with the one without.
+# **A fair baseline.** A comparison of throughput is only as good as the code of both contenders. The profile of a training step (`scripts/profile06_capstone.py`, its tables under `benchmarks/08_state_tracking/throughput/`) showed where the Transformer's step went besides attention and the matrix products: RoPE written as PyTorch operations (slices cast to fp32, four products, two sums, a concatenation, a cast back, then the copy to the [B, H, N, D] layout), each a full pass over q or k, and as many again in the backward. The Transformer now splits its heads and rotates q and k in one Triton pass each way (`gpulab.attention.rope.qkv_heads`: a rotation's backward is the rotation by the opposite angle, so nothing is saved for it). The table keeps the SDPA Transformer measured both ways in the same run, `(sdpa)` with the kernel and `(sdpa, RoPE as PyTorch ops)` without it (the cell's last sentence states the difference): the LSTM's ratios are given against the Transformer with the kernel, while the runs before 2026-11-27 compared it with the one without.
 
 # %%
 stored_thr = tasks.stored_throughput("h100")
@@ -406,8 +406,8 @@ from gpulab.tasks import corpus as lm_corpus, lm_results
 print(f"corpus: {lm_corpus.PACKAGE} {lm_corpus.VERSION}, prepared text sha256 {lm_corpus.TEXT_SHA256[:16]}...")
 lm_runs = lm_results.stored_lm("h200")
 if not lm_runs:
-    print("no GPU record yet (benchmarks/06_state_tracking/lm/ has no H200 file). To make it, on an H200:\n"
-          "    python -m gpulab bench 06 lm-search\n    python -m gpulab bench 06 lm")
+    print("no GPU record yet (benchmarks/08_state_tracking/lm/ has no H200 file). To make it, on an H200:\n"
+          "    python -m gpulab bench 08 lm-search\n    python -m gpulab bench 08 lm")
 else:
     head = lm_runs[0]
     print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}, corpus sha256 "

@@ -30,7 +30,7 @@
 # **How this notebook runs.** On a machine without a GPU, every distributed run here uses 2 CPU processes talking
 # through *gloo* (PyTorch's CPU backend) on tiny models: the same code paths as NCCL on GPUs, at toy sizes. The GPU
 # measurements were made with `bash scripts/gpu_lesson7.sh` on a machine with two H200 GPUs and are stored under
-# `benchmarks/07_distributed/`; section 6 reads them.
+# `benchmarks/09_distributed/`; section 6 reads them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -173,7 +173,7 @@ def test_the_parts_are_registered_and_read_back(tmp_path):
     assert lm_results.stored_lm("h200", root=tmp_path) == []
     r = bench.record(lesson="06", case="Transformer seed 1", kind="lm", model="Transformer")
     r.device = "NVIDIA H200"
-    folder = tmp_path / "06_state_tracking" / "lm"
+    folder = tmp_path / "08_state_tracking" / "lm"
     bench.save([r], "06", path=folder / "nvidia-h200-2030-01-01-lm.jsonl")
     bench.save([r], "06", path=folder / "nvidia-h200-2030-01-02-lm-search.jsonl")
     (got,) = lm_results.stored_lm("h200", root=tmp_path)
@@ -218,7 +218,7 @@ def test_findings_state_the_order_the_records_give():
     beside the article's; nothing without records. Also on a copy whose numbers are changed: the sentences follow."""
     final = lm_results.stored_lm("h200")
     if not final:
-        pytest.skip("no H200 lm records in benchmarks/06_state_tracking/lm/")
+        pytest.skip("no H200 lm records in benchmarks/08_state_tracking/lm/")
     for records in (final, _flipped(final)):
         text = lm_results.findings(records).splitlines()
         budget = min(r.params["tokens"] for r in records)

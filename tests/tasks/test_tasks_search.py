@@ -1,5 +1,5 @@
 """Lesson 6's symmetric search (gpulab.tasks.search, .spread): the pick reads validation only, the spread table's
-median and range, the CPU-sized run end to end, and its registration as `bench 06 search`."""
+median and range, the CPU-sized run end to end, and its registration as `bench 08 search`."""
 
 import math
 
@@ -98,7 +98,7 @@ def test_the_cpu_sized_search_end_to_end(tmp_path):
         assert r.params["val_seed"] == search.val_seed(r.params["seed"]) and r.params["seed"] in cfg["seeds"]
     assert {r.params["phase"] for r in results if r.params.get("kind") == "utilization"} == {"search", "seeds"}
     # stored and read back where the lesson reads it
-    folder = tmp_path / "06_state_tracking" / "search"
+    folder = tmp_path / "08_state_tracking" / "search"
     bench.save(results, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01-search.jsonl")
     stored = spread.stored_search("h100", root=tmp_path)
     assert spread.spread_table(stored) == spread.spread_table(results)

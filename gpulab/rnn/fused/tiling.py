@@ -32,7 +32,7 @@ load -> dot -> cell -> store of one step) plus, for the programs sharing an SM, 
 activations: each unit's gates and cell take ``specials(function, direction)`` special-function instructions
 (tanh; the LSTM forward 5 per unit), and an SM issues only 16 of those per clock (``SFU_RATE`` per ns). One head of
 64 at 16 rows is 16 x 64 x 5 / 16 = 320 clocks of them per step, a large share of a step at this size: 8 rows halve
-them and use twice the SMs (lesson 5's Appendix H and its records, ``benchmarks/05_fused_rnn/rows/``). So the
+them and use twice the SMs (lesson 5's Appendix H and its records, ``benchmarks/07_rnn_split/rows/``). So the
 score is ``rounds * (LATENCY + programs_per_SM * (max(block_b, 16) * 2 * G_r * D^2 / RATE + block_b * D *
 specials / SFU_RATE))`` with rounds = ceil(programs / slots).
 Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.

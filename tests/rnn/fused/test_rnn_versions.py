@@ -84,7 +84,7 @@ def _record(version, NH, DH, ms, wall_ms, registers=100):
 def test_versions_report_reads_the_records(tmp_path):
     rows = [_record("v1", 12, 64, 3.0, 3.0), _record("v2", 12, 64, 1.4, 1.5), _record("v5", 1, 768, 2.5, 2.6),
             _record("cuDNN", 1, 768, 2.0, 2.1, registers=None)]  # fmt: skip
-    folder = tmp_path / "05_fused_rnn" / "versions"
+    folder = tmp_path / "06_fused_rnn" / "versions"
     folder.mkdir(parents=True)
     bench.save(rows, "05", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01.jsonl")
     loaded = report.load_versions("h100", root=tmp_path)
@@ -104,7 +104,7 @@ def test_versions_report_reads_the_records(tmp_path):
 
 
 def test_versions_report_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="bench 05 versions"):
+    with pytest.raises(FileNotFoundError, match="bench 06 versions"):
         report.load_versions("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         report.load_versions(3)

@@ -1,4 +1,4 @@
-"""Lesson 5's measurement (`python -m gpulab bench 05`): the fused RNN against its peers, on the H100.
+"""Lesson 5's measurement (`python -m gpulab bench 06`): the fused RNN against its peers, on the H100.
 
 Problem (the lesson's): LSTM, B = 16, T = 1024, hidden 768 in NH = 12 heads of DH = 64, bf16, Wx given
 (recurrence only). Every pass of every problem is a :class:`gpulab.bench.Benchmark` case
@@ -168,7 +168,7 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
             return _cost(B, T, NH, DH, dtype, training)[i]
 
         common = dict(
-            lesson="05",
+            lesson="06",
             inputs=inputs,
             reference=states_reference,
             check=check_states,
@@ -247,7 +247,7 @@ def dense_benchmarks(B, T, H, dtypes, heads) -> list[bench.Benchmark]:
         cases = [{"dtype": dt, "pass": p} for dt in dtypes for p in PASSES if not gpu_bf16 or dt == torch.bfloat16]
         out.append(
             bench.Benchmark(
-                lesson="05",
+                lesson="06",
                 name=f"lstm with input projection, {nh} heads",
                 cases=cases,
                 inputs=inputs,
@@ -278,14 +278,14 @@ def problems(main, batches, head_dims, hidden) -> list[dict]:
 
 
 def benchmark(progress=None, quick_ms=None):
-    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
+    """`python -m gpulab bench 06`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
     ``quick_ms``: the timing budget per fast configuration (default 60 ms)."""
     results = bench.run(benchmarks(quick_ms), progress)
     return report(results)
 
 
 def benchmarks(quick_ms=None) -> list[bench.Benchmark]:
-    """Lesson 5's benchmarks, as `python -m gpulab bench 05` runs them (tiny ones on CPU): the recurrence's two
+    """Lesson 5's benchmarks, as `python -m gpulab bench 06` runs them (tiny ones on CPU): the recurrence's two
     passes over :func:`problems`, then the dense comparison with ``nn.LSTM``."""
     quick_ms = 60.0 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True)
     on_gpu = runtime.on_gpu()

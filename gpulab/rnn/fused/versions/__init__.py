@@ -1,6 +1,6 @@
 """Lesson 5's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
 llm.c's ``dev/cuda``): read them in order, run them with :func:`run_version`, time them with ``python -m gpulab bench
-05 versions`` (:mod:`gpulab.rnn.fused.measure.versions_bench`; the records, under ``benchmarks/05_fused_rnn/versions/``,
+05 versions`` (:mod:`gpulab.rnn.fused.measure.versions_bench`; the records, under ``benchmarks/06_fused_rnn/versions/``,
 hold every time). This package is the ladder only: nothing on the package's path imports it.
 
 - v1 (:mod:`.v1_per_gate`): the persistent kernel; R on chip as one tile per gate, four products per step;

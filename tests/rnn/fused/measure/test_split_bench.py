@@ -1,4 +1,4 @@
-"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.measure.split_bench: `bench 05 split|cross`)
+"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.measure.split_bench: `bench 07 split|cross`)
 at
 their CPU size: every provider checked before timing, and records gpulab.rnn.fused.measure.split_report reads back."""
 
@@ -12,8 +12,8 @@ from gpulab.rnn.fused.measure import split_report as sr
 
 
 def _rows(results, tmp_path, tag):
-    """The records as `bench 05 PART` stores them, read back through split_report."""
-    path = tmp_path / "05_fused_rnn" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
+    """The records as `bench 06 PART` stores them, read back through split_report."""
+    path = tmp_path / "07_rnn_split" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
     bench.save(results, "05", path=path)
     assert sr.split_path("h100", root=tmp_path, record=tag) == path
     return sr.load_split("h100", root=tmp_path, record=tag)
@@ -104,7 +104,7 @@ def test_versions_part_writes_what_the_versions_table_reads(tmp_path):
     }
     assert all(r.params["error"] < 1e-5 for (v, _), r in by.items() if v != "cuDNN")
     assert by["v5", "forward"].params["NH"] == 1 and by["v1", "forward"].params["NH"] == 2
-    path = tmp_path / "05_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
+    path = tmp_path / "06_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
     bench.save(results, "05", path=path)
     table = vr.versions_table(vr.load_versions("h100", root=tmp_path))
     assert len(table.splitlines()) == 2 + len(results) and "fwd+bwd" in table
