@@ -76,8 +76,7 @@ CLOCK_NOTE = (
 def cmd_bench(args) -> int:
     from tqdm.auto import tqdm  # deferred: only `bench` shows progress bars
 
-    lesson = lessons.find(args.lesson)
-    if lesson is None:
+    if args.lesson not in lessons.RENAMED and lessons.find(args.lesson) is None:
         print(f"unknown lesson {args.lesson!r}; known: {', '.join(lessons.ids())}", file=sys.stderr)
         return 2
     lesson, moved = lessons.redirect(args.lesson, args.part)  # `bench 04 hopper`: the part is lesson 05's now

@@ -227,9 +227,11 @@ def _check_part(entry: Lesson, part) -> str:
         raise TypeError(f"part must be a str naming a part of lesson {entry.id}'s benchmark, got {part!r}.")
     if part not in entry.parts:
         known = ", ".join(entry.parts) if entry.parts else "none"
+        moved = MOVED_PARTS.get((entry.id, part))
+        hint = f"; it is lesson {moved}'s now: benchmark({moved!r}, {part!r})" if moved else ""
         raise ValueError(
             f"part={part!r} is not a part of lesson {entry.id}'s benchmark; its parts: {known} "
-            f"(or no part for the main benchmark)."
+            f"(or no part for the main benchmark){hint}."
         )
     return part
 

@@ -119,19 +119,53 @@ def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch)
     """`bench 05 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
     records go to the part's folder under the lesson's results, not the lesson's own."""
     asked = []
-    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: asked.append(part) or _tiny_benchmark)
-    assert cli.main(["bench", "04", "cs336", "--out", str(tmp_path)]) == 0
-    assert asked == ["cs336"]
+    monkeypatch.setattr(
+        lessons, "benchmark", lambda lesson_id, part=None: asked.append((lesson_id, part)) or _tiny_benchmark
+    )
+    assert cli.main(["bench", "05", "cs336", "--out", str(tmp_path)]) == 0
+    assert asked == [("05", "cs336")]
     jsonl = sorted((tmp_path / "05_attention_hopper" / "hopper" / "cs336").glob("*.jsonl"))
-    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
-    assert not list((tmp_path / "04_attention").glob("*.jsonl"))
-    assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}
+    out = capsys.readouterr().out
+    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in out and jsonl[0].stem.endswith("-cs336") and "is now" not in out
+    assert not list((tmp_path / "05_attention_hopper").glob("*.jsonl"))
+    assert {r.provider for r in bench.load("05", path=jsonl[0])} == {"clone", "fa2"}
+
+
+@pytest.mark.parametrize(
+    ("old", "part", "new", "folder"),
+    [("04", "hopper", "05", "05_attention_hopper/hopper"), ("05", "split", "07", "07_rnn_split/split"),
+     ("05", "versions", "06", "06_fused_rnn/versions"), ("06", "lm-search", "08", "08_state_tracking/lm"),
+     ("04_attention", "v3-tune", "05", "05_attention_hopper/v3")],
+)  # fmt: skip
+def test_bench_of_a_part_that_moved_runs_it_in_its_new_lesson(old, part, new, folder, tmp_path, capsys, monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        lessons, "benchmark", lambda lesson_id, part=None: asked.append((lesson_id, part)) or _tiny_benchmark
+    )
+    assert cli.main(["bench", old, part, "--out", str(tmp_path)]) == 0
+    entry = lessons.find(new)
+    assert asked == [(new, part)]
+    captured = capsys.readouterr()
+    old_id = old[:2]
+    assert (
+        f"lesson {old_id}'s part {part} is now lesson {new} ({entry.slug}): running bench {new} {part}" in captured.out
+    )
+    assert len(list((tmp_path / folder).glob(f"*-{part}.jsonl"))) == 1
 
 
 def test_bench_unknown_part_lists_the_parts(capsys):
-    assert cli.main(["bench", "04", "hoper"]) == 2
+    assert cli.main(["bench", "05", "hoper"]) == 2
     err = capsys.readouterr().err
     assert "part='hoper'" in err and "hopper, cs336, fused" in err
+    assert cli.main(["bench", "04", "hoper"]) == 2  # not a part that moved: lesson 04's own (it has none)
+    assert "part='hoper'" in capsys.readouterr().err
+
+
+def test_bench_of_an_old_slug_says_what_it_became(capsys, monkeypatch):
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: None)
+    assert cli.main(["bench", "07_distributed"]) == 2
+    err = capsys.readouterr().err
+    assert "lesson 07_distributed is now lesson 09 (09_distributed)" in err and "lesson 09 has no benchmark yet" in err
 
 
 @pytest.mark.skipif(lessons.benchmark("00") is None, reason="lesson 00's package registers no benchmark")

@@ -196,7 +196,7 @@ from gpulab import bench
 from gpulab.course import claims
 
 try:
-    runs = [r for r in tasks.accuracy_records(bench.load("06", gpu="h100")) if r.params["task"] == "parity"]
+    runs = [r for r in tasks.accuracy_records(bench.load("08", gpu="h100")) if r.params["task"] == "parity"]
 except FileNotFoundError:
     runs = []
 parity_runs = {(r.params["model"], r.params["test_length"]): r.params["accuracy"] for r in runs}
@@ -213,7 +213,7 @@ if train and longer and any(m == "LSTM" for m, _ in parity_runs):
         best=max(parity_runs["Transformer", n] for n in longer),
     ))  # fmt: skip
 else:
-    print("(no stored H100 run of lesson 6: `python -m gpulab bench 08` on an H100 makes it)")
+    print("(no stored H100 run of lesson 8: `python -m gpulab bench 08` on an H100 makes it)")
 
 # %% [markdown]
 # ## Question
