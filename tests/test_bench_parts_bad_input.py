@@ -8,7 +8,7 @@ from gpulab.attention.measure import hopper_bench, v3_bench
 from gpulab.rnn.fused.measure import split_bench, split_report, versions_bench
 
 BAD = [
-    ("part_folder unknown part", lambda: lessons.part_folder("04", "nope"), ValueError, "part='nope'"),
+    ("part_folder unknown part", lambda: lessons.part_folder("05", "nope"), ValueError, "part='nope'"),
     ("part_folder unknown lesson", lambda: lessons.part_folder("42", "hopper"), ValueError, "lesson_id='42'"),
     ("part_folder part not a str", lambda: lessons.part_folder("05", None), TypeError, "part must be a str"),
     ("rows_of not a list", lambda: split_report.rows_of({"kind": "env"}), TypeError, "records must be a list"),

@@ -173,7 +173,7 @@ def lesson05_v3() -> str:
         f"`{path.name}` (every output checked against SDPA's fp32 math before it was timed, each "
         "provider timed twice, the faster round kept; the 200-run race tests and the tunes are the `-race` and `-tune` "
         "records beside it). Ratios: the peer's time / version 3's "
-        f"(> 1: version 3 faster), over {len(problems)} of lesson 5's forward problems ({dtypes_run}).",
+        f"(> 1: version 3 faster), over {len(problems)} of lesson 4's forward problems ({dtypes_run}).",
         "",
         *(f"- vs {peer}: median {m:.2f}x [{lo:.2f}, {hi:.2f}] (device time)" for peer, (m, lo, hi) in spread.items()),
         f"- vs SDPA cuDNN on the wall clock: median {wall[0]:.2f}x [{wall[1]:.2f}, {wall[2]:.2f}]",
@@ -275,7 +275,7 @@ def lesson09() -> str:
             f"| {q['model']} | {q['strategy']} | {q['world_size']} | {r.ms:.2f} | {q['tokens_per_s'] / 1e6:.2f} M | "
             f"{eff} | {q.get('comm_ms', 0):.2f} | {q.get('overlap_ms', 0):.2f} |"
         )
-    lines += ["", f"Raw records: `{path.relative_to(ROOT)}`; notebook 07 draws the timeline and the loss curves."]
+    lines += ["", f"Raw records: `{path.relative_to(ROOT)}`; notebook 09 draws the timeline and the loss curves."]
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +378,7 @@ def lesson07_split() -> str:
         f"(section 8): forward {fwd.wall_ms:.2f} ms against cuDNN fp16's {cudnn.wall_ms:.2f} ms, forward+backward "
         f"{ours.wall_ms:.2f} ms against {cudnn_train.wall_ms:.2f} ms (eager wall clock; device "
         f"{ours.ms:.2f} against {cudnn_train.ms:.2f}). "
-        "Notebook 05, section 6b and Appendix D, explains the "
+        "Notebook 07, explains the "
         f"kernels and the step's budget. Raw records: `{split_report.split_path('h100').relative_to(ROOT)}`, "
         f"`{split_report.split_path('h100', record='partials').relative_to(ROOT)}`.",
     ]
@@ -401,7 +401,7 @@ def lesson06_versions() -> str:
         "```",
         "",
         f"From v1 to v4 the forward gets {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x faster on the eager wall "
-        "clock, every version checked against float64 at full size first (`gpulab/rnn/fused/versions/`, notebook 05 "
+        "clock, every version checked against float64 at full size first (`gpulab/rnn/fused/versions/`, notebook 06 "
         f"section 4b). Raw records: `{path.relative_to(ROOT)}`.",
     ]
     if "b1" in by_v and "b2" in by_v:

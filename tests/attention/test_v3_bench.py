@@ -29,7 +29,7 @@ def test_bench_part_records_what_the_report_reads(tmp_path):
     bench.save(results, "04", path=tmp_path / "cpu-triton-interpreter-2026-01-01-v3.jsonl")
     other = bench.record(lesson="04", case="v3 check", kind="check")
     for part in ("v3-check", "v3-race", "v3-tune", "v3-headline"):
-        assert lessons.part_folder("04", part) == lessons.part_folder("04", "v3") == "v3"
+        assert lessons.part_folder("05", part) == lessons.part_folder("05", "v3") == "v3"
         bench.save([other], "04", path=tmp_path / f"cpu-triton-interpreter-2026-01-02-{part}.jsonl")
     stored = ar.stored_v3(tmp_path)
     assert [(r.case, r.status, r.params["round"]) for r in stored] == [

@@ -61,8 +61,8 @@ def test_every_lesson_shows_each_measurement_from_one_run(source):
     one_record.check_source(source)  # raises on a key from two runs without the label, or an unknown loader
 
 
-@pytest.mark.parametrize("lesson", ["04_attention.py", "05_fused_rnn.py"])
-def test_without_their_history_labels_lessons_4_and_5_fail(lesson, tmp_path):
+@pytest.mark.parametrize("lesson", ["05_attention_hopper.py", "07_rnn_split.py"])
+def test_without_their_history_labels_lessons_5_and_7_fail(lesson, tmp_path):
     # the displays issue 36 found: lesson 4's benchmark run and the Hopper probe both timing version 2's forward,
     # lesson 5's one head of 768 forward shown from four runs. The labels are what makes them pass.
     text = next(p for p in SOURCES if p.name == lesson).read_text()
@@ -108,9 +108,9 @@ def test_a_loader_the_registry_does_not_know_fails(tmp_path):
 
 
 def test_history_label_bad_input_names_the_run():
-    assert "section 8" in one_record.history_label("05", "split")
+    assert "section 8" in one_record.history_label("07", "split")
     with pytest.raises(ValueError, match="lesson, run"):
-        one_record.history_label("05", "nope")
+        one_record.history_label("07", "nope")
     with pytest.raises(TypeError, match="path"):
         one_record.loader_calls(5)
 
@@ -119,11 +119,11 @@ def test_readme_blocks_that_show_a_superseded_run_carry_its_label():
     # the README's generated blocks display the same runs as the notebooks, so the same labels
     from gpulab.course import readme
 
-    blocks = {"lesson04-hopper": [("04", "hopper"), ("04", "cs336")], "lesson05-split": [("05", "split")],
-              "lesson05-versions": [("05", "versions")]}  # fmt: skip
+    blocks = {"lesson05-hopper": [("05", "hopper"), ("05", "cs336")], "lesson07-split": [("07", "split")],
+              "lesson06-versions": [("06", "versions")]}  # fmt: skip
     for name, runs in blocks.items():
         text = readme.render(name)
         for lesson, run in runs:
             assert one_record.history_label(lesson, run).rstrip(".") in text, (name, run)
-    notebook_only = {("05", "cross"), ("05", "v6 rows8 z"), ("05", "v6 rows8 zzc")}  # labels no README block shows
+    notebook_only = {("07", "cross"), ("07", "v6 rows8 z"), ("07", "v6 rows8 zzc")}  # labels no README block shows
     assert set(one_record.LABELS) == {run for runs in blocks.values() for run in runs} | notebook_only

@@ -8,7 +8,7 @@ from gpulab.rnn.fused.measure import lstm_grid as measure_grid
 
 
 def test_lstm_grid_is_lesson_5s_part_and_honours_its_budget():
-    assert lessons.benchmark("05", "lstm-grid") is measure_grid.lstm_grid
+    assert lessons.benchmark("06", "lstm-grid") is measure_grid.lstm_grid
     out = measure_grid.lstm_grid(budget_s=1e-9)  # nothing begins: every case says so
     kinds = {r.params["kind"] for r in out}
     assert kinds == {"grid", "bidirectional", "packed", "tiny", "compile"}

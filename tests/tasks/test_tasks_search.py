@@ -8,7 +8,7 @@ import pytest
 from gpulab import bench, lessons
 from gpulab.tasks import search, spread
 
-DEVICE = dict(lesson="06", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", ms=math.nan)
+DEVICE = dict(lesson="08", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", ms=math.nan)
 
 
 def _search_row(task, model, lr, warmup, val_accuracy, val_loss=0.1):
@@ -115,8 +115,8 @@ def test_validation_strings_are_apart_from_training_and_test_strings():
 
 
 def test_lesson_06_registers_the_search_part():
-    assert lessons.benchmark("06", "search") is search.bench_search
-    assert lessons.part_folder("06", "search") == "search"
+    assert lessons.benchmark("08", "search") is search.bench_search
+    assert lessons.part_folder("08", "search") == "search"
 
 
 @pytest.mark.gpu

@@ -61,7 +61,7 @@ def test_cross_part_writes_what_the_crossover_table_reads(tmp_path):
 def test_rows_of_keeps_probe_rows_and_flattens_results():
     probe = [{"kind": "env", "device": "x"}, {"kind": "time", "case": "alternating", "DH": 8, "ms": 1.0}]
     assert sr.rows_of(probe) == probe
-    r = bench.record(lesson="05", case="c", kind="time", DH=8)
+    r = bench.record(lesson="07", case="c", kind="time", DH=8)
     r.status = "failed: RuntimeError: boom"
     rows = sr.rows_of([json.loads(json.dumps(r.to_dict()))])
     assert rows[1] == {"kind": "time", "DH": 8, "error": "failed: RuntimeError: boom"}
@@ -70,8 +70,8 @@ def test_rows_of_keeps_probe_rows_and_flattens_results():
 
 
 def test_lesson_5_parts_are_registered():
-    assert lessons.benchmark("05", "split") is sb.split and lessons.benchmark("05", "cross") is sb.cross
-    assert lessons.part_folder("05", "cross") == "split" == lessons.part_folder("05", "split")
+    assert lessons.benchmark("07", "split") is sb.split and lessons.benchmark("07", "cross") is sb.cross
+    assert lessons.part_folder("07", "cross") == "split" == lessons.part_folder("07", "split")
 
 
 def test_candidates_and_partials_parts_write_what_their_tables_read(tmp_path):
