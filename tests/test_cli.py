@@ -195,3 +195,18 @@ def test_one_version():
     assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "gpulab.__version__"}' in pyproject
     assert "\nversion = " not in pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
     assert gpulab.__version__.count(".") == 2
+
+
+def test_grade_of_an_old_exercise_grades_what_it_became(tmp_path, capsys, monkeypatch):
+    import gpulab.course as course
+
+    graded = []
+    monkeypatch.setattr(course, "grade_notebook", lambda path: graded.append(Path(path).name) or [("t", True, "")])
+    (tmp_path / "09_distributed.ipynb").write_text("{}")
+    assert cli.main(["grade", str(tmp_path / "07_distributed.ipynb")]) == 0
+    assert graded == ["09_distributed.ipynb"]
+    assert "07_distributed.ipynb is now 09_distributed.ipynb: grading" in capsys.readouterr().out
+    assert cli.main(["grade", str(tmp_path / "05_fused_rnn.ipynb")]) == 2  # neither 06 nor 07 is there
+    assert (
+        "05_fused_rnn.ipynb is now 06_fused_rnn.ipynb and 07_rnn_split.ipynb: grading none" in capsys.readouterr().out
+    )

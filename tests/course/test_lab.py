@@ -33,6 +33,9 @@ def test_course_links_lay_solutions_out_for_nbgrader(tmp_path):
     first = tmp_path / "source" / NOTEBOOK[:-6] / NOTEBOOK
     assert first in links and first.read_bytes() == (lab.ROOT / "solutions" / NOTEBOOK).read_bytes()
     assert lab.link_course(tmp_path) == links  # again: the same links
+    old = tmp_path / "source" / "06_state_tracking" / "08_state_tracking.ipynb"  # an old assignment id: what it became
+    assert old in links and old.read_bytes() == (lab.ROOT / "solutions" / "08_state_tracking.ipynb").read_bytes()
+    assert not (tmp_path / "source" / "06_state_tracking" / "06_state_tracking.ipynb").exists()
 
 
 def _free_port() -> int:
