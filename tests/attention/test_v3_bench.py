@@ -106,11 +106,11 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
         vb.tune_v3(candidates=[dict(step=3, stages=3)])
 
 
-def test_the_parts_are_lesson_4s():
+def test_the_parts_are_lesson_5s():
     parts = (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3),
              ("v3-headline", vb.headline_v3))  # fmt: skip
     for part, fn in parts:
-        assert lessons.benchmark("04", part) is fn
+        assert lessons.benchmark("05", part) is fn
 
 
 def test_tune_ratios_read_the_newest_tune_run(tmp_path):

@@ -50,7 +50,7 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
         _throughput("LSTM 1 head", "LSTM", 1, 200.0, 210.0),
         _throughput("Transformer 12 heads", "Transformer", 12, 10.0, 11.0),
     ]
-    bench.save(lesson, "06", root=tmp_path)
+    bench.save(lesson, "08", root=tmp_path)
     assert [r.ms for r in tasks.stored_throughput("h100", root=tmp_path)] == [200.0, 10.0]  # the lesson's own run
     again = [
         _throughput("LSTM 1 head", "LSTM", 1, 20.0, 22.0),
@@ -58,7 +58,7 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
     ]
     folder = tmp_path / "08_state_tracking" / "throughput"
     folder.mkdir()
-    bench.save(again, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-02.jsonl")
+    bench.save(again, "08", path=folder / "nvidia-h100-80gb-hbm3-2030-01-02.jsonl")
     thr = tasks.stored_throughput("h100", root=tmp_path)
     assert [r.ms for r in thr] == [20.0, 10.0]  # the re-measurement wins
     row = tasks.throughput_table(thr).splitlines()[1].split()
@@ -156,8 +156,8 @@ def test_train_step_throughput_checks_and_times_one_model():
     assert r.params["kind"] == "throughput" and r.params["tokens_per_s"] == pytest.approx(16 / (r.ms * 1e-3))
 
 
-def test_lesson_06_registers_its_benchmark():
-    assert lessons.benchmark("06") is tasks.benchmark
+def test_lesson_08_registers_its_benchmark():
+    assert lessons.benchmark("08") is tasks.benchmark
 
 
 def test_a_failing_case_is_recorded_not_raised(monkeypatch):
@@ -215,7 +215,7 @@ def test_stored_rope_reads_the_newest_run(tmp_path):
     common = dict(lesson="08", device="NVIDIA H100 80GB HBM3", mode="cuda", shape=(32, 1024, 12, 64))
     for tag, ms in (("a", 3.0), ("b", 0.4)):
         run = [bench.Result(case="qkv heads + RoPE forward+backward (kernel)", ms=ms, date="2030-01-01", **common)]
-        bench.save(run, "06", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
+        bench.save(run, "08", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
     assert [r.ms for r in tasks.stored_rope("h100", root=tmp_path)] == [0.4]  # run b, the newest
     assert tasks.stored_rope("a100", root=tmp_path) == []
 

@@ -174,8 +174,8 @@ def test_the_parts_are_registered_and_read_back(tmp_path):
     r = bench.record(lesson="08", case="Transformer seed 1", kind="lm", model="Transformer")
     r.device = "NVIDIA H200"
     folder = tmp_path / "08_state_tracking" / "lm"
-    bench.save([r], "06", path=folder / "nvidia-h200-2030-01-01-lm.jsonl")
-    bench.save([r], "06", path=folder / "nvidia-h200-2030-01-02-lm-search.jsonl")
+    bench.save([r], "08", path=folder / "nvidia-h200-2030-01-01-lm.jsonl")
+    bench.save([r], "08", path=folder / "nvidia-h200-2030-01-02-lm-search.jsonl")
     (got,) = lm_results.stored_lm("h200", root=tmp_path)
     assert got.case == "Transformer seed 1"
     with pytest.raises(ValueError, match="runs='huge' is not known"):

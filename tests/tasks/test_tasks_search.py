@@ -99,7 +99,7 @@ def test_the_cpu_sized_search_end_to_end(tmp_path):
     assert {r.params["phase"] for r in results if r.params.get("kind") == "utilization"} == {"search", "seeds"}
     # stored and read back where the lesson reads it
     folder = tmp_path / "08_state_tracking" / "search"
-    bench.save(results, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01-search.jsonl")
+    bench.save(results, "08", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01-search.jsonl")
     stored = spread.stored_search("h100", root=tmp_path)
     assert spread.spread_table(stored) == spread.spread_table(results)
     assert spread.search_table(stored) == spread.search_table(results)
