@@ -14,7 +14,7 @@ from gpulab.rnn.fused.measure import split_report as sr
 def _rows(results, tmp_path, tag):
     """The records as `bench 06 PART` stores them, read back through split_report."""
     path = tmp_path / "07_rnn_split" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
-    bench.save(results, "05", path=path)
+    bench.save(results, "07", path=path)
     assert sr.split_path("h100", root=tmp_path, record=tag) == path
     return sr.load_split("h100", root=tmp_path, record=tag)
 
@@ -105,6 +105,6 @@ def test_versions_part_writes_what_the_versions_table_reads(tmp_path):
     assert all(r.params["error"] < 1e-5 for (v, _), r in by.items() if v != "cuDNN")
     assert by["v5", "forward"].params["NH"] == 1 and by["v1", "forward"].params["NH"] == 2
     path = tmp_path / "06_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
-    bench.save(results, "05", path=path)
+    bench.save(results, "06", path=path)
     table = vr.versions_table(vr.load_versions("h100", root=tmp_path))
     assert len(table.splitlines()) == 2 + len(results) and "fwd+bwd" in table
