@@ -24,16 +24,16 @@ LABELS: dict[tuple[str, str], str] = {
         " cuDNN and the shipped path were timed on that clock again by version 3's backward runs (section 12),"
         " the newer record of those two",
     ("06", "versions"):
-        "earlier run: the version ladder's run (`benchmarks/06_fused_rnn/versions/`). Lesson 5's section 8 run, newer,"
+        "earlier run: the version ladder's run (`benchmarks/06_fused_rnn/versions/`). Lesson 6's section 8 run, newer,"
         " is the record of v4 (the package's forward, 12 x 64), b2 (its backward), v5 (one head of 768) and cuDNN;"
         " v1-v3 and b1 were timed only here, and the gains are ratios within this run",
     ("07", "split"):
-        "earlier run: the split probe's run (`benchmarks/07_rnn_split/split/`, 2026-11-24). At head dim 768 lesson 5's"
+        "earlier run: the split probe's run (`benchmarks/07_rnn_split/split/`, 2026-11-24). At head dim 768 lesson 6's"
         " section 8 run, newer, is the record of the split kernel, cuDNN and alternating (the next line reads it);"
         " the other head dims and the ratios are this run's",
     ("07", "cross"):
         "earlier run: the crossover run (`benchmarks/07_rnn_split/split/*-cross.jsonl`, 2026-11-24). At one head of "
-        "768 and B = 16, lesson 5's section 8 run, newer, is the record of the split kernel and alternating; the "
+        "768 and B = 16, lesson 6's section 8 run, newer, is the record of the split kernel and alternating; the "
         "other rows and the ratios are this run's",
     ("07", "v6 rows8 z"):
         "earlier run: the first two rows8 records of 2026-11-27 (`benchmarks/07_rnn_split/v6/*-27-z-rows8.jsonl`"

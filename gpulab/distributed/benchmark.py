@@ -1,11 +1,11 @@
-"""Lesson 7's measurement: training throughput on 1 and N GPUs, communication against computation, loss curves.
+"""Lesson 9's measurement: training throughput on 1 and N GPUs, communication against computation, loss curves.
 
 Run once per world size (the records carry ``world_size``)::
 
     torchrun --nproc-per-node 1 -m gpulab.distributed.benchmark --out benchmarks/09_distributed/w1.jsonl
     torchrun --nproc-per-node 2 -m gpulab.distributed.benchmark --out benchmarks/09_distributed/w2.jsonl
 
-For each model (lesson 6's LSTM on the fused kernels and Transformer on FlashAttention, width 768) and strategy (DDP,
+For each model (lesson 8's LSTM on the fused kernels and Transformer on FlashAttention, width 768) and strategy (DDP,
 FSDP2) at a fixed per-GPU batch: the training step's time (eager wall clock, steps back to back, one synchronize),
 tokens per second over all GPUs, and from one profiled step the time of the collective kernels (NCCL), of the compute
 kernels, and how much of the communication ran while compute kernels ran (the overlap DDP's buckets aim for). Then

@@ -1,4 +1,4 @@
-"""Lesson 6 (capstone): state tracking, LSTM vs Transformer, trained with the course's own kernels.
+"""Lesson 8 (capstone): state tracking, LSTM vs Transformer, trained with the course's own kernels.
 
 - :mod:`.data`: the tasks, generated on the fly and seeded (parity, running sum mod 5, composition in S_5);
 - :mod:`.models`: a multi-head LSTM on :class:`gpulab.rnn.LSTM` and a causal Transformer with RoPE on

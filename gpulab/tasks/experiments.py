@@ -323,7 +323,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
         elif model == "torch LSTM":
             torch.manual_seed(0)
             m, info = TorchLSTMModel(task.vocab, task.classes, **sizes).to(runtime.device, dtype), {}
-            if dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16, as lesson 5's cuDNN peer
+            if dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16, as lesson 6's cuDNN peer
                 m, info = m.half_recurrence(), {"recurrence_dtype": "float16"}
         elif model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
@@ -346,7 +346,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
 
 
 def benchmark(progress=None, size=None):
-    """Lesson 6's benchmark: accuracy vs length for every task and model, then training throughput; returns
+    """Lesson 8's benchmark: accuracy vs length for every task and model, then training throughput; returns
     ``(results, figure)``. ``size``: a name in :data:`SIZES` (default ``"full"`` on a GPU, ``"tiny"`` on CPU)."""
     cfg = _size(size)
     t0 = time.perf_counter()

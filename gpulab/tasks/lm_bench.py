@@ -9,7 +9,7 @@ picks, every training alone on the GPU (one after another).
   each, validated every ``eval_every`` bytes (records ``kind "lm"``: the curve of (tokens, seconds, val_bpb), the
   training throughput on both clocks, and 256 bytes generated from :data:`gpulab.tasks.lm.PROMPT`).
 
-Both print a time estimate first (:func:`estimate`: the stored training-throughput records of lesson 6 scaled to
+Both print a time estimate first (:func:`estimate`: the stored training-throughput records of lesson 8 scaled to
 these models' parameters). Every record names the corpus by its sha256. ``$GPULAB_LM_JOURNAL`` (a file path): each
 record is also appended there as one JSON line when it is made, so a run cut short keeps what finished.
 ``$GPULAB_LM_SEARCH_TOKENS`` and ``$GPULAB_LM_FINAL_TOKENS`` override the two budgets. Without a GPU both parts run
@@ -119,9 +119,9 @@ _THROUGHPUT_CASE = {"LSTM 1 head": "LSTM 1 head", "LSTM 12 heads": "LSTM 12 head
 
 def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
     """Seconds the phase (``"search"`` or ``"final"``) should take on a GPU: its tokens per model over the stored
-    training throughput of lesson 6 (``benchmarks/08_state_tracking/throughput/``, H100, d 768, bf16) of the same
+    training throughput of lesson 8 (``benchmarks/08_state_tracking/throughput/``, H100, d 768, bf16) of the same
     kind of model, scaled by the ratio of parameters (a step's work grows with them), plus 2 s per training
-    (building, validations, generation) and 20 s per model (compiling its kernels: lesson 6's throughput run
+    (building, validations, generation) and 20 s per model (compiling its kernels: lesson 8's throughput run
     builds, checks and times a dozen models in about 2 minutes). With ``search`` (``lm-search`` records of this
     size), each model's median training throughput measured there instead. Returns ``(seconds, how)``; NaN when no
     record is stored."""
@@ -153,7 +153,7 @@ def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
             rate = r.params["tokens_per_s"] * r.params["parameters"] / ours
         total += per_model[0] * (per_model[1] / rate + 2.0) + 20.0
         parts.append(f"{model} {rate / 1e6:.1f} M bytes/s")
-    source = "as measured by the search" if len(measured) == len(MODELS) else "from lesson 6's H100 throughput records"
+    source = "as measured by the search" if len(measured) == len(MODELS) else "from lesson 8's H100 throughput records"
     return total, f"{per_model[0]} trainings x {per_model[1] / 1e6:g} M bytes per model; " + ", ".join(parts) + (
         f" ({source})")  # fmt: skip
 

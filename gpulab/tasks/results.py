@@ -1,4 +1,4 @@
-"""Reading lesson 6's records: the accuracy and throughput tables, the summary against the FlashRNN article, and the
+"""Reading lesson 8's records: the accuracy and throughput tables, the summary against the FlashRNN article, and the
 figures. Everything here takes a list of :class:`gpulab.bench.Result` (live from :mod:`.experiments` or loaded with
 :func:`gpulab.bench.load`) and computes nothing new.
 """

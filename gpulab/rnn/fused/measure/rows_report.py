@@ -1,4 +1,4 @@
-"""Lesson 5's records of the one-SM kernels at 8 batch rows per program, read back as tables (no kernels here).
+"""Lesson 6's records of the one-SM kernels at 8 batch rows per program, read back as tables (no kernels here).
 
 The records (``benchmarks/07_rnn_split/rows/``), made on the GPU by ``scripts/bench05_rows.py`` and offline by
 ``scripts/sass05_rows.py``:

@@ -1,4 +1,4 @@
-"""Lesson 5's named benchmark parts for the split-head kernel: ``python -m gpulab bench 07 split`` and
+"""Lesson 7's named benchmark parts for the split-head kernel: ``python -m gpulab bench 07 split`` and
 ``bench 07 cross``, records under ``benchmarks/07_rnn_split/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
 reads.
 
@@ -338,7 +338,7 @@ def tiling_benchmark(B, NH, DH, direction, kernel=None) -> bench.Benchmark:
 
 def candidates(progress=None, shapes=None):
     """``python -m gpulab bench 07 candidates`` (``<gpu>-<date>-candidates.jsonl``): every fitting split tiling of
-    lesson 6's LSTM layers (B 32, 4 heads of 192 and 1 head of 768), forward and backward kernel, beside the
+    lesson 8's LSTM layers (B 32, 4 heads of 192 and 1 head of 768), forward and backward kernel, beside the
     chooser's pick."""
     shapes = _shapes(shapes, runtime.pick(cpu=((4, 2, 16),), gpu=((32, 4, 192), (32, 1, 768))))
     return bench.run([tiling_benchmark(*s, d) for s in shapes for d in ("forward", "backward")], progress)

@@ -1,4 +1,4 @@
-"""Lesson 5, part 2: the split-head kernel's stored H100 measurements, read back as tables and a figure.
+"""Lesson 7: the split-head kernel's stored H100 measurements, read back as tables and a figure.
 
 The records (``python -m gpulab bench 07 split`` on a GPU, :mod:`gpulab.rnn.fused.measure.split_bench`, under
 ``benchmarks/07_rnn_split/split/``; the stored ones from the probe script it replaced) are JSON lines: an
@@ -12,7 +12,7 @@ eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forw
 forward (one head, T = 1024, bf16) over batch at two head dims, the split kernel beside the one-SM fused kernel
 (where it fits) and ``alternating``.
 A third, ``*-candidates.jsonl`` (``bench 07 candidates``), holds rows of kind ``candidate``: every
-fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
+fitting split tiling of lesson 8's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
 chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``bench 07 partials``), holds
 rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exchanges partial sums of dh;
 'exchange dG': the version before it, in the stored run; the part times the current kernel only) and rows of kind
@@ -92,7 +92,7 @@ def _json_lines(path: Path) -> list[dict]:
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
     """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
     ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
-    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
+    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 8's layers), ``'partials'`` for
     ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``.
     The file is :func:`split_path`'s."""
     return rows_of(_json_lines(split_path(gpu, root, record)))

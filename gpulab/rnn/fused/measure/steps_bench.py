@@ -1,4 +1,4 @@
-"""Lesson 5's named benchmark part for the split kernels' step: ``python -m gpulab bench 07 steps``, records
+"""Lesson 7's named benchmark part for the split kernels' step: ``python -m gpulab bench 07 steps``, records
 ``<gpu>-<date>-steps.jsonl`` under ``benchmarks/07_rnn_split/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
 reads.
 

@@ -1,4 +1,4 @@
-"""Lesson 5's forward and backward versions, a named part of its benchmark: ``python -m gpulab bench 06 versions``,
+"""Lesson 6's forward and backward versions, a named part of its benchmark: ``python -m gpulab bench 06 versions``,
 records under ``benchmarks/06_fused_rnn/versions/`` that :mod:`gpulab.rnn.fused.measure.versions_report` reads.
 
 The lesson's problem: LSTM, B = 16, T = 1024, 12 heads of 64, bf16, Wx given. The forward versions v1 ... v4 run
