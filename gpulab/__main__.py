@@ -2,7 +2,7 @@
 
 info                 device, runtime mode, versions, spec and measured ceilings
 bench NN [--out DIR] run lesson NN's benchmark, write benchmarks/NN_name/<gpu>-<date>.jsonl and .png
-bench NN PART        a named part of it (e.g. `bench 04 hopper`): benchmarks/NN_name/<folder>/<gpu>-<date>-PART.jsonl
+bench NN PART        a named part of it (e.g. `bench 05 hopper`): benchmarks/NN_name/<folder>/<gpu>-<date>-PART.jsonl
 notebooks [PATH...]  build notebooks from their sources (notebooks/src/) and execute them in place (what gets
                      committed); PATH: a source or a notebook (default: all); --build-only: do not execute
 exercises [--check]  generate exercises/ from solutions/ (--check: verify they match and every grader fails)
@@ -77,10 +77,12 @@ CLOCK_NOTE = (
 def cmd_bench(args) -> int:
     from tqdm.auto import tqdm  # deferred: only `bench` shows progress bars
 
-    lesson = lessons.find(args.lesson)
-    if lesson is None:
+    if args.lesson not in lessons.RENAMED and lessons.find(args.lesson) is None:
         print(f"unknown lesson {args.lesson!r}; known: {', '.join(lessons.ids())}", file=sys.stderr)
         return 2
+    lesson, moved = lessons.redirect(args.lesson, args.part)  # `bench 04 hopper`: the part is lesson 05's now
+    if moved:
+        print(moved)
     try:
         benchmark = lessons.benchmark(lesson.id, args.part)
     except ValueError as exc:
@@ -180,6 +182,14 @@ def cmd_grade(args) -> int:
     if args.speed:  # read by the graders inside the notebook's kernel, which inherits this environment
         os.environ[speed.ENV] = "1"
         os.environ.setdefault(speed.LABEL_ENV, "solution" if Path(args.path).parent.name == "solutions" else "learner")
+    path = Path(args.path)
+    if not path.exists() and path.stem in lessons.RENAMED:  # an old lesson's exercise: grade what it became
+        new = [path.with_name(Path(e.exercise).name) for e in lessons.successors(path.stem)]
+        found = [p for p in new if p.exists()]
+        print(f"{path.name} is now {' and '.join(p.name for p in new)}: grading {', '.join(map(str, found)) or 'none'}")
+        if not found:
+            return 2
+        return max(cmd_grade(argparse.Namespace(**{**vars(args), "path": str(p)})) for p in found)
     before = speed.records()
     report = grade_notebook(args.path)
     if not report:
@@ -207,7 +217,7 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="device, runtime mode, versions, ceilings").set_defaults(fn=cmd_info)
     p = sub.add_parser("bench", help="run a lesson's benchmark and store its results")
     p.add_argument("lesson", help="lesson number, e.g. 00")
-    p.add_argument("part", nargs="?", default=None, help="a named part of its benchmark, e.g. `bench 04 hopper`")
+    p.add_argument("part", nargs="?", default=None, help="a named part of its benchmark, e.g. `bench 05 hopper`")
     p.add_argument("--out", default=None, help="results root (default: benchmarks/ in the repository)")
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("notebooks", help="build notebooks from their sources and execute them in place")

@@ -7,7 +7,7 @@ returns a list of :class:`gpulab.bench.Result`, plus optionally a matplotlib fig
 
 A lesson's benchmark may have named parts (``Lesson.parts``: part name -> ``"package.module:function"``, the same
 kind of function), the measurements its notebook and the README cite beyond the main benchmark
-(``python -m gpulab bench 04 hopper``); ``benchmark(id, part)`` resolves one, and :func:`part_folder` names the folder
+(``python -m gpulab bench 05 hopper``); ``benchmark(id, part)`` resolves one, and :func:`part_folder` names the folder
 under the lesson's results where its records go (where their readers look), as ``<gpu>-<date>-<part>.jsonl``.
 """
 
@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from collections.abc import Callable
 
-__all__ = ["Lesson", "LESSONS", "find", "ids", "benchmark", "part_folder"]
+__all__ = [
+    "Lesson", "LESSONS", "RENAMED", "MOVED_PARTS", "find", "successors", "redirect", "ids", "benchmark", "part_folder",
+]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +65,16 @@ LESSONS: list[Lesson] = [
     ),
     Lesson(
         "04",
-        "04_attention",
-        "From online softmax to FlashAttention",
+        "04_flash_attention",
+        "FlashAttention in Triton",
         "gpulab.attention",
         "gpulab.attention.measure.benchmark:benchmark",
+    ),
+    Lesson(
+        "05",
+        "05_attention_hopper",
+        "FlashAttention on Hopper",
+        "gpulab.attention",
         parts={
             "hopper": "gpulab.attention.measure.hopper_bench:hopper",
             "cs336": "gpulab.attention.measure.hopper_bench:cs336",
@@ -84,26 +93,34 @@ LESSONS: list[Lesson] = [
         },
     ),
     Lesson(
-        "05",
-        "05_fused_rnn",
-        "A fused RNN kernel (FlashRNN-style)",
+        "06",
+        "06_fused_rnn",
+        "A fused RNN on one SM",
         "gpulab.rnn.fused",
         "gpulab.rnn.fused.measure.benchmark:benchmark",
+        parts={
+            "versions": "gpulab.rnn.fused.measure.versions_bench:versions",
+            "lstm-grid": "gpulab.rnn.fused.measure.lstm_grid:lstm_grid",
+        },
+    ),
+    Lesson(
+        "07",
+        "07_rnn_split",
+        "One head over many SMs",
+        "gpulab.rnn.fused",
         parts={
             "split": "gpulab.rnn.fused.measure.split_bench:split",
             "cross": "gpulab.rnn.fused.measure.split_bench:cross",
             "candidates": "gpulab.rnn.fused.measure.split_bench:candidates",
             "partials": "gpulab.rnn.fused.measure.split_bench:partials",
-            "versions": "gpulab.rnn.fused.measure.versions_bench:versions",
             "steps": "gpulab.rnn.fused.measure.steps_bench:steps",
             "called": "gpulab.rnn.fused.measure.called_bench:called",
-            "lstm-grid": "gpulab.rnn.fused.measure.lstm_grid:lstm_grid",
         },
         folders={"cross": "split", "candidates": "split", "partials": "split", "steps": "split", "called": "split"},
     ),
     Lesson(
-        "06",
-        "06_state_tracking",
+        "08",
+        "08_state_tracking",
         "Capstone: state tracking, LSTM vs Transformer",
         "gpulab.tasks",
         "gpulab.tasks.experiments:benchmark",
@@ -115,19 +132,79 @@ LESSONS: list[Lesson] = [
         },
         folders={"lm-search": "lm"},
     ),
-    Lesson("07", "07_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
+    Lesson("09", "09_distributed", "Scaling out: the capstone on several GPUs with torchrun", "gpulab.distributed"),
 ]
+
+RENAMED: dict[str, tuple[str, ...]] = {
+    "04_attention": ("04", "05"),
+    "05_fused_rnn": ("06", "07"),
+    "06_state_tracking": ("08",),
+    "07_distributed": ("09",),
+}
+"""An old lesson slug -> the ids of the lesson(s) it became (the course had eight lessons, 00-07, before it had ten)."""
+
+OLD_IDS: dict[str, str] = {slug: slug[:2] for slug in RENAMED}
+
+MOVED_PARTS: dict[tuple[str, str], str] = {
+    **{("04", p): "05" for p in ("hopper", "cs336", "fused", "v3", "v3-headline", "v3-check", "v3-race", "v3-tune",
+                                 "features")},
+    **{("05", p): "06" for p in ("versions", "lstm-grid")},
+    **{("05", p): "07" for p in ("split", "cross", "candidates", "partials", "steps", "called")},
+    **{("06", p): "08" for p in ("throughput", "search", "lm-search", "lm")},
+}  # fmt: skip
+"""(old lesson id, part) -> the lesson that runs that part now: ``bench 04 hopper`` runs ``bench 05 hopper``."""
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def find(lesson: str) -> Lesson | None:
-    """The lesson whose id ('00') or slug ('00_memory_hierarchy') is ``lesson``; None if there is none."""
+    """The lesson whose id ('00') or slug ('00_memory_hierarchy') is ``lesson``; None if there is none. An old slug
+    (:data:`RENAMED`: '04_attention', '05_fused_rnn', '06_state_tracking', '07_distributed') resolves to the first
+    lesson it became, with a message on stderr naming every one (:func:`successors` returns them all)."""
     if not isinstance(lesson, (str, int)) or isinstance(lesson, bool):
         raise TypeError(f"lesson must be a lesson id such as '04' or a slug, got {lesson!r}.")
     lesson = str(lesson)
     for entry in LESSONS:
         if lesson in (entry.id, entry.slug) or (lesson.isdigit() and int(lesson) == int(entry.id)):
             return entry
+    if lesson in RENAMED:
+        new = successors(lesson)
+        _note(f"lesson {lesson} is now {' and '.join(f'lesson {e.id} ({e.slug})' for e in new)}: using {new[0].slug}")
+        return new[0]
     return None
+
+
+def successors(slug: str) -> list[Lesson]:
+    """The lessons an old slug became (``'04_attention'`` -> lessons 04 and 05); ``[find(slug)]`` for a current
+    lesson's id or slug. A ValueError for anything else."""
+    if not isinstance(slug, str):
+        raise TypeError(f"slug must be a lesson slug such as '04_attention' (str), got {slug!r}.")
+    if slug in RENAMED:
+        return [_by_id(i) for i in RENAMED[slug]]
+    entry = _lesson(slug)
+    return [entry]
+
+
+def _by_id(lesson_id: str) -> Lesson:
+    return next(e for e in LESSONS if e.id == lesson_id)
+
+
+def redirect(lesson, part: str | None = None) -> tuple[Lesson, str | None]:
+    """The lesson that runs ``lesson``'s ``part`` now, and a message when that is not the lesson named: an old name
+    of a part that moved (:data:`MOVED_PARTS`: ``('04', 'hopper')`` -> lesson 05) or an old slug. A ValueError for
+    an unknown lesson; an unknown part is left for :func:`benchmark` to refuse (naming the lesson's parts)."""
+    entry = _lesson(lesson)
+    if part is None or not isinstance(part, str) or part in entry.parts:
+        return entry, None
+    old_id = OLD_IDS.get(str(lesson), entry.id)
+    moved = MOVED_PARTS.get((old_id, part))
+    if moved is None:
+        return entry, None
+    new = _by_id(moved)
+    message = f"lesson {old_id}'s part {part} is now lesson {new.id} ({new.slug}): running bench {new.id} {part}"
+    return new, message
 
 
 def ids() -> list[str]:
@@ -150,9 +227,11 @@ def _check_part(entry: Lesson, part) -> str:
         raise TypeError(f"part must be a str naming a part of lesson {entry.id}'s benchmark, got {part!r}.")
     if part not in entry.parts:
         known = ", ".join(entry.parts) if entry.parts else "none"
+        moved = MOVED_PARTS.get((entry.id, part))
+        hint = f"; it is lesson {moved}'s now: benchmark({moved!r}, {part!r})" if moved else ""
         raise ValueError(
             f"part={part!r} is not a part of lesson {entry.id}'s benchmark; its parts: {known} "
-            f"(or no part for the main benchmark)."
+            f"(or no part for the main benchmark){hint}."
         )
     return part
 

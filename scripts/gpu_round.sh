@@ -2,7 +2,7 @@
 # One device call, several phases, each under its own time limit; everything lands in $OUT (at most 8 files come back).
 # Usage: bash scripts/gpu_round.sh PHASE...   with PHASE one of
 #   facts | selftest | selftest:PATHS (comma-separated test paths) | ncu | bench:NN | bench:NN:PART
-#   (a named part of lesson NN's benchmark, e.g. bench:04:hopper, bench:05:split)
+#   (a named part of lesson NN's benchmark, e.g. bench:05:hopper, bench:07:split)
 #   | pack (tar every folder under $OUT into $OUT/results.tgz: at most 8 files come back)
 # A phase may end in @SECONDS, its time limit (default: the one written below), e.g. bench:00@150.
 set -uo pipefail

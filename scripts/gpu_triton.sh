@@ -9,10 +9,10 @@
 # summed; less when they finish early):
 #   1. python -m gpulab info (which versions this machine runs, with GPULAB_ALLOW_UNTESTED_TRITON=1 set for the run)
 #   2. version 3's GPU tests: forward and backward against the references, and their race tests
-#   3. bench 04 v3-check (every variant checked against the reference) and v3-race (each variant RACE_RUNS times)
+#   3. bench 05 v3-check (every variant checked against the reference) and v3-race (each variant RACE_RUNS times)
 #   4. version 2's warp-specialized loop: RACE_RUNS runs per problem, bit-equal to each other and close to SDPA
 #   5. the fused RNN's Gluon GPU tests (versions 6 and b4)
-#   6. bench 04 v3 on the lesson's main problems (bf16, N = 4k and 16k, head dims 64 and 128, causal and not)
+#   6. bench 05 v3 on the lesson's main problems (bf16, N = 4k and 16k, head dims 64 and 128, causal and not)
 # Records (each carries its Triton version in 'triton') and logs go to $OUT/triton-<version>/ (OUT defaults to
 # ./gpu_triton_out); summary.txt there lists each step's exit status (124: it ran out of its time box).
 # STEPS (names of the steps above, space-separated; default all) runs only those, e.g. STEPS="info v3-grid";
@@ -59,11 +59,11 @@ from pathlib import Path
 from gpulab import bench, hardware, lessons
 root, runs = Path(sys.argv[1]), int(sys.argv[2])
 for part, kwargs in (("v3-check", {}), ("v3-race", dict(runs=runs))):
-    results = lessons.benchmark("04", part)(**kwargs)  # the lesson's parts, wherever their modules live
-    folder = root / "04_attention" / lessons.part_folder("04", part)
+    results = lessons.benchmark("05", part)(**kwargs)  # the lesson's parts, wherever their modules live
+    folder = root / "05_attention_hopper" / lessons.part_folder("05", part)
     path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}-{part}.jsonl"
     print(bench.table(results))
-    print("wrote", bench.save(results, "04", path=path))
+    print("wrote", bench.save(results, "05", path=path))
     bad = [r for r in results if r.params.get("check", "ok") != "ok" or r.params.get("differing", 0)]
     print(f"{part}: {len(bad)} of {len(results)} records not clean")
 EOF
@@ -101,10 +101,10 @@ from gpulab import bench, hardware, lessons
 # the lesson's grid (16k tokens a problem, model width 1024) at bf16 and its two longest lengths
 problems = [dict(dtype=torch.bfloat16, batch=16384 // n, heads=1024 // d, seq=n, head_dim=d, causal=c)
             for d in (64, 128) for n in (4096, 16384) for c in (False, True)]
-results = lessons.benchmark("04", "v3")(problems=problems)
-folder = Path(sys.argv[1]) / "04_attention" / lessons.part_folder("04", "v3")
+results = lessons.benchmark("05", "v3")(problems=problems)
+folder = Path(sys.argv[1]) / "05_attention_hopper" / lessons.part_folder("05", "v3")
 path = folder / f"{hardware.gpu_slug(results[0].device)}-{results[0].date}-v3.jsonl"
 print(bench.table(results))
-print("wrote", bench.save(results, "04", path=path))
+print("wrote", bench.save(results, "05", path=path))
 EOF
 cat "$SUMMARY"

@@ -111,7 +111,7 @@ def _min_bytes(case: str) -> float:
         return fwd + bwd if "bwd" in case else fwd
     if case.startswith("03"):
         return _ladder_min_bytes()
-    if case.startswith("05"):
+    if case.startswith("06"):
         wx, r, out = RB * RT * 4 * RNH * RDH * 2, 4 * RNH * RDH * RDH * 2, 2 * RB * RT * RNH * RDH * 2
         fwd = wx + r + out
         return fwd + (out + r + wx + r) if "bwd" in case else fwd  # backward: read states and R, write dWx and dR
@@ -128,10 +128,10 @@ CASES = {
     "04 flash fwd": lambda: _attention("flash", False),
     "04 naive fwd+bwd": lambda: _attention("naive", True),
     "04 flash fwd+bwd": lambda: _attention("flash", True),
-    "05 alternating fwd": lambda: _rnn("alternating", False),
-    "05 fused fwd": lambda: _rnn("fused", False),
-    "05 alternating fwd+bwd": lambda: _rnn("alternating", True),
-    "05 fused fwd+bwd": lambda: _rnn("fused", True),
+    "06 alternating fwd": lambda: _rnn("alternating", False),
+    "06 fused fwd": lambda: _rnn("fused", False),
+    "06 alternating fwd+bwd": lambda: _rnn("alternating", True),
+    "06 fused fwd+bwd": lambda: _rnn("fused", True),
 }
 
 

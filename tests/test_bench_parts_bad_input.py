@@ -5,10 +5,28 @@ import pytest
 
 from gpulab import lessons
 from gpulab.attention.measure import hopper_bench, v3_bench
+from gpulab.course import book_pages
 from gpulab.rnn.fused.measure import split_bench, split_report, versions_bench
 
 BAD = [
-    ("part_folder unknown part", lambda: lessons.part_folder("04", "nope"), ValueError, "part='nope'"),
+    ("successors unknown slug", lambda: lessons.successors("04_attn"), ValueError, "lesson_id='04_attn'"),
+    ("successors not a str", lambda: lessons.successors(4), TypeError, "slug must be"),
+    ("redirect unknown lesson", lambda: lessons.redirect("42", "hopper"), ValueError, "lesson_id='42'"),
+    ("redirect lesson a list", lambda: lessons.redirect(["04"], "hopper"), TypeError, "lesson must be"),
+    (
+        "redirect_page old not a str",
+        lambda: book_pages.redirect_page(4, lessons.successors("04_attention")),
+        TypeError,
+        "old must be",
+    ),
+    ("redirect_page new empty", lambda: book_pages.redirect_page("04_attention", []), TypeError, "new must be"),
+    (
+        "redirect_page suffix",
+        lambda: book_pages.redirect_page("04_attention", lessons.LESSONS[4:5], suffix="x"),
+        ValueError,
+        "suffix must be",
+    ),
+    ("part_folder unknown part", lambda: lessons.part_folder("05", "nope"), ValueError, "part='nope'"),
     ("part_folder unknown lesson", lambda: lessons.part_folder("42", "hopper"), ValueError, "lesson_id='42'"),
     ("part_folder part not a str", lambda: lessons.part_folder("05", None), TypeError, "part must be a str"),
     ("rows_of not a list", lambda: split_report.rows_of({"kind": "env"}), TypeError, "records must be a list"),

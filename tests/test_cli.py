@@ -116,23 +116,57 @@ def test_bench_of_a_lesson_without_a_benchmark(capsys, monkeypatch):
 
 
 def test_bench_part_writes_where_its_readers_look(tmp_path, capsys, monkeypatch):
-    """`bench 04 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
+    """`bench 05 cs336`: the named part runs (here a stand-in: the registration is tested in test_lessons) and its
     records go to the part's folder under the lesson's results, not the lesson's own."""
     asked = []
-    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: asked.append(part) or _tiny_benchmark)
-    assert cli.main(["bench", "04", "cs336", "--out", str(tmp_path)]) == 0
-    assert asked == ["cs336"]
-    jsonl = sorted((tmp_path / "04_attention" / "hopper" / "cs336").glob("*.jsonl"))
-    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in capsys.readouterr().out and jsonl[0].stem.endswith("-cs336")
-    assert not list((tmp_path / "04_attention").glob("*.jsonl"))
-    assert {r.provider for r in bench.load("04", path=jsonl[0])} == {"clone", "fa2"}
-    assert bench.current("04", "hopper/cs336", gpu=None, root=tmp_path) == jsonl[0]  # the index names the new run
+    monkeypatch.setattr(
+        lessons, "benchmark", lambda lesson_id, part=None: asked.append((lesson_id, part)) or _tiny_benchmark
+    )
+    assert cli.main(["bench", "05", "cs336", "--out", str(tmp_path)]) == 0
+    assert asked == [("05", "cs336")]
+    jsonl = sorted((tmp_path / "05_attention_hopper" / "hopper" / "cs336").glob("*.jsonl"))
+    out = capsys.readouterr().out
+    assert len(jsonl) == 1 and f"wrote {jsonl[0]}" in out and jsonl[0].stem.endswith("-cs336") and "is now" not in out
+    assert not list((tmp_path / "05_attention_hopper").glob("*.jsonl"))
+    assert {r.provider for r in bench.load("05", path=jsonl[0])} == {"clone", "fa2"}
+    assert bench.current("05", "hopper/cs336", gpu=None, root=tmp_path) == jsonl[0]  # the index names the new run
+
+
+@pytest.mark.parametrize(
+    ("old", "part", "new", "folder"),
+    [("04", "hopper", "05", "05_attention_hopper/hopper"), ("05", "split", "07", "07_rnn_split/split"),
+     ("05", "versions", "06", "06_fused_rnn/versions"), ("06", "lm-search", "08", "08_state_tracking/lm"),
+     ("04_attention", "v3-tune", "05", "05_attention_hopper/v3")],
+)  # fmt: skip
+def test_bench_of_a_part_that_moved_runs_it_in_its_new_lesson(old, part, new, folder, tmp_path, capsys, monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        lessons, "benchmark", lambda lesson_id, part=None: asked.append((lesson_id, part)) or _tiny_benchmark
+    )
+    assert cli.main(["bench", old, part, "--out", str(tmp_path)]) == 0
+    entry = lessons.find(new)
+    assert asked == [(new, part)]
+    captured = capsys.readouterr()
+    old_id = old[:2]
+    assert (
+        f"lesson {old_id}'s part {part} is now lesson {new} ({entry.slug}): running bench {new} {part}" in captured.out
+    )
+    assert len(list((tmp_path / folder).glob(f"*-{part}.jsonl"))) == 1
 
 
 def test_bench_unknown_part_lists_the_parts(capsys):
-    assert cli.main(["bench", "04", "hoper"]) == 2
+    assert cli.main(["bench", "05", "hoper"]) == 2
     err = capsys.readouterr().err
     assert "part='hoper'" in err and "hopper, cs336, fused" in err
+    assert cli.main(["bench", "04", "hoper"]) == 2  # not a part that moved: lesson 04's own (it has none)
+    assert "part='hoper'" in capsys.readouterr().err
+
+
+def test_bench_of_an_old_slug_says_what_it_became(capsys, monkeypatch):
+    monkeypatch.setattr(lessons, "benchmark", lambda lesson_id, part=None: None)
+    assert cli.main(["bench", "07_distributed"]) == 2
+    err = capsys.readouterr().err
+    assert "lesson 07_distributed is now lesson 09 (09_distributed)" in err and "lesson 09 has no benchmark yet" in err
 
 
 @pytest.mark.skipif(lessons.benchmark("00") is None, reason="lesson 00's package registers no benchmark")
@@ -162,3 +196,18 @@ def test_one_version():
     assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "gpulab.__version__"}' in pyproject
     assert "\nversion = " not in pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
     assert gpulab.__version__.count(".") == 2
+
+
+def test_grade_of_an_old_exercise_grades_what_it_became(tmp_path, capsys, monkeypatch):
+    import gpulab.course as course
+
+    graded = []
+    monkeypatch.setattr(course, "grade_notebook", lambda path: graded.append(Path(path).name) or [("t", True, "")])
+    (tmp_path / "09_distributed.ipynb").write_text("{}")
+    assert cli.main(["grade", str(tmp_path / "07_distributed.ipynb")]) == 0
+    assert graded == ["09_distributed.ipynb"]
+    assert "07_distributed.ipynb is now 09_distributed.ipynb: grading" in capsys.readouterr().out
+    assert cli.main(["grade", str(tmp_path / "05_fused_rnn.ipynb")]) == 2  # neither 06 nor 07 is there
+    assert (
+        "05_fused_rnn.ipynb is now 06_fused_rnn.ipynb and 07_rnn_split.ipynb: grading none" in capsys.readouterr().out
+    )

@@ -304,8 +304,8 @@ class HopperConfig:
 
 
 # The fastest of the probed configs per (padded head dim, causal), chosen by timing on the H100
-# (`python -m gpulab bench 04 hopper`; the sweep's records are in benchmarks/04_attention/hopper/). HopperConfig() is
-# the starting point for any other.
+# (`python -m gpulab bench 05 hopper`; the sweep's records are in benchmarks/05_attention_hopper/hopper/).
+# HopperConfig() is the starting point for any other.
 PREFERRED_V2: dict[tuple[int, bool], HopperConfig] = {
     (128, False): HopperConfig(128, 64, 4, 2),
     (128, True): HopperConfig(64, 64, 4, 3),

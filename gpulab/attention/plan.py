@@ -98,7 +98,7 @@ of lesson 4's grid from which on version 3's measured default
 (:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) took less time than the shipped
 two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's fastest round) in each
 of the newest three H100 runs that timed both on the whole grid, the longest of their three lengths
-(``benchmarks/04_attention/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this table
+(``benchmarks/05_attention_hopper/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this table
 to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem while
 the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
 lengths."""
@@ -207,7 +207,7 @@ def _store(cache: dict, key, plan: Plan) -> Plan:
 SMALL_WORK = 2**31
 """Query-key pairs (B H Nq Nk) times the head dim below which ``version=None`` keeps version 1: such a call takes
 tens of microseconds, set by the host rather than the GPU, and version 1's host path is a few microseconds shorter
-(no descriptor workspace; ``kind='tiny'`` records of ``python -m gpulab bench 04 hopper``). Lesson 4's smallest
+(no descriptor workspace; ``kind='tiny'`` records of ``python -m gpulab bench 05 hopper``). Lesson 4's smallest
 problem is about 8x above it."""
 
 
@@ -279,7 +279,7 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
 V3_HEAD_DIMS: tuple[int, ...] = (64, 128)
 """Head dims at which ``version=None`` takes version 3 (:mod:`gpulab.attention.v3`, Gluon) instead of version 2 on
 Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the newest H100 run
-(``benchmarks/04_attention/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
+(``benchmarks/05_attention_hopper/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
 version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
 this list to the records). Head dim 64 joined once causal tiles went in (longest, shortest) pairs
 (notes/attention-hopper.md, 'Forward configs')."""

@@ -9,9 +9,9 @@ What you will learn:
   ``dx2 = -dy1 sin + dy2 cos``. No input needs to be saved for it.
 - **A memory-bound op costs its passes over memory.** Written as PyTorch operations (slices to fp32, four products,
   two sums, a concatenation, a cast, then the permute and ``contiguous`` to the attention's [B, H, N, D] layout),
-  each op reads and writes the whole of q or k, and autograd replays as many for the backward: at lesson 6's
+  each op reads and writes the whole of q or k, and autograd replays as many for the backward: at lesson 8's
   capstone (B 32, N 1024, d 768) the profile of a Transformer training step on the H100 showed them as a large
-  share of it (``scripts/profile06_capstone.py``; lesson 6 states the measured difference from its records).
+  share of it (``scripts/profile06_capstone.py``; lesson 8 states the measured difference from its records).
   :func:`qkv_heads` does the split into heads, the rotation and the layout in one Triton kernel
   (:func:`qkv_heads_kernel`): it reads the projection's output [B, N, 3, H, D] once and writes q, k, v
   [B, H, N, D] once; its backward reads dq, dk, dv once and writes d(qkv) once.

@@ -7,8 +7,9 @@ no reader opens (:func:`current` refuses a path there). :func:`entries` lists ev
 
 Layout of the file::
 
-    {"lessons": {"04": {"main": {"nvidia-h100-80gb-hbm3": ["04_attention/nvidia-h100-80gb-hbm3-2026-11-25.jsonl"]},
-                        "hopper": {...}}, ...}}
+    {"lessons": {"04": {"main": {"nvidia-h100-80gb-hbm3": ["04_flash_attention/nvidia-h100-80gb-hbm3-2026-11-25.jsonl"]}
+                        }},
+                 "05": {"hopper": {...}}, ...}}
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _lesson_key(lesson) -> str:
 
 
 def parts(lesson, root=None) -> list[str]:
-    """The parts of ``lesson`` ('04' or '04_attention') that the index names."""
+    """The parts of ``lesson`` ('04' or '04_flash_attention') that the index names."""
     return list(read_index(root).get(_lesson_key(lesson), {}))
 
 

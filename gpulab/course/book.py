@@ -25,6 +25,7 @@ from pathlib import Path
 from gpulab import lessons as _lessons
 from gpulab.bench import index
 from gpulab.course import book_offline
+from gpulab.course.book_pages import redirect_page
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
@@ -81,7 +82,8 @@ def lesson_modules(root: Path = ROOT) -> dict[str, list[Path]]:
 
     A package that does not exist (yet) stands for its nearest existing parent below ``gpulab`` (none for
     ``gpulab.x``); a package holds its subpackages,
-    except those that are another lesson's package (``gpulab.rnn`` without ``gpulab.rnn.ladder``)."""
+    except those that are another lesson's package (``gpulab.rnn`` without ``gpulab.rnn.ladder``); a package two
+    lessons build (``gpulab.attention``: lessons 4 and 5) is listed under the first."""
     found = {}
     for lesson in lessons():
         name = lesson.module
@@ -90,9 +92,9 @@ def lesson_modules(root: Path = ROOT) -> dict[str, list[Path]]:
             name = name.rsplit(".", 1)[0]
             path = _module_path(name, root)
         found[lesson.id] = path
-    result = {}
+    result, first = {}, {}
     for lid, path in found.items():
-        if path is None:
+        if path is None or first.setdefault(path, lid) != lid:  # a package two lessons build: listed under the first
             result[lid] = []
             continue
         others = [p for o, p in found.items() if o != lid and p is not None and p != path and p.is_dir()]
@@ -369,6 +371,10 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
         else:
             page(f"lessons/{lesson.slug}_exercise", f"# Exercises {lesson.id}\n\n_Not generated yet._\n")
 
+    for old, new_ids in _lessons.RENAMED.items():  # an old lesson's address sends the reader to what it became
+        for suffix in ("", "_exercise"):
+            page(f"lessons/{old}{suffix}", redirect_page(old, [e for e in syllabus if e.id in new_ids], root, suffix))
+
     # Package source: one page per module file, grouped by lesson, then the rest.
     def source_pages(files: list[Path], back: str) -> list[str]:
         names = []
@@ -404,7 +410,10 @@ def generate(src: Path = SRC, root: Path = ROOT) -> list[str]:
             f"({len(files)} files), as they are in this version of the course.",
             "",
         ]
-        if not files:
+        shared = next((o for o in syllabus if o.module == lesson.module and o.id < lesson.id), None)
+        if not files and shared is not None:
+            body.append(f"`{lesson.module}` is lesson {shared.id}'s package too: [its modules](lesson-{shared.id}.md).")
+        elif not files:
             body.append(f"_No module `{lesson.module}` in this version of the package._")
         elif shown != lesson.module:
             body += [f"`{lesson.module}` is not in this version of the package: its parent `{shown}` is shown.", ""]

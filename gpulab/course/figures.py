@@ -95,13 +95,13 @@ FIGURES: dict[str, Callable] = {
     "01_roofline": _roofline,
     "02_codesign": _codesign,
     "03_cudnn_ladder": _ladder,
-    "04_attention": _attention,
-    "04_attention/hopper": _hopper,
-    "05_fused_rnn": _fused_rnn,
-    "05_fused_rnn/versions": _versions,
-    "06_state_tracking": _tasks,
-    "06_state_tracking/throughput": _throughput,
-    "06_state_tracking/search": _search,
+    "04_flash_attention": _attention,
+    "05_attention_hopper/hopper": _hopper,
+    "06_fused_rnn": _fused_rnn,
+    "06_fused_rnn/versions": _versions,
+    "08_state_tracking": _tasks,
+    "08_state_tracking/throughput": _throughput,
+    "08_state_tracking/search": _search,
 }
 """Folder under ``benchmarks/`` -> the function drawing its newest records (the lesson's own plot)."""
 

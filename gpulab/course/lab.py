@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from gpulab import lessons
+
 ROOT = Path(__file__).resolve().parents[2]
 COURSE = ROOT / "course"
 """nbgrader's course root (``CourseDirectory.root`` in ``nbgrader_config.py``): ``source/``, ``release/``,
@@ -44,7 +46,9 @@ def lab_command(*extra: str, as_root: bool | None = None) -> list[str]:
 
 def link_course(course: Path = COURSE) -> list[Path]:
     """Lay ``solutions/`` out as nbgrader's source tree: ``course/source/NN_name/NN_name.ipynb``, each a link to
-    ``solutions/NN_name.ipynb`` (nbgrader copies what a link points to). Returns the links; safe to run again."""
+    ``solutions/NN_name.ipynb`` (nbgrader copies what a link points to), and under each old assignment id
+    (:data:`gpulab.lessons.RENAMED`: ``course/source/04_attention/``) the notebooks of the lessons it became.
+    Returns the links; safe to run again."""
     if not isinstance(course, (str, os.PathLike)):
         raise TypeError(f"course must be a folder path (str or Path), got {type(course).__name__} {course!r}.")
     course = Path(course)
@@ -56,6 +60,17 @@ def link_course(course: Path = COURSE) -> list[Path]:
             link.unlink()
         link.symlink_to(os.path.relpath(nb, link.parent))
         links.append(link)
+    for old, new_ids in lessons.RENAMED.items():  # an old assignment id releases the lesson(s) it became
+        for entry in (e for e in lessons.LESSONS if e.id in new_ids):
+            nb = ROOT / entry.solution
+            if not nb.exists():
+                continue
+            link = course / "source" / old / nb.name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(os.path.relpath(nb, link.parent))
+            links.append(link)
     return links
 
 

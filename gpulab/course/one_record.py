@@ -1,6 +1,6 @@
 """One record per measurement, in every lesson: the times a notebook displays, grouped by key, come from one run.
 
-A lesson source loads records with calls such as ``bench.load("05", gpu="h100")`` or ``split_report.load_split(
+A lesson source loads records with calls such as ``bench.load("06", gpu="h100")`` or ``split_report.load_split(
 "h100", record="cross")`` and displays them in the cell of the call (and later cells). :data:`DISPLAYS` maps each
 such call, as the sources write it, to the times it displays, each with its :class:`gpulab.bench.history.Key`
 (lesson, case, kernel version, device, problem, clock) and its run (the record file). :func:`displayed` reads a
@@ -34,9 +34,8 @@ from gpulab.bench.history import Key, Shown, check
 
 __all__ = ["DISPLAYS", "LOADER", "BANNER", "Display", "loader_calls", "displayed", "check_source"]
 
-BANNER = re.compile(r"\b(?:shown|bench\.index|index)\.(?:banner|history_label)\(")
-"""A call that prints the banner of the record a cell shows (``shown.history_label``: its older name, which the
-lesson sources of lessons 4 and 5 still call)."""
+BANNER = re.compile(r"\b(?:shown|bench\.index|index)\.banner\(")
+"""A call that prints the banner of the record a cell shows (the file, device, versions and date it comes from)."""
 
 LOADER = re.compile(
     r"\b(?:bench|traffic|hopper_report|attention_report|versions_report|split_report|rows_report|tasks|roofline|"
@@ -93,7 +92,7 @@ def _roofline_run(root, keep=None) -> list[Shown]:
     return results_shown(bench.load("01", path=path), path.name, "01", keep=keep)
 
 
-# --- lesson 4 -------------------------------------------------------------------------------------------------------
+# --- lessons 4 and 5 ---------------------------------------------------------------------------------------------
 
 
 def _attention_version(r) -> str:
@@ -121,8 +120,8 @@ def _attention(records, run: str, keep=None, version=_attention_version) -> list
 
 def _hopper(root, sub: str = ""):
 
-    path = bench.current("04", "/".join(p for p in ("hopper", sub) if p), "h100", root)
-    return bench.load("04", path=path), path.name
+    path = bench.current("05", "/".join(p for p in ("hopper", sub) if p), "h100", root)
+    return bench.load("05", path=path), path.name
 
 
 def _lesson04_probe(root) -> list[Shown]:
@@ -144,7 +143,7 @@ def _lesson04_cs336(root) -> list[Shown]:
 def _lesson04_sweep(root) -> list[Shown]:
     from gpulab.attention.measure import report
 
-    folder = None if root is None else bench.results_dir(root) / "04_attention" / "hopper"
+    folder = None if root is None else bench.results_dir(root) / "05_attention_hopper" / "hopper"
     recs = [r for r in report.stored_sweep(folder) if str(r.params.get("check", "")).startswith("ok")]
 
     def config(r):  # a sweep times one config of version 2; the lesson's grid times the dispatched one
@@ -159,8 +158,8 @@ def _lesson04_sweep(root) -> list[Shown]:
 def _lesson04_v3(root) -> list[Shown]:
     from gpulab.attention.measure import report
 
-    path = bench.current("04", "v3", "h100", root)
-    return _attention(bench.load("04", path=path), path.name,
+    path = bench.current("05", "v3", "h100", root)
+    return _attention(bench.load("05", path=path), path.name,
                       keep=lambda r: r.params.get("impl") == report.V3_TUNED)  # fmt: skip
 
 
@@ -169,8 +168,8 @@ def _median_rounds(root, suffix: str, kind: str, measurement: str) -> list[Shown
     (the median of its alternating rounds), keyed apart from a grid's faster-of-two rounds of the same problem."""
     from gpulab.attention.measure import report
 
-    path = bench.current("04", f"v3/{suffix}", "h100", root)
-    records = bench.load("04", path=path)
+    path = bench.current("05", f"v3/{suffix}", "h100", root)
+    records = bench.load("05", path=path)
     rows = {r.params["impl"]: r for r in records if r.status == "ok" and r.params.get("kind") == kind}
     out = []
     for impl, h in report.v3_headline(records, kind=kind).items():
@@ -190,11 +189,11 @@ def _lesson04_v3_qregs_ab(root) -> list[Shown]:
     return _median_rounds(root, "qregs-ab", "ab", "attention forward, A/B of Q from registers, median rounds")
 
 
-# --- lesson 5 -------------------------------------------------------------------------------------------------------
+# --- lessons 6 and 7 ---------------------------------------------------------------------------------------------
 
 
 def _lstm_key(pass_: str, version: str, device: str, b, t, nh, dh, dtype: str, clock: str) -> Key:
-    return Key("05", f"LSTM {pass_}", version, device, f"B{b} T{t} {nh}x{dh} {dtype}", clock)
+    return Key("06", f"LSTM {pass_}", version, device, f"B{b} T{t} {nh}x{dh} {dtype}", clock)
 
 
 def _run05_version(p) -> str:
@@ -209,9 +208,9 @@ def _run05_version(p) -> str:
 
 
 def _lesson05_run(root) -> list[Shown]:
-    path = _newest("05", root)
+    path = _newest("06", root)
     out = []
-    for r in bench.load("05", path=path):
+    for r in bench.load("06", path=path):
         p = r.params
         if r.status != "ok" or not r.shape:
             continue
@@ -226,7 +225,7 @@ def _lesson05_run(root) -> list[Shown]:
 def _lesson05_versions(root) -> list[Shown]:
     from gpulab.rnn.fused.measure import versions_report as report
 
-    path = bench.current("05", "versions", "h100", root)
+    path = bench.current("06", "versions", "h100", root)
     out = []
     for r in report.load_versions("h100", root):
         p = r.params
@@ -423,13 +422,13 @@ def _none(root) -> list[Shown]:
 
 
 def _stored(name):
-    """Lesson 6's stored run ``tasks.stored_<name>("h100")``, keyed as its records."""
+    """Lesson 8's stored run ``tasks.stored_<name>("h100")``, keyed as its records."""
 
     def values(root) -> list[Shown]:
         from gpulab import tasks
 
         recs = getattr(tasks, f"stored_{name}")("h100", root)
-        return results_shown(recs, f"{recs[0].date} {name}", "06") if recs else []
+        return results_shown(recs, f"{recs[0].date} {name}", "08") if recs else []
 
     return values
 
@@ -463,76 +462,79 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("02", 'roofline.hbm_ceiling("H100")'): Display(
         lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY), "the HBM ceiling"),
     ("03", 'bench.load("03", gpu="h100")'): Display(lambda root: _run("03", root), "lesson 3's run"),
-    ("04", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
+    **{(n, 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots")
+       for n in ("04", "05", "06", "07")},
     ("04", 'bench.load("04", gpu="h100")'): Display(
         lambda root: _attention(bench.load("04", path=_newest("04", root)), _newest("04", root).name,
                                 keep=lambda r: r.params.get("kind") == "throughput"),
         "section 8's run: the lesson's grid, every implementation"),
     ("04", 'traffic.stored("04")'): Display(_none, "Nsight Compute byte counts, not times"),
-    ("04", "hopper_report.stored()"): Display(_lesson04_probe, "the Hopper probe's grid and small problems"),
-    ("04", "hopper_report.stored_cs336()"): Display(_lesson04_cs336, "the CS336 leaderboard problem"),
-    ("04", "hopper_report.stored_sweep()"): Display(_lesson04_sweep, "version 2's config sweeps, per config"),
-    ("04", "hopper_report.stored_fused()"): Display(_none, "the one-pass backward: ratios to the two kernels only"),
-    ("04", "hopper_report.stored_v3()"): Display(_lesson04_v3, "version 3's run: version 3's own times (the peers as "
+    ("05", "hopper_report.stored()"): Display(_lesson04_probe, "the Hopper probe's grid and small problems"),
+    ("05", "hopper_report.stored_cs336()"): Display(_lesson04_cs336, "the CS336 leaderboard problem"),
+    ("05", "hopper_report.stored_sweep()"): Display(_lesson04_sweep, "version 2's config sweeps, per config"),
+    ("05", "hopper_report.stored_fused()"): Display(_none, "the one-pass backward: ratios to the two kernels only"),
+    ("05", "hopper_report.stored_v3()"): Display(_lesson04_v3, "version 3's run: version 3's own times (the peers as "
                                                                "ratios within the run)"),
-    ("04", "hopper_report.stored_v3_headline()"): Display(
+    ("05", "hopper_report.stored_v3_headline()"): Display(
         _lesson04_v3_headline, "version 3's headline run: each implementation's median round on both clocks"),
-    ("04", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
-    ("04", 'hopper_report.stored_v3_tune(run="i")'): Display(
+    ("05", "hopper_report.stored_v3_run()"): Display(_none, "the letter of version 3's newest run, not a time"),
+    ("05", 'hopper_report.stored_v3_tune(run="i")'): Display(
         _none, "version 3's run-i tune: ratios within the run only (paired causal tiles vs one tile per program), "
                "no time shown"),
-    ("04", 'hopper_report.stored_v3_tune(run="l")'): Display(
+    ("05", 'hopper_report.stored_v3_tune(run="l")'): Display(
         _none, "version 3's run-l tune: ratios within the run only (Q from registers vs not), no time shown"),
-    ("04", 'hopper_report.stored_v3_ab("qregs")'): Display(
+    ("05", 'hopper_report.stored_v3_ab("qregs")'): Display(
         _lesson04_v3_qregs_ab, "the A/B of Q from registers: each implementation's median round on both clocks"),
-    ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
-    ("05", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
-    ("05", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),
-    ("05", 'split_report.load_split("h100", record="partials")'): Display(
+    ("06", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
+    ("07", 'split_report.load_split("h100")'): Display(_lesson05_split, "the split probe, forward per head dim"),
+    ("07", 'split_report.load_split("h100", record="partials")'): Display(
         _lesson05_partials, "the backward kernel alone, per tiling"),
-    ("05", 'bench.load("05", gpu="h100")'): Display(_lesson05_run, "section 8's run, the lesson's record"),
-    ("05", "versions_report.load_sass(64)"): Display(_none, "instruction counts, not times"),
-    ("05", 'versions_report.load_profile("h100")'): Display(_none, "stall shares, not times"),
-    ("05", 'split_report.load_split("h100", record="parts")'): Display(
+    **{(n, 'bench.load("06", gpu="h100")'): Display(_lesson05_run, "lesson 6's run, the fused RNN's record")
+       for n in ("06", "07")},
+    ("06", "versions_report.load_sass(64)"): Display(_none, "instruction counts, not times"),
+    ("06", 'versions_report.load_profile("h100")'): Display(_none, "stall shares, not times"),
+    ("07", 'split_report.load_split("h100", record="parts")'): Display(
         _none, "the first backward's step with parts switched off: microseconds per step of a superseded kernel, "
                "shown as an experiment on it"),
-    ("05", 'split_report.load_split("h100", record="cross")'): Display(_lesson05_cross, "the crossover run"),
-    ("05", 'split_report.load_split("h100", record="candidates")'): Display(
+    ("07", 'split_report.load_split("h100", record="cross")'): Display(_lesson05_cross, "the crossover run"),
+    ("07", 'split_report.load_split("h100", record="candidates")'): Display(
         _lesson05_candidates, "every fitting tiling of lesson 6's split layers (B = 32)"),
-    ("05", 'traffic.stored("05")'): Display(_none, "Nsight Compute byte counts, not times"),
-    ("05", 'split_report.load_split("h100", record="steps")'): Display(
+    ("06", 'traffic.stored("06")'): Display(_none, "Nsight Compute byte counts, not times"),
+    ("07", 'split_report.load_split("h100", record="steps")'): Display(
         _lesson05_steps, "Appendix G's exchange experiment (its own cases, peers as ratios within the run)"),
-    ("05", 'split_report.load_split("h100", record="hinted")'): Display(
+    ("07", 'split_report.load_split("h100", record="hinted")'): Display(
         _lesson05_hinted, "Appendix G's exchange candidates (their own cases, cuDNN beside them in the run)"),
-    ("05", 'split_report.load_split("h100", record="called")'): Display(
+    ("07", 'split_report.load_split("h100", record="called")'): Display(
         _lesson05_called, "Appendix G: flashrnn's API path per calling mode"),
-    ("05", 'rows_report.load("sass")'): Display(_none, "instruction counts of the compiled step, not times"),
-    ("05", 'rows_report.load("rows")'): Display(_lesson05_rows("rows"), "Appendix H: 16 and 8 rows per program"),
-    ("05", 'rows_report.load("product")'): Display(
+    ("07", 'rows_report.load("sass")'): Display(_none, "instruction counts of the compiled step, not times"),
+    ("07", 'rows_report.load("rows")'): Display(_lesson05_rows("rows"), "Appendix H: 16 and 8 rows per program"),
+    ("07", 'rows_report.load("product")'): Display(
         _lesson05_rows("product"), "Appendix H: the backward's product per gate or at once"),
-    ("05", 'rows_report.load("rows_split")'): Display(
+    ("07", 'rows_report.load("rows_split")'): Display(
         _lesson05_rows("rows_split"), "Appendix H: the split kernels at 8 rows"),
-    ("05", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
-    ("05", "versions_report.load_v6_sass()"): Display(
+    ("07", "split_report.load_sass()"): Display(_none, "instruction and shared-memory byte counts, not times"),
+    ("07", "versions_report.load_v6_sass()"): Display(
         _none, "Appendix I: version 6's compiled step, instruction and byte counts, not times"),
-    **{("05", f'versions_report.load_v6_{which}("h100")'): Display(
+    **{("07", f'versions_report.load_v6_{which}("h100")'): Display(
         _lesson05_v6(which), f"Appendix I: version 6's {what} (its own cases, peers in the run)")
        for which, what in (("run", "run"), ("parts", "clock-stamped forwards"), ("wide", "32 rows per program"),
                            ("tiles", "16-row tiles past 16 rows"), ("rows8", "8-row tiles"))},  # fmt: skip
-    **{("05", f'versions_report.load_v6_rows8("h100", run="{r}")'): Display(_lesson05_v6("rows8", run=r),
+    **{("07", f'versions_report.load_v6_rows8("h100", run="{r}")'): Display(_lesson05_v6("rows8", run=r),
        f"Appendix J: run {r} of the 8-row script, superseded by the newest run") for r in ("z", "zz", "zzc", "zzd")},
-    **{("05", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
+    **{("07", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
        for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late", "b4wide", "b4db")},  # fmt: skip
-    **{("05", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
+    **{("07", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
         _lesson05_v6("rows8", d), f"Appendix I: version 6's 8-row tiles at a head of {d} (peers in the run)")
        for d in (512, 256)},  # fmt: skip
-    ("06", 'bench.load("06", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
-    **{("06", f'tasks.stored_{n}("h100")'): Display(_stored(n), f"the newest {what} run")
+    ("08", 'bench.load("08", gpu="h100")'): Display(_none, "the accuracy runs: accuracies, not times"),
+    **{("08", f'tasks.stored_{n}("h100")'): Display(_stored(n), f"the newest {what} run")
        for n, what in (("throughput", "training-throughput"), ("rope", "RoPE kernel"))},
-    ("07", 'bench.load("07")'): Display(lambda root: _run("07", root, None, keep=lambda r: r.shape is not None),
-                                        "lesson 7's run"),
+    ("09", 'bench.load("09")'): Display(lambda root: _run("09", root, None, keep=lambda r: r.shape is not None),
+                                        "lesson 9's run"),
 }  # fmt: skip
 """(lesson, loader call as the source writes it) -> what its cell displays."""
+DISPLAYS.update({("06", c): d for (n, c), d in list(DISPLAYS.items()) if n == "07" and c.startswith("rows_report.")})
+# the rows records (benchmarks/07_rnn_split/rows/): read by the split lesson and by the one-SM lesson's eight-rows part
 
 
 # --- reading a lesson source ----------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def lesson04() -> str:
     from gpulab.attention.measure import report as attention_bench
     from gpulab.course import shown
 
-    path, recs = _current("04_attention")
+    path, recs = _current("04_flash_attention")
     head = recs[0]
     lines = [
         *_figure(path, f"attention on the {head.device}"),
@@ -131,16 +131,16 @@ def lesson04() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson04_hopper() -> str:
+def lesson05_hopper() -> str:
     from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
-    path = bench.current("04", "hopper", "h100", ROOT / "benchmarks")
-    recs = bench.load("04", path=path)
+    path = bench.current("05", "hopper", "h100", ROOT / "benchmarks")
+    recs = bench.load("05", path=path)
     head = recs[0]
     lines = [
         *_figure(path, f"attention forward, versions 1 and 2 beside SDPA, on the {head.device}"),
-        f"{index.banner('04', 'hopper', root=ROOT / 'benchmarks')}; `python -m gpulab bench 04 hopper`. The CS336 "
-        f"lines: {index.banner('04', 'hopper/cs336', root=ROOT / 'benchmarks')}.",
+        f"{index.banner('05', 'hopper', root=ROOT / 'benchmarks')}; `python -m gpulab bench 05 hopper`. The CS336 "
+        f"lines: {index.banner('05', 'hopper/cs336', root=ROOT / 'benchmarks')}.",
         "",
         *(f"- {line}" for line in hopper_report.summary(recs)),
         *(f"- sweeps: {line}" for line in hopper_report.sweep_summary(hopper_report.stored_sweep())[:4]),
@@ -156,12 +156,12 @@ def lesson04_hopper() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson04_v3() -> str:
+def lesson05_v3() -> str:
     from gpulab.attention.measure import report as hopper_report  # deferred: imports the kernels' modules
 
     recs = hopper_report.stored_v3()
     head = recs[0]
-    path = bench.current("04", "v3", "h100", ROOT / "benchmarks")
+    path = bench.current("05", "v3", "h100", ROOT / "benchmarks")
     spread = {peer: hopper_report.v3_spread(hopper_report.v3_ratios(recs, peer)) for peer in hopper_report.V3_PEERS}
     wall = hopper_report.v3_spread(hopper_report.v3_ratios(recs, "SDPA cuDNN", clock="wall"))
     problems = hopper_report.v3_best(recs)
@@ -251,8 +251,8 @@ def lesson03() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson07() -> str:
-    path, recs = _current("07_distributed")
+def lesson09() -> str:
+    path, recs = _current("09_distributed")
     speed = [r for r in recs if "tokens_per_s" in r.params]
     base = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
     head = speed[0]
@@ -273,7 +273,7 @@ def lesson07() -> str:
             f"| {q['model']} | {q['strategy']} | {q['world_size']} | {r.ms:.2f} | {q['tokens_per_s'] / 1e6:.2f} M | "
             f"{eff} | {q.get('comm_ms', 0):.2f} | {q.get('overlap_ms', 0):.2f} |"
         )
-    lines += ["", f"Raw records: `{path.relative_to(ROOT)}`; notebook 07 draws the timeline and the loss curves."]
+    lines += ["", f"Raw records: `{path.relative_to(ROOT)}`; notebook 09 draws the timeline and the loss curves."]
     return "\n".join(lines) + "\n"
 
 
@@ -322,10 +322,10 @@ def _ms(x) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def lesson05() -> str:
+def lesson06() -> str:
     from gpulab.rnn.fused.measure import benchmark as rnn_bench  # deferred: imports the kernels
 
-    path, recs = _current("05_fused_rnn")
+    path, recs = _current("06_fused_rnn")
     head = recs[0]
     main = [r for r in recs if r.params.get("sweep") in ("main", "dense") and r.status == "ok" and r.ms == r.ms]
     lines = [
@@ -345,21 +345,21 @@ def lesson05() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lesson05_split() -> str:
+def lesson07_split() -> str:
     from gpulab.course import shown
     from gpulab.rnn.fused.measure import split_report  # deferred: imports the kernels
 
     rows, _ = shown.split_now(split_report.load_split("h100"))  # its fwd+bwd rows ran the first split backward
     back = split_report.load_split("h100", record="partials")
     # one head of 768 from the lesson's run, the one record of that measurement (gpulab.course.one_record)
-    run = bench.load("05", gpu="h100")
+    run = bench.load("06", gpu="h100")
     ours, cudnn_train = shown.run_training(run, "fused"), shown.run_training(run, "cuDNN nn.LSTM (dense)", "float16")
     fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run if r.status == "ok" and r.params.get("pass") == "fwd"
                and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
                (16, 1, 768)}  # fmt: skip
     fwd, cudnn = fwd_768[("fused", "bfloat16")], fwd_768[("cuDNN nn.LSTM (dense)", "float16")]
     lines = [
-        f"*{index.banner('05', 'split', root=ROOT / 'benchmarks')}.*",
+        f"*{index.banner('07', 'split', root=ROOT / 'benchmarks')}.*",
         "",
         "```",
         split_report.split_table(rows),
@@ -376,30 +376,30 @@ def lesson05_split() -> str:
         f"(section 8): forward {fwd.wall_ms:.2f} ms against cuDNN fp16's {cudnn.wall_ms:.2f} ms, forward+backward "
         f"{ours.wall_ms:.2f} ms against {cudnn_train.wall_ms:.2f} ms (eager wall clock; device "
         f"{ours.ms:.2f} against {cudnn_train.ms:.2f}). "
-        "Notebook 05, section 6b and Appendix D, explains the "
+        "Notebook 07, explains the "
         f"kernels and the step's budget. Raw records: `{split_report.split_path('h100').relative_to(ROOT)}`, "
         f"`{split_report.split_path('h100', record='partials').relative_to(ROOT)}`.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def lesson05_versions() -> str:
+def lesson06_versions() -> str:
     from gpulab.course import shown
     from gpulab.rnn.fused.measure import versions_report as report  # deferred: imports the kernels
 
     rows, _ = shown.versions_now(report.load_versions("h100"))  # b3 is history (the first split backward)
-    path = bench.current("05", "versions", "h100", ROOT / "benchmarks")
+    path = bench.current("06", "versions", "h100", ROOT / "benchmarks")
     by_v = {r.params["version"]: r for r in rows}
     lines = [
-        *_figure(path, f"lesson 5's kernel versions, forward and forward+backward, on the {rows[0].device}"),
-        f"*{index.banner('05', 'versions', root=ROOT / 'benchmarks')}.*",
+        *_figure(path, f"lesson 6's kernel versions, forward and forward+backward, on the {rows[0].device}"),
+        f"*{index.banner('06', 'versions', root=ROOT / 'benchmarks')}.*",
         "",
         "```",
         report.versions_table(rows),
         "```",
         "",
         f"From v1 to v4 the forward gets {by_v['v1'].wall_ms / by_v['v4'].wall_ms:.1f}x faster on the eager wall "
-        "clock, every version checked against float64 at full size first (`gpulab/rnn/fused/versions/`, notebook 05 "
+        "clock, every version checked against float64 at full size first (`gpulab/rnn/fused/versions/`, notebook 06 "
         f"section 4b). Raw records: `{path.relative_to(ROOT)}`.",
     ]
     if "b1" in by_v and "b2" in by_v:
@@ -409,7 +409,7 @@ def lesson05_versions() -> str:
 
 
 def _bound_lines(b) -> list[str]:
-    """Lesson 6's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
+    """Lesson 8's floors in two README bullets (wall clock, against the SDPA Transformer); none for a run without."""
     if b is None or 1 not in b["L"]:
         return []
     peer = f"; `torch.nn.LSTM` ({b['peer_dtype']}) in the same stack: {b['peer'] - b['FL']:.2f} ms" if b["peer"] else ""
@@ -422,20 +422,20 @@ def _bound_lines(b) -> list[str]:
     ]
 
 
-def lesson06() -> str:
+def lesson08() -> str:
     from gpulab import tasks  # deferred: imports the models
     from gpulab.tasks import spread
 
-    path, _ = _current("06_state_tracking")
+    path, _ = _current("08_state_tracking")
     found = spread.stored_search("h100")
-    search_path = bench.current("06", "search", "h100", ROOT / "benchmarks")
+    search_path = bench.current("08", "search", "h100", ROOT / "benchmarks")
     first = spread.search_records(found)[0]
     rates = ", ".join(map(spread.lr_text, first.params["grid_lr"]))
     util = {r.params["phase"]: r for r in found if r.params.get("kind") == "utilization"}
     lines = [
         *_figure(search_path, f"accuracy vs length at the picked settings, every seed, on the {first.device}"),
         f"{first.device}, torch {first.torch}, Triton {first.triton}, {first.date}. Both models tuned by one search "
-        f"(`python -m gpulab bench 06 search`): learning rates {rates}"
+        f"(`python -m gpulab bench 08 search`): learning rates {rates}"
         f" x warmup {', '.join(str(w) for w in first.params['grid_warmup'])} steps, {first.params['steps']:,} steps "
         f"of {first.shape[0]} strings of {first.params['train_length']} tokens ({short_dtype(first.dtype)}, AdamW, "
         f"{first.params['schedule']} schedule), picked by validation accuracy on strings of the training length "
@@ -466,7 +466,7 @@ def lesson06() -> str:
         + ". The earlier single-seed runs in the lesson's folder are history.",
     ]
     thr = tasks.stored_throughput("h100")
-    thr_path = bench.current("06", "throughput", "h100", ROOT / "benchmarks")
+    thr_path = bench.current("08", "throughput", "h100", ROOT / "benchmarks")
     t = thr[0]
     lines += [
         "",
@@ -499,14 +499,14 @@ SECTIONS = {
     "lesson02": lesson02,
     "lesson03": lesson03,
     "lesson04": lesson04,
-    "lesson04-hopper": lesson04_hopper,
-    "lesson04-v3": lesson04_v3,
+    "lesson05-hopper": lesson05_hopper,
+    "lesson05-v3": lesson05_v3,
     "exercises-speed": exercises_speed,
-    "lesson05": lesson05,
-    "lesson05-split": lesson05_split,
-    "lesson05-versions": lesson05_versions,
     "lesson06": lesson06,
-    "lesson07": lesson07,
+    "lesson06-versions": lesson06_versions,
+    "lesson07-split": lesson07_split,
+    "lesson08": lesson08,
+    "lesson09": lesson09,
     "io-traffic": io_traffic,
 }
 """Generated README blocks: name -> function returning the block's markdown from the records."""

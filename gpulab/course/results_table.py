@@ -2,8 +2,8 @@
 (``benchmarks/INDEX.json``, :func:`gpulab.bench.current`) and linking its lesson; the full result blocks are the
 ``docs/results.md`` page's (:mod:`gpulab.course.readme` writes both).
 
-Each line shows what the lesson ships: attention's line is version 3's forward (the shipped path at head dim 128),
-lesson 5's the split kernel that ``flashrnn`` dispatches at one head of 768.
+Each line shows what the lesson ships: lesson 5's line is version 3's forward (the shipped path at head dim 128),
+lesson 7's the split kernel that ``flashrnn`` dispatches at one head of 768.
 """
 
 from __future__ import annotations
@@ -57,17 +57,38 @@ def _lesson03():
 def _lesson04():
     from gpulab.attention.measure import report
 
-    path = bench.current("04", "v3", "h100", _BENCH)
+    path, recs = _load("04")
+    line = next(t for t in report.targets(recs) if t.startswith("forward+backward: gpulab /"))
+    return path, line.replace("forward+backward: gpulab", "version 1 forward+backward: gpulab", 1)
+
+
+def _lesson05():
+    from gpulab.attention.measure import report
+
+    path = bench.current("05", "v3", "h100", _BENCH)
     recs = report.stored_v3()
     median, low, high = report.v3_spread(report.v3_ratios(recs, "SDPA cuDNN"))
     n = len(report.v3_best(recs))
     return path, f"version 3 forward: median {median:.2f}x SDPA cuDNN's speed [{low:.2f}, {high:.2f}] over {n} problems"
 
 
-def _lesson05():
+def _lesson06():
+    path, rows = _load("06")
+
+    def training(backend):
+        return next(r for r in rows if r.status == "ok" and (r.params.get("backend"), r.params.get("pass"),
+                    r.params.get("mode"), r.params.get("NH"), r.params.get("DH"), r.params.get("B")) == (
+                    backend, "fwd+bwd", "eager", 12, 64, 16))  # fmt: skip
+
+    ours, alt = training("fused"), training("alternating")
+    return path, (f"fused kernel, LSTM fwd+bwd, B 16 T 1024 12x64: {ours.ms:.2f} ms, {alt.ms / ours.ms:.0f}x the "
+                  "alternating backend's speed")  # fmt: skip
+
+
+def _lesson07():
     from gpulab.course import shown
 
-    path, rows = _load("05")
+    path, rows = _load("06")
     ours = shown.run_training(rows, "fused")
     cudnn = shown.run_training(rows, "cuDNN nn.LSTM (dense)", "float16")
     q = ours.params
@@ -75,16 +96,16 @@ def _lesson05():
                   f"{cudnn.ms / ours.ms:.2f}x cuDNN fp16's speed")  # fmt: skip
 
 
-def _lesson06():
+def _lesson08():
     from gpulab import tasks
 
-    path = bench.current("06", "throughput", "h100", _BENCH)
+    path = bench.current("08", "throughput", "h100", _BENCH)
     summary = tasks.throughput_summary(tasks.stored_throughput("h100"))
     return path, "; ".join(summary[:2])
 
 
-def _lesson07():
-    path, recs = _load("07", gpu=None)
+def _lesson09():
+    path, recs = _load("09", gpu=None)
     speed = [r for r in recs if "tokens_per_s" in r.params]
     one = {(r.params["model"], r.params["strategy"]): r for r in speed if r.params["world_size"] == 1}
     two = [r for r in speed if r.params["world_size"] == 2 and (r.params["model"], r.params["strategy"]) in one]
@@ -94,7 +115,7 @@ def _lesson07():
 
 
 HEADLINES = {"00": _lesson00, "01": _lesson01, "02": _lesson02, "03": _lesson03, "04": _lesson04, "05": _lesson05,
-             "06": _lesson06, "07": _lesson07}  # fmt: skip
+             "06": _lesson06, "07": _lesson07, "08": _lesson08, "09": _lesson09}  # fmt: skip
 """Lesson id -> a function returning (its current record, the line's text)."""
 
 

@@ -1,13 +1,13 @@
 """What the lessons display from superseded records, and the one-record check over it (:mod:`gpulab.bench.history`).
 
-Lesson 5 reads four records that each timed one head of 768 forward+backward: the version ladder (b3, the first
-split backward, which exchanged dG), the split probe (the same first backward), the partials experiment and the
-lesson's run (the present backward, which exchanges partial sums of dh). The present measurement is the lesson's run
-(``python -m gpulab bench 05``, section 8); the first backward's times are history. :func:`versions_now` and
-:func:`split_now` split a record's rows into what a lesson shows as current and what only a labelled history line
-may show; notebook 05 and the README's generator call them. :func:`lesson05` lists, for the forward+backward of one
-head of 768, every value notebook 05 and the README display, with its run and label, so
-``tests/course/test_records_shown.py`` can check that one key comes from one run.
+Lessons 6 and 7 (the fused RNN on one SM, and one head over many SMs) read four records that each timed one head of 768
+forward+backward: the version ladder (b3, the first split backward, which exchanged dG), the split probe (the same first
+backward), the partials experiment and the lesson's run (the present backward, which exchanges partial sums of dh). The
+present measurement is the lesson's run (``python -m gpulab bench 06``, section 8); the first backward's times are
+history. :func:`versions_now` and :func:`split_now` split a record's rows into what a lesson shows as current and what
+only a labelled history line may show; notebooks 06 and 07 and the README's generator call them. :func:`lesson06` lists,
+for the forward+backward of one head of 768, every value notebooks 06 and 07 and the README display, with its run and
+label, so ``tests/course/test_records_shown.py`` can check that one key comes from one run.
 
 The same rule for every lesson, read from the sources' loader calls, is :mod:`gpulab.course.one_record`. A cell
 that shows a record beside the lesson's run prints that record's :func:`banner` (the record file the index names,
@@ -29,9 +29,8 @@ __all__ = [
     "unmeasured",
     "history_line",
     "banner",
-    "history_label",
     "attention_versions",
-    "lesson05",
+    "lesson06",
 ]
 
 SUPERSEDED: dict[tuple[str, str], str] = {
@@ -63,7 +62,7 @@ def split_now(rows) -> tuple[list[dict], list[dict]]:
 def run_training(rows, backend: str, dtype: str | None = None):
     """The lesson run's forward+backward of one head of 768, B = 16, eager, of ``backend`` ('fused', 'cuDNN nn.LSTM
     (dense)') and ``dtype`` if given: the one record of that measurement (None if the run has none)."""
-    for r in bench.result_list("rows", rows, source=" (from bench.load('05'))"):
+    for r in bench.result_list("rows", rows, source=" (from bench.load('06'))"):
         p = r.params
         if (p.get("backend"), p.get("pass"), p.get("mode"), p.get("NH"), p.get("DH")) == (
             backend,
@@ -117,28 +116,6 @@ def history_line(record: str, what: str, rows, describe) -> str:
     return f"history, superseded ({why}): " + "; ".join(describe(r) for r in rows)
 
 
-_PARTS: dict[tuple[str, str], tuple[str, tuple[str, ...] | None]] = {
-    ("04", "hopper"): ("hopper", None),
-    ("04", "cs336"): ("hopper/cs336", None),
-    ("05", "versions"): ("versions", None),
-    ("05", "split"): ("split", None),
-    ("05", "cross"): ("split/cross", None),
-    ("05", "v6 rows8 z"): ("v6/rows8", ("z", "zz")),
-    ("05", "v6 rows8 zzc"): ("v6/rows8", ("zzc", "zzd")),
-}
-"""The names the lesson sources still pass to :func:`history_label` -> (index part, run tags) of its banner."""
-
-
-def history_label(lesson: str, run: str) -> str:
-    """The :func:`banner` of the record a lesson cell names by its older name (``("05", "split")``); new cells call
-    ``banner(lesson, part)`` directly."""
-    if (lesson, run) not in _PARTS:
-        raise ValueError(f"(lesson, run) must be one of {sorted(_PARTS)}, got {(lesson, run)!r}; call banner(lesson, "
-                         "part) with the record's part in benchmarks/INDEX.json instead.")  # fmt: skip
-    part, tags = _PARTS[(lesson, run)]
-    return banner(lesson, part, tags=tags) + "."
-
-
 def attention_versions(records) -> tuple[str, int]:
     """Which forward version ran as ``gpulab`` in a lesson-4 run ('1', '2' or '1/2': its config key names 'v2' when
     version 2 ran) and on how many problems; the backward is version 1's (version 2's is an experiment)."""
@@ -151,13 +128,13 @@ def attention_versions(records) -> tuple[str, int]:
     return "/".join(sorted(fwd)), n
 
 
-def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
-    """Every device and wall time of one head of 768, B = 16, forward+backward, that notebook 05 and the README
+def lesson06(gpu: str = "h100", root=None) -> list[Shown]:
+    """Every device and wall time of one head of 768, B = 16, forward+backward, that notebooks 06 and 07 and the README
     display, from every record they read, labelled as they label it."""
     from gpulab.rnn.fused.measure import split_report, versions_report
 
     def key(case, version, device, clock):
-        return Key("05", f"LSTM forward+backward, {case}", version, device, "B16 T1024 1x768", clock)
+        return Key("06", f"LSTM forward+backward, {case}", version, device, "B16 T1024 1x768", clock)
 
     shown = []
 
@@ -166,9 +143,9 @@ def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
             if value is not None:
                 shown.append(Shown(key(case, version, device, clock), run, float(value), history))
 
-    # the lesson's run (section 8, section 9, Appendix F; the README's lesson 5 block): current
-    run = bench.current("05", "main", gpu, root)
-    rows = bench.load("05", path=run)
+    # the lesson's run (section 8, section 9, Appendix F; the README's lesson 6 block): current
+    run = bench.current("06", "main", gpu, root)
+    rows = bench.load("06", path=run)
     for case, version, r in (
         ("gpulab split kernel", "split backward", run_training(rows, "fused")),
         ("cuDNN fp16", "cuDNN", run_training(rows, "cuDNN nn.LSTM (dense)", "float16")),
@@ -176,7 +153,7 @@ def lesson05(gpu: str = "h100", root=None) -> list[Shown]:
         if r is not None:
             add(case, version, r.device, run.name, r.ms, r.wall_ms, False)  # fmt: skip
     # the version ladder (section 4b; the README's versions block): b3 and its peer are history
-    vfile = bench.current("05", "versions", gpu, root)
+    vfile = bench.current("06", "versions", gpu, root)
     now, old = versions_now(versions_report.load_versions(gpu, root))
     for rows, history in ((now, False), (old, True)):
         for r in rows:

@@ -12,7 +12,7 @@ The timed tasks (their problems are in :data:`TASKS`):
   the ladder's step 1 and cuDNN ``nn.LSTM``;
 - exercise 4, "FlashAttention forward inner loop": B 1, 16 heads of 64, N 4096, fp32, non-causal, against
   :func:`gpulab.attention.flash_attention` and SDPA;
-- exercise 5, "fused LSTM forward time loop": B 16, T 1024, 16 heads of 32, fp32, against the package's fused
+- exercise 6, "fused LSTM forward time loop": B 16, T 1024, 16 heads of 32, fp32, against the package's fused
   forward (``flashrnn(..., backend="fused")``) and cuDNN ``nn.LSTM`` of hidden 512;
 - exercise 4, "attention op: forward and backward (CS336)": CS336's leaderboard problem, B 1, N 16384, 16 heads of
   64, bf16, causal, forward and backward, against :func:`gpulab.attention.flash_attention` and SDPA's cuDNN backend
@@ -147,7 +147,7 @@ def _ladder_peer(inputs):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# exercise 5: the fused LSTM forward's time loop
+# exercise 6: the fused LSTM forward's time loop
 
 
 def _loop_inputs(b=16, t=1024, nh=16, dh=32):  # head dim 32: the exercise's fp32 kernel holds 4 R^T tiles
@@ -330,12 +330,12 @@ def summary(new: list[dict], report) -> str:
     )
 
 
-SOLUTIONS = ("03_cudnn_ladder", "04_attention", "05_fused_rnn")
+SOLUTIONS = ("03_cudnn_ladder", "04_flash_attention", "06_fused_rnn")
 """The solution notebooks with a timed task."""
 
 
 def grade_solutions(root: Path | None = None) -> list[dict]:
-    """Speed-grade the solution notebooks of the timed tasks (exercises 3, 4 and 5) on this GPU: each is run as
+    """Speed-grade the solution notebooks of the timed tasks (exercises 3, 4 and 6) on this GPU: each is run as
     ``python -m gpulab grade --speed`` would, labelled "solution"; returns the records added to the leaderboard
     (``benchmarks/exercises/leaderboard.jsonl``)."""
     from gpulab.course.notebooks import grade_notebook  # noqa: PLC0415

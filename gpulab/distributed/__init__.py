@@ -1,4 +1,4 @@
-"""Lesson 7: the capstone trained on several GPUs with PyTorch's own distributed engine.
+"""Lesson 9: the capstone trained on several GPUs with PyTorch's own distributed engine.
 
 One process per GPU, started by ``torchrun``; every process builds the same model, draws its own slice of each global
 batch, and the processes agree on the gradients through a collective:

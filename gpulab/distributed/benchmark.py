@@ -1,11 +1,11 @@
-"""Lesson 7's measurement: training throughput on 1 and N GPUs, communication against computation, loss curves.
+"""Lesson 9's measurement: training throughput on 1 and N GPUs, communication against computation, loss curves.
 
 Run once per world size (the records carry ``world_size``)::
 
-    torchrun --nproc-per-node 1 -m gpulab.distributed.benchmark --out benchmarks/07_distributed/w1.jsonl
-    torchrun --nproc-per-node 2 -m gpulab.distributed.benchmark --out benchmarks/07_distributed/w2.jsonl
+    torchrun --nproc-per-node 1 -m gpulab.distributed.benchmark --out benchmarks/09_distributed/w1.jsonl
+    torchrun --nproc-per-node 2 -m gpulab.distributed.benchmark --out benchmarks/09_distributed/w2.jsonl
 
-For each model (lesson 6's LSTM on the fused kernels and Transformer on FlashAttention, width 768) and strategy (DDP,
+For each model (lesson 8's LSTM on the fused kernels and Transformer on FlashAttention, width 768) and strategy (DDP,
 FSDP2) at a fixed per-GPU batch: the training step's time (eager wall clock, steps back to back, one synchronize),
 tokens per second over all GPUs, and from one profiled step the time of the collective kernels (NCCL), of the compute
 kernels, and how much of the communication ran while compute kernels ran (the overlap DDP's buckets aim for). Then
@@ -193,7 +193,7 @@ def run(size: dict, world: World, models=("lstm", "transformer"), strategies=("d
             ms = step_time(step, world, size["steps"], repeats=size["repeats"])
             split = kernel_split(step, world)
             tokens = config.global_batch * config.length
-            r = bench.record(lesson="07", case=f"{model} {config.strategy}", ms=ms, dtype=config.dtype,
+            r = bench.record(lesson="09", case=f"{model} {config.strategy}", ms=ms, dtype=config.dtype,
                              shape=[config.global_batch, config.length])  # fmt: skip
             r.params.update(
                 model=model, strategy=config.strategy, world_size=world.world_size, wall_ms=ms,
@@ -209,7 +209,7 @@ def run(size: dict, world: World, models=("lstm", "transformer"), strategies=("d
             curve, global_batch=size["curve_batch"], length=size["curve_length"], lr=size["curve_lr"]
         )
         log = train(curve, world)
-        r = bench.record(lesson="07", case=f"{model} loss curve", ms=log.seconds * 1e3 / max(1, log.steps))
+        r = bench.record(lesson="09", case=f"{model} loss curve", ms=log.seconds * 1e3 / max(1, log.steps))
         r.params.update(model=model, world_size=world.world_size, strategy=curve.strategy, losses=log.losses,
                         global_batch=curve.global_batch, length=curve.length)  # fmt: skip
         results.append(r)

@@ -99,7 +99,7 @@ class TrainResult:
 
 
 def build_model(config: TrainConfig, device) -> torch.nn.Module:
-    """The seeded lesson 6 model of ``config`` on ``device`` (the same weights on every rank)."""
+    """The seeded lesson 8 model of ``config`` on ``device`` (the same weights on every rank)."""
     if not isinstance(config, TrainConfig):
         raise runtime.ArgumentTypeError(
             f"config must be a gpulab.distributed.TrainConfig, got {type(config).__name__}; "

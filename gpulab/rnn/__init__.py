@@ -6,13 +6,13 @@
 - :mod:`.ladder` (lesson 3): the cuDNN 5 optimization ladder, numbered steps and their benchmark;
 - :mod:`.api`: :func:`flashrnn`, one entry point with three backends: ``vanilla`` and ``alternating``
   (:mod:`.backends`, with the autograd op and the parameter gradients the Triton backends share) and ``fused``;
-- :mod:`.fused` (lesson 5): the fused kernels, their tile choosers, their frozen config (:mod:`.fused.config`) and
+- :mod:`.fused` (lesson 6): the fused kernels, their tile choosers, their frozen config (:mod:`.fused.config`) and
   the one chooser between them (:mod:`.fused.plan`); beside them, off the package's path, the numbered versions
   (:mod:`.fused.versions`), the benchmarks and reports (:mod:`.fused.measure`) and the experiments
   (:mod:`.fused.experiments`);
 - :mod:`.module`: the :class:`LSTM` module, ``torch.nn.LSTM``'s drop-in, with :mod:`.packed` (PackedSequence
   in and out), :mod:`.projected` (``proj_size``) and :mod:`.checkpoint` (parameter names, the earlier layout); its
-  benchmark against cuDNN is :mod:`.fused.measure.lstm_grid` (``bench 05 lstm-grid``);
+  benchmark against cuDNN is :mod:`.fused.measure.lstm_grid` (``bench 06 lstm-grid``);
 - :mod:`.ops`: the Triton backends as PyTorch custom ops.
 """
 

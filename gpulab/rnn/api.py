@@ -30,7 +30,7 @@ GPU's: PyTorch's autograd, a few launches and gpulab's checks around kernels of 
 captured: ``step = torch.cuda.make_graphed_callables(lambda *x: flashrnn(*x)[0], (Wx, R, b, states))`` runs the
 forward and the backward as two CUDA graphs inside an autograd Function (inputs copied into its buffers unless they
 are the same tensors, outputs reused from call to call); its gradients equal the eager step's bit for bit
-(``tests/rnn/test_rnn_host_path.py``, on a GPU), and ``python -m gpulab bench 05 called`` times it.
+(``tests/rnn/test_rnn_host_path.py``, on a GPU), and ``python -m gpulab bench 07 called`` times it.
 """
 
 from __future__ import annotations

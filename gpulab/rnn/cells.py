@@ -10,7 +10,7 @@ The gate order is nn.LSTM's: i (input), f (forget), g (= z, the cell input), o (
 
 Shapes (B batch, G = 4 gates, NH heads, DH head dim): gates ``[B, 4, NH, DH]``, state ``c`` ``[B, NH, DH]``,
 outputs ``h`` and ``c`` ``[B, NH, DH]``. nn.LSTM's gates ``[B, 4H]`` are the NH = 1, DH = H view: ``gates.view(B, 4,
-1, H)``. Lesson 5 adds heads (block-diagonal recurrent weights) and reuses this layout unchanged.
+1, H)``. Lesson 6 adds heads (block-diagonal recurrent weights) and reuses this layout unchanged.
 
 Everything is computed in fp32, whatever the storage dtype: the cell is about 10 FLOPs per hidden unit and memory
 bound, so fp32 arithmetic costs nothing, and fp16/bf16 arithmetic would be wrong in Triton's interpreter anyway.
@@ -21,7 +21,7 @@ interpreted.
 multiplies, the bias add) by one kernel that reads the four gate pre-activations, the bias and ``c`` once and writes
 ``h`` and ``c`` once.
 
-Lesson 5 adds the GRU and Elman cells and the *backward* of each cell, all on fp32 blocks of gate
+Lesson 6 adds the GRU and Elman cells and the *backward* of each cell, all on fp32 blocks of gate
 pre-activations (the layout and gate order of :mod:`gpulab.rnn.functions`):
 
     gru_cell(g, r, z, n, h) -> h'          r' = sigmoid(r), z' = sigmoid(z), n' = tanh(n + r' * g),

@@ -1,18 +1,18 @@
-"""Lesson 6 (capstone): state tracking, LSTM vs Transformer, trained with the course's own kernels.
+"""Lesson 8 (capstone): state tracking, LSTM vs Transformer, trained with the course's own kernels.
 
 - :mod:`.data`: the tasks, generated on the fly and seeded (parity, running sum mod 5, composition in S_5);
 - :mod:`.models`: a multi-head LSTM on :class:`gpulab.rnn.LSTM` and a causal Transformer with RoPE on
   :mod:`gpulab.attention`;
 - :mod:`.training`: a standard AdamW loop, the evaluation (accuracy of the final state vs string length) and the
   training throughput;
-- :mod:`.experiments`: the H100 run, ``python -m gpulab bench 06`` (lesson 06's benchmark, named in the syllabus);
+- :mod:`.experiments`: the H100 run, ``python -m gpulab bench 08`` (lesson 06's benchmark, named in the syllabus);
 - :mod:`.results`: its records read back as tables, a summary against the FlashRNN article, and figures;
 - :mod:`.search`: the symmetric search (one grid of learning rates x warmup and one step budget for both models,
-  picked by validation at the training length, then several seeds), ``python -m gpulab bench 06 search``;
+  picked by validation at the training length, then several seeds), ``python -m gpulab bench 08 search``;
 - :mod:`.spread`: its records read back: the pick, the grid, the median and range over seeds, the plot;
 - :mod:`.corpus`: a real text corpus (Python 3.11's documentation sources from a pinned Debian package), split by
   file, memory-mapped; :mod:`.lm`: the three models as byte-level language models, trained to a token budget;
-  :mod:`.lm_bench`: ``python -m gpulab bench 06 lm-search`` and ``... lm``; :mod:`.lm_results`: tables, figure.
+  :mod:`.lm_bench`: ``python -m gpulab bench 08 lm-search`` and ``... lm``; :mod:`.lm_results`: tables, figure.
 """
 
 from gpulab.tasks.data import (

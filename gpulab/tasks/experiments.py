@@ -1,12 +1,12 @@
 """The lesson's measurements: accuracy vs length per task and model, and training throughput vs heads.
 
-``python -m gpulab bench 06`` runs :func:`benchmark` (about 4 minutes on an H100, compilation included):
+``python -m gpulab bench 08`` runs :func:`benchmark` (about 4 minutes on an H100, compilation included):
 
 1. **accuracy** (:func:`compare`): per task (parity, running sum mod 5), an LSTM and a Transformer of the same
    width and depth, trained the same way (AdamW, same steps, batch and learning rate) on strings of the training
    length, then evaluated on fresh strings from a quarter of it to 16 times it. One record per (task, model, test
    length): ``params["accuracy"]``; ``ms`` is the mean time of a training step. One seed, each model at its own
-   fixed rate: a quick check of the code path. The comparison the lesson shows is ``python -m gpulab bench 06
+   fixed rate: a quick check of the code path. The comparison the lesson shows is ``python -m gpulab bench 08
    search`` (:mod:`.search`: both models tuned by one grid and one step budget, picked on validation at the
    training length, three seeds at the pick).
 2. **throughput** (:func:`throughput`): tokens per second of a whole training step (forward, backward, AdamW) of a
@@ -106,7 +106,7 @@ SIZES = {
             "peer_heads": 4,
         },
     },
-    # tests and `python -m gpulab bench 06` without a GPU: every code path, in seconds
+    # tests and `python -m gpulab bench 08` without a GPU: every code path, in seconds
     "tiny": {
         "tasks": ("parity",),
         "train_length": 6,
@@ -209,7 +209,7 @@ def lstm_or_fallback(task, seed, dtype, backend=None, **kw):
 
 def _failed(case: str, exc: BaseException, **params) -> bench.Result:
     traceback.print_exc()
-    return bench.record(lesson="06", case=case, **params, error=f"{type(exc).__name__}: {exc}"[:500])
+    return bench.record(lesson="08", case=case, **params, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> list[bench.Result]:
@@ -254,7 +254,7 @@ def compare(task, size=None, seed: int = 0, progress=None, models=MODELS) -> lis
             continue
         for n, acc in accuracy.items():
             r = bench.record(
-                lesson="06",
+                lesson="08",
                 case=case,
                 ms=log.seconds * 1e3 / log.steps,
                 dtype=dtype,
@@ -323,7 +323,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
         elif model == "torch LSTM":
             torch.manual_seed(0)
             m, info = TorchLSTMModel(task.vocab, task.classes, **sizes).to(runtime.device, dtype), {}
-            if dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16, as lesson 5's cuDNN peer
+            if dtype == torch.bfloat16:  # cuDNN has no bf16 RNN: its fp16, as lesson 6's cuDNN peer
                 m, info = m.half_recurrence(), {"recurrence_dtype": "float16"}
         elif model == "LSTM":
             m, backend, note = lstm_or_fallback(task, 0, dtype, num_heads=num_heads, **sizes)
@@ -346,7 +346,7 @@ def throughput(size=None, task="parity", progress=None) -> list[bench.Result]:
 
 
 def benchmark(progress=None, size=None):
-    """Lesson 6's benchmark: accuracy vs length for every task and model, then training throughput; returns
+    """Lesson 8's benchmark: accuracy vs length for every task and model, then training throughput; returns
     ``(results, figure)``. ``size``: a name in :data:`SIZES` (default ``"full"`` on a GPU, ``"tiny"`` on CPU)."""
     cfg = _size(size)
     t0 = time.perf_counter()

@@ -1,15 +1,15 @@
 """The language-modelling comparison as two benchmark parts: one search for all three models, then seeds at the
 picks, every training alone on the GPU (one after another).
 
-- ``python -m gpulab bench 06 lm-search`` (:func:`bench_lm_search`): every model of :data:`gpulab.tasks.lm.MODELS`
+- ``python -m gpulab bench 08 lm-search`` (:func:`bench_lm_search`): every model of :data:`gpulab.tasks.lm.MODELS`
   at every (learning rate, warmup) of the grid, ``search_tokens`` bytes each from ``search_seed``; the pick per
   model is the lowest validation bits per byte at the end (records ``kind "lm-search"``, ``picked`` on the pick);
-- ``python -m gpulab bench 06 lm`` (:func:`bench_lm`): each model at its pick (read from the newest ``lm-search``
+- ``python -m gpulab bench 08 lm`` (:func:`bench_lm`): each model at its pick (read from the newest ``lm-search``
   records of this device, or ``$GPULAB_LM_SEARCH``, a path) from every seed of ``seeds``, ``final_tokens`` bytes
   each, validated every ``eval_every`` bytes (records ``kind "lm"``: the curve of (tokens, seconds, val_bpb), the
   training throughput on both clocks, and 256 bytes generated from :data:`gpulab.tasks.lm.PROMPT`).
 
-Both print a time estimate first (:func:`estimate`: the stored training-throughput records of lesson 6 scaled to
+Both print a time estimate first (:func:`estimate`: the stored training-throughput records of lesson 8 scaled to
 these models' parameters). Every record names the corpus by its sha256. ``$GPULAB_LM_JOURNAL`` (a file path): each
 record is also appended there as one JSON line when it is made, so a run cut short keeps what finished.
 ``$GPULAB_LM_SEARCH_TOKENS`` and ``$GPULAB_LM_FINAL_TOKENS`` override the two budgets. Without a GPU both parts run
@@ -119,9 +119,9 @@ _THROUGHPUT_CASE = {"LSTM 1 head": "LSTM 1 head", "LSTM 12 heads": "LSTM 12 head
 
 def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
     """Seconds the phase (``"search"`` or ``"final"``) should take on a GPU: its tokens per model over the stored
-    training throughput of lesson 6 (``benchmarks/06_state_tracking/throughput/``, H100, d 768, bf16) of the same
+    training throughput of lesson 8 (``benchmarks/08_state_tracking/throughput/``, H100, d 768, bf16) of the same
     kind of model, scaled by the ratio of parameters (a step's work grows with them), plus 2 s per training
-    (building, validations, generation) and 20 s per model (compiling its kernels: lesson 6's throughput run
+    (building, validations, generation) and 20 s per model (compiling its kernels: lesson 8's throughput run
     builds, checks and times a dozen models in about 2 minutes). With ``search`` (``lm-search`` records of this
     size), each model's median training throughput measured there instead. Returns ``(seconds, how)``; NaN when no
     record is stored."""
@@ -153,7 +153,7 @@ def estimate(cfg, phase: str, search=None) -> tuple[float, str]:
             rate = r.params["tokens_per_s"] * r.params["parameters"] / ours
         total += per_model[0] * (per_model[1] / rate + 2.0) + 20.0
         parts.append(f"{model} {rate / 1e6:.1f} M bytes/s")
-    source = "as measured by the search" if len(measured) == len(MODELS) else "from lesson 6's H100 throughput records"
+    source = "as measured by the search" if len(measured) == len(MODELS) else "from lesson 8's H100 throughput records"
     return total, f"{per_model[0]} trainings x {per_model[1] / 1e6:g} M bytes per model; " + ", ".join(parts) + (
         f" ({source})")  # fmt: skip
 
@@ -199,7 +199,7 @@ def _record(kind, case, cfg, data, model, lr, warmup, seed, info, out, **extra) 
     if out is not None:
         params.update({k: out[k] for k in ("curve", "steps", "tokens", "seconds", "device_seconds", "tokens_per_s",
                                            "final_loss", "val_bpb")})  # fmt: skip
-    r = bench.record(lesson="06", case=case, dtype=size["dtype"], shape=[size["batch_size"], size["length"]],
+    r = bench.record(lesson="08", case=case, dtype=size["dtype"], shape=[size["batch_size"], size["length"]],
                      **params)  # fmt: skip
     if out is not None and out["steps"]:
         r.reps = out["steps"]
@@ -258,15 +258,15 @@ def picks(results) -> dict:
 
 def stored_search(cfg) -> tuple[list[bench.Result], pathlib.Path | None]:
     """The search records to pick from: ``$GPULAB_LM_SEARCH`` (a path) if set, else the newest ``lm-search``
-    records of this device under ``benchmarks/06_state_tracking/lm/`` at the same size; ([], None) if none."""
+    records of this device under ``benchmarks/08_state_tracking/lm/`` at the same size; ([], None) if none."""
     path = os.environ.get("GPULAB_LM_SEARCH")
     if path:
-        return bench.load("06", path=path), pathlib.Path(path)
+        return bench.load("08", path=path), pathlib.Path(path)
     device = bench.environment()["device"]
-    folder = bench.results_dir() / "06_state_tracking" / "lm"
+    folder = bench.results_dir() / "08_state_tracking" / "lm"
     files = [f for f in bench.record_files(folder, hardware.gpu_slug(device), f"*-{_PART}.jsonl")]
     for f in reversed(bench.by_run(files, _PART)):
-        records = bench.load("06", path=f)
+        records = bench.load("08", path=f)
         if records and records[0].params.get("size") == cfg["size"]:
             return records, f
     return [], None
@@ -286,7 +286,7 @@ def lm_final(name=None, progress=None, search=None, verbose: bool = True) -> lis
     chosen = picks(search)
     missing = [m for m in MODELS if m not in chosen]
     if missing:
-        raise ValueError(f"no pick for {missing} in the search records; run `python -m gpulab bench 06 {_PART}` first "
+        raise ValueError(f"no pick for {missing} in the search records; run `python -m gpulab bench 08 {_PART}` first "
                          "(or set GPULAB_LM_SEARCH to its .jsonl).")  # fmt: skip
     data, out, t0 = _corpus(cfg), [], time.perf_counter()
     for seed in cfg["seeds"]:  # seeds outside: a run cut short still has every model at its first seeds
@@ -311,7 +311,7 @@ def _announce(cfg, phase: str, search=None) -> None:
 
 
 def bench_lm_search(progress=None, name=None):
-    """``python -m gpulab bench 06 lm-search``: :func:`lm_search`, its table printed; returns the records."""
+    """``python -m gpulab bench 08 lm-search``: :func:`lm_search`, its table printed; returns the records."""
     cfg = runs(name)
     _announce(cfg, "search")
     results = lm_search(cfg, progress)
@@ -321,7 +321,7 @@ def bench_lm_search(progress=None, name=None):
 
 
 def bench_lm(progress=None, name=None):
-    """``python -m gpulab bench 06 lm``: :func:`lm_final`, its table printed; returns ``(results, figure)``."""
+    """``python -m gpulab bench 08 lm``: :func:`lm_final`, its table printed; returns ``(results, figure)``."""
     cfg = runs(name)
     search, _ = stored_search(cfg)
     _announce(cfg, "final", search)

@@ -1,7 +1,7 @@
 """The language-modelling records read back: the search's grid, the seeds' table, the figure, the comparison.
 
 - :func:`stored_lm`: the newest ``lm`` (and ``lm-search``) records of a GPU under
-  ``benchmarks/06_state_tracking/lm/``, [] where there are none;
+  ``benchmarks/08_state_tracking/lm/``, [] where there are none;
 - :func:`search_table`, :func:`final_table`: text tables (median and range over seeds of the validation bits per
   byte and of the training throughput, each LSTM's throughput relative to the Transformer's beside the article's);
 - :func:`at_equal`: each model's validation bits per byte at one number of tokens or one wall time (read off its
@@ -38,13 +38,13 @@ def _of(results, kind: str) -> list:
 
 def stored_lm(gpu: str = "h200", part: str = "lm", root=None) -> list:
     """The newest records of ``part`` (``"lm"`` or ``"lm-search"``) of ``gpu`` under
-    ``benchmarks/06_state_tracking/lm/``; [] when there are none (no GPU run yet)."""
+    ``benchmarks/08_state_tracking/lm/``; [] when there are none (no GPU run yet)."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h200', got {gpu!r}.")
     runtime.one_of("part", part, ("lm", "lm-search"))
-    folder = bench.results_dir(root) / "06_state_tracking" / "lm"
+    folder = bench.results_dir(root) / "08_state_tracking" / "lm"
     files = bench.record_files(folder, gpu, f"*-{part}.jsonl")
-    return bench.load("06", path=bench.newest(files, part=part)) if files else []
+    return bench.load("08", path=bench.newest(files, part=part)) if files else []
 
 
 def _fmt(x, digits=3) -> str:

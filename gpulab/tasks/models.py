@@ -55,7 +55,7 @@ def default_attention() -> str:
 
 
 def default_rnn_backend() -> str:
-    """``"fused"`` (the Triton persistent kernel of lesson 5) on a GPU, ``"vanilla"`` (a PyTorch loop) on CPU."""
+    """``"fused"`` (the Triton persistent kernel of lesson 6) on a GPU, ``"vanilla"`` (a PyTorch loop) on CPU."""
     return "fused" if runtime.on_gpu() else "vanilla"
 
 
@@ -233,7 +233,7 @@ class TorchLSTMModel(_Stack):
     def half_recurrence(self) -> TorchLSTMModel:
         """The recurrences in fp16, the rest as it is; returns the model. cuDNN's RNN kernels take fp16, fp32 and
         fp64 but not bf16 (PyTorch runs a bf16 ``nn.LSTM`` as a loop of its own operations, one set per step), so a
-        bf16 model calls this after ``.to(dtype=torch.bfloat16)`` to run its LSTMs on cuDNN, as lesson 5 compares
+        bf16 model calls this after ``.to(dtype=torch.bfloat16)`` to run its LSTMs on cuDNN, as lesson 6 compares
         with cuDNN in fp16; the casts of each layer's input and output cost two elementwise passes."""
         for block in self.blocks:
             block.mixer.lstm.half()
@@ -273,7 +273,7 @@ class ProjectionsOnly(nn.Module):
 class FloorModel(_Stack):
     """The stack of ``like`` ("LSTM" or "Transformer": embedding, ``num_layers`` pre-LN blocks with the MLP,
     LayerNorm, head) with each mixer replaced by :class:`ProjectionsOnly`: every layer the model has except its
-    recurrence or attention. Its training step is what the model's step costs before its sequence mixing: lesson 6
+    recurrence or attention. Its training step is what the model's step costs before its sequence mixing: lesson 8
     times it beside the two models to bound what any recurrence kernel can change in their ratio."""
 
     def __init__(self, vocab: int, classes: int, d_model: int = 64, num_layers: int = 2, like: str = "LSTM"):

@@ -1,4 +1,4 @@
-"""Reading lesson 6's records: the accuracy and throughput tables, the summary against the FlashRNN article, and the
+"""Reading lesson 8's records: the accuracy and throughput tables, the summary against the FlashRNN article, and the
 figures. Everything here takes a list of :class:`gpulab.bench.Result` (live from :mod:`.experiments` or loaded with
 :func:`gpulab.bench.load`) and computes nothing new.
 """
@@ -136,23 +136,23 @@ def throughput_table(results) -> str:
 
 def stored_throughput(gpu: str = "h100", root=None) -> list:
     """The stored training-throughput records of ``gpu``: the newest by date (:func:`gpulab.bench.newest`) of the
-    re-measurements under ``benchmarks/06_state_tracking/throughput/`` (``python -m gpulab bench 06 throughput``) and
+    re-measurements under ``benchmarks/08_state_tracking/throughput/`` (``python -m gpulab bench 08 throughput``) and
     the lesson's own runs (their throughput rows); [] when neither exists."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
-    folder = bench.results_dir(root) / "06_state_tracking"
+    folder = bench.results_dir(root) / "08_state_tracking"
     files = bench.record_files(folder / "throughput", gpu) + bench.record_files(folder, gpu)
-    return throughput_records(bench.load("06", path=bench.newest(files))) if files else []
+    return throughput_records(bench.load("08", path=bench.newest(files))) if files else []
 
 
 def stored_rope(gpu: str = "h100", root=None) -> list:
-    """The current rope record on ``gpu`` (``benchmarks/06_state_tracking/rope/``): the
+    """The current rope record on ``gpu`` (``benchmarks/08_state_tracking/rope/``): the
     Transformer's heads split and rotated by the Triton kernel and by PyTorch's operations, forward and
     forward+backward, both clocks; [] when there is none."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
-    files = bench.record_files(bench.results_dir(root) / "06_state_tracking" / "rope", gpu)
-    return bench.load("06", path=bench.newest(files, part="rope")) if files else []
+    files = bench.record_files(bench.results_dir(root) / "08_state_tracking" / "rope", gpu)
+    return bench.load("08", path=bench.newest(files, part="rope")) if files else []
 
 
 ARTICLE_RATIO = {1: 0.6, 12: 0.75}

@@ -12,8 +12,8 @@ What you will learn:
   mostly idle: independent trainings run concurrently, one per process (:func:`run_all`), and the record says how
   busy the GPU was (``nvidia-smi`` sampled during each phase).
 
-``python -m gpulab bench 06 search`` runs :func:`bench_search` at ``SEARCH["full"]`` on a GPU (about 4 to 8 minutes
-on an H100) and writes ``benchmarks/06_state_tracking/search/<gpu>-<date>-search.jsonl``; ``SEARCH["cpu"]`` (the
+``python -m gpulab bench 08 search`` runs :func:`bench_search` at ``SEARCH["full"]`` on a GPU (about 4 to 8 minutes
+on an H100) and writes ``benchmarks/08_state_tracking/search/<gpu>-<date>-search.jsonl``; ``SEARCH["cpu"]`` (the
 notebook) and ``SEARCH["tiny"]`` (tests, and the command without a GPU) run the same code in seconds. The records:
 
 - ``kind "search"``, one per (task, model, lr, warmup) at ``search_seed``: ``val_accuracy`` and ``val_loss`` on
@@ -100,7 +100,7 @@ SEARCH = {
         **_MODEL_SIZES["small"],
         "workers": 1,
     },
-    # tests and `python -m gpulab bench 06 search` without a GPU: every code path
+    # tests and `python -m gpulab bench 08 search` without a GPU: every code path
     "tiny": {
         "tasks": ("parity",),
         "train_length": 6,
@@ -325,7 +325,7 @@ def _record(run: dict, kind: str, workers: int, **extra) -> bench.Result:
     if "error" in run:
         params["error"] = run["error"]
     r = bench.record(
-        lesson="06",
+        lesson="08",
         case=f"{run['task']} {run['model']}" + (f" lr {run['lr']:g} warmup {run['warmup']}" * (kind == "search")),
         dtype=run["dtype"],
         shape=[run["batch_size"], run["train_length"]],
@@ -383,13 +383,13 @@ def search(
             out.append(_record(run, "accuracy", workers, **grid, picked_by="val_accuracy", test_length=n,
                                accuracy=acc))  # fmt: skip
     for phase, n, seconds, u in phases:
-        out.append(bench.record(lesson="06", case=f"{phase} phase", kind="utilization", phase=phase, runs=n,
+        out.append(bench.record(lesson="08", case=f"{phase} phase", kind="utilization", phase=phase, runs=n,
                                 workers=min(workers, n), seconds=seconds, **u))  # fmt: skip
     return out
 
 
 def bench_search(progress=None, size=None, workers: int | None = None):
-    """``python -m gpulab bench 06 search``: :func:`search`, its tables printed; returns ``(results, figure)``."""
+    """``python -m gpulab bench 08 search``: :func:`search`, its tables printed; returns ``(results, figure)``."""
     results = search(size, progress, workers, verbose=True)
     print(search_table(results))
     print()

@@ -193,9 +193,9 @@ def figure(results):
 
 
 def stored_search(gpu: str = "h100", root=None) -> list:
-    """The newest stored search records of ``gpu`` (``benchmarks/06_state_tracking/search/``, written by
-    ``python -m gpulab bench 06 search``); [] when there are none."""
+    """The newest stored search records of ``gpu`` (``benchmarks/08_state_tracking/search/``, written by
+    ``python -m gpulab bench 08 search``); [] when there are none."""
     if not isinstance(gpu, str) or not gpu:
         raise runtime.ArgumentTypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
-    files = bench.record_files(bench.results_dir(root) / "06_state_tracking" / "search", gpu)
-    return bench.load("06", path=bench.newest(files)) if files else []
+    files = bench.record_files(bench.results_dir(root) / "08_state_tracking" / "search", gpu)
+    return bench.load("08", path=bench.newest(files)) if files else []

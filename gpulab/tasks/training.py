@@ -236,7 +236,7 @@ class _TrainStep:
 
 def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` in float64 on PyTorch's own paths: every gpulab LSTM on its ``vanilla`` backend and every attention
-    ``naive`` (the Triton kernels do not take float64), as lesson 5's ``dense_reference`` copies its module."""
+    ``naive`` (the Triton kernels do not take float64), as lesson 6's ``dense_reference`` copies its module."""
     ref = copy.deepcopy(model).double().eval()
     for m in ref.modules():
         if isinstance(m, LSTM):
@@ -247,7 +247,7 @@ def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _check_logits(out: torch.Tensor, expected: torch.Tensor) -> dict:
-    """The logits against the float64 copy's, as lesson 5 checks its LSTM (:func:`gpulab.check.assert_close_drifting`:
+    """The logits against the float64 copy's, as lesson 6 checks its LSTM (:func:`gpulab.check.assert_close_drifting`:
     a state carried in bf16 over a long string drifts by rounding in a few elements; a wrong model is off
     everywhere). Returns the relative error for the record."""
     return {"rel_err": check.assert_close_drifting(out, expected, name="logits")}
@@ -264,7 +264,7 @@ def measure_train_steps(name, cases, build, label, task, batch_size, length, dty
     its ``label`` (without the benchmark's name), ``params`` carry ``tokens_per_s`` (batch_size * length / device
     time of a step) where the step ran, else ``error`` (why not), beside the x values and ``params(**x)``."""
     benchmark = bench.Benchmark(
-        lesson="06",
+        lesson="08",
         name=name,
         cases=cases,
         inputs=lambda **x: (_TrainStep(lambda: build(**x), task, batch_size, length),),

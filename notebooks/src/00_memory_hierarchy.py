@@ -63,7 +63,7 @@ memory.plot_hierarchy("H100")
 plt.show()
 
 # %% [markdown]
-# The register file and the L1 are each as large in total as the L2 — but split into 132 private pieces. Keeping data in registers and shared memory of the SM that uses it (tiling) is what FlashAttention (lesson 4) and FlashRNN (lesson 5) are about.
+# The register file and the L1 are each as large in total as the L2 — but split into 132 private pieces. Keeping data in registers and shared memory of the SM that uses it (tiling) is what FlashAttention (lesson 4) and FlashRNN (lesson 6) are about.
 #
 # Kernels in this course never hard-code a GPU: they read a `GPUSpec` from `gpulab.hardware`, so a tile choice can be checked on CPU for any GPU in this table. The last column is the ridge point.
 
@@ -263,7 +263,7 @@ for r in io_records:
           f"against the fewest {r.bytes / 1e6:.1f} MB: {(rp['dram_read'] + rp['dram_write']) / r.bytes:.2f}x")
 
 # %% [markdown]
-# The counted bytes are the modelled ones: the copy reads every element once and writes it once, nothing more. (On the GPU the write count can fall a little short: the last lines written may still sit in L2 when the kernel ends and reach DRAM later.) Lessons 4 and 5 use the same two counters on kernels where the difference between counted and fewest bytes *is* the lesson.
+# The counted bytes are the modelled ones: the copy reads every element once and writes it once, nothing more. (On the GPU the write count can fall a little short: the last lines written may still sit in L2 when the kernel ends and reach DRAM later.) Lessons 4 and 6 use the same two counters on kernels where the difference between counted and fewest bytes *is* the lesson.
 
 # %% [markdown]
 # ## What the measurements mean

@@ -125,7 +125,7 @@ for n in (256, 1024, 4096, 16384):
 #
 # For a **whole sequence** of $T$ steps there are two implementations, with the same FLOPs:
 # - **one kernel per step** (a loop over cuBLAS calls): each step is the step above — the weights and the state cross HBM $T$ times; the intensity stays that of one step;
-# - **one persistent kernel** (FlashRNN, lesson 5) that keeps the weights and the state on chip for all $T$ steps: the weights are read once, $x$ once, the output sequence written once: $Q = s\,(TB(I+H) + 3BH + 4H(I+H) + 4H)$.
+# - **one persistent kernel** (FlashRNN, lesson 6) that keeps the weights and the state on chip for all $T$ steps: the weights are read once, $x$ once, the output sequence written once: $Q = s\,(TB(I+H) + 3BH + 4H(I+H) + 4H)$.
 
 # %%
 print(inspect.getsource(roofline.lstm_sequence))
@@ -312,6 +312,6 @@ if h100.l2_gbps and h100.l1_gbps:
 
 # %% [markdown]
 # - **So compare kernels with the measured roofs.** A GEMM at the measured bf16 ceiling is doing all the machine can, though it stands well below the spec; a memory-bound kernel at the measured HBM ceiling is done.
-# - **For this course:** everything pointwise is memory-bound; a skinny GEMM and an LSTM step at small batch are memory-bound however good the GEMM; naive attention is memory-bound by its $N^2$ score traffic, tiled attention compute-bound. The lessons ahead are ways of moving a kernel to the right on this plot — tiling (lesson 2), fusing the LSTM's step (lesson 3), FlashAttention (lesson 4) and a persistent RNN kernel (lesson 5) — and then up to its roof.
+# - **For this course:** everything pointwise is memory-bound; a skinny GEMM and an LSTM step at small batch are memory-bound however good the GEMM; naive attention is memory-bound by its $N^2$ score traffic, tiled attention compute-bound. The lessons ahead are ways of moving a kernel to the right on this plot — tiling (lesson 2), fusing the LSTM's step (lesson 3), FlashAttention (lesson 4) and a persistent RNN kernel (lesson 6) — and then up to its roof.
 #
 # **Exercises:** `exercises/01_roofline.ipynb` — the roofline formula, the FLOPs and bytes of three kernels by hand, memory- or compute-bound, and the batch size at which an LSTM step stops being memory-bound. Grade your work with `make grade NB=exercises/01_roofline.ipynb`.

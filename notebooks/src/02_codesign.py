@@ -363,7 +363,7 @@ for cfg in (lstm, fixed):
           f"one step: {step.tiles} tiles, {step.waves} wave(s), {step.bound}-bound")
 
 # %% [markdown]
-# At batch 12 one time step moves about 1.3 MB — almost all of it the recurrent weights, $4 \times 192 \times 768$ bf16 values per head — to do 14 MFLOPs, and only 48 of 132 SMs have a tile: the step is memory-bound and the GPU mostly idle. A larger batch amortises the weights over more sequences, which is why the microbatch rule asks for hundreds. A fused RNN kernel (lesson 5) attacks the same cost from the other side: it keeps the recurrent weights on chip across time steps instead of re-reading them.
+# At batch 12 one time step moves about 1.3 MB — almost all of it the recurrent weights, $4 \times 192 \times 768$ bf16 values per head — to do 14 MFLOPs, and only 48 of 132 SMs have a tile: the step is memory-bound and the GPU mostly idle. A larger batch amortises the weights over more sequences, which is why the microbatch rule asks for hundreds. A fused RNN kernel (lesson 6) attacks the same cost from the other side: it keeps the recurrent weights on chip across time steps instead of re-reading them.
 #
 # ## What it means
 #

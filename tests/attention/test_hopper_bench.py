@@ -1,4 +1,4 @@
-"""Lesson 4's named benchmark parts (gpulab.attention.measure.hopper_bench: `bench 04 hopper|cs336|fused`) at their CPU
+"""Lesson 4's named benchmark parts (gpulab.attention.measure.hopper_bench: `bench 05 hopper|cs336|fused`) at their CPU
 size: each runs, checks every provider before timing, and writes records gpulab.attention.measure.report reads back."""
 
 import dataclasses

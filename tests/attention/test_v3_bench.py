@@ -1,4 +1,4 @@
-"""Lesson 4's version-3 parts (gpulab.attention.measure.v3_bench: `bench 04 v3|v3-check|v3-race|v3-tune`) on CPU:
+"""Lesson 4's version-3 parts (gpulab.attention.measure.v3_bench: `bench 05 v3|v3-check|v3-race|v3-tune`) on CPU:
 version 3 needs an sm_90 GPU, so its providers are recorded unavailable, the rest of the bench part runs in the
 interpreter, and the check, race and tune wiring is driven by a stand-in for the kernel."""
 
@@ -28,7 +28,7 @@ def test_bench_part_records_what_the_report_reads(tmp_path):
     bench.save(results, "04", path=tmp_path / "cpu-triton-interpreter-2026-01-01-v3.jsonl")
     other = bench.record(lesson="04", case="v3 check", kind="check")
     for part in ("v3-check", "v3-race", "v3-tune", "v3-headline"):
-        assert lessons.part_folder("04", part) == lessons.part_folder("04", "v3") == "v3"
+        assert lessons.part_folder("05", part) == lessons.part_folder("05", "v3") == "v3"
         bench.save([other], "04", path=tmp_path / f"cpu-triton-interpreter-2026-01-02-{part}.jsonl")
     stored = ar.stored_v3(tmp_path)
     assert [(r.case, r.status, r.params["round"]) for r in stored] == [
@@ -103,11 +103,11 @@ def test_race_and_tune_parts_record_differing_runs_and_choose_only_race_free_con
         vb.tune_v3(candidates=[dict(step=3, stages=3)])
 
 
-def test_the_parts_are_lesson_4s():
+def test_the_parts_are_lesson_5s():
     parts = (("v3", vb.bench_v3), ("v3-check", vb.check_v3), ("v3-race", vb.race_v3), ("v3-tune", vb.tune_v3),
              ("v3-headline", vb.headline_v3))  # fmt: skip
     for part, fn in parts:
-        assert lessons.benchmark("04", part) is fn
+        assert lessons.benchmark("05", part) is fn
 
 
 def test_tune_ratios_read_the_newest_tune_run(tmp_path):
@@ -129,7 +129,7 @@ def test_tune_ratios_read_the_newest_tune_run(tmp_path):
 
 
 def test_stored_v3_run_names_the_newest_bench_run_not_its_parts(tmp_path):
-    with pytest.raises(FileNotFoundError, match="bench 04 v3"):
+    with pytest.raises(FileNotFoundError, match="bench 05 v3"):
         ar.stored_v3_run(tmp_path)
     rec = bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params={})
     bench.save([rec], "04", path=tmp_path / "gpu-2026-01-01.jsonl")
@@ -159,7 +159,7 @@ def test_headline_part_alternates_rounds_and_the_report_takes_each_ones_median(t
     assert head["gpulab v2"]["tflops"] == pytest.approx(v2[0].flops / times[1] / 1e9)
     assert head["gpulab v2"]["tflops_rounds"] == [r.tflops for r in v2]
     # a headline file is a part of its run, not a bench run of its own
-    with pytest.raises(FileNotFoundError, match="bench 04 v3"):
+    with pytest.raises(FileNotFoundError, match="bench 05 v3"):
         ar.stored_v3(tmp_path)
     at = dict(kind="headline", impl="c", round=0, head_dim=64, causal=True, seq=8)
     other = [bench.Result(lesson="04", case="c", provider="c", ms=1.0, status="ok", dtype="bfloat16", params=at)]

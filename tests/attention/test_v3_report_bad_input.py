@@ -6,8 +6,8 @@ import pytest
 from gpulab.attention.measure import v3_report as r
 
 CASES = [
-    ("stored_v3 missing folder", lambda: r.stored_v3(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
-    ("stored_v3_run missing folder", lambda: r.stored_v3_run(folder="/nonexistent"), FileNotFoundError, "bench 04 v3"),
+    ("stored_v3 missing folder", lambda: r.stored_v3(folder="/nonexistent"), FileNotFoundError, "bench 05 v3"),
+    ("stored_v3_run missing folder", lambda: r.stored_v3_run(folder="/nonexistent"), FileNotFoundError, "bench 05 v3"),
     ("stored_v3_tune missing folder", lambda: r.stored_v3_tune(folder="/nonexistent"), FileNotFoundError, "v3-tune"),
     ("stored_v3_tune bad run", lambda: r.stored_v3_tune(run="../i"), ValueError, "run"),
     ("stored_v3_tune missing run", lambda: r.stored_v3_tune(run="zz"), FileNotFoundError, "run zz"),

@@ -125,14 +125,23 @@ def test_generate_follows_the_syllabus(tmp_path, monkeypatch):
         assert f"notes/{path.stem}" in docs and f"notes/{path.stem}" in index
     assert ":caption: Lab notes" in index
 
+    # Each old lesson's address stays: an orphan page linking what it became, sending the browser to the first.
+    for old, new_ids in syllabus.RENAMED.items():
+        for suffix in ("", "_exercise"):
+            text = (src / "lessons" / f"{old}{suffix}.md").read_text()
+            first = next(e for e in syllabus.LESSONS if e.id == new_ids[0])
+            assert text.startswith("---\norphan: true\n---\n") and f"url={first.slug}{suffix}.html" in text, old
+            assert all(f"]({e.slug}{suffix}." in text for e in syllabus.LESSONS if e.id in new_ids), old
+            assert f"lessons/{old}{suffix}" in docs and f"lessons/{old}\n" not in index
+
     # A lesson added to the syllabus gets its pages without touching the generator.
-    extra = syllabus.Lesson("08", "08_new_lesson", "A lesson still to write", "gpulab.nothing_yet")
+    extra = syllabus.Lesson("10", "10_new_lesson", "A lesson still to write", "gpulab.nothing_yet")
     monkeypatch.setattr(book, "lessons", lambda: [*syllabus.LESSONS, extra])
     docs = book.generate(src)
-    assert "lessons/08_new_lesson" in docs and "source/lesson-08" in docs
-    assert book.lesson_modules()["08"] == [], "a package not written yet has no modules (not the whole of gpulab)"
-    assert "(lessons/08_new_lesson.md)" in (src / "index.md").read_text()  # a placeholder page until the notebook
-    assert "lessons/08_new_lesson" in (src / "index.md").read_text()
+    assert "lessons/10_new_lesson" in docs and "source/lesson-10" in docs
+    assert book.lesson_modules()["10"] == [], "a package not written yet has no modules (not the whole of gpulab)"
+    assert "(lessons/10_new_lesson.md)" in (src / "index.md").read_text()  # a placeholder page until the notebook
+    assert "lessons/10_new_lesson" in (src / "index.md").read_text()
 
 
 # --- in the browser (make book-test) ---------------------------------------------------------------------------------

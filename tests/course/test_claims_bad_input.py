@@ -38,7 +38,7 @@ CASES = [
     ("unmeasured-rows", lambda: shown.unmeasured([1]), TypeError, "rows"),
     ("history_line-key", lambda: shown.history_line("split", "fwd", [], str), ValueError, "record, what"),
     ("history_line-describe", lambda: shown.history_line("split", "fwd+bwd", [], None), TypeError, "describe"),
-    ("lesson05-gpu", lambda: shown.lesson05(gpu=3), TypeError, "gpu"),
+    ("lesson06-gpu", lambda: shown.lesson06(gpu=3), TypeError, "gpu"),
     ("attention_versions-records", lambda: shown.attention_versions("x"), TypeError, "records"),
     ("HBMCeiling-gbps", lambda: hbm.HBMCeiling(0, 3350, "how", "src"), ValueError, "HBMCeiling.gbps"),
     ("hbm_ceiling-gpu", lambda: hbm.hbm_ceiling(gpu=3.5), TypeError, "gpu"),

@@ -19,10 +19,10 @@ def test_every_stored_figure_redraws_from_its_records(name):
 
 
 def test_regenerate_writes_beside_the_records(tmp_path):
-    folder = tmp_path / "04_attention" / "hopper"
+    folder = tmp_path / "05_attention_hopper" / "hopper"
     folder.mkdir(parents=True)
-    src = figures.ROOT / "benchmarks" / "04_attention" / "hopper"
+    src = figures.ROOT / "benchmarks" / "05_attention_hopper" / "hopper"
     newest = sorted(src.glob("*.jsonl"))[-1]
     (folder / newest.name).write_text(newest.read_text())
-    (png,) = figures.regenerate(["04_attention/hopper"], root=tmp_path)
+    (png,) = figures.regenerate(["05_attention_hopper/hopper"], root=tmp_path)
     assert png == folder / newest.with_suffix(".png").name and png.stat().st_size > 10_000

@@ -6,7 +6,7 @@ from gpulab.course import figures
 
 
 def test_unknown_figure_is_refused_with_the_known_names():
-    with pytest.raises(ValueError, match="04_attention/hopper"):
+    with pytest.raises(ValueError, match="05_attention_hopper/hopper"):
         figures.figure("04_attn")
 
 

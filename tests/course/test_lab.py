@@ -33,6 +33,9 @@ def test_course_links_lay_solutions_out_for_nbgrader(tmp_path):
     first = tmp_path / "source" / NOTEBOOK[:-6] / NOTEBOOK
     assert first in links and first.read_bytes() == (lab.ROOT / "solutions" / NOTEBOOK).read_bytes()
     assert lab.link_course(tmp_path) == links  # again: the same links
+    old = tmp_path / "source" / "06_state_tracking" / "08_state_tracking.ipynb"  # an old assignment id: what it became
+    assert old in links and old.read_bytes() == (lab.ROOT / "solutions" / "08_state_tracking.ipynb").read_bytes()
+    assert not (tmp_path / "source" / "06_state_tracking" / "06_state_tracking.ipynb").exists()
 
 
 def _free_port() -> int:
@@ -108,7 +111,7 @@ def test_lab_serves_the_notebooks_and_starts_a_kernel(tmp_path):
     try:
         _wait("the server answered", lambda: _api(base, token, "status"), 90, server, log)
         listing = {item["name"] for item in _api(base, token, "contents")["content"]}
-        assert NOTEBOOK in listing and "04_attention.ipynb" in listing, sorted(listing)
+        assert NOTEBOOK in listing and "08_state_tracking.ipynb" in listing, sorted(listing)
         body = {"path": NOTEBOOK, "type": "notebook", "name": NOTEBOOK, "kernel": {"name": "python3"}}
         session = _api(base, token, "sessions", "POST", body)
         assert _run_in_kernel(port, token, session["kernel"]["id"], "print(6 * 7)") == "42\n"

@@ -10,7 +10,6 @@ from gpulab.course import one_record, prose, shown
 from gpulab.roofline import hbm
 
 CASES = [
-    ("history-label-unknown", lambda: shown.history_label("99", "x"), ValueError, "lesson, run"),
     ("ratios-clock", lambda: report.ratios([], "forward", "cuDNN", clock="gpu"), ValueError, "clock"),
     ("ratios-direction", lambda: report.ratios([], "sideways", "cuDNN"), ValueError, "direction"),
     ("sweep-ratios-int", lambda: report.sweep_ratios(5), TypeError, "records"),

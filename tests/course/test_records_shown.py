@@ -37,8 +37,8 @@ def test_key_bad_input_names_the_field():
         history.conflicts([("05", 1.0)])
 
 
-def test_lesson05_shows_one_head_of_768_training_from_one_run():
-    displayed = shown.lesson05()
+def test_lesson06_shows_one_head_of_768_training_from_one_run():
+    displayed = shown.lesson06()
     assert any(not s.history for s in displayed) and any(s.history for s in displayed)
     history.check(displayed)
     # the display issue 36 found (the first split backward shown as current beside the present one) fails it
@@ -61,8 +61,8 @@ def test_every_lesson_shows_each_measurement_from_one_run(source):
     one_record.check_source(source)  # raises on a key from two runs without the label, or an unknown loader
 
 
-@pytest.mark.parametrize("lesson", ["04_attention.py", "05_fused_rnn.py"])
-def test_without_their_banners_lessons_4_and_5_fail(lesson, tmp_path):
+@pytest.mark.parametrize("lesson", ["05_attention_hopper.py", "07_rnn_split.py"])
+def test_without_their_banners_lessons_5_and_7_fail(lesson, tmp_path):
     # the displays issue 36 found: lesson 4's benchmark run and the Hopper probe both timing version 2's forward,
     # lesson 5's one head of 768 forward shown from four runs. The banners naming each record make them pass.
     text = next(p for p in SOURCES if p.name == lesson).read_text()
@@ -107,16 +107,9 @@ def test_a_loader_the_registry_does_not_know_fails(tmp_path):
         one_record.check_source(src, registry)
 
 
-def test_banner_names_the_indexed_record_and_bad_input_names_the_run():
-    # the older names the lesson sources of lessons 4 and 5 still pass give the banner of the indexed record
-    assert shown.history_label("05", "split") == shown.banner("05", "split") + "."
-    assert "2026-11-24-split.jsonl`: NVIDIA H100 80GB HBM3, torch " in shown.history_label("05", "split")
-    z = shown.history_label("05", "v6 rows8 z")
-    assert "-27-z-rows8.jsonl" in z and "-27-zz-rows8.jsonl" in z and "zzc" not in z
-    with pytest.raises(ValueError, match="lesson, run"):
-        shown.history_label("05", "nope")
+def test_banner_bad_input_names_the_part():
     with pytest.raises(ValueError, match="part 'nope'"):
-        shown.banner("05", "nope")
+        shown.banner("07", "nope")
     with pytest.raises(TypeError, match="path"):
         one_record.loader_calls(5)
 
@@ -125,8 +118,8 @@ def test_readme_blocks_name_the_record_they_show():
     # the README's generated blocks display the same runs as the notebooks: each names its indexed record
     from gpulab.course import readme
 
-    blocks = {"lesson04-hopper": ["hopper", "hopper/cs336"], "lesson05-split": ["split"],
-              "lesson05-versions": ["versions"]}  # fmt: skip
+    blocks = {"lesson05-hopper": ["hopper", "hopper/cs336"], "lesson07-split": ["split"],
+              "lesson06-versions": ["versions"]}  # fmt: skip
     for name, parts in blocks.items():
         text = readme.render(name)
         assert "earlier run" not in text, name

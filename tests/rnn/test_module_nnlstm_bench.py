@@ -1,4 +1,4 @@
-"""``bench 05 lstm-grid`` on CPU: registered, one case checked and timed end to end, the time budget honoured."""
+"""``bench 06 lstm-grid`` on CPU: registered, one case checked and timed end to end, the time budget honoured."""
 
 import pytest
 import torch
@@ -8,14 +8,14 @@ from gpulab.rnn.fused.measure import lstm_grid as measure_grid
 
 
 def test_lstm_grid_is_lesson_5s_part_and_honours_its_budget():
-    assert lessons.benchmark("05", "lstm-grid") is measure_grid.lstm_grid
+    assert lessons.benchmark("06", "lstm-grid") is measure_grid.lstm_grid
     out = measure_grid.lstm_grid(budget_s=1e-9)  # nothing begins: every case says so
     kinds = {r.params["kind"] for r in out}
     assert kinds == {"grid", "bidirectional", "packed", "tiny", "compile"}
     assert all(r.status == "skipped: time budget" for r in out)
 
 
-@pytest.mark.skipif(runtime.on_gpu(), reason="the tiny CPU case; on a GPU run `python -m gpulab bench 05 lstm-grid`")
+@pytest.mark.skipif(runtime.on_gpu(), reason="the tiny CPU case; on a GPU run `python -m gpulab bench 06 lstm-grid`")
 def test_one_case_is_checked_then_timed_on_both_clocks():
     out = measure_grid._pair("grid", "grid tiny", 1, 2, 3, 16, 1, False, True, (torch.float16,))
     (r,) = out

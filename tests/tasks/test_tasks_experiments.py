@@ -26,9 +26,9 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     summary = tasks.throughput_summary(results, reference_heads=2)
     assert summary[0].startswith("reference: Transformer 2 heads") and len(summary) == 1 + len(t["lstm_heads"])
     assert "FlashRNN article: ~0.60x" in summary[1]
-    path = bench.save(results, "06", root=tmp_path)
-    assert path.parent.name == "06_state_tracking"
-    loaded = bench.load("06", root=tmp_path)
+    path = bench.save(results, "08", root=tmp_path)
+    assert path.parent.name == "08_state_tracking"
+    loaded = bench.load("08", root=tmp_path)
     assert tasks.accuracy_table(loaded) == tasks.accuracy_table(results)
     assert len(fig.axes) == len(cfg["tasks"]) + 1
 
@@ -41,7 +41,7 @@ def _throughput(case, model, heads, ms, wall_ms, tokens=32768):
         "parameters": 10,
         "tokens_per_s": tokens / ms * 1e3,
     }
-    common = dict(lesson="06", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", shape=(32, 1024))
+    common = dict(lesson="08", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", shape=(32, 1024))
     return bench.Result(case=case, ms=ms, wall_ms=wall_ms, params=params, **common)
 
 
@@ -50,15 +50,15 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
         _throughput("LSTM 1 head", "LSTM", 1, 200.0, 210.0),
         _throughput("Transformer 12 heads", "Transformer", 12, 10.0, 11.0),
     ]
-    bench.save(lesson, "06", root=tmp_path)
+    bench.save(lesson, "08", root=tmp_path)
     assert [r.ms for r in tasks.stored_throughput("h100", root=tmp_path)] == [200.0, 10.0]  # the lesson's own run
     again = [
         _throughput("LSTM 1 head", "LSTM", 1, 20.0, 22.0),
         _throughput("Transformer 12 heads", "Transformer", 12, 10.0, 12.0),
     ]
-    folder = tmp_path / "06_state_tracking" / "throughput"
+    folder = tmp_path / "08_state_tracking" / "throughput"
     folder.mkdir()
-    bench.save(again, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-02.jsonl")
+    bench.save(again, "08", path=folder / "nvidia-h100-80gb-hbm3-2030-01-02.jsonl")
     thr = tasks.stored_throughput("h100", root=tmp_path)
     assert [r.ms for r in thr] == [20.0, 10.0]  # the re-measurement wins
     row = tasks.throughput_table(thr).splitlines()[1].split()
@@ -72,7 +72,7 @@ def test_throughput_on_both_clocks_and_the_stored_remeasurement(tmp_path):
         _throughput("LSTM 1 head", "LSTM", 1, 15.0, 16.0),
         _throughput("Transformer 12 heads", "Transformer", 12, 9.0, 9.5),
     ]
-    bench.save(later, "06", path=tmp_path / "06_state_tracking" / "nvidia-h100-80gb-hbm3-2030-01-03.jsonl")
+    bench.save(later, "08", path=tmp_path / "08_state_tracking" / "nvidia-h100-80gb-hbm3-2030-01-03.jsonl")
     assert [r.ms for r in tasks.stored_throughput("h100", root=tmp_path)] == [15.0, 9.0]  # a newer lesson run wins
 
 
@@ -156,8 +156,8 @@ def test_train_step_throughput_checks_and_times_one_model():
     assert r.params["kind"] == "throughput" and r.params["tokens_per_s"] == pytest.approx(16 / (r.ms * 1e-3))
 
 
-def test_lesson_06_registers_its_benchmark():
-    assert lessons.benchmark("06") is tasks.benchmark
+def test_lesson_08_registers_its_benchmark():
+    assert lessons.benchmark("08") is tasks.benchmark
 
 
 def test_a_failing_case_is_recorded_not_raised(monkeypatch):
@@ -211,11 +211,11 @@ def test_gpu_smoke_fused_lstm_and_flash_transformer():
 
 def test_stored_rope_reads_the_newest_run(tmp_path):
     assert tasks.stored_rope("h100", root=tmp_path) == []
-    folder = tmp_path / "06_state_tracking" / "rope"
-    common = dict(lesson="06", device="NVIDIA H100 80GB HBM3", mode="cuda", shape=(32, 1024, 12, 64))
+    folder = tmp_path / "08_state_tracking" / "rope"
+    common = dict(lesson="08", device="NVIDIA H100 80GB HBM3", mode="cuda", shape=(32, 1024, 12, 64))
     for tag, ms in (("a", 3.0), ("b", 0.4)):
         run = [bench.Result(case="qkv heads + RoPE forward+backward (kernel)", ms=ms, date="2030-01-01", **common)]
-        bench.save(run, "06", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
+        bench.save(run, "08", path=folder / f"nvidia-h100-80gb-hbm3-2030-01-01-{tag}-rope.jsonl")
     assert [r.ms for r in tasks.stored_rope("h100", root=tmp_path)] == [0.4]  # run b, the newest
     assert tasks.stored_rope("a100", root=tmp_path) == []
 

@@ -155,7 +155,7 @@ def test_the_two_parts_run_end_to_end_at_a_micro_size(tmp_path, monkeypatch):
     journal = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert len(journal) == len(search) + len(final)
     # the journal keeps the search's records before the picks are marked: the same picks from it
-    assert lm_bench.picks(bench.load("06", path=tmp_path / "journal.jsonl")) == chosen
+    assert lm_bench.picks(bench.load("08", path=tmp_path / "journal.jsonl")) == chosen
     assert "LSTM 12 heads" in lm_results.final_table(final) and "*" in lm_results.search_table(search)
     assert set(lm_results.at_equal(final, tokens=384)) == set(lm.MODELS)
     assert lm_results.at_equal(final, tokens=10_000) == {}  # beyond every curve
@@ -167,15 +167,15 @@ def test_the_two_parts_run_end_to_end_at_a_micro_size(tmp_path, monkeypatch):
 
 
 def test_the_parts_are_registered_and_read_back(tmp_path):
-    assert lessons.benchmark("06", "lm") is lm_bench.bench_lm
-    assert lessons.benchmark("06", "lm-search") is lm_bench.bench_lm_search
-    assert lessons.part_folder("06", "lm") == lessons.part_folder("06", "lm-search") == "lm"
+    assert lessons.benchmark("08", "lm") is lm_bench.bench_lm
+    assert lessons.benchmark("08", "lm-search") is lm_bench.bench_lm_search
+    assert lessons.part_folder("08", "lm") == lessons.part_folder("08", "lm-search") == "lm"
     assert lm_results.stored_lm("h200", root=tmp_path) == []
-    r = bench.record(lesson="06", case="Transformer seed 1", kind="lm", model="Transformer")
+    r = bench.record(lesson="08", case="Transformer seed 1", kind="lm", model="Transformer")
     r.device = "NVIDIA H200"
-    folder = tmp_path / "06_state_tracking" / "lm"
-    bench.save([r], "06", path=folder / "nvidia-h200-2030-01-01-lm.jsonl")
-    bench.save([r], "06", path=folder / "nvidia-h200-2030-01-02-lm-search.jsonl")
+    folder = tmp_path / "08_state_tracking" / "lm"
+    bench.save([r], "08", path=folder / "nvidia-h200-2030-01-01-lm.jsonl")
+    bench.save([r], "08", path=folder / "nvidia-h200-2030-01-02-lm-search.jsonl")
     (got,) = lm_results.stored_lm("h200", root=tmp_path)
     assert got.case == "Transformer seed 1"
     with pytest.raises(ValueError, match="runs='huge' is not known"):
@@ -218,7 +218,7 @@ def test_findings_state_the_order_the_records_give():
     beside the article's; nothing without records. Also on a copy whose numbers are changed: the sentences follow."""
     final = lm_results.stored_lm("h200")
     if not final:
-        pytest.skip("no H200 lm records in benchmarks/06_state_tracking/lm/")
+        pytest.skip("no H200 lm records in benchmarks/08_state_tracking/lm/")
     for records in (final, _flipped(final)):
         text = lm_results.findings(records).splitlines()
         budget = min(r.params["tokens"] for r in records)

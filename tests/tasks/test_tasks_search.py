@@ -1,5 +1,5 @@
 """Lesson 6's symmetric search (gpulab.tasks.search, .spread): the pick reads validation only, the spread table's
-median and range, the CPU-sized run end to end, and its registration as `bench 06 search`."""
+median and range, the CPU-sized run end to end, and its registration as `bench 08 search`."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 from gpulab import bench, lessons
 from gpulab.tasks import search, spread
 
-DEVICE = dict(lesson="06", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", ms=math.nan)
+DEVICE = dict(lesson="08", device="NVIDIA H100 80GB HBM3", date="2030-01-01", mode="cuda", ms=math.nan)
 
 
 def _search_row(task, model, lr, warmup, val_accuracy, val_loss=0.1):
@@ -98,8 +98,8 @@ def test_the_cpu_sized_search_end_to_end(tmp_path):
         assert r.params["val_seed"] == search.val_seed(r.params["seed"]) and r.params["seed"] in cfg["seeds"]
     assert {r.params["phase"] for r in results if r.params.get("kind") == "utilization"} == {"search", "seeds"}
     # stored and read back where the lesson reads it
-    folder = tmp_path / "06_state_tracking" / "search"
-    bench.save(results, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01-search.jsonl")
+    folder = tmp_path / "08_state_tracking" / "search"
+    bench.save(results, "08", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01-search.jsonl")
     stored = spread.stored_search("h100", root=tmp_path)
     assert spread.spread_table(stored) == spread.spread_table(results)
     assert spread.search_table(stored) == spread.search_table(results)
@@ -115,8 +115,8 @@ def test_validation_strings_are_apart_from_training_and_test_strings():
 
 
 def test_lesson_06_registers_the_search_part():
-    assert lessons.benchmark("06", "search") is search.bench_search
-    assert lessons.part_folder("06", "search") == "search"
+    assert lessons.benchmark("08", "search") is search.bench_search
+    assert lessons.part_folder("08", "search") == "search"
 
 
 @pytest.mark.gpu

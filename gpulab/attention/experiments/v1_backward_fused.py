@@ -19,11 +19,11 @@ same from run to run (fp32 additions in a different order); :func:`use_fused` ke
 determinism is asked for (``torch.use_deterministic_algorithms``) and where the problem is too small to pay the two
 extra launches.
 
-Measured on the H100 (``python -m gpulab bench 04 fused``, records under ``benchmarks/04_attention/hopper/fused/``),
-the trade did not pay: the atomic additions cost more than the two products they save, except on long causal
-problems, so the plan never takes it (notes/attention.md, 'The one-pass backward'). FlashAttention-3 makes the
-same trade pay with warp specialization (the additions issued by their own warps, under the next block's products).
-"""
+Measured on the H100 (``python -m gpulab bench 05 fused``, records under
+``benchmarks/05_attention_hopper/hopper/fused/``), the trade did not pay: the atomic additions cost more than the two
+products they save, except on long causal problems, so the plan never takes it (notes/attention.md, 'The one-pass
+backward'). FlashAttention-3 makes the same trade pay with warp specialization (the additions issued by their own warps,
+under the next block's products)."""
 
 from __future__ import annotations
 

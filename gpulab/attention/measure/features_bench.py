@@ -1,4 +1,4 @@
-"""Lesson 4's benchmark of the features a model uses: ``python -m gpulab bench 04 features`` (:func:`features`).
+"""Lesson 4's benchmark of the features a model uses: ``python -m gpulab bench 05 features`` (:func:`features`).
 
 Three comparisons, each provider checked against a reference before anything is timed, on both clocks; FLOPs count
 the visible score entries only (:func:`gpulab.bench.visible_attention_flops`, as FlashAttention's and
@@ -94,7 +94,7 @@ def _gqa() -> bench.Benchmark:
         "SDPA cuDNN": _direction(_sdpa(SDPBackend.CUDNN_ATTENTION, gqa=True)),
     }
     return bench.Benchmark(
-        lesson="04", name="features gqa", cases=cases, inputs=_gqa_inputs,
+        lesson="05", name="features gqa", cases=cases, inputs=_gqa_inputs,
         check_inputs=lambda **x: _gqa_inputs(**x, check=True), providers=providers, reference=_gqa_reference,
         check=check_output, on_mismatch="record", skip=_skip_off_gpu, flops=_gqa_flops, label=_label,
         provider_params={n: {"kind": "gqa", "impl": n} for n in providers},
@@ -199,7 +199,7 @@ def _varlen() -> bench.Benchmark:
         return _skip_off_gpu(provider)
 
     return bench.Benchmark(
-        lesson="04", name="features varlen", cases=cases, inputs=_varlen_inputs,
+        lesson="05", name="features varlen", cases=cases, inputs=_varlen_inputs,
         check_inputs=lambda **x: _varlen_inputs(**x, check=True), providers=providers, reference=_varlen_reference,
         check=check_output, on_mismatch="record", skip=skip, flops=_varlen_flops, label=_label,
         provider_params={n: {"kind": "varlen", "impl": n} for n in providers},
@@ -227,7 +227,7 @@ def _d256() -> bench.Benchmark:
         "SDPA default": one_direction(_sdpa(None)),
     }
     return bench.Benchmark(
-        lesson="04", name="features d256", cases=cases, inputs=_d256_inputs,
+        lesson="05", name="features d256", cases=cases, inputs=_d256_inputs,
         check_inputs=lambda **x: _d256_inputs(**x, check=True), providers=providers, reference=math_reference,
         check=check_output, on_mismatch="record", skip=_skip_off_gpu, flops=_gqa_flops, label=_label,
         provider_params={n: {"kind": "d256", "impl": n} for n in providers},
@@ -235,7 +235,7 @@ def _d256() -> bench.Benchmark:
 
 
 def features(progress=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 features``: the three comparisons of the module docstring, checked, then timed."""
+    """``python -m gpulab bench 05 features``: the three comparisons of the module docstring, checked, then timed."""
     results = []
     for make in (_gqa, _varlen, _d256):
         results += bench.run(make(), progress)

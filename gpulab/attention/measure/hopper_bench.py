@@ -1,7 +1,7 @@
 """Lesson 4's named benchmark parts on Hopper: version 2 of the forward tuned and timed beside version 1 and SDPA's
 backends, the CS336 leaderboard problem, and the one-pass backward's tiles.
 
-- ``python -m gpulab bench 04 hopper`` (:func:`hopper`), records under ``benchmarks/04_attention/hopper/``:
+- ``python -m gpulab bench 05 hopper`` (:func:`hopper`), records under ``benchmarks/05_attention_hopper/hopper/``:
 
   1. ``kind='sweep'``: version 2's candidate configs (:data:`CANDIDATES`) at head dims 64 and 128, causal and not,
      N 4k and 16k (16k tokens), forward; a config that fails to compile, run or match is recorded as such
@@ -12,10 +12,10 @@ backends, the CS336 leaderboard problem, and the one-pass backward's tiles.
      the backward, :data:`~gpulab.attention.measure.report.SHIPPED` (version 2's forward, version 1's backward kernels).
   3. ``kind='tiny'``: B 1, H 1, N 128 and 1024, d 64, causal forward: the host floor on the wall clock.
 
-- ``python -m gpulab bench 04 cs336`` (:func:`cs336`), under ``hopper/cs336/``: the CS336 (2025) assignment-2
+- ``python -m gpulab bench 05 cs336`` (:func:`cs336`), under ``hopper/cs336/``: the CS336 (2025) assignment-2
   leaderboard problem (B 1, N 16k, 16 heads of 64, bf16, causal, forward+backward), also timed with
   ``triton.testing.do_bench`` as the leaderboard does (``params['do_bench_ms']``).
-- ``python -m gpulab bench 04 fused`` (:func:`fused`), under ``hopper/fused/``: the one-pass backward (version 1's
+- ``python -m gpulab bench 05 fused`` (:func:`fused`), under ``hopper/fused/``: the one-pass backward (version 1's
   one-pass experiment, :func:`gpulab.attention.experiments.v1_backward_fused.fused_backward`) at each candidate tile
   against the two-kernel backward, backward only
   (``kind='fused sweep'``, ``'two kernels'``, ``'fused choice'``).
@@ -171,7 +171,7 @@ def _check_inputs(**x):
 def _comparison(name, problems, kind, impls) -> bench.Benchmark:
     """``impls`` on ``problems`` (dicts like :func:`_problem`'s), checked against SDPA's math backend in fp32."""
     return bench.Benchmark(
-        lesson="04", name=name, cases=problems, inputs=problem_inputs, check_inputs=_check_inputs,
+        lesson="05", name=name, cases=problems, inputs=problem_inputs, check_inputs=_check_inputs,
         providers={n: one_direction(fn) for n, fn in impls.items()},
         provider_params={n: {"kind": kind, "impl": n} for n in impls}, reference=math_reference, check=check_output,
         on_mismatch="record", skip=_skip, flops=_flops, label=_label,
@@ -210,7 +210,7 @@ def sweep(progress=None, shapes=None, seqs=None, candidates=None) -> list[bench.
     cases = [_problem(d, n, c, "forward", tokens, h) for d, h in shapes for c in (False, True) for n in seqs]
     names = {str(dataclasses.astuple(cfg)): cfg for cfg in candidates}
     b = bench.Benchmark(
-        lesson="04", name="v2 sweep", cases=cases, inputs=problem_inputs, check_inputs=_check_inputs,
+        lesson="05", name="v2 sweep", cases=cases, inputs=problem_inputs, check_inputs=_check_inputs,
         providers={n: one_direction(_v2_config(cfg)) for n, cfg in names.items()}, reference=math_reference,
         provider_params={n: {"kind": "sweep", "config": dataclasses.asdict(cfg)} for n, cfg in names.items()},
         check=_sweep_check, on_mismatch="record", flops=_flops, label=_label,
@@ -255,14 +255,14 @@ def _choices(sweep_records, n_seqs) -> list[bench.Result]:
         best_each = {n: min(t[n] for t in full.values()) for n in seqs}
         score = {c: math.exp(sum(math.log(t[n] / best_each[n]) for n in seqs) / len(seqs)) for c, t in full.items()}
         best = min(score, key=score.get)
-        out.append(bench.record(lesson="04", case="v2 choice", kind="choice", head_dim=d, causal=causal,
+        out.append(bench.record(lesson="05", case="v2 choice", kind="choice", head_dim=d, causal=causal,
                                 chosen=dict(best), scores={str(dict(c)): s for c, s in score.items()}))  # fmt: skip
     return out
 
 
 # ------------------------------------------------------------------------------------------------------- the parts
 def hopper(progress=None, problems=None, run_sweep: bool = True, candidates=None):
-    """``python -m gpulab bench 04 hopper``: the sweep (unless ``run_sweep`` is False: the committed
+    """``python -m gpulab bench 05 hopper``: the sweep (unless ``run_sweep`` is False: the committed
     :data:`~gpulab.attention.configs.PREFERRED_V2`), the grid with the chosen configs, and the tiny problems.
     ``problems``: dicts like :func:`gpulab.attention.measure.benchmark.grid`'s (default: all 24 on a GPU, two tiny on
     CPU); ``candidates``: the sweep's configs (default :data:`CANDIDATES`; e.g. ``HopperConfig(..., overlap=True)`` ones
@@ -311,7 +311,7 @@ def tiny(progress=None) -> list[bench.Result]:
 
 
 def cs336(progress=None):
-    """``python -m gpulab bench 04 cs336``: the CS336 leaderboard problem (tiny on CPU), every forward+backward
+    """``python -m gpulab bench 05 cs336``: the CS336 leaderboard problem (tiny on CPU), every forward+backward
     implementation; ``params['do_bench_ms']``: ``triton.testing.do_bench``'s time (on CPU: the device clock's)."""
     sm90.ensure_allocator()
     case = runtime.pick(
@@ -375,7 +375,7 @@ TWO_KERNELS = "two kernels"
 
 
 def fused(progress=None, shapes=None, seqs=None, candidates=None):
-    """``python -m gpulab bench 04 fused``: the one-pass backward's ``candidates`` (per head dim) against the two
+    """``python -m gpulab bench 05 fused``: the one-pass backward's ``candidates`` (per head dim) against the two
     kernels, backward only, per (head dim, heads) of ``shapes``, N in ``seqs`` (16k tokens on a GPU), causal and
     not; then per head dim the tiles fastest by geometric mean of their time over the two kernels'."""
     shapes = shapes or runtime.pick(cpu=((16, 2),), gpu=((64, 16), (128, 8)))
@@ -389,7 +389,7 @@ def fused(progress=None, shapes=None, seqs=None, candidates=None):
         providers = {TWO_KERNELS: _fused_provider(None), **{str(t): _fused_provider(t) for t in candidates[d]}}
         params = {str(t): {"kind": "fused sweep", "tiles": list(t)} for t in candidates[d]}
         b = bench.Benchmark(
-            lesson="04", name="fused sweep", cases=cases, inputs=_fused_inputs, providers=providers,
+            lesson="05", name="fused sweep", cases=cases, inputs=_fused_inputs, providers=providers,
             reference=TWO_KERNELS, check=_fused_check, on_mismatch="record",
             label=lambda dtype, batch, heads, seq, head_dim, causal: _label(dtype, batch, heads, seq, head_dim, causal,
                                                                             "backward"),
@@ -424,5 +424,5 @@ def _fused_choice(records, d, n_cases) -> list[bench.Result]:
     if not score:
         return []
     best = min(score, key=score.get)
-    return [bench.record(lesson="04", case="fused choice", kind="fused choice", head_dim=d, chosen=list(best),
+    return [bench.record(lesson="05", case="fused choice", kind="fused choice", head_dim=d, chosen=list(best),
                          speedup=1 / score[best])]  # fmt: skip

@@ -5,22 +5,22 @@
 - version 2 of the forward beside version 1 and SDPA's backends (the Hopper records), below.
 
 What you will learn: what TMA bought, what warp specialization did on Triton 3.6, and how far cuDNN still is. The
-records come from ``python -m gpulab bench 04 hopper`` (:mod:`gpulab.attention.measure.hopper_bench`; one run on the
+records come from ``python -m gpulab bench 05 hopper`` (:mod:`gpulab.attention.measure.hopper_bench`; one run on the
 H100: a config sweep, then lesson 4's 24 problems with every implementation checked against SDPA's math backend before
 it was timed on both clocks):
 
-- ``benchmarks/04_attention/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab v2``,
-  ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the configs
-  tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor); from the second run on, forward+backward also
-  as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2`` ran
-  version 2's TMA backward (:mod:`gpulab.attention.experiments.v2_backward`);
-- ``benchmarks/04_attention/hopper/cs336/`` (``bench 04 cs336``): the CS336 leaderboard problem, timed with
+- ``benchmarks/05_attention_hopper/hopper/<gpu>-<date>.jsonl``: ``kind='throughput'`` (impl ``gpulab v1``, ``gpulab
+  v2``, ``SDPA default`` (cuDNN on the H100), ``SDPA FlashAttention-2``), ``kind='sweep'`` and ``kind='choice'`` (the
+  configs tried and chosen), ``kind='tiny'`` (B 1, H 1, d 64: the host floor); from the second run on, forward+backward
+  also as ``gpulab v2 fwd + v1 bwd`` (:data:`SHIPPED`: what ``flash_attention`` runs on the H100), where ``gpulab v2``
+  ran version 2's TMA backward (:mod:`gpulab.attention.experiments.v2_backward`);
+- ``benchmarks/05_attention_hopper/hopper/cs336/`` (``bench 05 cs336``): the CS336 leaderboard problem, timed with
   ``triton.testing.do_bench``;
-- ``benchmarks/04_attention/hopper/fused/``: the one-pass backward's tiles (``bench 04 fused``)
+- ``benchmarks/05_attention_hopper/hopper/fused/``: the one-pass backward's tiles (``bench 05 fused``)
   against the two-kernel backward, backward only;
-- ``benchmarks/04_attention/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
-- ``benchmarks/04_attention/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 04 v3``,
-  :mod:`gpulab.attention.measure.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it),
+- ``benchmarks/05_attention_hopper/hopper/sweep/``: the first sweep, with warp-specialized and persistent candidates;
+- ``benchmarks/05_attention_hopper/v3/``: version 3 (Gluon) beside version 2, cuDNN and FlashAttention-2 (``bench 05
+  v3``, :mod:`gpulab.attention.measure.v3_bench`; its ``v3-check``, ``v3-race`` and ``v3-tune`` parts beside it),
   :func:`stored_v3`.
 
 :func:`plot_timeline` draws why a Hopper kernel overlaps its work (a picture, not a measurement).
@@ -45,14 +45,14 @@ IMPLS = ("gpulab v1", "gpulab v2", "SDPA default", "SDPA FlashAttention-2")
 SHIPPED = "gpulab v2 fwd + v1 bwd"
 """Forward+backward as the library runs it on Hopper: version 2's forward, version 1's backward
 (version 2's backward is an experiment: :mod:`gpulab.attention.experiments.v2_backward`)."""
-HOPPER_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "hopper"
-"""Where ``python -m gpulab bench 04 hopper`` stores its runs (``cs336/`` and ``fused/`` below it)."""
+HOPPER_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "05_attention_hopper" / "hopper"
+"""Where ``python -m gpulab bench 05 hopper`` stores its runs (``cs336/`` and ``fused/`` below it)."""
 
 
 def stored(folder=None) -> list[bench.Result]:
-    """The newest records of ``python -m gpulab bench 04 hopper`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 05 hopper`` (FileNotFoundError when there are none)."""
     folder = Path(folder) if folder is not None else HOPPER_FOLDER
-    return bench.load("04", path=bench.newest(folder))
+    return bench.load("05", path=bench.newest(folder))
 
 
 def stored_sweep(folder=None) -> list[bench.Result]:
@@ -60,7 +60,7 @@ def stored_sweep(folder=None) -> list[bench.Result]:
     folder = Path(folder) if folder is not None else HOPPER_FOLDER
     out = []
     for path in sorted(folder.rglob("*.jsonl")):
-        for r in bench.load("04", path=path):
+        for r in bench.load("05", path=path):
             if r.params.get("kind") == "sweep":
                 r.params["source"] = str(path.relative_to(folder))  # pairs are compared within one run
                 out.append(r)
@@ -68,15 +68,15 @@ def stored_sweep(folder=None) -> list[bench.Result]:
 
 
 def stored_cs336(folder=None) -> list[bench.Result]:
-    """The newest records of ``python -m gpulab bench 04 cs336`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 05 cs336`` (FileNotFoundError when there are none)."""
     folder = (Path(folder) if folder is not None else HOPPER_FOLDER) / "cs336"
-    return bench.load("04", path=bench.newest(folder))
+    return bench.load("05", path=bench.newest(folder))
 
 
 def stored_fused(folder=None) -> list[bench.Result]:
-    """The newest records of ``python -m gpulab bench 04 fused`` (FileNotFoundError when there are none)."""
+    """The newest records of ``python -m gpulab bench 05 fused`` (FileNotFoundError when there are none)."""
     folder = (Path(folder) if folder is not None else HOPPER_FOLDER) / "fused"
-    return bench.load("04", path=bench.newest(folder))
+    return bench.load("05", path=bench.newest(folder))
 
 
 def fused_summary(records) -> list[str]:

@@ -1,7 +1,7 @@
 """Lesson 4, version 3's backward measured: the records of ``scripts/gpu_v3_backward.py`` read back, best rounds,
 ratios and tables (no kernels here; :mod:`gpulab.attention.v3.backward` is the kernel).
 
-Records: ``benchmarks/04_attention/v3/<gpu>-<date>-bwd-<run>-<part>.jsonl``, one JSON object a line, with the
+Records: ``benchmarks/05_attention_hopper/v3/<gpu>-<date>-bwd-<run>-<part>.jsonl``, one JSON object a line, with the
 device, torch and Triton versions and the date; ``part`` is ``check`` (gradients against float64, ``ok``,
 ``rel_err_dq/dk/dv``; ``kind='plan'``: through ``flash_attention``, eager, compiled and deterministic), ``race``
 (``dkdv_differing`` of ``runs``, ``dq_max_rel_diff``; ``raw_launch``, where recorded: the repeated calls went through
@@ -22,7 +22,7 @@ from gpulab import dtypes, runtime
 __all__ = ["FOLDER", "runs", "stored", "best", "ratios", "spread", "table", "cs336", "check_summary", "race_summary",
            "CUDNN", "SHIPPED", "PLAN", "TOP_STUDENT_MS", "min_seq_table", "kernel_profile"]  # fmt: skip
 
-FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
+FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "05_attention_hopper" / "v3"
 CUDNN = "SDPA cuDNN"
 SHIPPED = "gpulab shipped"
 """``flash_attention`` with the two-kernel backward: the plan's forward, version 1's two backward kernels (the plan's

@@ -1,8 +1,8 @@
 """Lesson 4's named benchmark parts for version 3 (Gluon, FlashAttention-3's forward; Hopper only). Records go to
-``benchmarks/04_attention/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3` reads
-the bench part's.
+``benchmarks/05_attention_hopper/v3/<gpu>-<date>-<part>.jsonl``, where :func:`gpulab.attention.measure.report.stored_v3`
+reads the bench part's.
 
-- ``python -m gpulab bench 04 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
+- ``python -m gpulab bench 05 v3`` (:func:`bench_v3`): lesson 4's 24 forward problems
   (:func:`gpulab.attention.measure.benchmark.grid`), ``impl`` the tuned default
   (:data:`~gpulab.attention.measure.report.V3_TUNED`, the committed :data:`gpulab.attention.v3.forward.MEASURED`), the
   same launched through Triton's ``kernel[grid]`` every call (:data:`~gpulab.attention.measure.report.V3_TRITON_LAUNCH`,
@@ -10,15 +10,15 @@ the bench part's.
   provider is timed twice, the rounds alternating (``params['round']`` 0 and 1): one config timed twice in one
   round-robin differed by up to 10% on the H100, more than some differences compared; the report keeps each provider's
   faster round.
-- ``python -m gpulab bench 04 v3-headline`` (:func:`headline_v3`): the headline problem (bf16, d=128, N = 16k,
+- ``python -m gpulab bench 05 v3-headline`` (:func:`headline_v3`): the headline problem (bf16, d=128, N = 16k,
   non-causal) in :data:`HEADLINE_ROUNDS` alternating rounds of version 3, cuDNN, FA-2 and version 2
   (``kind='headline'``); the report states each one's median round.
-- ``python -m gpulab bench 04 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
+- ``python -m gpulab bench 05 v3-check`` (:func:`check_v3`): every configuration of :func:`variants` (steps, the
   measured tiles persistent or not, three consumer warpgroups) at both dtypes, head dims 64 and 128, causal and not, on
   odd shapes, O and LSE against SDPA's fp32 math, each output allocated over NaN-poisoned memory (``kind='check'``).
-- ``python -m gpulab bench 04 v3-race`` (:func:`race_v3`): each configuration run 200 times on one input, every run
+- ``python -m gpulab bench 05 v3-race`` (:func:`race_v3`): each configuration run 200 times on one input, every run
   compared bit for bit with the first (``kind='race'``, ``params['differing']``: a race shows as runs that differ).
-- ``python -m gpulab bench 04 v3-tune`` (:func:`tune_v3`): the (step, stages, ...) candidates of :data:`TUNE`, each
+- ``python -m gpulab bench 05 v3-tune`` (:func:`tune_v3`): the (step, stages, ...) candidates of :data:`TUNE`, each
   checked, raced and timed on the N = 1k, 4k and 16k bf16 problems (``kind='tune'``); per (head dim, causal) the
   fastest correct, race-free one by geometric mean (``kind='choice'``), which :data:`MEASURED` then commits.
 
@@ -159,7 +159,7 @@ def _in_rounds(name, problems, impls, rounds, kind, progress) -> list[bench.Resu
     implementation, ``params['round']`` its round, ``params['kind']`` is ``kind``."""
     providers = {f"{n} #{rnd}": fn for rnd in range(rounds) for n, fn in impls.items()}
     b = bench.Benchmark(
-        lesson="04", name=name, cases=[{**p, "direction": "forward"} for p in problems], inputs=problem_inputs,
+        lesson="05", name=name, cases=[{**p, "direction": "forward"} for p in problems], inputs=problem_inputs,
         check_inputs=_check_inputs, providers=providers, reference=math_reference, check=check_output,
         on_mismatch="record", skip=_bench_skip, flops=_flops, label=_label,
         provider_params={p: {"impl": p.rpartition(" #")[0], "kind": kind, "round": int(p.rpartition(" #")[2])}
@@ -175,7 +175,7 @@ _TINY = [dict(dtype=torch.float16, batch=1, heads=2, seq=33, head_dim=16, causal
 
 
 def bench_v3(progress=None, problems=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s;
+    """``python -m gpulab bench 05 v3``: ``problems`` (dicts like :func:`~gpulab.attention.measure.benchmark.grid`'s;
     default all 24 on a GPU, one tiny float16 problem, causal and not, on CPU), forward, every provider in two
     alternating rounds. The records' ``case`` and ``params['impl']`` name the implementation, ``params['round']`` its
     round."""
@@ -192,7 +192,7 @@ HEADLINE_IMPLS = (V3_TUNED, "SDPA cuDNN", "SDPA FlashAttention-2", "gpulab v2")
 
 
 def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
+    """``python -m gpulab bench 05 v3-headline``: :data:`HEADLINE` (on CPU the tiny problems) timed in ``rounds``
     alternating rounds of version 3 (tuned), cuDNN, FlashAttention-2 and version 2 (``kind='headline'``), each
     output checked before timing. :func:`gpulab.attention.measure.v3_report.v3_headline` reads each one's median
     round."""
@@ -267,7 +267,7 @@ def _check_o_lse(out, ref) -> dict:
 
 def _per_config(name, cases, providers, reference, check_fn, d, causal, kind) -> bench.Benchmark:
     return bench.Benchmark(
-        lesson="04", name=name, cases=cases, inputs=_odd_inputs, providers={_name(c): fn for c, fn in providers},
+        lesson="05", name=name, cases=cases, inputs=_odd_inputs, providers={_name(c): fn for c, fn in providers},
         reference=reference, check=check_fn, on_mismatch="record",
         skip=lambda p, dtype, head_dim, causal, **_: _needs_hopper(dtype, 1, 1, head_dim, causal),
         provider_params={_name(c): {"kind": kind, "d": d, "causal": causal, "cfg": dataclasses.asdict(c)}
@@ -280,7 +280,7 @@ SHAPES = ((4, 8, 1000, 1000), (2, 2, 300, 517), (1, 1, 129, 64), (1, 2, 64, 1500
 
 
 def check_v3(progress=None, shapes=SHAPES) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3-check``: every configuration of :func:`variants`, float16 and bfloat16, head
+    """``python -m gpulab bench 05 v3-check``: every configuration of :func:`variants`, float16 and bfloat16, head
     dims 64 and 128, causal and not, on ``shapes``; ``params['check']`` 'ok' or the mismatch, ``rel_err_o`` and
     ``rel_err_lse``. Not timed (status 'checked, not timed'; 'unavailable: ...' without an sm_90 GPU)."""
     if (
@@ -326,7 +326,7 @@ def _no_race(runs):
 
 
 def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3-race``: each configuration (``configs``: ``{(d, causal): [V3Config, ...]}``,
+    """``python -m gpulab bench 05 v3-race``: each configuration (``configs``: ``{(d, causal): [V3Config, ...]}``,
     default :func:`variants`) ``runs`` times on one bf16 input of B 4, H 512/d, N 2000 (256+ tiles, so persistent
     programs take several): ``params['differing']`` 0, or ``params['check']`` names how many runs differed."""
     runs = runtime.integer("runs", runs, minimum=1)
@@ -352,7 +352,7 @@ def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]
 def tune_v3(
     progress=None, candidates=None, seqs=(1024, 4096, 16384), runs: int = RUNS, tokens: int = 16384, short_n=None
 ) -> list[bench.Result]:
-    """``python -m gpulab bench 04 v3-tune``: per (head dim, causal), each of ``candidates`` (default :data:`TUNE`)
+    """``python -m gpulab bench 05 v3-tune``: per (head dim, causal), each of ``candidates`` (default :data:`TUNE`)
     raced (:func:`race_v3`, ``params['race_differing']``), checked against SDPA's fp32 math and timed on the bf16
     problems of ``seqs`` (``tokens`` per batch, ``kind='tune'``); then ``kind='choice'``: the fastest candidate that
     matched and never differed, by geometric mean of TFLOP/s over ``seqs`` (``params['group']`` 'all'), over the
@@ -376,7 +376,7 @@ def tune_v3(
             cases = [dict(dtype=torch.bfloat16, batch=max(1, tokens // n), heads=1024 // d, seq=n, head_dim=d,
                           causal=causal, direction="forward") for n in seqs]  # fmt: skip
             b = bench.Benchmark(
-                lesson="04", name="v3 tune", cases=cases, inputs=problem_inputs, check_inputs=_check_inputs,
+                lesson="05", name="v3 tune", cases=cases, inputs=problem_inputs, check_inputs=_check_inputs,
                 providers={n: one_direction(_v3(c)) for n, (_, c) in cfgs.items()}, reference=math_reference,
                 check=check_output, on_mismatch="record", flops=_flops, label=_label,
                 skip=lambda p, dtype, batch, heads, seq, head_dim, causal, direction: _needs_hopper(
@@ -405,6 +405,6 @@ def _choice(records, cfgs, d, causal, seqs, limit: int) -> list[bench.Result]:
                  if ns and all(s in t for s in ns)}  # fmt: skip
         if score:
             best = max(score, key=score.get)
-            out.append(bench.record(lesson="04", case="v3 choice", kind="choice", head_dim=d, causal=causal,
+            out.append(bench.record(lesson="05", case="v3 choice", kind="choice", head_dim=d, causal=causal,
                                     group=group, seqs=ns, chosen=cfgs[best][0], scores=score))  # fmt: skip
     return out

@@ -1,4 +1,4 @@
-"""Lesson 4, version 3's forward measured: the runs of ``python -m gpulab bench 04 v3`` (and its ``-tune`` part) read
+"""Lesson 5, version 3's forward measured: the runs of ``python -m gpulab bench 05 v3`` (and its ``-tune`` part) read
 back, each implementation's best round, ratios, spreads and the steps' table (no kernels here;
 :mod:`gpulab.attention.v3.forward` is the kernel). :mod:`gpulab.attention.measure.report` re-exports every name, so
 lesson 4 reads them beside version 2's probe records.
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-V3_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "04_attention" / "v3"
+V3_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "05_attention_hopper" / "v3"
 V3_TUNED = "gpulab v3 (tuned)"
 V3_STEPS = ("gpulab v3 step 1 (partitions)", "gpulab v3 step 2 (+ ping-pong)", "gpulab v3 step 3 (+ overlap)")
 V3_PEERS = ("gpulab v2", "SDPA cuDNN", "SDPA FlashAttention-2")
@@ -57,15 +57,15 @@ def _newest_grid_run(folder) -> Path:
     folder = Path(folder) if folder is not None else V3_FOLDER
     runs = [p for p in folder.glob("*.jsonl") if not p.stem.endswith(V3_PART_SUFFIXES)]
     if not runs:
-        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 04 v3` on an H100.")
+        raise FileNotFoundError(f"no version-3 bench records in {folder}; run `gpulab bench 05 v3` on an H100.")
     return bench.newest(runs)
 
 
 def stored_v3(folder=None) -> list[bench.Result]:
-    """The newest bench run of version 3 (``python -m gpulab bench 04 v3``: ``benchmarks/04_attention/v3/<gpu>-<date>
-    [-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold its correctness and tuning parts, ``bench 04
-    v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
-    return bench.load("04", path=_newest_grid_run(folder))
+    """The newest bench run of version 3 (``python -m gpulab bench 05 v3``:
+    ``benchmarks/05_attention_hopper/v3/<gpu>-<date>[-tag].jsonl``; the ``-check``, ``-race`` and ``-tune`` files hold
+    its correctness and tuning parts, ``bench 05 v3-check|v3-race|v3-tune``). FileNotFoundError if none."""
+    return bench.load("05", path=_newest_grid_run(folder))
 
 
 def stored_v3_run(folder=None) -> str:
@@ -143,13 +143,13 @@ def _stored_part(folder, pattern: str, part: str, missing: str) -> list[bench.Re
     runs = list(folder.glob(pattern))
     if not runs:
         raise FileNotFoundError(missing.format(folder=folder))
-    return bench.load("04", path=bench.newest(runs, part=part))
+    return bench.load("05", path=bench.newest(runs, part=part))
 
 
 def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
-    """The newest tuning run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-tune.jsonl``: candidates
-    checked, raced and timed beside their peers, ``kind='tune'``), or with ``run`` (a run letter, e.g. ``"i"``) that
-    run's. FileNotFoundError if none."""
+    """The newest tuning run of version 3 (``benchmarks/05_attention_hopper/v3/<gpu>-<date>[-tag]-tune.jsonl``:
+    candidates checked, raced and timed beside their peers, ``kind='tune'``), or with ``run`` (a run letter, e.g.
+    ``"i"``) that run's. FileNotFoundError if none."""
     if run is not None and not (isinstance(run, str) and run.isalnum()):
         raise ValueError(f"run must be a run letter such as 'i' (letters and digits), got {run!r}.")
     which = f"run {run}'s" if run else "version-3"
@@ -157,12 +157,12 @@ def stored_v3_tune(folder=None, run: str | None = None) -> list[bench.Result]:
         folder,
         f"*-{run}-tune.jsonl" if run else "*-tune.jsonl",
         "tune",
-        f"no {which} tune records in {{folder}}; run `gpulab bench 04 v3-tune` on an H100.",
+        f"no {which} tune records in {{folder}}; run `gpulab bench 05 v3-tune` on an H100.",
     )
 
 
 def stored_v3_ab(name: str, folder=None) -> list[bench.Result]:
-    """The newest A/B record named ``name`` (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-<name>-ab.jsonl``: a
+    """The newest A/B record named ``name`` (``benchmarks/05_attention_hopper/v3/<gpu>-<date>[-tag]-<name>-ab.jsonl``: a
     kernel change against the kernel before it in alternating rounds, ``kind='ab'``; e.g. ``"qregs"``, written by
     ``scripts/gpu_v3_qregs_ab.py``). :func:`v3_headline` with ``kind='ab'`` reads its median rounds.
     FileNotFoundError if none."""
@@ -187,13 +187,14 @@ def v3_tune_ratios(records, ours: str, over: str) -> dict[tuple, float]:
 
 
 def stored_v3_headline(folder=None) -> list[bench.Result]:
-    """The newest headline run of version 3 (``benchmarks/04_attention/v3/<gpu>-<date>[-tag]-headline.jsonl``, ``python
-    -m gpulab bench 04 v3-headline``: the headline problem in alternating rounds). FileNotFoundError if none."""
+    """The newest headline run of version 3 (``benchmarks/05_attention_hopper/v3/<gpu>-<date>[-tag]-headline.jsonl``,
+    ``python -m gpulab bench 05 v3-headline``: the headline problem in alternating rounds). FileNotFoundError if
+    none."""
     return _stored_part(
         folder,
         "*-headline.jsonl",
         "headline",
-        "no version-3 headline records in {folder}; run `gpulab bench 04 v3-headline` on an H100.",
+        "no version-3 headline records in {folder}; run `gpulab bench 05 v3-headline` on an H100.",
     )
 
 

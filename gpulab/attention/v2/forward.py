@@ -30,7 +30,7 @@ first block on and ``2^(m - m')`` never meets ``-inf - (-inf)``.
 
 **Schedule.** One program per (Q block, batch*head), longest causal blocks first (as version 1), or, with
 ``persistent=True``, one program per SM looping over the tiles in that order. Which one is faster is measured, not
-assumed: ``python -m gpulab bench 04 hopper`` times both.
+assumed: ``python -m gpulab bench 05 hopper`` times both.
 
 **Where it runs.** :func:`supports` says when version 2 applies: fp16/bf16, head dims that are multiples of 8 (a
 TMA row must be a multiple of 16 bytes) up to 128, and (automatically) a GPU of compute capability 9.x and a problem
@@ -67,7 +67,7 @@ __all__ = [
 
 WS_RACE_FREE_TRITON: tuple[str, ...] = ()
 """Triton versions (major.minor) on which version 2's warp-specialized loop passed its race check on the GPU (the
-sweep of ``bench 04 hopper``, ``kind='sweep'``: every run equal to the reference). None yet: on Triton 3.6 it failed."""
+sweep of ``bench 05 hopper``, ``kind='sweep'``: every run equal to the reference). None yet: on Triton 3.6 it failed."""
 
 WS_BROKEN_ON_SM90 = ".".join(triton.__version__.split(".")[:2]) not in WS_RACE_FREE_TRITON
 """True unless this Triton is in :data:`WS_RACE_FREE_TRITON`. Triton 3.6 compiles version 2's loop warp-specialized
@@ -139,7 +139,7 @@ def _v2_keys_overlap(acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N
     (``warp_group_dot_wait {pendings = 0}`` before the softmax; only a product whose result feeds the next
     iteration's accumulator, here P V, stays in flight across iterations), so nothing overlaps and the extra live
     tile costs registers: slower than the plain loop, each at its best tiles, on every probed problem
-    (``benchmarks/04_attention/hopper/sweep/``, the ``overlap`` run). Kept as an option
+    (``benchmarks/05_attention_hopper/hopper/sweep/``, the ``overlap`` run). Kept as an option
     (``HopperConfig(overlap=True)``) because it is the lesson's evidence."""
     s = tl.dot(q, k_desc.load([lo, 0]).T)  # block lo's scores
     for start_n in range(lo, hi - BLOCK_N, BLOCK_N):

@@ -10,7 +10,7 @@
 - :mod:`.configs`: the forward's steps and measured defaults.
 
 Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version and the measuring
-code of :mod:`gpulab.attention.measure` (the benchmark parts ``python -m gpulab bench 04 v3|v3-check|v3-race|v3-tune``,
+code of :mod:`gpulab.attention.measure` (the benchmark parts ``python -m gpulab bench 05 v3|v3-check|v3-race|v3-tune``,
 the CPU replays of the kernels' order, ``v3_schedule_model`` and ``v3_backward_model``, and the sm_90 compile checks,
 ``v3_compile_check``).
 """

@@ -49,7 +49,7 @@ The kernel is built in numbered steps (``V3BackwardConfig.step``, :data:`STEPS`)
    Each of K, V in registers takes two tiles off. It costs D/4 registers per thread each: on at head dim 64, off
    at 128, where 32 more do not fit beside dK, dV and the scores.
 
-:func:`backward_config` picks, on the H100 records (``benchmarks/04_attention/v3/``, ``bwd`` records;
+:func:`backward_config` picks, on the H100 records (``benchmarks/05_attention_hopper/v3/``, ``bwd`` records;
 notes/attention-hopper.md, 'Backward configs'), step 5 (:data:`MEASURED`) and, for query lengths up to 4096 at head dim
 64, step 7 (:data:`MEASURED_SHORT`), both with K and V in registers at head dim 64 (step 10); step 4 lost to register
 pressure, step 6 to its single dQ buffer and its second dQ product, step 7 at N = 16384 and at head dim 128 to its extra

@@ -119,11 +119,11 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (64, True): dict(step=3, stages=3, **_PQ2, pairs=True, q_regs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
-(``python -m gpulab bench 04 v3-tune``, :mod:`gpulab.attention.measure.v3_bench`) on the H100 for the long sequences
-(geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/04_attention/v3/``, every
-candidate raced 200 times and checked). Persistent programs pay at d=128 non-causal (the next tile's keys and, with a
-second Q buffer, its queries load while this tile finishes); three consumer warpgroups at d=64 non-causal; the causal
-long problems took paired persistent tiles with Q read from registers (``q_regs``); 64 keys per stage lost
+(``python -m gpulab bench 05 v3-tune``, :mod:`gpulab.attention.measure.v3_bench`) on the H100 for the long sequences
+(geometric mean over lesson 4's N above :func:`short_n` at bf16; records in ``benchmarks/05_attention_hopper/v3/``,
+every candidate raced 200 times and checked). Persistent programs pay at d=128 non-causal (the next tile's keys and,
+with a second Q buffer, its queries load while this tile finishes); three consumer warpgroups at d=64 non-causal; the
+causal long problems took paired persistent tiles with Q read from registers (``q_regs``); 64 keys per stage lost
 everywhere (notes/attention-hopper.md, 'Forward configs'). ptxas reports no spilled
 registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on Triton 3.6 to 3.8
 (:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests); on 3.9 one spills
@@ -136,7 +136,7 @@ NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
 """Per Triton (major.minor), the (head dim, causal) whose :data:`MEASURED` choice spills registers there, and the
 choice taken instead for long sequences: one of the race and check parts' variants that ptxas compiles without
 spills on that Triton (Triton 3.9's code for three consumer warpgroups at 160 registers spills 172 bytes at d=64;
-two consumers on a persistent grid spill none). Not timed on the GPU on that Triton: ``bench 04 v3-tune`` there
+two consumers on a persistent grid spill none). Not timed on the GPU on that Triton: ``bench 05 v3-tune`` there
 decides, as :data:`MEASURED`'s choices were decided on 3.6."""
 
 

@@ -25,7 +25,7 @@ class TritonRNN(torch.autograd.Function):
     ``run_backward`` is None when the caller runs without gradients (``torch.no_grad()``): then nothing is saved
     even for inputs that require grad, since ``ctx.needs_input_grad`` inside a Function's forward still says True
     for them (the module's parameters in evaluation: the forward would write the gates for a backward that never
-    runs, a quarter of the forward's device time at lesson 5's problem).
+    runs, a quarter of the forward's device time at lesson 6's problem).
     """
 
     @staticmethod

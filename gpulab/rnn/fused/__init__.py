@@ -1,4 +1,4 @@
-"""Lesson 5's fused RNN: one persistent kernel for the whole sequence (and one for the backward), on one SM per head
+"""Lesson 6's fused RNN: one persistent kernel for the whole sequence (and one for the backward), on one SM per head
 or split over several.
 
 The kernels, each a leaf (it imports helpers, never another kernel):

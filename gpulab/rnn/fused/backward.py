@@ -1,4 +1,4 @@
-"""Lesson 5: the fused RNN backward, one persistent reverse-time Triton kernel, and batched products beside it.
+"""Lesson 6: the fused RNN backward, one persistent reverse-time Triton kernel, and batched products beside it.
 
 What you will learn:
 

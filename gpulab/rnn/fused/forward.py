@@ -1,4 +1,4 @@
-"""Lesson 5: the fused RNN forward, one persistent Triton kernel for the whole sequence (FlashRNN-style).
+"""Lesson 6: the fused RNN forward, one persistent Triton kernel for the whole sequence (FlashRNN-style).
 
 What you will learn:
 

@@ -11,12 +11,12 @@
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops with the chooser's tiles, which the
   custom ops of :mod:`gpulab.rnn.ops` run under ``torch.compile``.
-- :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 5's benchmark reports its registers);
+- :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 6's benchmark reports its registers);
   :data:`KERNELS`: the family's shipped Triton kernels by name (:mod:`.measure.sass` compiles them without a GPU).
 - :func:`config_as`, :func:`current_config`: the :class:`gpulab.rnn.fused.config.FusedConfig` the chosen loops are
   bound to (what ships unless an experiment, :mod:`.experiments`, sets another for the duration).
 
-Lesson 5's numbered ladder (:mod:`.versions`: ``run_version``, ``run_training``) is not imported here: it imports
+Lesson 6's numbered ladder (:mod:`.versions`: ``run_version``, ``run_training``) is not imported here: it imports
 this module, on demand.
 
 Rule of the rooms: this is the only module that imports several kernels of the family; a kernel module imports

@@ -1,4 +1,4 @@
-"""Lesson 5, part 2: one head on several SMs, a persistent forward kernel with a grid barrier per step.
+"""Lesson 7: one head on several SMs, a persistent forward kernel with a grid barrier per step.
 
 What you will learn:
 
@@ -24,7 +24,7 @@ What you will learn:
   GPU at once (:mod:`gpulab.rnn.fused.split_tiling` checks the same thing before launch and says why not).
 - **Two other ways to meet, measured and not taken** (``exchange=``, :mod:`gpulab.rnn.fused.exchange`): h in tagged
   words (NCCL's LL protocol: the load is the barrier) and a flag per program instead of the counter. Both keep the
-  interpreter path; on the H100 both made the step longer (``python -m gpulab bench 05 steps``; lesson 5, Appendix
+  interpreter path; on the H100 both made the step longer (``python -m gpulab bench 07 steps``; lesson 7, Appendix
   G). A third, **hinted words** ('hinted'): h as 32-bit words of a value and its tag, read once a counter that
   nobody fences says every program arrived, so no release fence waits for the stores on the way; it needs 4 warps
   (the words in flight spill with 2). It measured faster at one head of 768; the chooser takes it only where

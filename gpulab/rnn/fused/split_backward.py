@@ -1,4 +1,4 @@
-"""Lesson 5, part 2b: the split-head backward, one reverse-time persistent kernel over P programs per head.
+"""Lesson 7: the split-head backward, one reverse-time persistent kernel over P programs per head.
 
 What you will learn: the backward's recurrence is the forward's, transposed, and *which side of the product you
 exchange* decides what crosses L2 every step. The gradient reaching h_{t-1} through R is
@@ -76,7 +76,7 @@ from gpulab.rnn.fused.tiles import barrier_counter, gate_columns, join_gates, pe
 from gpulab.triton_ops import dot, dot_operand
 
 __all__ = ["split_backward_kernel", "split_rnn_backward", "split_rnn_gradients"]
-"""The backward's exchange ('barrier', 'flags' or 'hinted'; :func:`split_rnn_backward`): lesson 5's records decide."""
+"""The backward's exchange ('barrier', 'flags' or 'hinted'; :func:`split_rnn_backward`): lesson 7's records decide."""
 
 
 @triton.jit

@@ -1,9 +1,9 @@
-"""Lesson 5, version 6: the split LSTM forward in Gluon, R in registers and h read once per program.
+"""Lesson 7, version 6: the split LSTM forward in Gluon, R in registers and h read once per program.
 
 Version 5 (:mod:`gpulab.rnn.fused.split`) holds each program's slice of R in *shared memory*: Triton 3.6 keeps a
 loop-invariant ``tl.dot`` operand there and re-reads it every step, and every warp of the program reads *all* of
 h_{t-1} too. On the H100 that is 144 KB of ``ldmatrix`` per step and program, 643 ns at 128 B per clock of a 759 ns
-stamped product (lesson 5, Appendix G). This version states the layouts itself (Gluon) so that:
+stamped product (lesson 7, Appendix G). This version states the layouts itself (Gluon) so that:
 
 - **R_p lives in registers** for the whole sequence, already in the tensor cores' operand layout: program p's slice
   R_p [G * BLOCK_U, DH] (row ``slot * BLOCK_U + u`` is gate ``slot`` of unit ``p * BLOCK_U + u``) is split along K

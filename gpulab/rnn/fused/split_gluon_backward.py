@@ -1,4 +1,4 @@
-"""Lesson 5, backward version b4: the split LSTM backward in Gluon, R's rows in registers (version 6's backward).
+"""Lesson 7, backward version b4: the split LSTM backward in Gluon, R's rows in registers (version 6's backward).
 
 Version b3 (:mod:`gpulab.rnn.fused.split_backward`) splits the head by units as the forward does: program p runs its
 units' cell backward, writes dG_t of its units and pushes its share of every unit's dh_{t-1},

@@ -21,7 +21,7 @@ Constraints (e bytes per element, G gate slots, S states):
 Objective, the estimated time of one step (ns): the barrier (a fixed round trip through L2 plus a little per arriving
 program) + reading h_{t-1} from L2 (one round trip, plus its bytes per SM and for all programs together against
 L2's bandwidth) + streaming the R slice from shared memory into the tensor cores + the product. Fewer, fatter
-programs read less h in total but each streams more R; lesson 5's records sweep block_u on the H100 against this
+programs read less h in total but each streams more R; lesson 7's records sweep block_u on the H100 against this
 estimate.
 
 Whether a problem runs on one SM per head or split is :func:`gpulab.rnn.fused.plan.choose`'s decision (one SM
@@ -57,7 +57,7 @@ BLOCK_B = (16, 32, 64, 128)  # batch rows per program (the one-SM kernels also t
 # are measured from 16 rows, where each program's product, not its activations, is the step's cost)
 NUM_WARPS = (2, 4, 8)  # small tiles: a split program holds [block_b, G * block_u] gates, a few K of values
 MAX_CHUNKS = 4  # R_p^T is held as at most this many [block_k, G * block_u] tiles (the kernel names each one)
-# Calibrated on the H100 (lesson 5's split records: the same kernel timed with and without its barrier, B = 16)
+# Calibrated on the H100 (lesson 7's split records: the same kernel timed with and without its barrier, B = 16)
 BARRIER_NS = 500.0  # one grid barrier: the release of h_t, an atomic to L2, the spin that sees the last arrival
 ARRIVAL_NS = 1.0  # each arriving program's atomic at one L2 address (too small to see up to 128 programs)
 H_LATENCY_NS = 600.0  # the round trip of the h_{t-1} read through L2 that every step starts with
@@ -75,7 +75,7 @@ MEASURED = {
 }
 """(direction, head dim) -> (block_u or None, warps): the tiling that won on the H100 where the estimate ranks
 otherwise (the estimate does not model warps, and it prices the backward's extra programs above what they cost); from
-lesson 5's ``split``, ``candidates`` and ``partials`` records. The chooser takes the best-scored fitting candidate of
+lesson 7's ``split``, ``candidates`` and ``partials`` records. The chooser takes the best-scored fitting candidate of
 that block_u and warps, on Hopper GPUs only. The measurements: ``notes/rnn-split.md``."""
 
 MEASURED_EXCHANGE: dict[tuple[str, str, int], tuple[str, int, int]] = {("forward", "lstm", 768): ("hinted", 8, 4)}

@@ -32,12 +32,12 @@ load -> dot -> cell -> store of one step) plus, for the programs sharing an SM, 
 activations: each unit's gates and cell take ``specials(function, direction)`` special-function instructions
 (tanh; the LSTM forward 5 per unit), and an SM issues only 16 of those per clock (``SFU_RATE`` per ns). One head of
 64 at 16 rows is 16 x 64 x 5 / 16 = 320 clocks of them per step, a large share of a step at this size: 8 rows halve
-them and use twice the SMs (lesson 5's Appendix H and its records, ``benchmarks/05_fused_rnn/rows/``). So the
+them and use twice the SMs (lesson 6's Appendix H and its records, ``benchmarks/07_rnn_split/rows/``). So the
 score is ``rounds * (LATENCY + programs_per_SM * (max(block_b, 16) * 2 * G_r * D^2 / RATE + block_b * D *
 specials / SFU_RATE))`` with rounds = ceil(programs / slots).
 Among equal scores, the fewest warps that leave a thread at most ``ROOMY`` = 240 registers, else the fewest warps.
 Why the tie-break: on the H100 (B = 16, bf16) 4 warps beat 8 at DH 16 to 64 in both directions, and at DH 128
-four warps do not fit (the estimate exceeds 255 registers), so 8 win; lesson 5's records hold the times.
+four warps do not fit (the estimate exceeds 255 registers), so 8 win; lesson 6's records hold the times.
 Nothing satisfies 1-4 when R alone is too big: then :func:`fused_tiling` raises a ValueError that says how much
 on-chip memory a head needs and what to do (backend='alternating', more heads, 16-bit dtype).
 

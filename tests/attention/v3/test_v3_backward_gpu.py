@@ -1,7 +1,7 @@
 """Version 3's backward on a Hopper GPU (``pytest -m gpu``): dQ, dK, dV at full size against float64 autograd, and the
 race test (dK and dV equal bit for bit over repeated runs; dQ within its fp32 atomic additions' rounding). Skipped
 without CUDA (tests/conftest.py) and where :func:`gpulab.attention.v3.backward.supported` says no. The same checks,
-recorded, are ``scripts/gpu_v3_backward.py``'s check and race parts (records ``benchmarks/04_attention/v3/``)."""
+recorded, are ``scripts/gpu_v3_backward.py``'s check and race parts (records ``benchmarks/05_attention_hopper/v3/``)."""
 
 import pytest
 import torch

@@ -2,7 +2,7 @@
 
 On CPU the kernel runs one launch per step (the interpreter runs programs one after another, so a barrier cannot
 work there); tilings with few programs keep the interpreter quick. The persistent kernel with its barrier runs in
-the GPU tests at full size (and in the stress test of `python -m gpulab bench 05 split`).
+the GPU tests at full size (and in the stress test of `python -m gpulab bench 07 split`).
 """
 
 import dataclasses

@@ -76,7 +76,7 @@ def test_bad_input():
 
 
 def _record(version, NH, DH, ms, wall_ms, registers=100):
-    return bench.Result(lesson="05", case=version, ms=ms, wall_ms=wall_ms, registers=registers, spills=0,
+    return bench.Result(lesson="06", case=version, ms=ms, wall_ms=wall_ms, registers=registers, spills=0,
                         shape=[16, 1024, NH, DH], device="NVIDIA H100 80GB HBM3", date="2030-01-01",
                         params={"version": version, "NH": NH, "DH": DH})  # fmt: skip
 
@@ -84,9 +84,9 @@ def _record(version, NH, DH, ms, wall_ms, registers=100):
 def test_versions_report_reads_the_records(tmp_path):
     rows = [_record("v1", 12, 64, 3.0, 3.0), _record("v2", 12, 64, 1.4, 1.5), _record("v5", 1, 768, 2.5, 2.6),
             _record("cuDNN", 1, 768, 2.0, 2.1, registers=None)]  # fmt: skip
-    folder = tmp_path / "05_fused_rnn" / "versions"
+    folder = tmp_path / "06_fused_rnn" / "versions"
     folder.mkdir(parents=True)
-    bench.save(rows, "05", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01.jsonl")
+    bench.save(rows, "06", path=folder / "nvidia-h100-80gb-hbm3-2030-01-01.jsonl")
     loaded = report.load_versions("h100", root=tmp_path)
     lines = report.versions_table(loaded).splitlines()
     assert lines[3].split()[:6] == ["v2", "12x64", "fwd", "1.400", "1.500", "2.00x"]  # 3.0 / 1.5 on the wall clock
@@ -104,14 +104,14 @@ def test_versions_report_reads_the_records(tmp_path):
 
 
 def test_versions_report_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="bench 05 versions"):
+    with pytest.raises(FileNotFoundError, match="bench 06 versions"):
         report.load_versions("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         report.load_versions(3)
     with pytest.raises(TypeError, match="results"):
         report.versions_table("rows")
     with pytest.raises(ValueError, match="no version rows"):
-        report.plot_versions([bench.Result(lesson="05", case="x", ms=1.0)])
+        report.plot_versions([bench.Result(lesson="06", case="x", ms=1.0)])
 
 
 def test_sass_counts_of_the_versions_read_back():

@@ -1,4 +1,4 @@
-"""Lesson 5's off-by-default paths, each one :class:`gpulab.rnn.fused.config.FusedConfig` away from what ships.
+"""Lesson 6's off-by-default paths, each one :class:`gpulab.rnn.fused.config.FusedConfig` away from what ships.
 
 The fused family's kernels carry their alternatives as compile-time branches (the Triton split kernels' tagged,
 flag and hinted exchanges; the one-SM backward's per-gate product and time-major dG; the Gluon kernels' grid-wide

@@ -1,4 +1,4 @@
-"""Lesson 5's measurement (`python -m gpulab bench 05`): the fused RNN against its peers, on the H100.
+"""Lesson 6's measurement (`python -m gpulab bench 06`): the fused RNN against its peers, on the H100.
 
 Problem (the lesson's): LSTM, B = 16, T = 1024, hidden 768 in NH = 12 heads of DH = 64, bf16, Wx given
 (recurrence only). Every pass of every problem is a :class:`gpulab.bench.Benchmark` case
@@ -16,7 +16,7 @@ forward states; a mismatch is recorded, not raised). Records stored before the h
    ``gpulab.rnn.LSTM`` (12 heads, fused, input projection included);
 2. batch sweep 1..256 (forward and forward+backward, vanilla forward only): where does ``alternating`` catch up?
 3. head-dim sweep at hidden 768 (DH 16..256): fused wherever :func:`gpulab.rnn.fused.plan.choose` finds a tiling;
-4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused split over several SMs, lesson 5 part 2; alternating beside it).
+4. same FLOPs as cuDNN: NH = 1, DH = 768 (fused split over several SMs, lesson 7; alternating beside it).
 
 FLOPs are the recurrence's ``2 B T G_r NH DH^2`` per pass (x3 for forward+backward: dh and dR); bytes are what a
 persistent kernel must move (Wx read, states written; gates written and read again when training), so every record
@@ -168,7 +168,7 @@ def recurrence_benchmarks(problems, dtype, quick_ms=60.0, package=False) -> list
             return _cost(B, T, NH, DH, dtype, training)[i]
 
         common = dict(
-            lesson="05",
+            lesson="06",
             inputs=inputs,
             reference=states_reference,
             check=check_states,
@@ -247,7 +247,7 @@ def dense_benchmarks(B, T, H, dtypes, heads) -> list[bench.Benchmark]:
         cases = [{"dtype": dt, "pass": p} for dt in dtypes for p in PASSES if not gpu_bf16 or dt == torch.bfloat16]
         out.append(
             bench.Benchmark(
-                lesson="05",
+                lesson="06",
                 name=f"lstm with input projection, {nh} heads",
                 cases=cases,
                 inputs=inputs,
@@ -278,14 +278,14 @@ def problems(main, batches, head_dims, hidden) -> list[dict]:
 
 
 def benchmark(progress=None, quick_ms=None):
-    """`python -m gpulab bench 05`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
+    """`python -m gpulab bench 06`. Returns (results, figure). On CPU: a tiny version (interpreter, not GPU numbers).
     ``quick_ms``: the timing budget per fast configuration (default 60 ms)."""
     results = bench.run(benchmarks(quick_ms), progress)
     return report(results)
 
 
 def benchmarks(quick_ms=None) -> list[bench.Benchmark]:
-    """Lesson 5's benchmarks, as `python -m gpulab bench 05` runs them (tiny ones on CPU): the recurrence's two
+    """Lesson 6's benchmarks, as `python -m gpulab bench 06` runs them (tiny ones on CPU): the recurrence's two
     passes over :func:`problems`, then the dense comparison with ``nn.LSTM``."""
     quick_ms = 60.0 if quick_ms is None else runtime.finite_float("quick_ms", quick_ms, positive=True)
     on_gpu = runtime.on_gpu()
@@ -299,7 +299,7 @@ def benchmarks(quick_ms=None) -> list[bench.Benchmark]:
 
 
 def report(results):
-    """Annotate the results of :func:`benchmarks` for lesson 5's readers, print the table and the targets; returns
+    """Annotate the results of :func:`benchmarks` for lesson 6's readers, print the table and the targets; returns
     (results, figure)."""
     import matplotlib  # deferred: heavy, and only the benchmark draws
 
@@ -318,7 +318,7 @@ def _key(r):
 
 
 def _annotate(results):
-    """The fields lesson 5's readers use beyond the harness's: ``case`` names the implementation (as in the stored
+    """The fields lesson 6's readers use beyond the harness's: ``case`` names the implementation (as in the stored
     records and the README table; the graphed provider's case is its eager one's, told apart by ``mode``),
     ``ns_per_step``, ``interpreter``, and ``vs_vanilla``: gpulab vanilla's ms (same problem and pass, eager) / this
     ms."""

@@ -1,4 +1,4 @@
-"""``python -m gpulab bench 05 called``: the recurrence *as a training loop calls it* (``<gpu>-<date>-called.jsonl``).
+"""``python -m gpulab bench 07 called``: the recurrence *as a training loop calls it* (``<gpu>-<date>-called.jsonl``).
 
 Two problems, LSTM, bf16, Wx given, ``flashrnn(backend='fused')``: the main one (B 16, T 1024, 12 heads of 64) and a
 tiny one (B 1, T 4, 2 heads of 64), where the host's work is all there is. Per problem (``kind='called'``,
@@ -227,7 +227,7 @@ def _sm_clock():
 def _record(name, mode, fn, **extra) -> bench.Result:
     B, T, NH, DH = _shape(name)
     dtype = runtime.pick(cpu="float32", gpu="bfloat16")
-    r = bench.measure(fn, lesson="05", case=f"{name} {mode}", dtype=dtype, wall_clock=False, kind="called",
+    r = bench.measure(fn, lesson="07", case=f"{name} {mode}", dtype=dtype, wall_clock=False, kind="called",
                       problem=name, mode=mode, B=B, T=T, NH=NH, DH=DH, sm_clock_mhz=_sm_clock(), **extra)  # fmt: skip
     r.wall_ms, r.params["host_ms"] = _clocks(fn, _calls(name))
     return r
@@ -301,7 +301,7 @@ def _breakdown(x, step_fns, profiles) -> list[bench.Result]:
     graph = step_fns.get("graph")
     kernels_ms = bench.time_callable(graph).median_ms if graph is not None else None
     B, T, NH, DH = _shape("tiny")
-    r = bench.record(lesson="05", case="tiny breakdown", kind="breakdown", problem="tiny", B=B, T=T, NH=NH, DH=DH,
+    r = bench.record(lesson="07", case="tiny breakdown", kind="breakdown", problem="tiny", B=B, T=T, NH=NH, DH=DH,
                      pieces_ms=pieces, pieces_sum_ms=sum(pieces.values()), step_wall_ms=whole,
                      kernels_device_ms=kernels_ms, kernels_per_step=None,
                      host_ms=whole - kernels_ms if kernels_ms is not None else None, one_op_ms=one_op)  # fmt: skip
@@ -323,13 +323,13 @@ def _guarded(case, make) -> list[bench.Result]:
     try:
         return make()
     except Exception as exc:  # noqa: BLE001 - recorded, see the docstring
-        r = bench.record(lesson="05", case=case, kind="failed", error=f"{type(exc).__name__}: {exc}"[:500])
+        r = bench.record(lesson="07", case=case, kind="failed", error=f"{type(exc).__name__}: {exc}"[:500])
         r.status = f"failed: {type(exc).__name__}"
         return [r]
 
 
 def called(progress=None, problems=None):
-    """``python -m gpulab bench 05 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both; the
+    """``python -m gpulab bench 07 called``: every mode of ``problems`` (names of :data:`PROBLEMS`, default both; the
     main problem first, so its loop is timed before any other work of the process: a helper measured its host time
     per step at 1.1-1.4 ms in a fresh process and 2.2 ms after the tiny problem's host parts), then the tiny step's
     breakdown; the torch.profiler sessions (the variants' kernels, the kernels per tiny step)
@@ -356,7 +356,7 @@ def called(progress=None, problems=None):
             out.append(_record(name, "graphed callable", step, check=check))
         elif runtime.on_gpu():
             B, T, NH, DH = _shape(name)
-            out.append(bench.record(lesson="05", case=f"{name} graphed callable", kind="called", problem=name,
+            out.append(bench.record(lesson="07", case=f"{name} graphed callable", kind="called", problem=name,
                                     mode="graphed callable", B=B, T=T, NH=NH, DH=DH, check=check))  # fmt: skip
             out[-1].status = check
         for mode, fn in _cudnn(name).items():
@@ -449,7 +449,7 @@ def _variants(name, x, profiles) -> list[bench.Result]:
         with backward_as(**how):
             kernels, _ = _profiled(loop)
         busy = sum(ms for _, ms in kernels.values()) if kernels else math.nan
-        return [bench.record(lesson="05", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
+        return [bench.record(lesson="07", case=f"{name} loop kernels ({label})", kind="kernels", problem=name,
                              mode="loop", variant=label, kernels=kernels, ms=busy,
                              ms_is="the step's kernels' device times summed (torch.profiler, one step; the side "
                                    "stream's kernels overlap the main stream's: not the step's span)")]  # fmt: skip
@@ -559,7 +559,7 @@ def host_parts(x, when: str = "", rounds: int = 5, profile: bool = True) -> benc
     whole, bare, launched, floor = med["step"], med["without launches"], med["Triton launches"], med["autograd floor"]
     B, T, NH, DH = _shape("tiny")
     r = bench.record(
-        lesson="05", case=f"tiny host parts {when}".strip(), kind="host parts", problem="tiny", when=when,
+        lesson="07", case=f"tiny host parts {when}".strip(), kind="host parts", problem="tiny", when=when,
         B=B, T=T, NH=NH, DH=DH, rounds=rounds, calls=n, samples_ms=samples, medians_ms=med, step_wall_ms=whole,
         parts_ms={"autograd floor": floor, "gpulab's layers": bare - floor, "Triton launches": launched},
         autograd_floor_cpu_ms=med["autograd floor, CPU tensors"], without_launches_ms=bare,
@@ -579,7 +579,7 @@ def host_parts_table(rows) -> str:
         raise TypeError(f"rows must be a list of record dicts, got {type(rows).__name__}.")
     parts = [r for r in rows if r.get("kind") == "host parts"]
     if not parts:
-        raise ValueError("no 'host parts' rows in these records: run `python -m gpulab bench 05 called` on a GPU.")
+        raise ValueError("no 'host parts' rows in these records: run `python -m gpulab bench 07 called` on a GPU.")
     lines = []
     for p in parts:
         spread = p.get("samples_ms", {}).get("step", [p["step_wall_ms"]])

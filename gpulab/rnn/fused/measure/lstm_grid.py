@@ -1,4 +1,4 @@
-"""``python -m gpulab bench 05 lstm-grid``: ``gpulab.rnn.LSTM`` where users are, against cuDNN's ``nn.LSTM``.
+"""``python -m gpulab bench 06 lstm-grid``: ``gpulab.rnn.LSTM`` where users are, against cuDNN's ``nn.LSTM``.
 
 Every case is forward + backward (``for p in leaves: p.grad = None``; ``out.sum().backward()``), checked against
 an ``nn.LSTM`` with the same weights (fp32, no TF32, on the first :data:`CHECK_T` steps: outputs, h_n, c_n, dW_ih)
@@ -98,7 +98,7 @@ def _flops(B, T, I, H, L, D=1) -> float:
 
 
 def _time(case, kind, provider, step, dtype, shape, flops=None, quick=False, **params):
-    r = bench.measure(step, lesson="05", case=case, dtype=dtype, shape=shape, flops=flops, kind=kind,
+    r = bench.measure(step, lesson="06", case=case, dtype=dtype, shape=shape, flops=flops, kind=kind,
                       warmup_ms=5.0 if quick else 25.0, rep_ms=5.0 if quick else 100.0, **params)  # fmt: skip
     r.provider = provider
     return r
@@ -109,7 +109,7 @@ def _guarded(case, kind, make) -> list:
     try:
         return make()
     except Exception as exc:  # noqa: BLE001 - recorded as the case's status
-        r = bench.record(lesson="05", case=case, kind=kind, error=f"{type(exc).__name__}: {exc}"[:500])
+        r = bench.record(lesson="06", case=case, kind=kind, error=f"{type(exc).__name__}: {exc}"[:500])
         r.status = f"failed: {type(exc).__name__}"
         return [r]
 
@@ -239,7 +239,7 @@ def lstm_grid(progress=None, quick=None, budget_s: float = 280.0):
     out = []
     for case, kind, make in progress(jobs):
         if time.perf_counter() - start > budget_s:
-            r = bench.record(lesson="05", case=case, kind=kind, budget_s=budget_s)
+            r = bench.record(lesson="06", case=case, kind=kind, budget_s=budget_s)
             r.status = "skipped: time budget"
             out.append(r)
             continue

@@ -1,6 +1,6 @@
-"""Lesson 5's records of the one-SM kernels at 8 batch rows per program, read back as tables (no kernels here).
+"""Lesson 6's records of the one-SM kernels at 8 batch rows per program, read back as tables (no kernels here).
 
-The records (``benchmarks/05_fused_rnn/rows/``), made on the GPU by ``scripts/bench05_rows.py`` and offline by
+The records (``benchmarks/07_rnn_split/rows/``), made on the GPU by ``scripts/bench05_rows.py`` and offline by
 ``scripts/sass05_rows.py``:
 
 - ``<gpu>-<date>-rows.jsonl``: the forward (with and without saved gates), the backward and forward+backward as a
@@ -29,7 +29,7 @@ KINDS = ("rows", "product", "rows_split", "sass")
 
 def folder(root=None) -> Path:
     """The rows records' folder under the results root (:func:`gpulab.bench.results_dir`)."""
-    return bench.results_dir(root) / "05_fused_rnn" / "rows"
+    return bench.results_dir(root) / "07_rnn_split" / "rows"
 
 
 def path(kind: str, gpu: str = "h100", root=None) -> Path:
@@ -56,7 +56,7 @@ def load(kind: str, gpu: str = "h100", root=None) -> list:
     file = path(kind, gpu, root)
     if kind == "sass":
         return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-    return bench.load("05", path=file)
+    return bench.load("07", path=file)
 
 
 def pick(results, part: str, B: int, NH: int, DH: int, block_b: int, product: str | None = None):

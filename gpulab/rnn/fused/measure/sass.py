@@ -148,7 +148,7 @@ STEPS_PER_LOOP = {"v1": 1, "v2": 1, "v3": 2, "v4": 2}
 
 
 def version(v, dh=64, warps=4, dtype="bf16"):
-    """Lesson 5's forward version ``v`` ('v1' ... 'v4', :mod:`gpulab.rnn.fused.versions`) compiled for sm_90 (LSTM,
+    """Lesson 6's forward version ``v`` ('v1' ... 'v4', :mod:`gpulab.rnn.fused.versions`) compiled for sm_90 (LSTM,
     BLOCK_B = 16); v4 is the package's fused forward without saved gates."""
     runtime.one_of("v", v, tuple(STEPS_PER_LOOP))
     dh, warps = runtime.positive_int("dh", dh), _warps("warps", warps)

@@ -1,5 +1,5 @@
-"""Lesson 5's named benchmark parts for the split-head kernel: ``python -m gpulab bench 05 split`` and
-``bench 05 cross``, records under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
+"""Lesson 7's named benchmark parts for the split-head kernel: ``python -m gpulab bench 07 split`` and
+``bench 07 cross``, records under ``benchmarks/07_rnn_split/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
 reads.
 
 - :func:`split` (``<gpu>-<date>-split.jsonl``): the LSTM, one head, B = 16, T = 1024, bf16 (``kind='time'``):
@@ -89,7 +89,7 @@ def time_benchmarks(head_dims, alternating_training=None) -> list[bench.Benchmar
             return None
 
         out.append(bench.Benchmark(
-            lesson="05", name=f"split time{suffix}", cases=[{"DH": d} for d in head_dims],
+            lesson="07", name=f"split time{suffix}", cases=[{"DH": d} for d in head_dims],
             inputs=lambda DH, training=training: _inputs(B, T, DH, dtype, training),
             providers={n: _flashrnn(backend) for n, backend in names.items()},
             provider_params={n: {"kind": "time", "case": n, **extra} for n in names},
@@ -107,7 +107,7 @@ def time_benchmarks(head_dims, alternating_training=None) -> list[bench.Benchmar
             return torch.randn(T, B, DH, device=runtime.device, dtype=dtype), m, training
 
         out.append(bench.Benchmark(
-            lesson="05", name=f"split cuDNN{suffix}",
+            lesson="07", name=f"split cuDNN{suffix}",
             cases=[{"DH": d, "dtype": dt} for d in head_dims for dt in cudnn_dtypes], inputs=dense_inputs,
             providers={"cuDNN nn.LSTM": dense_run}, reference=dense_reference, check=check_states,
             on_mismatch="record",
@@ -150,7 +150,7 @@ def sweep_benchmark(DH) -> bench.Benchmark:
     if not cands:
         raise ValueError(f"DH={DH}: no fitting split tiling at block_b 16 (B={B}); pick a head dim of 16 or more.")
     return bench.Benchmark(
-        lesson="05", name="split sweep", cases=[{"DH": DH}], inputs=lambda DH: _inputs(B, T, DH, dtype),
+        lesson="07", name="split sweep", cases=[{"DH": DH}], inputs=lambda DH: _inputs(B, T, DH, dtype),
         providers={n: _split_forward(c) for n, c in cands.items()},
         provider_params={n: {"kind": "sweep", "block_u": c.block_u, "split": c.split, "warps": c.num_warps,
                              "block_b": c.block_b, "est_ms": c.score * T * 1e-6} for n, c in cands.items()},
@@ -184,7 +184,7 @@ def _budget():
 
 
 def split(progress=None, head_dims=None, sweep_dims=None):
-    """``python -m gpulab bench 05 split``: the times (:func:`time_benchmarks`) at ``head_dims`` (256 to 1024 on a
+    """``python -m gpulab bench 07 split``: the times (:func:`time_benchmarks`) at ``head_dims`` (256 to 1024 on a
     GPU) and the tiling sweep with the barrier's share at ``sweep_dims`` (512, 768, 1024)."""
     head_dims = _dims("head_dims", head_dims or runtime.pick(cpu=(16,), gpu=(256, 384, 512, 768, 1024)))
     sweep_dims = _dims("sweep_dims", sweep_dims or runtime.pick(cpu=(24,), gpu=(512, 768, 1024)))
@@ -213,7 +213,7 @@ def stress(head_dims=(768, 1024), launches=200, replays=50) -> list[bench.Result
     first bit for bit (``mismatches``, ``graph_mismatches``). The grid barrier needs a GPU: in the interpreter, one
     record saying so."""
     if not runtime.on_gpu():
-        r = bench.record(lesson="05", case="split stress", kind="stress")
+        r = bench.record(lesson="07", case="split stress", kind="stress")
         r.status = "unavailable: the persistent kernel's grid barrier needs a GPU"
         return [r]
     out = []
@@ -230,14 +230,14 @@ def stress(head_dims=(768, 1024), launches=200, replays=50) -> list[bench.Result
             graph()
             torch.cuda.synchronize()
             graph_bad += not torch.equal(graph.output, want)
-        out.append(bench.record(lesson="05", case="split stress", kind="stress", DH=DH, programs=cfg.programs,
+        out.append(bench.record(lesson="07", case="split stress", kind="stress", DH=DH, programs=cfg.programs,
                                 block_u=cfg.block_u, launches=launches, mismatches=bad, graph_replays=replays,
                                 graph_mismatches=graph_bad))  # fmt: skip
     return out
 
 
 def cross(progress=None, head_dims=None, batches=None):
-    """``python -m gpulab bench 05 cross``: the forward at T = 1024 over ``batches`` (1, 4, 16, 64) at ``head_dims``
+    """``python -m gpulab bench 07 cross``: the forward at T = 1024 over ``batches`` (1, 4, 16, 64) at ``head_dims``
     (128, 768): the split kernel (the chooser's tiling), the one-SM fused kernel where it fits, ``alternating``."""
     head_dims = _dims("head_dims", head_dims or runtime.pick(cpu=(16,), gpu=(128, 768)))
     batches = _dims("batches", batches or runtime.pick(cpu=(1, 3), gpu=(1, 4, 16, 64)))
@@ -262,7 +262,7 @@ def cross(progress=None, head_dims=None, batches=None):
 
     names = ("split", "one-SM fused", "alternating")
     b = bench.Benchmark(
-        lesson="05", name="split cross", cases=[{"DH": d, "B": n} for d in head_dims for n in batches],
+        lesson="07", name="split cross", cases=[{"DH": d, "B": n} for d in head_dims for n in batches],
         inputs=lambda DH, B: _inputs(B, T, DH, dtype),
         providers={"split": split_run, "one-SM fused": one_sm, "alternating": _flashrnn("alternating")},
         provider_params={n: {"kind": "cross", "case": n} for n in names}, params=fields, skip=skip,
@@ -329,7 +329,7 @@ def tiling_benchmark(B, NH, DH, direction, kernel=None) -> bench.Benchmark:
         for n, c in cands.items()
     }  # fmt: skip
     return bench.Benchmark(
-        lesson="05", name=f"split tilings {direction}", cases=[{}], inputs=inputs, providers=providers,
+        lesson="07", name=f"split tilings {direction}", cases=[{}], inputs=inputs, providers=providers,
         provider_params=params, reference=_tile_name(pick), check=compare, on_mismatch="record",
         params={"B": B, "NH": NH, "DH": DH, "T": T, "direction": direction},
         label=lambda: f"B{B} {NH}x{DH}",
@@ -337,15 +337,15 @@ def tiling_benchmark(B, NH, DH, direction, kernel=None) -> bench.Benchmark:
 
 
 def candidates(progress=None, shapes=None):
-    """``python -m gpulab bench 05 candidates`` (``<gpu>-<date>-candidates.jsonl``): every fitting split tiling of
-    lesson 6's LSTM layers (B 32, 4 heads of 192 and 1 head of 768), forward and backward kernel, beside the
+    """``python -m gpulab bench 07 candidates`` (``<gpu>-<date>-candidates.jsonl``): every fitting split tiling of
+    lesson 8's LSTM layers (B 32, 4 heads of 192 and 1 head of 768), forward and backward kernel, beside the
     chooser's pick."""
     shapes = _shapes(shapes, runtime.pick(cpu=((4, 2, 16),), gpu=((32, 4, 192), (32, 1, 768))))
     return bench.run([tiling_benchmark(*s, d) for s in shapes for d in ("forward", "backward")], progress)
 
 
 def partials(progress=None, shapes=None):
-    """``python -m gpulab bench 05 partials`` (``<gpu>-<date>-partials.jsonl``): the split backward (it exchanges
+    """``python -m gpulab bench 07 partials`` (``<gpu>-<date>-partials.jsonl``): the split backward (it exchanges
     partial sums of dh: ``kernel='partials'``) at every fitting tiling beside the chooser's pick, and forward+backward
     of one head of 768 (``kind='fwd+bwd'``) through ``flashrnn`` beside cuDNN's dense ``nn.LSTM`` in fp16 and bf16."""
     gpu = ((16, 1, 768), (32, 1, 768), (32, 4, 192), (16, 1, 512), (16, 1, 1024), (16, 1, 256))
@@ -361,7 +361,7 @@ def training_benchmarks(B, NH, DH) -> list[bench.Benchmark]:
     B, NH, DH = (runtime.positive_int(k, v) for k, v in (("B", B), ("NH", NH), ("DH", DH)))
     _, T, dtype = _sizes()
     ours = bench.Benchmark(
-        lesson="05", name="split fwd+bwd", cases=[{}], inputs=lambda: _inputs_nh(B, T, NH, DH, dtype),
+        lesson="07", name="split fwd+bwd", cases=[{}], inputs=lambda: _inputs_nh(B, T, NH, DH, dtype),
         providers={"gpulab fused": _flashrnn("fused")}, provider_params={"gpulab fused": {"case": "gpulab fused"}},
         reference=states_reference, check=check_states, on_mismatch="record",
         params={"kind": "fwd+bwd", "B": B, "NH": NH, "DH": DH, "T": T}, label=lambda: f"B{B} {NH}x{DH}",
@@ -374,7 +374,7 @@ def training_benchmarks(B, NH, DH) -> list[bench.Benchmark]:
         return torch.randn(T, B, H, device=runtime.device, dtype=dtype), m, True
 
     dense = bench.Benchmark(
-        lesson="05", name="split cuDNN fwd+bwd", inputs=dense_inputs,
+        lesson="07", name="split cuDNN fwd+bwd", inputs=dense_inputs,
         cases=[{"dtype": dt} for dt in runtime.pick(cpu=(torch.float32,), gpu=(torch.float16, torch.bfloat16))],
         providers={"cuDNN nn.LSTM": dense_run}, reference=dense_reference, check=check_states, on_mismatch="record",
         params=lambda dtype: {"kind": "fwd+bwd", "B": B, "NH": NH, "DH": DH, "T": T,

@@ -1,27 +1,27 @@
-"""Lesson 5, part 2: the split-head kernel's stored H100 measurements, read back as tables and a figure.
+"""Lesson 7: the split-head kernel's stored H100 measurements, read back as tables and a figure.
 
-The records (``python -m gpulab bench 05 split`` on a GPU, :mod:`gpulab.rnn.fused.measure.split_bench`, under
-``benchmarks/05_fused_rnn/split/``; the stored ones from the probe script it replaced) are JSON lines: an
+The records (``python -m gpulab bench 07 split`` on a GPU, :mod:`gpulab.rnn.fused.measure.split_bench`, under
+``benchmarks/07_rnn_split/split/``; the stored ones from the probe script it replaced) are JSON lines: an
 ``env`` line (device, versions, date), then rows of kind ``check`` (the kernels against float64), ``stress``
 (repeated launches and CUDA-graph replays), ``time`` (LSTM, B = 16, T = 1024, one head, bf16: the split fused
 kernel, ``alternating`` and cuDNN's ``nn.LSTM`` in fp16 and bf16, with ``ms`` the device time and ``wall_ms`` the
 eager wall time per call; ``pass_`` 'fwd+bwd' for training), ``sweep`` (the forward per block_u and warps, with
 ``no_barrier_ms``: the same launch without its barrier) and ``bsweep``/``bsweep2`` (the backward per tiling).
 :func:`rows_of` reads the part's :class:`gpulab.bench.Result` records as such rows (their ``params``, ``ms`` and
-``wall_ms``). A second record, ``*-cross.jsonl`` (``bench 05 cross``), holds rows of kind ``cross``: the LSTM
+``wall_ms``). A second record, ``*-cross.jsonl`` (``bench 07 cross``), holds rows of kind ``cross``: the LSTM
 forward (one head, T = 1024, bf16) over batch at two head dims, the split kernel beside the one-SM fused kernel
 (where it fits) and ``alternating``.
-A third, ``*-candidates.jsonl`` (``bench 05 candidates``), holds rows of kind ``candidate``: every
-fitting split tiling of lesson 6's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
-chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``bench 05 partials``), holds
+A third, ``*-candidates.jsonl`` (``bench 07 candidates``), holds rows of kind ``candidate``: every
+fitting split tiling of lesson 8's LSTM layers, forward and backward kernel, device time, ``chosen`` marking the
+chooser's pick at the time of the run. A fourth, ``*-partials.jsonl`` (``bench 07 partials``), holds
 rows of kind ``candidate`` with a ``kernel`` ('partials': the backward that exchanges partial sums of dh;
 'exchange dG': the version before it, in the stored run; the part times the current kernel only) and rows of kind
 ``fwd+bwd`` (one head of 768 through ``flashrnn`` beside cuDNN's ``nn.LSTM``, both clocks). A fifth,
 ``*-parts.jsonl``, is an experiment on the dG exchange (kind ``part``: the kernel with its product and exchange
-skipped, ``SKIP_PRODUCT``), whose script was not kept. A sixth, ``*-steps.jsonl`` (``bench 05 steps``,
+skipped, ``SKIP_PRODUCT``), whose script was not kept. A sixth, ``*-steps.jsonl`` (``bench 07 steps``,
 :mod:`gpulab.rnn.fused.measure.steps_bench`), holds rows of kind ``parts`` (a step of the forward and the backward at
 one head of 768 split into its parts by clock stamps, per exchange: :func:`parts_table`) and ``time`` (the forward and
-forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench 05
+forward+backward with each exchange beside cuDNN: :func:`exchange_table`). A seventh, ``*-called.jsonl`` (``bench 07
 called``, :mod:`gpulab.rnn.fused.measure.called_bench`), holds the recurrence as a training loop calls it (kind
 ``called``) and the tiny step's pieces (kind ``breakdown``): :func:`called_table`.
 """
@@ -57,14 +57,14 @@ __all__ = [
     "rows_of",
 ]
 
-_FOLDER = ("05_fused_rnn", "split")
+_FOLDER = ("07_rnn_split", "split")
 
 
 # record -> what writes it (None: an experiment whose script was not kept)
-_RECORDS = {"split": "python -m gpulab bench 05 split", "cross": "python -m gpulab bench 05 cross",
-            "candidates": "python -m gpulab bench 05 candidates", "partials": "python -m gpulab bench 05 partials",
-            "parts": None, "steps": "python -m gpulab bench 05 steps",
-            "called": "python -m gpulab bench 05 called", "hinted": "python scripts/bench05_hinted.py OUT"}  # fmt: skip
+_RECORDS = {"split": "python -m gpulab bench 07 split", "cross": "python -m gpulab bench 07 cross",
+            "candidates": "python -m gpulab bench 07 candidates", "partials": "python -m gpulab bench 07 partials",
+            "parts": None, "steps": "python -m gpulab bench 07 steps",
+            "called": "python -m gpulab bench 07 called", "hinted": "python scripts/bench05_hinted.py OUT"}  # fmt: skip
 
 
 def split_path(gpu: str = "h100", root=None, record: str = "split") -> Path:
@@ -92,7 +92,7 @@ def _json_lines(path: Path) -> list[dict]:
 def load_split(gpu: str = "h100", root=None, record: str = "split") -> list[dict]:
     """The newest split record of ``gpu`` as a list of dicts (the ``env`` line first): ``record='split'`` for
     ``*-split.jsonl`` (checks, times, sweeps), ``'cross'`` for ``*-cross.jsonl`` (the batch crossovers),
-    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 6's layers), ``'partials'`` for
+    ``'candidates'`` for ``*-candidates.jsonl`` (every split tiling of lesson 8's layers), ``'partials'`` for
     ``*-partials.jsonl`` (the backward's kernels and training beside cuDNN), ``'parts'`` for ``*-parts.jsonl``.
     The file is :func:`split_path`'s."""
     return rows_of(_json_lines(split_path(gpu, root, record)))
@@ -103,7 +103,7 @@ _ENV = ("device", "sm_count", "torch", "triton", "mode", "date")
 
 def rows_of(records) -> list[dict]:
     """Record dicts as the tables read them: a probe's rows as they are; :class:`gpulab.bench.Result` dicts (``python
-    -m gpulab bench 05 split``, :mod:`gpulab.rnn.fused.measure.split_bench`) flattened to their ``params`` with ``ms``
+    -m gpulab bench 07 split``, :mod:`gpulab.rnn.fused.measure.split_bench`) flattened to their ``params`` with ``ms``
     and ``wall_ms`` (an ``error`` instead where the provider did not run), after an ``env`` line from the first."""
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise TypeError(f"records must be a list of record dicts, got {type(records).__name__}.")
@@ -345,7 +345,7 @@ def exchange_table(rows) -> str:
 
 
 def loop_over_graph(gpu: str = "h100", root=None) -> list[dict]:
-    """Every stored ``bench 05 called`` run of ``gpu``, oldest first (date, then tag): ``{"file", "loop", "graph",
+    """Every stored ``bench 07 called`` run of ``gpu``, oldest first (date, then tag): ``{"file", "loop", "graph",
     "ratio", "loop_device", "loop_host"}``, the main problem's loop step and its CUDA graph on the eager wall clock,
     the first over the second, and the loop's device time and host time per step (None where a run did not record
     it; runs without both wall clocks are left out): how the loop's margin over the graph moves from run to run."""

@@ -1,5 +1,5 @@
-"""Lesson 5's named benchmark part for the split kernels' step: ``python -m gpulab bench 05 steps``, records
-``<gpu>-<date>-steps.jsonl`` under ``benchmarks/05_fused_rnn/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
+"""Lesson 7's named benchmark part for the split kernels' step: ``python -m gpulab bench 07 steps``, records
+``<gpu>-<date>-steps.jsonl`` under ``benchmarks/07_rnn_split/split/`` that :mod:`gpulab.rnn.fused.measure.split_report`
 reads.
 
 The problem is cuDNN's own: one LSTM head of 768, B = 16, T = 1024, bf16, Wx given, the chooser's tilings.
@@ -71,7 +71,7 @@ def time_benchmarks() -> list[bench.Benchmark]:
         names = [e for e in exchange.EXCHANGES if not training or e != "tagged"]  # (tagged: the slowest forward)
         providers = {f"split {e}{suffix}": _with_exchange(e) for e in names}
         out.append(bench.Benchmark(
-            lesson="05", name=f"steps{suffix}", cases=[{}], inputs=lambda training=training: _inputs(
+            lesson="07", name=f"steps{suffix}", cases=[{}], inputs=lambda training=training: _inputs(
                 B, T, DH, dtype, training), providers=providers, reference=_reference, check=_check_first,
             on_mismatch="record", label=lambda: f"B{B} 1x{DH}",
             provider_params={p: {"kind": "time", "case": p, "exchange": p.split()[1], "training": training}
@@ -85,7 +85,7 @@ def time_benchmarks() -> list[bench.Benchmark]:
             return torch.randn(T, B, DH, device=runtime.device, dtype=dtype), m, training
 
         out.append(bench.Benchmark(
-            lesson="05", name=f"steps cuDNN{suffix}", inputs=dense_inputs,
+            lesson="07", name=f"steps cuDNN{suffix}", inputs=dense_inputs,
             cases=[{"dtype": d} for d in runtime.pick(cpu=(torch.float32,), gpu=(torch.float16, torch.bfloat16))],
             providers={"cuDNN nn.LSTM": dense_run}, reference=dense_reference, check=check_states,
             on_mismatch="record",
@@ -98,7 +98,7 @@ def time_benchmarks() -> list[bench.Benchmark]:
 
 def _parts_record(name, direction, exch, cfg, stamps, run, backward=False):
     fields = clocks.step_parts(stamps, backward=backward)
-    r = bench.measure(run, lesson="05", case=name, dtype=torch.bfloat16, kind="parts", direction=direction,
+    r = bench.measure(run, lesson="07", case=name, dtype=torch.bfloat16, kind="parts", direction=direction,
                       exchange=exch, programs=cfg.programs, block_u=cfg.block_u, warps=cfg.num_warps,
                       parts={k: fields[k] for k in (clocks.BACKWARD_PARTS if backward else clocks.PARTS)},
                       step_ns=fields["step_ns"], cycles_per_ns=fields["cycles_per_ns"])  # fmt: skip
@@ -109,7 +109,7 @@ def parts_records() -> list[bench.Result]:
     """``kind='parts'``: the forward with each exchange and the backward, stamped (GPU only; on CPU one record
     saying so)."""
     if not runtime.on_gpu():
-        r = bench.record(lesson="05", case="split step parts", kind="parts")
+        r = bench.record(lesson="07", case="split step parts", kind="parts")
         r.status = "unavailable: the clock stamps are inline PTX (a GPU's SM clock)"
         return [r]
     B, T, DH, dtype = _sizes()
@@ -141,6 +141,6 @@ def parts_records() -> list[bench.Result]:
 
 
 def steps(progress=None):
-    """``python -m gpulab bench 05 steps``: the parts of a step (:func:`parts_records`) and the times
+    """``python -m gpulab bench 07 steps``: the parts of a step (:func:`parts_records`) and the times
     (:func:`time_benchmarks`)."""
     return parts_records() + bench.run(time_benchmarks(), progress)

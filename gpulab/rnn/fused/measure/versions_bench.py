@@ -1,5 +1,5 @@
-"""Lesson 5's forward and backward versions, a named part of its benchmark: ``python -m gpulab bench 05 versions``,
-records under ``benchmarks/05_fused_rnn/versions/`` that :mod:`gpulab.rnn.fused.measure.versions_report` reads.
+"""Lesson 6's forward and backward versions, a named part of its benchmark: ``python -m gpulab bench 06 versions``,
+records under ``benchmarks/06_fused_rnn/versions/`` that :mod:`gpulab.rnn.fused.measure.versions_report` reads.
 
 The lesson's problem: LSTM, B = 16, T = 1024, 12 heads of 64, bf16, Wx given. The forward versions v1 ... v4 run
 it; v5 (the split kernel) runs one head of 768, cuDNN's own problem (12 heads of 64 each fit one SM). Peer in the same
@@ -64,7 +64,7 @@ def _dense(name, hidden, B, T, dtype, training):
         return torch.randn(T, B, hidden, device=runtime.device, dtype=dtype), m, training
 
     return bench.Benchmark(
-        lesson="05", name=name, cases=[{}], inputs=inputs, providers={"cuDNN": dense_run}, reference=dense_reference,
+        lesson="06", name=name, cases=[{}], inputs=inputs, providers={"cuDNN": dense_run}, reference=dense_reference,
         check=check_states, on_mismatch="record", dtype=dtype,
         shape=[B, T, 1, hidden], label=lambda: "",
         params={"version": "cuDNN", "NH": 1, "DH": hidden, **({"direction": "forward+backward"} if training else {})},
@@ -77,7 +77,7 @@ def forward_benchmarks() -> list[bench.Benchmark]:
     cases = [{"version": v, "NH": small[0], "DH": small[1]} for v in ("v1", "v2", "v3", "v4")]
     cases.append({"version": "v5", "NH": wide[0], "DH": wide[1]})
     ours = bench.Benchmark(
-        lesson="05", name="versions", cases=cases,
+        lesson="06", name="versions", cases=cases,
         inputs=lambda version, NH, DH: (version, *problem_inputs(B, T, NH, DH, dtype)),
         providers={"gpulab": ladder.run_version}, reference=_forward_reference, check=_largest_error,
         kernels={"gpulab": _forward_kernel}, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
@@ -94,7 +94,7 @@ def backward_benchmarks() -> list[bench.Benchmark]:
     cases = [{"version": v, "NH": small[0], "DH": small[1]} for v in ("b1", "b2")]
     cases.append({"version": "b3", "NH": wide[0], "DH": wide[1]})
     ours = bench.Benchmark(
-        lesson="05", name="versions forward+backward", cases=cases,
+        lesson="06", name="versions forward+backward", cases=cases,
         inputs=lambda version, NH, DH: (version, *problem_inputs(B, T, NH, DH, dtype)),
         providers={"gpulab": ladder.run_training}, reference=_gradients_reference,
         check=_largest_error, shape=lambda version, NH, DH: [B, T, NH, DH], dtype=dtype,
@@ -111,7 +111,7 @@ def _name(dtype) -> str:
 
 
 def versions(progress=None, forward_only: bool = False) -> list[bench.Result]:
-    """``python -m gpulab bench 05 versions``: :func:`forward_benchmarks`, then (unless ``forward_only``)
+    """``python -m gpulab bench 06 versions``: :func:`forward_benchmarks`, then (unless ``forward_only``)
     :func:`backward_benchmarks`."""
     forward_only = runtime.strict_bool("forward_only", forward_only)
     return bench.run(forward_benchmarks() + ([] if forward_only else backward_benchmarks()), progress)

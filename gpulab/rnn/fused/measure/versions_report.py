@@ -1,5 +1,5 @@
-"""The forward versions' stored GPU records (``python -m gpulab bench 05 versions``, under
-``benchmarks/05_fused_rnn/versions/``) as a table and a bar chart: each version's time on both clocks, its gain over
+"""The forward versions' stored GPU records (``python -m gpulab bench 06 versions``, under
+``benchmarks/06_fused_rnn/versions/``) as a table and a bar chart: each version's time on both clocks, its gain over
 the version before, and the compiled kernel's registers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sas
            "v6_run_table", "load_v6_parts", "v6_parts_table", "plot_v6_parts", "load_v6_wide",
            "load_v6_tiles", "load_v6_rows8", "v6_record_name", "V6_SWITCHES", "load_v6_switch", "load_v6"]  # fmt: skip
 
-_FOLDER = ("05_fused_rnn", "versions")
+_FOLDER = ("06_fused_rnn", "versions")
 
 
 def load_versions(gpu: str = "h100", root=None) -> list[bench.Result]:
@@ -25,9 +25,9 @@ def load_versions(gpu: str = "h100", root=None) -> list[bench.Result]:
     files = bench.record_files(folder, gpu)
     if not files:
         raise FileNotFoundError(
-            f"no versions record for {gpu!r} in {folder}; run `python -m gpulab bench 05 versions` on that GPU."
+            f"no versions record for {gpu!r} in {folder}; run `python -m gpulab bench 06 versions` on that GPU."
         )
-    return bench.load("05", path=bench.newest(files))
+    return bench.load("06", path=bench.newest(files))
 
 
 def _rows(results):
@@ -139,7 +139,7 @@ def sass_table(rows) -> str:
 
 def load_profile(gpu: str = "h100", root=None) -> dict:
     """The newest Nsight Compute summary of the forward versions on ``gpu`` (``scripts/profile_versions.py``, under
-    ``benchmarks/05_fused_rnn/versions/profile/``): per version, the share of stall samples per reason over the time
+    ``benchmarks/06_fused_rnn/versions/profile/``): per version, the share of stall samples per reason over the time
     loop and the instructions with the most samples."""
     if not isinstance(gpu, str) or not gpu:
         raise TypeError(f"gpu must be a GPU name such as 'h100', got {gpu!r}.")
@@ -173,7 +173,7 @@ def profile_table(profile) -> str:
     return bench.text_table(["version", *keys, "loop instr", "hottest instruction (share)"], rows, title=title)
 
 
-_V6_FOLDER = ("05_fused_rnn", "v6")
+_V6_FOLDER = ("07_rnn_split", "v6")
 
 
 def load_v6_sass(root=None) -> list[dict]:
@@ -184,7 +184,7 @@ def load_v6_sass(root=None) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is missing: run `python scripts/sass05_split.py "
-            f"benchmarks/05_fused_rnn/split/sm90-split-sass.jsonl {path}` (no GPU needed)."
+            f"benchmarks/07_rnn_split/split/sm90-split-sass.jsonl {path}` (no GPU needed)."
         )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -271,7 +271,7 @@ def _v6_file(gpu, root, part: str, how: str, run=None):
 def _v6_newest(gpu, root, part: str, how: str, run=None) -> list[bench.Result]:
     """The newest record file ``<gpu>-<date>[-<run>]-<part>.jsonl`` of version 6's folder (or run ``run``'s),
     loaded."""
-    return bench.load("05", path=_v6_file(gpu, root, part, how, run))
+    return bench.load("07", path=_v6_file(gpu, root, part, how, run))
 
 
 def v6_record_name(gpu: str = "h100", which: str = "rows8", root=None, head_dim: int = 768, run=None) -> str:

@@ -1,6 +1,6 @@
-"""Lesson 5's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
+"""Lesson 6's fused LSTM forward as numbered versions, each one change on top of the one before (in the style of
 llm.c's ``dev/cuda``): read them in order, run them with :func:`run_version`, time them with ``python -m gpulab bench
-05 versions`` (:mod:`gpulab.rnn.fused.measure.versions_bench`; the records, under ``benchmarks/05_fused_rnn/versions/``,
+05 versions`` (:mod:`gpulab.rnn.fused.measure.versions_bench`; the records, under ``benchmarks/06_fused_rnn/versions/``,
 hold every time). This package is the ladder only: nothing on the package's path imports it.
 
 - v1 (:mod:`.v1_per_gate`): the persistent kernel; R on chip as one tile per gate, four products per step;
@@ -117,7 +117,7 @@ def launch(kernel, Wx, R, b, states):
 
 
 def run_version(version: str, Wx, R, b, states):
-    """Run lesson 5's forward ``version`` ('v1' ... 'v5', :data:`VERSIONS`) on an LSTM problem; returns
+    """Run lesson 6's forward ``version`` ('v1' ... 'v5', :data:`VERSIONS`) on an LSTM problem; returns
     ``(states_all, states_last)``. v1 to v3 need a head dim that is a power of two >= 16; v4 (the package's one-SM
     forward) and v5 (the split forward) choose their tiles as the package does."""
     runtime.one_of("version", version, tuple(VERSIONS))

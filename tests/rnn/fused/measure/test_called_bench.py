@@ -1,5 +1,5 @@
-"""``bench 05 called`` runs its torch.profiler sessions after every timing: on the H100 (2026-11-26,
-``benchmarks/05_fused_rnn/split/session-2026-11-26-called3.log``) one profiling session raised the host's time per
+"""``bench 07 called`` runs its torch.profiler sessions after every timing: on the H100 (2026-11-26,
+``benchmarks/07_rnn_split/split/session-2026-11-26-called3.log``) one profiling session raised the host's time per
 step of the main loop from 1.55 to 2.0-2.5 ms for the rest of the process, and the run whose host parts were profiled
 first recorded the loop at 1.23x its CUDA graph's wall time. The recurrence is replaced by a cheap differentiable
 stand-in here: what is tested is the order of the bench's parts and its records' clocks, not the kernels."""

@@ -13,7 +13,7 @@ from gpulab.rnn.fused.measure import benchmark as rb
 @pytest.fixture(autouse=True)
 def _cpu_only():
     if runtime.on_gpu():
-        pytest.skip("the GPU benchmark is `python -m gpulab bench 05`")
+        pytest.skip("the GPU benchmark is `python -m gpulab bench 06`")
 
 
 def test_problems_cover_the_sweeps_once():

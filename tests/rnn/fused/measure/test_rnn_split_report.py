@@ -8,7 +8,7 @@ from gpulab.rnn.fused.measure import split_report
 
 
 def _write(tmp_path, rows):
-    folder = tmp_path / "05_fused_rnn" / "split"
+    folder = tmp_path / "07_rnn_split" / "split"
     folder.mkdir(parents=True)
     path = folder / "nvidia-h100-80gb-hbm3-2030-01-01-split.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -63,7 +63,7 @@ def test_the_stored_h100_record_reads():
 def test_load_split_reads_split_paths_file_the_newest_of_that_gpu(tmp_path):
     """load_split reads split_path's file: that GPU's newest (a name sort over the folder, as the README's generator
     once cited it, takes another GPU's file when its name sorts last)."""
-    folder = _write(tmp_path, ROWS) / "05_fused_rnn" / "split"
+    folder = _write(tmp_path, ROWS) / "07_rnn_split" / "split"
     for name in ("nvidia-h100-80gb-hbm3-2030-01-02-split", "nvidia-l4-2030-01-03-split"):
         (folder / f"{name}.jsonl").write_text(json.dumps({**ROWS[0], "date": name[-16:-6]}) + "\n")
     path = split_report.split_path("h100", root=tmp_path)
@@ -74,7 +74,7 @@ def test_load_split_reads_split_paths_file_the_newest_of_that_gpu(tmp_path):
 
 
 def test_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="bench 05 split"):
+    with pytest.raises(FileNotFoundError, match="bench 07 split"):
         split_report.load_split("h100", root=tmp_path)
     with pytest.raises(TypeError, match="gpu"):
         split_report.load_split(100)
@@ -133,7 +133,7 @@ def test_warps_table_sets_the_pick_beside_the_fastest(tmp_path):
             "chosen": False,
         },  # fmt: skip
     ]
-    folder = tmp_path / "05_fused_rnn" / "split"
+    folder = tmp_path / "07_rnn_split" / "split"
     folder.mkdir(parents=True)
     (folder / "nvidia-h100-80gb-hbm3-2030-01-01-candidates.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in rows)
@@ -160,7 +160,7 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
         {"kind": "candidate", "kernel": "exchange dG", "B": 16, "NH": 1, "DH": 1024, "error": "out of resource"},
         {"kind": "fwd+bwd", "B": 16, "NH": 1, "DH": 768, "case": "gpulab fused", "ms": 6.5, "wall_ms": 6.6},
     ]
-    folder = tmp_path / "05_fused_rnn" / "split"
+    folder = tmp_path / "07_rnn_split" / "split"
     folder.mkdir(parents=True)
     (folder / "nvidia-h100-80gb-hbm3-2030-01-01-partials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = split_report.backward_table(split_report.load_split("h100", root=tmp_path, record="partials"))
@@ -183,7 +183,7 @@ def test_backward_table_compares_the_two_exchanges_per_problem(tmp_path):
         split_report.backward_table(rows, steps=0)
     with pytest.raises(FileNotFoundError, match="not kept"):
         split_report.load_split("h100", root=tmp_path, record="parts")
-    with pytest.raises(FileNotFoundError, match="bench 05 partials"):
+    with pytest.raises(FileNotFoundError, match="bench 07 partials"):
         split_report.split_path("h200", root=tmp_path, record="partials")
 
 
@@ -250,7 +250,7 @@ def test_shared_memory_budget_of_the_split_forward(tmp_path):
 def test_loop_over_graph_reads_every_called_run_in_run_order(tmp_path):
     """One row per stored run with both wall clocks, ordered as bench.newest orders runs (the untagged first run of a
     day before its tagged ones), the ratio computed from the two clocks; a run without a graph row is left out."""
-    folder = tmp_path / "05_fused_rnn" / "split"
+    folder = tmp_path / "07_rnn_split" / "split"
     folder.mkdir(parents=True)
 
     def write(name, loop, graph=None):

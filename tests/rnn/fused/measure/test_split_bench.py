@@ -1,4 +1,4 @@
-"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.measure.split_bench: `bench 05 split|cross`)
+"""Lesson 5's named benchmark parts for the split kernel (gpulab.rnn.fused.measure.split_bench: `bench 07 split|cross`)
 at
 their CPU size: every provider checked before timing, and records gpulab.rnn.fused.measure.split_report reads back."""
 
@@ -12,9 +12,9 @@ from gpulab.rnn.fused.measure import split_report as sr
 
 
 def _rows(results, tmp_path, tag):
-    """The records as `bench 05 PART` stores them, read back through split_report."""
-    path = tmp_path / "05_fused_rnn" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
-    bench.save(results, "05", path=path)
+    """The records as `bench 06 PART` stores them, read back through split_report."""
+    path = tmp_path / "07_rnn_split" / "split" / f"nvidia-h100-80gb-hbm3-2026-01-01-{tag}.jsonl"
+    bench.save(results, "07", path=path)
     assert sr.split_path("h100", root=tmp_path, record=tag) == path
     return sr.load_split("h100", root=tmp_path, record=tag)
 
@@ -61,7 +61,7 @@ def test_cross_part_writes_what_the_crossover_table_reads(tmp_path):
 def test_rows_of_keeps_probe_rows_and_flattens_results():
     probe = [{"kind": "env", "device": "x"}, {"kind": "time", "case": "alternating", "DH": 8, "ms": 1.0}]
     assert sr.rows_of(probe) == probe
-    r = bench.record(lesson="05", case="c", kind="time", DH=8)
+    r = bench.record(lesson="07", case="c", kind="time", DH=8)
     r.status = "failed: RuntimeError: boom"
     rows = sr.rows_of([json.loads(json.dumps(r.to_dict()))])
     assert rows[1] == {"kind": "time", "DH": 8, "error": "failed: RuntimeError: boom"}
@@ -70,8 +70,8 @@ def test_rows_of_keeps_probe_rows_and_flattens_results():
 
 
 def test_lesson_5_parts_are_registered():
-    assert lessons.benchmark("05", "split") is sb.split and lessons.benchmark("05", "cross") is sb.cross
-    assert lessons.part_folder("05", "cross") == "split" == lessons.part_folder("05", "split")
+    assert lessons.benchmark("07", "split") is sb.split and lessons.benchmark("07", "cross") is sb.cross
+    assert lessons.part_folder("07", "cross") == "split" == lessons.part_folder("07", "split")
 
 
 def test_candidates_and_partials_parts_write_what_their_tables_read(tmp_path):
@@ -104,7 +104,7 @@ def test_versions_part_writes_what_the_versions_table_reads(tmp_path):
     }
     assert all(r.params["error"] < 1e-5 for (v, _), r in by.items() if v != "cuDNN")
     assert by["v5", "forward"].params["NH"] == 1 and by["v1", "forward"].params["NH"] == 2
-    path = tmp_path / "05_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
-    bench.save(results, "05", path=path)
+    path = tmp_path / "06_fused_rnn" / "versions" / "nvidia-h100-80gb-hbm3-2026-01-01-versions.jsonl"
+    bench.save(results, "06", path=path)
     table = vr.versions_table(vr.load_versions("h100", root=tmp_path))
     assert len(table.splitlines()) == 2 + len(results) and "fwd+bwd" in table

@@ -15,14 +15,14 @@
 # %% [markdown]
 # # Exercises 7 — Data parallelism by hand
 #
-# Two tasks that go with `notebooks/07_distributed.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete
+# Two tasks that go with `notebooks/09_distributed.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete
 # the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh cases and
 # raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
 # ```
-# make grade NB=exercises/07_distributed.ipynb
+# make grade NB=exercises/09_distributed.ipynb
 # ```
 #
 # Everything runs on CPU in a few seconds: the grader forks 2 processes that talk through gloo.

@@ -15,12 +15,12 @@
 # %% [markdown]
 # # Exercises 6 — State tracking: the data, the evaluation and the training step
 #
-# Three tasks that go with `notebooks/06_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
+# Three tasks that go with `notebooks/08_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
 # ```
-# make grade NB=exercises/06_state_tracking.ipynb
+# make grade NB=exercises/08_state_tracking.ipynb
 # ```
 #
 # Everything runs on CPU in a few seconds.
@@ -196,7 +196,7 @@ from gpulab import bench
 from gpulab.course import claims
 
 try:
-    runs = [r for r in tasks.accuracy_records(bench.load("06", gpu="h100")) if r.params["task"] == "parity"]
+    runs = [r for r in tasks.accuracy_records(bench.load("08", gpu="h100")) if r.params["task"] == "parity"]
 except FileNotFoundError:
     runs = []
 parity_runs = {(r.params["model"], r.params["test_length"]): r.params["accuracy"] for r in runs}
@@ -213,7 +213,7 @@ if train and longer and any(m == "LSTM" for m, _ in parity_runs):
         best=max(parity_runs["Transformer", n] for n in longer),
     ))  # fmt: skip
 else:
-    print("(no stored H100 run of lesson 6: `python -m gpulab bench 06` on an H100 makes it)")
+    print("(no stored H100 run of lesson 8: `python -m gpulab bench 08` on an H100 makes it)")
 
 # %% [markdown]
 # ## Question

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 7 — Scaling out: the capstone on several GPUs with torchrun
+# # Lesson 9 — Scaling out: the capstone on several GPUs with torchrun
 #
 # **What you will learn**
 # - what **data parallelism** is: one process per GPU, each with a copy of the model and a slice of every batch,
@@ -24,13 +24,13 @@
 #   layer by layer, for memory that falls as 1/N at the price of more communication;
 # - how to start, check, checkpoint and resume a distributed run with PyTorch's own tools (`torchrun`,
 #   `DistributedDataParallel`, `fully_shard`, `torch.distributed.checkpoint`) — nothing home-made;
-# - what 2 GPUs measured for lesson 6's LSTM (lesson 5's fused kernels) and Transformer (lesson 4's FlashAttention),
+# - what 2 GPUs measured for lesson 8's LSTM (the fused kernels of lessons 6 and 7) and Transformer (the FlashAttention of lessons 4 and 5),
 #   and a model of what 8 GPUs and several nodes would do.
 #
 # **How this notebook runs.** On a machine without a GPU, every distributed run here uses 2 CPU processes talking
 # through *gloo* (PyTorch's CPU backend) on tiny models: the same code paths as NCCL on GPUs, at toy sizes. The GPU
 # measurements were made with `bash scripts/gpu_lesson7.sh` on a machine with two H200 GPUs and are stored under
-# `benchmarks/07_distributed/`; section 6 reads them.
+# `benchmarks/09_distributed/`; section 6 reads them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -68,7 +68,7 @@ print(f"process-group backends in this build: {distributed.available_backends()}
 #
 # almost independent of $N$: the ring's total traffic grows with $N$, but so does the number of links carrying it.
 # The time is those bytes over the link's bandwidth (NCCL calls it *bus bandwidth*), plus a latency per step of the
-# ring. For lesson 6's models at width 768 in bf16:
+# ring. For lesson 8's models at width 768 in bf16:
 
 # %%
 for kind in ("LSTM", "Transformer"):
@@ -94,7 +94,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# Against the step's computation (lesson 6 timed a training step of 32 strings of 1,024 tokens at tens of
+# Against the step's computation (lesson 8 timed a training step of 32 strings of 1,024 tokens at tens of
 # milliseconds), tens of megabytes over NVLink (hundreds of GB/s per direction) are a fraction of a millisecond: data
 # parallelism at this size should scale almost perfectly inside one machine, *if* the all-reduce overlaps the backward
 # pass. DDP arranges that: gradients are grouped in **buckets** (25 MB by default) in the reverse order of the
@@ -201,7 +201,7 @@ print(inspect.getsource(distributed.parallel.wrap))
 
 # %%
 try:
-    stored = bench.load("07")
+    stored = bench.load("09")
 except FileNotFoundError as exc:
     stored = []
     print(exc)
