@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["Style", "PROVIDERS", "style", "color", "apply", "dodge"]
+__all__ = ["Style", "PROVIDERS", "style", "color", "apply", "dodge", "key_of"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,26 @@ def _get(provider: str) -> Style:
             "Use one of them, or add the new provider to PROVIDERS (one colour and marker of its own)."
         )
     return PROVIDERS[key]
+
+
+_NAMES = (  # (words in a record's provider or impl name, its key); the first whose words all occur wins
+    (("sdpa", "flash"), "sdpa-flash"), (("sdpa", "cudnn"), "sdpa-cudnn"), (("sdpa", "default"), "sdpa-cudnn"),
+    (("sdpa", "efficient"), "sdpa-efficient"), (("sdpa", "math"), "sdpa-math"), (("flashrnn",), "flashrnn"),
+    (("cudnn",), "cudnn"), (("compile",), "torch.compile"), (("triton",), "triton"), (("v1",), "v1"),
+    (("v2",), "v2"), (("v3",), "v3"), (("split",), "split"), (("alternating",), "alternating"),
+    (("vanilla",), "vanilla"), (("fused",), "fused"), (("gpulab",), "gpulab"), (("torch",), "torch"),
+    (("pytorch",), "torch"), (("lstm",), "lstm"), (("transformer",), "transformer"),
+)  # fmt: skip
+
+
+def key_of(name: str, default: str | None = None) -> str | None:
+    """The :data:`PROVIDERS` key a record's provider name stands for (``"SDPA FlashAttention-2"`` ->
+    ``"sdpa-flash"``, ``"SDPA default"`` -> ``"sdpa-cudnn"``: cuDNN is what SDPA picks on Hopper, ``"gpulab v2"`` ->
+    ``"v2"``, ``"naive (PyTorch)"`` -> ``"torch"``), else ``default``."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (a record's provider or impl); got {type(name).__name__} {name!r}")
+    low = name.lower()
+    return next((k for words, k in _NAMES if all(w in low for w in words)), default)
 
 
 def style(provider: str, **override) -> dict:

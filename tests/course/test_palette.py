@@ -86,3 +86,20 @@ def test_dodge_spreads_and_rejects_bad_indices():
     assert palette.dodge(100.0, 0, 2, width=0.1, log=True) == pytest.approx(95.0)
     with pytest.raises(ValueError, match="0 <= i < n"):
         palette.dodge(1.0, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("SDPA FlashAttention-2", "sdpa-flash"), ("SDPA default", "sdpa-cudnn"), ("gpulab v2", "v2"),
+     ("naive (PyTorch)", "torch"), ("cuDNN nn.LSTM (dense)", "cudnn"), ("flashrnn vanilla", "flashrnn"),
+     ("gpulab vanilla", "vanilla"), ("fixed-tile Triton 128x256", "triton"), ("gpulab", "gpulab")],
+)  # fmt: skip
+def test_key_of_maps_record_names(name, key):
+    assert palette.key_of(name) == key
+
+
+def test_key_of_unknown_gives_default_and_bad_type_is_named():
+    assert palette.key_of("an unknown kernel") is None
+    assert palette.key_of("an unknown kernel", "measured") == "measured"
+    with pytest.raises(TypeError, match="name must be a str"):
+        palette.key_of(None)
