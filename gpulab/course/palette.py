@@ -4,21 +4,17 @@ A provider is whoever made the kernel a point measures: one of gpulab's versions
 FlashRNN, eager PyTorch, ... :func:`style` gives the matplotlib keyword arguments for one, so the same provider looks
 the same in every lesson::
 
-    ax.plot(xs, ys, **palette.style("v3"))
-    ax.plot(xs, ys, **palette.style("cudnn", label="cuDNN (fp16)"))
-    ax.bar(xs, ys, color=[palette.color(p) for p in providers])
-    palette.apply(ax)
+    ax.plot(xs, ys, **palette.style("cudnn", label="cuDNN (fp16)")); palette.apply(ax)
 
-Colours start from the Okabe-Ito set (safe for the common colour-vision deficiencies), then Paul Tol's and
-matplotlib's tab10 for the rest; each provider has its own marker too, so no colour is the only way to tell two
-apart.
+Colours: Okabe-Ito (safe for the common colour-vision deficiencies), then Paul Tol's and tab10; each provider has its
+own marker too, so colour is never the only way to tell two apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["Style", "PROVIDERS", "style", "color", "apply", "dodge", "key_of"]
+__all__ = ["Style", "PROVIDERS", "style", "color", "apply", "dodge", "key_of", "GUIDES", "guide"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,6 @@ class Style:
 
 
 PROVIDERS: dict[str, Style] = {
-    # gpulab's own kernels: blues and greens
     "gpulab": Style("#0072B2", "o", "gpulab"),
     "v1": Style("#88CCEE", "v", "gpulab v1"),
     "v2": Style("#56B4E9", "^", "gpulab v2"),
@@ -41,25 +36,22 @@ PROVIDERS: dict[str, Style] = {
     "split": Style("#44AA99", "d", "gpulab split"),
     "alternating": Style("#117733", "h", "alternating"),
     "vanilla": Style("#999933", "8", "vanilla"),
-    # vendors' kernels: oranges, reds and purples
     "cudnn": Style("#E69F00", "X", "cuDNN"),
     "sdpa-cudnn": Style("#D55E00", "H", "SDPA (cuDNN)"),
     "sdpa-flash": Style("#CC79A7", "*", "SDPA (flash)"),
     "sdpa-efficient": Style("#AA4499", "p", "SDPA (efficient)"),
     "sdpa-math": Style("#882255", "P", "SDPA (math)"),
     "flashrnn": Style("#CC6677", "<", "FlashRNN"),
-    # plain PyTorch and Triton: greys and browns
     "torch": Style("#000000", ">", "PyTorch (eager)"),
     "torch.compile": Style("#7F7F7F", "x", "torch.compile", "--"),
     "triton": Style("#8C564B", "+", "Triton"),
-    # models trained in lesson 6
     "lstm": Style("#DDCC77", "1", "LSTM"),
     "transformer": Style("#17BECF", "2", "Transformer"),
-    # a prediction next to what was measured
     "model": Style("#444444", "", "model", "--"),
     "measured": Style("#D62728", ".", "measured", "none"),
 }
-"""Every provider by key (lowercase). ``"model"`` is a line (no marker, dashed); ``"measured"`` is points (no line)."""
+"""Every provider by key (lowercase): gpulab's kernels in blues and greens, vendors' in oranges, reds and purples,
+PyTorch and Triton in greys and browns. ``"model"`` is a line (dashed, no marker), ``"measured"`` points (no line)."""
 
 
 def _get(provider: str) -> Style:
@@ -74,6 +66,24 @@ def _get(provider: str) -> Style:
             "Use one of them, or add the new provider to PROVIDERS (one colour and marker of its own)."
         )
     return PROVIDERS[key]
+
+
+GUIDES: dict[str, str] = {
+    "reference": "0.45",  # a spec, a chance level, a training length: a line to read the data against
+    "faint": "0.75",  # a boundary marked but not compared with (a cache size)
+    "HBM": "0.1",  # memory levels and compute roofs: greys, so the providers' colours stand out on them
+    "L2": "0.35",
+    "L1": "0.55",
+    "registers": "0.7",
+}
+"""Colours of what is not a provider: reference lines, memory levels, roofs (greys, dark to light)."""
+
+
+def guide(name: str) -> str:
+    """The colour of a non-provider element of :data:`GUIDES`; a ValueError listing the names for another."""
+    if name not in GUIDES:
+        raise ValueError(f"guide {name!r} is not in gpulab.course.palette.GUIDES; known: {', '.join(GUIDES)}.")
+    return GUIDES[name]
 
 
 _NAMES = (  # (words in a record's provider or impl name, its key); the first whose words all occur wins
@@ -97,11 +107,8 @@ def key_of(name: str, default: str | None = None) -> str | None:
 
 
 def style(provider: str, **override) -> dict:
-    """Matplotlib keyword arguments (``color``, ``marker``, ``label``, ``linestyle``) for ``provider``.
-
-    ``override`` replaces or adds keywords, e.g. ``style("v3", label="v3 forward", ms=4)``. Case is ignored in
-    ``provider``; an unknown one is a ValueError listing the known keys.
-    """
+    """Matplotlib keywords (``color``, ``marker``, ``label``, ``linestyle``) for ``provider`` (any case), with
+    ``override`` replacing or adding some: ``style("v3", label="v3 forward", ms=4)``."""
     kwargs = asdict(_get(provider))
     kwargs.update(override)
     return kwargs

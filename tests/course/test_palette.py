@@ -103,3 +103,10 @@ def test_key_of_unknown_gives_default_and_bad_type_is_named():
     assert palette.key_of("an unknown kernel", "measured") == "measured"
     with pytest.raises(TypeError, match="name must be a str"):
         palette.key_of(None)
+
+
+def test_guides_are_greys_and_unknown_guide_is_named():
+    assert palette.guide("reference") == palette.GUIDES["reference"]
+    assert all(len(set(mcolors.to_rgb(c))) == 1 for c in palette.GUIDES.values())
+    with pytest.raises(ValueError, match="guide 'hbm' is not in"):
+        palette.guide("hbm")
