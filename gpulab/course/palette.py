@@ -33,9 +33,9 @@ PROVIDERS: dict[str, Style] = {
     "v2": Style("#56B4E9", "^", "gpulab v2"),
     "v3": Style("#332288", "s", "gpulab v3"),
     "fused": Style("#009E73", "D", "gpulab fused"),
-    "split": Style("#44AA99", "d", "gpulab split"),
+    "split": Style("#999933", "d", "gpulab split"),
     "alternating": Style("#117733", "h", "alternating"),
-    "vanilla": Style("#999933", "8", "vanilla"),
+    "vanilla": Style("#DDCC77", "8", "vanilla"),
     "cudnn": Style("#E69F00", "X", "cuDNN"),
     "sdpa-cudnn": Style("#D55E00", "H", "SDPA (cuDNN)"),
     "sdpa-flash": Style("#CC79A7", "*", "SDPA (flash)"),
@@ -45,10 +45,10 @@ PROVIDERS: dict[str, Style] = {
     "torch": Style("#000000", ">", "PyTorch (eager)"),
     "torch.compile": Style("#7F7F7F", "x", "torch.compile", "--"),
     "triton": Style("#8C564B", "+", "Triton"),
-    "lstm": Style("#DDCC77", "1", "LSTM"),
-    "transformer": Style("#17BECF", "2", "Transformer"),
+    "lstm": Style("#44AA99", "1", "LSTM"),
+    "transformer": Style("#D62728", "2", "Transformer"),
     "model": Style("#444444", "", "model", "--"),
-    "measured": Style("#D62728", ".", "measured", "none"),
+    "measured": Style("#17BECF", ".", "measured", "none"),
 }
 """Every provider by key (lowercase): gpulab's kernels in blues and greens, vendors' in oranges, reds and purples,
 PyTorch and Triton in greys and browns. ``"model"`` is a line (dashed, no marker), ``"measured"`` points (no line)."""
@@ -69,6 +69,7 @@ def _get(provider: str) -> Style:
 
 
 GUIDES: dict[str, str] = {
+    "ink": "0.1",  # marks drawn on data (device time as a dot on a wall-clock bar)
     "reference": "0.45",  # a spec, a chance level, a training length: a line to read the data against
     "faint": "0.75",  # a boundary marked but not compared with (a cache size)
     "HBM": "0.1",  # memory levels and compute roofs: greys, so the providers' colours stand out on them
