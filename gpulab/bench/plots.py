@@ -11,8 +11,9 @@ import math
 
 from gpulab import runtime
 from gpulab.bench.records import Result, result_list
+from gpulab.course import palette
 
-__all__ = ["table", "text_table", "bar", "line", "value", "HEADINGS"]
+__all__ = ["table", "text_table", "bar", "line", "series_styles", "value", "HEADINGS"]
 
 HEADINGS = {
     "tflops": "TFLOP/s",
@@ -84,7 +85,8 @@ def _number(v) -> float:
 
 
 def bar(results, metric="tflops", label="case", ax=None, reference=None, title=None):
-    """Bar chart of ``metric`` per result; ``reference`` names a case drawn in grey (e.g. the cuDNN baseline)."""
+    """Bar chart of ``metric`` per result, each bar its provider's palette colour (:func:`gpulab.course.palette.key_of`
+    its label, gpulab's where none is named); ``reference`` names a case drawn grey and hatched (e.g. a baseline)."""
     import matplotlib.pyplot as plt  # deferred: matplotlib is heavy and only charts need it
 
     results = as_results(results)
@@ -92,13 +94,36 @@ def bar(results, metric="tflops", label="case", ax=None, reference=None, title=N
         _, ax = plt.subplots(figsize=(max(4, 0.8 * len(results) + 2), 3.5))
     values = [_number(value(r, metric)) for r in results]
     labels = [str(value(r, label)) for r in results]
-    colors = ["0.6" if (reference is not None and lab == reference) else "C0" for lab in labels]
-    ax.bar(range(len(values)), values, color=colors)
+    for i, (v, lab) in enumerate(zip(values, labels)):
+        ref = reference is not None and lab == reference
+        color = palette.guide("faint") if ref else palette.color(palette.key_of(lab, "gpulab"))
+        ax.bar(i, v, color=color, hatch="//" if ref else None,
+               edgecolor=palette.guide("reference"), label="reference" if ref else None)  # fmt: skip
     ax.set_xticks(range(len(values)), labels, rotation=30, ha="right")
     ax.set_ylabel(_label(metric))
-    if title:
-        ax.set_title(title)
+    ax.set_title(title or f"{_label(metric)} per {label}")
+    palette.apply(ax)
+    if reference is not None and reference in labels:
+        ax.legend(fontsize=8)
     return ax
+
+
+def series_styles(names) -> dict:
+    """Matplotlib keywords for each of ``names`` (one line each): its provider's palette style where
+    :func:`gpulab.course.palette.key_of` knows it and no earlier name took it, else that colour (or the measured one)
+    with another marker and dash, so no two lines look alike."""
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise runtime.ArgumentTypeError(
+            f"names must be an iterable of series names (e.g. a list of cases), got {type(names).__name__} {names!r}."
+        )
+    markers, dashes = "osD^vPX*h<>pH8d", ("-", "--", ":", "-.")
+    out, used = {}, {}
+    for name in names:
+        key = palette.key_of(str(name), "measured")
+        n = used[key] = used.get(key, -1) + 1
+        extra = {} if n == 0 else {"marker": markers[n % len(markers)], "linestyle": dashes[n % len(dashes)]}
+        out[name] = palette.style(key, label=str(name), **extra)
+    return out
 
 
 def line(results, x, y="gbps", group="case", ax=None, logx=True, logy=False, title=None, xlabel=None):
@@ -115,18 +140,22 @@ def line(results, x, y="gbps", group="case", ax=None, logx=True, logy=False, tit
         if value(r, x) is None or yv is None or (isinstance(yv, float) and math.isnan(yv)):
             continue
         groups.setdefault(value(r, group), []).append(r)
+    styles = series_styles(groups)
     for name, rs in groups.items():
         rs = sorted(rs, key=lambda r: value(r, x))
-        ax.plot([value(r, x) for r in rs], [value(r, y) for r in rs], marker="o", ms=3, label=str(name))
+        style = styles[name] | ({"ms": 3} if len(rs) > 1 else {"ms": 7, "label": f"{name} (one point)"})
+        if style["linestyle"] == "none":
+            style["linestyle"] = "-"
+        ax.plot([value(r, x) for r in rs], [value(r, y) for r in rs], **style)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(_label(y))
-    if len(groups) > 1:
-        ax.legend()
-    if title:
-        ax.set_title(title)
+    if groups:
+        ax.legend(fontsize=8)
+    ax.set_title(title or f"{_label(y)} against {xlabel or x}")
+    palette.apply(ax)
     ax.grid(True, which="both", alpha=0.3)
     return ax

@@ -18,6 +18,7 @@ from gpulab.codesign.gemm_model import (
     wave_quantization,
 )
 from gpulab.codesign.sweeps import as_results, pair_agreement
+from gpulab.course import palette
 
 __all__ = ["plot_tiles", "plot_prediction", "plot_wave_staircase", "plot_sweep", "plot_benchmark"]
 
@@ -35,7 +36,8 @@ def plot_tiles(m: int, n: int, tile=DEFAULT_TILE, ax=None, gpu=None):
     rows, cols = math.ceil(m / tm), math.ceil(n / tn)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 6.5 * min(1.5, max(0.3, rows * tm / (cols * tn)))))
-    colours = ("#cfe2f3", "#fce5cd", "#d9ead3", "#e6d7f0", "#fff2cc")  # pale, so the red padding hatch stands out
+    # a diagram, not a provider's data: pale fills per wave, so the red padding hatch stands out (lint allow-list)
+    colours = ("#cfe2f3", "#fce5cd", "#d9ead3", "#e6d7f0", "#fff2cc")
     for i in range(rows):
         for j in range(cols):
             wave = (i * cols + j) // sms if sms else 0  # launch order: row-major over the tile grid
@@ -70,7 +72,8 @@ def plot_tiles(m: int, n: int, tile=DEFAULT_TILE, ax=None, gpu=None):
 
 def plot_prediction(xs, predictions, ax=None, label="model", metric="tflops", xlabel="", **style):
     """A line of the model's predictions (``tflops``, ``ms`` or ``efficiency``) against ``xs``: one x per
-    :class:`GemmPrediction` (from :func:`gemm_time`)."""
+    :class:`GemmPrediction` (from :func:`gemm_time`), in the palette's ``"model"`` style unless ``style`` overrides
+    it (e.g. ``**palette.style("triton", linestyle="--")``)."""
     import matplotlib.pyplot as plt
 
     runtime.one_of("metric", metric, ("tflops", "ms", "efficiency"))
@@ -83,10 +86,13 @@ def plot_prediction(xs, predictions, ax=None, label="model", metric="tflops", xl
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.8))
     ys = [getattr(p, metric) for p in predictions]
-    ax.plot(xs, ys, label=label, **({"lw": 1.5} | style))
+    own = palette.style("model", label=label, lw=1.5)
+    if "ls" in style:
+        own.pop("linestyle")
+    ax.plot(xs, ys, **(own | style))
     ax.set_xlabel(xlabel)
     ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms", "efficiency": "shape efficiency"}.get(metric, metric))
-    ax.grid(True, alpha=0.3)
+    palette.apply(ax)
     return ax
 
 
@@ -106,8 +112,16 @@ def plot_wave_staircase(m, k, ns, tile=DEFAULT_TILE, dtype="bfloat16", gpu="H100
     ax = plot_prediction(ns, preds, ax=ax, label=f"model, fixed {tile[0]}x{tile[1]} tile", xlabel="N", metric=metric)
     for n0, n1, p0, p1 in zip(ns, ns[1:], preds, preds[1:]):
         if p1.waves != p0.waves:
-            ax.axvline((n0 + n1) / 2, color="0.6", ls=":", lw=1)
-            ax.text((n0 + n1) / 2, 0, f" {p1.waves} waves", rotation=90, va="bottom", fontsize=7, color="0.4")
+            ax.axvline((n0 + n1) / 2, color=palette.guide("faint"), ls=":", lw=1)
+            ax.text(
+                (n0 + n1) / 2,
+                0,
+                f" {p1.waves} waves",
+                rotation=90,
+                va="bottom",
+                fontsize=7,
+                color=palette.guide("reference"),
+            )
     ax.set_ylim(bottom=0)
     ax.set_title(f"Wave quantization: {m} x N x {k}, {spec.sm_count} SMs ({dtype})", fontsize=10)
     return ax
@@ -123,7 +137,8 @@ def _list(name: str, values) -> list:
 
 
 def plot_sweep(results, sweep=None, ax=None, metric="tflops", title=None):
-    """Measured (solid) and predicted (dashed, same colour) ``metric`` against the swept size, for one sweep.
+    """Measured (solid, markers) and predicted (dashed, no marker; the provider's palette colour for both) ``metric``
+    against the swept size, for one sweep.
 
     ``metric``: 'tflops', 'ms', or 'relative' (each line divided by its own maximum TFLOP/s, to compare shapes).
     """
@@ -144,7 +159,7 @@ def plot_sweep(results, sweep=None, ax=None, metric="tflops", title=None):
     cases: dict = {}
     for r in rs:
         cases.setdefault(r.params.get("impl", r.case), []).append(r)
-    for i, (case, group) in enumerate(cases.items()):
+    for case, group in cases.items():
         group = sorted(group, key=lambda r: r.params["x"])
         xs = [r.params["x"] for r in group]
         if metric == "ms":
@@ -154,13 +169,14 @@ def plot_sweep(results, sweep=None, ax=None, metric="tflops", title=None):
             if metric == "relative":
                 meas = [v / max(meas) for v in meas]
                 pred = [v / max(pred) for v in pred]
-        ax.plot(xs, meas, marker="o", ms=3.5, color=f"C{i}", label=f"{case}: measured")
-        ax.plot(xs, pred, ls="--", marker="x", ms=3.5, color=f"C{i}", alpha=0.8, label=f"{case}: model")
+        key = palette.key_of(case, "gpulab")
+        ax.plot(xs, meas, **palette.style(key, label=f"{case}: measured", ms=3.5))
+        ax.plot(xs, pred, **palette.style(key, label=f"{case}: model", linestyle="--", marker="", alpha=0.8))
     ax.set_xlabel(rs[0].params.get("x_name", "x"))
     ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms", "relative": "TFLOP/s / best of its line"}[metric])
     if metric != "ms":
         ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
+    palette.apply(ax)
     ax.legend(fontsize=7)
     dev = rs[0].device or "?"
     ax.set_title(title or f"{sweep} sweep on {dev}", fontsize=10)

@@ -6,6 +6,7 @@ matplotlib is imported inside each function, so importing this module (and :func
 from __future__ import annotations
 
 from gpulab import bench, hardware, runtime
+from gpulab.course import palette
 
 __all__ = ["plot_sweep", "plot_hierarchy", "plot_ridge_points", "human_bytes", "check_axes"]
 
@@ -27,22 +28,26 @@ def plot_sweep(results, ax=None, gpu=None, title=None):
         _, ax = plt.subplots(figsize=(7, 4))
     xs = [r.params["working_set_bytes"] for r in sweep]
     ys = [r.gbps for r in sweep]
-    ax.plot(xs, ys, marker="o", ms=3, label=f"sweep kernel ({sweep[0].device})" if sweep else "sweep kernel")
-    for r in results:
-        if r.case != "working-set sweep" and r.gbps and "working_set_bytes" in r.params:
-            ax.scatter([r.params["working_set_bytes"]], [r.gbps], marker="s", zorder=3, label=r.case)
+    ax.plot(xs, ys, **palette.style("gpulab", label=f"sweep kernel ({sweep[0].device})", ms=3))
+    others = [r for r in results if r.case != "working-set sweep" and r.gbps and "working_set_bytes" in r.params]
+    for i, r in enumerate(others):  # points at one working set are moved apart a little, so none hides another
+        x = palette.dodge(r.params["working_set_bytes"], i, len(others), width=0.3, log=True)
+        ax.scatter([x], [r.gbps], zorder=3, **palette.style(palette.key_of(r.case, "gpulab"), label=r.case))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     if sweep and sweep[0].mode == "cuda":
         s = hardware.spec(gpu or sweep[0].device)
-        ax.axhline(s.hbm_gbps, color="0.4", ls="--", lw=1, label=f"HBM spec {s.hbm_gbps:,.0f} GB/s")
+        ax.axhline(
+            s.hbm_gbps, color=palette.guide("reference"), ls="--", lw=1, label=f"HBM spec {s.hbm_gbps:,.0f} GB/s"
+        )
         for size, name in ((s.l1_per_sm, "L1 per SM"), (s.l2_bytes, "L2")):
-            ax.axvline(size, color="0.7", ls=":", lw=1)
+            ax.axvline(size, color=palette.guide("faint"), ls=":", lw=1)
             ax.text(size, min(ys), f" {name}", rotation=90, va="bottom", fontsize=8)
     ticks = [x for x in xs if (x.bit_length() - 1) % 2 == 0]
     ax.set_xticks(ticks, [human_bytes(t) for t in ticks], rotation=45)
     ax.set_xlabel("working set W")
     ax.set_ylabel("bandwidth (GB/s, bytes read / time)")
+    palette.apply(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "Bandwidth vs working set")
@@ -66,7 +71,7 @@ def plot_hierarchy(gpu=None, ax=None):
     # each level's size and note in its label, so the bars end where the data ends (no text beyond them to fit)
     names = [f"{n}: {human_bytes(b)}\n({t})" for n, b, t in levels][::-1]
     sizes = [b for _, b, _ in levels][::-1]
-    ax.barh(names, sizes, color=["C3", "C2", "C1", "C0"])
+    ax.barh(names, sizes, color=[palette.guide(k) for k in ("HBM", "L2", "L1", "registers")])
     ax.set_xscale("log")
     ax.tick_params(axis="y", labelsize=8)
     ax.set_xlim(1e6, max(sizes) * 3)
@@ -88,9 +93,10 @@ def plot_ridge_points(specs=None, dtype="float16", ax=None):
         _, ax = plt.subplots(figsize=(7, 3))
     names = [s.name.replace("NVIDIA ", "").replace("GeForce ", "") for s in specs]
     ridges = [hardware.ridge_point(s, dtype) for s in specs]
-    ax.bar(names, ridges, color="C0")
-    ax.axhline(1 / 12, color="C3", lw=1)
-    ax.text(-0.4, 0.1, "fp32 vector add: 1 FLOP per 12 bytes", color="C3", fontsize=8, backgroundcolor="white")
+    ax.bar(names, ridges, color=palette.guide("L2"))
+    ref = palette.guide("reference")
+    ax.axhline(1 / 12, color=ref, ls="--", lw=1)
+    ax.text(-0.4, 0.1, "fp32 vector add: 1 FLOP per 12 bytes", color=ref, fontsize=8, backgroundcolor="white")
     ax.set_ylim(0.03, None)
     ax.set_yscale("log")
     ax.set_ylabel(f"FLOP per byte ({dtype} peak / HBM)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpulab import bench, dtypes, runtime
+from gpulab.course import palette
 from gpulab.memory.plots import check_axes, human_bytes
 from gpulab.roofline.intensity import COMPUTE_ROOFS, MEMORY_LEVELS, ROOF_NAMES, Intensity, attainable, bound
 from gpulab.roofline.roofs import Ceilings, rate_text, resolve
@@ -169,19 +170,19 @@ def plot(results=(), ceilings: Ceilings | None = None, ax=None, title=None):
     xmax = max([1e4] + [x * 3 for x in xs])
 
     # Memory roofs: I * B up to the highest compute roof. Compute roofs: flat from the leftmost knee.
-    styles = {"HBM": ("C0", "-"), "L2": ("C1", "--"), "L1": ("C2", ":")}
+    # Roofs are greys (palette.GUIDES), so the providers' colours of the points stand out on them.
+    styles = {"HBM": "-", "L2": "--", "L1": ":"}
     for lvl, bw in bws.items():
         knee = top * 1e3 / bw
-        color, ls = styles[lvl]
         label = f"{ROOF_NAMES[lvl]} roof, {rate_text(bw)} GB/s"
-        ax.plot([xmin, knee], [xmin * bw / 1e3, top], color=color, ls=ls, lw=2, label=label)
+        ax.plot([xmin, knee], [xmin * bw / 1e3, top], color=palette.guide(lvl), ls=styles[lvl], lw=2, label=label)
     drawn = []  # (keys, height, values): roofs within 5% of each other share a line (bf16 and fp16 do)
     for k, p in sorted(peaks.items(), key=lambda kv: kv[1]):
         if drawn and abs(p / drawn[-1][1] - 1) < 0.05:
             drawn[-1] = (drawn[-1][0] + [k], max(p, drawn[-1][1]), drawn[-1][2] + [p])
         else:
             drawn.append(([k], p, [p]))
-    grays = ["0.55", "0.35", "0.15", "0.0"]
+    grays = [palette.guide(k) for k in ("L1", "L2", "HBM")] + [palette.color("torch")]
     for (keys, p, vals), g in zip(drawn, grays):
         start = p * 1e3 / max(bws.values()) if bws else xmin  # where it meets the fastest memory roof
         tensor = [k for k in keys if k != "fp32"]
@@ -189,21 +190,42 @@ def plot(results=(), ceilings: Ceilings | None = None, ax=None, title=None):
         rates = " / ".join(dict.fromkeys(rate_text(v) for v in vals))  # 989 / 989 on paper is just 989
         ax.plot([start, xmax], [p, p], color=g, lw=1.5, label=f"{names} roof, {rates} TFLOP/s")
 
-    # Points: measured results filled, predictions hollow. One legend entry per case.
-    # A case measured at several levels (lesson 0's sweep) gets one entry per level, so each shows its own roof.
+    # Points: measured results filled, predictions hollow. One legend entry per case, and per provider where several
+    # share a case (lesson 4's implementations of one problem); a case measured at several levels (lesson 0's sweep)
+    # gets one entry per level, so each shows its own roof. A measured point has its provider's palette colour
+    # (palette.key_of its name, else gpulab's: the course's own kernels), a prediction the model's grey; cases of one
+    # colour differ in marker.
     levels: dict[str, set] = {}
-    for p in placed:
+    providers: dict[str, set] = {}
+    for p, r in zip(placed, results):
         levels.setdefault(p.case, set()).add(p.level)
+        providers.setdefault(p.case, set()).add(_provider(r))
     by_case: dict[str, list] = {}
     for p, r in zip(placed, results):
         if p.intensity:
-            key = f"{p.case} ({p.level})" if len(levels[p.case]) > 1 else p.case
+            key = (
+                p.case
+                if len(providers[p.case]) == 1
+                else _provider(r)
+                if len(providers) == 1
+                else f"{_provider(r)}, {p.case}"
+            )
+            key = f"{key} ({p.level})" if len(levels[p.case]) > 1 else key
             by_case.setdefault(key, []).append((p, r))
-    colors = [plt.get_cmap("tab10")(i) for i in range(3, 10)] + [plt.get_cmap("tab20")(i) for i in (1, 3, 5, 13)]
-    markers = "osD^vPX*h<>p"
-    for idx, (case, items) in enumerate(by_case.items()):
-        color, marker = colors[idx % len(colors)], markers[idx % len(markers)]
+    # points at one intensity (a sweep at one size, one problem by several providers) are spread a little sideways
+    at_x: dict[float, int] = {}
+    for items in by_case.values():
+        for p, _ in items:
+            at_x[round(p.intensity, 9)] = at_x.get(round(p.intensity, 9), 0) + 1
+    seen_x: dict[float, int] = {}
+    markers, used = "osD^vPX*h<>pH8d", {}
+    for case, items in by_case.items():
         predicted = isinstance(items[0][1], Intensity)
+        key = "model" if predicted else palette.key_of(_provider(items[0][1]), palette.key_of(case, "gpulab"))
+        n_used = used[key] = used.get(key, -1) + 1
+        own = palette.style(key)
+        color = own["color"]
+        marker = own["marker"] if n_used == 0 and own["marker"] else markers[n_used % len(markers)]
         ys = [p.roof_tflops if predicted else p.achieved_tflops for p, _ in items]
         fr = [p.fraction for p, _ in items if p.fraction is not None]
         if predicted:
@@ -214,7 +236,11 @@ def plot(results=(), ceilings: Ceilings | None = None, ax=None, title=None):
         else:
             label = case
         face = "none" if predicted else color
-        xs_case = [p.intensity for p, _ in items]
+        xs_case = []
+        for p, _ in items:
+            k = round(p.intensity, 9)
+            seen_x[k] = seen_x.get(k, -1) + 1
+            xs_case.append(palette.dodge(p.intensity, seen_x[k], at_x[k], width=0.5, log=True))
         # the fraction of its roof sits in the legend label: points at one intensity would overprint any annotation
         ax.scatter(xs_case, ys, s=40, zorder=4, label=label, facecolors=face, edgecolors=color, marker=marker)
     ax.set_xscale("log")
@@ -225,10 +251,17 @@ def plot(results=(), ceilings: Ceilings | None = None, ax=None, title=None):
     ax.set_ylim(max(min([y for y in ys_all if y] + [top]) / 3, 1e-6), top * 2.5)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
     ax.set_ylabel("TFLOP/s")
-    ax.grid(True, which="major", alpha=0.3)
+    palette.apply(ax)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_title(title or f"Roofline of the {c.device}\n{c.source}", fontsize=9)
     return ax
+
+
+def _provider(r) -> str:
+    """Who made a result: its ``provider`` field, else ``params['impl']``, else its case (a prediction's name)."""
+    if isinstance(r, Intensity):
+        return r.name
+    return r.provider or r.params.get("impl") or r.case
 
 
 def _listed(name: str, items) -> list:

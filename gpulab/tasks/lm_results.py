@@ -18,13 +18,29 @@ import math
 import statistics
 
 from gpulab import bench, runtime
+from gpulab.course import palette
 from gpulab.tasks.lm import MODELS
 from gpulab.tasks.results import ARTICLE_RATIO as _BY_HEADS
 
-__all__ = ["COLORS", "stored_lm", "search_table", "final_table", "at_equal", "throughput_ratios", "findings", "figure"]
+__all__ = [
+    "COLORS",
+    "STYLES",
+    "stored_lm",
+    "search_table",
+    "final_table",
+    "at_equal",
+    "throughput_ratios",
+    "findings",
+    "figure",
+]
 
 _MODELS = MODELS
-COLORS = {"LSTM 1 head": "tab:blue", "LSTM 12 heads": "tab:green", "Transformer": "tab:orange"}
+STYLES = {  # the palette's, per model: the two LSTMs one colour, twelve heads dashed; curves without markers
+    "LSTM 1 head": palette.style("lstm", label="LSTM 1 head", marker=""),
+    "LSTM 12 heads": palette.style("lstm", label="LSTM 12 heads", marker="", linestyle="--"),
+    "Transformer": palette.style("transformer", marker=""),
+}
+COLORS = {m: s["color"] for m, s in STYLES.items()}
 
 ARTICLE_RATIO = {"LSTM 1 head": _BY_HEADS[1], "LSTM 12 heads": _BY_HEADS[12]}
 """FlashRNN (Pöppel et al., 2024), language modelling on 8 H100s: the LSTM's training throughput relative to the
@@ -182,16 +198,15 @@ def figure(results, ax=None):
     for m in _MODELS:
         for i, r in enumerate(r for r in final if r.params["model"] == m and r.params.get("curve")):
             curve = r.params["curve"]
-            label = m if i == 0 else None
-            axes[0].plot([c["tokens"] / 1e6 for c in curve], [c["val_bpb"] for c in curve], color=COLORS[m],
-                         alpha=0.8, label=label)  # fmt: skip
-            axes[1].plot([c["seconds"] for c in curve], [c["val_bpb"] for c in curve], color=COLORS[m], alpha=0.8,
-                         label=label)  # fmt: skip
+            style = STYLES[m] | {"alpha": 0.8, "label": STYLES[m]["label"] if i == 0 else None}
+            axes[0].plot([c["tokens"] / 1e6 for c in curve], [c["val_bpb"] for c in curve], **style)
+            axes[1].plot([c["seconds"] for c in curve], [c["val_bpb"] for c in curve], **style)
     axes[0].set_xlabel("bytes seen (M)")
     axes[1].set_xlabel("training wall time (s)")
     axes[0].set_ylabel("validation bits per byte")
-    for a in axes:
-        a.grid(alpha=0.3)
+    axes[0].set_title("against bytes seen", fontsize=10)
+    axes[1].set_title("against training wall time", fontsize=10)
+    palette.apply(axes)
     axes[0].legend()
     r0 = final[0]
     fig.suptitle(f"byte-level LM on {r0.params.get('corpus')} ({str(r0.params.get('corpus_sha256'))[:12]}), "

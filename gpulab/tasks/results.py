@@ -6,6 +6,7 @@ figures. Everything here takes a list of :class:`gpulab.bench.Result` (live from
 from __future__ import annotations
 
 from gpulab import bench, runtime
+from gpulab.course import palette
 from gpulab.tasks.data import get_task
 
 __all__ = [
@@ -194,7 +195,7 @@ def plot_accuracy(results, axes=None, title=None):
         _, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.5 * max(1, len(tasks)), 3.8), squeeze=False)
         axes = axes[0]
     for ax, task in zip(axes, tasks):
-        for i, model in enumerate(MODELS):
+        for model in MODELS:
             rs = sorted(
                 (r for r in recs if r.params["task"] == task and r.params["model"] == model),
                 key=lambda r: r.params["test_length"],
@@ -203,13 +204,14 @@ def plot_accuracy(results, axes=None, title=None):
                 ax.plot(
                     [r.params["test_length"] for r in rs],
                     [100 * r.params["accuracy"] for r in rs],
-                    marker="o",
-                    color=f"C{i}",
-                    label=f"{model} ({rs[0].params['parameters']:,} params)",
+                    **palette.style(
+                        palette.key_of(model, "gpulab"), label=f"{model} ({rs[0].params['parameters']:,} params)"
+                    ),
                 )
         train_len = next(r.params["train_length"] for r in recs if r.params["task"] == task)
-        ax.axvline(train_len, color="0.5", ls="--", lw=1, label=f"training length {train_len}")
-        ax.axhline(100 / get_task(task).classes, color="0.5", ls=":", lw=1, label="chance")
+        ref = palette.guide("reference")
+        ax.axvline(train_len, color=ref, ls="--", lw=1, label=f"training length {train_len}")
+        ax.axhline(100 / get_task(task).classes, color=ref, ls=":", lw=1, label="chance")
         ax.set_xscale("log", base=2)
         tested = sorted({r.params["test_length"] for r in recs if r.params["task"] == task})
         ax.set_xticks(tested, [str(n) for n in tested])  # ticks at the tested lengths, not at powers of two
@@ -218,26 +220,31 @@ def plot_accuracy(results, axes=None, title=None):
         ax.set_xlabel("test length (tokens)")
         ax.set_ylabel("final-state accuracy (%)")
         ax.set_title(f"{get_task(task).description}" if title is None else title)
-        ax.grid(True, alpha=0.3)
+        palette.apply(ax)
         ax.legend(fontsize=8, loc="lower left")
     return axes
 
 
 def plot_throughput(results, ax=None, title=None):
-    """Bar chart of training tokens/s per model and head count (LSTM blue, its ``torch.nn.LSTM`` peer light blue,
-    Transformer orange, SDPA peer grey, the floors without sequence mixing light grey)."""
+    """Bar chart of training tokens/s (millions) per model and head count in the palette's colours: the LSTM (gpulab's
+    kernels) and its ``torch.nn.LSTM`` peer (cuDNN's), the Transformer (gpulab's attention) and its SDPA peer
+    (hatched), the floors without sequence mixing grey."""
     import matplotlib.pyplot as plt
 
     recs = throughput_records(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5, 0.9 * len(recs) + 2), 3.8))
-    colors = ["0.85" if r.params["model"] == "floor" else "0.6" if r.params.get("attention") == "sdpa"
-              else "#9ecae1" if r.params["model"] == "torch LSTM" else "C0" if r.params["model"] == "LSTM"
-              else "C1" for r in recs]  # fmt: skip
     labels = [r.case + (f"\n{r.params['backend']}" if r.params["model"] == "LSTM" else "") for r in recs]
-    ax.bar(range(len(recs)), [r.params["tokens_per_s"] for r in recs], color=colors)
+    named = set()
+    for i, r in enumerate(recs):
+        kind = _bar_kind(r)
+        color = palette.guide("faint") if kind[0] is None else palette.color(kind[0])
+        ax.bar(i, r.params["tokens_per_s"] / 1e6, color=color, hatch=kind[1], edgecolor=palette.guide("reference"),
+               label=None if kind in named else kind[2])  # fmt: skip
+        named.add(kind)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("training tokens / s")
+    ax.set_ylabel("training tokens / s (millions)")
+    ax.legend(fontsize=7)
     if recs:
         r = recs[0]
         ax.set_title(
@@ -245,8 +252,22 @@ def plot_throughput(results, ax=None, title=None):
             or f"train step, d={r.params['d_model']}, {r.params['num_layers']} layers, "
             f"B x T = {r.shape[0]} x {r.shape[1]}, {r.dtype}"
         )
-    ax.grid(True, axis="y", alpha=0.3)
+    palette.apply(ax)
+    ax.grid(False, axis="x")
     return ax
+
+
+def _bar_kind(r) -> tuple:
+    """(palette key or None for grey, hatch, legend label) of one throughput record's bar."""
+    model = r.params["model"]
+    if model == "floor":
+        return (None, None, "floor: no sequence mixing")
+    if model == "torch LSTM":
+        return ("cudnn", None, "LSTM, torch.nn.LSTM (cuDNN)")
+    if model == "LSTM":
+        return ("lstm", None, f"LSTM, gpulab {r.params.get('backend') or ''}".rstrip())
+    sdpa = r.params.get("attention") == "sdpa"
+    return ("transformer", "//" if sdpa else None, "Transformer, SDPA" if sdpa else "Transformer, gpulab attention")
 
 
 def figure(results):

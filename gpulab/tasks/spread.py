@@ -17,6 +17,7 @@ import math
 import statistics
 
 from gpulab import bench, runtime
+from gpulab.course import palette
 from gpulab.tasks.data import get_task
 
 __all__ = ["MODELS", "lr_text", "search_records", "pick", "spread", "search_table", "spread_table", "plot_spread",
@@ -157,17 +158,22 @@ def plot_spread(results, axes=None, title=None):
                 continue
             ns = list(by)
             r0 = next(r for r in recs if (r.params["task"], r.params["model"]) == (task, model))
-            color = f"C{i}"
+            style = palette.style(palette.key_of(model, "gpulab"))
+            color = style["color"]
             ax.fill_between(ns, [100 * by[n][1] for n in ns], [100 * by[n][2] for n in ns], color=color, alpha=0.2)
             seeds = max(v[3] for v in by.values())
-            ax.plot(ns, [100 * by[n][0] for n in ns], color=color, marker="o", ms=3,
-                    label=f"{model} (lr {lr_text(r0.params['lr'])}, {seeds} seeds)")  # fmt: skip
+            ax.plot(ns, [100 * by[n][0] for n in ns], **style | {"ms": 5, "label": f"{model} median (lr "
+                    f"{lr_text(r0.params['lr'])}, {seeds} seeds)"})  # fmt: skip
             pts = [(r.params["test_length"], 100 * r.params["accuracy"]) for r in recs
                    if (r.params["task"], r.params["model"]) == (task, model)]  # fmt: skip
-            ax.scatter([n for n, _ in pts], [a for _, a in pts], color=color, s=10, alpha=0.7, zorder=3)
+            # each model's seeds a little to its own side of the tested length, so the two models' points do not stack
+            xs = [palette.dodge(n, i, len(MODELS), width=0.12, log=True) for n, _ in pts]
+            ax.scatter(xs, [a for _, a in pts], color=color, marker="o", s=10, alpha=0.7, zorder=3,
+                       label=f"{model}, one seed")  # fmt: skip
         train_len = next(r.params["train_length"] for r in recs if r.params["task"] == task)
-        ax.axvline(train_len, color="0.5", ls="--", lw=1, label=f"training length {train_len}")
-        ax.axhline(100 / get_task(task).classes, color="0.5", ls=":", lw=1, label="chance")
+        ref = palette.guide("reference")
+        ax.axvline(train_len, color=ref, ls="--", lw=1, label=f"training length {train_len}")
+        ax.axhline(100 / get_task(task).classes, color=ref, ls=":", lw=1, label="chance")
         ax.set_xscale("log", base=2)
         tested = sorted({r.params["test_length"] for r in recs if r.params["task"] == task})
         ax.set_xticks(tested, [str(n) for n in tested])
@@ -176,8 +182,8 @@ def plot_spread(results, axes=None, title=None):
         ax.set_xlabel("test length (tokens)")
         ax.set_ylabel("final-state accuracy (%)")
         ax.set_title(get_task(task).description if title is None else title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
+        palette.apply(ax)
+        ax.legend(fontsize=7, loc="lower left")
     return axes
 
 

@@ -33,7 +33,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, check, codesign, hardware, roofline, runtime
-from gpulab.course import claims
+from gpulab.course import claims, palette
 
 import triton  # isort: skip
 
@@ -81,7 +81,8 @@ except FileNotFoundError:
     k_sweep = {}
 near = [k for k in (4092, 4094, 4095, 4096, 4097) if k in k_sweep]
 if near:
-    ax.scatter(near, [k_sweep[k].tflops for k in near], color="C3", zorder=3, label="stored H100 run")
+    ax.scatter(near, [k_sweep[k].tflops for k in near], zorder=3,
+               **palette.style("torch", label="stored H100 run, torch.matmul (cuBLAS)"))  # fmt: skip
 ax.set_ylim(0, 800)
 ax.set_title("8192 x 8192 x K in bf16: predicted TFLOP/s around K = 4096")
 ax.legend()
@@ -143,7 +144,8 @@ fig, axes = plt.subplots(1, 2, figsize=(13, 4))
 for metric, ax in zip(("ms", "tflops"), axes):
     codesign.plot_wave_staircase(1536, 4096, ns, tile=(128, 256), ax=ax, metric=metric)
     codesign.plot_prediction(ns, [codesign.gemm_time(1536, n, 4096, tile=None) for n in ns], ax=ax,
-                             label="model, cuBLAS (best of 3 tiles)", metric=metric, xlabel="N", ls="--")
+                             label="model, cuBLAS (best of 3 tiles)", metric=metric, xlabel="N", ls="--",
+                             color=palette.color("torch"))  # fmt: skip
     ax.legend(fontsize=8)
 plt.show()
 

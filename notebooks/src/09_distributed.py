@@ -45,6 +45,7 @@ import torch
 
 import gpulab  # first: decides GPU vs CPU interpreter before any kernel is defined
 from gpulab import bench, distributed, runtime, tasks
+from gpulab.course import palette
 
 torch.set_num_threads(1)
 print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__version__}")
@@ -83,8 +84,8 @@ for kind in ("LSTM", "Transformer"):
 # %%
 n = torch.arange(1, 65)
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(n, 2 * (n - 1) / n, marker=".")
-ax.axhline(2, color="gray", linestyle=":", label="limit: 2 G")
+ax.plot(n, 2 * (n - 1) / n, **palette.style("model", label="ring: 2 (N - 1) / N", marker=".", ms=4))
+ax.axhline(2, color=palette.guide("reference"), linestyle=":", label="limit: 2 G")
 ax.set_xscale("log", base=2)
 ax.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
 ax.set_xlabel("GPUs in the ring, N")
@@ -225,20 +226,25 @@ if speed:
 def plot_scaling(records, ax):
     """Tokens/s per model and strategy on 1 and 2 GPUs, with perfect scaling (2x the 1-GPU bar) as a dotted line."""
     groups = sorted({(r.params["model"], r.params["strategy"]) for r in records})
+    labelled = set()
     for i, (model, strategy) in enumerate(groups):
         by_n = {r.params["world_size"]: r.params["tokens_per_s"] / 1e6 for r in records
                 if (r.params["model"], r.params["strategy"]) == (model, strategy)}  # fmt: skip
         for j, n in enumerate(sorted(by_n)):
-            ax.bar(i + 0.38 * j - 0.19, by_n[n], 0.36, color=("tab:gray", "tab:green")[j % 2],
-                   label=f"{n} GPU(s)" if i == 0 else None)  # fmt: skip
+            name = f"{palette.PROVIDERS[model].label}, {n} GPU(s)"  # the model's colour; 2 GPUs hatched
+            ax.bar(i + 0.38 * j - 0.19, by_n[n], 0.36, color=palette.color(model), hatch="//" if n > 1 else None,
+                   edgecolor=palette.guide("reference"), label=name if name not in labelled else None)  # fmt: skip
+            labelled.add(name)
             if n > 1 and 1 in by_n:
-                ax.hlines(n * by_n[1], i + 0.38 * j - 0.37, i + 0.38 * j - 0.01, colors="k", linestyles=":")
+                ax.hlines(n * by_n[1], i + 0.38 * j - 0.37, i + 0.38 * j - 0.01, colors=palette.guide("ink"),
+                          linestyles=":")  # fmt: skip
                 ax.annotate(f"{by_n[n] / (n * by_n[1]):.0%}", (i + 0.38 * j - 0.19, by_n[n]), ha="center",
                             va="bottom", fontsize=8)  # fmt: skip
     ax.set_xticks(range(len(groups)), [f"{m}\n{s}" for m, s in groups])
     ax.set_ylabel("M tokens/s (all GPUs)")
     ax.set_title("training throughput; dotted: 2x one GPU (perfect scaling)")
-    ax.legend()
+    palette.apply(ax)
+    ax.legend(fontsize=8)
 
 
 if speed:
@@ -257,25 +263,27 @@ if speed:
 def plot_timeline(records, ax):
     rows = [r for r in records if r.params.get("world_size", 1) > 1 and r.params.get("timeline")]
     for i, r in enumerate(rows):
-        for kind, color in (("compute", "tab:blue"), ("comm", "tab:orange")):
+        for kind, color in (("compute", palette.color("gpulab")), ("comm", palette.guide("reference"))):
             spans = [(s, e - s) for s, e in r.params["timeline"][kind]]
             ax.broken_barh(spans, (i - 0.35 + (0.4 if kind == "comm" else 0), 0.3), color=color,
                            label=kind if i == 0 else None)  # fmt: skip
     ax.set_yticks(range(len(rows)), [r.case for r in rows])
     ax.set_xlabel("ms from the step's first kernel (rank 0)")
-    ax.set_title("one training step on 2 GPUs: compute kernels (blue) and NCCL kernels (orange)")
+    ax.set_title("one training step on 2 GPUs: compute kernels (blue) and NCCL kernels (grey)")
     if rows:
         ax.legend(loc="lower right")
 
 
 def plot_curves(records, ax):
     for r in records:
-        ax.plot(r.params["losses"], label=f"{r.params['model']}, {r.params['world_size']} GPU(s)",
-                linestyle="-" if r.params["world_size"] == 1 else "--")  # fmt: skip
+        ax.plot(r.params["losses"], **palette.style(r.params["model"], marker="",
+                label=f"{r.params['model']}, {r.params['world_size']} GPU(s)",
+                linestyle="-" if r.params["world_size"] == 1 else "--"))  # fmt: skip
     ax.set_ylim(0.5, 1.0)  # the first steps spike far above (see the table below); the curves are what matters
     ax.set_xlabel("step")
     ax.set_ylabel("loss (global batch)")
     ax.set_title("same global batch on 1 and 2 GPUs")
+    palette.apply(ax)
     ax.legend()
 
 

@@ -32,6 +32,7 @@ import statistics
 from pathlib import Path
 
 from gpulab import bench, dtypes, runtime
+from gpulab.course import palette
 
 __all__ = ["stored", "stored_sweep", "stored_cs336", "cs336_lines", "problems", "grid_table", "summary",
            "sweep_summary", "sweep_ratios", "ratios", "plot_grid", "plot_timeline", "IMPLS", "SHIPPED",
@@ -294,15 +295,24 @@ def plot_grid(records, direction: str = "forward", ax=None):
     width = 0.2
     for j, impl in enumerate(IMPLS):
         xs = [i + (j - 1.5) * width for i in range(len(probs))]
-        ax.bar(xs, [v[impl].tflops for v in probs.values()], width, label=impl)
+        ax.bar(xs, [v[impl].tflops for v in probs.values()], width, **_bar_style(impl))
     ax.set_xticks(range(len(probs)))
     ax.set_xticklabels([f"d{d}\nN{n // 1024}k\n{'causal' if c else 'full'}" for (_, d, n, c) in probs], fontsize=8)
     ax.set_ylabel("TFLOP/s (device time)")
     head = next(iter(next(iter(probs.values())).values()), None) if probs else None
     where = f" on the {head.device}, {head.date}" if head else ""
     ax.set_title(f"bf16 attention {direction}{where}")
+    palette.apply(ax)
     ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
     return ax
+
+
+def _bar_style(impl: str) -> dict:
+    """Bar keywords of one implementation: its palette colour (:func:`gpulab.course.palette.key_of` its name), hatched
+    where a second bar of the same provider sits beside it (the autotuned kernel, a mixed forward/backward)."""
+    second = "autotuned" in impl or "+" in impl
+    color = palette.color(palette.key_of(impl, "gpulab"))
+    return {"color": color, "hatch": "//" if second else None, "edgecolor": palette.guide("faint"), "label": impl}
 
 
 def plot_timeline(ax=None, steps: int = 4):
@@ -315,6 +325,7 @@ def plot_timeline(ax=None, steps: int = 4):
     steps = runtime.integer("steps", steps, minimum=1, maximum=12)
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 3.2))
+    # a schematic of work kinds, not of providers: its own colours (lint allow-list)
     colors = {"load": "#8da0cb", "QK^T": "#fc8d62", "softmax": "#66c2a5", "PV": "#e78ac3"}
     lanes = []
 
@@ -464,11 +475,13 @@ def plot_throughput(results, direction="forward", ax=None):
     width = 0.8 / max(1, len(impls))
     for j, impl in enumerate(impls):
         xs = [i + j * width for i in range(len(rows))]
-        ax.bar(xs, [row.get(impl) or 0.0 for row in rows.values()], width, label=impl, color=f"C{j}")
+        ax.bar(xs, [row.get(impl) or 0.0 for row in rows.values()], width, **_bar_style(impl))
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], list(rows), rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"attention {direction}")
-    ax.legend(fontsize=8)
+    palette.apply(ax)
+    ax.margins(y=0.2)  # headroom: the legend's one row sits above the bars, not on them
+    ax.legend(fontsize=8, ncol=max(1, len(impls)), loc="upper left")
     return ax
 
 
@@ -485,12 +498,18 @@ def plot_memory(results, ax=None):
             series.setdefault(r.params["impl"], []).append((r.params["seq"], r.params["peak_extra_bytes"] / 1e6))
     for impl, pts in sorted(series.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=impl, color=f"C{IMPLEMENTATIONS.index(impl)}")
+        extra = {"linestyle": ":"} if "autotuned" in impl else {}
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            **palette.style(palette.key_of(impl, "gpulab"), label=impl, **extra),
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length (batch 1, 16 heads, d 64)")
     ax.set_ylabel("peak extra memory, MB")
     ax.set_title("memory beyond inputs, forward+backward")
+    palette.apply(ax)
     if series:
         ax.legend(fontsize=8)
     else:

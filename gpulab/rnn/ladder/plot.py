@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpulab import bench, dtypes, roofline, runtime
+from gpulab.course import palette
 from gpulab.rnn.ladder.steps import BEYOND_ARTICLE
 
 __all__ = ["plot_ladder", "plot_roofline", "short_dtype", "find", "result_dtypes"]
@@ -32,7 +33,8 @@ def result_dtypes(results):
 
 
 def plot_ladder(results, metric="tflops"):
-    """Bar chart, one panel per dtype: eager and graphed bars per step, cuDNN in grey as the reference."""
+    """Bar chart, one panel per dtype: eager (plain) and graphed (hatched) bars per step in gpulab's palette colour,
+    cuDNN's bars and its best mode (the dashed reference line) in cuDNN's."""
     import matplotlib.pyplot as plt  # deferred: heavy, and only figures need it
 
     results = bench.result_list("results", results)
@@ -42,17 +44,23 @@ def plot_ladder(results, metric="tflops"):
     for ax, dt in zip(axes[0], dts):
         rs = [r for r in results if r.dtype == dt]
         steps = list(dict.fromkeys(r.params["step"] for r in rs))
-        for mode, color, dx in (("eager", "C0", -0.2), ("graph", "C1", 0.2)):
+        for mode, hatch, dx in (("eager", None, -0.2), ("graph", "///", 0.2)):
+            labelled = set()
             for i, s in enumerate(steps):
                 r = find(rs, dt, s, mode)
                 if r is None:
                     continue
-                c = ("0.75" if mode == "eager" else "0.45") if s == "cuDNN" else color
-                ax.bar(i + dx, getattr(r, metric) or 0.0, width=0.4, color=c, label=mode if i == 0 else None)
+                key = "cudnn" if s == "cuDNN" else "gpulab"
+                name = f"{palette.PROVIDERS[key].label}, {mode}"
+                ax.bar(i + dx, getattr(r, metric) or 0.0, width=0.4, color=palette.color(key), hatch=hatch,
+                       edgecolor=palette.guide("faint"), label=None if name in labelled else name)  # fmt: skip
+                labelled.add(name)
         cud = [r for r in rs if r.params["step"] == "cuDNN"]
         if cud:
             best = max(cud, key=lambda r: getattr(r, metric) or 0.0)
-            ax.axhline(getattr(best, metric) or 0.0, color="0.4", ls="--", lw=1, label="cuDNN (best mode)")
+            ax.axhline(
+                getattr(best, metric) or 0.0, color=palette.color("cudnn"), ls="--", lw=1, label="cuDNN (best mode)"
+            )
         ax.set_xticks(range(len(steps)), [str(s) if s != "cuDNN" else "cuDNN" for s in steps])
         ax.set_xlabel(f"step ({', '.join(map(str, BEYOND_ARTICLE))}: beyond the article)")
         ax.set_ylabel({"tflops": "TFLOP/s", "ms": "ms"}.get(metric, metric))
@@ -61,6 +69,7 @@ def plot_ladder(results, metric="tflops"):
                      f"{short_dtype(dt)} ({where})", fontsize=9)  # fmt: skip
         if metric == "ms":
             ax.set_yscale("log")
+        palette.apply(ax)
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -77,8 +86,9 @@ def plot_roofline(results, dtype="float16", mode="graph", ceilings=None, ax=None
     dtype = dtypes.name(dtype)
     runtime.one_of("dtype", dtype, ("float32", "float16", "bfloat16"))
     picked = [
-        dataclasses.replace(r, case=f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN")
+        dataclasses.replace(r, case=str(step), provider="cuDNN" if step == "cuDNN" else "gpulab")
         for r in results
         if r.dtype == dtype and r.params.get("mode") == mode
+        for step in [f"step {r.params['step']}" if r.params["step"] != "cuDNN" else "cuDNN"]
     ]
     return roofline.plot(picked, ceilings, ax=ax, title=f"LSTM ladder on the roofline ({short_dtype(dtype)}, {mode})")

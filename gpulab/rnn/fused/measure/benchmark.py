@@ -33,6 +33,7 @@ import sys
 import torch
 
 from gpulab import bench, check, dtypes, roofline, runtime
+from gpulab.course import palette
 from gpulab.rnn.api import flashrnn
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused import plan
@@ -424,7 +425,10 @@ def plot_results(results):
         f"{r.case} {r.params['pass']}{' graph' if r.params.get('mode') == 'graph' else ''} {dtypes.short(r.dtype)}"
         for r in main
     ]
-    ax.barh(range(len(main)), [r.ms for r in main], color=["C1" if "gpulab fused" in c else "C0" for c in labels])
+    for i, r in enumerate(main):  # each bar its provider's palette colour; forward+backward hatched
+        key = palette.key_of(r.case, "gpulab")
+        hatch = "//" if r.params["pass"] != "fwd" else None
+        ax.barh(i, r.ms, color=palette.color(key), hatch=hatch, edgecolor=palette.guide("faint"))
     ax.set_yticks(range(len(main)), labels, fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("ms (log, device time)")
@@ -444,10 +448,17 @@ def plot_results(results):
                 if sweep == "head_dim" and p.get("B") != prob["B"]:
                     continue
                 name = f"{p['backend']} {p['pass']}" + (" graph" if p.get("mode") == "graph" else "")
-                groups.setdefault(name, []).append((p[x], p["ns_per_step"]))
-        for name, pts in sorted(groups.items()):
+                groups.setdefault((p["backend"], p["pass"], p.get("mode")), []).append((p[x], p["ns_per_step"]))
+        for (backend, pss, mode), pts in sorted(groups.items()):
             pts = sorted(pts)
-            panel.plot([a for a, _ in pts], [b for _, b in pts], marker="o", ms=3, label=name)
+            name = f"gpulab {backend} {pss}" + (" graph" if mode == "graph" else "")
+            # forward solid, forward+backward dashed with hollow markers, graphs dotted; one palette colour a backend
+            ls = ":" if mode == "graph" else "--" if pss != "fwd" else "-"
+            face = "none" if pss != "fwd" else None
+            if len(pts) == 1:  # measured at the main problem only: a labelled point, not a lone dot among lines
+                name += f" (only at {x} = {pts[0][0]})"
+            panel.plot([a for a, _ in pts], [b for _, b in pts], **palette.style(backend, label=name, linestyle=ls,
+                       ms=4 if len(pts) > 1 else 7, markerfacecolor=face))  # fmt: skip
         panel.set_xscale("log", base=2)
         tested = sorted({a for pts in groups.values() for a, _ in pts})
         if tested:
@@ -456,9 +467,13 @@ def plot_results(results):
         panel.set_yscale("log")
         panel.set_xlabel("batch B" if sweep == "batch" else "head dim DH (hidden 768 = NH x DH)")
         panel.set_ylabel("ns per time step")
+        panel.set_title(
+            f"batch sweep: NH {prob['NH']}, DH {prob['DH']}, T {prob['T']}" if sweep == "batch"
+            else f"head-dim sweep: B {prob['B']}, hidden {prob['NH'] * prob['DH']}, T {prob['T']}", fontsize=9,
+        )  # fmt: skip
         if groups:  # below the panel: inside, it covered points
             panel.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-        panel.grid(True, which="major", alpha=0.3)
+        palette.apply(panel)
     fig.tight_layout()
     return fig
 

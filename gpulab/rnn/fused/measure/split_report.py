@@ -33,6 +33,7 @@ from pathlib import Path
 
 from gpulab import runtime
 from gpulab.bench.records import by_run, newest, record_files, results_dir
+from gpulab.course import palette
 
 __all__ = [
     "load_split",
@@ -488,18 +489,18 @@ def plot_split(rows, head_dim: int = 768):
     rows = _rows(rows)
     head_dim = runtime.positive_int("head_dim", head_dim)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    series = [
-        ("fused split (chosen)", "split fused (gpulab)", "o-"),
-        ("cuDNN nn.LSTM float16", "cuDNN fp16", "s-"),
-        ("cuDNN nn.LSTM bfloat16", "cuDNN bf16", "^--"),
-        ("alternating", "alternating (gpulab)", "x:"),
+    series = [  # (case, palette style): cuDNN's two dtypes one colour, bf16 dashed
+        ("fused split (chosen)", palette.style("split", label="gpulab split (chosen tiling)")),
+        ("cuDNN nn.LSTM float16", palette.style("cudnn", label="cuDNN fp16")),
+        ("cuDNN nn.LSTM bfloat16", palette.style("cudnn", label="cuDNN bf16", linestyle="--", markerfacecolor="none")),
+        ("alternating", palette.style("alternating", label="gpulab alternating")),
     ]
     dims = sorted({r["DH"] for r in rows if r.get("kind") == "time" and r.get("case") == series[0][0]})
-    for case, label, style in series:
+    for case, style in series:
         pts = [(dh, _time(rows, case, dh, False)) for dh in dims]
         pts = [(dh, r["ms"]) for dh, r in pts if r is not None]
         if pts:
-            ax1.plot(*zip(*pts), style, label=label)
+            ax1.plot(*zip(*pts), **style)
     ax1.set_yscale("log")
     ticks = [t for t in (1, 2, 3, 5, 10, 20, 30, 50, 100, 200) if ax1.get_ylim()[0] <= t <= ax1.get_ylim()[1]]
     ax1.set_yticks(ticks, [str(t) for t in ticks])  # plain numbers, not 3 x 10^0
@@ -508,6 +509,7 @@ def plot_split(rows, head_dim: int = 768):
     ax1.set_xlabel("head dim (one head)")
     ax1.set_ylabel("forward, ms (device time)")
     ax1.set_title("LSTM forward, B = 16, T = 1024")
+    palette.apply(ax1)
     ax1.legend(fontsize=8)
     sweep = sorted((r for r in rows if r.get("kind") == "sweep" and r.get("DH") == head_dim and "ms" in r),
                    key=lambda r: (r["block_u"], r["warps"]))  # fmt: skip
@@ -515,14 +517,16 @@ def plot_split(rows, head_dim: int = 768):
     free = [r["no_barrier_ms"] * 1e6 / 1024 for r in sweep]
     barrier = [(r["ms"] - r["no_barrier_ms"]) * 1e6 / 1024 for r in sweep]
     x = range(len(sweep))
-    ax2.bar(x, free, label="step without the barrier")
-    ax2.bar(x, barrier, bottom=free, label="the barrier")
+    split = palette.color("split")
+    ax2.bar(x, free, color=split, label="gpulab split: step without the barrier")
+    ax2.bar(x, barrier, bottom=free, color=split, alpha=0.4, hatch="//", label="gpulab split: the barrier")
     fp16 = _time(rows, "cuDNN nn.LSTM float16", head_dim, False)
     if fp16:
-        ax2.axhline(fp16["ms"] * 1e6 / 1024, color="k", ls="--", lw=1, label="cuDNN fp16 step")
+        ax2.axhline(fp16["ms"] * 1e6 / 1024, color=palette.color("cudnn"), ls="--", lw=1, label="cuDNN fp16 step")
     ax2.set_xticks(list(x), labels, fontsize=8)
     ax2.set_ylabel("ns per step")
     ax2.set_title(f"forward step at DH = {head_dim}: block_u, programs P, warps")
+    palette.apply(ax2)
     ax2.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig

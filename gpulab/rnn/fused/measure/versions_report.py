@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from gpulab import bench, runtime
+from gpulab.course import palette
 from gpulab.rnn.fused.versions import BACKWARD_VERSIONS, VERSIONS
 
 __all__ = ["load_versions", "versions_table", "plot_versions", "load_sass", "sass_table", "load_profile",
@@ -69,9 +70,9 @@ def versions_table(results) -> str:
 
 
 def plot_versions(results, ax=None):
-    """Bars of eager wall time per version (device time as a dot on each bar), the cuDNN peer grey; v5, b3 and cuDNN
-    run one head of 768, the others 12 heads of 64 (the bar labels say which). With backward versions in the records
-    and no ``ax``, a second panel shows forward+backward."""
+    """Bars of eager wall time per version (device time as a dot on each bar) in the palette's colours: the fused
+    kernels (12 heads of 64), the split ones (v5, b3: one head of 768) and the cuDNN peer (the bar labels say which).
+    With backward versions in the records and no ``ax``, a second panel shows forward+backward."""
     import matplotlib.pyplot as plt  # deferred: only the figure needs it
 
     rows = _rows(results)
@@ -87,18 +88,22 @@ def plot_versions(results, ax=None):
         axes, passes = [ax], passes[:1]
     for ax_, part in zip(axes, passes):
         x = range(len(part))
-        colors = ["0.6" if r.params["version"] == "cuDNN" else f"C{0 if r.params['NH'] > 1 else 1}" for r in part]
-        ax_.bar(x, [r.wall_ms for r in part], color=colors)
-        ax_.plot(x, [r.ms for r in part], "k.", label="device time")
+        keys = ["cudnn" if r.params["version"] == "cuDNN" else "fused" if r.params["NH"] > 1 else "split" for r in part]
+        names = {"cudnn": "cuDNN", "fused": "gpulab fused (12 heads)", "split": "gpulab split (one head)"}
+        for i, (r, key) in enumerate(zip(part, keys)):
+            first = key not in keys[:i]
+            ax_.bar(i, r.wall_ms, color=palette.color(key), label=f"{names[key]}, wall clock" if first else None)
+        ax_.plot(x, [r.ms for r in part], ".", color=palette.guide("ink"), label="device time")
         ax_.set_xticks(list(x), [f"{r.params['version']}\n{r.params['NH']}x{r.params['DH']}" for r in part])
         for i, r in enumerate(part):
             ax_.annotate(f"{r.wall_ms:.2f}", (i, r.wall_ms), ha="center", va="bottom", fontsize=9)
             if i and (r.params["NH"], r.params["DH"]) != (part[i - 1].params["NH"], part[i - 1].params["DH"]):
-                ax_.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # a different problem from here on
+                ax_.axvline(i - 0.5, color=palette.guide("reference"), ls="--", lw=1)  # a different problem from here
         what = "forward" if _pass(part[0]) == "fwd" else "forward+backward"
         ax_.set_ylabel(f"{what}, ms (eager wall clock)")
         ax_.set_title(f"LSTM {what}, B = 16, T = 1024, bf16", fontsize=10)
-        ax_.legend(fontsize=9)
+        palette.apply(ax_)
+        ax_.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)  # below: inside, it hid bars
     return axes[0]
 
 
@@ -234,20 +239,23 @@ def plot_compiled_split(rows, ax=None):
     x = range(len(rows))
     ldsm = [r["shared_bytes"].get("ldsm", 0) * r["warps"] / 1024 for r in rows]
     rest = [sum(r["shared_bytes"].values()) * r["warps"] / 1024 - a for r, a in zip(rows, ldsm)]
-    colors = ["C1" if r.get("version", "v5") in ("v6", "b4") else "C0" for r in rows]
-    ax.bar(x, ldsm, color=colors)
-    ax.bar(x, rest, bottom=ldsm, color=colors, alpha=0.4)
+    hatches = ["//" if r.get("version", "v5") in ("v6", "b4") else None for r in rows]  # Gluon hatched
+    split, edge = palette.color("split"), palette.guide("faint")
+    ax.bar(x, ldsm, color=split, hatch=hatches, edgecolor=edge)
+    ax.bar(x, rest, bottom=ldsm, color=split, alpha=0.4, hatch=hatches, edgecolor=edge)
     labels = [f"{r.get('version', 'v5')} {r['exchange']}\n{r['block_u']} u, {r['warps']} w" for r in rows]
     ax.set_xticks(list(x), labels, fontsize=8)
     for i, r in enumerate(rows):
         if i and r["kernel"] != rows[i - 1]["kernel"]:
-            ax.axvline(i - 0.5, color="0.3", ls="--", lw=1)  # the backward from here on
+            ax.axvline(i - 0.5, color=palette.guide("reference"), ls="--", lw=1)  # the backward from here on
     ax.set_ylabel("KB per step and program")
     ax.set_title("Split LSTM kernels, one head of 768, compiled for sm_90: shared-memory traffic (u: units, w: warps)"
                  , fontsize=10)  # fmt: skip
-    ax.legend(handles=[Patch(color="C0", label="Triton (v5, b3)"), Patch(color="C1", label="Gluon (v6, b4)"),
-                       Patch(color="0.3", label="dark: ldmatrix"), Patch(color="0.8", label="light: other")],
-              fontsize=8)  # fmt: skip
+    ax.legend(handles=[Patch(facecolor=split, label="gpulab split, Triton (v5, b3)"),
+                       Patch(facecolor=split, hatch="//", edgecolor=edge, label="gpulab split, Gluon (v6, b4)"),
+                       Patch(facecolor=split, label="dark: ldmatrix"),
+                       Patch(facecolor=split, alpha=0.4, label="light: other")], fontsize=8)  # fmt: skip
+    palette.apply(ax)
     return ax
 
 
@@ -408,14 +416,16 @@ def plot_v6_parts(results, ax=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(9.5, 0.5 + 0.5 * len(rows)))
     left = [0.0] * len(rows)
+    shades = plt.get_cmap("cividis")  # parts of one step, not providers: a sequential map, apart from the palette
     for k, (name, _) in enumerate(_PARTS):
         widths = [_parts_of(r)[name] for r in rows]
-        ax.barh(range(len(rows)), widths, left=left, color=f"C{k}", label=name)
+        ax.barh(range(len(rows)), widths, left=left, color=shades(k / max(1, len(_PARTS) - 1)), label=name)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(range(len(rows)), [_label(r) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ns per step (clock stamps)")
     ax.set_title(f"Split LSTM forward, one head of 768, B = 16 ({rows[0].device}): where a step goes", fontsize=10)
+    palette.apply(ax)
     ax.legend(fontsize=8, ncols=len(_PARTS), loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.4 / len(rows)))
     return ax
 
