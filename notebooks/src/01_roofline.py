@@ -195,7 +195,7 @@ else:
 # | HBM | lesson 0's masked copy kernel, 1 GiB fp32; `dst.copy_(src)` in the same run as the peer | read + written |
 # | L2 | lesson 0's working-set sweep with loads marked `.cg` (cache in L2, bypass L1), 512 KB – 16 MB | read |
 # | L1 (on-chip) | lesson 0's sweep unchanged, 16 – 128 KB (fits one SM's L1) | read |
-# | bf16, fp16, TF32 tensor cores | `torch.matmul` (cuBLAS), 8192³ and 16384³, random inputs, two sets rotated; a separate 8192³ bf16 run is the peer | $2mnk$ |
+# | bf16, fp16, TF32 tensor cores | `torch.matmul` (cuBLAS, NVIDIA's matrix-multiply library), 8192³ and 16384³, random inputs, two sets rotated; a separate 8192³ bf16 run is the peer | $2mnk$ |
 # | FP32 FMA | a Triton kernel of register-only FMA chains (below); `torch.matmul` in IEEE fp32 beside it | 2 per FMA |
 #
 # **Shared memory, honestly.** Triton decides by itself what it stages through shared memory; it has no load from shared memory that a kernel can ask for. So gpulab does not claim a shared-memory bandwidth: the "on-chip" roof is the L1 read bandwidth of the L1-resident sweep, which on NVIDIA GPUs is the same SRAM as shared memory, reached through the cache path.
@@ -240,7 +240,7 @@ for n, iters in ((1, 1), (17, 2), (131, 3)):
 #
 # ### Run it here
 #
-# On a GPU this cell measures this machine's ceilings (about a minute on an H100). Without one it runs every microbenchmark at tiny sizes in the interpreter: the numbers only show that the code path works — the source line says so.
+# On a GPU this cell measures this machine's ceilings. Without one it runs every microbenchmark at tiny sizes in the interpreter: the numbers only show that the code path works — the source line says so.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

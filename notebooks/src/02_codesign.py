@@ -63,7 +63,7 @@ print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the r
 #
 # ## 2. Alignment: 4095 is not 4096
 #
-# A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator, a copy engine that moves a whole tile per instruction) and multiplies them with **wgmma** (warpgroup matrix multiply-accumulate: four warps issue one tensor-core product of a tile together). Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
+# A GEMM kernel for Hopper (the H100's architecture) copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator, a copy engine that moves a whole tile per instruction) and multiplies them with **wgmma** (warpgroup matrix multiply-accumulate: four warps issue one tensor-core product of a tile together). Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
 # If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The model's penalty for rows that are only 2-byte aligned, `codesign.MISALIGNED_PENALTY`, is read from those cases of the stored run. Rows that are 4- or 8-byte aligned ($K = 4092, 4094, 4098, 4100$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY`, read from those cases:
 #
@@ -232,7 +232,7 @@ claims.claim(
 # ## 8. Measure here
 
 # %% [markdown]
-# The same three sweeps at the sizes of this machine. On a GPU these are real measurements (bf16, full size, about a minute); on CPU they are tiny fp32 problems timed through the CPU's `torch.matmul` and the Triton interpreter, compared against the model *of the H100*: they show that the code runs and is checked, not how a GPU behaves.
+# The same three sweeps at the sizes of this machine. On a GPU these are real measurements (bf16, full size); on CPU they are tiny fp32 problems timed through the CPU's `torch.matmul` and the Triton interpreter, compared against the model *of the H100*: they show that the code runs and is checked, not how a GPU behaves.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -308,7 +308,7 @@ if stored:
 # %% [markdown]
 # ## 10. Co-design: checking model configurations
 #
-# Every GEMM of a transformer layer has a shape set by the model's hyperparameters — vocabulary $v$, hidden size $h$, heads $a$, sequence $s$, microbatch $b$, tensor-parallel degree $t$:
+# Every GEMM of a transformer layer has a shape set by the model's hyperparameters — vocabulary $v$, hidden size $h$, heads $a$, sequence $s$, microbatch $b$ (the sequences one GPU processes per step), tensor-parallel degree $t$ (the number of GPUs each layer's weight matrices are split over):
 #
 # | GEMM | $M$ | $N$ | $K$ | batch |
 # |---|---|---|---|---|
