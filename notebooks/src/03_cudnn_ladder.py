@@ -148,7 +148,7 @@ build_and_check(6)
 build_and_check(7)
 
 # %% [markdown]
-# **Step 8, beyond the article.** Step 6 with its two products per wavefront on two streams. They read only what the previous wavefront wrote, so they are independent; at the article's size each alone is $L \times [B, 4H]$ = 4 × 64 × 2048 outputs, about 64 tiles of 128 × 128 (each half empty: $B = 64$ rows) for 132 SMs, so half the GPU idles during each. On two streams they overlap, and the pointwise kernel adds the two parts (its `gates2` argument), so no extra add is launched. Eagerly the stream fork and join are host work; in a CUDA graph they become edges and cost nothing. Prediction: in fp32, where those products are most of the time, up to ~2x less GEMM time per wavefront; in fp16/bf16, where a wavefront is latency-bound, little change.
+# **Step 8, beyond the article.** Step 6 with its two products per wavefront on two streams. They read only what the previous wavefront wrote, so they are independent; at the article's size each alone is $L \times [B, 4H]$ = 4 × 64 × 2048 outputs, about 64 tiles of 128 × 128 (each half empty: $B = 64$ rows) for 132 SMs, so half the GPU idles during each. On two streams they overlap, and the pointwise kernel adds the two parts (its `gates2` argument), so no extra add is launched. Eagerly the stream fork and join are host work; in a CUDA graph they become edges and cost nothing. Prediction: in fp32, where those products are most of the time, up to ~2x less GEMM time per wavefront; in fp16/bf16, where a wavefront is latency-bound (its time set by a chain of short dependent kernels, each waiting for the one before, not by its bytes or FLOPs), little change.
 
 # %%
 build_and_check(8)
