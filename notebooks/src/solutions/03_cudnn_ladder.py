@@ -272,18 +272,24 @@ grading.grade_streams(step2)
 # warm-up on a side stream before the capture (as PyTorch requires), one capture for all calls, `fn` never run
 # eagerly after it. On a GPU the real capture is graded the same way.
 #
-# <details><summary>Hint 1: static memory</summary>
+# <details><summary>Hint 1: what a replay reads</summary>
 #
 # A graph replays its kernels on the addresses it captured: the input it reads is the tensor you passed during the
-# capture, and its output is the tensor the capture returned. So keep a static input (`static_x = example.clone()`),
-# capture `static_y = fn(static_x)`, and on each call copy the new input in before replaying.
+# capture, and its output is the tensor the capture returned. So how does a new input reach a replay, and where is
+# its output afterwards?
 # </details>
 #
-# <details><summary>Hint 2: the warm-up</summary>
+# <details><summary>Hint 2: static memory</summary>
 #
-# Before capturing, run `fn(static_x)` once or twice on a side stream (`s = cuda.Stream()`,
-# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`):
-# libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture.
+# Keep a static input of your own (a clone of `example`), capture `fn` on it, and keep what the capture returned; on
+# each call copy the new input into the static one before replaying.
+# </details>
+#
+# <details><summary>Hint 3: the warm-up</summary>
+#
+# Libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture. So before
+# capturing, run the forward once or twice on a side stream (`s = cuda.Stream()`,
+# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`).
 # </details>
 
 # %% tags=["solution"]
