@@ -458,6 +458,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("02", 'roofline.hbm_ceiling("H100")'): Display(
         lambda root: _roofline_run(root, keep=lambda r: r.case.removeprefix("HBM: ") in _COPY), "the HBM ceiling"),
     ("03", 'bench.load("03", gpu="h100")'): Display(lambda root: _run("03", root), "lesson 3's run"),
+    ("03", 'roofline.ceilings("h100")'): Display(
+        lambda root: _roofline_run(root), "the roofs one LSTM step is placed on (lesson 1's run)"),
     ("04", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
     ("04", 'bench.load("04", gpu="h100")'): Display(
         lambda root: _attention(bench.load("04", path=_newest("04", root)), _newest("04", root).name,

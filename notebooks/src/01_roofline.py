@@ -327,7 +327,7 @@ if h100.l2_gbps and h100.l1_gbps:
     ))  # fmt: skip
 placed = [(r.params["working_set_bytes"], p) for r, p in zip(lesson0, roofline.placement(lesson0, h100))]
 at_hbm = sorted((w, p.fraction) for w, p in placed if p.level == "HBM")
-plateau = roofline.stored_read_plateau("H100")
+plateau = roofline.read_plateau(lesson0)  # lesson 0's read-only plateau, from the sweep loaded above
 claims.show(claims.claim(
     "- **Above 100% of the roof, in section 5's table.** Each point is held to the roof of the level its working set "
     "is *assigned*, and some bytes came from a faster one. The {w0} working set is only {x:.2f} times the {l2} L2, "
