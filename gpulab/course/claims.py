@@ -194,21 +194,18 @@ _allow("01", _DEF, "it is memory-bound, above it compute-bound", "A kernel to th
        "memory- or compute-bound, and the batch size")  # fmt: skip
 _allow("01", _MATH_R, "pointwise and reduction kernels are memory-bound on every GPU in the table",
        "A large square GEMM is compute-bound", "is memory-bound however good the kernel",
-       "a step stays memory-bound until the batch", "becomes compute-bound once tiled", "up to about 10× from moving",
-       "deep in memory-bound territory", "everything pointwise is memory-bound",
+       "a step stays memory-bound until the batch", "everything pointwise is memory-bound",
        "a skinny GEMM and an LSTM step at small batch are memory-bound",
        "naive attention is memory-bound by")  # fmt: skip
 _allow("01", _SPEC, "latency of one FMA is hidden behind others")
 _allow("01", "the lesson's targets, defined (the verdict is printed from the records)", "reaches at least 0.97×")
-_allow("02", _MATH_R, "far beyond the H100's ridge point", "so a tile the grid misses cannot pass",
-       "the memory-bound score GEMMs dominate", "the step is memory-bound and the GPU mostly idle")  # fmt: skip
-_allow("02", _MODEL, "The nearest compliant head count is not the fastest", "Fewer, wider heads",
-       "the one the model predicts fastest", "more than 5% faster per token", "A three-factor model orders shapes",
+_allow("02", _MATH_R, "far beyond the H100's ridge point", "so a tile the grid misses cannot pass")  # fmt: skip
+_allow("02", _MODEL, "more than 5% faster per token", "A three-factor model orders shapes",
        "a different, slower kernel whose narrow loads",
        "The attention scores are **memory-bound** for every aligned")  # fmt: skip
 _allow("02", _PLAN, "predict which shapes run fastest")
 _allow("03", _QUOTED, "the article's 2016 ladder")
-_allow("03", _MATH_R, "memory-bound on paper, launch-bound in practice", "up to ~2x less GEMM time",
+_allow("03", _MATH_R, "up to ~2x less GEMM time",
        "where a wavefront is latency-bound", "a GPU that finishes each small kernel faster than the host")  # fmt: skip
 _allow("03", "about the CPU interpreter, not a GPU result", "so the fused steps look *slower* here")
 _allow("03", _PLAN, "compares the fastest step with cuDNN in the same mode", "A step can also get slower in a graph")

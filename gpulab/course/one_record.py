@@ -464,6 +464,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
     ("03", 'bench.load("03", gpu="h100")'): Display(lambda root: _run("03", root), "lesson 3's run"),
     **{(n, 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots")
        for n in ("04", "05", "06", "07")},
+    ("03", 'roofline.ceilings("h100")'): Display(
+        lambda root: _roofline_run(root), "the roofs one LSTM step is placed on (lesson 1's run)"),
     ("04", 'bench.load("04", gpu="h100")'): Display(
         lambda root: _attention(bench.load("04", path=_newest("04", root)), _newest("04", root).name,
                                 keep=lambda r: r.params.get("kind") == "throughput"),

@@ -56,14 +56,25 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# It is memory-bound when $Q/B_\text{HBM}$ is the larger term, i.e. when its **arithmetic intensity** $I = F/Q$ is below the GPU's **ridge point** $P_\text{peak}/B_\text{HBM}$. On an H100 that is $989\,\text{TFLOP/s} \,/\, 3.35\,\text{TB/s} \approx 295$ FLOPs per byte for fp16 tensor-core work. A vector add does 1 FLOP per 12 bytes. Most of what a sequence model does between its big matrix products (softmax, layer norm, activations, the LSTM's gate pointwise) has intensity far below the ridge point: its speed is set by bytes, and the lessons that follow are about moving fewer of them.
+# It is memory-bound when $Q/B_\text{HBM}$ is the larger term, i.e. when its **arithmetic intensity** $I = F/Q$ is below the GPU's **ridge point** $P_\text{peak}/B_\text{HBM}$. On an H100 that is $989\,\text{TFLOP/s} \,/\, 3.35\,\text{TB/s} \approx 295$ FLOPs per byte for fp16 work on the **tensor cores** (the units that multiply small matrix tiles; lesson 1). (**fp32** is the 4-byte float, **fp16** and **bf16** two 2-byte ones: bf16 keeps fp32's exponent range with fewer mantissa bits.) A vector add does 1 FLOP per 12 bytes. Most of what a sequence model does between its big matrix products (softmax, layer norm, activations, the LSTM's gate pointwise) has intensity far below the ridge point: its speed is set by bytes, and the lessons that follow are about moving fewer of them.
 
 # %%
 memory.plot_hierarchy("H100")
 plt.show()
 
+# %%
+h100 = hardware.spec("H100")
+regs, l1 = h100.registers_per_sm * 4 * h100.sm_count, h100.l1_per_sm * h100.sm_count
+claims.show(claims.claim(
+    "Summed over the chip, the register file ({r}) and the L1 ({l}) each hold {fr:.0%} of what the L2 holds ({l2}), "
+    "but split into {sms} private pieces, one per SM.",
+    holds=lambda fr, fl, **_: 0.5 < fl < 1 and abs(fr - fl) < 0.05, r=memory.human_bytes(regs),
+    l=memory.human_bytes(l1), l2=memory.human_bytes(h100.l2_bytes), fr=regs / h100.l2_bytes, fl=l1 / h100.l2_bytes,
+    sms=h100.sm_count,
+))  # fmt: skip
+
 # %% [markdown]
-# The register file and the L1 are each as large in total as the L2 — but split into 132 private pieces. Keeping data in registers and shared memory of the SM that uses it (tiling) is what FlashAttention (lesson 4) and FlashRNN (lesson 6) are about.
+# Keeping data in the registers and shared memory of the SM that uses it (**tiling**: cutting the work into blocks small enough to stay there) is what FlashAttention (lesson 4) and FlashRNN (lesson 6) are about.
 #
 # Kernels in this course never hard-code a GPU: they read a `GPUSpec` from `gpulab.hardware`, so a tile choice can be checked on CPU for any GPU in this table. The last column is the ridge point.
 
@@ -86,7 +97,7 @@ hardware.live_properties() or "no CUDA device here: kernels run in the Triton in
 #
 # **Count first.** Copying $N$ elements of $s$ bytes reads $Ns$ and writes $Ns$ bytes and does no arithmetic: $I = 0$. The best possible time is $2Ns / B_\text{HBM}$; for 1 GiB of fp32 on an H100 that is $2.15\,\text{GB} / 3.35\,\text{TB/s} = 0.64$ ms.
 #
-# **The Triton model.** A kernel is written for *one program*. `tl.program_id(0)` says which one; `tl.arange(0, BLOCK)` is a vector of `BLOCK` lanes, which Triton spreads over the program's threads (each thread gets a few contiguous elements, so loads are wide and coalesced). Program $p$ handles elements $[pB, (p+1)B)$. When $N$ is not a multiple of $B$ the last block is ragged: its lanes past $N$ must neither load nor store, which is what the **mask** does.
+# **The Triton model.** A kernel is written for *one program*. `tl.program_id(0)` says which one; `tl.arange(0, BLOCK)` is a vector of `BLOCK` lanes, which Triton spreads over the program's threads (each thread gets a few contiguous elements, so loads are wide and **coalesced**: the 32 threads of a warp read neighbouring addresses, which the hardware merges into a few wide memory transactions). Program $p$ handles elements $[pB, (p+1)B)$. When $N$ is not a multiple of $B$ the last block is ragged: its lanes past $N$ must neither load nor store, which is what the **mask** does.
 
 # %%
 print(inspect.getsource(memory.copy_kernel.fn))
@@ -188,7 +199,7 @@ else:
 # %% [markdown]
 # ## 4. Measured on an H100
 #
-# The stored run: `python -m gpulab bench 00` on an NVIDIA H100 80GB HBM3 (result file and figure in `benchmarks/00_memory_hierarchy/`). Besides the sweep it times the copy kernel from section 2 and PyTorch's own device copy (`Tensor.copy_`) on the same 1 GiB; lesson 1's run times the same two copies again for the roofline's HBM ceiling, and this lesson shows that one record of them (below), so the table lists the sweep.
+# The stored run: `python -m gpulab bench 00` on an NVIDIA H100 80GB HBM3 (result file and figure in `benchmarks/00_memory_hierarchy/`). Besides the sweep it times the copy kernel from section 2 and PyTorch's own device copy (`Tensor.copy_`) on the same 1 GiB. Every time in the table is **device time** (`ms`: the GPU's own clock, read with CUDA events around the kernels), not **wall time** (`wall_ms`: the host's clock, launch costs included). Lesson 1's run times the same two copies again for the roofline's HBM ceiling, and this lesson shows that one record of them (below), so the table lists the sweep. Its last two columns come from the compiler: `registers` per thread, and `spills`, values that did not fit in registers and went to slow off-chip memory (none here).
 
 # %%
 stored = bench.load("00", gpu="h100")
@@ -233,7 +244,7 @@ claims.claim(
 # %% [markdown]
 # ## 5. Counting the bytes, not only modelling them
 #
-# The bandwidths above divide the bytes a copy *must* move (read $n$ elements, write $n$) by its time. Did the kernel move exactly those? Two counters answer it. In the interpreter, `gpulab.traffic.count` wraps every `tl.load` and `tl.store` and adds up the bytes each program touches (masked-off lanes excluded). On a GPU, Nsight Compute counts the bytes that really crossed the DRAM interface (`bash scripts/ncu_traffic.sh`, stored under `benchmarks/io_traffic/`).
+# The bandwidths above divide the bytes a copy *must* move (read $n$ elements, write $n$) by its time. Did the kernel move exactly those? Two counters answer it. In the interpreter, `gpulab.traffic.count` wraps every `tl.load` and `tl.store` and adds up the bytes each program touches (masked-off lanes excluded). On a GPU, Nsight Compute (NVIDIA's kernel profiler, `ncu`) counts the bytes that really crossed the DRAM interface (`bash scripts/ncu_traffic.sh`, stored under `benchmarks/io_traffic/`).
 
 # %%
 from gpulab import traffic

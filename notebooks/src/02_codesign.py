@@ -16,7 +16,7 @@
 # # Lesson 2 — GEMM shapes and hardware co-design
 #
 # **What you will learn**
-# - why two matrix products with (almost) the same FLOP count can run four to five times apart on the same GPU: **alignment**, **tile quantization** and **wave quantization**;
+# - why two matrix products with (almost) the same FLOP count can run about five times apart on the same GPU: **alignment**, **tile quantization** and **wave quantization**;
 # - a model of GEMM time on a given GPU — a memory roof, a compute roof, and those three shape effects — that predicts time and throughput for any $(M, N, K)$, dtype and GPU in the spec table;
 # - to build a fixed-tile matrix product in Triton, check it against float64, and use it to *see* waves, which cuBLAS hides by changing its tiles;
 # - to check a model configuration (GPT-2, Pythia, GPT-NeoX, a multi-head LSTM) against the sizing rules of Anthony et al., *The Case for Co-Designing Model Architectures with Hardware* (2024), and find the nearest compliant sizes.
@@ -46,7 +46,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION`, read, like the two alignment penalties of section 2, from this lesson's newest stored H100 run by `codesign.model_constants()` (printed below with the record and the cases they come from; a clone without records gets typed fallbacks, each with its source, and the same lines say so) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it: the model's memory term predates that ceiling and uses the read-only plateau).
+# For $M = N = 8192$, $K = 4096$ in bf16, $F/Q$ (printed below) is far beyond the H100's ridge point: compute-bound. The tensor-core peak is 989 TFLOP/s; the best cuBLAS kernels sustain a fraction of it, so the model uses $P = \phi_p\,P_\text{peak}$ with $\phi_p$ = `codesign.PEAK_FRACTION`, read, like the two alignment penalties of section 2, from this lesson's newest stored H100 run by `codesign.model_constants()` (printed below with the record and the cases they come from; a clone without records gets typed fallbacks, each with its source, and the same lines say so) and $B = \phi_m\,B_\text{HBM}$ with $\phi_m$ = `codesign.memory_fraction()`, the fraction of the spec that lesson 0's read-only sweep reached, read from its newest stored record (its plateau, printed below with its record; the roofline's HBM ceiling, a copy that also writes, is printed beside it; the model uses the read-only plateau).
 
 # %%
 spec = hardware.spec("H100")
@@ -63,9 +63,9 @@ print(roofline.hbm_ceiling("H100").describe("beside it, the HBM ceiling of the r
 #
 # ## 2. Alignment: 4095 is not 4096
 #
-# A Hopper GEMM kernel copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator) and multiplies them with `wgmma`. Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
+# A GEMM kernel for Hopper (the H100's architecture) copies tiles of $A$ and $B$ into shared memory with **TMA** (the tensor memory accelerator, a copy engine that moves a whole tile per instruction) and multiplies them with **wgmma** (warpgroup matrix multiply-accumulate: four warps issue one tensor-core product of a tile together). Both want every row of every operand to start on a **16-byte boundary**. In the row-major layout torch uses, the row lengths of $A$, $B$ and $C$ are $K$ and $N$ — so $K \cdot s$ and $N \cdot s$ must be multiples of 16 bytes: 8 elements of bf16 or fp16, 4 of fp32. ($M$ is a row *count*; it can be anything.)
 #
-# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The model's penalty for rows that are only 2-byte aligned, `codesign.MISALIGNED_PENALTY`, is read from those cases of the stored run. Rows that are 4- or 8-byte aligned ($K = 4092, 4094, 4098, 4100$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY`, read from those cases; the first version of the model had no middle path, charged them the full penalty, and misordered them in the first H100 run:
+# If they are not, cuBLAS has to fall back to kernels that load with narrower instructions. On the H100 (bf16, $M = N = 8192$) the cell below prints what the stored run measured at $K = 4095$ and $K = 4097$, one element more or less than $K = 4096$. The model's penalty for rows that are only 2-byte aligned, `codesign.MISALIGNED_PENALTY`, is read from those cases of the stored run. Rows that are 4- or 8-byte aligned ($K = 4092, 4094, 4098, 4100$) fall on a middle path, `codesign.PARTIALLY_ALIGNED_PENALTY`, read from those cases:
 #
 # $$ e_\text{align} = \frac{1}{\text{penalty}(K s, N s)} \times \frac{K}{B_K \lceil K / B_K \rceil}, \qquad \text{penalty} = \begin{cases} 1 & \text{both rows 16-byte aligned} \\ \pi_{4,8} & \text{4- or 8-byte aligned} \\ \pi_2 & \text{2-byte aligned} \end{cases} $$
 #
@@ -175,7 +175,7 @@ for gpu in ("H100", "A100", "L4"):
 #
 # ## 6. A fixed-tile matmul in Triton
 #
-# cuBLAS picks a different kernel (tile, split of $K$, cluster shape) for almost every shape, which smooths its wave staircase. To see the waves themselves we need a kernel whose tile never changes: `codesign.matmul_fixed_tile_kernel`. One program per $B_M \times B_N$ output tile; a loop over $K$ in steps of $B_K$, accumulating `tl.dot` products in fp32; masks for the ragged edges in $M$, $N$ and the $K$ tail (masked loads read zeros, which add nothing).
+# cuBLAS picks a different kernel (tile, split of $K$, ...) for almost every shape, which smooths its wave staircase. To see the waves themselves we need a kernel whose tile never changes: `codesign.matmul_fixed_tile_kernel`. One program per $B_M \times B_N$ output tile; a loop over $K$ in steps of $B_K$, accumulating `tl.dot` products in fp32; masks for the ragged edges in $M$, $N$ and the $K$ tail (masked loads read zeros, which add nothing).
 
 # %%
 print(inspect.getsource(codesign.matmul_fixed_tile_kernel.fn))
@@ -194,7 +194,7 @@ for m, n, k in ((1, 1, 1), (17, 17, 17), (33, 20, 19), (100, 37, 70)):
     print(f"{m:3d} x {n:3d} x {k:3d}: grid {grid}, every element written, matches float64 (relative error < 1e-6)")
 
 # %% [markdown]
-# On the GPU the sweep uses $B_M \times B_N \times B_K = 128 \times 256 \times 64$, 8 warps, 3 stages — the first configuration in the autotuning list of Triton's matmul tutorial. With all three stages buffered its shared memory is $3 \times (128 \times 64 + 64 \times 256) \times 2$ bytes = 144 KB, more than half of an SM's 228 KB, so each SM runs one tile at a time: one tile per SM per wave, as the model assumes. (The stored results record the compiled kernel's shared memory, so section 9 can check this.)
+# On the GPU the sweep uses $B_M \times B_N \times B_K = 128 \times 256 \times 64$, 8 warps, 3 **stages** (buffers in shared memory, so the tiles of $A$ and $B$ for the next K-steps load while the current ones multiply) — the first configuration in the autotuning list of Triton's matmul tutorial (the configurations it times on each shape, keeping the best). With all three stages buffered its shared memory is $3 \times (128 \times 64 + 64 \times 256) \times 2$ bytes = 144 KB, more than half of an SM's 228 KB, so each SM runs one tile at a time: one tile per SM per wave, as the model assumes. (The stored results record the compiled kernel's shared memory, so section 9 can check this.)
 #
 # ## 7. Predictions for the H100 sweeps
 #
@@ -234,7 +234,7 @@ claims.claim(
 # ## 8. Measure here
 
 # %% [markdown]
-# The same three sweeps at the sizes of this machine. On a GPU these are real measurements (bf16, full size, about a minute); on CPU they are tiny fp32 problems timed through the CPU's `torch.matmul` and the Triton interpreter, compared against the model *of the H100*: they show that the code runs and is checked, not how a GPU behaves.
+# The same three sweeps at the sizes of this machine. On a GPU these are real measurements (bf16, full size); on CPU they are tiny fp32 problems timed through the CPU's `torch.matmul` and the Triton interpreter, compared against the model *of the H100*: they show that the code runs and is checked, not how a GPU behaves.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -299,15 +299,18 @@ if stored:
             bound="/".join(sorted({head[d].params["predicted_bound"] for d in (60, 64, 100)})),
         ))  # fmt: skip
     misses = agreement["misses"]
-    print(f"\n{len(misses)} pairs the model orders wrongly" + (", the first few:" if misses else "."))
-    for miss in misses[:8]:
+    tie = [abs(m["predicted_ms"][0] - m["predicted_ms"][1]) <= 1e-9 * max(m["predicted_ms"]) for m in misses]
+    assert sum(tie) == agreement["ties"]
+    print(f"\n{len(misses)} pairs the model does not order: {sum(tie)} it predicts as ties (equal times), "
+          f"{len(misses) - sum(tie)} the wrong way round" + (". Those first, then a few ties:" if misses else "."))
+    for miss in [m for m, t in zip(misses, tie) if not t] + [m for m, t in zip(misses, tie) if t][:4]:
         (m1, m2), (p1, p2) = miss["measured_ms"], miss["predicted_ms"]
         print(f"  {miss['sweep']}: x = {miss['x']}, measured {m1:.4g} vs {m2:.4g}, predicted {p1:.4g} vs {p2:.4g} ms")
 
 # %% [markdown]
 # ## 10. Co-design: checking model configurations
 #
-# Every GEMM of a transformer layer has a shape set by the model's hyperparameters — vocabulary $v$, hidden size $h$, heads $a$, sequence $s$, microbatch $b$, tensor-parallel degree $t$:
+# Every GEMM of a transformer layer has a shape set by the model's hyperparameters — vocabulary $v$, hidden size $h$, heads $a$, sequence $s$, microbatch $b$ (the sequences one GPU processes per step), tensor-parallel degree $t$ (the number of GPUs each layer's weight matrices are split over):
 #
 # | GEMM | $M$ | $N$ | $K$ | batch |
 # |---|---|---|---|---|
@@ -332,21 +335,39 @@ for name in ("GPT-2 small", "Pythia-2.8B", "GPT-NeoX-20B"):
 # GPT-2's vocabulary of 50257 is the classic miss (nanoGPT pads it to 50304, "the nearest multiple of 64, for efficiency"); EleutherAI padded theirs. Pythia-2.8B (GPT-3 2.7B's shape) has a head dimension of 80, GPT-NeoX-20B of 96. Is the nearest fix the best one? Ask the model for the layer's GEMM time with each compliant head count:
 
 # %%
+heads_choice = {}  # name -> (the fastest head count, fix_config's choice, {heads: (layer ms, Q K^T bound)})
 for name in ("Pythia-2.8B", "GPT-NeoX-20B"):
     cfg = codesign.KNOWN_CONFIGS[name]
     a0, t = cfg.heads, cfg.tensor_parallel
     # the compliant head counts within a factor of two of the original, and the original
     options = sorted({a for a in codesign.heads_options(cfg.hidden, a0, t) if a0 / 2 <= a <= 2 * a0} | {a0})
     base, _ = codesign.layer_time(cfg)
+    times = {}
     for a in options:
         t, parts = codesign.layer_time(dataclasses.replace(cfg, heads=a))
         scores = parts[1][1]
+        times[a] = (t, scores.bound)
         print(f"{name:13s} a = {a:3d} (h/a = {cfg.hidden // a:3d}): layer GEMMs {t:6.2f} ms ({t / base - 1:+5.1%}); "
               f"Q K^T {scores.ms:.3f} ms, {scores.bound}-bound")
-    print(f"  fix_config picks {codesign.fix_config(cfg).heads} heads\n")
+    heads_choice[name] = (min(times, key=lambda a: times[a][0]), codesign.fix_config(cfg).heads, times)
+    print(f"  fix_config picks {heads_choice[name][1]} heads\n")
+
+# %%
+hidden = {n: codesign.KNOWN_CONFIGS[n].hidden for n in heads_choice}
+claims.show(claims.claim(
+    "In the model the nearest compliant head count is not the fastest: with attention computed as separate GEMMs, "
+    "every head writes its own $s \\times s$ score matrix, so *more* heads move *more* bytes, and the "
+    "**memory-bound** score GEMMs dominate the difference. The fewest heads of the window win, {a_p} for Pythia-2.8B "
+    "($h/a$ = {d_p}) and {a_n} for GPT-NeoX-20B ($h/a$ = {d_n}), and `codesign.fix_config` picks them: among "
+    "compliant head counts within a factor of two, the one the model predicts fastest.",
+    holds=all(best == pick == min(ts) and all(b == "memory" for _, b in ts.values())
+              for best, pick, ts in heads_choice.values()),
+    a_p=heads_choice["Pythia-2.8B"][0], d_p=hidden["Pythia-2.8B"] // heads_choice["Pythia-2.8B"][0],
+    a_n=heads_choice["GPT-NeoX-20B"][0], d_n=hidden["GPT-NeoX-20B"] // heads_choice["GPT-NeoX-20B"][0],
+))  # fmt: skip
 
 # %% [markdown]
-# The nearest compliant head count is not the fastest: with attention computed as separate GEMMs, every head writes its own $s \times s$ score matrix, so *more* heads move *more* bytes, and the memory-bound score GEMMs dominate the difference. Fewer, wider heads ($h/a = 128$) win. `codesign.fix_config` therefore chooses, among compliant head counts within a factor of two, the one the model predicts fastest. (FlashAttention — lesson 4 — never writes the scores to HBM, which changes this trade-off.)
+# FlashAttention (lesson 4) never writes the scores to HBM, which changes this trade-off.
 #
 # The same rules apply to a **multi-head LSTM** (block-diagonal recurrence, one block per head, as in FlashRNN): the input projection is a $bs \times 4h/t \times h$ GEMM, and every time step runs a small batched GEMM of $b \times 4d \times d$ per head ($d = h/\text{heads}$). Those step GEMMs are tiny, so two more rules matter: the batch should fill whole 16-row tensor-core tiles, and one step should have enough tiles to occupy every SM.
 
@@ -364,14 +385,26 @@ for cfg in (lstm, fixed):
     print(f"  batch {cfg.batch:4d}: {t / (cfg.batch * cfg.seq) * 1e6:7.2f} ns per token per layer; "
           f"one step: {step.tiles} tiles, {step.waves} wave(s), {step.bound}-bound")
 
+# %%
+step_shape, step = codesign.layer_time(lstm)[1][1]
+weight_bytes = step_shape["batch"] * step_shape["n"] * step_shape["k"] * 2  # bf16: heads x [4d, d]
+claims.show(claims.claim(
+    "At batch {b} one time step moves {mb:.2f} MB, {wf:.0%} of it the recurrent weights ({h} heads of $4d \\times "
+    "d$ = {n} × {k} bf16 values each), to do {mf:.1f} MFLOPs, and only {tiles} of {sms} SMs have a tile: the step "
+    "is **{bound}-bound** and the GPU mostly idle.",
+    holds=lambda wf, tiles, sms, bound, **_: wf > 0.8 and tiles < sms and bound == "memory", b=lstm.batch,
+    mb=step.bytes / 1e6, wf=weight_bytes / step.bytes, h=step_shape["batch"], n=step_shape["n"], k=step_shape["k"],
+    mf=step.flops / 1e6, tiles=step.tiles, sms=step.sm_count, bound=step.bound,
+))  # fmt: skip
+
 # %% [markdown]
-# At batch 12 one time step moves about 1.3 MB — almost all of it the recurrent weights, $4 \times 192 \times 768$ bf16 values per head — to do 14 MFLOPs, and only 48 of 132 SMs have a tile: the step is memory-bound and the GPU mostly idle. A larger batch amortises the weights over more sequences, which is why the microbatch rule asks for hundreds. A fused RNN kernel (lesson 6) attacks the same cost from the other side: it keeps the recurrent weights on chip across time steps instead of re-reading them.
+# A larger batch amortises the weights over more sequences, which is why the microbatch rule asks for hundreds. A fused RNN kernel (lesson 6) attacks the same cost from the other side: it keeps the recurrent weights on chip across time steps instead of re-reading them.
 #
 # ## What it means
 #
 # - **Shape is a performance parameter.** One element of $K$ changes an 8192-square GEMM's time on the H100 (by how much: section 2's verdict, from the stored run): the 16-byte alignment of rows decides whether the fast tensor-core path runs at all. Multiples of 8 elements are the hard rule, multiples of 64 the comfortable one.
 # - **Work is done in tiles and waves.** A GEMM costs whole tiles and whole waves; an extra column can add a wave that runs on 9% of the SMs. Libraries soften this by switching tiles per shape, a fixed-tile kernel shows it plainly — and the "good" sizes depend on the GPU's SM count.
-# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with rates from spec sheets and measured constants read from the stored runs (the peak fraction and both alignment penalties from this lesson's K sweep, the memory fraction from lesson 0's sweep, the 4- and 8-byte penalty added after the model without it misordered those shapes) — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
+# - **A three-factor model orders shapes.** Roofs plus alignment, tile and wave quantization — with rates from spec sheets and measured constants read from the stored runs (the peak fraction and both alignment penalties from this lesson's K sweep, the memory fraction from lesson 0's sweep) — predict which of two shapes is faster; section 9 reports how often it is right on the H100, and where it is not.
 # - **Co-design is cheap at design time.** Padding a vocabulary, choosing a head count with $h/a$ a multiple of 64 (or 128), a microbatch that makes $bs$ a multiple of 64: none of these changes what the model can learn, all of them change how fast it trains. Checking a config takes a function call.
 #
 # **Exercises:** `exercises/02_codesign.ipynb` — compute tile and wave quantization, build the time model yourself, predict which shapes run fastest and compare with the H100 measurements, and fix a config the checker flags. Grade your work with `make grade NB=exercises/02_codesign.ipynb`.

@@ -144,11 +144,12 @@ def copy_gbps(n_elements: int, dtype: torch.dtype, ms: float) -> float:
 grading.grade_copy_bandwidth(copy_gbps)
 
 # %%
-# Apply it to the stored H100 run of lesson 0: PyTorch's own copy of 1 GiB of fp32 (device time).
-from gpulab import bench
+# Apply it to the stored H100 run of PyTorch's own copy of 1 GiB of fp32 (device time): the run of the HBM ceiling,
+# the one record of the copies that lesson 0 shows.
+from gpulab import roofline
 from gpulab.course import claims
 
-peer = next(r for r in bench.load("00", gpu="h100") if r.case.startswith("torch copy_"))
+peer = next(r for r in roofline.ceilings("H100").records if r.case == "HBM: torch copy_ (peer)")
 gbps = copy_gbps(peer.shape[0], torch.float32, peer.ms)
 print(f"torch copy_ of {peer.shape[0]:,} fp32 elements: {peer.ms:.3f} ms (device time) on the {peer.device}")
 spec = hardware.spec("H100")

@@ -42,7 +42,8 @@ from gpulab.course import grading_roofline as grading
 #
 # <details><summary>Hint 1</summary>
 #
-# The memory roof is intensity × bandwidth: FLOP per byte times bytes per second is FLOP per second.
+# Write down the units: intensity is FLOP per byte, bandwidth bytes per second. Which product of the two is a rate
+# of FLOPs, and so a roof?
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -139,8 +140,8 @@ grading.grade_lstm_step_cost(lstm_step_cost)
 #
 # <details><summary>Hint 1</summary>
 #
-# Compare the kernel's intensity, `flops / nbytes`, with the GPU's ridge point: the intensity at which the two roofs
-# meet.
+# On the roofline's x axis, where does this kernel sit, and where on that axis do the two roofs meet (lesson 1,
+# section 1)?
 # </details>
 #
 # <details><summary>Hint 2</summary>

@@ -40,12 +40,14 @@ from gpulab.course import grading_codesign as grading
 # %% [markdown]
 # ## Task 1: tile and wave quantization
 #
-# A GEMM kernel cuts the $M \times N$ output (of each of `batch` independent products) into tiles of `tile = (tile_m, tile_n)`, one tile per program, and the SMs run the programs in waves of `sm_count` tiles. Return
+# A GEMM kernel cuts the $M \times N$ output (of each of `batch` independent products) into tiles of `tile = (tile_m, tile_n)`, one tile per program, and the SMs run the programs in waves of `sm_count` tiles, one tile per SM. Return `(tiles, waves, tile_efficiency, wave_efficiency)`:
 #
-# - `tiles` $= \text{batch} \cdot \lceil M/t_m \rceil \cdot \lceil N/t_n \rceil$,
-# - `waves` $= \lceil \text{tiles} / \text{SMs} \rceil$,
-# - `tile_efficiency`: the useful area $MN$ over the area of the tiles, $\lceil M/t_m\rceil t_m \cdot \lceil N/t_n\rceil t_n$,
-# - `wave_efficiency` $= \text{tiles} / (\text{waves} \cdot \text{SMs})$.
+# - `tiles`: how many tiles cover the outputs of all `batch` products (a partly filled tile at an edge counts as one);
+# - `waves`: how many rounds of `sm_count` tiles it takes to run them all;
+# - `tile_efficiency`: the fraction of the tiles' area that is output;
+# - `wave_efficiency`: the fraction of the SM slots of all the waves that hold a tile.
+#
+# Lesson 2, sections 3 and 4, derive each.
 #
 # Hints, opened one at a time only when you are stuck:
 #
@@ -87,9 +89,9 @@ for n in (1408, 1416):
 #
 # Build the lesson's model yourself: `predict_ms(m, n, k, dtype, gpu, tile, batch=1)` returns the predicted milliseconds of `batch` products $[M, K] \times [K, N]$.
 #
-# - `spec = hardware.spec(gpu)` describes the GPU: `spec.peak_tflops(dtype)`, `spec.hbm_gbps`, `spec.sm_count`. The element size $s$ of `dtype` is `torch.empty(0, dtype=dtypes.as_dtype(dtype)).element_size()`.
+# - `spec = hardware.spec(gpu)` describes the GPU: `spec.peak_tflops(dtype)`, `spec.hbm_gbps`, `spec.sm_count`. `dtypes.as_dtype(dtype)` turns a dtype name into a `torch.dtype`; a tensor's `element_size()` is the element size $s$ in bytes.
 # - FLOPs $F = 2 \cdot \text{batch} \cdot MNK$; bytes $Q = s \cdot \text{batch} \cdot (MK + KN + MN)$.
-# - alignment: the factor is `1 / codesign.alignment_penalty(k, n, dtype)` (1 when the rows of $K$ and $N$ elements are multiples of 16 bytes; the lesson explains the two measured penalties); multiply it by the fill of the last K-step, $K / (B_K \lceil K/B_K \rceil)$ with $B_K = 128 / s$ elements.
+# - alignment: `codesign.alignment_penalty(k, n, dtype)` is the measured penalty (1 when the rows of $K$ and $N$ elements are multiples of 16 bytes; lesson 2, section 2, explains the two others); the alignment efficiency $e_\text{align}$ is the fill of the last K-step (K-steps of $B_K = 128 / s$ elements) divided by it.
 # - tile and wave efficiency from your `quantization`.
 # - compute time $F / (P \cdot \phi_c \cdot e_\text{align} e_\text{tile} e_\text{wave})$ with $P$ the peak in FLOP/s and $\phi_c$ = `codesign.PEAK_FRACTION`; memory time $Q \cdot \text{penalty} / (B \cdot \phi_m)$ with $B$ in bytes/s, $\phi_m$ = `codesign.MEMORY_FRACTION` and the same alignment penalty (a misaligned shape runs a slower kernel, for its loads as well as its math). The prediction is the larger, in ms.
 #
@@ -150,7 +152,8 @@ grading.grade_predict_ms(predict_ms)
 #
 # <details><summary>Hint 2</summary>
 #
-# Highest first: `sorted(range(len(shapes)), key=lambda i: -rate[i])` (or `reverse=True`). Return indices, not shapes.
+# `sorted` takes a `key` (a function of the item) and `reverse=True`; sort the indices `range(len(shapes))`, not the
+# shapes, so that indices are what you return.
 # </details>
 
 # %% tags=["solution"]
@@ -239,8 +242,8 @@ else:
 #
 # <details><summary>Hint 2</summary>
 #
-# Round the vocabulary up to a multiple of 64 with `-(-x // m) * m`; round `hidden` to the *nearest* multiple of $64t$
-# (never below $64t$). Then keep `heads` unless it breaks a rule ($h \bmod a$, $(h/a) \bmod 64$ or $a \bmod t$ not
+# The vocabulary goes *up* to a multiple of 64 (a ceiling division, times 64); `hidden` to the *nearest* multiple
+# of $64t$ (never below $64t$). Then keep `heads` unless it breaks a rule ($h \bmod a$, $(h/a) \bmod 64$ or $a \bmod t$ not
 # 0); if it does, take the first of `codesign.heads_options(hidden, heads, t)` within a factor of two of the old count.
 # </details>
 #

@@ -55,8 +55,9 @@ import triton.language as tl  # isort: skip
 #
 # <details><summary>Hint 2</summary>
 #
-# One cell is `gates = x_t @ w_ih[l].t() + h @ w_hh[l].t() + bias[l]` ($[B, 4H]$, two products for all four gates),
-# then `h, c = ladder.lstm_cell_torch(*gates.chunk(4, dim=1), c)`.
+# In one cell, the input $x_t$ times the transposed $[4H, I]$ input weights and $h$ times the transposed $[4H, H]$
+# recurrent weights are the two products; with the bias they are the $[B, 4H]$ pre-activations of all four gates,
+# which the cell function takes split in four.
 # </details>
 #
 # <details><summary>Hint 3</summary>
@@ -93,7 +94,7 @@ grading.grade_combined_gemm(step1)
 # %% [markdown]
 # ## Task 2: the fused pointwise kernel
 #
-# Write `pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK)`. `gates` is $[N, 4, M]$ contiguous (pre-activations in the order i, f, z, o: gate $g$ of row $n$ starts at `gates_ptr + n*4*M + g*M`), `c` is $[N, M]$ in fp32. Program $(n, b)$ handles units $[b \cdot \text{BLOCK}, (b+1) \cdot \text{BLOCK})$ of row $n$: load the four gates and $c$, compute in fp32 (`.to(tl.float32)`), and store $h$ (in `h_out`'s dtype: `.to(h_out_ptr.dtype.element_ty)`) and the new $c$. The last block is ragged: mask it.
+# Write `pointwise_kernel(gates_ptr, c_ptr, h_out_ptr, c_out_ptr, M, BLOCK)`. `gates` is $[N, 4, M]$ contiguous (pre-activations in the order i, f, z, o: gate $g$ of row $n$ starts at `gates_ptr + n*4*M + g*M`), `c` is $[N, M]$ in fp32. Program $(n, b)$ handles units $[b \cdot \text{BLOCK}, (b+1) \cdot \text{BLOCK})$ of row $n$: load the four gates and $c$, compute in fp32 (`.to(tl.float32)`), and store $h$ in `h_out`'s dtype and the new $c$ in fp32. The last block is ragged: mask it.
 #
 # You may call `cells.lstm_cell(i, f, z, o, c)`, the course's `@triton.jit` cell math, which returns `(h, c)`.
 #
@@ -101,8 +102,8 @@ grading.grade_combined_gemm(step1)
 #
 # <details><summary>Hint 1</summary>
 #
-# Start from the masked copy of lesson 0: a 2-D grid, `n = tl.program_id(0)` the row and
-# `offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)` the units, masked with `offs < M`.
+# Start from the masked copy of lesson 0. The grid is 2-D here: axis 0 of `tl.program_id` is the row, axis 1 the
+# block of units within it, and the mask compares the units' offsets with `M`.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -200,15 +201,20 @@ print(f"the article's stack: {len(waves)} waves instead of {4 * 100} cells one b
 # that each layer has a stream, and that your waits allow the shortest schedule the dependencies permit (a wait for
 # more than a cell needs serializes the layers). On a GPU it also runs your function on `torch.cuda`.
 #
-# <details><summary>Hint 1: what to wait for</summary>
+# <details><summary>Hint 1: which inputs need a wait</summary>
 #
-# One event per cell, recorded on its layer's stream right after the cell: `done[l][t]`. Before cell $(l, t)$, layer
-# $l$'s stream waits for `done[l-1][t]` only ($(l, t-1)$ is on its own stream, already in order). Issue the cells in
-# time-major order (`for t: for l:`) so that every event exists when its wait is issued: a wait on an event not
-# recorded yet waits for nothing.
+# Cell $(l, t)$ has two inputs. Which of them was computed on its own layer's stream, and so is already in order, and
+# which on another stream?
 # </details>
 #
-# <details><summary>Hint 2: where the results live</summary>
+# <details><summary>Hint 2: what to wait for</summary>
+#
+# One event per cell, recorded on its layer's stream right after the cell: `done[l][t]`. Before cell $(l, t)$, layer
+# $l$'s stream waits for `done[l-1][t]` only. Issue the cells in time-major order (`for t: for l:`) so that every
+# event exists when its wait is issued: a wait on an event not recorded yet waits for nothing.
+# </details>
+#
+# <details><summary>Hint 3: where the results live</summary>
 #
 # Allocate each layer's outputs `ys[l] = x.new_empty(T, B, H)` up front on the calling stream, and have every side
 # stream wait for it first (`s.wait_stream(main)`); each cell writes `ys[l][t].copy_(h)`. At the end the calling stream
@@ -266,18 +272,24 @@ grading.grade_streams(step2)
 # warm-up on a side stream before the capture (as PyTorch requires), one capture for all calls, `fn` never run
 # eagerly after it. On a GPU the real capture is graded the same way.
 #
-# <details><summary>Hint 1: static memory</summary>
+# <details><summary>Hint 1: what a replay reads</summary>
 #
 # A graph replays its kernels on the addresses it captured: the input it reads is the tensor you passed during the
-# capture, and its output is the tensor the capture returned. So keep a static input (`static_x = example.clone()`),
-# capture `static_y = fn(static_x)`, and on each call copy the new input in before replaying.
+# capture, and its output is the tensor the capture returned. So how does a new input reach a replay, and where is
+# its output afterwards?
 # </details>
 #
-# <details><summary>Hint 2: the warm-up</summary>
+# <details><summary>Hint 2: static memory</summary>
 #
-# Before capturing, run `fn(static_x)` once or twice on a side stream (`s = cuda.Stream()`,
-# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`):
-# libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture.
+# Keep a static input of your own (a clone of `example`), capture `fn` on it, and keep what the capture returned; on
+# each call copy the new input into the static one before replaying.
+# </details>
+#
+# <details><summary>Hint 3: the warm-up</summary>
+#
+# Libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture. So before
+# capturing, run the forward once or twice on a side stream (`s = cuda.Stream()`,
+# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`).
 # </details>
 
 # %% tags=["solution"]
@@ -310,7 +322,7 @@ grading.grade_graphed(graphed)
 # %% [markdown]
 # ## What the two steps saved
 #
-# Step 1 cut the products per cell from 8 to 2 (and the additions that summed them); step 3, your kernel of task 2, cut the pointwise launches from about 20 to 1. Each step of the ladder builds on the one before, so what a step saved is the time of the step before it minus its own. Before reading on, guess which saved more time on the H100, run eagerly and captured in a CUDA graph. The lesson's stored run (4 layers x 100 steps = 400 cells per forward) says:
+# Step 1 cut the products per cell from 8 to 2 (and the additions that summed them); step 3, your kernel of task 2, cut the elementwise launches per cell of step 2 before it (12 in fp32; 17 in fp16 and bf16, which cast to fp32 first) to 1. Each step of the ladder builds on the one before, so what a step saved is the time of the step before it minus its own. Before reading on, guess which saved more time on the H100, run eagerly and captured in a CUDA graph. The lesson's stored run (4 layers x 100 steps = 400 cells per forward) says:
 
 # %%
 from gpulab import bench
@@ -333,7 +345,7 @@ if all((s, m, d) in runs for s in range(4) for m in CLOCK for d in DTYPES):
     eager_fused = [d for d in DTYPES if saved["eager", d][1] > saved["eager", d][0]]
     claims.show(claims.claim(
         "Captured in a graph (device time), the combined GEMMs (6 fewer products per cell) saved **more** than the "
-        "fused pointwise kernel (about 19 fewer launches per cell) in every dtype, at least {low:.1f} times as much. "
+        "fused pointwise kernel (11 to 16 fewer launches per cell) in every dtype, at least {low:.1f} times as much. "
         "Run eagerly (wall time per call), the fused kernel saved more in {n} of the {m} dtypes{which}.",
         holds=lambda low, **_: low > 1, n=len(eager_fused), m=len(DTYPES),
         which=f" ({', '.join(eager_fused)})" if eager_fused else "",
@@ -345,8 +357,8 @@ else:
 # %% [markdown]
 # ## Question
 #
-# Explain the graph verdict above: why can removing 6 products per cell save more time than removing about 19 launches? And why does the eager clock not rank the two steps the same way in every dtype?
+# Explain the graph verdict above: why can removing 6 products per cell save more time than removing 11 to 16 elementwise launches? And why does the eager clock not rank the two steps the same way in every dtype?
 #
 # ### BEGIN SOLUTION
-# Launches are not the unit of cost; what each kernel costs is. In a graph the host's cost is gone and each kernel costs its GPU time along the dependency chain: a product of only $B = 64$ rows cannot fill the GPU, yet it reads its weight matrix ($512 \times 512$ fp32 per gate and input, 1 MiB) and runs a prologue and epilogue for its few tiles, and each product brings an addition that the combined GEMMs remove with it; an elementwise kernel over $64 \times 512$ values is a single short pass. So a removed product takes far more GPU time with it than a removed elementwise kernel. Run eagerly, the host issues every kernel and its time per launch is what both steps save: the fusion removes more launches, each cuBLAS call (heuristics, workspace) costs the host more than an elementwise launch, and in half precision the unfused cell also casts its five inputs to fp32 (five more kernels, no-ops in fp32). With host costs of both kinds in play, and step 3 measured against step 2's streams, the ranking depends on the dtype and on the run's wall-clock noise, as the table shows; one run does not settle it.
+# Launches are not the unit of cost; what each kernel costs is. In a graph the host's cost is gone and each kernel costs its GPU time along the dependency chain: a product of only $B = 64$ rows cannot fill the GPU, yet it reads its weight matrix ($512 \times 512$ fp32 per gate and input, 1 MiB) and runs a prologue and epilogue for its few tiles, and each product brings an addition that the combined GEMMs remove with it; an elementwise kernel over $64 \times 512$ values is a single short pass. So a removed product takes far more GPU time with it than a removed elementwise kernel. Run eagerly, the host issues every kernel and its time per launch is what both steps save: the fusion removes about as many launches as the combined GEMMs in fp32 and more in half precision, where the unfused cell also casts its five inputs to fp32 (five more kernels, no-ops in fp32), while each cuBLAS call (heuristics, workspace) costs the host more than an elementwise launch. With host costs of both kinds in play, and step 3 measured against step 2's streams, the ranking depends on the dtype and on the run's wall-clock noise, as the table shows; one run does not settle it.
 # ### END SOLUTION
