@@ -17,20 +17,23 @@
 #
 # **What you will learn**
 # - what **data parallelism** is: one process per GPU, each with a copy of the model and a slice of every batch,
-#   agreeing on the gradient through a collective, and why the loss curve does not change when GPUs are added;
+#   agreeing on the gradient through a *collective* (an operation every process calls together, such as a sum
+#   over all of them), and why the loss curve does not change when GPUs are added;
 # - how to count what it costs before measuring: the bytes of a **ring all-reduce**, and how DDP hides them behind
-#   the backward pass by reducing gradients in buckets while later layers are still computing;
-# - what **FSDP2** (`fully_shard`) changes: parameters, gradients and optimizer state split over the GPUs, gathered
+#   the backward pass (DDP: PyTorch's `DistributedDataParallel`) by reducing gradients in buckets while later
+#   layers are still computing;
+# - what **FSDP2** (PyTorch's Fully Sharded Data Parallel, second version: `fully_shard`) changes: parameters, gradients and optimizer state split over the GPUs, gathered
 #   layer by layer, for memory that falls as 1/N at the price of more communication;
-# - how to start, check, checkpoint and resume a distributed run with PyTorch's own tools (`torchrun`,
-#   `DistributedDataParallel`, `fully_shard`, `torch.distributed.checkpoint`) — nothing home-made;
-# - what 2 GPUs measured for lesson 8's LSTM (the fused kernels of lessons 6 and 7) and Transformer (the FlashAttention of lessons 4 and 5),
-#   and a model of what 8 GPUs and several nodes would do.
+# - how to start, check, checkpoint and resume a distributed run with PyTorch's own tools (`torchrun`, its launcher
+#   of one process per GPU; DDP; `fully_shard`; `torch.distributed.checkpoint`) — nothing home-made;
+# - what 2 GPUs measured for the capstone's LSTM (the fused RNN kernels) and Transformer (FlashAttention), and a
+#   model of what 8 GPUs and several nodes (machines) would do.
 #
 # **How this notebook runs.** On a machine without a GPU, every distributed run here uses 2 CPU processes talking
-# through *gloo* (PyTorch's CPU backend) on tiny models: the same code paths as NCCL on GPUs, at toy sizes. The GPU
-# measurements were made with `bash scripts/gpu_lesson7.sh` on a machine with two H200 GPUs and are stored under
-# `benchmarks/09_distributed/`; section 6 reads them.
+# through *gloo* (PyTorch's CPU backend) on tiny models: the same code paths as *NCCL* (NVIDIA's collective
+# communication library, the backend between GPUs) at toy sizes. The GPU measurements were made with
+# `bash scripts/gpu_lesson7.sh` on a machine with two H200 GPUs and are stored in the lesson's folder under
+# `benchmarks/`; section 6 reads them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -69,7 +72,7 @@ print(f"process-group backends in this build: {distributed.available_backends()}
 #
 # almost independent of $N$: the ring's total traffic grows with $N$, but so does the number of links carrying it.
 # The time is those bytes over the link's bandwidth (NCCL calls it *bus bandwidth*), plus a latency per step of the
-# ring. For lesson 8's models at width 768 in bf16:
+# ring. For the capstone's models at width 768 in bf16:
 
 # %%
 for kind in ("LSTM", "Transformer"):
@@ -95,8 +98,9 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# Against the step's computation (lesson 8 timed a training step of 32 strings of 1,024 tokens at tens of
-# milliseconds), tens of megabytes over NVLink (hundreds of GB/s per direction) are a fraction of a millisecond: data
+# Against the step's computation (the capstone timed a training step of 32 strings of 1,024 tokens at about ten to
+# thirty milliseconds), tens of megabytes over NVLink (the links between the GPUs of one machine, hundreds of GB/s
+# per direction) are a fraction of a millisecond: data
 # parallelism at this size should scale almost perfectly inside one machine, *if* the all-reduce overlaps the backward
 # pass. DDP arranges that: gradients are grouped in **buckets** (25 MB by default) in the reverse order of the
 # forward pass, and a bucket's all-reduce starts on a separate CUDA stream as soon as its last gradient is ready, while
@@ -174,7 +178,8 @@ print(", ".join(f"{key} {d:.0e}" for key, d in diffs.items()), "(largest relativ
 
 # %% [markdown]
 # The gradients agree to rounding (the sums are taken in another order), so data parallelism is *exact*: it changes
-# how fast a step runs, not what it computes. The same check with NCCL on GPUs adds only bf16 rounding.
+# how fast a step runs, not what it computes. On GPUs in bf16 that rounding is coarser; section 6 shows what it does
+# to a loss curve.
 #
 # ## 5. DDP and FSDP2, side by side
 #
@@ -184,10 +189,10 @@ print(", ".join(f"{key} {d:.0e}" for key, d in diffs.items()), "(largest relativ
 print(inspect.getsource(distributed.parallel.wrap))
 
 # %% [markdown]
-# - **DDP** keeps a full copy of the model, its gradients and AdamW's two moments on every GPU (16 bytes per fp32
-#   parameter: 4 + 4 + 8) and all-reduces gradients once per step.
+# - **DDP** keeps a full copy of the model, its gradients and AdamW's two moments (its running means of the gradient
+#   and of its square) on every GPU (16 bytes per fp32 parameter: 4 + 4 + 8) and all-reduces gradients once per step.
 # - **FSDP2** (`fully_shard` on each block, then on the whole model) keeps $1/N$ of every parameter, gradient and
-#   moment. Before a block's forward it *all-gathers* the block's parameters, and frees them after; the backward
+#   moment: a *shard*. Before a block's forward it *all-gathers* the block's parameters, and frees them after; the backward
 #   gathers them again and *reduce-scatters* the gradients, so each GPU ends with the reduced gradient of its own
 #   shard only. Per step it sends about 1.5x what DDP sends (a reduce-scatter and two all-gathers, against a
 #   reduce-scatter and one all-gather) and waits on each block's gather: it is the choice when the model does not fit,
@@ -320,8 +325,8 @@ if curves:
 #    bandwidth; it grows by at most $2\times$ from $N = 2$ to $N \to \infty$.
 # 3. **What the step pays is the part not hidden**: $t(N) = t(1) + \max(0,\, t_\text{comm}(N) - t_\text{overlap})$.
 #    We read the exposed part at $N = 2$ off the measurements as $t(2) - t(1)$.
-# 4. **Across nodes**, $\beta$ drops from NVLink's hundreds of GB/s to the network's (e.g. 400 Gb/s InfiniBand per
-#    GPU, 50 GB/s), about $10\times$; the same gradient bytes then take about $10\times$ longer, and whether the
+# 4. **Across nodes**, $\beta$ drops from NVLink's hundreds of GB/s to the network's (e.g. 400 Gb/s InfiniBand, a
+#    network between machines, per GPU: 50 GB/s), about $10\times$; the same gradient bytes then take about $10\times$ longer, and whether the
 #    backward still hides them decides the scaling.
 # 5. **FSDP2** sends about $1.5\times$ DDP's bytes and waits on a gather per block; it scales worse at this size and
 #    is used when memory, not time, is the limit.
@@ -353,8 +358,8 @@ if speed:
 # ## 8. What it means
 #
 # - Data parallelism is exact: the gradients of N slices averaged are the gradient of the whole batch, and with the
-#   data drawn as a function of (seed, step) the loss curve is the same on any number of GPUs (section 4; on GPUs,
-#   up to bf16 rounding, section 6).
+#   data drawn as a function of (seed, step) the losses are the same on any number of GPUs up to rounding
+#   (section 4); in bf16 that rounding lets two runs drift apart after their first few dozen steps (section 6).
 # - Past one node the same bytes cross a network about ten times slower; the model above says when overlap stops
 #   hiding them.
 
@@ -372,8 +377,7 @@ if models_:
         "- Measured on 2 GPUs of one node ({dev}), DDP reaches {lo:.0%} to {hi:.0%} of perfect scaling ({models}; "
         "the table above): in the profiled step its all-reduce is at most {c_hi:.2f} ms of NCCL kernels at the end "
         "of the backward, short next to the step, and the step on 2 GPUs takes {l_lo:.2f}x to {l_hi:.2f}x the "
-        "time on one (eager wall clock). That exposed part, $t(2) - t(1)$, is what section 7 scales. The LSTM's "
-        "recurrence runs as persistent kernels on a few SMs, so NCCL kernels find free SMs beside it.",
+        "time on one (eager wall clock). That exposed part, $t(2) - t(1)$, is what section 7 scales.",
         holds=lambda lo, l_hi, **_: lo >= 0.9 and l_hi < 1.1, dev=speed[0].device, models=" and ".join(models_),
         lo=min(eff_), hi=max(eff_), c_hi=max(nccl_), l_lo=min(longer_), l_hi=max(longer_),
     ))

@@ -13,9 +13,9 @@
 # ---
 
 # %% [markdown]
-# # Exercises 6 — State tracking: the data, the evaluation and the training step
+# # Exercises 8 — State tracking: the data, the evaluation and the training step
 #
-# Three tasks that go with `notebooks/08_state_tracking.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
+# Three tasks that go with the capstone lesson, *State tracking: LSTM vs Transformer*. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random sizes and seeds, and on hand-made models whose right answers are known, and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -42,19 +42,21 @@ torch.set_num_threads(1)  # tiny models: one thread is fastest and steady on a b
 #
 # $$ y_{b,t} = x_{b,0} \oplus x_{b,1} \oplus \dots \oplus x_{b,t} \qquad (\text{the number of ones in } x_{b, 0..t} \bmod 2). $$
 #
-# So `y[:, -1]` is the parity of the whole string, and every earlier position is the parity of a prefix: one string of length $T$ gives $T$ training labels. Draw every random number from `generator` (a seeded `torch.Generator`), so that a seed fixes the data: `torch.randint(low, high, size, generator=generator)`.
+# So `y[:, -1]` is the parity of the whole string, and every earlier position is the parity of a prefix: one string of length $T$ gives $T$ training labels. Draw every random number from `generator` (a seeded `torch.Generator`; torch's random functions take it as `generator=`), so that a seed fixes the data.
 #
 # Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
-# The bits: `torch.randint(0, 2, (batch, length), generator=generator)` (the upper bound is exclusive).
+# Which torch function draws random integers, and is its upper bound included?
+# `torch.randint(low, high, size, generator=...)` draws from `low` to `high - 1`.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# The XOR of a prefix is its number of ones mod 2, and the numbers of ones of every prefix at once are a cumulative
-# sum along the string: `torch.cumsum(x, dim=1)`. No Python loop is needed.
+# Count first: the XOR of a prefix is its number of ones, mod 2.
+# The counts of every prefix at once are a cumulative sum along the string (`torch.cumsum` along `dim=1`); no Python
+# loop is needed.
 # </details>
 
 # %% tags=["solution"]
@@ -81,30 +83,32 @@ print("y =", y.tolist())
 #
 # Write `evaluate(model, task, length, samples=512, batch_size=256, seed=1234)`: the fraction of `samples` fresh strings of `length` tokens whose **final** state the model predicts correctly.
 #
-# - `model(x)` takes tokens `x` `[B, T]` and returns logits `[B, T, C]`, one prediction of the state per position; the prediction for the whole string is `model(x)[:, -1].argmax(-1)`, to be compared with `y[:, -1]`;
-# - `task` is a `gpulab.tasks.Task`: `task.sample(b, length, generator=g, device=d)` returns `(x, y)` like your `parity`;
-# - draw all strings from one `torch.Generator().manual_seed(seed)`, on the model's device (`next(model.parameters()).device`), in batches of at most `batch_size` (the last one may be smaller);
-# - evaluate in eval mode (`model.eval()`) without gradients (`torch.no_grad()`), and leave the model in the mode it was in (`model.training` says which);
+# - `model(x)` takes tokens `x` `[B, T]` and returns logits `[B, T, C]`, one prediction of the state per position; the model's answer for a whole string is the class of highest logit at its last position, to be compared with the string's final state;
+# - `task` is a `gpulab.tasks.Task`: its method `sample(batch, length, generator=None, device=None)` returns `(x, y)` like your `parity`;
+# - draw all strings from one generator seeded with `seed`, on the model's device, in batches of at most `batch_size` (the last one may be smaller);
+# - evaluate in eval mode without gradients, and leave the model in the mode it was in;
 # - return a Python float in [0, 1].
 #
 # Hints, opened one at a time only when you are stuck:
 #
 # <details><summary>Hint 1</summary>
 #
-# Remember `model.training` first, call `model.eval()`, and restore the mode at the end with
-# `model.train(was_training)`; do the loop inside `with torch.no_grad():`.
+# What must you remember before switching the model to eval mode, so you can switch it back?
+# `model.training` (a bool) says its mode: keep it, call `model.eval()`, restore with `model.train(was_training)`;
+# loop inside `with torch.no_grad():`, on `next(model.parameters()).device`.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
+# How many strings go in the last batch?
 # Loop while fewer than `samples` strings were seen, each batch `b = min(batch_size, samples - seen)`, all drawn from
 # the one generator made before the loop (a new generator per batch would repeat the same strings).
 # </details>
 #
 # <details><summary>Hint 3</summary>
 #
-# Count `(model(x)[:, -1].argmax(-1) == y[:, -1]).sum()` per batch and return `correct / seen` as a float: only the
-# last position is the whole string's answer.
+# Only the last position answers for the whole string.
+# Count `(model(x)[:, -1].argmax(-1) == y[:, -1]).sum()` per batch and return `correct / seen` as a float.
 # </details>
 
 # %% tags=["solution"]
@@ -146,14 +150,16 @@ grading.grade_evaluate(evaluate)
 #
 # <details><summary>Hint 1</summary>
 #
-# `torch.nn.functional.cross_entropy` takes logits $[N, C]$ and classes $[N]$: flatten the batch and time
-# dimensions together (`logits.reshape(-1, logits.shape[-1])`, `y.reshape(-1)`).
+# Which shapes does `torch.nn.functional.cross_entropy` accept?
+# Logits $[N, C]$ and classes $[N]$: flatten the batch and time dimensions together
+# (`logits.reshape(-1, logits.shape[-1])`, `y.reshape(-1)`).
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# `backward()` adds to `.grad`: call `optimizer.zero_grad()` before it, then `optimizer.step()` after it, and
-# return `loss.item()` (a tensor would keep the step's whole graph alive in a list of losses).
+# What does `backward()` do to a `.grad` left over from the previous step?
+# It adds to it: call `optimizer.zero_grad()` before it, then `optimizer.step()` after it, and return `loss.item()`
+# (a tensor would keep the step's whole graph alive in a list of losses).
 # </details>
 
 # %% tags=["solution"]
@@ -192,28 +198,25 @@ for n in (16, 32, 64):
     print(f"length {n:2d}: final-state accuracy 100%: {evaluate(model, task, n, samples=256) == 1.0}")
 
 # %%
-from gpulab import bench
 from gpulab.course import claims
+from gpulab.tasks import spread
 
-try:
-    runs = [r for r in tasks.accuracy_records(bench.load("08", gpu="h100")) if r.params["task"] == "parity"]
-except FileNotFoundError:
-    runs = []
-parity_runs = {(r.params["model"], r.params["test_length"]): r.params["accuracy"] for r in runs}
-train = max((r.params.get("train_length", 0) for r in runs), default=0)
-longer = sorted(n for m, n in parity_runs if m == "Transformer" and n > train)
-if train and longer and any(m == "LSTM" for m, _ in parity_runs):
+found = spread.stored_search("h100")  # the lesson's search: both models tuned alike, three seeds at each pick
+if found:
+    sp = spread.spread(found)  # (task, model) -> {length: (median, lowest seed, highest seed, seeds)}
+    train = spread.search_records(found)[0].params["train_length"]
+    lstm, trans = sp["parity", "LSTM"], sp["parity", "Transformer"]
+    longer = [n for n in trans if n > train]
     claims.show(claims.claim(
-        "In the lesson's stored H100 run the LSTM is exact on parity at every tested length, up to {x}x its training "
-        "length; the Transformer, trained the same way with RoPE, is near chance (50%) on every longer string: "
-        "{worst:.0%} to {best:.0%} at {lengths} tokens.",
-        holds=lambda best, **_: all(v == 1.0 for (m, _), v in parity_runs.items() if m == "LSTM") and best < 0.6,
+        "In the lesson's stored H100 search every seed of the LSTM is exact on parity at every tested length, up to "
+        "{x}x its training length; every seed of the Transformer, tuned by the same search, is near chance (50%) on "
+        "every longer string: {worst:.0%} to {best:.0%} at {lengths} tokens.",
+        holds=lambda best, **_: all(v[1] == 1.0 for v in lstm.values()) and best < 0.6,
         x=max(longer) // train, lengths=", ".join(map(str, longer)),
-        worst=min(parity_runs["Transformer", n] for n in longer),
-        best=max(parity_runs["Transformer", n] for n in longer),
+        worst=min(trans[n][1] for n in longer), best=max(trans[n][2] for n in longer),
     ))  # fmt: skip
 else:
-    print("(no stored H100 run of lesson 8: `python -m gpulab bench 08` on an H100 makes it)")
+    print("(no stored H100 search of the capstone: `python -m gpulab bench 08 search` on an H100 makes it)")
 
 # %% [markdown]
 # ## Question

@@ -13,11 +13,11 @@
 # ---
 
 # %% [markdown]
-# # Exercises 7 — Data parallelism by hand
+# # Exercises 9 — Data parallelism by hand
 #
-# Two tasks that go with `notebooks/09_distributed.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete
-# the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh cases and
-# raises with a message if something is wrong.
+# Two tasks that go with the lesson *Scaling out: the capstone on several GPUs*. Write your code where it says
+# `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your
+# code on fresh cases and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
@@ -41,9 +41,9 @@ torch.set_num_threads(1)
 # ## Task 1: average the gradients yourself
 #
 # DDP does one thing to your training step: after the backward pass it replaces every parameter's gradient by the
-# mean over the ranks. Write `average_gradients(model, world_size)` that does the same with `torch.distributed`:
-# for every parameter with a gradient, `dist.all_reduce(tensor, op=dist.ReduceOp.SUM)` sums `tensor` over all ranks
-# *in place* (every rank ends with the sum); then turn the sum into the mean.
+# mean over the ranks. Write `average_gradients(model, world_size)` that does the same with `torch.distributed`
+# (imported as `dist`): its `all_reduce` with the `SUM` operation sums a tensor over all ranks *in place* (every rank
+# ends with the sum); do it for every parameter with a gradient, then turn the sum into the mean.
 #
 # The grader runs your function on 2 ranks, each after a backward on its half of a batch, and compares the result
 # with one process that took the whole batch.
@@ -52,13 +52,15 @@ torch.set_num_threads(1)
 #
 # <details><summary>Hint 1</summary>
 #
-# Loop over `model.parameters()` and skip those whose `.grad` is None (a frozen or unused parameter has none).
+# Which parameters have nothing to reduce?
+# A frozen or unused parameter has `.grad` None: loop over `model.parameters()` and skip those.
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# `dist.all_reduce` changes its argument and returns nothing useful: reduce `p.grad` itself, then divide it in place
-# by `world_size` (each rank's gradient is already a mean over its own slice of the batch).
+# Where does `dist.all_reduce` leave its result?
+# In its argument (it returns nothing useful): reduce `p.grad` itself with `op=dist.ReduceOp.SUM`, then divide it in
+# place by `world_size` (each rank's gradient is already a mean over its own slice of the batch).
 # </details>
 
 # %% tags=["solution"]
@@ -85,8 +87,8 @@ grading.grade_average_gradients(average_gradients)
 # ## Task 2: the bytes of a ring all-reduce
 #
 # Write `ring_bytes_per_gpu(nbytes, world_size)`: how many bytes each GPU *sends* in a ring all-reduce of a buffer of
-# `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather; each phase passes chunks of `nbytes /
-# world_size` to the next GPU in the ring, `world_size - 1` times).
+# `nbytes` over `world_size` GPUs (a reduce-scatter, then an all-gather, as the lesson's first section describes
+# them).
 #
 # Hints, opened one at a time only when you are stuck:
 #
@@ -97,7 +99,8 @@ grading.grade_average_gradients(average_gradients)
 #
 # <details><summary>Hint 2</summary>
 #
-# Each phase sends `world_size - 1` chunks of `nbytes / world_size`; the all-reduce is both phases, so twice that.
+# Each phase passes one chunk per hop, around a ring of `world_size` GPUs.
+# A chunk is `nbytes / world_size`; a phase takes `world_size - 1` hops; the all-reduce is both phases.
 # </details>
 
 # %% tags=["solution"]
