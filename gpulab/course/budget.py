@@ -27,7 +27,7 @@ import nbformat
 
 from gpulab.course import sources, texts
 
-__all__ = ["MAX_WORDS", "MAX_CODE_LINES", "MAX_LISTING_LINES", "Counts", "Listing", "counts", "split_listings"]
+__all__ = ["MAX_WORDS", "MAX_CODE_LINES", "MAX_LISTING_LINES", "counts", "split_listings"]
 __all__ += ["listings", "problems", "table", "main"]
 
 MAX_WORDS = 3000

@@ -24,7 +24,7 @@ import sys
 from gpulab import lessons as _lessons
 from gpulab.course import sources, texts
 
-__all__ = ["Reference", "references", "resolve", "problems", "main"]
+__all__ = ["references", "resolve", "problems", "main"]
 
 _NUM = r"\d+[a-z]?|[A-Z]\b"
 _LIST = rf"(?:{_NUM})(?:\s*(?:,|and|or|-|–|to)\s*(?:{_NUM}))*"
@@ -131,7 +131,7 @@ def problems(root=sources.ROOT) -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
+def main() -> int:
     found = problems()
     print("\n".join(found) if found else "every cross-reference resolves")
     return 1 if found else 0

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from gpulab.course import sources, texts
 
-__all__ = ["Term", "Finding", "load", "parse", "definition_forms", "first_use", "check", "render", "main"]
+__all__ = ["load", "parse", "definition_forms", "first_use", "check", "render", "page_problems", "write_page", "main"]
 
 PAGE = sources.ROOT / "docs" / "glossary.md"
 
@@ -223,7 +223,7 @@ _TABLE = re.compile(r"(\*\*Glossary\.\*\*\s*\n\s*\n)(\|.*?\n)(?=\s*\n|\Z)", re.S
 
 def page_problems(page=PAGE, terms=None) -> list[str]:
     """Whether ``docs/glossary.md``'s table is the one :func:`render` writes from the terms."""
-    text = Path(page).read_text()
+    text = _page(page).read_text()
     m = _TABLE.search(text)
     if m is None:
         return [f"{page}: no '**Glossary.**' paragraph followed by a table"]
@@ -235,8 +235,15 @@ def page_problems(page=PAGE, terms=None) -> list[str]:
     return []
 
 
+def _page(page) -> Path:
+    if not isinstance(page, (str, Path)) or not Path(page).is_file():
+        raise ValueError(f"page={page!r} is not a file; the glossary page is docs/glossary.md.")
+    return Path(page)
+
+
 def write_page(page=PAGE, terms=None) -> None:
-    text = Path(page).read_text()
+    """Write :func:`render`'s table into ``page`` in place of its glossary table."""
+    text = _page(page).read_text()
     m = _TABLE.search(text)
     if m is None:
         raise ValueError(f"page={str(page)!r} has no '**Glossary.**' paragraph followed by a table to replace.")

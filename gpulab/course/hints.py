@@ -26,7 +26,7 @@ import sys
 
 from gpulab.course import exercises, listing, sources, texts
 
-__all__ = ["LINE_CHARS", "KEY_CHARS", "TASK_CHARS", "Task", "tasks", "code_lines", "key_expressions"]
+__all__ = ["LINE_CHARS", "KEY_CHARS", "TASK_CHARS", "tasks", "code_lines", "key_expressions"]
 __all__ += ["hint_gives_answer", "task_gives_code", "problems", "main"]
 
 LINE_CHARS = 12
@@ -161,7 +161,7 @@ def problems(root=sources.ROOT) -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
+def main() -> int:
     found = problems()
     print("\n".join(found) if found else "no hint or task text gives its solution away")
     return 1 if found else 0

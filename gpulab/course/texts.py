@@ -19,7 +19,7 @@ import nbformat
 from gpulab import lessons as _lessons
 from gpulab.course import sources
 
-__all__ = ["Text", "lessons", "solutions", "headings", "markdown_cells", "strip_markup", "read"]
+__all__ = ["lessons", "solutions", "headings", "markdown_cells", "strip_markup"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ def _root(root) -> Path:
 
 
 @functools.lru_cache(maxsize=64)
-def read(path: Path) -> nbformat.NotebookNode:
+def _read(path: Path) -> nbformat.NotebookNode:
     """The notebook that the source ``path`` describes (cached: the checks read each source once)."""
     return sources.read_source(path)
 
@@ -56,7 +56,7 @@ def _texts(root, kind: str) -> list[Text]:
     for lesson in _lessons.LESSONS:
         path = folder / f"{lesson.slug}.py"
         if path.exists():
-            out.append(Text(lesson, kind, path, read(path)))
+            out.append(Text(lesson, kind, path, _read(path)))
         elif kind == "lesson":
             raise ValueError(f"lesson {lesson.id} ({lesson.slug}) has no source {path}; gpulab/lessons.py names it.")
     return out
@@ -74,6 +74,8 @@ def solutions(root=sources.ROOT) -> list[Text]:
 
 def markdown_cells(text: Text) -> list[tuple[int, str]]:
     """(cell index, source) of each markdown cell."""
+    if not isinstance(text, Text):
+        raise TypeError(f"text must be a lesson's or solution's Text (texts.lessons()), got {type(text).__name__}.")
     return [(i, c.source) for i, c in enumerate(text.nb.cells) if c.cell_type == "markdown"]
 
 

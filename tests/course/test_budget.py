@@ -42,19 +42,6 @@ def test_a_long_listing_and_a_large_max_lines_are_problems():
     assert "no output" in problems[-1]
 
 
-def test_bad_inputs_name_the_argument():
-    with pytest.raises(TypeError, match="nb must be a notebook"):
-        budget.counts("notebooks/04_attention.ipynb")
-    with pytest.raises(TypeError, match="output must be"):
-        budget.split_listings(None)
-    with pytest.raises(TypeError, match="executed must be"):
-        budget.listings(new_notebook(), "x.ipynb")
-    with pytest.raises(ValueError, match="root=.*no notebooks/src"):
-        budget.problems("/nonexistent")
-    with pytest.raises(TypeError, match="root must be"):
-        budget.problems(3)
-
-
 def test_the_command_prints_every_lesson(capsys):
     assert budget.main([]) == 0
     out = capsys.readouterr().out
