@@ -16,15 +16,15 @@ below it defines). **A definition** is a markdown cell where a use of the term a
 
 - bold: ``**TMA**``, or a bold span of at most six words that contains a use (``**tensor memory accelerator
   (TMA)**``); a bold span that ends in ``.``, ``:``, ``?`` or ``!`` is a run-in heading, not a definition;
-- italic followed by a colon, a dash or a parenthesis: ``*occupancy*: the warps ...``, ``_swizzle_ (a ...)``;
+- italic, as a term is introduced: ``*reduce-scatter*``, ``_swizzle_``, an italic span of at most four words;
 - followed by a parenthesised gloss of three words or more: ``PTX (NVIDIA's virtual instruction set)``,
   ```ldmatrix` (one instruction that loads ...)``; a parenthesis that only points elsewhere (``PTX (see ...)``,
   ``(lesson 4)``, ``(section 2)``) is no gloss;
 - the first column of a table row, or one of its parts split at ``/`` and ``,``: ``| L2 | one per chip | 50 MB |``.
 
 A lesson's opening cell (the one with its ``# Lesson N`` title and "What you will learn") previews what the lesson
-teaches: a use there counts only when the term is not defined later in that same lesson, and a bold term there is
-a promise, not a definition.
+teaches: a use there counts only when the term is not defined later in that same lesson (a definition there, in one
+of the forms above, counts like any other).
 
 A definition in the same cell as the first use counts as before it. :func:`check` reports, for each term, the
 lesson and cell of its first use and of its definition (or that it has none), and where the glossary says it is
@@ -123,7 +123,7 @@ def load() -> list[Term]:
 
 _HEADING_LINE = re.compile(r"^#{1,6}\s.*$", re.M)
 _BOLD = re.compile(r"\*\*(.+?)\*\*", re.S)
-_ITALIC = re.compile(r"(?<![*\w])([*_])(?![*_\s])([^*_\n]+?)\1(?=\s*(?::|—|–| -- |\())")
+_ITALIC = re.compile(r"(?<![*\w])([*_])(?![*_\s])([^*_\n]+?)\1(?![*\w])")
 _POINTER = re.compile(r"(?i)^(?:see|cf\.|lesson|section|appendix|part|task|table|figure|fig\.|eq\.|\d)")
 
 
@@ -158,7 +158,9 @@ def definition_forms(term: Term, markdown: str) -> list[str]:
     found = []
     for pattern in term.uses:
         found += [m[0] for m in _BOLD.finditer(text) if _bold_defines(pattern, m[1])]
-        found += [m[0] for m in _ITALIC.finditer(text) if pattern.search(m[2].replace("`", ""))]
+        found += [
+            m[0] for m in _ITALIC.finditer(text) if len(m[2].split()) <= 4 and pattern.search(m[2].replace("`", ""))
+        ]
         found += [m[0] for m in pattern.finditer(text) if _gloss_after(text, m.end())]
         found += [m[0].strip() for m in _ROW.finditer(text) if _row_defines(pattern, m[1])]
     return found
@@ -188,11 +190,7 @@ def check(terms=None, root=sources.ROOT) -> list[Finding]:
     findings = []
     for term in terms:
         definition = next(
-            (
-                (n, lesson, i, forms[0])
-                for n, lesson, i, src, preview in cells
-                if not preview and (forms := definition_forms(term, src))
-            ),
+            ((n, lesson, i, forms[0]) for n, lesson, i, src, _ in cells if (forms := definition_forms(term, src))),
             None,
         )
         use = None

@@ -332,4 +332,148 @@ TERMS = [
         ),
         "lesson": "02",
     },
+    {
+        "term": "ridge point",
+        "uses": [r"(?i)\bridge(?: point)?\b"],
+        "meaning": (
+            "the intensity P/B where a GPU's compute roof meets its memory roof; left of it a kernel is memory-bound"
+        ),
+        "lesson": "00",
+    },
+    {
+        "term": "memory-bound",
+        "uses": [r"(?i)\bmemory[- ]bound\b"],
+        "meaning": (
+            "a kernel whose time is set by the bytes it moves (its intensity is below the ridge point), not "
+            "by its FLOPs"
+        ),
+        "lesson": "00",
+    },
+    {
+        "term": "compute-bound",
+        "uses": [r"(?i)\bcompute[- ]bound\b"],
+        "meaning": "a kernel whose time is set by its arithmetic (its intensity is above the ridge point)",
+        "lesson": "01",
+    },
+    {
+        "term": "grid",
+        "uses": [r"\bgrids?\b"],
+        "meaning": "all the programs of one kernel launch, spread over the SMs",
+        "lesson": "00",
+    },
+    {
+        "term": "coalesced",
+        "uses": [r"(?i)\bcoalesc(?:ed|ing|e)\b"],
+        "meaning": (
+            "a warp's 32 loads of neighbouring addresses, merged by the hardware into a few wide memory transactions"
+        ),
+        "lesson": "00",
+    },
+    {
+        "term": "bf16",
+        "uses": [r"\bbf16\b", r"\bbfloat16\b"],
+        "meaning": "the 2-byte float that keeps fp32's exponent range with 8 bits of mantissa",
+        "lesson": "00",
+    },
+    {
+        "term": "FMA",
+        "uses": [r"\bFMAs?\b"],
+        "meaning": "fused multiply-add: a*b + c in one instruction, rounded once",
+        "lesson": "01",
+    },
+    {
+        "term": "TF32",
+        "uses": [r"\bTF32\b"],
+        "meaning": "fp32 inputs rounded to a 10-bit mantissa inside the tensor core, products accumulated in fp32",
+        "lesson": "01",
+    },
+    {
+        "term": "GEMM",
+        "uses": [r"\bGEMMs?\b"],
+        "meaning": "general matrix multiply (the BLAS name): C = AB",
+        "lesson": "01",
+    },
+    {
+        "term": "cuBLAS",
+        "uses": [r"\bcuBLAS(?:Lt)?\b"],
+        "meaning": "NVIDIA's matrix-multiply library, behind torch.matmul",
+        "lesson": "01",
+    },
+    {
+        "term": "Hopper",
+        "uses": [r"\bHopper\b"],
+        "meaning": "the H100's GPU architecture (sm_90), the first with TMA, wgmma and thread-block clusters",
+        "lesson": "02",
+    },
+    {
+        "term": "stages",
+        "uses": [r"\bnum_stages\b", r"(?i)\b(?:\d|two|three|four|more|fewer) stages\b"],
+        "meaning": "shared-memory buffers that let the next K-steps' tiles load while the current ones multiply",
+        "lesson": "02",
+    },
+    {
+        "term": "cuDNN",
+        "uses": [r"\bcuDNN\b"],
+        "meaning": (
+            "NVIDIA's library of deep-learning kernels (behind torch.nn.LSTM and one of SDPA's attention backends)"
+        ),
+        "lesson": "03",
+    },
+    {
+        "term": "CUDA stream",
+        "uses": [r"(?i)\bCUDA streams?\b", r"\bstreams?\b"],
+        "meaning": "a queue of GPU work that runs in order; work on two streams may overlap",
+        "lesson": "03",
+    },
+    {
+        "term": "eager",
+        "uses": [r"(?i)\beager(?:ly)?\b"],
+        "meaning": "each operation launched from Python as the code reaches it (no graph, no compilation)",
+        "lesson": "03",
+    },
+    {
+        "term": "SDPA",
+        "uses": [r"\bSDPA\b", r"scaled_dot_product_attention"],
+        "meaning": (
+            "PyTorch's scaled_dot_product_attention, which picks one of several backends (FlashAttention-2, "
+            "cuDNN, memory-efficient, math)"
+        ),
+        "lesson": "04",
+    },
+    {
+        "term": "RoPE",
+        "uses": [r"\bRoPE\b"],
+        "meaning": "rotary position embedding: each query and key rotated by an angle that grows with its position",
+        "lesson": "08",
+    },
+    {
+        "term": "collective",
+        "uses": [r"(?i)\bcollectives?\b"],
+        "meaning": "an operation that every process calls together (all-reduce, all-gather, reduce-scatter)",
+        "lesson": "09",
+    },
+    {
+        "term": "all-gather",
+        "uses": [r"(?i)\ball[- ]gathers?\b"],
+        "meaning": "a collective that gives every process the concatenation of every process's tensor",
+        "lesson": "09",
+    },
+    {
+        "term": "reduce-scatter",
+        "uses": [r"(?i)\breduce[- ]scatters?\b"],
+        "meaning": "a collective that sums tensors across processes and leaves each process one slice of the sum",
+        "lesson": "09",
+    },
+    {
+        "term": "torchrun",
+        "uses": [r"\btorchrun\b"],
+        "meaning": "PyTorch's launcher: starts one process per GPU and gives each its rank and the world size",
+        "lesson": "09",
+    },
+    {
+        "term": "NVLink",
+        "uses": [r"\bNVLink\b"],
+        "meaning": "the links between the GPUs of one machine (hundreds of GB/s per direction)",
+        "lesson": "09",
+    },
 ]
