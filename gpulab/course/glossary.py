@@ -40,7 +40,18 @@ from pathlib import Path
 
 from gpulab.course import sources, texts
 
-__all__ = ["load", "parse", "definition_forms", "first_use", "check", "render", "page_problems", "write_page", "main"]
+__all__ = [
+    "load",
+    "parse",
+    "definition_forms",
+    "first_use",
+    "check",
+    "render",
+    "uses",
+    "page_problems",
+    "write_page",
+    "main",
+]
 
 PAGE = sources.ROOT / "docs" / "glossary.md"
 
@@ -200,6 +211,18 @@ def check(terms=None, root=sources.ROOT) -> list[Finding]:
                 break
         findings.append(Finding(term, use, definition))
     return findings
+
+
+def uses(term: Term, root=sources.ROOT) -> list[tuple[str, int, str]]:
+    """Every use of ``term`` in the lessons' markdown, as (lesson id, cell, the text used), in syllabus order."""
+    if not isinstance(term, Term):
+        raise TypeError(f"term must be a glossary Term (glossary.load()), got {type(term).__name__}.")
+    out = []
+    for text in texts.lessons(root):
+        for i, src in texts.markdown_cells(text):
+            prose = _prose(src)
+            out += [(text.lesson.id, i, m[0]) for p in term.uses for m in p.finditer(prose)]
+    return out
 
 
 def render(terms=None) -> str:

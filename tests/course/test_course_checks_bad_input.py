@@ -33,6 +33,7 @@ GOOD = {"term": "x", "uses": ["x"], "meaning": "m", "lesson": "04"}
         (lambda: glossary.first_use(None, "PTX"), TypeError, "term must be"),
         (lambda: glossary.check(["PTX"]), TypeError, "terms must be"),
         (lambda: glossary.render("PTX"), TypeError, "terms must be"),
+        (lambda: glossary.uses("wavefront"), TypeError, "term must be"),
         (lambda: glossary.page_problems("/nonexistent.md"), ValueError, "is not a file"),
         (lambda: glossary.write_page(None), ValueError, "is not a file"),
         (lambda: glossary.main(["--bogus"]), SystemExit, "usage"),

@@ -93,3 +93,11 @@ def test_a_use_before_the_definition_fails_and_names_both_cells():
 
 def test_render_lists_each_term_with_its_lesson():
     assert glossary.render([T]) == "| term | meaning |\n|---|---|\n| PTX | m (lesson 4) |\n"
+
+
+def test_wavefront_has_one_meaning():
+    """Lesson 3's wavefront is a schedule (the cells with l + t = k); a profiler's shared-memory "wavefronts" (passes
+    of a shared-memory access) are another thing: say "shared-memory passes" (or define that meaning) elsewhere."""
+    (term,) = [t for t in TERMS if t.term == "wavefront"]
+    elsewhere = [(lesson, cell, used) for lesson, cell, used in glossary.uses(term) if lesson != term.lesson]
+    assert not elsewhere, f"'wavefront' used outside lesson {term.lesson}, where it means its schedule: {elsewhere}"
