@@ -145,8 +145,7 @@ grading.grade_lstm_step_cost(lstm_step_cost)
 #
 # <details><summary>Hint 2</summary>
 #
-# The ridge is peak FLOP/s over bytes/s, each converted from the units it is given in (TFLOP/s, GB/s) to per
-# second first: `peak_tflops * 1e12 / (bandwidth_gbps * 1e9)`. At or above it: compute-bound.
+# The ridge is peak FLOP/s over bytes/s: `peak_tflops * 1e12 / (bandwidth_gbps * 1e9)`. At or above it: compute-bound.
 # </details>
 
 # %% tags=["solution"]

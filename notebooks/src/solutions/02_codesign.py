@@ -150,8 +150,7 @@ grading.grade_predict_ms(predict_ms)
 #
 # <details><summary>Hint 2</summary>
 #
-# Highest first, and indices, not shapes: sort the indices by the rate, negated (or with `reverse=True`):
-# `sorted(range(len(shapes)), key=lambda i: -rate[i])`.
+# Highest first: `sorted(range(len(shapes)), key=lambda i: -rate[i])` (or `reverse=True`). Return indices, not shapes.
 # </details>
 
 # %% tags=["solution"]

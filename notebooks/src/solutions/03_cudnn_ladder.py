@@ -101,8 +101,8 @@ grading.grade_combined_gemm(step1)
 #
 # <details><summary>Hint 1</summary>
 #
-# Start from the masked copy of lesson 0, on a 2-D grid: axis 0 of the program id is the row, axis 1 the block of
-# units. So `n = tl.program_id(0)`, `offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)`, masked with `offs < M`.
+# Start from the masked copy of lesson 0: a 2-D grid, `n = tl.program_id(0)` the row and
+# `offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)` the units, masked with `offs < M`.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -275,9 +275,9 @@ grading.grade_streams(step2)
 #
 # <details><summary>Hint 2: the warm-up</summary>
 #
-# Libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture: so
-# before capturing, run the forward once or twice on a side stream: `fn(static_x)` under `s = cuda.Stream()`,
-# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`.
+# Before capturing, run `fn(static_x)` once or twice on a side stream (`s = cuda.Stream()`,
+# `s.wait_stream(cuda.current_stream())`, `with cuda.stream(s): ...`, then `cuda.current_stream().wait_stream(s)`):
+# libraries initialize lazily (cuBLAS workspaces, Triton compiles), which must not happen inside a capture.
 # </details>
 
 # %% tags=["solution"]
