@@ -11,6 +11,11 @@ A reference is found anywhere in a cell's text (markdown, code comments and stri
 - ``lesson 4, part hopper``, ``lesson 4's part hopper``: a named part of the lesson's benchmark (``Lesson.parts``);
   a numbered part (``lesson 5, part 2``) never resolves: lessons have numbered *sections*.
 
+- ``python -m gpulab bench 05 hopper``: the lesson, and the part of its benchmark;
+- a path of a lesson's files, ``notebooks/04_x.ipynb``, ``exercises/...``, ``solutions/...``,
+  ``benchmarks/04_x/hopper/``: it exists in the repository (a path cut short, ``benchmarks/04_x/h100-``, exists as
+  the start of a file's name).
+
 A section number followed by ``.digit`` (``section 3.2`` of a paper) or by ``of the`` is another document's and is
 not checked. :func:`problems` lists each reference that does not resolve, with its file, cell and what exists.
 """
@@ -20,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from pathlib import Path
 
 from gpulab import lessons as _lessons
 from gpulab.course import sources, texts
 
-__all__ = ["references", "resolve", "problems", "main"]
+__all__ = ["references", "resolve", "command_and_path_problems", "problems", "main"]
 
 _NUM = r"\d+[a-z]?|[A-Z]\b"
 _LIST = rf"(?:{_NUM})(?:\s*(?:,|and|or|-|–|to)\s*(?:{_NUM}))*"
@@ -117,6 +123,32 @@ def _order(section: str) -> tuple:
     return (0, int(m[1]), m[2]) if m else (1, 0, section)
 
 
+_BENCH = re.compile(r"python -m gpulab bench (\d\d)(?: ([a-z][\w-]*))?")
+_PATH = re.compile(r"\b(?:notebooks|exercises|solutions)/\d\d_\w+\.ipynb|\bbenchmarks/\d\d_\w+(?:/[\w.-]+)*/?")
+
+
+def command_and_path_problems(text: str, root=sources.ROOT) -> list[str]:
+    """The ``python -m gpulab bench NN part`` commands and the paths of lesson files in ``text`` that name nothing."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a cell's text (str), got {type(text).__name__}.")
+    root = texts._root(root)
+    out = []
+    for m in _BENCH.finditer(text):
+        lesson = _lessons.find(m[1])
+        if lesson is None:
+            out.append(f"{m[0]!r}: there is no lesson {m[1]}")
+        elif m[2] and m[2] not in lesson.parts:
+            out.append(
+                f"{m[0]!r}: lesson {lesson.id}'s benchmark has no part {m[2]!r} "
+                f"(its parts: {', '.join(lesson.parts) or 'none'})"
+            )
+    for m in _PATH.finditer(text):
+        path = m[0].rstrip("/.")
+        if not (root / path).exists() and not any((root / path).parent.glob(f"{Path(path).name}*")):
+            out.append(f"{m[0]!r}: no such file or folder in the repository")
+    return out
+
+
 def problems(root=sources.ROOT) -> list[str]:
     """Each reference in the lessons and solutions (the exercises are generated from them) that does not resolve."""
     lesson_texts = texts.lessons(root)
@@ -128,6 +160,7 @@ def problems(root=sources.ROOT) -> list[str]:
                 why = resolve(ref, text.lesson, sections)
                 if why:
                     out.append(f"{text.name}, cell {i}: {why}")
+            out += [f"{text.name}, cell {i}: {why}" for why in command_and_path_problems(cell.source, root)]
     return out
 
 

@@ -41,6 +41,8 @@ GOOD = {"term": "x", "uses": ["x"], "meaning": "m", "lesson": "04"}
         (lambda: crossrefs.resolve("lesson 5", lessons.find("05"), {}), TypeError, "ref must be"),
         (lambda: crossrefs.resolve(Reference("lesson 5", "5", None), "05", {}), TypeError, "own must be"),
         (lambda: crossrefs.problems("/nonexistent"), ValueError, "root=.*no notebooks/src"),
+        (lambda: crossrefs.command_and_path_problems(None), TypeError, "text must be"),
+        (lambda: crossrefs.command_and_path_problems("x", "/nonexistent"), ValueError, "root=.*no notebooks/src"),
         (lambda: hints.hint_gives_answer("Task 1", "hint"), TypeError, "task must be"),
         (lambda: hints.hint_gives_answer(hints.Task("t", 0, "", (), ()), None), TypeError, "hint must be"),
         (lambda: hints.task_gives_code(None), TypeError, "task must be"),

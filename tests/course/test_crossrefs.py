@@ -66,3 +66,11 @@ def test_headings_name_numbered_sections_and_appendices():
         new_code_cell("## 9. no"),
     ]
     assert texts.headings(new_notebook(cells=cells)) == {"1", "6b", "appendix D"}
+
+
+def test_bench_commands_and_lesson_paths_name_what_exists():
+    good = "python -m gpulab bench 04, python -m gpulab bench 05 split, notebooks/00_memory_hierarchy.ipynb"
+    assert crossrefs.command_and_path_problems(good + ", benchmarks/00_memory_hierarchy/") == []
+    bad = "python -m gpulab bench 42; python -m gpulab bench 05 hopper; exercises/99_none.ipynb"
+    found = crossrefs.command_and_path_problems(bad)
+    assert len(found) == 3 and "no lesson 42" in found[0] and "no part 'hopper'" in found[1] and "no such" in found[2]
