@@ -20,6 +20,8 @@ below it defines). **A definition** is a markdown cell where a use of the term a
 - followed by a parenthesised gloss of three words or more: ``PTX (NVIDIA's virtual instruction set)``,
   ```ldmatrix` (one instruction that loads ...)``; a parenthesis that only points elsewhere (``PTX (see ...)``,
   ``(lesson 4)``, ``(section 2)``) is no gloss;
+- at the start of a parenthesis, followed by a comma or a colon and a gloss of two words or more:
+  ``torch.matmul (cuBLAS, NVIDIA's matrix-multiply library)``, ``(DDP: PyTorch's DistributedDataParallel)``;
 - the first column of a table row, or one of its parts split at ``/`` and ``,``: ``| L2 | one per chip | 50 MB |``.
 
 A lesson's opening cell (the one with its ``# Lesson N`` title and "What you will learn") previews what the lesson
@@ -161,6 +163,15 @@ def _gloss_after(text: str, end: int) -> bool:
     return bool(m) and len(m[1].split()) >= 3 and not _POINTER.match(m[1].strip())
 
 
+def _opens_gloss(text: str, start: int, end: int) -> bool:
+    before, rest = text[:start], text[end:]
+    return (
+        bool(re.search(r"\(\s*`?$", before))
+        and bool(re.match(r"`?\s*[,:]\s*[^()\s]+\s+[^()\s]+", rest))
+        and not _POINTER.match(rest.lstrip("`,: "))
+    )
+
+
 def definition_forms(term: Term, markdown: str) -> list[str]:
     """The definitions of ``term`` in a markdown cell (the forms of the module docstring), as the text matched."""
     if not isinstance(term, Term):
@@ -173,6 +184,7 @@ def definition_forms(term: Term, markdown: str) -> list[str]:
             m[0] for m in _ITALIC.finditer(text) if len(m[2].split()) <= 4 and pattern.search(m[2].replace("`", ""))
         ]
         found += [m[0] for m in pattern.finditer(text) if _gloss_after(text, m.end())]
+        found += [m[0] for m in pattern.finditer(text) if _opens_gloss(text, m.start(), m.end())]
         found += [m[0].strip() for m in _ROW.finditer(text) if _row_defines(pattern, m[1])]
     return found
 

@@ -39,7 +39,7 @@ TERMS = [
             "cooperative thread array: the hardware's name for a thread block (a Triton program), the threads"
             " that share one SM's shared memory"
         ),
-        "lesson": "06",
+        "lesson": "04",
     },
     {
         "term": "wave",
@@ -260,7 +260,7 @@ TERMS = [
             "how many warps (or programs) are resident on an SM at once, limited by registers, shared memory "
             "and the SM's slots"
         ),
-        "lesson": "04",
+        "lesson": "07",
     },
     {
         "term": "wavefront",

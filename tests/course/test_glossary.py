@@ -55,6 +55,8 @@ T = glossary.parse([{"term": "PTX", "uses": [r"\bPTX\b"], "meaning": "m", "lesso
         "PTX (NVIDIA's virtual instruction set) is what Triton emits",
         "`PTX` (NVIDIA's virtual instruction set)",
         "| PTX | virtual ISA |\n|---|---|",
+        "what Triton emits (PTX, NVIDIA's virtual instruction set)",
+        "the compiler's output (`PTX`: a virtual ISA)",
     ],
 )
 def test_definition_forms(cell):
@@ -71,6 +73,8 @@ def test_definition_forms(cell):
         "## 3. The PTX (a heading names what follows)",
         "<!-- PTX (a comment nobody reads) -->",
         "| the PTX count | 3 |",
+        "(PTX, SASS)",
+        "(PTX, see lesson 4)",
     ],
 )
 def test_not_definitions(cell):
