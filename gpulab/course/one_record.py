@@ -478,6 +478,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
                "no time shown"),
     ("04", 'hopper_report.stored_v3_tune(run="l")'): Display(
         _none, "version 3's run-l tune: ratios within the run only (Q from registers vs not), no time shown"),
+    ("04", 'bench.load("04", path=bench.current("04", "features", "h200"))'): Display(
+        _none, "the features run (GQA, varlen, head dim 256) on an H200: ratios to the peers within the run only"),
     ("04", 'hopper_report.stored_v3_ab("qregs")'): Display(
         _lesson04_v3_qregs_ab, "the A/B of Q from registers: each implementation's median round on both clocks"),
     ("05", 'roofline.ceilings("H100")'): Display(lambda root: _roofline_run(root), "the roofs of the plots"),
