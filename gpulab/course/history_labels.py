@@ -13,14 +13,14 @@ LABELS: dict[tuple[str, str], str] = {
     ("04", "hopper"):
         "earlier run: the Hopper probe's run (`benchmarks/04_attention/hopper/`, recorded before lesson 4's section 8 "
         "run of the same day). That run is the record of version 2's forward, of forward+backward as "
-        "`flash_attention` shipped it that day, of cuDNN and of FlashAttention-2 (section 12's runs time the shipped "
+        "`flash_attention` shipped it that day, of cuDNN and of FlashAttention-2 (lesson 5's backward runs, its section 4, time the shipped "
         "path again, version 3's forward at head dim 128 included); this run is shown for what only it timed "
         "(version 1 beside version 2, version 2's TMA backward, two small problems) and for ratios within it",
     ("04", "cs336"):
         "earlier run: the CS336 run (`benchmarks/04_attention/hopper/cs336/`, with the Hopper probe); the record of "
         "its device and wall times is lesson 4's section 8 run (bf16, d 64, N 16384, causal) and the probe's grid;"
         " its do_bench times, the leaderboard's clock, are this run's for versions 1 and 2 and FlashAttention-2;"
-        " cuDNN and the shipped path were timed on that clock again by version 3's backward runs (section 12),"
+        " cuDNN and the shipped path were timed on that clock again by version 3's backward runs (lesson 5, section 4),"
         " the newer record of those two",
     ("05", "versions"):
         "earlier run: the version ladder's run (`benchmarks/05_fused_rnn/versions/`). Lesson 5's section 8 run, newer,"

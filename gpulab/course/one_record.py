@@ -532,6 +532,11 @@ DISPLAYS: dict[tuple[str, str], Display] = {
 """(lesson, loader call as the source writes it) -> what its cell displays."""
 
 
+RECORDS_OF = {"05_attention_hopper": "04"}
+"""Lesson source (stem) -> the lesson id its loader calls are registered under, where the two differ: lesson 5 reads
+lesson 4's Hopper records, which keep lesson 4's id until the records are renumbered."""
+
+
 # --- reading a lesson source ----------------------------------------------------------------------------------------
 
 
@@ -563,7 +568,7 @@ def displayed(path, registry=None, root=None) -> list[Shown]:
     """Every keyed time a lesson source displays, with history marked where the loader's cell prints the label.
     ValueError naming a loader call the registry does not know."""
     table = DISPLAYS if registry is None else registry
-    lesson = Path(path).name[:2]
+    lesson = RECORDS_OF.get(Path(path).stem, Path(path).name[:2])
     found, unknown, seen = [], [], set()
     for _, call, labelled in loader_calls(path):
         entry = table.get((lesson, call))

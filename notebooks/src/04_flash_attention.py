@@ -476,8 +476,6 @@ if stored:
     ))  # fmt: skip
 
 # %% [markdown]
-
-# %% [markdown]
 # ## 11. What to take away
 #
 # - Attention's cost is the $N \times N$ score matrix, not its FLOPs: the naive form's intensity is stuck at $d/s$ whatever $N$ is, and its memory grows as $N^2$.

@@ -418,7 +418,7 @@ claims.show(claims.claim(
 ))  # fmt: skip
 
 # %% [markdown]
-# **The backward as it ships.** `flash_attention` takes version 3's backward from the length in `plan.V3_BACKWARD_MIN_SEQ` on (per head dim and mask, held to the records by a test) and version 1's two kernels below it, through the same autograd function and custom op (so `torch.compile(fullgraph=True)` keeps working); `torch.use_deterministic_algorithms(True)` falls back to the two kernels. Its newest full timing, forward+backward on the 24 problems (`gpulab plan` in the records), against cuDNN in the same run; the bars the course set for the backward are a median of 0.9x cuDNN's speed and none under 0.8x:
+# **The backward as it ships.** `flash_attention` takes version 3's backward from the length in `plan.V3_BACKWARD_MIN_SEQ` on (per head dim and mask, held to the records by a test) and version 1's two kernels below it, through the same autograd function and custom op (so `torch.compile(fullgraph=True)` keeps working); `torch.use_deterministic_algorithms(True)` falls back to the two kernels. Its newest full timing, forward+backward on the 24 problems (`gpulab plan` in the records), against cuDNN in the same run:
 
 # %%
 plan_runs = sorted(run for run, rows in bwd_best.items() if rows and all(bwd_report.PLAN in row for row in rows.values()))
@@ -433,7 +433,7 @@ if plan_runs:
     claims.show(claims.claim(
         "`flash_attention` (gate: {table}) runs forward+backward at a median **{m:.3f}x cuDNN's speed** (device time;"
         " lowest {lo:.2f}x, {k} of {n} under 0.8x; wall clock {mw:.3f}x, lowest {wlo:.2f}x), against {t:.2f}x with"
-        " version 1's two kernels for every backward. The median bar of 0.9x is {t2}; none under 0.8x, {t1}.",
+        " version 1's two kernels for every backward. The course's bars for the backward: a median of 0.9x cuDNN's speed, {t2}; none under 0.8x, {t1}.",
         holds=lambda table, m, lo, k, n, mw, wlo, t, t1, t2: m > t and (t1, t2) == (
             "met" if k == 0 else "not met", "met" if m >= 0.9 else "not met"),
         table=", ".join(f"head dim {d}{' causal' if c else ''} from {n}" for (d, c), n in
@@ -472,7 +472,7 @@ if bwd_cs336:
 # %% [markdown]
 # ## 6. The features a model uses
 #
-# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**, past version 3's head dims (`plan.V3_HEAD_DIMS`), so its forward is version 2's. `python -m gpulab bench 04 features` checked each provider against a reference, then timed it, on an H200 (an H100's successor: the same SMs, more and faster HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
+# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**, past version 3's head dims (`plan.V3_HEAD_DIMS`), so its forward is version 2's. `python -m gpulab bench 04 features` checked each provider against a reference, then timed it, on an H200 (the H100's SMs with a larger HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
 
 # %%
 try:
