@@ -26,7 +26,7 @@
 #
 # **Terms.** A *program* is one instance of a Triton kernel; on the GPU it runs as one *CTA* (cooperative thread array, CUDA's thread block): a few *warps* of 32 threads that share the SM's shared memory. A *tile* is the block of a matrix one program holds at a time.
 #
-# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; sections 8 and 9 show them.
+# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; sections 8-10 show them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -328,7 +328,7 @@ if stored:
 # %% [markdown]
 # ## 9. The bytes, counted
 #
-# FlashAttention's claim is about bytes: it never writes the $N \times N$ scores to memory, at the price of reading K and V once per block of queries. Both halves can be counted. In the interpreter, `gpulab.traffic.count` records which rows of K each program of the forward kernel loads — one program per block of 16 queries here; with the causal mask, blocks above the diagonal are skipped (the schedule launches the longest rows first):
+# FlashAttention's claim is about bytes: it never writes the $N \times N$ scores to memory, at the price of reading K and V once per block of queries. Both halves can be counted: on the H100 by Nsight Compute (NVIDIA's kernel profiler, which reads the GPU's DRAM byte counters per kernel), and here, in the interpreter, `gpulab.traffic.count` records which rows of K each program of the forward kernel loads — one program per block of 16 queries here; with the causal mask, blocks above the diagonal are skipped (the schedule launches the longest rows first):
 
 # %%
 from gpulab import traffic

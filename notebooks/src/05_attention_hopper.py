@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Lesson 5 — FlashAttention on Hopper
 #
-# Lesson 4 built FlashAttention-2 in portable Triton (version 1) and measured it against cuDNN on an H100. This lesson counts what an H100 offers that version 1 does not ask for by name, then builds and measures the two kernels that use it: **version 2** (version 1's math, tiles copied by the tensor memory accelerator and multiplied by Hopper's asynchronous tensor-core instruction, in Triton) and **version 3** (FlashAttention-3's forward and backward, Shah et al. 2024, in Gluon, with the warp specialization spelled out); then the CS336 leaderboard's problem and the features a model needs (grouped-query heads, packed batches, head dim 256).
+# Lesson 4 built FlashAttention-2 in portable Triton (version 1) and measured it against cuDNN on an H100. This lesson counts what an H100 offers that version 1 does not ask for by name, then builds and measures the two kernels that use it: **version 2** (version 1's math, tiles copied by the tensor memory accelerator and multiplied by Hopper's asynchronous tensor-core instruction, in Triton) and **version 3** (FlashAttention-3's forward and backward, Shah et al. 2024, in Gluon, where each warp's role is written out); then the CS336 leaderboard's problem and the features a model needs (grouped-query heads, packed batches, head dim 256).
 #
 # **Terms** (lesson 4 defined program, CTA, warp, tile and spill):
 #
@@ -55,7 +55,7 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 # %% [markdown]
 # ## 1. Count: where version 1's time goes
 #
-# One key block of version 1's forward at head dim 128, $B_M = 128$, $B_N = 64$: two products of $128 \cdot 64 \cdot 128$ multiply-adds each (2.1 M in all), 8,192 exponentials, and 32 KB of K and V to bring in. The same warps issue the loads' addresses, wait for the products and compute the exponentials, one after the other; the exponentials run on the special-function units at a small fraction of the tensor cores' rate. FlashAttention-3's answer is to let each kind of work have its own warps, so that one warpgroup's softmax runs while another's products occupy the tensor cores. The picture is a schematic of one Q block's key loop (illustrative durations, not a measurement):
+# One key block of version 1's forward at head dim 128, $B_M = 128$, $B_N = 64$: two products of $128 \cdot 64 \cdot 128$ multiply-adds each (2.1 M in all), 8,192 exponentials, and 32 KB of K and V to bring in. The same warps issue the loads' addresses, wait for the products and compute the exponentials, one after the other; the exponentials run on the special-function units (the SM's units for exponentials and other transcendental functions) at a small fraction of the tensor cores' rate. FlashAttention-3's answer is to let each kind of work have its own warps, so that one warpgroup's softmax runs while another's products occupy the tensor cores. The picture is a schematic of one Q block's key loop (illustrative durations, not a measurement):
 
 # %%
 hopper_report.plot_timeline()
@@ -69,7 +69,7 @@ plt.show()
 # Version 2 (`gpulab.attention.v2.forward`) keeps version 1's math line for line (so version 1's backward takes its outputs unchanged) and changes how tiles arrive: one descriptor per tensor and head, shaped $[N, d]$ so the copy engine stops at the head's end, and `desc.load([start_n, 0])` for Q, K and V. The ragged last block needs no load mask. Triton emits wgmma for `tl.dot` on `sm_90` when the operands sit in shared memory, swizzled. In the key loop:
 #
 # - the mask is one compare per score against `last[r]` (the last key row $r$ may see: $\min(r, N_k - 1)$ causal, $N_k - 1$ otherwise), so one loop carries both the causal and the bounds mask;
-# - `tl.range(..., warp_specialize=WARP_SPECIALIZE)` asks Triton 3.6 to split the loop into a producer and consumers; on `sm_90` it does so only for a kernel's only loop at `num_warps=4` (two consumer warpgroups of 64 rows), and a test compiles for `sm_90` and looks for the `ttg.warp_specialize` op.
+# - `tl.range(..., warp_specialize=WARP_SPECIALIZE)` asks Triton 3.6 to split the loop into a producer and consumers; on `sm_90` it does so only for a kernel's only loop at `num_warps=4` (two consumer warpgroups of 64 rows), and a test compiles for `sm_90` and looks for the `ttg.warp_specialize` operation in the compiler's intermediate form (Triton GPU IR).
 
 # %%
 print(inspect.getsource(hopper._v2_keys.fn))
@@ -95,7 +95,7 @@ for (b, h, nq, nk, d, cfg) in cases:
           f"{'persistent' if cfg.persistent else 'one program per tile'}), causal and not")
 
 # %% [markdown]
-# **Measured on the H100** (`python -m gpulab bench 04 hopper`): a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), each checked against SDPA's math backend before it was timed; then lesson 4's 24 problems with version 1, version 2 (the chosen configs), cuDNN (SDPA's default) and SDPA's FlashAttention-2, each output checked before timing, both clocks. `flash_attention` picks version 2 on a compute-capability-9 GPU for fp16/bf16, head dims that are multiples of 8 and problems large enough that the GPU, not the host, sets the time (`attention_plan.SMALL_WORK`; below it version 1, whose host path builds no descriptors: the summary's last lines).
+# **Measured on the H100** (`python -m gpulab bench 04 hopper`): a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), then lesson 4's 24 problems with version 1, version 2, cuDNN (SDPA's default) and SDPA's FlashAttention-2; every output checked against SDPA's math backend before it was timed. `flash_attention` picks version 2 on Hopper for fp16/bf16, head dims that are multiples of 8 up to 128, and problems past `attention_plan.SMALL_WORK` (below it version 1, which builds no descriptors: the summary's last lines).
 
 # %%
 try:
@@ -144,7 +144,7 @@ if hopper_records:
     ))  # fmt: skip
 
 # %% [markdown]
-# **The backward on Hopper.** Version 1's backward (lesson 4, section 5) does seven products per block pair in two kernels, where the math needs five: $S$ and $dP$ are computed twice so that no program adds into another's output. The one-pass form (`gpulab.attention.experiments.v1_backward_fused`: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, added into an fp32 buffer with atomic additions) keeps five products and pays $N_k / B_N$ atomic additions per element of $dQ$. Both were timed on the H100, and version 2's TMA copies in the two-kernel backward (`gpulab.attention.experiments.v2_backward`) beside them:
+# **The backward on Hopper.** Version 1's backward (lesson 4, section 5) does seven products per block pair in two kernels, where the math needs five: $S$ and $dP$ are computed twice so that no program adds into another's output. The one-pass form (`gpulab.attention.experiments.v1_backward_fused`: one program per K block computes $dK$, $dV$ and its share of $dQ = dS\,K$, added into an fp32 buffer with *atomic additions*, read-add-write operations on global memory that no other program's addition can interleave) keeps five products and pays $N_k / B_N$ atomic additions per element of $dQ$. Both were timed on the H100, and version 2's TMA copies in the two-kernel backward (`gpulab.attention.experiments.v2_backward`) beside them:
 
 # %%
 if hopper_records:
@@ -192,7 +192,7 @@ if fused_records and hopper_records:
 # - **ping-pong**: a ring of "turn" mbarriers makes the consumers issue their tensor-core work in alternation, so warpgroup 0's exponentials run while warpgroup 1's products run, and the other way round;
 # - **overlap inside a warpgroup**: each consumer issues block $j+1$'s $S$ before block $j$'s softmax and waits for it only afterwards (`warpgroup_mma_wait(1)`: at most one wgmma still in flight).
 #
-# The math is version 2's; only the order of the work changes, and one instruction per score: the row max is taken over the raw scores and scaled afterwards, so $P = 2^{c S - m}$ is one fused multiply-add and an exponential (for a positive scale $c$; version 3 refuses others). The kernel is kept in numbered steps (`V3Config.step`: 1, the partitions; 2, plus ping-pong; 3, plus the overlap), and tuning picks, per head dim and for short sequences apart, the stages, a persistent grid, the consumer count, causal tiles taken in pairs (the longest with the shortest, so a persistent program's work stays even) and whether a consumer keeps $Q$ in registers (`v3.forward.MEASURED`, `MEASURED_SHORT`).
+# The math is version 2's, except that the row max is taken over the raw scores and scaled afterwards, so $P = 2^{c S - m}$ is one fused multiply-add and an exponential (for a positive scale $c$; version 3 refuses others). The kernel is kept in numbered steps (`V3Config.step`: 1, the partitions; 2, plus ping-pong; 3, plus the overlap); tuning picks, per head dim and for short sequences apart, the stages, a persistent grid, the consumer count, causal tiles in pairs (the longest with the shortest, so persistent programs get even work) and $Q$ kept in registers (`v3.forward.MEASURED`, `MEASURED_SHORT`).
 #
 # On the host, `v3.launch` keeps what a call needs once its shapes have been seen (a launch plan per signature, the encoded descriptors, the compiled kernel handed to Triton's C launcher), so a short kernel does not wait for Python.
 #
@@ -317,7 +317,7 @@ for causal in (False, True):
           + ("equal to float64 autograd up to rounding (< 1e-12)" if err < 1e-12 else f"DIFFERS ({err:.1e})"))
 
 # %% [markdown]
-# **On the H100.** A GPU script (`notes/scripts.md`) checked every step's $dQ$, $dK$, $dV$ against float64 (SDPA's math backend) at both dtypes, head dims 64 and 128, causal and not, on odd sizes (N = 1000, $N_q \ne N_k$, keys no query sees), with outputs allocated over NaN; ran each configuration 50 times on one input and compared the gradients; then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention`, two rounds each, the shorter kept. Each measurement below compares two kernels timed in the same run.
+# **On the H100.** A GPU script (`notes/scripts.md`) checked every step's $dQ$, $dK$, $dV$ against float64 at both dtypes, head dims 64 and 128, causal and not, on odd sizes, with outputs allocated over NaN; ran each configuration 50 times on one input and compared the gradients; then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention`, the shorter of two rounds kept.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -406,7 +406,8 @@ claims.show(claims.claim(
     " their own atomics (head dims 64 and 128), the persistent grid at {p64:.2f}x at head dim 64 up to N = 4096, $K$"
     " and $V$ in registers at {kv64:.2f}x at head dim 64 (and {kv128:.2f}x at 128, where the consumers already"
     " spill), $\\mathrm{{LSE}}$ and $D$ from the ring at {s64:.2f}x and {s128:.2f}x. Leaving lockstep (steps 4 and"
-    " 6) and the two launches removed around $dQ$ (steps 8 and 9) did not pay: {off}.",
+    " 6) and the two launches removed around $dQ$ (steps 8 and 9) did not pay (the lower of the two head dims'"
+    " medians): {off}.",
     holds=lambda w64, w128, p64, kv64, kv128, s64, s128, off: min(w64, w128, p64, kv64, s64, s128) > 1 > kv128
     and all(max(v.values()) < 1.01 for c, v in ladder.items() if c[:2] in ("4:", "6:", "8:", "9:")),
     w64=ladder["5: dQ through smem + writer"][64], w128=ladder["5: dQ through smem + writer"][128],
@@ -472,7 +473,7 @@ if bwd_cs336:
 # %% [markdown]
 # ## 6. The features a model uses
 #
-# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**, past version 3's head dims (`plan.V3_HEAD_DIMS`), so its forward is version 2's. `python -m gpulab bench 04 features` checked each provider against a reference, then timed it, on an H200 (the H100's SMs with a larger HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
+# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**. Versions 2 and 3 have neither grouped heads in the backward nor head dim 256 (version 2 takes head dims up to 128, `v2.forward.supports`): `flash_attention` runs grouped heads on version 2's forward and version 1's backward, packed batches and head dim 256 on version 1. `python -m gpulab bench 04 features` checked each provider against a reference, then timed it, on an H200 (the H100's SMs with a larger HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
 
 # %%
 try:
@@ -505,8 +506,7 @@ if vs:
         "Grouped-query heads run at {g_lo:.2f}x to {g_hi:.2f}x cuDNN's speed (forward and forward+backward, causal and"
         " not); a packed batch at {v_lo:.2f}x to {v_hi:.2f}x torch's own `varlen_attn`, and {p_lo:.2f}x to"
         " {p_hi:.2f}x the speed of the same sequences padded; head dim 256 at {d_lo:.2f}x to {d_hi:.2f}x cuDNN's speed"
-        " and {f_lo:.2f}x to {f_hi:.2f}x FlashAttention-2's: version 2's forward and version 1's backward are what"
-        " gpulab has there.",
+        " and {f_lo:.2f}x to {f_hi:.2f}x FlashAttention-2's: there gpulab has only the portable version 1.",
         holds=lambda g_lo, g_hi, v_lo, v_hi, p_lo, p_hi, d_lo, d_hi, f_lo, f_hi: g_hi < 1 < v_lo and p_lo > 1
         and d_hi < 1 and f_hi < 1,
         g_lo=min(vs[("gqa", "SDPA cuDNN")]), g_hi=max(vs[("gqa", "SDPA cuDNN")]),

@@ -108,7 +108,7 @@ def test_lab_serves_the_notebooks_and_starts_a_kernel(tmp_path):
     try:
         _wait("the server answered", lambda: _api(base, token, "status"), 90, server, log)
         listing = {item["name"] for item in _api(base, token, "contents")["content"]}
-        assert NOTEBOOK in listing and "04_attention.ipynb" in listing, sorted(listing)
+        assert NOTEBOOK in listing and "04_flash_attention.ipynb" in listing, sorted(listing)
         body = {"path": NOTEBOOK, "type": "notebook", "name": NOTEBOOK, "kernel": {"name": "python3"}}
         session = _api(base, token, "sessions", "POST", body)
         assert _run_in_kernel(port, token, session["kernel"]["id"], "print(6 * 7)") == "42\n"
