@@ -13,7 +13,8 @@ LABELS: dict[tuple[str, str], str] = {
     ("04", "hopper"):
         "earlier run: the Hopper probe's run (`benchmarks/04_attention/hopper/`, recorded before lesson 4's section 8 "
         "run of the same day). That run is the record of version 2's forward, of forward+backward as "
-        "`flash_attention` shipped it that day, of cuDNN and of FlashAttention-2 (lesson 5's backward runs, its section 4, time the shipped "
+        "`flash_attention` shipped it that day, of cuDNN and of FlashAttention-2 (lesson 5's backward runs, its "
+        "section 4, time the shipped "
         "path again, version 3's forward at head dim 128 included); this run is shown for what only it timed "
         "(version 1 beside version 2, version 2's TMA backward, two small problems) and for ratios within it",
     ("04", "cs336"):

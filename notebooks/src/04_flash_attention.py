@@ -262,7 +262,8 @@ for kind in ("forward", "dkdv", "dq"):
 # %%
 # NBVAL_IGNORE_OUTPUT
 small = [dict(dtype=torch.float32, batch=1, heads=1, seq=17, head_dim=16, causal=True)]  # on a GPU: the whole grid
-live, fig = attention_bench.benchmark(problems=runtime.pick(cpu=small, gpu=None), memory_seqs=runtime.pick(cpu=(16,), gpu=None))
+live, fig = attention_bench.benchmark(problems=runtime.pick(cpu=small, gpu=None),
+                                      memory_seqs=runtime.pick(cpu=(16,), gpu=None))
 plt.close(fig)
 
 # %% [markdown]
@@ -456,7 +457,8 @@ if stored:
     claims.show(claims.claim(
         "- **Causal** problems run at fewer TFLOP/s than the same problem without the mask on {lower} of {n} pairs "
         "of the run (each implementation, device time): half the work, but the diagonal blocks need masks and the "
-        "programs are unequal in length; launching the longest Q blocks first keeps the last wave (the programs still running when the rest are done) short.",
+        "programs are unequal in length; launching the longest Q blocks first keeps the last wave (the programs "
+        "still running when the rest are done) short.",
         holds=lambda n, lower: n > 0 and lower >= 0.9 * n, n=len(pairs), lower=sum(c < f for f, c in pairs),
     ))
     claims.show(claims.claim(

@@ -422,7 +422,8 @@ claims.show(claims.claim(
 # **The backward as it ships.** `flash_attention` takes version 3's backward from the length in `plan.V3_BACKWARD_MIN_SEQ` on (per head dim and mask, held to the records by a test) and version 1's two kernels below it, through the same autograd function and custom op (so `torch.compile(fullgraph=True)` keeps working); `torch.use_deterministic_algorithms(True)` falls back to the two kernels. Its newest full timing, forward+backward on the 24 problems (`gpulab plan` in the records), against cuDNN in the same run:
 
 # %%
-plan_runs = sorted(run for run, rows in bwd_best.items() if rows and all(bwd_report.PLAN in row for row in rows.values()))
+plan_runs = sorted(run for run, rows in bwd_best.items()
+                   if rows and all(bwd_report.PLAN in row for row in rows.values()))  # fmt: skip
 if plan_runs:
     ship = bwd_best[plan_runs[-1]]
     print(bwd_report.table(ship, [bwd_report.PLAN, bwd_report.SHIPPED, "SDPA FlashAttention-2", bwd_report.CUDNN]))
@@ -434,7 +435,8 @@ if plan_runs:
     claims.show(claims.claim(
         "`flash_attention` (gate: {table}) runs forward+backward at a median **{m:.3f}x cuDNN's speed** (device time;"
         " lowest {lo:.2f}x, {k} of {n} under 0.8x; wall clock {mw:.3f}x, lowest {wlo:.2f}x), against {t:.2f}x with"
-        " version 1's two kernels for every backward. The course's bars for the backward: a median of 0.9x cuDNN's speed, {t2}; none under 0.8x, {t1}.",
+        " version 1's two kernels for every backward. The course's bars for the backward: a median of 0.9x cuDNN's"
+        " speed, {t2}; none under 0.8x, {t1}.",
         holds=lambda table, m, lo, k, n, mw, wlo, t, t1, t2: m > t and (t1, t2) == (
             "met" if k == 0 else "not met", "met" if m >= 0.9 else "not met"),
         table=", ".join(f"head dim {d}{' causal' if c else ''} from {n}" for (d, c), n in
