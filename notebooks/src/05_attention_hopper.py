@@ -187,8 +187,8 @@ if fused_records and hopper_records:
 #
 # What Triton's compiler would not give version 2 correctly, **Gluon** (`triton.experimental.gluon`) lets the kernel say itself: the layout of every tile, the shared-memory buffers, the mbarriers, and which warps run which function (`gl.warp_specialize`). Version 3's forward (`gpulab/attention/v3/`) has, per CTA:
 #
-# - **a producer warp** that only issues TMA copies: Q once per tile, then $K_j$ and $V_j$ into a ring of shared-memory stages. It waits on `empty[s]` before refilling stage $s$; the copy engine arrives on `ready[s]` when the bytes have landed.
-# - **two consumer warpgroups** (three where tuning kept them: $d = 64$, long non-causal problems), each owning 64 query rows of the tile: wait `ready[s]`, $S = QK_j^\top$ (wgmma), the online-softmax update, $O \mathrel{+}= P V_j$, then arrive on `empty[s]`. K and V are released separately, so the next keys load while this block's values are still being read. setmaxnreg gives each consumer up to 240 registers per thread (fewer with three consumers) and the producer 24 (`V3Config.consumer_regs`, `producer_regs`).
+# - **a producer warp** that only issues TMA copies: Q once per tile, then $K_j$ and $V_j$ into a ring of shared-memory stages; it waits on `empty[s]` before refilling stage $s$, and the copy engine arrives on `ready[s]` when the bytes land.
+# - **two consumer warpgroups** (three where tuning kept them: $d = 64$, long non-causal problems), each owning 64 query rows of the tile: wait `ready[s]`, $S = QK_j^\top$ (wgmma), the online-softmax update, $O \mathrel{+}= P V_j$, then arrive on `empty[s]`. K and V are released separately, so the next keys load while this block's values are read. setmaxnreg gives each consumer up to 240 registers per thread (fewer with three consumers) and the producer 24 (`V3Config.consumer_regs`, `producer_regs`).
 # - **ping-pong**: a ring of "turn" mbarriers makes the consumers issue their tensor-core work in alternation, so warpgroup 0's exponentials run while warpgroup 1's products run, and the other way round;
 # - **overlap inside a warpgroup**: each consumer issues block $j+1$'s $S$ before block $j$'s softmax and waits for it only afterwards (`warpgroup_mma_wait(1)`: at most one wgmma still in flight).
 #
@@ -252,7 +252,7 @@ if v3_records:
     )  # fmt: skip
 
 # %% [markdown]
-# **One problem, nine rounds.** A best-of-two round moves by several percent between runs of the same kernels, so `python -m gpulab bench 04 v3-headline` times one problem (bf16, head dim 128, N = 16k, non-causal) alone in nine alternating rounds of version 3, cuDNN, FlashAttention-2 and version 2, and states each one's median round; `nvidia-smi` sampled the GPU four times a second beside it. The course's bar for this problem is 620 TFLOP/s.
+# **One problem, nine rounds.** A best-of-two round moves by a few percent from run to run, so `python -m gpulab bench 04 v3-headline` times one problem (bf16, head dim 128, N = 16k, non-causal) alone in nine alternating rounds of version 3, cuDNN, FlashAttention-2 and version 2, and states each one's median round; `nvidia-smi` sampled the GPU four times a second beside it. The course's bar for this problem is 620 TFLOP/s.
 
 # %%
 try:
@@ -292,7 +292,7 @@ if hopper_report.V3_TUNED in headline and "SDPA cuDNN" in headline:
 # %% [markdown]
 # ## 4. Version 3's backward in Gluon
 #
-# FlashAttention-3 makes the five-product backward pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design in the transposed orientation of version 1's dK/dV kernel, so that $dK$ and $dV$ stay in registers:
+# FlashAttention-3 makes the five-product backward pay by giving each kind of work its own warps. Version 3's backward (`gpulab/attention/v3/backward.py`) is that design, oriented like version 1's dK/dV kernel so $dK$ and $dV$ stay in registers:
 #
 # - **one program per 128 keys**, split between **two consumer warpgroups** of 64 keys each; a **producer warp** loads their $K$ and $V$ once, then each query block's $Q$ and $dO$ (64 rows, by TMA) into a ring of stages (`ready[s]`, `empty[s]` as in the forward);
 # - per query block, each consumer issues $S^\top = K Q^\top$ and $dP^\top = V\,dO^\top$ together, rebuilds $P^\top$ from the saved log-sum-exp while $dP^\top$ is in flight, issues $dV \mathrel{+}= P^\top dO$, forms $dS^\top = P^\top \circ (dP^\top - D)$, issues $dK \mathrel{+}= dS^\top Q$ and writes $dS$ to shared memory;
@@ -305,7 +305,7 @@ for step, idea in v3_backward.STEPS.items():
     print(f"step {step}: {idea}")
 
 # %% [markdown]
-# **On the CPU.** `v3.backward_model.model_backward` replays the kernel's programs, query blocks, masks and roundings in PyTorch; without the roundings, in float64, it must give the gradient itself. `v3.compile_check.compile_backward_sm90` compiles the kernel for `sm_90` here, and the tests read its PTX (the wgmma count per step, the wait depths, the register budgets, shared memory, spills, the vector atomics).
+# **On the CPU.** `v3.backward_model.model_backward` replays the kernel's programs, masks and roundings in PyTorch (without the roundings, in float64, it must give the gradient itself); `v3.compile_check.compile_backward_sm90` compiles it for `sm_90`, and the tests read the PTX (wgmma count, wait depths, registers, spills, vector atomics).
 
 # %%
 q4, k4, v4, do4 = (torch.randn(300, 64, dtype=torch.float64) for _ in range(4))
@@ -317,7 +317,7 @@ for causal in (False, True):
           + ("equal to float64 autograd up to rounding (< 1e-12)" if err < 1e-12 else f"DIFFERS ({err:.1e})"))
 
 # %% [markdown]
-# **On the H100.** A GPU script (`notes/scripts.md`) checked every step's $dQ$, $dK$, $dV$ against float64 at both dtypes, head dims 64 and 128, causal and not, on odd sizes, with outputs allocated over NaN; ran each configuration 50 times on one input and compared the gradients; then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention`, the shorter of two rounds kept.
+# **On the H100.** A GPU script (`notes/scripts.md`) checked every step's $dQ$, $dK$, $dV$ against float64 at both dtypes, head dims 64 and 128, causal and not, on odd sizes, with outputs allocated over NaN; ran each configuration many times on one input and compared the gradients (the count per configuration is in the claim below); then timed forward+backward on lesson 4's grid beside cuDNN, FlashAttention-2 and `flash_attention`, the shorter of two rounds kept.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
