@@ -485,6 +485,8 @@ DISPLAYS: dict[tuple[str, str], Display] = {
                "no time shown"),
     ("05", 'hopper_report.stored_v3_tune(run="l")'): Display(
         _none, "version 3's run-l tune: ratios within the run only (Q from registers vs not), no time shown"),
+    ("05", 'bench.load("05", path=bench.current("05", "features", "h200"))'): Display(
+        _none, "the features run (GQA, varlen, head dim 256) on an H200: ratios to the peers within the run only"),
     ("05", 'hopper_report.stored_v3_ab("qregs")'): Display(
         _lesson04_v3_qregs_ab, "the A/B of Q from registers: each implementation's median round on both clocks"),
     ("06", 'versions_report.load_versions("h100")'): Display(_lesson05_versions, "the version ladder"),
@@ -539,6 +541,11 @@ DISPLAYS.update({("06", c): d for (n, c), d in list(DISPLAYS.items()) if n == "0
 # the rows records (benchmarks/07_rnn_split/rows/): read by the split lesson and by the one-SM lesson's eight-rows part
 
 
+RECORDS_OF = {"05_attention_hopper": "04"}
+"""Lesson source (stem) -> the lesson id its loader calls are registered under, where the two differ: lesson 5 reads
+lesson 4's Hopper records, which keep lesson 4's id until the records are renumbered."""
+
+
 # --- reading a lesson source ----------------------------------------------------------------------------------------
 
 
@@ -570,7 +577,7 @@ def displayed(path, registry=None, root=None) -> list[Shown]:
     """Every keyed time a lesson source displays, marked (``history``) where the loader's cell prints a banner.
     ValueError naming a loader call the registry does not know."""
     table = DISPLAYS if registry is None else registry
-    lesson = Path(path).name[:2]
+    lesson = RECORDS_OF.get(Path(path).stem, Path(path).name[:2])
     found, unknown, seen = [], [], set()
     for _, call, labelled in loader_calls(path):
         entry = table.get((lesson, call))

@@ -13,14 +13,14 @@
 # ---
 
 # %% [markdown]
-# # Exercises 4 — From online softmax to FlashAttention
+# # Exercises 4 — FlashAttention in Triton
 #
-# Six tasks that go with `notebooks/04_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Five tasks and a question that go with `notebooks/04_flash_attention.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
 # ```
-# make grade NB=exercises/04_attention.ipynb
+# make grade NB=exercises/04_flash_attention.ipynb
 # ```
 #
 # Everything runs on CPU (Triton's interpreter) as well as on a GPU.
@@ -49,8 +49,9 @@ import triton.language as tl  # isort: skip
 #
 # <details><summary>Hint 1</summary>
 #
-# The new max first: `torch.maximum(m, x.max(dim=1).values)`. The old sum was taken relative to the old max, so it is
-# rescaled by $e^{m - m'}$ before the block's terms are added.
+# Two steps, in this order: the new reference point of each row (the larger of the old max and the block's max), then
+# the sum. The old sum was taken relative to the old max, so it must be brought to the new one before the block's
+# terms, taken relative to the new max too, are added.
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -77,26 +78,26 @@ grading.grade_online_update(update)
 # %% [markdown]
 # ## Task 2: the inner loop of the FlashAttention forward
 #
-# Below is the forward kernel of the lesson without its loop over key blocks (non-causal, head dim a power of two, fp32). The prologue loads this program's `[BLOCK_M, HEAD_DIM]` block of queries and sets up the running max `m_i`, the running sum `l_i` and the output accumulator `acc`; the epilogue divides by `l_i` and stores the rows. Write the loop: for each block of `BLOCK_N` keys,
+# Below is the forward kernel of the lesson without its loop over key blocks (non-causal, head dim a power of two, fp32). The prologue loads this program's `[BLOCK_M, HEAD_DIM]` block of queries, points `k_ptrs` and `v_ptrs` at the first `BLOCK_N` rows of this head's K and V, and sets up the running max `m_i`, the running sum `l_i` and the output accumulator `acc`; the epilogue divides by `l_i` and stores the rows. Write the loop over the key blocks. For each block:
 #
-# 1. load the K and V blocks (`k_ptrs + start_n * HEAD_DIM`; the last block may be ragged: mask rows with `cols < n_k`, `other=0.0`);
-# 2. scores in base 2: `s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale` (`qk_scale` already holds `scale * log2(e)`); give keys `>= n_k` a score of `-inf`;
-# 3. the online-softmax update of task 1 in base 2 (`tl.exp2`), on `m_i`, `l_i` and on `acc`: `acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")`.
+# 1. load its rows of K and V; the last block may be ragged, so rows past `n_k` must not be read (load zeros there);
+# 2. compute its scores in base 2 (the argument `qk_scale` already holds the softmax scale times $\log_2 e$), and give the keys past `n_k` a score of $-\infty$;
+# 3. fold it into `m_i`, `l_i` and `acc` with task 1's update written in base 2; the accumulator is rescaled by the same factor as the sum before the block's $PV$ is added.
 #
-# Every query sees at least one key here, so the NaN guard of task 1 is not needed (but does no harm).
+# Ask `tl.dot` for IEEE fp32 products (`input_precision="ieee"`), so the result can be compared with float64. Every query sees at least one key here, so the NaN guard of task 1 is not needed (but does no harm).
 #
 # <details><summary>Hint 1</summary>
 #
-# `for start_n in range(0, n_k, BLOCK_N):` with the block's key indices `cols = start_n + offs_n`; the same test
-# `cols < n_k` masks the K and V loads (as rows, `[:, None]`) and sets the scores of missing keys to `-inf`
-# (as columns: `tl.where((cols < n_k)[None, :], s, float("-inf"))`).
+# The block that starts at key `start_n` lies `start_n * HEAD_DIM` elements past `k_ptrs` (and `v_ptrs`). One boolean
+# vector over the block's key indices serves twice: as a row mask for the loads (`[:, None]`) and as a column mask for
+# the scores (`[None, :]`, with `tl.where`).
 # </details>
 #
 # <details><summary>Hint 2</summary>
 #
-# Task 1 in base 2: `m_new = tl.maximum(m_i, tl.max(s, 1))`, `alpha = tl.exp2(m_i - m_new)`,
-# `p = tl.exp2(s - m_new[:, None])`, `l_i = l_i * alpha + tl.sum(p, 1)`, then rescale `acc` by the same `alpha` before
-# adding `tl.dot(p, v)`, and set `m_i = m_new` last.
+# In base 2 the update reads $m' = \max(m, \operatorname{rowmax} s)$, $lpha = 2^{m - m'}$, $p = 2^{s - m'}$,
+# $\ell' = lpha \ell + \operatorname{rowsum} p$, $\mathrm{acc}' = lpha\,\mathrm{acc} + p V$ (`tl.exp2`, `tl.max`,
+# `tl.sum` along axis 1). K enters the scores transposed (`tl.trans`). Update `m_i` last: $lpha$ needs the old one.
 # </details>
 
 # %% tags=["solution"]
@@ -286,145 +287,6 @@ def causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_q, n_k, qk_scale,
 # %%
 # GRADER: causal FlashAttention forward
 grading.grade_causal_forward(causal_kernel)
-
-# %% [markdown]
-# ## Task 6: one attention op, forward and backward (CS336's problem)
-#
-# Assemble your forward (task 5) and your backward (task 3) into one differentiable op, `attention(q, k, v) -> O`:
-# causal attention of q, k, v $[B, H, N, D]$ with scale $1/\sqrt{D}$, whose gradients flow to all three. This is
-# the problem of CS336's attention leaderboard (B 1, N 16384, 16 heads of 64, bf16, causal, forward and backward):
-# on a GPU, `make grade` times your op there against the package's `flash_attention` and SDPA's cuDNN and flash
-# backends. Here (CPU) it is graded for correctness at small sizes, in fp32, against float64: O and dQ, dK, dV.
-#
-# Three pieces:
-#
-# 1. `causal_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_q, n_k, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N)`: your
-#    causal kernel of task 5, which also stores each row's log-sum-exp $L_i$ of the scaled scores (natural log,
-#    fp32, `lse` $[B \cdot H, N]$), and works in bf16 (the grader compiles it for bf16 tiles of 64 x 64).
-# 2. The backward for $[B \cdot H, N, D]$ tensors: task 3's algebra, now causal, and in blocks of keys so that
-#    $P$ never exists whole (at N = 16384 one head's $P$ is a GiB in fp32).
-# 3. `CausalAttention`, a `torch.autograd.Function`: `forward(ctx, q, k, v)` launches the kernel and saves what the
-#    backward needs, `backward(ctx, do)` returns `(dq, dk, dv)`. (Optionally register it as a custom op with
-#    `torch.library.custom_op` and `register_autograd`, as `gpulab.attention.ops` does, so `torch.compile` sees it.)
-#
-# The grader reads the method: your kernel must be launched by the forward (PyTorch's SDPA or a softmax are
-# refused), autograd must not differentiate the forward (the graph holds your Function only), and the backward
-# must not use autograd in any form, nor a softmax; it needs its matrix products.
-#
-# <details><summary>Hint 1: the log-sum-exp and bf16</summary>
-#
-# After the loop, `m_i` and `log2(l_i)` are in base 2 (the kernel's scores are `scale * log2(e) * q k^T`):
-# $\log_2 \sum_j 2^{s_j} = m + \log_2 \ell$, and $L = \ln 2 \cdot (m + \log_2 \ell)$. In bf16, `tl.dot` wants
-# both operands in one dtype: P is fp32, so multiply `p.to(v.dtype)` by V; store O in `o_ptr`'s dtype.
-# </details>
-#
-# <details><summary>Hint 2: the causal backward</summary>
-#
-# Task 3 gave the gradients of one block pair: P from the log-sum-exp, $D = \mathrm{rowsum}(dO \circ O)$ from whole
-# rows, so the gradient of a key block sums the contributions of every query block, and dQ sums over key blocks.
-# Causal: $P_{ij} = 0$ for $j > i$, but `exp(S - lse)` is not 0 there by itself, so mask it; a key block starting
-# at key $s$ is seen by queries $i \ge s$ only.
-# </details>
-#
-# <details><summary>Hint 3: the loop</summary>
-#
-# For each key block `[s, e)`: `qi, doi = q[:, s:], do[:, s:]`; `p = exp(scale * qi @ kj.mT - lse[:, s:, None])`
-# with `p = 0` where key > query; then `dv[:, s:e] = p.mT @ doi`, `ds = p * (doi @ vj.mT - D[:, s:])`,
-# `dq[:, s:] += scale * ds @ kj`, `dk[:, s:e] = scale * ds.mT @ qi` (in fp32, cast at the end).
-# </details>
-
-# %% tags=["solution"]
-@triton.jit
-def causal_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_q, n_k, qk_scale,
-                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    ### BEGIN SOLUTION
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + bh * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=(offs_m < n_q)[:, None], other=0.0)
-    k_ptrs = k_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    v_ptrs = v_ptr + bh * n_k * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start_n in range(0, tl.minimum(n_k, (pid_m + 1) * BLOCK_M), BLOCK_N):
-        cols = start_n + offs_n
-        k = tl.load(k_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
-        v = tl.load(v_ptrs + start_n * HEAD_DIM, mask=(cols < n_k)[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-        s = tl.where((cols[None, :] <= offs_m[:, None]) & (cols < n_k)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")  # bf16 x bf16 -> fp32
-        m_i = m_new
-    rows = bh * n_q + offs_m
-    tl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], (acc / l_i[:, None]).to(o_ptr.dtype.element_ty),
-             mask=(offs_m < n_q)[:, None])
-    # the log-sum-exp of the scaled scores, natural log: m_i and log2(l_i) are base 2
-    tl.store(lse_ptr + rows, (m_i + tl.log2(l_i)) * 0.6931471805599453, mask=offs_m < n_q)
-    ### END SOLUTION
-
-
-# %% tags=["solution"]
-def causal_backward(q, k, v, o, do, lse, scale, block=1024):
-    """dq, dk, dv (fp32) of causal attention; q, k, v, o, do [BH, N, D], lse [BH, N] (natural log)."""
-    ### BEGIN SOLUTION
-    n = q.shape[1]
-    q, k, v, o, do = (t.float() for t in (q, k, v, o, do))
-    dq, dk, dv = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)
-    d = (do * o).sum(-1, keepdim=True)  # [BH, N, 1]: D = rowsum(dO o O)
-    for start in range(0, n, block):  # key block [start, end), seen by queries start.. only
-        end = min(start + block, n)
-        kj, vj, qi, doi = k[:, start:end], v[:, start:end], q[:, start:], do[:, start:]
-        p = torch.exp(scale * qi @ kj.mT - lse[:, start:, None])  # [BH, n - start, end - start]
-        above = torch.arange(start, end, device=q.device)[None, :] > torch.arange(start, n, device=q.device)[:, None]
-        p = p.masked_fill(above, 0.0)  # causal: key j > query i has P = 0
-        dv[:, start:end] = p.mT @ doi
-        ds = p * (doi @ vj.mT - d[:, start:])
-        dq[:, start:] += scale * ds @ kj
-        dk[:, start:end] = scale * ds.mT @ qi
-    return dq, dk, dv
-    ### END SOLUTION
-
-
-# %% tags=["solution"]
-class CausalAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v):
-        ### BEGIN SOLUTION
-        b, h, n, d = q.shape
-        q, k, v = (t.contiguous() for t in (q, k, v))
-        o = torch.empty_like(q)
-        lse = torch.empty(b, h, n, device=q.device, dtype=torch.float32)
-        blk = 64 if q.is_cuda else 16
-        causal_lse_kernel[(triton.cdiv(n, blk), b * h)](q, k, v, o, lse, n, n, LOG2E_F / math.sqrt(d),
-                                                         HEAD_DIM=d, BLOCK_M=blk, BLOCK_N=blk)
-        ctx.save_for_backward(q, k, v, o, lse)
-        return o
-        ### END SOLUTION
-
-    @staticmethod
-    def backward(ctx, do):
-        ### BEGIN SOLUTION
-        q, k, v, o, lse = ctx.saved_tensors
-        b, h, n, d = q.shape
-        flat = (t.reshape(b * h, n, d) for t in (q, k, v, o, do))
-        grads = causal_backward(*flat, lse.reshape(b * h, n), 1.0 / math.sqrt(d))
-        return tuple(g.view(b, h, n, d).to(q.dtype) for g in grads)
-        ### END SOLUTION
-
-
-def attention(q, k, v):
-    return CausalAttention.apply(q, k, v)
-
-
-# %%
-# GRADER: attention op: forward and backward (CS336)
-grading.grade_attention_op(attention, causal_lse_kernel)
 
 # %%
 # The H100's ridge points for bf16 tensor cores: lesson 1's stored ceilings (its bf16 GEMM over its HBM copy and its
