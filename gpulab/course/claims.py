@@ -214,8 +214,7 @@ _allow("03", "about the CPU interpreter, not a GPU result", "so the fused steps 
 _allow("03", _PLAN, "compares the fastest step with cuDNN in the same mode", "A step can also get slower in a graph")
 _allow("04", _MATH_R, "why naive attention is memory-bound")
 _allow("04", "what the autotuner does (its rule), not a result", "keeps the fastest", "above 1, gpulab is faster")
-_allow("05", _MATH_R, "why an LSTM's recurrence is", "stays memory-bound on paper")
-_allow("05", _PLAN, "a target met by a small margin")
+_allow("06", _MATH_R, "why an LSTM's recurrence is", "stays memory-bound on paper")
 _allow("06", _QUOTED, "~40% slower than a Transformer", "The FlashRNN article's ratios")
 _allow("06", _PLAN, "MLP (4x wide)", "(16x the training length)")
 _allow("06", "the task's arithmetic (640 steps vs 40), not a timing", "640 times as easily as 40")
@@ -230,5 +229,5 @@ _allow("01", _DEF, "## Task 3: memory- or compute-bound?", "At or above it: comp
 _allow("02", _MODEL, "(a misaligned shape runs a slower kernel, for its loads as well as its math)")
 _allow("02", _PLAN, "## Task 3: predict which shape is fastest, then measure")
 _allow("02", _MATH_R, "Those GEMMs are memory-bound (their arithmetic intensity is about the head dimension")
-_allow("05", "the answer's count (tensor-core nanoseconds against a chain of latencies), not a measurement",
+_allow("06", "the answer's count (tensor-core nanoseconds against a chain of latencies), not a measurement",
        "By this count the kernel is latency-bound")  # fmt: skip

@@ -340,7 +340,7 @@ def check_all_gates_method(all_gates, block_b: int = 16, dh: int = 16) -> None:
         )
     if len(found) > 1:
         raise AssertionError(
-            f"all_gates compiles to {len(found)} tt.dot ops ({shapes}): that is lesson 5's v1 (one product per gate). "
+            f"all_gates compiles to {len(found)} tt.dot ops ({shapes}): that is lesson 6's v1 (one product per gate). "
             "Load R^T of all four gates as ONE [DH, 4 * DH] tile and make one product [BLOCK_B, 4 * DH]; then take "
             "the gates apart."
         )
