@@ -23,14 +23,12 @@ LABELS: dict[tuple[str, str], str] = {
         " cuDNN and the shipped path were timed on that clock again by version 3's backward runs (section 12),"
         " the newer record of those two",
     ("05", "versions"):
-        "earlier run: the version ladder's run (`benchmarks/05_fused_rnn/versions/`). The run of `python -m gpulab"
-        " bench 05` (lesson 6, section 8), newer, is the record of v4 (the package's forward, 12 x 64), b2 (its"
-        " backward), v5 (one head of 768) and cuDNN;"
+        "earlier run: the version ladder's run (`benchmarks/05_fused_rnn/versions/`). Lesson 5's section 8 run, newer,"
+        " is the record of v4 (the package's forward, 12 x 64), b2 (its backward), v5 (one head of 768) and cuDNN;"
         " v1-v3 and b1 were timed only here, and the gains are ratios within this run",
     ("05", "split"):
-        "earlier run: the split probe's run (`benchmarks/05_fused_rnn/split/`, 2026-11-24). At head dim 768 the run of"
-        " `python -m gpulab bench 05`, newer, is the record of the split kernel, cuDNN and alternating (the next line"
-        " reads it);"
+        "earlier run: the split probe's run (`benchmarks/05_fused_rnn/split/`, 2026-11-24). At head dim 768 lesson 5's"
+        " section 8 run, newer, is the record of the split kernel, cuDNN and alternating (the next line reads it);"
         " the other head dims and the ratios are this run's",
     ("05", "cross"):
         "earlier run: the crossover run (`benchmarks/05_fused_rnn/split/*-cross.jsonl`, 2026-11-24). At one head of "

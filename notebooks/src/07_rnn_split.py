@@ -82,6 +82,14 @@ except ValueError as exc:
 print(plan.explain(16, 1, DH, "lstm", torch.bfloat16, gpu="H100"))
 
 # %% [markdown]
+# The chosen tiling's estimate, to compare with the measurements of section 4:
+
+# %%
+chosen = split_tiling.split_tiling(16, 1, DH, "lstm", torch.bfloat16, gpu="H100")
+print(f"chosen: {chosen.programs} programs of {chosen.block_u} units, {chosen.num_warps} warps, {chosen.exchange} "
+      f"exchange; estimated step {chosen.score:.0f} ns, {chosen.score * 1024 / 1e6:.2f} ms for T = 1024")
+
+# %% [markdown]
 # **Build and check** in the interpreter: head dim 300 over 5 programs of 64 units, forward and backward against float64. Triton's interpreter runs programs one after another, so there the kernel runs one launch per step, and the launch boundary is the barrier:
 
 # %%
@@ -145,6 +153,7 @@ if split_rows:
     split_rows, _ = shown.split_now(split_rows)
     print(shown.history_label("05", "split") + "\n")
     print(split_report.split_table(split_rows))
+    print(split_report.step_budget(split_rows, 768))
     ratio = {}
     for dh_ in sorted({r["DH"] for r in split_rows if r.get("kind") == "time" and "DH" in r}):
         a, b = (split_report.time_row(split_rows, c_, dh_) for c_ in ("fused split (chosen)", "cuDNN nn.LSTM float16"))
@@ -168,6 +177,12 @@ ours768, cud768 = fwd_768.get(("fused", "bfloat16")), fwd_768.get(("cuDNN nn.LST
 if ours768 and cud768:
     print(f"one head of 768, B = 16, forward, lesson 6's run (the record): split kernel version 5 {ours768.ms:.2f} ms "
           f"device, {ours768.wall_ms:.2f} ms wall; cuDNN fp16 {cud768.ms:.2f} / {cud768.wall_ms:.2f} ms")
+    claims.show(claims.claim(
+        "The estimate said {est:.0f} ns per step; version 5 takes {meas:.0f} ns (device time / T), {r:.2f}x the "
+        "estimate: the estimate counts round trips and bytes, and the stamps below show what it leaves out.",
+        holds=lambda est, meas, r: meas > est and abs(r - meas / est) < 1e-9, est=chosen.score,
+        meas=ours768.ms * 1e6 / 1024, r=ours768.ms * 1e6 / 1024 / chosen.score,
+    ))  # fmt: skip
 
 # %% [markdown]
 # A profiler times whole kernels; this one runs 1024 steps in one launch. So the kernel **stamps its own clock** (`gpulab.rnn.fused.clocks`, under a compile-time flag, so the kernel that normally runs is unchanged): one thread per program reads the SM's cycle counter once each value of the step has arrived (its inputs, $h_{t-1}$, the product, the cell, the stores, the barrier passed). A stamp waits for its value, so the stamped step is longer than the unstamped one: the parts are a budget, not a profile. Besides the counter barrier the run timed three other exchanges: **tagged** words (each 8-byte word holds two values of $h$ and the step's tag, as the low-latency "LL" protocol of NCCL, NVIDIA's library for communication between GPUs, does, so a reader's load is also its barrier), a **flag** per program, and **hinted** words (tagged 32-bit words, with a counter added *without* a release fence, the instruction that waits until the program's earlier stores are visible, as a hint of when to look). One head of 768, B = 16 (`python -m gpulab bench 05 steps`):
