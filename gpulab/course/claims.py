@@ -227,6 +227,5 @@ _allow("01", _DEF, "## Task 3: memory- or compute-bound?", "At or above it: comp
 _allow("02", _MODEL, "(a misaligned shape runs a slower kernel, for its loads as well as its math)")
 _allow("02", _PLAN, "## Task 3: predict which shape is fastest, then measure")
 _allow("02", _MATH_R, "Those GEMMs are memory-bound (their arithmetic intensity is about the head dimension")
-for _lesson in ("06", "07"):  # the fused RNN's task 6 and the question after it: in either half of the old lesson 5
-    _allow(_lesson, "the answer's count (tensor-core nanoseconds against a chain of latencies), not a measurement",
-           "By this count the kernel is latency-bound")  # fmt: skip
+_allow("06", "the answer's count (tensor-core nanoseconds against a chain of latencies), not a measurement",
+       "By this count the kernel is latency-bound")  # fmt: skip

@@ -13,14 +13,14 @@
 # ---
 
 # %% [markdown]
-# # Exercises 5 — A fused RNN kernel
+# # Exercises 6 — A fused RNN on one SM
 #
-# Seven tasks that go with `notebooks/05_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
+# Six tasks that go with `notebooks/06_fused_rnn.ipynb`. Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`), then run the `# GRADER` cell below it: it tests your code on fresh random inputs against float64 references and raises with a message if something is wrong.
 #
 # Grade the whole notebook from a terminal with
 #
 # ```
-# make grade NB=exercises/05_fused_rnn.ipynb
+# make grade NB=exercises/06_fused_rnn.ipynb
 # ```
 #
 # Everything runs on CPU (Triton's interpreter) as well as on a GPU.
@@ -60,8 +60,8 @@ import triton.language as tl  # isort: skip
 #
 # <details><summary>Hint 2</summary>
 #
-# The update gate keeps the **old** state: $h_t = z' h_{t-1} + (1 - z') n'$ (swapping the two is the most common
-# mistake, and the grader names it).
+# Check which of the two states the update gate $z'$ multiplies in the task's formula, and which one $1 - z'$ does:
+# swapping them is the most common mistake, and the grader names it.
 # </details>
 
 # %% tags=["solution"]
@@ -85,12 +85,11 @@ grading.grade_gru_cell(gru_cell)
 #
 # Below is a simplified version of the lesson's fused forward kernel: LSTM only, fp32, one program per head holding every batch row ($B \le$ `BLOCK_B` = 16), head dim `DH` a power of two $\ge 16$. Layouts are flashrnn's: `wx` $[B, T, 4, NH, DH]$, `r` $[4, NH, DH, DH]$, `b` $[4, NH, DH]$, `s0` (initial $h, c$) $[2, B, 1, NH, DH]$, `out` (all states) $[2, B, T, NH, DH]$, `last` $[2, B, 1, NH, DH]$.
 #
-# The prologue is written: it loads this head's $R^\top$ per gate **once**, into registers (`rt_i, rt_f, rt_z, rt_o`, each $[DH, DH]$ with `rt_g[k, j] = R[g, n, j, k]`), the four biases as $[1, DH]$ rows, the initial $h$ and $c$ as fp32 $[BLOCK\_B, DH]$ tiles, and the row pointers of step 0. The epilogue stores the last $h$ and $c$. Write the loop over the $T$ steps. At step $t$:
+# The prologue is written: it loads this head's $R^\top$ per gate **once**, into registers (`rt_i, rt_f, rt_z, rt_o`, each $[DH, DH]$ with `rt_g[k, j] = R[g, n, j, k]`), the four biases as $[1, DH]$ rows, the initial $h$ and $c$ as fp32 $[BLOCK\_B, DH]$ tiles, and the pointers of this program's rows at step 0 (`wx_rows`, `out_rows`). The epilogue stores the last $h$ and $c$. Write the loop over the $T$ steps, using what the prologue prepared:
 #
-# 1. load the four gates of $Wx_t$: gate $g$ of step $t$ is at `wx_rows + t * 4 * HD + g * HD` (masked with `mask`, `other=0.0`);
-# 2. the pre-activations $[i, f, z, o]$: $Wx_{t,g} + h\, R_g^\top + b_g$, with the product as `tl.dot(h, rt_g, input_precision="ieee")`;
-# 3. `h, c = lstm_cell(i, f, z, o, c)` (the course's cell, imported above);
-# 4. store $h$ at `out_rows + t * HD` and $c$ at `out_rows + state_stride + t * HD` (masked).
+# - **where things are.** In `wx`, one step of one batch row holds the four gates one after another, each gate an $[NH, DH]$ slice of `HD` elements; in `out`, all $h$ come first and all $c$ follow, `state_stride` elements later. Rows past $B$ are masked (`mask`); masked loads must read zeros.
+# - **what a step computes.** Each gate's pre-activation is its part of $Wx_t$, plus $h_{t-1}$ times that gate's tile of $R^\top$, plus its bias; the product in fp32 with IEEE precision (`input_precision="ieee"`, so that it matches float64 closely). The course's `lstm_cell`, imported above, turns the four pre-activations and the old $c$ into the new $h$ and $c$.
+# - **what a step writes.** Step $t$'s $h$ and $c$ in `out`; the new $h$ and $c$ carried into step $t + 1$.
 #
 # The grader runs your kernel on random shapes ($B$ 1–3, $T$ 1–5, $NH$ 1–3, $DH$ = 16) against `gpulab.rnn.flashrnn(..., backend="vanilla")` in float64, with outputs poisoned with NaN beforehand.
 #
@@ -102,9 +101,8 @@ grading.grade_gru_cell(gru_cell)
 #
 # <details><summary>Hint 2</summary>
 #
-# Each gate is its own load plus its own product: `i = tl.load(wx, mask=mask, other=0.0) + tl.dot(h, rt_i,
-# input_precision="ieee") + b_i` with `wx = wx_rows + t * 4 * HD`, and the next gates at `wx + HD`, `wx + 2 * HD`,
-# `wx + 3 * HD`. Store $h$ at `out_rows + t * HD` and $c$ one `state_stride` further.
+# Count offsets in elements from `wx_rows`: how many elements does one step of a batch row span, and how many lie
+# between two gates of one step? The same question for `out_rows`: where is step $t$'s $h$, and where its $c$?
 # </details>
 
 # %% tags=["solution"]
@@ -160,7 +158,7 @@ def lstm_forward_kernel(wx_ptr, r_ptr, b_ptr, s0_ptr, out_ptr, last_ptr, B, T, N
 grading.grade_lstm_loop(lstm_forward_kernel)
 
 # %% [markdown]
-# ## Task 3: all gates in one product (lesson 5's v1 -> v2)
+# ## Task 3: all gates in one product (lesson 6's v1 -> v2)
 #
 # Your loop makes four products per step, `tl.dot(h, rt_g)` for each gate: four small tensor-core operations, each
 # with its own $[DH, DH]$ operand in registers. The lesson's kernel makes **one**: it lays $R^\top$ of the four gates
@@ -200,8 +198,8 @@ grading.grade_lstm_loop(lstm_forward_kernel)
 #
 # <details><summary>Hint 3</summary>
 #
-# One `tl.split` over $c$ gives gates $\{0, 2\}$ and $\{1, 3\}$ (not 0 and 1!); split each half again over $a$:
-# `x02, x13 = tl.split(x)`, `x0, x2 = tl.split(x02)`, `x1, x3 = tl.split(x13)`, then return `x0, x1, x2, x3`.
+# After the permute the last dimension is $c$: one `tl.split` over it gives gates $\{0, 2\}$ and $\{1, 3\}$ (not
+# 0 and 1!). One more split of each half over $a$ gives the four gates; return them in the order i, f, z, o.
 # </details>
 
 # %% tags=["solution"]
@@ -233,7 +231,7 @@ grading.grade_all_gates(all_gates)
 # wider chain and reads $h$'s fragments once; it also means one tile of $Wx_t$ to load and one tile of gates to
 # store per step, and every tile whose memory layout differs from the tensor cores' costs a round trip through
 # shared memory. Taking the gates apart costs nothing on the GPU: in the tensor cores' output layout a thread
-# already holds all four gates of its units, so reshape, permute and split only rename registers. Lesson 5's v2
+# already holds all four gates of its units, so reshape, permute and split only rename registers. Lesson 6's v2
 # makes exactly this change.
 
 # %% [markdown]
@@ -272,15 +270,12 @@ grading.grade_all_gates(all_gates)
 # $\sum_k h_{t-1,k} R_{g,j,k}$: which index of `R[g]` does $dh_{t-1}$ sum over?
 # </details>
 #
-# <details><summary>Hint 3: the formulas</summary>
+# <details><summary>Hint 3: where each gradient starts</summary>
 #
-# $$ \delta c = dc + dh \odot o \odot (1 - \tau^2), \quad \delta G_i = \delta c\, z\, i(1-i), \quad
-#    \delta G_f = \delta c\, c_{t-1}\, f(1-f), \quad \delta G_z = \delta c\, i\, (1 - z^2), \quad
-#    \delta G_o = dh\, \tau\, o(1-o), $$
-#
-# $$ dc_{t-1} = \delta c \odot f, \qquad dh_{t-1} = \sum_g \delta G_g R_g , $$
-#
-# with `dG = torch.stack([...], 1)` and `torch.einsum("bgj,gjk->bk", dG, R)` for the last sum.
+# What reaches $c_t$ is $\delta c = dc + dh \odot o \odot (1 - \tau^2)$. Each gate's pre-activation then gets
+# $\delta c$ (or $dh$, for $o$) times what multiplies that gate in the forward, times its activation's derivative;
+# $dc_{t-1}$ is what $\delta c$ passes through $f$. `torch.stack(..., 1)` builds `dG` $[B, 4, H]$, and one
+# `torch.einsum` over the gate and unit indices of `R` gives $dh_{t-1}$.
 # </details>
 
 # %% tags=["solution"]
@@ -314,7 +309,8 @@ grading.grade_lstm_backward_step(step)
 #
 # <details><summary>Hint 1</summary>
 #
-# Two terms: $g D^2 s$ for the weights and $g\, B_\text{tile} D\, s$ for the buffer ($s$ bytes per element).
+# Count the two tiles separately, in elements, then multiply by the bytes per element: what are the sides of
+# $R_\text{all}$ (gate slots side by side), and of the buffer?
 # </details>
 #
 # <details><summary>Hint 2</summary>
@@ -368,7 +364,8 @@ except NotImplementedError:
 #
 # <details><summary>Hint 2</summary>
 #
-# The fused kernel reads it once per forward; `alternating` once per step, so $T$ times.
+# How many times does each backend load the whole of $R$ during one forward of $T$ steps? Lesson 6, section 1
+# counts a step of each.
 # </details>
 
 # %% tags=["solution"]
@@ -392,54 +389,10 @@ except NotImplementedError:
     print("write r_bytes (task 6) first")
 
 # %% [markdown]
-# ## Task 7: the split kernel's exchange and barrier
-#
-# A head too large for one SM is split over $P$ programs by output units (lesson 5, part 2): program $p$ owns $U$
-# units and the rows $R_p$ of $R$ for them, and computes its units of $h_t = \tanh(h_{t-1} R^\top)$ (an Elman
-# step, to keep the cell out of the way). Each unit of $h_t$ needs **all** of $h_{t-1}$, written by every program
-# one step earlier: it travels through an exchange buffer in global memory, `ex` $[T + 1, DH]$ with `ex[0]` $= h_0$
-# and `ex[t]` $= h_t$ (the kernel's output is its exchange buffer), and a grid barrier per step orders the writes
-# before the reads.
-#
-# Write program $p$ as a Python generator `program(p, P, T, R_p, ex)`: each `yield` is its arrival at the grid
-# barrier (it resumes once every program has arrived). Triton's interpreter runs the programs of a grid one after
-# another, so a barrier cannot work there; the grader's `phase_driver` runs your programs the way the barrier
-# orders them, phase by phase, in a random order within each phase, and checks the values against float64 and the
-# method: where the barrier sits, how many there are, what is read from where.
-#
-# <details><summary>Hint 1</summary>
-#
-# Per step: read the whole $h_{t-1}$ (`ex[t - 1]`), compute your units (`torch.tanh(h_prev @ R_p.T)`, shape $[U]$),
-# store them into `ex[t, p * U:(p + 1) * U]`. Where must the barrier go so that nobody reads `ex[t]` before every
-# program has stored its part?
-# </details>
-#
-# <details><summary>Hint 2</summary>
-#
-# After the store, once per step: `yield` as the last statement of the loop body. One is enough, because slot
-# `ex[t]` is written once and never overwritten (a single reused buffer would need a second barrier, or two slots).
-# </details>
-
-# %% tags=["solution"]
-def program(p, P, T, R_p, ex):
-    ### BEGIN SOLUTION
-    units = slice(p * R_p.shape[0], (p + 1) * R_p.shape[0])
-    for t in range(1, T + 1):
-        h_prev = ex[t - 1]  # all of h_{t-1}: every program wrote its units before the last barrier
-        ex[t, units] = torch.tanh(h_prev @ R_p.T)  # my units of h_t
-        yield  # the grid barrier: nobody reads ex[t] until every program has stored its part
-    ### END SOLUTION
-
-
-# %%
-# GRADER: split kernel: exchange and barrier
-grading.grade_split_exchange(program)
-
-# %% [markdown]
 # ## Question
 #
 # The fused kernel reads $R$ once per forward (task 6) instead of $T$ times. Why does it still not run anywhere near the H100's tensor-core roof?
 #
 # ### BEGIN SOLUTION
-# As task 6 counts, $R$ is $4 \cdot 12 \cdot 64^2 \cdot 2$ bytes = 393 KB. The fused kernel reads it once (393 KB); the alternating backend reads it at every step, $1024 \times 393$ KB = 403 MB (mostly from L2, where it fits). Even so, the fused kernel is far from the tensor-core roof because the work is a chain of 1024 dependent steps, each tiny: per step and program a $[16, 64] \times [64, 64]$ product per gate, about 0.5 MFLOP, a few nanoseconds of tensor-core time, while the step's chain (load $Wx_t$, four products, the cell's sigmoids and tanh, the store, the layout conversion of $h$ back into a product operand) takes hundreds of nanoseconds of latency. Only 12 programs run (one per head), on 12 of 132 SMs. By this count the kernel is latency-bound: each step costs its chain's latency, not its arithmetic, so more work per step (a larger batch per program, more heads on the idle SMs) should add little time per step; lesson 5's batch and head-dim runs measure how little.
+# As task 6 counts, $R$ is $4 \cdot 12 \cdot 64^2 \cdot 2$ bytes = 393 KB. The fused kernel reads it once (393 KB); the alternating backend reads it at every step, $1024 \times 393$ KB = 403 MB (mostly from L2, where it fits). Even so, the fused kernel is far from the tensor-core roof because the work is a chain of 1024 dependent steps, each tiny: per step and program a $[16, 64] \times [64, 64]$ product per gate, about 0.5 MFLOP, a few nanoseconds of tensor-core time, while the step's chain (load $Wx_t$, four products, the cell's sigmoids and tanh, the store, the layout conversion of $h$ back into a product operand) takes hundreds of nanoseconds of latency. Only 12 programs run (one per head), on 12 of 132 SMs. By this count the kernel is latency-bound: each step costs its chain's latency, not its arithmetic, so more work per step (a larger batch per program, more heads on the idle SMs) should add little time per step; lesson 6, section 8 measures how little over the batch.
 # ### END SOLUTION
