@@ -98,9 +98,9 @@ of lesson 4's grid from which on version 3's measured default
 (:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) took less time than the shipped
 two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's fastest round) in each
 of the newest three H100 runs that timed both on the whole grid, the longest of their three lengths
-(``benchmarks/05_attention_hopper/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this table
-to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem while
-the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
+(``benchmarks/05_attention_hopper/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
+table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
+while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
 lengths."""
 
 V3_BACKWARD_HEAD_DIMS, V3_BACKWARD_MIN_SEQ = V3_BACKWARD.head_dims, V3_BACKWARD.min_seq  # its fields, read-only

@@ -187,7 +187,7 @@ _MODEL = "a prediction of the lesson's model (deterministic code printed beside 
 _QUOTED = "a figure of a quoted article"
 _PLAN = "the lesson's plan or a design choice, not a result"
 _allow("00", _DEF, "the closer to the arithmetic units, the smaller and faster", "cannot run faster than",
-       "It is memory-bound when")  # fmt: skip
+       "It is **memory-bound** when")  # fmt: skip
 _allow("01", _DEF, "it is memory-bound, above it compute-bound", "A kernel to the left of it is",
        "the only ways to go faster are", "A kernel to the right is", "the slowest of them all sets the time",
        "a memory-bound kernel at the measured HBM ceiling is done",
@@ -212,7 +212,6 @@ _allow("03", _PLAN, "compares the fastest step with cuDNN in the same mode", "A 
 _allow("04", _MATH_R, "why naive attention is memory-bound")
 _allow("04", "what the autotuner does (its rule), not a result", "keeps the fastest", "above 1, gpulab is faster")
 _allow("06", _MATH_R, "why an LSTM's recurrence is", "stays memory-bound on paper")
-_allow("06", _PLAN, "a target met by a small margin")
 _allow("08", _QUOTED, "~40% slower than a Transformer", "The FlashRNN article's ratios")
 _allow("08", _PLAN, "MLP (4x wide)", "(16x the training length)")
 _allow("08", "the task's arithmetic (640 steps vs 40), not a timing", "640 times as easily as 40")

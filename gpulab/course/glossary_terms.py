@@ -277,7 +277,7 @@ TERMS = [
         "meaning": (
             "NVIDIA's collective communication library: all-reduce, all-gather and reduce-scatter between GPUs"
         ),
-        "lesson": "07",
+        "lesson": "09",
     },
     {
         "term": "all-reduce",

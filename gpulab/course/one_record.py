@@ -541,11 +541,6 @@ DISPLAYS.update({("06", c): d for (n, c), d in list(DISPLAYS.items()) if n == "0
 # the rows records (benchmarks/07_rnn_split/rows/): read by the split lesson and by the one-SM lesson's eight-rows part
 
 
-RECORDS_OF = {"05_attention_hopper": "04"}
-"""Lesson source (stem) -> the lesson id its loader calls are registered under, where the two differ: lesson 5 reads
-lesson 4's Hopper records, which keep lesson 4's id until the records are renumbered."""
-
-
 # --- reading a lesson source ----------------------------------------------------------------------------------------
 
 
@@ -577,7 +572,7 @@ def displayed(path, registry=None, root=None) -> list[Shown]:
     """Every keyed time a lesson source displays, marked (``history``) where the loader's cell prints a banner.
     ValueError naming a loader call the registry does not know."""
     table = DISPLAYS if registry is None else registry
-    lesson = RECORDS_OF.get(Path(path).stem, Path(path).name[:2])
+    lesson = Path(path).name[:2]
     found, unknown, seen = [], [], set()
     for _, call, labelled in loader_calls(path):
         entry = table.get((lesson, call))

@@ -52,11 +52,11 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 # | L2 | one per chip, all SMs | 50 MB | ~250 cycles | hardware |
 # | HBM | off-chip DRAM | 80 GB, 3.35 TB/s | ~600 cycles | you (`torch.empty`) |
 #
-# A kernel whose work is $F$ floating-point operations and which must move $Q$ bytes between HBM and the chip cannot run faster than
+# A kernel whose work is $F$ FLOPs (floating-point operations: additions, multiplications) and which must move $Q$ bytes between HBM and the chip cannot run faster than
 #
 # $$ t \;\ge\; \max\left(\frac{F}{P_\text{peak}},\; \frac{Q}{B_\text{HBM}}\right). $$
 #
-# It is memory-bound when $Q/B_\text{HBM}$ is the larger term, i.e. when its **arithmetic intensity** $I = F/Q$ is below the GPU's **ridge point** $P_\text{peak}/B_\text{HBM}$. On an H100 that is $989\,\text{TFLOP/s} \,/\, 3.35\,\text{TB/s} \approx 295$ FLOPs per byte for fp16 work on the **tensor cores** (the units that multiply small matrix tiles; lesson 1). (**fp32** is the 4-byte float, **fp16** and **bf16** two 2-byte ones: bf16 keeps fp32's exponent range with fewer mantissa bits.) A vector add does 1 FLOP per 12 bytes. Most of what a sequence model does between its big matrix products (softmax, layer norm, activations, the LSTM's gate pointwise) has intensity far below the ridge point: its speed is set by bytes, and the lessons that follow are about moving fewer of them.
+# It is **memory-bound** when $Q/B_\text{HBM}$ is the larger term, i.e. when its **arithmetic intensity** $I = F/Q$ is below the GPU's **ridge point** $P_\text{peak}/B_\text{HBM}$. On an H100 that is $989\,\text{TFLOP/s} \,/\, 3.35\,\text{TB/s} \approx 295$ FLOPs per byte for fp16 work on the **tensor cores** (the units that multiply small blocks of matrices; lesson 1). (**fp32** is the 4-byte float, **fp16** and **bf16** two 2-byte ones: bf16 keeps fp32's exponent range with fewer mantissa bits.) A vector add does 1 FLOP per 12 bytes. Most of what a sequence model does between its big matrix products (softmax, layer norm, activations, the LSTM's gate pointwise) has intensity far below the ridge point: its speed is set by bytes, and the lessons that follow are about moving fewer of them.
 
 # %%
 memory.plot_hierarchy("H100")
@@ -145,7 +145,7 @@ print(f"{overwritten} elements written past the end of dst")
 #
 # - $W \le$ one SM's L1 (256 KB on an H100): reads hit L1 — tens of TB/s over the chip;
 # - $W \le$ L2 (50 MB): reads hit L2 — several times HBM;
-# - larger: every read streams from HBM — at best 3.35 TB/s.
+# - larger: every read comes from HBM — at best 3.35 TB/s.
 #
 # Bandwidth is bytes read over time, $B = PTBs / t$. Each program stores its sum, so no load can be optimised away — and the sums give us something to check.
 
@@ -199,7 +199,7 @@ else:
 # %% [markdown]
 # ## 4. Measured on an H100
 #
-# The stored run: `python -m gpulab bench 00` on an NVIDIA H100 80GB HBM3 (result file and figure in `benchmarks/00_memory_hierarchy/`). Besides the sweep it times the copy kernel from section 2 and PyTorch's own device copy (`Tensor.copy_`) on the same 1 GiB. Every time in the table is **device time** (`ms`: the GPU's own clock, read with CUDA events around the kernels), not **wall time** (`wall_ms`: the host's clock, launch costs included). Lesson 1's run times the same two copies again for the roofline's HBM ceiling, and this lesson shows that one record of them (below), so the table lists the sweep. Its last two columns come from the compiler: `registers` per thread, and `spills`, values that did not fit in registers and went to slow off-chip memory (none here).
+# The stored run: `python -m gpulab bench 00` on an NVIDIA H100 80GB HBM3 (result file and figure in `benchmarks/00_memory_hierarchy/`). Besides the sweep it times the copy kernel from section 2 and PyTorch's own device copy (`Tensor.copy_`) on the same 1 GiB. Every time in the table is **device time** (`ms`: the GPU's own clock, read with CUDA events around the kernels), not **wall time** (`wall_ms`: the host's clock, launch costs included). Lesson 1's run times the same two copies again for its HBM ceiling, and this lesson shows that one record of them (below), so the table lists the sweep. Its last two columns come from the compiler: `registers` per thread, and `spills`, values that did not fit in registers and went to slow off-chip memory (none here).
 
 # %%
 stored = bench.load("00", gpu="h100")
@@ -235,7 +235,7 @@ claims.show(claims.claim(
 ))
 claims.claim(
     "Two HBM figures, one ceiling: the sweep only *reads*, and its plateau ({p:.2f} TB/s, {pf:.0%} of the spec) is "
-    "above the **HBM ceiling** the roofline of lesson 1 and every later lesson use, a copy that reads and writes "
+    "above the **HBM ceiling** the roofline (the plot of attainable speed against FLOPs per byte) of lesson 1 and every later lesson use, a copy that reads and writes "
     "({c:.2f} TB/s, {cf:.0%}; `roofline.hbm_ceiling()`).",
     holds=lambda p, c, **_: p > c, p=plateau.gbps / 1e3, pf=plateau.fraction, c=ceiling.gbps / 1e3,
     cf=ceiling.fraction,

@@ -124,7 +124,7 @@ for n in (256, 1024, 4096, 16384):
 # The weights dominate, so **the batch size is the intensity**: in bf16 a step stays memory-bound until the batch is in the hundreds (the exercise works out exactly where).
 #
 # For a **whole sequence** of $T$ steps there are two implementations, with the same FLOPs:
-# - **one kernel per step** (a loop over cuBLAS calls): each step is the step above — the weights and the state cross HBM $T$ times; the intensity stays that of one step;
+# - **one kernel per step** (a loop over calls of cuBLAS (NVIDIA's matrix-multiply library)): each step is the step above — the weights and the state cross HBM $T$ times; the intensity stays that of one step;
 # - **one persistent kernel** (FlashRNN, lesson 6) that keeps the weights and the state on chip for all $T$ steps: the weights are read once, $x$ once, the output sequence written once: $Q = s\,(TB(I+H) + 3BH + 4H(I+H) + 4H)$.
 
 # %%

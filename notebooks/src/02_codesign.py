@@ -152,7 +152,7 @@ plt.show()
 # %% [markdown]
 # ## 5. The whole model
 #
-# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot stream at full bandwidth (the head-dimension sweep shows it: section 7 predicts it and section 9 measures it):
+# All three effects lower the compute roof. Misalignment lowers the memory roof too: a misaligned shape runs a different, slower kernel whose narrow loads cannot reach full bandwidth (the head-dimension sweep shows it: section 7 predicts it and section 9 measures it):
 #
 # $$ t = \max\left(\frac{F}{P\,e_\text{align}\,e_\text{tile}\,e_\text{wave}},\; \frac{Q \cdot \text{penalty}}{B}\right) $$
 #
@@ -194,7 +194,7 @@ for m, n, k in ((1, 1, 1), (17, 17, 17), (33, 20, 19), (100, 37, 70)):
     print(f"{m:3d} x {n:3d} x {k:3d}: grid {grid}, every element written, matches float64 (relative error < 1e-6)")
 
 # %% [markdown]
-# On the GPU the sweep uses $B_M \times B_N \times B_K = 128 \times 256 \times 64$, 8 warps, 3 **stages** (buffers in shared memory, so the tiles of $A$ and $B$ for the next K-steps load while the current ones multiply) — the first configuration in the autotuning list of Triton's matmul tutorial (the configurations it times on each shape, keeping the best). With all three stages buffered its shared memory is $3 \times (128 \times 64 + 64 \times 256) \times 2$ bytes = 144 KB, more than half of an SM's 228 KB, so each SM runs one tile at a time: one tile per SM per wave, as the model assumes. (The stored results record the compiled kernel's shared memory, so section 9 can check this.)
+# On the GPU the sweep uses $B_M \times B_N \times B_K = 128 \times 256 \times 64$, 8 warps, **3 stages** (buffers in shared memory, so the tiles of $A$ and $B$ for the next K-steps load while the current ones multiply) — the first configuration in the list of Triton's matmul tutorial for **autotuning** (timing each configuration on each shape and keeping the best). With all three stages buffered its shared memory is $3 \times (128 \times 64 + 64 \times 256) \times 2$ bytes = 144 KB, more than half of an SM's 228 KB, so each SM runs one tile at a time: one tile per SM per wave, as the model assumes. (The stored results record the compiled kernel's shared memory, so section 9 can check this.)
 #
 # ## 7. Predictions for the H100 sweeps
 #

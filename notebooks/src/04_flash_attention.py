@@ -26,7 +26,7 @@
 #
 # **Terms.** A *program* is one instance of a Triton kernel; on the GPU it runs as one *CTA* (cooperative thread array, CUDA's thread block): a few *warps* of 32 threads that share the SM's shared memory. A *tile* is the block of a matrix one program holds at a time.
 #
-# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_attention/`; sections 8-10 show them.
+# **How this notebook runs.** Without a GPU, the Triton kernels run in the CPU interpreter on tiny problems (they are checked, not timed). The measurements were taken on an H100 with `python -m gpulab bench 04` and are stored under `benchmarks/04_flash_attention/`; sections 8-10 show them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -67,7 +67,7 @@ ax = roofline.plot(ops, ceilings=roofline.ceilings("H100"), title="Attention on 
 plt.show()
 
 # %% [markdown]
-# The memory is as bad as the traffic: the backward needs $P$, so autograd keeps an $N \times N$ matrix per head alive. At $N = 16384$ with 16 heads that is 16 × 16384² × 2 bytes = 8.6 GB for $P$ in bf16 alone, before the softmax's fp32 intermediates. The naive reference, checked against SDPA:
+# The memory is as bad as the traffic: the backward needs $P$, so autograd keeps an $N \times N$ matrix per head alive. At $N = 16384$ with 16 heads that is 16 × 16384² × 2 bytes = 8.6 GB for $P$ in bf16 alone, before the softmax's fp32 intermediates. The naive reference, checked against SDPA (PyTorch's `scaled_dot_product_attention`, which picks among fused backends):
 
 # %%
 q, k, v = (check.random_tensor(2, 3, 17, 16) for _ in range(3))
@@ -86,7 +86,7 @@ print(inspect.getsource(A.naive_attention))
 #
 # $$ m' = \max\big(m, \max_j x_j\big), \qquad \ell' = \ell\, e^{m - m'} + \sum_j e^{x_j - m'}. $$
 #
-# After the last block, $m + \log \ell$ is the row's log-sum-exp, and a second pass writes $e^{x - m}/\ell$.
+# After the last block, $m + \log \ell$ is the row's **log-sum-exp** ($\log \sum_j e^{x_j}$), and a second pass writes $e^{x - m}/\ell$.
 
 # %%
 x = check.random_tensor(4, 1000, scale=5.0)
@@ -114,9 +114,9 @@ for start in range(0, 256, 16):
     ms.append(m)
     ls.append(l)
 fig, ax = plt.subplots(1, 2, figsize=(9, 3))
-ax[0].step(range(1, 17), ms, where="post")
+ax[0].step(range(1, 17), ms, where="post", color=palette.guide("ink"))
 ax[0].set(title="running max m", xlabel="blocks seen")
-ax[1].step(range(1, 17), ls, where="post", color="C1")
+ax[1].step(range(1, 17), ls, where="post", color=palette.guide("ink"))
 ax[1].set(title="running sum l (of exp(x - m))", xlabel="blocks seen")
 fig.tight_layout()
 plt.show()

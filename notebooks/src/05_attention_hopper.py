@@ -27,7 +27,7 @@
 # - **Warp specialization**: the warps of one CTA run different code, a *producer* only issuing copies, *consumers* only computing, in step through mbarriers; **setmaxnreg** (a PTX instruction) moves registers from the producer to the consumers.
 # - A **persistent** grid launches one program per SM (132 on an H100), each looping over many tiles.
 #
-# **How this notebook runs.** Without a GPU, version 2 runs in the Triton interpreter; Gluon has no interpreter, so version 3 is checked by replays of its schedule and by compiling it for `sm_90` and reading the PTX. The measurements are under `benchmarks/04_attention/` (`python -m gpulab bench 04 hopper`, `v3`, `v3-headline`, `features`); the history of the runs is in `notes/attention-hopper.md`.
+# **How this notebook runs.** Without a GPU, version 2 runs in the Triton interpreter; Gluon has no interpreter, so version 3 is checked by replays of its schedule and by compiling it for `sm_90` and reading the PTX. The measurements are under `benchmarks/05_attention_hopper/` (`python -m gpulab bench 05 hopper`, `v3`, `v3-headline`, `features`); the history of the runs is in `notes/attention-hopper.md`.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -95,7 +95,7 @@ for (b, h, nq, nk, d, cfg) in cases:
           f"{'persistent' if cfg.persistent else 'one program per tile'}), causal and not")
 
 # %% [markdown]
-# **Measured on the H100** (`python -m gpulab bench 04 hopper`): a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), then lesson 4's 24 problems with version 1, version 2, cuDNN (SDPA's default) and SDPA's FlashAttention-2; every output checked against SDPA's math backend before it was timed. `flash_attention` picks version 2 on Hopper for fp16/bf16, head dims that are multiples of 8 up to 128, and problems past `attention_plan.SMALL_WORK` (below it version 1, which builds no descriptors: the summary's last lines).
+# **Measured on the H100** (`python -m gpulab bench 05 hopper`): a sweep of version 2's configs (tiles, warps, stages, warp-specialized or not, persistent or not), then lesson 4's 24 problems with version 1, version 2, cuDNN (SDPA's default) and SDPA's FlashAttention-2; every output checked against SDPA's math backend before it was timed. `flash_attention` picks version 2 on Hopper for fp16/bf16, head dims that are multiples of 8 up to 128, and problems past `attention_plan.SMALL_WORK` (below it version 1, which builds no descriptors: the summary's last lines).
 
 # %%
 try:
@@ -105,7 +105,7 @@ except FileNotFoundError as exc:
     print(exc)
 if hopper_records:
     head = hopper_records[0]
-    print(shown.history_label("04", "hopper") + "\n")
+    print(shown.banner("05", "hopper") + ".\n")
     print(f"{head.device}, {head.date}, torch {head.torch}, triton {head.triton}\n")
     print(hopper_report.grid_table(hopper_records, "forward"))
     print()
@@ -211,7 +211,7 @@ print(f"barrier simulation, 3 tiles of 5, 3 and 4 key blocks, random interleavin
       f"{len(turns)} consumer turns in strict alternation")
 
 # %% [markdown]
-# **Measured on the H100** (`python -m gpulab bench 04 v3`, with `v3-check` and `v3-race`): every step checked against SDPA's fp32 math, each configuration run 200 times on one input and the outputs compared bit for bit (a race shows as runs that differ); then lesson 4's forward problems timed with the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN and FlashAttention-2, each provider twice, the round with the shorter time kept. `ms` is device time (`do_bench`), `(wall)` the eager wall clock of calls back to back.
+# **Measured on the H100** (`python -m gpulab bench 05 v3`, with `v3-check` and `v3-race`): every step checked against SDPA's fp32 math, each configuration run 200 times on one input and the outputs compared bit for bit (a race shows as runs that differ); then lesson 4's forward problems timed with the steps, the tuned kernel (also once through Triton's own launch on every call), version 2, cuDNN and FlashAttention-2, each provider twice, the round with the shorter time kept. `ms` is device time (`do_bench`), `(wall)` the eager wall clock of calls back to back.
 
 # %%
 try:
@@ -252,7 +252,7 @@ if v3_records:
     )  # fmt: skip
 
 # %% [markdown]
-# **One problem, nine rounds.** A best-of-two round moves by a few percent from run to run, so `python -m gpulab bench 04 v3-headline` times one problem (bf16, head dim 128, N = 16k, non-causal) alone in nine alternating rounds of version 3, cuDNN, FlashAttention-2 and version 2, and states each one's median round; `nvidia-smi` sampled the GPU four times a second beside it. The course's bar for this problem is 620 TFLOP/s.
+# **One problem, nine rounds.** A best-of-two round moves by a few percent from run to run, so `python -m gpulab bench 05 v3-headline` times one problem (bf16, head dim 128, N = 16k, non-causal) alone in nine alternating rounds of version 3, cuDNN, FlashAttention-2 and version 2, and states each one's median round; `nvidia-smi` sampled the GPU four times a second beside it. The course's bar for this problem is 620 TFLOP/s.
 
 # %%
 try:
@@ -453,7 +453,7 @@ if plan_runs:
 # %%
 try:
     print("\n".join(hopper_report.cs336_lines(hopper_report.stored_cs336())))
-    print(shown.history_label("04", "cs336"))
+    print(shown.banner("05", "hopper/cs336") + ".")
 except FileNotFoundError as exc:
     print(exc)
 
@@ -475,11 +475,11 @@ if bwd_cs336:
 # %% [markdown]
 # ## 6. The features a model uses
 #
-# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**. Versions 2 and 3 have neither grouped heads in the backward nor head dim 256 (version 2 takes head dims up to 128, `v2.forward.supports`): `flash_attention` runs grouped heads on version 2's forward and version 1's backward, packed batches and head dim 256 on version 1. `python -m gpulab bench 04 features` checked each provider against a reference, then timed it, on an H200 (the H100's SMs with a larger HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
+# A model calls attention with **grouped-query heads** (64 query heads sharing 8 K/V heads: `flash_attention(..., enable_gqa=True)`), with **packed batches** of sequences of mixed lengths (`gpulab.attention.varlen_attn`, the sequences concatenated and delimited by cumulative lengths, against the same sequences padded to the longest in one call), and sometimes with **head dim 256**. Versions 2 and 3 have neither grouped heads in the backward nor head dim 256 (version 2 takes head dims up to 128, `v2.forward.supports`): `flash_attention` runs grouped heads on version 2's forward and version 1's backward, packed batches and head dim 256 on version 1. `python -m gpulab bench 05 features` checked each provider against a reference, then timed it, on an H200 (the H100's SMs with a larger HBM). Each line is a peer's time over gpulab's in that run (above 1, gpulab takes less time), device clock:
 
 # %%
 try:
-    features = bench.load("04", path=bench.current("04", "features", "h200"))
+    features = bench.load("05", path=bench.current("05", "features", "h200"))
 except FileNotFoundError as exc:
     features = []
     print(exc)

@@ -21,7 +21,7 @@
 # - that kernel built in four small versions, each with what it changed and what it measured; its backward; when a head fits on one SM; `gpulab.rnn.LSTM`, a module like `nn.LSTM`;
 # - how the shipped kernel compares with the peers of the same problem on an H100.
 #
-# Without a GPU the kernels run in Triton's CPU interpreter on tiny problems: checked, not timed. The H100 measurements are read from `benchmarks/05_fused_rnn/`. Lesson 7 takes one head that is too large for one SM.
+# Without a GPU the kernels run in Triton's CPU interpreter on tiny problems: checked, not timed. The H100 measurements are read from `benchmarks/06_fused_rnn/`. Lesson 7 takes one head that is too large for one SM.
 #
 # *Words used below.* An **SM** (streaming multiprocessor) is one of the GPU's 132 cores (on the H100): it has its own registers, shared memory (on-chip scratch space its threads share, up to 227 KB per block of threads) and tensor cores (units that do small matrix products). A Triton **program** is one block of threads on one SM, its threads grouped in **warps** of 32 that issue together. A **persistent kernel** is one launch whose programs stay on their SMs for the whole job, here all $T$ steps, instead of one launch per step.
 
@@ -337,7 +337,7 @@ print(f"2 heads of 16: recurrent weights {tuple(heads.recurrent_l0.shape)} = {he
 # %% [markdown]
 # ## 8. Measure: the versions, then the peers
 #
-# **The versions** on the H100 (`python -m gpulab bench 05 versions`, one run; `ms`: device time, `wall ms` and `gain` over the previous version: eager wall clock). The one-head rows (v5, cuDNN) belong to lesson 7:
+# **The versions** on the H100 (`python -m gpulab bench 06 versions`, one run; `ms`: device time, `wall ms` and `gain` over the previous version: eager wall clock). The one-head rows (v5, cuDNN) belong to lesson 7:
 
 # %%
 try:
@@ -347,7 +347,7 @@ except FileNotFoundError as exc:
     print(exc)
 if version_rows:
     version_rows, _ = shown.versions_now(version_rows)
-    print(shown.history_label("05", "versions") + "\n")
+    print(shown.banner("06", "versions") + ".\n")
     print(versions_report.versions_table(version_rows))
     wall_ = {(r.params["version"], r.params.get("direction", "forward")): r.wall_ms for r in version_rows}
     fig, ax = plt.subplots(figsize=(7, 3.4))
@@ -396,14 +396,14 @@ if {"v1", "v2", "v3", "v4"} <= sass_.keys() & prof_.keys() and all(fwd_wall.valu
     ))  # fmt: skip
 
 # %% [markdown]
-# **The peers** (`python -m gpulab bench 05`, one run): every backend, the `flashrnn` package's Triton kernel (`triton_fused`, the same algorithm), cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps over batch and head dim. `ms` is device time; `ns/step` and TFLOP/s are computed from it. A **CUDA graph** records a sequence of launches once and replays it without the host, so `alternating` in a graph pays no launch costs, only its two kernels per step. The `flashrnn` package's Triton backward did not compile with Triton 3.6 in this run, and its CUDA kernels do not build on CUDA 13 (their records hold the errors):
+# **The peers** (`python -m gpulab bench 06`, one run): every backend, the `flashrnn` package's Triton kernel (`triton_fused`, the same algorithm), cuDNN's dense `nn.LSTM` beside `gpulab.rnn.LSTM`, and sweeps over batch and head dim. `ms` is device time; `ns/step` and TFLOP/s are computed from it. A **CUDA graph** records a sequence of launches once and replays it without the host, so `alternating` in a graph pays no launch costs, only its two kernels per step. The `flashrnn` package's Triton backward did not compile with Triton 3.6 in this run, and its CUDA kernels do not build on CUDA 13 (their records hold the errors):
 
 # %%
 try:
-    stored = bench.load("05", gpu="h100")
+    stored = bench.load("06", gpu="h100")
 except FileNotFoundError:
     stored = []
-    print("no stored H100 results yet: run `python -m gpulab bench 05` on an H100")
+    print("no stored H100 results yet: run `python -m gpulab bench 06` on an H100")
 if stored:
     print(f"{stored[0].device}, {stored[0].date}, torch {stored[0].torch}, triton {stored[0].triton}\n")
 

@@ -22,7 +22,7 @@
 # - the shipped split forward, version 6, written in Gluon with its slice of $R$ in registers, and how it compares with cuDNN on the same problem;
 # - what a training loop adds to the kernels, and where a step of one head of 768 still waits.
 #
-# It builds on lesson 6 (the persistent kernel, SASS, stall sampling, CUDA graphs). Without a GPU the kernels run in Triton's interpreter on tiny problems; the H100 records are read from `benchmarks/05_fused_rnn/`.
+# It builds on lesson 6 (the persistent kernel, SASS, stall sampling, CUDA graphs). Without a GPU the kernels run in Triton's interpreter on tiny problems; the H100 records are read from `benchmarks/07_rnn_split/`.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -151,7 +151,7 @@ except FileNotFoundError as exc:
     print(exc)
 if split_rows:
     split_rows, _ = shown.split_now(split_rows)
-    print(shown.history_label("05", "split") + "\n")
+    print(shown.banner("07", "split") + ".\n")
     print(split_report.split_table(split_rows))
     print(split_report.step_budget(split_rows, 768))
     ratio = {}
@@ -167,10 +167,10 @@ if split_rows:
         first=min(large), last=max(large), lo=min(ratio[d] for d in large), hi=max(ratio[d] for d in large),
     ))  # fmt: skip
 try:
-    run05 = bench.load("05", gpu="h100")
+    run06 = bench.load("06", gpu="h100")
 except FileNotFoundError:
-    run05 = []
-fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run05 if r.status == "ok" and r.params.get("pass") == "fwd"
+    run06 = []
+fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run06 if r.status == "ok" and r.params.get("pass") == "fwd"
            and r.params.get("mode") == "eager" and (r.params.get("B"), r.params.get("NH"), r.params.get("DH")) ==
            (16, 1, 768)}  # fmt: skip
 ours768, cud768 = fwd_768.get(("fused", "bfloat16")), fwd_768.get(("cuDNN nn.LSTM (dense)", "float16"))
@@ -185,7 +185,7 @@ if ours768 and cud768:
     ))  # fmt: skip
 
 # %% [markdown]
-# A profiler times whole kernels; this one runs 1024 steps in one launch. So the kernel **stamps its own clock** (`gpulab.rnn.fused.clocks`, under a compile-time flag, so the kernel that normally runs is unchanged): one thread per program reads the SM's cycle counter once each value of the step has arrived (its inputs, $h_{t-1}$, the product, the cell, the stores, the barrier passed). A stamp waits for its value, so the stamped step is longer than the unstamped one: the parts are a budget, not a profile. Besides the counter barrier the run timed three other exchanges: **tagged** words (each 8-byte word holds two values of $h$ and the step's tag, as the low-latency "LL" protocol of NCCL, NVIDIA's library for communication between GPUs, does, so a reader's load is also its barrier), a **flag** per program, and **hinted** words (tagged 32-bit words, with a counter added *without* a release fence, the instruction that waits until the program's earlier stores are visible, as a hint of when to look). One head of 768, B = 16 (`python -m gpulab bench 05 steps`):
+# A profiler times whole kernels; this one runs 1024 steps in one launch. So the kernel **stamps its own clock** (`gpulab.rnn.fused.clocks`, under a compile-time flag, so the kernel that normally runs is unchanged): one thread per program reads the SM's cycle counter once each value of the step has arrived (its inputs, $h_{t-1}$, the product, the cell, the stores, the barrier passed). A stamp waits for its value, so the stamped step is longer than the unstamped one: the parts are a budget, not a profile. Besides the counter barrier the run timed three other exchanges: **tagged** words (each 8-byte word holds two values of $h$ and the step's tag, as the low-latency "LL" protocol of NVIDIA's library for communication between GPUs does, so a reader's load is also its barrier), a **flag** per program, and **hinted** words (tagged 32-bit words, with a counter added *without* a release fence, the instruction that waits until the program's earlier stores are visible, as a hint of when to look). One head of 768, B = 16 (`python -m gpulab bench 07 steps`):
 
 # %%
 try:
@@ -346,7 +346,7 @@ if r8_:
 # %% [markdown]
 # ## 6. The recurrence as a training loop calls it
 #
-# A kernel's device time is what a CUDA graph reaches; a training loop also pays Python, autograd (PyTorch's recording of the forward and replay of its gradients) and one launch per kernel. `python -m gpulab bench 05 called` times the recurrence as a loop calls it (`p.grad = None`, forward, `out.sum().backward()`), replayed from a CUDA graph, through `torch.cuda.make_graphed_callables` (PyTorch's capture of a forward and its backward as two graphs, for a shape that repeats) and more, for lesson 6's problem (B 16, T 1024, 12 heads of 64) and a tiny one (B 1, T 4, 2 heads of 64). `host ms`: the host's own time per step:
+# A kernel's device time is what a CUDA graph reaches; a training loop also pays Python, autograd (PyTorch's recording of the forward and replay of its gradients) and one launch per kernel. `python -m gpulab bench 07 called` times the recurrence as a loop calls it (`p.grad = None`, forward, `out.sum().backward()`), replayed from a CUDA graph, through `torch.cuda.make_graphed_callables` (PyTorch's capture of a forward and its backward as two graphs, for a shape that repeats) and more, for lesson 6's problem (B 16, T 1024, 12 heads of 64) and a tiny one (B 1, T 4, 2 heads of 64). `host ms`: the host's own time per step:
 
 # %%
 try:

@@ -47,7 +47,7 @@ OWN = lessons.find("05")
         (Reference("Appendix D", None, "appendix D"), None),
         (Reference("section 4b", None, "4b"), "has no section 4b (its sections: 1, 6b, appendix D)"),
         (Reference("lesson 5, part 2", "5", "part 2"), "has no part '2'"),
-        (Reference("lesson 5, part split", "5", "part split"), None),
+        (Reference("lesson 5, part hopper", "5", "part hopper"), None),
         (Reference("lesson 42", "42", None), "there is no lesson 42"),
     ],
 )
@@ -69,8 +69,8 @@ def test_headings_name_numbered_sections_and_appendices():
 
 
 def test_bench_commands_and_lesson_paths_name_what_exists():
-    good = "python -m gpulab bench 04, python -m gpulab bench 05 split, notebooks/00_memory_hierarchy.ipynb"
+    good = "python -m gpulab bench 04, python -m gpulab bench 07 split, notebooks/00_memory_hierarchy.ipynb"
     assert crossrefs.command_and_path_problems(good + ", benchmarks/00_memory_hierarchy/") == []
-    bad = "python -m gpulab bench 42; python -m gpulab bench 05 hopper; exercises/99_none.ipynb"
+    bad = "python -m gpulab bench 42; python -m gpulab bench 07 hopper; exercises/99_none.ipynb"
     found = crossrefs.command_and_path_problems(bad)
     assert len(found) == 3 and "no lesson 42" in found[0] and "no part 'hopper'" in found[1] and "no such" in found[2]

@@ -6,7 +6,7 @@ import pytest
 
 from gpulab.attention.measure import report
 from gpulab.codesign import gemm_model
-from gpulab.course import one_record, prose, shown
+from gpulab.course import one_record, prose
 from gpulab.roofline import hbm
 
 CASES = [

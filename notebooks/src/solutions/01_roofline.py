@@ -146,7 +146,8 @@ grading.grade_lstm_step_cost(lstm_step_cost)
 #
 # <details><summary>Hint 2</summary>
 #
-# The ridge is peak FLOP/s over bytes/s: `peak_tflops * 1e12 / (bandwidth_gbps * 1e9)`. At or above it: compute-bound.
+# The ridge is the intensity where the two roofs meet: peak FLOP/s divided by bytes/s (mind the units: tera and
+# giga). At or above it: compute-bound.
 # </details>
 
 # %% tags=["solution"]

@@ -185,8 +185,8 @@ grading.grade_lstm_loop(lstm_forward_kernel)
 #
 # <details><summary>Hint 1</summary>
 #
-# Build the tile's offsets from two index vectors: `k = tl.arange(0, DH)[:, None]` (rows) and
-# `c = tl.arange(0, 4 * DH)[None, :]` (columns), with `g, j = c // DH, c % DH`. Element `R[g, n, j, k]` is at
+# Build the tile's offsets from two index vectors, one over the rows ($k$, DH of them, as a column) and one over
+# the columns (4 DH of them, as a row), and split the column index into its gate $g$ and unit $j$. Element `R[g, n, j, k]` is at
 # `g * NH * DH * DH + n * DH * DH + j * DH + k`.
 # </details>
 #
