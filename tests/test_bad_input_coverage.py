@@ -20,6 +20,8 @@ _STORED = "reads the package's own stored records or results, built by validated
 _AUTHOR = "a course author's tool over the repository's own sources (paths from source_paths())"
 _SITE = "the course website's build and check tools, over the repository's own syllabus, sources and built site"
 ALLOWED = {
+    "gpulab.course.listing.code_part": "a line of a kernel's source without its comment: lines the course's own "
+    "listing and hint checks read from the package and the solutions, no user input",
     **dict.fromkeys(
         [
             f"gpulab.rnn.fused.gluon_ops.{n}"

@@ -224,11 +224,11 @@ def part_key(lesson, part: str | None, root=None) -> str:
     it, and ``<folder>/<part>`` (less a leading ``<folder>-``) that the index already names ('cs336' ->
     'hopper/cs336', 'v3-tune' -> 'v3/tune', 'cross' -> 'split/cross'); for a part the index does not name yet, the
     last of those."""
+    key = _lesson_key(lesson)
     if part is None or part == "main":
         return "main"
     from gpulab import lessons  # deferred: the lessons table imports the benchmarks' modules by name only
 
-    key = _lesson_key(lesson)
     folder = lessons.part_folder(key, part)
     leaf = folder.rsplit("/", 1)[-1]
     own = part.removeprefix(f"{leaf}-")

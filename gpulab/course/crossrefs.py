@@ -131,7 +131,7 @@ def command_and_path_problems(text: str, root=sources.ROOT) -> list[str]:
     """The ``python -m gpulab bench NN part`` commands and the paths of lesson files in ``text`` that name nothing."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a cell's text (str), got {type(text).__name__}.")
-    root = texts._root(root)
+    root = texts.repo_root(root)
     out = []
     for m in _BENCH.finditer(text):
         lesson = _lessons.find(m[1])

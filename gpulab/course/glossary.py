@@ -40,6 +40,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpulab import lessons
 from gpulab.course import sources, texts
 
 __all__ = [
@@ -291,7 +292,7 @@ def main(argv=None) -> int:
         return 0
     if argv:
         raise SystemExit(f"usage: python -m gpulab.course.glossary [--write]; got {argv!r}")
-    slugs = {e.id: e.slug for e in texts._lessons.LESSONS}
+    slugs = {e.id: e.slug for e in lessons.LESSONS}
     bad = 0
     for f in check():
         if f.ok:

@@ -64,7 +64,7 @@ def code_lines(region_lines) -> list[str]:
     """The code lines of a solution region's lines (comments dropped, stripped, bare keywords left out)."""
     if isinstance(region_lines, str) or not all(isinstance(x, str) for x in region_lines):
         raise TypeError("region_lines must be a list of a solution region's lines (str), not one string.")
-    out = [listing._code(line).strip() for line in region_lines]
+    out = [listing.code_part(line).strip() for line in region_lines]
     return [x for x in out if x not in _BARE and re.search(r"\w", x)]
 
 

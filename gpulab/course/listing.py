@@ -12,7 +12,7 @@ import difflib
 import inspect
 from pathlib import Path
 
-__all__ = ["show", "diff", "source_lines"]
+__all__ = ["show", "diff", "source_lines", "code_part"]
 
 
 def _unwrap(fn):
@@ -46,7 +46,7 @@ def show(fn, max_lines: int = 40) -> None:
     print()
 
 
-def _code(line: str) -> str:
+def code_part(line: str) -> str:
     """A line without its trailing comment (a '#' outside quotes is good enough for kernel sources)."""
     quote = None
     for i, ch in enumerate(line):
@@ -66,7 +66,7 @@ def diff(old, new, context: int = 1) -> None:
     old_fn, new_fn = _unwrap(old), _unwrap(new)
     a = [line.replace(old_fn.__name__, new_fn.__name__) for line in source_lines(old_fn)]
     b = source_lines(new_fn)
-    matcher = difflib.SequenceMatcher(None, [_code(x) for x in a], [_code(x) for x in b], autojunk=False)
+    matcher = difflib.SequenceMatcher(None, [code_part(x) for x in a], [code_part(x) for x in b], autojunk=False)
     out = [f"--- {old_fn.__name__}", f"+++ {new_fn.__name__}"]
     for group in matcher.get_grouped_opcodes(context):
         out.append(f"@@ {old_fn.__name__} line {group[0][1] + 1}, {new_fn.__name__} line {group[0][3] + 1} @@")

@@ -19,7 +19,7 @@ import nbformat
 from gpulab import lessons as _lessons
 from gpulab.course import sources
 
-__all__ = ["lessons", "solutions", "headings", "markdown_cells", "strip_markup"]
+__all__ = ["lessons", "solutions", "headings", "markdown_cells", "strip_markup", "repo_root"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,8 @@ class Text:
         return f"{'solutions/' if self.kind == 'solution' else ''}{self.path.stem}"
 
 
-def _root(root) -> Path:
+def repo_root(root) -> Path:
+    """``root`` as a Path, checked: the repository's folder (it holds notebooks/src/)."""
     if not isinstance(root, (str, Path)):
         raise TypeError(f"root must be the repository's folder (str or Path), got {type(root).__name__} {root!r}.")
     root = Path(root)
@@ -50,7 +51,7 @@ def _read(path: Path) -> nbformat.NotebookNode:
 
 
 def _texts(root, kind: str) -> list[Text]:
-    root = _root(root)
+    root = repo_root(root)
     folder = root / "notebooks" / "src" / ("solutions" if kind == "solution" else "")
     out = []
     for lesson in _lessons.LESSONS:

@@ -17,6 +17,13 @@
 #
 # Lesson 4 built FlashAttention-2 in portable Triton (version 1) and measured it against cuDNN on an H100. This lesson counts what an H100 offers that version 1 does not ask for by name, then builds and measures the two kernels that use it: **version 2** (version 1's math, tiles copied by the tensor memory accelerator and multiplied by Hopper's asynchronous tensor-core instruction, in Triton) and **version 3** (FlashAttention-3's forward and backward, Shah et al. 2024, in Gluon, where each warp's role is written out); then the CS336 leaderboard's problem and the features a model needs (grouped-query heads, packed batches, head dim 256).
 #
+# **What you will learn:**
+#
+# - what Hopper adds to a kernel's toolbox (TMA copies, wgmma products, warp specialization) and what each should buy, counted before it is built;
+# - version 2: FlashAttention-2 with TMA and wgmma in Triton, measured against cuDNN and SDPA's backends;
+# - version 3: FlashAttention-3's forward and backward written out in Gluon, one warpgroup per role, and how it is checked without a GPU;
+# - the CS336 problem, and what grouped-query heads, variable lengths and head dim 256 run on.
+#
 # **Terms** (lesson 4 defined program, CTA, warp, tile and spill):
 #
 # - **PTX** is the GPU's portable assembly language; **ptxas**, NVIDIA's assembler, turns it into machine code for one architecture (`sm_90`: an H100) and reports registers and spill bytes (`ptxas -v`).
@@ -111,6 +118,8 @@ if hopper_records:
     print()
     print("\n".join(hopper_report.summary(hopper_records)))
     print("\n".join(hopper_report.sweep_summary(hopper_report.stored_sweep())))
+    hopper_report.plot_grid(hopper_records, "forward")  # TFLOP/s per problem, device time, bf16
+    plt.show()
 
 # %%
 if hopper_records:

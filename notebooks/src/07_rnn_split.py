@@ -154,6 +154,8 @@ if split_rows:
     print(shown.banner("07", "split") + ".\n")
     print(split_report.split_table(split_rows))
     print(split_report.step_budget(split_rows, 768))
+    split_report.plot_split(split_rows)  # a step at head dim 768 per tiling, with and without its barrier
+    plt.show()
     ratio = {}
     for dh_ in sorted({r["DH"] for r in split_rows if r.get("kind") == "time" and "DH" in r}):
         a, b = (split_report.time_row(split_rows, c_, dh_) for c_ in ("fused split (chosen)", "cuDNN nn.LSTM float16"))

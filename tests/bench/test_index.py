@@ -144,8 +144,8 @@ def test_record_set_refuses_files_it_cannot_index(tmp_path):
 
 @pytest.mark.parametrize(
     "lesson, part, key",
-    [("04", None, "main"), ("04", "cs336", "hopper/cs336"), ("04", "v3-tune", "v3/tune"),
-     ("05", "cross", "split/cross"), ("06", "lm-search", "lm-search"), ("04", "v3", "v3"), ("05", "split", "split")],
+    [("04", None, "main"), ("05", "cs336", "hopper/cs336"), ("05", "v3-tune", "v3/tune"),
+     ("07", "cross", "split/cross"), ("08", "lm-search", "lm-search"), ("05", "v3", "v3"), ("07", "split", "split")],
 )  # fmt: skip
 def test_a_cli_part_maps_to_its_index_entry(lesson, part, key):
     assert index.part_key(lesson, part, BENCH) == key

@@ -12,6 +12,9 @@ BAD = [
     ("current-lesson-int", lambda: index.current(4), TypeError, "lesson"),
     ("current_file-gpu-int", lambda: index.current_file("04", "main", 7), TypeError, "gpu must be a GPU name"),
     ("records-current-gpu-int", lambda: bench.current("00", "main", 3.5), TypeError, "gpu"),
+    ("banner-lesson-int", lambda: index.banner(4), TypeError, "lesson"),
+    ("record_set-part-empty", lambda: index.record_set("00", "", []), TypeError, "part"),
+    ("part_key-lesson-int", lambda: index.part_key(4, None), TypeError, "lesson"),
 ]
 
 

@@ -26,6 +26,7 @@ GOOD = {"term": "x", "uses": ["x"], "meaning": "m", "lesson": "04"}
         (lambda: budget.table("/nonexistent"), ValueError, "root=.*no notebooks/src"),
         (lambda: texts.lessons("/nonexistent"), ValueError, "root=.*no notebooks/src"),
         (lambda: texts.solutions(None), TypeError, "root must be"),
+        (lambda: texts.repo_root(5), TypeError, "root must be"),
         (lambda: texts.headings("notebooks/05_fused_rnn.ipynb"), TypeError, "nb must be a notebook"),
         (lambda: texts.markdown_cells(new_notebook()), TypeError, "text must be"),
         (lambda: texts.strip_markup(3), TypeError, "markdown must be"),
