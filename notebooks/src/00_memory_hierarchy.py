@@ -235,7 +235,7 @@ claims.show(claims.claim(
 ))
 claims.claim(
     "Two HBM figures, one ceiling: the sweep only *reads*, and its plateau ({p:.2f} TB/s, {pf:.0%} of the spec) is "
-    "above the **HBM ceiling** the roofline (the plot of attainable speed against FLOPs per byte) of lesson 1 and every later lesson use, a copy that reads and writes "
+    "above the **HBM ceiling** the roofline of lesson 1 and every later lesson use, a copy that reads and writes "
     "({c:.2f} TB/s, {cf:.0%}; `roofline.hbm_ceiling()`).",
     holds=lambda p, c, **_: p > c, p=plateau.gbps / 1e3, pf=plateau.fraction, c=ceiling.gbps / 1e3,
     cf=ceiling.fraction,
