@@ -36,11 +36,12 @@ from triton.language.core import builtin
 __all__ = ["TESTED_TRITON", "ALLOW_UNTESTED", "triton_minor", "untested", "problem", "warn_once", "barrier",
            "async_load", "async_store", "reinterpret", "TMA_ENCODER_NAMES", "tma_descriptor_encoder"]  # fmt: skip
 
-TESTED_TRITON: tuple[str, ...] = ("3.6",)
+TESTED_TRITON: tuple[str, ...] = ("3.6", "3.7")
 """Triton versions (major.minor) on which gpulab's GPU kernels passed their GPU tests on the course's GPU (version 3's
 race tests and correctness checks, version 2's warp-specialization race, the fused RNN's Gluon tests:
 ``scripts/gpu_triton.sh``). Versions 3 of attention and the warp-specialized version 2 run only on these; a version
-measured there is added here, one entry."""
+measured there is added here, one entry. 3.7: its records are ``benchmarks/05_attention_hopper/triton/*-3.7.1*`` and
+``benchmarks/selftest/*-triton-3.7.1-all.log`` (notes/attention-hopper.md)."""
 
 
 def triton_minor(version: str | None = None) -> str:
