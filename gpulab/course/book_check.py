@@ -133,6 +133,17 @@ def _raw_math(text: str) -> list[str]:
     return found
 
 
+def redirect_target(html: str) -> str | None:
+    """The address a page sends the browser on to (``<meta http-equiv="refresh" content="0; url=...">``), or None.
+    Such a page (an old lesson's address) is checked by what it links, not opened: it leaves before it can be read."""
+    import re
+
+    if not isinstance(html, str):
+        raise TypeError(f"html must be a page's text (str), got {type(html).__name__}.")
+    m = re.search(r"""<meta\s+http-equiv=["']refresh["']\s+content=["'][^"';]*;\s*url=([^"']+)["']""", html, re.I)
+    return m.group(1).strip() if m else None
+
+
 def _pages(folder: Path) -> list[str]:
     """The site's pages: its HTML files, except the theme's template fragments copied into _static/."""
     found = (p.relative_to(folder).as_posix() for p in folder.rglob("*.html"))
@@ -210,6 +221,14 @@ def check_site(folder, chromium: str | None = None, screenshots=None, pages: lis
                 return page
 
             for rel in pages:
+                target = redirect_target((folder / rel).read_text(encoding="utf-8", errors="replace"))
+                if target is not None:  # a moved page: its target must be a page of the site, and it must link it
+                    dest = (folder / rel).parent / urllib.parse.urlsplit(target).path
+                    if not dest.is_file():
+                        problems.append(f"{rel}: redirects to {target}, which is no page of the site")
+                    elif f'href="{target}"' not in (folder / rel).read_text(encoding="utf-8", errors="replace"):
+                        problems.append(f"{rel}: redirects to {target} without a link to it on the page")
+                    continue
                 page_problems.clear()
                 page = watch(context.new_page())
                 url = urllib.parse.urljoin(base, urllib.parse.quote(rel))

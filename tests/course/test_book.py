@@ -188,6 +188,8 @@ _PAGES = {
     "console_error.html": "<script>console.error('boom')</script>",
     "traceback.html": '<div class="cell_output"><div class="output traceback">ValueError: x</div></div>',
     "unrendered.html": '<span class="math notranslate nohighlight">x</span>',
+    "moved.html": '<meta http-equiv="refresh" content="0; url=good.html"><p>now <a href="good.html">good</a></p>',
+    "moved_nowhere.html": '<meta http-equiv="refresh" content="0; url=gone.html"><p>now <a href="gone.html">g</a></p>',
 }
 _EXPECTED = {
     "broken_link.html": "broken link to /missing.html",
@@ -199,6 +201,7 @@ _EXPECTED = {
     "console_error.html": "console error: boom",
     "traceback.html": "error output in the page",
     "unrendered.html": "math not rendered: 0 of 1 math elements (MathJax not loaded)",
+    "moved_nowhere.html": "redirects to gone.html, which is no page of the site",
 }
 
 
@@ -217,7 +220,7 @@ def test_the_checker_catches_each_fault(tmp_path):
     for line in problems:
         page, _, what = line.partition(": ")
         by_page.setdefault(page, []).append(what)
-    assert "good.html" not in by_page and "other.html" not in by_page, problems
+    assert not {"good.html", "other.html", "moved.html"} & set(by_page), problems  # a redirect is read, not opened
     for page, expected in _EXPECTED.items():
         assert any(expected in what for what in by_page.get(page, [])), f"{page}: {expected!r} not in {problems}"
     assert len(list((tmp_path / "shots").glob("*.png"))) == 2

@@ -7,7 +7,7 @@ import pytest
 from nbformat.v4 import new_notebook
 
 from gpulab import lessons
-from gpulab.course import budget, crossrefs, glossary, hints, texts
+from gpulab.course import book_check, budget, crossrefs, glossary, hints, texts
 from gpulab.course.crossrefs import Reference
 
 TERM = glossary.parse([{"term": "PTX", "uses": [r"\bPTX\b"], "meaning": "m", "lesson": "04"}])[0]
@@ -27,6 +27,7 @@ GOOD = {"term": "x", "uses": ["x"], "meaning": "m", "lesson": "04"}
         (lambda: texts.lessons("/nonexistent"), ValueError, "root=.*no notebooks/src"),
         (lambda: texts.solutions(None), TypeError, "root must be"),
         (lambda: texts.repo_root(5), TypeError, "root must be"),
+        (lambda: book_check.redirect_target(None), TypeError, "html must be"),
         (lambda: texts.headings("notebooks/05_fused_rnn.ipynb"), TypeError, "nb must be a notebook"),
         (lambda: texts.markdown_cells(new_notebook()), TypeError, "text must be"),
         (lambda: texts.strip_markup(3), TypeError, "markdown must be"),
