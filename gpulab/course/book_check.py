@@ -221,12 +221,13 @@ def check_site(folder, chromium: str | None = None, screenshots=None, pages: lis
                 return page
 
             for rel in pages:
-                target = redirect_target((folder / rel).read_text(encoding="utf-8", errors="replace"))
+                html = (folder / rel).read_text(encoding="utf-8", errors="replace")
+                target = redirect_target(html)
                 if target is not None:  # a moved page: its target must be a page of the site, and it must link it
                     dest = (folder / rel).parent / urllib.parse.urlsplit(target).path
                     if not dest.is_file():
                         problems.append(f"{rel}: redirects to {target}, which is no page of the site")
-                    elif f'href="{target}"' not in (folder / rel).read_text(encoding="utf-8", errors="replace"):
+                    elif f'href="{target}"' not in html:
                         problems.append(f"{rel}: redirects to {target} without a link to it on the page")
                     continue
                 page_problems.clear()
