@@ -352,15 +352,15 @@ def _lesson05_hinted(root) -> list[Shown]:
     return out
 
 
-def _lesson05_v6(which: str, head_dim: int = 768, run=None) -> Callable:
+def _lesson05_v6(which: str, head_dim: int = 768) -> Callable:
     """Appendix I's and J's version-6 runs (``report.load_v6``'s ``which``), keyed as each run's own cases (cuDNN's
-    and b3's rows: same-run peers); the run: its record file (``run``: a tagged run's, not the newest)."""
+    and b3's rows: same-run peers); the run: its record file."""
 
     def shown(root) -> list[Shown]:
         from gpulab.rnn.fused.measure import versions_report as report
 
-        recs = report.load_v6("h100", which, root, head_dim, run)
-        name = report.v6_record_name("h100", which, root, head_dim, run)  # the record file load_v6 read
+        recs = report.load_v6("h100", which, root, head_dim)
+        name = report.v6_record_name("h100", which, root, head_dim)  # the record file load_v6 read
         out = []
         for r in recs:
             if r.status == "ok" and r.ms:
@@ -523,8 +523,6 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_v6(which), f"Appendix I: version 6's {what} (its own cases, peers in the run)")
        for which, what in (("run", "run"), ("parts", "clock-stamped forwards"), ("wide", "32 rows per program"),
                            ("tiles", "16-row tiles past 16 rows"), ("rows8", "8-row tiles"))},  # fmt: skip
-    **{("07", f'versions_report.load_v6_rows8("h100", run="{r}")'): Display(_lesson05_v6("rows8", run=r),
-       f"Appendix J: run {r} of the 8-row script, superseded by the newest run") for r in ("z", "zz", "zzc", "zzd")},
     **{("07", f'versions_report.load_v6_switch("h100", "{p}")'): Display(_lesson05_v6(p), f"Appendix J's {p} run")
        for p in ("tagged", "tagdiag", "poll", "prefetch", "barrier", "late", "b4wide", "b4db")},  # fmt: skip
     **{("07", f'versions_report.load_v6_rows8("h100", head_dim={d})'): Display(
