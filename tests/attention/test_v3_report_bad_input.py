@@ -1,6 +1,9 @@
 """Version 3's record readers (gpulab.attention.measure.v3_report) refuse bad input with an error naming the argument.
 One table: (id, call, expected exception, a word the message must contain)."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from gpulab.attention.measure import v3_report as r
@@ -36,13 +39,22 @@ def test_bad_input_names_the_argument(call, exc, word):
         call()
 
 
-def test_stored_v3_tune_by_run_and_ab_read_their_own_files():
-    """A run letter picks that run's tune records (not the newest); the A/B reader reads its kind='ab' rounds."""
+HISTORY = Path(__file__).resolve().parents[2] / "benchmarks" / "history" / "05_attention_hopper" / "v3"
+
+
+def test_stored_v3_tune_by_run_and_ab_read_their_own_files(tmp_path):
+    """A run letter picks that run's tune records (not the newest); the A/B reader reads its kind='ab' rounds. The
+    folder holds the current tune (run l) beside a superseded one (run i, from benchmarks/history/)."""
+    tunes = [*r.V3_FOLDER.glob("*-l-tune.jsonl"), *HISTORY.glob("*-i-tune.jsonl")]
+    if len(tunes) != 2:
+        pytest.skip("no version-3 tune records of runs i and l in this checkout")
+    for f in tunes:
+        shutil.copy(f, tmp_path / f.name)
+    newest, run_i = r.stored_v3_tune(folder=tmp_path), r.stored_v3_tune(folder=tmp_path, run="i")
     try:
-        newest, run_i = r.stored_v3_tune(), r.stored_v3_tune(run="i")
         ab = r.v3_headline(r.stored_v3_ab("qregs"), kind="ab")
     except FileNotFoundError:
-        pytest.skip("no version-3 tune or A/B records in this checkout")
+        pytest.skip("no version-3 A/B records in this checkout")
     names_i = {x.provider or "" for x in run_i}
     assert any("q_regs=True" in (x.provider or "") for x in newest) and not any("q_regs" in n for n in names_i)
     assert {"gpulab v3 (tuned)", "gpulab v3 (tuned, q_regs)", "SDPA cuDNN"} <= set(ab)
