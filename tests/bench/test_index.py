@@ -149,3 +149,11 @@ def test_record_set_refuses_files_it_cannot_index(tmp_path):
 )  # fmt: skip
 def test_a_cli_part_maps_to_its_index_entry(lesson, part, key):
     assert index.part_key(lesson, part, BENCH) == key
+
+
+@pytest.mark.parametrize("folder", ["05_attention_hopper/v3", "07_rnn_split/v6"])
+def test_every_record_of_a_reduced_folder_is_indexed(folder):
+    # these folders hold the current set only: a superseded run belongs under benchmarks/history/<same path>
+    named = {path for _, _, _, path in index.entries(BENCH)}
+    stray = sorted(p.name for p in (BENCH / folder).iterdir() if p.is_file() and p not in named)
+    assert not stray, f"benchmarks/{folder} holds files INDEX.json does not name (move them to history/): {stray}"
