@@ -166,6 +166,8 @@ CASES = [
     ("batch_rows-batch", lambda: plan.batch_rows(0, 1, 768), ValueError, "batch"),
     ("batch_rows-head_dim", lambda: plan.batch_rows(16, 1, -3), ValueError, "head_dim"),
     ("batch_rows-training", lambda: plan.batch_rows(16, 1, 768, training="yes"), TypeError, "training"),
+    ("b4_rows-batch", lambda: plan.b4_rows(0, 1, 768, 132), ValueError, "batch"),
+    ("b4_rows-sm_count", lambda: plan.b4_rows(16, 1, 768, 0), ValueError, "sm_count"),
     ("plan_kind-num_heads", lambda: plan.plan_kind(16, 0, 768), ValueError, "num_heads"),
     ("plan_kind-batch", lambda: plan.plan_kind(2.5, 1, 768), (TypeError, ValueError), "batch"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
