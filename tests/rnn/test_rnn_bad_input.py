@@ -9,7 +9,17 @@ from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder, weights
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import backward as fused_backward
-from gpulab.rnn.fused import experiments, gluon_ops, gluon_tiles, plan, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import (
+    experiments,
+    gluon_ops,
+    gluon_tiles,
+    plan,
+    split_gluon_tiles,
+    split_tiling,
+    tiles,
+    tiling,
+    versions,
+)
 from gpulab.rnn.fused import split_gluon as v6
 from gpulab.rnn.fused import split_gluon_backward as b4
 from gpulab.rnn.fused.config import BackwardConfig, FusedConfig, GluonConfig
@@ -221,6 +231,15 @@ CASES = [
     ("schedule_reference-R", lambda: v6.schedule_reference(LSTM_IN[0], R8, *LSTM_IN[2:]), ValueError, "R must have"),
     ("schedule_reference-cfg", lambda: v6.schedule_reference(*LSTM_IN, cfg=8), TypeError, "cfg must be"),
     ("schedule_reference-empty", lambda: v6.schedule_reference(WX0, *LSTM_IN[1:]), ValueError, "is empty"),
+    ("split_forward_tiles-cfg", lambda: split_gluon_tiles.split_forward_tiles(*LSTM_IN, cfg=None), TypeError, "cfg"),
+    (
+        "split_forward_tiles-dtype",
+        lambda: split_gluon_tiles.split_forward_tiles(
+            *(t.double() for t in LSTM_IN), cfg=v6.v6_config(16, 8, 8, 1, tiles=2)
+        ),
+        TypeError,
+        "16-bit",
+    ),
     ("split_forward_v6-states", lambda: v6.split_forward_v6(*LSTM_IN[:3], None), TypeError, "states must be"),
     ("split_forward_v6-dtype", lambda: v6.split_forward_v6(*(t.double() for t in LSTM_IN)), TypeError, "16-bit"),
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),
