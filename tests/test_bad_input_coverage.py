@@ -28,6 +28,9 @@ ALLOWED = {
             for n in (
                 "tanh",
                 "sigmoid",
+                "r_offsets",
+                "h_pointers",
+                "gate_inputs",
                 "grid_arrive",
                 "grid_wait",
                 "barrier_base",

@@ -9,7 +9,17 @@ from gpulab.course import grading_ladder, grading_rnn
 from gpulab.rnn import cells, functions, ladder, weights
 from gpulab.rnn.backends import vanilla
 from gpulab.rnn.fused import backward as fused_backward
-from gpulab.rnn.fused import experiments, gluon_ops, gluon_tiles, plan, split_tiling, tiles, tiling, versions
+from gpulab.rnn.fused import (
+    experiments,
+    gluon_ops,
+    gluon_tiles,
+    plan,
+    split_gluon_tiles,
+    split_tiling,
+    tiles,
+    tiling,
+    versions,
+)
 from gpulab.rnn.fused import split_gluon as v6
 from gpulab.rnn.fused import split_gluon_backward as b4
 from gpulab.rnn.fused.config import BackwardConfig, FusedConfig, GluonConfig
@@ -166,6 +176,8 @@ CASES = [
     ("batch_rows-batch", lambda: plan.batch_rows(0, 1, 768), ValueError, "batch"),
     ("batch_rows-head_dim", lambda: plan.batch_rows(16, 1, -3), ValueError, "head_dim"),
     ("batch_rows-training", lambda: plan.batch_rows(16, 1, 768, training="yes"), TypeError, "training"),
+    ("b4_rows-batch", lambda: plan.b4_rows(0, 1, 768, 132), ValueError, "batch"),
+    ("b4_rows-sm_count", lambda: plan.b4_rows(16, 1, 768, 0), ValueError, "sm_count"),
     ("plan_kind-num_heads", lambda: plan.plan_kind(16, 0, 768), ValueError, "num_heads"),
     ("plan_kind-batch", lambda: plan.plan_kind(2.5, 1, 768), (TypeError, ValueError), "batch"),
     ("chunking-head_dim", lambda: split_tiling.chunking(0), ValueError, "head_dim"),
@@ -219,6 +231,15 @@ CASES = [
     ("schedule_reference-R", lambda: v6.schedule_reference(LSTM_IN[0], R8, *LSTM_IN[2:]), ValueError, "R must have"),
     ("schedule_reference-cfg", lambda: v6.schedule_reference(*LSTM_IN, cfg=8), TypeError, "cfg must be"),
     ("schedule_reference-empty", lambda: v6.schedule_reference(WX0, *LSTM_IN[1:]), ValueError, "is empty"),
+    ("split_forward_tiles-cfg", lambda: split_gluon_tiles.split_forward_tiles(*LSTM_IN, cfg=None), TypeError, "cfg"),
+    (
+        "split_forward_tiles-dtype",
+        lambda: split_gluon_tiles.split_forward_tiles(
+            *(t.double() for t in LSTM_IN), cfg=v6.v6_config(16, 8, 8, 1, tiles=2)
+        ),
+        TypeError,
+        "16-bit",
+    ),
     ("split_forward_v6-states", lambda: v6.split_forward_v6(*LSTM_IN[:3], None), TypeError, "states must be"),
     ("split_forward_v6-dtype", lambda: v6.split_forward_v6(*(t.double() for t in LSTM_IN)), TypeError, "16-bit"),
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),

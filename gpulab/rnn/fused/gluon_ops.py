@@ -15,7 +15,7 @@ from gpulab.rnn.fused.tiles import COUNTER_STRIDE, barrier_counter
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
 __all__ += ["BARRIERS", "barrier_groups", "launch_counter", "barrier_start", "POLLS"]
-__all__ += ["barrier_constexprs"]
+__all__ += ["barrier_constexprs", "r_offsets", "h_pointers", "gate_inputs"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = compat.barrier
@@ -146,3 +146,48 @@ def keep3(ptr, stamp):
     idx = gl.expand_dims(gl.expand_dims(a, 1), 2) + gl.expand_dims(gl.expand_dims(b, 0), 2)
     idx = idx + gl.expand_dims(gl.expand_dims(c, 0), 1)
     gl.store(ptr + idx * 0, stamp, mask=idx == 0)
+
+
+@gluon.jit
+def r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, DH: gl.constexpr,
+               BLOCK_U: gl.constexpr, KS: gl.constexpr, M: gl.constexpr, la: gl.constexpr):  # fmt: skip
+    """Offsets into R [4, NH, DH, DH] of a [KS, M, KP] tile: [s, m, k] at
+    R[m // BLOCK_U, n, p BLOCK_U + m % BLOCK_U, s KC + K0 + k]."""
+    s_a = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, la)))
+    m_a = gl.arange(0, M, layout=gl.SliceLayout(0, gl.SliceLayout(2, la)))
+    k_a = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(1, la)))
+    row_a = ((m_a // BLOCK_U) * NH + n) * DH + p * BLOCK_U + m_a % BLOCK_U  # [M]
+    return (gl.expand_dims(gl.expand_dims(row_a, 0), 2) * DH
+            + gl.expand_dims(gl.expand_dims(s_a * KC + K0, 1), 2)
+            + gl.expand_dims(gl.expand_dims(k_a, 0), 1))  # fmt: skip
+
+
+@gluon.jit
+def h_pointers(h_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, B,
+                row_stride, DH: gl.constexpr, BLOCK_B: gl.constexpr, lb: gl.constexpr,
+                COALESCED: gl.constexpr):  # fmt: skip
+    """Pointers to a piece of h [KS, KP, BLOCK_B] (element [s, k, j] = h[r0 + j, s KC + K0 + k], rows
+    ``row_stride`` apart: the initial state, or out[0] at step 0) and their mask: in the operand layout ``lb`` (a
+    thread's two adjacent K in 4 bytes), or with COALESCED in a layout whose threads read 8 adjacent K (16 bytes;
+    rows of KP along the lanes: whole 32-byte sectors)."""
+    if COALESCED:
+        TK: gl.constexpr = KP // 8 if KP // 8 < 32 else 32
+        L: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, TK, 32 // TK], [KS, 1, 1], [1, 2, 0])
+    else:
+        L: gl.constexpr = lb
+    s = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
+    k = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
+    rows = gl.expand_dims(gl.expand_dims(r0 + j, 0), 1)  # [1, 1, BLOCK_B]
+    cols = gl.expand_dims(gl.expand_dims(s * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k, 0), 2)
+    return h_ptr + rows.to(gl.int64) * row_stride + n * DH + cols, (rows < B) & (cols >= 0)
+
+
+@gluon.jit
+def gate_inputs(ptr, mask, HD):
+    """A step's input projections of this program's elements, gates i, f, z, o (16-bit: converted where used)."""
+    x_i = gl.load(ptr, mask=mask, other=0.0)
+    x_f = gl.load(ptr + HD, mask=mask, other=0.0)
+    x_z = gl.load(ptr + 2 * HD, mask=mask, other=0.0)
+    x_o = gl.load(ptr + 3 * HD, mask=mask, other=0.0)
+    return x_i, x_f, x_z, x_o

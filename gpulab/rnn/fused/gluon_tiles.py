@@ -8,9 +8,20 @@ import dataclasses
 
 from gpulab import runtime
 
-__all__ = ["V6Config", "k_pieces", "REGISTER_BUDGET", "register_budget", "SHARED_BUDGET", "tile_for", "compile_sm90"]
+__all__ = [
+    "V6Config",
+    "MAX_TILES",
+    "k_pieces",
+    "REGISTER_BUDGET",
+    "register_budget",
+    "SHARED_BUDGET",
+    "tile_for",
+    "compile_sm90",
+]
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8, 16)}
+MAX_TILES = 16
+"""The most batch tiles one program of version 6's forward loops over in a step (the loop is unrolled)."""
 REGISTER_BUDGET = 224
 """Registers per thread a tile's operands may take (:func:`.split_gluon.register_estimate`): of the 255 a thread
 can have, the cell, the addresses and the prefetched inputs need the rest (one head of 1024 at 4 warps, 208 of them,
@@ -31,23 +42,33 @@ SHARED_BUDGET = 227 * 1024
 @dataclasses.dataclass(frozen=True)
 class V6Config:
     """Version 6's tile: ``block_u`` units per program (all 4 gates of them), ``block_b`` batch rows (the product's
-    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K). :func:`.split_gluon.v6_config`
-    (forward) and :func:`.split_gluon_backward.b4_config` (backward) check it against a head dim."""
+    N), ``warps`` warps, each holding one K chunk of R_p (DH / warps rows of K); ``tiles`` batch tiles of
+    ``block_b`` rows per program (the forward loops over them within each step, R_p loaded once for all; the
+    backward takes 1). :func:`.split_gluon.v6_config` (forward) and :func:`.split_gluon_backward.b4_config`
+    (backward) check it against a head dim."""
 
     block_u: int = 8
     block_b: int = 16
     warps: int = 4
+    tiles: int = 1
 
     def __post_init__(self):
         for name, allowed in _SIZES.items():
             v = runtime.positive_int(name, getattr(self, name))
             if v not in allowed:
                 raise ValueError(f"{name}={v} is not a version-6 tile size; use one of {allowed}.")
+        if not 1 <= runtime.positive_int("tiles", self.tiles) <= MAX_TILES:
+            raise ValueError(f"tiles={self.tiles}: a program loops over 1 to {MAX_TILES} batch tiles; use fewer.")
+
+    def groups(self, batch: int) -> int:
+        """Batch groups of a launch: ``tiles`` batch tiles each (the last one's rows past ``batch`` masked)."""
+        batch_tiles = -(-runtime.positive_int("batch", batch) // self.block_b)
+        return -(-batch_tiles // self.tiles)
 
     def programs(self, batch: int, heads: int, head_dim: int) -> int:
-        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
-        batch, heads = runtime.positive_int("batch", batch), runtime.positive_int("heads", heads)
-        return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * -(-batch // self.block_b)
+        """Programs of a launch: ``head_dim / block_u`` per head and batch group (all resident at once)."""
+        heads = runtime.positive_int("heads", heads)
+        return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * self.groups(batch)
 
 
 def k_pieces(kc: int) -> tuple[int, int] | None:
@@ -68,6 +89,8 @@ def tile_for(head_dim: int, cfg, make):
         return make(head_dim)
     if not isinstance(cfg, V6Config):
         raise TypeError(f"cfg must be a V6Config ({make.__name__}(head_dim, ...)) or None, got {type(cfg).__name__}.")
+    if cfg.tiles != 1:
+        return make(head_dim, cfg.block_u, cfg.block_b, cfg.warps, tiles=cfg.tiles)
     return make(head_dim, cfg.block_u, cfg.block_b, cfg.warps)
 
 

@@ -4,9 +4,11 @@
   tiles from :mod:`.tiling`) whenever the forward (and, when training, the backward) fit; else the head split over
   several SMs with a grid barrier per step (:mod:`.split`, :mod:`.split_backward`, tiles from :mod:`.split_tiling`;
   the Gluon :mod:`.split_gluon` and :mod:`.split_gluon_backward` where :func:`v6_applies`, tiles from :func:`v6_tiles`),
-  where no split backward fits training runs the ``alternating`` backward
-  (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split forward
-  saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the choice.
+  where no split backward of the whole batch fits, an LSTM in 16 bits trains through b4 in launches of fewer rows
+  (:func:`b4_rows`; the rows of a batch are independent recurrences), and otherwise through the ``alternating``
+  backward (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split
+  forward saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the
+  choice.
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops with the chooser's tiles, which the
@@ -50,6 +52,7 @@ __all__ = [
     "explain",
     "fused_forward",
     "batch_rows",
+    "b4_rows",
     "plan_kind",
     "single_sm_forward",
     "single_sm_gradients",
@@ -85,12 +88,14 @@ class Plan:
     :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile) or 'split' (a
     :class:`gpulab.rnn.fused.split_tiling.SplitTiling`), and why. ``backward``, for a plan made for training: the
     backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split'), or None where no split backward fits
-    (the ``alternating`` backward then runs)."""
+    the whole batch. ``b4``, for such a split plan of an LSTM in 16 bits: ``(tile, rows)`` of :func:`b4_rows`, the
+    Gluon backward in launches of ``rows`` rows (None: the ``alternating`` backward runs)."""
 
     kind: str
     tiling: object
     why: str
     backward: object = None
+    b4: tuple | None = None
 
 
 def _element_size(dtype) -> int:
@@ -118,14 +123,45 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
         f"({split.shared_bytes // 1024} KB each), {split.programs} programs resident, "
         + ("one barrier per step" if split.exchange == "barrier" else f"{split.exchange} exchange each step")
     )
-    back = None
+    back = b4 = None
     if training:
         try:
             back = split_tiling.split_tiling(batch, num_heads, head_dim, function, dtype, gpu, direction="backward")
             why += f"; backward over {back.split} programs of {back.block_u} units"
         except ValueError:
-            why += "; no split backward fits: the alternating backward runs"
-    return Plan("split", split, why, back)
+            usable = get_function(function).name == "lstm" and dtypes.as_dtype(dtype) in (torch.float16, torch.bfloat16)
+            b4 = b4_rows(batch, num_heads, head_dim, spec.sm_count) if usable else None
+            if b4 is None:
+                why += "; no split backward fits: the alternating backward runs"
+            else:
+                cfg, rows = b4
+                why += (f"; no split backward fits the whole batch: b4 runs in {-(-batch // rows)} launch(es) of "
+                        f"{rows} rows, {cfg.block_u} units x {cfg.block_b} rows per program")  # fmt: skip
+    return Plan("split", split, why, back, b4)
+
+
+def b4_rows(batch, num_heads, head_dim, sm_count, pairs: tuple | None = None):
+    """``(tile, rows)``: the b4 tile of :data:`V6_TILES` (``pairs``) valid for the head dim that runs the batch in
+    the fewest launches with every program resident at one per SM (``sm_count`` SMs; the earlier pair on a tie), and
+    the rows per launch (the batch spread evenly over those launches); None where no tile takes even one batch
+    tile. A launch of ``rows`` rows is ``head_dim / block_u * num_heads * ceil(rows / block_b)`` programs."""
+    batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
+    head_dim, sm_count = runtime.positive_int("head_dim", head_dim), runtime.positive_int("sm_count", sm_count)
+    best = None
+    for pair in V6_TILES if pairs is None else pairs:
+        if not pair.get("min_head_dim", 0) <= head_dim <= pair.get("max_head_dim", head_dim):
+            continue
+        try:
+            cfg = split_gluon_backward.b4_config(head_dim, **pair["backward"])
+        except ValueError:
+            continue
+        most = sm_count // cfg.programs(1, num_heads, head_dim) * cfg.block_b  # whole batch tiles resident
+        if most > 0 and (best is None or -(-batch // most) < best[1]):
+            best = (cfg, -(-batch // most))
+    if best is None:
+        return None
+    cfg, launches = best
+    return cfg, -(-batch // launches)
 
 
 def explain(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None) -> str:
@@ -217,10 +253,7 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
     head_dim = runtime.positive_int("head_dim", head_dim)
     dtype = dtypes.as_dtype(dtype)
-    if get_function(function).name != "lstm" or dtype not in (torch.float16, torch.bfloat16) or runtime.INTERPRET:
-        return False
-    if (why := gluon_compat.problem() or gluon_compat.untested("the fused RNN's version 6 (Gluon)")) is not None:
-        gluon_compat.warn_once(("rnn v6", why), f"gpulab.rnn: {why}. Running version 5 (Triton) instead.")
+    if not _gluon_runs(function, dtype):
         return False
     try:
         tiles = v6_tiles(batch, head_dim, num_heads, wide)
@@ -228,6 +261,19 @@ def v6_applies(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
         return False
     sms = hardware.live_properties().get("sm_count", 0)
     return max(t.programs(batch, num_heads, head_dim) for t in tiles) <= sms
+
+
+def _gluon_runs(function, dtype) -> bool:
+    """Whether the Gluon split kernels can run this function and dtype here (an LSTM in 16 bits, on a GPU, with a
+    Triton measured there; else False, with a warning once where the Triton is the reason)."""
+    if get_function(function).name != "lstm" or dtypes.as_dtype(dtype) not in (torch.float16, torch.bfloat16):
+        return False
+    if runtime.INTERPRET:
+        return False
+    if (why := gluon_compat.problem() or gluon_compat.untested("the fused RNN's version 6 (Gluon)")) is not None:
+        gluon_compat.warn_once(("rnn v6", why), f"gpulab.rnn: {why}. Running version 5 (Triton) instead.")
+        return False
+    return True
 
 
 V6_TILES = (
@@ -285,10 +331,22 @@ def _v6_forward(Wx, R, b, states, function, save_gates, *, cfg, config):
     return split_gluon.split_forward_v6(Wx, R, b, states, save_gates=save_gates, cfg=cfg, config=config.gluon)
 
 
-def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, config):
+def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, config, rows=None):
+    """b4's gate gradients in launches of ``rows`` batch rows (None: one launch of the whole batch), then the
+    parameter gradients of the whole batch at once: ``(dWx, dR, db, d_states)``."""
     sum_db = config.gluon.sum_db and not one_launch(out, config.small_rows)  # (the one launch sums db beside dR)
-    dG, ds0, *db = split_gluon_backward.split_backward_b4(d_out, gates, out, states, R, d_last, cfg=cfg,
-                                                          sum_db=sum_db, config=config.gluon)  # fmt: skip
+    B = out.shape[1]
+    rows = B if rows is None else rows
+    parts = []
+    for i in range(0, B, rows):
+        s = slice(i, i + rows)
+        part = d_out[:, s], gates[s], out[:, s], states[:, s], R, None if d_last is None else d_last[:, s]
+        parts.append(split_gluon_backward.split_backward_b4(*part, cfg=cfg, sum_db=sum_db, config=config.gluon))
+    if len(parts) == 1:
+        dG, ds0, *db = parts[0]
+    else:
+        dG, ds0 = torch.cat([p[0] for p in parts], dim=0), torch.cat([p[1] for p in parts], dim=1)
+        db = [sum(p[2] for p in parts)] if sum_db else []
     grads = gate_gradients_to_parameters(dG, out, states, function, db=db[0] if db else None,
                                          small_rows=config.small_rows)  # fmt: skip
     return (*grads, ds0)
@@ -335,6 +393,9 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
         run_forward = functools.partial(split_rnn_forward, tiling=chosen.tiling, exchange=config.split_exchange)
         if not training:
             return run_forward, None
+        if chosen.backward is None and chosen.b4 is not None and _gluon_runs(function, dtype):
+            cfg, rows = chosen.b4  # b4 in launches of fewer rows: far fewer kernels than the alternating backward
+            return run_forward, functools.partial(_b4_gradients, cfg=cfg, config=config, rows=rows)
         if chosen.backward is None:
             return run_forward, alternating_rnn_gradients
         return run_forward, split_backward

@@ -53,11 +53,12 @@ from gpulab.rnn.fused.gluon_tiles import SHARED_BUDGET, V6Config, k_pieces, regi
 __all__ = ["v6_config", "schedule_reference", "split_forward_v6", "compile_sm90", "register_estimate", "EXCHANGES"]
 
 
-def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4) -> V6Config:
+def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4, tiles: int = 1) -> V6Config:
     """The tile for ``head_dim``, checked: DH a multiple of ``block_u`` and of 16 * ``warps`` (each warp's K chunk a
-    whole number of 16-deep tensor-core steps, as one or two power-of-two tiles: :func:`k_pieces`)."""
+    whole number of 16-deep tensor-core steps, as one or two power-of-two tiles: :func:`k_pieces`); ``tiles`` batch
+    tiles per program (each step loops over them: one launch of any batch in few programs)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
-    cfg = V6Config(block_u, block_b, warps)
+    cfg = V6Config(block_u, block_b, warps, tiles)
     if head_dim % block_u or head_dim % (16 * warps):
         raise ValueError(
             f"head_dim={head_dim} must be a multiple of block_u={block_u} and of 16 * warps={16 * warps} (each "
@@ -73,6 +74,7 @@ def v6_config(head_dim: int, block_u: int = 8, block_b: int = 16, warps: int = 4
         )
     regs, budget = sum(register_estimate(head_dim, cfg).values()), register_budget(warps)
     smem = 4 * warps * 4 * block_u * block_b  # the partial sums, fp32 [KS, 4 BU, BLOCK_B]
+    smem += 4 * block_u * block_b * tiles if tiles > 1 else 0  # each tile's c, fp32 [TILES, BU, BLOCK_B]
     if regs > budget or smem > SHARED_BUDGET:
         raise ValueError(
             f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} registers per "
@@ -146,51 +148,6 @@ def schedule_reference(Wx, R, b, states, cfg: V6Config | None = None):
         h, c = h_new, c_new
         out[0, :, t], out[1, :, t] = h, c
     return out, torch.stack((h, c))[:, :, None], gates
-
-
-@gluon.jit
-def _r_offsets(n, p, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, NH, DH: gl.constexpr,
-               BLOCK_U: gl.constexpr, KS: gl.constexpr, M: gl.constexpr, la: gl.constexpr):  # fmt: skip
-    """Offsets into R [4, NH, DH, DH] of a [KS, M, KP] tile: [s, m, k] at
-    R[m // BLOCK_U, n, p BLOCK_U + m % BLOCK_U, s KC + K0 + k]."""
-    s_a = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, la)))
-    m_a = gl.arange(0, M, layout=gl.SliceLayout(0, gl.SliceLayout(2, la)))
-    k_a = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(1, la)))
-    row_a = ((m_a // BLOCK_U) * NH + n) * DH + p * BLOCK_U + m_a % BLOCK_U  # [M]
-    return (gl.expand_dims(gl.expand_dims(row_a, 0), 2) * DH
-            + gl.expand_dims(gl.expand_dims(s_a * KC + K0, 1), 2)
-            + gl.expand_dims(gl.expand_dims(k_a, 0), 1))  # fmt: skip
-
-
-@gluon.jit
-def _h_pointers(h_ptr, r0, n, K0: gl.constexpr, KP: gl.constexpr, KC: gl.constexpr, KS: gl.constexpr, B,
-                row_stride, DH: gl.constexpr, BLOCK_B: gl.constexpr, lb: gl.constexpr,
-                COALESCED: gl.constexpr):  # fmt: skip
-    """Pointers to a piece of h [KS, KP, BLOCK_B] (element [s, k, j] = h[r0 + j, s KC + K0 + k], rows
-    ``row_stride`` apart: the initial state, or out[0] at step 0) and their mask: in the operand layout ``lb`` (a
-    thread's two adjacent K in 4 bytes), or with COALESCED in a layout whose threads read 8 adjacent K (16 bytes;
-    rows of KP along the lanes: whole 32-byte sectors)."""
-    if COALESCED:
-        TK: gl.constexpr = KP // 8 if KP // 8 < 32 else 32
-        L: gl.constexpr = gl.BlockedLayout([1, 8, 1], [1, TK, 32 // TK], [KS, 1, 1], [1, 2, 0])
-    else:
-        L: gl.constexpr = lb
-    s = gl.arange(0, KS, layout=gl.SliceLayout(1, gl.SliceLayout(2, L)))
-    k = gl.arange(0, KP, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
-    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
-    rows = gl.expand_dims(gl.expand_dims(r0 + j, 0), 1)  # [1, 1, BLOCK_B]
-    cols = gl.expand_dims(gl.expand_dims(s * KC + K0, 1), 2) + gl.expand_dims(gl.expand_dims(k, 0), 2)
-    return h_ptr + rows.to(gl.int64) * row_stride + n * DH + cols, (rows < B) & (cols >= 0)
-
-
-@gluon.jit
-def _inputs(ptr, mask, HD):
-    """A step's input projections of this program's elements, gates i, f, z, o (16-bit: converted where used)."""
-    x_i = gl.load(ptr, mask=mask, other=0.0)
-    x_f = gl.load(ptr + HD, mask=mask, other=0.0)
-    x_z = gl.load(ptr + 2 * HD, mask=mask, other=0.0)
-    x_o = gl.load(ptr + 3 * HD, mask=mask, other=0.0)
-    return x_i, x_f, x_z, x_o
 
 
 @gluon.jit
@@ -314,23 +271,23 @@ def split_forward_v6_kernel(
 
     # R_p in the A layout, loaded once, in one or two K pieces per warp (K1 + K2 = KC, powers of two):
     # r1[s, m, k] = R[m // BU, n, p BU + m % BU, s KC + k], r2 the same from s KC + K1
-    r1 = gl.load(r_ptr + _r_offsets(n, p, 0, K1, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K1]
+    r1 = gl.load(r_ptr + ops.r_offsets(n, p, 0, K1, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K1]
     r2 = r1
     if K2 > 0:
-        r2 = gl.load(r_ptr + _r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
+        r2 = gl.load(r_ptr + ops.r_offsets(n, p, K1, K2, KC, NH, DH, BLOCK_U, KS, M, la))  # [KS, M, K2]
 
     # h_{-1} in the B layout, the same pieces: hb1[s, k, j] = h[row r0 + j, s KC + k] (loaded once, in place)
-    s0_1, s0_1_mask = _h_pointers(s0_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, False)
+    s0_1, s0_1_mask = ops.h_pointers(s0_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, False)
     hb1 = gl.load(s0_1, mask=s0_1_mask, other=0.0)
     hb2 = hb1
     if K2 > 0:
-        s0_2, s0_2_mask = _h_pointers(s0_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, False)
+        s0_2, s0_2_mask = ops.h_pointers(s0_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, False)
         hb2 = gl.load(s0_2, mask=s0_2_mask, other=0.0)
     # where the steps read h_{t-1} (out[0] at step t - 1): in the operand layout, or in 16-byte rows (COALESCED)
-    h1_ptr, h1_mask = _h_pointers(out_ptr, r0, n, 0, K1, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
+    h1_ptr, h1_mask = ops.h_pointers(out_ptr, r0, n, 0, K1, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
     h2_ptr, h2_mask = h1_ptr, h1_mask
     if K2 > 0:
-        h2_ptr, h2_mask = _h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
+        h2_ptr, h2_mask = ops.h_pointers(out_ptr, r0, n, K1, K2, KC, KS, B, T * HD, DH, BLOCK_B, lb, COALESCED)
     if TAGGED:  # the sample: the last unit of every program, every row: [q, j] at flat index q BLOCK_B + j
         QP: gl.constexpr = triton.next_power_of_2(DH // BLOCK_U) * BLOCK_B
         lq: gl.constexpr = gl.BlockedLayout([1], [32], [KS], [0])
@@ -338,10 +295,10 @@ def split_forward_v6_kernel(
         sample = xch_ptr + (r0 + q_j % BLOCK_B) * HD + n * DH + (q_j // BLOCK_B) * BLOCK_U + BLOCK_U - 1
         sample_mask = q_j // BLOCK_B < DH // BLOCK_U
         # the same pieces of the exchange's slot [tiles BLOCK_B, NH, DH] (words; whole tiles: no masks)
-        h1_ptr, _ = _h_pointers(xch_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
+        h1_ptr, _ = ops.h_pointers(xch_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
         h2_ptr = h1_ptr
         if K2 > 0:
-            h2_ptr, _ = _h_pointers(xch_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
+            h2_ptr, _ = ops.h_pointers(xch_ptr, r0, n, K1, K2, KC, KS, B, HD, DH, BLOCK_B, lb, COALESCED)
     dt: gl.constexpr = out_ptr.dtype.element_ty
 
     # the cell's own elements: unit u of this program, batch row j
@@ -369,7 +326,7 @@ def split_forward_v6_kernel(
     base = 0
     if not TAGGED:
         bar_ptr, base = ops.barrier_start(bar_ptr, n_programs, GROUP_STRIDE)  # this head and tile's counter
-    x_i, x_f, x_z, x_o = _inputs(wx_own, own_mask, HD)
+    x_i, x_f, x_z, x_o = ops.gate_inputs(wx_own, own_mask, HD)
     clk = clk_ptr + ((n * gl.num_programs(0) + p) * gl.num_programs(2) + gl.program_id(2)).to(gl.int64) * (T + 1) * 8
     if TIMING:  # row T: the SM's clock and the global timer at the start (0, 1) and the end (2, 3)
         ops.keep2(clk + T * 8, ops.clock_after(c))
@@ -394,7 +351,7 @@ def split_forward_v6_kernel(
         pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
         nxt = gl.minimum(t + 1, T - 1) * 4 * HD  # the next step's inputs, loaded while this step runs
         if not LATE_INPUTS:
-            x_i, x_f, x_z, x_o = _inputs(wx_own + nxt, own_mask, HD)
+            x_i, x_f, x_z, x_o = ops.gate_inputs(wx_own + nxt, own_mask, HD)
         i = sigmoid(pre_i, FAST)
         f = sigmoid(pre_f, FAST)
         o = sigmoid(pre_o, FAST)
@@ -410,7 +367,7 @@ def split_forward_v6_kernel(
         elif EARLY and t < T - 1:  # the others read h only: its stores are what the arrival releases
             ops.grid_arrive(bar_ptr)  # (its CTA barrier also ends the partials' reads)
         if LATE_INPUTS:  # (issued after the arrival: its release does not wait for them)
-            x_i, x_f, x_z, x_o = _inputs(wx_own + nxt, own_mask, HD)
+            x_i, x_f, x_z, x_o = ops.gate_inputs(wx_own + nxt, own_mask, HD)
         gl.store(out_own + t * HD + c_stride, c.to(out_ptr.dtype.element_ty), mask=own_mask)
         if SAVE_GATES:
             g_t = gate_own + t * 4 * HD

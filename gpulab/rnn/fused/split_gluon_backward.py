@@ -58,11 +58,15 @@ its new dimension last, so element [u, j, y, x] is gate 2 x + y) into [2, 2, U, 
 g U + u: the kernel's B operand. A CPU test checks it with ``tl.join`` in the interpreter."""
 
 
-def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8) -> V6Config:
+def b4_config(head_dim: int, block_u: int = 16, block_b: int = 16, warps: int = 8, tiles: int = 1) -> V6Config:
     """The backward's tile for ``head_dim``: ``block_u`` units per program (its 4 gates: the product's depth
     4 * block_u), ``warps`` warps splitting the DH rows of R_p^T, held as at most two power-of-two tiles each at
-    least 16 rows per warp (:func:`gpulab.rnn.fused.gluon_tiles.k_pieces`)."""
+    least 16 rows per warp (:func:`gpulab.rnn.fused.gluon_tiles.k_pieces`); one batch tile per program (``tiles``
+    1: a larger batch runs in launches of fewer rows, :func:`gpulab.rnn.fused.plan.b4_rows`)."""
     head_dim = runtime.positive_int("head_dim", head_dim)
+    if runtime.positive_int("tiles", tiles) != 1:
+        raise ValueError(f"tiles={tiles}: b4 takes one batch tile per program; use tiles=1 and launches of fewer "
+                         "rows (gpulab.rnn.fused.plan.b4_rows).")  # fmt: skip
     cfg = V6Config(block_u, block_b, warps)
     pieces = k_pieces(head_dim)
     if head_dim % block_u or pieces is None or min(x for x in pieces if x) < 16 * warps:
