@@ -357,9 +357,9 @@ def problem_loops(B, NH, DH, function, dtype, device, training):
     try:
         return _loops(B, NH, DH, function, dtype, device, training, _CONFIG)
     except ValueError as exc:
-        gluon_compat.warn_once(("rnn fused op", B, NH, DH, function, dtype, training),
-                               f"gpulab.rnn: backend='fused' under torch.compile cannot run {B} row(s) of {NH} "
-                               f"head(s) of {DH} in one launch ({exc}); running backend='alternating' instead.")  # fmt: skip
+        why = (f"gpulab.rnn: backend='fused' under torch.compile cannot run {B} row(s) of {NH} head(s) of {DH} in one "
+               f"launch ({exc}); running backend='alternating' instead.")  # fmt: skip
+        gluon_compat.warn_once(("rnn fused op", B, NH, DH, function, dtype, training), why)
         return alternating_rnn_forward, alternating_rnn_gradients if training else None
 
 
