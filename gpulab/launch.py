@@ -40,6 +40,7 @@ __all__ = [
     "cached_launch",
     "keyed_launch",
     "aligned",
+    "in_order",
 ]
 
 DIRECT: bool = os.environ.get("GPULAB_DIRECT_LAUNCH", "1") != "0"
@@ -177,3 +178,17 @@ def aligned(*tensors) -> bool:
     for t in tensors:
         bits |= t.data_ptr()
     return not bits & 15
+
+
+def in_order(kernel, **named) -> tuple:
+    """The values of ``named`` in the order of ``kernel``'s leading parameters (a :class:`Launch` takes them
+    positionally): a host that names every argument keeps the kernel's order out of its own code. ValueError
+    naming the parameters when ``named`` is not exactly the kernel's first ``len(named)`` parameters."""
+    names = tuple(kernel.arg_names[: len(named)])
+    try:
+        return tuple(named[n] for n in names)
+    except KeyError:
+        raise ValueError(
+            f"in_order({getattr(kernel, '__name__', kernel)!s}): got the arguments {sorted(named)}, but the kernel's "
+            f"first {len(named)} parameters are {list(names)}; name exactly those (in any order)."
+        ) from None

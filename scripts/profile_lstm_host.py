@@ -1,32 +1,120 @@
 """Where the eager wall clock of one ``gpulab.rnn.LSTM`` training step goes, on the host (GPU machine).
 
-    python scripts/profile_lstm_host.py [--calls 200] [--top 30]
+    python scripts/profile_lstm_host.py [--calls 200] [--top 30] [--cases tiny,H256] [--no-cprofile]
 
-For each case (the tiny call: B 1, T 4, 2 heads of 64; one head of 256 at B 16, T 256; one of 1024 at B 64, T 256)
-prints: the device time and the eager wall time per forward+backward (calls back to back, one synchronize), the
-CUDA kernels launched per call (torch.profiler), the same for cuDNN's ``nn.LSTM`` of the same size, and the host
-functions that take the wall time (cProfile, sorted by own time). A wall time well above the device time is host
-work: Python, allocations, launches; this names which.
+For each case (the tiny call: B 1, T 4, 2 heads of 64; one head of 256, 512, 768 at B 16, T 256; one of 1024 at B 16
+and B 64, T 256) prints: the device time and the eager wall time per forward+backward (calls back to back, one
+synchronize), the CUDA kernels launched per call (torch.profiler, counted by name), the aten operators the call
+dispatches (a TorchDispatchMode: allocations and anything that reads a GPU value back to the host), every call site
+that synchronizes with the GPU (``torch.cuda.set_sync_debug_mode("warn")``, each with its Python stack; a
+synchronization inside a Triton launcher or a driver call is not seen there, but shows as a wall time near device time
++ host time), the same for cuDNN's ``nn.LSTM`` of the same size, and the host functions that take the wall time
+(cProfile, sorted by own time). A wall time well above the device time is host work: Python, allocations, launches;
+this names which. On a machine without a GPU it runs the tiny case in Triton's interpreter and prints the aten
+operators only (the times mean nothing there).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import pstats
 import time
+import traceback
+import warnings
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpulab import launch, runtime
 from gpulab.rnn.module import LSTM
 
 CASES = {  # name -> (input size, hidden, heads, layers, B, T)
     "tiny B1 T4 2x64": (128, 128, 2, 1, 1, 4),
     "H256 L1 B16 T256": (256, 256, 1, 1, 16, 256),
+    "H512 L1 B16 T256": (512, 512, 1, 1, 16, 256),
+    "H768 L1 B16 T256": (768, 768, 1, 1, 16, 256),
+    "H1024 L1 B16 T256": (1024, 1024, 1, 1, 16, 256),
     "H1024 L1 B64 T256": (1024, 1024, 1, 1, 64, 256),
 }
+SYNC_LIKE = ("item", "_local_scalar_dense", "nonzero", "is_nonzero", "equal", "tolist", "masked_select", "unique")
+ALLOCATING = ("empty", "empty_strided", "new_empty", "zeros", "new_zeros", "zeros_like", "empty_like", "ones_like",
+              "full", "new_full", "clone", "contiguous", "_to_copy", "cat", "stack")  # fmt: skip
+
+
+class AtenCounter(TorchDispatchMode):
+    """Counts the aten operators dispatched inside the block (not those of Triton's interpreter inside a launch),
+    and the gpulab kernel launches."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.launches, self._paused = collections.Counter(), 0, 0
+        self._real = launch.Launch.__call__
+
+    def __enter__(self):
+        counter = self
+
+        def counted(launch_self, *args):
+            counter.launches += 1
+            counter._paused += 1
+            try:
+                return counter._real(launch_self, *args)
+            finally:
+                counter._paused -= 1
+
+        launch.Launch.__call__ = counted
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        launch.Launch.__call__ = self._real
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self._paused:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _aten(step):
+    step()
+    with AtenCounter() as c:
+        step()
+    allocs = sum(n for k, n in c.ops.items() if k in ALLOCATING)
+    sync = {k: n for k, n in c.ops.items() if k in SYNC_LIKE}
+    print(f"   aten: {sum(c.ops.values())} operators, {allocs} allocating, gpulab launches {c.launches}, "
+          f"sync-like {sync or 'none'}")  # fmt: skip
+    print("   ", ", ".join(f"{k} {n}" for k, n in sorted(c.ops.items())))
+
+
+def _syncs(step):
+    """Every synchronizing call site of one step, with its stack (set_sync_debug_mode('warn'))."""
+    step()
+    torch.cuda.synchronize()
+    sites = collections.Counter()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        stack = "".join(traceback.format_stack(limit=12)[:-1])
+        sites[f"{message}\n{stack}"] += 1
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    finally:
+        warnings.showwarning = saved
+    print(f"   synchronizing call sites: {len(sites) or 'none'}")
+    for site, n in sites.items():
+        print(f"   -- {n}x {site}")
 
 
 def _step(module, x, leaves):
@@ -70,16 +158,33 @@ def _kernels(step):
         step()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(names), sorted(set(names))
+    return len(names), sorted(collections.Counter(names).items())
+
+
+def _cpu(name):
+    """Without a GPU: the tiny case's aten operators per call in Triton's interpreter (POISON off, as timed)."""
+    i, h, heads, layers, b, _ = CASES[name]
+    x = torch.randn(b, 3, i, requires_grad=True)
+    ours = LSTM(i, h, layers, batch_first=True, num_heads=heads)
+    print(f"== {name} gpulab (CPU, interpreter, T 3)")
+    with runtime.poisoning(False):
+        _aten(_step(ours, x, [x, *ours.parameters()]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--cases", default="", help="comma-separated prefixes of the case names (default: all)")
+    ap.add_argument("--no-cprofile", action="store_true", help="skip the cProfile table")
     args = ap.parse_args()
     torch.manual_seed(0)
-    for name, (i, h, heads, layers, b, t) in CASES.items():
+    wanted = [c for c in args.cases.split(",") if c]
+    cases = {k: v for k, v in CASES.items() if not wanted or any(k.startswith(w) for w in wanted)}
+    if not torch.cuda.is_available():
+        _cpu("tiny B1 T4 2x64")
+        return
+    for name, (i, h, heads, layers, b, t) in cases.items():
         x = torch.randn(b, t, i, device="cuda", dtype=torch.float16, requires_grad=True)
         ours = LSTM(i, h, layers, batch_first=True, num_heads=heads).to("cuda", torch.float16)
         ref = nn.LSTM(i, h, layers, batch_first=True).to("cuda", torch.float16)
@@ -89,8 +194,10 @@ def main():
             wall, dev = _wall(step, calls), _device(step, calls)
             n, kinds = _kernels(step)
             print(f"== {name} {label}: wall {wall:.3f} ms, device {dev:.3f} ms per call, {n} kernels per call")
-            print("   kernels:", "; ".join(k[:60] for k in kinds[:25]))
-            if label == "gpulab":
+            print("   kernels:", "; ".join(f"{k[:60]} x{c}" for k, c in kinds[:25]))
+            _aten(step)
+            _syncs(step)
+            if label == "gpulab" and not args.no_cprofile:
                 prof = cProfile.Profile()
                 prof.enable()
                 for _ in range(calls):

@@ -131,6 +131,27 @@ def _signature(Wx, R, b, states, function, backend, dtype):
         return None
 
 
+_ZEROS: dict = {}  # (shape, dtype, device) -> a zero initial state the Triton backends only read
+
+
+def _zero_states(shape, dtype, device, backend):
+    """Zero initial states: made once per shape and kept for the Triton backends, whose loops only read them (one
+    allocation and one fill less per call); new zeros where the tensor must be the caller's own: the ``vanilla``
+    loop, a traced call (``torch.compile``), a CUDA graph being captured (its fill would run only on replay)."""
+    if backend == "vanilla" or torch.compiler.is_compiling():
+        return torch.zeros(shape, dtype=dtype, device=device)
+    key = (shape, dtype, device)
+    zeros = _ZEROS.get(key)
+    if zeros is None:
+        zeros = torch.zeros(shape, dtype=dtype, device=device)
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return zeros
+        if len(_ZEROS) >= 64:
+            _ZEROS.clear()
+        _ZEROS[key] = zeros
+    return zeros
+
+
 def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None):
     """Run a recurrent ``function`` ('lstm', 'gru', 'elman') over the sequence with ``backend``.
 
@@ -150,7 +171,7 @@ def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None
     fn, backend, cdt = checked
     B, T, _, nh, dh = Wx.shape
     if states is None:
-        states = torch.zeros((fn.states, B, 1, nh, dh), dtype=cdt, device=Wx.device)
+        states = _zero_states((fn.states, B, 1, nh, dh), cdt, Wx.device, backend)
     Wx, R, b, states = (t.to(cdt) for t in (Wx, R, b, states))
     if backend != "vanilla" and torch.compiler.is_compiling():  # torch.compile: the custom ops, opaque to the tracer
         return ops.rnn_op(Wx, R, b, states, fn.name, backend)

@@ -18,16 +18,27 @@ import torch
 
 from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.fused.forward import saved_dtype
-from gpulab.rnn.fused.plan import single_sm_forward, single_sm_gradients
+from gpulab.rnn.fused.plan import problem_loops, saved_gates_dtype
 
 __all__ = ["rnn_forward_op", "rnn_backward_op", "rnn_op", "BACKENDS"]
 
 BACKENDS = ("fused", "alternating")
 
-# the fused backend compiles with its one-SM loops (a split head runs eagerly only)
-_FORWARD = {"fused": single_sm_forward, "alternating": alternating_rnn_forward}
-_GRADIENTS = {"fused": single_sm_gradients, "alternating": alternating_rnn_gradients}
+
+def _forward_loop(backend, Wx, function, save_gates):
+    """The backend's forward loop for this problem: the fused backend's as :func:`gpulab.rnn.fused.plan.fused_forward`
+    chooses it (one SM, or the head split), chosen once per problem."""
+    if backend == "alternating":
+        return alternating_rnn_forward
+    B, _, _, NH, DH = Wx.shape
+    return problem_loops(B, NH, DH, function, Wx.dtype, Wx.device, save_gates)[0]
+
+
+def _gradient_loop(backend, out, function):
+    if backend == "alternating":
+        return alternating_rnn_gradients
+    _, B, _, NH, DH = out.shape
+    return problem_loops(B, NH, DH, function, out.dtype, out.device, True)[1]
 
 
 @torch.library.custom_op("gpulab::rnn_forward", mutates_args=())
@@ -42,7 +53,7 @@ def rnn_forward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backend's forward loop: states_all [S, B, T, NH, DH], states_last [S, B, 1, NH, DH], gates
     [B, T, G_b, NH, DH] (an empty tensor when not saved)."""
-    out, last, gates = _FORWARD[backend](Wx, R, b, states, function, save_gates)
+    out, last, gates = _forward_loop(backend, Wx, function, save_gates)(Wx, R, b, states, function, save_gates)
     gates = gates.contiguous() if save_gates else out.new_empty(0)
     return out.contiguous(), last.contiguous(), gates
 
@@ -55,7 +66,7 @@ def _(Wx, R, b, states, function, backend, save_gates):
     last = Wx.new_empty((fn.states, B, 1, NH, DH))
     if not save_gates:
         return out, last, Wx.new_empty(0)
-    dtype = saved_dtype(fn, Wx.dtype) if backend == "fused" else Wx.dtype
+    dtype = saved_gates_dtype(B, NH, DH, fn.name, Wx.dtype) if backend == "fused" else Wx.dtype
     return out, last, Wx.new_empty((B, T, fn.gates_b, NH, DH), dtype=dtype)
 
 
@@ -71,7 +82,7 @@ def rnn_backward_op(
     backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backend's reverse-time loop and parameter products: dWx, dR, db, d_states (contiguous, in out's dtype)."""
-    grads = _GRADIENTS[backend](d_out, gates, out, states, R, function, d_last)
+    grads = _gradient_loop(backend, out, function)(d_out, gates, out, states, R, function, d_last=d_last)
     return tuple(g.to(out.dtype).contiguous() for g in grads)
 
 

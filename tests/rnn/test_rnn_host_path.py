@@ -2,8 +2,11 @@
 problem, one stream for a sequence too short to cut. What it must not change: the results, and the errors for bad
 input (a bad call after good ones with another signature is still refused)."""
 
+import collections
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpulab import check, launch, rnn, runtime
 from gpulab.rnn import api
@@ -113,3 +116,86 @@ def test_gpu_the_step_captured_by_make_graphed_callables_equals_eager(T, make_in
         graphed(*x).sum().backward()
     for t, e in zip(x, eager):
         assert torch.equal(t.grad, e)
+
+
+class _AtenCounter(TorchDispatchMode):
+    """The aten operators dispatched in the block, outside the package's kernel launches (Triton's interpreter
+    dispatches its own inside them), and the launches."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.ops, self.launches, self._inside = collections.Counter(), 0, 0
+        real = launch.Launch.__call__
+
+        def counted(launch_self, *args):
+            self.launches += 1
+            self._inside += 1
+            try:
+                return real(launch_self, *args)
+            finally:
+                self._inside -= 1
+
+        monkeypatch.setattr(launch.Launch, "__call__", counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self._inside:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+_SYNC_LIKE = {"item", "_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select", "unique", "_to_copy"}
+_ALLOCATING = {"empty", "empty_strided", "new_empty", "zeros", "new_zeros", "zeros_like", "empty_like", "ones_like",
+               "full", "new_full", "clone", "cat", "stack", "_to_copy", "copy_"}  # fmt: skip
+
+
+@pytest.mark.parametrize("heads, allocations", [(2, 8), (1, 8)])
+def test_a_repeated_module_step_dispatches_no_sync_and_few_allocations(heads, allocations, monkeypatch):
+    """One training step of ``gpulab.rnn.LSTM`` (forward + ``sum().backward()``), repeated with one shape: no
+    operator that reads a value back to the host (``.item()``, ``nonzero``, a copy to the CPU: on a GPU each
+    waits for it), no conversion or copy, and at most ``allocations`` allocating operators: the kernels' seven
+    outputs (h and c, the last states, the gates; dG, the carried gradient, dR, db) and the loss's gradient. The
+    fused backend's three launches (forward, backward, parameter products) and three products (the input
+    projection and its two gradients). Counted without the outputs' NaN poisoning, as timed runs allocate."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(32, 32, num_heads=heads, batch_first=True, backend="fused")
+    x = torch.randn(1, 3, 32, requires_grad=True)
+    leaves = [x, *module.parameters()]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        module(x)[0].sum().backward()
+
+    counter = _AtenCounter(monkeypatch)
+    with runtime.poisoning(False):
+        step()  # the first call chooses and compiles
+        counter.launches = 0
+        with counter:
+            step()
+    ops = counter.ops
+    assert not {k: n for k, n in ops.items() if k in _SYNC_LIKE}, f"sync-like operators in the step: {dict(ops)}"
+    allocs = {k: n for k, n in ops.items() if k in _ALLOCATING}
+    assert sum(allocs.values()) <= allocations, f"{allocs} allocating operators (at most {allocations}): {dict(ops)}"
+    assert counter.launches == 3, counter.launches
+    products = ops["mm"] + ops["addmm"]
+    assert products == 3 and ops["sum"] == 1 + (heads == 1), dict(ops)  # (one head: nn.LSTM's b_ih, summed)
+
+
+def test_zero_initial_states_are_made_once_for_the_triton_backends(make_inputs, monkeypatch):
+    """flashrnn without states: the Triton backends read one zero tensor kept per shape (never written: the next
+    call's states are still zeros); the vanilla loop gets new zeros every call."""
+    Wx, R, b, _ = (t.to(runtime.device) for t in make_inputs("lstm", 2, 3, 1, 16))
+    seen = []
+    real = plan.fused_forward
+
+    def recording(Wx, R, b, states, function):
+        seen.append(states)
+        return real(Wx, R, b, states, function)
+
+    monkeypatch.setitem(api.BACKENDS, "fused", recording)
+    first = rnn.flashrnn(Wx.requires_grad_(), R, b, backend="fused")
+    first[0].sum().backward()
+    again = rnn.flashrnn(Wx, R, b, backend="fused")
+    assert seen[0] is seen[1] and not seen[0].any()
+    assert torch.equal(first[0], again[0])
+    assert rnn.flashrnn(Wx.double(), R.double(), b.double(), backend="vanilla")[0].shape == first[0].shape

@@ -82,3 +82,44 @@ def test_compiled_flashrnn_does_not_trace_the_eager_check_cache(monkeypatch):
     Wx, R, b, s0 = _inputs("lstm")
     f = torch.compile(lambda *a: rnn.flashrnn(*a, backend="fused")[0].sum(), fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(f(Wx, R, b, s0), rnn.flashrnn(Wx, R, b, s0, backend="fused")[0].sum())
+
+
+def test_compiled_lstm_at_a_split_head_equals_eager():
+    """A head too large for one SM (fp32, head dim 128 here: R alone needs 256 KB) runs the split loops under
+    torch.compile as it does eagerly (the custom op once ran the one-SM loops only and raised the tiler's
+    ValueError: the H200's compile of one head of 768)."""
+    from gpulab.rnn.fused import plan
+
+    assert plan.plan_kind(1, 1, 128, "lstm", torch.float32, True) == "split"
+    torch.manual_seed(0)
+    module = rnn.LSTM(128, 128, batch_first=True, backend="fused")
+    x = torch.randn(1, 2, 128)
+    grads = []
+    for run in (torch.compile(module, fullgraph=True, backend="aot_eager"), module):
+        module.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        y, (h, c) = run(xi)
+        (y.sum() + c.square().sum()).backward()
+        grads.append((y.detach(), c.detach(), xi.grad, module.weight_hh_l0.grad, module.bias_ih_l0.grad))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_compiled_calls_choose_their_tiles_once(monkeypatch):
+    """The custom ops run the loops chosen once per problem: repeated compiled calls weigh no tile candidates (the
+    one-SM tiler enumerated them on every call, forward and backward: host time that made the compiled tiny call
+    slower than the eager one)."""
+    from gpulab.rnn.fused import plan, tiling
+
+    torch._dynamo.reset()
+    plan.clear_cache()
+    module = rnn.LSTM(16, 16, num_heads=2, batch_first=True, backend="fused")
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    compiled(x)[0].sum().backward()  # compiles, chooses the loops
+    calls = []
+    real = tiling.candidates
+    monkeypatch.setattr(tiling, "candidates", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for _ in range(2):
+        compiled(x)[0].sum().backward()
+    assert calls == [], f"tile candidates weighed again on repeated compiled calls: {calls}"

@@ -5,6 +5,7 @@ kernel files import it, never each other)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from gpulab import runtime
 
@@ -85,10 +86,18 @@ def tile_for(head_dim: int, cfg, make):
     """The tile a kernel runs ``head_dim`` with: ``make(head_dim)`` (the kernel's defaults) when ``cfg`` is None, else
     ``cfg`` checked by ``make`` against the head dim (``make``: :func:`.split_gluon.v6_config` or
     :func:`.split_gluon_backward.b4_config`)."""
+    if cfg is not None and not isinstance(cfg, V6Config):
+        raise TypeError(f"cfg must be a V6Config ({make.__name__}(head_dim, ...)) or None, got {type(cfg).__name__}.")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+        return make(head_dim)  # (make names what is wrong with it)
+    return _checked_tile(head_dim, cfg, make)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_tile(head_dim: int, cfg, make):
+    """:func:`tile_for`'s answer, kept: every launch of a problem asks again (a refused tile raises, nothing kept)."""
     if cfg is None:
         return make(head_dim)
-    if not isinstance(cfg, V6Config):
-        raise TypeError(f"cfg must be a V6Config ({make.__name__}(head_dim, ...)) or None, got {type(cfg).__name__}.")
     if cfg.tiles != 1:
         return make(head_dim, cfg.block_u, cfg.block_b, cfg.warps, tiles=cfg.tiles)
     return make(head_dim, cfg.block_u, cfg.block_b, cfg.warps)

@@ -11,8 +11,9 @@
   choice.
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
-- :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops with the chooser's tiles, which the
-  custom ops of :mod:`gpulab.rnn.ops` run under ``torch.compile``.
+- :func:`problem_loops`, :func:`saved_gates_dtype`: the loops :func:`fused_forward` would run for one problem (kept per
+  problem) and the dtype its forward saves the gates in, for the custom ops of :mod:`gpulab.rnn.ops` that
+  ``torch.compile`` runs; :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops alone.
 - :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 6's benchmark reports its registers);
   :data:`KERNELS`: the family's shipped Triton kernels by name (:mod:`.measure.sass` compiles them without a GPU).
 - :func:`config_as`, :func:`current_config`: the :class:`gpulab.rnn.fused.config.FusedConfig` the chosen loops are
@@ -35,14 +36,14 @@ import functools
 import torch
 
 from gpulab import dtypes, gluon_compat, hardware, runtime
-from gpulab.rnn.backends.alternating import alternating_forward, alternating_rnn_gradients
+from gpulab.rnn.backends.alternating import alternating_forward, alternating_rnn_forward, alternating_rnn_gradients
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused import split_gluon, split_gluon_backward, split_tiling, tiling
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.config import DEFAULT, SPLIT_VERSIONS, FusedConfig
-from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward
+from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward, saved_dtype
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
 
@@ -54,6 +55,8 @@ __all__ = [
     "batch_rows",
     "b4_rows",
     "plan_kind",
+    "problem_loops",
+    "saved_gates_dtype",
     "single_sm_forward",
     "single_sm_gradients",
     "kernel",
@@ -404,6 +407,32 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
         return run_forward, None
     return run_forward, functools.partial(fused_rnn_gradients, tiling=chosen.backward, config=config.backward,
                                           small_rows=config.small_rows)  # fmt: skip
+
+
+def problem_loops(B, NH, DH, function, dtype, device, training):
+    """``(run_forward, run_backward or None)`` of one problem, as :func:`fused_forward` runs it (the config in force,
+    chosen once per problem): one SM per head, or the head split (version 6 where it applies). Where no launch of
+    the whole batch fits, the ``alternating`` loops, with a warning once per problem (eagerly, :func:`fused_forward`
+    would cut the batch into launches instead). The custom ops of :mod:`gpulab.rnn.ops` run these under
+    ``torch.compile``; :func:`saved_gates_dtype` says what the forward saves."""
+    try:
+        return _loops(B, NH, DH, function, dtype, device, training, _CONFIG)
+    except ValueError as exc:
+        why = (f"gpulab.rnn: backend='fused' under torch.compile cannot run {B} row(s) of {NH} head(s) of {DH} in one "
+               f"launch ({exc}); running backend='alternating' instead.")  # fmt: skip
+        gluon_compat.warn_once(("rnn fused op", B, NH, DH, function, dtype, training), why)
+        return alternating_rnn_forward, alternating_rnn_gradients if training else None
+
+
+def saved_gates_dtype(B, NH, DH, function, dtype) -> torch.dtype:
+    """The dtype of the gates that :func:`problem_loops`' training forward saves: the one-SM forward keeps them in
+    :func:`gpulab.rnn.fused.forward.saved_dtype`, the split and ``alternating`` forwards in the compute dtype. Only
+    an LSTM in bfloat16 depends on the plan: then the sizes are read as ints (a traced size is specialized)."""
+    dtype = dtypes.as_dtype(dtype)
+    one_sm = saved_dtype(function, dtype)
+    if one_sm == dtype:  # every forward saves the compute dtype
+        return dtype
+    return one_sm if plan_kind(int(B), int(NH), int(DH), function, dtype, True) == "single" else dtype
 
 
 def clear_cache() -> None:

@@ -44,6 +44,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.launch import aligned, direct_stream, in_order, keyed_launch
 from gpulab.rnn.fused import gluon_ops as ops
 from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused.config import GLUON_EXCHANGES, GluonConfig
@@ -484,15 +485,23 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
             f"{type(clocks).__name__} {list(getattr(clocks, 'shape', []))}."
         )
     bar, per_group = ops.launch_counter(dev, programs, NH, grid[2], config.barrier)
-    tagged = exchange == "tagged"  # (the tagged words start as zeros: no step's tag)
-    split_forward_v6_kernel[grid](  # by name: the kernel's order is not the host's
-        wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
-        gates_ptr=gates if save_gates else out, bar_ptr=bar, clk_ptr=bar if clocks is None else clocks,
-        xch_ptr=torch.zeros(2, grid[2] * cfg.block_b, NH, DH, dtype=torch.int32, device=dev) if tagged else bar,
-        B=B, T=T, NH=NH, n_programs=per_group, num_warps=cfg.warps,
-        **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, clocks is not None, exchange, config),
-        launch_cooperative_grid=True,
-    )  # fmt: skip
+    tagged, timing = exchange == "tagged", clocks is not None  # (the tagged words start as zeros: no step's tag)
+    xch = torch.zeros(2, grid[2] * cfg.block_b, NH, DH, dtype=torch.int32, device=dev) if tagged else bar
+    # every argument by name, put in the kernel's order (in_order); the grid and constexprs built once per problem
+    # (keyed_launch), later calls launched straight to the compiled kernel (gpulab.launch)
+    args = in_order(split_forward_v6_kernel, wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,
+                    gates_ptr=gates if save_gates else out, bar_ptr=bar, clk_ptr=clocks if timing else bar,
+                    xch_ptr=xch, B=B, T=T, NH=NH, n_programs=per_group)  # fmt: skip
+    tensors, ints = args[:-4], args[-4:]
+
+    def make():
+        return grid, dict(num_warps=cfg.warps, launch_cooperative_grid=True,
+                          **_constexprs(DH, cfg, save_gates, fast_activations(dt), h_loads, timing, exchange,
+                                        config))  # fmt: skip
+
+    launch = keyed_launch((split_forward_v6_kernel, DH, cfg, dt, save_gates, h_loads, timing, exchange, config) + ints,
+                          make)  # fmt: skip
+    launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
     return out, last, gates
 
 

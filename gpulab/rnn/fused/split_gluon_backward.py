@@ -44,6 +44,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from gpulab import runtime
+from gpulab.launch import aligned, direct_stream, in_order, keyed_launch
 from gpulab.rnn.fused import gluon_ops as ops
 from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused.config import GluonConfig
@@ -436,14 +437,20 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     programs = grid[0] * grid[1] * grid[2]
     bar, per_group = ops.launch_counter(dev, programs, NH, tiles, config.barrier)
     db = new_output(tiles, 4, NH, DH, dtype=torch.float32, device=dev) if sum_db else bar
-    split_backward_b4_kernel[grid](  # by name: the kernel's order is not the host's
-        gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
-        dlast_ptr=d_out if d_last is None else d_last.contiguous(), dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
-        bar_ptr=bar, db_ptr=db, B=B, T=T, NH=NH, n_programs=per_group,
-        **_constexprs(DH, cfg, d_last is not None, fast_activations(dt), share_stores, sum_db, config),
-        num_warps=cfg.warps,
-        launch_cooperative_grid=True,
-    )  # fmt: skip
+    has_last = d_last is not None
+    # every argument by name, put in the kernel's order (in_order); the grid and constexprs built once per problem
+    # (keyed_launch), later calls launched straight to the compiled kernel (gpulab.launch)
+    args = in_order(split_backward_b4_kernel, gates_ptr=gates, out_ptr=out, s0_ptr=states, r_ptr=R, dout_ptr=d_out,
+                    dlast_ptr=d_last.contiguous() if has_last else d_out, dg_ptr=dG, part_ptr=part, ds0_ptr=ds0,
+                    bar_ptr=bar, db_ptr=db, B=B, T=T, NH=NH, n_programs=per_group)  # fmt: skip
+    tensors, ints = args[:-4], args[-4:]
+
+    def make():
+        constexprs = _constexprs(DH, cfg, has_last, fast_activations(dt), share_stores, sum_db, config)
+        return grid, dict(num_warps=cfg.warps, launch_cooperative_grid=True, **constexprs)
+
+    launch = keyed_launch((split_backward_b4_kernel, DH, cfg, dt, has_last, share_stores, sum_db, config) + ints, make)
+    launch(direct_stream(dev) if aligned(*tensors) else None, *tensors, *ints)
     return (dG, ds0, db.sum(0).to(dt)) if sum_db else (dG, ds0)
 
 

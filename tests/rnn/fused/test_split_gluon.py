@@ -85,13 +85,31 @@ def test_compiles_for_sm90_with_r_in_registers(dh, kw):
 
 
 def launch_names(host, kernel, constexprs):
-    """The host's launch of ``kernel`` passes every kernel argument by name, once (a positional launch in another
-    order than the kernel's parameters compiles and runs, on the wrong tensors)."""
+    """The host names every leading kernel argument, once, in one ``in_order(kernel, ...)`` call that puts them in
+    the kernel's order for the direct launch (a positional launch in another order than the kernel's parameters
+    compiles and runs, on the wrong tensors); the constexprs name the rest; no launch by subscript is left."""
     src = textwrap.dedent(inspect.getsource(host))
-    calls = [c for c in ast.walk(ast.parse(src)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)]
-    assert len(calls) == 1 and not calls[0].args, "one launch, every argument by keyword"
-    names = {k.arg for k in calls[0].keywords if k.arg} - {"num_warps", "launch_cooperative_grid"}
-    assert not names & set(constexprs) and names | set(constexprs) == set(kernel.arg_names)
+    calls = [c for c in ast.walk(ast.parse(src)) if isinstance(c, ast.Call)]
+    assert not [c for c in calls if isinstance(c.func, ast.Subscript)], (
+        "launched through keyed_launch, not kernel[grid]"
+    )
+    ordered = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id == "in_order"]
+    assert len(ordered) == 1 and len(ordered[0].args) == 1, "one in_order(kernel, name=value, ...) call"
+    assert ordered[0].args[0].id == kernel.__name__
+    names = [k.arg for k in ordered[0].keywords]
+    assert None not in names and len(set(names)) == len(names)
+    assert not set(names) & set(constexprs) and set(names) | set(constexprs) == set(kernel.arg_names)
+
+
+def test_in_order_puts_named_arguments_in_the_kernels_order():
+    from gpulab.launch import in_order
+
+    args = in_order(
+        v6.split_forward_v6_kernel, **{n: i for i, n in enumerate(v6.split_forward_v6_kernel.arg_names[:14])}
+    )
+    assert args == tuple(range(14))
+    with pytest.raises(ValueError, match="first 2 parameters are"):
+        in_order(v6.split_forward_v6_kernel, wx_ptr=0, b_ptr=1)
 
 
 def test_host_passes_every_kernel_argument_by_name():
@@ -176,3 +194,24 @@ def test_late_inputs_only_in_8_row_tiles(tmp_path, gluon_loop_sass):
     arrive = next(i for i, op in enumerate(lines) if "REDG.E.ADD" in op)
     loads = [i for i, op in enumerate(lines) if "LDG.E.U16 " in op or "LDG.E.64 " in op or "LDG.E " in op]
     assert loads and all(i > arrive for i in loads), [lines[i] for i in loads]
+
+
+@pytest.mark.gpu
+def test_v6_and_b4_relaunch_directly_with_the_same_bits(make_inputs):
+    """After the first call of a problem, version 6's forward and b4 go straight to the compiled cooperative kernel
+    (gpulab.launch, no JITFunction.run): the direct launches are counted, and their results equal the first call's
+    bit for bit (the arguments reach the kernel in its order)."""
+    from gpulab import launch
+    from gpulab.rnn.fused import split_gluon_backward as b4
+
+    inputs = make_inputs("lstm", 5, 16, 1, 256, dtype=torch.bfloat16, device=runtime.device)
+    first = v6.split_forward_v6(*inputs)
+    out, _, gates = first
+    d_out = torch.randn_like(out)
+    back = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1])
+    before = launch.launch_counts()["direct"]
+    again = v6.split_forward_v6(*inputs)
+    back_again = b4.split_backward_b4(d_out, gates, out, inputs[3], inputs[1])
+    assert launch.launch_counts()["direct"] == before + 2, "a repeated v6/b4 launch went through JITFunction.run"
+    for a, b in zip(first + back, again + back_again):
+        assert torch.equal(a, b)
