@@ -106,6 +106,6 @@ def test_persistent_tiles_take_the_window(window):
     """Step 7's tiles visit the query blocks of steps 2-6's programs under the window too."""
     want = {(bh, p["start_n"]): (p["lo"], p["n_m"]) for bh in range(3)
             for p in bm.key_programs(300, 517, False, 5, window)}  # fmt: skip
-    seen = {(t["bh"], t["start_n"]): (t["lo"], t["n_m"]) for tiles in bm.persistent_tiles(300, 517, 3, False, 4,
-                                                                                            window) for t in tiles}  # fmt: skip
+    tiles = [t for prog in bm.persistent_tiles(300, 517, 3, False, 4, window) for t in prog]
+    seen = {(t["bh"], t["start_n"]): (t["lo"], t["n_m"]) for t in tiles}
     assert seen == want
