@@ -90,7 +90,6 @@ def test_bad_input(call, err):
         call()
 
 
-
 def test_backward_supported_says_why_without_raising():
     """Not tensors, heads that do not divide, or no GPU: (False, the reason), never an exception."""
     g3, g2, g4 = Z.expand(1, 3, 8, 64), Z.expand(1, 2, 8, 64), Z.expand(1, 4, 8, 64)
