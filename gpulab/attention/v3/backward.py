@@ -62,8 +62,13 @@ dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch;
 :mod:`gpulab.attention.measure.v3_compile_check` reads the products and register budgets off the PTX
 (:func:`gpulab.attention.measure.v3_compile_check.compile_backward_sm90`).
 
-Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; lse [B, H, Nq] float32
-(natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and
+Grouped-query heads and sliding windows (steps 2, 3, 5, 6, 7; ``GQA_WIN``, :mod:`gpulab.attention.v3.backward_pair`):
+a program owns a K/V block of one KV head and visits each query head of its group over the query blocks that see
+the block (the window bounds that range; only the blocks an edge of the window crosses are masked), its dK and dV
+summed over the group in registers, dQ added at each query head's rows. Plain problems compile none of it.
+
+Shapes: q, o, do [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (Hkv a divisor of Hq), D in (64, 128), float16 or bfloat16;
+lse [B, Hq, Nq] float32 (natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and
 :func:`attention_backward`.
 """
 
