@@ -68,8 +68,8 @@ the block (the window bounds that range; only the blocks an edge of the window c
 summed over the group in registers, dQ added at each query head's rows. Plain problems compile none of it.
 
 Shapes: q, o, do [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (Hkv a divisor of Hq), D in (64, 128), float16 or bfloat16;
-lse [B, Hq, Nq] float32 (natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and
-:func:`attention_backward`.
+lse [B, Hq, Nq] float32 (natural log), the forward's. Entry points: :func:`backward_supported` (version 3's
+forward's conditions, grouped heads allowed) and :func:`attention_backward`.
 """
 
 from __future__ import annotations
