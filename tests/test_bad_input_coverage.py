@@ -82,6 +82,11 @@ ALLOWED = {
                     "dq_add",
                     "store_dkdv",
                     "first_query",
+                    "query_range",
+                    "visit",
+                    "visit_count",
+                    "next_visit_rows",
+                    "window_mask",
                     "persistent_count",
                     "persistent_tile",
                 )

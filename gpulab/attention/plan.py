@@ -191,8 +191,8 @@ class Plan:
 
     @property
     def plain(self) -> bool:
-        """No grouped heads and no window: what version 3 and the one-pass and version-2 backwards take (version 2's
-        forward takes grouped heads too)."""
+        """No grouped heads and no window: what version 3's forward takes (version 2's forward takes grouped heads,
+        version 3's backward both)."""
         return self.group == 1 and self.window == (-1, -1)
 
 
@@ -480,14 +480,13 @@ def attention_forward(
 
 def backward_launches(plan: Plan, q, k, v, o, lse, do, gate: BackwardGate = V3_BACKWARD):
     """The backward's launches for ``plan`` (contiguous inputs): version 3's one-pass kernel where ``gate`` takes it
-    and no tiles were asked for, else version 1's two kernels. :func:`run_backward` builds the plan's own with
-    :data:`V3_BACKWARD`; pass the result of another gate as its ``launches``."""
+    (grouped heads and windows where it takes the plain problem of their sizes) and no tiles were asked for, else
+    version 1's two kernels. :func:`run_backward` builds the plan's own with :data:`V3_BACKWARD`; pass the result of
+    another gate as its ``launches``."""
     if not isinstance(gate, BackwardGate):
         raise TypeError(f"gate must be a BackwardGate such as plan.V3_BACKWARD, got {type(gate).__name__} {gate!r}.")
-    if not plan.plain:  # grouped heads or a window: version 1's two kernels have them
-        return _two_kernel_launches(plan, q, k, v, o, lse, do)
     if gate.takes_v3(plan.d, plan.is_causal, plan.n_q, plan.n_k) and plan.backward_configs is None:
-        ok, why = v3_backward.supported(q, k, v, plan.is_causal)
+        ok, why = v3_backward.backward_supported(q, k, v, plan.is_causal)
         if ok:
             return V3Backward(v3_backward.backward_config(plan.d, plan.is_causal, seq=plan.n_q))
         if (q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] == 9
@@ -539,7 +538,8 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
         if atomic and torch.are_deterministic_algorithms_enabled():
             launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
         elif launches.__class__ is V3Backward:
-            return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg)
+            return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg,
+                                                  plan.window)  # fmt: skip
         else:
             return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches

@@ -20,7 +20,14 @@ computes is checked against a model that follows it block for block:
   last (:func:`dq_arrivals` of them) writes ``scale * buffer`` and zeros the block and its counter back
   (:func:`replay_dq_cast` replays that protocol over any interleaving of the programs);
 - step 10 (``kv_regs``) changes only where S^T's and dP^T's A operand (K, V) is read from, registers instead of
-  shared memory: the same products in the same order, so the same model.
+  shared memory: the same products in the same order, so the same model;
+- grouped-query heads (``q`` [G, Nq, d]: the G query heads of one KV head): a program loops over the group's heads,
+  each over the same query blocks (``G * n_m`` visits, head after head), dK and dV summed over all of them in the
+  program's accumulators, dQ added at each head's rows;
+- a sliding window ``(left, right)`` (bottom-right aligned: query i sees key j iff ``Nk - Nq - left <= j - i <=
+  Nk - Nq + right`` on each bounded side): a program visits only the query blocks from the first that sees its first
+  key to the last that sees its last (:func:`query_blocks`), masking only the blocks that an edge of the window
+  crosses.
 
 With ``round_to=None`` and float64 inputs the model must equal the float64 reference to rounding: a wrong bound,
 mask, skipped block or scale shows as a large error. With the kernel's roundings it shows the error the kernel can
@@ -34,31 +41,60 @@ import math
 import torch
 
 from gpulab import runtime
+from gpulab.attention.reference import check_window
 
-__all__ = ["key_programs", "persistent_tiles", "model_backward", "reference_backward", "dq_arrivals",
-           "replay_dq_cast"]  # fmt: skip
+__all__ = ["key_programs", "query_blocks", "window_bounds", "persistent_tiles", "model_backward",
+           "reference_backward", "dq_arrivals", "replay_dq_cast"]  # fmt: skip
 
 
-def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3) -> list[dict]:
+def window_bounds(n_q: int, n_k: int, window=(-1, -1)) -> tuple[int | None, int | None]:
+    """``(lo, hi)`` of ``j - i`` that a window lets query i see key j at (None: that side unbounded): the kernel's
+    runtime ``win_lo = Nk - Nq - left`` and ``win_hi = Nk - Nq + right``."""
+    left, right = check_window(window)
+    off = n_k - n_q
+    return (off - left if left >= 0 else None), (off + right if right >= 0 else None)
+
+
+def query_blocks(start_n: int, keys: int, n_q: int, n_k: int, causal: bool, window=(-1, -1)) -> tuple[int, int]:
+    """``(lo, n_m)``: the first query row and the number of query blocks of 64 a program owning keys
+    ``[start_n, start_n + keys)`` visits (n_m 0 or less: none), as the kernel's
+    :func:`gpulab.attention.v3.backward_pair.query_range` computes them. Causal (top-left): from the block holding
+    query ``start_n``; a window's right side: from the block holding the first query that sees key ``start_n``; its
+    left side: up to the last query that sees the program's last key."""
+    win_lo, win_hi = window_bounds(n_q, n_k, window)
+    lo, hi = 0, n_q
+    if causal:
+        lo = (start_n // 64) * 64
+    if win_hi is not None:
+        lo = (max(start_n - win_hi, 0) // 64) * 64
+    if win_lo is not None:
+        hi = min(n_q, min(start_n + keys, n_k) - win_lo)
+    return lo, -(-(hi - lo) // 64)
+
+
+def key_programs(n_q: int, n_k: int, causal: bool, step: int = 3, window=(-1, -1)) -> list[dict]:
     """The kernel's programs of one head: ``start_n`` (first key), ``keys`` (64 * consumers), ``lo`` (first query
     block) and ``n_m`` (query blocks visited; 0 or less where no query sees these keys)."""
     runtime.positive_int("n_q", n_q)
     runtime.positive_int("n_k", n_k)
     runtime.strict_bool("causal", causal)
     runtime.one_of("step", step, (1, 2, 3, 4, 5, 6, 7))
+    check_window(window, causal)
     keys = 64 if step == 1 else 128
     out = []
     for start_n in range(0, n_k, keys):
-        lo = (start_n // 64) * 64 if causal else 0
-        out.append({"start_n": start_n, "keys": keys, "lo": lo, "n_m": -(-(n_q - lo) // 64)})
+        lo, n_m = query_blocks(start_n, keys, n_q, n_k, causal, window)
+        out.append({"start_n": start_n, "keys": keys, "lo": lo, "n_m": n_m})
     return out
 
 
-def persistent_tiles(n_q: int, n_k: int, n_bh: int, causal: bool, programs: int) -> list[list[dict]]:
+def persistent_tiles(n_q: int, n_k: int, n_bh: int, causal: bool, programs: int,
+                     window=(-1, -1)) -> list[list[dict]]:  # fmt: skip
     """Step 7's schedule: for each of ``programs`` programs, its tiles in order, each ``{'bh', 'start_n', 'lo',
     'n_m'}`` (n_m <= 0: no query block, as the block past the last key block of an odd count, causal). Not causal:
     tile t is head ``t // key_blocks``'s block ``t % key_blocks``; causal: units of two tiles (block i, then
-    ``2 half - 1 - i``) so that every program gets about the same number of query blocks."""
+    ``2 half - 1 - i``) so that every program gets about the same number of query blocks. ``n_bh``: batch x KV
+    heads (``bh`` a KV head); ``window``: the query blocks of :func:`query_blocks`."""
     for name, x in (("n_q", n_q), ("n_k", n_k), ("n_bh", n_bh), ("programs", programs)):
         runtime.positive_int(name, x)
     runtime.strict_bool("causal", causal)
@@ -77,8 +113,8 @@ def persistent_tiles(n_q: int, n_k: int, n_bh: int, causal: bool, programs: int)
                 tile = pid + k * programs
                 kb, bh = tile % n_kb, tile // n_kb
             start_n = kb * 128
-            lo = (start_n // 64) * 64 if causal else 0
-            n_m = -(-(n_q - lo) // 64) if start_n < n_k else 0
+            lo, n_m = query_blocks(start_n, 128, n_q, n_k, causal, window)
+            n_m = n_m if start_n < n_k else 0
             tiles.append({"bh": bh, "start_n": start_n, "lo": lo, "n_m": n_m})
         out.append(tiles)
     return out
@@ -102,37 +138,52 @@ def _vec(x, start, n):
 
 
 def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | None = None, step: int = 3,
-                   round_to: torch.dtype | None = None, acc_dtype: torch.dtype = torch.float32):  # fmt: skip
-    """``(dq, dk, dv, additions)`` of one head in the kernel's order: q, o, do [Nq, d], k, v [Nk, d], lse [Nq]
-    (natural log). ``round_to``: the dtype P^T and dS^T are rounded to before their products (the inputs' dtype in
-    the kernel; None: no rounding); ``acc_dtype`` the accumulators' (float32 in the kernel). ``additions`` [Nq]:
-    how many times each dQ row was added to."""
+                   round_to: torch.dtype | None = None, acc_dtype: torch.dtype = torch.float32,
+                   window=(-1, -1)):  # fmt: skip
+    """``(dq, dk, dv, additions)`` of one KV head in the kernel's order: q, o, do [Nq, d] (one query head) or
+    [G, Nq, d] (the G query heads that read this KV head), k, v [Nk, d], lse [Nq] or [G, Nq] (natural log).
+    ``round_to``: the dtype P^T and dS^T are rounded to before their products (the inputs' dtype in the kernel;
+    None: no rounding); ``acc_dtype`` the accumulators' (float32 in the kernel); ``window``: ``(left, right)``,
+    bottom-right aligned ((-1, -1): none; not with ``causal``). ``additions`` (like lse): how many times each dQ row
+    was added to."""
     runtime.strict_bool("causal", causal)
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+    check_window(window, causal)
+    for name, t in (("k", k), ("v", v)):
         runtime.require_tensor(name, t)
         if t.dim() != 2:
             raise ValueError(f"{name} must be [N, d] (one head), got shape {tuple(t.shape)}.")
-    n_q, d = q.shape
+    for name, t in (("q", q), ("o", o), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() not in (2, 3) or t.shape != q.shape:
+            raise ValueError(f"{name} must be [N, d] (one head) or [G, N, d] (a group of query heads), shaped like "
+                             f"q {tuple(q.shape)}, got shape {tuple(t.shape)}.")  # fmt: skip
+    single = q.dim() == 2
+    if single:
+        q, o, do, lse = q[None], o[None], do[None], lse[None]
+    runtime.require_tensor("lse", lse, shape=q.shape[:2])
+    group, n_q, d = q.shape
     n_k = k.shape[0]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     qk_scale = scale * 1.4426950408889634
+    win_lo, win_hi = window_bounds(n_q, n_k, window)
     f = acc_dtype
     rnd = (lambda x: x.to(round_to).to(f)) if round_to is not None else (lambda x: x.to(f))  # noqa: E731
     q, k, v, o, do = (t.to(f) for t in (q, k, v, o, do))
-    delta = (do * o).sum(1)  # the preprocess, fp32
+    delta = (do * o).sum(-1)  # the preprocess, fp32 [G, Nq]
     lse2 = lse.to(f) * 1.4426950408889634
-    dq_buf = torch.zeros(n_q, d, dtype=f)
-    additions = torch.zeros(n_q, dtype=torch.int64)
+    dq_buf = torch.zeros(group, n_q, d, dtype=f)
+    additions = torch.zeros(group, n_q, dtype=torch.int64)
     dk_out, dv_out = torch.zeros(n_k, d, dtype=f), torch.zeros(n_k, d, dtype=f)
-    for prog in key_programs(n_q, n_k, causal, step):
+    for prog in key_programs(n_q, n_k, causal, step, window):
         consumers = prog["keys"] // 64
         acc = [(torch.zeros(64, d, dtype=f), torch.zeros(64, d, dtype=f)) for _ in range(consumers)]
-        for i in range(max(prog["n_m"], 0)):
+        for t in range(group * max(prog["n_m"], 0)):  # the kernel's visits: head g = t // n_m, block t % n_m
+            g, i = divmod(t, prog["n_m"])
             start_m = prog["lo"] + 64 * i
-            qb, dob = _rows(q, start_m, 64), _rows(do, start_m, 64)
+            qb, dob = _rows(q[g], start_m, 64), _rows(do[g], start_m, 64)
             cols = start_m + torch.arange(64)
-            l2, dl = _vec(lse2, start_m, 64), _vec(delta, start_m, 64)
+            l2, dl = _vec(lse2[g], start_m, 64), _vec(delta[g], start_m, 64)
             ds_all = []
             for c in range(consumers):
                 key0 = prog["start_n"] + 64 * c
@@ -143,6 +194,16 @@ def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | Non
                 st = (kb @ qb.T) * qk_scale  # S^T [64 keys, 64 queries]
                 if causal and start_m < key0 + 63:
                     st = torch.where((key0 + torch.arange(64))[:, None] <= cols[None, :], st, -math.inf)
+                rel = key0 - start_m  # j - i = rel + r - c over the block: [rel - 63, rel + 63]
+                edge = (win_hi is not None and rel + 63 > win_hi) or (win_lo is not None and rel - 63 < win_lo)
+                if edge:  # only the blocks an edge of the window crosses are masked
+                    diff = rel + torch.arange(64)[:, None] - torch.arange(64)[None, :]
+                    ok = torch.ones(64, 64, dtype=torch.bool)
+                    if win_hi is not None:
+                        ok &= diff <= win_hi
+                    if win_lo is not None:
+                        ok &= diff >= win_lo
+                    st = torch.where(ok, st, -math.inf)
                 pt = torch.exp2(st - l2[None, :])
                 dk, dv = acc[c]
                 dv += rnd(pt) @ dob
@@ -155,23 +216,24 @@ def model_backward(q, k, v, o, do, lse, causal: bool = False, scale: float | Non
                 for part in ds_all:
                     if part is not None:
                         dst, kb = part
-                        dq_buf[rows] += (dst.T @ kb)[:n_rows]
-                        additions[rows] += 1
+                        dq_buf[g, rows] += (dst.T @ kb)[:n_rows]
+                        additions[g, rows] += 1
             elif step == 6:  # each consumer's dS K over its 64 keys, summed (c0 + c1), one addition
                 part = [(dst.T @ kb)[:n_rows] for dst, kb in ds_all]
-                dq_buf[rows] += part[0] + part[1]
-                additions[rows] += 1
+                dq_buf[g, rows] += part[0] + part[1]
+                additions[g, rows] += 1
             else:  # one addition of dS K over the program's 128 keys
                 dst = torch.cat([p[0] for p in ds_all], 0)
                 kb = torch.cat([p[1] for p in ds_all], 0)
-                dq_buf[rows] += (dst.T @ kb)[:n_rows]
-                additions[rows] += 1
+                dq_buf[g, rows] += (dst.T @ kb)[:n_rows]
+                additions[g, rows] += 1
         for c, (dk, dv) in enumerate(acc):
             key0 = prog["start_n"] + 64 * c
             n = max(0, min(64, n_k - key0))
             dk_out[key0 : key0 + n] = dk[:n] * scale
             dv_out[key0 : key0 + n] = dv[:n]
-    return dq_buf * scale, dk_out, dv_out, additions
+    dq = dq_buf * scale
+    return (dq[0], dk_out, dv_out, additions[0]) if single else (dq, dk_out, dv_out, additions)
 
 
 def reference_backward(q, k, v, do, causal: bool = False, scale: float | None = None):

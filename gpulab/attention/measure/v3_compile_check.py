@@ -85,10 +85,12 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": cfg.maxnreg})
 
 
-def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: str = "bf16", cfg=None):
+def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: str = "bf16", cfg=None,
+                          gqa_win: int = 0):  # fmt: skip
     """Triton's compiled version 3 *backward* (:func:`gpulab.attention.v3.backward.attention_backward_v3_kernel`) for
-    sm_90, nothing launched; ``cfg`` a :class:`~gpulab.attention.v3.backward.V3BackwardConfig` or None (the default).
-    Call from a process outside the interpreter."""
+    sm_90, nothing launched; ``cfg`` a :class:`~gpulab.attention.v3.backward.V3BackwardConfig` or None (the default);
+    ``gqa_win`` the kernel's ``GQA_WIN`` (:func:`gpulab.attention.v3.backward_configs.gqa_win`: grouped heads and a
+    window's sides; 0 plain). Call from a process outside the interpreter."""
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
@@ -101,13 +103,13 @@ def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: s
         raise TypeError(f"cfg must be a V3BackwardConfig or None, got {type(cfg).__name__}.")
     cfg = cfg or backward.backward_config(head_dim, is_causal)
     q_layout, kv_layout = forward.smem_layouts(head_dim, cfg.block_n, torch_dtype)
-    constexprs = backward.constexprs(head_dim, is_causal, cfg)
+    constexprs = backward.constexprs(head_dim, is_causal, cfg, gqa_win)
     q_desc = f"tensordesc<{dtype}[1,64,{head_dim}],{q_layout!r}>"
     kv_desc = f"tensordesc<{dtype}[1,{cfg.block_n},{head_dim}],{kv_layout!r}>"
     signature = {"q_desc": q_desc, "k_desc": kv_desc, "v_desc": kv_desc, "do_desc": q_desc, "lse_ptr": "*fp32",
                  "delta_ptr": "*fp32", "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
                  "dq_out_ptr": f"*{dtype}", "cnt_ptr": "*i32", "n_q": "i32", "n_k": "i32", "n_bh": "i32",
-                 "qk_scale": "fp32", "scale": "fp32",
+                 "group": "i32", "win_lo": "i32", "win_hi": "i32", "qk_scale": "fp32", "scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}  # fmt: skip
     src = GluonASTSource(fn=backward.attention_backward_v3_kernel, signature=signature, constexprs=constexprs,
                          attrs={(i,): [["tt.divisibility", 16]] for i in range(4, 11)})  # fmt: skip
@@ -228,14 +230,14 @@ _BACKWARD_BOOTSTRAP = (
     "out = []\n"
     "for a in json.loads(sys.argv[1]):\n"
     "    cfg = b.V3BackwardConfig(**a['cfg']) if a.get('cfg') else None\n"
-    "    out.append(c.structure(c.compile_backward_sm90(a['d'], a['causal'], a['dtype'], cfg)))\n"
+    "    out.append(c.structure(c.compile_backward_sm90(a['d'], a['causal'], a['dtype'], cfg, a['gqa_win'])))\n"
     "sys.stdout.write(json.dumps(out))"
 )
 
 
 def backward_structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
     """:func:`structure` of :func:`compile_backward_sm90` for each of ``configs`` (dicts with keys d, causal, and
-    optionally dtype and cfg: V3BackwardConfig fields), in one fresh process."""
+    optionally dtype, cfg: V3BackwardConfig fields, and gqa_win), in one fresh process."""
     if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and "d" in c for c in configs):
         raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (dtype, cfg optional), "
                          f"got {configs!r}.")  # fmt: skip
@@ -243,7 +245,7 @@ def backward_structures_in_fresh_process(configs: list[dict], timeout: float = 6
         if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
             raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "dtype": c.get("dtype", "bf16"),
-                       "cfg": c.get("cfg")} for c in configs])  # fmt: skip
+                       "cfg": c.get("cfg"), "gqa_win": int(c.get("gqa_win", 0))} for c in configs])  # fmt: skip
     return json.loads(sm90.ttgir_in_fresh_process(_BACKWARD_BOOTSTRAP, arg, "version 3's backward", timeout))
 
 

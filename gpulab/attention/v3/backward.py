@@ -62,9 +62,14 @@ dS^T are rounded to the inputs' dtype, the fp32 accumulators) in PyTorch;
 :mod:`gpulab.attention.measure.v3_compile_check` reads the products and register budgets off the PTX
 (:func:`gpulab.attention.measure.v3_compile_check.compile_backward_sm90`).
 
-Shapes: q, o, do [B, H, Nq, D], k, v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; lse [B, H, Nq] float32
-(natural log), the forward's. Entry points: :func:`supported` (version 3's forward's conditions) and
-:func:`attention_backward`.
+Grouped-query heads and sliding windows (steps 2, 3, 5, 6, 7; ``GQA_WIN``, :mod:`gpulab.attention.v3.backward_pair`):
+a program owns a K/V block of one KV head and visits each query head of its group over the query blocks that see
+the block (the window bounds that range; only the blocks an edge of the window crosses are masked), its dK and dV
+summed over the group in registers, dQ added at each query head's rows. Plain problems compile none of it.
+
+Shapes: q, o, do [B, Hq, Nq, D], k, v [B, Hkv, Nk, D] (Hkv a divisor of Hq), D in (64, 128), float16 or bfloat16;
+lse [B, Hq, Nq] float32 (natural log), the forward's. Entry points: :func:`backward_supported` (version 3's
+forward's conditions, grouped heads allowed) and :func:`attention_backward`.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from gpulab import gluon_compat as compat
 from gpulab import runtime
-from gpulab.attention.reference import default_scale
+from gpulab.attention.reference import check_window, default_scale
 from gpulab.attention.shared import attention_preprocess_kernel, attention_preprocess_zero_kernel
 from gpulab.attention.v3.backward_configs import (
     BLOCK_M,
@@ -93,6 +98,7 @@ from gpulab.attention.v3.backward_configs import (
     V3BackwardConfig,
     backward_config,
     constexprs,
+    gqa_win,
 )
 from gpulab.attention.v3.backward_dq import dq_writer
 from gpulab.attention.v3.backward_launch import PLANS, BackwardPlan, persistent_programs
@@ -101,20 +107,25 @@ from gpulab.attention.v3.backward_pair import (
     dq_product,
     first_query,
     kv_operand,
+    next_visit_rows,
     pair,
     pair_ds,
     pair_rest,
+    query_range,
     scores,
     stats_buffers,
     stats_load,
     stats_slot,
     stats_store,
     store_dkdv,
+    visit,
+    visit_count,
 )
 from gpulab.attention.v3.backward_persistent import persistent_backward
 from gpulab.attention.v3.forward import smem_layouts, supported
 
-__all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "attention_backward", "constexprs",
+__all__ = ["STEPS", "V3BackwardConfig", "backward_config", "supported", "backward_supported", "attention_backward",
+           "constexprs",
            "BLOCK_M", "KEYS_PER_WARPGROUP", "MEASURED", "MEASURED_SHORT", "SHORT_SEQ"]  # fmt: skip
 # (the launch configuration lives in backward_configs, the host launch in backward_launch, step 5-6's writer in
 # backward_dq; this module re-exports what its callers used to import from here)
@@ -184,34 +195,38 @@ def _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 
 @gluon.jit
-def _producer(descs, bufs, bars, n_q, stats, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STATS_SMEM: gl.constexpr):  # fmt: skip
-    """One warp: K and V of both consumers, then query block after query block into the ring. Block i goes to stage
-    ``i % STAGES`` once both consumers released its previous use (phase ``(i // STAGES) & 1``; a fresh barrier
-    counts as having completed the phase before 0, so the first lap passes). Step 11 (``STATS_SMEM``): the block's
-    LSE and D too, into ``stats`` = (lse_ptr, delta_ptr, stats_buffers), loaded a block ahead."""
+def _producer(descs, bufs, bars, n_q, n_k, stats, gw, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STATS_SMEM: gl.constexpr, GQA_WIN: gl.constexpr):  # fmt: skip
+    """One warp: K and V of both consumers, then query block after query block into the ring. Visit i (a query
+    block; grouped heads: of one of the group's query heads, :func:`~gpulab.attention.v3.backward_pair.visit`) goes
+    to stage ``i % STAGES`` once both consumers released its previous use (phase ``(i // STAGES) & 1``; a fresh
+    barrier counts as having completed the phase before 0, so the first lap passes). Step 11 (``STATS_SMEM``): the
+    block's LSE and D too, into ``stats`` = (lse_ptr, delta_ptr, stats_buffers), loaded a block ahead."""
     q_desc, k_desc, v_desc, do_desc = descs
     q_smem, do_smem, k_smem, v_smem = bufs
     ready, empty, kv_ready = bars[0], bars[1], bars[2]
-    bh = gl.program_id(1)
+    bkv = gl.program_id(1)
     start_n = gl.program_id(0) * 128
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-    compat.async_load(k_desc, [bh, start_n, 0], kv_ready, k_smem)
-    compat.async_load(v_desc, [bh, start_n, 0], kv_ready, v_smem)
-    lo = first_query(start_n, IS_CAUSAL)
-    n_m = gl.cdiv(n_q - lo, 64)
+    compat.async_load(k_desc, [bkv, start_n, 0], kv_ready, k_smem)
+    compat.async_load(v_desc, [bkv, start_n, 0], kv_ready, v_smem)
+    lo, n_m = query_range(start_n, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
+    count = visit_count(n_m, gw, GQA_WIN)
     if STATS_SMEM:
         lse_ptr, delta_ptr, stats_smem = stats
-        lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo, n_q)
-    for i in range(n_m):
+        bh, start_m = next_visit_rows(0, count, lo, n_m, bkv, n_q, gw, GQA_WIN)
+        lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q)
+    for i in range(count):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         if STATS_SMEM:  # this block's (loaded an iteration ago), then the next block's loads issued
             stats_store(stats_smem, s, lse, delta)
-            lse, delta = stats_load(lse_ptr, delta_ptr, bh, lo + (i + 1) * 64, n_q)
+            bh, start_m = next_visit_rows(i + 1, count, lo, n_m, bkv, n_q, gw, GQA_WIN)
+            lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q)
+        bh, start_m = visit(i, lo, n_m, bkv, gw, GQA_WIN)
         mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
-        compat.async_load(q_desc, [bh, lo + i * 64, 0], ready.index(s), q_smem.index(s))
-        compat.async_load(do_desc, [bh, lo + i * 64, 0], ready.index(s), do_smem.index(s))
+        compat.async_load(q_desc, [bh, start_m, 0], ready.index(s), q_smem.index(s))
+        compat.async_load(do_desc, [bh, start_m, 0], ready.index(s), do_smem.index(s))
 
 
 @gluon.jit
@@ -270,21 +285,22 @@ def _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full,
 
 
 @gluon.jit
-def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
               CID: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              STEP: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
+              STEP: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr,
+              GQA_WIN: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: dK, dV of keys ``[start_n + 64 CID, +64)`` over every query block of the ring
-    (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products)."""
+    (step 2, causal: a block entirely above this warpgroup's part of the diagonal is released without products);
+    grouped heads: the blocks of every query head of the group (``bh`` each one's row, ``bkv`` the KV head's)."""
     q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, stats_smem = bufs
     ready, empty, kv_ready, ds_full, ds_free, dq_full, dq_free = bars
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     HALF: gl.constexpr = HEAD_DIM // 2
-    bh = gl.program_id(1)
+    bkv = gl.program_id(1)  # the KV head's row (batch x KV heads); bhq below: each visit's query head's
     start_n = gl.program_id(0) * 128
     key0 = start_n + 64 * CID
-    lo = first_query(start_n, IS_CAUSAL)
-    n_m = gl.cdiv(n_q - lo, 64)
+    lo, n_m = query_range(start_n, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
     dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
     dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
     k_all = k_smem.reshape([128, HEAD_DIM])  # both consumers' keys (step 3's dS K)
@@ -295,25 +311,26 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
     v_op = kv_operand(v_buf, KV_REGS >= 2)
     if STEP == 4:
         dk, dv = _loop4(q_smem, do_smem, k_all, k_buf, v_buf, ds_smem, ready, empty, ds_full, ds_free, dk, dv, lse_ptr,
-               delta_ptr, dq_ptr, bh, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
-    for i in range(n_m if STEP != 4 else 0):
+               delta_ptr, dq_ptr, bkv, key0, lo, n_m, n_q, qk_scale, CID, HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
+    for i in range(visit_count(n_m, gw, GQA_WIN) if STEP != 4 else 0):
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        start_m = lo + i * 64
+        bhq, start_m = visit(i, lo, n_m, bkv, gw, GQA_WIN)
         q_buf = q_smem.index(s).reshape([64, HEAD_DIM])
         do_buf = do_smem.index(s).reshape([64, HEAD_DIM])
         if STEP == 2:
             if (not IS_CAUSAL) or start_m + 63 >= key0:
                 dk, dv = pair(q_buf, do_buf, k_buf, v_buf, ds_smem.index(CID).slice(0, 64, dim=1), dk, dv, lse_ptr,
-                               delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+                               delta_ptr, dq_ptr, bhq, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL, gw,
+                               GQA_WIN)  # fmt: skip
             mbarrier.arrive(empty.index(s), count=1)
         elif STEP == 6:
             # Each consumer: its own dS [64 queries, 64 keys] and dS K [64, D] over its keys, in two column halves
             # into its dQ buffer (free once the writer has summed both consumers' previous block): the consumers
             # never wait for each other's dS and may drift apart by up to a block.
             ds_own = ds_smem.index(CID).slice(0, 64, dim=1)
-            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
-                              qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+            dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_own, dk, dv, lse_ptr, delta_ptr, bhq, key0, start_m, n_q,
+                              qk_scale, HEAD_DIM, IS_CAUSAL, None, False, gw, GQA_WIN)  # fmt: skip
             dq = dq_product(ds_own, k_buf, 0, HALF)
             dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))
             mbarrier.arrive(empty.index(s), count=1)  # Q and dO read (dK done); dS K reads ds_own and K only
@@ -332,8 +349,8 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
             mbarrier.wait(ds_free.index(b), ((i // 2) & 1) ^ 1)
             stats = stats_slot(stats_smem, s)  # step 11: the slot's LSE and D
             dk, dv = pair_ds(q_buf, do_buf, k_op, v_op, ds_all.slice(64 * CID, 64, dim=1), dk, dv, lse_ptr,
-                              delta_ptr, bh, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL, stats,
-                              STATS_SMEM)  # fmt: skip
+                              delta_ptr, bhq, key0, start_m, n_q, qk_scale, HEAD_DIM, IS_CAUSAL, stats,
+                              STATS_SMEM, gw, GQA_WIN)  # fmt: skip
             mbarrier.arrive(ds_full.index(b), count=1)
             mbarrier.wait(ds_full.index(b), (i // 2) & 1)
             dq = dq_product(ds_all, k_all, CID * HALF, HALF)
@@ -345,31 +362,32 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                 dq_smem.index(2 * b + CID).store(dq)
                 mbarrier.arrive(dq_full.index(b), count=1)
             else:
-                dq_add(dq, dq_ptr, bh, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
-    store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM)
+                dq_add(dq, dq_ptr, bhq, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
+    store_dkdv(dk, dv, dk_ptr, dv_ptr, bkv, key0, n_k, scale, HEAD_DIM)
 
 
 @gluon.jit
-def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+def _consumer0(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr, GQA_WIN: gl.constexpr):  # fmt: skip
+    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+              0, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)  # fmt: skip
 
 
 @gluon.jit
-def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
+def _consumer1(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)  # fmt: skip
+               KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr, GQA_WIN: gl.constexpr):  # fmt: skip
+    _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+              1, HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)  # fmt: skip
 
 
 @gluon.jit
 def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k,
-           qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-           CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
-           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr):  # fmt: skip
+           qk_scale, scale, gw, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+           STEP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+           DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr,
+           GQA_WIN: gl.constexpr):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 64, HEAD_DIM], do_desc.layout)
@@ -408,51 +426,54 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
     # fmt: off
     if STEP >= 5:
         gl.warp_specialize(
-            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
-             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
-             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q,
-                          (lse_ptr, delta_ptr, stats_smem), STAGES, IS_CAUSAL, STATS_SMEM)),
-             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM,
-                          IS_CAUSAL, STEP, DQ_CAST))],
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, n_k,
+                          (lse_ptr, delta_ptr, stats_smem), gw, STAGES, IS_CAUSAL, STATS_SMEM, GQA_WIN)),
+             (dq_writer, (dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, gw, HEAD_DIM,
+                          IS_CAUSAL, STEP, DQ_CAST, GQA_WIN))],
             [4, 1, 2], [CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS])
     else:
         gl.warp_specialize(
-            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
-             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
-                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM)),
-             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q,
-                          (lse_ptr, delta_ptr, stats_smem), STAGES, IS_CAUSAL, STATS_SMEM))],
+            [(_consumer0, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)),
+             (_consumer1, (bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale, gw,
+                           HEAD_DIM, STAGES, IS_CAUSAL, STEP, KV_REGS, STATS_SMEM, GQA_WIN)),
+             (_producer, ((q_desc, k_desc, v_desc, do_desc), (q_smem, do_smem, k_smem, v_smem), bars, n_q, n_k,
+                          (lse_ptr, delta_ptr, stats_smem), gw, STAGES, IS_CAUSAL, STATS_SMEM, GQA_WIN))],
             [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     # fmt: on
 
 
-@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
+@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "win_lo", "win_hi"])  # one compile per config
 def attention_backward_v3_kernel(
     q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
-    qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr,
-    KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr,
+    group, win_lo, win_hi, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    STEP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
+    DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr, GQA_WIN: gl.constexpr,
 ):  # fmt: skip
-    """Version 3 backward. Descriptors over q, do [B*H, Nq, D] and k, v [B*H, Nk, D], blocks [1, 64, D]; lse and
-    delta [B*H, Nq] fp32; dq_ptr the fp32 [B*H, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv [B*H, Nk, D].
+    """Version 3 backward. Descriptors over q, do [B*Hq, Nq, D] and k, v [B*Hkv, Nk, D], blocks [1, 64, D]; lse
+    and delta [B*Hq, Nq] fp32; dq_ptr the fp32 [B*Hq, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv
+    [B*Hkv, Nk, D]. ``GQA_WIN`` (0 on plain problems) with ``group`` = Hq // Hkv and the window's ``win_lo``,
+    ``win_hi`` (:mod:`gpulab.attention.v3.backward_pair`, 'Grouped-query heads and sliding windows'; unread at 0).
     DQ_CAST (step 8, writer steps 5 and 7): dq_out_ptr [B*H, Nq, D] in q's dtype receives ``scale * buffer`` from the
     last program to add into each query block, which zeros the block and its counter (cnt_ptr int32 [B*H,
     ceil(Nq/64)], zero on entry) back; without DQ_CAST both are unused.
-    Grid: (key blocks of 64 * consumers, B*H); step 7 (persistent): (min(tiles, SMs),), n_bh = B*H."""
+    Grid: (key blocks of 64 * consumers, B*Hkv); step 7 (persistent): (min(tiles, SMs),), n_bh = B*Hkv."""
+    gw = (group, win_lo, win_hi)
     if STEP == 7:
         persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
-                            cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
-                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS, STATS_SMEM)  # fmt: skip
+                            cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, gw, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,
+                            PRODUCER_REGS, WRITER_REGS, DQ_CAST, KV_REGS, STATS_SMEM, GQA_WIN)  # fmt: skip
     elif STEP == 1:
         _step1(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, qk_scale, scale,
                HEAD_DIM, STAGES, IS_CAUSAL)  # fmt: skip
     else:
         _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q,
-               n_k, qk_scale, scale, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS, WRITER_REGS,
-               DQ_CAST, KV_REGS, STATS_SMEM)  # fmt: skip
+               n_k, qk_scale, scale, gw, HEAD_DIM, STAGES, IS_CAUSAL, STEP, CONSUMER_REGS, PRODUCER_REGS,
+               WRITER_REGS, DQ_CAST, KV_REGS, STATS_SMEM, GQA_WIN)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -463,12 +484,26 @@ def attention_backward_v3_kernel(
 PREPROCESS_ROWS = 64
 
 
-def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
+def backward_supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
+    """:func:`supported` for the backward, which also takes grouped-query heads (k, v with Hkv heads, a divisor of
+    q's Hq): (True, "") or (False, the reason). Never raises on tensors."""
+    if all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)) and k.shape == v.shape:
+        h, h_kv = q.shape[1], k.shape[1]
+        if 0 < h_kv < h and h % h_kv == 0 and k.shape[0] == q.shape[0]:
+            if q.shape[0] * h_kv > 65535:
+                return False, f"batch * KV heads = {q.shape[0] * h_kv} is over 65535, the grid's second dimension"
+            # the checks of equal heads on a view with q's head count (no copy: k's first head, expanded)
+            k, v = (t[:, :1].expand(t.shape[0], h, *t.shape[2:]) for t in (k, v))
+    return supported(q, k, v, causal)
+
+
+def _plan(do, q, k, v, o, lse, causal, scale, cfg, window=(-1, -1)) -> BackwardPlan:
     """The checks of a first call (ValueError / TypeError naming the argument) and its
     :class:`~gpulab.attention.v3.backward_launch.BackwardPlan`."""
-    ok, why = supported(q, k, v, causal)
+    ok, why = backward_supported(q, k, v, causal)
     if not ok:
         raise ValueError(f"version 3 cannot run this input: {why}.")
+    window = check_window(window, causal)
     for name, t in (("o", o), ("do", do)):
         if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} must be a tensor shaped and typed like q {tuple(q.shape)} {q.dtype} on "
@@ -481,27 +516,32 @@ def _plan(do, q, k, v, o, lse, causal, scale, cfg) -> BackwardPlan:
     programs = None
     if cfg.persistent:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        programs = persistent_programs(q.shape[0] * q.shape[1], k.shape[2], causal, sms)
+        programs = persistent_programs(q.shape[0] * k.shape[1], k.shape[2], causal, sms)
+    flags = gqa_win(q.shape[1] // k.shape[1], window)
     return BackwardPlan(attention_backward_v3_kernel, q, k, default_scale(d, scale), cfg.block_n, cfg.maxnreg,
-                        constexprs(d, causal, cfg), smem_layouts(d, cfg.block_n, q.dtype), programs,
-                        cfg.fused_prep)  # fmt: skip
+                        constexprs(d, causal, cfg, flags), smem_layouts(d, cfg.block_n, q.dtype), programs,
+                        cfg.fused_prep, window)  # fmt: skip
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool = False, scale: float | None = None,
-                       cfg: V3BackwardConfig | None = None):  # fmt: skip
+                       cfg: V3BackwardConfig | None = None, window=(-1, -1)):  # fmt: skip
     """``(dq, dk, dv)`` like q, k, v: version 3's backward of ``o = attention(q, k, v)`` with the forward's ``lse``
     ([B, H, Nq] fp32, natural log) and the output gradient ``do``. ``scale`` None means 1/sqrt(D). Raises ValueError
-    where :func:`supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32. A call like
-    one seen before skips the checks and the planning (:data:`gpulab.attention.v3.backward_launch.PLANS`)."""
+    where :func:`backward_supported` says no; ``o``, ``do`` must be shaped like q and ``lse`` [B, H, Nq] float32.
+    k, v with fewer heads than q (a divisor of them): grouped-query heads, query head h reading KV head
+    h // (Hq // Hkv), dK and dV summed over each group; ``window``: ``(left, right)``, bottom-right aligned as
+    :func:`gpulab.attention.reference.visible_mask` (not with ``causal``; (-1, -1): none). A call like one seen
+    before skips the checks and the planning (:data:`gpulab.attention.v3.backward_launch.PLANS`)."""
     try:
         key = tuple((t.__class__, t.shape, t.dtype, t.device) for t in (do, q, k, v, o, lse)) + (causal, scale, cfg)
+        key += (window.__class__, *window) if window.__class__ is tuple else (window,)
         hash(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks say which
         key = None
-    if key is None or causal.__class__ is not bool:
-        plan = _plan(do, q, k, v, o, lse, causal, scale, cfg)
+    if key is None or causal.__class__ is not bool or window.__class__ is not tuple:
+        plan = _plan(do, q, k, v, o, lse, causal, scale, cfg, window)
     else:
-        plan = PLANS.get(key, lambda: _plan(do, q, k, v, o, lse, causal, scale, cfg))
+        plan = PLANS.get(key, lambda: _plan(do, q, k, v, o, lse, causal, scale, cfg, window))
     q, k, v, o, do = (t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, do))
     lse = lse.contiguous()
     n_q, d, bh = plan.n_q, plan.d, plan.bh

@@ -14,7 +14,7 @@ from gpulab import runtime
 from gpulab.attention.v3.configs import register_budget
 
 __all__ = ["STEPS", "KERNEL_STEPS", "KV_REGS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED",
-           "MEASURED_SHORT", "SHORT_SEQ", "backward_config", "constexprs"]  # fmt: skip
+           "MEASURED_SHORT", "SHORT_SEQ", "backward_config", "constexprs", "GROUPED_STEPS", "gqa_win"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -155,11 +155,32 @@ def backward_config(head_dim: int, is_causal: bool = False, step: int | None = N
     return V3BackwardConfig(step=runtime.one_of("step", step, KERNEL_STEPS))
 
 
-def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig) -> dict:
-    """The kernel's compile-time arguments."""
+GROUPED_STEPS = (2, 3, 5, 6, 7)
+"""The steps that take grouped-query heads and windows (``GQA_WIN``): those whose partitions loop over the visits of
+:func:`gpulab.attention.v3.backward_pair.visit` (steps 1 and 4 keep their own loops and take plain problems)."""
+
+
+def gqa_win(group: int, window=(-1, -1)) -> int:
+    """The kernel's ``GQA_WIN``: bit 1 grouped heads (``group`` > 1), bit 2 a window's left side, bit 4 its right
+    side (``window`` = (left, right), -1 unbounded); 0 on a plain problem."""
+    runtime.positive_int("group", group)
+    if not isinstance(window, tuple) or len(window) != 2 or not all(type(w) is int and w >= -1 for w in window):
+        raise ValueError(f"window must be a pair (left, right) of ints >= -1, got {window!r}; e.g. (-1, -1).")
+    return (group > 1) + 2 * (window[0] >= 0) + 4 * (window[1] >= 0)
+
+
+def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig, gqa_window: int = 0) -> dict:
+    """The kernel's compile-time arguments; ``gqa_window``: :func:`gqa_win`'s."""
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
+    runtime.integer("gqa_window", gqa_window, minimum=0, maximum=7)
+    if gqa_window and cfg.step not in GROUPED_STEPS:
+        raise ValueError(f"grouped-query heads and windows run in steps {GROUPED_STEPS}, got step={cfg.step}; "
+                         "pass V3BackwardConfig(step=5) or None.")  # fmt: skip
+    if gqa_window >= 2 and cfg.dq_cast:
+        raise ValueError("dq_cast=True counts each query block's arrivals as the full or causal problem has them, "
+                         "not a window's; pass dq_cast=False with a window.")  # fmt: skip
     return dict(HEAD_DIM=head_dim, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 WRITER_REGS=cfg.writer_regs, DQ_CAST=cfg.dq_cast, KV_REGS=KV_REGS[cfg.kv_regs],
-                STATS_SMEM=cfg.stats_smem)  # fmt: skip
+                STATS_SMEM=cfg.stats_smem, GQA_WIN=gqa_window)  # fmt: skip

@@ -26,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from gpulab import gluon_compat as compat
-from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile
+from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile, query_range, visit, visit_count
 
 __all__ = ["add_block", "dq_writer", "dq_writer_persistent", "dq_block_done"]
 
@@ -112,47 +112,58 @@ def _add_chunks(dq_smem, b, blk, n_rows, HEAD_DIM: gl.constexpr, STEP: gl.conste
 
 
 @gluon.jit
-def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, HEAD_DIM: gl.constexpr,
-              IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
+def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, scale, gw, HEAD_DIM: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, DQ_CAST: gl.constexpr,
+              GQA_WIN: gl.constexpr = 0):  # fmt: skip
     """Steps 5-6's writer (two warps): for each query block, once both consumers stored their part of dQ (fp32,
     ``dq_full``), add it into dQ's buffer in global memory a few rows at a time (4 floats per atomic instruction)
     and free the buffer (``dq_free``). Step 5: buffer ``i % 2``, consumer c's columns [c D/2, +D/2) at index
     2 b + c. Step 6: one buffer, consumer c's column half h at index 2 c + h; the writer adds the two consumers'
-    halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics."""
+    halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics. Grouped heads
+    and windows: the visits of :func:`gpulab.attention.v3.backward_pair.visit`, each into its query head's rows."""
     bh = gl.program_id(1)
-    lo = 0
-    if IS_CAUSAL:  # the program's first query block: the one holding its first key (programs own 128 keys)
-        lo = gl.program_id(0) * 128
-    n_m = gl.cdiv(n_q - lo, 64)
+    lo, n_m = query_range(gl.program_id(0) * 128, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
     head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
-    for i in range(n_m):
+    for i in range(visit_count(n_m, gw, GQA_WIN)):
+        start_m = lo + i * 64
+        if GQA_WIN % 2 == 1:  # the visit's query head
+            bh, start_m = visit(i, lo, n_m, gl.program_id(1), gw, GQA_WIN)
+            head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
         if STEP == 5:
             b = i % 2
             mbarrier.wait(dq_full.index(b), (i // 2) & 1)
         else:
             b = 0
             mbarrier.wait(dq_full.index(0), i & 1)
-        add_block(dq_smem, b, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, STEP)
+        add_block(dq_smem, b, head + start_m * HEAD_DIM, n_q - start_m, HEAD_DIM, STEP)
         mbarrier.arrive(dq_free.index(b), count=1)
         if DQ_CAST:
-            dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
+            dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, start_m // 64, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
 
 
 @gluon.jit
-def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale,
-                         HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_CAST: gl.constexpr):  # fmt: skip
+def dq_writer_persistent(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh, scale, gw,
+                         HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, DQ_CAST: gl.constexpr,
+                         GQA_WIN: gl.constexpr = 0):  # fmt: skip
     """Step 7's writer: step 5's (buffer ``g % 2`` for the program's g-th query block, counted over all its tiles),
-    tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order."""
+    tile after tile in :func:`gpulab.attention.v3.backward_pair.persistent_tile`'s order (a tile's ``bh``: its KV
+    head; grouped, each visit's query head)."""
     it = 0
     for k in range(persistent_count(n_k, n_bh, IS_CAUSAL)):
-        bh, start_n, lo, n_m = persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL)
+        bkv, start_n, lo, n_m = persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL, gw, GQA_WIN)
+        bh = bkv
         head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
-        for i in range(n_m):
+        count = visit_count(n_m, gw, GQA_WIN)
+        for i in range(count):
             g = it + i
             b = g % 2
+            start_m = lo + i * 64
+            if GQA_WIN % 2 == 1:
+                bh, start_m = visit(i, lo, n_m, bkv, gw, GQA_WIN)
+                head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
             mbarrier.wait(dq_full.index(b), (g // 2) & 1)
-            add_block(dq_smem, b, head + (lo + i * 64) * HEAD_DIM, n_q - lo - i * 64, HEAD_DIM, 5)
+            add_block(dq_smem, b, head + start_m * HEAD_DIM, n_q - start_m, HEAD_DIM, 5)
             mbarrier.arrive(dq_free.index(b), count=1)
             if DQ_CAST:
-                dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, lo // 64 + i, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
-        it += gl.maximum(n_m, 0)
+                dq_block_done(dq_ptr, dq_out_ptr, cnt_ptr, bh, start_m // 64, n_q, n_k, scale, HEAD_DIM, IS_CAUSAL)
+        it += gl.maximum(count, 0)

@@ -39,16 +39,22 @@ class BackwardPlan:
     K/V block rows ``block_n``, the register cap ``maxnreg`` (None: none), the ``constexprs`` and the shared
     ``layouts`` of a Q and a K/V block; after its first call through Triton, launched through the compiled kernel's C
     launcher with cached tensor maps (the forward's :class:`gpulab.attention.v3.launch.RawLaunch`, given a
-    two-dimensional grid); ``fused_prep``: step 9 (D's launch zeroes dQ's buffer). Built by
+    two-dimensional grid); ``fused_prep``: step 9 (D's launch zeroes dQ's buffer); ``window`` the ``(left, right)``
+    of a sliding window, and k's heads (fewer than q's: grouped-query heads) set the grid's rows. Built by
     :func:`gpulab.attention.v3.backward.attention_backward` from checked inputs."""
 
     def __init__(self, kernel, q, k, scale: float, block_n: int, maxnreg, constexprs: dict, layouts,
-                 programs: int | None = None, fused_prep: bool = False):  # fmt: skip
+                 programs: int | None = None, fused_prep: bool = False, window=(-1, -1)):  # fmt: skip
         b, h, self.n_q, self.d = q.shape
         self.kernel, self.n_k, self.bh, self.scale = kernel, k.shape[2], b * h, scale
+        # grouped-query heads: K, V have b * Hkv rows of heads, the grid one program row per KV head; a window's
+        # (win_lo, win_hi) bounds of j - i (gpulab.attention.v3.backward_pair), 0 where a side is unbounded
+        self.group, self.bh_kv = h // k.shape[1], b * k.shape[1]
+        off = self.n_k - self.n_q
+        self.win = (off - window[0] if window[0] >= 0 else 0, off + window[1] if window[1] >= 0 else 0)
         self.block_n, self.maxnreg, self.constexprs, self.layouts = block_n, maxnreg, constexprs, layouts
         # persistent (step 7): ``programs`` programs walk the tiles; else one program per (key block, head)
-        self.grid = (triton.cdiv(self.n_k, block_n), self.bh) if programs is None else (programs, 1)
+        self.grid = (triton.cdiv(self.n_k, block_n), self.bh_kv) if programs is None else (programs, 1)
         self.device, self.raw = q.device.index, None
         self.dq_cast = bool(constexprs.get("DQ_CAST", False))
         self.fused_prep = fused_prep  # step 9: D's launch zeroes dQ's buffer
@@ -67,13 +73,14 @@ class BackwardPlan:
         )
 
     def launch(self, q, k, v, do, lse, delta, dq_acc, dk, dv, dq_out=None, counters=None) -> None:
-        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
+        n_q, n_k, d, bh, bh_kv = self.n_q, self.n_k, self.d, self.bh, self.bh_kv
         if dq_out is None:  # no step 8: typed placeholders the kernel never touches
             dq_out, counters = dk, self.no_counters
-        rest = (lse, delta, dq_acc, dk, dv, dq_out, counters, n_q, n_k, bh, self.scale * LOG2E, self.scale)
+        rest = (lse, delta, dq_acc, dk, dv, dq_out, counters, n_q, n_k, bh_kv, self.group, *self.win,
+                self.scale * LOG2E, self.scale)  # fmt: skip
         if self.raw is not None and launch.RawLaunch.usable():
             raw, args = self.raw, []
-            q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh, n_k, d), (n_k * d, d, 1))
+            q_geo, kv_geo = ((bh, n_q, d), (n_q * d, d, 1)), ((bh_kv, n_k, d), (n_k * d, d, 1))
             for t, (shape, strides), meta in zip((q, k, v, do), (q_geo, kv_geo, kv_geo, q_geo), raw.metas):
                 args += [raw.tensor_map(t.data_ptr(), shape, strides, meta), *shape, *strides]
             raw.call((*self.grid, 1), torch._C._cuda_getCurrentRawStream(self.device),
@@ -82,8 +89,8 @@ class BackwardPlan:
         (q_layout, kv_layout), block_n = self.layouts, self.block_n
         q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
         do_desc = TensorDescriptor(do, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
-        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        k_desc = TensorDescriptor(k, [bh_kv, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        v_desc = TensorDescriptor(v, [bh_kv, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
         extra = {} if self.maxnreg is None else {"maxnreg": self.maxnreg}
         compiled = self.kernel[self.grid](q_desc, k_desc, v_desc, do_desc, *rest, num_warps=4, **extra,
                                           **self.constexprs)  # fmt: skip

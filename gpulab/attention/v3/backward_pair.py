@@ -16,8 +16,21 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from gpulab import gluon_compat as compat
 
 __all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_slot", "stats_store", "scores", "pair_ds", "pair_rest",
-           "dq_product", "dq_add", "pair", "store_dkdv", "first_query", "persistent_count",
-           "persistent_tile"]  # fmt: skip
+           "dq_product", "dq_add", "pair", "store_dkdv", "first_query", "window_mask", "query_range", "visit",
+           "visit_count", "next_visit_rows", "persistent_count", "persistent_tile"]  # fmt: skip
+
+# ----------------------------------------------------------------------------------------------------------------
+# Grouped-query heads and sliding windows: the compile-time GQA_WIN (bit 1: grouped heads, bit 2: a window's left
+# side, bit 4: its right side; 0 on a plain problem, where none of the code below is compiled in) and the runtime
+# gw = (group, win_lo, win_hi): Hq // Hkv, and the least and greatest j - i at which query i sees key j
+# (win_lo = Nk - Nq - left, win_hi = Nk - Nq + right, the window aligned bottom-right).
+#
+# A program owns a K/V block of KV head bkv (the grid's batch x KV-head index) and visits, for each query head of
+# its group, bh = bkv * group + g (g < group), the same query blocks: (bh // group == bkv since Hq = group Hkv, so
+# b Hq + kvh group + g over group is b Hkv + kvh). Its dK and dV sum over the whole group in registers; dQ goes to
+# each query head's rows. The visits are one flat loop, t = g n_m + i (head after head), so that every partition's
+# ring and buffer phases count t as they counted i.
+# ----------------------------------------------------------------------------------------------------------------
 
 # ----------------------------------------------------------------------------------------------------------------
 # One (key block, query block) pair for one consumer warpgroup. Buffers (shared memory):
@@ -94,25 +107,56 @@ def scores(q_buf, do_buf, k_buf, v_buf):
 
 @gluon.jit
 def pair_ds(q_buf, do_buf, k_buf, v_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None,
-             STATS_SMEM: gl.constexpr = False):  # fmt: skip
+             HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None, STATS_SMEM: gl.constexpr = False,
+             gw=None, GQA_WIN: gl.constexpr = 0):  # fmt: skip
     """:func:`scores` then :func:`pair_rest`."""
     st, dpt = scores(q_buf, do_buf, k_buf, v_buf)
     return pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-                      HEAD_DIM, IS_CAUSAL, stats_buf, STATS_SMEM)  # fmt: skip
+                      HEAD_DIM, IS_CAUSAL, stats_buf, STATS_SMEM, gw, GQA_WIN)  # fmt: skip
+
+
+@gluon.jit
+def window_mask(st, key0, start_m, gw, GQA_WIN: gl.constexpr):
+    """S^T [64 keys, 64 queries] with -inf where the window hides a key from a query, on a block that an edge of
+    the window crosses (``j - i = (key0 - start_m) + r - c`` runs over ``key0 - start_m +- 63``); the blocks inside
+    it are returned unmasked (one scalar test)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    HAS_LEFT: gl.constexpr = (GQA_WIN // 2) % 2 == 1
+    HAS_RIGHT: gl.constexpr = GQA_WIN >= 4
+    dj = key0 - start_m
+    if HAS_LEFT and HAS_RIGHT:
+        edge = (dj - 63 < gw[1]) | (dj + 63 > gw[2])
+    elif HAS_LEFT:
+        edge = dj - 63 < gw[1]
+    else:
+        edge = dj + 63 > gw[2]
+    if edge:
+        r = gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        c = gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))
+        diff = (dj + r)[:, None] - c[None, :]  # j - i
+        if HAS_LEFT and HAS_RIGHT:
+            ok = (diff >= gw[1]) & (diff <= gw[2])
+        elif HAS_LEFT:
+            ok = diff >= gw[1]
+        else:
+            ok = diff <= gw[2]
+        st = gl.where(ok, st, float("-inf"))
+    return st
 
 
 @gluon.jit
 def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q, qk_scale,
-               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None,
-               STATS_SMEM: gl.constexpr = False):  # fmt: skip
+               HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, stats_buf=None, STATS_SMEM: gl.constexpr = False,
+               gw=None, GQA_WIN: gl.constexpr = 0):  # fmt: skip
     """Query block ``start_m`` against keys ``[key0, key0 + 64)``, its S^T and dP^T in flight (the only wgmma
     groups in flight, issued in that order): dV += P^T dO (done on return), dS into ``ds_view``
     [64 queries, 64 keys] (shared memory, fenced for the tensor cores) and dK += dS^T Q *issued* (the caller waits
     for it). dK and dV [64, D] are fp32 and unscaled. Queries past Nq are zero rows (TMA fills them) with LSE = D = 0:
     their P is finite and their dO and Q are 0, so they add nothing; keys past Nk are zero rows: they add nothing to
     dQ. LSE and D: read from global memory here, or (``STATS_SMEM``, step 11) from ``stats_buf`` = (LSE log2 e, D)
-    [64] each, the ring slot's, where the producer put them (:func:`stats_store`)."""
+    [64] each, the ring slot's, where the producer put them (:func:`stats_store`). ``bh``: the query head's row
+    (batch x query heads); ``gw``, ``GQA_WIN``: a window's mask on its edge blocks (:func:`window_mask`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])  # fmt: skip
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -147,6 +191,8 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
         else:
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
             st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
+    if GQA_WIN >= 2:
+        st = window_mask(st, key0, start_m, gw, GQA_WIN)
     if STATS_SMEM:  # read where used (a shared-memory load's latency is short): fewer registers live at the waits
         lse2 = stats_buf[0].load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st - lse2[None, :])
@@ -187,11 +233,11 @@ def dq_add(dq, dq_ptr, bh, start_m, n_q, col0, COLS: gl.constexpr, HEAD_DIM: gl.
 
 @gluon.jit
 def pair(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, dq_ptr, bh, key0, start_m, n_q, qk_scale,
-          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+          HEAD_DIM: gl.constexpr, IS_CAUSAL: gl.constexpr, gw=None, GQA_WIN: gl.constexpr = 0):  # fmt: skip
     """Steps 1-2: one (query block, 64 keys) pair, this warpgroup's own dS K added into dQ in column halves of D/2
     (half the accumulator registers): the first half's product and additions run under dK's product."""
     dk, dv = pair_ds(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, bh, key0, start_m, n_q,
-                      qk_scale, HEAD_DIM, IS_CAUSAL)  # fmt: skip
+                      qk_scale, HEAD_DIM, IS_CAUSAL, None, False, gw, GQA_WIN)  # fmt: skip
     HALF: gl.constexpr = HEAD_DIM // 2
     dq = dq_product(ds_buf, k_buf, 0, HALF)
     dq, dk = warpgroup_mma_wait(0, deps=(dq, dk))  # dK's product (issued first) ran beside this one
@@ -226,6 +272,56 @@ def first_query(start_n, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
+def query_range(start_n, keys, n_q, n_k, gw, IS_CAUSAL: gl.constexpr, GQA_WIN: gl.constexpr):
+    """``(lo, n_m)``: the first query row and the query blocks of 64 that a program owning keys ``[start_n, start_n
+    + keys)`` visits (0 or less: none; blocks outside are never loaded). Causal (top-left): from the block holding
+    query ``start_n``; a window's right side (j - i <= win_hi): from the block holding query ``start_n - win_hi``;
+    its left side (j - i >= win_lo): up to query ``min(start_n + keys, Nk) - 1 - win_lo``.
+    :func:`gpulab.attention.measure.v3_backward_model.query_blocks` mirrors this."""
+    lo = first_query(start_n, IS_CAUSAL)
+    hi = n_q
+    if GQA_WIN >= 4:
+        lo = (gl.maximum(start_n - gw[2], 0) // 64) * 64
+    if (GQA_WIN // 2) % 2 == 1:
+        hi = gl.minimum(n_q, gl.minimum(start_n + keys, n_k) - gw[1])
+    return lo, gl.cdiv(hi - lo, 64)
+
+
+@gluon.jit
+def visit_count(n_m, gw, GQA_WIN: gl.constexpr):
+    """A program's visits: its ``n_m`` query blocks, for each query head of its group when grouped."""
+    if GQA_WIN % 2 == 1:
+        return gl.maximum(n_m, 0) * gw[0]
+    else:
+        return n_m
+
+
+@gluon.jit
+def visit(t, lo, n_m, bkv, gw, GQA_WIN: gl.constexpr):
+    """The program's ``t``-th visit -> ``(bh, start_m)``: the query head's row (batch x query heads) and the block's
+    first query. Grouped: head ``g = t // n_m`` of KV head ``bkv``'s group, block ``t % n_m``; else ``(bkv, lo + 64
+    t)``."""
+    bh = bkv
+    i = t
+    if GQA_WIN % 2 == 1:
+        g = t // gl.maximum(n_m, 1)  # (no visit where n_m <= 0)
+        i = t - g * n_m
+        bh = bkv * gw[0] + g
+    return bh, lo + i * 64
+
+
+@gluon.jit
+def next_visit_rows(t, count, lo, n_m, bkv, n_q, gw, GQA_WIN: gl.constexpr):
+    """Step 11's look-ahead: ``(bh, start_m)`` of visit ``t``, with ``start_m = n_q`` (nothing to load) past the last
+    visit, where a grouped program's next head may lie past the tensor."""
+    bh, start_m = visit(t, lo, n_m, bkv, gw, GQA_WIN)
+    if GQA_WIN % 2 == 1:
+        if t >= count:
+            start_m = n_q
+    return bh, start_m
+
+
+@gluon.jit
 def persistent_count(n_k, n_bh, IS_CAUSAL: gl.constexpr):
     """Step 7: how many tiles this program takes (:func:`persistent_tile`'s ``k`` runs from 0 to it)."""
     n_kb = gl.cdiv(n_k, 128)
@@ -236,9 +332,9 @@ def persistent_count(n_k, n_bh, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr):
-    """Step 7's ``k``-th tile of this program -> ``(bh, start_n, lo, n_m)``: the head, the first of its 128 keys,
-    the first query row it visits and its query blocks (0 or less: none).
+def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr, gw=None, GQA_WIN: gl.constexpr = 0):
+    """Step 7's ``k``-th tile of this program -> ``(bh, start_n, lo, n_m)``: the (KV) head, the first of its 128
+    keys, the first query row it visits and its query blocks (0 or less: none; :func:`query_range`).
 
     Not causal: tile ``t = pid + k * programs`` is head ``t // key_blocks``'s key block ``t % key_blocks`` (a head's
     key blocks are neighbours: programs running at once share its Q and dO in L2). Causal: key block j visits the
@@ -259,6 +355,6 @@ def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr):
         kb = tile % n_kb
         bh = tile // n_kb
     start_n = kb * 128
-    lo = first_query(start_n, IS_CAUSAL)
-    n_m = gl.cdiv(n_q - lo, 64) * (start_n < n_k).to(gl.int32)
+    lo, n_m = query_range(start_n, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
+    n_m = n_m * (start_n < n_k).to(gl.int32)
     return bh, start_n, lo, n_m

@@ -7,7 +7,7 @@ from gpulab.attention.measure import v3_backward_model as backward_model
 from gpulab.attention.measure import v3_backward_report as report
 from gpulab.attention.measure import v3_compile_check as compile_check
 from gpulab.attention.plan import V3Backward
-from gpulab.attention.v3 import backward, backward_launch
+from gpulab.attention.v3 import backward, backward_configs, backward_launch
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
 H = torch.zeros(8, 64, dtype=torch.float64)
@@ -32,6 +32,22 @@ CASES = [
     ("backward_config seq", lambda: backward.backward_config(64, False, seq=0), ValueError),
     ("attention_backward unsupported", lambda: backward.attention_backward(Z, Z, Z, Z, Z, Z[..., 0]), ValueError),
     ("constexprs cfg", lambda: backward.constexprs(64, False, None), TypeError),
+    ("constexprs gqa_window", lambda: backward.constexprs(64, False, backward.backward_config(64), 8), ValueError),
+    ("constexprs gqa_window step", lambda: backward.constexprs(64, False, backward.V3BackwardConfig(step=4), 1),
+     ValueError),
+    ("constexprs window dq_cast",
+     lambda: backward.constexprs(64, False, backward.V3BackwardConfig(step=5, dq_cast=True), 6), ValueError),
+    ("gqa_win group", lambda: backward_configs.gqa_win(0), ValueError),
+    ("gqa_win window", lambda: backward_configs.gqa_win(2, (-2, 0)), ValueError),
+    ("attention_backward window", lambda: backward.attention_backward(Z, Z, Z, Z, Z, Z[..., 0], True, None, None,
+                                                                      (4, 0)), ValueError),
+    ("query_blocks window", lambda: backward_model.query_blocks(0, 128, 8, 8, False, (-3, 0)), ValueError),
+    ("window_bounds window", lambda: backward_model.window_bounds(8, 8, [1]), TypeError),
+    ("key_programs window causal", lambda: backward_model.key_programs(8, 8, True, 3, (4, 0)), ValueError),
+    ("model_backward window", lambda: backward_model.model_backward(H, H, H, H, H, H[:, 0], window=(0, -2)),
+     ValueError),
+    ("model_backward group lse", lambda: backward_model.model_backward(H[None], H, H, H[None], H[None], H[:, 0]),
+     ValueError),
     ("V3Backward cfg", lambda: V3Backward(), TypeError),
     ("key_programs n_q", lambda: backward_model.key_programs(0, 8, False), ValueError),
     ("key_programs causal", lambda: backward_model.key_programs(8, 8, 1), TypeError),
@@ -72,3 +88,11 @@ def test_bad_input(call, err):
         return
     with pytest.raises(err):
         call()
+
+
+def test_backward_supported_says_why_without_raising():
+    """Not tensors, heads that do not divide, or no GPU: (False, the reason), never an exception."""
+    g3, g2, g4 = Z.expand(1, 3, 8, 64), Z.expand(1, 2, 8, 64), Z.expand(1, 4, 8, 64)
+    for args, words in (([1.0], Z, Z), "not a torch.Tensor"), ((g3, g2, g2), "CUDA"), ((g4, g2, g2), "CUDA"):
+        ok, why = backward.backward_supported(*args)
+        assert not ok and words in why, why

@@ -146,3 +146,37 @@ def test_step8_counts_arrivals_with_release_acquire(name):
     L2 (``ld.global.cg``) by the last arrival, the counter zeroed back with an exchange."""
     ptx_ops = _structures()[name]["ptx_ops"]
     assert ptx_ops["atom_acq_rel_gpu"] == 1 and ptx_ops["ld_cg"] >= 1 and ptx_ops["exch"] == 1, ptx_ops
+
+
+GROUPED = {  # name: (the plain case whose structure and bounds it keeps, GQA_WIN)
+    "d128 step 5+11 grouped, window": ("d128 step 5+11", 7),
+    "d128 causal step 5+11 grouped": ("d128 causal step 5+11", 1),
+    "d64 step 5+kv+11 window right": ("d64 step 5+kv+11", 4),
+    "d64 step 5+kv+11 window left": ("d64 step 5+kv+11", 2),
+    "d64 causal step 7+kv+11 grouped": ("d64 causal step 7+kv+11", 1),
+}
+"""Grouped-query heads and windows (``GQA_WIN``, :func:`gpulab.attention.v3.backward_configs.gqa_win`) on the
+defaults: the plain kernels' products, waits, budgets and shared memory, their spill bounds and no more
+local-memory instructions in the block loops (Triton 3.6: none; 0-24 spill bytes outside them)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _grouped_structures() -> dict:
+    configs = []
+    for plain, flags in GROUPED.values():
+        d, causal, fields, _ = CASES[plain]
+        configs.append(dict(d=d, causal=causal, cfg=dataclasses.asdict(backward.V3BackwardConfig(**fields)),
+                            gqa_win=flags))  # fmt: skip
+    return dict(zip(GROUPED, compile_check.backward_structures_in_fresh_process(configs)))
+
+
+@pytest.mark.parametrize("name", list(GROUPED))
+def test_grouped_and_windowed_variants_keep_the_plain_structure(name):
+    plain, _ = GROUPED[name]
+    s, p = _grouped_structures()[name], _structures()[plain]
+    for key in ("wgmma", "wgmma_rs", "wait_depths", "setmaxnreg", "warps", "tma_loads", "atomic_adds"):
+        assert s[key] == p[key], (key, s[key], p[key])
+    assert abs(s["shared"] - p["shared"]) <= 1024, (s["shared"], p["shared"])
+    assert s["spill_stores"] <= _spill_bound(plain), s
+    loops = s["loop_local"]
+    assert len(loops) == 2 and sum(st + ld for st, ld in loops) <= _loop_bound(plain), loops
