@@ -261,7 +261,7 @@ def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None
     :func:`paired` without sizes, for :func:`causal_like` problems), ``gqa`` (grouped-query heads: K/V rows at
     ``bh // group``) and ``window_size`` (``(left, right)``, each bounded side a flag; the plain problem's flags are
     all False, and its kernel is the one without any of the window's or the groups' code)."""
-    left, right = check_window(window_size, is_causal)
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     if pairs is None:
         pairs = paired(causal_like(is_causal, (left, right)), cfg)
     return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
@@ -276,7 +276,7 @@ def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int
     (``q_regs=False``): ptxas spills inside the key loop for a window bounded on the right only with the
     three-consumer d=64 tiles and with d=128's ``q_regs`` (one 4-byte store and load per block), and compiles
     every window without spills so. Not timed with windows: the tune part decides, as it did for the tables."""
-    left, right = check_window(window_size, is_causal)
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     if (left, right) == (-1, -1):
         return v3_config(head_dim, is_causal, seq=seq)
     return dataclasses.replace(v3_config(head_dim, True, seq=seq), q_regs=False)
@@ -285,5 +285,5 @@ def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int
 def causal_like(is_causal: bool, window_size=(-1, -1)) -> bool:
     """Whether the tiles' work grows down the queries as a causal problem's (SDPA's causal mask, or a window bounded
     on the right only): where :func:`paired` tiles may balance persistent programs."""
-    left, right = check_window(window_size, is_causal)
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     return bool(is_causal or (left < 0 <= right))
