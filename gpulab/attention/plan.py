@@ -191,8 +191,8 @@ class Plan:
 
     @property
     def plain(self) -> bool:
-        """No grouped heads and no window: what version 3's forward takes (version 2's forward takes grouped heads,
-        version 3's backward both)."""
+        """No grouped heads and no window (version 3's forward and backward take both where the plain problem would
+        take them, version 2's forward grouped heads, version 1 everything)."""
         return self.group == 1 and self.window == (-1, -1)
 
 
@@ -300,11 +300,10 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     plan uses the default tiles with None or a config, and autotunes with ``"auto"``. ``version``: the forward
     kernel, None for the automatic choice (:func:`check_version`).
 
-    Windows run on version 1, the version that has them: with ``version=None`` a windowed call takes version 1 even
-    on Hopper, slower there than versions 2 and 3 are on plain problems (a plan decision, stated here, until those
-    versions have windows). Grouped-query heads (``enable_gqa`` with Hkv < Hq) run on version 1 or 2 (version 2
-    where ``version=None`` would pick version 2 or 3: version 3 has no grouped heads yet). Asking for a version
-    without the feature is a ValueError.
+    Grouped-query heads (``enable_gqa`` with Hkv < Hq) and windows take version 3 where ``version=None`` would take
+    it for the plain problem (the same gate) and it can run them (:func:`gpulab.attention.v3.forward.supported`);
+    where it cannot, grouped heads take version 2 or 1 as the plain problem would, windows version 1 (version 2 has
+    none). Asking for version 2 with a window is a ValueError.
     """
     key = None
     if (is_causal.__class__ is bool and allow_tf32.__class__ is bool and (scale is None or scale.__class__ is float)
@@ -329,26 +328,21 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
     backward_configs = "auto" if isinstance(config, str) else None
     plan = Plan(q, k, scale, is_causal, bool(allow_tf32), config, backward_configs, contiguous, window)
     work = plan.b * plan.h * plan.n_q * plan.n_k * plan.d
-    if not plan.plain:  # a window: version 1 has it; grouped heads: versions 1 and 2
-        v3_asked = version == 3 or isinstance(config, v3_forward.V3Config)
-        v2_asked = version == 2 or isinstance(config, HopperConfig)
-        if v3_asked or (v2_asked and window != (-1, -1)):
-            raise ValueError(
-                f"version={version} (config {config!r}) cannot run grouped-query heads (Hq // Hkv = {plan.group}) or "
-                f"a window ({window}): version 1 has both, version 2 grouped heads; pass version=None, 1 (or 2 "
-                "without a window) and that version's config or None."
-            )
-        if window != (-1, -1):
-            version = 1
+    windowed = window != (-1, -1)  # versions 1 and 3 have windows; grouped heads: every version
+    if windowed and (version == 2 or isinstance(config, HopperConfig)):
+        raise ValueError(f"version={version} (config {config!r}) cannot run a window ({window}): versions 1 and 3 "
+                         "have it; pass version=None, 1 or 3 and that version's config or None.")  # fmt: skip
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
     if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
-                             and plan.plain and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
-        ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale)
+                             and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
+        ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale, enable_gqa=plan.group > 1, window_size=window)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
         if not ok:
-            _say_v3_refused("forward", why, "version 2")
+            _say_v3_refused("forward", why, "version 1" if windowed else "version 2")
         plan.version = 3 if ok else plan.version
+    if windowed and plan.version == 2:  # where version 3 would have taken the plain problem and cannot
+        plan.version = 1
     return _store(_FORWARD, key, plan)
 
 
@@ -419,7 +413,8 @@ def run_forward(plan: Plan, q, k, v):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if plan.version == 3:  # Hopper, Gluon: producer warp, consumer warpgroups (gpulab.attention.v3.forward)
         cfg = plan.config if isinstance(plan.config, v3_forward.V3Config) else None
-        return v3_forward.attention_forward(q, k, v, plan.is_causal, plan.scale, cfg)
+        return v3_forward.attention_forward(q, k, v, plan.is_causal, plan.scale, cfg, enable_gqa=plan.group > 1,
+                                            window_size=plan.window)  # fmt: skip
     launch = plan.forward
     if plan.version == 2:  # Hopper: TMA descriptors (gpulab.attention.v2.forward)
         if launch is None:

@@ -23,7 +23,7 @@ def _fresh_plans():
 def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d):
     # a Hopper GPU where version 2 would run and version 3 can: the choice left is the head dim's
     monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (True, ""))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (True, ""))
     monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
     q, k, v = _qkv(d)
     assert plan.forward_plan(q, k, v).version == (3 if d in plan.V3_HEAD_DIMS else 2)
@@ -32,12 +32,48 @@ def test_auto_takes_version_3_only_at_the_measured_head_dims(monkeypatch, d):
 
 def test_auto_keeps_version_2_where_version_3_cannot_run_or_is_forced_off(monkeypatch):
     monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (False, "not Hopper"))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (False, "not Hopper"))
     assert plan.forward_plan(*_qkv(128)).version == 2
     plan.clear_plan_cache()
-    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None: (True, ""))
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (True, ""))
     monkeypatch.setenv("GPULAB_ATTENTION_VERSION", "2")
     assert plan.forward_plan(*_qkv(128)).version == 2
+
+
+def _gqa_window_problems():
+    q = torch.randn(1, 4, 8, 128)
+    kv = torch.randn(1, 2, 8, 128)
+    return {"gqa": ((q, kv, kv), dict(enable_gqa=True)), "window": ((q, q, q), dict(window_size=(5, 0))),
+            "gqa+window": ((q, kv, kv), dict(enable_gqa=True, window_size=(-1, 4)))}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["gqa", "window", "gqa+window"])
+def test_grouped_heads_and_windows_take_version_3_where_the_plain_problem_would(monkeypatch, name):
+    """Same gate as the plain problem (version 2 chosen, a measured head dim, version 3 can run): version 3, told
+    the group and the window; where version 3 cannot, grouped heads keep version 2 and windows take version 1."""
+    (q, k, v), kwargs = _gqa_window_problems()[name]
+    asked = []
+    monkeypatch.setattr(plan, "check_version", lambda *a, **k: 2)
+    monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: asked.append(kw) or (True, ""))
+    p = plan.forward_plan(q, k, v, **kwargs)
+    assert p.version == 3 and not p.plain
+    assert asked == [dict(enable_gqa="gqa" in name, window_size=kwargs.get("window_size", (-1, -1)))]
+    plan.clear_plan_cache()
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (False, "not Hopper"))
+    assert plan.forward_plan(q, k, v, **kwargs).version == (1 if "window" in name else 2)
+    plan.clear_plan_cache()
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (True, ""))
+    monkeypatch.setenv("GPULAB_ATTENTION_VERSION", "2")  # version 3 forced off: windows still need version 1
+    assert plan.forward_plan(q, k, v, **kwargs).version == (1 if "window" in name else 2)
+
+
+@pytest.mark.parametrize("name", ["gqa", "window", "gqa+window"])
+def test_version_3_asked_with_grouped_heads_or_a_window_runs_where_it_can(monkeypatch, name):
+    (q, k, v), kwargs = _gqa_window_problems()[name]
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (True, ""))
+    assert plan.forward_plan(q, k, v, version=3, **kwargs).version == 3
+    assert plan.forward_plan(q, k, v, config=v3_forward.V3Config(), **kwargs).version == 3
 
 
 def test_on_cpu_the_automatic_choice_is_version_1():

@@ -76,14 +76,16 @@ def test_key_blocks_outside_the_window_are_never_loaded():
     check.assert_close(vg.grad[:, :, cut:], dv_ref[:, :, cut:], name="dV")
 
 
-def test_windows_run_on_version_1_and_refuse_other_versions():
+def test_windows_run_on_version_1_here_and_refuse_version_2():
+    """On the CPU both features take version 1; version 2 has no window; version 3 (Hopper) has both, and says why
+    it cannot run here (tests/attention/v3/test_v3_gqa_window_gpu.py runs it on the GPU)."""
     q, k, v, _ = _inputs(1, 4, 2, 17, 17, 16)
     assert plan.forward_plan(q, k, v, enable_gqa=True).version == 1  # on CPU
     assert plan.forward_plan(q, q, q, window_size=(3, 0)).version == 1
-    with pytest.raises(ValueError, match="version 1 has both"):
+    with pytest.raises(ValueError, match="versions 1 and 3 have it"):
         A.attention_forward(q.half(), q.half(), q.half(), window_size=(3, 0), version=2)
-    with pytest.raises(ValueError, match="version 1 has both"):
-        A.attention_forward(q, k, v, enable_gqa=True, version=3)
+    with pytest.raises(ValueError, match="version=3 cannot run this input: version 3 runs on a CUDA GPU"):
+        A.attention_forward(q, k, v, enable_gqa=True, window_size=(3, 0), version=3)
 
 
 def test_version_2_forward_reads_kv_head_h_over_group(close):

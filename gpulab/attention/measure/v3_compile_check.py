@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 
 from gpulab.attention import sm90
+from gpulab.attention.reference import check_window
 
 __all__ = ["compile_sm90", "structure", "structure_in_fresh_process", "structures_in_fresh_process", "ptxas_report",
            "gluon_api_problem", "compile_backward_sm90", "backward_structures_in_fresh_process"]  # fmt: skip
@@ -48,9 +49,12 @@ def gluon_api_problem() -> str | None:
     return gluon_compat.problem()
 
 
-def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None):
+def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None,
+                 gqa: bool = False, window_size=(-1, -1)):  # fmt: skip
     """Triton's compiled version 3 for sm_90 (nothing launched, no GPU needed); its ``asm`` holds 'ttgir', 'ptx',
-    'cubin' and its ``metadata.shared`` the shared-memory bytes. Call from a process outside the interpreter."""
+    'cubin' and its ``metadata.shared`` the shared-memory bytes. ``gqa`` and ``window_size`` choose the variant
+    (grouped-query heads; a window's bounded sides: only whether each side is bounded is compiled in). Call from a
+    process outside the interpreter."""
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
@@ -67,7 +71,7 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     def desc(block, layout):
         return f"tensordesc<{dtype}[{','.join(map(str, block))}],{layout!r}>"
 
-    constexprs = forward.constexprs(head_dim, is_causal, cfg)
+    constexprs = forward.constexprs(head_dim, is_causal, cfg, None, gqa, tuple(window_size))
     signature = {
         "q_desc": desc((1, 64, head_dim), q_layout),
         "k_desc": desc((1, cfg.block_n, head_dim), kv_layout),
@@ -77,6 +81,9 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
         "n_q": "i32",
         "n_k": "i32",
         "n_bh": "i32",
+        "group": "i32",
+        "left": "i32",
+        "right": "i32",
         "qk_scale": "fp32",
         **{name: "constexpr" for name in constexprs},
     }
@@ -218,7 +225,8 @@ _BOOTSTRAP = (
     "out = []\n"
     "for a in json.loads(sys.argv[1]):\n"
     "    cfg = f.V3Config(**a['cfg']) if a.get('cfg') else None\n"
-    "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg)))\n"
+    "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg, a['gqa'],\n"
+    "                                          a['window'])))\n"
     "sys.stdout.write(json.dumps(out))"
 )
 
@@ -250,23 +258,25 @@ def backward_structures_in_fresh_process(configs: list[dict], timeout: float = 6
 
 
 def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf16", cfg=None,
-                               timeout: float = 600) -> dict:  # fmt: skip
+                               timeout: float = 600, gqa: bool = False, window_size=(-1, -1)) -> dict:  # fmt: skip
     """:func:`structure` of :func:`compile_sm90` run in a fresh Python process without ``TRITON_INTERPRET`` and
     ``GPULAB_DEVICE`` (the interpreter mode is fixed at gpulab's first import). ``cfg``: a dict of
     :class:`~gpulab.attention.v3.forward.V3Config` fields, or None for the default tiles."""
-    return structures_in_fresh_process([dict(d=head_dim, causal=is_causal, step=step, dtype=dtype, cfg=cfg)],
-                                       timeout)[0]  # fmt: skip
+    return structures_in_fresh_process([dict(d=head_dim, causal=is_causal, step=step, dtype=dtype, cfg=cfg, gqa=gqa,
+                                             window=window_size)], timeout)[0]  # fmt: skip
 
 
 def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
     """:func:`structure` of several compiles in one fresh process (one start-up for all): ``configs`` are dicts
-    with keys d, causal, step, dtype and optionally cfg (V3Config fields)."""
+    with keys d, causal, step, dtype and optionally cfg (V3Config fields), gqa (bool) and window ((left, right))."""
     if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and "d" in c for c in configs):
         raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (step, dtype, cfg optional), "
                          f"got {configs!r}.")  # fmt: skip
     for c in configs:
         if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
             raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
+        check_window(c.get("window", (-1, -1)), bool(c.get("causal")))
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
-                       "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg")} for c in configs])  # fmt: skip
+                       "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg"), "gqa": bool(c.get("gqa", False)),
+                       "window": list(c.get("window", (-1, -1)))} for c in configs])  # fmt: skip
     return json.loads(sm90.ttgir_in_fresh_process(_BOOTSTRAP, arg, "version 3", timeout))

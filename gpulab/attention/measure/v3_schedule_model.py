@@ -4,10 +4,13 @@ What you will learn: Gluon has no interpreter, so the two things that make versi
 against models that mirror the kernel line for line (:mod:`gpulab.attention.v3.forward`):
 
 - :func:`model_forward`: the kernel's arithmetic in the kernel's order: programs of ``64 * consumers`` query rows,
-  key blocks of ``block_n`` up to ``hi`` (causal: the program's last row), the mask only from ``full`` on, and the
-  step-3 pipeline's rescaling points (``acc`` is rescaled by block j-1's ``alpha`` just before block j-1's ``P V``
-  is added, while block j's scores are already computed). In float64 it must match the float64 reference to
-  rounding; a wrong bound, mask or rescale shows as a large error.
+  key blocks of ``block_n`` from ``lo`` up to ``hi`` (causal: the program's last row; a window: its reach), the mask
+  only outside ``[first_full, full)``, the K/V rows of query head ``bh`` at ``bh // group`` (grouped-query heads),
+  and the step-3 pipeline's rescaling points (``acc`` is rescaled by block j-1's ``alpha`` just before block j-1's
+  ``P V`` is added, while block j's scores are already computed). In float64 it must match the float64 reference to
+  rounding; a wrong bound, mask, head or rescale shows as a large error. Its bounds (:func:`tile_bounds`) are
+  a plain-Python mirror of the kernel's :func:`gpulab.attention.v3.tiles.tile`, which the tests run in the Triton
+  interpreter (:func:`gpulab.attention.v3.tiles.tile_table`) and compare.
 - :func:`simulate`: the producer and the consumers as coroutines over simulated mbarriers (phase parity, arrival
   counts, TMA byte counts that land at random later times), run under a random interleaving. It checks what the
   hardware would punish: no deadlock (someone can always move), no TMA copy landing in a stage that a consumer's
@@ -23,13 +26,47 @@ import random
 import torch
 
 from gpulab import runtime
+from gpulab.attention.reference import check_window
 
-__all__ = ["programs", "persistent_tiles", "model_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]
+__all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "MBarrier", "simulate", "DeadlockError",
+           "RaceError"]  # fmt: skip
 
 
-def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int = 128) -> list[dict]:
-    """The kernel's programs in launch order: ``start_m`` (first row), ``n_blocks`` (key blocks loaded), ``full``
-    (first key index whose block needs a mask). Causal launches run the last (longest) programs first."""
+def tile_bounds(start_m: int, n_q: int, n_k: int, rows: int = 128, block_n: int = 128, causal: bool = False,
+                window_size=(-1, -1)) -> dict:  # fmt: skip
+    """The key loop of the tile whose first query row is ``start_m`` (``rows`` rows), as the kernel's
+    :func:`gpulab.attention.v3.tiles.tile` computes it: ``lo`` (first key loaded), ``n_blocks``, and the unmasked
+    keys ``[first_full, full)``. A window takes version 1's bounds
+    (:func:`gpulab.attention.windows.kv_ranges`, diagonal at ``off = Nk - Nq``), and at least one block."""
+    for name, v in (("n_q", n_q), ("n_k", n_k), ("rows", rows), ("block_n", block_n)):
+        runtime.positive_int(name, v)
+    left, right = check_window(window_size, runtime.strict_bool("causal", causal))
+    if (left, right) != (-1, -1):
+        off = n_k - n_q
+        lo, a, b, hi = 0, 0, (n_k // block_n) * block_n, n_k
+        if left >= 0:
+            lo = max(start_m + off - left, 0) // block_n * block_n
+            a = -(-max(start_m + rows - 1 + off - left, 0) // block_n) * block_n
+        if right >= 0:
+            hi = min(n_k, max(start_m + rows + off + right, 0))
+            b = min(b, max(start_m + off + right + 1, 0) // block_n * block_n)
+        hi = hi if start_m < n_q else 0
+        lo = min(lo, hi)
+        a = min(max(a, lo), hi)
+        b = min(max(b, a), hi)
+        return {"lo": lo, "n_blocks": max(-(-(hi - lo) // block_n), 1), "first_full": a, "full": b}
+    hi, full = n_k, (n_k // block_n) * block_n
+    if causal:
+        hi = min(n_k, start_m + rows)
+        full = min(full, ((start_m + 1) // block_n) * block_n)
+    return {"lo": 0, "n_blocks": -(-hi // block_n), "first_full": 0, "full": full}
+
+
+def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int = 128,
+             window_size=(-1, -1)) -> list[dict]:  # fmt: skip
+    """The kernel's programs in launch order: ``pid_m``, ``start_m`` (first row) and :func:`tile_bounds` (``lo``,
+    ``n_blocks`` key blocks loaded, the unmasked keys ``[first_full, full)``). Causal launches run the last
+    (longest) programs first."""
     for name, v in (("n_q", n_q), ("n_k", n_k), ("block_n", block_n)):
         runtime.positive_int(name, v)
     runtime.one_of("consumers", consumers, (2, 3))
@@ -39,11 +76,8 @@ def programs(n_q: int, n_k: int, causal: bool, consumers: int = 2, block_n: int 
     for pid in range(n_m):
         pid_m = n_m - 1 - pid if causal else pid
         start_m = pid_m * rows
-        hi, full = n_k, (n_k // block_n) * block_n
-        if causal:
-            hi = min(n_k, start_m + rows)
-            full = min(full, ((start_m + 1) // block_n) * block_n)
-        out.append({"pid_m": pid_m, "start_m": start_m, "n_blocks": -(-hi // block_n), "full": full})
+        out.append({"pid_m": pid_m, "start_m": start_m,
+                    **tile_bounds(start_m, n_q, n_k, rows, block_n, causal, window_size)})  # fmt: skip
     return out
 
 
@@ -86,24 +120,29 @@ def persistent_tiles(
     return out
 
 
-def _softmax_block(s, m, l, start_n, full, last, qk_scale):
+def _softmax_block(s, m, l, start_n, first_full, full, first, last, qk_scale, window):
     """The kernel's ``_softmax_block``: (P, alpha, m', l') of raw scores ``s`` [64, block_n]; the row max of the raw
-    scores, scaled (``qk_scale > 0``), and ``P = 2^(qk_scale s - m')``."""
+    scores, scaled (``qk_scale > 0``), and ``P = 2^(qk_scale s - m')``. ``window``: blocks before ``first_full`` are
+    masked too, by ``first <= key <= last``, and a row with no key yet (m' = -inf) takes its exponents against 0."""
     cols = start_n + torch.arange(s.shape[1])
-    if start_n >= full:
-        s = torch.where(cols[None, :] <= last[:, None], s, torch.tensor(-math.inf, dtype=s.dtype))
+    if start_n >= full or (window and start_n < first_full):
+        seen = (cols[None, :] <= last[:, None]) & (cols[None, :] >= first[:, None])
+        s = torch.where(seen, s, torch.tensor(-math.inf, dtype=s.dtype))
     m_new = torch.maximum(m, s.max(1).values * qk_scale)
-    p = torch.exp2(s * qk_scale - m_new[:, None])
-    alpha = torch.exp2(m - m_new)
+    m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new) if window else m_new
+    p = torch.exp2(s * qk_scale - m_use[:, None])
+    alpha = torch.exp2(m - m_use)
     return p, alpha, m_new, l * alpha + p.sum(1)
 
 
 def model_forward(q, k, v, causal: bool = False, scale: float | None = None, step: int = 3, consumers: int = 2,
-                  block_n: int = 128, p_dtype=None):  # fmt: skip
-    """Version 3's forward in PyTorch on the CPU, in the kernel's order: (o, lse) of q [B, H, Nq, D], k, v
-    [B, H, Nk, D], computed in q's dtype (use float64 to compare with a float64 reference). ``step`` 1 runs the
-    plain loop, 2 and 3 the pipelined one (the same arithmetic in another order); ``p_dtype``: round P to this dtype
-    before ``P V`` as the kernel does (None: keep q's dtype)."""
+                  block_n: int = 128, p_dtype=None, window_size=(-1, -1)):  # fmt: skip
+    """Version 3's forward in PyTorch on the CPU, in the kernel's order: (o, lse) of q [B, Hq, Nq, D], k, v
+    [B, Hkv, Nk, D] (Hkv dividing Hq: grouped-query heads, query head h reading KV head ``h // (Hq // Hkv)``),
+    computed in q's dtype (use float64 to compare with a float64 reference). ``step`` 1 runs the plain loop, 2 and 3
+    the pipelined one (the same arithmetic in another order); ``p_dtype``: round P to this dtype before ``P V`` as
+    the kernel does (None: keep q's dtype); ``window_size``: ``(left, right)``, bottom-right aligned (not with
+    ``causal``)."""
     runtime.one_of("step", step, (1, 2, 3))
     runtime.one_of("consumers", consumers, (2, 3))
     runtime.positive_int("block_n", block_n)
@@ -111,11 +150,14 @@ def model_forward(q, k, v, causal: bool = False, scale: float | None = None, ste
         runtime.require_tensor(name, t, device_check=False)  # a CPU model, whatever gpulab's device
         if t.dim() != 4:
             raise ValueError(f"{name} must be [B, H, N, D], got shape {tuple(t.shape)}.")
-    if k.shape != v.shape or k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D "
-                         f"{tuple(q.shape)}.")  # fmt: skip
+    if (k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or k.shape[1] < 1
+            or q.shape[1] % k.shape[1]):  # fmt: skip
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, Hkv, Nk, D] with q's B and D and "
+                         f"Hkv dividing q's heads, q {tuple(q.shape)}.")  # fmt: skip
+    left, right = check_window(window_size, runtime.strict_bool("causal", causal))
+    window = (left, right) != (-1, -1)
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    n_k, group = k.shape[2], h // k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
         raise ValueError(f"scale must be None or a positive number (the kernel scales the raw scores' row max), "
@@ -130,36 +172,47 @@ def model_forward(q, k, v, causal: bool = False, scale: float | None = None, ste
         qi = torch.zeros(pad, d, dtype=dt)
         qi[:n_q] = q.reshape(b * h, n_q, d)[bh]  # TMA zero-fills rows past Nq
         ki, vi = torch.zeros(kpad, d, dtype=dt), torch.zeros(kpad, d, dtype=dt)
-        ki[:n_k], vi[:n_k] = k.reshape(b * h, n_k, d)[bh], v.reshape(b * h, n_k, d)[bh]
-        for prog in programs(n_q, n_k, causal, consumers, block_n):
+        kv = bh // group  # the producer's K/V row: (b Hq + h) // group = b Hkv + h // group
+        ki[:n_k], vi[:n_k] = k.reshape(-1, n_k, d)[kv], v.reshape(-1, n_k, d)[kv]
+        for prog in programs(n_q, n_k, causal, consumers, block_n, (left, right)):
             for cid in range(consumers):
                 row0 = prog["start_m"] + 64 * cid
                 rows = row0 + torch.arange(64)
                 last = torch.minimum(rows, torch.tensor(n_k - 1)) if causal else torch.full((64,), n_k - 1)
+                first = torch.full((64,), -1)
+                if left >= 0:
+                    first = rows + (n_k - n_q - left)
+                if right >= 0:
+                    last = torch.minimum(rows + (n_k - n_q + right), torch.tensor(n_k - 1))
                 qc = qi[row0 : row0 + 64]
                 m = torch.full((64,), -math.inf, dtype=dt)
                 l = torch.zeros(64, dtype=dt)  # noqa: E741 - the paper's name
                 acc = torch.zeros(64, d, dtype=dt)
 
-                def pv(p, j, vi=vi):
-                    p = p.to(p_dtype).to(dt) if p_dtype is not None else p
-                    return p @ vi[j * block_n : (j + 1) * block_n]
+                n, lo, bounds = prog["n_blocks"], prog["lo"], (prog["first_full"], prog["full"], first, last)
 
-                n, full = prog["n_blocks"], prog["full"]
+                def pv(p, j, vi=vi, lo=lo):
+                    p = p.to(p_dtype).to(dt) if p_dtype is not None else p
+                    return p @ vi[lo + j * block_n : lo + (j + 1) * block_n]
+
+                def scores(j, ki=ki, lo=lo, qc=qc):
+                    return qc @ ki[lo + j * block_n : lo + (j + 1) * block_n].T
+
                 if step == 1:
                     for j in range(n):
-                        s = qc @ ki[j * block_n : (j + 1) * block_n].T
-                        p, alpha, m, l = _softmax_block(s, m, l, j * block_n, full, last, qk_scale)  # noqa: E741
+                        p, alpha, m, l = _softmax_block(scores(j), m, l, lo + j * block_n, *bounds, qk_scale, window)  # noqa: E741
                         acc = acc * alpha[:, None] + pv(p, j)
                 else:  # prologue, the pipelined loop (rescale, scores of j, P V of j-1, softmax of j), epilogue
-                    s = qc @ ki[:block_n].T
-                    p, alpha, m, l = _softmax_block(s, m, l, 0, full, last, qk_scale)  # noqa: E741
+                    p, alpha, m, l = _softmax_block(scores(0), m, l, lo, *bounds, qk_scale, window)  # noqa: E741
                     for j in range(1, n):
                         acc = acc * alpha[:, None]
-                        s = qc @ ki[j * block_n : (j + 1) * block_n].T
+                        s = scores(j)
                         acc = acc + pv(p, j - 1)
-                        p, alpha, m, l = _softmax_block(s, m, l, j * block_n, full, last, qk_scale)  # noqa: E741
+                        p, alpha, m, l = _softmax_block(s, m, l, lo + j * block_n, *bounds, qk_scale, window)  # noqa: E741
                     acc = acc * alpha[:, None] + pv(p, n - 1)
+                if window:  # a row that saw no key: O = 0 and LSE = 0
+                    l = torch.where(l > 0, l, torch.ones_like(l))  # noqa: E741
+                    m = torch.where(m == -math.inf, torch.zeros_like(m), m)
                 keep = rows < n_q  # the TMA store clips rows past Nq; LSE is stored under the same mask
                 bi, hi_ = divmod(bh, h)
                 o[bi, hi_, rows[keep]] = (acc / l[:, None])[keep]

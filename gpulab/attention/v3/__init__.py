@@ -7,7 +7,7 @@
 - :mod:`.backward`: the backward (one pass per key block, producer warp, two consumer warpgroups, dQ by fp32
   atomic additions) and :func:`.backward.attention_backward`, with :mod:`.backward_configs` (its steps and measured
   defaults), :mod:`.backward_launch`, :mod:`.backward_pair`, :mod:`.backward_dq`, :mod:`.backward_persistent`;
-- :mod:`.configs`: the forward's steps and measured defaults.
+- :mod:`.configs`: the forward's steps and measured defaults; :mod:`.tiles`: its tiles' rows and key bounds.
 
 Version 3 is a leaf: nothing else in gpulab imports it except the plan that chooses a version and the measuring
 code of :mod:`gpulab.attention.measure` (the benchmark parts ``python -m gpulab bench 05 v3|v3-check|v3-race|v3-tune``,

@@ -16,6 +16,7 @@ from types import MappingProxyType
 import torch
 
 from gpulab import gluon_compat, runtime
+from gpulab.attention.reference import check_window
 
 __all__ = [
     "MEASURED",
@@ -31,6 +32,10 @@ __all__ = [
     "triton_minor",
     "TESTED_TRITON",
     "register_budget",
+    "paired",
+    "constexprs",
+    "window_config",
+    "causal_like",
 ]
 
 STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
@@ -192,12 +197,17 @@ def triton_minor() -> str:
     return gluon_compat.triton_minor()
 
 
-def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tuple[bool, str]:
+def supported(q, k, v, causal: bool = False, scale: float | None = None, *, enable_gqa: bool = False,
+              window_size=(-1, -1)) -> tuple[bool, str]:  # fmt: skip
     """(True, "") when version 3 can take q, k, v here, else (False, the reason): a CUDA GPU of compute capability
     9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
-    and k, v [B, H, Nk, D], and ``scale`` None (1/sqrt(D)) or a positive number (the kernel takes the row max of the
-    raw scores, ``forward._softmax_block``). Never raises on tensors; ``causal`` must be a bool."""
+    and k, v [B, H, Nk, D] (``enable_gqa``: [B, Hkv, Nk, D] with Hkv dividing H), and ``scale`` None (1/sqrt(D)) or a
+    positive number (the kernel takes the row max of the raw scores, ``forward._softmax_block``). Never raises on
+    tensors; ``causal`` and ``enable_gqa`` must be bools, ``window_size`` a window
+    (:func:`gpulab.attention.reference.check_window`: any window runs, none together with ``causal``)."""
     runtime.strict_bool("causal", causal)
+    enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)
+    check_window(window_size, causal)
     if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
         return False, (f"version 3 takes a positive scale (it scales the raw scores' row max), got scale={scale!r}; "
                        "versions 1 and 2 take others")  # fmt: skip
@@ -218,13 +228,62 @@ def supported(q, k, v, causal: bool = False, scale: float | None = None) -> tupl
     b, h, _, d = q.shape
     if d not in (64, 128):
         return False, f"version 3 takes head dims 64 and 128, got {d}"
-    if tuple(k.shape[:2]) != (b, h) or k.shape != v.shape or k.shape[3] != d:
+    h_kv = k.shape[1] if enable_gqa and k.shape[1] > 0 and h % k.shape[1] == 0 else h
+    if tuple(k.shape[:2]) != (b, h_kv) or k.shape != v.shape or k.shape[3] != d:
+        heads = "Hkv dividing q's H" if enable_gqa else "q's H (enable_gqa=True for fewer KV heads)"
         return (
             False,
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, H, Nk, D] with q's B, H, D {tuple(q.shape)}",
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [B, Hkv, Nk, D] with q's B and D and {heads}, q "
+            f"{tuple(q.shape)}",
         )
     if q.shape[2] < 1 or k.shape[2] < 1:
         return False, "version 3 needs at least one query and one key"
     if b * h > 65535:
         return False, f"batch * heads = {b * h} is over 65535, the grid's second dimension"
     return True, ""
+
+
+def paired(is_causal: bool, cfg: V3Config, tiles: int | None = None, sms: int | None = None) -> bool:
+    """Whether the launch takes :func:`.tiles.tile`'s (longest, shortest) pairs: causal, persistent, ``cfg.pairs``, and
+    (where ``tiles`` and ``sms`` are given) more tiles than SMs: with fewer, pairs would halve the programs."""
+    runtime.strict_bool("is_causal", is_causal)
+    if not isinstance(cfg, V3Config):
+        raise TypeError(f"cfg must be a V3Config (e.g. v3_config(64, True, seq=1024)), got {type(cfg).__name__}.")
+    for name, value in (("tiles", tiles), ("sms", sms)):
+        if value is not None:
+            runtime.integer(name, value, minimum=1)
+    return bool(is_causal and cfg.persistent and cfg.pairs and (tiles is None or sms is None or tiles > sms))
+
+
+def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None = None, gqa: bool = False,
+               window_size=(-1, -1)) -> dict:  # fmt: skip
+    """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg`` (``pairs`` None:
+    :func:`paired` without sizes, for :func:`causal_like` problems), ``gqa`` (grouped-query heads: K/V rows at
+    ``bh // group``) and ``window_size`` (``(left, right)``, each bounded side a flag; the plain problem's flags are
+    all False, and its kernel is the one without any of the window's or the groups' code)."""
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
+    if pairs is None:
+        pairs = paired(causal_like(is_causal, (left, right)), cfg)
+    return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
+                CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+                QBUF=cfg.q_buffers, Q_REGS=cfg.q_regs, PAIRS=bool(pairs),
+                GQA=runtime.strict_bool("gqa", gqa), HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0)  # fmt: skip
+
+
+def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int | None = None) -> V3Config:
+    """The measured tiles (:func:`v3_config`) for a problem with ``window_size``: without a window the problem's own;
+    with one the causal problem's (both mask per row on their edge blocks) with Q read from shared memory
+    (``q_regs=False``): ptxas spills inside the key loop for a window bounded on the right only with the
+    three-consumer d=64 tiles and with d=128's ``q_regs`` (one 4-byte store and load per block), and compiles
+    every window without spills so. Not timed with windows: the tune part decides, as it did for the tables."""
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
+    if (left, right) == (-1, -1):
+        return v3_config(head_dim, is_causal, seq=seq)
+    return dataclasses.replace(v3_config(head_dim, True, seq=seq), q_regs=False)
+
+
+def causal_like(is_causal: bool, window_size=(-1, -1)) -> bool:
+    """Whether the tiles' work grows down the queries as a causal problem's (SDPA's causal mask, or a window bounded
+    on the right only): where :func:`paired` tiles may balance persistent programs."""
+    left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
+    return bool(is_causal or (left < 0 <= right))

@@ -33,9 +33,9 @@ The math is version 2's (scores in base 2, ``m' = max(m, rowmax S2)``, ``acc = a
 :mod:`gpulab.attention.measure.v3_schedule_model` replays the step-3 order (block order, the point where ``acc`` is
 rescaled, the consumers' turns) in PyTorch.
 
-Shapes: q [B, H, Nq, D], k and v [B, H, Nk, D], D in (64, 128), float16 or bfloat16; o like q, lse [B, H, Nq] float32
-(natural log), the layout version 1's and version 2's backward read. A tile is ``64 * consumers`` query rows of one
-head; consumer c owns its rows ``[64 c, 64 c + 64)``.
+Shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] (Hkv = H, or grouped-query heads), D 64 or 128, float16 or bfloat16;
+o like q, lse [B, H, Nq] float32 (natural log), as versions 1 and 2 give. A tile is ``64 * consumers`` query rows of
+one head (:mod:`.tiles`, with windows' bounds); consumer c owns its rows ``[64 c, 64 c + 64)``.
 
 Entry points for the version chooser: :func:`supported` (may version 3 run these inputs here?) and
 :func:`attention_forward` (``(o, lse)``, version 2's contract).
@@ -59,10 +59,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gpulab import gluon_compat as compat
-from gpulab import runtime
 from gpulab.attention import sm90
-from gpulab.attention.reference import default_scale
-from gpulab.attention.v3 import launch
+from gpulab.attention.reference import check_window, default_scale
+from gpulab.attention.v3 import launch, tiles
 from gpulab.attention.v3.configs import (
     MEASURED,
     MEASURED_SHORT,
@@ -71,9 +70,13 @@ from gpulab.attention.v3.configs import (
     STEPS,
     TESTED_TRITON,
     V3Config,
+    causal_like,
+    constexprs,
+    paired,
     short_n,
     supported,
     v3_config,
+    window_config,
 )
 
 __all__ = [
@@ -85,6 +88,8 @@ __all__ = [
     "STEPS",
     "V3Config",
     "paired",
+    "window_config",
+    "causal_like",
     "v3_config",
     "supported",
     "attention_forward",
@@ -111,59 +116,26 @@ LN2 = 0.6931471805599453
 
 
 @gluon.jit
-def _tile(tile, n_q, n_k, n_bh, ROWS: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
-          PAIRS: gl.constexpr):  # fmt: skip
-    """Tile index -> (bh, start_m, n_blocks, full): the head, the first query row, the key blocks it needs (causal:
-    up to its last row) and the first key index whose block needs a mask. A head's tiles are neighbours (programs
-    running at once share its K and V in L2); causal, each head's longest tile first. (Every head's longest tiles
-    first, version 2's persistent order, ran d=128 causal N=1024 about 20% slower: tiles of different heads
-    running at once read more K/V than L2 holds.)
-
-    ``PAIRS`` (persistent, causal): ``tile`` is ``pid + k * programs``, the program's k-th tile; the program takes
-    units ``u = pid, pid + programs, ...``, unit u being head ``u // ceil(n_m / 2)``'s tiles ``n_m' - 1 - i`` then
-    ``i`` (``i = u % ceil(n_m / 2)``, ``n_m'`` = n_m rounded up to even): n_m' + 1 key blocks per unit whatever i,
-    so static round-robin stays even. With n_m odd the unit i = 0 holds the tile past the last (all rows past Nq:
-    one key block, nothing stored). :func:`gpulab.attention.measure.v3_schedule_model.persistent_tiles` mirrors this."""
-    n_m = gl.cdiv(n_q, ROWS)
-    if PAIRS:
-        half_m = (n_m + 1) // 2
-        k = (tile - gl.program_id(0)) // gl.num_programs(0)
-        u = gl.program_id(0) + (k // 2) * gl.num_programs(0)
-        i = u % half_m
-        first = 1 - k % 2
-        pid_m = i + first * (2 * half_m - 1 - 2 * i)
-        bh = u // half_m
-    else:
-        pid_m = tile % n_m
-        if IS_CAUSAL:
-            pid_m = n_m - 1 - pid_m
-        bh = tile // n_m
-    start_m = pid_m * ROWS
-    hi = n_k
-    full = (n_k // BLOCK_N) * BLOCK_N
-    if IS_CAUSAL:
-        hi = gl.minimum(n_k, start_m + ROWS)
-        full = gl.minimum(full, ((start_m + 1) // BLOCK_N) * BLOCK_N)
-    if PAIRS:  # the tile past the last (n_m odd): one key block
-        real = (start_m < n_q).to(gl.int32)
-        hi = real * hi + (1 - real)
-    return bh, start_m, gl.cdiv(hi, BLOCK_N), full
-
-
-@gluon.jit
-def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr):  # fmt: skip
+def _producer(descs, bufs, bars, n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr,
+              PAIRS: gl.constexpr, GQA: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
     """One warp: per tile, the consumers' Q tiles (once each has stored its previous output), then K and V block by
-    block into the ring. The g-th K/V block overall goes to stage ``g % STAGES`` once every consumer released that
-    stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having completed the phase before
-    0, so the first lap waits on parity 1 and passes)."""
+    block into the ring, from the tile's first key ``lo`` on. With grouped-query heads (``GQA``) q's row
+    ``bh = b Hq + h`` reads k's and v's row ``bh // group = b Hkv + h // group`` (Hq = group Hkv): SDPA's KV head
+    ``h // (Hq // Hkv)``, nothing copied. The g-th K/V block overall goes to stage ``g % STAGES`` once every
+    consumer released that stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having
+    completed the phase before 0, so the first lap waits on parity 1 and passes)."""
     q_desc, k_desc, v_desc = descs
     q_smem, k_smem, v_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
     it = 0
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
+        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
+            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        kv_bh = bh
+        if GQA:
+            kv_bh = bh // group
         qb = (tile_i % QBUF) * CONSUMERS
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
@@ -176,21 +148,38 @@ def _producer(descs, bufs, bars, n_q, n_k, n_bh, n_tiles, CONSUMERS: gl.constexp
             phase = (g // STAGES) & 1
             mbarrier.wait(k_empty.index(s), phase ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            compat.async_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            compat.async_load(k_desc, [kv_bh, lo + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.wait(v_empty.index(s), phase ^ 1)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            compat.async_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+            compat.async_load(v_desc, [kv_bh, lo + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
         it += n_blocks
         tile_i += 1
 
 
 @gluon.jit
-def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: gl.constexpr):
+def _softmax_block(s, m_i, l_i, start_n, first_full, full, first, last, qk_scale, cols, s_layout: gl.constexpr,
+                   HAS_LEFT: gl.constexpr, WINDOW: gl.constexpr):  # fmt: skip
     """Block ``start_n``'s scores ``s`` [64, BLOCK_N] (fp32, raw) -> (P in fp32, alpha, m', l'), with m in scaled
     base-2 units. Blocks at or past ``full`` get the mask ``key <= last[row]`` (causal diagonal and the ragged end
     of the keys). The scale is folded into the exponent, ``P = 2^(c S - m')`` (one fused multiply-add per score
     instead of a multiply and a subtraction): the row max is taken over the raw scores and then scaled, which is
-    the max of the scaled scores for ``c > 0`` only (:func:`supported` asks for a positive scale)."""
+    the max of the scaled scores for ``c > 0`` only (:func:`supported` asks for a positive scale).
+
+    ``WINDOW``: blocks before ``first_full`` are masked too, also by ``first[row] <= key`` (``HAS_LEFT``); a row that
+    saw no key yet (m' = -inf) takes its exponents against 0: P = alpha = 0, not NaN (version 1's guard)."""
+    if WINDOW:
+        if (start_n < first_full) | (start_n >= full):
+            key = (start_n + cols)[None, :]
+            seen = key <= last
+            if HAS_LEFT:
+                seen = seen & (key >= first)
+            s = gl.where(seen, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s * qk_scale - m_use[:, None])
+        alpha = gl.exp2(m_i - m_use)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, m_new, l_i
     if start_n >= full:
         s = gl.where((start_n + cols)[None, :] <= last, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0 (causal or not)
@@ -201,11 +190,13 @@ def _softmax_block(s, m_i, l_i, start_n, full, last, qk_scale, cols, s_layout: g
 
 
 @gluon.jit
-def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr,
-              PAIRS: gl.constexpr, Q_REGS: gl.constexpr):  # fmt: skip
-    """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``."""
+              PAIRS: gl.constexpr, Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``. A window: row i sees
+    keys ``[i + off - left, i + off + right]`` (``off = Nk - Nq``); a row seeing none gets O = 0, LSE = 0."""
+    WINDOW: gl.constexpr = HAS_LEFT or HAS_RIGHT
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])  # fmt: skip
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -223,10 +214,18 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
     tt = 0  # turns taken so far
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
+        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
+            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
-        if IS_CAUSAL:
+        first = 0  # the first key each row sees (a window bounded on the left), and the last
+        if WINDOW:  # [64, 1] where that side is bounded
+            last = n_k - 1
+            if HAS_LEFT:
+                first = (rows + (n_k - n_q - left))[:, None]
+            if HAS_RIGHT:
+                last = gl.minimum(rows + (n_k - n_q + right), n_k - 1)[:, None]
+        elif IS_CAUSAL:
             last = gl.minimum(rows, n_k - 1)[:, None]  # [64, 1]: the last key each row sees
         else:
             last = n_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
@@ -248,7 +247,8 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                 s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s,))
                 mbarrier.arrive(k_empty.index(st), count=1)
-                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N, full, last, qk_scale, cols, s_layout)
+                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
+                                                    qk_scale, cols, s_layout, HAS_LEFT, WINDOW)  # fmt: skip
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
                 mbarrier.wait(v_ready.index(st), phase)
                 acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
@@ -274,10 +274,13 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
             # of the tile loop and spills them across the key loop (ptxas -v: ~100 bytes).
             if IS_CAUSAL:  # the mask depends on the tile's rows: nothing to hoist
                 start0 = 0
+            elif WINDOW:  # the tile's first key
+                start0 = lo
             else:
                 start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
                                                    pack=1) - it  # fmt: skip
-            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, full, last, qk_scale, cols, s_layout)
+            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, first_full, full, first, last, qk_scale, cols,
+                                                s_layout, HAS_LEFT, WINDOW)  # fmt: skip
             # P crosses each iteration already rounded to the operand dtype (p_op [64, BLOCK_N], half the registers
             # of fp32 P): converted at the top of the next iteration instead, the fp32 P lived across the loop's
             # back edge, and ptxas spilled (d=64 with three consumers at 160 registers: 96 bytes of loop state; the
@@ -304,7 +307,8 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
                 mbarrier.arrive(k_empty.index(st), count=1)  # block j's keys read; the producer may refill
                 if STEP == 2:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
-                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N, full, last, qk_scale, cols, s_layout)
+                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
+                                                    qk_scale, cols, s_layout, HAS_LEFT, WINDOW)  # fmt: skip
                 if STEP == 3:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
                 mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
@@ -321,9 +325,13 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
         # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
         # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
         # The tile's head and rows are recomputed here rather than kept live across the key loop (registers).
-        bh, start_m, n_blocks, full = _tile(tile, n_q, n_k, n_bh, 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS)
+        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
+            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
+        if WINDOW:  # a row that saw no key (l = 0, m = -inf): O = 0 / 1 and LSE = 0
+            l_i = gl.where(l_i > 0.0, l_i, 1.0)
+            m_i = gl.where(m_i == float("-inf"), 0.0, m_i)
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         q_buf.store((acc / l_o[:, None]).to(dtype))
         fence_async_shared()
@@ -337,42 +345,47 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
 
 
 @gluon.jit
-def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+              0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
+              HAS_RIGHT)  # fmt: skip
 
 
 @gluon.jit
-def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+              1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
+              HAS_RIGHT)  # fmt: skip
 
 
 @gluon.jit
-def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
+def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+              2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
+              HAS_RIGHT)  # fmt: skip
 
 
-@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh"])  # one compile per config, whatever the sizes
+@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "left", "right"])  # one compile per config, any sizes
 def attention_forward_v3_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, qk_scale,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, group, left, right, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    QBUF: gl.constexpr, PAIRS: gl.constexpr, Q_REGS: gl.constexpr,
+    QBUF: gl.constexpr, PAIRS: gl.constexpr, Q_REGS: gl.constexpr, GQA: gl.constexpr, HAS_LEFT: gl.constexpr,
+    HAS_RIGHT: gl.constexpr,
 ):  # fmt: skip
-    """Version 3 forward. Descriptors over q, o [B*H, Nq, D] (blocks [1, 64, D]) and k, v [B*H, Nk, D] (blocks
-    [1, BLOCK_N, D]); lse [B*H, Nq] fp32. Grid: (tiles,) or, persistent, (SMs,); a tile is 64 * CONSUMERS rows."""
-    if PAIRS:  # this program's units of two tiles (:func:`_tile`): tiles pid, pid + programs, ... below n_tiles
+    """Version 3 forward. Descriptors over q, o [B*Hq, Nq, D] (blocks [1, 64, D]) and k, v [B*Hkv, Nk, D] (blocks
+    [1, BLOCK_N, D]); lse [B*Hq, Nq] fp32; ``n_bh = B * Hq``; ``group = Hq / Hkv`` (read with ``GQA``), the window's
+    ``left`` / ``right`` (with ``HAS_LEFT`` / ``HAS_RIGHT``). Grid: (tiles,) or, persistent, (SMs,)."""
+    if PAIRS:  # this program's units of two tiles (:func:`.tiles.tile`): tiles pid, pid + programs, ... below n_tiles
         n_units = (gl.cdiv(n_q, 64 * CONSUMERS) + 1) // 2 * n_bh
         n_tiles = gl.program_id(0) + 2 * gl.cdiv(n_units - gl.program_id(0), gl.num_programs(0)) * gl.num_programs(0)
     else:
@@ -407,19 +420,23 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
+                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
+                              HAS_LEFT, HAS_RIGHT)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
+                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
+                              HAS_LEFT, HAS_RIGHT)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
+                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
+                              HAS_LEFT, HAS_RIGHT)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
+                             n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
+                             IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -429,15 +446,18 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
+                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
+                              HAS_LEFT, HAS_RIGHT)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, n_tiles, qk_scale,
-                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS)),
+                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
+                              HAS_LEFT, HAS_RIGHT)),
                 (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
                              (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, n_tiles, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL, QBUF, PAIRS)),
+                             n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
+                             IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -455,27 +475,6 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 def smem_layout(block: tuple[int, int, int], dtype: torch.dtype):
     """The NVMMA shared layout of a [1, rows, D] TMA block (128-byte swizzle for D >= 64 at 16 bits)."""
     return gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
-
-
-def paired(is_causal: bool, cfg: V3Config, tiles: int | None = None, sms: int | None = None) -> bool:
-    """Whether the launch takes :func:`_tile`'s (longest, shortest) pairs: causal, persistent, ``cfg.pairs``, and
-    (where ``tiles`` and ``sms`` are given) more tiles than SMs: with fewer, pairs would halve the programs."""
-    runtime.strict_bool("is_causal", is_causal)
-    if not isinstance(cfg, V3Config):
-        raise TypeError(f"cfg must be a V3Config (e.g. v3_config(64, True, seq=1024)), got {type(cfg).__name__}.")
-    for name, value in (("tiles", tiles), ("sms", sms)):
-        if value is not None:
-            runtime.integer(name, value, minimum=1)
-    return bool(is_causal and cfg.persistent and cfg.pairs and (tiles is None or sms is None or tiles > sms))
-
-
-def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None = None) -> dict:
-    """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg`` (``pairs`` None:
-    :func:`paired` without sizes)."""
-    return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
-                CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                QBUF=cfg.q_buffers, Q_REGS=cfg.q_regs,
-                PAIRS=paired(is_causal, cfg) if pairs is None else bool(pairs))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -496,22 +495,23 @@ class _Plan:
     """One signature's launch, worked out once: sizes, grid, scale, the constexprs, and after the first launch the
     compiled kernel's raw launch on the plan's device."""
 
-    __slots__ = ("cfg", "causal", "d", "n_q", "n_k", "bh", "lse_shape", "qk_scale", "grid", "constexprs",
-                 "layouts", "device", "raw")  # fmt: skip
+    __slots__ = ("cfg", "causal", "d", "n_q", "n_k", "bh", "kv_bh", "group", "window", "lse_shape", "qk_scale",
+                 "grid", "constexprs", "layouts", "device", "raw")  # fmt: skip
 
-    def __init__(self, q, k, causal: bool, scale: float, cfg: V3Config):
+    def __init__(self, q, k, causal: bool, scale: float, cfg: V3Config, window=(-1, -1)):
         b, h, self.n_q, self.d = q.shape
         self.n_k = k.shape[2]
-        self.bh = b * h
+        self.bh, self.kv_bh = b * h, b * k.shape[1]  # the rows of q's and of k's [B*H, N, D] views
+        self.group, self.window = h // k.shape[1], window
         self.lse_shape = (b, h, self.n_q)
         self.cfg, self.causal, self.qk_scale = cfg, causal, scale * LOG2E
-        tiles = triton.cdiv(self.n_q, 64 * cfg.consumers) * self.bh
+        n_tiles = triton.cdiv(self.n_q, 64 * cfg.consumers) * self.bh
         sms = sm90.sm_count(q.device.index)
-        pairs = paired(causal, cfg, tiles, sms)
-        if pairs:  # units of two tiles (:func:`_tile`)
-            tiles = (triton.cdiv(self.n_q, 64 * cfg.consumers) + 1) // 2 * self.bh
-        self.grid = min(tiles, sms) if cfg.persistent else tiles
-        self.constexprs = constexprs(self.d, causal, cfg, pairs)
+        pairs = paired(causal_like(causal, window), cfg, n_tiles, sms)
+        if pairs:  # units of two tiles (:func:`.tiles.tile`)
+            n_tiles = (triton.cdiv(self.n_q, 64 * cfg.consumers) + 1) // 2 * self.bh
+        self.grid = min(n_tiles, sms) if cfg.persistent else n_tiles
+        self.constexprs = constexprs(self.d, causal, cfg, pairs, self.group > 1, window)
         self.layouts = smem_layouts(self.d, cfg.block_n, q.dtype)
         self.device = q.device.index
         self.raw = None
@@ -519,64 +519,71 @@ class _Plan:
     def launch(self, q, k, v, o, lse, raw: bool = True) -> None:
         """``raw``: through :class:`gpulab.attention.v3.launch.RawLaunch` after the first call (False: Triton's
         ``kernel[grid](...)`` every call, the path the benchmark's host-overhead comparison times against)."""
-        n_q, n_k, d, bh = self.n_q, self.n_k, self.d, self.bh
+        n_q, n_k, d, bh, kv_bh = self.n_q, self.n_k, self.d, self.bh, self.kv_bh
+        sizes = (n_q, n_k, bh, self.group, *self.window)
         if raw and self.raw is not None and launch.RawLaunch.usable():
             q_shape, q_strides = (bh, n_q, d), (n_q * d, d, 1)
-            kv_shape, kv_strides = (bh, n_k, d), (n_k * d, d, 1)
+            kv_shape, kv_strides = (kv_bh, n_k, d), (n_k * d, d, 1)
             descs = ((q.data_ptr(), q_shape, q_strides), (k.data_ptr(), kv_shape, kv_strides),
                      (v.data_ptr(), kv_shape, kv_strides), (o.data_ptr(), q_shape, q_strides))  # fmt: skip
-            rest = (lse, n_q, n_k, bh, self.qk_scale, *self.constexprs.values())
+            rest = (lse, *sizes, self.qk_scale, *self.constexprs.values())
             self.raw.launch(self.grid, torch._C._cuda_getCurrentRawStream(self.device), descs, rest)
             return
         q_layout, kv_layout = self.layouts
         block_n = self.cfg.block_n
         q_desc = TensorDescriptor(q, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
         o_desc = TensorDescriptor(o, [bh, n_q, d], [n_q * d, d, 1], [1, 64, d], q_layout)
-        k_desc = TensorDescriptor(k, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
-        v_desc = TensorDescriptor(v, [bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        k_desc = TensorDescriptor(k, [kv_bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
+        v_desc = TensorDescriptor(v, [kv_bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
         compiled = attention_forward_v3_kernel[(self.grid,)](
-            q_desc, k_desc, v_desc, o_desc, lse, n_q, n_k, bh, self.qk_scale,
+            q_desc, k_desc, v_desc, o_desc, lse, *sizes, self.qk_scale,
             num_warps=4, maxnreg=self.cfg.maxnreg, **self.constexprs,
         )  # fmt: skip
         if self.raw is None and compiled is not None:
             self.raw = launch.RawLaunch.of(compiled, TENSOR_MAPS)
 
 
-def _plan(q, k, v, causal, scale, cfg) -> _Plan:
+def _plan(q, k, v, causal, scale, cfg, enable_gqa, window_size) -> _Plan:
     """The checks of a first call (ValueError / TypeError on what version 3 cannot run) and its :class:`_Plan`."""
-    ok, why = supported(q, k, v, causal, scale)
+    ok, why = supported(q, k, v, causal, scale, enable_gqa=enable_gqa, window_size=window_size)
     if not ok:
         raise ValueError(f"version 3 cannot run this input: {why}.")
     scale = default_scale(q.shape[3], scale)
-    cfg = cfg or v3_config(q.shape[3], causal, seq=q.shape[2])
+    window = check_window(window_size, causal)
+    cfg = cfg or window_config(q.shape[3], causal, window, seq=q.shape[2])
     if not isinstance(cfg, V3Config):
         raise TypeError(f"cfg must be a V3Config or None, got {type(cfg).__name__}.")
-    return _Plan(q, k, causal, scale, cfg)
+    return _Plan(q, k, causal, scale, cfg, window)
 
 
 def attention_forward(
-    q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None, *, raw_launch: bool = True
-):
+    q, k, v, causal: bool = False, scale: float | None = None, cfg: V3Config | None = None, *, raw_launch: bool = True,
+    enable_gqa: bool = False, window_size=(-1, -1),
+):  # fmt: skip
     """Version 3's forward: ``(o, lse)`` with o [B, H, Nq, D] in q's dtype and lse [B, H, Nq] float32 (natural log),
     the contract of version 2's forward. ``scale`` None means 1/sqrt(D). Raises ValueError where :func:`supported`
-    says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view).
+    says no. Non-contiguous inputs are copied first (TMA reads a contiguous [B*H, N, D] view). ``enable_gqa``: k and
+    v may have Hkv heads, Hkv dividing Hq (query head h reads KV head ``h // (Hq // Hkv)``, SDPA's); ``window_size``:
+    ``(left, right)`` bottom-right aligned, -1 unbounded (FlashAttention's; not with ``causal``). A row that sees no
+    key gets O = 0 and LSE = 0 (version 1's and the reference's).
 
-    A call whose shapes, dtypes, devices, ``causal``, ``scale`` and ``cfg`` were seen before skips the checks and
-    the planning (:data:`_PLANS`), and launches through the kept compiled kernel with cached tensor maps
-    (:data:`TENSOR_MAPS`, :mod:`gpulab.attention.v3.launch`); ``raw_launch=False`` launches through Triton's
-    ``kernel[grid](...)`` every call instead (the host-overhead baseline the benchmark times)."""
+    A call whose shapes, dtypes, devices, ``causal``, ``scale``, ``cfg``, ``enable_gqa`` and ``window_size`` were seen
+    before skips the checks and the planning (:data:`_PLANS`), and launches through the kept compiled kernel with
+    cached tensor maps (:data:`TENSOR_MAPS`, :mod:`gpulab.attention.v3.launch`); ``raw_launch=False`` launches
+    through Triton's ``kernel[grid](...)`` every call instead (the host-overhead baseline the benchmark times)."""
     key = None
-    if causal.__class__ is bool:
+    if causal.__class__ is bool and enable_gqa.__class__ is bool and window_size.__class__ is tuple:
         try:
             key = (q.__class__, q.shape, q.dtype, q.device, k.__class__, k.shape, k.dtype, k.device,
-                   v.__class__, v.shape, v.dtype, v.device, causal, scale, cfg)  # fmt: skip
+                   v.__class__, v.shape, v.dtype, v.device, causal, scale, cfg, enable_gqa,
+                   tuple((w.__class__, w) for w in window_size))  # fmt: skip
             hash(key)
         except (AttributeError, TypeError):  # not tensors, or an unhashable argument: the checks say which
             key = None
     if key is None:
-        plan = _plan(q, k, v, causal, scale, cfg)
+        plan = _plan(q, k, v, causal, scale, cfg, enable_gqa, window_size)
     else:
-        plan = _PLANS.get(key, lambda: _plan(q, k, v, causal, scale, cfg))
+        plan = _PLANS.get(key, lambda: _plan(q, k, v, causal, scale, cfg, enable_gqa, window_size))
     if not (q.is_contiguous() and q.data_ptr() % 16 == 0):
         q = q.contiguous()
     if not (k.is_contiguous() and k.data_ptr() % 16 == 0):

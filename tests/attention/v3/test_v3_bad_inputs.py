@@ -5,7 +5,7 @@ import torch
 
 from gpulab.attention.measure import v3_compile_check as compile_check
 from gpulab.attention.measure import v3_schedule_model as schedule_model
-from gpulab.attention.v3 import configs, forward
+from gpulab.attention.v3 import configs, forward, tiles
 
 Z = torch.zeros(1, 1, 8, 64, dtype=torch.float64)
 
@@ -50,6 +50,33 @@ CASES = [
     ("programs consumers", lambda: schedule_model.programs(8, 8, False, consumers=1), ValueError),
     ("persistent_tiles n_programs", lambda: schedule_model.persistent_tiles(8, 8, 0), ValueError),
     ("persistent_tiles pairs", lambda: schedule_model.persistent_tiles(8, 8, 4, pairs="yes"), TypeError),
+    ("tile_bounds n_k", lambda: schedule_model.tile_bounds(0, 8, 0), ValueError),
+    ("tile_bounds window", lambda: schedule_model.tile_bounds(0, 8, 8, window_size=(-2, 0)), ValueError),
+    ("tile_bounds causal window", lambda: schedule_model.tile_bounds(0, 8, 8, causal=True, window_size=(4, 0)),
+     ValueError),
+    ("model_forward heads", lambda: schedule_model.model_forward(Z.expand(1, 3, 8, 64), Z.expand(1, 2, 8, 64),
+                                                                 Z.expand(1, 2, 8, 64)), ValueError),
+    ("model_forward window", lambda: schedule_model.model_forward(Z, Z, Z, window_size=(1, 2, 3)), TypeError),
+    ("model_forward causal window", lambda: schedule_model.model_forward(Z, Z, Z, True, window_size=(4, 0)),
+     ValueError),
+    ("window_config window", lambda: configs.window_config(128, False, (-3, 0)), ValueError),
+    ("window_config causal", lambda: configs.window_config(128, True, (8, 0)), ValueError),
+    ("window_config head_dim", lambda: configs.window_config(96, False, (8, 0)), ValueError),
+    ("causal_like window", lambda: configs.causal_like(False, "full"), TypeError),
+    ("causal_like is_causal", lambda: configs.causal_like(1, (-1, -1)), TypeError),
+    ("constexprs gqa", lambda: configs.constexprs(128, False, forward.V3Config(), gqa=2), TypeError),
+    ("constexprs window", lambda: configs.constexprs(128, False, forward.V3Config(), window_size=(0.5, 0)),
+     TypeError),
+    ("supported enable_gqa", lambda: forward.supported(Z, Z, Z, enable_gqa=1), TypeError),
+    ("supported window", lambda: forward.supported(Z, Z, Z, window_size=(-2, -1)), ValueError),
+    ("supported causal window", lambda: forward.supported(Z, Z, Z, True, window_size=(3, 0)), ValueError),
+    ("attention_forward window", lambda: forward.attention_forward(Z, Z, Z, window_size=(3,)), TypeError),
+    ("tile_table n_q", lambda: tiles.tile_table(0, 8, 1), ValueError),
+    ("tile_table pairs without programs", lambda: tiles.tile_table(8, 8, 1, pairs=True), ValueError),
+    ("tile_table programs", lambda: tiles.tile_table(8, 8, 1, programs=0), ValueError),
+    ("tile_table window", lambda: tiles.tile_table(8, 8, 1, window_size=(0, -5)), ValueError),
+    ("compile_sm90 window", lambda: compile_check.structures_in_fresh_process([dict(d=64, causal=True,
+                                                                                   window=(3, 0))]), ValueError),
 ]  # fmt: skip
 
 

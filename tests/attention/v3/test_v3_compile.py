@@ -38,27 +38,47 @@ rounded to bf16/fp16 (an fp32 P across the back edge spilled 96 bytes of loop st
 160 registers, d=64, and 4-12 bytes in the d=128 causal kernels)."""
 
 
+VARIANTS = {  # name: (head dim, causal, query length, window, grouped-query heads)
+    "d128 gqa window (8, 0)": (128, False, None, (8, 0), True),
+    "d128 window (-1, 0)": (128, False, None, (-1, 0), False),
+    "d128 short window (3, 7)": (128, False, 1024, (3, 7), False),
+    "d128 causal gqa": (128, True, None, (-1, -1), True),
+    "d64 window (-1, 4)": (64, False, None, (-1, 4), False),
+    "d64 gqa window (200, -1)": (64, False, None, (200, -1), True),
+    "d64 short gqa window (-1, 0)": (64, False, 1024, (-1, 0), True),
+    "d64 gqa": (64, False, None, (-1, -1), True),
+}
+"""Grouped-query heads and windows: the kernel's constexpr variants (``GQA``, ``HAS_LEFT``, ``HAS_RIGHT``) with the
+tiles :func:`~gpulab.attention.v3.configs.window_config` gives them, held to the plain kernels' structure: the same
+wgmma schedule, no spills, no local memory in the key loop. (The plain kernels' PTX is the same as before the
+variants existed but for three unused parameters: the window's and the groups' code is all behind the flags.)"""
+
+
 @functools.lru_cache(maxsize=1)
 def _structures() -> dict:
     configs = []
-    for name in [*CASES, *Q_REGS]:
+    for name in [*CASES, *Q_REGS, *VARIANTS]:
         cfg = _config(name)
-        d, causal = (CASES.get(name) or Q_REGS[name])[:2]
-        configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=dataclasses.asdict(cfg)))
-    return dict(zip([*CASES, *Q_REGS], compile_check.structures_in_fresh_process(configs)))
+        d, causal = (CASES.get(name) or Q_REGS.get(name) or VARIANTS[name])[:2]
+        window, gqa = VARIANTS[name][3:] if name in VARIANTS else ((-1, -1), False)
+        configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=dataclasses.asdict(cfg), window=window, gqa=gqa))
+    return dict(zip([*CASES, *Q_REGS, *VARIANTS], compile_check.structures_in_fresh_process(configs)))
 
 
 def _config(name) -> forward.V3Config:
     if name in Q_REGS:
         d, causal = Q_REGS[name]
         return dataclasses.replace(forward.v3_config(d, causal), q_regs=True)
+    if name in VARIANTS:
+        d, causal, seq, window, _ = VARIANTS[name]
+        return forward.window_config(d, causal, window, seq)
     d, causal, step, seq = CASES[name]
     return forward.v3_config(d, causal, step, seq)
 
 
-@pytest.mark.parametrize("name", [*CASES, *Q_REGS])
+@pytest.mark.parametrize("name", [*CASES, *Q_REGS, *VARIANTS])
 def test_structure(name):
-    d = (CASES.get(name) or Q_REGS[name])[0]
+    d = (CASES.get(name) or Q_REGS.get(name) or VARIANTS[name])[0]
     cfg = _config(name)
     s = _structures()[name]
     # wgmma.mma_async per consumer: a Q K^T is D/16 instructions (K = 16 each), a P V is BLOCK_N/16. Step 1 has one
@@ -79,4 +99,5 @@ def test_structure(name):
     buffers = 2 * d * (64 * cfg.consumers * cfg.q_buffers + 2 * cfg.stages * cfg.block_n)
     assert buffers <= s["shared"] <= SMEM_LIMIT, s["shared"]
     assert s["spill_stores"] == 0 and s["spill_loads"] == 0 and s["stack"] == 0, s["ptxas"]
+    assert all(loop == [0, 0] for loop in s["loop_local"]), s["loop_local"]  # no STL/LDL in any key loop
     assert s["tma_loads"] >= 3 and s["tma_stores"] >= 1  # Q, K, V copies in; O out through TMA
