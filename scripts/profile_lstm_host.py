@@ -96,6 +96,8 @@ def _syncs(step):
     sites = collections.Counter()
 
     def show(message, category, filename, lineno, file=None, line=None):
+        if "is a prototype feature" in str(message):  # torch's note on turning the mode on, not a sync
+            return
         stack = "".join(traceback.format_stack(limit=12)[:-1])
         sites[f"{message}\n{stack}"] += 1
 
