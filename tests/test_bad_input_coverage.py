@@ -126,6 +126,8 @@ ALLOWED = {
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
     "gpulab.rnn.fused.measure.lstm_grid.lstm_grid": "a benchmark part: its arguments are the progress wrapper and a "
     "time budget in seconds",
+    "gpulab.rnn.fused.measure.lstm_tiles.lstm_tiles": "a benchmark part: its arguments are the progress wrapper and a "
+    "time budget in seconds",
     "gpulab.bench.index.read_index": _STORED,
     "gpulab.bench.index.entries": _STORED,
     "gpulab.gluon_compat.tma_descriptor_encoder": "internal: called by version 3's launch with Triton's driver utils",
