@@ -10,8 +10,8 @@ g TILES .. g TILES + TILES - 1) in turn within each step, so a launch is P x hea
 - each tile's carried dc lives in shared memory ([TILES, BLOCK_U, BLOCK_B] fp32; each thread reads back what it
   wrote); db (``SUM_DB``) is summed over all of the program's tiles in one set of registers;
 - each tile has its own slabs of shares (as b4's batch tiles have): part[slot][tile, n, q] [DH, BLOCK_B];
-- the next tile's inputs are loaded before this tile's product (their trip overlaps it), tile 0's of step t-1 while
-  the program waits;
+- the next tile's inputs are loaded before this tile's cell and product (their trip overlaps them), tile 0's of
+  step t-1 while the program waits;
 - the grid barrier is once per step, after the last tile (every tile's shares of dh_{t-1} pushed).
 
 Per step t = T-1 .. 0, program (p, n, g), for k = 0 .. TILES - 1 (rows (g TILES + k) BLOCK_B ..), as b4:
