@@ -101,6 +101,7 @@ LESSONS: list[Lesson] = [
         parts={
             "versions": "gpulab.rnn.fused.measure.versions_bench:versions",
             "lstm-grid": "gpulab.rnn.fused.measure.lstm_grid:lstm_grid",
+            "lstm-tiles": "gpulab.rnn.fused.measure.lstm_tiles:lstm_tiles",
         },
     ),
     Lesson(

@@ -31,6 +31,9 @@ ALLOWED = {
                 "r_offsets",
                 "h_pointers",
                 "gate_inputs",
+                "rt_tile",
+                "push_share",
+                "gather_shares",
                 "grid_arrive",
                 "grid_wait",
                 "barrier_base",
@@ -127,6 +130,8 @@ ALLOWED = {
     "gpulab.attention.varlen.AuxRequest": _RECORD,
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
     "gpulab.rnn.fused.measure.lstm_grid.lstm_grid": "a benchmark part: its arguments are the progress wrapper and a "
+    "time budget in seconds",
+    "gpulab.rnn.fused.measure.lstm_tiles.lstm_tiles": "a benchmark part: its arguments are the progress wrapper and a "
     "time budget in seconds",
     "gpulab.bench.index.read_index": _STORED,
     "gpulab.bench.index.entries": _STORED,

@@ -21,3 +21,20 @@ def test_one_case_is_checked_then_timed_on_both_clocks():
     (r,) = out
     assert r.params["check"] == "ok" and r.provider == "gpulab fp16" and r.status == "ok"
     assert r.ms > 0 and r.wall_ms > 0 and r.flops > 0 and r.shape == [1, 2, 16]
+
+
+def test_lstm_tiles_is_lesson_6s_part_checks_each_path_and_honours_its_budget():
+    """``bench 06 lstm-tiles``: registered; on CPU its tiny case checks and times the shipped path and the 'gluon
+    tiles' experiment (no Gluon here: the shipped loops), both clocks; nothing begins past the budget."""
+    from gpulab.rnn.fused.measure import lstm_tiles
+
+    assert lessons.benchmark("06", "lstm-tiles") is lstm_tiles.lstm_tiles
+    out = lstm_tiles.lstm_tiles(budget_s=1e-9)
+    assert [r.status for r in out] == ["skipped: time budget"] * len(out) and len(out) >= 1
+    if runtime.on_gpu():
+        return
+    out = lstm_tiles.lstm_tiles()
+    assert [r.provider for r in out] == ["gpulab fp16 shipped", "gpulab fp16 tiles"]
+    for r in out:
+        assert r.params["check"] == "ok" and r.status == "ok" and r.params["path"] == "shipped"
+        assert r.ms > 0 and r.wall_ms > 0 and r.flops > 0

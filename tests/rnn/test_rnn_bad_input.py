@@ -14,6 +14,7 @@ from gpulab.rnn.fused import (
     gluon_ops,
     gluon_tiles,
     plan,
+    split_gluon_backward_tiles,
     split_gluon_tiles,
     split_tiling,
     tiles,
@@ -70,6 +71,10 @@ H = torch.zeros(2, 2, 8)
 R1 = bench.Result(lesson="05", case="c", ms=1.0)
 G = torch.zeros(3)
 LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
+
+B4_IN = (torch.zeros(2, 3, 2, 1, 64), torch.zeros(3, 2, 4, 1, 64), torch.zeros(2, 3, 2, 1, 64),
+         torch.zeros(2, 3, 1, 1, 64), torch.zeros(4, 1, 64, 64))  # fmt: skip
+"""d_out, gates, out, states, R of a backward: B 3, T 2, one head of 64 (float32)."""
 
 SASS_ROWS = [{"shared_bytes": {}}]
 V6_TILE = gluon_tiles.V6Config()
@@ -240,6 +245,44 @@ CASES = [
         TypeError,
         "16-bit",
     ),
+    ("b4_tiles_config-tiles", lambda: split_gluon_backward_tiles.b4_tiles_config(768, tiles=17), ValueError, "tiles"),
+    ("b4_tiles_config-head_dim", lambda: split_gluon_backward_tiles.b4_tiles_config(100), ValueError, "head_dim"),
+    (
+        "b4_tiles_config-registers",
+        lambda: split_gluon_backward_tiles.b4_tiles_config(1024, 32, 16, 8),
+        ValueError,
+        "registers",
+    ),
+    (
+        "split_backward_tiles-cfg",
+        lambda: split_gluon_backward_tiles.split_backward_tiles(*B4_IN, cfg=None),
+        TypeError,
+        "cfg must be",
+    ),
+    (
+        "split_backward_tiles-dtype",
+        lambda: split_gluon_backward_tiles.split_backward_tiles(
+            *B4_IN, cfg=split_gluon_backward_tiles.b4_tiles_config(64, 16, 8, 4, 2)
+        ),
+        TypeError,
+        "16-bit",
+    ),
+    (
+        "split_backward_tiles-shape",
+        lambda: split_gluon_backward_tiles.split_backward_tiles(B4_IN[0][:, :, :1], *B4_IN[1:], cfg=V6_TILE),
+        ValueError,
+        "d_out must have shape",
+    ),
+    (
+        "compile_sm90-tiles-sum_db",
+        lambda: split_gluon_backward_tiles.compile_sm90(
+            64, split_gluon_backward_tiles.b4_tiles_config(64, 16, 8, 4), sum_db=1
+        ),  # fmt: skip
+        TypeError,
+        "sum_db",
+    ),
+    ("tiles_pair-sm_count", lambda: plan.tiles_pair(16, 1, 768, 0), ValueError, "sm_count"),
+    ("tiles_pair-batch", lambda: plan.tiles_pair(0, 1, 768, 132), ValueError, "batch"),
     ("split_forward_v6-states", lambda: v6.split_forward_v6(*LSTM_IN[:3], None), TypeError, "states must be"),
     ("split_forward_v6-dtype", lambda: v6.split_forward_v6(*(t.double() for t in LSTM_IN)), TypeError, "16-bit"),
     ("split_forward_v6-save_gates", lambda: v6.split_forward_v6(*LSTM_IN, save_gates=1), TypeError, "save_gates"),

@@ -21,6 +21,8 @@ FAMILY = {  # lesson 5's shipped kernel modules: each a leaf, chosen between onl
     "gpulab.rnn.fused.split_backward",
     "gpulab.rnn.fused.split_gluon",
     "gpulab.rnn.fused.split_gluon_backward",
+    "gpulab.rnn.fused.split_gluon_tiles",
+    "gpulab.rnn.fused.split_gluon_backward_tiles",
 }
 LADDER = {  # the lesson's numbered versions: leaves too, imported only by their package (gpulab.rnn.fused.versions)
     "gpulab.rnn.fused.versions.v1_per_gate",

@@ -3,7 +3,7 @@
 - :class:`BackwardConfig`: the one-SM backward (:mod:`.backward`): how dh_{t-1}'s product is formed, where dG lies,
   where the sequence is cut for the overlapped parameter products;
 - :class:`GluonConfig`: the Gluon split kernels (:mod:`.split_gluon`, :mod:`.split_gluon_backward`): the barrier and
-  its poll, the exchange of h, what each step issues while it waits;
+  its poll, the exchange of h, what each step issues while it waits, whether large batches take the multi-tile kernels;
 - :class:`FusedConfig`: the family's one config, which :mod:`.plan` passes to every kernel it launches: the two above,
   which split kernels run, the Triton split kernels' exchange and the row count of the one-launch parameter products.
 
@@ -99,7 +99,10 @@ class GluonConfig:
     right after pushing the shares of dh, store dG while waiting), ``prefetch`` (load each step's inputs during the
     previous step's wait), ``sum_db`` (db summed in the kernel instead of a reduction over all of dG after it).
     ``wide``: more than 16 batch rows in 32-row tiles of 16 units and 8 warps
-    (:func:`gpulab.rnn.fused.plan.v6_tiles`)."""
+    (:func:`gpulab.rnn.fused.plan.v6_tiles`). ``tiles``: where version 6's launch of the whole batch needs more
+    programs than the GPU has SMs, an LSTM in 16 bits trains in one launch each way of the multi-tile kernels
+    (:mod:`.split_gluon_tiles`, :mod:`.split_gluon_backward_tiles`; several batch tiles per program,
+    :func:`gpulab.rnn.fused.plan.tiles_pair`) instead of launches of fewer rows."""
 
     barrier: str = "group"
     poll: str = "atomic"
@@ -111,13 +114,14 @@ class GluonConfig:
     prefetch: bool = True
     sum_db: bool = True
     wide: bool = False
+    tiles: bool = False
 
     def __post_init__(self):
         runtime.one_of("barrier", self.barrier, BARRIERS)
         runtime.one_of("poll", self.poll, POLLS)
         runtime.one_of("exchange", self.exchange, GLUON_EXCHANGES)
         runtime.one_of("tag_store", self.tag_store, TAG_STORES)
-        for name in ("early_arrive", "backward_early_arrive", "prefetch", "sum_db", "wide"):
+        for name in ("early_arrive", "backward_early_arrive", "prefetch", "sum_db", "wide", "tiles"):
             runtime.strict_bool(name, getattr(self, name))
         if self.late_inputs is not None:
             runtime.strict_bool("late_inputs", self.late_inputs)

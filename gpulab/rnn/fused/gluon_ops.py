@@ -15,7 +15,7 @@ from gpulab.rnn.fused.tiles import COUNTER_STRIDE, barrier_counter
 
 __all__ = ["tanh", "sigmoid", "barrier_base", "grid_barrier", "grid_arrive", "grid_wait", "cta_barrier"]
 __all__ += ["BARRIERS", "barrier_groups", "launch_counter", "barrier_start", "POLLS"]
-__all__ += ["barrier_constexprs", "r_offsets", "h_pointers", "gate_inputs"]
+__all__ += ["barrier_constexprs", "r_offsets", "h_pointers", "gate_inputs", "rt_tile", "push_share", "gather_shares"]
 __all__ += ["clock_after", "globaltimer_after", "keep2", "keep3"]
 
 cta_barrier = compat.barrier
@@ -191,3 +191,40 @@ def gate_inputs(ptr, mask, HD):
     x_z = gl.load(ptr + 2 * HD, mask=mask, other=0.0)
     x_o = gl.load(ptr + 3 * HD, mask=mask, other=0.0)
     return x_i, x_f, x_z, x_o
+
+
+@gluon.jit
+def rt_tile(r_ptr, n, p, M0: gl.constexpr, MP: gl.constexpr, NH, DH: gl.constexpr, BLOCK_U: gl.constexpr,
+            la: gl.constexpr):  # fmt: skip
+    """The backward's R_p^T rows [M0, M0 + MP) in the A layout ``la``: [MP, 4 BLOCK_U], element [m, g U + u] =
+    R[g, n, p U + u, M0 + m]."""
+    m = gl.arange(0, MP, layout=gl.SliceLayout(1, la))
+    k = gl.arange(0, 4 * BLOCK_U, layout=gl.SliceLayout(0, la))
+    row = ((k // BLOCK_U) * NH + n) * DH + p * BLOCK_U + k % BLOCK_U  # [4 U]: R's row of column k
+    return gl.load(r_ptr + gl.expand_dims(row, 0) * DH + M0 + gl.expand_dims(m, 1))
+
+
+@gluon.jit
+def push_share(share, part_own, M0: gl.constexpr, MP: gl.constexpr, BLOCK_B: gl.constexpr, W: gl.constexpr,
+               mma: gl.constexpr, COALESCED: gl.constexpr):  # fmt: skip
+    """Store a share of dh^T [MP, BLOCK_B] (rows M0..) at ``part_own`` (a program's [DH, BLOCK_B] slab): from the
+    product's fragments (layout ``mma``, 4 bytes a store), or with COALESCED in 16-byte rows (whole sectors)."""
+    if COALESCED:
+        JT: gl.constexpr = BLOCK_B // 8 if BLOCK_B // 8 < 32 else 32
+        L: gl.constexpr = gl.BlockedLayout([1, 8], [32 // JT, JT], [W, 1], [1, 0])
+    else:
+        L: gl.constexpr = mma
+    m = gl.arange(0, MP, layout=gl.SliceLayout(1, L))
+    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, L))
+    value = gl.convert_layout(share.to(part_own.dtype.element_ty), L)
+    gl.store(part_own + (M0 + gl.expand_dims(m, 1)) * BLOCK_B + gl.expand_dims(j, 0), value)
+
+
+@gluon.jit
+def gather_shares(slab0, units_b, SPLIT: gl.constexpr, DH: gl.constexpr, BLOCK_B: gl.constexpr, lp: gl.constexpr):
+    """The sum over SPLIT programs' slabs (``slab0`` the first; each [DH, BLOCK_B]) of this program's rows
+    ``units_b``: [BLOCK_U, BLOCK_B] fp32 in layout ``lp``, read from L2 in program order."""
+    acc = gl.load(slab0 + units_b, cache_modifier=".cg").to(gl.float32)
+    for q in gl.static_range(1, SPLIT):
+        acc += gl.load(slab0 + q * DH * BLOCK_B + units_b, cache_modifier=".cg").to(gl.float32)
+    return gl.convert_layout(acc, lp)

@@ -16,6 +16,9 @@
   ``torch.compile`` runs; :func:`single_sm_forward`, :func:`single_sm_gradients`: the one-SM loops alone.
 - :func:`kernel`: the ``@triton.jit`` kernel the choice launches (lesson 6's benchmark reports its registers);
   :data:`KERNELS`: the family's shipped Triton kernels by name (:mod:`.measure.sass` compiles them without a GPU).
+- :func:`tiles_pair`: the multi-tile kernels' tiles (:mod:`.split_gluon_tiles`, :mod:`.split_gluon_backward_tiles`:
+  several batch tiles per program), which run a batch past version 6's SMs in one launch each way where
+  ``GluonConfig.tiles`` is on (off: what ships).
 - :func:`config_as`, :func:`current_config`: the :class:`gpulab.rnn.fused.config.FusedConfig` the chosen loops are
   bound to (what ships unless an experiment, :mod:`.experiments`, sets another for the duration).
 
@@ -40,10 +43,18 @@ from gpulab.rnn.backends.alternating import alternating_forward, alternating_rnn
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
-from gpulab.rnn.fused import split_gluon, split_gluon_backward, split_tiling, tiling
+from gpulab.rnn.fused import (
+    split_gluon,
+    split_gluon_backward,
+    split_gluon_backward_tiles,
+    split_gluon_tiles,
+    split_tiling,
+    tiling,
+)
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.config import DEFAULT, SPLIT_VERSIONS, FusedConfig
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward, saved_dtype
+from gpulab.rnn.fused.gluon_tiles import MAX_TILES
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
 
@@ -68,6 +79,8 @@ __all__ = [
     "V6_TILES",
     "v6_applies",
     "v6_tiles",
+    "TILES_CANDIDATES",
+    "tiles_pair",
 ]
 
 _CONFIG = DEFAULT
@@ -355,6 +368,58 @@ def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, c
     return (*grads, ds0)
 
 
+TILES_CANDIDATES = (dict(block_u=16, block_b=8, warps=8), dict(block_u=16, block_b=16, warps=8))
+"""The multi-tile kernels' tiles in the order :func:`tiles_pair` prefers them (each kernel's own, forward and backward
+alike): 16 units in 8 warps (b4's 32-unit tile in 16 warps spills, more so with several tiles), 8 rows per batch tile
+first (compiled for sm_90 at a head of 1024, the forward in 16-row tiles spills; in 8-row tiles neither kernel does),
+then 16."""
+
+
+def tiles_pair(batch, num_heads, head_dim, sm_count, candidates: tuple | None = None):
+    """``(forward tile, backward tile)`` of the multi-tile kernels for ``batch`` rows, each a
+    :class:`~gpulab.rnn.fused.gluon_tiles.V6Config` with ``tiles`` set: per kernel, of the tiles of
+    ``candidates`` (None: :data:`TILES_CANDIDATES`) valid for the head dim, with as many batch groups as
+    ``sm_count`` SMs hold at one program each and the batch tiles spread over them, the one with the fewest rows per
+    program (the step's serial work), the earlier candidate on a tie; None where a kernel has none (a head past R's
+    register budget, or more than :data:`~gpulab.rnn.fused.gluon_tiles.MAX_TILES` tiles per program)."""
+    batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
+    head_dim, sm_count = runtime.positive_int("head_dim", head_dim), runtime.positive_int("sm_count", sm_count)
+
+    def best(make):
+        found = None
+        for tile in TILES_CANDIDATES if candidates is None else candidates:
+            programs = head_dim // tile["block_u"] * num_heads  # per batch group
+            batch_tiles = -(-batch // tile["block_b"])
+            groups = min(sm_count // programs if head_dim % tile["block_u"] == 0 else 0, batch_tiles)
+            if groups < 1 or -(-batch_tiles // groups) > MAX_TILES:
+                continue
+            try:
+                cfg = make(head_dim, **tile, tiles=-(-batch_tiles // groups))
+            except ValueError:
+                continue
+            if found is None or cfg.tiles * cfg.block_b < found[0]:
+                found = (cfg.tiles * cfg.block_b, cfg)
+        return None if found is None else found[1]
+
+    forward, backward = best(split_gluon.v6_config), best(split_gluon_backward_tiles.b4_tiles_config)
+    return None if forward is None or backward is None else (forward, backward)
+
+
+def _tiles_forward(Wx, R, b, states, function, save_gates, *, cfg, config):
+    return split_gluon_tiles.split_forward_tiles(Wx, R, b, states, cfg=cfg, save_gates=save_gates, config=config.gluon)
+
+
+def _tiles_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, config):
+    """The multi-tile backward's gate gradients in one launch, then the parameter gradients: ``(dWx, dR, db,
+    d_states)``."""
+    sum_db = config.gluon.sum_db and not one_launch(out, config.small_rows)
+    dG, ds0, *db = split_gluon_backward_tiles.split_backward_tiles(d_out, gates, out, states, R, d_last, cfg=cfg,
+                                                                   sum_db=sum_db, config=config.gluon)  # fmt: skip
+    grads = gate_gradients_to_parameters(dG, out, states, function, db=db[0] if db else None,
+                                         small_rows=config.small_rows)  # fmt: skip
+    return (*grads, ds0)
+
+
 def current_config() -> FusedConfig:
     """The :class:`gpulab.rnn.fused.config.FusedConfig` in force (what ships, unless inside :func:`config_as`)."""
     return _CONFIG
@@ -380,8 +445,14 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
     """The forward loop and (when training) the backward loop of one problem with their tiles and ``config`` (a
     :class:`gpulab.rnn.fused.config.FusedConfig`) bound, chosen once: the tile choosers weigh every candidate, too
     slow to repeat on every call."""
-    chosen = choose(B, NH, DH, function, dtype, training=training)
     version, wide = config.split_version, config.gluon.wide
+    if config.gluon.tiles and version == "v6" and _gluon_runs(function, dtype) and not v6_applies(
+            B, NH, DH, function, dtype, wide):  # fmt: skip
+        pair = tiles_pair(B, NH, DH, hardware.live_properties().get("sm_count", 0))
+        if pair is not None:
+            return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
+                    functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
+    chosen = choose(B, NH, DH, function, dtype, training=training)
     if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype, wide):
         forward, backward = v6_tiles(B, DH, NH, wide)  # chosen once per problem, like the rest of the loops
         return (functools.partial(_v6_forward, cfg=forward, config=config),

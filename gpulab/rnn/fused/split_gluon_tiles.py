@@ -10,6 +10,8 @@ so a launch is P x heads x ceil(tiles / TILES) programs for any batch:
 - each tile's cell state c lives in shared memory ([TILES, BLOCK_U, BLOCK_B] fp32; each thread reads back what it
   wrote, no barrier); the next tile's inputs and h_{t-1} are loaded before this tile's cell runs (their trip to L2
   overlaps it);
+- the tiles are a loop in the kernel, not unrolled: each tile's addresses are computed afresh (unrolled, the compiler
+  kept every tile's in registers and spilled past 2 tiles at a head of 768);
 - the grid barrier is once per step, after the last tile (the group's programs wait for the group's programs: all of
   h_t of every tile of the group stored).
 
@@ -206,13 +208,13 @@ def split_forward_tiles_kernel(
     if K2 > 0:
         hb2 = gl.convert_layout(raw2, lb)
     for t in range(T):
-        for k in gl.static_range(TILES):
-            rk = k * BLOCK_B
+        for kk in range(TILES):  # a loop, not unrolled: each tile's addresses are made afresh, not kept in registers
+            rk = kk * BLOCK_B
             ok = rows_p + rk < B
             part = mma_v2(r1, hb1, gl.zeros([KS, M, BLOCK_B], gl.float32, mma))  # [KS, M, BLOCK_B]
             if K2 > 0:
                 part = mma_v2(r2, hb2, part)
-            if k > 0:  # every warp's reads of the previous tile's partials are done
+            if kk > 0:  # every warp's reads of the previous tile's partials are done
                 cta_barrier()
             parts.store(part)
             cta_barrier()
@@ -220,7 +222,7 @@ def split_forward_tiles_kernel(
             pre_f = gl.sum(parts.slice(BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_f.to(gl.float32) + bias_f
             pre_z = gl.sum(parts.slice(2 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_z.to(gl.float32) + bias_z
             pre_o = gl.sum(parts.slice(3 * BLOCK_U, BLOCK_U, dim=1).load(lp3), axis=0) + x_o.to(gl.float32) + bias_o
-            if k + 1 < TILES:  # the next tile's inputs and h_{t-1}, in flight while this tile's cell runs
+            if kk + 1 < TILES:  # the next tile's inputs and h_{t-1}, in flight while this tile's cell runs
                 nk = rk + BLOCK_B
                 x_i, x_f, x_z, x_o = ops.gate_inputs(wx_own + nk * T * 4 * HD + t * 4 * HD, rows_p + nk < B, HD)
                 raw1 = _h_prev(s0_ptr, out_ptr, t, g0 + nk, n, 0, K1, KC, KS, B, T, HD, DH, BLOCK_B, lb)
@@ -228,12 +230,12 @@ def split_forward_tiles_kernel(
                     raw2 = _h_prev(s0_ptr, out_ptr, t, g0 + nk, n, K1, K2, KC, KS, B, T, HD, DH, BLOCK_B, lb)
             else:  # the next step's inputs of tile 0
                 x_i, x_f, x_z, x_o = ops.gate_inputs(wx_own + gl.minimum(t + 1, T - 1) * 4 * HD, rows_p < B, HD)
-            c_k = cs.index(k)
+            c_k = cs.index(kk)
             c = sigmoid(pre_f, FAST) * c_k.load(lp) + sigmoid(pre_i, FAST) * tanh(pre_z, FAST)
             h = sigmoid(pre_o, FAST) * tanh(c, FAST)
             c_k.store(c)
             gl.store(out_own + rk * T * HD + t * HD, h.to(dt), mask=ok)
-            if k + 1 == TILES and EARLY and t < T - 1:
+            if kk + 1 == TILES and EARLY and t < T - 1:
                 ops.grid_arrive(bar_ptr)
             gl.store(out_own + rk * T * HD + t * HD + c_stride, c.to(dt), mask=ok)
             if SAVE_GATES:
@@ -245,7 +247,7 @@ def split_forward_tiles_kernel(
             if t == T - 1:
                 gl.store(last_ptr + own + rk * HD, h.to(last_ptr.dtype.element_ty), mask=ok)
                 gl.store(last_ptr + B * HD + own + rk * HD, c.to(last_ptr.dtype.element_ty), mask=ok)
-            if k + 1 == TILES:
+            if kk + 1 == TILES:
                 if t < T - 1:  # every tile of the group stored h_t: wait once, then tile 0's h_t
                     if EARLY:
                         ops.grid_wait(bar_ptr, base + (t + 1) * n_programs, POLL_LOADS)

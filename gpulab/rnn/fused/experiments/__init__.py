@@ -79,6 +79,10 @@ EXPERIMENTS = {
     "gluon inputs after the wait": ("the Gluon backward loads a step's inputs after the wait", _gluon(prefetch=False)),
     "gluon db after": ("db from a reduction over dG after the Gluon backward", _gluon(sum_db=False)),
     "gluon wide": ("the Gluon kernels in 32-row tiles past 16 rows", _gluon(wide=True)),
+    "gluon tiles": (
+        "batches past version 6's SMs in one launch each way, several batch tiles per program",
+        _gluon(tiles=True),
+    ),  # fmt: skip
 }
 """Every off-by-default path by name: (what it changes, the config that takes it, all else as shipped)."""
 
