@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import torch
+
 from gpulab import runtime
 
 __all__ = [
     "V6Config",
+    "check_resident",
     "MAX_TILES",
     "k_pieces",
     "REGISTER_BUDGET",
@@ -121,3 +124,14 @@ def compile_sm90(kernel, dtype: str, constexprs: dict, warps: int):
     src = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs,
                          attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})  # fmt: skip
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+
+
+def check_resident(grid: tuple, cfg, device) -> None:
+    """Raise a ValueError where the multi-tile kernels' cooperative ``grid`` (unit slices, heads, batch groups) has
+    more programs than the GPU's SMs (one program per SM, all resident, or the driver refuses the launch)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if grid[0] * grid[1] * grid[2] > sms:
+        raise ValueError(f"cfg runs {grid[0] * grid[1] * grid[2]} programs ({grid[0]} unit slices x {grid[1]} heads x "
+                         f"{grid[2]} batch groups of {cfg.tiles} tiles of {cfg.block_b} rows) but this GPU holds "
+                         f"{sms} at once; pass a cfg with more tiles per program (fewer groups), e.g. "
+                         "gpulab.rnn.fused.plan.tiles_pair's.")  # fmt: skip

@@ -387,6 +387,7 @@ def split_backward_tiles(d_out, gates, out, states, R, d_last=None, *, cfg: V6Co
     ds0 = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     part = torch.empty(2, groups * cfg.tiles, NH, DH // cfg.block_u, DH, cfg.block_b, dtype=dt, device=dev)
     grid = (DH // cfg.block_u, NH, groups)
+    gluon_tiles.check_resident(grid, cfg, dev)
     bar, per_group = ops.launch_counter(dev, grid[0] * grid[1] * grid[2], NH, groups, config.barrier)
     db = new_output(groups, 4, NH, DH, dtype=torch.float32, device=dev) if sum_db else bar
     split_backward_tiles_kernel[grid](

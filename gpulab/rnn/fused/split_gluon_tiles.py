@@ -300,6 +300,7 @@ def split_forward_tiles(Wx, R, b, states, cfg: V6Config, save_gates: bool = True
     gates = new_output(B, T, 4, NH, DH, dtype=dt, device=dev) if save_gates else None
     last = new_output(2, B, 1, NH, DH, dtype=dt, device=dev)
     grid = (DH // cfg.block_u, NH, cfg.groups(B))
+    gluon_tiles.check_resident(grid, cfg, dev)
     bar, per_group = ops.launch_counter(dev, grid[0] * grid[1] * grid[2], NH, grid[2], config.barrier)
     split_forward_tiles_kernel[grid](
         wx_ptr=Wx, r_ptr=R, b_ptr=b, s0_ptr=states, out_ptr=out, last_ptr=last,

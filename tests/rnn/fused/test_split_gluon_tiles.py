@@ -74,7 +74,7 @@ def test_compiles_for_sm90_without_spills(spec):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B, DH, kw", [(33, 768, dict(block_u=16, block_b=8, warps=8, tiles=2)),
+@pytest.mark.parametrize("B, DH, kw", [(33, 768, dict(block_u=16, block_b=8, warps=8, tiles=3)),
                                        (256, 768, dict(block_u=16, block_b=8, warps=8, tiles=16)),
                                        (64, 1024, dict(block_u=16, block_b=16, warps=8, tiles=2)),
                                        (17, 1024, dict(block_u=8, block_b=16, warps=8, tiles=2))])  # fmt: skip
