@@ -129,6 +129,10 @@ ALLOWED = {
     ),  # fmt: skip
     "gpulab.attention.varlen.AuxRequest": _RECORD,
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
+    "gpulab.rnn.fused.measure.lstm_grid.step_of": "the benchmark parts' training step of a module they built, no user "
+    "input",
+    "gpulab.rnn.fused.measure.lstm_grid.check_against_torch": "the benchmark parts' check of a module they built "
+    "against nn.LSTM with its weights, no user input",
     "gpulab.rnn.fused.measure.lstm_grid.lstm_grid": "a benchmark part: its arguments are the progress wrapper and a "
     "time budget in seconds",
     "gpulab.rnn.fused.measure.lstm_tiles.lstm_tiles": "a benchmark part: its arguments are the progress wrapper and a "

@@ -151,44 +151,6 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, cfg: V6Config 
 
 
 @gluon.jit
-def _rt_tile(r_ptr, n, p, M0: gl.constexpr, MP: gl.constexpr, NH, DH: gl.constexpr, BLOCK_U: gl.constexpr,
-             la: gl.constexpr):  # fmt: skip
-    """R_p^T rows [M0, M0 + MP) in the A layout: [MP, 4 BLOCK_U], element [m, g U + u] = R[g, n, p U + u, M0 + m]."""
-    m = gl.arange(0, MP, layout=gl.SliceLayout(1, la))
-    k = gl.arange(0, 4 * BLOCK_U, layout=gl.SliceLayout(0, la))
-    row = ((k // BLOCK_U) * NH + n) * DH + p * BLOCK_U + k % BLOCK_U  # [4 U]: R's row of column k
-    return gl.load(r_ptr + gl.expand_dims(row, 0) * DH + M0 + gl.expand_dims(m, 1))
-
-
-@gluon.jit
-def _push(share, part_own, M0: gl.constexpr, MP: gl.constexpr, BLOCK_B: gl.constexpr, W: gl.constexpr,
-          mma: gl.constexpr, COALESCED: gl.constexpr):  # fmt: skip
-    """Store a share tile [MP, BLOCK_B] (rows M0.. of dh^T) at ``part_own`` (this program's [DH, BLOCK_B] slab):
-    from the product's fragments (a thread's 2 adjacent values, 4 bytes: half of each 32-byte sector), or with
-    COALESCED through a layout whose threads hold 8 adjacent values of a row (16 bytes; whole sectors)."""
-    if COALESCED:
-        JT: gl.constexpr = BLOCK_B // 8 if BLOCK_B // 8 < 32 else 32
-        L: gl.constexpr = gl.BlockedLayout([1, 8], [32 // JT, JT], [W, 1], [1, 0])
-    else:
-        L: gl.constexpr = mma
-    m = gl.arange(0, MP, layout=gl.SliceLayout(1, L))
-    j = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, L))
-    value = gl.convert_layout(share.to(part_own.dtype.element_ty), L)
-    gl.store(part_own + (M0 + gl.expand_dims(m, 1)) * BLOCK_B + gl.expand_dims(j, 0), value)
-
-
-@gluon.jit
-def _gather(slab0, units_b, SPLIT: gl.constexpr, DH: gl.constexpr, BLOCK_B: gl.constexpr, lp: gl.constexpr):
-    """The sum of all SPLIT programs' shares of this program's units, [BLOCK_U, BLOCK_B] fp32 in the cell's layout
-    ``lp`` (``slab0``: program 0's slab of the slot; ``units_b`` the offsets of the own units' rows within a slab, in
-    a layout with the batch rows along the lanes, contiguous as the slabs hold them). Read from L2."""
-    acc = gl.load(slab0 + units_b, cache_modifier=".cg").to(gl.float32)
-    for q in gl.static_range(1, SPLIT):
-        acc += gl.load(slab0 + q * DH * BLOCK_B + units_b, cache_modifier=".cg").to(gl.float32)
-    return gl.convert_layout(acc, lp)
-
-
-@gluon.jit
 def _step_inputs(gates_ptr, out_ptr, s0_ptr, dout_ptr, gate_t, own_t, own, ok, t, HD, B, c_stride):
     """Step t's inputs as stored (16-bit; converted where used, so a load in flight stalls nothing): the saved
     pre-activations i, f, z, o, c_{t-1} (the initial c at t = 0), dL/dh_t and dL/dc_t."""
@@ -257,10 +219,10 @@ def split_backward_b4_kernel(
     HD = NH * DH
 
     # R_p^T in registers, one or two tiles of rows (M1 + M2 = DH)
-    a1 = _rt_tile(r_ptr, n, p, 0, M1, NH, DH, BLOCK_U, la)  # [M1, K]
+    a1 = ops.rt_tile(r_ptr, n, p, 0, M1, NH, DH, BLOCK_U, la)  # [M1, K]
     a2 = a1
     if M2 > 0:
-        a2 = _rt_tile(r_ptr, n, p, M1, M2, NH, DH, BLOCK_U, la)  # [M2, K]
+        a2 = ops.rt_tile(r_ptr, n, p, M1, M2, NH, DH, BLOCK_U, la)  # [M2, K]
 
     # this program's elements: unit u, batch row j
     u = gl.arange(0, BLOCK_U, layout=gl.SliceLayout(1, lp))
@@ -307,7 +269,7 @@ def split_backward_b4_kernel(
         dc += x_dc.to(gl.float32)
         dh_c = gl.zeros([BLOCK_U, BLOCK_B], gl.float32, lp)
         if tt > 0:  # the shares of step t + 1, pushed by every program before the last barrier
-            dh += _gather(slab0 + ((t + 1) % 2) * PSLOT, units_b, SPLIT, DH, BLOCK_B, lp)
+            dh += ops.gather_shares(slab0 + ((t + 1) % 2) * PSLOT, units_b, SPLIT, DH, BLOCK_B, lp)
         # the cell backward (the activations recomputed from the pre-activations, c_t from c_{t-1})
         i = sigmoid(pre_i, FAST)
         f = sigmoid(pre_f, FAST)
@@ -340,10 +302,10 @@ def split_backward_b4_kernel(
         bop = dgs.load(lb)  # [K, BLOCK_B]
         own_slab = part_own + (t % 2) * PSLOT
         share1 = mma_v2(a1, bop, gl.zeros([M1, BLOCK_B], gl.float32, mma))
-        _push(share1, own_slab, 0, M1, BLOCK_B, W, mma, COALESCED)
+        ops.push_share(share1, own_slab, 0, M1, BLOCK_B, W, mma, COALESCED)
         if M2 > 0:
             share2 = mma_v2(a2, bop, gl.zeros([M2, BLOCK_B], gl.float32, mma))
-            _push(share2, own_slab, M1, M2, BLOCK_B, W, mma, COALESCED)
+            ops.push_share(share2, own_slab, M1, M2, BLOCK_B, W, mma, COALESCED)
         if EARLY:  # the others read the shares only: their stores are what the arrival releases
             ops.grid_arrive(bar_ptr)  # (its CTA barrier also ends this step's reads of dgs)
             gl.store(dg_t, d_i, mask=ok)
@@ -362,7 +324,7 @@ def split_backward_b4_kernel(
                                                                    c_stride)  # fmt: skip
             # (the barrier's CTA barrier also ends the reads of dgs)
             grid_barrier(bar_ptr, base + (tt + 1) * n_programs, POLL_LOADS)
-    dh0 = _gather(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
+    dh0 = ops.gather_shares(slab0, units_b, SPLIT, DH, BLOCK_B, lp)  # step 0's shares (slot 0): dL/dh_{-1}
     gl.store(ds0_ptr + own, dh0.to(ds0_ptr.dtype.element_ty), mask=ok)
     gl.store(ds0_ptr + B * HD + own, dc.to(ds0_ptr.dtype.element_ty), mask=ok)
     if SUM_DB:  # this tile's share of db: [4, U] of row (tile, gate, n), units p U ..

@@ -31,7 +31,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from gpulab import bench, check, runtime
 from gpulab.rnn.module import LSTM
 
-__all__ = ["lstm_grid", "HIDDEN", "BATCH", "CHECK_T"]
+__all__ = ["lstm_grid", "step_of", "check_against_torch", "HIDDEN", "BATCH", "CHECK_T"]
 
 HIDDEN = (256, 512, 768, 1024, 1536)
 BATCH = (16, 64, 256)
@@ -52,7 +52,7 @@ def _cudnn_dtypes() -> tuple:
     return tuple(out)
 
 
-def _step(module, x, leaves):
+def step_of(module, x, leaves):
     """forward + backward as a training loop makes it (gradients cleared to None first)."""
 
     def step():
@@ -64,9 +64,10 @@ def _step(module, x, leaves):
     return step
 
 
-def _check(ours: LSTM, x: torch.Tensor, name: str) -> str:
+def check_against_torch(ours: LSTM, x: torch.Tensor, name: str, every_weight: bool = False) -> str:
     """ours (on x [B, T, I], batch_first) against an fp32 ``nn.LSTM`` with its weights, on the first CHECK_T steps;
-    'ok' or an AssertionError. Several heads are compared with the vanilla backend in fp32 instead."""
+    'ok' or an AssertionError. Several heads are compared with the vanilla backend in fp32 instead. The gradients
+    checked: dx and dW_ih_l0, or with ``every_weight`` every parameter's."""
     xs = x[:, :CHECK_T].detach()
     if ours.num_heads == 1:
         ref = nn.LSTM(ours.input_size, ours.hidden_size, ours.num_layers, ours.bias, True, 0.0, ours.bidirectional,
@@ -87,7 +88,9 @@ def _check(ours: LSTM, x: torch.Tensor, name: str) -> str:
     y.sum().backward()
     for a, r, what in ((y, y_r, "output"), (h, h_r, "h_n"), (c, c_r, "c_n"), (xo.grad, xr.grad, "dx")):
         check.assert_close_drifting(a, r.double(), name=f"{name}: {what}")
-    check.assert_close_drifting(ours.weight_ih_l0.grad, ref.weight_ih_l0.grad.double(), name=f"{name}: dW_ih_l0")
+    mine = dict(ours.named_parameters())
+    for key, p in ref.named_parameters() if every_weight else [("weight_ih_l0", ref.weight_ih_l0)]:
+        check.assert_close_drifting(mine[key].grad, p.grad.double(), name=f"{name}: d{key}")
     ours.zero_grad(set_to_none=True)
     return "ok"
 
@@ -121,15 +124,15 @@ def _pair(kind, label, B, T, I, H, L, bi, quick, cudnn_dtypes, num_heads=1, extr
     torch.manual_seed(0)
     ours = LSTM(I, H, L, batch_first=True, bidirectional=bi, num_heads=num_heads, backend="fused").to(dev, dt)
     x = torch.randn(B, T, I, device=dev, dtype=dt, requires_grad=True)
-    status = _check(ours, x, label)
+    status = check_against_torch(ours, x, label)
     params = {"B": B, "T": T, "H": H, "layers": L, "bidirectional": bi, "heads": num_heads, **(extra or {})}
     fl = _flops(B, T, I, H, L, 2 if bi else 1) if num_heads == 1 else None
-    step = _step(ours, x, [x, *ours.parameters()])
+    step = step_of(ours, x, [x, *ours.parameters()])
     out.append(_time(f"{label} gpulab", kind, "gpulab fp16", step, dt, [B, T, H], fl, quick, check=status, **params))
     if bi:  # both choices forced: one recurrence per direction (two launches a layer), both in one
         for join, what in ((False, "per direction"), (True, "joined")):
             ours.join_directions = join
-            status = _check(ours, x, f"{label} ({what})")
+            status = check_against_torch(ours, x, f"{label} ({what})")
             out.append(_time(f"{label} gpulab {what}", kind, f"gpulab fp16 {what}", step, dt, [B, T, H], fl, quick,
                              check=status, **params))  # fmt: skip
         ours.join_directions = None
@@ -138,7 +141,7 @@ def _pair(kind, label, B, T, I, H, L, bi, quick, cudnn_dtypes, num_heads=1, extr
             ref = nn.LSTM(I, H, L, batch_first=True, bidirectional=bi).to(dev, cd)
             xc = x.detach().to(cd).requires_grad_()
             name = f"cuDNN {str(cd).replace('torch.', '').replace('float16', 'fp16').replace('bfloat16', 'bf16')}"
-            out.append(_time(f"{label} {name}", kind, name, _step(ref, xc, [xc, *ref.parameters()]), cd, [B, T, H],
+            out.append(_time(f"{label} {name}", kind, name, step_of(ref, xc, [xc, *ref.parameters()]), cd, [B, T, H],
                              fl, quick, **params))  # fmt: skip
     return out
 
@@ -159,7 +162,7 @@ def _packed(quick, B, T, H):
     torch.manual_seed(0)
     ours = LSTM(H, H, batch_first=True, backend="fused").to(dev, dt)
     x = torch.randn(B, T, H, device=dev, dtype=dt, requires_grad=True)
-    _check(ours, x, "packed")
+    check_against_torch(ours, x, "packed")
     packed = _packed_leaf(x, lengths)
     ref32 = nn.LSTM(H, H, batch_first=True).to(dev)
     ref32.load_state_dict({k: v.float() for k, v in ours.state_dict().items()})
@@ -170,20 +173,20 @@ def _packed(quick, B, T, H):
     tokens = int(lengths.sum())
     params = {"B": B, "T": T, "H": H, "layers": 1, "tokens": tokens}
     leaves = [x, *ours.parameters()]
-    step = _step(ours, packed, [packed.data, *leaves[1:]])
+    step = step_of(ours, packed, [packed.data, *leaves[1:]])
     out.append(_time("packed gpulab packed", "packed", "gpulab fp16 packed", step, dt, [B, T, H], None, quick,
                      check="ok", **params))  # fmt: skip
-    out.append(_time("packed gpulab padded", "packed", "gpulab fp16 padded", _step(ours, x, leaves), dt, [B, T, H],
+    out.append(_time("packed gpulab padded", "packed", "gpulab fp16 padded", step_of(ours, x, leaves), dt, [B, T, H],
                      None, quick, check="ok", **params))  # fmt: skip
     if runtime.on_gpu():
         ref = nn.LSTM(H, H, batch_first=True).to(dev, torch.float16)
         xc = x.detach().half().requires_grad_()
         pc = _packed_leaf(xc, lengths)
         cl = [xc, *ref.parameters()]
-        step = _step(ref, pc, [pc.data, *cl[1:]])
+        step = step_of(ref, pc, [pc.data, *cl[1:]])
         out.append(_time("packed cuDNN packed", "packed", "cuDNN fp16 packed", step, torch.float16, [B, T, H], None,
                          quick, **params))  # fmt: skip
-        out.append(_time("packed cuDNN padded", "packed", "cuDNN fp16 padded", _step(ref, xc, cl), torch.float16,
+        out.append(_time("packed cuDNN padded", "packed", "cuDNN fp16 padded", step_of(ref, xc, cl), torch.float16,
                          [B, T, H], None, quick, **params))  # fmt: skip
     return out
 
@@ -200,9 +203,9 @@ def _compiled(quick, label, B, T, H, num_heads):
         check.assert_close(compiled(x)[0], ours(x)[0].double(), dtype=dt, name=f"{label}: compiled vs eager")
     leaves, params = [x, *ours.parameters()], {"B": B, "T": T, "H": H, "heads": num_heads}
     return [
-        _time(f"{label} eager", "compile", "gpulab eager", _step(ours, x, leaves), dt, [B, T, H], None, quick,
+        _time(f"{label} eager", "compile", "gpulab eager", step_of(ours, x, leaves), dt, [B, T, H], None, quick,
               check="ok", **params),
-        _time(f"{label} compiled", "compile", "gpulab compiled", _step(compiled, x, leaves), dt, [B, T, H], None,
+        _time(f"{label} compiled", "compile", "gpulab compiled", step_of(compiled, x, leaves), dt, [B, T, H], None,
               quick, check="ok", **params),
     ]  # fmt: skip
 

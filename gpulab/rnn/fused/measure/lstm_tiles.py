@@ -29,8 +29,9 @@ import time
 import torch
 from torch import nn
 
-from gpulab import bench, check, hardware, runtime
+from gpulab import bench, hardware, runtime
 from gpulab.rnn.fused import experiments, plan
+from gpulab.rnn.fused.measure.lstm_grid import check_against_torch, step_of
 from gpulab.rnn.module import LSTM
 
 __all__ = ["lstm_tiles", "CASES", "T_TILES", "CHECK_T"]
@@ -39,37 +40,6 @@ CASES = ((768, 256), (1024, 64), (1024, 256))
 """(hidden, batch) of the grid's points where the split kernels' programs exceed the SMs (one head, one layer)."""
 T_TILES = 256
 CHECK_T = 32  # steps of the check (a drift over 256 fp16 steps says nothing about correctness)
-
-
-def _step(module, x, leaves):
-    def step():
-        for t in leaves:
-            t.grad = None
-        module(x)[0].sum().backward()
-
-    return step
-
-
-def _checked(ours: LSTM, x: torch.Tensor, name: str) -> str:
-    """``ours`` on x's first CHECK_T steps against an fp32 nn.LSTM with its weights: 'ok' or an AssertionError."""
-    xs = x[:, :CHECK_T].detach()
-    ref = nn.LSTM(ours.input_size, ours.hidden_size, batch_first=True).to(x.device)
-    ref.load_state_dict({k: v.float() for k, v in ours.state_dict().items()})
-    with bench.no_tf32() if runtime.on_gpu() else contextlib.nullcontext():
-        xr = xs.float().clone().requires_grad_()
-        y_r, (h_r, c_r) = ref(xr)
-        y_r.sum().backward()
-    xo = xs.clone().requires_grad_()
-    ours.zero_grad(set_to_none=True)
-    y, (h, c) = ours(xo)
-    y.sum().backward()
-    for a, r, what in ((y, y_r, "output"), (h, h_r, "h_n"), (c, c_r, "c_n"), (xo.grad, xr.grad, "dx")):
-        check.assert_close_drifting(a, r.double(), name=f"{name}: {what}")
-    mine = dict(ours.named_parameters())
-    for key, p in ref.named_parameters():
-        check.assert_close_drifting(mine[key].grad, p.grad.double(), name=f"{name}: d{key}")
-    ours.zero_grad(set_to_none=True)
-    return "ok"
 
 
 def _path(B, H, dtype) -> dict:
@@ -105,8 +75,8 @@ def _case(H, B, T, quick) -> list:
         extra = _path(B, H, dt) if provider.endswith("tiles") else {"path": "shipped"}
         try:
             with bound():
-                status = _checked(ours, x, label)
-                r = bench.measure(_step(ours, x, leaves), lesson="06", case=label, dtype=dt, shape=[B, T, H],
+                status = check_against_torch(ours, x, label, every_weight=True)
+                r = bench.measure(step_of(ours, x, leaves), lesson="06", case=label, dtype=dt, shape=[B, T, H],
                                   flops=_flops(B, T, H), check=status, **params, **extra, **timing)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - recorded as the path's status
             if not runtime.on_gpu():
@@ -118,7 +88,7 @@ def _case(H, B, T, quick) -> list:
     if runtime.on_gpu():
         ref = nn.LSTM(H, H, batch_first=True).to(dev, torch.float16)
         xc = x.detach().half().requires_grad_()
-        r = bench.measure(_step(ref, xc, [xc, *ref.parameters()]), lesson="06", case=f"H{H} B{B} cuDNN fp16",
+        r = bench.measure(step_of(ref, xc, [xc, *ref.parameters()]), lesson="06", case=f"H{H} B{B} cuDNN fp16",
                           dtype=torch.float16, shape=[B, T, H], flops=_flops(B, T, H), **params, **timing)  # fmt: skip
         r.provider = "cuDNN fp16"
         out.append(r)
