@@ -494,7 +494,8 @@ for name, window in (("causal", (-1, 0)), ("window (256, 0)", (256, 0))):
     for start_m in range(0, 1024, 128):
         t = schedule_model.tile_bounds(start_m, 1024, 1024, window_size=window)
         loaded = range(t["lo"], t["lo"] + 128 * t["n_blocks"], 128)
-        row = ["." if j not in loaded else "#" if t["first_full"] <= j < t["full"] else "m" for j in range(0, 1024, 128)]
+        whole = range(t["first_full"], t["full"])
+        row = ["." if j not in loaded else "#" if j in whole else "m" for j in range(0, 1024, 128)]
         print(f"  queries {start_m:4d}-{start_m + 127:4d}  " + " ".join(row))
 
 # %% [markdown]
