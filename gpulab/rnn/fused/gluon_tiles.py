@@ -64,6 +64,10 @@ class V6Config:
         if not 1 <= runtime.positive_int("tiles", self.tiles) <= MAX_TILES:
             raise ValueError(f"tiles={self.tiles}: a program loops over 1 to {MAX_TILES} batch tiles; use fewer.")
 
+    def __repr__(self) -> str:  # the shipped one-tile config reads as it always has; a multi-tile one says so
+        more = f", tiles={self.tiles}" if self.tiles != 1 else ""
+        return f"V6Config(block_u={self.block_u}, block_b={self.block_b}, warps={self.warps}{more})"
+
     def groups(self, batch: int) -> int:
         """Batch groups of a launch: ``tiles`` batch tiles each (the last one's rows past ``batch`` masked)."""
         batch_tiles = -(-runtime.positive_int("batch", batch) // self.block_b)
