@@ -84,7 +84,9 @@ def test_windows_run_on_version_1_here_and_refuse_version_2():
     assert plan.forward_plan(q, q, q, window_size=(3, 0)).version == 1
     with pytest.raises(ValueError, match="versions 1 and 3 have it"):
         A.attention_forward(q.half(), q.half(), q.half(), window_size=(3, 0), version=2)
-    with pytest.raises(ValueError, match="version=3 cannot run this input: version 3 runs on a CUDA GPU"):
+    # no GPU here; on a Triton version 3 was not measured on, that reason comes first
+    why = r"version=3 cannot run this input: version 3 (runs on a CUDA GPU|\(Gluon\) was measured on Triton)"
+    with pytest.raises(ValueError, match=why):
         A.attention_forward(q, k, v, enable_gqa=True, window_size=(3, 0), version=3)
 
 

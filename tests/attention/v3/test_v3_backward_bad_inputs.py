@@ -95,4 +95,5 @@ def test_backward_supported_says_why_without_raising():
     g3, g2, g4 = Z.expand(1, 3, 8, 64), Z.expand(1, 2, 8, 64), Z.expand(1, 4, 8, 64)
     for args, words in (([1.0], Z, Z), "not a torch.Tensor"), ((g3, g2, g2), "CUDA"), ((g4, g2, g2), "CUDA"):
         ok, why = backward.backward_supported(*args)
-        assert not ok and words in why, why
+        # no GPU: "CUDA"; on a Triton version 3 was not measured on (the newest-Triton leg), that reason comes first
+        assert not ok and (words in why or (words == "CUDA" and "TESTED_TRITON" in why)), why
