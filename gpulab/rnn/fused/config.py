@@ -126,6 +126,15 @@ class GluonConfig:
         if self.late_inputs is not None:
             runtime.strict_bool("late_inputs", self.late_inputs)
 
+    @classmethod
+    def of(cls, config) -> GluonConfig:
+        """``config`` as the Gluon kernels take it: the default switches for None, the config itself if it is one."""
+        if config is None:
+            return cls()
+        if not isinstance(config, cls):
+            raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
+        return config
+
     def late_inputs_for(self, block_b: int) -> bool:
         """Whether the forward issues its next inputs after the arrival for tiles of ``block_b`` rows."""
         return block_b <= 8 if self.late_inputs is None else self.late_inputs

@@ -420,17 +420,9 @@ EXCHANGES = GLUON_EXCHANGES
 """How the programs hand each other h_t (:data:`gpulab.rnn.fused.config.GLUON_EXCHANGES`): ``counter`` ships."""
 
 
-def _switches(config):
-    if config is None:
-        return GluonConfig()
-    if not isinstance(config, GluonConfig):
-        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
-    return config
-
-
 def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, h_loads: str, timing: bool,
                 exchange: str = "counter", config: GluonConfig | None = None) -> dict:  # fmt: skip
-    config = _switches(config)
+    config = GluonConfig.of(config)
     k1, k2 = k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, KS=cfg.warps, K1=k1, K2=k2,
                 SAVE_GATES=save_gates, FAST=fast, COALESCED=h_loads == "coalesced", EARLY=config.early_arrive,
@@ -456,7 +448,7 @@ def split_forward_v6(Wx, R, b, states, save_gates: bool = True, cfg: V6Config | 
     if not isinstance(save_gates, bool):
         raise TypeError(f"save_gates must be True or False, got {save_gates!r}.")
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
-    config = _switches(config)
+    config = GluonConfig.of(config)
     exchange = runtime.one_of("exchange", config.exchange if exchange is None else exchange, EXCHANGES)
     if clocks is not None and not isinstance(clocks, torch.Tensor):
         raise TypeError(f"clocks must be None or a gpulab.rnn.fused.clocks.clock_buffer tensor, got {clocks!r}.")
@@ -518,5 +510,7 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     h_loads = runtime.one_of("h_loads", h_loads, H_LOADS)
     exchange = runtime.one_of("exchange", exchange, EXCHANGES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, v6_config)
-    constexprs = _constexprs(head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing, exchange, _switches(config))
+    constexprs = _constexprs(
+        head_dim, cfg, save_gates, dtype == "bf16", h_loads, timing, exchange, GluonConfig.of(config)
+    )
     return gluon_tiles.compile_sm90(split_forward_v6_kernel, dtype, constexprs, cfg.warps)

@@ -340,17 +340,9 @@ SHARE_STORES = ("coalesced", "fragments")
 or ``fragments`` (from the product's registers, 4 bytes a store)."""
 
 
-def _switches(config):
-    if config is None:
-        return GluonConfig()
-    if not isinstance(config, GluonConfig):
-        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
-    return config
-
-
 def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, share_stores: str = "coalesced",
                 sum_db: bool = False, config: GluonConfig | None = None) -> dict:  # fmt: skip
-    config = _switches(config)
+    config = GluonConfig.of(config)
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
                 SPLIT=head_dim // cfg.block_u, HAS_LAST=has_last, FAST=fast,
@@ -376,7 +368,7 @@ def split_backward_b4(d_out, gates, out, states, R, d_last=None, cfg: V6Config |
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     sum_db = runtime.strict_bool("sum_db", sum_db)
-    config = _switches(config)
+    config = GluonConfig.of(config)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
     if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
         raise TypeError(
@@ -428,5 +420,5 @@ def compile_sm90(head_dim: int = 768, cfg: V6Config | None = None, dtype: str = 
     share_stores = runtime.one_of("share_stores", share_stores, SHARE_STORES)
     cfg = gluon_tiles.tile_for(head_dim, cfg, b4_config)
     constexprs = _constexprs(head_dim, cfg, has_last, dtype == "bf16", share_stores,
-                             runtime.strict_bool("sum_db", sum_db), _switches(config))  # fmt: skip
+                             runtime.strict_bool("sum_db", sum_db), GluonConfig.of(config))  # fmt: skip
     return gluon_tiles.compile_sm90(split_backward_b4_kernel, dtype, constexprs, cfg.warps)

@@ -341,14 +341,6 @@ def split_backward_tiles_kernel(
         gl.store(db_own + 3 * NH * DH, gl.sum(db_o, axis=1))
 
 
-def _switches(config):
-    if config is None:
-        return GluonConfig()
-    if not isinstance(config, GluonConfig):
-        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
-    return config
-
-
 def _constexprs(head_dim: int, cfg: V6Config, has_last: bool, fast: bool, sum_db: bool, config: GluonConfig) -> dict:
     m1, m2 = k_pieces(head_dim)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, BLOCK_U=cfg.block_u, W=cfg.warps, M1=m1, M2=m2,
@@ -371,7 +363,7 @@ def split_backward_tiles(d_out, gates, out, states, R, d_last=None, *, cfg: V6Co
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     cfg = _tile(DH, cfg)
     sum_db = runtime.strict_bool("sum_db", sum_db)
-    config = _switches(config)
+    config = GluonConfig.of(config)
     tensors = (d_out, gates, out, states, R) + (() if d_last is None else (d_last,))
     if out.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != out.dtype for x in tensors):
         raise TypeError(f"the backward takes one 16-bit dtype (float16 or bfloat16) for every input, got "
@@ -407,5 +399,5 @@ def compile_sm90(head_dim: int, cfg: V6Config, dtype: str = "bf16", has_last: bo
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     cfg = _tile(head_dim, cfg)
     constexprs = _constexprs(head_dim, cfg, runtime.strict_bool("has_last", has_last), dtype == "bf16",
-                             runtime.strict_bool("sum_db", sum_db), _switches(config))  # fmt: skip
+                             runtime.strict_bool("sum_db", sum_db), GluonConfig.of(config))  # fmt: skip
     return gluon_tiles.compile_sm90(split_backward_tiles_kernel, dtype, constexprs, cfg.warps)

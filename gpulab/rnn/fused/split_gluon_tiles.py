@@ -268,14 +268,6 @@ def _constexprs(head_dim: int, cfg: V6Config, save_gates: bool, fast: bool, conf
                 **ops.barrier_constexprs(config.barrier, config.poll))  # fmt: skip
 
 
-def _switches(config):
-    if config is None:
-        return GluonConfig()
-    if not isinstance(config, GluonConfig):
-        raise TypeError(f"config must be None or a gpulab.rnn.fused.config.GluonConfig, got {config!r}.")
-    return config
-
-
 def split_forward_tiles(Wx, R, b, states, cfg: V6Config, save_gates: bool = True, config: GluonConfig | None = None):
     """The forward on a GPU (LSTM, 16-bit): ``(states_all, states_last, gates or None)`` as
     :func:`gpulab.rnn.fused.split_gluon.split_forward_v6` returns them, in one cooperative launch of
@@ -287,7 +279,7 @@ def split_forward_tiles(Wx, R, b, states, cfg: V6Config, save_gates: bool = True
     B, T, _, NH, DH = _checked(Wx, R, b, states)
     cfg = _tile(DH, cfg)
     save_gates = runtime.strict_bool("save_gates", save_gates)
-    config = _switches(config)
+    config = GluonConfig.of(config)
     if Wx.dtype not in (torch.float16, torch.bfloat16) or any(x.dtype != Wx.dtype for x in (R, b, states)):
         raise TypeError(f"the forward takes one 16-bit dtype for Wx, R, b and states, got {Wx.dtype}, {R.dtype}, "
                         f"{b.dtype}, {states.dtype}: use gpulab.rnn.fused.split.split_rnn_forward.")  # fmt: skip
@@ -318,5 +310,5 @@ def compile_sm90(head_dim: int, cfg: V6Config, dtype: str = "bf16", save_gates: 
     dtype = runtime.one_of("dtype", dtype, ("bf16", "fp16"))
     cfg = _tile(head_dim, cfg)
     constexprs = _constexprs(head_dim, cfg, runtime.strict_bool("save_gates", save_gates), dtype == "bf16",
-                             _switches(config))  # fmt: skip
+                             GluonConfig.of(config))  # fmt: skip
     return gluon_tiles.compile_sm90(split_forward_tiles_kernel, dtype, constexprs, cfg.warps)
