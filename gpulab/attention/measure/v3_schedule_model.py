@@ -28,8 +28,8 @@ import torch
 from gpulab import runtime
 from gpulab.attention.reference import check_window
 
-__all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "MBarrier", "simulate", "DeadlockError",
-           "RaceError"]  # fmt: skip
+__all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "varlen_tiles", "model_varlen_forward",
+           "MBarrier", "simulate", "DeadlockError", "RaceError"]  # fmt: skip
 
 
 def tile_bounds(start_m: int, n_q: int, n_k: int, rows: int = 128, block_n: int = 128, causal: bool = False,
@@ -217,6 +217,88 @@ def model_forward(q, k, v, causal: bool = False, scale: float | None = None, ste
                 bi, hi_ = divmod(bh, h)
                 o[bi, hi_, rows[keep]] = (acc / l[:, None])[keep]
                 lse[bi, hi_, rows[keep]] = ((m + torch.log2(l)) * math.log(2))[keep]
+    return o, lse
+
+
+def varlen_tiles(cu_seq_q, cu_seq_k, max_q: int, heads: int, rows: int = 128, block_n: int = 128,
+                 window_size=(-1, -1)) -> list[dict]:  # fmt: skip
+    """The packed launch's tiles in launch order, as the kernel's :func:`gpulab.attention.v3.tiles.varlen_tile` maps
+    them (a plain-Python mirror; the tests compare it with :func:`~gpulab.attention.v3.tiles.varlen_tile_table`):
+    ``tile``, ``h``, ``start_m`` (within the sequence), ``lo``, ``n_blocks``, ``first_full``, ``full`` (the
+    sequence's own key coordinates: :func:`tile_bounds` of a problem of its lengths, at least one block),
+    ``q0``/``k0`` (its first rows in the packed tensors) and ``len_q``/``len_k``. Query tile major, the last
+    query tile first, then sequence, then head."""
+    left, right = check_window(window_size)
+    cq, ck = [int(x) for x in cu_seq_q], [int(x) for x in cu_seq_k]
+    n_m, n_s = -(-max_q // rows), len(cq) - 1
+    out = []
+    for t in range(n_m * heads * n_s):
+        pid_m, seq, h = n_m - 1 - t // (heads * n_s), (t % (heads * n_s)) // heads, t % heads
+        len_q, len_k, start_m = cq[seq + 1] - cq[seq], ck[seq + 1] - ck[seq], pid_m * rows
+        if start_m < len_q and len_k > 0:
+            bounds = tile_bounds(start_m, len_q, len_k, rows, block_n, False, (left, right))
+        else:  # no rows (skipped) or no keys: one block, every key masked
+            bounds = {"lo": 0, "n_blocks": 1, "first_full": 0, "full": 0}
+        out.append({"tile": t, "h": h, "start_m": start_m, **bounds, "q0": cq[seq], "k0": ck[seq], "len_q": len_q,
+                    "len_k": len_k})  # fmt: skip
+    return out
+
+
+def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float | None = None, step: int = 3,
+                         consumers: int = 2, block_n: int = 128, window_size=(-1, -1)):  # fmt: skip
+    """Version 3's packed (varlen) forward in PyTorch on the CPU, tile by tile in the kernel's order: (o [Tq, Hq, D],
+    lse [Hq, Tq]) of packed q [Tq, Hq, D], k, v [Tk, Hkv, D] with int32 offsets ``cu_seq_q`` / ``cu_seq_k``. A tile
+    reads its rows from the packed tensors as the TMA copies do: Q rows and K/V blocks run on into the *next*
+    sequence's rows (zeros only past the tensor's end), so the masks (key < the sequence's key length, the window
+    per sequence) must keep them out; rows past the sequence's end are not stored. Every row loops with the guard of
+    a row that sees no key (O = 0, LSE = 0: a sequence with no keys, or a window)."""
+    runtime.one_of("step", step, (1, 2, 3))
+    runtime.one_of("consumers", consumers, (2, 3))
+    left, right = check_window(window_size)
+    t_q, h, d = q.shape
+    t_k, group = k.shape[0], h // k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qk_scale, dt, rows_ = scale * 1.4426950408889634, q.dtype, 64 * consumers
+    o = torch.full_like(q, math.nan)  # poisoned: every row of a sequence must be written, no other row
+    lse = torch.full((h, t_q), math.nan, dtype=dt)
+    qp = torch.cat([q, torch.zeros(rows_ + 64, h, d, dtype=dt)])  # TMA zero-fills rows past the tensor only
+    kp, vp = (torch.cat([x, torch.zeros(block_n * 2, x.shape[1], d, dtype=dt)]) for x in (k, v))
+    for tl_ in varlen_tiles(cu_seq_q, cu_seq_k, max_q, h, rows_, block_n, (left, right)):
+        if tl_["start_m"] >= tl_["len_q"]:
+            continue  # a tile past its sequence's end: the program does nothing
+        len_q, len_k, lo, n, hk = tl_["len_q"], tl_["len_k"], tl_["lo"], tl_["n_blocks"], tl_["h"] // group
+        for cid in range(consumers):
+            row0 = tl_["start_m"] + 64 * cid
+            rows = row0 + torch.arange(64)
+            first, last = torch.full((64,), -1), torch.full((64,), len_k - 1)
+            if left >= 0:
+                first = rows + (len_k - len_q - left)
+            if right >= 0:
+                last = torch.minimum(rows + (len_k - len_q + right), torch.tensor(len_k - 1))
+            qc = qp[tl_["q0"] + row0 : tl_["q0"] + row0 + 64, tl_["h"]]
+            m, l, acc = torch.full((64,), -math.inf, dtype=dt), torch.zeros(64, dtype=dt), torch.zeros(64, d, dtype=dt)  # noqa: E741
+            bounds = (tl_["first_full"], tl_["full"], first, last)
+
+            def block(x, j, k0=tl_["k0"], lo=lo, hk=hk):
+                return x[k0 + lo + j * block_n : k0 + lo + (j + 1) * block_n, hk]
+
+            if step == 1:
+                for j in range(n):
+                    p, alpha, m, l = _softmax_block(qc @ block(kp, j).T, m, l, lo + j * block_n, *bounds, qk_scale, True)  # noqa: E741
+                    acc = acc * alpha[:, None] + p @ block(vp, j)
+            else:
+                p, alpha, m, l = _softmax_block(qc @ block(kp, 0).T, m, l, lo, *bounds, qk_scale, True)  # noqa: E741
+                for j in range(1, n):
+                    acc = acc * alpha[:, None]
+                    s = qc @ block(kp, j).T
+                    acc = acc + p @ block(vp, j - 1)
+                    p, alpha, m, l = _softmax_block(s, m, l, lo + j * block_n, *bounds, qk_scale, True)  # noqa: E741
+                acc = acc * alpha[:, None] + p @ block(vp, n - 1)
+            l = torch.where(l > 0, l, torch.ones_like(l))  # noqa: E741
+            m = torch.where(m == -math.inf, torch.zeros_like(m), m)
+            keep = rows < len_q  # the last tile's masked store: no row of the next sequence is written
+            o[tl_["q0"] + rows[keep], tl_["h"]] = (acc / l[:, None])[keep]
+            lse[tl_["h"], tl_["q0"] + rows[keep]] = ((m + torch.log2(l)) * math.log(2))[keep]
     return o, lse
 
 

@@ -17,7 +17,7 @@ from gpulab import runtime
 from gpulab.attention.reference import check_window
 from gpulab.attention.windows import kv_ranges
 
-__all__ = ["tile", "tile_table", "FIELDS"]
+__all__ = ["tile", "tile_table", "FIELDS", "varlen_tile", "varlen_tile_table", "VARLEN_FIELDS"]
 
 FIELDS = ("bh", "start_m", "lo", "n_blocks", "first_full", "full")
 """:func:`tile`'s results, in order (:func:`tile_table`'s keys)."""
@@ -72,6 +72,74 @@ def tile(tile, n_q, n_k, n_bh, left, right, ROWS: tl.constexpr, BLOCK_N: tl.cons
         real = (start_m < n_q).to(tl.int32)
         hi = real * hi + (1 - real)
     return bh, start_m, 0, tl.cdiv(hi, BLOCK_N), 0, full
+
+
+VARLEN_FIELDS = ("h", "start_m", "lo", "n_blocks", "first_full", "full", "q0", "k0", "len_q", "len_k")
+""":func:`varlen_tile`'s results, in order (:func:`varlen_tile_table`'s keys)."""
+
+
+@triton.jit
+def varlen_tile(tile, cu_q, cu_k, n_m, n_h, left, right, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
+    """A packed batch's tile -> (h, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k): the head, the
+    first query row *within* the sequence, :func:`tile`'s key loop in the sequence's own coordinates, the sequence's
+    first query and key row in the packed tensors (``cu_q[s]``, ``cu_k[s]``, read here, on the device) and its
+    lengths. There are ``n_m`` (query tiles of the longest sequence) x ``n_h`` heads x S sequences tiles, ordered
+    query tile first, last tile index first: ``pid_m = n_m - 1 - tile // (n_h S)``, so the tiles that only the long
+    sequences have run first (they bound the launch's time); then sequence, then head (a group's query heads are
+    neighbours, as in :func:`tile`). A tile with ``start_m >= len_q`` has no rows: the kernel skips it. A window is
+    aligned at each sequence's bottom-right corner (``off = len_k - len_q``, version 1's varlen rule). At least one
+    key block, all of it masked where the sequence has no key (the ring's protocol needs one per tile)."""
+    per_m = n_h * (tl.num_programs(0) // (n_m * n_h))
+    pid_m = n_m - 1 - tile // per_m
+    seq = (tile % per_m) // n_h
+    h = tile % n_h
+    q0 = tl.load(cu_q + seq)
+    k0 = tl.load(cu_k + seq)
+    len_q = tl.load(cu_q + seq + 1) - q0
+    len_k = tl.load(cu_k + seq + 1) - k0
+    start_m = pid_m * ROWS
+    if HAS_LEFT or HAS_RIGHT:
+        lo, first_full, full, hi = kv_ranges(start_m, len_q, len_k, len_k - len_q, left, right, ROWS, BLOCK_N,
+                                             HAS_LEFT, HAS_RIGHT)  # fmt: skip
+    else:
+        lo = 0
+        first_full = 0
+        full = (len_k // BLOCK_N) * BLOCK_N
+        hi = len_k
+    return h, start_m, lo, tl.maximum(tl.cdiv(hi - lo, BLOCK_N), 1), first_full, full, q0, k0, len_q, len_k
+
+
+@triton.jit
+def _varlen_table_kernel(out_ptr, cu_q, cu_k, n_m, n_h, left, right, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                         HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
+    t = tl.program_id(0)
+    fields = varlen_tile(t, cu_q, cu_k, n_m, n_h, left, right, ROWS, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    for i in tl.static_range(10):
+        tl.store(out_ptr + t * 10 + i, fields[i])
+
+
+def varlen_tile_table(cu_seq_q, cu_seq_k, max_q: int, heads: int, rows: int = 128, block_n: int = 128,
+                      window_size=(-1, -1)) -> list[dict]:  # fmt: skip
+    """:func:`varlen_tile` of every tile of a packed launch (one program per tile: ``ceil(max_q / rows) * heads *
+    S`` of them), in launch order, as dicts of ``tile`` and :data:`VARLEN_FIELDS`, tiles past their sequence's end
+    included (the kernel skips them). ``cu_seq_q`` / ``cu_seq_k``: int32 offsets [S + 1]. Runs the ``@triton.jit``
+    source the kernel compiles (in the interpreter where there is no GPU)."""
+    for name, value in (("max_q", max_q), ("heads", heads), ("rows", rows), ("block_n", block_n)):
+        runtime.positive_int(name, value)
+    left, right = check_window(window_size)
+    for name, cu in (("cu_seq_q", cu_seq_q), ("cu_seq_k", cu_seq_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.shape[0] < 2:
+            raise ValueError(f"{name} must be an int32 tensor [S + 1] of offsets, got {cu!r}.")
+    if cu_seq_k.shape != cu_seq_q.shape:
+        raise ValueError(f"cu_seq_q {tuple(cu_seq_q.shape)} and cu_seq_k {tuple(cu_seq_k.shape)} must match.")
+    n_m = -(-max_q // rows)
+    grid = n_m * heads * (cu_seq_q.shape[0] - 1)
+    out = torch.full((grid, 10), -1, dtype=torch.int32, device=runtime.device)
+    cu_q, cu_k = (cu.to(runtime.device) for cu in (cu_seq_q, cu_seq_k))
+    _varlen_table_kernel[(grid,)](out, cu_q, cu_k, n_m, heads, left, right, ROWS=rows, BLOCK_N=block_n,
+                                  HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0)  # fmt: skip
+    return [dict(tile=t, **dict(zip(VARLEN_FIELDS, row))) for t, row in enumerate(out.cpu().tolist())]
 
 
 @triton.jit
