@@ -256,7 +256,7 @@ def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float |
     runtime.one_of("consumers", consumers, (2, 3))
     left, right = check_window(window_size)
     t_q, h, d = q.shape
-    t_k, group = k.shape[0], h // k.shape[1]
+    group = h // k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     qk_scale, dt, rows_ = scale * 1.4426950408889634, q.dtype, 64 * consumers
     o = torch.full_like(q, math.nan)  # poisoned: every row of a sequence must be written, no other row
@@ -284,7 +284,8 @@ def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float |
 
             if step == 1:
                 for j in range(n):
-                    p, alpha, m, l = _softmax_block(qc @ block(kp, j).T, m, l, lo + j * block_n, *bounds, qk_scale, True)  # noqa: E741
+                    s = qc @ block(kp, j).T
+                    p, alpha, m, l = _softmax_block(s, m, l, lo + j * block_n, *bounds, qk_scale, True)  # noqa: E741
                     acc = acc * alpha[:, None] + p @ block(vp, j)
             else:
                 p, alpha, m, l = _softmax_block(qc @ block(kp, 0).T, m, l, lo, *bounds, qk_scale, True)  # noqa: E741
