@@ -50,11 +50,12 @@ def gluon_api_problem() -> str | None:
 
 
 def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dtype: str = "bf16", cfg=None,
-                 gqa: bool = False, window_size=(-1, -1)):  # fmt: skip
+                 gqa: bool = False, window_size=(-1, -1), varlen: bool = False):  # fmt: skip
     """Triton's compiled version 3 for sm_90 (nothing launched, no GPU needed); its ``asm`` holds 'ttgir', 'ptx',
     'cubin' and its ``metadata.shared`` the shared-memory bytes. ``gqa`` and ``window_size`` choose the variant
-    (grouped-query heads; a window's bounded sides: only whether each side is bounded is compiled in). Call from a
-    process outside the interpreter."""
+    (grouped-query heads; a window's bounded sides: only whether each side is bounded is compiled in), ``varlen``
+    the packed batch's (one tile per program: ``cfg`` must not be persistent). Call from a process outside the
+    interpreter."""
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
@@ -71,13 +72,17 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     def desc(block, layout):
         return f"tensordesc<{dtype}[{','.join(map(str, block))}],{layout!r}>"
 
-    constexprs = forward.constexprs(head_dim, is_causal, cfg, None, gqa, tuple(window_size))
+    constexprs = forward.constexprs(head_dim, is_causal, cfg, False if varlen else None, gqa, tuple(window_size),
+                                    varlen)  # fmt: skip
     signature = {
         "q_desc": desc((1, 64, head_dim), q_layout),
         "k_desc": desc((1, cfg.block_n, head_dim), kv_layout),
         "v_desc": desc((1, cfg.block_n, head_dim), kv_layout),
         "o_desc": desc((1, 64, head_dim), q_layout),
         "lse_ptr": "*fp32",
+        "o_ptr": f"*{dtype}",
+        "cu_q": "*i32",
+        "cu_k": "*i32",
         "n_q": "i32",
         "n_k": "i32",
         "n_bh": "i32",
@@ -88,7 +93,7 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
         **{name: "constexpr" for name in constexprs},
     }
     src = GluonASTSource(fn=forward.attention_forward_v3_kernel, signature=signature, constexprs=constexprs,
-                         attrs={(4,): [["tt.divisibility", 16]]})  # fmt: skip
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(4, 8)})  # fmt: skip
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": cfg.maxnreg})
 
 
@@ -226,7 +231,7 @@ _BOOTSTRAP = (
     "for a in json.loads(sys.argv[1]):\n"
     "    cfg = f.V3Config(**a['cfg']) if a.get('cfg') else None\n"
     "    out.append(c.structure(c.compile_sm90(a['d'], a['causal'], a['step'], a['dtype'], cfg, a['gqa'],\n"
-    "                                          a['window'])))\n"
+    "                                          a['window'], a.get('varlen', False))))\n"
     "sys.stdout.write(json.dumps(out))"
 )
 
@@ -268,7 +273,8 @@ def structure_in_fresh_process(head_dim=128, is_causal=False, step=3, dtype="bf1
 
 def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> list[dict]:
     """:func:`structure` of several compiles in one fresh process (one start-up for all): ``configs`` are dicts
-    with keys d, causal, step, dtype and optionally cfg (V3Config fields), gqa (bool) and window ((left, right))."""
+    with keys d, causal, step, dtype and optionally cfg (V3Config fields), gqa (bool), window ((left, right)) and
+    varlen (bool: the packed batch's kernel)."""
     if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) and "d" in c for c in configs):
         raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (step, dtype, cfg optional), "
                          f"got {configs!r}.")  # fmt: skip
@@ -278,5 +284,6 @@ def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> li
         check_window(c.get("window", (-1, -1)), bool(c.get("causal")))
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
                        "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg"), "gqa": bool(c.get("gqa", False)),
-                       "window": list(c.get("window", (-1, -1)))} for c in configs])  # fmt: skip
+                       "window": list(c.get("window", (-1, -1))), "varlen": bool(c.get("varlen", False))}
+                      for c in configs])  # fmt: skip
     return json.loads(sm90.ttgir_in_fresh_process(_BOOTSTRAP, arg, "version 3", timeout))

@@ -256,18 +256,20 @@ def paired(is_causal: bool, cfg: V3Config, tiles: int | None = None, sms: int | 
 
 
 def constexprs(head_dim: int, is_causal: bool, cfg: V3Config, pairs: bool | None = None, gqa: bool = False,
-               window_size=(-1, -1)) -> dict:  # fmt: skip
+               window_size=(-1, -1), varlen: bool = False) -> dict:  # fmt: skip
     """The kernel's compile-time arguments for ``head_dim``, ``is_causal`` and ``cfg`` (``pairs`` None:
     :func:`paired` without sizes, for :func:`causal_like` problems), ``gqa`` (grouped-query heads: K/V rows at
     ``bh // group``) and ``window_size`` (``(left, right)``, each bounded side a flag; the plain problem's flags are
-    all False, and its kernel is the one without any of the window's or the groups' code)."""
+    all False, and its kernel is the one without any of the window's or the groups' code); ``varlen``: a packed batch
+    (:mod:`gpulab.attention.v3.varlen_forward`: one tile per program, so never ``pairs``)."""
     left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     if pairs is None:
         pairs = paired(causal_like(is_causal, (left, right)), cfg)
     return dict(HEAD_DIM=head_dim, BLOCK_N=cfg.block_n, STAGES=cfg.stages, IS_CAUSAL=is_causal, STEP=cfg.step,
                 CONSUMERS=cfg.consumers, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 QBUF=cfg.q_buffers, Q_REGS=cfg.q_regs, PAIRS=bool(pairs),
-                GQA=runtime.strict_bool("gqa", gqa), HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0)  # fmt: skip
+                GQA=runtime.strict_bool("gqa", gqa), HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0,
+                VARLEN=runtime.strict_bool("varlen", varlen))  # fmt: skip
 
 
 def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int | None = None) -> V3Config:

@@ -61,7 +61,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from gpulab import gluon_compat as compat
 from gpulab.attention import sm90
 from gpulab.attention.reference import check_window, default_scale
-from gpulab.attention.v3 import launch, tiles
+from gpulab.attention.v3 import launch, producer, tiles
 from gpulab.attention.v3.configs import (
     MEASURED,
     MEASURED_SHORT,
@@ -116,47 +116,6 @@ LN2 = 0.6931471805599453
 
 
 @gluon.jit
-def _producer(descs, bufs, bars, n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, QBUF: gl.constexpr,
-              PAIRS: gl.constexpr, GQA: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
-    """One warp: per tile, the consumers' Q tiles (once each has stored its previous output), then K and V block by
-    block into the ring, from the tile's first key ``lo`` on. With grouped-query heads (``GQA``) q's row
-    ``bh = b Hq + h`` reads k's and v's row ``bh // group = b Hkv + h // group`` (Hq = group Hkv): SDPA's KV head
-    ``h // (Hq // Hkv)``, nothing copied. The g-th K/V block overall goes to stage ``g % STAGES`` once every
-    consumer released that stage's previous use (phase ``(g // STAGES) & 1``; a fresh barrier counts as having
-    completed the phase before 0, so the first lap waits on parity 1 and passes)."""
-    q_desc, k_desc, v_desc = descs
-    q_smem, k_smem, v_smem = bufs
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
-    it = 0
-    tile_i = 0
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
-            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
-        kv_bh = bh
-        if GQA:
-            kv_bh = bh // group
-        qb = (tile_i % QBUF) * CONSUMERS
-        for c in gl.static_range(CONSUMERS):
-            mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
-            compat.async_load(q_desc, [bh, start_m + c * 64, 0], q_ready.index(qb + c),
-                                            q_smem.index(qb + c))  # fmt: skip
-        for j in range(n_blocks):
-            g = it + j
-            s = g % STAGES
-            phase = (g // STAGES) & 1
-            mbarrier.wait(k_empty.index(s), phase ^ 1)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            compat.async_load(k_desc, [kv_bh, lo + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), phase ^ 1)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            compat.async_load(v_desc, [kv_bh, lo + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
-        it += n_blocks
-        tile_i += 1
-
-
-@gluon.jit
 def _softmax_block(s, m_i, l_i, start_n, first_full, full, first, last, qk_scale, cols, s_layout: gl.constexpr,
                    HAS_LEFT: gl.constexpr, WINDOW: gl.constexpr):  # fmt: skip
     """Block ``start_n``'s scores ``s`` [64, BLOCK_N] (fp32, raw) -> (P in fp32, alpha, m', l'), with m in scaled
@@ -190,13 +149,19 @@ def _softmax_block(s, m_i, l_i, start_n, first_full, full, first, last, qk_scale
 
 
 @gluon.jit
-def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+def _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               CID: gl.constexpr, CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr,
-              PAIRS: gl.constexpr, Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
+              PAIRS: gl.constexpr, Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+              VARLEN: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ``CID``: per tile, O and LSE of query rows ``[start_m + 64 CID, +64)``. A window: row i sees
-    keys ``[i + off - left, i + off + right]`` (``off = Nk - Nq``); a row seeing none gets O = 0, LSE = 0."""
+    keys ``[i + off - left, i + off + right]`` (``off = Nk - Nq``); a row seeing none gets O = 0, LSE = 0.
+    ``VARLEN``: the same in the tile's sequence's coordinates (:func:`.tiles.varlen_tile`; ``n_q`` = Tq, the LSE's
+    row length), every block loop guarded for rows that see no key (a sequence may have none); the sequence's last
+    tile stores O from registers under a row mask (a TMA store would overwrite the next sequence's first rows)."""
+    lse_ptr, o_ptr, cu_q, cu_k = ptrs
     WINDOW: gl.constexpr = HAS_LEFT or HAS_RIGHT
+    GUARD: gl.constexpr = WINDOW or VARLEN
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])  # fmt: skip
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -214,21 +179,28 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
     tt = 0  # turns taken so far
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
-            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        if VARLEN:
+            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(
+                tile, cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        else:
+            bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
+                64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            q0 = 0
+            len_q = n_q
+            len_k = n_k
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
         first = 0  # the first key each row sees (a window bounded on the left), and the last
         if WINDOW:  # [64, 1] where that side is bounded
-            last = n_k - 1
+            last = len_k - 1
             if HAS_LEFT:
-                first = (rows + (n_k - n_q - left))[:, None]
+                first = (rows + (len_k - len_q - left))[:, None]
             if HAS_RIGHT:
-                last = gl.minimum(rows + (n_k - n_q + right), n_k - 1)[:, None]
+                last = gl.minimum(rows + (len_k - len_q + right), len_k - 1)[:, None]
         elif IS_CAUSAL:
-            last = gl.minimum(rows, n_k - 1)[:, None]  # [64, 1]: the last key each row sees
+            last = gl.minimum(rows, len_k - 1)[:, None]  # [64, 1]: the last key each row sees
         else:
-            last = n_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
+            last = len_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
         m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([64], gl.float32, layout=row_layout)
         acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
@@ -248,7 +220,7 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
                 s = warpgroup_mma_wait(0, deps=(s,))
                 mbarrier.arrive(k_empty.index(st), count=1)
                 p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
-                                                    qk_scale, cols, s_layout, HAS_LEFT, WINDOW)  # fmt: skip
+                                                    qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
                 mbarrier.wait(v_ready.index(st), phase)
                 acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
@@ -274,13 +246,13 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
             # of the tile loop and spills them across the key loop (ptxas -v: ~100 bytes).
             if IS_CAUSAL:  # the mask depends on the tile's rows: nothing to hoist
                 start0 = 0
-            elif WINDOW:  # the tile's first key
+            elif GUARD:  # the tile's first key
                 start0 = lo
             else:
                 start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
                                                    pack=1) - it  # fmt: skip
             p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, first_full, full, first, last, qk_scale, cols,
-                                                s_layout, HAS_LEFT, WINDOW)  # fmt: skip
+                                                s_layout, HAS_LEFT, GUARD)  # fmt: skip
             # P crosses each iteration already rounded to the operand dtype (p_op [64, BLOCK_N], half the registers
             # of fp32 P): converted at the top of the next iteration instead, the fp32 P lived across the loop's
             # back edge, and ptxas spilled (d=64 with three consumers at 160 registers: 96 bytes of loop state; the
@@ -308,7 +280,7 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
                 if STEP == 2:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
                 p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
-                                                    qk_scale, cols, s_layout, HAS_LEFT, WINDOW)  # fmt: skip
+                                                    qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
                 if STEP == 3:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
                 mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
@@ -325,19 +297,33 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
         # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
         # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
         # The tile's head and rows are recomputed here rather than kept live across the key loop (registers).
-        bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right, 64 * CONSUMERS,
-            BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        if VARLEN:
+            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(
+                tile, cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        else:
+            bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
+                64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            q0 = 0
+            len_q = n_q
+            len_k = n_k
         row0 = start_m + CID * 64
         rows = row0 + gl.arange(0, 64, layout=row_layout)
-        if WINDOW:  # a row that saw no key (l = 0, m = -inf): O = 0 / 1 and LSE = 0
+        if GUARD:  # a row that saw no key (l = 0, m = -inf): O = 0 / 1 and LSE = 0
             l_i = gl.where(l_i > 0.0, l_i, 1.0)
             m_i = gl.where(m_i == float("-inf"), 0.0, m_i)
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        q_buf.store((acc / l_o[:, None]).to(dtype))
-        fence_async_shared()
-        compat.async_store(o_desc, [bh, row0, 0], q_smem.index(qi))
+        o_tile = (acc / l_o[:, None]).to(dtype)
+        if VARLEN and row0 + 64 > len_q:  # rows past the sequence's end: a masked store from registers
+            o_rows = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+            o_cols = bh * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            o_offs = (q0 + o_rows).to(gl.int64)[:, None] * (n_bh * HEAD_DIM) + o_cols[None, :]
+            gl.store(o_ptr + o_offs, o_tile, mask=(o_rows < len_q)[:, None])
+        else:
+            q_buf.store(o_tile)
+            fence_async_shared()
+            compat.async_store(o_desc, [bh, q0 + row0, 0], q_smem.index(qi))
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(lse_ptr + bh.to(gl.int64) * n_q + rows, lse, mask=rows < n_q)
+        gl.store(lse_ptr + bh.to(gl.int64) * n_q + (q0 + rows), lse, mask=rows < len_q)
         tma.store_wait(0)
         mbarrier.arrive(q_empty.index(qi), count=1)
         it += n_blocks
@@ -345,47 +331,54 @@ def _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles,
 
 
 @gluon.jit
-def _consumer0(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+def _consumer0(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
-              HAS_RIGHT)  # fmt: skip
+              HAS_RIGHT, VARLEN)  # fmt: skip
 
 
 @gluon.jit
-def _consumer1(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+def _consumer1(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
-              HAS_RIGHT)  # fmt: skip
+              HAS_RIGHT, VARLEN)  # fmt: skip
 
 
 @gluon.jit
-def _consumer2(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+def _consumer2(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):  # fmt: skip
-    _consumer(o_desc, bufs, bars, lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+    _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
-              HAS_RIGHT)  # fmt: skip
+              HAS_RIGHT, VARLEN)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "left", "right"])  # one compile per config, any sizes
 def attention_forward_v3_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, n_q, n_k, n_bh, group, left, right, qk_scale,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, o_ptr, cu_q, cu_k, n_q, n_k, n_bh, group, left, right, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     QBUF: gl.constexpr, PAIRS: gl.constexpr, Q_REGS: gl.constexpr, GQA: gl.constexpr, HAS_LEFT: gl.constexpr,
-    HAS_RIGHT: gl.constexpr,
+    HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr,
 ):  # fmt: skip
     """Version 3 forward. Descriptors over q, o [B*Hq, Nq, D] (blocks [1, 64, D]) and k, v [B*Hkv, Nk, D] (blocks
     [1, BLOCK_N, D]); lse [B*Hq, Nq] fp32; ``n_bh = B * Hq``; ``group = Hq / Hkv`` (read with ``GQA``), the window's
-    ``left`` / ``right`` (with ``HAS_LEFT`` / ``HAS_RIGHT``). Grid: (tiles,) or, persistent, (SMs,)."""
-    if PAIRS:  # this program's units of two tiles (:func:`.tiles.tile`): tiles pid, pid + programs, ... below n_tiles
+    ``left`` / ``right`` (with ``HAS_LEFT`` / ``HAS_RIGHT``). Grid: (tiles,) or, persistent, (SMs,). ``VARLEN``: a
+    packed batch (:mod:`gpulab.attention.v3.varlen_forward`): descriptors over [H, T, D] views of packed [T, H, D]
+    tensors, o also as ``o_ptr``, int32 offsets ``cu_q`` / ``cu_k``, ``n_q`` = Tq, ``n_k`` = the query tiles of the
+    longest sequence, ``n_bh`` = Hq; one program per tile (:func:`.tiles.varlen_tile`), lse [Hq, Tq]."""
+    if VARLEN:  # a tile past its sequence's end runs no iteration (its program ends at once)
+        fields = tiles.varlen_tile(gl.program_id(0), cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N,
+                                   HAS_LEFT, HAS_RIGHT)  # fmt: skip
+        n_tiles = gl.program_id(0) + (fields[1] < fields[8]).to(gl.int32)
+    elif PAIRS:  # this program's units of two tiles (:func:`.tiles.tile`): tiles pid, pid + programs, ... below n_tiles
         n_units = (gl.cdiv(n_q, 64 * CONSUMERS) + 1) // 2 * n_bh
         n_tiles = gl.program_id(0) + 2 * gl.cdiv(n_units - gl.program_id(0), gl.num_programs(0)) * gl.num_programs(0)
     else:
@@ -420,23 +413,23 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
-                              HAS_LEFT, HAS_RIGHT)),
+                              HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
-                              HAS_LEFT, HAS_RIGHT)),
+                              HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
-                              HAS_LEFT, HAS_RIGHT)),
-                (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
-                             (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
-                             IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT)),
+                              HAS_LEFT, HAS_RIGHT, VARLEN)),
+                (producer.producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
+                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k),
+                                     n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
+                                     IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT, VARLEN)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -446,18 +439,18 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
-                              HAS_LEFT, HAS_RIGHT)),
+                              HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              lse_ptr, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
-                              HAS_LEFT, HAS_RIGHT)),
-                (_producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
-                             (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                             n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
-                             IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT)),
+                              HAS_LEFT, HAS_RIGHT, VARLEN)),
+                (producer.producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
+                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k),
+                                     n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
+                                     IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT, VARLEN)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -526,7 +519,7 @@ class _Plan:
             kv_shape, kv_strides = (kv_bh, n_k, d), (n_k * d, d, 1)
             descs = ((q.data_ptr(), q_shape, q_strides), (k.data_ptr(), kv_shape, kv_strides),
                      (v.data_ptr(), kv_shape, kv_strides), (o.data_ptr(), q_shape, q_strides))  # fmt: skip
-            rest = (lse, *sizes, self.qk_scale, *self.constexprs.values())
+            rest = (lse, o, lse, lse, *sizes, self.qk_scale, *self.constexprs.values())  # o, cu_q, cu_k unread
             self.raw.launch(self.grid, torch._C._cuda_getCurrentRawStream(self.device), descs, rest)
             return
         q_layout, kv_layout = self.layouts
@@ -536,7 +529,7 @@ class _Plan:
         k_desc = TensorDescriptor(k, [kv_bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
         v_desc = TensorDescriptor(v, [kv_bh, n_k, d], [n_k * d, d, 1], [1, block_n, d], kv_layout)
         compiled = attention_forward_v3_kernel[(self.grid,)](
-            q_desc, k_desc, v_desc, o_desc, lse, *sizes, self.qk_scale,
+            q_desc, k_desc, v_desc, o_desc, lse, o, lse, lse, *sizes, self.qk_scale,
             num_warps=4, maxnreg=self.cfg.maxnreg, **self.constexprs,
         )  # fmt: skip
         if self.raw is None and compiled is not None:
