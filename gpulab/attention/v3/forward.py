@@ -334,7 +334,8 @@ def _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk
 def _consumer0(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+               VARLEN: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               0, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
               HAS_RIGHT, VARLEN)  # fmt: skip
@@ -344,7 +345,8 @@ def _consumer0(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, q
 def _consumer1(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+               VARLEN: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               1, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
               HAS_RIGHT, VARLEN)  # fmt: skip
@@ -354,7 +356,8 @@ def _consumer1(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, q
 def _consumer2(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                CONSUMERS: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, QBUF: gl.constexpr, PAIRS: gl.constexpr,
-               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, VARLEN: gl.constexpr):  # fmt: skip
+               Q_REGS: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+               VARLEN: gl.constexpr):  # fmt: skip
     _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
               2, CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS, HAS_LEFT,
               HAS_RIGHT, VARLEN)  # fmt: skip
