@@ -62,6 +62,8 @@ ALLOWED = {
     ),  # fmt: skip
     "gpulab.attention.v3.backward_launch.BackwardPlan": "version 3's backward launch plan: built by "
     "v3.backward.attention_backward after its checks (its bad inputs are tested there)",
+    "gpulab.attention.v3.producer.producer": "a Gluon partition of version 3's forward kernel: called only inside "
+    "the kernel, with the kernel's own descriptors, buffers and barriers",
     "gpulab.attention.v3.backward_dq.dq_writer": "a Gluon partition of version 3's backward kernel: called only "
     "inside the kernel, with the kernel's own buffers",
     **dict.fromkeys(

@@ -1,4 +1,5 @@
-"""Variable-length batches: :func:`varlen_attn`, torch's ``torch.nn.attention.varlen.varlen_attn`` on version 1.
+"""Variable-length batches: :func:`varlen_attn`, torch's ``torch.nn.attention.varlen.varlen_attn`` on version 1
+(the forward on version 3 on Hopper where it takes the padded problem: :func:`v3_gate`).
 
 What you will learn: a batch of sequences of different lengths needs no padding. The sequences are packed one after
 another into ``[T, H, D]`` tensors and an int32 offsets tensor ``cu_seq`` (``[S + 1]``, ``cu_seq[0] = 0``) says where
@@ -14,16 +15,19 @@ FLOPs: a padded batch computes ``S * max_q * max_k`` score entries per head, the
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
 
 from gpulab import check, runtime
+from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
 from gpulab.attention.plan import plan_cache_info
 from gpulab.attention.reference import check_window, default_scale, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
+from gpulab.attention.v3 import varlen_forward as v3_varlen
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
@@ -35,6 +39,7 @@ __all__ = [
     "varlen_plan",
     "check_offsets",
     "VarlenFunction",
+    "v3_gate",
 ]
 
 
@@ -51,7 +56,7 @@ class VarlenPlan:
     longest lengths, ``max_q``/``max_k``, which size the grids), and the launches once built."""
 
     __slots__ = ("b", "h", "n_q", "n_k", "d", "t_q", "t_k", "group", "window", "scale", "qk_scale", "dtype",
-                 "device", "precision", "is_fp32", "forward", "backward")  # fmt: skip
+                 "device", "precision", "is_fp32", "forward", "backward", "v3_forward", "forward_version")  # fmt: skip
     varlen = True
     is_causal = False
 
@@ -66,6 +71,8 @@ class VarlenPlan:
         self.precision = runtime.dot_precision(q.dtype, False)
         self.is_fp32 = q.dtype == torch.float32
         self.forward = self.backward = None
+        self.v3_forward = None  # whether version 3 takes the forward (decided at the first forward call)
+        self.forward_version = None  # the version whose forward ran last (1 or 3)
 
     @property
     def bounds(self) -> tuple[int, int]:
@@ -173,11 +180,29 @@ def _stream(plan, *tensors):
     return direct_stream(plan.device) if aligned else None
 
 
+def v3_gate(plan: VarlenPlan, q, k, v) -> bool:
+    """Whether version 3 (Hopper, Gluon) takes this packed forward: where ``flash_attention`` would take it for the
+    padded problem (:func:`gpulab.attention.plan.auto_version` and :data:`gpulab.attention.plan.V3_HEAD_DIMS`, the
+    same gate) and :func:`gpulab.attention.v3.varlen_forward.supported` says yes; version 1 otherwise."""
+    work = plan.t_q * plan.n_k * plan.h * plan.d
+    if os.environ.get("GPULAB_ATTENTION_VERSION", "") == "2" or plan.d not in attention_plan.V3_HEAD_DIMS:
+        return False
+    if attention_plan.auto_version(plan.dtype, plan.d, plan.device, work) != 2:
+        return False
+    return v3_varlen.supported(q, k, v, plan.scale, plan.window, plan.group > 1)[0]
+
+
 def _forward(plan: VarlenPlan, q, k, v, cu_q, cu_k):
     o = check.new_output(q.shape, dtype=q.dtype, device=q.device)
     lse = check.new_output((plan.h, plan.t_q), dtype=torch.float32, device=q.device)
     if plan.empty:
         return o.zero_(), lse.zero_()
+    if plan.v3_forward is None:
+        plan.v3_forward = v3_gate(plan, q, k, v)
+    if plan.v3_forward and v3_varlen.aligned(q, k, v):
+        plan.forward_version = 3
+        return v3_varlen.attention_forward_varlen(q, k, v, cu_q, cu_k, plan.n_q, plan.scale, plan.window)
+    plan.forward_version = 1
     if plan.forward is None:
         plan.forward = v1_forward.forward_launch(plan, attention_config("forward", plan.d, plan.dtype, plan.n_q,
                                                                         plan.n_k))  # fmt: skip
