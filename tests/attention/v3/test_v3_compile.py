@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from gpulab.attention.measure import v3_compile_check as compile_check
-from gpulab.attention.v3 import forward
+from gpulab.attention.v3 import forward, varlen_forward
 
 _PROBLEM = compile_check.gluon_api_problem()
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=str(_PROBLEM))
@@ -54,18 +54,39 @@ wgmma schedule, no spills, no local memory in the key loop. (The plain kernels' 
 variants existed but for three unused parameters: the window's and the groups' code is all behind the flags.)"""
 
 
+VARLEN = {  # name: (head dim, longest query length, window, grouped-query heads)
+    "varlen d128": (128, 1024, (-1, -1), False),
+    "varlen d128 causal gqa": (128, 4096, (-1, 0), True),
+    "varlen d128 window (3, 7)": (128, 1024, (3, 7), False),
+    "varlen d64": (64, 1024, (-1, -1), False),
+    "varlen d64 long gqa": (64, 16384, (-1, -1), True),
+    "varlen d64 window (200, -1)": (64, 4096, (200, -1), False),
+}
+"""The packed batch's kernels (``VARLEN``, :mod:`gpulab.attention.v3.varlen_forward`: one tile per program, tiles
+:func:`~gpulab.attention.v3.varlen_forward.varlen_config`), held to the same structure: the offsets' loads, the
+per-sequence masks and the last tile's masked register store add no spill and no local memory in the key loop."""
+
+
 @functools.lru_cache(maxsize=1)
 def _structures() -> dict:
     configs = []
-    for name in [*CASES, *Q_REGS, *VARIANTS]:
+    for name in [*CASES, *Q_REGS, *VARIANTS, *VARLEN]:
         cfg = _config(name)
+        if name in VARLEN:
+            d, _, window, gqa = VARLEN[name]
+            configs.append(dict(d=d, causal=False, step=cfg.step, cfg=dataclasses.asdict(cfg), window=window,
+                                gqa=gqa, varlen=True))  # fmt: skip
+            continue
         d, causal = (CASES.get(name) or Q_REGS.get(name) or VARIANTS[name])[:2]
         window, gqa = VARIANTS[name][3:] if name in VARIANTS else ((-1, -1), False)
         configs.append(dict(d=d, causal=causal, step=cfg.step, cfg=dataclasses.asdict(cfg), window=window, gqa=gqa))
-    return dict(zip([*CASES, *Q_REGS, *VARIANTS], compile_check.structures_in_fresh_process(configs)))
+    return dict(zip([*CASES, *Q_REGS, *VARIANTS, *VARLEN], compile_check.structures_in_fresh_process(configs)))
 
 
 def _config(name) -> forward.V3Config:
+    if name in VARLEN:
+        d, max_q, window, _ = VARLEN[name]
+        return varlen_forward.varlen_config(d, window, max_q)
     if name in Q_REGS:
         d, causal = Q_REGS[name]
         return dataclasses.replace(forward.v3_config(d, causal), q_regs=True)
@@ -76,9 +97,9 @@ def _config(name) -> forward.V3Config:
     return forward.v3_config(d, causal, step, seq)
 
 
-@pytest.mark.parametrize("name", [*CASES, *Q_REGS, *VARIANTS])
+@pytest.mark.parametrize("name", [*CASES, *Q_REGS, *VARIANTS, *VARLEN])
 def test_structure(name):
-    d = (CASES.get(name) or Q_REGS.get(name) or VARIANTS[name])[0]
+    d = (CASES.get(name) or Q_REGS.get(name) or VARIANTS.get(name) or VARLEN[name])[0]
     cfg = _config(name)
     s = _structures()[name]
     # wgmma.mma_async per consumer: a Q K^T is D/16 instructions (K = 16 each), a P V is BLOCK_N/16. Step 1 has one
