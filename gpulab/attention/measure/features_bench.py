@@ -9,7 +9,8 @@ cudnn-frontend's benchmarks count them):
    ``enable_gqa=True`` (its default choice and cuDNN).
 2. ``kind='varlen'``: a packed batch of mixed lengths (16k tokens) with ``varlen_attn``, the same sequences padded to
    the longest as one ``flash_attention`` call (``layout='padded'``: its FLOPs are the padded problem's), and
-   torch's own ``varlen_attn`` on the packed batch.
+   torch's own ``varlen_attn`` on the packed batch. gpulab's results record the forward's version
+   (``forward_version``: the packed forward's from its plan, the padded call's from ``forward_plan``).
 3. ``kind='d256'``: head dim 256 at N 4k and 16k (16k tokens), against SDPA's cuDNN and FlashAttention-2 backends.
 
 On CPU each runs a tiny version in the interpreter (float16).
@@ -24,8 +25,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gpulab import bench, runtime
 from gpulab.attention.function import flash_attention
 from gpulab.attention.measure.benchmark import check_output, math_reference, one_direction
+from gpulab.attention.plan import forward_plan
 from gpulab.attention.reference import attention_reference, varlen_attention_reference
-from gpulab.attention.varlen import varlen_attn
+from gpulab.attention.varlen import varlen_attn, varlen_plan
 
 __all__ = ["features", "mixed_lengths"]
 
@@ -179,7 +181,7 @@ def _varlen_flops(heads, head_dim, causal, direction, layout, lengths, **_):
                                          backward=direction != "forward")  # fmt: skip
 
 
-def _varlen() -> bench.Benchmark:
+def _varlen(versions: dict) -> bench.Benchmark:
     lengths = runtime.pick(cpu=mixed_lengths(80, 1, 33), gpu=mixed_lengths(16384, 256, 4096))
     heads, d = runtime.pick(cpu=(2, 16), gpu=(16, 128))
     grid = [
@@ -187,9 +189,21 @@ def _varlen() -> bench.Benchmark:
     ]
     cases = [dict(dtype=_dtype(), heads=heads, seq=max(lengths), head_dim=d, causal=c, direction=dr, layout=lay,
                   lengths=lengths) for c, dr, lay in grid]  # fmt: skip
-    padded = one_direction(lambda q, k, v, c: flash_attention(q, k, v, is_causal=c))
+
+    def packed(q, k, v, cu, m, w):  # records the version its forward ran (``versions``, keyed by layout and causal)
+        out = varlen_attn(q, k, v, cu, cu, m, m, window_size=w)
+        if ("packed", w != (-1, -1)) not in versions:
+            versions["packed", w != (-1, -1)] = varlen_plan(q, k, v, cu, cu, m, m, None, w, False).forward_version
+        return out
+
+    def padded_call(q, k, v, c):
+        if ("padded", c) not in versions:
+            versions["padded", c] = forward_plan(q, k, v, is_causal=c).version
+        return flash_attention(q, k, v, is_causal=c)
+
+    padded = one_direction(padded_call)
     providers = {
-        "gpulab": _either(_packed(lambda q, k, v, cu, m, w: varlen_attn(q, k, v, cu, cu, m, m, window_size=w)), padded),
+        "gpulab": _either(_packed(packed), padded),
         "torch varlen_attn": _packed(_torch_varlen),
     }
 
@@ -236,10 +250,12 @@ def _d256() -> bench.Benchmark:
 
 def features(progress=None) -> list[bench.Result]:
     """``python -m gpulab bench 05 features``: the three comparisons of the module docstring, checked, then timed."""
-    results = []
-    for make in (_gqa, _varlen, _d256):
+    results, versions = [], {}
+    for make in (_gqa, lambda: _varlen(versions), _d256):
         results += bench.run(make(), progress)
     for r in results:  # the lengths are in the case; the record keeps their count and spread, not the list
+        if r.params.get("kind") == "varlen" and r.params.get("impl") == "gpulab":
+            r.params["forward_version"] = versions.get((r.params.get("layout"), bool(r.params.get("causal"))))
         lengths = r.params.pop("lengths", None)
         if lengths is not None:
             r.params.update(sequences=len(lengths), tokens=sum(lengths), shortest=min(lengths), longest=max(lengths))
