@@ -47,6 +47,7 @@ from gpulab.attention.v1 import forward as v1_forward
 from gpulab.attention.v2 import forward as v2_forward
 from gpulab.attention.v3 import backward as v3_backward
 from gpulab.attention.v3 import forward as v3_forward
+from gpulab.attention.v3 import varlen_forward as v3_varlen  # noqa: F401 - varlen_attn reaches version 3 here
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 

@@ -27,7 +27,6 @@ from gpulab.attention.plan import plan_cache_info
 from gpulab.attention.reference import check_window, default_scale, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
-from gpulab.attention.v3 import varlen_forward as v3_varlen
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
@@ -183,13 +182,14 @@ def _stream(plan, *tensors):
 def v3_gate(plan: VarlenPlan, q, k, v) -> bool:
     """Whether version 3 (Hopper, Gluon) takes this packed forward: where ``flash_attention`` would take it for the
     padded problem (:func:`gpulab.attention.plan.auto_version` and :data:`gpulab.attention.plan.V3_HEAD_DIMS`, the
-    same gate) and :func:`gpulab.attention.v3.varlen_forward.supported` says yes; version 1 otherwise."""
+    same gate) and :func:`gpulab.attention.v3.varlen_forward.supported` says yes; version 1 otherwise. Version 3
+    is reached through the plan's import (only the plan imports several versions)."""
     work = plan.t_q * plan.n_k * plan.h * plan.d
     if os.environ.get("GPULAB_ATTENTION_VERSION", "") == "2" or plan.d not in attention_plan.V3_HEAD_DIMS:
         return False
     if attention_plan.auto_version(plan.dtype, plan.d, plan.device, work) != 2:
         return False
-    return v3_varlen.supported(q, k, v, plan.scale, plan.window, plan.group > 1)[0]
+    return attention_plan.v3_varlen.supported(q, k, v, plan.scale, plan.window, plan.group > 1)[0]
 
 
 def _forward(plan: VarlenPlan, q, k, v, cu_q, cu_k):
@@ -199,9 +199,9 @@ def _forward(plan: VarlenPlan, q, k, v, cu_q, cu_k):
         return o.zero_(), lse.zero_()
     if plan.v3_forward is None:
         plan.v3_forward = v3_gate(plan, q, k, v)
-    if plan.v3_forward and v3_varlen.aligned(q, k, v):
+    if plan.v3_forward and attention_plan.v3_varlen.aligned(q, k, v):
         plan.forward_version = 3
-        return v3_varlen.attention_forward_varlen(q, k, v, cu_q, cu_k, plan.n_q, plan.scale, plan.window)
+        return attention_plan.v3_varlen.attention_forward_varlen(q, k, v, cu_q, cu_k, plan.n_q, plan.scale, plan.window)
     plan.forward_version = 1
     if plan.forward is None:
         plan.forward = v1_forward.forward_launch(plan, attention_config("forward", plan.d, plan.dtype, plan.n_q,
