@@ -1,5 +1,6 @@
-"""Version 3's packed (varlen) forward on a Hopper GPU (``pytest -m gpu``): ``varlen_attn`` against the float64
-varlen reference with version 3 checked to have run, odd lengths, an empty sequence inside the batch, Nq != Nk,
+"""Version 3's packed (varlen) forward on a Hopper GPU (``pytest -m gpu``): the kernel against the float64 varlen
+reference (called directly: ``varlen_attn`` keeps version 1 for tiny batches), ``varlen_attn`` checked to take
+version 3 above ``plan.SMALL_WORK``, odd lengths, an empty sequence inside the batch, Nq != Nk,
 windows, grouped-query heads, outputs poisoned (rows outside every sequence must stay untouched, every row of a
 sequence written), the backward (version 1) fed by version 3's O and LSE, and a CUDA-graph replay with new offsets.
 Skipped without CUDA and where :func:`gpulab.attention.v3.varlen_forward.supported` says no."""
@@ -31,12 +32,14 @@ def _inputs(lens_q, lens_k, hq, hkv, d, dtype, window=(-1, -1), seed=0, pad=0):
 
 
 def _run(q, k, v, cu_q, cu_k, lens_q, lens_k, window):
-    o, lse = A.varlen_attn(q, k, v, cu_q, cu_k, max(lens_q), max(1, max(lens_k)), window_size=window,
-                           enable_gqa=q.shape[1] != k.shape[1], return_aux=A.AuxRequest(lse=True))  # fmt: skip
-    plan = varlen.varlen_plan(q, k, v, cu_q, cu_k, max(lens_q), max(1, max(lens_k)), None, window,
-                              q.shape[1] != k.shape[1])  # fmt: skip
-    assert plan.forward_version == 3, "varlen_attn's forward did not take version 3"
-    return o, lse
+    """Version 3's packed forward called directly (``varlen_attn`` keeps version 1 below ``plan.SMALL_WORK``)."""
+    return v3v.attention_forward_varlen(q, k, v, cu_q, cu_k, max(lens_q), q.shape[2] ** -0.5, window)
+
+
+def _routed(q, k, v, cu_q, cu_k, max_q, max_k, window):
+    """``varlen_attn``'s forward plan, asserting that version 3 ran."""
+    plan = varlen.varlen_plan(q, k, v, cu_q, cu_k, max_q, max_k, None, window, q.shape[1] != k.shape[1])
+    assert plan.forward_version == 3, f"varlen_attn's forward ran version {plan.forward_version}, not 3"
 
 
 # (query lengths, key lengths, Hq, Hkv, window)
@@ -73,14 +76,28 @@ def test_varlen_v3_matches_float64(case, d, dtype):
     assert err_lse <= 1e-3, f"{case}: lse relative error {err_lse:.3g}"
 
 
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (256, 0)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_attn_takes_version_3(d, window):
+    """Above ``plan.SMALL_WORK`` on Hopper ``varlen_attn``'s forward is version 3's, with its O and LSE."""
+    lens = [1000, 17, 0, 3001, 1, 129]
+    q, k, v, cu, _ = _inputs(lens, lens, 8, 2, d, torch.bfloat16, window, seed=2)
+    o, lse = A.varlen_attn(q, k, v, cu, cu, 3001, 3001, window_size=window, enable_gqa=True,
+                           return_aux=A.AuxRequest(lse=True))  # fmt: skip
+    _routed(q, k, v, cu, cu, 3001, 3001, window)
+    ref_o, ref_lse = A.varlen_attention_reference(q, k, v, cu, cu, window_size=window, enable_gqa=True)
+    assert check.relative_error(o, ref_o) <= check.tolerance(torch.bfloat16)
+    assert check.relative_error(lse, ref_lse.to(lse.device)) <= 1e-3
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_backward_reads_version_3s_o_and_lse(d):
-    lens, window = [17, 0, 300, 129], (-1, 0)
-    q, k, v, cu, _ = _inputs(lens, lens, 4, 2, d, torch.bfloat16, window, seed=1)
+    lens, window = [1000, 0, 3000, 129], (-1, 0)
+    q, k, v, cu, _ = _inputs(lens, lens, 8, 2, d, torch.bfloat16, window, seed=1)
     do = torch.randn_like(q)
     qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    o = A.varlen_attn(qg, kg, vg, cu, cu, 300, 300, window_size=window, enable_gqa=True)
-    assert varlen.varlen_plan(qg, kg, vg, cu, cu, 300, 300, None, window, True).forward_version == 3
+    o = A.varlen_attn(qg, kg, vg, cu, cu, 3000, 3000, window_size=window, enable_gqa=True)
+    _routed(qg, kg, vg, cu, cu, 3000, 3000, window)
     o.backward(do)
     refs = A.varlen_attention_reference(q, k, v, cu, cu, window_size=window, enable_gqa=True, do=do)
     for name, got, ref in zip(("O", "dQ", "dK", "dV"), (o.detach(), qg.grad, kg.grad, vg.grad), refs[:1] + refs[2:]):
@@ -91,12 +108,13 @@ def test_backward_reads_version_3s_o_and_lse(d):
 def test_cuda_graph_replay_with_new_offsets():
     """The offsets are read on the device only: a captured launch replayed with other offsets (same shapes) computes
     the other batch."""
-    lens, other = [100, 0, 1, 300], [200, 150, 50, 1]
+    lens, other = [1000, 0, 1, 3000], [2000, 1500, 500, 1]
     q, k, v, cu, _ = _inputs(lens, lens, 8, 2, 128, torch.bfloat16, (-1, 0))
-    A.varlen_attn(q, k, v, cu, cu, 300, 300, enable_gqa=True, window_size=(-1, 0))  # compile, outside capture
+    A.varlen_attn(q, k, v, cu, cu, 3000, 3000, enable_gqa=True, window_size=(-1, 0))  # compile, outside capture
+    _routed(q, k, v, cu, cu, 3000, 3000, (-1, 0))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o = A.varlen_attn(q, k, v, cu, cu, 300, 300, enable_gqa=True, window_size=(-1, 0))
+        o = A.varlen_attn(q, k, v, cu, cu, 3000, 3000, enable_gqa=True, window_size=(-1, 0))
     cu.copy_(_offsets(other))
     graph.replay()
     ref, _ = A.varlen_attention_reference(q, k, v, cu, cu, window_size=(-1, 0), enable_gqa=True)
