@@ -73,11 +73,11 @@ _EARLIER = {
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
          dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
-TUNE = {d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
-        for d, fields in _EARLIER.items()}  # fmt: skip
 _D256 = dict(block_n=64, stages=2)  # the one shape that fits at d=256 (tests/attention/v3/test_v3_compile.py)
-TUNE[256] = [dict(step=3, **_D256), dict(step=3, **_D256, **_P), dict(step=3, **_D256, **_P, pairs=True),
-             dict(step=2, **_D256, **_P, pairs=True), dict(step=1, **_D256, **_P, pairs=True)]  # fmt: skip
+TUNE = {**{d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
+           for d, fields in _EARLIER.items()},
+        256: [dict(step=3, **_D256), dict(step=3, **_D256, **_P), dict(step=3, **_D256, **_P, pairs=True),
+              dict(step=2, **_D256, **_P, pairs=True), dict(step=1, **_D256, **_P, pairs=True)]}  # fmt: skip
 """:class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: the earlier defaults and
 their challengers (causal tiles in (longest, shortest) pairs, which non-causal launches ignore), and each step-2/3
 two-consumer entry again with ``q_regs=True`` (Q from registers in the score products; the three-consumer kernel has

@@ -140,10 +140,9 @@ causal long problems took paired persistent tiles with Q read from registers (``
 everywhere (notes/attention-hopper.md, 'Forward configs'). d=256 is chosen by the sm_90 compile, not yet timed: the
 one shape that fits, two consumers, 64 keys per stage, two stages and one Q buffer (Q 64 KB + K, V 128 KB of shared
 memory; O takes 128 fp32 registers per thread; ``q_regs`` spills; ``tests/attention/v3/test_v3_compile.py`` has the
-table). ptxas reports no spilled
-registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on Triton 3.6 to 3.8
-(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests); on 3.9 one spills
-(:data:`NO_SPILL_BY_TRITON` replaces it there)."""
+table). ptxas reports no spilled registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on
+Triton 3.6 to 3.8 (d=256: compiled on 3.6) (:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile
+tests); on 3.9 one spills (:data:`NO_SPILL_BY_TRITON` replaces it there)."""
 
 
 NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
