@@ -54,9 +54,15 @@ ptxas -v, shared memory as allocated, limit 227 KB = 232448 bytes):
 
 O is [64, 256] fp32 per consumer: 128 registers per thread, S [64, 64] 32 more, P as bf16 16; Q in registers would
 add 64. FlashAttention-3 takes 128 x 80 tiles at d=256 (one 128-row Q tile per warpgroup pair); here a warpgroup
-owns 64 rows and the key block is a power of two: 64. Windows: step 3 spills 4 bytes outside the key loop (windows
-(3, 7) and, with grouped heads, (8, 0)); step 2 none, so ``window_config`` takes step 2 at d=256. Not timed yet:
-``bench 05 features`` on the H200 decides."""
+owns 64 rows and the key block is a power of two: 64. Windows (spill bytes, all outside the key loop):
+
+    window               step 3 (3.6)   step 2 (3.6)   step 2 (3.9)   step 1 (3.6, 3.9)
+    (3, 7)               4              0              4              0
+    (8, 0), gqa          4              0              4              0
+    (-1, 0), paired      4              0              0              0
+
+so ``window_config`` takes step 1 for a window bounded on the left and step 2 for one bounded on the right only.
+Not timed yet: ``bench 05 features`` on the H200 decides."""
 
 
 VARIANTS = {  # name: (head dim, causal, query length, window, grouped-query heads)
@@ -72,6 +78,7 @@ VARIANTS = {  # name: (head dim, causal, query length, window, grouped-query hea
     "d256 window (-1, 0)": (256, False, None, (-1, 0), False),
     "d256 causal gqa": (256, True, None, (-1, -1), True),
     "d256 window (3, 7)": (256, False, None, (3, 7), False),
+    "d256 short gqa window (0, 0)": (256, False, 17, (0, 0), True),
 }
 """Grouped-query heads and windows: the kernel's constexpr variants (``GQA``, ``HAS_LEFT``, ``HAS_RIGHT``) with the
 tiles :func:`~gpulab.attention.v3.configs.window_config` gives them, held to the plain kernels' structure: the same
