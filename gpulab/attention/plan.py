@@ -102,7 +102,8 @@ of the newest three H100 runs that timed both on the whole grid, the longest of 
 (``benchmarks/05_attention_hopper/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
 table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
 while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
-lengths."""
+lengths. No head dim 256: each consumer's dK and dV [64, 256] fp32 are 256 registers per thread (the sm_90 compile
+spills 1.9-4.1 KB at steps 1, 3, 5, whose shared memory is over 227 KB past step 1): version 1 runs its backward."""
 
 V3_BACKWARD_HEAD_DIMS, V3_BACKWARD_MIN_SEQ = V3_BACKWARD.head_dims, V3_BACKWARD.min_seq  # its fields, read-only
 
@@ -283,7 +284,8 @@ Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head 
 (``benchmarks/05_attention_hopper/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
 version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
 this list to the records). Head dim 64 joined once causal tiles went in (longest, shortest) pairs
-(notes/attention-hopper.md, 'Forward configs')."""
+(notes/attention-hopper.md, 'Forward configs'). Head dim 256 (no version 2: version 1 below it) runs on version 3
+with ``version=3`` and joins here once an H200 run shows it faster than version 1."""
 
 
 def _say_v3_refused(kind: str, why: str, instead: str) -> None:
@@ -334,13 +336,14 @@ def forward_plan(q, k, v, is_causal=False, scale=None, allow_tf32=False, config=
         raise ValueError(f"version={version} (config {config!r}) cannot run a window ({window}): versions 1 and 3 "
                          "have it; pass version=None, 1 or 3 and that version's config or None.")  # fmt: skip
     plan.version = check_version(version, config, q.dtype, q.shape[3], q.device, work, scale)
-    if plan.version == 3 or (version is None and config is None and plan.version == 2 and plan.d in V3_HEAD_DIMS
-                             and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):  # fmt: skip
+    auto3 = version is None and config is None and plan.d in V3_HEAD_DIMS and (plan.version == 2 or (  # or d > 128
+        plan.version == 1 and plan.scale >= 0 and auto_version(q.dtype, 128, q.device, work) == 2))  # fmt: skip
+    if plan.version == 3 or (auto3 and os.environ.get("GPULAB_ATTENTION_VERSION", "") != "2"):
         ok, why = v3_forward.supported(q, k, v, is_causal, plan.scale, enable_gqa=plan.group > 1, window_size=window)
         if plan.version == 3 and not ok:
             raise ValueError(f"version=3 cannot run this input: {why}.")
         if not ok:
-            _say_v3_refused("forward", why, "version 1" if windowed else "version 2")
+            _say_v3_refused("forward", why, "version 1" if windowed or plan.version == 1 else "version 2")
         plan.version = 3 if ok else plan.version
     if windowed and plan.version == 2:  # where version 3 would have taken the plain problem and cannot
         plan.version = 1

@@ -40,6 +40,23 @@ def test_auto_keeps_version_2_where_version_3_cannot_run_or_is_forced_off(monkey
     assert plan.forward_plan(*_qkv(128)).version == 2
 
 
+@pytest.mark.parametrize("hopper", [True, False], ids=["hopper", "elsewhere"])
+def test_head_dim_256_takes_version_3_only_where_the_gate_lists_it(monkeypatch, hopper):
+    """Version 2 stops at d=128, so d=256's automatic choice is version 1; it takes version 3 when V3_HEAD_DIMS lists
+    256 and version 2 would run there at d=128 (a Hopper GPU, not a tiny problem), never when forced to version 2's
+    family off (``GPULAB_ATTENTION_VERSION=2``); ``version=3`` takes it wherever version 3 can run."""
+    monkeypatch.setattr(plan, "check_version", lambda version, *a, **k: 3 if version == 3 else 1)
+    monkeypatch.setattr(plan, "auto_version", lambda *a, **k: 2 if hopper else 1)
+    monkeypatch.setattr(v3_forward, "supported", lambda q, k, v, c, scale=None, **kw: (True, ""))
+    monkeypatch.delenv("GPULAB_ATTENTION_VERSION", raising=False)
+    q, k, v = _qkv(256)
+    assert plan.forward_plan(q, k, v).version == (3 if hopper and 256 in plan.V3_HEAD_DIMS else 1)
+    assert plan.forward_plan(q, k, v, version=3).version == 3
+    plan.clear_plan_cache()
+    monkeypatch.setenv("GPULAB_ATTENTION_VERSION", "2")
+    assert plan.forward_plan(q, k, v).version == 1
+
+
 def _gqa_window_problems():
     q = torch.randn(1, 4, 8, 128)
     kv = torch.randn(1, 2, 8, 128)

@@ -11,7 +11,9 @@ cudnn-frontend's benchmarks count them):
    the longest as one ``flash_attention`` call (``layout='padded'``: its FLOPs are the padded problem's), and
    torch's own ``varlen_attn`` on the packed batch. gpulab's results record the forward's version
    (``forward_version``: the packed forward's from its plan, the padded call's from ``forward_plan``).
-3. ``kind='d256'``: head dim 256 at N 4k and 16k (16k tokens), against SDPA's cuDNN and FlashAttention-2 backends.
+3. ``kind='d256'``: head dim 256 at N 4k and 16k (16k tokens), against SDPA's cuDNN and FlashAttention-2 backends;
+   ``gpulab v3`` (Hopper only) is the same call with version 3's forward asked for (``version=3``: ``version=None``
+   takes version 1 at d=256 until :data:`gpulab.attention.plan.V3_HEAD_DIMS` lists it), the backward the plan's.
 
 On CPU each runs a tiny version in the interpreter (float16).
 """
@@ -23,9 +25,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import bench, runtime
-from gpulab.attention.function import flash_attention
+from gpulab.attention.function import FlashAttentionFunction, flash_attention
 from gpulab.attention.measure.benchmark import check_output, math_reference, one_direction
-from gpulab.attention.plan import forward_plan
+from gpulab.attention.plan import forward_plan, run_forward
 from gpulab.attention.reference import attention_reference, varlen_attention_reference
 from gpulab.attention.varlen import varlen_attn, varlen_plan
 
@@ -52,10 +54,20 @@ def _direction(fn):
 
 
 def _skip_off_gpu(provider, **x):
-    gpu_only = ("SDPA cuDNN", "SDPA FlashAttention-2", "torch varlen_attn")
+    gpu_only = ("SDPA cuDNN", "SDPA FlashAttention-2", "torch varlen_attn", "gpulab v3")
     if provider in gpu_only and not runtime.on_gpu():
         return f"{provider} needs a GPU"
+    if provider == "gpulab v3" and torch.cuda.get_device_capability()[0] != 9:
+        return "gpulab v3 (Gluon, sm_90) needs a Hopper GPU"
     return None
+
+
+def _v3(q, k, v, causal):
+    """:func:`flash_attention` with version 3's forward asked for; its backward the plan's (version 1's at d=256)."""
+    plan = forward_plan(q, k, v, causal, None, False, None, 3)
+    if torch.is_grad_enabled() and q.requires_grad:
+        return FlashAttentionFunction.apply(q, k, v, causal, None, False, False, plan)
+    return run_forward(plan, q, k, v)[0]
 
 
 def _label(**x):
@@ -236,6 +248,7 @@ def _d256() -> bench.Benchmark:
                   direction=dr) for n, c, dr in grid]  # fmt: skip
     providers = {
         "gpulab": one_direction(lambda q, k, v, c: flash_attention(q, k, v, is_causal=c)),
+        "gpulab v3": one_direction(_v3),
         "SDPA cuDNN": one_direction(_sdpa(SDPBackend.CUDNN_ATTENTION)),
         "SDPA FlashAttention-2": one_direction(_sdpa(SDPBackend.FLASH_ATTENTION)),
         "SDPA default": one_direction(_sdpa(None)),

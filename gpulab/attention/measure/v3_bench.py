@@ -41,6 +41,7 @@ from gpulab.attention.measure.benchmark import check_output, grid, math_referenc
 from gpulab.attention.measure.report import V3_TRITON_LAUNCH, V3_TUNED
 from gpulab.attention.plan import attention_forward
 from gpulab.attention.v3 import forward as v3
+from gpulab.attention.v3.configs import HEAD_DIMS
 
 __all__ = [
     "bench_v3",
@@ -72,17 +73,21 @@ _EARLIER = {
     64: [dict(step=3, stages=3), dict(step=3, stages=3, **_Q2), dict(step=2, stages=3, **_C3, **_P),
          dict(step=1, stages=3, **_Q2, pairs=True), dict(step=3, stages=3, **_Q2, pairs=True)],
 }  # fmt: skip
-TUNE = {d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
-        for d, fields in _EARLIER.items()}  # fmt: skip
+_D256 = dict(block_n=64, stages=2)  # the one shape that fits at d=256 (tests/attention/v3/test_v3_compile.py)
+TUNE = {**{d: [*fields, *(dict(f, q_regs=True) for f in fields if f["step"] > 1 and "consumers" not in f)]
+           for d, fields in _EARLIER.items()},
+        256: [dict(step=3, **_D256), dict(step=3, **_D256, **_P), dict(step=3, **_D256, **_P, pairs=True),
+              dict(step=2, **_D256, **_P, pairs=True), dict(step=1, **_D256, **_P, pairs=True)]}  # fmt: skip
 """:class:`~gpulab.attention.v3.forward.V3Config` fields the tune part tries, per head dim: the earlier defaults and
 their challengers (causal tiles in (longest, shortest) pairs, which non-causal launches ignore), and each step-2/3
 two-consumer entry again with ``q_regs=True`` (Q from registers in the score products; the three-consumer kernel has
-no registers for it). Candidates that lost everywhere were dropped (notes/attention-hopper.md, 'Forward configs')."""
+no registers for it). Candidates that lost everywhere were dropped (notes/attention-hopper.md, 'Forward configs').
+d=256: the steps at 64 keys and two stages, one tile per program or persistent (no ``q_regs``: it spills there)."""
 
 
 def _needs_hopper(dtype, batch, heads, head_dim, causal) -> str | None:
     """Why version 3 cannot run a problem of this kind here (None: it can)."""
-    d = head_dim if head_dim in (64, 128) else 64  # the CPU problems are smaller; the device decides there
+    d = head_dim if head_dim in HEAD_DIMS else 64  # the CPU problems are smaller; the device decides there
     q = torch.empty(1, 1, 1, d, dtype=dtype if dtype in (torch.float16, torch.bfloat16) else torch.float16,
                     device=runtime.device)  # fmt: skip
     ok, why = v3.supported(q, q, q, bool(causal))
@@ -205,18 +210,19 @@ def headline_v3(progress=None, problems=None, rounds: int = HEADLINE_ROUNDS) -> 
 # ------------------------------------------------------------------------------------------------ check and race
 def variants(d: int, causal: bool) -> list:
     """The configurations the check and race parts cover at head dim ``d``: steps 1-3 at the measured tiles, the
-    short-sequence choice, the measured config with persistence flipped, step 3 persistent with two Q buffers,
-    (d=64) three consumer warpgroups persistent, and the measured config with ``q_regs`` flipped where it has two
-    consumers and a pipelined step; duplicates dropped."""
+    short-sequence choice, the measured config with persistence flipped, (d < 256) step 3 persistent with two Q
+    buffers, (d=64) three consumer warpgroups persistent, and (d < 256) the measured config with ``q_regs`` flipped
+    where it has two consumers and a pipelined step; duplicates dropped."""
     base = v3.v3_config(d, causal)
     out = [v3.v3_config(d, causal, s) for s in (1, 2, 3)]
     out.append(v3.v3_config(d, causal, seq=1))  # the short-sequence choice (the same as base where none is listed)
     flipped = not base.persistent
     out.append(dataclasses.replace(base, persistent=flipped, pairs=base.pairs and flipped))  # pairs need persistence
-    out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
+    if d < 256:  # d=256: a second Q buffer is over the shared memory, and Q in registers spills
+        out.append(v3.V3Config(step=3, stages=2 if d == 128 else 3, persistent=True, q_buffers=2))
     if d == 64:
         out.append(v3.V3Config(step=2, stages=3, **_C3, persistent=True))
-    if base.step > 1 and base.consumers == 2:  # Q from registers (the challenger, or the choice)
+    if base.step > 1 and base.consumers == 2 and d < 256:  # Q from registers (the challenger, or the choice)
         out.append(dataclasses.replace(base, q_regs=not base.q_regs))
     return list(dict.fromkeys(out))
 
@@ -327,8 +333,9 @@ def _no_race(runs):
 
 def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]:
     """``python -m gpulab bench 05 v3-race``: each configuration (``configs``: ``{(d, causal): [V3Config, ...]}``,
-    default :func:`variants`) ``runs`` times on one bf16 input of B 4, H 512/d, N 2000 (256+ tiles, so persistent
-    programs take several): ``params['differing']`` 0, or ``params['check']`` names how many runs differed."""
+    default :func:`variants`) ``runs`` times on one bf16 input of B 4, H max(4, 512/d), N 2000 (256+ tiles, so
+    persistent programs take several): ``params['differing']`` 0, or ``params['check']`` names how many runs
+    differed."""
     runs = runtime.integer("runs", runs, minimum=1)
     configs = configs or {(d, c): variants(d, c) for d in (64, 128) for c in (False, True)}
     if not isinstance(configs, dict) or not all(
@@ -338,11 +345,12 @@ def race_v3(progress=None, runs: int = RUNS, configs=None) -> list[bench.Result]
     ):  # fmt: skip
         raise TypeError(f"configs must be a dict (head dim, causal) -> list of V3Config, got {configs!r}.")
     for d, causal in configs:
-        runtime.one_of("configs' head dim", d, (64, 128))
+        runtime.one_of("configs' head dim", d, HEAD_DIMS)
         runtime.strict_bool("configs' causal", causal)
     marks = []
     for (d, causal), cfgs in configs.items():
-        case = dict(dtype=torch.bfloat16, batch=4, heads=1024 // d // 2, n_q=2000, n_k=2000, head_dim=d, causal=causal)
+        case = dict(dtype=torch.bfloat16, batch=4, heads=max(4, 1024 // d // 2), n_q=2000, n_k=2000, head_dim=d,
+                    causal=causal)  # fmt: skip
         providers = [(c, _raced(c, runs)) for c in cfgs]
         marks.append(_per_config("v3 race", [case], providers, lambda *a: 0, _no_race(runs), d, causal, "race"))
     return bench.run(marks, progress, timed=False)

@@ -279,8 +279,8 @@ def structures_in_fresh_process(configs: list[dict], timeout: float = 600) -> li
         raise ValueError(f"configs must be a non-empty list of dicts with keys d, causal (step, dtype, cfg optional), "
                          f"got {configs!r}.")  # fmt: skip
     for c in configs:
-        if c["d"] not in (64, 128) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
-            raise ValueError(f"configs: head dim must be 64 or 128 and dtype 'bf16' or 'fp16', got {c!r}.")
+        if c["d"] not in (64, 128, 256) or c.get("dtype", "bf16") not in ("bf16", "fp16"):
+            raise ValueError(f"configs: head dim must be 64, 128 or 256 and dtype 'bf16' or 'fp16', got {c!r}.")
         check_window(c.get("window", (-1, -1)), bool(c.get("causal")))
     arg = json.dumps([{"d": c["d"], "causal": bool(c["causal"]), "step": c.get("step", 3),
                        "dtype": c.get("dtype", "bf16"), "cfg": c.get("cfg"), "gqa": bool(c.get("gqa", False)),

@@ -486,7 +486,10 @@ PREPROCESS_ROWS = 64
 
 def backward_supported(q, k, v, causal: bool = False) -> tuple[bool, str]:
     """:func:`supported` for the backward, which also takes grouped-query heads (k, v with Hkv heads, a divisor of
-    q's Hq): (True, "") or (False, the reason). Never raises on tensors."""
+    q's Hq): (True, "") or (False, the reason). Never raises on tensors. Head dim 256 is the forward's only: each
+    consumer's dK and dV [64, 256] fp32 alone are 256 registers per thread (``plan.V3_BACKWARD``'s docstring)."""
+    if isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[3] not in (64, 128):
+        return False, f"version 3's backward takes head dims 64 and 128, got {q.shape[3]} (version 1's takes it)"
     if all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)) and k.shape == v.shape:
         h, h_kv = q.shape[1], k.shape[1]
         if 0 < h_kv < h and h % h_kv == 0 and k.shape[0] == q.shape[0]:

@@ -3,7 +3,7 @@
 :class:`V3Config` is one launch of :mod:`gpulab.attention.v3.forward`'s kernel (its numbered step, K/V stages, consumer
 warpgroups, register budgets, persistent programs); :data:`MEASURED` and :data:`MEASURED_SHORT` hold the measured
 choice per (head dim, causal) and query length, :func:`v3_config` reads them; :func:`supported` says whether version 3
-may run given inputs on this machine (Hopper, a tested Triton, float16/bfloat16, head dim 64 or 128). The kernel
+may run given inputs on this machine (Hopper, a tested Triton, float16/bfloat16, head dim 64, 128 or 256). The kernel
 module re-exports every name here.
 """
 
@@ -19,6 +19,7 @@ from gpulab import gluon_compat, runtime
 from gpulab.attention.reference import check_window
 
 __all__ = [
+    "HEAD_DIMS",
     "MEASURED",
     "MEASURED_SHORT",
     "NO_SPILL_BY_TRITON",
@@ -37,6 +38,11 @@ __all__ = [
     "window_config",
     "causal_like",
 ]
+
+HEAD_DIMS = (64, 128, 256)
+"""The head dims the forward kernel is compiled for (a TMA box holds at most 256 elements per dimension, a wgmma at most
+256 columns: 256 is the kernel's largest). Which of them ``version=None`` takes is the plan's
+:data:`gpulab.attention.plan.V3_HEAD_DIMS`."""
 
 STEPS = {1: "producer/consumer partitions", 2: "+ ping-pong", 3: "+ intra-warpgroup overlap"}
 """The kernel's numbered steps (``V3Config.step``); each adds one idea to the one before."""
@@ -122,6 +128,8 @@ MEASURED: dict[tuple[int, bool], dict] = {
     (128, True): dict(step=3, stages=2, **_PQ2, pairs=True, q_regs=True),
     (64, False): dict(step=2, stages=3, persistent=True, **_C3),
     (64, True): dict(step=3, stages=3, **_PQ2, pairs=True, q_regs=True),
+    (256, False): dict(step=3, block_n=64, stages=2, persistent=True),
+    (256, True): dict(step=3, block_n=64, stages=2, persistent=True, pairs=True),
 }
 """:class:`V3Config` fields per (head dim, causal): the fastest race-free variant of the tuning part
 (``python -m gpulab bench 05 v3-tune``, :mod:`gpulab.attention.measure.v3_bench`) on the H100 for the long sequences
@@ -129,10 +137,12 @@ MEASURED: dict[tuple[int, bool], dict] = {
 every candidate raced 200 times and checked). Persistent programs pay at d=128 non-causal (the next tile's keys and,
 with a second Q buffer, its queries load while this tile finishes); three consumer warpgroups at d=64 non-causal; the
 causal long problems took paired persistent tiles with Q read from registers (``q_regs``); 64 keys per stage lost
-everywhere (notes/attention-hopper.md, 'Forward configs'). ptxas reports no spilled
-registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on Triton 3.6 to 3.8
-(:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile tests); on 3.9 one spills
-(:data:`NO_SPILL_BY_TRITON` replaces it there)."""
+everywhere (notes/attention-hopper.md, 'Forward configs'). d=256 is chosen by the sm_90 compile, not yet timed: the
+one shape that fits, two consumers, 64 keys per stage, two stages and one Q buffer (Q 64 KB + K, V 128 KB of shared
+memory; O takes 128 fp32 registers per thread; ``q_regs`` spills; ``tests/attention/v3/test_v3_compile.py`` has the
+table). ptxas reports no spilled registers for any choice here, in :data:`MEASURED_SHORT` or on the step ladder on
+Triton 3.6 to 3.8 (d=256: compiled on 3.6) (:mod:`gpulab.attention.measure.v3_compile_check`, pinned by the compile
+tests); on 3.9 one spills (:data:`NO_SPILL_BY_TRITON` replaces it there)."""
 
 
 NO_SPILL_BY_TRITON: dict[str, dict[tuple[int, bool], dict]] = {
@@ -169,22 +179,23 @@ shortest) pairs: the head-major persistent order left programs up to 30% over th
 
 def short_n(head_dim: int, is_causal: bool) -> int:
     """The longest query length that takes :data:`MEASURED_SHORT`'s tiles for (``head_dim``, ``is_causal``)."""
-    key = (runtime.one_of("head_dim", head_dim, (64, 128)), runtime.strict_bool("is_causal", is_causal))
+    key = (runtime.one_of("head_dim", head_dim, HEAD_DIMS), runtime.strict_bool("is_causal", is_causal))
     return SHORT_N_BY.get(key, SHORT_N)
 
 
 def v3_config(head_dim: int, is_causal: bool = False, step: int | None = None, seq: int | None = None) -> V3Config:
-    """Version 3's tiles for ``head_dim`` (64 or 128), ``is_causal`` and the query length ``seq`` (None: a long
+    """Version 3's tiles for ``head_dim`` (64, 128 or 256), ``is_causal`` and the query length ``seq`` (None: a long
     one): the measured choice (:data:`MEASURED_SHORT` up to :func:`short_n` queries, else :data:`MEASURED`).
     ``step`` (1-3) asks for that step of the lesson's ladder instead, at the same stages, one tile per program and
-    two consumer warpgroups (the step-by-step comparison); 128 keys per stage throughout."""
-    head_dim = runtime.one_of("head_dim", head_dim, (64, 128))
+    two consumer warpgroups (the step-by-step comparison); 128 keys per stage and three stages throughout (d=256: 64
+    keys and two stages, what fits in shared memory)."""
+    head_dim = runtime.one_of("head_dim", head_dim, HEAD_DIMS)
     is_causal = runtime.strict_bool("is_causal", is_causal)
     if seq is not None:
         seq = runtime.integer("seq", seq, minimum=1)
     if step is not None:
         runtime.one_of("step", step, tuple(STEPS))
-        return V3Config(step=step, stages=3)
+        return V3Config(step=step, block_n=64, stages=2) if head_dim == 256 else V3Config(step=step, stages=3)
     short = seq is not None and seq <= short_n(head_dim, is_causal)
     fields = MEASURED_SHORT.get((head_dim, is_causal)) if short else None
     if fields is None:
@@ -200,7 +211,7 @@ def triton_minor() -> str:
 def supported(q, k, v, causal: bool = False, scale: float | None = None, *, enable_gqa: bool = False,
               window_size=(-1, -1)) -> tuple[bool, str]:  # fmt: skip
     """(True, "") when version 3 can take q, k, v here, else (False, the reason): a CUDA GPU of compute capability
-    9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64 or 128, q [B, H, Nq, D]
+    9.x (Hopper), a Triton version in :data:`TESTED_TRITON`, float16 or bfloat16, head dim 64, 128, 256, q [B, H, Nq, D]
     and k, v [B, H, Nk, D] (``enable_gqa``: [B, Hkv, Nk, D] with Hkv dividing H), and ``scale`` None (1/sqrt(D)) or a
     positive number (the kernel takes the row max of the raw scores, ``forward._softmax_block``). Never raises on
     tensors; ``causal`` and ``enable_gqa`` must be bools, ``window_size`` a window
@@ -226,8 +237,8 @@ def supported(q, k, v, causal: bool = False, scale: float | None = None, *, enab
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return False, f"version 3 takes float16 or bfloat16 q, k, v of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
     b, h, _, d = q.shape
-    if d not in (64, 128):
-        return False, f"version 3 takes head dims 64 and 128, got {d}"
+    if d not in HEAD_DIMS:
+        return False, f"version 3 takes head dims {HEAD_DIMS}, got {d}"
     h_kv = k.shape[1] if enable_gqa and k.shape[1] > 0 and h % k.shape[1] == 0 else h
     if tuple(k.shape[:2]) != (b, h_kv) or k.shape != v.shape or k.shape[3] != d:
         heads = "Hkv dividing q's H" if enable_gqa else "q's H (enable_gqa=True for fewer KV heads)"
@@ -277,11 +288,14 @@ def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int
     with one the causal problem's (both mask per row on their edge blocks) with Q read from shared memory
     (``q_regs=False``): ptxas spills inside the key loop for a window bounded on the right only with the
     three-consumer d=64 tiles and with d=128's ``q_regs`` (one 4-byte store and load per block), and compiles
-    every window without spills so. Not timed with windows: the tune part decides, as it did for the tables."""
+    every window without spills so; at d=256 with step 2, or step 1 for a window bounded on the left (steps 2-3 spill
+    4-12 bytes outside the key loop there on Triton 3.6 or 3.9; step 3 also on the right-only windows' paired tiles
+    on 3.6). Not timed with windows: the tune part decides, as it did for the tables."""
     left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     if (left, right) == (-1, -1):
         return v3_config(head_dim, is_causal, seq=seq)
-    return dataclasses.replace(v3_config(head_dim, True, seq=seq), q_regs=False)
+    step = (1 if left >= 0 else 2) if head_dim == 256 else v3_config(head_dim, True, seq=seq).step
+    return dataclasses.replace(v3_config(head_dim, True, seq=seq), q_regs=False, step=step)
 
 
 def causal_like(is_causal: bool, window_size=(-1, -1)) -> bool:

@@ -33,10 +33,10 @@ The math is version 2's (scores in base 2, ``m' = max(m, rowmax S2)``, ``acc = a
 :mod:`gpulab.attention.measure.v3_schedule_model` replays the step-3 order (block order, the point where ``acc`` is
 rescaled, the consumers' turns) in PyTorch.
 
-Shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] (Hkv = H, or grouped-query heads), D 64 or 128, float16 or bfloat16;
-o like q, lse [B, H, Nq] float32 (natural log), as versions 1 and 2 give. A tile is ``64 * consumers`` query rows of
-one head (:mod:`.tiles`, with windows' bounds); consumer c owns its rows ``[64 c, 64 c + 64)``. The producer warp is
-:mod:`.producer`; packed batches (``VARLEN``) are launched by :mod:`.varlen_forward`.
+Shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] (Hkv = H, or grouped-query heads), D 64, 128 or 256, float16 or
+bfloat16; o like q, lse [B, H, Nq] float32 (natural log), as versions 1 and 2 give. A tile is ``64 * consumers`` query
+rows of one head (:mod:`.tiles`, with windows' bounds); consumer c owns its rows ``[64 c, 64 c + 64)``. The producer
+warp is :mod:`.producer`; packed batches (``VARLEN``) are launched by :mod:`.varlen_forward`.
 
 Entry points for the version chooser: :func:`supported` (may version 3 run these inputs here?) and
 :func:`attention_forward` (``(o, lse)``, version 2's contract).

@@ -24,6 +24,10 @@ CASES = {  # name: (head dim, causal, step of the ladder or None for the measure
     "d64 short default": (64, False, None, 1024),
     "d64 causal short default": (64, True, None, 1024),
     "d64 causal default": (64, True, None, None),
+    "d256 step 1": (256, False, 1, None),
+    "d256 step 3": (256, False, 3, None),
+    "d256 default": (256, False, None, None),
+    "d256 causal default": (256, True, None, None),
 }
 Q_REGS = {"d128 q_regs": (128, False)}
 """Measured choices without ``q_regs`` compiled with it (Q read from registers by every score product; the causal
@@ -37,6 +41,29 @@ mask tile-invariant, hoisted and spilled, 108 bytes at d=128 non-causal), and th
 rounded to bf16/fp16 (an fp32 P across the back edge spilled 96 bytes of loop state with three consumer warpgroups at
 160 registers, d=64, and 4-12 bytes in the d=128 causal kernels)."""
 
+D256_TILES = """Head dim 256, bf16, the sm_90 compile on Triton 3.6 (two consumers at 240 registers, producer 24;
+ptxas -v, shared memory as allocated, limit 227 KB = 232448 bytes):
+
+    block_n  stages  q_buffers  q_regs  consumers   shared (B)   spills (B)   key-loop STL/LDL
+    64       2       1          no      2           196968       0            0 / 0      <- the configs (steps 1-3)
+    64       2       1          yes     2           196968       400          10 / 24
+    64       2       2          no      2           262536       0            -          over the limit
+    64       3       1          no      2           262568       0            -          over the limit
+    128      2       1          no      2           328040       232          12 / 6     over the limit
+    64       2       1          no      3 (160)     -            -            -          ptxas: needs 158+ registers
+
+O is [64, 256] fp32 per consumer: 128 registers per thread, S [64, 64] 32 more, P as bf16 16; Q in registers would
+add 64. FlashAttention-3 takes 128 x 80 tiles at d=256 (one 128-row Q tile per warpgroup pair); here a warpgroup
+owns 64 rows and the key block is a power of two: 64. Windows (spill bytes, all outside the key loop):
+
+    window               step 3 (3.6)   step 2 (3.6)   step 2 (3.9)   step 1 (3.6, 3.9)
+    (3, 7)               4              0              4              0
+    (8, 0), gqa          4              0              4              0
+    (-1, 0), paired      4              0              0              0
+
+so ``window_config`` takes step 1 for a window bounded on the left and step 2 for one bounded on the right only.
+Not timed yet: ``bench 05 features`` on the H200 decides."""
+
 
 VARIANTS = {  # name: (head dim, causal, query length, window, grouped-query heads)
     "d128 gqa window (8, 0)": (128, False, None, (8, 0), True),
@@ -47,6 +74,11 @@ VARIANTS = {  # name: (head dim, causal, query length, window, grouped-query hea
     "d64 gqa window (200, -1)": (64, False, None, (200, -1), True),
     "d64 short gqa window (-1, 0)": (64, False, 1024, (-1, 0), True),
     "d64 gqa": (64, False, None, (-1, -1), True),
+    "d256 gqa window (8, 0)": (256, False, None, (8, 0), True),
+    "d256 window (-1, 0)": (256, False, None, (-1, 0), False),
+    "d256 causal gqa": (256, True, None, (-1, -1), True),
+    "d256 window (3, 7)": (256, False, None, (3, 7), False),
+    "d256 short gqa window (0, 0)": (256, False, 17, (0, 0), True),
 }
 """Grouped-query heads and windows: the kernel's constexpr variants (``GQA``, ``HAS_LEFT``, ``HAS_RIGHT``) with the
 tiles :func:`~gpulab.attention.v3.configs.window_config` gives them, held to the plain kernels' structure: the same

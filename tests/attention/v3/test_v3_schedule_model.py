@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from gpulab import check
+from gpulab.attention import reference
 from gpulab.attention.measure import v3_schedule_model as sm
 from gpulab.attention.schedule import MASKED, SKIPPED, block_schedule
+from gpulab.attention.v3 import configs
 
 
 def _reference(q, k, v, causal):
@@ -194,3 +196,36 @@ def test_model_refuses_a_scale_that_is_not_positive(scale):
     q = torch.zeros(1, 1, 8, 16, dtype=torch.float64)
     with pytest.raises(ValueError, match="positive"):
         sm.model_forward(q, q, q, scale=scale)
+
+
+# Head dim 256: (B, Hq, Hkv, Nq, Nk, causal, window, step or None for the config's); the tiles are the configs'.
+D256 = [
+    ("one-token", (1, 1, 1, 1, 1, False, (-1, -1), None)),
+    ("17-causal", (1, 2, 2, 17, 17, True, (-1, -1), None)),
+    ("200x333", (1, 1, 1, 200, 333, False, (-1, -1), None)),
+    ("333x129-causal-g2", (1, 2, 1, 333, 129, True, (-1, -1), None)),
+    ("129-step1", (1, 1, 1, 129, 129, False, (-1, -1), 1)),
+    ("129-step2-causal", (1, 1, 1, 129, 129, True, (-1, -1), 2)),
+    ("100-window37-g2", (1, 4, 2, 100, 100, False, (3, 7), None)),
+    ("129x200-window-10", (1, 2, 2, 129, 200, False, (-1, 0), None)),
+]
+
+
+@pytest.mark.parametrize("case", [c[1] for c in D256], ids=[c[0] for c in D256])
+def test_d256_model_with_its_configs_matches_float64_attention(case):
+    """The kernel's order at head dim 256 with the tiles the configs give it (64 keys per block, two consumers; a
+    window's step 1 or 2), against the float64 reference; every row written (the model's output starts as NaN)."""
+    b, hq, hkv, n_q, n_k, causal, window, step = case
+    cfg = configs.v3_config(256, causal, step) if step else configs.window_config(256, causal, window, seq=n_q)
+    assert cfg.block_n == 64 and cfg.consumers == 2 and not cfg.q_regs
+    gen = torch.Generator().manual_seed(n_q * 13 + n_k + hq)
+    q = torch.randn(b, hq, n_q, 256, dtype=torch.float64, generator=gen)
+    k, v = (torch.randn(b, hkv, n_k, 256, dtype=torch.float64, generator=gen) for _ in "kv")
+    o, lse = sm.model_forward(q, k, v, causal, step=cfg.step, consumers=cfg.consumers, block_n=cfg.block_n,
+                              window_size=window)  # fmt: skip
+    gqa = hq != hkv
+    ref_o = reference.attention_reference(q, k, v, causal, enable_gqa=gqa, window_size=window)
+    ref_lse = reference.logsumexp_reference(q, k, causal, enable_gqa=gqa, window_size=window)
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all(), "a row was left unwritten (poisoned NaN)"
+    assert check.relative_error(o, ref_o) < 1e-12
+    assert check.relative_error(lse, ref_lse) < 1e-12
