@@ -278,14 +278,15 @@ def check_version(version, config, dtype, head_dim: int, device, work: int | Non
     return version
 
 
-V3_HEAD_DIMS: tuple[int, ...] = (64, 128)
+V3_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 """Head dims at which ``version=None`` takes version 3 (:mod:`gpulab.attention.v3`, Gluon) instead of version 2 on
 Hopper, where :func:`gpulab.attention.v3.forward.supported` allows it: the head dims at which the newest H100 run
 (``benchmarks/05_attention_hopper/v3/``: the tuned kernel beside version 2 and cuDNN in one run) shows it faster than
 version 2 on every problem of lesson 4's grid, device time (``tests/attention/v3/test_v3_plan_records.py`` holds
 this list to the records). Head dim 64 joined once causal tiles went in (longest, shortest) pairs
-(notes/attention-hopper.md, 'Forward configs'). Head dim 256 (no version 2: version 1 below it) runs on version 3
-with ``version=3`` and joins here once an H200 run shows it faster than version 1."""
+(notes/attention-hopper.md, 'Forward configs'). Head dim 256 (no version 2: version 1 below it) is here because
+the newest H200 features record shows version 3's forward faster than version 1's on every d=256 problem (about
+cuDNN's time; the backward stays version 1's)."""
 
 
 def _say_v3_refused(kind: str, why: str, instead: str) -> None:
