@@ -1,0 +1,302 @@
+"""Lesson 4's short sequences: forward+backward at N = 1,024 against cuDNN, ``python -m gpulab bench 05 short``
+(:func:`short`).
+
+At N = 1,024 (batch 16, 16k tokens) a whole forward+backward takes a few hundred microseconds, so what surrounds the
+arithmetic counts: the number of kernels per call, the waves of programs over the SMs, tiles sized for long
+sequences, and the host's work per call. This part times, on both clocks and in one run, every backward that could
+serve these problems, each behind the same forward and the same autograd Function as :func:`flash_attention`, so that
+the only difference between two lines is the backward they launch:
+
+- ``gpulab``: :func:`gpulab.attention.flash_attention` as it ships (the plan's gates and tiles);
+- ``gpulab bwd v3``: version 3's backward (:mod:`gpulab.attention.v3.backward`) with its measured config for the
+  length, where :data:`gpulab.attention.plan.V3_BACKWARD` may not take it; ``gpulab bwd v3 dq_cast``: the same with
+  dQ scaled and cast inside the kernel (step 8: no zeroing launch and no cast launch around it);
+- ``gpulab bwd v1 <dkdv tiles> / <dq tiles>``: version 1's two kernels with the tiles named (block_m, block_n,
+  warps, stages), the default first (:data:`V1_TILES`);
+- ``SDPA cuDNN`` and ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to that backend.
+
+Each is checked against the float64 reference on one batch element and two heads before anything is timed
+(``params['rel_err']``); a mismatch is recorded in ``params['check']``, never hidden. Timed records carry ``ms``
+(CUDA events), ``params['do_bench_ms']`` (``triton.testing.do_bench``), ``wall_ms`` (eager calls back to back, one
+synchronize), ``params['vs_cudnn']`` and ``params['wall_vs_cudnn']`` (cuDNN's time / this one's: above 1 is
+faster), and for gpulab's lines ``params['kernels']`` (the CUDA kernels of one call, by name, from the profiler) and
+``params['aten']`` (the aten operators one call dispatches, by name). On CPU a tiny problem runs version 1's lines
+in the interpreter (float16).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from torch.nn.attention import SDPBackend
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gpulab import bench, runtime
+from gpulab.attention import plan as attention_plan
+from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.function import FlashAttentionFunction, flash_attention
+from gpulab.attention.measure.benchmark import check_output, problem_inputs, sdpa
+from gpulab.attention.reference import attention_reference
+from gpulab.attention.v1 import backward as v1_backward
+from gpulab.attention.v3 import backward as v3_backward
+from gpulab.attention.v3.backward_configs import backward_config
+from gpulab.dtypes import short as short_dtype
+
+__all__ = ["CASES", "V1_TILES", "short", "table"]
+
+CASES = [
+    dict(dtype=torch.bfloat16, batch=16, heads=8, seq=1024, head_dim=128, causal=True),
+    dict(dtype=torch.float16, batch=16, heads=8, seq=1024, head_dim=128, causal=True),
+    dict(dtype=torch.bfloat16, batch=16, heads=8, seq=1024, head_dim=128, causal=False),
+    dict(dtype=torch.bfloat16, batch=16, heads=16, seq=1024, head_dim=64, causal=True),
+    dict(dtype=torch.bfloat16, batch=4, heads=8, seq=4096, head_dim=128, causal=True),
+]
+"""The problems on a GPU: lesson 4's four N = 1,024 problems furthest below cuDNN (forward+backward), then one at N =
+4,096 for comparison (:func:`gpulab.attention.measure.benchmark.grid`'s sizes: 16k tokens, model width 1,024)."""
+
+V1_TILES: dict[int, list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]] = {
+    128: [
+        ((64, 128, 8, 3), (128, 32, 4, 3)),  # the default (gpulab.attention.configs)
+        ((64, 64, 8, 2), (64, 64, 4, 2)),  # half the dK/dV rows: twice the programs, two per SM
+        ((32, 128, 8, 2), (64, 32, 4, 3)),  # thinner Q steps through dK/dV, shorter dQ tiles
+        ((64, 128, 8, 2), (64, 64, 8, 2)),  # the default's dK/dV on two stages, a square dQ tile
+    ],
+    64: [
+        ((32, 128, 4, 3), (128, 32, 4, 3)),  # the default
+        ((64, 64, 4, 3), (64, 64, 4, 3)),
+        ((64, 128, 8, 3), (128, 64, 8, 3)),
+    ],
+}
+"""Version 1's backward tiles per head dim: ((dK/dV block_m, block_n, warps, stages), (dQ the same)), the default
+first. Each line is two compiled kernels per dtype and mask: the list is short so the part stays within minutes."""
+
+_CPU_CASES = [dict(dtype=torch.float16, batch=2, heads=2, seq=33, head_dim=16, causal=c) for c in (True, False)]
+_CPU_TILES = [((16, 16, 4, 1), (16, 16, 4, 1)), ((16, 32, 4, 1), (32, 16, 4, 1))]
+
+CUDNN, FLASH = "SDPA cuDNN", "SDPA FlashAttention-2"
+
+
+class _AtenCounter(TorchDispatchMode):
+    """Counts, by name, the aten operators dispatched inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _tile_name(kv, q) -> str:
+    return f"gpulab bwd v1 {'/'.join(map(str, kv))} dq {'/'.join(map(str, q))}"
+
+
+def _own_plan(base: attention_plan.Plan) -> attention_plan.Plan:
+    """A copy of ``base`` (the forward's cached plan) with no backward chosen yet, for one candidate's backward."""
+    own = object.__new__(attention_plan.Plan)
+    for name in attention_plan.Plan.__slots__:
+        setattr(own, name, getattr(base, name))
+    own.backward = None
+    return own
+
+
+def _with_backward(make):
+    """``attention(q, k, v, causal)``: flash_attention's forward and autograd Function, with the backward launches
+    ``make(plan, q, k, v, causal)`` returns (built once per input signature)."""
+    plans: dict = {}
+
+    def attention(q, k, v, causal):
+        base = attention_plan.forward_plan(q, k, v, is_causal=causal)
+        own = plans.get(base)
+        if own is None:
+            own = plans[base] = _own_plan(base)
+            own.backward = make(own, q, k, v, causal)
+        return FlashAttentionFunction.apply(q, k, v, causal, None, False, False, own)
+
+    return attention
+
+
+def _v3(dq_cast: bool):
+    def make(plan, q, k, v, causal):
+        ok, why = v3_backward.backward_supported(q, k, v, causal)
+        if not ok:
+            raise bench.Unavailable(why)
+        cfg = backward_config(plan.d, causal, seq=plan.n_q)
+        if dq_cast:
+            cfg = v3_backward.V3BackwardConfig(**{**cfg.__dict__, "dq_cast": True, "writer_regs": 32})
+        return attention_plan.V3Backward(cfg)
+
+    return make
+
+
+def _v1(kv, dq):
+    def make(plan, q, k, v, causal):
+        block_d = runtime.dot_block(plan.d)
+        cfg_kv, cfg_q = (AttentionConfig(t[0], t[1], block_d, t[2], t[3]) for t in (kv, dq))
+        return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
+
+    return make
+
+
+def _providers(head_dim: int) -> dict:
+    tiles = V1_TILES.get(head_dim, []) if runtime.on_gpu() else _CPU_TILES
+    out = {
+        "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
+        "gpulab bwd v3": _with_backward(_v3(False)),
+        "gpulab bwd v3 dq_cast": _with_backward(_v3(True)),
+        **{_tile_name(kv, q): _with_backward(_v1(kv, q)) for kv, q in tiles},
+        CUDNN: sdpa(SDPBackend.CUDNN_ATTENTION),
+        FLASH: sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+    return {name: _one_direction(fn) for name, fn in out.items()}
+
+
+def _one_direction(attention):
+    def run(q, k, v, causal, do):
+        if not q.requires_grad:
+            with torch.no_grad():
+                return attention(q, k, v, causal)
+        out = attention(q, k, v, causal)
+        return (out, *torch.autograd.grad(out, (q, k, v), do))
+
+    return run
+
+
+def _hopper() -> bool:
+    return runtime.on_gpu() and torch.cuda.get_device_capability()[0] == 9
+
+
+def _skip(provider, direction, **x):
+    if direction == "forward" and provider not in ("gpulab", CUDNN, FLASH):
+        return "a backward candidate: forward+backward only (its forward is gpulab's)"
+    if provider.startswith("gpulab bwd v3") and not _hopper():
+        return "version 3's backward needs a Hopper GPU"
+    if provider in (CUDNN, FLASH) and not runtime.on_gpu():
+        return f"{provider} needs a GPU"
+    return None
+
+
+def _reference(q, k, v, causal, do):
+    """The float64 reference of one direction (on the check's slice: one batch element, two heads)."""
+    if not q.requires_grad:
+        return attention_reference(q, k, v, is_causal=causal)
+    return attention_reference(q, k, v, is_causal=causal, do=do)
+
+
+def _inputs(check=False, **x):
+    return problem_inputs(**x, check=check)
+
+
+def _label(dtype, batch, heads, seq, head_dim, causal, direction):
+    return f"{short_dtype(dtype)} d{head_dim} N{seq}{' causal' if causal else ''} {direction}"
+
+
+def _flops(dtype, batch, heads, seq, head_dim, causal, direction):
+    return bench.visible_attention_flops(seq, seq, head_dim, heads, batch, is_causal=causal,
+                                         backward=direction != "forward")  # fmt: skip
+
+
+def _benchmark(cases) -> bench.Benchmark:
+    providers = {}
+    for x in cases:  # one provider table for all cases: the tile lines of every head dim in the run
+        providers.update(_providers(x["head_dim"]))
+    tiles = {d: {_tile_name(kv, q) for kv, q in t} for d, t in V1_TILES.items()}
+
+    def skip(provider, **x):
+        if runtime.on_gpu() and provider.startswith("gpulab bwd v1") and provider not in tiles.get(x["head_dim"], ()):
+            return f"tiles for another head dim than {x['head_dim']}"
+        return _skip(provider, **x)
+
+    return bench.Benchmark(
+        lesson="05", name="short", cases=cases, inputs=_inputs, check_inputs=lambda **x: _inputs(check=True, **x),
+        providers=providers, reference=_reference, check=check_output, on_mismatch="record", skip=skip,
+        flops=_flops, label=_label, provider_params={n: {"kind": "short", "impl": n} for n in providers},
+    )  # fmt: skip
+
+
+def _kernels(call) -> dict:
+    """The CUDA kernels one ``call()`` launches, by name (the profiler's device events; {} where it cannot run)."""
+    try:
+        call()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            call()
+            torch.cuda.synchronize()
+        cuda = torch.autograd.DeviceType.CUDA
+        return dict(collections.Counter(e.name[:80] for e in prof.events() if e.device_type == cuda))
+    except Exception as exc:  # noqa: BLE001 - the profiler is a diagnostic: its failure is recorded, not fatal
+        return {"profiler failed": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def _aten(call) -> dict:
+    call()
+    with _AtenCounter() as c:
+        call()
+    return dict(c.ops)
+
+
+def _diagnose(r, fn, args, x) -> None:
+    """do_bench's time of one GPU record, and for gpulab's lines what one call launches and dispatches."""
+    import triton.testing  # noqa: PLC0415 - GPU only
+
+    call = lambda: fn(*args)  # noqa: E731
+    r.params["do_bench_ms"] = triton.testing.do_bench(call, warmup=25, rep=100)
+    if r.provider.startswith("gpulab"):
+        r.params["kernels"] = _kernels(call)
+        r.params["aten"] = _aten(call)
+        p = attention_plan.forward_plan(args[0], args[1], args[2], is_causal=x["causal"])
+        r.params["forward_version"] = p.version
+        if r.provider == "gpulab" and x["direction"] != "forward":
+            r.params["backward"] = attention_plan.backward_kind(p)
+
+
+def _annotate(results, b: bench.Benchmark) -> None:
+    """do_bench's time (the device clock's on CPU), what gpulab's lines launch (:func:`_diagnose`) and the ratios to
+    cuDNN on both clocks."""
+    by_case = collections.defaultdict(dict)
+    for r in results:
+        by_case[r.case][r.provider] = r
+    for x in b.cases:
+        rows = by_case[b.case_name(x)]
+        args = b.args(x) if runtime.on_gpu() else None
+        for r in rows.values():
+            if r.status == "ok":
+                r.params["do_bench_ms"] = r.ms
+                if args is not None:
+                    _diagnose(r, b.providers[r.provider], args, x)
+        cudnn = rows.get(CUDNN)
+        for r in rows.values():
+            ok = r.status == "ok" and cudnn is not None and cudnn.status == "ok"
+            r.params["vs_cudnn"] = cudnn.ms / r.ms if ok else None
+            r.params["wall_vs_cudnn"] = cudnn.wall_ms / r.wall_ms if ok and r.wall_ms else None
+
+
+def table(results) -> str:
+    """Per case and provider: device ms, do_bench ms, wall ms, the ratios to cuDNN on both clocks, the check."""
+    rows = []
+    for r in bench.result_list("results", results):
+        p = r.params
+        if r.status != "ok":
+            if not r.status.startswith("unavailable"):
+                rows.append([r.case, r.provider, None, None, None, None, None, r.status[:60]])
+            continue
+        rows.append([r.case, r.provider, r.ms, p.get("do_bench_ms"), r.wall_ms, p.get("vs_cudnn"),
+                     p.get("wall_vs_cudnn"), str(p.get("check", ""))[:40]])  # fmt: skip
+    heads = ["case", "provider", "ms", "do_bench ms", "wall ms", "x cuDNN", "wall x cuDNN", "check"]
+    return bench.text_table(heads, rows, title="short sequences: cuDNN's time / this one's (above 1: faster)")
+
+
+def short(progress=None, cases=None) -> list[bench.Result]:
+    """``python -m gpulab bench 05 short``: every backward candidate of the module docstring on :data:`CASES` (on
+    CPU a tiny problem, version 1's lines only), forward and forward+backward, checked, then timed; prints
+    :func:`table`. ``cases``: dicts like :data:`CASES`' (None: those)."""
+    if cases is None:
+        cases = CASES if runtime.on_gpu() else _CPU_CASES
+    cases = [{**x, "direction": d} for x in cases for d in ("forward", "forward+backward")]
+    b = _benchmark(cases)
+    results = bench.run(b, progress)
+    _annotate(results, b)
+    print(table(results))
+    return results
