@@ -520,11 +520,8 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
     for this call only: :func:`two_kernel_backward`'s, or an experiment's (:mod:`gpulab.attention.experiments`: an
     object with ``run(plan, do, q, k, v, o, lse, dq, dk, dv)``, ``kind`` and ``atomic``), so a cached plan is never
     changed by an experiment."""
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
     if plan.empty:  # no queries or no keys: O does not depend on q, k, v (it is empty or 0), so every gradient is 0
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        return tuple(check.new_output(t.shape, dtype=t.dtype, device=t.device).zero_() for t in (q, k, v))
     if not plan.contiguous:
         q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
     do = do.contiguous()
@@ -536,11 +533,14 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
         atomic = launches.__class__ is V3Backward or launches.atomic
         if atomic and torch.are_deterministic_algorithms_enabled():
             launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
-        elif launches.__class__ is V3Backward:
+        elif launches.__class__ is V3Backward:  # allocates its own gradients
             return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg,
                                                   plan.window)  # fmt: skip
-        else:
-            return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    if launches.__class__ is not tuple:  # an experiment's
+        return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
     stream = direct_stream(plan.device) if aligned else None
