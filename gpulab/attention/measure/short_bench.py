@@ -27,6 +27,7 @@ in the interpreter (float16).
 from __future__ import annotations
 
 import collections
+import time
 
 import torch
 from torch.nn.attention import SDPBackend
@@ -34,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpulab import bench, runtime
 from gpulab.attention import plan as attention_plan
-from gpulab.attention.configs import AttentionConfig
+from gpulab.attention.configs import SHORT_SEQ, AttentionConfig
 from gpulab.attention.function import FlashAttentionFunction, flash_attention
 from gpulab.attention.measure.benchmark import check_output, problem_inputs, sdpa
 from gpulab.attention.reference import attention_reference
@@ -55,24 +56,33 @@ CASES = [
 """The problems on a GPU: lesson 4's four N = 1,024 problems furthest below cuDNN (forward+backward), then one at N =
 4,096 for comparison (:func:`gpulab.attention.measure.benchmark.grid`'s sizes: 16k tokens, model width 1,024)."""
 
-V1_TILES: dict[int, list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]] = {
+Tile = tuple[int, int, int, int]  # block_m, block_n, warps, stages
+
+V1_TILES: dict[int, list[tuple[Tile, Tile, bool]]] = {
     128: [
-        ((64, 128, 8, 3), (128, 32, 4, 3)),  # the default (gpulab.attention.configs)
-        ((64, 64, 8, 2), (64, 64, 4, 2)),  # half the dK/dV rows: twice the programs, two per SM
-        ((32, 128, 8, 2), (64, 32, 4, 3)),  # thinner Q steps through dK/dV, shorter dQ tiles
-        ((64, 128, 8, 2), (64, 64, 8, 2)),  # the default's dK/dV on two stages, a square dQ tile
+        ((64, 128, 8, 3), (128, 32, 4, 3), False),  # the default (gpulab.attention.configs): both spill
+        ((64, 128, 8, 3), (128, 32, 4, 3), True),
+        ((32, 128, 8, 2), (64, 32, 4, 3), False),  # dK/dV 20 bytes of spills, dQ none and two programs per SM
+        ((32, 128, 8, 2), (64, 32, 4, 3), True),
+        ((16, 128, 8, 2), (64, 64, 4, 2), False),  # neither spills
+        ((32, 64, 8, 2), (64, 64, 8, 2), False),  # neither spills; twice the dK/dV programs
     ],
     64: [
-        ((32, 128, 4, 3), (128, 32, 4, 3)),  # the default
-        ((64, 64, 4, 3), (64, 64, 4, 3)),
-        ((64, 128, 8, 3), (128, 64, 8, 3)),
+        ((32, 128, 4, 3), (128, 32, 4, 3), False),  # the default: dK/dV spills
+        ((32, 128, 4, 3), (128, 32, 4, 3), True),
+        ((32, 128, 8, 2), (128, 32, 4, 3), False),  # dK/dV without spills
+        ((32, 128, 8, 2), (128, 32, 4, 3), True),
     ],
 }
-"""Version 1's backward tiles per head dim: ((dK/dV block_m, block_n, warps, stages), (dQ the same)), the default
-first. Each line is two compiled kernels per dtype and mask: the list is short so the part stays within minutes."""
+"""Version 1's backward lines per head dim: (dK/dV tile, dQ tile, heads-first grid), the default first. Tiles as
+(block_m, block_n, warps, stages); the alternatives are those that ptxas (Triton 3.6, sm_90) compiles with the
+fewest spilled registers, two programs per SM where shared memory allows (notes/attention.md, 'Short sequences').
+The default tiles run on every case; the others only on bf16 at N <= :data:`gpulab.attention.configs.SHORT_SEQ`
+(the tiles that :data:`gpulab.attention.configs.PREFERRED_SHORT` would take), heads-first lines only on causal
+problems (:data:`gpulab.attention.v1.backward.HEADS_FIRST_CAUSAL`)."""
 
 _CPU_CASES = [dict(dtype=torch.float16, batch=2, heads=2, seq=33, head_dim=16, causal=c) for c in (True, False)]
-_CPU_TILES = [((16, 16, 4, 1), (16, 16, 4, 1)), ((16, 32, 4, 1), (32, 16, 4, 1))]
+_CPU_TILES = [((16, 16, 4, 1), (16, 16, 4, 1), False), ((16, 32, 4, 1), (32, 16, 4, 1), True)]
 
 CUDNN, FLASH = "SDPA cuDNN", "SDPA FlashAttention-2"
 
@@ -89,8 +99,9 @@ class _AtenCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _tile_name(kv, q) -> str:
-    return f"gpulab bwd v1 {'/'.join(map(str, kv))} dq {'/'.join(map(str, q))}"
+def _tile_name(kv, q, heads_first) -> str:
+    order = " heads-first" if heads_first else ""
+    return f"gpulab bwd v1 {'/'.join(map(str, kv))} dq {'/'.join(map(str, q))}{order}"
 
 
 def _own_plan(base: attention_plan.Plan) -> attention_plan.Plan:
@@ -131,11 +142,11 @@ def _v3(dq_cast: bool):
     return make
 
 
-def _v1(kv, dq):
+def _v1(kv, dq, heads_first):
     def make(plan, q, k, v, causal):
         block_d = runtime.dot_block(plan.d)
         cfg_kv, cfg_q = (AttentionConfig(t[0], t[1], block_d, t[2], t[3]) for t in (kv, dq))
-        return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
+        return v1_backward.backward_launches(plan, cfg_kv, cfg_q, heads_first=heads_first)
 
     return make
 
@@ -146,7 +157,7 @@ def _providers(head_dim: int) -> dict:
         "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
         "gpulab bwd v3": _with_backward(_v3(False)),
         "gpulab bwd v3 dq_cast": _with_backward(_v3(True)),
-        **{_tile_name(kv, q): _with_backward(_v1(kv, q)) for kv, q in tiles},
+        **{_tile_name(*t): _with_backward(_v1(*t)) for t in tiles},
         CUDNN: sdpa(SDPBackend.CUDNN_ATTENTION),
         FLASH: sdpa(SDPBackend.FLASH_ATTENTION),
     }
@@ -198,15 +209,33 @@ def _flops(dtype, batch, heads, seq, head_dim, causal, direction):
                                          backward=direction != "forward")  # fmt: skip
 
 
-def _benchmark(cases) -> bench.Benchmark:
-    providers = {}
+def _v1_skip(line: Tile, head_dim: int, dtype, seq: int, causal: bool, **_) -> str | None:
+    kv, q, heads_first = line
+    table = V1_TILES.get(head_dim, []) if runtime.on_gpu() else _CPU_TILES
+    if line not in table:
+        return f"tiles for another head dim than {head_dim}"
+    if heads_first and not causal:
+        return "the heads-first grid is for causal problems (their programs differ in work)"
+    default = table[0][:2] == (kv, q)
+    if runtime.on_gpu() and not default and (dtype != torch.bfloat16 or seq > SHORT_SEQ):
+        return f"the short problems' tiles are chosen on bf16 at N <= {SHORT_SEQ}"
+    return None
+
+
+def _benchmark(cases, budget_s: float) -> bench.Benchmark:
+    providers, lines = {}, {}
     for x in cases:  # one provider table for all cases: the tile lines of every head dim in the run
         providers.update(_providers(x["head_dim"]))
-    tiles = {d: {_tile_name(kv, q) for kv, q in t} for d, t in V1_TILES.items()}
+        for t in V1_TILES.get(x["head_dim"], []) if runtime.on_gpu() else _CPU_TILES:
+            lines[_tile_name(*t)] = t
+    start = time.perf_counter()
 
     def skip(provider, **x):
-        if runtime.on_gpu() and provider.startswith("gpulab bwd v1") and provider not in tiles.get(x["head_dim"], ()):
-            return f"tiles for another head dim than {x['head_dim']}"
+        if provider in lines and (why := _v1_skip(lines[provider], **x)) is not None:
+            return why
+        candidate = provider not in ("gpulab", CUDNN, FLASH)
+        if candidate and time.perf_counter() - start > budget_s:  # compiles count: the part stays within minutes
+            return f"over the part's budget of {budget_s:.0f} s for checking (and compiling) candidates"
         return _skip(provider, **x)
 
     return bench.Benchmark(
@@ -288,14 +317,17 @@ def table(results) -> str:
     return bench.text_table(heads, rows, title="short sequences: cuDNN's time / this one's (above 1: faster)")
 
 
-def short(progress=None, cases=None) -> list[bench.Result]:
+def short(progress=None, cases=None, budget_s: float = 150.0) -> list[bench.Result]:
     """``python -m gpulab bench 05 short``: every backward candidate of the module docstring on :data:`CASES` (on
     CPU a tiny problem, version 1's lines only), forward and forward+backward, checked, then timed; prints
-    :func:`table`. ``cases``: dicts like :data:`CASES`' (None: those)."""
+    :func:`table`. ``cases``: dicts like :data:`CASES`' (None: those). ``budget_s``: seconds of checking (which
+    compiles every kernel) after which the remaining candidates are skipped (gpulab's own line and the SDPA backends
+    always run); the records say which."""
+    budget_s = runtime.finite_float("budget_s", budget_s, positive=True)
     if cases is None:
         cases = CASES if runtime.on_gpu() else _CPU_CASES
     cases = [{**x, "direction": d} for x in cases for d in ("forward", "forward+backward")]
-    b = _benchmark(cases)
+    b = _benchmark(cases, budget_s)
     results = bench.run(b, progress)
     _annotate(results, b)
     print(table(results))
