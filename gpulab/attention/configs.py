@@ -173,7 +173,8 @@ def attention_config(
 
     ``gpu`` (a name or GPUSpec; default the live device, or the H100 on CPU) sets the shared-memory budget.
     ``interpreter`` (default: the current mode) selects the small fixed CPU config. Tiles are never larger than the
-    sequence needs (rounded up to a power of two >= 16), so a 17-token sequence does not run 128-row tiles.
+    sequence needs (rounded up to a power of two >= 16), so a 17-token sequence does not run 128-row tiles. Where both
+    lengths are given and at most :data:`SHORT_SEQ`, :data:`PREFERRED_SHORT`'s tile is the starting point.
     """
     runtime.one_of("kind", kind, KINDS)
     block_d = runtime.dot_block(_head_dim(head_dim))

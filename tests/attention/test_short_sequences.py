@@ -90,3 +90,31 @@ def test_short_bench_checks_and_times_every_line_on_cpu():
     assert all(r.params["do_bench_ms"] == r.ms for r in ran)
     assert {r.params["direction"] for r in ran} == {"forward", "forward+backward"}
     assert "x cuDNN" in short_bench.table(results)
+    fwd_bwd = [r for r in ran if r.params["direction"] == "forward+backward"]
+    for i, r in enumerate(fwd_bwd):  # stand-in ratios (no cuDNN here): the last line the fastest on both clocks
+        r.params.update(vs_cudnn=1.0 + i, wall_vs_cudnn=0.5 + i)
+    summary = short_bench.best(results)
+    assert fwd_bwd[-1].provider.removeprefix("gpulab ") in summary and f"{len(fwd_bwd):.3g}" in summary
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "problem",
+    [(128, True, torch.bfloat16), (128, True, torch.float16), (128, False, torch.bfloat16), (64, True, torch.bfloat16)],
+    ids=["d128-causal-bf16", "d128-causal-fp16", "d128-bf16", "d64-causal-bf16"],
+)
+def test_gpu_every_short_line_gives_the_reference_gradients(attention_inputs, problem):
+    """Each of bench 05 short's version 1 lines for the head dim (tiles and grid order) on the GPU at N = 1,024 and a
+    ragged N = 1,000 (two batch elements, two heads), against float64."""
+    d, causal, dtype = problem
+    for n in (1024, 1000):
+        q, k, v, do = attention_inputs(2, 2, n, n, d, dtype)
+        plan = P.forward_plan(q, k, v, is_causal=causal)
+        o, lse = A.attention_forward(q, k, v, causal)
+        _, rq, rk, rv = A.attention_reference(q, k, v, is_causal=causal, do=do)
+        for kv, dq_tile, heads_first in short_bench.V1_TILES[d]:
+            cfg_kv, cfg_q = (A.AttentionConfig(t[0], t[1], d, t[2], t[3]) for t in (kv, dq_tile))
+            launches = B.backward_launches(plan, cfg_kv, cfg_q, heads_first=heads_first)
+            grads = P.run_backward(plan, do, q, k, v, o, lse, launches=launches)
+            for name, got, ref in zip(("dQ", "dK", "dV"), grads, (rq, rk, rv)):
+                check.assert_close(got, ref, dtype=dtype, name=f"{name} {kv} {dq_tile} heads_first={heads_first} N={n}")

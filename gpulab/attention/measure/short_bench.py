@@ -43,7 +43,7 @@ from gpulab.attention.reference import attention_reference
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.dtypes import short as short_dtype
 
-__all__ = ["CASES", "V1_TILES", "short", "table"]
+__all__ = ["CASES", "V1_TILES", "short", "table", "best"]
 
 CASES = [
     dict(dtype=torch.bfloat16, batch=16, heads=8, seq=1024, head_dim=128, causal=True),
@@ -316,6 +316,25 @@ def table(results) -> str:
     return bench.text_table(heads, rows, title="short sequences: cuDNN's time / this one's (above 1: faster)")
 
 
+def best(results) -> str:
+    """Per case: the shipped line's and the fastest gpulab line's ratio to cuDNN on the device clock, and the fastest
+    on the wall clock, with its name (the lines to flip the gates and tiles by)."""
+    by_case = collections.defaultdict(list)
+    for r in bench.result_list("results", results):
+        if r.status == "ok" and r.provider.startswith("gpulab") and r.params.get("vs_cudnn"):
+            by_case[r.case].append(r)
+    rows = []
+    for case, rs in by_case.items():
+        shipped = next((r for r in rs if r.provider == "gpulab"), None)
+        dev = max(rs, key=lambda r: r.params["vs_cudnn"])
+        wall = max(rs, key=lambda r: r.params["wall_vs_cudnn"] or 0.0)
+        rows.append([case, shipped and shipped.params["vs_cudnn"], shipped and shipped.params["wall_vs_cudnn"],
+                     dev.params["vs_cudnn"], dev.provider.removeprefix("gpulab "), wall.params["wall_vs_cudnn"],
+                     wall.provider.removeprefix("gpulab ")])  # fmt: skip
+    heads = ["case", "shipped x cuDNN", "wall", "best x cuDNN", "best (device)", "best wall", "best (wall)"]
+    return bench.text_table(heads, rows, title="short sequences: the shipped line and the fastest, against cuDNN")
+
+
 def short(progress=None, cases=None, budget_s: float = 150.0) -> list[bench.Result]:
     """``python -m gpulab bench 05 short``: every backward candidate of the module docstring on :data:`CASES` (on
     CPU a tiny problem, version 1's lines only), forward and forward+backward, checked, then timed; prints
@@ -330,4 +349,5 @@ def short(progress=None, cases=None, budget_s: float = 150.0) -> list[bench.Resu
     results = bench.run(b, progress)
     _annotate(results, b)
     print(table(results))
+    print(best(results))
     return results
