@@ -140,8 +140,8 @@ PREFERRED_SHORT: dict[str, dict[int, tuple[int, int, int, int]]] = {
     "dq": {64: (128, 32, 4, 3), 128: (128, 32, 4, 3)},
 }
 """The starting tiles (block_m, block_n, warps, stages) for short problems (:data:`SHORT_SEQ`), by kernel and padded
-head dim; a kernel or head dim not listed takes :data:`_PREFERRED`'s. Today the long sequences' tiles:
-``python -m gpulab bench 05 short`` times the alternatives beside them and cuDNN."""
+head dim; a kernel or head dim not listed takes :data:`_PREFERRED`'s. An entry is the long sequences' tile unless
+``python -m gpulab bench 05 short`` (the alternatives timed beside it and cuDNN) showed another faster."""
 
 
 # Alternatives tried by the autotuner, beside the preferred tile above (same meaning: block_m, block_n, warps, stages).
