@@ -409,16 +409,17 @@ def run_forward(plan: Plan, q, k, v):
 
     The host work per call: two allocations, ``contiguous()`` only where the plan says an input is not, one launch.
     """
-    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
-    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     if plan.empty:  # no batch, heads or queries (nothing to write), or no keys: O = 0 and LSE = 0, as SDPA's O
-        return o.zero_(), lse.zero_()
+        return (check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device).zero_(),
+                check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device).zero_())  # fmt: skip
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if plan.version == 3:  # Hopper, Gluon: producer warp, consumer warpgroups (gpulab.attention.v3.forward)
+    if plan.version == 3:  # Hopper, Gluon (gpulab.attention.v3.forward; it allocates O and LSE)
         cfg = plan.config if isinstance(plan.config, v3_forward.V3Config) else None
         return v3_forward.attention_forward(q, k, v, plan.is_causal, plan.scale, cfg, enable_gqa=plan.group > 1,
                                             window_size=plan.window)  # fmt: skip
+    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
+    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     launch = plan.forward
     if plan.version == 2:  # Hopper: TMA descriptors (gpulab.attention.v2.forward)
         if launch is None:
@@ -536,9 +537,7 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
         elif launches.__class__ is V3Backward:  # allocates its own gradients
             return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg,
                                                   plan.window)  # fmt: skip
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
+    dq, dk, dv = (check.new_output(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     if launches.__class__ is not tuple:  # an experiment's
         return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches

@@ -81,6 +81,22 @@ def test_version_3s_backward_allocates_no_gradients_of_the_plan(monkeypatch, att
     assert len(made) == 4
 
 
+def test_version_3s_forward_allocates_no_outputs_of_the_plan(monkeypatch, attention_inputs):
+    """Where the plan's forward is version 3's, run_forward hands it the call without allocating O and LSE first."""
+    q, k, v, _ = attention_inputs(1, 2, 17, 17, 16)
+    plan = P.Plan(q, k, 0.25, False, False, None, None, True)
+    plan.version = 3
+    made = []
+    real = check.new_output
+    monkeypatch.setattr(check, "new_output", lambda *a, **kw: made.append(a) or real(*a, **kw))
+    monkeypatch.setattr(P.v3_forward, "attention_forward", lambda *a, **kw: (q, k))
+    assert P.run_forward(plan, q, k, v) == (q, k) and made == []
+    plan.version = 1
+    o, lse = P.run_forward(plan, q, k, v)
+    assert len(made) == 2
+    check.assert_close(o, A.attention_reference(q, k, v, scale=0.25), name="O")
+
+
 def test_short_bench_checks_and_times_every_line_on_cpu():
     case = dict(dtype=torch.float16, batch=1, heads=2, seq=17, head_dim=16, causal=True)
     results = short_bench.short(cases=[case])
