@@ -304,17 +304,19 @@ def attention_dq_kernel(
     like the forward's loop. Also D = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for
     :func:`attention_dkdv_kernel`."""
     if HEADS_FIRST:
-        pid_m, blocks = tl.program_id(1), tl.num_programs(1)
+        pid_m = tl.program_id(1)
+        if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
+            pid_m = tl.num_programs(1) - 1 - pid_m
         n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
             cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN, 0
         )
     else:
-        pid_m, blocks = tl.program_id(0), tl.num_programs(0)
+        pid_m = tl.program_id(0)
+        if IS_CAUSAL:
+            pid_m = tl.num_programs(0) - 1 - pid_m
         n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
             cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN, 1
         )
-    if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
-        pid_m = blocks - 1 - pid_m
     off = 0
     if not IS_CAUSAL:
         off = n_k - n_q  # a window's diagonal is aligned bottom-right
