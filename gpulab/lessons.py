@@ -85,6 +85,7 @@ LESSONS: list[Lesson] = [
             "v3-race": "gpulab.attention.measure.v3_bench:race_v3",
             "v3-tune": "gpulab.attention.measure.v3_bench:tune_v3",
             "features": "gpulab.attention.measure.features_bench:features",
+            "short": "gpulab.attention.measure.short_bench:short",
         },
         folders={
             "cs336": "hopper/cs336",

@@ -131,6 +131,12 @@ ALLOWED = {
     ),  # fmt: skip
     "gpulab.attention.varlen.AuxRequest": _RECORD,
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
+    "gpulab.attention.measure.short_bench.short": "a benchmark part: its arguments are the progress wrapper and "
+    "the cases (dicts like CASES')",
+    "gpulab.attention.measure.short_bench.table": "the part's printout of its own records (bench.result_list checks "
+    "them)",
+    "gpulab.attention.measure.short_bench.best": "the part's summary of its own records (bench.result_list checks "
+    "them)",
     "gpulab.rnn.fused.measure.lstm_grid.step_of": "the benchmark parts' training step of a module they built, no user "
     "input",
     "gpulab.rnn.fused.measure.lstm_grid.check_against_torch": "the benchmark parts' check of a module they built "

@@ -46,6 +46,8 @@ __all__ = [
     "HopperConfig",
     "hopper_config",
     "PREFERRED_V2",
+    "SHORT_SEQ",
+    "PREFERRED_SHORT",
 ]
 
 MAX_HEAD_DIM = 256
@@ -127,6 +129,21 @@ _PREFERRED = {
 }
 
 
+SHORT_SEQ = 1024
+"""Problems whose query and key lengths are both at most this take :data:`PREFERRED_SHORT`'s tiles where it lists the
+kernel and head dim (lesson 4's shortest problems, N = 1,024 with batch 16: a few waves of programs per kernel, where
+the tile sets the waves and the programs per SM)."""
+
+PREFERRED_SHORT: dict[str, dict[int, tuple[int, int, int, int]]] = {
+    "forward": {},
+    "dkdv": {64: (32, 128, 4, 3), 128: (64, 128, 8, 3)},
+    "dq": {64: (128, 32, 4, 3), 128: (128, 32, 4, 3)},
+}
+"""The starting tiles (block_m, block_n, warps, stages) for short problems (:data:`SHORT_SEQ`), by kernel and padded
+head dim; a kernel or head dim not listed takes :data:`_PREFERRED`'s. An entry is the long sequences' tile unless
+``python -m gpulab bench 05 short`` (the alternatives timed beside it and cuDNN) showed another faster."""
+
+
 # Alternatives tried by the autotuner, beside the preferred tile above (same meaning: block_m, block_n, warps, stages).
 _ALTERNATIVES = {
     "forward": {64: [(128, 128, 8, 3), (64, 64, 4, 3)], 128: [(128, 32, 4, 3), (64, 64, 4, 3)],
@@ -156,7 +173,8 @@ def attention_config(
 
     ``gpu`` (a name or GPUSpec; default the live device, or the H100 on CPU) sets the shared-memory budget.
     ``interpreter`` (default: the current mode) selects the small fixed CPU config. Tiles are never larger than the
-    sequence needs (rounded up to a power of two >= 16), so a 17-token sequence does not run 128-row tiles.
+    sequence needs (rounded up to a power of two >= 16), so a 17-token sequence does not run 128-row tiles. Where both
+    lengths are given and at most :data:`SHORT_SEQ`, :data:`PREFERRED_SHORT`'s tile is the starting point.
     """
     runtime.one_of("kind", kind, KINDS)
     block_d = runtime.dot_block(_head_dim(head_dim))
@@ -165,7 +183,10 @@ def attention_config(
     interpreter = runtime.INTERPRET if interpreter is None else runtime.strict_bool("interpreter", interpreter)
     if interpreter:
         return AttentionConfig(block_m=16, block_n=16, block_d=block_d, num_warps=4, num_stages=1)
-    return _fit(kind, _PREFERRED[kind][_tile_key(block_d)], block_d, dtype, seq_q, seq_k, gpu)
+    key = _tile_key(block_d)
+    short = seq_q is not None and seq_k is not None and max(seq_q, seq_k) <= SHORT_SEQ
+    tile = PREFERRED_SHORT[kind].get(key) if short else None
+    return _fit(kind, tile or _PREFERRED[kind][key], block_d, dtype, seq_q, seq_k, gpu)
 
 
 def _fit(kind, tile, block_d, dtype, seq_q, seq_k, gpu) -> AttentionConfig:

@@ -410,16 +410,17 @@ def run_forward(plan: Plan, q, k, v):
 
     The host work per call: two allocations, ``contiguous()`` only where the plan says an input is not, one launch.
     """
-    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
-    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     if plan.empty:  # no batch, heads or queries (nothing to write), or no keys: O = 0 and LSE = 0, as SDPA's O
-        return o.zero_(), lse.zero_()
+        return (check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device).zero_(),
+                check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device).zero_())  # fmt: skip
     if not plan.contiguous:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if plan.version == 3:  # Hopper, Gluon: producer warp, consumer warpgroups (gpulab.attention.v3.forward)
+    if plan.version == 3:  # Hopper, Gluon (gpulab.attention.v3.forward; it allocates O and LSE)
         cfg = plan.config if isinstance(plan.config, v3_forward.V3Config) else None
         return v3_forward.attention_forward(q, k, v, plan.is_causal, plan.scale, cfg, enable_gqa=plan.group > 1,
                                             window_size=plan.window)  # fmt: skip
+    o = check.new_output(plan.o_shape, dtype=plan.dtype, device=plan.device)
+    lse = check.new_output(plan.lse_shape, dtype=torch.float32, device=plan.device)
     launch = plan.forward
     if plan.version == 2:  # Hopper: TMA descriptors (gpulab.attention.v2.forward)
         if launch is None:
@@ -521,11 +522,8 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
     for this call only: :func:`two_kernel_backward`'s, or an experiment's (:mod:`gpulab.attention.experiments`: an
     object with ``run(plan, do, q, k, v, o, lse, dq, dk, dv)``, ``kind`` and ``atomic``), so a cached plan is never
     changed by an experiment."""
-    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
-    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)
-    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
     if plan.empty:  # no queries or no keys: O does not depend on q, k, v (it is empty or 0), so every gradient is 0
-        return dq.zero_(), dk.zero_(), dv.zero_()
+        return tuple(check.new_output(t.shape, dtype=t.dtype, device=t.device).zero_() for t in (q, k, v))
     if not plan.contiguous:
         q, k, v, o, lse = q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), lse.contiguous()
     do = do.contiguous()
@@ -537,11 +535,12 @@ def run_backward(plan: Plan, do, q, k, v, o, lse, launches=None):
         atomic = launches.__class__ is V3Backward or launches.atomic
         if atomic and torch.are_deterministic_algorithms_enabled():
             launches = _two_kernel_launches(plan, q, k, v, o, lse, do)  # the atomic dQ sums in no fixed order
-        elif launches.__class__ is V3Backward:
+        elif launches.__class__ is V3Backward:  # allocates its own gradients
             return v3_backward.attention_backward(do, q, k, v, o, lse, plan.is_causal, plan.scale, launches.cfg,
                                                   plan.window)  # fmt: skip
-        else:
-            return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
+    dq, dk, dv = (check.new_output(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if launches.__class__ is not tuple:  # an experiment's
+        return launches.run(plan, do, q, k, v, o, lse, dq, dk, dv)
     dq_launch, dkdv_launch = launches
     aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | o.data_ptr() | do.data_ptr() | lse.data_ptr()) & 15)
     stream = direct_stream(plan.device) if aligned else None

@@ -22,6 +22,13 @@ FlashAttention-2 splits the work so that no two programs write the same output (
 - :func:`attention_dq_kernel`, one program per (batch*head, Q block): keeps ``q, dO`` and ``dQ`` in registers and
   loops over K blocks, like the forward; it runs first and also writes ``D`` for its rows.
 
+Causal (and right-bounded windowed) programs differ in work: the first K blocks and the last Q blocks see the most.
+Each kernel starts a head's longest program first; ``HEADS_FIRST`` also puts batch*head on grid axis 0 and the block
+on axis 1, so the GPU, which starts programs in axis-0-fastest order, starts every head's longest program before any
+head's second longest (longest first over the whole grid: the last wave holds the shortest programs, not a mix),
+at the cost of programs that run together sharing fewer Q or K/V rows in L2 (:data:`HEADS_FIRST_CAUSAL` says where
+it is taken).
+
 Both rebuild each ``[BLOCK_M, BLOCK_N]`` tile of P from ``exp2(S * scale * log2 e - LSE * log2 e)`` and mask only
 the blocks that are ragged (past the end of a sequence) or cut by the causal diagonal or a window's edges, as the
 forward does (:mod:`gpulab.attention.windows`). Variable-length batches run in the same two launches, the grid's third
@@ -43,7 +50,12 @@ from gpulab.attention.windows import kv_ranges, mask_flags, q_ranges, visible
 from gpulab.launch import Launch
 from gpulab.triton_ops import LOG2E, dot
 
-__all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "backward_launches"]
+__all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "backward_launches", "HEADS_FIRST_CAUSAL"]
+
+HEADS_FIRST_CAUSAL = False
+"""Whether causal-like problems (the right side bounded: SDPA's causal mask, or a window bounded on the right) take the
+heads-first grid (module docstring) in :func:`backward_launches` by default; ``python -m gpulab bench 05 short``
+times both orders."""
 
 
 @triton.jit
@@ -133,11 +145,15 @@ def attention_dkdv_kernel(
     VARLEN: tl.constexpr,  # packed sequences; grid axis 2 is the sequence
     IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
     PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
+    HEADS_FIRST: tl.constexpr,  # not VARLEN: grid (batch*KV heads, K blocks) instead of (K blocks, batch*KV heads)
 ):
     """dK and dV of one (batch*KV head, K block) (VARLEN: one (K block, KV head, sequence)): loop over the query
     heads of its group and, for each, the Q blocks that see it. The group's sum happens here, in registers: no
     per-query-head dK/dV buffer, no atomics."""
-    start_n = tl.program_id(0) * BLOCK_N  # causal: the first K blocks (seen by the most queries) start first
+    if HEADS_FIRST:  # causal: the first K blocks (seen by the most queries) start first
+        start_n = tl.program_id(1) * BLOCK_N
+    else:
+        start_n = tl.program_id(0) * BLOCK_N
     n_kv_heads = n_heads // group
     if VARLEN:
         h_kv = tl.program_id(1)
@@ -155,6 +171,8 @@ def attention_dkdv_kernel(
         q_head = HEAD_DIM  # elements between two query heads' first rows
     else:  # batch*KV head b*Hkv + g; its query heads are b*Hq + g*group + i = (b*Hkv + g)*group + i
         bh_kv = tl.program_id(1).to(tl.int64)
+        if HEADS_FIRST:
+            bh_kv = tl.program_id(0).to(tl.int64)
         stride_q = HEAD_DIM
         stride_kv = HEAD_DIM
         kv_base = bh_kv * n_k * HEAD_DIM
@@ -280,16 +298,25 @@ def attention_dq_kernel(
     VARLEN: tl.constexpr,  # packed sequences; grid axis 2 is the sequence
     IS_FP32: tl.constexpr,  # fp32 inputs (products at PRECISION)
     PRECISION: tl.constexpr,  # tl.dot input precision: 'ieee' or 'tf32'
+    HEADS_FIRST: tl.constexpr,  # not VARLEN: grid (batch*heads, Q blocks) instead of (Q blocks, batch*heads)
 ):
     """dQ of one (batch*head, Q block) (VARLEN: one (Q block, head, sequence)): loop over the K blocks it sees, split
     like the forward's loop. Also D = rowsum(dO * O) for its rows, stored to ``delta_ptr`` for
     :func:`attention_dkdv_kernel`."""
-    pid_m = tl.program_id(0)
-    if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
-        cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN
-    )
+    if HEADS_FIRST:
+        pid_m = tl.program_id(1)
+        if IS_CAUSAL:  # the longest programs (last Q blocks, most keys) first, as in the forward
+            pid_m = tl.num_programs(1) - 1 - pid_m
+        n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
+            cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN, 0
+        )
+    else:
+        pid_m = tl.program_id(0)
+        if IS_CAUSAL:
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base = query_head_rows(
+            cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM, VARLEN, 1
+        )
     off = 0
     if not IS_CAUSAL:
         off = n_k - n_q  # a window's diagonal is aligned bottom-right
@@ -327,17 +354,25 @@ def attention_dq_kernel(
     tl.store(dq_ptr + q_offs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
-def backward_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig) -> tuple:
+def backward_launches(plan, cfg_kv: AttentionConfig, cfg_q: AttentionConfig, heads_first: bool | None = None) -> tuple:
     """The two :class:`Launch` es of the backward for ``plan``: dQ (and D) with ``cfg_q``, then dK/dV with
-    ``cfg_kv`` (one program per K block and KV head: it sums its group's query heads)."""
-    common = dict(**mask_flags(plan), VARLEN=plan.varlen, IS_FP32=plan.is_fp32, PRECISION=plan.precision,
-                  HEAD_DIM=plan.d)  # fmt: skip
+    ``cfg_kv`` (one program per K block and KV head: it sums its group's query heads). ``heads_first``: the
+    heads-first grid (module docstring; not for packed batches); None: :data:`HEADS_FIRST_CAUSAL` for causal-like
+    problems, else not."""
+    flags = mask_flags(plan)
+    if heads_first is None:
+        heads_first = HEADS_FIRST_CAUSAL and flags["HAS_RIGHT"]
+    heads_first = bool(heads_first) and not plan.varlen
+    common = dict(**flags, VARLEN=plan.varlen, IS_FP32=plan.is_fp32, PRECISION=plan.precision, HEAD_DIM=plan.d,
+                  HEADS_FIRST=heads_first)  # fmt: skip
     if plan.varlen:
         grid_kv = (-(-plan.n_k // cfg_kv.block_n), plan.h // plan.group, plan.b)
         grid_q = (-(-plan.n_q // cfg_q.block_m), plan.h, plan.b)
     else:
         grid_kv = (-(-plan.n_k // cfg_kv.block_n), plan.b * (plan.h // plan.group))
         grid_q = (-(-plan.n_q // cfg_q.block_m), plan.b * plan.h)
+        if heads_first:
+            grid_kv, grid_q = grid_kv[::-1], grid_q[::-1]
     dkdv = Launch(attention_dkdv_kernel, grid_kv,
                   dict(BLOCK_M=cfg_kv.block_m, BLOCK_N=cfg_kv.block_n, BLOCK_D=cfg_kv.block_d, **common,
                        num_warps=cfg_kv.num_warps, num_stages=cfg_kv.num_stages))  # fmt: skip

@@ -105,8 +105,10 @@ def _fwd_inner(
 
 
 @triton.jit
-def query_head_rows(cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM: tl.constexpr, VARLEN: tl.constexpr):
-    """Where the rows of this program's query head (grid axis 1; VARLEN: axis 2 is the sequence) and of the KV head
+def query_head_rows(cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM: tl.constexpr, VARLEN: tl.constexpr,
+                    BH_AXIS: tl.constexpr = 1):  # fmt: skip
+    """Where the rows of this program's query head (grid axis ``BH_AXIS``, 1 or 0; VARLEN: axis 1, and axis 2 is the
+    sequence) and of the KV head
     it reads start: ``(n_q, n_k, stride_q, stride_kv, q_base, kv_base, lse_base)``, the lengths this program sees,
     the elements between two rows of Q (and O) and of K (and V), the offsets of its first Q and K rows, of its LSE
     row. VARLEN: [T, H, D] packed, a row H * D elements apart, sequence ``seq``'s rows from its offset in
@@ -125,7 +127,7 @@ def query_head_rows(cu_q_ptr, cu_k_ptr, n_q, n_k, n_heads, group, HEAD_DIM: tl.c
         q_base = q_start.to(tl.int64) * stride_q + h * HEAD_DIM
         kv_base = k_start.to(tl.int64) * stride_kv + (h // group) * HEAD_DIM
     else:
-        bh = tl.program_id(1).to(tl.int64)
+        bh = tl.program_id(BH_AXIS).to(tl.int64)
         stride_q = HEAD_DIM
         stride_kv = HEAD_DIM
         q_base = bh * n_q * HEAD_DIM
