@@ -92,17 +92,15 @@ class BackwardGate:
         return head_dim in self.head_dims or min(n_q, n_k) >= self.min_seq.get((head_dim, is_causal), 1 << 62)
 
 
-V3_BACKWARD = BackwardGate((), {(64, False): 1024, (64, True): 4096, (128, False): 4096, (128, True): 4096})
-"""The package's gate. ``head_dims`` empty: at N = 1024 version 3's backward is not faster than the two kernels on
-every problem of any head dim (notes/attention-hopper.md, 'The length gate'). ``min_seq``: N is the shortest length
-of lesson 4's grid from which on version 3's measured default
-(:func:`gpulab.attention.v3.backward_configs.backward_config` for the query length) took less time than the shipped
-two-kernel backward on every problem (both dtypes, forward+backward, device time, each one's fastest round) in each
-of the newest three H100 runs that timed both on the whole grid, the longest of their three lengths
-(``benchmarks/05_attention_hopper/v3/``, ``bwd`` records; ``tests/attention/v3/test_v3_backward_plan.py`` holds this
-table to them). Three runs, because at N = 1024 version 3's time swings between runs and rounds of the same problem
-while the two kernels' stays put (notes/attention-hopper.md, 'The length gate'). The records have Nq = Nk, hence both
-lengths. No head dim 256: each consumer's dK and dV [64, 256] fp32 are 256 registers per thread (the sm_90 compile
+V3_BACKWARD = BackwardGate((), {(64, False): 1024, (64, True): 1024, (128, False): 1024, (128, True): 1024})
+"""The package's gate: version 3's backward from N = 1024 on (``min_seq``, the shortest length of lesson 4's grid),
+for head dims 64 and 128, causal or not. On the H200 (``bench 05 short``, ``benchmarks/05_attention_hopper/short/``:
+every backward behind the same forward and autograd Function, checked first) version 3's measured default
+(:func:`gpulab.attention.v3.backward_configs.backward_config`) took less device time than the two kernels on every
+N = 1024 problem it timed (d128 causal and not, d64 causal; the H100 runs had shown it faster from N = 1024 only at
+d64 without a mask, from 4096 elsewhere: notes/attention-hopper.md, 'The length gate');
+``tests/attention/v3/test_v3_backward_plan.py`` holds this table to those records. Below N = 1024 the two kernels
+run. No head dim 256: each consumer's dK and dV [64, 256] fp32 are 256 registers per thread (the sm_90 compile
 spills 1.9-4.1 KB at steps 1, 3, 5, whose shared memory is over 227 KB past step 1): version 1 runs its backward."""
 
 V3_BACKWARD_HEAD_DIMS, V3_BACKWARD_MIN_SEQ = V3_BACKWARD.head_dims, V3_BACKWARD.min_seq  # its fields, read-only
