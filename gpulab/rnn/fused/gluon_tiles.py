@@ -13,6 +13,8 @@ from gpulab import runtime
 
 __all__ = [
     "V6Config",
+    "UnitsConfig",
+    "unit_pieces",
     "check_resident",
     "MAX_TILES",
     "k_pieces",
@@ -77,6 +79,35 @@ class V6Config:
         """Programs of a launch: ``head_dim / block_u`` per head and batch group (all resident at once)."""
         heads = runtime.positive_int("heads", heads)
         return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * self.groups(batch)
+
+
+def unit_pieces(block_u: int) -> tuple[int, int] | None:
+    """``block_u`` units as two powers of two ``(u1, u2)``, ``u1 > u2 >= 4`` (each piece's 4 gates at least the 16
+    rows of a tensor-core tile); None where ``block_u`` is one power of two (version 6 takes it) or needs more."""
+    bits = [1 << i for i in range(runtime.positive_int("block_u", block_u).bit_length()) if block_u >> i & 1][::-1]
+    return (bits[0], bits[1]) if len(bits) == 2 and bits[1] >= 4 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitsConfig:
+    """A tile of the two-piece kernels: ``block_u`` units per program as :func:`unit_pieces`, ``block_b`` batch rows,
+    ``warps`` warps (the forward's: one K chunk of R_p each; the backward's: a share of R_p^T's rows each)."""
+
+    block_u: int = 12
+    block_b: int = 16
+    warps: int = 8
+
+    def __post_init__(self):
+        if unit_pieces(self.block_u) is None:
+            raise ValueError(f"block_u={self.block_u} is not two powers of two of at least 4 (e.g. 12 = 8 + 4, "
+                             "24 = 16 + 8); a power of two is version 6's tile (V6Config).")  # fmt: skip
+        runtime.one_of("block_b", self.block_b, (8, 16, 32))
+        runtime.one_of("warps", self.warps, (4, 8, 16))
+
+    def programs(self, batch: int, heads: int, head_dim: int) -> int:
+        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
+        tiles = -(-runtime.positive_int("batch", batch) // self.block_b)
+        return runtime.positive_int("head_dim", head_dim) // self.block_u * runtime.positive_int("heads", heads) * tiles
 
 
 def k_pieces(kc: int) -> tuple[int, int] | None:
