@@ -6,8 +6,10 @@ is more than the registers of an SM hold beside the rest, or 192 programs of 8 u
 Here a program owns ``BLOCK_U = U1 + U2`` units, both pieces powers of two (12 = 8 + 4: 128 programs of 144 KB),
 and everything version 6 does with its units it does once per piece:
 
-- R_p is held in registers as two A tiles per K piece, one per unit piece: ``ra[s, m, k] = R[m // U1, n, p BLOCK_U +
-  m % U1, s KC + k]`` [KS, 4 U1, KC] and ``rb`` the same for units ``p BLOCK_U + U1 ..`` [KS, 4 U2, KC];
+- R_p is held as two A tiles per K piece, one per unit piece: ``ra[s, m, k] = R[m // U1, n, p BLOCK_U + m % U1,
+  s KC + k]`` [KS, 4 U1, KC] in registers, and ``rb`` the same for units ``p BLOCK_U + U1 ..`` [KS, 4 U2, KC] in
+  shared memory, read into the operand layout every step (``SHARED_B``; 48 KB at 1536: compiled for sm_90 with both
+  in registers, the step spilled 142 registers at 16 batch rows, with piece b in shared memory 9);
 - h_{t-1} is read once per program as in version 6 (its K chunks, one per warp) and multiplies both pieces;
 - each piece's partial sums go through its own swizzled buffer, and each piece runs its own cell.
 
@@ -50,9 +52,9 @@ def units_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int
         raise ValueError(f"head_dim={head_dim} must be a multiple of block_u={block_u} and of 16 * warps = "
                          f"{16 * warps}, with head_dim / warps one power of two or two; use e.g. head_dim 1536, "
                          "block_u 12, warps 8.")  # fmt: skip
-    kc = head_dim // warps
-    regs = 4 * block_u * kc * 2 // 4 // 32 + kc * block_b * 2 // 4 // 32 + 4 * block_u * block_b // 32
-    smem = 4 * warps * 4 * block_u * block_b
+    kc, (u1, u2) = head_dim // warps, unit_pieces(block_u)
+    regs = 4 * u1 * kc * 2 // 4 // 32 + kc * block_b * 2 // 4 // 32 + 4 * block_u * block_b // 32  # R's piece a, h
+    smem = 4 * warps * 4 * block_u * block_b + 4 * u2 * head_dim * 2  # the partials, R's piece b
     if regs > register_budget(warps) or smem > SHARED_BUDGET:
         raise ValueError(f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} "
                          f"registers per thread for its operands (at most {register_budget(warps)}) and {smem} bytes "
@@ -317,7 +319,8 @@ def _constexprs(head_dim: int, cfg: UnitsConfig, save_gates: bool, fast: bool, c
     config = GluonConfig.of(config)
     (u1, u2), (k1, k2) = unit_pieces(cfg.block_u), k_pieces(head_dim // cfg.warps)
     return dict(DH=head_dim, BLOCK_B=cfg.block_b, U1=u1, U2=u2, KS=cfg.warps, K1=k1, K2=k2, SAVE_GATES=save_gates,
-                FAST=fast, COALESCED=coalesced, SHARED_B=shared_b, EARLY=config.early_arrive, LATE_INPUTS=config.late_inputs_for(cfg.block_b),
+                FAST=fast, COALESCED=coalesced, SHARED_B=shared_b, EARLY=config.early_arrive,
+                LATE_INPUTS=config.late_inputs_for(cfg.block_b),
                 **ops.barrier_constexprs(config.barrier, config.poll))  # fmt: skip
 
 
