@@ -45,7 +45,7 @@ __all__ = ["units_backward_config", "schedule_reference", "split_backward_units"
 _GATES_FIRST = gl.constexpr((3, 2, 0, 1))  # [U, B, 2, 2] of join(join(i, f), join(z, o)) -> [2, 2, U, B]: row g U + u
 
 
-def units_backward_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 16) -> UnitsConfig:
+def units_backward_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 8) -> UnitsConfig:
     """The backward's two-piece tile for ``head_dim``: DH a multiple of ``block_u``, DH one power of two or two,
     each at least 16 rows per warp; R_p^T's rows and the larger M piece's share within the register budget."""
     head_dim = runtime.positive_int("head_dim", head_dim)
