@@ -38,30 +38,11 @@ from gpulab.rnn.fused import gluon_ops as ops
 from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused.config import GluonConfig
 from gpulab.rnn.fused.gluon_ops import sigmoid, tanh
-from gpulab.rnn.fused.gluon_tiles import UnitsConfig, k_pieces, register_budget, unit_pieces
+from gpulab.rnn.fused.gluon_tiles import UnitsConfig, k_pieces, unit_pieces, units_backward_config
 
-__all__ = ["units_backward_config", "schedule_reference", "split_backward_units", "compile_sm90"]
+__all__ = ["schedule_reference", "split_backward_units", "compile_sm90"]
 
 _GATES_FIRST = gl.constexpr((3, 2, 0, 1))  # [U, B, 2, 2] of join(join(i, f), join(z, o)) -> [2, 2, U, B]: row g U + u
-
-
-def units_backward_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 8) -> UnitsConfig:
-    """The backward's two-piece tile for ``head_dim``: DH a multiple of ``block_u``, DH one power of two or two,
-    each at least 16 rows per warp; R_p^T's rows and the larger M piece's share within the register budget."""
-    head_dim = runtime.positive_int("head_dim", head_dim)
-    cfg = UnitsConfig(block_u, block_b, warps)
-    pieces = k_pieces(head_dim)
-    if head_dim % block_u or pieces is None or min(x for x in pieces if x) < 16 * warps:
-        raise ValueError(f"head_dim={head_dim} must be a multiple of block_u={block_u} and one power of two or the "
-                         f"sum of two, each at least 16 * warps = {16 * warps}; use e.g. 1536 (1024 + 512) with "
-                         "warps <= 32.")  # fmt: skip
-    rows = head_dim // warps
-    regs = rows * 4 * block_u * 2 // 4 // 32 + pieces[0] // warps * block_b // 32
-    if regs > register_budget(warps):
-        raise ValueError(f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} "
-                         f"registers per thread for R^T's rows and a share (at most {register_budget(warps)}); use "
-                         "more warps or fewer units or rows per program.")  # fmt: skip
-    return cfg
 
 
 def _tile(head_dim, cfg):

@@ -37,29 +37,9 @@ from gpulab.rnn.fused import gluon_ops as ops
 from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused.config import GluonConfig
 from gpulab.rnn.fused.gluon_ops import cta_barrier, grid_barrier, sigmoid, tanh
-from gpulab.rnn.fused.gluon_tiles import SHARED_BUDGET, UnitsConfig, k_pieces, register_budget, unit_pieces
+from gpulab.rnn.fused.gluon_tiles import UnitsConfig, k_pieces, unit_pieces, units_config
 
-__all__ = ["units_config", "schedule_reference", "split_forward_units", "compile_sm90"]
-
-
-def units_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 8) -> UnitsConfig:
-    """The forward's two-piece tile for ``head_dim``, checked: DH a multiple of ``block_u`` and of 16 * ``warps``,
-    each warp's K chunk one or two power-of-two tiles (:func:`gpulab.rnn.fused.gluon_tiles.k_pieces`), the operands
-    within the register budget and the partial sums within shared memory."""
-    head_dim = runtime.positive_int("head_dim", head_dim)
-    cfg = UnitsConfig(block_u, block_b, warps)
-    if head_dim % block_u or head_dim % (16 * warps) or k_pieces(head_dim // warps) is None:
-        raise ValueError(f"head_dim={head_dim} must be a multiple of block_u={block_u} and of 16 * warps = "
-                         f"{16 * warps}, with head_dim / warps one power of two or two; use e.g. head_dim 1536, "
-                         "block_u 12, warps 8.")  # fmt: skip
-    kc, (u1, u2) = head_dim // warps, unit_pieces(block_u)
-    regs = 4 * u1 * kc * 2 // 4 // 32 + kc * block_b * 2 // 4 // 32 + 4 * block_u * block_b // 32  # R's piece a, h
-    smem = 4 * warps * 4 * block_u * block_b + 4 * u2 * head_dim * 2  # the partials, R's piece b
-    if regs > register_budget(warps) or smem > SHARED_BUDGET:
-        raise ValueError(f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} "
-                         f"registers per thread for its operands (at most {register_budget(warps)}) and {smem} bytes "
-                         "of shared memory; use more warps or fewer units or rows per program.")  # fmt: skip
-    return cfg
+__all__ = ["schedule_reference", "split_forward_units", "compile_sm90"]
 
 
 def _tile(head_dim, cfg, make):
