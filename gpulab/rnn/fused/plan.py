@@ -7,8 +7,10 @@
   where no split backward of the whole batch fits, an LSTM in 16 bits trains through b4 in launches of fewer rows
   (:func:`b4_rows`; the rows of a batch are independent recurrences), and otherwise through the ``alternating``
   backward (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split
-  forward saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the
-  choice.
+  forward saves; an LSTM in 16 bits whose head no power-of-two split fits (one head of 1536) on the two-piece Gluon
+  kernels (:mod:`.split_gluon_units`, :mod:`.split_gluon_backward_units`; tiles from
+  :func:`gpulab.rnn.fused.gluon_tiles.units_tiles`); else a ValueError naming the alternative
+  (``backend='alternating'``). :func:`explain` prints the choice.
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`problem_loops`, :func:`saved_gates_dtype`: the loops :func:`fused_forward` would run for one problem (kept per
@@ -104,11 +106,12 @@ KERNELS = {
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What the ``fused`` backend runs for one problem: ``kind`` 'single' (``tiling`` a
-    :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile) or 'split' (a
-    :class:`gpulab.rnn.fused.split_tiling.SplitTiling`), and why. ``backward``, for a plan made for training: the
-    backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split'), or None where no split backward fits
-    the whole batch. ``b4``, for such a split plan of an LSTM in 16 bits: ``(tile, rows)`` of :func:`b4_rows`, the
-    Gluon backward in launches of ``rows`` rows (None: the ``alternating`` backward runs)."""
+    :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile), 'split' (a
+    :class:`gpulab.rnn.fused.split_tiling.SplitTiling`) or 'units' (the two-piece Gluon kernels' forward
+    :class:`~gpulab.rnn.fused.gluon_tiles.UnitsConfig`, for a head no power-of-two split fits), and why. ``backward``,
+    for a plan made for training: the backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split', a
+    UnitsConfig for 'units'), or None where no split backward fits the whole batch. ``b4``, for such a split plan of
+    an LSTM in 16 bits: ``(tile, rows)`` of :func:`b4_rows`, b4 in launches of ``rows`` rows (None: ``alternating``)."""
 
     kind: str
     tiling: object
@@ -165,22 +168,20 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
 
 
 def _units_plan(batch, num_heads, head_dim, function, dtype, spec, training) -> Plan | None:
-    """The 'units' plan (:func:`units_tiles`) of a 16-bit LSTM whose head no power-of-two split fits even at one row;
-    None otherwise (the problems the other kernels run keep them)."""
+    """The 'units' plan (:func:`gpulab.rnn.fused.gluon_tiles.units_tiles`) of a 16-bit LSTM whose head no power-of-two
+    split fits even at one row; None otherwise (the problems the other kernels run keep them)."""
     if get_function(function).name != "lstm" or dtypes.as_dtype(dtype) not in (torch.float16, torch.bfloat16):
         return None
     try:
         split_tiling.split_tiling(1, num_heads, head_dim, function, dtype, spec)
-        return None
     except ValueError:
         pair = gluon_tiles.units_tiles(batch, num_heads, head_dim, spec.sm_count)
+    else:
+        return None
     if pair is None:
         return None
-    progs = pair[0].programs(batch, num_heads, head_dim)
-    why = (
-        f"no power-of-two split of R fits {spec.sm_count} SMs; split over {head_dim // pair[0].block_u} programs of "
-        f"{pair[0].block_u} units in two pieces (units kernels), {progs} programs resident, one barrier per step"
-    )
+    why = (f"no power-of-two split of R fits {spec.sm_count} SMs; split over {head_dim // pair[0].block_u} programs of "
+           f"{pair[0].block_u} units in two pieces (the units kernels), one barrier per step")  # fmt: skip
     return Plan("units", pair[0], why, pair[1] if training else None)
 
 
@@ -590,10 +591,10 @@ def single_sm_gradients(d_out, gates, out, states, R, function, d_last):
 
 def kernel(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False):
     """The ``@triton.jit`` kernel :func:`choose` launches for this problem: the backward's when ``training`` (None
-    where a split forward trains through the ``alternating`` backward)."""
+    where a split forward trains through the ``alternating`` backward, and for the Gluon 'units' plan)."""
     chosen = choose(batch, num_heads, head_dim, function, dtype, gpu, training=training)
     if chosen.kind == "single":
         return KERNELS["backward" if training else "forward"]
-    if not training:
-        return KERNELS["split"]
-    return KERNELS["split_backward"] if chosen.backward is not None else None
+    if chosen.kind == "units" or (training and chosen.backward is None):
+        return None
+    return KERNELS["split_backward" if training else "split"]
