@@ -8,7 +8,7 @@ from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused import split_gluon_backward_units as ub
 from gpulab.rnn.fused import split_gluon_units as uf
 from gpulab.rnn.fused.gluon_tiles import UnitsConfig
-from gpulab.rnn.fused.measure import sass
+from gpulab.rnn.fused.measure import lstm_grid, sass
 
 
 @pytest.mark.parametrize(
@@ -26,6 +26,8 @@ from gpulab.rnn.fused.measure import sass
         (lambda: gluon_tiles.units_tiles(0, 1, 1536, 132), ValueError, "batch"),
         (lambda: gluon_tiles.units_tiles(16, 1, 1536, 0), ValueError, "sm_count"),
         (lambda: sass.units_stats("sideways"), ValueError, "which"),
+        (lambda: lstm_grid.lstm_large(budget_s=0), ValueError, "budget_s"),
+        (lambda: lstm_grid.lstm_grid(budget_s=1e-9, points=[(0, 16, 1)]), ValueError, "hidden"),
     ],
 )
 def test_tiles_refuse(call, err, match):
