@@ -211,6 +211,7 @@ def split_forward_units_kernel(
     rb2_s = rb1_s
     if K2 > 0:
         rb2_s = gl.allocate_shared_memory(r_ptr.dtype.element_ty, [KS, 4 * U2, K2], rsw, rb2)
+    cta_barrier()  # (the rows stored before any warp reads them)
     # h_{-1} in the B layout; the steps read h_{t-1} from out[0] in 16-byte rows
     s0_1, s0_1_mask = ops.h_pointers(s0_ptr, r0, n, 0, K1, KC, KS, B, HD, DH, BLOCK_B, lb, False)
     hb1 = gl.load(s0_1, mask=s0_1_mask, other=0.0)
