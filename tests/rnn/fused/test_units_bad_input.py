@@ -8,7 +8,7 @@ from gpulab.rnn.fused import gluon_tiles
 from gpulab.rnn.fused import split_gluon_backward_units as ub
 from gpulab.rnn.fused import split_gluon_units as uf
 from gpulab.rnn.fused.gluon_tiles import UnitsConfig
-from gpulab.rnn.fused.measure import lstm_grid, sass
+from gpulab.rnn.fused.measure import lstm_grid, sass, units_bench
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,7 @@ from gpulab.rnn.fused.measure import lstm_grid, sass
         (lambda: gluon_tiles.units_tiles(16, 1, 1536, 0), ValueError, "sm_count"),
         (lambda: sass.units_stats("sideways"), ValueError, "which"),
         (lambda: lstm_grid.lstm_large(budget_s=0), ValueError, "budget_s"),
+        (lambda: units_bench.units_bench(T=0), ValueError, "T"),
         (lambda: lstm_grid.lstm_grid(budget_s=1e-9, points=[(0, 16, 1)]), ValueError, "hidden"),
     ],
 )
@@ -79,3 +80,10 @@ def test_backward_refuses_bad_input():
     if runtime.INTERPRET:
         with pytest.raises(RuntimeError, match="schedule_reference"):
             ub.split_backward_units(out, gates, out, s0, R, cfg=gluon_tiles.units_backward_config(96, warps=2))
+
+
+def test_units_bench_refuses_the_cpu():
+    if runtime.on_gpu():
+        pytest.skip("the CPU refusal")
+    with pytest.raises(RuntimeError, match="CUDA GPU only"):
+        units_bench.units_bench()
