@@ -130,7 +130,8 @@ def _rt_piece(r_ptr, n, u0, M0: gl.constexpr, MP: gl.constexpr, NH, DH: gl.const
 @gluon.jit
 def _piece(tile, n, u0, UQ: gl.constexpr, BLOCK_B: gl.constexpr, B, T, DH: gl.constexpr, HD, W: gl.constexpr):
     """A piece's elements [UQ, BLOCK_B]: offsets in [B, 1, NH, DH], [B, T, NH, DH] (t = 0) and [B, T, 4, NH, DH]
-    (t = 0, gate 0), the rows' mask, and its rows of a share's slab (for the gather), in the cell's layout."""
+    (t = 0, gate 0) and the rows' mask, in the cell's layout (units along the lanes); and its rows of a share's slab
+    in the gather's layout (batch rows along the lanes: contiguous in a slab), as b4's."""
     TU: gl.constexpr = 32 if UQ > 32 else UQ
     lp: gl.constexpr = gl.BlockedLayout([1, 1], [TU, 32 // TU], [1, W], [0, 1])
     u = gl.arange(0, UQ, layout=gl.SliceLayout(1, lp))
@@ -140,7 +141,11 @@ def _piece(tile, n, u0, UQ: gl.constexpr, BLOCK_B: gl.constexpr, B, T, DH: gl.co
     own = rows * HD + n * DH + units
     own_t = rows.to(gl.int64) * T * HD + n * DH + units
     gate_t = rows.to(gl.int64) * T * 4 * HD + n * DH + units
-    return own, own_t, gate_t, rows < B, units * BLOCK_B + gl.expand_dims(j, 0)
+    SJ: gl.constexpr = 2 if BLOCK_B > 32 else 1
+    lg: gl.constexpr = gl.BlockedLayout([1, SJ], [32 // (BLOCK_B // SJ), BLOCK_B // SJ], [W, 1], [1, 0])
+    u_g = gl.arange(0, UQ, layout=gl.SliceLayout(1, lg))
+    j_g = gl.arange(0, BLOCK_B, layout=gl.SliceLayout(0, lg))
+    return own, own_t, gate_t, rows < B, gl.expand_dims(u0 + u_g, 1) * BLOCK_B + gl.expand_dims(j_g, 0)
 
 
 @gluon.jit
