@@ -168,16 +168,15 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
 
 
 def _units_plan(batch, num_heads, head_dim, function, dtype, spec, training) -> Plan | None:
-    """The 'units' plan (:func:`gpulab.rnn.fused.gluon_tiles.units_tiles`) of a 16-bit LSTM whose head no power-of-two
-    split fits even at one row; None otherwise (the problems the other kernels run keep them)."""
-    if get_function(function).name != "lstm" or dtypes.as_dtype(dtype) not in (torch.float16, torch.bfloat16):
+    """The 'units' plan (:func:`gpulab.rnn.fused.gluon_tiles.units_tiles`) of a 16-bit LSTM on Hopper (the budgets the
+    tiles are held to) whose head no power-of-two split fits even at one row; else None (the other kernels keep it)."""
+    lstm16 = get_function(function).name == "lstm" and dtypes.as_dtype(dtype) in (torch.float16, torch.bfloat16)
+    if not lstm16 or spec.compute_capability[0] != 9:
         return None
     try:
-        split_tiling.split_tiling(1, num_heads, head_dim, function, dtype, spec)
+        pair = split_tiling.split_tiling(1, num_heads, head_dim, function, dtype, spec) and None  # a split fits: None
     except ValueError:
         pair = gluon_tiles.units_tiles(batch, num_heads, head_dim, spec.sm_count)
-    else:
-        return None
     if pair is None:
         return None
     why = (f"no power-of-two split of R fits {spec.sm_count} SMs; split over {head_dim // pair[0].block_u} programs of "
