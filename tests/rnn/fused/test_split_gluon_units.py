@@ -135,8 +135,10 @@ def test_the_plan_routes_1536_to_the_two_piece_kernels():
     assert plan.batch_rows(64, 1, 1536, "lstm", torch.float16, True) == 16
     assert plan.batch_rows(17, 1, 1536, "lstm", torch.bfloat16, False) == 9  # two launches, the rows spread evenly
     assert plan.batch_rows(256, 1, 1536, "lstm", torch.float16, True) is None
-    with pytest.raises(ValueError):  # fp32 and other functions keep what they had
+    with pytest.raises(ValueError):  # fp32, and GPUs other than Hopper, keep what they had
         plan.choose(16, 1, 1536, "lstm", torch.float32, h200, training=True)
+    with pytest.raises(ValueError):
+        plan.choose(16, 1, 1536, "lstm", torch.float16, hardware.spec("l4"), training=True)
     assert "units" in plan.explain(16, 1, 1536, "lstm", torch.float16, "h200")
 
 
