@@ -103,6 +103,7 @@ LESSONS: list[Lesson] = [
             "versions": "gpulab.rnn.fused.measure.versions_bench:versions",
             "lstm-grid": "gpulab.rnn.fused.measure.lstm_grid:lstm_grid",
             "lstm-tiles": "gpulab.rnn.fused.measure.lstm_tiles:lstm_tiles",
+            "lstm-large": "gpulab.rnn.fused.measure.lstm_grid:lstm_large",
         },
     ),
     Lesson(

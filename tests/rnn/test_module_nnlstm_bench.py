@@ -38,3 +38,19 @@ def test_lstm_tiles_is_lesson_6s_part_checks_each_path_and_honours_its_budget():
     for r in out:
         assert r.params["check"] == "ok" and r.status == "ok" and r.params["path"] == "shipped"
         assert r.ms > 0 and r.wall_ms > 0 and r.flops > 0
+
+
+def test_lstm_large_is_lesson_6s_part_of_the_grids_large_points():
+    """``bench 06 lstm-large``: registered; the grid's points of one head of 1536 and B256 at 768 and 1024 only (10
+    pairs); nothing begins past the budget; on CPU its tiny grid checks and times gpulab."""
+    from gpulab.rnn.fused.measure import lstm_grid
+
+    assert lessons.benchmark("06", "lstm-large") is lstm_grid.lstm_large
+    assert len(lstm_grid.LARGE) == 10 and {H for H, _, _ in lstm_grid.LARGE} == {768, 1024, 1536}
+    out = lstm_grid.lstm_large(quick=False, budget_s=1e-9)
+    assert [r.status for r in out] == ["skipped: time budget"] * 10
+    assert {r.case for r in out} == {f"grid H{H} L{L} B{B}" for H, B, L in lstm_grid.LARGE}
+    if runtime.on_gpu():
+        return
+    out = lstm_grid.lstm_large()
+    assert [r.params["kind"] for r in out] == ["grid", "grid"] and all(r.params["check"] == "ok" for r in out)

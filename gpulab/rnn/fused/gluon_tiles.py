@@ -13,6 +13,13 @@ from gpulab import runtime
 
 __all__ = [
     "V6Config",
+    "UnitsConfig",
+    "unit_pieces",
+    "units_config",
+    "units_backward_config",
+    "units_tiles",
+    "UNITS_BLOCK_U",
+    "UNITS_MAX_LAUNCHES",
     "check_resident",
     "MAX_TILES",
     "k_pieces",
@@ -79,6 +86,35 @@ class V6Config:
         return (runtime.positive_int("head_dim", head_dim) // self.block_u) * heads * self.groups(batch)
 
 
+def unit_pieces(block_u: int) -> tuple[int, int] | None:
+    """``block_u`` units as two powers of two ``(u1, u2)``, ``u1 > u2 >= 4`` (each piece's 4 gates at least the 16
+    rows of a tensor-core tile); None where ``block_u`` is one power of two (version 6 takes it) or needs more."""
+    bits = [1 << i for i in range(runtime.positive_int("block_u", block_u).bit_length()) if block_u >> i & 1][::-1]
+    return (bits[0], bits[1]) if len(bits) == 2 and bits[1] >= 4 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitsConfig:
+    """A tile of the two-piece kernels: ``block_u`` units per program as :func:`unit_pieces`, ``block_b`` batch rows,
+    ``warps`` warps (the forward's: one K chunk of R_p each; the backward's: a share of R_p^T's rows each)."""
+
+    block_u: int = 12
+    block_b: int = 16
+    warps: int = 8
+
+    def __post_init__(self):
+        if unit_pieces(self.block_u) is None:
+            raise ValueError(f"block_u={self.block_u} is not two powers of two of at least 4 (e.g. 12 = 8 + 4, "
+                             "24 = 16 + 8); a power of two is version 6's tile (V6Config).")  # fmt: skip
+        runtime.one_of("block_b", self.block_b, (8, 16, 32))
+        runtime.one_of("warps", self.warps, (1, 2, 4, 8, 16))
+
+    def programs(self, batch: int, heads: int, head_dim: int) -> int:
+        """Programs of a launch: ``head_dim / block_u`` per head and batch tile (all resident at once)."""
+        tiles = -(-runtime.positive_int("batch", batch) // self.block_b)
+        return runtime.positive_int("head_dim", head_dim) // self.block_u * runtime.positive_int("heads", heads) * tiles
+
+
 def k_pieces(kc: int) -> tuple[int, int] | None:
     """A warp's K chunk ``kc`` as two power-of-two tiles ``(k1, k2)``, ``k1 >= k2`` (``k2`` 0 when ``kc`` is one), each
     at least 16 deep; None when ``kc`` needs more (192 = 128 + 64 at one head of 768 and 4 warps)."""
@@ -139,3 +175,67 @@ def check_resident(grid: tuple, cfg, device) -> None:
                          f"{grid[2]} batch groups of {cfg.tiles} tiles of {cfg.block_b} rows) but this GPU holds "
                          f"{sms} at once; pass a cfg with more tiles per program (fewer groups), e.g. "
                          "gpulab.rnn.fused.plan.tiles_pair's.")  # fmt: skip
+
+
+def units_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 8) -> UnitsConfig:
+    """The forward's two-piece tile for ``head_dim``, checked: DH a multiple of ``block_u`` and of 16 * ``warps``,
+    each warp's K chunk one or two power-of-two tiles (:func:`gpulab.rnn.fused.gluon_tiles.k_pieces`), the operands
+    within the register budget and the partial sums within shared memory."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    cfg = UnitsConfig(block_u, block_b, warps)
+    if head_dim % block_u or head_dim % (16 * warps) or k_pieces(head_dim // warps) is None:
+        raise ValueError(f"head_dim={head_dim} must be a multiple of block_u={block_u} and of 16 * warps = "
+                         f"{16 * warps}, with head_dim / warps one power of two or two; use e.g. head_dim 1536, "
+                         "block_u 12, warps 8.")  # fmt: skip
+    kc, (u1, u2) = head_dim // warps, unit_pieces(block_u)
+    regs = 4 * u1 * kc * 2 // 4 // 32 + kc * block_b * 2 // 4 // 32 + 4 * block_u * block_b // 32  # R's piece a, h
+    smem = 4 * warps * 4 * block_u * block_b + 4 * u2 * head_dim * 2  # the partials, R's piece b
+    if regs > register_budget(warps) or smem > SHARED_BUDGET:
+        raise ValueError(f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} "
+                         f"registers per thread for its operands (at most {register_budget(warps)}) and {smem} bytes "
+                         "of shared memory; use more warps or fewer units or rows per program.")  # fmt: skip
+    return cfg
+
+
+def units_backward_config(head_dim: int, block_u: int = 12, block_b: int = 16, warps: int = 8) -> UnitsConfig:
+    """The backward's two-piece tile for ``head_dim``: DH a multiple of ``block_u``, DH one power of two or two,
+    each at least 16 rows per warp; R_p^T's rows and the larger M piece's share within the register budget."""
+    head_dim = runtime.positive_int("head_dim", head_dim)
+    cfg = UnitsConfig(block_u, block_b, warps)
+    pieces = k_pieces(head_dim)
+    if head_dim % block_u or pieces is None or min(x for x in pieces if x) < 16 * warps:
+        raise ValueError(f"head_dim={head_dim} must be a multiple of block_u={block_u} and one power of two or the "
+                         f"sum of two, each at least 16 * warps = {16 * warps}; use e.g. 1536 (1024 + 512) with "
+                         "warps <= 32.")  # fmt: skip
+    rows = head_dim // warps
+    regs = rows * 4 * block_u * 2 // 4 // 32 + pieces[0] // warps * block_b // 32
+    if regs > register_budget(warps):
+        raise ValueError(f"head_dim={head_dim} with block_u={block_u}, block_b={block_b}, warps={warps} needs {regs} "
+                         f"registers per thread for R^T's rows and a share (at most {register_budget(warps)}); use "
+                         "more warps or fewer units or rows per program.")  # fmt: skip
+    return cfg
+
+
+UNITS_BLOCK_U = (12, 24)
+"""The two-piece kernels' units per program (:mod:`.split_gluon_units`, :mod:`.split_gluon_backward_units`), in
+the order :func:`units_tiles` tries them."""
+UNITS_MAX_LAUNCHES = 4
+"""The most launches of fewer rows a batch runs in on the two-piece kernels (:func:`gpulab.rnn.fused.plan.batch_rows`);
+past them the ``alternating`` backend's batched products run (at a head of 1536: launches of 16 rows, 128 programs
+each)."""
+
+
+def units_tiles(batch, num_heads, head_dim, sm_count):
+    """``(forward tile, backward tile)`` of the two-piece kernels (units per program of :data:`UNITS_BLOCK_U`, 8
+    warps, 8 batch rows per program up to 8 rows, else 16) whose launch of ``batch`` rows fits ``sm_count`` SMs at
+    one program each; None where none does."""
+    bb = 8 if runtime.positive_int("batch", batch) <= 8 else 16
+    for bu in UNITS_BLOCK_U:
+        try:
+            pair = (units_config(head_dim, bu, bb),
+                    units_backward_config(head_dim, bu, bb))  # fmt: skip
+        except ValueError:
+            continue
+        if pair[0].programs(batch, num_heads, head_dim) <= runtime.positive_int("sm_count", sm_count):
+            return pair
+    return None

@@ -7,8 +7,10 @@
   where no split backward of the whole batch fits, an LSTM in 16 bits trains through b4 in launches of fewer rows
   (:func:`b4_rows`; the rows of a batch are independent recurrences), and otherwise through the ``alternating``
   backward (:func:`gpulab.rnn.backends.alternating.alternating_rnn_gradients`) on the pre-activations the split
-  forward saves; else a ValueError naming the alternative (``backend='alternating'``). :func:`explain` prints the
-  choice.
+  forward saves; an LSTM in 16 bits whose head no power-of-two split fits (one head of 1536) on the two-piece Gluon
+  kernels (:mod:`.split_gluon_units`, :mod:`.split_gluon_backward_units`; tiles from
+  :func:`gpulab.rnn.fused.gluon_tiles.units_tiles`); else a ValueError naming the alternative
+  (``backend='alternating'``). :func:`explain` prints the choice.
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`problem_loops`, :func:`saved_gates_dtype`: the loops :func:`fused_forward` would run for one problem (kept per
@@ -44,10 +46,13 @@ from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters, one_launch
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused import (
+    gluon_tiles,
     split_gluon,
     split_gluon_backward,
     split_gluon_backward_tiles,
+    split_gluon_backward_units,
     split_gluon_tiles,
+    split_gluon_units,
     split_tiling,
     tiling,
 )
@@ -101,11 +106,12 @@ KERNELS = {
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What the ``fused`` backend runs for one problem: ``kind`` 'single' (``tiling`` a
-    :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile) or 'split' (a
-    :class:`gpulab.rnn.fused.split_tiling.SplitTiling`), and why. ``backward``, for a plan made for training: the
-    backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split'), or None where no split backward fits
-    the whole batch. ``b4``, for such a split plan of an LSTM in 16 bits: ``(tile, rows)`` of :func:`b4_rows`, the
-    Gluon backward in launches of ``rows`` rows (None: the ``alternating`` backward runs)."""
+    :class:`gpulab.rnn.fused.tiling.FusedTiling`, one program per head and batch tile), 'split' (a
+    :class:`gpulab.rnn.fused.split_tiling.SplitTiling`) or 'units' (the two-piece Gluon kernels' forward
+    :class:`~gpulab.rnn.fused.gluon_tiles.UnitsConfig`, for a head no power-of-two split fits), and why. ``backward``,
+    for a plan made for training: the backward's tiling (a FusedTiling for 'single', a SplitTiling for 'split', a
+    UnitsConfig for 'units'), or None where no split backward fits the whole batch. ``b4``, for such a split plan of
+    an LSTM in 16 bits: ``(tile, rows)`` of :func:`b4_rows`, b4 in launches of ``rows`` rows (None: ``alternating``)."""
 
     kind: str
     tiling: object
@@ -131,7 +137,12 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
         back = tiling.fused_tiling(batch, num_heads, head_dim, function, dtype, spec, "backward") if training else None
         why = f"R of a head ({single.r_bytes // 1024} KB) fits one SM beside its tiles: no barrier needed"
         return Plan("single", single, why, back)
-    split = split_tiling.split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
+    try:
+        split = split_tiling.split_tiling(batch, num_heads, head_dim, function, dtype, gpu)
+    except ValueError:
+        if (units := _units_plan(batch, num_heads, head_dim, function, dtype, spec, training)) is None:
+            raise
+        return units
     need = tiling.slots(function) * head_dim * head_dim * _element_size(dtype)
     why = (
         f"R of a head ({need // 1024} KB) does not fit one SM ({spec.smem_per_block // 1024} KB) for the "
@@ -154,6 +165,23 @@ def choose(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gp
                 why += (f"; no split backward fits the whole batch: b4 runs in {-(-batch // rows)} launch(es) of "
                         f"{rows} rows, {cfg.block_u} units x {cfg.block_b} rows per program")  # fmt: skip
     return Plan("split", split, why, back, b4)
+
+
+def _units_plan(batch, num_heads, head_dim, function, dtype, spec, training) -> Plan | None:
+    """The 'units' plan (:func:`gpulab.rnn.fused.gluon_tiles.units_tiles`) of a 16-bit LSTM on Hopper (the budgets the
+    tiles are held to) whose head no power-of-two split fits even at one row; else None (the other kernels keep it)."""
+    lstm16 = get_function(function).name == "lstm" and dtypes.as_dtype(dtype) in (torch.float16, torch.bfloat16)
+    if not lstm16 or spec.compute_capability[0] != 9:
+        return None
+    try:
+        pair = split_tiling.split_tiling(1, num_heads, head_dim, function, dtype, spec) and None  # a split fits: None
+    except ValueError:
+        pair = gluon_tiles.units_tiles(batch, num_heads, head_dim, spec.sm_count)
+    if pair is None:
+        return None
+    why = (f"no power-of-two split of R fits {spec.sm_count} SMs; split over {head_dim // pair[0].block_u} programs of "
+           f"{pair[0].block_u} units in two pieces (the units kernels), one barrier per step")  # fmt: skip
+    return Plan("units", pair[0], why, pair[1] if training else None)
 
 
 def b4_rows(batch, num_heads, head_dim, sm_count, pairs: tuple | None = None):
@@ -230,7 +258,9 @@ def batch_rows(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
         lo, hi = (mid, hi) if takes(mid) else (lo, mid)
     launches = -(-batch // lo)
     rows = -(-batch // launches)
-    return rows if takes(rows) else lo
+    rows = rows if takes(rows) else lo
+    many = -(-batch // rows) > gluon_tiles.UNITS_MAX_LAUNCHES  # (the two-piece kernels' launches: at most so many)
+    return None if many and choose(rows, num_heads, head_dim, function, dtype).kind == "units" else rows
 
 
 def fused_forward(Wx, R, b, states, function="lstm"):
@@ -420,6 +450,17 @@ def _tiles_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg
     return (*grads, ds0)
 
 
+def _units_forward(Wx, R, b, states, function, save_gates, *, cfg, config):
+    return split_gluon_units.split_forward_units(Wx, R, b, states, save_gates=save_gates, cfg=cfg, config=config.gluon)
+
+
+def _units_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, config):
+    """The two-piece backward's gate gradients, then the parameter gradients: ``(dWx, dR, db, d_states)``."""
+    dG, ds0 = split_gluon_backward_units.split_backward_units(d_out, gates, out, states, R, d_last, cfg=cfg,
+                                                              config=config.gluon)  # fmt: skip
+    return (*gate_gradients_to_parameters(dG, out, states, function, small_rows=config.small_rows), ds0)
+
+
 def current_config() -> FusedConfig:
     """The :class:`gpulab.rnn.fused.config.FusedConfig` in force (what ships, unless inside :func:`config_as`)."""
     return _CONFIG
@@ -453,6 +494,11 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
             return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
                     functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
     chosen = choose(B, NH, DH, function, dtype, training=training)
+    if chosen.kind == "units":  # (where Gluon cannot run: the alternating loops, as before these kernels)
+        if not _gluon_runs(function, dtype):
+            return alternating_rnn_forward, alternating_rnn_gradients if training else None
+        back = functools.partial(_units_gradients, cfg=chosen.backward, config=config) if training else None
+        return functools.partial(_units_forward, cfg=chosen.tiling, config=config), back
     if chosen.kind == "split" and version == "v6" and v6_applies(B, NH, DH, function, dtype, wide):
         forward, backward = v6_tiles(B, DH, NH, wide)  # chosen once per problem, like the rest of the loops
         return (functools.partial(_v6_forward, cfg=forward, config=config),
@@ -544,10 +590,10 @@ def single_sm_gradients(d_out, gates, out, states, R, function, d_last):
 
 def kernel(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, gpu=None, training=False):
     """The ``@triton.jit`` kernel :func:`choose` launches for this problem: the backward's when ``training`` (None
-    where a split forward trains through the ``alternating`` backward)."""
+    where a split forward trains through the ``alternating`` backward, and for the Gluon 'units' plan)."""
     chosen = choose(batch, num_heads, head_dim, function, dtype, gpu, training=training)
     if chosen.kind == "single":
         return KERNELS["backward" if training else "forward"]
-    if not training:
-        return KERNELS["split"]
-    return KERNELS["split_backward"] if chosen.backward is not None else None
+    if chosen.kind == "units" or (training and chosen.backward is None):
+        return None
+    return KERNELS["split_backward" if training else "split"]

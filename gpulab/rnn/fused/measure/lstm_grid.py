@@ -31,11 +31,14 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from gpulab import bench, check, runtime
 from gpulab.rnn.module import LSTM
 
-__all__ = ["lstm_grid", "step_of", "check_against_torch", "HIDDEN", "BATCH", "CHECK_T"]
+__all__ = ["lstm_grid", "lstm_large", "step_of", "check_against_torch", "HIDDEN", "BATCH", "LARGE", "CHECK_T"]
 
 HIDDEN = (256, 512, 768, 1024, 1536)
 BATCH = (16, 64, 256)
 T_GRID = 256
+LARGE = tuple((1536, B, L) for L in (1, 2) for B in BATCH) + tuple((H, 256, L) for H in (768, 1024) for L in (1, 2))
+"""(hidden, batch, layers) of the grid's large heads and batches: every point of one head of 1536 (the two-piece
+kernels up to 16 rows a launch) and B256 at 768 and 1024 (launches of fewer rows); :func:`lstm_large` times them."""
 CHECK_T = 32  # steps of the check against nn.LSTM (a drift over 256 fp16 steps says nothing about correctness)
 
 
@@ -210,15 +213,24 @@ def _compiled(quick, label, B, T, H, num_heads):
     ]  # fmt: skip
 
 
-def lstm_grid(progress=None, quick=None, budget_s: float = 280.0):
+def lstm_large(progress=None, quick=None, budget_s: float = 240.0):
+    """``python -m gpulab bench 06 lstm-large``: the ``grid`` records of :data:`LARGE` only (gpulab and cuDNN, checked
+    and timed as :func:`lstm_grid` times them); ``quick`` as there."""
+    return lstm_grid(progress, quick, budget_s, points=LARGE)
+
+
+def lstm_grid(progress=None, quick=None, budget_s: float = 280.0, points=None):
     """Every case of the module docstring; ``quick`` (default: on CPU) runs one tiny size of each kind. A case not
     begun within ``budget_s`` seconds of the start (kernel compilations included) leaves a record with status
-    'skipped: time budget', so that the part ends in about five minutes on any GPU."""
+    'skipped: time budget', so that the part ends in about five minutes on any GPU. ``points``: (hidden, batch,
+    layers) of the ``grid`` kind to run instead of the whole grid and the other kinds (None: everything)."""
     quick = (not runtime.on_gpu()) if quick is None else runtime.strict_bool("quick", quick)
     budget_s = runtime.finite_float("budget_s", budget_s, positive=True)
     start = time.perf_counter()
     progress = progress or (lambda it: it)
     cudnn = _cudnn_dtypes()
+    if points is not None:
+        points = [tuple(runtime.positive_int(n, v) for n, v in zip(("hidden", "batch", "layers"), p)) for p in points]
     if quick:
         grid = [(16, 2, L) for L in (1, 2)]
         T, bi_case, packed_case, compile_case = 3, (2, 3, 16), (3, 4, 16), (2, 3, 16, 1)
@@ -226,8 +238,11 @@ def lstm_grid(progress=None, quick=None, budget_s: float = 280.0):
         grid = [(H, B, L) for H in HIDDEN for L in (1, 2) for B in BATCH]
         T, bi_case, packed_case, compile_case = T_GRID, (64, T_GRID, 768), (64, T_GRID, 512), (64, T_GRID, 768, 1)
     tiny = (1, 4, 128, 2) if runtime.on_gpu() else (1, 3, 32, 2)
+    grid = grid if points is None or quick else points
     jobs = [(f"grid H{H} L{L} B{B}", "grid", lambda H=H, B=B, L=L: _pair(
         "grid", f"grid H{H} L{L} B{B}", B, T, H, H, L, False, quick, cudnn)) for H, B, L in grid]  # fmt: skip
+    if points is not None:
+        return _run(jobs, start, budget_s, progress)
     B, Tb, H = bi_case
     jobs.append((f"bidirectional H{H} L2 B{B}", "bidirectional", lambda: _pair(
         "bidirectional", f"bidirectional H{H} L2 B{B}", B, Tb, H, H, 2, True, quick, cudnn)))  # fmt: skip
@@ -239,6 +254,10 @@ def lstm_grid(progress=None, quick=None, budget_s: float = 280.0):
     jobs.append(
         ("compile tiny", "compile", lambda: _compiled(quick, "compile tiny", tiny[0], tiny[1], tiny[2], tiny[3]))
     )
+    return _run(jobs, start, budget_s, progress)
+
+
+def _run(jobs, start, budget_s, progress) -> list:
     out = []
     for case, kind, make in progress(jobs):
         if time.perf_counter() - start > budget_s:

@@ -40,6 +40,7 @@ __all__ = [
     "version_stats",
     "v6_stats",
     "b4_stats",
+    "units_stats",
     "shared_bytes",
     "loop_stats",
     "report",
@@ -228,6 +229,20 @@ def v6_stats(dh=768, warps=4, block_u=8, dtype="bf16", save_gates=True, block_b=
                         block_u=block_u, block_b=cfg.block_b, dtype=dtype, save_gates=save_gates)  # fmt: skip
 
 
+def units_stats(which="forward", dh=1536, warps=8, block_u=12, dtype="fp16", block_b=16, dump=None) -> dict:
+    """The two-piece split kernels (:mod:`gpulab.rnn.fused.split_gluon_units` forward, ``which`` 'forward', or
+    :mod:`gpulab.rnn.fused.split_gluon_backward_units`, 'backward') compiled for sm_90: their step loop's counts per
+    step and warp (:func:`_gluon_stats`)."""
+    from gpulab.rnn.fused import split_gluon_backward_units, split_gluon_units  # noqa: PLC0415
+    from gpulab.rnn.fused.gluon_tiles import UnitsConfig  # noqa: PLC0415
+
+    module = split_gluon_units if runtime.one_of("which", which, ("forward", "backward")) == "forward" else (
+        split_gluon_backward_units)  # fmt: skip
+    kernel = module.compile_sm90(dh, UnitsConfig(block_u, block_b, warps), dtype)
+    return _gluon_stats(kernel, f"units_{which}_dh{dh}_u{block_u}_w{warps}", dump, version=f"units {which}", dh=dh,
+                        warps=warps, block_u=block_u, block_b=block_b, dtype=dtype)  # fmt: skip
+
+
 def b4_stats(dh=768, warps=8, block_u=16, dtype="bf16", block_b=16, dump=None, sum_db=False) -> dict:
     """Backward version b4 (:mod:`gpulab.rnn.fused.split_gluon_backward`, Gluon) compiled for sm_90:
     its step loop's counts per step and warp (:func:`_gluon_stats`; its listings into ``dump`` if given)."""
@@ -318,7 +333,12 @@ def main(argv=None):
         print(done.stderr, end="", file=sys.stderr)
         return done.returncode
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("which", nargs="?", default="both", choices=("forward", "backward", "both", "versions", "v6", "b4"))
+    p.add_argument(
+        "which",
+        nargs="?",
+        default="both",
+        choices=("forward", "backward", "both", "versions", "v6", "b4", "units", "units-b"),
+    )
     p.add_argument("--save-gates", action="store_true")
     p.add_argument("--dh", type=int, default=64)
     p.add_argument("--warps", type=int, default=0, help="default: the tiling chooser's")
@@ -334,6 +354,14 @@ def main(argv=None):
 
         for row in version_stats(a.dh, a.warps or 4, a.dtype):
             print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
+        return 0
+    if a.which in ("units", "units-b"):  # one JSON line: a two-piece kernel's step loop (BLOCK_U, BLOCK_B from --set)
+        import json
+
+        which = "forward" if a.which == "units" else "backward"
+        row = units_stats(which, a.dh, a.warps or 8, extra.get("BLOCK_U", 12), a.dtype, extra.get("BLOCK_B", 16),
+                          a.dump)  # fmt: skip
+        print(json.dumps({**row, "triton": triton.__version__, "target": "sm_90"}))
         return 0
     if a.which in ("v6", "b4"):  # one JSON line: the Gluon version's step loop (BLOCK_U from --set)
         import json
