@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from gpulab import runtime
+from gpulab import check, runtime
 from gpulab.attention.v3 import backward as v3_backward
 from gpulab.attention.v3.backward_configs import VARLEN_STEPS, V3BackwardConfig, constexprs, gqa_win
 from gpulab.attention.v3.forward import LOG2E, smem_layouts
@@ -86,7 +86,8 @@ def attention_backward_varlen(do, q, k, v, o, lse, cu_q, cu_k, max_k: int, scale
     delta = torch.empty((h, t_q), device=q.device, dtype=torch.float32)
     varlen_delta_kernel[(triton.cdiv(t_q, 64), h)](o, do, delta, t_q, h, HEAD_DIM=d, BLOCK_M=64)
     dq_acc = torch.zeros((h, t_q, d), device=q.device, dtype=torch.float32)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dk = check.new_output(k.shape, dtype=k.dtype, device=k.device)  # poisoned in tests: rows left unwritten show
+    dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
     q_layout, kv_layout = smem_layouts(d, cfg.block_n, q.dtype)
     q_desc = TensorDescriptor(q, [h, t_q, d], [d, h * d, 1], [1, 64, d], q_layout)
     do_desc = TensorDescriptor(do, [h, t_q, d], [d, h * d, 1], [1, 64, d], q_layout)
@@ -100,6 +101,6 @@ def attention_backward_varlen(do, q, k, v, o, lse, cu_q, cu_k, max_k: int, scale
             q_desc, k_desc, v_desc, do_desc, lse, delta, dq_acc, dk, dv, dk, unused, cu_q, cu_k, t_q, t_k, h_kv, group,
             *win, scale * LOG2E, scale, num_warps=4, **extra,
             **constexprs(d, False, cfg, gqa_win(group, window, varlen=True)))  # fmt: skip
-    dq = torch.empty_like(q)
+    dq = check.new_output(q.shape, dtype=q.dtype, device=q.device)
     torch.mul(dq_acc.transpose(0, 1), scale, out=dq)
     return dq, dk, dv
