@@ -20,11 +20,10 @@ import torch
 
 from gpulab import check, runtime
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
-from gpulab.attention.plan import V3_BACKWARD, plan_cache_info
+from gpulab.attention.plan import plan_cache_info, varlen_backward_v3, varlen_takes_v3
 from gpulab.attention.reference import check_window, default_scale, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
-from gpulab.attention.v3 import backward_varlen as v3_backward_varlen
 from gpulab.launch import direct_stream
 from gpulab.triton_ops import LOG2E_F
 
@@ -198,8 +197,7 @@ def _backward(plan: VarlenPlan, do, q, k, v, o, lse, cu_q, cu_k):
     launches = plan.backward
     if launches == V3_KIND:
         if not torch.are_deterministic_algorithms_enabled():  # (dQ's atomic sums arrive in any order)
-            return v3_backward_varlen.attention_backward_varlen(do, q, k, v, o, lse, cu_q, cu_k, plan.n_k,
-                                                                plan.scale, plan.window)  # fmt: skip
+            return varlen_backward_v3(do, q, k, v, o, lse, cu_q, cu_k, plan.n_k, plan.scale, plan.window)
         launches = _backward_launches(plan, q, k, v, v1_only=True)
     dq_launch, dkdv_launch = launches
     delta = check.new_output((plan.h, plan.t_q), dtype=torch.float32, device=q.device)
@@ -215,10 +213,9 @@ V3_KIND = "one pass, Gluon"
 
 
 def _backward_launches(plan: VarlenPlan, q, k, v, v1_only: bool = False):
-    """Version 3's backward (:data:`V3_KIND`) where :data:`gpulab.attention.plan.V3_BACKWARD` takes the padded
-    problem of the batch's longest lengths and version 3 can run it, else version 1's two launches."""
-    if (not v1_only and V3_BACKWARD.takes_v3(plan.d, False, plan.n_q, plan.n_k)
-            and v3_backward_varlen.varlen_backward_supported(q, k, v)[0]):  # fmt: skip
+    """Version 3's backward (:data:`V3_KIND`) where :func:`gpulab.attention.plan.varlen_takes_v3` says so (the
+    padded problem's gate), else version 1's two launches."""
+    if not v1_only and varlen_takes_v3(plan, q, k, v):
         return V3_KIND
     cfg_kv = attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
     cfg_q = attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)

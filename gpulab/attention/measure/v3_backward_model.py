@@ -329,6 +329,12 @@ def model_varlen_backward(q, k, v, o, do, lse, cu_q, cu_k, max_k: int, scale: fl
     grid's longest key sequence. Programs (key block of 128, KV head, sequence); a block's rows are read from the
     packed tensors as TMA reads them (rows of the next sequence included, zeros past the tensor) and masked where a
     block crosses its sequence's end; stores stop at each end. Rows of no sequence: dq 0, dk and dv NaN (unwritten)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() != 3 or t.shape[2] != q.shape[2]:
+            raise ValueError(f"{name} must be packed [T, H, D] with q's D, got shape {tuple(t.shape)}.")
+    runtime.require_tensor("lse", lse, shape=(q.shape[1], q.shape[0]))
+    max_k = runtime.positive_int("max_k", max_k)
     t_q, h, d = q.shape
     t_k, h_kv = k.shape[:2]
     group = h // h_kv
