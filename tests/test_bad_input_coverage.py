@@ -94,6 +94,10 @@ ALLOWED = {
                     "window_mask",
                     "persistent_count",
                     "persistent_tile",
+                    "stats_row",
+                    "seq_bounds",
+                    "key_start",
+                    "varlen_mask",
                 )
             ),
             "gpulab.attention.v3.backward_persistent.persistent_backward",

@@ -24,15 +24,13 @@ the TypeError that an int must raise. Other types take the full checks on every 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
 
 from gpulab import check, gluon_compat, runtime
 from gpulab.attention import sm90
+from gpulab.attention.backward_gate import BackwardGate
 from gpulab.attention.configs import (
     AttentionConfig,
     HopperConfig,
@@ -46,6 +44,7 @@ from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.attention.v2 import forward as v2_forward
 from gpulab.attention.v3 import backward as v3_backward
+from gpulab.attention.v3 import backward_varlen as v3_backward_varlen
 from gpulab.attention.v3 import forward as v3_forward
 from gpulab.attention.v3 import varlen_forward as v3_varlen  # noqa: F401 - varlen_attn reaches version 3 here
 from gpulab.launch import direct_stream
@@ -55,41 +54,10 @@ __all__ = ["Plan", "check_inputs", "check_config", "check_version", "forward_pla
            "clear_plan_cache", "MAX_PLANS", "auto_version", "SMALL_WORK", "attention_forward", "attention_backward",
            "run_forward", "run_backward", "V3_HEAD_DIMS", "backward_kind", "two_kernel_backward",
            "V3_BACKWARD_HEAD_DIMS", "V3_BACKWARD_MIN_SEQ", "V3Backward", "BackwardGate", "V3_BACKWARD",
-           "backward_launches", "launch_kind"]  # fmt: skip
+           "backward_launches", "launch_kind", "varlen_takes_v3", "varlen_backward_v3"]  # fmt: skip
 
 MAX_PLANS = 512
 """Signatures kept per cache by default (:func:`clear_plan_cache` takes another); when full, the cache starts over."""
-
-
-@dataclass(frozen=True)
-class BackwardGate:
-    """Where :func:`run_backward` takes version 3's backward (:mod:`gpulab.attention.v3.backward`, Gluon: dQ by fp32
-    atomic additions) instead of version 1's two kernels, where
-    :func:`gpulab.attention.v3.backward.supported` allows it, no tiles were asked for and determinism is not
-    (``torch.use_deterministic_algorithms(True)`` takes the two kernels: the atomic dQ sums in no fixed order).
-
-    ``head_dims``: taken at every length; ``min_seq``: ``(head dim, causal) -> N``, taken where both lengths are at
-    least N (no entry: never). :data:`V3_BACKWARD` is the package's; :func:`backward_launches` takes another."""
-
-    head_dims: tuple[int, ...] = ()
-    min_seq: Mapping[tuple[int, bool], int] | None = None  # None: no entry
-
-    def __post_init__(self):
-        object.__setattr__(self, "min_seq", {} if self.min_seq is None else self.min_seq)
-        if not isinstance(self.head_dims, tuple) or not all(type(d) is int and d > 0 for d in self.head_dims):
-            raise TypeError(f"BackwardGate.head_dims must be a tuple of positive ints such as (64,), got "
-                            f"{self.head_dims!r}.")  # fmt: skip
-        ok = isinstance(self.min_seq, Mapping) and all(isinstance(k, tuple) and len(k) == 2 and type(k[0]) is int
-                                                       and type(k[1]) is bool and type(n) is int and n > 0
-                                                       for k, n in self.min_seq.items())  # fmt: skip
-        if not ok:
-            raise TypeError(f"BackwardGate.min_seq must map (head dim, causal) to a positive length, such as "
-                            f"{{(64, True): 4096}}, got {self.min_seq!r}.")  # fmt: skip
-        object.__setattr__(self, "min_seq", MappingProxyType(dict(self.min_seq)))
-
-    def takes_v3(self, head_dim: int, is_causal: bool, n_q: int, n_k: int) -> bool:
-        """Whether a plain problem of these sizes takes version 3's backward under this gate (where it can run)."""
-        return head_dim in self.head_dims or min(n_q, n_k) >= self.min_seq.get((head_dim, is_causal), 1 << 62)
 
 
 V3_BACKWARD = BackwardGate((), {(64, False): 1024, (64, True): 1024, (128, False): 1024, (128, True): 1024})
@@ -595,3 +563,18 @@ def two_kernel_backward(plan: Plan) -> tuple:
     if isinstance(plan.backward_configs, str):
         raise ValueError("two_kernel_backward takes a plan without 'auto' backward configs; autotuning needs inputs.")
     return _two_kernel_launches(plan, None, None, None, None, None, None)
+
+
+def varlen_takes_v3(vplan, q, k, v, gate: BackwardGate = V3_BACKWARD) -> bool:
+    """Whether a packed batch's backward (:class:`gpulab.attention.varlen.VarlenPlan`) takes version 3's
+    (:mod:`gpulab.attention.v3.backward_varlen`): where ``gate`` takes the padded problem of its longest lengths and
+    version 3 can run it (else version 1's two launches)."""
+    if not isinstance(gate, BackwardGate):
+        raise TypeError(f"gate must be a BackwardGate such as plan.V3_BACKWARD, got {type(gate).__name__} {gate!r}.")
+    return (
+        gate.takes_v3(vplan.d, False, vplan.n_q, vplan.n_k) and v3_backward_varlen.varlen_backward_supported(q, k, v)[0]
+    )
+
+
+varlen_backward_v3 = v3_backward_varlen.attention_backward_varlen
+"""Version 3's packed backward, for :mod:`gpulab.attention.varlen` (which imports no version but 1 itself)."""

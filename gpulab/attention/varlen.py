@@ -23,7 +23,7 @@ import torch
 from gpulab import check, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
-from gpulab.attention.plan import plan_cache_info
+from gpulab.attention.plan import plan_cache_info, varlen_backward_v3, varlen_takes_v3
 from gpulab.attention.reference import check_window, default_scale, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
@@ -218,16 +218,33 @@ def _backward(plan: VarlenPlan, do, q, k, v, o, lse, cu_q, cu_k):
     if plan.empty:
         return dq.zero_(), dk.zero_(), dv.zero_()
     if plan.backward is None:
-        cfg_kv = attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        cfg_q = attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
-        plan.backward = v1_backward.backward_launches(plan, cfg_kv, cfg_q)
-    dq_launch, dkdv_launch = plan.backward
+        plan.backward = _backward_launches(plan, q, k, v)
+    launches = plan.backward
+    if launches == V3_KIND:
+        if not torch.are_deterministic_algorithms_enabled():  # (dQ's atomic sums arrive in any order)
+            return varlen_backward_v3(do, q, k, v, o, lse, cu_q, cu_k, plan.n_k, plan.scale, plan.window)
+        launches = _backward_launches(plan, q, k, v, v1_only=True)
+    dq_launch, dkdv_launch = launches
     delta = check.new_output((plan.h, plan.t_q), dtype=torch.float32, device=q.device)
     stream = _stream(plan, q, k, v, o, do, lse, cu_q, cu_k)
     extra = (cu_q, cu_k, plan.t_q, plan.t_k, plan.h, plan.group, plan.qk_scale, plan.scale, *plan.window)
     dq_launch(stream, q, k, v, o, do, lse, delta, dq, *extra)  # writes D = rowsum(dO * O)
     dkdv_launch(stream, q, k, v, do, lse, delta, dk, dv, *extra)  # reads D: runs second
     return dq, dk, dv
+
+
+V3_KIND = "one pass, Gluon"
+"""``VarlenPlan.backward`` where version 3's backward takes the batch (else version 1's two launches)."""
+
+
+def _backward_launches(plan: VarlenPlan, q, k, v, v1_only: bool = False):
+    """Version 3's backward (:data:`V3_KIND`) where :func:`gpulab.attention.plan.varlen_takes_v3` says so (the
+    padded problem's gate), else version 1's two launches."""
+    if not v1_only and varlen_takes_v3(plan, q, k, v):
+        return V3_KIND
+    cfg_kv = attention_config("dkdv", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    cfg_q = attention_config("dq", plan.d, plan.dtype, plan.n_q, plan.n_k)
+    return v1_backward.backward_launches(plan, cfg_kv, cfg_q)
 
 
 def varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q: int, max_k: int, *,

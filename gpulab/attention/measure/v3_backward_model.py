@@ -44,7 +44,8 @@ from gpulab import runtime
 from gpulab.attention.reference import check_window
 
 __all__ = ["key_programs", "query_blocks", "window_bounds", "persistent_tiles", "model_backward",
-           "reference_backward", "dq_arrivals", "replay_dq_cast"]  # fmt: skip
+           "reference_backward", "dq_arrivals", "replay_dq_cast", "varlen_query_blocks",
+           "model_varlen_backward"]  # fmt: skip
 
 
 def window_bounds(n_q: int, n_k: int, window=(-1, -1)) -> tuple[int | None, int | None]:
@@ -298,3 +299,105 @@ def replay_dq_cast(n_q: int, n_k: int, causal: bool, scale: float, generator: to
             buffer[rows] = 0
             counters[qb] = 0
             casts[qb] += 1
+
+
+def varlen_query_blocks(start_n: int, keys: int, q_off: int, q_end: int, k_end: int,
+                        window=(-1, -1)) -> tuple[int, int]:  # fmt: skip
+    """The packed kernel's :func:`query_blocks` (``GQA_WIN`` bit 8): ``(lo, n_m)`` for a program owning packed key
+    rows ``[start_n, start_n + keys)`` of a sequence whose queries are rows ``[q_off, q_end)`` and keys end at
+    ``k_end``; blocks of 64 from ``q_off`` (never a row of the sequence before), the window's bounds of packed
+    ``j - i`` shifted by ``k_end - q_end`` (bottom-right per sequence), none past the sequence's keys; as
+    :func:`gpulab.attention.v3.backward_pair.query_range` with :func:`~gpulab.attention.v3.backward_pair.seq_bounds`'s
+    ``gw``."""
+    left, right = check_window(window)
+    shift = k_end - q_end
+    lo, hi = q_off, q_end
+    if right >= 0:
+        lo = q_off + (max(start_n - (shift + right) - q_off, 0) // 64) * 64
+    if left >= 0:
+        hi = min(q_end, min(start_n + keys, k_end) - (shift - left))
+    if start_n >= k_end:
+        hi = lo
+    return lo, -(-(hi - lo) // 64)
+
+
+def model_varlen_backward(q, k, v, o, do, lse, cu_q, cu_k, max_k: int, scale: float | None = None,
+                          window=(-1, -1), round_to: torch.dtype | None = None,
+                          acc_dtype: torch.dtype = torch.float32):  # fmt: skip
+    """``(dq, dk, dv)`` of a packed batch in the packed kernel's order (step 5's arithmetic, :func:`model_backward`):
+    q, o, do [Tq, Hq, D], k, v [Tk, Hkv, D], lse [Hq, Tq] (natural log), cu_q, cu_k int32 [S + 1], ``max_k`` the
+    grid's longest key sequence. Programs (key block of 128, KV head, sequence); a block's rows are read from the
+    packed tensors as TMA reads them (rows of the next sequence included, zeros past the tensor) and masked where a
+    block crosses its sequence's end; stores stop at each end. Rows of no sequence: dq 0, dk and dv NaN (unwritten)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        runtime.require_tensor(name, t)
+        if t.dim() != 3 or t.shape[2] != q.shape[2]:
+            raise ValueError(f"{name} must be packed [T, H, D] with q's D, got shape {tuple(t.shape)}.")
+    runtime.require_tensor("lse", lse, shape=(q.shape[1], q.shape[0]))
+    max_k = runtime.positive_int("max_k", max_k)
+    t_q, h, d = q.shape
+    t_k, h_kv = k.shape[:2]
+    group = h // h_kv
+    left, right = check_window(window)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qk_scale = scale * 1.4426950408889634
+    f = acc_dtype
+    rnd = (lambda x: x.to(round_to).to(f)) if round_to is not None else (lambda x: x.to(f))  # noqa: E731
+    q, k, v, o, do = (t.to(f) for t in (q, k, v, o, do))
+    delta = (do * o).sum(-1).T  # the packed preprocess, [Hq, Tq]
+    lse2 = lse.to(f) * 1.4426950408889634
+    dq_buf = torch.zeros(h, t_q, d, dtype=f)
+    dk_out = torch.full((t_k, h_kv, d), math.nan, dtype=f)
+    dv_out = torch.full((t_k, h_kv, d), math.nan, dtype=f)
+    offs_q, offs_k = cu_q.tolist(), cu_k.tolist()
+    r64 = torch.arange(64)
+    for s in range(len(offs_q) - 1):
+        q_off, q_end, k_off, k_end = offs_q[s], offs_q[s + 1], offs_k[s], offs_k[s + 1]
+        shift = k_end - q_end
+        win_lo = shift - left if left >= 0 else None
+        win_hi = shift + right if right >= 0 else None
+        for kvh in range(h_kv):
+            for pid in range(-(-max_k // 128)):
+                start_n = k_off + 128 * pid
+                lo, n_m = varlen_query_blocks(start_n, 128, q_off, q_end, k_end, window)
+                acc = [(torch.zeros(64, d, dtype=f), torch.zeros(64, d, dtype=f)) for _ in range(2)]
+                for t in range(group * max(n_m, 0)):
+                    g, i = divmod(t, n_m)
+                    hq, start_m = kvh * group + g, lo + 64 * i
+                    qb, dob = _rows(q[:, hq], start_m, 64), _rows(do[:, hq], start_m, 64)
+                    col_ok = (start_m + r64) < q_end
+                    l2 = torch.where(col_ok, _vec(lse2[hq], start_m, 64), 0.0)
+                    dl = torch.where(col_ok, _vec(delta[hq], start_m, 64), 0.0)
+                    parts = []
+                    for c in range(2):
+                        key0 = start_n + 64 * c
+                        kb, vb = _rows(k[:, kvh], key0, 64), _rows(v[:, kvh], key0, 64)
+                        st = (kb @ qb.T) * qk_scale
+                        rel = key0 - start_m
+                        if (win_hi is not None and rel + 63 > win_hi) or (win_lo is not None and rel - 63 < win_lo):
+                            diff = rel + r64[:, None] - r64[None, :]
+                            ok = torch.ones(64, 64, dtype=torch.bool)
+                            if win_hi is not None:
+                                ok &= diff <= win_hi
+                            if win_lo is not None:
+                                ok &= diff >= win_lo
+                            st = torch.where(ok, st, -math.inf)
+                        if start_m + 64 > q_end or key0 + 64 > k_end:  # the packed edge mask
+                            ok = ((key0 + r64) < k_end)[:, None] & col_ok[None, :]
+                            st = torch.where(ok, st, -math.inf)
+                        pt = torch.exp2(st - l2[None, :])
+                        dk, dv = acc[c]
+                        dv += rnd(pt) @ dob
+                        dst = rnd(pt * ((vb @ dob.T) - dl[None, :]))
+                        dk += dst @ qb
+                        parts.append((dst, kb))
+                    n_rows = min(64, q_end - start_m)
+                    dst = torch.cat([p[0] for p in parts], 0)
+                    kb = torch.cat([p[1] for p in parts], 0)
+                    dq_buf[hq, start_m : start_m + n_rows] += (dst.T @ kb)[:n_rows]
+                for c, (dk, dv) in enumerate(acc):
+                    key0 = start_n + 64 * c
+                    n = max(0, min(64, k_end - key0))
+                    dk_out[key0 : key0 + n, kvh] = dk[:n] * scale
+                    dv_out[key0 : key0 + n, kvh] = dv[:n]
+    return (dq_buf * scale).transpose(0, 1), dk_out, dv_out

@@ -120,7 +120,8 @@ def compile_backward_sm90(head_dim: int = 128, is_causal: bool = False, dtype: s
     kv_desc = f"tensordesc<{dtype}[1,{cfg.block_n},{head_dim}],{kv_layout!r}>"
     signature = {"q_desc": q_desc, "k_desc": kv_desc, "v_desc": kv_desc, "do_desc": q_desc, "lse_ptr": "*fp32",
                  "delta_ptr": "*fp32", "dq_ptr": "*fp32", "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
-                 "dq_out_ptr": f"*{dtype}", "cnt_ptr": "*i32", "n_q": "i32", "n_k": "i32", "n_bh": "i32",
+                 "dq_out_ptr": f"*{dtype}", "cnt_ptr": "*i32", "cu_q_ptr": "*i32", "cu_k_ptr": "*i32",
+                 "n_q": "i32", "n_k": "i32", "n_bh": "i32",
                  "group": "i32", "win_lo": "i32", "win_hi": "i32", "qk_scale": "fp32", "scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}  # fmt: skip
     src = GluonASTSource(fn=backward.attention_backward_v3_kernel, signature=signature, constexprs=constexprs,

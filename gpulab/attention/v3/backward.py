@@ -106,6 +106,7 @@ from gpulab.attention.v3.backward_pair import (
     dq_add,
     dq_product,
     first_query,
+    key_start,
     kv_operand,
     next_visit_rows,
     pair,
@@ -113,6 +114,7 @@ from gpulab.attention.v3.backward_pair import (
     pair_rest,
     query_range,
     scores,
+    seq_bounds,
     stats_buffers,
     stats_load,
     stats_slot,
@@ -206,7 +208,7 @@ def _producer(descs, bufs, bars, n_q, n_k, stats, gw, STAGES: gl.constexpr, IS_C
     q_smem, do_smem, k_smem, v_smem = bufs
     ready, empty, kv_ready = bars[0], bars[1], bars[2]
     bkv = gl.program_id(1)
-    start_n = gl.program_id(0) * 128
+    start_n = key_start(gw, GQA_WIN)
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
     compat.async_load(k_desc, [bkv, start_n, 0], kv_ready, k_smem)
     compat.async_load(v_desc, [bkv, start_n, 0], kv_ready, v_smem)
@@ -215,14 +217,14 @@ def _producer(descs, bufs, bars, n_q, n_k, stats, gw, STAGES: gl.constexpr, IS_C
     if STATS_SMEM:
         lse_ptr, delta_ptr, stats_smem = stats
         bh, start_m = next_visit_rows(0, count, lo, n_m, bkv, n_q, gw, GQA_WIN)
-        lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q)
+        lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q, gw, GQA_WIN)
     for i in range(count):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         if STATS_SMEM:  # this block's (loaded an iteration ago), then the next block's loads issued
             stats_store(stats_smem, s, lse, delta)
             bh, start_m = next_visit_rows(i + 1, count, lo, n_m, bkv, n_q, gw, GQA_WIN)
-            lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q)
+            lse, delta = stats_load(lse_ptr, delta_ptr, bh, start_m, n_q, gw, GQA_WIN)
         bh, start_m = visit(i, lo, n_m, bkv, gw, GQA_WIN)
         mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
         compat.async_load(q_desc, [bh, start_m, 0], ready.index(s), q_smem.index(s))
@@ -298,7 +300,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     HALF: gl.constexpr = HEAD_DIM // 2
     bkv = gl.program_id(1)  # the KV head's row (batch x KV heads); bhq below: each visit's query head's
-    start_n = gl.program_id(0) * 128
+    start_n = key_start(gw, GQA_WIN)
     key0 = start_n + 64 * CID
     lo, n_m = query_range(start_n, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
     dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=d_layout)
@@ -363,7 +365,7 @@ def _consumer(bufs, bars, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, n_q, n_k, 
                 mbarrier.arrive(dq_full.index(b), count=1)
             else:
                 dq_add(dq, dq_ptr, bhq, start_m, n_q, CID * HALF, HALF, HEAD_DIM)
-    store_dkdv(dk, dv, dk_ptr, dv_ptr, bkv, key0, n_k, scale, HEAD_DIM)
+    store_dkdv(dk, dv, dk_ptr, dv_ptr, bkv, key0, n_k, scale, HEAD_DIM, gw, GQA_WIN)
 
 
 @gluon.jit
@@ -449,10 +451,11 @@ def _step2(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, 
 
 @gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "win_lo", "win_hi"])  # one compile per config
 def attention_backward_v3_kernel(
-    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, n_bh,
-    group, win_lo, win_hi, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    STEP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITER_REGS: gl.constexpr,
-    DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr, GQA_WIN: gl.constexpr,
+    q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr, cnt_ptr, cu_q_ptr,
+    cu_k_ptr, n_q, n_k, n_bh, group, win_lo, win_hi, qk_scale, scale, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+    IS_CAUSAL: gl.constexpr, STEP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    WRITER_REGS: gl.constexpr, DQ_CAST: gl.constexpr, KV_REGS: gl.constexpr, STATS_SMEM: gl.constexpr,
+    GQA_WIN: gl.constexpr,
 ):  # fmt: skip
     """Version 3 backward. Descriptors over q, do [B*Hq, Nq, D] and k, v [B*Hkv, Nk, D], blocks [1, 64, D]; lse
     and delta [B*Hq, Nq] fp32; dq_ptr the fp32 [B*Hq, Nq, D] buffer (zeroed; unscaled dS K added); dk, dv
@@ -461,8 +464,13 @@ def attention_backward_v3_kernel(
     DQ_CAST (step 8, writer steps 5 and 7): dq_out_ptr [B*H, Nq, D] in q's dtype receives ``scale * buffer`` from the
     last program to add into each query block, which zeros the block and its counter (cnt_ptr int32 [B*H,
     ceil(Nq/64)], zero on entry) back; without DQ_CAST both are unused.
-    Grid: (key blocks of 64 * consumers, B*Hkv); step 7 (persistent): (min(tiles, SMs),), n_bh = B*Hkv."""
+    Grid: (key blocks of 64 * consumers, B*Hkv); step 7 (persistent): (min(tiles, SMs),), n_bh = B*Hkv.
+    Packed (``GQA_WIN`` bit 8, step 5): grid (key blocks of the longest sequence, Hkv, sequences), cu_q_ptr,
+    cu_k_ptr int32 [S + 1] offsets, n_q = Tq, n_k = Tk, n_bh = Hkv, (win_lo, win_hi) = (-left, right)
+    (:func:`gpulab.attention.v3.backward_pair.seq_bounds`; :mod:`gpulab.attention.v3.backward_varlen`)."""
     gw = (group, win_lo, win_hi)
+    if GQA_WIN >= 8:
+        n_q, n_k, gw = seq_bounds(cu_q_ptr, cu_k_ptr, n_q, n_k, n_bh, gw)
     if STEP == 7:
         persistent_backward(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_out_ptr,
                             cnt_ptr, n_q, n_k, n_bh, qk_scale, scale, gw, HEAD_DIM, STAGES, IS_CAUSAL, CONSUMER_REGS,

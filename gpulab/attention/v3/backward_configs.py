@@ -14,7 +14,8 @@ from gpulab import runtime
 from gpulab.attention.v3.configs import register_budget
 
 __all__ = ["STEPS", "KERNEL_STEPS", "KV_REGS", "BLOCK_M", "KEYS_PER_WARPGROUP", "V3BackwardConfig", "MEASURED",
-           "MEASURED_SHORT", "SHORT_SEQ", "backward_config", "constexprs", "GROUPED_STEPS", "gqa_win"]  # fmt: skip
+           "MEASURED_SHORT", "SHORT_SEQ", "backward_config", "constexprs", "GROUPED_STEPS", "gqa_win",
+           "VARLEN_STEPS"]  # fmt: skip
 
 STEPS = {
     1: "one warpgroup, TMA ring refilled by the same warps",
@@ -160,20 +161,29 @@ GROUPED_STEPS = (2, 3, 5, 6, 7)
 :func:`gpulab.attention.v3.backward_pair.visit` (steps 1 and 4 keep their own loops and take plain problems)."""
 
 
-def gqa_win(group: int, window=(-1, -1)) -> int:
+VARLEN_STEPS = (5,)
+"""The steps that take packed batches of variable lengths (``GQA_WIN`` bit 8): the writer step 5, every default's."""
+
+
+def gqa_win(group: int, window=(-1, -1), varlen: bool = False) -> int:
     """The kernel's ``GQA_WIN``: bit 1 grouped heads (``group`` > 1), bit 2 a window's left side, bit 4 its right
-    side (``window`` = (left, right), -1 unbounded); 0 on a plain problem."""
+    side (``window`` = (left, right), -1 unbounded), bit 8 a packed batch of variable lengths (``varlen``:
+    :mod:`gpulab.attention.v3.backward_varlen`); 0 on a plain problem."""
     runtime.positive_int("group", group)
+    runtime.strict_bool("varlen", varlen)
     if not isinstance(window, tuple) or len(window) != 2 or not all(type(w) is int and w >= -1 for w in window):
         raise ValueError(f"window must be a pair (left, right) of ints >= -1, got {window!r}; e.g. (-1, -1).")
-    return (group > 1) + 2 * (window[0] >= 0) + 4 * (window[1] >= 0)
+    return (group > 1) + 2 * (window[0] >= 0) + 4 * (window[1] >= 0) + 8 * varlen
 
 
 def constexprs(head_dim: int, is_causal: bool, cfg: V3BackwardConfig, gqa_window: int = 0) -> dict:
     """The kernel's compile-time arguments; ``gqa_window``: :func:`gqa_win`'s."""
     if not isinstance(cfg, V3BackwardConfig):
         raise TypeError(f"cfg must be a V3BackwardConfig, got {type(cfg).__name__}; e.g. backward_config(64).")
-    runtime.integer("gqa_window", gqa_window, minimum=0, maximum=7)
+    runtime.integer("gqa_window", gqa_window, minimum=0, maximum=15)
+    if gqa_window >= 8 and (cfg.step not in VARLEN_STEPS or cfg.dq_cast):
+        raise ValueError(f"packed variable-length batches run in steps {VARLEN_STEPS} without dq_cast, got "
+                         f"step={cfg.step}, dq_cast={cfg.dq_cast}; pass V3BackwardConfig(step=5).")  # fmt: skip
     if gqa_window and cfg.step not in GROUPED_STEPS:
         raise ValueError(f"grouped-query heads and windows run in steps {GROUPED_STEPS}, got step={cfg.step}; "
                          "pass V3BackwardConfig(step=5) or None.")  # fmt: skip

@@ -26,7 +26,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from gpulab import gluon_compat as compat
-from gpulab.attention.v3.backward_pair import persistent_count, persistent_tile, query_range, visit, visit_count
+from gpulab.attention.v3.backward_pair import (
+    key_start,
+    persistent_count,
+    persistent_tile,
+    query_range,
+    visit,
+    visit_count,
+)
 
 __all__ = ["add_block", "dq_writer", "dq_writer_persistent", "dq_block_done"]
 
@@ -122,13 +129,16 @@ def dq_writer(dq_smem, dq_full, dq_free, dq_ptr, dq_out_ptr, cnt_ptr, n_q, n_k, 
     halves (c0 + c1, always in that order) before the atomic addition. The consumers issue no atomics. Grouped heads
     and windows: the visits of :func:`gpulab.attention.v3.backward_pair.visit`, each into its query head's rows."""
     bh = gl.program_id(1)
-    lo, n_m = query_range(gl.program_id(0) * 128, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
-    head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM  # this head's rows; int32 offsets within
+    lo, n_m = query_range(key_start(gw, GQA_WIN), 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
+    rows = n_q
+    if GQA_WIN >= 8:  # packed: dQ's buffer [Hq, Tq, D], n_q the sequence's end
+        rows = gw[5]
+    head = dq_ptr + bh.to(gl.int64) * rows * HEAD_DIM  # this head's rows; int32 offsets within
     for i in range(visit_count(n_m, gw, GQA_WIN)):
         start_m = lo + i * 64
         if GQA_WIN % 2 == 1:  # the visit's query head
             bh, start_m = visit(i, lo, n_m, gl.program_id(1), gw, GQA_WIN)
-            head = dq_ptr + bh.to(gl.int64) * n_q * HEAD_DIM
+            head = dq_ptr + bh.to(gl.int64) * rows * HEAD_DIM
         if STEP == 5:
             b = i % 2
             mbarrier.wait(dq_full.index(b), (i // 2) & 1)

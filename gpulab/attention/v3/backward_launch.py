@@ -76,7 +76,8 @@ class BackwardPlan:
         n_q, n_k, d, bh, bh_kv = self.n_q, self.n_k, self.d, self.bh, self.bh_kv
         if dq_out is None:  # no step 8: typed placeholders the kernel never touches
             dq_out, counters = dk, self.no_counters
-        rest = (lse, delta, dq_acc, dk, dv, dq_out, counters, n_q, n_k, bh_kv, self.group, *self.win,
+        rest = (lse, delta, dq_acc, dk, dv, dq_out, counters, self.no_counters, self.no_counters, n_q, n_k, bh_kv,
+                self.group, *self.win,
                 self.scale * LOG2E, self.scale)  # fmt: skip
         if self.raw is not None and launch.RawLaunch.usable():
             raw, args = self.raw, []

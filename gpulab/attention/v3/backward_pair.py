@@ -17,7 +17,8 @@ from gpulab import gluon_compat as compat
 
 __all__ = ["kv_operand", "stats_buffers", "stats_load", "stats_slot", "stats_store", "scores", "pair_ds", "pair_rest",
            "dq_product", "dq_add", "pair", "store_dkdv", "first_query", "window_mask", "query_range", "visit",
-           "visit_count", "next_visit_rows", "persistent_count", "persistent_tile"]  # fmt: skip
+           "visit_count", "next_visit_rows", "persistent_count", "persistent_tile", "stats_row",
+           "seq_bounds", "key_start", "varlen_mask"]  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------------------------
 # Grouped-query heads and sliding windows: the compile-time GQA_WIN (bit 1: grouped heads, bit 2: a window's left
@@ -65,14 +66,25 @@ def stats_buffers(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def stats_load(lse_ptr, delta_ptr, bh, start_m, n_q):
+def stats_row(bh, start_m, n_q, gw=None, GQA_WIN: gl.constexpr = 0):
+    """Query row ``start_m`` of head ``bh`` in lse / delta: ``bh Nq + start_m`` ([B*H, Nq]); packed
+    (``GQA_WIN`` bit 8, :func:`seq_bounds`): ``bh Tq + start_m`` ([Hq, Tq], ``start_m`` a packed row)."""
+    if GQA_WIN >= 8:
+        row0 = bh.to(gl.int64) * gw[5] + start_m
+    else:
+        row0 = bh.to(gl.int64) * n_q + start_m
+    return row0
+
+
+@gluon.jit
+def stats_load(lse_ptr, delta_ptr, bh, start_m, n_q, gw=None, GQA_WIN: gl.constexpr = 0):
     """Step 11, the producer warp: LSE and D of query block ``[start_m, +64)`` (``lse_ptr``, ``delta_ptr``
     [B*H, Nq] fp32), two per lane, 0 past Nq. Returned still in flight: the warp waits for them only where
     :func:`stats_store` uses them, a ring slot later, so their latency passes under its wait for the slot."""
     layout: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
     rel = gl.arange(0, 64, layout=layout)
     ok = rel < n_q - start_m
-    row0 = bh.to(gl.int64) * n_q + start_m
+    row0 = stats_row(bh, start_m, n_q, gw, GQA_WIN)
     return gl.load(lse_ptr + row0 + rel, mask=ok, other=0.0), gl.load(delta_ptr + row0 + rel, mask=ok, other=0.0)
 
 
@@ -123,7 +135,7 @@ def window_mask(st, key0, start_m, gw, GQA_WIN: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])  # fmt: skip
     HAS_LEFT: gl.constexpr = (GQA_WIN // 2) % 2 == 1
-    HAS_RIGHT: gl.constexpr = GQA_WIN >= 4
+    HAS_RIGHT: gl.constexpr = (GQA_WIN // 4) % 2 == 1
     dj = key0 - start_m
     if HAS_LEFT and HAS_RIGHT:
         edge = (dj - 63 < gw[1]) | (dj + 63 > gw[2])
@@ -179,7 +191,7 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
             col_ok = cols < n_q
         else:
             col_ok = rel < n_q - start_m
-        row0 = bh.to(gl.int64) * n_q + start_m  # the block's first query in lse / delta
+        row0 = stats_row(bh, start_m, n_q, gw, GQA_WIN)  # the block's first query in lse / delta
         lse2 = gl.load(lse_ptr + row0 + rel, mask=col_ok, other=0.0) * 1.4426950408889634
         delta = gl.load(delta_ptr + row0 + rel, mask=col_ok, other=0.0)
     st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
@@ -191,8 +203,10 @@ def pair_rest(st, dpt, q_buf, do_buf, ds_view, dk, dv, lse_ptr, delta_ptr, bh, k
         else:
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
             st = gl.where(keys[:, None] <= cols[None, :], st, float("-inf"))
-    if GQA_WIN >= 2:
+    if (GQA_WIN // 2) % 4 != 0:
         st = window_mask(st, key0, start_m, gw, GQA_WIN)
+    if GQA_WIN >= 8:
+        st = varlen_mask(st, key0, start_m, n_q, gw[6])
     if STATS_SMEM:  # read where used (a shared-memory load's latency is short): fewer registers live at the waits
         lse2 = stats_buf[0].load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st - lse2[None, :])
@@ -249,14 +263,20 @@ def pair(q_buf, do_buf, k_buf, v_buf, ds_buf, dk, dv, lse_ptr, delta_ptr, dq_ptr
 
 
 @gluon.jit
-def store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.constexpr):
-    """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped)."""
+def store_dkdv(dk, dv, dk_ptr, dv_ptr, bh, key0, n_k, scale, HEAD_DIM: gl.constexpr, gw=None,
+               GQA_WIN: gl.constexpr = 0):  # fmt: skip
+    """dK * scale and dV [64, D] of keys ``[key0, key0 + 64)`` into the outputs (rows past Nk skipped); packed
+    (``GQA_WIN`` bit 8): dk, dv [Tk, Hkv, D], ``key0`` a packed row, ``n_k`` the sequence's end."""
     d_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])  # fmt: skip
     rows = gl.arange(0, 64, layout=gl.SliceLayout(1, d_layout))  # [64] key index - key0
     dcols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
-    offs = rows[:, None] * HEAD_DIM + dcols[None, :]  # within the block (int32: immediate address offsets)
-    first = (bh.to(gl.int64) * n_k + key0) * HEAD_DIM  # the block's first element
+    if GQA_WIN >= 8:  # rows Hkv * D apart
+        offs = rows[:, None] * (gw[7] * HEAD_DIM) + dcols[None, :]
+        first = (key0.to(gl.int64) * gw[7] + bh) * HEAD_DIM
+    else:
+        offs = rows[:, None] * HEAD_DIM + dcols[None, :]  # within the block (int32: immediate address offsets)
+        first = (bh.to(gl.int64) * n_k + key0) * HEAD_DIM  # the block's first element
     mask = (rows < n_k - key0)[:, None]
     gl.store(dk_ptr + first + offs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
     gl.store(dv_ptr + first + offs, dv.to(dv_ptr.dtype.element_ty), mask=mask)
@@ -280,10 +300,18 @@ def query_range(start_n, keys, n_q, n_k, gw, IS_CAUSAL: gl.constexpr, GQA_WIN: g
     :func:`gpulab.attention.measure.v3_backward_model.query_blocks` mirrors this."""
     lo = first_query(start_n, IS_CAUSAL)
     hi = n_q
-    if GQA_WIN >= 4:
-        lo = (gl.maximum(start_n - gw[2], 0) // 64) * 64
+    if GQA_WIN >= 8:  # packed: the sequence's rows [q_off, q_end), blocks of 64 from its first
+        lo = gw[3]
+    if (GQA_WIN // 4) % 2 == 1:
+        if GQA_WIN >= 8:
+            lo = gw[3] + (gl.maximum(start_n - gw[2] - gw[3], 0) // 64) * 64
+        else:
+            lo = (gl.maximum(start_n - gw[2], 0) // 64) * 64
     if (GQA_WIN // 2) % 2 == 1:
         hi = gl.minimum(n_q, gl.minimum(start_n + keys, n_k) - gw[1])
+    if GQA_WIN >= 8:
+        if start_n >= n_k:  # a key block past its sequence's end: no visit
+            hi = lo
     return lo, gl.cdiv(hi - lo, 64)
 
 
@@ -358,3 +386,50 @@ def persistent_tile(k, n_q, n_k, n_bh, IS_CAUSAL: gl.constexpr, gw=None, GQA_WIN
     lo, n_m = query_range(start_n, 128, n_q, n_k, gw, IS_CAUSAL, GQA_WIN)
     n_m = n_m * (start_n < n_k).to(gl.int32)
     return bh, start_n, lo, n_m
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Packed batches of variable lengths (``GQA_WIN`` bit 8): grid (key blocks of the longest sequence, Hkv, sequences).
+# Q, dO [Tq, Hq, D] and K, V [Tk, Hkv, D] are seen by their descriptors as [H, T, D] (strides D, H D, 1), so a
+# block's coordinates are (head, packed row, 0); lse, delta are [Hq, Tq], dQ's buffer [Hq, Tq, D] fp32. A program
+# reads its sequence's offsets (:func:`seq_bounds`) and works in packed rows: n_q, n_k become the sequence's ends,
+# the window's bounds of j - i shift by k_end - q_end (bottom-right per sequence). A TMA load near a sequence's end
+# brings rows of the next sequence: :func:`varlen_mask` hides them (edge blocks only), and every store is masked at
+# the sequence's end.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def seq_bounds(cu_q_ptr, cu_k_ptr, n_q, n_k, n_bh, gw):
+    """Sequence ``program_id(2)``'s ``(q_end, k_end, gw)``: gw = (group, win_lo, win_hi, q_off, k_off, Tq, k_end,
+    Hkv) from the launch's (group, -left, right), ``n_q`` = Tq, ``n_k`` = Tk, ``n_bh`` = Hkv."""
+    s = gl.program_id(2)
+    q_off = gl.load(cu_q_ptr + s)
+    q_end = gl.load(cu_q_ptr + s + 1)
+    k_off = gl.load(cu_k_ptr + s)
+    k_end = gl.load(cu_k_ptr + s + 1)
+    shift = k_end - q_end  # packed j - i = local j - i + (k_off - q_off); bottom-right: + len_k - len_q
+    return q_end, k_end, (gw[0], gw[1] + shift, gw[2] + shift, q_off, k_off, n_q, k_end, n_bh)
+
+
+@gluon.jit
+def key_start(gw, GQA_WIN: gl.constexpr):
+    """The first of this program's 128 keys: ``program_id(0) * 128``, packed from the sequence's first key."""
+    start_n = gl.program_id(0) * 128
+    if GQA_WIN >= 8:
+        start_n = start_n + gw[4]
+    return start_n
+
+
+@gluon.jit
+def varlen_mask(st, key0, start_m, q_end, k_end):
+    """S^T [64 keys, 64 queries] with -inf at keys past ``k_end`` and queries past ``q_end`` (another sequence's
+    rows, or TMA's zero rows past the tensor), on a block that crosses either end; P^T and dS^T are 0 there."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])  # fmt: skip
+    if (start_m + 64 > q_end) | (key0 + 64 > k_end):
+        r = gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        c = gl.arange(0, 64, layout=gl.SliceLayout(0, s_layout))
+        ok = (r < k_end - key0)[:, None] & (c < q_end - start_m)[None, :]
+        st = gl.where(ok, st, float("-inf"))
+    return st

@@ -32,7 +32,7 @@ CASES = [
     ("backward_config seq", lambda: backward.backward_config(64, False, seq=0), ValueError),
     ("attention_backward unsupported", lambda: backward.attention_backward(Z, Z, Z, Z, Z, Z[..., 0]), ValueError),
     ("constexprs cfg", lambda: backward.constexprs(64, False, None), TypeError),
-    ("constexprs gqa_window", lambda: backward.constexprs(64, False, backward.backward_config(64), 8), ValueError),
+    ("constexprs gqa_window", lambda: backward.constexprs(64, False, backward.backward_config(64), 16), ValueError),
     ("constexprs gqa_window step", lambda: backward.constexprs(64, False, backward.V3BackwardConfig(step=4), 1),
      ValueError),
     ("constexprs window dq_cast",
