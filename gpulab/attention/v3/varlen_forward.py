@@ -30,8 +30,8 @@ import triton
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gpulab import check, runtime
-from gpulab.attention.reference import check_window
 from gpulab.attention import sm90
+from gpulab.attention.reference import check_window
 from gpulab.attention.v3 import configs, forward, launch
 
 __all__ = ["supported", "aligned", "varlen_config", "attention_forward_varlen", "PLANS"]
