@@ -9,7 +9,7 @@ import torch
 from gpulab import check
 from gpulab.attention import reference
 from gpulab.attention.measure import v3_schedule_model as sm
-from gpulab.attention.v3 import tiles
+from gpulab.attention.v3 import tiles, varlen_forward
 
 
 def _cu(lengths):
@@ -135,3 +135,13 @@ def test_varlen_model_in_persistent_order_matches_the_float64_reference(programs
         assert torch.isfinite(o).all() and torch.isfinite(lse).all(), "a row was left unwritten (poisoned NaN)"
         assert check.relative_error(o, ref_o) < 1e-12
         assert check.relative_error(lse, ref_lse) < 1e-12
+
+
+def test_varlen_v3_default_is_persistent():
+    """``varlen_attn``'s packed forward takes the persistent grid, causal or not."""
+    for window in [(-1, -1), (-1, 0)]:
+        for d in (64, 128):
+            cfg = varlen_forward.varlen_config(d, window, 4096)
+            assert cfg.persistent and cfg.q_buffers == 2 and not cfg.pairs, (d, window, cfg)
+            off = varlen_forward.varlen_config(d, window, 4096, persistent=False)
+            assert not off.persistent and off.q_buffers == 1, (d, window, off)
