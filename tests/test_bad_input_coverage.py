@@ -131,7 +131,7 @@ ALLOWED = {
     ),  # fmt: skip
     "gpulab.attention.varlen.AuxRequest": _RECORD,
     "gpulab.attention.measure.features_bench.features": "a benchmark part: its one argument is the progress wrapper",
-    "gpulab.attention.measure.features_bench.varlen_grids": "a benchmark part: its one argument is the progress wrapper",
+    "gpulab.attention.measure.features_bench.varlen_grids": "a timing script: its one argument is the progress wrapper",
     "gpulab.rnn.fused.measure.lstm_grid.step_of": "the benchmark parts' training step of a module they built, no user "
     "input",
     "gpulab.rnn.fused.measure.lstm_grid.check_against_torch": "the benchmark parts' check of a module they built "
