@@ -141,6 +141,7 @@ ALLOWED = {
     "them)",
     "gpulab.attention.measure.short_bench.best": "the part's summary of its own records (bench.result_list checks "
     "them)",
+    "gpulab.attention.measure.features_bench.varlen_grids": "a timing script: its one argument is the progress wrapper",
     "gpulab.rnn.fused.measure.lstm_grid.step_of": "the benchmark parts' training step of a module they built, no user "
     "input",
     "gpulab.rnn.fused.measure.lstm_grid.check_against_torch": "the benchmark parts' check of a module they built "

@@ -15,7 +15,8 @@ cudnn-frontend's benchmarks count them):
    ``gpulab v3`` (Hopper only) is the same call with version 3's forward asked for (``version=3``: ``version=None``
    takes version 1 at d=256 until :data:`gpulab.attention.plan.V3_HEAD_DIMS` lists it), the backward the plan's.
 
-On CPU each runs a tiny version in the interpreter (float16).
+On CPU each runs a tiny version in the interpreter (float16). :func:`varlen_grids` times version 3's packed forward
+on part 2's batch on its two grids (persistent, one tile per program) beside the padded call.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from gpulab.attention.plan import forward_plan, run_forward
 from gpulab.attention.reference import attention_reference, varlen_attention_reference
 from gpulab.attention.varlen import varlen_attn, varlen_plan
 
-__all__ = ["features", "mixed_lengths"]
+__all__ = ["features", "mixed_lengths", "varlen_grids"]
 
 
 def _dtype():
@@ -230,6 +231,51 @@ def _varlen(versions: dict) -> bench.Benchmark:
         check=check_output, on_mismatch="record", skip=skip, flops=_varlen_flops, label=_label,
         provider_params={n: {"kind": "varlen", "impl": n} for n in providers},
     )  # fmt: skip
+
+
+def varlen_grids(progress=None) -> list[bench.Result]:
+    """Version 3's packed forward on :func:`_varlen`'s batch (16k tokens, lengths 256..4096, 16 heads, d 128) on
+    both grids of :func:`gpulab.attention.v3.varlen_forward.varlen_config` (persistent with two Q buffers, the
+    default, and one tile per program with one), beside the padded call, causal and not, forward only: checked, then
+    timed on both clocks (Hopper only; on the CPU every provider is skipped)."""
+    from gpulab.attention.v3 import varlen_forward  # noqa: PLC0415 - Gluon, imported where it runs
+
+    lengths = runtime.pick(cpu=mixed_lengths(80, 1, 33), gpu=mixed_lengths(16384, 256, 4096))
+    heads, d = runtime.pick(cpu=(2, 16), gpu=(16, 128))
+    cases = [dict(dtype=_dtype(), heads=heads, seq=max(lengths), head_dim=d, causal=c, direction="forward",
+                  layout=lay, lengths=lengths) for c in (False, True) for lay in ("packed", "padded")]  # fmt: skip
+
+    def v3(persistent):
+        def run(q, k, v, cu, m, w):
+            cfg = varlen_forward.varlen_config(q.shape[2], w, m, persistent)
+            return varlen_forward.attention_forward_varlen(q, k, v, cu, cu, m, q.shape[2] ** -0.5, w, cfg)[0]
+
+        return _packed(run)
+
+    providers = {
+        "v3 packed persistent": v3(True),
+        "v3 packed one tile per program": v3(False),
+        "padded call": one_direction(lambda q, k, v, c: flash_attention(q, k, v, is_causal=c)),
+    }
+
+    def skip(provider, layout, **x):
+        if not runtime.on_gpu() or torch.cuda.get_device_capability()[0] != 9:
+            return "version 3 needs a Hopper GPU"
+        if (provider == "padded call") != (layout == "padded"):
+            return "the padded call takes the padded batch, the others the packed one"
+        return None
+
+    results = bench.run(bench.Benchmark(
+        lesson="05", name="features varlen grids", cases=cases, inputs=_varlen_inputs,
+        check_inputs=lambda **x: _varlen_inputs(**x, check=True), providers=providers, reference=_varlen_reference,
+        check=check_output, on_mismatch="record", skip=skip, flops=_varlen_flops, label=_label,
+        provider_params={n: {"kind": "varlen-grids", "impl": n} for n in providers},
+    ), progress)  # fmt: skip
+    for r in results:
+        lengths = r.params.pop("lengths", None)
+        if lengths is not None:
+            r.params.update(sequences=len(lengths), tokens=sum(lengths), shortest=min(lengths), longest=max(lengths))
+    return results
 
 
 # ------------------------------------------------------------------------------------------------- 3. d256

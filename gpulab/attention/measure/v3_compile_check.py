@@ -54,7 +54,7 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
     """Triton's compiled version 3 for sm_90 (nothing launched, no GPU needed); its ``asm`` holds 'ttgir', 'ptx',
     'cubin' and its ``metadata.shared`` the shared-memory bytes. ``gqa`` and ``window_size`` choose the variant
     (grouped-query heads; a window's bounded sides: only whether each side is bounded is compiled in), ``varlen``
-    the packed batch's (one tile per program: ``cfg`` must not be persistent). Call from a process outside the
+    the packed batch's (``cfg`` persistent or one tile per program). Call from a process outside the
     interpreter."""
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
@@ -89,6 +89,7 @@ def compile_sm90(head_dim: int = 128, is_causal: bool = False, step: int = 3, dt
         "group": "i32",
         "left": "i32",
         "right": "i32",
+        "n_seq": "i32",
         "qk_scale": "fp32",
         **{name: "constexpr" for name in constexprs},
     }

@@ -28,8 +28,8 @@ import torch
 from gpulab import runtime
 from gpulab.attention.reference import check_window
 
-__all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "varlen_tiles", "model_varlen_forward",
-           "MBarrier", "simulate", "DeadlockError", "RaceError"]  # fmt: skip
+__all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "varlen_tiles", "varlen_persistent_tiles",
+           "model_varlen_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]  # fmt: skip
 
 
 def tile_bounds(start_m: int, n_q: int, n_k: int, rows: int = 128, block_n: int = 128, causal: bool = False,
@@ -244,14 +244,26 @@ def varlen_tiles(cu_seq_q, cu_seq_k, max_q: int, heads: int, rows: int = 128, bl
     return out
 
 
+def varlen_persistent_tiles(cu_seq_q, cu_seq_k, max_q: int, heads: int, programs: int, rows: int = 128,
+                            block_n: int = 128, window_size=(-1, -1)) -> list[list[dict]]:  # fmt: skip
+    """The packed launch on a persistent grid of ``programs``: ``out[pid]`` lists, in order, the tiles program
+    ``pid`` runs, :func:`varlen_tiles`' tiles ``pid, pid + programs, ...`` that have rows (the kernel skips the
+    others in every partition, so they take no Q buffer, no key block and no turn)."""
+    runtime.positive_int("programs", programs)
+    every = varlen_tiles(cu_seq_q, cu_seq_k, max_q, heads, rows, block_n, window_size)
+    return [[t for t in every[pid::programs] if t["start_m"] < t["len_q"]] for pid in range(programs)]
+
+
 def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float | None = None, step: int = 3,
-                         consumers: int = 2, block_n: int = 128, window_size=(-1, -1)):  # fmt: skip
+                         consumers: int = 2, block_n: int = 128, window_size=(-1, -1),
+                         programs: int | None = None):  # fmt: skip
     """Version 3's packed (varlen) forward in PyTorch on the CPU, tile by tile in the kernel's order: (o [Tq, Hq, D],
     lse [Hq, Tq]) of packed q [Tq, Hq, D], k, v [Tk, Hkv, D] with int32 offsets ``cu_seq_q`` / ``cu_seq_k``. A tile
     reads its rows from the packed tensors as the TMA copies do: Q rows and K/V blocks run on into the *next*
     sequence's rows (zeros only past the tensor's end), so the masks (key < the sequence's key length, the window
     per sequence) must keep them out; rows past the sequence's end are not stored. Every row loops with the guard of
-    a row that sees no key (O = 0, LSE = 0: a sequence with no keys, or a window)."""
+    a row that sees no key (O = 0, LSE = 0: a sequence with no keys, or a window). ``programs``: the persistent
+    grid's order instead (:func:`varlen_persistent_tiles`, program by program), None: one program per tile."""
     runtime.one_of("step", step, (1, 2, 3))
     runtime.one_of("consumers", consumers, (2, 3))
     left, right = check_window(window_size)
@@ -263,7 +275,12 @@ def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float |
     lse = torch.full((h, t_q), math.nan, dtype=dt)
     qp = torch.cat([q, torch.zeros(rows_ + 64, h, d, dtype=dt)])  # TMA zero-fills rows past the tensor only
     kp, vp = (torch.cat([x, torch.zeros(block_n * 2, x.shape[1], d, dtype=dt)]) for x in (k, v))
-    for tl_ in varlen_tiles(cu_seq_q, cu_seq_k, max_q, h, rows_, block_n, (left, right)):
+    if programs is None:
+        order = varlen_tiles(cu_seq_q, cu_seq_k, max_q, h, rows_, block_n, (left, right))
+    else:
+        order = [t for prog in varlen_persistent_tiles(cu_seq_q, cu_seq_k, max_q, h, programs, rows_, block_n,
+                                                       (left, right)) for t in prog]  # fmt: skip
+    for tl_ in order:
         if tl_["start_m"] >= tl_["len_q"]:
             continue  # a tile past its sequence's end: the program does nothing
         len_q, len_k, lo, n, hk = tl_["len_q"], tl_["len_k"], tl_["lo"], tl_["n_blocks"], tl_["h"] // group

@@ -160,7 +160,7 @@ def _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk
     ``VARLEN``: the same in the tile's sequence's coordinates (:func:`.tiles.varlen_tile`; ``n_q`` = Tq, the LSE's
     row length), every block loop guarded for rows that see no key (a sequence may have none); the sequence's last
     tile stores O from registers under a row mask (a TMA store would overwrite the next sequence's first rows)."""
-    lse_ptr, o_ptr, cu_q, cu_k = ptrs
+    lse_ptr, o_ptr, cu_q, cu_k, n_seq = ptrs
     WINDOW: gl.constexpr = HAS_LEFT or HAS_RIGHT
     GUARD: gl.constexpr = WINDOW or VARLEN
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -181,154 +181,157 @@ def _consumer(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, qk
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         if VARLEN:
-            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(
-                tile, cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(tile, cu_q, cu_k,
+                n_k, n_bh, n_seq, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            live = start_m < len_q  # a tile past its sequence's end: skipped (no copy, no store)
         else:
             bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
                 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
             q0 = 0
             len_q = n_q
             len_k = n_k
-        row0 = start_m + CID * 64
-        rows = row0 + gl.arange(0, 64, layout=row_layout)
-        first = 0  # the first key each row sees (a window bounded on the left), and the last
-        if WINDOW:  # [64, 1] where that side is bounded
-            last = len_k - 1
-            if HAS_LEFT:
-                first = (rows + (len_k - len_q - left))[:, None]
-            if HAS_RIGHT:
-                last = gl.minimum(rows + (len_k - len_q + right), len_k - 1)[:, None]
-        elif IS_CAUSAL:
-            last = gl.minimum(rows, len_k - 1)[:, None]  # [64, 1]: the last key each row sees
-        else:
-            last = len_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
-        m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
-        l_i = gl.zeros([64], gl.float32, layout=row_layout)
-        acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
-        qi = (tile_i % QBUF) * CONSUMERS + CID  # this tile's Q buffer
-        q_buf = q_smem.index(qi).reshape([64, HEAD_DIM])
-        mbarrier.wait(q_ready.index(qi), (tile_i // QBUF) & 1)
+            live = True
+        if live:
+            row0 = start_m + CID * 64
+            rows = row0 + gl.arange(0, 64, layout=row_layout)
+            first = 0  # the first key each row sees (a window bounded on the left), and the last
+            if WINDOW:  # [64, 1] where that side is bounded
+                last = len_k - 1
+                if HAS_LEFT:
+                    first = (rows + (len_k - len_q - left))[:, None]
+                if HAS_RIGHT:
+                    last = gl.minimum(rows + (len_k - len_q + right), len_k - 1)[:, None]
+            elif IS_CAUSAL:
+                last = gl.minimum(rows, len_k - 1)[:, None]  # [64, 1]: the last key each row sees
+            else:
+                last = len_k - 1  # one number for every row (a [64] vector would hold registers across the loop)
+            m_i = gl.full([64], float("-inf"), gl.float32, layout=row_layout)
+            l_i = gl.zeros([64], gl.float32, layout=row_layout)
+            acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=o_layout)
+            qi = (tile_i % QBUF) * CONSUMERS + CID  # this tile's Q buffer
+            q_buf = q_smem.index(qi).reshape([64, HEAD_DIM])
+            mbarrier.wait(q_ready.index(qi), (tile_i // QBUF) & 1)
 
-        if STEP == 1:  # version 2's loop on this warpgroup's rows, fed by the producer
-            for j in range(n_blocks):
-                g = it + j
-                st = g % STAGES
-                phase = (g // STAGES) & 1
+            if STEP == 1:  # version 2's loop on this warpgroup's rows, fed by the producer
+                for j in range(n_blocks):
+                    g = it + j
+                    st = g % STAGES
+                    phase = (g // STAGES) & 1
+                    k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                    v_buf = v_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                    mbarrier.wait(k_ready.index(st), phase)
+                    s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                    s = warpgroup_mma_wait(0, deps=(s,))
+                    mbarrier.arrive(k_empty.index(st), count=1)
+                    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
+                                                        qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
+                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                    mbarrier.wait(v_ready.index(st), phase)
+                    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(v_empty.index(st), count=1)
+            else:
+                # Steps 2-3: each turn issues block j's scores and block j-1's P V together, between a wait for this
+                # warpgroup's turn and a signal to the next; the softmax runs outside the turn, under the other
+                # warpgroups' products. Step 2 then waits for both products; step 3 only for the scores (wait depth 1),
+                # so block j's softmax also runs under this warpgroup's own P V of block j-1.
+                st = it % STAGES
+                mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)  # prologue: block 0's scores and softmax
                 k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
-                v_buf = v_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
-                mbarrier.wait(k_ready.index(st), phase)
-                s = warpgroup_mma(q_buf, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                if Q_REGS:  # Q once into registers (the A operand of every score product of this tile)
+                    q_op = q_buf.load(q_layout)
+                else:
+                    q_op = q_buf
+                s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s,))
                 mbarrier.arrive(k_empty.index(st), count=1)
-                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
-                                                    qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-                mbarrier.wait(v_ready.index(st), phase)
-                acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_buf, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc,))
-                mbarrier.arrive(v_empty.index(st), count=1)
-        else:
-            # Steps 2-3: each turn issues block j's scores and block j-1's P V together, between a wait for this
-            # warpgroup's turn and a signal to the next; the softmax runs outside the turn, under the other
-            # warpgroups' products. Step 2 then waits for both products; step 3 only for the scores (wait depth 1),
-            # so block j's softmax also runs under this warpgroup's own P V of block j-1.
-            st = it % STAGES
-            mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)  # prologue: block 0's scores and softmax
-            k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
-            if Q_REGS:  # Q once into registers (the A operand of every score product of this tile)
-                q_op = q_buf.load(q_layout)
-            else:
-                q_op = q_buf
-            s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            mbarrier.arrive(k_empty.index(st), count=1)
-            # Block 0's first key, written as it - it through an opaque move: a literal 0 makes the block-0 mask
-            # (non-causal: the same every tile) loop-invariant, and the compiler then hoists its 32 predicates out
-            # of the tile loop and spills them across the key loop (ptxas -v: ~100 bytes).
-            if IS_CAUSAL:  # the mask depends on the tile's rows: nothing to hoist
-                start0 = 0
-            elif GUARD:  # the tile's first key
-                start0 = lo
-            else:
-                start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
-                                                   pack=1) - it  # fmt: skip
-            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, first_full, full, first, last, qk_scale, cols,
-                                                s_layout, HAS_LEFT, GUARD)  # fmt: skip
-            # P crosses each iteration already rounded to the operand dtype (p_op [64, BLOCK_N], half the registers
-            # of fp32 P): converted at the top of the next iteration instead, the fp32 P lived across the loop's
-            # back edge, and ptxas spilled (d=64 with three consumers at 160 registers: 96 bytes of loop state; the
-            # d=128 causal kernels: 4-12 bytes).
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            for j in range(1, n_blocks):
-                g = it + j
-                st = g % STAGES
-                sp = (g - 1) % STAGES
-                k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
-                v_prev = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]  # block j-1's max
-                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
-                mbarrier.wait(v_ready.index(sp), ((g - 1) // STAGES) & 1)
-                # Turn t: consumer 0 passes its first wait (a fresh barrier's "previous phase"), consumer 1 waits
-                # for consumer 0's first signal, and so on round the ring.
-                t = tt + j - 1
-                mbarrier.wait(turn.index(CID), (t & 1) ^ (1 if CID == 0 else 0))
-                s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # block j
-                acc = warpgroup_mma(p_op, v_prev, acc, is_async=True)  # block j-1
-                mbarrier.arrive(turn.index((CID + 1) % CONSUMERS), count=1)
-                # wgmma groups complete in the order issued: depth 1 means "the scores are done, P V may still run".
-                s = warpgroup_mma_wait(WAIT_S, deps=(s,))
-                mbarrier.arrive(k_empty.index(st), count=1)  # block j's keys read; the producer may refill
-                if STEP == 2:
-                    acc = warpgroup_mma_wait(0, deps=(acc,))
-                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
-                                                    qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
-                if STEP == 3:
-                    acc = warpgroup_mma_wait(0, deps=(acc,))
-                mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
+                # Block 0's first key, written as it - it through an opaque move: a literal 0 makes the block-0 mask
+                # (non-causal: the same every tile) loop-invariant, and the compiler then hoists its 32 predicates out
+                # of the tile loop and spills them across the key loop (ptxas -v: ~100 bytes).
+                if IS_CAUSAL:  # the mask depends on the tile's rows: nothing to hoist
+                    start0 = 0
+                elif GUARD:  # the tile's first key
+                    start0 = lo
+                else:
+                    start0 = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [it], dtype=gl.int32, is_pure=True,
+                                                       pack=1) - it  # fmt: skip
+                p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, start0, first_full, full, first, last, qk_scale, cols,
+                                                    s_layout, HAS_LEFT, GUARD)  # fmt: skip
+                # P crosses each iteration already rounded to the operand dtype (p_op [64, BLOCK_N], half the registers
+                # of fp32 P): converted at the top of the next iteration instead, the fp32 P lived across the loop's
+                # back edge, and ptxas spilled (d=64 with three consumers at 160 registers: 96 bytes of loop state; the
+                # d=128 causal kernels: 4-12 bytes).
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
-            sl = (it + n_blocks - 1) % STAGES  # epilogue: the last block's P V
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-            mbarrier.wait(v_ready.index(sl), ((it + n_blocks - 1) // STAGES) & 1)
-            v_buf = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
-            acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(v_empty.index(sl), count=1)
-            tt += n_blocks - 1
+                for j in range(1, n_blocks):
+                    g = it + j
+                    st = g % STAGES
+                    sp = (g - 1) % STAGES
+                    k_buf = k_smem.index(st).reshape([BLOCK_N, HEAD_DIM])
+                    v_prev = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]  # block j-1's max
+                    mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
+                    mbarrier.wait(v_ready.index(sp), ((g - 1) // STAGES) & 1)
+                    # Turn t: consumer 0 passes its first wait (a fresh barrier's "previous phase"), consumer 1 waits
+                    # for consumer 0's first signal, and so on round the ring.
+                    t = tt + j - 1
+                    mbarrier.wait(turn.index(CID), (t & 1) ^ (1 if CID == 0 else 0))
+                    s = warpgroup_mma(q_op, k_buf.permute((1, 0)), zero_s, use_acc=False, is_async=True)  # block j
+                    acc = warpgroup_mma(p_op, v_prev, acc, is_async=True)  # block j-1
+                    mbarrier.arrive(turn.index((CID + 1) % CONSUMERS), count=1)
+                    # wgmma groups complete in the order issued: depth 1 means "the scores are done, P V may still run".
+                    s = warpgroup_mma_wait(WAIT_S, deps=(s,))
+                    mbarrier.arrive(k_empty.index(st), count=1)  # block j's keys read; the producer may refill
+                    if STEP == 2:
+                        acc = warpgroup_mma_wait(0, deps=(acc,))
+                    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, lo + j * BLOCK_N, first_full, full, first, last,
+                                                        qk_scale, cols, s_layout, HAS_LEFT, GUARD)  # fmt: skip
+                    if STEP == 3:
+                        acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(v_empty.index(sp), count=1)  # block j-1's values read
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                sl = (it + n_blocks - 1) % STAGES  # epilogue: the last block's P V
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                mbarrier.wait(v_ready.index(sl), ((it + n_blocks - 1) // STAGES) & 1)
+                v_buf = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
+                acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(v_empty.index(sl), count=1)
+                tt += n_blocks - 1
 
-        # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
-        # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
-        # The tile's head and rows are recomputed here rather than kept live across the key loop (registers).
-        if VARLEN:
-            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(
-                tile, cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
-        else:
-            bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
-                64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
-            q0 = 0
-            len_q = n_q
-            len_k = n_k
-        row0 = start_m + CID * 64
-        rows = row0 + gl.arange(0, 64, layout=row_layout)
-        if GUARD:  # a row that saw no key (l = 0, m = -inf): O = 0 / 1 and LSE = 0
-            l_i = gl.where(l_i > 0.0, l_i, 1.0)
-            m_i = gl.where(m_i == float("-inf"), 0.0, m_i)
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        o_tile = (acc / l_o[:, None]).to(dtype)
-        if VARLEN and row0 + 64 > len_q:  # rows past the sequence's end: a masked store from registers
-            o_rows = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
-            o_cols = bh * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-            o_offs = (q0 + o_rows).to(gl.int64)[:, None] * (n_bh * HEAD_DIM) + o_cols[None, :]
-            gl.store(o_ptr + o_offs, o_tile, mask=(o_rows < len_q)[:, None])
-        else:
-            q_buf.store(o_tile)
-            fence_async_shared()
-            compat.async_store(o_desc, [bh, q0 + row0, 0], q_smem.index(qi))
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(lse_ptr + bh.to(gl.int64) * n_q + (q0 + rows), lse, mask=rows < len_q)
-        tma.store_wait(0)
-        mbarrier.arrive(q_empty.index(qi), count=1)
-        it += n_blocks
-        tile_i += 1
+            # O = acc / l through shared memory (this consumer's Q tile, no longer read) and a TMA store, which clips
+            # rows past Nq; LSE in natural log for the backward. The Q buffer is handed back once the store has read it.
+            # The tile's head and rows are recomputed here rather than kept live across the key loop (registers).
+            if VARLEN:
+                bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(tile, cu_q, cu_k,
+                    n_k, n_bh, n_seq, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            else:
+                bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
+                    64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+                q0 = 0
+                len_q = n_q
+                len_k = n_k
+            row0 = start_m + CID * 64
+            rows = row0 + gl.arange(0, 64, layout=row_layout)
+            if GUARD:  # a row that saw no key (l = 0, m = -inf): O = 0 / 1 and LSE = 0
+                l_i = gl.where(l_i > 0.0, l_i, 1.0)
+                m_i = gl.where(m_i == float("-inf"), 0.0, m_i)
+            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+            o_tile = (acc / l_o[:, None]).to(dtype)
+            if VARLEN and row0 + 64 > len_q:  # rows past the sequence's end: a masked store from registers
+                o_rows = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+                o_cols = bh * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                o_offs = (q0 + o_rows).to(gl.int64)[:, None] * (n_bh * HEAD_DIM) + o_cols[None, :]
+                gl.store(o_ptr + o_offs, o_tile, mask=(o_rows < len_q)[:, None])
+            else:
+                q_buf.store(o_tile)
+                fence_async_shared()
+                compat.async_store(o_desc, [bh, q0 + row0, 0], q_smem.index(qi))
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            gl.store(lse_ptr + bh.to(gl.int64) * n_q + (q0 + rows), lse, mask=rows < len_q)
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty.index(qi), count=1)
+            it += n_blocks
+            tile_i += 1
 
 
 @gluon.jit
@@ -364,9 +367,9 @@ def _consumer2(o_desc, bufs, bars, ptrs, n_q, n_k, n_bh, left, right, n_tiles, q
               HAS_RIGHT, VARLEN)  # fmt: skip
 
 
-@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "left", "right"])  # one compile per config, any sizes
+@gluon.jit(do_not_specialize=["n_q", "n_k", "n_bh", "group", "left", "right", "n_seq"])  # one compile per config
 def attention_forward_v3_kernel(
-    q_desc, k_desc, v_desc, o_desc, lse_ptr, o_ptr, cu_q, cu_k, n_q, n_k, n_bh, group, left, right, qk_scale,
+    q_desc, k_desc, v_desc, o_desc, lse_ptr, o_ptr, cu_q, cu_k, n_q, n_k, n_bh, group, left, right, n_seq, qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     STEP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     QBUF: gl.constexpr, PAIRS: gl.constexpr, Q_REGS: gl.constexpr, GQA: gl.constexpr, HAS_LEFT: gl.constexpr,
@@ -377,11 +380,10 @@ def attention_forward_v3_kernel(
     ``left`` / ``right`` (with ``HAS_LEFT`` / ``HAS_RIGHT``). Grid: (tiles,) or, persistent, (SMs,). ``VARLEN``: a
     packed batch (:mod:`gpulab.attention.v3.varlen_forward`): descriptors over [H, T, D] views of packed [T, H, D]
     tensors, o also as ``o_ptr``, int32 offsets ``cu_q`` / ``cu_k``, ``n_q`` = Tq, ``n_k`` = the query tiles of the
-    longest sequence, ``n_bh`` = Hq; one program per tile (:func:`.tiles.varlen_tile`), lse [Hq, Tq]."""
-    if VARLEN:  # a tile past its sequence's end runs no iteration (its program ends at once)
-        fields = tiles.varlen_tile(gl.program_id(0), cu_q, cu_k, n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N,
-                                   HAS_LEFT, HAS_RIGHT)  # fmt: skip
-        n_tiles = gl.program_id(0) + (fields[1] < fields[8]).to(gl.int32)
+    longest sequence, ``n_bh`` = Hq, ``n_seq`` = S (unread otherwise); a program per tile or, persistent, tiles
+    pid, pid + programs, ... (:func:`.tiles.varlen_tile`, those past their sequence's end skipped), lse [Hq, Tq]."""
+    if VARLEN:
+        n_tiles = n_k * n_bh * n_seq
     elif PAIRS:  # this program's units of two tiles (:func:`.tiles.tile`): tiles pid, pid + programs, ... below n_tiles
         n_units = (gl.cdiv(n_q, 64 * CONSUMERS) + 1) // 2 * n_bh
         n_tiles = gl.program_id(0) + 2 * gl.cdiv(n_units - gl.program_id(0), gl.num_programs(0)) * gl.num_programs(0)
@@ -417,21 +419,21 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k, n_seq), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
                               HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k, n_seq), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
                               HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer2, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k, n_seq), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
                               HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (producer.producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
-                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k),
+                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k, n_seq),
                                      n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
                                      IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT, VARLEN)),
             ],
@@ -443,16 +445,16 @@ def attention_forward_v3_kernel(
             [
                 (_consumer0, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k, n_seq), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
                               HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (_consumer1, (o_desc, (q_smem, k_smem, v_smem),
                               (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn),
-                              (lse_ptr, o_ptr, cu_q, cu_k), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
+                              (lse_ptr, o_ptr, cu_q, cu_k, n_seq), n_q, n_k, n_bh, left, right, n_tiles, qk_scale,
                               CONSUMERS, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, STEP, QBUF, PAIRS, Q_REGS,
                               HAS_LEFT, HAS_RIGHT, VARLEN)),
                 (producer.producer, ((q_desc, k_desc, v_desc), (q_smem, k_smem, v_smem),
-                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k),
+                                     (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn), (cu_q, cu_k, n_seq),
                                      n_q, n_k, n_bh, group, left, right, n_tiles, CONSUMERS, BLOCK_N, STAGES,
                                      IS_CAUSAL, QBUF, PAIRS, GQA, HAS_LEFT, HAS_RIGHT, VARLEN)),
             ],
@@ -517,7 +519,7 @@ class _Plan:
         """``raw``: through :class:`gpulab.attention.v3.launch.RawLaunch` after the first call (False: Triton's
         ``kernel[grid](...)`` every call, the path the benchmark's host-overhead comparison times against)."""
         n_q, n_k, d, bh, kv_bh = self.n_q, self.n_k, self.d, self.bh, self.kv_bh
-        sizes = (n_q, n_k, bh, self.group, *self.window)
+        sizes = (n_q, n_k, bh, self.group, *self.window, 1)
         if raw and self.raw is not None and launch.RawLaunch.usable():
             q_shape, q_strides = (bh, n_q, d), (n_q * d, d, 1)
             kv_shape, kv_strides = (kv_bh, n_k, d), (n_k * d, d, 1)

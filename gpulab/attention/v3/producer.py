@@ -32,8 +32,9 @@ def producer(descs, bufs, bars, cu, n_q, n_k, n_bh, group, left, right, n_tiles,
 
     ``VARLEN``: ``bh`` is the head ``h`` of descriptors over packed [H, T, D] views, and rows are offset by the
     sequence's first query row ``q0`` and first key row ``k0`` (``cu = (cu_q, cu_k)``; ``n_k`` holds the query tiles
-    of the longest sequence, ``n_bh`` the heads). A tile's last copies run on into the next sequence's rows: the
-    consumers mask them."""
+    of the longest sequence, ``n_bh`` the heads, ``cu[2]`` the sequences). A tile past its sequence's end is skipped
+    (by every partition alike, so the phases stay in step); a tile's last copies run on into the next sequence's
+    rows: the consumers mask them."""
     q_desc, k_desc, v_desc = descs
     q_smem, k_smem, v_smem = bufs
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
@@ -41,30 +42,33 @@ def producer(descs, bufs, bars, cu, n_q, n_k, n_bh, group, left, right, n_tiles,
     tile_i = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         if VARLEN:
-            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(
-                tile, cu[0], cu[1], n_k, n_bh, left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            bh, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k = tiles.varlen_tile(tile, cu[0],
+                cu[1], n_k, n_bh, cu[2], left, right, 64 * CONSUMERS, BLOCK_N, HAS_LEFT, HAS_RIGHT)  # fmt: skip
+            live = start_m < len_q  # a tile past its sequence's end: the consumers skip it too
         else:
             bh, start_m, lo, n_blocks, first_full, full = tiles.tile(tile, n_q, n_k, n_bh, left, right,
                 64 * CONSUMERS, BLOCK_N, IS_CAUSAL, PAIRS, HAS_LEFT, HAS_RIGHT)  # fmt: skip
             q0 = 0
             k0 = 0
-        kv_bh = bh
-        if GQA:
-            kv_bh = bh // group
-        qb = (tile_i % QBUF) * CONSUMERS
-        for c in gl.static_range(CONSUMERS):
-            mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
-            compat.async_load(q_desc, [bh, q0 + start_m + c * 64, 0], q_ready.index(qb + c), q_smem.index(qb + c))
-        for j in range(n_blocks):
-            g = it + j
-            s = g % STAGES
-            phase = (g // STAGES) & 1
-            mbarrier.wait(k_empty.index(s), phase ^ 1)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            compat.async_load(k_desc, [kv_bh, k0 + lo + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), phase ^ 1)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            compat.async_load(v_desc, [kv_bh, k0 + lo + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
-        it += n_blocks
-        tile_i += 1
+            live = True
+        if live:
+            kv_bh = bh
+            if GQA:
+                kv_bh = bh // group
+            qb = (tile_i % QBUF) * CONSUMERS
+            for c in gl.static_range(CONSUMERS):
+                mbarrier.wait(q_empty.index(qb + c), ((tile_i // QBUF) & 1) ^ 1)
+                mbarrier.expect(q_ready.index(qb + c), q_desc.block_type.nbytes)
+                compat.async_load(q_desc, [bh, q0 + start_m + c * 64, 0], q_ready.index(qb + c), q_smem.index(qb + c))
+            for j in range(n_blocks):
+                g = it + j
+                s = g % STAGES
+                phase = (g // STAGES) & 1
+                mbarrier.wait(k_empty.index(s), phase ^ 1)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+                compat.async_load(k_desc, [kv_bh, k0 + lo + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+                mbarrier.wait(v_empty.index(s), phase ^ 1)
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+                compat.async_load(v_desc, [kv_bh, k0 + lo + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+            it += n_blocks
+            tile_i += 1

@@ -79,18 +79,20 @@ VARLEN_FIELDS = ("h", "start_m", "lo", "n_blocks", "first_full", "full", "q0", "
 
 
 @triton.jit
-def varlen_tile(tile, cu_q, cu_k, n_m, n_h, left, right, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+def varlen_tile(tile, cu_q, cu_k, n_m, n_h, n_s, left, right, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
     """A packed batch's tile -> (h, start_m, lo, n_blocks, first_full, full, q0, k0, len_q, len_k): the head, the
     first query row *within* the sequence, :func:`tile`'s key loop in the sequence's own coordinates, the sequence's
     first query and key row in the packed tensors (``cu_q[s]``, ``cu_k[s]``, read here, on the device) and its
-    lengths. There are ``n_m`` (query tiles of the longest sequence) x ``n_h`` heads x S sequences tiles, ordered
+    lengths. There are ``n_m`` (query tiles of the longest sequence) x ``n_h`` heads x ``n_s`` sequences tiles, ordered
     query tile first, last tile index first: ``pid_m = n_m - 1 - tile // (n_h S)``, so the tiles that only the long
     sequences have run first (they bound the launch's time); then sequence, then head (a group's query heads are
-    neighbours, as in :func:`tile`). A tile with ``start_m >= len_q`` has no rows: the kernel skips it. A window is
+    neighbours, as in :func:`tile`). A tile with ``start_m >= len_q`` has no rows: the kernel skips it (three loads
+    and a comparison), whether a program takes one tile or, persistent, tiles pid, pid + programs, ...: for a
+    non-causal problem a tile costs its sequence's key length, so this order is longest work first. A window is
     aligned at each sequence's bottom-right corner (``off = len_k - len_q``, version 1's varlen rule). At least one
     key block, all of it masked where the sequence has no key (the ring's protocol needs one per tile)."""
-    per_m = n_h * (tl.num_programs(0) // (n_m * n_h))
+    per_m = n_h * n_s
     pid_m = n_m - 1 - tile // per_m
     seq = (tile % per_m) // n_h
     h = tile % n_h
@@ -111,20 +113,31 @@ def varlen_tile(tile, cu_q, cu_k, n_m, n_h, left, right, ROWS: tl.constexpr, BLO
 
 
 @triton.jit
-def _varlen_table_kernel(out_ptr, cu_q, cu_k, n_m, n_h, left, right, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                         HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
-    t = tl.program_id(0)
-    fields = varlen_tile(t, cu_q, cu_k, n_m, n_h, left, right, ROWS, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    for i in tl.static_range(10):
-        tl.store(out_ptr + t * 10 + i, fields[i])
+def _varlen_table_kernel(out_ptr, cu_q, cu_k, n_m, n_h, n_s, left, right, most, ROWS: tl.constexpr,
+                         BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                         LIVE: tl.constexpr):  # fmt: skip
+    """Each program walks tiles ``pid, pid + programs, ...`` (the forward kernel's loop) and writes each tile's index
+    and :func:`varlen_tile` to ``out[pid, k]``; ``LIVE``: only the tiles with rows (the ones the kernel runs)."""
+    pid = tl.program_id(0)
+    k = 0
+    for t in range(pid, n_m * n_h * n_s, tl.num_programs(0)):
+        fields = varlen_tile(t, cu_q, cu_k, n_m, n_h, n_s, left, right, ROWS, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        if (not LIVE) or (fields[1] < fields[8]):
+            row = out_ptr + (pid * most + k) * 11
+            tl.store(row, t)
+            for i in tl.static_range(10):
+                tl.store(row + 1 + i, fields[i])
+            k += 1
 
 
 def varlen_tile_table(cu_seq_q, cu_seq_k, max_q: int, heads: int, rows: int = 128, block_n: int = 128,
-                      window_size=(-1, -1)) -> list[dict]:  # fmt: skip
-    """:func:`varlen_tile` of every tile of a packed launch (one program per tile: ``ceil(max_q / rows) * heads *
-    S`` of them), in launch order, as dicts of ``tile`` and :data:`VARLEN_FIELDS`, tiles past their sequence's end
-    included (the kernel skips them). ``cu_seq_q`` / ``cu_seq_k``: int32 offsets [S + 1]. Runs the ``@triton.jit``
-    source the kernel compiles (in the interpreter where there is no GPU)."""
+                      window_size=(-1, -1), programs: int | None = None) -> list:  # fmt: skip
+    """:func:`varlen_tile` of every tile of a packed launch, as dicts of ``tile`` and :data:`VARLEN_FIELDS`.
+    ``programs`` None: one program per tile (``ceil(max_q / rows) * heads * S`` of them), a flat list in launch
+    order, tiles past their sequence's end included (the kernel skips them). ``programs`` an int: the persistent
+    grid, ``out[pid]`` listing in order the tiles program ``pid`` runs (``pid, pid + programs, ...``, those with
+    rows only). ``cu_seq_q`` / ``cu_seq_k``: int32 offsets [S + 1]. Runs the ``@triton.jit`` source the kernel
+    compiles (in the interpreter where there is no GPU)."""
     for name, value in (("max_q", max_q), ("heads", heads), ("rows", rows), ("block_n", block_n)):
         runtime.positive_int(name, value)
     left, right = check_window(window_size)
@@ -133,13 +146,17 @@ def varlen_tile_table(cu_seq_q, cu_seq_k, max_q: int, heads: int, rows: int = 12
             raise ValueError(f"{name} must be an int32 tensor [S + 1] of offsets, got {cu!r}.")
     if cu_seq_k.shape != cu_seq_q.shape:
         raise ValueError(f"cu_seq_q {tuple(cu_seq_q.shape)} and cu_seq_k {tuple(cu_seq_k.shape)} must match.")
-    n_m = -(-max_q // rows)
-    grid = n_m * heads * (cu_seq_q.shape[0] - 1)
-    out = torch.full((grid, 10), -1, dtype=torch.int32, device=runtime.device)
+    n_m, n_s = -(-max_q // rows), cu_seq_q.shape[0] - 1
+    n_tiles = n_m * heads * n_s
+    grid = n_tiles if programs is None else runtime.positive_int("programs", programs)
+    most = -(-n_tiles // grid)
+    out = torch.full((grid, most, 11), -1, dtype=torch.int32, device=runtime.device)
     cu_q, cu_k = (cu.to(runtime.device) for cu in (cu_seq_q, cu_seq_k))
-    _varlen_table_kernel[(grid,)](out, cu_q, cu_k, n_m, heads, left, right, ROWS=rows, BLOCK_N=block_n,
-                                  HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0)  # fmt: skip
-    return [dict(tile=t, **dict(zip(VARLEN_FIELDS, row))) for t, row in enumerate(out.cpu().tolist())]
+    _varlen_table_kernel[(grid,)](out, cu_q, cu_k, n_m, heads, n_s, left, right, most, ROWS=rows, BLOCK_N=block_n,
+                                  HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0, LIVE=programs is not None)  # fmt: skip
+    table = [[dict(tile=row[0], **dict(zip(VARLEN_FIELDS, row[1:]))) for row in prog if row[0] >= 0]
+             for prog in out.cpu().tolist()]  # fmt: skip
+    return [t for prog in table for t in prog] if programs is None else table
 
 
 @triton.jit

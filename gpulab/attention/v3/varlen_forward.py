@@ -7,9 +7,10 @@ What you will learn: the padded kernel runs a packed batch with three changes, a
   blocks and shared layouts as the padded [B H, N, D] views), so a tile of sequence s, head h loads the box at
   ``(h, cu_seq[s] + row, 0)``;
 - each program reads its sequence's offsets from ``cu_seq_q`` / ``cu_seq_k`` on the device
-  (:func:`gpulab.attention.v3.tiles.varlen_tile`): the host launches one program per (query tile of the longest
-  sequence, head, sequence) and never reads the offsets, so the launch can be captured in a CUDA graph. A program
-  whose tile lies past its sequence's end returns at once; key blocks past the sequence's keys are never loaded;
+  (:func:`gpulab.attention.v3.tiles.varlen_tile`): the host sizes the work as (query tile of the longest sequence,
+  head, sequence) items and never reads the offsets, so the launch can be captured in a CUDA graph. Persistent
+  programs (one per SM, :func:`varlen_config`'s default) walk the items longest work first and skip those past
+  their sequence's end (three loads and a comparison); key blocks past the sequence's keys are never loaded;
 - a tile's copies run on into the next sequence's rows (a box is 64 rows whatever the sequence's length): its
   keys are masked on the edge block (key < the sequence's key length, and the window per sequence, aligned at its
   bottom-right corner), and the sequence's last query tile stores O from registers under a row mask instead of a
@@ -28,7 +29,8 @@ import torch
 import triton
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from gpulab import check
+from gpulab import check, runtime
+from gpulab.attention import sm90
 from gpulab.attention.reference import check_window
 from gpulab.attention.v3 import configs, forward, launch
 
@@ -56,10 +58,17 @@ def aligned(*tensors) -> bool:
     return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def varlen_config(head_dim: int, window_size=(-1, -1), max_q: int | None = None) -> configs.V3Config:
+def varlen_config(head_dim: int, window_size=(-1, -1), max_q: int | None = None,
+                  persistent: bool = True) -> configs.V3Config:  # fmt: skip
     """The packed launch's tiles: the padded problem's measured ones for the window (:func:`.configs.window_config`
-    at the longest query length), on a one-tile-per-program grid (``persistent=False``, one Q buffer)."""
+    at the longest query length) on a persistent grid (one program per SM walking the tiles longest work first,
+    :func:`gpulab.attention.v3.tiles.varlen_tile`, with two Q buffers per consumer so the next tile's Q loads
+    while this one computes), causal or not; ``persistent=False``: one tile per program, one Q buffer (the switch
+    to compare: pass either config as ``cfg``). Never ``pairs`` (a pair of tiles of one sequence does not balance
+    across sequences of different lengths)."""
     cfg = configs.window_config(head_dim, False, window_size, seq=max_q)
+    if runtime.strict_bool("persistent", persistent):
+        return dataclasses.replace(cfg, persistent=True, pairs=False, q_buffers=2)
     return dataclasses.replace(cfg, persistent=False, pairs=False, q_buffers=1)
 
 
@@ -73,7 +82,9 @@ class _Plan:
         t_k, h_kv = k.shape[:2]
         n_m = triton.cdiv(max_q, 64 * cfg.consumers)
         self.cfg, self.grid = cfg, n_m * h * n_seq
-        self.sizes = (t_q, n_m, h, h // h_kv, *window)  # the kernel's n_q, n_k, n_bh, group, left, right (VARLEN)
+        if cfg.persistent:  # one program per SM (at most one per tile)
+            self.grid = min(self.grid, sm90.sm_count(q.device.index))
+        self.sizes = (t_q, n_m, h, h // h_kv, *window, n_seq)  # the kernel's n_q, n_k, n_bh, group, ... (VARLEN)
         self.qk_scale = scale * forward.LOG2E
         self.constexprs = configs.constexprs(d, False, cfg, False, h != h_kv, window, True)
         self.layouts = forward.smem_layouts(d, cfg.block_n, q.dtype)
@@ -119,9 +130,9 @@ def attention_forward_varlen(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: flo
         ok, why = supported(q, k, v, scale, window, k.shape[1] != q.shape[1])
         if not ok:
             raise ValueError(f"version 3 cannot run this packed input: {why}.")
-        if cfg is not None and (not isinstance(cfg, configs.V3Config) or cfg.persistent):
-            raise ValueError(f"cfg must be None or a V3Config with persistent=False (one tile per program), got "
-                             f"{cfg!r}.")  # fmt: skip
+        if cfg is not None and (not isinstance(cfg, configs.V3Config) or cfg.pairs):
+            raise ValueError(f"cfg must be None or a V3Config with pairs=False (varlen_config(..., persistent=False) "
+                             f"for one tile per program), got {cfg!r}.")  # fmt: skip
         return _Plan(q, k, max_q, cu_seq_q.shape[0] - 1, scale, window,
                      cfg or varlen_config(q.shape[2], window, max_q))  # fmt: skip
 

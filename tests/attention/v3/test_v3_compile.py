@@ -86,17 +86,22 @@ wgmma schedule, no spills, no local memory in the key loop. (The plain kernels' 
 variants existed but for three unused parameters: the window's and the groups' code is all behind the flags.)"""
 
 
-VARLEN = {  # name: (head dim, longest query length, window, grouped-query heads)
-    "varlen d128": (128, 1024, (-1, -1), False),
-    "varlen d128 causal gqa": (128, 4096, (-1, 0), True),
-    "varlen d128 window (3, 7)": (128, 1024, (3, 7), False),
-    "varlen d64": (64, 1024, (-1, -1), False),
-    "varlen d64 long gqa": (64, 16384, (-1, -1), True),
-    "varlen d64 window (200, -1)": (64, 4096, (200, -1), False),
+VARLEN = {  # name: (head dim, longest query length, window, grouped-query heads, persistent)
+    "varlen d128": (128, 1024, (-1, -1), False, True),
+    "varlen d128 causal gqa": (128, 4096, (-1, 0), True, True),
+    "varlen d128 window (3, 7)": (128, 1024, (3, 7), False, True),
+    "varlen d64": (64, 1024, (-1, -1), False, True),
+    "varlen d64 long gqa": (64, 16384, (-1, -1), True, True),
+    "varlen d64 window (200, -1)": (64, 4096, (200, -1), False, True),
+    "varlen d128 one tile per program": (128, 4096, (-1, -1), False, False),
+    "varlen d128 causal one tile per program": (128, 4096, (-1, 0), False, False),
+    "varlen d64 causal one tile per program": (64, 1024, (-1, 0), False, False),
 }
-"""The packed batch's kernels (``VARLEN``, :mod:`gpulab.attention.v3.varlen_forward`: one tile per program, tiles
-:func:`~gpulab.attention.v3.varlen_forward.varlen_config`), held to the same structure: the offsets' loads, the
-per-sequence masks and the last tile's masked register store add no spill and no local memory in the key loop."""
+"""The packed batch's kernels (``VARLEN``, :mod:`gpulab.attention.v3.varlen_forward`: persistent programs walking
+the tiles with two Q buffers, :func:`~gpulab.attention.v3.varlen_forward.varlen_config`'s default, and one tile per
+program, ``persistent=False``), held to the same structure: the offsets' loads, the skip of tiles past a sequence's
+end, the per-sequence masks and the last tile's masked register store add no spill and no local memory in the key
+loop."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,7 +110,7 @@ def _structures() -> dict:
     for name in [*CASES, *Q_REGS, *VARIANTS, *VARLEN]:
         cfg = _config(name)
         if name in VARLEN:
-            d, _, window, gqa = VARLEN[name]
+            d, _, window, gqa, _ = VARLEN[name]
             configs.append(dict(d=d, causal=False, step=cfg.step, cfg=dataclasses.asdict(cfg), window=window,
                                 gqa=gqa, varlen=True))  # fmt: skip
             continue
@@ -117,8 +122,8 @@ def _structures() -> dict:
 
 def _config(name) -> forward.V3Config:
     if name in VARLEN:
-        d, max_q, window, _ = VARLEN[name]
-        return varlen_forward.varlen_config(d, window, max_q)
+        d, max_q, window, _, persistent = VARLEN[name]
+        return varlen_forward.varlen_config(d, window, max_q, persistent)
     if name in Q_REGS:
         d, causal = Q_REGS[name]
         return dataclasses.replace(forward.v3_config(d, causal), q_regs=True)

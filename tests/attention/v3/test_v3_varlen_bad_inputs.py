@@ -28,6 +28,13 @@ CASES = [
                                                                                         (0, -3)), ValueError, "window"),
     ("varlen_config head dim", lambda: varlen_forward.varlen_config(96), ValueError, "head_dim"),
     ("varlen_config window", lambda: varlen_forward.varlen_config(64, (0, -2)), ValueError, "window"),
+    ("varlen_config persistent", lambda: varlen_forward.varlen_config(64, persistent=1), TypeError, "persistent"),
+    ("varlen_tile_table programs", lambda: tiles.varlen_tile_table(CU, CU, 5, 2, programs=0), ValueError,
+     "programs"),
+    ("varlen_persistent_tiles programs", lambda: sm.varlen_persistent_tiles(CU, CU, 5, 2, 0), ValueError,
+     "programs"),
+    ("model_varlen_forward programs", lambda: sm.model_varlen_forward(P, P, P, CU, CU, 5, programs=-1), ValueError,
+     "programs"),
 ]  # fmt: skip
 
 

@@ -2,7 +2,8 @@
 reference (called directly: ``varlen_attn`` keeps version 1 for tiny batches), ``varlen_attn`` checked to take
 version 3 above ``plan.SMALL_WORK``, odd lengths, an empty sequence inside the batch, Nq != Nk,
 windows, grouped-query heads, outputs poisoned (rows outside every sequence must stay untouched, every row of a
-sequence written), the backward (version 1) fed by version 3's O and LSE, and a CUDA-graph replay with new offsets.
+sequence written), both grids (persistent, the default, and one tile per program), the backward (version 1) fed by
+version 3's O and LSE, and a CUDA-graph replay with new offsets.
 Skipped without CUDA and where :func:`gpulab.attention.v3.varlen_forward.supported` says no."""
 
 import pytest
@@ -74,6 +75,30 @@ def test_varlen_v3_matches_float64(case, d, dtype):
     err_lse = check.relative_error(lse[:, :end], ref_lse[:, :end].to(lse.device))
     assert err_o <= check.tolerance(dtype), f"{case}: o relative error {err_o:.3g}"
     assert err_lse <= 1e-3, f"{case}: lse relative error {err_lse:.3g}"
+
+
+# Many tiles per program on the persistent grid: most programs take several tiles, skipping those past their
+# sequence's end (lengths 1..3001 mixed: most of the (query tile, head, sequence) items are empty).
+MANY = [1 + (977 * i) % 3001 for i in range(40)] + [0, 3001]
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (3, 7)])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "one-tile-per-program"])
+def test_varlen_v3_persistent_and_one_tile_per_program(persistent, d, window):
+    """Both grids (:func:`v3v.varlen_config`'s switch: persistent with two Q buffers, or one tile per program with
+    one) against the float64 reference, every row of a sequence written and no other."""
+    lens_k = [n + (i % 3) - 1 if n > 1 else n for i, n in enumerate(MANY)]  # Nq != Nk for most sequences
+    q, k, v, cu_q, cu_k = _inputs(MANY, lens_k, 8, 2, d, torch.bfloat16, window, seed=3, pad=3)
+    cfg = v3v.varlen_config(d, window, max(MANY), persistent)
+    assert cfg.persistent == persistent and cfg.q_buffers == (2 if persistent else 1)
+    o, lse = v3v.attention_forward_varlen(q, k, v, cu_q, cu_k, max(MANY), d**-0.5, window, cfg)
+    ref_o, ref_lse = A.varlen_attention_reference(q, k, v, cu_q, cu_k, window_size=window, enable_gqa=True)
+    end = sum(MANY)
+    assert torch.isfinite(o[:end]).all() and torch.isfinite(lse[:, :end]).all(), "a row of a sequence not written"
+    assert torch.isnan(o[end:]).all() and torch.isnan(lse[:, end:]).all(), "rows outside every sequence written"
+    assert check.relative_error(o[:end], ref_o[:end]) <= check.tolerance(torch.bfloat16)
+    assert check.relative_error(lse[:, :end], ref_lse[:, :end].to(lse.device)) <= 1e-3
 
 
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (256, 0)])

@@ -9,7 +9,7 @@ import torch
 from gpulab import check
 from gpulab.attention import reference
 from gpulab.attention.measure import v3_schedule_model as sm
-from gpulab.attention.v3 import tiles
+from gpulab.attention.v3 import tiles, varlen_forward
 
 
 def _cu(lengths):
@@ -92,3 +92,56 @@ def test_varlen_tiles_are_the_kernels_tile_function(rows, block_n):
     # the longest sequences' tiles come first: the first tiles with rows all belong to the longest sequence
     first = tiles.varlen_tile_table(_cu([300, 1, 129]), _cu([300, 1, 129]), 300, 2, 128, 128)[:6]
     assert [t["len_q"] for t in first if t["start_m"] < t["len_q"]] == [300, 300]
+
+
+@pytest.mark.parametrize("programs", [1, 2, 5, 7])
+def test_varlen_persistent_order_covers_every_tile_once(programs):
+    """The persistent grid (:func:`tiles.varlen_tile_table` with ``programs``, the kernel's loop in the interpreter)
+    runs, program by program, the model's tiles (:func:`sm.varlen_persistent_tiles`): every tile with rows exactly
+    once, none without, each program's in increasing index (longest work first), and the barrier protocol on each
+    program's tiles with two Q buffers neither deadlocks nor races."""
+    for lq, lk in LENGTHS:
+        cu_q, cu_k = _cu(lq), _cu(lk)
+        for window in [(-1, -1), (-1, 0), (3, 7)]:
+            got = tiles.varlen_tile_table(cu_q, cu_k, max(lq), 3, 128, 64, window, programs=programs)
+            want = sm.varlen_persistent_tiles(cu_q, cu_k, max(lq), 3, programs, 128, 64, window)
+            assert got == want, (lq, lk, window)
+            live = [t for t in sm.varlen_tiles(cu_q, cu_k, max(lq), 3, 128, 64, window) if t["start_m"] < t["len_q"]]
+            ran = sorted(t["tile"] for prog in got for t in prog)
+            assert ran == [t["tile"] for t in live], (lq, lk, window)
+            for pid, prog in enumerate(got):
+                assert all(t["tile"] % programs == pid for t in prog)
+                assert [t["tile"] for t in prog] == sorted(t["tile"] for t in prog)
+                if prog:
+                    sm.simulate([t["n_blocks"] for t in prog], stages=2, q_buffers=2, seed=pid)
+    # the programs' first tiles are the longest sequence's (300 rows: 3 tiles x 2 heads at 128 rows)
+    first = tiles.varlen_tile_table(_cu([300, 1, 129]), _cu([300, 1, 129]), 300, 2, 128, 128, programs=4)
+    assert [prog[0]["len_q"] for prog in first] == [300, 300, 300, 300]
+
+
+@pytest.mark.parametrize("programs", [1, 3])
+def test_varlen_model_in_persistent_order_matches_the_float64_reference(programs):
+    """The model walking the persistent grid's order writes every row (outputs poisoned with NaN) and matches."""
+    lq, lk = [1, 17, 0, 100, 300], [1, 40, 0, 100, 17]
+    gen = torch.Generator().manual_seed(programs)
+    cu_q, cu_k = _cu(lq), _cu(lk)
+    q = torch.randn(sum(lq), 4, 64, dtype=torch.float64, generator=gen)
+    k, v = (torch.randn(sum(lk), 2, 64, dtype=torch.float64, generator=gen) for _ in "kv")
+    for window in [(-1, -1), (-1, 0)]:
+        o, lse = sm.model_varlen_forward(q, k, v, cu_q, cu_k, max(lq), block_n=64, window_size=window,
+                                         programs=programs)  # fmt: skip
+        ref_o, ref_lse = reference.varlen_attention_reference(q, k, v, cu_q, cu_k, window_size=window,
+                                                              enable_gqa=True)  # fmt: skip
+        assert torch.isfinite(o).all() and torch.isfinite(lse).all(), "a row was left unwritten (poisoned NaN)"
+        assert check.relative_error(o, ref_o) < 1e-12
+        assert check.relative_error(lse, ref_lse) < 1e-12
+
+
+def test_varlen_v3_default_is_persistent():
+    """``varlen_attn``'s packed forward takes the persistent grid, causal or not."""
+    for window in [(-1, -1), (-1, 0)]:
+        for d in (64, 128):
+            cfg = varlen_forward.varlen_config(d, window, 4096)
+            assert cfg.persistent and cfg.q_buffers == 2 and not cfg.pairs, (d, window, cfg)
+            off = varlen_forward.varlen_config(d, window, 4096, persistent=False)
+            assert not off.persistent and off.q_buffers == 1, (d, window, off)
