@@ -57,12 +57,14 @@ def layer_loops(backend: str, B: int, NH: int, DH: int, dtype, device, training:
 
 def _folded_bias(cache: dict, b_ih, b):
     """``b + b_ih`` viewed as b [4, NH, DH], kept in ``cache`` while neither tensor changes (storage and version)."""
-    stamp = (b_ih.data_ptr(), b_ih._version, b.data_ptr(), b._version, b.dtype, b.device)
-    hit = cache.get(id(b))
-    if hit is None or hit[0] != stamp:
+    key = (b_ih.data_ptr(), b.data_ptr(), b.dtype, b.device)  # (b is a new view of the parameter on every call)
+    hit = cache.get(key)
+    if hit is None or hit[0] != (b_ih._version, b._version):
         with torch.no_grad():
-            hit = (stamp, b + b_ih.view(b.shape))
-        cache[id(b)] = hit
+            hit = ((b_ih._version, b._version), b + b_ih.view(b.shape))
+        if len(cache) >= 64:
+            cache.clear()
+        cache[key] = hit
     return hit[1]
 
 
