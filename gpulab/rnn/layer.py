@@ -17,8 +17,8 @@ and no checks repeated for a signature already checked.
 
 Used where it gives the same answer as the general path: eager (``torch.compile`` traces the custom ops of
 :mod:`gpulab.rnn.ops` instead), a whole-batch launch of the backend (where the fused plan cuts a batch into launches,
-the general path runs), any number of heads, no projection, no packed input (the packed path reads c at each
-sequence's length).
+the general path runs), any number of heads, no projection; packed input too (its last states are read from the
+outputs at each sequence's length, as on the general path).
 """
 
 from __future__ import annotations
@@ -69,14 +69,17 @@ def _folded_bias(cache: dict, b_ih, b):
 
 
 class _LSTMLayer(torch.autograd.Function):
-    """``apply(x [B, T, I], w_ih [4H, I], b_ih [4H] or None, R [4, NH, DH, DH], b [4, NH, DH], s0 [2, B, 1, NH, DH],
-    loops, cache) -> (states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``."""
+    """``apply(x [B, T, I], w_ih [4H, I], b_ih [4H] or None, R, b, s0 [2, B, 1, NH, DH], (NH, DH), loops, cache) ->
+    (states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``; R and b as the module holds them ([4H, H] and
+    [4H], or [4, NH, DH, DH] and [4, NH, DH]), viewed here (no autograd node per view)."""
 
     @staticmethod
-    def forward(ctx, x, w_ih, b_ih, R, b, s0, loops, cache):
+    def forward(ctx, x, w_ih, b_ih, R_param, b_param, s0, heads, loops, cache):
         ctx.set_materialize_grads(False)
         B, T, I = x.shape
-        G, NH, DH = b.shape
+        (NH, DH), G = heads, 4
+        R = R_param if R_param.dim() == 4 else R_param.view(G, NH, DH, DH)
+        b = b_param if b_param.dim() == 3 else b_param.view(G, NH, DH)
         run_forward, run_backward = loops
         x2 = x.reshape(B * T, I)
         wx = torch.mm(x2, w_ih.t()).view(B, T, G, NH, DH)
@@ -86,6 +89,7 @@ class _LSTMLayer(torch.autograd.Function):
         if need:
             ctx.save_for_backward(x2, w_ih, R, s0, out, gates)
             ctx.run_backward, ctx.has_b_ih, ctx.x_shape = run_backward, b_ih is not None, x.shape
+            ctx.param_shapes = R_param.shape, b_param.shape
         return out, last
 
     @staticmethod
@@ -99,20 +103,24 @@ class _LSTMLayer(torch.autograd.Function):
         dG = dwx.reshape(x2.shape[0], w_ih.shape[0])  # [B*T, 4H] (dG is written in Wx's layout: a view)
         dx = torch.mm(dG, w_ih).view(ctx.x_shape) if need[0] else None
         dw = torch.mm(dG.t(), x2) if need[1] else None
-        db_ih = db.view(-1) if ctx.has_b_ih and need[2] else None
-        return dx, dw, db_ih, dR, db, ds0 if need[5] else None, None, None
+        db_ih = db.view(-1).clone() if ctx.has_b_ih and need[2] else None  # its own: optimizers scale grads in place
+        r_shape, b_shape = ctx.param_shapes
+        dR = dR if dR.shape == r_shape else dR.view(r_shape)
+        db = db if db.shape == b_shape else db.view(b_shape)
+        return dx, dw, db_ih, dR, db, ds0 if need[5] else None, None, None, None
 
 
-def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, cache: dict):
+def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, cache: dict, heads: tuple):
     """One LSTM layer and direction over ``x`` [B, T, I] on ``backend`` ('fused' or 'alternating'): ``(states_all
     [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])`` as :func:`gpulab.rnn.flashrnn` returns them for ``Wx = x
     W_ih^T + b_ih`` (``b_ih`` None: none), or None where this op does not apply (the caller takes the general path:
-    see the module docstring). ``s0`` [2, B, 1, NH, DH] or None (zeros); ``cache`` keeps the summed bias per weight
+    see the module docstring). ``heads`` = (NH, DH); R [4, NH, DH, DH] or, one head, nn.LSTM's weight_hh [4H, H];
+    b [4, NH, DH] or [4H]; ``s0`` [2, B, 1, NH, DH] or None (zeros); ``cache`` keeps the summed bias per weight
     version (the caller's, e.g. a dict on the module). Inputs in one dtype (the module checks that)."""
     if torch.compiler.is_compiling():
         return None
     B, T, _ = x.shape
-    _, NH, DH = b.shape
+    NH, DH = heads
     training = torch.is_grad_enabled() and (
         x.requires_grad or w_ih.requires_grad or R.requires_grad or b.requires_grad
         or (b_ih is not None and b_ih.requires_grad) or (s0 is not None and s0.requires_grad)
@@ -125,8 +133,8 @@ def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, cache: dict):
     key = (backend, x.shape, x.dtype, x.device, R.shape, R.dtype, R.device, b.device, s0.shape, s0.dtype, s0.device)
     if key not in _CHECKED:  # the checks flashrnn makes, on a Wx of the projection's shape (no data read)
         wx = x.new_empty((B, T, 4, NH, DH))
-        api.check_inputs(wx, R, b, s0, "lstm", backend, None)
+        api.check_inputs(wx, R.view(4, NH, DH, DH), b.view(4, NH, DH), s0, "lstm", backend, None)
         if len(_CHECKED) >= 256:
             _CHECKED.clear()
         _CHECKED.add(key)
-    return _LSTMLayer.apply(x, w_ih, b_ih, R, b, s0, loops, cache)
+    return _LSTMLayer.apply(x, w_ih, b_ih, R, b, s0, heads, loops, cache)

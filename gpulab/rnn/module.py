@@ -276,14 +276,20 @@ class LSTM(nn.Module):
                 return h_all, h_all[None, :, -1], c_all[None, :, -1]
             idx = torch.arange(B, device=x.device)
             return h_all, h_all[idx, lengths - 1][None], c_all[idx, lengths - 1][None]
-        w_ih, b_ih, R, b = self.layer_weights(layer, d)
         st = None if s0 is None else torch.stack(s0).view(2, B, 1, nh, dh)
         ran = None
-        if B and lengths is None and self.backend != "vanilla":  # one op: the projection's GEMM inside it
-            ran = lstm_layer(x, w_ih, b_ih, R, b, st, self.backend, self._folded)
+        if B and self.backend != "vanilla":  # one op: the projection's GEMM inside it, the parameters as they are
+            s = f"l{layer}{_SUFFIX[d]}"
+            if nh > 1 or not self.bias:
+                R, b_ih = getattr(self, f"weight_hh_{s}" if nh == 1 else f"recurrent_{s}"), None
+                b = getattr(self, f"bias_{s}")
+            else:
+                R, b_ih, b = (getattr(self, f"{n}_{s}") for n in ("weight_hh", "bias_ih", "bias_hh"))
+            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, self.backend, self._folded, (nh, dh))
         if ran is not None:
             all_states, last = ran
         else:
+            w_ih, b_ih, R, b = self.layer_weights(layer, d)
             wx = nn.functional.linear(x, w_ih, b_ih).view(B, T, 4, nh, dh)
             if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
                 all_states, last = _empty_batch(wx, R, b, st)
