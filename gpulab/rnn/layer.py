@@ -62,6 +62,8 @@ def _folded_bias(cache: dict, b_ih, b):
     if hit is None or hit[0] != (b_ih._version, b._version):
         with torch.no_grad():
             hit = ((b_ih._version, b._version), b + b_ih.view(b.shape))
+        if b.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return hit[1]  # a CUDA graph being captured: the sum runs on each replay, nothing kept outside it
         if len(cache) >= 64:
             cache.clear()
         cache[key] = hit

@@ -258,3 +258,48 @@ def test_a_packed_batch_run_again_builds_no_index(monkeypatch):
     ref = torch.nn.LSTM(8, 8)
     ref.load_state_dict(module.state_dict())
     assert torch.allclose(again[0].data, ref(x)[0].data, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden, heads, B", [(128, 2, 1), (256, 1, 16), (512, 1, 16), (512, 1, 64)])
+def test_gpu_the_layer_op_equals_nn_lstm(hidden, heads, B):
+    """The module's layer op (the projection's GEMM inside it, the biases summed once, their gradients the
+    backend's db) on the GPU's own paths: the tiny call's one-SM kernels, version 6 and b4 at one head, against an
+    fp32 nn.LSTM (several heads: the vanilla backend) with the same weights, every parameter's gradient, twice (the
+    second call reads the kept bias sum), then once more after an optimizer step changed the biases."""
+    from gpulab.rnn.fused.measure.lstm_grid import check_against_torch  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    module = rnn.LSTM(hidden, hidden, num_heads=heads, batch_first=True).to(runtime.device, torch.float16)
+    x = torch.randn(B, 64, hidden, device=runtime.device, dtype=torch.float16)
+    for _ in range(2):
+        assert check_against_torch(module, x, f"H{hidden} x{heads} B{B}", every_weight=True) == "ok"
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.01)
+    assert check_against_torch(module, x, f"H{hidden} x{heads} B{B} after a step", every_weight=True) == "ok"
+
+
+@pytest.mark.parametrize("backend", ["fused", "alternating"])
+def test_the_kept_bias_sum_follows_the_parameters_and_the_bias_gradients_are_their_own(backend):
+    """The layer op keeps b_ih + b_hh per weight version: after an in-place change of either bias (an optimizer step,
+    ``load_state_dict``) the output is nn.LSTM's with the new values, and b_ih's and b_hh's gradients are equal
+    values in separate storage (an optimizer scaling one in place must not scale the other)."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(5, 16, batch_first=True, backend=backend)
+    ref = torch.nn.LSTM(5, 16, batch_first=True)
+    x = torch.randn(3, 4, 5)
+    for change in (None, "bias_ih_l0", "bias_hh_l0"):
+        if change is not None:
+            with torch.no_grad():
+                getattr(module, change).add_(torch.randn(64))
+        ref.load_state_dict(module.state_dict())
+        module.zero_grad(set_to_none=True)
+        y, (h, c) = module(x)
+        y.sum().backward()
+        y_r, (h_r, c_r) = ref(x)
+        for a, r in ((y, y_r), (h, h_r), (c, c_r)):
+            check.assert_close(a, r.detach().double(), name=f"{backend} after {change}")
+        g_ih, g_hh = module.bias_ih_l0.grad, module.bias_hh_l0.grad
+        assert torch.equal(g_ih, g_hh)
+        assert g_ih.untyped_storage().data_ptr() != g_hh.untyped_storage().data_ptr()
