@@ -163,14 +163,118 @@ def _kernels(step):
     return len(names), sorted(collections.Counter(names).items())
 
 
+def _host_ms(step, calls=200):
+    """The host's time per step on CPU (perf_counter over ``calls`` steps after three), and cProfile's top lines."""
+    for _ in range(3):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        step()
+    ms = (time.perf_counter() - t0) / calls * 1e3
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        step()
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(12)
+    print(f"   host time per step (CPU, kernels mocked out): {ms:.3f} ms")
+    print("\n".join("   " + line for line in s.getvalue().splitlines()[6:] if line.strip()))
+
+
 def _cpu(name):
-    """Without a GPU: the tiny case's aten operators per call in Triton's interpreter (POISON off, as timed)."""
-    i, h, heads, layers, b, _ = CASES[name]
-    x = torch.randn(b, 3, i, requires_grad=True)
+    """Without a GPU: the tiny case's aten operators per call in Triton's interpreter (POISON off, as timed), and
+    the host time per call with the kernel launches mocked out (each launch returns at once; nothing computed)."""
+    i, h, heads, layers, b, t = CASES[name]
+    x = torch.randn(b, t, i, requires_grad=True)
     ours = LSTM(i, h, layers, batch_first=True, num_heads=heads)
-    print(f"== {name} gpulab (CPU, interpreter, T 3)")
+    print(f"== {name} gpulab (CPU, interpreter)")
+    step = _step(ours, x, [x, *ours.parameters()])
     with runtime.poisoning(False):
-        _aten(_step(ours, x, [x, *ours.parameters()]))
+        _aten(step)
+        real = launch.Launch.__call__
+        launch.Launch.__call__ = lambda self, *args: None
+        try:
+            _host_ms(step)
+        finally:
+            launch.Launch.__call__ = real
+
+
+MOCKED = {  # name -> (input size, hidden, B, T, packed): the grid points whose kernels cannot run on CPU
+    "H256 L1 B16 T256": (256, 256, 16, 256, False),
+    "H512 L1 B16 T256": (512, 512, 16, 256, False),
+    "H512 L1 B64 T256 padded": (512, 512, 64, 256, False),
+    "H512 L1 B64 T256 packed": (512, 512, 64, 256, True),
+}
+
+
+def _mocked_loops(monkeypatch):
+    """Replace the fused plan's loops by stand-ins with the split kernels' host-visible results (outputs, the last
+    states, the gates; dG and the carried gradient, then the real parameter products of ``parameter_grads``), so that
+    a grid point's operators outside the kernels' own host code can be counted on CPU."""
+    from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters  # noqa: PLC0415
+    from gpulab.rnn.fused import plan  # noqa: PLC0415
+
+    def forward(Wx, R, b, states, function, save_gates):
+        B, T, G, NH, DH = Wx.shape
+        out, last = Wx.new_empty((2, B, T, NH, DH)), Wx.new_empty((2, B, 1, NH, DH))
+        return out, last, Wx.new_empty((B, T, G, NH, DH)) if save_gates else None
+
+    def backward(d_out, gates, out, states, R, function, d_last=None):
+        dG, ds0 = torch.empty_like(gates), torch.empty_like(states)
+        return (*gate_gradients_to_parameters(dG, out, states, function), ds0)
+
+    def loops(*args, **kwargs):
+        return forward, backward if args[6] else None
+
+    try:
+        from gpulab.rnn import layer  # noqa: PLC0415
+
+        layer._LOOPS.clear()
+    except ImportError:  # a tree before the layer op: the general path only
+        pass
+    monkeypatch(plan, "plan_kind", lambda *a, **k: "split")
+    monkeypatch(plan, "problem_loops", loops)
+    monkeypatch(plan, "_loops", loops)
+
+
+def _cpu_mocked(names):
+    """Without a GPU: the grid points' aten operators per step, the kernels mocked out (:func:`_mocked_loops`), and
+    the host time per step (Python and the CPU's aten work; on a GPU each operator also costs its launch)."""
+    saved = []
+
+    def patch(obj, name, value):
+        saved.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    _mocked_loops(patch)
+    try:
+        for name in names:
+            i, h, b, t, packed = MOCKED[name]
+            ours = LSTM(i, h, batch_first=True)
+            x = torch.randn(b, t, i, requires_grad=True)
+            if packed:  # mixed lengths as the grid's packed point: T // 4 .. T, the first T
+                lengths = torch.randint(max(1, t // 4), t + 1, (b,), generator=torch.Generator().manual_seed(0))
+                lengths[0] = t
+                data = nn.utils.rnn.pack_padded_sequence(x.detach(), lengths, batch_first=True, enforce_sorted=False)
+                x = data._replace(data=data.data.requires_grad_())
+            print(f"== {name} gpulab (CPU, kernels mocked)")
+            leaves = [x.data if packed else x, *ours.parameters()]
+            step = (_packed_step if packed else _step)(ours, x, leaves)
+            _aten(step)
+            _host_ms(step, 20)
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
+
+
+def _packed_step(module, x, leaves):
+    def step():
+        for t in leaves:
+            t.grad = None
+        module(x)[0].data.sum().backward()
+
+    return step
 
 
 def main():
@@ -184,7 +288,9 @@ def main():
     wanted = [c for c in args.cases.split(",") if c]
     cases = {k: v for k, v in CASES.items() if not wanted or any(k.startswith(w) for w in wanted)}
     if not torch.cuda.is_available():
-        _cpu("tiny B1 T4 2x64")
+        if not wanted or any("tiny".startswith(w) for w in wanted):
+            _cpu("tiny B1 T4 2x64")
+        _cpu_mocked([k for k in MOCKED if not wanted or any(k.startswith(w) for w in wanted)])
         return
     for name, (i, h, heads, layers, b, t) in cases.items():
         x = torch.randn(b, t, i, device="cuda", dtype=torch.float16, requires_grad=True)

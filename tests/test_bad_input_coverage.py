@@ -153,13 +153,16 @@ ALLOWED = {
     "gpulab.bench.index.read_index": _STORED,
     "gpulab.bench.index.entries": _STORED,
     "gpulab.gluon_compat.tma_descriptor_encoder": "internal: called by version 3's launch with Triton's driver utils",
+    "gpulab.rnn.api.zero_states": "internal: flashrnn's and gpulab.rnn.layer's zero initial states of a shape they "
+    "checked (flashrnn's bad inputs: tests/rnn/test_rnn_bad_input.py)",
     **dict.fromkeys(
         [
             f"gpulab.rnn.packed.{n}"
             for n in ("flat_index", "unpack", "repack", "reverse_index", "time_gather", "last_steps")
         ]
         + ["gpulab.rnn.checkpoint.suffix", "gpulab.rnn.checkpoint.convert_legacy"]
-        + ["gpulab.rnn.projected.projected_lstm"],
+        + ["gpulab.rnn.projected.projected_lstm"]
+        + ["gpulab.rnn.layer.lstm_layer", "gpulab.rnn.layer.layer_loops"],
         "internal: called by gpulab.rnn.LSTM after its checks (its bad inputs are tested in "
         "tests/rnn/test_module_nnlstm_bad_input.py)",
     ),

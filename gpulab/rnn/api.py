@@ -46,7 +46,7 @@ from gpulab.rnn.backends.vanilla import vanilla_forward
 from gpulab.rnn.functions import FUNCTIONS, RNNFunction, get_function
 from gpulab.rnn.fused.plan import fused_forward
 
-__all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs"]
+__all__ = ["flashrnn", "BACKENDS", "backend_name", "check_inputs", "zero_states"]
 
 BACKENDS: dict[str, Callable] = {
     "vanilla": vanilla_forward,
@@ -134,7 +134,7 @@ def _signature(Wx, R, b, states, function, backend, dtype):
 _ZEROS: dict = {}  # (shape, dtype, device) -> a zero initial state the Triton backends only read
 
 
-def _zero_states(shape, dtype, device, backend):
+def zero_states(shape, dtype, device, backend):
     """Zero initial states: made once per shape and kept for the Triton backends, whose loops only read them (one
     allocation and one fill less per call); new zeros where the tensor must be the caller's own: the ``vanilla``
     loop, a traced call (``torch.compile``), a CUDA graph being captured (its fill would run only on replay)."""
@@ -171,7 +171,7 @@ def flashrnn(Wx, R, b, states=None, function="lstm", backend="fused", dtype=None
     fn, backend, cdt = checked
     B, T, _, nh, dh = Wx.shape
     if states is None:
-        states = _zero_states((fn.states, B, 1, nh, dh), cdt, Wx.device, backend)
+        states = zero_states((fn.states, B, 1, nh, dh), cdt, Wx.device, backend)
     Wx, R, b, states = (t.to(cdt) for t in (Wx, R, b, states))
     if backend != "vanilla" and torch.compiler.is_compiling():  # torch.compile: the custom ops, opaque to the tracer
         return ops.rnn_op(Wx, R, b, states, fn.name, backend)

@@ -53,6 +53,7 @@ from gpulab.rnn import packed as packing
 from gpulab.rnn.api import backend_name, flashrnn
 from gpulab.rnn.checkpoint import convert_legacy
 from gpulab.rnn.fused import plan as fused_plan
+from gpulab.rnn.layer import lstm_layer
 from gpulab.rnn.projected import projected_lstm
 from gpulab.rnn.weights import float_dtype
 
@@ -107,6 +108,7 @@ class LSTM(nn.Module):
         self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
         self.join_directions = None  # bidirectional: None chooses (_joins); True one recurrence, False one each
+        self._folded = {}  # b_ih + b_hh per direction and weight version (gpulab.rnn.layer), not a parameter
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
@@ -243,10 +245,10 @@ class LSTM(nn.Module):
             inp = outs[0] if D == 1 else torch.cat(outs, dim=-1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 inp = nn.functional.dropout(inp, self.dropout, training=True)
-        # one layer and direction: views of the kernel's last states (a stack would be two more launches)
+        # one layer and direction: views of the kernel's last states (a concatenation would be two more launches)
         if len(h_n) == 1:
-            return inp, h_n[0].unsqueeze(0), c_n[0].unsqueeze(0)
-        return inp, torch.stack(h_n), torch.stack(c_n)
+            return inp, h_n[0], c_n[0]
+        return inp, torch.cat(h_n), torch.cat(c_n)
 
     def _joins(self, B: int, dtype) -> bool:
         """Whether a bidirectional layer runs its two directions as one recurrence (see the module docstring)."""
@@ -259,7 +261,7 @@ class LSTM(nn.Module):
 
     def _direction(self, layer, d, x, s0, lengths):
         """One layer, one direction over x [B, T, I_l] (already in its time order) -> (h [B, T, P or H], h_last,
-        c_last [B, .]); the last states are each sequence's at its length when ``lengths`` is given."""
+        c_last [1, B, .]); the last states are each sequence's at its length when ``lengths`` is given."""
         B, T, _ = x.shape
         H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
         if self.proj_size:
@@ -271,24 +273,38 @@ class LSTM(nn.Module):
             h0, c0 = (None, None) if s0 is None else s0
             h_all, c_all = projected_lstm(wx, getattr(self, f"weight_hh_{s}"), getattr(self, f"weight_hr_{s}"), h0, c0)
             if lengths is None:
-                return h_all, h_all[:, -1], c_all[:, -1]
+                return h_all, h_all[None, :, -1], c_all[None, :, -1]
             idx = torch.arange(B, device=x.device)
-            return h_all, h_all[idx, lengths - 1], c_all[idx, lengths - 1]
-        w_ih, b_ih, R, b = self.layer_weights(layer, d)
-        wx = nn.functional.linear(x, w_ih, b_ih).view(B, T, 4, nh, dh)
+            return h_all, h_all[idx, lengths - 1][None], c_all[idx, lengths - 1][None]
         st = None if s0 is None else torch.stack(s0).view(2, B, 1, nh, dh)
-        if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
-            all_states, last = _empty_batch(wx, R, b, st)
+        ran = None
+        if B and self.backend != "vanilla":  # one op: the projection's GEMM inside it, the parameters as they are
+            s = f"l{layer}{_SUFFIX[d]}"
+            if nh > 1 or not self.bias:
+                R, b_ih = getattr(self, f"weight_hh_{s}" if nh == 1 else f"recurrent_{s}"), None
+                b = getattr(self, f"bias_{s}")
+            else:
+                R, b_ih, b = (getattr(self, f"{n}_{s}") for n in ("weight_hh", "bias_ih", "bias_hh"))
+            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, self.backend, self._folded, (nh, dh))
+        if ran is not None:
+            all_states, last = ran
         else:
-            all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+            w_ih, b_ih, R, b = self.layer_weights(layer, d)
+            wx = nn.functional.linear(x, w_ih, b_ih).view(B, T, 4, nh, dh)
+            if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
+                all_states, last = _empty_batch(wx, R, b, st)
+            else:
+                all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
         if lengths is not None:
             last = packing.last_steps(all_states, lengths)
-        return all_states[0].reshape(B, T, H), last[0].reshape(B, H), last[1].reshape(B, H)
+        h_last, c_last = last.reshape(2, 1, B, H).unbind(0)  # one operator for both (last [2, B, 1, NH, DH])
+        return all_states[0].reshape(B, T, H), h_last, c_last
 
     def _both_directions(self, layer, x, s0, rev, lengths):
         """Both directions of one layer in one recurrence: the reverse direction's NH heads beside the forward's
         (R [4, 2 NH, DH, DH], block-diagonal still), its Wx reversed in time (a projection per step commutes with
-        the reversal). x [B, T, I_l], s0 (h0, c0) each [2, B, H] or None -> (out [B, T, 2H], [h_f, h_r], [c_f, c_r])."""
+        the reversal). x [B, T, I_l], s0 (h0, c0) each [2, B, H] or None -> (out [B, T, 2H], [h_f, h_r], [c_f, c_r],
+        each [1, B, H])."""
         B, T, _ = x.shape
         H, nh, dh = self.hidden_size, self.num_heads, self.head_dim
         (w_f, bi_f, R_f, b_f), (w_r, bi_r, R_r, b_r) = self.layer_weights(layer, 0), self.layer_weights(layer, 1)
@@ -304,8 +320,8 @@ class LSTM(nn.Module):
         h = all_states[0]  # [B, T, 2 NH, DH]: forward heads, then the reverse's in reversed time
         out = torch.cat((h[:, :, :nh], packing.time_gather(h[:, :, nh:], rev)), dim=2).reshape(B, T, 2 * H)
         last = packing.last_steps(all_states, lengths) if lengths is not None else last[:, :, 0]  # [2, B, 2 NH, DH]
-        last = last.reshape(2, B, 2, H)
-        return out, [last[0, :, 0], last[0, :, 1]], [last[1, :, 0], last[1, :, 1]]
+        last = last.reshape(2, 1, B, 2, H)
+        return out, [last[0, ..., 0, :], last[0, ..., 1, :]], [last[1, ..., 0, :], last[1, ..., 1, :]]
 
     def _initial_state(self, hx, B: int, unbatched: bool, dtype, is_packed: bool = False):
         """``hx`` checked: None, or ``(h0, c0)`` [L*D, B, P or H] and [L*D, B, H] (no B for unbatched x)."""

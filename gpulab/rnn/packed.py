@@ -20,26 +20,49 @@ from torch.nn.utils.rnn import PackedSequence
 __all__ = ["flat_index", "unpack", "repack", "reverse_index", "time_gather", "last_steps"]
 
 
+_FLAT: dict = {}  # (batch sizes, device) -> [(sorted_indices, its version, flat_index's answer), ...]
+_LAST: list = []  # [(lengths, (rows, lengths - 1))]: last_steps' index of the lengths flat_index kept
+
+
 def flat_index(x: PackedSequence) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """``(index, lengths, B, T)`` of a PackedSequence: row i of ``x.data`` is row ``index[i]`` = b * T + t of the
     padded batch-first [B * T] (b in the caller's order), ``lengths`` [B] int64, both on ``x.data``'s device.
 
     Packed rows are time-major: step t holds the first ``batch_sizes[t]`` sequences of the sorted order, so row i
     belongs to the step t whose rows contain it, at sorted position j = i - (rows of the steps before t), and to the
-    caller's sequence b = ``sorted_indices[j]``."""
+    caller's sequence b = ``sorted_indices[j]``.
+
+    Kept per batch sizes (their values, read on the CPU where they lie) and sort order (the same ``sorted_indices``
+    tensor, unchanged: its values are on the GPU, and reading them would wait for it), so a batch packed once and
+    run again builds and copies nothing; the index tensors are never written."""
     sizes = x.batch_sizes
     if sizes.dim() != 1 or sizes.numel() == 0 or sizes.is_floating_point():
         raise ValueError(f"x.batch_sizes must be a 1-d integer tensor of the steps' batch sizes, got {sizes!r}; build "
                          "x with torch.nn.utils.rnn.pack_sequence or pack_padded_sequence.")  # fmt: skip
+    order = x.sorted_indices
+    key = (tuple(sizes.tolist()) if sizes.device.type == "cpu" else None, x.data.device)
+    if key[0] is not None and not torch.compiler.is_compiling():
+        for kept, version, flat in _FLAT.get(key, ()):
+            if kept is order and (order is None or order._version == version):
+                return flat
+    flat = _flat_index(sizes, order, x.data.device)
+    if key[0] is not None and not torch.compiler.is_compiling():
+        if len(_FLAT) >= 16:
+            _FLAT.clear()
+        entries = _FLAT.setdefault(key, [])
+        entries.insert(0, (order, None if order is None else order._version, flat))
+        del entries[4:]
+    return flat
+
+
+def _flat_index(sizes, order, device):
     sizes = sizes.cpu().long()
     T, B = sizes.numel(), int(sizes[0])
     step = torch.repeat_interleave(torch.arange(T), sizes)
     sorted_pos = torch.arange(step.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
     lengths_sorted = (sizes[None, :] > torch.arange(B)[:, None]).sum(1)
-    device = x.data.device
     step, sorted_pos = step.to(device, non_blocking=True), sorted_pos.to(device, non_blocking=True)
     lengths_sorted = lengths_sorted.to(device, non_blocking=True)
-    order = x.sorted_indices
     if order is None:
         return sorted_pos * T + step, lengths_sorted, B, T
     order = order.to(device)
@@ -91,5 +114,11 @@ def time_gather(x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
 
 def last_steps(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """states [S, B, T, ...] -> [S, B, ...]: each sequence's state at t = length - 1."""
-    B = states.shape[1]
-    return states[:, torch.arange(B, device=states.device), lengths - 1]
+    for kept, rows in _LAST:  # the lengths of a batch flat_index kept: its index too
+        if kept is lengths:
+            return states[:, rows[0], rows[1]]
+    rows = torch.arange(states.shape[1], device=states.device), lengths - 1
+    if not torch.compiler.is_compiling() and any(flat[1] is lengths for e in _FLAT.values() for _, _, flat in e):
+        _LAST.insert(0, (lengths, rows))
+        del _LAST[8:]
+    return states[:, rows[0], rows[1]]

@@ -148,12 +148,13 @@ _ALLOCATING = {"empty", "empty_strided", "new_empty", "zeros", "new_zeros", "zer
                "full", "new_full", "clone", "cat", "stack", "_to_copy", "copy_"}  # fmt: skip
 
 
-@pytest.mark.parametrize("heads, allocations", [(2, 8), (1, 8)])
+@pytest.mark.parametrize("heads, allocations", [(2, 8), (1, 9)])
 def test_a_repeated_module_step_dispatches_no_sync_and_few_allocations(heads, allocations, monkeypatch):
     """One training step of ``gpulab.rnn.LSTM`` (forward + ``sum().backward()``), repeated with one shape: no
     operator that reads a value back to the host (``.item()``, ``nonzero``, a copy to the CPU: on a GPU each
     waits for it), no conversion or copy, and at most ``allocations`` allocating operators: the kernels' seven
-    outputs (h and c, the last states, the gates; dG, the carried gradient, dR, db) and the loss's gradient. The
+    outputs (h and c, the last states, the gates; dG, the carried gradient, dR, db) and the loss's gradient (one
+    head: and b_ih's gradient, a copy of db, its own tensor since optimizers scale gradients in place). The
     fused backend's three launches (forward, backward, parameter products) and three products (the input
     projection and its two gradients). Counted without the outputs' NaN poisoning, as timed runs allocate."""
     torch.manual_seed(0)
@@ -178,7 +179,7 @@ def test_a_repeated_module_step_dispatches_no_sync_and_few_allocations(heads, al
     assert sum(allocs.values()) <= allocations, f"{allocs} allocating operators (at most {allocations}): {dict(ops)}"
     assert counter.launches == 3, counter.launches
     products = ops["mm"] + ops["addmm"]
-    assert products == 3 and ops["sum"] == 1 + (heads == 1), dict(ops)  # (one head: nn.LSTM's b_ih, summed)
+    assert products == 3 and ops["sum"] == 1, dict(ops)  # (the loss; b_ih's gradient is the backend's db, no sum)
 
 
 def test_zero_initial_states_are_made_once_for_the_triton_backends(make_inputs, monkeypatch):
@@ -199,3 +200,106 @@ def test_zero_initial_states_are_made_once_for_the_triton_backends(make_inputs, 
     assert seen[0] is seen[1] and not seen[0].any()
     assert torch.equal(first[0], again[0])
     assert rnn.flashrnn(Wx.double(), R.double(), b.double(), backend="vanilla")[0].shape == first[0].shape
+
+
+TINY_STEP_OPERATORS = {2: 32, 1: 39}
+"""Upper bounds on the aten operators of one repeated training step of the tiny call (B 1, T 4, two heads of 64),
+and of one head of 64 with nn.LSTM's two biases, outside the kernels: on a host-bound GPU each costs
+microseconds, so a change that adds one fails here (lower the bound when a change removes some)."""
+
+
+@pytest.mark.parametrize("heads", [2, 1])
+def test_the_tiny_step_dispatches_at_most_its_operators(heads, monkeypatch):
+    """The tiny call's step (forward + ``sum().backward()``, x a leaf): at most :data:`TINY_STEP_OPERATORS`
+    operators, three launches (forward, backward, parameter products), three GEMMs (the input projection and its
+    two gradients), one sum (the loss: the biases' gradients are the backward's db) and no elementwise arithmetic
+    on the host's path (the two biases are summed once per weight version, not per call)."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(64 * heads, 64 * heads, num_heads=heads, batch_first=True, backend="fused")
+    x = torch.randn(1, 4, 64 * heads, requires_grad=True)
+    leaves = [x, *module.parameters()]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        module(x)[0].sum().backward()
+
+    counter = _AtenCounter(monkeypatch)
+    with runtime.poisoning(False):
+        step()
+        counter.launches = 0
+        with counter:
+            step()
+    ops = counter.ops
+    assert sum(ops.values()) <= TINY_STEP_OPERATORS[heads], dict(ops)
+    assert counter.launches == 3 and ops["mm"] == 3 and ops["sum"] == 1, dict(ops)
+    assert not {k: n for k, n in ops.items() if k in {"add", "add_", "sub", "mul", "addmm", "cat", "stack"}}, dict(ops)
+    assert all(p.grad is not None for p in module.parameters()) and x.grad is not None
+
+
+def test_a_packed_batch_run_again_builds_no_index(monkeypatch):
+    """flat_index is kept per batch sizes and sort order: the second step over the same PackedSequence dispatches
+    none of the index build's operators (and no read of a value to the host); a new sort order builds it again."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(8, 8, backend="vanilla")
+    seqs = [torch.randn(n, 8) for n in (3, 5, 2)]
+    x = torch.nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False)
+    module(x)
+    counter = _AtenCounter(monkeypatch)
+    with counter:
+        again = module(x)
+    built = {"repeat_interleave", "cumsum", "_local_scalar_dense", "index_copy_", "arange"}
+    assert not {k: n for k, n in counter.ops.items() if k in built}, dict(counter.ops)
+    other = torch.nn.utils.rnn.pack_sequence([seqs[1], seqs[0], seqs[2]], enforce_sorted=False)
+    counter = _AtenCounter(monkeypatch)
+    with counter:
+        module(other)
+    assert counter.ops["repeat_interleave"] == 2, dict(counter.ops)
+    ref = torch.nn.LSTM(8, 8)
+    ref.load_state_dict(module.state_dict())
+    assert torch.allclose(again[0].data, ref(x)[0].data, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden, heads, B", [(128, 2, 1), (256, 1, 16), (512, 1, 16), (512, 1, 64)])
+def test_gpu_the_layer_op_equals_nn_lstm(hidden, heads, B):
+    """The module's layer op (the projection's GEMM inside it, the biases summed once, their gradients the
+    backend's db) on the GPU's own paths: the tiny call's one-SM kernels, version 6 and b4 at one head, against an
+    fp32 nn.LSTM (several heads: the vanilla backend) with the same weights, every parameter's gradient, twice (the
+    second call reads the kept bias sum), then once more after an optimizer step changed the biases."""
+    from gpulab.rnn.fused.measure.lstm_grid import check_against_torch  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    module = rnn.LSTM(hidden, hidden, num_heads=heads, batch_first=True).to(runtime.device, torch.float16)
+    x = torch.randn(B, 64, hidden, device=runtime.device, dtype=torch.float16)
+    for _ in range(2):
+        assert check_against_torch(module, x, f"H{hidden} x{heads} B{B}", every_weight=True) == "ok"
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.01)
+    assert check_against_torch(module, x, f"H{hidden} x{heads} B{B} after a step", every_weight=True) == "ok"
+
+
+@pytest.mark.parametrize("backend", ["fused", "alternating"])
+def test_the_kept_bias_sum_follows_the_parameters_and_the_bias_gradients_are_their_own(backend):
+    """The layer op keeps b_ih + b_hh per weight version: after an in-place change of either bias (an optimizer step,
+    ``load_state_dict``) the output is nn.LSTM's with the new values, and b_ih's and b_hh's gradients are equal
+    values in separate storage (an optimizer scaling one in place must not scale the other)."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(5, 16, batch_first=True, backend=backend)
+    ref = torch.nn.LSTM(5, 16, batch_first=True)
+    x = torch.randn(3, 4, 5)
+    for change in (None, "bias_ih_l0", "bias_hh_l0"):
+        if change is not None:
+            with torch.no_grad():
+                getattr(module, change).add_(torch.randn(64))
+        ref.load_state_dict(module.state_dict())
+        module.zero_grad(set_to_none=True)
+        y, (h, c) = module(x)
+        y.sum().backward()
+        y_r, (h_r, c_r) = ref(x)
+        for a, r in ((y, y_r), (h, h_r), (c, c_r)):
+            check.assert_close(a, r.detach().double(), name=f"{backend} after {change}")
+        g_ih, g_hh = module.bias_ih_l0.grad, module.bias_hh_l0.grad
+        assert torch.equal(g_ih, g_hh)
+        assert g_ih.untyped_storage().data_ptr() != g_hh.untyped_storage().data_ptr()

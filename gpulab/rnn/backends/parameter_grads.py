@@ -116,14 +116,19 @@ def parameter_grads(dG, out, states, function, time_major=False, db=None):
         steps[0] = states[0, :, 0]  # the initial h, then h_0 .. h_{T-2}
         steps[1:] = out[0, :, : T - 1].transpose(0, 1)
         dR = torch.einsum("kgnj,knm->gnjm", rows[:, r], h.reshape(B * T, NH, DH))
-    else:
-        h_rows = out[0].reshape(B * T, NH, DH)  # row b T + t: h_t
-        dR = torch.einsum("kgnj,knm->gnjm", rows[1:, r], h_rows[:-1])  # row k with row k - 1's h
-        fix = states[0, :, 0].clone()  # [B, NH, DH]: the initial h, less what the shift paired each t = 0 row with
-        fix[1:] -= out[0, : B - 1, T - 1]
-        dR += torch.einsum("bgnj,bnm->gnjm", dG[:, 0, r], fix)
+    else:  # one head: plain GEMMs on [rows, gates * DH] matrices (an einsum adds permutes and views around its bmm)
+        G_r = fn.gates_r  # (the recurrent gates are dG's first G_r)
+        dg = rows.view(B, T, G_b * DH)
+        dg = dg if G_r == G_b else dg[:, :, : G_r * DH]  # [B, T, G_r DH]: dG's recurrent gates, where they lie
+        h = out.reshape(out.shape[0], B * T, DH)[0]  # [B T, DH], row b T + t: h_t
+        dR = torch.mm(dg.reshape(B * T, G_r * DH)[1:].t(), h[:-1])  # [G_r DH, DH]: row k with row k - 1's h
+        dg0 = dg[:, 0].t()  # [G_r DH, B]: the t = 0 rows, which the shift paired with the previous row's last h
+        dR.addmm_(dg0, states.reshape(-1, DH)[:B])  # + their pairs with the initial h (states[0, b, 0, 0] is row b)
+        if B > 1:
+            dR.addmm_(dg0[:, 1:], h.view(B, T * DH)[: B - 1, (T - 1) * DH :], alpha=-1)  # - h_{T-1} of row b - 1
+        dR = dR.view(G_r, 1, DH, DH)
     if db is None:  # (a kernel that wrote dG may have summed it already: b4's ``sum_db``)
-        db = rows.sum(0, dtype=torch.float32).to(dG.dtype)
+        db = rows.sum(0)  # one kernel: a 16-bit sum accumulates in fp32 and rounds once (no fp32 result to cast)
     return input_gate_grads(dG, fn, time_major), dR.contiguous(), db
 
 
