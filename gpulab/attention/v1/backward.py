@@ -52,11 +52,11 @@ from gpulab.triton_ops import LOG2E, dot
 
 __all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "backward_launches", "HEADS_FIRST_CAUSAL"]
 
-HEADS_FIRST_CAUSAL = True
+HEADS_FIRST_CAUSAL = False
 """Whether causal-like problems (the right side bounded: SDPA's causal mask, or a window bounded on the right) take the
-heads-first grid (module docstring) in :func:`backward_launches` by default: on the H200 (``python -m gpulab bench 05
-short``, both orders timed) it took less device time on every causal problem timed (N 1024 at d64 and d128, N 4096
-at d128)."""
+heads-first grid (module docstring) in :func:`backward_launches` by default. Off: on the H200 (``python -m gpulab
+bench 05 short``) it took less device time on every causal problem timed, but the GPU test of every short line
+(``tests/attention/test_short_sequences.py``) failed on two causal problems, the failing line not yet known."""
 
 
 @triton.jit

@@ -180,5 +180,8 @@ def test_flashrnn_runs_1536_through_the_two_piece_kernels(B, run_case, monkeypat
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: ran.append(_name) or _real(*a, **k))
     plan.clear_cache()
-    run_case("fused", "lstm", B, 64, 1, 1536, dtype=torch.float16)
+    # dR and db sum B * T products of fp16 gate gradients: on the H200 a few of 9.4M dR elements miss the elementwise
+    # 5e-3 there, as many for the alternating backend's (cuBLAS) as for these kernels (22 and 25 at B 16), so those two
+    # are checked norm-wise (as bf16's are); everything else elementwise.
+    run_case("fused", "lstm", B, 64, 1, 1536, dtype=torch.float16, normwise=("dR", "db"))
     assert "split_forward_units" in ran and "split_backward_units" in ran, ran
