@@ -7,8 +7,10 @@ each one starts. The kernels (:mod:`gpulab.attention.v1`) run all of them in one
 the longest sequence, heads, sequences), and each program reads its sequence's offsets from ``cu_seq`` itself. A
 program whose Q block lies past its sequence's end stores nothing. So the host never reads the offsets to launch: the
 call can be captured in a CUDA graph. It does read them to check them (starting at 0, never decreasing, within the
-tensors, no sequence longer than ``max_q``/``max_k``), on every call outside graph capture
-(``torch.cuda.is_current_stream_capturing()``); inside a capture these checks are the caller's.
+tensors, no sequence longer than ``max_q``/``max_k``) outside graph capture
+(``torch.cuda.is_current_stream_capturing()``; inside a capture these checks are the caller's), once per offsets
+tensor: reading them waits for the GPU, so a model whose layers all take the same ``cu_seq`` tensors pays it in its
+first layer only (:func:`checked_offsets`).
 
 FLOPs: a padded batch computes ``S * max_q * max_k`` score entries per head, the packed one ``sum_s Nq_s Nk_s``.
 """
@@ -16,6 +18,7 @@ FLOPs: a padded batch computes ``S * max_q * max_k`` score entries per head, the
 from __future__ import annotations
 
 import os
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -37,6 +40,7 @@ __all__ = [
     "VarlenPlan",
     "varlen_plan",
     "check_offsets",
+    "checked_offsets",
     "VarlenFunction",
     "v3_gate",
 ]
@@ -145,6 +149,30 @@ def check_offsets(cu_seq_q, cu_seq_k, t_q: int, t_k: int, max_q: int, max_k: int
         if steps and max(steps) > longest:
             raise ValueError(f"a sequence of {max(steps)} tokens (by {name}) is longer than {mname}={longest}; pass "
                              f"{mname} >= the longest sequence (it sizes the grid).")  # fmt: skip
+
+
+_CHECKED: dict = {}
+"""Offsets that passed :func:`check_offsets`: (ids, sizes) -> (weak references, version counters)."""
+
+
+def checked_offsets(cu_seq_q, cu_seq_k, t_q: int, t_k: int, max_q: int, max_k: int) -> None:
+    """:func:`check_offsets`, skipped when these very tensors passed it with these sizes and neither was written
+    since: autograd's version counter (``tensor._version``) counts every in-place write through torch, so offsets
+    refilled in place (``cu.copy_(...)``) are read again. A write that bypasses the counter (through ``.data`` or a
+    kernel's raw pointer) is not seen; tensors made in inference mode have no counter and are read every call."""
+    try:
+        versions = (cu_seq_q._version, cu_seq_k._version)
+    except RuntimeError:  # inference tensors track no version
+        return check_offsets(cu_seq_q, cu_seq_k, t_q, t_k, max_q, max_k)
+    key = (id(cu_seq_q), id(cu_seq_k), t_q, t_k, max_q, max_k)
+    seen = _CHECKED.get(key)
+    if seen is not None and seen[0]() is cu_seq_q and seen[1]() is cu_seq_k and seen[2] == versions:
+        return None
+    check_offsets(cu_seq_q, cu_seq_k, t_q, t_k, max_q, max_k)
+    if len(_CHECKED) >= 64:
+        _CHECKED.clear()
+    _CHECKED[key] = (weakref.ref(cu_seq_q), weakref.ref(cu_seq_k), versions)
+    return None
 
 
 def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa) -> VarlenPlan:
@@ -258,7 +286,7 @@ def varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, m
         window_size = tuple(window_size)
     plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
-        check_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
     q, k, v, o, do = (t.contiguous() for t in (query, key, value, out, grad_out.to(query.dtype)))
     return _backward(plan, do, q, k, v, o, lse.contiguous(), cu_seq_q, cu_seq_k)
 
@@ -338,7 +366,7 @@ def varlen_attn(
         window_size = tuple(window_size)
     plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
-        check_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
     q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = VarlenFunction.apply(q, k, v, cu_seq_q, cu_seq_k, plan)

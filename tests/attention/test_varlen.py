@@ -6,6 +6,7 @@ import torch
 
 from gpulab import attention as A
 from gpulab import check, launch, runtime
+from gpulab.attention import varlen
 
 
 def _offsets(lengths):
@@ -65,6 +66,24 @@ def test_one_forward_launch_for_the_whole_batch():
     before = sum(launch.launch_counts().values())
     A.varlen_attn(q, k, v, cu, cu, 17, 17)
     assert sum(launch.launch_counts().values()) - before == 1
+
+
+def test_offsets_are_read_once_until_written(monkeypatch):
+    """The host reads a pair of offsets tensors once (a read waits for the GPU); a write in place, other sizes or a
+    new tensor with the same values are read again, and bad offsets written in place are refused."""
+    q, k, v, _, cu, _ = _packed([3, 5], [3, 5], 2, 2, 16)
+    reads = []
+    real = varlen.check_offsets
+    monkeypatch.setattr(varlen, "check_offsets", lambda *a: reads.append(a[4:]) or real(*a))
+    for _ in range(3):
+        A.varlen_attn(q, k, v, cu, cu, 5, 5)
+    assert len(reads) == 1, f"the offsets were read {len(reads)} times for one tensor (expected once)"
+    A.varlen_attn(q, k, v, cu.clone(), cu, 5, 5)
+    A.varlen_attn(q, k, v, cu, cu, 6, 5)
+    assert len(reads) == 3, "a new tensor or a new max_q must be read again"
+    cu.copy_(_offsets([3, 6]))  # ends at 9, past q's 8 tokens
+    with pytest.raises(ValueError, match="past the end"):
+        A.varlen_attn(q, k, v, cu, cu, 6, 6)
 
 
 @pytest.mark.gpu

@@ -288,13 +288,13 @@ def window_config(head_dim: int, is_causal: bool, window_size=(-1, -1), seq: int
     with one the causal problem's (both mask per row on their edge blocks) with Q read from shared memory
     (``q_regs=False``): ptxas spills inside the key loop for a window bounded on the right only with the
     three-consumer d=64 tiles and with d=128's ``q_regs`` (one 4-byte store and load per block), and compiles
-    every window without spills so; at d=256 with step 2, or step 1 for a window bounded on the left (steps 2-3 spill
-    4-12 bytes outside the key loop there on Triton 3.6 or 3.9; step 3 also on the right-only windows' paired tiles
-    on 3.6). Not timed with windows: the tune part decides, as it did for the tables."""
+    every window without spills so; at d=256 with step 1 (steps 2-3 spill 4-12 bytes outside the key loop there:
+    step 3 on Triton 3.6, step 2 on 3.9 for a window bounded on the left and on 3.7 for one bounded on the right
+    only). Not timed with windows: the tune part decides, as it did for the tables."""
     left, right = check_window(window_size, runtime.strict_bool("is_causal", is_causal))
     if (left, right) == (-1, -1):
         return v3_config(head_dim, is_causal, seq=seq)
-    step = (1 if left >= 0 else 2) if head_dim == 256 else v3_config(head_dim, True, seq=seq).step
+    step = 1 if head_dim == 256 else v3_config(head_dim, True, seq=seq).step
     return dataclasses.replace(v3_config(head_dim, True, seq=seq), q_regs=False, step=step)
 
 

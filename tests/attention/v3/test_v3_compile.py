@@ -57,12 +57,12 @@ O is [64, 256] fp32 per consumer: 128 registers per thread, S [64, 64] 32 more, 
 add 64. FlashAttention-3 takes 128 x 80 tiles at d=256 (one 128-row Q tile per warpgroup pair); here a warpgroup
 owns 64 rows and the key block is a power of two: 64. Windows (spill bytes, all outside the key loop):
 
-    window               step 3 (3.6)   step 2 (3.6)   step 2 (3.9)   step 1 (3.6, 3.9)
-    (3, 7)               4              0              4              0
-    (8, 0), gqa          4              0              4              0
-    (-1, 0), paired      4              0              0              0
+    window               step 3 (3.6)   step 2 (3.6)   step 2 (3.7)   step 2 (3.9)   step 1 (3.6-3.9)
+    (3, 7)               4              0              -              4              0
+    (8, 0), gqa          4              0              -              4              0
+    (-1, 0), paired      4              0              4              0              0
 
-so ``window_config`` takes step 1 for a window bounded on the left and step 2 for one bounded on the right only.
+so ``window_config`` takes step 1 for every window at d=256.
 Not timed yet: ``bench 05 features`` on the H200 decides."""
 
 
