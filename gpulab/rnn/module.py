@@ -36,7 +36,9 @@ Backends (the ``backend`` attribute may be changed at any time):
 - ``"vanilla"``: a PyTorch loop; runs anywhere, any dtype (float64 too).
 
 ``proj_size > 0`` runs on every backend through the PyTorch loop of :mod:`gpulab.rnn.projected` (the kernels hold
-square recurrent blocks); on the Triton backends a warning says so once.
+square recurrent blocks); on the Triton backends a warning says so once. So does a dtype the Triton backends do not
+take here (float64 anywhere, as ``gradcheck`` wants; bfloat16 in Triton's CPU interpreter or on a GPU without it):
+that call runs ``"vanilla"``, as torch.nn.LSTM would run it, with a warning once.
 """
 
 from __future__ import annotations
@@ -178,15 +180,16 @@ class LSTM(nn.Module):
                 f"x has dtype {xb.dtype} but the module's parameters are {dtype}; convert one: x.to({dtype}) or "
                 f"module.to({xb.dtype})."
             )
-        if self.backend != "vanilla" and not self.proj_size and dtype not in (torch.float32, torch.float16):
-            _check_backend_dtype(self.backend, dtype)
+        backend = self.backend
+        if backend != "vanilla" and not self.proj_size and dtype not in (torch.float32, torch.float16):
+            backend = _backend_for_dtype(backend, dtype)
         if self.proj_size and self.backend != "vanilla":
             _warn_once(("proj_size", self.backend), f"gpulab.rnn.LSTM: proj_size={self.proj_size} runs through a "
                        f"PyTorch loop (gpulab.rnn.projected), not backend={self.backend!r}'s kernels, which hold "
                        "square recurrent blocks; correct, not fast.")  # fmt: skip
         B = xb.shape[0]
         state = self._initial_state(hx, B, unbatched, dtype, lengths is not None)
-        out, h_n, c_n = self._layers(xb, state, lengths)
+        out, h_n, c_n = self._layers(xb, state, lengths, backend)
         if lengths is not None:
             return packing.repack(out, x, flat), (h_n, c_n)
         if unbatched:
@@ -218,16 +221,17 @@ class LSTM(nn.Module):
             )
         return xb, unbatched
 
-    def _layers(self, xb, state, lengths):
-        """Every layer and direction over xb [B, T, I] -> (out [B, T, D*(P or H)], h_n, c_n [L*D, B, .])."""
+    def _layers(self, xb, state, lengths, backend: str):
+        """Every layer and direction over xb [B, T, I] -> (out [B, T, D*(P or H)], h_n, c_n [L*D, B, .]), run by
+        ``backend`` (the module's, or ``"vanilla"`` for a dtype its kernels do not take)."""
         B, T, _ = xb.shape
         D = self.num_directions
         rev = None if lengths is None or D == 1 else packing.reverse_index(lengths, T)
         h_n, c_n, inp = [], [], xb
         for layer in range(self.num_layers):
-            if D == 2 and not self.proj_size and self._joins(inp.shape[0], inp.dtype):
+            if D == 2 and not self.proj_size and self._joins(inp.shape[0], inp.dtype, backend):
                 s0 = None if state is None else tuple(t[2 * layer : 2 * layer + 2] for t in state)
-                inp, last_h, last_c = self._both_directions(layer, inp, s0, rev, lengths)
+                inp, last_h, last_c = self._both_directions(layer, inp, s0, rev, lengths, backend)
                 h_n += last_h
                 c_n += last_c
                 if self.dropout and self.training and layer < self.num_layers - 1:
@@ -238,7 +242,7 @@ class LSTM(nn.Module):
                 k = layer * D + d
                 x_d = inp if d == 0 else packing.time_gather(inp, rev)
                 s0 = None if state is None else (state[0][k], state[1][k])
-                h_all, h_last, c_last = self._direction(layer, d, x_d, s0, lengths)
+                h_all, h_last, c_last = self._direction(layer, d, x_d, s0, lengths, backend)
                 outs.append(h_all if d == 0 else packing.time_gather(h_all, rev))
                 h_n.append(h_last)
                 c_n.append(c_last)
@@ -250,16 +254,18 @@ class LSTM(nn.Module):
             return inp, h_n[0], c_n[0]
         return inp, torch.cat(h_n), torch.cat(c_n)
 
-    def _joins(self, B: int, dtype) -> bool:
-        """Whether a bidirectional layer runs its two directions as one recurrence (see the module docstring)."""
+    def _joins(self, B: int, dtype, backend: str | None = None) -> bool:
+        """Whether a bidirectional layer runs its two directions as one recurrence (see the module docstring), by
+        ``backend`` (None: the module's)."""
+        backend = backend or self.backend
         if self.join_directions is not None:
             return bool(self.join_directions)
-        if self.backend != "fused":
+        if backend != "fused":
             return True
         kind = fused_plan.plan_kind(B, 2 * self.num_heads, self.head_dim, "lstm", dtype, torch.is_grad_enabled())
         return kind == "single"
 
-    def _direction(self, layer, d, x, s0, lengths):
+    def _direction(self, layer, d, x, s0, lengths, backend: str):
         """One layer, one direction over x [B, T, I_l] (already in its time order) -> (h [B, T, P or H], h_last,
         c_last [1, B, .]); the last states are each sequence's at its length when ``lengths`` is given."""
         B, T, _ = x.shape
@@ -278,14 +284,14 @@ class LSTM(nn.Module):
             return h_all, h_all[idx, lengths - 1][None], c_all[idx, lengths - 1][None]
         st = None if s0 is None else torch.stack(s0).view(2, B, 1, nh, dh)
         ran = None
-        if B and self.backend != "vanilla":  # one op: the projection's GEMM inside it, the parameters as they are
+        if B and backend != "vanilla":  # one op: the projection's GEMM inside it, the parameters as they are
             s = f"l{layer}{_SUFFIX[d]}"
             if nh > 1 or not self.bias:
                 R, b_ih = getattr(self, f"weight_hh_{s}" if nh == 1 else f"recurrent_{s}"), None
                 b = getattr(self, f"bias_{s}")
             else:
                 R, b_ih, b = (getattr(self, f"{n}_{s}") for n in ("weight_hh", "bias_ih", "bias_hh"))
-            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, self.backend, self._folded, (nh, dh))
+            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, backend, self._folded, (nh, dh))
         if ran is not None:
             all_states, last = ran
         else:
@@ -294,13 +300,13 @@ class LSTM(nn.Module):
             if B == 0:  # nothing to run (flashrnn and its kernels take B >= 1); nn.LSTM returns empty outputs
                 all_states, last = _empty_batch(wx, R, b, st)
             else:
-                all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+                all_states, last = flashrnn(wx, R, b, st, "lstm", backend, dtype=wx.dtype)
         if lengths is not None:
             last = packing.last_steps(all_states, lengths)
         h_last, c_last = last.reshape(2, 1, B, H).unbind(0)  # one operator for both (last [2, B, 1, NH, DH])
         return all_states[0].reshape(B, T, H), h_last, c_last
 
-    def _both_directions(self, layer, x, s0, rev, lengths):
+    def _both_directions(self, layer, x, s0, rev, lengths, backend: str):
         """Both directions of one layer in one recurrence: the reverse direction's NH heads beside the forward's
         (R [4, 2 NH, DH, DH], block-diagonal still), its Wx reversed in time (a projection per step commutes with
         the reversal). x [B, T, I_l], s0 (h0, c0) each [2, B, H] or None -> (out [B, T, 2H], [h_f, h_r], [c_f, c_r],
@@ -316,7 +322,7 @@ class LSTM(nn.Module):
         if B == 0:
             all_states, last = _empty_batch(wx, R, b, st)
         else:
-            all_states, last = flashrnn(wx, R, b, st, "lstm", self.backend, dtype=wx.dtype)
+            all_states, last = flashrnn(wx, R, b, st, "lstm", backend, dtype=wx.dtype)
         h = all_states[0]  # [B, T, 2 NH, DH]: forward heads, then the reverse's in reversed time
         out = torch.cat((h[:, :, :nh], packing.time_gather(h[:, :, nh:], rev)), dim=2).reshape(B, T, 2 * H)
         last = packing.last_steps(all_states, lengths) if lengths is not None else last[:, :, 0]  # [2, B, 2 NH, DH]
@@ -441,20 +447,21 @@ def _warn_once(key, message: str) -> None:
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def _check_backend_dtype(backend: str, dtype: torch.dtype) -> None:
-    """A ValueError unless the Triton ``backend`` takes ``dtype`` on this device (float64 never; bf16 not in Triton's
-    CPU interpreter, which computes it wrongly, nor on a GPU without it), saying what it takes and the fix."""
+def _backend_for_dtype(backend: str, dtype: torch.dtype) -> str:
+    """``backend`` where its Triton kernels take ``dtype`` on this device, else ``"vanilla"`` with a warning (once
+    per dtype and backend) saying why and what the kernels take: float64 never; bf16 not in Triton's CPU
+    interpreter, which computes it wrongly, nor on a GPU without it."""
     here = tuple(d for d in (torch.float32, torch.float16, torch.bfloat16) if d in hardware.supported_dtypes())
     if dtype in here:
-        return
+        return backend
     where = "on CPU (Triton's interpreter)" if runtime.INTERPRET else "on this GPU"
     if dtype == torch.bfloat16:
         where += ", whose bfloat16 arithmetic is wrong" if runtime.INTERPRET else ", which has no bfloat16"
-    raise ValueError(
-        f"x and the module's parameters are {dtype}, which backend={backend!r} does not take {where}: it takes "
-        f"{dtypes.names_of(here)}. Fix: backend='vanilla' (a PyTorch loop, any float dtype, float64 too: set "
-        "module.backend = 'vanilla'), or convert both: module.float() and x.float()."
-    )
+    _warn_once((str(dtype), backend), f"gpulab.rnn.LSTM: {dtype} runs through backend='vanilla' (a PyTorch loop: "
+               f"correct, not fast): backend={backend!r}'s kernels do not take it {where}; they take "
+               f"{dtypes.names_of(here)}. For speed convert both: module.to(torch.float32) and "
+               "x.to(torch.float32); to silence this, set module.backend = 'vanilla'.")  # fmt: skip
+    return "vanilla"
 
 
 def _empty_batch(wx, R, b, s0):

@@ -130,3 +130,29 @@ def test_join_directions_by_default_joins_unless_the_joined_heads_would_split(mo
     m.backend = "alternating"
     kinds[(5, 4, 4)] = "split"
     assert m._joins(5, torch.float32)
+
+
+@pytest.mark.parametrize("backend", ["fused", "alternating"])
+def test_float64_runs_like_nn_lstm_on_the_triton_backends(backend):
+    """A drop-in module turned float64 (``.double()``, as gradcheck wants) runs: through the PyTorch loop, warned
+    once, with nn.LSTM's outputs and gradients; float32 goes back to the kernels."""
+    torch.manual_seed(0)
+    ref = nn.LSTM(5, 7, num_layers=2, bidirectional=True).double()
+    ours = rnn.LSTM(5, 7, num_layers=2, bidirectional=True, backend=backend).double()
+    ours.load_state_dict(ref.state_dict())
+    x = _x(T=4, B=2).requires_grad_(True)
+    from gpulab.rnn import module
+
+    module._WARNED.discard((str(torch.float64), backend))
+    with pytest.warns(UserWarning, match="torch.float64 runs through backend='vanilla'"):
+        y, (h, c) = ours(x)
+    y_ref, (h_ref, c_ref) = ref(x)
+    for a, r, name in ((y, y_ref, "y"), (h, h_ref, "h_n"), (c, c_ref, "c_n")):
+        check.assert_close(a, r, dtype=torch.float64, name=name)
+    (g,) = torch.autograd.grad(y.sum() + c.sum(), x)
+    (g_ref,) = torch.autograd.grad(y_ref.sum() + c_ref.sum(), x)
+    check.assert_close(g, g_ref, dtype=torch.float64, name="dx")
+    assert ours.backend == backend, "the module's backend is left as set"
+    small = rnn.LSTM(3, 4, backend=backend).double()
+    assert torch.autograd.gradcheck(lambda t: small(t)[0], torch.randn(3, 2, 3, dtype=torch.float64,
+                                                                       requires_grad=True))  # fmt: skip

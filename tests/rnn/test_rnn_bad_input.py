@@ -134,7 +134,6 @@ CASES = [
     ("LSTM.forward-x-dtype", _forward(x=torch.zeros(4, 2, 3, dtype=torch.float64)), ValueError, "x has dtype"),
     ("LSTM.forward-x-int", _forward(x=torch.ones(4, 2, 3, dtype=torch.long)), ValueError, "x.to(torch.float32)."),
     ("LSTM.forward-x-T0", _forward(x=torch.zeros(0, 2, 3)), ValueError, "0 time steps (T is dimension 0 of [T, B"),
-    ("LSTM.forward-fused-float64", _forward(backend="fused", dtype=torch.float64), ValueError, "backend='vanilla'"),
     ("LSTM.forward-hx-3", _forward(hx=(H, H, H)), ValueError, "hx must be a pair"),
     ("LSTM.forward-hx-tensor", _forward(hx=H), ValueError, "got one Tensor of shape (2, 2, 8)."),
     ("LSTM.forward-h0-shape", _forward(hx=(H[:1], H)), ValueError, "hx's h0 has shape (1, 2, 8), expected (2, 2, 8)"),
