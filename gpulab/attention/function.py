@@ -56,27 +56,35 @@ def flash_attention(
     q,
     k,
     v,
+    attn_mask=None,
+    dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
     allow_tf32: bool = False,
     autotune: bool = False,
-    enable_gqa: bool = False,
     window_size: tuple[int, int] = (-1, -1),
 ):
-    """FlashAttention with SDPA's semantics; differentiable in q, k, v.
+    """FlashAttention with SDPA's semantics and signature; differentiable in q, k, v.
 
     Args:
         q: [B, H, Nq, D] queries; k, v: [B, H, Nk, D] keys and values (same B, H, D; any Nq, Nk >= 0: as SDPA,
             Nq = 0 gives an empty output and Nk = 0 an output of zeros, with zero gradients); with ``enable_gqa``
-            k and v may be [B, Hkv, Nk, D] with Hkv dividing H.
+            k and v may be [B, Hkv, Nk, D] with Hkv dividing H. As SDPA, [..., H, N, D] with any number of leading
+            batch dims (none: [H, N, D]) is taken too, the same leading dims for q, k and v.
+        attn_mask, dropout_p: SDPA's arguments in SDPA's places, so that calls written for SDPA read the same; not
+            built here: an attention mask (anything but None) and ``dropout_p`` other than 0 raise a ValueError
+            with what to use instead (``is_causal`` or ``window_size`` for causal and sliding masks,
+            :func:`gpulab.attention.varlen_attn` for padding, torch's SDPA for an arbitrary mask or dropout).
         is_causal: SDPA's top-left causal mask (query i sees keys ``j <= i``, also when ``Nq != Nk``); a bool.
         scale: the softmax scale, any finite number as SDPA takes it (0 averages the visible values; negative
             favours the least similar keys) within float32's range, as the kernels take it; None for ``1 / sqrt(D)``.
+        enable_gqa: SDPA's grouped-query attention: query head h reads KV head ``h // (H // Hkv)`` (Hkv = 1:
+            multi-query); K and V are not copied, dK and dV are summed over each group inside the kernel.
         allow_tf32: fp32 inputs only: products in TF32 on a GPU (IEEE fp32 otherwise).
         autotune: on a GPU, time a few tile configs per problem on first use and keep the fastest
             (:func:`gpulab.attention.configs.autotune`; :func:`gpulab.attention.configs.tuned` lists the choices).
-        enable_gqa: SDPA's grouped-query attention: query head h reads KV head ``h // (H // Hkv)`` (Hkv = 1:
-            multi-query); K and V are not copied, dK and dV are summed over each group inside the kernel.
         window_size: ``(left, right)``, FlashAttention's sliding window, aligned bottom-right: query i sees key j iff
             ``i + Nk - Nq - left <= j <= i + Nk - Nq + right`` (-1: unbounded on that side); ``(-1, -1)`` full,
             ``(-1, 0)`` causal bottom-right, ``(W, 0)`` causal with a window of W. Key blocks outside the window
@@ -94,6 +102,14 @@ def flash_attention(
         >>> flash_attention(q, k, v, is_causal=True).shape
         torch.Size([1, 2, 17, 16])
     """
+    if attn_mask is not None or dropout_p.__class__ is not float or dropout_p:
+        _check_sdpa_only(attn_mask, dropout_p)
+    if q.__class__ is not torch.Tensor or q.dim() != 4:
+        leading = _leading_dims(q, k, v)
+        if leading is not None:
+            o = flash_attention(*(t.reshape(-1, *t.shape[-3:]) for t in (q, k, v)), None, 0.0, is_causal, scale,
+                                enable_gqa, allow_tf32=allow_tf32, autotune=autotune, window_size=window_size)  # fmt: skip
+            return o.reshape(*leading, *o.shape[-3:])
     if autotune.__class__ is not bool:
         autotune = runtime.strict_bool("autotune", autotune)
     if torch.compiler.is_compiling():  # torch.compile: the custom ops (gpulab.attention.ops), opaque to the tracer
@@ -107,3 +123,48 @@ def flash_attention(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return FlashAttentionFunction.apply(q, k, v, is_causal, scale, allow_tf32, autotune, plan)
     return run_forward(plan, q, k, v)[0]  # no graph to record: skip the autograd Function's own cost
+
+
+def _check_sdpa_only(attn_mask, dropout_p) -> None:
+    """A ValueError or TypeError for SDPA's arguments that the kernels do not take, saying what to use instead."""
+    if attn_mask.__class__ is bool:
+        raise TypeError(
+            f"attn_mask={attn_mask!r}: flash_attention's 4th argument is SDPA's attn_mask, not is_causal; pass "
+            f"is_causal={attn_mask!r} by keyword."
+        )
+    if attn_mask is not None:
+        what = f"a tensor of shape {tuple(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor) else repr(attn_mask)
+        raise ValueError(
+            f"attn_mask is {what}; gpulab's kernels take no attention mask. Use is_causal=True or window_size=(left, "
+            "right) for causal and sliding masks, gpulab.attention.varlen_attn for padded batches (pack the "
+            "sequences), or torch.nn.functional.scaled_dot_product_attention for an arbitrary mask."
+        )
+    if dropout_p.__class__ is bool or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a number (0.0: no dropout), got {dropout_p!r}.")
+    if dropout_p != 0:
+        raise ValueError(
+            f"dropout_p={dropout_p}: gpulab's kernels have no attention dropout; pass dropout_p=0.0 (models do in "
+            "eval, and many in training too), or use torch.nn.functional.scaled_dot_product_attention for dropout."
+        )
+
+
+def _leading_dims(q, k, v):
+    """SDPA's [..., H, N, D] layouts with other than one leading batch dim: the leading dims, or None (the 4-D
+    path's checks then name what is wrong)."""
+    tensors = (q, k, v)
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or q.dim() < 3 or q.dim() == 4:
+        return None
+    if k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(
+            f"q, k and v have {q.dim()}, {k.dim()} and {v.dim()} dims; as SDPA, give them the same leading batch "
+            "dims before [heads, seq, head_dim]."
+        )
+    leading = q.shape[:-3]
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[:-3] != leading:
+            raise ValueError(
+                f"{name} has leading dims {tuple(t.shape[:-3])} but q has {tuple(leading)}; flash_attention takes "
+                "[..., heads, seq, head_dim] with the same leading batch dims for q, k and v (no broadcasting): "
+                f"expand {name} to them."
+            )
+    return leading

@@ -130,3 +130,22 @@ def test_compiled_fullgraph_at_the_edges_matches_sdpa(nq, nk, scale, close):
     o = torch.compile(f, fullgraph=True, backend="aot_eager")(qg, kg, vg)
     o.backward(do)
     _compare((o.detach(), [qg.grad, kg.grad, vg.grad]), _sdpa(q, k, v, do, True, scale), close, "compiled")
+
+
+@pytest.mark.parametrize("leading", [(), (2, 3)], ids=["3-d", "5-d"])
+def test_sdpa_layouts_with_other_leading_dims_match_sdpa(leading):
+    """SDPA takes [..., H, N, D] with any leading batch dims; so does flash_attention (grouped heads and SDPA's
+    positional order too: attn_mask=None, dropout_p=0.0, is_causal), output and gradients."""
+    gen = torch.Generator(device=runtime.device).manual_seed(len(leading))
+    q = torch.randn(*leading, 4, 9, 16, generator=gen, device=runtime.device)
+    k, v = (torch.randn(*leading, 2, 5, 16, generator=gen, device=runtime.device) for _ in "kv")
+    do = torch.randn_like(q)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o = A.flash_attention(qg, kg, vg, None, 0.0, True, None, True)
+    assert o.shape == q.shape
+    grads = torch.autograd.grad(o, (qg, kg, vg), do)
+    q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(q64, k64, v64, is_causal=True, enable_gqa=True)
+    refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+    for name, a, r in zip(("O", "dQ", "dK", "dV"), (o, *grads), (ref, *refs)):
+        assert check.relative_error(a, r) < 1e-5, name
