@@ -107,8 +107,9 @@ def flash_attention(
     if q.__class__ is not torch.Tensor or q.dim() != 4:
         leading = _leading_dims(q, k, v)
         if leading is not None:
-            o = flash_attention(*(t.reshape(-1, *t.shape[-3:]) for t in (q, k, v)), None, 0.0, is_causal, scale,
-                                enable_gqa, allow_tf32=allow_tf32, autotune=autotune, window_size=window_size)  # fmt: skip
+            flat = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
+            o = flash_attention(*flat, None, 0.0, is_causal, scale, enable_gqa, allow_tf32=allow_tf32,
+                                autotune=autotune, window_size=window_size)  # fmt: skip
             return o.reshape(*leading, *o.shape[-3:])
     if autotune.__class__ is not bool:
         autotune = runtime.strict_bool("autotune", autotune)

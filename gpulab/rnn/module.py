@@ -150,6 +150,13 @@ class LSTM(nn.Module):
                 if name.startswith("bias_l"):
                     p.add_(torch.empty_like(p).uniform_(-bound, bound))
 
+    @property
+    def all_weights(self) -> list[list[nn.Parameter]]:
+        """The parameters per layer and direction, in nn.LSTM's order (``[weight_ih, weight_hh, bias_ih, bias_hh,
+        weight_hr]``, those that exist; several heads: ``[weight_ih, recurrent, bias]``), as ``nn.LSTM.all_weights``."""
+        return [[p for name, p in self._parameters.items() if name.endswith(f"_l{layer}{suffix}")]
+                for layer in range(self.num_layers) for suffix in _SUFFIX[: self.num_directions]]  # fmt: skip
+
     def flatten_parameters(self) -> None:
         """Does nothing: ``torch.nn.LSTM`` packs its weights into one cuDNN buffer, these need no packing. Here so
         that code written for ``torch.nn.LSTM`` runs unchanged."""
@@ -258,6 +265,8 @@ class LSTM(nn.Module):
         """Whether a bidirectional layer runs its two directions as one recurrence (see the module docstring), by
         ``backend`` (None: the module's)."""
         backend = backend or self.backend
+        if B == 0:  # nothing runs: the joined path returns the empty outputs
+            return True
         if self.join_directions is not None:
             return bool(self.join_directions)
         if backend != "fused":

@@ -99,6 +99,8 @@ HELPERS = [
         _zeros(8, 2, 4), _zeros(8, 2, 4), _zeros(8, 2, 4), _cu(0, 8).long(), _cu(0, 8)), ValueError, "int32"),
     ("check_offsets-decrease", lambda: varlen.check_offsets(_cu(0, 4, 2), _cu(0, 4, 2), 4, 4, 4, 4), ValueError,
      "decreases"),
+    ("checked_offsets-longer-than-max", lambda: varlen.checked_offsets(_cu(0, 4, 9), _cu(0, 4, 9), 9, 9, 4, 5),
+     ValueError, "longer than max_q=4"),
     ("mixed_lengths-tokens", lambda: features_bench.mixed_lengths(0, 1, 4), ValueError, "tokens"),
     ("mixed_lengths-order", lambda: features_bench.mixed_lengths(10, 5, 2), ValueError, "shortest=5"),
     ("varlen_backward-offsets-past-end", lambda: varlen.varlen_backward(

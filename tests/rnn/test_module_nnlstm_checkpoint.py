@@ -156,3 +156,22 @@ def test_float64_runs_like_nn_lstm_on_the_triton_backends(backend):
     small = rnn.LSTM(3, 4, backend=backend).double()
     assert torch.autograd.gradcheck(lambda t: small(t)[0], torch.randn(3, 2, 3, dtype=torch.float64,
                                                                        requires_grad=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["fused", "vanilla"])
+def test_all_weights_and_an_empty_batch_as_nn_lstm(backend):
+    """nn.LSTM's ``all_weights`` (the same parameters, per layer and direction) and a batch of 0 sequences
+    (bidirectional, two layers): empty outputs of nn.LSTM's shapes, zero gradients."""
+    torch.manual_seed(0)
+    ref = nn.LSTM(5, 7, num_layers=2, bidirectional=True, proj_size=0)
+    ours = rnn.LSTM(5, 7, num_layers=2, bidirectional=True, backend=backend)
+    ours.load_state_dict(ref.state_dict())
+    assert [[tuple(w.shape) for w in ws] for ws in ours.all_weights] == [[tuple(w.shape) for w in ws]
+                                                                         for ws in ref.all_weights]  # fmt: skip
+    pairs = [(a, n) for ws, names in zip(ours.all_weights, ref._all_weights) for a, n in zip(ws, names)]
+    assert all(a is getattr(ours, n) for a, n in pairs)
+    x = torch.randn(6, 0, 5, requires_grad=True)
+    (y, (h, c)), (y_ref, (h_ref, c_ref)) = ours(x), ref(x)
+    assert (y.shape, h.shape, c.shape) == (y_ref.shape, h_ref.shape, c_ref.shape)
+    y.sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in ours.parameters())

@@ -77,9 +77,9 @@ SMEM_LIMIT = 227 * 1024  # the H100's and H200's largest shared-memory allocatio
 @pytest.mark.parametrize("causal", [False, True])
 def test_d256_tiles_fit_shared_memory_and_registers(causal):
     """Head dim 256 at every length, on the step ladder and with windows (step 1 for every window; steps 2-3 spill
-    there on one Triton or another): 64 keys per stage, two stages, two consumers, one Q buffer, Q from shared memory: Q 64 KB +
-    K, V 128 KB (at 128 keys or a third stage or a second Q buffer the buffers pass 227 KB; the compile table is in
-    tests/attention/v3/test_v3_compile.py)."""
+    there on one Triton or another): 64 keys per stage, two stages, two consumers, one Q buffer, Q from shared
+    memory: Q 64 KB + K, V 128 KB (at 128 keys or a third stage or a second Q buffer the buffers pass 227 KB; the
+    compile table is in tests/attention/v3/test_v3_compile.py)."""
     cfgs = [v3.v3_config(256, causal, seq=seq) for seq in (None, 1, 1024, 4096, 16384)]
     cfgs += [v3.v3_config(256, causal, step=s) for s in (1, 2, 3)]
     if not causal:
