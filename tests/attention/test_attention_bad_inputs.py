@@ -57,8 +57,12 @@ CASES = [
     ("flash-q-list", lambda x: A.flash_attention(x.q.tolist(), x.k, x.v), TypeError, "q"),
     ("flash-2d", lambda x: A.flash_attention(x.q[0, 0], x.k[0, 0], x.v[0, 0]), ValueError, "4-dimensional"),
     ("flash-dims-differ", lambda x: A.flash_attention(x.q[0], x.k, x.v), ValueError, "the same leading batch dims"),
-    ("flash-leading-differ", lambda x: A.flash_attention(x.q[None], x.k[None].expand(2, -1, -1, -1, -1), x.v[None]),
-     ValueError, r"k has leading dims \(2, 1\)"),  # fmt: skip
+    (
+        "flash-leading-differ",
+        lambda x: A.flash_attention(x.q[None], x.k[None].expand(2, -1, -1, -1, -1), x.v[None]),
+        ValueError,
+        r"k has leading dims \(2, 1\)",
+    ),  # fmt: skip
     ("flash-attn-mask", lambda x: A.flash_attention(x.q, x.k, x.v, _ones(4, 4) > 0), ValueError, "no attention mask"),
     ("flash-mask-as-causal", lambda x: A.flash_attention(x.q, x.k, x.v, True), TypeError, "pass is_causal=True"),
     ("flash-dropout", lambda x: A.flash_attention(x.q, x.k, x.v, dropout_p=0.1), ValueError, "no attention dropout"),
