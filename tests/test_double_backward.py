@@ -26,6 +26,14 @@ def test_flash_attention_second_derivative_raises():
     _penalty_raises(A.flash_attention(q, k, v, is_causal=True), q)
 
 
+def test_varlen_attn_second_derivative_raises():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 2, 8, generator=g).to(runtime.device) for _ in range(3))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32, device=runtime.device)
+    q.requires_grad_()
+    _penalty_raises(A.varlen_attn(q, k, v, cu, cu, 5, 5, window_size=(-1, 0)), q)
+
+
 def test_qkv_heads_kernel_second_derivative_raises():
     qkv = torch.randn(1, 3, 3 * 2 * 4, generator=torch.Generator().manual_seed(0)).to(runtime.device)
     q, k, v = rope.QKVHeadsFunction.apply(qkv.requires_grad_(), 2, True, 10000.0)
