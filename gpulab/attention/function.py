@@ -9,7 +9,6 @@ the output O and the fp32 log-sum-exp ([B, H, Nq]) — nothing N x N — and its
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from gpulab import runtime
 from gpulab.attention.ops import flash_attention_op
@@ -40,7 +39,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return o
 
     @staticmethod
-    @once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
+    @runtime.once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         plan = ctx.plan

@@ -22,7 +22,6 @@ import weakref
 from typing import NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from gpulab import check, hardware, runtime
 from gpulab.attention import plan as attention_plan
@@ -303,7 +302,7 @@ class VarlenFunction(torch.autograd.Function):
         return o, lse
 
     @staticmethod
-    @once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
+    @runtime.once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
         dq, dk, dv = _backward(ctx.plan, do.contiguous(), q, k, v, o, lse, cu_q, cu_k)
