@@ -32,6 +32,7 @@ Tested: Triton 3.6 (the benchmark H100's), 3.7 and 3.9 on CPU with torch 2.13 (R
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import os
@@ -461,3 +462,32 @@ def describe() -> dict:
     if INTERPRETER_PROBLEM:
         info["problem"] = INTERPRETER_PROBLEM
     return info
+
+
+def once_differentiable(backward):
+    """``torch.autograd.function.once_differentiable`` for a backward made of kernels, which also covers what torch's
+    leaves open: torch's marks the gradients only when the incoming gradients require grad, so after
+    ``g = torch.autograd.grad(out.sum(), x, create_graph=True)`` (incoming ones, WGAN-GP's ``grad_outputs``) g comes
+    back with no ``grad_fn`` and a penalty on it is silently 0. Here, under ``create_graph`` (grad mode on in the
+    backward), every gradient returned carries a node that raises when differentiated: the kernels' gradients depend
+    on the saved inputs, whatever the incoming gradients are."""
+
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        if not torch.is_grad_enabled():
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        raise_later = torch._C._functions.DelayedError(
+            b"trying to differentiate twice a function that was marked with @once_differentiable: gpulab's kernel "
+            b"backwards are kernels, not graphs; for a second derivative use the PyTorch path (SDPA, the vanilla "
+            b"LSTM backend)",
+            len(outputs),
+        )
+        marked = raise_later(*[None if t is None else t.detach().requires_grad_() for t in outputs])
+        marked = marked if isinstance(marked, tuple) else (marked,)
+        return marked[0] if single else marked
+
+    return run

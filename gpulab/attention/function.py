@@ -8,15 +8,18 @@ the output O and the fp32 log-sum-exp ([B, H, Nq]) — nothing N x N — and its
 
 from __future__ import annotations
 
-import torch
-from torch.autograd.function import once_differentiable
+import numbers
 
-from gpulab import runtime
+import torch
+
+from gpulab import dtypes, hardware, runtime
 from gpulab.attention.ops import flash_attention_op
 from gpulab.attention.plan import attention_backward, check_inputs, forward_plan, run_backward, run_forward
-from gpulab.attention.reference import check_window
+from gpulab.attention.reference import check_window, default_scale
 
 __all__ = ["FlashAttentionFunction", "flash_attention", "check_inputs"]
+
+_AUTOCAST = ("cuda", "cpu")  # the device types whose torch.autocast flash_attention follows (others have none here)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -40,7 +43,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return o
 
     @staticmethod
-    @once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
+    @runtime.once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         plan = ctx.plan
@@ -72,7 +75,9 @@ def flash_attention(
         q: [B, H, Nq, D] queries; k, v: [B, H, Nk, D] keys and values (same B, H, D; any Nq, Nk >= 0: as SDPA,
             Nq = 0 gives an empty output and Nk = 0 an output of zeros, with zero gradients); with ``enable_gqa``
             k and v may be [B, Hkv, Nk, D] with Hkv dividing H. As SDPA, [..., H, N, D] with any number of leading
-            batch dims (none: [H, N, D]) is taken too, the same leading dims for q, k and v.
+            batch dims (none: [H, N, D] or [N, D]) is taken too, the same leading dims for q, k and v. As SDPA, v
+            may have its own head dim Ev ([..., Nk, Ev], output [..., Nq, Ev]): run as the kernels' one head dim
+            max(D, Ev), the narrower side padded with zeros (a copy of it; the scale stays 1 / sqrt(D)).
         attn_mask, dropout_p: SDPA's arguments in SDPA's places, so that calls written for SDPA read the same; not
             built here: an attention mask (anything but None) and ``dropout_p`` other than 0 raise a ValueError
             with what to use instead (``is_causal`` or ``window_size`` for causal and sliding masks,
@@ -92,6 +97,10 @@ def flash_attention(
 
     Windows run on version 1, grouped heads on version 1 or 2 (:func:`gpulab.attention.plan.forward_plan` says why).
 
+    Under ``torch.autocast`` the inputs are cast to its dtype first, as SDPA's are (mixed q, k, v dtypes then meet in
+    one); an autocast dtype the kernels do not take here (bf16, CPU autocast's default, in the interpreter) is a
+    ValueError saying so.
+
     Returns O [B, H, Nq, D] in q's dtype. fp16 and bf16 on a GPU, fp32 everywhere; head dims 1 to 256, powers of two
     or not; any sequence lengths. Unsupported inputs raise a ValueError or TypeError naming the argument. The checks
     and tile choices run once per input signature (shapes, strides, dtypes, devices, flags):
@@ -104,7 +113,15 @@ def flash_attention(
     """
     if attn_mask is not None or dropout_p.__class__ is not float or dropout_p:
         _check_sdpa_only(attn_mask, dropout_p)
+    if q.__class__ is torch.Tensor and q.device.type in _AUTOCAST and torch.is_autocast_enabled(q.device.type):
+        q, k, v = _autocast(q, k, v)
+    if v.__class__ is torch.Tensor and k.__class__ is torch.Tensor and v.shape[-1:] != k.shape[-1:]:
+        return _value_head_dim(q, k, v, is_causal, scale, enable_gqa, allow_tf32, autotune, window_size)
     if q.__class__ is not torch.Tensor or q.dim() != 4:
+        if all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (q, k, v)):  # SDPA's [N, D]: one head
+            o = flash_attention(q[None], k[None], v[None], None, 0.0, is_causal, scale, enable_gqa,
+                                allow_tf32=allow_tf32, autotune=autotune, window_size=window_size)  # fmt: skip
+            return o[0]
         leading = _leading_dims(q, k, v)
         if leading is not None:
             flat = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
@@ -140,7 +157,7 @@ def _check_sdpa_only(attn_mask, dropout_p) -> None:
             "right) for causal and sliding masks, gpulab.attention.varlen_attn for padded batches (pack the "
             "sequences), or torch.nn.functional.scaled_dot_product_attention for an arbitrary mask."
         )
-    if dropout_p.__class__ is bool or not isinstance(dropout_p, (int, float)):
+    if dropout_p.__class__ is bool or not isinstance(dropout_p, numbers.Real):  # numpy's too, as SDPA
         raise TypeError(f"dropout_p must be a number (0.0: no dropout), got {dropout_p!r}.")
     if dropout_p != 0:
         raise ValueError(
@@ -169,3 +186,42 @@ def _leading_dims(q, k, v):
                 f"expand {name} to them."
             )
     return leading
+
+
+def _autocast(q, k, v):
+    """q, k, v cast to the enabled ``torch.autocast`` dtype, as autocast casts SDPA's (floating inputs but float64),
+    or a ValueError where the kernels do not take that dtype here."""
+    where = q.device.type
+    dtype = torch.get_autocast_dtype(where)
+    if dtype not in hardware.supported_dtypes():
+        usable = dtypes.names_of(hardware.supported_dtypes())
+        raise ValueError(
+            f"torch.autocast({where!r}, dtype={dtype}) is on, so q, k and v would be cast to {dtype} (as SDPA's "
+            f"are), but these kernels take {usable} here"
+            + (" (Triton's CPU interpreter computes bfloat16 wrongly)" if runtime.INTERPRET else "")
+            + f". Use torch.autocast({where!r}, dtype=torch.float16), or run this call outside autocast "
+            f"(torch.autocast({where!r}, enabled=False)) with float32 q, k, v."
+        )
+    cast = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+            else t for t in (q, k, v)]  # fmt: skip
+    return tuple(cast)
+
+
+def _value_head_dim(q, k, v, is_causal, scale, enable_gqa, allow_tf32, autotune, window_size):
+    """SDPA's v of its own head dim Ev (q and k [..., D], v [..., Nk, Ev] -> O [..., Nq, Ev]) on the kernels' one head
+    dim: v padded with zeros to D (the output's extra columns dropped) or q and k to Ev (zeros add nothing to a
+    score), the scale kept at D's. Anything else is left to the checks, which say what is wrong."""
+    if not (isinstance(q, torch.Tensor) and q.dim() == k.dim() == v.dim() >= 2 and q.shape[-1] == k.shape[-1]):
+        raise ValueError(
+            f"q {tuple(getattr(q, 'shape', ()))}, k {tuple(k.shape)} and v {tuple(v.shape)}: as SDPA, q and k share "
+            "a head dim D and v may have its own, [..., Nk, Ev], the same number of dims for all three."
+        )
+    d, ev = k.shape[-1], v.shape[-1]
+    scale = default_scale(d, scale)
+    if ev < d:
+        v = torch.nn.functional.pad(v, (0, d - ev))
+    else:
+        q, k = (torch.nn.functional.pad(t, (0, ev - d)) for t in (q, k))
+    o = flash_attention(q, k, v, None, 0.0, is_causal, scale, enable_gqa, allow_tf32=allow_tf32, autotune=autotune,
+                        window_size=window_size)  # fmt: skip
+    return o[..., :ev] if ev < d else o

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpulab import check, runtime
+from gpulab import check, hardware, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
 from gpulab.attention.plan import plan_cache_info, varlen_backward_v3, varlen_takes_v3
@@ -101,8 +101,7 @@ def _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_g
         if t.dtype != query.dtype or t.device != query.device:
             raise ValueError(f"{name} is {t.dtype} on {t.device} but query is {query.dtype} on {query.device}; "
                              "query, key and value must share one dtype and device.")  # fmt: skip
-    if query.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"query has dtype {query.dtype}; varlen_attn takes float32, float16 or bfloat16.")
+    hardware.require_dtype("query", query.dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
     if key.shape != value.shape:
         raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same shape.")
     d = query.shape[2]
@@ -303,6 +302,7 @@ class VarlenFunction(torch.autograd.Function):
         return o, lse
 
     @staticmethod
+    @runtime.once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
         dq, dk, dv = _backward(ctx.plan, do.contiguous(), q, k, v, o, lse, cu_q, cu_k)

@@ -24,8 +24,8 @@ outputs at each sequence's length, as on the general path).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
+from gpulab import runtime
 from gpulab.rnn import api
 from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
 from gpulab.rnn.fused import plan as fused_plan
@@ -95,7 +95,7 @@ class _LSTMLayer(torch.autograd.Function):
         return out, last
 
     @staticmethod
-    @once_differentiable  # the backward is kernels and GEMMs, not a graph: a second derivative raises
+    @runtime.once_differentiable  # the backward is kernels and GEMMs, not a graph: a second derivative raises
     def backward(ctx, d_out, d_last):
         x2, w_ih, R, s0, out, gates = ctx.saved_tensors
         d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)  # the loops only read it

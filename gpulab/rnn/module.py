@@ -44,6 +44,7 @@ that call runs ``"vanilla"``, as torch.nn.LSTM would run it, with a warning once
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import torch
@@ -187,6 +188,10 @@ class LSTM(nn.Module):
                 f"x has dtype {xb.dtype} but the module's parameters are {dtype}; convert one: x.to({dtype}) or "
                 f"module.to({xb.dtype})."
             )
+        where = self.weight_ih_l0.device
+        if xb.device != where:  # as nn.LSTM: no silent move between devices either
+            raise ValueError(f"x is on {xb.device} but the module's parameters are on {where}; move one: "
+                             f"x.to({str(where)!r}) or module.to({str(xb.device)!r}).")  # fmt: skip
         backend = self.backend
         if backend != "vanilla" and not self.proj_size and dtype not in (torch.float32, torch.float16):
             backend = _backend_for_dtype(backend, dtype)
@@ -195,7 +200,7 @@ class LSTM(nn.Module):
                        f"PyTorch loop (gpulab.rnn.projected), not backend={self.backend!r}'s kernels, which hold "
                        "square recurrent blocks; correct, not fast.")  # fmt: skip
         B = xb.shape[0]
-        state = self._initial_state(hx, B, unbatched, dtype, lengths is not None)
+        state = self._initial_state(hx, B, unbatched, dtype, lengths is not None, xb.device)
         out, h_n, c_n = self._layers(xb, state, lengths, backend)
         if lengths is not None:
             return packing.repack(out, x, flat), (h_n, c_n)
@@ -338,8 +343,9 @@ class LSTM(nn.Module):
         last = last.reshape(2, 1, B, 2, H)
         return out, [last[0, ..., 0, :], last[0, ..., 1, :]], [last[1, ..., 0, :], last[1, ..., 1, :]]
 
-    def _initial_state(self, hx, B: int, unbatched: bool, dtype, is_packed: bool = False):
-        """``hx`` checked: None, or ``(h0, c0)`` [L*D, B, P or H] and [L*D, B, H] (no B for unbatched x)."""
+    def _initial_state(self, hx, B: int, unbatched: bool, dtype, is_packed: bool = False, device=None):
+        """``hx`` checked: None, or ``(h0, c0)`` [L*D, B, P or H] and [L*D, B, H] (no B for unbatched x), of the
+        module's ``dtype`` and on x's ``device``."""
         if hx is None:
             return None
         LD, H, out = self.num_layers * self.num_directions, self.hidden_size, self.proj_size or self.hidden_size
@@ -366,6 +372,9 @@ class LSTM(nn.Module):
             if t.dtype != dtype:
                 raise ValueError(f"hx's {name} has dtype {t.dtype} but the module's parameters are {dtype}; "
                                  f"pass it as {name}.to({dtype}).")  # fmt: skip
+            if device is not None and t.device != device:
+                raise ValueError(f"hx's {name} is on {t.device} but x is on {device}; pass it as "
+                                 f"{name}.to({str(device)!r}).")  # fmt: skip
         return tuple(t.unsqueeze(1) for t in hx) if unbatched else tuple(hx)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -410,7 +419,7 @@ class LSTM(nn.Module):
 def _check_dropout(dropout, num_layers: int) -> float:
     """``dropout`` as a float in [0, 1] (else a ValueError or TypeError with the fix); nn.LSTM's warning for one
     layer with dropout > 0 (it adds dropout after all layers but the last: none)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):  # numpy's floats too, as nn.LSTM
         raise TypeError(
             f"dropout must be a number in [0, 1] (the probability of zeroing an element between layers), got "
             f"{dropout!r} ({type(dropout).__name__}); pass e.g. dropout=0.1."

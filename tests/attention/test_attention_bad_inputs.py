@@ -55,7 +55,7 @@ CASES = [
     ("flash-autotune-str", lambda x: A.flash_attention(x.q, x.k, x.v, autotune="yes"), ValueError, "autotune"),
     # flash_attention: tensors, shapes, dtypes, devices
     ("flash-q-list", lambda x: A.flash_attention(x.q.tolist(), x.k, x.v), TypeError, "q"),
-    ("flash-2d", lambda x: A.flash_attention(x.q[0, 0], x.k[0, 0], x.v[0, 0]), ValueError, "4-dimensional"),
+    ("flash-1d", lambda x: A.flash_attention(x.q[0, 0, 0], x.k[0, 0, 0], x.v[0, 0, 0]), ValueError, "4-dimensional"),
     ("flash-dims-differ", lambda x: A.flash_attention(x.q[0], x.k, x.v), ValueError, "the same leading batch dims"),
     (
         "flash-leading-differ",
@@ -239,3 +239,25 @@ def test_unsupported_dtype_messages_list_what_runs_here_and_the_fix(inputs):
 
 def test_scales_within_float32_range_are_kept(inputs):
     assert A.check_inputs(inputs.q, inputs.k, inputs.v, scale=-3e38) == -3e38
+
+
+@pytest.mark.skipif(not runtime.INTERPRET, reason="bf16 is refused only by the CPU interpreter")
+def test_cpu_autocast_to_bf16_is_refused_naming_autocast(inputs):
+    # CPU autocast's default dtype is bf16: q, k, v are cast to it as SDPA's are, and the error says autocast did it
+    with (
+        torch.autocast("cpu"),
+        pytest.raises(
+            ValueError,
+            match=r"torch.autocast\('cpu', dtype=torch.bfloat16\) is on.*"
+            r"dtype=torch.float16\), or run this call outside autocast",
+        ),
+    ):
+        A.flash_attention(inputs.q, inputs.k, inputs.v)
+
+
+def test_dropout_p_zero_of_numpy_is_taken_as_sdpa_takes_it(inputs):
+    np = pytest.importorskip("numpy")
+    o = A.flash_attention(inputs.q, inputs.k, inputs.v, dropout_p=np.float32(0.0))  # a TypeError before
+    assert torch.equal(o, A.flash_attention(inputs.q, inputs.k, inputs.v))
+    with pytest.raises(ValueError, match="no attention dropout"):
+        A.flash_attention(inputs.q, inputs.k, inputs.v, dropout_p=np.float64(0.1))

@@ -149,3 +149,53 @@ def test_sdpa_layouts_with_other_leading_dims_match_sdpa(leading):
     refs = torch.autograd.grad(ref, (q64, k64, v64), do.double())
     for name, a, r in zip(("O", "dQ", "dK", "dV"), (o, *grads), (ref, *refs)):
         assert check.relative_error(a, r) < 1e-5, name
+
+
+def _grads_match_sdpa(args, kw, do=None):
+    """flash_attention's O, dQ, dK, dV on ``args`` against SDPA's math in float64, relative errors under 1e-5."""
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in args)
+    o = A.flash_attention(qg, kg, vg, **kw)
+    do = torch.randn_like(o) if do is None else do
+    grads = torch.autograd.grad(o, (qg, kg, vg), do)
+    a64 = [t.double().requires_grad_(True) for t in args]
+    ref = F.scaled_dot_product_attention(*a64, **kw)
+    refs = torch.autograd.grad(ref, a64, do.double())
+    assert o.shape == ref.shape and o.dtype == args[0].dtype
+    for name, a, r in zip(("O", "dQ", "dK", "dV"), (o, *grads), (ref, *refs)):
+        assert a.shape == r.shape and check.relative_error(a, r) < 1e-5, name
+
+
+@pytest.mark.parametrize("ev", [3, 24], ids=["ev-narrower", "ev-wider"])
+@pytest.mark.parametrize(
+    "kw", [{}, {"is_causal": True, "enable_gqa": True}, {"scale": -0.4}], ids=["full", "causal-gqa", "scale"]
+)
+def test_value_head_dim_of_its_own_matches_sdpa(ev, kw):
+    """SDPA takes v [..., Nk, Ev] with Ev != D (output [..., Nq, Ev]); flash_attention refused it ("k and v must have
+    the same shape") and now pads the narrower side, the scale kept at 1 / sqrt(D)."""
+    gen = torch.Generator(device=runtime.device).manual_seed(ev)
+    q = torch.randn(1, 4, 6, 16, generator=gen, device=runtime.device)
+    hkv = 2 if kw.get("enable_gqa") else 4
+    k = torch.randn(1, hkv, 5, 16, generator=gen, device=runtime.device)
+    v = torch.randn(1, hkv, 5, ev, generator=gen, device=runtime.device)
+    _grads_match_sdpa((q, k, v), kw)
+
+
+def test_two_dim_inputs_match_sdpa():
+    """SDPA takes [N, D] (no heads); flash_attention refused it as not 4-dimensional."""
+    gen = torch.Generator(device=runtime.device).manual_seed(3)
+    q, k, v = (torch.randn(n, 16, generator=gen, device=runtime.device) for n in (7, 5, 5))
+    _grads_match_sdpa((q, k, v), {"is_causal": True})
+
+
+def test_autocast_casts_the_inputs_as_sdpa():
+    """Under torch.autocast SDPA computes in the autocast dtype, mixed q, k, v dtypes included (a projection's fp16
+    output beside fp32 keys); flash_attention refused the mix ("k is torch.float32 but q is torch.float16")."""
+    where = runtime.device.type
+    gen = torch.Generator(device=runtime.device).manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 6, 16, generator=gen, device=runtime.device) for _ in "qkv")
+    with torch.autocast(where, dtype=torch.float16):
+        o = A.flash_attention(q.half(), k, v, is_causal=True)
+        ref = F.scaled_dot_product_attention(q.half(), k, v, is_causal=True)
+    assert o.dtype == ref.dtype == torch.float16
+    want = F.scaled_dot_product_attention(*(t.half().double() for t in (q, k, v)), is_causal=True)
+    assert check.relative_error(o, want) < 3e-3

@@ -87,6 +87,14 @@ def test_varlen_attn_refuses_bad_input_by_name(over, error, word):
         _call(**over)
 
 
+@pytest.mark.skipif(not runtime.INTERPRET, reason="Triton's CPU interpreter computes bfloat16 wrongly; GPUs do not")
+def test_varlen_attn_refuses_bf16_in_the_interpreter():
+    # it used to run and return garbage (values near 1e8) instead of refusing as flash_attention does
+    q = _zeros(8, 4, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="query is bfloat16, which Triton's CPU interpreter computes wrongly"):
+        _call(query=q, key=q, value=q)
+
+
 HELPERS = [
     ("check_window-triple", lambda: reference.check_window((1, 2, 3)), TypeError, "pair"),
     ("check_window-bool", lambda: reference.check_window((True, 0)), TypeError, "must be an int"),

@@ -79,3 +79,24 @@ def test_proj_size_on_a_triton_backend_warns_once_and_runs(backend, monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m(x)  # the vanilla backend is a PyTorch loop itself: nothing to say
+
+
+@pytest.mark.parametrize("backend", ["vanilla", "fused"])
+def test_inputs_on_another_device_than_the_module_name_the_tensor(backend):
+    # ("meta" stands for any other device): x used to reach flashrnn's checks, which named an internal "Wx", and
+    # an h0 or c0 elsewhere failed inside torch with a RuntimeError naming neither
+    m = _m(backend=backend, bidirectional=True)
+    with pytest.raises(ValueError, match=r"x is on meta but the module's parameters are on cpu.*x\.to\('cpu'\)"):
+        m(torch.randn(4, 2, 3, device="meta"))
+    h, c = torch.zeros(2, 2, 8), torch.zeros(2, 2, 8)
+    with pytest.raises(ValueError, match=r"hx's h0 is on meta but x is on cpu.*h0\.to\('cpu'\)"):
+        m(torch.randn(4, 2, 3), (h.to("meta"), c))
+    with pytest.raises(ValueError, match=r"hx's c0 is on meta but x is on cpu"):
+        m(torch.randn(4, 2, 3), (h, c.to("meta")))
+
+
+def test_dropout_takes_numpy_floats_as_nn_lstm_does():
+    np = pytest.importorskip("numpy")
+    m = _m(num_layers=2, dropout=np.float32(0.25))  # a TypeError before; nn.LSTM takes any numbers.Number
+    assert m.dropout == 0.25 and type(m.dropout) is float
+    assert torch.nn.LSTM(3, 8, 2, dropout=np.float32(0.25)).dropout == 0.25

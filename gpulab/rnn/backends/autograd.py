@@ -11,7 +11,8 @@ outputs and the gates; no per-step intermediates.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
+
+from gpulab import runtime
 
 __all__ = ["TritonRNN"]
 
@@ -39,7 +40,7 @@ class TritonRNN(torch.autograd.Function):
         return out, last
 
     @staticmethod
-    @once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
+    @runtime.once_differentiable  # the backward is kernels, not a graph: a second derivative raises, never a silent 0
     def backward(ctx, d_out, d_last):
         R, states, out, gates = ctx.saved_tensors
         d = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)  # not copied: the loops only read it
