@@ -29,7 +29,7 @@ from gpulab import runtime
 from gpulab.attention.reference import check_window
 
 __all__ = ["tile_bounds", "programs", "persistent_tiles", "model_forward", "varlen_tiles", "varlen_persistent_tiles",
-           "model_varlen_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]  # fmt: skip
+           "varlen_balance", "model_varlen_forward", "MBarrier", "simulate", "DeadlockError", "RaceError"]  # fmt: skip
 
 
 def tile_bounds(start_m: int, n_q: int, n_k: int, rows: int = 128, block_n: int = 128, causal: bool = False,
@@ -252,6 +252,27 @@ def varlen_persistent_tiles(cu_seq_q, cu_seq_k, max_q: int, heads: int, programs
     runtime.positive_int("programs", programs)
     every = varlen_tiles(cu_seq_q, cu_seq_k, max_q, heads, rows, block_n, window_size)
     return [[t for t in every[pid::programs] if t["start_m"] < t["len_q"]] for pid in range(programs)]
+
+
+def varlen_balance(cu_seq_q, cu_seq_k, max_q: int, heads: int, programs: int, rows: int = 128, block_n: int = 128,
+                   window_size=(-1, -1)) -> dict:  # fmt: skip
+    """How evenly the packed launch's key blocks fall on ``programs`` persistent programs: the busiest program's
+    blocks over the mean, for the kernel's static schedule (:func:`varlen_persistent_tiles`: tiles ``pid, pid +
+    programs, ...``) and for a dynamic one that hands each next tile in launch order to the first program free (list
+    scheduling, what an atomic tile counter would do). 1.0 is even; the launch lasts about as long as its busiest
+    program, so the ratio bounds what a better schedule could save. Returns ``{"static", "dynamic", "tiles",
+    "blocks"}`` (the tiles with rows and their key blocks in all); per-tile costs other than key blocks are not
+    modelled."""
+    per_program = varlen_persistent_tiles(cu_seq_q, cu_seq_k, max_q, heads, programs, rows, block_n, window_size)
+    static = [sum(t["n_blocks"] for t in prog) for prog in per_program]
+    blocks = sum(static)
+    live = sorted((t for prog in per_program for t in prog), key=lambda t: t["tile"])  # launch order
+    free = [0] * programs
+    for t in live:  # the first program to finish takes the next tile
+        free[free.index(min(free))] += t["n_blocks"]
+    mean = blocks / programs if blocks else 1.0
+    return {"static": max(static) / mean if blocks else 1.0, "dynamic": max(free) / mean if blocks else 1.0,
+            "tiles": len(live), "blocks": blocks}  # fmt: skip
 
 
 def model_varlen_forward(q, k, v, cu_seq_q, cu_seq_k, max_q: int, scale: float | None = None, step: int = 3,

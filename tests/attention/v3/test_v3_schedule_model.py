@@ -229,3 +229,23 @@ def test_d256_model_with_its_configs_matches_float64_attention(case):
     assert torch.isfinite(o).all() and torch.isfinite(lse).all(), "a row was left unwritten (poisoned NaN)"
     assert check.relative_error(o, ref_o) < 1e-12
     assert check.relative_error(lse, ref_lse) < 1e-12
+
+
+def _cu(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def test_varlen_balance_of_the_static_and_the_dynamic_schedule():
+    """Two sequences (256 and 128 tokens, one head, tiles of 128 rows and keys) on two programs, by hand: launch
+    order is (tile 1 of seq 0: 2 blocks), (tile 1 of seq 1: no rows), (tile 0 of seq 0: 2), (tile 0 of seq 1: 1).
+    Static: program 0 runs tiles 0 and 2 (4 blocks), program 1 tile 3 (1): 4 / 2.5. Dynamic: 2 | 2, then the
+    third to program 0: 3 / 2.5. Equal lengths that fill every program: 1.0 both ways."""
+    cu = _cu([256, 128])
+    got = sm.varlen_balance(cu, cu, 256, heads=1, programs=2)
+    assert (got["tiles"], got["blocks"]) == (3, 5)
+    assert got["static"] == pytest.approx(4 / 2.5) and got["dynamic"] == pytest.approx(3 / 2.5)
+    even = _cu([256] * 4)
+    assert sm.varlen_balance(even, even, 256, heads=2, programs=8) == {"static": 1.0, "dynamic": 1.0, "tiles": 16,
+                                                                       "blocks": 32}  # fmt: skip
+    causal = sm.varlen_balance(cu, cu, 256, heads=1, programs=2, window_size=(-1, 0))
+    assert causal["blocks"] == 1 + 2 + 1 and causal["dynamic"] <= causal["static"]
