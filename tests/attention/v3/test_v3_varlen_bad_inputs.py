@@ -33,6 +33,8 @@ CASES = [
      "programs"),
     ("varlen_persistent_tiles programs", lambda: sm.varlen_persistent_tiles(CU, CU, 5, 2, 0), ValueError,
      "programs"),
+    ("varlen_balance programs", lambda: sm.varlen_balance(CU, CU, 5, 2, 0), ValueError, "programs"),
+    ("varlen_balance window", lambda: sm.varlen_balance(CU, CU, 5, 2, 4, window_size=(-3, 0)), ValueError, "window"),
     ("model_varlen_forward programs", lambda: sm.model_varlen_forward(P, P, P, CU, CU, 5, programs=-1), ValueError,
      "programs"),
 ]  # fmt: skip
