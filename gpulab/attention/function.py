@@ -95,7 +95,8 @@ def flash_attention(
             ``(-1, 0)`` causal bottom-right, ``(W, 0)`` causal with a window of W. Key blocks outside the window
             are never loaded. Not together with ``is_causal=True`` (top-left): a ValueError.
 
-    Windows run on version 1, grouped heads on version 1 or 2 (:func:`gpulab.attention.plan.forward_plan` says why).
+    Grouped heads and windows run on version 3 where the plain problem would (Hopper); elsewhere grouped heads on
+    version 2 or 1 and windows on version 1 (:func:`gpulab.attention.plan.forward_plan` says which and why).
 
     Under ``torch.autocast`` the inputs are cast to its dtype first, as SDPA's are (mixed q, k, v dtypes then meet in
     one); an autocast dtype the kernels do not take here (bf16, CPU autocast's default, in the interpreter) is a
