@@ -1,5 +1,6 @@
-"""Variable-length batches: :func:`varlen_attn`, torch's ``torch.nn.attention.varlen.varlen_attn`` on version 1
-(the forward on version 3 on Hopper where it takes the padded problem: :func:`v3_gate`).
+"""Variable-length batches: :func:`varlen_attn`, torch's ``torch.nn.attention.varlen.varlen_attn`` on version 1, and
+on version 3 on Hopper where it takes the padded problem (the forward: :func:`v3_gate`; the backward:
+:func:`gpulab.attention.plan.varlen_takes_v3`).
 
 What you will learn: a batch of sequences of different lengths needs no padding. The sequences are packed one after
 another into ``[T, H, D]`` tensors and an int32 offsets tensor ``cu_seq`` (``[S + 1]``, ``cu_seq[0] = 0``) says where
