@@ -121,16 +121,25 @@ def test_short_bench_checks_and_times_every_line_on_cpu():
 )
 def test_gpu_every_short_line_gives_the_reference_gradients(attention_inputs, problem):
     """Each of bench 05 short's version 1 lines for the head dim (tiles and grid order) on the GPU at N = 1,024 and a
-    ragged N = 1,000 (two batch elements, two heads), against float64."""
+    ragged N = 1,000 (two batch elements, two heads), against float64.
+
+    Each element may differ by the dtype's tolerance plus twice the worst error of SDPA's own backward (the same
+    inputs and dtype) against the same reference, as FlashAttention's tests bound theirs: every flash backward
+    computes D = rowsum(dO * O) from the rounded O, so at a key that many queries attend with a probability near
+    one (the first keys of a causal row) dS = P (dP - D) cancels and dK's error there is far above the tensor's."""
     d, causal, dtype = problem
     for n in (1024, 1000):
         q, k, v, do = attention_inputs(2, 2, n, n, d, dtype)
         plan = P.forward_plan(q, k, v, is_causal=causal)
         o, lse = A.attention_forward(q, k, v, causal)
         _, rq, rk, rv = A.attention_reference(q, k, v, is_causal=causal, do=do)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal).backward(do)
+        peer = [float((t.grad.double() - r).abs().max()) for t, r in zip(leaves, (rq, rk, rv))]
         for kv, dq_tile, heads_first in short_bench.V1_TILES[d]:
             cfg_kv, cfg_q = (A.AttentionConfig(t[0], t[1], d, t[2], t[3]) for t in (kv, dq_tile))
             launches = B.backward_launches(plan, cfg_kv, cfg_q, heads_first=heads_first)
             grads = P.run_backward(plan, do, q, k, v, o, lse, launches=launches)
-            for name, got, ref in zip(("dQ", "dK", "dV"), grads, (rq, rk, rv)):
-                check.assert_close(got, ref, dtype=dtype, name=f"{name} {kv} {dq_tile} heads_first={heads_first} N={n}")
+            for name, got, ref, worst in zip(("dQ", "dK", "dV"), grads, (rq, rk, rv), peer):
+                check.assert_close(got, ref, dtype=dtype, atol=2 * worst,
+                                   name=f"{name} {kv} {dq_tile} heads_first={heads_first} N={n}")  # fmt: skip
