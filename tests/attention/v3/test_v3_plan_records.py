@@ -30,7 +30,7 @@ def test_head_dim_256_is_listed_exactly_when_the_newest_h200_features_run_shows_
     """Head dim 256 (no version 2: ``version=None`` ran version 1 there) joins ``plan.V3_HEAD_DIMS`` exactly when the
     newest ``bench 05 features`` run on the H200 timed ``gpulab v3`` (version 3's forward asked for) on every d256
     problem, checked, and its forward took no more device time than ``gpulab`` (``version=None``'s choice) on each:
-    before the change ``gpulab`` is version 1, after it version 3 itself (hence the 2% of noise allowed)."""
+    before the change ``gpulab`` is version 1, after it version 3 itself, and the two lines then agree within 10%."""
     try:
         records = bench.load("05", path=bench.current("05", "features", "h200"))
     except FileNotFoundError:
@@ -44,4 +44,7 @@ def test_head_dim_256_is_listed_exactly_when_the_newest_h200_features_run_shows_
     assert rows and all(row.get("gpulab") for row in rows.values()), rows
     v3_ran = all(row.get("gpulab v3") for row in rows.values())
     not_slower = v3_ran and all(row["gpulab v3"] <= 1.02 * row["gpulab"] for row in rows.values())
-    assert (256 in plan.V3_HEAD_DIMS) == not_slower, rows
+    # Once listed, both lines run version 3 (version 1 took 2.6x-2.9x as long there): the two then agree within the
+    # spread of one kernel timed twice in a run (up to 7% on the H200, 2026-12-03), far from version 1's times.
+    same_kernel = v3_ran and all(row["gpulab"] <= 1.10 * row["gpulab v3"] for row in rows.values())
+    assert (256 in plan.V3_HEAD_DIMS) == (not_slower or same_kernel), rows
