@@ -5,12 +5,11 @@ backend (what ships), the alternating backend (cuBLAS per step + one pointwise k
 Writes JSONL to $OUT/probe-lstm-large.jsonl. Usage: python scripts/probe_lstm_large.py [H:B ...]
 """
 
-import json
-import os
 import sys
 import time
 
 import torch
+from probe_log import emitter
 from torch import nn
 
 from gpulab import bench
@@ -28,16 +27,8 @@ POINTS = [tuple(map(int, a.split(":"))) for a in sys.argv[1:]] or [
     (512, 16),
 ]
 T = 256
-out_path = os.path.join(os.environ.get("OUT", "out"), "probe-lstm-large.jsonl")
-os.makedirs(os.path.dirname(out_path), exist_ok=True)
-f = open(out_path, "w")
+emit = emitter("probe-lstm-large")
 t0 = time.perf_counter()
-
-
-def emit(**kw):
-    f.write(json.dumps(kw) + "\n")
-    f.flush()
-    print(kw, flush=True)
 
 
 def fwd_of(module, x):

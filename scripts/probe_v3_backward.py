@@ -6,13 +6,12 @@ forward alone (SDPA), gpulab's forward, then each candidate V3BackwardConfig's b
 checked against cuDNN's gradients norm-wise. Device ms (triton.testing.do_bench). Writes $OUT/probe-v3-backward.jsonl.
 """
 
-import json
-import os
 import time
 
 import torch
 import torch.nn.functional as F
 import triton
+from probe_log import emitter
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpulab import attention as A
@@ -29,15 +28,8 @@ CANDIDATES = {
     "s6": C(step=6),
     "s3 stats": C(step=3, stats_smem=True),
 }
-out_path = os.path.join(os.environ.get("OUT", "out"), "probe-v3-backward.jsonl")
-f = open(out_path, "w")
+emit = emitter("probe-v3-backward")
 t0 = time.perf_counter()
-
-
-def emit(**kw):
-    f.write(json.dumps(kw) + "\n")
-    f.flush()
-    print(kw, flush=True)
 
 
 def rel(a, b):
