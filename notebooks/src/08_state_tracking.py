@@ -133,7 +133,7 @@ for kind, heads in [("LSTM", h) for h in t["lstm_heads"]] + [("Transformer", h) 
 # %% [markdown]
 # ## 3. Train on short strings, test on long ones (CPU)
 #
-# `tasks.train` is a standard loop: AdamW (Adam with weight decay applied apart from the gradient), cross-entropy of the state at every position, gradient clipping, fresh seeded strings every step. `tasks.evaluate` asks for the state after the **last** token of fresh strings of one length: a string counts as solved only if the model tracked the state all the way (chance is 1/2 for parity, 1/5 for the sum). `tasks.compare` does both for both models with one recipe; here with the CPU sizes: training strings of 16 tokens, 600 steps of 32 strings, tests from 4 to 64 tokens.
+# `tasks.train` is a standard loop: AdamW (Adam with weight decay applied apart from the gradient), cross-entropy of the state at every position, gradient clipping, fresh seeded strings every step. `tasks.evaluate` asks for the state after the **last** token of fresh strings of one length: a string counts as solved only if the model tracked the state all the way (chance is 1/2 for parity, 1/5 for the sum). `tasks.compare` does both for both models with one recipe; here with the CPU sizes: training strings of 16 tokens, 400 steps of 32 strings, tests from 4 to 64 tokens.
 
 # %%
 print(inspect.getsource(tasks.evaluate))
@@ -149,7 +149,7 @@ print("\ntraining time: " + ", ".join(f"{case} {s:.1f} s" for case, s in times.i
 
 # %%
 tasks.plot_accuracy(live)
-plt.suptitle("trained on CPU: 16-token strings, 600 steps", y=1.02)
+plt.suptitle(f"trained on CPU: 16-token strings, {tasks.SIZES['cpu']['steps']} steps", y=1.02)
 plt.show()
 
 # %% [markdown]
