@@ -23,8 +23,10 @@ for phase in "$@"; do
         2>&1 | tail -40 | tee -a "$log" "$OUT/selftest.txt" ;;
     selftest:*)
       paths=${phase#selftest:}
-      GPULAB_POISON=1 timeout ${limit:-420} python3 -m pytest -m gpu ${paths//,/ } -q -p no:cacheprovider -o addopts="" -n 4 \
-        2>&1 | tail -40 | tee -a "$log" ;;
+      n=$(ls "$OUT"/selftest-*.txt 2>/dev/null | wc -l)  # every test's outcome as it ends (-v), tracebacks at the end
+      GPULAB_POISON=1 timeout ${limit:-420} python3 -m pytest -m gpu ${paths//,/ } -v --tb=short -rf -p no:cacheprovider \
+        -o addopts="" -n 4 > "$OUT/selftest-$n.txt" 2>&1
+      grep -E "FAILED|ERROR|passed|failed" "$OUT/selftest-$n.txt" | tail -40 | tee -a "$log" ;;
     ncu)
       timeout ${limit:-400} bash scripts/ncu_traffic.sh 2>&1 | tail -30 | tee -a "$log" ;;
     bench:*)

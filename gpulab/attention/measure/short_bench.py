@@ -10,7 +10,9 @@ the only difference between two lines is the backward they launch:
 - ``gpulab``: :func:`gpulab.attention.flash_attention` as it ships (the plan's gates and tiles);
 - ``gpulab bwd v3``: version 3's backward (:mod:`gpulab.attention.v3.backward`) with its measured config for the
   length, where :data:`gpulab.attention.plan.V3_BACKWARD` may not take it; ``gpulab bwd v3 dq_cast``: the same with
-  dQ scaled and cast inside the kernel (step 8: no zeroing launch and no cast launch around it);
+  dQ scaled and cast inside the kernel (step 8: no zeroing launch and no cast launch around it); ``gpulab bwd v3
+  step 7``: the same config on step 7 (step 5 on a persistent grid), so that the default per length
+  (:data:`gpulab.attention.v3.backward_configs.MEASURED_SHORT`) is chosen between the two on both clocks;
 - ``gpulab bwd v1 <dkdv tiles> / <dq tiles>``: version 1's two kernels with the tiles named (block_m, block_n,
   warps, stages), the default first (:data:`V1_TILES`);
 - ``SDPA cuDNN`` and ``SDPA FlashAttention-2``: ``scaled_dot_product_attention`` restricted to that backend.
@@ -128,12 +130,14 @@ def _with_backward(make):
     return attention
 
 
-def _v3(dq_cast: bool):
+def _v3(dq_cast: bool, step: int | None = None):
     def make(plan, q, k, v, causal):  # the plan's own choice of version 3's config, under a gate that takes it
         gate = attention_plan.BackwardGate((plan.d,))
         launches = attention_plan.backward_launches(plan, q, k, v, None, None, None, gate=gate)
         if launches.__class__ is not attention_plan.V3Backward:
             raise bench.Unavailable("version 3's backward does not take this problem here")
+        if step is not None:  # the same config on another step of the ladder (its register budgets and stages kept)
+            launches = attention_plan.V3Backward(dataclasses.replace(launches.cfg, step=step))
         if dq_cast:
             launches = attention_plan.V3Backward(dataclasses.replace(launches.cfg, dq_cast=True, writer_regs=32))
         return launches
@@ -156,6 +160,7 @@ def _providers(head_dim: int) -> dict:
         "gpulab": lambda q, k, v, c: flash_attention(q, k, v, is_causal=c),
         "gpulab bwd v3": _with_backward(_v3(False)),
         "gpulab bwd v3 dq_cast": _with_backward(_v3(True)),
+        "gpulab bwd v3 step 7": _with_backward(_v3(False, step=7)),
         **{_tile_name(*t): _with_backward(_v1(*t)) for t in tiles},
         CUDNN: sdpa(SDPBackend.CUDNN_ATTENTION),
         FLASH: sdpa(SDPBackend.FLASH_ATTENTION),
