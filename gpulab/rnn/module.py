@@ -111,7 +111,6 @@ class LSTM(nn.Module):
         self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
         self.join_directions = None  # bidirectional: None chooses (_joins); True one recurrence, False one each
-        self._folded = {}  # b_ih + b_hh per direction and weight version (gpulab.rnn.layer), not a parameter
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
@@ -305,7 +304,7 @@ class LSTM(nn.Module):
                 b = getattr(self, f"bias_{s}")
             else:
                 R, b_ih, b = (getattr(self, f"{n}_{s}") for n in ("weight_hh", "bias_ih", "bias_hh"))
-            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, backend, self._folded, (nh, dh))
+            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, backend, (nh, dh))
         if ran is not None:
             all_states, last = ran
         else:
