@@ -222,7 +222,9 @@ class LSTM(nn.Module):
         unbatched = x.dim() == 2
         xb = x.unsqueeze(0) if unbatched else x if self.batch_first else x.transpose(0, 1)  # [B, T, I]
         if xb.shape[2] != self.input_size:
-            raise ValueError(f"x has {xb.shape[2]} features but input_size={self.input_size}.")
+            raise ValueError(f"x has shape {tuple(x.shape)}: {xb.shape[2]} features (its last dimension) but the "
+                             f"module has input_size={self.input_size}; pass x with {self.input_size} features, or "
+                             f"build the module with input_size={xb.shape[2]}.")  # fmt: skip
         if xb.shape[1] == 0:
             time = ("dimension 0 of an unbatched [T, I]" if unbatched else "dimension 1 of [B, T, I] (batch_first=True)"
                     if self.batch_first else "dimension 0 of [T, B, I] (batch_first=False)")  # fmt: skip
@@ -441,9 +443,10 @@ def _check_dropout(dropout, num_layers: int) -> float:
 
 def _check_proj_size(proj_size, hidden_size: int, num_heads: int) -> int:
     """``proj_size`` as an int in [0, hidden_size) (one head only), else a ValueError or TypeError with the fix."""
-    if isinstance(proj_size, bool) or not isinstance(proj_size, int):
+    if isinstance(proj_size, bool) or not isinstance(proj_size, numbers.Integral):  # numpy's ints too, as nn.LSTM
         raise TypeError(f"proj_size must be an int in [0, hidden_size={hidden_size}) (0: no projection), got "
                         f"{proj_size!r} ({type(proj_size).__name__}); pass e.g. proj_size=0.")  # fmt: skip
+    proj_size = int(proj_size)
     if not 0 <= proj_size < hidden_size:
         raise ValueError(
             f"proj_size={proj_size} is not allowed: h is projected from hidden_size={hidden_size} units down to "
