@@ -154,8 +154,22 @@ class LSTM(nn.Module):
     def all_weights(self) -> list[list[nn.Parameter]]:
         """The parameters per layer and direction, in nn.LSTM's order (``[weight_ih, weight_hh, bias_ih, bias_hh,
         weight_hr]``, those that exist; several heads: ``[weight_ih, recurrent, bias]``), as ``nn.LSTM.all_weights``."""
-        return [[p for name, p in self._parameters.items() if name.endswith(f"_l{layer}{suffix}")]
+        return [[getattr(self, name) for name in names] for names in self._all_weights]
+
+    @property
+    def _all_weights(self) -> list[list[str]]:
+        """:attr:`all_weights`' names, as nn.LSTM's ``_all_weights`` (code written for nn.LSTM reads it, e.g. to set
+        the forget-gate biases); with ``_flat_weights_names`` and ``_flat_weights``, read-only."""
+        return [[name for name in self._parameters if name.endswith(f"_l{layer}{suffix}")]
                 for layer in range(self.num_layers) for suffix in _SUFFIX[: self.num_directions]]  # fmt: skip
+
+    @property
+    def _flat_weights_names(self) -> list[str]:
+        return [name for names in self._all_weights for name in names]
+
+    @property
+    def _flat_weights(self) -> list[nn.Parameter]:
+        return [getattr(self, name) for name in self._flat_weights_names]
 
     def flatten_parameters(self) -> None:
         """Does nothing: ``torch.nn.LSTM`` packs its weights into one cuDNN buffer, these need no packing. Here so
