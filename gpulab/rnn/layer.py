@@ -1,8 +1,7 @@
 """One LSTM layer and direction of :class:`gpulab.rnn.LSTM` on a Triton backend, as one autograd op.
 
-    Wx = x W_ih^T                       one GEMM over all steps and gates ([B*T, I] x [I, 4H])
-    b  = b_ih + b_hh                    summed once per weight version (kept while neither bias changes)
-    h, c = backend loops (Wx, R, b)     the forward kernel; the backward kernel(s) and the parameter products
+    Wx = x W_ih^T + b_ih                one GEMM over all steps and gates ([B*T, I] x [I, 4H]), b_ih its epilogue
+    h, c = backend loops (Wx, R, b_hh)  the forward kernel; the backward kernel(s) and the parameter products
 
 and the backward, from the gate gradients dG = dL/dWx [B*T, 4H] the backend's loops write:
 
@@ -12,8 +11,10 @@ What this saves against the same layer built of PyTorch ops around :func:`gpulab
 small call is host-bound (each aten operator, autograd node and kernel launch costs microseconds on the host while
 the kernels take fewer), and there ``nn.functional.linear`` with a bias, the bias add, the reshapes and their
 backward nodes were most of the operators of a step. Here the step is two GEMMs forward and backward around the
-backend's launches, one autograd node, no bias kernel (the two biases' gradients are one tensor, the backend's db)
-and no checks repeated for a signature already checked.
+backend's launches, one autograd node, no bias kernel (b_ih is the forward GEMM's addend, as in nn.LSTM; the two
+biases' gradients are one tensor, the backend's db) and no checks repeated for a signature already checked. The two
+biases are not summed ahead and kept: a sum kept per version counter would miss a change that bypasses the counter
+(``bias.data[H:2 * H].fill_(1.0)``, the forget-gate initialisation, or a write through ``.numpy()``).
 
 Used where it gives the same answer as the general path: eager (``torch.compile`` traces the custom ops of
 :mod:`gpulab.rnn.ops` instead), a whole-batch launch of the backend (where the fused plan cuts a batch into launches,
@@ -55,28 +56,13 @@ def layer_loops(backend: str, B: int, NH: int, DH: int, dtype, device, training:
     return loops
 
 
-def _folded_bias(cache: dict, b_ih, b):
-    """``b + b_ih`` viewed as b [4, NH, DH], kept in ``cache`` while neither tensor changes (storage and version)."""
-    key = (b_ih.data_ptr(), b.data_ptr(), b.dtype, b.device)  # (b is a new view of the parameter on every call)
-    hit = cache.get(key)
-    if hit is None or hit[0] != (b_ih._version, b._version):
-        with torch.no_grad():
-            hit = ((b_ih._version, b._version), b + b_ih.view(b.shape))
-        if b.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return hit[1]  # a CUDA graph being captured: the sum runs on each replay, nothing kept outside it
-        if len(cache) >= 64:
-            cache.clear()
-        cache[key] = hit
-    return hit[1]
-
-
 class _LSTMLayer(torch.autograd.Function):
-    """``apply(x [B, T, I], w_ih [4H, I], b_ih [4H] or None, R, b, s0 [2, B, 1, NH, DH], (NH, DH), loops, cache) ->
+    """``apply(x [B, T, I], w_ih [4H, I], b_ih [4H] or None, R, b, s0 [2, B, 1, NH, DH], (NH, DH), loops) ->
     (states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])``; R and b as the module holds them ([4H, H] and
     [4H], or [4, NH, DH, DH] and [4, NH, DH]), viewed here (no autograd node per view)."""
 
     @staticmethod
-    def forward(ctx, x, w_ih, b_ih, R_param, b_param, s0, heads, loops, cache):
+    def forward(ctx, x, w_ih, b_ih, R_param, b_param, s0, heads, loops):
         ctx.set_materialize_grads(False)
         B, T, I = x.shape
         (NH, DH), G = heads, 4
@@ -84,10 +70,9 @@ class _LSTMLayer(torch.autograd.Function):
         b = b_param if b_param.dim() == 3 else b_param.view(G, NH, DH)
         run_forward, run_backward = loops
         x2 = x.reshape(B * T, I)
-        wx = torch.mm(x2, w_ih.t()).view(B, T, G, NH, DH)
-        bias = b if b_ih is None else _folded_bias(cache, b_ih, b)
+        wx = (torch.mm(x2, w_ih.t()) if b_ih is None else torch.addmm(b_ih, x2, w_ih.t())).view(B, T, G, NH, DH)
         need = run_backward is not None and any(ctx.needs_input_grad[:6])
-        out, last, gates = run_forward(wx, R, bias, s0, "lstm", save_gates=need)
+        out, last, gates = run_forward(wx, R, b, s0, "lstm", save_gates=need)
         if need:
             ctx.save_for_backward(x2, w_ih, R, s0, out, gates)
             ctx.run_backward, ctx.has_b_ih, ctx.x_shape = run_backward, b_ih is not None, x.shape
@@ -109,16 +94,15 @@ class _LSTMLayer(torch.autograd.Function):
         r_shape, b_shape = ctx.param_shapes
         dR = dR if dR.shape == r_shape else dR.view(r_shape)
         db = db if db.shape == b_shape else db.view(b_shape)
-        return dx, dw, db_ih, dR, db, ds0 if need[5] else None, None, None, None
+        return dx, dw, db_ih, dR, db, ds0 if need[5] else None, None, None
 
 
-def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, cache: dict, heads: tuple):
+def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, heads: tuple):
     """One LSTM layer and direction over ``x`` [B, T, I] on ``backend`` ('fused' or 'alternating'): ``(states_all
     [2, B, T, NH, DH], states_last [2, B, 1, NH, DH])`` as :func:`gpulab.rnn.flashrnn` returns them for ``Wx = x
     W_ih^T + b_ih`` (``b_ih`` None: none), or None where this op does not apply (the caller takes the general path:
     see the module docstring). ``heads`` = (NH, DH); R [4, NH, DH, DH] or, one head, nn.LSTM's weight_hh [4H, H];
-    b [4, NH, DH] or [4H]; ``s0`` [2, B, 1, NH, DH] or None (zeros); ``cache`` keeps the summed bias per weight
-    version (the caller's, e.g. a dict on the module). Inputs in one dtype (the module checks that)."""
+    b [4, NH, DH] or [4H]; ``s0`` [2, B, 1, NH, DH] or None (zeros). Inputs in one dtype (the module checks that)."""
     if torch.compiler.is_compiling():
         return None
     B, T, _ = x.shape
@@ -139,4 +123,4 @@ def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, cache: dict, heads: tuple)
         if len(_CHECKED) >= 256:
             _CHECKED.clear()
         _CHECKED.add(key)
-    return _LSTMLayer.apply(x, w_ih, b_ih, R, b, s0, heads, loops, cache)
+    return _LSTMLayer.apply(x, w_ih, b_ih, R, b, s0, heads, loops)

@@ -111,7 +111,6 @@ class LSTM(nn.Module):
         self.head_dim = dh = H // nh
         self.backend = backend_name(backend)
         self.join_directions = None  # bidirectional: None chooses (_joins); True one recurrence, False one each
-        self._folded = {}  # b_ih + b_hh per direction and weight version (gpulab.rnn.layer), not a parameter
         kw = {
             "device": None if device is None else runtime.as_device(device),
             "dtype": None if dtype is None else float_dtype(dtype),
@@ -155,8 +154,22 @@ class LSTM(nn.Module):
     def all_weights(self) -> list[list[nn.Parameter]]:
         """The parameters per layer and direction, in nn.LSTM's order (``[weight_ih, weight_hh, bias_ih, bias_hh,
         weight_hr]``, those that exist; several heads: ``[weight_ih, recurrent, bias]``), as ``nn.LSTM.all_weights``."""
-        return [[p for name, p in self._parameters.items() if name.endswith(f"_l{layer}{suffix}")]
+        return [[getattr(self, name) for name in names] for names in self._all_weights]
+
+    @property
+    def _all_weights(self) -> list[list[str]]:
+        """:attr:`all_weights`' names, as nn.LSTM's ``_all_weights`` (code written for nn.LSTM reads it, e.g. to set
+        the forget-gate biases); with ``_flat_weights_names`` and ``_flat_weights``, read-only."""
+        return [[name for name in self._parameters if name.endswith(f"_l{layer}{suffix}")]
                 for layer in range(self.num_layers) for suffix in _SUFFIX[: self.num_directions]]  # fmt: skip
+
+    @property
+    def _flat_weights_names(self) -> list[str]:
+        return [name for names in self._all_weights for name in names]
+
+    @property
+    def _flat_weights(self) -> list[nn.Parameter]:
+        return [getattr(self, name) for name in self._flat_weights_names]
 
     def flatten_parameters(self) -> None:
         """Does nothing: ``torch.nn.LSTM`` packs its weights into one cuDNN buffer, these need no packing. Here so
@@ -223,7 +236,9 @@ class LSTM(nn.Module):
         unbatched = x.dim() == 2
         xb = x.unsqueeze(0) if unbatched else x if self.batch_first else x.transpose(0, 1)  # [B, T, I]
         if xb.shape[2] != self.input_size:
-            raise ValueError(f"x has {xb.shape[2]} features but input_size={self.input_size}.")
+            raise ValueError(f"x has shape {tuple(x.shape)}: {xb.shape[2]} features (its last dimension) but the "
+                             f"module has input_size={self.input_size}; pass x with {self.input_size} features, or "
+                             f"build the module with input_size={xb.shape[2]}.")  # fmt: skip
         if xb.shape[1] == 0:
             time = ("dimension 0 of an unbatched [T, I]" if unbatched else "dimension 1 of [B, T, I] (batch_first=True)"
                     if self.batch_first else "dimension 0 of [T, B, I] (batch_first=False)")  # fmt: skip
@@ -305,7 +320,7 @@ class LSTM(nn.Module):
                 b = getattr(self, f"bias_{s}")
             else:
                 R, b_ih, b = (getattr(self, f"{n}_{s}") for n in ("weight_hh", "bias_ih", "bias_hh"))
-            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, backend, self._folded, (nh, dh))
+            ran = lstm_layer(x, getattr(self, f"weight_ih_{s}"), b_ih, R, b, st, backend, (nh, dh))
         if ran is not None:
             all_states, last = ran
         else:
@@ -442,9 +457,10 @@ def _check_dropout(dropout, num_layers: int) -> float:
 
 def _check_proj_size(proj_size, hidden_size: int, num_heads: int) -> int:
     """``proj_size`` as an int in [0, hidden_size) (one head only), else a ValueError or TypeError with the fix."""
-    if isinstance(proj_size, bool) or not isinstance(proj_size, int):
+    if isinstance(proj_size, bool) or not isinstance(proj_size, numbers.Integral):  # numpy's ints too, as nn.LSTM
         raise TypeError(f"proj_size must be an int in [0, hidden_size={hidden_size}) (0: no projection), got "
                         f"{proj_size!r} ({type(proj_size).__name__}); pass e.g. proj_size=0.")  # fmt: skip
+    proj_size = int(proj_size)
     if not 0 <= proj_size < hidden_size:
         raise ValueError(
             f"proj_size={proj_size} is not allowed: h is projected from hidden_size={hidden_size} units down to "

@@ -100,3 +100,18 @@ def test_dropout_takes_numpy_floats_as_nn_lstm_does():
     m = _m(num_layers=2, dropout=np.float32(0.25))  # a TypeError before; nn.LSTM takes any numbers.Number
     assert m.dropout == 0.25 and type(m.dropout) is float
     assert torch.nn.LSTM(3, 8, 2, dropout=np.float32(0.25)).dropout == 0.25
+
+
+def test_proj_size_takes_numpy_ints_as_nn_lstm_does():
+    np = pytest.importorskip("numpy")
+    m = _m(proj_size=np.int64(2))  # a TypeError before; nn.LSTM takes any integer
+    assert m.proj_size == 2 and type(m.proj_size) is int and m.weight_hr_l0.shape == (2, 8)
+    assert torch.nn.LSTM(3, 8, proj_size=np.int64(2)).proj_size == 2
+
+
+def test_input_of_the_wrong_feature_size_names_the_shape_and_the_fix():
+    with pytest.raises(ValueError) as info:
+        _m()(torch.randn(4, 2, 5))
+    for w in ["(4, 2, 5)", "5 features (its last dimension)", "input_size=3", "pass x with 3 features",
+              "input_size=5"]:  # fmt: skip
+        assert w in str(info.value), f"{w!r} not in: {info.value}"

@@ -175,3 +175,26 @@ def test_all_weights_and_an_empty_batch_as_nn_lstm(backend):
     assert (y.shape, h.shape, c.shape) == (y_ref.shape, h_ref.shape, c_ref.shape)
     y.sum().backward()
     assert all(p.grad is None or not p.grad.any() for p in ours.parameters())
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"num_layers": 2}, {"num_layers": 2, "bidirectional": True, "proj_size": 2}, {"bias": False}],
+    ids=["two-layers", "bi-proj-2", "nobias"],
+)
+def test_weight_names_as_nn_lstm_and_its_forget_gate_recipe(kw):
+    """nn.LSTM's ``_all_weights``, ``_flat_weights_names`` and ``_flat_weights`` (read by code written for it): the
+    same names, the module's own parameters; the usual forget-gate initialisation through them (``.data``) gives
+    nn.LSTM's outputs on the fused backend (one that kept a bias sum would miss it)."""
+    torch.manual_seed(0)
+    ref = nn.LSTM(3, 4, **kw)
+    ours = rnn.LSTM.from_torch(ref, backend="fused")
+    assert ours._all_weights == ref._all_weights and ours._flat_weights_names == ref._flat_weights_names
+    assert all(p is getattr(ours, n) for p, n in zip(ours._flat_weights, ours._flat_weights_names, strict=True))
+    x = torch.randn(3, 1, 3)
+    ours(x)
+    for m in (ref, ours):
+        for names in m._all_weights:
+            for name in filter(lambda n: "bias" in n, names):
+                getattr(m, name).data[4:8].fill_(1.0)
+    check.assert_close(ours(x)[0], ref(x)[0].detach().double(), name="after the forget-gate recipe")
