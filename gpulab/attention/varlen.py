@@ -27,8 +27,9 @@ import torch
 from gpulab import check, hardware, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
+from gpulab.attention.inputs import check_scale
 from gpulab.attention.plan import plan_cache_info, varlen_backward_v3, varlen_takes_v3
-from gpulab.attention.reference import check_window, default_scale, gqa_group
+from gpulab.attention.reference import check_window, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.launch import direct_stream
@@ -193,7 +194,7 @@ def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, wind
     enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)
     group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
     window = check_window(window_size)
-    scale = default_scale(query.shape[2], scale)
+    scale = check_scale(query.shape[2], scale)
     plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group)
     if key_ is not None:
         if len(_PLANS) >= plan_cache_info()["max_plans"]:
