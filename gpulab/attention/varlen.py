@@ -337,8 +337,9 @@ def varlen_attn(
         cu_seq_q, cu_seq_k: int32 [S + 1] cumulative offsets: sequence s holds query rows
             ``cu_seq_q[s]:cu_seq_q[s + 1]`` and key rows ``cu_seq_k[s]:cu_seq_k[s + 1]`` (empty sequences allowed).
         max_q, max_k: the longest query and key sequence (positive ints; they size the grid).
-        return_aux: an :class:`AuxRequest`; with ``lse=True`` also the fp32 log-sum-exp ``[Hq, Tq]`` (0 for a row
-            that sees no key), as torch returns it.
+        return_aux: an :class:`AuxRequest`; with ``lse=True`` also the fp32 log-sum-exp ``[Hq, Tq]``, the layout
+            torch returns. A row that sees no key (an empty key sequence, a window) has O = 0, as FlashAttention
+            gives, and LSE = 0, where FlashAttention's CUDA kernels give +inf.
         scale: the softmax scale, None for ``1 / sqrt(D)``.
         window_size: ``(left, right)`` per sequence, aligned at its bottom-right corner; (-1, -1) full, (-1, 0)
             causal, (W, 0) causal with a window of W.
@@ -346,8 +347,8 @@ def varlen_attn(
             anything but None raises a ValueError naming it.
 
     Returns O [Tq, Hq, D] in query's dtype, or ``(O, LSE)``. Rows past the last offset belong to no sequence: the
-    kernels write neither their outputs nor (for keys) their gradients. One forward launch (two backward) for the
-    whole batch.
+    kernels write neither their outputs nor their gradients (dQ, dK, dV): those rows hold whatever the memory held,
+    so slice them off before they reach a loss or a parameter. One forward launch (two backward) for the whole batch.
 
     Examples:
         >>> q = torch.randn(10, 2, 16, device=runtime.device)
