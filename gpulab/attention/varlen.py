@@ -44,6 +44,8 @@ __all__ = [
     "check_offsets",
     "checked_offsets",
     "VarlenFunction",
+    "varlen_forward_op",
+    "varlen_backward_op",
     "v3_gate",
 ]
 
@@ -311,6 +313,53 @@ class VarlenFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+@torch.library.custom_op("gpulab::varlen_forward", mutates_args=())
+def varlen_forward_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seq_q: torch.Tensor,
+                      cu_seq_k: torch.Tensor, max_q: int, max_k: int, scale: float, window: list[int],
+                      enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`varlen_attn`'s forward as a custom op, what it calls under ``torch.compile`` (an opaque node, as
+    :mod:`gpulab.attention.ops` for ``flash_attention``): O and the fp32 LSE ``[Hq, Tq]``; the offsets are read
+    and checked here, on the real tensors."""
+    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, tuple(window), enable_gqa)
+    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
+        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    return _forward(plan, query.contiguous(), key.contiguous(), value.contiguous(), cu_seq_q, cu_seq_k)
+
+
+@varlen_forward_op.register_fake
+def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window, enable_gqa):
+    return query.new_empty(query.shape), query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("gpulab::varlen_backward", mutates_args=())
+def varlen_backward_op(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       out: torch.Tensor, lse: torch.Tensor, cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor,
+                       max_q: int, max_k: int, scale: float, window: list[int],
+                       enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """dQ, dK, dV of :func:`varlen_forward_op` (:func:`varlen_backward`)."""
+    return varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale,
+                           window_size=tuple(window), enable_gqa=enable_gqa)  # fmt: skip
+
+
+@varlen_backward_op.register_fake
+def _(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, scale, window, enable_gqa):
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
+
+
+def _setup_varlen(ctx, inputs, output):
+    query, key, value, cu_seq_q, cu_seq_k, *flags = inputs
+    ctx.save_for_backward(query, key, value, output[0], output[1], cu_seq_q, cu_seq_k)
+    ctx.flags = flags
+
+
+def _varlen_op_backward(ctx, do, _dlse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    return *varlen_backward_op(do, q, k, v, o, lse, cu_q, cu_k, *ctx.flags), None, None, None, None, None, None, None
+
+
+varlen_forward_op.register_autograd(_varlen_op_backward, setup_context=_setup_varlen)
+
+
 def varlen_attn(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -349,6 +398,8 @@ def varlen_attn(
     Returns O [Tq, Hq, D] in query's dtype, or ``(O, LSE)``. Rows past the last offset belong to no sequence: the
     kernels write neither their outputs nor their gradients (dQ, dK, dV): those rows hold whatever the memory held,
     so slice them off before they reach a loss or a parameter. One forward launch (two backward) for the whole batch.
+    Under ``torch.compile`` (``fullgraph=True`` too) it runs as the custom ops :func:`varlen_forward_op` and
+    :func:`varlen_backward_op`.
 
     Examples:
         >>> q = torch.randn(10, 2, 16, device=runtime.device)
@@ -367,6 +418,12 @@ def varlen_attn(
         raise TypeError(f"return_aux must be None or an AuxRequest(lse=...), got {return_aux!r}.")
     if window_size.__class__ is list:
         window_size = tuple(window_size)
+    if torch.compiler.is_compiling():  # torch.compile: the checks (no plan cache to guard on), then the custom ops,
+        enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)  # opaque to the tracer; they read the offsets
+        group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
+        window, scale = check_window(window_size), check_scale(query.shape[2], scale)
+        o, lse = varlen_forward_op(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, list(window), group > 1)
+        return (o, lse) if return_aux is not None and return_aux.lse else o
     plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
         checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
