@@ -93,7 +93,9 @@ def flash_attention(
         window_size: ``(left, right)``, FlashAttention's sliding window, aligned bottom-right: query i sees key j iff
             ``i + Nk - Nq - left <= j <= i + Nk - Nq + right`` (-1: unbounded on that side); ``(-1, -1)`` full,
             ``(-1, 0)`` causal bottom-right, ``(W, 0)`` causal with a window of W. Key blocks outside the window
-            are never loaded. Not together with ``is_causal=True`` (top-left): a ValueError.
+            are never loaded. Not together with ``is_causal=True`` (top-left): a ValueError. A query that sees no
+            key (``Nq > Nk`` with a bounded right side, or a window past the keys) gets a row of zeros and zero
+            gradients, as FlashAttention gives (and SDPA's math backend for a mask row of all False).
 
     Grouped heads and windows run on version 3 where the plain problem would (Hopper); elsewhere grouped heads on
     version 2 or 1 and windows on version 1 (:func:`gpulab.attention.plan.forward_plan` says which and why).

@@ -10,7 +10,7 @@ from gpulab import dtypes, hardware, runtime
 from gpulab.attention.configs import MAX_HEAD_DIM
 from gpulab.attention.reference import default_scale, gqa_group
 
-__all__ = ["check_inputs"]
+__all__ = ["check_inputs", "check_scale"]
 
 _FP32_MAX = torch.finfo(torch.float32).max
 """The largest scale magnitude :func:`check_inputs` takes: the kernels take the scale as float32."""
@@ -72,7 +72,14 @@ def check_inputs(q, k, v, scale=None, allow_tf32: bool = False, names=("q", "k",
         )
     if allow_tf32 and q.dtype != torch.float32:
         raise ValueError(f"allow_tf32 only applies to float32 inputs, got {q.dtype}.")
-    scale = default_scale(d, scale)
+    return check_scale(d, scale)
+
+
+def check_scale(head_dim: int, scale=None) -> float:
+    """The softmax scale the kernels take: :func:`gpulab.attention.reference.default_scale` (None for
+    ``1 / sqrt(head_dim)``, else any finite number), and a ValueError beyond float32's range, in which the kernels
+    take it (an inf scale would make every output NaN)."""
+    scale = default_scale(head_dim, scale)
     if abs(scale) > _FP32_MAX:  # comparisons only: a symbolic float under torch.compile traces them
         raise ValueError(
             f"scale={scale!r} is beyond float32's largest finite value {_FP32_MAX:.6g}; the kernels take the scale as "

@@ -27,8 +27,9 @@ import torch
 from gpulab import check, hardware, runtime
 from gpulab.attention import plan as attention_plan
 from gpulab.attention.configs import MAX_HEAD_DIM, attention_config
+from gpulab.attention.inputs import check_scale
 from gpulab.attention.plan import plan_cache_info, varlen_backward_v3, varlen_takes_v3
-from gpulab.attention.reference import check_window, default_scale, gqa_group
+from gpulab.attention.reference import check_window, gqa_group
 from gpulab.attention.v1 import backward as v1_backward
 from gpulab.attention.v1 import forward as v1_forward
 from gpulab.launch import direct_stream
@@ -43,6 +44,8 @@ __all__ = [
     "check_offsets",
     "checked_offsets",
     "VarlenFunction",
+    "varlen_forward_op",
+    "varlen_backward_op",
     "v3_gate",
 ]
 
@@ -193,7 +196,7 @@ def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, wind
     enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)
     group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
     window = check_window(window_size)
-    scale = default_scale(query.shape[2], scale)
+    scale = check_scale(query.shape[2], scale)
     plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group)
     if key_ is not None:
         if len(_PLANS) >= plan_cache_info()["max_plans"]:
@@ -310,6 +313,53 @@ class VarlenFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+@torch.library.custom_op("gpulab::varlen_forward", mutates_args=())
+def varlen_forward_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seq_q: torch.Tensor,
+                      cu_seq_k: torch.Tensor, max_q: int, max_k: int, scale: float, window: list[int],
+                      enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """:func:`varlen_attn`'s forward as a custom op, what it calls under ``torch.compile`` (an opaque node, as
+    :mod:`gpulab.attention.ops` for ``flash_attention``): O and the fp32 LSE ``[Hq, Tq]``; the offsets are read
+    and checked here, on the real tensors."""
+    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, tuple(window), enable_gqa)
+    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
+        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    return _forward(plan, query.contiguous(), key.contiguous(), value.contiguous(), cu_seq_q, cu_seq_k)
+
+
+@varlen_forward_op.register_fake
+def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window, enable_gqa):
+    return query.new_empty(query.shape), query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("gpulab::varlen_backward", mutates_args=())
+def varlen_backward_op(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       out: torch.Tensor, lse: torch.Tensor, cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor,
+                       max_q: int, max_k: int, scale: float, window: list[int],
+                       enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """dQ, dK, dV of :func:`varlen_forward_op` (:func:`varlen_backward`)."""
+    return varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale,
+                           window_size=tuple(window), enable_gqa=enable_gqa)  # fmt: skip
+
+
+@varlen_backward_op.register_fake
+def _(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, scale, window, enable_gqa):
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
+
+
+def _setup_varlen(ctx, inputs, output):
+    query, key, value, cu_seq_q, cu_seq_k, *flags = inputs
+    ctx.save_for_backward(query, key, value, output[0], output[1], cu_seq_q, cu_seq_k)
+    ctx.flags = flags
+
+
+def _varlen_op_backward(ctx, do, _dlse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    return *varlen_backward_op(do, q, k, v, o, lse, cu_q, cu_k, *ctx.flags), None, None, None, None, None, None, None
+
+
+varlen_forward_op.register_autograd(_varlen_op_backward, setup_context=_setup_varlen)
+
+
 def varlen_attn(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -336,8 +386,9 @@ def varlen_attn(
         cu_seq_q, cu_seq_k: int32 [S + 1] cumulative offsets: sequence s holds query rows
             ``cu_seq_q[s]:cu_seq_q[s + 1]`` and key rows ``cu_seq_k[s]:cu_seq_k[s + 1]`` (empty sequences allowed).
         max_q, max_k: the longest query and key sequence (positive ints; they size the grid).
-        return_aux: an :class:`AuxRequest`; with ``lse=True`` also the fp32 log-sum-exp ``[Hq, Tq]`` (0 for a row
-            that sees no key), as torch returns it.
+        return_aux: an :class:`AuxRequest`; with ``lse=True`` also the fp32 log-sum-exp ``[Hq, Tq]``, the layout
+            torch returns. A row that sees no key (an empty key sequence, a window) has O = 0, as FlashAttention
+            gives, and LSE = 0, where FlashAttention's CUDA kernels give +inf.
         scale: the softmax scale, None for ``1 / sqrt(D)``.
         window_size: ``(left, right)`` per sequence, aligned at its bottom-right corner; (-1, -1) full, (-1, 0)
             causal, (W, 0) causal with a window of W.
@@ -345,8 +396,10 @@ def varlen_attn(
             anything but None raises a ValueError naming it.
 
     Returns O [Tq, Hq, D] in query's dtype, or ``(O, LSE)``. Rows past the last offset belong to no sequence: the
-    kernels write neither their outputs nor (for keys) their gradients. One forward launch (two backward) for the
-    whole batch.
+    kernels write neither their outputs nor their gradients (dQ, dK, dV): those rows hold whatever the memory held,
+    so slice them off before they reach a loss or a parameter. One forward launch (two backward) for the whole batch.
+    Under ``torch.compile`` (``fullgraph=True`` too) it runs as the custom ops :func:`varlen_forward_op` and
+    :func:`varlen_backward_op`.
 
     Examples:
         >>> q = torch.randn(10, 2, 16, device=runtime.device)
@@ -365,6 +418,12 @@ def varlen_attn(
         raise TypeError(f"return_aux must be None or an AuxRequest(lse=...), got {return_aux!r}.")
     if window_size.__class__ is list:
         window_size = tuple(window_size)
+    if torch.compiler.is_compiling():  # torch.compile: the checks (no plan cache to guard on), then the custom ops,
+        enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)  # opaque to the tracer; they read the offsets
+        group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
+        window, scale = check_window(window_size), check_scale(query.shape[2], scale)
+        o, lse = varlen_forward_op(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, list(window), group > 1)
+        return (o, lse) if return_aux is not None and return_aux.lse else o
     plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
         checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import attention as A
 from gpulab import bench, runtime
-from gpulab.attention import reference, varlen
+from gpulab.attention import inputs, reference, varlen
 from gpulab.attention.measure import features_bench
 
 
@@ -78,6 +78,7 @@ VARLEN = [
     ("num-splits", dict(num_splits=1), ValueError, "num_splits"),
     ("cu-seq-k-none", dict(cu_seq_k=None), ValueError, "cu_seq_k is None"),
     ("return-aux-bool", dict(return_aux=True), TypeError, "return_aux"),
+    ("scale-beyond-float32", dict(scale=1e39), ValueError, "beyond float32"),  # ran, and returned NaN everywhere
 ]
 
 
@@ -116,6 +117,8 @@ HELPERS = [
     ("varlen_backward-window", lambda: varlen.varlen_backward(
         *(_zeros(8, 4, 16),) * 5, _zeros(4, 8), _cu(0, 8), _cu(0, 8), 8, 8, window_size=(-4, 0)), ValueError,
      "window_size"),
+    ("check_scale-inf", lambda: inputs.check_scale(16, float("inf")), ValueError, "finite"),
+    ("check_scale-beyond-float32", lambda: inputs.check_scale(16, -1e39), ValueError, "beyond float32"),
     ("varlen_plan-max-q", lambda: varlen.varlen_plan(_zeros(4, 2, 8), _zeros(4, 2, 8), _zeros(4, 2, 8), _cu(0, 4),
                                                      _cu(0, 4), -1, 4, None, (-1, -1), False), ValueError, "max_q"),
 ]  # fmt: skip

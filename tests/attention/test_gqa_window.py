@@ -76,6 +76,19 @@ def test_key_blocks_outside_the_window_are_never_loaded():
     check.assert_close(vg.grad[:, :, cut:], dv_ref[:, :, cut:], name="dV")
 
 
+@pytest.mark.parametrize("window", [(-1, 0), (2, 0)])
+def test_a_query_that_sees_no_key_gets_zeros(window):
+    """As flash_attention's docstring says (and FlashAttention gives): with Nq > Nk and the right side bounded, the
+    first Nq - Nk queries see no key; their rows of O and dQ are exactly 0 (not NaN, not poison), LSE 0."""
+    q, k, v, do = _inputs(1, 4, 2, 19, 7, 16)
+    qg = q.clone().requires_grad_(True)
+    o = A.flash_attention(qg, k, v, enable_gqa=True, window_size=window)
+    o.backward(do)
+    assert (o[:, :, :12] == 0).all() and (qg.grad[:, :, :12] == 0).all()
+    _, lse = A.attention_forward(q, k, v, enable_gqa=True, window_size=window)
+    assert (lse[:, :, :12] == 0).all() and torch.isfinite(lse).all()
+
+
 def test_windows_run_on_version_1_here_and_refuse_version_2():
     """On the CPU both features take version 1; version 2 has no window; version 3 (Hopper) has both, and says why
     it cannot run here (tests/attention/v3/test_v3_gqa_window_gpu.py runs it on the GPU)."""

@@ -86,6 +86,26 @@ def test_offsets_are_read_once_until_written(monkeypatch):
         A.varlen_attn(q, k, v, cu, cu, 6, 6)
 
 
+def test_compiled_fullgraph_equals_the_reference_and_checks_the_offsets():
+    """Under torch.compile varlen_attn calls its custom ops (it used to trace into the launcher and fail); the op
+    reads and checks the offsets on the real tensors, so bad ones raise the same clear error."""
+    q, k, v, do, cu_q, cu_k = _packed([5, 0, 9], [7, 3, 9], 4, 2, 16)
+
+    def f(q, k, v, cu_q, cu_k):
+        return A.varlen_attn(q, k, v, cu_q, cu_k, 9, 9, window_size=(3, 0), enable_gqa=True,
+                             return_aux=A.AuxRequest(lse=True))  # fmt: skip
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o, lse = compiled(qg, kg, vg, cu_q, cu_k)
+    o.backward(do)
+    refs = A.varlen_attention_reference(q, k, v, cu_q, cu_k, window_size=(3, 0), enable_gqa=True, do=do)
+    for name, out, ref in zip(("O", "LSE", "dQ", "dK", "dV"), (o.detach(), lse, qg.grad, kg.grad, vg.grad), refs):
+        check.assert_close(out, ref, name=name)
+    with pytest.raises(ValueError, match="past the end"):
+        compiled(q, k, v, _offsets([5, 0, 10]), cu_k)
+
+
 @pytest.mark.gpu
 def test_gpu_varlen_is_captured_in_a_cuda_graph():
     """On a GPU: the launch reads no offsets on the host, so a CUDA graph captures it; replayed with new offsets of
