@@ -178,6 +178,14 @@ def checked_offsets(cu_seq_q, cu_seq_k, t_q: int, t_k: int, max_q: int, max_k: i
     return None
 
 
+def _validated(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa):
+    """Every check that needs no offsets' values: returns ``(group, window, scale)`` (Hq // Hkv, the checked
+    ``(left, right)``, the softmax scale with None resolved). :func:`varlen_plan` and the compiled path call it."""
+    enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)
+    group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
+    return group, check_window(window_size), check_scale(query.shape[2], scale)
+
+
 def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa) -> VarlenPlan:
     """The :class:`VarlenPlan` of a signature (shapes, strides, dtypes, devices, lengths, flags): one dict lookup
     after the first call, whose checks raise on bad input (only signatures that passed are stored)."""
@@ -193,15 +201,22 @@ def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, wind
             key_ = plan = None
         if plan is not None:
             return plan
-    enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)
-    group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
-    window = check_window(window_size)
-    scale = check_scale(query.shape[2], scale)
+    group, window, scale = _validated(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size,
+                                      enable_gqa)  # fmt: skip
     plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group)
     if key_ is not None:
         if len(_PLANS) >= plan_cache_info()["max_plans"]:
             _PLANS.clear()
         _PLANS[key_] = plan
+    return plan
+
+
+def _checked_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa) -> VarlenPlan:
+    """:func:`varlen_plan`, then the offsets' values checked (:func:`checked_offsets`) unless a CUDA graph is being
+    captured (reading them would wait for the GPU; inside a capture these checks are the caller's)."""
+    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
+    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
+        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
     return plan
 
 
@@ -287,9 +302,7 @@ def varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, m
     ``out``."""
     if window_size.__class__ is list:
         window_size = tuple(window_size)
-    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
-    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
-        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    plan = _checked_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     q, k, v, o, do = (t.contiguous() for t in (query, key, value, out, grad_out.to(query.dtype)))
     return _backward(plan, do, q, k, v, o, lse.contiguous(), cu_seq_q, cu_seq_k)
 
@@ -320,9 +333,7 @@ def varlen_forward_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """:func:`varlen_attn`'s forward as a custom op, what it calls under ``torch.compile`` (an opaque node, as
     :mod:`gpulab.attention.ops` for ``flash_attention``): O and the fp32 LSE ``[Hq, Tq]``; the offsets are read
     and checked here, on the real tensors."""
-    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, tuple(window), enable_gqa)
-    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
-        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    plan = _checked_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, tuple(window), enable_gqa)
     return _forward(plan, query.contiguous(), key.contiguous(), value.contiguous(), cu_seq_q, cu_seq_k)
 
 
@@ -419,14 +430,11 @@ def varlen_attn(
     if window_size.__class__ is list:
         window_size = tuple(window_size)
     if torch.compiler.is_compiling():  # torch.compile: the checks (no plan cache to guard on), then the custom ops,
-        enable_gqa = runtime.strict_bool("enable_gqa", enable_gqa)  # opaque to the tracer; they read the offsets
-        group = _check_tensors(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, enable_gqa)
-        window, scale = check_window(window_size), check_scale(query.shape[2], scale)
+        group, window, scale = _validated(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size,
+                                          enable_gqa)  # opaque to the tracer; the ops read the offsets  # fmt: skip
         o, lse = varlen_forward_op(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, list(window), group > 1)
         return (o, lse) if return_aux is not None and return_aux.lse else o
-    plan = varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
-    if not (query.is_cuda and torch.cuda.is_current_stream_capturing()):
-        checked_offsets(cu_seq_q, cu_seq_k, plan.t_q, plan.t_k, max_q, max_k)
+    plan = _checked_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size, enable_gqa)
     q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = VarlenFunction.apply(q, k, v, cu_seq_q, cu_seq_k, plan)
