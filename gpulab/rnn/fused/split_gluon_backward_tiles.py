@@ -105,10 +105,12 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, *, cfg: V6Conf
     """The kernel's arithmetic in float64, program by program: ``(dG [B, T, 4, NH, DH], d_states [2, B, 1, NH,
     DH])`` as :func:`split_backward_tiles` returns them. Program (p, n, g) runs tiles k = 0 .. TILES - 1 of its
     group (rows past B skipped, as the kernel masks them), each tile with its own dc and its own shares, formed from
-    R_p^T's M pieces; each unit's dh sums the previous step's shares of its tile in program order."""
+    R_p^T's M pieces; each unit's dh sums the previous step's shares of its tile in program order. A row's arithmetic
+    does not depend on which tile or group holds it, so the reference steps every row of a program at once (the
+    same float64 operations per row; a loop per tile took minutes at B 256, T 32)."""
     _, B, T, NH, DH = _checked(d_out, gates, out, states, R, d_last)
     cfg = _tile(DH, cfg)
-    bu, bb, pieces, P = cfg.block_u, cfg.block_b, [x for x in k_pieces(DH) if x], DH // cfg.block_u
+    bu, pieces, P = cfg.block_u, [x for x in k_pieces(DH) if x], DH // cfg.block_u
     f64 = dict(dtype=torch.float64)
     d_out, gates, out, states, R = (x.to(**f64) for x in (d_out, gates, out, states, R))
     dG = torch.full((B, T, 4, NH, DH), float("nan"), **f64)
@@ -121,33 +123,30 @@ def schedule_reference(d_out, gates, out, states, R, d_last=None, *, cfg: V6Conf
             for p in range(P):
                 units = slice(p * bu, (p + 1) * bu)
                 rt = R[:, n, units, :].reshape(4 * bu, DH).T  # R_p^T [DH, 4 U]
-                for g in range(cfg.groups(B)):
-                    for k in range(cfg.tiles):
-                        r0 = (g * cfg.tiles + k) * bb
-                        if r0 >= B:
-                            continue
-                        rows = slice(r0, min(r0 + bb, B))
-                        dh = d_out[0, rows, t, n, units]
-                        if shares is None and d_last is not None:
-                            dh = dh + d_last[0, rows, 0, n, units].to(**f64)
-                        for q in range(P if shares is not None else 0):
-                            dh = dh + shares[q, rows, n, units]
-                        c = dc[rows, n, units] + d_out[1, rows, t, n, units]
-                        pre = gates[rows, t, :, n, units]  # [rows, 4, U]
-                        i, f = torch.sigmoid(pre[:, 0]), torch.sigmoid(pre[:, 1])
-                        z, o = torch.tanh(pre[:, 2]), torch.sigmoid(pre[:, 3])
-                        c_prev = out[1, rows, t - 1, n, units] if t > 0 else states[1, rows, 0, n, units]
-                        tc = torch.tanh(f * c_prev + i * z)
-                        c = c + dh * o * (1 - tc * tc)
-                        dg = torch.stack((c * z * i * (1 - i), c * c_prev * f * (1 - f), c * i * (1 - z * z),
-                                          dh * tc * o * (1 - o)), dim=1)  # fmt: skip
-                        dG[rows, t, :, n, units] = dg
-                        dc[rows, n, units] = c * f
-                        dg_t = dg.reshape(-1, 4 * bu).T  # [4 U, rows]
-                        k0 = 0
-                        for m in pieces:  # the kernel's M pieces (512 + 256 at 768)
-                            new[p, rows, n, k0 : k0 + m] = (rt[k0 : k0 + m] @ dg_t).T
-                            k0 += m
+                # the program's tiles, (g * TILES + k) * BLOCK_B onwards (rows past B masked), cover every row once;
+                # a row's arithmetic is the same in whichever tile holds it: all of them are one step here
+                rows = slice(0, B)
+                dh = d_out[0, rows, t, n, units]
+                if shares is None and d_last is not None:
+                    dh = dh + d_last[0, rows, 0, n, units].to(**f64)
+                for q in range(P if shares is not None else 0):
+                    dh = dh + shares[q, rows, n, units]
+                c = dc[rows, n, units] + d_out[1, rows, t, n, units]
+                pre = gates[rows, t, :, n, units]  # [rows, 4, U]
+                i, f = torch.sigmoid(pre[:, 0]), torch.sigmoid(pre[:, 1])
+                z, o = torch.tanh(pre[:, 2]), torch.sigmoid(pre[:, 3])
+                c_prev = out[1, rows, t - 1, n, units] if t > 0 else states[1, rows, 0, n, units]
+                tc = torch.tanh(f * c_prev + i * z)
+                c = c + dh * o * (1 - tc * tc)
+                dg = torch.stack((c * z * i * (1 - i), c * c_prev * f * (1 - f), c * i * (1 - z * z),
+                                  dh * tc * o * (1 - o)), dim=1)  # fmt: skip
+                dG[rows, t, :, n, units] = dg
+                dc[rows, n, units] = c * f
+                dg_t = dg.reshape(-1, 4 * bu).T  # [4 U, rows]
+                k0 = 0
+                for m in pieces:  # the kernel's M pieces (512 + 256 at 768)
+                    new[p, rows, n, k0 : k0 + m] = (rt[k0 : k0 + m] @ dg_t).T
+                    k0 += m
         shares = new
     for n in range(NH):
         for p in range(P):

@@ -75,10 +75,11 @@ def schedule_reference(Wx, R, b, states, cfg: V6Config):
     :func:`split_forward_tiles` returns them. Program (p, n, g) runs tiles k = 0 .. TILES - 1 of its group, rows
     ``(g TILES + k) BLOCK_B ..`` (those past B skipped, as the kernel masks them), each from the chunks' partial
     products summed in chunk order and its own c; every tile of a step reads h_{t-1} of the step before (the barrier
-    comes after the group's last tile)."""
+    comes after the group's last tile). A row's arithmetic does not depend on which tile or group holds it, so the
+    reference steps every row of a program at once (the same float64 operations per row)."""
     B, T, _, NH, DH = _checked(Wx, R, b, states)
     cfg = _tile(DH, cfg)
-    bu, bb, kc = cfg.block_u, cfg.block_b, DH // cfg.warps
+    bu, kc = cfg.block_u, DH // cfg.warps
     f64 = dict(dtype=torch.float64)
     Wx, R, b, s = Wx.to(**f64), R.to(**f64), b.to(**f64), states.to(**f64)
     h, c = s[0, :, 0].clone(), s[1, :, 0].clone()  # [B, NH, DH]
@@ -90,23 +91,19 @@ def schedule_reference(Wx, R, b, states, cfg: V6Config):
             for p in range(DH // bu):
                 units = slice(p * bu, (p + 1) * bu)
                 rp = R[:, n, units, :].reshape(4 * bu, DH)
-                for g in range(cfg.groups(B)):
-                    for k in range(cfg.tiles):
-                        r0 = (g * cfg.tiles + k) * bb
-                        rows = slice(r0, min(r0 + bb, B))
-                        if r0 >= B:
-                            continue
-                        pre = torch.zeros(4 * bu, rows.stop - r0, **f64)
-                        for ch in range(cfg.warps):
-                            ks = slice(ch * kc, (ch + 1) * kc)
-                            pre = pre + rp[:, ks] @ h[rows, n, ks].T
-                        pre = pre.reshape(4, bu, -1) + Wx[rows, t, :, n, units].permute(1, 2, 0) + b[:, n, units, None]
-                        gates[rows, t, :, n, units] = pre.permute(2, 0, 1)
-                        i, f = torch.sigmoid(pre[0]), torch.sigmoid(pre[1])
-                        z, o = torch.tanh(pre[2]), torch.sigmoid(pre[3])
-                        cn = f * c[rows, n, units].T + i * z
-                        c_new[rows, n, units] = cn.T
-                        h_new[rows, n, units] = (o * torch.tanh(cn)).T
+                # the program's tiles, rows (g TILES + k) BLOCK_B onwards (past B masked), cover every row once; a
+                # row's arithmetic is the same in whichever tile holds it: all of them are one step here
+                pre = torch.zeros(4 * bu, B, **f64)
+                for ch in range(cfg.warps):
+                    ks = slice(ch * kc, (ch + 1) * kc)
+                    pre = pre + rp[:, ks] @ h[:, n, ks].T
+                pre = pre.reshape(4, bu, -1) + Wx[:, t, :, n, units].permute(1, 2, 0) + b[:, n, units, None]
+                gates[:, t, :, n, units] = pre.permute(2, 0, 1)
+                i, f = torch.sigmoid(pre[0]), torch.sigmoid(pre[1])
+                z, o = torch.tanh(pre[2]), torch.sigmoid(pre[3])
+                cn = f * c[:, n, units].T + i * z
+                c_new[:, n, units] = cn.T
+                h_new[:, n, units] = (o * torch.tanh(cn)).T
         h, c = h_new, c_new
         out[0, :, t], out[1, :, t] = h, c
     return out, torch.stack((h, c))[:, :, None], gates
