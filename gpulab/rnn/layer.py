@@ -34,13 +34,18 @@ from gpulab.rnn.fused import plan as fused_plan
 __all__ = ["lstm_layer", "layer_loops"]
 
 _LOOPS: dict = {}  # (backend, B, NH, DH, dtype, device, training) -> (run_forward, run_backward) or None
+_LOOPS_CONFIG: list = [None]  # the fused config _LOOPS was chosen under (plan.config_as may bind another)
 _CHECKED: set = set()  # signatures whose inputs api.check_inputs accepted
 
 
 def layer_loops(backend: str, B: int, NH: int, DH: int, dtype, device, training: bool):
     """``(run_forward, run_backward or None)`` of one problem on ``backend`` ('fused' or 'alternating'), as
     :func:`gpulab.rnn.flashrnn` would run it, or None where the fused plan would cut the batch into launches (no
-    launch of the whole batch fits: the general path does that). Chosen once per problem."""
+    launch of the whole batch fits: the general path does that). Chosen once per problem and fused config
+    (:func:`gpulab.rnn.fused.plan.config_as`)."""
+    if fused_plan.current_config() is not _LOOPS_CONFIG[0]:  # chosen again under another config (an identity test)
+        _LOOPS.clear()
+        _LOOPS_CONFIG[0] = fused_plan.current_config()
     key = (backend, B, NH, DH, dtype, device, training)
     if key in _LOOPS:
         return _LOOPS[key]

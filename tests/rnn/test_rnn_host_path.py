@@ -311,3 +311,20 @@ def test_the_biases_are_read_on_every_call_and_their_gradients_are_their_own(bac
         g_ih, g_hh = module.bias_ih_l0.grad, module.bias_hh_l0.grad
         assert torch.equal(g_ih, g_hh)
         assert g_ih.untyped_storage().data_ptr() != g_hh.untyped_storage().data_ptr()
+
+
+def test_the_layer_op_chooses_its_loops_again_under_another_fused_config():
+    """The layer op's per-problem loops follow :func:`plan.config_as`: a problem first seen under what ships is
+    chosen again inside another config, and what ships is back after it (a cache keyed on the problem alone would
+    keep the first config's loops for the rest of the process)."""
+    from gpulab.rnn import layer
+    from gpulab.rnn.fused.config import FusedConfig
+
+    args = ("fused", 3, 2, 16, torch.float32, torch.device(runtime.device), True)
+    shipped = layer.layer_loops(*args)
+    assert shipped == plan.problem_loops(3, 2, 16, "lstm", torch.float32, args[5], True)
+    with plan.config_as(FusedConfig(small_rows=7)):
+        other = layer.layer_loops(*args)
+        assert other == plan.problem_loops(3, 2, 16, "lstm", torch.float32, args[5], True)
+    assert other != shipped
+    assert layer.layer_loops(*args) == shipped

@@ -383,11 +383,12 @@ def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, c
     sum_db = config.gluon.sum_db and not one_launch(out, config.small_rows)  # (the one launch sums db beside dR)
     B = out.shape[1]
     rows = B if rows is None else rows
-    parts = []
-    for i in range(0, B, rows):
-        s = slice(i, i + rows)
-        part = d_out[:, s], gates[s], out[:, s], states[:, s], R, None if d_last is None else d_last[:, s]
-        parts.append(split_gluon_backward.split_backward_b4(*part, cfg=cfg, sum_db=sum_db, config=config.gluon))
+    if rows >= B:  # one launch of the whole batch: the tensors as they are (slices are host operators)
+        chunks = [(d_out, gates, out, states, R, d_last)]
+    else:
+        chunks = [(d_out[:, s], gates[s], out[:, s], states[:, s], R, None if d_last is None else d_last[:, s])
+                  for s in (slice(i, i + rows) for i in range(0, B, rows))]  # fmt: skip
+    parts = [split_gluon_backward.split_backward_b4(*c, cfg=cfg, sum_db=sum_db, config=config.gluon) for c in chunks]
     if len(parts) == 1:
         dG, ds0, *db = parts[0]
     else:
