@@ -1,11 +1,12 @@
 """Probe (not a lesson benchmark): the parameter products of the fused backward in one Triton launch against cuBLAS,
 where a training step is host-bound (the drop-in grid's B16 points).
 
-Above ``SMALL_ROWS`` rows (B * T) the products dR, db run as cuBLAS GEMMs (a product, two corrections and the views
-around them: host operators); up to it as one launch of ``parameter_grads_kernel``. For each point, one layer, T 256,
-fp16 (and the tiny call): forward+backward of ``gpulab.rnn.LSTM`` as it ships and with ``FusedConfig(small_rows=2**30)``
-(always one launch), each checked against ``nn.LSTM`` first, and cuDNN ``nn.LSTM`` fp16, in two interleaved rounds (the
-host's noise shows as the spread between them), on both clocks. Writes JSONL to $OUT/probe-lstm-host-rows.jsonl.
+The products dR, db run either as cuBLAS GEMMs (a product, two corrections and the views around them: host
+operators) or as one launch of ``parameter_grads_kernel`` (``parameter_grads.one_launch`` chooses). For each point,
+one layer, T 256, fp16 (and the tiny call): forward+backward of ``gpulab.rnn.LSTM`` as it ships, with
+``FusedConfig(small_rows=2048)`` (cuBLAS past 2,048 rows) and with ``FusedConfig(small_rows=2**30)`` (always one
+launch), each checked against ``nn.LSTM`` first, and cuDNN ``nn.LSTM`` fp16, in two interleaved rounds (the host's
+noise shows as the spread between them), on both clocks. Writes JSONL to $OUT/probe-lstm-host-rows.jsonl.
 Usage: python scripts/probe_lstm_host_rows.py [H:B ...]
 """
 
@@ -31,7 +32,11 @@ POINTS = [tuple(map(int, a.split(":"))) for a in sys.argv[1:]] or [
     (768, 64),
 ]
 T = 256
-ONE_LAUNCH = FusedConfig(small_rows=2**30)
+VARIANTS = (
+    ("ships", plan.DEFAULT),
+    ("cuBLAS past 2048 rows", FusedConfig(small_rows=2048)),
+    ("one launch", FusedConfig(small_rows=2**30)),
+)
 emit = emitter("probe-lstm-host-rows")
 t0 = time.perf_counter()
 
@@ -54,13 +59,13 @@ for name, I, H, heads, B, steps in cases:
     xc = x.detach().requires_grad_()
     try:
         checks = {}
-        for label, config in (("ships", plan.DEFAULT), ("one launch", ONE_LAUNCH)):
+        for label, config in VARIANTS:
             with plan.config_as(config):
                 checks[label] = check_against_torch(m, x, f"{name} {label}")
         ours = step_of(m, x, [x, *m.parameters()])
         theirs = step_of(ref, xc, [xc, *ref.parameters()])
         for rnd in (1, 2):
-            for label, config in (("ships", plan.DEFAULT), ("one launch", ONE_LAUNCH)):
+            for label, config in VARIANTS:
                 ms, wall = timed(ours, config)
                 emit(case=name, B=B, H=H, heads=heads, T=steps, provider=f"gpulab fp16 {label}", round=rnd, ms=ms,
                      wall_ms=wall, check=checks[label])  # fmt: skip

@@ -256,10 +256,26 @@ def step_products(dG, out, states, function, t0, t1, dR, db, time_major=False, r
     _launch_products(dG, out, states, fn, dR, db, t0, t1, time_major, splits=splits, block_k=64)
 
 
+HOST_BOUND_ROWS = 4096
+HOST_BOUND_WORK = 768 * 768
+"""Past :data:`SMALL_ROWS`, 16-bit outputs still take the one launch up to this many rows when each row's products
+are at most ``HOST_BOUND_WORK`` = NH * DH^2 multiply-adds per gate (a head of 768): there a training step is
+host-bound, and the cuBLAS route's operators (a product, two corrections, their views) cost the host more than the
+launch adds on the device; with a larger head or more rows the launch's device time takes the gain back (measured
+with ``scripts/probe_lstm_host_rows.py``; the numbers are in ``notes/rnn-fused.md``)."""
+
+
 def one_launch(out, small_rows: int | None = None) -> bool:
-    """Whether :func:`gate_gradients_to_parameters` takes the one-launch route for outputs ``out`` [S, B, T, ...]: up
-    to ``small_rows`` (None: :data:`SMALL_ROWS`) rows K = B * T (where that launch sums db beside dR anyway)."""
-    return out.shape[1] * out.shape[2] <= (SMALL_ROWS if small_rows is None else small_rows)
+    """Whether :func:`gate_gradients_to_parameters` takes the one-launch route for outputs ``out`` [S, B, T, NH, DH]
+    (where that launch sums db beside dR anyway): up to ``small_rows`` rows K = B * T if given; else up to
+    :data:`SMALL_ROWS`, and for 16-bit outputs up to :data:`HOST_BOUND_ROWS` when NH * DH^2 is at most
+    :data:`HOST_BOUND_WORK`."""
+    rows = out.shape[1] * out.shape[2]
+    if small_rows is not None:
+        return rows <= small_rows
+    if rows <= SMALL_ROWS:
+        return True
+    return rows <= HOST_BOUND_ROWS and out.element_size() == 2 and out.shape[3] * out.shape[4] ** 2 <= HOST_BOUND_WORK
 
 
 def gate_gradients_to_parameters(dG, out, states, function, time_major=False, db=None, small_rows=None):

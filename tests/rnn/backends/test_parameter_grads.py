@@ -188,3 +188,18 @@ def test_the_chooser_passes_a_given_db_through():
     assert not pg.one_launch(torch.empty(2, 100, 100, 1, 1)) and pg.one_launch(out)
     assert pg.gate_gradients_to_parameters(dG, out, states, "lstm", db=db)[2] is not db  # one launch: its own db
     assert pg.parameter_grads(dG, out, states, "lstm", db=db)[2] is db
+
+
+def test_the_one_launch_also_takes_the_host_bound_16_bit_products():
+    """Past SMALL_ROWS rows the one launch is taken for 16-bit outputs up to HOST_BOUND_ROWS rows and a head of 768
+    (NH * DH^2 <= HOST_BOUND_WORK); not for fp32, a row more, a larger head, or where small_rows is given."""
+
+    def out(B, T, NH, DH, dtype=torch.float16):
+        return torch.empty(2, B, T, NH, DH, dtype=dtype, device="meta")
+
+    assert pg.one_launch(out(16, 256, 1, 768)) and pg.one_launch(out(16, 256, 12, 64))
+    assert pg.one_launch(out(16, 256, 1, 256, torch.bfloat16))
+    assert not pg.one_launch(out(16, 256, 1, 1024)) and not pg.one_launch(out(16, 256, 2, 768))
+    assert not pg.one_launch(out(17, 256, 1, 256)) and not pg.one_launch(out(16, 256, 1, 256, torch.float32))
+    assert pg.one_launch(out(8, 256, 1, 64, torch.float32))  # SMALL_ROWS: any dtype
+    assert not pg.one_launch(out(16, 256, 1, 256), small_rows=2048) and pg.one_launch(out(4, 4, 1, 4096), 16)
