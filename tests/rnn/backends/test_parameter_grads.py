@@ -102,6 +102,21 @@ def test_one_launch_bf16_on_gpu(function, B, T, NH, DH, time_major):
     assert _rel(dR.cpu(), ref_R) < 1e-2 and _rel(db.cpu(), ref_b) < 1e-2
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, T, NH, DH", [(16, 256, 1, 768), (16, 256, 1, 256), (15, 273, 3, 64)])
+def test_the_host_bound_route_is_one_launch_and_matches_float64_on_gpu(B, T, NH, DH):
+    """Past SMALL_ROWS rows, 16-bit products of a head up to 768 take the one launch (the chooser's route, as the
+    module's backward calls it), against float64."""
+    fn, dG, out, states = _problem("lstm", B, T, NH, DH, torch.float16, False, seed=B * T + DH)
+    dG, out, states = dG.cuda(), out.cuda(), states.cuda()
+    assert B * T > pg.SMALL_ROWS and pg.one_launch(out)
+    with runtime.poisoning(True):
+        _, dR, db = pg.gate_gradients_to_parameters(dG, out, states, "lstm")
+    ref_R, ref_b = _float64_reference(fn, dG.cpu(), out.cpu(), states.cpu(), False)
+    assert torch.isfinite(dR).all() and torch.isfinite(db).all()
+    assert _rel(dR.cpu(), ref_R) < 1e-2 and _rel(db.cpu(), ref_b) < 1e-2, (_rel(dR.cpu(), ref_R), _rel(db.cpu(), ref_b))
+
+
 def _steps_reference(fn, dG, out, states, time_major, t0, t1):
     """dR and db over the rows of steps [t0, t1) only, in float64."""
     d = (dG.transpose(0, 1) if time_major else dG).double()[:, t0:t1]
