@@ -14,7 +14,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and not torch.cuda.is_available():
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (the full-size self-test runs on the H100 with `pytest -m gpu`)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (the full-size self-test, `pytest -m gpu`, runs on one)")
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
