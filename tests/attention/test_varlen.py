@@ -61,6 +61,26 @@ def test_each_sequence_equals_flash_attention_on_it_alone():
         check.assert_close(o[a:b], one[0].transpose(0, 1), name=f"sequence {s}")
 
 
+def test_strided_offsets_give_the_same_output_and_gradients(close):
+    """Offsets that are a strided view (``cu[::2]``) hold the same values as their contiguous copy: the kernels, which
+    read ``cu_seq[s]`` at the base pointer + s, must see those values (they read the skipped entries before)."""
+    lens_q, lens_k = [5, 0, 17], [9, 3, 11]
+    q, k, v, do, cu_q, cu_k = _packed(lens_q, lens_k, 2, 2, 16)
+    spread = [torch.stack((cu, torch.full_like(cu, 7))).T.reshape(-1) for cu in (cu_q, cu_k)]  # [c0, 7, c1, 7, ...]
+    strided_q, strided_k = (t[::2] for t in spread)
+    assert not strided_q.is_contiguous() and torch.equal(strided_q, cu_q)
+    refs = A.varlen_attention_reference(q, k, v, cu_q, cu_k, window_size=(-1, 0), do=do)
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    o, lse = A.varlen_attn(qg, kg, vg, strided_q, strided_k, 17, 11, window_size=(-1, 0),
+                           return_aux=A.AuxRequest(lse=True))  # fmt: skip
+    o.backward(do)
+    for name, out, ref in zip(("O", "LSE", "dQ", "dK", "dV"), (o.detach(), lse, qg.grad, kg.grad, vg.grad), refs):
+        close(out, ref, torch.float32, name, context="strided offsets")
+    grads = varlen.varlen_backward(do, q, k, v, o.detach(), lse, strided_q, strided_k, 17, 11, window_size=(-1, 0))
+    for name, out, ref in zip(("dQ", "dK", "dV"), grads, refs[2:]):
+        close(out, ref, torch.float32, name, context="varlen_backward, strided offsets")
+
+
 def test_one_forward_launch_for_the_whole_batch():
     q, k, v, _, cu, _ = _packed([3, 17, 1, 9], [3, 17, 1, 9], 2, 2, 16)
     before = sum(launch.launch_counts().values())
