@@ -63,12 +63,11 @@ class VarlenPlan:
     longest lengths, ``max_q``/``max_k``, which size the grids), and the launches once built."""
 
     __slots__ = ("b", "h", "n_q", "n_k", "d", "t_q", "t_k", "group", "window", "scale", "qk_scale", "dtype",
-                 "device", "precision", "is_fp32", "forward", "backward", "v3_forward", "forward_version",
-                 "offsets_contiguous")  # fmt: skip
+                 "device", "precision", "is_fp32", "forward", "backward", "v3_forward", "forward_version")  # fmt: skip
     varlen = True
     is_causal = False
 
-    def __init__(self, q, k, cu_seq_q, max_q, max_k, scale, window, group, cu_seq_k=None):
+    def __init__(self, q, k, cu_seq_q, max_q, max_k, scale, window, group):
         self.t_q, self.h, self.d = q.shape
         self.t_k = k.shape[0]
         self.b = cu_seq_q.shape[0] - 1
@@ -81,8 +80,6 @@ class VarlenPlan:
         self.forward = self.backward = None
         self.v3_forward = None  # whether version 3 takes the forward (decided at the first forward call)
         self.forward_version = None  # the version whose forward ran last (1 or 3)
-        # the kernels read cu_seq[s] at the base pointer + s: strided offsets (cu[::2]) are copied first
-        self.offsets_contiguous = cu_seq_q.is_contiguous() and (cu_seq_k is None or cu_seq_k.is_contiguous())
 
     @property
     def bounds(self) -> tuple[int, int]:
@@ -206,7 +203,7 @@ def varlen_plan(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, wind
             return plan
     group, window, scale = _validated(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size,
                                       enable_gqa)  # fmt: skip
-    plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group, cu_seq_k)
+    plan = VarlenPlan(query, key, cu_seq_q, max_q, max_k, scale, window, group)
     if key_ is not None:
         if len(_PLANS) >= plan_cache_info()["max_plans"]:
             _PLANS.clear()
@@ -246,8 +243,7 @@ def _forward(plan: VarlenPlan, q, k, v, cu_q, cu_k):
     lse = check.new_output((plan.h, plan.t_q), dtype=torch.float32, device=q.device)
     if plan.empty:
         return o.zero_(), lse.zero_()
-    if not plan.offsets_contiguous:
-        cu_q, cu_k = cu_q.contiguous(), cu_k.contiguous()
+    cu_q, cu_k = cu_q.contiguous(), cu_k.contiguous()  # the kernels read cu_seq[s] at its pointer + s (cu[::2])
     if plan.v3_forward is None:
         plan.v3_forward = v3_gate(plan, q, k, v)
     if plan.v3_forward and attention_plan.v3_varlen.aligned(q, k, v):
@@ -268,8 +264,7 @@ def _backward(plan: VarlenPlan, do, q, k, v, o, lse, cu_q, cu_k):
     dv = check.new_output(v.shape, dtype=v.dtype, device=v.device)
     if plan.empty:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    if not plan.offsets_contiguous:
-        cu_q, cu_k = cu_q.contiguous(), cu_k.contiguous()
+    cu_q, cu_k = cu_q.contiguous(), cu_k.contiguous()  # the kernels read cu_seq[s] at its pointer + s (cu[::2])
     if plan.backward is None:
         plan.backward = _backward_launches(plan, q, k, v)
     launches = plan.backward
