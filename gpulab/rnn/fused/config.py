@@ -26,6 +26,7 @@ __all__ = [
     "PRODUCTS",
     "SPLIT_VERSIONS",
     "SPLIT_EXCHANGES",
+    "LARGE_BATCHES",
     "BackwardConfig",
     "GluonConfig",
     "FusedConfig",
@@ -56,6 +57,11 @@ SPLIT_VERSIONS = ("v5", "v6", "v6+b3")
 """The split kernels for a head that needs several SMs: 'v6' (Gluon forward and backward, where
 :func:`gpulab.rnn.fused.plan.v6_applies`), 'v6+b3' (the Gluon forward, the Triton split backward) or 'v5' (the
 Triton split kernels, :mod:`.split` and :mod:`.split_backward`, which also run every problem v6 cannot)."""
+LARGE_BATCHES = ("steps", "launches")
+"""How the fused backend runs an LSTM batch that the on-chip kernels cannot take in one launch each way: ``steps``
+(the stepwise kernels, :mod:`.stepwise`: one launch per step of a GEMM with the cell as its epilogue, the whole
+batch at once) or ``launches`` (the split kernels in launches of fewer rows, :func:`gpulab.rnn.fused.plan.batch_rows`
+and :func:`gpulab.rnn.fused.plan.b4_rows`, the ``alternating`` backend where none fits)."""
 SPLIT_EXCHANGES = ("barrier", "tagged", "flags", "hinted")
 """The Triton split kernels' meeting points (:mod:`.exchange`); the backward has no tagged words and takes 'barrier'
 where the forward takes them."""
@@ -148,11 +154,14 @@ class FusedConfig:
     of :data:`SPLIT_EXCHANGES`, None: the tiling's, where it fits, else 'barrier'; the split backward takes the
     matching one); ``small_rows``: up to this many rows B * T the parameter products run in one launch
     (:func:`gpulab.rnn.backends.parameter_grads.one_launch`; None: its ``SMALL_ROWS``); ``backward``: a
-    :class:`BackwardConfig`; ``gluon``: a :class:`GluonConfig`."""
+    :class:`BackwardConfig`; ``gluon``: a :class:`GluonConfig`; ``large_batch``: one of :data:`LARGE_BATCHES`, for
+    batches of at least ``steps_min_batch`` rows."""
 
     split_version: str = "v6"
     split_exchange: str | None = None
     small_rows: int | None = None
+    large_batch: str = "steps"
+    steps_min_batch: int = 64
     backward: BackwardConfig = BackwardConfig()
     gluon: GluonConfig = GluonConfig()
 
@@ -160,6 +169,8 @@ class FusedConfig:
         runtime.one_of("split_version", self.split_version, SPLIT_VERSIONS)
         if self.split_exchange is not None:
             runtime.one_of("split_exchange", self.split_exchange, SPLIT_EXCHANGES)
+        runtime.one_of("large_batch", self.large_batch, LARGE_BATCHES)
+        runtime.positive_int("steps_min_batch", self.steps_min_batch)
         if self.small_rows is not None:
             runtime.positive_int("small_rows", self.small_rows)
         for name, kind in (("backward", BackwardConfig), ("gluon", GluonConfig)):

@@ -11,6 +11,9 @@
   kernels (:mod:`.split_gluon_units`, :mod:`.split_gluon_backward_units`; tiles from
   :func:`gpulab.rnn.fused.gluon_tiles.units_tiles`); else a ValueError naming the alternative
   (``backend='alternating'``). :func:`explain` prints the choice.
+- :func:`steps_apply`: where the on-chip kernels cannot take an LSTM's large batch in one launch each way, the
+  stepwise kernels (:mod:`.stepwise`: one launch per step, the step's GEMM with the cell as its epilogue, R read from
+  L2) run the whole batch instead of launches of fewer rows (``FusedConfig.large_batch``).
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`problem_loops`, :func:`saved_gates_dtype`: the loops :func:`fused_forward` would run for one problem (kept per
@@ -62,6 +65,7 @@ from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward, sa
 from gpulab.rnn.fused.gluon_tiles import MAX_TILES
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
+from gpulab.rnn.fused.stepwise import step_rnn_forward, step_rnn_gradients, step_tiles
 
 __all__ = [
     "Plan",
@@ -71,6 +75,7 @@ __all__ = [
     "batch_rows",
     "b4_rows",
     "plan_kind",
+    "steps_apply",
     "problem_loops",
     "saved_gates_dtype",
     "single_sm_forward",
@@ -225,15 +230,51 @@ def _check_problem(batch, num_heads, head_dim, training) -> None:
     runtime.strict_bool("training", training)
 
 
-@functools.lru_cache(maxsize=256)
 def plan_kind(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> str | None:
-    """:func:`choose`'s kind for this problem, kept per problem: ``"single"`` (one SM per head and batch tile),
-    ``"split"`` (a head over several SMs) or None (no launch of the whole batch fits)."""
+    """What the fused backend runs this problem on, under the config in force (kept per problem and config):
+    ``"single"`` (one SM per head and batch tile), ``"split"`` (a head over several SMs), ``"units"`` (the two-piece
+    split kernels), ``"steps"`` (the stepwise kernels, :func:`steps_apply`) or None (no launch of the whole batch
+    fits: the batch runs in launches of fewer rows)."""
     _check_problem(batch, num_heads, head_dim, training)
+    return _plan_kind(batch, num_heads, head_dim, function, dtype, training, _CONFIG)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_kind(batch, num_heads, head_dim, function, dtype, training, config) -> str | None:
+    if _steps_apply(batch, num_heads, head_dim, function, dtype, training, config):
+        return "steps"
+    return _chosen_kind(batch, num_heads, head_dim, function, dtype, training)
+
+
+@functools.lru_cache(maxsize=256)
+def _chosen_kind(batch, num_heads, head_dim, function, dtype, training) -> str | None:
     try:
         return choose(batch, num_heads, head_dim, function, dtype, training=training).kind
     except ValueError:
         return None
+
+
+def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> bool:
+    """Whether the fused backend runs this problem on the stepwise kernels (:mod:`.stepwise`), under the config in
+    force: an LSTM of at least ``steps_min_batch`` rows (``large_batch`` 'steps') that the on-chip kernels cannot run
+    in one launch each way: no split of R takes the whole batch (:func:`choose` raises: it would run in launches of
+    fewer rows), or a split plan trains through b4's launches of fewer rows or the ``alternating`` backward, and version
+    6 (which takes the batch in one launch each way) does not apply."""
+    _check_problem(batch, num_heads, head_dim, training)
+    return _steps_apply(batch, num_heads, head_dim, function, dtype, training, _CONFIG)
+
+
+def _steps_apply(batch, num_heads, head_dim, function, dtype, training, config) -> bool:
+    if config.large_batch != "steps" or batch < config.steps_min_batch or get_function(function).name != "lstm":
+        return False
+    kind = _chosen_kind(batch, num_heads, head_dim, function, dtype, training)
+    if kind is None:
+        return True
+    if kind != "split" or not training:
+        return False
+    if config.split_version == "v6" and v6_applies(batch, num_heads, head_dim, function, dtype, config.gluon.wide):
+        return False
+    return choose(batch, num_heads, head_dim, function, dtype, training=True).backward is None
 
 
 @functools.lru_cache(maxsize=256)
@@ -246,7 +287,7 @@ def batch_rows(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16
     _check_problem(batch, num_heads, head_dim, training)
 
     def takes(rows: int) -> bool:
-        return plan_kind(rows, num_heads, head_dim, function, dtype, training) is not None
+        return _chosen_kind(rows, num_heads, head_dim, function, dtype, training) is not None
 
     if takes(batch):
         return batch
@@ -494,6 +535,11 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
         if pair is not None:
             return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
                     functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
+    if _steps_apply(B, NH, DH, function, dtype, training, config):  # a large batch: one launch per step
+        tiles = step_tiles(B, DH, NH, hardware.live_properties().get("sm_count", 0) or 132)
+        return (functools.partial(step_rnn_forward, tiles=tiles),
+                functools.partial(step_rnn_gradients, tiles=tiles, small_rows=config.small_rows) if training
+                else None)  # fmt: skip
     chosen = choose(B, NH, DH, function, dtype, training=training)
     if chosen.kind == "units":  # (where Gluon cannot run: the alternating loops, as before these kernels)
         if not _gluon_runs(function, dtype):
@@ -557,7 +603,8 @@ def clear_cache() -> None:
     """Forget the loops and batch rows chosen per problem (:func:`fused_forward` chooses again on its next call)."""
     _loops.cache_clear()
     batch_rows.cache_clear()
-    plan_kind.cache_clear()
+    _plan_kind.cache_clear()
+    _chosen_kind.cache_clear()
 
 
 def single_sm_forward(Wx, R, b, states, function, save_gates):

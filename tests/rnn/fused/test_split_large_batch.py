@@ -15,6 +15,7 @@ import torch
 from gpulab import check, rnn
 from gpulab.rnn.fused import plan
 from gpulab.rnn.fused import split_gluon_backward as b4
+from gpulab.rnn.fused.config import FusedConfig
 
 
 @pytest.mark.parametrize("B, DH, launches, rows, tile", [
@@ -58,12 +59,14 @@ def test_b4_only_where_the_split_backward_does_not_fit_and_only_for_the_lstm():
 
 
 def test_the_loops_bind_b4_with_the_plans_rows(monkeypatch):
-    """Where the Gluon kernels run (forced here), the backward loop of H1024 B64 is b4 in launches of 32 rows."""
+    """Where the Gluon kernels run (forced here) and large batches run in launches (``large_batch='launches'``; by
+    default they take the stepwise kernels), the backward loop of H1024 B64 is b4 in launches of 32 rows."""
     monkeypatch.setattr(plan, "_gluon_runs", lambda *a: True)
     monkeypatch.setattr(plan, "v6_applies", lambda *a: False)  # the forward stays version 5's one launch
     plan.clear_cache()
+    launches = FusedConfig(large_batch="launches")
     try:
-        _, backward = plan._loops(64, 1, 1024, "lstm", torch.float16, torch.device("cpu"), True)
+        _, backward = plan._loops(64, 1, 1024, "lstm", torch.float16, torch.device("cpu"), True, launches)
     finally:
         plan.clear_cache()
     assert isinstance(backward, functools.partial) and backward.func is plan._b4_gradients
