@@ -36,6 +36,9 @@ TILES = [
     StepTiles(128, 32, 64, 8, 3),
     StepTiles(128, 64, 64, 8, 3),
     StepTiles(32, 16, 64, 4, 3),
+    StepTiles(64, 16, 64, 4, 3, one_dot=True),
+    StepTiles(64, 32, 64, 4, 3, one_dot=True),
+    StepTiles(128, 32, 64, 8, 3, one_dot=True),
 ]
 MODULE_POINTS = [(H, L, B) for H in (256, 512, 768, 1024, 1536) for L in (1, 2) for B in (64, 256)]
 VARIANTS = (("steps", FusedConfig(large_batch="steps")), ("launches", FusedConfig(large_batch="launches")))
@@ -56,7 +59,9 @@ def inputs(B, H, seed=0):
 def time_tiles(H, B, leaves, cfg, default):
     """One tile config at one point: checked on 32 steps against float32 ``alternating``, then timed."""
     Wx, R, b, s0 = leaves
-    name = f"tiles H{H} B{B} {cfg.block_m}x{cfg.block_u}x{cfg.block_k} w{cfg.warps} s{cfg.stages}"
+    name = f"tiles H{H} B{B} {cfg.block_m}x{cfg.block_u}x{cfg.block_k} w{cfg.warps} s{cfg.stages}" + (
+        " one dot" if cfg.one_dot else ""
+    )
 
     def fwd(*a, **k):
         return step_rnn_forward(*a, tiles=cfg, **k)

@@ -39,6 +39,7 @@ from gpulab.check import new_output
 from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import lstm_cell, lstm_cell_backward
+from gpulab.rnn.fused.tiles import gate_columns, split_gates
 
 __all__ = ["StepTiles", "step_tiles", "step_forward_kernel", "step_backward_kernel", "step_rnn_forward",
            "step_rnn_backward", "step_rnn_gradients"]  # fmt: skip
@@ -54,6 +55,7 @@ class StepTiles:
     block_k: int
     warps: int = 4
     stages: int = 3
+    one_dot: bool = False  # the four gates as one product (N = 4 block_u forward, K = 4 block_k backward)
 
     def grid(self, batch: int, num_heads: int, head_dim: int) -> tuple:
         return (triton.cdiv(batch, self.block_m), triton.cdiv(head_dim, self.block_u), num_heads)
@@ -100,6 +102,7 @@ def step_forward_kernel(
     SAVE_GATES: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
+    ONE_DOT: tl.constexpr,
 ):
     """Step t, program (m, u, n): G [BLOCK_M, BLOCK_U] per gate = h_{t-1} [BLOCK_M, DH] @ R_g[units, :]^T, then
     the cell on Wx_t + G + b."""
@@ -115,18 +118,29 @@ def step_forward_kernel(
         h_rows = s0_ptr + rows * HD + n * DH  # s0[0, b, 0, n, :]
     GATE = NH * DH * DH  # R's stride between gates
     r_cols = r_ptr + (n * DH + units[None, :]) * DH + ks[:, None]  # [BLOCK_K, BLOCK_U]: R_0[units, k]^T
-    acc_i = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-    acc_f = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-    acc_z = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-    acc_o = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-    for k0 in range(0, DH, BLOCK_K):
-        k_ok = k0 + ks < DH
-        h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        rm = k_ok[:, None] & unit_ok[None, :]
-        acc_i = _mma(h, tl.load(r_cols + k0, mask=rm, other=0.0), acc_i, IS_FP32, PRECISION)
-        acc_f = _mma(h, tl.load(r_cols + GATE + k0, mask=rm, other=0.0), acc_f, IS_FP32, PRECISION)
-        acc_z = _mma(h, tl.load(r_cols + 2 * GATE + k0, mask=rm, other=0.0), acc_z, IS_FP32, PRECISION)
-        acc_o = _mma(h, tl.load(r_cols + 3 * GATE + k0, mask=rm, other=0.0), acc_o, IS_FP32, PRECISION)
+    if ONE_DOT:  # R_all^T [BLOCK_K, 4 BLOCK_U], column g BLOCK_U + u = gate g of unit u: one product, then split
+        slot, u = gate_columns(4, BLOCK_U)
+        r_all = r_ptr + slot[None, :] * GATE + (n * DH + pid_u * BLOCK_U + u[None, :]) * DH + ks[:, None]
+        all_ok = (pid_u * BLOCK_U + u < DH)[None, :]
+        acc = tl.zeros((BLOCK_M, 4 * BLOCK_U), dtype=tl.float32)
+        for k0 in range(0, DH, BLOCK_K):
+            k_ok = k0 + ks < DH
+            h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            acc = _mma(h, tl.load(r_all + k0, mask=k_ok[:, None] & all_ok, other=0.0), acc, IS_FP32, PRECISION)
+        acc_i, acc_f, acc_z, acc_o = split_gates(acc, BLOCK_M, BLOCK_U, 4)
+    else:  # one product per gate, [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_U] each
+        acc_i = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
+        acc_f = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
+        acc_z = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
+        acc_o = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
+        for k0 in range(0, DH, BLOCK_K):
+            k_ok = k0 + ks < DH
+            h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            rm = k_ok[:, None] & unit_ok[None, :]
+            acc_i = _mma(h, tl.load(r_cols + k0, mask=rm, other=0.0), acc_i, IS_FP32, PRECISION)
+            acc_f = _mma(h, tl.load(r_cols + GATE + k0, mask=rm, other=0.0), acc_f, IS_FP32, PRECISION)
+            acc_z = _mma(h, tl.load(r_cols + 2 * GATE + k0, mask=rm, other=0.0), acc_z, IS_FP32, PRECISION)
+            acc_o = _mma(h, tl.load(r_cols + 3 * GATE + k0, mask=rm, other=0.0), acc_o, IS_FP32, PRECISION)
     ok = row_ok[:, None] & unit_ok[None, :]  # [BLOCK_M, BLOCK_U]
     at = (rows[:, None] * T + t) * (4 * HD) + n * DH + units[None, :]  # Wx_t[b, 0, n, j] (and the saved gates)
     bias = b_ptr + n * DH + units  # [BLOCK_U]
@@ -173,6 +187,7 @@ def step_backward_kernel(
     HAS_LAST: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
+    ONE_DOT: tl.constexpr,
 ):
     """Step t in reverse, program (m, u, n): dh_t [BLOCK_M, BLOCK_U] = dL/dh_t + sum_g dG_{t+1, g} [BLOCK_M, DH] @
     R_g[:, units], then the cell's backward: dG_t and dc_{t-1}."""
@@ -195,14 +210,24 @@ def step_backward_kernel(
     if t < T - 1:  # the recurrent part: dG_{t+1} [BLOCK_M, 4 DH] @ R [4 DH, units]
         acc = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
         g_rows = dg_ptr + (rows * T + t + 1) * (4 * HD) + n * DH  # [BLOCK_M] dG_{t+1}[b, 0, n, :]
-        r_rows = r_ptr + (n * DH + ks[:, None]) * DH + units[None, :]  # [BLOCK_K, BLOCK_U]: R_0[j, units]
-        for g in tl.static_range(4):
+        if ONE_DOT:  # K in chunks of 4 BLOCK_K: column g BLOCK_K + j of a chunk = gate g, unit k0 + j
+            slot, j = gate_columns(4, BLOCK_K)
+            a_all = g_rows[:, None] + slot[None, :] * HD + j[None, :]  # [BLOCK_M, 4 BLOCK_K]
+            w_all = r_ptr + ((slot[:, None] * NH + n) * DH + j[:, None]) * DH + units[None, :]  # [4 BLOCK_K, BLOCK_U]
             for k0 in range(0, DH, BLOCK_K):
-                k_ok = k0 + ks < DH
-                a = tl.load(g_rows[:, None] + g * HD + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                            other=0.0)  # fmt: skip
-                w = tl.load(r_rows + (g * NH * DH + k0) * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
+                k_ok = k0 + j < DH
+                a = tl.load(a_all + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w = tl.load(w_all + k0 * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
                 acc = _mma(a, w, acc, IS_FP32, PRECISION)
+        else:  # per gate, K in chunks of BLOCK_K
+            r_rows = r_ptr + (n * DH + ks[:, None]) * DH + units[None, :]  # [BLOCK_K, BLOCK_U]: R_0[j, units]
+            for g in tl.static_range(4):
+                for k0 in range(0, DH, BLOCK_K):
+                    k_ok = k0 + ks < DH
+                    a = tl.load(g_rows[:, None] + g * HD + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :],
+                                other=0.0)  # fmt: skip
+                    w = tl.load(r_rows + (g * NH * DH + k0) * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
+                    acc = _mma(a, w, acc, IS_FP32, PRECISION)
         dh += acc
     if t > 0:
         c_prev = tl.load(out_ptr + B * T * HD + step - HD, mask=ok, other=0.0).to(tl.float32)  # c_{t-1}
@@ -231,8 +256,8 @@ def _check_lstm(function) -> None:
 
 def _constexprs(tiles: StepTiles, DH: int, dtype) -> dict:
     return dict(DH=DH, BLOCK_M=tiles.block_m, BLOCK_U=tiles.block_u, BLOCK_K=tiles.block_k,
-                IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), num_warps=tiles.warps,
-                num_stages=tiles.stages)  # fmt: skip
+                IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), ONE_DOT=tiles.one_dot,
+                num_warps=tiles.warps, num_stages=tiles.stages)  # fmt: skip
 
 
 def step_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiles: StepTiles | None = None):

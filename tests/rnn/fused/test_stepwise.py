@@ -35,6 +35,8 @@ def _loops(tiles):
         (3, 5, 1, 16, None, False),
         (17, 4, 2, 20, None, True),  # a head dim no tile divides, rows past one tile
         (33, 3, 1, 48, stepwise.StepTiles(16, 16, 16), True),  # three row tiles, three unit tiles, three K chunks
+        (17, 3, 2, 20, stepwise.StepTiles(16, 16, 16, one_dot=True), True),  # the gates as one product
+        (9, 2, 1, 48, stepwise.StepTiles(16, 16, 32, one_dot=True), False),
     ],
 )
 def test_matches_float64(B, T, NH, DH, tiles, last, make_inputs):
@@ -121,6 +123,7 @@ def test_small_batches_and_other_functions_stay_on_chip():
 def test_module_through_the_stepwise_kernels(monkeypatch):
     """``gpulab.rnn.LSTM`` (two layers, its layer op) on the stepwise kernels, forced by a plan whose on-chip
     kernels take nothing, against ``nn.LSTM`` in float64: outputs, final states and every gradient."""
+
     def no_launch_fits(*a, **k):
         raise ValueError("forced by the test: no on-chip launch fits")
 
