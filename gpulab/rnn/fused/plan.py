@@ -256,10 +256,10 @@ def _chosen_kind(batch, num_heads, head_dim, function, dtype, training) -> str |
 
 def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> bool:
     """Whether the fused backend runs this problem on the stepwise kernels (:mod:`.stepwise`), under the config in
-    force: an LSTM of at least ``steps_min_batch`` rows (``large_batch`` 'steps') that the on-chip kernels cannot run
-    in one launch each way: no split of R takes the whole batch (:func:`choose` raises: it would run in launches of
-    fewer rows), or a split plan trains through b4's launches of fewer rows or the ``alternating`` backward, and version
-    6 (which takes the batch in one launch each way) does not apply."""
+    force: an LSTM of at least ``steps_min_batch`` rows (``large_batch`` 'steps') whose whole batch no split of R
+    takes (:func:`choose` raises: the on-chip kernels would run it in launches of fewer rows, one after another).
+    Where a split forward takes the batch and only the backward runs in launches of fewer rows (b4 at one head of
+    1024, B 64), the split kernels stay: they measured faster there (``notes/rnn-split.md``)."""
     _check_problem(batch, num_heads, head_dim, training)
     return _steps_apply(batch, num_heads, head_dim, function, dtype, training, _CONFIG)
 
@@ -267,14 +267,7 @@ def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat1
 def _steps_apply(batch, num_heads, head_dim, function, dtype, training, config) -> bool:
     if config.large_batch != "steps" or batch < config.steps_min_batch or get_function(function).name != "lstm":
         return False
-    kind = _chosen_kind(batch, num_heads, head_dim, function, dtype, training)
-    if kind is None:
-        return True
-    if kind != "split" or not training:
-        return False
-    if config.split_version == "v6" and v6_applies(batch, num_heads, head_dim, function, dtype, config.gluon.wide):
-        return False
-    return choose(batch, num_heads, head_dim, function, dtype, training=True).backward is None
+    return _chosen_kind(batch, num_heads, head_dim, function, dtype, training) is None
 
 
 @functools.lru_cache(maxsize=256)

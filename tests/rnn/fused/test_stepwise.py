@@ -86,10 +86,12 @@ def test_refuses_other_functions(make_inputs):
 
 
 def test_tiles():
-    """64 rows from 64 on (Hopper's warpgroup MMA), the widest unit tile that still covers the SMs."""
-    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 16, 64)  # 4 x 32 = 128 < 132: 4 x 64
-    assert stepwise.step_tiles(64, 1536, 1, 132) == stepwise.StepTiles(64, 16, 64)  # 1 x 96 programs
-    assert stepwise.step_tiles(3, 20, 1, 132) == stepwise.StepTiles(16, 16, 32)
+    """64 rows from 64 on (Hopper's warpgroup MMA), the gates as one product, 32 units where that still makes half as
+    many programs as SMs."""
+    assert stepwise.step_tiles(256, 768, 1, 132) == stepwise.StepTiles(64, 32, 64, one_dot=True)  # 4 x 24 programs
+    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 32, 64, one_dot=True)  # 4 x 32
+    assert stepwise.step_tiles(64, 1536, 1, 132) == stepwise.StepTiles(64, 16, 64, one_dot=True)  # 48 < 66: 1 x 96
+    assert stepwise.step_tiles(3, 20, 1, 132) == stepwise.StepTiles(16, 16, 32, one_dot=True)
     for bad in ((0, 16), (16, -1)):
         with pytest.raises(ValueError):
             stepwise.step_tiles(*bad)
@@ -116,6 +118,7 @@ def test_small_batches_and_other_functions_stay_on_chip():
     assert not plan.steps_apply(16, 1, 1536, "lstm", torch.float16, True)  # one launch each way of the units kernels
     assert not plan.steps_apply(256, 1, 1024, "gru", torch.float16, True)
     assert not plan.steps_apply(256, 1, 256, "lstm", torch.float16, True)  # one SM per head takes it
+    assert not plan.steps_apply(64, 1, 1024, "lstm", torch.float16, True)  # the split forward takes the batch
     with pytest.raises(ValueError, match="batch"):
         plan.steps_apply(0, 1, 768)
 
