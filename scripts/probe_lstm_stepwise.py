@@ -6,7 +6,8 @@ with the stepwise kernels at several tiles, each checked first against the float
 first 32 steps. Part 2, the module: ``gpulab.rnn.LSTM`` forward+backward with ``FusedConfig(large_batch='steps')``
 (the stepwise kernels where the on-chip kernels cannot take the batch) and ``'launches'`` (launches of fewer rows),
 each checked against ``nn.LSTM`` first, and cuDNN ``nn.LSTM`` fp16, both clocks. Writes
-$OUT/probe-lstm-stepwise.jsonl. Usage: python scripts/probe_lstm_stepwise.py [tiles|module|all] [seconds]
+$OUT/probe-lstm-stepwise.jsonl. Part 'wide': more tiles at B 256 (one wave of programs).
+Usage: python scripts/probe_lstm_stepwise.py [tiles|wide|module|all] [seconds]
 """
 
 import sys
@@ -39,6 +40,17 @@ TILES = [
     StepTiles(64, 16, 64, 4, 3, one_dot=True),
     StepTiles(64, 32, 64, 4, 3, one_dot=True),
     StepTiles(128, 32, 64, 8, 3, one_dot=True),
+]
+WIDE_POINTS = [(1536, 256), (768, 256), (1024, 256)]
+WIDE_TILES = [  # part 'wide': tiles that run a step's programs in one wave at B 256
+    StepTiles(64, 32, 64, 4, 4, one_dot=True),
+    StepTiles(64, 64, 64, 4, 3, one_dot=True),
+    StepTiles(64, 64, 64, 8, 3, one_dot=True),
+    StepTiles(128, 32, 64, 8, 2, one_dot=True),
+    StepTiles(128, 16, 64, 4, 3, one_dot=True),
+    StepTiles(64, 32, 128, 4, 2, one_dot=True),
+    StepTiles(64, 32, 64, 8, 3, one_dot=True),
+    StepTiles(64, 32, 32, 4, 5, one_dot=True),
 ]
 MODULE_POINTS = [(H, L, B) for H, B in ((768, 256), (1024, 256), (1536, 64), (1536, 256)) for L in (1, 2)]
 VARIANTS = (("steps", FusedConfig(large_batch="steps")), ("launches", FusedConfig(large_batch="launches")))
@@ -94,11 +106,11 @@ def time_tiles(H, B, leaves, cfg, default):
         emit(case=name, status=f"{type(exc).__name__}: {exc}"[:300])
 
 
-def tiles_part():
+def tiles_part(points, candidates):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for H, B in TILE_POINTS:
+    for H, B in points:
         leaves = [t.requires_grad_() for t in inputs(B, H)]
-        for tiles in [None, *TILES]:
+        for tiles in [None, *candidates]:
             if not left():
                 emit(case=f"tiles H{H} B{B}", status="skipped: budget")
                 return
@@ -136,7 +148,9 @@ def module_part():
 
 
 if PART in ("tiles", "all"):
-    tiles_part()
+    tiles_part(TILE_POINTS, TILES)
+if PART == "wide":
+    tiles_part(WIDE_POINTS, WIDE_TILES)
 if PART in ("module", "all"):
     module_part()
 emit(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
