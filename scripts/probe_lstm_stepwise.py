@@ -6,7 +6,7 @@ with the stepwise kernels at several tiles, each checked first against the float
 first 32 steps. Part 2, the module: ``gpulab.rnn.LSTM`` forward+backward with ``FusedConfig(large_batch='steps')``
 (the stepwise kernels where the on-chip kernels cannot take the batch) and ``'launches'`` (launches of fewer rows),
 each checked against ``nn.LSTM`` first, and cuDNN ``nn.LSTM`` fp16, both clocks. Writes
-$OUT/probe-lstm-stepwise.jsonl. Part 'wide': more tiles at B 256 (one wave of programs).
+$OUT/probe-lstm-stepwise.jsonl. Part 'wide': more tiles at B 256 (one wave of programs), then the module at H1536 B256.
 Usage: python scripts/probe_lstm_stepwise.py [tiles|wide|module|all] [seconds]
 """
 
@@ -117,8 +117,8 @@ def tiles_part(points, candidates):
             time_tiles(H, B, leaves, tiles or step_tiles(B, H, 1, sms), tiles is None)
 
 
-def module_part():
-    for H, L, B in MODULE_POINTS:
+def module_part(points=MODULE_POINTS):
+    for H, L, B in points:
         name = f"module H{H} L{L} B{B}"
         if not left():
             emit(case=name, status="skipped: budget")
@@ -151,6 +151,7 @@ if PART in ("tiles", "all"):
     tiles_part(TILE_POINTS, TILES)
 if PART == "wide":
     tiles_part(WIDE_POINTS, WIDE_TILES)
+    module_part([(1536, 1, 256), (1536, 2, 256)])  # 'launches' there: alternating
 if PART in ("module", "all"):
     module_part()
 emit(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,

@@ -6,7 +6,8 @@ Each step alternates between
     Ry_t = h_{t-1} @ R^T           torch.bmm over heads: [NH, B, DH] x [NH, DH, G_r*DH] (cuBLAS)
     states_t = cell(Wx_t + Ry_t + b, states_{t-1})   one Triton kernel (:func:`pointwise_forward_kernel`)
 
-so the recurrence costs 2 launches per step and R is read from memory (L2 at best) at every step. No on-chip
+so the recurrence costs 2 launches per step (the pointwise kernel's straight to its compiled kernel after the first,
+:mod:`gpulab.launch`) and R is read from memory (L2 at best) at every step. No on-chip
 limit on the head dim applies: this backend runs wherever the fused one does not fit. Under a CUDA graph the
 launch cost mostly disappears; what remains is the round trip of h through memory between the two kernels.
 
@@ -24,6 +25,7 @@ import triton.language as tl
 
 from gpulab import runtime
 from gpulab.check import new_output
+from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import (
@@ -39,7 +41,7 @@ from gpulab.rnn.functions import get_function
 __all__ = ["pointwise_forward_kernel", "pointwise_backward_kernel", "alternating_forward", "alternating_rnn_gradients"]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])  # one compile for every step
 def pointwise_forward_kernel(
     wx_ptr,  # [B, T, G_W, NH, DH]
     ry_ptr,  # [NH, B, G_R, DH] this step's recurrent products
@@ -110,7 +112,7 @@ def pointwise_forward_kernel(
             tl.store(gp + 3 * HD, g3.to(gates_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def pointwise_backward_kernel(
     gates_ptr,  # [B, T, G_B, NH, DH] saved pre-activations
     out_ptr,  # [S, B, T, NH, DH]
@@ -194,14 +196,16 @@ def alternating_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True):
     ry = torch.empty((NH, B, fn.gates_r * DH), dtype=dt, device=dev)
     out = new_output(fn.states, B, T, NH, DH, dtype=dt, device=dev)
     gates = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev) if save_gates else out
-    block, launch = _launch_args(DH)
+    block, options = _launch_args(DH)
+    key = (pointwise_forward_kernel, fn.code, str(dt), B, T, NH, DH, save_gates)
+    launch = keyed_launch(key, lambda: ((B, NH), dict(FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r,
+                                                      G_B=fn.gates_b, DH=DH, BLOCK_D=block, SAVE_GATES=save_gates,
+                                                      **options)))  # fmt: skip
+    tensors = (Wx, ry, b, h, c, out, gates)
+    stream = direct_stream(dev) if aligned(*tensors) else None  # a direct launch per step (gpulab.launch)
     for t in range(T):
         torch.bmm(h, rt, out=ry)
-        pointwise_forward_kernel[(B, NH)](
-            Wx, ry, b, h, c, out, gates, t, B, T, NH, B * T * NH * DH,
-            FUNCTION=fn.code, G_W=fn.gates_w, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_D=block,
-            SAVE_GATES=save_gates, **launch,
-        )  # fmt: skip
+        launch(stream, *tensors, t, B, T, NH, B * T * NH * DH)
     last = out[:, :, -1:].clone()
     return out, last, gates if save_gates else None
 
@@ -222,12 +226,14 @@ def alternating_rnn_backward(d_out, gates, out, states, R, function="lstm", d_la
     dc = torch.zeros((B, NH, DH), dtype=torch.float32, device=dev)
     dgr = torch.empty((NH, B, fn.gates_r * DH), dtype=dt, device=dev)
     dG = new_output(B, T, fn.gates_b, NH, DH, dtype=dt, device=dev)
-    block, launch = _launch_args(DH)
+    block, options = _launch_args(DH)
+    key = (pointwise_backward_kernel, fn.code, str(dt), B, T, NH, DH)
+    launch = keyed_launch(key, lambda: ((B, NH), dict(FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH,
+                                                      BLOCK_D=block, **options)))  # fmt: skip
+    tensors = (gates, out, states, d_out, rec, direct, dc, dG, dgr)
+    stream = direct_stream(dev) if aligned(*tensors) else None
     for t in reversed(range(T)):
-        pointwise_backward_kernel[(B, NH)](
-            gates, out, states, d_out, rec, direct, dc, dG, dgr, t, B, T, NH, B * T * NH * DH,
-            FUNCTION=fn.code, G_R=fn.gates_r, G_B=fn.gates_b, DH=DH, BLOCK_D=block, **launch,
-        )  # fmt: skip
+        launch(stream, *tensors, t, B, T, NH, B * T * NH * DH)
         torch.bmm(dgr, rm, out=rec)
     dh0 = rec.transpose(0, 1).float() + direct
     ds0 = torch.stack((dh0, dc)) if fn.name == "lstm" else dh0.unsqueeze(0)
