@@ -9,6 +9,8 @@ The kernels, each a leaf (it imports helpers, never another kernel):
 - :mod:`.split`, :mod:`.split_backward`: one head over several SMs, a grid barrier per step, for heads whose R does
   not fit one SM (Triton); :mod:`.split_gluon`, :mod:`.split_gluon_backward`: the same with each program's slice of R
   in registers (Gluon, LSTM in 16 bits on a GPU), which the plan runs where they apply;
+- :mod:`.stepwise`: an LSTM batch too large for any of those to hold in one launch: one launch per step, the step's
+  GEMM (R read from L2) with the cell as its epilogue;
 - :mod:`.tiles`, :mod:`.exchange`, :mod:`.clocks`, :mod:`.gluon_ops`, :mod:`.gluon_tiles`: the ``@jit`` tiles, cell
   variants, barriers and step stamps they share.
 
