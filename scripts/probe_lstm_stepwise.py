@@ -54,6 +54,7 @@ WIDE_TILES = [  # part 'wide': tiles that run a step's programs in one wave at B
 ]
 MODULE_POINTS = [(H, L, B) for H, B in ((768, 256), (1024, 256), (1536, 64), (1536, 256)) for L in (1, 2)]
 VARIANTS = (("steps", FusedConfig(large_batch="steps")), ("launches", FusedConfig(large_batch="launches")))
+ALTERNATING = "alternating" in sys.argv  # also time backend='alternating' (a cuBLAS product per step)
 emit = emitter("probe-lstm-stepwise")
 t0 = time.perf_counter()
 
@@ -140,6 +141,12 @@ def module_part(points=MODULE_POINTS):
                     r = bench.measure(ours, lesson="06", case="probe", warmup_ms=25, rep_ms=150)
                 emit(case=name, H=H, L=L, B=B, T=T, provider=f"gpulab fp16 {label}", kind=kind, check=status,
                      ms=r.ms, wall_ms=r.wall_ms)  # fmt: skip
+            if ALTERNATING:
+                alt = LSTM(H, H, L, batch_first=True, backend="alternating").to("cuda", torch.float16)
+                alt.load_state_dict(m.state_dict())
+                r = bench.measure(step_of(alt, x, [x, *alt.parameters()]), lesson="06", case="probe", warmup_ms=25,
+                                  rep_ms=150)  # fmt: skip
+                emit(case=name, H=H, L=L, B=B, T=T, provider="gpulab fp16 alternating", ms=r.ms, wall_ms=r.wall_ms)
             r = bench.measure(step_of(ref, xc, [xc, *ref.parameters()]), lesson="06", case="probe", warmup_ms=25,
                               rep_ms=150)  # fmt: skip
             emit(case=name, H=H, L=L, B=B, T=T, provider="cuDNN fp16", ms=r.ms, wall_ms=r.wall_ms)
@@ -154,5 +161,7 @@ if PART == "wide":
     module_part([(1536, 1, 256), (1536, 2, 256)])  # 'launches' there: alternating
 if PART in ("module", "all"):
     module_part()
+if PART == "module1":  # one layer only
+    module_part([p for p in MODULE_POINTS if p[1] == 1])
 emit(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
      total_s=time.perf_counter() - t0, date=time.strftime("%Y-%m-%d"))  # fmt: skip

@@ -155,13 +155,16 @@ class FusedConfig:
     matching one); ``small_rows``: up to this many rows B * T the parameter products run in one launch
     (:func:`gpulab.rnn.backends.parameter_grads.one_launch`; None: its ``SMALL_ROWS``); ``backward``: a
     :class:`BackwardConfig`; ``gluon``: a :class:`GluonConfig`; ``large_batch``: one of :data:`LARGE_BATCHES`, for
-    batches of at least ``steps_min_batch`` rows."""
+    batches of at least ``steps_min_batch`` rows; ``cublas_from_gflop``: where a step's product (2 B DH 4DH per head)
+    is at least this many GFLOP, a large batch's steps run as a cuBLAS product and a pointwise kernel each (the
+    ``alternating`` loops) instead of the stepwise kernels."""
 
     split_version: str = "v6"
     split_exchange: str | None = None
     small_rows: int | None = None
     large_batch: str = "steps"
     steps_min_batch: int = 64
+    cublas_from_gflop: float = 3.0
     backward: BackwardConfig = BackwardConfig()
     gluon: GluonConfig = GluonConfig()
 
@@ -171,6 +174,8 @@ class FusedConfig:
             runtime.one_of("split_exchange", self.split_exchange, SPLIT_EXCHANGES)
         runtime.one_of("large_batch", self.large_batch, LARGE_BATCHES)
         runtime.positive_int("steps_min_batch", self.steps_min_batch)
+        if not isinstance(self.cublas_from_gflop, (int, float)) or not self.cublas_from_gflop > 0:
+            raise ValueError(f"cublas_from_gflop must be a positive number of GFLOP, got {self.cublas_from_gflop!r}.")
         if self.small_rows is not None:
             runtime.positive_int("small_rows", self.small_rows)
         for name, kind in (("backward", BackwardConfig), ("gluon", GluonConfig)):

@@ -258,6 +258,8 @@ def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat1
     """Whether the fused backend runs this problem on the stepwise kernels (:mod:`.stepwise`), under the config in
     force: an LSTM of at least ``steps_min_batch`` rows (``large_batch`` 'steps') whose whole batch no split of R
     takes (:func:`choose` raises: the on-chip kernels would run it in launches of fewer rows, one after another).
+    Where a step's product is at least ``cublas_from_gflop`` GFLOP (one head of 1536 at B 256: 4.8) the steps are the
+    ``alternating`` loops' instead (a cuBLAS product and a pointwise kernel each), which measured faster there.
     Where a split forward takes the batch and only the backward runs in launches of fewer rows (b4 at one head of
     1024, B 64), the split kernels stay: they measured faster there (``notes/rnn-split.md``)."""
     _check_problem(batch, num_heads, head_dim, training)
@@ -529,6 +531,8 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
             return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
                     functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
     if _steps_apply(B, NH, DH, function, dtype, training, config):  # a large batch: one launch per step
+        if 2 * B * DH * 4 * DH * NH >= config.cublas_from_gflop * 1e9:  # a step cuBLAS runs well: its product
+            return alternating_rnn_forward, alternating_rnn_gradients if training else None
         tiles = step_tiles(B, DH, NH, hardware.live_properties().get("sm_count", 0) or 132)
         return (functools.partial(step_rnn_forward, tiles=tiles),
                 functools.partial(step_rnn_gradients, tiles=tiles, small_rows=config.small_rows) if training

@@ -63,16 +63,18 @@ class StepTiles:
 
 def step_tiles(batch: int, head_dim: int, num_heads: int = 1, sm_count: int = 132) -> StepTiles:
     """The tiles of one step's launch: 64 batch rows (the smallest tile Hopper's warpgroup MMA takes; fewer where the
-    batch is smaller, at least 16), the four gates as one product, and the wider unit tile (32, else 16) where it
-    still makes at least half as many programs as ``sm_count``; K in chunks of 64 (fewer where the head is narrower).
+    batch is smaller, at least 16), the four gates as one product, and the wider unit tile (32 in 8 warps, else 16 in
+    4) where it still makes at least half as many programs as ``sm_count``; K in chunks of 64 (fewer where the head is
+    narrower).
     What the tiles measured (H200, one layer, T 256): ``notes/rnn-split.md``."""
     batch, head_dim = runtime.positive_int("batch", batch), runtime.positive_int("head_dim", head_dim)
     num_heads, sm_count = runtime.positive_int("num_heads", num_heads), runtime.positive_int("sm_count", sm_count)
     block_m = min(64, max(16, runtime.next_power_of_2(batch)))
     block_k = min(64, max(16, runtime.next_power_of_2(head_dim)))
     rows = triton.cdiv(batch, block_m) * num_heads
-    block_u = 32 if 2 * rows * triton.cdiv(head_dim, 32) >= sm_count else 16
-    return StepTiles(block_m, min(block_u, max(16, runtime.next_power_of_2(head_dim))), block_k, one_dot=True)
+    block_u = min(32 if 2 * rows * triton.cdiv(head_dim, 32) >= sm_count else 16,
+                  max(16, runtime.next_power_of_2(head_dim)))  # fmt: skip
+    return StepTiles(block_m, block_u, block_k, warps=8 if block_u == 32 else 4, one_dot=True)
 
 
 @triton.jit

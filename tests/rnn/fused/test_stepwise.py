@@ -88,8 +88,8 @@ def test_refuses_other_functions(make_inputs):
 def test_tiles():
     """64 rows from 64 on (Hopper's warpgroup MMA), the gates as one product, 32 units where that still makes half as
     many programs as SMs."""
-    assert stepwise.step_tiles(256, 768, 1, 132) == stepwise.StepTiles(64, 32, 64, one_dot=True)  # 4 x 24 programs
-    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 32, 64, one_dot=True)  # 4 x 32
+    assert stepwise.step_tiles(256, 768, 1, 132) == stepwise.StepTiles(64, 32, 64, 8, one_dot=True)  # 4 x 24 programs
+    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 32, 64, 8, one_dot=True)  # 4 x 32
     assert stepwise.step_tiles(64, 1536, 1, 132) == stepwise.StepTiles(64, 16, 64, one_dot=True)  # 48 < 66: 1 x 96
     assert stepwise.step_tiles(3, 20, 1, 132) == stepwise.StepTiles(16, 16, 32, one_dot=True)
     for bad in ((0, 16), (16, -1)):
@@ -97,7 +97,23 @@ def test_tiles():
             stepwise.step_tiles(*bad)
 
 
-@pytest.mark.parametrize("B, DH", [(256, 768), (256, 1024), (64, 1536), (256, 1536)])
+def test_the_largest_steps_take_cublas():
+    """One head of 1536 at B 256 (4.8 GFLOP a step): the alternating loops, a cuBLAS product per step."""
+    from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
+
+    plan.clear_cache()
+    loops = plan._loops(256, 1, 1536, "lstm", torch.float16, torch.device("cpu"), True, plan.current_config())
+    assert loops == (alternating_rnn_forward, alternating_rnn_gradients)
+    fwd, _ = plan._loops(
+        256, 1, 1536, "lstm", torch.float16, torch.device("cpu"), True, FusedConfig(cublas_from_gflop=9)
+    )
+    assert fwd.func is stepwise.step_rnn_forward
+    with pytest.raises(ValueError, match="cublas_from_gflop"):
+        FusedConfig(cublas_from_gflop=0)
+    plan.clear_cache()
+
+
+@pytest.mark.parametrize("B, DH", [(256, 768), (256, 1024), (64, 1536)])
 def test_the_plan_runs_the_grids_large_batches_stepwise(B, DH):
     """The grid's large batches (no split of R takes them in one launch each way) take the stepwise kernels, the
     whole batch at once, forward and backward; with ``large_batch='launches'`` they do not."""
@@ -160,6 +176,7 @@ def test_module_through_the_stepwise_kernels(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("H, B, dtype", [(768, 256, torch.float16), (1024, 129, torch.bfloat16),
                                          (1536, 64, torch.float16), (1536, 256, torch.bfloat16)])  # fmt: skip
+# (H1536 B256 runs the alternating loops: cublas_from_gflop)
 def test_gpu_module_at_large_batches(H, B, dtype):
     from gpulab.rnn.fused.measure.lstm_grid import check_against_torch
 
