@@ -76,6 +76,7 @@ __all__ = [
     "b4_rows",
     "plan_kind",
     "steps_apply",
+    "steps_on_cublas",
     "problem_loops",
     "saved_gates_dtype",
     "single_sm_forward",
@@ -264,6 +265,19 @@ def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat1
     1024, B 64), the split kernels stay: they measured faster there (``notes/rnn-split.md``)."""
     _check_problem(batch, num_heads, head_dim, training)
     return _steps_apply(batch, num_heads, head_dim, function, dtype, training, _CONFIG)
+
+
+def steps_on_cublas(batch, num_heads, head_dim) -> bool:
+    """Whether a large batch's steps (where :func:`steps_apply`) run as the ``alternating`` loops (a cuBLAS product
+    and a pointwise kernel per step) rather than the stepwise kernels, under the config in force: where a step's
+    product, 2 B DH 4DH FLOP per head, is at least ``cublas_from_gflop`` GFLOP."""
+    for name, x in (("batch", batch), ("num_heads", num_heads), ("head_dim", head_dim)):
+        runtime.positive_int(name, x)
+    return _steps_on_cublas(batch, num_heads, head_dim, _CONFIG)
+
+
+def _steps_on_cublas(batch, num_heads, head_dim, config) -> bool:
+    return 2 * batch * head_dim * 4 * head_dim * num_heads >= config.cublas_from_gflop * 1e9
 
 
 def _steps_apply(batch, num_heads, head_dim, function, dtype, training, config) -> bool:
@@ -531,7 +545,7 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
             return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
                     functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
     if _steps_apply(B, NH, DH, function, dtype, training, config):  # a large batch: one launch per step
-        if 2 * B * DH * 4 * DH * NH >= config.cublas_from_gflop * 1e9:  # a step cuBLAS runs well: its product
+        if _steps_on_cublas(B, NH, DH, config):  # a step cuBLAS runs well: its product, then the pointwise kernel
             return alternating_rnn_forward, alternating_rnn_gradients if training else None
         tiles = step_tiles(B, DH, NH, hardware.live_properties().get("sm_count", 0) or 132)
         return (functools.partial(step_rnn_forward, tiles=tiles),

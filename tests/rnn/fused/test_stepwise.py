@@ -10,12 +10,21 @@ import torch
 from torch import nn
 
 from gpulab import check, rnn, runtime
+from gpulab.rnn.backends import alternating
 from gpulab.rnn.backends.autograd import TritonRNN
 from gpulab.rnn.fused import plan, stepwise
 from gpulab.rnn.fused.config import FusedConfig
 from gpulab.rnn.module import LSTM
 
 GRAD_NAMES = ["states", "last", "dWx", "dR", "db", "dstates"]
+
+
+def _counting(run, launched, name):
+    def counted(*a, **k):
+        launched[name] = launched.get(name, 0) + 1
+        return run(*a, **k)
+
+    return counted
 
 
 def _loops(tiles):
@@ -139,9 +148,11 @@ def test_small_batches_and_other_functions_stay_on_chip():
         plan.steps_apply(0, 1, 768)
 
 
-def test_module_through_the_stepwise_kernels(monkeypatch):
-    """``gpulab.rnn.LSTM`` (two layers, its layer op) on the stepwise kernels, forced by a plan whose on-chip
-    kernels take nothing, against ``nn.LSTM`` in float64: outputs, final states and every gradient."""
+@pytest.mark.parametrize("cublas_from_gflop", [3.0, 1e-9], ids=["stepwise", "cublas"])
+def test_module_through_the_large_batch_loops(monkeypatch, cublas_from_gflop):
+    """``gpulab.rnn.LSTM`` (two layers, its layer op) on a large batch's loops (the stepwise kernels, or the
+    alternating loops past ``cublas_from_gflop``), forced by a plan whose on-chip kernels take nothing, against
+    ``nn.LSTM`` in float64: outputs, final states and every gradient."""
 
     def no_launch_fits(*a, **k):
         raise ValueError("forced by the test: no on-chip launch fits")
@@ -152,12 +163,17 @@ def test_module_through_the_stepwise_kernels(monkeypatch):
     ours = LSTM(12, 20, 2, batch_first=True, backend="fused")
     ref = nn.LSTM(12, 20, 2, batch_first=True).double()
     ref.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
-    with plan.config_as(FusedConfig(steps_min_batch=1)):
+    with plan.config_as(FusedConfig(steps_min_batch=1, cublas_from_gflop=cublas_from_gflop)):
         assert plan.plan_kind(5, 1, 20, "lstm", torch.float32, True) == "steps"
+        assert plan.steps_on_cublas(5, 1, 20) == (cublas_from_gflop < 1)
+        launched = {}
+        for name, fn in (("step", stepwise.step_forward_kernel), ("alternating", alternating.pointwise_forward_kernel)):
+            monkeypatch.setattr(fn, "run", _counting(fn.run, launched, name))
         x = torch.randn(5, 7, 12, requires_grad=True)
         with runtime.poisoning(True):
             y, (h, c) = ours(x)
             (y.sum() + h.sum() + 2 * c.sum()).backward()
+    assert set(launched) == {"alternating" if cublas_from_gflop < 1 else "step"}, launched
     xr = x.detach().double().requires_grad_()
     yr, (hr, cr) = ref(xr)
     (yr.sum() + hr.sum() + 2 * cr.sum()).backward()
