@@ -81,8 +81,8 @@ def _newest(lesson: str, root, gpu="h100", sub: str = "") -> Path:
     return bench.current(lesson, sub or "main", gpu, root)
 
 
-def _run(lesson: str, root, gpu="h100", **kw) -> list[Shown]:
-    path = _newest(lesson, root, gpu)
+def _run(lesson: str, root, gpu="h100", sub: str = "", **kw) -> list[Shown]:
+    path = _newest(lesson, root, gpu, sub)
     return results_shown(bench.load(lesson, path=path), path.name, lesson, **kw)
 
 
@@ -510,6 +510,9 @@ DISPLAYS: dict[tuple[str, str], Display] = {
         _lesson05_hinted, "Appendix G's exchange candidates (their own cases, cuDNN beside them in the run)"),
     ("07", 'split_report.load_split("h100", record="called")'): Display(
         _lesson05_called, "Appendix G: flashrnn's API path per calling mode"),
+    ("07", 'bench.load("06", path=bench.current("06", "lstm-grid", "h200"))'): Display(
+        lambda root: _run("06", root, "h200", keep=lambda r: r.params.get("kind") == "grid", sub="lstm-grid"),
+        "the drop-in grid's run (lesson 6's lstm-grid part): its large batches against cuDNN"),
     ("07", 'rows_report.load("sass")'): Display(_none, "instruction counts of the compiled step, not times"),
     ("07", 'rows_report.load("rows")'): Display(_lesson05_rows("rows"), "Appendix H: 16 and 8 rows per program"),
     ("07", 'rows_report.load("product")'): Display(

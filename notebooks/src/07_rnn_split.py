@@ -446,7 +446,8 @@ for B_, DH_ in ((16, 1024), (64, 1024), (256, 1024), (64, 1536)):
 
 # %%
 try:
-    grid_ = bench.load("06", path=bench.records.current("06", "lstm-grid", "h200"))
+    grid_ = bench.load("06", path=bench.current("06", "lstm-grid", "h200"))
+    print(shown.banner("06", "lstm-grid", "h200") + ".\n")
 except FileNotFoundError as exc:
     grid_ = []
     print(exc)
@@ -458,7 +459,6 @@ for r in grid_:
                 p_["B"], 1, p_["H"]):  # fmt: skip
             big_.setdefault((p_["H"], p_["layers"], p_["B"]), {})[r.provider] = r
 if big_:
-    print(f"{grid_[0].device}, {grid_[0].date}, torch {grid_[0].torch}, Triton {grid_[0].triton}")
     print(f"{'hidden':>6s} {'layers':>6s} {'B':>4s} {'gpulab ms':>9s} {'wall':>7s} {'cuDNN ms':>9s} {'wall':>7s}")
     for (H_, L_, B_), v_ in sorted(big_.items()):
         g, c = v_["gpulab fp16"], v_["cuDNN fp16"]

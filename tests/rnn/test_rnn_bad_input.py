@@ -17,6 +17,7 @@ from gpulab.rnn.fused import (
     split_gluon_backward_tiles,
     split_gluon_tiles,
     split_tiling,
+    stepwise,
     tiles,
     tiling,
     versions,
@@ -71,6 +72,8 @@ H = torch.zeros(2, 2, 8)
 R1 = bench.Result(lesson="05", case="c", ms=1.0)
 G = torch.zeros(3)
 LSTM_IN = (torch.zeros(1, 2, 4, 1, 16), torch.zeros(4, 1, 16, 16), torch.zeros(4, 1, 16), torch.zeros(2, 1, 1, 1, 16))
+LSTM_GRAD_IN = (torch.zeros(2, 1, 2, 1, 16), torch.zeros(1, 2, 4, 1, 16), torch.zeros(2, 1, 2, 1, 16),
+                torch.zeros(2, 1, 1, 1, 16), torch.zeros(4, 1, 16, 16))  # d_out, gates, out, states, R  # fmt: skip
 
 B4_IN = (torch.zeros(2, 3, 2, 1, 64), torch.zeros(3, 2, 4, 1, 64), torch.zeros(2, 3, 2, 1, 64),
          torch.zeros(2, 3, 1, 1, 64), torch.zeros(4, 1, 64, 64))  # fmt: skip
@@ -279,6 +282,29 @@ CASES = [
         ),  # fmt: skip
         TypeError,
         "sum_db",
+    ),
+    ("steps_apply-batch", lambda: plan.steps_apply(0, 1, 768), ValueError, "batch"),
+    ("steps_apply-training", lambda: plan.steps_apply(256, 1, 768, training="yes"), TypeError, "training"),
+    ("steps_on_cublas-head_dim", lambda: plan.steps_on_cublas(256, 1, 0), ValueError, "head_dim"),
+    ("StepTiles-block_m", lambda: stepwise.StepTiles(48, 16, 16), ValueError, "block_m=48"),
+    ("StepTiles-block_u", lambda: stepwise.StepTiles(64, 8, 16), ValueError, "block_u=8"),
+    ("StepTiles-warps", lambda: stepwise.StepTiles(64, 16, 16, warps=3), ValueError, "warps=3"),
+    ("StepTiles-one_dot", lambda: stepwise.StepTiles(64, 16, 16, one_dot=1), TypeError, "one_dot"),
+    ("step_tiles-sm_count", lambda: stepwise.step_tiles(64, 768, 1, 0), ValueError, "sm_count"),
+    ("step_rnn_forward-function", lambda: stepwise.step_rnn_forward(*LSTM_IN, function="gru"), ValueError, "'gru'"),
+    ("step_rnn_forward-tiles", lambda: stepwise.step_rnn_forward(*LSTM_IN, tiles=(64, 16, 16)), TypeError, "tiles"),
+    (
+        "step_rnn_backward-function",
+        lambda: stepwise.step_rnn_backward(*LSTM_GRAD_IN, function="elman"),
+        ValueError,
+        "'elman'",
+    ),
+    ("step_rnn_gradients-tiles", lambda: stepwise.step_rnn_gradients(*LSTM_GRAD_IN, tiles="64"), TypeError, "tiles"),
+    (
+        "multi_tile_pair-head_dim",
+        lambda: gluon_tiles.multi_tile_pair(16, 1, 0, 132, v6.v6_config, v6.v6_config),
+        ValueError,
+        "head_dim",
     ),
     ("tiles_pair-sm_count", lambda: plan.tiles_pair(16, 1, 768, 0), ValueError, "sm_count"),
     ("tiles_pair-batch", lambda: plan.tiles_pair(0, 1, 768, 132), ValueError, "batch"),

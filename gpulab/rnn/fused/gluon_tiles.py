@@ -28,6 +28,9 @@ __all__ = [
     "SHARED_BUDGET",
     "tile_for",
     "compile_sm90",
+    "TILES_CANDIDATES",
+    "multi_tile_pair",
+    "V6_TILES",
 ]
 
 _SIZES = {"block_u": (4, 8, 16, 32), "block_b": (8, 16, 32, 64), "warps": (1, 2, 4, 8, 16)}
@@ -239,3 +242,62 @@ def units_tiles(batch, num_heads, head_dim, sm_count):
         if pair[0].programs(batch, num_heads, head_dim) <= runtime.positive_int("sm_count", sm_count):
             return pair
     return None
+
+
+TILES_CANDIDATES = (dict(block_u=16, block_b=8, warps=8), dict(block_u=16, block_b=16, warps=8))
+"""The multi-tile kernels' tiles in the order :func:`multi_tile_pair` prefers them (each kernel's own, forward and
+backward alike): 16 units in 8 warps (b4's 32-unit tile in 16 warps spills, more so with several tiles), 8 rows per
+batch tile first (compiled for sm_90 at a head of 1024, the forward in 16-row tiles spills; in 8-row tiles neither
+kernel does), then 16."""
+
+
+def multi_tile_pair(batch, num_heads, head_dim, sm_count, forward_make, backward_make, candidates=None):
+    """``(forward tile, backward tile)`` of the multi-tile kernels for ``batch`` rows, each a :class:`V6Config` with
+    ``tiles`` set, made by ``forward_make`` and ``backward_make`` (``make(head_dim, block_u=, block_b=, warps=,
+    tiles=)``, ValueError where a tile does not fit): per kernel, of the tiles of ``candidates`` (None:
+    :data:`TILES_CANDIDATES`) valid for the head dim, with as many batch groups as ``sm_count`` SMs hold at one program
+    each and the batch tiles spread over them, the one with the fewest rows per program (the step's serial work), the
+    earlier candidate on a tie; None where a kernel has none (a head past R's register budget, or more than
+    :data:`MAX_TILES` tiles per program)."""
+    batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
+    head_dim, sm_count = runtime.positive_int("head_dim", head_dim), runtime.positive_int("sm_count", sm_count)
+
+    def best(make):
+        found = None
+        for tile in TILES_CANDIDATES if candidates is None else candidates:
+            programs = head_dim // tile["block_u"] * num_heads  # per batch group
+            batch_tiles = -(-batch // tile["block_b"])
+            groups = min(sm_count // programs if head_dim % tile["block_u"] == 0 else 0, batch_tiles)
+            if groups < 1 or -(-batch_tiles // groups) > MAX_TILES:
+                continue
+            try:
+                cfg = make(head_dim, **tile, tiles=-(-batch_tiles // groups))
+            except ValueError:
+                continue
+            if found is None or cfg.tiles * cfg.block_b < found[0]:
+                found = (cfg.tiles * cfg.block_b, cfg)
+        return None if found is None else found[1]
+
+    forward, backward = best(forward_make), best(backward_make)
+    return None if forward is None or backward is None else (forward, backward)
+
+
+V6_TILES = (
+    dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8), min_head_dim=512),
+    dict(
+        forward=dict(block_u=16, block_b=16, warps=8),
+        backward=dict(block_u=32, block_b=8, warps=16),
+        min_head_dim=768,
+        max_head_dim=768,
+    ),
+    dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
+    dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
+)
+"""Version 6's (forward, b4) tile pairs in the order :func:`gpulab.rnn.fused.plan.v6_tiles` tries them; the first whose
+launches fit the GPU's SMs at once (and whose ``min_head_dim`` and ``max_head_dim``, where given, bound the head)
+wins. 8 batch rows per program first, for heads of 512 and more: every program reads all of h_{t-1} (or pushes its
+share of dh_{t-1}) for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (at
+a head of 256 the 8-row pair was the slower one). Then, at a head of 768 only (where it was measured), the forward in
+16-row tiles beside b4 in 8-row tiles of 32 units and 16 warps: at B32 both launches are 96 programs (b4's 8-row
+tiles of 16 units would be 192). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's tile
+(half the programs). What each pair measured: ``notes/rnn-split.md``."""

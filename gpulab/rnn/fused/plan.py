@@ -11,9 +11,7 @@
   kernels (:mod:`.split_gluon_units`, :mod:`.split_gluon_backward_units`; tiles from
   :func:`gpulab.rnn.fused.gluon_tiles.units_tiles`); else a ValueError naming the alternative
   (``backend='alternating'``). :func:`explain` prints the choice.
-- :func:`steps_apply`: where the on-chip kernels cannot take an LSTM's large batch in one launch each way, the
-  stepwise kernels (:mod:`.stepwise`: one launch per step, the step's GEMM with the cell as its epilogue, R read from
-  L2) run the whole batch instead of launches of fewer rows (``FusedConfig.large_batch``).
+- :func:`steps_apply`: an LSTM batch no split takes runs whole, one launch per step (:mod:`.stepwise`).
 - :func:`fused_forward`: the ``fused`` backend of :func:`gpulab.rnn.flashrnn`: the chosen loops bound to their
   tiles (chosen once per problem), run as one autograd op (:class:`gpulab.rnn.backends.autograd.TritonRNN`).
 - :func:`problem_loops`, :func:`saved_gates_dtype`: the loops :func:`fused_forward` would run for one problem (kept per
@@ -62,7 +60,6 @@ from gpulab.rnn.fused import (
 from gpulab.rnn.fused.backward import fused_backward_kernel, fused_rnn_gradients
 from gpulab.rnn.fused.config import DEFAULT, SPLIT_VERSIONS, FusedConfig
 from gpulab.rnn.fused.forward import fused_forward_kernel, fused_rnn_forward, saved_dtype
-from gpulab.rnn.fused.gluon_tiles import MAX_TILES
 from gpulab.rnn.fused.split import split_forward_kernel, split_rnn_forward
 from gpulab.rnn.fused.split_backward import split_backward_kernel, split_rnn_backward, split_rnn_gradients
 from gpulab.rnn.fused.stepwise import step_rnn_forward, step_rnn_gradients, step_tiles
@@ -242,7 +239,7 @@ def plan_kind(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16,
 
 @functools.lru_cache(maxsize=256)
 def _plan_kind(batch, num_heads, head_dim, function, dtype, training, config) -> str | None:
-    if _steps_apply(batch, num_heads, head_dim, function, dtype, training, config):
+    if steps_apply(batch, num_heads, head_dim, function, dtype, training, config):
         return "steps"
     return _chosen_kind(batch, num_heads, head_dim, function, dtype, training)
 
@@ -255,35 +252,25 @@ def _chosen_kind(batch, num_heads, head_dim, function, dtype, training) -> str |
         return None
 
 
-def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False) -> bool:
-    """Whether the fused backend runs this problem on the stepwise kernels (:mod:`.stepwise`), under the config in
-    force: an LSTM of at least ``steps_min_batch`` rows (``large_batch`` 'steps') whose whole batch no split of R
-    takes (:func:`choose` raises: the on-chip kernels would run it in launches of fewer rows, one after another).
-    Where a step's product is at least ``cublas_from_gflop`` GFLOP (one head of 1536 at B 256: 4.8) the steps are the
-    ``alternating`` loops' instead (a cuBLAS product and a pointwise kernel each), which measured faster there.
-    Where a split forward takes the batch and only the backward runs in launches of fewer rows (b4 at one head of
-    1024, B 64), the split kernels stay: they measured faster there (``notes/rnn-split.md``)."""
+def steps_apply(batch, num_heads, head_dim, function="lstm", dtype=torch.bfloat16, training=False, config=None) -> bool:
+    """Whether the fused backend runs a large batch's loops (the stepwise kernels, :mod:`.stepwise`, or where
+    :func:`steps_on_cublas` the ``alternating`` ones), under ``config`` (None: the one in force): an LSTM of at least
+    ``steps_min_batch`` rows (``large_batch`` 'steps') whose whole batch no split of R takes (:func:`choose` raises).
+    Where only the backward runs in launches of fewer rows (b4, H1024 B64) the split kernels measured faster: kept."""
     _check_problem(batch, num_heads, head_dim, training)
-    return _steps_apply(batch, num_heads, head_dim, function, dtype, training, _CONFIG)
-
-
-def steps_on_cublas(batch, num_heads, head_dim) -> bool:
-    """Whether a large batch's steps (where :func:`steps_apply`) run as the ``alternating`` loops (a cuBLAS product
-    and a pointwise kernel per step) rather than the stepwise kernels, under the config in force: where a step's
-    product, 2 B DH 4DH FLOP per head, is at least ``cublas_from_gflop`` GFLOP."""
-    for name, x in (("batch", batch), ("num_heads", num_heads), ("head_dim", head_dim)):
-        runtime.positive_int(name, x)
-    return _steps_on_cublas(batch, num_heads, head_dim, _CONFIG)
-
-
-def _steps_on_cublas(batch, num_heads, head_dim, config) -> bool:
-    return 2 * batch * head_dim * 4 * head_dim * num_heads >= config.cublas_from_gflop * 1e9
-
-
-def _steps_apply(batch, num_heads, head_dim, function, dtype, training, config) -> bool:
+    config = _CONFIG if config is None else config
     if config.large_batch != "steps" or batch < config.steps_min_batch or get_function(function).name != "lstm":
         return False
     return _chosen_kind(batch, num_heads, head_dim, function, dtype, training) is None
+
+
+def steps_on_cublas(batch, num_heads, head_dim, config=None) -> bool:
+    """Whether a large batch's steps run as the ``alternating`` loops (a cuBLAS product and a pointwise kernel each,
+    which measured faster there) rather than the stepwise kernels: where a step's product, 2 B DH 4DH FLOP per head,
+    is at least ``cublas_from_gflop`` GFLOP of ``config`` (None: the one in force; one head of 1536 at B 256: 4.8)."""
+    _check_problem(batch, num_heads, head_dim, False)
+    config = _CONFIG if config is None else config
+    return 2 * batch * head_dim * 4 * head_dim * num_heads >= config.cublas_from_gflop * 1e9
 
 
 @functools.lru_cache(maxsize=256)
@@ -372,25 +359,7 @@ def _gluon_runs(function, dtype) -> bool:
     return True
 
 
-V6_TILES = (
-    dict(forward=dict(block_u=16, block_b=8, warps=8), backward=dict(block_u=16, block_b=8, warps=8), min_head_dim=512),
-    dict(
-        forward=dict(block_u=16, block_b=16, warps=8),
-        backward=dict(block_u=32, block_b=8, warps=16),
-        min_head_dim=768,
-        max_head_dim=768,
-    ),
-    dict(forward=dict(block_u=8, block_b=16, warps=4), backward=dict(block_u=16, block_b=16, warps=8)),
-    dict(forward=dict(block_u=16, block_b=16, warps=8), backward=dict(block_u=16, block_b=16, warps=8)),
-)
-"""Version 6's (forward, b4) tile pairs in the order :func:`v6_tiles` tries them; the first whose launches fit the
-GPU's SMs at once (and whose ``min_head_dim`` and ``max_head_dim``, where given, bound the head) wins. 8 batch rows
-per program first, for heads of 512 and more: every program reads all of h_{t-1} (or pushes its share of dh_{t-1})
-for its rows at every step, and 8 rows halve those bytes, the product and the cell per program (at a head of 256 the
-8-row pair was the slower one). Then, at a head of 768 only (where it was measured), the forward in 16-row tiles beside
-b4 in 8-row tiles of 32 units and 16 warps: at B32 both launches are 96 programs (b4's 8-row tiles of 16 units would
-be 192). Then 16 rows with the kernels' defaults, then 16 rows with the forward in b4's tile (half the programs). What
-each pair measured: ``notes/rnn-split.md``."""
+V6_TILES = gluon_tiles.V6_TILES  # version 6's (forward, b4) tile pairs, in the order v6_tiles tries them
 
 
 def v6_tiles(batch: int, head_dim: int, num_heads: int = 1, wide: bool = False, pairs: tuple | None = None) -> tuple:
@@ -449,41 +418,14 @@ def _b4_gradients(d_out, gates, out, states, R, function, d_last=None, *, cfg, c
     return (*grads, ds0)
 
 
-TILES_CANDIDATES = (dict(block_u=16, block_b=8, warps=8), dict(block_u=16, block_b=16, warps=8))
-"""The multi-tile kernels' tiles in the order :func:`tiles_pair` prefers them (each kernel's own, forward and backward
-alike): 16 units in 8 warps (b4's 32-unit tile in 16 warps spills, more so with several tiles), 8 rows per batch tile
-first (compiled for sm_90 at a head of 1024, the forward in 16-row tiles spills; in 8-row tiles neither kernel does),
-then 16."""
+TILES_CANDIDATES = gluon_tiles.TILES_CANDIDATES
 
 
 def tiles_pair(batch, num_heads, head_dim, sm_count, candidates: tuple | None = None):
-    """``(forward tile, backward tile)`` of the multi-tile kernels for ``batch`` rows, each a
-    :class:`~gpulab.rnn.fused.gluon_tiles.V6Config` with ``tiles`` set: per kernel, of the tiles of
-    ``candidates`` (None: :data:`TILES_CANDIDATES`) valid for the head dim, with as many batch groups as
-    ``sm_count`` SMs hold at one program each and the batch tiles spread over them, the one with the fewest rows per
-    program (the step's serial work), the earlier candidate on a tie; None where a kernel has none (a head past R's
-    register budget, or more than :data:`~gpulab.rnn.fused.gluon_tiles.MAX_TILES` tiles per program)."""
-    batch, num_heads = runtime.positive_int("batch", batch), runtime.positive_int("num_heads", num_heads)
-    head_dim, sm_count = runtime.positive_int("head_dim", head_dim), runtime.positive_int("sm_count", sm_count)
-
-    def best(make):
-        found = None
-        for tile in TILES_CANDIDATES if candidates is None else candidates:
-            programs = head_dim // tile["block_u"] * num_heads  # per batch group
-            batch_tiles = -(-batch // tile["block_b"])
-            groups = min(sm_count // programs if head_dim % tile["block_u"] == 0 else 0, batch_tiles)
-            if groups < 1 or -(-batch_tiles // groups) > MAX_TILES:
-                continue
-            try:
-                cfg = make(head_dim, **tile, tiles=-(-batch_tiles // groups))
-            except ValueError:
-                continue
-            if found is None or cfg.tiles * cfg.block_b < found[0]:
-                found = (cfg.tiles * cfg.block_b, cfg)
-        return None if found is None else found[1]
-
-    forward, backward = best(split_gluon.v6_config), best(split_gluon_backward_tiles.b4_tiles_config)
-    return None if forward is None or backward is None else (forward, backward)
+    """``(forward tile, backward tile)`` of the multi-tile kernels for ``batch`` rows
+    (:func:`gpulab.rnn.fused.gluon_tiles.multi_tile_pair` with the two kernels' tile makers), or None."""
+    return gluon_tiles.multi_tile_pair(batch, num_heads, head_dim, sm_count, split_gluon.v6_config,
+                                       split_gluon_backward_tiles.b4_tiles_config, candidates)  # fmt: skip
 
 
 def _tiles_forward(Wx, R, b, states, function, save_gates, *, cfg, config):
@@ -544,8 +486,8 @@ def _loops(B, NH, DH, function, dtype, device, training, config=DEFAULT):
         if pair is not None:
             return (functools.partial(_tiles_forward, cfg=pair[0], config=config),
                     functools.partial(_tiles_gradients, cfg=pair[1], config=config) if training else None)  # fmt: skip
-    if _steps_apply(B, NH, DH, function, dtype, training, config):  # a large batch: one launch per step
-        if _steps_on_cublas(B, NH, DH, config):  # a step cuBLAS runs well: its product, then the pointwise kernel
+    if steps_apply(B, NH, DH, function, dtype, training, config):  # a large batch: one launch per step
+        if steps_on_cublas(B, NH, DH, config):  # a step cuBLAS runs well: its product, then the pointwise kernel
             return alternating_rnn_forward, alternating_rnn_gradients if training else None
         tiles = step_tiles(B, DH, NH, hardware.live_properties().get("sm_count", 0) or 132)
         return (functools.partial(step_rnn_forward, tiles=tiles),

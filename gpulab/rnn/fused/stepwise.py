@@ -57,6 +57,17 @@ class StepTiles:
     stages: int = 3
     one_dot: bool = False  # the four gates as one product (N = 4 block_u forward, K = 4 block_k backward)
 
+    def __post_init__(self):
+        for name in ("block_m", "block_u", "block_k"):
+            v = runtime.positive_int(name, getattr(self, name))
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"{name}={v}: a tile side must be a power of two of at least 16 (a tensor-core "
+                                 "product's side); e.g. 16, 32 or 64.")  # fmt: skip
+        if runtime.positive_int("warps", self.warps) not in (1, 2, 4, 8, 16):
+            raise ValueError(f"warps={self.warps}: use 1, 2, 4, 8 or 16.")
+        runtime.positive_int("stages", self.stages)
+        runtime.strict_bool("one_dot", self.one_dot)
+
     def grid(self, batch: int, num_heads: int, head_dim: int) -> tuple:
         return (triton.cdiv(batch, self.block_m), triton.cdiv(head_dim, self.block_u), num_heads)
 
@@ -251,7 +262,10 @@ def step_backward_kernel(
     tl.store(dg_ptr + at + 3 * HD, do.to(dt), mask=ok)
 
 
-def _check_lstm(function) -> None:
+def _check_lstm(function, tiles) -> None:
+    if tiles is not None and not isinstance(tiles, StepTiles):
+        raise TypeError(f"tiles must be a gpulab.rnn.fused.stepwise.StepTiles or None (step_tiles chooses), got "
+                        f"{tiles!r}.")  # fmt: skip
     if function != "lstm":
         raise ValueError(f"function={function!r}: the stepwise kernels run the LSTM only; use backend='alternating' "
                          "for 'gru' and 'elman' at this size.")  # fmt: skip
@@ -267,7 +281,7 @@ def step_rnn_forward(Wx, R, b, states, function="lstm", save_gates=True, tiles: 
     """The forward loop, one launch of :func:`step_forward_kernel` per step: ``(states_all [2, B, T, NH, DH],
     states_last [2, B, 1, NH, DH], gates [B, T, 4, NH, DH] or None)``, as every backend's forward returns them (inputs
     validated, one dtype). ``tiles``: a :class:`StepTiles` (None: :func:`step_tiles`)."""
-    _check_lstm(function)
+    _check_lstm(function, tiles)
     Wx, R, b, states = (x.contiguous() for x in (Wx, R, b, states))
     B, T, _, NH, DH = Wx.shape
     dtype, dev = Wx.dtype, Wx.device
@@ -290,7 +304,7 @@ def step_rnn_backward(d_out, gates, out, states, R, function="lstm", d_last=None
     """The reverse loop, one launch of :func:`step_backward_kernel` per step, then dL/dh_{-1} as one product: ``(dG
     [B, T, 4, NH, DH], d_states [2, B, 1, NH, DH])``. ``d_last`` [2, B, 1, NH, DH] or None: the gradient of the last
     states."""
-    _check_lstm(function)
+    _check_lstm(function, tiles)
     d_out, gates, out, states, R = (x.contiguous() for x in (d_out, gates, out, states, R))
     _, B, T, NH, DH = out.shape
     dtype, dev = out.dtype, out.device
