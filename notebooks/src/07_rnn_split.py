@@ -53,11 +53,15 @@ print(f"kernels run in {runtime.MODE} mode on {runtime.device}; torch {torch.__v
 DH, e = 768, 2
 smem = hardware.spec("H100").smem_per_block
 padded = runtime.dot_block(DH)  # the tile side Triton uses: the next power of two
-print(f"R of one head: 4 x {DH}^2 x {e} B = {4 * DH * DH * e:,} B = {4 * DH * DH * e / 1e6:.1f} MB "
-      f"= {4 * DH * DH * e // 1024} KiB")
+print(
+    f"R of one head: 4 x {DH}^2 x {e} B = {4 * DH * DH * e:,} B = {4 * DH * DH * e / 1e6:.1f} MB "
+    f"= {4 * DH * DH * e // 1024} KiB"
+)
 print(f"as lesson 6's tile R_all, padded to {padded}: 4 x {padded}^2 x {e} B = {4 * padded * padded * e // 1024} KiB")
-print(f"one H100 SM: {smem // 1024} KiB of shared memory per block, "
-      f"{hardware.spec('H100').registers_per_sm * 4 // 1024} KiB of registers")
+print(
+    f"one H100 SM: {smem // 1024} KiB of shared memory per block, "
+    f"{hardware.spec('H100').registers_per_sm * 4 // 1024} KiB of registers"
+)
 try:
     tiling.fused_tiling(16, 1, DH, "lstm", torch.bfloat16, gpu="H100")
 except ValueError as exc:
@@ -86,8 +90,10 @@ print(plan.explain(16, 1, DH, "lstm", torch.bfloat16, gpu="H100"))
 
 # %%
 chosen = split_tiling.split_tiling(16, 1, DH, "lstm", torch.bfloat16, gpu="H100")
-print(f"chosen: {chosen.programs} programs of {chosen.block_u} units, {chosen.num_warps} warps, {chosen.exchange} "
-      f"exchange; estimated step {chosen.score:.0f} ns, {chosen.score * 1024 / 1e6:.2f} ms for T = 1024")
+print(
+    f"chosen: {chosen.programs} programs of {chosen.block_u} units, {chosen.num_warps} warps, {chosen.exchange} "
+    f"exchange; estimated step {chosen.score:.0f} ns, {chosen.score * 1024 / 1e6:.2f} ms for T = 1024"
+)
 
 # %% [markdown]
 # **Build and check** in the interpreter: head dim 300 over 5 programs of 64 units, forward and backward against float64. Triton's interpreter runs programs one after another, so there the kernel runs one launch per step, and the launch boundary is the barrier:
@@ -95,12 +101,21 @@ print(f"chosen: {chosen.programs} programs of {chosen.block_u} units, {chosen.nu
 # %%
 B_, T_, DH_ = 2, 3, 300
 gen = torch.Generator().manual_seed(0)
-Wx_, R_, b_, s_ = (torch.randn(*shape, generator=gen) * sc for shape, sc in
-                   (((B_, T_, 4, 1, DH_), 1.0), ((4, 1, DH_, DH_), 0.5 / DH_**0.5), ((4, 1, DH_), 1.0),
-                    ((2, B_, 1, 1, DH_), 1.0)))
+Wx_, R_, b_, s_ = (
+    torch.randn(*shape, generator=gen) * sc
+    for shape, sc in (
+        ((B_, T_, 4, 1, DH_), 1.0),
+        ((4, 1, DH_, DH_), 0.5 / DH_**0.5),
+        ((4, 1, DH_), 1.0),
+        ((2, B_, 1, 1, DH_), 1.0),
+    )
+)
 few = lambda direction: dataclasses.replace(
     split_tiling.split_tiling(B_, 1, DH_, "lstm", torch.bfloat16, gpu="H100", direction=direction),
-    block_u=64, split=math.ceil(DH_ / 64), programs=math.ceil(DH_ / 64))
+    block_u=64,
+    split=math.ceil(DH_ / 64),
+    programs=math.ceil(DH_ / 64),
+)
 inputs_ = [t.to(runtime.device) for t in (Wx_, R_, b_, s_)]
 out_, last_, gates_ = split_fwd.split_rnn_forward(*inputs_, function="lstm", save_gates=True, tiling=few("forward"))
 d_out_ = torch.randn(out_.shape, generator=gen).to(runtime.device)
@@ -112,8 +127,10 @@ check.assert_close(out_, ref_out, dtype=torch.float32, name="states_all")
 check.assert_close(last_, ref_last, dtype=torch.float32, name="states_last")
 for name, got, want in zip(("dWx", "dR", "db", "d_states"), grads_, ref_grads):
     check.assert_close(got, want, dtype=torch.float32, name=name)
-print(f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all four gradients match float64 "
-      "within fp32's tolerance")
+print(
+    f"{math.ceil(DH_ / 64)} programs per head: the forward's states and all four gradients match float64 "
+    "within fp32's tolerance"
+)
 
 # %% [markdown]
 # ## 3. The grid barrier and the exchange
@@ -177,8 +194,10 @@ fwd_768 = {(r.params.get("backend"), r.dtype): r for r in run06 if r.status == "
            (16, 1, 768)}  # fmt: skip
 ours768, cud768 = fwd_768.get(("fused", "bfloat16")), fwd_768.get(("cuDNN nn.LSTM (dense)", "float16"))
 if ours768 and cud768:
-    print(f"one head of 768, B = 16, forward, lesson 6's run (the record): split kernel version 5 {ours768.ms:.2f} ms "
-          f"device, {ours768.wall_ms:.2f} ms wall; cuDNN fp16 {cud768.ms:.2f} / {cud768.wall_ms:.2f} ms")
+    print(
+        f"one head of 768, B = 16, forward, lesson 6's run (the record): split kernel version 5 {ours768.ms:.2f} ms "
+        f"device, {ours768.wall_ms:.2f} ms wall; cuDNN fp16 {cud768.ms:.2f} / {cud768.wall_ms:.2f} ms"
+    )
     claims.show(claims.claim(
         "The estimate said {est:.0f} ns per step; version 5 takes {meas:.0f} ns (device time / T), {r:.2f}x the "
         "estimate: the estimate counts round trips and bytes, and the stamps below show what it leaves out.",
@@ -421,11 +440,11 @@ if len(switch_) == len(pairs_):
 # %% [markdown]
 # ## 8. A batch too large to stay on chip
 #
-# Everything above keeps $R$ on chip and every program resident. At $B = 256$ one head of 1024 would need 16 batch tiles of 64 programs, far past the 132 SMs; the split kernels could only run it as launches of fewer rows, one after another, each $T$ steps long. But at such a batch the step's product is a real matrix product (a **GEMM**, general matrix multiply),
+# Everything above keeps $R$ on chip and every program resident. At $B = 256$ one head of 1024 would need 16 batch tiles of 16 rows, 64 programs each: 1,024 programs, far past the 132 SMs; the split kernels could only run it as launches of fewer rows, one after another, each $T$ steps long. But at such a batch the step's product is a real matrix product (a **GEMM**, general matrix multiply, of sizes $M \times K$ by $K \times N$),
 #
 # $$G_t = W x_t + b + h_{t-1} R^\top, \qquad [B, 4\,DH] = [B, DH] \times [DH, 4\,DH],$$
 #
-# $2 \cdot B \cdot DH \cdot 4DH$ FLOP per step (2.1 GFLOP at $B = 256$, $DH = 1024$), and the tensor cores can be fed from L2, where $R$ (8 MB in 16 bits) stays between steps. So `gpulab.rnn.fused.stepwise` gives up residency: **one launch per step** of a tiled GEMM whose epilogue is the cell. Program $(m, u)$ owns 64 batch rows and a tile of units with all four gates, so one product of $N = 4 \times$ units feeds its cells; it writes $h_t$, and the next launch reads it: the stream orders the steps, no barrier. The backward is the same GEMM over $K = 4\,DH$ ($dh_{t-1} = dG_t R$) with the cell's backward as its epilogue. In the interpreter, against float64:
+# $2 \cdot B \cdot DH \cdot 4DH$ FLOP per step (2.1 GFLOP at $B = 256$, $DH = 1024$; $W x_t$ is one GEMM over all steps beforehand), and the tensor cores (the SM's matrix units) can be fed from L2, which holds $R$ (8 MB in 16 bits; an H200's L2 is 50 MB) between steps. So `gpulab.rnn.fused.stepwise` gives up residency: **one launch per step** of a tiled GEMM whose **epilogue** (the code each program runs on its output tile before storing it) is the cell. Program $(m, u)$ owns 64 batch rows and a tile of units with all four gates, so one product of $N = 4 \times$ units feeds its cells; it writes $h_t$, and the next launch reads it: launches on one CUDA **stream** (the GPU's queue of work) run in order, so no barrier is needed. The backward is a GEMM of the same kind, transposed, $dh_{t-1} = dG_t R$: $[B, 4\,DH] \times [4\,DH, DH]$, reducing over $K = 4\,DH$, with the cell's backward as its epilogue. In the interpreter, the forward against float64 (the tests check every gradient too):
 
 # %%
 g_ = torch.Generator().manual_seed(0)
@@ -434,7 +453,7 @@ wx_, r_ = torch.randn(B_, T_, 4, 1, DH_, generator=g_), torch.randn(4, 1, DH_, D
 b_, s0_ = torch.randn(4, 1, DH_, generator=g_), torch.randn(2, B_, 1, 1, DH_, generator=g_)
 out_, _, _ = stepwise.step_rnn_forward(*(t.to(runtime.device) for t in (wx_, r_, b_, s0_)), save_gates=False)
 ref_, _ = rnn.flashrnn(wx_.double(), r_.double(), b_.double(), s0_.double(), function="lstm", backend="vanilla")
-print(f"{T_} launches, one per step: states match float64: {check.relative_error(out_, ref_) < 1e-5}")
+print(f"{T_} steps, one launch each: states match float64: {check.relative_error(out_, ref_) < 1e-5}")
 for B_, DH_ in ((16, 1024), (64, 1024), (256, 1024), (64, 1536)):
     t_ = stepwise.step_tiles(B_, DH_)
     print(f"B {B_:3d}, one head of {DH_}: plan '{plan.plan_kind(B_, 1, DH_, 'lstm', torch.float16, True)}'"
@@ -442,7 +461,7 @@ for B_, DH_ in ((16, 1024), (64, 1024), (256, 1024), (64, 1536)):
              if plan.steps_apply(B_, 1, DH_, "lstm", torch.float16, True) else ""))  # fmt: skip
 
 # %% [markdown]
-# The plan takes the stepwise kernels only where no split takes the whole batch (`plan.steps_apply`), and only up to a step of 3 GFLOP: past it (one head of 1536 at $B = 256$: 4.8) a step's product is large enough for cuBLAS, and the steps run as a cuBLAS product and a pointwise kernel each (`plan.steps_on_cublas`). The drop-in grid (`python -m gpulab bench 06 lstm-grid`: `gpulab.rnn.LSTM` against cuDNN's fp16 `nn.LSTM`, forward and backward, $T = 256$, one head) where the stepwise kernels run:
+# The plan takes the stepwise kernels only where no split takes the whole batch (`plan.steps_apply`; at one head of 1536 even 64 rows are past what the split kernels hold), and only up to a step of 3 GFLOP (`FusedConfig.cublas_from_gflop`, set from the lab's measurements): past it (one head of 1536 at $B = 256$: 4.8) a step's product is large enough for cuBLAS (NVIDIA's GEMM library), and each step runs as a cuBLAS product and a **pointwise kernel** (one that updates each element on its own, here the cell) (`plan.steps_on_cublas`). The drop-in grid (`python -m gpulab bench 06 lstm-grid`: `gpulab.rnn.LSTM` against cuDNN's fp16 `nn.LSTM` over a grid of sizes, forward and backward, $T = 256$, one head) where the stepwise kernels run, `ms` on the device clock and `wall` on the eager wall clock per call:
 
 # %%
 try:
@@ -471,7 +490,8 @@ if big_:
         "device clock between {dlo:.2f}x and {dhi:.2f}x. At hidden 1024 (one layer, $B = 256$) a step, forward and "
         "backward launches and their share of the input products, takes {g:.0f} microseconds of device time "
         "against cuDNN's {c:.0f}: near cuDNN's step, not past it. Keeping $R$ resident while $h$ streams through "
-        "(a persistent GEMM with a grid barrier) is what would go further.",
+        "(a persistent GEMM: one launch for every step, its programs meeting at a grid barrier) is what would go "
+        "further.",
         holds=lambda lo, hi, dlo, dhi, n, g, c: n == 6 and 0.5 < lo <= hi < 1.5 and dlo > 0.8 and 0.8 < g / c < 1.3,
         lo=min(ratios_), hi=max(ratios_), dlo=min(dev_), dhi=max(dev_), n=len(big_),
         g=g1_.ms * 1000 / g1_.params["T"], c=c1_.ms * 1000 / c1_.params["T"],
