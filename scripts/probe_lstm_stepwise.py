@@ -33,24 +33,19 @@ TILE_POINTS = [(1024, 256), (1536, 64), (768, 256), (1536, 256), (1024, 64)]
 TILES = [
     StepTiles(64, 16, 64, 4, 3),
     StepTiles(64, 32, 64, 4, 3),
-    StepTiles(64, 32, 64, 4, 4),
     StepTiles(128, 32, 64, 8, 3),
-    StepTiles(128, 64, 64, 8, 3),
     StepTiles(32, 16, 64, 4, 3),
-    StepTiles(64, 16, 64, 4, 3, one_dot=True),
-    StepTiles(64, 32, 64, 4, 3, one_dot=True),
-    StepTiles(128, 32, 64, 8, 3, one_dot=True),
 ]
 WIDE_POINTS = [(1536, 256), (768, 256), (1024, 256)]
 WIDE_TILES = [  # part 'wide': tiles that run a step's programs in one wave at B 256
-    StepTiles(64, 32, 64, 4, 4, one_dot=True),
-    StepTiles(64, 64, 64, 4, 3, one_dot=True),
-    StepTiles(64, 64, 64, 8, 3, one_dot=True),
-    StepTiles(128, 32, 64, 8, 2, one_dot=True),
-    StepTiles(128, 16, 64, 4, 3, one_dot=True),
-    StepTiles(64, 32, 128, 4, 2, one_dot=True),
-    StepTiles(64, 32, 64, 8, 3, one_dot=True),
-    StepTiles(64, 32, 32, 4, 5, one_dot=True),
+    StepTiles(64, 32, 64, 4, 4),
+    StepTiles(64, 64, 64, 4, 3),
+    StepTiles(64, 64, 64, 8, 3),
+    StepTiles(128, 32, 64, 8, 2),
+    StepTiles(128, 16, 64, 4, 3),
+    StepTiles(64, 32, 128, 4, 2),
+    StepTiles(64, 32, 64, 8, 3),
+    StepTiles(64, 32, 32, 4, 5),
 ]
 MODULE_POINTS = [(H, L, B) for H, B in ((768, 256), (1024, 256), (1536, 64), (1536, 256)) for L in (1, 2)]
 VARIANTS = (("steps", FusedConfig(large_batch="steps")), ("launches", FusedConfig(large_batch="launches")))
@@ -72,9 +67,7 @@ def inputs(B, H, seed=0):
 def time_tiles(H, B, leaves, cfg, default):
     """One tile config at one point: checked on 32 steps against float32 ``alternating``, then timed."""
     Wx, R, b, s0 = leaves
-    name = f"tiles H{H} B{B} {cfg.block_m}x{cfg.block_u}x{cfg.block_k} w{cfg.warps} s{cfg.stages}" + (
-        " one dot" if cfg.one_dot else ""
-    )
+    name = f"tiles H{H} B{B} {cfg.block_m}x{cfg.block_u}x{cfg.block_k} w{cfg.warps} s{cfg.stages} one dot"
 
     def fwd(*a, **k):
         return step_rnn_forward(*a, tiles=cfg, **k)

@@ -289,7 +289,7 @@ CASES = [
     ("StepTiles-block_m", lambda: stepwise.StepTiles(48, 16, 16), ValueError, "block_m=48"),
     ("StepTiles-block_u", lambda: stepwise.StepTiles(64, 8, 16), ValueError, "block_u=8"),
     ("StepTiles-warps", lambda: stepwise.StepTiles(64, 16, 16, warps=3), ValueError, "warps=3"),
-    ("StepTiles-one_dot", lambda: stepwise.StepTiles(64, 16, 16, one_dot=1), TypeError, "one_dot"),
+    ("StepTiles-stages", lambda: stepwise.StepTiles(64, 16, 16, stages=0), ValueError, "stages"),
     ("step_tiles-sm_count", lambda: stepwise.step_tiles(64, 768, 1, 0), ValueError, "sm_count"),
     ("step_rnn_forward-function", lambda: stepwise.step_rnn_forward(*LSTM_IN, function="gru"), ValueError, "'gru'"),
     ("step_rnn_forward-tiles", lambda: stepwise.step_rnn_forward(*LSTM_IN, tiles=(64, 16, 16)), TypeError, "tiles"),

@@ -40,6 +40,7 @@ from gpulab.launch import aligned, direct_stream, keyed_launch
 from gpulab.rnn.backends.parameter_grads import gate_gradients_to_parameters
 from gpulab.rnn.cells import lstm_cell, lstm_cell_backward
 from gpulab.rnn.fused.tiles import gate_columns, split_gates
+from gpulab.triton_ops import dot
 
 __all__ = ["StepTiles", "step_tiles", "step_forward_kernel", "step_backward_kernel", "step_rnn_forward",
            "step_rnn_backward", "step_rnn_gradients"]  # fmt: skip
@@ -55,7 +56,6 @@ class StepTiles:
     block_k: int
     warps: int = 4
     stages: int = 3
-    one_dot: bool = False  # the four gates as one product (N = 4 block_u forward, K = 4 block_k backward)
 
     def __post_init__(self):
         for name in ("block_m", "block_u", "block_k"):
@@ -66,7 +66,6 @@ class StepTiles:
         if runtime.positive_int("warps", self.warps) not in (1, 2, 4, 8, 16):
             raise ValueError(f"warps={self.warps}: use 1, 2, 4, 8 or 16.")
         runtime.positive_int("stages", self.stages)
-        runtime.strict_bool("one_dot", self.one_dot)
 
     def grid(self, batch: int, num_heads: int, head_dim: int) -> tuple:
         return (triton.cdiv(batch, self.block_m), triton.cdiv(head_dim, self.block_u), num_heads)
@@ -85,15 +84,7 @@ def step_tiles(batch: int, head_dim: int, num_heads: int = 1, sm_count: int = 13
     rows = triton.cdiv(batch, block_m) * num_heads
     block_u = min(32 if 2 * rows * triton.cdiv(head_dim, 32) >= sm_count else 16,
                   max(16, runtime.next_power_of_2(head_dim)))  # fmt: skip
-    return StepTiles(block_m, block_u, block_k, warps=8 if block_u == 32 else 4, one_dot=True)
-
-
-@triton.jit
-def _mma(a, b, acc, IS_FP32: tl.constexpr, PRECISION: tl.constexpr):
-    if IS_FP32:
-        return tl.dot(a, b, acc, input_precision=PRECISION)
-    else:
-        return tl.dot(a, b, acc)
+    return StepTiles(block_m, block_u, block_k, warps=8 if block_u == 32 else 4)
 
 
 @triton.jit(do_not_specialize=["t"])
@@ -116,7 +107,6 @@ def step_forward_kernel(
     SAVE_GATES: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
-    ONE_DOT: tl.constexpr,
 ):
     """Step t, program (m, u, n): G [BLOCK_M, BLOCK_U] per gate = h_{t-1} [BLOCK_M, DH] @ R_g[units, :]^T, then
     the cell on Wx_t + G + b."""
@@ -130,31 +120,16 @@ def step_forward_kernel(
         h_rows = out_ptr + (rows * T + t - 1) * HD + n * DH  # [BLOCK_M] h_{t-1}[b, :] = out[0, b, t-1, n, :]
     else:
         h_rows = s0_ptr + rows * HD + n * DH  # s0[0, b, 0, n, :]
-    GATE = NH * DH * DH  # R's stride between gates
-    r_cols = r_ptr + (n * DH + units[None, :]) * DH + ks[:, None]  # [BLOCK_K, BLOCK_U]: R_0[units, k]^T
-    if ONE_DOT:  # R_all^T [BLOCK_K, 4 BLOCK_U], column g BLOCK_U + u = gate g of unit u: one product, then split
-        slot, u = gate_columns(4, BLOCK_U)
-        r_all = r_ptr + slot[None, :] * GATE + (n * DH + pid_u * BLOCK_U + u[None, :]) * DH + ks[:, None]
-        all_ok = (pid_u * BLOCK_U + u < DH)[None, :]
-        acc = tl.zeros((BLOCK_M, 4 * BLOCK_U), dtype=tl.float32)
-        for k0 in range(0, DH, BLOCK_K):
-            k_ok = k0 + ks < DH
-            h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            acc = _mma(h, tl.load(r_all + k0, mask=k_ok[:, None] & all_ok, other=0.0), acc, IS_FP32, PRECISION)
-        acc_i, acc_f, acc_z, acc_o = split_gates(acc, BLOCK_M, BLOCK_U, 4)
-    else:  # one product per gate, [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_U] each
-        acc_i = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-        acc_f = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-        acc_z = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-        acc_o = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
-        for k0 in range(0, DH, BLOCK_K):
-            k_ok = k0 + ks < DH
-            h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            rm = k_ok[:, None] & unit_ok[None, :]
-            acc_i = _mma(h, tl.load(r_cols + k0, mask=rm, other=0.0), acc_i, IS_FP32, PRECISION)
-            acc_f = _mma(h, tl.load(r_cols + GATE + k0, mask=rm, other=0.0), acc_f, IS_FP32, PRECISION)
-            acc_z = _mma(h, tl.load(r_cols + 2 * GATE + k0, mask=rm, other=0.0), acc_z, IS_FP32, PRECISION)
-            acc_o = _mma(h, tl.load(r_cols + 3 * GATE + k0, mask=rm, other=0.0), acc_o, IS_FP32, PRECISION)
+    # R_all^T [BLOCK_K, 4 BLOCK_U], column g BLOCK_U + u = gate g of unit u: the four gates as one product, then split
+    slot, u = gate_columns(4, BLOCK_U)
+    r_all = r_ptr + slot[None, :] * (NH * DH * DH) + (n * DH + pid_u * BLOCK_U + u[None, :]) * DH + ks[:, None]
+    all_ok = (pid_u * BLOCK_U + u < DH)[None, :]
+    acc = tl.zeros((BLOCK_M, 4 * BLOCK_U), dtype=tl.float32)
+    for k0 in range(0, DH, BLOCK_K):
+        k_ok = k0 + ks < DH
+        h = tl.load(h_rows[:, None] + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        acc += dot(h, tl.load(r_all + k0, mask=k_ok[:, None] & all_ok, other=0.0), IS_FP32, PRECISION)
+    acc_i, acc_f, acc_z, acc_o = split_gates(acc, BLOCK_M, BLOCK_U, 4)
     ok = row_ok[:, None] & unit_ok[None, :]  # [BLOCK_M, BLOCK_U]
     at = (rows[:, None] * T + t) * (4 * HD) + n * DH + units[None, :]  # Wx_t[b, 0, n, j] (and the saved gates)
     bias = b_ptr + n * DH + units  # [BLOCK_U]
@@ -201,7 +176,6 @@ def step_backward_kernel(
     HAS_LAST: tl.constexpr,
     IS_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
-    ONE_DOT: tl.constexpr,
 ):
     """Step t in reverse, program (m, u, n): dh_t [BLOCK_M, BLOCK_U] = dL/dh_t + sum_g dG_{t+1, g} [BLOCK_M, DH] @
     R_g[:, units], then the cell's backward: dG_t and dc_{t-1}."""
@@ -209,7 +183,6 @@ def step_backward_kernel(
     HD = NH * DH
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     units = pid_u * BLOCK_U + tl.arange(0, BLOCK_U)
-    ks = tl.arange(0, BLOCK_K)
     row_ok, unit_ok = rows < B, units < DH
     ok = row_ok[:, None] & unit_ok[None, :]
     step = (rows[:, None] * T + t) * HD + n * DH + units[None, :]  # [BLOCK_M, BLOCK_U] in [B, T, NH, DH]
@@ -224,24 +197,15 @@ def step_backward_kernel(
     if t < T - 1:  # the recurrent part: dG_{t+1} [BLOCK_M, 4 DH] @ R [4 DH, units]
         acc = tl.zeros((BLOCK_M, BLOCK_U), dtype=tl.float32)
         g_rows = dg_ptr + (rows * T + t + 1) * (4 * HD) + n * DH  # [BLOCK_M] dG_{t+1}[b, 0, n, :]
-        if ONE_DOT:  # K in chunks of 4 BLOCK_K: column g BLOCK_K + j of a chunk = gate g, unit k0 + j
-            slot, j = gate_columns(4, BLOCK_K)
-            a_all = g_rows[:, None] + slot[None, :] * HD + j[None, :]  # [BLOCK_M, 4 BLOCK_K]
-            w_all = r_ptr + ((slot[:, None] * NH + n) * DH + j[:, None]) * DH + units[None, :]  # [4 BLOCK_K, BLOCK_U]
-            for k0 in range(0, DH, BLOCK_K):
-                k_ok = k0 + j < DH
-                a = tl.load(a_all + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w = tl.load(w_all + k0 * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
-                acc = _mma(a, w, acc, IS_FP32, PRECISION)
-        else:  # per gate, K in chunks of BLOCK_K
-            r_rows = r_ptr + (n * DH + ks[:, None]) * DH + units[None, :]  # [BLOCK_K, BLOCK_U]: R_0[j, units]
-            for g in tl.static_range(4):
-                for k0 in range(0, DH, BLOCK_K):
-                    k_ok = k0 + ks < DH
-                    a = tl.load(g_rows[:, None] + g * HD + k0 + ks[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                                other=0.0)  # fmt: skip
-                    w = tl.load(r_rows + (g * NH * DH + k0) * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
-                    acc = _mma(a, w, acc, IS_FP32, PRECISION)
+        # K in chunks of 4 BLOCK_K: column g BLOCK_K + j of a chunk = gate g, unit k0 + j
+        slot, j = gate_columns(4, BLOCK_K)
+        a_all = g_rows[:, None] + slot[None, :] * HD + j[None, :]  # [BLOCK_M, 4 BLOCK_K]
+        w_all = r_ptr + ((slot[:, None] * NH + n) * DH + j[:, None]) * DH + units[None, :]  # [4 BLOCK_K, BLOCK_U]
+        for k0 in range(0, DH, BLOCK_K):
+            k_ok = k0 + j < DH
+            a = tl.load(a_all + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_all + k0 * DH, mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
+            acc += dot(a, w, IS_FP32, PRECISION)
         dh += acc
     if t > 0:
         c_prev = tl.load(out_ptr + B * T * HD + step - HD, mask=ok, other=0.0).to(tl.float32)  # c_{t-1}
@@ -273,7 +237,7 @@ def _check_lstm(function, tiles) -> None:
 
 def _constexprs(tiles: StepTiles, DH: int, dtype) -> dict:
     return dict(DH=DH, BLOCK_M=tiles.block_m, BLOCK_U=tiles.block_u, BLOCK_K=tiles.block_k,
-                IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype), ONE_DOT=tiles.one_dot,
+                IS_FP32=dtype == torch.float32, PRECISION=runtime.dot_precision(dtype),
                 num_warps=tiles.warps, num_stages=tiles.stages)  # fmt: skip
 
 

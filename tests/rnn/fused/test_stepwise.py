@@ -44,8 +44,8 @@ def _loops(tiles):
         (3, 5, 1, 16, None, False),
         (17, 4, 2, 20, None, True),  # a head dim no tile divides, rows past one tile
         (33, 3, 1, 48, stepwise.StepTiles(16, 16, 16), True),  # three row tiles, three unit tiles, three K chunks
-        (17, 3, 2, 20, stepwise.StepTiles(16, 16, 16, one_dot=True), True),  # the gates as one product
-        (9, 2, 1, 48, stepwise.StepTiles(16, 16, 32, one_dot=True), False),
+        (17, 3, 2, 20, stepwise.StepTiles(16, 16, 16), True),  # two heads, a unit tile past the head's end
+        (9, 2, 1, 48, stepwise.StepTiles(16, 16, 32), False),  # a K chunk past the head's end
     ],
 )
 def test_matches_float64(B, T, NH, DH, tiles, last, make_inputs):
@@ -97,10 +97,10 @@ def test_refuses_other_functions(make_inputs):
 def test_tiles():
     """64 rows from 64 on (Hopper's warpgroup MMA), the gates as one product, 32 units where that still makes half as
     many programs as SMs."""
-    assert stepwise.step_tiles(256, 768, 1, 132) == stepwise.StepTiles(64, 32, 64, 8, one_dot=True)  # 4 x 24 programs
-    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 32, 64, 8, one_dot=True)  # 4 x 32
-    assert stepwise.step_tiles(64, 1536, 1, 132) == stepwise.StepTiles(64, 16, 64, one_dot=True)  # 48 < 66: 1 x 96
-    assert stepwise.step_tiles(3, 20, 1, 132) == stepwise.StepTiles(16, 16, 32, one_dot=True)
+    assert stepwise.step_tiles(256, 768, 1, 132) == stepwise.StepTiles(64, 32, 64, 8)  # 4 x 24 programs
+    assert stepwise.step_tiles(256, 1024, 1, 132) == stepwise.StepTiles(64, 32, 64, 8)  # 4 x 32
+    assert stepwise.step_tiles(64, 1536, 1, 132) == stepwise.StepTiles(64, 16, 64)  # 48 < 66: 1 x 96
+    assert stepwise.step_tiles(3, 20, 1, 132) == stepwise.StepTiles(16, 16, 32)
     for bad in ((0, 16), (16, -1)):
         with pytest.raises(ValueError):
             stepwise.step_tiles(*bad)
