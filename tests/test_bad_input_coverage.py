@@ -238,6 +238,7 @@ ALLOWED = {
             "gpulab.rnn.backends.parameter_grads.one_launch",
             "gpulab.rnn.backends.vanilla.vanilla_forward",
             "gpulab.rnn.ops.rnn_op",
+            "gpulab.rnn.ops.lstm_layer_op",
             "gpulab.rnn.ladder.benchmark.check_outputs",
             "gpulab.rnn.ladder.benchmark.math_floor_ms",
             "gpulab.rnn.ladder.plot.short_dtype",

@@ -16,10 +16,11 @@ biases' gradients are one tensor, the backend's db) and no checks repeated for a
 biases are not summed ahead and kept: a sum kept per version counter would miss a change that bypasses the counter
 (``bias.data[H:2 * H].fill_(1.0)``, the forget-gate initialisation, or a write through ``.numpy()``).
 
-Used where it gives the same answer as the general path: eager (``torch.compile`` traces the custom ops of
-:mod:`gpulab.rnn.ops` instead), a whole-batch launch of the backend (where the fused plan cuts a batch into launches,
-the general path runs), any number of heads, no projection; packed input too (its last states are read from the
-outputs at each sequence's length, as on the general path).
+Used where it gives the same answer as the general path: a whole-batch launch of the backend (where the fused plan
+cuts a batch into launches, the general path runs), any number of heads, no projection; packed input too (its last
+states are read from the outputs at each sequence's length, as on the general path). Under ``torch.compile`` the
+same layer runs as the custom op :func:`gpulab.rnn.ops.lstm_layer_forward_op` (the same kernels, GEMMs and bias
+gradient; the loops there are :func:`gpulab.rnn.fused.plan.problem_loops`').
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from gpulab import runtime
-from gpulab.rnn import api
+from gpulab.rnn import api, ops
 from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating_rnn_gradients
 from gpulab.rnn.fused import plan as fused_plan
 
@@ -108,10 +109,13 @@ def lstm_layer(x, w_ih, b_ih, R, b, s0, backend: str, heads: tuple):
     W_ih^T + b_ih`` (``b_ih`` None: none), or None where this op does not apply (the caller takes the general path:
     see the module docstring). ``heads`` = (NH, DH); R [4, NH, DH, DH] or, one head, nn.LSTM's weight_hh [4H, H];
     b [4, NH, DH] or [4H]; ``s0`` [2, B, 1, NH, DH] or None (zeros). Inputs in one dtype (the module checks that)."""
-    if torch.compiler.is_compiling():
-        return None
     B, T, _ = x.shape
     NH, DH = heads
+    if torch.compiler.is_compiling():  # traced: the checks once, at trace time; the layer as one custom op
+        s0 = api.zero_states((2, B, 1, NH, DH), x.dtype, x.device, backend) if s0 is None else s0
+        R, b = R.view(4, NH, DH, DH), b.view(4, NH, DH)
+        api.check_inputs(x.new_empty((B, T, 4, NH, DH)), R, b, s0, "lstm", backend, None)
+        return ops.lstm_layer_op(x, w_ih, b_ih, R, b, s0, backend)
     training = torch.is_grad_enabled() and (
         x.requires_grad or w_ih.requires_grad or R.requires_grad or b.requires_grad
         or (b_ih is not None and b_ih.requires_grad) or (s0 is not None and s0.requires_grad)

@@ -4,6 +4,10 @@
 - ``gpulab::rnn_forward(Wx, R, b, states, function, backend, save_gates) -> (states_all, states_last, gates)``
 - ``gpulab::rnn_backward(d_states_all, d_last, gates, states_all, states, R, function, backend)
   -> (dWx, dR, db, d_states)``
+- ``gpulab::lstm_layer_forward(x, w_ih, b_ih, R, b, states, backend, save_gates) -> (states_all, states_last,
+  gates)``: one LSTM layer as :mod:`gpulab.rnn.layer` runs it eagerly, the input projection ``Wx = x W_ih^T + b_ih``
+  inside the op. Its backward is :func:`rnn_backward_op` and the projection's two GEMMs, and b_ih's gradient is the
+  backend's db, as in the eager layer op (a traced ``nn.functional.linear`` would reduce dWx once more for it).
 
 A custom op takes tensors and plain values, not callables: the backend's loops are looked up by name, and "no gates
 saved" is an empty tensor. The outputs are contiguous and in the compute dtype (the fused LSTM keeps its gates in
@@ -20,7 +24,7 @@ from gpulab.rnn.backends.alternating import alternating_rnn_forward, alternating
 from gpulab.rnn.functions import get_function
 from gpulab.rnn.fused.plan import problem_loops, saved_gates_dtype
 
-__all__ = ["rnn_forward_op", "rnn_backward_op", "rnn_op", "BACKENDS"]
+__all__ = ["rnn_forward_op", "rnn_backward_op", "rnn_op", "lstm_layer_forward_op", "lstm_layer_op", "BACKENDS"]
 
 BACKENDS = ("fused", "alternating")
 
@@ -58,8 +62,7 @@ def rnn_forward_op(
     return out.contiguous(), last.contiguous(), gates
 
 
-@rnn_forward_op.register_fake
-def _(Wx, R, b, states, function, backend, save_gates):
+def _fake_forward(Wx, function, backend, save_gates):
     fn = get_function(function)
     B, T, _, NH, DH = Wx.shape
     out = Wx.new_empty((fn.states, B, T, NH, DH))
@@ -68,6 +71,11 @@ def _(Wx, R, b, states, function, backend, save_gates):
         return out, last, Wx.new_empty(0)
     dtype = saved_gates_dtype(B, NH, DH, fn.name, Wx.dtype) if backend == "fused" else Wx.dtype
     return out, last, Wx.new_empty((B, T, fn.gates_b, NH, DH), dtype=dtype)
+
+
+@rnn_forward_op.register_fake
+def _(Wx, R, b, states, function, backend, save_gates):
+    return _fake_forward(Wx, function, backend, save_gates)
 
 
 @torch.library.custom_op("gpulab::rnn_backward", mutates_args=())
@@ -121,4 +129,70 @@ def rnn_op(Wx, R, b, states, function: str, backend: str):
     ``(states_all, states_last)``."""
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (Wx, R, b, states))
     out, last, _ = rnn_forward_op(Wx, R, b, states, function, backend, save)
+    return out, last
+
+
+def _projection(x, w_ih, b_ih, heads):
+    """Wx [B, T, 4, NH, DH] = x [B, T, I] W_ih^T + b_ih: one GEMM, b_ih (or None) its addend."""
+    B, T, I = x.shape
+    x2 = x.reshape(B * T, I)
+    wx = torch.mm(x2, w_ih.t()) if b_ih is None else torch.addmm(b_ih, x2, w_ih.t())
+    return wx.view(B, T, 4, *heads)
+
+
+@torch.library.custom_op("gpulab::lstm_layer_forward", mutates_args=())
+def lstm_layer_forward_op(
+    x: torch.Tensor,
+    w_ih: torch.Tensor,
+    b_ih: torch.Tensor | None,
+    R: torch.Tensor,
+    b: torch.Tensor,
+    states: torch.Tensor,
+    backend: str,
+    save_gates: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One LSTM layer: x [B, T, I], w_ih [4 NH DH, I], b_ih [4 NH DH] or None, R [4, NH, DH, DH], b [4, NH, DH],
+    states [2, B, 1, NH, DH] -> states_all [2, B, T, NH, DH], states_last [2, B, 1, NH, DH], gates (an empty tensor
+    when not saved)."""
+    wx = _projection(x, w_ih, b_ih, b.shape[1:])
+    out, last, gates = _forward_loop(backend, wx, "lstm", save_gates)(wx, R, b, states, "lstm", save_gates)
+    gates = gates.contiguous() if save_gates else out.new_empty(0)
+    return out.contiguous(), last.contiguous(), gates
+
+
+@lstm_layer_forward_op.register_fake
+def _(x, w_ih, b_ih, R, b, states, backend, save_gates):
+    B, T, _ = x.shape
+    return _fake_forward(x.new_empty((B, T, 4, *b.shape[1:])), "lstm", backend, save_gates)
+
+
+def _layer_setup_context(ctx, inputs, output):
+    x, w_ih, b_ih, R, b, states, backend, save_gates = inputs
+    out, last, gates = output
+    ctx.save_for_backward(x, w_ih, R, states, out, gates)
+    ctx.backend, ctx.has_b_ih = backend, b_ih is not None
+
+
+def _layer_backward(ctx, d_out, d_last, _d_gates):
+    x, w_ih, R, states, out, gates = ctx.saved_tensors
+    d_out = torch.zeros_like(out) if d_out is None else d_out.to(out.dtype)
+    d_last = None if d_last is None else d_last.to(out.dtype)
+    dWx, dR, db, ds = rnn_backward_op(d_out, d_last, gates, out, states, R, "lstm", ctx.backend)
+    need = ctx.needs_input_grad
+    B, T, I = x.shape
+    dG = dWx.view(B * T, w_ih.shape[0])  # [B*T, 4H]
+    dx = torch.mm(dG, w_ih).view(B, T, I) if need[0] else None
+    dw = torch.mm(dG.t(), x.reshape(B * T, I)) if need[1] else None
+    db_ih = db.reshape(-1).clone() if ctx.has_b_ih and need[2] else None  # its own: optimizers scale it in place
+    return dx, dw, db_ih, dR, db, ds if need[5] else None, None, None
+
+
+lstm_layer_forward_op.register_autograd(_layer_backward, setup_context=_layer_setup_context)
+
+
+def lstm_layer_op(x, w_ih, b_ih, R, b, states, backend: str):
+    """:func:`gpulab.rnn.layer.lstm_layer` under ``torch.compile``: the layer through :func:`lstm_layer_forward_op`
+    (inputs checked, R [4, NH, DH, DH], b [4, NH, DH], states given): ``(states_all, states_last)``."""
+    save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w_ih, b_ih, R, b, states))
+    out, last, _ = lstm_layer_forward_op(x, w_ih, b_ih, R, b, states, backend, save)
     return out, last

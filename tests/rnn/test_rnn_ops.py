@@ -26,6 +26,57 @@ def test_opcheck_forward_and_backward(function, backend):
     torch.library.opcheck(ops.rnn_backward_op, (d_out, d_last, gates, out, s0, R, function, backend))
 
 
+@pytest.mark.parametrize("backend, with_b_ih", [("fused", True), ("alternating", False)])
+def test_opcheck_the_layer_op(backend, with_b_ih):
+    g = torch.Generator().manual_seed(1)
+    x, w_ih = torch.randn(1, 2, 5, generator=g), torch.randn(4 * 16, 5, generator=g) / 3
+    b_ih = torch.randn(4 * 16, generator=g) if with_b_ih else None
+    _, R, b, s0 = _inputs("lstm", B=1, T=2, NH=1, seed=2)
+    torch.library.opcheck(ops.lstm_layer_forward_op, (x, w_ih, b_ih, R, b, s0, backend, True))
+
+
+def _graphs(module, x):
+    """The aten operators of the compiled forward and backward graphs of ``module(x)[0].sum()``, and its gradients."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    seen = {}
+
+    def keep(tag):
+        def compiler(gm, example_inputs):
+            seen[tag] = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    compiled = torch.compile(module, fullgraph=True, backend=backend)
+    compiled(x)[0].sum().backward()
+    return seen
+
+
+def test_compiled_layer_is_the_eager_layers_work():
+    """Compiled, an nn.LSTM-layout layer runs as one custom op whose backward takes b_ih's gradient from the
+    backend's db: no reduction of dWx in the backward graph (a traced ``nn.functional.linear`` adds one, a pass over
+    [B*T, 4H] per layer and step that the eager layer does not make), and every gradient equals the eager one."""
+    torch.manual_seed(0)
+    module = rnn.LSTM(6, 16, num_layers=2, batch_first=True, backend="fused")
+    x = torch.randn(2, 3, 6, requires_grad=True)
+    seen = _graphs(module, x)
+    assert seen["fw"].count("gpulab.lstm_layer_forward.default") == 2, seen["fw"]
+    assert not any("sum" in op for op in seen["bw"]), f"a reduction in the compiled backward: {seen['bw']}"
+    compiled = {n: p.grad.clone() for n, p in module.named_parameters()}
+    dx = x.grad.clone()
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    module(x)[0].sum().backward()
+    for name, p in module.named_parameters():
+        torch.testing.assert_close(compiled[name], p.grad, msg=name)
+    torch.testing.assert_close(dx, x.grad)
+    assert module.bias_ih_l0.grad.data_ptr() != module.bias_hh_l0.grad.data_ptr()
+
+
 @pytest.mark.parametrize("backend", ["fused", "alternating"])
 def test_compiled_flashrnn_equals_eager(backend):
     def loss(Wx, R, b, s0):
@@ -123,3 +174,24 @@ def test_compiled_calls_choose_their_tiles_once(monkeypatch):
     for _ in range(2):
         compiled(x)[0].sum().backward()
     assert calls == [], f"tile candidates weighed again on repeated compiled calls: {calls}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H, L, B, heads", [(256, 2, 16, 1), (768, 1, 64, 1), (128, 1, 1, 2)])
+def test_gpu_inductor_module_equals_eager(H, L, B, heads):
+    """torch.compile with inductor (the grid's compiled point among them): outputs and every gradient as eager's."""
+    from gpulab import check
+
+    torch.manual_seed(0)
+    module = rnn.LSTM(H, H, L, batch_first=True, num_heads=heads, backend="fused").to("cuda", torch.float16)
+    x = torch.randn(B, 32, H, device="cuda", dtype=torch.float16)
+    torch._dynamo.reset()
+    results = []
+    for run in (torch.compile(module), module):
+        module.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        y, (h, c) = run(xi)
+        (y.float().square().mean() + c.float().sum()).backward()
+        results.append([y, c, xi.grad, *(p.grad for p in module.parameters())])
+    for got, want in zip(*results):
+        check.assert_close(got, want.double(), dtype=torch.float16, name="compiled vs eager")
